@@ -1,0 +1,30 @@
+# fathom — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PY := .venv/bin/python
+NATIVE_DIRS := $(wildcard native/*/Makefile)
+
+.PHONY: setup native demo test test-unit test-lab bench clean
+
+setup:
+	@scripts/setup
+
+native:
+	@for m in $(NATIVE_DIRS); do $(MAKE) -s -C $$(dirname $$m) || exit 1; done
+
+demo: setup
+	$(PY) -m fathom.demo $(if $(KEEP),--keep,)
+
+test: setup
+	$(PY) -m pytest -ra tests
+
+test-unit: setup
+	$(PY) -m pytest -ra tests/unit
+
+test-lab: setup
+	$(PY) -m pytest -ra tests/lab
+
+bench: setup
+	.venv/bin/fathom bench all
+
+clean:
+	@for m in $(NATIVE_DIRS); do $(MAKE) -s -C $$(dirname $$m) clean; done

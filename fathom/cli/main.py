@@ -1,0 +1,22 @@
+"""The `fathom` command. Each concern adds its verbs as one click group in its own module."""
+import importlib
+
+import click
+
+# (module, attribute) of every command group; one line per concern.
+GROUPS = [
+    ("fathom.cli.lab", "lab"),
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fathom")
+def cli():
+    """fathom: tenant networking, vTAP, PPTMon and switch benchmarks on Open vSwitch."""
+
+
+for module, attr in GROUPS:
+    cli.add_command(getattr(importlib.import_module(module), attr))
+
+if __name__ == "__main__":
+    cli()

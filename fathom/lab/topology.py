@@ -1,0 +1,247 @@
+"""The lab topology file: a YAML document that declares networks, nodes, VMs and the underlay.
+
+Loading is strict: unknown keys, duplicate names, malformed CIDRs or MACs and addresses outside their
+subnet are all reported at once, each with the file, the line and the field.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_TOPOLOGY = Path(__file__).parent / "topologies" / "default.yaml"
+
+# Names become parts of namespace and interface names (IFNAMSIZ is 16 with the NUL).
+NAME_RE = r"^[a-z][a-z0-9]{0,11}$"
+LAB_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+RESERVED_NAMES = {"fabric", "mgmt"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VM(_Strict):
+    name: str = Field(pattern=NAME_RE)
+    mac: str
+    ip: ipaddress.IPv4Interface
+    network: str
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        v = v.lower()
+        if not MAC_RE.match(v):
+            raise ValueError(f"{v!r} is not a MAC address like 02:00:00:00:00:01")
+        if int(v[:2], 16) & 1:
+            raise ValueError(f"{v} is a multicast MAC; a VM needs a unicast one")
+        return v
+
+
+class Node(_Strict):
+    name: str = Field(pattern=NAME_RE)
+    role: Literal["compute", "gateway"] = "compute"
+    vms: list[VM] = []
+
+
+class Network(_Strict):
+    name: str = Field(pattern=NAME_RE)
+    type: Literal["vxlan", "vlan", "flat"] = "vxlan"
+    segmentation_id: int | None = Field(default=None, ge=1, le=16777215)
+    cidr: ipaddress.IPv4Network
+
+    @field_validator("cidr", mode="before")
+    @classmethod
+    def _cidr(cls, v):
+        return ipaddress.IPv4Network(v, strict=True) if isinstance(v, str) else v
+
+
+class Underlay(_Strict):
+    cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("198.18.0.0/24")
+    mtu: int = Field(default=1600, ge=1280, le=9000)
+
+
+class Topology(_Strict):
+    networks: list[Network] = []
+    nodes: list[Node]
+    underlay: Underlay = Underlay()
+    # Management subnet shared with the root namespace; chosen per lab when absent.
+    management: ipaddress.IPv4Network | None = None
+
+    def vms(self) -> list[tuple[Node, VM]]:
+        return [(n, vm) for n in self.nodes for vm in n.vms]
+
+    def network(self, name: str) -> Network:
+        return next(n for n in self.networks if n.name == name)
+
+    def segmentation_id(self, net: Network) -> int:
+        """The VNI or VLAN id of a network; defaults are stable: 1000 + position, VLANs 100 + position."""
+        if net.segmentation_id is not None:
+            return net.segmentation_id
+        i = self.networks.index(net)
+        return (100 + i) if net.type == "vlan" else (1000 + i)
+
+
+@dataclass(frozen=True)
+class Problem:
+    line: int | None
+    field: str
+    message: str
+
+
+class TopologyError(Exception):
+    def __init__(self, source: str, problems: list[Problem]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        return [f"{self.source}:{p.line if p.line else '?'}: {p.field}: {p.message}" for p in self.problems]
+
+
+def _plain(node: yaml.Node, path: tuple, lines: dict) -> object:
+    """Turn a composed YAML node into plain values, remembering the line of every path."""
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out = {}
+        for k, v in node.value:
+            key = k.value
+            if key in out:
+                lines[path + (key,)] = k.start_mark.line + 1
+                raise _Dup(path + (key,), f"key {key!r} given twice")
+            lines[path + (key,)] = k.start_mark.line + 1
+            out[key] = _plain(v, path + (key,), lines)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(v, path + (i,), lines) for i, v in enumerate(node.value)]
+    return yaml.SafeLoader.construct_object(yaml.SafeLoader(""), node)
+
+
+class _Dup(Exception):
+    def __init__(self, path, message):
+        self.path, self.message = path, message
+
+
+def _field(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(document)"
+
+
+def _line(lines: dict, path: tuple) -> int | None:
+    while path not in lines and path:
+        path = path[:-1]
+    return lines.get(path)
+
+
+def parse(text: str, source: str = "<topology>") -> Topology:
+    lines: dict = {}
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise TopologyError(source, [Problem(mark.line + 1 if mark else None, "(document)", f"not valid YAML: {getattr(e, 'problem', e)}")])
+    if root is None:
+        raise TopologyError(source, [Problem(1, "(document)", "the file is empty")])
+    try:
+        data = _plain(root, (), lines)
+    except _Dup as d:
+        raise TopologyError(source, [Problem(_line(lines, d.path), _field(d.path), d.message)])
+    if not isinstance(data, dict):
+        raise TopologyError(source, [Problem(1, "(document)", "expected a mapping with nodes, networks and underlay")])
+    try:
+        topo = Topology.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            problems.append(Problem(_line(lines, loc), _field(loc), msg))
+        raise TopologyError(source, problems)
+    problems = _check(topo, lines)
+    if problems:
+        raise TopologyError(source, problems)
+    return topo
+
+
+def _check(topo: Topology, lines: dict) -> list[Problem]:
+    """Checks that span several objects: unique names and addresses, VMs inside their network."""
+    problems: list[Problem] = []
+
+    def add(path: tuple, message: str):
+        problems.append(Problem(_line(lines, path), _field(path), message))
+
+    seen: dict[str, tuple] = {}
+    named = [(("networks", i, "name"), n.name, "network") for i, n in enumerate(topo.networks)]
+    for i, node in enumerate(topo.nodes):
+        named.append((("nodes", i, "name"), node.name, "node"))
+        for j, vm in enumerate(node.vms):
+            named.append((("nodes", i, "vms", j, "name"), vm.name, "vm"))
+    for path, name, kind in named:
+        if name in RESERVED_NAMES:
+            add(path, f"{name!r} is reserved")
+        key = f"{kind}:{name}" if kind == "network" else name  # nodes and VMs share the namespace space
+        if key in seen:
+            add(path, f"duplicate name {name!r} (first at line {_line(lines, seen[key])})")
+        else:
+            seen[key] = path
+
+    nets = {n.name: n for n in topo.networks}
+    segs: dict[tuple, tuple] = {}
+    for i, n in enumerate(topo.networks):
+        key = ("vlan" if n.type == "vlan" else n.type, topo.segmentation_id(n))
+        if n.type == "vlan" and topo.segmentation_id(n) > 4094:
+            add(("networks", i, "segmentation_id"), "a VLAN id must be 1..4094")
+        if n.type != "flat" and key in segs:
+            add(("networks", i, "segmentation_id"), f"segmentation id {key[1]} already used by network at line {_line(lines, segs[key])}")
+        segs.setdefault(key, ("networks", i))
+    addrs: dict[tuple, tuple] = {}
+    for i, node in enumerate(topo.nodes):
+        for j, vm in enumerate(node.vms):
+            base = ("nodes", i, "vms", j)
+            net = nets.get(vm.network)
+            if net is None:
+                add(base + ("network",), f"unknown network {vm.network!r}")
+                continue
+            if vm.ip.ip not in net.cidr:
+                add(base + ("ip",), f"{vm.ip.ip} is outside network {net.name}'s subnet {net.cidr}")
+            elif vm.ip.network != net.cidr:
+                add(base + ("ip",), f"prefix /{vm.ip.network.prefixlen} differs from network {net.name}'s {net.cidr}")
+            elif vm.ip.ip in (net.cidr.network_address, net.cidr.broadcast_address):
+                add(base + ("ip",), f"{vm.ip.ip} is the network or broadcast address of {net.cidr}")
+            for field, value in (("ip", str(vm.ip.ip)), ("mac", vm.mac)):
+                key = (net.name, field, value)
+                if key in addrs:
+                    add(base + (field,), f"{value} already used in network {net.name} (line {_line(lines, addrs[key])})")
+                addrs.setdefault(key, base + (field,))
+    need = len(topo.nodes) + 2
+    if topo.underlay.cidr.num_addresses < need + 2:
+        add(("underlay", "cidr"), f"{topo.underlay.cidr} is too small for {len(topo.nodes)} nodes")
+    if topo.management is not None and topo.management.num_addresses < need + 2:
+        add(("management",), f"{topo.management} is too small for {len(topo.nodes)} nodes")
+    if not topo.nodes:
+        add(("nodes",), "a topology needs at least one node")
+    return problems
+
+
+def load(path: str | Path) -> Topology:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TopologyError(str(path), [Problem(None, "(file)", e.strerror or str(e))])
+    return parse(text, str(path))
+
+
+def check_lab_name(name: str) -> None:
+    if not LAB_NAME_RE.match(name):
+        raise ValueError(f"lab name {name!r} must be 1-8 characters a-z0-9, starting with a letter")
