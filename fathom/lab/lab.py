@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .ovs import OvsInstance, kill_and_wait, wait_for
+from .ovs import OvsInstance, _running, kill_and_wait, wait_for
 from .sh import LabError, require_root_and_tools, run
 from .topology import Topology, check_lab_name
 
@@ -230,17 +230,16 @@ class Lab:
         """Remove everything of this lab; works after crashes and half-finished ups."""
         removed = []
         for ns in self.namespaces():
-            for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                kill_and_wait(int(pid), timeout=3)
+            kill_and_wait([int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()], timeout=3)
             run(["ip", "netns", "del", ns], check=False)
             removed.append(f"netns {ns}")
         for link in self.root_links():
             run(["ip", "link", "del", link], check=False)
             removed.append(f"link {link}")
         # processes of this lab that escaped their namespace (e.g. netns already deleted)
-        for daemon_pid in _pids_under(self.dir):
-            kill_and_wait(daemon_pid, timeout=3)
-            removed.append(f"pid {daemon_pid}")
+        leftover = _pids_under(self.dir)
+        kill_and_wait(leftover, timeout=3)
+        removed += [f"pid {p}" for p in leftover]
         if self.dir.exists():
             shutil.rmtree(self.dir, ignore_errors=True)
             removed.append(f"dir {self.dir}")
@@ -357,6 +356,8 @@ def _pids_under(directory: Path) -> list[int]:
         for pidfile in directory.glob("**/*.pid"):
             try:
                 pid = int(pidfile.read_text().strip())
+                if not _running(pid):
+                    continue
                 # only a process started for this lab: its command line names the run dir
                 if str(directory) in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):
                     pids.append(pid)

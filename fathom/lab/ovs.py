@@ -63,11 +63,7 @@ class OvsInstance:
 
     def alive(self, daemon: str) -> bool:
         pid = self.pid(daemon)
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if pid is None or not _running(pid):
             return False
         # a reused pid is not ours: the process must run the daemon binary
         try:
@@ -84,22 +80,30 @@ class OvsInstance:
                 kill_and_wait(self.pid(daemon), timeout)
 
 
-def kill_and_wait(pid: int, timeout: float = 5) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def kill_and_wait(pids: int | list[int], timeout: float = 5) -> None:
+    """SIGTERM, then SIGKILL whatever is still running after timeout."""
+    pids = [pids] if isinstance(pids, int) else list(pids)
+    for pid in pids:
         try:
-            os.kill(pid, 0)
+            os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
-            return
-        time.sleep(0.05)
+            pass
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in filter(_running, pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _running(pid: int) -> bool:
+    # daemons re-parented to a PID 1 that does not reap stay zombies: count those as gone
     try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
