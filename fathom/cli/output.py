@@ -5,8 +5,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def print_json(data) -> None:
