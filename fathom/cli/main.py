@@ -6,6 +6,11 @@ import click
 # (module, attribute) of every command group; one line per concern.
 GROUPS = [
     ("fathom.cli.lab", "lab"),
+    ("fathom.cli.resources", "node"),
+    ("fathom.cli.resources", "network"),
+    ("fathom.cli.resources", "subnet"),
+    ("fathom.cli.resources", "port"),
+    ("fathom.cli.resources", "router"),
 ]
 
 

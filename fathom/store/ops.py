@@ -75,7 +75,7 @@ def _owner(caller: Caller, requested: str | None, parent=None) -> str:
     return parent.project_id if parent is not None and caller.admin else caller.project
 
 
-def _require_admin(caller: Caller, what: str) -> None:
+def require_admin(caller: Caller, what: str) -> None:
     if not caller.admin:
         raise Forbidden(f"only an admin can {what}")
 
@@ -85,7 +85,7 @@ def _require_admin(caller: Caller, what: str) -> None:
 
 def create_node(session: Session, caller: Caller, *, name: str, role: str = "compute",
                 tunnel_ip: str | None = None, management_ip: str | None = None) -> m.Node:
-    _require_admin(caller, "manage nodes")
+    require_admin(caller, "manage nodes")
     if session.scalar(select(m.Node).where(m.Node.name == name)):
         raise Conflict(f"a node named {name!r} exists", "name")
     _check_tunnel_ip_free(session, tunnel_ip, None)
@@ -105,7 +105,7 @@ def _check_tunnel_ip_free(session: Session, tunnel_ip: str | None, node_id: int 
 
 
 def update_node(session: Session, caller: Caller, node_id: int, changes: dict) -> m.Node:
-    _require_admin(caller, "manage nodes")
+    require_admin(caller, "manage nodes")
     node = get(session, caller, m.Node, node_id)
     if "tunnel_ip" in changes:
         _check_tunnel_ip_free(session, changes["tunnel_ip"], node.id)
@@ -117,7 +117,7 @@ def update_node(session: Session, caller: Caller, node_id: int, changes: dict) -
 
 
 def delete_node(session: Session, caller: Caller, node_id: int) -> None:
-    _require_admin(caller, "manage nodes")
+    require_admin(caller, "manage nodes")
     node = get(session, caller, m.Node, node_id)
     bound = session.scalar(select(func.count()).select_from(m.Port).where(m.Port.node_id == node.id))
     if bound:
