@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
@@ -182,8 +182,7 @@ def delete_network(session: Session, caller: Caller, network_id: int) -> None:
     ports = session.scalar(select(func.count()).select_from(m.Port).where(m.Port.network_id == network.id))
     if ports:
         raise Conflict(f"network {network.id} still has {ports} port(s) (router interfaces included)")
-    for subnet in subnets_of(session, network.id):
-        session.delete(subnet)
+    session.execute(delete(m.Subnet).where(m.Subnet.network_id == network.id))
     session.delete(network)
     session.flush()
 
