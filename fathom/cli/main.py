@@ -8,6 +8,11 @@ GROUPS = [
     ("fathom.cli.lab", "lab"),
     ("fathom.cli.controller", "controller"),
     ("fathom.cli.controller", "flows"),
+    ("fathom.cli.resources", "node"),
+    ("fathom.cli.resources", "network"),
+    ("fathom.cli.resources", "subnet"),
+    ("fathom.cli.resources", "port"),
+    ("fathom.cli.resources", "router"),
 ]
 
 

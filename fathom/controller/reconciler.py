@@ -21,11 +21,7 @@ from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
 from fathom.pipeline.tenant import compile_tenant
 from fathom.store import models as m
-from fathom.store.snapshot import Snapshot
-try:
-    from fathom.store.snapshot import load_snapshot
-except ImportError:
-    pass
+from fathom.store.snapshot import Snapshot, load_snapshot
 
 LOG = logging.getLogger("fathom.reconciler")
 

@@ -104,3 +104,48 @@ class Snapshot:
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
         nodes = tuple(replace(n, ofports=dict(ofports.get(n.name, n.ofports))) for n in self.nodes)
         return replace(self, nodes=nodes)
+
+
+def load_snapshot(session) -> Snapshot:
+    """Read the whole store into a Snapshot, consistently (one transaction; reads only).
+
+    Call with a fresh Session: `with Session(engine) as s: snap = load_snapshot(s)`.
+    """
+    from sqlalchemy import select
+
+    from fathom.store import models as m
+
+    def run():
+        node_names = {}
+        nodes = []
+        for n in session.scalars(select(m.Node).order_by(m.Node.id)):
+            node_names[n.id] = n.name
+            nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state))
+        networks = tuple(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id)
+                         for n in session.scalars(select(m.Network).order_by(m.Network.id)))
+        subnets = tuple(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip)
+                        for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)))
+        allocations: dict[int, list[FixedIp]] = {}
+        for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
+            allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
+        ports, interfaces = [], []
+        for p in session.scalars(select(m.Port).order_by(m.Port.id)):
+            fixed = tuple(allocations.get(p.id, ()))
+            if p.router_id is not None:
+                for fip in fixed[:1]:
+                    interfaces.append(RouterInterface(p.id, p.router_id, fip.subnet_id, p.network_id,
+                                                      fip.ip_address, p.mac_address))
+                continue
+            ports.append(Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
+                              node_names.get(p.node_id), p.interface_name, p.port_security))
+        routers = tuple(Router(r.id, r.name, r.project_id)
+                        for r in session.scalars(select(m.Router).order_by(m.Router.id)))
+        return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces))
+
+    if session.in_transaction():
+        return run()
+    with session.begin():
+        if session.get_bind().dialect.name == "postgresql":
+            # Several SELECTs must see one state: READ COMMITTED (the default) would not.
+            session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        return run()
