@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fathom import __version__
+from fathom.api import fabric as fabric_api
 from fathom.api import schemas as sc
 from fathom.store import models as m
 from fathom.store import ops
@@ -51,6 +52,7 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
         return error_response(exc)
 
     app.include_router(_routes(store), prefix="/v1")
+    app.include_router(fabric_api.routes(store), prefix="/v1", responses=ERRORS)  # issue 7: fabric
     return app
 
 

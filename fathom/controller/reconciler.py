@@ -19,6 +19,7 @@ from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
+from fathom.pipeline import fabric
 from fathom.pipeline.tenant import compile_tenant
 from fathom.store import models as m
 from fathom.store.snapshot import Snapshot, load_snapshot
@@ -38,7 +39,12 @@ def owned(cookie, group_id: int | None = None) -> bool:
 
 def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Every app's compiler, merged per node. New apps add their compiler here."""
-    return compile_tenant(snapshot)
+    # issue 7: routers not in distributed mode are hidden from the tenant compiler (tenant_view);
+    # the fabric adds its br-int flows (gateway MAC of fabric routers -> VLAN trunk).
+    out = compile_tenant(fabric.tenant_view(snapshot))
+    for node, extra in fabric.compile_edges(snapshot).items():
+        out[node] = out.get(node, SwitchState()) | extra
+    return out
 
 
 @dataclass
@@ -67,6 +73,9 @@ class Reconciler:
         self.last = PassResult()
         self.passes = 0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
+        # more switches than the br-ints (issue 7: the fabric), each called at the end of every
+        # pass as ext.after_pass(reconciler, snapshot, result)
+        self.extensions: list = []
 
     def wake(self, *_args) -> None:
         self._wake.set()
@@ -111,6 +120,11 @@ class Reconciler:
                     LOG.warning("node %s: apply failed: %s", node.name, e)
                     res.switch = f"error: {e}"
             self._write_status(snapshot, result)
+            for ext in self.extensions:
+                try:
+                    ext.after_pass(self, snapshot, result)
+                except Exception:  # noqa: BLE001 - one extension must not break the pass
+                    LOG.exception("extension %s failed", type(ext).__name__)
             self.last = result
             self.passes += 1
             return result

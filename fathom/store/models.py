@@ -115,3 +115,7 @@ class IpAllocation(Base):
     ip_address: Mapped[str] = mapped_column(String(64))
 
     port: Mapped[Port] = relationship(back_populates="fixed_ips")
+
+
+# Fabric tables (issue 7) live in their own module; importing it registers them on Base.metadata.
+from fathom.store import fabric_models  # noqa: E402,F401

@@ -99,6 +99,9 @@ class Snapshot:
     ports: tuple[Port, ...] = ()
     routers: tuple[Router, ...] = ()
     router_interfaces: tuple[RouterInterface, ...] = ()
+    # Fabric (issue 7): ToR switches, their links, router modes (fathom.store.fabric.FabricState).
+    # None when loaded without it; compilers treat None as "no fabric, every router distributed".
+    fabric: object | None = None
 
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
@@ -140,7 +143,9 @@ def load_snapshot(session) -> Snapshot:
                               node_names.get(p.node_id), p.interface_name, p.port_security))
         routers = tuple(Router(r.id, r.name, r.project_id)
                         for r in session.scalars(select(m.Router).order_by(m.Router.id)))
-        return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces))
+        from fathom.store.fabric import load_fabric  # issue 7: fabric switches, links, router modes
+        return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
+                        fabric=load_fabric(session))
 
     if session.in_transaction():
         return run()
