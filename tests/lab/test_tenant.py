@@ -9,11 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+import fathom.lab
+
 from fathom.lab.ovs import wait_for
 
 from .util import ping, running_lab, sh
 
-TOPOLOGY = (Path(__file__).parent / "topologies" / "tenants.yaml").read_text()
+TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": "198.19.1.11",
       "red3": "198.19.1.13", "grn1": "198.19.2.21", "grn2": "198.19.2.22"}
 
