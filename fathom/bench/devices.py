@@ -142,8 +142,8 @@ class LinuxBridgeDevice(Device):
         run(["bridge", "fdb", "replace", self.rx.mac, "dev", "dr0", "master", "static"], ns=NS_DUT)
 
     def drop_every(self, n: int) -> None:
-        rules = (f"table bridge sbimp {{ chain fwd {{ type filter hook forward priority 0; policy accept; "
-                 f"numgen inc mod {n} == {n - 1} counter drop; }} }}")
+        rules = (f"table bridge sbimp {{\n chain sbfwd {{\n  type filter hook forward priority 0; policy accept;\n"
+                 f"  numgen inc mod {n} == {n - 1} counter drop\n }}\n}}\n")
         run(["nft", "-f", "-"], ns=NS_DUT, input=rules)
 
     def clear_impairments(self) -> None:
@@ -223,8 +223,8 @@ class OvsDevice(Device):
 
     def drop_every(self, n: int) -> None:
         # OVS transmits on dr0 through an AF_PACKET socket without qdisc bypass: the netdev egress hook sees it
-        rules = (f"table netdev sbimp {{ chain out {{ type filter hook egress device dr0 priority 0; policy accept; "
-                 f"numgen inc mod {n} == {n - 1} counter drop; }} }}")
+        rules = (f"table netdev sbimp {{\n chain sbout {{\n  type filter hook egress device \"dr0\" priority 0; "
+                 f"policy accept;\n  numgen inc mod {n} == {n - 1} counter drop\n }}\n}}\n")
         run(["nft", "-f", "-"], ns=NS_DUT, input=rules)
 
     def clear_impairments(self) -> None:

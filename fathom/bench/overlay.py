@@ -65,7 +65,7 @@ def run_overlay(plan, step) -> tuple[list[dict], dict]:
                         lo, best = rate, r["tx"]["achieved_pps"]
                     else:
                         hi = min(rate, r["tx"]["achieved_pps"]) if first else rate
-                    if (first and ok) or trials >= 10 or hi - lo <= 0.03 * hi:
+                    if (first and ok) or trials >= (8 if plan.quick else 12) or hi - lo <= (0.05 if plan.quick else 0.02) * hi:
                         break
                     first = False
                     rate = (lo + hi) / 2

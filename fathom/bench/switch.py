@@ -301,7 +301,7 @@ class SwitchBench:
         lat, seen = [], set()
         for t, hexdata in events:
             data = bytes.fromhex(hexdata)
-            if len(data) < 62 or data[42:46] != b"\xbe\x9b\xe9\x55":
+            if len(data) < 50 or data[42:46] != b"\xbe\x9b\xe9\x55":
                 continue
             seq = int.from_bytes(data[46:50], "big")
             if seq in tx and tx[seq] and seq not in seen:
