@@ -90,7 +90,7 @@ def markdown(doc: dict) -> str:
     sections = [("calibration", "Calibration: direct veth pair (the measuring system's floor)", ["frame_size_bytes"]),
                 ("action-delay", "Action delay (>= 30,000 frames each, 128 B)", ["device", "action"]),
                 ("frame-size", "Latency and loss against frame size at a fixed load", ["device", "frame_size_bytes"]),
-                ("load", "Latency and loss against offered load (150-byte frames)", ["device"])]
+                ("load", "Latency and loss against offered load (150-byte frames; veth = calibration)", ["device"])]
     for key, title, cols in sections:
         if res.get(key):
             L += [f"## {title}", ""] + lat_table(res[key], cols) + [""]
@@ -221,7 +221,9 @@ def plots(out: Path, results: dict) -> list[str]:
         for path, rows in by_device(ov).items():
             rows = sorted(rows, key=lambda r: r["frame_size_bytes"])
             ax.plot([r["frame_size_bytes"] for r in rows], [r["throughput_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
-                    marker="s", ls="-.", label=f"lab {path}")
+                    marker="s", ls="-.", label=f"lab {path} (zero loss)")
+            ax.plot([r["frame_size_bytes"] for r in rows], [r["max_received_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
+                    marker="^", ls=":", label=f"lab {path} (max received)")
         ax.set_yscale("log"); ax.set_xlabel("frame size (bytes)"); ax.set_ylabel("zero-loss throughput (Mb/s of frames)")
         ax.set_title("RFC 2544 throughput vs frame size"); ax.legend(fontsize=7); ax.grid(alpha=.3)
         save(fig, "throughput_vs_frame_size.png")

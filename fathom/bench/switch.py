@@ -137,7 +137,7 @@ class SwitchBench:
         per_dev = {"frame-size": len(p.sizes), "load": len(p.loads_mbps), "throughput": len(p.tput_sizes),
                    "action-delay": 4, "flow-install": 1, "packet-in": 1, "echo": 1}
         if "calibration" in self.modules:
-            n += len(p.sizes) + len(p.tput_sizes)
+            n += len(p.sizes) + len(p.loads_mbps) + len(p.tput_sizes)
         for d in self.devices:
             n += 1
             for m in self.modules:
@@ -207,6 +207,9 @@ class SwitchBench:
             for s in self.plan.sizes:
                 self.step(f"calibration: {s} B at {self.plan.fixed_load_mbps:g} Mb/s")
                 self._fixed(dev, "calibration", s, self.plan.fixed_load_mbps, self.plan.point_s)
+            for mbps in self.plan.loads_mbps:  # paper Fig. 3: the loopback against load
+                self.step(f"calibration: {self.plan.load_size} B at {mbps:g} Mb/s")
+                self._fixed(dev, "load", self.plan.load_size, mbps, self.plan.point_s)
             for s in self.plan.tput_sizes:
                 self.step(f"calibration: tool ceiling at {s} B")
                 row = self._search(dev, "calibration-throughput", s, None)
