@@ -34,7 +34,7 @@ __s64 ppt_mono_to_real(void)
 	return ((__s64)r.tv_sec - m.tv_sec) * 1000000000LL + (r.tv_nsec - m.tv_nsec);
 }
 
-void ppt_record_json(FILE *f, const struct ppt_record *r, __s64 off)
+void ppt_record_json(FILE *f, const struct ppt_record *r, __s64 off, const char *extra)
 {
 	char src[INET6_ADDRSTRLEN], dst[INET6_ADDRSTRLEN];
 	int af = r->family == 6 ? AF_INET6 : AF_INET;
@@ -43,10 +43,11 @@ void ppt_record_json(FILE *f, const struct ppt_record *r, __s64 off)
 
 	inet_ntop(af, r->saddr, src, sizeof(src));
 	inet_ntop(af, r->daddr, dst, sizeof(dst));
-	fprintf(f, "{\"type\":\"ppt\",\"v\":1,\"ktime_ns\":%llu,\"time_ns\":%lld,"
+	fprintf(f, "{\"type\":\"ppt\",\"v\":1,%s%s\"ktime_ns\":%llu,\"time_ns\":%lld,"
 		"\"ifindex\":%u,\"sink_vnf\":%u,\"seq\":%u,\"flags\":%u,"
 		"\"flow\":{\"family\":%u,\"proto\":\"%s\",\"src\":\"%s\",\"dst\":\"%s\","
 		"\"sport\":%u,\"dport\":%u,\"ip_id\":%u,\"tcp_seq\":%u,\"l4_len\":%u},\"hops\":[",
+		extra ? extra : "", extra && *extra ? "," : "",
 		(unsigned long long)r->ktime_ns, (long long)r->ktime_ns + (long long)off,
 		r->ifindex, r->sink_vnf, r->seq, r->flags, r->family,
 		r->proto == 6 ? "tcp" : r->proto == 17 ? "udp" : "other", src, dst,

@@ -9,7 +9,9 @@
 struct pptmon_bpf;
 
 /* Print one sink record as a JSON object (no newline). */
-void ppt_record_json(FILE *f, const struct ppt_record *r, __s64 mono_to_real_ns);
+/* extra: JSON members ("k":v,...) to add, or NULL. */
+void ppt_record_json(FILE *f, const struct ppt_record *r, __s64 mono_to_real_ns,
+		     const char *extra);
 /* Sum the per-CPU counters and print them as a JSON object (no newline). */
 int ppt_stats_json(FILE *f, int stats_fd);
 /* Write the config map. */

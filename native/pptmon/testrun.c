@@ -124,7 +124,7 @@ int main(void)
 			for (int i = 0; i < nrecs; i++) {
 				if (i)
 					printf(",");
-				ppt_record_json(stdout, &recs[i], 0);
+				ppt_record_json(stdout, &recs[i], 0, NULL);
 			}
 			printf("]}\n");
 		} else {
