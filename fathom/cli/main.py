@@ -6,6 +6,7 @@ import click
 # (module, attribute) of every command group; one line per concern.
 GROUPS = [
     ("fathom.cli.lab", "lab"),
+    ("fathom.cli.pptmon", "pptmon"),
 ]
 
 
