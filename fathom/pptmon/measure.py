@@ -98,7 +98,7 @@ def bad_checksums(pcap: Path) -> list[str]:
 
 def leftovers(pcap: Path) -> list[str]:
     """Packets that still carry a PPTMon option or any UDP surplus area."""
-    return tshark(pcap, "-Y", "tcp.option_kind == 254 || (udp && ip && ip.len - 4*ip.hdr_len "
+    return tshark(pcap, "-Y", "tcp.option_kind == 254 || (udp && ip && ip.len - ip.hdr_len "
                   "!= udp.length) || (udp && ipv6 && ipv6.plen != udp.length)")
 
 

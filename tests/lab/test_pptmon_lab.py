@@ -59,12 +59,18 @@ def wait_records(name, want, timeout=3.0):
 def check_chain(c, tmp_path, v6=False):
     """Traffic through chain c with PPTMon on every packet; all independent checks."""
     before = measure.nstat(c.server)
-    pcap = tmp_path / "server.pcap"
-    with measure.Capture(c.server, "eth0", pcap):
+    pcap, mid = tmp_path / "server.pcap", tmp_path / "mid.pcap"
+    # a second capture between VNF 1 and VNF 2 (host side), where options must be seen
+    with measure.Capture(c.server, "eth0", pcap), \
+            measure.Capture(c.host, "h1o" if c.n > 1 else "h0o", mid):
         sent, got = measure.transfer(c, "tcp", v6=v6, bytes=150_000)
         assert got == sent, "TCP byte stream differs"
         usent, ugot = measure.transfer(c, "udp", v6=v6, count=300, rate=3000)
         assert ugot == usent, "UDP datagrams differ"
+    assert len(measure.tshark(pcap)) > 300
+    if c.n > 1:  # the detector works: mid-chain packets carry the option
+        left = measure.leftovers(mid)
+        assert any(" TCP " in x for x in left) and any(" UDP " in x for x in left)
     after = measure.nstat(c.server)
     for k in ("TcpInCsumErrors", "UdpInCsumErrors", "Udp6InCsumErrors"):
         assert after.get(k, 0) == before.get(k, 0), k
