@@ -14,6 +14,7 @@ GROUPS = [
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
     ("fathom.cli.bench", "bench"),
+    ("fathom.cli.pptmon", "pptmon"),
 ]
 
 
