@@ -119,3 +119,44 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
     print_table("fathom bench switch", ["module", "device/path", "action/size", "Mb/s", "loss %", "p50 µs", "p99 µs",
                                         "gen-limited"], rows)
     console.print(f"report: {out}/summary.md ({time.time() - t0:.0f} s)")
+
+
+@bench.command("tenant")
+@click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 20 new ports, 1000 bulk ports")
+@click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of every path")
+@click.option("--udp-mbps", type=int, default=400, show_default=True, help="UDP offered load")
+@click.option("--ports", type=int, default=100, show_default=True, help="new ports timed API → first packet (≤150)")
+@click.option("--bulk-ports", type=int, default=10000, show_default=True, help="ports created for the flows/s figure (0: skip)")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-tenant-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True)
+def tenant(quick, seconds, repeats, udp_mbps, ports, bulk_ports, outdir, as_json):
+    """Tenant networking: L2/L3 throughput and RTT as ratios, new-port latency, flow install rate."""
+    import json as json_
+
+    from fathom.bench import tenant as tb
+    from fathom.lab.sh import LabError
+    if ports > 150:
+        raise click.BadParameter("at most 150", param_hint="--ports")
+    if quick:
+        seconds, repeats, ports, bulk_ports = 2, 1, 20, min(bulk_ports, 1000)
+    out = Path(outdir or f"results/bench-tenant-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("starting", total=1.0)
+        b = tb.TenantBench(seconds=seconds, repeats=repeats, udp_mbps=udp_mbps, ports=ports, bulk_ports=bulk_ports,
+                           progress=lambda msg, frac=None: progress.update(task, description=msg,
+                                                                            **({} if frac is None else {"completed": frac})))
+        try:
+            doc = b.run()
+        except (LabError, OSError) as e:
+            fail(str(e))
+    doc["command"] = "fathom bench tenant " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    (out / "results.json").write_text(json_.dumps(doc, indent=2))
+    (out / "summary.md").write_text(tb.markdown(doc))
+    tb.plot(doc, out / "tenant.png")
+    if as_json:
+        return print_json(doc)
+    console.print(tb.markdown(doc), highlight=False)
+    console.print(f"report: {out}/summary.md, plot {out}/tenant.png")
