@@ -107,6 +107,59 @@ def tenant_section(report: list) -> None:
             lab.down()
 
 
+def fabric_section(report: list) -> None:
+    """Issue 7: the ToR under the controller (LLDP, VLANs on its trunks), one router moved between
+    the three modes while a ping runs through it: traffic follows the router."""
+    console.rule("[bold]fabric offload: the ToR as a managed switch, router modes")
+    from fathom.bench.l3 import TOPOLOGY as FABRIC_TOPOLOGY
+    lab = Lab(LAB + "f")
+    lab.down()
+    topo = load(FABRIC_TOPOLOGY)
+    try:
+        with console.status("bringing up the fabric lab (ToR managed by the controller)"):
+            state = lab.up(topo, str(FABRIC_TOPOLOGY))
+        api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            st = api.get("/fabric/switches/1/status").json()
+            if all("lldp" in p["link"] for p in st["ports"]):
+                break
+            time.sleep(0.5)
+        for p in st["ports"]:
+            line = f"ToR port {p['port']} → node {p['node']} (by {'+'.join(p['link'])}), VLANs {p['vlans']}"
+            console.print(line)
+            report.append((f"ToR port {p['port']}", f"node {p['node']} by {'+'.join(p['link']) or 'FAILED'}, "
+                                                    f"VLANs {p['vlans']}"))
+        rid = api.get("/routers").json()[0]["id"]
+        ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
+        argv, env = lab.exec_args("va", ["ping", "-i", "0.05", "-W", "1", ips["vd"]])
+        pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            for mode in ("fabric", "network-node", "distributed"):
+                api.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+                api.post("/sync")
+                api.post("/sync")
+                time.sleep(2)
+                gbps = iperf_gbps(lab, "va", "vd", ips["vd"], seconds=2)
+                where = {"fabric": "ToR flows (svi table)", "network-node": "router namespace on gw",
+                         "distributed": "br-int of the first-hop node"}[mode]
+                console.print(f"router r1 → {mode}: routed va → vd by the {where}, TCP "
+                              + (f"{gbps:.2f} Gb/s" if gbps else "[red]FAILED"))
+                report.append((f"router r1 in mode {mode}", f"TCP va → vd {gbps:.2f} Gb/s" if gbps else "FAILED"))
+        finally:
+            pinger.send_signal(2)
+            out = pinger.communicate(timeout=5)[0]
+        m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+        if m:
+            sent, got = int(m.group(1)), int(m.group(2))
+            console.print(f"ping every 50 ms through all three moves: {got}/{sent} answered")
+            report.append(("ping across the three mode changes", f"{got}/{sent} answered"
+                                                                   + ("" if got > 0.9 * sent else " - FAILED")))
+    finally:
+        if not KEEP:
+            lab.down()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="leave the lab up (fathom lab down -n demo)")
@@ -122,6 +175,7 @@ def main() -> int:
     try:
         lab_section(lab, report)
         tenant_section(report)
+        fabric_section(report)   # issue 7
     except (LabError, subprocess.SubprocessError, httpx.HTTPError) as e:
         console.print(f"[red]demo failed:[/red] {e}")
         ok = False
@@ -135,6 +189,7 @@ def main() -> int:
         else:
             lab.down()
             Lab(LAB + "t").down()
+            Lab(LAB + "f").down()
             console.print(f"\nlabs '{LAB}' and '{LAB}t' removed")
     return 0 if ok and all("FAILED" not in v for _, v in report) else 1
 
