@@ -254,6 +254,7 @@ def plot(doc: dict, path: Path) -> None:
         ax.bar(names, vals, color=colors)
         if key == "rtt_us":
             ax.scatter(names, [dp[p][key]["p99"] for p in names], color="k", marker="_", s=200, label="p99")
+            ax.set_yscale("log")
             ax.legend()
         else:
             ax.errorbar(names, vals, yerr=[dp[p][key]["stdev"] for p in names], fmt="none", ecolor="k")

@@ -110,6 +110,8 @@ class FabricRuntime:
         self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.agent = L3Agent()
+        self._tor_ofports: dict[str, dict[str, int]] = {}
+        self._switch_status = None
         self.last: dict = {"switches": {}, "desired": {}, "routers": {}}
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
         self._stop = threading.Event()
@@ -136,8 +138,22 @@ class FabricRuntime:
 
     # ------------------------------------------------------------------------------- passes
 
-    def after_pass(self, rec, snapshot, result) -> None:
+    def before_apply(self, rec, snapshot) -> None:
+        """Phase 1, before the br-ints change: the ToRs get what is new (flow puts, new groups) but
+        lose nothing yet, so a path the nodes are about to use exists when they use it."""
         fab = fc.fabric_state(snapshot)
+        self._switch_status = self._bootstrap_tors(fab)
+        snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
+        for s in fab.switches:
+            dp = self.app.datapath(fc.datapath_id_tor(s.id))
+            if dp is None:
+                continue
+            try:
+                self.apply(dp, fc.compile_tor(snapshot)[s.name], additions_only=True)
+            except Exception as e:  # noqa: BLE001 - phase 2 retries and reports
+                LOG.warning("fabric switch %s: phase 1 failed: %s", s.name, e)
+
+    def _bootstrap_tors(self, fab) -> dict[int, tuple[str, str | None]]:
         controller_for = lambda ip: f"tcp:{local_ip_towards(ip)}:{self.of_port}"  # noqa: E731
         switch_status: dict[int, tuple[str, str | None]] = {}
         ofports = {}
@@ -159,7 +175,18 @@ class FabricRuntime:
                 switch_status[s.id] = ("error", f"OVSDB {s.management_ip}:{OVSDB_PORT}: {e}")
         for gone in set(self.tors) - {s.name for s in fab.switches}:
             self.tors.pop(gone).close()
-        snapshot = replace(snapshot, fabric=fab.with_ofports(ofports))
+        self._tor_ofports = ofports
+        return switch_status
+
+    def after_pass(self, rec, snapshot, result) -> None:
+        """Phase 2: br-phy, the full ToR diff (removals too), network-node routers, status."""
+        fab = fc.fabric_state(snapshot)
+        controller_for = lambda ip: f"tcp:{local_ip_towards(ip)}:{self.of_port}"  # noqa: E731
+        switch_status = getattr(self, "_switch_status", None)
+        if switch_status is None:
+            switch_status = self._bootstrap_tors(fab)
+        self._switch_status = None
+        snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
 
         # br-phy of every node: our controller (standalone), LLDP punt
         for node in snapshot.nodes:
@@ -213,10 +240,12 @@ class FabricRuntime:
                      "switches": switch_status}
         self._write_status(switch_status, router_result, snapshot)
 
-    def apply(self, dp, desired: SwitchState) -> int:
+    def apply(self, dp, desired: SwitchState, additions_only: bool = False) -> int:
         actual_flows = sw.read_flows(self.app, dp)
         actual_groups = sw.read_groups(self.app, dp)
         change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, _owned)
+        if additions_only:   # (puts, deletes, group adds, group mods, group deletes)
+            change = (change[0], [], change[2], [], [])
         n = sum(len(c) for c in change)
         if n:
             LOG.info("fabric switch %016x: %d flow puts, %d flow deletes, %d/%d/%d group add/mod/del",
@@ -226,6 +255,7 @@ class FabricRuntime:
 
     def _write_status(self, switch_status, router_result, snapshot) -> None:
         fab = fc.fabric_state(snapshot)
+        effective = fc.effective_modes(snapshot)
         with self.Session() as session, session.begin():
             for sid, (status, reason) in switch_status.items():
                 row = session.get(FabricSwitch, sid)
@@ -238,6 +268,8 @@ class FabricRuntime:
                 if md.mode == "network-node":
                     r = router_result.get(md.router_id)
                     status, reason = ("active", None) if r in ("ok", None) else ("error", r)
+                    if status == "active" and md.router_id not in effective:
+                        status, reason = "pending", "building the router namespace on the gateway node"
                 else:
                     tor_ok = [s for s in fab.switches if switch_status.get(s.id, ("?",))[0] == "active"]
                     status, reason = ("active", None) if tor_ok else ("pending", "no fabric switch connected")

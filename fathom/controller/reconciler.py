@@ -73,8 +73,9 @@ class Reconciler:
         self.last = PassResult()
         self.passes = 0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
-        # more switches than the br-ints (issue 7: the fabric), each called at the end of every
-        # pass as ext.after_pass(reconciler, snapshot, result)
+        # more switches than the br-ints (issue 7: the fabric), each called in every pass as
+        # ext.before_apply(reconciler, snapshot) before the br-ints are written, and
+        # ext.after_pass(reconciler, snapshot, result) at the end
         self.extensions: list = []
 
     def wake(self, *_args) -> None:
@@ -108,6 +109,11 @@ class Reconciler:
                 ofports[node.name] = ports
             snapshot = snapshot.with_ofports(ofports)
             result.desired = compile_all(snapshot)
+            for ext in self.extensions:   # e.g. the fabric: new ToR paths in place before the nodes use them
+                try:
+                    ext.before_apply(self, snapshot)
+                except Exception:  # noqa: BLE001
+                    LOG.exception("extension %s failed", type(ext).__name__)
             for node in snapshot.nodes:
                 res = result.nodes[node.name]
                 dp = self.app.datapath(datapath_id(node.id))

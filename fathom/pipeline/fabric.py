@@ -87,11 +87,30 @@ def fabric_state(snapshot: Snapshot):
 # ---------------------------------------------------------------------------------------------- tenant view
 
 
+def effective_modes(snapshot: Snapshot) -> dict:
+    """router id -> the Mode the switches realise now (routers absent: distributed).
+
+    Make before break: a router moved to `network-node` keeps being routed `distributed` until every
+    one of its legs is an interface on the gateway node's br-int (the namespace is built first);
+    then one pass switches all nodes to it.
+    """
+    fab = fabric_state(snapshot)
+    nodes = {n.name: n for n in snapshot.nodes}
+    out = {}
+    for md in fab.modes:
+        if md.mode == "network-node":
+            gw = nodes.get(md.gateway_node)
+            legs = [ri for ri in snapshot.router_interfaces if ri.router_id == md.router_id]
+            if gw is None or any(gw.ofport(router_port_interface(ri.id)) is None for ri in legs):
+                continue
+        out[md.router_id] = md
+    return out
+
+
 def tenant_view(snapshot: Snapshot) -> Snapshot:
     """What the tenant compiler must see: routers not in `distributed` mode are hidden from it; the
     legs of `network-node` routers become ports bound to their gateway node."""
-    fab = fabric_state(snapshot)
-    other = {md.router_id: md for md in fab.modes if md.mode != "distributed"}
+    other = {rid: md for rid, md in effective_modes(snapshot).items() if md.mode != "distributed"}
     if not other:
         return snapshot
     keep, extra = [], []
@@ -122,9 +141,10 @@ def network_node_legs(snapshot: Snapshot) -> dict[str, list]:
 
 def compile_edges(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Fabric additions to br-int: frames for a fabric router's gateway MAC go up the VLAN trunk."""
-    fab = fabric_state(snapshot)
+    modes = effective_modes(snapshot)
     networks = {n.id: n for n in snapshot.networks}
-    fabric_legs = [ri for ri in snapshot.router_interfaces if fab.mode_of(ri.router_id).mode == "fabric"
+    fabric_legs = [ri for ri in snapshot.router_interfaces if ri.router_id in modes
+                   and modes[ri.router_id].mode == "fabric"
                    and networks.get(ri.network_id) is not None and networks[ri.network_id].type == "vlan"]
     out: dict[str, SwitchState] = {}
     if not fabric_legs:
@@ -235,9 +255,10 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw) -> SwitchState:
 
     # svi: routers in fabric mode, on VLAN legs
     legs_by_router = defaultdict(list)
+    modes = effective_modes(snapshot)
     for ri in snapshot.router_interfaces:
         net = networks.get(ri.network_id)
-        if fab.mode_of(ri.router_id).mode == "fabric" and net is not None and net.type == "vlan" \
+        if ri.router_id in modes and modes[ri.router_id].mode == "fabric" and net is not None and net.type == "vlan" \
                 and ri.subnet_id in subnets:
             legs_by_router[ri.router_id].append(ri)
     routed_to = set()

@@ -224,6 +224,25 @@ def test_mode_change_refused_cleanly(lab):
     assert [n["name"] for n in c.get("/networks").json()] == ["red", "green"]
 
 
+def test_traffic_follows_the_router_between_modes(lab):
+    """A ping every 10 ms across each move loses at most a few echoes: make before break (the ToR gets
+    its new flows before the nodes use them; a network-node router is routed distributed until its
+    namespace is wired)."""
+    c = api(lab)
+    rid = c.get("/routers").json()[0]["id"]
+    for mode in ("fabric", "network-node", "distributed", "network-node", "fabric", "distributed"):
+        argv, env = lab.exec_args("va", ["ping", "-i", "0.01", "-W", "1", IP["vd"]])
+        pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        c.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+        wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"{mode} active")
+        time.sleep(1)
+        pinger.send_signal(signal.SIGINT)
+        out = pinger.communicate(timeout=5)[0]
+        sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", out).groups())
+        assert sent > 100 and sent - got <= 3, f"moving to {mode}: {sent - got} of {sent} echoes lost"
+
+
 # ---------------------------------------------------------------------------------------------- resync
 
 

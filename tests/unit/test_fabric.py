@@ -185,3 +185,15 @@ def test_fabric_mode_needs_a_switch(client):
     rt = c.post("/v1/routers", json={"name": "r"}).json()
     r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"] and "fabric switch" in r.json()["detail"][0]["msg"]
+
+
+def test_network_node_waits_for_its_namespace_before_switching():
+    s = snap("network-node")
+    gw = s.nodes[2]
+    not_ready = Snapshot(s.nodes[:2] + (Node(3, "gw", "gateway", "198.18.0.3", None, "complete", {"patch-phy": 2}),),
+                         s.networks, s.subnets, s.ports, s.routers, s.router_interfaces, fabric=s.fabric)
+    assert gw.ofport("qrp5") == 20
+    assert fc.effective_modes(not_ready) == {}                 # still routed distributed meanwhile
+    assert any(DecTtl() in f.actions for f in compile_all(not_ready)["c1"].flows)
+    assert fc.network_node_legs(not_ready) == {"gw": list(s.router_interfaces)}   # but being built
+    assert 1 in fc.effective_modes(s)
