@@ -31,7 +31,7 @@ TOPOLOGY = Path(__file__).parent / "topologies" / "l3.yaml"
 MODES = ("distributed", "fabric", "network-node")
 PATHS = {"l2": ("va", "vc", None), **{f"l3_{m}": ("va", "vd", m) for m in MODES}}
 NODES = ("c1", "c2", "gw", "fabric")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLK_TCK = os.sysconf("SC_CLK_TCK")   # /proc/stat unit
 
 
 def percentile(values: list[float], q: float) -> float:

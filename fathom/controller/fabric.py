@@ -31,8 +31,7 @@ from fathom.openflow.spec import SwitchState
 from fathom.pipeline import fabric as fc
 from fathom.pipeline import stages as st
 from fathom.store import fabric as fops
-from fathom.store import models as m
-from fathom.store.fabric_models import FabricSwitch, RouterMode
+from fathom.store.fabric_models import FabricSwitch
 
 LOG = logging.getLogger("fathom.fabric")
 PHY_BRIDGE = "br-phy"
@@ -138,11 +137,12 @@ class FabricRuntime:
 
     # ------------------------------------------------------------------------------- passes
 
-    def before_apply(self, rec, snapshot) -> None:
+    def before_apply(self, rec, snapshot, result) -> None:
         """Phase 1, before the br-ints change: the ToRs get what is new (flow puts, new groups) but
         lose nothing yet, so a path the nodes are about to use exists when they use it."""
         fab = fc.fabric_state(snapshot)
         self._switch_status = self._bootstrap_tors(fab)
+        result.status_overrides.update(self._router_status(fab, snapshot, self._switch_status))
         snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
         for s in fab.switches:
             dp = self.app.datapath(fc.datapath_id_tor(s.id))
@@ -253,28 +253,35 @@ class FabricRuntime:
             sw.apply(self.app, dp, sw.messages(dp, *change))
         return n
 
-    def _write_status(self, switch_status, router_result, snapshot) -> None:
-        fab = fc.fabric_state(snapshot)
+    def _router_status(self, fab, snapshot, switch_status) -> dict:
+        """(KIND_ROUTER, id) -> (status, reason) of every router not in distributed mode."""
         effective = fc.effective_modes(snapshot)
+        routers_result = self.last.get("routers") or {}
+        out = {}
+        for md in fab.modes:
+            if md.mode == "network-node":
+                r = routers_result.get(md.router_id)
+                if r not in ("ok", None):
+                    status, reason = "error", r
+                elif md.router_id not in effective:
+                    status, reason = "pending", "building the router namespace on the gateway node"
+                else:
+                    status, reason = "active", None
+            elif md.mode == "fabric":
+                connected = [s for s in fab.switches if self.app.datapath(fc.datapath_id_tor(s.id)) is not None
+                             and switch_status.get(s.id, ("active",))[0] != "error"]
+                status, reason = ("active", None) if connected else ("pending", "no fabric switch connected")
+            else:
+                continue
+            out[(st.KIND_ROUTER, md.router_id)] = (status, reason)
+        return out
+
+    def _write_status(self, switch_status, router_result, snapshot) -> None:
         with self.Session() as session, session.begin():
             for sid, (status, reason) in switch_status.items():
                 row = session.get(FabricSwitch, sid)
                 if row is not None and (row.status, row.status_reason) != (status, reason):
                     row.status, row.status_reason = status, reason
-            for md in fab.modes:
-                router = session.get(m.Router, md.router_id)
-                if router is None or md.mode == "distributed":
-                    continue
-                if md.mode == "network-node":
-                    r = router_result.get(md.router_id)
-                    status, reason = ("active", None) if r in ("ok", None) else ("error", r)
-                    if status == "active" and md.router_id not in effective:
-                        status, reason = "pending", "building the router namespace on the gateway node"
-                else:
-                    tor_ok = [s for s in fab.switches if switch_status.get(s.id, ("?",))[0] == "active"]
-                    status, reason = ("active", None) if tor_ok else ("pending", "no fabric switch connected")
-                if (router.status, router.status_reason) != (status, reason):
-                    router.status, router.status_reason = status, reason
 
     # ------------------------------------------------------------------------------- LLDP
 

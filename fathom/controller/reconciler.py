@@ -60,6 +60,9 @@ class NodeResult:
 class PassResult:
     nodes: dict[str, NodeResult] = field(default_factory=dict)
     desired: dict[str, SwitchState] = field(default_factory=dict)
+    # (kind, object id) -> (status, reason) decided by an extension (e.g. a router in the fabric),
+    # written instead of what the br-int flows alone would say
+    status_overrides: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -74,7 +77,7 @@ class Reconciler:
         self.passes = 0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
         # more switches than the br-ints (issue 7: the fabric), each called in every pass as
-        # ext.before_apply(reconciler, snapshot) before the br-ints are written, and
+        # ext.before_apply(reconciler, snapshot, result) before the br-ints are written, and
         # ext.after_pass(reconciler, snapshot, result) at the end
         self.extensions: list = []
 
@@ -111,7 +114,7 @@ class Reconciler:
             result.desired = compile_all(snapshot)
             for ext in self.extensions:   # e.g. the fabric: new ToR paths in place before the nodes use them
                 try:
-                    ext.before_apply(self, snapshot)
+                    ext.before_apply(self, snapshot, result)
                 except Exception:  # noqa: BLE001
                     LOG.exception("extension %s failed", type(ext).__name__)
             for node in snapshot.nodes:
@@ -188,6 +191,9 @@ class Reconciler:
                     if kind == st.KIND_ROUTER_INTERFACE and obj.router_id is None:
                         continue
                     if kind == st.KIND_PORT and obj.router_id is not None:
+                        continue
+                    if (kind, obj.id) in result.status_overrides:
+                        _set(obj, *result.status_overrides[(kind, obj.id)])
                         continue
                     nodes = needs.get((kind, obj.id), set())
                     problems = sorted(filter(None, (node_problem(n) for n in nodes)))

@@ -25,12 +25,11 @@ network (ingress: the trunk-in flow; egress: the VLAN's flood group bucket and t
 """
 from __future__ import annotations
 
-import ipaddress
 from collections import defaultdict
 from dataclasses import replace
 
 from fathom.openflow.spec import (
-    OFPP_CONTROLLER, OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable,
+    OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable,
     Group, GroupSpec, Output, PushVlan, SetField, SwitchState,
 )
 from fathom.pipeline import stages as st
