@@ -21,6 +21,7 @@ from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
 from fathom.pipeline.tenant import compile_tenant
 from fathom.store import models as m
+from fathom.store.db import READ_ONLY
 from fathom.store.snapshot import Snapshot, load_snapshot
 
 LOG = logging.getLogger("fathom.reconciler")
@@ -67,8 +68,16 @@ class Reconciler:
         self.last = PassResult()
         self.passes = 0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
+        # What each switch holds after our last successful apply: passes woken by API changes diff
+        # against it instead of reading every flow back. Dropped on reconnect, failure and audit.
+        self.known: dict[int, tuple[set, set]] = {}
 
     def wake(self, *_args) -> None:
+        self._wake.set()
+
+    def switch_changed(self, dpid: int, _datapath=None) -> None:
+        """A switch connected or went away: forget what it held, reconcile it in full."""
+        self.known.pop(dpid, None)
         self._wake.set()
 
     def stop(self) -> None:
@@ -77,19 +86,23 @@ class Reconciler:
 
     def run_forever(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            woken = self._wake.wait(self.interval)
+            if woken:
+                time.sleep(0.02)  # let a burst of API writes land in one pass
             self._wake.clear()
             if self._stop.is_set():
                 break
             try:
-                self.run_pass()
+                self.run_pass(audit=not woken)
             except Exception:  # noqa: BLE001 - a broken pass must not end the loop
                 LOG.exception("reconcile pass failed")
                 time.sleep(1)
 
-    def run_pass(self) -> PassResult:
+    def run_pass(self, audit: bool = True) -> PassResult:
+        """One pass; `audit` reads every switch back instead of trusting what we last applied."""
         with self.lock:
             with self.Session() as session:
+                session.connection(execution_options={READ_ONLY: True})
                 snapshot = load_snapshot(session)
             result = PassResult()
             ofports = {}
@@ -105,7 +118,7 @@ class Reconciler:
                 if dp is None:
                     continue
                 try:
-                    res.changes = self.reconcile_switch(dp, result.desired.get(node.name, SwitchState()))
+                    res.changes = self.reconcile_switch(dp, result.desired.get(node.name, SwitchState()), audit)
                     res.switch, res.last_ok = "ok", time.time()
                 except Exception as e:  # noqa: BLE001 - recorded as the node's status, retried
                     LOG.warning("node %s: apply failed: %s", node.name, e)
@@ -115,15 +128,21 @@ class Reconciler:
             self.passes += 1
             return result
 
-    def reconcile_switch(self, dp, desired: SwitchState) -> int:
-        actual_flows = sw.read_flows(self.app, dp)
-        actual_groups = sw.read_groups(self.app, dp)
+    def reconcile_switch(self, dp, desired: SwitchState, audit: bool = True) -> int:
+        known = None if audit else self.known.get(dp.id)
+        if known is None:
+            known = (sw.read_flows(self.app, dp), sw.read_groups(self.app, dp))
+        actual_flows, actual_groups = known
         change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, owned)
         n = sum(len(c) for c in change)
+        self.known.pop(dp.id, None)
         if n:
             LOG.info("switch %016x: %d flow puts, %d flow deletes, %d/%d/%d group add/mod/del",
                      dp.id, *map(len, change))
             sw.apply(self.app, dp, sw.messages(dp, *change))
+        foreign = {f for f in actual_flows if not owned(f.cookie)}
+        foreign_groups = {g for g in actual_groups if not owned(None, group_id=g.group_id)}
+        self.known[dp.id] = (set(desired.flows) | foreign, set(desired.groups) | foreign_groups)
         return n
 
     # ---------------------------------------------------------------------------- status

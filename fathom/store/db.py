@@ -15,6 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 DEFAULT_URL = "sqlite:///fathom.db"
+# Execution option for a transaction that only reads (SQLite: a plain BEGIN, which with WAL
+# neither waits for nor blocks writers). Use: session.connection(execution_options={READ_ONLY: True})
+READ_ONLY = "fathom_read_only"
 
 
 def make_engine(url: str) -> Engine:
@@ -40,7 +43,8 @@ def make_engine(url: str) -> Engine:
             # transaction that reads and then writes cannot wait for the lock (SQLite answers
             # "database is locked" at once); taking the write lock up front lets busy_timeout
             # queue the writers instead.
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            read_only = connection.get_execution_options().get(READ_ONLY, False)
+            connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
         return engine
     return create_engine(url, pool_pre_ping=True)
 
