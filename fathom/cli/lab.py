@@ -30,8 +30,10 @@ def lab():
 @click.option("--topology", "-t", type=click.Path(dir_okay=False), default=str(DEFAULT_TOPOLOGY),
               show_default="the shipped default: 2 compute nodes + gateway, 2 VMs each")
 @click.option("--standalone", is_flag=True, help="No controller: bridges switch in NORMAL mode.")
+@click.option("--controller", "-c", metavar="URL",
+              help="Register the lab with the controller at URL (default: start one for the lab).")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's state as JSON.")
-def up(name, topology, standalone, as_json):
+def up(name, topology, standalone, controller, as_json):
     """Build a lab from a topology file."""
     lab_ = _lab(name)
     try:
@@ -42,7 +44,7 @@ def up(name, topology, standalone, as_json):
         sys.exit(2)
     try:
         with console.status(f"lab {name}: starting") as status:
-            state = lab_.up(topo, os.path.abspath(topology), standalone=standalone,
+            state = lab_.up(topo, os.path.abspath(topology), standalone=standalone, controller=controller,
                             progress=lambda s: status.update(f"lab {name}: {s}"))
     except LabError as e:
         fail(str(e))
@@ -52,6 +54,8 @@ def up(name, topology, standalone, as_json):
         console.print(f"lab [bold]{name}[/bold] is up: {len(state['nodes'])} nodes, "
                       f"{sum(len(n.vms) for n in topo.nodes)} VMs"
                       f"{' (standalone)' if standalone else ''}. See 'fathom lab status -n {name}'.")
+        if state.get("controller"):
+            console.print(f"controller: {state['controller']['url']} (export FATHOM_CONTROLLER={state['controller']['url']})")
 
 
 @lab.command()

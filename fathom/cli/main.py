@@ -6,6 +6,8 @@ import click
 # (module, attribute) of every command group; one line per concern.
 GROUPS = [
     ("fathom.cli.lab", "lab"),
+    ("fathom.cli.controller", "controller"),
+    ("fathom.cli.controller", "flows"),
     ("fathom.cli.resources", "node"),
     ("fathom.cli.resources", "network"),
     ("fathom.cli.resources", "subnet"),

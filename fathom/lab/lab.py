@@ -91,8 +91,10 @@ class Lab:
         raise LabError(f"lab {self.name} has no node {name!r}")
 
     # ----- up -----
-    def up(self, topo: Topology, source: str, standalone: bool = False,
+    def up(self, topo: Topology, source: str, standalone: bool = False, controller: str | None = None,
            progress: Callable[[str], None] = lambda s: None) -> dict:
+        """Build the lab. Without `standalone`, br-int is left to a controller: the one at URL
+        `controller`, or one started for this lab; the lab's nodes and topology are registered."""
         require_root_and_tools()
         if self.exists():
             raise LabError(f"lab {self.name!r} already exists: run 'fathom lab down {self.name}' first")
@@ -111,6 +113,8 @@ class Lab:
         self._save(state)  # first, so that `down` can find a half-built lab
         try:
             self._build(topo, state, nodes, standalone, progress)
+            if not standalone:
+                self._attach_controller(topo, state, nodes, controller, progress)
         except BaseException:
             progress("failed; removing what was built")
             self.down()
@@ -182,6 +186,7 @@ class Lab:
                 run(["ip", "link", "set", "eth0", "address", vm.mac], ns=vns)
                 run(["ip", "addr", "add", str(vm.ip), "dev", "eth0"], ns=vns)
                 _prepare_veth_end(vns, "eth0")
+                run(["ip", "route", "add", "default", "via", str(topo.network(vm.network).gateway)], ns=vns)
                 _prepare_veth_end(node.netns, vm.name)
                 tag = _standalone_tag(topo, vm.network) if standalone else None
                 ovs.vsctl("add-port", "br-int", vm.name, *(["tag=%d" % tag] if tag else []), "--",
@@ -225,10 +230,28 @@ class Lab:
             else:
                 ovs.vsctl("del-port", "br-int", "patch-phy", "--", "del-port", "br-phy", "patch-int")
 
+    def _attach_controller(self, topo, state, nodes, url, progress) -> None:
+        from . import controller as ctl
+        if url is None:
+            progress("starting a controller for the lab")
+            state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"])
+        else:
+            state["controller"] = {"url": url, "managed": False}
+        self._save(state)
+        state["controller"]["created"] = ctl.register(state["controller"]["url"], topo, nodes, progress)
+        self._save(state)
+        progress("waiting for the ports to become active")
+        ctl.wait_active(state["controller"]["url"], state["controller"]["created"])
+
     # ----- down -----
     def down(self) -> list[str]:
         """Remove everything of this lab; works after crashes and half-finished ups."""
         removed = []
+        ctl_state = self.state().get("controller") or {}
+        if ctl_state.get("created") and not ctl_state.get("managed"):
+            from .controller import deregister
+            deregister(ctl_state["url"], ctl_state["created"])
+            removed.append(f"controller objects at {ctl_state['url']}")
         for ns in self.namespaces():
             kill_and_wait([int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()], timeout=3)
             run(["ip", "netns", "del", ns], check=False)
