@@ -271,13 +271,14 @@ GROUP_TYPES = ("all", "select", "indirect")
 class GroupSpec:
     """One group entry: `buckets` is a tuple of action tuples (select buckets get weight 1).
 
-    OpenFlow 1.3 groups carry no cookie; `cookie` here records the owner for the reconciler, and the
-    group id itself carries the owning app (see fathom.pipeline.stages.group_id).
+    OpenFlow 1.3 groups carry no cookie; `cookie` here records the owner for status reporting and
+    takes no part in equality, so a group read back from a switch equals the desired one. The group
+    id itself carries the owning app (see fathom.pipeline.stages.group_id).
     """
     group_id: int
     type: str
     buckets: tuple = ()
-    cookie: int = 0
+    cookie: int = field(default=0, compare=False)
 
     def __post_init__(self):
         if self.type not in GROUP_TYPES:
