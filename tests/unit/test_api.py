@@ -431,3 +431,21 @@ def test_concurrent_network_creation_allocates_distinct_segments(api):
         t.join()
     assert failures == []
     assert sorted(n["segmentation_id"] for n in api.get("/networks")) == list(range(100, 120))
+
+
+def test_updates_rebind_ports_and_change_nodes(api):
+    api.post("/nodes", {"name": "c1"})
+    api.post("/nodes", {"name": "c2", "tunnel_ip": "198.18.0.2"})
+    net, _ = api.network()
+    port = api.post("/ports", {"network_id": net["id"]})
+    assert port["node"] is None
+    moved = api.patch(f"/ports/{port['id']}", {"node": "c2", "interface_name": "tap7"})
+    assert (moved["node"], moved["interface_name"], moved["status"]) == ("c2", "tap7", "pending")
+    assert api.error("PATCH", f"/ports/{port['id']}", {"node": "c9"}, 404)[0] == ["node"]
+    assert api.error("PATCH", f"/ports/{port['id']}", {"mac_address": "02:00:00:00:00:01"}, 422)[0] == \
+        ["mac_address"]                                  # addresses are fixed once created
+    assert api.patch("/nodes/1", {"role": "gateway", "tunnel_ip": "198.18.0.1"})["role"] == "gateway"
+    assert api.error("PATCH", "/nodes/1", {"tunnel_ip": "198.18.0.2"}, 409)[0] == ["tunnel_ip"]
+    assert api.error("PATCH", "/nodes/1", {"role": None}, 422)[0] == ["role"]
+    unbound = api.patch(f"/ports/{port['id']}", {"node": None})
+    assert unbound["node"] is None
