@@ -102,7 +102,7 @@ class Reconciler:
         """One pass; `audit` reads every switch back instead of trusting what we last applied."""
         with self.lock:
             with self.Session() as session:
-                session.connection(execution_options={READ_ONLY: True})
+                session.connection(execution_options=READ_ONLY)
                 snapshot = load_snapshot(session)
             result = PassResult()
             ofports = {}
