@@ -67,6 +67,7 @@ class Reconciler:
         self._stop = threading.Event()
         self.last = PassResult()
         self.passes = 0
+        self.last_pass_seconds = 0.0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
         # What each switch holds after our last successful apply: passes woken by API changes diff
         # against it instead of reading every flow back. Dropped on reconnect, failure and audit.
@@ -88,7 +89,9 @@ class Reconciler:
         while not self._stop.is_set():
             woken = self._wake.wait(self.interval)
             if woken:
-                time.sleep(0.02)  # let a burst of API writes land in one pass
+                # let a burst of API writes land in one pass; under a long burst, leave the API at
+                # least as much time as a pass takes
+                time.sleep(max(0.02, min(1.0, self.last_pass_seconds)))
             self._wake.clear()
             if self._stop.is_set():
                 break
@@ -101,6 +104,7 @@ class Reconciler:
     def run_pass(self, audit: bool = True) -> PassResult:
         """One pass; `audit` reads every switch back instead of trusting what we last applied."""
         with self.lock:
+            started = time.monotonic()
             with self.Session() as session:
                 session.connection(execution_options=READ_ONLY)
                 snapshot = load_snapshot(session)
@@ -126,6 +130,7 @@ class Reconciler:
             self._write_status(snapshot, result)
             self.last = result
             self.passes += 1
+            self.last_pass_seconds = time.monotonic() - started
             return result
 
     def reconcile_switch(self, dp, desired: SwitchState, audit: bool = True) -> int:
