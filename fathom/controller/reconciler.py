@@ -121,6 +121,10 @@ class Reconciler:
                 dp = self.app.datapath(datapath_id(node.id))
                 if dp is None:
                     continue
+                if res.bootstrap == "error":
+                    # without OVSDB we cannot tell the node's ports: leave its flows as they are
+                    res.switch = "not reconciled (node bootstrap failed)"
+                    continue
                 try:
                     res.changes = self.reconcile_switch(dp, result.desired.get(node.name, SwitchState()), audit)
                     res.switch, res.last_ok = "ok", time.time()
