@@ -197,3 +197,28 @@ def test_network_node_waits_for_its_namespace_before_switching():
     assert any(DecTtl() in f.actions for f in compile_all(not_ready)["c1"].flows)
     assert fc.network_node_legs(not_ready) == {"gw": list(s.router_interfaces)}   # but being built
     assert 1 in fc.effective_modes(s)
+
+
+def test_cli_fabric_verbs(tmp_path, monkeypatch):
+    import warnings
+    from click.testing import CliRunner
+    from fathom.api import create_app
+    from fathom.cli import resources
+    from fathom.cli.main import cli
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.setattr(resources.httpx, "Client",
+                        lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
+    run = lambda *a: CliRunner().invoke(cli, list(a), catch_exceptions=False)  # noqa: E731
+    assert run("node", "create", "c1").exit_code == 0
+    out = run("fabric", "add", "tor", "--management-ip", "198.18.1.9", "--link", "c1=p1")
+    assert out.exit_code == 0 and "fabric switch 1 (tor) registered" in out.output
+    assert "p1→c1(declared)" in run("fabric", "list").output
+    assert run("router", "create", "r1").exit_code == 0
+    assert run("fabric", "mode", "r1").output.strip() == "router 1: distributed"
+    assert run("fabric", "mode", "r1", "fabric").output.strip() == "router 1: fabric"
+    out = run("fabric", "mode", "r1", "network-node")
+    assert out.exit_code != 0 and "mode: mode network-node needs a node of role gateway" in out.output
+    app.state.engine.dispose()
