@@ -222,3 +222,19 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     out = run("fabric", "mode", "r1", "network-node")
     assert out.exit_code != 0 and "mode: mode network-node needs a node of role gateway" in out.output
     app.state.engine.dispose()
+
+
+def test_router_mode_on_the_router_resource(client):
+    c = client
+    r = c.post("/v1/routers", json={"name": "r", "mode": "fabric"})
+    assert r.status_code == 409 and _loc(r) == ["body", "mode"]       # no fabric switch: not created
+    assert c.get("/v1/routers").json() == []
+    rt = c.post("/v1/routers", json={"name": "r"}).json()
+    assert (rt["mode"], rt["gateway_node"]) == ("distributed", None)
+    c.post("/v1/nodes", json={"name": "g", "role": "gateway"}).raise_for_status()
+    out = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"}).json()
+    assert (out["mode"], out["gateway_node"], out["name"]) == ("network-node", "g", "r")
+    assert c.patch(f"/v1/routers/{rt['id']}", json={"name": "r2"}).json()["mode"] == "network-node"
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
+    assert r.status_code == 409 and _loc(r) == ["body", "mode"]
+    assert c.get(f"/v1/routers/{rt['id']}").json()["mode"] == "network-node"
