@@ -9,11 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+import fathom.bench
+
 from fathom.lab.ovs import wait_for
 
 from .util import ping, running_lab, sh
 
-TOPOLOGY = (Path(__file__).parent / "fabric_topo.yaml").read_text()
+TOPOLOGY = (Path(fathom.bench.__file__).parent / "topologies" / "l3.yaml").read_text()   # shared with bench l3
 IP = {"va": "198.19.10.11", "vb": "198.19.20.11", "vc": "198.19.10.12", "vd": "198.19.20.12"}
 VLAN = {"red": 110, "green": 120}
 
@@ -188,6 +190,9 @@ def test_l3_fabric_routes_in_the_tor_only(lab, tmp_path):
                f"nw_dst={IP['vd']},nw_ttl=64").stdout
     assert "dec_ttl" not in trace and "push_vlan" in trace, trace
     assert forwarded(lab, lab.ns("gw")) == nn_before
+    # both VMs on c1, different subnets: routed by the ToR and sent back out of the port it came in on
+    out = ping(lab, "va", IP["vb"], count=3)
+    assert out.returncode == 0 and "ttl=63" in out.stdout, out.stdout
 
 
 def test_l3_network_node_hairpins_through_the_router_namespace(lab, tmp_path):
@@ -241,7 +246,7 @@ def test_traffic_follows_the_router_between_modes(lab):
         out = pinger.communicate(timeout=5)[0]
         sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", out).groups())
         # typically 0-1 lost; the bound leaves room for a loaded machine (10 echoes = 100 ms)
-        assert sent > 100 and sent - got <= 10, f"moving to {mode}: {sent - got} of {sent} echoes lost"
+        assert sent >= 50 and sent - got <= 10, f"moving to {mode}: {sent - got} of {sent} echoes lost"
 
 
 # ---------------------------------------------------------------------------------------------- resync
