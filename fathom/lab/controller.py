@@ -133,6 +133,16 @@ def wait_active(url: str, created: dict, timeout: float = 30) -> None:
             raise LabError(f"ports not active after {timeout}s: "
                            + "; ".join(f"{n} ({reasons.get(n)})" for n in sorted(pending)))
         time.sleep(0.2)
+    # every switch connected (br-int of each node; with a fabric also each br-phy and the ToR),
+    # then one full pass, so the underlay is programmed too when `lab up` returns
+    fabric = len(created.get("fabric_switches", {}))
+    want = len(created.get("nodes", {})) * (2 if fabric else 1) + fabric
+    while len(api.call("GET", "/health")["switches"]) < want:
+        if time.monotonic() > deadline:
+            raise LabError(f"only {len(api.call('GET', '/health')['switches'])} of {want} switches connected "
+                           f"after {timeout}s")
+        time.sleep(0.2)
+    api.call("POST", "/sync")
 
 
 def deregister(url: str, created: dict) -> None:
