@@ -51,6 +51,7 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
         return error_response(exc)
 
     app.include_router(_routes(store), prefix="/v1")
+    app.include_router(__import__("fathom.api.taps", fromlist=["x"]).taps_router(store), prefix="/v1")  # vTAP
     return app
 
 

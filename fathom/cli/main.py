@@ -13,6 +13,7 @@ GROUPS = [
     ("fathom.cli.resources", "subnet"),
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
+    ("fathom.cli.tap", "tap"),
 ]
 
 

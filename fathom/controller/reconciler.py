@@ -20,6 +20,7 @@ from fathom.controller.bootstrap import Bootstrapper, datapath_id
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
 from fathom.pipeline.tenant import compile_tenant
+from fathom.pipeline.vtap import compile_vtap
 from fathom.store import models as m
 from fathom.store.snapshot import Snapshot, load_snapshot
 
@@ -38,7 +39,9 @@ def owned(cookie, group_id: int | None = None) -> bool:
 
 def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Every app's compiler, merged per node. New apps add their compiler here."""
-    return compile_tenant(snapshot)
+    states = compile_tenant(snapshot)
+    for name, state in compile_vtap(snapshot).items(): states[name] = states.get(name, SwitchState()) | state  # noqa: E701,E501 vTAP
+    return states
 
 
 @dataclass
