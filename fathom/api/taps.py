@@ -136,7 +136,7 @@ def tap_out(session, t: m.TapPolicy) -> TapOut:
 
 
 def _body(model: BaseModel, given_only: bool) -> dict:
-    data = {k: getattr(model, k) for k in (model.model_fields_set if given_only else model.model_fields)}
+    data = {k: getattr(model, k) for k in (model.model_fields_set if given_only else type(model).model_fields)}
     for role in ops.ROLES:
         if data.get(role) is not None:
             data[role] = parse_ref(data[role], role)
