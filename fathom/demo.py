@@ -10,6 +10,9 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import httpx
 
 from rich.console import Console
 
@@ -19,6 +22,8 @@ from fathom.lab.topology import DEFAULT_TOPOLOGY, load
 
 console = Console()
 LAB = "demo"
+KEEP = False
+TOPOLOGIES = Path(__file__).parent / "lab" / "topologies"
 
 
 def in_ns(lab: Lab, target: str, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -63,6 +68,45 @@ def lab_section(lab: Lab, report: list) -> None:
     report.append(("tunnel neighbours on compute1", ", ".join(" ".join(l.split()[:2]) for l in neigh)))
 
 
+def tenant_section(report: list) -> None:
+    """Two tenants with the same subnet, a router, traffic across nodes, all under the controller."""
+    console.rule("[bold]tenant networking under the controller")
+    lab = Lab(LAB + "t")
+    lab.down()
+    path = TOPOLOGIES / "tenants.yaml"
+    topo = load(path)
+    try:
+        with console.status("bringing up the tenants lab with its own controller"):
+            t0 = time.monotonic()
+            state = lab.up(topo, str(path))
+        url = state["controller"]["url"]
+        ports = httpx.get(url + "/v1/ports").json()
+        active = sum(p["status"] == "active" for p in ports)
+        console.print(f"controller {url}: {active}/{len(ports)} ports active after {time.monotonic() - t0:.1f} s")
+        report.append(("tenant lab up (controller)", f"{time.monotonic() - t0:.1f} s, {active}/{len(ports)} ports active"))
+        ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
+        checks = [("blue vm1 → vm3, cross node (VXLAN 1001)", "vm1", "vm3"),
+                  ("red red1 → red3, same IPs as blue (VXLAN 1002)", "red1", "red3"),
+                  ("green grn1 → grn2, cross node (VLAN 120)", "grn1", "grn2"),
+                  ("routed blue vm1 → green grn2 (router r1)", "vm1", "grn2")]
+        for label, src, dst in checks:
+            out = in_ns(lab, src, "ping", "-c", "3", "-i", "0.2", "-W", "1", ips[dst]).stdout
+            m = re.search(r"ttl=(\d+).*?time=([\d.]+)", out)
+            ok = " 0% packet loss" in out
+            console.print(f"{label}: " + (f"[green]ok[/green] ttl={m.group(1)}" if ok and m else "[red]FAILED"))
+            report.append((label, f"ok, ttl={m.group(1)}" if ok and m else "FAILED"))
+        gbps = iperf_gbps(lab, "vm1", "grn2", ips["grn2"])
+        report.append(("TCP vm1 → grn2 routed, cross node", f"{gbps:.2f} Gb/s" if gbps else "FAILED"))
+        console.print(f"iperf3 TCP routed vm1 → grn2: {gbps:.2f} Gb/s" if gbps else "iperf3: [red]FAILED")
+        for node in ("compute1", "compute2"):
+            flows = httpx.get(f"{url}/v1/nodes/{node}/flows", timeout=30).json()
+            n = sum(len(v) for v in flows["desired"].values())
+            report.append((f"flows on {node}", f"{n} desired, {'in sync' if flows['in_sync'] else 'NOT in sync - FAILED'}"))
+    finally:
+        if not KEEP:
+            lab.down()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="leave the lab up (fathom lab down -n demo)")
@@ -73,20 +117,25 @@ def main() -> int:
         lab.down()
     report: list[tuple[str, str]] = []
     ok = True
+    global KEEP
+    KEEP = args.keep
     try:
         lab_section(lab, report)
-    except (LabError, subprocess.SubprocessError) as e:
+        tenant_section(report)
+    except (LabError, subprocess.SubprocessError, httpx.HTTPError) as e:
         console.print(f"[red]demo failed:[/red] {e}")
         ok = False
     finally:
         console.rule("[bold]report")
         for k, v in report:
-            console.print(f"  {k:<34} {v}")
+            console.print(f"  {k:<48} {v}", highlight=False)
         if args.keep and ok:
-            console.print(f"\nlab '{LAB}' left up: try 'fathom lab status -n {LAB}'; remove it with 'fathom lab down -n {LAB}'")
+            console.print(f"\nlabs '{LAB}' and '{LAB}t' left up: try 'fathom lab status -n {LAB}t'; "
+                          f"remove them with 'fathom lab down -n {LAB}' and 'fathom lab down -n {LAB}t'")
         else:
             lab.down()
-            console.print(f"\nlab '{LAB}' removed")
+            Lab(LAB + "t").down()
+            console.print(f"\nlabs '{LAB}' and '{LAB}t' removed")
     return 0 if ok and all("FAILED" not in v for _, v in report) else 1
 
 

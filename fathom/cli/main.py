@@ -13,6 +13,8 @@ GROUPS = [
     ("fathom.cli.resources", "subnet"),
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
+    ("fathom.cli.bench", "bench"),
+    ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
 ]
 

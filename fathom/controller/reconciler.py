@@ -140,14 +140,17 @@ class Reconciler:
                 if kind in KIND_MODEL:
                     needs[(kind, obj)].add(node_name)
 
-        def node_problem(name: str) -> str | None:
+        def node_problem(name: str) -> tuple[str, str] | None:
+            """(status, reason) an object gets from a node that cannot hold its flows yet."""
             r = result.nodes.get(name)
             if r is None:
-                return f"unknown node {name}"
+                return "error", f"unknown node {name}"
             if r.bootstrap == "error":
-                return f"node {name}: {r.reason}"
+                return "error", f"node {name}: {r.reason}"
+            if r.switch.startswith("error"):
+                return "error", f"node {name}: switch {r.switch}"
             if r.switch != "ok":
-                return f"node {name}: switch {r.switch}"
+                return "pending", f"node {name}: switch {r.switch}"
             return None
 
         with self.Session() as session, session.begin():
@@ -172,7 +175,8 @@ class Reconciler:
                     nodes = needs.get((kind, obj.id), set())
                     problems = sorted(filter(None, (node_problem(n) for n in nodes)))
                     if problems:
-                        _set(obj, "error", "; ".join(problems))
+                        worst = "error" if any(p[0] == "error" for p in problems) else "pending"
+                        _set(obj, worst, "; ".join(p[1] for p in problems))
                     elif nodes:
                         _set(obj, "active", None)
                     elif kind == st.KIND_PORT and obj.node_id is None:

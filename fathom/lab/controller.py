@@ -24,9 +24,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start_controller(lab_dir: Path, of_host: str) -> dict:
-    """A controller process for this lab: its store, log and pid file live in the lab's run dir."""
-    api_port, of_port = free_port(), free_port(of_host)
+def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, of_port: int | None = None) -> dict:
+    """A controller process for this lab: its store, log and pid file live in the lab's run dir.
+
+    Given the ports of a previous run (a restart), it comes back where the switches expect it.
+    """
+    api_port, of_port = api_port or free_port(), of_port or free_port(of_host)
     log = open(lab_dir / "controller.log", "ab")
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
@@ -41,11 +44,20 @@ def start_controller(lab_dir: Path, of_host: str) -> dict:
             raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / 'controller.log'}")
         try:
             if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
-                return {"url": url, "pid": proc.pid, "of_port": of_port, "managed": True}
+                return {"url": url, "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
+                        "managed": True}
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
     raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / 'controller.log'}")
+
+
+def stop_controller(lab_dir: Path) -> None:
+    from .ovs import kill_and_wait
+    try:
+        kill_and_wait(int((lab_dir / "controller.pid").read_text()), timeout=5)
+    except (OSError, ValueError):
+        pass
 
 
 class Api:
@@ -94,19 +106,23 @@ def register(url: str, topo: Topology, nodes: list, progress=lambda s: None) -> 
 
 
 def wait_active(url: str, created: dict, timeout: float = 30) -> None:
-    """Until every port the lab created is active (its flows are on the switches)."""
+    """Until every port the lab created is active (its flows are on the switches).
+
+    An error may be transient (a switch still connecting): only the timeout ends the wait."""
     api = Api(url)
     deadline = time.monotonic() + timeout
     pending = dict(created.get("ports", {}))
+    reasons: dict[str, str] = {}
     while pending:
         for name, pid in list(pending.items()):
-            st = api.call("GET", f"/ports/{pid}")
-            if st["status"] == "active":
+            port = api.call("GET", f"/ports/{pid}")
+            if port["status"] == "active":
                 del pending[name]
-            elif st["status"] == "error":
-                raise LabError(f"port {name}: {st['status_reason']}")
+            else:
+                reasons[name] = f"{port['status']}: {port['status_reason']}"
         if pending and time.monotonic() > deadline:
-            raise LabError(f"ports not active after {timeout}s: {', '.join(sorted(pending))}")
+            raise LabError(f"ports not active after {timeout}s: "
+                           + "; ".join(f"{n} ({reasons.get(n)})" for n in sorted(pending)))
         time.sleep(0.2)
 
 

@@ -115,9 +115,13 @@ class Lab:
             self._build(topo, state, nodes, standalone, progress)
             if not standalone:
                 self._attach_controller(topo, state, nodes, controller, progress)
-        except BaseException:
+        except BaseException as e:
             progress("failed; removing what was built")
+            log = self.dir / "controller.log"
+            tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
             self.down()
+            if tail and isinstance(e, LabError):
+                raise LabError(f"{e}\n--- last lines of the controller log ---\n" + "\n".join(tail)) from e
             raise
         state["status"] = "up"
         self._save(state)
@@ -242,6 +246,20 @@ class Lab:
         self._save(state)
         progress("waiting for the ports to become active")
         ctl.wait_active(state["controller"]["url"], state["controller"]["created"])
+
+    def restart_controller(self, downtime: float = 0.0) -> None:
+        """Stop the lab's own controller and start it again on the same ports and store."""
+        from . import controller as ctl
+        state = self.state()
+        c = state.get("controller") or {}
+        if not c.get("managed"):
+            raise LabError(f"lab {self.name} does not run its own controller")
+        ctl.stop_controller(self.dir)
+        time.sleep(downtime)
+        created = c.get("created")
+        state["controller"] = ctl.start_controller(self.dir, c["of_host"], c["api_port"], c["of_port"])
+        state["controller"]["created"] = created
+        self._save(state)
 
     # ----- down -----
     def down(self) -> list[str]:

@@ -31,11 +31,16 @@ def make_engine(url: str) -> Engine:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA busy_timeout=10000")
+            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.close()
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(connection):
-            connection.exec_driver_sql("BEGIN")
+            # IMMEDIATE: the API and the reconciler write from different threads, and a deferred
+            # transaction that reads and then writes cannot wait for the lock (SQLite answers
+            # "database is locked" at once); taking the write lock up front lets busy_timeout
+            # queue the writers instead.
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
         return engine
     return create_engine(url, pool_pre_ping=True)
 

@@ -1,0 +1,149 @@
+"""Traffic, captures and independent checks for PPTMon lab tests and benchmarks."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fathom.pptmon.chain import Chain
+
+PY = sys.executable
+
+
+def _ns(ns: str, *cmd: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *cmd]
+
+
+def transfer(chain: Chain, proto: str, v6: bool = False, port: int = 5301,
+             timeout: float = 30, **client_opts) -> tuple[dict, dict]:
+    """Run the deterministic traffic tool client -> server; return (sent, received)."""
+    dst = chain.server_ip6 if v6 else chain.server_ip
+    srv_args = ["server", proto, "--port", str(port)]
+    if proto == "udp":
+        srv_args += ["--count", str(client_opts.get("count", 400))]
+    srv = subprocess.Popen(_ns(chain.server, PY, "-m", "fathom.pptmon.traffic", *srv_args),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stdout.readline()  # {"listening": port}
+        if "listening" not in line:
+            raise RuntimeError(f"traffic server did not start: {srv.stderr.read()}")
+        args = ["client", proto, "--dst", dst, "--port", str(port)]
+        for k, v in client_opts.items():
+            for item in (v if isinstance(v, list) else [v]):
+                args += [f"--{k}", str(item)]
+        cli = subprocess.run(_ns(chain.client, PY, "-m", "fathom.pptmon.traffic", *args),
+                             capture_output=True, text=True, timeout=timeout)
+        if cli.returncode:
+            raise RuntimeError(f"traffic client failed: {cli.stderr}")
+        out, err = srv.communicate(timeout=timeout)
+        if srv.returncode:
+            raise RuntimeError(f"traffic server failed: {err}")
+        return json.loads(cli.stdout.strip().splitlines()[-1]), json.loads(out.strip().splitlines()[-1])
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
+
+
+class Capture:
+    """tcpdump in a namespace with nanosecond kernel timestamps, stopped by pid.
+
+    Not in immediate mode: the kernel hands packets over a block at a time instead of
+    waking tcpdump for every packet, which keeps the capture's own cost out of the path
+    it measures.  The price: stopping waits for the last block (libpcap's 1 s timeout)."""
+
+    def __init__(self, ns: str, dev: str, path: Path, bpf_filter: str = "tcp or udp"):
+        self.ns, self.dev, self.path, self.filter = ns, dev, Path(path), bpf_filter
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Capture":
+        self.proc = subprocess.Popen(
+            _ns(self.ns, "tcpdump", "-Z", "root", "-i", self.dev, "-n", "-s", "256", "-B", "8192",
+                "--time-stamp-precision=nano", "-w", str(self.path), self.filter),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # "listening on ..." once the socket is bound
+            line = self.proc.stderr.readline()
+            if "listening on" in line or not line:
+                break
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            time.sleep(1.2)
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def tshark(pcap: Path, *args: str) -> list[str]:
+    p = subprocess.run(["tshark", "-r", str(pcap), *args], capture_output=True, text=True,
+                       timeout=60)
+    return [line for line in p.stdout.splitlines() if line.strip()]
+
+
+def bad_checksums(pcap: Path) -> list[str]:
+    """Packets whose IPv4, TCP or UDP checksum tshark finds wrong."""
+    return tshark(pcap, "-o", "tcp.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE",
+                  "-o", "ip.check_checksum:TRUE", "-Y",
+                  "ip.checksum.status == 0 || tcp.checksum.status == 0 || udp.checksum.status == 0")
+
+
+def leftovers(pcap: Path) -> list[str]:
+    """Packets that still carry a PPTMon option or any UDP surplus area."""
+    return tshark(pcap, "-Y", "tcp.option_kind == 254 || (udp && ip && ip.len - ip.hdr_len "
+                  "!= udp.length) || (udp && ipv6 && ipv6.plen != udp.length)")
+
+
+def nstat(ns: str) -> dict:
+    p = subprocess.run(_ns(ns, "nstat", "-az", "--json"), capture_output=True, text=True)
+    data = json.loads(p.stdout or "{}")
+    return data.get("kernel", data)
+
+
+def timestamps(pcap: Path, proto: str = "udp") -> dict[tuple, float]:
+    """{(ip.id, tcp seq or 0): first capture time (ns)} for IPv4 packets of proto."""
+    fields = ["-T", "fields", "-e", "frame.time_epoch", "-e", "ip.id"]
+    if proto == "tcp":
+        fields += ["-e", "tcp.seq_raw"]
+    out: dict[tuple, float] = {}
+    for line in tshark(pcap, "-Y", f"ip && {proto}", *fields):
+        parts = line.split("\t")
+        sec, _, frac = parts[0].partition(".")
+        t = int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+        key = (int(parts[1], 16), int(parts[2]) if proto == "tcp" and len(parts) > 2 else 0)
+        out.setdefault(key, t)
+    return out
+
+
+def accuracy(records: list[dict], t_in: dict, t_out: dict, hop: int = 0) -> dict:
+    """Per packet: PPTMon's time for `hop` against capture(out) - capture(in) of the same
+    packet.  Returns the matched pairs' summary (µs)."""
+    from fathom.pptmon.stats import summarize
+
+    pptm, ref, diff = [], [], []
+    for r in records:
+        f = r["flow"]
+        key = (f["ip_id"], f["tcp_seq"] if f["proto"] == "tcp" else 0)
+        if key in t_in and key in t_out and r["hops"][hop]["ppt_us"] is not None:
+            rv = (t_out[key] - t_in[key]) / 1000.0
+            pv = float(r["hops"][hop]["ppt_us"])
+            pptm.append(pv)
+            ref.append(rv)
+            diff.append(rv - pv)
+    return {"matched": len(diff), "pptmon": summarize(pptm), "reference": summarize(ref),
+            "ref_minus_pptmon": summarize(diff)}
+
+
+def env() -> dict:
+    """The environment every result is recorded with."""
+    ovs = subprocess.run(["ovs-vswitchd", "--version"], capture_output=True, text=True)
+    return {"kernel": os.uname().release, "cpus": os.cpu_count(),
+            "ovs": (ovs.stdout.splitlines() or ["?"])[0], "python": sys.version.split()[0]}
