@@ -246,7 +246,7 @@ def capture_argv(lab_name: str, vm: str, path: str, count: int | None) -> list[s
     lab = Lab(lab_name)
     if not lab.exists():
         fail(f"no lab {lab_name!r} here: give --lab")
-    argv = ["ip", "netns", "exec", lab.ns(vm), "tcpdump", "-i", "eth0", "-U", "-n", "-s", "0", "-w", path]
+    argv = ["ip", "netns", "exec", lab.ns(vm), "tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n", "-s", "0", "-w", path]
     if count:
         argv += ["-c", str(count)]
     return argv
