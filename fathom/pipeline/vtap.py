@@ -365,7 +365,18 @@ def _compile_policy(view: _View, p: TapPolicy, plan: Plan, flows, groups) -> Non
         else:
             directions.append((1, receiver, _endpoint(sender)))
     for d, src, dst in directions:
-        _compile_direction(view, p, plan, d, src, dst, monitors, filters, flows, groups)
+        _compile_direction(view, p, plan, d, src, dst, monitors, filters if d == 0 else reverse_filters(filters),
+                           flows, groups)
+
+
+_SWAP = {"tp_src": "tp_dst", "tp_dst": "tp_src", "tcp_src": "tcp_dst", "tcp_dst": "tcp_src",
+         "udp_src": "udp_dst", "udp_dst": "udp_src", "sctp_src": "sctp_dst", "sctp_dst": "sctp_src"}
+
+
+def reverse_filters(filters: dict) -> dict:
+    """The filter of the receiver -> sender direction: source and destination ports swap, so a
+    policy for `tcp, tp_dst 80, both` copies the requests and their replies."""
+    return {_SWAP.get(k, k): v for k, v in filters.items()}
 
 
 def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpoint, dst: Endpoint,
@@ -440,7 +451,7 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
     groups[node.name].add(GroupSpec(gid, "all", tuple(buckets), c))
     plan.nodes.setdefault(node.name, set()).add("sender edge")
     prio = PRIO_TAP_BASE + p.priority
-    for match in ingress_matches(src, dst, filters, l2_adjacent, route):
+    for match in ingress_matches(src, dst, _vlan_as_network(view, src, filters), l2_adjacent, route):
         flows[node.name].add(FlowSpec(st.TAP_INGRESS, prio, match, (Group(gid),), c))
 
 
@@ -530,16 +541,26 @@ def _policy_ingress(view: _View, p: TapPolicy) -> list[dict]:
     if sender is None or receiver is None:
         return []
     filters = dict(p.filters)
-    directions = [(_endpoint(sender), receiver)]
+    directions = [(_endpoint(sender), receiver, filters)]
     if p.direction == "both" and receiver.port is not None:
-        directions.append((receiver, _endpoint(sender)))
+        directions.append((receiver, _endpoint(sender), reverse_filters(filters)))
     out = []
-    for src, dst in directions:
+    for src, dst, filters in directions:
         eth_type = effective_eth_type(filters)
         adjacent = view.in_network(src.port.network_id, dst.ip) if eth_type == ETH_IPV4 else True
         route = None if adjacent else view.route(src.port.network_id, dst.ip)
-        out += ingress_matches(src, dst, filters, adjacent, route)
+        out += ingress_matches(src, dst, _vlan_as_network(view, src, filters), adjacent, route)
     return out
+
+
+def _vlan_as_network(view: _View, src: Endpoint, filters: dict) -> dict:
+    """A `vlan` filter naming the VLAN of the sender's (VLAN) network matches all of its frames: VMs
+    send untagged and the network's VLAN is added on the uplink. Otherwise it matches the frame's own
+    802.1Q tag (a VLAN-aware VM)."""
+    net = view.networks.get(src.port.network_id)
+    if "vlan" in filters and net is not None and net.type == "vlan" and net.segmentation_id == filters["vlan"]:
+        return {k: v for k, v in filters.items() if k != "vlan"}
+    return filters
 
 
 def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:

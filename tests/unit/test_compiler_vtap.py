@@ -154,6 +154,13 @@ def test_both_directions():
     assert back["tm1"] == back["ta"]
 
 
+def test_both_directions_swap_ports_so_replies_are_copied():
+    tapped, _ = fabric(policy(direction="both", filters={"ip_proto": 6, "tp_dst": "80"}))
+    assert "tm1" in where(tapped.send("c1", "ta", frame(1, 2, ip_proto=6, tcp_src=40000, tcp_dst=80)))
+    assert "tm1" in where(tapped.send("c1", "tb", frame(2, 1, ip_proto=6, tcp_src=80, tcp_dst=40000)))
+    assert "tm1" not in where(tapped.send("c1", "tb", frame(2, 1, ip_proto=6, tcp_src=81, tcp_dst=80)))
+
+
 def test_overlap_the_higher_priority_copies():
     wide = policy(1, monitors=(3,), priority=10)
     narrow = policy(2, monitors=(5,), priority=20, filters={"ip_proto": 6, "tp_dst": "80"})
@@ -252,3 +259,13 @@ def test_mpls_policy_matches_without_ip_identifiers():
     assert m["eth_type"] == 0x8847 and m["mpls_label"] == 10 and "ipv4_dst" not in m
     assert matches(flow, {"reg5": 1, "eth_src": "02:00:00:00:01:01", "eth_dst": "02:00:00:00:01:02",
                           "eth_type": 0x8847, "mpls_label": 10})
+
+
+def test_vlan_filter_means_the_vlan_network_or_the_vms_own_tag():
+    snap = base()
+    nets = (Network(1, "blue", "p1", "vlan", 100), snap.networks[1])
+    for vlan, expect in ((100, None), (200, 0x1000 | 200)):
+        p = policy(filters={"vlan": vlan})
+        states = vtap.compile_vtap(replace(snap, networks=nets, tap_policies=(p,)))
+        (flow,) = [f for f in states["c1"].flows if f.table == st.TAP_INGRESS]
+        assert flow.match_dict.get("vlan_vid") == expect
