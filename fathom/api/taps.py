@@ -38,6 +38,7 @@ class TapCreate(BaseModel):
     tp_src: Wild = None
     tp_dst: Wild = None
     match: dict[str, Any] = Field(default_factory=dict)
+    truncate: int | None = Field(default=None, description="copies keep at most this many bytes (64..65535)")
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
 
 
@@ -55,6 +56,7 @@ class TapUpdate(BaseModel):
     tp_src: Wild = None
     tp_dst: Wild = None
     match: dict[str, Any] | None = None
+    truncate: int | None = Field(default=None, description="null or 0 removes truncation")
 
 
 class EndpointOut(BaseModel):
@@ -76,6 +78,7 @@ class TapOut(BaseModel):
     direction: str
     priority: int
     filters: dict[str, Any]
+    truncate: int | None
     markers: list[int]          # tunnel VNIs of this policy's copies (per direction and monitor)
     status: str
     status_reason: str | None
@@ -131,7 +134,8 @@ def tap_out(session, t: m.TapPolicy) -> TapOut:
                   else EndpointOut(port_id=None, mac=t.receiver_mac, ip=t.receiver_ip)),
         monitor=_endpoint(session, t.monitor_port_id),
         monitor2=_endpoint(session, t.monitor2_port_id) if t.has_monitor2 else None,
-        direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), markers=markers,
+        direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
+        markers=markers,
         status=t.status, status_reason=t.status_reason, created_at=created)
 
 

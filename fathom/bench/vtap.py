@@ -166,16 +166,18 @@ class VtapBench:
         return p
 
     # ----------------------------------------------------------------- the sweep
-    def sweep(self, protos=("udp", "tcp")) -> dict:
+    def sweep(self, protos=("udp", "tcp"), repeats: int = 1) -> dict:
         points: list[Point] = []
-        for proto in protos:
-            for size in self.sizes:
-                for mode in MODES:
-                    self.set_mode(mode)
-                    p = self.run(proto, size, mode)
-                    points.append(p)
-                    self.progress(f"{proto} {size:>5} B {mode:<7} receiver {p.rx_mbps:8.1f} Mb/s  "
-                                  f"monitor {p.mon_mbps:8.1f} Mb/s")
+        for r in range(repeats):
+            for proto in protos:
+                for size in self.sizes:
+                    for mode in MODES:
+                        self.set_mode(mode)
+                        p = self.run(proto, size, mode)
+                        p.extra["repeat"] = r
+                        points.append(p)
+                        self.progress(f"[{r + 1}/{repeats}] {proto} {size:>5} B {mode:<7} receiver "
+                                      f"{p.rx_mbps:8.1f} Mb/s  monitor {p.mon_mbps:8.1f} Mb/s")
         below = []
         for mode in ("fathom", "mirror"):
             self.set_mode(mode)
@@ -184,7 +186,29 @@ class VtapBench:
             self.progress(f"below saturation ({self.below_mbps} Mb/s, 1024 B) {mode}: "
                           f"{p.mon_packets}/{p.rx_packets} copies delivered")
         self.set_mode("none")
-        return {"points": [p.row() for p in points], "below_saturation": [p.row() for p in below]}
+        raw = [{**p.row(), "repeat": p.extra["repeat"]} for p in points]
+        return {"repeats": repeats, "raw": raw, "points": aggregate(raw),
+                "below_saturation": [p.row() for p in below]}
+
+
+def aggregate(raw: list[dict]) -> list[dict]:
+    """Median over repeats per (proto, size, mode), with the receiver's min and max."""
+    import statistics
+    groups: dict = {}
+    for r in raw:
+        groups.setdefault((r["proto"], r["size_bytes"], r["mode"]), []).append(r)
+    out = []
+    for (proto, size, mode), rows in groups.items():
+        med = lambda k: round(statistics.median(x[k] for x in rows), 2)  # noqa: E731
+        out.append({"proto": proto, "size_bytes": size, "mode": mode, "n": len(rows),
+                    "receiver_mbps": med("receiver_mbps"), "monitor_mbps": med("monitor_mbps"),
+                    "receiver_mbps_min": min(x["receiver_mbps"] for x in rows),
+                    "receiver_mbps_max": max(x["receiver_mbps"] for x in rows),
+                    "receiver_packets": int(med("receiver_packets")), "monitor_packets": int(med("monitor_packets")),
+                    "sent_packets": int(med("sent_packets")),
+                    "copies_share": round(sum(x["monitor_packets"] for x in rows)
+                                          / max(1, sum(x["receiver_packets"] for x in rows)), 4)})
+    return out
 
 
 def ratios(rows: list[dict]) -> list[dict]:
@@ -211,12 +235,14 @@ def ratios(rows: list[dict]) -> list[dict]:
 def markdown(doc: dict) -> str:
     lines = [f"# fathom bench vtap — {doc['started']}", "", f"command: `{doc['command']}`", "",
              "environment: " + ", ".join(f"{k}={v}" for k, v in doc["environment"].items() if v is not None), "",
-             f"UDP offered load {doc['udp_mbps']} Mb/s, {doc['seconds']} s per point; TCP: one iperf3 stream.", "",
-             "| proto | size (B) | mode | receiver Mb/s | monitor Mb/s | receiver pkts | monitor pkts | sent pkts |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"UDP offered load {doc['udp_mbps']} Mb/s, {doc['seconds']} s per point; TCP: one iperf3 stream; "
+             f"medians of {doc.get('repeats', 1)} interleaved repeats (receiver min–max in brackets).", "",
+             "| proto | size (B) | mode | receiver Mb/s | monitor Mb/s | monitor/receiver frames | sent pkts |",
+             "|---|---|---|---|---|---|---|"]
     for r in doc["points"]:
-        lines.append(f"| {r['proto']} | {r['size_bytes']} | {r['mode']} | {r['receiver_mbps']} | {r['monitor_mbps']} | "
-                     f"{r['receiver_packets']} | {r['monitor_packets']} | {r['sent_packets'] or ''} |")
+        lines.append(f"| {r['proto']} | {r['size_bytes']} | {r['mode']} | {r['receiver_mbps']} "
+                     f"[{r['receiver_mbps_min']}–{r['receiver_mbps_max']}] | {r['monitor_mbps']} | "
+                     f"{r['copies_share'] if r['mode'] != 'none' else ''} | {r['sent_packets'] or ''} |")
     lines += ["", "| proto | size (B) | fathom/none | mirror/none | fathom/mirror | fathom mon/rx | mirror mon/rx |",
               "|---|---|---|---|---|---|---|"]
     for r in doc["ratios"]:
@@ -244,10 +270,13 @@ def plot(doc: dict, path: Path) -> None:
                 continue
             color, marker = styles[mode]
             xs = [r["size_bytes"] for r in rows]
-            ax.plot(xs, [r["receiver_mbps"] for r in rows], color=color, marker=marker, label=f"receiver, {mode}")
+            ax.errorbar(xs, [r["receiver_mbps"] for r in rows],
+                        yerr=[[r["receiver_mbps"] - r["receiver_mbps_min"] for r in rows],
+                              [r["receiver_mbps_max"] - r["receiver_mbps"] for r in rows]],
+                        color=color, marker=marker, capsize=3, label=f"receiver, {mode}")
             if mode != "none":
                 ax.plot(xs, [r["monitor_mbps"] for r in rows], color=color, marker=marker, linestyle="--",
-                        label=f"monitor, {mode}")
+                        markerfacecolor="none", markersize=10, label=f"monitor, {mode}")
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(doc["sizes"]))
         ax.set_xticklabels([str(s) for s in doc["sizes"]])
@@ -267,9 +296,10 @@ def write(doc: dict, out: Path) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "vtap.json").write_text(json.dumps(doc, indent=2))
     with open(out / "vtap.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(doc["points"][0].keys()))
+        rows = doc["raw"] + [{**r, "repeat": "below-saturation"} for r in doc["below_saturation"]]
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
-        w.writerows(doc["points"] + doc["below_saturation"])
+        w.writerows(rows)
     (out / "vtap.md").write_text(markdown(doc))
     plot(doc, out / "vtap.png")
     return [str(out / n) for n in ("vtap.json", "vtap.csv", "vtap.md", "vtap.png")]

@@ -108,8 +108,9 @@ def _body(ip_proto, vlan, tp_src, tp_dst, match) -> dict:
 @click.option("--priority", type=int, default=100, show_default=True,
               help="Where policies overlap, the higher priority copies (0..60000).")
 @click.option("--owner", "project_id", help="Project owning the policy (admin only).")
+@click.option("--truncate", type=int, help="Copies keep at most N bytes (64..65535).")
 @_with(filter_options)
-def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, priority, project_id,
+def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, priority, project_id, truncate,
                ip_proto, vlan, tp_src, tp_dst, match):
     """Create a TAP policy."""
     body = {"name": name, "sender": _ref(sender), "receiver": _ref(receiver), "monitor": _ref(monitor),
@@ -117,6 +118,8 @@ def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, pr
             **_body(ip_proto, vlan, tp_src, tp_dst, match)}
     if monitor2:
         body["monitor2"] = _ref(monitor2)
+    if truncate:
+        body["truncate"] = truncate
     if project_id:
         body["project_id"] = project_id
     _print(api.call("POST", "/taps", json=body), as_json)
@@ -131,13 +134,14 @@ def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, pr
 @click.option("--monitor2", help="A second monitor; 'none' removes it.")
 @click.option("--direction", type=click.Choice(["forward", "both"]))
 @click.option("--priority", type=int)
+@click.option("--truncate", type=int, help="Copies keep at most N bytes; 0 = whole frames.")
 @_with(filter_options)
-def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, direction, priority,
+def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, direction, priority, truncate,
                ip_proto, vlan, tp_src, tp_dst, match):
     """Change a TAP policy in place (its flows and group are modified, not re-created)."""
     t = _find(api, ref)
     body = _body(ip_proto, vlan, tp_src, tp_dst, match)
-    for key, value in (("name", name), ("direction", direction), ("priority", priority)):
+    for key, value in (("name", name), ("direction", direction), ("priority", priority), ("truncate", truncate)):
         if value is not None:
             body[key] = value
     for key, value in (("sender", sender), ("receiver", receiver), ("monitor", monitor)):

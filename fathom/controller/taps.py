@@ -14,7 +14,7 @@ from fastapi import APIRouter, HTTPException, Response
 
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import datapath_id
-from fathom.openflow.spec import Output
+from fathom.openflow.spec import Output, OutputTrunc
 from fathom.pipeline import stages as st
 from fathom.pipeline import vtap
 from fathom.store import models as m
@@ -53,7 +53,7 @@ def policy_stats(reconciler, policy_id: int) -> dict:
         if groups:
             roles.append("sender edge")
         recovery = [f for f in flows if f.table == st.TAP_RECOVERY and f.actions
-                    and isinstance(f.actions[-1], Output) and not _is_tunnel_send(f)]
+                    and isinstance(f.actions[-1], (Output, OutputTrunc)) and not _is_tunnel_send(f)]
         if recovery:
             roles.append("monitor edge")
         entry = {"node": name, "roles": roles, "flows_desired": len(flows), "flows_installed": 0,

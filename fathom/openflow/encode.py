@@ -20,6 +20,8 @@ def encode_action(parser, ofp, a):
         return parser.OFPActionOutput(a.port, ofp.OFPCML_NO_BUFFER if a.port == ofp.OFPP_CONTROLLER else 0)
     if isinstance(a, s.Controller):
         return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, a.max_len)
+    if isinstance(a, s.OutputTrunc):
+        return parser.NXActionOutputTrunc(port=a.port, max_len=a.max_len)
     if isinstance(a, s.SetField):
         return parser.OFPActionSetField(**{a.field: a.value})
     if isinstance(a, s.PushVlan):
@@ -89,6 +91,8 @@ def decode_action(ofp, a):
         return s.Output(a.port)
     if name == "OFPActionSetField":
         return s.SetField(a.key, a.value)
+    if name == "NXActionOutputTrunc":
+        return s.OutputTrunc(a.port, a.max_len)
     if name == "OFPActionPushVlan":
         return s.PushVlan(a.ethertype)
     if name == "OFPActionPopVlan":

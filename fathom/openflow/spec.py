@@ -87,6 +87,16 @@ class Output:
 
 
 @dataclass(frozen=True)
+class OutputTrunc:
+    """Nicira output(port, max_len): send at most the first `max_len` bytes of the packet."""
+    port: int
+    max_len: int
+
+    def to_ofctl(self) -> str:
+        return f"output(port={self.port},max_len={self.max_len})"
+
+
+@dataclass(frozen=True)
 class SetField:
     """OpenFlow 1.3 set_field. `field` is an os-ken OXM/NXM name (eth_dst, reg6, tun_ipv4_dst, ...)."""
     field: str
@@ -185,7 +195,7 @@ class LoadReg:
         return f"load:{self.value:#x}->{_nxm_slice(self.field, self.ofs, self.n_bits)}"
 
 
-Action = Union[Output, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
+Action = Union[Output, OutputTrunc, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
                Controller, Move, LoadReg]
 
 

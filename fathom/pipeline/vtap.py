@@ -36,7 +36,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from fathom.openflow.spec import (
-    OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Output, Resubmit,
+    OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Output, OutputTrunc, Resubmit,
     SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.pipeline import stages as st
@@ -48,6 +48,7 @@ MAX_MONITORS = 2
 PRIO_TAP_BASE = 1000             # tap-ingress flow priority = base + policy priority
 MAX_PRIORITY = 60000
 PRIO_MARKER = 100                # tap-recovery and classify flows keyed by marker
+MIN_TRUNCATE = 64                # a truncated copy keeps at least Ethernet + IPv4 + TCP headers
 
 ETH_IPV4, ETH_ARP, ETH_IPV6, ETH_MPLS, ETH_MPLS_MC, ETH_PBB = 0x0800, 0x0806, 0x86DD, 0x8847, 0x8848, 0x88E7
 PROTO_NAMES = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "icmpv6": 58}
@@ -425,7 +426,7 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
         if rewrite_ip and mon.ip is not None:
             copy.append(SetField("ipv4_dst", mon.ip))
         buckets.append(tuple(copy) + (LoadReg(st.REG_TAP, mk), Resubmit(st.TAP_RECOVERY)))
-        deliver = tuple(restore) + (Output(m_ofport),)
+        deliver = tuple(restore) + (_out(m_ofport, p.truncate),)
         # set_field ipv4_dst / dec_ttl need the match to say IPv4 (OpenFlow prerequisites)
         recover_match = {st.REG_TAP: mk, "eth_type": eth_type}
         if mnode.name == node.name:
@@ -440,7 +441,7 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
             continue
         flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk},
                                       (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip),
-                                       Output(tunnel)), c))
+                                       _out(tunnel, p.truncate)), c))
         flows[mnode.name].add(FlowSpec(st.CLASSIFY, PRIO_MARKER, {"in_port": m_tunnel, "tunnel_id": mk},
                                        (SetField(st.REG_TAP, mk), GotoTable(st.TAP_RECOVERY)), c))
         flows[mnode.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, deliver, c))
@@ -453,6 +454,12 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
     prio = PRIO_TAP_BASE + p.priority
     for match in ingress_matches(src, dst, _vlan_as_network(view, src, filters), l2_adjacent, route):
         flows[node.name].add(FlowSpec(st.TAP_INGRESS, prio, match, (Group(gid),), c))
+
+
+def _out(port: int, truncate: int | None):
+    """Output of a copy: truncated to `truncate` bytes when the policy asks (at the sender's switch for
+    a remote monitor, so the underlay carries the short copy)."""
+    return Output(port) if not truncate else OutputTrunc(port, truncate)
 
 
 def ingress_matches(src: Endpoint, dst: Endpoint, filters: dict, l2_adjacent: bool, route) -> list[dict]:

@@ -128,6 +128,11 @@ def _apply(session: Session, caller: Caller, tap: m.TapPolicy, body: dict, creat
         if not 0 <= body["priority"] <= vtap.MAX_PRIORITY:
             raise Invalid(f"priority is 0..{vtap.MAX_PRIORITY}", "priority")
         tap.priority = body["priority"]
+    if "truncate" in body:
+        n = body["truncate"] or None
+        if n is not None and not vtap.MIN_TRUNCATE <= n <= 65535:
+            raise Invalid(f"truncate is {vtap.MIN_TRUNCATE}..65535 bytes (or null: whole frames)", "truncate")
+        tap.truncate = n
     filter_keys = ("ip_proto", "vlan", "tp_src", "tp_dst", "match")
     if any(k in body for k in filter_keys):
         current = dict(tap.filters or {})

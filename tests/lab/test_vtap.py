@@ -400,3 +400,15 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     assert "web" in listing and "ip_proto=1" in listing
     metrics = httpx.get(tap.url + "/metrics").text
     assert f'fathom_tap_copies_packets_total{{name="web",node="compute1",policy="{t["id"]}"}}' in metrics
+
+
+@pytest.mark.parametrize("monitor", ["mon1", "mon2"], ids=["same-node", "cross-node"])
+def test_truncated_copies_are_the_receivers_frames_cut(lab, tap, tmp_path, monitor):
+    t = tap.create(sender="vm1", receiver="vm2", monitor=monitor, truncate=96)
+    tap.realised(t["id"])
+    with captures(lab, tmp_path, ["vm2", monitor]) as pcap:
+        traffic(lab, "vm1", "vm2", pings=2)
+    got = frames(pcap["vm2"], src="vm1", dst="vm2")
+    copies = [bytes(p) for p in rdpcap(str(pcap[monitor]))]
+    assert got and len(copies) == len(got)
+    assert sorted(copies) == sorted(f[:96] for f in got)

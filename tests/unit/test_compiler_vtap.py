@@ -269,3 +269,11 @@ def test_vlan_filter_means_the_vlan_network_or_the_vms_own_tag():
         states = vtap.compile_vtap(replace(snap, networks=nets, tap_policies=(p,)))
         (flow,) = [f for f in states["c1"].flows if f.table == st.TAP_INGRESS]
         assert flow.match_dict.get("vlan_vid") == expect
+
+
+def test_truncation_cuts_copies_at_the_senders_switch():
+    from fathom.openflow.spec import OutputTrunc
+    p = policy(receiver=4, monitors=(5, 3), truncate=128)
+    states = vtap.compile_vtap(replace(base(), tap_policies=(p,)))
+    outs = [f.actions[-1] for f in states["c1"].flows if f.table == st.TAP_RECOVERY]
+    assert sorted(o.port for o in outs) == [1, 12] and all(isinstance(o, OutputTrunc) and o.max_len == 128 for o in outs)
