@@ -39,6 +39,7 @@ class TapCreate(BaseModel):
     tp_dst: Wild = None
     match: dict[str, Any] = Field(default_factory=dict)
     truncate: int | None = Field(default=None, description="copies keep at most this many bytes (64..65535)")
+    rate_pps: int | None = Field(default=None, description="copies are metered to at most this many packets/s")
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
 
 
@@ -57,6 +58,7 @@ class TapUpdate(BaseModel):
     tp_dst: Wild = None
     match: dict[str, Any] | None = None
     truncate: int | None = Field(default=None, description="null or 0 removes truncation")
+    rate_pps: int | None = Field(default=None, description="null or 0 removes the rate limit")
 
 
 class EndpointOut(BaseModel):
@@ -79,6 +81,7 @@ class TapOut(BaseModel):
     priority: int
     filters: dict[str, Any]
     truncate: int | None
+    rate_pps: int | None
     markers: list[int]          # tunnel VNIs of this policy's copies (per direction and monitor)
     status: str
     status_reason: str | None
@@ -135,6 +138,7 @@ def tap_out(session, t: m.TapPolicy) -> TapOut:
         monitor=_endpoint(session, t.monitor_port_id),
         monitor2=_endpoint(session, t.monitor2_port_id) if t.has_monitor2 else None,
         direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
+        rate_pps=t.rate_pps,
         markers=markers,
         status=t.status, status_reason=t.status_reason, created_at=created)
 

@@ -109,8 +109,9 @@ def _body(ip_proto, vlan, tp_src, tp_dst, match) -> dict:
               help="Where policies overlap, the higher priority copies (0..60000).")
 @click.option("--owner", "project_id", help="Project owning the policy (admin only).")
 @click.option("--truncate", type=int, help="Copies keep at most N bytes (64..65535).")
+@click.option("--rate-pps", type=int, help="At most N copies per second (OpenFlow meter at the sender's switch).")
 @_with(filter_options)
-def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, priority, project_id, truncate,
+def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, priority, project_id, truncate, rate_pps,
                ip_proto, vlan, tp_src, tp_dst, match):
     """Create a TAP policy."""
     body = {"name": name, "sender": _ref(sender), "receiver": _ref(receiver), "monitor": _ref(monitor),
@@ -120,6 +121,8 @@ def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, pr
         body["monitor2"] = _ref(monitor2)
     if truncate:
         body["truncate"] = truncate
+    if rate_pps:
+        body["rate_pps"] = rate_pps
     if project_id:
         body["project_id"] = project_id
     _print(api.call("POST", "/taps", json=body), as_json)
@@ -135,13 +138,15 @@ def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, pr
 @click.option("--direction", type=click.Choice(["forward", "both"]))
 @click.option("--priority", type=int)
 @click.option("--truncate", type=int, help="Copies keep at most N bytes; 0 = whole frames.")
+@click.option("--rate-pps", type=int, help="At most N copies per second; 0 = no limit.")
 @_with(filter_options)
-def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, direction, priority, truncate,
+def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, direction, priority, truncate, rate_pps,
                ip_proto, vlan, tp_src, tp_dst, match):
     """Change a TAP policy in place (its flows and group are modified, not re-created)."""
     t = _find(api, ref)
     body = _body(ip_proto, vlan, tp_src, tp_dst, match)
-    for key, value in (("name", name), ("direction", direction), ("priority", priority), ("truncate", truncate)):
+    for key, value in (("name", name), ("direction", direction), ("priority", priority), ("truncate", truncate),
+                       ("rate_pps", rate_pps)):
         if value is not None:
             body[key] = value
     for key, value in (("sender", sender), ("receiver", receiver), ("monitor", monitor)):

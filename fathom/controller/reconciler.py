@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
+from fathom.openflow import encode
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
 from fathom.pipeline.tenant import compile_tenant
@@ -70,6 +71,7 @@ class Reconciler:
         self.last = PassResult()
         self.passes = 0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
+        self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
 
     def wake(self, *_args) -> None:
         self._wake.set()
@@ -122,12 +124,27 @@ class Reconciler:
         actual_flows = sw.read_flows(self.app, dp)
         actual_groups = sw.read_groups(self.app, dp)
         change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, owned)
-        n = sum(len(c) for c in change)
-        if n:
+        meters = self._meter_change(dp, desired)
+        n = sum(len(c) for c in change) + sum(len(c) for c in meters)
+        if meters[0] or meters[1]:   # meters the new flows use exist before the bundle
+            sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "add") for m in meters[0]]
+                           + [encode.meter_mod(dp, m, "modify") for m in meters[1]])
+        if sum(len(c) for c in change):
             LOG.info("switch %016x: %d flow puts, %d flow deletes, %d/%d/%d group add/mod/del",
                      dp.id, *map(len, change))
             sw.apply(self.app, dp, sw.messages(dp, *change))
+        if meters[2]:                # and go after the flows that used them
+            sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "delete") for m in meters[2]])
         return n
+
+    def _meter_change(self, dp, desired: SwitchState) -> tuple[list, list, list]:
+        """Meters are read only where some are wanted or some of ours may be left (ids carry the app)."""
+        if not desired.meters and not self._had_meters.get(dp.id, True):
+            return [], [], []
+        actual = sw.read_meters(self.app, dp)
+        change = sw.diff_meters(set(desired.meters), actual, lambda mid: st.parse_group_id(mid)[0] in OUR_APPS)
+        self._had_meters[dp.id] = bool(desired.meters)
+        return change
 
     # ---------------------------------------------------------------------------- status
 

@@ -36,7 +36,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from fathom.openflow.spec import (
-    OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Output, OutputTrunc, Resubmit,
+    OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Meter, MeterSpec, Output,
+    OutputTrunc, Resubmit,
     SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.pipeline import stages as st
@@ -259,6 +260,11 @@ def tap_group_id(policy_id: int, direction: int) -> int:
     return st.group_id(st.APP_VTAP, (policy_id << 1) | direction)
 
 
+def tap_meter_id(policy_id: int) -> int:
+    """The meter of a policy's copies on a switch: same layout as group ids (app in the top byte)."""
+    return st.group_id(st.APP_VTAP, policy_id)
+
+
 def tap_cookie(policy_id: int) -> int:
     return st.cookie(st.APP_VTAP, st.KIND_TAP_POLICY, policy_id)
 
@@ -329,8 +335,16 @@ def compile_vtap_plans(snapshot: Snapshot) -> tuple[dict[str, SwitchState], dict
         plan = Plan(policy, [], {})
         plans[policy.id] = plan
         _compile_policy(view, policy, plan, flows, groups)
+    meters: dict[str, set] = defaultdict(set)
+    for name, node_flows in flows.items():
+        for f in node_flows:
+            if f.meter_id() is not None:
+                p = plans[st.parse_cookie(f.cookie)[2]].policy
+                meters[name].add(MeterSpec(f.meter_id(), p.rate_pps, max(1, p.rate_pps // 10), "pktps",
+                                           f.cookie))
     names = set(flows) | set(groups)
-    return ({n: SwitchState(frozenset(flows[n]), frozenset(groups[n])) for n in sorted(names)}, plans)
+    return ({n: SwitchState(frozenset(flows[n]), frozenset(groups[n]), frozenset(meters[n]))
+             for n in sorted(names)}, plans)
 
 
 def _compile_policy(view: _View, p: TapPolicy, plan: Plan, flows, groups) -> None:
@@ -426,11 +440,12 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
         if rewrite_ip and mon.ip is not None:
             copy.append(SetField("ipv4_dst", mon.ip))
         buckets.append(tuple(copy) + (LoadReg(st.REG_TAP, mk), Resubmit(st.TAP_RECOVERY)))
+        meter = (Meter(tap_meter_id(p.id)),) if p.rate_pps else ()
         deliver = tuple(restore) + (_out(m_ofport, p.truncate),)
         # set_field ipv4_dst / dec_ttl need the match to say IPv4 (OpenFlow prerequisites)
         recover_match = {st.REG_TAP: mk, "eth_type": eth_type}
         if mnode.name == node.name:
-            flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, deliver, c))
+            flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, meter + deliver, c))
             plan.nodes.setdefault(node.name, set()).add("monitor edge")
             continue
         tunnel = node.ofport(TUNNEL_INTERFACE)
@@ -440,7 +455,7 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
             buckets.pop()
             continue
         flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk},
-                                      (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip),
+                                      meter + (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip),
                                        _out(tunnel, p.truncate)), c))
         flows[mnode.name].add(FlowSpec(st.CLASSIFY, PRIO_MARKER, {"in_port": m_tunnel, "tunnel_id": mk},
                                        (SetField(st.REG_TAP, mk), GotoTable(st.TAP_RECOVERY)), c))

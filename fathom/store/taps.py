@@ -133,6 +133,11 @@ def _apply(session: Session, caller: Caller, tap: m.TapPolicy, body: dict, creat
         if n is not None and not vtap.MIN_TRUNCATE <= n <= 65535:
             raise Invalid(f"truncate is {vtap.MIN_TRUNCATE}..65535 bytes (or null: whole frames)", "truncate")
         tap.truncate = n
+    if "rate_pps" in body:
+        n = body["rate_pps"] or None
+        if n is not None and not 1 <= n <= 10_000_000:
+            raise Invalid("rate_pps is 1..10000000 copies per second (or null: no limit)", "rate_pps")
+        tap.rate_pps = n
     filter_keys = ("ip_proto", "vlan", "tp_src", "tp_dst", "match")
     if any(k in body for k in filter_keys):
         current = dict(tap.filters or {})

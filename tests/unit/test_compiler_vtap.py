@@ -277,3 +277,18 @@ def test_truncation_cuts_copies_at_the_senders_switch():
     states = vtap.compile_vtap(replace(base(), tap_policies=(p,)))
     outs = [f.actions[-1] for f in states["c1"].flows if f.table == st.TAP_RECOVERY]
     assert sorted(o.port for o in outs) == [1, 12] and all(isinstance(o, OutputTrunc) and o.max_len == 128 for o in outs)
+
+
+def test_rate_limit_meters_the_copies_only_at_the_senders_switch():
+    from fathom.openflow.spec import Meter, MeterSpec
+    p = policy(receiver=4, monitors=(5, 3), rate_pps=1000)
+    states = vtap.compile_vtap(replace(base(), tap_policies=(p,)))
+    mid = vtap.tap_meter_id(1)
+    assert states["c1"].meters == {MeterSpec(mid, 1000, 100, "pktps", vtap.tap_cookie(1))}
+    assert states["c2"].meters == frozenset()
+    metered = [f for f in states["c1"].flows if f.meter_id() is not None]
+    assert len(metered) == 2 and all(f.table == st.TAP_RECOVERY and f.actions[0] == Meter(mid) for f in metered)
+    # the original's path (tap-ingress, group bucket 1) is never metered
+    assert not any(f.meter_id() for f in states["c1"].flows if f.table == st.TAP_INGRESS)
+    tapped = Fabric(replace(base(), tap_policies=(p,)), compiled(replace(base(), tap_policies=(p,))))
+    assert set(where(tapped.send("c1", "ta", frame(1, 4)))) == {"tr", "tm1", "tm2"}
