@@ -456,7 +456,7 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
             continue
         flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk},
                                       meter + (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip),
-                                       _out(tunnel, p.truncate)), c))
+                                       Output(tunnel)), c))
         flows[mnode.name].add(FlowSpec(st.CLASSIFY, PRIO_MARKER, {"in_port": m_tunnel, "tunnel_id": mk},
                                        (SetField(st.REG_TAP, mk), GotoTable(st.TAP_RECOVERY)), c))
         flows[mnode.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, deliver, c))
@@ -472,8 +472,9 @@ def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpo
 
 
 def _out(port: int, truncate: int | None):
-    """Output of a copy: truncated to `truncate` bytes when the policy asks (at the sender's switch for
-    a remote monitor, so the underlay carries the short copy)."""
+    """Output of a copy to its monitor: truncated to `truncate` bytes when the policy asks. Always after
+    the recovery rule: a switch cannot parse (and so cannot restore) an IP packet shorter than its
+    header's total length, so a copy is cut only where it is delivered."""
     return Output(port) if not truncate else OutputTrunc(port, truncate)
 
 
