@@ -25,7 +25,7 @@ from fathom import __version__
 from fathom.api import schemas as sc
 from fathom.store import models as m
 from fathom.store import ops
-from fathom.store.db import open_store
+from fathom.store.db import READ_ONLY, open_store
 from fathom.store.errors import Conflict, StoreError
 from fathom.store.ops import Caller, Settings
 
@@ -77,16 +77,25 @@ class _Store:
 
     def read(self, fn):
         with Session(self.engine) as session, session.begin():
+            session.connection(execution_options=READ_ONLY)
             return fn(session)
 
-    def write(self, fn):
-        """Run `fn(session)` in one transaction; its result must be fully serialised inside."""
-        try:
-            with Session(self.engine) as session, session.begin():
-                result = fn(session)
-        except IntegrityError as e:
-            # A concurrent writer got there between our checks and the commit.
-            raise _conflict_from(e) from None
+    def write(self, fn, attempts: int = 3):
+        """Run `fn(session)` in one transaction; its result must be fully serialised inside.
+
+        A unique constraint that fires means a concurrent writer got in between our checks and
+        the commit (PostgreSQL; SQLite serialises writers). The request is run again: then either
+        it succeeds (e.g. the next free address) or our checks see the other write and name the
+        field in a proper 409.
+        """
+        for attempt in range(attempts):
+            try:
+                with Session(self.engine) as session, session.begin():
+                    result = fn(session)
+                break
+            except IntegrityError as e:
+                if attempt == attempts - 1:
+                    raise _conflict_from(e) from None
         if self.on_change is not None:
             try:
                 self.on_change()

@@ -35,7 +35,7 @@ class NodeCreate(_Request):
 
 
 class NodeUpdate(_Request):
-    role: Literal["compute", "gateway"] | None = None
+    role: Literal["compute", "gateway"] = "compute"
     tunnel_ip: ipaddress.IPv4Address | None = None
     management_ip: ipaddress.IPv4Address | None = None
 

@@ -1,8 +1,8 @@
 """`fathom controller`: run the controller; `fathom flows NODE`: desired and actual flows."""
 import click
 
-from fathom.cli.output import console, fail, print_json
-from fathom.cli.http import api_call, controller_option
+from fathom.cli.output import console, print_json
+from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 
 
 @click.command()
@@ -21,11 +21,12 @@ def controller(db_url, api_host, api_port, of_host, of_port, interval):
 
 @click.command()
 @click.argument("node")
-@controller_option
+@click.option("--controller", envvar="FATHOM_CONTROLLER", default=DEFAULT_CONTROLLER, show_default=True,
+              help="URL of the fathom controller (env FATHOM_CONTROLLER).")
 @click.option("--json", "as_json", is_flag=True)
 def flows(node, controller, as_json):
     """Desired and actual flows of NODE's br-int, per pipeline stage, in ovs-ofctl syntax."""
-    data = api_call(controller, "GET", f"/v1/nodes/{node}/flows")
+    data = Api(controller, "admin", "admin").call("GET", f"/nodes/{node}/flows")
     if as_json:
         return print_json(data)
     console.print(f"node [bold]{node}[/bold]: {'connected' if data['connected'] else '[red]not connected'}"

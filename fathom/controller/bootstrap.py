@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 
 from ovsdbapp.backend.ovs_idl import connection, idlutils
 from ovsdbapp.schema.open_vswitch import impl_idl
@@ -71,6 +70,9 @@ class NodeOvsdb:
         Returns True when something had to change. Reads first, so a healthy node is not written.
         """
         api = self.api
+        if not api.idl._session.is_connected():
+            # the IDL answers reads from its replica while it reconnects: do not trust it
+            raise ConnectionError("not connected to OVSDB")
         dpid = f"{datapath_id(node_id):016x}"
         want_ctrl = [controller]
         changed = False
@@ -114,7 +116,8 @@ class Bootstrapper:
     def __init__(self, controller_port: int):
         self.controller_port = controller_port
         self.nodes: dict[str, NodeOvsdb] = {}
-        self.lock = threading.Lock()
+        # br-int port numbers last read per node: an OVSDB outage must not look like "no ports"
+        self.last_ofports: dict[str, dict[str, int]] = {}
 
     def run(self, node) -> tuple[str, str | None, dict[str, int]]:
         """One pass for a node: (state, reason, br-int ofports)."""
@@ -128,15 +131,17 @@ class Bootstrapper:
                 ovsdb = self.nodes[node.name] = NodeOvsdb(node.name, node.management_ip)
             controller = f"tcp:{local_ip_towards(node.management_ip)}:{self.controller_port}"
             ovsdb.ensure(node.id, node.tunnel_ip, controller)
-            return "complete", None, ovsdb.ofports()
+            self.last_ofports[node.name] = ovsdb.ofports()
+            return "complete", None, self.last_ofports[node.name]
         except Exception as e:  # noqa: BLE001 - any failure is the node's state, retried next pass
             LOG.warning("node %s: bootstrap failed: %s", node.name, e)
             stale = self.nodes.pop(node.name, None)
             if stale:
                 stale.close()
-            return "error", f"OVSDB {node.management_ip}:{OVSDB_PORT}: {e}", {}
+            return "error", f"OVSDB {node.management_ip}:{OVSDB_PORT}: {e}", self.last_ofports.get(node.name, {})
 
     def forget(self, name: str) -> None:
         ovsdb = self.nodes.pop(name, None)
+        self.last_ofports.pop(name, None)
         if ovsdb:
             ovsdb.close()

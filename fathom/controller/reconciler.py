@@ -23,6 +23,7 @@ from fathom.pipeline import stages as st
 from fathom.pipeline.tenant import compile_tenant
 from fathom.pipeline.vtap import compile_vtap
 from fathom.store import models as m
+from fathom.store.db import READ_ONLY
 from fathom.store.snapshot import Snapshot, load_snapshot
 
 LOG = logging.getLogger("fathom.reconciler")
@@ -70,10 +71,19 @@ class Reconciler:
         self._stop = threading.Event()
         self.last = PassResult()
         self.passes = 0
+        self.last_pass_seconds = 0.0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
+        # What each switch holds after our last successful apply: passes woken by API changes diff
+        # against it instead of reading every flow back. Dropped on reconnect, failure and audit.
+        self.known: dict[int, tuple[set, set]] = {}
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
 
     def wake(self, *_args) -> None:
+        self._wake.set()
+
+    def switch_changed(self, dpid: int, _datapath=None) -> None:
+        """A switch connected or went away: forget what it held, reconcile it in full."""
+        self.known.pop(dpid, None)
         self._wake.set()
 
     def stop(self) -> None:
@@ -82,19 +92,26 @@ class Reconciler:
 
     def run_forever(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            woken = self._wake.wait(self.interval)
+            if woken:
+                # let a burst of API writes land in one pass; under a long burst, leave the API at
+                # least as much time as a pass takes
+                time.sleep(max(0.02, min(1.0, self.last_pass_seconds)))
             self._wake.clear()
             if self._stop.is_set():
                 break
             try:
-                self.run_pass()
+                self.run_pass(audit=not woken)
             except Exception:  # noqa: BLE001 - a broken pass must not end the loop
                 LOG.exception("reconcile pass failed")
                 time.sleep(1)
 
-    def run_pass(self) -> PassResult:
+    def run_pass(self, audit: bool = True) -> PassResult:
+        """One pass; `audit` reads every switch back instead of trusting what we last applied."""
         with self.lock:
+            started = time.monotonic()
             with self.Session() as session:
+                session.connection(execution_options=READ_ONLY)
                 snapshot = load_snapshot(session)
             result = PassResult()
             ofports = {}
@@ -109,8 +126,12 @@ class Reconciler:
                 dp = self.app.datapath(datapath_id(node.id))
                 if dp is None:
                     continue
+                if res.bootstrap == "error":
+                    # without OVSDB we cannot tell the node's ports: leave its flows as they are
+                    res.switch = "not reconciled (node bootstrap failed)"
+                    continue
                 try:
-                    res.changes = self.reconcile_switch(dp, result.desired.get(node.name, SwitchState()))
+                    res.changes = self.reconcile_switch(dp, result.desired.get(node.name, SwitchState()), audit)
                     res.switch, res.last_ok = "ok", time.time()
                 except Exception as e:  # noqa: BLE001 - recorded as the node's status, retried
                     LOG.warning("node %s: apply failed: %s", node.name, e)
@@ -118,14 +139,18 @@ class Reconciler:
             self._write_status(snapshot, result)
             self.last = result
             self.passes += 1
+            self.last_pass_seconds = time.monotonic() - started
             return result
 
-    def reconcile_switch(self, dp, desired: SwitchState) -> int:
-        actual_flows = sw.read_flows(self.app, dp)
-        actual_groups = sw.read_groups(self.app, dp)
+    def reconcile_switch(self, dp, desired: SwitchState, audit: bool = True) -> int:
+        known = None if audit else self.known.get(dp.id)
+        if known is None:
+            known = (sw.read_flows(self.app, dp), sw.read_groups(self.app, dp))
+        actual_flows, actual_groups = known
         change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, owned)
         meters = self._meter_change(dp, desired)
         n = sum(len(c) for c in change) + sum(len(c) for c in meters)
+        self.known.pop(dp.id, None)
         if meters[0] or meters[1]:   # meters the new flows use exist before the bundle
             sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "add") for m in meters[0]]
                            + [encode.meter_mod(dp, m, "modify") for m in meters[1]])
@@ -135,6 +160,9 @@ class Reconciler:
             sw.apply(self.app, dp, sw.messages(dp, *change))
         if meters[2]:                # and go after the flows that used them
             sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "delete") for m in meters[2]])
+        foreign = {f for f in actual_flows if not owned(f.cookie)}
+        foreign_groups = {g for g in actual_groups if not owned(None, group_id=g.group_id)}
+        self.known[dp.id] = (set(desired.flows) | foreign, set(desired.groups) | foreign_groups)
         return n
 
     def _meter_change(self, dp, desired: SwitchState) -> tuple[list, list, list]:

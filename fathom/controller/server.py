@@ -67,7 +67,7 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     engine = open_store(db_url)
     app = ofapp.start(of_host, of_port)
     reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
-    app.on_switch = reconciler.wake
+    app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
     api = create_app(db_url, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))

@@ -327,7 +327,7 @@ class Lab:
             raise LabError(f"lab {self.name} has no node or VM {target!r}")
         env = dict(os.environ)
         rundir = self.dir / target
-        if (rundir / "db.sock").exists():
+        if (rundir / "conf.db").exists():
             env.update(OvsInstance(ns, rundir).env)
         return ["ip", "netns", "exec", ns, *cmd], env
 

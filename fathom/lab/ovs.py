@@ -34,12 +34,16 @@ class OvsInstance:
         db = self.rundir / "conf.db"
         if not db.exists():
             run(["ovsdb-tool", "create", db, SCHEMA])
-        run(["ovsdb-server", db, f"--remote=punix:{self.db_sock}",
-             "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
-             "--pidfile", "--detach", "--log-file"], ns=self.netns, env=self.env)
+        self.start_ovsdb()
         version = run(["ovs-vswitchd", "--version"]).stdout.split()[-1]
         self.vsctl("--no-wait", "init", "--", "set", "Open_vSwitch", ".", f"ovs_version={version}")
         self.start_vswitchd()
+
+    def start_ovsdb(self) -> None:
+        # managers (e.g. ptcp:6640 for the controller) live in the database, so a restart keeps them
+        run(["ovsdb-server", self.rundir / "conf.db", f"--remote=punix:{self.db_sock}",
+             "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
+             "--pidfile", "--detach", "--log-file"], ns=self.netns, env=self.env)
 
     def start_vswitchd(self) -> None:
         run(["ovs-vswitchd", f"unix:{self.db_sock}", "--pidfile", "--detach", "--log-file"],

@@ -9,9 +9,11 @@ ints, MAC and IPv4 strings, and `(value, mask)` tuples for masked matches. Encod
 mechanical: `OFPMatch(**dict(spec.match))`, one os-ken action class per action class below, and a
 trailing `GotoTable` becomes the goto-table instruction.
 
-`to_ofctl()` renders a spec the way `ovs-ofctl -O OpenFlow13 dump-flows` / `dump-groups` print it
-(without the counters), so the desired and the actual state of a bridge can be compared by eye. The
-rendering is for humans; the reconciler compares specs, not strings.
+`to_ofctl()` renders a spec the way `ovs-ofctl -O OpenFlow13 --no-stats dump-flows` / `dump-groups`
+of OVS 3.1 print it (checked line for line against the flows of the tenant compiler), so desired
+and actual state can be compared by eye or by `diff`. `ovs-ofctl -O OpenFlow13 add-flow` accepts
+the same text (tests/unit/test_spec_ovs.py does exactly that). The reconciler compares specs, not
+strings.
 """
 from __future__ import annotations
 
@@ -279,7 +281,10 @@ class FlowSpec:
         return None
 
     def to_ofctl(self) -> str:
-        head = f"cookie={self.cookie:#x}, table={self.table}, priority={self.priority}"
+        # ovs-ofctl leaves out a zero cookie, "table=0" and (with --no-stats) the counters.
+        head = ", ".join([*([f"cookie={self.cookie:#x}"] if self.cookie else []),
+                          *([f"table={self.table}"] if self.table else []),
+                          f"priority={self.priority}"])
         match = format_match(self.match)
         actions = ",".join(a.to_ofctl() for a in self.actions) or "drop"
         return f"{head}{',' + match if match else ''} actions={actions}"
@@ -292,13 +297,14 @@ GROUP_TYPES = ("all", "select", "indirect")
 class GroupSpec:
     """One group entry: `buckets` is a tuple of action tuples (select buckets get weight 1).
 
-    OpenFlow 1.3 groups carry no cookie; `cookie` here records the owner for the reconciler, and the
-    group id itself carries the owning app (see fathom.pipeline.stages.group_id).
+    OpenFlow 1.3 groups carry no cookie; `cookie` here records the owner for status reporting and
+    takes no part in equality, so a group read back from a switch equals the desired one. The group
+    id itself carries the owning app (see fathom.pipeline.stages.group_id).
     """
     group_id: int
     type: str
     buckets: tuple = ()
-    cookie: int = 0
+    cookie: int = field(default=0, compare=False)
 
     def __post_init__(self):
         if self.type not in GROUP_TYPES:

@@ -14,6 +14,10 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# Execution option for sessions that only read (snapshots, GET requests): on SQLite they then take
+# no write lock. Use: session.connection(execution_options=READ_ONLY).
+READ_ONLY_OPTION = "fathom_read_only"
+READ_ONLY = {READ_ONLY_OPTION: True}
 DEFAULT_URL = "sqlite:///fathom.db"
 
 
@@ -31,18 +35,26 @@ def make_engine(url: str) -> Engine:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA busy_timeout=10000")
-            cursor.execute("PRAGMA journal_mode=WAL")
+            if not _in_memory(url):
+                # Readers never block the writer and the writer never blocks readers.
+                cursor.execute("PRAGMA journal_mode=WAL")
             cursor.close()
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(connection):
-            # IMMEDIATE: the API and the reconciler write from different threads, and a deferred
-            # transaction that reads and then writes cannot wait for the lock (SQLite answers
-            # "database is locked" at once); taking the write lock up front lets busy_timeout
-            # queue the writers instead.
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            # A deferred transaction that reads and then writes fails at once ("database is
+            # locked") when another writer got in between: writers take the write lock up
+            # front and queue on busy_timeout instead. Read-only work says so (READ_ONLY).
+            if connection.get_execution_options().get(READ_ONLY_OPTION):
+                connection.exec_driver_sql("BEGIN")
+            else:
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _in_memory(url: str) -> bool:
+    return url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
 
 
 def alembic_config() -> Config:

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Sequence
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
@@ -73,6 +73,22 @@ def _owner(caller: Caller, requested: str | None, parent=None) -> str:
     if requested is not None:
         return requested
     return parent.project_id if parent is not None and caller.admin else caller.project
+
+
+def _serialise(session: Session, domain: int, key: int) -> None:
+    """Queue this transaction behind others allocating in the same (domain, key) until commit.
+
+    PostgreSQL: a transaction-scoped advisory lock, so two requests do not both pick the same
+    "lowest free" VNI or address and fail on the unique constraint. SQLite needs none: its
+    writers are serialised already (fathom.store.db begins them IMMEDIATE).
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:domain, :key)"),
+                        {"domain": domain, "key": key})
+
+
+LOCK_SEGMENTS = 1   # key: 0 (all networks)
+LOCK_NETWORK = 2    # key: network id (its addresses and MACs)
 
 
 def require_admin(caller: Caller, what: str) -> None:
@@ -139,6 +155,7 @@ def node_by_name(session: Session, name: str, field: str = "node") -> m.Node:
 def create_network(session: Session, caller: Caller, settings: Settings, *, name: str, type: str,
                    segmentation_id: int | None = None, project_id: str | None = None) -> m.Network:
     project = _owner(caller, project_id)
+    _serialise(session, LOCK_SEGMENTS, 0)
     if segmentation_id is not None and not caller.admin:
         raise Forbidden("only an admin can choose a segmentation id", "segmentation_id")
     if type == "flat":
@@ -248,6 +265,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     subnet, [] = none. `router_id` is for router interfaces (see add_router_interface)."""
     network = get(session, caller, m.Network, network_id, "network_id")
     project = _owner(caller, project_id, network)
+    _serialise(session, LOCK_NETWORK, network.id)
     if mac_address is None:
         mac_address = _allocate_mac(session, network.id)
     elif _mac_used(session, network.id, mac_address):

@@ -171,8 +171,12 @@ def load_snapshot(session) -> Snapshot:
 
     if session.in_transaction():
         return run()
+    from fathom.store.db import READ_ONLY
+
     with session.begin():
+        options = dict(READ_ONLY)
         if session.get_bind().dialect.name == "postgresql":
             # Several SELECTs must see one state: READ COMMITTED (the default) would not.
-            session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            options["isolation_level"] = "REPEATABLE READ"
+        session.connection(execution_options=options)
         return run()

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from fathom.lab.lab import Lab, RUN_ROOT
+from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
 from fathom.lab.topology import DEFAULT_TOPOLOGY, load
 
@@ -109,7 +110,7 @@ def test_down_after_a_node_crash_removes_everything():
     with running_lab("t2k") as lab:
         pid = lab.ovs("compute1").pid("ovs-vswitchd")
         os.kill(pid, signal.SIGKILL)
-        assert lab.status()["nodes"][0]["ovs_vswitchd"] is False
+        wait_for(lambda: lab.status()["nodes"][0]["ovs_vswitchd"] is False, 5, "status to show the crash")
         lab.down()
         assert _leftovers("t2k") == []
 

@@ -374,3 +374,78 @@ def test_migrations_match_the_models(api):
     from fathom.store.models import Base
     with api.app.state.engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+
+
+def test_concurrent_writers_and_readers(api):
+    """Parallel port creation (same subnet: racing for the same free address), status writes and
+    snapshot loads: no request fails, every port gets its own address."""
+    import threading
+
+    net, _ = api.network(cidr="10.0.0.0/16")
+    engine = api.app.state.engine
+    failures: list[str] = []
+
+    def create_ports():
+        client = TestClient(api.app)
+        for _ in range(8):
+            r = client.post("/v1/ports", json={"network_id": net["id"]})
+            if r.status_code != 201:
+                failures.append(r.text)
+
+    def write_status():
+        for i in range(20):
+            with Session(engine) as s, s.begin():
+                set_status(s, "network", net["id"], "active" if i % 2 else "pending")
+
+    def load():
+        for _ in range(20):
+            with Session(engine) as s:
+                load_snapshot(s)
+
+    threads = [threading.Thread(target=f) for f in (create_ports,) * 4 + (write_status, load)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    ips = [p["fixed_ips"][0]["ip_address"] for p in api.get("/ports")]
+    assert len(ips) == 32 and len(set(ips)) == 32
+
+
+def test_concurrent_network_creation_allocates_distinct_segments(api):
+    import threading
+
+    failures: list[str] = []
+
+    def create():
+        client = TestClient(api.app)
+        for _ in range(5):
+            r = client.post("/v1/networks", json={"type": "vlan"})
+            if r.status_code != 201:
+                failures.append(r.text)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert sorted(n["segmentation_id"] for n in api.get("/networks")) == list(range(100, 120))
+
+
+def test_updates_rebind_ports_and_change_nodes(api):
+    api.post("/nodes", {"name": "c1"})
+    api.post("/nodes", {"name": "c2", "tunnel_ip": "198.18.0.2"})
+    net, _ = api.network()
+    port = api.post("/ports", {"network_id": net["id"]})
+    assert port["node"] is None
+    moved = api.patch(f"/ports/{port['id']}", {"node": "c2", "interface_name": "tap7"})
+    assert (moved["node"], moved["interface_name"], moved["status"]) == ("c2", "tap7", "pending")
+    assert api.error("PATCH", f"/ports/{port['id']}", {"node": "c9"}, 404)[0] == ["node"]
+    assert api.error("PATCH", f"/ports/{port['id']}", {"mac_address": "02:00:00:00:00:01"}, 422)[0] == \
+        ["mac_address"]                                  # addresses are fixed once created
+    assert api.patch("/nodes/1", {"role": "gateway", "tunnel_ip": "198.18.0.1"})["role"] == "gateway"
+    assert api.error("PATCH", "/nodes/1", {"tunnel_ip": "198.18.0.2"}, 409)[0] == ["tunnel_ip"]
+    assert api.error("PATCH", "/nodes/1", {"role": None}, 422)[0] == ["role"]
+    unbound = api.patch(f"/ports/{port['id']}", {"node": None})
+    assert unbound["node"] is None

@@ -5,6 +5,7 @@ with tests/unit/flowsim.py.
 """
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import random
 from dataclasses import replace
@@ -342,3 +343,114 @@ def test_own_address_arp_is_not_answered_by_the_switch():
                                        "arp_tpa": "10.0.0.11"})
     # Flooded as a gratuitous ARP to the rest of blue, never answered back to tap101.
     assert sorted((d.node, d.interface) for d in got) == [("c1", "tap103"), ("c2", "tap102")]
+
+
+# ---------------------------------------------------------------------------------------------- random clouds
+
+
+def random_cloud(seed: int) -> Snapshot:
+    """A random cloud that respects what the API enforces (unique addresses per network, one flat
+    network, no overlapping subnets on a router), with overlapping address space across networks,
+    shared MACs across networks, unbound ports and a node that is not bootstrapped."""
+    rng = random.Random(seed)
+    n_nodes = rng.randint(2, 4)
+    nodes = [Node(i + 1, f"n{i + 1}", "compute", f"198.18.0.{i + 1}", None, "complete", {})
+             for i in range(n_nodes)]
+    types = ["vxlan", "vlan", "flat"]
+    networks, subnets, ports = [], [], []
+    seg = {"vxlan": 1000, "vlan": 100}
+    has_flat = False
+    for nid in range(1, rng.randint(2, 5) + 1):
+        t = rng.choice(types[:2] if has_flat else types)
+        has_flat |= t == "flat"
+        seg_id = None if t == "flat" else seg[t] + nid
+        networks.append(Network(nid, f"net{nid}", "p", t, seg_id))
+        for k in rng.sample(range(4), rng.randint(1, 2)):
+            sid = nid * 10 + k
+            subnets.append(Subnet(sid, f"s{sid}", "p", nid, f"10.0.{k}.0/24", f"10.0.{k}.1"))
+    for net in networks:
+        mine = [s for s in subnets if s.network_id == net.id]
+        for j in range(rng.randint(1, 6)):
+            s = rng.choice(mine)
+            host = 10 + j
+            node = None if rng.random() < 0.1 else rng.choice(nodes).name
+            ports.append(Port(net.id * 100 + j, f"p{net.id}-{j}", "p", net.id,
+                              f"02:00:00:00:00:{10 + j:02x}",   # the same MACs in every network
+                              (FixedIp(s.id, f"{s.cidr.split('.0/')[0]}.{host}"),), node,
+                              f"t{net.id}x{j}"))
+    routers, legs = [], []
+    for rid in range(1, rng.randint(0, 2) + 1):
+        routers.append(Router(rid, f"r{rid}", "p"))
+        taken: list = []
+        for s in rng.sample(subnets, min(len(subnets), rng.randint(2, 3))):
+            prefix = s.prefix
+            if any(prefix.overlaps(t) for t in taken):
+                continue
+            taken.append(prefix)
+            ip = s.gateway_ip if rid == 1 else f"{s.cidr.split('.0/')[0]}.{250 + rid}"
+            legs.append(RouterInterface(1000 + rid * 100 + s.id, rid, s.id, s.network_id, ip,
+                                        f"02:00:00:00:{rid:02x}:{s.id:02x}"))
+    # Plug ports: every node but the last is bootstrapped and has every bound port's interface.
+    plugged = []
+    for i, n in enumerate(nodes):
+        if i == len(nodes) - 1 and n_nodes > 2:
+            continue
+        taps = {p.interface: 20 + k for k, p in enumerate(ports) if p.node == n.name}
+        plugged.append(replace(n, ofports={"vxlan0": 1, "patch-phy": 2, **taps}))
+    nodes = plugged + nodes[len(plugged):]
+    return Snapshot(tuple(nodes), tuple(networks), tuple(subnets), tuple(ports), tuple(routers),
+                    tuple(legs))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_clouds_keep_properties_isolation_and_connectivity(seed):
+    snap = random_cloud(seed)
+    states = compile_tenant(snap)
+    for name, state in states.items():
+        keys = [f.key for f in state.flows]
+        assert len(keys) == len(set(keys)), name
+        assert all(f.table in st.TABLE_STAGE and st.parse_cookie(f.cookie)[0] in st.APPS
+                   for f in state.flows)
+    fabric = Fabric(snap, states)
+    nodes = {n.name: n for n in snap.nodes}
+    plugged = [p for p in snap.ports if p.node and p.interface in nodes[p.node].ofports]
+    by_place = {(p.node, p.interface): p for p in plugged}
+    legs = snap.router_interfaces
+    subnet_of = {s.id: s for s in snap.subnets}
+
+    def send(p, frame):
+        return fabric.send(p.node, p.interface, {"eth_src": p.mac_address, "eth_type": 0x0800,
+                                                 "ipv4_src": p.fixed_ips[0].ip_address, "ttl": 64,
+                                                 **frame})
+
+    for p in plugged:
+        # Isolation: broadcast, every port MAC, every router MAC with every address.
+        frames = [{"eth_dst": BCAST, "ipv4_dst": "10.0.0.255"}]
+        frames += [{"eth_dst": q.mac_address, "ipv4_dst": q.fixed_ips[0].ip_address} for q in snap.ports]
+        frames += [{"eth_dst": leg.mac_address, "ipv4_dst": q.fixed_ips[0].ip_address}
+                   for leg in legs for q in snap.ports]
+        for frame in frames:
+            for d in send(p, frame):
+                q = by_place[(d.node, d.interface)]
+                if q.network_id != p.network_id:
+                    assert d.frame["eth_src"] in _routers_between(snap, p.network_id, q.network_id)
+                    assert d.frame["ttl"] == 63
+        # Connectivity inside the network: unicast reaches exactly its port.
+        for q in plugged:
+            if q.network_id == p.network_id and q is not p:
+                got = send(p, {"eth_dst": q.mac_address, "ipv4_dst": q.fixed_ips[0].ip_address})
+                assert [(d.node, d.interface) for d in got] == [(q.node, q.interface)]
+        # Routed connectivity: through any leg on p's subnet to any port on another leg's subnet.
+        for a in legs:
+            if a.subnet_id != p.fixed_ips[0].subnet_id:
+                continue
+            for b in legs:
+                if b.router_id != a.router_id or b.subnet_id == a.subnet_id:
+                    continue
+                for q in plugged:
+                    ip = q.fixed_ips[0].ip_address
+                    if q.network_id != b.network_id or ipaddress.ip_address(ip) not in subnet_of[b.subnet_id].prefix:
+                        continue
+                    got = send(p, {"eth_dst": a.mac_address, "ipv4_dst": ip})
+                    assert [(d.node, d.interface, d.frame["ttl"], d.frame["eth_src"]) for d in got] == \
+                        [(q.node, q.interface, 63, b.mac_address)]
