@@ -154,7 +154,9 @@ def vtap_section(report: list) -> None:
                                stderr=subprocess.PIPE, text=True)
         cap.stderr.readline()
         try:
-            time.sleep(0.8)
+            deadline = time.monotonic() + 15   # until the web server listens
+            while "198.19.1.12:80" not in in_ns(lab, "web", "ss", "-ltn").stdout and time.monotonic() < deadline:
+                time.sleep(0.2)
             ok = sum(in_ns(lab, "client", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
                            "http://198.19.1.12/").stdout == "200" for _ in range(5))
             in_ns(lab, "client", "ping", "-c", "2", "-i", "0.2", "198.19.1.12")   # not HTTP: not copied
