@@ -21,6 +21,9 @@ from .util import running_lab, sh
 TOPOLOGY = """
 networks:
   - {name: blue, type: vxlan, segmentation_id: 1001, cidr: 198.19.1.0/24}
+  - {name: green, type: vlan, segmentation_id: 120, cidr: 198.19.2.0/24}
+routers:
+  - {name: r1, networks: [blue, green]}
 nodes:
   - name: compute1
     role: compute
@@ -28,17 +31,20 @@ nodes:
       - {name: vm1, mac: "02:fa:00:00:01:01", ip: 198.19.1.11/24, network: blue}
       - {name: vm2, mac: "02:fa:00:00:01:02", ip: 198.19.1.12/24, network: blue}
       - {name: mon1, mac: "02:fa:00:00:01:a1", ip: 198.19.1.101/24, network: blue}
+      - {name: grn1, mac: "02:fa:00:00:03:01", ip: 198.19.2.21/24, network: green}
   - name: compute2
     role: compute
     vms:
       - {name: vm3, mac: "02:fa:00:00:01:03", ip: 198.19.1.13/24, network: blue}
       - {name: mon2, mac: "02:fa:00:00:01:a2", ip: 198.19.1.102/24, network: blue}
+      - {name: grn2, mac: "02:fa:00:00:03:02", ip: 198.19.2.22/24, network: green}
+      - {name: gmon, mac: "02:fa:00:00:03:a1", ip: 198.19.2.101/24, network: green}
 underlay:
   cidr: 198.18.0.0/24
   mtu: 1600
 """
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "mon1": "198.19.1.101",
-      "mon2": "198.19.1.102"}
+      "mon2": "198.19.1.102", "grn1": "198.19.2.21", "grn2": "198.19.2.22", "gmon": "198.19.2.101"}
 PROJECT = "demo"   # the lab registers its ports in the topology's project
 
 
@@ -446,3 +452,30 @@ def test_rate_limit_meters_copies_not_originals(lab, tap, tmp_path):
     tap.delete(t["id"])
     tap.gone()
     assert "rate=200" not in sh(lab, "compute1", "ovs-ofctl", "-O", "OpenFlow13", "dump-meters", "br-int").stdout
+
+
+
+def test_vlan_filter_on_a_vlan_network(lab, tap, tmp_path):
+    t = tap.create(sender="grn1", receiver="grn2", monitor="gmon", vlan=121)
+    tap.realised(t["id"])
+    with captures(lab, tmp_path, ["grn2", "gmon"], bpf="icmp") as pcap:
+        sh(lab, "grn1", "ping", "-c", "3", "-i", "0.2", IP["grn2"])
+    assert len(frames(pcap["grn2"], src="grn1")) == 3 and frames(pcap["gmon"]) == []   # VLAN 121: not this network
+    tap.patch(t["id"], vlan=120)
+    tap.realised(t["id"])
+    (tmp_path / "b").mkdir()
+    with captures(lab, tmp_path / "b", ["grn2", "gmon"], bpf="icmp") as pcap:
+        sh(lab, "grn1", "ping", "-c", "3", "-i", "0.2", IP["grn2"])
+    got = frames(pcap["grn2"], src="grn1")
+    assert len(got) == 3 and frames(pcap["gmon"]) == got        # VLAN 120, cross node over the uplink
+
+
+def test_routed_traffic_copy_is_what_the_receiver_gets(lab, tap, tmp_path):
+    # blue vm1 -> green grn2 through the distributed router; the monitor sits in blue on compute1
+    t = tap.create(sender="vm1", receiver="grn2", monitor="mon1")
+    tap.realised(t["id"])
+    with captures(lab, tmp_path, ["grn2", "mon1"]) as pcap:
+        traffic(lab, "vm1", "grn2", pings=3)
+    got = frames(pcap["grn2"], src="vm1", dst="grn2")
+    assert len(got) > 50 and got[0][22] == 63            # routed: TTL 64 - 1, router's source MAC
+    assert_same_per_flow(frames(pcap["mon1"]), got)
