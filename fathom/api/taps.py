@@ -125,7 +125,7 @@ def _endpoint(session, port_id: int | None, mac=None, ip=None) -> EndpointOut:
                        node=port.node.name if port.node else None)
 
 
-def tap_out(session, t: m.TapPolicy) -> TapOut:
+def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = None) -> TapOut:
     directions = (0, 1) if t.direction == "both" else (0,)
     monitors = (0, 1) if t.has_monitor2 else (0,)
     markers = [vtap.marker(t.id, d, i) for d in directions for i in monitors] if t.id <= vtap.MAX_POLICY_ID else []
@@ -140,7 +140,8 @@ def tap_out(session, t: m.TapPolicy) -> TapOut:
         direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
         rate_pps=t.rate_pps,
         markers=markers,
-        status=t.status, status_reason=t.status_reason, created_at=created)
+        status=(status or (t.status, t.status_reason))[0], status_reason=(status or (t.status, t.status_reason))[1],
+        created_at=created)
 
 
 def _body(model: BaseModel, given_only: bool) -> dict:
@@ -162,8 +163,8 @@ def taps_router(store) -> APIRouter:
     def list_taps(c: Caller = who, name: str | None = None):
         def run(s):
             taps = list_objects(s, c, m.TapPolicy, name=name)
-            ops.refresh_statuses(s, taps)
-            return [tap_out(s, t) for t in taps]
+            now = ops.current_statuses(s) if taps else {}
+            return [tap_out(s, t, now.get(t.id)) for t in taps]
         return store.read(run)
 
     @r.post("/taps", response_model=TapOut, status_code=201)
@@ -175,8 +176,7 @@ def taps_router(store) -> APIRouter:
     def show_tap(tap_id: int, c: Caller = who):
         def run(s):
             t = ops.get_tap(s, c, tap_id)
-            ops.refresh_statuses(s, [t])
-            return tap_out(s, t)
+            return tap_out(s, t, ops.current_statuses(s).get(t.id))
         return store.read(run)
 
     @r.patch("/taps/{tap_id}", response_model=TapOut)

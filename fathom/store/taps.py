@@ -210,13 +210,10 @@ def _set_status(session: Session, tap: m.TapPolicy) -> None:
     tap.status, tap.status_reason = status_of(static_problems(session).get(tap.id, []))
 
 
-def refresh_statuses(session: Session, taps: list[m.TapPolicy]) -> None:
-    """Status follows the store: a port deleted or unbound under a policy shows at once."""
-    problems = static_problems(session)
-    for tap in taps:
-        status, reason = status_of(problems.get(tap.id, []))
-        if (tap.status, tap.status_reason) != (status, reason):
-            tap.status, tap.status_reason = status, reason
+def current_statuses(session: Session) -> dict[int, tuple[str, str | None]]:
+    """(status, reason) of every policy as the store stands now: a port deleted or unbound under a
+    policy shows at once. Computed on read (reads do not write: they run in read-only transactions)."""
+    return {pid: status_of(problems) for pid, problems in static_problems(session).items()}
 
 
 def policies_using_port(session: Session, port_id: int) -> list[m.TapPolicy]:
