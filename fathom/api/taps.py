@@ -7,6 +7,7 @@ Counters and per-node state are runtime facts: fathom/controller/taps.py serves 
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -108,7 +109,6 @@ def parse_ref(value, field: str):
         if not MAC_RE.match(mac):
             raise Invalid(f"{value['mac']!r} is not a MAC address like 02:00:00:00:00:01", f"{field}.mac")
         try:
-            import ipaddress
             ip = str(ipaddress.IPv4Address(str(value["ip"]).strip()))
         except ValueError:
             raise Invalid(f"{value['ip']!r} is not an IPv4 address", f"{field}.ip") from None
