@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from fathom import __version__
 from fathom.api import schemas as sc
+from fathom.api.taps import taps_router
 from fathom.store import models as m
 from fathom.store import ops
 from fathom.store.db import READ_ONLY, open_store
@@ -51,7 +52,7 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
         return error_response(exc)
 
     app.include_router(_routes(store), prefix="/v1")
-    app.include_router(__import__("fathom.api.taps", fromlist=["x"]).taps_router(store), prefix="/v1")  # vTAP
+    app.include_router(taps_router(store), prefix="/v1")
     return app
 
 

@@ -42,7 +42,8 @@ def owned(cookie, group_id: int | None = None) -> bool:
 def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Every app's compiler, merged per node. New apps add their compiler here."""
     states = compile_tenant(snapshot)
-    for name, state in compile_vtap(snapshot).items(): states[name] = states.get(name, SwitchState()) | state  # noqa: E701,E501 vTAP
+    for name, state in compile_vtap(snapshot).items():
+        states[name] = states.get(name, SwitchState()) | state
     return states
 
 

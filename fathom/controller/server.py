@@ -11,6 +11,7 @@ from fathom.controller import ofapp
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
 from fathom.controller.reconciler import Reconciler
+from fathom.controller.taps import tap_runtime_router
 from fathom.pipeline.stages import TABLE_STAGE
 from fathom.store.db import open_store, session_factory
 from fathom.store import models as m
@@ -71,7 +72,7 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
     api = create_app(db_url, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))
-    api.include_router(__import__("fathom.controller.taps", fromlist=["x"]).tap_runtime_router(reconciler))  # vTAP
+    api.include_router(tap_runtime_router(reconciler))
     reconciler.wake()
     LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)
     uvicorn.run(api, host=api_host, port=api_port, log_level="warning")
