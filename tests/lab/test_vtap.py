@@ -479,3 +479,21 @@ def test_routed_traffic_copy_is_what_the_receiver_gets(lab, tap, tmp_path):
     got = frames(pcap["grn2"], src="vm1", dst="grn2")
     assert len(got) > 50 and got[0][22] == 63            # routed: TTL 64 - 1, router's source MAC
     assert_same_per_flow(frames(pcap["mon1"]), got)
+
+
+def test_a_new_tap_applies_to_traffic_already_flowing(lab, tap, tmp_path):
+    # a flow cached in the datapath before the tap exists is copied as soon as the tap is realised
+    # (OVS Mirror changes lag until revalidation: kube-ovn#2801; the benchmark purges for that reason)
+    with captures(lab, tmp_path, ["vm2", "mon1"], bpf="icmp") as pcap:
+        pinger = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm1"), "ping", "-c", "40", "-i", "0.1", IP["vm2"]],
+                                  stdout=subprocess.DEVNULL)
+        time.sleep(1.0)
+        t = tap.create(sender="vm1", receiver="vm2", monitor="mon1", ip_proto="icmp")
+        tap.realised(t["id"])
+        realised_at = time.time()
+        pinger.wait(20)
+    copies = rdpcap(str(pcap["mon1"]))
+    got = [p for p in rdpcap(str(pcap["vm2"])) if p["IP"].src == IP["vm1"]]
+    after = [p for p in got if float(p.time) > realised_at + 0.05]
+    assert after and len(copies) >= len(after)
+    assert float(copies[0].time) <= realised_at + 0.2
