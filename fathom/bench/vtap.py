@@ -12,6 +12,7 @@ over frames the receiver received (both count the iperf3 control connection, whi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class Point:
     mon_packets: int = 0
     mon_bytes: int = 0
     iperf_mbps: float = 0.0
+    switch_cpu_s: float = 0.0       # CPU time ovs-vswitchd of the node spent during the run
     extra: dict = field(default_factory=dict)
 
     @property
@@ -71,6 +73,8 @@ class Point:
                 "sent_packets": self.sent_packets, "receiver_packets": self.rx_packets,
                 "receiver_mbps": round(self.rx_mbps, 2), "monitor_packets": self.mon_packets,
                 "monitor_mbps": round(self.mon_mbps, 2), "iperf_mbps": round(self.iperf_mbps, 2),
+                "switch_cpu_s": round(self.switch_cpu_s, 3),
+                "switch_us_per_packet": round(self.switch_cpu_s * 1e6 / self.rx_packets, 3) if self.rx_packets else None,
                 "copies_share": round(self.mon_packets / self.rx_packets, 4) if self.rx_packets else None}
 
 
@@ -122,6 +126,12 @@ class VtapBench:
         time.sleep(0.5)
 
     # ----------------------------------------------------------------- one measurement
+    def switch_cpu(self) -> float:
+        """utime + stime (all threads) of the node's ovs-vswitchd, in seconds."""
+        pid = self.lab.ovs("compute1").pid("ovs-vswitchd")
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def counters(self, vm: str) -> tuple[int, int]:
         out = self.ns(vm, "cat", "/sys/class/net/eth0/statistics/rx_packets", "/sys/class/net/eth0/statistics/rx_bytes").stdout.split()
         return int(out[0]), int(out[1])
@@ -136,11 +146,13 @@ class VtapBench:
         else:
             args += ["-M", str(max(88, size - TCP_OVERHEAD))]
         r0, m0 = self.counters("vm2"), self.counters("mon1")
+        c0 = self.switch_cpu()
         t0 = time.monotonic()
         out = self.ns("vm1", *args, check=False, timeout=self.seconds + 30)
         elapsed = time.monotonic() - t0
         time.sleep(0.2)
         r1, m1 = self.counters("vm2"), self.counters("mon1")
+        cpu = self.switch_cpu() - c0
         try:
             server.wait(5)
         except subprocess.TimeoutExpired:
@@ -161,6 +173,7 @@ class VtapBench:
             p.iperf_mbps = s.get("bits_per_second", 0) / 1e6
             p.seconds = s.get("seconds", self.seconds) or self.seconds
             p.sent_packets = 0
+        p.switch_cpu_s = cpu
         p.rx_packets, p.rx_bytes = r1[0] - r0[0], r1[1] - r0[1]
         p.mon_packets, p.mon_bytes = m1[0] - m0[0], m1[1] - m0[1]
         return p
@@ -206,6 +219,7 @@ def aggregate(raw: list[dict]) -> list[dict]:
                     "receiver_mbps_max": max(x["receiver_mbps"] for x in rows),
                     "receiver_packets": int(med("receiver_packets")), "monitor_packets": int(med("monitor_packets")),
                     "sent_packets": int(med("sent_packets")),
+                    "switch_us_per_packet": round(statistics.median(x["switch_us_per_packet"] or 0 for x in rows), 3),
                     "copies_share": round(sum(x["monitor_packets"] for x in rows)
                                           / max(1, sum(x["receiver_packets"] for x in rows)), 4)})
     return out
@@ -228,7 +242,9 @@ def ratios(rows: list[dict]) -> list[dict]:
                     "fathom_monitor_over_receiver": round(f["monitor_mbps"] / f["receiver_mbps"], 3)
                     if f and f["receiver_mbps"] else None,
                     "mirror_monitor_over_receiver": round(m["monitor_mbps"] / m["receiver_mbps"], 3)
-                    if m and m["receiver_mbps"] else None})
+                    if m and m["receiver_mbps"] else None,
+                    "switch_us_per_packet": {k: x.get("switch_us_per_packet") for k, x in
+                                             (("none", r), ("fathom", f), ("mirror", m)) if x}})
     return out
 
 
@@ -237,17 +253,21 @@ def markdown(doc: dict) -> str:
              "environment: " + ", ".join(f"{k}={v}" for k, v in doc["environment"].items() if v is not None), "",
              f"UDP offered load {doc['udp_mbps']} Mb/s, {doc['seconds']} s per point; TCP: one iperf3 stream; "
              f"medians of {doc.get('repeats', 1)} interleaved repeats (receiver min–max in brackets).", "",
-             "| proto | size (B) | mode | receiver Mb/s | monitor Mb/s | monitor/receiver frames | sent pkts |",
-             "|---|---|---|---|---|---|---|"]
+             "| proto | size (B) | mode | receiver Mb/s | monitor Mb/s | monitor/receiver frames | sent pkts | vswitchd µs/packet |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in doc["points"]:
         lines.append(f"| {r['proto']} | {r['size_bytes']} | {r['mode']} | {r['receiver_mbps']} "
                      f"[{r['receiver_mbps_min']}–{r['receiver_mbps_max']}] | {r['monitor_mbps']} | "
-                     f"{r['copies_share'] if r['mode'] != 'none' else ''} | {r['sent_packets'] or ''} |")
-    lines += ["", "| proto | size (B) | fathom/none | mirror/none | fathom/mirror | fathom mon/rx | mirror mon/rx |",
-              "|---|---|---|---|---|---|---|"]
+                     f"{r['copies_share'] if r['mode'] != 'none' else ''} | {r['sent_packets'] or ''} | "
+                     f"{r['switch_us_per_packet']} |")
+    lines += ["", "| proto | size (B) | fathom/none | mirror/none | fathom/mirror | fathom mon/rx | mirror mon/rx | "
+              "vswitchd µs/pkt none / fathom / mirror |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in doc["ratios"]:
+        cpu = r.get("switch_us_per_packet", {})
         lines.append(f"| {r['proto']} | {r['size_bytes']} | {r['fathom_over_none']} | {r['mirror_over_none']} | "
-                     f"{r['fathom_over_mirror']} | {r['fathom_monitor_over_receiver']} | {r['mirror_monitor_over_receiver']} |")
+                     f"{r['fathom_over_mirror']} | {r['fathom_monitor_over_receiver']} | {r['mirror_monitor_over_receiver']} | "
+                     f"{cpu.get('none')} / {cpu.get('fathom')} / {cpu.get('mirror')} |")
     lines += ["", "Below saturation:", ""]
     for r in doc["below_saturation"]:
         lines.append(f"- {r['mode']}: monitor received {r['monitor_packets']} frames for the receiver's "
@@ -260,7 +280,7 @@ def plot(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     protos = sorted({r["proto"] for r in doc["points"]}, reverse=True)
-    fig, axes = plt.subplots(1, len(protos), figsize=(6 * len(protos), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(protos) + 1, figsize=(5.5 * (len(protos) + 1), 4.2), squeeze=False)
     styles = {"none": ("k", "o"), "fathom": ("tab:blue", "s"), "mirror": ("tab:orange", "^")}
     for ax, proto in zip(axes[0], protos):
         for mode in MODES:
@@ -285,6 +305,23 @@ def plot(doc: dict, path: Path) -> None:
         ax.set_title(f"{proto.upper()}" + (f" at {doc['udp_mbps']} Mb/s offered" if proto == "udp" else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    ax = axes[0][len(protos)]
+    for proto, ls in (("udp", "-"), ("tcp", ":")):
+        for mode in MODES:
+            rows = sorted((r for r in doc["points"] if r["proto"] == proto and r["mode"] == mode),
+                          key=lambda r: r["size_bytes"])
+            if rows:
+                color, marker = styles[mode]
+                ax.plot([r["size_bytes"] for r in rows], [r["switch_us_per_packet"] for r in rows], color=color,
+                        marker=marker, linestyle=ls, label=f"{proto}, {mode}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(doc["sizes"]))
+    ax.set_xticklabels([str(s) for s in doc["sizes"]])
+    ax.set_xlabel("frame size (bytes)")
+    ax.set_ylabel("ovs-vswitchd CPU µs per delivered packet")
+    ax.set_title("switch cost per packet (median)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     fig.suptitle("vTAP: receiver and monitor RX throughput (paper 000 Fig. 8 setting), lab br-int netdev")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
