@@ -177,6 +177,55 @@ def vtap_section(report: list) -> None:
         report.append(("vTAP HTTP client → web to ids", f"{ok}/5 GETs ok, {captured} frames at the monitor, "
                        f"{copies} copies / {delivered} delivered" + ("" if ok == 5 and copies and copies == delivered
                                                                      else " FAILED")))
+
+
+def fabric_section(report: list) -> None:
+    """Issue 7: the ToR under the controller (LLDP, VLANs on its trunks), one router moved between
+    the three modes while a ping runs through it: traffic follows the router."""
+    console.rule("[bold]fabric offload: the ToR as a managed switch, router modes")
+    from fathom.bench.l3 import TOPOLOGY as FABRIC_TOPOLOGY
+    lab = Lab(LAB + "f")
+    lab.down()
+    topo = load(FABRIC_TOPOLOGY)
+    try:
+        with console.status("bringing up the fabric lab (ToR managed by the controller)"):
+            state = lab.up(topo, str(FABRIC_TOPOLOGY))
+        api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            st = api.get("/fabric/switches/1/status").json()
+            if all("lldp" in p["link"] for p in st["ports"]):
+                break
+            time.sleep(0.5)
+        for p in st["ports"]:
+            line = f"ToR port {p['port']} → node {p['node']} (by {'+'.join(p['link'])}), VLANs {p['vlans']}"
+            console.print(line)
+            report.append((f"ToR port {p['port']}", f"node {p['node']} by {'+'.join(p['link']) or 'FAILED'}, "
+                                                    f"VLANs {p['vlans']}"))
+        rid = api.get("/routers").json()[0]["id"]
+        ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
+        for mode in ("fabric", "network-node", "distributed"):
+            # a ping every 10 ms while the router moves: how many echoes the move costs
+            argv, env = lab.exec_args("va", ["ping", "-i", "0.01", "-W", "1", ips["vd"]])
+            pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            time.sleep(0.5)
+            api.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+            deadline = time.monotonic() + 10
+            while api.get(f"/routers/{rid}").json()["status"] != "active" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1)
+            pinger.send_signal(2)
+            out = pinger.communicate(timeout=5)[0]
+            m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+            lost = f"{int(m.group(1)) - int(m.group(2))}/{m.group(1)}" if m else "?"
+            gbps = iperf_gbps(lab, "va", "vd", ips["vd"], seconds=2)
+            where = {"fabric": "the ToR's flows (svi table)", "network-node": "a router namespace on gw",
+                     "distributed": "the first-hop node's br-int"}[mode]
+            console.print(f"router r1 → {mode}: va → vd routed by {where}; echoes lost in the move {lost}; TCP "
+                          + (f"{gbps:.2f} Gb/s" if gbps else "[red]FAILED"))
+            ok = m is not None and int(m.group(1)) - int(m.group(2)) <= 3 and gbps
+            report.append((f"router r1 moved to {mode}", f"{lost} echoes lost (10 ms apart), TCP va → vd "
+                                                         f"{gbps or 0:.2f} Gb/s" + ("" if ok else " - FAILED")))
     finally:
         if not KEEP:
             lab.down()
@@ -198,6 +247,7 @@ def main() -> int:
         lab_section(lab, report)
         tenant_section(report)
         vtap_section(report)
+        fabric_section(report)   # issue 7
     except (LabError, subprocess.SubprocessError, httpx.HTTPError) as e:
         console.print(f"[red]demo failed:[/red] {e}")
         ok = False
@@ -212,6 +262,7 @@ def main() -> int:
             lab.down()
             Lab(LAB + "t").down()
             Lab(LAB + "v").down()
+            Lab(LAB + "f").down()
             console.print(f"\nlabs '{LAB}' and '{LAB}t' removed")
     return 0 if ok and all("FAILED" not in v for _, v in report) else 1
 

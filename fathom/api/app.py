@@ -22,8 +22,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fathom import __version__
+from fathom.api import fabric as fabric_api
 from fathom.api import schemas as sc
 from fathom.api.taps import taps_router
+from fathom.store import fabric as fabric_ops
 from fathom.store import models as m
 from fathom.store import ops
 from fathom.store.db import READ_ONLY, open_store
@@ -53,6 +55,7 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
 
     app.include_router(_routes(store), prefix="/v1")
     app.include_router(taps_router(store), prefix="/v1")
+    app.include_router(fabric_api.routes(store), prefix="/v1", responses=ERRORS)  # issue 7: fabric
     return app
 
 
@@ -161,8 +164,10 @@ def interface_out(p: m.Port) -> sc.RouterInterfaceOut:
 
 
 def router_out(s: Session, r: m.Router) -> sc.RouterOut:
+    mode = fabric_api.mode_out(s, r)   # issue 7: where the router runs
     return sc.RouterOut(id=r.id, name=r.name, project_id=r.project_id,
                         interfaces=[interface_out(p) for p in ops.router_interfaces(s, r.id)],
+                        mode=mode.mode, gateway_node=mode.gateway_node,
                         status=r.status, status_reason=r.status_reason, created_at=_utc(r.created_at))
 
 
@@ -321,8 +326,12 @@ def _routes(store: _Store) -> APIRouter:
 
     @r.post("/routers", response_model=sc.RouterOut, status_code=201, tags=["routers"])
     def create_router(body: sc.RouterCreate, c: Caller = who):
-        return store.write(lambda s: router_out(s, ops.create_router(
-            s, c, name=body.name, project_id=body.project_id)))
+        def run(s):
+            router = ops.create_router(s, c, name=body.name, project_id=body.project_id)
+            if body.mode != "distributed" or body.gateway_node is not None:   # issue 7
+                fabric_ops.set_router_mode(s, router, body.mode, body.gateway_node)
+            return router_out(s, router)
+        return store.write(run)
 
     @r.get("/routers/{router_id}", response_model=sc.RouterOut, tags=["routers"])
     def show_router(router_id: int, c: Caller = who):
@@ -330,7 +339,14 @@ def _routes(store: _Store) -> APIRouter:
 
     @r.patch("/routers/{router_id}", response_model=sc.RouterOut, tags=["routers"])
     def update_router(router_id: int, body: sc.RouterUpdate, c: Caller = who):
-        return store.write(lambda s: router_out(s, _rename(s, c, m.Router, router_id, body)))
+        def run(s):
+            router = _rename(s, c, m.Router, router_id, body)
+            if body.mode is not None:   # issue 7: move the router (docs/fabric.md)
+                fabric_ops.set_router_mode(s, router, body.mode, body.gateway_node)
+            elif body.gateway_node is not None:
+                fabric_ops.set_router_mode(s, router, fabric_ops.get_mode(s, router).mode, body.gateway_node)
+            return router_out(s, router)
+        return store.write(run)
 
     @r.delete("/routers/{router_id}", status_code=204, tags=["routers"])
     def delete_router(router_id: int, c: Caller = who):

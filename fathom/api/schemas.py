@@ -187,13 +187,20 @@ class PortOut(BaseModel):
 # ---------------------------------------------------------------------------------------------- routers
 
 
+RouterMode = Literal["distributed", "fabric", "network-node"]   # issue 7, docs/fabric.md
+
+
 class RouterCreate(_Request):
     name: str = NAME
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
+    mode: RouterMode = "distributed"
+    gateway_node: str | None = None   # network-node mode: default the first node of role gateway
 
 
 class RouterUpdate(_Request):
     name: str = NAME
+    mode: RouterMode | None = None
+    gateway_node: str | None = None
 
 
 class RouterInterfaceCreate(_Request):
@@ -218,6 +225,8 @@ class RouterOut(BaseModel):
     name: str
     project_id: str
     interfaces: list[RouterInterfaceOut]
+    mode: RouterMode = "distributed"
+    gateway_node: str | None = None
     status: Status
     status_reason: str | None
     created_at: datetime

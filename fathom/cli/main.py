@@ -14,6 +14,8 @@ GROUPS = [
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
     ("fathom.cli.bench", "bench"),
+    ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` (issue 7) to the bench group
+    ("fathom.cli.fabric", "fabric"),     # issue 7
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
 ]

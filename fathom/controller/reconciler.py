@@ -20,6 +20,7 @@ from fathom.controller.bootstrap import Bootstrapper, datapath_id
 from fathom.openflow import encode
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
+from fathom.pipeline import fabric
 from fathom.pipeline.tenant import compile_tenant
 from fathom.pipeline.vtap import compile_vtap
 from fathom.store import models as m
@@ -41,10 +42,14 @@ def owned(cookie, group_id: int | None = None) -> bool:
 
 def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Every app's compiler, merged per node. New apps add their compiler here."""
-    states = compile_tenant(snapshot)
-    for name, state in compile_vtap(snapshot).items():
-        states[name] = states.get(name, SwitchState()) | state
-    return states
+    # issue 7: routers not in distributed mode are hidden from the tenant compiler (tenant_view);
+    # the fabric adds its br-int flows (gateway MAC of fabric routers -> VLAN trunk).
+    out = compile_tenant(fabric.tenant_view(snapshot))
+    for node, extra in fabric.compile_edges(snapshot).items():
+        out[node] = out.get(node, SwitchState()) | extra
+    for node, extra in compile_vtap(fabric.tenant_view(snapshot)).items():  # vTAP (issue 4)
+        out[node] = out.get(node, SwitchState()) | extra
+    return out
 
 
 @dataclass
@@ -60,6 +65,9 @@ class NodeResult:
 class PassResult:
     nodes: dict[str, NodeResult] = field(default_factory=dict)
     desired: dict[str, SwitchState] = field(default_factory=dict)
+    # (kind, object id) -> (status, reason) decided by an extension (e.g. a router in the fabric),
+    # written instead of what the br-int flows alone would say
+    status_overrides: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -77,6 +85,10 @@ class Reconciler:
         # What each switch holds after our last successful apply: passes woken by API changes diff
         # against it instead of reading every flow back. Dropped on reconnect, failure and audit.
         self.known: dict[int, tuple[set, set]] = {}
+        # more switches than the br-ints (issue 7: the fabric), each called in every pass as
+        # ext.before_apply(reconciler, snapshot, result) before the br-ints are written, and
+        # ext.after_pass(reconciler, snapshot, result) at the end
+        self.extensions: list = []
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
 
     def wake(self, *_args) -> None:
@@ -122,6 +134,11 @@ class Reconciler:
                 ofports[node.name] = ports
             snapshot = snapshot.with_ofports(ofports)
             result.desired = compile_all(snapshot)
+            for ext in self.extensions:   # e.g. the fabric: new ToR paths in place before the nodes use them
+                try:
+                    ext.before_apply(self, snapshot, result)
+                except Exception:  # noqa: BLE001
+                    LOG.exception("extension %s failed", type(ext).__name__)
             for node in snapshot.nodes:
                 res = result.nodes[node.name]
                 dp = self.app.datapath(datapath_id(node.id))
@@ -138,6 +155,11 @@ class Reconciler:
                     LOG.warning("node %s: apply failed: %s", node.name, e)
                     res.switch = f"error: {e}"
             self._write_status(snapshot, result)
+            for ext in self.extensions:
+                try:
+                    ext.after_pass(self, snapshot, result)
+                except Exception:  # noqa: BLE001 - one extension must not break the pass
+                    LOG.exception("extension %s failed", type(ext).__name__)
             self.last = result
             self.passes += 1
             self.last_pass_seconds = time.monotonic() - started
@@ -217,6 +239,9 @@ class Reconciler:
                     if kind == st.KIND_ROUTER_INTERFACE and obj.router_id is None:
                         continue
                     if kind == st.KIND_PORT and obj.router_id is not None:
+                        continue
+                    if (kind, obj.id) in result.status_overrides:
+                        _set(obj, *result.status_overrides[(kind, obj.id)])
                         continue
                     nodes = needs.get((kind, obj.id), set())
                     problems = sorted(filter(None, (node_problem(n) for n in nodes)))

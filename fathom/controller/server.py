@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException
 from fathom.controller import ofapp
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
+from fathom.controller.fabric import FabricRuntime
 from fathom.controller.reconciler import Reconciler
 from fathom.controller.taps import tap_runtime_router
 from fathom.pipeline.stages import TABLE_STAGE
@@ -73,6 +74,8 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     api = create_app(db_url, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
+    # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
+    FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
     LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)
     uvicorn.run(api, host=api_host, port=api_port, log_level="warning")

@@ -72,14 +72,21 @@ class Api:
         return r.json() if r.content else None
 
 
-def register(url: str, topo: Topology, nodes: list, progress=lambda s: None) -> dict:
+def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None) -> dict:
     """Create nodes, networks, subnets, routers and VM ports; returns the ids created."""
     api = Api(url)
-    created: dict[str, dict[str, int]] = {"nodes": {}, "networks": {}, "subnets": {}, "ports": {}, "routers": {}}
+    created: dict[str, dict[str, int]] = {"nodes": {}, "networks": {}, "subnets": {}, "ports": {}, "routers": {},
+                                          "fabric_switches": {}}
     progress("registering nodes")
     for n in nodes:
         created["nodes"][n.name] = api.call("POST", "/nodes", json={
             "name": n.name, "role": n.role, "tunnel_ip": n.tunnel_ip, "management_ip": n.mgmt_ip})["id"]
+    if fabric_ip:
+        # issue 7: the ToR; the lab's wiring (port named after the node) is declared as a fallback,
+        # the controller learns the real one by LLDP
+        progress("registering the fabric switch")
+        created["fabric_switches"]["fabric"] = api.call("POST", "/fabric/switches", json={
+            "name": "fabric", "management_ip": fabric_ip, "links": {n.name: n.name for n in nodes}})["id"]
     progress("creating networks")
     for net in topo.networks:
         body = {"name": net.name, "type": net.type, "project_id": net.project}
@@ -94,6 +101,8 @@ def register(url: str, topo: Topology, nodes: list, progress=lambda s: None) -> 
         rid = created["routers"][r.name] = api.call("POST", "/routers", json={"name": r.name, "project_id": project})["id"]
         for name in r.networks:
             api.call("POST", f"/routers/{rid}/interfaces", json={"subnet_id": created["subnets"][name]})
+        if r.mode != "distributed":  # issue 7
+            api.call("PUT", f"/routers/{rid}/mode", json={"mode": r.mode})
     progress("creating VM ports")
     for node in topo.nodes:
         for vm in node.vms:
@@ -138,6 +147,8 @@ def deregister(url: str, created: dict) -> None:
             api.client.delete(f"/routers/{rid}")
         for nid in created.get("networks", {}).values():
             api.client.delete(f"/networks/{nid}")
+        for sid in created.get("fabric_switches", {}).values():
+            api.client.delete(f"/fabric/switches/{sid}")
         for nid in created.get("nodes", {}).values():
             api.client.delete(f"/nodes/{nid}")
     except httpx.HTTPError:

@@ -143,6 +143,15 @@ class Lab:
         tor.start()
         tor.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
                   "fail_mode=standalone")
+        if not standalone:
+            # issue 7: the ToR is managed by the controller like the nodes (OVSDB on the management
+            # network; the controller makes br-fabric fail_mode secure and connects it over OpenFlow)
+            fab_ip = state["management"]["fabric_ip"] = str(hosts_m_fabric(mg["cidr"]))
+            run(["ip", "link", "add", f"{self.name}-mf", "type", "veth", "peer", "name", "mgmt0", "netns", fabric])
+            run(["ip", "link", "set", f"{self.name}-mf", "master", mg["bridge"], "up"])
+            run(["ip", "addr", "add", f"{fab_ip}/{prefix}", "dev", "mgmt0"], ns=fabric)
+            run(["ip", "link", "set", "mgmt0", "up"], ns=fabric)
+            tor.vsctl("set-manager", f"ptcp:6640:{fab_ip}")
 
         for node in nodes:
             progress(f"node {node.name}")
@@ -242,7 +251,8 @@ class Lab:
         else:
             state["controller"] = {"url": url, "managed": False}
         self._save(state)
-        state["controller"]["created"] = ctl.register(state["controller"]["url"], topo, nodes, progress)
+        state["controller"]["created"] = ctl.register(state["controller"]["url"], topo, nodes, progress,
+                                                      fabric_ip=state["management"].get("fabric_ip"))
         self._save(state)
         progress("waiting for the ports to become active")
         ctl.wait_active(state["controller"]["url"], state["controller"]["created"])
@@ -348,6 +358,11 @@ def list_labs() -> list[dict]:
                     "vms": sum(len(n.get("vms", [])) for n in st.get("topology", {}).get("nodes", [])),
                     "standalone": st.get("standalone"), "topology_file": st.get("topology_file")})
     return out
+
+
+def hosts_m_fabric(cidr: str) -> ipaddress.IPv4Address:
+    """The fabric switch's management address: the host just below the first node's."""
+    return list(ipaddress.IPv4Network(cidr).hosts())[8]
 
 
 def _free_mgmt_subnet() -> ipaddress.IPv4Network:

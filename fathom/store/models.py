@@ -143,3 +143,7 @@ class TapPolicy(_Object, Base):
     filters: Mapped[dict] = mapped_column(JSON, default=dict)
     truncate: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rate_pps: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+# Fabric tables (issue 7) live in their own module; importing it registers them on Base.metadata.
+from fathom.store import fabric_models  # noqa: E402,F401

@@ -15,6 +15,7 @@ from typing import Sequence
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
+from fathom.store import fabric
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
@@ -166,8 +167,10 @@ def create_network(session: Session, caller: Caller, settings: Settings, *, name
             raise Conflict("a flat network exists already (one per uplink)", "type")
     else:
         top = VXLAN_MAX if type == "vxlan" else VLAN_MAX
+        # issue 7: with a fabric switch, VLAN ids must come from the fabric's range
+        fabric_range = fabric.check_network_vlan(session, segmentation_id) if type == "vlan" else None
         if segmentation_id is None:
-            segmentation_id = _allocate_segment(session, type, settings)
+            segmentation_id = _allocate_segment(session, type, settings, fabric_range)
         elif not 1 <= segmentation_id <= top:
             raise Invalid(f"a {type} segmentation id is 1..{top}", "segmentation_id")
         elif _segment_used(session, type, segmentation_id):
@@ -184,8 +187,9 @@ def _segment_used(session: Session, type: str, segmentation_id: int) -> bool:
         m.Network.type == type, m.Network.segmentation_id == segmentation_id)) is not None
 
 
-def _allocate_segment(session: Session, type: str, settings: Settings) -> int:
-    low, high = settings.vxlan_range if type == "vxlan" else settings.vlan_range
+def _allocate_segment(session: Session, type: str, settings: Settings,
+                      bounds: tuple[int, int] | None = None) -> int:
+    low, high = bounds or (settings.vxlan_range if type == "vxlan" else settings.vlan_range)
     used = set(session.scalars(select(m.Network.segmentation_id).where(
         m.Network.type == type, m.Network.segmentation_id.between(low, high))))
     for candidate in range(low, high + 1):
@@ -408,6 +412,7 @@ def add_router_interface(session: Session, caller: Caller, router_id: int, *, su
     """A leg of the router on a subnet: a port of the subnet's network holding the gateway address."""
     router = get(session, caller, m.Router, router_id)
     subnet = get(session, caller, m.Subnet, subnet_id, "subnet_id")
+    fabric.check_interface_mode(session, router, session.get(m.Network, subnet.network_id))  # issue 7
     for leg in router_interfaces(session, router.id):
         for alloc in leg.fixed_ips:
             other = session.get(m.Subnet, alloc.subnet_id)
