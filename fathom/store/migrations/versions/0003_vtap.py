@@ -1,13 +1,13 @@
 """vTAP policies (issue 4).
 
-Revision ID: 0002_vtap
-Revises: 0001
+Revision ID: 0003_vtap
+Revises: 0002
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_vtap"
-down_revision = "0001"
+revision = "0003_vtap"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
