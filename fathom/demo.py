@@ -177,6 +177,9 @@ def vtap_section(report: list) -> None:
         report.append(("vTAP HTTP client → web to ids", f"{ok}/5 GETs ok, {captured} frames at the monitor, "
                        f"{copies} copies / {delivered} delivered" + ("" if ok == 5 and copies and copies == delivered
                                                                      else " FAILED")))
+    finally:
+        if not KEEP:
+            lab.down()
 
 
 def fabric_section(report: list) -> None:
