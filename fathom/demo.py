@@ -107,6 +107,81 @@ def tenant_section(report: list) -> None:
             lab.down()
 
 
+VTAP_TOPOLOGY = """
+networks:
+  - {name: blue, type: vxlan, segmentation_id: 1001, cidr: 198.19.1.0/24}
+nodes:
+  - name: compute1
+    role: compute
+    vms:
+      - {name: client, mac: "02:fa:00:00:01:01", ip: 198.19.1.11/24, network: blue}
+      - {name: ids, mac: "02:fa:00:00:01:a1", ip: 198.19.1.101/24, network: blue}
+  - name: compute2
+    role: compute
+    vms:
+      - {name: web, mac: "02:fa:00:00:01:02", ip: 198.19.1.12/24, network: blue}
+underlay:
+  cidr: 198.18.0.0/24
+  mtu: 1600
+"""
+
+
+def vtap_section(report: list) -> None:
+    """vTAP: one tenant's HTTP traffic (client -> web, both directions) copied to a monitor VM."""
+    import signal
+
+    from fathom.lab.topology import parse
+    console.rule("[bold]vTAP: HTTP of one tenant copied to a monitor VM (group ALL + recovery rule)")
+    lab = Lab(LAB + "v")
+    lab.down()
+    try:
+        with console.status("bringing up a lab with a monitor VM"):
+            url = lab.up(parse(VTAP_TOPOLOGY, "<demo vtap>"), "<demo vtap>")["controller"]["url"]
+        tap = httpx.post(url + "/v1/taps", json={"name": "http", "sender": "client", "receiver": "web",
+                                                 "monitor": "ids", "direction": "both", "ip_proto": "tcp",
+                                                 "tp_dst": 80}, timeout=30)
+        tap.raise_for_status()
+        tid = tap.json()["id"]
+        deadline = time.monotonic() + 20
+        while not httpx.get(f"{url}/v1/taps/{tid}/stats", timeout=30).json().get("realised"):
+            if time.monotonic() > deadline:
+                raise LabError("the tap was not realised in 20 s")
+            time.sleep(0.3)
+        srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("web"), "python3", "-m", "http.server", "80",
+                                "--bind", "198.19.1.12"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("ids"), "tcpdump", "-i", "eth0", "-U",
+                                "--immediate-mode", "-n", "-w", f"/tmp/{LAB}v-ids.pcap", "tcp port 80"],
+                               stderr=subprocess.PIPE, text=True)
+        cap.stderr.readline()
+        try:
+            deadline = time.monotonic() + 15   # until the web server listens
+            while "198.19.1.12:80" not in in_ns(lab, "web", "ss", "-ltn").stdout and time.monotonic() < deadline:
+                time.sleep(0.2)
+            ok = sum(in_ns(lab, "client", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                           "http://198.19.1.12/").stdout == "200" for _ in range(5))
+            in_ns(lab, "client", "ping", "-c", "2", "-i", "0.2", "198.19.1.12")   # not HTTP: not copied
+        finally:
+            time.sleep(0.5)
+            cap.send_signal(signal.SIGINT)
+            cap.wait(5)
+            srv.kill()
+        summary = cap.stderr.read().strip().splitlines()
+        captured = next((l.split()[0] for l in summary if "captured" in l), "?")
+        stats = [httpx.get(f"{url}/v1/taps/{t['id']}/stats", timeout=30).json()
+                 for t in httpx.get(url + "/v1/taps", timeout=30).json()]
+        copies = sum(s["copies_packets"] for s in stats)
+        delivered = sum(s["delivered_packets"] for s in stats)
+        console.print(f"5 HTTP GETs client → web (cross node): {ok}/5 answered; monitor 'ids' captured "
+                      f"{captured} HTTP frames; counters: {copies} copies made, {delivered} delivered", highlight=False)
+        console.print(f"  fathom tap list / fathom tap show http --controller {url}", highlight=False)
+        report.append(("vTAP HTTP client → web to ids", f"{ok}/5 GETs ok, {captured} frames at the monitor, "
+                       f"{copies} copies / {delivered} delivered" + ("" if ok == 5 and copies and copies == delivered
+                                                                     else " FAILED")))
+    finally:
+        if not KEEP:
+            lab.down()
+
+
 def fabric_section(report: list) -> None:
     """Issue 7: the ToR under the controller (LLDP, VLANs on its trunks), one router moved between
     the three modes while a ping runs through it: traffic follows the router."""
@@ -174,6 +249,7 @@ def main() -> int:
     try:
         lab_section(lab, report)
         tenant_section(report)
+        vtap_section(report)
         fabric_section(report)   # issue 7
     except (LabError, subprocess.SubprocessError, httpx.HTTPError) as e:
         console.print(f"[red]demo failed:[/red] {e}")
@@ -188,6 +264,7 @@ def main() -> int:
         else:
             lab.down()
             Lab(LAB + "t").down()
+            Lab(LAB + "v").down()
             Lab(LAB + "f").down()
             console.print(f"\nlabs '{LAB}' and '{LAB}t' removed")
     return 0 if ok and all("FAILED" not in v for _, v in report) else 1

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from fathom import __version__
 from fathom.api import fabric as fabric_api
 from fathom.api import schemas as sc
+from fathom.api.taps import taps_router
 from fathom.store import fabric as fabric_ops
 from fathom.store import models as m
 from fathom.store import ops
@@ -53,6 +54,7 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
         return error_response(exc)
 
     app.include_router(_routes(store), prefix="/v1")
+    app.include_router(taps_router(store), prefix="/v1")
     app.include_router(fabric_api.routes(store), prefix="/v1", responses=ERRORS)  # issue 7: fabric
     return app
 

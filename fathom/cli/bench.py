@@ -160,3 +160,45 @@ def tenant(quick, seconds, repeats, udp_mbps, ports, bulk_ports, outdir, as_json
         return print_json(doc)
     console.print(tb.markdown(doc), highlight=False)
     console.print(f"report: {out}/summary.md, plot {out}/tenant.png")
+
+
+@bench.command("vtap")
+@click.option("--quick", is_flag=True, help="sizes 64, 512, 1500 and 1 s per point")
+@click.option("--seconds", type=float, default=2.0, show_default=True, help="seconds per point")
+@click.option("--sizes", help="frame sizes in bytes, comma-separated (default 64,128,256,512,1024,1500)")
+@click.option("--udp-mbps", type=float, default=200.0, show_default=True, help="UDP offered load")
+@click.option("--below-mbps", type=float, default=20.0, show_default=True,
+              help="UDP load of the copies-delivered run (below saturation)")
+@click.option("--proto", "protos", multiple=True, default=("udp", "tcp"), show_default=True)
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats; medians reported")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-vtap-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def vtap(quick, seconds, sizes, udp_mbps, below_mbps, protos, repeats, outdir, as_json):
+    """vTAP (paper 000 Fig. 8): receiver and monitor RX throughput per frame size with no tap, the fathom
+    tap and OVS port mirroring on the same bridge, in one run; share of copies delivered."""
+    from fathom.bench import report
+    from fathom.bench import vtap as vb
+    from fathom.lab.sh import LabError
+    size_list = _sizes(sizes) or ((64, 512, 1500) if quick else vb.SIZES)
+    if quick:
+        seconds, repeats = 1.0, 1
+    out = Path(outdir or f"results/bench-vtap-{time.strftime('%Y%m%d-%H%M%S')}")
+    b = vb.VtapBench(seconds=seconds, udp_mbps=udp_mbps, below_mbps=below_mbps, sizes=size_list,
+                     progress=lambda msg: console.print(msg, highlight=False))
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        b.up()
+        result = b.sweep(tuple(protos), repeats=repeats)
+    except (LabError, OSError, RuntimeError) as e:
+        fail(str(e))
+    finally:
+        b.down()
+    doc = {"started": started, "command": "fathom bench vtap " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+           "environment": report.environment(), "seconds": seconds, "repeats": repeats, "udp_mbps": udp_mbps, "sizes": list(size_list),
+           **result}
+    doc["ratios"] = vb.ratios(doc["points"])
+    files = vb.write(doc, out)
+    if as_json:
+        return print_json(doc)
+    console.print(vb.markdown(doc), highlight=False)
+    console.print("files: " + ", ".join(files))

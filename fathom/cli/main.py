@@ -17,6 +17,7 @@ GROUPS = [
     ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` (issue 7) to the bench group
     ("fathom.cli.fabric", "fabric"),     # issue 7
     ("fathom.cli.pptmon", "pptmon"),
+    ("fathom.cli.tap", "tap"),
 ]
 
 

@@ -17,10 +17,12 @@ from sqlalchemy import select
 
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
+from fathom.openflow import encode
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
 from fathom.pipeline import fabric
 from fathom.pipeline.tenant import compile_tenant
+from fathom.pipeline.vtap import compile_vtap
 from fathom.store import models as m
 from fathom.store.db import READ_ONLY
 from fathom.store.snapshot import Snapshot, load_snapshot
@@ -44,6 +46,8 @@ def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
     # the fabric adds its br-int flows (gateway MAC of fabric routers -> VLAN trunk).
     out = compile_tenant(fabric.tenant_view(snapshot))
     for node, extra in fabric.compile_edges(snapshot).items():
+        out[node] = out.get(node, SwitchState()) | extra
+    for node, extra in compile_vtap(fabric.tenant_view(snapshot)).items():  # vTAP (issue 4)
         out[node] = out.get(node, SwitchState()) | extra
     return out
 
@@ -85,6 +89,7 @@ class Reconciler:
         # ext.before_apply(reconciler, snapshot, result) before the br-ints are written, and
         # ext.after_pass(reconciler, snapshot, result) at the end
         self.extensions: list = []
+        self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
 
     def wake(self, *_args) -> None:
         self._wake.set()
@@ -166,16 +171,31 @@ class Reconciler:
             known = (sw.read_flows(self.app, dp), sw.read_groups(self.app, dp))
         actual_flows, actual_groups = known
         change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, owned)
-        n = sum(len(c) for c in change)
+        meters = self._meter_change(dp, desired)
+        n = sum(len(c) for c in change) + sum(len(c) for c in meters)
         self.known.pop(dp.id, None)
-        if n:
+        if meters[0] or meters[1]:   # meters the new flows use exist before the bundle
+            sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "add") for m in meters[0]]
+                           + [encode.meter_mod(dp, m, "modify") for m in meters[1]])
+        if sum(len(c) for c in change):
             LOG.info("switch %016x: %d flow puts, %d flow deletes, %d/%d/%d group add/mod/del",
                      dp.id, *map(len, change))
             sw.apply(self.app, dp, sw.messages(dp, *change))
+        if meters[2]:                # and go after the flows that used them
+            sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "delete") for m in meters[2]])
         foreign = {f for f in actual_flows if not owned(f.cookie)}
         foreign_groups = {g for g in actual_groups if not owned(None, group_id=g.group_id)}
         self.known[dp.id] = (set(desired.flows) | foreign, set(desired.groups) | foreign_groups)
         return n
+
+    def _meter_change(self, dp, desired: SwitchState) -> tuple[list, list, list]:
+        """Meters are read only where some are wanted or some of ours may be left (ids carry the app)."""
+        if not desired.meters and not self._had_meters.get(dp.id, True):
+            return [], [], []
+        actual = sw.read_meters(self.app, dp)
+        change = sw.diff_meters(set(desired.meters), actual, lambda mid: st.parse_group_id(mid)[0] in OUR_APPS)
+        self._had_meters[dp.id] = bool(desired.meters)
+        return change
 
     # ---------------------------------------------------------------------------- status
 

@@ -12,6 +12,7 @@ from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.reconciler import Reconciler
+from fathom.controller.taps import tap_runtime_router
 from fathom.pipeline.stages import TABLE_STAGE
 from fathom.store.db import open_store, session_factory
 from fathom.store import models as m
@@ -72,6 +73,7 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
     api = create_app(db_url, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))
+    api.include_router(tap_runtime_router(reconciler))
     # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()

@@ -103,3 +103,35 @@ def messages(dp, put, delete, add_g, mod_g, del_g) -> list:
     return ([encode.group_mod(dp, g, "add") for g in add_g] + [encode.group_mod(dp, g, "modify") for g in mod_g]
             + [encode.flow_mod(dp, f) for f in put] + [encode.flow_mod(dp, f, delete=True) for f in delete]
             + [encode.group_mod(dp, g, "delete") for g in del_g])
+
+
+# ------------------------------------------------------------------------------------------ meters
+# Meters are not bundled (OVS takes flow and group mods in a bundle, not meter mods): the reconciler
+# adds and modifies meters before the bundle and deletes them after it, so no flow ever points at a
+# missing meter.
+
+
+def read_meters(app, dp) -> set:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    req = parser.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL)
+    replies = ofctl.send_msg(app, req, reply_cls=parser.OFPMeterConfigStatsReply, reply_multi=True) or []
+    return {encode.decode_meter(ofp, c) for r in replies for c in r.body}
+
+
+def diff_meters(desired: set, actual: set, owned_id) -> tuple[list, list, list]:
+    """(add, modify, delete); `owned_id(meter_id)` tells which actual meters are ours."""
+    have = {m.meter_id: m.key for m in actual}
+    add = [m for m in desired if m.meter_id not in have]
+    mod = [m for m in desired if m.meter_id in have and have[m.meter_id] != m.key]
+    wanted = {m.meter_id for m in desired}
+    delete = [m for m in actual if m.meter_id not in wanted and owned_id(m.meter_id)]
+    return add, mod, delete
+
+
+def apply_plain(app, dp, messages: list) -> None:
+    """Send messages in order and wait for a barrier (errors raise ApplyError)."""
+    try:
+        for m in messages:
+            ofctl.send_msg(app, m)
+    except OFError as e:
+        raise ApplyError(f"switch {dp.id:016x} refused the change: {e}") from e

@@ -20,6 +20,8 @@ def encode_action(parser, ofp, a):
         return parser.OFPActionOutput(a.port, ofp.OFPCML_NO_BUFFER if a.port == ofp.OFPP_CONTROLLER else 0)
     if isinstance(a, s.Controller):
         return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, a.max_len)
+    if isinstance(a, s.OutputTrunc):
+        return parser.NXActionOutputTrunc(port=a.port, max_len=a.max_len)
     if isinstance(a, s.SetField):
         return parser.OFPActionSetField(**{a.field: a.value})
     if isinstance(a, s.PushVlan):
@@ -43,6 +45,8 @@ def encode_action(parser, ofp, a):
 
 def instructions(parser, ofp, flow: s.FlowSpec) -> list:
     out = []
+    if flow.meter_id() is not None:
+        out.append(parser.OFPInstructionMeter(flow.meter_id()))
     actions = flow.apply_actions()
     if actions:
         out.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
@@ -89,6 +93,8 @@ def decode_action(ofp, a):
         return s.Output(a.port)
     if name == "OFPActionSetField":
         return s.SetField(a.key, a.value)
+    if name == "NXActionOutputTrunc":
+        return s.OutputTrunc(a.port, a.max_len)
     if name == "OFPActionPushVlan":
         return s.PushVlan(a.ethertype)
     if name == "OFPActionPopVlan":
@@ -111,6 +117,9 @@ def decode_action(ofp, a):
 def decode_flow(ofp, stat) -> s.FlowSpec:
     actions = []
     for inst in stat.instructions:
+        if type(inst).__name__ == "OFPInstructionMeter":
+            actions.append(s.Meter(inst.meter_id))
+    for inst in stat.instructions:
         if type(inst).__name__ == "OFPInstructionActions" and inst.type == ofp.OFPIT_APPLY_ACTIONS:
             actions += [decode_action(ofp, a) for a in inst.actions]
     for inst in stat.instructions:
@@ -128,3 +137,23 @@ def decode_group(ofp, desc) -> s.GroupSpec:
     names = {getattr(ofp, v): k for k, v in GROUP_TYPE.items()}
     buckets = tuple(tuple(decode_action(ofp, a) for a in b.actions) for b in desc.buckets)
     return s.GroupSpec(desc.group_id, names.get(desc.type, str(desc.type)), buckets)
+
+
+# ------------------------------------------------------------------------------------------ meters
+
+def meter_mod(dp, meter: s.MeterSpec, command: str):
+    """command: add | modify | delete. One drop band; burst given -> the burst flag."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    cmd = {"add": ofp.OFPMC_ADD, "modify": ofp.OFPMC_MODIFY, "delete": ofp.OFPMC_DELETE}[command]
+    flags = ofp.OFPMF_PKTPS if meter.unit == "pktps" else ofp.OFPMF_KBPS
+    if meter.burst:
+        flags |= ofp.OFPMF_BURST
+    bands = [] if command == "delete" else [parser.OFPMeterBandDrop(rate=meter.rate, burst_size=meter.burst)]
+    return parser.OFPMeterMod(dp, command=cmd, flags=flags, meter_id=meter.meter_id, bands=bands)
+
+
+def decode_meter(ofp, config) -> s.MeterSpec:
+    unit = "pktps" if config.flags & ofp.OFPMF_PKTPS else "kbps"
+    band = config.bands[0] if config.bands else None
+    return s.MeterSpec(config.meter_id, band.rate if band else 0,
+                       band.burst_size if band is not None and config.flags & ofp.OFPMF_BURST else 0, unit)

@@ -89,6 +89,16 @@ class Output:
 
 
 @dataclass(frozen=True)
+class OutputTrunc:
+    """Nicira output(port, max_len): send at most the first `max_len` bytes of the packet."""
+    port: int
+    max_len: int
+
+    def to_ofctl(self) -> str:
+        return f"output(port={self.port},max_len={self.max_len})"
+
+
+@dataclass(frozen=True)
 class SetField:
     """OpenFlow 1.3 set_field. `field` is an os-ken OXM/NXM name (eth_dst, reg6, tun_ipv4_dst, ...)."""
     field: str
@@ -119,6 +129,16 @@ class DecTtl:
 
     def to_ofctl(self) -> str:
         return "dec_ttl"
+
+
+@dataclass(frozen=True)
+class Meter:
+    """The meter instruction: the flow's packets pass meter `meter_id` first (only valid as the first
+    element of a flow's actions; it is an instruction, not an action)."""
+    meter_id: int
+
+    def to_ofctl(self) -> str:
+        return f"meter:{self.meter_id}"
 
 
 @dataclass(frozen=True)
@@ -187,7 +207,7 @@ class LoadReg:
         return f"load:{self.value:#x}->{_nxm_slice(self.field, self.ofs, self.n_bits)}"
 
 
-Action = Union[Output, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
+Action = Union[Output, OutputTrunc, Meter, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
                Controller, Move, LoadReg]
 
 
@@ -233,6 +253,8 @@ class FlowSpec:
                 raise ValueError("goto_table must be the last action of a flow")
             if isinstance(a, GotoTable) and a.table <= self.table:
                 raise ValueError(f"goto_table:{a.table} from table {self.table} goes backwards")
+            if isinstance(a, Meter) and i != 0:
+                raise ValueError("a meter must be the first element of a flow's actions")
 
     @property
     def key(self) -> tuple:
@@ -244,10 +266,14 @@ class FlowSpec:
         return dict(self.match)
 
     def apply_actions(self) -> tuple:
-        """The actions of the apply-actions instruction (everything but a trailing goto)."""
-        if self.actions and isinstance(self.actions[-1], GotoTable):
-            return self.actions[:-1]
-        return self.actions
+        """The actions of the apply-actions instruction (everything but a trailing goto, a leading meter)."""
+        actions = self.actions[1:] if self.actions and isinstance(self.actions[0], Meter) else self.actions
+        if actions and isinstance(actions[-1], GotoTable):
+            return actions[:-1]
+        return actions
+
+    def meter_id(self) -> int | None:
+        return self.actions[0].meter_id if self.actions and isinstance(self.actions[0], Meter) else None
 
     def goto_table(self) -> int | None:
         if self.actions and isinstance(self.actions[-1], GotoTable):
@@ -296,19 +322,44 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
+class MeterSpec:
+    """One meter with a single drop band: at most `rate` packets/s (unit pktps) or kb/s (kbps)."""
+    meter_id: int
+    rate: int
+    burst: int = 0
+    unit: str = "pktps"
+    cookie: int = 0      # the owner, for the reconciler (meters carry no cookie on the wire)
+
+    def __post_init__(self):
+        if self.unit not in ("pktps", "kbps"):
+            raise ValueError(f"meter unit {self.unit!r} is pktps or kbps")
+
+    @property
+    def key(self) -> tuple:
+        return (self.meter_id, self.rate, self.burst, self.unit)
+
+    def to_ofctl(self) -> str:
+        burst = f",burst" if self.burst else ""
+        size = f",burst_size={self.burst}" if self.burst else ""
+        return f"meter={self.meter_id},{self.unit}{burst},bands=type=drop,rate={self.rate}{size}"
+
+
+@dataclass(frozen=True)
 class SwitchState:
     """The desired content of one bridge."""
     flows: frozenset = field(default_factory=frozenset)
     groups: frozenset = field(default_factory=frozenset)
+    meters: frozenset = field(default_factory=frozenset)
 
     def __or__(self, other: "SwitchState") -> "SwitchState":
-        return SwitchState(self.flows | other.flows, self.groups | other.groups)
+        return SwitchState(self.flows | other.flows, self.groups | other.groups, self.meters | other.meters)
 
     def to_ofctl(self) -> list[str]:
         """Groups then flows, sorted by table, descending priority, match: a stable listing."""
         groups = sorted(self.groups, key=lambda g: g.group_id)
         flows = sorted(self.flows, key=lambda f: (f.table, -f.priority, repr(f.match)))
-        return [g.to_ofctl() for g in groups] + [f.to_ofctl() for f in flows]
+        meters = sorted(self.meters, key=lambda m: m.meter_id)
+        return [m.to_ofctl() for m in meters] + [g.to_ofctl() for g in groups] + [f.to_ofctl() for f in flows]
 
 
 # ---------------------------------------------------------------------------------------------- rendering

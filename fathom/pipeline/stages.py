@@ -39,6 +39,7 @@ OUTPUT = STAGES["output"]
 REG_SRC_PORT = "reg5"   # fathom id of the local port the frame came from; 0 if it came from remote
 REG_NETWORK = "reg6"    # fathom id of the network the frame is in (changed by routing)
 REG_OUT_PORT = "reg7"   # OpenFlow port chosen by l2, output by the output stage
+REG_TAP = "reg8"        # vTAP: marker of the policy copy a frame is (fathom/pipeline/vtap.py); 0 = none
 
 # Cookie layout (64 bits): | app (8) | kind (8) | object id (48) |
 APP_SHIFT = 56

@@ -11,7 +11,7 @@ import ipaddress
 from datetime import datetime, timezone
 
 from sqlalchemy import (
-    Boolean, DateTime, ForeignKey, Integer, MetaData, String, UniqueConstraint,
+    JSON, Boolean, DateTime, ForeignKey, Integer, MetaData, String, UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -115,6 +115,34 @@ class IpAllocation(Base):
     ip_address: Mapped[str] = mapped_column(String(64))
 
     port: Mapped[Port] = relationship(back_populates="fixed_ips")
+
+
+class TapPolicy(_Object, Base):
+    """A vTAP policy (paper 000, Fig. 4): copy sender -> receiver traffic to one or two monitors.
+
+    Identifiers: sender and monitors are always ports (given by id, name or MAC+IP); the receiver is
+    a port or a bare MAC+IP. A port deleted under a policy leaves its `*_port_id` NULL and the policy
+    in error (fathom/store/taps.py says why). Filters are JSON: see docs/vtap.md.
+    """
+    __tablename__ = "tap_policies"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+    sender_port_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ports.id", ondelete="SET NULL"), nullable=True, index=True)
+    receiver_port_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ports.id", ondelete="SET NULL"), nullable=True, index=True)
+    receiver_is_port: Mapped[bool] = mapped_column(Boolean, default=True)
+    receiver_mac: Mapped[str] = mapped_column(String(17))
+    receiver_ip: Mapped[str] = mapped_column(String(64))
+    monitor_port_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ports.id", ondelete="SET NULL"), nullable=True, index=True)
+    monitor2_port_id: Mapped[int | None] = mapped_column(
+        ForeignKey("ports.id", ondelete="SET NULL"), nullable=True, index=True)
+    has_monitor2: Mapped[bool] = mapped_column(Boolean, default=False)
+    direction: Mapped[str] = mapped_column(String(16), default="forward")
+    priority: Mapped[int] = mapped_column(Integer, default=100)
+    filters: Mapped[dict] = mapped_column(JSON, default=dict)
+    truncate: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rate_pps: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 # Fabric tables (issue 7) live in their own module; importing it registers them on Base.metadata.

@@ -92,6 +92,26 @@ class RouterInterface:
 
 
 @dataclass(frozen=True)
+class TapPolicy:
+    """A vTAP policy (fathom/pipeline/vtap.py compiles it). A `*_port_id` of None means the port
+    was deleted under the policy; `filters` is a sorted tuple of (field, value) pairs."""
+    id: int
+    name: str
+    project_id: str
+    sender_port_id: int | None
+    receiver_port_id: int | None
+    receiver_is_port: bool
+    receiver_mac: str
+    receiver_ip: str
+    monitor_port_ids: tuple[int | None, ...]
+    direction: str = "forward"       # forward (sender -> receiver) | both
+    priority: int = 100
+    filters: tuple = ()
+    truncate: int | None = None
+    rate_pps: int | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[Node, ...] = ()
     networks: tuple[Network, ...] = ()
@@ -99,6 +119,7 @@ class Snapshot:
     ports: tuple[Port, ...] = ()
     routers: tuple[Router, ...] = ()
     router_interfaces: tuple[RouterInterface, ...] = ()
+    tap_policies: tuple[TapPolicy, ...] = ()
     # Fabric (issue 7): ToR switches, their links, router modes (fathom.store.fabric.FabricState).
     # None when loaded without it; compilers treat None as "no fabric, every router distributed".
     fabric: object | None = None
@@ -143,9 +164,15 @@ def load_snapshot(session) -> Snapshot:
                               node_names.get(p.node_id), p.interface_name, p.port_security))
         routers = tuple(Router(r.id, r.name, r.project_id)
                         for r in session.scalars(select(m.Router).order_by(m.Router.id)))
+        taps = tuple(TapPolicy(t.id, t.name, t.project_id, t.sender_port_id, t.receiver_port_id,
+                               t.receiver_is_port, t.receiver_mac, t.receiver_ip,
+                               (t.monitor_port_id,) + ((t.monitor2_port_id,) if t.has_monitor2 else ()),
+                               t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
+                               t.truncate, t.rate_pps)
+                     for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)))
         from fathom.store.fabric import load_fabric  # issue 7: fabric switches, links, router modes
         return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
-                        fabric=load_fabric(session))
+                        tap_policies=taps, fabric=load_fabric(session))
 
     if session.in_transaction():
         return run()

@@ -12,8 +12,8 @@ import ipaddress
 from dataclasses import dataclass
 
 from fathom.openflow.spec import (
-    OFPP_IN_PORT, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable, Group, LoadReg, Move,
-    Output, PopVlan, PushVlan, Resubmit, SetField, SwitchState,
+    OFPP_IN_PORT, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable, Group, LoadReg, Meter, Move,
+    Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField, SwitchState,
 )
 from fathom.store.snapshot import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
 
@@ -176,5 +176,10 @@ class Fabric:
                 self._run_table(node, a.table, dict(pkt), outputs, depth + 1)
             elif isinstance(a, Controller):
                 pass
+            elif isinstance(a, Meter):          # a meter only drops above its rate
+                pass
+            elif isinstance(a, OutputTrunc):    # the frame model has no payload to cut
+                if a.port != pkt["in_port"]:
+                    outputs.append((a.port, dict(pkt)))
             else:
                 raise TypeError(a)

@@ -1,0 +1,192 @@
+"""REST API of vTAP policies: /v1/taps (create, list, show, update, delete).
+
+Identifiers (sender, receiver, monitor, monitor2) are a port id, a port name, {"port": id|name}
+or {"mac": "...", "ip": "..."}. Filters: ip_proto, vlan, tp_src, tp_dst (a port or a range
+"1000-2000") and `match` (further OpenFlow 1.3 fields by name); absent, null or "*" = wildcard.
+Counters and per-node state are runtime facts: fathom/controller/taps.py serves them.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from fathom.pipeline import vtap
+from fathom.store import models as m
+from fathom.store import taps as ops
+from fathom.store.errors import Invalid
+from fathom.store.ops import Caller, list_objects
+
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+Wild = int | str | None
+
+
+class TapCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(default="", max_length=255)
+    sender: Any = None
+    receiver: Any = None
+    monitor: Any = None
+    monitor2: Any = None
+    direction: Literal["forward", "both"] = "forward"
+    priority: int = Field(default=100, ge=0, le=vtap.MAX_PRIORITY)
+    ip_proto: Wild = None
+    vlan: Wild = None
+    tp_src: Wild = None
+    tp_dst: Wild = None
+    match: dict[str, Any] = Field(default_factory=dict)
+    truncate: int | None = Field(default=None, description="copies keep at most this many bytes (64..65535)")
+    rate_pps: int | None = Field(default=None, description="copies are metered to at most this many packets/s")
+    project_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class TapUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(default=None, max_length=255)
+    sender: Any = None
+    receiver: Any = None
+    monitor: Any = None
+    monitor2: Any = None
+    direction: Literal["forward", "both"] | None = None
+    priority: int | None = Field(default=None, ge=0, le=vtap.MAX_PRIORITY)
+    ip_proto: Wild = None
+    vlan: Wild = None
+    tp_src: Wild = None
+    tp_dst: Wild = None
+    match: dict[str, Any] | None = None
+    truncate: int | None = Field(default=None, description="null or 0 removes truncation")
+    rate_pps: int | None = Field(default=None, description="null or 0 removes the rate limit")
+
+
+class EndpointOut(BaseModel):
+    port_id: int | None
+    port_name: str | None = None
+    mac: str | None
+    ip: str | None
+    node: str | None = None
+
+
+class TapOut(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    sender: EndpointOut
+    receiver: EndpointOut
+    monitor: EndpointOut
+    monitor2: EndpointOut | None
+    direction: str
+    priority: int
+    filters: dict[str, Any]
+    truncate: int | None
+    rate_pps: int | None
+    markers: list[int]          # tunnel VNIs of this policy's copies (per direction and monitor)
+    status: str
+    status_reason: str | None
+    created_at: datetime
+
+
+def parse_ref(value, field: str):
+    """An identifier from the request: int/str (port id or name) or {"port"} / {"mac", "ip"}."""
+    if isinstance(value, bool):
+        raise Invalid("give a port id, a port name or {mac, ip}", field)
+    if isinstance(value, (int, str)):
+        if isinstance(value, str) and not value.strip():
+            raise Invalid("give a port id, a port name or {mac, ip}", field)
+        return value
+    if isinstance(value, dict):
+        if set(value) == {"port"}:
+            return parse_ref(value["port"], f"{field}.port")
+        extra = set(value) - {"mac", "ip"}
+        if extra:
+            raise Invalid(f"unknown key(s) {', '.join(sorted(extra))}: give port, or mac and ip", field)
+        if "mac" not in value or "ip" not in value:
+            raise Invalid("give both mac and ip (or a port)", field)
+        mac = str(value["mac"]).strip().lower()
+        if not MAC_RE.match(mac):
+            raise Invalid(f"{value['mac']!r} is not a MAC address like 02:00:00:00:00:01", f"{field}.mac")
+        try:
+            ip = str(ipaddress.IPv4Address(str(value["ip"]).strip()))
+        except ValueError:
+            raise Invalid(f"{value['ip']!r} is not an IPv4 address", f"{field}.ip") from None
+        return {"mac": mac, "ip": ip}
+    raise Invalid("give a port id, a port name or {mac, ip}", field)
+
+
+def _endpoint(session, port_id: int | None, mac=None, ip=None) -> EndpointOut:
+    port = session.get(m.Port, port_id) if port_id is not None else None
+    if port is None:
+        return EndpointOut(port_id=port_id, mac=mac, ip=ip)
+    return EndpointOut(port_id=port.id, port_name=port.name, mac=port.mac_address,
+                       ip=port.fixed_ips[0].ip_address if port.fixed_ips else None,
+                       node=port.node.name if port.node else None)
+
+
+def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = None) -> TapOut:
+    directions = (0, 1) if t.direction == "both" else (0,)
+    monitors = (0, 1) if t.has_monitor2 else (0,)
+    markers = [vtap.marker(t.id, d, i) for d in directions for i in monitors] if t.id <= vtap.MAX_POLICY_ID else []
+    created = t.created_at if t.created_at.tzinfo else t.created_at.replace(tzinfo=timezone.utc)
+    return TapOut(
+        id=t.id, name=t.name, project_id=t.project_id,
+        sender=_endpoint(session, t.sender_port_id),
+        receiver=(_endpoint(session, t.receiver_port_id) if t.receiver_is_port and t.receiver_port_id
+                  else EndpointOut(port_id=None, mac=t.receiver_mac, ip=t.receiver_ip)),
+        monitor=_endpoint(session, t.monitor_port_id),
+        monitor2=_endpoint(session, t.monitor2_port_id) if t.has_monitor2 else None,
+        direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
+        rate_pps=t.rate_pps,
+        markers=markers,
+        status=(status or (t.status, t.status_reason))[0], status_reason=(status or (t.status, t.status_reason))[1],
+        created_at=created)
+
+
+def _body(model: BaseModel, given_only: bool) -> dict:
+    data = {k: getattr(model, k) for k in (model.model_fields_set if given_only else type(model).model_fields)}
+    for role in ops.ROLES:
+        if data.get(role) is not None:
+            data[role] = parse_ref(data[role], role)
+    return data
+
+
+def taps_router(store) -> APIRouter:
+    """`store` is the API's transaction helper (fathom.api.app._Store: read / write)."""
+    from fathom.api.app import ERRORS, caller
+
+    r = APIRouter(responses=ERRORS, tags=["taps"])
+    who = Depends(caller)
+
+    @r.get("/taps", response_model=list[TapOut])
+    def list_taps(c: Caller = who, name: str | None = None):
+        def run(s):
+            taps = list_objects(s, c, m.TapPolicy, name=name)
+            now = ops.current_statuses(s) if taps else {}
+            return [tap_out(s, t, now.get(t.id)) for t in taps]
+        return store.read(run)
+
+    @r.post("/taps", response_model=TapOut, status_code=201)
+    def create_tap(body: TapCreate, c: Caller = who):
+        data = _body(body, given_only=False)
+        return store.write(lambda s: tap_out(s, ops.create_tap(s, c, data)))
+
+    @r.get("/taps/{tap_id}", response_model=TapOut)
+    def show_tap(tap_id: int, c: Caller = who):
+        def run(s):
+            t = ops.get_tap(s, c, tap_id)
+            return tap_out(s, t, ops.current_statuses(s).get(t.id))
+        return store.read(run)
+
+    @r.patch("/taps/{tap_id}", response_model=TapOut)
+    def update_tap(tap_id: int, body: TapUpdate, c: Caller = who):
+        data = _body(body, given_only=True)
+        return store.write(lambda s: tap_out(s, ops.update_tap(s, c, tap_id, data)))
+
+    @r.delete("/taps/{tap_id}", status_code=204)
+    def delete_tap(tap_id: int, c: Caller = who):
+        store.write(lambda s: ops.delete_tap(s, c, tap_id))
+        return Response(status_code=204)
+
+    return r

@@ -1,0 +1,265 @@
+"""`fathom tap create|list|show|update|delete|capture`: vTAP policies over the REST API.
+
+An identifier (--sender, --receiver, --monitor, --monitor2) is a port id, a port name, or MAC,IP
+(e.g. 02:fa:00:00:01:01,198.19.1.11). Filters: --proto, --vlan, --src-port, --dst-port (a port or
+a range 1000-2000), --match FIELD=VALUE (repeatable; further OpenFlow 1.3 fields); `*` = wildcard.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import click
+
+from fathom.cli.output import console, fail, print_json, print_record, print_table
+from fathom.cli.resources import Api, api_command
+
+
+@click.group()
+def tap():
+    """vTAP: copy one VM's traffic to a monitor VM (OpenFlow group ALL at the sender's switch)."""
+
+
+def _ref(value: str | None):
+    if value is None:
+        return None
+    if "," in value:
+        mac, _, ip = value.partition(",")
+        return {"mac": mac.strip(), "ip": ip.strip()}
+    return int(value) if value.isdigit() else value
+
+
+def _find(api: Api, ref: str) -> dict:
+    if ref.isdigit():
+        return api.call("GET", f"/taps/{ref}")
+    found = api.call("GET", "/taps", params={"name": ref})
+    if not found:
+        fail(f"no tap policy named {ref!r}")
+    if len(found) > 1:
+        fail(f"{len(found)} tap policies are named {ref!r} (ids {', '.join(str(t['id']) for t in found)}): use an id")
+    return found[0]
+
+
+def _matches(items: tuple[str, ...]) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--match {item!r}: use FIELD=VALUE, e.g. ip_dscp=46")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _who(e: dict | None) -> str:
+    if not e:
+        return ""
+    if e.get("port_name") or e.get("port_id"):
+        return f"{e.get('port_name') or e['port_id']}" + (f"@{e['node']}" if e.get("node") else "")
+    if e.get("mac") is None:
+        return "(deleted)"
+    return f"{e['mac']},{e['ip']}"
+
+
+def _filters(t: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in t["filters"].items()) or "*"
+
+
+def _status(t: dict) -> str:
+    return t["status"] + (f" ({t['status_reason']})" if t.get("status_reason") else "")
+
+
+filter_options = [
+    click.option("--proto", "ip_proto", help="IP protocol: number, tcp, udp, icmp, sctp or *."),
+    click.option("--vlan", help="VLAN id (the network's VLAN, or the VM's own tag) or *."),
+    click.option("--src-port", "tp_src", help="TCP/UDP source port or range (1000-2000) or *."),
+    click.option("--dst-port", "tp_dst", help="TCP/UDP destination port or range or *."),
+    click.option("--match", "match", multiple=True, help="FIELD=VALUE, an OpenFlow 1.3 field (repeatable)."),
+]
+
+
+def _with(options):
+    def decorate(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+def _body(ip_proto, vlan, tp_src, tp_dst, match) -> dict:
+    body = {}
+    for key, value in (("ip_proto", ip_proto), ("vlan", vlan), ("tp_src", tp_src), ("tp_dst", tp_dst)):
+        if value is not None:
+            body[key] = int(value) if value.isdigit() else value
+    if match:
+        body["match"] = _matches(match)
+    return body
+
+
+@api_command(tap, "create")
+@click.argument("name", required=False, default="")
+@click.option("--sender", required=True, help="Port (id or name) or MAC,IP whose traffic is copied.")
+@click.option("--receiver", required=True, help="Port or MAC,IP the traffic goes to.")
+@click.option("--monitor", required=True, help="Port that receives the copies.")
+@click.option("--monitor2", help="A second monitor port for the same copies.")
+@click.option("--both", is_flag=True, help="Also copy receiver -> sender.")
+@click.option("--priority", type=int, default=100, show_default=True,
+              help="Where policies overlap, the higher priority copies (0..60000).")
+@click.option("--owner", "project_id", help="Project owning the policy (admin only).")
+@click.option("--truncate", type=int, help="Copies keep at most N bytes (64..65535).")
+@click.option("--rate-pps", type=int, help="At most N copies per second (OpenFlow meter at the sender's switch).")
+@_with(filter_options)
+def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, priority, project_id, truncate, rate_pps,
+               ip_proto, vlan, tp_src, tp_dst, match):
+    """Create a TAP policy."""
+    body = {"name": name, "sender": _ref(sender), "receiver": _ref(receiver), "monitor": _ref(monitor),
+            "direction": "both" if both else "forward", "priority": priority,
+            **_body(ip_proto, vlan, tp_src, tp_dst, match)}
+    if monitor2:
+        body["monitor2"] = _ref(monitor2)
+    if truncate:
+        body["truncate"] = truncate
+    if rate_pps:
+        body["rate_pps"] = rate_pps
+    if project_id:
+        body["project_id"] = project_id
+    _print(api.call("POST", "/taps", json=body), as_json)
+
+
+@api_command(tap, "update")
+@click.argument("ref")
+@click.option("--name")
+@click.option("--sender")
+@click.option("--receiver")
+@click.option("--monitor")
+@click.option("--monitor2", help="A second monitor; 'none' removes it.")
+@click.option("--direction", type=click.Choice(["forward", "both"]))
+@click.option("--priority", type=int)
+@click.option("--truncate", type=int, help="Copies keep at most N bytes; 0 = whole frames.")
+@click.option("--rate-pps", type=int, help="At most N copies per second; 0 = no limit.")
+@_with(filter_options)
+def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, direction, priority, truncate, rate_pps,
+               ip_proto, vlan, tp_src, tp_dst, match):
+    """Change a TAP policy in place (its flows and group are modified, not re-created)."""
+    t = _find(api, ref)
+    body = _body(ip_proto, vlan, tp_src, tp_dst, match)
+    for key, value in (("name", name), ("direction", direction), ("priority", priority), ("truncate", truncate),
+                       ("rate_pps", rate_pps)):
+        if value is not None:
+            body[key] = value
+    for key, value in (("sender", sender), ("receiver", receiver), ("monitor", monitor)):
+        if value is not None:
+            body[key] = _ref(value)
+    if monitor2 is not None:
+        body["monitor2"] = None if monitor2.lower() == "none" else _ref(monitor2)
+    _print(api.call("PATCH", f"/taps/{t['id']}", json=body), as_json)
+
+
+@api_command(tap, "list")
+def tap_list(api, as_json):
+    """List TAP policies."""
+    taps = api.call("GET", "/taps")
+    if as_json:
+        return print_json(taps)
+    rows = [[t["id"], t["name"], t["project_id"], _who(t["sender"]), _who(t["receiver"]),
+             " ".join(filter(None, (_who(t["monitor"]), _who(t.get("monitor2"))))),
+             t["direction"], t["priority"], _filters(t), _status(t)] for t in taps]
+    print_table("tap policies", ["id", "name", "project", "sender", "receiver", "monitor",
+                                 "direction", "priority", "filters", "status"], rows)
+
+
+def _stats(api: Api, tap_id: int):
+    """Runtime counters and per-node state, when the controller serves them (else None)."""
+    try:
+        r = api.client.get(f"/taps/{tap_id}/stats")
+    except Exception:  # noqa: BLE001 - counters are optional in `show`
+        return None
+    return r.json() if r.status_code == 200 else None
+
+
+def _print(t: dict, as_json: bool, stats: dict | None = None) -> None:
+    if as_json:
+        return print_json({**t, **({"stats": stats} if stats else {})})
+    rec = {k: v for k, v in t.items() if k not in ("sender", "receiver", "monitor", "monitor2", "filters")}
+    rec.update(sender=_who(t["sender"]), receiver=_who(t["receiver"]), monitor=_who(t["monitor"]),
+               monitor2=_who(t.get("monitor2")), filters=_filters(t))
+    print_record(f"tap policy {t['id']}", rec)
+    if stats:
+        rows = [[n["node"], ", ".join(n["roles"]), n["switch"], n["flows_installed"], n["flows_desired"],
+                 n.get("copies_packets", ""), n.get("copies_bytes", ""), n.get("delivered_packets", "")]
+                for n in stats["nodes"]]
+        print_table("per node", ["node", "roles", "switch", "flows", "of", "copies pkts", "copies bytes",
+                                 "delivered pkts"], rows)
+        console.print(f"copies: {stats['copies_packets']} packets, {stats['copies_bytes']} bytes; "
+                      f"delivered to monitors: {stats['delivered_packets']} packets", highlight=False)
+
+
+@api_command(tap, "show")
+@click.argument("ref")
+def tap_show(api, as_json, ref):
+    """Show a TAP policy with its counters and per-node state (by id or name)."""
+    t = _find(api, ref)
+    _print(t, as_json, _stats(api, t["id"]))
+
+
+@api_command(tap, "delete")
+@click.argument("ref")
+def tap_delete(api, as_json, ref):
+    """Delete a TAP policy (its flows and groups go with it)."""
+    t = _find(api, ref)
+    api.call("DELETE", f"/taps/{t['id']}")
+    console.print(f"deleted tap policy {t['id']}" + (f" ({t['name']})" if t.get("name") else ""))
+
+
+@api_command(tap, "capture")
+@click.argument("ref")
+@click.option("-w", "--write", "path", required=True, type=click.Path(dir_okay=False), help="pcap file to write.")
+@click.option("-c", "--count", type=int, help="Stop after N packets.")
+@click.option("--duration", type=float, help="Stop after S seconds.")
+@click.option("--lab", "lab_name", default=os.environ.get("FATHOM_LAB", "fathom"), show_default=True,
+              help="Lab whose VM namespaces hold the monitor (env FATHOM_LAB).")
+@click.option("--monitor2", "second", is_flag=True, help="Capture at the second monitor.")
+def tap_capture(api, as_json, ref, path, count, duration, lab_name, second):
+    """Record what the policy's monitor receives to a pcap file (tcpdump in the monitor VM)."""
+    t = _find(api, ref)
+    mon = t["monitor2"] if second else t["monitor"]
+    if not mon or not mon.get("port_name"):
+        fail("the policy has no such monitor port")
+    argv = capture_argv(lab_name, mon["port_name"], path, count)
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        if duration is not None:
+            try:
+                proc.wait(duration)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGINT)
+        proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+    err = proc.stderr.read()
+    summary = [l for l in err.splitlines() if "captured" in l or "received" in l]
+    if proc.returncode not in (0, -signal.SIGINT, 130) and not summary:
+        fail(f"tcpdump failed: {err.strip()}")
+    if as_json:
+        print_json({"policy": t["id"], "monitor": mon["port_name"], "file": path, "tcpdump": summary})
+    else:
+        console.print(f"{path}: {'; '.join(summary) or 'done'} (monitor {mon['port_name']})", highlight=False)
+
+
+def capture_argv(lab_name: str, vm: str, path: str, count: int | None) -> list[str]:
+    """tcpdump on eth0 inside the monitor VM's namespace of a lab, packets written unbuffered."""
+    from fathom.lab.lab import Lab
+    lab = Lab(lab_name)
+    if not lab.exists():
+        fail(f"no lab {lab_name!r} here: give --lab")
+    argv = ["ip", "netns", "exec", lab.ns(vm), "tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n", "-s", "0", "-w", path]
+    if count:
+        argv += ["-c", str(count)]
+    return argv
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(tap())

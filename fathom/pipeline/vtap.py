@@ -1,0 +1,602 @@
+"""vTAP compiler (paper 000, sections III-A and IV-B): TAP policies -> flows and groups of br-int.
+
+Pure: a store snapshot in, the desired vTAP part of every node's br-int out. For each policy and
+direction (sender -> receiver; also receiver -> sender when `direction` is `both`):
+
+- rewriting rule, at the edge switch of the port that sends: one flow per match in `tap-ingress`
+  (port ranges expand into a few masked matches) -> group of type ALL, keyed by (policy,
+  direction), with bucket 1 = `resubmit(,security)`: the original goes on unchanged; and one bucket
+  per monitor: destination MAC (and IPv4) := the monitor's, REG_TAP := the copy's marker,
+  `resubmit(,tap-recovery)`.
+- in `tap-recovery` on the same switch, REG_TAP = marker selects what happens to the copy: the
+  monitor is local -> the recovery rule restores the original headers (what the receiver gets:
+  for routed traffic also the router's source MAC and TTL - 1) and outputs it to the monitor's port;
+  the monitor is on another node -> tun_id := marker, tunnel destination := the monitor's node,
+  output to the flow-based tunnel port.
+- on the monitor's node, `classify` maps (tunnel port, tun_id = marker) to REG_TAP and goes to
+  `tap-recovery`, where the recovery rule restores the headers and delivers.
+
+Markers are VNIs in a range tenant networks must not use: TAP_VNI_BASE | policy << 3 | direction
+<< 2 | monitor index, so the receiving node (and anyone looking at the underlay) can tell which
+policy, direction and monitor every copy belongs to. Group ids are group_id(APP_VTAP, policy << 1
+| direction). Every flow and group carries the cookie (APP_VTAP, KIND_TAP_POLICY, policy id).
+
+Overlap: in one tap point the higher `priority` wins (OpenFlow priority = PRIO_TAP_BASE +
+priority): a packet matched by several policies is copied once, by the highest one. Overlapping
+policies with the same priority are refused by the API (`conflicting_policies`).
+
+The filter vocabulary (`normalise_filters`) is what OpenFlow 1.3 can match, checked with its
+prerequisites; docs/vtap.md lists it.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from fathom.openflow.spec import (
+    OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Meter, MeterSpec, Output,
+    OutputTrunc, Resubmit,
+    SetField, SwitchState, set_tunnel_dst,
+)
+from fathom.pipeline import stages as st
+from fathom.store.snapshot import TUNNEL_INTERFACE, Node, Port, Snapshot, TapPolicy
+
+TAP_VNI_BASE = 0xF00000          # VNIs 0xF00000..0xFFFFFF are tap markers, never tenant networks
+MAX_POLICY_ID = (1 << 17) - 1
+MAX_MONITORS = 2
+PRIO_TAP_BASE = 1000             # tap-ingress flow priority = base + policy priority
+MAX_PRIORITY = 60000
+PRIO_MARKER = 100                # tap-recovery and classify flows keyed by marker
+MIN_TRUNCATE = 64                # a truncated copy keeps at least Ethernet + IPv4 + TCP headers
+
+ETH_IPV4, ETH_ARP, ETH_IPV6, ETH_MPLS, ETH_MPLS_MC, ETH_PBB = 0x0800, 0x0806, 0x86DD, 0x8847, 0x8848, 0x88E7
+PROTO_NAMES = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "icmpv6": 58}
+TP_FIELD = {6: "tcp", 17: "udp", 132: "sctp"}
+
+# ---------------------------------------------------------------------------------------------- filters
+
+# OpenFlow 1.3 OXM fields a filter may name: field -> (kind, bits, allowed eth_types, ip_proto).
+# kind: int | mac | ipv4 | ipv6. The identifiers and the pipeline own the fields in RESERVED.
+_IP = (ETH_IPV4, ETH_IPV6)
+OF13_FIELDS = {
+    "eth_type": ("int", 16, None, None),
+    "vlan_pcp": ("int", 3, None, None),
+    "ip_dscp": ("int", 6, _IP, None),
+    "ip_ecn": ("int", 2, _IP, None),
+    "ip_proto": ("int", 8, _IP, None),
+    "tcp_src": ("int", 16, _IP, 6), "tcp_dst": ("int", 16, _IP, 6),
+    "udp_src": ("int", 16, _IP, 17), "udp_dst": ("int", 16, _IP, 17),
+    "sctp_src": ("int", 16, _IP, 132), "sctp_dst": ("int", 16, _IP, 132),
+    "icmpv4_type": ("int", 8, (ETH_IPV4,), 1), "icmpv4_code": ("int", 8, (ETH_IPV4,), 1),
+    "arp_op": ("int", 16, (ETH_ARP,), None),
+    "arp_spa": ("ipv4", 32, (ETH_ARP,), None), "arp_tpa": ("ipv4", 32, (ETH_ARP,), None),
+    "arp_sha": ("mac", 48, (ETH_ARP,), None), "arp_tha": ("mac", 48, (ETH_ARP,), None),
+    "ipv6_src": ("ipv6", 128, (ETH_IPV6,), None), "ipv6_dst": ("ipv6", 128, (ETH_IPV6,), None),
+    "ipv6_flabel": ("int", 20, (ETH_IPV6,), None),
+    "icmpv6_type": ("int", 8, (ETH_IPV6,), 58), "icmpv6_code": ("int", 8, (ETH_IPV6,), 58),
+    "ipv6_nd_target": ("ipv6", 128, (ETH_IPV6,), 58),
+    "ipv6_nd_sll": ("mac", 48, (ETH_IPV6,), 58), "ipv6_nd_tll": ("mac", 48, (ETH_IPV6,), 58),
+    "ipv6_exthdr": ("int", 9, (ETH_IPV6,), None),
+    "mpls_label": ("int", 20, (ETH_MPLS, ETH_MPLS_MC), None),
+    "mpls_tc": ("int", 3, (ETH_MPLS, ETH_MPLS_MC), None),
+    "mpls_bos": ("int", 1, (ETH_MPLS, ETH_MPLS_MC), None),
+    "pbb_isid": ("int", 24, (ETH_PBB,), None),
+}
+RESERVED = {"in_port": "the sender's port", "in_phy_port": "the sender's port",
+            "metadata": "the pipeline", "tunnel_id": "the pipeline",
+            "eth_src": "the sender identifier", "eth_dst": "the receiver identifier",
+            "ipv4_src": "the sender identifier", "ipv4_dst": "the receiver identifier",
+            "vlan_vid": "the 'vlan' filter"}
+# The eth_type a field implies when the filter gives none.
+_IMPLIED_ETH_TYPE = {**{f: ETH_ARP for f in OF13_FIELDS if f.startswith("arp_")},
+                     **{f: ETH_IPV6 for f in OF13_FIELDS if f.startswith(("ipv6_", "icmpv6_"))},
+                     **{f: ETH_MPLS for f in OF13_FIELDS if f.startswith("mpls_")},
+                     "pbb_isid": ETH_PBB}
+TOP_LEVEL = ("ip_proto", "vlan", "tp_src", "tp_dst")
+
+
+class FilterError(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _wild(value) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() in ("*", ""))
+
+
+def _int(field: str, value, bits: int) -> int:
+    try:
+        n = value if isinstance(value, int) and not isinstance(value, bool) else int(str(value), 0)
+    except ValueError:
+        raise FilterError(field, f"{value!r} is not a number") from None
+    if not 0 <= n < (1 << bits):
+        raise FilterError(field, f"{n} does not fit in {bits} bits (0..{(1 << bits) - 1})")
+    return n
+
+
+def _range(field: str, value) -> str:
+    """'80', '1000-2000' (a range), checked; returned normalised as a string."""
+    text = str(value).strip()
+    m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", text)
+    if not m:
+        raise FilterError(field, f"{value!r} is not a port or a range like 1000-2000")
+    low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+    if not 0 <= low <= high <= 65535:
+        raise FilterError(field, f"{text}: ports are 0..65535 and a range goes low-high")
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _field_value(field: str, kind: str, bits: int, value):
+    if kind == "int":
+        return _int(field, value, bits)
+    text = str(value).strip().lower()
+    try:
+        if kind == "mac":
+            if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", text):
+                raise ValueError
+            return text
+        if kind == "ipv4":
+            return str(ipaddress.IPv4Address(text))
+        return str(ipaddress.IPv6Address(text))
+    except ValueError:
+        raise FilterError(field, f"{value!r} is not a valid {kind} value") from None
+
+
+def normalise_filters(ip_proto=None, vlan=None, tp_src=None, tp_dst=None,
+                      match: dict | None = None) -> dict:
+    """The filter of a policy as a flat dict (wildcards dropped), or FilterError naming the field.
+
+    ip_proto: a number or tcp/udp/icmp/sctp/icmpv6; vlan: 1..4094; tp_src/tp_dst: a port or a
+    range (TCP, UDP or SCTP after ip_proto; with no ip_proto both TCP and UDP); match: further
+    OpenFlow 1.3 fields by os-ken name. `*`, "" or null mean wildcard everywhere.
+    """
+    out: dict = {}
+    if not _wild(ip_proto):
+        proto = PROTO_NAMES.get(str(ip_proto).strip().lower())
+        out["ip_proto"] = proto if proto is not None else _int("ip_proto", ip_proto, 8)
+    if not _wild(vlan):
+        v = _int("vlan", vlan, 12)
+        if not 1 <= v <= 4094:
+            raise FilterError("vlan", f"VLAN id {v} is outside 1..4094")
+        out["vlan"] = v
+    for name, value in (("tp_src", tp_src), ("tp_dst", tp_dst)):
+        if not _wild(value):
+            out[name] = _range(name, value)
+    for name, value in sorted((match or {}).items()):
+        loc = f"match.{name}"
+        if name in RESERVED:
+            raise FilterError(loc, f"{name} is set by {RESERVED[name]}, not by a filter")
+        if name not in OF13_FIELDS:
+            raise FilterError(loc, f"unknown match field {name!r}: OpenFlow 1.3 fields are "
+                                   f"{', '.join(sorted(OF13_FIELDS))}")
+        if _wild(value):
+            continue
+        kind, bits, _, _ = OF13_FIELDS[name]
+        if name == "ip_proto":
+            if "ip_proto" in out:
+                raise FilterError(loc, "ip_proto is given twice (top level and match)")
+            proto = PROTO_NAMES.get(str(value).strip().lower())
+            out["ip_proto"] = proto if proto is not None else _int(loc, value, 8)
+            continue
+        out[name] = _field_value(loc, kind, bits, value)
+    _check_prerequisites(out)
+    return out
+
+
+def effective_eth_type(filters: dict) -> int:
+    if "eth_type" in filters:
+        return filters["eth_type"]
+    for name in filters:
+        if name in _IMPLIED_ETH_TYPE:
+            return _IMPLIED_ETH_TYPE[name]
+    return ETH_IPV4
+
+
+def _check_prerequisites(f: dict) -> None:
+    eth = effective_eth_type(f)
+    implied = {_IMPLIED_ETH_TYPE[n] for n in f if n in _IMPLIED_ETH_TYPE}
+    if len(implied | ({eth} if "eth_type" in f else set())) > 1:
+        raise FilterError("match", "fields of different protocols (e.g. ARP and MPLS) cannot match one packet")
+    proto = f.get("ip_proto")
+    for name in f:
+        if name not in OF13_FIELDS:
+            continue
+        _, _, eth_types, need_proto = OF13_FIELDS[name]
+        loc = name if name == "ip_proto" else f"match.{name}"
+        if eth_types and eth not in eth_types:
+            raise FilterError(loc, f"{name} needs eth_type {' or '.join(hex(e) for e in eth_types)}, "
+                                   f"the policy matches {eth:#06x}")
+        if need_proto is not None and proto != need_proto:
+            raise FilterError(loc, f"{name} needs ip_proto {need_proto}")
+    if ("tp_src" in f or "tp_dst" in f):
+        field = "tp_src" if "tp_src" in f else "tp_dst"
+        if eth not in _IP:
+            raise FilterError(field, "port filters need IP traffic")
+        if proto is not None and proto not in TP_FIELD:
+            raise FilterError(field, f"ip_proto {proto} has no ports (TCP 6, UDP 17, SCTP 132 do)")
+        if any(n in f for n in ("tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst")):
+            raise FilterError(field, "give ports either as tp_src/tp_dst or as match fields, not both")
+
+
+def range_to_masks(low: int, high: int, bits: int = 16) -> list[tuple[int, int]]:
+    """The fewest (value, mask) pairs covering low..high exactly (prefix decomposition)."""
+    out = []
+    full = (1 << bits) - 1
+    while low <= high:
+        size = low & -low if low else 1 << bits
+        while size > high - low + 1:
+            size >>= 1
+        out.append((low, full & ~(size - 1)))
+        low += size
+    return out
+
+
+def _masked(value: int, mask: int, bits: int = 16):
+    full = (1 << bits) - 1
+    return value if mask == full else (value, mask)
+
+
+# ---------------------------------------------------------------------------------------------- markers
+
+
+def marker(policy_id: int, direction: int, monitor: int) -> int:
+    if not 0 < policy_id <= MAX_POLICY_ID:
+        raise ValueError(f"policy id {policy_id} is beyond the marker space (1..{MAX_POLICY_ID})")
+    return TAP_VNI_BASE | (policy_id << 3) | (direction << 2) | monitor
+
+
+def parse_marker(value: int) -> tuple[int, int, int] | None:
+    if value & 0xFFFFFF != value or value < TAP_VNI_BASE:
+        return None
+    rest = value - TAP_VNI_BASE
+    return rest >> 3, (rest >> 2) & 1, rest & 3
+
+
+def tap_group_id(policy_id: int, direction: int) -> int:
+    return st.group_id(st.APP_VTAP, (policy_id << 1) | direction)
+
+
+def tap_meter_id(policy_id: int) -> int:
+    """The meter of a policy's copies on a switch: same layout as group ids (app in the top byte)."""
+    return st.group_id(st.APP_VTAP, policy_id)
+
+
+def tap_cookie(policy_id: int) -> int:
+    return st.cookie(st.APP_VTAP, st.KIND_TAP_POLICY, policy_id)
+
+
+# ---------------------------------------------------------------------------------------------- compile
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    mac: str
+    ip: str | None
+    port: Port | None = None
+
+
+@dataclass
+class Plan:
+    """What one policy needs, where; `problems` say why some or all of it is not installed."""
+    policy: TapPolicy
+    problems: list
+    nodes: dict  # node name -> role(s) ("sender edge", "monitor edge")
+
+
+class _View:
+    def __init__(self, snapshot: Snapshot):
+        self.nodes = {n.name: n for n in snapshot.nodes}
+        self.ports = {p.id: p for p in snapshot.ports}
+        self.networks = {n.id: n for n in snapshot.networks}
+        self.subnets = {s.id: s for s in snapshot.subnets}
+        self.tenant_vnis = {n.segmentation_id for n in snapshot.networks if n.type == "vxlan"}
+        self.interfaces = list(snapshot.router_interfaces)
+
+    def in_network(self, network_id: int, ip: str | None) -> bool:
+        if ip is None:
+            return False
+        addr = ipaddress.IPv4Address(ip)
+        return any(s.network_id == network_id and addr in s.prefix for s in self.subnets.values())
+
+    def route(self, src_network: int, dst_ip: str | None):
+        """(router leg on the source network, router leg towards dst_ip) of one router, or None."""
+        if dst_ip is None:
+            return None
+        addr = ipaddress.IPv4Address(dst_ip)
+        for a in sorted(self.interfaces, key=lambda r: r.id):
+            if a.network_id != src_network:
+                continue
+            for b in sorted(self.interfaces, key=lambda r: r.id):
+                if b.router_id == a.router_id and b.id != a.id and addr in self.subnets[b.subnet_id].prefix:
+                    return a, b
+        return None
+
+
+def _endpoint(port: Port) -> Endpoint:
+    return Endpoint(port.mac_address, port.fixed_ips[0].ip_address if port.fixed_ips else None, port)
+
+
+def compile_vtap(snapshot: Snapshot) -> dict[str, SwitchState]:
+    """Desired vTAP flows and groups of every node (nodes without any are left out)."""
+    states, _ = compile_vtap_plans(snapshot)
+    return states
+
+
+def compile_vtap_plans(snapshot: Snapshot) -> tuple[dict[str, SwitchState], dict[int, Plan]]:
+    view = _View(snapshot)
+    flows: dict[str, set] = defaultdict(set)
+    groups: dict[str, set] = defaultdict(set)
+    plans: dict[int, Plan] = {}
+    for policy in sorted(snapshot.tap_policies, key=lambda p: p.id):
+        plan = Plan(policy, [], {})
+        plans[policy.id] = plan
+        _compile_policy(view, policy, plan, flows, groups)
+    meters: dict[str, set] = defaultdict(set)
+    for name, node_flows in flows.items():
+        for f in node_flows:
+            if f.meter_id() is not None:
+                p = plans[st.parse_cookie(f.cookie)[2]].policy
+                meters[name].add(MeterSpec(f.meter_id(), p.rate_pps, max(1, p.rate_pps // 10), "pktps",
+                                           f.cookie))
+    names = set(flows) | set(groups)
+    return ({n: SwitchState(frozenset(flows[n]), frozenset(groups[n]), frozenset(meters[n]))
+             for n in sorted(names)}, plans)
+
+
+def _compile_policy(view: _View, p: TapPolicy, plan: Plan, flows, groups) -> None:
+    problems = plan.problems
+    sender = view.ports.get(p.sender_port_id) if p.sender_port_id is not None else None
+    if sender is None:
+        problems.append("sender port was deleted")
+    if p.receiver_is_port:
+        rport = view.ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
+        if rport is None:
+            problems.append("receiver port was deleted")
+        receiver = _endpoint(rport) if rport else None
+    else:
+        receiver = Endpoint(p.receiver_mac, p.receiver_ip, None)
+    monitors: list[tuple[int, Port]] = []
+    for i, mid in enumerate(p.monitor_port_ids):
+        mport = view.ports.get(mid) if mid is not None else None
+        label = "monitor" if i == 0 else "monitor2"
+        if mport is None:
+            problems.append(f"{label} port was deleted")
+        else:
+            monitors.append((i, mport))
+    if sender is None or receiver is None or not monitors:
+        return
+    if p.id > MAX_POLICY_ID:
+        problems.append(f"policy id {p.id} is beyond the marker space")
+        return
+    filters = dict(p.filters)
+    directions = [(0, _endpoint(sender), receiver)]
+    if p.direction == "both":
+        if receiver.port is None:
+            problems.append("direction both needs the receiver to be a port")
+        else:
+            directions.append((1, receiver, _endpoint(sender)))
+    for d, src, dst in directions:
+        _compile_direction(view, p, plan, d, src, dst, monitors, filters if d == 0 else reverse_filters(filters),
+                           flows, groups)
+
+
+_SWAP = {"tp_src": "tp_dst", "tp_dst": "tp_src", "tcp_src": "tcp_dst", "tcp_dst": "tcp_src",
+         "udp_src": "udp_dst", "udp_dst": "udp_src", "sctp_src": "sctp_dst", "sctp_dst": "sctp_src"}
+
+
+def reverse_filters(filters: dict) -> dict:
+    """The filter of the receiver -> sender direction: source and destination ports swap, so a
+    policy for `tcp, tp_dst 80, both` copies the requests and their replies."""
+    return {_SWAP.get(k, k): v for k, v in filters.items()}
+
+
+def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpoint, dst: Endpoint,
+                       monitors, filters: dict, flows, groups) -> None:
+    problems = plan.problems
+    what = "sender" if d == 0 else "receiver (direction both)"
+    node = view.nodes.get(src.port.node) if src.port.node else None
+    ofport = node.ofport(src.port.interface) if node else None
+    if node is None:
+        problems.append(f"{what} port {src.port.id} is not bound to a node")
+        return
+    if ofport is None:
+        problems.append(f"{what} port {src.port.id}: interface {src.port.interface!r} not on "
+                        f"{node.name}'s br-int yet")
+        return
+    c = tap_cookie(p.id)
+    eth_type = effective_eth_type(filters)
+    network_id = src.port.network_id
+    l2_adjacent = view.in_network(network_id, dst.ip) if eth_type == ETH_IPV4 else True
+    route = None if l2_adjacent else view.route(network_id, dst.ip)
+    # the original headers as the receiver gets them
+    restore: list = []
+    if route is not None:
+        restore += [SetField("eth_src", route[1].mac_address)]
+    restore += [SetField("eth_dst", dst.mac)]
+    rewrite_ip = eth_type == ETH_IPV4 and dst.ip is not None
+    if rewrite_ip:
+        restore += [SetField("ipv4_dst", dst.ip)]
+    if route is not None:
+        restore += [DecTtl()]
+
+    buckets = [(Resubmit(st.SECURITY),)]
+    for i, mport in monitors:
+        mk = marker(p.id, d, i)
+        if mk in view.tenant_vnis:
+            problems.append(f"tap marker VNI {mk} is used by a tenant network")
+            continue
+        mon = _endpoint(mport)
+        mnode = view.nodes.get(mport.node) if mport.node else None
+        m_ofport = mnode.ofport(mport.interface) if mnode else None
+        label = "monitor" if i == 0 else "monitor2"
+        if mnode is None or m_ofport is None:
+            problems.append(f"{label} port {mport.id} is not on a node's br-int yet")
+            continue
+        copy = [SetField("eth_dst", mon.mac)]
+        if rewrite_ip and mon.ip is not None:
+            copy.append(SetField("ipv4_dst", mon.ip))
+        buckets.append(tuple(copy) + (LoadReg(st.REG_TAP, mk), Resubmit(st.TAP_RECOVERY)))
+        meter = (Meter(tap_meter_id(p.id)),) if p.rate_pps else ()
+        deliver = tuple(restore) + (_out(m_ofport, p.truncate),)
+        # set_field ipv4_dst / dec_ttl need the match to say IPv4 (OpenFlow prerequisites)
+        recover_match = {st.REG_TAP: mk, "eth_type": eth_type}
+        if mnode.name == node.name:
+            flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, meter + deliver, c))
+            plan.nodes.setdefault(node.name, set()).add("monitor edge")
+            continue
+        tunnel = node.ofport(TUNNEL_INTERFACE)
+        m_tunnel = mnode.ofport(TUNNEL_INTERFACE)
+        if tunnel is None or m_tunnel is None or not mnode.tunnel_ip:
+            problems.append(f"{label}: no tunnel between {node.name} and {mnode.name} yet")
+            buckets.pop()
+            continue
+        flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk},
+                                      meter + (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip),
+                                       Output(tunnel)), c))
+        flows[mnode.name].add(FlowSpec(st.CLASSIFY, PRIO_MARKER, {"in_port": m_tunnel, "tunnel_id": mk},
+                                       (SetField(st.REG_TAP, mk), GotoTable(st.TAP_RECOVERY)), c))
+        flows[mnode.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, deliver, c))
+        plan.nodes.setdefault(mnode.name, set()).add("monitor edge")
+    if len(buckets) == 1:
+        return  # no monitor reachable: leave the traffic alone rather than install a no-op group
+    gid = tap_group_id(p.id, d)
+    groups[node.name].add(GroupSpec(gid, "all", tuple(buckets), c))
+    plan.nodes.setdefault(node.name, set()).add("sender edge")
+    prio = PRIO_TAP_BASE + p.priority
+    for match in ingress_matches(src, dst, _vlan_as_network(view, src, filters), l2_adjacent, route):
+        flows[node.name].add(FlowSpec(st.TAP_INGRESS, prio, match, (Group(gid),), c))
+
+
+def _out(port: int, truncate: int | None):
+    """Output of a copy to its monitor: truncated to `truncate` bytes when the policy asks. Always after
+    the recovery rule: a switch cannot parse (and so cannot restore) an IP packet shorter than its
+    header's total length, so a copy is cut only where it is delivered."""
+    return Output(port) if not truncate else OutputTrunc(port, truncate)
+
+
+def ingress_matches(src: Endpoint, dst: Endpoint, filters: dict, l2_adjacent: bool, route) -> list[dict]:
+    """The tap-ingress matches of one direction: identifiers + filters, port ranges expanded."""
+    eth_type = effective_eth_type(filters)
+    base: dict = {st.REG_SRC_PORT: src.port.id, "eth_src": src.mac, "eth_type": eth_type}
+    if l2_adjacent:
+        base["eth_dst"] = dst.mac
+    elif route is not None:
+        base["eth_dst"] = route[0].mac_address
+    if eth_type == ETH_IPV4:
+        if src.ip:
+            base["ipv4_src"] = src.ip
+        if dst.ip:
+            base["ipv4_dst"] = dst.ip
+    if "vlan" in filters:
+        base["vlan_vid"] = OFPVID_PRESENT | filters["vlan"]
+    for name, value in filters.items():
+        if name in OF13_FIELDS and name != "eth_type":
+            base[name] = value
+    proto = filters.get("ip_proto")
+    if "tp_src" not in filters and "tp_dst" not in filters:
+        return [base]
+    protos = [proto] if proto is not None else [6, 17]
+    out = []
+    for pr in protos:
+        prefix = TP_FIELD[pr]
+        src_parts = _port_parts(filters.get("tp_src"))
+        dst_parts = _port_parts(filters.get("tp_dst"))
+        for sv in src_parts:
+            for dv in dst_parts:
+                m = {**base, "ip_proto": pr}
+                if sv is not None:
+                    m[f"{prefix}_src"] = sv
+                if dv is not None:
+                    m[f"{prefix}_dst"] = dv
+                out.append(m)
+    return out
+
+
+def _port_parts(value: str | None) -> list:
+    if value is None:
+        return [None]
+    low, _, high = value.partition("-")
+    return [_masked(v, mk) for v, mk in range_to_masks(int(low), int(high or low))]
+
+
+# ---------------------------------------------------------------------------------------------- overlap
+
+
+def _as_int(name: str, value) -> tuple[int, int]:
+    """(value, mask) of a match value as integers, for intersection tests."""
+    if isinstance(value, tuple):
+        v, mk = value
+        return _as_int(name, v)[0], _as_int(name, mk)[0]
+    if isinstance(value, int):
+        return value, -1
+    text = str(value)
+    if ":" in text and len(text) == 17:
+        return int(text.replace(":", ""), 16), -1
+    try:
+        return int(ipaddress.ip_address(text)), -1
+    except ValueError:
+        return hash(text), -1
+
+
+def matches_intersect(a: dict, b: dict) -> bool:
+    """Could one packet match both? (fields both name must agree on their common mask bits)"""
+    for name in set(a) & set(b):
+        va, ma = _as_int(name, a[name])
+        vb, mb = _as_int(name, b[name])
+        if (va ^ vb) & ma & mb:
+            return False
+    # different tp field families (tcp_* vs udp_*) imply different ip_proto, caught above
+    return True
+
+
+def _policy_ingress(view: _View, p: TapPolicy) -> list[dict]:
+    """The tap-ingress matches of a policy, wherever its ports are bound (no switch facts needed)."""
+    sender = view.ports.get(p.sender_port_id) if p.sender_port_id is not None else None
+    if p.receiver_is_port:
+        rport = view.ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
+        receiver = _endpoint(rport) if rport else None
+    else:
+        receiver = Endpoint(p.receiver_mac, p.receiver_ip, None)
+    if sender is None or receiver is None:
+        return []
+    filters = dict(p.filters)
+    directions = [(_endpoint(sender), receiver, filters)]
+    if p.direction == "both" and receiver.port is not None:
+        directions.append((receiver, _endpoint(sender), reverse_filters(filters)))
+    out = []
+    for src, dst, filters in directions:
+        eth_type = effective_eth_type(filters)
+        adjacent = view.in_network(src.port.network_id, dst.ip) if eth_type == ETH_IPV4 else True
+        route = None if adjacent else view.route(src.port.network_id, dst.ip)
+        out += ingress_matches(src, dst, _vlan_as_network(view, src, filters), adjacent, route)
+    return out
+
+
+def _vlan_as_network(view: _View, src: Endpoint, filters: dict) -> dict:
+    """A `vlan` filter naming the VLAN of the sender's (VLAN) network matches all of its frames: VMs
+    send untagged and the network's VLAN is added on the uplink. Otherwise it matches the frame's own
+    802.1Q tag (a VLAN-aware VM)."""
+    net = view.networks.get(src.port.network_id)
+    if "vlan" in filters and net is not None and net.type == "vlan" and net.segmentation_id == filters["vlan"]:
+        return {k: v for k, v in filters.items() if k != "vlan"}
+    return filters
+
+
+def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:
+    """Other policies with the same priority whose traffic overlaps `policy_id`'s at a tap point."""
+    view = _View(snapshot)
+    by_id = {p.id: p for p in snapshot.tap_policies}
+    me = by_id[policy_id]
+    mine = _policy_ingress(view, me)
+    out = []
+    for other in sorted(by_id.values(), key=lambda p: p.id):
+        if other.id == policy_id or other.priority != me.priority:
+            continue
+        theirs = _policy_ingress(view, other)
+        if any(matches_intersect(a, b) for a in mine for b in theirs):
+            out.append(other.id)
+    return out

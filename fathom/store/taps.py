@@ -1,0 +1,222 @@
+"""Store operations of vTAP policies: identifier resolution, ownership, filter and overlap checks.
+
+Like fathom/store/ops.py, each check raises a fathom.store.errors error naming the request field.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import replace
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from fathom.pipeline import vtap
+from fathom.store import models as m
+from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
+from fathom.store.ops import Caller, _owner
+from fathom.store.snapshot import TUNNEL_INTERFACE, load_snapshot
+
+DIRECTIONS = ("forward", "both")
+ROLES = ("sender", "receiver", "monitor", "monitor2")
+
+
+def get_tap(session: Session, caller: Caller, tap_id: int) -> m.TapPolicy:
+    tap = session.get(m.TapPolicy, tap_id)
+    if tap is None or not (caller.admin or tap.project_id == caller.project):
+        raise NotFound(f"tap policy {tap_id} does not exist")
+    return tap
+
+
+def _check_port_visible(caller: Caller, port: m.Port, field: str) -> m.Port:
+    if not caller.admin and port.project_id != caller.project:
+        raise Forbidden(f"port {port.id} belongs to another project: only an admin can tap it", field)
+    return port
+
+
+def resolve(session: Session, caller: Caller, ref, field: str, *, must_be_port: bool):
+    """A port (by id, name, or MAC+IP) -> m.Port; or, when allowed, a bare (mac, ip) -> tuple."""
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        port = session.get(m.Port, int(ref))
+        if port is None or port.router_id is not None:
+            raise NotFound(f"port {ref} does not exist", field)
+        return _check_port_visible(caller, port, field)
+    if isinstance(ref, str):
+        found = session.scalars(select(m.Port).where(m.Port.name == ref, m.Port.router_id.is_(None))
+                                .order_by(m.Port.id)).all()
+        if not found:
+            raise NotFound(f"no port named {ref!r}", field)
+        mine = [p for p in found if caller.admin or p.project_id == caller.project]
+        if len(found) > 1 and len(mine) != 1:
+            raise Invalid(f"{len(found)} ports are named {ref!r} (ids "
+                          f"{', '.join(str(p.id) for p in found)}): use an id", field)
+        return _check_port_visible(caller, mine[0] if len(mine) == 1 else found[0], field)
+    mac, ip = ref["mac"], ref["ip"]
+    candidates = session.scalars(select(m.Port).where(m.Port.mac_address == mac,
+                                                      m.Port.router_id.is_(None))).all()
+    for port in candidates:
+        if any(a.ip_address == ip for a in port.fixed_ips):
+            return _check_port_visible(caller, port, field)
+    if must_be_port:
+        raise Invalid(f"no port has MAC {mac} and IP {ip}: the {field} must be a port fathom knows "
+                      f"(its edge switch is where the tap goes)", field)
+    return (mac, ip)
+
+
+def _identity(port: m.Port) -> tuple[str, str | None]:
+    return port.mac_address, port.fixed_ips[0].ip_address if port.fixed_ips else None
+
+
+def create_tap(session: Session, caller: Caller, body: dict) -> m.TapPolicy:
+    project = _owner(caller, body.get("project_id"))
+    tap = m.TapPolicy(name=body.get("name") or "", project_id=project, status="pending",
+                      direction="forward", priority=100, filters={}, has_monitor2=False)
+    _apply(session, caller, tap, body, creating=True)
+    session.add(tap)
+    session.flush()
+    _check_overlap(session, tap)
+    _set_status(session, tap)
+    return tap
+
+
+def update_tap(session: Session, caller: Caller, tap_id: int, changes: dict) -> m.TapPolicy:
+    tap = get_tap(session, caller, tap_id)
+    _apply(session, caller, tap, changes, creating=False)
+    session.flush()
+    _check_overlap(session, tap)
+    _set_status(session, tap)
+    return tap
+
+
+def delete_tap(session: Session, caller: Caller, tap_id: int) -> None:
+    session.delete(get_tap(session, caller, tap_id))
+    session.flush()
+
+
+def _apply(session: Session, caller: Caller, tap: m.TapPolicy, body: dict, creating: bool) -> None:
+    if creating:
+        for role in ("sender", "receiver", "monitor"):
+            if body.get(role) is None:
+                raise Invalid(f"{role} is required", role)
+    if "name" in body and body["name"] is not None:
+        tap.name = body["name"]
+    if body.get("sender") is not None:
+        tap.sender_port_id = resolve(session, caller, body["sender"], "sender", must_be_port=True).id
+    if body.get("receiver") is not None:
+        r = resolve(session, caller, body["receiver"], "receiver", must_be_port=False)
+        if isinstance(r, m.Port):
+            tap.receiver_port_id, tap.receiver_is_port = r.id, True
+            tap.receiver_mac, ip = _identity(r)
+            if ip is None:
+                raise Invalid(f"port {r.id} has no IP address", "receiver")
+            tap.receiver_ip = ip
+        else:
+            tap.receiver_port_id, tap.receiver_is_port = None, False
+            tap.receiver_mac, tap.receiver_ip = r
+    if body.get("monitor") is not None:
+        tap.monitor_port_id = resolve(session, caller, body["monitor"], "monitor", must_be_port=True).id
+    if "monitor2" in body:
+        if body["monitor2"] is None:
+            tap.monitor2_port_id, tap.has_monitor2 = None, False
+        else:
+            tap.monitor2_port_id = resolve(session, caller, body["monitor2"], "monitor2", must_be_port=True).id
+            tap.has_monitor2 = True
+    if body.get("direction") is not None:
+        if body["direction"] not in DIRECTIONS:
+            raise Invalid(f"direction is one of {', '.join(DIRECTIONS)}", "direction")
+        tap.direction = body["direction"]
+    if body.get("priority") is not None:
+        if not 0 <= body["priority"] <= vtap.MAX_PRIORITY:
+            raise Invalid(f"priority is 0..{vtap.MAX_PRIORITY}", "priority")
+        tap.priority = body["priority"]
+    if "truncate" in body:
+        n = body["truncate"] or None
+        if n is not None and not vtap.MIN_TRUNCATE <= n <= 65535:
+            raise Invalid(f"truncate is {vtap.MIN_TRUNCATE}..65535 bytes (or null: whole frames)", "truncate")
+        tap.truncate = n
+    if "rate_pps" in body:
+        n = body["rate_pps"] or None
+        if n is not None and not 1 <= n <= 10_000_000:
+            raise Invalid("rate_pps is 1..10000000 copies per second (or null: no limit)", "rate_pps")
+        tap.rate_pps = n
+    filter_keys = ("ip_proto", "vlan", "tp_src", "tp_dst", "match")
+    if any(k in body for k in filter_keys):
+        current = dict(tap.filters or {})
+        old = {k: current.pop(k) for k in ("ip_proto", "vlan", "tp_src", "tp_dst") if k in current}
+        merged = {**old, "match": current}
+        for k in filter_keys:
+            if k in body:
+                merged[k] = body[k]
+        try:
+            tap.filters = vtap.normalise_filters(**merged)
+        except vtap.FilterError as e:
+            raise Invalid(e.message, e.field) from None
+    _check_roles(session, tap)
+
+
+def _check_roles(session: Session, tap: m.TapPolicy) -> None:
+    if tap.monitor_port_id is not None and tap.monitor_port_id == tap.sender_port_id:
+        raise Invalid("the monitor cannot be the sender", "monitor")
+    if tap.receiver_is_port and tap.monitor_port_id is not None and tap.monitor_port_id == tap.receiver_port_id:
+        raise Invalid("the monitor cannot be the receiver", "monitor")
+    if tap.receiver_is_port and tap.receiver_port_id is not None and tap.receiver_port_id == tap.sender_port_id:
+        raise Invalid("the receiver cannot be the sender", "receiver")
+    if tap.has_monitor2:
+        if tap.monitor2_port_id in (tap.sender_port_id, tap.monitor_port_id) or (
+                tap.receiver_is_port and tap.monitor2_port_id == tap.receiver_port_id):
+            raise Invalid("monitor2 must differ from the sender, the receiver and the monitor", "monitor2")
+    if tap.direction == "both" and not tap.receiver_is_port:
+        raise Invalid("direction both taps the receiver's edge too: the receiver must be a port",
+                      "direction")
+    try:
+        ipaddress.IPv4Address(tap.receiver_ip)
+    except ValueError:
+        raise Invalid(f"{tap.receiver_ip!r} is not an IPv4 address", "receiver.ip") from None
+
+
+def _check_overlap(session: Session, tap: m.TapPolicy) -> None:
+    snapshot = load_snapshot(session)
+    others = vtap.conflicting_policies(snapshot, tap.id)
+    if others:
+        raise Conflict(f"the policy overlaps policy {', '.join(map(str, others))} at the same priority "
+                       f"{tap.priority}: give one of them another priority (the higher one copies the "
+                       f"overlapping packets)", "priority")
+
+
+def static_problems(session: Session) -> dict[int, list[str]]:
+    """Why each policy cannot be installed, judged from the store alone (every bound interface is
+    assumed present on its node): deleted ports (error) and unbound ports (pending)."""
+    snapshot = load_snapshot(session)
+    fake = {}
+    bound: dict[str, set[str]] = {}
+    for p in snapshot.ports:
+        if p.node and p.interface:
+            bound.setdefault(p.node, set()).add(p.interface)
+    for i, n in enumerate(snapshot.nodes):
+        fake[n.name] = {name: k + 1 for k, name in enumerate(sorted(bound.get(n.name, set()) | {TUNNEL_INTERFACE}))}
+    nodes = tuple(replace(n, tunnel_ip=n.tunnel_ip or "0.0.0.0") for n in snapshot.nodes)
+    snapshot = replace(snapshot, nodes=nodes).with_ofports(fake)
+    _, plans = vtap.compile_vtap_plans(snapshot)
+    return {pid: plan.problems for pid, plan in plans.items()}
+
+
+def status_of(problems: list[str]) -> tuple[str, str | None]:
+    if not problems:
+        return "active", None
+    status = "error" if any("deleted" in p or "marker" in p for p in problems) else "pending"
+    return status, "; ".join(problems)
+
+
+def _set_status(session: Session, tap: m.TapPolicy) -> None:
+    tap.status, tap.status_reason = status_of(static_problems(session).get(tap.id, []))
+
+
+def current_statuses(session: Session) -> dict[int, tuple[str, str | None]]:
+    """(status, reason) of every policy as the store stands now: a port deleted or unbound under a
+    policy shows at once. Computed on read (reads do not write: they run in read-only transactions)."""
+    return {pid: status_of(problems) for pid, problems in static_problems(session).items()}
+
+
+def policies_using_port(session: Session, port_id: int) -> list[m.TapPolicy]:
+    cols = (m.TapPolicy.sender_port_id, m.TapPolicy.receiver_port_id, m.TapPolicy.monitor_port_id,
+            m.TapPolicy.monitor2_port_id)
+    return list(session.scalars(select(m.TapPolicy).where(or_(*(c == port_id for c in cols)))))

@@ -1,0 +1,124 @@
+"""/v1/taps over a real store (SQLite and PostgreSQL, as tests/unit/test_api.py)."""
+from __future__ import annotations
+
+import pytest
+
+from fathom.pipeline import vtap
+from fathom.store.snapshot import load_snapshot
+from sqlalchemy.orm import Session
+
+from .test_api import MEMBER, OTHER, Client, db_url, postgres  # noqa: F401 - fixtures
+
+
+@pytest.fixture
+def api(db_url):  # noqa: F811
+    client = Client(db_url)
+    client.post("/nodes", {"name": "c1", "tunnel_ip": "198.18.0.1"})
+    client.post("/nodes", {"name": "c2", "tunnel_ip": "198.18.0.2"})
+    net = client.post("/networks", {"name": "blue", "project_id": "p1"})
+    client.post("/subnets", {"network_id": net["id"], "cidr": "198.19.1.0/24"})
+    for i, node in ((1, "c1"), (2, "c1"), (3, "c1"), (4, "c2")):
+        client.post("/ports", {"network_id": net["id"], "name": f"vm{i}", "node": node,
+                               "interface_name": f"vm{i}", "project_id": "p1",
+                               "mac_address": f"02:fa:00:00:01:0{i}",
+                               "fixed_ips": [{"ip_address": f"198.19.1.1{i}"}]})
+    other = client.post("/networks", {"name": "red", "project_id": "p2"})
+    client.post("/subnets", {"network_id": other["id"], "cidr": "198.19.2.0/24"})
+    client.post("/ports", {"network_id": other["id"], "name": "evil", "node": "c2", "interface_name": "evil",
+                           "project_id": "p2"})
+    client.net = net
+    yield client
+    client.app.state.engine.dispose()
+
+
+def test_create_show_list_update_delete(api):
+    before = api.changes
+    t = api.post("/taps", {"name": "web", "sender": "vm1", "receiver": "vm2", "monitor": "vm3",
+                           "ip_proto": "tcp", "tp_dst": 80, "match": {"ip_dscp": "*"}})
+    assert api.changes == before + 1
+    assert t["sender"]["port_name"] == "vm1" and t["receiver"]["ip"] == "198.19.1.12"
+    assert t["filters"] == {"ip_proto": 6, "tp_dst": "80"} and t["status"] == "active"
+    assert t["markers"] == [vtap.marker(t["id"], 0, 0)]
+    assert api.get(f"/taps/{t['id']}")["name"] == "web"
+    assert [x["id"] for x in api.get("/taps")] == [t["id"]]
+    u = api.patch(f"/taps/{t['id']}", {"tp_dst": "1000-2000", "monitor2": "vm4", "direction": "both"})
+    assert u["filters"] == {"ip_proto": 6, "tp_dst": "1000-2000"} and u["monitor2"]["port_name"] == "vm4"
+    assert len(u["markers"]) == 4
+    u = api.patch(f"/taps/{t['id']}", {"ip_proto": "*", "tp_dst": None, "monitor2": None})
+    assert u["filters"] == {} and u["monitor2"] is None
+    api.delete(f"/taps/{t['id']}")
+    api.get(f"/taps/{t['id']}", status=404)
+
+
+def test_identifiers_by_id_name_and_mac_ip(api):
+    t = api.post("/taps", {"sender": {"mac": "02:FA:00:00:01:01", "ip": "198.19.1.11"},
+                           "receiver": {"mac": "02:aa:00:00:00:09", "ip": "198.19.9.9"},
+                           "monitor": {"port": "vm3"}})
+    assert t["sender"]["port_name"] == "vm1"
+    assert t["receiver"] == {"port_id": None, "port_name": None, "mac": "02:aa:00:00:00:09",
+                             "ip": "198.19.9.9", "node": None}
+    vm3 = api.get("/ports", name="vm3")[0]["id"]
+    assert api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": vm3, "priority": 5})["monitor"]["port_id"] == vm3
+
+
+@pytest.mark.parametrize("body,status,field", [
+    ({"sender": "nope", "receiver": "vm2", "monitor": "vm3"}, 404, ["sender"]),
+    ({"sender": "vm1", "receiver": "vm2", "monitor": "vm1"}, 422, ["monitor"]),
+    ({"sender": "vm1", "receiver": "vm2", "monitor": "vm2"}, 422, ["monitor"]),
+    ({"sender": "vm1", "receiver": {"mac": "02:zz", "ip": "198.19.1.12"}, "monitor": "vm3"}, 422, ["receiver", "mac"]),
+    ({"sender": "vm1", "receiver": {"mac": "02:fa:00:00:01:02", "ip": "300.1.1.1"}, "monitor": "vm3"}, 422, ["receiver", "ip"]),
+    ({"sender": {"mac": "02:fa:00:00:01:09", "ip": "198.19.1.99"}, "receiver": "vm2", "monitor": "vm3"}, 422, ["sender"]),
+    ({"sender": "vm1", "receiver": "vm2", "monitor": "vm3", "match": {"tcp_window": 5}}, 422, ["match", "tcp_window"]),
+    ({"sender": "vm1", "receiver": "vm2", "monitor": "vm3", "match": {"ipv4_dst": "1.1.1.1"}}, 422, ["match", "ipv4_dst"]),
+    ({"sender": "vm1", "receiver": "vm2", "monitor": "vm3", "tp_dst": "9-1"}, 422, ["tp_dst"]),
+    ({"sender": "vm1", "receiver": "vm2"}, 422, ["monitor"]),
+    ({"sender": "vm1", "receiver": {"mac": "02:aa:00:00:00:09", "ip": "198.19.9.9"}, "monitor": "vm3",
+      "direction": "both"}, 422, ["direction"]),
+])
+def test_bad_input_names_the_field(api, body, status, field):
+    loc, msg = api.error("POST", "/taps", body, status)
+    assert loc == field, msg
+    assert api.get("/taps") == []
+
+
+def test_ownership(api):
+    # a member of p1 may tap p1's ports; p2 may not tap them, nor tap p1 traffic to its own monitor
+    mine = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3"}, headers=MEMBER)
+    assert mine["project_id"] == "p1"
+    loc, _ = api.error("POST", "/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "evil"}, 403, headers=OTHER)
+    assert loc == ["sender"]
+    loc, _ = api.error("POST", "/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "evil", "priority": 1},
+                       403, headers=MEMBER)
+    assert loc == ["monitor"]
+    # p2 does not see p1's policies
+    api.get(f"/taps/{mine['id']}", status=404, headers=OTHER)
+    assert api.get("/taps", headers=OTHER) == []
+    # nothing of the refused requests reached the store
+    with Session(api.app.state.engine) as s:
+        assert [t.id for t in load_snapshot(s).tap_policies] == [mine["id"]]
+
+
+def test_overlap_at_equal_priority_is_refused(api):
+    api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3", "ip_proto": 6})
+    loc, msg = api.error("POST", "/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm4",
+                                           "ip_proto": 6, "tp_dst": 80}, 409)
+    assert loc == ["priority"] and "overlaps" in msg
+    api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm4", "ip_proto": 6, "tp_dst": 80,
+                       "priority": 200})
+    api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm4", "ip_proto": 17})
+
+
+def test_deleting_a_port_puts_its_policies_in_error(api):
+    t = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm4"})
+    api.delete(f"/ports/{t['monitor']['port_id']}")
+    got = api.get(f"/taps/{t['id']}")
+    assert got["status"] == "error" and "monitor port was deleted" in got["status_reason"]
+    with Session(api.app.state.engine) as s:
+        snap = load_snapshot(s)
+    assert vtap.compile_vtap(snap) == {}
+
+
+def test_unbound_sender_is_pending(api):
+    p = api.post("/ports", {"network_id": api.net["id"], "name": "loose", "project_id": "p1"})
+    t = api.post("/taps", {"sender": p["id"], "receiver": "vm2", "monitor": "vm3"})
+    assert t["status"] == "pending" and "not bound" in t["status_reason"]
