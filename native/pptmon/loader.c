@@ -273,7 +273,10 @@ static int cmd_run(struct opts *op)
 		int err;
 
 		if (rb) {
-			err = ring_buffer__poll(rb, 200);
+			/* the programs wake us only for batches: also drain on timeout */
+			err = ring_buffer__poll(rb, 100);
+			if (err >= 0 || err == -EINTR)
+				err = ring_buffer__consume(rb);
 			if (err < 0 && err != -EINTR) {
 				fprintf(stderr, "pptmon-loader: poll: %s\n", strerror(-err));
 				break;

@@ -1,0 +1,305 @@
+"""`fathom bench pptmon`: paper 002's Figs 6-8 on the lab.
+
+  fig6  processing time vs number of iptables rules, PPTMon against a capture reference
+        (the same packets captured on the VNF's in0 and out0 with nanosecond timestamps)
+  fig7  iperf3 TCP throughput with PPTMon off and at 0.5 / 1 / 10 / 20 samples/s and
+        every packet
+  fig8  throughput of firewall / NAT / forwarder VNFs with PPTMon off and at 1 sample/s
+
+Results go to results/pptmon/<stamp>/ (JSON, CSV, Markdown, PNG); with --docs the
+Markdown and PNGs also replace the benchmark section of docs/pptmon.md.
+Run: sudo .venv/bin/python -m fathom.bench.pptmon [--quick] [--docs]
+"""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from fathom.pptmon import chain as chainmod
+from fathom.pptmon import control, measure
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "pptmon.md"
+IMG = ROOT / "docs" / "img"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def _iperf(c: chainmod.Chain, seconds: float, port: int = 5401) -> float:
+    """TCP throughput client -> server in Gb/s (receiver side)."""
+    srv = subprocess.Popen(["ip", "netns", "exec", c.server, "iperf3", "-s", "-1", "-p", str(port)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        p = subprocess.run(["ip", "netns", "exec", c.client, "iperf3", "-c", c.server_ip,
+                            "-p", str(port), "-t", str(seconds), "-J"],
+                           capture_output=True, text=True, timeout=seconds + 30)
+        data = json.loads(p.stdout)
+        return data["end"]["sum_received"]["bits_per_second"] / 1e9
+    finally:
+        try:
+            srv.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+
+
+def _set_rules(c: chainmod.Chain, k: int, rules: int) -> None:
+    chainmod.run("iptables-restore", ns=c.vnf_ns(k), input=chainmod._firewall_rules(rules))
+
+
+def fig6(out: Path, rules_list: list[int], packets: int) -> list[dict]:
+    name = "ppbf6"
+    c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf("firewall", 0)], base=60, offloads=False)
+    chainmod.down(name)
+    chainmod.up(c)
+    rows = []
+    try:
+        control.enable(name, period_ns=0)
+        ns = c.vnf_ns(1)
+        for proto in ("udp", "tcp"):
+            for rules in rules_list:
+                _set_rules(c, 1, rules)
+                n0 = len(control.records(name))
+                p_in, p_out = out / f"f6_{proto}_{rules}_in.pcap", out / f"f6_{proto}_{rules}_out.pcap"
+                with measure.Capture(ns, "in0", p_in, proto), measure.Capture(ns, "out0", p_out, proto):
+                    if proto == "udp":
+                        measure.transfer(c, "udp", count=packets, rate=500, size=[200])
+                    else:
+                        measure.transfer(c, "tcp", bytes=packets * 150)
+                time.sleep(0.3)
+                recs = [r for r in control.records(name)[n0:] if r["flow"]["proto"] == proto]
+                acc = measure.accuracy(recs, measure.timestamps(p_in, proto),
+                                       measure.timestamps(p_out, proto))
+                row = {"proto": proto, "rules": rules, "matched": acc["matched"]}
+                for key, tag in (("pptmon", "pptmon"), ("reference", "ref"),
+                                 ("ref_minus_pptmon", "diff")):
+                    for st in ("mean_us", "stddev_us", "p50_us", "p99_us", "min_us"):
+                        row[f"{tag}_{st}"] = acc[key].get(st)
+                rows.append(row)
+                p_in.unlink(missing_ok=True)
+                p_out.unlink(missing_ok=True)
+                click.echo(f"fig6 {proto} rules={rules}: pptmon {row['pptmon_mean_us']:.1f} µs, "
+                           f"capture {row['ref_mean_us']:.1f} µs, diff {row['diff_mean_us']:.1f} µs",
+                           err=True)
+    finally:
+        chainmod.down(name)
+    return rows
+
+
+RATES = [("off", None), ("0.5/s", 2 * 10**9), ("1/s", 10**9), ("10/s", 10**8), ("20/s", 5 * 10**7),
+         ("every packet", 0)]
+
+
+def fig7(seconds: float, reps: int, offloads: bool) -> list[dict]:
+    name = "ppbf7" + ("o" if offloads else "n")
+    c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf("firewall", 0)], base=70, offloads=offloads)
+    chainmod.down(name)
+    chainmod.up(c)
+    rows = []
+    try:
+        results: dict[str, list[float]] = {label: [] for label, _ in RATES}
+        for _ in range(reps):  # interleave settings so that drift hits all alike
+            for label, period in RATES:
+                if period is None:
+                    control.disable(name, missing_ok=True)
+                else:
+                    control.enable(name, period_ns=period)
+                results[label].append(_iperf(c, seconds))
+        control.disable(name, missing_ok=True)
+        base = statistics.mean(results["off"])
+        for label, period in RATES:
+            v = results[label]
+            rows.append({"offloads": offloads, "setting": label, "period_ns": period,
+                         "gbps_mean": statistics.mean(v),
+                         "gbps_std": statistics.stdev(v) if len(v) > 1 else 0.0,
+                         "ratio_vs_off": statistics.mean(v) / base, "runs": v})
+            click.echo(f"fig7 offloads={offloads} {label}: {statistics.mean(v):.2f} Gb/s "
+                       f"({statistics.mean(v) / base:.3f} of off)", err=True)
+    finally:
+        chainmod.down(name)
+    return rows
+
+
+def fig8(seconds: float, reps: int) -> list[dict]:
+    rows = []
+    for i, (kind, rules) in enumerate((("firewall", 20), ("nat", 0), ("forward", 0))):
+        name = f"ppbf8{i}"
+        c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf(kind, rules)], base=80 + 2 * i)
+        chainmod.down(name)
+        chainmod.up(c)
+        try:
+            off, on = [], []
+            for _ in range(reps):
+                control.disable(name, missing_ok=True)
+                off.append(_iperf(c, seconds))
+                control.enable(name, period_ns=10**9)
+                on.append(_iperf(c, seconds))
+            control.disable(name, missing_ok=True)
+            row = {"vnf": chainmod.Vnf(kind, rules).label(), "off_gbps": statistics.mean(off),
+                   "on_gbps": statistics.mean(on), "ratio": statistics.mean(on) / statistics.mean(off),
+                   "off_runs": off, "on_runs": on}
+            rows.append(row)
+            click.echo(f"fig8 {row['vnf']}: off {row['off_gbps']:.2f}, 1/s {row['on_gbps']:.2f} Gb/s "
+                       f"({row['ratio']:.3f})", err=True)
+        finally:
+            chainmod.down(name)
+    return rows
+
+
+# ---- reporting -------------------------------------------------------------------------
+
+def _plots(out: Path, f6: list[dict], f7: list[dict], f8: list[dict]) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+    if f6:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+        for ax, proto in zip(axes, ("tcp", "udp")):
+            rs = [r for r in f6 if r["proto"] == proto and r["matched"]]
+            x = [r["rules"] for r in rs]
+            ax.errorbar(x, [r["pptmon_mean_us"] for r in rs], yerr=[r["pptmon_stddev_us"] for r in rs],
+                        marker="o", capsize=3, label="PPTMon")
+            ax.errorbar(x, [r["ref_mean_us"] for r in rs], yerr=[r["ref_stddev_us"] for r in rs],
+                        marker="s", capsize=3, label="capture (tcpdump, ns)")
+            ax.set_title(proto.upper())
+            ax.set_xlabel("iptables rules")
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("processing time (µs)")
+        axes[0].legend()
+        fig.tight_layout()
+        fig.savefig(out / "pptmon_fig6.png", dpi=110)
+        names.append("pptmon_fig6.png")
+    if f7:
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        for off in sorted({r["offloads"] for r in f7}, reverse=True):
+            rs = [r for r in f7 if r["offloads"] == off]
+            ax.errorbar(range(len(rs)), [r["gbps_mean"] for r in rs], yerr=[r["gbps_std"] for r in rs],
+                        marker="o", capsize=3, label=f"offloads {'on' if off else 'off'}")
+            ax.set_xticks(range(len(rs)), [r["setting"] for r in rs])
+        ax.set_ylabel("iperf3 TCP (Gb/s)")
+        ax.set_xlabel("PPTMon sampling")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "pptmon_fig7.png", dpi=110)
+        names.append("pptmon_fig7.png")
+    if f8:
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        x = range(len(f8))
+        ax.bar([i - 0.2 for i in x], [r["off_gbps"] for r in f8], 0.4, label="PPTMon off")
+        ax.bar([i + 0.2 for i in x], [r["on_gbps"] for r in f8], 0.4, label="PPTMon 1 sample/s")
+        ax.set_xticks(list(x), [r["vnf"] for r in f8])
+        ax.set_ylabel("iperf3 TCP (Gb/s)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "pptmon_fig8.png", dpi=110)
+        names.append("pptmon_fig8.png")
+    plt.close("all")
+    return names
+
+
+def _markdown(env: dict, cmd: str, f6, f7, f8, img: str) -> str:
+    L = [BEGIN, "", f"Command: `{cmd}`  ", f"Run: {env['time']} — kernel {env['kernel']}, "
+         f"{env['cpus']} CPUs, {env['ovs']} (not used by the chain: Linux bridges).", ""]
+    if f6:
+        L += ["### Fig. 6 — processing time vs iptables rules (PPTMon vs capture)", "",
+              "Every packet marked (`--period 0`), 500 packets/s of 200-byte UDP datagrams or a "
+              "paced TCP stream; one firewall VNF, offloads off; PPTMon and the reference are "
+              "compared **per packet** (same IP ID / TCP sequence number on in0 and out0).", "",
+              f"![fig6]({img}/pptmon_fig6.png)", "",
+              "| proto | rules | packets | PPTMon mean ± sd (µs) | capture mean ± sd (µs) | "
+              "capture − PPTMon mean / p50 / min (µs) |", "|---|---|---|---|---|---|"]
+        for r in f6:
+            if not r["matched"]:
+                continue
+            L.append(f"| {r['proto']} | {r['rules']} | {r['matched']} | {r['pptmon_mean_us']:.1f} ± "
+                     f"{r['pptmon_stddev_us']:.1f} | {r['ref_mean_us']:.1f} ± {r['ref_stddev_us']:.1f} | "
+                     f"{r['diff_mean_us']:.1f} / {r['diff_p50_us']:.1f} / {r['diff_min_us']:.1f} |")
+        diffs = {p: [r["diff_mean_us"] for r in f6 if r["proto"] == p and r["matched"]]
+                 for p in ("tcp", "udp")}
+        L += ["", "Mean difference over all rule counts: " + ", ".join(
+            f"{p.upper()} {statistics.mean(v):.1f} µs (sd {statistics.pstdev(v):.1f})"
+            for p, v in diffs.items() if v) + " (paper: TCP 6.5 µs, UDP 3.8 µs).", ""]
+    if f7:
+        L += ["### Fig. 7 — throughput vs sampling rate", "",
+              "One VNF (firewall, no rules), iperf3 TCP; settings interleaved, mean ± sd over "
+              "the runs.", "", f"![fig7]({img}/pptmon_fig7.png)", "",
+              "| offloads | PPTMon | Gb/s | ratio to off |", "|---|---|---|---|"]
+        for r in f7:
+            L.append(f"| {'on' if r['offloads'] else 'off'} | {r['setting']} | {r['gbps_mean']:.2f} ± "
+                     f"{r['gbps_std']:.2f} | {r['ratio_vs_off']:.3f} |")
+        L.append("")
+    if f8:
+        L += ["### Fig. 8 — throughput per VNF kind, PPTMon off vs 1 sample/s", "",
+              f"![fig8]({img}/pptmon_fig8.png)", "", "| VNF | off (Gb/s) | 1/s (Gb/s) | ratio |",
+              "|---|---|---|---|"]
+        for r in f8:
+            L.append(f"| {r['vnf']} | {r['off_gbps']:.2f} | {r['on_gbps']:.2f} | {r['ratio']:.3f} |")
+        L.append("")
+    L.append(END)
+    return "\n".join(L)
+
+
+@click.command("pptmon")
+@click.option("--figs", default="6,7,8", show_default=True, help="which figures to run")
+@click.option("--quick", is_flag=True, help="fewer points, shorter runs (a smoke run)")
+@click.option("--seconds", default=4.0, show_default=True, help="iperf3 run length")
+@click.option("--reps", default=3, show_default=True, help="repetitions per throughput point")
+@click.option("--docs", is_flag=True, help="also rewrite the benchmark section of docs/pptmon.md")
+@click.option("--out", "out_dir", default=None, help="results directory")
+def bench_pptmon(figs, quick, seconds, reps, docs, out_dir):
+    """Reproduce paper 002's Figs 6-8 (PPTMon accuracy and overhead) on the lab."""
+    want = {int(x) for x in figs.split(",") if x.strip()}
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(out_dir) if out_dir else ROOT / "results" / "pptmon" / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    if quick:
+        seconds, reps = 2.0, 1
+    rules = [0, 100, 500] if quick else [0, 100, 500, 1000, 2000]
+    env = {**measure.env(), "time": stamp}
+    f6 = fig6(out, rules, 300 if quick else 1000) if 6 in want else []
+    f7 = []
+    if 7 in want:
+        f7 = fig7(seconds, reps, offloads=False) + fig7(seconds, reps, offloads=True)
+    f8 = fig8(seconds, reps) if 8 in want else []
+    data = {"env": env, "fig6": f6, "fig7": f7, "fig8": f8}
+    (out / "pptmon.json").write_text(json.dumps(data, indent=2))
+    for key, rows in (("fig6", f6), ("fig7", f7), ("fig8", f8)):
+        if rows:
+            with open(out / f"pptmon_{key}.csv", "w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=[k for k in rows[0] if not k.endswith("runs")],
+                                   extrasaction="ignore")
+                w.writeheader()
+                w.writerows(rows)
+    names = _plots(out, f6, f7, f8)
+    cmd = "sudo .venv/bin/python -m fathom.bench.pptmon" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    md = _markdown(env, cmd, f6, f7, f8, "img")
+    (out / "pptmon.md").write_text(md.replace("](img/", "]("))
+    if docs:
+        IMG.mkdir(parents=True, exist_ok=True)
+        for n in names:
+            (IMG / n).write_bytes((out / n).read_bytes())
+        text = DOC.read_text() if DOC.exists() else ""
+        if BEGIN in text and END in text:
+            text = text[:text.index(BEGIN)] + md + text[text.index(END) + len(END):]
+        else:
+            text += "\n" + md + "\n"
+        DOC.write_text(text)
+    click.echo(str(out))
+
+
+# for a `bench` click group elsewhere: bench.add_command(fathom.bench.pptmon.bench_pptmon)
+command = bench_pptmon
+
+if __name__ == "__main__":
+    bench_pptmon()
