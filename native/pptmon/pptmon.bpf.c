@@ -498,6 +498,22 @@ static __always_inline struct ppt_config *get_cfg(void)
 	return cfg;
 }
 
+/* Read-only pre-check: has the period elapsed since the last sample? */
+static __always_inline int sample_due(struct ppt_config *cfg)
+{
+	__u32 k = 0;
+	struct ppt_sample_state *st;
+	__u64 last;
+
+	if (!cfg->period_ns)
+		return 1;
+	st = bpf_map_lookup_elem(&ppt_sample, &k);
+	if (!st)
+		return 0;
+	last = st->last_ns;
+	return !last || bpf_ktime_get_ns() - last >= cfg->period_ns;
+}
+
 /* Time-based sampling shared by all CPUs: one winner per period. */
 static __always_inline int take_sample(struct ppt_config *cfg, __u16 *seq)
 {
@@ -759,6 +775,9 @@ int ppt_in(struct __sk_buff *skb)
 		return PASS;
 	stat_inc(PPT_ST_IN_PKTS);
 	if (cfg->in_role == PPT_IN_NONE)
+		return PASS;
+	/* fast path of the source: between samples, nothing to parse */
+	if (cfg->in_role == PPT_IN_SOURCE && !sample_due(cfg))
 		return PASS;
 	if (parse(skb, &p) < 0)
 		return PASS;
