@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -98,6 +99,43 @@ RATES = [("off", None), ("0.5/s", 2 * 10**9), ("1/s", 10**9), ("10/s", 10**8), (
          ("every packet", 0)]
 
 
+def _prog_totals(pids: list[int]) -> dict[str, tuple[int, int]]:
+    """{program name: (run_cnt, run_time_ns)} summed over the loaded PPTMon programs
+    (bpftool 7.1 here does not list owner pids: run the benchmark alone)."""
+    p = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True)
+    out: dict[str, tuple[int, int]] = {}
+    for prog in json.loads(p.stdout or "[]"):
+        name = prog.get("name")
+        if name not in ("ppt_in", "ppt_out"):
+            continue
+        owners = [x.get("pid") for x in prog.get("pids", [])]
+        if owners and not any(pid in pids for pid in owners):
+            continue
+        cnt, ns = out.get(name, (0, 0))
+        out[name] = (cnt + prog.get("run_cnt", 0), ns + prog.get("run_time_ns", 0))
+    return out
+
+
+def _cost(name: str, c: chainmod.Chain, seconds: float) -> dict:
+    """Mean run time of our programs per packet during an iperf3 run (kernel BPF stats)."""
+    pids = control.state(c)["pids"]
+    subprocess.run(["sysctl", "-qw", "kernel.bpf_stats_enabled=1"], check=True)
+    try:
+        a = _prog_totals(pids)
+        gbps = _iperf(c, seconds)
+        b = _prog_totals(pids)
+    finally:
+        subprocess.run(["sysctl", "-qw", "kernel.bpf_stats_enabled=0"], check=True)
+    res = {"gbps_with_stats": gbps}
+    for prog in ("ppt_in", "ppt_out"):
+        dc = b.get(prog, (0, 0))[0] - a.get(prog, (0, 0))[0]
+        dn = b.get(prog, (0, 0))[1] - a.get(prog, (0, 0))[1]
+        res[f"{prog}_pkts"] = dc
+        res[f"{prog}_ns_per_pkt"] = dn / dc if dc else None
+        res[f"{prog}_cpu_share"] = dn / (seconds * 1e9)
+    return res
+
+
 def fig7(seconds: float, reps: int, offloads: bool) -> list[dict]:
     name = "ppbf7" + ("o" if offloads else "n")
     c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf("firewall", 0)], base=70, offloads=offloads)
@@ -106,23 +144,37 @@ def fig7(seconds: float, reps: int, offloads: bool) -> list[dict]:
     rows = []
     try:
         results: dict[str, list[float]] = {label: [] for label, _ in RATES}
-        for _ in range(reps):  # interleave settings so that drift hits all alike
-            for label, period in RATES:
+        order = list(RATES)
+        rnd = random.Random(7)
+        for _ in range(reps):  # interleave settings, in a new order each round
+            rnd.shuffle(order)
+            for label, period in order:
                 if period is None:
                     control.disable(name, missing_ok=True)
                 else:
                     control.enable(name, period_ns=period)
                 results[label].append(_iperf(c, seconds))
+        costs: dict[str, dict] = {}
+        for label, period in RATES:  # a separate pass: BPF run-time stats cost a little
+            if period is not None:
+                control.enable(name, period_ns=period)
+                costs[label] = _cost(name, c, min(seconds, 3.0))
         control.disable(name, missing_ok=True)
         base = statistics.mean(results["off"])
         for label, period in RATES:
             v = results[label]
+            sem = statistics.stdev(v) / len(v) ** 0.5 if len(v) > 1 else 0.0
             rows.append({"offloads": offloads, "setting": label, "period_ns": period,
                          "gbps_mean": statistics.mean(v),
                          "gbps_std": statistics.stdev(v) if len(v) > 1 else 0.0,
-                         "ratio_vs_off": statistics.mean(v) / base, "runs": v})
+                         "gbps_sem": sem,
+                         "ratio_vs_off": statistics.mean(v) / base, "runs": v,
+                         **costs.get(label, {})})
+            cst = costs.get(label, {})
             click.echo(f"fig7 offloads={offloads} {label}: {statistics.mean(v):.2f} Gb/s "
-                       f"({statistics.mean(v) / base:.3f} of off)", err=True)
+                       f"({statistics.mean(v) / base:.3f} of off); per packet "
+                       f"in {cst.get('ppt_in_ns_per_pkt') or 0:.0f} ns, "
+                       f"out {cst.get('ppt_out_ns_per_pkt') or 0:.0f} ns", err=True)
     finally:
         chainmod.down(name)
     return rows
@@ -137,11 +189,14 @@ def fig8(seconds: float, reps: int) -> list[dict]:
         chainmod.up(c)
         try:
             off, on = [], []
-            for _ in range(reps):
-                control.disable(name, missing_ok=True)
-                off.append(_iperf(c, seconds))
-                control.enable(name, period_ns=10**9)
-                on.append(_iperf(c, seconds))
+            for r in range(reps):  # alternate which setting goes first
+                for setting in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                    if setting == "off":
+                        control.disable(name, missing_ok=True)
+                        off.append(_iperf(c, seconds))
+                    else:
+                        control.enable(name, period_ns=10**9)
+                        on.append(_iperf(c, seconds))
             control.disable(name, missing_ok=True)
             row = {"vnf": chainmod.Vnf(kind, rules).label(), "off_gbps": statistics.mean(off),
                    "on_gbps": statistics.mean(on), "ratio": statistics.mean(on) / statistics.mean(off),
@@ -234,10 +289,19 @@ def _markdown(env: dict, cmd: str, f6, f7, f8, img: str) -> str:
         L += ["### Fig. 7 — throughput vs sampling rate", "",
               "One VNF (firewall, no rules), iperf3 TCP; settings interleaved, mean ± sd over "
               "the runs.", "", f"![fig7]({img}/pptmon_fig7.png)", "",
-              "| offloads | PPTMon | Gb/s | ratio to off |", "|---|---|---|---|"]
+              "The throughput of one run varies by several percent on this machine, more than "
+              "the effect being measured at low sampling rates; the last columns measure the "
+              "cost directly: the mean run time of our two programs per packet (kernel BPF run "
+              "statistics, separate runs) and the share of one CPU they used.", "",
+              "| offloads | PPTMon | Gb/s (mean ± sd) | ratio to off | ns/packet in + out | "
+              "CPU share |", "|---|---|---|---|---|---|"]
         for r in f7:
+            cost = share = ""
+            if r.get("ppt_in_ns_per_pkt") is not None:
+                cost = f"{r['ppt_in_ns_per_pkt']:.0f} + {r['ppt_out_ns_per_pkt'] or 0:.0f}"
+                share = f"{100 * (r['ppt_in_cpu_share'] + r['ppt_out_cpu_share']):.2f} %"
             L.append(f"| {'on' if r['offloads'] else 'off'} | {r['setting']} | {r['gbps_mean']:.2f} ± "
-                     f"{r['gbps_std']:.2f} | {r['ratio_vs_off']:.3f} |")
+                     f"{r['gbps_std']:.2f} | {r['ratio_vs_off']:.3f} | {cost} | {share} |")
         L.append("")
     if f8:
         L += ["### Fig. 8 — throughput per VNF kind, PPTMon off vs 1 sample/s", "",
