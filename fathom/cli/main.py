@@ -6,6 +6,16 @@ import click
 # (module, attribute) of every command group; one line per concern.
 GROUPS = [
     ("fathom.cli.lab", "lab"),
+    ("fathom.cli.controller", "controller"),
+    ("fathom.cli.controller", "flows"),
+    ("fathom.cli.resources", "node"),
+    ("fathom.cli.resources", "network"),
+    ("fathom.cli.resources", "subnet"),
+    ("fathom.cli.resources", "port"),
+    ("fathom.cli.resources", "router"),
+    ("fathom.cli.bench", "bench"),
+    ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` (issue 7) to the bench group
+    ("fathom.cli.fabric", "fabric"),     # issue 7
     ("fathom.cli.pptmon", "pptmon"),
 ]
 

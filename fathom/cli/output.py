@@ -5,8 +5,8 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def print_json(data) -> None:
@@ -26,3 +26,15 @@ def print_table(title: str | None, columns: list[str], rows: list[list]) -> None
 def fail(message: str, code: int = 1):
     err_console.print(f"[red]error:[/red] {message}", highlight=False)
     sys.exit(code)
+
+
+def print_record(title: str | None, record: dict) -> None:
+    """One object as a two-column table: field, value (lists joined, nested dicts as JSON)."""
+    rows = []
+    for key, value in record.items():
+        if isinstance(value, list):
+            value = " ".join(json.dumps(v) if isinstance(v, dict) else str(v) for v in value)
+        elif isinstance(value, dict):
+            value = json.dumps(value)
+        rows.append([key, value])
+    print_table(title, ["field", "value"], rows)

@@ -55,11 +55,23 @@ class Network(_Strict):
     type: Literal["vxlan", "vlan", "flat"] = "vxlan"
     segmentation_id: int | None = Field(default=None, ge=1, le=16777215)
     cidr: ipaddress.IPv4Network
+    project: str = Field(default="demo", pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # the tenant owning it
+
+    @property
+    def gateway(self) -> ipaddress.IPv4Address:
+        """The subnet's gateway (router) address: its first host."""
+        return next(self.cidr.hosts())
 
     @field_validator("cidr", mode="before")
     @classmethod
     def _cidr(cls, v):
         return ipaddress.IPv4Network(v, strict=True) if isinstance(v, str) else v
+
+
+class Router(_Strict):
+    name: str = Field(pattern=NAME_RE)
+    networks: list[str]          # one interface on each network's subnet, at its gateway address
+    mode: Literal["distributed", "fabric", "network-node"] = "distributed"  # where it routes (issue 7)
 
 
 class Underlay(_Strict):
@@ -69,6 +81,7 @@ class Underlay(_Strict):
 
 class Topology(_Strict):
     networks: list[Network] = []
+    routers: list[Router] = []
     nodes: list[Node]
     underlay: Underlay = Underlay()
     # Management subnet shared with the root namespace; chosen per lab when absent.
@@ -182,6 +195,7 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
 
     seen: dict[str, tuple] = {}
     named = [(("networks", i, "name"), n.name, "network") for i, n in enumerate(topo.networks)]
+    named += [(("routers", i, "name"), r.name, "router") for i, r in enumerate(topo.routers)]
     for i, node in enumerate(topo.nodes):
         named.append((("nodes", i, "name"), node.name, "node"))
         for j, vm in enumerate(node.vms):
@@ -189,7 +203,7 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
     for path, name, kind in named:
         if name in RESERVED_NAMES:
             add(path, f"{name!r} is reserved")
-        key = f"{kind}:{name}" if kind == "network" else name  # nodes and VMs share the namespace space
+        key = f"{kind}:{name}" if kind in ("network", "router") else name  # nodes and VMs share the namespace space
         if key in seen:
             add(path, f"duplicate name {name!r} (first at line {_line(lines, seen[key])})")
         else:
@@ -204,6 +218,10 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
         if n.type != "flat" and key in segs:
             add(("networks", i, "segmentation_id"), f"segmentation id {key[1]} already used by network at line {_line(lines, segs[key])}")
         segs.setdefault(key, ("networks", i))
+    for i, r in enumerate(topo.routers):
+        for j, name in enumerate(r.networks):
+            if name not in nets:
+                add(("routers", i, "networks", j), f"unknown network {name!r}")
     addrs: dict[tuple, tuple] = {}
     for i, node in enumerate(topo.nodes):
         for j, vm in enumerate(node.vms):
@@ -218,6 +236,8 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
                 add(base + ("ip",), f"prefix /{vm.ip.network.prefixlen} differs from network {net.name}'s {net.cidr}")
             elif vm.ip.ip in (net.cidr.network_address, net.cidr.broadcast_address):
                 add(base + ("ip",), f"{vm.ip.ip} is the network or broadcast address of {net.cidr}")
+            elif vm.ip.ip == net.gateway:
+                add(base + ("ip",), f"{vm.ip.ip} is network {net.name}'s gateway address")
             for field, value in (("ip", str(vm.ip.ip)), ("mac", vm.mac)):
                 key = (net.name, field, value)
                 if key in addrs:

@@ -1,0 +1,253 @@
+"""Request and response bodies of the REST API (pydantic). Requests reject unknown fields."""
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME = Field(default="", max_length=255)
+NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+# OVS interface names are Linux interface names: at most 15 characters.
+IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"
+Status = Literal["pending", "active", "error"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def given(self) -> dict:
+        """The fields the client sent (for partial updates)."""
+        return {k: getattr(self, k) for k in self.model_fields_set}
+
+
+# ---------------------------------------------------------------------------------------------- nodes
+
+
+class NodeCreate(_Request):
+    name: str = Field(pattern=NODE_NAME_RE)
+    role: Literal["compute", "gateway"] = "compute"
+    tunnel_ip: ipaddress.IPv4Address | None = None
+    management_ip: ipaddress.IPv4Address | None = None
+
+
+class NodeUpdate(_Request):
+    role: Literal["compute", "gateway"] = "compute"
+    tunnel_ip: ipaddress.IPv4Address | None = None
+    management_ip: ipaddress.IPv4Address | None = None
+
+
+class NodeOut(BaseModel):
+    id: int
+    name: str
+    role: str
+    tunnel_ip: str | None
+    management_ip: str | None
+    state: str
+    status: Status
+    status_reason: str | None
+    project_id: str
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------------------------- networks
+
+
+class NetworkCreate(_Request):
+    name: str = NAME
+    type: Literal["vxlan", "vlan", "flat"] = "vxlan"
+    segmentation_id: int | None = Field(default=None, ge=1, le=(1 << 24) - 1)
+    project_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class NetworkUpdate(_Request):
+    name: str = NAME
+
+
+class NetworkOut(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    type: str
+    segmentation_id: int | None
+    subnets: list[int]
+    status: Status
+    status_reason: str | None
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------------------------- subnets
+
+
+class SubnetCreate(_Request):
+    network_id: int
+    cidr: ipaddress.IPv4Network
+    # Absent: the first host address; null: no gateway.
+    gateway_ip: ipaddress.IPv4Address | None = None
+    name: str = NAME
+    project_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+    @field_validator("cidr", mode="before")
+    @classmethod
+    def _cidr(cls, value):
+        # Say why ("has host bits set", "not an IPv4 network"), not only that it is invalid.
+        if isinstance(value, str):
+            try:
+                return ipaddress.IPv4Network(value)
+            except ValueError as e:
+                raise ValueError(str(e)) from None
+        return value
+
+
+class SubnetUpdate(_Request):
+    name: str = NAME
+
+
+class SubnetOut(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    network_id: int
+    cidr: str
+    gateway_ip: str | None
+    status: Status
+    status_reason: str | None
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------------------------- ports
+
+
+class FixedIpIn(_Request):
+    subnet_id: int | None = None
+    ip_address: ipaddress.IPv4Address | None = None
+
+
+class FixedIpOut(BaseModel):
+    subnet_id: int
+    ip_address: str
+
+
+def _check_mac(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.lower()
+    if not MAC_RE.match(value):
+        raise ValueError(f"{value!r} is not a MAC address like 02:00:00:00:00:01")
+    if int(value[:2], 16) & 1:
+        raise ValueError(f"{value} is a multicast MAC; a port needs a unicast one")
+    if value == "00:00:00:00:00:00":
+        raise ValueError("00:00:00:00:00:00 is not a usable MAC")
+    return value
+
+
+class PortCreate(_Request):
+    network_id: int
+    name: str = NAME
+    mac_address: str | None = None
+    # Absent: one address from the network's first subnet; []: no address.
+    fixed_ips: list[FixedIpIn] | None = None
+    node: str | None = Field(default=None, pattern=NODE_NAME_RE)
+    interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
+    port_security: bool = True
+    project_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+    @field_validator("mac_address")
+    @classmethod
+    def _mac(cls, value):
+        return _check_mac(value)
+
+
+class PortUpdate(_Request):
+    name: str = NAME
+    node: str | None = Field(default=None, pattern=NODE_NAME_RE)
+    interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
+    port_security: bool = True
+
+
+class PortOut(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    network_id: int
+    mac_address: str
+    fixed_ips: list[FixedIpOut]
+    node: str | None
+    interface_name: str | None
+    port_security: bool
+    router_id: int | None
+    status: Status
+    status_reason: str | None
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------------------------- routers
+
+
+RouterMode = Literal["distributed", "fabric", "network-node"]   # issue 7, docs/fabric.md
+
+
+class RouterCreate(_Request):
+    name: str = NAME
+    project_id: str | None = Field(default=None, min_length=1, max_length=64)
+    mode: RouterMode = "distributed"
+    gateway_node: str | None = None   # network-node mode: default the first node of role gateway
+
+
+class RouterUpdate(_Request):
+    name: str = NAME
+    mode: RouterMode | None = None
+    gateway_node: str | None = None
+
+
+class RouterInterfaceCreate(_Request):
+    subnet_id: int
+    # Absent: the subnet's gateway_ip.
+    ip_address: ipaddress.IPv4Address | None = None
+
+
+class RouterInterfaceOut(BaseModel):
+    id: int                 # the id of the port that holds the interface's address
+    router_id: int
+    subnet_id: int
+    network_id: int
+    ip_address: str
+    mac_address: str
+    status: Status
+    status_reason: str | None
+
+
+class RouterOut(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    interfaces: list[RouterInterfaceOut]
+    mode: RouterMode = "distributed"
+    gateway_node: str | None = None
+    status: Status
+    status_reason: str | None
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------------------------- status
+
+
+class StatusOut(BaseModel):
+    kind: str
+    id: int
+    status: Status
+    status_reason: str | None
+    state: str | None = None   # nodes only: the bootstrap state
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorOut(BaseModel):
+    detail: list[ErrorItem]

@@ -1,0 +1,100 @@
+"""Overlay module (paper 004, Fig. 8): throughput against frame size through a VXLAN tunnel between two
+OVS nodes of a lab, against the same path on a VLAN (no tunnel), measured side by side in one run.
+
+A lab `sbov` is built from topologies/overlay.yaml (standalone: OVS NORMAL switching, userspace
+tunnelling with its ARP-learned neighbour table) and removed afterwards, even on failure.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from fathom.lab.lab import Lab
+from fathom.lab.sh import run
+from fathom.lab.topology import load
+
+from .engine import BenchError, Port, engine_args, run_engine
+
+LAB = "sbov"
+TOPOLOGY = Path(__file__).parent / "topologies" / "overlay.yaml"
+PATHS = {"vxlan": ("vx1", "vx2"), "vlan": ("vl1", "vl2")}
+
+
+def _vm(topo, name):
+    for _, vm in topo.vms():
+        if vm.name == name:
+            return vm
+    raise BenchError(f"overlay topology has no VM {name}")
+
+
+def run_overlay(plan, step) -> tuple[list[dict], dict]:
+    from .switch import mbps_for
+    topo = load(TOPOLOGY)
+    lab = Lab(LAB)
+    if lab.exists():
+        lab.down()
+    step("overlay: building lab sbov (2 OVS nodes, VXLAN + VLAN)")
+    lab.up(topo, str(TOPOLOGY), standalone=True)
+    rows, extra = [], {}
+    try:
+        # prime ARP / MAC learning and the tunnel neighbour table in both directions
+        for src, dst in PATHS.values():
+            ip = str(_vm(topo, dst).ip.ip)
+            run(["ping", "-c", "3", "-i", "0.2", "-W", "1", ip], ns=lab.ns(src), check=False)
+        extra["tnl_neigh_show"] = {n.name: lab.ovs(n.name).appctl("tnl/neigh/show", check=False)
+                                   for n in lab.nodes()}
+        extra["underlay_mtu"] = topo.underlay.mtu
+        ceiling = 2e6
+        for path, (src, dst) in PATHS.items():
+            tx, rx = Port(lab.ns(src), "eth0"), Port(lab.ns(dst), "eth0", _vm(topo, dst).mac)
+            for size in plan.tput_sizes:
+                if size > 1518:
+                    continue
+                step(f"overlay: {path} throughput at {size} B")
+                lo, hi, best, trials, first = 0.0, ceiling, 0.0, 0, True
+                rate = hi
+                while True:
+                    r = run_engine(engine_args(tx, rx, size=size, rate_pps=rate, count=max(100, rate * plan.trial_s),
+                                               dst_mac=rx.mac, stamp_every=0, linger_s=0.3))
+                    trials += 1
+                    ok = (r["rx"]["loss_ratio"] or 0) <= plan.loss_tolerance
+                    if first:
+                        mrr = r["rx"]["rx_pps"]
+                    if ok:
+                        lo, best = rate, r["tx"]["achieved_pps"]
+                    else:
+                        hi = min(rate, r["tx"]["achieved_pps"]) if first else rate
+                    if (first and ok) or trials >= (8 if plan.quick else 12) or hi - lo <= (0.05 if plan.quick else 0.02) * hi:
+                        break
+                    first = False
+                    rate = (lo + hi) / 2
+                rows.append({"module": "overlay", "path": path, "frame_size_bytes": size,
+                             "throughput_pps": round(best, 1), "throughput_mbps": round(mbps_for(best, size), 3),
+                             "max_received_pps": round(mrr, 1), "max_received_mbps": round(mbps_for(mrr, size), 3),
+                             "trials": trials, "trial_s": plan.trial_s,
+                             "generator_limited": bool(first and ok),
+                             "wire_bytes_per_frame": size + (50 if path == "vxlan" else 4)})
+            step(f"overlay: {path} TCP reference (iperf3)")
+            extra[f"iperf3_{path}_gbps"] = _iperf(lab, src, str(_vm(topo, dst).ip.ip), dst)
+        extra["tnl_neigh_show_after"] = {n.name: lab.ovs(n.name).appctl("tnl/neigh/show", check=False)
+                                         for n in lab.nodes()}
+        extra["ovs_version"] = lab.ovs("node1").version()
+    finally:
+        lab.down()
+    return rows, extra
+
+
+def _iperf(lab: Lab, src: str, ip: str, dst: str, seconds: int = 2) -> float | None:
+    server = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), "iperf3", "-s", "-1", "-B", ip],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import time
+        time.sleep(0.5)
+        out = run(["iperf3", "-c", ip, "-t", str(seconds), "-J"], ns=lab.ns(src), check=False, timeout=seconds + 20)
+        data = json.loads(out.stdout or "{}")
+        bps = data.get("end", {}).get("sum_received", {}).get("bits_per_second")
+        return round(bps / 1e9, 3) if bps else None
+    finally:
+        server.kill()
+        server.wait()

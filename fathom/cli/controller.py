@@ -1,0 +1,44 @@
+"""`fathom controller`: run the controller; `fathom flows NODE`: desired and actual flows."""
+import click
+
+from fathom.cli.output import console, print_json
+from fathom.cli.resources import DEFAULT_CONTROLLER, Api
+
+
+@click.command()
+@click.option("--db", "db_url", default="sqlite:///fathom.db", show_default=True, envvar="FATHOM_DB",
+              help="Store URL: a SQLite file, or postgresql+psycopg://user@host/db.")
+@click.option("--api-host", default="127.0.0.1", show_default=True)
+@click.option("--api-port", default=8080, show_default=True, type=int)
+@click.option("--of-host", default="0.0.0.0", show_default=True, help="Address switches connect to.")
+@click.option("--of-port", default=6653, show_default=True, type=int)
+@click.option("--interval", default=5.0, show_default=True, help="Seconds between full reconcile passes.")
+def controller(db_url, api_host, api_port, of_host, of_port, interval):
+    """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler."""
+    from fathom.controller.server import serve
+    serve(db_url, api_host, api_port, of_host, of_port, interval)
+
+
+@click.command()
+@click.argument("node")
+@click.option("--controller", envvar="FATHOM_CONTROLLER", default=DEFAULT_CONTROLLER, show_default=True,
+              help="URL of the fathom controller (env FATHOM_CONTROLLER).")
+@click.option("--json", "as_json", is_flag=True)
+def flows(node, controller, as_json):
+    """Desired and actual flows of NODE's br-int, per pipeline stage, in ovs-ofctl syntax."""
+    data = Api(controller, "admin", "admin").call("GET", f"/nodes/{node}/flows")
+    if as_json:
+        return print_json(data)
+    console.print(f"node [bold]{node}[/bold]: {'connected' if data['connected'] else '[red]not connected'}"
+                  f", {'in sync' if data['in_sync'] else '[yellow]NOT in sync'}", highlight=False)
+    for title, key, gkey in (("desired", "desired", "desired_groups"), ("actual", "actual", "actual_groups")):
+        console.rule(title)
+        if data[key] is None:
+            console.print("  (switch not connected)")
+            continue
+        for g in data[gkey] or []:
+            console.print(f"  {g}", highlight=False, soft_wrap=True)
+        for stage, lines in data[key].items():
+            console.print(f"[bold]{stage}[/bold]")
+            for line in lines:
+                console.print(f"  {line}", highlight=False, soft_wrap=True)

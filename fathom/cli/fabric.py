@@ -1,0 +1,67 @@
+"""`fathom fabric …` (issue 7): ToR switches, their ports' VLANs, router modes."""
+from __future__ import annotations
+
+import click
+
+from fathom.cli.output import print_json, print_table
+from fathom.cli.resources import api_command
+
+
+@click.group()
+def fabric():
+    """Fabric switches (ToR) and where routers run (distributed, fabric, network-node)."""
+
+
+@api_command(fabric, "add")
+@click.argument("name")
+@click.option("--management-ip", required=True, help="where the switch serves OVSDB (port 6640)")
+@click.option("--bridge", default="br-fabric", show_default=True)
+@click.option("--vlans", default="100-999", show_default=True, help="VLAN range of tenant networks")
+@click.option("--link", "links", multiple=True, metavar="NODE=PORT", help="declared wiring (LLDP overrides it)")
+def add(api, as_json, name, management_ip, bridge, vlans, links):
+    """Register a ToR switch."""
+    lo, _, hi = vlans.partition("-")
+    body = {"name": name, "management_ip": management_ip, "bridge": bridge, "vlan_min": int(lo),
+            "vlan_max": int(hi or lo), "links": dict(x.split("=", 1) for x in links)}
+    out = api.call("POST", "/fabric/switches", json=body)
+    print_json(out) if as_json else click.echo(f"fabric switch {out['id']} ({out['name']}) registered")
+
+
+@api_command(fabric, "list")
+def list_(api, as_json):
+    """Fabric switches and their links."""
+    out = api.call("GET", "/fabric/switches")
+    if as_json:
+        return print_json(out)
+    print_table(None, ["id", "name", "management ip", "VLANs", "status", "links"],
+                [[s["id"], s["name"], s["management_ip"], f"{s['vlan_min']}-{s['vlan_max']}", s["status"],
+                  " ".join(f"{x['port_name']}→{x['node']}({x['source']})" for x in s["links"])] for s in out])
+
+
+@api_command(fabric, "status")
+@click.argument("switch_id", type=int, default=1)
+def status(api, as_json, switch_id):
+    """Per ToR port: the node behind it and its VLANs (desired, and read from the switch)."""
+    out = api.call("GET", f"/fabric/switches/{switch_id}/status")
+    if as_json:
+        return print_json(out)
+    click.echo(f"{out['name']}: {out['status']}, connected {out['connected']}, in sync {out['in_sync']}")
+    print_table(None, ["port", "ofport", "node", "known by", "VLANs desired", "VLANs on the switch"],
+                [[p["port"], p["ofport"], p["node"], "+".join(p["link"]), ",".join(map(str, p["vlans_desired"])),
+                  "-" if p["vlans"] is None else ",".join(map(str, p["vlans"]))] for p in out["ports"]])
+
+
+@api_command(fabric, "mode")
+@click.argument("router_ref")
+@click.argument("mode", type=click.Choice(["distributed", "fabric", "network-node"]), required=False)
+@click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway)")
+def mode(api, as_json, router_ref, mode, gateway_node):
+    """Show or set where a router runs (router by id or name)."""
+    rid = api.find("routers", router_ref)["id"]
+    if mode is None:
+        out = api.call("GET", f"/routers/{rid}/mode")
+    else:
+        body = {"mode": mode, **({"gateway_node": gateway_node} if gateway_node else {})}
+        out = api.call("PUT", f"/routers/{rid}/mode", json=body)
+    print_json(out) if as_json else click.echo(
+        f"router {out['router_id']}: {out['mode']}" + (f" on {out['gateway_node']}" if out["gateway_node"] else ""))

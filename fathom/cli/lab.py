@@ -1,0 +1,125 @@
+"""`fathom lab`: bring an emulated cloud up, inspect it, run commands in it, take it down."""
+import os
+import sys
+
+import click
+
+from fathom.cli.output import console, err_console, fail, print_json, print_table
+from fathom.lab.lab import Lab, list_labs
+from fathom.lab.sh import LabError
+from fathom.lab.topology import DEFAULT_TOPOLOGY, TopologyError, load
+
+NAME = click.option("--name", "-n", default="fathom", show_default=True, envvar="FATHOM_LAB",
+                    help="Lab name: prefix of every namespace and link (1-8 chars a-z0-9).")
+
+
+def _lab(name: str) -> Lab:
+    try:
+        return Lab(name)
+    except ValueError as e:
+        fail(str(e), 2)
+
+
+@click.group()
+def lab():
+    """The emulated cloud: nodes and VMs as namespaces, a real OVS per node."""
+
+
+@lab.command()
+@NAME
+@click.option("--topology", "-t", type=click.Path(dir_okay=False), default=str(DEFAULT_TOPOLOGY),
+              show_default="the shipped default: 2 compute nodes + gateway, 2 VMs each")
+@click.option("--standalone", is_flag=True, help="No controller: bridges switch in NORMAL mode.")
+@click.option("--controller", "-c", metavar="URL",
+              help="Register the lab with the controller at URL (default: start one for the lab).")
+@click.option("--json", "as_json", is_flag=True, help="Print the lab's state as JSON.")
+def up(name, topology, standalone, controller, as_json):
+    """Build a lab from a topology file."""
+    lab_ = _lab(name)
+    try:
+        topo = load(topology)
+    except TopologyError as e:
+        for line in e.lines():
+            err_console.print(f"[red]error:[/red] {line}", highlight=False)
+        sys.exit(2)
+    try:
+        with console.status(f"lab {name}: starting") as status:
+            state = lab_.up(topo, os.path.abspath(topology), standalone=standalone, controller=controller,
+                            progress=lambda s: status.update(f"lab {name}: {s}"))
+    except LabError as e:
+        fail(str(e))
+    if as_json:
+        print_json(state)
+    else:
+        console.print(f"lab [bold]{name}[/bold] is up: {len(state['nodes'])} nodes, "
+                      f"{sum(len(n.vms) for n in topo.nodes)} VMs"
+                      f"{' (standalone)' if standalone else ''}. See 'fathom lab status -n {name}'.")
+        if state.get("controller"):
+            console.print(f"controller: {state['controller']['url']} (export FATHOM_CONTROLLER={state['controller']['url']})")
+
+
+@lab.command()
+@NAME
+@click.option("--json", "as_json", is_flag=True)
+def down(name, as_json):
+    """Remove every namespace, link, process and run dir of a lab (also a crashed or half-built one)."""
+    try:
+        removed = _lab(name).down()
+    except LabError as e:
+        fail(str(e))
+    if as_json:
+        print_json({"name": name, "removed": removed})
+    else:
+        console.print(f"lab {name}: removed {len(removed)} objects" if removed else f"lab {name}: nothing to remove")
+
+
+@lab.command()
+@NAME
+@click.option("--json", "as_json", is_flag=True)
+def status(name, as_json):
+    """Nodes (OVS version, processes), bridges, ports and VMs of a lab."""
+    try:
+        st = _lab(name).status()
+    except LabError as e:
+        fail(str(e))
+    if as_json:
+        return print_json(st)
+    console.print(f"lab [bold]{name}[/bold]: {st['status']}{' (standalone)' if st['standalone'] else ''}"
+                  f" — management {st['management']['cidr']}, underlay {st['underlay']['cidr']}")
+    yes = lambda b: "yes" if b else "[red]NO[/red]"
+    print_table("nodes", ["node", "role", "mgmt ip", "tunnel ip", "ovs", "ovsdb-server", "ovs-vswitchd", "bridges: ports"],
+                [[n["name"], n["role"], n["mgmt_ip"], n["tunnel_ip"], n["ovs_version"] or "-",
+                  yes(n["ovsdb_server"]), yes(n["ovs_vswitchd"]),
+                  "; ".join(f"{b}: {' '.join(p) or '-'}" for b, p in n["bridges"].items())] for n in st["nodes"]])
+    print_table("vms", ["vm", "node", "network", "mac", "ip", "link"],
+                [[v["name"], v["node"], v["network"], v["mac"], v["ip"], "up" if v["link_up"] else "[red]down[/red]"]
+                 for v in st["vms"]])
+
+
+@lab.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def list_(as_json):
+    """Labs on this machine."""
+    labs = list_labs()
+    if as_json:
+        return print_json(labs)
+    if not labs:
+        return console.print("no labs")
+    print_table(None, ["lab", "status", "nodes", "vms", "standalone", "topology"],
+                [[l["name"], l["status"], l["nodes"], l["vms"], l["standalone"], l["topology_file"]] for l in labs])
+
+
+@lab.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@NAME
+@click.argument("target")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec(name, target, cmd):
+    """Run CMD in a node or VM namespace, e.g. `fathom lab exec vm1 ping 198.19.1.13`.
+
+    In a node, the OVS tools (ovs-vsctl, ovs-ofctl, ovs-appctl) talk to that node's OVS.
+    """
+    try:
+        argv, env = _lab(name).exec_args(target, list(cmd))
+    except LabError as e:
+        fail(str(e))
+    os.execvpe(argv[0], argv, env)

@@ -1,0 +1,379 @@
+"""`fathom node|network|subnet|port|router ...`: the controller's resources over its REST API.
+
+Every command takes --controller (env FATHOM_CONTROLLER), --json, and the identity options
+--project / --roles (env FATHOM_PROJECT / FATHOM_ROLES). Objects are named by id or by name; a
+name that matches several objects is an error that lists their ids.
+"""
+from __future__ import annotations
+
+import functools
+
+import click
+import httpx
+
+from fathom.cli.output import console, fail, print_json, print_record, print_table
+
+DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
+
+
+class Api:
+    def __init__(self, url: str, project: str, roles: str):
+        self.url = url.rstrip("/")
+        self.client = httpx.Client(base_url=self.url + "/v1", timeout=30.0,
+                                   headers={"X-Project": project, "X-Roles": roles})
+
+    def call(self, method: str, path: str, **kwargs):
+        try:
+            response = self.client.request(method, path, **kwargs)
+        except httpx.HTTPError as e:
+            fail(f"cannot reach the controller at {self.url}: {e}")
+        if response.is_error:
+            fail(error_line(response))
+        return None if response.status_code == 204 else response.json()
+
+    def find(self, collection: str, ref: str) -> dict:
+        """The object of `collection` ("networks", ...) with id or name `ref`."""
+        if ref.isdigit():
+            return self.call("GET", f"/{collection}/{ref}")
+        found = self.call("GET", f"/{collection}", params={"name": ref})
+        if not found:
+            fail(f"no {collection[:-1]} named {ref!r}")
+        if len(found) > 1:
+            fail(f"{len(found)} {collection} are named {ref!r} (ids "
+                 f"{', '.join(str(o['id']) for o in found)}): use an id")
+        return found[0]
+
+
+def error_line(response: httpx.Response) -> str:
+    """One line from an API error: `409 conflict: fixed_ips.0.ip_address: 10.0.0.2 is in use`."""
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    if isinstance(detail, list):
+        parts = []
+        for d in detail:
+            loc = [str(p) for p in d.get("loc", []) if p not in ("body", "query", "path")]
+            msg = str(d.get("msg")).removeprefix("Value error, ")
+            parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+        text = "; ".join(parts)
+    else:
+        text = str(detail or response.text or response.reason_phrase)
+    return f"{response.status_code} {response.reason_phrase.lower()}: {text}"
+
+
+def api_command(group: click.Group, name: str | None = None, **kwargs):
+    """A command of `group` that receives `api: Api` and `as_json: bool` first."""
+    def decorate(fn):
+        @group.command(name, **kwargs)
+        @click.option("--controller", envvar="FATHOM_CONTROLLER", default=DEFAULT_CONTROLLER,
+                      show_default=True, help="URL of the fathom controller (env FATHOM_CONTROLLER).")
+        @click.option("--project", envvar="FATHOM_PROJECT", default="admin", show_default=True,
+                      help="Project to act as (X-Project).")
+        @click.option("--roles", envvar="FATHOM_ROLES", default="admin", show_default=True,
+                      help="Comma-separated roles (X-Roles).")
+        @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+        @functools.wraps(fn)
+        def command(controller, project, roles, as_json, **params):
+            return fn(Api(controller, project, roles), as_json, **params)
+        return command
+    return decorate
+
+
+def _show(obj: dict, as_json: bool, title: str) -> None:
+    if as_json:
+        print_json(obj)
+    else:
+        print_record(title, obj)
+
+
+def _list(objs: list[dict], as_json: bool, title: str, columns: list[str], fmt=None) -> None:
+    if as_json:
+        print_json(objs)
+        return
+    rows = [[(fmt or {}).get(c, lambda o, c=c: o.get(c))(o) for c in columns] for o in objs]
+    print_table(title, columns, rows)
+
+
+def _delete(api: Api, collection: str, ref: str) -> None:
+    obj = api.find(collection, ref)
+    api.call("DELETE", f"/{collection}/{obj['id']}")
+    console.print(f"deleted {collection[:-1]} {obj['id']}" + (f" ({obj['name']})" if obj.get("name") else ""))
+
+
+def _ips(port: dict) -> str:
+    return " ".join(f["ip_address"] for f in port.get("fixed_ips", []))
+
+
+def _reason(obj: dict) -> str:
+    return obj["status"] + (f" ({obj['status_reason']})" if obj.get("status_reason") else "")
+
+
+# ---------------------------------------------------------------------------------------------- node
+
+
+@click.group()
+def node():
+    """Nodes: the hosts whose br-int the controller programs (admin only)."""
+
+
+@api_command(node, "create")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["compute", "gateway"]), default="compute", show_default=True)
+@click.option("--tunnel-ip", help="VXLAN endpoint address of the node.")
+@click.option("--management-ip", help="Address the controller reaches the node's OVSDB at.")
+def node_create(api, as_json, name, role, tunnel_ip, management_ip):
+    """Register a node."""
+    body = {"name": name, "role": role, "tunnel_ip": tunnel_ip, "management_ip": management_ip}
+    _show(api.call("POST", "/nodes", json=body), as_json, "node")
+
+
+@api_command(node, "list")
+def node_list(api, as_json):
+    """List nodes."""
+    _list(api.call("GET", "/nodes"), as_json, "nodes",
+          ["id", "name", "role", "tunnel_ip", "management_ip", "state", "status"], {"status": _reason})
+
+
+@api_command(node, "show")
+@click.argument("ref")
+def node_show(api, as_json, ref):
+    """Show a node (by id or name)."""
+    _show(api.find("nodes", ref), as_json, "node")
+
+
+@api_command(node, "delete")
+@click.argument("ref")
+def node_delete(api, as_json, ref):
+    """Delete a node (it must have no bound ports)."""
+    _delete(api, "nodes", ref)
+
+
+# ---------------------------------------------------------------------------------------------- network
+
+
+@click.group()
+def network():
+    """Tenant networks: vxlan (VNI), vlan (VLAN id on the uplink) or flat."""
+
+
+@api_command(network, "create")
+@click.argument("name")
+@click.option("--type", "type_", type=click.Choice(["vxlan", "vlan", "flat"]), default="vxlan",
+              show_default=True)
+@click.option("--segmentation-id", type=int, help="VNI or VLAN id (default: allocated; admin only).")
+@click.option("--owner", "project_id", help="Project owning the network (admin only).")
+def network_create(api, as_json, name, type_, segmentation_id, project_id):
+    """Create a network."""
+    body = {"name": name, "type": type_}
+    if segmentation_id is not None:
+        body["segmentation_id"] = segmentation_id
+    if project_id:
+        body["project_id"] = project_id
+    _show(api.call("POST", "/networks", json=body), as_json, "network")
+
+
+@api_command(network, "list")
+def network_list(api, as_json):
+    """List networks."""
+    _list(api.call("GET", "/networks"), as_json, "networks",
+          ["id", "name", "project_id", "type", "segmentation_id", "subnets", "status"],
+          {"status": _reason, "subnets": lambda o: " ".join(map(str, o["subnets"]))})
+
+
+@api_command(network, "show")
+@click.argument("ref")
+def network_show(api, as_json, ref):
+    """Show a network (by id or name)."""
+    _show(api.find("networks", ref), as_json, "network")
+
+
+@api_command(network, "delete")
+@click.argument("ref")
+def network_delete(api, as_json, ref):
+    """Delete a network (it must have no ports; its subnets go with it)."""
+    _delete(api, "networks", ref)
+
+
+# ---------------------------------------------------------------------------------------------- subnet
+
+
+@click.group()
+def subnet():
+    """IPv4 subnets of networks."""
+
+
+@api_command(subnet, "create")
+@click.argument("name")
+@click.option("--network", "network_ref", required=True, help="Network id or name.")
+@click.option("--cidr", required=True, help="e.g. 10.0.0.0/24")
+@click.option("--gateway", help="Gateway address (default: the first host).")
+@click.option("--no-gateway", is_flag=True, help="A subnet without a gateway.")
+@click.option("--owner", "project_id", help="Project owning the subnet (admin only).")
+def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, project_id):
+    """Create a subnet."""
+    body = {"name": name, "network_id": api.find("networks", network_ref)["id"], "cidr": cidr}
+    if no_gateway:
+        body["gateway_ip"] = None
+    elif gateway:
+        body["gateway_ip"] = gateway
+    if project_id:
+        body["project_id"] = project_id
+    _show(api.call("POST", "/subnets", json=body), as_json, "subnet")
+
+
+@api_command(subnet, "list")
+@click.option("--network", "network_ref", help="Only subnets of this network.")
+def subnet_list(api, as_json, network_ref):
+    """List subnets."""
+    params = {"network_id": api.find("networks", network_ref)["id"]} if network_ref else {}
+    _list(api.call("GET", "/subnets", params=params), as_json, "subnets",
+          ["id", "name", "network_id", "cidr", "gateway_ip", "status"], {"status": _reason})
+
+
+@api_command(subnet, "show")
+@click.argument("ref")
+def subnet_show(api, as_json, ref):
+    """Show a subnet (by id or name)."""
+    _show(api.find("subnets", ref), as_json, "subnet")
+
+
+@api_command(subnet, "delete")
+@click.argument("ref")
+def subnet_delete(api, as_json, ref):
+    """Delete a subnet (no port or router interface may use it)."""
+    _delete(api, "subnets", ref)
+
+
+# ---------------------------------------------------------------------------------------------- port
+
+
+@click.group()
+def port():
+    """Ports: a workload's attachment to a network, bound to a node's br-int interface."""
+
+
+@api_command(port, "create")
+@click.argument("name")
+@click.option("--network", "network_ref", required=True, help="Network id or name.")
+@click.option("--mac", help="MAC address (default: generated).")
+@click.option("--ip", "ips", multiple=True, help="Fixed IP (repeatable; default: one allocated).")
+@click.option("--subnet", "subnet_ref", help="Allocate the address from this subnet.")
+@click.option("--no-ip", is_flag=True, help="A port without any address.")
+@click.option("--node", help="Node the port is bound to.")
+@click.option("--interface", help="OVS interface name of the port on the node's br-int.")
+@click.option("--no-port-security", is_flag=True, help="Let the port send from any MAC / IP.")
+@click.option("--owner", "project_id", help="Project owning the port (admin only).")
+def port_create(api, as_json, name, network_ref, mac, ips, subnet_ref, no_ip, node, interface,
+                no_port_security, project_id):
+    """Create a port."""
+    body = {"name": name, "network_id": api.find("networks", network_ref)["id"],
+            "port_security": not no_port_security}
+    subnet_id = api.find("subnets", subnet_ref)["id"] if subnet_ref else None
+    if no_ip:
+        body["fixed_ips"] = []
+    elif ips:
+        body["fixed_ips"] = [{"ip_address": ip, **({"subnet_id": subnet_id} if subnet_id else {})}
+                             for ip in ips]
+    elif subnet_id:
+        body["fixed_ips"] = [{"subnet_id": subnet_id}]
+    for key, value in (("mac_address", mac), ("node", node), ("interface_name", interface),
+                       ("project_id", project_id)):
+        if value:
+            body[key] = value
+    _show(api.call("POST", "/ports", json=body), as_json, "port")
+
+
+@api_command(port, "list")
+@click.option("--network", "network_ref", help="Only ports of this network.")
+@click.option("--node", help="Only ports bound to this node.")
+def port_list(api, as_json, network_ref, node):
+    """List ports (router interfaces included: see router_id)."""
+    params = {"network_id": api.find("networks", network_ref)["id"]} if network_ref else {}
+    if node:
+        params["node"] = node
+    _list(api.call("GET", "/ports", params=params), as_json, "ports",
+          ["id", "name", "network_id", "mac_address", "fixed_ips", "node", "interface_name",
+           "router_id", "status"], {"fixed_ips": _ips, "status": _reason})
+
+
+@api_command(port, "show")
+@click.argument("ref")
+def port_show(api, as_json, ref):
+    """Show a port (by id or name)."""
+    _show(api.find("ports", ref), as_json, "port")
+
+
+@api_command(port, "delete")
+@click.argument("ref")
+def port_delete(api, as_json, ref):
+    """Delete a port."""
+    _delete(api, "ports", ref)
+
+
+# ---------------------------------------------------------------------------------------------- router
+
+
+@click.group()
+def router():
+    """Distributed routers: routing between their subnets happens in the first-hop switch."""
+
+
+@api_command(router, "create")
+@click.argument("name")
+@click.option("--owner", "project_id", help="Project owning the router (admin only).")
+def router_create(api, as_json, name, project_id):
+    """Create a router."""
+    body = {"name": name, **({"project_id": project_id} if project_id else {})}
+    _show(api.call("POST", "/routers", json=body), as_json, "router")
+
+
+@api_command(router, "list")
+def router_list(api, as_json):
+    """List routers."""
+    _list(api.call("GET", "/routers"), as_json, "routers",
+          ["id", "name", "project_id", "interfaces", "status"],
+          {"status": _reason,
+           "interfaces": lambda o: " ".join(f"{i['ip_address']}(subnet {i['subnet_id']})"
+                                            for i in o["interfaces"])})
+
+
+@api_command(router, "show")
+@click.argument("ref")
+def router_show(api, as_json, ref):
+    """Show a router and its interfaces (by id or name)."""
+    obj = api.find("routers", ref)
+    if as_json:
+        print_json(obj)
+        return
+    print_record("router", {k: v for k, v in obj.items() if k != "interfaces"})
+    _list(obj["interfaces"], False, "interfaces",
+          ["id", "subnet_id", "network_id", "ip_address", "mac_address", "status"], {"status": _reason})
+
+
+@api_command(router, "delete")
+@click.argument("ref")
+def router_delete(api, as_json, ref):
+    """Delete a router (remove its interfaces first)."""
+    _delete(api, "routers", ref)
+
+
+@api_command(router, "add-interface")
+@click.argument("router_ref")
+@click.argument("subnet_ref")
+@click.option("--ip", help="Address of the interface (default: the subnet's gateway_ip).")
+def router_add_interface(api, as_json, router_ref, subnet_ref, ip):
+    """Attach the router to a subnet."""
+    router_id = api.find("routers", router_ref)["id"]
+    body = {"subnet_id": api.find("subnets", subnet_ref)["id"], **({"ip_address": ip} if ip else {})}
+    _show(api.call("POST", f"/routers/{router_id}/interfaces", json=body), as_json, "interface")
+
+
+@api_command(router, "remove-interface")
+@click.argument("router_ref")
+@click.argument("subnet_ref")
+def router_remove_interface(api, as_json, router_ref, subnet_ref):
+    """Detach the router from a subnet."""
+    router_id = api.find("routers", router_ref)["id"]
+    subnet_id = api.find("subnets", subnet_ref)["id"]
+    api.call("DELETE", f"/routers/{router_id}/interfaces/{subnet_id}")

@@ -1,0 +1,1 @@
+"""The controller runtime: OpenFlow sessions (os-ken), node bootstrap (OVSDB), the reconciler."""

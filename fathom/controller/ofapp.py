@@ -1,0 +1,83 @@
+"""The os-ken application: keeps the connected switches and hands their events to the runtime.
+
+os-ken runs its own threads (the `native` hub); `start()` runs the app manager in a daemon thread
+and returns the app. Request/reply (flow stats, barrier, bundles) goes through os-ken's ofctl
+service, which waits for the replies up to a barrier and raises on an OpenFlow error.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.ofproto import ofproto_v1_3, ofproto_v1_4
+
+LOG = logging.getLogger("fathom.openflow")
+
+
+class FathomOFApp(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION, ofproto_v1_4.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.datapaths: dict[int, object] = {}
+        self.lock = threading.Lock()
+        self.errors: dict[tuple[int, int], object] = {}  # (dpid, xid) -> OpenFlow error message
+        # set by the runtime: called with (dpid, datapath or None)
+        self.on_switch: Callable[[int, object | None], None] = lambda dpid, dp: None
+        self.on_packet_in: Callable[[object], None] = lambda msg: None
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _state_change(self, ev):
+        dp = ev.datapath
+        if dp.id is None:
+            return
+        if ev.state == MAIN_DISPATCHER:
+            with self.lock:
+                self.datapaths[dp.id] = dp
+            LOG.info("switch %016x connected (OpenFlow 0x%02x)", dp.id, dp.ofproto.OFP_VERSION)
+            self.on_switch(dp.id, dp)
+        else:
+            with self.lock:
+                if self.datapaths.get(dp.id) is dp:
+                    del self.datapaths[dp.id]
+            LOG.info("switch %016x disconnected", dp.id)
+            self.on_switch(dp.id, None)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def _error(self, ev):
+        with self.lock:
+            self.errors[(ev.msg.datapath.id, ev.msg.xid)] = ev.msg
+            if len(self.errors) > 10000:
+                self.errors.pop(next(iter(self.errors)))
+
+    def take_errors(self, dpid: int, xids) -> list:
+        with self.lock:
+            return [e for x in xids if (e := self.errors.pop((dpid, x), None)) is not None]
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev):
+        self.on_packet_in(ev.msg)
+
+    def datapath(self, dpid: int):
+        with self.lock:
+            return self.datapaths.get(dpid)
+
+
+def start(listen_host: str, listen_port: int, echo_interval: int = 5) -> FathomOFApp:
+    """Start os-ken in this process (in a thread) listening for switches; returns our app."""
+    from os_ken import cfg
+    from os_ken.controller import controller  # noqa: F401 - registers the ofp/echo options parsed below
+    cfg.CONF(args=["--ofp-listen-host", listen_host, "--ofp-tcp-listen-port", str(listen_port)], project="os_ken")
+    # echo keepalive: a switch that misses 3 echoes in a row is dropped (and reconciled on return)
+    cfg.CONF.set_override("echo_request_interval", echo_interval)
+    cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
+    manager = app_manager.AppManager.get_instance()
+    manager.load_apps(["fathom.controller.ofapp", "os_ken.app.ofctl.service"])
+    services = manager.instantiate_apps(**manager.create_contexts())
+    from os_ken.lib import hub
+    threading.Thread(target=hub.joinall, args=(services,), daemon=True, name="os-ken").start()
+    return app_manager.lookup_service_brick("FathomOFApp")

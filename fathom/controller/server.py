@@ -1,0 +1,79 @@
+"""`fathom controller`: one process with the REST API, the OpenFlow controller and the reconciler."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import uvicorn
+from fastapi import APIRouter, HTTPException
+
+from fathom.controller import ofapp
+from fathom.controller import switch as sw
+from fathom.controller.bootstrap import Bootstrapper, datapath_id
+from fathom.controller.fabric import FabricRuntime
+from fathom.controller.reconciler import Reconciler
+from fathom.pipeline.stages import TABLE_STAGE
+from fathom.store.db import open_store, session_factory
+from fathom.store import models as m
+
+LOG = logging.getLogger("fathom.controller")
+
+
+def runtime_router(reconciler: Reconciler) -> APIRouter:
+    """Endpoints that read the switches, not the store."""
+    router = APIRouter(prefix="/v1", tags=["runtime"])
+
+    @router.get("/nodes/{name}/flows", summary="Desired and actual flows of a node's br-int, per stage")
+    def node_flows(name: str):
+        with reconciler.Session() as s:
+            node = s.query(m.Node).filter_by(name=name).one_or_none()
+        if node is None:
+            raise HTTPException(404, detail=[{"loc": ["path", "name"], "msg": f"no node named {name!r}"}])
+        desired = reconciler.last.desired.get(name)
+        dp = reconciler.app.datapath(datapath_id(node.id))
+        actual = sw.read_flows(reconciler.app, dp) if dp else None
+        groups = sw.read_groups(reconciler.app, dp) if dp else None
+
+        def by_stage(flows):
+            out: dict[str, list[str]] = {}
+            for f in sorted(flows, key=lambda f: (f.table, -f.priority, repr(f.match))):
+                out.setdefault(TABLE_STAGE.get(f.table, f"table {f.table}"), []).append(f.to_ofctl())
+            return out
+        return {
+            "node": name, "connected": dp is not None,
+            "desired": by_stage(desired.flows) if desired else {},
+            "actual": by_stage(actual) if actual is not None else None,
+            "desired_groups": sorted(g.to_ofctl() for g in desired.groups) if desired else [],
+            "actual_groups": sorted(g.to_ofctl() for g in groups) if groups is not None else None,
+            "in_sync": (desired is not None and actual is not None
+                        and {f for f in actual if f.cookie >> 56} == set(desired.flows)),
+        }
+
+    @router.post("/sync", summary="Run one reconcile pass now and report per-node results")
+    def sync():
+        result = reconciler.run_pass()
+        return {n: r.__dict__ for n, r in result.nodes.items()}
+
+    @router.get("/health")
+    def health():
+        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.app.datapaths]}
+
+    return router
+
+
+def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float) -> None:
+    from fathom.api.app import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine = open_store(db_url)
+    app = ofapp.start(of_host, of_port)
+    reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
+    app.on_switch = reconciler.switch_changed
+    threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
+    api = create_app(db_url, on_change=reconciler.wake)
+    api.include_router(runtime_router(reconciler))
+    # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
+    FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
+    reconciler.wake()
+    LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)
+    uvicorn.run(api, host=api_host, port=api_port, log_level="warning")

@@ -1,0 +1,197 @@
+"""`make demo`: bring up the default lab, show traffic flowing, print a short report.
+
+Run as `python -m fathom.demo [--keep]`. Each section adds one capability to the report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from rich.console import Console
+
+from fathom.lab.lab import Lab
+from fathom.lab.sh import LabError
+from fathom.lab.topology import DEFAULT_TOPOLOGY, load
+
+console = Console()
+LAB = "demo"
+KEEP = False
+TOPOLOGIES = Path(__file__).parent / "lab" / "topologies"
+
+
+def in_ns(lab: Lab, target: str, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    argv, env = lab.exec_args(target, list(cmd))
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def ping_rtt_ms(lab: Lab, src: str, dst: str) -> float | None:
+    out = in_ns(lab, src, "ping", "-c", "5", "-i", "0.2", "-W", "1", dst).stdout
+    m = re.search(r"= [\d.]+/([\d.]+)/", out)
+    return float(m.group(1)) if m else None
+
+
+def iperf_gbps(lab: Lab, client: str, server: str, server_ip: str, seconds: int = 3) -> float | None:
+    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns(server), "iperf3", "-s", "-1", "-B", server_ip],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = in_ns(lab, client, "iperf3", "-c", server_ip, "-t", str(seconds), "-J")
+        return json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9 if out.returncode == 0 else None
+    finally:
+        srv.kill()
+
+
+def lab_section(lab: Lab, report: list) -> None:
+    console.rule("[bold]the emulated cloud (standalone, NORMAL switching over VXLAN)")
+    topo = load(DEFAULT_TOPOLOGY)
+    with console.status("bringing up the default lab"):
+        t0 = time.monotonic()
+        lab.up(topo, str(DEFAULT_TOPOLOGY), standalone=True)
+        report.append(("lab up", f"{time.monotonic() - t0:.1f} s: {len(topo.nodes)} nodes, 4 VMs, 1 fabric switch"))
+    ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
+    for label, src, dst in (("same node", "vm1", "vm2"), ("cross node (VXLAN)", "vm1", "vm3")):
+        rtt = ping_rtt_ms(lab, src, ips[dst])
+        console.print(f"ping {src} → {dst} ({label}): " + (f"[green]ok[/green], avg {rtt:.3f} ms" if rtt else "[red]FAILED"))
+        report.append((f"ping {label}", f"{rtt:.3f} ms avg" if rtt else "FAILED"))
+    gbps = iperf_gbps(lab, "vm1", "vm3", ips["vm3"])
+    console.print(f"iperf3 TCP vm1 → vm3 across nodes: {gbps:.2f} Gb/s" if gbps else "iperf3: [red]FAILED")
+    report.append(("TCP vm1 → vm3 (VXLAN)", f"{gbps:.2f} Gb/s" if gbps else "FAILED"))
+    neigh = in_ns(lab, "compute1", "ovs-appctl", "tnl/neigh/show").stdout.strip().splitlines()[2:]
+    console.print("compute1 tunnel neighbours (ARP-learned IP-MAC table):\n  " + "\n  ".join(neigh))
+    report.append(("tunnel neighbours on compute1", ", ".join(" ".join(l.split()[:2]) for l in neigh)))
+
+
+def tenant_section(report: list) -> None:
+    """Two tenants with the same subnet, a router, traffic across nodes, all under the controller."""
+    console.rule("[bold]tenant networking under the controller")
+    lab = Lab(LAB + "t")
+    lab.down()
+    path = TOPOLOGIES / "tenants.yaml"
+    topo = load(path)
+    try:
+        with console.status("bringing up the tenants lab with its own controller"):
+            t0 = time.monotonic()
+            state = lab.up(topo, str(path))
+        url = state["controller"]["url"]
+        ports = httpx.get(url + "/v1/ports").json()
+        active = sum(p["status"] == "active" for p in ports)
+        console.print(f"controller {url}: {active}/{len(ports)} ports active after {time.monotonic() - t0:.1f} s")
+        report.append(("tenant lab up (controller)", f"{time.monotonic() - t0:.1f} s, {active}/{len(ports)} ports active"))
+        ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
+        checks = [("blue vm1 → vm3, cross node (VXLAN 1001)", "vm1", "vm3"),
+                  ("red red1 → red3, same IPs as blue (VXLAN 1002)", "red1", "red3"),
+                  ("green grn1 → grn2, cross node (VLAN 120)", "grn1", "grn2"),
+                  ("routed blue vm1 → green grn2 (router r1)", "vm1", "grn2")]
+        for label, src, dst in checks:
+            out = in_ns(lab, src, "ping", "-c", "3", "-i", "0.2", "-W", "1", ips[dst]).stdout
+            m = re.search(r"ttl=(\d+).*?time=([\d.]+)", out)
+            ok = " 0% packet loss" in out
+            console.print(f"{label}: " + (f"[green]ok[/green] ttl={m.group(1)}" if ok and m else "[red]FAILED"))
+            report.append((label, f"ok, ttl={m.group(1)}" if ok and m else "FAILED"))
+        gbps = iperf_gbps(lab, "vm1", "grn2", ips["grn2"])
+        report.append(("TCP vm1 → grn2 routed, cross node", f"{gbps:.2f} Gb/s" if gbps else "FAILED"))
+        console.print(f"iperf3 TCP routed vm1 → grn2: {gbps:.2f} Gb/s" if gbps else "iperf3: [red]FAILED")
+        for node in ("compute1", "compute2"):
+            flows = httpx.get(f"{url}/v1/nodes/{node}/flows", timeout=30).json()
+            n = sum(len(v) for v in flows["desired"].values())
+            report.append((f"flows on {node}", f"{n} desired, {'in sync' if flows['in_sync'] else 'NOT in sync - FAILED'}"))
+    finally:
+        if not KEEP:
+            lab.down()
+
+
+def fabric_section(report: list) -> None:
+    """Issue 7: the ToR under the controller (LLDP, VLANs on its trunks), one router moved between
+    the three modes while a ping runs through it: traffic follows the router."""
+    console.rule("[bold]fabric offload: the ToR as a managed switch, router modes")
+    from fathom.bench.l3 import TOPOLOGY as FABRIC_TOPOLOGY
+    lab = Lab(LAB + "f")
+    lab.down()
+    topo = load(FABRIC_TOPOLOGY)
+    try:
+        with console.status("bringing up the fabric lab (ToR managed by the controller)"):
+            state = lab.up(topo, str(FABRIC_TOPOLOGY))
+        api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            st = api.get("/fabric/switches/1/status").json()
+            if all("lldp" in p["link"] for p in st["ports"]):
+                break
+            time.sleep(0.5)
+        for p in st["ports"]:
+            line = f"ToR port {p['port']} → node {p['node']} (by {'+'.join(p['link'])}), VLANs {p['vlans']}"
+            console.print(line)
+            report.append((f"ToR port {p['port']}", f"node {p['node']} by {'+'.join(p['link']) or 'FAILED'}, "
+                                                    f"VLANs {p['vlans']}"))
+        rid = api.get("/routers").json()[0]["id"]
+        ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
+        for mode in ("fabric", "network-node", "distributed"):
+            # a ping every 10 ms while the router moves: how many echoes the move costs
+            argv, env = lab.exec_args("va", ["ping", "-i", "0.01", "-W", "1", ips["vd"]])
+            pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            time.sleep(0.5)
+            api.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+            deadline = time.monotonic() + 10
+            while api.get(f"/routers/{rid}").json()["status"] != "active" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1)
+            pinger.send_signal(2)
+            out = pinger.communicate(timeout=5)[0]
+            m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
+            lost = f"{int(m.group(1)) - int(m.group(2))}/{m.group(1)}" if m else "?"
+            gbps = iperf_gbps(lab, "va", "vd", ips["vd"], seconds=2)
+            where = {"fabric": "the ToR's flows (svi table)", "network-node": "a router namespace on gw",
+                     "distributed": "the first-hop node's br-int"}[mode]
+            console.print(f"router r1 → {mode}: va → vd routed by {where}; echoes lost in the move {lost}; TCP "
+                          + (f"{gbps:.2f} Gb/s" if gbps else "[red]FAILED"))
+            ok = m is not None and int(m.group(1)) - int(m.group(2)) <= 3 and gbps
+            report.append((f"router r1 moved to {mode}", f"{lost} echoes lost (10 ms apart), TCP va → vd "
+                                                         f"{gbps or 0:.2f} Gb/s" + ("" if ok else " - FAILED")))
+    finally:
+        if not KEEP:
+            lab.down()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--keep", action="store_true", help="leave the lab up (fathom lab down -n demo)")
+    args = parser.parse_args()
+    lab = Lab(LAB)
+    if lab.exists():
+        console.print(f"removing a previous demo lab")
+        lab.down()
+    report: list[tuple[str, str]] = []
+    ok = True
+    global KEEP
+    KEEP = args.keep
+    try:
+        lab_section(lab, report)
+        tenant_section(report)
+        fabric_section(report)   # issue 7
+    except (LabError, subprocess.SubprocessError, httpx.HTTPError) as e:
+        console.print(f"[red]demo failed:[/red] {e}")
+        ok = False
+    finally:
+        console.rule("[bold]report")
+        for k, v in report:
+            console.print(f"  {k:<48} {v}", highlight=False)
+        if args.keep and ok:
+            console.print(f"\nlabs '{LAB}' and '{LAB}t' left up: try 'fathom lab status -n {LAB}t'; "
+                          f"remove them with 'fathom lab down -n {LAB}' and 'fathom lab down -n {LAB}t'")
+        else:
+            lab.down()
+            Lab(LAB + "t").down()
+            Lab(LAB + "f").down()
+            console.print(f"\nlabs '{LAB}' and '{LAB}t' removed")
+    return 0 if ok and all("FAILED" not in v for _, v in report) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The emulated cloud: namespaces as nodes and VMs, one real Open vSwitch per node."""

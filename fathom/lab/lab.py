@@ -1,0 +1,422 @@
+"""Build, inspect and tear down an emulated cloud from a topology.
+
+Naming: every namespace is `<lab>-<name>` and every root-namespace link starts with `<lab>-`, so
+`down` finds all of a lab's objects by prefix even when its state file is gone or half written.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .ovs import OvsInstance, _running, kill_and_wait, wait_for
+from .sh import LabError, require_root_and_tools, run
+from .topology import Topology, check_lab_name
+
+RUN_ROOT = Path(os.environ.get("FATHOM_RUN_ROOT", "/run/fathom"))
+MGMT_POOL = ipaddress.IPv4Network("198.18.128.0/17")  # a /24 per lab unless the topology says
+TUNNEL_PORT = "vxlan0"
+
+
+def lab_dir(lab: str) -> Path:
+    return RUN_ROOT / lab
+
+
+@dataclass
+class NodePlan:
+    name: str
+    role: str
+    index: int
+    netns: str
+    mgmt_ip: str
+    tunnel_ip: str
+    rundir: str
+
+
+class Lab:
+    """A lab as recorded in its state file (`/run/fathom/<lab>/state.json`)."""
+
+    def __init__(self, name: str):
+        check_lab_name(name)
+        self.name = name
+        self.dir = lab_dir(name)
+
+    # ----- state -----
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "state.json"
+
+    def state(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, state: dict) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_file)
+
+    def exists(self) -> bool:
+        return self.dir.exists() or bool(self.namespaces()) or bool(self.root_links())
+
+    def ns(self, name: str) -> str:
+        return f"{self.name}-{name}"
+
+    def namespaces(self) -> list[str]:
+        out = run(["ip", "-j", "netns", "list"], check=False).stdout.strip()
+        names = [e["name"] for e in json.loads(out)] if out else []
+        return [n for n in names if n.startswith(self.name + "-")]
+
+    def root_links(self) -> list[str]:
+        links = json.loads(run(["ip", "-j", "link", "show"]).stdout or "[]")
+        return [link["ifname"] for link in links if link["ifname"].startswith(self.name + "-")]
+
+    def ovs(self, node: str) -> OvsInstance:
+        return OvsInstance(self.ns(node), self.dir / node)
+
+    def nodes(self) -> list[NodePlan]:
+        return [NodePlan(**n) for n in self.state().get("nodes", [])]
+
+    def node(self, name: str) -> NodePlan:
+        for n in self.nodes():
+            if n.name == name:
+                return n
+        raise LabError(f"lab {self.name} has no node {name!r}")
+
+    # ----- up -----
+    def up(self, topo: Topology, source: str, standalone: bool = False, controller: str | None = None,
+           progress: Callable[[str], None] = lambda s: None) -> dict:
+        """Build the lab. Without `standalone`, br-int is left to a controller: the one at URL
+        `controller`, or one started for this lab; the lab's nodes and topology are registered."""
+        require_root_and_tools()
+        if self.exists():
+            raise LabError(f"lab {self.name!r} already exists: run 'fathom lab down {self.name}' first")
+        mgmt = topo.management or _free_mgmt_subnet()
+        underlay = topo.underlay.cidr
+        hosts_u, hosts_m = list(underlay.hosts()), list(mgmt.hosts())
+        nodes = [NodePlan(name=n.name, role=n.role, index=i, netns=self.ns(n.name),
+                          mgmt_ip=str(hosts_m[9 + i]), tunnel_ip=str(hosts_u[9 + i]),
+                          rundir=str(self.dir / n.name))
+                 for i, n in enumerate(topo.nodes)]
+        state = {"name": self.name, "topology_file": source, "topology": topo.model_dump(mode="json"),
+                 "standalone": standalone, "status": "building", "created": time.time(),
+                 "management": {"cidr": str(mgmt), "root_ip": str(hosts_m[0]), "bridge": f"{self.name}-mgmt"},
+                 "underlay": {"cidr": str(underlay), "mtu": topo.underlay.mtu},
+                 "nodes": [n.__dict__ for n in nodes]}
+        self._save(state)  # first, so that `down` can find a half-built lab
+        try:
+            self._build(topo, state, nodes, standalone, progress)
+            if not standalone:
+                self._attach_controller(topo, state, nodes, controller, progress)
+        except BaseException as e:
+            progress("failed; removing what was built")
+            log = self.dir / "controller.log"
+            tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
+            self.down()
+            if tail and isinstance(e, LabError):
+                raise LabError(f"{e}\n--- last lines of the controller log ---\n" + "\n".join(tail)) from e
+            raise
+        state["status"] = "up"
+        self._save(state)
+        return state
+
+    def _build(self, topo, state, nodes, standalone, progress) -> None:
+        mtu = topo.underlay.mtu
+        mg = state["management"]
+        prefix = ipaddress.IPv4Network(mg["cidr"]).prefixlen
+        progress("management bridge")
+        run(["ip", "link", "add", mg["bridge"], "type", "bridge"])
+        run(["ip", "addr", "add", f"{mg['root_ip']}/{prefix}", "dev", mg["bridge"]])
+        run(["ip", "link", "set", mg["bridge"], "up"])
+
+        progress("fabric switch")
+        fabric = self.ns("fabric")
+        _add_netns(fabric)
+        tor = OvsInstance(fabric, self.dir / "fabric")
+        tor.start()
+        tor.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
+                  "fail_mode=standalone")
+        if not standalone:
+            # issue 7: the ToR is managed by the controller like the nodes (OVSDB on the management
+            # network; the controller makes br-fabric fail_mode secure and connects it over OpenFlow)
+            fab_ip = state["management"]["fabric_ip"] = str(hosts_m_fabric(mg["cidr"]))
+            run(["ip", "link", "add", f"{self.name}-mf", "type", "veth", "peer", "name", "mgmt0", "netns", fabric])
+            run(["ip", "link", "set", f"{self.name}-mf", "master", mg["bridge"], "up"])
+            run(["ip", "addr", "add", f"{fab_ip}/{prefix}", "dev", "mgmt0"], ns=fabric)
+            run(["ip", "link", "set", "mgmt0", "up"], ns=fabric)
+            tor.vsctl("set-manager", f"ptcp:6640:{fab_ip}")
+
+        for node in nodes:
+            progress(f"node {node.name}")
+            _add_netns(node.netns)
+            ovs = OvsInstance(node.netns, node.rundir)
+            ovs.start()
+            # management: root bridge <-> node, OVSDB served on TCP for the controller
+            root_end = f"{self.name}-m{node.index}"
+            run(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "mgmt0", "netns", node.netns])
+            run(["ip", "link", "set", root_end, "master", mg["bridge"], "up"])
+            run(["ip", "addr", "add", f"{node.mgmt_ip}/{prefix}", "dev", "mgmt0"], ns=node.netns)
+            run(["ip", "link", "set", "mgmt0", "up"], ns=node.netns)
+            ovs.vsctl("set-manager", f"ptcp:6640:{node.mgmt_ip}")
+            # underlay: node ul0 <-> fabric port named after the node
+            run(["ip", "link", "add", "ul0", "netns", node.netns, "mtu", mtu, "type", "veth",
+                 "peer", "name", node.name, "netns", fabric, "mtu", mtu])
+            for ns_, dev in ((node.netns, "ul0"), (fabric, node.name)):
+                _prepare_veth_end(ns_, dev)
+            tor.vsctl("add-port", "br-fabric", node.name)
+            ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
+                      "fail_mode=standalone", f"other_config:hwaddr={_mac(0xfe, node.index)}",
+                      "--", "add-port", "br-phy", "ul0",
+                      "--", "set", "interface", "br-phy", f"mtu_request={mtu}")
+            run(["ip", "addr", "add", f"{node.tunnel_ip}/{ipaddress.IPv4Network(state['underlay']['cidr']).prefixlen}",
+                 "dev", "br-phy"], ns=node.netns)
+            run(["ip", "link", "set", "br-phy", "up"], ns=node.netns)
+            ovs.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev",
+                      "fail_mode=standalone" if standalone else "fail_mode=secure",
+                      "other_config:disable-in-band=true")
+            # VLAN networks leave br-int through a patch pair to br-phy (trunk toward the ToR)
+            ovs.vsctl("add-port", "br-int", "patch-phy", "--", "set", "interface", "patch-phy", "type=patch",
+                      "options:peer=patch-int", "--", "add-port", "br-phy", "patch-int", "--",
+                      "set", "interface", "patch-int", "type=patch", "options:peer=patch-phy")
+
+        by_name = {n.name: n for n in nodes}
+        for node_t in topo.nodes:
+            node = by_name[node_t.name]
+            ovs = OvsInstance(node.netns, node.rundir)
+            for vm in node_t.vms:
+                progress(f"vm {vm.name} on {node.name}")
+                vns = self.ns(vm.name)
+                _add_netns(vns)
+                run(["ip", "link", "add", vm.name, "netns", node.netns, "type", "veth",
+                     "peer", "name", "eth0", "netns", vns])
+                run(["ip", "link", "set", "eth0", "address", vm.mac], ns=vns)
+                run(["ip", "addr", "add", str(vm.ip), "dev", "eth0"], ns=vns)
+                _prepare_veth_end(vns, "eth0")
+                run(["ip", "route", "add", "default", "via", str(topo.network(vm.network).gateway)], ns=vns)
+                _prepare_veth_end(node.netns, vm.name)
+                tag = _standalone_tag(topo, vm.network) if standalone else None
+                ovs.vsctl("add-port", "br-int", vm.name, *(["tag=%d" % tag] if tag else []), "--",
+                          "set", "interface", vm.name, f"external_ids:iface-id={vm.name}",
+                          f"external_ids:attached-mac={vm.mac}", f"external_ids:fathom-network={vm.network}")
+        if standalone:
+            progress("standalone tunnels")
+            self._standalone_overlay(topo, nodes)
+        progress("waiting for the switches")
+        for node in nodes:
+            ovs = OvsInstance(node.netns, node.rundir)
+            wait_for(lambda: "br-int" in ovs.vsctl("list-br"), 10, f"br-int on {node.name}")
+
+    def _standalone_overlay(self, topo: Topology, nodes: list[NodePlan]) -> None:
+        """Without a controller: NORMAL switching, one VXLAN port per (network, peer) as an access port.
+
+        Tunnel ports are `protected`, so NORMAL never floods from one tunnel into another (a full
+        mesh of tunnels would otherwise loop broadcasts).
+        """
+        for node in nodes:
+            ovs = OvsInstance(node.netns, node.rundir)
+            vlan_ids = []
+            for i, net in enumerate(topo.networks):
+                if net.type == "vlan":
+                    vlan_ids.append(topo.segmentation_id(net))
+                    continue
+                if net.type != "vxlan":
+                    continue
+                for peer in nodes:
+                    if peer is node:
+                        continue
+                    port = f"vx{i}n{peer.index}"
+                    ovs.vsctl("add-port", "br-int", port, f"tag={_standalone_tag(topo, net.name)}",
+                              "protected=true", "--", "set", "interface", port, "type=vxlan",
+                              f"options:remote_ip={peer.tunnel_ip}", f"options:local_ip={node.tunnel_ip}",
+                              f"options:key={topo.segmentation_id(net)}")
+            # the patch to br-phy carries only VLAN networks; otherwise NORMAL would flood the local
+            # VXLAN tags onto the underlay and learn them back from the other nodes
+            if vlan_ids:
+                ovs.vsctl("set", "port", "patch-phy", "vlan_mode=trunk", "trunks=" + ",".join(map(str, vlan_ids)))
+            else:
+                ovs.vsctl("del-port", "br-int", "patch-phy", "--", "del-port", "br-phy", "patch-int")
+
+    def _attach_controller(self, topo, state, nodes, url, progress) -> None:
+        from . import controller as ctl
+        if url is None:
+            progress("starting a controller for the lab")
+            state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"])
+        else:
+            state["controller"] = {"url": url, "managed": False}
+        self._save(state)
+        state["controller"]["created"] = ctl.register(state["controller"]["url"], topo, nodes, progress,
+                                                      fabric_ip=state["management"].get("fabric_ip"))
+        self._save(state)
+        progress("waiting for the ports to become active")
+        ctl.wait_active(state["controller"]["url"], state["controller"]["created"])
+
+    def restart_controller(self, downtime: float = 0.0) -> None:
+        """Stop the lab's own controller and start it again on the same ports and store."""
+        from . import controller as ctl
+        state = self.state()
+        c = state.get("controller") or {}
+        if not c.get("managed"):
+            raise LabError(f"lab {self.name} does not run its own controller")
+        ctl.stop_controller(self.dir)
+        time.sleep(downtime)
+        created = c.get("created")
+        state["controller"] = ctl.start_controller(self.dir, c["of_host"], c["api_port"], c["of_port"])
+        state["controller"]["created"] = created
+        self._save(state)
+
+    # ----- down -----
+    def down(self) -> list[str]:
+        """Remove everything of this lab; works after crashes and half-finished ups."""
+        removed = []
+        ctl_state = self.state().get("controller") or {}
+        if ctl_state.get("created") and not ctl_state.get("managed"):
+            from .controller import deregister
+            deregister(ctl_state["url"], ctl_state["created"])
+            removed.append(f"controller objects at {ctl_state['url']}")
+        for ns in self.namespaces():
+            kill_and_wait([int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()], timeout=3)
+            run(["ip", "netns", "del", ns], check=False)
+            removed.append(f"netns {ns}")
+        for link in self.root_links():
+            run(["ip", "link", "del", link], check=False)
+            removed.append(f"link {link}")
+        # processes of this lab that escaped their namespace (e.g. netns already deleted)
+        leftover = _pids_under(self.dir)
+        kill_and_wait(leftover, timeout=3)
+        removed += [f"pid {p}" for p in leftover]
+        if self.dir.exists():
+            shutil.rmtree(self.dir, ignore_errors=True)
+            removed.append(f"dir {self.dir}")
+        return removed
+
+    # ----- status -----
+    def status(self) -> dict:
+        state = self.state()
+        if not state:
+            raise LabError(f"no lab named {self.name!r} (see 'fathom lab list')")
+        present = set(self.namespaces())
+        nodes = []
+        for n in self.nodes() + [NodePlan("fabric", "fabric", -1, self.ns("fabric"), "", "", str(self.dir / "fabric"))]:
+            ovs = OvsInstance(n.netns, n.rundir)
+            entry = {"name": n.name, "role": n.role, "netns": n.netns, "netns_present": n.netns in present,
+                     "mgmt_ip": n.mgmt_ip, "tunnel_ip": n.tunnel_ip,
+                     "ovsdb_server": ovs.alive("ovsdb-server"), "ovs_vswitchd": ovs.alive("ovs-vswitchd"),
+                     "ovs_version": None, "bridges": {}}
+            if entry["ovsdb_server"] and entry["netns_present"]:
+                entry["ovs_version"] = ovs.version()
+                for br in ovs.vsctl("list-br", check=False).split():
+                    entry["bridges"][br] = ovs.vsctl("list-ports", br, check=False).split()
+            nodes.append(entry)
+        vms = []
+        topo = state.get("topology", {})
+        for node in topo.get("nodes", []):
+            for vm in node.get("vms", []):
+                vns = self.ns(vm["name"])
+                up = False
+                if vns in present:
+                    out = run(["ip", "-j", "link", "show", "eth0"], ns=vns, check=False).stdout
+                    up = bool(out) and "UP" in json.loads(out)[0].get("flags", [])
+                vms.append({"name": vm["name"], "node": node["name"], "network": vm["network"],
+                            "mac": vm["mac"], "ip": vm["ip"], "netns": vns, "link_up": up})
+        return {"name": self.name, "status": state.get("status"), "standalone": state.get("standalone"),
+                "topology_file": state.get("topology_file"), "management": state.get("management"),
+                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms}
+
+    # ----- exec -----
+    def exec_args(self, target: str, cmd: list[str]) -> tuple[list[str], dict]:
+        """The argv and environment to run cmd in a node or VM namespace (OVS tools see that node's OVS)."""
+        ns = self.ns(target)
+        if ns not in self.namespaces():
+            raise LabError(f"lab {self.name} has no node or VM {target!r}")
+        env = dict(os.environ)
+        rundir = self.dir / target
+        if (rundir / "conf.db").exists():
+            env.update(OvsInstance(ns, rundir).env)
+        return ["ip", "netns", "exec", ns, *cmd], env
+
+
+def list_labs() -> list[dict]:
+    names = set()
+    if RUN_ROOT.exists():
+        names |= {p.name for p in RUN_ROOT.iterdir() if p.is_dir()}
+    out = []
+    for name in sorted(names):
+        try:
+            lab = Lab(name)
+        except ValueError:
+            continue
+        st = lab.state()
+        out.append({"name": name, "status": st.get("status", "unknown (no state file)"),
+                    "nodes": len(st.get("nodes", [])),
+                    "vms": sum(len(n.get("vms", [])) for n in st.get("topology", {}).get("nodes", [])),
+                    "standalone": st.get("standalone"), "topology_file": st.get("topology_file")})
+    return out
+
+
+def hosts_m_fabric(cidr: str) -> ipaddress.IPv4Address:
+    """The fabric switch's management address: the host just below the first node's."""
+    return list(ipaddress.IPv4Network(cidr).hosts())[8]
+
+
+def _free_mgmt_subnet() -> ipaddress.IPv4Network:
+    used = set()
+    for lab in list_labs():
+        cidr = Lab(lab["name"]).state().get("management", {}).get("cidr")
+        if cidr:
+            used.add(ipaddress.IPv4Network(cidr))
+    for a in json.loads(run(["ip", "-j", "-4", "addr", "show"]).stdout or "[]"):
+        for info in a.get("addr_info", []):
+            used.add(ipaddress.IPv4Interface(f"{info['local']}/{info['prefixlen']}").network)
+    for candidate in MGMT_POOL.subnets(new_prefix=24):
+        if not any(candidate.overlaps(u) for u in used):
+            return candidate
+    raise LabError(f"no free management /24 left in {MGMT_POOL}")
+
+
+def _add_netns(ns: str) -> None:
+    run(["ip", "netns", "add", ns])
+    run(["ip", "link", "set", "lo", "up"], ns=ns)
+
+
+def _prepare_veth_end(ns: str, dev: str) -> None:
+    # OVS reads veths through AF_PACKET, which sees packets before the checksum is filled in:
+    # with TX checksum offload on, TCP segments would leave with bad checksums.
+    run(["ethtool", "-K", dev, "tx", "off"], ns=ns)
+    run(["ip", "link", "set", dev, "up"], ns=ns)
+
+
+def _standalone_tag(topo: Topology, network: str) -> int:
+    net = topo.network(network)
+    if net.type == "vlan":
+        return topo.segmentation_id(net)
+    if net.type == "flat":
+        raise LabError(f"network {network}: flat networks need the controller (no --standalone)")
+    return 4000 + topo.networks.index(net)  # a local tag per VXLAN network, never on the wire
+
+
+def _mac(kind: int, index: int) -> str:
+    return f"02:{kind:02x}:00:00:{index >> 8:02x}:{index & 0xff:02x}"
+
+
+def _pids_under(directory: Path) -> list[int]:
+    """Pids from the pid files below a lab's run dir whose process is still alive."""
+    pids = []
+    if directory.exists():
+        for pidfile in directory.glob("**/*.pid"):
+            try:
+                pid = int(pidfile.read_text().strip())
+                if not _running(pid):
+                    continue
+                # only a process started for this lab: its command line names the run dir
+                if str(directory) in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):
+                    pids.append(pid)
+            except (OSError, ValueError):
+                pass
+    return pids

@@ -1,0 +1,121 @@
+"""One Open vSwitch instance (ovsdb-server + ovs-vswitchd) inside a network namespace.
+
+Each instance has its own run dir holding the database, sockets, pid files and logs, so many
+instances coexist on one machine; the userspace (netdev) datapath needs no kernel module.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from .sh import LabError, run
+
+SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+
+
+class OvsInstance:
+    def __init__(self, netns: str, rundir: str | Path):
+        self.netns = netns
+        self.rundir = Path(rundir)
+
+    @property
+    def env(self) -> dict:
+        d = str(self.rundir)
+        return {"OVS_RUNDIR": d, "OVS_LOGDIR": d, "OVS_DBDIR": d, "OVS_PKGDATADIR": "/usr/share/openvswitch"}
+
+    @property
+    def db_sock(self) -> str:
+        return str(self.rundir / "db.sock")
+
+    def start(self) -> None:
+        self.rundir.mkdir(parents=True, exist_ok=True)
+        db = self.rundir / "conf.db"
+        if not db.exists():
+            run(["ovsdb-tool", "create", db, SCHEMA])
+        self.start_ovsdb()
+        version = run(["ovs-vswitchd", "--version"]).stdout.split()[-1]
+        self.vsctl("--no-wait", "init", "--", "set", "Open_vSwitch", ".", f"ovs_version={version}")
+        self.start_vswitchd()
+
+    def start_ovsdb(self) -> None:
+        # managers (e.g. ptcp:6640 for the controller) live in the database, so a restart keeps them
+        run(["ovsdb-server", self.rundir / "conf.db", f"--remote=punix:{self.db_sock}",
+             "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
+             "--pidfile", "--detach", "--log-file"], ns=self.netns, env=self.env)
+
+    def start_vswitchd(self) -> None:
+        run(["ovs-vswitchd", f"unix:{self.db_sock}", "--pidfile", "--detach", "--log-file"],
+            ns=self.netns, env=self.env)
+
+    def vsctl(self, *args: str, check: bool = True) -> str:
+        return run(["ovs-vsctl", f"--db=unix:{self.db_sock}", "--timeout=20", *args],
+                   ns=self.netns, env=self.env, check=check).stdout.strip()
+
+    def ofctl(self, *args: str, check: bool = True) -> str:
+        return run(["ovs-ofctl", "-O", "OpenFlow13", *args], ns=self.netns, env=self.env, check=check).stdout
+
+    def appctl(self, *args: str, target: str = "ovs-vswitchd", check: bool = True) -> str:
+        return run(["ovs-appctl", "-t", target, *args], ns=self.netns, env=self.env, check=check).stdout
+
+    def pid(self, daemon: str) -> int | None:
+        try:
+            return int((self.rundir / f"{daemon}.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self, daemon: str) -> bool:
+        pid = self.pid(daemon)
+        if pid is None or not _running(pid):
+            return False
+        # a reused pid is not ours: the process must run the daemon binary
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip() == daemon[:15]
+        except OSError:
+            return False
+
+    def version(self) -> str:
+        return self.vsctl("get", "Open_vSwitch", ".", "ovs_version", check=False).strip('"') or "?"
+
+    def stop(self, timeout: float = 5) -> None:
+        for daemon in ("ovs-vswitchd", "ovsdb-server"):
+            if self.alive(daemon):
+                kill_and_wait(self.pid(daemon), timeout)
+
+
+def kill_and_wait(pids: int | list[int], timeout: float = 5) -> None:
+    """SIGTERM, then SIGKILL whatever is still running after timeout."""
+    pids = [pids] if isinstance(pids, int) else list(pids)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in filter(_running, pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _running(pid: int) -> bool:
+    # daemons re-parented to a PID 1 that does not reap stay zombies: count those as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,1 @@
+"""OpenFlow: the flow/group spec model, its ovs-ofctl rendering and os-ken encoding."""

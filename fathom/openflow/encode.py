@@ -1,0 +1,130 @@
+"""Specs to os-ken OpenFlow messages and back.
+
+`decode_flow` / `decode_group` turn what a switch reports (flow stats, group descriptions) into the
+same spec values the compilers produce, so the reconciler diffs desired and actual state with set
+arithmetic. Anything the switch reports in another but equivalent form is normalised here.
+"""
+from __future__ import annotations
+
+from fathom.openflow import spec as s
+
+# the bits of a LoadReg's ofs_nbits field: ofs << 6 | (n_bits - 1)
+
+
+def _ofs_nbits(ofs: int, n_bits: int) -> int:
+    return (ofs << 6) | (n_bits - 1)
+
+
+def encode_action(parser, ofp, a):
+    if isinstance(a, s.Output):
+        return parser.OFPActionOutput(a.port, ofp.OFPCML_NO_BUFFER if a.port == ofp.OFPP_CONTROLLER else 0)
+    if isinstance(a, s.Controller):
+        return parser.OFPActionOutput(ofp.OFPP_CONTROLLER, a.max_len)
+    if isinstance(a, s.SetField):
+        return parser.OFPActionSetField(**{a.field: a.value})
+    if isinstance(a, s.PushVlan):
+        return parser.OFPActionPushVlan(a.ethertype)
+    if isinstance(a, s.PopVlan):
+        return parser.OFPActionPopVlan()
+    if isinstance(a, s.DecTtl):
+        return parser.OFPActionDecNwTtl()
+    if isinstance(a, s.Group):
+        return parser.OFPActionGroup(a.group_id)
+    if isinstance(a, s.Resubmit):
+        return parser.NXActionResubmitTable(in_port=s.NX_IN_PORT if a.in_port is None else a.in_port,
+                                            table_id=a.table)
+    if isinstance(a, s.Move):
+        return parser.NXActionRegMove(src_field=a.src, dst_field=a.dst, n_bits=a.n_bits,
+                                      src_ofs=a.src_ofs, dst_ofs=a.dst_ofs)
+    if isinstance(a, s.LoadReg):
+        return parser.NXActionRegLoad(ofs_nbits=_ofs_nbits(a.ofs, a.n_bits), dst=a.field, value=a.value)
+    raise TypeError(f"cannot encode action {a!r}")
+
+
+def instructions(parser, ofp, flow: s.FlowSpec) -> list:
+    out = []
+    actions = flow.apply_actions()
+    if actions:
+        out.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
+                                                [encode_action(parser, ofp, a) for a in actions]))
+    if flow.goto_table() is not None:
+        out.append(parser.OFPInstructionGotoTable(flow.goto_table()))
+    return out
+
+
+def flow_mod(dp, flow: s.FlowSpec, delete: bool = False):
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    match = parser.OFPMatch(**flow.match_dict)
+    if delete:
+        return parser.OFPFlowMod(dp, cookie=flow.cookie, cookie_mask=0xFFFFFFFFFFFFFFFF, table_id=flow.table,
+                                 command=ofp.OFPFC_DELETE_STRICT, priority=flow.priority, match=match,
+                                 out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+    # ADD replaces an entry with the same table, priority and match: it serves both add and modify
+    return parser.OFPFlowMod(dp, cookie=flow.cookie, table_id=flow.table, command=ofp.OFPFC_ADD,
+                             priority=flow.priority, match=match, instructions=instructions(parser, ofp, flow))
+
+
+GROUP_TYPE = {"all": "OFPGT_ALL", "select": "OFPGT_SELECT", "indirect": "OFPGT_INDIRECT"}
+
+
+def group_mod(dp, group: s.GroupSpec, command: str):
+    """command: add | modify | delete."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    cmd = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}[command]
+    buckets = [] if command == "delete" else [
+        parser.OFPBucket(weight=1 if group.type == "select" else 0, watch_port=ofp.OFPP_ANY,
+                         watch_group=ofp.OFPG_ANY, actions=[encode_action(parser, ofp, a) for a in b])
+        for b in group.buckets]
+    return parser.OFPGroupMod(dp, command=cmd, type_=getattr(ofp, GROUP_TYPE[group.type]),
+                              group_id=group.group_id, buckets=buckets)
+
+
+# ------------------------------------------------------------------------------------------ decoding
+
+def decode_action(ofp, a):
+    name = type(a).__name__
+    if name == "OFPActionOutput":
+        if a.port == ofp.OFPP_CONTROLLER:
+            return s.Controller(a.max_len)
+        return s.Output(a.port)
+    if name == "OFPActionSetField":
+        return s.SetField(a.key, a.value)
+    if name == "OFPActionPushVlan":
+        return s.PushVlan(a.ethertype)
+    if name == "OFPActionPopVlan":
+        return s.PopVlan()
+    if name == "OFPActionDecNwTtl":
+        return s.DecTtl()
+    if name == "OFPActionGroup":
+        return s.Group(a.group_id)
+    if name == "NXActionResubmitTable":
+        return s.Resubmit(a.table_id, None if a.in_port == s.NX_IN_PORT else a.in_port)
+    if name == "NXActionRegMove":
+        # os-ken reports Nicira-only names for some fields (eth_src_nxm); the spec uses the OXM ones
+        return s.Move(a.src_field.removesuffix("_nxm"), a.dst_field.removesuffix("_nxm"), a.n_bits,
+                      a.src_ofs, a.dst_ofs)
+    if name == "NXActionRegLoad":
+        return s.LoadReg(a.dst, a.value, a.ofs_nbits >> 6, (a.ofs_nbits & 0x3F) + 1)
+    return ("unknown", name, repr(a))  # never equal to a desired action: the flow gets rewritten
+
+
+def decode_flow(ofp, stat) -> s.FlowSpec:
+    actions = []
+    for inst in stat.instructions:
+        if type(inst).__name__ == "OFPInstructionActions" and inst.type == ofp.OFPIT_APPLY_ACTIONS:
+            actions += [decode_action(ofp, a) for a in inst.actions]
+    for inst in stat.instructions:
+        if type(inst).__name__ == "OFPInstructionGotoTable":
+            actions.append(s.GotoTable(inst.table_id))
+    match = [(k, _decode_value(v)) for k, v in stat.match._fields2]
+    return s.FlowSpec(stat.table_id, stat.priority, match, tuple(actions), stat.cookie)
+
+
+def _decode_value(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+def decode_group(ofp, desc) -> s.GroupSpec:
+    names = {getattr(ofp, v): k for k, v in GROUP_TYPE.items()}
+    buckets = tuple(tuple(decode_action(ofp, a) for a in b.actions) for b in desc.buckets)
+    return s.GroupSpec(desc.group_id, names.get(desc.type, str(desc.type)), buckets)

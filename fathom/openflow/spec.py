@@ -1,0 +1,373 @@
+"""Flow and group specs: what a compiler wants a switch to hold, as plain frozen values.
+
+A `FlowSpec` is one OpenFlow 1.3 flow entry; a `GroupSpec` one group entry. Both are frozen and
+hashable, so the desired state of a switch is a frozenset of them and a diff is set arithmetic.
+
+Field names are the keyword arguments of os-ken's `OFPMatch` / `OFPActionSetField` for OpenFlow 1.3
+(`eth_dst`, `ipv4_dst`, `tunnel_id`, `reg6`, `tun_ipv4_dst`, ...), and values are what os-ken accepts:
+ints, MAC and IPv4 strings, and `(value, mask)` tuples for masked matches. Encoding a spec is then
+mechanical: `OFPMatch(**dict(spec.match))`, one os-ken action class per action class below, and a
+trailing `GotoTable` becomes the goto-table instruction.
+
+`to_ofctl()` renders a spec the way `ovs-ofctl -O OpenFlow13 --no-stats dump-flows` / `dump-groups`
+of OVS 3.1 print it (checked line for line against the flows of the tenant compiler), so desired
+and actual state can be compared by eye or by `diff`. `ovs-ofctl -O OpenFlow13 add-flow` accepts
+the same text (tests/unit/test_spec_ovs.py does exactly that). The reconciler compares specs, not
+strings.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Union
+
+# Reserved OpenFlow 1.3 port numbers (32-bit).
+OFPP_IN_PORT = 0xFFFFFFF8
+OFPP_CONTROLLER = 0xFFFFFFFD
+OFPP_LOCAL = 0xFFFFFFFE
+OFPCML_NO_BUFFER = 0xFFFF
+# Nicira resubmit takes a 16-bit port: this is "the packet's in_port" there (not OFPP_IN_PORT).
+NX_IN_PORT = 0xFFF8
+# The VLAN id "present" bit of OpenFlow 1.3's vlan_vid; a tagged frame with VLAN 100 matches 0x1000|100.
+OFPVID_PRESENT = 0x1000
+OFPVID_NONE = 0x0000
+
+MatchValue = Union[int, str, tuple]
+
+# Width in bits of the fields that Move/LoadReg can address (os-ken names).
+FIELD_BITS = {
+    "eth_src": 48, "eth_dst": 48, "arp_sha": 48, "arp_tha": 48,
+    "arp_spa": 32, "arp_tpa": 32, "ipv4_src": 32, "ipv4_dst": 32,
+    "arp_op": 16, "eth_type": 16, "vlan_vid": 16, "tunnel_id": 64, "metadata": 64,
+    "tun_ipv4_dst": 32, "tun_ipv4_src": 32, "in_port": 32,
+    **{f"reg{i}": 32 for i in range(16)},
+}
+
+# os-ken field name -> the name ovs-ofctl prints in a match.
+_OFCTL_MATCH_NAME = {
+    "eth_dst": "dl_dst", "eth_src": "dl_src", "eth_type": "dl_type",
+    "ipv4_src": "nw_src", "ipv4_dst": "nw_dst", "ip_proto": "nw_proto",
+    "tunnel_id": "tun_id", "tun_ipv4_dst": "tun_dst", "tun_ipv4_src": "tun_src",
+    "tcp_src": "tp_src", "tcp_dst": "tp_dst", "udp_src": "tp_src", "udp_dst": "tp_dst",
+}
+# os-ken field name -> the name ovs-ofctl prints in set_field actions.
+_OFCTL_SET_FIELD_NAME = {
+    "tunnel_id": "tun_id", "tun_ipv4_dst": "tun_dst", "tun_ipv4_src": "tun_src",
+    "ipv4_src": "ip_src", "ipv4_dst": "ip_dst",
+}
+# os-ken field name -> the NXM/OXM name ovs-ofctl prints in move/load actions.
+_NXM_NAME = {
+    "eth_src": "NXM_OF_ETH_SRC", "eth_dst": "NXM_OF_ETH_DST", "eth_type": "NXM_OF_ETH_TYPE",
+    "arp_op": "NXM_OF_ARP_OP", "arp_spa": "NXM_OF_ARP_SPA", "arp_tpa": "NXM_OF_ARP_TPA",
+    "arp_sha": "NXM_NX_ARP_SHA", "arp_tha": "NXM_NX_ARP_THA",
+    "ipv4_src": "NXM_OF_IP_SRC", "ipv4_dst": "NXM_OF_IP_DST", "in_port": "NXM_OF_IN_PORT",
+    "vlan_vid": "OXM_OF_VLAN_VID", "metadata": "OXM_OF_METADATA",
+    "tunnel_id": "NXM_NX_TUN_ID", "tun_ipv4_dst": "NXM_NX_TUN_IPV4_DST",
+    "tun_ipv4_src": "NXM_NX_TUN_IPV4_SRC",
+    **{f"reg{i}": f"NXM_NX_REG{i}" for i in range(16)},
+}
+# Fields whose plain integer values ovs-ofctl prints in hex.
+_HEX_FIELDS = {"tunnel_id", "metadata", "eth_type", *(f"reg{i}" for i in range(16))}
+_ETH_TYPE_SHORTHAND = {0x0800: "ip", 0x0806: "arp", 0x86DD: "ipv6"}
+_IP_PROTO_SHORTHAND = {1: "icmp", 6: "tcp", 17: "udp", 132: "sctp"}
+
+_RESERVED_PORT_NAMES = {OFPP_IN_PORT: "IN_PORT", OFPP_LOCAL: "LOCAL", OFPP_CONTROLLER: "CONTROLLER"}
+
+
+# ---------------------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Output:
+    """Send the packet out of an OpenFlow port (an int, or OFPP_IN_PORT etc.)."""
+    port: int
+
+    def to_ofctl(self) -> str:
+        if self.port in _RESERVED_PORT_NAMES:
+            return _RESERVED_PORT_NAMES[self.port]
+        return f"output:{self.port}"
+
+
+@dataclass(frozen=True)
+class SetField:
+    """OpenFlow 1.3 set_field. `field` is an os-ken OXM/NXM name (eth_dst, reg6, tun_ipv4_dst, ...)."""
+    field: str
+    value: int | str
+
+    def to_ofctl(self) -> str:
+        name = _OFCTL_SET_FIELD_NAME.get(self.field, self.field)
+        return f"set_field:{_format_value(self.field, self.value)}->{name}"
+
+
+@dataclass(frozen=True)
+class PushVlan:
+    ethertype: int = 0x8100
+
+    def to_ofctl(self) -> str:
+        return f"push_vlan:0x{self.ethertype:04x}"
+
+
+@dataclass(frozen=True)
+class PopVlan:
+    def to_ofctl(self) -> str:
+        return "pop_vlan"
+
+
+@dataclass(frozen=True)
+class DecTtl:
+    """OpenFlow 1.3 dec_nw_ttl (ovs-ofctl prints it as dec_ttl)."""
+
+    def to_ofctl(self) -> str:
+        return "dec_ttl"
+
+
+@dataclass(frozen=True)
+class GotoTable:
+    """The goto-table instruction. Only valid as the last element of a flow's actions."""
+    table: int
+
+    def to_ofctl(self) -> str:
+        return f"goto_table:{self.table}"
+
+
+@dataclass(frozen=True)
+class Resubmit:
+    """Nicira resubmit(port, table): look the packet up again in `table` (may go backwards).
+
+    `in_port` is the 16-bit Nicira port; None means "the packet's in_port" (NX_IN_PORT on the wire).
+    """
+    table: int
+    in_port: int | None = None
+
+    def to_ofctl(self) -> str:
+        port = "" if self.in_port in (None, NX_IN_PORT) else str(self.in_port)
+        return f"resubmit({port},{self.table})"
+
+
+@dataclass(frozen=True)
+class Group:
+    group_id: int
+
+    def to_ofctl(self) -> str:
+        return f"group:{self.group_id}"
+
+
+@dataclass(frozen=True)
+class Controller:
+    """Packet-in to the controller with at most `max_len` bytes of the packet."""
+    max_len: int = OFPCML_NO_BUFFER
+
+    def to_ofctl(self) -> str:
+        return f"CONTROLLER:{self.max_len}"
+
+
+@dataclass(frozen=True)
+class Move:
+    """Nicira reg_move: copy `n_bits` from src[src_ofs..] to dst[dst_ofs..] (os-ken field names)."""
+    src: str
+    dst: str
+    n_bits: int
+    src_ofs: int = 0
+    dst_ofs: int = 0
+
+    def to_ofctl(self) -> str:
+        return (f"move:{_nxm_slice(self.src, self.src_ofs, self.n_bits)}"
+                f"->{_nxm_slice(self.dst, self.dst_ofs, self.n_bits)}")
+
+
+@dataclass(frozen=True)
+class LoadReg:
+    """Nicira reg_load: write `value` into bits [ofs, ofs+n_bits) of `field` (a register, usually)."""
+    field: str
+    value: int
+    ofs: int = 0
+    n_bits: int = 32
+
+    def to_ofctl(self) -> str:
+        return f"load:{self.value:#x}->{_nxm_slice(self.field, self.ofs, self.n_bits)}"
+
+
+Action = Union[Output, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
+               Controller, Move, LoadReg]
+
+
+def set_tunnel_dst(ip: str) -> SetField:
+    """The destination of a flow-based tunnel port (remote_ip=flow): set_field tun_ipv4_dst."""
+    return SetField("tun_ipv4_dst", ip)
+
+
+# ---------------------------------------------------------------------------------------------- specs
+
+
+def _normalise_match(match: Mapping[str, MatchValue] | Iterable[tuple[str, MatchValue]]):
+    items = match.items() if isinstance(match, Mapping) else match
+    out = []
+    for name, value in items:
+        if isinstance(value, list):
+            value = tuple(value)
+        out.append((name, value))
+    out.sort(key=lambda kv: kv[0])
+    names = [n for n, _ in out]
+    if len(names) != len(set(names)):
+        raise ValueError(f"a match field appears twice: {names}")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """One flow entry. `match` may be given as a dict; it is stored as a sorted tuple of pairs.
+
+    Empty `actions` means drop. A `GotoTable`, if any, must come last.
+    """
+    table: int
+    priority: int
+    match: tuple = ()
+    actions: tuple = ()
+    cookie: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "match", _normalise_match(self.match))
+        object.__setattr__(self, "actions", tuple(self.actions))
+        for i, a in enumerate(self.actions):
+            if isinstance(a, GotoTable) and i != len(self.actions) - 1:
+                raise ValueError("goto_table must be the last action of a flow")
+            if isinstance(a, GotoTable) and a.table <= self.table:
+                raise ValueError(f"goto_table:{a.table} from table {self.table} goes backwards")
+
+    @property
+    def key(self) -> tuple:
+        """What identifies a flow entry in a switch: (table, priority, match)."""
+        return (self.table, self.priority, self.match)
+
+    @property
+    def match_dict(self) -> dict[str, MatchValue]:
+        return dict(self.match)
+
+    def apply_actions(self) -> tuple:
+        """The actions of the apply-actions instruction (everything but a trailing goto)."""
+        if self.actions and isinstance(self.actions[-1], GotoTable):
+            return self.actions[:-1]
+        return self.actions
+
+    def goto_table(self) -> int | None:
+        if self.actions and isinstance(self.actions[-1], GotoTable):
+            return self.actions[-1].table
+        return None
+
+    def to_ofctl(self) -> str:
+        # ovs-ofctl leaves out a zero cookie, "table=0" and (with --no-stats) the counters.
+        head = ", ".join([*([f"cookie={self.cookie:#x}"] if self.cookie else []),
+                          *([f"table={self.table}"] if self.table else []),
+                          f"priority={self.priority}"])
+        match = format_match(self.match)
+        actions = ",".join(a.to_ofctl() for a in self.actions) or "drop"
+        return f"{head}{',' + match if match else ''} actions={actions}"
+
+
+GROUP_TYPES = ("all", "select", "indirect")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One group entry: `buckets` is a tuple of action tuples (select buckets get weight 1).
+
+    OpenFlow 1.3 groups carry no cookie; `cookie` here records the owner for status reporting and
+    takes no part in equality, so a group read back from a switch equals the desired one. The group
+    id itself carries the owning app (see fathom.pipeline.stages.group_id).
+    """
+    group_id: int
+    type: str
+    buckets: tuple = ()
+    cookie: int = field(default=0, compare=False)
+
+    def __post_init__(self):
+        if self.type not in GROUP_TYPES:
+            raise ValueError(f"group type {self.type!r} is not one of {GROUP_TYPES}")
+        object.__setattr__(self, "buckets", tuple(tuple(b) for b in self.buckets))
+        for bucket in self.buckets:
+            if any(isinstance(a, GotoTable) for a in bucket):
+                raise ValueError("a group bucket cannot hold goto_table (use Resubmit)")
+
+    def to_ofctl(self) -> str:
+        parts = [f"group_id={self.group_id}", f"type={self.type}"]
+        for bucket in self.buckets:
+            parts.append("bucket=actions=" + (",".join(a.to_ofctl() for a in bucket) or "drop"))
+        return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class SwitchState:
+    """The desired content of one bridge."""
+    flows: frozenset = field(default_factory=frozenset)
+    groups: frozenset = field(default_factory=frozenset)
+
+    def __or__(self, other: "SwitchState") -> "SwitchState":
+        return SwitchState(self.flows | other.flows, self.groups | other.groups)
+
+    def to_ofctl(self) -> list[str]:
+        """Groups then flows, sorted by table, descending priority, match: a stable listing."""
+        groups = sorted(self.groups, key=lambda g: g.group_id)
+        flows = sorted(self.flows, key=lambda f: (f.table, -f.priority, repr(f.match)))
+        return [g.to_ofctl() for g in groups] + [f.to_ofctl() for f in flows]
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+
+
+def _format_value(name: str, value: MatchValue) -> str:
+    if isinstance(value, tuple):
+        v, mask = value
+        if name in ("ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"):
+            try:
+                return str(ipaddress.IPv4Network(f"{v}/{mask}"))
+            except ValueError:
+                pass
+        return f"{_format_value(name, v)}/{_format_value(name, mask)}"
+    if isinstance(value, int) and name in _HEX_FIELDS:
+        return f"{value:#x}"
+    return str(value)
+
+
+def format_match(match: tuple) -> str:
+    """A match the way ovs-ofctl prints it: protocol shorthand first, then fields."""
+    fields = dict(match)
+    words = []
+    eth_type = fields.pop("eth_type", None)
+    proto = fields.get("ip_proto")
+    if eth_type == 0x0800 and proto in _IP_PROTO_SHORTHAND:
+        words.append(_IP_PROTO_SHORTHAND[fields.pop("ip_proto")])
+    elif eth_type in _ETH_TYPE_SHORTHAND:
+        words.append(_ETH_TYPE_SHORTHAND[eth_type])
+    elif eth_type is not None:
+        words.append(f"dl_type={eth_type:#06x}")
+    for name, value in sorted(fields.items(), key=lambda kv: _match_order(kv[0])):
+        if name == "vlan_vid":
+            words.append(_format_vlan(value))
+            continue
+        words.append(f"{_OFCTL_MATCH_NAME.get(name, name)}={_format_value(name, value)}")
+    return ",".join(words)
+
+
+def _format_vlan(value) -> str:
+    if value == OFPVID_NONE:
+        return "vlan_tci=0x0000/0x1fff"
+    if isinstance(value, int) and value & OFPVID_PRESENT:
+        return f"dl_vlan={value & 0xFFF}"
+    return f"vlan_vid={_format_value('vlan_vid', value)}"
+
+
+# Roughly the order ovs-ofctl prints fields in: metadata and registers, tunnel, port, L2, L3, L4.
+_ORDER = ["metadata", *(f"reg{i}" for i in range(16)), "tunnel_id", "tun_ipv4_src", "tun_ipv4_dst",
+          "in_port", "vlan_vid", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa",
+          "arp_op", "arp_sha", "arp_tha"]
+
+
+def _match_order(name: str) -> tuple:
+    return (_ORDER.index(name), name) if name in _ORDER else (len(_ORDER), name)
+
+
+def _nxm_slice(name: str, ofs: int, n_bits: int) -> str:
+    nxm = _NXM_NAME.get(name, name)
+    if ofs == 0 and FIELD_BITS.get(name) == n_bits:
+        return f"{nxm}[]"
+    return f"{nxm}[{ofs}..{ofs + n_bits - 1}]"

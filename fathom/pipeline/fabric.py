@@ -1,0 +1,293 @@
+"""Fabric compiler (issue 7): store snapshot -> desired state of the ToR switches, of every node's
+br-phy, and the additions to br-int; plus the tenant compiler's view of routers that do not run
+distributed. Pure, like fathom/pipeline/tenant.py. docs/fabric.md explains the design.
+
+Router modes:
+- `distributed` (default): the tenant compiler routes in every first-hop br-int.
+- `fabric`: the ToR is the router (SVIs): it answers ARP for the gateway addresses and routes
+  between the router's VLAN subnets (MAC rewrite, TTL - 1, VLAN change). The tenant compiler does
+  not see the router; br-int only sends frames for the gateway MAC up the VLAN trunk.
+- `network-node`: a Linux namespace on the gateway node routes (ip_forward), as Neutron's L3 agent.
+  Each router leg becomes a port of its network bound to the gateway node (interface
+  `router_port_interface(leg)`), so every node switches to it like to any VM.
+
+ToR pipeline (br-fabric, its own tables; the ToR is not a br-int):
+
+| table | name | what |
+|---|---|---|
+| 0  | trunk-in   | LLDP -> controller; untagged = underlay -> NORMAL; (in_port, VLAN) allowed -> 10; else drop |
+| 10 | svi        | fabric routers: ARP for a gateway answered; routed: src MAC, TTL - 1, VLAN -> 15; else -> 20 |
+| 15 | svi-neigh  | routed frame: destination IP -> destination MAC; unknown -> drop |
+| 20 | l2         | (VLAN, dst MAC) -> the port facing the node hosting it; else flood the VLAN's group |
+
+A VLAN is allowed on a trunk port exactly while the node behind the port hosts a port of the
+network (ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from fathom.openflow.spec import (
+    OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable,
+    Group, GroupSpec, Output, PushVlan, SetField, SwitchState,
+)
+from fathom.pipeline import stages as st
+from fathom.pipeline.tenant import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
+from fathom.store.snapshot import UPLINK_INTERFACE, FixedIp, Port, Snapshot
+
+OFPP_NORMAL = 0xFFFFFFFA
+ETH_TYPE_LLDP = 0x88CC
+
+# ToR tables
+TOR_TRUNK_IN = 0
+TOR_SVI = 10
+TOR_SVI_NEIGH = 15
+TOR_L2 = 20
+TOR_TABLES = {TOR_TRUNK_IN: "trunk-in", TOR_SVI: "svi", TOR_SVI_NEIGH: "svi-neigh", TOR_L2: "l2"}
+
+PRIO_LLDP = 1000
+PRIO_ALLOW = 100
+PRIO_UNDERLAY = 50
+PRIO_SVI_ARP = 200
+PRIO_ROUTE_BASE = 100
+PRIO_SVI_DROP = 10
+PRIO_L2_HAIRPIN = 110
+PRIO_L2 = 100
+PRIO_FLOOD = 10
+
+
+def datapath_id_tor(switch_id: int) -> int:
+    return 0xFB00_0000_0000_0000 | switch_id
+
+
+def datapath_id_phy(node_id: int) -> int:
+    return 0xFC00_0000_0000_0000 | node_id
+
+
+def router_port_interface(leg_id: int) -> str:
+    """br-int interface of a network-node router leg on the gateway node (its namespace holds qr-N)."""
+    return f"qrp{leg_id}"
+
+
+def _c(kind: int, obj: int) -> int:
+    return st.cookie(st.APP_FABRIC, kind, obj)
+
+
+def _vid(vlan: int) -> int:
+    return OFPVID_PRESENT | vlan
+
+
+def fabric_state(snapshot: Snapshot):
+    from fathom.store.fabric import FabricState
+    return snapshot.fabric if snapshot.fabric is not None else FabricState()
+
+
+# ---------------------------------------------------------------------------------------------- tenant view
+
+
+def effective_modes(snapshot: Snapshot) -> dict:
+    """router id -> the Mode the switches realise now (routers absent: distributed).
+
+    Make before break: a router moved to `network-node` keeps being routed `distributed` until every
+    one of its legs is an interface on the gateway node's br-int (the namespace is built first);
+    then one pass switches all nodes to it.
+    """
+    fab = fabric_state(snapshot)
+    nodes = {n.name: n for n in snapshot.nodes}
+    out = {}
+    for md in fab.modes:
+        if md.mode == "network-node":
+            gw = nodes.get(md.gateway_node)
+            legs = [ri for ri in snapshot.router_interfaces if ri.router_id == md.router_id]
+            if gw is None or any(gw.ofport(router_port_interface(ri.id)) is None for ri in legs):
+                continue
+        out[md.router_id] = md
+    return out
+
+
+def tenant_view(snapshot: Snapshot) -> Snapshot:
+    """What the tenant compiler must see: routers not in `distributed` mode are hidden from it; the
+    legs of `network-node` routers become ports bound to their gateway node."""
+    other = {rid: md for rid, md in effective_modes(snapshot).items() if md.mode != "distributed"}
+    if not other:
+        return snapshot
+    keep, extra = [], []
+    for ri in snapshot.router_interfaces:
+        md = other.get(ri.router_id)
+        if md is None:
+            keep.append(ri)
+        elif md.mode == "network-node" and md.gateway_node:
+            extra.append(Port(ri.id, f"router-{ri.router_id}", "", ri.network_id, ri.mac_address,
+                              (FixedIp(ri.subnet_id, ri.ip_address),), md.gateway_node,
+                              router_port_interface(ri.id), port_security=False))
+    return replace(snapshot, router_interfaces=tuple(keep), ports=snapshot.ports + tuple(extra))
+
+
+def network_node_legs(snapshot: Snapshot) -> dict[str, list]:
+    """gateway node name -> router legs (RouterInterface) it must realise in a router namespace."""
+    fab = fabric_state(snapshot)
+    out: dict[str, list] = defaultdict(list)
+    for ri in snapshot.router_interfaces:
+        md = fab.mode_of(ri.router_id)
+        if md.mode == "network-node" and md.gateway_node:
+            out[md.gateway_node].append(ri)
+    return dict(out)
+
+
+# ---------------------------------------------------------------------------------------------- br-int and br-phy
+
+
+def compile_edges(snapshot: Snapshot) -> dict[str, SwitchState]:
+    """Fabric additions to br-int: frames for a fabric router's gateway MAC go up the VLAN trunk."""
+    modes = effective_modes(snapshot)
+    networks = {n.id: n for n in snapshot.networks}
+    fabric_legs = [ri for ri in snapshot.router_interfaces if ri.router_id in modes
+                   and modes[ri.router_id].mode == "fabric"
+                   and networks.get(ri.network_id) is not None and networks[ri.network_id].type == "vlan"]
+    out: dict[str, SwitchState] = {}
+    if not fabric_legs:
+        return out
+    for node in snapshot.nodes:
+        uplink = node.ofport(UPLINK_INTERFACE)
+        local_nets = {p.network_id for p in snapshot.ports if p.node == node.name and node.ofport(p.interface)}
+        flows = set()
+        for ri in fabric_legs:
+            if uplink is None or ri.network_id not in local_nets:
+                continue
+            net = networks[ri.network_id]
+            flows.add(FlowSpec(st.L2, PRIO_L2, {st.REG_NETWORK: net.id, "eth_dst": ri.mac_address},
+                               (PushVlan(0x8100), SetField("vlan_vid", _vid(net.segmentation_id)),
+                                SetField(st.REG_OUT_PORT, uplink), GotoTable(st.TAP_RECOVERY)),
+                               _c(st.KIND_ROUTER_INTERFACE, ri.id)))
+        if flows:
+            out[node.name] = SwitchState(frozenset(flows))
+    return out
+
+
+def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
+    """br-phy of every node: NORMAL switching as before, plus LLDP from the ToR to the controller."""
+    state = SwitchState(frozenset({
+        FlowSpec(0, 0, {}, (Output(OFPP_NORMAL),), _c(st.KIND_STAGE, 0x100)),
+        FlowSpec(0, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), _c(st.KIND_STAGE, 0x101)),
+    }))
+    return {node.name: state for node in snapshot.nodes}
+
+
+# ---------------------------------------------------------------------------------------------- ToR
+
+
+def tor_vlans(snapshot: Snapshot) -> dict[str, dict[str, set[int]]]:
+    """switch name -> {ToR port name: VLAN ids allowed on it} (from the tenant view)."""
+    view = tenant_view(snapshot)
+    fab = fabric_state(snapshot)
+    out = {}
+    for sw in fab.switches:
+        out[sw.name] = {port: set(vlans) for port, (_, vlans) in _trunks(view, fab, sw).items()}
+    return out
+
+
+def _trunks(view: Snapshot, fab, sw) -> dict[str, tuple[int | None, dict[int, int]]]:
+    """port name -> (ofport, {VLAN id: network id}) for the trunk ports of switch `sw`."""
+    networks = {n.id: n for n in view.networks}
+    faces = fab.node_ports(sw)
+    out = {port: (ofport, {}) for port, ofport in faces.values()}
+    for p in view.ports:
+        net = networks.get(p.network_id)
+        if net is None or net.type != "vlan" or p.node not in faces:
+            continue
+        port, _ = faces[p.node]
+        out[port][1][net.segmentation_id] = net.id
+    return out
+
+
+def compile_tor(snapshot: Snapshot) -> dict[str, SwitchState]:
+    """Desired state of every fabric switch, keyed by switch name."""
+    fab = fabric_state(snapshot)
+    view = tenant_view(snapshot)
+    return {sw.name: _compile_switch(snapshot, view, fab, sw) for sw in fab.switches}
+
+
+def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw) -> SwitchState:
+    networks = {n.id: n for n in view.networks}
+    subnets = {s.id: s for s in view.subnets}
+    faces = fab.node_ports(sw)
+    trunks = _trunks(view, fab, sw)
+    skel = lambda t: _c(st.KIND_STAGE, 0x200 | t)  # noqa: E731
+    flows: set[FlowSpec] = {
+        FlowSpec(TOR_TRUNK_IN, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), skel(TOR_TRUNK_IN)),
+        FlowSpec(TOR_TRUNK_IN, PRIO_UNDERLAY, {"vlan_vid": OFPVID_NONE}, (Output(OFPP_NORMAL),), skel(TOR_TRUNK_IN)),
+        FlowSpec(TOR_TRUNK_IN, 0, {}, (), skel(TOR_TRUNK_IN)),
+        FlowSpec(TOR_SVI, 0, {}, (GotoTable(TOR_L2),), skel(TOR_SVI)),
+        FlowSpec(TOR_SVI_NEIGH, 0, {}, (), skel(TOR_SVI_NEIGH)),
+        FlowSpec(TOR_L2, 0, {}, (), skel(TOR_L2)),
+    }
+    groups: set[GroupSpec] = set()
+
+    # trunk-in: VLAN allowed on a port; the flood group of each VLAN lists its ports
+    ports_of_vlan: dict[int, list[int]] = defaultdict(list)
+    for port_name, (ofport, vlans) in sorted(trunks.items()):
+        if ofport is None:
+            continue
+        for vlan, net_id in sorted(vlans.items()):
+            flows.add(FlowSpec(TOR_TRUNK_IN, PRIO_ALLOW, {"in_port": ofport, "vlan_vid": _vid(vlan)},
+                               (GotoTable(TOR_SVI),), _c(st.KIND_NETWORK, net_id)))
+            ports_of_vlan[vlan].append(ofport)
+    vlan_net = {n.segmentation_id: n for n in networks.values() if n.type == "vlan"}
+    for vlan, ofports in sorted(ports_of_vlan.items()):
+        net = vlan_net[vlan]
+        gid = st.group_id(st.APP_FABRIC, net.id)
+        groups.add(GroupSpec(gid, "all", tuple((Output(p),) for p in sorted(ofports)),
+                             _c(st.KIND_NETWORK, net.id)))
+        flows.add(FlowSpec(TOR_L2, PRIO_FLOOD, {"vlan_vid": _vid(vlan)}, (Group(gid),), _c(st.KIND_NETWORK, net.id)))
+
+    # l2: every port of a VLAN network behind a trunk port (also hairpin back out of its in_port)
+    for p in view.ports:
+        net = networks.get(p.network_id)
+        if net is None or net.type != "vlan" or p.node not in faces or faces[p.node][1] is None:
+            continue
+        ofport = faces[p.node][1]
+        m = {"vlan_vid": _vid(net.segmentation_id), "eth_dst": p.mac_address}
+        flows.add(FlowSpec(TOR_L2, PRIO_L2, m, (Output(ofport),), _c(st.KIND_PORT, p.id)))
+        flows.add(FlowSpec(TOR_L2, PRIO_L2_HAIRPIN, {**m, "in_port": ofport}, (Output(OFPP_IN_PORT),),
+                           _c(st.KIND_PORT, p.id)))
+
+    # svi: routers in fabric mode, on VLAN legs
+    legs_by_router = defaultdict(list)
+    modes = effective_modes(snapshot)
+    for ri in snapshot.router_interfaces:
+        net = networks.get(ri.network_id)
+        if ri.router_id in modes and modes[ri.router_id].mode == "fabric" and net is not None and net.type == "vlan" \
+                and ri.subnet_id in subnets:
+            legs_by_router[ri.router_id].append(ri)
+    routed_to = set()
+    for router_id, legs in sorted(legs_by_router.items()):
+        for src in legs:
+            vsrc = networks[src.network_id].segmentation_id
+            c = _c(st.KIND_ROUTER_INTERFACE, src.id)
+            flows.add(FlowSpec(TOR_SVI, PRIO_SVI_ARP,
+                               {"vlan_vid": _vid(vsrc), "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
+                                "arp_tpa": src.ip_address}, arp_reply_actions(src.mac_address, src.ip_address), c))
+            flows.add(FlowSpec(TOR_SVI, PRIO_SVI_DROP, {"vlan_vid": _vid(vsrc), "eth_dst": src.mac_address}, (), c))
+            for dst in legs:
+                if dst.subnet_id == src.subnet_id:
+                    continue
+                prefix = subnets[dst.subnet_id].prefix
+                vdst = networks[dst.network_id].segmentation_id
+                flows.add(FlowSpec(
+                    TOR_SVI, PRIO_ROUTE_BASE + prefix.prefixlen,
+                    {"vlan_vid": _vid(vsrc), "eth_dst": src.mac_address, "eth_type": ETH_TYPE_IPV4,
+                     "ipv4_dst": (str(prefix.network_address), str(prefix.netmask))},
+                    (SetField("eth_src", dst.mac_address), DecTtl(), SetField("vlan_vid", _vid(vdst)),
+                     GotoTable(TOR_SVI_NEIGH)), _c(st.KIND_ROUTER_INTERFACE, dst.id)))
+                routed_to.add(dst.network_id)
+    # svi-neigh: host entries of the networks routed to (the controller knows every port's address)
+    for p in view.ports:
+        if p.network_id not in routed_to:
+            continue
+        vlan = networks[p.network_id].segmentation_id
+        for fip in p.fixed_ips:
+            flows.add(FlowSpec(TOR_SVI_NEIGH, PRIO_L2,
+                               {"vlan_vid": _vid(vlan), "eth_type": ETH_TYPE_IPV4, "ipv4_dst": fip.ip_address},
+                               (SetField("eth_dst", p.mac_address), GotoTable(TOR_L2)), _c(st.KIND_PORT, p.id)))
+    return SwitchState(frozenset(flows), frozenset(groups))

@@ -1,0 +1,337 @@
+"""Tenant networking compiler: store snapshot -> desired flows and groups of every node's br-int.
+
+Pure: no I/O, no globals; the same snapshot always gives the same specs. What each stage does and
+why is in docs/pipeline.md; in short, for node N:
+
+- classify: a local port's frames get REG_NETWORK / REG_SRC_PORT; frames from the tunnel are
+  classified by tunnel_id (VNI), from the uplink by VLAN id (untagged = the flat network), and go
+  straight to l2: they were switched or routed by their first-hop node already.
+- security: a port sends only from its MAC and, for IPv4 and ARP, from its fixed IPs.
+- arp: requests for any bound port's address or a router interface's address in the network are
+  answered in the switch (the requester asking about its own address is left alone).
+- l3 / l3-neighbor: a frame to a router interface's MAC, for a subnet on the same router, gets
+  src MAC := the outgoing interface's MAC, TTL - 1, REG_NETWORK := the destination network, and
+  dst MAC := the destination port's MAC; then l2 of the destination network switches it.
+- l2: dst MAC -> local port, or the owning node's tunnel endpoint (tun_id = VNI), or the VLAN
+  uplink; everything else is flooded through the network's group: local ports plus every other
+  node hosting the network (VXLAN) or the uplink (VLAN, flat).
+- output: REG_OUT_PORT -> output.
+
+Nothing ever moves a frame from one network to another except an l3 route flow, which is how
+isolation holds; tests/unit/test_compiler_tenant.py checks it by walking the compiled tables.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+
+from fathom.openflow.spec import (
+    OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
+    Move, Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
+)
+from fathom.pipeline import stages as st
+from fathom.store.snapshot import (
+    TUNNEL_INTERFACE, UPLINK_INTERFACE, Network, Node, Port, RouterInterface, Snapshot,
+)
+
+ETH_TYPE_IPV4 = 0x0800
+ETH_TYPE_ARP = 0x0806
+ARP_REQUEST = 1
+ARP_REPLY = 2
+
+# Priorities within a stage (higher wins).
+PRIO_PORT = 100           # classify by in_port / tunnel / VLAN; l2 unicast; output
+PRIO_SECURITY_ALLOW = 100
+PRIO_SECURITY_DENY = 90   # IPv4 / ARP from a port with a source address not its own
+PRIO_SECURITY_OTHER = 80  # other ethertypes from the port's own MAC
+PRIO_ARP_OWN = 110        # a port asking about its own address (DAD, gratuitous ARP): not answered
+PRIO_ARP_REPLY = 100
+PRIO_ROUTE_BASE = 100     # + prefix length: longest prefix wins
+PRIO_ROUTER_DROP = 10     # to a router MAC but no route: drop rather than flood
+PRIO_NEIGHBOR = 100
+PRIO_FLOOD = 10           # l2: broadcast, multicast and unknown unicast
+
+
+def compile_tenant(snapshot: Snapshot) -> dict[str, SwitchState]:
+    """Desired br-int state of every node in the snapshot, keyed by node name.
+
+    Every node's state includes the stage skeleton (table-miss flows). Ports whose node or
+    interface has no OpenFlow port number yet are left out; remote nodes are reached only when
+    this node's tunnel / uplink port number is known.
+    """
+    topo = _Topology(snapshot)
+    return {node.name: _compile_node(topo, node) for node in snapshot.nodes}
+
+
+def _tenant_cookie(kind: int, object_id: int) -> int:
+    return st.cookie(st.APP_TENANT, kind, object_id)
+
+
+def flood_group_id(network_id: int) -> int:
+    return st.group_id(st.APP_TENANT, network_id)
+
+
+class _Topology:
+    """Look-ups over a snapshot (built once per compile)."""
+
+    def __init__(self, snapshot: Snapshot):
+        self.nodes = {n.name: n for n in snapshot.nodes}
+        self.networks = {n.id: n for n in snapshot.networks}
+        self.subnets = {s.id: s for s in snapshot.subnets}
+        # Only bound ports take part in forwarding: an unbound port is nowhere.
+        self.ports_by_network: dict[int, list[Port]] = defaultdict(list)
+        for p in sorted(snapshot.ports, key=lambda p: p.id):
+            if p.node in self.nodes and p.network_id in self.networks:
+                self.ports_by_network[p.network_id].append(p)
+        self.interfaces_by_router: dict[int, list[RouterInterface]] = defaultdict(list)
+        self.interfaces_by_network: dict[int, list[RouterInterface]] = defaultdict(list)
+        for ri in sorted(snapshot.router_interfaces, key=lambda r: r.id):
+            if ri.network_id in self.networks and ri.subnet_id in self.subnets:
+                self.interfaces_by_router[ri.router_id].append(ri)
+                self.interfaces_by_network[ri.network_id].append(ri)
+
+    def local_ports(self, node: Node) -> list[tuple[Port, int]]:
+        """(port, ofport) of the ports bound to `node` whose interface is on its br-int."""
+        out = []
+        for ports in self.ports_by_network.values():
+            for p in ports:
+                ofport = node.ofport(p.interface) if p.node == node.name else None
+                if ofport is not None:
+                    out.append((p, ofport))
+        return sorted(out, key=lambda po: po[0].id)
+
+
+def _compile_node(topo: _Topology, node: Node) -> SwitchState:
+    flows: set[FlowSpec] = set(st.skeleton_flows())
+    groups: set[GroupSpec] = set()
+    tunnel = node.ofport(TUNNEL_INTERFACE)
+    uplink = node.ofport(UPLINK_INTERFACE)
+
+    local = topo.local_ports(node)
+    local_networks = sorted({p.network_id for p, _ in local})
+    for port, ofport in local:
+        flows |= _local_port_flows(port, ofport)
+
+    for network_id in local_networks:
+        network = topo.networks[network_id]
+        flows |= _network_classify_flows(network, tunnel, uplink)
+        flows |= _arp_responder_flows(topo, network)
+        group = _flood_group(topo, node, network, local, tunnel, uplink)
+        groups.add(group)
+        flows.add(FlowSpec(st.L2, PRIO_FLOOD, {st.REG_NETWORK: network.id},
+                           (Group(group.group_id),),
+                           _tenant_cookie(st.KIND_NETWORK, network.id)))
+
+    route_flows, routed_to = _route_flows(topo, local_networks)
+    flows |= route_flows
+    for network_id in sorted(routed_to):
+        flows |= _neighbor_flows(topo, topo.networks[network_id])
+
+    # l2 unicast for every network a frame can be in on this node: local ones and routed-to ones.
+    for network_id in sorted(set(local_networks) | routed_to):
+        flows |= _unicast_flows(topo, node, topo.networks[network_id], tunnel, uplink)
+
+    for ofport in (tunnel, uplink):
+        if ofport is not None:
+            flows.add(FlowSpec(st.OUTPUT, PRIO_PORT, {st.REG_OUT_PORT: ofport}, (Output(ofport),),
+                               _tenant_cookie(st.KIND_NODE, node.id)))
+    return SwitchState(frozenset(flows), frozenset(groups))
+
+
+# ---------------------------------------------------------------------------------------------- ports
+
+
+def _local_port_flows(port: Port, ofport: int) -> set[FlowSpec]:
+    """classify, security, own-address ARP pass and output of one local port."""
+    c = _tenant_cookie(st.KIND_PORT, port.id)
+    src = {st.REG_SRC_PORT: port.id}
+    flows = {
+        FlowSpec(st.CLASSIFY, PRIO_PORT, {"in_port": ofport},
+                 (SetField(st.REG_NETWORK, port.network_id), SetField(st.REG_SRC_PORT, port.id),
+                  GotoTable(st.TAP_INGRESS)), c),
+        FlowSpec(st.OUTPUT, PRIO_PORT, {st.REG_OUT_PORT: ofport}, (Output(ofport),), c),
+    }
+    to_arp = (GotoTable(st.ARP),)
+    if not port.port_security:
+        flows.add(FlowSpec(st.SECURITY, PRIO_SECURITY_OTHER, src, to_arp, c))
+    else:
+        mac = port.mac_address
+        for fip in port.fixed_ips:
+            ip = fip.ip_address
+            flows.add(FlowSpec(st.SECURITY, PRIO_SECURITY_ALLOW,
+                               {**src, "eth_src": mac, "eth_type": ETH_TYPE_IPV4, "ipv4_src": ip},
+                               to_arp, c))
+            flows.add(FlowSpec(st.SECURITY, PRIO_SECURITY_ALLOW,
+                               {**src, "eth_src": mac, "eth_type": ETH_TYPE_ARP, "arp_spa": ip,
+                                "arp_sha": mac}, to_arp, c))
+        flows.add(FlowSpec(st.SECURITY, PRIO_SECURITY_DENY, {**src, "eth_type": ETH_TYPE_IPV4}, (), c))
+        flows.add(FlowSpec(st.SECURITY, PRIO_SECURITY_DENY, {**src, "eth_type": ETH_TYPE_ARP}, (), c))
+        flows.add(FlowSpec(st.SECURITY, PRIO_SECURITY_OTHER, {**src, "eth_src": mac}, to_arp, c))
+    # A port asking about its own address (duplicate address detection, gratuitous ARP) must not
+    # get an answer from the switch, or it would believe its address is taken.
+    for fip in port.fixed_ips:
+        flows.add(FlowSpec(st.ARP, PRIO_ARP_OWN,
+                           {**src, "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
+                            "arp_tpa": fip.ip_address}, (GotoTable(st.SFC),), c))
+    return flows
+
+
+# ---------------------------------------------------------------------------------------------- networks
+
+
+def _vlan_vid(network: Network) -> int:
+    return OFPVID_PRESENT | network.segmentation_id
+
+
+def _network_classify_flows(network: Network, tunnel: int | None, uplink: int | None) -> set[FlowSpec]:
+    """Frames of `network` arriving from other nodes (tunnel) or the physical network (uplink)."""
+    c = _tenant_cookie(st.KIND_NETWORK, network.id)
+    set_network = SetField(st.REG_NETWORK, network.id)
+    to_l2 = GotoTable(st.L2)
+    if network.type == "vxlan" and tunnel is not None:
+        return {FlowSpec(st.CLASSIFY, PRIO_PORT,
+                         {"in_port": tunnel, "tunnel_id": network.segmentation_id},
+                         (set_network, to_l2), c)}
+    if network.type == "vlan" and uplink is not None:
+        return {FlowSpec(st.CLASSIFY, PRIO_PORT, {"in_port": uplink, "vlan_vid": _vlan_vid(network)},
+                         (PopVlan(), set_network, to_l2), c)}
+    if network.type == "flat" and uplink is not None:
+        return {FlowSpec(st.CLASSIFY, PRIO_PORT, {"in_port": uplink, "vlan_vid": OFPVID_NONE},
+                         (set_network, to_l2), c)}
+    return set()
+
+
+def arp_reply_actions(mac: str, ip: str) -> tuple:
+    """Turn an ARP request for `ip` into the reply `ip is-at mac`, sent back where it came from."""
+    return (
+        Move("eth_src", "eth_dst", 48),
+        SetField("eth_src", mac),
+        SetField("arp_op", ARP_REPLY),
+        Move("arp_sha", "arp_tha", 48),
+        SetField("arp_sha", mac),
+        Move("arp_spa", "arp_tpa", 32),
+        SetField("arp_spa", ip),
+        Output(OFPP_IN_PORT),
+    )
+
+
+def _arp_responder_flows(topo: _Topology, network: Network) -> set[FlowSpec]:
+    flows = set()
+
+    def reply(ip: str, mac: str, c: int):
+        flows.add(FlowSpec(st.ARP, PRIO_ARP_REPLY,
+                           {st.REG_NETWORK: network.id, "eth_type": ETH_TYPE_ARP,
+                            "arp_op": ARP_REQUEST, "arp_tpa": ip},
+                           arp_reply_actions(mac, ip), c))
+
+    for port in topo.ports_by_network[network.id]:
+        for fip in port.fixed_ips:
+            reply(fip.ip_address, port.mac_address, _tenant_cookie(st.KIND_PORT, port.id))
+    for ri in topo.interfaces_by_network[network.id]:
+        reply(ri.ip_address, ri.mac_address, _tenant_cookie(st.KIND_ROUTER_INTERFACE, ri.id))
+    return flows
+
+
+def _placement_actions(topo: _Topology, node: Node, network: Network, port: Port,
+                       tunnel: int | None, uplink: int | None) -> tuple | None:
+    """Actions that carry a frame to `port` from `node` (before output), or None if it can't."""
+    if port.node == node.name:
+        ofport = node.ofport(port.interface)
+        return None if ofport is None else (SetField(st.REG_OUT_PORT, ofport),)
+    if network.type == "vxlan":
+        remote = topo.nodes[port.node]
+        if tunnel is None or not remote.tunnel_ip:
+            return None
+        return (SetField("tunnel_id", network.segmentation_id), set_tunnel_dst(remote.tunnel_ip),
+                SetField(st.REG_OUT_PORT, tunnel))
+    if uplink is None:
+        return None
+    if network.type == "vlan":
+        return (PushVlan(0x8100), SetField("vlan_vid", _vlan_vid(network)),
+                SetField(st.REG_OUT_PORT, uplink))
+    return (SetField(st.REG_OUT_PORT, uplink),)  # flat: untagged on the uplink
+
+
+def _unicast_flows(topo: _Topology, node: Node, network: Network,
+                   tunnel: int | None, uplink: int | None) -> set[FlowSpec]:
+    flows = set()
+    for port in topo.ports_by_network[network.id]:
+        actions = _placement_actions(topo, node, network, port, tunnel, uplink)
+        if actions is None:
+            continue
+        flows.add(FlowSpec(st.L2, PRIO_PORT,
+                           {st.REG_NETWORK: network.id, "eth_dst": port.mac_address},
+                           actions + (GotoTable(st.TAP_RECOVERY),),
+                           _tenant_cookie(st.KIND_PORT, port.id)))
+    return flows
+
+
+def _flood_group(topo: _Topology, node: Node, network: Network, local: list[tuple[Port, int]],
+                 tunnel: int | None, uplink: int | None) -> GroupSpec:
+    """Broadcast / unknown unicast of `network`: every local port, and every other node hosting it.
+
+    The bucket towards the port (or tunnel, or uplink) a frame came in on is harmless: OpenFlow
+    never outputs a frame to its in_port unless told to with IN_PORT.
+    """
+    buckets = [(Output(ofport),) for p, ofport in local if p.network_id == network.id]
+    if network.type == "vxlan":
+        if tunnel is not None:
+            remote_ips = sorted(
+                {topo.nodes[p.node].tunnel_ip for p in topo.ports_by_network[network.id]
+                 if p.node != node.name and topo.nodes[p.node].tunnel_ip},
+                key=ipaddress.ip_address)
+            buckets += [(SetField("tunnel_id", network.segmentation_id), set_tunnel_dst(ip),
+                         Output(tunnel)) for ip in remote_ips]
+    elif uplink is not None:
+        if network.type == "vlan":
+            buckets.append((PushVlan(0x8100), SetField("vlan_vid", _vlan_vid(network)),
+                            Output(uplink)))
+        else:
+            buckets.append((Output(uplink),))
+    return GroupSpec(flood_group_id(network.id), "all", tuple(buckets),
+                     _tenant_cookie(st.KIND_NETWORK, network.id))
+
+
+# ---------------------------------------------------------------------------------------------- routing
+
+
+def _route_flows(topo: _Topology, local_networks: list[int]) -> tuple[set[FlowSpec], set[int]]:
+    """l3 flows for every router with a leg on a local network; also the networks routed to."""
+    flows: set[FlowSpec] = set()
+    routed_to: set[int] = set()
+    local = set(local_networks)
+    for router_id, legs in sorted(topo.interfaces_by_router.items()):
+        for src in legs:
+            if src.network_id not in local:
+                continue
+            # A frame to the router that no route claims is dropped, not flooded.
+            flows.add(FlowSpec(st.L3, PRIO_ROUTER_DROP,
+                               {st.REG_NETWORK: src.network_id, "eth_dst": src.mac_address}, (),
+                               _tenant_cookie(st.KIND_ROUTER_INTERFACE, src.id)))
+            for dst in legs:
+                if dst.subnet_id == src.subnet_id:
+                    continue
+                prefix = topo.subnets[dst.subnet_id].prefix
+                flows.add(FlowSpec(
+                    st.L3, PRIO_ROUTE_BASE + prefix.prefixlen,
+                    {st.REG_NETWORK: src.network_id, "eth_dst": src.mac_address,
+                     "eth_type": ETH_TYPE_IPV4,
+                     "ipv4_dst": (str(prefix.network_address), str(prefix.netmask))},
+                    (SetField("eth_src", dst.mac_address), DecTtl(),
+                     SetField(st.REG_NETWORK, dst.network_id), GotoTable(st.L3_NEIGHBOR)),
+                    _tenant_cookie(st.KIND_ROUTER_INTERFACE, dst.id)))
+                routed_to.add(dst.network_id)
+    return flows, routed_to
+
+
+def _neighbor_flows(topo: _Topology, network: Network) -> set[FlowSpec]:
+    """Routed frames in `network`: destination IP -> destination MAC."""
+    flows = set()
+    for port in topo.ports_by_network[network.id]:
+        for fip in port.fixed_ips:
+            flows.add(FlowSpec(st.L3_NEIGHBOR, PRIO_NEIGHBOR,
+                               {st.REG_NETWORK: network.id, "eth_type": ETH_TYPE_IPV4,
+                                "ipv4_dst": fip.ip_address},
+                               (SetField("eth_dst", port.mac_address), GotoTable(st.L2)),
+                               _tenant_cookie(st.KIND_PORT, port.id)))
+    return flows

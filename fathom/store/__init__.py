@@ -1,0 +1,1 @@
+"""The store: SQLAlchemy models, migrations, snapshots for the compilers, status updates."""

@@ -1,0 +1,81 @@
+"""Engine, sessions and schema migrations.
+
+`open_store(url)` returns an engine whose schema is at the newest Alembic revision: migrations run
+programmatically at start-up (no alembic.ini). SQLite files get foreign keys switched on, which
+SQLite leaves off by default.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+# Execution option for sessions that only read (snapshots, GET requests): on SQLite they then take
+# no write lock. Use: session.connection(execution_options=READ_ONLY).
+READ_ONLY_OPTION = "fathom_read_only"
+READ_ONLY = {READ_ONLY_OPTION: True}
+DEFAULT_URL = "sqlite:///fathom.db"
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        # One engine serves FastAPI's worker threads.
+        engine = create_engine(url, connect_args={"check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_connection, _record):
+            # Python's sqlite3 only opens a transaction before a write, so the reads of one
+            # request (or one snapshot) would not see a single state: take transaction control
+            # away from it and BEGIN ourselves (the SQLAlchemy documentation's pysqlite recipe).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=10000")
+            if not _in_memory(url):
+                # Readers never block the writer and the writer never blocks readers.
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(connection):
+            # A deferred transaction that reads and then writes fails at once ("database is
+            # locked") when another writer got in between: writers take the write lock up
+            # front and queue on busy_timeout instead. Read-only work says so (READ_ONLY).
+            if connection.get_execution_options().get(READ_ONLY_OPTION):
+                connection.exec_driver_sql("BEGIN")
+            else:
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _in_memory(url: str) -> bool:
+    return url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
+
+
+def alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision` inside one transaction."""
+    cfg = alembic_config()
+    with engine.begin() as connection:
+        cfg.attributes["connection"] = connection
+        command.upgrade(cfg, revision)
+
+
+def open_store(url: str = DEFAULT_URL) -> Engine:
+    engine = make_engine(url)
+    migrate(engine)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

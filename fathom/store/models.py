@@ -1,0 +1,121 @@
+"""SQLAlchemy 2 models of the store. The schema itself is created by the Alembic migrations in
+fathom/store/migrations (tests check that the two agree).
+
+Ids are integers: they go into OpenFlow cookies, registers and group ids (fathom.pipeline.stages).
+Tables use AUTOINCREMENT on SQLite so an id is never reused after a delete; PostgreSQL sequences
+never reuse ids anyway.
+"""
+from __future__ import annotations
+
+import ipaddress
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    Boolean, DateTime, ForeignKey, Integer, MetaData, String, UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+STATUSES = ("pending", "active", "error")
+NODE_STATES = ("init", "device_created", "complete", "error")
+NODE_ROLES = ("compute", "gateway")
+NETWORK_TYPES = ("vxlan", "vlan", "flat")
+
+# Deterministic constraint names, so migrations and error mapping can refer to them.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class _Object:
+    """Columns every resource has."""
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status_reason: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class Node(_Object, Base):
+    __tablename__ = "nodes"
+    __table_args__ = (UniqueConstraint("name"), {"sqlite_autoincrement": True})
+    role: Mapped[str] = mapped_column(String(16), default="compute")
+    tunnel_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    management_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    state: Mapped[str] = mapped_column(String(16), default="init")
+
+
+class Network(_Object, Base):
+    __tablename__ = "networks"
+    # One VNI / VLAN id per network; flat networks have none (NULLs never collide).
+    __table_args__ = (UniqueConstraint("type", "segmentation_id"), {"sqlite_autoincrement": True})
+    type: Mapped[str] = mapped_column(String(16))
+    segmentation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Subnet(_Object, Base):
+    __tablename__ = "subnets"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="CASCADE"), index=True)
+    cidr: Mapped[str] = mapped_column(String(64))
+    gateway_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    @property
+    def prefix(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.cidr)
+
+    def prefix_overlaps(self, other: ipaddress.IPv4Network) -> bool:
+        return self.prefix.overlaps(other)
+
+
+class Router(_Object, Base):
+    __tablename__ = "routers"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+
+class Port(_Object, Base):
+    """A workload port, or a router interface when `router_id` is set."""
+    __tablename__ = "ports"
+    __table_args__ = (UniqueConstraint("network_id", "mac_address"),
+                      UniqueConstraint("node_id", "interface_name"),
+                      {"sqlite_autoincrement": True})
+    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="RESTRICT"), index=True)
+    mac_address: Mapped[str] = mapped_column(String(17))
+    node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id", ondelete="RESTRICT"),
+                                                nullable=True, index=True)
+    interface_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    port_security: Mapped[bool] = mapped_column(Boolean, default=True)
+    router_id: Mapped[int | None] = mapped_column(ForeignKey("routers.id", ondelete="RESTRICT"),
+                                                  nullable=True, index=True)
+
+    fixed_ips: Mapped[list["IpAllocation"]] = relationship(
+        back_populates="port", cascade="all, delete-orphan", order_by="IpAllocation.id")
+    node: Mapped[Node | None] = relationship()
+
+
+class IpAllocation(Base):
+    """One fixed IP of a port. An address is unique within a network, not across networks."""
+    __tablename__ = "ip_allocations"
+    __table_args__ = (UniqueConstraint("network_id", "ip_address"), {"sqlite_autoincrement": True})
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    port_id: Mapped[int] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"), index=True)
+    subnet_id: Mapped[int] = mapped_column(ForeignKey("subnets.id", ondelete="RESTRICT"), index=True)
+    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="RESTRICT"))
+    ip_address: Mapped[str] = mapped_column(String(64))
+
+    port: Mapped[Port] = relationship(back_populates="fixed_ips")
+
+
+# Fabric tables (issue 7) live in their own module; importing it registers them on Base.metadata.
+from fathom.store import fabric_models  # noqa: E402,F401

@@ -1,0 +1,447 @@
+"""Store operations behind the REST API: checks, allocations and writes, all inside the caller's
+transaction (the API opens one per request, so a failed request leaves the store unchanged).
+
+Every check raises a `fathom.store.errors` error naming the request field at fault. Checks are done
+in code first, for clear messages; the unique constraints of the schema are the backstop against
+concurrent writers.
+"""
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from typing import Sequence
+
+from sqlalchemy import delete, func, select, text
+from sqlalchemy.orm import Session
+
+from fathom.store import fabric
+from fathom.store import models as m
+from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
+
+VXLAN_MAX = (1 << 24) - 1
+VLAN_MAX = 4094
+# Locally administered, unicast: 02:fd:xx:xx:xx:xx.
+MAC_PREFIX = "02:fd"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a request: a project, and whether they are an admin (who sees every project)."""
+    project: str = "admin"
+    admin: bool = True
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Ranges segmentation ids are allocated from when a request gives none (inclusive)."""
+    vxlan_range: tuple[int, int] = (5000, 65535)
+    vlan_range: tuple[int, int] = (100, 999)
+
+
+UNSET = object()   # "not given" where None is a meaningful value (gateway_ip: None = no gateway)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _visible(caller: Caller, obj) -> bool:
+    return caller.admin or obj.project_id == caller.project
+
+
+def get(session: Session, caller: Caller, model, object_id: int, field: str | None = None):
+    """The object, or NotFound (also for objects of another project: their ids are not revealed)."""
+    obj = session.get(model, object_id)
+    if obj is None or not _visible(caller, obj):
+        raise NotFound(f"{model.__tablename__[:-1]} {object_id} does not exist", field)
+    return obj
+
+
+def list_objects(session: Session, caller: Caller, model, **filters) -> Sequence:
+    query = select(model).order_by(model.id)
+    if not caller.admin:
+        query = query.where(model.project_id == caller.project)
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(getattr(model, column) == value)
+    return session.scalars(query).all()
+
+
+def _owner(caller: Caller, requested: str | None, parent=None) -> str:
+    """The project a new object belongs to: admins may choose; others get their own."""
+    if requested is not None and requested != caller.project and not caller.admin:
+        raise Forbidden("only an admin can create objects for another project", "project_id")
+    if requested is not None:
+        return requested
+    return parent.project_id if parent is not None and caller.admin else caller.project
+
+
+def _serialise(session: Session, domain: int, key: int) -> None:
+    """Queue this transaction behind others allocating in the same (domain, key) until commit.
+
+    PostgreSQL: a transaction-scoped advisory lock, so two requests do not both pick the same
+    "lowest free" VNI or address and fail on the unique constraint. SQLite needs none: its
+    writers are serialised already (fathom.store.db begins them IMMEDIATE).
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:domain, :key)"),
+                        {"domain": domain, "key": key})
+
+
+LOCK_SEGMENTS = 1   # key: 0 (all networks)
+LOCK_NETWORK = 2    # key: network id (its addresses and MACs)
+
+
+def require_admin(caller: Caller, what: str) -> None:
+    if not caller.admin:
+        raise Forbidden(f"only an admin can {what}")
+
+
+# ---------------------------------------------------------------------------------------------- nodes
+
+
+def create_node(session: Session, caller: Caller, *, name: str, role: str = "compute",
+                tunnel_ip: str | None = None, management_ip: str | None = None) -> m.Node:
+    require_admin(caller, "manage nodes")
+    if session.scalar(select(m.Node).where(m.Node.name == name)):
+        raise Conflict(f"a node named {name!r} exists", "name")
+    _check_tunnel_ip_free(session, tunnel_ip, None)
+    node = m.Node(name=name, role=role, tunnel_ip=tunnel_ip, management_ip=management_ip,
+                  project_id=caller.project, state="init", status="pending")
+    session.add(node)
+    session.flush()
+    return node
+
+
+def _check_tunnel_ip_free(session: Session, tunnel_ip: str | None, node_id: int | None) -> None:
+    if tunnel_ip is None:
+        return
+    other = session.scalar(select(m.Node).where(m.Node.tunnel_ip == tunnel_ip))
+    if other is not None and other.id != node_id:
+        raise Conflict(f"node {other.name!r} already has tunnel_ip {tunnel_ip}", "tunnel_ip")
+
+
+def update_node(session: Session, caller: Caller, node_id: int, changes: dict) -> m.Node:
+    require_admin(caller, "manage nodes")
+    node = get(session, caller, m.Node, node_id)
+    if "tunnel_ip" in changes:
+        _check_tunnel_ip_free(session, changes["tunnel_ip"], node.id)
+    for key, value in changes.items():
+        setattr(node, key, value)
+    node.status = "pending"
+    session.flush()
+    return node
+
+
+def delete_node(session: Session, caller: Caller, node_id: int) -> None:
+    require_admin(caller, "manage nodes")
+    node = get(session, caller, m.Node, node_id)
+    bound = session.scalar(select(func.count()).select_from(m.Port).where(m.Port.node_id == node.id))
+    if bound:
+        raise Conflict(f"node {node.name!r} still has {bound} bound port(s)")
+    session.delete(node)
+    session.flush()
+
+
+def node_by_name(session: Session, name: str, field: str = "node") -> m.Node:
+    node = session.scalar(select(m.Node).where(m.Node.name == name))
+    if node is None:
+        raise NotFound(f"node {name!r} does not exist", field)
+    return node
+
+
+# ---------------------------------------------------------------------------------------------- networks
+
+
+def create_network(session: Session, caller: Caller, settings: Settings, *, name: str, type: str,
+                   segmentation_id: int | None = None, project_id: str | None = None) -> m.Network:
+    project = _owner(caller, project_id)
+    _serialise(session, LOCK_SEGMENTS, 0)
+    if segmentation_id is not None and not caller.admin:
+        raise Forbidden("only an admin can choose a segmentation id", "segmentation_id")
+    if type == "flat":
+        if segmentation_id is not None:
+            raise Invalid("a flat network has no segmentation id", "segmentation_id")
+        # There is one uplink: untagged frames on it can belong to one network only.
+        if session.scalar(select(m.Network).where(m.Network.type == "flat")):
+            raise Conflict("a flat network exists already (one per uplink)", "type")
+    else:
+        top = VXLAN_MAX if type == "vxlan" else VLAN_MAX
+        # issue 7: with a fabric switch, VLAN ids must come from the fabric's range
+        fabric_range = fabric.check_network_vlan(session, segmentation_id) if type == "vlan" else None
+        if segmentation_id is None:
+            segmentation_id = _allocate_segment(session, type, settings, fabric_range)
+        elif not 1 <= segmentation_id <= top:
+            raise Invalid(f"a {type} segmentation id is 1..{top}", "segmentation_id")
+        elif _segment_used(session, type, segmentation_id):
+            raise Conflict(f"{type} segmentation id {segmentation_id} is in use", "segmentation_id")
+    network = m.Network(name=name, type=type, segmentation_id=segmentation_id, project_id=project,
+                        status="pending")
+    session.add(network)
+    session.flush()
+    return network
+
+
+def _segment_used(session: Session, type: str, segmentation_id: int) -> bool:
+    return session.scalar(select(m.Network.id).where(
+        m.Network.type == type, m.Network.segmentation_id == segmentation_id)) is not None
+
+
+def _allocate_segment(session: Session, type: str, settings: Settings,
+                      bounds: tuple[int, int] | None = None) -> int:
+    low, high = bounds or (settings.vxlan_range if type == "vxlan" else settings.vlan_range)
+    used = set(session.scalars(select(m.Network.segmentation_id).where(
+        m.Network.type == type, m.Network.segmentation_id.between(low, high))))
+    for candidate in range(low, high + 1):
+        if candidate not in used:
+            return candidate
+    raise Conflict(f"no free {type} segmentation id in {low}-{high}", "segmentation_id")
+
+
+def delete_network(session: Session, caller: Caller, network_id: int) -> None:
+    network = get(session, caller, m.Network, network_id)
+    ports = session.scalar(select(func.count()).select_from(m.Port).where(m.Port.network_id == network.id))
+    if ports:
+        raise Conflict(f"network {network.id} still has {ports} port(s) (router interfaces included)")
+    session.execute(delete(m.Subnet).where(m.Subnet.network_id == network.id))
+    session.delete(network)
+    session.flush()
+
+
+# ---------------------------------------------------------------------------------------------- subnets
+
+
+def subnets_of(session: Session, network_id: int) -> list[m.Subnet]:
+    return list(session.scalars(select(m.Subnet).where(m.Subnet.network_id == network_id)
+                                .order_by(m.Subnet.id)))
+
+
+def create_subnet(session: Session, caller: Caller, *, network_id: int, cidr: ipaddress.IPv4Network,
+                  gateway_ip=UNSET, name: str = "", project_id: str | None = None) -> m.Subnet:
+    network = get(session, caller, m.Network, network_id, "network_id")
+    project = _owner(caller, project_id, network)
+    if cidr.prefixlen > 30:
+        raise Invalid("a subnet needs room for hosts: prefix length 30 at most", "cidr")
+    if gateway_ip is UNSET:
+        gateway_ip = next(cidr.hosts())
+    if gateway_ip is not None:
+        _check_host_address(cidr, gateway_ip, "gateway_ip")
+    for other in subnets_of(session, network.id):
+        if other.prefix_overlaps(cidr):
+            raise Conflict(f"{cidr} overlaps subnet {other.id} ({other.cidr}) of the network", "cidr")
+    subnet = m.Subnet(name=name, network_id=network.id, cidr=str(cidr),
+                      gateway_ip=None if gateway_ip is None else str(gateway_ip),
+                      project_id=project, status="pending")
+    session.add(subnet)
+    session.flush()
+    return subnet
+
+
+def _check_host_address(cidr: ipaddress.IPv4Network, ip: ipaddress.IPv4Address, field: str) -> None:
+    if ip not in cidr:
+        raise Invalid(f"{ip} is outside the subnet {cidr}", field)
+    if ip in (cidr.network_address, cidr.broadcast_address):
+        raise Invalid(f"{ip} is the network or broadcast address of {cidr}", field)
+
+
+def delete_subnet(session: Session, caller: Caller, subnet_id: int) -> None:
+    subnet = get(session, caller, m.Subnet, subnet_id)
+    users = session.scalars(select(m.Port).join(m.IpAllocation).where(
+        m.IpAllocation.subnet_id == subnet.id)).all()
+    routers = sorted({p.router_id for p in users if p.router_id is not None})
+    if routers:
+        raise Conflict(f"subnet {subnet.id} is an interface of router(s) {routers}")
+    if users:
+        raise Conflict(f"subnet {subnet.id} still has addresses of port(s) {sorted(p.id for p in users)}")
+    session.delete(subnet)
+    session.flush()
+
+
+# ---------------------------------------------------------------------------------------------- ports
+
+
+def create_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
+                mac_address: str | None = None, fixed_ips: list[dict] | None = None,
+                node: str | None = None, interface_name: str | None = None,
+                port_security: bool = True, project_id: str | None = None,
+                router_id: int | None = None) -> m.Port:
+    """`fixed_ips`: [{"subnet_id": int?, "ip_address": IPv4Address?}]; None = one from the first
+    subnet, [] = none. `router_id` is for router interfaces (see add_router_interface)."""
+    network = get(session, caller, m.Network, network_id, "network_id")
+    project = _owner(caller, project_id, network)
+    _serialise(session, LOCK_NETWORK, network.id)
+    if mac_address is None:
+        mac_address = _allocate_mac(session, network.id)
+    elif _mac_used(session, network.id, mac_address):
+        raise Conflict(f"MAC {mac_address} is in use in network {network.id}", "mac_address")
+    node_row = node_by_name(session, node) if node is not None else None
+    if node_row is not None and interface_name is not None:
+        _check_interface_free(session, node_row, interface_name, None)
+    port = m.Port(name=name, network_id=network.id, mac_address=mac_address,
+                  node_id=node_row.id if node_row else None, interface_name=interface_name,
+                  port_security=port_security, router_id=router_id, project_id=project,
+                  status="pending")
+    session.add(port)
+    session.flush()
+    if fixed_ips is None:
+        first = next(iter(subnets_of(session, network.id)), None)
+        fixed_ips = [{"subnet_id": first.id}] if first is not None else []
+    for i, request in enumerate(fixed_ips):
+        subnet, ip = _choose_ip(session, network, request, f"fixed_ips.{i}",
+                                gateway_allowed=router_id is not None)
+        port.fixed_ips.append(m.IpAllocation(subnet_id=subnet.id, network_id=network.id,
+                                             ip_address=str(ip)))
+        session.flush()
+    return port
+
+
+def _mac_used(session: Session, network_id: int, mac: str) -> bool:
+    return session.scalar(select(m.Port.id).where(
+        m.Port.network_id == network_id, m.Port.mac_address == mac)) is not None
+
+
+def _allocate_mac(session: Session, network_id: int) -> str:
+    while True:
+        mac = MAC_PREFIX + "".join(f":{b:02x}" for b in secrets.token_bytes(4))
+        if not _mac_used(session, network_id, mac):
+            return mac
+
+
+def _check_interface_free(session: Session, node: m.Node, interface: str, port_id: int | None) -> None:
+    other = session.scalar(select(m.Port).where(m.Port.node_id == node.id,
+                                                m.Port.interface_name == interface))
+    if other is not None and other.id != port_id:
+        raise Conflict(f"port {other.id} already uses interface {interface!r} on node {node.name!r}",
+                       "interface_name")
+
+
+def _ip_used(session: Session, network_id: int, ip: str) -> bool:
+    return session.scalar(select(m.IpAllocation.id).where(
+        m.IpAllocation.network_id == network_id, m.IpAllocation.ip_address == ip)) is not None
+
+
+def _choose_ip(session: Session, network: m.Network, request: dict, field: str,
+               gateway_allowed: bool) -> tuple[m.Subnet, ipaddress.IPv4Address]:
+    subnet_id = request.get("subnet_id")
+    ip = request.get("ip_address")
+    if subnet_id is not None:
+        subnet = next((s for s in subnets_of(session, network.id) if s.id == subnet_id), None)
+        if subnet is None:
+            raise Invalid(f"subnet {subnet_id} is not a subnet of network {network.id}",
+                          f"{field}.subnet_id")
+    elif ip is not None:
+        subnet = next((s for s in subnets_of(session, network.id) if ip in s.prefix), None)
+        if subnet is None:
+            raise Invalid(f"{ip} is outside every subnet of network {network.id}", f"{field}.ip_address")
+    else:
+        raise Invalid("give subnet_id, ip_address or both", field)
+
+    if ip is None:
+        return subnet, _allocate_ip(session, network, subnet, field)
+    _check_host_address(subnet.prefix, ip, f"{field}.ip_address")
+    if not gateway_allowed and subnet.gateway_ip == str(ip):
+        raise Conflict(f"{ip} is the gateway address of subnet {subnet.id}", f"{field}.ip_address")
+    if _ip_used(session, network.id, str(ip)):
+        raise Conflict(f"{ip} is in use in network {network.id}", f"{field}.ip_address")
+    return subnet, ip
+
+
+def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str):
+    used = set(session.scalars(select(m.IpAllocation.ip_address).where(
+        m.IpAllocation.subnet_id == subnet.id)))
+    if subnet.gateway_ip:
+        used.add(subnet.gateway_ip)
+    for host in subnet.prefix.hosts():
+        if str(host) not in used and not _ip_used(session, network.id, str(host)):
+            return host
+    raise Conflict(f"subnet {subnet.id} ({subnet.cidr}) has no free address", field)
+
+
+def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -> m.Port:
+    port = get(session, caller, m.Port, port_id)
+    if port.router_id is not None:
+        raise Conflict(f"port {port.id} is an interface of router {port.router_id}")
+    if "node" in changes:
+        node = changes.pop("node")
+        port.node_id = node_by_name(session, node).id if node is not None else None
+    for key, value in changes.items():
+        setattr(port, key, value)
+    if port.node_id is not None and port.interface_name is not None:
+        _check_interface_free(session, session.get(m.Node, port.node_id), port.interface_name, port.id)
+    port.status = "pending"
+    session.flush()
+    return port
+
+
+def delete_port(session: Session, caller: Caller, port_id: int) -> None:
+    port = get(session, caller, m.Port, port_id)
+    if port.router_id is not None:
+        raise Conflict(f"port {port.id} is an interface of router {port.router_id}: "
+                       f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/<subnet id>")
+    session.delete(port)
+    session.flush()
+
+
+# ---------------------------------------------------------------------------------------------- routers
+
+
+def create_router(session: Session, caller: Caller, *, name: str = "",
+                  project_id: str | None = None) -> m.Router:
+    router = m.Router(name=name, project_id=_owner(caller, project_id), status="pending")
+    session.add(router)
+    session.flush()
+    return router
+
+
+def router_interfaces(session: Session, router_id: int) -> list[m.Port]:
+    return list(session.scalars(select(m.Port).where(m.Port.router_id == router_id).order_by(m.Port.id)))
+
+
+def delete_router(session: Session, caller: Caller, router_id: int) -> None:
+    router = get(session, caller, m.Router, router_id)
+    legs = router_interfaces(session, router.id)
+    if legs:
+        raise Conflict(f"router {router.id} still has interfaces on subnet(s) "
+                       f"{sorted(a.subnet_id for p in legs for a in p.fixed_ips)}")
+    session.delete(router)
+    session.flush()
+
+
+def add_router_interface(session: Session, caller: Caller, router_id: int, *, subnet_id: int,
+                         ip_address: ipaddress.IPv4Address | None = None) -> m.Port:
+    """A leg of the router on a subnet: a port of the subnet's network holding the gateway address."""
+    router = get(session, caller, m.Router, router_id)
+    subnet = get(session, caller, m.Subnet, subnet_id, "subnet_id")
+    fabric.check_interface_mode(session, router, session.get(m.Network, subnet.network_id))  # issue 7
+    for leg in router_interfaces(session, router.id):
+        for alloc in leg.fixed_ips:
+            other = session.get(m.Subnet, alloc.subnet_id)
+            if other.id == subnet.id:
+                raise Conflict(f"router {router.id} already has an interface on subnet {subnet.id}",
+                               "subnet_id")
+            if other.prefix_overlaps(subnet.prefix):
+                raise Conflict(f"subnet {subnet.id} ({subnet.cidr}) overlaps subnet {other.id} "
+                               f"({other.cidr}) already on router {router.id}", "subnet_id")
+    if ip_address is None:
+        if subnet.gateway_ip is None:
+            raise Invalid(f"subnet {subnet.id} has no gateway_ip: give ip_address", "ip_address")
+        ip_address = ipaddress.IPv4Address(subnet.gateway_ip)
+    try:
+        return create_port(session, caller, network_id=subnet.network_id, name=f"router-{router.id}",
+                           fixed_ips=[{"subnet_id": subnet.id, "ip_address": ip_address}],
+                           project_id=router.project_id, router_id=router.id, port_security=False)
+    except (Invalid, Conflict) as e:
+        # The port's own field names mean nothing to this request: report them as ip_address.
+        if e.field and e.field.startswith("fixed_ips"):
+            e.field = "ip_address"
+        raise
+
+
+def remove_router_interface(session: Session, caller: Caller, router_id: int, subnet_id: int) -> None:
+    router = get(session, caller, m.Router, router_id)
+    for leg in router_interfaces(session, router.id):
+        if any(a.subnet_id == subnet_id for a in leg.fixed_ips):
+            session.delete(leg)
+            session.flush()
+            return
+    raise NotFound(f"router {router.id} has no interface on subnet {subnet_id}", "subnet_id")

@@ -1,0 +1,299 @@
+"""Fabric offload on real OVS (issue 7): the ToR under the controller, LLDP discovery, VLANs on the
+trunk ports following the ports, the three router modes, ToR and controller restarts."""
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import fathom.bench
+
+from fathom.lab.ovs import wait_for
+
+from .util import ping, running_lab, sh
+
+TOPOLOGY = (Path(fathom.bench.__file__).parent / "topologies" / "l3.yaml").read_text()   # shared with bench l3
+IP = {"va": "198.19.10.11", "vb": "198.19.20.11", "vc": "198.19.10.12", "vd": "198.19.20.12"}
+VLAN = {"red": 110, "green": 120}
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("tfab", TOPOLOGY, standalone=False) as lab:
+        yield lab
+
+
+def api(lab) -> httpx.Client:
+    return httpx.Client(base_url=lab.state()["controller"]["url"] + "/v1", timeout=30)
+
+
+def tor_flows(lab) -> list[str]:
+    return sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric").stdout.splitlines()
+
+
+def tor_vlans(lab) -> dict[str, set[int]]:
+    """ToR port name -> VLANs allowed in on it, read with ovs-ofctl (not through the controller)."""
+    names = {}
+    for line in sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "show", "br-fabric").stdout.splitlines():
+        m = re.match(r"\s*(\d+)\((\S+)\):", line)
+        if m:
+            names[m.group(1)] = m.group(2)
+    out = {n: set() for n in names.values()}
+    for line in tor_flows(lab):
+        m = re.search(r"table=0,.*priority=100,in_port=(\d+),dl_vlan=(\d+)", line)
+        if m:
+            out[names[m.group(1)]].add(int(m.group(2)))
+    return out
+
+
+def tor_group_ports(lab) -> list[str]:
+    return sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-groups", "br-fabric").stdout.splitlines()
+
+
+def sync(lab):
+    api(lab).post("/sync").raise_for_status()
+
+
+def set_mode(lab, mode: str):
+    c = api(lab)
+    rid = next(r["id"] for r in c.get("/routers").json() if r["name"] == "r1")
+    c.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+    sync(lab)
+    sync(lab)  # network-node: the router's legs appear on br-int in the first pass, get flows in the second
+    wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"router active in {mode}")
+    return rid
+
+
+class Capture:
+    def __init__(self, lab, target: str, iface: str, bpf: str, path: Path):
+        self.path = path
+        self.proc = subprocess.Popen(["ip", "netns", "exec", lab.ns(target), "tcpdump", "-i", iface, "-U", "-n",
+                                      "-w", str(path), bpf], stderr=subprocess.PIPE)
+        time.sleep(0.8)
+
+    def stop(self):
+        time.sleep(0.3)
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(5)
+
+    def fields(self, *names: str, display: str = "") -> list[tuple[str, ...]]:
+        args = ["tshark", "-r", str(self.path), "-T", "fields"] + [a for n in names for a in ("-e", n)]
+        out = subprocess.run(args + (["-Y", display] if display else []), capture_output=True, text=True,
+                             check=True).stdout
+        return [tuple(line.split("\t")) for line in out.splitlines() if line]
+
+
+def routed_packets(lab, node: str) -> int:
+    """Packets that hit a routing flow (l3 stage, the flows with dec_ttl) of a node's br-int."""
+    out = sh(lab, node, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-int", "table=50").stdout
+    return sum(int(re.search(r"n_packets=(\d+)", line).group(1)) for line in out.splitlines() if "dec_ttl" in line)
+
+
+def forwarded(lab, ns: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    head, vals = [line.split() for line in out if line.startswith("Ip:")][:2]
+    return int(vals[head.index("ForwDatagrams")])
+
+
+# ---------------------------------------------------------------------------------------------- discovery, VLANs
+
+
+def test_tor_is_managed_and_lldp_finds_every_node(lab):
+    c = api(lab)
+    wait_for(lambda: all("lldp" in p["link"] for p in c.get("/fabric/switches/1/status").json()["ports"]),
+             15, "LLDP links to every node")
+    st = c.get("/fabric/switches/1/status").json()
+    assert st["connected"] and st["status"] == "active" and st["in_sync"], st
+    assert {p["port"]: p["node"] for p in st["ports"]} == {"c1": "c1", "c2": "c2", "gw": "gw"}
+    fail_mode = sh(lab, "fabric", "ovs-vsctl", "get", "bridge", "br-fabric", "fail_mode").stdout.strip()
+    assert fail_mode == "secure"
+    # the wiring came from LLDP: a link of source lldp exists for each node
+    links = c.get("/fabric/switches/1").json()["links"]
+    assert {(x["node"], x["port_name"]) for x in links if x["source"] == "lldp"} == {("c1", "c1"), ("c2", "c2"),
+                                                                                   ("gw", "gw")}
+
+
+def test_vlans_on_trunks_follow_the_ports(lab):
+    c = api(lab)
+    assert tor_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}
+    red = next(n for n in c.get("/networks").json() if n["name"] == "red")
+    ports = []
+    for i in (1, 2):   # two ports of red bound to gw: the VLAN comes with the first, goes with the last
+        ports.append(c.post("/ports", json={"network_id": red["id"], "name": f"t{i}", "node": "gw",
+                                            "interface_name": f"t{i}", "project_id": "demo"}).json()["id"])
+        sync(lab)
+        assert tor_vlans(lab)["gw"] == {110}
+    assert any("output:3" in g for g in tor_group_ports(lab))
+    c.delete(f"/ports/{ports[0]}").raise_for_status()
+    sync(lab)
+    assert tor_vlans(lab)["gw"] == {110}
+    c.delete(f"/ports/{ports[1]}").raise_for_status()
+    sync(lab)
+    assert tor_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}
+    assert not any("output:3" in g for g in tor_group_ports(lab))
+    st = c.get("/fabric/switches/1/status").json()
+    assert {p["port"]: p["vlans"] for p in st["ports"]} == {"c1": [110, 120], "c2": [110, 120], "gw": []}
+
+
+def test_cross_node_vlan_traffic_is_tagged_on_the_trunk(lab, tmp_path):
+    cap = Capture(lab, "fabric", "c2", "vlan and icmp", tmp_path / "trunk.pcap")
+    try:
+        assert ping(lab, "va", IP["vc"], count=3).returncode == 0
+    finally:
+        cap.stop()
+    rows = set(cap.fields("vlan.id", "ip.src", "ip.dst", "icmp.type"))
+    assert ("110", IP["va"], IP["vc"], "8") in rows, rows
+    assert ("110", IP["vc"], IP["va"], "0") in rows, rows
+
+
+# ---------------------------------------------------------------------------------------------- router modes
+
+
+def _ttl_at_destination(lab, tmp_path, mode) -> set[str]:
+    cap = Capture(lab, "vd", "eth0", "icmp", tmp_path / f"{mode}.pcap")
+    try:
+        out = ping(lab, "va", IP["vd"], count=5)
+        assert out.returncode == 0 and " 0% packet loss" in out.stdout or "5 received" in out.stdout, out.stdout
+        assert "ttl=63" in out.stdout, out.stdout       # the reply: routed once on the way back
+    finally:
+        cap.stop()
+    return {t for t, in cap.fields("ip.ttl", display="icmp.type == 8")}
+
+
+def test_l3_distributed(lab, tmp_path):
+    set_mode(lab, "distributed")
+    before = routed_packets(lab, "c1")
+    assert _ttl_at_destination(lab, tmp_path, "distributed") == {"63"}
+    assert routed_packets(lab, "c1") - before >= 5      # routed in the first-hop br-int
+
+
+def test_l3_fabric_routes_in_the_tor_only(lab, tmp_path):
+    set_mode(lab, "fabric")
+    for node in ("c1", "c2", "gw"):   # no node routes this router any more
+        flows = sh(lab, node, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-int").stdout
+        assert "dec_ttl" not in flows, f"{node} still has routing flows"
+    tor_route = lambda: sum(int(re.search(r"n_packets=(\d+)", line).group(1))   # noqa: E731
+                            for line in tor_flows(lab) if "table=10" in line and "dec_ttl" in line)
+    before = tor_route()
+    nn_before = forwarded(lab, lab.ns("gw"))
+    assert _ttl_at_destination(lab, tmp_path, "fabric") == {"63"}
+    assert tor_route() - before >= 10                   # requests and replies routed by the ToR
+    # and the trace of a routed frame through c1's br-int: to the trunk, no routing stage action
+    gw_mac = api(lab).get("/routers").json()[0]["interfaces"][0]["mac_address"]
+    inport = sh(lab, "c1", "ovs-vsctl", "get", "interface", "va", "ofport").stdout.strip()
+    trace = sh(lab, "c1", "ovs-appctl", "ofproto/trace", "br-int",
+               f"in_port={inport},dl_src=02:fa:00:00:0a:01,dl_dst={gw_mac},ip,nw_src={IP['va']},"
+               f"nw_dst={IP['vd']},nw_ttl=64").stdout
+    assert "dec_ttl" not in trace and "push_vlan" in trace, trace
+    assert forwarded(lab, lab.ns("gw")) == nn_before
+    # both VMs on c1, different subnets: routed by the ToR and sent back out of the port it came in on
+    out = ping(lab, "va", IP["vb"], count=3)
+    assert out.returncode == 0 and "ttl=63" in out.stdout, out.stdout
+
+
+def test_l3_network_node_hairpins_through_the_router_namespace(lab, tmp_path):
+    rid = set_mode(lab, "network-node")
+    rns = lab.ns(f"gw-r{rid}")
+    wait_for(lambda: rns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout, 10,
+             "router namespace")
+    for node in ("c1", "c2"):
+        assert "dec_ttl" not in sh(lab, node, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-int").stdout
+    before = forwarded(lab, rns)
+    assert _ttl_at_destination(lab, tmp_path, "network-node") == {"63"}
+    assert forwarded(lab, rns) - before == 10           # all 5 requests and 5 replies, nothing else
+    assert tor_vlans(lab)["gw"] == {110, 120}           # the gateway node now hosts both networks
+    # back to distributed: the namespace goes, and so do the VLANs on the gateway's trunk
+    set_mode(lab, "distributed")
+    wait_for(lambda: rns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout,
+             10, "router namespace removed")
+    assert tor_vlans(lab)["gw"] == set()
+    assert ping(lab, "va", IP["vd"]).returncode == 0
+
+
+def test_mode_change_refused_cleanly(lab):
+    c = api(lab)
+    rid = c.get("/routers").json()[0]["id"]
+    r = c.put(f"/routers/{rid}/mode", json={"mode": "network-node", "gateway_node": "c1"})
+    assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "gateway_node"], r.text
+    r = c.put(f"/routers/{rid}/mode", json={"mode": "sideways"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "mode", r.text
+    r = c.post("/networks", json={"name": "x", "type": "vlan", "segmentation_id": 3000})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "segmentation_id"], r.text
+    r = c.post("/networks", json={"name": "x", "type": "vlan", "segmentation_id": 110})
+    assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "segmentation_id"], r.text
+    assert c.get(f"/routers/{rid}/mode").json()["mode"] == "distributed"
+    assert [n["name"] for n in c.get("/networks").json()] == ["red", "green"]
+
+
+def test_traffic_follows_the_router_between_modes(lab):
+    """A ping every 10 ms across each move loses at most a few echoes (0-1 on a quiet machine): make before break (the ToR gets
+    its new flows before the nodes use them; a network-node router is routed distributed until its
+    namespace is wired)."""
+    c = api(lab)
+    rid = c.get("/routers").json()[0]["id"]
+    for mode in ("fabric", "network-node", "distributed", "network-node", "fabric", "distributed"):
+        argv, env = lab.exec_args("va", ["ping", "-i", "0.01", "-W", "1", IP["vd"]])
+        pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        c.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+        wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"{mode} active")
+        time.sleep(1)
+        pinger.send_signal(signal.SIGINT)
+        out = pinger.communicate(timeout=5)[0]
+        sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", out).groups())
+        # typically 0-1 lost; the bound leaves room for a loaded machine (10 echoes = 100 ms)
+        assert sent >= 50 and sent - got <= 10, f"moving to {mode}: {sent - got} of {sent} echoes lost"
+
+
+# ---------------------------------------------------------------------------------------------- resync
+
+
+def _tor_flow_ages(lab) -> dict[str, float]:
+    out = {}
+    for line in tor_flows(lab):
+        m = re.search(r"duration=([\d.]+)s", line)
+        if m and "cookie=0x4" in line:
+            out[re.sub(r"(duration|n_packets|n_bytes|idle_age|hard_age|importance)=[^,]*, ?", "", line).strip()] = \
+                float(m.group(1))
+    return out
+
+
+def test_controller_restart_leaves_the_tor_alone(lab):
+    set_mode(lab, "fabric")
+    before = _tor_flow_ages(lab)
+    stamp = time.monotonic()
+    from fathom.lab.controller import stop_controller
+    stop_controller(lab.dir)
+    assert ping(lab, "va", IP["vc"]).returncode == 0       # the ToR keeps switching and routing alone
+    assert ping(lab, "va", IP["vd"]).returncode == 0
+    lab.restart_controller()
+    wait_for(lambda: api(lab).get("/health").status_code == 200, 10, "controller back")
+    # the ToR reconnects (OVS backs off up to a few seconds), the controller reconciles it
+    wait_for(lambda: api(lab).get("/fabric/switches/1/status").json()["connected"], 15, "ToR reconnected")
+    sync(lab)
+    elapsed = time.monotonic() - stamp
+    after = _tor_flow_ages(lab)
+    assert after.keys() == before.keys()
+    assert [f for f, age in after.items() if age < elapsed] == []   # nothing removed and re-added
+    st = api(lab).get("/fabric/switches/1/status").json()
+    assert st["in_sync"] and {p["port"]: p["vlans"] for p in st["ports"]} == {
+        "c1": [110, 120], "c2": [110, 120], "gw": []}
+
+
+def test_tor_restart_converges(lab):
+    ovs = lab.ovs("fabric")
+    want = set(_tor_flow_ages(lab))
+    subprocess.run(["kill", "-9", str(ovs.pid("ovs-vswitchd"))], check=True)
+    wait_for(lambda: not ovs.alive("ovs-vswitchd"), 5, "ToR vswitchd gone")
+    ovs.start_vswitchd()
+    t0 = time.monotonic()
+    wait_for(lambda: set(_tor_flow_ages(lab)) == want, 10, "ToR flows restored")
+    took = time.monotonic() - t0
+    assert took < 10
+    wait_for(lambda: ping(lab, "va", IP["vd"], count=2).returncode == 0, 10, "routed traffic back")
+    assert ping(lab, "va", IP["vc"]).returncode == 0
+    assert tor_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}

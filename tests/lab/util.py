@@ -1,0 +1,34 @@
+"""Fixtures for tests that build real labs. Every lab is torn down, even when a test fails."""
+import contextlib
+import subprocess
+
+from fathom.lab.lab import Lab
+from fathom.lab.topology import DEFAULT_TOPOLOGY, load, parse
+
+
+@contextlib.contextmanager
+def running_lab(name: str, topology_text: str | None = None, standalone: bool = True, controller: str | None = None):
+    lab = Lab(name)
+    lab.down()  # a previous crashed run must not make this one fail
+    topo = parse(topology_text, f"<{name}>") if topology_text else load(DEFAULT_TOPOLOGY)
+    try:
+        lab.up(topo, str(DEFAULT_TOPOLOGY) if topology_text is None else f"<{name}>", standalone=standalone,
+               controller=controller)
+        yield lab
+    finally:
+        lab.down()
+
+
+def sh(lab: Lab, target: str, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+    argv, env = lab.exec_args(target, list(cmd))
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} in {target} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def ping(lab: Lab, src: str, dst_ip: str, count: int = 3) -> subprocess.CompletedProcess:
+    # the first echo may be lost while ARP and the tunnel neighbour are learned
+    return sh(lab, src, "ping", "-c", str(count), "-i", "0.2", "-W", "1", dst_ip, check=False)
+
+

@@ -1,0 +1,180 @@
+"""A small interpreter of compiled switch states, for tests: walks frames through br-int tables.
+
+It follows OpenFlow 1.3 semantics closely enough to check what the compilers mean: highest-priority
+match per table, apply-actions in order, goto_table, ALL groups, IN_PORT, and "never output to the
+in_port". Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
+uplink output reaches every other node's uplink (the physical network acts as a hub: a superset of
+what a learning switch would deliver, which makes isolation checks stricter).
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from fathom.openflow.spec import (
+    OFPP_IN_PORT, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable, Group, LoadReg, Move,
+    Output, PopVlan, PushVlan, Resubmit, SetField, SwitchState,
+)
+from fathom.store.snapshot import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
+
+_MAC_FIELDS = {"eth_src", "eth_dst", "arp_sha", "arp_tha"}
+_IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}
+
+
+def _as_int(name: str, value) -> int:
+    if isinstance(value, int):
+        return value
+    if name in _MAC_FIELDS:
+        return int(value.replace(":", ""), 16)
+    if name in _IP_FIELDS:
+        return int(ipaddress.IPv4Address(value))
+    raise TypeError(f"{name}={value!r}")
+
+
+def _from_int(name: str, value: int):
+    if name in _MAC_FIELDS:
+        h = f"{value:012x}"
+        return ":".join(h[i:i + 2] for i in range(0, 12, 2))
+    if name in _IP_FIELDS:
+        return str(ipaddress.IPv4Address(value))
+    return value
+
+
+def _packet_value(pkt: dict, name: str):
+    if name == "vlan_vid":
+        vid = pkt.get("vlan")
+        return 0 if vid is None else OFPVID_PRESENT | vid
+    return pkt.get(name, 0 if name.startswith("reg") or name in ("tunnel_id", "metadata") else None)
+
+
+def matches(flow: FlowSpec, pkt: dict) -> bool:
+    for name, want in flow.match:
+        have = _packet_value(pkt, name)
+        if have is None:
+            return False
+        if isinstance(want, tuple):
+            value, mask = want
+            if _as_int(name, have) & _as_int(name, mask) != _as_int(name, value) & _as_int(name, mask):
+                return False
+        elif _as_int(name, have) != _as_int(name, want):
+            return False
+    return True
+
+
+@dataclass
+class Delivery:
+    node: str
+    interface: str
+    frame: dict
+
+
+class Fabric:
+    def __init__(self, snapshot: Snapshot, states: dict[str, SwitchState]):
+        self.nodes = {n.name: n for n in snapshot.nodes}
+        self.states = states
+        self.by_tunnel_ip = {n.tunnel_ip: n for n in snapshot.nodes if n.tunnel_ip}
+        self.tables = {}
+        for name, state in states.items():
+            tables: dict[int, list[FlowSpec]] = {}
+            for f in state.flows:
+                tables.setdefault(f.table, []).append(f)
+            for flows in tables.values():
+                flows.sort(key=lambda f: -f.priority)
+            self.tables[name] = tables
+        self.groups = {name: {g.group_id: g for g in s.groups} for name, s in states.items()}
+
+    def send(self, node: str, interface: str, frame: dict) -> list[Delivery]:
+        """Deliveries to workload interfaces of a frame sent by `interface` on `node`."""
+        ofport = self.nodes[node].ofports[interface]
+        return self._ingress(node, {**frame, "in_port": ofport}, hops=0)
+
+    def _ingress(self, node: str, pkt: dict, hops: int) -> list[Delivery]:
+        assert hops < 8, "frame loops between nodes"
+        out: list[Delivery] = []
+        for port, frame in self._pipeline(node, pkt):
+            out += self._wire(node, port, frame, hops)
+        return out
+
+    def _wire(self, node_name: str, port: int, frame: dict, hops: int) -> list[Delivery]:
+        node = self.nodes[node_name]
+        names = {v: k for k, v in node.ofports.items()}
+        interface = names.get(port)
+        clean = {k: v for k, v in frame.items() if not k.startswith("reg") and k != "in_port"}
+        if interface == TUNNEL_INTERFACE:
+            remote = self.by_tunnel_ip.get(frame.get("tun_ipv4_dst"))
+            if remote is None or remote.name == node_name or TUNNEL_INTERFACE not in remote.ofports:
+                return []
+            pkt = {**clean, "in_port": remote.ofports[TUNNEL_INTERFACE]}
+            pkt.pop("tun_ipv4_dst", None)
+            return self._ingress(remote.name, pkt, hops + 1)
+        clean.pop("tunnel_id", None)
+        clean.pop("tun_ipv4_dst", None)
+        if interface == UPLINK_INTERFACE:
+            out = []
+            for other in self.nodes.values():
+                if other.name != node_name and UPLINK_INTERFACE in other.ofports:
+                    out += self._ingress(other.name,
+                                         {**clean, "in_port": other.ofports[UPLINK_INTERFACE]},
+                                         hops + 1)
+            return out
+        assert interface is not None, f"output to unknown port {port} on {node_name}"
+        return [Delivery(node_name, interface, clean)]
+
+    def _pipeline(self, node: str, pkt: dict) -> list[tuple[int, dict]]:
+        """(port, frame) outputs of one pass through a node's tables, starting at table 0."""
+        outputs: list[tuple[int, dict]] = []
+        self._run_table(node, 0, dict(pkt), outputs, depth=0)
+        return outputs
+
+    def _run_table(self, node: str, table: int, pkt: dict, outputs: list, depth: int) -> None:
+        assert depth < 32, "resubmit loop"
+        for flow in self.tables[node].get(table, []):
+            if matches(flow, pkt):
+                self._apply(node, flow.actions, pkt, outputs, depth)
+                return
+        # No flow: OpenFlow 1.3 table-miss drops.
+
+    def _apply(self, node: str, actions: tuple, pkt: dict, outputs: list, depth: int) -> None:
+        for a in actions:
+            if isinstance(a, SetField):
+                if a.field == "vlan_vid":
+                    pkt["vlan"] = a.value & 0xFFF
+                else:
+                    pkt[a.field] = a.value
+            elif isinstance(a, Move):
+                src = _as_int(a.src, _packet_value(pkt, a.src))
+                bits = (src >> a.src_ofs) & ((1 << a.n_bits) - 1)
+                dst = _as_int(a.dst, _packet_value(pkt, a.dst) or 0)
+                mask = ((1 << a.n_bits) - 1) << a.dst_ofs
+                pkt[a.dst] = _from_int(a.dst, (dst & ~mask) | (bits << a.dst_ofs))
+            elif isinstance(a, LoadReg):
+                old = pkt.get(a.field, 0)
+                mask = ((1 << a.n_bits) - 1) << a.ofs
+                pkt[a.field] = (old & ~mask) | (a.value << a.ofs)
+            elif isinstance(a, PushVlan):
+                assert pkt.get("vlan") is None, "double tagging"
+                pkt["vlan"] = 0
+            elif isinstance(a, PopVlan):
+                pkt["vlan"] = None
+            elif isinstance(a, DecTtl):
+                if pkt.get("ttl", 64) <= 1:
+                    return
+                pkt["ttl"] = pkt.get("ttl", 64) - 1
+            elif isinstance(a, Output):
+                port = pkt["in_port"] if a.port == OFPP_IN_PORT else a.port
+                if a.port == OFPP_IN_PORT or port != pkt["in_port"]:
+                    outputs.append((port, dict(pkt)))
+            elif isinstance(a, Group):
+                group = self.groups[node][a.group_id]
+                assert group.type == "all"
+                for bucket in group.buckets:
+                    self._apply(node, bucket, dict(pkt), outputs, depth)
+            elif isinstance(a, GotoTable):
+                self._run_table(node, a.table, pkt, outputs, depth + 1)
+                return
+            elif isinstance(a, Resubmit):
+                self._run_table(node, a.table, dict(pkt), outputs, depth + 1)
+            elif isinstance(a, Controller):
+                pass
+            else:
+                raise TypeError(a)

@@ -1,0 +1,451 @@
+"""The REST API over a real store: every test runs on SQLite and on a real PostgreSQL server.
+
+PostgreSQL is Debian's PostgreSQL 15 (installed by scripts/setup), started once per session in a
+temp dir; each test gets a fresh database.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from sqlalchemy.orm import Session
+
+from fathom.pipeline.tenant import compile_tenant
+from fathom.store.snapshot import load_snapshot
+from fathom.store.status import set_node_state, set_status
+
+from .pgserver import PostgresServer
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from fathom.api import create_app  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'fathom.db'}"
+    return request.getfixturevalue("postgres").new_database()
+
+
+class Client:
+    """TestClient plus short helpers; `changes` counts on_change calls."""
+
+    def __init__(self, db_url: str):
+        self.changes = 0
+        self.app = create_app(db_url, on_change=self._changed)
+        self.http = TestClient(self.app)
+
+    def _changed(self):
+        self.changes += 1
+
+    def post(self, path, body, status=201, headers=None):
+        r = self.http.post("/v1" + path, json=body, headers=headers)
+        assert r.status_code == status, r.text
+        return r.json()
+
+    def get(self, path, status=200, headers=None, **params):
+        r = self.http.get("/v1" + path, params=params, headers=headers)
+        assert r.status_code == status, r.text
+        return r.json()
+
+    def delete(self, path, status=204, headers=None):
+        r = self.http.delete("/v1" + path, headers=headers)
+        assert r.status_code == status, r.text
+        return None if status == 204 else r.json()
+
+    def patch(self, path, body, status=200):
+        r = self.http.patch("/v1" + path, json=body)
+        assert r.status_code == status, r.text
+        return r.json()
+
+    def error(self, method, path, body, status, headers=None) -> tuple[list, str]:
+        """(loc without 'body', msg) of the first error of a request that must fail with `status`."""
+        r = self.http.request(method, "/v1" + path, json=body, headers=headers)
+        assert r.status_code == status, r.text
+        d = r.json()["detail"][0]
+        return [p for p in d["loc"] if p != "body"], d["msg"]
+
+    # A network with one subnet, the usual start.
+    def network(self, name="blue", cidr="10.0.0.0/24", **extra):
+        net = self.post("/networks", {"name": name, **extra})
+        sub = self.post("/subnets", {"network_id": net["id"], "cidr": cidr, "name": f"{name}4"})
+        return net, sub
+
+
+@pytest.fixture
+def api(db_url):
+    client = Client(db_url)
+    yield client
+    client.app.state.engine.dispose()
+
+
+MEMBER = {"X-Project": "p1", "X-Roles": "member"}
+OTHER = {"X-Project": "p2", "X-Roles": "member"}
+
+
+# ---------------------------------------------------------------------------------------------- basics
+
+
+def test_openapi_lists_every_resource(api):
+    paths = api.http.get("/openapi.json").json()["paths"]
+    for p in ("/v1/nodes", "/v1/networks", "/v1/subnets", "/v1/ports", "/v1/routers",
+              "/v1/routers/{router_id}/interfaces", "/v1/routers/{router_id}/interfaces/{subnet_id}",
+              "/v1/ports/{port_id}/status", "/v1/nodes/{node_id}/status"):
+        assert p in paths
+
+
+def test_crud_round_trip_and_on_change(api):
+    node = api.post("/nodes", {"name": "c1", "tunnel_ip": "198.18.0.1"})
+    assert (node["state"], node["status"]) == ("init", "pending")
+    net, sub = api.network()
+    assert net["type"] == "vxlan" and sub["gateway_ip"] == "10.0.0.1"
+    port = api.post("/ports", {"network_id": net["id"], "name": "vm1", "node": "c1",
+                               "interface_name": "tap1"})
+    assert port["fixed_ips"] == [{"subnet_id": sub["id"], "ip_address": "10.0.0.2"}]
+    assert port["mac_address"].startswith("02:fd:") and port["node"] == "c1"
+    assert api.get(f"/ports/{port['id']}") == port
+    assert [p["id"] for p in api.get("/ports", node="c1")] == [port["id"]]
+    assert api.get("/networks", name="blue")[0]["subnets"] == [sub["id"]]
+    assert api.patch(f"/ports/{port['id']}", {"interface_name": "tap9"})["interface_name"] == "tap9"
+    assert api.patch(f"/networks/{net['id']}", {"name": "azure"})["name"] == "azure"
+    api.delete(f"/ports/{port['id']}")
+    api.get(f"/ports/{port['id']}", status=404)
+    assert api.changes == 7   # node, network, subnet, port, 2 patches, delete; reads do not count
+
+
+def test_unknown_ids_are_404(api):
+    for path in ("/nodes/9", "/networks/9", "/subnets/9", "/ports/9", "/routers/9",
+                 "/routers/9/interfaces", "/networks/9/status"):
+        api.get(path, status=404)
+    api.delete("/networks/9", status=404)
+    assert api.error("POST", "/subnets", {"network_id": 9, "cidr": "10.0.0.0/24"}, 404)[0] == ["network_id"]
+    net, _ = api.network()
+    assert api.error("POST", "/ports", {"network_id": net["id"], "node": "nope"}, 404)[0] == ["node"]
+    r = api.post("/routers", {"name": "r"})
+    assert api.error("POST", f"/routers/{r['id']}/interfaces", {"subnet_id": 9}, 404)[0] == ["subnet_id"]
+    assert api.error("DELETE", f"/routers/{r['id']}/interfaces/9", None, 404)[0] == ["subnet_id"]
+
+
+# ---------------------------------------------------------------------------------------------- validation (422)
+
+
+def test_field_level_422(api):
+    net = api.post("/networks", {"name": "n"})
+    cases = [
+        ("/subnets", {"network_id": net["id"], "cidr": "10.0.0.1/24"}, ["cidr"], "host bits"),
+        ("/subnets", {"network_id": net["id"], "cidr": "banana"}, ["cidr"], ""),
+        ("/subnets", {"network_id": net["id"], "cidr": "10.0.0.0/31"}, ["cidr"], "prefix"),
+        ("/subnets", {"network_id": net["id"], "cidr": "10.0.0.0/24", "gateway_ip": "10.0.1.1"},
+         ["gateway_ip"], "outside"),
+        ("/networks", {"type": "vlan", "segmentation_id": 4095}, ["segmentation_id"], "1..4094"),
+        ("/networks", {"type": "flat", "segmentation_id": 5}, ["segmentation_id"], "flat"),
+        ("/networks", {"type": "gre"}, ["type"], ""),
+        ("/networks", {"name": "x", "colour": "red"}, ["colour"], ""),
+        ("/ports", {"network_id": net["id"], "mac_address": "01:00:00:00:00:01"}, ["mac_address"], "multicast"),
+        ("/ports", {"network_id": net["id"], "mac_address": "zz"}, ["mac_address"], "MAC"),
+        ("/ports", {"network_id": net["id"], "interface_name": "a-very-long-interface"},
+         ["interface_name"], ""),
+        ("/nodes", {"name": "c1", "tunnel_ip": "300.1.1.1"}, ["tunnel_ip"], ""),
+    ]
+    for path, body, loc, words in cases:
+        got_loc, msg = api.error("POST", path, body, 422)
+        assert got_loc == loc, (body, got_loc, msg)
+        assert words in msg, (body, msg)
+    assert api.changes == 1
+
+
+def test_ip_outside_the_subnet_is_422(api):
+    net, sub = api.network()
+    loc, msg = api.error("POST", "/ports", {"network_id": net["id"],
+                                            "fixed_ips": [{"subnet_id": sub["id"], "ip_address": "10.0.1.5"}]}, 422)
+    assert loc == ["fixed_ips", 0, "ip_address"] and "outside" in msg
+    loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.9.0.5"}]}, 422)
+    assert loc == ["fixed_ips", 0, "ip_address"]
+    loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.0.0.255"}]}, 422)
+    assert loc == ["fixed_ips", 0, "ip_address"]
+    other, other_sub = api.network("red", "10.1.0.0/24")
+    loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "fixed_ips": [{"subnet_id": other_sub["id"]}]}, 422)
+    assert loc == ["fixed_ips", 0, "subnet_id"]
+
+
+# ---------------------------------------------------------------------------------------------- conflicts (409)
+
+
+def test_duplicate_ip_and_mac_in_a_network_but_not_across_networks(api):
+    blue, _ = api.network("blue")
+    red, _ = api.network("red")   # the same 10.0.0.0/24: overlapping address space is fine
+    ip = [{"ip_address": "10.0.0.7"}]
+    mac = "02:00:00:00:00:07"
+    api.post("/ports", {"network_id": blue["id"], "fixed_ips": ip, "mac_address": mac})
+    assert api.error("POST", "/ports", {"network_id": blue["id"], "fixed_ips": ip}, 409)[0] == \
+        ["fixed_ips", 0, "ip_address"]
+    assert api.error("POST", "/ports", {"network_id": blue["id"], "mac_address": mac}, 409)[0] == ["mac_address"]
+    api.post("/ports", {"network_id": red["id"], "fixed_ips": ip, "mac_address": mac})
+    # The gateway address is the router's, not a port's.
+    assert api.error("POST", "/ports", {"network_id": blue["id"], "fixed_ips": [{"ip_address": "10.0.0.1"}]},
+                     409)[0] == ["fixed_ips", 0, "ip_address"]
+
+
+def test_segmentation_ids_allocated_and_conflicting(api):
+    a = api.post("/networks", {"name": "a"})
+    b = api.post("/networks", {"name": "b"})
+    v = api.post("/networks", {"name": "v", "type": "vlan"})
+    assert (a["segmentation_id"], b["segmentation_id"], v["segmentation_id"]) == (5000, 5001, 100)
+    assert api.error("POST", "/networks", {"type": "vxlan", "segmentation_id": 5001}, 409)[0] == ["segmentation_id"]
+    # VXLAN and VLAN ids are separate spaces.
+    api.post("/networks", {"type": "vlan", "segmentation_id": 3000})
+    api.post("/networks", {"type": "vxlan", "segmentation_id": 3000})
+    api.post("/networks", {"type": "flat"})
+    assert api.error("POST", "/networks", {"type": "flat"}, 409)[0] == ["type"]
+    # A freed id is allocated again.
+    api.delete(f"/networks/{a['id']}")
+    assert api.post("/networks", {"name": "c"})["segmentation_id"] == 5000
+
+
+def test_overlapping_subnets_in_one_network_conflict(api):
+    net, _ = api.network()
+    assert api.error("POST", "/subnets", {"network_id": net["id"], "cidr": "10.0.0.128/25"}, 409)[0] == ["cidr"]
+    api.post("/subnets", {"network_id": net["id"], "cidr": "10.0.1.0/24"})
+
+
+def test_deleting_things_in_use_conflicts(api):
+    api.post("/nodes", {"name": "c1"})
+    net, sub = api.network()
+    port = api.post("/ports", {"network_id": net["id"], "node": "c1"})
+    router = api.post("/routers", {"name": "r"})
+    api.post(f"/routers/{router['id']}/interfaces", {"subnet_id": sub["id"]})
+
+    assert "still has" in api.error("DELETE", f"/networks/{net['id']}", None, 409)[1]
+    assert "router" in api.error("DELETE", f"/subnets/{sub['id']}", None, 409)[1]
+    assert "interfaces" in api.error("DELETE", f"/routers/{router['id']}", None, 409)[1]
+    assert "bound" in api.error("DELETE", "/nodes/1", None, 409)[1]
+    leg = api.get(f"/routers/{router['id']}/interfaces")[0]
+    assert "router" in api.error("DELETE", f"/ports/{leg['id']}", None, 409)[1]
+
+    api.delete(f"/routers/{router['id']}/interfaces/{sub['id']}")
+    assert "port" in api.error("DELETE", f"/subnets/{sub['id']}", None, 409)[1]
+    api.delete(f"/ports/{port['id']}")
+    api.delete(f"/routers/{router['id']}")
+    api.delete(f"/networks/{net['id']}")     # takes its subnets along
+    api.get(f"/subnets/{sub['id']}", status=404)
+    api.delete("/nodes/1")
+
+
+def test_interface_name_unique_per_node_and_tunnel_ip_per_node(api):
+    api.post("/nodes", {"name": "c1", "tunnel_ip": "198.18.0.1"})
+    api.post("/nodes", {"name": "c2"})
+    assert api.error("POST", "/nodes", {"name": "c1"}, 409)[0] == ["name"]
+    assert api.error("POST", "/nodes", {"name": "c3", "tunnel_ip": "198.18.0.1"}, 409)[0] == ["tunnel_ip"]
+    net, _ = api.network()
+    api.post("/ports", {"network_id": net["id"], "node": "c1", "interface_name": "tap1"})
+    assert api.error("POST", "/ports", {"network_id": net["id"], "node": "c1", "interface_name": "tap1"},
+                     409)[0] == ["interface_name"]
+    api.post("/ports", {"network_id": net["id"], "node": "c2", "interface_name": "tap1"})
+
+
+def test_router_interfaces(api):
+    blue, b4 = api.network("blue", "10.0.0.0/24")
+    green, g4 = api.network("green", "10.1.0.0/24")
+    red, r4 = api.network("red", "10.0.0.0/24")
+    r = api.post("/routers", {"name": "r"})
+    leg = api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": b4["id"]})
+    assert (leg["ip_address"], leg["network_id"]) == ("10.0.0.1", blue["id"])
+    api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": g4["id"], "ip_address": "10.1.0.254"})
+    assert api.error("POST", f"/routers/{r['id']}/interfaces", {"subnet_id": b4["id"]}, 409)[0] == ["subnet_id"]
+    # red's 10.0.0.0/24 overlaps blue's on the same router: the router could not tell them apart.
+    assert api.error("POST", f"/routers/{r['id']}/interfaces", {"subnet_id": r4["id"]}, 409)[0] == ["subnet_id"]
+    nogw = api.post("/subnets", {"network_id": green["id"], "cidr": "10.2.0.0/24", "gateway_ip": None})
+    assert nogw["gateway_ip"] is None
+    assert api.error("POST", f"/routers/{r['id']}/interfaces", {"subnet_id": nogw["id"]}, 422)[0] == ["ip_address"]
+    # An address taken by a port cannot be the router's.
+    api.post("/ports", {"network_id": green["id"], "fixed_ips": [{"ip_address": "10.2.0.9"}]})
+    assert api.error("POST", f"/routers/{r['id']}/interfaces",
+                     {"subnet_id": nogw["id"], "ip_address": "10.2.0.9"}, 409)[0] == ["ip_address"]
+    shown = api.get(f"/routers/{r['id']}")
+    assert sorted(i["ip_address"] for i in shown["interfaces"]) == ["10.0.0.1", "10.1.0.254"]
+
+
+# ---------------------------------------------------------------------------------------------- atomicity
+
+
+def test_a_failed_request_leaves_the_store_unchanged(api):
+    net, sub = api.network()
+    before = api.get("/ports")
+    changes = api.changes
+    # The first address is fine, the second is outside: nothing of the port may remain.
+    body = {"network_id": net["id"], "name": "half",
+            "fixed_ips": [{"ip_address": "10.0.0.5"}, {"ip_address": "10.7.0.5"}]}
+    api.error("POST", "/ports", body, 422)
+    # Duplicate inside one request: 409, and again nothing remains.
+    body["fixed_ips"] = [{"ip_address": "10.0.0.5"}, {"ip_address": "10.0.0.5"}]
+    api.error("POST", "/ports", body, 409)
+    assert api.get("/ports") == before
+    assert api.changes == changes
+    port = api.post("/ports", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.0.0.5"}]})
+    assert port["fixed_ips"][0]["ip_address"] == "10.0.0.5"
+
+
+# ---------------------------------------------------------------------------------------------- identity
+
+
+def test_projects_and_roles(api):
+    api.post("/nodes", {"name": "c1"})
+    mine = api.post("/networks", {"name": "mine"}, headers=MEMBER)
+    assert mine["project_id"] == "p1"
+    theirs = api.post("/networks", {"name": "theirs"}, headers=OTHER)
+    assert [n["name"] for n in api.get("/networks", headers=MEMBER)] == ["mine"]
+    assert {n["name"] for n in api.get("/networks")} == {"mine", "theirs"}   # admin sees all
+    api.get(f"/networks/{theirs['id']}", status=404, headers=MEMBER)
+    assert api.error("POST", "/subnets", {"network_id": theirs["id"], "cidr": "10.0.0.0/24"}, 404,
+                     headers=MEMBER)[0] == ["network_id"]
+    assert api.error("POST", "/networks", {"segmentation_id": 7}, 403, headers=MEMBER)[0] == ["segmentation_id"]
+    assert api.error("POST", "/networks", {"project_id": "p2"}, 403, headers=MEMBER)[0] == ["project_id"]
+    api.error("POST", "/nodes", {"name": "c9"}, 403, headers=MEMBER)
+    api.get("/nodes", status=403, headers=MEMBER)
+    # An admin creating in a project's network: the port belongs to that project by default.
+    sub = api.post("/subnets", {"network_id": mine["id"], "cidr": "10.0.0.0/24"})
+    assert sub["project_id"] == "p1"
+    port = api.post("/ports", {"network_id": mine["id"]})
+    assert port["project_id"] == "p1"
+    assert [p["id"] for p in api.get("/ports", headers=MEMBER)] == [port["id"]]
+    assert api.get("/ports", headers=OTHER) == []
+
+
+# ---------------------------------------------------------------------------------------------- status and snapshot
+
+
+def test_status_endpoints_and_write_back(api):
+    node = api.post("/nodes", {"name": "c1"})
+    net, sub = api.network()
+    port = api.post("/ports", {"network_id": net["id"]})
+    assert api.get(f"/ports/{port['id']}/status") == {
+        "kind": "port", "id": port["id"], "status": "pending", "status_reason": None, "state": None}
+    engine = api.app.state.engine
+    changes = api.changes
+    with Session(engine) as s, s.begin():
+        assert set_status(s, "port", port["id"], "error", "flow-mod failed: table full")
+        assert set_status(s, "network", net["id"], "active")
+        assert not set_status(s, "subnet", 999, "active")
+        assert set_node_state(s, node["id"], "complete")
+    assert api.get(f"/ports/{port['id']}/status")["status_reason"] == "flow-mod failed: table full"
+    assert api.get(f"/networks/{net['id']}")["status"] == "active"
+    assert api.get(f"/nodes/{node['id']}/status")["state"] == "complete"
+    assert api.get(f"/nodes/{node['id']}")["status"] == "active"
+    assert api.changes == changes   # status writes do not wake the reconciler
+    with pytest.raises(ValueError):
+        with Session(engine) as s, s.begin():
+            set_status(s, "port", port["id"], "fine")
+
+
+def test_snapshot_of_api_writes_compiles(api):
+    api.post("/nodes", {"name": "c1", "tunnel_ip": "198.18.0.1"})
+    api.post("/nodes", {"name": "c2", "tunnel_ip": "198.18.0.2"})
+    blue, b4 = api.network("blue", "10.0.0.0/24")
+    green, g4 = api.network("green", "10.1.0.0/24", type="vlan")
+    p1 = api.post("/ports", {"network_id": blue["id"], "node": "c1", "interface_name": "tap1"})
+    p2 = api.post("/ports", {"network_id": green["id"], "node": "c2", "interface_name": "tap2"})
+    r = api.post("/routers", {"name": "r"})
+    for s in (b4, g4):
+        api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": s["id"]})
+    with Session(api.app.state.engine) as s:
+        snap = load_snapshot(s)
+    assert [p.id for p in snap.ports] == [p1["id"], p2["id"]]     # router legs are not ports
+    assert {ri.ip_address for ri in snap.router_interfaces} == {"10.0.0.1", "10.1.0.1"}
+    assert snap.ports[0].node == "c1" and snap.ports[0].fixed_ips[0].ip_address == "10.0.0.2"
+    states = compile_tenant(snap.with_ofports({"c1": {"vxlan0": 1, "patch-phy": 2, "tap1": 3},
+                                               "c2": {"vxlan0": 1, "patch-phy": 2, "tap2": 3}}))
+    assert any(f.match_dict.get("ipv4_dst") == ("10.1.0.0", "255.255.255.0") for f in states["c1"].flows)
+
+
+def test_migrations_match_the_models(api):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from fathom.store.models import Base
+    with api.app.state.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+
+
+def test_concurrent_writers_and_readers(api):
+    """Parallel port creation (same subnet: racing for the same free address), status writes and
+    snapshot loads: no request fails, every port gets its own address."""
+    import threading
+
+    net, _ = api.network(cidr="10.0.0.0/16")
+    engine = api.app.state.engine
+    failures: list[str] = []
+
+    def create_ports():
+        client = TestClient(api.app)
+        for _ in range(8):
+            r = client.post("/v1/ports", json={"network_id": net["id"]})
+            if r.status_code != 201:
+                failures.append(r.text)
+
+    def write_status():
+        for i in range(20):
+            with Session(engine) as s, s.begin():
+                set_status(s, "network", net["id"], "active" if i % 2 else "pending")
+
+    def load():
+        for _ in range(20):
+            with Session(engine) as s:
+                load_snapshot(s)
+
+    threads = [threading.Thread(target=f) for f in (create_ports,) * 4 + (write_status, load)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    ips = [p["fixed_ips"][0]["ip_address"] for p in api.get("/ports")]
+    assert len(ips) == 32 and len(set(ips)) == 32
+
+
+def test_concurrent_network_creation_allocates_distinct_segments(api):
+    import threading
+
+    failures: list[str] = []
+
+    def create():
+        client = TestClient(api.app)
+        for _ in range(5):
+            r = client.post("/v1/networks", json={"type": "vlan"})
+            if r.status_code != 201:
+                failures.append(r.text)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert sorted(n["segmentation_id"] for n in api.get("/networks")) == list(range(100, 120))
+
+
+def test_updates_rebind_ports_and_change_nodes(api):
+    api.post("/nodes", {"name": "c1"})
+    api.post("/nodes", {"name": "c2", "tunnel_ip": "198.18.0.2"})
+    net, _ = api.network()
+    port = api.post("/ports", {"network_id": net["id"]})
+    assert port["node"] is None
+    moved = api.patch(f"/ports/{port['id']}", {"node": "c2", "interface_name": "tap7"})
+    assert (moved["node"], moved["interface_name"], moved["status"]) == ("c2", "tap7", "pending")
+    assert api.error("PATCH", f"/ports/{port['id']}", {"node": "c9"}, 404)[0] == ["node"]
+    assert api.error("PATCH", f"/ports/{port['id']}", {"mac_address": "02:00:00:00:00:01"}, 422)[0] == \
+        ["mac_address"]                                  # addresses are fixed once created
+    assert api.patch("/nodes/1", {"role": "gateway", "tunnel_ip": "198.18.0.1"})["role"] == "gateway"
+    assert api.error("PATCH", "/nodes/1", {"tunnel_ip": "198.18.0.2"}, 409)[0] == ["tunnel_ip"]
+    assert api.error("PATCH", "/nodes/1", {"role": None}, 422)[0] == ["role"]
+    unbound = api.patch(f"/ports/{port['id']}", {"node": None})
+    assert unbound["node"] is None
