@@ -379,7 +379,10 @@ def bench_pptmon(figs, quick, seconds, reps, docs, out_dir):
                 w.writeheader()
                 w.writerows(rows)
     names = _plots(out, f6, f7, f8)
-    cmd = "sudo .venv/bin/python -m fathom.bench.pptmon" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    if Path(sys.argv[0]).name == "fathom":
+        cmd = "sudo .venv/bin/fathom " + " ".join(sys.argv[1:])
+    else:
+        cmd = "sudo .venv/bin/python -m fathom.bench.pptmon" + "".join(" " + a for a in sys.argv[1:])
     md = _markdown(env, cmd, f6, f7, f8, "img")
     (out / "pptmon.md").write_text(md.replace("](img/", "]("))
     if docs:
