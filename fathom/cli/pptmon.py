@@ -142,5 +142,16 @@ def records_cmd(chain, last):
         sys.stdout.write(json.dumps(r) + "\n")
 
 
+# `fathom bench pptmon`: the benchmark's command joins the shared `bench` group (this module
+# is imported by fathom/cli/main.py after that group exists).
+try:
+    from fathom.bench.pptmon import bench_pptmon as _bench_pptmon
+    from fathom.cli.bench import bench as _bench
+
+    if "pptmon" not in _bench.commands:
+        _bench.add_command(_bench_pptmon, "pptmon")
+except ImportError:  # a checkout without the bench group
+    pass
+
 if __name__ == "__main__":
     pptmon()

@@ -120,12 +120,33 @@ static int enter_netns(const char *name)
 	return 0;
 }
 
+/*
+ * What occupies our handle + priority on a hook: 0 nothing, 1 one of our programs
+ * (ppt_in / ppt_out, e.g. left by a loader that was killed), -1 someone else's.
+ */
+static int tc_slot_owner(struct bpf_tc_hook *hook, __u32 handle, __u32 prio)
+{
+	LIBBPF_OPTS(bpf_tc_opts, q, .handle = handle, .priority = prio);
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+	int fd, ours;
+
+	if (bpf_tc_query(hook, &q))
+		return 0;
+	fd = bpf_prog_get_fd_by_id(q.prog_id);
+	if (fd < 0)
+		return -1;
+	ours = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
+	       (strcmp(info.name, "ppt_in") == 0 || strcmp(info.name, "ppt_out") == 0);
+	close(fd);
+	return ours ? 1 : -1;
+}
+
 static int tc_attach(struct attach_point *ap, int prog_fd, __u32 handle)
 {
 	LIBBPF_OPTS(bpf_tc_hook, hook, .attach_point = ap->dir);
-	LIBBPF_OPTS(bpf_tc_opts, o, .handle = handle, .priority = ap->prio, .prog_fd = prog_fd,
-		    .flags = BPF_TC_F_REPLACE);
-	int err;
+	LIBBPF_OPTS(bpf_tc_opts, o, .handle = handle, .priority = ap->prio, .prog_fd = prog_fd);
+	int err, owner;
 
 	ap->ifindex = if_nametoindex(ap->dev);
 	if (!ap->ifindex) {
@@ -139,6 +160,14 @@ static int tc_attach(struct attach_point *ap, int prog_fd, __u32 handle)
 		fprintf(stderr, "pptmon-loader: clsact on %s: %s\n", ap->dev, strerror(-err));
 		return -1;
 	}
+	owner = tc_slot_owner(&hook, handle, ap->prio);
+	if (owner < 0) {
+		fprintf(stderr, "pptmon-loader: handle 0x%x priority %u on %s belongs to another "
+			"program; choose --handle/--prio-*\n", handle, ap->prio, ap->dev);
+		return -1;
+	}
+	if (owner > 0)  /* a stale filter of ours: take its place */
+		o.flags = BPF_TC_F_REPLACE;
 	err = bpf_tc_attach(&hook, &o);
 	if (err) {
 		fprintf(stderr, "pptmon-loader: attach on %s: %s\n", ap->dev, strerror(-err));
@@ -148,7 +177,8 @@ static int tc_attach(struct attach_point *ap, int prog_fd, __u32 handle)
 	return 0;
 }
 
-/* Remove our filter (handle + priority) only; the clsact qdisc stays. */
+/* Remove our filter (handle + priority, and only if it runs one of our programs);
+ * the clsact qdisc stays. */
 static int tc_detach(struct attach_point *ap, __u32 handle)
 {
 	LIBBPF_OPTS(bpf_tc_hook, hook, .attach_point = ap->dir);
@@ -160,6 +190,10 @@ static int tc_detach(struct attach_point *ap, __u32 handle)
 	if (!ap->ifindex)
 		return -1;
 	hook.ifindex = ap->ifindex;
+	if (tc_slot_owner(&hook, handle, ap->prio) <= 0) {
+		ap->attached = 0;
+		return 0;
+	}
 	err = bpf_tc_detach(&hook, &o);
 	if (err && err != -ENOENT) {
 		fprintf(stderr, "pptmon-loader: detach on %s: %s\n", ap->dev, strerror(-err));
@@ -273,7 +307,10 @@ static int cmd_run(struct opts *op)
 		int err;
 
 		if (rb) {
-			err = ring_buffer__poll(rb, 200);
+			/* the programs wake us only for batches: also drain on timeout */
+			err = ring_buffer__poll(rb, 100);
+			if (err >= 0 || err == -EINTR)
+				err = ring_buffer__consume(rb);
 			if (err < 0 && err != -EINTR) {
 				fprintf(stderr, "pptmon-loader: poll: %s\n", strerror(-err));
 				break;

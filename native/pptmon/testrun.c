@@ -89,7 +89,7 @@ int main(void)
 			printf("{\"ok\":true}\n");
 		} else if (strncmp(line, "reset", 5) == 0) {
 			__u32 k = 0;
-			__u64 z[2] = {0, 0};
+			__u64 z[3] = {0, 0, 0};
 
 			bpf_map_update_elem(bpf_map__fd(skel->maps.ppt_sample), &k, z, BPF_ANY);
 			printf("{\"ok\":true}\n");

@@ -179,3 +179,20 @@ def test_accuracy_against_capture(make_chain, tmp_path, proto):
     # difference is reported, and bounded here only loosely.
     assert d["min_us"] >= -1.5, d
     assert d["p50_us"] < 60, d
+
+
+def test_foreign_filter_on_our_slot_is_left_alone(make_chain):
+    """A filter of another program at our exact handle and priority: enable refuses
+    (instead of replacing it) and leaves it in place."""
+    c = make_chain("pplf", ["forward"], base=175)
+    ns = c.vnf_ns(1)
+    other = str(native.BUILD / "testpass.bpf.o")
+    chainmod.run("tc", "qdisc", "add", "dev", "in0", "clsact", ns=ns)
+    chainmod.run("tc", "filter", "add", "dev", "in0", "ingress", "pref", "1", "handle", "0x5046",
+                 "bpf", "da", "obj", other, "sec", "tc", ns=ns)
+    with pytest.raises(chainmod.ChainError, match="another program"):
+        control.enable(c.name, period_ns=0)
+    out = chainmod.run("tc", "filter", "show", "dev", "in0", "ingress", ns=ns).stdout
+    assert "other_pass" in out and "ppt_" not in out
+    out = chainmod.run("tc", "filter", "show", "dev", "out0", "egress", ns=ns).stdout
+    assert "ppt_" not in out
