@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from fathom import __version__
 from fathom.api import fabric as fabric_api
+from fathom.api import pptmon as pptmon_api
 from fathom.api import schemas as sc
 from fathom.api.taps import taps_router
 from fathom.store import fabric as fabric_ops
@@ -56,6 +57,7 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
     app.include_router(_routes(store), prefix="/v1")
     app.include_router(taps_router(store), prefix="/v1")
     app.include_router(fabric_api.routes(store), prefix="/v1", responses=ERRORS)  # issue 7: fabric
+    app.include_router(pptmon_api.routes(engine), prefix="/v1", responses=ERRORS)  # issue 5: PPTMon records
     return app
 
 

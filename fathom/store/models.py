@@ -147,3 +147,5 @@ class TapPolicy(_Object, Base):
 
 # Fabric tables (issue 7) live in their own module; importing it registers them on Base.metadata.
 from fathom.store import fabric_models  # noqa: E402,F401
+# PPTMon records delivered by agents (issue 5): their own module, registered the same way.
+from fathom.store import pptmon_models  # noqa: E402,F401

@@ -1,0 +1,362 @@
+"""PPTMon records in the controller (issue 5, Deliver §2): ingestion, query, stats, retention and
+Prometheus histograms.
+
+    POST /v1/pptmon/records            a batch from an agent: {"node": "...", "records": [...]}
+    GET  /v1/pptmon/records            ?chain=&vnf=&since=&until=&limit=  (newest `limit`, oldest first)
+    GET  /v1/pptmon/stats              ?chain=&since= | &window=  p50/p90/p99... per VNF and end to end
+    GET  /v1/pptmon/chains             chains with records: counts, first/last time, VNFs, nodes
+    POST /v1/pptmon/retention          enforce retention now (it also runs every interval)
+
+Ingestion is idempotent on the record key (fathom.pptmon.records.record_key): the insert is an
+`INSERT ... ON CONFLICT (key) DO NOTHING RETURNING key` (SQLite and PostgreSQL), so a retried or
+concurrent batch stores and counts each record once; the answer says how many were new and how
+many were duplicates. Only new records are observed by the histograms.
+
+Telemetry writes do not call the API's on_change hook (they must not wake the reconciler).
+
+Retention (environment of the controller process):
+    FATHOM_PPTMON_RETENTION            maximum age of a record by its time_ns (default 7d; 0 = none)
+    FATHOM_PPTMON_MAX_RECORDS          keep at most this many, newest by arrival (default 1000000; 0 = none)
+    FATHOM_PPTMON_RETENTION_INTERVAL   how often it is enforced (default 60s)
+The periodic worker runs while the app is served (router lifespan); POST /v1/pptmon/retention
+runs it at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.orm import Session
+
+from fathom.pptmon.records import MAX_BATCH, PptRecord, RecordBatch, parse_duration
+from fathom.pptmon.stats import chain_stats
+from fathom.store.db import READ_ONLY
+from fathom.store.ops import Caller, require_admin
+from fathom.store.pptmon_models import PptmonRecord as Row
+
+LOG = logging.getLogger("fathom.pptmon.api")
+MAX_STATS_RECORDS = 200_000      # newest records a stats answer is computed over
+DELETE_CHUNK = 10_000
+
+
+@dataclass
+class RetentionConfig:
+    max_age_s: float = 7 * 86400.0
+    max_records: int = 1_000_000
+    interval_s: float = 60.0
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "RetentionConfig":
+        c = cls()
+        if env.get("FATHOM_PPTMON_RETENTION"):
+            c.max_age_s = parse_duration(env["FATHOM_PPTMON_RETENTION"])
+        if env.get("FATHOM_PPTMON_MAX_RECORDS"):
+            c.max_records = int(env["FATHOM_PPTMON_MAX_RECORDS"])
+        if env.get("FATHOM_PPTMON_RETENTION_INTERVAL"):
+            c.interval_s = max(0.1, parse_duration(env["FATHOM_PPTMON_RETENTION_INTERVAL"]))
+        return c
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+# Bucket bounds in seconds: 1 µs (the resolution of a hop) to 16.7 s (the 24-bit limit).
+BUCKETS = (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 0.1, 1.0, 17.0)
+_metrics_lock = threading.Lock()
+_metrics: dict | None = None
+
+
+def metrics() -> dict:
+    """The PPTMon metrics on prometheus_client's default REGISTRY (the one /metrics serves).
+    Created once per process: several apps in one process (tests) share them."""
+    global _metrics
+    with _metrics_lock:
+        if _metrics is None:
+            from prometheus_client import Counter, Histogram
+            _metrics = {
+                "vnf": Histogram("fathom_pptmon_vnf_processing_seconds",
+                                 "Packet processing time of one VNF (PPTMon hop), per chain and VNF id",
+                                 ["chain", "vnf"], buckets=BUCKETS),
+                "chain": Histogram("fathom_pptmon_chain_processing_seconds",
+                                   "End-to-end processing time of a chain (sum over its VNFs)",
+                                   ["chain"], buckets=BUCKETS),
+                "ingested": Counter("fathom_pptmon_records_ingested",
+                                    "PPTMon records stored (new keys)", ["chain"]),
+                "duplicates": Counter("fathom_pptmon_records_duplicate",
+                                      "PPTMon records received again (already stored)", ["chain"]),
+                "unknown": Counter("fathom_pptmon_hops_unknown",
+                                   "Hops reported without a time (their egress never ran)", ["chain", "vnf"]),
+                "expired": Counter("fathom_pptmon_records_expired",
+                                   "PPTMon records removed by retention", ["reason"]),
+            }
+        return _metrics
+
+
+def observe(records: list[PptRecord]) -> None:
+    m = metrics()
+    for r in records:
+        m["ingested"].labels(r.chain).inc()
+        for h in r.hops:
+            if h.ppt_us is None:
+                m["unknown"].labels(r.chain, str(h.vnf)).inc()
+            else:
+                m["vnf"].labels(r.chain, str(h.vnf)).observe(h.ppt_us * 1e-6)
+        if r.e2e_us is not None:
+            m["chain"].labels(r.chain).observe(r.e2e_us * 1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- store work
+
+
+def _insert(dialect: str):
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        raise RuntimeError(f"PPTMon ingestion supports SQLite and PostgreSQL, not {dialect}")
+    return insert
+
+
+def ingest(engine: Engine, batch: RecordBatch, now: datetime | None = None) -> tuple[list[PptRecord], int]:
+    """Store the batch; (records that were new, number of duplicates). One transaction."""
+    unique: dict[str, PptRecord] = {}
+    for r in batch.records:
+        unique.setdefault(r.key, r)
+    if not unique:
+        return [], len(batch.records)
+    now = now or datetime.now(timezone.utc)
+    rows = [{"key": k, "chain": r.chain, "node": batch.node, "vnf_ns": r.vnf_ns, "placement": r.placement,
+             "sink_vnf": r.sink_vnf, "seq": r.seq, "flags": r.flags, "ktime_ns": r.ktime_ns,
+             "time_ns": r.time_ns, "vnfs": "," + ",".join(str(h.vnf) for h in r.hops) + ",",
+             "hops": [h.model_dump() for h in r.hops], "e2e_us": r.e2e_us,
+             "flow": r.flow.model_dump(exclude_none=True), "received_at": now}
+            for k, r in unique.items()]
+    insert = _insert(engine.dialect.name)
+    stmt = insert(Row).values(rows).on_conflict_do_nothing(index_elements=["key"]).returning(Row.key)
+    with Session(engine) as s, s.begin():
+        new = set(s.execute(stmt).scalars())
+    return [r for k, r in unique.items() if k in new], len(batch.records) - len(new)
+
+
+def enforce_retention(engine: Engine, cfg: RetentionConfig, now_ns: int | None = None) -> dict:
+    """Delete records older than max_age and beyond max_records (oldest arrivals first), in chunks
+    so that no transaction holds the store for long. Returns {"age": n, "count": n}."""
+    now_ns = now_ns or time.time_ns()
+    out = {"age": 0, "count": 0}
+
+    def chunked(where) -> int:
+        total = 0
+        while True:
+            with Session(engine) as s, s.begin():
+                ids = list(s.execute(select(Row.id).where(where).limit(DELETE_CHUNK)).scalars())
+                if ids:
+                    s.execute(delete(Row).where(Row.id.in_(ids)))
+            total += len(ids)
+            if len(ids) < DELETE_CHUNK:
+                return total
+
+    if cfg.max_age_s > 0:
+        out["age"] = chunked(Row.time_ns < now_ns - int(cfg.max_age_s * 1e9))
+    if cfg.max_records > 0:
+        with Session(engine) as s, s.begin():
+            s.connection(execution_options=READ_ONLY)
+            edge = s.execute(select(Row.id).order_by(Row.id.desc())
+                             .offset(cfg.max_records).limit(1)).scalar()
+        if edge is not None:
+            out["count"] = chunked(Row.id <= edge)
+    m = metrics()
+    for reason, n in out.items():
+        if n:
+            m["expired"].labels(reason).inc(n)
+    return out
+
+
+class RetentionWorker:
+    def __init__(self, engine: Engine, cfg: RetentionConfig):
+        self.engine, self.cfg = engine, cfg
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.last: dict | None = None
+
+    def run_once(self) -> dict:
+        result = enforce_retention(self.engine, self.cfg)
+        self.last = {"at": datetime.now(timezone.utc).isoformat(), **result}
+        if result["age"] or result["count"]:
+            LOG.info("pptmon retention removed %d records by age, %d by count", result["age"], result["count"])
+        return result
+
+    def _loop(self):
+        while not self.stop.wait(self.cfg.interval_s):
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - retention must survive a store hiccup
+                LOG.exception("pptmon retention")
+
+    def start(self):
+        self.stop.clear()
+        self.thread = threading.Thread(target=self._loop, daemon=True, name="pptmon-retention")
+        self.thread.start()
+
+    def shutdown(self):
+        self.stop.set()
+        if self.thread:
+            self.thread.join(timeout=5)
+
+
+# ---------------------------------------------------------------------------------------------- query helpers
+
+
+def _bad(where: str, name: str, msg: str) -> HTTPException:
+    return HTTPException(422, detail=[{"loc": [where, name], "msg": msg, "type": "invalid"}])
+
+
+def parse_since(text: str | None, name: str = "since", now_ns: int | None = None) -> int | None:
+    """ns since the epoch (digits), a duration back from now ('30s', '5m'), or an ISO 8601 time."""
+    if text is None or text == "":
+        return None
+    now_ns = now_ns or time.time_ns()
+    t = text.strip()
+    if t.isdigit():
+        return int(t)
+    try:
+        return now_ns - int(parse_duration(t) * 1e9)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise _bad("query", name, f"{text!r} is neither ns since the epoch, a duration (30s, 5m) "
+                                  "nor an ISO 8601 time") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1e9)
+
+
+def _filters(chain, vnf, since_ns, until_ns):
+    where = []
+    if chain is not None:
+        where.append(Row.chain == chain)
+    if vnf is not None:
+        where.append(Row.vnfs.like(f"%,{vnf},%"))
+    if since_ns is not None:
+        where.append(Row.time_ns >= since_ns)
+    if until_ns is not None:
+        where.append(Row.time_ns <= until_ns)
+    return where
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def record_out(row: Row) -> dict:
+    return {"type": "ppt", "v": 1, "key": row.key, "chain": row.chain, "node": row.node,
+            "vnf_ns": row.vnf_ns, "placement": row.placement, "ktime_ns": row.ktime_ns,
+            "time_ns": row.time_ns, "sink_vnf": row.sink_vnf, "seq": row.seq, "flags": row.flags,
+            "flow": row.flow, "hops": row.hops, "e2e_us": row.e2e_us,
+            "received_at": _utc(row.received_at).isoformat()}
+
+
+def stats_for(engine: Engine, chain: str, since_ns: int | None, until_ns: int | None) -> dict:
+    with Session(engine) as s, s.begin():
+        s.connection(execution_options=READ_ONLY)
+        rows = s.execute(select(Row.hops, Row.e2e_us, Row.time_ns)
+                         .where(*_filters(chain, None, since_ns, until_ns))
+                         .order_by(Row.time_ns.desc()).limit(MAX_STATS_RECORDS + 1)).all()
+    truncated = len(rows) > MAX_STATS_RECORDS
+    rows = rows[:MAX_STATS_RECORDS]
+    st = chain_stats([{"hops": h, "e2e_us": e} for h, e, _ in rows])
+    return {"chain": chain, "since_ns": since_ns, "until_ns": until_ns,
+            "first_ns": rows[-1][2] if rows else None, "last_ns": rows[0][2] if rows else None,
+            "truncated": truncated, "records": st["records"], "incomplete": st["incomplete"],
+            "vnfs": {str(k): v for k, v in st["vnfs"].items()}, "e2e": st["e2e"]}
+
+
+# ---------------------------------------------------------------------------------------------- routes
+
+
+def routes(engine: Engine, retention: RetentionConfig | None = None) -> APIRouter:
+    """The /pptmon routes (include with prefix /v1). Serving the app starts the retention worker."""
+    from fathom.api.app import caller   # here: fathom.api.app imports this module
+
+    cfg = retention or RetentionConfig.from_env()
+    worker = RetentionWorker(engine, cfg)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(worker.shutdown)
+
+    r = APIRouter(prefix="/pptmon", tags=["pptmon"], lifespan=lifespan)
+    who = Depends(caller)
+    metrics()   # the families exist (empty) on /metrics from the start
+
+    @r.post("/records", summary="Store a batch of PPTMon records (idempotent on the record key)")
+    def post_records(batch: RecordBatch, c: Caller = who):
+        require_admin(c, "deliver PPTMon records")
+        new, duplicates = ingest(engine, batch)
+        observe(new)
+        if duplicates:
+            m = metrics()["duplicates"]
+            seen = {r.key for r in new}
+            for rec in batch.records:
+                if rec.key not in seen:
+                    m.labels(rec.chain).inc()
+                seen.discard(rec.key)   # a key repeated inside the batch counts as a duplicate
+        return {"received": len(batch.records), "accepted": len(new), "duplicates": duplicates}
+
+    @r.get("/records", summary="Stored records, newest `limit` matching, oldest first")
+    def get_records(chain: str | None = None,
+                    vnf: int | None = Query(None, ge=0, le=255, description="records through VNF id"),
+                    since: str | None = Query(None, description="ns since the epoch, a duration back from now (30s), or ISO 8601"),
+                    until: str | None = None,
+                    limit: int = Query(100, ge=1, le=10_000), c: Caller = who):
+        require_admin(c, "read PPTMon records")
+        since_ns, until_ns = parse_since(since), parse_since(until, "until")
+        with Session(engine) as s, s.begin():
+            s.connection(execution_options=READ_ONLY)
+            rows = list(s.execute(select(Row).where(*_filters(chain, vnf, since_ns, until_ns))
+                                  .order_by(Row.time_ns.desc(), Row.id.desc()).limit(limit)).scalars())
+            return [record_out(x) for x in reversed(rows)]
+
+    @r.get("/stats", summary="p50/p90/p99 (and min, mean, max...) per VNF and end to end over a window")
+    def get_stats(chain: str, since: str | None = Query(None, description="as for /records"),
+                  until: str | None = None,
+                  window: str | None = Query(None, description="a duration back from now; default 5m when no since"),
+                  c: Caller = who):
+        require_admin(c, "read PPTMon statistics")
+        if since is not None and window is not None:
+            raise _bad("query", "window", "give since or window, not both")
+        since_ns = parse_since(since) if since is not None else parse_since(window or "5m", "window")
+        return stats_for(engine, chain, since_ns, parse_since(until, "until"))
+
+    @r.get("/chains", summary="Chains with stored records")
+    def get_chains(c: Caller = who):
+        require_admin(c, "read PPTMon records")
+        with Session(engine) as s, s.begin():
+            s.connection(execution_options=READ_ONLY)
+            rows = s.execute(select(Row.chain, func.count(Row.id), func.min(Row.time_ns), func.max(Row.time_ns))
+                             .group_by(Row.chain).order_by(Row.chain)).all()
+            nodes = s.execute(select(Row.chain, Row.node).distinct()).all()
+        return [{"chain": ch, "records": n, "first_ns": lo, "last_ns": hi,
+                 "nodes": sorted({nd for c2, nd in nodes if c2 == ch and nd})} for ch, n, lo, hi in rows]
+
+    @r.post("/retention", summary="Enforce retention now")
+    def post_retention(c: Caller = who):
+        require_admin(c, "enforce PPTMon retention")
+        removed = worker.run_once()
+        return {"removed": removed, "max_age_s": cfg.max_age_s, "max_records": cfg.max_records,
+                "interval_s": cfg.interval_s}
+
+    return r
