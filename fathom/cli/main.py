@@ -18,6 +18,7 @@ GROUPS = [
     ("fathom.cli.fabric", "fabric"),     # issue 7
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
+    ("fathom.cli.agent", "agent"),       # issue 5: node agent (PPTMon delivery)
 ]
 
 

@@ -1,0 +1,281 @@
+"""`fathom agent`: deliver the PPTMon records of this node's loaders to the controller.
+
+The loaders (fathom.pptmon.control) write JSON lines to <root>/<chain>/vnf<k>.jsonl; the sink's
+file holds the "ppt" records. The agent follows those files (fathom.agent.tail: partial lines,
+truncation, rotation, restarts), validates each record with the controller's own schema, and
+POSTs batches to /v1/pptmon/records.
+
+Delivery and loss, precisely:
+* The in-memory buffer is bounded (`buffer` records). With `overflow="pause"` (default) a full
+  buffer stops reading: the files are the backlog, nothing is dropped and the loaders are never
+  slowed down (they write to their files, not to us); the lag shows in `lag_bytes`. With
+  `overflow="drop-oldest"` reading goes on and the oldest buffered records are dropped and
+  counted (`dropped_overflow`).
+* A batch that fails (no connection, timeout, 5xx, 429, any unexpected status) is retried with
+  exponential backoff and jitter (`backoff_min` doubling to `backoff_max`), never dropped.
+* A record the controller refuses (422, with the index of the record in `loc`) is dropped and
+  counted (`rejected`): sending it again cannot succeed. Lines that are not JSON (`bad_lines`) or
+  not valid records (`invalid`) are counted too; lines of other types (stats, attached) are skipped.
+* The checkpoint (state file) records, per file, the offset up to which every line is dealt
+  with; it moves only after the controller acknowledged. A restart resumes there. A crash between
+  an acknowledgement and the checkpoint write re-sends at most that batch; the controller's
+  ingestion is idempotent on the record key, so nothing is counted twice.
+
+Progress: a status file (JSON, rewritten every second; `fathom agent status`) and a log line
+every `log_interval` seconds.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import httpx
+from pydantic import ValidationError
+
+from fathom.agent.tail import Follower, Line
+from fathom.pptmon.records import MAX_BATCH, PptRecord
+
+LOG = logging.getLogger("fathom.agent")
+STATE_DIR = Path(os.environ.get("FATHOM_AGENT_STATE", "/run/fathom/agent"))
+OVERFLOW = ("pause", "drop-oldest")
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+class Agent:
+    def __init__(self, controller: str, root: str | Path | None = None, chains: list[str] | None = None,
+                 node: str | None = None, batch: int = 500, buffer: int = 20_000, overflow: str = "pause",
+                 poll: float = 0.2, flush: float = 1.0, timeout: float = 10.0,
+                 backoff_min: float = 0.2, backoff_max: float = 30.0, state_dir: str | Path | None = None,
+                 log_interval: float = 10.0, grace: float = 5.0, headers: dict | None = None):
+        from fathom.pptmon.chain import STATE_ROOT
+        if overflow not in OVERFLOW:
+            raise ValueError(f"overflow is one of {OVERFLOW}")
+        if not 1 <= batch <= MAX_BATCH:
+            raise ValueError(f"batch is 1..{MAX_BATCH}")
+        if buffer < batch:
+            raise ValueError("buffer must hold at least one batch")
+        self.controller = controller.rstrip("/")
+        self.root = Path(root or STATE_ROOT)
+        self.node = node or socket.gethostname()
+        self.batch, self.buffer_max, self.overflow = batch, buffer, overflow
+        self.poll, self.flush, self.timeout = poll, flush, timeout
+        self.backoff_min, self.backoff_max = backoff_min, backoff_max
+        self.state_dir = Path(state_dir or STATE_DIR)
+        self.log_interval = log_interval
+        patterns = [str(self.root / c / "vnf*.jsonl") for c in chains] if chains else \
+            [str(self.root / "*" / "vnf*.jsonl")]
+        self.follower = Follower(patterns, resume=self._load_checkpoint(), grace=grace)
+        self.buffer: deque[tuple[Line, dict]] = deque()
+        self.http = httpx.Client(base_url=self.controller, timeout=timeout,
+                                 headers={"X-Roles": "admin", **(headers or {})})
+        self.stopping = threading.Event()
+        self.failures = 0
+        self.next_attempt = 0.0
+        self.oldest_since: float | None = None
+        self.started = time.time()
+        self.c = {"records_read": 0, "delivered": 0, "duplicates": 0, "rejected": 0, "invalid": 0,
+                  "not_json": 0, "skipped_lines": 0, "dropped_overflow": 0, "batches_ok": 0,
+                  "batches_failed": 0}
+        self.last_error: str | None = None
+        self.last_ok: float | None = None
+        self._last_status = self._last_log = 0.0
+        self._logged = dict(self.c)
+
+    # ------------------------------------------------------------------------------ state files
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.state_dir / "checkpoint.json"
+
+    @property
+    def status_file(self) -> Path:
+        return self.state_dir / "status.json"
+
+    def _load_checkpoint(self) -> dict:
+        try:
+            return json.loads(self.checkpoint_file.read_text()).get("files", {})
+        except (OSError, ValueError):
+            return {}
+
+    def save_checkpoint(self) -> None:
+        _write_atomic(self.checkpoint_file, {"controller": self.controller, "files": self.follower.checkpoint()})
+
+    def status(self) -> dict:
+        return {"pid": os.getpid(), "node": self.node, "controller": self.controller, "root": str(self.root),
+                "started": self.started, "updated": time.time(), "buffered": len(self.buffer),
+                "buffer_max": self.buffer_max, "overflow": self.overflow,
+                "lag_bytes": self.follower.lag_bytes(), "files": len(self.follower.current),
+                "rotated_files_draining": len(self.follower.orphans),
+                "backoff_s": max(0.0, round(self.next_attempt - time.monotonic(), 3)),
+                "consecutive_failures": self.failures, "last_error": self.last_error,
+                "last_delivery": self.last_ok, "counters": {**self.c, **self.follower.counters}}
+
+    # ------------------------------------------------------------------------------ reading
+
+    def _read(self) -> None:
+        self.follower.scan()
+        room = self.buffer_max - len(self.buffer)
+        if room <= 0 and self.overflow == "pause":
+            return
+        self.follower.read(max_ready=max(room, self.batch))
+        want = room if self.overflow == "pause" else self.buffer_max
+        for line in self.follower.pull(want):
+            self._take(line)
+        if self.buffer and self.oldest_since is None:
+            self.oldest_since = time.monotonic()
+
+    def _take(self, line: Line) -> None:
+        data = line.data.strip()
+        if not data:
+            Follower.done(line)
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self.c["not_json"] += 1
+            Follower.done(line)
+            return
+        if not isinstance(obj, dict) or obj.get("type") != "ppt":
+            self.c["skipped_lines"] += 1
+            Follower.done(line)
+            return
+        try:
+            PptRecord.model_validate(obj)
+        except ValidationError as e:
+            self.c["invalid"] += 1
+            self.last_error = f"invalid record in {line.tail.path}@{line.start}: {e.errors()[0]['msg']}"
+            Follower.done(line)
+            return
+        self.c["records_read"] += 1
+        self.buffer.append((line, obj))
+        while len(self.buffer) > self.buffer_max:   # drop-oldest only: pause never overfills
+            old, _ = self.buffer.popleft()
+            Follower.done(old)
+            self.c["dropped_overflow"] += 1
+
+    # ------------------------------------------------------------------------------ delivery
+
+    def _due(self) -> bool:
+        if not self.buffer or time.monotonic() < self.next_attempt:
+            return False
+        return (len(self.buffer) >= self.batch or self.stopping.is_set()
+                or time.monotonic() - (self.oldest_since or 0) >= self.flush)
+
+    def _fail(self, why: str) -> None:
+        self.failures += 1
+        self.c["batches_failed"] += 1
+        delay = min(self.backoff_max, self.backoff_min * 2 ** (self.failures - 1))
+        delay *= random.uniform(0.5, 1.0)
+        self.next_attempt = time.monotonic() + delay
+        if self.last_error != why or self.failures in (1, 5) or self.failures % 20 == 0:
+            LOG.warning("delivery failed (%d in a row, retry in %.1fs): %s", self.failures, delay, why)
+        self.last_error = why
+
+    def _ack(self, n: int) -> None:
+        for _ in range(n):
+            line, _ = self.buffer.popleft()
+            Follower.done(line)
+        self.oldest_since = time.monotonic() if self.buffer else None
+
+    def send(self) -> bool:
+        """POST one batch; True if the controller answered it (accepted or refused)."""
+        items = [self.buffer[i] for i in range(min(self.batch, len(self.buffer)))]
+        body = {"node": self.node, "records": [o for _, o in items]}
+        try:
+            r = self.http.post("/v1/pptmon/records", json=body)
+        except httpx.HTTPError as e:
+            self._fail(f"{type(e).__name__}: {e}")
+            return False
+        if r.status_code == 200:
+            out = r.json()
+            self.c["delivered"] += out.get("accepted", 0)
+            self.c["duplicates"] += out.get("duplicates", 0)
+            self.c["batches_ok"] += 1
+            self._ack(len(items))
+            self.failures, self.next_attempt, self.last_ok = 0, 0.0, time.time()
+            self.save_checkpoint()
+            return True
+        if r.status_code == 422:
+            bad = self._refused(r, len(items))
+            if bad:
+                # drop the refused records, keep the others at the front for the next attempt
+                keep = [it for i, it in enumerate(items) if i not in bad]
+                for i in sorted(bad):
+                    Follower.done(items[i][0])
+                for _ in items:
+                    self.buffer.popleft()
+                self.buffer.extendleft(reversed(keep))
+                self.c["rejected"] += len(bad)
+                self.last_error = f"controller refused {len(bad)} records: {r.text[:300]}"
+                LOG.warning("%s", self.last_error)
+                return True
+        self._fail(f"HTTP {r.status_code}: {r.text[:300]}")
+        return False
+
+    @staticmethod
+    def _refused(r: httpx.Response, n: int) -> set[int]:
+        try:
+            detail = r.json()["detail"]
+            idx = {d["loc"][2] for d in detail
+                   if list(d["loc"][:2]) == ["body", "records"] and len(d["loc"]) > 2 and isinstance(d["loc"][2], int)}
+        except (ValueError, KeyError, TypeError, IndexError):
+            return set()
+        return {i for i in idx if 0 <= i < n}
+
+    # ------------------------------------------------------------------------------ loop
+
+    def step(self) -> bool:
+        """One round: read, maybe send, maybe report. True if it sent something."""
+        self._read()
+        sent = False
+        if self._due():
+            sent = self.send()
+        now = time.monotonic()
+        if now - self._last_status >= 1.0:
+            self._last_status = now
+            _write_atomic(self.status_file, self.status())
+            self.save_checkpoint()
+        if self.log_interval and now - self._last_log >= self.log_interval:
+            self._last_log = now
+            d = {k: self.c[k] - self._logged.get(k, 0) for k in self.c}
+            self._logged = dict(self.c)
+            LOG.info("delivered %d (+%d), duplicates %d, buffered %d, lag %d B, rejected %d, invalid %d, "
+                     "dropped %d, failures %d%s", self.c["delivered"], d["delivered"], self.c["duplicates"],
+                     len(self.buffer), self.follower.lag_bytes(), self.c["rejected"], self.c["invalid"],
+                     self.c["dropped_overflow"], self.failures,
+                     f", last error: {self.last_error}" if self.failures else "")
+        return sent
+
+    def run(self) -> None:
+        LOG.info("agent on %s: following %s, delivering to %s", self.node, self.root, self.controller)
+        try:
+            while not self.stopping.is_set():
+                if not self.step():
+                    self.stopping.wait(self.poll)
+            # a last attempt for what is buffered (once, no backoff wait)
+            self.follower.scan()
+            self._read()
+            self.next_attempt = 0.0
+            while self.buffer and self.send():
+                pass
+        finally:
+            self.save_checkpoint()
+            _write_atomic(self.status_file, {**self.status(), "stopped": time.time()})
+            self.follower.close()
+            self.http.close()
+
+    def stop(self) -> None:
+        self.stopping.set()

@@ -1,0 +1,96 @@
+"""`fathom agent`: the node agent (`run`) and its progress (`status`)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import click
+
+from fathom.cli.output import fail, print_json, print_table
+
+
+@click.group()
+def agent():
+    """The node agent: delivers this node's PPTMon records to the controller."""
+
+
+@agent.command("run")
+@click.option("--controller", envvar="FATHOM_CONTROLLER", default="http://127.0.0.1:8080", show_default=True,
+              help="URL of the fathom controller (env FATHOM_CONTROLLER).")
+@click.option("--node", default=None, help="this node's name (default: the host name)")
+@click.option("--root", default=None, help="where the loaders write (default /run/fathom/pptmon)")
+@click.option("--chain", "chains", multiple=True, help="only these chains (repeatable; default all)")
+@click.option("--state-dir", default=None, help="checkpoint and status (default /run/fathom/agent)")
+@click.option("--batch", default=500, show_default=True, help="records per POST (max 1000)")
+@click.option("--buffer", default=20_000, show_default=True, help="records held in memory at most")
+@click.option("--overflow", type=click.Choice(["pause", "drop-oldest"]), default="pause", show_default=True,
+              help="full buffer: stop reading (files keep the backlog) or drop the oldest (counted)")
+@click.option("--flush", default=1.0, show_default=True, help="send a partial batch after this many seconds")
+@click.option("--poll", default=0.2, show_default=True, help="seconds between looks at the files")
+@click.option("--backoff-max", default=30.0, show_default=True, help="longest wait between retries (s)")
+@click.option("--log-interval", default=10.0, show_default=True, help="seconds between progress lines")
+def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
+        log_interval):
+    """Follow the PPTMon loaders' record files and deliver them to the controller (foreground)."""
+    from fathom.agent.agent import Agent
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        a = Agent(controller, root=root, chains=list(chains) or None, node=node, batch=batch, buffer=buffer,
+                  overflow=overflow, flush=flush, poll=poll, backoff_max=backoff_max, state_dir=state_dir,
+                  log_interval=log_interval)
+    except ValueError as e:
+        fail(str(e))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: a.stop())
+    a.run()
+
+
+@agent.command("status")
+@click.option("--state-dir", default=None, help="the agent's --state-dir (default /run/fathom/agent)")
+@click.option("--json", "as_json", is_flag=True)
+def status(state_dir, as_json):
+    """Progress and health of the agent on this node."""
+    from fathom.agent.agent import STATE_DIR
+
+    f = Path(state_dir or STATE_DIR) / "status.json"
+    try:
+        st = json.loads(f.read_text())
+    except (OSError, ValueError):
+        fail(f"no agent status at {f} (is `fathom agent run` running here?)")
+    alive = _alive(st.get("pid")) and "stopped" not in st
+    st["running"] = alive
+    st["age_s"] = round(time.time() - st.get("updated", 0), 1)
+    if as_json:
+        return print_json(st)
+    c = st.get("counters", {})
+    state = "running" if alive else "stopped"
+    if alive and st["age_s"] > 5:
+        state = f"stale ({st['age_s']} s without an update)"
+    rows = [["state", state], ["pid", st.get("pid")], ["node", st.get("node")],
+            ["controller", st.get("controller")], ["files followed", st.get("files")],
+            ["delivered", c.get("delivered")], ["duplicates (already stored)", c.get("duplicates")],
+            ["buffered", f"{st.get('buffered')} / {st.get('buffer_max')} ({st.get('overflow')})"],
+            ["lag", f"{st.get('lag_bytes')} bytes"],
+            ["dropped: overflow / refused / invalid / not JSON",
+             f"{c.get('dropped_overflow')} / {c.get('rejected')} / {c.get('invalid')} / {c.get('not_json')}"],
+            ["files: rotations / truncations / partial lines dropped",
+             f"{c.get('rotations')} / {c.get('truncations')} / {c.get('partial_dropped')}"],
+            ["failures in a row", st.get("consecutive_failures")], ["next retry in", f"{st.get('backoff_s')} s"],
+            ["last delivery", time.strftime("%H:%M:%S", time.localtime(st["last_delivery"]))
+             if st.get("last_delivery") else "never"],
+            ["last error", st.get("last_error") or ""]]
+    print_table("fathom agent", ["", ""], rows)
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
