@@ -105,9 +105,14 @@ def disable(chain):
 @pptmon.command("stats")
 @click.argument("chain")
 @click.option("--since", default=None, help="only records of the last DURATION (e.g. 30s)")
+@click.option("--controller", default=None,
+              help="ask the controller at URL (records delivered by `fathom agent`) instead of "
+                   "reading this node's record files; window default 5m")
 @click.option("--json", "as_json", is_flag=True)
-def stats_cmd(chain, since, as_json):
+def stats_cmd(chain, since, controller, as_json):
     """p50 / p90 / p99 processing time per VNF and end to end."""
+    if controller:
+        return _stats_from_controller(chain, since, controller, as_json)
     c = _guard(chainmod.load, chain)
     since_ns = 0
     if since:
@@ -118,19 +123,41 @@ def stats_cmd(chain, since, as_json):
     if as_json:
         print_json({"chain": chain, **s, "counters": counters})
         return
+    _print_stats(chain, s, c)
+
+
+def _print_stats(chain, s, c, source=""):
     rows = []
 
     def fmt(x):
         return "" if x is None else f"{x:.1f}"
     for k, v in s["vnfs"].items():
-        kind = c.vnfs[k - 1].label() if 1 <= k <= c.n else "?"
+        k = int(k)
+        kind = c.vnfs[k - 1].label() if c is not None and 1 <= k <= c.n else ""
         rows.append([f"vnf{k}", kind, v["count"], fmt(v.get("p50_us")), fmt(v.get("p90_us")),
                      fmt(v.get("p99_us")), fmt(v.get("mean_us")), fmt(v.get("max_us"))])
     e = s["e2e"]
     rows.append(["end-to-end", "sum", e["count"], fmt(e.get("p50_us")), fmt(e.get("p90_us")),
                  fmt(e.get("p99_us")), fmt(e.get("mean_us")), fmt(e.get("max_us"))])
-    print_table(f"pptmon {chain}: {s['records']} records (µs)",
+    print_table(f"pptmon {chain}: {s['records']} records{source} (µs)",
                 ["vnf", "kind", "n", "p50", "p90", "p99", "mean", "max"], rows)
+
+
+def _stats_from_controller(chain, since, controller, as_json):
+    from fathom.cli.resources import Api
+
+    params = {"chain": chain}
+    if since:
+        params["window"] = since
+    s = Api(controller, "admin", "admin").call("GET", "/pptmon/stats", params=params)
+    if as_json:
+        print_json(s)
+        return
+    try:
+        c = chainmod.load(chain)   # VNF kinds, when the chain is described on this host
+    except (chainmod.ChainError, OSError, ValueError):
+        c = None
+    _print_stats(chain, s, c, source=f" at {controller}")
 
 
 @pptmon.command("records")

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 STATE_ROOT = Path(os.environ.get("FATHOM_PPTMON_STATE", "/run/fathom/pptmon"))
-NAME_RE = re.compile(r"^pp[a-z0-9]{0,8}$")
+NAME_RE = re.compile(r"^p[pa][a-z0-9]{0,8}$")   # pp…: PPTMon work; pa…: the agent's tests
 VNF_KINDS = ("forward", "firewall", "nat")
 
 
@@ -110,7 +110,7 @@ class Chain:
 
     def validate(self) -> None:
         if not NAME_RE.match(self.name):
-            raise ChainError(f"chain name {self.name!r}: use 'pp' + up to 8 of [a-z0-9]")
+            raise ChainError(f"chain name {self.name!r}: use 'pp' or 'pa' + up to 8 of [a-z0-9]")
         if not 1 <= self.n <= 8:
             raise ChainError("a chain has 1 to 8 VNFs")
         if not 0 <= self.base <= 255 - self.n:
@@ -268,7 +268,7 @@ def list_chains() -> list[Chain]:
 def down(name: str) -> list[str]:
     """Stop the chain's loaders and delete every namespace named '<name>-*'."""
     if not NAME_RE.match(name):
-        raise ChainError(f"refusing to remove {name!r}: chain names start with 'pp'")
+        raise ChainError(f"refusing to remove {name!r}: chain names start with 'pp' or 'pa'")
     from fathom.pptmon import control  # late import: control depends on this module
 
     control.disable(name, missing_ok=True)

@@ -404,3 +404,28 @@ def test_refused_records_are_counted_and_the_rest_delivered(server, tmp_path):
         t.join(10)
     assert a.c["rejected"] == 2 and a.c["delivered"] == 8
     assert server.seqs() == [0, 2, 3, 5, 6, 7, 8, 9]
+
+
+def test_stats_command_asks_the_controller(server, tmp_path):
+    from click.testing import CliRunner
+
+    from fathom.cli.main import cli
+    files = Files(tmp_path / "run", chain="pacli")
+    files.attached()
+    files.write(files.lines(30))
+    a = agent(server.url, tmp_path)
+    t = run_agent(a)
+    try:
+        wait(lambda: server.count() == 30, what="30")
+    finally:
+        a.stop()
+        t.join(10)
+    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", server.url, "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["records"] == 30 and set(s["vnfs"]) == {"1", "2"} and s["e2e"]["p50_us"] == 7
+    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", server.url, "--since", "1h"])
+    assert r.exit_code == 0, r.output
+    assert "vnf1" in r.output and "vnf2" in r.output and "end-to-end" in r.output and "30 records" in r.output
+    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", "http://127.0.0.1:9"])
+    assert r.exit_code != 0
