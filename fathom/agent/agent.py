@@ -59,7 +59,8 @@ class Agent:
                  node: str | None = None, batch: int = 500, buffer: int = 20_000, overflow: str = "pause",
                  poll: float = 0.2, flush: float = 1.0, timeout: float = 10.0,
                  backoff_min: float = 0.2, backoff_max: float = 30.0, state_dir: str | Path | None = None,
-                 log_interval: float = 10.0, grace: float = 5.0, headers: dict | None = None):
+                 log_interval: float = 10.0, grace: float = 5.0, headers: dict | None = None,
+                 final_flush: float = 5.0):
         from fathom.pptmon.chain import STATE_ROOT
         if overflow not in OVERFLOW:
             raise ValueError(f"overflow is one of {OVERFLOW}")
@@ -70,11 +71,14 @@ class Agent:
         self.controller = controller.rstrip("/")
         self.root = Path(root or STATE_ROOT)
         self.node = node or socket.gethostname()
+        if len(self.node) > 64:
+            raise ValueError("node names have at most 64 characters")
         self.batch, self.buffer_max, self.overflow = batch, buffer, overflow
         self.poll, self.flush, self.timeout = poll, flush, timeout
         self.backoff_min, self.backoff_max = backoff_min, backoff_max
         self.state_dir = Path(state_dir or STATE_DIR)
         self.log_interval = log_interval
+        self.final_flush = final_flush
         patterns = [str(self.root / c / "vnf*.jsonl") for c in chains] if chains else \
             [str(self.root / "*" / "vnf*.jsonl")]
         self.follower = Follower(patterns, resume=self._load_checkpoint(), grace=grace)
@@ -199,8 +203,11 @@ class Agent:
         except httpx.HTTPError as e:
             self._fail(f"{type(e).__name__}: {e}")
             return False
-        if r.status_code == 200:
-            out = r.json()
+        try:
+            out = r.json() if r.status_code == 200 else None
+        except ValueError:
+            out = None
+        if r.status_code == 200 and isinstance(out, dict):
             self.c["delivered"] += out.get("accepted", 0)
             self.c["duplicates"] += out.get("duplicates", 0)
             self.c["batches_ok"] += 1
@@ -222,6 +229,16 @@ class Agent:
                 self.last_error = f"controller refused {len(bad)} records: {r.text[:300]}"
                 LOG.warning("%s", self.last_error)
                 return True
+            # refused, but not record by record: the batch as a whole can never pass
+            for line, _ in items:
+                Follower.done(line)
+            for _ in items:
+                self.buffer.popleft()
+            self.c["rejected"] += len(items)
+            self.last_error = f"controller refused a batch of {len(items)}: {r.text[:300]}"
+            LOG.error("%s", self.last_error)
+            self.save_checkpoint()
+            return True
         self._fail(f"HTTP {r.status_code}: {r.text[:300]}")
         return False
 
@@ -263,13 +280,19 @@ class Agent:
         LOG.info("agent on %s: following %s, delivering to %s", self.node, self.root, self.controller)
         try:
             while not self.stopping.is_set():
-                if not self.step():
+                try:
+                    sent = self.step()
+                except Exception:  # noqa: BLE001 - the agent outlives a bad moment (disk full, ...)
+                    LOG.exception("agent step")
+                    sent = False
+                if not sent:
                     self.stopping.wait(self.poll)
-            # a last attempt for what is buffered (once, no backoff wait)
+            # a last attempt for what is buffered: no backoff wait, at most `final_flush` seconds
             self.follower.scan()
             self._read()
             self.next_attempt = 0.0
-            while self.buffer and self.send():
+            deadline = time.monotonic() + self.final_flush
+            while self.buffer and time.monotonic() < deadline and self.send():
                 pass
         finally:
             self.save_checkpoint()

@@ -406,6 +406,24 @@ def test_refused_records_are_counted_and_the_rest_delivered(server, tmp_path):
     assert server.seqs() == [0, 2, 3, 5, 6, 7, 8, 9]
 
 
+def test_a_batch_refused_as_a_whole_is_counted_not_retried_forever(server, tmp_path):
+    files = Files(tmp_path / "run")
+    files.attached()
+    files.write(files.lines(5))
+    a = agent(server.url, tmp_path)
+    a.http.headers["X-Roles"] = "member"         # 403: retried (a configuration the operator fixes)
+    for _ in range(5):
+        a.step()
+        time.sleep(0.05)
+    assert a.failures >= 1 and "403" in a.last_error and len(a.buffer) == 5 and a.c["rejected"] == 0
+    a.http.headers["X-Roles"] = "admin"
+    a.node = "x" * 65                             # a 422 about the batch, not a record
+    a.next_attempt = 0
+    a.step()
+    assert a.c["rejected"] == 5 and not a.buffer and server.count() == 0
+    assert a.follower.checkpoint()[str(files.path)]["offset"] == files.path.stat().st_size
+
+
 def test_stats_command_asks_the_controller(server, tmp_path):
     from click.testing import CliRunner
 
