@@ -140,9 +140,11 @@ def ingest(engine: Engine, batch: RecordBatch, now: datetime | None = None) -> t
              "flow": r.flow.model_dump(exclude_none=True), "received_at": now}
             for k, r in unique.items()]
     insert = _insert(engine.dialect.name)
-    stmt = insert(Row).values(rows).on_conflict_do_nothing(index_elements=["key"]).returning(Row.key)
+    # executemany with RETURNING: SQLAlchemy's "insertmanyvalues" sends multi-row INSERTs with a
+    # cached statement (one compiled 1000-row VALUES list was 5x slower)
+    stmt = insert(Row).on_conflict_do_nothing(index_elements=["key"]).returning(Row.key)
     with Session(engine) as s, s.begin():
-        new = set(s.execute(stmt).scalars())
+        new = set(s.execute(stmt, rows).scalars())
     return [r for k, r in unique.items() if k in new], len(batch.records) - len(new)
 
 
