@@ -163,9 +163,19 @@ def _stats_from_controller(chain, since, controller, as_json):
 @pptmon.command("records")
 @click.argument("chain")
 @click.option("--last", default=20, show_default=True)
-def records_cmd(chain, last):
+@click.option("--controller", default=None, help="the records stored by the controller at URL")
+@click.option("--vnf", type=int, default=None, help="with --controller: records through this VNF id")
+@click.option("--since", default=None, help="with --controller: the last DURATION (30s, 5m) or a time")
+def records_cmd(chain, last, controller, vnf, since):
     """The last sink records of CHAIN as JSON lines (the format sent to the controller)."""
-    for r in control.records(chain)[-last:]:
+    if controller:
+        from fathom.cli.resources import Api
+        params = {"chain": chain, "limit": last}
+        params.update({k: v for k, v in (("vnf", vnf), ("since", since)) if v is not None})
+        recs = Api(controller, "admin", "admin").call("GET", "/pptmon/records", params=params)
+    else:
+        recs = control.records(chain)[-last:]
+    for r in recs:
         sys.stdout.write(json.dumps(r) + "\n")
 
 

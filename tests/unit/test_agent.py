@@ -447,3 +447,7 @@ def test_stats_command_asks_the_controller(server, tmp_path):
     assert "vnf1" in r.output and "vnf2" in r.output and "end-to-end" in r.output and "30 records" in r.output
     r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", "http://127.0.0.1:9"])
     assert r.exit_code != 0
+    r = CliRunner().invoke(cli, ["pptmon", "records", "pacli", "--controller", server.url, "--last", "3",
+                                 "--vnf", "2", "--since", "1h"])
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["seq"] for x in r.output.splitlines()] == [27, 28, 29]
