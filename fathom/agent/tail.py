@@ -91,7 +91,9 @@ class FileTail:
     def read(self, counters: dict, max_ready: int = 1000) -> None:
         """Read what has been appended, up to about `max_ready` complete lines waiting."""
         size = self.size()
-        if size < self.pos:   # truncated under us: what we had not read is gone
+        # truncated under us (what we had not read is gone) — also when it was rewritten past
+        # our position between two looks: then its first line is another one
+        if size < self.pos or (self.fp is not None and fingerprint(self.fh) != self.fp):
             counters["truncations"] += 1
             if self.partial:
                 counters["partial_dropped"] += 1

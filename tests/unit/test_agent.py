@@ -203,6 +203,12 @@ def test_truncation_and_rotation(tmp_path):
     f.scan()
     f.read(100)
     assert take(f) == [b"b1"] and f.counters["truncations"] == 1
+    # copytruncate and rewritten beyond our position before we looked again
+    with open(p, "r+b") as fh:
+        fh.truncate(0)
+    p.write_bytes(b"B1-longer-than-before\n")
+    f.read(100)
+    assert take(f) == [b"B1-longer-than-before"] and f.counters["truncations"] == 2
     # rename rotation; the writer still holds the old inode and finishes a line there
     old = open(p, "ab")
     old.write(b"b2\nb3-par")
@@ -215,7 +221,7 @@ def test_truncation_and_rotation(tmp_path):
     f.read(100)
     got = take(f)
     assert got == [b"b2", b"b3-partial", b"c1"], got          # old inode first, then the new file
-    assert f.counters["rotations"] == 1 and len(f.orphans) == 1
+    assert f.counters["rotations"] == 1 and len(f.orphans) == 1 and f.counters["truncations"] == 2
     time.sleep(0.3)
     f.read(100)
     assert f.orphans == []                                    # drained and idle: closed
