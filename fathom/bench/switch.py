@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from .devices import GEN_PORT, RCV_PORT, Device, OvsDevice, VethDevice, make_device
@@ -165,7 +166,13 @@ class SwitchBench:
 
     def _fixed(self, dev: Device, module: str, size: int, mbps: float, seconds: float, **kw) -> dict:
         pps = pps_for(mbps, size)
-        r = self._run(dev, size, pps, pps * seconds, **kw)
+        key = f"{module}/{dev.name}/{size}B/{mbps:g}Mbps"
+        if self.keep_frames:
+            Path(self.keep_frames).mkdir(parents=True, exist_ok=True)
+            kw["csv"] = str(Path(self.keep_frames) / (key.replace("/", "_") + ".csv"))
+        r = self._run(dev, size, pps, pps * seconds, buckets=True, **kw)
+        # the log-linear histogram: [lower_ns, width_ns, count] of each non-empty bucket
+        self.extra.setdefault("histograms", {})[key] = r.get("latency", {}).pop("buckets", [])
         row = row_from(r, module=module, device=dev.name)
         self.rows[module].append(row)
         return row

@@ -46,10 +46,11 @@ def _sizes(value: str | None) -> list[int] | None:
 @click.option("--inject-dup", type=int, default=0, help="self-test: send every Nth frame twice")
 @click.option("--spin-us", type=int, default=0, show_default=True,
               help="generator busy-polls waits shorter than this (µs); 0 sleeps, leaving the CPU to the device")
+@click.option("--per-frame", is_flag=True, help="keep a per-frame CSV of every latency run (OUTPUT/frames/)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-switch-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
 def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows, loss_tolerance, drop_every,
-           inject_reorder, inject_dup, spin_us, outdir, as_json):
+           inject_reorder, inject_dup, spin_us, per_frame, outdir, as_json):
     """Oflops-style switch benchmark: calibration, action delay, frame-size and load sweeps, RFC 2544
     throughput, flow-install delay, packet_in, echo, and the VXLAN overlay comparison."""
     from fathom.bench import report
@@ -81,6 +82,8 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
         fail(str(e), code=2)
 
     out = Path(outdir or f"results/bench-switch-{time.strftime('%Y%m%d-%H%M%S')}")
+    if per_frame:
+        b.keep_frames = str(out / "frames")
     t0 = time.time()
     env = report.environment()
     progress = Progress(TextColumn("{task.description:<48}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -125,3 +128,16 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
     print_table("fathom bench switch", ["module", "device/path", "action/size", "Mb/s", "loss %", "p50 µs", "p99 µs",
                                         "gen-limited"], rows)
     console.print(f"report: {out}/summary.md ({time.time() - t0:.0f} s)")
+
+
+@bench.command("all")
+@click.option("--quick", is_flag=True, help="short runs")
+@click.pass_context
+def all_benches(ctx, quick):
+    """Run every benchmark of this group in turn (`make bench`), each with its default options."""
+    for name, cmd in sorted(bench.commands.items()):
+        if cmd is ctx.command:
+            continue
+        console.print(f"[bold]fathom bench {name}[/bold]")
+        params = {p.name for p in cmd.params}
+        ctx.invoke(cmd, **({"quick": quick} if "quick" in params else {}))
