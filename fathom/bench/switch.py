@@ -63,7 +63,7 @@ class Plan:
     drop_every: int = 0
     reorder_every: int = 0
     dup_every: int = 0
-    spin_us: int = 0  # the generator sleeps rather than spins: on 2 cores the device needs the CPU
+    spin_us: int = 20  # waits above 20 us are slept (the device needs the CPU), shorter ones spun (even gaps)
     fifo_max_pps: float = 100000  # paced runs up to this rate send from a SCHED_FIFO thread
 
     @classmethod

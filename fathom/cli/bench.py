@@ -44,7 +44,7 @@ def _sizes(value: str | None) -> list[int] | None:
 @click.option("--drop-every", type=int, default=0, help="self-test: the device drops every Nth frame (nftables)")
 @click.option("--inject-reorder", type=int, default=0, help="self-test: swap every Nth pair of frames at the source")
 @click.option("--inject-dup", type=int, default=0, help="self-test: send every Nth frame twice")
-@click.option("--spin-us", type=int, default=0, show_default=True,
+@click.option("--spin-us", type=int, default=20, show_default=True,
               help="generator busy-polls waits shorter than this (µs); 0 sleeps, leaving the CPU to the device")
 @click.option("--per-frame", is_flag=True, help="keep a per-frame CSV of every latency run (OUTPUT/frames/)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-switch-<timestamp>/")
