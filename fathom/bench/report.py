@@ -230,11 +230,11 @@ def plots(out: Path, results: dict) -> list[str]:
     tp = list(results.get("calibration-throughput", [])) + list(results.get("throughput", []))
     ov = results.get("overlay", [])
     if tp or ov:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         sizes = sorted({r["frame_size_bytes"] for r in tp + ov})
         xs = list(range(64, max(sizes) + 1, 8))
         for g in LINE_RATES_GBPS:
-            ax.plot(xs, [g * 1000 * s / (s + 20) for s in xs], color="grey", lw=1, ls=":",
+            ax.plot(xs, [g * 1000 * s / (s + 20) for s in xs], color="grey", lw=1, ls=":" if g == 1 else "--",
                     label=f"{g} GbE line rate (frame bits)")
         for dev, rows in by_device(tp).items():
             rows = sorted(rows, key=lambda r: r["frame_size_bytes"])
@@ -248,7 +248,8 @@ def plots(out: Path, results: dict) -> list[str]:
             ax.plot([r["frame_size_bytes"] for r in rows], [r["max_received_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
                     marker="^", ls=":", label=f"lab {path} (max received)")
         ax.set_yscale("log"); ax.set_xlabel("frame size (bytes)"); ax.set_ylabel("zero-loss throughput (Mb/s of frames)")
-        ax.set_title("RFC 2544 throughput vs frame size"); ax.legend(fontsize=7); ax.grid(alpha=.3)
+        ax.set_title("RFC 2544 throughput vs frame size"); ax.grid(alpha=.3)
+        ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
         save(fig, "throughput_vs_frame_size.png")
     if results.get("flow-install"):
         d = sorted(r["install_delay_ns"] / 1e6 for r in results["flow-install"] if r["install_delay_ns"] is not None)
