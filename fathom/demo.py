@@ -17,6 +17,7 @@ import httpx
 from rich.console import Console
 
 from fathom.lab.lab import Lab
+from fathom.pptmon import demo as pptmon_demo
 from fathom.lab.sh import LabError
 from fathom.lab.topology import DEFAULT_TOPOLOGY, load
 
@@ -90,6 +91,8 @@ def tenant_section(report: list) -> None:
                   ("green grn1 → grn2, cross node (VLAN 120)", "grn1", "grn2"),
                   ("routed blue vm1 → green grn2 (router r1)", "vm1", "grn2")]
         for label, src, dst in checks:
+            # OVS drops the packet that makes it resolve a new tunnel neighbour: warm the path first
+            in_ns(lab, src, "ping", "-c", "1", "-W", "1", ips[dst])
             out = in_ns(lab, src, "ping", "-c", "3", "-i", "0.2", "-W", "1", ips[dst]).stdout
             m = re.search(r"ttl=(\d+).*?time=([\d.]+)", out)
             ok = " 0% packet loss" in out
@@ -251,22 +254,25 @@ def main() -> int:
         tenant_section(report)
         vtap_section(report)
         fabric_section(report)   # issue 7
-    except (LabError, subprocess.SubprocessError, httpx.HTTPError) as e:
+        pptmon_demo.section(console, report, keep=args.keep)  # issue 5
+    except Exception as e:  # noqa: BLE001 - the report and the clean-up below must still happen
+        if not isinstance(e, (LabError, httpx.HTTPError, subprocess.SubprocessError)):
+            console.print_exception()
         console.print(f"[red]demo failed:[/red] {e}")
         ok = False
     finally:
         console.rule("[bold]report")
         for k, v in report:
             console.print(f"  {k:<48} {v}", highlight=False)
+        labs = [LAB, LAB + "t", LAB + "v", LAB + "f"]
         if args.keep and ok:
-            console.print(f"\nlabs '{LAB}' and '{LAB}t' left up: try 'fathom lab status -n {LAB}t'; "
-                          f"remove them with 'fathom lab down -n {LAB}' and 'fathom lab down -n {LAB}t'")
+            console.print(f"\nlabs {', '.join(labs)} and PPTMon chain {pptmon_demo.CHAIN} left up: try "
+                          f"'fathom lab status -n {LAB}t'; remove them with 'fathom lab down -n NAME' and "
+                          f"'fathom pptmon chain down {pptmon_demo.CHAIN}'")
         else:
-            lab.down()
-            Lab(LAB + "t").down()
-            Lab(LAB + "v").down()
-            Lab(LAB + "f").down()
-            console.print(f"\nlabs '{LAB}' and '{LAB}t' removed")
+            for name in labs:
+                Lab(name).down()
+            console.print(f"\nlabs {', '.join(labs)} removed")
     return 0 if ok and all("FAILED" not in v for _, v in report) else 1
 
 

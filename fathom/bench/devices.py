@@ -86,6 +86,10 @@ class Device:
         for ns in (NS_GEN, NS_RCV) + ((NS_DUT,) if self.name != "veth" else ()):
             run(["ip", "netns", "add", ns])
             run(["ip", "link", "set", "lo", "up"], ns=ns)
+            # no IPv6 on the test links: router/neighbour solicitations would be frames the device
+            # forwards (and counts) besides the probes
+            for key in ("all", "default"):
+                run(["sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1"], ns=ns, check=False)
         self._build()
         self.tx.mac = _mac(NS_GEN, "g0")
         self.rx.mac = _mac(NS_RCV, "r0")

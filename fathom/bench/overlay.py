@@ -56,7 +56,8 @@ def run_overlay(plan, step) -> tuple[list[dict], dict]:
                 rate = hi
                 while True:
                     r = run_engine(engine_args(tx, rx, size=size, rate_pps=rate, count=max(100, rate * plan.trial_s),
-                                               dst_mac=rx.mac, stamp_every=0, linger_s=0.3))
+                                               dst_mac=rx.mac, stamp_every=0, linger_s=0.3,
+                                               extra=["--spin-us", str(plan.spin_us)]))
                     trials += 1
                     ok = (r["rx"]["loss_ratio"] or 0) <= plan.loss_tolerance
                     if first:

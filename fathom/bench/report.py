@@ -35,8 +35,22 @@ def environment() -> dict:
             "cpus": os.cpu_count(), "cpu_model": cpu_model, "clocksource": clocksource,
             "ovs_version": (sh("ovs-vswitchd", "--version") or "").split("\n")[0],
             "os_ken_version": md.version("os-ken"), "python": platform.python_version(),
-            "loadavg_at_start": os.getloadavg(),
+            "loadavg_at_start": os.getloadavg(), "foreign_ovs_vswitchd_at_start": foreign_vswitchd(),
             "timestamping": "kernel software SO_TIMESTAMPING on veth (no hardware clock offered)"}
+
+
+def foreign_vswitchd() -> int:
+    """ovs-vswitchd processes not started by this benchmark (other labs sharing the CPUs)."""
+    n = 0
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() == "ovs-vswitchd" and \
+                        "fathom-bench" not in (d / "cmdline").read_text() and "/sbov/" not in (d / "cmdline").read_text():
+                    n += 1
+            except OSError:
+                pass
+    return n
 
 
 def _flat(v):
@@ -71,6 +85,10 @@ def markdown(doc: dict) -> str:
          f"- command: `{doc['command']}`", f"- date: {env['date_utc']}, took {doc['elapsed_s']:.0f} s",
          f"- kernel {env['kernel']}, {env['cpus']} CPUs ({env['cpu_model']}), clocksource {env['clocksource']}",
          f"- {env['ovs_version']}, os-ken {env['os_ken_version']}; timestamps: {env['timestamping']}",
+         f"- machine load: loadavg {', '.join(f'{x:.2f}' for x in env['loadavg_at_start'])} at start, "
+         f"{', '.join(f'{x:.2f}' for x in env.get('loadavg_at_end', []))} at end; "
+         f"{env.get('foreign_ovs_vswitchd_at_start')} other ovs-vswitchd processes were running"
+         + (" (**the CPUs were shared: expect noisier figures**)" if env.get("contended") else ""),
          "- latency = kernel TX stamp -> kernel RX stamp of the same frame; frame sizes include the FCS", ""]
 
     def lat_table(rows, keycols):
@@ -154,6 +172,15 @@ def markdown(doc: dict) -> str:
     return "\n".join(L)
 
 
+def _lat_lines(ax, x, rows, dev, color):
+    """mean (solid), p50 (dotted) and p99 (dashed) of one device in one colour; std-dev is in the tables."""
+    def col(k):
+        return [None if r.get(k) is None else r[k] / 1000 for r in rows]
+    ax.plot(x, col("latency_mean_ns"), marker="o", color=color, label=f"{dev} mean")
+    ax.plot(x, col("latency_p50_ns"), marker=".", ls=":", color=color, label=f"{dev} p50")
+    ax.plot(x, col("latency_p99_ns"), marker="x", ls="--", color=color, label=f"{dev} p99")
+
+
 def plots(out: Path, results: dict) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
@@ -175,43 +202,39 @@ def plots(out: Path, results: dict) -> list[str]:
     fs = list(results.get("calibration", [])) + list(results.get("frame-size", []))
     if fs:  # paper Figs. 2 and 4 (latency) and 5 (loss) against frame size
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        for dev, rows in by_device([{**r, "device": r.get("device", "veth")} for r in fs]).items():
+        for i, (dev, rows) in enumerate(by_device([{**r, "device": r.get("device", "veth")} for r in fs]).items()):
             rows = sorted(rows, key=lambda r: r["frame_size_bytes"])
             x = [r["frame_size_bytes"] for r in rows]
-            a1.errorbar(x, [r["latency_mean_ns"] / 1000 for r in rows], yerr=[r["latency_std_ns"] / 1000 for r in rows],
-                        marker="o", capsize=3, label=f"{dev} mean ± sd")
-            a1.plot(x, [r["latency_p99_ns"] / 1000 for r in rows], ls="--", marker="x", label=f"{dev} p99")
-            a2.plot(x, [100 * (r["loss_ratio"] or 0) for r in rows], marker="o", label=dev)
+            _lat_lines(a1, x, rows, dev, f"C{i}")
+            a2.plot(x, [100 * (r["loss_ratio"] or 0) for r in rows], marker="o", color=f"C{i}", label=dev)
         a1.set_yscale("log"); a1.set_xlabel("frame size (bytes)"); a1.set_ylabel("latency (µs)")
-        a1.set_title("Latency vs frame size (fixed load)"); a1.legend(fontsize=7); a1.grid(alpha=.3)
+        a1.set_title("Latency vs frame size (fixed load)"); a1.legend(fontsize=6, ncol=2); a1.grid(alpha=.3)
         a2.set_xlabel("frame size (bytes)"); a2.set_ylabel("frame loss (%)"); a2.set_title("Loss vs frame size")
         a2.legend(fontsize=7); a2.grid(alpha=.3)
         save(fig, "latency_vs_frame_size.png")
     if results.get("load"):  # paper Figs. 3, 6 and 7
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        for dev, rows in by_device(results["load"]).items():
+        for i, (dev, rows) in enumerate(by_device(results["load"]).items()):
             rows = sorted(rows, key=lambda r: r["offered_mbps"])
             x = [r["offered_mbps"] for r in rows]
-            a1.errorbar(x, [r["latency_mean_ns"] / 1000 for r in rows], yerr=[r["latency_std_ns"] / 1000 for r in rows],
-                        marker="o", capsize=3, label=f"{dev} mean ± sd")
-            a1.plot(x, [r["latency_p99_ns"] / 1000 for r in rows], ls="--", marker="x", label=f"{dev} p99")
-            a2.plot(x, [100 * (r["loss_ratio"] or 0) for r in rows], marker="o", label=dev)
+            _lat_lines(a1, x, rows, dev, f"C{i}")
+            a2.plot(x, [100 * (r["loss_ratio"] or 0) for r in rows], marker="o", color=f"C{i}", label=dev)
             for r in rows:
                 if r["generator_limited"]:
                     a2.annotate("gen-limited", (r["offered_mbps"], 100 * (r["loss_ratio"] or 0)), fontsize=6)
         a1.set_yscale("log"); a1.set_xlabel("offered load (Mb/s, 150-byte frames)"); a1.set_ylabel("latency (µs)")
-        a1.set_title("Latency vs load"); a1.legend(fontsize=7); a1.grid(alpha=.3)
+        a1.set_title("Latency vs load"); a1.legend(fontsize=6, ncol=2); a1.grid(alpha=.3)
         a2.set_xlabel("offered load (Mb/s)"); a2.set_ylabel("frame loss (%)"); a2.set_title("Loss vs load")
         a2.legend(fontsize=7); a2.grid(alpha=.3)
         save(fig, "latency_loss_vs_load.png")
     tp = list(results.get("calibration-throughput", [])) + list(results.get("throughput", []))
     ov = results.get("overlay", [])
     if tp or ov:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         sizes = sorted({r["frame_size_bytes"] for r in tp + ov})
         xs = list(range(64, max(sizes) + 1, 8))
         for g in LINE_RATES_GBPS:
-            ax.plot(xs, [g * 1000 * s / (s + 20) for s in xs], color="grey", lw=1, ls=":",
+            ax.plot(xs, [g * 1000 * s / (s + 20) for s in xs], color="grey", lw=1, ls=":" if g == 1 else "--",
                     label=f"{g} GbE line rate (frame bits)")
         for dev, rows in by_device(tp).items():
             rows = sorted(rows, key=lambda r: r["frame_size_bytes"])
@@ -225,7 +248,8 @@ def plots(out: Path, results: dict) -> list[str]:
             ax.plot([r["frame_size_bytes"] for r in rows], [r["max_received_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
                     marker="^", ls=":", label=f"lab {path} (max received)")
         ax.set_yscale("log"); ax.set_xlabel("frame size (bytes)"); ax.set_ylabel("zero-loss throughput (Mb/s of frames)")
-        ax.set_title("RFC 2544 throughput vs frame size"); ax.legend(fontsize=7); ax.grid(alpha=.3)
+        ax.set_title("RFC 2544 throughput vs frame size"); ax.grid(alpha=.3)
+        ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
         save(fig, "throughput_vs_frame_size.png")
     if results.get("flow-install"):
         d = sorted(r["install_delay_ns"] / 1e6 for r in results["flow-install"] if r["install_delay_ns"] is not None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from .devices import GEN_PORT, RCV_PORT, Device, OvsDevice, VethDevice, make_device
@@ -62,6 +63,8 @@ class Plan:
     drop_every: int = 0
     reorder_every: int = 0
     dup_every: int = 0
+    spin_us: int = 20  # waits above 20 us are slept (the device needs the CPU), shorter ones spun (even gaps)
+    fifo_max_pps: float = 100000  # paced runs up to this rate send from a SCHED_FIFO thread
 
     @classmethod
     def make(cls, quick: bool, mtu: int, sizes: list[int] | None = None) -> "Plan":
@@ -101,7 +104,8 @@ def row_from(r: dict, **extra) -> dict:
            "rx_pps": rx.get("rx_pps"), "rx_mbps": round(mbps_for(rx.get("rx_pps") or 0, size), 3),
            "latency_n": r.get("latency", {}).get("n"), **_lat(r),
            "generator_limited": bool(offered > 0 and achieved < GEN_LIMIT * offered),
-           "tx_lateness_p99_ns": tx["lateness"].get("p99_ns"), "timestamp_source": r.get("timestamp_source")}
+           "tx_lateness_p99_ns": tx["lateness"].get("p99_ns"), "tx_gap_p50_ns": tx["gap"].get("p50_ns"),
+           "tx_gap_p99_ns": tx["gap"].get("p99_ns"), "timestamp_source": r.get("timestamp_source")}
     return row
 
 
@@ -150,7 +154,9 @@ class SwitchBench:
     # ----- engine runs -----
     def _run(self, dev: Device, size: int, pps: float, count: int, **kw) -> dict:
         p = self.plan
-        extra = list(kw.pop("extra", []))
+        extra = list(kw.pop("extra", [])) + ["--spin-us", str(p.spin_us)]
+        if 0 < pps <= p.fifo_max_pps and kw.get("stamp_every", 1):
+            extra.append("--fifo")  # latency runs: on-time departures even when the machine is busy
         if p.reorder_every:
             extra += ["--reorder-every", str(p.reorder_every)]
         if p.dup_every:
@@ -160,7 +166,13 @@ class SwitchBench:
 
     def _fixed(self, dev: Device, module: str, size: int, mbps: float, seconds: float, **kw) -> dict:
         pps = pps_for(mbps, size)
-        r = self._run(dev, size, pps, pps * seconds, **kw)
+        key = f"{module}/{dev.name}/{size}B/{mbps:g}Mbps"
+        if self.keep_frames:
+            Path(self.keep_frames).mkdir(parents=True, exist_ok=True)
+            kw["csv"] = str(Path(self.keep_frames) / (key.replace("/", "_") + ".csv"))
+        r = self._run(dev, size, pps, pps * seconds, buckets=True, **kw)
+        # the log-linear histogram: [lower_ns, width_ns, count] of each non-empty bucket
+        self.extra.setdefault("histograms", {})[key] = r.get("latency", {}).pop("buckets", [])
         row = row_from(r, module=module, device=dev.name)
         self.rows[module].append(row)
         return row

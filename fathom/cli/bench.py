@@ -44,10 +44,13 @@ def _sizes(value: str | None) -> list[int] | None:
 @click.option("--drop-every", type=int, default=0, help="self-test: the device drops every Nth frame (nftables)")
 @click.option("--inject-reorder", type=int, default=0, help="self-test: swap every Nth pair of frames at the source")
 @click.option("--inject-dup", type=int, default=0, help="self-test: send every Nth frame twice")
+@click.option("--spin-us", type=int, default=20, show_default=True,
+              help="generator busy-polls waits shorter than this (µs); 0 sleeps, leaving the CPU to the device")
+@click.option("--per-frame", is_flag=True, help="keep a per-frame CSV of every latency run (OUTPUT/frames/)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-switch-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
 def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows, loss_tolerance, drop_every,
-           inject_reorder, inject_dup, outdir, as_json):
+           inject_reorder, inject_dup, spin_us, per_frame, outdir, as_json):
     """Oflops-style switch benchmark: calibration, action delay, frame-size and load sweeps, RFC 2544
     throughput, flow-install delay, packet_in, echo, and the VXLAN overlay comparison."""
     from fathom.bench import report
@@ -67,6 +70,7 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
         if flows:
             plan.flows = flows
         plan.loss_tolerance = loss_tolerance
+        plan.spin_us = spin_us
         plan.drop_every, plan.reorder_every, plan.dup_every = drop_every, inject_reorder, inject_dup
         if drop_every == 1 or drop_every < 0:
             raise BenchError("--drop-every must be >= 2")
@@ -78,6 +82,8 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
         fail(str(e), code=2)
 
     out = Path(outdir or f"results/bench-switch-{time.strftime('%Y%m%d-%H%M%S')}")
+    if per_frame:
+        b.keep_frames = str(out / "frames")
     t0 = time.time()
     env = report.environment()
     progress = Progress(TextColumn("{task.description:<48}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -96,6 +102,9 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
     except KeyboardInterrupt:
         cleanup()
         fail("interrupted; namespaces removed", code=130)
+    import os
+    env["loadavg_at_end"] = os.getloadavg()
+    env["contended"] = bool(env["foreign_ovs_vswitchd_at_start"] or max(env["loadavg_at_start"][0], env["loadavg_at_end"][0]) > 1.0)
     doc = {"command": "fathom bench switch " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 2
            else "fathom bench switch", "plan": plan.__dict__, "devices": list(devices), "modules": mods,
            "environment": env, "elapsed_s": time.time() - t0, "results": results, "extra": b.extra}
@@ -202,3 +211,16 @@ def vtap(quick, seconds, sizes, udp_mbps, below_mbps, protos, repeats, outdir, a
         return print_json(doc)
     console.print(vb.markdown(doc), highlight=False)
     console.print("files: " + ", ".join(files))
+
+
+@bench.command("all")
+@click.option("--quick", is_flag=True, help="short runs")
+@click.pass_context
+def all_benches(ctx, quick):
+    """Run every benchmark of this group in turn (`make bench`), each with its default options."""
+    for name, cmd in sorted(bench.commands.items()):
+        if cmd is ctx.command:
+            continue
+        console.print(f"[bold]fathom bench {name}[/bold]")
+        params = {p.name for p in cmd.params}
+        ctx.invoke(cmd, **({"quick": quick} if "quick" in params else {}))

@@ -353,6 +353,8 @@ def list_labs() -> list[dict]:
         except ValueError:
             continue
         st = lab.state()
+        if not st and not lab.namespaces():
+            continue  # another tool's run dir (e.g. /run/fathom/pptmon), not a lab
         out.append({"name": name, "status": st.get("status", "unknown (no state file)"),
                     "nodes": len(st.get("nodes", [])),
                     "vms": sum(len(n.get("vms", [])) for n in st.get("topology", {}).get("nodes", [])),

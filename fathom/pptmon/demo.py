@@ -44,7 +44,7 @@ def section(console: Console, report: list, keep: bool = False) -> dict:
         intact = sent == got and usent == ugot
         report.append(("pptmon", f"{s['records']} records over 3 VNFs, end-to-end p50 "
                                  f"{e.get('p50_us', float('nan')):.1f} µs; payloads "
-                                 f"{'byte-identical' if intact else 'DIFFER'}"))
+                                 f"{'byte-identical' if intact else 'DIFFER - FAILED'}"))
         return s
     finally:
         if not keep:

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,6 +75,8 @@ struct opts {
     unsigned reorder_every, dup_every;
     double warmup_s, linger_s;
     int cpu_tx, cpu_rx;
+    unsigned spin_us;            /* waits longer than this are slept, shorter ones spun */
+    int fifo;                    /* 1: the transmit thread runs SCHED_FIFO (-1: refused) */
     int hw_stamps;               /* 1: ask for hardware stamps, 0: software */
     int vlan;                    /* >= 0: send with an 802.1Q tag */
     const char *csv, *flows_json;
@@ -90,6 +93,7 @@ static uint64_t *flow_first_rx_ns, *flow_rx_count;
 struct tx_result {
     uint64_t slots, frames_sent, send_errors, stamps, stamps_hw;
     uint64_t first_user_ns, last_user_ns;
+    uint64_t start_mono_ns, start_real_ns; /* the first deadline, on both clocks */
     struct hist lateness;      /* user-space send time minus its deadline */
     int error;
     char errmsg[256];
@@ -355,6 +359,10 @@ static void *tx_thread(void *arg)
 {
     (void)arg;
     pin(O.cpu_tx);
+    if (O.fifo) {
+        struct sched_param sp = {.sched_priority = 10};
+        if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) != 0) O.fifo = -1; /* reported in the JSON */
+    }
     enter_ns(O.tx_ns);
     int ifindex, mtu;
     uint8_t mac[6];
@@ -392,16 +400,20 @@ static void *tx_thread(void *arg)
 
     while (!atomic_load(&rx_ready) && !atomic_load(&stop_now)) usleep(1000);
     uint64_t t0 = now_ns(CLOCK_MONOTONIC) + (uint64_t)(O.warmup_s * 1e9);
+    TX.start_mono_ns = t0;
+    TX.start_real_ns = now_ns(CLOCK_REALTIME) + (t0 - now_ns(CLOCK_MONOTONIC));
     double gap = O.rate_pps > 0 ? 1e9 / O.rate_pps : 0;
     uint64_t slot = 0;
+    uint64_t spin_ns = (uint64_t)O.spin_us * 1000;
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us timer slack instead of 50 us */
     while (slot < O.count && !atomic_load(&stop_now)) {
         uint64_t now = now_ns(CLOCK_MONOTONIC);
         uint64_t deadline = t0 + (uint64_t)(gap * (double)slot);
         if (now < deadline) {
             uint64_t wait = deadline - now;
-            if (wait > 200000) { /* sleep to 50 us before the deadline, then spin */
-                struct timespec ts = {.tv_sec = (time_t)((deadline - 50000) / 1000000000ull),
-                                      .tv_nsec = (long)((deadline - 50000) % 1000000000ull)};
+            if (wait > spin_ns) { /* sleep to a wake-up margin before the deadline, then spin */
+                uint64_t wake = deadline - (spin_ns < 10000 ? spin_ns / 2 : 10000);
+                struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000ull), .tv_nsec = (long)(wake % 1000000000ull)};
                 clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
             }
             continue;
@@ -570,6 +582,9 @@ static void usage(FILE *f)
 "  --stamp-every N            kernel TX stamp every Nth frame (1 = all, 0 = none)\n"
 "  --warmup S --linger S      delay before sending; wait for late frames after\n"
 "  --cpu-tx C --cpu-rx C      pin the threads\n"
+"  --spin-us N                waits above N us are slept, shorter ones busy-polled (default 200;\n"
+"                             small values leave the CPU to the device under test)\n"
+"  --fifo                     run the transmit thread SCHED_FIFO (precise wake-ups on a busy machine)\n"
 "  --hw                       hardware timestamps (when ethtool -T offers them)\n"
 "  --reorder-every N --dup-every N   inject reordering / duplicates (tests)\n"
 "  --csv FILE                 per-frame records   --buckets  histogram buckets in the JSON\n");
@@ -611,13 +626,13 @@ int main(int argc, char **argv)
     O.mode = argv[1];
     O.frame_size = 64; O.rate_pps = 10000; O.count = 10000; O.stream = 4242; O.flows = 1;
     O.dport_base = 9000; O.batch = 32; O.stamp_every = 1; O.warmup_s = 0.05; O.linger_s = 0.2;
-    O.cpu_tx = -1; O.cpu_rx = -1; O.vlan = -1;
+    O.cpu_tx = -1; O.cpu_rx = -1; O.vlan = -1; O.spin_us = 200;
     O.src_ip = inet_addr("198.18.0.1"); O.dst_ip = inet_addr("198.18.0.2");
     const char *info_if = NULL, *info_ns = NULL;
     int count_set = 0;
     enum { A_TXIF = 1, A_TXNS, A_RXIF, A_RXNS, A_IF, A_NS, A_SIZE, A_RATE, A_COUNT, A_DUR, A_SMAC, A_DMAC,
            A_SIP, A_DIP, A_STREAM, A_FLOWS, A_DPORT, A_BATCH, A_STAMP, A_WARM, A_LINGER, A_CTX, A_CRX, A_HW,
-           A_REO, A_DUP, A_CSV, A_BUCKETS, A_VLAN };
+           A_REO, A_DUP, A_CSV, A_BUCKETS, A_VLAN, A_SPIN, A_FIFO };
     static const struct option lo[] = {
         {"tx-if", 1, 0, A_TXIF}, {"tx-ns", 1, 0, A_TXNS}, {"rx-if", 1, 0, A_RXIF}, {"rx-ns", 1, 0, A_RXNS},
         {"if", 1, 0, A_IF}, {"ns", 1, 0, A_NS}, {"size", 1, 0, A_SIZE}, {"rate", 1, 0, A_RATE},
@@ -627,7 +642,7 @@ int main(int argc, char **argv)
         {"batch", 1, 0, A_BATCH}, {"stamp-every", 1, 0, A_STAMP}, {"warmup", 1, 0, A_WARM},
         {"linger", 1, 0, A_LINGER}, {"cpu-tx", 1, 0, A_CTX}, {"cpu-rx", 1, 0, A_CRX}, {"hw", 0, 0, A_HW},
         {"reorder-every", 1, 0, A_REO}, {"dup-every", 1, 0, A_DUP}, {"csv", 1, 0, A_CSV},
-        {"buckets", 0, 0, A_BUCKETS}, {"vlan", 1, 0, A_VLAN}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"buckets", 0, 0, A_BUCKETS}, {"vlan", 1, 0, A_VLAN}, {"spin-us", 1, 0, A_SPIN}, {"fifo", 0, 0, A_FIFO}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -661,6 +676,8 @@ int main(int argc, char **argv)
         case A_CSV: O.csv = optarg; break;
         case A_BUCKETS: O.buckets = 1; break;
         case A_VLAN: O.vlan = atoi(optarg); break;
+        case A_SPIN: O.spin_us = (unsigned)atoi(optarg); break;
+        case A_FIFO: O.fifo = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -726,9 +743,14 @@ int main(int argc, char **argv)
             if (tx_user_ns[s]) hist_add(&lat_user, (int64_t)(rx_kernel_ns[s] - tx_user_ns[s]));
         }
     }
-    double dur_user = TX.last_user_ns > TX.first_user_ns ? (double)(TX.last_user_ns - TX.first_user_ns) / 1e9 : 0;
+    /* achieved rate: frames after the first over the span from the first deadline to the last send, so
+     * a late start that was caught up does not inflate it and a late finish lowers it */
+    double dur_user = TX.last_user_ns > TX.start_mono_ns ? (double)(TX.last_user_ns - TX.start_mono_ns) / 1e9 : 0;
     double achieved = dur_user > 0 ? (double)(TX.slots - 1) / dur_user : 0;
-    double dur_k = last_k > first_k ? (double)(last_k - first_k) / 1e9 : 0;
+    if (O.rate_pps <= 0 && TX.last_user_ns > TX.first_user_ns)  /* unpaced: from the first send */
+        achieved = (double)(TX.slots - 1) / ((double)(TX.last_user_ns - TX.first_user_ns) / 1e9);
+    uint64_t k0 = (O.rate_pps > 0 && TX.start_real_ns < first_k) ? TX.start_real_ns : first_k;
+    double dur_k = last_k > k0 ? (double)(last_k - k0) / 1e9 : 0;
     double achieved_k = (dur_k > 0 && O.stamp_every == 1) ? (double)(TX.stamps - 1) / dur_k : 0;
     double rx_dur = RX.last_ns > RX.first_ns ? (double)(RX.last_ns - RX.first_ns) / 1e9 : 0;
     double rx_pps = rx_dur > 0 && RX.acct.unique > 1 ? (double)(RX.acct.unique - 1) / rx_dur : 0;
@@ -745,9 +767,9 @@ int main(int argc, char **argv)
     json_str(f, "rx_ns", O.rx_ns, 1); json_str(f, "rx_if", O.rx_if, 1);
     fprintf(f, "\"frame_size_bytes\": %u, \"target_pps\": %.3f, \"count\": %llu, \"stream\": %u, "
                "\"flows\": %u, \"batch\": %u, \"stamp_every\": %u, \"vlan\": %d, \"reorder_every\": %u, "
-               "\"dup_every\": %u}, ",
+               "\"dup_every\": %u, \"spin_us\": %u, \"fifo\": %d}, ",
             O.frame_size, O.rate_pps, (unsigned long long)O.count, O.stream, O.flows, O.batch, O.stamp_every,
-            O.vlan, O.reorder_every, O.dup_every);
+            O.vlan, O.reorder_every, O.dup_every, O.spin_us, O.fifo);
     fprintf(f, "\"tx\": {\"frames\": %llu, \"frames_on_wire\": %llu, \"send_retries\": %llu, "
                "\"tx_stamps\": %llu, \"duration_s\": %.6f, \"achieved_pps\": %.1f, \"achieved_pps_kernel\": %.1f, "
                "\"achieved_l1_bps\": %.0f, \"lateness\": ",
