@@ -36,7 +36,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session
 
-from fathom.pptmon.records import MAX_BATCH, PptRecord, RecordBatch, parse_duration
+from fathom.pptmon.records import PptRecord, RecordBatch, parse_duration
 from fathom.pptmon.stats import chain_stats
 from fathom.store.db import READ_ONLY
 from fathom.store.ops import Caller, require_admin
