@@ -26,6 +26,7 @@ every `log_interval` seconds.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -45,6 +46,10 @@ from fathom.pptmon.records import MAX_BATCH, PptRecord
 LOG = logging.getLogger("fathom.agent")
 STATE_DIR = Path(os.environ.get("FATHOM_AGENT_STATE", "/run/fathom/agent"))
 OVERFLOW = ("pause", "drop-oldest")
+
+
+class AgentError(Exception):
+    pass
 
 
 def _write_atomic(path: Path, data: dict) -> None:
@@ -276,7 +281,25 @@ class Agent:
                      f", last error: {self.last_error}" if self.failures else "")
         return sent
 
+    def _lock(self):
+        """One agent per state directory: two would fight over the checkpoint."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(self.state_dir / "agent.lock", "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            other = fh.read().strip()
+            fh.close()
+            raise AgentError(f"another agent (pid {other or '?'}) uses {self.state_dir}") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        return fh
+
     def run(self) -> None:
+        lock = self._lock()
         LOG.info("agent on %s: following %s, delivering to %s", self.node, self.root, self.controller)
         try:
             while not self.stopping.is_set():
@@ -299,6 +322,7 @@ class Agent:
             _write_atomic(self.status_file, {**self.status(), "stopped": time.time()})
             self.follower.close()
             self.http.close()
+            lock.close()
 
     def stop(self) -> None:
         self.stopping.set()

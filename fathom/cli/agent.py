@@ -36,7 +36,7 @@ def agent():
 def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
         log_interval):
     """Follow the PPTMon loaders' record files and deliver them to the controller (foreground)."""
-    from fathom.agent.agent import Agent
+    from fathom.agent.agent import Agent, AgentError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -48,7 +48,10 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         fail(str(e))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: a.stop())
-    a.run()
+    try:
+        a.run()
+    except AgentError as e:
+        fail(str(e))
 
 
 @agent.command("status")

@@ -341,6 +341,22 @@ def test_restart_resumes_without_duplicates(server, tmp_path):
     assert server.seqs() == list(range(100))
 
 
+def test_one_agent_per_state_directory(server, tmp_path):
+    from fathom.agent.agent import AgentError
+    a = agent(server.url, tmp_path)
+    t = run_agent(a)
+    try:
+        wait(lambda: (tmp_path / "state" / "status.json").exists(), what="the first agent")
+        with pytest.raises(AgentError, match=f"pid {os.getpid()}"):
+            agent(server.url, tmp_path).run()
+    finally:
+        a.stop()
+        t.join(10)
+    b = agent(server.url, tmp_path)       # free again
+    b.stop()
+    b.run()
+
+
 def test_controller_down_then_up_backoff_and_no_loss(tmp_path):
     port = free_port()
     files = Files(tmp_path / "run")
