@@ -115,6 +115,8 @@ class Lab:
             self._build(topo, state, nodes, standalone, progress)
             if not standalone:
                 self._attach_controller(topo, state, nodes, controller, progress)
+            progress("warming the underlay neighbour tables")
+            self._warm_underlay(nodes)
         except BaseException as e:
             progress("failed; removing what was built")
             log = self.dir / "controller.log"
@@ -242,6 +244,15 @@ class Lab:
                 ovs.vsctl("set", "port", "patch-phy", "vlan_mode=trunk", "trunks=" + ",".join(map(str, vlan_ids)))
             else:
                 ovs.vsctl("del-port", "br-int", "patch-phy", "--", "del-port", "br-phy", "patch-int")
+
+    def _warm_underlay(self, nodes: list[NodePlan]) -> None:
+        """Every node ARPs every other tunnel endpoint once, so OVS's tunnel neighbour table is
+        full when `up` returns: OVS drops the packet that makes it resolve a new neighbour, and a
+        lab should start like a running cloud, not lose each path's first packet."""
+        for node in nodes:
+            for peer in nodes:
+                if peer is not node:
+                    run(["ping", "-c", "1", "-W", "1", peer.tunnel_ip], ns=node.netns, check=False)
 
     def _attach_controller(self, topo, state, nodes, url, progress) -> None:
         from . import controller as ctl
