@@ -21,7 +21,7 @@ from fathom.pptmon import demo as pptmon_demo
 from fathom.lab.sh import LabError
 from fathom.lab.topology import DEFAULT_TOPOLOGY, load
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 130)
 LAB = "demo"
 KEEP = False
 TOPOLOGIES = Path(__file__).parent / "lab" / "topologies"
