@@ -134,12 +134,14 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
 @click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 20 new ports, 1000 bulk ports")
 @click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run")
 @click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of every path")
-@click.option("--udp-mbps", type=int, default=400, show_default=True, help="UDP offered load")
+@click.option("--udp-mbps", type=int, default=2000, show_default=True,
+              help="UDP offered load (above what the path carries: the figure is what arrives)")
+@click.option("--data-plane-only", is_flag=True, help="skip the control-plane measurements")
 @click.option("--ports", type=int, default=100, show_default=True, help="new ports timed API → first packet (≤150)")
 @click.option("--bulk-ports", type=int, default=10000, show_default=True, help="ports created for the flows/s figure (0: skip)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-tenant-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True)
-def tenant(quick, seconds, repeats, udp_mbps, ports, bulk_ports, outdir, as_json):
+def tenant(quick, seconds, repeats, udp_mbps, data_plane_only, ports, bulk_ports, outdir, as_json):
     """Tenant networking: L2/L3 throughput and RTT as ratios, new-port latency, flow install rate."""
     import json as json_
 
@@ -158,7 +160,7 @@ def tenant(quick, seconds, repeats, udp_mbps, ports, bulk_ports, outdir, as_json
                            progress=lambda msg, frac=None: progress.update(task, description=msg,
                                                                             **({} if frac is None else {"completed": frac})))
         try:
-            doc = b.run()
+            doc = b.run(control_plane=not data_plane_only)
         except (LabError, OSError) as e:
             fail(str(e))
     doc["command"] = "fathom bench tenant " + " ".join(shlex.quote(a) for a in sys.argv[3:])
