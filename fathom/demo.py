@@ -241,7 +241,7 @@ def main() -> int:
     args = parser.parse_args()
     lab = Lab(LAB)
     if lab.exists():
-        console.print(f"removing a previous demo lab")
+        console.print("removing a previous demo lab")
         lab.down()
     report: list[tuple[str, str]] = []
     ok = True

@@ -10,14 +10,12 @@ Everything is removed by `cleanup()` (by the `sb-` prefix), also after a crash.
 from __future__ import annotations
 
 import json
-import os
 import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from fathom.lab.ovs import OvsInstance, kill_and_wait, wait_for
+from fathom.lab.ovs import OvsInstance, kill_and_wait
 from fathom.lab.sh import run
 
 from .engine import BenchError, Port

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from fathom.bench.report import environment
+from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
 from fathom.lab.topology import load
 
@@ -33,18 +33,6 @@ PATHS = {"l2": ("va", "vc", None), **{f"l3_{m}": ("va", "vd", m) for m in MODES}
 NODES = ("c1", "c2", "gw", "fabric")
 CLK_TCK = os.sysconf("SC_CLK_TCK")   # /proc/stat unit
 
-
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
-
-
-def dist(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0}
-    return {"n": len(values), "min": min(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
-            "p99": percentile(values, 99), "p99.9": percentile(values, 99.9), "max": max(values),
-            "mean": statistics.fmean(values), "stdev": statistics.pstdev(values)}
 
 
 class L3Bench:

@@ -5,11 +5,27 @@ import csv
 import json
 import os
 import platform
+import statistics
 import subprocess
 import time
 from pathlib import Path
 
 LINE_RATES_GBPS = (1, 10)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile of unsorted values."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
+
+
+def dist(values: list[float]) -> dict:
+    """The distribution the measurement conventions ask for: min, p50, p90, p99, p99.9, max, mean, std-dev."""
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "min": min(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
+            "p99": percentile(values, 99), "p99.9": percentile(values, 99.9), "max": max(values),
+            "mean": statistics.fmean(values), "stdev": statistics.pstdev(values)}
 
 
 def environment() -> dict:

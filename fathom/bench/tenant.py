@@ -9,30 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
-from fathom.bench.report import environment
+from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
 from fathom.lab.topology import load
 
 TOPOLOGY = Path(__file__).parent / "topologies" / "tenant.yaml"
 PATHS = {"l2_same_node": ("a1", "a2"), "l2_cross_node": ("a1", "b1"), "l3_cross_node": ("a1", "g1")}
 
-
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
-
-
-def dist(values: list[float]) -> dict:
-    return {"n": len(values), "min": min(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
-            "p99": percentile(values, 99), "max": max(values), "mean": statistics.fmean(values),
-            "stdev": statistics.pstdev(values)}
 
 
 class TenantBench:

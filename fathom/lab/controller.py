@@ -5,7 +5,6 @@ kept in the lab's state so that `fathom lab down` removes them from the controll
 """
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys

@@ -339,7 +339,7 @@ class MeterSpec:
         return (self.meter_id, self.rate, self.burst, self.unit)
 
     def to_ofctl(self) -> str:
-        burst = f",burst" if self.burst else ""
+        burst = ",burst" if self.burst else ""
         size = f",burst_size={self.burst}" if self.burst else ""
         return f"meter={self.meter_id},{self.unit}{burst},bands=type=drop,rate={self.rate}{size}"
 

@@ -41,7 +41,7 @@ from fathom.openflow.spec import (
     SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.pipeline import stages as st
-from fathom.store.snapshot import TUNNEL_INTERFACE, Node, Port, Snapshot, TapPolicy
+from fathom.store.snapshot import TUNNEL_INTERFACE, Port, Snapshot, TapPolicy
 
 TAP_VNI_BASE = 0xF00000          # VNIs 0xF00000..0xFFFFFF are tap markers, never tenant networks
 MAX_POLICY_ID = (1 << 17) - 1

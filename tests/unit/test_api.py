@@ -14,7 +14,6 @@ from fathom.pipeline.tenant import compile_tenant
 from fathom.store.snapshot import load_snapshot
 from fathom.store.status import set_node_state, set_status
 
-from .pgserver import PostgresServer
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -23,18 +22,6 @@ with warnings.catch_warnings():
 from fathom.api import create_app  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def postgres():
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'fathom.db'}"
-    return request.getfixturevalue("postgres").new_database()
 
 
 class Client:

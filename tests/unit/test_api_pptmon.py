@@ -15,7 +15,6 @@ from fathom.api import pptmon as papi
 from fathom.pptmon.stats import chain_stats, percentile
 from fathom.store.pptmon_models import PptmonRecord
 
-from .pgserver import PostgresServer
 from .pptmon_records import record
 
 with warnings.catch_warnings():
@@ -25,18 +24,6 @@ with warnings.catch_warnings():
 from fathom.api import create_app  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def postgres():
-    server = PostgresServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'fathom.db'}"
-    return request.getfixturevalue("postgres").new_database()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from fathom.pipeline import vtap
 from fathom.store.snapshot import load_snapshot
 from sqlalchemy.orm import Session
 
-from .test_api import MEMBER, OTHER, Client, db_url, postgres  # noqa: F401 - fixtures
+from .test_api import MEMBER, OTHER, Client
 
 
 @pytest.fixture
