@@ -85,7 +85,8 @@ def status(name, as_json):
     if as_json:
         return print_json(st)
     console.print(f"lab [bold]{name}[/bold]: {st['status']}{' (standalone)' if st['standalone'] else ''}"
-                  f" — management {st['management']['cidr']}, underlay {st['underlay']['cidr']}")
+                  f" — management {st['management']['cidr']}, underlay {st['underlay']['cidr']}"
+                  + (f", controller {st['controller']['url']}" if st.get("controller") else ""))
     yes = lambda b: "yes" if b else "[red]NO[/red]"
     print_table("nodes", ["node", "role", "mgmt ip", "tunnel ip", "ovs", "ovsdb-server", "ovs-vswitchd", "bridges: ports"],
                 [[n["name"], n["role"], n["mgmt_ip"], n["tunnel_ip"], n["ovs_version"] or "-",

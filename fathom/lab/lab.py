@@ -338,7 +338,8 @@ class Lab:
                             "mac": vm["mac"], "ip": vm["ip"], "netns": vns, "link_up": up})
         return {"name": self.name, "status": state.get("status"), "standalone": state.get("standalone"),
                 "topology_file": state.get("topology_file"), "management": state.get("management"),
-                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms}
+                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms,
+                "controller": {k: v for k, v in (state.get("controller") or {}).items() if k != "created"} or None}
 
     # ----- exec -----
     def exec_args(self, target: str, cmd: list[str]) -> tuple[list[str], dict]:
