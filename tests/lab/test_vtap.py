@@ -14,6 +14,8 @@ import time
 
 import httpx
 import pytest
+
+from fathom.lab.ovs import wait_for
 from scapy.all import rdpcap
 
 from .util import running_lab, sh
@@ -205,8 +207,9 @@ def test_monitor_sees_exactly_what_the_receiver_sees(lab, tap, tmp_path, receive
     # frame for frame, byte for byte, in order within every flow (the userspace datapath groups a
     # receive batch by flow, so frames of different flows may swap places, for the receiver too)
     assert_same_per_flow(copies, got)
-    s = tap.stats(t["id"])
-    assert s["copies_packets"] >= len(got) and s["delivered_packets"] >= len(got)
+    # OVS pushes datapath counters to rules and groups about once a second: wait for them
+    wait_for(lambda: (s := tap.stats(t["id"]))["copies_packets"] >= len(got)
+             and s["delivered_packets"] >= len(got), 5, "the policy's counters")
 
 
 def test_copies_cross_the_underlay_with_the_policy_marker(lab, tap, tmp_path):
@@ -391,9 +394,12 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     sh(lab, "vm1", "ping", "-c", "4", "-i", "0.2", IP["vm2"])
     assert cap.wait(20) == 0, cap.stderr
     assert len(rdpcap(str(pcap))) == 4
-    show = json.loads(subprocess.run(fathom + ["tap", "show", "web", "--json"], env=env, capture_output=True,
-                                     text=True, check=True).stdout)
-    assert show["stats"]["copies_packets"] >= 4 and show["stats"]["realised"]
+    def show():
+        return json.loads(subprocess.run(fathom + ["tap", "show", "web", "--json"], env=env, capture_output=True,
+                                         text=True, check=True).stdout)
+    # OVS pushes datapath counters to groups about once a second
+    wait_for(lambda: show()["stats"]["copies_packets"] >= 4, 5, "the CLI's counter")
+    assert show()["stats"]["realised"]
     listing = subprocess.run(fathom + ["tap", "list"], env=env, capture_output=True, text=True, check=True).stdout
     assert "web" in listing and "ip_proto=1" in listing
     metrics = httpx.get(tap.url + "/metrics").text
