@@ -168,7 +168,8 @@ def test_l3_distributed(lab, tmp_path):
     set_mode(lab, "distributed")
     before = routed_packets(lab, "c1")
     assert _ttl_at_destination(lab, tmp_path, "distributed") == {"63"}
-    assert routed_packets(lab, "c1") - before >= 5      # routed in the first-hop br-int
+    # routed in the first-hop br-int (OVS pushes datapath counters to rules about once a second)
+    wait_for(lambda: routed_packets(lab, "c1") - before >= 5, 5, "c1's routing counters")
 
 
 def test_l3_fabric_routes_in_the_tor_only(lab, tmp_path):
@@ -181,7 +182,7 @@ def test_l3_fabric_routes_in_the_tor_only(lab, tmp_path):
     before = tor_route()
     nn_before = forwarded(lab, lab.ns("gw"))
     assert _ttl_at_destination(lab, tmp_path, "fabric") == {"63"}
-    assert tor_route() - before >= 10                   # requests and replies routed by the ToR
+    wait_for(lambda: tor_route() - before >= 10, 5, "the ToR's routing counters")  # requests and replies
     # and the trace of a routed frame through c1's br-int: to the trunk, no routing stage action
     gw_mac = api(lab).get("/routers").json()[0]["interfaces"][0]["mac_address"]
     inport = sh(lab, "c1", "ovs-vsctl", "get", "interface", "va", "ofport").stdout.strip()
