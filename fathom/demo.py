@@ -28,8 +28,7 @@ TOPOLOGIES = Path(__file__).parent / "lab" / "topologies"
 
 
 def in_ns(lab: Lab, target: str, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    argv, env = lab.exec_args(target, list(cmd))
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    return lab.run(target, *cmd, timeout=timeout)
 
 
 def ping_rtt_ms(lab: Lab, src: str, dst: str) -> float | None:

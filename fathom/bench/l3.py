@@ -46,8 +46,7 @@ class L3Bench:
 
     # ------------------------------------------------------------------ helpers
     def sh(self, target: str, *cmd: str, timeout: float = 120) -> str:
-        argv, env = self.lab.exec_args(target, list(cmd))
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=True).stdout
+        return self.lab.run(target, *cmd, check=True, timeout=timeout).stdout
 
     def pids(self, node: str) -> list[int]:
         """Processes of a node: those in its namespace (and in its router namespaces, if any)."""

@@ -36,8 +36,7 @@ class TenantBench:
 
     # ------------------------------------------------------------------ helpers
     def sh(self, target: str, *cmd: str, timeout: float = 120) -> str:
-        argv, env = self.lab.exec_args(target, list(cmd))
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=True).stdout
+        return self.lab.run(target, *cmd, check=True, timeout=timeout).stdout
 
     def iperf(self, client: str, server: str, udp: bool) -> dict:
         srv = subprocess.Popen(["ip", "netns", "exec", self.lab.ns(server), "iperf3", "-s", "-1", "-B", self.ip[server]],

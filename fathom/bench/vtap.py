@@ -96,8 +96,7 @@ class VtapBench:
         self.lab.down()
 
     def ns(self, target: str, *cmd: str, check=True, timeout=60) -> subprocess.CompletedProcess:
-        argv, env = self.lab.exec_args(target, list(cmd))
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=check)
+        return self.lab.run(target, *cmd, check=check, timeout=timeout)
 
     def set_mode(self, mode: str) -> None:
         if self.tap_id is not None:

@@ -9,6 +9,7 @@ import ipaddress
 import json
 import os
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,6 +353,11 @@ class Lab:
         if (rundir / "conf.db").exists():
             env.update(OvsInstance(ns, rundir).env)
         return ["ip", "netns", "exec", ns, *cmd], env
+
+    def run(self, target: str, *cmd: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run cmd in a node or VM namespace and capture its output (check: raise on failure)."""
+        argv, env = self.exec_args(target, list(cmd))
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=check)
 
 
 def list_labs() -> list[dict]:

@@ -20,8 +20,7 @@ def running_lab(name: str, topology_text: str | None = None, standalone: bool = 
 
 
 def sh(lab: Lab, target: str, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
-    argv, env = lab.exec_args(target, list(cmd))
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = lab.run(target, *cmd, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} in {target} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
