@@ -3,6 +3,8 @@ import importlib
 
 import click
 
+from fathom import programs
+
 # (module, attribute) of every command group; one line per concern.
 GROUPS = [
     ("fathom.cli.lab", "lab"),
@@ -22,7 +24,17 @@ GROUPS = [
 ]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Fathom(click.Group):
+    """Reports a missing external program as one line naming its Debian package, not a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except programs.ProgramMissing as e:
+            raise click.ClickException(str(e)) from None
+
+
+@click.group(cls=_Fathom, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fathom")
 def cli():
     """fathom: tenant networking, vTAP, PPTMon and switch benchmarks on Open vSwitch."""

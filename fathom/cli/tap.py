@@ -158,15 +158,24 @@ def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, dir
 
 @api_command(tap, "list")
 def tap_list(api, as_json):
-    """List TAP policies."""
+    """List TAP policies with their counters: copies made at senders' switches, copies delivered to
+    monitors (packets and bytes, read from the switches)."""
     taps = api.call("GET", "/taps")
+    stats = {t["id"]: _stats(api, t["id"]) for t in taps}
     if as_json:
-        return print_json(taps)
+        return print_json([{**t, "stats": stats[t["id"]]} for t in taps])
+
+    def counter(t, key):
+        st = stats[t["id"]]
+        return "-" if st is None else st[key]
+
     rows = [[t["id"], t["name"], t["project_id"], _who(t["sender"]), _who(t["receiver"]),
              " ".join(filter(None, (_who(t["monitor"]), _who(t.get("monitor2"))))),
-             t["direction"], t["priority"], _filters(t), _status(t)] for t in taps]
+             t["direction"], t["priority"], _filters(t), _status(t), counter(t, "copies_packets"),
+             counter(t, "copies_bytes"), counter(t, "delivered_packets")] for t in taps]
     print_table("tap policies", ["id", "name", "project", "sender", "receiver", "monitor",
-                                 "direction", "priority", "filters", "status"], rows)
+                                 "direction", "priority", "filters", "status", "copies pkts",
+                                 "copies bytes", "delivered pkts"], rows)
 
 
 def _stats(api: Api, tap_id: int):

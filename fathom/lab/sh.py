@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+
+from fathom import programs
 
 
 class LabError(Exception):
@@ -13,6 +14,9 @@ class LabError(Exception):
 def run(cmd: list[str], ns: str | None = None, env: dict | None = None, check: bool = True,
         timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
     full = (["ip", "netns", "exec", ns] if ns else []) + [str(c) for c in cmd]
+    for program in {full[0], str(cmd[0])}:
+        if "/" not in program and programs.path(program) is None:
+            raise LabError(programs.missing_message(program))
     try:
         proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout, input=input,
                               env={**os.environ, **env} if env else None)
@@ -27,6 +31,7 @@ def require_root_and_tools(tools=("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "
     """One line saying what to run when the machine is not ready."""
     if os.geteuid() != 0:
         raise LabError("the lab needs root (namespaces, veth, OVS): run it with sudo")
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        raise LabError(f"{', '.join(missing)} not found: run 'sudo scripts/setup' (installs Open vSwitch and friends)")
+    try:
+        programs.require(*tools)
+    except programs.ProgramMissing as e:
+        raise LabError(str(e)) from None

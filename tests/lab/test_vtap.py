@@ -400,8 +400,15 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     # OVS pushes datapath counters to groups about once a second
     wait_for(lambda: show()["stats"]["copies_packets"] >= 4, 5, "the CLI's counter")
     assert show()["stats"]["realised"]
-    listing = subprocess.run(fathom + ["tap", "list"], env=env, capture_output=True, text=True, check=True).stdout
-    assert "web" in listing and "ip_proto=1" in listing
+    listing = subprocess.run(fathom + ["tap", "list"], env=env, capture_output=True, text=True, check=True,
+                             ).stdout
+    assert "web" in listing and "ip_proto=1" in listing and "copies" in listing
+    listed = json.loads(subprocess.run(fathom + ["tap", "list", "--json"], env=env, capture_output=True,
+                                       text=True, check=True).stdout)
+    (mine,) = [x for x in listed if x["name"] == "web"]
+    copies = mine["stats"]["copies_packets"]
+    assert copies >= 4 and mine["stats"]["copies_bytes"] >= 4 * 98
+    assert f" {copies} " in listing
     metrics = httpx.get(tap.url + "/metrics").text
     assert f'fathom_tap_copies_packets_total{{name="web",node="compute1",policy="{t["id"]}"}}' in metrics
 
