@@ -16,6 +16,7 @@ import httpx
 
 from rich.console import Console
 
+from fathom.auth.client import lab_headers
 from fathom.lab.lab import Lab
 from fathom.pptmon import demo as pptmon_demo
 from fathom.lab.sh import LabError
@@ -80,7 +81,8 @@ def tenant_section(report: list) -> None:
             t0 = time.monotonic()
             state = lab.up(topo, str(path))
         url = state["controller"]["url"]
-        ports = httpx.get(url + "/v1/ports").json()
+        auth = lab_headers(state)
+        ports = httpx.get(url + "/v1/ports", headers=auth).json()
         active = sum(p["status"] == "active" for p in ports)
         console.print(f"controller {url}: {active}/{len(ports)} ports active after {time.monotonic() - t0:.1f} s")
         report.append(("tenant lab up (controller)", f"{time.monotonic() - t0:.1f} s, {active}/{len(ports)} ports active"))
@@ -99,7 +101,7 @@ def tenant_section(report: list) -> None:
         report.append(("TCP vm1 → grn2 routed, cross node", f"{gbps:.2f} Gb/s" if gbps else "FAILED"))
         console.print(f"iperf3 TCP routed vm1 → grn2: {gbps:.2f} Gb/s" if gbps else "iperf3: [red]FAILED")
         for node in ("compute1", "compute2"):
-            flows = httpx.get(f"{url}/v1/nodes/{node}/flows", timeout=30).json()
+            flows = httpx.get(f"{url}/v1/nodes/{node}/flows", headers=auth, timeout=30).json()
             n = sum(len(v) for v in flows["desired"].values())
             report.append((f"flows on {node}", f"{n} desired, {'in sync' if flows['in_sync'] else 'NOT in sync - FAILED'}"))
     finally:
@@ -136,14 +138,15 @@ def vtap_section(report: list) -> None:
     lab.down()
     try:
         with console.status("bringing up a lab with a monitor VM"):
-            url = lab.up(parse(VTAP_TOPOLOGY, "<demo vtap>"), "<demo vtap>")["controller"]["url"]
-        tap = httpx.post(url + "/v1/taps", json={"name": "http", "sender": "client", "receiver": "web",
+            state = lab.up(parse(VTAP_TOPOLOGY, "<demo vtap>"), "<demo vtap>")
+        url, auth = state["controller"]["url"], lab_headers(state)
+        tap = httpx.post(url + "/v1/taps", headers=auth, json={"name": "http", "sender": "client", "receiver": "web",
                                                  "monitor": "ids", "direction": "both", "ip_proto": "tcp",
                                                  "tp_dst": 80}, timeout=30)
         tap.raise_for_status()
         tid = tap.json()["id"]
         deadline = time.monotonic() + 20
-        while not httpx.get(f"{url}/v1/taps/{tid}/stats", timeout=30).json().get("realised"):
+        while not httpx.get(f"{url}/v1/taps/{tid}/stats", headers=auth, timeout=30).json().get("realised"):
             if time.monotonic() > deadline:
                 raise LabError("the tap was not realised in 20 s")
             time.sleep(0.3)
@@ -167,8 +170,8 @@ def vtap_section(report: list) -> None:
             srv.kill()
         summary = cap.stderr.read().strip().splitlines()
         captured = next((l.split()[0] for l in summary if "captured" in l), "?")
-        stats = [httpx.get(f"{url}/v1/taps/{t['id']}/stats", timeout=30).json()
-                 for t in httpx.get(url + "/v1/taps", timeout=30).json()]
+        stats = [httpx.get(f"{url}/v1/taps/{t['id']}/stats", headers=auth, timeout=30).json()
+                 for t in httpx.get(url + "/v1/taps", headers=auth, timeout=30).json()]
         copies = sum(s["copies_packets"] for s in stats)
         delivered = sum(s["delivered_packets"] for s in stats)
         console.print(f"5 HTTP GETs client → web (cross node): {ok}/5 answered; monitor 'ids' captured "
@@ -193,7 +196,7 @@ def fabric_section(report: list) -> None:
     try:
         with console.status("bringing up the fabric lab (ToR managed by the controller)"):
             state = lab.up(topo, str(FABRIC_TOPOLOGY))
-        api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=30)
+        api = httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             st = api.get("/fabric/switches/1/status").json()

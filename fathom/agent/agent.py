@@ -88,8 +88,8 @@ class Agent:
             [str(self.root / "*" / "vnf*.jsonl")]
         self.follower = Follower(patterns, resume=self._load_checkpoint(), grace=grace)
         self.buffer: deque[tuple[Line, dict]] = deque()
-        self.http = httpx.Client(base_url=self.controller, timeout=timeout,
-                                 headers={"X-Roles": "admin", **(headers or {})})
+        # headers: the node's agent token (Authorization: Bearer ...)
+        self.http = httpx.Client(base_url=self.controller, timeout=timeout, headers=headers or {})
         self.stopping = threading.Event()
         self.failures = 0
         self.next_attempt = 0.0

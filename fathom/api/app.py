@@ -5,8 +5,9 @@ commits entirely or not at all. After each committed write, `on_change()` is cal
 wakes its reconciler with it). Errors are field-level: `{"detail": [{"loc": [...], "msg": ...,
 "type": ...}]}` with 422 (bad input), 404 (unknown id), 409 (conflicts with the store), 403.
 
-Identity is deliberately simple: header `X-Project` (default "admin") and `X-Roles` (comma
-separated, default "admin"). Admins see and manage everything; others see their project only.
+Every call is authenticated with a bearer token (fathom/api/auth.py says who may do what), and
+its input is bounded (fathom/api/limits.py). Lists are paginated: `limit` (at most 1000) and
+`marker` (the last id of the previous page).
 """
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ import logging
 from datetime import datetime, timezone
 from typing import Callable
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fathom import __version__
+from fathom.api import auth, limits
 from fathom.api import fabric as fabric_api
 from fathom.api import pptmon as pptmon_api
 from fathom.api import schemas as sc
@@ -30,14 +33,16 @@ from fathom.store import fabric as fabric_ops
 from fathom.store import models as m
 from fathom.store import ops
 from fathom.store.db import READ_ONLY, open_store
-from fathom.store.errors import Conflict, StoreError
+from fathom.auth.keystone import KeystoneValidator
+from fathom.store.errors import Conflict, Forbidden, StoreError
 from fathom.store.ops import Caller, Settings
 
 log = logging.getLogger(__name__)
 
 
 def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
-               settings: Settings | None = None) -> FastAPI:
+               settings: Settings | None = None, keystone: KeystoneValidator | None = None,
+               max_body: int | None = None) -> FastAPI:
     """The API over the store at `db_url` (migrated to the newest schema first).
 
     `app.state.engine` is the SQLAlchemy engine, e.g. for fathom.store.snapshot.load_snapshot.
@@ -49,6 +54,10 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
                               "routers. Errors: {detail: [{loc, msg, type}]}.")
     app.state.engine = engine
     app.state.settings = store.settings
+    app.state.authenticator = auth.Authenticator(engine, keystone if keystone is not None
+                                                 else KeystoneValidator.from_env())
+    app.add_middleware(limits.BoundedInput, max_body=max_body)
+    app.add_exception_handler(RequestValidationError, limits.validation_error)
 
     @app.exception_handler(StoreError)
     async def _store_error(_request: Request, exc: StoreError):
@@ -58,6 +67,7 @@ def create_app(db_url: str, on_change: Callable[[], None] | None = None, *,
     app.include_router(taps_router(store), prefix="/v1")
     app.include_router(fabric_api.routes(store), prefix="/v1", responses=ERRORS)  # issue 7: fabric
     app.include_router(pptmon_api.routes(engine), prefix="/v1", responses=ERRORS)  # issue 5: PPTMon records
+    app.include_router(auth.tokens_router(store), prefix="/v1")
     return app
 
 
@@ -65,14 +75,11 @@ def error_response(exc: StoreError) -> JSONResponse:
     loc: list[str | int] = []
     if exc.field:
         loc = ["body", *(int(p) if p.isdigit() else p for p in exc.field.split("."))]
-    return JSONResponse(status_code=exc.status,
-                        content={"detail": [{"loc": loc, "msg": exc.message, "type": exc.kind}]})
+    return JSONResponse(status_code=exc.status, content=limits.error_body(exc.message, loc, exc.kind),
+                        headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
 
 
-def caller(x_project: str = Header("admin", max_length=64),
-           x_roles: str = Header("admin")) -> Caller:
-    roles = {r.strip() for r in x_roles.split(",")}
-    return Caller(project=x_project, admin="admin" in roles)
+caller = auth.caller             # every route's identity (fathom/api/auth.py)
 
 
 class _Store:
@@ -86,7 +93,7 @@ class _Store:
             session.connection(execution_options=READ_ONLY)
             return fn(session)
 
-    def write(self, fn, attempts: int = 3):
+    def write(self, fn, attempts: int = 3, notify: bool = True):
         """Run `fn(session)` in one transaction; its result must be fully serialised inside.
 
         A unique constraint that fires means a concurrent writer got in between our checks and
@@ -102,7 +109,7 @@ class _Store:
             except IntegrityError as e:
                 if attempt == attempts - 1:
                     raise _conflict_from(e) from None
-        if self.on_change is not None:
+        if self.on_change is not None and notify:
             try:
                 self.on_change()
             except Exception:  # the write is committed; a failing hook must not turn it into a 500
@@ -181,7 +188,9 @@ def status_out(kind: str, obj) -> sc.StatusOut:
 # ---------------------------------------------------------------------------------------------- routes
 
 
-ERRORS = {code: {"model": sc.ErrorOut} for code in (403, 404, 409, 422)}
+ERRORS = {code: {"model": sc.ErrorOut} for code in (401, 403, 404, 409, 413, 422)}
+LIMIT = Query(ops.MAX_LIMIT, ge=1, le=ops.MAX_LIMIT, description="at most this many (pagination)")
+MARKER = Query(None, ge=0, description="the last id of the previous page")
 
 
 def _routes(store: _Store) -> APIRouter:
@@ -192,9 +201,10 @@ def _routes(store: _Store) -> APIRouter:
     # -- nodes (admin only)
 
     @r.get("/nodes", response_model=list[sc.NodeOut], tags=["nodes"])
-    def list_nodes(c: Caller = who, name: str | None = None):
+    def list_nodes(c: Caller = who, name: str | None = None, limit: int = LIMIT, marker: int | None = MARKER):
         ops.require_admin(c, "see nodes")
-        return store.read(lambda s: [node_out(n) for n in ops.list_objects(s, c, m.Node, name=name)])
+        return store.read(lambda s: [node_out(n) for n in ops.list_objects(
+            s, c, m.Node, name=name, limit=limit, marker=marker)])
 
     @r.post("/nodes", response_model=sc.NodeOut, status_code=201, tags=["nodes"])
     def create_node(body: sc.NodeCreate, c: Caller = who):
@@ -225,9 +235,9 @@ def _routes(store: _Store) -> APIRouter:
     # -- networks
 
     @r.get("/networks", response_model=list[sc.NetworkOut], tags=["networks"])
-    def list_networks(c: Caller = who, name: str | None = None):
-        return store.read(lambda s: [network_out(s, n)
-                                     for n in ops.list_objects(s, c, m.Network, name=name)])
+    def list_networks(c: Caller = who, name: str | None = None, limit: int = LIMIT, marker: int | None = MARKER):
+        return store.read(lambda s: [network_out(s, n) for n in ops.list_objects(
+            s, c, m.Network, name=name, limit=limit, marker=marker)])
 
     @r.post("/networks", response_model=sc.NetworkOut, status_code=201, tags=["networks"])
     def create_network(body: sc.NetworkCreate, c: Caller = who):
@@ -255,9 +265,10 @@ def _routes(store: _Store) -> APIRouter:
     # -- subnets
 
     @r.get("/subnets", response_model=list[sc.SubnetOut], tags=["subnets"])
-    def list_subnets(c: Caller = who, name: str | None = None, network_id: int | None = None):
+    def list_subnets(c: Caller = who, name: str | None = None, network_id: int | None = None,
+                     limit: int = LIMIT, marker: int | None = MARKER):
         return store.read(lambda s: [subnet_out(x) for x in ops.list_objects(
-            s, c, m.Subnet, name=name, network_id=network_id)])
+            s, c, m.Subnet, name=name, network_id=network_id, limit=limit, marker=marker)])
 
     @r.post("/subnets", response_model=sc.SubnetOut, status_code=201, tags=["subnets"])
     def create_subnet(body: sc.SubnetCreate, c: Caller = who):
@@ -287,11 +298,14 @@ def _routes(store: _Store) -> APIRouter:
 
     @r.get("/ports", response_model=list[sc.PortOut], tags=["ports"])
     def list_ports(c: Caller = who, name: str | None = None, network_id: int | None = None,
-                   node: str | None = None, router_id: int | None = None):
+                   node: str | None = None, router_id: int | None = None,
+                   limit: int = LIMIT, marker: int | None = MARKER):
         def run(s):
-            node_id = ops.node_by_name(s, node).id if node is not None else None
+            # an unknown node matches no port (no 404: that would tell which nodes exist)
+            node_id = (s.scalar(select(m.Node.id).where(m.Node.name == node)) or -1) if node is not None else None
             return [port_out(p) for p in ops.list_objects(
-                s, c, m.Port, name=name, network_id=network_id, node_id=node_id, router_id=router_id)]
+                s, c, m.Port, name=name, network_id=network_id, node_id=node_id, router_id=router_id,
+                limit=limit, marker=marker)]
         return store.read(run)
 
     @r.post("/ports", response_model=sc.PortOut, status_code=201, tags=["ports"])
@@ -322,12 +336,14 @@ def _routes(store: _Store) -> APIRouter:
     # -- routers and their interfaces
 
     @r.get("/routers", response_model=list[sc.RouterOut], tags=["routers"])
-    def list_routers(c: Caller = who, name: str | None = None):
-        return store.read(lambda s: [router_out(s, x)
-                                     for x in ops.list_objects(s, c, m.Router, name=name)])
+    def list_routers(c: Caller = who, name: str | None = None, limit: int = LIMIT, marker: int | None = MARKER):
+        return store.read(lambda s: [router_out(s, x) for x in ops.list_objects(
+            s, c, m.Router, name=name, limit=limit, marker=marker)])
 
     @r.post("/routers", response_model=sc.RouterOut, status_code=201, tags=["routers"])
     def create_router(body: sc.RouterCreate, c: Caller = who):
+        _gateway_node_admin(c, body.gateway_node)
+
         def run(s):
             router = ops.create_router(s, c, name=body.name, project_id=body.project_id)
             if body.mode != "distributed" or body.gateway_node is not None:   # issue 7
@@ -341,6 +357,8 @@ def _routes(store: _Store) -> APIRouter:
 
     @r.patch("/routers/{router_id}", response_model=sc.RouterOut, tags=["routers"])
     def update_router(router_id: int, body: sc.RouterUpdate, c: Caller = who):
+        _gateway_node_admin(c, body.gateway_node)
+
         def run(s):
             router = _rename(s, c, m.Router, router_id, body)
             if body.mode is not None:   # issue 7: move the router (docs/fabric.md)
@@ -361,10 +379,11 @@ def _routes(store: _Store) -> APIRouter:
 
     @r.get("/routers/{router_id}/interfaces", response_model=list[sc.RouterInterfaceOut],
            tags=["routers"])
-    def list_interfaces(router_id: int, c: Caller = who):
+    def list_interfaces(router_id: int, c: Caller = who, limit: int = LIMIT, marker: int | None = MARKER):
         def run(s):
             router = ops.get(s, c, m.Router, router_id)
-            return [interface_out(p) for p in ops.router_interfaces(s, router.id)]
+            return [interface_out(p) for p in ops.router_interfaces(s, router.id)
+                    if marker is None or p.id > marker][:limit]
         return store.read(run)
 
     @r.post("/routers/{router_id}/interfaces", response_model=sc.RouterInterfaceOut,
@@ -379,6 +398,12 @@ def _routes(store: _Store) -> APIRouter:
         return Response(status_code=204)
 
     return r
+
+
+def _gateway_node_admin(c: Caller, gateway_node: str | None) -> None:
+    """Which node routes is the operator's choice (and naming one would tell which nodes exist)."""
+    if gateway_node is not None and not c.admin:
+        raise Forbidden("only an admin can choose a router's gateway_node", "gateway_node")
 
 
 def _str(value: ipaddress.IPv4Address | None) -> str | None:

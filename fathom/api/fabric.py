@@ -87,7 +87,7 @@ def mode_out(s, router: m.Router) -> ModeOut:
 
 def routes(store) -> APIRouter:
     """`store` is the API's _Store (read/write in one transaction, wakes the reconciler)."""
-    from fathom.api.app import caller
+    from fathom.api.app import LIMIT, MARKER, _gateway_node_admin, caller
     r = APIRouter(tags=["fabric"])
     who = Depends(caller)
 
@@ -99,9 +99,10 @@ def routes(store) -> APIRouter:
             vlan_min=body.vlan_min, vlan_max=body.vlan_max, links=body.links)))
 
     @r.get("/fabric/switches", response_model=list[SwitchOut])
-    def list_switches(c: Caller = who):
+    def list_switches(c: Caller = who, limit: int = LIMIT, marker: int | None = MARKER):
         ops.require_admin(c, "see fabric switches")
-        return store.read(lambda s: [switch_out(s, x) for x in s.query(FabricSwitch).order_by(FabricSwitch.id)])
+        return store.read(lambda s: [switch_out(s, x) for x in s.query(FabricSwitch).where(
+            FabricSwitch.id > min(marker or 0, ops.MAX_ID)).order_by(FabricSwitch.id).limit(limit)])
 
     @r.get("/fabric/switches/{switch_id}", response_model=SwitchOut)
     def show_switch(switch_id: int, c: Caller = who):
@@ -120,6 +121,7 @@ def routes(store) -> APIRouter:
 
     @r.put("/routers/{router_id}/mode", response_model=ModeOut)
     def set_mode(router_id: int, body: ModeIn, c: Caller = who):
+        _gateway_node_admin(c, body.gateway_node)
         def run(s):
             router = ops.get(s, c, m.Router, router_id)
             fops.set_router_mode(s, router, body.mode, body.gateway_node)

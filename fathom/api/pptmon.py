@@ -1,7 +1,7 @@
 """PPTMon records in the controller (issue 5, Deliver §2): ingestion, query, stats, retention and
 Prometheus histograms.
 
-    POST /v1/pptmon/records            a batch from an agent: {"node": "...", "records": [...]}
+    POST /v1/pptmon/records            a batch from a node's agent (its agent token): {"node": "...", "records": [...]}
     GET  /v1/pptmon/records            ?chain=&vnf=&since=&until=&limit=  (newest `limit`, oldest first)
     GET  /v1/pptmon/stats              ?chain=&since= | &window=  p50/p90/p99... per VNF and end to end
     GET  /v1/pptmon/chains             chains with records: counts, first/last time, VNFs, nodes
@@ -14,6 +14,9 @@ many were duplicates. Only new records are observed by the histograms.
 
 Telemetry writes do not call the API's on_change hook (they must not wake the reconciler).
 
+Only a node's agent token may deliver records, for its own node; how fast, which chains and how
+many chains is bounded by fathom/api/ingest_limits.py. Reading records is for admins.
+
 Retention (environment of the controller process):
     FATHOM_PPTMON_RETENTION            maximum age of a record by its time_ns (default 7d; 0 = none)
     FATHOM_PPTMON_MAX_RECORDS          keep at most this many, newest by arrival (default 1000000; 0 = none)
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import logging
 import os
 import threading
@@ -39,6 +43,9 @@ from sqlalchemy.orm import Session
 from fathom.pptmon.records import PptRecord, RecordBatch, parse_duration
 from fathom.pptmon.stats import chain_stats
 from fathom.store.db import READ_ONLY
+from fathom.api.schemas import ErrorOut
+from fathom.api.ingest_limits import TooMany
+from fathom.store.errors import Forbidden
 from fathom.store.ops import Caller, require_admin
 from fathom.store.pptmon_models import PptmonRecord as Row
 
@@ -187,10 +194,13 @@ class RetentionWorker:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.last: dict | None = None
+        self.after = None          # called after a run that removed records
 
     def run_once(self) -> dict:
         result = enforce_retention(self.engine, self.cfg)
         self.last = {"at": datetime.now(timezone.utc).isoformat(), **result}
+        if (result["age"] or result["count"]) and self.after is not None:
+            self.after()
         if result["age"] or result["count"]:
             LOG.info("pptmon retention removed %d records by age, %d by count", result["age"], result["count"])
         return result
@@ -220,26 +230,36 @@ def _bad(where: str, name: str, msg: str) -> HTTPException:
     return HTTPException(422, detail=[{"loc": [where, name], "msg": msg, "type": "invalid"}])
 
 
+MAX_NS = 2 ** 63 - 1     # time_ns is a signed 64-bit column
+
+
 def parse_since(text: str | None, name: str = "since", now_ns: int | None = None) -> int | None:
-    """ns since the epoch (digits), a duration back from now ('30s', '5m'), or an ISO 8601 time."""
+    """ns since the epoch (digits), a duration back from now ('30s', '5m'), or an ISO 8601 time;
+    422 for anything else and for a time outside 0..2^63-1 ns."""
     if text is None or text == "":
         return None
     now_ns = now_ns or time.time_ns()
     t = text.strip()
-    if t.isdigit():
-        return int(t)
-    try:
-        return now_ns - int(parse_duration(t) * 1e9)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
-        raise _bad("query", name, f"{text!r} is neither ns since the epoch, a duration (30s, 5m) "
-                                  "nor an ISO 8601 time") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1e9)
+    value = None
+    if t.isascii() and t.isdigit():
+        value = int(t) if len(t) <= 19 else MAX_NS + 1
+    else:
+        try:
+            value = now_ns - int(parse_duration(t) * 1e9)
+        except (ValueError, OverflowError):
+            pass
+    if value is None:
+        try:
+            dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            value = int(dt.timestamp() * 1e9)
+        except (ValueError, OverflowError):
+            raise _bad("query", name, f"{text[:64]!r} is neither ns since the epoch, a duration (30s, 5m) "
+                                      "nor an ISO 8601 time") from None
+    if not 0 <= value <= MAX_NS:
+        raise _bad("query", name, f"{text[:64]!r} is outside the times a record can have (1970 to 2262)")
+    return value
 
 
 def _filters(chain, vnf, since_ns, until_ns):
@@ -288,9 +308,14 @@ def stats_for(engine: Engine, chain: str, since_ns: int | None, until_ns: int | 
 def routes(engine: Engine, retention: RetentionConfig | None = None) -> APIRouter:
     """The /pptmon routes (include with prefix /v1). Serving the app starts the retention worker."""
     from fathom.api.app import caller   # here: fathom.api.app imports this module
+    from fathom.api.auth import agent_identity
+    from fathom.api.ingest_limits import IngestLimits
+    from fathom.auth import Identity
 
     cfg = retention or RetentionConfig.from_env()
     worker = RetentionWorker(engine, cfg)
+    limits = IngestLimits(engine)
+    worker.after = limits.forget
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -304,9 +329,16 @@ def routes(engine: Engine, retention: RetentionConfig | None = None) -> APIRoute
     who = Depends(caller)
     metrics()   # the families exist (empty) on /metrics from the start
 
-    @r.post("/records", summary="Store a batch of PPTMon records (idempotent on the record key)")
-    def post_records(batch: RecordBatch, c: Caller = who):
-        require_admin(c, "deliver PPTMon records")
+    @r.post("/records", summary="Store a batch of PPTMon records (idempotent on the record key)",
+            responses={429: {"model": ErrorOut, "description": "over the node's rate: retry after Retry-After s"}})
+    def post_records(batch: RecordBatch, who: Identity = Depends(agent_identity)):
+        if batch.node != who.node:
+            raise Forbidden(f"this token delivers the records of node {who.node} only", "node")
+        try:
+            limits.admit(who.node, [x.chain for x in batch.records], len(batch.records))
+        except TooMany as e:
+            raise HTTPException(429, detail=[{"loc": [], "msg": e.message, "type": e.kind}],
+                                headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))}) from None
         new, duplicates = ingest(engine, batch)
         observe(new)
         if duplicates:

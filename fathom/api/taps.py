@@ -154,15 +154,15 @@ def _body(model: BaseModel, given_only: bool) -> dict:
 
 def taps_router(store) -> APIRouter:
     """`store` is the API's transaction helper (fathom.api.app._Store: read / write)."""
-    from fathom.api.app import ERRORS, caller
+    from fathom.api.app import ERRORS, LIMIT, MARKER, caller
 
     r = APIRouter(responses=ERRORS, tags=["taps"])
     who = Depends(caller)
 
     @r.get("/taps", response_model=list[TapOut])
-    def list_taps(c: Caller = who, name: str | None = None):
+    def list_taps(c: Caller = who, name: str | None = None, limit: int = LIMIT, marker: int | None = MARKER):
         def run(s):
-            taps = list_objects(s, c, m.TapPolicy, name=name)
+            taps = list_objects(s, c, m.TapPolicy, name=name, limit=limit, marker=marker)
             now = ops.current_statuses(s) if taps else {}
             return [tap_out(s, t, now.get(t.id)) for t in taps]
         return store.read(run)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from fathom.auth.client import lab_headers
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
 from fathom.lab.topology import load
@@ -192,7 +193,7 @@ class L3Bench:
         try:
             self.progress("bringing up the lab", 0)
             state = self.lab.up(self.topo, str(TOPOLOGY))
-            api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=60)
+            api = httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=60)
             router_id = next(r["id"] for r in api.get("/routers").json() if r["name"] == "r1")
             doc = {"benchmark": "l3", "environment": environment(),
                    "parameters": {"seconds": self.seconds, "repeats": self.repeats, "udp_offered_mbps": self.udp_mbps,

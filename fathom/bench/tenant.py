@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from fathom.auth.client import lab_headers
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
 from fathom.lab.topology import load
@@ -180,7 +181,7 @@ class TenantBench:
         try:
             self.progress("bringing up the lab", 0)
             state = self.lab.up(self.topo, str(TOPOLOGY))
-            api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=60)
+            api = httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=60)
             net_id = next(n["id"] for n in api.get("/networks").json() if n["name"] == "blue")
             doc = {"benchmark": "tenant", "environment": environment(),
                    "parameters": {"seconds": self.seconds, "repeats": self.repeats, "udp_offered_mbps": self.udp_mbps,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from fathom.auth.client import lab_headers
 from fathom.lab.lab import Lab
 from fathom.lab.topology import parse
 
@@ -90,7 +91,8 @@ class VtapBench:
     def up(self) -> None:
         self.lab.down()
         self.lab.up(parse(TOPOLOGY, "<bench vtap>"), "<bench vtap>")
-        self.http = httpx.Client(base_url=self.lab.state()["controller"]["url"] + "/v1", timeout=30)
+        state = self.lab.state()
+        self.http = httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
     def down(self) -> None:
         self.lab.down()

@@ -33,18 +33,22 @@ def agent():
 @click.option("--poll", default=0.2, show_default=True, help="seconds between looks at the files")
 @click.option("--backoff-max", default=30.0, show_default=True, help="longest wait between retries (s)")
 @click.option("--log-interval", default=10.0, show_default=True, help="seconds between progress lines")
+@click.option("--token-file", envvar="FATHOM_TOKEN_FILE", default=None,
+              help="this node's agent token (`fathom token create --role agent --node N`); or env FATHOM_TOKEN")
 def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
-        log_interval):
+        log_interval, token_file):
     """Follow the PPTMon loaders' record files and deliver them to the controller (foreground)."""
     from fathom.agent.agent import Agent, AgentError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    from fathom.auth.client import NoToken, bearer, read_token_file, resolve_token
     try:
+        token = read_token_file(token_file) if token_file else resolve_token()
         a = Agent(controller, root=root, chains=list(chains) or None, node=node, batch=batch, buffer=buffer,
                   overflow=overflow, flush=flush, poll=poll, backoff_max=backoff_max, state_dir=state_dir,
-                  log_interval=log_interval)
-    except ValueError as e:
+                  log_interval=log_interval, headers=bearer(token))
+    except (ValueError, NoToken) as e:
         fail(str(e))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: a.stop())

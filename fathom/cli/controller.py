@@ -13,10 +13,17 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 @click.option("--of-host", default="0.0.0.0", show_default=True, help="Address switches connect to.")
 @click.option("--of-port", default=6653, show_default=True, type=int)
 @click.option("--interval", default=5.0, show_default=True, help="Seconds between full reconcile passes.")
-def controller(db_url, api_host, api_port, of_host, of_port, interval):
-    """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler."""
+@click.option("--state-dir", default="/var/lib/fathom", show_default=True, envvar="FATHOM_STATE_DIR",
+              help="Where the controller keeps its admin credential (admin-token, mode 0600).")
+@click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
+              envvar="FATHOM_API_MAX_BODY", help="Largest request body the API reads, in bytes.")
+def controller(db_url, api_host, api_port, of_host, of_port, interval, state_dir, max_body):
+    """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
+
+    At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
+    use it with FATHOM_TOKEN_FILE=STATE_DIR/admin-token, and issue others with `fathom token create`."""
     from fathom.controller.server import serve
-    serve(db_url, api_host, api_port, of_host, of_port, interval)
+    serve(db_url, api_host, api_port, of_host, of_port, interval, state_dir=state_dir, max_body=max_body)
 
 
 @click.command()
@@ -26,7 +33,7 @@ def controller(db_url, api_host, api_port, of_host, of_port, interval):
 @click.option("--json", "as_json", is_flag=True)
 def flows(node, controller, as_json):
     """Desired and actual flows of NODE's br-int, per pipeline stage, in ovs-ofctl syntax."""
-    data = Api(controller, "admin", "admin").call("GET", f"/nodes/{node}/flows")
+    data = Api(controller).call("GET", f"/nodes/{node}/flows")
     if as_json:
         return print_json(data)
     console.print(f"node [bold]{node}[/bold]: {'connected' if data['connected'] else '[red]not connected'}"

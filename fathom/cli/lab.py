@@ -55,7 +55,11 @@ def up(name, topology, standalone, controller, as_json):
                       f"{sum(len(n.vms) for n in topo.nodes)} VMs"
                       f"{' (standalone)' if standalone else ''}. See 'fathom lab status -n {name}'.")
         if state.get("controller"):
-            console.print(f"controller: {state['controller']['url']} (export FATHOM_CONTROLLER={state['controller']['url']})")
+            ctl = state["controller"]
+            console.print(f"controller: {ctl['url']} (export FATHOM_CONTROLLER={ctl['url']})")
+            if ctl.get("token_file"):
+                console.print(f"admin token: {ctl['token_file']} (export FATHOM_TOKEN_FILE={ctl['token_file']})",
+                              highlight=False, soft_wrap=True)
 
 
 @lab.command()

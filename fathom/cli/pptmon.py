@@ -149,7 +149,7 @@ def _stats_from_controller(chain, since, controller, as_json):
     params = {"chain": chain}
     if since:
         params["window"] = since
-    s = Api(controller, "admin", "admin").call("GET", "/pptmon/stats", params=params)
+    s = Api(controller).call("GET", "/pptmon/stats", params=params)
     if as_json:
         print_json(s)
         return
@@ -172,7 +172,7 @@ def records_cmd(chain, last, controller, vnf, since):
         from fathom.cli.resources import Api
         params = {"chain": chain, "limit": last}
         params.update({k: v for k, v in (("vnf", vnf), ("since", since)) if v is not None})
-        recs = Api(controller, "admin", "admin").call("GET", "/pptmon/records", params=params)
+        recs = Api(controller).call("GET", "/pptmon/records", params=params)
     else:
         recs = control.records(chain)[-last:]
     for r in recs:

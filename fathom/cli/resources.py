@@ -1,8 +1,9 @@
 """`fathom node|network|subnet|port|router ...`: the controller's resources over its REST API.
 
-Every command takes --controller (env FATHOM_CONTROLLER), --json, and the identity options
---project / --roles (env FATHOM_PROJECT / FATHOM_ROLES). Objects are named by id or by name; a
-name that matches several objects is an error that lists their ids.
+Every command takes --controller (env FATHOM_CONTROLLER) and --json; it authenticates with the
+token of FATHOM_TOKEN or FATHOM_TOKEN_FILE (fathom.auth.client). A service token may act for a
+project with --project (env FATHOM_PROJECT). Objects are named by id or by name; a name that
+matches several objects is an error that lists their ids. Lists are read page by page.
 """
 from __future__ import annotations
 
@@ -11,16 +12,22 @@ import functools
 import click
 import httpx
 
+from fathom.auth.client import NoToken, bearer, resolve_token
 from fathom.cli.output import console, fail, print_json, print_record, print_table
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 
 
 class Api:
-    def __init__(self, url: str, project: str, roles: str):
+    def __init__(self, url: str, project: str | None = None, token: str | None = None):
         self.url = url.rstrip("/")
-        self.client = httpx.Client(base_url=self.url + "/v1", timeout=30.0,
-                                   headers={"X-Project": project, "X-Roles": roles})
+        try:
+            headers = bearer(token or resolve_token())
+        except NoToken as e:
+            fail(str(e))
+        if project:
+            headers["X-Project"] = project
+        self.client = httpx.Client(base_url=self.url + "/v1", timeout=30.0, headers=headers)
 
     def call(self, method: str, path: str, **kwargs):
         try:
@@ -31,11 +38,21 @@ class Api:
             fail(error_line(response))
         return None if response.status_code == 204 else response.json()
 
+    def list(self, path: str, params: dict | None = None, page: int = 1000) -> list:
+        """Every object of a list endpoint, following its pages (limit + marker)."""
+        out: list = []
+        while True:
+            batch = self.call("GET", path, params={**(params or {}), "limit": page,
+                                                   **({"marker": out[-1]["id"]} if out else {})})
+            out += batch
+            if len(batch) < page:
+                return out
+
     def find(self, collection: str, ref: str) -> dict:
         """The object of `collection` ("networks", ...) with id or name `ref`."""
         if ref.isdigit():
             return self.call("GET", f"/{collection}/{ref}")
-        found = self.call("GET", f"/{collection}", params={"name": ref})
+        found = self.list(f"/{collection}", params={"name": ref})
         if not found:
             fail(f"no {collection[:-1]} named {ref!r}")
         if len(found) > 1:
@@ -68,14 +85,12 @@ def api_command(group: click.Group, name: str | None = None, **kwargs):
         @group.command(name, **kwargs)
         @click.option("--controller", envvar="FATHOM_CONTROLLER", default=DEFAULT_CONTROLLER,
                       show_default=True, help="URL of the fathom controller (env FATHOM_CONTROLLER).")
-        @click.option("--project", envvar="FATHOM_PROJECT", default="admin", show_default=True,
-                      help="Project to act as (X-Project).")
-        @click.option("--roles", envvar="FATHOM_ROLES", default="admin", show_default=True,
-                      help="Comma-separated roles (X-Roles).")
+        @click.option("--project", envvar="FATHOM_PROJECT", default=None,
+                      help="Service tokens: the project to act for (X-Project).")
         @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
         @functools.wraps(fn)
-        def command(controller, project, roles, as_json, **params):
-            return fn(Api(controller, project, roles), as_json, **params)
+        def command(controller, project, as_json, **params):
+            return fn(Api(controller, project), as_json, **params)
         return command
     return decorate
 
@@ -131,7 +146,7 @@ def node_create(api, as_json, name, role, tunnel_ip, management_ip):
 @api_command(node, "list")
 def node_list(api, as_json):
     """List nodes."""
-    _list(api.call("GET", "/nodes"), as_json, "nodes",
+    _list(api.list("/nodes"), as_json, "nodes",
           ["id", "name", "role", "tunnel_ip", "management_ip", "state", "status"], {"status": _reason})
 
 
@@ -176,7 +191,7 @@ def network_create(api, as_json, name, type_, segmentation_id, project_id):
 @api_command(network, "list")
 def network_list(api, as_json):
     """List networks."""
-    _list(api.call("GET", "/networks"), as_json, "networks",
+    _list(api.list("/networks"), as_json, "networks",
           ["id", "name", "project_id", "type", "segmentation_id", "subnets", "status"],
           {"status": _reason, "subnets": lambda o: " ".join(map(str, o["subnets"]))})
 
@@ -227,7 +242,7 @@ def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, pr
 def subnet_list(api, as_json, network_ref):
     """List subnets."""
     params = {"network_id": api.find("networks", network_ref)["id"]} if network_ref else {}
-    _list(api.call("GET", "/subnets", params=params), as_json, "subnets",
+    _list(api.list("/subnets", params=params), as_json, "subnets",
           ["id", "name", "network_id", "cidr", "gateway_ip", "status"], {"status": _reason})
 
 
@@ -292,7 +307,7 @@ def port_list(api, as_json, network_ref, node):
     params = {"network_id": api.find("networks", network_ref)["id"]} if network_ref else {}
     if node:
         params["node"] = node
-    _list(api.call("GET", "/ports", params=params), as_json, "ports",
+    _list(api.list("/ports", params=params), as_json, "ports",
           ["id", "name", "network_id", "mac_address", "fixed_ips", "node", "interface_name",
            "router_id", "status"], {"fixed_ips": _ips, "status": _reason})
 
@@ -331,7 +346,7 @@ def router_create(api, as_json, name, project_id):
 @api_command(router, "list")
 def router_list(api, as_json):
     """List routers."""
-    _list(api.call("GET", "/routers"), as_json, "routers",
+    _list(api.list("/routers"), as_json, "routers",
           ["id", "name", "project_id", "interfaces", "status"],
           {"status": _reason,
            "interfaces": lambda o: " ".join(f"{i['ip_address']}(subnet {i['subnet_id']})"

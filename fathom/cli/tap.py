@@ -34,7 +34,7 @@ def _ref(value: str | None):
 def _find(api: Api, ref: str) -> dict:
     if ref.isdigit():
         return api.call("GET", f"/taps/{ref}")
-    found = api.call("GET", "/taps", params={"name": ref})
+    found = api.list("/taps", params={"name": ref})
     if not found:
         fail(f"no tap policy named {ref!r}")
     if len(found) > 1:
@@ -160,7 +160,7 @@ def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, dir
 def tap_list(api, as_json):
     """List TAP policies with their counters: copies made at senders' switches, copies delivered to
     monitors (packets and bytes, read from the switches)."""
-    taps = api.call("GET", "/taps")
+    taps = api.list("/taps")
     stats = {t["id"]: _stats(api, t["id"]) for t in taps}
     if as_json:
         return print_json([{**t, "stats": stats[t["id"]]} for t in taps])

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import replace
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Depends
 
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
@@ -31,7 +31,9 @@ from fathom.openflow.spec import SwitchState
 from fathom.pipeline import fabric as fc
 from fathom.pipeline import stages as st
 from fathom.store import fabric as fops
+from fathom.store.errors import NotFound
 from fathom.store.fabric_models import FabricSwitch
+from fathom.store.ops import valid_id
 
 LOG = logging.getLogger("fathom.fabric")
 PHY_BRIDGE = "br-phy"
@@ -352,10 +354,9 @@ class FabricRuntime:
     def status(self, switch_id: int) -> dict:
         snapshot = self.last.get("snapshot")
         with self.Session() as session:
-            row = session.get(FabricSwitch, switch_id)
+            row = session.get(FabricSwitch, switch_id) if valid_id(switch_id) else None
             if row is None:
-                raise HTTPException(404, detail=[{"loc": ["path", "switch_id"],
-                                                  "msg": f"fabric switch {switch_id} does not exist"}])
+                raise NotFound(f"fabric switch {switch_id} does not exist")
             name, status, reason = row.name, row.status, row.status_reason
         dp = self.app.datapath(fc.datapath_id_tor(switch_id))
         desired = fc.tor_vlans(snapshot).get(name, {}) if snapshot is not None else {}
@@ -394,7 +395,9 @@ class FabricRuntime:
                 "lldp": {"sent": self.lldp_sent, "received": self.lldp_received}}
 
     def router(self) -> APIRouter:
-        r = APIRouter(prefix="/v1", tags=["fabric"])
+        from fathom.api.app import ERRORS
+        from fathom.api.auth import admin_caller
+        r = APIRouter(prefix="/v1", tags=["fabric"], dependencies=[Depends(admin_caller)], responses=ERRORS)
 
         @r.get("/fabric/switches/{switch_id}/status",
                summary="A ToR's ports: the node behind each (LLDP / declared) and its VLAN set, desired and actual")
@@ -404,9 +407,9 @@ class FabricRuntime:
         @r.get("/fabric/switches/{switch_id}/flows", summary="Desired ToR flows (ovs-ofctl syntax)")
         def switch_flows(switch_id: int):
             with self.Session() as session:
-                row = session.get(FabricSwitch, switch_id)
+                row = session.get(FabricSwitch, switch_id) if valid_id(switch_id) else None
             if row is None:
-                raise HTTPException(404, detail=[{"loc": ["path", "switch_id"], "msg": "no such switch"}])
+                raise NotFound(f"fabric switch {switch_id} does not exist")
             want = self.last.get("desired", {}).get(("tor", row.name))
             return {"desired": want.to_ofctl() if want else []}
 

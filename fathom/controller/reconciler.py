@@ -21,7 +21,7 @@ from fathom.openflow import encode
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
 from fathom.pipeline import fabric
-from fathom.pipeline.tenant import compile_tenant
+from fathom.pipeline.tenant import compile_tenant, refused_ports
 from fathom.pipeline.vtap import compile_vtap
 from fathom.store import models as m
 from fathom.store.db import READ_ONLY
@@ -134,6 +134,8 @@ class Reconciler:
                 ofports[node.name] = ports
             snapshot = snapshot.with_ofports(ofports)
             result.desired = compile_all(snapshot)
+            for port_id, reason in refused_ports(snapshot).items():   # ports on fabric interfaces
+                result.status_overrides[(st.KIND_PORT, port_id)] = ("error", reason)
             for ext in self.extensions:   # e.g. the fabric: new ToR paths in place before the nodes use them
                 try:
                     ext.before_apply(self, snapshot, result)

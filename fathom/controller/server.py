@@ -5,7 +5,7 @@ import logging
 import threading
 
 import uvicorn
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Depends
 
 from fathom.controller import ofapp
 from fathom.controller import switch as sw
@@ -16,20 +16,23 @@ from fathom.controller.taps import tap_runtime_router
 from fathom.pipeline.stages import TABLE_STAGE
 from fathom.store.db import open_store, session_factory
 from fathom.store import models as m
+from fathom.store.errors import NotFound
 
 LOG = logging.getLogger("fathom.controller")
 
 
 def runtime_router(reconciler: Reconciler) -> APIRouter:
     """Endpoints that read the switches, not the store."""
-    router = APIRouter(prefix="/v1", tags=["runtime"])
+    from fathom.api.app import ERRORS
+    from fathom.api.auth import admin_caller
+    router = APIRouter(prefix="/v1", tags=["runtime"], dependencies=[Depends(admin_caller)], responses=ERRORS)
 
     @router.get("/nodes/{name}/flows", summary="Desired and actual flows of a node's br-int, per stage")
     def node_flows(name: str):
         with reconciler.Session() as s:
             node = s.query(m.Node).filter_by(name=name).one_or_none()
         if node is None:
-            raise HTTPException(404, detail=[{"loc": ["path", "name"], "msg": f"no node named {name!r}"}])
+            raise NotFound(f"node {name[:64]!r} does not exist")
         desired = reconciler.last.desired.get(name)
         dp = reconciler.app.datapath(datapath_id(node.id))
         actual = sw.read_flows(reconciler.app, dp) if dp else None
@@ -62,8 +65,11 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
     return router
 
 
-def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float) -> None:
+def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float,
+          state_dir: str = "/var/lib/fathom", max_body: int | None = None) -> None:
     from fathom.api.app import create_app
+    from fathom.api.limits import TimedH11Protocol
+    from fathom.auth.tokens import ensure_admin_token
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = open_store(db_url)
@@ -71,11 +77,17 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
-    api = create_app(db_url, on_change=reconciler.wake)
+    api = create_app(db_url, on_change=reconciler.wake, max_body=max_body)
+    admin_file = ensure_admin_token(engine, state_dir)
+    LOG.info("admin credential: %s (root only)", admin_file)
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
     # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
     LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)
-    uvicorn.run(api, host=api_host, port=api_port, log_level="warning")
+    # Slow clients: a request head must arrive within 10 s (TimedH11Protocol), a body chunk within
+    # 10 s (fathom.api.limits), an idle kept-alive connection is closed after 5 s; heads are at most
+    # 64 KiB and at most 200 requests are served at once.
+    uvicorn.run(api, host=api_host, port=api_port, log_level="warning", http=TimedH11Protocol,
+                timeout_keep_alive=5, h11_max_incomplete_event_size=64 * 1024, limit_concurrency=200)

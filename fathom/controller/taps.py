@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 import os_ken.app.ofctl.api as ofctl
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, Response
 
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import datapath_id
@@ -18,6 +18,8 @@ from fathom.openflow.spec import Output, OutputTrunc
 from fathom.pipeline import stages as st
 from fathom.pipeline import vtap
 from fathom.store import models as m
+from fathom.store.errors import NotFound
+from fathom.store.ops import valid_id
 
 LOG = logging.getLogger("fathom.vtap")
 
@@ -147,23 +149,23 @@ def tap_runtime_router(reconciler) -> APIRouter:
         REGISTRY.register(_Collector(reconciler))
     except ValueError:
         pass  # registered already (a second app in one process)
-    router = APIRouter(tags=["taps"])
-
     from fastapi import Depends
 
-    from fathom.api.app import caller
+    from fathom.api.app import ERRORS, caller
+    from fathom.api.auth import admin_caller
+
+    router = APIRouter(tags=["taps"], responses=ERRORS)
 
     @router.get("/v1/taps/{tap_id}/stats", summary="Counters and per-node state of a tap policy")
     def tap_stats(tap_id: int, c=Depends(caller)):
         with reconciler.Session() as s:
-            t = s.get(m.TapPolicy, tap_id)
+            t = s.get(m.TapPolicy, tap_id) if valid_id(tap_id) else None
             if t is None or not (c.admin or t.project_id == c.project):
-                raise HTTPException(404, detail=[{"loc": ["path", "tap_id"],
-                                                  "msg": f"tap policy {tap_id} does not exist", "type": "not_found"}])
+                raise NotFound(f"tap policy {tap_id} does not exist")
         return policy_stats(reconciler, tap_id)
 
-    @router.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
-    def metrics():
+    @router.get("/metrics", summary="Prometheus metrics (admin)", include_in_schema=False)
+    def metrics(_c=Depends(admin_caller)):
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     return router

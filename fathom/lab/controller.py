@@ -13,6 +13,9 @@ from pathlib import Path
 
 import httpx
 
+from fathom.auth.client import NoToken, bearer, read_token_file
+from fathom.auth.tokens import ADMIN_TOKEN_FILE
+
 from .sh import LabError
 from .topology import Topology
 
@@ -33,19 +36,21 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
-           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3"]
+           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3", "--state-dir", str(lab_dir)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / "controller.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
+    token_file = lab_dir / ADMIN_TOKEN_FILE     # the controller's admin credential (0600)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / 'controller.log'}")
         try:
-            if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+            if token_file.exists() and httpx.get(url + "/v1/health", timeout=1,
+                                                 headers=bearer(read_token_file(token_file))).status_code == 200:
                 return {"url": url, "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
-                        "managed": True}
-        except httpx.HTTPError:
+                        "managed": True, "token_file": str(token_file)}
+        except (httpx.HTTPError, NoToken):
             pass
         time.sleep(0.2)
     raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / 'controller.log'}")
@@ -60,8 +65,8 @@ def stop_controller(lab_dir: Path) -> None:
 
 
 class Api:
-    def __init__(self, url: str):
-        self.client = httpx.Client(base_url=url.rstrip("/") + "/v1", timeout=30)
+    def __init__(self, url: str, headers: dict):
+        self.client = httpx.Client(base_url=url.rstrip("/") + "/v1", timeout=30, headers=headers)
 
     def call(self, method: str, path: str, project: str | None = None, **kw):
         headers = {"X-Project": project} if project else {}
@@ -71,9 +76,10 @@ class Api:
         return r.json() if r.content else None
 
 
-def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None) -> dict:
+def register(url: str, headers: dict, topo: Topology, nodes: list, progress=lambda s: None,
+             fabric_ip: str | None = None) -> dict:
     """Create nodes, networks, subnets, routers and VM ports; returns the ids created."""
-    api = Api(url)
+    api = Api(url, headers)
     created: dict[str, dict[str, int]] = {"nodes": {}, "networks": {}, "subnets": {}, "ports": {}, "routers": {},
                                           "fabric_switches": {}}
     progress("registering nodes")
@@ -113,11 +119,11 @@ def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fab
     return created
 
 
-def wait_active(url: str, created: dict, timeout: float = 30) -> None:
+def wait_active(url: str, headers: dict, created: dict, timeout: float = 30) -> None:
     """Until every port the lab created is active (its flows are on the switches).
 
     An error may be transient (a switch still connecting): only the timeout ends the wait."""
-    api = Api(url)
+    api = Api(url, headers)
     deadline = time.monotonic() + timeout
     pending = dict(created.get("ports", {}))
     reasons: dict[str, str] = {}
@@ -144,10 +150,10 @@ def wait_active(url: str, created: dict, timeout: float = 30) -> None:
     api.call("POST", "/sync")
 
 
-def deregister(url: str, created: dict) -> None:
+def deregister(url: str, headers: dict, created: dict) -> None:
     """Best effort: delete what the lab created (the controller may be gone already)."""
     try:
-        api = Api(url)
+        api = Api(url, headers)
         for pid in created.get("ports", {}).values():
             api.client.delete(f"/ports/{pid}")
         for rid in created.get("routers", {}).values():

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from fathom.auth.client import NoToken, lab_headers
+
 from .ovs import OvsInstance, _running, kill_and_wait, wait_for
 from .sh import LabError, require_root_and_tools, run
 from .topology import Topology, check_lab_name
@@ -263,11 +265,12 @@ class Lab:
         else:
             state["controller"] = {"url": url, "managed": False}
         self._save(state)
-        state["controller"]["created"] = ctl.register(state["controller"]["url"], topo, nodes, progress,
+        headers = lab_headers(state)
+        state["controller"]["created"] = ctl.register(state["controller"]["url"], headers, topo, nodes, progress,
                                                       fabric_ip=state["management"].get("fabric_ip"))
         self._save(state)
         progress("waiting for the ports to become active")
-        ctl.wait_active(state["controller"]["url"], state["controller"]["created"])
+        ctl.wait_active(state["controller"]["url"], headers, state["controller"]["created"])
 
     def restart_controller(self, downtime: float = 0.0) -> None:
         """Stop the lab's own controller and start it again on the same ports and store."""
@@ -290,7 +293,10 @@ class Lab:
         ctl_state = self.state().get("controller") or {}
         if ctl_state.get("created") and not ctl_state.get("managed"):
             from .controller import deregister
-            deregister(ctl_state["url"], ctl_state["created"])
+            try:
+                deregister(ctl_state["url"], lab_headers(self.state()), ctl_state["created"])
+            except NoToken:
+                pass
             removed.append(f"controller objects at {ctl_state['url']}")
         for ns in self.namespaces():
             kill_and_wait([int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()], timeout=3)

@@ -29,7 +29,10 @@ from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
     Move, Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
+
+OFPP_MAX = 0xFFFFFF00      # port numbers from here on are reserved (LOCAL, CONTROLLER, ...)
 from fathom.pipeline import stages as st
+from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store.snapshot import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, Network, Node, Port, RouterInterface, Snapshot,
 )
@@ -50,6 +53,26 @@ PRIO_ROUTE_BASE = 100     # + prefix length: longest prefix wins
 PRIO_ROUTER_DROP = 10     # to a router MAC but no route: drop rather than flood
 PRIO_NEIGHBOR = 100
 PRIO_FLOOD = 10           # l2: broadcast, multicast and unknown unicast
+
+
+def refused_ports(snapshot: Snapshot) -> dict[int, str]:
+    """Port id -> why it is not compiled: bound to an interface of the fabric itself (the tunnel,
+    the uplink, a patch port, a bridge, a router leg; fathom.pipeline.infrastructure), by name or
+    by OpenFlow port number. Such a port would pull every tenant's traffic arriving there into its
+    own network; the reconciler marks it `error` with this reason."""
+    nodes = {n.name: n for n in snapshot.nodes}
+    out = {}
+    for p in snapshot.ports:
+        node = nodes.get(p.node)
+        if node is None or not p.interface:
+            continue
+        ofport = node.ofport(p.interface)
+        infra_ofports = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
+        if is_infrastructure_interface(p.interface) or (ofport is not None and (ofport in infra_ofports
+                                                                                or ofport >= OFPP_MAX)):
+            out[p.id] = (f"interface {p.interface!r} on node {p.node!r} belongs to the fabric "
+                         "(tunnel, uplink or patch port): refused as a tenant port")
+    return out
 
 
 def compile_tenant(snapshot: Snapshot) -> dict[str, SwitchState]:
@@ -76,12 +99,13 @@ class _Topology:
 
     def __init__(self, snapshot: Snapshot):
         self.nodes = {n.name: n for n in snapshot.nodes}
+        refused = refused_ports(snapshot)
         self.networks = {n.id: n for n in snapshot.networks}
         self.subnets = {s.id: s for s in snapshot.subnets}
         # Only bound ports take part in forwarding: an unbound port is nowhere.
         self.ports_by_network: dict[int, list[Port]] = defaultdict(list)
         for p in sorted(snapshot.ports, key=lambda p: p.id):
-            if p.node in self.nodes and p.network_id in self.networks:
+            if p.node in self.nodes and p.network_id in self.networks and p.id not in refused:
                 self.ports_by_network[p.network_id].append(p)
         self.interfaces_by_router: dict[int, list[RouterInterface]] = defaultdict(list)
         self.interfaces_by_network: dict[int, list[RouterInterface]] = defaultdict(list)

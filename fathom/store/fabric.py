@@ -179,7 +179,7 @@ def record_lldp_link(session: Session, switch_id: int, port_name: str, ofport: i
 
 
 def get_switch(session: Session, switch_id: int) -> FabricSwitch:
-    sw = session.get(FabricSwitch, switch_id)
+    sw = session.get(FabricSwitch, switch_id) if 0 < switch_id < 2 ** 31 else None
     if sw is None:
         raise NotFound(f"fabric switch {switch_id} does not exist")
     return sw

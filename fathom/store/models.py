@@ -149,3 +149,5 @@ class TapPolicy(_Object, Base):
 from fathom.store import fabric_models  # noqa: E402,F401
 # PPTMon records delivered by agents (issue 5): their own module, registered the same way.
 from fathom.store import pptmon_models  # noqa: E402,F401
+# API tokens (stored hashed): their own module, registered the same way.
+from fathom.store import auth_models  # noqa: E402,F401

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from fathom.store import fabric
 from fathom.store import models as m
+from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
 VXLAN_MAX = (1 << 24) - 1
@@ -27,9 +28,18 @@ MAC_PREFIX = "02:fd"
 
 @dataclass(frozen=True)
 class Caller:
-    """Who makes a request: a project, and whether they are an admin (who sees every project)."""
+    """Who makes a request: a project, and whether they are an admin (who sees every project).
+
+    `service`: the service identity (e.g. a Neutron driver) acting for `project`; like an admin it
+    may set a port's binding (`node`, `interface_name`), unlike one it sees that project only.
+    """
     project: str = "admin"
     admin: bool = True
+    service: bool = False
+
+    @property
+    def may_bind(self) -> bool:
+        return self.admin or self.service
 
 
 @dataclass(frozen=True)
@@ -49,21 +59,38 @@ def _visible(caller: Caller, obj) -> bool:
     return caller.admin or obj.project_id == caller.project
 
 
+# Ids are 32-bit signed columns on PostgreSQL: a larger (or non-positive) id names no object.
+MAX_ID = 2 ** 31 - 1
+# Pagination of every list: `limit` at most MAX_LIMIT (also the default), `marker` = the last id seen.
+MAX_LIMIT = 1000
+
+
+def valid_id(object_id: int | None) -> bool:
+    return object_id is not None and 0 < object_id <= MAX_ID
+
+
 def get(session: Session, caller: Caller, model, object_id: int, field: str | None = None):
     """The object, or NotFound (also for objects of another project: their ids are not revealed)."""
-    obj = session.get(model, object_id)
+    obj = session.get(model, object_id) if valid_id(object_id) else None
     if obj is None or not _visible(caller, obj):
         raise NotFound(f"{model.__tablename__[:-1]} {object_id} does not exist", field)
     return obj
 
 
-def list_objects(session: Session, caller: Caller, model, **filters) -> Sequence:
-    query = select(model).order_by(model.id)
+def list_objects(session: Session, caller: Caller, model, *, limit: int = MAX_LIMIT,
+                 marker: int | None = None, **filters) -> Sequence:
+    """The caller's objects in id order: at most `limit`, those after id `marker` when given."""
+    query = select(model).order_by(model.id).limit(min(limit, MAX_LIMIT))
     if not caller.admin:
         query = query.where(model.project_id == caller.project)
+    if marker is not None:
+        query = query.where(model.id > min(marker, MAX_ID))
     for column, value in filters.items():
-        if value is not None:
-            query = query.where(getattr(model, column) == value)
+        if value is None:
+            continue
+        if column.endswith("_id") and isinstance(value, int) and not valid_id(value):
+            return []
+        query = query.where(getattr(model, column) == value)
     return session.scalars(query).all()
 
 
@@ -274,6 +301,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
         mac_address = _allocate_mac(session, network.id)
     elif _mac_used(session, network.id, mac_address):
         raise Conflict(f"MAC {mac_address} is in use in network {network.id}", "mac_address")
+    check_binding(caller, node, interface_name)
     node_row = node_by_name(session, node) if node is not None else None
     if node_row is not None and interface_name is not None:
         _check_interface_free(session, node_row, interface_name, None)
@@ -311,8 +339,21 @@ def _check_interface_free(session: Session, node: m.Node, interface: str, port_i
     other = session.scalar(select(m.Port).where(m.Port.node_id == node.id,
                                                 m.Port.interface_name == interface))
     if other is not None and other.id != port_id:
-        raise Conflict(f"port {other.id} already uses interface {interface!r} on node {node.name!r}",
+        # names neither the other port nor its project: it may be another tenant's
+        raise Conflict(f"interface {interface!r} on node {node.name!r} is bound to another port",
                        "interface_name")
+
+
+def check_binding(caller: Caller, node: str | None, interface_name: str | None) -> None:
+    """Binding a port to a node's interface is the cloud's job (as Neutron's binding:host_id):
+    only an admin or the service identity may; and an interface fathom itself created on a node
+    (tunnel, uplink, patch ports, bridges, router legs) is never a tenant port, whoever asks."""
+    for field, value in (("node", node), ("interface_name", interface_name)):
+        if value is not None and not caller.may_bind:
+            raise Forbidden(f"only an admin or the service identity can set a port's {field}", field)
+    if interface_name is not None and is_infrastructure_interface(interface_name):
+        raise Invalid(f"{interface_name!r} is an interface of the fabric itself, not a tenant port",
+                      "interface_name")
 
 
 def _ip_used(session: Session, network_id: int, ip: str) -> bool:
@@ -361,6 +402,10 @@ def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -
     port = get(session, caller, m.Port, port_id)
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}")
+    for field in ("node", "interface_name"):
+        if field in changes and not caller.may_bind:   # unbinding (null) is binding too
+            raise Forbidden(f"only an admin or the service identity can set a port's {field}", field)
+    check_binding(caller, changes.get("node"), changes.get("interface_name"))
     if "node" in changes:
         node = changes.pop("node")
         port.node_id = node_by_name(session, node).id if node is not None else None

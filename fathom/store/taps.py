@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from fathom.pipeline import vtap
 from fathom.store import models as m
-from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
-from fathom.store.ops import Caller, _owner
+from fathom.store.errors import Conflict, Invalid, NotFound
+from fathom.store.ops import Caller, _owner, valid_id
 from fathom.store.snapshot import TUNNEL_INTERFACE, load_snapshot
 
 DIRECTIONS = ("forward", "both")
@@ -21,41 +21,40 @@ ROLES = ("sender", "receiver", "monitor", "monitor2")
 
 
 def get_tap(session: Session, caller: Caller, tap_id: int) -> m.TapPolicy:
-    tap = session.get(m.TapPolicy, tap_id)
+    tap = session.get(m.TapPolicy, tap_id) if valid_id(tap_id) else None
     if tap is None or not (caller.admin or tap.project_id == caller.project):
         raise NotFound(f"tap policy {tap_id} does not exist")
     return tap
 
 
-def _check_port_visible(caller: Caller, port: m.Port, field: str) -> m.Port:
-    if not caller.admin and port.project_id != caller.project:
-        raise Forbidden(f"port {port.id} belongs to another project: only an admin can tap it", field)
-    return port
+def _visible(caller: Caller, port: m.Port) -> bool:
+    return caller.admin or port.project_id == caller.project
 
 
 def resolve(session: Session, caller: Caller, ref, field: str, *, must_be_port: bool):
     """A port (by id, name, or MAC+IP) -> m.Port; or, when allowed, a bare (mac, ip) -> tuple."""
     if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-        port = session.get(m.Port, int(ref))
-        if port is None or port.router_id is not None:
+        # another project's port is as absent as a missing one (same answer)
+        port = session.get(m.Port, int(ref)) if valid_id(int(ref)) else None
+        if port is None or port.router_id is not None or not _visible(caller, port):
             raise NotFound(f"port {ref} does not exist", field)
-        return _check_port_visible(caller, port, field)
+        return port
     if isinstance(ref, str):
         found = session.scalars(select(m.Port).where(m.Port.name == ref, m.Port.router_id.is_(None))
                                 .order_by(m.Port.id)).all()
+        found = [p for p in found if _visible(caller, p)]
         if not found:
-            raise NotFound(f"no port named {ref!r}", field)
-        mine = [p for p in found if caller.admin or p.project_id == caller.project]
-        if len(found) > 1 and len(mine) != 1:
-            raise Invalid(f"{len(found)} ports are named {ref!r} (ids "
+            raise NotFound(f"no port named {ref[:64]!r}", field)
+        if len(found) > 1:
+            raise Invalid(f"{len(found)} ports are named {ref[:64]!r} (ids "
                           f"{', '.join(str(p.id) for p in found)}): use an id", field)
-        return _check_port_visible(caller, mine[0] if len(mine) == 1 else found[0], field)
+        return found[0]
     mac, ip = ref["mac"], ref["ip"]
     candidates = session.scalars(select(m.Port).where(m.Port.mac_address == mac,
                                                       m.Port.router_id.is_(None))).all()
     for port in candidates:
-        if any(a.ip_address == ip for a in port.fixed_ips):
-            return _check_port_visible(caller, port, field)
+        if any(a.ip_address == ip for a in port.fixed_ips) and _visible(caller, port):
+            return port
     if must_be_port:
         raise Invalid(f"no port has MAC {mac} and IP {ip}: the {field} must be a port fathom knows "
                       f"(its edge switch is where the tap goes)", field)

@@ -21,6 +21,8 @@ with warnings.catch_warnings():
 
 from fathom.api import create_app  # noqa: E402
 
+from .auth import Identities, headers_for  # noqa: E402
+
 
 
 
@@ -30,34 +32,36 @@ class Client:
     def __init__(self, db_url: str):
         self.changes = 0
         self.app = create_app(db_url, on_change=self._changed)
-        self.http = TestClient(self.app)
+        self.admin = headers_for(self.app)
+        self.http = TestClient(self.app, headers=self.admin)
+        self.who = Identities(self.app)
 
     def _changed(self):
         self.changes += 1
 
     def post(self, path, body, status=201, headers=None):
-        r = self.http.post("/v1" + path, json=body, headers=headers)
+        r = self.http.post("/v1" + path, json=body, headers=self.who(headers))
         assert r.status_code == status, r.text
         return r.json()
 
     def get(self, path, status=200, headers=None, **params):
-        r = self.http.get("/v1" + path, params=params, headers=headers)
+        r = self.http.get("/v1" + path, params=params, headers=self.who(headers))
         assert r.status_code == status, r.text
         return r.json()
 
     def delete(self, path, status=204, headers=None):
-        r = self.http.delete("/v1" + path, headers=headers)
+        r = self.http.delete("/v1" + path, headers=self.who(headers))
         assert r.status_code == status, r.text
         return None if status == 204 else r.json()
 
-    def patch(self, path, body, status=200):
-        r = self.http.patch("/v1" + path, json=body)
+    def patch(self, path, body, status=200, headers=None):
+        r = self.http.patch("/v1" + path, json=body, headers=self.who(headers))
         assert r.status_code == status, r.text
         return r.json()
 
     def error(self, method, path, body, status, headers=None) -> tuple[list, str]:
         """(loc without 'body', msg) of the first error of a request that must fail with `status`."""
-        r = self.http.request(method, "/v1" + path, json=body, headers=headers)
+        r = self.http.request(method, "/v1" + path, json=body, headers=self.who(headers))
         assert r.status_code == status, r.text
         d = r.json()["detail"][0]
         return [p for p in d["loc"] if p != "body"], d["msg"]
@@ -76,8 +80,9 @@ def api(db_url):
     client.app.state.engine.dispose()
 
 
-MEMBER = {"X-Project": "p1", "X-Roles": "member"}
-OTHER = {"X-Project": "p2", "X-Roles": "member"}
+# (project, roles) of a token: the Client issues one per identity
+MEMBER = ("p1", "member")
+OTHER = ("p2", "member")
 
 
 # ---------------------------------------------------------------------------------------------- basics
@@ -373,7 +378,7 @@ def test_concurrent_writers_and_readers(api):
     failures: list[str] = []
 
     def create_ports():
-        client = TestClient(api.app)
+        client = TestClient(api.app, headers=api.admin)
         for _ in range(8):
             r = client.post("/v1/ports", json={"network_id": net["id"]})
             if r.status_code != 201:
@@ -405,7 +410,7 @@ def test_concurrent_network_creation_allocates_distinct_segments(api):
     failures: list[str] = []
 
     def create():
-        client = TestClient(api.app)
+        client = TestClient(api.app, headers=api.admin)
         for _ in range(5):
             r = client.post("/v1/networks", json={"type": "vlan"})
             if r.status_code != 201:

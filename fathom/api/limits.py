@@ -1,0 +1,184 @@
+"""Bounded input: what the API reads from a client, and for how long.
+
+- `BoundedInput` (ASGI middleware) reads a request body up to `max_body` bytes (FATHOM_API_MAX_BODY,
+  default 1 MiB) and answers 413 as soon as more arrives, without buffering the rest; a body whose
+  next chunk takes longer than `read_timeout` seconds gets a 408. A JSON body is checked before
+  any route sees it: NaN, Infinity, lone surrogates, NUL characters, malformed JSON and
+  pathologically deep nesting are a 422. A NUL in the path or the query is a 422 too.
+- `validation_error` renders request validation errors in the API's shape without echoing the
+  input (pydantic's `input` is dropped, messages and locations are cut short).
+- `TimedH11Protocol` (uvicorn's h11 protocol) closes a connection whose request head has not
+  arrived within `header_timeout` seconds: uvicorn itself would wait forever for a slow client.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+DEFAULT_MAX_BODY = 1 << 20
+MAX_MSG = 300        # characters of an error message
+MAX_LOC = 64         # characters of one element of an error location
+MAX_DEPTH = 64       # nesting of a JSON body
+
+
+def short(text: str, limit: int = MAX_MSG) -> str:
+    text = text.encode("utf-8", "replace").decode("utf-8")     # no lone surrogate reaches a response
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def error_body(msg: str, loc: list | None = None, kind: str = "invalid") -> dict:
+    return {"detail": [{"loc": loc or [], "msg": short(msg), "type": kind}]}
+
+
+async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    items = []
+    for e in exc.errors()[:20]:
+        loc = [p if isinstance(p, int) else short(str(p), MAX_LOC) for p in e.get("loc", ())]
+        items.append({"loc": loc, "msg": short(str(e.get("msg", "invalid"))), "type": short(str(e.get("type", "invalid")), MAX_LOC)})
+    return JSONResponse(status_code=422, content={"detail": items})
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, msg: str, loc: list | None = None):
+        self.status, self.msg, self.loc = status, msg, loc or ["body"]
+
+
+def _check_json(value, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise _Refused(422, f"the JSON body nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise _Refused(422, "text may not contain NUL characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Refused(422, "text may not contain lone surrogates") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_json(k, depth + 1)
+            _check_json(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_json(v, depth + 1)
+
+
+def _constant(name: str):
+    raise _Refused(422, f"{name} is not a number JSON allows")
+
+
+def check_json_body(body: bytes) -> None:
+    try:
+        value = json.loads(body, parse_constant=_constant)
+    except _Refused:
+        raise
+    except RecursionError:
+        raise _Refused(422, "the JSON body nests too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _Refused(422, f"the body is not valid JSON: {e}") from None
+    _check_json(value)
+
+
+class BoundedInput:
+    def __init__(self, app, max_body: int | None = None, read_timeout: float = 10.0):
+        self.app = app
+        self.max_body = max_body if max_body is not None else int(os.environ.get("FATHOM_API_MAX_BODY", DEFAULT_MAX_BODY))
+        self.read_timeout = read_timeout
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        try:
+            self._check_target(scope)
+            body = await self._read(scope, receive)
+        except _Refused as e:
+            response = JSONResponse(status_code=e.status, content=error_body(e.msg, e.loc),
+                                    headers={"Connection": "close"} if e.status in (408, 413) else None)
+            return await response(scope, receive, send)
+        if body is None:          # the client went away
+            return
+        delivered = False
+
+        async def replay():
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    def _check_target(scope) -> None:
+        raw = scope.get("raw_path") or b""
+        if "\x00" in scope.get("path", "") or b"%00" in raw:
+            raise _Refused(422, "the path may not contain NUL characters", ["path"])
+        if b"%00" in scope.get("query_string", b"") or b"\x00" in scope.get("query_string", b""):
+            raise _Refused(422, "the query may not contain NUL characters", ["query"])
+
+    async def _read(self, scope, receive) -> bytes | None:
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        length = headers.get(b"content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise _Refused(422, "Content-Length is not a number", ["header", "content-length"])
+            if int(length) > self.max_body:
+                raise _Refused(413, f"the body is larger than {self.max_body} bytes")
+        chunks, size = [], 0
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout)
+            except asyncio.TimeoutError:
+                raise _Refused(408, f"the body did not arrive within {self.read_timeout:g} s") from None
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise _Refused(413, f"the body is larger than {self.max_body} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if body and (ctype == b"application/json" or ctype.endswith(b"+json") or not ctype):
+            check_json_body(body)
+        return body
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head takes longer than
+    `header_timeout` seconds (a slow or half-sent request), on a new connection and between
+    the requests of a kept-alive one."""
+    header_timeout = 10.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        old = getattr(self, "_head_timer", None)
+        if old is not None:
+            old.cancel()
+        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        waiting_for_head = self.cycle is None or self.cycle.response_complete
+        if waiting_for_head and not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if getattr(self, "_head_timer", None) is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
