@@ -19,7 +19,24 @@ from fathom.agent.tail import Follower
 from fathom.api import create_app
 from fathom.store.pptmon_models import PptmonRecord
 
+from .auth import headers_for
 from .pptmon_records import record
+
+_AGENT_HEADERS: dict[str, dict] = {}
+
+
+def agent_headers(tmp_path) -> dict:
+    """The agent token of node n1 in the store the test's Server uses (issued before the server
+    starts when the agent comes first)."""
+    db = str(tmp_path / "ctl.db")
+    if db not in _AGENT_HEADERS:
+        from fathom.auth.client import bearer
+        from fathom.auth.tokens import issue_now
+        from fathom.store.db import open_store
+        engine = open_store(f"sqlite:///{db}")
+        _AGENT_HEADERS[db] = bearer(issue_now(engine, project="admin", roles=["agent"], node="n1"))
+        engine.dispose()
+    return _AGENT_HEADERS[db]
 
 
 def free_port() -> int:
@@ -37,6 +54,7 @@ class Server:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(f"sqlite:///{tmp_path / 'ctl.db'}")
+        self.admin = headers_for(self.app)
         self.fail_next = 0
         self.refuse: set[int] = set()
         self.requests = 0
@@ -143,7 +161,7 @@ def agent(url, tmp_path, **kw) -> Agent:
     opts = dict(root=tmp_path / "run", state_dir=tmp_path / "state", node="n1", batch=50, buffer=1000,
                 poll=0.02, flush=0.1, backoff_min=0.05, backoff_max=0.4, log_interval=0, grace=0.5, timeout=5)
     opts.update(kw)
-    return Agent(url, **opts)
+    return Agent(url, headers=agent_headers(tmp_path), **opts)
 
 
 # ---------------------------------------------------------------------------------------------- tailing alone
@@ -433,17 +451,21 @@ def test_a_batch_refused_as_a_whole_is_counted_not_retried_forever(server, tmp_p
     files.attached()
     files.write(files.lines(5))
     a = agent(server.url, tmp_path)
-    a.http.headers["X-Roles"] = "member"         # 403: retried (a configuration the operator fixes)
+    a.http.headers.update(server.admin)             # not an agent token, 403: retried (the operator fixes it)
     for _ in range(5):
         a.step()
         time.sleep(0.05)
     assert a.failures >= 1 and "403" in a.last_error and len(a.buffer) == 5 and a.c["rejected"] == 0
-    a.http.headers["X-Roles"] = "admin"
+    a.http.headers.update(agent_headers(tmp_path))
     a.node = "x" * 65                             # a 422 about the batch, not a record
     a.next_attempt = 0
     a.step()
     assert a.c["rejected"] == 5 and not a.buffer and server.count() == 0
     assert a.follower.checkpoint()[str(files.path)]["offset"] == files.path.stat().st_size
+
+
+def token_env(server) -> dict:
+    return {"FATHOM_TOKEN": server.admin["Authorization"].split()[1]}
 
 
 def test_stats_command_asks_the_controller(server, tmp_path):
@@ -460,16 +482,16 @@ def test_stats_command_asks_the_controller(server, tmp_path):
     finally:
         a.stop()
         t.join(10)
-    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", server.url, "--json"])
+    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", server.url, "--json"], env=token_env(server))
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert s["records"] == 30 and set(s["vnfs"]) == {"1", "2"} and s["e2e"]["p50_us"] == 7
-    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", server.url, "--since", "1h"])
+    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", server.url, "--since", "1h"], env=token_env(server))
     assert r.exit_code == 0, r.output
     assert "vnf1" in r.output and "vnf2" in r.output and "end-to-end" in r.output and "30 records" in r.output
-    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", "http://127.0.0.1:9"])
+    r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", "http://127.0.0.1:9"], env=token_env(server))
     assert r.exit_code != 0
     r = CliRunner().invoke(cli, ["pptmon", "records", "pacli", "--controller", server.url, "--last", "3",
-                                 "--vnf", "2", "--since", "1h"])
+                                 "--vnf", "2", "--since", "1h"], env=token_env(server))
     assert r.exit_code == 0, r.output
     assert [json.loads(x)["seq"] for x in r.output.splitlines()] == [27, 28, 29]

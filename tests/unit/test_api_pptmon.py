@@ -23,6 +23,8 @@ with warnings.catch_warnings():
 
 from fathom.api import create_app  # noqa: E402
 
+from .auth import headers_for  # noqa: E402
+
 
 
 
@@ -35,11 +37,19 @@ def app(db_url):
 
 @pytest.fixture
 def http(app):
-    return TestClient(app)
+    return TestClient(app, headers=headers_for(app))
+
+
+def agent_of(app, node="n1") -> dict:
+    """Headers with the agent token of `node` (one per app and node)."""
+    tokens = app.state.__dict__.setdefault("test_agents", {})
+    if node not in tokens:
+        tokens[node] = headers_for(app, "admin", ("agent",), node=node)
+    return tokens[node]
 
 
 def post(http, records, node="n1", status=200):
-    r = http.post("/v1/pptmon/records", json={"node": node, "records": records})
+    r = http.post("/v1/pptmon/records", json={"node": node, "records": records}, headers=agent_of(http.app, node))
     assert r.status_code == status, r.text
     return r.json()
 
@@ -93,7 +103,7 @@ def test_concurrent_identical_batches(app, http):
 
     def go():
         try:
-            results.append(post(TestClient(app), batch))
+            results.append(post(TestClient(app, headers=headers_for(app)), batch))
         except Exception as e:  # noqa: BLE001
             errors.append(e)
     threads = [threading.Thread(target=go) for _ in range(4)]
@@ -121,22 +131,30 @@ def test_concurrent_identical_batches(app, http):
 def test_field_level_422_and_nothing_stored(app, http, field, value, loc):
     bad = record(2)
     bad[field] = value
-    r = http.post("/v1/pptmon/records", json={"records": [record(1), bad]})
+    r = http.post("/v1/pptmon/records", json={"node": "n1", "records": [record(1), bad]}, headers=agent_of(app))
     assert r.status_code == 422, r.text
     locs = [d["loc"][1:] for d in r.json()["detail"]]
     assert any(x[:len(loc)] == loc for x in locs), locs
     assert count(app) == 0            # the batch is all or nothing
 
 
-def test_batch_limits_and_admin_only(http):
-    r = http.post("/v1/pptmon/records", json={"records": [record(i) for i in range(1001)]})
+def test_batch_limits_and_who_may_deliver(app, http):
+    agent = agent_of(app)
+    r = http.post("/v1/pptmon/records", json={"node": "n1", "records": [record(i) for i in range(1001)]},
+                  headers=agent)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "records"]
-    r = http.post("/v1/pptmon/records", json={"records": [], "bogus": 1})
+    r = http.post("/v1/pptmon/records", json={"node": "n1", "records": [], "bogus": 1}, headers=agent)
     assert r.status_code == 422
     assert post(http, []) == {"received": 0, "accepted": 0, "duplicates": 0}
-    member = {"X-Project": "p1", "X-Roles": "member"}
-    assert http.post("/v1/pptmon/records", json={"records": [record(1)]}, headers=member).status_code == 403
+    member = headers_for(app, "p1", ("member",))
+    one = {"node": "n1", "records": [record(1)]}
+    assert http.post("/v1/pptmon/records", json=one, headers=member).status_code == 403
     assert http.get("/v1/pptmon/records", headers=member).status_code == 403
+    assert http.post("/v1/pptmon/records", json=one).status_code == 403            # an admin is no agent
+    r = http.post("/v1/pptmon/records", json=one, headers=agent_of(app, "n2"))     # another node's agent
+    assert r.status_code == 403 and r.json()["detail"][0]["loc"] == ["body", "node"]
+    assert TestClient(app).post("/v1/pptmon/records", json=one).status_code == 401   # no token
+    assert count(app) == 0
 
 
 # ---------------------------------------------------------------------------------------------- query
@@ -248,7 +266,7 @@ def test_retention_runs_periodically_while_served(db_url, monkeypatch):
     monkeypatch.setenv("FATHOM_PPTMON_RETENTION_INTERVAL", "200ms")
     app = create_app(db_url)
     try:
-        with TestClient(app) as http:      # runs the lifespan
+        with TestClient(app, headers=headers_for(app)) as http:      # runs the lifespan
             now = time.time_ns()
             post(http, [record(i, chain="paper", t_ns=now - i * 600 * 10**9) for i in range(12)])
             deadline = time.monotonic() + 5

@@ -85,10 +85,16 @@ def test_ownership(api):
     # a member of p1 may tap p1's ports; p2 may not tap them, nor tap p1 traffic to its own monitor
     mine = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3"}, headers=MEMBER)
     assert mine["project_id"] == "p1"
-    loc, _ = api.error("POST", "/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "evil"}, 403, headers=OTHER)
-    assert loc == ["sender"]
+    # another project's port is answered exactly as a missing one (by name and by id)
+    loc, msg = api.error("POST", "/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "evil"}, 404, headers=OTHER)
+    assert loc == ["sender"] and msg == "no port named 'vm1'"
+    assert api.error("POST", "/taps", {"sender": "nosuch", "receiver": "vm2", "monitor": "evil"}, 404,
+                     headers=OTHER) == (["sender"], "no port named 'nosuch'")
+    vm1 = api.get("/ports", name="vm1")[0]["id"]
+    assert api.error("POST", "/taps", {"sender": vm1, "receiver": "vm2", "monitor": "evil"}, 404, headers=OTHER) \
+        == (["sender"], f"port {vm1} does not exist")
     loc, _ = api.error("POST", "/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "evil", "priority": 1},
-                       403, headers=MEMBER)
+                       404, headers=MEMBER)
     assert loc == ["monitor"]
     # p2 does not see p1's policies
     api.get(f"/taps/{mine['id']}", status=404, headers=OTHER)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import pytest
@@ -11,6 +12,8 @@ from fathom.api import create_app
 from fathom.cli import resources
 from fathom.cli.main import cli
 
+from .auth import headers_for
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
@@ -19,6 +22,7 @@ with warnings.catch_warnings():
 @pytest.fixture
 def run(tmp_path, monkeypatch):
     app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.setenv("FATHOM_TOKEN", headers_for(app)["Authorization"].split()[1])
     # The CLI's httpx.Client becomes a TestClient talking to the app in-process.
     monkeypatch.setattr(resources.httpx, "Client",
                         lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
@@ -66,7 +70,31 @@ def test_errors_are_one_line_with_the_field(run):
     assert "use an id" in run("network", "show", "blue", ok=False).output
 
 
-def test_unreachable_controller():
+def test_tokens_create_list_use_revoke(run, tmp_path, monkeypatch):
+    admin = os.environ["FATHOM_TOKEN"]
+    made = json.loads(run("token", "create", "--project-id", "p1", "--role", "member", "--expires", "1d",
+                          "--json").output)
+    assert made["roles"] == ["member"] and made["token"].startswith("fth_") and made["expires_at"]
+    listed = json.loads(run("token", "list", "--json").output)
+    assert made["id"] in [t["id"] for t in listed] and all("token" not in t for t in listed)
+    path = tmp_path / "p1.token"
+    run("token", "create", "--project-id", "p1", "--role", "member", "--output", str(path))
+    assert path.stat().st_mode & 0o777 == 0o600
+    monkeypatch.setenv("FATHOM_TOKEN", made["token"])
+    run("network", "create", "mine")
+    assert json.loads(run("network", "show", "mine", "--json").output)["project_id"] == "p1"
+    assert "403" in run("token", "list", ok=False).output           # members manage no tokens
+    monkeypatch.delenv("FATHOM_TOKEN")
+    monkeypatch.setenv("FATHOM_TOKEN_FILE", str(path))               # the file a token was written to
+    assert json.loads(run("network", "list", "--json").output)[0]["name"] == "mine"
+    monkeypatch.setenv("FATHOM_TOKEN", admin)
+    run("token", "revoke", str(made["id"]))
+    monkeypatch.setenv("FATHOM_TOKEN", made["token"])
+    assert "401" in run("network", "list", ok=False).output           # revoked: refused at once
+
+
+def test_unreachable_controller(monkeypatch):
+    monkeypatch.setenv("FATHOM_TOKEN", "fth_x")
     result = CliRunner().invoke(cli, ["network", "list", "--controller", "http://127.0.0.1:1"])
     assert result.exit_code == 1
     assert result.output.startswith("error: cannot reach the controller at http://127.0.0.1:1")

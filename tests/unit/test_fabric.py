@@ -115,8 +115,9 @@ def test_lldp_probe_round_trip():
 def client(tmp_path):
     from fastapi.testclient import TestClient
     from fathom.api.app import create_app
-    c = TestClient(create_app(f"sqlite:///{tmp_path}/f.db"))
-    return c
+    from .auth import headers_for
+    app = create_app(f"sqlite:///{tmp_path}/f.db")
+    return TestClient(app, headers=headers_for(app))
 
 
 def _loc(r):
@@ -208,7 +209,9 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
+    from .auth import headers_for
     app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.setenv("FATHOM_TOKEN", headers_for(app)["Authorization"].split()[1])
     monkeypatch.setattr(resources.httpx, "Client",
                         lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
     run = lambda *a: CliRunner().invoke(cli, list(a), catch_exceptions=False)  # noqa: E731
