@@ -68,9 +68,8 @@ class Api:
     def __init__(self, url: str, headers: dict):
         self.client = httpx.Client(base_url=url.rstrip("/") + "/v1", timeout=30, headers=headers)
 
-    def call(self, method: str, path: str, project: str | None = None, **kw):
-        headers = {"X-Project": project} if project else {}
-        r = self.client.request(method, path, headers=headers, **kw)
+    def call(self, method: str, path: str, **kw):
+        r = self.client.request(method, path, **kw)
         if r.status_code >= 400:
             raise LabError(f"controller: {method} /v1{path} → {r.status_code} {r.text}")
         return r.json() if r.content else None

@@ -11,6 +11,7 @@ import pytest
 
 import fathom.bench
 
+from fathom.auth.client import lab_headers
 from fathom.lab.ovs import wait_for
 
 from .util import ping, running_lab, sh
@@ -27,7 +28,8 @@ def lab():
 
 
 def api(lab) -> httpx.Client:
-    return httpx.Client(base_url=lab.state()["controller"]["url"] + "/v1", timeout=30)
+    state = lab.state()
+    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
 
 def tor_flows(lab) -> list[str]:

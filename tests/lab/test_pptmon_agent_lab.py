@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fathom.auth.client import lab_headers
+from fathom.auth.tokens import write_secret
 from fathom.lab.controller import start_controller, stop_controller
 from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure, native
@@ -31,8 +33,9 @@ FATHOM = [str(Path(sys.executable).with_name("fathom"))] if Path(sys.executable)
     else [sys.executable, "-m", "fathom.cli.main"]
 
 
-def fathom(*args, timeout=30) -> subprocess.CompletedProcess:
-    return subprocess.run([*FATHOM, *args], capture_output=True, text=True, timeout=timeout)
+def fathom(*args, timeout=30, token_file=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"FATHOM_TOKEN_FILE": str(token_file)} if token_file else {})}
+    return subprocess.run([*FATHOM, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def until(cond, timeout, what):
@@ -52,12 +55,18 @@ def test_records_reach_the_controller(make_chain, tmp_path):  # noqa: F811
     ctl = start_controller(ctl_dir, "127.0.0.1")
     try:
         url = ctl["url"]
+        admin = lab_headers({"controller": ctl})
+        # the agent delivers with its node's agent token, written to a 0600 file as an operator would
+        agent_token = tmp_path / "agent-token"
+        made = httpx.post(url + "/v1/tokens", headers=admin, json={"project_id": "admin", "roles": ["agent"],
+                                                                    "node": "pa-node"}).json()
+        write_secret(agent_token, made["token"])
         c = make_chain("pa1", ["firewall:20", "forward"], base=230)
         control.enable(c.name, period_ns=5_000_000)          # 200 samples/s
         state = tmp_path / "agent"
         agent = subprocess.Popen([*FATHOM, "agent", "run", "--controller", url, "--chain", c.name,
                                   "--node", "pa-node", "--state-dir", str(state), "--flush", "0.2",
-                                  "--poll", "0.1", "--log-interval", "1"],
+                                  "--poll", "0.1", "--log-interval", "1", "--token-file", str(agent_token)],
                                  stdout=open(tmp_path / "agent.log", "wb"), stderr=subprocess.STDOUT,
                                  start_new_session=True)
         sent, got = measure.transfer(c, "udp", count=600, rate=1000)
@@ -68,7 +77,7 @@ def test_records_reach_the_controller(make_chain, tmp_path):  # noqa: F811
                       "local records")
         time.sleep(0.3)                                      # the loader drains every 100 ms
         n_local = len(control.records(c.name))
-        api = httpx.Client(base_url=url, timeout=10)
+        api = httpx.Client(base_url=url, headers=admin, timeout=10)
 
         def delivered():
             s = api.get("/v1/pptmon/stats", params={"chain": c.name, "window": "10m"}).json()
@@ -84,11 +93,11 @@ def test_records_reach_the_controller(make_chain, tmp_path):  # noqa: F811
         assert {r["flow"]["proto"] for r in stored} == {"udp", "tcp"}
 
         # the operator's view, from the controller
-        out = fathom("pptmon", "stats", c.name, "--controller", url, "--json")
+        out = fathom("pptmon", "stats", c.name, "--controller", url, "--json", token_file=ctl["token_file"])
         assert out.returncode == 0, out.stderr
         js = json.loads(out.stdout)
         assert set(js["vnfs"]) == {"1", "2"} and all(v["count"] == n_local for v in js["vnfs"].values())
-        out = fathom("pptmon", "stats", c.name, "--controller", url)
+        out = fathom("pptmon", "stats", c.name, "--controller", url, token_file=ctl["token_file"])
         assert out.returncode == 0 and "vnf1" in out.stdout and "vnf2" in out.stdout and "end-to-end" in out.stdout
         # Prometheus on the controller's /metrics
         metrics = api.get("/metrics").text

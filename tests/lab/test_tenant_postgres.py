@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fathom.auth.client import lab_headers
 from fathom.lab.controller import free_port
 from fathom.lab.ovs import wait_for
 from tests.unit.pgserver import PostgresServer
@@ -25,21 +26,27 @@ nodes:
 
 
 @pytest.fixture
-def controller_on_postgres(tmp_path):
+def controller_on_postgres(tmp_path, monkeypatch):
     pg = PostgresServer().start()
     api_port, of_port = free_port(), free_port("0.0.0.0")
     log = open(tmp_path / "controller.log", "wb")
     proc = subprocess.Popen([str(Path(sys.executable).with_name("fathom")), "controller", "--db", pg.new_database(),
-                             "--api-port", str(api_port), "--of-port", str(of_port), "--interval", "3"],
+                             "--api-port", str(api_port), "--of-port", str(of_port), "--interval", "3",
+                             "--state-dir", str(tmp_path / "state")],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{api_port}"
+    token_file = tmp_path / "state" / "admin-token"
+    # the lab registers itself with a controller it did not start using FATHOM_TOKEN_FILE
+    monkeypatch.setenv("FATHOM_TOKEN_FILE", str(token_file))
     try:
         for _ in range(150):
             try:
-                if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+                if token_file.exists() and httpx.get(url + "/v1/health", timeout=1,
+                                                     headers=lab_headers({})).status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
         yield url
     finally:
         proc.terminate()
@@ -52,8 +59,8 @@ def test_lab_under_a_controller_on_postgresql(controller_on_postgres):
     with running_lab("t3p", TOPOLOGY, standalone=False, controller=url) as lab:
         # once in a full CI run the first pings were lost; the statuses below are the real subject here
         wait_for(lambda: ping(lab, "vm1", "198.19.31.12").returncode == 0, 10, "vm1 to reach vm2")
-        ports = httpx.get(url + "/v1/ports").json()
+        ports = httpx.get(url + "/v1/ports", headers=lab_headers({})).json()
         assert {p["name"]: p["status"] for p in ports} == {"vm1": "active", "vm2": "active"}
     # down removed the lab's objects from the controller it did not start
-    assert httpx.get(url + "/v1/ports").json() == []
-    assert httpx.get(url + "/v1/nodes").json() == []
+    assert httpx.get(url + "/v1/ports", headers=lab_headers({})).json() == []
+    assert httpx.get(url + "/v1/nodes", headers=lab_headers({})).json() == []

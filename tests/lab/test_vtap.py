@@ -15,6 +15,7 @@ import time
 import httpx
 import pytest
 
+from fathom.auth.client import lab_headers
 from fathom.lab.ovs import wait_for
 from scapy.all import rdpcap
 
@@ -53,8 +54,10 @@ PROJECT = "demo"   # the lab registers its ports in the topology's project
 class Tap:
     def __init__(self, lab):
         self.lab = lab
-        self.url = lab.state()["controller"]["url"]
-        self.http = httpx.Client(base_url=self.url + "/v1", timeout=30)
+        state = lab.state()
+        self.url = state["controller"]["url"]
+        self.auth = lab_headers(state)
+        self.http = httpx.Client(base_url=self.url + "/v1", headers=self.auth, timeout=30)
 
     def create(self, status=201, headers=None, **body):
         r = self.http.post("/taps", json=body, headers=headers)
@@ -355,11 +358,16 @@ def test_controller_restart_keeps_taps_working(lab, tap, tmp_path):
 # ---------------------------------------------------------------------------------------------- API, CLI
 
 
-def test_ownership_403_installs_nothing(lab, tap):
-    other = {"X-Project": "intruder", "X-Roles": "member"}
+def member(tap, project: str) -> dict:
+    token = tap.http.post("/tokens", json={"project_id": project, "roles": ["member"]}).json()["token"]
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_ownership_404_installs_nothing(lab, tap):
+    other = member(tap, "intruder")       # another project's ports are absent to it
     r = tap.http.post("/taps", json={"sender": "vm1", "receiver": "vm2", "monitor": "mon1"}, headers=other)
-    assert r.status_code == 403 and r.json()["detail"][0]["loc"] == ["body", "sender"]
-    owner = {"X-Project": PROJECT, "X-Roles": "member"}
+    assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["body", "sender"]
+    owner = member(tap, PROJECT)
     assert tap.create(sender="vm1", receiver="vm2", monitor="mon1", headers=owner)["project_id"] == PROJECT
     assert tap.http.get("/taps", headers=other).json() == []
     for p in tap.http.get("/taps").json():
@@ -380,7 +388,8 @@ def test_bad_input_is_4xx_naming_the_field(lab, tap, body, status, loc):
 
 
 def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
-    env = {**os.environ, "FATHOM_CONTROLLER": tap.url, "FATHOM_LAB": lab.name}
+    env = {**os.environ, "FATHOM_CONTROLLER": tap.url, "FATHOM_LAB": lab.name,
+           "FATHOM_TOKEN": tap.auth["Authorization"].split()[1]}
     fathom = [os.path.join(os.path.dirname(os.sys.executable), "fathom")]
     out = subprocess.run(fathom + ["tap", "create", "web", "--sender", "vm1", "--receiver", "vm2", "--monitor",
                                    "mon1", "--proto", "icmp", "--json"], env=env, capture_output=True, text=True)
@@ -409,7 +418,7 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     copies = mine["stats"]["copies_packets"]
     assert copies >= 4 and mine["stats"]["copies_bytes"] >= 4 * 98
     assert f" {copies} " in listing
-    metrics = httpx.get(tap.url + "/metrics").text
+    metrics = httpx.get(tap.url + "/metrics", headers=tap.auth).text
     assert f'fathom_tap_copies_packets_total{{name="web",node="compute1",policy="{t["id"]}"}}' in metrics
 
 
