@@ -42,7 +42,8 @@ def tor_vlans(lab: Lab) -> dict[str, set[int]]:
         if m:
             names[m.group(1)] = m.group(2)
     out = {n: set() for n in names.values()}
-    for line in sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric", "table=0").stdout.splitlines():
+    flows = sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric", "table=0").stdout
+    for line in flows.splitlines():
         m = re.search(r"priority=100,in_port=(\d+),dl_vlan=(\d+)", line)
         if m:
             out[names[m.group(1)]].add(int(m.group(2)))

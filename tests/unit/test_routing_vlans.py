@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from fathom.controller.reconciler import compile_all
-from fathom.openflow.spec import OFPVID_PRESENT, Output, PushVlan, SetField, SwitchState, FlowSpec, GroupSpec
+from fathom.openflow.spec import OFPVID_PRESENT, FlowSpec, GroupSpec, Output, PushVlan, SetField, SwitchState
 from fathom.pipeline import fabric as fc
 from fathom.store.fabric import FabricState, Link, Mode, Switch
 from fathom.store.snapshot import (
@@ -42,6 +42,16 @@ def _vm(net: str, node: str) -> Port:
     n, i = NETS[net][0], COMPUTE.index(node) + 1
     return Port(100 + 10 * n + i, f"{net}-{node}", "p", n, f"02:00:00:00:{n:02x}:{i:02x}",
                 (FixedIp(n, _ip(net, 10 + i)),), node, f"{net}{node}")
+
+
+def _net_of(port: Port) -> str:
+    return next(n for n, (nid, _, _) in NETS.items() if nid == port.network_id)
+
+
+def _echo(src: Port, dst: Port) -> dict:
+    """An echo request from src to dst's address, sent to src's gateway."""
+    return {"eth_src": src.mac_address, "eth_dst": _gw_mac(_net_of(src)), "eth_type": 0x0800,
+            "ipv4_src": src.fixed_ips[0].ip_address, "ipv4_dst": dst.fixed_ips[0].ip_address, "ttl": 64}
 
 
 def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
@@ -121,17 +131,7 @@ def test_before_the_rule_the_tor_dropped_it():
     assert [(node, f["vlan"]) for node, f in sim.tor_drops] == [("c2", 110)]
 
 
-# ---------------------------------------------------------------------------------------------- every placement and mode
-
-
-def _echo(src: Port, dst: Port) -> dict:
-    src_net = next(n for n, (nid, _, _) in NETS.items() if nid == src.network_id)
-    return {"eth_src": src.mac_address, "eth_dst": _gw_mac(src_net), "eth_type": 0x0800,
-            "ipv4_src": src.fixed_ips[0].ip_address, "ipv4_dst": dst.fixed_ips[0].ip_address, "ttl": 64}
-
-
-def _net_of(port: Port) -> str:
-    return next(n for n, (nid, _, _) in NETS.items() if nid == port.network_id)
+# ---------------------------------------------------------------------------------------------- every placement
 
 
 PLACEMENTS = [dict(zip(NETS, nodes)) for nodes in itertools.product(*[[(n,) for n in COMPUTE]] * len(NETS))]
