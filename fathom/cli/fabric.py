@@ -41,14 +41,17 @@ def list_(api, as_json):
 @api_command(fabric, "status")
 @click.argument("switch_id", type=int, default=1)
 def status(api, as_json, switch_id):
-    """Per ToR port: the node behind it and its VLANs (desired, and read from the switch)."""
+    """Per ToR port: the node behind it, its VLANs (desired, and read from the switch), and the VLANs
+    the node sends (read from its br-int); a VLAN sent but not allowed is dropped by the ToR."""
     out = api.call("GET", f"/fabric/switches/{switch_id}/status")
     if as_json:
         return print_json(out)
     click.echo(f"{out['name']}: {out['status']}, connected {out['connected']}, in sync {out['in_sync']}")
-    print_table(None, ["port", "ofport", "node", "known by", "VLANs desired", "VLANs on the switch"],
-                [[p["port"], p["ofport"], p["node"], "+".join(p["link"]), ",".join(map(str, p["vlans_desired"])),
-                  "-" if p["vlans"] is None else ",".join(map(str, p["vlans"]))] for p in out["ports"]])
+    vlans = lambda v: "-" if v is None else ",".join(map(str, v))  # noqa: E731
+    print_table(None, ["port", "ofport", "node", "known by", "VLANs desired", "VLANs on the switch",
+                       "VLANs the node sends", "blocked"],
+                [[p["port"], p["ofport"], p["node"], "+".join(p["link"]), vlans(p["vlans_desired"]), vlans(p["vlans"]),
+                  vlans(p["vlans_sent"]), vlans(p["vlans_blocked"])] for p in out["ports"]])
 
 
 @api_command(fabric, "mode")

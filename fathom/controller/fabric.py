@@ -25,7 +25,7 @@ from dataclasses import replace
 from fastapi import APIRouter, HTTPException
 
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
+from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, datapath_id, local_ip_towards
 from fathom.controller.l3agent import L3Agent
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import fabric as fc
@@ -35,7 +35,7 @@ from fathom.store.fabric_models import FabricSwitch
 
 LOG = logging.getLogger("fathom.fabric")
 PHY_BRIDGE = "br-phy"
-UNDERLAY_PORT = "ul0"
+UNDERLAY_PORT = fc.PHY_UNDERLAY
 DPID_KIND_MASK = 0xFF00_0000_0000_0000
 DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
 
@@ -108,6 +108,7 @@ class FabricRuntime:
         self.tors: dict[str, NodeOvsdb] = {}
         self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
+        self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
         self.agent = L3Agent()
         self._tor_ofports: dict[str, dict[str, int]] = {}
         self._switch_status = None
@@ -149,7 +150,7 @@ class FabricRuntime:
             if dp is None:
                 continue
             try:
-                self.apply(dp, fc.compile_tor(snapshot)[s.name], additions_only=True)
+                self.apply(dp, fc.compile_tor(snapshot, result.desired)[s.name], additions_only=True)
             except Exception as e:  # noqa: BLE001 - phase 2 retries and reports
                 LOG.warning("fabric switch %s: phase 1 failed: %s", s.name, e)
 
@@ -196,16 +197,17 @@ class FabricRuntime:
             try:
                 ensure_bridge(ovsdb, PHY_BRIDGE, fc.datapath_id_phy(node.id), controller_for(node.management_ip),
                               "standalone")
-                port = ovsdb.ofports(PHY_BRIDGE).get(UNDERLAY_PORT)
+                self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
+                port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
                 if port:
                     self.phy_ports[node.id] = port
             except Exception as e:  # noqa: BLE001
                 LOG.warning("node %s br-phy: %s", node.name, e)
 
-        desired = {("tor", s.name): st_ for s in fab.switches for st_ in [fc.compile_tor(snapshot)[s.name]]} \
-            if fab.switches else {}
+        tors = fc.compile_tor(snapshot, result.desired)
+        desired = {("tor", s.name): tors[s.name] for s in fab.switches}
         if fab.switches:
-            for name, state in fc.compile_phy(snapshot).items():
+            for name, state in fc.compile_phy(snapshot, self.phy_ofports).items():
                 desired[("phy", name)] = state
         ids = {("tor", s.name): fc.datapath_id_tor(s.id) for s in fab.switches}
         ids.update({("phy", n.name): fc.datapath_id_phy(n.id) for n in snapshot.nodes})
@@ -237,7 +239,7 @@ class FabricRuntime:
             self.agent.created = False
             self.wake()
         self.last = {"desired": desired, "snapshot": snapshot, "routers": router_result,
-                     "switches": switch_status}
+                     "switches": switch_status, "brint": result.desired}
         self._write_status(switch_status, router_result, snapshot)
 
     def apply(self, dp, desired: SwitchState, additions_only: bool = False) -> int:
@@ -350,6 +352,10 @@ class FabricRuntime:
     # ------------------------------------------------------------------------------- status API
 
     def status(self, switch_id: int) -> dict:
+        """Per ToR port: the node behind it, the VLANs allowed on it (desired, and read from the
+        switch) and the VLANs the node's br-int really tags frames with (read from the node). A VLAN
+        the node sends but the port does not allow is `vlans_blocked`: the ToR drops those frames,
+        and the switch is not `in_sync`."""
         snapshot = self.last.get("snapshot")
         with self.Session() as session:
             row = session.get(FabricSwitch, switch_id)
@@ -358,10 +364,10 @@ class FabricRuntime:
                                                   "msg": f"fabric switch {switch_id} does not exist"}])
             name, status, reason = row.name, row.status, row.status_reason
         dp = self.app.datapath(fc.datapath_id_tor(switch_id))
-        desired = fc.tor_vlans(snapshot).get(name, {}) if snapshot is not None else {}
+        desired = fc.tor_vlans(snapshot, self.last.get("brint", {})).get(name, {}) if snapshot is not None else {}
         ports = self.tor_ports.get(switch_id, {})
         actual: dict[str, set[int]] | None = None
-        in_sync = None
+        flows_match = None
         if dp is not None:
             flows = sw.read_flows(self.app, dp)
             by_no = {p: n for n, p in ports.items()}
@@ -371,7 +377,7 @@ class FabricRuntime:
                 if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW and "in_port" in md:
                     actual.setdefault(by_no.get(md["in_port"], str(md["in_port"])), set()).add(md["vlan_vid"] & 0xFFF)
             want = self.last.get("desired", {}).get(("tor", name))
-            in_sync = want is not None and {f for f in flows if _owned(f.cookie)} == set(want.flows)
+            flows_match = want is not None and {f for f in flows if _owned(f.cookie)} == set(want.flows)
         fab = fc.fabric_state(snapshot) if snapshot is not None else None
         faces = {}
         if fab is not None:
@@ -383,15 +389,32 @@ class FabricRuntime:
             for link in fab.links:
                 if link.switch_id == switch_id and faces.get(link.port_name) == link.node:
                     sources.setdefault(link.port_name, set()).add(link.source)
+        node_ids = {n.name: n.id for n in snapshot.nodes} if snapshot is not None else {}
         out_ports = []
+        blocked_any = False
         for pname in sorted(set(ports) | set(desired)):
+            sent = self._vlans_sent(node_ids.get(faces.get(pname)))
+            allowed = actual.get(pname, set()) if actual is not None else None
+            blocked = sorted(sent - allowed) if sent is not None and allowed is not None else None
+            blocked_any = blocked_any or bool(blocked)
             out_ports.append({"port": pname, "ofport": ports.get(pname), "node": faces.get(pname),
                               "link": sorted(sources.get(pname, ())),
                               "vlans_desired": sorted(desired.get(pname, ())),
-                              "vlans": sorted(actual.get(pname, ())) if actual is not None else None})
+                              "vlans": sorted(allowed) if allowed is not None else None,
+                              "vlans_sent": sorted(sent) if sent is not None else None,
+                              "vlans_blocked": blocked})
+        in_sync = None if flows_match is None else flows_match and not blocked_any
         return {"id": switch_id, "name": name, "status": status, "status_reason": reason,
                 "connected": dp is not None, "in_sync": in_sync, "ports": out_ports,
                 "lldp": {"sent": self.lldp_sent, "received": self.lldp_received}}
+
+    def _vlans_sent(self, node_id: int | None) -> set[int] | None:
+        """VLANs a node's br-int tags frames with, read from the switch; None if it is not connected."""
+        dp = self.app.datapath(datapath_id(node_id)) if node_id is not None else None
+        if dp is None:
+            return None
+        return fc.vlans_sent(SwitchState(frozenset(sw.read_flows(self.app, dp)),
+                                         frozenset(sw.read_groups(self.app, dp))))
 
     def router(self) -> APIRouter:
         r = APIRouter(prefix="/v1", tags=["fabric"])

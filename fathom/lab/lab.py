@@ -173,6 +173,10 @@ class Lab:
                  "peer", "name", node.name, "netns", fabric, "mtu", mtu])
             for ns_, dev in ((node.netns, "ul0"), (fabric, node.name)):
                 _prepare_veth_end(ns_, dev)
+            # ul0 is a port of br-phy, but the kernel still sees what arrives on it and would answer
+            # ARP for the tunnel address (which lives on br-phy) with ul0's own MAC: OVS would then
+            # send VXLAN to a MAC nobody terminates. Only br-phy answers for its address.
+            run(["sysctl", "-qw", "net.ipv4.conf.ul0.arp_ignore=1"], ns=node.netns)
             tor.vsctl("add-port", "br-fabric", node.name)
             ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
                       "fail_mode=standalone", f"other_config:hwaddr={_mac(0xfe, node.index)}",
@@ -251,6 +255,9 @@ class Lab:
         full when `up` returns: OVS drops the packet that makes it resolve a new neighbour, and a
         lab should start like a running cloud, not lose each path's first packet."""
         for node in nodes:
+            # OVS learns a neighbour by snooping the ARP reply; a peer's earlier request already put
+            # this node in the kernel's table, and the kernel would then send no request at all
+            run(["ip", "neigh", "flush", "dev", "br-phy"], ns=node.netns, check=False)
             for peer in nodes:
                 if peer is not node:
                     run(["ping", "-c", "1", "-W", "1", peer.tunnel_ip], ns=node.netns, check=False)

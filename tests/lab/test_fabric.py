@@ -13,7 +13,7 @@ import fathom.bench
 
 from fathom.lab.ovs import wait_for
 
-from .util import ping, running_lab, sh
+from .util import ping, running_lab, sh, tor_vlans
 
 TOPOLOGY = (Path(fathom.bench.__file__).parent / "topologies" / "l3.yaml").read_text()   # shared with bench l3
 IP = {"va": "198.19.10.11", "vb": "198.19.20.11", "vc": "198.19.10.12", "vd": "198.19.20.12"}
@@ -32,21 +32,6 @@ def api(lab) -> httpx.Client:
 
 def tor_flows(lab) -> list[str]:
     return sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric").stdout.splitlines()
-
-
-def tor_vlans(lab) -> dict[str, set[int]]:
-    """ToR port name -> VLANs allowed in on it, read with ovs-ofctl (not through the controller)."""
-    names = {}
-    for line in sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "show", "br-fabric").stdout.splitlines():
-        m = re.match(r"\s*(\d+)\((\S+)\):", line)
-        if m:
-            names[m.group(1)] = m.group(2)
-    out = {n: set() for n in names.values()}
-    for line in tor_flows(lab):
-        m = re.search(r"table=0,.*priority=100,in_port=(\d+),dl_vlan=(\d+)", line)
-        if m:
-            out[names[m.group(1)]].add(int(m.group(2)))
-    return out
 
 
 def tor_group_ports(lab) -> list[str]:

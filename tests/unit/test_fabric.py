@@ -35,15 +35,23 @@ def snap(mode: str = "distributed", gw_ports: int = 0, links=("c1", "c2", "gw"))
     return Snapshot(nodes, nets, subnets, tuple(ports), (Router(1, "r1", "p"),), ris, fabric=fab)
 
 
+def tor_vlans(s: Snapshot) -> dict:
+    return fc.tor_vlans(s, compile_all(s))
+
+
+def compile_tor(s: Snapshot) -> dict:
+    return fc.compile_tor(s, compile_all(s))
+
+
 def test_vlans_allowed_only_where_the_network_has_ports():
-    assert fc.tor_vlans(snap()) == {"tor": {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}}
-    assert fc.tor_vlans(snap(gw_ports=1))["tor"]["gw"] == {110}
-    assert fc.tor_vlans(snap(gw_ports=2))["tor"]["gw"] == {110}
-    flows = fc.compile_tor(snap())["tor"].flows
+    assert tor_vlans(snap()) == {"tor": {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}}
+    assert tor_vlans(snap(gw_ports=1))["tor"]["gw"] == {110}
+    assert tor_vlans(snap(gw_ports=2))["tor"]["gw"] == {110}
+    flows = compile_tor(snap())["tor"].flows
     allow = {(dict(f.match)["in_port"], dict(f.match)["vlan_vid"] & 0xFFF) for f in flows
              if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW}
     assert allow == {(1, 110), (1, 120), (2, 110), (2, 120)}
-    groups = {g.group_id: g.buckets for g in fc.compile_tor(snap(gw_ports=1))["tor"].groups}
+    groups = {g.group_id: g.buckets for g in compile_tor(snap(gw_ports=1))["tor"].groups}
     assert groups[st.group_id(st.APP_FABRIC, 1)] == ((Output(1),), (Output(2),), (Output(3),))
     assert groups[st.group_id(st.APP_FABRIC, 2)] == ((Output(1),), (Output(2),))
 
@@ -60,7 +68,7 @@ def test_lldp_link_wins_over_declared_wiring():
 
 def test_distributed_router_routes_in_br_int_not_the_tor():
     s = snap()
-    tor = fc.compile_tor(s)["tor"]
+    tor = compile_tor(s)["tor"]
     assert not any(DecTtl() in f.actions for f in tor.flows)
     assert any(DecTtl() in f.actions for f in compile_all(s)["c1"].flows)
 
@@ -74,7 +82,7 @@ def test_fabric_router_routes_in_the_tor_and_nodes_only_switch():
     up = [f for f in br_int["c1"].flows if dict(f.match).get("eth_dst") == "02:fd:00:00:00:05"
           and f.table == st.L2]
     assert up and PushVlan(0x8100) in up[0].actions and SetField("vlan_vid", 0x1000 | 110) in up[0].actions
-    tor = fc.compile_tor(s)["tor"].flows
+    tor = compile_tor(s)["tor"].flows
     routes = [f for f in tor if f.table == fc.TOR_SVI and DecTtl() in f.actions]
     assert len(routes) == 2
     red_to_green = next(f for f in routes if dict(f.match)["vlan_vid"] == 0x1000 | 110)
@@ -90,7 +98,7 @@ def test_network_node_router_becomes_ports_on_the_gateway():
     assert view.router_interfaces == ()
     legs = [p for p in view.ports if p.node == "gw"]
     assert {(p.interface, p.mac_address) for p in legs} == {("qrp5", "02:fd:00:00:00:05"), ("qrp6", "02:fd:00:00:00:06")}
-    assert fc.tor_vlans(s)["tor"]["gw"] == {110, 120}
+    assert tor_vlans(s)["tor"]["gw"] == {110, 120}
     assert not any(DecTtl() in f.actions for st_ in compile_all(s).values() for f in st_.flows)
     assert fc.network_node_legs(s) == {"gw": list(s.router_interfaces)}
     # the same thing without a fabric: only the tenant compiler, unchanged for distributed routers
