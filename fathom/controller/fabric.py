@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from fastapi import APIRouter, HTTPException
 
+from fathom.controller import channels
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
 from fathom.controller.l3agent import L3Agent
@@ -154,13 +155,13 @@ class FabricRuntime:
                 LOG.warning("fabric switch %s: phase 1 failed: %s", s.name, e)
 
     def _bootstrap_tors(self, fab) -> dict[int, tuple[str, str | None]]:
-        controller_for = lambda ip: f"tcp:{local_ip_towards(ip)}:{self.of_port}"  # noqa: E731
+        controller_for = lambda ip: channels.controller_target(local_ip_towards(ip), self.of_port)  # noqa: E731
         switch_status: dict[int, tuple[str, str | None]] = {}
         ofports = {}
         for s in fab.switches:
             try:
                 ovsdb = self.tors.get(s.name)
-                if ovsdb is None or ovsdb.remote != f"tcp:{s.management_ip}:{OVSDB_PORT}":
+                if ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip):
                     if ovsdb:
                         ovsdb.close()
                     ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip)
@@ -181,7 +182,7 @@ class FabricRuntime:
     def after_pass(self, rec, snapshot, result) -> None:
         """Phase 2: br-phy, the full ToR diff (removals too), network-node routers, status."""
         fab = fc.fabric_state(snapshot)
-        controller_for = lambda ip: f"tcp:{local_ip_towards(ip)}:{self.of_port}"  # noqa: E731
+        controller_for = lambda ip: channels.controller_target(local_ip_towards(ip), self.of_port)  # noqa: E731
         switch_status = getattr(self, "_switch_status", None)
         if switch_status is None:
             switch_status = self._bootstrap_tors(fab)
