@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Callable
 
+from os_ken.base import app_manager  # noqa: F401 - os-ken's modules import cleanly only after this one
 from os_ken.controller import ofp_event
 from os_ken.controller.controller import Datapath, OpenFlowController
 from os_ken.controller.handler import DEAD_DISPATCHER
