@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Callable
 
+from cryptography import x509
 from os_ken.base import app_manager  # noqa: F401 - os-ken's modules import cleanly only after this one
 from os_ken.controller import ofp_event
 from os_ken.controller.controller import Datapath, OpenFlowController
@@ -118,12 +119,12 @@ def echo_probe(dp, timeout: float) -> bool:
     return False
 
 
-def peer_identity(sock) -> Identity | None:
-    """The identity of a TLS peer's (already verified) certificate; None on a plain socket."""
+def peer_certificate(sock) -> x509.Certificate | None:
+    """A TLS peer's certificate (verified in the handshake); None on a plain socket."""
     if not isinstance(sock, ssl.SSLSocket):
         return None
     der = sock.getpeercert(binary_form=True)
-    return identity_of(der) if der else None
+    return x509.load_der_x509_certificate(der) if der else None
 
 
 class Gate:
@@ -136,8 +137,9 @@ class Gate:
 
     def admit(self, dp, claimed: int) -> str | None:
         """None to admit `dp` as datapath `claimed`; otherwise why it is refused."""
+        cert = peer_certificate(dp.socket)
         try:
-            identity = peer_identity(dp.socket)
+            identity = identity_of(cert) if cert is not None else None
         except PkiError as e:
             return str(e)
         problem = identity_problem(claimed, identity, self.tls, self.expected)
@@ -145,6 +147,10 @@ class Gate:
             problem = self.sessions.claim(claimed, dp)
         if problem is not None:
             self.refused += 1
+        else:
+            LOG.info("admitted %s as datapath %016x: %s", dp.address, claimed,
+                     f"{identity.kind} {identity.name!r}, certificate serial {cert.serial_number:x}"
+                     if identity else "plain TCP")
         return problem
 
     def release(self, dp) -> None:

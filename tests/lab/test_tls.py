@@ -16,7 +16,8 @@ import pytest
 
 from fathom.controller.bootstrap import datapath_id
 from fathom.lab.ovs import wait_for
-from fathom.pki import Pki
+from fathom.lab.lab import install_certificate
+from fathom.pki import Pki, identity_of
 
 from .util import running_lab, sh
 
@@ -201,6 +202,25 @@ def test_the_fabric_switch_cannot_be_claimed_with_a_node_certificate(lab):
     report = rogue(lab, tor, seconds=3, tls=(str(f.key), str(f.cert), str(f.trust)))
     assert report["closed_by_controller"] and set(report["received"]) <= HANDSHAKE_ONLY, report
     assert "is not one the controller expects of node 'compute2'" in controller_log(lab)
+
+
+def test_a_node_key_rotation_takes_effect_without_loss(lab):
+    """The documented procedure: a new key and certificate, installed with set-ssl; dropping the
+    controller targets makes the bridges reconnect with it while traffic flows on."""
+    pki = Pki(lab.state()["tls"]["pki_dir"])
+    old_serial = f"{pki.load('compute1').serial_number:x}"
+    node = lab.node("compute1")
+    install_certificate(pki, "compute1", "node", identity_of(pki.load("compute1")).dpids, lab.ovs("compute1"),
+                        node.mgmt_ip)
+    new_serial = f"{pki.load('compute1').serial_number:x}"
+    assert new_serial != old_serial
+    pinger = Pinger(lab, "vm1", "198.19.1.13", 6)
+    sh(lab, "compute1", "sh", "-c", "ovs-vsctl del-controller br-int; ovs-vsctl del-controller br-phy")
+    dpid = datapath_id(node_id(lab, "compute1"))
+    wait_for(lambda: f"as datapath {dpid:016x}: node 'compute1', certificate serial {new_serial}"
+             in controller_log(lab), 20, "br-int to reconnect with the new certificate")
+    assert " 0% packet loss" in pinger.loss()
+    assert api(lab).post("/sync").json()["compute1"]["switch"] == "ok"
 
 
 # ------------------------------------------------------------------------------- the control
