@@ -41,7 +41,13 @@ def main(argv):
             report["tls_handshake"] = f"failed: {e}"
             print(json.dumps(report))
             return
-    sock.sendall(header(HELLO, 8, 1))
+    try:
+        sock.sendall(header(HELLO, 8, 1))
+    except (ssl.SSLError, OSError) as e:
+        # with TLS 1.3 the server checks the client's certificate after the client's handshake ended
+        report["closed_by_controller"], report["error"] = True, str(e)
+        print(json.dumps(report))
+        return
     sock.settimeout(0.5)
     buf = b""
     deadline = time.monotonic() + seconds
