@@ -179,9 +179,10 @@ class _GatedBrick:
                 self._dp.close()
                 return
             self.admitted = True
+        self._brick.send_event_to_observers(ev, state)
+        # the apps hear of the death before a newcomer can be admitted under the same id
         if self.admitted and isinstance(ev, ofp_event.EventOFPStateChange) and ev.state == DEAD_DISPATCHER:
             self._gate.release(self._dp)
-        self._brick.send_event_to_observers(ev, state)
 
     def get_handlers(self, ev, state=None):
         return [] if self.refused else self._brick.get_handlers(ev, state)
