@@ -21,6 +21,7 @@ GROUPS = [
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
     ("fathom.cli.agent", "agent"),       # issue 5: node agent (PPTMon delivery)
+    ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
 ]
 
 

@@ -7,7 +7,7 @@ import threading
 import uvicorn
 from fastapi import APIRouter, HTTPException
 
-from fathom.controller import ofapp
+from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
 from fathom.controller.fabric import FabricRuntime
@@ -62,12 +62,17 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
     return router
 
 
-def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float) -> None:
+def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float,
+          pki_dir: str | None = None) -> None:
+    """Run the controller; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP without."""
     from fathom.api.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = open_store(db_url)
-    app = ofapp.start(of_host, of_port)
+    transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
+    gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
+    app = ofapp.start(of_host, of_port, gate,
+                      channels.server_context(transport.files) if transport.tls else None)
     reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
@@ -77,5 +82,6 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
-    LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)
+    LOG.info("API on http://%s:%d, OpenFlow on %s:%d (%s), store %s", api_host, api_port, of_host, of_port,
+             "TLS" if transport.tls else "plain TCP, insecure", db_url)
     uvicorn.run(api, host=api_host, port=api_port, log_level="warning")

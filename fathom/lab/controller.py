@@ -23,9 +23,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, of_port: int | None = None) -> dict:
+def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, of_port: int | None = None,
+                     pki_dir: str | None = None) -> dict:
     """A controller process for this lab: its store, log and pid file live in the lab's run dir.
 
+    With `pki_dir` it speaks TLS on OpenFlow and OVSDB, otherwise plain TCP (--insecure).
     Given the ports of a previous run (a restart), it comes back where the switches expect it.
     """
     api_port, of_port = api_port or free_port(), of_port or free_port(of_host)
@@ -33,7 +35,8 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
-           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3"]
+           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3",
+           *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / "controller.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
@@ -44,7 +47,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
         try:
             if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
                 return {"url": url, "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
-                        "managed": True}
+                        "managed": True, "pki_dir": pki_dir}
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
@@ -71,8 +74,12 @@ class Api:
         return r.json() if r.content else None
 
 
-def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None) -> dict:
-    """Create nodes, networks, subnets, routers and VM ports; returns the ids created."""
+def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None,
+             switches_registered=lambda created: None) -> dict:
+    """Create nodes, networks, subnets, routers and VM ports; returns the ids created.
+
+    `switches_registered(created)` runs once the nodes and the fabric switch have their ids (e.g. to
+    issue their certificates, which bind the datapath ids derived from them)."""
     api = Api(url)
     created: dict[str, dict[str, int]] = {"nodes": {}, "networks": {}, "subnets": {}, "ports": {}, "routers": {},
                                           "fabric_switches": {}}
@@ -86,6 +93,7 @@ def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fab
         progress("registering the fabric switch")
         created["fabric_switches"]["fabric"] = api.call("POST", "/fabric/switches", json={
             "name": "fabric", "management_ip": fabric_ip, "links": {n.name: n.name for n in nodes}})["id"]
+    switches_registered(created)
     progress("creating networks")
     for net in topo.networks:
         body = {"name": net.name, "type": net.type, "project_id": net.project}

@@ -8,13 +8,14 @@ from fathom.lab.topology import DEFAULT_TOPOLOGY, load, parse
 
 
 @contextlib.contextmanager
-def running_lab(name: str, topology_text: str | None = None, standalone: bool = True, controller: str | None = None):
+def running_lab(name: str, topology_text: str | None = None, standalone: bool = True, controller: str | None = None,
+                **up_options):
     lab = Lab(name)
     lab.down()  # a previous crashed run must not make this one fail
     topo = parse(topology_text, f"<{name}>") if topology_text else load(DEFAULT_TOPOLOGY)
     try:
         lab.up(topo, str(DEFAULT_TOPOLOGY) if topology_text is None else f"<{name}>", standalone=standalone,
-               controller=controller)
+               controller=controller, **up_options)
         yield lab
     finally:
         lab.down()
