@@ -7,6 +7,7 @@ import threading
 import uvicorn
 from fastapi import APIRouter, HTTPException
 
+from fathom.api import create_app
 from fathom.controller import ofapp
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
@@ -63,18 +64,17 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
 
 
 def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float) -> None:
-    from fathom.api.app import create_app
-
+    """Open the store once (one engine, one migration run) and share it: API, reconciler, fabric."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = open_store(db_url)
     app = ofapp.start(of_host, of_port)
     reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
-    api = create_app(db_url, on_change=reconciler.wake)
+    api = create_app(engine, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
-    # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
+    # ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
     LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)

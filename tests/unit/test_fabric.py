@@ -156,22 +156,22 @@ def test_api_fabric_checks(client):
     sx = c.post("/v1/subnets", json={"network_id": vx["id"], "cidr": "198.19.2.0/24"}).json()
     rt = c.post("/v1/routers", json={"name": "r"}).json()
     c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sa["id"]}).raise_for_status()
-    assert c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"}).status_code == 200
+    assert c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"}).status_code == 200
     r = c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sx["id"]})
     assert r.status_code == 409 and _loc(r) == ["body", "subnet_id"]      # fabric routes VLANs only
     assert len(c.get(f"/v1/routers/{rt['id']}").json()["interfaces"]) == 1
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # no gateway node
-    assert c.get(f"/v1/routers/{rt['id']}/mode").json()["mode"] == "fabric"
-    c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "distributed"}).raise_for_status()
+    assert c.get(f"/v1/routers/{rt['id']}").json()["mode"] == "fabric"
+    c.patch(f"/v1/routers/{rt['id']}", json={"mode": "distributed"}).raise_for_status()
     c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sx["id"]}).raise_for_status()
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # a VXLAN leg
     c.post("/v1/nodes", json={"name": "g", "role": "gateway"}).raise_for_status()
-    assert c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node"}).json()["gateway_node"] == "g"
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node", "gateway_node": "c1"})
+    assert c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"}).json()["gateway_node"] == "g"
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node", "gateway_node": "c1"})
     assert r.status_code == 409 and _loc(r) == ["body", "gateway_node"]
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "teleport"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "teleport"})
     assert r.status_code == 422
     # deleting the router removes its mode with it
     for s_ in (sa, sx):
@@ -183,7 +183,7 @@ def test_api_fabric_checks(client):
 def test_fabric_mode_needs_a_switch(client):
     c = client
     rt = c.post("/v1/routers", json={"name": "r"}).json()
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"] and "fabric switch" in r.json()["detail"][0]["msg"]
 
 
