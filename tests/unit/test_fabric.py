@@ -1,6 +1,8 @@
 """Fabric (issue 7): the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField
@@ -203,13 +205,13 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     import warnings
     from click.testing import CliRunner
     from fathom.api import create_app
-    from fathom.cli import resources
+    from fathom import client as client_module
     from fathom.cli.main import cli
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
     app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.setattr(resources.httpx, "Client",
+    monkeypatch.setattr(client_module.httpx, "Client",
                         lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
     run = lambda *a: CliRunner().invoke(cli, list(a), catch_exceptions=False)  # noqa: E731
     assert run("node", "create", "c1").exit_code == 0
@@ -217,9 +219,10 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     assert out.exit_code == 0 and "fabric switch 1 (tor) registered" in out.output
     assert "p1→c1(declared)" in run("fabric", "list").output
     assert run("router", "create", "r1").exit_code == 0
-    assert run("fabric", "mode", "r1").output.strip() == "router 1: distributed"
-    assert run("fabric", "mode", "r1", "fabric").output.strip() == "router 1: fabric"
-    out = run("fabric", "mode", "r1", "network-node")
+    assert json.loads(run("router", "show", "r1", "--json").output)["mode"] == "distributed"
+    assert json.loads(run("router", "update", "r1", "--mode", "fabric", "--json").output)["mode"] == "fabric"
+    assert json.loads(run("router", "list", "--json").output)[0]["mode"] == "fabric"
+    out = run("router", "update", "r1", "--mode", "network-node")
     assert out.exit_code != 0 and "mode: mode network-node needs a node of role gateway" in out.output
     app.state.engine.dispose()
 
