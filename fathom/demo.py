@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+from fathom.client import ApiError, Client
 
 from rich.console import Console
 
@@ -80,7 +80,8 @@ def tenant_section(report: list) -> None:
             t0 = time.monotonic()
             state = lab.up(topo, str(path))
         url = state["controller"]["url"]
-        ports = httpx.get(url + "/v1/ports").json()
+        api = Client(url)
+        ports = api.get("/ports")
         active = sum(p["status"] == "active" for p in ports)
         console.print(f"controller {url}: {active}/{len(ports)} ports active after {time.monotonic() - t0:.1f} s")
         report.append(("tenant lab up (controller)", f"{time.monotonic() - t0:.1f} s, {active}/{len(ports)} ports active"))
@@ -99,7 +100,7 @@ def tenant_section(report: list) -> None:
         report.append(("TCP vm1 → grn2 routed, cross node", f"{gbps:.2f} Gb/s" if gbps else "FAILED"))
         console.print(f"iperf3 TCP routed vm1 → grn2: {gbps:.2f} Gb/s" if gbps else "iperf3: [red]FAILED")
         for node in ("compute1", "compute2"):
-            flows = httpx.get(f"{url}/v1/nodes/{node}/flows", timeout=30).json()
+            flows = api.node_flows(node)
             n = sum(len(v) for v in flows["desired"].values())
             report.append((f"flows on {node}", f"{n} desired, {'in sync' if flows['in_sync'] else 'NOT in sync - FAILED'}"))
     finally:
@@ -137,16 +138,10 @@ def vtap_section(report: list) -> None:
     try:
         with console.status("bringing up a lab with a monitor VM"):
             url = lab.up(parse(VTAP_TOPOLOGY, "<demo vtap>"), "<demo vtap>")["controller"]["url"]
-        tap = httpx.post(url + "/v1/taps", json={"name": "http", "sender": "client", "receiver": "web",
-                                                 "monitor": "ids", "direction": "both", "ip_proto": "tcp",
-                                                 "tp_dst": 80}, timeout=30)
-        tap.raise_for_status()
-        tid = tap.json()["id"]
-        deadline = time.monotonic() + 20
-        while not httpx.get(f"{url}/v1/taps/{tid}/stats", timeout=30).json().get("realised"):
-            if time.monotonic() > deadline:
-                raise LabError("the tap was not realised in 20 s")
-            time.sleep(0.3)
+        api = Client(url)
+        tid = api.post("/taps", json={"name": "http", "sender": "client", "receiver": "web", "monitor": "ids",
+                                      "direction": "both", "ip_proto": "tcp", "tp_dst": 80})["id"]
+        api.wait_until(f"/taps/{tid}/stats", lambda s: s.get("realised"), timeout=20, interval=0.3)
         srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("web"), "python3", "-m", "http.server", "80",
                                 "--bind", "198.19.1.12"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("ids"), "tcpdump", "-i", "eth0", "-U",
@@ -167,8 +162,7 @@ def vtap_section(report: list) -> None:
             srv.kill()
         summary = cap.stderr.read().strip().splitlines()
         captured = next((l.split()[0] for l in summary if "captured" in l), "?")
-        stats = [httpx.get(f"{url}/v1/taps/{t['id']}/stats", timeout=30).json()
-                 for t in httpx.get(url + "/v1/taps", timeout=30).json()]
+        stats = [api.tap_stats(t["id"]) for t in api.get("/taps")]
         copies = sum(s["copies_packets"] for s in stats)
         delivered = sum(s["delivered_packets"] for s in stats)
         console.print(f"5 HTTP GETs client → web (cross node): {ok}/5 answered; monitor 'ids' captured "
@@ -193,10 +187,10 @@ def fabric_section(report: list) -> None:
     try:
         with console.status("bringing up the fabric lab (ToR managed by the controller)"):
             state = lab.up(topo, str(FABRIC_TOPOLOGY))
-        api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=30)
+        api = Client(state["controller"]["url"])
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            st = api.get("/fabric/switches/1/status").json()
+            st = api.get("/fabric/switches/1/status")
             if all("lldp" in p["link"] for p in st["ports"]):
                 break
             time.sleep(0.5)
@@ -205,16 +199,16 @@ def fabric_section(report: list) -> None:
             console.print(line)
             report.append((f"ToR port {p['port']}", f"node {p['node']} by {'+'.join(p['link']) or 'FAILED'}, "
                                                     f"VLANs {p['vlans']}"))
-        rid = api.get("/routers").json()[0]["id"]
+        rid = api.get("/routers")[0]["id"]
         ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
         for mode in ("fabric", "network-node", "distributed"):
             # a ping every 10 ms while the router moves: how many echoes the move costs
             argv, env = lab.exec_args("va", ["ping", "-i", "0.01", "-W", "1", ips["vd"]])
             pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             time.sleep(0.5)
-            api.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+            api.patch(f"/routers/{rid}", json={"mode": mode})
             deadline = time.monotonic() + 10
-            while api.get(f"/routers/{rid}").json()["status"] != "active" and time.monotonic() < deadline:
+            while api.get(f"/routers/{rid}")["status"] != "active" and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(1)
             pinger.send_signal(2)
@@ -253,7 +247,7 @@ def main() -> int:
         fabric_section(report)   # issue 7
         pptmon_demo.section(console, report, keep=args.keep)  # issue 5
     except Exception as e:  # noqa: BLE001 - the report and the clean-up below must still happen
-        if not isinstance(e, (LabError, httpx.HTTPError, subprocess.SubprocessError)):
+        if not isinstance(e, (LabError, ApiError, subprocess.SubprocessError)):
             console.print_exception()
         console.print(f"[red]demo failed:[/red] {e}")
         ok = False

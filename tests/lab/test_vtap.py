@@ -383,7 +383,7 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     env = {**os.environ, "FATHOM_CONTROLLER": tap.url, "FATHOM_LAB": lab.name}
     fathom = [os.path.join(os.path.dirname(os.sys.executable), "fathom")]
     out = subprocess.run(fathom + ["tap", "create", "web", "--sender", "vm1", "--receiver", "vm2", "--monitor",
-                                   "mon1", "--proto", "icmp", "--json"], env=env, capture_output=True, text=True)
+                                   "mon1", "--ip-proto", "icmp", "--json"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     t = json.loads(out.stdout)
     tap.realised(t["id"])
