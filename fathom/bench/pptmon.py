@@ -68,7 +68,7 @@ def _set_rules(c: chainmod.Chain, k: int, rules: int) -> None:
 def fig6(out: Path, rules_list: list[int], packets: int) -> list[dict]:
     name = "ppbf6"
     c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf("firewall", 0)], base=60, offloads=False)
-    chainmod.down(name)
+    control.down(name)
     chainmod.up(c)
     rows = []
     try:
@@ -100,7 +100,7 @@ def fig6(out: Path, rules_list: list[int], packets: int) -> list[dict]:
                            f"capture {row['ref_mean_us']:.1f} µs, diff {row['diff_mean_us']:.1f} µs",
                            err=True)
     finally:
-        chainmod.down(name)
+        control.down(name)
     return rows
 
 
@@ -148,7 +148,7 @@ def _cost(name: str, c: chainmod.Chain, seconds: float) -> dict:
 def fig7(seconds: float, reps: int, offloads: bool) -> list[dict]:
     name = "ppbf7" + ("o" if offloads else "n")
     c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf("firewall", 0)], base=70, offloads=offloads)
-    chainmod.down(name)
+    control.down(name)
     chainmod.up(c)
     rows = []
     try:
@@ -204,7 +204,7 @@ def fig7(seconds: float, reps: int, offloads: bool) -> list[dict]:
                        f"in {cst.get('ppt_in_ns_per_pkt') or 0:.0f} ns, "
                        f"out {cst.get('ppt_out_ns_per_pkt') or 0:.0f} ns", err=True)
     finally:
-        chainmod.down(name)
+        control.down(name)
     return rows
 
 
@@ -213,7 +213,7 @@ def fig8(seconds: float, reps: int) -> list[dict]:
     for i, (kind, rules) in enumerate((("firewall", 20), ("nat", 0), ("forward", 0))):
         name = f"ppbf8{i}"
         c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf(kind, rules)], base=80 + 2 * i)
-        chainmod.down(name)
+        control.down(name)
         chainmod.up(c)
         try:
             off, on = [], []
@@ -233,7 +233,7 @@ def fig8(seconds: float, reps: int) -> list[dict]:
             click.echo(f"fig8 {row['vnf']}: off {row['off_gbps']:.2f}, 1/s {row['on_gbps']:.2f} Gb/s "
                        f"({row['ratio']:.3f})", err=True)
         finally:
-            chainmod.down(name)
+            control.down(name)
     return rows
 
 

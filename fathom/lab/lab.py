@@ -355,9 +355,10 @@ class Lab:
         return ["ip", "netns", "exec", ns, *cmd], env
 
     def run(self, target: str, *cmd: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
-        """Run cmd in a node or VM namespace and capture its output (check: raise on failure)."""
+        """Run cmd in a node or VM namespace and capture its output (check: a failure raises LabError
+        with the command and its stderr)."""
         argv, env = self.exec_args(target, list(cmd))
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=check)
+        return run(argv, env=env, check=check, timeout=timeout)
 
 
 def list_labs() -> list[dict]:

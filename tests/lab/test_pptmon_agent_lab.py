@@ -112,4 +112,4 @@ def test_records_reach_the_controller(make_chain, tmp_path):  # noqa: F811
                 agent.wait(5)
         control.disable("pa1", missing_ok=True)
         stop_controller(ctl_dir)
-        chainmod.down("pa1")
+        control.down("pa1")
