@@ -7,14 +7,13 @@ Counters and per-node state are runtime facts: fathom/controller/taps.py serves 
 """
 from __future__ import annotations
 
-import ipaddress
-import re
 from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from fathom.addresses import parse_ipv4, parse_mac
 from fathom.api.deps import ERRORS, CallerDep, StoreDep, utc
 from fathom.pipeline import vtap
 from fathom.store import models as m
@@ -22,7 +21,6 @@ from fathom.store import taps as ops
 from fathom.store.errors import Invalid
 from fathom.store.ops import list_objects
 
-MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 Wild = int | str | None
 
 
@@ -106,13 +104,14 @@ def parse_ref(value, field: str):
             raise Invalid(f"unknown key(s) {', '.join(sorted(extra))}: give port, or mac and ip", field)
         if "mac" not in value or "ip" not in value:
             raise Invalid("give both mac and ip (or a port)", field)
-        mac = str(value["mac"]).strip().lower()
-        if not MAC_RE.match(mac):
-            raise Invalid(f"{value['mac']!r} is not a MAC address like 02:00:00:00:00:01", f"{field}.mac")
         try:
-            ip = str(ipaddress.IPv4Address(str(value["ip"]).strip()))
-        except ValueError:
-            raise Invalid(f"{value['ip']!r} is not an IPv4 address", f"{field}.ip") from None
+            mac = parse_mac(value["mac"])
+        except ValueError as e:
+            raise Invalid(str(e), f"{field}.mac") from None
+        try:
+            ip = parse_ipv4(value["ip"])
+        except ValueError as e:
+            raise Invalid(str(e), f"{field}.ip") from None
         return {"mac": mac, "ip": ip}
     raise Invalid("give a port id, a port name or {mac, ip}", field)
 

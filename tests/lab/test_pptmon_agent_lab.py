@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from fathom.lab.controller import start_controller, stop_controller
-from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure, native
 
 from .test_pptmon_lab import make_chain  # noqa: F401  (fixture)
