@@ -14,7 +14,7 @@ from fathom.lab.lab import Lab
 from fathom.lab.sh import run
 from fathom.lab.topology import load
 
-from .engine import BenchError, Port, engine_args, run_engine
+from .engine import BenchError, Port, engine_args, mbps_for, run_engine
 
 LAB = "sbov"
 TOPOLOGY = Path(__file__).parent / "topologies" / "overlay.yaml"
@@ -29,7 +29,6 @@ def _vm(topo, name):
 
 
 def run_overlay(plan, step) -> tuple[list[dict], dict]:
-    from .switch import mbps_for
     topo = load(TOPOLOGY)
     lab = Lab(LAB)
     if lab.exists():
