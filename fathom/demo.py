@@ -16,6 +16,7 @@ from fathom.client import ApiError, Client
 
 from rich.console import Console
 
+from fathom.host.iperf import iperf3
 from fathom.lab.lab import Lab
 from fathom.pptmon import demo as pptmon_demo
 from fathom.lab.sh import LabError
@@ -38,14 +39,8 @@ def ping_rtt_ms(lab: Lab, src: str, dst: str) -> float | None:
 
 
 def iperf_gbps(lab: Lab, client: str, server: str, server_ip: str, seconds: int = 3) -> float | None:
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns(server), "iperf3", "-s", "-1", "-B", server_ip],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        out = in_ns(lab, client, "iperf3", "-c", server_ip, "-t", str(seconds), "-J")
-        return json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9 if out.returncode == 0 else None
-    finally:
-        srv.kill()
+    result = iperf3(lab.ns(client), lab.ns(server), server_ip, seconds=seconds, check=False)
+    return result.gbps if result else None
 
 
 def lab_section(lab: Lab, report: list) -> None:

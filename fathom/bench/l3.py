@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from fathom.client import Client
+from fathom.host import iperf
 
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
@@ -98,23 +99,15 @@ class L3Bench:
         return result, usage
 
     def iperf(self, client: str, server: str, udp: bool) -> tuple[dict, dict]:
-        srv = subprocess.Popen(["ip", "netns", "exec", self.lab.ns(server), "iperf3", "-s", "-1", "-B", self.ip[server]],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            time.sleep(0.3)
-            args = ["iperf3", "-c", self.ip[server], "-t", str(self.seconds), "-J"]
-            # TCP: the first second (slow start) omitted; UDP: no omit (it skews iperf3's loss count)
-            args += ["-u", "-b", f"{self.udp_mbps}M", "-l", "1400"] if udp else ["-O", "1"]
+        # TCP: the first second (slow start) omitted; UDP: no omit (it skews iperf3's loss count)
+        args = iperf.client_args(self.ip[server], seconds=self.seconds,
+                                 **({"udp_mbps": self.udp_mbps, "length": 1400} if udp else {"omit": 1}))
+        with iperf.server(self.lab.ns(server), self.ip[server]):
             raw, usage = self.measured(lambda: self.sh(client, *args, timeout=self.seconds + 30))
-            end = json.loads(raw)["end"]
-        finally:
-            srv.kill()
-            srv.wait()
+        r = iperf.parse(raw, udp)
         if udp:   # what arrived, as the receiver counted it
-            rx = end.get("sum_received", end["sum"])
-            return {"gbps": rx["bits_per_second"] / 1e9, "loss_percent": rx["lost_percent"]}, usage
-        return {"gbps": end["sum_received"]["bits_per_second"] / 1e9,
-                "retransmits": end["sum_sent"].get("retransmits")}, usage
+            return {"gbps": r.gbps, "loss_percent": r.loss_percent}, usage
+        return {"gbps": r.gbps, "retransmits": r.retransmits}, usage
 
     def rtt_us(self, client: str, server: str, count: int = 200) -> list[float]:
         out = self.sh(client, "ping", "-c", str(count), "-i", "0.005", "-W", "1", self.ip[server])

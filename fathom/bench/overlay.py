@@ -6,10 +6,9 @@ tunnelling with its ARP-learned neighbour table) and removed afterwards, even on
 """
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
+from fathom.host.iperf import iperf3
 from fathom.lab.lab import Lab
 from fathom.lab.sh import run
 from fathom.lab.topology import load
@@ -86,15 +85,5 @@ def run_overlay(plan, step) -> tuple[list[dict], dict]:
 
 
 def _iperf(lab: Lab, src: str, ip: str, dst: str, seconds: int = 2) -> float | None:
-    server = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), "iperf3", "-s", "-1", "-B", ip],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import time
-        time.sleep(0.5)
-        out = run(["iperf3", "-c", ip, "-t", str(seconds), "-J"], ns=lab.ns(src), check=False, timeout=seconds + 20)
-        data = json.loads(out.stdout or "{}")
-        bps = data.get("end", {}).get("sum_received", {}).get("bits_per_second")
-        return round(bps / 1e9, 3) if bps else None
-    finally:
-        server.kill()
-        server.wait()
+    result = iperf3(lab.ns(src), lab.ns(dst), ip, seconds=seconds, check=False)
+    return round(result.gbps, 3) if result else None

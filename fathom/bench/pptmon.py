@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from fathom.host.iperf import iperf3
 from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure
 
@@ -43,22 +44,7 @@ def _cpu_jiffies() -> tuple[int, int]:
 
 def _iperf(c: chainmod.Chain, seconds: float, port: int = 5401, rate: str | None = None) -> float:
     """TCP throughput client -> server in Gb/s (receiver side); rate e.g. '1G' caps it."""
-    srv = subprocess.Popen(["ip", "netns", "exec", c.server, "iperf3", "-s", "-1", "-p", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        p = subprocess.run(["ip", "netns", "exec", c.client, "iperf3", "-c", c.server_ip,
-                            "-p", str(port), "-t", str(seconds), "-J"]
-                           + (["-b", rate] if rate else []),
-                           capture_output=True, text=True, timeout=seconds + 30)
-        data = json.loads(p.stdout)
-        return data["end"]["sum_received"]["bits_per_second"] / 1e9
-    finally:
-        try:
-            srv.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+    return iperf3(c.client, c.server, c.server_ip, bind=False, port=port, seconds=seconds, rate=rate).gbps
 
 
 def _set_rules(c: chainmod.Chain, k: int, rules: int) -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from fathom.client import Client
+from fathom.host.iperf import iperf3
 
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
@@ -39,21 +40,11 @@ class TenantBench:
         return self.lab.run(target, *cmd, check=True, timeout=timeout).stdout
 
     def iperf(self, client: str, server: str, udp: bool) -> dict:
-        srv = subprocess.Popen(["ip", "netns", "exec", self.lab.ns(server), "iperf3", "-s", "-1", "-B", self.ip[server]],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            time.sleep(0.3)
-            args = ["iperf3", "-c", self.ip[server], "-t", str(self.seconds), "-J", "-O", "1"]
-            if udp:
-                args += ["-u", "-b", f"{self.udp_mbps}M", "-l", "1400"]
-            end = json.loads(self.sh(client, *args, timeout=self.seconds + 30))["end"]
-        finally:
-            srv.kill()
-            srv.wait()
+        r = iperf3(self.lab.ns(client), self.lab.ns(server), self.ip[server], seconds=self.seconds, omit=1,
+                   **({"udp_mbps": self.udp_mbps, "length": 1400} if udp else {}))
         if udp:  # what the receiver got, at an offered load above what the path carries
-            got = end.get("sum_received", end["sum"])
-            return {"gbps": got["bits_per_second"] / 1e9, "loss_percent": got["lost_percent"]}
-        return {"gbps": end["sum_received"]["bits_per_second"] / 1e9, "retransmits": end["sum_sent"].get("retransmits")}
+            return {"gbps": r.gbps, "loss_percent": r.loss_percent}
+        return {"gbps": r.gbps, "retransmits": r.retransmits}
 
     def rtt_us(self, client: str, server: str, count: int = 200) -> list[float]:
         out = self.sh(client, "ping", "-c", str(count), "-i", "0.005", "-W", "1", self.ip[server])
