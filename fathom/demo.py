@@ -172,7 +172,7 @@ def vtap_section(report: list) -> None:
 
 
 def fabric_section(report: list) -> None:
-    """Issue 7: the ToR under the controller (LLDP, VLANs on its trunks), one router moved between
+    """The fabric switch under the controller (LLDP, VLANs on its trunks), one router moved between
     the three modes while a ping runs through it: traffic follows the router."""
     console.rule("[bold]fabric offload: the ToR as a managed switch, router modes")
     from fathom.bench.l3 import TOPOLOGY as FABRIC_TOPOLOGY
@@ -239,8 +239,8 @@ def main() -> int:
         lab_section(lab, report)
         tenant_section(report)
         vtap_section(report)
-        fabric_section(report)   # issue 7
-        pptmon_demo.section(console, report, keep=args.keep)  # issue 5
+        fabric_section(report)
+        pptmon_demo.section(console, report, keep=args.keep)
     except Exception as e:  # noqa: BLE001 - the report and the clean-up below must still happen
         if not isinstance(e, (LabError, ApiError, subprocess.SubprocessError)):
             console.print_exception()

@@ -29,7 +29,7 @@ class SwitchCreate(_Request):
     vlan_min: int = Field(default=100, ge=1, le=4094)
     vlan_max: int = Field(default=999, ge=1, le=4094)
     links: dict[str, str] = Field(default_factory=dict,
-                                  description="declared wiring {node name: ToR port name}; LLDP overrides it")
+                                  description="declared wiring {node name: fabric switch port name}; LLDP overrides it")
 
 
 class LinkOut(BaseModel):

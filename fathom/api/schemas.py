@@ -178,7 +178,7 @@ class PortOut(BaseModel):
 # ---------------------------------------------------------------------------------------------- routers
 
 
-RouterMode = Literal["distributed", "fabric", "network-node"]   # issue 7, docs/fabric.md
+RouterMode = Literal["distributed", "fabric", "network-node"]   # where a router runs: docs/fabric.md
 
 
 class RouterCreate(_Request):

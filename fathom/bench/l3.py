@@ -1,4 +1,4 @@
-"""`fathom bench l3` (issue 7): the analogue of paper 001's Figs. 5-9 on the lab, in one run.
+"""`fathom bench l3`: the analogue of the fabric paper's Figs. 5-9 on the lab, in one run.
 
 Paths (VMs on two different compute nodes, as in the paper):
   l2             va -> vc, same VLAN network, switched by the ToR

@@ -1,4 +1,4 @@
-"""Overlay module (paper 004, Fig. 8): throughput against frame size through a VXLAN tunnel between two
+"""Overlay module (the VXLAN paper, Fig. 8): throughput against frame size through a VXLAN tunnel between two
 OVS nodes of a lab, against the same path on a VLAN (no tunnel), measured side by side in one run.
 
 A lab `sbov` is built from topologies/overlay.yaml (standalone: OVS NORMAL switching, userspace

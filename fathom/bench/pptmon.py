@@ -1,4 +1,4 @@
-"""`fathom bench pptmon`: paper 002's Figs 6-8 on the lab.
+"""`fathom bench pptmon`: the PPTMon paper's Figs 6-8 on the lab.
 
   fig6  processing time vs number of iptables rules, PPTMon against a capture reference
         (the same packets captured on the VNF's in0 and out0 with nanosecond timestamps)
@@ -341,7 +341,7 @@ def _markdown(env: dict, cmd: str, f6, f7, f8, img: str) -> str:
 @click.option("--docs", is_flag=True, help="also rewrite the benchmark section of docs/pptmon.md")
 @click.option("--out", "out_dir", default=None, help="results directory")
 def bench_pptmon(figs, quick, seconds, reps, docs, out_dir):
-    """Reproduce paper 002's Figs 6-8 (PPTMon accuracy and overhead) on the lab."""
+    """Reproduce the PPTMon paper's Figs 6-8 (PPTMon accuracy and overhead) on the lab."""
     want = {int(x) for x in figs.split(",") if x.strip()}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) if out_dir else ROOT / "results" / "pptmon" / stamp

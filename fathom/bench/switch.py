@@ -12,7 +12,7 @@ Modules (run in this order; calibration first, as the paper does):
   packet-in     data-plane frame (kernel TX stamp) -> packet_in at the controller
   echo          OpenFlow echo round trip
   overlay       throughput against frame size through VXLAN between two lab nodes vs the same path on a
-                VLAN (paper 004 Fig. 8), see overlay.py
+                VLAN (the VXLAN paper's Fig. 8), see overlay.py
 
 Latency is kernel TX stamp -> kernel RX stamp of the same frame (SO_TIMESTAMPING, software on veth).
 """

@@ -1,4 +1,4 @@
-"""`fathom bench vtap`: the setting of paper 000's Fig. 8 on the lab, in one run.
+"""`fathom bench vtap`: the setting of the vTAP paper's Fig. 8 on the lab, in one run.
 
 One node's br-int (userspace datapath) holds sender vm1, receiver vm2 and monitor mon1. For each
 frame size and each mode — no tap, the fathom tap (group ALL + recovery rule), OVS port mirroring

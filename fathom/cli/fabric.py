@@ -43,7 +43,7 @@ def list_(api, as_json):
 @api_command(fabric, "status")
 @click.argument("switch_id", type=int, default=1)
 def status(api, as_json, switch_id):
-    """Per ToR port: the node behind it and its VLANs (desired, and read from the switch)."""
+    """Per fabric switch port: the node behind it and its VLANs (desired, and read from the switch)."""
     out = api.call("GET", f"/fabric/switches/{switch_id}/status")
     if as_json:
         return print_json(out)

@@ -147,7 +147,7 @@ class Lab:
         tor.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
                   "fail_mode=standalone")
         if not standalone:
-            # issue 7: the ToR is managed by the controller like the nodes (OVSDB on the management
+            # the fabric switch is managed by the controller like the nodes (OVSDB on the management
             # network; the controller makes br-fabric fail_mode secure and connects it over OpenFlow)
             fab_ip = state["management"]["fabric_ip"] = str(hosts_m_fabric(mg["cidr"]))
             run(["ip", "link", "add", f"{self.name}-mf", "type", "veth", "peer", "name", "mgmt0", "netns", fabric])

@@ -67,7 +67,7 @@ class Network(_Strict):
 class Router(_Strict):
     name: str = Field(pattern=NAME_RE)
     networks: list[str]          # one interface on each network's subnet, at its gateway address
-    mode: Literal["distributed", "fabric", "network-node"] = "distributed"  # where it routes (issue 7)
+    mode: Literal["distributed", "fabric", "network-node"] = "distributed"  # where it routes (docs/fabric.md)
 
 
 class Underlay(_Strict):

@@ -93,7 +93,7 @@ class IpAllocation(Base):
 
 
 class TapPolicy(Resource, Base):
-    """A vTAP policy (paper 000, Fig. 4): copy sender -> receiver traffic to one or two monitors.
+    """A vTAP policy (the vTAP paper, Fig. 4): copy sender -> receiver traffic to one or two monitors.
 
     Identifiers: sender and monitors are always ports (given by id, name or MAC+IP); the receiver is
     a port or a bare MAC+IP. A port deleted under a policy leaves its `*_port_id` NULL and the policy

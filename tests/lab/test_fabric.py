@@ -1,4 +1,4 @@
-"""Fabric offload on real OVS (issue 7): the ToR under the controller, LLDP discovery, VLANs on the
+"""Fabric offload on real OVS: the fabric switch (ToR) under the controller, LLDP discovery, VLANs on the
 trunk ports following the ports, the three router modes, ToR and controller restarts."""
 import re
 import signal

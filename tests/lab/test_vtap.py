@@ -1,4 +1,4 @@
-"""vTAP on real OVS (issue 4): one lab under its controller, taps created through the API.
+"""vTAP on real OVS: one lab under its controller, taps created through the API.
 
 compute1: vm1 (sender), vm2 (receiver), mon1 (monitor); compute2: vm3 (receiver), mon2 (monitor).
 Captures are tcpdump in the VMs' namespaces; frames are compared byte for byte with scapy.

@@ -1,4 +1,4 @@
-"""Fabric (issue 7): the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
+"""Fabric: the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
 from __future__ import annotations
 
 import json
