@@ -16,6 +16,7 @@ import click
 
 from fathom.cli.output import console, fail, print_json, print_record, print_table
 from fathom.cli.resources import Api, api_command
+from fathom.client import ApiError
 
 
 @click.group()
@@ -167,10 +168,9 @@ def tap_list(api, as_json):
 def _stats(api: Api, tap_id: int):
     """Runtime counters and per-node state, when the controller serves them (else None)."""
     try:
-        r = api.client.get(f"/taps/{tap_id}/stats")
-    except Exception:  # noqa: BLE001 - counters are optional in `show`
+        return api.tap_stats(tap_id)
+    except ApiError:   # counters are optional in `show` (an API served without the controller runtime)
         return None
-    return r.json() if r.status_code == 200 else None
 
 
 def _print(t: dict, as_json: bool, stats: dict | None = None) -> None:

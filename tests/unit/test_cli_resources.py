@@ -95,3 +95,20 @@ def test_update_for_every_resource_with_patch(run):
     assert (router["name"], router["mode"]) == ("r2", "network-node")
     out = run("router", "update", "r2", "--mode", "fabric", ok=False).output
     assert out.startswith("error: 409 conflict: mode:")
+
+
+def test_tap_show_without_the_controller_runtime(run):
+    """`tap show` prints the policy; its counters come from the controller runtime, which an API
+    served alone does not have (404): the policy is shown without them."""
+    run("network", "create", "blue")
+    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    for name in ("a", "b", "mon"):
+        run("port", "create", name, "--network", "blue")
+    out = json.loads(run("tap", "create", "t1", "--sender", "a", "--receiver", "b", "--monitor", "mon",
+                         "--ip-proto", "tcp", "--tp-dst", "80", "--direction", "both", "--json").output)
+    assert (out["direction"], out["filters"]) == ("both", {"ip_proto": 6, "tp_dst": "80"})
+    shown = json.loads(run("tap", "show", "t1", "--json").output)
+    assert shown["id"] == out["id"] and "stats" not in shown
+    assert "tap policy" in run("tap", "show", "t1").output
+    out = json.loads(run("tap", "update", "t1", "--tp-dst", "8000-8100", "--json").output)
+    assert out["filters"]["tp_dst"] == "8000-8100"
