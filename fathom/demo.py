@@ -16,6 +16,7 @@ from fathom.client import ApiError, Client
 
 from rich.console import Console
 
+from fathom.host import exec as host_exec
 from fathom.host.iperf import iperf3
 from fathom.lab.lab import Lab
 from fathom.pptmon import demo as pptmon_demo
@@ -137,10 +138,10 @@ def vtap_section(report: list) -> None:
         tid = api.post("/taps", json={"name": "http", "sender": "client", "receiver": "web", "monitor": "ids",
                                       "direction": "both", "ip_proto": "tcp", "tp_dst": 80})["id"]
         api.wait_until(f"/taps/{tid}/stats", lambda s: s.get("realised"), timeout=20, interval=0.3)
-        srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("web"), "python3", "-m", "http.server", "80",
-                                "--bind", "198.19.1.12"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("ids"), "tcpdump", "-i", "eth0", "-U",
-                                "--immediate-mode", "-n", "-w", f"/tmp/{LAB}v-ids.pcap", "tcp port 80"],
+        srv = subprocess.Popen(host_exec.argv(["python3", "-m", "http.server", "80", "--bind", "198.19.1.12"],
+                                              lab.ns("web")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cap = subprocess.Popen(host_exec.argv(["tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n",
+                                               "-w", f"/tmp/{LAB}v-ids.pcap", "tcp port 80"], lab.ns("ids")),
                                stderr=subprocess.PIPE, text=True)
         cap.stderr.readline()
         try:
@@ -223,10 +224,18 @@ def fabric_section(report: list) -> None:
             lab.down()
 
 
+def set_lab_name(name: str) -> None:
+    global LAB
+    LAB = name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="leave the lab up (fathom lab down -n demo)")
+    parser.add_argument("--name", default=LAB, help="name of the demo's lab; its other labs add one letter "
+                                                     "(at most 7 characters, so that several demos can run at once)")
     args = parser.parse_args()
+    set_lab_name(args.name)
     lab = Lab(LAB)
     if lab.exists():
         console.print("removing a previous demo lab")
