@@ -40,16 +40,19 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     (lab_dir / "controller.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / 'controller.log'}")
-        try:
-            if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+    probe = Client(url, timeout=1)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / 'controller.log'}")
+            try:
+                probe.health()
                 return {"url": url, "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
                         "managed": True}
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+            except ApiError:
+                time.sleep(0.2)
+    finally:
+        probe.close()
     raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / 'controller.log'}")
 
 
