@@ -1,4 +1,4 @@
-"""The fabric at run time (issue 7): ToR switches and br-phy under OpenFlow, LLDP link discovery,
+"""The fabric at run time: fabric switches (ToRs) and br-phy under OpenFlow, LLDP link discovery,
 router namespaces of network-node routers, and the fabric status endpoints.
 
 Plugged into the reconciler as an extension: at the end of every pass `after_pass` bootstraps the

@@ -7,6 +7,7 @@ import threading
 import uvicorn
 from fastapi import APIRouter, HTTPException
 
+from fathom.api import create_app
 from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
@@ -64,9 +65,9 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
 
 def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float,
           pki_dir: str | None = None) -> None:
-    """Run the controller; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP without."""
-    from fathom.api.app import create_app
-
+    """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
+    the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
+    without."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = open_store(db_url)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
@@ -76,10 +77,10 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
-    api = create_app(db_url, on_change=reconciler.wake)
+    api = create_app(engine, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
-    # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
+    # ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
     LOG.info("API on http://%s:%d, OpenFlow on %s:%d (%s), store %s", api_host, api_port, of_host, of_port,

@@ -159,7 +159,7 @@ class Lab:
         tor.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
                   "fail_mode=standalone")
         if not standalone:
-            # issue 7: the ToR is managed by the controller like the nodes (OVSDB on the management
+            # the fabric switch is managed by the controller like the nodes (OVSDB on the management
             # network; the controller makes br-fabric fail_mode secure and connects it over OpenFlow)
             fab_ip = state["management"]["fabric_ip"] = str(hosts_m_fabric(mg["cidr"]))
             run(["ip", "link", "add", f"{self.name}-mf", "type", "veth", "peer", "name", "mgmt0", "netns", fabric])
@@ -399,9 +399,10 @@ class Lab:
         return ["ip", "netns", "exec", ns, *cmd], env
 
     def run(self, target: str, *cmd: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
-        """Run cmd in a node or VM namespace and capture its output (check: raise on failure)."""
+        """Run cmd in a node or VM namespace and capture its output (check: a failure raises LabError
+        with the command and its stderr)."""
         argv, env = self.exec_args(target, list(cmd))
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=check)
+        return run(argv, env=env, check=check, timeout=timeout)
 
 
 def list_labs() -> list[dict]:

@@ -1,4 +1,4 @@
-"""Fabric compiler (issue 7): store snapshot -> desired state of the ToR switches, of every node's
+"""Fabric compiler: store snapshot -> desired state of the ToR switches, of every node's
 br-phy, and the additions to br-int; plus the tenant compiler's view of routers that do not run
 distributed. Pure, like fathom/pipeline/tenant.py. docs/fabric.md explains the design.
 

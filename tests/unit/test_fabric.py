@@ -1,5 +1,7 @@
-"""Fabric (issue 7): the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
+"""Fabric: the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -164,22 +166,22 @@ def test_api_fabric_checks(client):
     sx = c.post("/v1/subnets", json={"network_id": vx["id"], "cidr": "198.19.2.0/24"}).json()
     rt = c.post("/v1/routers", json={"name": "r"}).json()
     c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sa["id"]}).raise_for_status()
-    assert c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"}).status_code == 200
+    assert c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"}).status_code == 200
     r = c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sx["id"]})
     assert r.status_code == 409 and _loc(r) == ["body", "subnet_id"]      # fabric routes VLANs only
     assert len(c.get(f"/v1/routers/{rt['id']}").json()["interfaces"]) == 1
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # no gateway node
-    assert c.get(f"/v1/routers/{rt['id']}/mode").json()["mode"] == "fabric"
-    c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "distributed"}).raise_for_status()
+    assert c.get(f"/v1/routers/{rt['id']}").json()["mode"] == "fabric"
+    c.patch(f"/v1/routers/{rt['id']}", json={"mode": "distributed"}).raise_for_status()
     c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sx["id"]}).raise_for_status()
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # a VXLAN leg
     c.post("/v1/nodes", json={"name": "g", "role": "gateway"}).raise_for_status()
-    assert c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node"}).json()["gateway_node"] == "g"
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node", "gateway_node": "c1"})
+    assert c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"}).json()["gateway_node"] == "g"
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node", "gateway_node": "c1"})
     assert r.status_code == 409 and _loc(r) == ["body", "gateway_node"]
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "teleport"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "teleport"})
     assert r.status_code == 422
     # deleting the router removes its mode with it
     for s_ in (sa, sx):
@@ -191,7 +193,7 @@ def test_api_fabric_checks(client):
 def test_fabric_mode_needs_a_switch(client):
     c = client
     rt = c.post("/v1/routers", json={"name": "r"}).json()
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"] and "fabric switch" in r.json()["detail"][0]["msg"]
 
 
@@ -211,13 +213,13 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     import warnings
     from click.testing import CliRunner
     from fathom.api import create_app
-    from fathom.cli import resources
+    from fathom import client as client_module
     from fathom.cli.main import cli
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
     app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.setattr(resources.httpx, "Client",
+    monkeypatch.setattr(client_module.httpx, "Client",
                         lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
     run = lambda *a: CliRunner().invoke(cli, list(a), catch_exceptions=False)  # noqa: E731
     assert run("node", "create", "c1").exit_code == 0
@@ -225,9 +227,10 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     assert out.exit_code == 0 and "fabric switch 1 (tor) registered" in out.output
     assert "p1→c1(declared)" in run("fabric", "list").output
     assert run("router", "create", "r1").exit_code == 0
-    assert run("fabric", "mode", "r1").output.strip() == "router 1: distributed"
-    assert run("fabric", "mode", "r1", "fabric").output.strip() == "router 1: fabric"
-    out = run("fabric", "mode", "r1", "network-node")
+    assert json.loads(run("router", "show", "r1", "--json").output)["mode"] == "distributed"
+    assert json.loads(run("router", "update", "r1", "--mode", "fabric", "--json").output)["mode"] == "fabric"
+    assert json.loads(run("router", "list", "--json").output)[0]["mode"] == "fabric"
+    out = run("router", "update", "r1", "--mode", "network-node")
     assert out.exit_code != 0 and "mode: mode network-node needs a node of role gateway" in out.output
     app.state.engine.dispose()
 
