@@ -5,8 +5,8 @@
   next chunk takes longer than `read_timeout` seconds gets a 408. A JSON body is checked before
   any route sees it: NaN, Infinity, lone surrogates, NUL characters, malformed JSON and
   pathologically deep nesting are a 422. A NUL in the path or the query is a 422 too.
-- `validation_error` renders request validation errors in the API's shape without echoing the
-  input (pydantic's `input` is dropped, messages and locations are cut short).
+- `short` cuts error messages and locations (fathom.api.deps renders every error with it), so
+  an error never echoes a large input.
 - `TimedH11Protocol` (uvicorn's h11 protocol) closes a connection whose request head has not
   arrived within `header_timeout` seconds: uvicorn itself would wait forever for a slow client.
 """
@@ -16,8 +16,6 @@ import asyncio
 import json
 import os
 
-from fastapi import Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -34,14 +32,6 @@ def short(text: str, limit: int = MAX_MSG) -> str:
 
 def error_body(msg: str, loc: list | None = None, kind: str = "invalid") -> dict:
     return {"detail": [{"loc": loc or [], "msg": short(msg), "type": kind}]}
-
-
-async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    items = []
-    for e in exc.errors()[:20]:
-        loc = [p if isinstance(p, int) else short(str(p), MAX_LOC) for p in e.get("loc", ())]
-        items.append({"loc": loc, "msg": short(str(e.get("msg", "invalid"))), "type": short(str(e.get("type", "invalid")), MAX_LOC)})
-    return JSONResponse(status_code=422, content={"detail": items})
 
 
 class _Refused(Exception):

@@ -42,9 +42,14 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def lab_headers(state: dict) -> dict[str, str]:
-    """Headers for the controller of a lab, given the lab's state (Lab.state())."""
+def lab_token(state: dict) -> str:
+    """The token for the controller of a lab, given the lab's state (Lab.state()): the admin token
+    of the controller the lab started, else the caller's own (FATHOM_TOKEN...)."""
     ctl = state.get("controller") or {}
     if ctl.get("token_file"):
-        return bearer(read_token_file(ctl["token_file"]))
-    return bearer(resolve_token())
+        return read_token_file(ctl["token_file"])
+    return resolve_token()
+
+
+def lab_headers(state: dict) -> dict[str, str]:
+    return bearer(lab_token(state))

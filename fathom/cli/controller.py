@@ -1,7 +1,7 @@
 """`fathom controller`: run the controller; `fathom flows NODE`: desired and actual flows."""
 import click
 
-from fathom.cli.output import console, print_json
+from fathom.cli.output import console, fail, print_json
 from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 
 
@@ -13,17 +13,29 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 @click.option("--of-host", default="0.0.0.0", show_default=True, help="Address switches connect to.")
 @click.option("--of-port", default=6653, show_default=True, type=int)
 @click.option("--interval", default=5.0, show_default=True, help="Seconds between full reconcile passes.")
+@click.option("--pki-dir", default="/etc/fathom/pki", show_default=True, envvar="FATHOM_PKI_DIR",
+              help="The fathom PKI (fathom pki init) whose controller certificate secures OpenFlow and OVSDB.")
+@click.option("--insecure", is_flag=True,
+              help="OpenFlow and OVSDB over plain TCP, unauthenticated and unencrypted (not for production).")
 @click.option("--state-dir", default="/var/lib/fathom", show_default=True, envvar="FATHOM_STATE_DIR",
               help="Where the controller keeps its admin credential (admin-token, mode 0600).")
 @click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
               envvar="FATHOM_API_MAX_BODY", help="Largest request body the API reads, in bytes.")
-def controller(db_url, api_host, api_port, of_host, of_port, interval, state_dir, max_body):
+def controller(db_url, api_host, api_port, of_host, of_port, interval, pki_dir, insecure, state_dir, max_body):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
 
     At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
     use it with FATHOM_TOKEN_FILE=STATE_DIR/admin-token, and issue others with `fathom token create`."""
     from fathom.controller.server import serve
-    serve(db_url, api_host, api_port, of_host, of_port, interval, state_dir=state_dir, max_body=max_body)
+    from fathom.pki import CONTROLLER_NAME, Pki, PkiError
+    if not insecure:
+        try:
+            Pki(pki_dir).verify(CONTROLLER_NAME)
+        except (PkiError, OSError) as e:
+            fail(f"TLS needs the controller certificate of a fathom PKI: {e}. Create one with "
+                 f"'fathom pki init --dir {pki_dir}', or run with --insecure for plain TCP.", 2)
+    serve(db_url, api_host, api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
+          state_dir=state_dir, max_body=max_body)
 
 
 @click.command()

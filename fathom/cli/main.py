@@ -16,12 +16,14 @@ GROUPS = [
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
     ("fathom.cli.bench", "bench"),
-    ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` (issue 7) to the bench group
-    ("fathom.cli.fabric", "fabric"),     # issue 7
+    ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
+    ("fathom.cli.fabric", "fabric"),
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
     ("fathom.cli.agent", "agent"),       # issue 5: node agent (PPTMon delivery)
     ("fathom.cli.token", "token"),       # API tokens
+    ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
+    ("fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
 ]
 
 

@@ -42,12 +42,12 @@ def owned(cookie, group_id: int | None = None) -> bool:
 
 def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Every app's compiler, merged per node. New apps add their compiler here."""
-    # issue 7: routers not in distributed mode are hidden from the tenant compiler (tenant_view);
+    # routers not in distributed mode are hidden from the tenant compiler (tenant_view);
     # the fabric adds its br-int flows (gateway MAC of fabric routers -> VLAN trunk).
     out = compile_tenant(fabric.tenant_view(snapshot))
     for node, extra in fabric.compile_edges(snapshot).items():
         out[node] = out.get(node, SwitchState()) | extra
-    for node, extra in compile_vtap(fabric.tenant_view(snapshot)).items():  # vTAP (issue 4)
+    for node, extra in compile_vtap(fabric.tenant_view(snapshot)).items():  # vTAP
         out[node] = out.get(node, SwitchState()) | extra
     return out
 
@@ -85,7 +85,7 @@ class Reconciler:
         # What each switch holds after our last successful apply: passes woken by API changes diff
         # against it instead of reading every flow back. Dropped on reconnect, failure and audit.
         self.known: dict[int, tuple[set, set]] = {}
-        # more switches than the br-ints (issue 7: the fabric), each called in every pass as
+        # more switches than the br-ints (the fabric), each called in every pass as
         # ext.before_apply(reconciler, snapshot, result) before the br-ints are written, and
         # ext.after_pass(reconciler, snapshot, result) at the end
         self.extensions: list = []

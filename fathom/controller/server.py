@@ -7,7 +7,12 @@ import threading
 import uvicorn
 from fastapi import APIRouter, Depends
 
-from fathom.controller import ofapp
+from fathom.api import create_app
+from fathom.api.auth import admin_caller
+from fathom.api.deps import ERRORS
+from fathom.api.limits import TimedH11Protocol
+from fathom.auth.tokens import ensure_admin_token
+from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper, datapath_id
 from fathom.controller.fabric import FabricRuntime
@@ -23,8 +28,6 @@ LOG = logging.getLogger("fathom.controller")
 
 def runtime_router(reconciler: Reconciler) -> APIRouter:
     """Endpoints that read the switches, not the store."""
-    from fathom.api.app import ERRORS
-    from fathom.api.auth import admin_caller
     router = APIRouter(prefix="/v1", tags=["runtime"], dependencies=[Depends(admin_caller)], responses=ERRORS)
 
     @router.get("/nodes/{name}/flows", summary="Desired and actual flows of a node's br-int, per stage")
@@ -66,26 +69,28 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
 
 
 def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float,
-          state_dir: str = "/var/lib/fathom", max_body: int | None = None) -> None:
-    from fathom.api.app import create_app
-    from fathom.api.limits import TimedH11Protocol
-    from fathom.auth.tokens import ensure_admin_token
-
+          pki_dir: str | None = None, state_dir: str = "/var/lib/fathom", max_body: int | None = None) -> None:
+    """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
+    the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
+    without. Its admin credential is `state_dir`/admin-token (created at the first start)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = open_store(db_url)
-    app = ofapp.start(of_host, of_port)
+    transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
+    gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
+    app = ofapp.start(of_host, of_port, gate,
+                      channels.server_context(transport.files) if transport.tls else None)
     reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
-    api = create_app(db_url, on_change=reconciler.wake, max_body=max_body)
-    admin_file = ensure_admin_token(engine, state_dir)
-    LOG.info("admin credential: %s (root only)", admin_file)
+    api = create_app(engine, on_change=reconciler.wake, max_body=max_body)
+    LOG.info("admin credential: %s (root only)", ensure_admin_token(engine, state_dir))
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
-    # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
+    # ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
-    LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)
+    LOG.info("API on http://%s:%d, OpenFlow on %s:%d (%s), store %s", api_host, api_port, of_host, of_port,
+             "TLS" if transport.tls else "plain TCP, insecure", db_url)
     # Slow clients: a request head must arrive within 10 s (TimedH11Protocol), a body chunk within
     # 10 s (fathom.api.limits), an idle kept-alive connection is closed after 5 s; heads are at most
     # 64 KiB and at most 200 requests are served at once.

@@ -12,6 +12,7 @@ import logging
 import os_ken.app.ofctl.api as ofctl
 from fastapi import APIRouter, Response
 
+from fathom.api.deps import ERRORS, AdminDep, CallerDep
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import datapath_id
 from fathom.openflow.spec import Output, OutputTrunc
@@ -149,15 +150,10 @@ def tap_runtime_router(reconciler) -> APIRouter:
         REGISTRY.register(_Collector(reconciler))
     except ValueError:
         pass  # registered already (a second app in one process)
-    from fastapi import Depends
-
-    from fathom.api.app import ERRORS, caller
-    from fathom.api.auth import admin_caller
-
     router = APIRouter(tags=["taps"], responses=ERRORS)
 
     @router.get("/v1/taps/{tap_id}/stats", summary="Counters and per-node state of a tap policy")
-    def tap_stats(tap_id: int, c=Depends(caller)):
+    def tap_stats(tap_id: int, c: CallerDep):
         with reconciler.Session() as s:
             t = s.get(m.TapPolicy, tap_id) if valid_id(tap_id) else None
             if t is None or not (c.admin or t.project_id == c.project):
@@ -165,7 +161,7 @@ def tap_runtime_router(reconciler) -> APIRouter:
         return policy_stats(reconciler, tap_id)
 
     @router.get("/metrics", summary="Prometheus metrics (admin)", include_in_schema=False)
-    def metrics(_c=Depends(admin_caller)):
+    def metrics(_c: AdminDep):
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     return router

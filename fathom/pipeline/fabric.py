@@ -1,4 +1,4 @@
-"""Fabric compiler (issue 7): store snapshot -> desired state of the ToR switches, of every node's
+"""Fabric compiler: store snapshot -> desired state of the ToR switches, of every node's
 br-phy, and the additions to br-int; plus the tenant compiler's view of routers that do not run
 distributed. Pure, like fathom/pipeline/tenant.py. docs/fabric.md explains the design.
 
@@ -21,12 +21,17 @@ ToR pipeline (br-fabric, its own tables; the ToR is not a br-int):
 | 20 | l2         | (VLAN, dst MAC) -> the port facing the node hosting it; else flood the VLAN's group |
 
 A VLAN is allowed on a trunk port exactly while the node behind the port hosts a port of the
-network (ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows).
+network or its br-int can send frames tagged with it (a node routing into the network: a
+distributed router with a leg on a network the node hosts). The second set is read from the
+node's compiled br-int state (`vlans_sent`), so whatever the node's pipeline can put on its trunk
+the ToR lets in. Ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows.
+docs/fabric.md, "Routing and VLAN trunks", says why.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from typing import Mapping
 
 from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable,
@@ -55,6 +60,11 @@ PRIO_SVI_DROP = 10
 PRIO_L2_HAIRPIN = 110
 PRIO_L2 = 100
 PRIO_FLOOD = 10
+PRIO_PHY_TRUNK = 100
+
+# br-phy's ends of the trunk: the patch to br-int, and the underlay port facing the ToR
+PHY_PATCH = "patch-int"
+PHY_UNDERLAY = "ul0"
 
 
 def datapath_id_tor(switch_id: int) -> int:
@@ -165,31 +175,70 @@ def compile_edges(snapshot: Snapshot) -> dict[str, SwitchState]:
     return out
 
 
-def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """br-phy of every node: NORMAL switching as before, plus LLDP from the ToR to the controller."""
-    state = SwitchState(frozenset({
+def compile_phy(snapshot: Snapshot, phy_ports: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, SwitchState]:
+    """br-phy of every node: NORMAL switching for the underlay, LLDP from the ToR to the controller,
+    and the trunk between br-int and the ToR as a fixed pipe (`phy_ports`: node name -> br-phy
+    interface name -> OpenFlow port number; a node whose ports are not known yet gets no pipe).
+
+    The pipe keeps br-phy from learning tenant MACs: a distributed router sends routed frames from
+    its gateway MAC out of every node that routes, so a learning br-phy would place that MAC behind
+    its own patch port and drop the frames a VM later sends to it over the trunk (router moved to
+    the fabric or a network node) until the entry ages out.
+    """
+    base = {
         FlowSpec(0, 0, {}, (Output(OFPP_NORMAL),), _c(st.KIND_STAGE, 0x100)),
         FlowSpec(0, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), _c(st.KIND_STAGE, 0x101)),
-    }))
-    return {node.name: state for node in snapshot.nodes}
+    }
+    out = {}
+    for node in snapshot.nodes:
+        flows = set(base)
+        ports = (phy_ports or {}).get(node.name, {})
+        patch, underlay = ports.get(PHY_PATCH), ports.get(PHY_UNDERLAY)
+        if patch is not None and underlay is not None:
+            # everything br-int sends goes to the ToR; tagged frames from the ToR go to br-int
+            flows.add(FlowSpec(0, PRIO_PHY_TRUNK, {"in_port": patch}, (Output(underlay),),
+                               _c(st.KIND_STAGE, 0x102)))
+            flows.add(FlowSpec(0, PRIO_PHY_TRUNK, {"in_port": underlay, "vlan_vid": (OFPVID_PRESENT, OFPVID_PRESENT)},
+                               (Output(patch),), _c(st.KIND_STAGE, 0x102)))
+        out[node.name] = SwitchState(frozenset(flows))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- ToR
 
 
-def tor_vlans(snapshot: Snapshot) -> dict[str, dict[str, set[int]]]:
-    """switch name -> {ToR port name: VLAN ids allowed on it} (from the tenant view)."""
+def vlans_sent(state: SwitchState | None) -> set[int]:
+    """VLAN ids a br-int state tags frames with (flows and group buckets).
+
+    br-int tags a frame only to send it up the trunk (its VM ports are access ports, and classify
+    pops the tag of what comes in), so this is the set of VLANs the node can put on its trunk. It
+    works on compiled states and on flows read back from a switch alike.
+    """
+    if state is None:
+        return set()
+    out = set()
+    for actions in [f.actions for f in state.flows] + [b for g in state.groups for b in g.buckets]:
+        for a in actions:
+            if isinstance(a, SetField) and a.field == "vlan_vid" and isinstance(a.value, int):
+                out.add(a.value & 0xFFF)
+    return out
+
+
+def tor_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, dict[str, set[int]]]:
+    """switch name -> {ToR port name: VLAN ids allowed on it}; `brint` is every node's compiled br-int."""
     view = tenant_view(snapshot)
     fab = fabric_state(snapshot)
     out = {}
     for sw in fab.switches:
-        out[sw.name] = {port: set(vlans) for port, (_, vlans) in _trunks(view, fab, sw).items()}
+        out[sw.name] = {port: set(vlans) for port, (_, vlans) in _trunks(view, fab, sw, brint).items()}
     return out
 
 
-def _trunks(view: Snapshot, fab, sw) -> dict[str, tuple[int | None, dict[int, int]]]:
-    """port name -> (ofport, {VLAN id: network id}) for the trunk ports of switch `sw`."""
+def _trunks(view: Snapshot, fab, sw, brint: Mapping[str, SwitchState]) -> dict[str, tuple[int | None, dict[int, int]]]:
+    """port name -> (ofport, {VLAN id: network id}) for the trunk ports of switch `sw`: the VLAN
+    networks with a port bound to the node behind the port, and every VLAN its br-int can send."""
     networks = {n.id: n for n in view.networks}
+    vlan_net = {n.segmentation_id: n.id for n in view.networks if n.type == "vlan"}
     faces = fab.node_ports(sw)
     out = {port: (ofport, {}) for port, ofport in faces.values()}
     for p in view.ports:
@@ -198,21 +247,26 @@ def _trunks(view: Snapshot, fab, sw) -> dict[str, tuple[int | None, dict[int, in
             continue
         port, _ = faces[p.node]
         out[port][1][net.segmentation_id] = net.id
+    for node, (port, _) in faces.items():
+        for vlan in vlans_sent(brint.get(node)):
+            if vlan in vlan_net:
+                out[port][1][vlan] = vlan_net[vlan]
     return out
 
 
-def compile_tor(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """Desired state of every fabric switch, keyed by switch name."""
+def compile_tor(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, SwitchState]:
+    """Desired state of every fabric switch, keyed by switch name. `brint`: the compiled br-int of
+    every node (`fathom.controller.reconciler.compile_all`), which decides the VLANs on its trunk."""
     fab = fabric_state(snapshot)
     view = tenant_view(snapshot)
-    return {sw.name: _compile_switch(snapshot, view, fab, sw) for sw in fab.switches}
+    return {sw.name: _compile_switch(snapshot, view, fab, sw, brint) for sw in fab.switches}
 
 
-def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw) -> SwitchState:
+def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[str, SwitchState]) -> SwitchState:
     networks = {n.id: n for n in view.networks}
     subnets = {s.id: s for s in view.subnets}
     faces = fab.node_ports(sw)
-    trunks = _trunks(view, fab, sw)
+    trunks = _trunks(view, fab, sw, brint)
     skel = lambda t: _c(st.KIND_STAGE, 0x200 | t)  # noqa: E731
     flows: set[FlowSpec] = {
         FlowSpec(TOR_TRUNK_IN, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), skel(TOR_TRUNK_IN)),

@@ -64,7 +64,9 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
     out = {}
     for p in snapshot.ports:
         node = nodes.get(p.node)
-        if node is None or not p.interface:
+        if node is None or not p.interface or p.interface == f"qrp{p.id}":
+            # qrp<id>: the leg of a network-node router, a port fathom made for itself
+            # (fathom.pipeline.fabric.tenant_view); a tenant port's id is never a leg's
             continue
         ofport = node.ofport(p.interface)
         infra_ofports = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}

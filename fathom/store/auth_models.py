@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from fathom.store.models import Base, _now
+from fathom.store.base import Base, utcnow
 
 
 class ApiToken(Base):
@@ -23,6 +23,6 @@ class ApiToken(Base):
     project_id: Mapped[str] = mapped_column(String(64))
     roles: Mapped[str] = mapped_column(String(255))          # "admin" / "member,service" ...
     node: Mapped[str | None] = mapped_column(String(64), nullable=True)   # agent tokens: its node
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

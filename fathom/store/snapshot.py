@@ -120,7 +120,7 @@ class Snapshot:
     routers: tuple[Router, ...] = ()
     router_interfaces: tuple[RouterInterface, ...] = ()
     tap_policies: tuple[TapPolicy, ...] = ()
-    # Fabric (issue 7): ToR switches, their links, router modes (fathom.store.fabric.FabricState).
+    # Fabric: fabric switches, their links, router modes (fathom.store.fabric.FabricState).
     # None when loaded without it; compilers treat None as "no fabric, every router distributed".
     fabric: object | None = None
 
@@ -170,7 +170,7 @@ def load_snapshot(session) -> Snapshot:
                                t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
                                t.truncate, t.rate_pps)
                      for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)))
-        from fathom.store.fabric import load_fabric  # issue 7: fabric switches, links, router modes
+        from fathom.store.fabric import load_fabric  # fabric switches, links, router modes
         return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
                         tap_policies=taps, fabric=load_fabric(session))
 

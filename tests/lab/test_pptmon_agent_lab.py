@@ -18,7 +18,6 @@ import pytest
 from fathom.auth.client import lab_headers
 from fathom.auth.tokens import write_secret
 from fathom.lab.controller import start_controller, stop_controller
-from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure, native
 
 from .test_pptmon_lab import make_chain  # noqa: F401  (fixture)
@@ -121,4 +120,4 @@ def test_records_reach_the_controller(make_chain, tmp_path):  # noqa: F811
                 agent.wait(5)
         control.disable("pa1", missing_ok=True)
         stop_controller(ctl_dir)
-        chainmod.down("pa1")
+        control.down("pa1")

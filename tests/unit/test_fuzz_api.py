@@ -51,7 +51,7 @@ def seed_store(app) -> list[dict]:
     http.post(f"/v1/routers/{router['id']}/interfaces", json={"subnet_id": sub["id"]}).raise_for_status()
     http.post("/v1/taps", json={"sender": "vm1", "receiver": "vm2", "monitor": "vm3"}).raise_for_status()
     return [admin, headers_for(app, "p1", ("member",)), headers_for(app, "p2", ("member",)),
-            {**headers_for(app, "svc", ("service",)), "X-Project": "p1"},
+            {**headers_for(app, "svc", roles="service"), "X-Project": "p1"},
             headers_for(app, "admin", ("agent",), node="c1")]
 
 
@@ -59,9 +59,9 @@ def reset_store(app) -> list[dict]:
     """Empty every table, restart the ids and seed again."""
     from sqlalchemy import text
 
-    from fathom.store.models import Base
+    from fathom.store.tables import metadata
     engine = app.state.engine
-    tables = [t.name for t in Base.metadata.sorted_tables]
+    tables = [t.name for t in metadata.sorted_tables]
     with engine.begin() as c:
         if engine.dialect.name == "postgresql":
             c.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))

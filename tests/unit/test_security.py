@@ -38,7 +38,7 @@ def admin(app):
     return TestClient(app, headers=headers_for(app))
 
 
-def client(app, project="p1", roles=("member",), node=None, **extra) -> TestClient:
+def client(app, project="p1", roles="member", node=None, **extra) -> TestClient:
     return TestClient(app, headers={**headers_for(app, project, roles, node), **extra})
 
 
@@ -129,14 +129,14 @@ def test_roles_service_member_agent(app, admin):
         r = member.patch(f"/v1/ports/{port['id']}", json=body)
         assert r.status_code == 403 and detail(r)["loc"] == ["body", next(iter(body))], r.text
     # the service identity acts for the project it names, and may bind
-    service = client(app, "services", ("service",), **{"X-Project": "p1"})
+    service = client(app, "services", roles="service", **{"X-Project": "p1"})
     bound = service.patch(f"/v1/ports/{port['id']}", json={"node": "c1", "interface_name": "tap1"}).json()
     assert (bound["node"], bound["interface_name"], bound["project_id"]) == ("c1", "tap1", "p1")
     assert service.get("/v1/nodes").status_code == 403                  # not an admin
-    other = client(app, "services", ("service",), **{"X-Project": "p2"})
+    other = client(app, "services", roles="service", **{"X-Project": "p2"})
     assert other.get(f"/v1/ports/{port['id']}").status_code == 404      # acting for p2: p1's port is absent
     # an agent token serves PPTMon ingestion only
-    agent = client(app, "admin", ("agent",), node="c1")
+    agent = client(app, "admin", "agent", node="c1")
     for method, path in (("GET", "/v1/networks"), ("GET", "/v1/pptmon/records"), ("GET", "/v1/tokens")):
         assert agent.request(method, path).status_code == 403, path
 
@@ -185,10 +185,10 @@ def test_another_projects_objects_are_absent(app, admin):
     assert member.get("/v1/ports", params={"node": "nosuch"}).json() == []
     # a member cannot name a gateway node (which would tell the nodes)
     mine = member.post("/v1/routers", json={}).json()
-    r = member.put(f"/v1/routers/{mine['id']}/mode", json={"mode": "network-node", "gateway_node": "c1"})
+    r = member.patch(f"/v1/routers/{mine['id']}", json={"mode": "network-node", "gateway_node": "c1"})
     assert r.status_code == 403 and detail(r)["loc"] == ["body", "gateway_node"]
     # a service binding onto an interface in use learns neither the port nor its project
-    service = client(app, "svc", ("service",), **{"X-Project": "p1"})
+    service = client(app, "svc", roles="service", **{"X-Project": "p1"})
     net = service.post("/v1/networks", json={}).json()
     r = service.post("/v1/ports", json={"network_id": net["id"], "node": "c1", "interface_name": "t1"})
     assert r.status_code == 409 and detail(r)["msg"] == "interface 't1' on node 'c1' is bound to another port"
@@ -202,7 +202,7 @@ def test_runtime_endpoints_are_admin_only(app, admin):
     reconciler = Reconciler(session_factory(app.state.engine), app=None, bootstrapper=None)
     app.include_router(runtime_router(reconciler))
     app.include_router(tap_runtime_router(reconciler))
-    member, service = client(app), client(app, "svc", ("service",))
+    member, service = client(app), client(app, "svc", roles="service")
     for method, path in (("GET", "/v1/nodes/c1/flows"), ("POST", "/v1/sync"), ("GET", "/v1/health"),
                          ("GET", "/metrics")):
         assert TestClient(app).request(method, path).status_code == 401, path
@@ -257,7 +257,7 @@ def test_body_size_limit(db_url):
 
 @pytest.mark.parametrize("path", ["/v1/networks/{}", "/v1/subnets/{}", "/v1/ports/{}", "/v1/routers/{}",
                                   "/v1/nodes/{}", "/v1/taps/{}", "/v1/fabric/switches/{}",
-                                  "/v1/networks/{}/status", "/v1/routers/{}/interfaces", "/v1/routers/{}/mode"])
+                                  "/v1/networks/{}/status", "/v1/routers/{}/interfaces"])
 def test_ids_beyond_the_columns_are_404(admin, path):
     for oid in (2**31 - 1, 2**31, 2**63 - 1, 2**63, 2**80, 0, -1):
         r = admin.get(path.format(oid))
@@ -297,7 +297,7 @@ def test_pptmon_rate_and_chain_cardinality(db_url, monkeypatch):
     monkeypatch.setenv("FATHOM_PPTMON_MAX_CHAINS", "3")
     app = create_app(db_url)
     try:
-        n1, n2 = client(app, "admin", ("agent",), node="n1"), client(app, "admin", ("agent",), node="n2")
+        n1, n2 = client(app, "admin", "agent", node="n1"), client(app, "admin", "agent", node="n2")
 
         def post(http, node, recs):
             return http.post("/v1/pptmon/records", json={"node": node, "records": recs})
