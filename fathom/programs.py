@@ -42,6 +42,9 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "cat": ("coreutils", "reading interface counters in a namespace"),
     "rm": ("coreutils", "removing benchmark run directories"),
     "kill": ("procps", "killing daemons in failure tests"),
+    "sh": ("dash", "shell one-liners in tests"),
+    "true": ("coreutils", "a command that succeeds, in tests"),
+    "sleep": ("coreutils", "a command that takes time, in tests"),
     # traffic and independent witnesses
     "iperf3": ("iperf3", "TCP/UDP throughput"),
     "tcpdump": ("tcpdump", "captures"),

@@ -74,7 +74,7 @@ def router_id(lab) -> int:
 
 def set_mode(lab, mode: str) -> None:
     c, rid = api(lab), router_id(lab)
-    c.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+    c.patch(f"/routers/{rid}", json={"mode": mode}).raise_for_status()
     c.post("/sync").raise_for_status()
     c.post("/sync").raise_for_status()   # network-node: the legs' br-int ports appear, then get flows
     wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"router active in {mode}")
@@ -198,7 +198,7 @@ def test_fabric(lab, drops):
     c, rid = api(lab), router_id(lab)
     # still distributed: c4 routes m2's echoes into nv1 itself, sending them from nv1's gateway MAC
     assert echoes(ping_all(lab, [("m2", "v1")])[("m2", "v1")]) == (2, {"63"})
-    r = c.put(f"/routers/{rid}/mode", json={"mode": "fabric"})
+    r = c.patch(f"/routers/{rid}", json={"mode": "fabric"})
     assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "mode"], r.text
     subnets = {s["name"]: s["id"] for s in c.get("/subnets").json()}
     for net in sorted(ALL - VLANS):
