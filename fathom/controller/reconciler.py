@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 
@@ -42,6 +42,11 @@ def owned(cookie, group_id: int | None = None) -> bool:
 
 def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Every app's compiler, merged per node. New apps add their compiler here."""
+    # a port bound to one of the fabric's own interfaces is compiled by no app (the tenant
+    # compiler refuses it itself; vTAP must not tap the tunnel through it either)
+    refused = refused_ports(snapshot)
+    if refused:
+        snapshot = replace(snapshot, ports=tuple(p for p in snapshot.ports if p.id not in refused))
     # routers not in distributed mode are hidden from the tenant compiler (tenant_view);
     # the fabric adds its br-int flows (gateway MAC of fabric routers -> VLAN trunk).
     out = compile_tenant(fabric.tenant_view(snapshot))

@@ -29,8 +29,6 @@ from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
     Move, Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
-
-OFPP_MAX = 0xFFFFFF00      # port numbers from here on are reserved (LOCAL, CONTROLLER, ...)
 from fathom.pipeline import stages as st
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store.snapshot import (
@@ -53,6 +51,8 @@ PRIO_ROUTE_BASE = 100     # + prefix length: longest prefix wins
 PRIO_ROUTER_DROP = 10     # to a router MAC but no route: drop rather than flood
 PRIO_NEIGHBOR = 100
 PRIO_FLOOD = 10           # l2: broadcast, multicast and unknown unicast
+
+OFPP_MAX = 0xFFFFFF00     # OpenFlow port numbers from here on are reserved (LOCAL, CONTROLLER, ...)
 
 
 def refused_ports(snapshot: Snapshot) -> dict[int, str]:

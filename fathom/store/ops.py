@@ -15,9 +15,9 @@ from typing import Sequence
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
+from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store import fabric
 from fathom.store import models as m
-from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
 VXLAN_MAX = (1 << 24) - 1

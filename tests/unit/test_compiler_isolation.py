@@ -96,3 +96,16 @@ def test_without_the_refusal_the_attack_would_capture_traffic(monkeypatch):
     states = compile_tenant(snap)
     without_trap = replace(snap, ports=tuple(p for p in snap.ports if p.id != trap.id))
     assert states != compile_tenant(without_trap)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_no_app_compiles_the_trap(seed):
+    """Every compiler the controller runs (compile_all): a tap policy whose sender is the trap port
+    installs nothing (it would otherwise copy the tunnel's traffic to the attacker's monitor)."""
+    from fathom.controller.reconciler import compile_all
+    from fathom.store.snapshot import TapPolicy
+    base = random_cloud(seed)
+    snap, trap, vm = attacked(base, random.Random(2000 + seed))
+    tap = TapPolicy(1, "steal", "attacker", trap.id, None, False, "02:00:00:00:00:99", "10.0.0.99", (vm.id,))
+    with_tap = replace(snap, tap_policies=(tap,))
+    assert compile_all(with_tap) == compile_all(replace(snap, ports=tuple(p for p in snap.ports if p.id != trap.id)))
