@@ -72,6 +72,10 @@ class FathomOFApp(app_manager.OSKenApp):
         with self.lock:
             return self.datapaths.get(dpid)
 
+    def still_connected(self, dp) -> bool:
+        """False once dp's connection is closed, even before our handler has heard of it."""
+        return self.datapath(dp.id) is dp and dp.state != DEAD_DISPATCHER
+
     def lost_since(self, dpid: int) -> float | None:
         """When a switch that had connected lost its connection (None: connected, or never was)."""
         with self.lock:

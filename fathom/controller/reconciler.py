@@ -143,11 +143,8 @@ class Reconciler:
                 res = result.nodes[node.name]
                 dp = self.app.datapath(datapath_id(node.id))
                 if dp is None:
-                    lost = self.app.lost_since(datapath_id(node.id))
-                    if lost is not None:   # it was connected: its ovs-vswitchd died or is cut off
-                        res.switch = (f"lost: br-int's OpenFlow connection closed at "
-                                      f"{time.strftime('%H:%M:%S', time.localtime(lost))} "
-                                      "(ovs-vswitchd down or unreachable)")
+                    if self.app.lost_since(datapath_id(node.id)) is not None:
+                        res.switch = self._lost(datapath_id(node.id))
                     continue
                 if res.bootstrap == "error":
                     # without OVSDB we cannot tell the node's ports: leave its flows as they are
@@ -158,7 +155,8 @@ class Reconciler:
                     res.switch, res.last_ok = "ok", time.time()
                 except Exception as e:  # noqa: BLE001 - recorded as the node's status, retried
                     LOG.warning("node %s: apply failed: %s", node.name, e)
-                    res.switch = f"error: {e}"
+                    # the switch went away during the pass: that is the node's health, not our change
+                    res.switch = f"error: {e}" if self.app.still_connected(dp) else self._lost(dp.id)
             self._write_status(snapshot, result)
             for ext in self.extensions:
                 try:
@@ -169,6 +167,12 @@ class Reconciler:
             self.passes += 1
             self.last_pass_seconds = time.monotonic() - started
             return result
+
+    def _lost(self, dpid: int) -> str:
+        """A node's br-int that was connected and is gone: its ovs-vswitchd died or is cut off."""
+        since = self.app.lost_since(dpid) or time.time()
+        return (f"lost: br-int's OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(since))} "
+                "(ovs-vswitchd down or unreachable)")
 
     def reconcile_switch(self, dp, desired: SwitchState, audit: bool = True) -> int:
         known = None if audit else self.known.get(dp.id)
