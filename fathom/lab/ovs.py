@@ -73,9 +73,19 @@ class OvsInstance:
         if sup is None:
             self.spawn(daemon)
             return
-        # supervised: the supervisor starts it (and keeps restarting it); wait until it runs
+        # supervised: the supervisor starts it (and keeps restarting it); wait until it is ready
         os.kill(sup, signal.SIGUSR1)
-        wait_for(lambda: self.alive(daemon), 30, f"{daemon} started by the supervisor in {self.netns}")
+        wait_for(lambda: self.ready(daemon), 30, f"{daemon} started by the supervisor in {self.netns}")
+
+    def ready(self, daemon: str) -> bool:
+        """Running and done starting: its pid file is written before, so under a supervisor this
+        is the supervisor's word (it records the pid once OVS's --detach has returned)."""
+        from .supervisor import supervised_state
+        state = supervised_state(self.rundir)
+        if state is None or not state["running"]:
+            return self.alive(daemon)
+        unit = state["units"].get(daemon) or {}
+        return unit.get("state") == "running" and unit.get("pid") == self.pid(daemon) and self.alive(daemon)
 
     def vsctl(self, *args: str, check: bool = True) -> str:
         return run(["ovs-vsctl", f"--db=unix:{self.db_sock}", "--timeout=20", *args],
