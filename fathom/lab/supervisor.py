@@ -92,14 +92,18 @@ class Supervisor:
         self.ovs.init_db()
         self.started("ovs-vswitchd", self.ovs.spawn("ovs-vswitchd"))
         while not self.stopping:
-            self.reap()
-            if self.start_requested:
-                self.start_requested = False
-                for u in self.units.values():
-                    if u.state != "running":
-                        u.due = time.monotonic()
-            self.start_due()
-            self.save()
+            try:
+                self.reap()
+                if self.start_requested:
+                    self.start_requested = False
+                    for u in self.units.values():
+                        if u.state != "running":
+                            u.due = time.monotonic()
+                self.start_due()
+                self.save()
+            except Exception as e:  # noqa: BLE001 - the supervisor must outlive a bad moment
+                self.log(f"supervisor: {type(e).__name__}: {e}")
+                time.sleep(1)
             dues = [u.due for u in self.units.values() if u.due is not None and self.startable(u.name)]
             timeout = max(0.0, min(dues) - time.monotonic()) if dues else None
             try:
