@@ -2,11 +2,16 @@
 router namespaces of network-node routers, and the fabric status endpoints.
 
 Plugged into the reconciler as an extension: at the end of every pass `after_pass` bootstraps the
-ToRs (OVSDB: fail_mode secure, our controller, a fixed datapath id) and every node's br-phy (our
-controller too, but fail_mode standalone: the underlay keeps working without us), compiles
-fathom.pipeline.fabric for them and applies the difference like for br-int (same diff, same atomic
-bundles, flows owned by the fabric cookie). A ToR or controller restart therefore converges by the
-same diff: flows that are still wanted are never deleted, so no VLAN in use disappears.
+ToRs and every node's br-phy (OVSDB: fail_mode secure, our controller, a fixed datapath id),
+compiles fathom.pipeline.fabric for them and applies the difference like for br-int (same diff,
+same atomic bundles, flows owned by the fabric cookie). A ToR or controller restart therefore
+converges by the same diff: flows that are still wanted are never deleted, so no VLAN in use
+disappears. fail_mode secure, not standalone, on br-phy too: a standalone bridge that has lost its
+controller for 3 inactivity probes "fails open" (OVS flushes its table and switches NORMAL), and
+when the controller is back OVS removes that NORMAL flow before we have re-added ours, which
+blacks out the underlay; a secure bridge keeps our flows, however long we are gone. A switch
+whose OVSDB could not be read this pass is left as it is: compiled without its port numbers, its
+desired state would miss flows that are still wanted.
 
 LLDP (as ONOS does): every `lldp_interval` seconds the controller sends a signed LLDP frame out of
 every node's underlay port `ul0` (packet-out; chassis id = the sender's datapath id, port id = its
@@ -179,7 +184,7 @@ class FabricRuntime:
         snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
         for s in fab.switches:
             dp = self.app.datapath(fc.datapath_id_tor(s.id))
-            if dp is None:
+            if dp is None or s.id in self._switch_status:   # not connected, or its OVSDB failed
                 continue
             try:
                 self.apply(dp, fc.compile_tor(snapshot, result.desired)[s.name], additions_only=True)
@@ -221,14 +226,14 @@ class FabricRuntime:
         self._switch_status = None
         snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
 
-        # br-phy of every node: our controller (standalone), LLDP punt
+        # br-phy of every node: our controller (secure, see above), LLDP punt
         for node in snapshot.nodes:
             ovsdb = rec.bootstrapper.nodes.get(node.name)
             if ovsdb is None or not fab.switches:
                 continue
             try:
                 ensure_bridge(ovsdb, PHY_BRIDGE, fc.datapath_id_phy(node.id), controller_for(node.management_ip),
-                              "standalone")
+                              "secure")
                 self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
                 port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
                 if port:
@@ -243,12 +248,18 @@ class FabricRuntime:
                 desired[("phy", name)] = state
         ids = {("tor", s.name): fc.datapath_id_tor(s.id) for s in fab.switches}
         ids.update({("phy", n.name): fc.datapath_id_phy(n.id) for n in snapshot.nodes})
+        tors = {s.name: s for s in fab.switches}
         for key, state in desired.items():
+            if key[0] == "tor" and tors[key[1]].id in switch_status:
+                continue        # its OVSDB failed this pass (status says why): leave its flows alone
             dp = self.app.datapath(ids[key])
             if dp is None:
                 if key[0] == "tor":
-                    s = next(x for x in fab.switches if x.name == key[1])
-                    switch_status.setdefault(s.id, ("pending", "waiting for the switch to connect over OpenFlow"))
+                    lost = self.app.lost_since(ids[key])
+                    switch_status[tors[key[1]].id] = (
+                        ("pending", "waiting for the switch to connect over OpenFlow") if lost is None else
+                        ("error", f"OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(lost))} "
+                                  "(ovs-vswitchd down or unreachable)"))
                 continue
             try:
                 self.apply(dp, state)

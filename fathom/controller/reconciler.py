@@ -61,7 +61,7 @@ def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
 class NodeResult:
     bootstrap: str = "init"
     reason: str | None = None
-    switch: str = "not connected"   # ok | not connected | error: ...
+    switch: str = "not connected"   # ok | not connected | lost: ... | error: ...
     changes: int = 0
     last_ok: float | None = None
 
@@ -150,6 +150,8 @@ class Reconciler:
                 res = result.nodes[node.name]
                 dp = self.app.datapath(datapath_id(node.id))
                 if dp is None:
+                    if self.app.lost_since(datapath_id(node.id)) is not None:
+                        res.switch = self._lost(datapath_id(node.id))
                     continue
                 if res.bootstrap == "error":
                     # without OVSDB we cannot tell the node's ports: leave its flows as they are
@@ -160,7 +162,8 @@ class Reconciler:
                     res.switch, res.last_ok = "ok", time.time()
                 except Exception as e:  # noqa: BLE001 - recorded as the node's status, retried
                     LOG.warning("node %s: apply failed: %s", node.name, e)
-                    res.switch = f"error: {e}"
+                    # the switch went away during the pass: that is the node's health, not our change
+                    res.switch = f"error: {e}" if self.app.still_connected(dp) else self._lost(dp.id)
             self._write_status(snapshot, result)
             for ext in self.extensions:
                 try:
@@ -171,6 +174,12 @@ class Reconciler:
             self.passes += 1
             self.last_pass_seconds = time.monotonic() - started
             return result
+
+    def _lost(self, dpid: int) -> str:
+        """A node's br-int that was connected and is gone: its ovs-vswitchd died or is cut off."""
+        since = self.app.lost_since(dpid) or time.time()
+        return (f"lost: br-int's OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(since))} "
+                "(ovs-vswitchd down or unreachable)")
 
     def reconcile_switch(self, dp, desired: SwitchState, audit: bool = True) -> int:
         known = None if audit else self.known.get(dp.id)
@@ -207,7 +216,15 @@ class Reconciler:
     # ---------------------------------------------------------------------------- status
 
     def _write_status(self, snapshot: Snapshot, result: PassResult) -> None:
-        """Each object's status follows the switches that must hold its flows."""
+        """Each object's status follows the switches that must hold its flows.
+
+        A node whose switch is unhealthy (OVSDB unreachable, br-int lost or not yet connected)
+        makes the node and the ports bound to it error (pending while it has never connected),
+        not the ports of other nodes: they keep working for everyone but that node. A distributed
+        object (network, subnet, router, router interface) is held back by unhealthy nodes only
+        when no node holding its flows is healthy. A switch that refused our change is an error
+        of every object with flows there (any of them may be the cause).
+        """
         needs: dict[tuple[int, int], set[str]] = defaultdict(set)
         for node_name, state in result.desired.items():
             for flow in state.flows:
@@ -215,21 +232,26 @@ class Reconciler:
                 if kind in KIND_MODEL:
                     needs[(kind, obj)].add(node_name)
 
-        def node_problem(name: str) -> tuple[str, str] | None:
-            """(status, reason) an object gets from a node that cannot hold its flows yet."""
+        def node_problem(name: str) -> tuple[str, str, bool] | None:
+            """(status, reason, is the node's own health) an object gets from a node that cannot
+            hold its flows; None when the node holds them."""
             r = result.nodes.get(name)
             if r is None:
-                return "error", f"unknown node {name}"
+                return "error", f"unknown node {name}", True
             if r.bootstrap == "error":
-                return "error", f"node {name}: {r.reason}"
+                return "error", f"node {name}: {r.reason}", True
             if r.switch.startswith("error"):
-                return "error", f"node {name}: switch {r.switch}"
+                return "error", f"node {name}: switch {r.switch}", False
+            if r.switch.startswith("lost"):
+                return "error", f"node {name}: {r.switch.removeprefix('lost: ')}", True
             if r.switch != "ok":
-                return "pending", f"node {name}: switch {r.switch}"
+                return "pending", f"node {name}: switch {r.switch}", True
             return None
 
         with self.Session() as session, session.begin():
+            node_names = {}
             for node in session.scalars(select(m.Node)):
+                node_names[node.id] = node.name
                 r = result.nodes.get(node.name)
                 if r is None:
                     continue
@@ -239,6 +261,8 @@ class Reconciler:
                     _set(node, "active", None, state="complete")
                 elif r.switch.startswith("error"):
                     _set(node, "error", r.switch, state="device_created")
+                elif r.switch.startswith("lost"):
+                    _set(node, "error", r.switch.removeprefix("lost: "), state="device_created")
                 else:
                     _set(node, "pending", "waiting for br-int to connect over OpenFlow", state="device_created")
             for kind, model in KIND_MODEL.items():
@@ -251,7 +275,14 @@ class Reconciler:
                         _set(obj, *result.status_overrides[(kind, obj.id)])
                         continue
                     nodes = needs.get((kind, obj.id), set())
-                    problems = sorted(filter(None, (node_problem(n) for n in nodes)))
+                    found = {n: node_problem(n) for n in sorted(nodes)}
+                    if kind == st.KIND_PORT and obj.node_id is not None:
+                        home = {node_names.get(obj.node_id)}
+                        counts = lambda n, p: not p[2] or n in home  # noqa: E731
+                    else:
+                        anywhere = any(p is None for p in found.values())
+                        counts = lambda n, p: not p[2] or not anywhere  # noqa: E731
+                    problems = [p[:2] for n, p in found.items() if p is not None and counts(n, p)]
                     if problems:
                         worst = "error" if any(p[0] == "error" for p in problems) else "pending"
                         _set(obj, worst, "; ".join(p[1] for p in problems))
