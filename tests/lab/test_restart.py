@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import fathom.lab
+from fathom.auth.client import lab_headers
 from fathom.lab.ovs import wait_for
 
 from .util import ping, running_lab, sh
@@ -34,7 +35,8 @@ def lab():
 
 
 def api(lab) -> httpx.Client:
-    return httpx.Client(base_url=lab.state()["controller"]["url"] + "/v1", timeout=30)
+    state = lab.state()
+    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
 
 class Pinger:

@@ -17,6 +17,8 @@ with warnings.catch_warnings():
 
 from fathom.api import create_app  # noqa: E402
 
+from .auth import headers_for  # noqa: E402
+
 LOST = "lost: br-int's OpenFlow connection closed at 12:00:00 (ovs-vswitchd down or unreachable)"
 
 
@@ -25,7 +27,7 @@ class Cloud:
 
     def __init__(self, db_url: str):
         app = create_app(db_url)
-        self.http = TestClient(app)
+        self.http = TestClient(app, headers=headers_for(app))
         self.engine = app.state.engine
         for i in (1, 2):
             self.post("/nodes", {"name": f"c{i}", "tunnel_ip": f"198.18.0.{i}"})
