@@ -20,7 +20,6 @@ GROUPS = [
     ("fathom.cli.fabric", "fabric"),
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
-    ("fathom.cli.agent", "agent"),       # issue 5: node agent (PPTMon delivery)
     ("fathom.cli.token", "token"),       # API tokens
     ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
     ("fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
