@@ -17,9 +17,8 @@ from typing import Callable
 
 from fathom.pki import Pki
 
-from .ovs import OvsInstance, _running, kill_and_wait, wait_for
+from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, wait_for
 from .sh import LabError, require_root_and_tools, run
-from .ovs import supervised_state
 from .supervisor import start_supervised, stop_supervised
 from .topology import Topology, check_lab_name
 
