@@ -18,9 +18,9 @@ from typing import Callable
 from fathom.auth.client import NoToken, lab_token
 from fathom.pki import Pki
 
-from .ovs import OvsInstance, _running, kill_and_wait, wait_for
+from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, wait_for
 from .sh import LabError, require_root_and_tools, run
-from .supervisor import start_supervised, stop_supervised, supervised_state
+from .supervisor import start_supervised, stop_supervised
 from .topology import Topology, check_lab_name
 
 RUN_ROOT = Path(os.environ.get("FATHOM_RUN_ROOT", "/run/fathom"))

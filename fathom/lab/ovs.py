@@ -7,6 +7,7 @@ A lab's instances run under a supervisor (fathom.lab.supervisor) that restarts a
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -71,7 +72,6 @@ class OvsInstance:
         self._start("ovs-vswitchd")
 
     def _start(self, daemon: str) -> None:
-        from .supervisor import supervisor_pid
         sup = supervisor_pid(self.rundir)
         if sup is None:
             self.spawn(daemon)
@@ -83,7 +83,6 @@ class OvsInstance:
     def ready(self, daemon: str) -> bool:
         """Running and done starting: its pid file is written before, so under a supervisor this
         is the supervisor's word (it records the pid once OVS's --detach has returned)."""
-        from .supervisor import supervised_state
         state = supervised_state(self.rundir)
         if state is None or not state["running"]:
             return self.alive(daemon)
@@ -160,3 +159,32 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
         if time.monotonic() > deadline:
             raise LabError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# The supervisor (fathom.lab.supervisor) of an instance leaves its pid and state in the run dir.
+SUPERVISOR_MODULE = "fathom.lab.supervisor"
+
+
+def supervisor_pid(rundir: Path) -> int | None:
+    """The pid of the running supervisor of the instance in rundir, if there is one."""
+    try:
+        pid = int((Path(rundir) / "supervisor.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not _running(pid):
+        return None
+    try:   # a reused pid is not ours: the process must be this instance's supervisor
+        cmdline = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return None
+    return pid if SUPERVISOR_MODULE in cmdline and str(rundir) in cmdline else None
+
+
+def supervised_state(rundir: Path) -> dict | None:
+    """What the supervisor last wrote (None without one), with whether it still runs."""
+    try:
+        state = json.loads((Path(rundir) / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return None
+    state["running"] = supervisor_pid(rundir) is not None
+    return state

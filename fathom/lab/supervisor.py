@@ -29,14 +29,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .ovs import OvsInstance, _running, wait_for
+from .ovs import SUPERVISOR_MODULE, OvsInstance, _running, supervised_state, supervisor_pid, wait_for
 from .sh import LabError
 
 DAEMONS = ("ovsdb-server", "ovs-vswitchd")   # start order; stopped in reverse
 FIRST_DELAY, MAX_DELAY, STABLE_AFTER = 0.1, 10.0, 10.0
 CLEAN_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE}
 PR_SET_CHILD_SUBREAPER = 36
-MODULE = "fathom.lab.supervisor"
+MODULE = SUPERVISOR_MODULE
 
 
 @dataclass
@@ -211,31 +211,6 @@ class Supervisor:
 
 
 # ----------------------------------------------------------------------------- used by the lab
-
-def supervisor_pid(rundir: Path) -> int | None:
-    """The pid of the running supervisor of the instance in rundir, if there is one."""
-    try:
-        pid = int((Path(rundir) / "supervisor.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if not _running(pid):
-        return None
-    try:   # a reused pid is not ours: the process must be this instance's supervisor
-        cmdline = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
-    except OSError:
-        return None
-    return pid if MODULE in cmdline and str(rundir) in cmdline else None
-
-
-def supervised_state(rundir: Path) -> dict | None:
-    """What the supervisor last wrote (None without one), with whether it still runs."""
-    try:
-        state = json.loads((Path(rundir) / "supervisor.json").read_text())
-    except (OSError, ValueError):
-        return None
-    state["running"] = supervisor_pid(rundir) is not None
-    return state
-
 
 def start_supervised(ovs: OvsInstance, timeout: float = 30) -> int:
     """Start a supervisor for `ovs` (which starts both daemons); returns its pid once both run."""
