@@ -20,8 +20,8 @@ import struct
 import sys
 import time
 
-TCP_CHUNKS = [1, 100, 999, 1448, 3000, 17, 1200]
-UDP_SIZES = [1, 2, 63, 64, 999, 1000, 1400, 1472]
+TCP_CHUNKS = [1, 100, 999, 1448, 3000, 17, 1200, 1428]   # 1448 / 1428: one full-size segment (IPv4 / IPv6, timestamps)
+UDP_SIZES = [1, 2, 63, 64, 999, 1000, 1400, 1452, 1472]   # 1452: full size over IPv6
 
 
 def _family(addr: str) -> int:
