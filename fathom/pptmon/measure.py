@@ -177,7 +177,7 @@ def accuracy(records: list[dict], t_in: dict, t_out: dict, hop: int = 0) -> dict
     packet.  Returns the matched pairs' summary (µs)."""
     from fathom.pptmon.stats import summarize
 
-    pptm, ref, diff = [], [], []
+    pptm, ref, diff, tx, rx, pkts = [], [], [], [], [], []
     for r in records:
         f = r["flow"]
         key = (f["ip_id"], f["tcp_seq"] if f["proto"] == "tcp" else 0)
@@ -187,8 +187,29 @@ def accuracy(records: list[dict], t_in: dict, t_out: dict, hop: int = 0) -> dict
             pptm.append(pv)
             ref.append(rv)
             diff.append(rv - pv)
-    return {"matched": len(diff), "pptmon": summarize(pptm), "reference": summarize(ref),
-            "ref_minus_pptmon": summarize(diff)}
+            t = None
+            if hop == len(r["hops"]) - 1 and "time_ns" in r:
+                # the sink's record carries its egress stamp (wall clock, ns): split the
+                # difference into the part after it (to the transmit tap) and the rest
+                t = (t_out[key] - r["time_ns"]) / 1000.0
+                tx.append(t)
+                rx.append(rv - pv - t)
+            pkts.append((t_in[key], rv - pv, t))
+    out = {"matched": len(diff), "pptmon": summarize(pptm), "reference": summarize(ref),
+           "ref_minus_pptmon": summarize(diff)}
+    if tx:
+        out["after_egress_stamp"] = summarize(tx)
+        out["before_ingress_stamp"] = summarize(rx)
+    # packets that came right after another one (< 200 µs) against those after a pause
+    pkts.sort()
+    after = [(p, p[0] - q[0] < 200_000) for p, q in zip(pkts[1:], pkts)]
+    for tag, warm in (("after_pause", False), ("right_after_another", True)):
+        sel = [p for p, w in after if w == warm]
+        if sel:
+            out[f"ref_minus_pptmon_{tag}"] = summarize([d for _, d, _ in sel])
+            if tx:
+                out[f"after_egress_stamp_{tag}"] = summarize([t for _, _, t in sel if t is not None])
+    return out
 
 
 def env() -> dict:

@@ -5,15 +5,17 @@
  * Two TC (clsact) programs, both driven by the run-time config map:
  *   ppt_in   runs where packets ENTER the VNF (guest: ingress of the VNF's
  *            input device; host: egress of the host side of that veth).
- *            SOURCE inserts the option with a first entry {vnf, now_us};
- *            TRANSIT appends an entry {vnf, now_us} to marked packets, or,
+ *            SOURCE inserts the option with a first entry {vnf, t_in};
+ *            TRANSIT appends an entry {vnf, t_in} to marked packets, or,
  *            when it cannot (option room, hop cap, MTU), counts itself in
  *            the option's "skipped" field.
  *   ppt_out  runs where packets LEAVE the VNF.  It turns this VNF's entry
- *            into a duration (now_us - entry).  In sink mode it removes the
+ *            into a duration (t_out - entry).  In sink mode it removes the
  *            option from every packet that carries one (whether or not the
  *            sink itself could add an entry), restores the original packet
  *            and reports the hops to the ring buffer.
+ * t_in is taken before any of our own work on the packet, t_out after it
+ * (except a transit's rewrite, which carries t_out), both in µs mod 2^24.
  *
  * Packet surgery never moves the start of the L4 header (so csum_start of a
  * CHECKSUM_PARTIAL skb stays valid): bytes are inserted by growing the tail
@@ -184,11 +186,6 @@ static __always_inline void stat_inc(__u32 idx)
 
 	if (v)
 		*v += 1;  /* per-CPU slot: no atomics needed */
-}
-
-static __always_inline __u32 now_us(void)
-{
-	return (__u32)(bpf_ktime_get_ns() / 1000) & PPT_TIME_MASK;
 }
 
 static __always_inline int is_partial(struct __sk_buff *ctx)
@@ -762,39 +759,40 @@ static __always_inline struct ppt_config *get_cfg(void)
 	return cfg;
 }
 
-/* Read-only pre-check: has the period elapsed since the last sample? */
-static __always_inline int sample_due(struct ppt_config *cfg)
+/*
+ * Read-only pre-check: has the period elapsed since the last sample?  Returns
+ * the time (bpf_ktime_get_ns) if so, 0 if not: the caller's ingress stamp.
+ */
+static __always_inline __u64 sample_due(struct ppt_config *cfg)
 {
 	__u32 k = 0;
 	struct ppt_sample_state *st;
-	__u64 last;
+	__u64 last, now;
 
 	if (!cfg->period_ns)
-		return 1;
+		return bpf_ktime_get_ns();
 	st = bpf_map_lookup_elem(&ppt_sample, &k);
 	if (!st)
 		return 0;
 	last = st->last_ns;
-	if (!last)
-		return 1;
 	/* For long periods a coarse clock read (no TSC access; one tick of
 	 * resolution) rules out most packets; the precise check follows. */
-	if (cfg->period_ns >= COARSE_MIN_PERIOD &&
+	if (last && cfg->period_ns >= COARSE_MIN_PERIOD &&
 	    bpf_ktime_get_coarse_ns() - st->last_coarse + COARSE_SLACK < cfg->period_ns)
 		return 0;
-	return bpf_ktime_get_ns() - last >= cfg->period_ns;
+	now = bpf_ktime_get_ns();
+	return !last || now - last >= cfg->period_ns ? now : 0;
 }
 
 /* Time-based sampling shared by all CPUs: one winner per period. */
-static __always_inline int take_sample(struct ppt_config *cfg, __u16 *seq)
+static __always_inline int take_sample(struct ppt_config *cfg, __u64 now, __u16 *seq)
 {
 	__u32 k = 0;
 	struct ppt_sample_state *st = bpf_map_lookup_elem(&ppt_sample, &k);
-	__u64 now, last;
+	__u64 last;
 
 	if (!st)
 		return 0;
-	now = bpf_ktime_get_ns();
 	last = st->last_ns;
 	if (cfg->period_ns) {
 		if (last && now - last < cfg->period_ns)
@@ -819,7 +817,7 @@ static __always_inline int done(int ret, __u32 ok_stat)
 }
 
 static __always_inline int do_source(struct __sk_buff *skb, struct pkt *p,
-				     struct ppt_config *cfg, struct scratch *s)
+				     struct ppt_config *cfg, struct scratch *s, __u64 t_in)
 {
 	__u8 *o = s->next;
 	__u32 w;
@@ -856,7 +854,7 @@ static __always_inline int do_source(struct __sk_buff *skb, struct pkt *p,
 			return PASS;
 		}
 	}
-	if (!take_sample(cfg, &seq))
+	if (!take_sample(cfg, t_in, &seq))
 		return PASS;
 	if (p->proto == IPPROTO_UDP_)
 		o = s->next + 2;
@@ -869,7 +867,7 @@ static __always_inline int do_source(struct __sk_buff *skb, struct pkt *p,
 	o[5] = 1;
 	o[6] = seq >> 8;
 	o[7] = seq & 0xff;
-	w = entry_word(cfg->vnf_id, now_us());
+	w = entry_word(cfg->vnf_id, t_in / 1000);
 	__builtin_memcpy(&o[8], &w, 4);
 
 	if (p->proto == IPPROTO_TCP_)
@@ -917,9 +915,9 @@ static __always_inline int skip_hop(struct __sk_buff *skb, struct pkt *p, struct
 }
 
 static __always_inline int do_transit_in(struct __sk_buff *skb, struct pkt *p,
-					 struct ppt_config *cfg, struct scratch *s)
+					 struct ppt_config *cfg, struct scratch *s, __u64 t_in)
 {
-	__u32 w = entry_word(cfg->vnf_id, now_us());
+	__u32 w = entry_word(cfg->vnf_id, t_in / 1000);
 	__u32 olen = p->olen;
 	__u8 *o, *n;
 
@@ -975,25 +973,34 @@ int ppt_in(struct __sk_buff *skb)
 	struct pkt p = {};
 	__u32 k = 0;
 	struct scratch *s;
+	__u64 t_in;
 
 	if (!cfg)
 		return PASS;
 	stat_inc(PPT_ST_IN_PKTS);
 	if (cfg->in_role == PPT_IN_NONE)
 		return PASS;
-	/* fast path of the source: between samples, nothing to parse */
-	if (cfg->in_role == PPT_IN_SOURCE && !sample_due(cfg))
-		return PASS;
-	if (cfg->in_role == PPT_IN_TRANSIT && !maybe_marked(skb))
-		return PASS;
+	/* The ingress stamp comes before any of our own work on the packet (parsing,
+	 * inserting), so that the VNF's time includes it; the egress stamp comes
+	 * after it (see ppt_out).  Fast path of the source: between samples,
+	 * nothing to parse. */
+	if (cfg->in_role == PPT_IN_SOURCE) {
+		t_in = sample_due(cfg);
+		if (!t_in)
+			return PASS;
+	} else {
+		if (!maybe_marked(skb))
+			return PASS;
+		t_in = bpf_ktime_get_ns();
+	}
 	if (parse(skb, &p) < 0)
 		return PASS;
 	s = bpf_map_lookup_elem(&ppt_scratch, &k);
 	if (!s)
 		return PASS;
 	if (cfg->in_role == PPT_IN_SOURCE)
-		return do_source(skb, &p, cfg, s);
-	return do_transit_in(skb, &p, cfg, s);
+		return do_source(skb, &p, cfg, s, t_in);
+	return do_transit_in(skb, &p, cfg, s, t_in);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1020,16 +1027,12 @@ static __always_inline int strip(struct __sk_buff *skb, struct pkt *p, struct sc
 	}
 }
 
-static __always_inline void report(struct __sk_buff *skb, struct pkt *p, __u8 *o,
-				   struct ppt_config *cfg, __u64 ktime, int restored)
+/* Fill and submit the sink's record r (reserved before the egress stamp). */
+static __always_inline void report(struct __sk_buff *skb, struct ppt_record *r, struct pkt *p,
+				   __u8 *o, struct ppt_config *cfg, __u64 ktime, int restored)
 {
-	struct ppt_record *r = bpf_ringbuf_reserve(&ppt_events, sizeof(*r), 0);
 	__u32 last = p->hops - 1;
 
-	if (!r) {
-		stat_inc(PPT_ST_RB_DROP);
-		return;
-	}
 	r->ktime_ns = ktime;
 	r->ifindex = skb->ifindex;
 	r->sink_vnf = cfg->vnf_id;
@@ -1082,16 +1085,19 @@ int ppt_out(struct __sk_buff *skb)
 	__u64 ktime;
 	struct scratch *s;
 	__u8 *o, *n;
-	int ours, ret;
+	struct ppt_record *r = NULL;
+	int ours, sink, ret = 0;
 
 	if (!cfg)
 		return PASS;
+	/* read once: the verifier must see the same value where the record is
+	 * reserved and where it is submitted */
+	sink = *(volatile __u32 *)&cfg->out_sink;
 	stat_inc(PPT_ST_OUT_PKTS);
 	if (!maybe_marked(skb))
 		return PASS;
 	if (parse(skb, &p) < 0 || !p.opt)
 		return PASS;
-	ktime = bpf_ktime_get_ns();
 	if (skb->gso_segs > 1 || skb->gso_size) {
 		stat_inc(PPT_ST_SKIP_GSO);
 		return PASS;
@@ -1101,7 +1107,7 @@ int ppt_out(struct __sk_buff *skb)
 		return PASS;
 	o = opt_load(skb, &p, s);
 	if (!o) {
-		if (cfg->out_sink)
+		if (sink)
 			stat_inc(PPT_ST_LEAKED);
 		return done(-1, 0);
 	}
@@ -1110,6 +1116,23 @@ int ppt_out(struct __sk_buff *skb)
 	if (last_off > OPT_MAX - PPT_ENTRY_LEN)
 		return PASS;
 	ours = (o[4] & PPT_F_PENDING) && o[last_off] == (__u8)cfg->vnf_id;
+	if (sink) {
+		r = bpf_ringbuf_reserve(&ppt_events, sizeof(*r), 0);
+		if (!r)
+			stat_inc(PPT_ST_RB_DROP);
+		/* every packet leaves the chain without the option, whether or
+		 * not this VNF (or any other) could add its entry */
+		ret = strip(skb, &p, s);
+		if (ret < 0) {
+			stat_inc(PPT_ST_ERR);
+			stat_inc(PPT_ST_LEAKED);
+		} else {
+			stat_inc(PPT_ST_STRIPPED);
+		}
+	}
+	/* the egress stamp: after the sink's restore (our own work belongs to
+	 * the VNF's time), before a transit's rewrite (which carries it) */
+	ktime = bpf_ktime_get_ns();
 	if (ours) {
 		/* this VNF's entry: ingress timestamp -> processing time */
 		__builtin_memcpy(&e_old, &o[last_off], 4);
@@ -1127,19 +1150,11 @@ int ppt_out(struct __sk_buff *skb)
 		n[4] &= ~PPT_F_PENDING;
 	}
 
-	if (cfg->out_sink) {
-		/* every packet leaves the chain without the option, whether or
-		 * not this VNF (or any other) could add its entry */
-		ret = strip(skb, &p, s);
-		if (ret < 0) {
-			stat_inc(PPT_ST_ERR);
-			stat_inc(PPT_ST_LEAKED);
-		} else {
-			stat_inc(PPT_ST_STRIPPED);
-			if (ours)
-				stat_inc(PPT_ST_FINALIZED);
-		}
-		report(skb, &p, n, cfg, ktime, ret == 0);
+	if (sink) {
+		if (ours)
+			stat_inc(PPT_ST_FINALIZED);
+		if (r)
+			report(skb, r, &p, n, cfg, ktime, ret == 0);
 		return PASS;
 	}
 	if (!ours) {

@@ -171,16 +171,17 @@ def test_period_and_detach(make_chain):
 @pytest.mark.parametrize("proto", ["udp", "tcp"])
 def test_accuracy_against_capture(make_chain, tmp_path, proto):
     """PPTMon's per-packet time against the same packets captured on both sides of the
-    VNF (tcpdump, nanosecond kernel timestamps).  The capture taps sit just outside the
-    hooks (rx tap before TC ingress, tx tap after TC egress), so the reference is expected
-    a little larger."""
+    VNF (tcpdump, nanosecond kernel timestamps), with the bounds docs/pptmon.md (Accuracy)
+    states.  The capture's window holds PPTMon's: its receive stamp is taken when the
+    packet is queued to in0, its transmit stamp after TC egress.  UDP goes in pairs, two
+    datagrams back to back every 2 ms: the first finds a cold path, the second a warm one."""
     c = make_chain(f"ppla{proto[0]}", ["firewall:200"], offloads=False, base=180 + len(proto))
     control.enable(c.name, period_ns=0)
     ns = c.vnf_ns(1)
     p_in, p_out = tmp_path / "in.pcap", tmp_path / "out.pcap"
     with measure.Capture(ns, "in0", p_in, proto), measure.Capture(ns, "out0", p_out, proto):
         if proto == "udp":
-            measure.transfer(c, "udp", count=400, rate=500, size=[200])
+            measure.transfer(c, "udp", count=800, rate=500, burst=2, size=[200])
         else:
             measure.transfer(c, "tcp", bytes=60_000)
     recs = [r for r in wait_records(c.name, 100) if r["flow"]["proto"] == proto]
@@ -189,12 +190,20 @@ def test_accuracy_against_capture(make_chain, tmp_path, proto):
     (tmp_path / "accuracy.json").write_text(json.dumps(acc))
     assert acc["matched"] >= 0.8 * len(recs) and acc["matched"] >= 50
     d = acc["ref_minus_pptmon"]
-    # PPTMon's window lies inside the capture's: the reference is never smaller (beyond the
-    # ±1 µs of PPTMon's microsecond stamps).  The receive tap's own work (≈ 10 µs on this
-    # VM) sits between its timestamp and TC ingress, so the reference runs higher; the
-    # difference is reported, and bounded here only loosely.
+    # PPTMon never exceeds the reference beyond its 1 µs resolution
     assert d["min_us"] >= -1.5, d
-    assert d["p50_us"] < 60, d
+    if proto == "tcp":
+        assert d["p50_us"] < 0.8, d                     # documented 0.2-0.6 µs
+        assert acc["after_egress_stamp"]["p50_us"] < 0.3, acc
+    else:
+        warm = acc["ref_minus_pptmon_right_after_another"]
+        cold = acc["ref_minus_pptmon_after_pause"]
+        assert warm["count"] >= 200 and cold["count"] >= 200
+        assert warm["p50_us"] < 1.0, warm               # documented 0.5-0.6 µs
+        assert cold["p50_us"] < 3.5, cold               # documented 2.1-3.1 µs
+        # after PPTMon's egress stamp only the transmit tap is left (0.3-0.5 µs documented);
+        # the sink's restore and record used to come after it: about 1 µs on a cold path
+        assert acc["after_egress_stamp_after_pause"]["p50_us"] < 0.75, acc
 
 
 def test_foreign_filter_on_our_slot_is_left_alone(make_chain):
