@@ -388,6 +388,30 @@ def _plots(out: Path, f6: list[dict], f7: list[dict], f8: list[dict]) -> list[st
     return names
 
 
+def _commit() -> str:
+    """The checked-out commit, read from the repository's files ("" if there is none): a
+    worktree's .git file names its git directory, whose commondir holds the branches."""
+    git = ROOT / ".git"
+    try:
+        if git.is_file():
+            git = (ROOT / git.read_text().split(":", 1)[1].strip()).resolve()
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        common = (git / (git / "commondir").read_text().strip()).resolve() \
+            if (git / "commondir").exists() else git
+        for d in (git, common):
+            if (d / ref).exists():
+                return (d / ref).read_text().strip()
+        for line in (common / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0]
+    except (OSError, IndexError):
+        pass
+    return ""
+
+
 def _machine() -> dict:
     """What the run shared the machine with: load and other labs' namespaces and switches."""
     try:
@@ -550,8 +574,7 @@ def bench_pptmon(figs, quick, seconds, reps, docs, out_dir):
         cmd = "sudo .venv/bin/fathom " + " ".join(sys.argv[1:])
     else:
         cmd = "sudo .venv/bin/python -m fathom.bench.pptmon" + "".join(" " + a for a in sys.argv[1:])
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = _commit()
     env = {**measure.env(), "time": stamp, "commit": commit}
     runners = {
         "fig6": lambda: {"rows": fig6(out, rules, 300 if quick else 1000),
