@@ -467,9 +467,9 @@ def _md_fig6(fig: dict, img: str) -> list[str]:
               "before ingress / after egress (µs) | after a pause / right behind another, mean (packets) |",
               "|---|---|---|---|---|---|"]
         for r in rates:
-            pause = "" if r.get("diff_after_pause_mean_us") is None else \
-                (f"{r['diff_after_pause_mean_us']:.2f} ({r['diff_after_pause_count']}) / "
-                 f"{r['diff_right_after_mean_us']:.2f} ({r['diff_right_after_count']})")
+            pause = " / ".join(
+                "–" if r.get(f"{k}_mean_us") is None else f"{r[f'{k}_mean_us']:.2f} ({r[f'{k}_count']})"
+                for k in ("diff_after_pause", "diff_right_after"))
             L.append(f"| {r['setting']} | {r['matched']} | {r['pptmon_mean_us']:.2f} | "
                      f"{r['diff_mean_us']:.2f} / {r['diff_p50_us']:.2f} / {r['diff_min_us']:.2f} | "
                      f"{r['before_ingress_mean_us']:.2f} / {r['after_egress_mean_us']:.2f} | {pause} |")
@@ -492,8 +492,8 @@ def _md_fig7(fig: dict, img: str) -> list[str]:
         "the runs.", "", f"![fig7]({img}/pptmon_fig7.png)", "",
         "Peak throughput of one run varies by 10-30 % on this 2-CPU VM (client, server "
         "and all packet work share two CPUs), far more than the effect at low sampling "
-        "rates, so two steadier measures follow: CPU time (all CPUs, /proc/stat) per GB "
-        "transferred at a fixed 1 Gb/s, and the mean run time of our two programs per "
+        "rates, so two other measures follow: CPU time (all CPUs, /proc/stat: the whole machine, "
+        "other labs included) per GB transferred at a fixed 1 Gb/s, and the mean run time of our two programs per "
         "packet from the kernel's BPF run statistics (separate runs; the statistics "
         "themselves add a few tens of ns per run, so these are upper bounds) with the "
         "share of one CPU they used. The row \"off\" gives the same statistics for a trivial "
@@ -601,16 +601,16 @@ def bench_pptmon(figs, quick, seconds, reps, docs, out_dir):
     if docs:
         IMG.mkdir(parents=True, exist_ok=True)
         RAW.mkdir(parents=True, exist_ok=True)
-        for n in names:
-            (IMG / n).write_bytes((out / n).read_bytes())
         for key in done:
             for f in out.glob(f"{key}*.json"):
                 (RAW / f.name).write_bytes(f.read_bytes())
             for f in out.glob(f"{key}*.csv"):
                 (RAW / f.name).write_bytes(f.read_bytes())
-        # the section shows every figure whose raw data is in docs/, each with its own run
+        # the section shows every figure whose raw data is in docs/, each with its own run;
+        # the plots are drawn from that data too
         figs_in_docs = {k: json.loads((RAW / f"{k}.json").read_text())
                         for k in ("fig6", "fig7", "fig8") if (RAW / f"{k}.json").exists()}
+        _plots(IMG, *(figs_in_docs.get(k, {}).get("rows", []) for k in ("fig6", "fig7", "fig8")))
         md = _markdown(figs_in_docs, "img")
         text = DOC.read_text() if DOC.exists() else ""
         if BEGIN in text and END in text:
