@@ -39,7 +39,7 @@ def read_pcap_ns(path: str | Path) -> list[tuple[int, bytes]]:
 @contextmanager
 def tcpdump(ns: str, ifname: str, pcap: str | Path, bpf_filter: str, direction: str | None = None):
     """Capture on ns:ifname into pcap (full frames, ns timestamps) for the duration of the block."""
-    args = ["ip", "netns", "exec", ns, "tcpdump", "-i", ifname, "-n", "-s", "0", "-U",
+    args = ["ip", "netns", "exec", ns, "tcpdump", "-i", ifname, "-n", "-s", "0", "-U", "--immediate-mode", "-B", "16384",
             "--time-stamp-precision=nano", "-w", str(pcap)]
     if direction:
         args += ["-Q", direction]
@@ -81,8 +81,8 @@ class OfMessage:
 
 
 def _tcp_segments(frames: list[tuple[int, bytes]], port: int):
-    """(ts, to_switch, seq, payload) of each IPv4 TCP segment with data to or from `port` (loopback frames
-    have an Ethernet header)."""
+    """(ts, to_switch, seq, payload) of each IPv4 TCP segment with data to or from `port`, the controller's
+    listening port: segments from it go to the switch (loopback frames have an Ethernet header)."""
     for ts, f in frames:
         if len(f) < 14 + 20 or f[12:14] != b"\x08\x00":
             continue
@@ -96,7 +96,7 @@ def _tcp_segments(frames: list[tuple[int, bytes]], port: int):
         doff = (tcp[12] >> 4) * 4
         payload = tcp[doff:]
         if payload and port in (sport, dport):
-            yield ts, dport == port, seq, payload
+            yield ts, sport == port, seq, payload
 
 
 def _signed(x: int) -> int:

@@ -3,7 +3,8 @@ the same frames as fast as they can from one core into the same veth, turn about
 
 Both are measured the same way, by the sending veth's own kernel counters (tx_packets + tx_dropped:
 every frame the device was handed) over a window in the middle of the run, so neither tool's own
-report is trusted. fathom-traffic writes a sequence number and a send time into each frame and sends
+report is trusted; and by the CPU time the tool's processes got in that window (schedstat, ns), so
+that frames per CPU-second compare the tools even when other work takes part of the core. fathom-traffic writes a sequence number and a send time into each frame and sends
 with sendmmsg (32 a call, qdisc bypass); trafgen sends one fixed frame from an mmap TX ring (qdisc
 bypass, its default). The frame bytes are otherwise identical (our template, built here).
 """
@@ -57,12 +58,32 @@ def _tx_counter(ns: str, ifname: str) -> int:
     return int(st["packets"]) + int(st["dropped"])
 
 
-def _window_rate(ns: str, ifname: str, warmup_s: float, window_s: float) -> dict:
+def group_cpu_ns(pgid: int) -> int:
+    """CPU time (ns, /proc/<pid>/task/<tid>/schedstat) of every thread of every process in a process group."""
+    total = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
+                continue
+            for t in (d / "task").iterdir():
+                total += int((t / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _window_rate(ns: str, ifname: str, pgid: int, warmup_s: float, window_s: float) -> dict:
     time.sleep(warmup_s)
-    t1, c1 = time.monotonic(), _tx_counter(ns, ifname)
+    t1, c1, cpu1 = time.monotonic(), _tx_counter(ns, ifname), group_cpu_ns(pgid)
     time.sleep(window_s)
-    t2, c2 = time.monotonic(), _tx_counter(ns, ifname)
-    return {"frames_in_window": c2 - c1, "window_s": round(t2 - t1, 4), "pps": round((c2 - c1) / (t2 - t1), 1)}
+    t2, c2, cpu2 = time.monotonic(), _tx_counter(ns, ifname), group_cpu_ns(pgid)
+    cpu_s = (cpu2 - cpu1) / 1e9
+    return {"frames_in_window": c2 - c1, "window_s": round(t2 - t1, 4), "pps": round((c2 - c1) / (t2 - t1), 1),
+            "cpu_s": round(cpu_s, 4), "cpu_share": round(cpu_s / (t2 - t1), 3),
+            "frames_per_cpu_s": round((c2 - c1) / cpu_s, 1) if cpu_s > 0 else None}
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -94,7 +115,7 @@ def run_once(tool: str, ns: str, ifname: str, size: int, dst_mac: str, src_mac: 
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:
-            res = _window_rate(ns, ifname, warmup_s, window_s)
+            res = _window_rate(ns, ifname, proc.pid, warmup_s, window_s)
             if proc.poll() is not None:
                 raise BenchError(f"{tool} exited during the window: {proc.stderr.read().strip()[-300:]}")
         finally:
@@ -125,23 +146,26 @@ def compare(ns: str, ifname: str, dst_mac: str, src_mac: str, sizes: list[int], 
 
 
 def ratios(rows: list[dict]) -> list[dict]:
-    """Per frame size: ours/trafgen per repeat (the two runs of one repeat are back to back), and the
-    median of those ratios with its min and max."""
+    """Per frame size: ours/trafgen per repeat (the two runs of one repeat are back to back), for the rate
+    and for frames per CPU-second, and the median of those ratios with its min and max."""
     out = []
     for size in sorted({r["frame_size_bytes"] for r in rows}):
         by_rep: dict[int, dict] = {}
         for r in rows:
             if r["frame_size_bytes"] == size:
-                by_rep.setdefault(r["repeat"], {})[r["tool"]] = r["pps"]
-        paired = [(v["fathom-traffic"], v["trafgen"]) for _, v in sorted(by_rep.items())
-                  if "fathom-traffic" in v and "trafgen" in v and v["trafgen"] > 0]
-        if not paired:
+                by_rep.setdefault(r["repeat"], {})[r["tool"]] = r
+        pairs = [(v["fathom-traffic"], v["trafgen"]) for _, v in sorted(by_rep.items())
+                 if "fathom-traffic" in v and "trafgen" in v and v["trafgen"]["pps"] > 0]
+        if not pairs:
             continue
-        per_run = [o / t for o, t in paired]
-        out.append({"frame_size_bytes": size, "repeats": len(paired),
-                    "ours_pps_median": round(statistics.median(o for o, _ in paired), 1),
-                    "trafgen_pps_median": round(statistics.median(t for _, t in paired), 1),
-                    "ours_over_trafgen_median": round(statistics.median(per_run), 3),
-                    "ours_over_trafgen_min": round(min(per_run), 3), "ours_over_trafgen_max": round(max(per_run), 3),
-                    "ours_over_trafgen_per_repeat": [round(x, 3) for x in per_run]})
+        row = {"frame_size_bytes": size, "repeats": len(pairs),
+               "ours_pps_median": round(statistics.median(o["pps"] for o, _ in pairs), 1),
+               "trafgen_pps_median": round(statistics.median(t["pps"] for _, t in pairs), 1)}
+        for key, name in (("pps", "ours_over_trafgen"), ("frames_per_cpu_s", "per_cpu_ours_over_trafgen")):
+            per_run = [o[key] / t[key] for o, t in pairs if o.get(key) and t.get(key)]
+            if per_run:
+                row.update({f"{name}_median": round(statistics.median(per_run), 3),
+                            f"{name}_min": round(min(per_run), 3), f"{name}_max": round(max(per_run), 3),
+                            f"{name}_per_repeat": [round(x, 3) for x in per_run]})
+        out.append(row)
     return out

@@ -189,14 +189,22 @@ def markdown(doc: dict) -> str:
     if res.get("generator-ratio"):
         L += ["## Generator: fathom-traffic against trafgen (same veth, same frames, one core)", "",
               "Rates from the sending veth's kernel counters (tx_packets + tx_dropped) over the same window for "
-              "both tools, turn about; ratios are per repeat (the two runs of a repeat are back to back).", "",
-              "| frame B | ours kpps (median) | trafgen kpps (median) | ours/trafgen median [min–max] | per repeat |",
-              "|---|---|---|---|---|"]
+              "both tools, turn about; ratios are per repeat (the two runs of a repeat are back to back). "
+              "Frames per CPU-second divide by the CPU time (schedstat) the tool's processes got in the window, "
+              "which other work on the shared core does not take.", "",
+              "| frame B | ours kpps (median) | trafgen kpps (median) | ours/trafgen, rate: median [min–max] | "
+              "per repeat | ours/trafgen, frames per CPU-second: median [min–max] |",
+              "|---|---|---|---|---|---|"]
+
+        def rng(r, name):
+            if f"{name}_median" not in r:
+                return ""
+            return f"{r[f'{name}_median']:.3f} [{r[f'{name}_min']:.3f}–{r[f'{name}_max']:.3f}]"
         for r in res["generator-ratio"]:
             L.append(f"| {r['frame_size_bytes']} | {r['ours_pps_median'] / 1000:.1f} | "
-                     f"{r['trafgen_pps_median'] / 1000:.1f} | {r['ours_over_trafgen_median']:.3f} "
-                     f"[{r['ours_over_trafgen_min']:.3f}–{r['ours_over_trafgen_max']:.3f}] | "
-                     f"{', '.join(f'{x:.3f}' for x in r['ours_over_trafgen_per_repeat'])} |")
+                     f"{r['trafgen_pps_median'] / 1000:.1f} | {rng(r, 'ours_over_trafgen')} | "
+                     f"{', '.join(f'{x:.3f}' for x in r['ours_over_trafgen_per_repeat'])} | "
+                     f"{rng(r, 'per_cpu_ours_over_trafgen')} |")
         L.append("")
     sections = [("action-delay", "Action delay (>= 30,000 frames each, 128 B)", ["device", "action"]),
                 ("frame-size", "Latency and loss against frame size at a fixed load", ["device", "frame_size_bytes"]),
@@ -238,7 +246,9 @@ def markdown(doc: dict) -> str:
               f"resolution). {fi.get('flow_mods_captured')} of {fi.get('flows')} flow_mods captured; flow_mods "
               f"spread over {(fi.get('send_span_ns') or 0) / 1e6:.2f} ms; barrier reply "
               f"{'?' if bd is None else f'{bd / 1e6:.2f}'} ms after the first flow_mod; {before} of {len(rows)} "
-              f"flows forwarded before the barrier reply; {fi.get('flows_never_forwarded')} never forwarded. "
+              f"flows forwarded before the barrier reply; {fi.get('flows_never_forwarded')} never forwarded; for "
+              f"{fi.get('first_forwarded_left_before_flow_mod')} flows the first probe forwarded had left before the "
+              f"flow_mod reached the switch (it waited at the switch's input). "
               f"Probes lost after their flow was active: **{fi.get('probes_lost_after_active')}** of "
               f"{fi.get('probes')} (dropped before activation, by design: {fi.get('probes_dropped_before_active')}).", "",
               "| delay from the flow_mod | n | min ms | p50 ms | p90 ms | p99 ms | max ms | mean ms |",

@@ -373,7 +373,8 @@ class SwitchBench:
         self.step(f"{dev.name}: flow install, zero-loss rate over {p.flows} flows")
         dev.of({"op": "clear"})
         dev.flows(specs, barrier=True)
-        zl_plan = dataclasses.replace(p.search, final_s=min(p.search.final_s, 2.0 if p.quick else 10.0))
+        zl_plan = dataclasses.replace(p.search, final_s=min(p.search.final_s, 2.0 if p.quick else 10.0),
+                                      max_trials=max(p.search.max_trials, 14))
         zl = rfc2544.search(lambda rate, s: self._trial_fn(dev, 64, p.flows)(rate, s),
                             self.gen_ceiling.get(64) or 2e6, zl_plan)
         if zl.throughput_pps <= 0:
@@ -500,6 +501,8 @@ def flow_install_rows(device: str, n_flows: int, xids: list[int], barrier_xid: i
         first = next((f for f in probes if f["arrivals"] != "0"), None)
         row = {"module": "flow-install", "device": device, "flow": i, "udp_dst": 9000 + i,
                "flow_mod_seen_ns": t_mod, "first_rx_ns": int(first["rx_kernel_ns"]) if first else None,
+               "first_forwarded_tx_ns": int(first["tx_kernel_ns"]) if first else None,
+               "first_forwarded_left_before_flow_mod": None,
                "install_delay_ns": None, "active_after_ns": None, "barrier_reply_ns": barrier_ns,
                "active_before_barrier": None, "probes": len(probes), "probes_lost_before_active": None,
                "probes_lost_after_active": None}
@@ -512,6 +515,8 @@ def flow_install_rows(device: str, n_flows: int, xids: list[int], barrier_xid: i
             lost_before += len(before)
             if t_mod:
                 row["install_delay_ns"] = int(first["rx_kernel_ns"]) - t_mod
+                # it waited at the switch's input while the rule was being installed
+                row["first_forwarded_left_before_flow_mod"] = int(first["tx_kernel_ns"]) < t_mod
                 # the last probe that was not forwarded although it left after the flow_mod was seen
                 late = [int(f["tx_kernel_ns"]) for f in before if int(f["tx_kernel_ns"] or 0) > t_mod]
                 row["active_after_ns"] = (max(late) - t_mod) if late else 0
@@ -524,6 +529,7 @@ def flow_install_rows(device: str, n_flows: int, xids: list[int], barrier_xid: i
                "barrier_delay_ns": (barrier_ns - t0) if barrier_ns and t0 else None,
                "send_span_ns": (max(seen.values()) - t0) if seen else None,
                "flows_never_forwarded": sum(1 for r in rows if r["first_rx_ns"] is None),
+               "first_forwarded_left_before_flow_mod": sum(1 for r in rows if r["first_forwarded_left_before_flow_mod"]),
                "probes_lost_after_active": lost_after, "probes_dropped_before_active": lost_before,
                "probes": len(frames)}
     return rows, summary

@@ -122,10 +122,11 @@ def test_openflow_messages_are_reassembled_across_segments(tmp_path):
     fm = struct.pack("!BBHI", 5, OFPT_FLOW_MOD, 16, 41) + bytes(8)
     fm2 = struct.pack("!BBHI", 5, OFPT_FLOW_MOD, 12, 42) + bytes(4)
     reply = struct.pack("!BBHI", 5, OFPT_BARRIER_REPLY, 8, 43)
-    segs = [(100, _tcp_frame(40000, 6653, 1000, fm + fm2[:5])),   # one whole message and the start of the next
-            (150, _tcp_frame(40000, 6653, 1000, fm + fm2[:5])),   # the same segment seen twice (retransmission)
-            (200, _tcp_frame(40000, 6653, 1021, fm2[5:])),        # the rest of the second
-            (300, _tcp_frame(6653, 40000, 5000, reply))]
+    # the controller listens on 6653: what it sends goes to the switch
+    segs = [(100, _tcp_frame(6653, 40000, 1000, fm + fm2[:5])),   # one whole message and the start of the next
+            (150, _tcp_frame(6653, 40000, 1000, fm + fm2[:5])),   # the same segment seen twice (retransmission)
+            (200, _tcp_frame(6653, 40000, 1021, fm2[5:])),        # the rest of the second
+            (300, _tcp_frame(40000, 6653, 5000, reply))]
     path = tmp_path / "lo.pcap"
     path.write_bytes(_pcap(segs))
     msgs = openflow_messages(read_pcap_ns(path))
@@ -134,15 +135,16 @@ def test_openflow_messages_are_reassembled_across_segments(tmp_path):
 
 
 def test_generator_ratios_are_paired_per_repeat():
-    rows = [{"tool": "fathom-traffic", "frame_size_bytes": 64, "repeat": 0, "pps": 600_000},
-            {"tool": "trafgen", "frame_size_bytes": 64, "repeat": 0, "pps": 800_000},
-            {"tool": "trafgen", "frame_size_bytes": 64, "repeat": 1, "pps": 400_000},
-            {"tool": "fathom-traffic", "frame_size_bytes": 64, "repeat": 1, "pps": 400_000},
-            {"tool": "fathom-traffic", "frame_size_bytes": 64, "repeat": 2, "pps": 900_000},
-            {"tool": "trafgen", "frame_size_bytes": 64, "repeat": 2, "pps": 1_000_000}]
+    def row(tool, rep, pps, per_cpu):
+        return {"tool": tool, "frame_size_bytes": 64, "repeat": rep, "pps": pps, "frames_per_cpu_s": per_cpu}
+    rows = [row("fathom-traffic", 0, 600_000, 900_000), row("trafgen", 0, 800_000, 1_000_000),
+            row("trafgen", 1, 400_000, 1_000_000), row("fathom-traffic", 1, 400_000, 800_000),
+            row("fathom-traffic", 2, 900_000, 950_000), row("trafgen", 2, 1_000_000, 1_000_000)]
     (r,) = generator.ratios(rows)
     assert r["ours_over_trafgen_per_repeat"] == [0.75, 1.0, 0.9]
     assert (r["ours_over_trafgen_median"], r["ours_over_trafgen_min"], r["ours_over_trafgen_max"]) == (0.9, 0.75, 1.0)
+    assert r["per_cpu_ours_over_trafgen_per_repeat"] == [0.9, 0.8, 0.95]
+    assert r["per_cpu_ours_over_trafgen_median"] == 0.9
     # a ratio of medians would say 600/800 = 0.75: the paired one does not mix repeats
     assert (r["ours_pps_median"], r["trafgen_pps_median"]) == (600_000, 800_000)
 
