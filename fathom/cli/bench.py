@@ -201,44 +201,52 @@ def tenant(quick, seconds, repeats, udp_mbps, data_plane_only, ports, bulk_ports
 
 
 @bench.command("vtap")
-@click.option("--quick", is_flag=True, help="sizes 64, 512, 1500 and 1 s per point")
-@click.option("--seconds", type=float, default=2.0, show_default=True, help="seconds per point")
-@click.option("--sizes", help="frame sizes in bytes, comma-separated (default 64,128,256,512,1024,1500)")
-@click.option("--udp-mbps", type=float, default=200.0, show_default=True, help="UDP offered load")
-@click.option("--below-mbps", type=float, default=20.0, show_default=True,
-              help="UDP load of the copies-delivered run (below saturation)")
+@click.option("--quick", is_flag=True, help="QUICK: sizes 64, 512, 1518, 1 s per run, 2 repeats")
+@click.option("--seconds", type=float, default=2.0, show_default=True, help="seconds per run")
+@click.option("--sizes", help="frame sizes in bytes incl. FCS, comma-separated (default 64,128,256,512,1024,1518)")
+@click.option("--loads-pps", help="offered UDP loads in frames/s, comma-separated (default 10000,40000)")
 @click.option("--proto", "protos", multiple=True, default=("udp", "tcp"), show_default=True)
-@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats; medians reported")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats; medians and ranges")
+@click.option("--lab", "lab_name", default="tvb", show_default=True, help="name of the lab the benchmark builds")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-vtap-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def vtap(quick, seconds, sizes, udp_mbps, below_mbps, protos, repeats, outdir, as_json):
-    """vTAP (paper 000 Fig. 8): receiver and monitor RX throughput per frame size with no tap, the fathom
-    tap and OVS port mirroring on the same bridge, in one run; share of copies delivered."""
+def vtap(quick, seconds, sizes, loads_pps, protos, repeats, lab_name, outdir, as_json):
+    """vTAP (paper 000 Fig. 8): what the receiver and the monitor get per frame size with no tap, the fathom
+    tap and OVS port mirroring on the same bridge, at equal offered loads, in one run."""
+    import os
+
     from fathom.bench import report
     from fathom.bench import vtap as vb
+    from fathom.bench.engine import BenchError
     from fathom.lab.sh import LabError
-    size_list = _sizes(sizes) or ((64, 512, 1500) if quick else vb.SIZES)
+    size_list = _sizes(sizes) or ((64, 512, 1518) if quick else vb.SIZES)
+    loads = tuple(float(x) for x in loads_pps.split(",")) if loads_pps else vb.LOADS_PPS
     if quick:
-        seconds, repeats = 1.0, 1
+        seconds, repeats = 1.0, 2
+    params = vb.Params(seconds=seconds, sizes=tuple(size_list), loads_pps=loads, repeats=repeats, protos=tuple(protos))
     out = Path(outdir or f"results/bench-vtap-{time.strftime('%Y%m%d-%H%M%S')}")
-    b = vb.VtapBench(seconds=seconds, udp_mbps=udp_mbps, below_mbps=below_mbps, sizes=size_list,
-                     progress=lambda msg: console.print(msg, highlight=False))
+    b = vb.VtapBench(params, lab=lab_name, progress=lambda msg: None if as_json else console.print(msg, highlight=False, markup=False))
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    env = report.environment()
+    own = (f"/{lab_name}/",)
+    env["machine_at_start"] = report.machine_activity(own)
     try:
         b.up()
-        result = b.sweep(tuple(protos), repeats=repeats)
-    except (LabError, OSError, RuntimeError) as e:
+        result = b.sweep()
+    except (BenchError, LabError, OSError, RuntimeError) as e:
         fail(str(e))
     finally:
         b.down()
+    env["loadavg_at_end"] = os.getloadavg()
+    env["machine_at_end"] = report.machine_activity(own)
+    env["contended"] = report.busy([env["machine_at_start"], env["machine_at_end"]])
     doc = {"started": started, "command": "fathom bench vtap " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
-           "environment": report.environment(), "seconds": seconds, "repeats": repeats, "udp_mbps": udp_mbps, "sizes": list(size_list),
-           **result}
-    doc["ratios"] = vb.ratios(doc["points"])
+           "quick": quick, "environment": env, "seconds": seconds, "repeats": repeats, "sizes": list(size_list),
+           "loads_pps": list(loads), **result}
     files = vb.write(doc, out)
     if as_json:
         return print_json(doc)
-    console.print(vb.markdown(doc), highlight=False)
+    console.print(vb.markdown(doc), highlight=False, markup=False)
     console.print("files: " + ", ".join(files))
 
 
