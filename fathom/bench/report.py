@@ -137,6 +137,15 @@ def _activity_line(a: dict | None) -> str:
             f"{a['foreign_ovs_vswitchd']} other ovs-vswitchd on the machine; busiest processes: {top or 'none'}")
 
 
+def tput_cell(r: dict, mbps: bool = False) -> str:
+    """An RFC 2544 result for a table: the confirmed rate, or 'not confirmed' with the search's rate."""
+    if r.get("confirmed") is False:
+        lowest = min(t["offered_pps"] for t in r["search"] if t["final"])
+        return (f"not confirmed (search {r['search_pps'] / 1000:.1f} kpps; longer trials lost frames down to "
+                f"{lowest / 1000:.1f} kpps)")
+    return f"{r['throughput_mbps']:.1f}" if mbps else f"{r['throughput_pps'] / 1000:.1f} kpps"
+
+
 def markdown(doc: dict) -> str:
     env, res, extra = doc["environment"], doc["results"], doc["extra"]
     plan = doc["plan"]
@@ -215,12 +224,12 @@ def markdown(doc: dict) -> str:
     for key, title in (("calibration-throughput", "Tool ceiling (RFC 2544 search over the direct veth, not confirmed)"),
                        ("throughput", "RFC 2544 throughput (highest rate with loss <= tolerance)")):
         if res.get(key):
-            L += [f"## {title}", "", "| device | frame B | repeat | throughput kpps | Mb/s | search kpps | confirmed | "
-                  "trials | 10 GbE line rate kpps | generator-limited |", "|---|---|---|---|---|---|---|---|---|---|"]
+            L += [f"## {title}", "", "| device | frame B | repeat | short-trial search kpps | throughput (confirmed) | "
+                  "Mb/s | trials | 10 GbE line rate kpps | generator-limited |", "|---|---|---|---|---|---|---|---|---|"]
             for r in res[key]:
                 L.append(f"| {r['device']} | {r['frame_size_bytes']} | {r.get('repeat', 0)} | "
-                         f"{r['throughput_pps'] / 1000:.1f} | {r['throughput_mbps']:.1f} | {r['search_pps'] / 1000:.1f} | "
-                         f"{'—' if r['confirmed'] is None else ('yes' if r['confirmed'] else '**no**')} | {r['trials']} | "
+                         f"{r['search_pps'] / 1000:.1f} | {tput_cell(r)} | "
+                         f"{r['throughput_mbps']:.1f} | {r['trials']} | "
                          f"{r['line_rate_10g_pps'] / 1000:.1f} | {'**yes**' if r['generator_limited'] else 'no'} |")
             L.append("")
     if any(r["repeats"] > 1 for r in res.get("throughput-repeats", [])):
@@ -240,7 +249,9 @@ def markdown(doc: dict) -> str:
         bd = fi.get("barrier_delay_ns")
         L += ["## Flow-install delay (flow_mod on the switch's loopback -> first frame forwarded by the new rule)", "",
               f"Clock: {fi.get('clock')}. Zero-loss rate of the device with all {fi.get('flows')} flows installed: "
-              f"{(fi.get('zero_loss_pps') or 0) / 1000:.1f} kpps ({fi.get('zero_loss_method')}); probes at "
+              f"{(fi.get('zero_loss_pps') or 0) / 1000:.1f} kpps ({fi.get('zero_loss_method')}"
+              f"{'' if fi.get('zero_loss_confirmed') is not False else '; the longer trial did not confirm it: the short trials rate is used'}"
+              f"); probes at "
               f"{100 * (fi.get('probe_share_of_zero_loss') or 0):.0f} % of it, {(fi.get('probe_pps') or 0) / 1000:.1f} kpps "
               f"round-robin: one probe per flow every {(fi.get('probe_interval_per_flow_ns') or 0) / 1e6:.2f} ms (the "
               f"resolution). {fi.get('flow_mods_captured')} of {fi.get('flows')} flow_mods captured; flow_mods "
@@ -279,10 +290,11 @@ def markdown(doc: dict) -> str:
             a, b = by.get(("vlan", size)), by.get(("vxlan", size))
             if not (a and b):
                 continue
-            ratio = b["throughput_pps"] / a["throughput_pps"] if a["throughput_pps"] else float("nan")
-            mrr = b["max_received_pps"] / a["max_received_pps"] if a["max_received_pps"] else float("nan")
-            L.append(f"| {size} | {a['throughput_mbps']:.1f} | {b['throughput_mbps']:.1f} | {ratio:.2f} | "
-                     f"{a['max_received_mbps']:.1f} | {b['max_received_mbps']:.1f} | {mrr:.2f} | "
+            both = a["confirmed"] is not False and b["confirmed"] is not False and a["throughput_pps"]
+            ratio = f"{b['throughput_pps'] / a['throughput_pps']:.2f}" if both else "—"
+            mrr = f"{b['max_received_pps'] / a['max_received_pps']:.2f}" if a["max_received_pps"] else "—"
+            L.append(f"| {size} | {tput_cell(a, mbps=True)} | {tput_cell(b, mbps=True)} | {ratio} | "
+                     f"{a['max_received_mbps']:.1f} | {b['max_received_mbps']:.1f} | {mrr} | "
                      f"{'**yes**' if a['generator_limited'] or b['generator_limited'] else 'no'} |")
         L += ["", f"TCP reference (iperf3, 2 s): VLAN {ov.get('iperf3_vlan_gbps')} Gb/s, VXLAN {ov.get('iperf3_vxlan_gbps')} Gb/s", "",
               "ARP-learned tunnel neighbour table (`ovs-appctl tnl/neigh/show`, node1):", "", "```",
@@ -356,17 +368,26 @@ def plots(out: Path, results: dict, extra: dict | None = None) -> list[str]:
         for g in LINE_RATES_GBPS:
             ax.plot(xs, [g * 1000 * s / (s + 20) for s in xs], color="grey", lw=1, ls=":" if g == 1 else "--",
                     label=f"{g} GbE line rate (frame bits)")
-        for dev, rows in by_device(tp).items():
+        def medians(rows, key, confirmed_only=False):
             per_size: dict = {}
             for r in rows:  # the median of the repeats at each size
-                per_size.setdefault(r["frame_size_bytes"], []).append(r["throughput_pps"])
-            xs_d = sorted(per_size)
+                if not confirmed_only or r.get("confirmed") is not False:
+                    per_size.setdefault(r["frame_size_bytes"], []).append(r[key])
+            return sorted(per_size), per_size
+
+        for i, (dev, rows) in enumerate(by_device(tp).items()):
             name = "tool ceiling (veth)" if dev == "veth" else dev
-            ax.plot(xs_d, [statistics.median(per_size[s]) * s * 8 / 1e6 for s in xs_d], marker="o", label=name)
+            xs_d, per = medians(rows, "throughput_pps", confirmed_only=True)
+            ax.plot(xs_d, [statistics.median(per[s]) * s * 8 / 1e6 for s in xs_d], marker="o", color=f"C{i}",
+                    label=f"{name}" + ("" if dev == "veth" else " (confirmed)"))
+            if dev != "veth":
+                xs_s, per_s = medians(rows, "search_pps")
+                ax.plot(xs_s, [statistics.median(per_s[s]) * s * 8 / 1e6 for s in xs_s], marker="x", ls=":",
+                        color=f"C{i}", label=f"{name} (short-trial search)")
         for path, rows in by_device(ov).items():
-            rows = sorted(rows, key=lambda r: r["frame_size_bytes"])
+            rows = sorted((r for r in rows if r.get("confirmed") is not False), key=lambda r: r["frame_size_bytes"])
             ax.plot([r["frame_size_bytes"] for r in rows], [r["throughput_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
-                    marker="s", ls="-.", label=f"lab {path} (zero loss)")
+                    marker="s", ls="-.", label=f"lab {path} (zero loss, confirmed)")
             ax.plot([r["frame_size_bytes"] for r in rows], [r["max_received_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
                     marker="^", ls=":", label=f"lab {path} (max received)")
         ax.set_yscale("log"); ax.set_xlabel("frame size (bytes)"); ax.set_ylabel("zero-loss throughput (Mb/s of frames)")
@@ -392,6 +413,37 @@ def plots(out: Path, results: dict, extra: dict | None = None) -> list[str]:
     return made
 
 
+def dumps_compact_lists(doc: dict) -> str:
+    """JSON with 2-space indentation, except that lists of numbers (histogram buckets, latencies) stay on
+    one line each: the file stays readable and a tenth of the size."""
+    def compact(v):
+        if isinstance(v, dict):
+            return {k: compact(x) for k, x in v.items()}
+        if isinstance(v, list):
+            if v and all(isinstance(x, (int, float)) or (isinstance(x, list) and all(isinstance(y, (int, float))
+                                                                                   for y in x)) for x in v):
+                return _Raw(json.dumps(v, separators=(",", ":")))
+            return [compact(x) for x in v]
+        return v
+    marks: dict[str, str] = {}
+
+    def default(o):
+        if isinstance(o, _Raw):
+            key = f"@@raw{len(marks)}@@"
+            marks[key] = o.text
+            return key
+        return str(o)
+    text = json.dumps(compact(doc), indent=2, default=default)
+    for key, raw in marks.items():
+        text = text.replace(f'"{key}"', raw, 1)
+    return text
+
+
+class _Raw:
+    def __init__(self, text: str):
+        self.text = text
+
+
 def write(out: Path, doc: dict) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     doc["csv"] = write_csvs(out, doc["results"])
@@ -399,6 +451,6 @@ def write(out: Path, doc: dict) -> dict:
         doc["plots"] = plots(out, doc["results"], doc.get("extra"))
     except Exception as e:  # a plot failure must not lose the numbers
         doc["plots"], doc["plot_error"] = [], f"{type(e).__name__}: {e}"
-    (out / "results.json").write_text(json.dumps(doc, indent=2, default=str))
+    (out / "results.json").write_text(dumps_compact_lists(doc))
     (out / "summary.md").write_text(markdown(doc))
     return doc

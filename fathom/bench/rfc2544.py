@@ -64,8 +64,10 @@ class Result:
     trials: list[Trial] = field(default_factory=list)
 
     def row(self) -> dict:
+        finals = [t.offered_pps for t in self.trials if t.final]
         return {"throughput_pps": round(self.throughput_pps, 1), "search_pps": round(self.search_pps, 1),
-                "confirmed": self.confirmed, "generator_limited": self.generator_limited,
+                "confirmed": self.confirmed, "lowest_confirming_rate_tried_pps": round(min(finals), 1) if finals else None,
+                "generator_limited": self.generator_limited,
                 "trials": len(self.trials), "search": [t.row() for t in self.trials]}
 
 

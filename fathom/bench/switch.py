@@ -377,10 +377,13 @@ class SwitchBench:
                                       max_trials=max(p.search.max_trials, 14))
         zl = rfc2544.search(lambda rate, s: self._trial_fn(dev, 64, p.flows)(rate, s),
                             self.gen_ceiling.get(64) or 2e6, zl_plan)
-        if zl.throughput_pps <= 0:
-            raise BenchError(f"flow-install: {dev.name} lost frames at every rate tried; no probe rate below "
-                             f"its zero-loss rate exists")
-        pps = p.flow_probe_share * zl.throughput_pps
+        # a rate the short trials passed but the longer one did not still bounds the probes from above
+        zero_loss = zl.throughput_pps or zl.search_pps
+        if zero_loss <= 0:
+            tried = ", ".join(f"{t.offered_pps / 1000:.1f} kpps: loss {t.loss_ratio:.4f}" for t in zl.trials)
+            raise BenchError(f"flow-install: {dev.name} lost frames at every rate tried ({tried}); there is no "
+                             f"zero-loss rate to probe below")
+        pps = p.flow_probe_share * zero_loss
         self.step(f"{dev.name}: flow install, {p.flows} flows, probes at {pps / 1000:.1f} kpps")
         dev.of({"op": "clear"})
         settle_s, tail_s = 0.8, 1.5
@@ -401,7 +404,8 @@ class SwitchBench:
             frames = list(csvmod.DictReader(open(frames_csv)))
         rows, summary = flow_install_rows(dev.name, p.flows, res["xids"], res.get("barrier_xid"), msgs, frames)
         self.rows["flow-install"] += rows
-        self.extra["flow_install"] = {**summary, "probe_pps": round(pps, 1), "zero_loss_pps": zl.throughput_pps,
+        self.extra["flow_install"] = {**summary, "probe_pps": round(pps, 1), "zero_loss_pps": zero_loss,
+                                      "zero_loss_confirmed": zl.confirmed,
                                       "probe_share_of_zero_loss": p.flow_probe_share,
                                       "zero_loss_search": zl.row(), "zero_loss_method": zl_plan.describe(),
                                       "probe_interval_per_flow_ns": round(p.flows / pps * 1e9),
