@@ -384,12 +384,14 @@ def plots(out: Path, results: dict, extra: dict | None = None) -> list[str]:
                 xs_s, per_s = medians(rows, "search_pps")
                 ax.plot(xs_s, [statistics.median(per_s[s]) * s * 8 / 1e6 for s in xs_s], marker="x", ls=":",
                         color=f"C{i}", label=f"{name} (short-trial search)")
-        for path, rows in by_device(ov).items():
-            rows = sorted((r for r in rows if r.get("confirmed") is not False), key=lambda r: r["frame_size_bytes"])
-            ax.plot([r["frame_size_bytes"] for r in rows], [r["throughput_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
-                    marker="s", ls="-.", label=f"lab {path} (zero loss, confirmed)")
+        for j, (path, rows) in enumerate(by_device(ov).items()):
+            color = f"C{5 + j}"
+            rows = sorted(rows, key=lambda r: r["frame_size_bytes"])
+            ok = [r for r in rows if r.get("confirmed") is not False]
+            ax.plot([r["frame_size_bytes"] for r in ok], [r["throughput_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in ok],
+                    marker="s", ls="-.", color=color, label=f"lab {path} (zero loss, confirmed)")
             ax.plot([r["frame_size_bytes"] for r in rows], [r["max_received_pps"] * r["frame_size_bytes"] * 8 / 1e6 for r in rows],
-                    marker="^", ls=":", label=f"lab {path} (max received)")
+                    marker="^", ls=":", color=color, label=f"lab {path} (max received)")
         ax.set_yscale("log"); ax.set_xlabel("frame size (bytes)"); ax.set_ylabel("zero-loss throughput (Mb/s of frames)")
         ax.set_title("RFC 2544 throughput vs frame size"); ax.grid(alpha=.3)
         ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
