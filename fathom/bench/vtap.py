@@ -347,9 +347,9 @@ def markdown(doc: dict) -> str:
         if r["proto"] != "udp":
             continue
         L.append(f"| {r['size_bytes']} | {r['offered_pps'] / 1000:g} ({r['offered_pps'] * r['size_bytes'] * 8 / 1e6:.0f}) "
-                 f"| {r['mode']} | {r['receiver_mbps']} [{r['receiver_mbps_min']}–{r['receiver_mbps_max']}] | "
+                 f"| {r['mode']} | {r['receiver_mbps']:.2f} [{r['receiver_mbps_min']:.2f}–{r['receiver_mbps_max']:.2f}] | "
                  f"{'' if r['mode'] == 'none' else ', '.join(str(x) for x in r['monitor_over_receiver_per_run'])} | "
-                 f"{r['switch_us_per_frame'] if r['switch_us_per_frame'] is not None else 'sat.'} | "
+                 f"{'sat.' if r['switch_us_per_frame'] is None else round(r['switch_us_per_frame'], 1)} | "
                  f"{r['saturated_runs']} / {r['sender_limited_runs']} of {r['n']} |")
     L += ["", "| size B | offered kpps | receiver frames fathom/none [min–max] | mirror/none [min–max] | "
           "fathom/mirror [min–max] | copy µs/frame fathom [min–max] | copy µs/frame mirror [min–max] |",
