@@ -122,7 +122,7 @@ def row_from(r: dict, **extra) -> dict:
     achieved = tx["achieved_pps"]
     row = {**extra, "frame_size_bytes": size, "offered_pps": round(offered, 1),
            "offered_mbps": round(mbps_for(offered, size), 3), "achieved_pps": round(achieved, 1),
-           "achieved_mbps": round(mbps_for(achieved, size), 3), "frames_sent": tx["frames"],
+           "achieved_mbps": round(mbps_for(achieved, size), 3), "frames_sent": tx.get("offered", tx["frames"]),
            "frames_received": rx.get("unique"), "lost": rx.get("lost"), "loss_ratio": rx.get("loss_ratio"),
            "lost_at_device_input": rx.get("lost_at_device_input"), "if_tx_dropped": tx.get("if_tx_dropped"),
            "duplicates": rx.get("duplicates"), "reordered": rx.get("reordered"), "seq_gaps": rx.get("seq_gaps"),
@@ -434,9 +434,10 @@ class SwitchBench:
             if seq in tx and tx[seq] and seq not in seen:
                 seen.add(seq)
                 lat.append(t - tx[seq])
-        row = {"module": "packet-in", "device": dev.name, "frames_sent": r["tx"]["frames"],
+        sent = r["tx"]["offered"]  # frames handed to the device (none given up)
+        row = {"module": "packet-in", "device": dev.name, "frames_sent": sent,
                "packet_ins": len(events), "matched": len(lat),
-               "loss_ratio": round(1 - len(lat) / max(1, r["tx"]["frames"]), 6), "offered_pps": p.packet_in_pps,
+               "loss_ratio": round(1 - len(lat) / max(1, sent), 6), "offered_pps": p.packet_in_pps,
                "clock": "kernel TX stamp -> time.time_ns() in the os-ken handler", **summarize(lat)}
         self.rows["packet-in"].append(row)
         self.extra["packet_in_latencies_ns"] = lat

@@ -225,7 +225,7 @@ def udp_row(r: dict, size: int, pps: float, mode: str, cpu_ns: int, idle_ns: flo
     number), the switch's CPU time and, where nothing was lost, its CPU time per frame delivered over
     what it spends idle in the same time (idle_ns)."""
     tx, rx, mon = r["tx"], r["rx"], r["monitor"]
-    sent, dur = tx["frames"], tx["duration_s"] or 1e-9
+    sent, dur = tx["offered"], tx["duration_s"] or 1e-9
     achieved = tx["achieved_pps"]
     sender_limited = achieved < SENDER_LIMIT * pps
     lossless = rx["lost"] == 0 and not sender_limited

@@ -7,7 +7,7 @@ from fathom.bench.vtap import aggregate, ratios, tcp_sizes, udp_row
 
 def engine_doc(sent=10000, received=10000, monitor=10000, achieved=10000.0, seconds=1.0):
     hist = {"p50_ns": 40000, "p99_ns": 90000}
-    return {"tx": {"frames": sent, "duration_s": seconds, "achieved_pps": achieved, "device_drops": 0},
+    return {"tx": {"frames": sent, "offered": sent, "duration_s": seconds, "achieved_pps": achieved, "device_drops": 0},
             "rx": {"unique": received, "lost": sent - received, "loss_ratio": (sent - received) / sent},
             "monitor": {"unique": monitor, "duplicates": 0, "latency": hist}, "latency": hist}
 
