@@ -7,7 +7,7 @@ reconcile pass programs: each node's br-int and br-phy and the ToR. Variants: wi
 switch, and with one in each router mode the topology can carry (network-node twice: while the
 router namespace is being built, and once its legs are plugged).
 
-OpenFlow port numbers are made up the same way every time: vxlan0 = 1, patch-phy = 2, VMs from 10
+Router interface MACs (random in the store) become 02:fd:00:00:00:<id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1, patch-phy = 2, VMs from 10
 in topology order, router legs of a network-node router from 100; ToR port of the i-th node = i.
 
     .venv/bin/python -m tests.unit.golden_flows --write   # rewrite tests/unit/golden/flows.txt
@@ -149,6 +149,10 @@ def render() -> str:
                 with Session(app.state.engine) as s:
                     snapshot = load_snapshot(s)
                 app.state.engine.dispose()
+            # router interfaces get random MACs from the store: made fixed here
+            from dataclasses import replace
+            snapshot = replace(snapshot, router_interfaces=tuple(
+                replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces))
             built = snapshot.with_ofports(ofports(topo, snapshot, mode))
             for switch, flows in sorted(compile_switches(built, topo).items()):
                 lines.append(f"## {path.relative_to(ROOT)} [{name}] {switch}")
