@@ -15,7 +15,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from fathom.pipeline import vtap
+from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store import taps as ops
 from fathom.store.errors import Invalid

@@ -28,7 +28,8 @@ from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
 from fathom.controller.l3agent import L3Agent
 from fathom.openflow.spec import SwitchState
-from fathom.pipeline import fabric as fc
+from fathom.apps.fabric import compiler as fc
+from fathom.model import datapath_id_phy, datapath_id_tor
 from fathom.pipeline import stages as st
 from fathom.store import fabric as fops
 from fathom.store.fabric_models import FabricSwitch
@@ -145,7 +146,7 @@ class FabricRuntime:
         result.status_overrides.update(self._router_status(fab, snapshot, self._switch_status))
         snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
         for s in fab.switches:
-            dp = self.app.datapath(fc.datapath_id_tor(s.id))
+            dp = self.app.datapath(datapath_id_tor(s.id))
             if dp is None:
                 continue
             try:
@@ -164,7 +165,7 @@ class FabricRuntime:
                     if ovsdb:
                         ovsdb.close()
                     ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip)
-                ensure_bridge(ovsdb, s.bridge, fc.datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
+                ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
                 ofports[s.name] = {n: p for n, p in ovsdb.ofports(s.bridge).items() if n != s.bridge}
                 self.tor_ports[s.id] = ofports[s.name]
             except Exception as e:  # noqa: BLE001 - the switch's status, retried next pass
@@ -194,7 +195,7 @@ class FabricRuntime:
             if ovsdb is None or not fab.switches:
                 continue
             try:
-                ensure_bridge(ovsdb, PHY_BRIDGE, fc.datapath_id_phy(node.id), controller_for(node.management_ip),
+                ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
                               "standalone")
                 port = ovsdb.ofports(PHY_BRIDGE).get(UNDERLAY_PORT)
                 if port:
@@ -207,8 +208,8 @@ class FabricRuntime:
         if fab.switches:
             for name, state in fc.compile_phy(snapshot).items():
                 desired[("phy", name)] = state
-        ids = {("tor", s.name): fc.datapath_id_tor(s.id) for s in fab.switches}
-        ids.update({("phy", n.name): fc.datapath_id_phy(n.id) for n in snapshot.nodes})
+        ids = {("tor", s.name): datapath_id_tor(s.id) for s in fab.switches}
+        ids.update({("phy", n.name): datapath_id_phy(n.id) for n in snapshot.nodes})
         for key, state in desired.items():
             dp = self.app.datapath(ids[key])
             if dp is None:
@@ -268,7 +269,7 @@ class FabricRuntime:
                 else:
                     status, reason = "active", None
             elif md.mode == "fabric":
-                connected = [s for s in fab.switches if self.app.datapath(fc.datapath_id_tor(s.id)) is not None
+                connected = [s for s in fab.switches if self.app.datapath(datapath_id_tor(s.id)) is not None
                              and switch_status.get(s.id, ("active",))[0] != "error"]
                 status, reason = ("active", None) if connected else ("pending", "no fabric switch connected")
             else:
@@ -296,10 +297,10 @@ class FabricRuntime:
         sent = 0
         probes = []
         for sid, ports in list(self.tor_ports.items()):
-            dpid = fc.datapath_id_tor(sid)
+            dpid = datapath_id_tor(sid)
             probes += [(dpid, p) for p in ports.values() if 0 < p < 0xFFFFFF00]
         for nid, port in list(self.phy_ports.items()):
-            probes.append((fc.datapath_id_phy(nid), port))
+            probes.append((datapath_id_phy(nid), port))
         for dpid, port in probes:
             dp = self.app.datapath(dpid)
             if dp is None:
@@ -357,7 +358,7 @@ class FabricRuntime:
                 raise HTTPException(404, detail=[{"loc": ["path", "switch_id"],
                                                   "msg": f"fabric switch {switch_id} does not exist"}])
             name, status, reason = row.name, row.status, row.status_reason
-        dp = self.app.datapath(fc.datapath_id_tor(switch_id))
+        dp = self.app.datapath(datapath_id_tor(switch_id))
         desired = fc.tor_vlans(snapshot).get(name, {}) if snapshot is not None else {}
         ports = self.tor_ports.get(switch_id, {})
         actual: dict[str, set[int]] | None = None

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import Bootstrapper, datapath_id
+from fathom.controller.bootstrap import Bootstrapper
+from fathom.model import datapath_id
 from fathom.openflow import encode
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
-from fathom.pipeline import fabric
-from fathom.pipeline.tenant import compile_tenant
-from fathom.pipeline.vtap import compile_vtap
+from fathom.apps.fabric import compiler as fabric
+from fathom.apps.tenant.compiler import compile_tenant
+from fathom.apps.vtap.compiler import compile_vtap
 from fathom.store import models as m
 from fathom.store.db import READ_ONLY
 from fathom.store.snapshot import Snapshot, load_snapshot

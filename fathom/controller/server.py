@@ -9,7 +9,8 @@ from fastapi import APIRouter, HTTPException
 
 from fathom.controller import ofapp
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import Bootstrapper, datapath_id
+from fathom.controller.bootstrap import Bootstrapper
+from fathom.model import datapath_id
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.reconciler import Reconciler
 from fathom.controller.taps import tap_runtime_router

@@ -13,10 +13,10 @@ import os_ken.app.ofctl.api as ofctl
 from fastapi import APIRouter, HTTPException, Response
 
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import datapath_id
+from fathom.model import datapath_id
 from fathom.openflow.spec import Output, OutputTrunc
 from fathom.pipeline import stages as st
-from fathom.pipeline import vtap
+from fathom.apps.vtap import compiler as vtap
 from fathom.store import models as m
 
 LOG = logging.getLogger("fathom.vtap")

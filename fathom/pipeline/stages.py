@@ -39,7 +39,7 @@ OUTPUT = STAGES["output"]
 REG_SRC_PORT = "reg5"   # fathom id of the local port the frame came from; 0 if it came from remote
 REG_NETWORK = "reg6"    # fathom id of the network the frame is in (changed by routing)
 REG_OUT_PORT = "reg7"   # OpenFlow port chosen by l2, output by the output stage
-REG_TAP = "reg8"        # vTAP: marker of the policy copy a frame is (fathom/pipeline/vtap.py); 0 = none
+REG_TAP = "reg8"        # vTAP: marker of the policy copy a frame is (fathom/apps/vtap/compiler.py); 0 = none
 
 # Cookie layout (64 bits): | app (8) | kind (8) | object id (48) |
 APP_SHIFT = 56
@@ -49,7 +49,7 @@ APP_MASK = 0xFF << APP_SHIFT
 
 # Apps: who compiled a flow. 0 is never used, so flows with cookie 0 are never ours.
 APP_PIPELINE = 0x01   # the stage skeleton (table-miss flows)
-APP_TENANT = 0x02     # tenant networking (fathom/pipeline/tenant.py)
+APP_TENANT = 0x02     # tenant networking (fathom/apps/tenant/compiler.py)
 APP_VTAP = 0x03
 APP_FABRIC = 0x04
 APP_SFC = 0x05

@@ -10,11 +10,13 @@ from dataclasses import replace
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from fathom.pipeline import vtap
+from fathom.apps.vtap import filters as vtap
+from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 from fathom.store.ops import Caller, _owner
-from fathom.store.snapshot import TUNNEL_INTERFACE, load_snapshot
+from fathom.model import TUNNEL_INTERFACE
+from fathom.store.snapshot import load_snapshot
 
 DIRECTIONS = ("forward", "both")
 ROLES = ("sender", "receiver", "monitor", "monitor2")
@@ -195,7 +197,7 @@ def static_problems(session: Session) -> dict[int, list[str]]:
         fake[n.name] = {name: k + 1 for k, name in enumerate(sorted(bound.get(n.name, set()) | {TUNNEL_INTERFACE}))}
     nodes = tuple(replace(n, tunnel_ip=n.tunnel_ip or "0.0.0.0") for n in snapshot.nodes)
     snapshot = replace(snapshot, nodes=nodes).with_ofports(fake)
-    _, plans = vtap.compile_vtap_plans(snapshot)
+    _, plans = compile_vtap_plans(snapshot)
     return {pid: plan.problems for pid, plan in plans.items()}
 
 

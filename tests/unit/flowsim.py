@@ -15,7 +15,7 @@ from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable, Group, LoadReg, Meter, Move,
     Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField, SwitchState,
 )
-from fathom.store.snapshot import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
+from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
 
 _MAC_FIELDS = {"eth_src", "eth_dst", "arp_sha", "arp_tha"}
 _IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}

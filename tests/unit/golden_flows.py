@@ -107,7 +107,7 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
         out[node.name] = ports
     if mode == "network-node":
         gw = next(n.name for n in topo.nodes if n.role == "gateway")
-        from fathom.pipeline.fabric import router_port_interface
+        from fathom.apps.fabric.compiler import router_port_interface
         for i, ri in enumerate(sorted(snapshot.router_interfaces, key=lambda r: r.id)):
             out[gw][router_port_interface(ri.id)] = 100 + i
     return out
@@ -116,7 +116,7 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
 def compile_switches(snapshot, topo: topology.Topology) -> dict[str, list[str]]:
     """switch label -> ovs-ofctl lines, for every switch a reconcile pass programs."""
     from fathom.controller.reconciler import compile_all
-    from fathom.pipeline import fabric as fc
+    from fathom.apps.fabric import compiler as fc
 
     fab = fc.fabric_state(snapshot)
     tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}

@@ -17,8 +17,8 @@ from fathom.openflow.spec import (
     SetField,
 )
 from fathom.pipeline import stages as st
-from fathom.pipeline.tenant import compile_tenant, flood_group_id
-from fathom.store.snapshot import (
+from fathom.apps.tenant.compiler import compile_tenant, flood_group_id
+from fathom.model import (
     FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet,
 )
 

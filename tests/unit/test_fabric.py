@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 
 from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField
-from fathom.pipeline import fabric as fc
+from fathom.apps.fabric import compiler as fc
 from fathom.pipeline import stages as st
-from fathom.pipeline.tenant import compile_tenant
+from fathom.apps.tenant.compiler import compile_tenant
 from fathom.controller.reconciler import compile_all
 from fathom.controller.fabric import lldp_parse, lldp_probe
-from fathom.store.fabric import FabricState, Link, Mode, Switch
-from fathom.store.snapshot import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet
+from fathom.model import FabricState, Link, Mode, Switch, datapath_id_tor
+from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet
 
 
 def snap(mode: str = "distributed", gw_ports: int = 0, links=("c1", "c2", "gw")) -> Snapshot:
@@ -104,7 +104,7 @@ def test_br_phy_punts_lldp_and_switches_normally():
 
 
 def test_lldp_probe_round_trip():
-    assert lldp_parse(lldp_probe(fc.datapath_id_tor(3), 7)) == (fc.datapath_id_tor(3), 7)
+    assert lldp_parse(lldp_probe(datapath_id_tor(3), 7)) == (datapath_id_tor(3), 7)
     assert lldp_parse(b"\x01\x80\xc2\x00\x00\x0e" + b"\x00" * 6 + b"\x88\xcc" + b"\x00" * 20) is None
 
 

@@ -30,7 +30,7 @@ from fathom.openflow.spec import (
     Move, Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.pipeline import stages as st
-from fathom.store.snapshot import (
+from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, Network, Node, Port, RouterInterface, Snapshot,
 )
 

@@ -1,6 +1,6 @@
 """Fabric compiler (issue 7): store snapshot -> desired state of the ToR switches, of every node's
 br-phy, and the additions to br-int; plus the tenant compiler's view of routers that do not run
-distributed. Pure, like fathom/pipeline/tenant.py. docs/fabric.md explains the design.
+distributed. Pure, like fathom/apps/tenant/compiler.py. docs/fabric.md explains the design.
 
 Router modes:
 - `distributed` (default): the tenant compiler routes in every first-hop br-int.
@@ -33,8 +33,8 @@ from fathom.openflow.spec import (
     Group, GroupSpec, Output, PushVlan, SetField, SwitchState,
 )
 from fathom.pipeline import stages as st
-from fathom.pipeline.tenant import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
-from fathom.store.snapshot import UPLINK_INTERFACE, FixedIp, Port, Snapshot
+from fathom.apps.tenant.compiler import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
+from fathom.model import UPLINK_INTERFACE, FabricState, FixedIp, Port, Snapshot
 
 OFPP_NORMAL = 0xFFFFFFFA
 ETH_TYPE_LLDP = 0x88CC
@@ -57,14 +57,6 @@ PRIO_L2 = 100
 PRIO_FLOOD = 10
 
 
-def datapath_id_tor(switch_id: int) -> int:
-    return 0xFB00_0000_0000_0000 | switch_id
-
-
-def datapath_id_phy(node_id: int) -> int:
-    return 0xFC00_0000_0000_0000 | node_id
-
-
 def router_port_interface(leg_id: int) -> str:
     """br-int interface of a network-node router leg on the gateway node (its namespace holds qr-N)."""
     return f"qrp{leg_id}"
@@ -78,8 +70,7 @@ def _vid(vlan: int) -> int:
     return OFPVID_PRESENT | vlan
 
 
-def fabric_state(snapshot: Snapshot):
-    from fathom.store.fabric import FabricState
+def fabric_state(snapshot: Snapshot) -> FabricState:
     return snapshot.fabric if snapshot.fabric is not None else FabricState()
 
 
