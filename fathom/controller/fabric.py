@@ -1,12 +1,11 @@
-"""The fabric at run time (issue 7): ToR switches and br-phy under OpenFlow, LLDP link discovery,
+"""The fabric at run time: ToR switches and br-phy brought under OpenFlow, LLDP link discovery,
 router namespaces of network-node routers, and the fabric status endpoints.
 
-Plugged into the reconciler as an extension: at the end of every pass `after_pass` bootstraps the
-ToRs (OVSDB: fail_mode secure, our controller, a fixed datapath id) and every node's br-phy (our
-controller too, but fail_mode standalone: the underlay keeps working without us), compiles
-fathom.pipeline.fabric for them and applies the difference like for br-int (same diff, same atomic
-bundles, flows owned by the fabric cookie). A ToR or controller restart therefore converges by the
-same diff: flows that are still wanted are never deleted, so no VLAN in use disappears.
+Plugged into the reconciler as an extension that never writes flows itself: `prepare` bootstraps
+the ToRs (OVSDB: fail_mode secure, our controller, a fixed datapath id) and every node's br-phy
+(our controller too, but fail_mode standalone: the underlay keeps working without us) and adds the
+ToRs' port numbers to the model; the fabric app (fathom/apps/fabric) compiles their flows and the
+reconciler applies them like every other switch's. `after_pass` runs the network-node router agent.
 
 LLDP (as ONOS does): every `lldp_interval` seconds the controller sends an LLDP frame out of every
 ToR port and out of every node's underlay port `ul0` (packet-out; chassis id = the sender's datapath
@@ -24,13 +23,15 @@ from dataclasses import replace
 
 from fastapi import APIRouter, HTTPException
 
+from fathom.apps import BR_PHY, TOR, SwitchKey
+from fathom.apps.fabric import compiler as fc
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
 from fathom.controller.l3agent import L3Agent
-from fathom.openflow.spec import SwitchState
-from fathom.apps.fabric import compiler as fc
-from fathom.model import datapath_id_phy, datapath_id_tor
+from fathom.controller.reconciler import SwitchResult
+from fathom.model import datapath_id_phy, datapath_id_tor, routers
 from fathom.pipeline import stages as st
+from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
 from fathom.store.fabric_models import FabricSwitch
 
@@ -39,12 +40,6 @@ PHY_BRIDGE = "br-phy"
 UNDERLAY_PORT = "ul0"
 DPID_KIND_MASK = 0xFF00_0000_0000_0000
 DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
-
-
-def _owned(cookie, group_id=None) -> bool:
-    if group_id is not None:
-        return st.parse_group_id(group_id)[0] == st.APP_FABRIC
-    return st.parse_cookie(cookie)[0] == st.APP_FABRIC
 
 
 def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fail_mode: str) -> bool:
@@ -110,9 +105,7 @@ class FabricRuntime:
         self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.agent = L3Agent()
-        self._tor_ofports: dict[str, dict[str, int]] = {}
-        self._switch_status = None
-        self.last: dict = {"switches": {}, "desired": {}, "routers": {}}
+        self.last: dict = {"routers": {}}
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
         self._stop = threading.Event()
         self.lldp_sent = 0
@@ -138,27 +131,15 @@ class FabricRuntime:
 
     # ------------------------------------------------------------------------------- passes
 
-    def before_apply(self, rec, snapshot, result) -> None:
-        """Phase 1, before the br-ints change: the ToRs get what is new (flow puts, new groups) but
-        lose nothing yet, so a path the nodes are about to use exists when they use it."""
-        fab = fc.fabric_state(snapshot)
-        self._switch_status = self._bootstrap_tors(fab)
-        result.status_overrides.update(self._router_status(fab, snapshot, self._switch_status))
-        snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
-        for s in fab.switches:
-            dp = self.app.datapath(datapath_id_tor(s.id))
-            if dp is None:
-                continue
-            try:
-                self.apply(dp, fc.compile_tor(snapshot)[s.name], additions_only=True)
-            except Exception as e:  # noqa: BLE001 - phase 2 retries and reports
-                LOG.warning("fabric switch %s: phase 1 failed: %s", s.name, e)
-
-    def _bootstrap_tors(self, fab) -> dict[int, tuple[str, str | None]]:
+    def prepare(self, rec, snapshot, result):
+        """Before compiling: the ToRs and every node's br-phy under our controller (OVSDB), their
+        setup recorded as switch results; returns the model with the ToRs' port numbers."""
+        fab = routers.fabric_state(snapshot)
         controller_for = lambda ip: f"tcp:{local_ip_towards(ip)}:{self.of_port}"  # noqa: E731
-        switch_status: dict[int, tuple[str, str | None]] = {}
         ofports = {}
         for s in fab.switches:
+            key = SwitchKey(TOR, s.name)
+            res = result.switches[key] = SwitchResult(key, datapath_id_tor(s.id))
             try:
                 ovsdb = self.tors.get(s.name)
                 if ovsdb is None or ovsdb.remote != f"tcp:{s.management_ip}:{OVSDB_PORT}":
@@ -173,26 +154,17 @@ class FabricRuntime:
                 stale = self.tors.pop(s.name, None)
                 if stale:
                     stale.close()
-                switch_status[s.id] = ("error", f"OVSDB {s.management_ip}:{OVSDB_PORT}: {e}")
+                res.setup, res.reason = "error", f"OVSDB {s.management_ip}:{OVSDB_PORT}: {e}"
         for gone in set(self.tors) - {s.name for s in fab.switches}:
             self.tors.pop(gone).close()
-        self._tor_ofports = ofports
-        return switch_status
 
-    def after_pass(self, rec, snapshot, result) -> None:
-        """Phase 2: br-phy, the full ToR diff (removals too), network-node routers, status."""
-        fab = fc.fabric_state(snapshot)
-        controller_for = lambda ip: f"tcp:{local_ip_towards(ip)}:{self.of_port}"  # noqa: E731
-        switch_status = getattr(self, "_switch_status", None)
-        if switch_status is None:
-            switch_status = self._bootstrap_tors(fab)
-        self._switch_status = None
-        snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
-
-        # br-phy of every node: our controller (standalone), LLDP punt
-        for node in snapshot.nodes:
+        # br-phy of every node: our controller (fail mode standalone: the underlay works without us)
+        for node in snapshot.nodes if fab.switches else ():
+            key = SwitchKey(BR_PHY, node.name)
+            res = result.switches[key] = SwitchResult(key, datapath_id_phy(node.id))
             ovsdb = rec.bootstrapper.nodes.get(node.name)
-            if ovsdb is None or not fab.switches:
+            if ovsdb is None:
+                res.setup, res.reason = "error", "node not bootstrapped"
                 continue
             try:
                 ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
@@ -202,34 +174,13 @@ class FabricRuntime:
                     self.phy_ports[node.id] = port
             except Exception as e:  # noqa: BLE001
                 LOG.warning("node %s br-phy: %s", node.name, e)
+                res.setup, res.reason = "error", f"br-phy: {e}"
+        return replace(snapshot, fabric=fab.with_ofports(ofports))
 
-        desired = {("tor", s.name): st_ for s in fab.switches for st_ in [fc.compile_tor(snapshot)[s.name]]} \
-            if fab.switches else {}
-        if fab.switches:
-            for name, state in fc.compile_phy(snapshot).items():
-                desired[("phy", name)] = state
-        ids = {("tor", s.name): datapath_id_tor(s.id) for s in fab.switches}
-        ids.update({("phy", n.name): datapath_id_phy(n.id) for n in snapshot.nodes})
-        for key, state in desired.items():
-            dp = self.app.datapath(ids[key])
-            if dp is None:
-                if key[0] == "tor":
-                    s = next(x for x in fab.switches if x.name == key[1])
-                    switch_status.setdefault(s.id, ("pending", "waiting for the switch to connect over OpenFlow"))
-                continue
-            try:
-                self.apply(dp, state)
-                if key[0] == "tor":
-                    s = next(x for x in fab.switches if x.name == key[1])
-                    switch_status.setdefault(s.id, ("active", None))
-            except Exception as e:  # noqa: BLE001
-                LOG.warning("%s %s: apply failed: %s", *key, e)
-                if key[0] == "tor":
-                    s = next(x for x in fab.switches if x.name == key[1])
-                    switch_status[s.id] = ("error", f"apply failed: {e}")
-
-        # network-node routers: their namespaces on the gateway nodes
-        want = fc.network_node_legs(snapshot)
+    def after_pass(self, rec, snapshot, result) -> None:
+        """After the switches: network-node routers' namespaces on the gateway nodes (the agent),
+        whose outcome is part of those routers' status."""
+        want = routers.network_node_legs(snapshot)
         subnets = {x.id: x for x in snapshot.subnets}
         router_result = self.agent.sync({n.name: n.management_ip for n in snapshot.nodes}, want, subnets,
                                         lambda node: rec.bootstrapper.nodes.get(node))
@@ -237,54 +188,18 @@ class FabricRuntime:
             # new legs' br-int ports: the next pass compiles them with their port numbers
             self.agent.created = False
             self.wake()
-        self.last = {"desired": desired, "snapshot": snapshot, "routers": router_result,
-                     "switches": switch_status}
-        self._write_status(switch_status, router_result, snapshot)
-
-    def apply(self, dp, desired: SwitchState, additions_only: bool = False) -> int:
-        actual_flows = sw.read_flows(self.app, dp)
-        actual_groups = sw.read_groups(self.app, dp)
-        change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, _owned)
-        if additions_only:   # (puts, deletes, group adds, group mods, group deletes)
-            change = (change[0], [], change[2], [], [])
-        n = sum(len(c) for c in change)
-        if n:
-            LOG.info("fabric switch %016x: %d flow puts, %d flow deletes, %d/%d/%d group add/mod/del",
-                     dp.id, *map(len, change))
-            sw.apply(self.app, dp, sw.messages(dp, *change))
-        return n
-
-    def _router_status(self, fab, snapshot, switch_status) -> dict:
-        """(KIND_ROUTER, id) -> (status, reason) of every router not in distributed mode."""
-        effective = fc.effective_modes(snapshot)
-        routers_result = self.last.get("routers") or {}
-        out = {}
-        for md in fab.modes:
-            if md.mode == "network-node":
-                r = routers_result.get(md.router_id)
-                if r not in ("ok", None):
-                    status, reason = "error", r
-                elif md.router_id not in effective:
-                    status, reason = "pending", "building the router namespace on the gateway node"
-                else:
-                    status, reason = "active", None
-            elif md.mode == "fabric":
-                connected = [s for s in fab.switches if self.app.datapath(datapath_id_tor(s.id)) is not None
-                             and switch_status.get(s.id, ("active",))[0] != "error"]
-                status, reason = ("active", None) if connected else ("pending", "no fabric switch connected")
-            else:
+        effective = routers.effective_modes(snapshot)
+        for md in routers.fabric_state(snapshot).modes:
+            if md.mode != "network-node":
                 continue
-            out[(st.KIND_ROUTER, md.router_id)] = (status, reason)
-        return out
+            r = router_result.get(md.router_id)
+            if r not in ("ok", None):
+                result.agents[(st.KIND_ROUTER, md.router_id)] = ("error", r)
+            elif md.router_id not in effective:
+                result.agents[(st.KIND_ROUTER, md.router_id)] = ("pending", "building the router namespace on "
+                                                                            "the gateway node")
+        self.last = {"snapshot": snapshot, "routers": router_result}
 
-    def _write_status(self, switch_status, router_result, snapshot) -> None:
-        with self.Session() as session, session.begin():
-            for sid, (status, reason) in switch_status.items():
-                row = session.get(FabricSwitch, sid)
-                if row is not None and (row.status, row.status_reason) != (status, reason):
-                    row.status, row.status_reason = status, reason
-
-    # ------------------------------------------------------------------------------- LLDP
 
     def _lldp_loop(self) -> None:
         while not self._stop.wait(self.lldp_interval):
@@ -371,9 +286,9 @@ class FabricRuntime:
                 md = f.match_dict
                 if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW and "in_port" in md:
                     actual.setdefault(by_no.get(md["in_port"], str(md["in_port"])), set()).add(md["vlan_vid"] & 0xFFF)
-            want = self.last.get("desired", {}).get(("tor", name))
-            in_sync = want is not None and {f for f in flows if _owned(f.cookie)} == set(want.flows)
-        fab = fc.fabric_state(snapshot) if snapshot is not None else None
+            want = self.reconciler.last.desired.get(SwitchKey(TOR, name))
+            in_sync = want is not None and {f for f in flows if owns_cookie(f.cookie)} == set(want.flows)
+        fab = routers.fabric_state(snapshot) if snapshot is not None else None
         faces = {}
         if fab is not None:
             s = next((x for x in fab.switches if x.id == switch_id), None)
@@ -408,7 +323,7 @@ class FabricRuntime:
                 row = session.get(FabricSwitch, switch_id)
             if row is None:
                 raise HTTPException(404, detail=[{"loc": ["path", "switch_id"], "msg": "no such switch"}])
-            want = self.last.get("desired", {}).get(("tor", row.name))
+            want = self.reconciler.last.desired.get(SwitchKey(TOR, row.name))
             return {"desired": want.to_ofctl() if want else []}
 
         return r

@@ -31,10 +31,10 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
             node = s.query(m.Node).filter_by(name=name).one_or_none()
         if node is None:
             raise HTTPException(404, detail=[{"loc": ["path", "name"], "msg": f"no node named {name!r}"}])
-        desired = reconciler.last.desired.get(name)
-        dp = reconciler.app.datapath(datapath_id(node.id))
-        actual = sw.read_flows(reconciler.app, dp) if dp else None
-        groups = sw.read_groups(reconciler.app, dp) if dp else None
+        desired = reconciler.last.br_int(name)
+        dp = reconciler.switches.app.datapath(datapath_id(node.id))
+        actual = sw.read_flows(reconciler.switches.app, dp) if dp else None
+        groups = sw.read_groups(reconciler.switches.app, dp) if dp else None
 
         def by_stage(flows):
             out: dict[str, list[str]] = {}
@@ -58,7 +58,7 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
 
     @router.get("/health")
     def health():
-        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.app.datapaths]}
+        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.switches.app.datapaths]}
 
     return router
 
@@ -69,13 +69,13 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = open_store(db_url)
     app = ofapp.start(of_host, of_port)
-    reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
+    reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app), Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
     api = create_app(db_url, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
-    # issue 7: ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
+    # ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
     LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)

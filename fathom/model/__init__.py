@@ -191,6 +191,15 @@ class Snapshot:
     # ToR switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None
+    # Views derived from this snapshot by pure functions (e.g. the tenant view of the routers),
+    # computed once per snapshot however many apps read them; a copy starts empty.
+    derived: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
+
+    def memo(self, name: str, make):
+        """`make(self)` once per snapshot, under `name`."""
+        if name not in self.derived:
+            self.derived[name] = make(self)
+        return self.derived[name]
 
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""

@@ -201,21 +201,30 @@ def static_problems(session: Session) -> dict[int, list[str]]:
     return {pid: plan.problems for pid, plan in plans.items()}
 
 
-def status_of(problems: list[str]) -> tuple[str, str | None]:
+WAITING = "waiting for the switches to hold it"
+
+
+def status_of(problems: list[str], stored: tuple[str, str | None] = ("pending", WAITING)) -> tuple[str, str | None]:
+    """A problem the store alone shows wins; without one, what the controller last wrote (a policy is
+    `active` only once every switch that must hold its flows holds them)."""
     if not problems:
-        return "active", None
+        return stored
     status = "error" if any("deleted" in p or "marker" in p for p in problems) else "pending"
     return status, "; ".join(problems)
 
 
 def _set_status(session: Session, tap: m.TapPolicy) -> None:
-    tap.status, tap.status_reason = status_of(static_problems(session).get(tap.id, []))
+    problems = static_problems(session).get(tap.id, [])
+    tap.status, tap.status_reason = status_of(problems) if problems else ("pending", WAITING)
 
 
 def current_statuses(session: Session) -> dict[int, tuple[str, str | None]]:
     """(status, reason) of every policy as the store stands now: a port deleted or unbound under a
-    policy shows at once. Computed on read (reads do not write: they run in read-only transactions)."""
-    return {pid: status_of(problems) for pid, problems in static_problems(session).items()}
+    policy shows at once, otherwise the controller's status. Computed on read (reads do not write:
+    they run in read-only transactions)."""
+    stored = {t.id: (t.status, t.status_reason) for t in session.scalars(select(m.TapPolicy))}
+    return {pid: status_of(problems, stored.get(pid, ("pending", WAITING)))
+            for pid, problems in static_problems(session).items()}
 
 
 def policies_using_port(session: Session, port_id: int) -> list[m.TapPolicy]:

@@ -43,7 +43,7 @@ def variants(topo: topology.Topology) -> list[tuple[str, bool, str]]:
     return out
 
 
-def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mode: str) -> dict:
+def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mode: str, taps: bool = True) -> dict:
     """The lab's registration (fathom/lab/controller.py), through the API; returns names -> ids."""
     def call(method: str, path: str, project: str | None = None, **kw):
         r = client.request(method, "/v1" + path, headers={"X-Project": project} if project else {}, **kw)
@@ -82,7 +82,7 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
     # vTAP: a filtered one-way policy to a monitor on another node, and a two-way one with two
     # monitors, truncation and a rate limit
     vms = topo.vms()
-    if len(vms) >= 3:
+    if taps and len(vms) >= 3:
         (n0, a), (_, b) = vms[0], vms[1]
         other = next(((n, v) for n, v in vms[2:] if n.name != n0.name), vms[2])[1]
         project = topo.network(a.network).project
@@ -107,7 +107,7 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
         out[node.name] = ports
     if mode == "network-node":
         gw = next(n.name for n in topo.nodes if n.role == "gateway")
-        from fathom.apps.fabric.compiler import router_port_interface
+        from fathom.model.routers import router_port_interface
         for i, ri in enumerate(sorted(snapshot.router_interfaces, key=lambda r: r.id)):
             out[gw][router_port_interface(ri.id)] = 100 + i
     return out
@@ -115,22 +115,15 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
 
 def compile_switches(snapshot, topo: topology.Topology) -> dict[str, list[str]]:
     """switch label -> ovs-ofctl lines, for every switch a reconcile pass programs."""
-    from fathom.controller.reconciler import compile_all
-    from fathom.apps.fabric import compiler as fc
-
-    fab = fc.fabric_state(snapshot)
-    tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
     from dataclasses import replace
-    snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
-    out = {}
-    for name, state in compile_all(snapshot).items():
-        out[f"br-int {name}"] = state.to_ofctl()
-    if fab.switches:
-        for name, state in fc.compile_phy(snapshot).items():
-            out[f"br-phy {name}"] = state.to_ofctl()
-        for name, state in fc.compile_tor(snapshot).items():
-            out[f"tor {name}"] = state.to_ofctl()
-    return out
+
+    from fathom.apps import compile_all
+
+    fab = snapshot.fabric
+    if fab is not None:
+        tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
+        snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
+    return {str(key): state.to_ofctl() for key, state in compile_all(snapshot).items()}
 
 
 def render() -> str:

@@ -17,7 +17,8 @@ from fathom.openflow.spec import (
     SetField,
 )
 from fathom.pipeline import stages as st
-from fathom.apps.tenant.compiler import compile_tenant, flood_group_id
+from fathom.apps.tenant.compiler import flood_group_id
+from .flowsim import compile_tenant
 from fathom.model import (
     FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet,
 )

@@ -13,7 +13,7 @@ from fathom.openflow.spec import DecTtl, Group, SetField, SwitchState
 from fathom.pipeline import stages as st
 from fathom.apps.vtap import compiler as vtap
 from fathom.apps.vtap import filters
-from fathom.apps.tenant.compiler import compile_tenant
+from .flowsim import compile_tenant
 from fathom.model import (
     FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy,
 )

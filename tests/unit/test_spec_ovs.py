@@ -20,7 +20,7 @@ from fathom.openflow.spec import (
     Resubmit, SetField,
 )
 from fathom.pipeline import stages as st
-from fathom.apps.tenant.compiler import compile_tenant
+from .flowsim import compile_tenant
 
 from .test_compiler_tenant import cloud
 

@@ -1,4 +1,4 @@
-"""Fabric compiler (issue 7): store snapshot -> desired state of the ToR switches, of every node's
+"""Fabric compiler: the model -> desired state of the ToR switches, of every node's
 br-phy, and the additions to br-int; plus the tenant compiler's view of routers that do not run
 distributed. Pure, like fathom/apps/tenant/compiler.py. docs/fabric.md explains the design.
 
@@ -11,14 +11,7 @@ Router modes:
   Each router leg becomes a port of its network bound to the gateway node (interface
   `router_port_interface(leg)`), so every node switches to it like to any VM.
 
-ToR pipeline (br-fabric, its own tables; the ToR is not a br-int):
-
-| table | name | what |
-|---|---|---|
-| 0  | trunk-in   | LLDP -> controller; untagged = underlay -> NORMAL; (in_port, VLAN) allowed -> 10; else drop |
-| 10 | svi        | fabric routers: ARP for a gateway answered; routed: src MAC, TTL - 1, VLAN -> 15; else -> 20 |
-| 15 | svi-neigh  | routed frame: destination IP -> destination MAC; unknown -> drop |
-| 20 | l2         | (VLAN, dst MAC) -> the port facing the node hosting it; else flood the VLAN's group |
+The ToR (br-fabric) and br-phy pipelines are declared in fathom/pipeline/catalogue.py.
 
 A VLAN is allowed on a trunk port exactly while the node behind the port hosts a port of the
 network (ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows).
@@ -26,29 +19,24 @@ network (ingress: the trunk-in flow; egress: the VLAN's flood group bucket and t
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
 from fathom.openflow.spec import (
-    OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable,
+    OFPP_IN_PORT, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable,
     Group, GroupSpec, Output, PushVlan, SetField, SwitchState,
 )
 from fathom.pipeline import stages as st
+from fathom.pipeline.catalogue import TOR
 from fathom.apps.tenant.compiler import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
-from fathom.model import UPLINK_INTERFACE, FabricState, FixedIp, Port, Snapshot
+from fathom.model import UPLINK_INTERFACE, Snapshot
+from fathom.model.routers import effective_modes, fabric_state, tenant_view
 
-OFPP_NORMAL = 0xFFFFFFFA
-ETH_TYPE_LLDP = 0x88CC
+# ToR tables (fathom/pipeline/catalogue.py declares them)
+TOR_TRUNK_IN = TOR.number("trunk-in")
+TOR_SVI = TOR.number("svi")
+TOR_SVI_NEIGH = TOR.number("svi-neigh")
+TOR_L2 = TOR.number("l2")
 
-# ToR tables
-TOR_TRUNK_IN = 0
-TOR_SVI = 10
-TOR_SVI_NEIGH = 15
-TOR_L2 = 20
-TOR_TABLES = {TOR_TRUNK_IN: "trunk-in", TOR_SVI: "svi", TOR_SVI_NEIGH: "svi-neigh", TOR_L2: "l2"}
-
-PRIO_LLDP = 1000
 PRIO_ALLOW = 100
-PRIO_UNDERLAY = 50
 PRIO_SVI_ARP = 200
 PRIO_ROUTE_BASE = 100
 PRIO_SVI_DROP = 10
@@ -57,73 +45,12 @@ PRIO_L2 = 100
 PRIO_FLOOD = 10
 
 
-def router_port_interface(leg_id: int) -> str:
-    """br-int interface of a network-node router leg on the gateway node (its namespace holds qr-N)."""
-    return f"qrp{leg_id}"
-
-
 def _c(kind: int, obj: int) -> int:
     return st.cookie(st.APP_FABRIC, kind, obj)
 
 
 def _vid(vlan: int) -> int:
     return OFPVID_PRESENT | vlan
-
-
-def fabric_state(snapshot: Snapshot) -> FabricState:
-    return snapshot.fabric if snapshot.fabric is not None else FabricState()
-
-
-# ---------------------------------------------------------------------------------------------- tenant view
-
-
-def effective_modes(snapshot: Snapshot) -> dict:
-    """router id -> the Mode the switches realise now (routers absent: distributed).
-
-    Make before break: a router moved to `network-node` keeps being routed `distributed` until every
-    one of its legs is an interface on the gateway node's br-int (the namespace is built first);
-    then one pass switches all nodes to it.
-    """
-    fab = fabric_state(snapshot)
-    nodes = {n.name: n for n in snapshot.nodes}
-    out = {}
-    for md in fab.modes:
-        if md.mode == "network-node":
-            gw = nodes.get(md.gateway_node)
-            legs = [ri for ri in snapshot.router_interfaces if ri.router_id == md.router_id]
-            if gw is None or any(gw.ofport(router_port_interface(ri.id)) is None for ri in legs):
-                continue
-        out[md.router_id] = md
-    return out
-
-
-def tenant_view(snapshot: Snapshot) -> Snapshot:
-    """What the tenant compiler must see: routers not in `distributed` mode are hidden from it; the
-    legs of `network-node` routers become ports bound to their gateway node."""
-    other = {rid: md for rid, md in effective_modes(snapshot).items() if md.mode != "distributed"}
-    if not other:
-        return snapshot
-    keep, extra = [], []
-    for ri in snapshot.router_interfaces:
-        md = other.get(ri.router_id)
-        if md is None:
-            keep.append(ri)
-        elif md.mode == "network-node" and md.gateway_node:
-            extra.append(Port(ri.id, f"router-{ri.router_id}", "", ri.network_id, ri.mac_address,
-                              (FixedIp(ri.subnet_id, ri.ip_address),), md.gateway_node,
-                              router_port_interface(ri.id), port_security=False))
-    return replace(snapshot, router_interfaces=tuple(keep), ports=snapshot.ports + tuple(extra))
-
-
-def network_node_legs(snapshot: Snapshot) -> dict[str, list]:
-    """gateway node name -> router legs (RouterInterface) it must realise in a router namespace."""
-    fab = fabric_state(snapshot)
-    out: dict[str, list] = defaultdict(list)
-    for ri in snapshot.router_interfaces:
-        md = fab.mode_of(ri.router_id)
-        if md.mode == "network-node" and md.gateway_node:
-            out[md.gateway_node].append(ri)
-    return dict(out)
 
 
 # ---------------------------------------------------------------------------------------------- br-int and br-phy
@@ -157,12 +84,9 @@ def compile_edges(snapshot: Snapshot) -> dict[str, SwitchState]:
 
 
 def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """br-phy of every node: NORMAL switching as before, plus LLDP from the ToR to the controller."""
-    state = SwitchState(frozenset({
-        FlowSpec(0, 0, {}, (Output(OFPP_NORMAL),), _c(st.KIND_STAGE, 0x100)),
-        FlowSpec(0, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), _c(st.KIND_STAGE, 0x101)),
-    }))
-    return {node.name: state for node in snapshot.nodes}
+    """br-phy of every node: NORMAL switching and LLDP to the controller, which is all the skeleton
+    (fathom/pipeline/catalogue.py BR_PHY); the fabric adds nothing of its own there yet."""
+    return {node.name: SwitchState() for node in snapshot.nodes}
 
 
 # ---------------------------------------------------------------------------------------------- ToR
@@ -204,15 +128,7 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw) -> SwitchState:
     subnets = {s.id: s for s in view.subnets}
     faces = fab.node_ports(sw)
     trunks = _trunks(view, fab, sw)
-    skel = lambda t: _c(st.KIND_STAGE, 0x200 | t)  # noqa: E731
-    flows: set[FlowSpec] = {
-        FlowSpec(TOR_TRUNK_IN, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), skel(TOR_TRUNK_IN)),
-        FlowSpec(TOR_TRUNK_IN, PRIO_UNDERLAY, {"vlan_vid": OFPVID_NONE}, (Output(OFPP_NORMAL),), skel(TOR_TRUNK_IN)),
-        FlowSpec(TOR_TRUNK_IN, 0, {}, (), skel(TOR_TRUNK_IN)),
-        FlowSpec(TOR_SVI, 0, {}, (GotoTable(TOR_L2),), skel(TOR_SVI)),
-        FlowSpec(TOR_SVI_NEIGH, 0, {}, (), skel(TOR_SVI_NEIGH)),
-        FlowSpec(TOR_L2, 0, {}, (), skel(TOR_L2)),
-    }
+    flows: set[FlowSpec] = set()
     groups: set[GroupSpec] = set()
 
     # trunk-in: VLAN allowed on a port; the flood group of each VLAN lists its ports
