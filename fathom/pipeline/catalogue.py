@@ -212,3 +212,27 @@ def reference_markdown(pipeline: Pipeline) -> str:
     for t in pipeline.tables:
         lines.append(f"| {t.number} | {t.name} | {t.doc} | {', '.join(t.next) or '—'} | {names(t.writes)} | {miss(t)} |")
     return "\n".join(lines) + "\n"
+
+
+DOC_BEGIN = "<!-- generated from fathom/pipeline/catalogue.py: {bridge} -->"
+DOC_END = "<!-- end of generated table -->"
+
+
+def update_doc(text: str) -> str:
+    """`text` with the table reference of each bridge kind written between its markers."""
+    for p in PIPELINES.values():
+        begin = DOC_BEGIN.format(bridge=p.bridge)
+        if begin not in text:
+            continue
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(DOC_END, 1)
+        text = f"{head}{begin}\n{reference_markdown(p)}{DOC_END}{tail}"
+    return text
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    doc = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/pipeline.md")
+    doc.write_text(update_doc(doc.read_text()))

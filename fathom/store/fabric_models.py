@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from fathom.store.models import Base, _Object, _now
+from fathom.store.base import Base, _Object, _now
 
 ROUTER_MODES = ("distributed", "fabric", "network-node")
 LINK_SOURCES = ("lldp", "declared")

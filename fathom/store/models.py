@@ -1,51 +1,23 @@
 """SQLAlchemy 2 models of the store. The schema itself is created by the Alembic migrations in
 fathom/store/migrations (tests check that the two agree).
 
-Ids are integers: they go into OpenFlow cookies, registers and group ids (fathom.pipeline.stages).
+Ids are integers: they go into OpenFlow cookies, registers and group ids (fathom.pipeline.cookies).
 Tables use AUTOINCREMENT on SQLite so an id is never reused after a delete; PostgreSQL sequences
 never reuse ids anyway.
 """
 from __future__ import annotations
 
 import ipaddress
-from datetime import datetime, timezone
 
-from sqlalchemy import (
-    JSON, Boolean, DateTime, ForeignKey, Integer, MetaData, String, UniqueConstraint,
-)
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from fathom.store.base import Base, _Object  # noqa: F401 - Base: callers reach it through the models
 
 STATUSES = ("pending", "active", "error")
 NODE_STATES = ("init", "device_created", "complete", "error")
 NODE_ROLES = ("compute", "gateway")
 NETWORK_TYPES = ("vxlan", "vlan", "flat")
-
-# Deterministic constraint names, so migrations and error mapping can refer to them.
-NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-
-
-class _Object:
-    """Columns every resource has."""
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(255), default="")
-    project_id: Mapped[str] = mapped_column(String(64), index=True)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
-    status_reason: Mapped[str | None] = mapped_column(String(1024), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
-
 
 class Node(_Object, Base):
     __tablename__ = "nodes"
@@ -145,7 +117,7 @@ class TapPolicy(_Object, Base):
     rate_pps: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
-# Fabric tables (issue 7) live in their own module; importing it registers them on Base.metadata.
+# The fabric's tables and the PPTMon records live in their own modules (on fathom.store.base);
+# importing them here registers every table on Base.metadata for whoever imports the models.
 from fathom.store import fabric_models  # noqa: E402,F401
-# PPTMon records delivered by agents (issue 5): their own module, registered the same way.
 from fathom.store import pptmon_models  # noqa: E402,F401

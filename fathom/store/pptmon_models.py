@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from fathom.store.models import Base, _now
+from fathom.store.base import Base, _now
 
 
 class PptmonRecord(Base):

@@ -113,25 +113,16 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
     return out
 
 
-def compile_switches(snapshot, topo: topology.Topology) -> dict[str, list[str]]:
-    """switch label -> ovs-ofctl lines, for every switch a reconcile pass programs."""
+def scenarios():
+    """(topology path, variant name, {SwitchKey: desired state}) of every shipped topology and variant."""
     from dataclasses import replace
 
-    from fathom.apps import compile_all
-
-    fab = snapshot.fabric
-    if fab is not None:
-        tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
-        snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
-    return {str(key): state.to_ofctl() for key, state in compile_all(snapshot).items()}
-
-
-def render() -> str:
-    from fathom.api.app import create_app
-    from fathom.store.snapshot import load_snapshot
     from sqlalchemy.orm import Session
 
-    lines = []
+    from fathom.api.app import create_app
+    from fathom.apps import compile_all
+    from fathom.store.snapshot import load_snapshot
+
     for path in TOPOLOGIES:
         topo = topology.load(path)
         for name, with_fabric, mode in variants(topo):
@@ -143,13 +134,22 @@ def render() -> str:
                     snapshot = load_snapshot(s)
                 app.state.engine.dispose()
             # router interfaces get random MACs from the store: made fixed here
-            from dataclasses import replace
             snapshot = replace(snapshot, router_interfaces=tuple(
                 replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces))
-            built = snapshot.with_ofports(ofports(topo, snapshot, mode))
-            for switch, flows in sorted(compile_switches(built, topo).items()):
-                lines.append(f"## {path.relative_to(ROOT)} [{name}] {switch}")
-                lines += flows
+            snapshot = snapshot.with_ofports(ofports(topo, snapshot, mode))
+            fab = snapshot.fabric
+            if fab is not None:
+                tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
+                snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
+            yield path, name, compile_all(snapshot)
+
+
+def render() -> str:
+    lines = []
+    for path, name, states in scenarios():
+        for key in sorted(states, key=str):
+            lines.append(f"## {path.relative_to(ROOT)} [{name}] {key}")
+            lines += states[key].to_ofctl()
     return "\n".join(lines) + "\n"
 
 
