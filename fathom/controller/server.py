@@ -14,6 +14,7 @@ from fathom.model import datapath_id
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.reconciler import Reconciler
 from fathom.controller.taps import tap_runtime_router
+from fathom.pipeline.cookies import owns_cookie
 from fathom.pipeline.stages import TABLE_STAGE
 from fathom.store.db import open_store, session_factory
 from fathom.store import models as m
@@ -48,7 +49,7 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
             "desired_groups": sorted(g.to_ofctl() for g in desired.groups) if desired else [],
             "actual_groups": sorted(g.to_ofctl() for g in groups) if groups is not None else None,
             "in_sync": (desired is not None and actual is not None
-                        and {f for f in actual if f.cookie >> 56} == set(desired.flows)),
+                        and {f for f in actual if owns_cookie(f.cookie)} == set(desired.flows)),
         }
 
     @router.post("/sync", summary="Run one reconcile pass now and report per-node results")
