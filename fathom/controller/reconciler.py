@@ -198,9 +198,10 @@ class Reconciler:
                 if dpid is None:
                     continue
                 res = result.switches[key] = SwitchResult(key, dpid)
-            if key.bridge == BR_INT and res.setup == "error":
-                # without OVSDB we cannot tell the node's ports: leave its flows as they are
-                res.state = "not reconciled (node bootstrap failed)"
+            if res.setup == "error":
+                # without OVSDB we cannot tell the switch's ports (and a userspace OVS whose
+                # ovsdb-server is gone does not answer OpenFlow either): leave its flows as they are
+                res.state = "not reconciled (bootstrap failed)"
                 continue
             session = self.switches.session(res.dpid)
             if session is None:

@@ -5,17 +5,14 @@ Like fathom/store/ops.py, each check raises a fathom.store.errors error naming t
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import replace
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from fathom.apps.vtap import filters as vtap
-from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 from fathom.store.ops import Caller, _owner
-from fathom.model import TUNNEL_INTERFACE
 from fathom.store.snapshot import load_snapshot
 
 DIRECTIONS = ("forward", "both")
@@ -187,18 +184,7 @@ def _check_overlap(session: Session, tap: m.TapPolicy) -> None:
 def static_problems(session: Session) -> dict[int, list[str]]:
     """Why each policy cannot be installed, judged from the store alone (every bound interface is
     assumed present on its node): deleted ports (error) and unbound ports (pending)."""
-    snapshot = load_snapshot(session)
-    fake = {}
-    bound: dict[str, set[str]] = {}
-    for p in snapshot.ports:
-        if p.node and p.interface:
-            bound.setdefault(p.node, set()).add(p.interface)
-    for i, n in enumerate(snapshot.nodes):
-        fake[n.name] = {name: k + 1 for k, name in enumerate(sorted(bound.get(n.name, set()) | {TUNNEL_INTERFACE}))}
-    nodes = tuple(replace(n, tunnel_ip=n.tunnel_ip or "0.0.0.0") for n in snapshot.nodes)
-    snapshot = replace(snapshot, nodes=nodes).with_ofports(fake)
-    _, plans = compile_vtap_plans(snapshot)
-    return {pid: plan.problems for pid, plan in plans.items()}
+    return vtap.static_problems(load_snapshot(session))
 
 
 WAITING = "waiting for the switches to hold it"

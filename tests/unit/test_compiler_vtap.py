@@ -14,7 +14,8 @@ from fathom.pipeline import stages as st
 from fathom.apps.vtap import compiler as vtap
 from fathom.apps.vtap import filters
 from .flowsim import compile_tenant
-from fathom.model import (
+from fathom.model import (  # noqa: I001
+    TUNNEL_INTERFACE,
     FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy,
 )
 
@@ -293,3 +294,34 @@ def test_rate_limit_meters_the_copies_only_at_the_senders_switch():
     assert not any(f.meter_id() for f in states["c1"].flows if f.table == st.TAP_INGRESS)
     tapped = Fabric(replace(base(), tap_policies=(p,)), compiled(replace(base(), tap_policies=(p,))))
     assert set(where(tapped.send("c1", "ta", frame(1, 4)))) == {"tr", "tm1", "tm2"}
+
+
+def _problems_through_the_compiler(snap: Snapshot) -> dict[int, list[str]]:
+    """The compiler's plans on a model where every bound interface is on its node's br-int."""
+    fake = {n.name: {TUNNEL_INTERFACE: 1, **{p.interface: 10 + p.id for p in snap.ports
+                                             if p.node == n.name and p.interface}} for n in snap.nodes}
+    return {pid: plan.problems for pid, plan in vtap.compile_vtap_plans(snap.with_ofports(fake))[1].items()}
+
+
+@pytest.mark.parametrize("change", [
+    {}, {"monitor_port_ids": (None,)}, {"sender_port_id": None}, {"receiver_port_id": None},
+    {"monitor_port_ids": (3, None)}, {"direction": "both"}, {"direction": "both", "receiver_is_port": False},
+    {"monitor_port_ids": (3, 5)}, {"id": filters.MAX_POLICY_ID + 1},
+])
+@pytest.mark.parametrize("unbind", [(), (1,), (2,), (3,), (5,), (1, 3)])
+@pytest.mark.parametrize("no_interface", [(), (2,), (5,)])
+def test_problems_from_the_model_are_the_compilers(change, unbind, no_interface):
+    snap = base()
+    ports = tuple(replace(p, node=None if p.id in unbind else p.node,
+                          interface=None if p.id in no_interface else p.interface) for p in snap.ports)
+    snap = replace(snap, ports=ports, tap_policies=(replace(policy(), **change),))
+    assert filters.static_problems(snap) == _problems_through_the_compiler(snap)
+
+
+def test_a_marker_used_by_a_tenant_network_is_a_problem():
+    snap = base()
+    vni = filters.marker(1, 0, 0)
+    snap = replace(snap, networks=snap.networks + (Network(7, "x", "p1", "vxlan", vni),),
+                   tap_policies=(policy(),))
+    assert filters.static_problems(snap) == _problems_through_the_compiler(snap) == {
+        1: [f"tap marker VNI {vni} is used by a tenant network"]}

@@ -399,3 +399,59 @@ def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:
         if any(matches_intersect(a, b) for a in mine for b in theirs):
             out.append(other.id)
     return out
+
+
+# ---------------------------------------------------------------------------------------------- problems
+
+
+def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
+    """Why each policy cannot be installed, judged from the model alone (every bound port's interface
+    is taken to be on its node): deleted ports (error), unbound ones, a marker a tenant network uses
+    (error). The same words as the compiler's plans, which add what only the switches can tell."""
+    ports = {p.id: p for p in snapshot.ports}
+    nodes = {n.name for n in snapshot.nodes}
+    tenant_vnis = {n.segmentation_id for n in snapshot.networks if n.type == "vxlan"}
+    out = {}
+    for p in sorted(snapshot.tap_policies, key=lambda p: p.id):
+        problems = out[p.id] = []
+        sender = ports.get(p.sender_port_id) if p.sender_port_id is not None else None
+        if sender is None:
+            problems.append("sender port was deleted")
+        receiver = None
+        if p.receiver_is_port:
+            receiver = ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
+            if receiver is None:
+                problems.append("receiver port was deleted")
+        monitors = []
+        for i, mid in enumerate(p.monitor_port_ids):
+            mport = ports.get(mid) if mid is not None else None
+            if mport is None:
+                problems.append(f"{'monitor' if i == 0 else 'monitor2'} port was deleted")
+            else:
+                monitors.append((i, mport))
+        if sender is None or (p.receiver_is_port and receiver is None) or not monitors:
+            continue
+        if p.id > MAX_POLICY_ID:
+            problems.append(f"policy id {p.id} is beyond the marker space")
+            continue
+        directions = [(0, sender)]
+        if p.direction == "both":
+            if receiver is None:
+                problems.append("direction both needs the receiver to be a port")
+            else:
+                directions.append((1, receiver))
+        for d, src in directions:
+            what = "sender" if d == 0 else "receiver (direction both)"
+            if src.node not in nodes:
+                problems.append(f"{what} port {src.id} is not bound to a node")
+                continue
+            if not src.interface:
+                problems.append(f"{what} port {src.id}: interface {src.interface!r} not on {src.node}'s br-int yet")
+                continue
+            for i, mport in monitors:
+                if marker(p.id, d, i) in tenant_vnis:
+                    problems.append(f"tap marker VNI {marker(p.id, d, i)} is used by a tenant network")
+                elif mport.node not in nodes or not mport.interface:
+                    problems.append(f"{'monitor' if i == 0 else 'monitor2'} port {mport.id} is not on a node's "
+                                    f"br-int yet")
+    return out
