@@ -217,6 +217,9 @@ class Reconciler:
         held: dict[int, set] = {}     # dpid -> owners held back after a refusal
         for res, session, desired, change, _ in plans:
             self.known.pop(res.dpid, None)
+            if len(change):
+                LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter "
+                         "add/mod/del", res.key, res.dpid, *map(len, change.__dict__.values()))
             try:
                 held[res.dpid] = self._send(res, session, change, make_messages, result)
             except Exception as e:  # noqa: BLE001
@@ -255,10 +258,6 @@ class Reconciler:
             else:
                 session.bundle(first)
                 session.plain(second)
-        n = len(change)
-        if n:
-            LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter add/mod/del",
-                     res.key, res.dpid, *map(len, change.__dict__.values()))
         try:
             send(change)
             return set()
