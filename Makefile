@@ -15,13 +15,13 @@ demo: setup
 	$(PY) -m fathom.demo $(if $(KEEP),--keep,)
 
 test: setup
-	$(PY) -m pytest -ra tests
+	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests
 
 test-unit: setup
-	$(PY) -m pytest -ra tests/unit
+	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests/unit
 
 test-lab: setup
-	$(PY) -m pytest -ra tests/lab
+	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests/lab
 
 bench: setup
 	.venv/bin/fathom bench all

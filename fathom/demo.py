@@ -12,10 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+from fathom.client import ApiError, Client
 
 from rich.console import Console
 
+from fathom.host import exec as host_exec
+from fathom.host.iperf import iperf3
 from fathom.lab.lab import Lab
 from fathom.pptmon import demo as pptmon_demo
 from fathom.lab.sh import LabError
@@ -38,14 +40,8 @@ def ping_rtt_ms(lab: Lab, src: str, dst: str) -> float | None:
 
 
 def iperf_gbps(lab: Lab, client: str, server: str, server_ip: str, seconds: int = 3) -> float | None:
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns(server), "iperf3", "-s", "-1", "-B", server_ip],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        out = in_ns(lab, client, "iperf3", "-c", server_ip, "-t", str(seconds), "-J")
-        return json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9 if out.returncode == 0 else None
-    finally:
-        srv.kill()
+    result = iperf3(lab.ns(client), lab.ns(server), server_ip, seconds=seconds, check=False)
+    return result.gbps if result else None
 
 
 def lab_section(lab: Lab, report: list) -> None:
@@ -80,7 +76,8 @@ def tenant_section(report: list) -> None:
             t0 = time.monotonic()
             state = lab.up(topo, str(path))
         url = state["controller"]["url"]
-        ports = httpx.get(url + "/v1/ports").json()
+        api = Client(url)
+        ports = api.get("/ports")
         active = sum(p["status"] == "active" for p in ports)
         console.print(f"controller {url}: {active}/{len(ports)} ports active after {time.monotonic() - t0:.1f} s")
         report.append(("tenant lab up (controller)", f"{time.monotonic() - t0:.1f} s, {active}/{len(ports)} ports active"))
@@ -99,7 +96,7 @@ def tenant_section(report: list) -> None:
         report.append(("TCP vm1 → grn2 routed, cross node", f"{gbps:.2f} Gb/s" if gbps else "FAILED"))
         console.print(f"iperf3 TCP routed vm1 → grn2: {gbps:.2f} Gb/s" if gbps else "iperf3: [red]FAILED")
         for node in ("compute1", "compute2"):
-            flows = httpx.get(f"{url}/v1/nodes/{node}/flows", timeout=30).json()
+            flows = api.node_flows(node)
             n = sum(len(v) for v in flows["desired"].values())
             report.append((f"flows on {node}", f"{n} desired, {'in sync' if flows['in_sync'] else 'NOT in sync - FAILED'}"))
     finally:
@@ -137,20 +134,14 @@ def vtap_section(report: list) -> None:
     try:
         with console.status("bringing up a lab with a monitor VM"):
             url = lab.up(parse(VTAP_TOPOLOGY, "<demo vtap>"), "<demo vtap>")["controller"]["url"]
-        tap = httpx.post(url + "/v1/taps", json={"name": "http", "sender": "client", "receiver": "web",
-                                                 "monitor": "ids", "direction": "both", "ip_proto": "tcp",
-                                                 "tp_dst": 80}, timeout=30)
-        tap.raise_for_status()
-        tid = tap.json()["id"]
-        deadline = time.monotonic() + 20
-        while not httpx.get(f"{url}/v1/taps/{tid}/stats", timeout=30).json().get("realised"):
-            if time.monotonic() > deadline:
-                raise LabError("the tap was not realised in 20 s")
-            time.sleep(0.3)
-        srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("web"), "python3", "-m", "http.server", "80",
-                                "--bind", "198.19.1.12"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("ids"), "tcpdump", "-i", "eth0", "-U",
-                                "--immediate-mode", "-n", "-w", f"/tmp/{LAB}v-ids.pcap", "tcp port 80"],
+        api = Client(url)
+        tid = api.post("/taps", json={"name": "http", "sender": "client", "receiver": "web", "monitor": "ids",
+                                      "direction": "both", "ip_proto": "tcp", "tp_dst": 80})["id"]
+        api.wait_until(f"/taps/{tid}/stats", lambda s: s.get("realised"), timeout=20, interval=0.3)
+        srv = subprocess.Popen(host_exec.argv(["python3", "-m", "http.server", "80", "--bind", "198.19.1.12"],
+                                              lab.ns("web")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cap = subprocess.Popen(host_exec.argv(["tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n",
+                                               "-w", f"/tmp/{LAB}v-ids.pcap", "tcp port 80"], lab.ns("ids")),
                                stderr=subprocess.PIPE, text=True)
         cap.stderr.readline()
         try:
@@ -167,8 +158,7 @@ def vtap_section(report: list) -> None:
             srv.kill()
         summary = cap.stderr.read().strip().splitlines()
         captured = next((l.split()[0] for l in summary if "captured" in l), "?")
-        stats = [httpx.get(f"{url}/v1/taps/{t['id']}/stats", timeout=30).json()
-                 for t in httpx.get(url + "/v1/taps", timeout=30).json()]
+        stats = [api.tap_stats(t["id"]) for t in api.get("/taps")]
         copies = sum(s["copies_packets"] for s in stats)
         delivered = sum(s["delivered_packets"] for s in stats)
         console.print(f"5 HTTP GETs client → web (cross node): {ok}/5 answered; monitor 'ids' captured "
@@ -183,7 +173,7 @@ def vtap_section(report: list) -> None:
 
 
 def fabric_section(report: list) -> None:
-    """Issue 7: the ToR under the controller (LLDP, VLANs on its trunks), one router moved between
+    """The fabric switch under the controller (LLDP, VLANs on its trunks), one router moved between
     the three modes while a ping runs through it: traffic follows the router."""
     console.rule("[bold]fabric offload: the ToR as a managed switch, router modes")
     from fathom.bench.l3 import TOPOLOGY as FABRIC_TOPOLOGY
@@ -193,10 +183,10 @@ def fabric_section(report: list) -> None:
     try:
         with console.status("bringing up the fabric lab (ToR managed by the controller)"):
             state = lab.up(topo, str(FABRIC_TOPOLOGY))
-        api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=30)
+        api = Client(state["controller"]["url"])
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            st = api.get("/fabric/switches/1/status").json()
+            st = api.get("/fabric/switches/1/status")
             if all("lldp" in p["link"] for p in st["ports"]):
                 break
             time.sleep(0.5)
@@ -205,16 +195,16 @@ def fabric_section(report: list) -> None:
             console.print(line)
             report.append((f"ToR port {p['port']}", f"node {p['node']} by {'+'.join(p['link']) or 'FAILED'}, "
                                                     f"VLANs {p['vlans']}"))
-        rid = api.get("/routers").json()[0]["id"]
+        rid = api.get("/routers")[0]["id"]
         ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
         for mode in ("fabric", "network-node", "distributed"):
             # a ping every 10 ms while the router moves: how many echoes the move costs
             argv, env = lab.exec_args("va", ["ping", "-i", "0.01", "-W", "1", ips["vd"]])
             pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             time.sleep(0.5)
-            api.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+            api.patch(f"/routers/{rid}", json={"mode": mode})
             deadline = time.monotonic() + 10
-            while api.get(f"/routers/{rid}").json()["status"] != "active" and time.monotonic() < deadline:
+            while api.get(f"/routers/{rid}")["status"] != "active" and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(1)
             pinger.send_signal(2)
@@ -234,10 +224,18 @@ def fabric_section(report: list) -> None:
             lab.down()
 
 
+def set_lab_name(name: str) -> None:
+    global LAB
+    LAB = name
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="leave the lab up (fathom lab down -n demo)")
+    parser.add_argument("--name", default=LAB, help="name of the demo's lab; its other labs add one letter "
+                                                     "(at most 7 characters, so that several demos can run at once)")
     args = parser.parse_args()
+    set_lab_name(args.name)
     lab = Lab(LAB)
     if lab.exists():
         console.print("removing a previous demo lab")
@@ -250,10 +248,10 @@ def main() -> int:
         lab_section(lab, report)
         tenant_section(report)
         vtap_section(report)
-        fabric_section(report)   # issue 7
-        pptmon_demo.section(console, report, keep=args.keep)  # issue 5
+        fabric_section(report)
+        pptmon_demo.section(console, report, keep=args.keep)
     except Exception as e:  # noqa: BLE001 - the report and the clean-up below must still happen
-        if not isinstance(e, (LabError, httpx.HTTPError, subprocess.SubprocessError)):
+        if not isinstance(e, (LabError, ApiError, subprocess.SubprocessError)):
             console.print_exception()
         console.print(f"[red]demo failed:[/red] {e}")
         ok = False

@@ -1,4 +1,4 @@
-"""PPTMon records in the controller (issue 5, Deliver §2): ingestion, query, stats, retention and
+"""PPTMon records in the controller: ingestion, query, stats, retention and
 Prometheus histograms.
 
     POST /v1/pptmon/records            a batch from an agent: {"node": "...", "records": [...]}
@@ -31,15 +31,17 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.orm import Session
 
+from fathom.api.deps import ERRORS, CallerDep, EngineDep, utc
 from fathom.pptmon.records import PptRecord, RecordBatch, parse_duration
 from fathom.pptmon.stats import chain_stats
 from fathom.store.db import READ_ONLY
-from fathom.store.ops import Caller, require_admin
+from fathom.store.ops import require_admin
 from fathom.store.pptmon_models import PptmonRecord as Row
 
 LOG = logging.getLogger("fathom.pptmon.api")
@@ -255,16 +257,12 @@ def _filters(chain, vnf, since_ns, until_ns):
     return where
 
 
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 def record_out(row: Row) -> dict:
     return {"type": "ppt", "v": 1, "key": row.key, "chain": row.chain, "node": row.node,
             "vnf_ns": row.vnf_ns, "placement": row.placement, "ktime_ns": row.ktime_ns,
             "time_ns": row.time_ns, "sink_vnf": row.sink_vnf, "seq": row.seq, "flags": row.flags,
             "flow": row.flow, "hops": row.hops, "e2e_us": row.e2e_us,
-            "received_at": _utc(row.received_at).isoformat()}
+            "received_at": utc(row.received_at).isoformat()}
 
 
 def stats_for(engine: Engine, chain: str, since_ns: int | None, until_ns: int | None) -> dict:
@@ -285,80 +283,83 @@ def stats_for(engine: Engine, chain: str, since_ns: int | None, until_ns: int | 
 # ---------------------------------------------------------------------------------------------- routes
 
 
-def routes(engine: Engine, retention: RetentionConfig | None = None) -> APIRouter:
-    """The /pptmon routes (include with prefix /v1). Serving the app starts the retention worker."""
-    from fathom.api.app import caller   # here: fathom.api.app imports this module
+@contextlib.asynccontextmanager
+async def _retention_while_served(app):
+    """Serving the app runs the retention worker of its store."""
+    worker = app.state.pptmon_retention
+    worker.start()
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(worker.shutdown)
 
-    cfg = retention or RetentionConfig.from_env()
-    worker = RetentionWorker(engine, cfg)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(_app):
-        worker.start()
-        try:
-            yield
-        finally:
-            await asyncio.to_thread(worker.shutdown)
+def retention_worker(request: Request) -> RetentionWorker:
+    return request.app.state.pptmon_retention
 
-    r = APIRouter(prefix="/pptmon", tags=["pptmon"], lifespan=lifespan)
-    who = Depends(caller)
-    metrics()   # the families exist (empty) on /metrics from the start
 
-    @r.post("/records", summary="Store a batch of PPTMon records (idempotent on the record key)")
-    def post_records(batch: RecordBatch, c: Caller = who):
-        require_admin(c, "deliver PPTMon records")
-        new, duplicates = ingest(engine, batch)
-        observe(new)
-        if duplicates:
-            m = metrics()["duplicates"]
-            seen = {r.key for r in new}
-            for rec in batch.records:
-                if rec.key not in seen:
-                    m.labels(rec.chain).inc()
-                seen.discard(rec.key)   # a key repeated inside the batch counts as a duplicate
-        return {"received": len(batch.records), "accepted": len(new), "duplicates": duplicates}
+router = APIRouter(prefix="/pptmon", tags=["pptmon"], responses=ERRORS, lifespan=_retention_while_served)
+WorkerDep = Annotated[RetentionWorker, Depends(retention_worker)]
 
-    @r.get("/records", summary="Stored records, newest `limit` matching, oldest first")
-    def get_records(chain: str | None = None,
-                    vnf: int | None = Query(None, ge=0, le=255, description="records through VNF id"),
-                    since: str | None = Query(None, description="ns since the epoch, a duration back from now (30s), or ISO 8601"),
-                    until: str | None = None,
-                    limit: int = Query(100, ge=1, le=10_000), c: Caller = who):
-        require_admin(c, "read PPTMon records")
-        since_ns, until_ns = parse_since(since), parse_since(until, "until")
-        with Session(engine) as s, s.begin():
-            s.connection(execution_options=READ_ONLY)
-            rows = list(s.execute(select(Row).where(*_filters(chain, vnf, since_ns, until_ns))
-                                  .order_by(Row.time_ns.desc(), Row.id.desc()).limit(limit)).scalars())
-            return [record_out(x) for x in reversed(rows)]
 
-    @r.get("/stats", summary="p50/p90/p99 (and min, mean, max...) per VNF and end to end over a window")
-    def get_stats(chain: str, since: str | None = Query(None, description="as for /records"),
-                  until: str | None = None,
-                  window: str | None = Query(None, description="a duration back from now; default 5m when no since"),
-                  c: Caller = who):
-        require_admin(c, "read PPTMon statistics")
-        if since is not None and window is not None:
-            raise _bad("query", "window", "give since or window, not both")
-        since_ns = parse_since(since) if since is not None else parse_since(window or "5m", "window")
-        return stats_for(engine, chain, since_ns, parse_since(until, "until"))
+@router.post("/records", summary="Store a batch of PPTMon records (idempotent on the record key)")
+def post_records(batch: RecordBatch, c: CallerDep, engine: EngineDep):
+    require_admin(c, "deliver PPTMon records")
+    new, duplicates = ingest(engine, batch)
+    observe(new)
+    if duplicates:
+        m = metrics()["duplicates"]
+        seen = {r.key for r in new}
+        for rec in batch.records:
+            if rec.key not in seen:
+                m.labels(rec.chain).inc()
+            seen.discard(rec.key)   # a key repeated inside the batch counts as a duplicate
+    return {"received": len(batch.records), "accepted": len(new), "duplicates": duplicates}
 
-    @r.get("/chains", summary="Chains with stored records")
-    def get_chains(c: Caller = who):
-        require_admin(c, "read PPTMon records")
-        with Session(engine) as s, s.begin():
-            s.connection(execution_options=READ_ONLY)
-            rows = s.execute(select(Row.chain, func.count(Row.id), func.min(Row.time_ns), func.max(Row.time_ns))
-                             .group_by(Row.chain).order_by(Row.chain)).all()
-            nodes = s.execute(select(Row.chain, Row.node).distinct()).all()
-        return [{"chain": ch, "records": n, "first_ns": lo, "last_ns": hi,
-                 "nodes": sorted({nd for c2, nd in nodes if c2 == ch and nd})} for ch, n, lo, hi in rows]
 
-    @r.post("/retention", summary="Enforce retention now")
-    def post_retention(c: Caller = who):
-        require_admin(c, "enforce PPTMon retention")
-        removed = worker.run_once()
-        return {"removed": removed, "max_age_s": cfg.max_age_s, "max_records": cfg.max_records,
-                "interval_s": cfg.interval_s}
+@router.get("/records", summary="Stored records, newest `limit` matching, oldest first")
+def get_records(c: CallerDep, engine: EngineDep, chain: str | None = None,
+                vnf: int | None = Query(None, ge=0, le=255, description="records through VNF id"),
+                since: str | None = Query(None, description="ns since the epoch, a duration back from now (30s), or ISO 8601"),
+                until: str | None = None,
+                limit: int = Query(100, ge=1, le=10_000)):
+    require_admin(c, "read PPTMon records")
+    since_ns, until_ns = parse_since(since), parse_since(until, "until")
+    with Session(engine) as s, s.begin():
+        s.connection(execution_options=READ_ONLY)
+        rows = list(s.execute(select(Row).where(*_filters(chain, vnf, since_ns, until_ns))
+                              .order_by(Row.time_ns.desc(), Row.id.desc()).limit(limit)).scalars())
+        return [record_out(x) for x in reversed(rows)]
 
-    return r
+
+@router.get("/stats", summary="p50/p90/p99 (and min, mean, max...) per VNF and end to end over a window")
+def get_stats(chain: str, c: CallerDep, engine: EngineDep,
+              since: str | None = Query(None, description="as for /records"),
+              until: str | None = None,
+              window: str | None = Query(None, description="a duration back from now; default 5m when no since")):
+    require_admin(c, "read PPTMon statistics")
+    if since is not None and window is not None:
+        raise _bad("query", "window", "give since or window, not both")
+    since_ns = parse_since(since) if since is not None else parse_since(window or "5m", "window")
+    return stats_for(engine, chain, since_ns, parse_since(until, "until"))
+
+
+@router.get("/chains", summary="Chains with stored records")
+def get_chains(c: CallerDep, engine: EngineDep):
+    require_admin(c, "read PPTMon records")
+    with Session(engine) as s, s.begin():
+        s.connection(execution_options=READ_ONLY)
+        rows = s.execute(select(Row.chain, func.count(Row.id), func.min(Row.time_ns), func.max(Row.time_ns))
+                         .group_by(Row.chain).order_by(Row.chain)).all()
+        nodes = s.execute(select(Row.chain, Row.node).distinct()).all()
+    return [{"chain": ch, "records": n, "first_ns": lo, "last_ns": hi,
+             "nodes": sorted({nd for c2, nd in nodes if c2 == ch and nd})} for ch, n, lo, hi in rows]
+
+
+@router.post("/retention", summary="Enforce retention now")
+def post_retention(c: CallerDep, worker: WorkerDep):
+    require_admin(c, "enforce PPTMon retention")
+    removed = worker.run_once()
+    cfg = worker.cfg
+    return {"removed": removed, "max_age_s": cfg.max_age_s, "max_records": cfg.max_records,
+            "interval_s": cfg.interval_s}

@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fathom.addresses import parse_mac
+
 NAME = Field(default="", max_length=255)
 NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 # OVS interface names are Linux interface names: at most 15 characters.
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"
 Status = Literal["pending", "active", "error"]
@@ -132,16 +132,7 @@ class FixedIpOut(BaseModel):
 
 
 def _check_mac(value: str | None) -> str | None:
-    if value is None:
-        return None
-    value = value.lower()
-    if not MAC_RE.match(value):
-        raise ValueError(f"{value!r} is not a MAC address like 02:00:00:00:00:01")
-    if int(value[:2], 16) & 1:
-        raise ValueError(f"{value} is a multicast MAC; a port needs a unicast one")
-    if value == "00:00:00:00:00:00":
-        raise ValueError("00:00:00:00:00:00 is not a usable MAC")
-    return value
+    return None if value is None else parse_mac(value, unicast_for="a port")
 
 
 class PortCreate(_Request):
@@ -187,7 +178,7 @@ class PortOut(BaseModel):
 # ---------------------------------------------------------------------------------------------- routers
 
 
-RouterMode = Literal["distributed", "fabric", "network-node"]   # issue 7, docs/fabric.md
+RouterMode = Literal["distributed", "fabric", "network-node"]   # where a router runs: docs/fabric.md
 
 
 class RouterCreate(_Request):

@@ -7,21 +7,20 @@ Counters and per-node state are runtime facts: fathom/controller/taps.py serves 
 """
 from __future__ import annotations
 
-import ipaddress
-import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from fathom.addresses import parse_ipv4, parse_mac
+from fathom.api.deps import ERRORS, CallerDep, StoreDep, utc
 from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store import taps as ops
 from fathom.store.errors import Invalid
-from fathom.store.ops import Caller, list_objects
+from fathom.store.ops import list_objects
 
-MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 Wild = int | str | None
 
 
@@ -105,13 +104,14 @@ def parse_ref(value, field: str):
             raise Invalid(f"unknown key(s) {', '.join(sorted(extra))}: give port, or mac and ip", field)
         if "mac" not in value or "ip" not in value:
             raise Invalid("give both mac and ip (or a port)", field)
-        mac = str(value["mac"]).strip().lower()
-        if not MAC_RE.match(mac):
-            raise Invalid(f"{value['mac']!r} is not a MAC address like 02:00:00:00:00:01", f"{field}.mac")
         try:
-            ip = str(ipaddress.IPv4Address(str(value["ip"]).strip()))
-        except ValueError:
-            raise Invalid(f"{value['ip']!r} is not an IPv4 address", f"{field}.ip") from None
+            mac = parse_mac(value["mac"])
+        except ValueError as e:
+            raise Invalid(str(e), f"{field}.mac") from None
+        try:
+            ip = parse_ipv4(value["ip"])
+        except ValueError as e:
+            raise Invalid(str(e), f"{field}.ip") from None
         return {"mac": mac, "ip": ip}
     raise Invalid("give a port id, a port name or {mac, ip}", field)
 
@@ -129,7 +129,6 @@ def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = Non
     directions = (0, 1) if t.direction == "both" else (0,)
     monitors = (0, 1) if t.has_monitor2 else (0,)
     markers = [vtap.marker(t.id, d, i) for d in directions for i in monitors] if t.id <= vtap.MAX_POLICY_ID else []
-    created = t.created_at if t.created_at.tzinfo else t.created_at.replace(tzinfo=timezone.utc)
     return TapOut(
         id=t.id, name=t.name, project_id=t.project_id,
         sender=_endpoint(session, t.sender_port_id),
@@ -141,7 +140,7 @@ def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = Non
         rate_pps=t.rate_pps,
         markers=markers,
         status=(status or (t.status, t.status_reason))[0], status_reason=(status or (t.status, t.status_reason))[1],
-        created_at=created)
+        created_at=utc(t.created_at))
 
 
 def _body(model: BaseModel, given_only: bool) -> dict:
@@ -152,41 +151,39 @@ def _body(model: BaseModel, given_only: bool) -> dict:
     return data
 
 
-def taps_router(store) -> APIRouter:
-    """`store` is the API's transaction helper (fathom.api.app._Store: read / write)."""
-    from fathom.api.app import ERRORS, caller
+router = APIRouter(prefix="/taps", tags=["taps"], responses=ERRORS)
 
-    r = APIRouter(responses=ERRORS, tags=["taps"])
-    who = Depends(caller)
 
-    @r.get("/taps", response_model=list[TapOut])
-    def list_taps(c: Caller = who, name: str | None = None):
-        def run(s):
-            taps = list_objects(s, c, m.TapPolicy, name=name)
-            now = ops.current_statuses(s) if taps else {}
-            return [tap_out(s, t, now.get(t.id)) for t in taps]
-        return store.read(run)
+@router.get("", response_model=list[TapOut])
+def list_taps(c: CallerDep, db: StoreDep, name: str | None = None):
+    def run(s):
+        taps = list_objects(s, c, m.TapPolicy, name=name)
+        now = ops.current_statuses(s) if taps else {}
+        return [tap_out(s, t, now.get(t.id)) for t in taps]
+    return db.read(run)
 
-    @r.post("/taps", response_model=TapOut, status_code=201)
-    def create_tap(body: TapCreate, c: Caller = who):
-        data = _body(body, given_only=False)
-        return store.write(lambda s: tap_out(s, ops.create_tap(s, c, data)))
 
-    @r.get("/taps/{tap_id}", response_model=TapOut)
-    def show_tap(tap_id: int, c: Caller = who):
-        def run(s):
-            t = ops.get_tap(s, c, tap_id)
-            return tap_out(s, t, ops.current_statuses(s).get(t.id))
-        return store.read(run)
+@router.post("", response_model=TapOut, status_code=201)
+def create_tap(body: TapCreate, c: CallerDep, db: StoreDep):
+    data = _body(body, given_only=False)
+    return db.write(lambda s: tap_out(s, ops.create_tap(s, c, data)))
 
-    @r.patch("/taps/{tap_id}", response_model=TapOut)
-    def update_tap(tap_id: int, body: TapUpdate, c: Caller = who):
-        data = _body(body, given_only=True)
-        return store.write(lambda s: tap_out(s, ops.update_tap(s, c, tap_id, data)))
 
-    @r.delete("/taps/{tap_id}", status_code=204)
-    def delete_tap(tap_id: int, c: Caller = who):
-        store.write(lambda s: ops.delete_tap(s, c, tap_id))
-        return Response(status_code=204)
+@router.get("/{tap_id}", response_model=TapOut)
+def show_tap(tap_id: int, c: CallerDep, db: StoreDep):
+    def run(s):
+        t = ops.get_tap(s, c, tap_id)
+        return tap_out(s, t, ops.current_statuses(s).get(t.id))
+    return db.read(run)
 
-    return r
+
+@router.patch("/{tap_id}", response_model=TapOut)
+def update_tap(tap_id: int, body: TapUpdate, c: CallerDep, db: StoreDep):
+    data = _body(body, given_only=True)
+    return db.write(lambda s: tap_out(s, ops.update_tap(s, c, tap_id, data)))
+
+
+@router.delete("/{tap_id}", status_code=204)
+def delete_tap(tap_id: int, c: CallerDep, db: StoreDep):
+    db.write(lambda s: ops.delete_tap(s, c, tap_id))
+    return Response(status_code=204)

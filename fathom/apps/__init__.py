@@ -3,45 +3,28 @@
 An app declares its id (the app byte of its cookies, group and meter ids), the tables it fills on
 each bridge kind (names from fathom/pipeline/catalogue.py), and `compile(model)`: a pure function
 from the model (fathom.model.Snapshot) to the desired state of every switch it has something for,
-keyed by `SwitchKey(bridge, name)`. The reconciler runs every registered app for every switch and
-diffs the union against what the switch holds, through one path and one ownership rule
-(fathom.pipeline.cookies.owns_cookie).
+keyed by `SwitchKey(bridge, name)`. An app may also declare `derive(model, desired)` for switches
+whose state follows from what the other switches are asked to hold (the ToR lets a VLAN onto a
+trunk port when the node's br-int can send it): it runs after every app's `compile`, on their
+union. The reconciler runs every registered app for every switch and diffs the union against what
+the switch holds, through one path and one ownership rule (fathom.pipeline.cookies.owns_cookie).
 
-A new app is a folder here (fathom/apps/<app>/) with its compiler and an `APP` object, plus one
-line in `REGISTRY`; its tables must already be declared in the catalogue. Every flow an app
-compiles carries its cookie (app, kind, object id), so the desired state of a switch can be split
-per owning object (`by_owner`), which is what an incremental reconciler keeps.
+A new app is a folder here (fathom/apps/<app>/) with its compiler and an `APP` object (an `App`
+of fathom/apps/base.py), plus one line in `registry()`; its tables must already be declared in the
+catalogue. Every flow an app compiles carries its cookie (app, kind, object id), so the desired
+state of a switch can be split per owning object (`by_owner`), which is what an incremental
+reconciler keeps.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
+from fathom.apps.base import BR_INT, BR_PHY, TOR, App, SwitchKey  # noqa: F401 - the apps' names, here for callers
 from fathom.model import Snapshot
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.catalogue import PIPELINES
-
-BR_INT, BR_PHY, TOR = "br-int", "br-phy", "tor"
-
-
-@dataclass(frozen=True, order=True)
-class SwitchKey:
-    """One switch fathom programs: a node's br-int or br-phy (name = node name) or a ToR (its name)."""
-    bridge: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.bridge} {self.name}"
-
-
-@dataclass(frozen=True)
-class App:
-    name: str
-    app_id: int
-    tables: Mapping[str, tuple[str, ...]]          # bridge kind -> tables the app fills
-    compile: Callable[[Snapshot], dict[SwitchKey, SwitchState]]
 
 
 def _skeleton(model: Snapshot) -> dict[SwitchKey, SwitchState]:
@@ -67,12 +50,22 @@ def registry() -> tuple[App, ...]:
 
 
 def compile_all(model: Snapshot, apps: tuple[App, ...] | None = None) -> dict[SwitchKey, SwitchState]:
-    """The desired state of every switch: the union of every app's part."""
+    """The desired state of every switch: the union of every app's part (`compile`, then `derive`
+    on that union)."""
+    apps = apps or registry()
     out: dict[SwitchKey, SwitchState] = {}
-    for app in apps or registry():
-        for key, state in app.compile(model).items():
-            out[key] = out[key] | state if key in out else state
+    for app in apps:
+        _merge(out, app.compile(model))
+    compiled = dict(out)
+    for app in apps:
+        if app.derive is not None:
+            _merge(out, app.derive(model, compiled))
     return out
+
+
+def _merge(into: dict[SwitchKey, SwitchState], part: Mapping[SwitchKey, SwitchState]) -> None:
+    for key, state in part.items():
+        into[key] = into[key] | state if key in into else state
 
 
 def compile_bridge(model: Snapshot, bridge: str) -> dict[str, SwitchState]:

@@ -12,6 +12,19 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "native" / "traffic" / "build" / "fathom-traffic"
 
 
+L1_OVERHEAD = 20  # preamble + SFD + inter-frame gap, bytes
+
+
+def pps_for(mbps: float, size: int) -> float:
+    """Frames per second of `size` bytes that make `mbps` on the wire."""
+    return mbps * 1e6 / ((size + L1_OVERHEAD) * 8)
+
+
+def mbps_for(pps: float, size: int) -> float:
+    """Mb/s on the wire of `pps` frames of `size` bytes."""
+    return pps * (size + L1_OVERHEAD) * 8 / 1e6
+
+
 class BenchError(LabError):
     """A benchmark cannot run as asked; the message says why and what to do."""
 

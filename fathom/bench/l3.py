@@ -1,9 +1,9 @@
-"""`fathom bench l3` (issue 7): the analogue of paper 001's Figs. 5-9 on the lab, in one run.
+"""`fathom bench l3`: the analogue of the fabric paper's Figs. 5-9 on the lab, in one run.
 
 Paths (VMs on two different compute nodes, as in the paper):
   l2             va -> vc, same VLAN network, switched by the ToR
   l3 <mode>      va -> vd, two VLAN subnets of one router, the router in mode distributed, fabric
-                 or network-node (moved between runs through the API: PUT /v1/routers/{id}/mode)
+                 or network-node (moved between runs through the API: PATCH /v1/routers/{id} {mode})
 For each: iperf3 TCP and UDP throughput, ping RTT, and the CPU time and memory of every node (all
 processes of the node's namespace: its ovs-vswitchd does the packet work of the userspace
 datapath, kernel forwarding in a router namespace is charged to whoever transmits into it) and of
@@ -21,7 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
+from fathom.client import Client
+from fathom.host import iperf
 
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
@@ -98,34 +99,26 @@ class L3Bench:
         return result, usage
 
     def iperf(self, client: str, server: str, udp: bool) -> tuple[dict, dict]:
-        srv = subprocess.Popen(["ip", "netns", "exec", self.lab.ns(server), "iperf3", "-s", "-1", "-B", self.ip[server]],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            time.sleep(0.3)
-            args = ["iperf3", "-c", self.ip[server], "-t", str(self.seconds), "-J"]
-            # TCP: the first second (slow start) omitted; UDP: no omit (it skews iperf3's loss count)
-            args += ["-u", "-b", f"{self.udp_mbps}M", "-l", "1400"] if udp else ["-O", "1"]
+        # TCP: the first second (slow start) omitted; UDP: no omit (it skews iperf3's loss count)
+        args = iperf.client_args(self.ip[server], seconds=self.seconds,
+                                 **({"udp_mbps": self.udp_mbps, "length": 1400} if udp else {"omit": 1}))
+        with iperf.server(self.lab.ns(server), self.ip[server]):
             raw, usage = self.measured(lambda: self.sh(client, *args, timeout=self.seconds + 30))
-            end = json.loads(raw)["end"]
-        finally:
-            srv.kill()
-            srv.wait()
+        r = iperf.parse(raw, udp)
         if udp:   # what arrived, as the receiver counted it
-            rx = end.get("sum_received", end["sum"])
-            return {"gbps": rx["bits_per_second"] / 1e9, "loss_percent": rx["lost_percent"]}, usage
-        return {"gbps": end["sum_received"]["bits_per_second"] / 1e9,
-                "retransmits": end["sum_sent"].get("retransmits")}, usage
+            return {"gbps": r.gbps, "loss_percent": r.loss_percent}, usage
+        return {"gbps": r.gbps, "retransmits": r.retransmits}, usage
 
     def rtt_us(self, client: str, server: str, count: int = 200) -> list[float]:
         out = self.sh(client, "ping", "-c", str(count), "-i", "0.005", "-W", "1", self.ip[server])
         return [float(t) * 1000 for t in re.findall(r"time=([\d.]+) ms", out)]
 
-    def set_mode(self, api: httpx.Client, router_id: int, mode: str) -> None:
-        api.put(f"/routers/{router_id}/mode", json={"mode": mode}).raise_for_status()
+    def set_mode(self, api: Client, router_id: int, mode: str) -> None:
+        api.patch(f"/routers/{router_id}", json={"mode": mode})
         for _ in range(2):
-            api.post("/sync").raise_for_status()
+            api.sync()
         deadline = time.monotonic() + 15
-        while api.get(f"/routers/{router_id}").json()["status"] != "active":
+        while api.get(f"/routers/{router_id}")["status"] != "active":
             if time.monotonic() > deadline:
                 raise RuntimeError(f"router not active in mode {mode}")
             time.sleep(0.1)
@@ -137,7 +130,7 @@ class L3Bench:
         raise RuntimeError(f"no routed traffic in mode {mode}")
 
     # ------------------------------------------------------------------ run
-    def data_plane(self, api: httpx.Client, router_id: int) -> dict:
+    def data_plane(self, api: Client, router_id: int) -> dict:
         keys = ("tcp_gbps", "tcp_retransmits", "udp_gbps", "udp_loss_percent", "rtt_us")
         samples = {p: {k: [] for k in keys} for p in PATHS}
         usage = {p: {"tcp": [], "udp": []} for p in PATHS}
@@ -192,8 +185,8 @@ class L3Bench:
         try:
             self.progress("bringing up the lab", 0)
             state = self.lab.up(self.topo, str(TOPOLOGY))
-            api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=60)
-            router_id = next(r["id"] for r in api.get("/routers").json() if r["name"] == "r1")
+            api = Client(state["controller"]["url"], timeout=60)
+            router_id = api.find("routers", "r1")["id"]
             doc = {"benchmark": "l3", "environment": environment(),
                    "parameters": {"seconds": self.seconds, "repeats": self.repeats, "udp_offered_mbps": self.udp_mbps,
                                   "topology": str(TOPOLOGY)},

@@ -1,4 +1,4 @@
-"""Overlay module (paper 004, Fig. 8): throughput against frame size through a VXLAN tunnel between two
+"""Overlay module (the VXLAN paper, Fig. 8): throughput against frame size through a VXLAN tunnel between two
 OVS nodes of a lab, against the same path on a VLAN (no tunnel), measured side by side in one run.
 
 A lab `sbov` is built from topologies/overlay.yaml (standalone: OVS NORMAL switching, userspace
@@ -6,15 +6,14 @@ tunnelling with its ARP-learned neighbour table) and removed afterwards, even on
 """
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
+from fathom.host.iperf import iperf3
 from fathom.lab.lab import Lab
 from fathom.lab.sh import run
 from fathom.lab.topology import load
 
-from .engine import BenchError, Port, engine_args, run_engine
+from .engine import BenchError, Port, engine_args, mbps_for, run_engine
 
 LAB = "sbov"
 TOPOLOGY = Path(__file__).parent / "topologies" / "overlay.yaml"
@@ -29,7 +28,6 @@ def _vm(topo, name):
 
 
 def run_overlay(plan, step) -> tuple[list[dict], dict]:
-    from .switch import mbps_for
     topo = load(TOPOLOGY)
     lab = Lab(LAB)
     if lab.exists():
@@ -87,15 +85,5 @@ def run_overlay(plan, step) -> tuple[list[dict], dict]:
 
 
 def _iperf(lab: Lab, src: str, ip: str, dst: str, seconds: int = 2) -> float | None:
-    server = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), "iperf3", "-s", "-1", "-B", ip],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import time
-        time.sleep(0.5)
-        out = run(["iperf3", "-c", ip, "-t", str(seconds), "-J"], ns=lab.ns(src), check=False, timeout=seconds + 20)
-        data = json.loads(out.stdout or "{}")
-        bps = data.get("end", {}).get("sum_received", {}).get("bits_per_second")
-        return round(bps / 1e9, 3) if bps else None
-    finally:
-        server.kill()
-        server.wait()
+    result = iperf3(lab.ns(src), lab.ns(dst), ip, seconds=seconds, check=False)
+    return round(result.gbps, 3) if result else None

@@ -1,4 +1,4 @@
-"""`fathom bench pptmon`: paper 002's Figs 6-8 on the lab.
+"""`fathom bench pptmon`: the PPTMon paper's Figs 6-8 on the lab.
 
   fig6  processing time vs number of iptables rules, PPTMon against a capture reference
         (the same packets captured on the VNF's in0 and out0 with nanosecond timestamps)
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from fathom.host.iperf import iperf3
 from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure
 
@@ -43,22 +44,7 @@ def _cpu_jiffies() -> tuple[int, int]:
 
 def _iperf(c: chainmod.Chain, seconds: float, port: int = 5401, rate: str | None = None) -> float:
     """TCP throughput client -> server in Gb/s (receiver side); rate e.g. '1G' caps it."""
-    srv = subprocess.Popen(["ip", "netns", "exec", c.server, "iperf3", "-s", "-1", "-p", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        p = subprocess.run(["ip", "netns", "exec", c.client, "iperf3", "-c", c.server_ip,
-                            "-p", str(port), "-t", str(seconds), "-J"]
-                           + (["-b", rate] if rate else []),
-                           capture_output=True, text=True, timeout=seconds + 30)
-        data = json.loads(p.stdout)
-        return data["end"]["sum_received"]["bits_per_second"] / 1e9
-    finally:
-        try:
-            srv.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+    return iperf3(c.client, c.server, c.server_ip, bind=False, port=port, seconds=seconds, rate=rate).gbps
 
 
 def _set_rules(c: chainmod.Chain, k: int, rules: int) -> None:
@@ -68,7 +54,7 @@ def _set_rules(c: chainmod.Chain, k: int, rules: int) -> None:
 def fig6(out: Path, rules_list: list[int], packets: int) -> list[dict]:
     name = "ppbf6"
     c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf("firewall", 0)], base=60, offloads=False)
-    chainmod.down(name)
+    control.down(name)
     chainmod.up(c)
     rows = []
     try:
@@ -100,7 +86,7 @@ def fig6(out: Path, rules_list: list[int], packets: int) -> list[dict]:
                            f"capture {row['ref_mean_us']:.1f} µs, diff {row['diff_mean_us']:.1f} µs",
                            err=True)
     finally:
-        chainmod.down(name)
+        control.down(name)
     return rows
 
 
@@ -148,7 +134,7 @@ def _cost(name: str, c: chainmod.Chain, seconds: float) -> dict:
 def fig7(seconds: float, reps: int, offloads: bool) -> list[dict]:
     name = "ppbf7" + ("o" if offloads else "n")
     c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf("firewall", 0)], base=70, offloads=offloads)
-    chainmod.down(name)
+    control.down(name)
     chainmod.up(c)
     rows = []
     try:
@@ -204,7 +190,7 @@ def fig7(seconds: float, reps: int, offloads: bool) -> list[dict]:
                        f"in {cst.get('ppt_in_ns_per_pkt') or 0:.0f} ns, "
                        f"out {cst.get('ppt_out_ns_per_pkt') or 0:.0f} ns", err=True)
     finally:
-        chainmod.down(name)
+        control.down(name)
     return rows
 
 
@@ -213,7 +199,7 @@ def fig8(seconds: float, reps: int) -> list[dict]:
     for i, (kind, rules) in enumerate((("firewall", 20), ("nat", 0), ("forward", 0))):
         name = f"ppbf8{i}"
         c = chainmod.Chain(name=name, vnfs=[chainmod.Vnf(kind, rules)], base=80 + 2 * i)
-        chainmod.down(name)
+        control.down(name)
         chainmod.up(c)
         try:
             off, on = [], []
@@ -233,7 +219,7 @@ def fig8(seconds: float, reps: int) -> list[dict]:
             click.echo(f"fig8 {row['vnf']}: off {row['off_gbps']:.2f}, 1/s {row['on_gbps']:.2f} Gb/s "
                        f"({row['ratio']:.3f})", err=True)
         finally:
-            chainmod.down(name)
+            control.down(name)
     return rows
 
 
@@ -355,7 +341,7 @@ def _markdown(env: dict, cmd: str, f6, f7, f8, img: str) -> str:
 @click.option("--docs", is_flag=True, help="also rewrite the benchmark section of docs/pptmon.md")
 @click.option("--out", "out_dir", default=None, help="results directory")
 def bench_pptmon(figs, quick, seconds, reps, docs, out_dir):
-    """Reproduce paper 002's Figs 6-8 (PPTMon accuracy and overhead) on the lab."""
+    """Reproduce the PPTMon paper's Figs 6-8 (PPTMon accuracy and overhead) on the lab."""
     want = {int(x) for x in figs.split(",") if x.strip()}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(out_dir) if out_dir else ROOT / "results" / "pptmon" / stamp

@@ -10,13 +10,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from fathom.stats import percentile
+
 LINE_RATES_GBPS = (1, 10)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of unsorted values."""
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
 def dist(values: list[float]) -> dict:

@@ -12,7 +12,7 @@ Modules (run in this order; calibration first, as the paper does):
   packet-in     data-plane frame (kernel TX stamp) -> packet_in at the controller
   echo          OpenFlow echo round trip
   overlay       throughput against frame size through VXLAN between two lab nodes vs the same path on a
-                VLAN (paper 004 Fig. 8), see overlay.py
+                VLAN (the VXLAN paper's Fig. 8), see overlay.py
 
 Latency is kernel TX stamp -> kernel RX stamp of the same frame (SO_TIMESTAMPING, software on veth).
 """
@@ -24,22 +24,14 @@ from pathlib import Path
 from typing import Callable
 
 from .devices import GEN_PORT, RCV_PORT, Device, OvsDevice, VethDevice, make_device
-from .engine import BenchError, engine_args, finish_engine, run_engine, start_engine
+from .engine import (L1_OVERHEAD, BenchError, engine_args, finish_engine, mbps_for, pps_for, run_engine,
+                     start_engine)
 
 MODULES = ("calibration", "action-delay", "frame-size", "load", "throughput", "flow-install", "packet-in",
            "echo", "overlay")
 OPENFLOW_MODULES = {"action-delay", "flow-install", "packet-in", "echo"}
-L1_OVERHEAD = 20  # preamble + SFD + inter-frame gap, bytes
 GEN_LIMIT = 0.97  # achieved/offered below this: the generator, not the device, set the pace
 LAT_KEYS = ("min_ns", "mean_ns", "std_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns")
-
-
-def pps_for(mbps: float, size: int) -> float:
-    return mbps * 1e6 / ((size + L1_OVERHEAD) * 8)
-
-
-def mbps_for(pps: float, size: int) -> float:
-    return pps * (size + L1_OVERHEAD) * 8 / 1e6
 
 
 @dataclass

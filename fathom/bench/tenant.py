@@ -13,7 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
+from fathom.client import Client
+from fathom.host.iperf import iperf3
 
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
@@ -39,21 +40,11 @@ class TenantBench:
         return self.lab.run(target, *cmd, check=True, timeout=timeout).stdout
 
     def iperf(self, client: str, server: str, udp: bool) -> dict:
-        srv = subprocess.Popen(["ip", "netns", "exec", self.lab.ns(server), "iperf3", "-s", "-1", "-B", self.ip[server]],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            time.sleep(0.3)
-            args = ["iperf3", "-c", self.ip[server], "-t", str(self.seconds), "-J", "-O", "1"]
-            if udp:
-                args += ["-u", "-b", f"{self.udp_mbps}M", "-l", "1400"]
-            end = json.loads(self.sh(client, *args, timeout=self.seconds + 30))["end"]
-        finally:
-            srv.kill()
-            srv.wait()
+        r = iperf3(self.lab.ns(client), self.lab.ns(server), self.ip[server], seconds=self.seconds, omit=1,
+                   **({"udp_mbps": self.udp_mbps, "length": 1400} if udp else {}))
         if udp:  # what the receiver got, at an offered load above what the path carries
-            got = end.get("sum_received", end["sum"])
-            return {"gbps": got["bits_per_second"] / 1e9, "loss_percent": got["lost_percent"]}
-        return {"gbps": end["sum_received"]["bits_per_second"] / 1e9, "retransmits": end["sum_sent"].get("retransmits")}
+            return {"gbps": r.gbps, "loss_percent": r.loss_percent}
+        return {"gbps": r.gbps, "retransmits": r.retransmits}
 
     def rtt_us(self, client: str, server: str, count: int = 200) -> list[float]:
         out = self.sh(client, "ping", "-c", str(count), "-i", "0.005", "-W", "1", self.ip[server])
@@ -100,7 +91,7 @@ class TenantBench:
             subprocess.run(cmd, check=True, capture_output=True)
         self.lab.ovs("compute1").vsctl("add-port", "br-int", name)
 
-    def port_to_traffic(self, api: httpx.Client, net_id: int) -> dict:
+    def port_to_traffic(self, api: Client, net_id: int) -> dict:
         """API call → first echo reply from a VM on another node, and → status active."""
         to_traffic, to_active = [], []
         for i in range(self.n_ports):
@@ -115,8 +106,8 @@ class TenantBench:
             t0 = time.time()
             port = api.post("/ports", json={"network_id": net_id, "name": name, "mac_address": mac,
                                             "fixed_ips": [{"ip_address": ip}], "node": "compute1",
-                                            "interface_name": name, "project_id": "bench"}).raise_for_status().json()
-            while api.get(f"/ports/{port['id']}").json()["status"] != "active":
+                                            "interface_name": name, "project_id": "bench"})
+            while api.get(f"/ports/{port['id']}")["status"] != "active":
                 if time.time() - t0 > 10:
                     break
                 time.sleep(0.005)
@@ -134,7 +125,7 @@ class TenantBench:
         return {"api_to_first_packet_ms": dist(to_traffic), "api_to_status_active_ms": dist(to_active),
                 "ports": self.n_ports, "ports_without_traffic": self.n_ports - len(to_traffic)}
 
-    def flow_install_rate(self, api: httpx.Client, net_id: int) -> dict:
+    def flow_install_rate(self, api: Client, net_id: int) -> dict:
         """Create many ports bound to compute2 and watch compute1's br-int fill with their flows."""
         ovs = self.lab.ovs("compute1")
 
@@ -148,7 +139,7 @@ class TenantBench:
             api.post("/ports", json={"network_id": net_id, "name": f"bulk{i}", "node": "compute2",
                                      "interface_name": f"bulk{i}", "fixed_ips": [],
                                      "mac_address": f"02:bf:{i >> 16 & 0xff:02x}:{i >> 8 & 0xff:02x}:{i & 0xff:02x}:01",
-                                     "project_id": "bench"}).raise_for_status()
+                                     "project_id": "bench"})
             if i % 250 == 0:
                 self.progress(f"control plane: bulk port {i}/{self.bulk_ports}", i / self.bulk_ports)
                 timeline.append((time.monotonic() - t0, flow_count()))
@@ -166,7 +157,7 @@ class TenantBench:
         self.progress("control plane: full reinstall", None)
         ovs.ofctl("del-flows", "br-int")
         t1 = time.monotonic()
-        api.post("/sync", timeout=600).raise_for_status()
+        api.post("/sync", timeout=600)
         reinstall = time.monotonic() - t1
         return {"ports": self.bulk_ports, "flows_added": added, "seconds": end,
                 "flows_per_second": added / end if end else None, "api_ports_per_second": self.bulk_ports / api_done,
@@ -180,8 +171,8 @@ class TenantBench:
         try:
             self.progress("bringing up the lab", 0)
             state = self.lab.up(self.topo, str(TOPOLOGY))
-            api = httpx.Client(base_url=state["controller"]["url"] + "/v1", timeout=60)
-            net_id = next(n["id"] for n in api.get("/networks").json() if n["name"] == "blue")
+            api = Client(state["controller"]["url"], timeout=60)
+            net_id = next(n["id"] for n in api.get("/networks") if n["name"] == "blue")
             doc = {"benchmark": "tenant", "environment": environment(),
                    "parameters": {"seconds": self.seconds, "repeats": self.repeats, "udp_offered_mbps": self.udp_mbps,
                                   "new_ports": self.n_ports, "bulk_ports": self.bulk_ports},

@@ -1,4 +1,4 @@
-"""`fathom bench vtap`: the setting of paper 000's Fig. 8 on the lab, in one run.
+"""`fathom bench vtap`: the setting of the vTAP paper's Fig. 8 on the lab, in one run.
 
 One node's br-int (userspace datapath) holds sender vm1, receiver vm2 and monitor mon1. For each
 frame size and each mode — no tap, the fathom tap (group ALL + recovery rule), OVS port mirroring
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from fathom.client import Client
 
 from fathom.lab.lab import Lab
 from fathom.lab.topology import parse
@@ -90,7 +90,7 @@ class VtapBench:
     def up(self) -> None:
         self.lab.down()
         self.lab.up(parse(TOPOLOGY, "<bench vtap>"), "<bench vtap>")
-        self.http = httpx.Client(base_url=self.lab.state()["controller"]["url"] + "/v1", timeout=30)
+        self.api = Client(self.lab.state()["controller"]["url"])
 
     def down(self) -> None:
         self.lab.down()
@@ -100,25 +100,24 @@ class VtapBench:
 
     def set_mode(self, mode: str) -> None:
         if self.tap_id is not None:
-            self.http.delete(f"/taps/{self.tap_id}")
+            self.api.delete(f"/taps/{self.tap_id}")
             self.tap_id = None
         self.ns("compute1", "ovs-vsctl", "clear", "Bridge", "br-int", "mirrors")
         if mode == "fathom":
-            r = self.http.post("/taps", json={"name": "bench", "sender": "vm1", "receiver": "vm2", "monitor": "mon1"})
-            r.raise_for_status()
-            self.tap_id = r.json()["id"]
+            self.tap_id = self.api.post("/taps", json={"name": "bench", "sender": "vm1", "receiver": "vm2",
+                                                       "monitor": "mon1"})["id"]
             deadline = time.monotonic() + 20
-            while not self.http.get(f"/taps/{self.tap_id}/stats").json().get("realised"):
+            while not self.api.tap_stats(self.tap_id).get("realised"):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the tap was not realised within 20 s")
-                self.http.post("/sync")
+                self.api.sync()
                 time.sleep(0.3)
         elif mode == "mirror":
             self.ns("compute1", "ovs-vsctl", "--", "--id=@src", "get", "Port", "vm1", "--", "--id=@out", "get", "Port",
                     "mon1", "--", "--id=@m", "create", "Mirror", "name=span", "select_src_port=@src",
                     "output_port=@out", "--", "set", "Bridge", "br-int", "mirrors=@m")
         else:
-            self.http.post("/sync")
+            self.api.sync()
         # A Mirror change does not revalidate cached datapath flows at once (kube-ovn#2801): flush them
         # after every mode change, for every mode alike.
         self.ns("compute1", "ovs-appctl", "revalidator/purge")

@@ -185,7 +185,7 @@ def tenant(quick, seconds, repeats, udp_mbps, data_plane_only, ports, bulk_ports
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-vtap-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
 def vtap(quick, seconds, sizes, udp_mbps, below_mbps, protos, repeats, outdir, as_json):
-    """vTAP (paper 000 Fig. 8): receiver and monitor RX throughput per frame size with no tap, the fathom
+    """vTAP (the vTAP paper's Fig. 8 setting): receiver and monitor RX throughput per frame size with no tap, the fathom
     tap and OVS port mirroring on the same bridge, in one run; share of copies delivered."""
     from fathom.bench import report
     from fathom.bench import vtap as vb

@@ -1,4 +1,4 @@
-"""`fathom bench l3` (issue 7): added to the `bench` group of fathom/cli/bench.py."""
+"""`fathom bench l3`: added to the `bench` group of fathom/cli/bench.py."""
 from __future__ import annotations
 
 import json

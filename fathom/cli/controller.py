@@ -1,7 +1,7 @@
 """`fathom controller`: run the controller; `fathom flows NODE`: desired and actual flows."""
 import click
 
-from fathom.cli.output import console, print_json
+from fathom.cli.output import console, fail, print_json
 from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 
 
@@ -13,10 +13,21 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 @click.option("--of-host", default="0.0.0.0", show_default=True, help="Address switches connect to.")
 @click.option("--of-port", default=6653, show_default=True, type=int)
 @click.option("--interval", default=5.0, show_default=True, help="Seconds between full reconcile passes.")
-def controller(db_url, api_host, api_port, of_host, of_port, interval):
+@click.option("--pki-dir", default="/etc/fathom/pki", show_default=True, envvar="FATHOM_PKI_DIR",
+              help="The fathom PKI (fathom pki init) whose controller certificate secures OpenFlow and OVSDB.")
+@click.option("--insecure", is_flag=True,
+              help="OpenFlow and OVSDB over plain TCP, unauthenticated and unencrypted (not for production).")
+def controller(db_url, api_host, api_port, of_host, of_port, interval, pki_dir, insecure):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler."""
     from fathom.controller.server import serve
-    serve(db_url, api_host, api_port, of_host, of_port, interval)
+    from fathom.pki import CONTROLLER_NAME, Pki, PkiError
+    if not insecure:
+        try:
+            Pki(pki_dir).verify(CONTROLLER_NAME)
+        except (PkiError, OSError) as e:
+            fail(f"TLS needs the controller certificate of a fathom PKI: {e}. Create one with "
+                 f"'fathom pki init --dir {pki_dir}', or run with --insecure for plain TCP.", 2)
+    serve(db_url, api_host, api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir)
 
 
 @click.command()

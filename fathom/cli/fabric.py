@@ -1,4 +1,6 @@
-"""`fathom fabric …` (issue 7): ToR switches, their ports' VLANs, router modes."""
+"""`fathom fabric …`: fabric switches (ToRs), their links and their ports' VLANs.
+
+Where a router runs is a field of the router: `fathom router update R --mode fabric`."""
 from __future__ import annotations
 
 import click
@@ -9,7 +11,7 @@ from fathom.cli.resources import api_command
 
 @click.group()
 def fabric():
-    """Fabric switches (ToR) and where routers run (distributed, fabric, network-node)."""
+    """Fabric switches (ToRs): their links to the nodes and the VLANs on each port."""
 
 
 @api_command(fabric, "add")
@@ -19,7 +21,7 @@ def fabric():
 @click.option("--vlans", default="100-999", show_default=True, help="VLAN range of tenant networks")
 @click.option("--link", "links", multiple=True, metavar="NODE=PORT", help="declared wiring (LLDP overrides it)")
 def add(api, as_json, name, management_ip, bridge, vlans, links):
-    """Register a ToR switch."""
+    """Register a fabric switch (a ToR)."""
     lo, _, hi = vlans.partition("-")
     body = {"name": name, "management_ip": management_ip, "bridge": bridge, "vlan_min": int(lo),
             "vlan_max": int(hi or lo), "links": dict(x.split("=", 1) for x in links)}
@@ -41,27 +43,14 @@ def list_(api, as_json):
 @api_command(fabric, "status")
 @click.argument("switch_id", type=int, default=1)
 def status(api, as_json, switch_id):
-    """Per ToR port: the node behind it and its VLANs (desired, and read from the switch)."""
+    """Per fabric switch port: the node behind it, its VLANs (desired, and read from the switch), and the VLANs
+    the node sends (read from its br-int); a VLAN sent but not allowed is dropped by the fabric switch."""
     out = api.call("GET", f"/fabric/switches/{switch_id}/status")
     if as_json:
         return print_json(out)
     click.echo(f"{out['name']}: {out['status']}, connected {out['connected']}, in sync {out['in_sync']}")
-    print_table(None, ["port", "ofport", "node", "known by", "VLANs desired", "VLANs on the switch"],
-                [[p["port"], p["ofport"], p["node"], "+".join(p["link"]), ",".join(map(str, p["vlans_desired"])),
-                  "-" if p["vlans"] is None else ",".join(map(str, p["vlans"]))] for p in out["ports"]])
-
-
-@api_command(fabric, "mode")
-@click.argument("router_ref")
-@click.argument("mode", type=click.Choice(["distributed", "fabric", "network-node"]), required=False)
-@click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway)")
-def mode(api, as_json, router_ref, mode, gateway_node):
-    """Show or set where a router runs (router by id or name)."""
-    rid = api.find("routers", router_ref)["id"]
-    if mode is None:
-        out = api.call("GET", f"/routers/{rid}/mode")
-    else:
-        body = {"mode": mode, **({"gateway_node": gateway_node} if gateway_node else {})}
-        out = api.call("PUT", f"/routers/{rid}/mode", json=body)
-    print_json(out) if as_json else click.echo(
-        f"router {out['router_id']}: {out['mode']}" + (f" on {out['gateway_node']}" if out["gateway_node"] else ""))
+    vlans = lambda v: "-" if v is None else ",".join(map(str, v))  # noqa: E731
+    print_table(None, ["port", "ofport", "node", "known by", "VLANs desired", "VLANs on the switch",
+                       "VLANs the node sends", "blocked"],
+                [[p["port"], p["ofport"], p["node"], "+".join(p["link"]), vlans(p["vlans_desired"]), vlans(p["vlans"]),
+                  vlans(p["vlans_sent"]), vlans(p["vlans_blocked"])] for p in out["ports"]])

@@ -32,8 +32,11 @@ def lab():
 @click.option("--standalone", is_flag=True, help="No controller: bridges switch in NORMAL mode.")
 @click.option("--controller", "-c", metavar="URL",
               help="Register the lab with the controller at URL (default: start one for the lab).")
+@click.option("--insecure", is_flag=True, help="OpenFlow and OVSDB over plain TCP instead of TLS.")
+@click.option("--pki-dir", type=click.Path(file_okay=False),
+              help="With --controller: that controller's PKI (fathom pki init), to issue node certificates.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's state as JSON.")
-def up(name, topology, standalone, controller, as_json):
+def up(name, topology, standalone, controller, insecure, pki_dir, as_json):
     """Build a lab from a topology file."""
     lab_ = _lab(name)
     try:
@@ -45,7 +48,8 @@ def up(name, topology, standalone, controller, as_json):
     try:
         with console.status(f"lab {name}: starting") as status:
             state = lab_.up(topo, os.path.abspath(topology), standalone=standalone, controller=controller,
-                            progress=lambda s: status.update(f"lab {name}: {s}"))
+                            progress=lambda s: status.update(f"lab {name}: {s}"), insecure=insecure,
+                            pki_dir=os.path.abspath(pki_dir) if pki_dir else None)
     except LabError as e:
         fail(str(e))
     if as_json:

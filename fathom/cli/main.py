@@ -3,6 +3,8 @@ import importlib
 
 import click
 
+from fathom import programs
+
 # (module, attribute) of every command group; one line per concern.
 GROUPS = [
     ("fathom.cli.lab", "lab"),
@@ -14,15 +16,27 @@ GROUPS = [
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
     ("fathom.cli.bench", "bench"),
-    ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` (issue 7) to the bench group
-    ("fathom.cli.fabric", "fabric"),     # issue 7
+    ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
+    ("fathom.cli.fabric", "fabric"),
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
     ("fathom.cli.agent", "agent"),       # issue 5: node agent (PPTMon delivery)
+    ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
+    ("fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
 ]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Fathom(click.Group):
+    """Reports a missing external program as one line naming its Debian package, not a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except programs.ProgramMissing as e:
+            raise click.ClickException(str(e)) from None
+
+
+@click.group(cls=_Fathom, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fathom")
 def cli():
     """fathom: tenant networking, vTAP, PPTMon and switch benchmarks on Open vSwitch."""

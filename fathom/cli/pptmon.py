@@ -54,7 +54,7 @@ def chain_up(name, vnfs, base, headroom, offloads, as_json):
 @click.argument("name")
 def chain_down(name):
     """Stop PPTMon on chain NAME and delete its namespaces."""
-    removed = _guard(chainmod.down, name)
+    removed = _guard(control.down, name)
     click.echo(f"removed {len(removed)} namespaces")
 
 

@@ -9,57 +9,27 @@ from __future__ import annotations
 import functools
 
 import click
-import httpx
 
 from fathom.cli.output import console, fail, print_json, print_record, print_table
+from fathom.client import DEFAULT_CONTROLLER, ApiError, Client
 
-DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
+class Api(Client):
+    """The API client of CLI commands: an error ends the command with its one-line message."""
 
-
-class Api:
     def __init__(self, url: str, project: str, roles: str):
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(base_url=self.url + "/v1", timeout=30.0,
-                                   headers={"X-Project": project, "X-Roles": roles})
+        super().__init__(url, project=project, roles=roles)
 
     def call(self, method: str, path: str, **kwargs):
         try:
-            response = self.client.request(method, path, **kwargs)
-        except httpx.HTTPError as e:
-            fail(f"cannot reach the controller at {self.url}: {e}")
-        if response.is_error:
-            fail(error_line(response))
-        return None if response.status_code == 204 else response.json()
+            return self.request(method, path, **kwargs)
+        except ApiError as e:
+            fail(str(e))
 
     def find(self, collection: str, ref: str) -> dict:
-        """The object of `collection` ("networks", ...) with id or name `ref`."""
-        if ref.isdigit():
-            return self.call("GET", f"/{collection}/{ref}")
-        found = self.call("GET", f"/{collection}", params={"name": ref})
-        if not found:
-            fail(f"no {collection[:-1]} named {ref!r}")
-        if len(found) > 1:
-            fail(f"{len(found)} {collection} are named {ref!r} (ids "
-                 f"{', '.join(str(o['id']) for o in found)}): use an id")
-        return found[0]
-
-
-def error_line(response: httpx.Response) -> str:
-    """One line from an API error: `409 conflict: fixed_ips.0.ip_address: 10.0.0.2 is in use`."""
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        detail = None
-    if isinstance(detail, list):
-        parts = []
-        for d in detail:
-            loc = [str(p) for p in d.get("loc", []) if p not in ("body", "query", "path")]
-            msg = str(d.get("msg")).removeprefix("Value error, ")
-            parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
-        text = "; ".join(parts)
-    else:
-        text = str(detail or response.text or response.reason_phrase)
-    return f"{response.status_code} {response.reason_phrase.lower()}: {text}"
+        try:
+            return super().find(collection, ref)
+        except ApiError as e:
+            fail(str(e))
 
 
 def api_command(group: click.Group, name: str | None = None, **kwargs):
@@ -105,6 +75,11 @@ def _ips(port: dict) -> str:
     return " ".join(f["ip_address"] for f in port.get("fixed_ips", []))
 
 
+def _given(**options) -> dict:
+    """The options the user gave (not None): the body of a partial update."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
 def _reason(obj: dict) -> str:
     return obj["status"] + (f" ({obj['status_reason']})" if obj.get("status_reason") else "")
 
@@ -140,6 +115,17 @@ def node_list(api, as_json):
 def node_show(api, as_json, ref):
     """Show a node (by id or name)."""
     _show(api.find("nodes", ref), as_json, "node")
+
+
+@api_command(node, "update")
+@click.argument("ref")
+@click.option("--role", type=click.Choice(["compute", "gateway"]))
+@click.option("--tunnel-ip", help="VXLAN endpoint address of the node.")
+@click.option("--management-ip", help="Address the controller reaches the node's OVSDB at.")
+def node_update(api, as_json, ref, role, tunnel_ip, management_ip):
+    """Change a node (by id or name): only the options given."""
+    body = _given(role=role, tunnel_ip=tunnel_ip, management_ip=management_ip)
+    _show(api.call("PATCH", f"/nodes/{api.find('nodes', ref)['id']}", json=body), as_json, "node")
 
 
 @api_command(node, "delete")
@@ -186,6 +172,15 @@ def network_list(api, as_json):
 def network_show(api, as_json, ref):
     """Show a network (by id or name)."""
     _show(api.find("networks", ref), as_json, "network")
+
+
+@api_command(network, "update")
+@click.argument("ref")
+@click.option("--name", required=True, help="The new name.")
+def network_update(api, as_json, ref, name):
+    """Rename a network (by id or name)."""
+    _show(api.call("PATCH", f"/networks/{api.find('networks', ref)['id']}", json={"name": name}),
+          as_json, "network")
 
 
 @api_command(network, "delete")
@@ -236,6 +231,15 @@ def subnet_list(api, as_json, network_ref):
 def subnet_show(api, as_json, ref):
     """Show a subnet (by id or name)."""
     _show(api.find("subnets", ref), as_json, "subnet")
+
+
+@api_command(subnet, "update")
+@click.argument("ref")
+@click.option("--name", required=True, help="The new name.")
+def subnet_update(api, as_json, ref, name):
+    """Rename a subnet (by id or name)."""
+    _show(api.call("PATCH", f"/subnets/{api.find('subnets', ref)['id']}", json={"name": name}),
+          as_json, "subnet")
 
 
 @api_command(subnet, "delete")
@@ -304,6 +308,24 @@ def port_show(api, as_json, ref):
     _show(api.find("ports", ref), as_json, "port")
 
 
+@api_command(port, "update")
+@click.argument("ref")
+@click.option("--name")
+@click.option("--node", help="Bind the port to this node ('none' unbinds it).")
+@click.option("--interface", help="Its OVS interface on that node ('none' for none).")
+@click.option("--port-security/--no-port-security", default=None,
+              help="Drop frames whose source MAC or IP is not the port's.")
+def port_update(api, as_json, ref, name, node, interface, port_security):
+    """Change a port (by id or name): only the options given."""
+    none = lambda v: None if v is not None and v.lower() == "none" else v  # noqa: E731
+    body = _given(name=name, port_security=port_security)
+    if node is not None:
+        body["node"] = none(node)
+    if interface is not None:
+        body["interface_name"] = none(interface)
+    _show(api.call("PATCH", f"/ports/{api.find('ports', ref)['id']}", json=body), as_json, "port")
+
+
 @api_command(port, "delete")
 @click.argument("ref")
 def port_delete(api, as_json, ref):
@@ -314,17 +336,24 @@ def port_delete(api, as_json, ref):
 # ---------------------------------------------------------------------------------------------- router
 
 
+MODES = ["distributed", "fabric", "network-node"]
+
+
 @click.group()
 def router():
-    """Distributed routers: routing between their subnets happens in the first-hop switch."""
+    """Routers: distributed (in every first-hop switch), fabric (on the fabric switch) or
+    network-node (a router namespace on a gateway node)."""
 
 
 @api_command(router, "create")
 @click.argument("name")
 @click.option("--owner", "project_id", help="Project owning the router (admin only).")
-def router_create(api, as_json, name, project_id):
+@click.option("--mode", type=click.Choice(MODES), default="distributed", show_default=True,
+              help="Where the router runs (docs/fabric.md).")
+@click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway).")
+def router_create(api, as_json, name, project_id, mode, gateway_node):
     """Create a router."""
-    body = {"name": name, **({"project_id": project_id} if project_id else {})}
+    body = {"name": name, "mode": mode, **_given(project_id=project_id, gateway_node=gateway_node)}
     _show(api.call("POST", "/routers", json=body), as_json, "router")
 
 
@@ -332,7 +361,7 @@ def router_create(api, as_json, name, project_id):
 def router_list(api, as_json):
     """List routers."""
     _list(api.call("GET", "/routers"), as_json, "routers",
-          ["id", "name", "project_id", "interfaces", "status"],
+          ["id", "name", "project_id", "mode", "interfaces", "status"],
           {"status": _reason,
            "interfaces": lambda o: " ".join(f"{i['ip_address']}(subnet {i['subnet_id']})"
                                             for i in o["interfaces"])})
@@ -349,6 +378,17 @@ def router_show(api, as_json, ref):
     print_record("router", {k: v for k, v in obj.items() if k != "interfaces"})
     _list(obj["interfaces"], False, "interfaces",
           ["id", "subnet_id", "network_id", "ip_address", "mac_address", "status"], {"status": _reason})
+
+
+@api_command(router, "update")
+@click.argument("ref")
+@click.option("--name")
+@click.option("--mode", type=click.Choice(MODES), help="Where the router runs (docs/fabric.md).")
+@click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway).")
+def router_update(api, as_json, ref, name, mode, gateway_node):
+    """Change a router (by id or name): rename it, or move it (--mode); traffic follows."""
+    body = _given(name=name, mode=mode, gateway_node=gateway_node)
+    _show(api.call("PATCH", f"/routers/{api.find('routers', ref)['id']}", json=body), as_json, "router")
 
 
 @api_command(router, "delete")

@@ -1,8 +1,9 @@
 """`fathom tap create|list|show|update|delete|capture`: vTAP policies over the REST API.
 
 An identifier (--sender, --receiver, --monitor, --monitor2) is a port id, a port name, or MAC,IP
-(e.g. 02:fa:00:00:01:01,198.19.1.11). Filters: --proto, --vlan, --src-port, --dst-port (a port or
-a range 1000-2000), --match FIELD=VALUE (repeatable; further OpenFlow 1.3 fields); `*` = wildcard.
+(e.g. 02:fa:00:00:01:01,198.19.1.11). Filters, named as in the API: --ip-proto, --vlan, --tp-src,
+--tp-dst (a port or a range 1000-2000), --match FIELD=VALUE (repeatable; further OpenFlow 1.3
+fields); `*` = wildcard. --direction forward|both as in the API.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import click
 
 from fathom.cli.output import console, fail, print_json, print_record, print_table
 from fathom.cli.resources import Api, api_command
+from fathom.client import ApiError
 
 
 @click.group()
@@ -32,14 +34,7 @@ def _ref(value: str | None):
 
 
 def _find(api: Api, ref: str) -> dict:
-    if ref.isdigit():
-        return api.call("GET", f"/taps/{ref}")
-    found = api.call("GET", "/taps", params={"name": ref})
-    if not found:
-        fail(f"no tap policy named {ref!r}")
-    if len(found) > 1:
-        fail(f"{len(found)} tap policies are named {ref!r} (ids {', '.join(str(t['id']) for t in found)}): use an id")
-    return found[0]
+    return api.find("taps", ref)
 
 
 def _matches(items: tuple[str, ...]) -> dict:
@@ -71,10 +66,10 @@ def _status(t: dict) -> str:
 
 
 filter_options = [
-    click.option("--proto", "ip_proto", help="IP protocol: number, tcp, udp, icmp, sctp or *."),
+    click.option("--ip-proto", "ip_proto", help="IP protocol: number, tcp, udp, icmp, sctp or *."),
     click.option("--vlan", help="VLAN id (the network's VLAN, or the VM's own tag) or *."),
-    click.option("--src-port", "tp_src", help="TCP/UDP source port or range (1000-2000) or *."),
-    click.option("--dst-port", "tp_dst", help="TCP/UDP destination port or range or *."),
+    click.option("--tp-src", "tp_src", help="TCP/UDP source port or range (1000-2000) or *."),
+    click.option("--tp-dst", "tp_dst", help="TCP/UDP destination port or range or *."),
     click.option("--match", "match", multiple=True, help="FIELD=VALUE, an OpenFlow 1.3 field (repeatable)."),
 ]
 
@@ -103,18 +98,19 @@ def _body(ip_proto, vlan, tp_src, tp_dst, match) -> dict:
 @click.option("--receiver", required=True, help="Port or MAC,IP the traffic goes to.")
 @click.option("--monitor", required=True, help="Port that receives the copies.")
 @click.option("--monitor2", help="A second monitor port for the same copies.")
-@click.option("--both", is_flag=True, help="Also copy receiver -> sender.")
+@click.option("--direction", type=click.Choice(["forward", "both"]), default="forward", show_default=True,
+              help="both: also copy receiver -> sender.")
 @click.option("--priority", type=int, default=100, show_default=True,
               help="Where policies overlap, the higher priority copies (0..60000).")
 @click.option("--owner", "project_id", help="Project owning the policy (admin only).")
 @click.option("--truncate", type=int, help="Copies keep at most N bytes (64..65535).")
 @click.option("--rate-pps", type=int, help="At most N copies per second (OpenFlow meter at the sender's switch).")
 @_with(filter_options)
-def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, both, priority, project_id, truncate, rate_pps,
+def tap_create(api, as_json, name, sender, receiver, monitor, monitor2, direction, priority, project_id, truncate, rate_pps,
                ip_proto, vlan, tp_src, tp_dst, match):
     """Create a TAP policy."""
     body = {"name": name, "sender": _ref(sender), "receiver": _ref(receiver), "monitor": _ref(monitor),
-            "direction": "both" if both else "forward", "priority": priority,
+            "direction": direction, "priority": priority,
             **_body(ip_proto, vlan, tp_src, tp_dst, match)}
     if monitor2:
         body["monitor2"] = _ref(monitor2)
@@ -158,24 +154,32 @@ def tap_update(api, as_json, ref, name, sender, receiver, monitor, monitor2, dir
 
 @api_command(tap, "list")
 def tap_list(api, as_json):
-    """List TAP policies."""
+    """List TAP policies with their counters: copies made at senders' switches, copies delivered to
+    monitors (packets and bytes, read from the switches)."""
     taps = api.call("GET", "/taps")
+    stats = {t["id"]: _stats(api, t["id"]) for t in taps}
     if as_json:
-        return print_json(taps)
+        return print_json([{**t, "stats": stats[t["id"]]} for t in taps])
+
+    def counter(t, key):
+        st = stats[t["id"]]
+        return "-" if st is None else st[key]
+
     rows = [[t["id"], t["name"], t["project_id"], _who(t["sender"]), _who(t["receiver"]),
              " ".join(filter(None, (_who(t["monitor"]), _who(t.get("monitor2"))))),
-             t["direction"], t["priority"], _filters(t), _status(t)] for t in taps]
+             t["direction"], t["priority"], _filters(t), _status(t), counter(t, "copies_packets"),
+             counter(t, "copies_bytes"), counter(t, "delivered_packets")] for t in taps]
     print_table("tap policies", ["id", "name", "project", "sender", "receiver", "monitor",
-                                 "direction", "priority", "filters", "status"], rows)
+                                 "direction", "priority", "filters", "status", "copies pkts",
+                                 "copies bytes", "delivered pkts"], rows)
 
 
 def _stats(api: Api, tap_id: int):
     """Runtime counters and per-node state, when the controller serves them (else None)."""
     try:
-        r = api.client.get(f"/taps/{tap_id}/stats")
-    except Exception:  # noqa: BLE001 - counters are optional in `show`
+        return api.tap_stats(tap_id)
+    except ApiError:   # counters are optional in `show` (an API served without the controller runtime)
         return None
-    return r.json() if r.status_code == 200 else None
 
 
 def _print(t: dict, as_json: bool, stats: dict | None = None) -> None:

@@ -12,10 +12,11 @@ import socket
 from ovsdbapp.backend.ovs_idl import connection, idlutils
 from ovsdbapp.schema.open_vswitch import impl_idl
 
+from fathom.controller import channels
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, datapath_id
 
 LOG = logging.getLogger("fathom.bootstrap")
-OVSDB_PORT = 6640
+OVSDB_PORT = channels.OVSDB_PORT
 PHY_PATCH = "patch-int"   # br-phy's end of the patch pair
 
 
@@ -27,11 +28,11 @@ def local_ip_towards(ip: str) -> str:
 
 
 class NodeOvsdb:
-    """One node's OVSDB, reached on tcp:<management ip>:6640."""
+    """One node's OVSDB, reached on ssl:<management ip>:6640 (tcp: when the controller runs --insecure)."""
 
     def __init__(self, name: str, management_ip: str, timeout: float = 5):
         self.name = name
-        self.remote = f"tcp:{management_ip}:{OVSDB_PORT}"
+        self.remote = channels.ovsdb_remote(management_ip)
         helper = idlutils.get_schema_helper(self.remote, "Open_vSwitch")
         for table in ("Open_vSwitch", "Bridge", "Port", "Interface", "Controller"):
             helper.register_table(table)
@@ -120,11 +121,11 @@ class Bootstrapper:
             return "error", "node has no management_ip", {}
         try:
             ovsdb = self.nodes.get(node.name)
-            if ovsdb is None or ovsdb.remote != f"tcp:{node.management_ip}:{OVSDB_PORT}":
+            if ovsdb is None or ovsdb.remote != channels.ovsdb_remote(node.management_ip):
                 if ovsdb:
                     ovsdb.close()
                 ovsdb = self.nodes[node.name] = NodeOvsdb(node.name, node.management_ip)
-            controller = f"tcp:{local_ip_towards(node.management_ip)}:{self.controller_port}"
+            controller = channels.controller_target(local_ip_towards(node.management_ip), self.controller_port)
             ovsdb.ensure(node.id, node.tunnel_ip, controller)
             self.last_ofports[node.name] = ovsdb.ofports()
             return "complete", None, self.last_ofports[node.name]

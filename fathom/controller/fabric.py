@@ -1,21 +1,25 @@
-"""The fabric at run time: ToR switches and br-phy brought under OpenFlow, LLDP link discovery,
+"""The fabric at run time: fabric switches (ToRs) and br-phy under OpenFlow, LLDP link discovery,
 router namespaces of network-node routers, and the fabric status endpoints.
 
 Plugged into the reconciler as an extension that never writes flows itself: `prepare` bootstraps
 the ToRs (OVSDB: fail_mode secure, our controller, a fixed datapath id) and every node's br-phy
 (our controller too, but fail_mode standalone: the underlay keeps working without us) and adds the
-ToRs' port numbers to the model; the fabric app (fathom/apps/fabric) compiles their flows and the
+port numbers of the ToRs and of br-phy to the model; the fabric app (fathom/apps/fabric) compiles their flows and the
 reconciler applies them like every other switch's. `after_pass` runs the network-node router agent.
 
-LLDP (as ONOS does): every `lldp_interval` seconds the controller sends an LLDP frame out of every
-ToR port and out of every node's underlay port `ul0` (packet-out; chassis id = the sender's datapath
-id, port id = its port number). The ToR and br-phy punt LLDP to the controller (packet-in); a frame
-from br-phy of node N arriving on ToR port P (or the reverse) is the link P <-> N, recorded in the
-store (`fabric_links`, source lldp), which then takes precedence over declared wiring.
+LLDP (as ONOS does): every `lldp_interval` seconds the controller sends a signed LLDP frame out of
+every node's underlay port `ul0` (packet-out; chassis id = the sender's datapath id, port id = its
+port number, an HMAC with a per-process key). The ToR punts LLDP to the controller (packet-in); a
+valid probe from br-phy of node N arriving on ToR port P is the link P <-> N, recorded in the store
+(`fabric_links`, source lldp), which then takes precedence over declared wiring. LLDP punted by any
+other switch (br-phy, where tenant VLAN traffic arrives too) teaches nothing.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
+import os
 import struct
 import threading
 import time
@@ -23,13 +27,15 @@ from dataclasses import replace
 
 from fastapi import APIRouter, HTTPException
 
-from fathom.apps import BR_PHY, TOR, SwitchKey
+from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
 from fathom.apps.fabric import compiler as fc
+from fathom.controller import channels
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
 from fathom.controller.l3agent import L3Agent
 from fathom.controller.reconciler import SwitchResult
-from fathom.model import datapath_id_phy, datapath_id_tor, routers
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
+from fathom.openflow.spec import SwitchState
 from fathom.pipeline import stages as st
 from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
@@ -37,7 +43,7 @@ from fathom.store.fabric_models import FabricSwitch
 
 LOG = logging.getLogger("fathom.fabric")
 PHY_BRIDGE = "br-phy"
-UNDERLAY_PORT = "ul0"
+UNDERLAY_PORT = fc.PHY_UNDERLAY
 DPID_KIND_MASK = 0xFF00_0000_0000_0000
 DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
 
@@ -66,30 +72,54 @@ def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fai
 
 LLDP_SRC_MAC = "02:fb:00:00:00:01"
 CHASSIS_PREFIX = b"fathom:"
+# the probe's signature: an organizationally specific TLV (locally administered OUI) holding the
+# send time and an HMAC over sender, port and time with a key only this controller process knows
+SIGNATURE_OUI, SIGNATURE_SUBTYPE = b"\x02\xfb\x00", 1
+PROBE_MAX_AGE = 30.0
 
 
-def lldp_probe(dpid: int, port_no: int) -> bytes:
-    """An LLDP frame naming its sender: chassis id `fathom:<dpid hex>`, port id = the port number."""
+def _signature(key: bytes, dpid: int, port_no: int, sent: int) -> bytes:
+    return hmac.new(key, struct.pack("!QIQ", dpid, port_no, sent), hashlib.sha256).digest()[:16]
+
+
+def lldp_probe(dpid: int, port_no: int, key: bytes | None = None) -> bytes:
+    """An LLDP frame naming its sender: chassis id `fathom:<dpid hex>`, port id = the port number;
+    signed with `key` when given."""
     from os_ken.lib.packet import ethernet, lldp, packet
+    tlvs = [lldp.ChassisID(subtype=lldp.ChassisID.SUB_LOCALLY_ASSIGNED, chassis_id=CHASSIS_PREFIX + b"%016x" % dpid),
+            lldp.PortID(subtype=lldp.PortID.SUB_PORT_COMPONENT, port_id=struct.pack("!I", port_no)),
+            lldp.TTL(ttl=120)]
+    if key is not None:
+        sent = int(time.time() * 1000)
+        tlvs.append(lldp.OrganizationallySpecific(oui=SIGNATURE_OUI, subtype=SIGNATURE_SUBTYPE,
+                                                  info=struct.pack("!Q", sent) + _signature(key, dpid, port_no, sent)))
     pkt = packet.Packet()
     pkt.add_protocol(ethernet.ethernet(lldp.LLDP_MAC_NEAREST_BRIDGE, LLDP_SRC_MAC, 0x88CC))
-    pkt.add_protocol(lldp.lldp((
-        lldp.ChassisID(subtype=lldp.ChassisID.SUB_LOCALLY_ASSIGNED, chassis_id=CHASSIS_PREFIX + b"%016x" % dpid),
-        lldp.PortID(subtype=lldp.PortID.SUB_PORT_COMPONENT, port_id=struct.pack("!I", port_no)),
-        lldp.TTL(ttl=120), lldp.End())))
+    pkt.add_protocol(lldp.lldp((*tlvs, lldp.End())))
     pkt.serialize()
     return bytes(pkt.data)
 
 
-def lldp_parse(data: bytes) -> tuple[int, int] | None:
-    """(sender dpid, sender port) of one of our probes, None for any other frame."""
+def lldp_parse(data: bytes, key: bytes | None = None) -> tuple[int, int] | None:
+    """(sender dpid, sender port) of one of our probes, None for any other frame. With `key`, only
+    a probe signed with it and sent less than PROBE_MAX_AGE seconds ago counts."""
     from os_ken.lib.packet import lldp, packet
     try:
         probe = packet.Packet(data).get_protocol(lldp.lldp)
         chassis, port = probe.tlvs[0], probe.tlvs[1]
         if not chassis.chassis_id.startswith(CHASSIS_PREFIX) or len(port.port_id) != 4:
             return None
-        return int(chassis.chassis_id[len(CHASSIS_PREFIX):], 16), struct.unpack("!I", port.port_id)[0]
+        dpid, port_no = int(chassis.chassis_id[len(CHASSIS_PREFIX):], 16), struct.unpack("!I", port.port_id)[0]
+        if key is not None:
+            sig = next((t for t in probe.tlvs if isinstance(t, lldp.OrganizationallySpecific)
+                        and t.oui == SIGNATURE_OUI and t.subtype == SIGNATURE_SUBTYPE), None)
+            if sig is None or len(sig.info) != 24:
+                return None
+            sent = struct.unpack("!Q", sig.info[:8])[0]
+            if (not hmac.compare_digest(sig.info[8:], _signature(key, dpid, port_no, sent))
+                    or abs(time.time() * 1000 - sent) > PROBE_MAX_AGE * 1000):
+                return None
+        return dpid, port_no
     except Exception:  # noqa: BLE001 - not an LLDP frame we can read
         return None
 
@@ -104,9 +134,11 @@ class FabricRuntime:
         self.tors: dict[str, NodeOvsdb] = {}
         self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
+        self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
         self.agent = L3Agent()
         self.last: dict = {"routers": {}}
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
+        self._lldp_key = os.urandom(32)   # signs our probes: a forged or replayed frame does not verify
         self._stop = threading.Event()
         self.lldp_sent = 0
         self.lldp_received = 0
@@ -133,16 +165,16 @@ class FabricRuntime:
 
     def prepare(self, rec, snapshot, result):
         """Before compiling: the ToRs and every node's br-phy under our controller (OVSDB), their
-        setup recorded as switch results; returns the model with the ToRs' port numbers."""
+        setup recorded as switch results; returns the model with their port numbers."""
         fab = routers.fabric_state(snapshot)
-        controller_for = lambda ip: f"tcp:{local_ip_towards(ip)}:{self.of_port}"  # noqa: E731
+        controller_for = lambda ip: channels.controller_target(local_ip_towards(ip), self.of_port)  # noqa: E731
         ofports = {}
         for s in fab.switches:
             key = SwitchKey(TOR, s.name)
             res = result.switches[key] = SwitchResult(key, datapath_id_tor(s.id))
             try:
                 ovsdb = self.tors.get(s.name)
-                if ovsdb is None or ovsdb.remote != f"tcp:{s.management_ip}:{OVSDB_PORT}":
+                if ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip):
                     if ovsdb:
                         ovsdb.close()
                     ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip)
@@ -169,13 +201,14 @@ class FabricRuntime:
             try:
                 ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
                               "standalone")
-                port = ovsdb.ofports(PHY_BRIDGE).get(UNDERLAY_PORT)
+                self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
+                port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
                 if port:
                     self.phy_ports[node.id] = port
             except Exception as e:  # noqa: BLE001
                 LOG.warning("node %s br-phy: %s", node.name, e)
                 res.setup, res.reason = "error", f"br-phy: {e}"
-        return replace(snapshot, fabric=fab.with_ofports(ofports))
+        return replace(snapshot, fabric=fab.with_ofports(ofports)).with_phy_ofports(self.phy_ofports)
 
     def after_pass(self, rec, snapshot, result) -> None:
         """After the switches: network-node routers' namespaces on the gateway nodes (the agent),
@@ -200,7 +233,7 @@ class FabricRuntime:
                                                                             "the gateway node")
         self.last = {"snapshot": snapshot, "routers": router_result}
 
-
+    # ------------------------------------------------------------------------------- LLDP
     def _lldp_loop(self) -> None:
         while not self._stop.wait(self.lldp_interval):
             try:
@@ -210,10 +243,7 @@ class FabricRuntime:
 
     def send_lldp(self) -> int:
         sent = 0
-        probes = []
-        for sid, ports in list(self.tor_ports.items()):
-            dpid = datapath_id_tor(sid)
-            probes += [(dpid, p) for p in ports.values() if 0 < p < 0xFFFFFF00]
+        probes = []   # out of each node's underlay port only: links are learnt where the ToR receives them
         for nid, port in list(self.phy_ports.items()):
             probes.append((datapath_id_phy(nid), port))
         for dpid, port in probes:
@@ -221,7 +251,7 @@ class FabricRuntime:
             if dp is None:
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
-            data = lldp_probe(dpid, port)
+            data = lldp_probe(dpid, port, self._lldp_key)
             dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                                             actions=[parser.OFPActionOutput(port, 0)], data=data))
             sent += 1
@@ -229,22 +259,27 @@ class FabricRuntime:
         return sent
 
     def on_packet_in(self, msg) -> bool:
-        """True if the packet was an LLDP probe of ours (consumed)."""
+        """True if the packet was an LLDP frame (consumed).
+
+        A link is learnt only from a signed probe that a node's br-phy sent and a ToR port received:
+        a frame punted by br-phy (where a tenant's VLAN traffic also arrives) or by any other
+        switch teaches nothing."""
         data = bytes(msg.data)
         if len(data) < 14 or data[12:14] != b"\x88\xcc":
             return False
-        parsed = lldp_parse(data)
-        if parsed is None:  # someone else's LLDP
-            return True
-        src_dpid, src_port = parsed
         rx_dpid, rx_port = msg.datapath.id, msg.match["in_port"]
         tor = 0xFB00_0000_0000_0000
         phy = 0xFC00_0000_0000_0000
-        if rx_dpid & DPID_KIND_MASK == tor and src_dpid & DPID_KIND_MASK == phy:
-            sid, ofport, node_id = rx_dpid & DPID_ID_MASK, rx_port, src_dpid & DPID_ID_MASK
-        elif rx_dpid & DPID_KIND_MASK == phy and src_dpid & DPID_KIND_MASK == tor:
-            sid, ofport, node_id = src_dpid & DPID_ID_MASK, src_port, rx_dpid & DPID_ID_MASK
-        else:
+        if rx_dpid & DPID_KIND_MASK != tor:
+            return True
+        parsed = lldp_parse(data, self._lldp_key)
+        if parsed is None:  # someone else's LLDP, or a forged or stale probe
+            return True
+        src_dpid, src_port = parsed
+        if src_dpid & DPID_KIND_MASK != phy:
+            return True
+        sid, ofport, node_id = rx_dpid & DPID_ID_MASK, rx_port, src_dpid & DPID_ID_MASK
+        if self.phy_ports.get(node_id) != src_port:   # not from the underlay port we probe
             return True
         self.lldp_received += 1
         name = next((n for n, p in self.tor_ports.get(sid, {}).items() if p == ofport), None)
@@ -266,6 +301,10 @@ class FabricRuntime:
     # ------------------------------------------------------------------------------- status API
 
     def status(self, switch_id: int) -> dict:
+        """Per ToR port: the node behind it, the VLANs allowed on it (desired, and read from the
+        switch) and the VLANs the node's br-int really tags frames with (read from the node). A VLAN
+        the node sends but the port does not allow is `vlans_blocked`: the ToR drops those frames,
+        and the switch is not `in_sync`."""
         snapshot = self.last.get("snapshot")
         with self.Session() as session:
             row = session.get(FabricSwitch, switch_id)
@@ -274,10 +313,12 @@ class FabricRuntime:
                                                   "msg": f"fabric switch {switch_id} does not exist"}])
             name, status, reason = row.name, row.status, row.status_reason
         dp = self.app.datapath(datapath_id_tor(switch_id))
-        desired = fc.tor_vlans(snapshot).get(name, {}) if snapshot is not None else {}
+        last = self.reconciler.last.desired
+        brint = {k.name: state for k, state in last.items() if k.bridge == BR_INT}
+        desired = fc.tor_vlans(snapshot, brint).get(name, {}) if snapshot is not None else {}
         ports = self.tor_ports.get(switch_id, {})
         actual: dict[str, set[int]] | None = None
-        in_sync = None
+        flows_match = None
         if dp is not None:
             flows = sw.read_flows(self.app, dp)
             by_no = {p: n for n, p in ports.items()}
@@ -286,8 +327,8 @@ class FabricRuntime:
                 md = f.match_dict
                 if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW and "in_port" in md:
                     actual.setdefault(by_no.get(md["in_port"], str(md["in_port"])), set()).add(md["vlan_vid"] & 0xFFF)
-            want = self.reconciler.last.desired.get(SwitchKey(TOR, name))
-            in_sync = want is not None and {f for f in flows if owns_cookie(f.cookie)} == set(want.flows)
+            want = last.get(SwitchKey(TOR, name))
+            flows_match = want is not None and {f for f in flows if owns_cookie(f.cookie)} == set(want.flows)
         fab = routers.fabric_state(snapshot) if snapshot is not None else None
         faces = {}
         if fab is not None:
@@ -299,15 +340,32 @@ class FabricRuntime:
             for link in fab.links:
                 if link.switch_id == switch_id and faces.get(link.port_name) == link.node:
                     sources.setdefault(link.port_name, set()).add(link.source)
+        node_ids = {n.name: n.id for n in snapshot.nodes} if snapshot is not None else {}
         out_ports = []
+        blocked_any = False
         for pname in sorted(set(ports) | set(desired)):
+            sent = self._vlans_sent(node_ids.get(faces.get(pname)))
+            allowed = actual.get(pname, set()) if actual is not None else None
+            blocked = sorted(sent - allowed) if sent is not None and allowed is not None else None
+            blocked_any = blocked_any or bool(blocked)
             out_ports.append({"port": pname, "ofport": ports.get(pname), "node": faces.get(pname),
                               "link": sorted(sources.get(pname, ())),
                               "vlans_desired": sorted(desired.get(pname, ())),
-                              "vlans": sorted(actual.get(pname, ())) if actual is not None else None})
+                              "vlans": sorted(allowed) if allowed is not None else None,
+                              "vlans_sent": sorted(sent) if sent is not None else None,
+                              "vlans_blocked": blocked})
+        in_sync = None if flows_match is None else flows_match and not blocked_any
         return {"id": switch_id, "name": name, "status": status, "status_reason": reason,
                 "connected": dp is not None, "in_sync": in_sync, "ports": out_ports,
                 "lldp": {"sent": self.lldp_sent, "received": self.lldp_received}}
+
+    def _vlans_sent(self, node_id: int | None) -> set[int] | None:
+        """VLANs a node's br-int tags frames with, read from the switch; None if it is not connected."""
+        dp = self.app.datapath(datapath_id(node_id)) if node_id is not None else None
+        if dp is None:
+            return None
+        return fc.vlans_sent(SwitchState(frozenset(sw.read_flows(self.app, dp)),
+                                         frozenset(sw.read_groups(self.app, dp))))
 
     def router(self) -> APIRouter:
         r = APIRouter(prefix="/v1", tags=["fabric"])

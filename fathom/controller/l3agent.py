@@ -19,15 +19,13 @@ import logging
 import re
 import subprocess
 
+from fathom.host import exec as host_exec
+
 LOG = logging.getLogger("fathom.l3agent")
 
 
 def _ip(args: list[str], ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    argv = (["ip", "netns", "exec", ns] if ns else []) + args
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
-    return proc
+    return host_exec.run(args, ns, check=check)
 
 
 def namespaces() -> list[str]:

@@ -67,10 +67,19 @@ class FathomOFApp(app_manager.OSKenApp):
             return self.datapaths.get(dpid)
 
 
-def start(listen_host: str, listen_port: int, echo_interval: int = 5) -> FathomOFApp:
-    """Start os-ken in this process (in a thread) listening for switches; returns our app."""
+def start(listen_host: str, listen_port: int, gate, ssl_context=None, echo_interval: int = 5) -> FathomOFApp:
+    """Start os-ken in this process (in a thread) listening for switches; returns our app.
+
+    Every connection passes `gate` (fathom.controller.ofgate) before any app hears of it; with
+    `ssl_context` the listener speaks TLS only, without it plain TCP only.
+    """
     from os_ken import cfg
     from os_ken.controller import controller  # noqa: F401 - registers the ofp/echo options parsed below
+    from os_ken.controller import ofp_handler
+    from fathom.controller.ofgate import GatedListener
+    # os-ken's OFPHandler builds its listener from this name when it starts: ours replaces it
+    GatedListener.gate, GatedListener.ssl_context = gate, ssl_context
+    ofp_handler.OpenFlowController = GatedListener
     cfg.CONF(args=["--ofp-listen-host", listen_host, "--ofp-tcp-listen-port", str(listen_port)], project="os_ken")
     # echo keepalive: a switch that misses 3 echoes in a row is dropped (and reconciled on return)
     cfg.CONF.set_override("echo_request_interval", echo_interval)

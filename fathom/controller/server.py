@@ -7,7 +7,8 @@ import threading
 import uvicorn
 from fastapi import APIRouter, HTTPException
 
-from fathom.controller import ofapp
+from fathom.api import create_app
+from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper
 from fathom.model import datapath_id
@@ -64,20 +65,26 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
     return router
 
 
-def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float) -> None:
-    from fathom.api.app import create_app
-
+def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int, interval: float,
+          pki_dir: str | None = None) -> None:
+    """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
+    the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
+    without."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = open_store(db_url)
-    app = ofapp.start(of_host, of_port)
+    transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
+    gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
+    app = ofapp.start(of_host, of_port, gate,
+                      channels.server_context(transport.files) if transport.tls else None)
     reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app), Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
-    api = create_app(db_url, on_change=reconciler.wake)
+    api = create_app(engine, on_change=reconciler.wake)
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
     # ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     reconciler.wake()
-    LOG.info("API on http://%s:%d, OpenFlow on %s:%d, store %s", api_host, api_port, of_host, of_port, db_url)
+    LOG.info("API on http://%s:%d, OpenFlow on %s:%d (%s), store %s", api_host, api_port, of_host, of_port,
+             "TLS" if transport.tls else "plain TCP, insecure", db_url)
     uvicorn.run(api, host=api_host, port=api_port, log_level="warning")

@@ -12,6 +12,7 @@ import logging
 import os_ken.app.ofctl.api as ofctl
 from fastapi import APIRouter, HTTPException, Response
 
+from fathom.api.deps import CallerDep
 from fathom.apps import BR_INT
 from fathom.controller import switch as sw
 from fathom.model import datapath_id
@@ -150,12 +151,8 @@ def tap_runtime_router(reconciler) -> APIRouter:
         pass  # registered already (a second app in one process)
     router = APIRouter(tags=["taps"])
 
-    from fastapi import Depends
-
-    from fathom.api.app import caller
-
     @router.get("/v1/taps/{tap_id}/stats", summary="Counters and per-node state of a tap policy")
-    def tap_stats(tap_id: int, c=Depends(caller)):
+    def tap_stats(tap_id: int, c: CallerDep):
         with reconciler.Session() as s:
             t = s.get(m.TapPolicy, tap_id)
             if t is None or not (c.admin or t.project_id == c.project):

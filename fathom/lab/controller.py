@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from fathom.client import ApiError, Client
+
 from .sh import LabError
 from .topology import Topology
 
@@ -23,9 +25,11 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, of_port: int | None = None) -> dict:
+def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, of_port: int | None = None,
+                     pki_dir: str | None = None) -> dict:
     """A controller process for this lab: its store, log and pid file live in the lab's run dir.
 
+    With `pki_dir` it speaks TLS on OpenFlow and OVSDB, otherwise plain TCP (--insecure).
     Given the ports of a previous run (a restart), it comes back where the switches expect it.
     """
     api_port, of_port = api_port or free_port(), of_port or free_port(of_host)
@@ -33,21 +37,25 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
-           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3"]
+           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3",
+           *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / "controller.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / 'controller.log'}")
-        try:
-            if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+    probe = Client(url, timeout=1)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / 'controller.log'}")
+            try:
+                probe.health()
                 return {"url": url, "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
-                        "managed": True}
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+                        "managed": True, "pki_dir": pki_dir}
+            except ApiError:
+                time.sleep(0.2)
+    finally:
+        probe.close()
     raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / 'controller.log'}")
 
 
@@ -59,54 +67,54 @@ def stop_controller(lab_dir: Path) -> None:
         pass
 
 
-class Api:
-    def __init__(self, url: str):
-        self.client = httpx.Client(base_url=url.rstrip("/") + "/v1", timeout=30)
+def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None,
+             switches_registered=lambda created: None) -> dict:
+    """Create nodes, networks, subnets, routers and VM ports; returns the ids created.
 
-    def call(self, method: str, path: str, project: str | None = None, **kw):
-        headers = {"X-Project": project} if project else {}
-        r = self.client.request(method, path, headers=headers, **kw)
-        if r.status_code >= 400:
-            raise LabError(f"controller: {method} /v1{path} → {r.status_code} {r.text}")
-        return r.json() if r.content else None
+    `switches_registered(created)` runs once the nodes and the fabric switch have their ids (e.g. to
+    issue their certificates, which bind the datapath ids derived from them)."""
+    try:
+        return _register(Client(url), topo, nodes, progress, fabric_ip, switches_registered)
+    except ApiError as e:
+        raise LabError(f"controller: {e}") from None
 
 
-def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None) -> dict:
-    """Create nodes, networks, subnets, routers and VM ports; returns the ids created."""
-    api = Api(url)
+def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str | None,
+              switches_registered) -> dict:
     created: dict[str, dict[str, int]] = {"nodes": {}, "networks": {}, "subnets": {}, "ports": {}, "routers": {},
                                           "fabric_switches": {}}
     progress("registering nodes")
     for n in nodes:
-        created["nodes"][n.name] = api.call("POST", "/nodes", json={
+        created["nodes"][n.name] = api.request("POST", "/nodes", json={
             "name": n.name, "role": n.role, "tunnel_ip": n.tunnel_ip, "management_ip": n.mgmt_ip})["id"]
     if fabric_ip:
-        # issue 7: the ToR; the lab's wiring (port named after the node) is declared as a fallback,
+        # the fabric switch; the lab's wiring (port named after the node) is declared as a fallback,
         # the controller learns the real one by LLDP
         progress("registering the fabric switch")
-        created["fabric_switches"]["fabric"] = api.call("POST", "/fabric/switches", json={
+        created["fabric_switches"]["fabric"] = api.request("POST", "/fabric/switches", json={
             "name": "fabric", "management_ip": fabric_ip, "links": {n.name: n.name for n in nodes}})["id"]
+    switches_registered(created)
     progress("creating networks")
     for net in topo.networks:
         body = {"name": net.name, "type": net.type, "project_id": net.project}
         if net.type != "flat":
             body["segmentation_id"] = topo.segmentation_id(net)
-        nid = created["networks"][net.name] = api.call("POST", "/networks", json=body)["id"]
-        created["subnets"][net.name] = api.call("POST", "/subnets", json={
+        nid = created["networks"][net.name] = api.request("POST", "/networks", json=body)["id"]
+        created["subnets"][net.name] = api.request("POST", "/subnets", json={
             "network_id": nid, "cidr": str(net.cidr), "gateway_ip": str(net.gateway), "name": net.name,
             "project_id": net.project})["id"]
     for r in topo.routers:
         project = topo.network(r.networks[0]).project
-        rid = created["routers"][r.name] = api.call("POST", "/routers", json={"name": r.name, "project_id": project})["id"]
+        rid = created["routers"][r.name] = api.request("POST", "/routers", json={"name": r.name, "project_id": project})["id"]
         for name in r.networks:
-            api.call("POST", f"/routers/{rid}/interfaces", json={"subnet_id": created["subnets"][name]})
-        if r.mode != "distributed":  # issue 7
-            api.call("PUT", f"/routers/{rid}/mode", json={"mode": r.mode})
+            api.request("POST", f"/routers/{rid}/interfaces", json={"subnet_id": created["subnets"][name]})
+        if r.mode != "distributed":   # after its interfaces: a mode checks the networks it routes
+            api.request("PATCH", f"/routers/{rid}", json={"mode": r.mode})
     progress("creating VM ports")
     for node in topo.nodes:
         for vm in node.vms:
             net = topo.network(vm.network)
-            created["ports"][vm.name] = api.call("POST", "/ports", json={
+            created["ports"][vm.name] = api.request("POST", "/ports", json={
                 "network_id": created["networks"][vm.network], "name": vm.name, "mac_address": vm.mac,
                 "fixed_ips": [{"subnet_id": created["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
                 "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
@@ -117,13 +125,19 @@ def wait_active(url: str, created: dict, timeout: float = 30) -> None:
     """Until every port the lab created is active (its flows are on the switches).
 
     An error may be transient (a switch still connecting): only the timeout ends the wait."""
-    api = Api(url)
+    try:
+        _wait_active(Client(url), created, timeout)
+    except ApiError as e:
+        raise LabError(f"controller: {e}") from None
+
+
+def _wait_active(api: Client, created: dict, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     pending = dict(created.get("ports", {}))
     reasons: dict[str, str] = {}
     while pending:
         for name, pid in list(pending.items()):
-            port = api.call("GET", f"/ports/{pid}")
+            port = api.request("GET", f"/ports/{pid}")
             if port["status"] == "active":
                 del pending[name]
             else:
@@ -136,29 +150,29 @@ def wait_active(url: str, created: dict, timeout: float = 30) -> None:
     # then one full pass, so the underlay is programmed too when `lab up` returns
     fabric = len(created.get("fabric_switches", {}))
     want = len(created.get("nodes", {})) * (2 if fabric else 1) + fabric
-    while len(api.call("GET", "/health")["switches"]) < want:
+    while len(api.request("GET", "/health")["switches"]) < want:
         if time.monotonic() > deadline:
-            raise LabError(f"only {len(api.call('GET', '/health')['switches'])} of {want} switches connected "
+            raise LabError(f"only {len(api.request('GET', '/health')['switches'])} of {want} switches connected "
                            f"after {timeout}s")
         time.sleep(0.2)
-    api.call("POST", "/sync")
+    api.request("POST", "/sync")
 
 
 def deregister(url: str, created: dict) -> None:
     """Best effort: delete what the lab created (the controller may be gone already)."""
+    http = Client(url).http   # raw answers: an object already gone is fine
     try:
-        api = Api(url)
         for pid in created.get("ports", {}).values():
-            api.client.delete(f"/ports/{pid}")
+            http.delete(f"/ports/{pid}")
         for rid in created.get("routers", {}).values():
-            for iface in api.client.get(f"/routers/{rid}").json().get("interfaces", []):
-                api.client.delete(f"/routers/{rid}/interfaces/{iface['subnet_id']}")
-            api.client.delete(f"/routers/{rid}")
+            for iface in http.get(f"/routers/{rid}").json().get("interfaces", []):
+                http.delete(f"/routers/{rid}/interfaces/{iface['subnet_id']}")
+            http.delete(f"/routers/{rid}")
         for nid in created.get("networks", {}).values():
-            api.client.delete(f"/networks/{nid}")
+            http.delete(f"/networks/{nid}")
         for sid in created.get("fabric_switches", {}).values():
-            api.client.delete(f"/fabric/switches/{sid}")
+            http.delete(f"/fabric/switches/{sid}")
         for nid in created.get("nodes", {}).values():
-            api.client.delete(f"/nodes/{nid}")
+            http.delete(f"/nodes/{nid}")
     except httpx.HTTPError:
         pass

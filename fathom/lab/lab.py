@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from fathom.pki import Pki
+
 from .ovs import OvsInstance, _running, kill_and_wait, wait_for
 from .sh import LabError, require_root_and_tools, run
 from .topology import Topology, check_lab_name
@@ -93,12 +95,21 @@ class Lab:
 
     # ----- up -----
     def up(self, topo: Topology, source: str, standalone: bool = False, controller: str | None = None,
-           progress: Callable[[str], None] = lambda s: None) -> dict:
+           progress: Callable[[str], None] = lambda s: None, insecure: bool = False,
+           pki_dir: str | None = None) -> dict:
         """Build the lab. Without `standalone`, br-int is left to a controller: the one at URL
-        `controller`, or one started for this lab; the lab's nodes and topology are registered."""
+        `controller`, or one started for this lab; the lab's nodes and topology are registered.
+
+        OpenFlow and OVSDB run over TLS unless `insecure`: a lab's own controller gets a PKI in the
+        lab's run dir; a controller at `controller` needs its PKI directory as `pki_dir` (the lab
+        issues each node's certificate from it)."""
         require_root_and_tools()
         if self.exists():
             raise LabError(f"lab {self.name!r} already exists: run 'fathom lab down {self.name}' first")
+        tls = not standalone and not insecure
+        if tls and controller is not None and pki_dir is None:
+            raise LabError("a lab under a controller it does not start needs that controller's PKI directory "
+                           "(--pki-dir) to issue node certificates, or --insecure for plain TCP")
         mgmt = topo.management or _free_mgmt_subnet()
         underlay = topo.underlay.cidr
         hosts_u, hosts_m = list(underlay.hosts()), list(mgmt.hosts())
@@ -108,6 +119,7 @@ class Lab:
                  for i, n in enumerate(topo.nodes)]
         state = {"name": self.name, "topology_file": source, "topology": topo.model_dump(mode="json"),
                  "standalone": standalone, "status": "building", "created": time.time(),
+                 "tls": {"pki_dir": pki_dir or str(self.dir / "pki")} if tls else None,
                  "management": {"cidr": str(mgmt), "root_ip": str(hosts_m[0]), "bridge": f"{self.name}-mgmt"},
                  "underlay": {"cidr": str(underlay), "mtu": topo.underlay.mtu},
                  "nodes": [n.__dict__ for n in nodes]}
@@ -147,14 +159,15 @@ class Lab:
         tor.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
                   "fail_mode=standalone")
         if not standalone:
-            # issue 7: the ToR is managed by the controller like the nodes (OVSDB on the management
+            # the fabric switch is managed by the controller like the nodes (OVSDB on the management
             # network; the controller makes br-fabric fail_mode secure and connects it over OpenFlow)
             fab_ip = state["management"]["fabric_ip"] = str(hosts_m_fabric(mg["cidr"]))
             run(["ip", "link", "add", f"{self.name}-mf", "type", "veth", "peer", "name", "mgmt0", "netns", fabric])
             run(["ip", "link", "set", f"{self.name}-mf", "master", mg["bridge"], "up"])
             run(["ip", "addr", "add", f"{fab_ip}/{prefix}", "dev", "mgmt0"], ns=fabric)
             run(["ip", "link", "set", "mgmt0", "up"], ns=fabric)
-            tor.vsctl("set-manager", f"ptcp:6640:{fab_ip}")
+            if not state["tls"]:  # with TLS the manager comes with the switch's certificate
+                tor.vsctl("set-manager", f"ptcp:6640:{fab_ip}")
 
         for node in nodes:
             progress(f"node {node.name}")
@@ -167,12 +180,17 @@ class Lab:
             run(["ip", "link", "set", root_end, "master", mg["bridge"], "up"])
             run(["ip", "addr", "add", f"{node.mgmt_ip}/{prefix}", "dev", "mgmt0"], ns=node.netns)
             run(["ip", "link", "set", "mgmt0", "up"], ns=node.netns)
-            ovs.vsctl("set-manager", f"ptcp:6640:{node.mgmt_ip}")
+            if not state["tls"]:  # with TLS it comes with the node's certificate
+                ovs.vsctl("set-manager", f"ptcp:6640:{node.mgmt_ip}")
             # underlay: node ul0 <-> fabric port named after the node
             run(["ip", "link", "add", "ul0", "netns", node.netns, "mtu", mtu, "type", "veth",
                  "peer", "name", node.name, "netns", fabric, "mtu", mtu])
             for ns_, dev in ((node.netns, "ul0"), (fabric, node.name)):
                 _prepare_veth_end(ns_, dev)
+            # ul0 is a port of br-phy, but the kernel still sees what arrives on it and would answer
+            # ARP for the tunnel address (which lives on br-phy) with ul0's own MAC: OVS would then
+            # send VXLAN to a MAC nobody terminates. Only br-phy answers for its address.
+            run(["sysctl", "-qw", "net.ipv4.conf.ul0.arp_ignore=1"], ns=node.netns)
             tor.vsctl("add-port", "br-fabric", node.name)
             ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
                       "fail_mode=standalone", f"other_config:hwaddr={_mac(0xfe, node.index)}",
@@ -251,23 +269,47 @@ class Lab:
         full when `up` returns: OVS drops the packet that makes it resolve a new neighbour, and a
         lab should start like a running cloud, not lose each path's first packet."""
         for node in nodes:
+            # OVS learns a neighbour by snooping the ARP reply; a peer's earlier request already put
+            # this node in the kernel's table, and the kernel would then send no request at all
+            run(["ip", "neigh", "flush", "dev", "br-phy"], ns=node.netns, check=False)
             for peer in nodes:
                 if peer is not node:
                     run(["ping", "-c", "1", "-W", "1", peer.tunnel_ip], ns=node.netns, check=False)
 
     def _attach_controller(self, topo, state, nodes, url, progress) -> None:
         from . import controller as ctl
+        tls = state["tls"]
         if url is None:
+            if tls:
+                progress("creating the lab's PKI")
+                Pki(tls["pki_dir"]).init()
             progress("starting a controller for the lab")
-            state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"])
+            state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"],
+                                                       pki_dir=tls and tls["pki_dir"])
         else:
             state["controller"] = {"url": url, "managed": False}
         self._save(state)
-        state["controller"]["created"] = ctl.register(state["controller"]["url"], topo, nodes, progress,
-                                                      fabric_ip=state["management"].get("fabric_ip"))
+        state["controller"]["created"] = ctl.register(
+            state["controller"]["url"], topo, nodes, progress, fabric_ip=state["management"].get("fabric_ip"),
+            switches_registered=lambda created: self._install_certificates(state, nodes, created, progress)
+            if tls else None)
         self._save(state)
         progress("waiting for the ports to become active")
         ctl.wait_active(state["controller"]["url"], state["controller"]["created"])
+
+    def _install_certificates(self, state, nodes, created, progress) -> None:
+        """Each node and the fabric switch get a key and a certificate naming them and binding their
+        datapath ids; their OVSDB then serves TLS only (pssl), and their bridges connect over TLS."""
+        from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+        pki = Pki(state["tls"]["pki_dir"])
+        progress("issuing node certificates")
+        holders = [(n.name, "node", {datapath_id(created["nodes"][n.name]), datapath_id_phy(created["nodes"][n.name])},
+                    OvsInstance(n.netns, n.rundir), n.mgmt_ip) for n in nodes]
+        for name, sid in created.get("fabric_switches", {}).items():
+            holders.append((name, "switch", {datapath_id_tor(sid)}, OvsInstance(self.ns("fabric"), self.dir / "fabric"),
+                            state["management"]["fabric_ip"]))
+        for name, kind, dpids, ovs, mgmt_ip in holders:
+            install_certificate(pki, name, kind, dpids, ovs, mgmt_ip)
 
     def restart_controller(self, downtime: float = 0.0) -> None:
         """Stop the lab's own controller and start it again on the same ports and store."""
@@ -279,7 +321,8 @@ class Lab:
         ctl.stop_controller(self.dir)
         time.sleep(downtime)
         created = c.get("created")
-        state["controller"] = ctl.start_controller(self.dir, c["of_host"], c["api_port"], c["of_port"])
+        state["controller"] = ctl.start_controller(self.dir, c["of_host"], c["api_port"], c["of_port"],
+                                                   pki_dir=c.get("pki_dir"))
         state["controller"]["created"] = created
         self._save(state)
 
@@ -355,9 +398,10 @@ class Lab:
         return ["ip", "netns", "exec", ns, *cmd], env
 
     def run(self, target: str, *cmd: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
-        """Run cmd in a node or VM namespace and capture its output (check: raise on failure)."""
+        """Run cmd in a node or VM namespace and capture its output (check: a failure raises LabError
+        with the command and its stderr)."""
         argv, env = self.exec_args(target, list(cmd))
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=check)
+        return run(argv, env=env, check=check, timeout=timeout)
 
 
 def list_labs() -> list[dict]:
@@ -378,6 +422,25 @@ def list_labs() -> list[dict]:
                     "vms": sum(len(n.get("vms", [])) for n in st.get("topology", {}).get("nodes", [])),
                     "standalone": st.get("standalone"), "topology_file": st.get("topology_file")})
     return out
+
+
+def install_certificate(pki: Pki, name: str, kind: str, dpids, ovs: OvsInstance, mgmt_ip: str) -> Path:
+    """Issue `name`'s key and certificate and hand them to its OVS, as an operator would copy them to
+    the node: its own directory (0700) with its key, its certificate and the controller CA it trusts.
+    The node's OVSDB then serves TLS only on the management address."""
+    files = pki.issue(name, kind, dpids)
+    dest = Path(ovs.rundir) / "pki"
+    dest.mkdir(mode=0o700, exist_ok=True)
+    for src, dst, mode in ((files.key, "privkey.pem", 0o600), (files.cert, "cert.pem", 0o644),
+                           (files.trust, "cacert.pem", 0o644)):
+        tmp = dest / (dst + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(Path(src).read_bytes())
+        tmp.replace(dest / dst)
+    ovs.vsctl("set-ssl", str(dest / "privkey.pem"), str(dest / "cert.pem"), str(dest / "cacert.pem"),
+              "--", "set-manager", f"pssl:6640:{mgmt_ip}")
+    return dest
 
 
 def hosts_m_fabric(cidr: str) -> ipaddress.IPv4Address:

@@ -40,9 +40,12 @@ class OvsInstance:
         self.start_vswitchd()
 
     def start_ovsdb(self) -> None:
-        # managers (e.g. ptcp:6640 for the controller) live in the database, so a restart keeps them
+        # managers (e.g. pssl:6640 for the controller) and their TLS files live in the database,
+        # so a restart keeps them
         run(["ovsdb-server", self.rundir / "conf.db", f"--remote=punix:{self.db_sock}",
              "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
+             "--private-key=db:Open_vSwitch,SSL,private_key", "--certificate=db:Open_vSwitch,SSL,certificate",
+             "--ca-cert=db:Open_vSwitch,SSL,ca_cert",
              "--pidfile", "--detach", "--log-file"], ns=self.netns, env=self.env)
 
     def start_vswitchd(self) -> None:

@@ -1,32 +1,26 @@
-"""Running commands in the lab's namespaces. Errors carry the command and what it printed."""
+"""The lab's error and its readiness check; commands in its namespaces run through fathom.host.exec."""
 from __future__ import annotations
 
+import functools
 import os
-import shutil
-import subprocess
+
+from fathom import programs
+from fathom.host import exec as host_exec
 
 
 class LabError(Exception):
     pass
 
 
-def run(cmd: list[str], ns: str | None = None, env: dict | None = None, check: bool = True,
-        timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
-    full = (["ip", "netns", "exec", ns] if ns else []) + [str(c) for c in cmd]
-    try:
-        proc = subprocess.run(full, capture_output=True, text=True, timeout=timeout, input=input,
-                              env={**os.environ, **env} if env else None)
-    except subprocess.TimeoutExpired:
-        raise LabError(f"timed out after {timeout}s: {' '.join(full)}")
-    if check and proc.returncode != 0:
-        raise LabError(f"command failed ({proc.returncode}): {' '.join(full)}\n{proc.stderr.strip()}")
-    return proc
+# fathom.host.exec.run, raising LabError (what every lab caller handles)
+run = functools.partial(host_exec.run, error=LabError)
 
 
 def require_root_and_tools(tools=("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ip", "ethtool")) -> None:
     """One line saying what to run when the machine is not ready."""
     if os.geteuid() != 0:
         raise LabError("the lab needs root (namespaces, veth, OVS): run it with sudo")
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        raise LabError(f"{', '.join(missing)} not found: run 'sudo scripts/setup' (installs Open vSwitch and friends)")
+    try:
+        programs.require(*tools)
+    except programs.ProgramMissing as e:
+        raise LabError(str(e)) from None

@@ -14,12 +14,13 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fathom.addresses import parse_mac
+
 DEFAULT_TOPOLOGY = Path(__file__).parent / "topologies" / "default.yaml"
 
 # Names become parts of namespace and interface names (IFNAMSIZ is 16 with the NUL).
 NAME_RE = r"^[a-z][a-z0-9]{0,11}$"
 LAB_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
-MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 RESERVED_NAMES = {"fabric", "mgmt"}
 
 
@@ -36,12 +37,7 @@ class VM(_Strict):
     @field_validator("mac")
     @classmethod
     def _mac(cls, v: str) -> str:
-        v = v.lower()
-        if not MAC_RE.match(v):
-            raise ValueError(f"{v!r} is not a MAC address like 02:00:00:00:00:01")
-        if int(v[:2], 16) & 1:
-            raise ValueError(f"{v} is a multicast MAC; a VM needs a unicast one")
-        return v
+        return parse_mac(v, unicast_for="a VM")
 
 
 class Node(_Strict):
@@ -71,7 +67,7 @@ class Network(_Strict):
 class Router(_Strict):
     name: str = Field(pattern=NAME_RE)
     networks: list[str]          # one interface on each network's subnet, at its gateway address
-    mode: Literal["distributed", "fabric", "network-node"] = "distributed"  # where it routes (issue 7)
+    mode: Literal["distributed", "fabric", "network-node"] = "distributed"  # where it routes (docs/fabric.md)
 
 
 class Underlay(_Strict):

@@ -2,8 +2,8 @@
 
 A `Snapshot` is one consistent view of the store (fathom.store.snapshot.load_snapshot builds it in
 one transaction) plus facts that live in the switches, not in the store: the OpenFlow port numbers
-of each br-int (`Snapshot.with_ofports`) and of each ToR (`FabricState.with_ofports`), added by the
-controller before compiling. Datapath ids of every switch fathom programs are defined here too, so
+of each br-int (`Snapshot.with_ofports`), of each br-phy (`Snapshot.with_phy_ofports`) and of each
+ToR (`FabricState.with_ofports`), added by the controller before compiling. Datapath ids of every switch fathom programs are defined here too, so
 compilers, the controller and tests name switches the same way.
 """
 from __future__ import annotations
@@ -27,6 +27,8 @@ class Node:
     state: str = "init"            # bootstrap: init | device_created | complete | error
     # Runtime, filled in by the controller: br-int interface name -> OpenFlow port number.
     ofports: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # Runtime, the same for the node's br-phy (its patch to br-int and its underlay port).
+    phy_ofports: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     def ofport(self, interface: str | None) -> int | None:
         return self.ofports.get(interface) if interface else None
@@ -204,6 +206,11 @@ class Snapshot:
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
         nodes = tuple(replace(n, ofports=dict(ofports.get(n.name, n.ofports))) for n in self.nodes)
+        return replace(self, nodes=nodes)
+
+    def with_phy_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
+        """A copy whose nodes carry br-phy port numbers: {node name: {interface: ofport}}."""
+        nodes = tuple(replace(n, phy_ofports=dict(ofports.get(n.name, n.phy_ofports))) for n in self.nodes)
         return replace(self, nodes=nodes)
 
 

@@ -178,7 +178,9 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
 
 BR_PHY = Pipeline("br-phy", skeleton_app=ck.APP_FABRIC, skeleton_base=0x100,
                   doc="every node's physical bridge: the underlay port and the tunnel endpoint", tables=(
-    Table("normal", 0, "NORMAL switching of the underlay; LLDP from the ToR → controller (link discovery)",
+    Table("normal", 0, "NORMAL switching of the underlay; LLDP from the ToR → controller (link discovery); "
+          "the VLAN trunk as a fixed pipe: everything from `patch-int` → `ul0`, tagged frames from `ul0` → "
+          "`patch-int` (no MAC learning on the trunk)",
           miss=NORMAL, fixed=(Fixed(1000, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), object_id=0x101),)),
 ))
 

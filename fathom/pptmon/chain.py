@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from fathom.host import exec as host_exec
+
 STATE_ROOT = Path(os.environ.get("FATHOM_PPTMON_STATE", "/run/fathom/pptmon"))
 NAME_RE = re.compile(r"^p[pa][a-z0-9]{0,8}$")   # pp…: PPTMon work; pa…: the agent's tests
 VNF_KINDS = ("forward", "firewall", "nat")
@@ -134,18 +136,11 @@ def parse_vnfs(spec: str) -> list[Vnf]:
 
 def run(*args: str, ns: str | None = None, check: bool = True, input: str | None = None,
         timeout: float = 30) -> subprocess.CompletedProcess:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
-    p = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
-    if check and p.returncode != 0:
-        raise ChainError(f"{' '.join(cmd)}: {p.stderr.strip() or p.stdout.strip()}")
-    return p
+    """fathom.host.exec.run for chain set-up: failures raise ChainError."""
+    return host_exec.run(args, ns, check=check, input=input, timeout=timeout, error=ChainError)
 
 
-def existing_namespaces() -> list[str]:
-    try:
-        return sorted(os.listdir("/run/netns"))
-    except FileNotFoundError:
-        return []
+existing_namespaces = host_exec.namespaces
 
 
 # ---- build and tear down ----------------------------------------------------------------
@@ -265,13 +260,11 @@ def list_chains() -> list[Chain]:
     return out
 
 
-def down(name: str) -> list[str]:
-    """Stop the chain's loaders and delete every namespace named '<name>-*'."""
+def remove(name: str) -> list[str]:
+    """Delete every namespace named '<name>-*' and the chain's state. Its PPTMon loaders must be
+    stopped first: fathom.pptmon.control.down does both."""
     if not NAME_RE.match(name):
         raise ChainError(f"refusing to remove {name!r}: chain names start with 'pp' or 'pa'")
-    from fathom.pptmon import control  # late import: control depends on this module
-
-    control.disable(name, missing_ok=True)
     removed = []
     for ns in existing_namespaces():
         if ns.startswith(name + "-"):

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from fathom.pptmon import native
+from fathom.pptmon import chain as chainmod
 from fathom.pptmon.chain import STATE_ROOT, Chain, ChainError, load
 
 BPFFS = STATE_ROOT / ".bpffs"
@@ -199,6 +200,14 @@ def disable(name: str, missing_ok: bool = False) -> int:
         pass
     f.unlink()
     return len(stopped)
+
+
+def down(name: str) -> list[str]:
+    """Take a chain down: stop its loaders, then delete every namespace named '<name>-*'."""
+    if not chainmod.NAME_RE.match(name):
+        raise ChainError(f"refusing to remove {name!r}: chain names start with 'pp' or 'pa'")
+    disable(name, missing_ok=True)
+    return chainmod.remove(name)
 
 
 # ---- reading what the loaders wrote ----------------------------------------------------

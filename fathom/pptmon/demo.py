@@ -20,7 +20,7 @@ CHAIN = "ppdemo"
 def section(console: Console, report: list, keep: bool = False) -> dict:
     console.rule("[bold]PPTMon: processing time per VNF, carried in-band (paper 002)")
     c = chainmod.Chain(name=CHAIN, vnfs=chainmod.parse_vnfs("firewall:200,nat,forward"), base=230)
-    chainmod.down(CHAIN)
+    control.down(CHAIN)
     try:
         with console.status("chain up: client - firewall(200 rules) - NAT - forwarder - server"):
             chainmod.up(c)
@@ -48,7 +48,7 @@ def section(console: Console, report: list, keep: bool = False) -> dict:
         return s
     finally:
         if not keep:
-            chainmod.down(CHAIN)
+            control.down(CHAIN)
 
 
 def main(argv=None) -> int:

@@ -9,13 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+from fathom.host import exec as host_exec
 from fathom.pptmon.chain import Chain
 
 PY = sys.executable
 
 
 def _ns(ns: str, *cmd: str) -> list[str]:
-    return ["ip", "netns", "exec", ns, *cmd]
+    return host_exec.argv(cmd, ns)
 
 
 def transfer(chain: Chain, proto: str, v6: bool = False, port: int = 5301,

@@ -4,14 +4,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-
-def percentile(sorted_vals: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_vals:
-        return math.nan
-    pos = (len(sorted_vals) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+from fathom.stats import percentile
 
 
 def summarize(values: list[float]) -> dict:

@@ -1,5 +1,5 @@
 """The fabric in the store: building its part of the model (`load_fabric`), and the operations behind
-`/v1/fabric/...` and `/v1/routers/{id}/mode`.
+`/v1/fabric/...` and a router's `mode`.
 
 Every check raises a `fathom.store.errors` error naming the request field at fault; the API runs
 each request in one transaction, so a refused request changes nothing.

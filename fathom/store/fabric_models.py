@@ -1,7 +1,4 @@
-"""Store models of the fabric (issue 7): top-of-rack switches, their discovered links, router modes.
-
-Kept in their own module so the tenant models stay untouched; `fathom.store.models` imports this
-module at its end so that `Base.metadata` (and the migration check) knows these tables.
+"""Store models of the fabric: fabric switches (ToRs), their discovered links, router modes.
 
 - `FabricSwitch`: a managed ToR (an OVS bridge reached over OVSDB at `management_ip`, bridge
   `bridge`). Its VLAN range bounds the VLAN ids of tenant networks while it exists.
@@ -16,13 +13,13 @@ from datetime import datetime
 from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from fathom.store.base import Base, _Object, _now
+from fathom.store.base import Base, Resource, utcnow
 
 ROUTER_MODES = ("distributed", "fabric", "network-node")
 LINK_SOURCES = ("lldp", "declared")
 
 
-class FabricSwitch(_Object, Base):
+class FabricSwitch(Resource, Base):
     __tablename__ = "fabric_switches"
     __table_args__ = (UniqueConstraint("name"), {"sqlite_autoincrement": True})
     management_ip: Mapped[str] = mapped_column(String(64))
@@ -41,7 +38,7 @@ class FabricLink(Base):
     node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
     source: Mapped[str] = mapped_column(String(16))
     last_seen: Mapped[float | None] = mapped_column(Float, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class RouterMode(Base):

@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 models of the store. The schema itself is created by the Alembic migrations in
+"""SQLAlchemy 2 models of the tenant resources (the fabric's and PPTMon's tables are in
+fabric_models.py and pptmon_models.py; fathom.store.tables gathers all). The schema itself is created by the Alembic migrations in
 fathom/store/migrations (tests check that the two agree).
 
 Ids are integers: they go into OpenFlow cookies, registers and group ids (fathom.pipeline.cookies).
@@ -9,17 +10,19 @@ from __future__ import annotations
 
 import ipaddress
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from fathom.store.base import Base, _Object  # noqa: F401 - Base: callers reach it through the models
+from fathom.store.base import Base, Resource
 
 STATUSES = ("pending", "active", "error")
 NODE_STATES = ("init", "device_created", "complete", "error")
 NODE_ROLES = ("compute", "gateway")
 NETWORK_TYPES = ("vxlan", "vlan", "flat")
 
-class Node(_Object, Base):
+class Node(Resource, Base):
     __tablename__ = "nodes"
     __table_args__ = (UniqueConstraint("name"), {"sqlite_autoincrement": True})
     role: Mapped[str] = mapped_column(String(16), default="compute")
@@ -28,7 +31,7 @@ class Node(_Object, Base):
     state: Mapped[str] = mapped_column(String(16), default="init")
 
 
-class Network(_Object, Base):
+class Network(Resource, Base):
     __tablename__ = "networks"
     # One VNI / VLAN id per network; flat networks have none (NULLs never collide).
     __table_args__ = (UniqueConstraint("type", "segmentation_id"), {"sqlite_autoincrement": True})
@@ -36,7 +39,7 @@ class Network(_Object, Base):
     segmentation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
-class Subnet(_Object, Base):
+class Subnet(Resource, Base):
     __tablename__ = "subnets"
     __table_args__ = ({"sqlite_autoincrement": True},)
     network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="CASCADE"), index=True)
@@ -51,12 +54,12 @@ class Subnet(_Object, Base):
         return self.prefix.overlaps(other)
 
 
-class Router(_Object, Base):
+class Router(Resource, Base):
     __tablename__ = "routers"
     __table_args__ = ({"sqlite_autoincrement": True},)
 
 
-class Port(_Object, Base):
+class Port(Resource, Base):
     """A workload port, or a router interface when `router_id` is set."""
     __tablename__ = "ports"
     __table_args__ = (UniqueConstraint("network_id", "mac_address"),
@@ -89,8 +92,8 @@ class IpAllocation(Base):
     port: Mapped[Port] = relationship(back_populates="fixed_ips")
 
 
-class TapPolicy(_Object, Base):
-    """A vTAP policy (paper 000, Fig. 4): copy sender -> receiver traffic to one or two monitors.
+class TapPolicy(Resource, Base):
+    """A vTAP policy (the vTAP paper, Fig. 4): copy sender -> receiver traffic to one or two monitors.
 
     Identifiers: sender and monitors are always ports (given by id, name or MAC+IP); the receiver is
     a port or a bare MAC+IP. A port deleted under a policy leaves its `*_port_id` NULL and the policy
@@ -116,8 +119,3 @@ class TapPolicy(_Object, Base):
     truncate: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rate_pps: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
-
-# The fabric's tables and the PPTMon records live in their own modules (on fathom.store.base);
-# importing them here registers every table on Base.metadata for whoever imports the models.
-from fathom.store import fabric_models  # noqa: E402,F401
-from fathom.store import pptmon_models  # noqa: E402,F401

@@ -167,7 +167,7 @@ def create_network(session: Session, caller: Caller, settings: Settings, *, name
             raise Conflict("a flat network exists already (one per uplink)", "type")
     else:
         top = VXLAN_MAX if type == "vxlan" else VLAN_MAX
-        # issue 7: with a fabric switch, VLAN ids must come from the fabric's range
+        # with a fabric switch, VLAN ids must come from the fabric's range
         fabric_range = fabric.check_network_vlan(session, segmentation_id) if type == "vlan" else None
         if segmentation_id is None:
             segmentation_id = _allocate_segment(session, type, settings, fabric_range)
@@ -412,7 +412,7 @@ def add_router_interface(session: Session, caller: Caller, router_id: int, *, su
     """A leg of the router on a subnet: a port of the subnet's network holding the gateway address."""
     router = get(session, caller, m.Router, router_id)
     subnet = get(session, caller, m.Subnet, subnet_id, "subnet_id")
-    fabric.check_interface_mode(session, router, session.get(m.Network, subnet.network_id))  # issue 7
+    fabric.check_interface_mode(session, router, session.get(m.Network, subnet.network_id))
     for leg in router_interfaces(session, router.id):
         for alloc in leg.fixed_ips:
             other = session.get(m.Subnet, alloc.subnet_id)

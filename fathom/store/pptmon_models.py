@@ -1,4 +1,4 @@
-"""Store table of PPTMon records (issue 5, Deliver §2): what agents deliver to the controller.
+"""Store table of PPTMon records: what agents deliver to the controller.
 
 One row per sampled packet as reported by a chain's sink. The hops stay a JSON list (they are
 read back whole); `vnfs` repeats the VNF ids as ",1,2,3," so that "records through VNF k" is a
@@ -12,7 +12,7 @@ from datetime import datetime
 from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from fathom.store.base import Base, _now
+from fathom.store.base import Base, utcnow
 
 
 class PptmonRecord(Base):
@@ -35,4 +35,4 @@ class PptmonRecord(Base):
     hops: Mapped[list] = mapped_column(JSON)
     e2e_us: Mapped[int | None] = mapped_column(Integer, nullable=True)
     flow: Mapped[dict] = mapped_column(JSON)
-    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,4 +1,4 @@
-"""Fabric offload on real OVS (issue 7): the ToR under the controller, LLDP discovery, VLANs on the
+"""Fabric offload on real OVS: the fabric switch (ToR) under the controller, LLDP discovery, VLANs on the
 trunk ports following the ports, the three router modes, ToR and controller restarts."""
 import re
 import signal
@@ -13,7 +13,7 @@ import fathom.bench
 
 from fathom.lab.ovs import wait_for
 
-from .util import ping, running_lab, sh
+from .util import ping, running_lab, sh, tor_vlans
 
 TOPOLOGY = (Path(fathom.bench.__file__).parent / "topologies" / "l3.yaml").read_text()   # shared with bench l3
 IP = {"va": "198.19.10.11", "vb": "198.19.20.11", "vc": "198.19.10.12", "vd": "198.19.20.12"}
@@ -34,21 +34,6 @@ def tor_flows(lab) -> list[str]:
     return sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric").stdout.splitlines()
 
 
-def tor_vlans(lab) -> dict[str, set[int]]:
-    """ToR port name -> VLANs allowed in on it, read with ovs-ofctl (not through the controller)."""
-    names = {}
-    for line in sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "show", "br-fabric").stdout.splitlines():
-        m = re.match(r"\s*(\d+)\((\S+)\):", line)
-        if m:
-            names[m.group(1)] = m.group(2)
-    out = {n: set() for n in names.values()}
-    for line in tor_flows(lab):
-        m = re.search(r"table=0,.*priority=100,in_port=(\d+),dl_vlan=(\d+)", line)
-        if m:
-            out[names[m.group(1)]].add(int(m.group(2)))
-    return out
-
-
 def tor_group_ports(lab) -> list[str]:
     return sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-groups", "br-fabric").stdout.splitlines()
 
@@ -60,9 +45,9 @@ def sync(lab):
 def set_mode(lab, mode: str):
     c = api(lab)
     rid = next(r["id"] for r in c.get("/routers").json() if r["name"] == "r1")
-    c.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+    c.patch(f"/routers/{rid}", json={"mode": mode}).raise_for_status()
     sync(lab)
-    sync(lab)  # network-node: the router's legs appear on br-int in the first pass, get flows in the second
+    sync(lab)  # network-node: the router's interfaces appear on br-int in the first pass, get flows in the second
     wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"router active in {mode}")
     return rid
 
@@ -218,15 +203,15 @@ def test_l3_network_node_hairpins_through_the_router_namespace(lab, tmp_path):
 def test_mode_change_refused_cleanly(lab):
     c = api(lab)
     rid = c.get("/routers").json()[0]["id"]
-    r = c.put(f"/routers/{rid}/mode", json={"mode": "network-node", "gateway_node": "c1"})
+    r = c.patch(f"/routers/{rid}", json={"mode": "network-node", "gateway_node": "c1"})
     assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "gateway_node"], r.text
-    r = c.put(f"/routers/{rid}/mode", json={"mode": "sideways"})
+    r = c.patch(f"/routers/{rid}", json={"mode": "sideways"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "mode", r.text
     r = c.post("/networks", json={"name": "x", "type": "vlan", "segmentation_id": 3000})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "segmentation_id"], r.text
     r = c.post("/networks", json={"name": "x", "type": "vlan", "segmentation_id": 110})
     assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "segmentation_id"], r.text
-    assert c.get(f"/routers/{rid}/mode").json()["mode"] == "distributed"
+    assert c.get(f"/routers/{rid}").json()["mode"] == "distributed"
     assert [n["name"] for n in c.get("/networks").json()] == ["red", "green"]
 
 
@@ -240,7 +225,7 @@ def test_traffic_follows_the_router_between_modes(lab):
         argv, env = lab.exec_args("va", ["ping", "-i", "0.01", "-W", "1", IP["vd"]])
         pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
         time.sleep(0.5)
-        c.put(f"/routers/{rid}/mode", json={"mode": mode}).raise_for_status()
+        c.patch(f"/routers/{rid}", json={"mode": mode}).raise_for_status()
         wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"{mode} active")
         time.sleep(1)
         pinger.send_signal(signal.SIGINT)

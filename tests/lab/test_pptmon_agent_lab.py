@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from fathom.lab.controller import start_controller, stop_controller
-from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure, native
 
 from .test_pptmon_lab import make_chain  # noqa: F401  (fixture)
@@ -112,4 +111,4 @@ def test_records_reach_the_controller(make_chain, tmp_path):  # noqa: F811
                 agent.wait(5)
         control.disable("pa1", missing_ok=True)
         stop_controller(ctl_dir)
-        chainmod.down("pa1")
+        control.down("pa1")

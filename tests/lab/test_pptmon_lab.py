@@ -35,7 +35,7 @@ def make_chain():
     def make(name, vnfs, offloads=True, base=100, **kw):
         c = chainmod.Chain(name=name, vnfs=chainmod.parse_vnfs(",".join(vnfs)), base=base,
                            offloads=offloads, **kw)
-        chainmod.down(name)  # leftovers of an interrupted run
+        control.down(name)  # leftovers of an interrupted run
         made.append(name)
         return chainmod.up(c)
 
@@ -43,7 +43,7 @@ def make_chain():
         yield make
     finally:
         for name in made:
-            chainmod.down(name)
+            control.down(name)
 
 
 def wait_records(name, want, timeout=3.0):

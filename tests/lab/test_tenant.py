@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 import fathom.lab
-
+from fathom.host.iperf import iperf3
 from fathom.lab.ovs import wait_for
 
 from .util import ping, running_lab, sh
@@ -51,16 +51,7 @@ class Capture:
 
 
 def iperf_bytes(lab, client: str, server: str, udp: bool = False) -> int:
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns(server), "iperf3", "-s", "-1", "-B", IP[server]],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.4)
-        args = ["iperf3", "-c", IP[server], "-t", "2", "-J"] + (["-u", "-b", "50M"] if udp else [])
-        out = json.loads(sh(lab, client, *args).stdout)
-        return out["end"]["sum_received" if not udp else "sum"]["bytes"]
-    finally:
-        srv.kill()
-        srv.wait()
+    return iperf3(lab.ns(client), lab.ns(server), IP[server], seconds=2, **({"udp_mbps": 50} if udp else {})).bytes
 
 
 def test_all_objects_active(lab):

@@ -9,6 +9,7 @@ import pytest
 
 from fathom.lab.controller import free_port
 from fathom.lab.ovs import wait_for
+from fathom.pki import Pki
 from tests.unit.pgserver import PostgresServer
 
 from .util import ping, running_lab
@@ -29,8 +30,10 @@ def controller_on_postgres(tmp_path):
     pg = PostgresServer().start()
     api_port, of_port = free_port(), free_port("0.0.0.0")
     log = open(tmp_path / "controller.log", "wb")
+    Pki(tmp_path / "pki").init()   # TLS on OpenFlow and OVSDB: the lab issues node certificates from it
     proc = subprocess.Popen([str(Path(sys.executable).with_name("fathom")), "controller", "--db", pg.new_database(),
-                             "--api-port", str(api_port), "--of-port", str(of_port), "--interval", "3"],
+                             "--api-port", str(api_port), "--of-port", str(of_port), "--interval", "3",
+                             "--pki-dir", str(tmp_path / "pki")],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{api_port}"
     try:
@@ -47,9 +50,9 @@ def controller_on_postgres(tmp_path):
         pg.stop()
 
 
-def test_lab_under_a_controller_on_postgresql(controller_on_postgres):
+def test_lab_under_a_controller_on_postgresql(controller_on_postgres, tmp_path):
     url = controller_on_postgres
-    with running_lab("t3p", TOPOLOGY, standalone=False, controller=url) as lab:
+    with running_lab("t3p", TOPOLOGY, standalone=False, controller=url, pki_dir=str(tmp_path / "pki")) as lab:
         # once in a full CI run the first pings were lost; the statuses below are the real subject here
         wait_for(lambda: ping(lab, "vm1", "198.19.31.12").returncode == 0, 10, "vm1 to reach vm2")
         ports = httpx.get(url + "/v1/ports").json()

@@ -1,4 +1,4 @@
-"""vTAP on real OVS (issue 4): one lab under its controller, taps created through the API.
+"""vTAP on real OVS: one lab under its controller, taps created through the API.
 
 compute1: vm1 (sender), vm2 (receiver), mon1 (monitor); compute2: vm3 (receiver), mon2 (monitor).
 Captures are tcpdump in the VMs' namespaces; frames are compared byte for byte with scapy.
@@ -15,6 +15,7 @@ import time
 import httpx
 import pytest
 
+from fathom.host.iperf import iperf3
 from fathom.lab.ovs import wait_for
 from scapy.all import rdpcap
 
@@ -173,13 +174,7 @@ def assert_same_per_flow(copies: list[bytes], got: list[bytes]) -> None:
 
 def traffic(lab, src, dst, tcp_port=80, udp_ports=(5353,), pings=3):
     """Some TCP (a small iperf3 transfer to tcp_port), UDP datagrams and pings from src to dst."""
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), "iperf3", "-s", "-1", "-p", str(tcp_port),
-                            "-B", IP[dst]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.4)
-        sh(lab, src, "iperf3", "-c", IP[dst], "-p", str(tcp_port), "-n", "300K", "-l", "1000", "-b", "20M", timeout=30)
-    finally:
-        srv.wait(5)
+    iperf3(lab.ns(src), lab.ns(dst), IP[dst], port=tcp_port, nbytes="300K", length=1000, rate="20M")
     code = ("import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
             + "".join(f"s.sendto(b'x'*{100 + i}, ('{IP[dst]}', {p}))\n" for i, p in enumerate(udp_ports)))
     sh(lab, src, "python3", "-c", code)
@@ -383,7 +378,7 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     env = {**os.environ, "FATHOM_CONTROLLER": tap.url, "FATHOM_LAB": lab.name}
     fathom = [os.path.join(os.path.dirname(os.sys.executable), "fathom")]
     out = subprocess.run(fathom + ["tap", "create", "web", "--sender", "vm1", "--receiver", "vm2", "--monitor",
-                                   "mon1", "--proto", "icmp", "--json"], env=env, capture_output=True, text=True)
+                                   "mon1", "--ip-proto", "icmp", "--json"], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     t = json.loads(out.stdout)
     tap.realised(t["id"])
@@ -400,8 +395,15 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     # OVS pushes datapath counters to groups about once a second
     wait_for(lambda: show()["stats"]["copies_packets"] >= 4, 5, "the CLI's counter")
     assert show()["stats"]["realised"]
-    listing = subprocess.run(fathom + ["tap", "list"], env=env, capture_output=True, text=True, check=True).stdout
-    assert "web" in listing and "ip_proto=1" in listing
+    listing = subprocess.run(fathom + ["tap", "list"], env=env, capture_output=True, text=True, check=True,
+                             ).stdout
+    assert "web" in listing and "ip_proto=1" in listing and "copies" in listing
+    listed = json.loads(subprocess.run(fathom + ["tap", "list", "--json"], env=env, capture_output=True,
+                                       text=True, check=True).stdout)
+    (mine,) = [x for x in listed if x["name"] == "web"]
+    copies = mine["stats"]["copies_packets"]
+    assert copies >= 4 and mine["stats"]["copies_bytes"] >= 4 * 98
+    assert f" {copies} " in listing
     metrics = httpx.get(tap.url + "/metrics").text
     assert f'fathom_tap_copies_packets_total{{name="web",node="compute1",policy="{t["id"]}"}}' in metrics
 

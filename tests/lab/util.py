@@ -1,5 +1,6 @@
 """Fixtures for tests that build real labs. Every lab is torn down, even when a test fails."""
 import contextlib
+import re
 import subprocess
 
 from fathom.lab.lab import Lab
@@ -7,13 +8,14 @@ from fathom.lab.topology import DEFAULT_TOPOLOGY, load, parse
 
 
 @contextlib.contextmanager
-def running_lab(name: str, topology_text: str | None = None, standalone: bool = True, controller: str | None = None):
+def running_lab(name: str, topology_text: str | None = None, standalone: bool = True, controller: str | None = None,
+                **up_options):
     lab = Lab(name)
     lab.down()  # a previous crashed run must not make this one fail
     topo = parse(topology_text, f"<{name}>") if topology_text else load(DEFAULT_TOPOLOGY)
     try:
         lab.up(topo, str(DEFAULT_TOPOLOGY) if topology_text is None else f"<{name}>", standalone=standalone,
-               controller=controller)
+               controller=controller, **up_options)
         yield lab
     finally:
         lab.down()
@@ -31,3 +33,19 @@ def ping(lab: Lab, src: str, dst_ip: str, count: int = 3) -> subprocess.Complete
     return sh(lab, src, "ping", "-c", str(count), "-i", "0.2", "-W", "1", dst_ip, check=False)
 
 
+
+
+def tor_vlans(lab: Lab) -> dict[str, set[int]]:
+    """ToR port name -> VLANs allowed in on it, read with ovs-ofctl (not through the controller)."""
+    names = {}
+    for line in sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "show", "br-fabric").stdout.splitlines():
+        m = re.match(r"\s*(\d+)\((\S+)\):", line)
+        if m:
+            names[m.group(1)] = m.group(2)
+    out = {n: set() for n in names.values()}
+    flows = sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric", "table=0").stdout
+    for line in flows.splitlines():
+        m = re.search(r"priority=100,in_port=(\d+),dl_vlan=(\d+)", line)
+        if m:
+            out[names[m.group(1)]].add(int(m.group(2)))
+    return out

@@ -4,7 +4,8 @@ It follows OpenFlow 1.3 semantics closely enough to check what the compilers mea
 match per table, apply-actions in order, goto_table, ALL groups, IN_PORT, and "never output to the
 in_port". Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
 uplink output reaches every other node's uplink (the physical network acts as a hub: a superset of
-what a learning switch would deliver, which makes isolation checks stricter).
+what a learning switch would deliver, which makes isolation checks stricter) - or, given a compiled
+ToR and the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
 """
 from __future__ import annotations
 
@@ -70,20 +71,31 @@ class Delivery:
     frame: dict
 
 
+TOR = "<tor>"   # the ToR's key among the switches (never a node name: those are [a-z0-9])
+OFPP_NORMAL = 0xFFFFFFFA
+
+
 class Fabric:
-    def __init__(self, snapshot: Snapshot, states: dict[str, SwitchState]):
+    def __init__(self, snapshot: Snapshot, states: dict[str, SwitchState], tor: SwitchState | None = None,
+                 tor_ports: dict[str, int] | None = None):
+        """`tor`, `tor_ports` (node name -> ToR port facing it): uplink frames cross the ToR's tables;
+        the tagged frames it drops are kept in `tor_drops` as (sending node, frame)."""
         self.nodes = {n.name: n for n in snapshot.nodes}
-        self.states = states
+        self.states = dict(states)
         self.by_tunnel_ip = {n.tunnel_ip: n for n in snapshot.nodes if n.tunnel_ip}
+        self.tor_ports = tor_ports or {}
+        self.tor_drops: list[tuple[str, dict]] = []
+        if tor is not None:
+            self.states[TOR] = tor
         self.tables = {}
-        for name, state in states.items():
+        for name, state in self.states.items():
             tables: dict[int, list[FlowSpec]] = {}
             for f in state.flows:
                 tables.setdefault(f.table, []).append(f)
             for flows in tables.values():
                 flows.sort(key=lambda f: -f.priority)
             self.tables[name] = tables
-        self.groups = {name: {g.group_id: g for g in s.groups} for name, s in states.items()}
+        self.groups = {name: {g.group_id: g for g in s.groups} for name, s in self.states.items()}
 
     def send(self, node: str, interface: str, frame: dict) -> list[Delivery]:
         """Deliveries to workload interfaces of a frame sent by `interface` on `node`."""
@@ -111,6 +123,8 @@ class Fabric:
             return self._ingress(remote.name, pkt, hops + 1)
         clean.pop("tunnel_id", None)
         clean.pop("tun_ipv4_dst", None)
+        if interface == UPLINK_INTERFACE and TOR in self.states:
+            return self._cross_tor(node_name, clean, hops)
         if interface == UPLINK_INTERFACE:
             out = []
             for other in self.nodes.values():
@@ -121,6 +135,22 @@ class Fabric:
             return out
         assert interface is not None, f"output to unknown port {port} on {node_name}"
         return [Delivery(node_name, interface, clean)]
+
+    def _cross_tor(self, node_name: str, frame: dict, hops: int) -> list[Delivery]:
+        """A frame from a node's uplink through the ToR: out of a port, to the node behind it."""
+        behind = {port: node for node, port in self.tor_ports.items()}
+        outputs = self._pipeline(TOR, {**frame, "in_port": self.tor_ports[node_name]})
+        if not outputs and frame.get("vlan") is not None:
+            self.tor_drops.append((node_name, frame))
+        out = []
+        for port, sent in outputs:
+            clean = {k: v for k, v in sent.items() if k != "in_port"}
+            targets = [n for n in self.tor_ports if n != node_name] if port == OFPP_NORMAL else [behind[port]]
+            for target in targets:
+                other = self.nodes[target]
+                if UPLINK_INTERFACE in other.ofports:
+                    out += self._ingress(target, {**clean, "in_port": other.ofports[UPLINK_INTERFACE]}, hops + 1)
+        return out
 
     def _pipeline(self, node: str, pkt: dict) -> list[tuple[int, dict]]:
         """(port, frame) outputs of one pass through a node's tables, starting at table 0."""

@@ -8,7 +8,8 @@ switch, and with one in each router mode the topology can carry (network-node tw
 router namespace is being built, and once its legs are plugged).
 
 Router interface MACs (random in the store) become 02:fd:00:00:00:<id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1, patch-phy = 2, VMs from 10
-in topology order, router legs of a network-node router from 100; ToR port of the i-th node = i.
+in topology order, router interfaces of a network-node router from 100; ToR port of the i-th node = i;
+br-phy: patch-int = 1, ul0 = 2.
 
     .venv/bin/python -m tests.unit.golden_flows --write   # rewrite tests/unit/golden/flows.txt
 
@@ -71,7 +72,7 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
         for name in r.networks:
             call("POST", f"/routers/{rid}/interfaces", json={"subnet_id": ids["subnets"][name]})
         if mode != "distributed":
-            call("PUT", f"/routers/{rid}/mode", json={"mode": mode.removesuffix("-building")})
+            call("PATCH", f"/routers/{rid}", json={"mode": mode.removesuffix("-building")})
     for node in topo.nodes:
         for vm in node.vms:
             net = topo.network(vm.network)
@@ -137,6 +138,7 @@ def scenarios():
             snapshot = replace(snapshot, router_interfaces=tuple(
                 replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces))
             snapshot = snapshot.with_ofports(ofports(topo, snapshot, mode))
+            snapshot = snapshot.with_phy_ofports({n.name: {"patch-int": 1, "ul0": 2} for n in topo.nodes})
             fab = snapshot.fabric
             if fab is not None:
                 tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}

@@ -358,9 +358,9 @@ def test_migrations_match_the_models(api):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from fathom.store.models import Base
+    from fathom.store.tables import metadata
     with api.app.state.engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
 
 def test_concurrent_writers_and_readers(api):

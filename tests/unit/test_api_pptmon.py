@@ -12,7 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fathom.api import pptmon as papi
-from fathom.pptmon.stats import chain_stats, percentile
+from fathom.pptmon.stats import chain_stats
+from fathom.stats import percentile
 from fathom.store.pptmon_models import PptmonRecord
 
 from .pptmon_records import record

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from fathom.api import create_app
-from fathom.cli import resources
+from fathom import client as client_module
 from fathom.cli.main import cli
 
 with warnings.catch_warnings():
@@ -20,7 +20,7 @@ with warnings.catch_warnings():
 def run(tmp_path, monkeypatch):
     app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
     # The CLI's httpx.Client becomes a TestClient talking to the app in-process.
-    monkeypatch.setattr(resources.httpx, "Client",
+    monkeypatch.setattr(client_module.httpx, "Client",
                         lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
     runner = CliRunner()
 
@@ -70,3 +70,45 @@ def test_unreachable_controller():
     result = CliRunner().invoke(cli, ["network", "list", "--controller", "http://127.0.0.1:1"])
     assert result.exit_code == 1
     assert result.output.startswith("error: cannot reach the controller at http://127.0.0.1:1")
+
+
+def test_update_for_every_resource_with_patch(run):
+    """Every resource whose API has PATCH has `fathom <resource> update`, changing only what is given."""
+    run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
+    run("node", "create", "g1", "--role", "gateway")
+    node = json.loads(run("node", "update", "c1", "--management-ip", "198.18.0.9", "--json").output)
+    assert (node["management_ip"], node["tunnel_ip"], node["role"]) == ("198.18.0.9", "198.18.0.1", "compute")
+    run("network", "create", "blue")
+    assert json.loads(run("network", "update", "blue", "--name", "navy", "--json").output)["name"] == "navy"
+    run("subnet", "create", "blue4", "--network", "navy", "--cidr", "10.0.0.0/24")
+    assert json.loads(run("subnet", "update", "blue4", "--name", "n4", "--json").output)["name"] == "n4"
+    run("port", "create", "vm1", "--network", "navy")
+    port = json.loads(run("port", "update", "vm1", "--node", "c1", "--interface", "tap1", "--no-port-security",
+                          "--json").output)
+    assert (port["node"], port["interface_name"], port["port_security"], port["name"]) == ("c1", "tap1", False, "vm1")
+    port = json.loads(run("port", "update", "vm1", "--node", "none", "--interface", "none", "--json").output)
+    assert (port["node"], port["interface_name"]) == (None, None)
+    run("router", "create", "r1")
+    router = json.loads(run("router", "update", "r1", "--mode", "network-node", "--json").output)
+    assert (router["mode"], router["gateway_node"]) == ("network-node", "g1")
+    router = json.loads(run("router", "update", "r1", "--name", "r2", "--json").output)
+    assert (router["name"], router["mode"]) == ("r2", "network-node")
+    out = run("router", "update", "r2", "--mode", "fabric", ok=False).output
+    assert out.startswith("error: 409 conflict: mode:")
+
+
+def test_tap_show_without_the_controller_runtime(run):
+    """`tap show` prints the policy; its counters come from the controller runtime, which an API
+    served alone does not have (404): the policy is shown without them."""
+    run("network", "create", "blue")
+    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    for name in ("a", "b", "mon"):
+        run("port", "create", name, "--network", "blue")
+    out = json.loads(run("tap", "create", "t1", "--sender", "a", "--receiver", "b", "--monitor", "mon",
+                         "--ip-proto", "tcp", "--tp-dst", "80", "--direction", "both", "--json").output)
+    assert (out["direction"], out["filters"]) == ("both", {"ip_proto": 6, "tp_dst": "80"})
+    shown = json.loads(run("tap", "show", "t1", "--json").output)
+    assert shown["id"] == out["id"] and "stats" not in shown
+    assert "tap policy" in run("tap", "show", "t1").output
+    out = json.loads(run("tap", "update", "t1", "--tp-dst", "8000-8100", "--json").output)
+    assert out["filters"]["tp_dst"] == "8000-8100"

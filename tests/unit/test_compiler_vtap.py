@@ -1,6 +1,6 @@
 """The vTAP compiler: frames walked through the merged tenant + vTAP tables (tests/unit/flowsim.py).
 
-The central property (paper 000, Fig. 5): the monitor receives exactly the frame the receiver
+The central property (the vTAP paper, Fig. 5): the monitor receives exactly the frame the receiver
 receives, and the receiver receives exactly what it would without the tap.
 """
 from __future__ import annotations

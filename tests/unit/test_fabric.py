@@ -1,18 +1,22 @@
-"""Fabric (issue 7): the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
+"""Fabric: the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
-from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField
-from fathom.apps.fabric import compiler as fc
-from fathom.model import routers
-from fathom.pipeline import stages as st
-from .flowsim import compile_tenant
 from fathom.apps import BR_PHY, SwitchKey, compile_bridge
 from fathom.apps import compile_all as compile_switches
+from fathom.apps.fabric import compiler as fc
 from fathom.controller.fabric import lldp_parse, lldp_probe
-from fathom.model import FabricState, Link, Mode, Switch, datapath_id_tor
-from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet
+from fathom.model import (
+    FabricState, FixedIp, Link, Mode, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, Switch,
+    datapath_id_tor, routers,
+)
+from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField
+from fathom.pipeline import stages as st
+
+from .flowsim import compile_tenant
 
 
 def compile_all(s: Snapshot) -> dict:
@@ -42,15 +46,23 @@ def snap(mode: str = "distributed", gw_ports: int = 0, links=("c1", "c2", "gw"))
     return Snapshot(nodes, nets, subnets, tuple(ports), (Router(1, "r1", "p"),), ris, fabric=fab)
 
 
+def tor_vlans(s: Snapshot) -> dict:
+    return fc.tor_vlans(s, compile_all(s))
+
+
+def compile_tor(s: Snapshot) -> dict:
+    return fc.compile_tor(s, compile_all(s))
+
+
 def test_vlans_allowed_only_where_the_network_has_ports():
-    assert fc.tor_vlans(snap()) == {"tor": {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}}
-    assert fc.tor_vlans(snap(gw_ports=1))["tor"]["gw"] == {110}
-    assert fc.tor_vlans(snap(gw_ports=2))["tor"]["gw"] == {110}
-    flows = fc.compile_tor(snap())["tor"].flows
+    assert tor_vlans(snap()) == {"tor": {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}}
+    assert tor_vlans(snap(gw_ports=1))["tor"]["gw"] == {110}
+    assert tor_vlans(snap(gw_ports=2))["tor"]["gw"] == {110}
+    flows = compile_tor(snap())["tor"].flows
     allow = {(dict(f.match)["in_port"], dict(f.match)["vlan_vid"] & 0xFFF) for f in flows
              if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW}
     assert allow == {(1, 110), (1, 120), (2, 110), (2, 120)}
-    groups = {g.group_id: g.buckets for g in fc.compile_tor(snap(gw_ports=1))["tor"].groups}
+    groups = {g.group_id: g.buckets for g in compile_tor(snap(gw_ports=1))["tor"].groups}
     assert groups[st.group_id(st.APP_FABRIC, 1)] == ((Output(1),), (Output(2),), (Output(3),))
     assert groups[st.group_id(st.APP_FABRIC, 2)] == ((Output(1),), (Output(2),))
 
@@ -67,7 +79,7 @@ def test_lldp_link_wins_over_declared_wiring():
 
 def test_distributed_router_routes_in_br_int_not_the_tor():
     s = snap()
-    tor = fc.compile_tor(s)["tor"]
+    tor = compile_tor(s)["tor"]
     assert not any(DecTtl() in f.actions for f in tor.flows)
     assert any(DecTtl() in f.actions for f in compile_all(s)["c1"].flows)
 
@@ -81,7 +93,7 @@ def test_fabric_router_routes_in_the_tor_and_nodes_only_switch():
     up = [f for f in br_int["c1"].flows if dict(f.match).get("eth_dst") == "02:fd:00:00:00:05"
           and f.table == st.L2]
     assert up and PushVlan(0x8100) in up[0].actions and SetField("vlan_vid", 0x1000 | 110) in up[0].actions
-    tor = fc.compile_tor(s)["tor"].flows
+    tor = compile_tor(s)["tor"].flows
     routes = [f for f in tor if f.table == fc.TOR_SVI and DecTtl() in f.actions]
     assert len(routes) == 2
     red_to_green = next(f for f in routes if dict(f.match)["vlan_vid"] == 0x1000 | 110)
@@ -97,7 +109,7 @@ def test_network_node_router_becomes_ports_on_the_gateway():
     assert view.router_interfaces == ()
     legs = [p for p in view.ports if p.node == "gw"]
     assert {(p.interface, p.mac_address) for p in legs} == {("qrp5", "02:fd:00:00:00:05"), ("qrp6", "02:fd:00:00:00:06")}
-    assert fc.tor_vlans(s)["tor"]["gw"] == {110, 120}
+    assert tor_vlans(s)["tor"]["gw"] == {110, 120}
     assert not any(DecTtl() in f.actions for st_ in compile_all(s).values() for f in st_.flows)
     assert routers.network_node_legs(s) == {"gw": list(s.router_interfaces)}
     # the same thing without a fabric: only the tenant compiler, unchanged for distributed routers
@@ -163,22 +175,22 @@ def test_api_fabric_checks(client):
     sx = c.post("/v1/subnets", json={"network_id": vx["id"], "cidr": "198.19.2.0/24"}).json()
     rt = c.post("/v1/routers", json={"name": "r"}).json()
     c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sa["id"]}).raise_for_status()
-    assert c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"}).status_code == 200
+    assert c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"}).status_code == 200
     r = c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sx["id"]})
     assert r.status_code == 409 and _loc(r) == ["body", "subnet_id"]      # fabric routes VLANs only
     assert len(c.get(f"/v1/routers/{rt['id']}").json()["interfaces"]) == 1
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # no gateway node
-    assert c.get(f"/v1/routers/{rt['id']}/mode").json()["mode"] == "fabric"
-    c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "distributed"}).raise_for_status()
+    assert c.get(f"/v1/routers/{rt['id']}").json()["mode"] == "fabric"
+    c.patch(f"/v1/routers/{rt['id']}", json={"mode": "distributed"}).raise_for_status()
     c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sx["id"]}).raise_for_status()
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # a VXLAN leg
     c.post("/v1/nodes", json={"name": "g", "role": "gateway"}).raise_for_status()
-    assert c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node"}).json()["gateway_node"] == "g"
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "network-node", "gateway_node": "c1"})
+    assert c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"}).json()["gateway_node"] == "g"
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node", "gateway_node": "c1"})
     assert r.status_code == 409 and _loc(r) == ["body", "gateway_node"]
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "teleport"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "teleport"})
     assert r.status_code == 422
     # deleting the router removes its mode with it
     for s_ in (sa, sx):
@@ -190,7 +202,7 @@ def test_api_fabric_checks(client):
 def test_fabric_mode_needs_a_switch(client):
     c = client
     rt = c.post("/v1/routers", json={"name": "r"}).json()
-    r = c.put(f"/v1/routers/{rt['id']}/mode", json={"mode": "fabric"})
+    r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"] and "fabric switch" in r.json()["detail"][0]["msg"]
 
 
@@ -210,13 +222,13 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     import warnings
     from click.testing import CliRunner
     from fathom.api import create_app
-    from fathom.cli import resources
+    from fathom import client as client_module
     from fathom.cli.main import cli
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
     app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
-    monkeypatch.setattr(resources.httpx, "Client",
+    monkeypatch.setattr(client_module.httpx, "Client",
                         lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
     run = lambda *a: CliRunner().invoke(cli, list(a), catch_exceptions=False)  # noqa: E731
     assert run("node", "create", "c1").exit_code == 0
@@ -224,9 +236,10 @@ def test_cli_fabric_verbs(tmp_path, monkeypatch):
     assert out.exit_code == 0 and "fabric switch 1 (tor) registered" in out.output
     assert "p1→c1(declared)" in run("fabric", "list").output
     assert run("router", "create", "r1").exit_code == 0
-    assert run("fabric", "mode", "r1").output.strip() == "router 1: distributed"
-    assert run("fabric", "mode", "r1", "fabric").output.strip() == "router 1: fabric"
-    out = run("fabric", "mode", "r1", "network-node")
+    assert json.loads(run("router", "show", "r1", "--json").output)["mode"] == "distributed"
+    assert json.loads(run("router", "update", "r1", "--mode", "fabric", "--json").output)["mode"] == "fabric"
+    assert json.loads(run("router", "list", "--json").output)[0]["mode"] == "fabric"
+    out = run("router", "update", "r1", "--mode", "network-node")
     assert out.exit_code != 0 and "mode: mode network-node needs a node of role gateway" in out.output
     app.state.engine.dispose()
 

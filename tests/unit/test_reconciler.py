@@ -42,7 +42,8 @@ class FixedBootstrap:
 
 
 class FixedFabric:
-    """The fabric extension without OVSDB: the ToR's port facing the i-th node is i."""
+    """The fabric extension without OVSDB: the ToR's port facing the i-th node is i; on every br-phy
+    patch-int = 1, ul0 = 2 (as in the golden file)."""
 
     def __init__(self, topo):
         self.topo = topo
@@ -53,7 +54,8 @@ class FixedFabric:
         if fab is None or not fab.switches:
             return snapshot
         ports = {s.name: {n.name: i + 1 for i, n in enumerate(self.topo.nodes)} for s in fab.switches}
-        return replace(snapshot, fabric=fab.with_ofports(ports))
+        phy = {n.name: {"patch-int": 1, "ul0": 2} for n in self.topo.nodes}
+        return replace(snapshot, fabric=fab.with_ofports(ports)).with_phy_ofports(phy)
 
     def after_pass(self, rec, snapshot, result):
         pass
@@ -241,7 +243,7 @@ def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
         router = c.ids["routers"]["r1"]
         assert c.get(f"/routers/{router}")["status"] == "active"
         c.switches.journal.clear()
-        c.call("PUT", f"/routers/{router}/mode", json={"mode": "fabric"})
+        c.call("PATCH", f"/routers/{router}", json={"mode": "fabric"})
         result = c.rec.run_pass(audit=False)
         adds = [i for i, (_, _, msgs) in enumerate(c.switches.journal) if any(_is_add(m) for m in msgs)]
         deletes = [i for i, (_, _, msgs) in enumerate(c.switches.journal) if any(not _is_add(m) for m in msgs)]

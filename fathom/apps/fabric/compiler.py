@@ -14,18 +14,23 @@ Router modes:
 The ToR (br-fabric) and br-phy pipelines are declared in fathom/pipeline/catalogue.py.
 
 A VLAN is allowed on a trunk port exactly while the node behind the port hosts a port of the
-network (ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows).
+network or its br-int can send frames tagged with it (a node routing into the network: a
+distributed router with a leg on a network the node hosts). The second set is read from the
+node's compiled br-int state (`vlans_sent`), so whatever the node's pipeline can put on its trunk
+the ToR lets in. Ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows.
+docs/fabric.md, "Routing and VLAN trunks", says why.
 """
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Mapping
 
 from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable,
     Group, GroupSpec, Output, PushVlan, SetField, SwitchState,
 )
 from fathom.pipeline import stages as st
-from fathom.pipeline.catalogue import TOR
+from fathom.pipeline.catalogue import BR_PHY, TOR
 from fathom.apps.tenant.compiler import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
 from fathom.model import UPLINK_INTERFACE, Snapshot
 from fathom.model.routers import effective_modes, fabric_state, tenant_view
@@ -43,6 +48,12 @@ PRIO_SVI_DROP = 10
 PRIO_L2_HAIRPIN = 110
 PRIO_L2 = 100
 PRIO_FLOOD = 10
+PRIO_PHY_TRUNK = 100
+
+# br-phy's only table, and its ends of the trunk: the patch to br-int, the underlay port facing the ToR
+PHY_NORMAL = BR_PHY.number("normal")
+PHY_PATCH = "patch-int"
+PHY_UNDERLAY = "ul0"
 
 
 def _c(kind: int, obj: int) -> int:
@@ -84,27 +95,65 @@ def compile_edges(snapshot: Snapshot) -> dict[str, SwitchState]:
 
 
 def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """br-phy of every node: NORMAL switching and LLDP to the controller, which is all the skeleton
-    (fathom/pipeline/catalogue.py BR_PHY); the fabric adds nothing of its own there yet."""
-    return {node.name: SwitchState() for node in snapshot.nodes}
+    """br-phy of every node beyond its skeleton (NORMAL switching for the underlay, LLDP to the
+    controller; fathom/pipeline/catalogue.py BR_PHY): the trunk between br-int and the ToR as a fixed
+    pipe, for each node whose br-phy port numbers (`Node.phy_ofports`) are known.
+
+    The pipe keeps br-phy from learning tenant MACs: a distributed router sends routed frames from
+    its gateway MAC out of every node that routes, so a learning br-phy would place that MAC behind
+    its own patch port and drop the frames a VM later sends to it over the trunk (router moved to
+    the fabric or a network node) until the entry ages out.
+    """
+    out = {}
+    for node in snapshot.nodes:
+        flows = set()
+        patch, underlay = node.phy_ofports.get(PHY_PATCH), node.phy_ofports.get(PHY_UNDERLAY)
+        if patch is not None and underlay is not None:
+            # everything br-int sends goes to the ToR; tagged frames from the ToR go to br-int
+            flows.add(FlowSpec(PHY_NORMAL, PRIO_PHY_TRUNK, {"in_port": patch}, (Output(underlay),),
+                               _c(st.KIND_STAGE, 0x102)))
+            flows.add(FlowSpec(PHY_NORMAL, PRIO_PHY_TRUNK,
+                               {"in_port": underlay, "vlan_vid": (OFPVID_PRESENT, OFPVID_PRESENT)},
+                               (Output(patch),), _c(st.KIND_STAGE, 0x102)))
+        out[node.name] = SwitchState(frozenset(flows))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- ToR
 
 
-def tor_vlans(snapshot: Snapshot) -> dict[str, dict[str, set[int]]]:
-    """switch name -> {ToR port name: VLAN ids allowed on it} (from the tenant view)."""
+def vlans_sent(state: SwitchState | None) -> set[int]:
+    """VLAN ids a br-int state tags frames with (flows and group buckets).
+
+    br-int tags a frame only to send it up the trunk (its VM ports are access ports, and classify
+    pops the tag of what comes in), so this is the set of VLANs the node can put on its trunk. It
+    works on compiled states and on flows read back from a switch alike.
+    """
+    if state is None:
+        return set()
+    out = set()
+    for actions in [f.actions for f in state.flows] + [b for g in state.groups for b in g.buckets]:
+        for a in actions:
+            if isinstance(a, SetField) and a.field == "vlan_vid" and isinstance(a.value, int):
+                out.add(a.value & 0xFFF)
+    return out
+
+
+def tor_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, dict[str, set[int]]]:
+    """switch name -> {ToR port name: VLAN ids allowed on it}; `brint` is every node's compiled br-int."""
     view = tenant_view(snapshot)
     fab = fabric_state(snapshot)
     out = {}
     for sw in fab.switches:
-        out[sw.name] = {port: set(vlans) for port, (_, vlans) in _trunks(view, fab, sw).items()}
+        out[sw.name] = {port: set(vlans) for port, (_, vlans) in _trunks(view, fab, sw, brint).items()}
     return out
 
 
-def _trunks(view: Snapshot, fab, sw) -> dict[str, tuple[int | None, dict[int, int]]]:
-    """port name -> (ofport, {VLAN id: network id}) for the trunk ports of switch `sw`."""
+def _trunks(view: Snapshot, fab, sw, brint: Mapping[str, SwitchState]) -> dict[str, tuple[int | None, dict[int, int]]]:
+    """port name -> (ofport, {VLAN id: network id}) for the trunk ports of switch `sw`: the VLAN
+    networks with a port bound to the node behind the port, and every VLAN its br-int can send."""
     networks = {n.id: n for n in view.networks}
+    vlan_net = {n.segmentation_id: n.id for n in view.networks if n.type == "vlan"}
     faces = fab.node_ports(sw)
     out = {port: (ofport, {}) for port, ofport in faces.values()}
     for p in view.ports:
@@ -113,21 +162,26 @@ def _trunks(view: Snapshot, fab, sw) -> dict[str, tuple[int | None, dict[int, in
             continue
         port, _ = faces[p.node]
         out[port][1][net.segmentation_id] = net.id
+    for node, (port, _) in faces.items():
+        for vlan in vlans_sent(brint.get(node)):
+            if vlan in vlan_net:
+                out[port][1][vlan] = vlan_net[vlan]
     return out
 
 
-def compile_tor(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """Desired state of every fabric switch, keyed by switch name."""
+def compile_tor(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, SwitchState]:
+    """Desired state of every fabric switch, keyed by switch name. `brint`: the compiled br-int of
+    every node (every app's part, fathom.apps.compile_all), which decides the VLANs on its trunk."""
     fab = fabric_state(snapshot)
     view = tenant_view(snapshot)
-    return {sw.name: _compile_switch(snapshot, view, fab, sw) for sw in fab.switches}
+    return {sw.name: _compile_switch(snapshot, view, fab, sw, brint) for sw in fab.switches}
 
 
-def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw) -> SwitchState:
+def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[str, SwitchState]) -> SwitchState:
     networks = {n.id: n for n in view.networks}
     subnets = {s.id: s for s in view.subnets}
     faces = fab.node_ports(sw)
-    trunks = _trunks(view, fab, sw)
+    trunks = _trunks(view, fab, sw, brint)
     flows: set[FlowSpec] = set()
     groups: set[GroupSpec] = set()
 

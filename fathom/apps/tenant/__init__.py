@@ -1,7 +1,7 @@
 """Tenant networking: networks, subnets, ports and distributed routers in every node's br-int."""
 from __future__ import annotations
 
-from fathom.apps import BR_INT, App, SwitchKey
+from fathom.apps.base import BR_INT, App, SwitchKey
 from fathom.apps.tenant.compiler import compile_tenant
 from fathom.model.routers import tenant_view
 from fathom.pipeline.cookies import APP_TENANT

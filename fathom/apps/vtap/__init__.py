@@ -1,7 +1,7 @@
 """vTAP: TAP policies as group tables at the sender's edge and recovery rules at the monitor's."""
 from __future__ import annotations
 
-from fathom.apps import BR_INT, App, SwitchKey
+from fathom.apps.base import BR_INT, App, SwitchKey
 from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.model.routers import tenant_view
 from fathom.pipeline.cookies import APP_VTAP

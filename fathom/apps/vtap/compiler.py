@@ -1,4 +1,4 @@
-"""vTAP compiler (paper 000, sections III-A and IV-B): TAP policies -> flows and groups of br-int.
+"""vTAP compiler (the vTAP paper, sections III-A and IV-B): TAP policies -> flows and groups of br-int.
 
 Pure: a store snapshot in, the desired vTAP part of every node's br-int out. For each policy and
 direction (sender -> receiver; also receiver -> sender when `direction` is `both`):

@@ -13,7 +13,7 @@ depends_on = None
 
 
 def _object_columns():
-    """Columns every resource has (fathom.store.models._Object)."""
+    """Columns every resource has (fathom.store.base.Resource)."""
     return [
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("name", sa.String(length=255), nullable=False),

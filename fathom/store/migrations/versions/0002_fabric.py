@@ -1,4 +1,4 @@
-"""Fabric: top-of-rack switches, their links to nodes, router modes (issue 7).
+"""Fabric: top-of-rack switches, their links to nodes, router modes.
 
 Revision ID: 0002
 Revises: 0001

@@ -1,4 +1,4 @@
-"""vTAP policies (issue 4).
+"""vTAP policies.
 
 Revision ID: 0003_vtap
 Revises: 0002

@@ -1,4 +1,4 @@
-"""PPTMon records delivered by agents (issue 5).
+"""PPTMon records delivered by agents.
 
 Revision ID: 0004_pptmon
 Revises: 0003_vtap

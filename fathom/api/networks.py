@@ -1,0 +1,111 @@
+"""/v1/networks and /v1/subnets."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from sqlalchemy.orm import Session
+
+from fathom.api import schemas as sc
+from fathom.api.deps import ERRORS, CallerDep, StoreDep, utc
+from fathom.api.nodes import status_out
+from fathom.store import models as m
+from fathom.store import ops
+from fathom.store.ops import Caller
+
+networks = APIRouter(prefix="/networks", tags=["networks"], responses=ERRORS)
+subnets = APIRouter(prefix="/subnets", tags=["subnets"], responses=ERRORS)
+
+
+def network_out(s: Session, n: m.Network) -> sc.NetworkOut:
+    return sc.NetworkOut(id=n.id, name=n.name, project_id=n.project_id, type=n.type,
+                         segmentation_id=n.segmentation_id,
+                         subnets=[x.id for x in ops.subnets_of(s, n.id)], status=n.status,
+                         status_reason=n.status_reason, created_at=utc(n.created_at))
+
+
+def subnet_out(x: m.Subnet) -> sc.SubnetOut:
+    return sc.SubnetOut(id=x.id, name=x.name, project_id=x.project_id, network_id=x.network_id,
+                        cidr=x.cidr, gateway_ip=x.gateway_ip, status=x.status,
+                        status_reason=x.status_reason, created_at=utc(x.created_at))
+
+
+def rename(s: Session, c: Caller, model, object_id: int, body) -> object:
+    """The object, renamed when the body gives a name (the only field some resources may change)."""
+    obj = ops.get(s, c, model, object_id)
+    if "name" in body.model_fields_set:
+        obj.name = body.name
+    s.flush()
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------- networks
+
+
+@networks.get("", response_model=list[sc.NetworkOut])
+def list_networks(c: CallerDep, db: StoreDep, name: str | None = None):
+    return db.read(lambda s: [network_out(s, n) for n in ops.list_objects(s, c, m.Network, name=name)])
+
+
+@networks.post("", response_model=sc.NetworkOut, status_code=201)
+def create_network(body: sc.NetworkCreate, c: CallerDep, db: StoreDep):
+    return db.write(lambda s: network_out(s, ops.create_network(
+        s, c, db.settings, name=body.name, type=body.type, segmentation_id=body.segmentation_id,
+        project_id=body.project_id)))
+
+
+@networks.get("/{network_id}", response_model=sc.NetworkOut)
+def show_network(network_id: int, c: CallerDep, db: StoreDep):
+    return db.read(lambda s: network_out(s, ops.get(s, c, m.Network, network_id)))
+
+
+@networks.patch("/{network_id}", response_model=sc.NetworkOut)
+def update_network(network_id: int, body: sc.NetworkUpdate, c: CallerDep, db: StoreDep):
+    return db.write(lambda s: network_out(s, rename(s, c, m.Network, network_id, body)))
+
+
+@networks.delete("/{network_id}", status_code=204)
+def delete_network(network_id: int, c: CallerDep, db: StoreDep):
+    db.write(lambda s: ops.delete_network(s, c, network_id))
+    return Response(status_code=204)
+
+
+@networks.get("/{network_id}/status", response_model=sc.StatusOut)
+def network_status(network_id: int, c: CallerDep, db: StoreDep):
+    return db.read(lambda s: status_out("network", ops.get(s, c, m.Network, network_id)))
+
+
+# ---------------------------------------------------------------------------------------------- subnets
+
+
+@subnets.get("", response_model=list[sc.SubnetOut])
+def list_subnets(c: CallerDep, db: StoreDep, name: str | None = None, network_id: int | None = None):
+    return db.read(lambda s: [subnet_out(x) for x in ops.list_objects(
+        s, c, m.Subnet, name=name, network_id=network_id)])
+
+
+@subnets.post("", response_model=sc.SubnetOut, status_code=201)
+def create_subnet(body: sc.SubnetCreate, c: CallerDep, db: StoreDep):
+    gateway = body.gateway_ip if "gateway_ip" in body.model_fields_set else ops.UNSET
+    return db.write(lambda s: subnet_out(ops.create_subnet(
+        s, c, network_id=body.network_id, cidr=body.cidr, gateway_ip=gateway, name=body.name,
+        project_id=body.project_id)))
+
+
+@subnets.get("/{subnet_id}", response_model=sc.SubnetOut)
+def show_subnet(subnet_id: int, c: CallerDep, db: StoreDep):
+    return db.read(lambda s: subnet_out(ops.get(s, c, m.Subnet, subnet_id)))
+
+
+@subnets.patch("/{subnet_id}", response_model=sc.SubnetOut)
+def update_subnet(subnet_id: int, body: sc.SubnetUpdate, c: CallerDep, db: StoreDep):
+    return db.write(lambda s: subnet_out(rename(s, c, m.Subnet, subnet_id, body)))
+
+
+@subnets.delete("/{subnet_id}", status_code=204)
+def delete_subnet(subnet_id: int, c: CallerDep, db: StoreDep):
+    db.write(lambda s: ops.delete_subnet(s, c, subnet_id))
+    return Response(status_code=204)
+
+
+@subnets.get("/{subnet_id}/status", response_model=sc.StatusOut)
+def subnet_status(subnet_id: int, c: CallerDep, db: StoreDep):
+    return db.read(lambda s: status_out("subnet", ops.get(s, c, m.Subnet, subnet_id)))

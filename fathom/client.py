@@ -1,0 +1,127 @@
+"""The one HTTP client of the controller's REST API (CLI, lab, demo, benchmarks, agent-less tools).
+
+    api = Client("http://127.0.0.1:8080")                 # identity headers only when given
+    net = api.post("/networks", json={"name": "blue"})   # paths are relative to /v1
+    api.find("routers", "r1")                              # by id or by name
+    api.patch(f"/routers/{rid}", json={"mode": "fabric"})
+
+Every answer of 400 and above raises `ApiError`, whose text is one line naming the fields at fault
+(the API's error shape, docs/api.md); a controller that cannot be reached raises `Unreachable`
+(an ApiError with status 0).
+"""
+from __future__ import annotations
+
+import time
+
+import httpx
+
+DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, detail: list | None = None):
+        super().__init__(message)
+        self.status = status
+        self.detail = detail or []
+
+
+class Unreachable(ApiError):
+    def __init__(self, url: str, error: Exception):
+        super().__init__(0, f"cannot reach the controller at {url}: {error}")
+
+
+def error_line(response: httpx.Response) -> str:
+    """One line from an API error: `409 conflict: fixed_ips.0.ip_address: 10.0.0.2 is in use`."""
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    if isinstance(detail, list):
+        parts = []
+        for d in detail:
+            loc = [str(p) for p in d.get("loc", []) if p not in ("body", "query", "path")]
+            msg = str(d.get("msg")).removeprefix("Value error, ")
+            parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+        text = "; ".join(parts)
+    else:
+        text = str(detail or response.text or response.reason_phrase)
+    return f"{response.status_code} {response.reason_phrase.lower()}: {text}"
+
+
+class Client:
+    def __init__(self, url: str = DEFAULT_CONTROLLER, *, project: str | None = None,
+                 roles: str | None = None, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        headers = {**({"X-Project": project} if project else {}), **({"X-Roles": roles} if roles else {})}
+        self.http = httpx.Client(base_url=self.url + "/v1", headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, *, project: str | None = None, **kwargs):
+        """The decoded answer (None for 204). `project` acts as that project for this request."""
+        if project:
+            kwargs["headers"] = {**kwargs.get("headers", {}), "X-Project": project}
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as e:
+            raise Unreachable(self.url, e) from None
+        if response.is_error:
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = None
+            raise ApiError(response.status_code, error_line(response),
+                           detail if isinstance(detail, list) else None)
+        return None if response.status_code == 204 or not response.content else response.json()
+
+    def get(self, path: str, **kwargs):
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs):
+        return self.request("POST", path, **kwargs)
+
+    def patch(self, path: str, **kwargs):
+        return self.request("PATCH", path, **kwargs)
+
+    def delete(self, path: str, **kwargs):
+        return self.request("DELETE", path, **kwargs)
+
+    def find(self, collection: str, ref: str | int) -> dict:
+        """The object of `collection` ("networks", ...) whose id or name is `ref`."""
+        ref = str(ref)
+        if ref.isdigit():
+            return self.get(f"/{collection}/{ref}")
+        found = self.get(f"/{collection}", params={"name": ref})
+        if not found:
+            raise ApiError(404, f"no {collection[:-1]} named {ref!r}")
+        if len(found) > 1:
+            raise ApiError(409, f"{len(found)} {collection} are named {ref!r} (ids "
+                                f"{', '.join(str(o['id']) for o in found)}): use an id")
+        return found[0]
+
+    # ------------------------------------------------------------------ runtime (read from the switches)
+
+    def health(self) -> dict:
+        return self.get("/health")
+
+    def sync(self) -> dict:
+        """Run one reconcile pass now; per-node results."""
+        return self.post("/sync")
+
+    def node_flows(self, node: str) -> dict:
+        return self.get(f"/nodes/{node}/flows")
+
+    def tap_stats(self, tap_id: int) -> dict:
+        return self.get(f"/taps/{tap_id}/stats")
+
+    def wait_until(self, path: str, done, timeout: float, interval: float = 0.2) -> dict:
+        """GET `path` until `done(answer)`; the last answer (ApiError 408 after `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self.get(path)
+            if done(answer):
+                return answer
+            if time.monotonic() > deadline:
+                raise ApiError(408, f"GET /v1{path}: not there after {timeout:g} s: {answer}")
+            time.sleep(interval)
+
+    def close(self) -> None:
+        self.http.close()

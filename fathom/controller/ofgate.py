@@ -1,0 +1,255 @@
+"""Who may hold a datapath id: the admission rules for OpenFlow connections.
+
+A switch names its datapath id in its features reply. Before os-ken or any app hears of that id,
+the gate decides:
+
+1. Identity: over TLS the connection's certificate (signed by the switch CA, checked in the TLS
+   handshake) names a node or fabric switch; the claimed datapath id must be one the controller
+   expects for that holder (from the store: br-int and br-phy of that node, or that fabric switch),
+   and one the certificate binds when it binds any. Over plain TCP (only with --insecure) there is
+   no identity: the id must merely be one the controller expects of some switch.
+2. One session per datapath id: while a connection holds the id and answers echo, a new
+   connection claiming the same id is refused. The holder is sent an echo request at once; only
+   if it does not answer within `probe_timeout` is it closed and the newcomer admitted. A rogue
+   that claims a node's id never replaces the real switch, and so never receives its flow table
+   nor can answer its changes with errors.
+
+A refused connection is closed before any app sees its datapath id: no session, no events.
+The os-ken wiring (`GatedListener`) replaces os-ken's own OpenFlow listener so that every
+connection, TLS or plain, goes through `Gate.admit`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import ssl
+import threading
+import time
+from typing import Callable
+
+from cryptography import x509
+from os_ken.base import app_manager  # noqa: F401 - os-ken's modules import cleanly only after this one
+from os_ken.controller import ofp_event
+from os_ken.controller.controller import Datapath, OpenFlowController
+from os_ken.controller.handler import DEAD_DISPATCHER
+from os_ken.lib import hub
+
+from fathom.pki import Identity, PkiError, identity_of
+
+LOG = logging.getLogger("fathom.openflow.gate")
+HANDSHAKE_TIMEOUT = 10.0
+
+# identity (None: no TLS) -> the datapath ids it may claim
+Expected = Callable[[Identity | None], set[int]]
+
+
+def identity_problem(claimed: int, identity: Identity | None, tls: bool, expected: Expected) -> str | None:
+    """Why `identity` may not claim datapath id `claimed`, or None if it may."""
+    if tls and identity is None:
+        return "no client certificate"
+    if identity is not None and identity.kind == "controller":
+        return "a controller certificate does not identify a switch"
+    who = f"{identity.kind} {identity.name!r}" if identity else "a plain TCP connection"
+    if claimed not in expected(identity):
+        return f"datapath id {claimed:016x} is not one the controller expects of {who}"
+    if identity is not None and identity.dpids and claimed not in identity.dpids:
+        return f"datapath id {claimed:016x} is not bound in the certificate of {who}"
+    return None
+
+
+def _alive(dp) -> bool:
+    return getattr(dp, "is_active", True) and dp.state != DEAD_DISPATCHER
+
+
+class Sessions:
+    """The connection holding each datapath id; a live holder keeps it."""
+
+    def __init__(self, probe: Callable[[object], bool], close: Callable[[object], None]):
+        self.probe = probe      # send the holder an echo: True if it answered
+        self.close = close
+        self.lock = threading.Lock()
+        self.held: dict[int, object] = {}
+        self.probing: set[int] = set()
+
+    def claim(self, dpid: int, dp) -> str | None:
+        """Give `dpid` to `dp`, or say why not."""
+        with self.lock:
+            if dpid in self.probing:
+                return f"datapath id {dpid:016x} is already being claimed by another connection"
+            old = self.held.get(dpid)
+            if old is None or old is dp or not _alive(old):
+                self.held[dpid] = dp
+                return None
+            self.probing.add(dpid)
+        try:
+            answered = self.probe(old)
+        finally:
+            with self.lock:
+                self.probing.discard(dpid)
+        if answered and _alive(old):
+            return f"datapath id {dpid:016x} is held by a live session (it answered echo)"
+        LOG.warning("datapath %016x: the session holding it failed its echo; handing it to a new connection", dpid)
+        self.close(old)
+        with self.lock:
+            self.held[dpid] = dp
+        return None
+
+    def release(self, dp) -> None:
+        with self.lock:
+            if dp.id is not None and self.held.get(dp.id) is dp:
+                del self.held[dp.id]
+
+
+def echo_probe(dp, timeout: float) -> bool:
+    """Send `dp` an echo request now and wait for its reply (os-ken's echo bookkeeping marks it)."""
+    try:
+        req = dp.ofproto_parser.OFPEchoRequest(dp, data=b"fathom")
+        xid = dp.set_xid(req)
+        dp.unreplied_echo_requests.append(xid)
+        if not dp.send_msg(req):
+            return False
+    except Exception:  # noqa: BLE001 - a connection that cannot even be written to has failed
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if xid not in dp.unreplied_echo_requests:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def peer_certificate(sock) -> x509.Certificate | None:
+    """A TLS peer's certificate (verified in the handshake); None on a plain socket."""
+    if not isinstance(sock, ssl.SSLSocket):
+        return None
+    der = sock.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der) if der else None
+
+
+class Gate:
+    def __init__(self, tls: bool, expected: Expected, probe_timeout: float = 2.0):
+        self.tls = tls
+        self.expected = expected
+        self.probe_timeout = probe_timeout
+        self.sessions = Sessions(lambda old: echo_probe(old, self.probe_timeout), lambda old: old.close())
+        self.refused = 0
+
+    def admit(self, dp, claimed: int) -> str | None:
+        """None to admit `dp` as datapath `claimed`; otherwise why it is refused."""
+        cert = peer_certificate(dp.socket)
+        try:
+            identity = identity_of(cert) if cert is not None else None
+        except PkiError as e:
+            return str(e)
+        problem = identity_problem(claimed, identity, self.tls, self.expected)
+        if problem is None:
+            problem = self.sessions.claim(claimed, dp)
+        if problem is not None:
+            self.refused += 1
+        else:
+            LOG.info("admitted %s as datapath %016x: %s", dp.address, claimed,
+                     f"{identity.kind} {identity.name!r}, certificate serial {cert.serial_number:x}"
+                     if identity else "plain TCP")
+        return problem
+
+    def release(self, dp) -> None:
+        self.sessions.release(dp)
+
+
+# ------------------------------------------------------------------------------- os-ken wiring
+
+class _GatedBrick:
+    """Stands between one connection and os-ken's event bus: nothing of a refused connection
+    reaches os-ken's handlers or any app, and the features reply is held until the gate admits."""
+
+    def __init__(self, brick, dp, gate: Gate):
+        self._brick, self._dp, self._gate = brick, dp, gate
+        self.admitted = self.refused = False
+
+    def send_event_to_observers(self, ev, state=None):
+        if self.refused:
+            return
+        if isinstance(ev, ofp_event.EventOFPSwitchFeatures) and not self.admitted:
+            reason = self._gate.admit(self._dp, ev.msg.datapath_id)
+            if reason is not None:
+                self.refused = True
+                LOG.warning("refused OpenFlow connection from %s claiming %016x: %s",
+                            self._dp.address, ev.msg.datapath_id, reason)
+                self._dp.close()
+                return
+            self.admitted = True
+        self._brick.send_event_to_observers(ev, state)
+        # the apps hear of the death before a newcomer can be admitted under the same id
+        if self.admitted and isinstance(ev, ofp_event.EventOFPStateChange) and ev.state == DEAD_DISPATCHER:
+            self._gate.release(self._dp)
+
+    def get_handlers(self, ev, state=None):
+        return [] if self.refused else self._brick.get_handlers(ev, state)
+
+    def __getattr__(self, name):
+        return getattr(self._brick, name)
+
+
+class GatedDatapath(Datapath):
+    def __init__(self, sock, address, gate: Gate):
+        super().__init__(sock, address)
+        self.ofp_brick = _GatedBrick(self.ofp_brick, self, gate)
+
+
+class GatedListener(OpenFlowController):
+    """os-ken's OpenFlow listener, with our TLS context and every connection through the gate.
+
+    One port: TLS when `ssl_context` is set, plain TCP otherwise. The TLS handshake has a deadline,
+    so a peer that connects and sends nothing does not hold a thread forever.
+    """
+    gate: Gate | None = None
+    ssl_context: ssl.SSLContext | None = None
+
+    def server_loop(self, ofp_tcp_listen_port, ofp_ssl_listen_port):
+        from os_ken import cfg
+        server = hub.listen((cfg.CONF.ofp_listen_host, ofp_tcp_listen_port))
+        while True:
+            sock, addr = server.accept()
+            hub.spawn(self._serve, sock, addr)
+
+    def _serve(self, sock, addr):
+        try:
+            if self.ssl_context is not None:
+                sock.settimeout(HANDSHAKE_TIMEOUT)
+                sock = self.ssl_context.wrap_socket(sock, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            LOG.warning("refused OpenFlow connection from %s: TLS handshake failed: %s", addr, e)
+            with contextlib.suppress(OSError):
+                sock.close()
+            return
+        try:
+            with contextlib.closing(GatedDatapath(sock, addr, self.gate)) as dp:
+                dp.serve()
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def expected_from_store(session_factory) -> Expected:
+    """The datapath ids the store expects of a holder: a node's br-int and br-phy, a fabric switch's
+    bridge; with no identity (plain TCP) those of every registered node and switch."""
+    from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+    from fathom.store import models as m
+    from fathom.store.fabric_models import FabricSwitch
+
+    def expected(identity: Identity | None) -> set[int]:
+        with session_factory() as s:
+            if identity is None:
+                return ({d for n in s.query(m.Node.id) for d in (datapath_id(n.id), datapath_id_phy(n.id))}
+                        | {datapath_id_tor(x.id) for x in s.query(FabricSwitch.id)})
+            if identity.kind == "node":
+                node = s.query(m.Node).filter_by(name=identity.name).one_or_none()
+                return {datapath_id(node.id), datapath_id_phy(node.id)} if node else set()
+            if identity.kind == "switch":
+                sw = s.query(FabricSwitch).filter_by(name=identity.name).one_or_none()
+                return {datapath_id_tor(sw.id)} if sw else set()
+            return set()
+    return expected

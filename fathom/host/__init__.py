@@ -1,0 +1,1 @@
+"""What fathom does on the host it runs on (commands, namespaces), for product code and lab alike."""

@@ -1,0 +1,129 @@
+"""Every external program that fathom, its tests and its benchmarks run, and the Debian package that
+provides it: the one list. `scripts/setup` installs these packages and then checks that each program is
+present; "not found" errors everywhere quote this list. A unit test scans the code for programs it runs
+and fails on any that is missing here.
+
+Run as a script (no third-party imports, so it works before the virtualenv exists):
+    python3 fathom/programs.py packages   # the Debian packages to install, one per line
+    python3 fathom/programs.py check      # exit 1 naming every program that is not installed
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+# program -> (Debian package, what fathom uses it for)
+PROGRAMS: dict[str, tuple[str, str]] = {
+    # Open vSwitch: the data plane of every node, the ToR and the benchmarked switch
+    "ovsdb-server": ("openvswitch-switch", "each lab node's OVSDB"),
+    "ovs-vswitchd": ("openvswitch-switch", "each lab node's switch"),
+    "ovsdb-tool": ("openvswitch-common", "creating a node's OVSDB"),
+    "ovs-vsctl": ("openvswitch-common", "configuring bridges and ports"),
+    "ovs-ofctl": ("openvswitch-common", "reading flows and groups"),
+    "ovs-appctl": ("openvswitch-common", "traces, counters, daemon control"),
+    # the host's network stack
+    "ip": ("iproute2", "namespaces, veth, addresses, routes"),
+    "tc": ("iproute2", "clsact qdiscs, eBPF attach checks, policers"),
+    "bridge": ("iproute2", "Linux bridge forwarding entries"),
+    "ss": ("iproute2", "socket state in the demo"),
+    "nstat": ("iproute2", "kernel SNMP counters"),
+    "ethtool": ("ethtool", "offload settings of veth ends"),
+    "sysctl": ("procps", "per-namespace kernel settings"),
+    "pgrep": ("procps", "finding daemons in tests"),
+    "ping": ("iputils-ping", "reachability checks"),
+    "iptables": ("iptables", "firewall VNFs of PPTMon chains"),
+    "iptables-restore": ("iptables", "loading firewall rule sets"),
+    "nft": ("nftables", "benchmark devices' forwarding rules"),
+    "mount": ("mount", "mounting bpffs"),
+    "setpriv": ("util-linux", "running a command without root in tests"),
+    "runuser": ("util-linux", "running PostgreSQL as its own user"),
+    "timeout": ("coreutils", "bounding benchmark helper commands"),
+    "cat": ("coreutils", "reading interface counters in a namespace"),
+    "rm": ("coreutils", "removing benchmark run directories"),
+    "kill": ("procps", "killing daemons in failure tests"),
+    "sh": ("dash", "shell one-liners in tests"),
+    "true": ("coreutils", "a command that succeeds, in tests"),
+    "sleep": ("coreutils", "a command that takes time, in tests"),
+    # traffic and independent witnesses
+    "iperf3": ("iperf3", "TCP/UDP throughput"),
+    "tcpdump": ("tcpdump", "captures"),
+    "tshark": ("tshark", "decoding captures"),
+    "curl": ("curl", "HTTP requests from VMs in the demo"),
+    "trafgen": ("netsniff-ng", "peer packet generator in the switch benchmark"),
+    # native build: eBPF programs and the traffic engine
+    "make": ("make", "building native/"),
+    "gcc": ("gcc", "the traffic engine and loaders"),
+    "clang": ("clang", "eBPF objects"),
+    "bpftool": ("bpftool", "skeletons and program inspection"),
+    "pkg-config": ("pkg-config", "libbpf flags"),
+    # the store's tests against a real PostgreSQL
+    "initdb": ("postgresql", "throw-away PostgreSQL clusters"),
+    "pg_ctl": ("postgresql", "starting and stopping them"),
+    "postgres": ("postgresql", "the PostgreSQL server"),
+    # the virtualenv
+    "python3": ("python3", "fathom itself"),
+}
+
+# Packages that provide no program fathom calls by name: libraries the native build links against and
+# what the virtualenv needs.
+LIBRARIES: dict[str, str] = {
+    "libbpf-dev": "eBPF loaders",
+    "libelf-dev": "libbpf's dependency",
+    "zlib1g-dev": "libbpf's dependency",
+    "python3-venv": "the .venv",
+    "python3-dev": "wheels built from source",
+}
+
+# Directories outside PATH where Debian puts some of these programs.
+EXTRA_DIRS = ("/usr/sbin", "/sbin", "/usr/lib/postgresql/15/bin")
+
+
+class ProgramMissing(RuntimeError):
+    pass
+
+
+def path(program: str) -> str | None:
+    """Where `program` is installed, or None."""
+    found = shutil.which(program)
+    if found:
+        return found
+    for d in EXTRA_DIRS:
+        candidate = os.path.join(d, program)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def missing_message(program: str) -> str:
+    package = PROGRAMS.get(program, (None,))[0]
+    hint = f"Debian package {package}; run 'sudo scripts/setup'" if package else "not a program fathom knows"
+    return f"{program} not found ({hint})"
+
+
+def require(*programs: str) -> None:
+    """Raise ProgramMissing naming every one of `programs` that is not installed."""
+    missing = [p for p in programs if path(p) is None]
+    if missing:
+        raise ProgramMissing("; ".join(missing_message(p) for p in missing))
+
+
+def packages() -> list[str]:
+    return sorted({pkg for pkg, _ in PROGRAMS.values()} | set(LIBRARIES))
+
+
+def _main(argv: list[str]) -> int:
+    if argv == ["packages"]:
+        print("\n".join(packages()))
+        return 0
+    if argv == ["check"]:
+        missing = [p for p in PROGRAMS if path(p) is None]
+        for p in missing:
+            print(missing_message(p), file=sys.stderr)
+        return 1 if missing else 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

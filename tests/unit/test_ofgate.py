@@ -1,0 +1,147 @@
+"""The OpenFlow admission rules (fathom.controller.ofgate): which identity may claim which datapath
+id, the store's expectations, and that a live session is never handed to a newcomer."""
+import threading
+import time
+import warnings
+
+import pytest
+from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
+
+from fathom.controller.ofgate import Sessions, expected_from_store, identity_problem
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+from fathom.pki import Identity
+from fathom.store.db import open_store, session_factory
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from fathom.api import create_app  # noqa: E402
+
+C1, C1_PHY, C2, TOR = datapath_id(1), datapath_id_phy(1), datapath_id(2), datapath_id_tor(1)
+EXPECTED = {("node", "c1"): {C1, C1_PHY}, ("node", "c2"): {C2}, ("switch", "tor1"): {TOR}}
+
+
+def expected(identity):
+    if identity is None:
+        return set().union(*EXPECTED.values())
+    return EXPECTED.get((identity.kind, identity.name), set())
+
+
+@pytest.mark.parametrize("claimed,identity,tls,problem", [
+    (C1, Identity("node", "c1"), True, None),
+    (C1_PHY, Identity("node", "c1"), True, None),
+    (C1, Identity("node", "c1", frozenset({C1, C1_PHY})), True, None),
+    (C1, Identity("node", "c2"), True, "not one the controller expects of node 'c2'"),
+    (TOR, Identity("node", "c1"), True, "not one the controller expects of node 'c1'"),
+    (C1, Identity("switch", "c1"), True, "not one the controller expects of switch 'c1'"),
+    (C1, Identity("node", "unregistered"), True, "not one the controller expects"),
+    (C1_PHY, Identity("node", "c1", frozenset({C1})), True, "not bound in the certificate"),
+    (C1, Identity("controller", "controller"), True, "does not identify a switch"),
+    (C1, None, True, "no client certificate"),
+    (C1, None, False, None),
+    (0x1234, None, False, "not one the controller expects of a plain TCP connection"),
+])
+def test_identity_rules(claimed, identity, tls, problem):
+    got = identity_problem(claimed, identity, tls, expected)
+    assert (got is None) if problem is None else (problem in got), got
+
+
+def test_expected_datapath_ids_come_from_the_store(db_url):
+    http = TestClient(create_app(db_url))
+    n1 = http.post("/v1/nodes", json={"name": "c1", "tunnel_ip": "10.0.0.1", "management_ip": "10.1.0.1"}).json()
+    n2 = http.post("/v1/nodes", json={"name": "c2", "tunnel_ip": "10.0.0.2", "management_ip": "10.1.0.2"}).json()
+    sw = http.post("/v1/fabric/switches", json={"name": "tor1", "management_ip": "10.1.0.9"}).json()
+    got = expected_from_store(session_factory(open_store(db_url)))
+    assert got(Identity("node", "c1")) == {datapath_id(n1["id"]), datapath_id_phy(n1["id"])}
+    assert got(Identity("node", "c2")) == {datapath_id(n2["id"]), datapath_id_phy(n2["id"])}
+    assert got(Identity("switch", "tor1")) == {datapath_id_tor(sw["id"])}
+    # kinds do not mix: a node certificate named like the switch gets nothing, and the reverse
+    assert got(Identity("node", "tor1")) == set() and got(Identity("switch", "c1")) == set()
+    assert got(Identity("node", "gone")) == set()
+    assert got(None) == {datapath_id(n1["id"]), datapath_id_phy(n1["id"]), datapath_id(n2["id"]),
+                         datapath_id_phy(n2["id"]), datapath_id_tor(sw["id"])}
+
+
+class Conn:
+    """Stands for an os-ken Datapath: what the session table reads of one."""
+
+    def __init__(self, name, dpid=None):
+        self.name, self.id, self.state, self.is_active = name, dpid, MAIN_DISPATCHER, True
+        self.closed = False
+
+    def close(self):
+        self.closed, self.state = True, DEAD_DISPATCHER
+
+
+class Table:
+    """A session table whose holders answer echo or not, as told."""
+
+    def __init__(self, probe_delay: float = 0.0):
+        self.answers: dict[str, bool] = {}
+        self.probed: list[str] = []
+        self.probe_delay = probe_delay
+        self.sessions = Sessions(self._probe, lambda c: c.close())
+
+    def _probe(self, conn):
+        self.probed.append(conn.name)
+        time.sleep(self.probe_delay)
+        return self.answers.get(conn.name, True)
+
+
+def test_first_claim_wins_and_a_live_holder_keeps_its_datapath_id():
+    t = Table()
+    real, rogue = Conn("real", C1), Conn("rogue")
+    assert t.sessions.claim(C1, real) is None
+    problem = t.sessions.claim(C1, rogue)
+    assert "held by a live session" in problem
+    assert t.probed == ["real"] and not real.closed and t.sessions.held[C1] is real
+
+
+def test_a_holder_that_fails_its_echo_is_closed_and_replaced():
+    t = Table()
+    stale, fresh = Conn("stale", C1), Conn("fresh")
+    t.sessions.claim(C1, stale)
+    t.answers["stale"] = False
+    assert t.sessions.claim(C1, fresh) is None
+    assert stale.closed and t.sessions.held[C1] is fresh
+
+
+def test_a_dead_holder_is_replaced_without_a_probe():
+    t = Table()
+    old, new = Conn("old", C1), Conn("new")
+    t.sessions.claim(C1, old)
+    old.state = DEAD_DISPATCHER
+    assert t.sessions.claim(C1, new) is None and t.probed == []
+
+
+def test_release_frees_the_id_only_for_its_holder():
+    t = Table()
+    real, other = Conn("real", C1), Conn("other", C1)
+    t.sessions.claim(C1, real)
+    t.sessions.release(other)
+    assert t.sessions.held[C1] is real
+    t.sessions.release(real)
+    assert C1 not in t.sessions.held
+    assert t.sessions.claim(C1, other) is None and t.probed == []
+
+
+def test_a_second_claim_while_one_is_being_probed_is_refused():
+    t = Table(probe_delay=0.3)
+    t.sessions.claim(C1, Conn("real", C1))
+    results = {}
+    first = threading.Thread(target=lambda: results.setdefault("a", t.sessions.claim(C1, Conn("a"))))
+    first.start()
+    time.sleep(0.1)
+    results["b"] = t.sessions.claim(C1, Conn("b"))
+    first.join()
+    assert "already being claimed" in results["b"]
+    assert "held by a live session" in results["a"]
+    assert t.probed == ["real"]
+
+
+def test_ids_are_independent():
+    t = Table()
+    assert t.sessions.claim(C1, Conn("c1", C1)) is None
+    assert t.sessions.claim(C2, Conn("c2", C2)) is None
+    assert t.probed == []
