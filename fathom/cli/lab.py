@@ -92,9 +92,19 @@ def status(name, as_json):
                   f" — management {st['management']['cidr']}, underlay {st['underlay']['cidr']}"
                   + (f", controller {st['controller']['url']}" if st.get("controller") else ""))
     yes = lambda b: "yes" if b else "[red]NO[/red]"
-    print_table("nodes", ["node", "role", "mgmt ip", "tunnel ip", "ovs", "ovsdb-server", "ovs-vswitchd", "bridges: ports"],
+
+    def daemon(n, key, name):   # alive, and how often its supervisor restarted it
+        sup = (n.get("supervisor") or {}).get("daemons", {}).get(name) or {}
+        restarts = sup.get("restarts") or 0
+        return yes(n[key]) + (f" ({restarts} restart{'s' if restarts != 1 else ''})" if restarts else "")
+
+    def supervisor(n):
+        sup = n.get("supervisor")
+        return "-" if sup is None else yes(sup["running"])
+    print_table("nodes", ["node", "role", "mgmt ip", "tunnel ip", "ovs", "ovsdb-server", "ovs-vswitchd", "supervisor",
+                          "bridges: ports"],
                 [[n["name"], n["role"], n["mgmt_ip"], n["tunnel_ip"], n["ovs_version"] or "-",
-                  yes(n["ovsdb_server"]), yes(n["ovs_vswitchd"]),
+                  daemon(n, "ovsdb_server", "ovsdb-server"), daemon(n, "ovs_vswitchd", "ovs-vswitchd"), supervisor(n),
                   "; ".join(f"{b}: {' '.join(p) or '-'}" for b, p in n["bridges"].items())] for n in st["nodes"]])
     print_table("vms", ["vm", "node", "network", "mac", "ip", "link"],
                 [[v["name"], v["node"], v["network"], v["mac"], v["ip"], "up" if v["link_up"] else "[red]down[/red]"]

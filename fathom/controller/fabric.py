@@ -2,10 +2,16 @@
 router namespaces of network-node routers, and the fabric status endpoints.
 
 Plugged into the reconciler as an extension that never writes flows itself: `prepare` bootstraps
-the ToRs (OVSDB: fail_mode secure, our controller, a fixed datapath id) and every node's br-phy
-(our controller too, but fail_mode standalone: the underlay keeps working without us) and adds the
-port numbers of the ToRs and of br-phy to the model; the fabric app (fathom/apps/fabric) compiles their flows and the
-reconciler applies them like every other switch's. `after_pass` runs the network-node router agent.
+the ToRs and every node's br-phy (OVSDB: fail_mode secure, our controller, a fixed datapath id) and
+adds their port numbers to the model; the fabric app (fathom/apps/fabric) compiles their flows and
+the reconciler applies them like every other switch's, by diff: flows that are still wanted are
+never deleted, so a ToR or controller restart makes no VLAN in use disappear. `after_pass` runs the
+network-node router agent. fail_mode secure, not standalone, on br-phy too: a standalone bridge that
+has lost its controller for 3 inactivity probes "fails open" (OVS flushes its table and switches
+NORMAL), and when the controller is back OVS removes that NORMAL flow before we have re-added ours,
+which blacks out the underlay; a secure bridge keeps our flows, however long we are gone. A switch
+whose OVSDB could not be read this pass is left as it is: compiled without its port numbers, its
+desired state would miss flows that are still wanted.
 
 LLDP (as ONOS does): every `lldp_interval` seconds the controller sends a signed LLDP frame out of
 every node's underlay port `ul0` (packet-out; chassis id = the sender's datapath id, port id = its
@@ -190,7 +196,7 @@ class FabricRuntime:
         for gone in set(self.tors) - {s.name for s in fab.switches}:
             self.tors.pop(gone).close()
 
-        # br-phy of every node: our controller (fail mode standalone: the underlay works without us)
+        # br-phy of every node: our controller (fail mode secure, see above)
         for node in snapshot.nodes if fab.switches else ():
             key = SwitchKey(BR_PHY, node.name)
             res = result.switches[key] = SwitchResult(key, datapath_id_phy(node.id))
@@ -200,7 +206,7 @@ class FabricRuntime:
                 continue
             try:
                 ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
-                              "standalone")
+                              "secure")
                 self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
                 port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
                 if port:

@@ -8,12 +8,15 @@ Reads decode the tables with the same decoder the os-ken session uses. So the re
 tested without root or OVS, and a benchmark can simulate many switches.
 
 Knobs for tests: `refuse(predicate)` makes the switch refuse every message whose spec matches (like
-OVS refusing an invalid flow), and `sent` records what arrived, per bundle or plain message.
+OVS refusing an invalid flow), and `sent` records what arrived, per bundle or plain message;
+FakeSwitches `down` holds switches not connected (yet), `disconnect(dpid)` closes the connection of
+one that was (its ovs-vswitchd died): from then on its session is gone and an apply fails.
 """
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
@@ -44,6 +47,7 @@ class FakeSwitch:
         self.sent: list[tuple[str, list]] = []   # ("bundle" | "plain", [parsed messages])
         self.reads = 0
         self._refuse = lambda spec: False
+        self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------------------------ knobs
@@ -79,6 +83,8 @@ class FakeSwitch:
     # ------------------------------------------------------------------------------ OpenFlow semantics
 
     def _apply(self, how: str, pairs: list, atomic: bool) -> None:
+        if not self.alive():
+            raise ConnectionError(f"switch {self.dpid:016x}: connection closed")
         with self.lock:
             parsed = [(spec, self._wire(msg)) for spec, msg in pairs]
             self.sent.append((how, [m for _, m in parsed]))
@@ -158,13 +164,24 @@ class FakeSwitches:
     def __init__(self):
         self.switches: dict[int, FakeSwitch] = {}
         self.down: set[int] = set()
+        self.lost: dict[int, float] = {}   # dpid -> when its connection closed
         self.journal: list = []        # every switch's messages in the order they arrived
 
     def add(self, dpid: int) -> FakeSwitch:
         self.down.discard(dpid)
+        self.lost.pop(dpid, None)
         if dpid not in self.switches:
-            self.switches[dpid] = FakeSwitch(dpid, self.journal)
+            sw = self.switches[dpid] = FakeSwitch(dpid, self.journal)
+            sw.alive = lambda: dpid not in self.down
         return self.switches[dpid]
+
+    def disconnect(self, dpid: int) -> None:
+        """The switch's connection closes (its tables stay, like OVS's in fail_mode secure)."""
+        self.down.add(dpid)
+        self.lost[dpid] = time.time()
+
+    def lost_since(self, dpid: int) -> float | None:
+        return self.lost.get(dpid) if dpid in self.down else None
 
     def session(self, dpid: int) -> FakeSwitch | None:
         return None if dpid in self.down else self.switches.get(dpid)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
 from os_ken.base import app_manager
@@ -26,6 +27,9 @@ class FathomOFApp(app_manager.OSKenApp):
         self.datapaths: dict[int, object] = {}
         self.lock = threading.Lock()
         self.errors: dict[tuple[int, int], object] = {}  # (dpid, xid) -> OpenFlow error message
+        # dpid -> when the connection of a switch that was connected closed (wall clock); a switch
+        # never connected since this process started is not here (it may just not have come yet)
+        self.lost: dict[int, float] = {}
         # set by the runtime: called with (dpid, datapath or None)
         self.on_switch: Callable[[int, object | None], None] = lambda dpid, dp: None
         self.on_packet_in: Callable[[object], None] = lambda msg: None
@@ -38,12 +42,14 @@ class FathomOFApp(app_manager.OSKenApp):
         if ev.state == MAIN_DISPATCHER:
             with self.lock:
                 self.datapaths[dp.id] = dp
+                self.lost.pop(dp.id, None)
             LOG.info("switch %016x connected (OpenFlow 0x%02x)", dp.id, dp.ofproto.OFP_VERSION)
             self.on_switch(dp.id, dp)
         else:
             with self.lock:
-                if self.datapaths.get(dp.id) is dp:
+                if self.datapaths.get(dp.id) is dp:   # not a stale connection the switch replaced
                     del self.datapaths[dp.id]
+                    self.lost[dp.id] = time.time()
             LOG.info("switch %016x disconnected", dp.id)
             self.on_switch(dp.id, None)
 
@@ -65,6 +71,15 @@ class FathomOFApp(app_manager.OSKenApp):
     def datapath(self, dpid: int):
         with self.lock:
             return self.datapaths.get(dpid)
+
+    def still_connected(self, dp) -> bool:
+        """False once dp's connection is closed, even before our handler has heard of it."""
+        return self.datapath(dp.id) is dp and dp.state != DEAD_DISPATCHER
+
+    def lost_since(self, dpid: int) -> float | None:
+        """When a switch that had connected lost its connection (None: connected, or never was)."""
+        with self.lock:
+            return self.lost.get(dpid)
 
 
 def start(listen_host: str, listen_port: int, gate, ssl_context=None, echo_interval: int = 5) -> FathomOFApp:

@@ -51,7 +51,7 @@ class SwitchResult:
     dpid: int
     setup: str = "ok"               # the switch's bootstrap (OVSDB): ok | error
     reason: str | None = None       # why setup failed
-    state: str = "not connected"    # ok | not connected | not reconciled (...) | error: ...
+    state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ...
     changes: int = 0
     last_ok: float | None = None
 
@@ -61,7 +61,7 @@ class NodeResult:
     """A node as its br-int saw the pass (the /sync answer and the node's status)."""
     bootstrap: str = "init"
     reason: str | None = None
-    switch: str = "not connected"   # ok | not connected | error: ...
+    switch: str = "not connected"   # ok | not connected | lost: ... | error: ...
     changes: int = 0
     last_ok: float | None = None
 
@@ -89,6 +89,13 @@ def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
     if node is None:
         return None
     return datapath_id(node.id) if key.bridge == BR_INT else datapath_id_phy(node.id)
+
+
+def lost_state(key: SwitchKey, since: float) -> str:
+    """The state of a switch that was connected and is gone: its ovs-vswitchd died or it is cut off."""
+    whose = "" if key.bridge == TOR else f"{key.bridge}'s "
+    return (f"lost: {whose}OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(since))} "
+            "(ovs-vswitchd down or unreachable)")
 
 
 class Reconciler:
@@ -205,12 +212,15 @@ class Reconciler:
                 continue
             session = self.switches.session(res.dpid)
             if session is None:
+                since = self.switches.lost_since(res.dpid)
+                if since is not None:
+                    res.state = lost_state(key, since)
                 continue
             desired = result.desired[key]
             try:
                 change, foreign = self._diff(session, desired, audit)
             except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
-                self._failed(res, e)
+                self._failed(res, session, e)
                 continue
             plans.append((res, session, desired, change, foreign))
 
@@ -223,15 +233,15 @@ class Reconciler:
             try:
                 held[res.dpid] = self._send(res, session, change, make_messages, result)
             except Exception as e:  # noqa: BLE001
-                self._failed(res, e)
+                self._failed(res, session, e)
         for res, session, desired, change, foreign in reversed(plans):
-            if res.state.startswith("error"):
+            if res.state.startswith(("error", "lost")):
                 continue
             owners = held.get(res.dpid, set())
             try:
                 owners |= self._send(res, session, change.without(owners), break_messages, result)
             except Exception as e:  # noqa: BLE001
-                self._failed(res, e)
+                self._failed(res, session, e)
                 continue
             res.changes = len(change)
             res.state, res.last_ok = "ok", time.time()
@@ -263,7 +273,7 @@ class Reconciler:
             return set()
         except ApplyError as e:
             owners = {parse_cookie(s.cookie) for s in e.refused}
-            if not owners:
+            if not owners or not session.alive():   # a closing connection refuses nothing in particular
                 raise
             LOG.warning("%s: refused %s: %s", res.key, sorted(owners), e)
             for _app, kind, obj in owners:
@@ -271,8 +281,11 @@ class Reconciler:
             send(change.without(owners))
             return owners
 
-    def _failed(self, res: SwitchResult, e: Exception) -> None:
+    def _failed(self, res: SwitchResult, session, e: Exception) -> None:
         LOG.warning("%s: apply failed: %s", res.key, e)
-        res.state = f"error: {e}"
+        if session.alive():
+            res.state = f"error: {e}"
+        else:   # the switch went away during the pass: that is its health, not our change
+            res.state = lost_state(res.key, self.switches.lost_since(res.dpid) or time.time())
         self.known.pop(res.dpid, None)
         self._had_meters.pop(res.dpid, None)

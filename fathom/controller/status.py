@@ -4,12 +4,20 @@
 |---|---|
 | node | its br-int: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
 | fabric_switch | the ToR: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
-| network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when every one of them took them |
+| network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when they took them (see below for a switch in trouble) |
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent) |
 
 `pending` says what is awaited (a switch connecting, a port's interface appearing, a namespace being
-built), `error` names the switch or node at fault; a refused flow marks exactly its object. An
+built), `error` names the switch or node at fault; a refused flow marks exactly its object.
+
+A switch in trouble of its own (OVSDB unreachable, its OpenFlow connection lost, not connected
+yet) marks the objects *at home* there: a port's home is its node's switches, a `fabric` router
+interface's the ToR (the ToR routes). A port on another node keeps its status (its flows on the sick
+switch only serve traffic from there, which is down anyway); an object with no home (a network, a
+distributed router interface, a tap policy) is held back only when no switch holding its flows is
+healthy. A failed apply on a connected switch is an error of every object with flows there (any may
+be the cause), unless the switch named the refused messages. An
 object none of whose flows any switch needs yet (a network with no bound port) is `active`, except
 a port: it is `pending` until it is bound and plugged. A tap policy with a problem the compiler
 reported (a deleted port, an unbound one) is `error` / `pending` with that problem.
@@ -20,7 +28,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fathom.apps import BR_INT, TOR, SwitchKey
+from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
+from fathom.model.routers import effective_modes
 from fathom.pipeline import cookies as ck
 
 FLOWS = "flows"
@@ -50,16 +59,25 @@ def _worst(statuses: list[Status]) -> Status:
     return level, "; ".join(sorted({s[1] for s in bad if s[1]}))
 
 
-def switch_problem(res) -> Status | None:
-    """What a switch that must hold some flows says about them (None: it holds them)."""
+def _where(key: SwitchKey) -> str:
+    return f"fabric switch {key.name}" if key.bridge == TOR else f"node {key.name}"
+
+
+def switch_problem(res) -> tuple[str, str, bool] | None:
+    """What a switch that must hold some flows says about them: (status, reason, whether it is the
+    switch's own health rather than our change); None when it holds them."""
     if res is None:
-        return "pending", "switch unknown"
+        return "pending", "switch unknown", True
+    where = _where(res.key)
+    bridge = "" if res.key.bridge == TOR else f"{res.key.bridge} "
     if res.setup == "error":
-        return "error", f"{res.key}: {res.reason}"
+        return "error", f"{where}: {res.reason}", True
+    if res.state.startswith("lost"):
+        return "error", f"{where}: {res.state.removeprefix('lost: ')}", True
     if res.state.startswith("error"):
-        return "error", f"{res.key}: {res.state}"
+        return "error", f"{where}: {bridge}{res.state}", False
     if res.state != "ok":
-        return "pending", f"{res.key}: {res.state}"
+        return "pending", f"{where}: {bridge}{res.state}", True
     return None
 
 
@@ -72,15 +90,20 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             _app, kind, obj = ck.parse_cookie(spec.cookie)
             needs[(kind, obj)].add(key)
 
-    def from_flows(kind: str, obj_id: int) -> Status | None:
-        """From the flows alone; None when no switch needs any."""
+    def from_flows(kind: str, obj_id: int, home: set[SwitchKey] = frozenset()) -> Status | None:
+        """From the flows alone; None when no switch needs any. `home`: the switches whose own
+        trouble counts for the object wherever else its flows are."""
         refused = [result.refused[(k, obj_id)] for k in FLOW_KINDS[kind] if (k, obj_id) in result.refused]
         if refused:
             return "error", "; ".join(refused)
         keys = set().union(*(needs.get((k, obj_id), set()) for k in FLOW_KINDS[kind]))
         if not keys:
             return None
-        return _worst([switch_problem(result.switches.get(k)) or ("active", None) for k in sorted(keys)])
+        found = {k: switch_problem(result.switches.get(k)) for k in sorted(keys)}
+        healthy_somewhere = any(p is None for p in found.values())
+        counted = [p[:2] for k, p in found.items()
+                   if p is not None and (not p[2] or (k in home if home else not healthy_somewhere))]
+        return _worst(counted)
 
     out: dict[tuple[str, int], Status] = {}
     for n in snapshot.nodes:
@@ -91,6 +114,8 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             out[("node", n.id)] = ("error", res.reason)
         elif res.state == "ok":
             out[("node", n.id)] = ("active", None)
+        elif res.state.startswith("lost"):
+            out[("node", n.id)] = ("error", res.state.removeprefix("lost: "))
         elif res.state.startswith("error"):
             out[("node", n.id)] = ("error", res.state)
         else:
@@ -103,6 +128,8 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             out[("fabric_switch", s.id)] = ("error", res.reason)
         elif res.state == "ok":
             out[("fabric_switch", s.id)] = ("active", None)
+        elif res.state.startswith("lost"):
+            out[("fabric_switch", s.id)] = ("error", res.state.removeprefix("lost: "))
         elif res.state.startswith("error"):
             out[("fabric_switch", s.id)] = ("error", f"apply failed: {res.state.removeprefix('error: ')}")
         else:
@@ -113,14 +140,18 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     for sub in snapshot.subnets:
         out[("subnet", sub.id)] = out.get(("network", sub.network_id), ("active", None))
     for p in snapshot.ports:
-        got = from_flows("port", p.id)
+        got = from_flows("port", p.id, {SwitchKey(BR_INT, p.node), SwitchKey(BR_PHY, p.node)} if p.node else set())
         if got is None:
             got = ("pending", "not bound to a node") if p.node is None else \
                 ("pending", f"waiting for interface {p.interface!r} on its node")
         out[("port", p.id)] = got
     legs = defaultdict(list)
+    modes = effective_modes(snapshot)
+    tors = {SwitchKey(TOR, s.name) for s in (snapshot.fabric.switches if snapshot.fabric else ())}
     for ri in snapshot.router_interfaces:
-        out[("router_interface", ri.id)] = from_flows("router_interface", ri.id) or ("active", None)
+        routed_by_tor = ri.router_id in modes and modes[ri.router_id].mode == "fabric"
+        out[("router_interface", ri.id)] = from_flows("router_interface", ri.id,
+                                                      tors if routed_by_tor else set()) or ("active", None)
         legs[ri.router_id].append(out[("router_interface", ri.id)])
     for r in snapshot.routers:
         agent = result.agents.get((ck.KIND_ROUTER, r.id))

@@ -114,6 +114,10 @@ class OsKenSession:
         self.app, self.dp = app, dp
         self.dpid = dp.id
 
+    def alive(self) -> bool:
+        """False once the connection is closed, even before the app has heard of it."""
+        return self.app.still_connected(self.dp)
+
     def read_flows(self) -> set[FlowSpec]:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPFlowStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
@@ -190,6 +194,10 @@ class OsKenSwitches:
 
     def connected(self) -> list[int]:
         return list(self.app.datapaths)
+
+    def lost_since(self, dpid: int) -> float | None:
+        """When a switch that had connected lost its connection (None: connected, or never was)."""
+        return self.app.lost_since(dpid)
 
 
 # Raw reads other modules use for counters (taps, node flows)

@@ -17,8 +17,9 @@ from typing import Callable
 
 from fathom.pki import Pki
 
-from .ovs import OvsInstance, _running, kill_and_wait, wait_for
+from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, wait_for
 from .sh import LabError, require_root_and_tools, run
+from .supervisor import start_supervised, stop_supervised
 from .topology import Topology, check_lab_name
 
 RUN_ROOT = Path(os.environ.get("FATHOM_RUN_ROOT", "/run/fathom"))
@@ -155,7 +156,7 @@ class Lab:
         fabric = self.ns("fabric")
         _add_netns(fabric)
         tor = OvsInstance(fabric, self.dir / "fabric")
-        tor.start()
+        start_supervised(tor)   # like systemd on a real host: restarts a crashed daemon
         tor.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
                   "fail_mode=standalone")
         if not standalone:
@@ -173,7 +174,7 @@ class Lab:
             progress(f"node {node.name}")
             _add_netns(node.netns)
             ovs = OvsInstance(node.netns, node.rundir)
-            ovs.start()
+            start_supervised(ovs)
             # management: root bridge <-> node, OVSDB served on TCP for the controller
             root_end = f"{self.name}-m{node.index}"
             run(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "mgmt0", "netns", node.netns])
@@ -335,6 +336,10 @@ class Lab:
             from .controller import deregister
             deregister(ctl_state["url"], ctl_state["created"])
             removed.append(f"controller objects at {ctl_state['url']}")
+        # the hosts' supervisors first, or they would restart what is killed below
+        for rundir in sorted(d for d in self.dir.iterdir() if d.is_dir()) if self.dir.exists() else []:
+            if stop_supervised(rundir):
+                removed.append(f"supervisor of {rundir.name}")
         for ns in self.namespaces():
             kill_and_wait([int(p) for p in run(["ip", "netns", "pids", ns], check=False).stdout.split()], timeout=3)
             run(["ip", "netns", "del", ns], check=False)
@@ -363,7 +368,7 @@ class Lab:
             entry = {"name": n.name, "role": n.role, "netns": n.netns, "netns_present": n.netns in present,
                      "mgmt_ip": n.mgmt_ip, "tunnel_ip": n.tunnel_ip,
                      "ovsdb_server": ovs.alive("ovsdb-server"), "ovs_vswitchd": ovs.alive("ovs-vswitchd"),
-                     "ovs_version": None, "bridges": {}}
+                     "supervisor": _supervisor_status(n.rundir), "ovs_version": None, "bridges": {}}
             if entry["ovsdb_server"] and entry["netns_present"]:
                 entry["ovs_version"] = ovs.version()
                 for br in ovs.vsctl("list-br", check=False).split():
@@ -441,6 +446,16 @@ def install_certificate(pki: Pki, name: str, kind: str, dpids, ovs: OvsInstance,
     ovs.vsctl("set-ssl", str(dest / "privkey.pem"), str(dest / "cert.pem"), str(dest / "cacert.pem"),
               "--", "set-manager", f"pssl:6640:{mgmt_ip}")
     return dest
+
+
+def _supervisor_status(rundir: str) -> dict | None:
+    """Whether the node's supervisor runs, and per daemon its state, restarts and last exit."""
+    state = supervised_state(Path(rundir))
+    if state is None:
+        return None
+    return {"running": state["running"], "pid": state.get("pid"),
+            "daemons": {name: {k: u.get(k) for k in ("state", "pid", "restarts", "last_exit")}
+                        for name, u in state.get("units", {}).items()}}
 
 
 def hosts_m_fabric(cidr: str) -> ipaddress.IPv4Address:

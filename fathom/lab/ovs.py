@@ -2,9 +2,12 @@
 
 Each instance has its own run dir holding the database, sockets, pid files and logs, so many
 instances coexist on one machine; the userspace (netdev) datapath needs no kernel module.
+A lab's instances run under a supervisor (fathom.lab.supervisor) that restarts a crashed daemon;
+`start_ovsdb` / `start_vswitchd` then ask it to start a stopped one, as `systemctl start` would.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -30,27 +33,61 @@ class OvsInstance:
         return str(self.rundir / "db.sock")
 
     def start(self) -> None:
+        """Create the database if needed and start both daemons, unsupervised (see fathom.lab.supervisor)."""
+        self.create_db()
+        self.spawn("ovsdb-server")
+        self.init_db()
+        self.spawn("ovs-vswitchd")
+
+    def create_db(self) -> None:
         self.rundir.mkdir(parents=True, exist_ok=True)
         db = self.rundir / "conf.db"
         if not db.exists():
             run(["ovsdb-tool", "create", db, SCHEMA])
-        self.start_ovsdb()
+
+    def init_db(self) -> None:
         version = run(["ovs-vswitchd", "--version"]).stdout.split()[-1]
         self.vsctl("--no-wait", "init", "--", "set", "Open_vSwitch", ".", f"ovs_version={version}")
-        self.start_vswitchd()
+
+    def spawn(self, daemon: str, timeout: float = 30) -> int:
+        """Start one daemon, detached; returns once it is ready (OVS's --detach waits for that)."""
+        if daemon == "ovsdb-server":
+            # managers (e.g. pssl:6640 for the controller) and their TLS files live in the database,
+            # so a restart keeps them
+            cmd = ["ovsdb-server", self.rundir / "conf.db", f"--remote=punix:{self.db_sock}",
+                   "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
+                   "--private-key=db:Open_vSwitch,SSL,private_key", "--certificate=db:Open_vSwitch,SSL,certificate",
+                   "--ca-cert=db:Open_vSwitch,SSL,ca_cert"]
+        elif daemon == "ovs-vswitchd":
+            cmd = ["ovs-vswitchd", f"unix:{self.db_sock}"]
+        else:
+            raise ValueError(f"unknown OVS daemon {daemon!r}")
+        run([*cmd, "--pidfile", "--detach", "--log-file"], ns=self.netns, env=self.env, timeout=timeout)
+        return self.pid(daemon)
 
     def start_ovsdb(self) -> None:
-        # managers (e.g. pssl:6640 for the controller) and their TLS files live in the database,
-        # so a restart keeps them
-        run(["ovsdb-server", self.rundir / "conf.db", f"--remote=punix:{self.db_sock}",
-             "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
-             "--private-key=db:Open_vSwitch,SSL,private_key", "--certificate=db:Open_vSwitch,SSL,certificate",
-             "--ca-cert=db:Open_vSwitch,SSL,ca_cert",
-             "--pidfile", "--detach", "--log-file"], ns=self.netns, env=self.env)
+        self._start("ovsdb-server")
 
     def start_vswitchd(self) -> None:
-        run(["ovs-vswitchd", f"unix:{self.db_sock}", "--pidfile", "--detach", "--log-file"],
-            ns=self.netns, env=self.env)
+        self._start("ovs-vswitchd")
+
+    def _start(self, daemon: str) -> None:
+        sup = supervisor_pid(self.rundir)
+        if sup is None:
+            self.spawn(daemon)
+            return
+        # supervised: the supervisor starts it (and keeps restarting it); wait until it is ready
+        os.kill(sup, signal.SIGUSR1)
+        wait_for(lambda: self.ready(daemon), 30, f"{daemon} started by the supervisor in {self.netns}")
+
+    def ready(self, daemon: str) -> bool:
+        """Running and done starting: its pid file is written before, so under a supervisor this
+        is the supervisor's word (it records the pid once OVS's --detach has returned)."""
+        state = supervised_state(self.rundir)
+        if state is None or not state["running"]:
+            return self.alive(daemon)
+        unit = state["units"].get(daemon) or {}
+        return unit.get("state") == "running" and unit.get("pid") == self.pid(daemon) and self.alive(daemon)
 
     def vsctl(self, *args: str, check: bool = True) -> str:
         return run(["ovs-vsctl", f"--db=unix:{self.db_sock}", "--timeout=20", *args],
@@ -122,3 +159,34 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
         if time.monotonic() > deadline:
             raise LabError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# ----------------------------------------------------------------------------- the supervisor's files
+# (fathom/lab/supervisor.py writes them; read here so an instance can tell whether it is supervised)
+
+SUPERVISOR_MODULE = "fathom.lab.supervisor"
+
+
+def supervisor_pid(rundir: Path) -> int | None:
+    """The pid of the running supervisor of the instance in rundir, if there is one."""
+    try:
+        pid = int((Path(rundir) / "supervisor.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not _running(pid):
+        return None
+    try:   # a reused pid is not ours: the process must be this instance's supervisor
+        cmdline = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return None
+    return pid if SUPERVISOR_MODULE in cmdline and str(rundir) in cmdline else None
+
+
+def supervised_state(rundir: Path) -> dict | None:
+    """What the supervisor last wrote (None without one), with whether it still runs."""
+    try:
+        state = json.loads((Path(rundir) / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return None
+    state["running"] = supervisor_pid(rundir) is not None
+    return state

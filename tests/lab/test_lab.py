@@ -102,9 +102,12 @@ def _leftovers(name: str) -> list[str]:
 
 def test_down_after_a_node_crash_removes_everything():
     with running_lab("t2k") as lab:
-        pid = lab.ovs("compute1").pid("ovs-vswitchd")
-        os.kill(pid, signal.SIGKILL)
+        # the whole host goes: its supervisor, then its switch (left alone, its database lingers)
+        ovs = lab.ovs("compute1")
+        os.kill(int((ovs.rundir / "supervisor.pid").read_text()), signal.SIGKILL)
+        os.kill(ovs.pid("ovs-vswitchd"), signal.SIGKILL)
         wait_for(lambda: lab.status()["nodes"][0]["ovs_vswitchd"] is False, 5, "status to show the crash")
+        assert lab.status()["nodes"][0]["supervisor"]["running"] is False
         lab.down()
         assert _leftovers("t2k") == []
 

@@ -153,13 +153,13 @@ def test_controller_restart_keeps_traffic_and_rewrites_nothing(lab):
 
 
 def test_vswitchd_restart_gets_its_flows_back_within_5s(lab):
+    # the lab's supervisor restarts the killed daemon; the controller refills its empty tables
     ovs = lab.ovs("compute2")
     want = set(_flows(lab, "compute2"))
     pid = ovs.pid("ovs-vswitchd")
-    subprocess.run(["kill", "-9", str(pid)], check=True)
-    wait_for(lambda: not ovs.alive("ovs-vswitchd"), 5, "ovs-vswitchd to die")
-    ovs.start_vswitchd()
     t0 = time.monotonic()
+    subprocess.run(["kill", "-9", str(pid)], check=True)
+    wait_for(lambda: ovs.pid("ovs-vswitchd") != pid and ovs.ready("ovs-vswitchd"), 5, "ovs-vswitchd restarted")
     wait_for(lambda: set(_flows(lab, "compute2")) == want, 5, "compute2 flows restored")
     assert time.monotonic() - t0 < 5
     assert ping(lab, "vm1", IP["vm3"]).returncode == 0

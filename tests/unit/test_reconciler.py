@@ -199,19 +199,23 @@ def test_a_refused_change_marks_exactly_the_objects_it_carried(cloud):
 
 def test_status_follows_the_switches(cloud):
     ports = cloud.ids["ports"]
-    cloud.switches.down.add(cloud.br_int("compute2").dpid)
+    compute2 = cloud.br_int("compute2").dpid
+    cloud.switches.down.add(compute2)               # not connected yet
     cloud.rec.run_pass()
-    # vm1 and vm2 (compute1) need compute2's br-int too (it must reach them): pending, naming it
-    for name in ports:
+    # compute2's own ports wait for it; vm1 and vm2 (compute1) have flows there too (the way to
+    # reach them from compute2), but work for everyone else, and so do the network and subnet
+    for name in ("vm3", "vm4"):
         got = cloud.get(f"/ports/{ports[name]}")
-        assert got["status"] == "pending" and "br-int compute2" in got["status_reason"], (name, got)
+        assert got["status"] == "pending" and "node compute2: br-int not connected" in got["status_reason"], got
+    for name in ("vm1", "vm2"):
+        assert cloud.get(f"/ports/{ports[name]}")["status"] == "active", name
     assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "pending"
     assert cloud.get(f"/nodes/{cloud.nodes['compute1']}")["status"] == "active"
     net = cloud.get(f"/networks/{cloud.ids['nets']['blue']}")
     subnet = cloud.get(f"/subnets/{cloud.ids['subnets']['blue']}")
-    assert net["status"] == subnet["status"] == "pending"
+    assert net["status"] == subnet["status"] == "active"
     cloud.switches.down.clear()
-    cloud.rec.switch_changed(cloud.br_int("compute2").dpid)
+    cloud.rec.switch_changed(compute2)
     cloud.rec.run_pass()
     assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
     assert cloud.get(f"/subnets/{cloud.ids['subnets']['blue']}")["status"] == "active"
@@ -222,15 +226,58 @@ def test_status_follows_the_switches(cloud):
     assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "error"
 
 
+def test_a_lost_switch_marks_its_node_and_its_ports_only(cloud):
+    ports = cloud.ids["ports"]
+    cloud.rec.run_pass()
+    compute2 = cloud.br_int("compute2").dpid
+    cloud.switches.disconnect(compute2)              # its ovs-vswitchd died
+    cloud.rec.switch_changed(compute2)
+    result = cloud.rec.run_pass()
+    assert result.switches[SwitchKey(BR_INT, "compute2")].state.startswith("lost: ")
+    node = cloud.get(f"/nodes/{cloud.nodes['compute2']}")
+    assert node["status"] == "error" and node["status_reason"].startswith("br-int's OpenFlow connection closed at ")
+    assert node["status_reason"].endswith("(ovs-vswitchd down or unreachable)")
+    for name in ("vm3", "vm4"):
+        got = cloud.get(f"/ports/{ports[name]}")
+        assert got["status"] == "error" and "node compute2: br-int's OpenFlow connection" in got["status_reason"], got
+    for name in ("vm1", "vm2"):
+        assert cloud.get(f"/ports/{ports[name]}")["status"] == "active", name
+    assert cloud.get(f"/nodes/{cloud.nodes['compute1']}")["status"] == "active"
+    assert cloud.get(f"/networks/{cloud.ids['nets']['blue']}")["status"] == "active"
+    cloud.switches.add(compute2)                     # back, tables as they were
+    cloud.rec.switch_changed(compute2)
+    result = cloud.rec.run_pass()
+    assert holds(cloud.br_int("compute2"), result.br_int("compute2"))
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+
+
+def test_a_switch_lost_while_it_is_written_is_lost_not_refusing(cloud):
+    sw = cloud.br_int("compute2")
+
+    def drop(spec):
+        cloud.switches.disconnect(sw.dpid)           # the connection closes under the bundle
+        return True
+    sw.refuse(drop)
+    result = cloud.rec.run_pass()
+    assert result.switches[SwitchKey(BR_INT, "compute2")].state.startswith("lost: ")
+    assert result.refused == {}
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "error"
+    assert cloud.get(f"/ports/{cloud.ids['ports']['vm1']}")["status"] == "active"
+
+
 def test_tap_is_active_only_when_the_switches_hold_it(cloud):
     cloud.rec.run_pass()
     vms = [v.name for _, v in cloud.topo.vms()]
     tap = cloud.call("POST", "/taps", json={"sender": vms[0], "receiver": vms[1], "monitor": vms[2]})
     assert cloud.get(f"/taps/{tap['id']}")["status"] == "pending"
+    # a tap has no home node: it waits only while no switch holding it is healthy
     cloud.switches.down.add(cloud.br_int("compute2").dpid)        # the monitor's node
     cloud.rec.run_pass()
+    assert cloud.get(f"/taps/{tap['id']}")["status"] == "active"
+    cloud.switches.down.add(cloud.br_int("compute1").dpid)        # the sender's too
+    cloud.rec.run_pass()
     got = cloud.get(f"/taps/{tap['id']}")
-    assert got["status"] == "pending" and "br-int compute2" in got["status_reason"]
+    assert got["status"] == "pending" and "node compute1" in got["status_reason"]
     cloud.switches.down.clear()
     cloud.rec.run_pass()
     assert cloud.get(f"/taps/{tap['id']}")["status"] == "active"
@@ -254,7 +301,15 @@ def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
         c.switches.down.add(tor.dpid)                            # the router lives in the ToR now
         c.rec.run_pass()
         got = c.get(f"/routers/{router}")
-        assert got["status"] == "pending" and "tor fabric" in got["status_reason"]
+        assert got["status"] == "pending" and "fabric switch fabric: not connected" in got["status_reason"]
+        c.switches.disconnect(tor.dpid)                          # it was connected: lost
+        c.rec.run_pass()
+        got = c.get(f"/routers/{router}")
+        assert got["status"] == "error" and "fabric switch fabric: OpenFlow connection closed" in got["status_reason"]
+        switch = c.get("/fabric/switches")[0]
+        assert switch["status"] == "error" and "(ovs-vswitchd down or unreachable)" in switch["status_reason"]
+        # the nodes' own objects do not depend on the ToR's health
+        assert {p["status"] for p in c.get("/ports") if p["node"]} == {"active"}
     finally:
         c.close()
 
