@@ -161,9 +161,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
         time.sleep(interval)
 
 
-# ----------------------------------------------------------------------------- the supervisor's files
-# (fathom/lab/supervisor.py writes them; read here so an instance can tell whether it is supervised)
-
+# The supervisor (fathom.lab.supervisor) of an instance leaves its pid and state in the run dir.
 SUPERVISOR_MODULE = "fathom.lab.supervisor"
 
 

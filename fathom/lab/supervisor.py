@@ -36,6 +36,7 @@ DAEMONS = ("ovsdb-server", "ovs-vswitchd")   # start order; stopped in reverse
 FIRST_DELAY, MAX_DELAY, STABLE_AFTER = 0.1, 10.0, 10.0
 CLEAN_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE}
 PR_SET_CHILD_SUBREAPER = 36
+MODULE = SUPERVISOR_MODULE
 
 
 @dataclass
@@ -215,9 +216,8 @@ def start_supervised(ovs: OvsInstance, timeout: float = 30) -> int:
     """Start a supervisor for `ovs` (which starts both daemons); returns its pid once both run."""
     ovs.rundir.mkdir(parents=True, exist_ok=True)
     log = open(ovs.rundir / "supervisor.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", SUPERVISOR_MODULE, ovs.netns, str(ovs.rundir)],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            close_fds=True)
+    proc = subprocess.Popen([sys.executable, "-m", MODULE, ovs.netns, str(ovs.rundir)], stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
     log.close()
 
     def ready():
