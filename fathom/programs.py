@@ -36,6 +36,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "iptables-restore": ("iptables", "loading firewall rule sets"),
     "nft": ("nftables", "benchmark devices' forwarding rules"),
     "mount": ("mount", "mounting bpffs"),
+    "taskset": ("util-linux", "pinning a generator to one core"),
     "setpriv": ("util-linux", "running a command without root in tests"),
     "runuser": ("util-linux", "running PostgreSQL as its own user"),
     "timeout": ("coreutils", "bounding benchmark helper commands"),

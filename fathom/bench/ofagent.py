@@ -10,7 +10,7 @@ Commands:
   {"op": "wait", "timeout": s}                    -> {"dpid", "version"} once the switch is connected
   {"op": "clear"}                                 delete every flow (and barrier)
   {"op": "flows", "flows": [spec...], "barrier": true, "gap_s": 0}
-        -> {"sent_ns": [...], "barrier_sent_ns", "barrier_reply_ns"}; spec = {"priority", "match": {...},
+        -> {"sent_ns": [...], "xids": [...], "barrier_sent_ns", "barrier_reply_ns", "barrier_xid"}; spec = {"priority", "match": {...},
            "actions": [["output", port] | ["push_vlan", vid] | ["set_vlan", vid] | ["pop_vlan"] |
            ["set_eth_dst", mac] | ["set_eth_src", mac] | ["controller"]], "table": 0}
   {"op": "echo", "count": n}                      -> {"rtt_ns": [...]}
@@ -139,14 +139,16 @@ class BenchController(app_manager.OSKenApp):
         gap = float(cmd.get("gap_s", 0))
         sent = []
         for m in mods:
+            self.dp.set_xid(m)
             sent.append(time.time_ns())
             self.dp.send_msg(m)
             if gap:
                 time.sleep(gap)
-        res = {"sent_ns": sent}
+        res = {"sent_ns": sent, "xids": [m.xid for m in mods]}
         if cmd.get("barrier", True):
-            t0, t1 = self._send_and_wait(self.dp.ofproto_parser.OFPBarrierRequest(self.dp), cmd.get("timeout", 10))
-            res.update(barrier_sent_ns=t0, barrier_reply_ns=t1)
+            req = self.dp.ofproto_parser.OFPBarrierRequest(self.dp)
+            t0, t1 = self._send_and_wait(req, cmd.get("timeout", 10))
+            res.update(barrier_sent_ns=t0, barrier_reply_ns=t1, barrier_xid=req.xid)
         return res
 
     def op_echo(self, cmd):

@@ -1,8 +1,10 @@
 """Overlay module (the VXLAN paper, Fig. 8): throughput against frame size through a VXLAN tunnel between two
 OVS nodes of a lab, against the same path on a VLAN (no tunnel), measured side by side in one run.
 
-A lab `sbov` is built from topologies/overlay.yaml (standalone: OVS NORMAL switching, userspace
-tunnelling with its ARP-learned neighbour table) and removed afterwards, even on failure.
+A lab `<prefix>ov` (`sbov` by default) is built from topologies/overlay.yaml (standalone: OVS NORMAL
+switching, userspace tunnelling with its ARP-learned neighbour table) and removed afterwards, even on
+failure. Throughput is RFC 2544's (rfc2544.py), with the run's search plan; beside it the maximum
+received rate at the generator's top rate (MRR, the first trial).
 """
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from fathom.lab.lab import Lab
 from fathom.lab.sh import run
 from fathom.lab.topology import load
 
+from . import rfc2544
+from .devices import Names
 from .engine import BenchError, Port, engine_args, mbps_for, run_engine
 
-LAB = "sbov"
 TOPOLOGY = Path(__file__).parent / "topologies" / "overlay.yaml"
 PATHS = {"vxlan": ("vx1", "vx2"), "vlan": ("vl1", "vl2")}
 
@@ -27,14 +30,18 @@ def _vm(topo, name):
     raise BenchError(f"overlay topology has no VM {name}")
 
 
-def run_overlay(plan, step) -> tuple[list[dict], dict]:
+def lab_name(names: Names) -> str:
+    return f"{names.prefix}ov"
+
+
+def run_overlay(plan, step, names: Names = Names()) -> tuple[list[dict], dict]:
     topo = load(TOPOLOGY)
-    lab = Lab(LAB)
+    lab = Lab(lab_name(names))
     if lab.exists():
         lab.down()
-    step("overlay: building lab sbov (2 OVS nodes, VXLAN + VLAN)")
+    step(f"overlay: building lab {lab.name} (2 OVS nodes, VXLAN + VLAN)")
     lab.up(topo, str(TOPOLOGY), standalone=True)
-    rows, extra = [], {}
+    rows, extra = [], {"method": plan.search.describe()}
     try:
         # prime ARP / MAC learning and the tunnel neighbour table in both directions
         for src, dst in PATHS.values():
@@ -50,29 +57,20 @@ def run_overlay(plan, step) -> tuple[list[dict], dict]:
                 if size > 1518:
                     continue
                 step(f"overlay: {path} throughput at {size} B")
-                lo, hi, best, trials, first = 0.0, ceiling, 0.0, 0, True
-                rate = hi
-                while True:
-                    r = run_engine(engine_args(tx, rx, size=size, rate_pps=rate, count=max(100, rate * plan.trial_s),
+                received: list[float] = []
+
+                def trial(rate: float, seconds: float) -> tuple[float, float]:
+                    r = run_engine(engine_args(tx, rx, size=size, rate_pps=rate, count=max(100, rate * seconds),
                                                dst_mac=rx.mac, stamp_every=0, linger_s=0.3,
                                                extra=["--spin-us", str(plan.spin_us)]))
-                    trials += 1
-                    ok = (r["rx"]["loss_ratio"] or 0) <= plan.loss_tolerance
-                    if first:
-                        mrr = r["rx"]["rx_pps"]
-                    if ok:
-                        lo, best = rate, r["tx"]["achieved_pps"]
-                    else:
-                        hi = min(rate, r["tx"]["achieved_pps"]) if first else rate
-                    if (first and ok) or trials >= (8 if plan.quick else 12) or hi - lo <= (0.05 if plan.quick else 0.02) * hi:
-                        break
-                    first = False
-                    rate = (lo + hi) / 2
-                rows.append({"module": "overlay", "path": path, "frame_size_bytes": size,
-                             "throughput_pps": round(best, 1), "throughput_mbps": round(mbps_for(best, size), 3),
+                    received.append(r["rx"]["rx_pps"])
+                    return r["tx"]["achieved_pps"], r["rx"]["loss_ratio"] or 0.0
+                res = rfc2544.search(trial, ceiling, plan.search)
+                mrr = received[0]
+                rows.append({"module": "overlay", "path": path, "frame_size_bytes": size, **res.row(),
+                             "throughput_mbps": round(mbps_for(res.throughput_pps, size), 3),
                              "max_received_pps": round(mrr, 1), "max_received_mbps": round(mbps_for(mrr, size), 3),
-                             "trials": trials, "trial_s": plan.trial_s,
-                             "generator_limited": bool(first and ok),
+                             "trial_s": plan.search.trial_s, "final_trial_s": plan.search.final_s,
                              "wire_bytes_per_frame": size + (50 if path == "vxlan" else 4)})
             step(f"overlay: {path} TCP reference (iperf3)")
             extra[f"iperf3_{path}_gbps"] = _iperf(lab, src, str(_vm(topo, dst).ip.ip), dst)

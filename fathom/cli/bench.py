@@ -29,38 +29,56 @@ def _sizes(value: str | None) -> list[int] | None:
 
 @bench.command("switch")
 @click.option("--device", "devices", multiple=True, default=("ovs", "linuxbridge"), show_default=True,
-              help="device under test: ovs (netdev bridge), linuxbridge, veth; repeat for several")
+              help="device under test: ovs (netdev bridge), linuxbridge, redirect (tc mirred, no switching), "
+                   "veth; repeat for several")
 @click.option("--module", "modules", multiple=True,
-              help="module to run (repeatable; default all): calibration, action-delay, frame-size, load, "
-                   "throughput, flow-install, packet-in, echo, overlay")
-@click.option("--quick", is_flag=True, help="short runs: finishes in a couple of minutes")
+              help="module to run (repeatable; default all): calibration, generator, action-delay, frame-size, "
+                   "load, throughput, flow-install, packet-in, echo, overlay")
+@click.option("--quick", is_flag=True, help="short runs, labelled QUICK (RFC 2544 trials of 0.5 s / 2 s, not 60 s)")
 @click.option("--sizes", help="frame sizes in bytes (incl. FCS), comma-separated; default 64..1518 (+jumbo)")
 @click.option("--mtu", type=int, default=1500, show_default=True, help="MTU of every veth (9000 for jumbo frames)")
 @click.option("--load-mbps", type=float, default=10.0, show_default=True, help="fixed load of the frame-size sweep")
 @click.option("--loads", help="offered loads of the load sweep in Mb/s, comma-separated")
 @click.option("--frames", type=int, help="frames per action in action-delay (default 30000)")
-@click.option("--flows", type=int, help="flows in flow-install (default 50 quick / 200 full)")
+@click.option("--flows", type=int, help="flows in flow-install (default 20 quick / 100 full)")
 @click.option("--loss-tolerance", type=float, default=0.0, show_default=True, help="RFC 2544 loss ratio accepted")
+@click.option("--trial-s", type=float, help="RFC 2544 search trial length (default 0.5 quick / 5 full)")
+@click.option("--final-trial-s", type=float,
+              help="RFC 2544 confirming trial length (default 2 quick / 60 full, RFC 2544's; 0: none)")
+@click.option("--final-trials", type=int, default=1, show_default=True, help="confirming trials that must all pass")
+@click.option("--max-trials", type=int, help="RFC 2544 search trials at most (default 8 quick / 12 full)")
+@click.option("--tput-repeats", type=int, default=1, show_default=True,
+              help="independent RFC 2544 determinations per frame size (median, min, max reported)")
+@click.option("--gen-repeats", type=int, help="generator module: turns of each tool (default 3 quick / 5 full)")
 @click.option("--drop-every", type=int, default=0, help="self-test: the device drops every Nth frame (nftables)")
 @click.option("--inject-reorder", type=int, default=0, help="self-test: swap every Nth pair of frames at the source")
 @click.option("--inject-dup", type=int, default=0, help="self-test: send every Nth frame twice")
 @click.option("--spin-us", type=int, default=20, show_default=True,
               help="generator busy-polls waits shorter than this (µs); 0 sleeps, leaving the CPU to the device")
 @click.option("--per-frame", is_flag=True, help="keep a per-frame CSV of every latency run (OUTPUT/frames/)")
+@click.option("--prefix", default="sb", show_default=True,
+              help="names of this run's namespaces (<prefix>-gen, -dut, -rcv) and overlay lab (<prefix>ov)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-switch-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows, loss_tolerance, drop_every,
-           inject_reorder, inject_dup, spin_us, per_frame, outdir, as_json):
-    """Oflops-style switch benchmark: calibration, action delay, frame-size and load sweeps, RFC 2544
-    throughput, flow-install delay, packet_in, echo, and the VXLAN overlay comparison."""
+def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows, loss_tolerance, trial_s,
+           final_trial_s, final_trials, max_trials, tput_repeats, gen_repeats, drop_every, inject_reorder,
+           inject_dup, spin_us, per_frame, prefix, outdir, as_json):
+    """Oflops-style switch benchmark: calibration, the generator against trafgen, action delay, frame-size
+    and load sweeps, RFC 2544 throughput, flow-install delay, packet_in, echo, and the VXLAN overlay."""
+    import dataclasses
+    import os
+
     from fathom.bench import report
-    from fathom.bench.devices import cleanup
+    from fathom.bench.devices import Names, cleanup
     from fathom.bench.engine import BenchError
+    from fathom.bench.overlay import lab_name
     from fathom.bench.switch import MODULES, Plan, SwitchBench
     from fathom.lab.sh import LabError, require_root_and_tools
 
     try:
-        require_root_and_tools(("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ip", "ethtool", "nft"))
+        names = Names(prefix)
+        require_root_and_tools(("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ip", "ethtool", "nft", "tc",
+                                "tcpdump"))
         plan = Plan.make(quick, mtu, _sizes(sizes))
         plan.fixed_load_mbps = load_mbps
         if loads:
@@ -69,23 +87,32 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
             plan.action_frames = frames
         if flows:
             plan.flows = flows
-        plan.loss_tolerance = loss_tolerance
+        changes = {"loss_tolerance": loss_tolerance, "final_trials": final_trials}
+        for key, value in (("trial_s", trial_s), ("final_s", final_trial_s), ("max_trials", max_trials)):
+            if value is not None:
+                changes[key] = value
+        plan.search = dataclasses.replace(plan.search, **changes)
+        plan.tput_repeats = tput_repeats
+        if gen_repeats:
+            plan.gen_repeats = gen_repeats
         plan.spin_us = spin_us
         plan.drop_every, plan.reorder_every, plan.dup_every = drop_every, inject_reorder, inject_dup
         if drop_every == 1 or drop_every < 0:
             raise BenchError("--drop-every must be >= 2")
         mods = list(modules) or list(MODULES)
         if drop_every or inject_reorder or inject_dup:
-            mods = [m for m in mods if m != "calibration"] if modules else ["frame-size"]
-        b = SwitchBench(plan, list(devices), mods, mtu=mtu)
+            mods = [m for m in mods if m not in ("calibration", "generator")] if modules else ["frame-size"]
+        b = SwitchBench(plan, list(devices), mods, mtu=mtu, names=names)
     except (BenchError, LabError, click.BadParameter, ValueError) as e:
         fail(str(e), code=2)
 
     out = Path(outdir or f"results/bench-switch-{time.strftime('%Y%m%d-%H%M%S')}")
     if per_frame:
         b.keep_frames = str(out / "frames")
+    own = ("/run/fathom-bench/", f"/{lab_name(names)}/")
     t0 = time.time()
     env = report.environment()
+    env["machine_at_start"] = report.machine_activity(own)
     progress = Progress(TextColumn("{task.description:<48}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                         TimeElapsedColumn(), console=console, transient=True, disable=as_json)
     try:
@@ -97,16 +124,16 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
             b.step = step
             results = b.run()
     except (BenchError, LabError) as e:
-        cleanup()
+        cleanup(names)
         fail(str(e))
     except KeyboardInterrupt:
-        cleanup()
+        cleanup(names)
         fail("interrupted; namespaces removed", code=130)
-    import os
     env["loadavg_at_end"] = os.getloadavg()
-    env["contended"] = bool(env["foreign_ovs_vswitchd_at_start"] or max(env["loadavg_at_start"][0], env["loadavg_at_end"][0]) > 1.0)
+    env["machine_at_end"] = report.machine_activity(own)
+    env["contended"] = report.busy([env["machine_at_start"], env["machine_at_end"]])
     doc = {"command": "fathom bench switch " + " ".join(shlex.quote(a) for a in sys.argv[3:]) if len(sys.argv) > 2
-           else "fathom bench switch", "plan": plan.__dict__, "devices": list(devices), "modules": mods,
+           else "fathom bench switch", "plan": plan.to_dict(), "devices": list(devices), "modules": mods,
            "environment": env, "elapsed_s": time.time() - t0, "results": results, "extra": b.extra}
     report.write(out, doc)
     if as_json:
@@ -115,7 +142,7 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
     rows = []
     for m, rs in results.items():
         for r in rs:
-            if m in ("flow-install",):
+            if m in ("flow-install", "generator", "tx-stamp-check"):
                 continue
             lat = r.get("latency_p50_ns", r.get("p50_ns"))
             rows.append([m, r.get("device", r.get("path", "")), r.get("action", r.get("frame_size_bytes", "")),
@@ -174,44 +201,52 @@ def tenant(quick, seconds, repeats, udp_mbps, data_plane_only, ports, bulk_ports
 
 
 @bench.command("vtap")
-@click.option("--quick", is_flag=True, help="sizes 64, 512, 1500 and 1 s per point")
-@click.option("--seconds", type=float, default=2.0, show_default=True, help="seconds per point")
-@click.option("--sizes", help="frame sizes in bytes, comma-separated (default 64,128,256,512,1024,1500)")
-@click.option("--udp-mbps", type=float, default=200.0, show_default=True, help="UDP offered load")
-@click.option("--below-mbps", type=float, default=20.0, show_default=True,
-              help="UDP load of the copies-delivered run (below saturation)")
+@click.option("--quick", is_flag=True, help="QUICK: sizes 64, 512, 1518, 1 s per run, 2 repeats")
+@click.option("--seconds", type=float, default=2.0, show_default=True, help="seconds per run")
+@click.option("--sizes", help="frame sizes in bytes incl. FCS, comma-separated (default 64,128,256,512,1024,1518)")
+@click.option("--loads-pps", help="offered UDP loads in frames/s, comma-separated (default 10000,40000)")
 @click.option("--proto", "protos", multiple=True, default=("udp", "tcp"), show_default=True)
-@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats; medians reported")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats; medians and ranges")
+@click.option("--lab", "lab_name", default="tvb", show_default=True, help="name of the lab the benchmark builds")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-vtap-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def vtap(quick, seconds, sizes, udp_mbps, below_mbps, protos, repeats, outdir, as_json):
-    """vTAP (the vTAP paper's Fig. 8 setting): receiver and monitor RX throughput per frame size with no tap, the fathom
-    tap and OVS port mirroring on the same bridge, in one run; share of copies delivered."""
+def vtap(quick, seconds, sizes, loads_pps, protos, repeats, lab_name, outdir, as_json):
+    """vTAP (the vTAP paper Fig. 8): what the receiver and the monitor get per frame size with no tap, the fathom
+    tap and OVS port mirroring on the same bridge, at equal offered loads, in one run."""
+    import os
+
     from fathom.bench import report
     from fathom.bench import vtap as vb
+    from fathom.bench.engine import BenchError
     from fathom.lab.sh import LabError
-    size_list = _sizes(sizes) or ((64, 512, 1500) if quick else vb.SIZES)
+    size_list = _sizes(sizes) or ((64, 512, 1518) if quick else vb.SIZES)
+    loads = tuple(float(x) for x in loads_pps.split(",")) if loads_pps else vb.LOADS_PPS
     if quick:
-        seconds, repeats = 1.0, 1
+        seconds, repeats = 1.0, 2
+    params = vb.Params(seconds=seconds, sizes=tuple(size_list), loads_pps=loads, repeats=repeats, protos=tuple(protos))
     out = Path(outdir or f"results/bench-vtap-{time.strftime('%Y%m%d-%H%M%S')}")
-    b = vb.VtapBench(seconds=seconds, udp_mbps=udp_mbps, below_mbps=below_mbps, sizes=size_list,
-                     progress=lambda msg: console.print(msg, highlight=False))
+    b = vb.VtapBench(params, lab=lab_name, progress=lambda msg: None if as_json else console.print(msg, highlight=False, markup=False))
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    env = report.environment()
+    own = (f"/{lab_name}/",)
+    env["machine_at_start"] = report.machine_activity(own)
     try:
         b.up()
-        result = b.sweep(tuple(protos), repeats=repeats)
-    except (LabError, OSError, RuntimeError) as e:
+        result = b.sweep()
+    except (BenchError, LabError, OSError, RuntimeError) as e:
         fail(str(e))
     finally:
         b.down()
+    env["loadavg_at_end"] = os.getloadavg()
+    env["machine_at_end"] = report.machine_activity(own)
+    env["contended"] = report.busy([env["machine_at_start"], env["machine_at_end"]])
     doc = {"started": started, "command": "fathom bench vtap " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
-           "environment": report.environment(), "seconds": seconds, "repeats": repeats, "udp_mbps": udp_mbps, "sizes": list(size_list),
-           **result}
-    doc["ratios"] = vb.ratios(doc["points"])
+           "quick": quick, "environment": env, "seconds": seconds, "repeats": repeats, "sizes": list(size_list),
+           "loads_pps": list(loads), **result}
     files = vb.write(doc, out)
     if as_json:
         return print_json(doc)
-    console.print(vb.markdown(doc), highlight=False)
+    console.print(vb.markdown(doc), highlight=False, markup=False)
     console.print("files: " + ", ".join(files))
 
 

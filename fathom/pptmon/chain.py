@@ -25,7 +25,7 @@ from pathlib import Path
 from fathom.host import exec as host_exec
 
 STATE_ROOT = Path(os.environ.get("FATHOM_PPTMON_STATE", "/run/fathom/pptmon"))
-NAME_RE = re.compile(r"^p[pa][a-z0-9]{0,8}$")   # pp…: PPTMon work; pa…: the agent's tests
+NAME_RE = re.compile(r"^p[pam][a-z0-9]{0,8}$")  # pp…/pm…: PPTMon chains; pa…: the agent's tests
 VNF_KINDS = ("forward", "firewall", "nat")
 
 
@@ -112,7 +112,7 @@ class Chain:
 
     def validate(self) -> None:
         if not NAME_RE.match(self.name):
-            raise ChainError(f"chain name {self.name!r}: use 'pp' or 'pa' + up to 8 of [a-z0-9]")
+            raise ChainError(f"chain name {self.name!r}: use 'pp', 'pm' or 'pa' + up to 8 of [a-z0-9]")
         if not 1 <= self.n <= 8:
             raise ChainError("a chain has 1 to 8 VNFs")
         if not 0 <= self.base <= 255 - self.n:
@@ -245,18 +245,28 @@ def _build(chain: Chain) -> None:
 
 def load(name: str) -> Chain:
     f = STATE_ROOT / name / "chain.json"
-    if not f.exists():
+    if not NAME_RE.match(name) or not f.is_file():
         raise ChainError(f"no chain {name!r} (fathom pptmon chain up {name} ...)")
     return Chain.from_json(json.loads(f.read_text()))
 
 
 def list_chains() -> list[Chain]:
-    if not STATE_ROOT.exists():
+    """The chains whose state directory holds a chain.json.  Only names a chain can have
+    are looked at: the state root also holds other things, such as the bpffs mount of the
+    loaders' pinned maps (.bpffs), which outlives the chains and refuses lookups."""
+    try:
+        entries = sorted(STATE_ROOT.iterdir())
+    except FileNotFoundError:
         return []
     out = []
-    for d in sorted(STATE_ROOT.iterdir()):
-        if (d / "chain.json").exists():
-            out.append(Chain.from_json(json.loads((d / "chain.json").read_text())))
+    for d in entries:
+        if not NAME_RE.match(d.name):
+            continue
+        try:
+            text = (d / "chain.json").read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        out.append(Chain.from_json(json.loads(text)))
     return out
 
 
@@ -264,7 +274,7 @@ def remove(name: str) -> list[str]:
     """Delete every namespace named '<name>-*' and the chain's state. Its PPTMon loaders must be
     stopped first: fathom.pptmon.control.down does both."""
     if not NAME_RE.match(name):
-        raise ChainError(f"refusing to remove {name!r}: chain names start with 'pp' or 'pa'")
+        raise ChainError(f"refusing to remove {name!r}: chain names start with 'pp', 'pm' or 'pa'")
     removed = []
     for ns in existing_namespaces():
         if ns.startswith(name + "-"):

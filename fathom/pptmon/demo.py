@@ -18,7 +18,7 @@ CHAIN = "ppdemo"
 
 
 def section(console: Console, report: list, keep: bool = False) -> dict:
-    console.rule("[bold]PPTMon: processing time per VNF, carried in-band (paper 002)")
+    console.rule("[bold]PPTMon: processing time per VNF, carried in-band (the PPTMon paper)")
     c = chainmod.Chain(name=CHAIN, vnfs=chainmod.parse_vnfs("firewall:200,nat,forward"), base=230)
     control.down(CHAIN)
     try:

@@ -63,7 +63,7 @@ class Capture:
 
     def __enter__(self) -> "Capture":
         self.proc = subprocess.Popen(
-            _ns(self.ns, "tcpdump", "-Z", "root", "-i", self.dev, "-n", "-s", "256", "-B", "8192",
+            _ns(self.ns, "tcpdump", "-Z", "root", "-i", self.dev, "-n", "-s", "0", "-B", "8192",
                 "--time-stamp-precision=nano", "-w", str(self.path), self.filter),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 5
@@ -90,17 +90,65 @@ def tshark(pcap: Path, *args: str) -> list[str]:
     return [line for line in p.stdout.splitlines() if line.strip()]
 
 
-def bad_checksums(pcap: Path) -> list[str]:
-    """Packets whose IPv4, TCP or UDP checksum tshark finds wrong."""
+def bad_checksums(pcap: Path, dst: str | None = None) -> list[str]:
+    """Packets (to dst, if given) whose IPv4, TCP or UDP checksum tshark finds wrong.  A
+    capture on a sender's device holds its CHECKSUM_PARTIAL packets before the checksum is
+    completed: select the packets it received with dst."""
+    where = "(ip.checksum.status == 0 || tcp.checksum.status == 0 || udp.checksum.status == 0)"
+    if dst:
+        where += f" && {'ipv6' if ':' in dst else 'ip'}.dst == {dst}"
     return tshark(pcap, "-o", "tcp.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE",
-                  "-o", "ip.check_checksum:TRUE", "-Y",
-                  "ip.checksum.status == 0 || tcp.checksum.status == 0 || udp.checksum.status == 0")
+                  "-o", "ip.check_checksum:TRUE", "-Y", where)
+
+
+# Display filter: a PPTMon option, or a UDP datagram shorter than its IP payload (a surplus
+# area).  Datagrams reassembled from IP fragments are left out: their last fragment's IP
+# length is not the datagram's.
+MARKED = ("tcp.option_kind == 254 || (udp && !ip.fragments && !ipv6.fragments && "
+          "((ip && ip.len - ip.hdr_len != udp.length) || (ipv6 && ipv6.plen != udp.length)))")
 
 
 def leftovers(pcap: Path) -> list[str]:
     """Packets that still carry a PPTMon option or any UDP surplus area."""
-    return tshark(pcap, "-Y", "tcp.option_kind == 254 || (udp && ip && ip.len - ip.hdr_len "
-                  "!= udp.length) || (udp && ipv6 && ipv6.plen != udp.length)")
+    return tshark(pcap, "-Y", MARKED)
+
+
+def l4_bytes(pcap: Path, src: str, proto: int = 6) -> list[bytes]:
+    """The IP payload (L4 header and data, every byte as captured) of each IPv4 packet of
+    `proto` from `src`, in capture order.  Needs a capture with the whole packet (-s 0)."""
+    from scapy.all import IP, rdpcap
+    out = []
+    for pkt in rdpcap(str(pcap)):
+        ip = pkt.getlayer(IP)
+        if ip is None or ip.src != src or ip.proto != proto:
+            continue
+        raw = bytes(ip)
+        ihl = (raw[0] & 0xF) * 4
+        out.append(raw[ihl:ip.len])
+    return out
+
+
+def server_validates(chain: Chain) -> None:
+    """Make the server check every TCP/UDP checksum in software: no RX checksum offload on
+    its device (a veth marks CHECKSUM_NONE packets CHECKSUM_UNNECESSARY otherwise), and the
+    checksums of packets still CHECKSUM_PARTIAL completed on the host-side veth towards it
+    (no TX checksum offload there).  Upstream of that veth the chain keeps its offloads."""
+    from fathom.pptmon.chain import run
+    run("ethtool", "-K", "eth0", "rx", "off", ns=chain.server)
+    run("ethtool", "-K", f"h{chain.n + 1}i", "tx", "off", ns=chain.host)
+
+
+def marked_sizes(pcap: Path) -> dict[str, int]:
+    """Largest IP packet (IPv4 total or IPv6 payload length + 40) carrying a PPTMon option,
+    per protocol, in a capture taken inside the chain."""
+    out: dict[str, int] = {}
+    for line in tshark(pcap, "-Y", MARKED, "-T", "fields", "-e", "ip.len", "-e", "ipv6.plen", "-e", "ip.proto",
+                       "-e", "ipv6.nxt"):
+        parts = (line.split("\t") + ["", "", "", ""])[:4]
+        size = int(parts[0]) if parts[0] else int(parts[1] or 0) + 40
+        proto = "tcp" if "6" in (parts[2], parts[3]) else "udp"
+        out[proto] = max(out.get(proto, 0), size)
+    return out
 
 
 def nstat(ns: str) -> dict:
@@ -129,7 +177,7 @@ def accuracy(records: list[dict], t_in: dict, t_out: dict, hop: int = 0) -> dict
     packet.  Returns the matched pairs' summary (µs)."""
     from fathom.pptmon.stats import summarize
 
-    pptm, ref, diff = [], [], []
+    pptm, ref, diff, tx, rx, pkts = [], [], [], [], [], []
     for r in records:
         f = r["flow"]
         key = (f["ip_id"], f["tcp_seq"] if f["proto"] == "tcp" else 0)
@@ -139,8 +187,29 @@ def accuracy(records: list[dict], t_in: dict, t_out: dict, hop: int = 0) -> dict
             pptm.append(pv)
             ref.append(rv)
             diff.append(rv - pv)
-    return {"matched": len(diff), "pptmon": summarize(pptm), "reference": summarize(ref),
-            "ref_minus_pptmon": summarize(diff)}
+            t = None
+            if hop == len(r["hops"]) - 1 and "time_ns" in r:
+                # the sink's record carries its egress stamp (wall clock, ns): split the
+                # difference into the part after it (to the transmit tap) and the rest
+                t = (t_out[key] - r["time_ns"]) / 1000.0
+                tx.append(t)
+                rx.append(rv - pv - t)
+            pkts.append((t_in[key], rv - pv, t))
+    out = {"matched": len(diff), "pptmon": summarize(pptm), "reference": summarize(ref),
+           "ref_minus_pptmon": summarize(diff)}
+    if tx:
+        out["after_egress_stamp"] = summarize(tx)
+        out["before_ingress_stamp"] = summarize(rx)
+    # packets that came right after another one (< 200 µs) against those after a pause
+    pkts.sort()
+    after = [(p, p[0] - q[0] < 200_000) for p, q in zip(pkts[1:], pkts)]
+    for tag, warm in (("after_pause", False), ("right_after_another", True)):
+        sel = [p for p, w in after if w == warm]
+        if sel:
+            out[f"ref_minus_pptmon_{tag}"] = summarize([d for _, d, _ in sel])
+            if tx:
+                out[f"after_egress_stamp_{tag}"] = summarize([t for _, _, t in sel if t is not None])
+    return out
 
 
 def env() -> dict:

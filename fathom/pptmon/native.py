@@ -24,6 +24,7 @@ class TestRunner:
     __test__ = False  # not a pytest class
 
     def __init__(self) -> None:
+        self.fallible = 0
         self.proc = subprocess.Popen([str(TESTRUN)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
 
@@ -46,11 +47,21 @@ class TestRunner:
     def gso(self, segs: int, size: int) -> None:
         self._cmd(f"gso {segs} {size}")
 
+    def csum_complete(self, on: bool) -> None:
+        """Run the next packets as CHECKSUM_COMPLETE skbs: the kernel computes skb->csum
+        before the program and fails the run (EBADMSG) if the program left it wrong."""
+        self._cmd(f"csum {int(on)}")
+
+    def fault(self, nth: int) -> None:
+        """Make the nth fallible helper call of every following run fail (0: none)."""
+        self._cmd(f"fault {nth}")
+
     def reset_sampling(self) -> None:
         self._cmd("reset")
 
     def run(self, prog: str, pkt: bytes) -> tuple[int, bytes, list[dict]]:
         r = self._cmd(f"run {prog} {pkt.hex()}")
+        self.fallible = r["fallible"]  # fallible helper calls the run made
         return r["retval"], bytes.fromhex(r["data"]), r["records"]
 
     def stats(self) -> dict:

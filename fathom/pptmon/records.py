@@ -57,6 +57,11 @@ class PptRecord(BaseModel):
     sink_vnf: int = Field(ge=0, le=255)
     seq: int = Field(ge=0, le=65535, description="the source's sample sequence number")
     flags: int = Field(default=0, ge=0, le=255)
+    skipped: int = Field(default=0, ge=0, le=255,
+                         description="VNFs on the path that could not add their entry (option "
+                                     "room, hop cap, MTU), the sink included")
+    sink_measured: bool = Field(default=True, description="the sink's own time is among the hops")
+    restored: bool = Field(default=True, description="the sink removed the option")
     flow: Flow
     hops: list[Hop] = Field(min_length=1, max_length=MAX_HOPS)
     e2e_us: int | None = Field(default=None, ge=0)
@@ -65,6 +70,8 @@ class PptRecord(BaseModel):
     def _consistent(self):
         times = [h.ppt_us for h in self.hops]
         if self.e2e_us is not None:
+            if self.skipped or not self.sink_measured:
+                raise ValueError("e2e_us must be null when a VNF of the chain has no entry")
             if None in times:
                 raise ValueError("e2e_us must be null when a hop's time is unknown")
             if self.e2e_us != sum(times):

@@ -2,7 +2,7 @@
 
     python -m fathom.pptmon.traffic server tcp|udp --port P [--count N] [--idle S]
     python -m fathom.pptmon.traffic client tcp|udp --dst ADDR --port P [--bytes N | --count N]
-                                        [--rate PPS] [--seed S]
+                                        [--rate PPS] [--seed S] [--burst N]
 
 Both sides print one JSON object: the SHA-256 of what was sent / received (TCP: the byte
 stream; UDP: the datagrams in order), so a test compares them.  The client mixes write and
@@ -20,8 +20,8 @@ import struct
 import sys
 import time
 
-TCP_CHUNKS = [1, 100, 999, 1448, 3000, 17, 1200]
-UDP_SIZES = [1, 2, 63, 64, 999, 1000, 1400, 1472]
+TCP_CHUNKS = [1, 100, 999, 1448, 3000, 17, 1200, 1428]   # 1448 / 1428: one full-size segment (IPv4 / IPv6, timestamps)
+UDP_SIZES = [1, 2, 63, 64, 999, 1000, 1400, 1452, 1472]   # 1452: full size over IPv6
 
 
 def _family(addr: str) -> int:
@@ -91,7 +91,8 @@ def tcp_client(dst: str, port: int, total: int, seed: int) -> dict:
 
 
 def udp_client(dst: str, port: int, count: int, rate: float, seed: int,
-               sizes: list[int] | None = None) -> dict:
+               sizes: list[int] | None = None, burst: int = 1) -> dict:
+    """count datagrams, `burst` back to back every 1/rate seconds."""
     rnd = random.Random(seed)
     s = socket.socket(_family(dst), socket.SOCK_DGRAM)
     s.connect((dst, port))  # connected: IPv4 IDs increase per datagram (used to match captures)
@@ -106,8 +107,8 @@ def udp_client(dst: str, port: int, count: int, rate: float, seed: int,
         s.send(b)
         h.update(struct.pack("!I", len(b)) + b)
         nbytes += len(b)
-        if gap:
-            delay = t0 + (i + 1) * gap - time.perf_counter()
+        if gap and (i + 1) % burst == 0:
+            delay = t0 + (i + 1) // burst * gap - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
     return {"count": count, "bytes": nbytes, "sha256": h.hexdigest()}
@@ -125,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--idle", type=float, default=1.0)
     ap.add_argument("--size", type=int, action="append", help="UDP datagram size(s)")
+    ap.add_argument("--burst", type=int, default=1, help="UDP datagrams sent back to back per period")
     a = ap.parse_args(argv)
     if a.role == "server":
         out = tcp_server(a.port, 20) if a.proto == "tcp" else udp_server(a.port, a.count, a.idle)
@@ -134,7 +136,7 @@ def main(argv=None) -> int:
         if a.proto == "tcp":
             out = tcp_client(a.dst, a.port, a.bytes, a.seed)
         else:
-            out = udp_client(a.dst, a.port, a.count, a.rate, a.seed, a.size)
+            out = udp_client(a.dst, a.port, a.count, a.rate, a.seed, a.size, max(1, a.burst))
     print(json.dumps(out), flush=True)
     return 0
 

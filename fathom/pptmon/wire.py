@@ -13,7 +13,8 @@ UDP (RFC 9868 surplus area after the UDP user data; UDP length unchanged):
 The OCS is the Internet checksum over the bytes from the OCS to the end of the IP payload,
 prefixed by a 16-bit pseudo-header holding the number of those bytes.
 While a hop's entry holds its ingress timestamp, the PENDING flag is set; the hop's egress
-replaces the timestamp by the processing time and clears the flag.
+replaces the timestamp by the processing time and clears the flag.  Flag bits 1-3 count the
+VNFs that could not add their entry (option room, hop cap, MTU), saturating at 7.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ UDP_KIND = 127
 EXID = 0x5046
 VERSION = 1
 F_PENDING = 0x01
+SKIP_SHIFT, SKIP_MASK, SKIP_MAX = 1, 0x0E, 7   # flags bits 1-3: VNFs that added no entry
 HDR_LEN = 8
 ENTRY_LEN = 4
 MAX_HOPS = 8
@@ -62,6 +64,10 @@ class Option:
     hops: list[Hop] = field(default_factory=list)
     seq: int = 0
     flags: int = 0
+
+    @property
+    def skipped(self) -> int:
+        return (self.flags & SKIP_MASK) >> SKIP_SHIFT
 
     @property
     def length(self) -> int:

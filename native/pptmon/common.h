@@ -16,6 +16,9 @@ void ppt_record_json(FILE *f, const struct ppt_record *r, __s64 mono_to_real_ns,
 int ppt_stats_json(FILE *f, int stats_fd);
 /* Write the config map. */
 int ppt_config_write(int cfg_fd, const struct ppt_config *cfg);
+/* The flags for bpf_l4_csum_replace on IPv6 pseudo-header changes that the
+ * running kernel accepts: BPF_F_IPV6 if its BTF knows the flag, else 0. */
+__u64 ppt_l4_ipv6_flag(void);
 /* CLOCK_REALTIME - CLOCK_MONOTONIC in ns. */
 __s64 ppt_mono_to_real(void);
 #endif

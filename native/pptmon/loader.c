@@ -263,7 +263,14 @@ static int cmd_run(struct opts *op)
 	if (enter_netns(op->netns))
 		return 1;
 
-	skel = pptmon_bpf__open_and_load();
+	skel = pptmon_bpf__open();
+	if (skel) {
+		skel->rodata->l4_ipv6_flag = ppt_l4_ipv6_flag();
+		if (pptmon_bpf__load(skel)) {
+			pptmon_bpf__destroy(skel);
+			skel = NULL;
+		}
+	}
 	if (!skel) {
 		fprintf(stderr, "pptmon-loader: load: %s\n", strerror(errno));
 		return 1;

@@ -5,20 +5,46 @@
  * Two TC (clsact) programs, both driven by the run-time config map:
  *   ppt_in   runs where packets ENTER the VNF (guest: ingress of the VNF's
  *            input device; host: egress of the host side of that veth).
- *            SOURCE inserts the option with a first entry {vnf, now_us};
- *            TRANSIT appends an entry {vnf, now_us} to marked packets.
+ *            SOURCE inserts the option with a first entry {vnf, t_in};
+ *            TRANSIT appends an entry {vnf, t_in} to marked packets, or,
+ *            when it cannot (option room, hop cap, MTU), counts itself in
+ *            the option's "skipped" field.
  *   ppt_out  runs where packets LEAVE the VNF.  It turns this VNF's entry
- *            into a duration (now_us - entry).  In sink mode it then reports
- *            every hop to the ring buffer and restores the original packet.
+ *            into a duration (t_out - entry).  In sink mode it removes the
+ *            option from every packet that carries one (whether or not the
+ *            sink itself could add an entry), restores the original packet
+ *            and reports the hops to the ring buffer.
+ * t_in is taken before any of our own work on the packet, t_out after it
+ * (except a transit's rewrite, which carries t_out), both in µs mod 2^24.
  *
  * Packet surgery never moves the start of the L4 header (so csum_start of a
  * CHECKSUM_PARTIAL skb stays valid): bytes are inserted by growing the tail
- * and shifting everything after the insertion point; the sink shifts back
- * and trims.  Checksums are only changed through the kernel helpers
- * (bpf_l3_csum_replace / bpf_l4_csum_replace / bpf_csum_diff), which do the
- * right thing for full and partial checksums.  Every fallible step happens
- * before the first byte changes; on any failure the packet passes untouched.
- * GSO packets are never modified.
+ * and shifting everything after the insertion point; the sink saves the
+ * segment's last bytes, trims the tail and shifts back.
+ *
+ * Fail open.  Every path first does everything that can fail: loads,
+ * checksum differences, MTU checks, and the one helper that may allocate
+ * (bpf_skb_change_tail; for an in-place rewrite the bpf_skb_store_bytes that
+ * makes the bytes writable).  Only then does it change the packet, on an skb
+ * that is now linear, private and writable, with offsets inside it: stores,
+ * shifts and checksum updates that cannot fail there (they are still checked
+ * and counted as errors).  A failure of the first kind passes the packet as
+ * it came.  GSO packets are never modified.
+ *
+ * Checksums, only through the kernel's helpers:
+ *   - bytes the L4 checksum covers (our option, the data offset) are stored
+ *     without BPF_F_RECOMPUTE_CSUM and compensated by bpf_l4_csum_replace by
+ *     difference: for CHECKSUM_COMPLETE the two changes cancel in skb->csum;
+ *   - the L4 length in the pseudo-header: bpf_l4_csum_replace by difference
+ *     with BPF_F_PSEUDO_HDR, plus BPF_F_IPV6 for IPv6 (the kernel then leaves
+ *     skb->csum alone, as the IPv6 length field itself is not checksummed);
+ *   - IPv4 total length: bpf_l3_csum_replace;
+ *   - the UDP surplus area, outside the UDP checksum: its own OCS; in-place
+ *     stores there use BPF_F_RECOMPUTE_CSUM (nothing compensates them).
+ * For CHECKSUM_PARTIAL the helpers apply only pseudo-header changes (the rest
+ * is summed later).  bpf_skb_change_tail turns CHECKSUM_COMPLETE into
+ * CHECKSUM_NONE, so the resizing paths, whose first change it is, never see a
+ * COMPLETE skb afterwards; the in-place paths keep skb->csum exact.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -38,6 +64,7 @@
 #define CHUNK       512            /* bytes moved per helper pair            */
 #define MAX_CHUNKS  20             /* packets up to 10 KiB (jumbo frames)    */
 #define MAX_PKT     (CHUNK * MAX_CHUNKS)
+#define OPT_MAX     (PPT_HDR_LEN + PPT_ENTRY_LEN * PPT_MAX_HOPS)   /* 40 */
 #define UDP_T_MAX   48             /* OCS + header + 8 entries = 42, rounded */
 #define RB_WAKEUP_BYTES (64 * 1024) /* wake the reader at a quarter full     */
 #define COARSE_MIN_PERIOD 50000000ULL  /* 50 ms: coarse pre-check worth it   */
@@ -51,6 +78,31 @@
 #define PASS TC_ACT_UNSPEC
 
 extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+/* BPF_F_IPV6 when the running kernel knows the flag (the loader checks its
+ * BTF); older kernels reject it.  See "Checksums" above. */
+const volatile __u64 l4_ipv6_flag = 0;
+
+/*
+ * Fault injection for the unit tests: pptmon-testrun loads the programs with
+ * fault_inject set and makes the fault_nth fallible call of a run fail as if
+ * the helper had.  The loader leaves fault_inject 0 and the verifier removes
+ * the checks.
+ */
+const volatile __u32 fault_inject = 0;
+__u32 fault_nth = 0;
+__u32 fault_calls = 0;
+
+static __always_inline int fault(void)
+{
+	if (!fault_inject)
+		return 0;
+	fault_calls++;
+	return fault_calls == fault_nth;
+}
+
+/* A call that can fail; every one of them runs before the packet changes. */
+#define FALLIBLE(call) (fault() ? -1 : (long)(call))
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -79,8 +131,13 @@ struct {
 	__type(value, __u64);
 } ppt_stats SEC(".maps");
 
+/* Per-CPU work space (the BPF stack is only 512 bytes). */
 struct scratch {
-	__u8 buf[CHUNK];
+	__u8 buf[CHUNK];        /* bytes being shifted                              */
+	__u8 wire[UDP_T_MAX];   /* TCP: our option as on the wire; UDP: OCS+option  */
+	__u8 next[UDP_T_MAX];   /* what it becomes                                  */
+	__u8 tail[UDP_T_MAX];   /* sink: the segment's last bytes, saved before the
+				 * tail is trimmed                                  */
 };
 
 struct {
@@ -129,11 +186,6 @@ static __always_inline void stat_inc(__u32 idx)
 
 	if (v)
 		*v += 1;  /* per-CPU slot: no atomics needed */
-}
-
-static __always_inline __u32 now_us(void)
-{
-	return (__u32)(bpf_ktime_get_ns() / 1000) & PPT_TIME_MASK;
 }
 
 static __always_inline int is_partial(struct __sk_buff *ctx)
@@ -355,6 +407,7 @@ static __always_inline int maybe_marked(struct __sk_buff *skb)
 	return 0;
 }
 
+
 /* Would the frame still fit the MTU after growing by diff bytes? */
 static __always_inline int fits_mtu(struct __sk_buff *skb, struct pkt *p,
 				    struct ppt_config *cfg, __u32 diff)
@@ -370,47 +423,41 @@ static __always_inline int fits_mtu(struct __sk_buff *skb, struct pkt *p,
 static __always_inline int shift_right(struct __sk_buff *skb, __u32 from, __u32 end,
 				       __u32 by, __u8 *buf)
 {
-	__u32 rem = end - from;
+	__u32 rem = end > from ? end - from : 0;
 
 	for (int i = 0; i < MAX_CHUNKS; i++) {
 		__u32 n, src;
 
 		if (rem == 0)
 			return 0;
-		n = rem;
-		if (n > CHUNK)
-			n = CHUNK;
+		n = rem > CHUNK ? CHUNK : rem;
+		n = ((n - 1) & (CHUNK - 1)) + 1;   /* 1..CHUNK, provably for the verifier */
 		src = from + rem - n;
-		if (n == 0 || n > CHUNK)
-			return -1;
 		if (bpf_skb_load_bytes(skb, src, buf, n) < 0)
 			return -1;
-		if (bpf_skb_store_bytes(skb, src + by, buf, n, BPF_F_RECOMPUTE_CSUM) < 0)
+		if (bpf_skb_store_bytes(skb, src + by, buf, n, 0) < 0)
 			return -1;
 		rem -= n;
 	}
 	return rem ? -1 : 0;
 }
 
-/* Move [from, end) to [from - by, end - by); the tail is trimmed afterwards. */
+/* Move [from, end) to [from - by, end - by), front first. */
 static __always_inline int shift_left(struct __sk_buff *skb, __u32 from, __u32 end,
 				      __u32 by, __u8 *buf)
 {
-	__u32 done = 0, rem = end - from;
+	__u32 done = 0, rem = end > from ? end - from : 0;
 
 	for (int i = 0; i < MAX_CHUNKS; i++) {
 		__u32 n;
 
 		if (rem == 0)
 			return 0;
-		n = rem;
-		if (n > CHUNK)
-			n = CHUNK;
-		if (n == 0 || n > CHUNK)
-			return -1;
+		n = rem > CHUNK ? CHUNK : rem;
+		n = ((n - 1) & (CHUNK - 1)) + 1;   /* 1..CHUNK, provably for the verifier */
 		if (bpf_skb_load_bytes(skb, from + done, buf, n) < 0)
 			return -1;
-		if (bpf_skb_store_bytes(skb, from + done - by, buf, n, BPF_F_RECOMPUTE_CSUM) < 0)
+		if (bpf_skb_store_bytes(skb, from + done - by, buf, n, 0) < 0)
 			return -1;
 		done += n;
 		rem -= n;
@@ -418,17 +465,21 @@ static __always_inline int shift_left(struct __sk_buff *skb, __u32 from, __u32 e
 	return rem ? -1 : 0;
 }
 
-/* IP length field (+ IPv4 header checksum) from old to new. */
+/*
+ * IP length field (+ IPv4 header checksum) from old to new.  Stored without
+ * BPF_F_RECOMPUTE_CSUM: for IPv4 the header checksum compensates it, for
+ * IPv6 the L4 pseudo-header update does (see the top of the file).
+ */
 static __always_inline int set_ip_len(struct __sk_buff *skb, struct pkt *p, __u32 new_len)
 {
 	__be16 o = bpf_htons((__u16)p->ip_len), n = bpf_htons((__u16)new_len);
 
 	if (p->family == 4) {
-		if (bpf_skb_store_bytes(skb, p->l3 + 2, &n, 2, BPF_F_RECOMPUTE_CSUM) < 0)
+		if (bpf_skb_store_bytes(skb, p->l3 + 2, &n, 2, 0) < 0)
 			return -1;
 		return bpf_l3_csum_replace(skb, p->l3 + 10, o, n, 2);
 	}
-	return bpf_skb_store_bytes(skb, p->l3 + 4, &n, 2, BPF_F_RECOMPUTE_CSUM);
+	return bpf_skb_store_bytes(skb, p->l3 + 4, &n, 2, 0);
 }
 
 /* Offset of the L4 checksum field. */
@@ -437,104 +488,184 @@ static __always_inline __u32 l4_csum_off(struct pkt *p)
 	return p->l4 + (p->proto == IPPROTO_TCP_ ? 16 : 6);
 }
 
+/* Checksum difference of a 32-bit value going from a to b (e.g. a length). */
+static __always_inline __s64 diff32(__u32 a, __u32 b)
+{
+	__be32 x = bpf_htonl(a), y = bpf_htonl(b);
+
+	return FALLIBLE(bpf_csum_diff(&x, 4, &y, 4, 0));
+}
+
+static __always_inline int pseudo_update(struct __sk_buff *skb, struct pkt *p, __s64 d)
+{
+	return bpf_l4_csum_replace(skb, l4_csum_off(p), 0, (__u32)d,
+				   BPF_F_PSEUDO_HDR | (p->family == 6 ? l4_ipv6_flag : 0));
+}
+
+/* ---- the option's header, on a byte array ------------------------------- */
+
+static __always_inline __u32 opt_skipped(__u8 *o)
+{
+	return (o[4] & PPT_SKIP_MASK) >> PPT_SKIP_SHIFT;
+}
+
+/* One more VNF could not add its entry (saturating). */
+static __always_inline void opt_skip_inc(__u8 *o)
+{
+	__u32 n = opt_skipped(o);
+
+	if (n < PPT_SKIP_MAX)
+		o[4] = (o[4] & ~PPT_SKIP_MASK) | ((n + 1) << PPT_SKIP_SHIFT);
+}
+
+static __always_inline __u32 entry_word(__u32 vnf, __u32 t)
+{
+	return bpf_htonl((vnf << 24) | (t & PPT_TIME_MASK));
+}
+
 /*
- * Insert `ins_len` bytes from `bytes` at offset `at` of a TCP segment
- * (at >= l4 + 20) and fix doff, IP length and both checksums.
- * The caller checked the option space and the MTU.
+ * Copy the option o (olen bytes) to n and append entry w: length + 4, one
+ * more hop, PENDING.  A previous hop still PENDING never ran its egress: its
+ * time becomes "unknown".
  */
-static __always_inline int tcp_insert(struct __sk_buff *skb, struct pkt *p, __u32 at,
-				      __u8 *bytes, __u32 ins_len, __u8 *buf)
+static __always_inline int opt_append(__u8 *o, __u8 *n, __u32 olen, __u32 w)
 {
-	__u16 w_old, w_new;
-	__be16 lo, ln;
-	__s64 diff;
-	__u32 coff = l4_csum_off(p);
+	__u32 last = olen - PPT_ENTRY_LEN;
 
-	if (ins_len == 0 || ins_len > PPT_HDR_LEN + PPT_ENTRY_LEN || (ins_len & 3))
+	if (olen < PPT_HDR_LEN + PPT_ENTRY_LEN || olen > OPT_MAX - PPT_ENTRY_LEN)
 		return -1;
-	if (bpf_skb_load_bytes(skb, p->l4 + 12, &w_old, 2) < 0)
+	__builtin_memcpy(n, o, OPT_MAX);
+	if (o[4] & PPT_F_PENDING) {
+		if (last > OPT_MAX - 4)
+			return -1;
+		n[last + 1] = 0xff;
+		n[last + 2] = 0xff;
+		n[last + 3] = 0xff;
+	}
+	n[1] = olen + PPT_ENTRY_LEN;
+	n[4] |= PPT_F_PENDING;
+	n[5] += 1;
+	if (olen > OPT_MAX - 4)
 		return -1;
-	/* the only fallible step that allocates: do it before changing bytes */
-	if (bpf_skb_change_tail(skb, p->len + ins_len, 0) < 0)
+	__builtin_memcpy(&n[olen], &w, 4);
+	return 0;
+}
+
+/* ---- TCP ------------------------------------------------------------------ */
+
+/*
+ * Replace the option bytes [at, at + olen) of a TCP segment (olen 0: none
+ * yet) by nlen bytes from nw (nlen 0: remove them), moving the rest of the
+ * segment, and fix the data offset, the IP length and both checksums.  The
+ * caller checked option space and MTU.
+ * Returns 0, -1 (failed before any change: the packet is as it came) or
+ * -2 (a step after the first change failed; should not happen).
+ */
+static __always_inline int tcp_resize(struct __sk_buff *skb, struct pkt *p, __u32 at,
+				      __u8 *ow, __u32 olen, __u8 *nw, __u32 nlen,
+				      struct scratch *s)
+{
+	__u32 w_old, w_new, len = p->len;
+	__s32 delta = (__s32)nlen - (__s32)olen;
+	__s64 d, pd;
+
+	if (olen > OPT_MAX || nlen > OPT_MAX || (olen & 3) || (nlen & 3) || !delta)
 		return -1;
-	if (shift_right(skb, at, p->len, ins_len, buf) < 0)
+	if (at + olen > len)
+		return -1;
+	/* 1. what can fail: nothing has changed yet */
+	if (FALLIBLE(bpf_skb_load_bytes(skb, p->l4 + 12, &w_old, 4)) < 0)
+		return -1;
+	w_new = bpf_htonl(bpf_ntohl(w_old) + ((__u32)(delta / 4) << 28));   /* data offset */
+	d = FALLIBLE(bpf_csum_diff(&w_old, 4, &w_new, 4, 0));
+	if (d < 0)
+		return -1;
+	d = FALLIBLE(bpf_csum_diff((__be32 *)ow, olen, (__be32 *)nw, nlen, (__wsum)d));
+	if (d < 0)
+		return -1;
+	pd = diff32(p->l4_len, p->l4_len + delta);
+	if (pd < 0)
+		return -1;
+	if (delta > 0) {
+		if (FALLIBLE(bpf_skb_change_tail(skb, len + delta, 0)) < 0)
+			return -1;
+		/* 2. the changes: the skb is now linear, private and writable */
+		if (shift_right(skb, at + olen, len, delta, s->buf) < 0)
+			return -2;
+	} else {
+		__u32 g = -delta;                 /* bytes removed            */
+		__u32 r = len - (at + olen);      /* bytes after the option   */
+		__u32 k = r < g ? r : g;          /* last bytes to keep aside */
+
+		if (k > UDP_T_MAX)
+			return -1;
+		if (k && FALLIBLE(bpf_skb_load_bytes(skb, len - k, s->tail, k)) < 0)
+			return -1;
+		if (FALLIBLE(bpf_skb_change_tail(skb, len - g, 0)) < 0)
+			return -1;
+		/* 2. the changes: [at + olen, len - k) is still there, the last k
+		 * bytes are in s->tail */
+		if (shift_left(skb, at + olen, len - k, g, s->buf) < 0)
+			return -2;
+		if (k && bpf_skb_store_bytes(skb, len - g - k, s->tail, k, 0) < 0)
+			return -2;
+	}
+	if (nlen && bpf_skb_store_bytes(skb, at, nw, nlen, 0) < 0)
 		return -2;
-	if (bpf_skb_store_bytes(skb, at, bytes, ins_len, BPF_F_RECOMPUTE_CSUM) < 0)
+	if (bpf_skb_store_bytes(skb, p->l4 + 12, &w_new, 4, 0) < 0)
 		return -2;
-	/* data offset */
-	w_new = w_old + bpf_htons((__u16)((ins_len / 4) << 12));
-	if (bpf_skb_store_bytes(skb, p->l4 + 12, &w_new, 2, BPF_F_RECOMPUTE_CSUM) < 0)
+	if (bpf_l4_csum_replace(skb, l4_csum_off(p), 0, (__u32)d, 0) < 0)
 		return -2;
-	if (bpf_l4_csum_replace(skb, coff, w_old, w_new, 2) < 0)
+	if (pseudo_update(skb, p, pd) < 0)
 		return -2;
-	/* the inserted bytes */
-	diff = bpf_csum_diff(NULL, 0, (__be32 *)bytes, ins_len, 0);
-	if (diff < 0 || bpf_l4_csum_replace(skb, coff, 0, (__u32)diff, 0) < 0)
-		return -2;
-	/* pseudo-header length */
-	lo = bpf_htons((__u16)p->l4_len);
-	ln = bpf_htons((__u16)(p->l4_len + ins_len));
-	if (bpf_l4_csum_replace(skb, coff, lo, ln, BPF_F_PSEUDO_HDR | 2) < 0)
-		return -2;
-	if (set_ip_len(skb, p, p->ip_len + ins_len) < 0)
+	if (set_ip_len(skb, p, p->ip_len + delta) < 0)
 		return -2;
 	return 0;
 }
 
-/* Remove the whole option [opt, opt + olen) from a TCP segment. */
-static __always_inline int tcp_strip(struct __sk_buff *skb, struct pkt *p, __u8 *optbytes,
-				     __u8 *buf)
+/*
+ * Rewrite our option in place (same length): the first store makes the
+ * bytes writable and is the only step that can fail; the checksum field
+ * lies before the option, inside the writable range.
+ */
+static __always_inline int tcp_rewrite(struct __sk_buff *skb, struct pkt *p, __u8 *ow,
+				       __u8 *nw, __u32 olen)
 {
-	__u16 w_old, w_new;
-	__be16 lo, ln;
-	__s64 diff;
-	__u32 olen = p->olen, coff = l4_csum_off(p);
+	__s64 d;
 
-	if (olen < PPT_HDR_LEN + PPT_ENTRY_LEN || olen > PPT_HDR_LEN + PPT_ENTRY_LEN * PPT_MAX_HOPS)
+	if (olen < PPT_HDR_LEN + PPT_ENTRY_LEN || olen > OPT_MAX || (olen & 3))
 		return -1;
-	if (bpf_skb_load_bytes(skb, p->l4 + 12, &w_old, 2) < 0)
+	d = FALLIBLE(bpf_csum_diff((__be32 *)ow, olen, (__be32 *)nw, olen, 0));
+	if (d < 0)
 		return -1;
-	/* make the skb linear and writable up front */
-	if (bpf_skb_pull_data(skb, p->len) < 0)
+	if (FALLIBLE(bpf_skb_store_bytes(skb, p->opt, nw, olen, 0)) < 0)
 		return -1;
-	diff = bpf_csum_diff((__be32 *)optbytes, olen, NULL, 0, 0);
-	if (diff < 0)
-		return -1;
-	if (shift_left(skb, p->opt + olen, p->len, olen, buf) < 0)
-		return -2;
-	if (bpf_skb_change_tail(skb, p->len - olen, 0) < 0)
-		return -2;
-	w_new = w_old - bpf_htons((__u16)((olen / 4) << 12));
-	if (bpf_skb_store_bytes(skb, p->l4 + 12, &w_new, 2, BPF_F_RECOMPUTE_CSUM) < 0)
-		return -2;
-	if (bpf_l4_csum_replace(skb, coff, w_old, w_new, 2) < 0)
-		return -2;
-	if (bpf_l4_csum_replace(skb, coff, 0, (__u32)diff, 0) < 0)
-		return -2;
-	lo = bpf_htons((__u16)p->l4_len);
-	ln = bpf_htons((__u16)(p->l4_len - olen));
-	if (bpf_l4_csum_replace(skb, coff, lo, ln, BPF_F_PSEUDO_HDR | 2) < 0)
-		return -2;
-	if (set_ip_len(skb, p, p->ip_len - olen) < 0)
+	if (bpf_l4_csum_replace(skb, l4_csum_off(p), 0, (__u32)d, 0) < 0)
 		return -2;
 	return 0;
 }
+
+/* ---- UDP ------------------------------------------------------------------ */
 
 /*
  * RFC 9868 option checksum over t[0..tlen) (t[0..1] is the OCS, zero while
- * summing) with the 16-bit length pseudo-header.  t is zero-padded to a
- * multiple of 4 bytes.
+ * summing) with the 16-bit length pseudo-header.  Zeroes t up to a multiple
+ * of 4 bytes first.
  */
-static __always_inline int udp_ocs(__u8 *t, __u32 tlen, __u32 tlen4)
+static __always_inline int udp_ocs(__u8 *t, __u32 tlen)
 {
+	__u32 tlen4 = (tlen + 3) & ~3u;
 	__s64 s;
 	__u16 c;
 
-	if (tlen4 > UDP_T_MAX || (tlen4 & 3))
+	if (tlen4 > UDP_T_MAX || tlen < 2)
 		return -1;
+	for (__u32 i = 0; i < 3; i++)
+		if (tlen + i < UDP_T_MAX)
+			t[tlen + i] = 0;
 	t[0] = 0;
 	t[1] = 0;
-	s = bpf_csum_diff(NULL, 0, (__be32 *)t, tlen4, bpf_htons((__u16)tlen));
+	s = FALLIBLE(bpf_csum_diff(NULL, 0, (__be32 *)t, tlen4, bpf_htons((__u16)tlen)));
 	if (s < 0)
 		return -1;
 	c = ~fold((__u32)s);
@@ -550,16 +681,73 @@ static __always_inline int udp_ocs(__u8 *t, __u32 tlen, __u32 tlen4)
  * included.  The options area always sums to -L (L = bytes from the OCS to
  * the end) because of its OCS, so moving the seed by +L keeps the final
  * UDP checksum that of the datagram alone.  Full checksums do not cover
- * the surplus area and need nothing.
+ * the surplus area and need nothing.  The difference is prepared before
+ * any change (d), applied after.
  */
-static __always_inline int udp_partial_fix(struct __sk_buff *skb, struct pkt *p,
-					   int partial, __u32 l_old, __u32 l_new)
+static __always_inline __s64 udp_partial_prep(int partial, __u32 l_old, __u32 l_new)
 {
-	if (!partial)
-		return 0;
-	return bpf_l4_csum_replace(skb, l4_csum_off(p), bpf_htons((__u16)l_old),
-				   bpf_htons((__u16)l_new), BPF_F_PSEUDO_HDR | 2);
+	return partial ? diff32(l_old, l_new) : 0;
 }
+
+static __always_inline int udp_partial_fix(struct __sk_buff *skb, struct pkt *p, int partial,
+					   __s64 d)
+{
+	return partial ? pseudo_update(skb, p, d) : 0;
+}
+
+/* Rewrite the surplus area in place: t (OCS + option, tlen bytes) at p->ocs. */
+static __always_inline int udp_rewrite(struct __sk_buff *skb, struct pkt *p, __u8 *t, __u32 tlen)
+{
+	if (tlen < 2 + PPT_HDR_LEN + PPT_ENTRY_LEN || tlen > UDP_T_MAX)
+		return -1;
+	if (udp_ocs(t, tlen) < 0)
+		return -1;
+	/* nothing compensates these bytes: keep a COMPLETE skb->csum with them;
+	 * a partial UDP checksum needs nothing (the area still sums to -L) */
+	if (FALLIBLE(bpf_skb_store_bytes(skb, p->ocs, t, tlen, BPF_F_RECOMPUTE_CSUM)) < 0)
+		return -1;
+	return 0;
+}
+
+/* In-place option change: t = OCS + option (UDP) or option (TCP), in s->next. */
+static __always_inline int opt_rewrite(struct __sk_buff *skb, struct pkt *p, struct scratch *s)
+{
+	__u32 olen = p->olen;
+
+	if (p->proto == IPPROTO_TCP_)
+		return tcp_rewrite(skb, p, s->wire, s->next, olen);
+	return udp_rewrite(skb, p, s->next, olen + 2);
+}
+
+/*
+ * Load our option as it is on the wire into s->wire (TCP: the option; UDP:
+ * OCS + option).  Returns a pointer to the option's first byte.
+ */
+static __always_inline __u8 *opt_load(struct __sk_buff *skb, struct pkt *p, struct scratch *s)
+{
+	__u32 olen = p->olen;
+
+	if (olen < PPT_HDR_LEN + PPT_ENTRY_LEN || olen > OPT_MAX)
+		return NULL;
+	__builtin_memset(s->wire, 0, UDP_T_MAX);
+	if (p->proto == IPPROTO_TCP_) {
+		if (FALLIBLE(bpf_skb_load_bytes(skb, p->opt, s->wire, olen)) < 0)
+			return NULL;
+		return s->wire;
+	}
+	if (FALLIBLE(bpf_skb_load_bytes(skb, p->ocs, s->wire, olen + 2)) < 0)
+		return NULL;
+	return s->wire + 2;
+}
+
+/* s->next = s->wire; returns the option's first byte in s->next */
+static __always_inline __u8 *opt_copy(struct pkt *p, struct scratch *s)
+{
+	__builtin_memcpy(s->next, s->wire, UDP_T_MAX);
+	return p->proto == IPPROTO_TCP_ ? s->next : s->next + 2;
+}
+
+/* ---- sampling -------------------------------------------------------------- */
 
 static __always_inline struct ppt_config *get_cfg(void)
 {
@@ -571,39 +759,40 @@ static __always_inline struct ppt_config *get_cfg(void)
 	return cfg;
 }
 
-/* Read-only pre-check: has the period elapsed since the last sample? */
-static __always_inline int sample_due(struct ppt_config *cfg)
+/*
+ * Read-only pre-check: has the period elapsed since the last sample?  Returns
+ * the time (bpf_ktime_get_ns) if so, 0 if not: the caller's ingress stamp.
+ */
+static __always_inline __u64 sample_due(struct ppt_config *cfg)
 {
 	__u32 k = 0;
 	struct ppt_sample_state *st;
-	__u64 last;
+	__u64 last, now;
 
 	if (!cfg->period_ns)
-		return 1;
+		return bpf_ktime_get_ns();
 	st = bpf_map_lookup_elem(&ppt_sample, &k);
 	if (!st)
 		return 0;
 	last = st->last_ns;
-	if (!last)
-		return 1;
 	/* For long periods a coarse clock read (no TSC access; one tick of
 	 * resolution) rules out most packets; the precise check follows. */
-	if (cfg->period_ns >= COARSE_MIN_PERIOD &&
+	if (last && cfg->period_ns >= COARSE_MIN_PERIOD &&
 	    bpf_ktime_get_coarse_ns() - st->last_coarse + COARSE_SLACK < cfg->period_ns)
 		return 0;
-	return bpf_ktime_get_ns() - last >= cfg->period_ns;
+	now = bpf_ktime_get_ns();
+	return !last || now - last >= cfg->period_ns ? now : 0;
 }
 
 /* Time-based sampling shared by all CPUs: one winner per period. */
-static __always_inline int take_sample(struct ppt_config *cfg, __u16 *seq)
+static __always_inline int take_sample(struct ppt_config *cfg, __u64 now, __u16 *seq)
 {
 	__u32 k = 0;
 	struct ppt_sample_state *st = bpf_map_lookup_elem(&ppt_sample, &k);
-	__u64 now, last;
+	__u64 last;
 
 	if (!st)
 		return 0;
-	now = bpf_ktime_get_ns();
 	last = st->last_ns;
 	if (cfg->period_ns) {
 		if (last && now - last < cfg->period_ns)
@@ -616,20 +805,23 @@ static __always_inline int take_sample(struct ppt_config *cfg, __u16 *seq)
 	return 1;
 }
 
-static __always_inline __u32 entry_word(__u32 vnf, __u32 t)
-{
-	return bpf_htonl((vnf << 24) | (t & PPT_TIME_MASK));
-}
-
 /* ------------------------------------------------------------------------- */
 
-static __always_inline int do_source(struct __sk_buff *skb, struct pkt *p,
-				     struct ppt_config *cfg, __u8 *buf)
+static __always_inline int done(int ret, __u32 ok_stat)
 {
-	__u8 o[PPT_HDR_LEN + PPT_ENTRY_LEN + 4] = {};
+	if (ret < 0)
+		stat_inc(PPT_ST_ERR);
+	else
+		stat_inc(ok_stat);
+	return PASS;
+}
+
+static __always_inline int do_source(struct __sk_buff *skb, struct pkt *p,
+				     struct ppt_config *cfg, struct scratch *s, __u64 t_in)
+{
+	__u8 *o = s->next;
 	__u32 w;
 	__u16 seq;
-	int ret;
 
 	if (p->opt) {            /* already marked upstream: leave it */
 		stat_inc(PPT_ST_SKIP_OTHER);
@@ -639,7 +831,6 @@ static __always_inline int do_source(struct __sk_buff *skb, struct pkt *p,
 		stat_inc(PPT_ST_SKIP_GSO);
 		return PASS;
 	}
-
 	if (p->proto == IPPROTO_TCP_) {
 		__u32 ins = PPT_HDR_LEN + PPT_ENTRY_LEN;
 
@@ -651,89 +842,84 @@ static __always_inline int do_source(struct __sk_buff *skb, struct pkt *p,
 			stat_inc(PPT_ST_SKIP_MTU);
 			return PASS;
 		}
-		if (!take_sample(cfg, &seq))
-			return PASS;
-		o[0] = PPT_TCP_KIND;
-		o[1] = PPT_HDR_LEN + PPT_ENTRY_LEN;
-		o[2] = PPT_EXID >> 8;
-		o[3] = PPT_EXID & 0xff;
-		o[4] = (PPT_VERSION << 4) | PPT_F_PENDING;
-		o[5] = 1;
-		o[6] = seq >> 8;
-		o[7] = seq & 0xff;
-		w = entry_word(cfg->vnf_id, now_us());
-		__builtin_memcpy(&o[8], &w, 4);
-		ret = tcp_insert(skb, p, p->l4 + 20, o, ins, buf);
 	} else {
 		/* UDP: the datagram must end where the IP datagram ends and carry
 		 * no surplus area yet; the frame must have no trailing bytes. */
-		__u32 pad = p->udp_len & 1;
-		__u32 tlen = 2 + PPT_HDR_LEN + PPT_ENTRY_LEN;   /* OCS..end */
-		__u32 grow = pad + tlen;
-		__u8 t[UDP_T_MAX] = {};
-		int partial;
-
 		if (p->udp_len != p->l4_len || p->l3_end != p->len) {
 			stat_inc(PPT_ST_SKIP_OTHER);
 			return PASS;
 		}
-		if (!fits_mtu(skb, p, cfg, grow)) {
+		if (!fits_mtu(skb, p, cfg, (p->udp_len & 1) + 2 + PPT_HDR_LEN + PPT_ENTRY_LEN)) {
 			stat_inc(PPT_ST_SKIP_MTU);
 			return PASS;
 		}
-		if (!take_sample(cfg, &seq))
-			return PASS;
-		partial = is_partial(skb);
-		t[2] = PPT_UDP_KIND;
-		t[3] = PPT_HDR_LEN + PPT_ENTRY_LEN;
-		t[4] = PPT_EXID >> 8;
-		t[5] = PPT_EXID & 0xff;
-		t[6] = (PPT_VERSION << 4) | PPT_F_PENDING;
-		t[7] = 1;
-		t[8] = seq >> 8;
-		t[9] = seq & 0xff;
-		w = entry_word(cfg->vnf_id, now_us());
-		__builtin_memcpy(&t[10], &w, 4);
-		if (udp_ocs(t, tlen, 16) < 0)
-			return PASS;
-		if (bpf_skb_change_tail(skb, p->len + grow, 0) < 0) {
-			stat_inc(PPT_ST_ERR);
-			return PASS;
-		}
-		ret = 0;
-		/* the grown tail is zeroed, so the pad byte is already 0 */
-		if (bpf_skb_store_bytes(skb, p->len + pad, t, 14, BPF_F_RECOMPUTE_CSUM) < 0)
-			ret = -2;
-		else if (set_ip_len(skb, p, p->ip_len + grow) < 0)
-			ret = -2;
-		else if (udp_partial_fix(skb, p, partial, 0, tlen) < 0)
-			ret = -2;
 	}
-	if (ret < 0) {
-		stat_inc(PPT_ST_ERR);
+	if (!take_sample(cfg, t_in, &seq))
 		return PASS;
+	if (p->proto == IPPROTO_UDP_)
+		o = s->next + 2;
+	__builtin_memset(s->next, 0, UDP_T_MAX);
+	o[0] = p->proto == IPPROTO_TCP_ ? PPT_TCP_KIND : PPT_UDP_KIND;
+	o[1] = PPT_HDR_LEN + PPT_ENTRY_LEN;
+	o[2] = PPT_EXID >> 8;
+	o[3] = PPT_EXID & 0xff;
+	o[4] = (PPT_VERSION << 4) | PPT_F_PENDING;
+	o[5] = 1;
+	o[6] = seq >> 8;
+	o[7] = seq & 0xff;
+	w = entry_word(cfg->vnf_id, t_in / 1000);
+	__builtin_memcpy(&o[8], &w, 4);
+
+	if (p->proto == IPPROTO_TCP_)
+		return done(tcp_resize(skb, p, p->l4 + 20, s->wire, 0, s->next,
+				       PPT_HDR_LEN + PPT_ENTRY_LEN, s), PPT_ST_SAMPLED);
+	{
+		__u32 pad = p->udp_len & 1;
+		__u32 tlen = 2 + PPT_HDR_LEN + PPT_ENTRY_LEN;   /* OCS..end */
+		int partial = is_partial(skb);
+		__s64 pd;
+
+		if (udp_ocs(s->next, tlen) < 0)
+			return done(-1, 0);
+		pd = udp_partial_prep(partial, 0, tlen);
+		if (pd < 0)
+			return done(-1, 0);
+		if (FALLIBLE(bpf_skb_change_tail(skb, p->len + pad + tlen, 0)) < 0)
+			return done(-1, 0);
+		/* the grown tail is zeroed, so the pad byte is already 0 */
+		if (bpf_skb_store_bytes(skb, p->len + pad, s->next, tlen, 0) < 0 ||
+		    set_ip_len(skb, p, p->ip_len + pad + tlen) < 0 ||
+		    udp_partial_fix(skb, p, partial, pd) < 0)
+			return done(-2, 0);
+		return done(0, PPT_ST_SAMPLED);
 	}
-	stat_inc(PPT_ST_SAMPLED);
-	return PASS;
 }
 
-/* Write `val` (4 bytes, network order) at `off` inside our option. */
-static __always_inline int tcp_rewrite4(struct __sk_buff *skb, struct pkt *p, __u32 off,
-					__u32 old, __u32 val)
+/*
+ * This VNF cannot add its entry: count it in the option (in place) so the
+ * sink's record says a hop is missing.
+ */
+static __always_inline int skip_hop(struct __sk_buff *skb, struct pkt *p, struct scratch *s,
+				    __u32 why)
 {
-	if (old == val)
-		return 0;
-	if (bpf_skb_store_bytes(skb, off, &val, 4, BPF_F_RECOMPUTE_CSUM) < 0)
-		return -1;
-	return bpf_l4_csum_replace(skb, l4_csum_off(p), old, val, 4);
+	__u8 *n;
+
+	stat_inc(why);
+	if (!opt_load(skb, p, s))
+		return done(-1, 0);
+	n = opt_copy(p, s);
+	opt_skip_inc(n);
+	if (n[4] == (p->proto == IPPROTO_TCP_ ? s->wire[4] : s->wire[6]))
+		return PASS;   /* the count is saturated */
+	return done(opt_rewrite(skb, p, s), PPT_ST_SKIP_COUNTED);
 }
 
 static __always_inline int do_transit_in(struct __sk_buff *skb, struct pkt *p,
-					 struct ppt_config *cfg, __u8 *buf)
+					 struct ppt_config *cfg, struct scratch *s, __u64 t_in)
 {
-	__u32 w, prev_old, prev_new, hw_old, hw_new;
-	__u32 last_off;
-	int ret;
+	__u32 w = entry_word(cfg->vnf_id, t_in / 1000);
+	__u32 olen = p->olen;
+	__u8 *o, *n;
 
 	if (!p->opt)
 		return PASS;
@@ -742,106 +928,42 @@ static __always_inline int do_transit_in(struct __sk_buff *skb, struct pkt *p,
 		return PASS;
 	}
 	if (p->hops >= PPT_MAX_HOPS ||
-	    (p->proto == IPPROTO_TCP_ && p->tcp_hlen + PPT_ENTRY_LEN > 60)) {
-		stat_inc(PPT_ST_SKIP_NOSPACE);
-		return PASS;
-	}
-	if (!fits_mtu(skb, p, cfg, PPT_ENTRY_LEN)) {
-		stat_inc(PPT_ST_SKIP_MTU);
-		return PASS;
-	}
-	w = entry_word(cfg->vnf_id, now_us());
-	last_off = p->opt + PPT_HDR_LEN + PPT_ENTRY_LEN * (p->hops - 1);
-	if (bpf_skb_load_bytes(skb, last_off, &prev_old, 4) < 0 ||
-	    bpf_skb_load_bytes(skb, p->opt, &hw_old, 4) < 0) {
-		stat_inc(PPT_ST_ERR);
-		return PASS;
-	}
-	/* previous hop never finalised its entry: mark it unknown */
-	prev_new = prev_old;
-	if (p->flags & PPT_F_PENDING)
-		prev_new = prev_old | bpf_htonl(PPT_TIME_MASK);
+	    (p->proto == IPPROTO_TCP_ && p->tcp_hlen + PPT_ENTRY_LEN > 60))
+		return skip_hop(skb, p, s, PPT_ST_SKIP_NOSPACE);
+	if (!fits_mtu(skb, p, cfg, PPT_ENTRY_LEN))
+		return skip_hop(skb, p, s, PPT_ST_SKIP_MTU);
+	o = opt_load(skb, p, s);
+	if (!o)
+		return done(-1, 0);
+	n = p->proto == IPPROTO_TCP_ ? s->next : s->next + 2;
+	if (opt_append(o, n, olen, w) < 0)
+		return done(-1, 0);
 
-	if (p->proto == IPPROTO_TCP_) {
-		__u32 hv_old, hv_new;
-		__u8 *hb = (__u8 *)&hw_new;
-
-		ret = tcp_insert(skb, p, p->opt + p->olen, (__u8 *)&w, PPT_ENTRY_LEN, buf);
-		if (ret < 0)
-			goto out;
-		/* kind,len,exid word: len grows by 4 */
-		hw_new = hw_old;
-		hb[1] += PPT_ENTRY_LEN;
-		ret = tcp_rewrite4(skb, p, p->opt, hw_old, hw_new) < 0 ? -2 : 0;
-		if (ret < 0)
-			goto out;
-		/* ver_flags,hops,seq word: hops + 1, pending */
-		if (bpf_skb_load_bytes(skb, p->opt + 4, &hv_old, 4) < 0) {
-			ret = -2;
-			goto out;
-		}
-		hv_new = hv_old;
-		hb = (__u8 *)&hv_new;
-		hb[0] |= PPT_F_PENDING;
-		hb[1] += 1;
-		ret = tcp_rewrite4(skb, p, p->opt + 4, hv_old, hv_new) < 0 ? -2 : 0;
-		if (ret < 0)
-			goto out;
-		ret = tcp_rewrite4(skb, p, last_off, prev_old, prev_new) < 0 ? -2 : 0;
-	} else {
-		__u8 t[UDP_T_MAX] = {};
-		__u32 tlen = 2 + p->olen;          /* old OCS..end */
+	if (p->proto == IPPROTO_TCP_)
+		return done(tcp_resize(skb, p, p->opt, s->wire, olen, s->next,
+				       olen + PPT_ENTRY_LEN, s), PPT_ST_APPENDED);
+	{
+		__u32 tlen = 2 + olen;                 /* old OCS..end */
 		__u32 nlen = tlen + PPT_ENTRY_LEN;
 		int partial = is_partial(skb);
+		__s64 pd;
 
-		if (tlen > UDP_T_MAX - PPT_ENTRY_LEN || tlen < 2 + PPT_HDR_LEN + PPT_ENTRY_LEN) {
-			ret = -1;
-			goto out;
-		}
-		if (bpf_skb_load_bytes(skb, p->ocs, t, tlen) < 0) {
-			ret = -1;
-			goto out;
-		}
-		t[3] += PPT_ENTRY_LEN;
-		t[6] |= PPT_F_PENDING;
-		t[7] += 1;
-		{
-			__u32 li = tlen - PPT_ENTRY_LEN;  /* previous last entry */
-
-			if (li > UDP_T_MAX - 8)
-				li = UDP_T_MAX - 8;
-			__builtin_memcpy(&t[li], &prev_new, 4);
-			li = tlen;
-			if (li > UDP_T_MAX - 4) {
-				ret = -1;
-				goto out;
-			}
-			__builtin_memcpy(&t[li], &w, 4);
-		}
-		if (udp_ocs(t, nlen, (nlen + 3) & ~3u) < 0) {
-			ret = -1;
-			goto out;
-		}
-		if (bpf_skb_change_tail(skb, p->len + PPT_ENTRY_LEN, 0) < 0) {
-			ret = -1;
-			goto out;
-		}
-		ret = 0;
-		if (nlen > UDP_T_MAX || nlen < 1 ||
-		    bpf_skb_store_bytes(skb, p->ocs, t, nlen, BPF_F_RECOMPUTE_CSUM) < 0)
-			ret = -2;
-		else if (set_ip_len(skb, p, p->ip_len + PPT_ENTRY_LEN) < 0)
-			ret = -2;
-		else if (udp_partial_fix(skb, p, partial, tlen, nlen) < 0)
-			ret = -2;
+		if (udp_ocs(s->next, nlen) < 0)
+			return done(-1, 0);
+		pd = udp_partial_prep(partial, tlen, nlen);
+		if (pd < 0)
+			return done(-1, 0);
+		/* the new length counts from the end of the IP datagram: bytes after
+		 * it (Ethernet padding) are dropped */
+		if (FALLIBLE(bpf_skb_change_tail(skb, p->l3_end + PPT_ENTRY_LEN, 0)) < 0)
+			return done(-1, 0);
+		if (nlen > UDP_T_MAX ||
+		    bpf_skb_store_bytes(skb, p->ocs, s->next, nlen, 0) < 0 ||
+		    set_ip_len(skb, p, p->ip_len + PPT_ENTRY_LEN) < 0 ||
+		    udp_partial_fix(skb, p, partial, pd) < 0)
+			return done(-2, 0);
+		return done(0, PPT_ST_APPENDED);
 	}
-out:
-	if (ret < 0) {
-		stat_inc(PPT_ST_ERR);
-		return PASS;
-	}
-	stat_inc(PPT_ST_APPENDED);
-	return PASS;
 }
 
 SEC("tc")
@@ -851,42 +973,126 @@ int ppt_in(struct __sk_buff *skb)
 	struct pkt p = {};
 	__u32 k = 0;
 	struct scratch *s;
+	__u64 t_in;
 
 	if (!cfg)
 		return PASS;
 	stat_inc(PPT_ST_IN_PKTS);
 	if (cfg->in_role == PPT_IN_NONE)
 		return PASS;
-	/* fast path of the source: between samples, nothing to parse */
-	if (cfg->in_role == PPT_IN_SOURCE && !sample_due(cfg))
-		return PASS;
-	if (cfg->in_role == PPT_IN_TRANSIT && !maybe_marked(skb))
-		return PASS;
+	/* The ingress stamp comes before any of our own work on the packet (parsing,
+	 * inserting), so that the VNF's time includes it; the egress stamp comes
+	 * after it (see ppt_out).  Fast path of the source: between samples,
+	 * nothing to parse. */
+	if (cfg->in_role == PPT_IN_SOURCE) {
+		t_in = sample_due(cfg);
+		if (!t_in)
+			return PASS;
+	} else {
+		if (!maybe_marked(skb))
+			return PASS;
+		t_in = bpf_ktime_get_ns();
+	}
 	if (parse(skb, &p) < 0)
 		return PASS;
 	s = bpf_map_lookup_elem(&ppt_scratch, &k);
 	if (!s)
 		return PASS;
 	if (cfg->in_role == PPT_IN_SOURCE)
-		return do_source(skb, &p, cfg, s->buf);
-	return do_transit_in(skb, &p, cfg, s->buf);
+		return do_source(skb, &p, cfg, s, t_in);
+	return do_transit_in(skb, &p, cfg, s, t_in);
 }
 
 /* ------------------------------------------------------------------------- */
+
+/* Remove the option from a packet (sink). */
+static __always_inline int strip(struct __sk_buff *skb, struct pkt *p, struct scratch *s)
+{
+	if (p->proto == IPPROTO_TCP_)
+		return tcp_resize(skb, p, p->opt, s->wire, p->olen, s->next, 0, s);
+	{
+		__u32 surplus = p->l4_len - p->udp_len;
+		__u32 tlen = 2 + p->olen;
+		int partial = is_partial(skb);
+		__s64 pd = udp_partial_prep(partial, tlen, 0);
+
+		if (pd < 0)
+			return -1;
+		if (FALLIBLE(bpf_skb_change_tail(skb, p->l3_end - surplus, 0)) < 0)
+			return -1;
+		if (set_ip_len(skb, p, p->ip_len - surplus) < 0 ||
+		    udp_partial_fix(skb, p, partial, pd) < 0)
+			return -2;
+		return 0;
+	}
+}
+
+/* Fill and submit the sink's record r (reserved before the egress stamp). */
+static __always_inline void report(struct __sk_buff *skb, struct ppt_record *r, struct pkt *p,
+				   __u8 *o, struct ppt_config *cfg, __u64 ktime, int restored)
+{
+	__u32 last = p->hops - 1;
+
+	r->ktime_ns = ktime;
+	r->ifindex = skb->ifindex;
+	r->sink_vnf = cfg->vnf_id;
+	r->seq = p->wire_seq;
+	r->hops = p->hops;
+	r->flags = o[4] & 0xf;
+	r->skipped = opt_skipped(o);
+	r->sink_measured = 0;
+	r->restored = restored;
+	r->pad = 0;
+	r->family = p->family;
+	r->proto = p->proto;
+	r->ip_id = p->ip_id;
+	r->sport = p->sport;
+	r->dport = p->dport;
+	r->tcp_seq = p->tcp_seq;
+	r->l4_len = p->proto == IPPROTO_TCP_ ? p->l4_len - p->olen : p->udp_len;
+	__builtin_memcpy(r->saddr, p->saddr, 16);
+	__builtin_memcpy(r->daddr, p->daddr, 16);
+#pragma unroll
+	for (int i = 0; i < PPT_MAX_HOPS; i++) {
+		__u32 v;
+
+		if (i < p->hops) {
+			__builtin_memcpy(&v, &o[PPT_HDR_LEN + 4 * i], 4);
+			v = bpf_ntohl(v);
+			r->hop[i].vnf_id = v >> 24;
+			r->hop[i].ppt_us = v & PPT_TIME_MASK;
+			if (i == last && r->hop[i].vnf_id == cfg->vnf_id && !(o[4] & PPT_F_PENDING))
+				r->sink_measured = 1;
+		} else {
+			r->hop[i].vnf_id = 0;
+			r->hop[i].ppt_us = 0;
+		}
+	}
+	/* Waking the reader for every record costs an IPI (about 10 µs in a VM)
+	 * on the packet's path: wake it only once a batch is waiting; it also
+	 * polls on a short timeout. */
+	bpf_ringbuf_submit(r, bpf_ringbuf_query(&ppt_events, BPF_RB_AVAIL_DATA) >= RB_WAKEUP_BYTES ?
+			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	stat_inc(PPT_ST_REPORTED);
+}
 
 SEC("tc")
 int ppt_out(struct __sk_buff *skb)
 {
 	struct ppt_config *cfg = get_cfg();
 	struct pkt p = {};
-	__u8 o[PPT_HDR_LEN + PPT_ENTRY_LEN * PPT_MAX_HOPS] = {};
-	__u32 k = 0, last_off, e_old, e_new, t, olen;
+	__u32 k = 0, last_off, e_old, e_new, t;
+	__u64 ktime;
 	struct scratch *s;
-	struct ppt_record *r;
-	int partial, ret = 0;
+	__u8 *o, *n;
+	struct ppt_record *r = NULL;
+	int ours, sink, ret = 0;
 
 	if (!cfg)
 		return PASS;
+	/* read once: the verifier must see the same value where the record is
+	 * reserved and where it is submitted */
+	sink = *(volatile __u32 *)&cfg->out_sink;
 	stat_inc(PPT_ST_OUT_PKTS);
 	if (!maybe_marked(skb))
 		return PASS;
@@ -896,131 +1102,66 @@ int ppt_out(struct __sk_buff *skb)
 		stat_inc(PPT_ST_SKIP_GSO);
 		return PASS;
 	}
-	olen = p.olen;
-	if (olen > sizeof(o) || olen < PPT_HDR_LEN + PPT_ENTRY_LEN)
+	s = bpf_map_lookup_elem(&ppt_scratch, &k);
+	if (!s)
 		return PASS;
-	if (bpf_skb_load_bytes(skb, p.opt, o, olen) < 0)
-		return PASS;
+	o = opt_load(skb, &p, s);
+	if (!o) {
+		if (sink)
+			stat_inc(PPT_ST_LEAKED);
+		return done(-1, 0);
+	}
+	n = opt_copy(&p, s);
 	last_off = PPT_HDR_LEN + PPT_ENTRY_LEN * (p.hops - 1);
-	if (last_off > sizeof(o) - PPT_ENTRY_LEN)
+	if (last_off > OPT_MAX - PPT_ENTRY_LEN)
 		return PASS;
-	__builtin_memcpy(&e_old, &o[last_off], 4);
-	if (!(p.flags & PPT_F_PENDING) || o[last_off] != (__u8)cfg->vnf_id) {
+	ours = (o[4] & PPT_F_PENDING) && o[last_off] == (__u8)cfg->vnf_id;
+	if (sink) {
+		r = bpf_ringbuf_reserve(&ppt_events, sizeof(*r), 0);
+		if (!r)
+			stat_inc(PPT_ST_RB_DROP);
+		/* every packet leaves the chain without the option, whether or
+		 * not this VNF (or any other) could add its entry */
+		ret = strip(skb, &p, s);
+		if (ret < 0) {
+			stat_inc(PPT_ST_ERR);
+			stat_inc(PPT_ST_LEAKED);
+		} else {
+			stat_inc(PPT_ST_STRIPPED);
+		}
+	}
+	/* the egress stamp: after the sink's restore (our own work belongs to
+	 * the VNF's time), before a transit's rewrite (which carries it) */
+	ktime = bpf_ktime_get_ns();
+	if (ours) {
+		/* this VNF's entry: ingress timestamp -> processing time */
+		__builtin_memcpy(&e_old, &o[last_off], 4);
+		t = ((__u32)(ktime / 1000) - bpf_ntohl(e_old)) & PPT_TIME_MASK;
+		if (t == PPT_TIME_UNKNOWN)
+			t = PPT_TIME_UNKNOWN - 1;
+		e_new = entry_word(cfg->vnf_id, t);
+		__builtin_memcpy(&n[last_off], &e_new, 4);
+		n[4] &= ~PPT_F_PENDING;
+	} else if (o[4] & PPT_F_PENDING) {
+		/* the last hop never ran its egress */
+		n[last_off + 1] = 0xff;
+		n[last_off + 2] = 0xff;
+		n[last_off + 3] = 0xff;
+		n[4] &= ~PPT_F_PENDING;
+	}
+
+	if (sink) {
+		if (ours)
+			stat_inc(PPT_ST_FINALIZED);
+		if (r)
+			report(skb, r, &p, n, cfg, ktime, ret == 0);
+		return PASS;
+	}
+	if (!ours) {
 		stat_inc(PPT_ST_NOT_OURS);
 		return PASS;
 	}
-	t = (now_us() - (bpf_ntohl(e_old) & PPT_TIME_MASK)) & PPT_TIME_MASK;
-	if (t == PPT_TIME_UNKNOWN)
-		t = PPT_TIME_UNKNOWN - 1;
-	e_new = entry_word(cfg->vnf_id, t);
-	__builtin_memcpy(&o[last_off], &e_new, 4);
-	o[4] &= ~PPT_F_PENDING;
-
-	if (cfg->out_sink) {
-		/* report every hop, then restore the original packet */
-		r = bpf_ringbuf_reserve(&ppt_events, sizeof(*r), 0);
-		if (!r) {
-			stat_inc(PPT_ST_RB_DROP);
-		} else {
-			r->ktime_ns = bpf_ktime_get_ns();
-			r->ifindex = skb->ifindex;
-			r->sink_vnf = cfg->vnf_id;
-			r->seq = p.wire_seq;
-			r->hops = p.hops;
-			r->flags = o[4] & 0xf;
-			r->family = p.family;
-			r->proto = p.proto;
-			r->ip_id = p.ip_id;
-			r->sport = p.sport;
-			r->dport = p.dport;
-			r->tcp_seq = p.tcp_seq;
-			r->l4_len = p.l4_len - (p.proto == IPPROTO_TCP_ ? olen :
-						 p.l4_len - p.udp_len);
-			__builtin_memcpy(r->saddr, p.saddr, 16);
-			__builtin_memcpy(r->daddr, p.daddr, 16);
-#pragma unroll
-			for (int i = 0; i < PPT_MAX_HOPS; i++) {
-				__u32 v;
-
-				if (i < p.hops) {
-					__builtin_memcpy(&v, &o[PPT_HDR_LEN + 4 * i], 4);
-					v = bpf_ntohl(v);
-					r->hop[i].vnf_id = v >> 24;
-					r->hop[i].ppt_us = v & PPT_TIME_MASK;
-				} else {
-					r->hop[i].vnf_id = 0;
-					r->hop[i].ppt_us = 0;
-				}
-			}
-			/* Waking the reader for every record costs an IPI (about
-			 * 10 µs in a VM) on the packet's path: wake it only once a
-			 * batch is waiting; it also polls on a short timeout. */
-			bpf_ringbuf_submit(r, bpf_ringbuf_query(&ppt_events, BPF_RB_AVAIL_DATA) >=
-					   RB_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
-			stat_inc(PPT_ST_REPORTED);
-		}
-		s = bpf_map_lookup_elem(&ppt_scratch, &k);
-		if (!s)
-			return PASS;
-		if (p.proto == IPPROTO_TCP_) {
-			/* strip the option as it is on the wire (the entry
-			 * rewrite above only lives in o[]) */
-			__builtin_memcpy(&o[last_off], &e_old, 4);
-			o[4] |= PPT_F_PENDING;
-			ret = tcp_strip(skb, &p, o, s->buf);
-		} else {
-			__u32 surplus = p.l4_len - p.udp_len;
-			__u32 tlen = 2 + olen;
-
-			partial = is_partial(skb);
-			if (bpf_skb_change_tail(skb, p.len - surplus, 0) < 0)
-				ret = -1;
-			else if (set_ip_len(&*skb, &p, p.ip_len - surplus) < 0)
-				ret = -2;
-			else if (udp_partial_fix(skb, &p, partial, tlen, 0) < 0)
-				ret = -2;
-		}
-		if (ret < 0) {
-			stat_inc(PPT_ST_ERR);
-			return PASS;
-		}
-		stat_inc(PPT_ST_FINALIZED);
-		stat_inc(PPT_ST_STRIPPED);
-		return PASS;
-	}
-
-	/* not the sink: write the duration and clear the pending flag */
-	if (p.proto == IPPROTO_TCP_) {
-		__u32 hv_old, hv_new;
-
-		if (bpf_skb_load_bytes(skb, p.opt + 4, &hv_old, 4) < 0)
-			return PASS;
-		hv_new = hv_old;
-		((__u8 *)&hv_new)[0] &= ~PPT_F_PENDING;
-		if (tcp_rewrite4(skb, &p, p.opt + last_off, e_old, e_new) < 0 ||
-		    tcp_rewrite4(skb, &p, p.opt + 4, hv_old, hv_new) < 0)
-			ret = -2;
-	} else {
-		__u8 t[UDP_T_MAX] = {};
-		__u32 tlen = 2 + olen;
-
-		if (tlen > UDP_T_MAX || tlen < 1)
-			return PASS;
-		t[0] = 0;
-		__builtin_memcpy(&t[2], o, sizeof(o) < UDP_T_MAX - 2 ? sizeof(o) : UDP_T_MAX - 2);
-		if (udp_ocs(t, tlen, (tlen + 3) & ~3u) < 0)
-			return PASS;
-		/* in-place change: the options area still sums to -L, so a
-		 * partial UDP checksum needs no change */
-		if (bpf_skb_store_bytes(skb, p.ocs, t, tlen, BPF_F_RECOMPUTE_CSUM) < 0)
-			ret = -2;
-	}
-	if (ret < 0) {
-		stat_inc(PPT_ST_ERR);
-		return PASS;
-	}
-	stat_inc(PPT_ST_FINALIZED);
-	return PASS;
+	return done(opt_rewrite(skb, &p, s), PPT_ST_FINALIZED);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -13,6 +13,9 @@
 #define PPT_EXID         0x5046     /* our 16-bit ExID ("PF"), RFC 6994 style   */
 #define PPT_VERSION      1          /* high nibble of the ver_flags byte         */
 #define PPT_F_PENDING    0x01       /* last entry holds an ingress timestamp     */
+#define PPT_SKIP_SHIFT   1          /* flags bits 1-3: VNFs that could not add   */
+#define PPT_SKIP_MASK    0x0e       /*   their entry (option room, hop cap, MTU) */
+#define PPT_SKIP_MAX     7          /*   saturating count                        */
 #define PPT_HDR_LEN      8          /* kind,len,exid(2),ver_flags,hops,seq(2)    */
 #define PPT_ENTRY_LEN    4          /* vnf_id(8) | time_us(24), network order   */
 #define PPT_MAX_HOPS     8          /* (40 - 8) / 4 for TCP; same cap for UDP    */
@@ -46,12 +49,14 @@ enum ppt_stat {
 	PPT_ST_REPORTED,      /* records written to the ring buffer             */
 	PPT_ST_STRIPPED,      /* option removed, original packet restored       */
 	PPT_ST_SKIP_GSO,      /* not touched: GSO packet                        */
-	PPT_ST_SKIP_MTU,      /* not touched: growing would exceed the MTU      */
-	PPT_ST_SKIP_NOSPACE,  /* not touched: TCP option space / hop cap full   */
+	PPT_ST_SKIP_MTU,      /* no entry added: growing would exceed the MTU   */
+	PPT_ST_SKIP_NOSPACE,  /* no entry added: TCP option space / hop cap full */
 	PPT_ST_SKIP_OTHER,    /* not touched: fragment, trailing bytes, ...     */
+	PPT_ST_SKIP_COUNTED,  /* no entry added, counted in the option instead  */
 	PPT_ST_NOT_OURS,      /* egress: option present but last hop not ours   */
 	PPT_ST_RB_DROP,       /* ring buffer full                               */
 	PPT_ST_ERR,           /* a helper failed; the packet was passed as is   */
+	PPT_ST_LEAKED,        /* sink: the option could not be removed (errors) */
 	PPT_ST__MAX,
 };
 
@@ -75,6 +80,10 @@ struct ppt_record {
 	__u16 dport;
 	__u32 tcp_seq;        /* TCP sequence number (0 for UDP)                */
 	__u32 l4_len;         /* L4 length of the restored packet               */
+	__u8  skipped;        /* VNFs that could not add their entry (0-7)      */
+	__u8  sink_measured;  /* the last hop is the sink's own, finalised      */
+	__u8  restored;       /* the option was removed (0: a helper failed)    */
+	__u8  pad;
 	__u8  saddr[16];
 	__u8  daddr[16];
 	struct ppt_hop hop[PPT_MAX_HOPS];

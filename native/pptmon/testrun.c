@@ -4,8 +4,13 @@
  * Reads commands from stdin, one per line, and answers each with one JSON line:
  *   cfg IN_ROLE OUT_SINK VNF_ID PERIOD_NS MTU ENABLED
  *   gso SEGS SIZE              (skb gso_segs/gso_size for the next runs)
+ *   csum 0|1                   (1: run with CHECKSUM_COMPLETE; the kernel then
+ *                               checks skb->csum against the output packet)
+ *   fault N                    (make the N-th fallible call of each run fail;
+ *                               0: none)
  *   reset                      (forget the last sample time)
- *   run in|out HEX             -> {"retval":R,"data":"HEX","records":[...]}
+ *   run in|out HEX             -> {"retval":R,"data":"HEX","records":[...],
+ *                                  "fallible":calls made}
  *   stats                      -> {counters}
  */
 #include <errno.h>
@@ -57,9 +62,18 @@ int main(void)
 	struct __sk_buff ctx = {};
 	struct pptmon_bpf *skel;
 	struct ring_buffer *rb;
+	__u32 run_flags = 0;
 
 	libbpf_set_print(silent);
-	skel = pptmon_bpf__open_and_load();
+	skel = pptmon_bpf__open();
+	if (skel) {
+		skel->rodata->l4_ipv6_flag = ppt_l4_ipv6_flag();
+		skel->rodata->fault_inject = 1;
+		if (pptmon_bpf__load(skel)) {
+			pptmon_bpf__destroy(skel);
+			skel = NULL;
+		}
+	}
 	if (!skel) {
 		fprintf(stderr, "testrun: cannot load programs: %s\n", strerror(errno));
 		return 1;
@@ -87,6 +101,12 @@ int main(void)
 			ctx.gso_segs = a;
 			ctx.gso_size = b;
 			printf("{\"ok\":true}\n");
+		} else if (sscanf(line, "csum %u", &a) == 1) {
+			run_flags = a ? BPF_F_TEST_SKB_CHECKSUM_COMPLETE : 0;
+			printf("{\"ok\":true}\n");
+		} else if (sscanf(line, "fault %u", &a) == 1) {
+			skel->bss->fault_nth = a;
+			printf("{\"ok\":true}\n");
 		} else if (strncmp(line, "reset", 5) == 0) {
 			__u32 k = 0;
 			__u64 z[3] = {0, 0, 0};
@@ -103,13 +123,15 @@ int main(void)
 									 : skel->progs.ppt_out;
 			LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = in, .data_size_in = n,
 				    .data_out = out, .data_size_out = sizeof(out),
-				    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1);
+				    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1,
+				    .flags = run_flags);
 			int err;
 
 			if (n < 14) {
 				printf("{\"error\":\"bad packet\"}\n");
 				continue;
 			}
+			skel->bss->fault_calls = 0;
 			err = bpf_prog_test_run_opts(bpf_program__fd(p), &o);
 			if (err) {
 				printf("{\"error\":\"test_run: %s\"}\n", strerror(errno));
@@ -126,7 +148,7 @@ int main(void)
 					printf(",");
 				ppt_record_json(stdout, &recs[i], 0, NULL);
 			}
-			printf("]}\n");
+			printf("],\"fallible\":%u}\n", skel->bss->fault_calls);
 		} else {
 			printf("{\"error\":\"unknown command\"}\n");
 		}

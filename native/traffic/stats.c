@@ -1,6 +1,7 @@
 /* fathom traffic engine: histogram and sequence accounting (see stats.h). */
 #include "stats.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,4 +155,18 @@ int seqacct_add(struct seqacct *a, uint64_t seq)
 uint64_t seqacct_lost(const struct seqacct *a)
 {
     return a->expected - a->unique;
+}
+
+struct send_outcome send_outcome(int ret, int err, unsigned pending)
+{
+    struct send_outcome o = {0, 0, 0, 0};
+    if (ret >= 0) {
+        o.accepted = (unsigned)ret < pending ? (unsigned)ret : pending;
+        o.dropped = o.accepted < pending;
+        return o;
+    }
+    if (err == ENOBUFS) o.dropped = 1;
+    else if (err == EINTR || err == EAGAIN) o.retry = 1;
+    else o.fatal = 1;
+    return o;
 }

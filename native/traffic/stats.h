@@ -49,4 +49,18 @@ void seqacct_free(struct seqacct *a);
 /* returns 1 for the first arrival of seq, 0 for a duplicate, -1 when out of range */
 int seqacct_add(struct seqacct *a, uint64_t seq);
 uint64_t seqacct_lost(const struct seqacct *a);
+
+/* What one sendmmsg() call did to the `pending` messages handed to it. sendmmsg reports only how many
+ * went out; when it returns fewer than asked, the next message failed and its error is lost.
+ *   accepted  messages the device took (the first `accepted` of them)
+ *   dropped   1: the next message was refused at the device's input and is gone, not to be resent
+ *             (ENOBUFS: on a veth, the peer's backlog or ring was full; also a failure the call did
+ *             not report, which the sending interface's tx_dropped counter then confirms or not)
+ *   retry     1: the next message never reached the device (EINTR, EAGAIN): send it again
+ *   fatal     1: any other error: stop */
+struct send_outcome {
+    unsigned accepted;
+    int dropped, retry, fatal;
+};
+struct send_outcome send_outcome(int ret, int err, unsigned pending);
 #endif

@@ -1,5 +1,6 @@
 /* Unit tests of the histogram maths and the sequence accounting; run by tests/unit/test_traffic_engine.py.
  * Prints one line per check and exits non-zero on the first failure. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,23 @@ static void test_accounting(void)
     printf("ok accounting\n");
 }
 
+static void test_send_outcome(void)
+{
+    struct send_outcome o = send_outcome(32, 0, 32);
+    CHECK(o.accepted == 32 && !o.dropped && !o.retry && !o.fatal, "all sent");
+    o = send_outcome(5, 0, 32); /* the 6th failed, its error unreported: dropped, never resent */
+    CHECK(o.accepted == 5 && o.dropped && !o.retry && !o.fatal, "short batch");
+    o = send_outcome(-1, ENOBUFS, 32);
+    CHECK(o.accepted == 0 && o.dropped && !o.retry, "ENOBUFS is a drop at the device");
+    o = send_outcome(-1, EINTR, 32);
+    CHECK(o.accepted == 0 && !o.dropped && o.retry, "EINTR is resent");
+    o = send_outcome(-1, EAGAIN, 32);
+    CHECK(!o.dropped && o.retry, "EAGAIN is resent");
+    o = send_outcome(-1, ENETDOWN, 32);
+    CHECK(o.fatal && !o.dropped && !o.retry, "other errors stop the run");
+    printf("ok send_outcome\n");
+}
+
 int main(void)
 {
     test_index_roundtrip();
@@ -116,6 +134,7 @@ int main(void)
     test_large_values_relative_error();
     test_negative_and_empty();
     test_accounting();
+    test_send_outcome();
     if (failures) {
         printf("%d failure(s)\n", failures);
         return 1;

@@ -1,16 +1,21 @@
 """PPTMon on real chains of VNF namespaces (root; veth, tc, iptables, tcpdump, tshark).
 
-Each test builds its own chain (names start with 'ppl'), turns PPTMon on for every packet,
-sends deterministic TCP and UDP traffic and checks, independently of PPTMon:
+Each test builds its own chain (names start with 'ppl' or 'pm'), turns PPTMon on for every
+packet, sends deterministic TCP and UDP traffic and checks, independently of PPTMon:
   * the server receives exactly the bytes the client sent,
   * no packet reaching the server still carries an option or a surplus area,
-  * tshark finds no bad checksum (offloads off: every checksum on the wire is final),
-  * the server's kernel counted no checksum error,
+  * full-size packets (1500-byte IP) carried the option inside the chain,
+  * the server's kernel verified every checksum in software and counted no error, and
+    tshark (whole packets captured) finds none wrong: with offloads on the chain carries
+    CHECKSUM_PARTIAL packets and the veth towards the server completes them,
   * every record names every VNF of the chain with a processing time.
+The no-room tests compare, byte for byte, the TCP segments the client sent with those the
+server received (captures of whole packets at both ends).
 """
 import json
 import os
 import shutil
+import subprocess
 import time
 
 import pytest
@@ -56,8 +61,11 @@ def wait_records(name, want, timeout=3.0):
     return control.records(name)
 
 
-def check_chain(c, tmp_path, v6=False):
-    """Traffic through chain c with PPTMon on every packet; all independent checks."""
+def check_chain(c, tmp_path, v6=False, mid_final=None):
+    """Traffic through chain c with PPTMon on every packet; all independent checks.
+    mid_final: checksums between VNF 1 and VNF 2 are final (default: offloads off)."""
+    measure.server_validates(c)
+    dst = c.server_ip6 if v6 else c.server_ip
     before = measure.nstat(c.server)
     pcap, mid = tmp_path / "server.pcap", tmp_path / "mid.pcap"
     # a second capture between VNF 1 and VNF 2 (host side), where options must be seen
@@ -74,9 +82,19 @@ def check_chain(c, tmp_path, v6=False):
     after = measure.nstat(c.server)
     for k in ("TcpInCsumErrors", "UdpInCsumErrors", "Udp6InCsumErrors"):
         assert after.get(k, 0) == before.get(k, 0), k
+    # the server really checked: its software checksum verifications saw the packets
+    assert after.get("TcpInSegs", 0) - before.get("TcpInSegs", 0) > 100
+    to_server = measure.tshark(pcap, "-Y", f"ip{'v6' if v6 else ''}.dst == {dst}")
+    assert len(to_server) > 300 and measure.bad_checksums(pcap, dst) == []
+
     assert measure.leftovers(pcap) == []
-    if not c.offloads:
-        assert measure.bad_checksums(pcap) == []
+    if c.n > 1:  # full-size packets carried the option (the VNF links have MTU headroom)
+        sizes = measure.marked_sizes(mid)
+        assert sizes.get("tcp", 0) >= 1500 and sizes.get("udp", 0) >= 1500, sizes
+        if (not c.offloads) if mid_final is None else mid_final:
+            # mid-chain checksums are final too: check them, option inside (an error of
+            # the source could otherwise be cancelled by the same error of the sink)
+            assert measure.bad_checksums(mid, dst) == []
     recs = wait_records(c.name, 50)
     protos = {r["flow"]["proto"] for r in recs}
     assert protos == {"tcp", "udp"}, f"records for {protos} only ({len(recs)})"
@@ -124,9 +142,7 @@ def test_partial_checksum_completed_mid_chain(make_chain, tmp_path):
                     (c.vnf_ns(2), "out0"), (c.host, "h2o"), (c.host, "h3i"), (c.server, "eth0")):
         chainmod.run("ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", ns=ns)
     control.enable(c.name, period_ns=0)
-    recs = check_chain(c, tmp_path)
-    pcap = tmp_path / "server.pcap"
-    assert measure.bad_checksums(pcap) == []
+    recs = check_chain(c, tmp_path, mid_final=True)
     assert len(recs) >= 50
 
 
@@ -155,16 +171,17 @@ def test_period_and_detach(make_chain):
 @pytest.mark.parametrize("proto", ["udp", "tcp"])
 def test_accuracy_against_capture(make_chain, tmp_path, proto):
     """PPTMon's per-packet time against the same packets captured on both sides of the
-    VNF (tcpdump, nanosecond kernel timestamps).  The capture taps sit just outside the
-    hooks (rx tap before TC ingress, tx tap after TC egress), so the reference is expected
-    a little larger."""
+    VNF (tcpdump, nanosecond kernel timestamps), with the bounds docs/pptmon.md (Accuracy)
+    states.  The capture's window holds PPTMon's: its receive stamp is taken when the
+    packet is queued to in0, its transmit stamp after TC egress.  UDP goes in pairs, two
+    datagrams back to back every 2 ms: the first finds a cold path, the second a warm one."""
     c = make_chain(f"ppla{proto[0]}", ["firewall:200"], offloads=False, base=180 + len(proto))
     control.enable(c.name, period_ns=0)
     ns = c.vnf_ns(1)
     p_in, p_out = tmp_path / "in.pcap", tmp_path / "out.pcap"
     with measure.Capture(ns, "in0", p_in, proto), measure.Capture(ns, "out0", p_out, proto):
         if proto == "udp":
-            measure.transfer(c, "udp", count=400, rate=500, size=[200])
+            measure.transfer(c, "udp", count=800, rate=500, burst=2, size=[200])
         else:
             measure.transfer(c, "tcp", bytes=60_000)
     recs = [r for r in wait_records(c.name, 100) if r["flow"]["proto"] == proto]
@@ -173,12 +190,20 @@ def test_accuracy_against_capture(make_chain, tmp_path, proto):
     (tmp_path / "accuracy.json").write_text(json.dumps(acc))
     assert acc["matched"] >= 0.8 * len(recs) and acc["matched"] >= 50
     d = acc["ref_minus_pptmon"]
-    # PPTMon's window lies inside the capture's: the reference is never smaller (beyond the
-    # ±1 µs of PPTMon's microsecond stamps).  The receive tap's own work (≈ 10 µs on this
-    # VM) sits between its timestamp and TC ingress, so the reference runs higher; the
-    # difference is reported, and bounded here only loosely.
+    # PPTMon never exceeds the reference beyond its 1 µs resolution
     assert d["min_us"] >= -1.5, d
-    assert d["p50_us"] < 60, d
+    if proto == "tcp":
+        assert d["p50_us"] < 0.8, d                     # documented 0.2-0.6 µs
+        assert acc["after_egress_stamp"]["p50_us"] < 0.3, acc
+    else:
+        warm = acc["ref_minus_pptmon_right_after_another"]
+        cold = acc["ref_minus_pptmon_after_pause"]
+        assert warm["count"] >= 200 and cold["count"] >= 200
+        assert warm["p50_us"] < 1.0, warm               # documented 0.5-0.6 µs
+        assert cold["p50_us"] < 3.5, cold               # documented 2.1-3.1 µs
+        # after PPTMon's egress stamp only the transmit tap is left (0.3-0.5 µs documented);
+        # the sink's restore and record used to come after it: about 1 µs on a cold path
+        assert acc["after_egress_stamp_after_pause"]["p50_us"] < 0.75, acc
 
 
 def test_foreign_filter_on_our_slot_is_left_alone(make_chain):
@@ -196,3 +221,88 @@ def test_foreign_filter_on_our_slot_is_left_alone(make_chain):
     assert "other_pass" in out and "ppt_" not in out
     out = chainmod.run("tc", "filter", "show", "dev", "out0", "egress", ns=ns).stdout
     assert "ppt_" not in out
+
+
+# ---- the option never leaves the chain, even when a hop has no room -------------------
+
+def segments_at_both_ends(c, tmp_path, traffic):
+    """Run traffic() with whole-packet captures on the client's and the server's eth0 and
+    return (TCP segments the client sent, TCP segments from the client the server got)."""
+    p_cli, p_srv, p_mid = tmp_path / "client.pcap", tmp_path / "server.pcap", tmp_path / "mid.pcap"
+    with measure.Capture(c.client, "eth0", p_cli, "tcp"), measure.Capture(c.server, "eth0", p_srv, "tcp"), \
+            measure.Capture(c.host, "h1o", p_mid, "tcp"):
+        traffic()
+    return measure.l4_bytes(p_cli, c.client_ip), measure.l4_bytes(p_srv, c.client_ip), p_mid
+
+
+def test_syn_through_four_vnfs_byte_identical(make_chain, tmp_path):
+    """Linux's SYN has 20 bytes of options (MSS, SACK permitted, timestamps, window scale):
+    with the source's 12 and two transit entries the option space is full at the sink.  The
+    sink still removes the option: every segment reaches the server byte for byte as the
+    client sent it (TCP header, checksum field and data; offloads on, so the checksum field
+    holds the CHECKSUM_PARTIAL seed on both sides), and the SYN's record has 3 hops and says
+    the sink could not be measured."""
+    c = make_chain("pmsyn", ["forward", "firewall:10", "forward", "forward"], base=40)
+    control.enable(c.name, period_ns=0)
+    sent, got, mid = segments_at_both_ends(
+        c, tmp_path, lambda: measure.transfer(c, "tcp", bytes=20_000))
+    syns = [b for b in sent if b[13] & 0x02]
+    assert len(syns) == 1 and (syns[0][12] >> 4) * 4 == 40        # 20 bytes of options
+    assert len(sent) > 10 and got == sent
+    assert any(line for line in measure.tshark(mid, "-Y", "tcp.flags.syn == 1 && tcp.option_kind == 254"))
+    recs = wait_records(c.name, 5)
+    syn_recs = [r for r in recs if r["flow"]["tcp_seq"] == int.from_bytes(syns[0][4:8], "big")]
+    assert len(syn_recs) == 1
+    r = syn_recs[0]
+    assert [h["vnf"] for h in r["hops"]] == [1, 2, 3] and r["skipped"] == 1
+    assert r["sink_measured"] is False and r["restored"] is True and r["e2e_us"] is None
+    # the data segments (12 bytes of timestamps) had room at every hop
+    assert any(x["skipped"] == 0 and len(x["hops"]) == 4 for x in recs)
+    time.sleep(1.1)
+    cnt = control.counters(c.name)
+    assert cnt[c.vnf_ns(4)]["skip_nospace"] >= 1 and all(v["errors"] == 0 and v["leaked"] == 0
+                                                          for v in cnt.values())
+
+
+def test_timestamps_and_sack_through_three_vnfs_byte_identical(make_chain, tmp_path):
+    """The client's ACKs with timestamps and one SACK block (24 bytes of options): with the
+    source's 12 and VNF 2's 4 the space is full at VNF 3, the sink.  The server streams to
+    the client (iperf3 -R) and VNF 3 drops one of every 40 of its data segments, so the
+    client acknowledges with SACK blocks; every client segment must reach the server
+    unchanged (offloads on)."""
+    c = make_chain("pmsack", ["forward", "forward", "forward"], base=50)
+    chainmod.run("iptables", "-A", "FORWARD", "-p", "tcp", "--sport", "5411", "-m", "statistic",
+                 "--mode", "nth", "--every", "40", "--packet", "7", "-j", "DROP", ns=c.vnf_ns(3))
+    control.enable(c.name, period_ns=0)
+    srv = subprocess.Popen(["ip", "netns", "exec", c.server, "iperf3", "-s", "-1", "-p", "5411"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+
+        def traffic():
+            p = chainmod.run("iperf3", "-c", c.server_ip, "-p", "5411", "-R", "-t", "2", "-b", "200M",
+                             ns=c.client, timeout=30)
+            assert p.returncode == 0
+        sent, got, _ = segments_at_both_ends(c, tmp_path, traffic)
+    finally:
+        srv.wait(timeout=10)
+
+    def sack_blocks(seg):
+        opts, i, blocks = seg[20:(seg[12] >> 4) * 4], 0, 0
+        while i < len(opts) and opts[i] != 0:
+            if opts[i] == 1:
+                i += 1
+                continue
+            if opts[i] == 5:
+                blocks += (opts[i + 1] - 2) // 8
+            i += max(2, opts[i + 1])
+        return blocks
+
+    one_block = [s for s in sent if sack_blocks(s) == 1 and (s[12] >> 4) * 4 == 44]
+    assert len(one_block) >= 3, "no ACK with timestamps and exactly one SACK block"
+    assert got == sent
+    recs = [r for r in wait_records(c.name, 50) if r["skipped"]]
+    assert recs and all([h["vnf"] for h in r["hops"]] == [1, 2] and r["skipped"] == 1
+                        and not r["sink_measured"] and r["restored"] for r in recs)
+    time.sleep(1.1)
+    assert all(v["errors"] == 0 and v["leaked"] == 0 for v in control.counters(c.name).values())

@@ -201,25 +201,123 @@ def test_tcp_option_space_full_unchanged(tr):
     assert out == orig
 
 
-def test_tcp_transit_no_room_unchanged(tr):
-    # timestamps (12) + our option after 5 hops (28) = 40: a sixth hop has no room
-    orig = tcp4(options=TS)
-    frame = orig
-    for i in range(1, 6):
+# Options a real TCP stack sends: a SYN (MSS, SACK permitted, timestamps, window scale: 20
+# bytes, as Linux sends it) and a segment with timestamps and one SACK block (24 bytes).
+SYN_OPTS = [("MSS", 1460), ("SAckOK", b""), ("Timestamp", (1, 0)), ("NOP", None), ("WScale", 7)]
+TS_SACK = [("NOP", None), ("NOP", None), ("Timestamp", (5, 6)),
+           ("NOP", None), ("NOP", None), ("SAck", (1000, 2000))]
+
+
+def syn4(**kw):
+    return bytes(Ether() / IP(src=SRC4, dst=DST4, id=79, **kw)
+                 / TCP(sport=40002, dport=5201, seq=7, flags="S", window=64240, options=SYN_OPTS))
+
+
+def tcp_opt_len(frame: bytes) -> int:
+    return (split(frame)[3][12] >> 4) * 4 - 20
+
+
+@pytest.mark.parametrize("case,n,measured", [
+    ("ts+sack", 3, 2),     # 24 + 12 + 4 = 40: the sink (hop 3) has no room
+    ("syn", 4, 3),         # 20 + 12 + 4 + 4 = 40: the sink (hop 4) has no room
+    ("ts", 7, 5),          # 12 + 12 + 4 * 4 = 40: hops 6 and 7 have no room
+    ("syn", 8, 3),
+])
+def test_no_room_the_option_still_never_leaves_the_chain(tr, case, n, measured):
+    """A hop that finds no option room counts itself in the option; the sink removes the
+    option whatever it finds and the packet leaves exactly as it entered.  The record has
+    the hops that were measured and says how many were not, the sink among them."""
+    orig = {"ts+sack": tcp4(options=TS_SACK), "syn": syn4(), "ts": tcp4(options=TS)}[case]
+    s0 = tr.stats()
+    out, recs, steps = chain(tr, orig, n)
+    assert out == orig
+    for where, i, frame in steps[:-1]:
+        assert_checksums(frame)
+        opt = option_of(frame)
+        assert [h.vnf for h in opt.hops] == list(range(1, min(i, measured) + 1))
+        assert opt.skipped == max(0, i - measured)
+        assert tcp_opt_len(frame) <= 40
+    assert len(recs) == 1
+    r = recs[0]
+    assert [h["vnf"] for h in r["hops"]] == list(range(1, measured + 1))
+    assert all(h["ppt_us"] is not None for h in r["hops"])
+    assert r["skipped"] == n - measured and r["sink_measured"] is False and r["restored"] is True
+    assert r["e2e_us"] is None   # not the whole chain
+    assert r["flow"]["l4_len"] == len(split(orig)[3])
+    s1 = tr.stats()
+    assert s1["skip_nospace"] - s0["skip_nospace"] == n - measured
+    assert s1["skip_counted"] - s0["skip_counted"] == n - measured
+    assert s1["stripped"] - s0["stripped"] == 1 and s1["errors"] == s0["errors"]
+    assert s1["leaked"] == s0["leaked"]
+
+
+def test_no_room_syn_exact_bytes(tr):
+    """The 4-VNF SYN at the sink's ingress: the option is full (40 bytes of options), the
+    sink adds nothing but counts itself: flags byte 0x10 | skipped << 1, checksum right."""
+    frame = syn4()
+    for i in range(1, 4):
         tr.config(in_role=IN_SOURCE if i == 1 else IN_TRANSIT, vnf=i)
         _, frame, _ = tr.run("in", frame)
         _, frame, _ = tr.run("out", frame)
-    assert (split(frame)[3][12] >> 4) == 15
-    tr.config(in_role=IN_TRANSIT, vnf=6)
-    _, out, _ = tr.run("in", frame)
-    assert out == frame
-    # the sink still restores the original and reports the 5 hops it has
-    tr.config(in_role=IN_TRANSIT, sink=True, vnf=5)
-    frame5 = frame
-    # VNF 5's entry is already final; a sink that is VNF 6 finds nothing of its own
-    tr.config(in_role=IN_NONE, sink=True, vnf=6)
-    _, out, recs = tr.run("out", frame5)
-    assert out == frame5 and recs == []
+    tr.config(in_role=IN_TRANSIT, sink=True, vnf=4)
+    _, at_sink, _ = tr.run("in", frame)
+    l4a, l4b = split(frame)[3], split(at_sink)[3]
+    assert len(at_sink) == len(frame) and tcp_opt_len(at_sink) == 40
+    assert l4b[20:28] == bytes([254, 20, 0x50, 0x46, 0x12, 3]) + l4a[26:28]
+    assert l4b[28:] == l4a[28:] and l4b[:16] == l4a[:16]
+    assert_checksums(at_sink)
+    _, out, recs = tr.run("out", at_sink)
+    assert out == syn4() and recs[0]["skipped"] == 1
+
+
+def test_hop_cap_udp(tr):
+    """UDP has no option-space limit, but the hop cap (8): hops 9 and 10 are counted."""
+    orig = udp4(payload=b"c" * 33)
+    out, recs, steps = chain(tr, orig, 10)
+    assert out == orig
+    r = recs[0]
+    assert [h["vnf"] for h in r["hops"]] == list(range(1, 9))
+    assert r["skipped"] == 2 and r["sink_measured"] is False and r["e2e_us"] is None
+    for _, _, frame in steps[:-1]:
+        assert_checksums(frame)
+
+
+@pytest.mark.parametrize("l4", ["tcp", "udp"])
+def test_mtu_at_one_hop(tr, l4):
+    """VNF 2's MTU is too small for one more entry: it counts itself, VNF 3 (the sink) adds
+    its entry; the record names VNFs 1 and 3 and says one was missed."""
+    orig = tcp4(payload=b"m" * 1400, options=TS) if l4 == "tcp" else udp4(payload=b"m" * 1400)
+    frame, steps = orig, []
+    for i in (1, 2, 3):
+        mtu = len(split(frame)[3]) + 20 + 3 if i == 2 else 0   # 4 more bytes do not fit
+        tr.config(in_role=IN_SOURCE if i == 1 else IN_TRANSIT, sink=(i == 3), vnf=i, mtu=mtu)
+        _, frame, _ = tr.run("in", frame)
+        steps.append(frame)
+        _, frame, recs = tr.run("out", frame)
+    assert frame == orig
+    assert option_of(steps[1]).skipped == 1 and len(steps[1]) == len(steps[0])
+    for f in steps:
+        assert_checksums(f)
+    r = recs[0]
+    assert [h["vnf"] for h in r["hops"]] == [1, 3] and r["skipped"] == 1
+    assert r["sink_measured"] is True and r["e2e_us"] is None
+
+
+def test_tcp_source_no_room_unchanged(tr):
+    # 40 bytes of options already: the source cannot insert; nothing is marked
+    full = [("NOP", None)] * 2 + [("Timestamp", (1, 2))] + [("SAckOK", b"")] * 1 + \
+        [("NOP", None)] * 2 + [("SAck", (1, 2, 3, 4))] + [("NOP", None)] * 6
+    orig = tcp4(options=full)
+    assert (split(orig)[3][12] >> 4) == 15
+    tr.config(in_role=IN_SOURCE, vnf=1)
+    before = tr.stats()["skip_nospace"]
+    rv, out, _ = tr.run("in", orig)
+    assert out == orig and rv == -1
+    assert tr.stats()["skip_nospace"] == before + 1
+    # 32 bytes of options: 12 more would make 44 > 40
+    orig = tcp4(options=[("NOP", None)] * 32)
+    _, out, _ = tr.run("in", orig)
+    assert out == orig
 
 
 def test_tcp_ip_options_and_padding(tr):
@@ -282,9 +380,16 @@ def test_disabled_and_not_ours(tr):
     assert out == orig
     tr.config(in_role=IN_SOURCE, vnf=1)
     _, marked, _ = tr.run("in", orig)
-    tr.config(in_role=IN_NONE, sink=True, vnf=2)  # VNF 2's egress: hop 1 is not its own
+    tr.config(in_role=IN_NONE, vnf=2)  # VNF 2's egress (transit): hop 1 is not its own
+    before = tr.stats()["not_ours"]
     _, out, recs = tr.run("out", marked)
     assert out == marked and recs == []
+    assert tr.stats()["not_ours"] == before + 1
+    # a sink removes the option even when no entry is its own
+    tr.config(in_role=IN_NONE, sink=True, vnf=2)
+    _, out, recs = tr.run("out", marked)
+    assert out == orig
+    assert recs[0]["hops"] == [{"vnf": 1, "ppt_us": None}] and recs[0]["sink_measured"] is False
 
 
 def test_unfinalised_hop_reported_unknown(tr):
@@ -410,3 +515,106 @@ def test_counters_move(tr):
     assert s1["reported"] == s0["reported"] + 1
     assert s1["stripped"] == s0["stripped"] + 1
     assert s1["errors"] == s0["errors"]
+
+
+# ---- fail open; checksum states ----------------------------------------------------
+
+def v6(seg, payload=b"six" * 33):
+    return bytes(Ether() / IPv6(src=SRC6, dst=DST6) / seg / Raw(payload))
+
+
+PACKETS = {
+    "tcp4": lambda: tcp4(options=TS),
+    "udp4": lambda: udp4(payload=b"o" * 101),
+    "tcp6": lambda: v6(TCP(sport=3, dport=4, flags="A", seq=5, options=TS)),
+    "udp6": lambda: v6(UDP(sport=3, dport=4)),
+    "syn4": syn4,
+}
+
+
+def step_input(tr, kind: str, step: str):
+    """(program, frame, config) for one step of a chain, from a real upstream run."""
+    orig = PACKETS[kind]()
+    if step == "source":
+        return "in", orig, dict(in_role=IN_SOURCE, vnf=1)
+    if step == "skip":   # a hop that finds no room: counts itself in place
+        n = 3 if kind == "syn4" else (8 if kind.startswith("udp") else 5)
+        frame = orig
+        for i in range(1, n + 1):
+            tr.config(in_role=IN_SOURCE if i == 1 else IN_TRANSIT, vnf=i)
+            _, frame, _ = tr.run("in", frame)
+            _, frame, _ = tr.run("out", frame)
+        return "in", frame, dict(in_role=IN_TRANSIT, vnf=n + 1)
+    tr.config(in_role=IN_SOURCE, vnf=1)
+    _, a, _ = tr.run("in", orig)
+    _, b, _ = tr.run("out", a)
+    if step == "append":
+        return "in", b, dict(in_role=IN_TRANSIT, vnf=2)
+    tr.config(in_role=IN_TRANSIT, vnf=2)
+    _, c, _ = tr.run("in", b)
+    if step == "finalise":
+        return "out", c, dict(in_role=IN_TRANSIT, vnf=2)
+    assert step == "strip"
+    return "out", c, dict(in_role=IN_TRANSIT, sink=True, vnf=2)
+
+
+STEPS = ["source", "append", "skip", "finalise", "strip"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("kind", ["tcp4", "udp4", "tcp6", "udp6", "syn4"])
+def test_every_failure_passes_the_packet_unchanged(tr, kind, step):
+    """Make each fallible helper call of the step fail in turn (loads, checksum
+    differences, bpf_skb_change_tail, the first store of an in-place rewrite): the packet
+    must come out exactly as it went in, counted as an error (and, at the sink, as a
+    leak, with a record saying the packet was not restored)."""
+    prog, frame, cfg = step_input(tr, kind, step)
+    tr.config(**cfg)
+    tr.reset_sampling()
+    _, good, _ = tr.run(prog, frame)
+    calls = tr.fallible
+    assert good != frame and calls >= 1
+    try:
+        for nth in range(1, calls + 1):
+            tr.fault(nth)
+            tr.reset_sampling()
+            s0 = tr.stats()
+            rv, out, recs = tr.run(prog, frame)
+            s1 = tr.stats()
+            assert rv == -1 and out == frame, f"failure at fallible call {nth} of {calls}"
+            assert s1["errors"] == s0["errors"] + 1
+            if cfg.get("sink"):
+                assert s1["leaked"] == s0["leaked"] + 1
+                assert all(r["restored"] is False for r in recs)
+    finally:
+        tr.fault(0)
+
+
+@pytest.mark.parametrize("step", ["finalise", "skip"])
+@pytest.mark.parametrize("kind", ["tcp4", "udp4", "tcp6", "udp6"])
+def test_in_place_rewrites_keep_checksum_complete(tr, kind, step):
+    """With CHECKSUM_COMPLETE the kernel checks after the run that skb->csum still is the
+    sum of the packet (BPF_F_TEST_SKB_CHECKSUM_COMPLETE; EBADMSG otherwise).  The in-place
+    rewrites keep it; the resizing paths start with bpf_skb_change_tail, which turns a
+    COMPLETE skb into CHECKSUM_NONE."""
+    prog, frame, cfg = step_input(tr, kind, step)
+    tr.config(**cfg)
+    tr.csum_complete(True)
+    try:
+        _, out, _ = tr.run(prog, frame)
+    finally:
+        tr.csum_complete(False)
+    assert out != frame and len(out) == len(frame)
+    assert_checksums(out)
+
+
+def test_tcp_checksum_zero_restored_exactly(tr):
+    """A segment whose TCP checksum is 0x0000 (its sum is 0xffff): incremental updates
+    must come back to 0x0000, not the other zero 0xffff."""
+    # with a zero word in the payload the checksum is C = ~S; putting C into that word
+    # makes the sum S + ~S = 0xffff, whose checksum is 0x0000
+    first = tcp4(payload=b"z" * 40 + b"\0\0", options=TS)
+    orig = tcp4(payload=b"z" * 40 + split(first)[3][16:18], options=TS)
+    assert split(orig)[3][16:18] == b"\0\0"
+    out, recs, _ = chain(tr, orig, 3)
+    assert out == orig and len(recs) == 1

@@ -114,3 +114,42 @@ def test_cli_group(tmp_path, monkeypatch):
     assert out["records"] == 1 and out["e2e"]["p50_us"] == 7
     r = CliRunner().invoke(pptmon, ["stats", "ppz"])
     assert "end-to-end" in r.output
+
+
+def test_chain_list_beside_the_bpffs_mount(tmp_path, monkeypatch):
+    """The loaders' bpffs is mounted at <state>/.bpffs and outlives every chain; a lookup of
+    a file that was never pinned there fails with EPERM.  `chain list` must skip it."""
+    import ctypes
+    import json
+    import os
+    import subprocess
+
+    from fathom.cli.pptmon import pptmon
+    if os.geteuid() != 0:
+        pytest.fail("needs root to mount a bpffs")
+    monkeypatch.setattr(chainmod, "STATE_ROOT", tmp_path)
+    monkeypatch.setattr(control, "STATE_ROOT", tmp_path)
+    bpffs = tmp_path / ".bpffs"
+    bpffs.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(bpffs)], check=True)
+    try:
+        with pytest.raises(PermissionError):   # what the old lookup ran into
+            (bpffs / "chain.json").exists()
+        r = CliRunner().invoke(pptmon, ["chain", "list", "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output) == []
+        d = tmp_path / "pmz"
+        d.mkdir()
+        c = chainmod.Chain(name="pmz", vnfs=chainmod.parse_vnfs("fwd"))
+        (d / "chain.json").write_text(json.dumps(c.to_json()))
+        (tmp_path / "notachain").mkdir()           # not a chain name: ignored
+        r = CliRunner().invoke(pptmon, ["chain", "list", "--json"])
+        assert r.exit_code == 0, r.output
+        assert [row["name"] for row in json.loads(r.output)] == ["pmz"]
+        r = CliRunner().invoke(pptmon, ["chain", "list"])
+        assert r.exit_code == 0 and "pmz" in r.output
+        with pytest.raises(chainmod.ChainError):
+            chainmod.load(".bpffs")
+    finally:
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.umount2(str(bpffs).encode(), 0) == 0, os.strerror(ctypes.get_errno())

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # click option values, table names, dictionary keys, words in messages.
 NOT_COMMANDS = {
     "arp", "clear", "duplicates", "echo", "id", "init", "link", "node", "red", "reset", "route", "seq",
-    "sum", "tr", "truncate", "w", "comm",
+    "sum", "tr", "truncate", "w", "comm", "stat",
 }
 
 
