@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fathom.addresses import parse_ipv4, parse_mac
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
-from fathom.pipeline import vtap
+from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store import taps as ops
 from fathom.store.errors import Invalid

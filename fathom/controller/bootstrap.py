@@ -13,16 +13,11 @@ from ovsdbapp.backend.ovs_idl import connection, idlutils
 from ovsdbapp.schema.open_vswitch import impl_idl
 
 from fathom.controller import channels
-from fathom.store.snapshot import TUNNEL_INTERFACE, UPLINK_INTERFACE
+from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, datapath_id
 
 LOG = logging.getLogger("fathom.bootstrap")
 OVSDB_PORT = channels.OVSDB_PORT
 PHY_PATCH = "patch-int"   # br-phy's end of the patch pair
-
-
-def datapath_id(node_id: int) -> int:
-    """br-int's datapath id: fixed per node, so a reconnecting switch is recognised."""
-    return 0xFA00_0000_0000_0000 | node_id
 
 
 def local_ip_towards(ip: str) -> str:

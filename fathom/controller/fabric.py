@@ -1,15 +1,15 @@
 """The fabric at run time: fabric switches (ToRs) and br-phy under OpenFlow, LLDP link discovery,
 router namespaces of network-node routers, and the fabric status endpoints.
 
-Plugged into the reconciler as an extension: at the end of every pass `after_pass` bootstraps the
-ToRs and every node's br-phy (OVSDB: fail_mode secure, our controller, a fixed datapath id),
-compiles fathom.pipeline.fabric for them and applies the difference like for br-int (same diff,
-same atomic bundles, flows owned by the fabric cookie). A ToR or controller restart therefore
-converges by the same diff: flows that are still wanted are never deleted, so no VLAN in use
-disappears. fail_mode secure, not standalone, on br-phy too: a standalone bridge that has lost its
-controller for 3 inactivity probes "fails open" (OVS flushes its table and switches NORMAL), and
-when the controller is back OVS removes that NORMAL flow before we have re-added ours, which
-blacks out the underlay; a secure bridge keeps our flows, however long we are gone. A switch
+Plugged into the reconciler as an extension that never writes flows itself: `prepare` bootstraps
+the ToRs and every node's br-phy (OVSDB: fail_mode secure, our controller, a fixed datapath id) and
+adds their port numbers to the model; the fabric app (fathom/apps/fabric) compiles their flows and
+the reconciler applies them like every other switch's, by diff: flows that are still wanted are
+never deleted, so a ToR or controller restart makes no VLAN in use disappear. `after_pass` runs the
+network-node router agent. fail_mode secure, not standalone, on br-phy too: a standalone bridge that
+has lost its controller for 3 inactivity probes "fails open" (OVS flushes its table and switches
+NORMAL), and when the controller is back OVS removes that NORMAL flow before we have re-added ours,
+which blacks out the underlay; a secure bridge keeps our flows, however long we are gone. A switch
 whose OVSDB could not be read this pass is left as it is: compiled without its port numbers, its
 desired state would miss flows that are still wanted.
 
@@ -33,13 +33,17 @@ from dataclasses import replace
 
 from fastapi import APIRouter, Depends
 
+from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
+from fathom.apps.fabric import compiler as fc
 from fathom.controller import channels
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, datapath_id, local_ip_towards
+from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
 from fathom.controller.l3agent import L3Agent
+from fathom.controller.reconciler import SwitchResult
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.openflow.spec import SwitchState
-from fathom.pipeline import fabric as fc
 from fathom.pipeline import stages as st
+from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
 from fathom.store.errors import NotFound
 from fathom.store.fabric_models import FabricSwitch
@@ -50,12 +54,6 @@ PHY_BRIDGE = "br-phy"
 UNDERLAY_PORT = fc.PHY_UNDERLAY
 DPID_KIND_MASK = 0xFF00_0000_0000_0000
 DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
-
-
-def _owned(cookie, group_id=None) -> bool:
-    if group_id is not None:
-        return st.parse_group_id(group_id)[0] == st.APP_FABRIC
-    return st.parse_cookie(cookie)[0] == st.APP_FABRIC
 
 
 def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fail_mode: str) -> bool:
@@ -146,9 +144,7 @@ class FabricRuntime:
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
         self.agent = L3Agent()
-        self._tor_ofports: dict[str, dict[str, int]] = {}
-        self._switch_status = None
-        self.last: dict = {"switches": {}, "desired": {}, "routers": {}}
+        self.last: dict = {"routers": {}}
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
         self._lldp_key = os.urandom(32)   # signs our probes: a forged or replayed frame does not verify
         self._stop = threading.Event()
@@ -175,34 +171,22 @@ class FabricRuntime:
 
     # ------------------------------------------------------------------------------- passes
 
-    def before_apply(self, rec, snapshot, result) -> None:
-        """Phase 1, before the br-ints change: the ToRs get what is new (flow puts, new groups) but
-        lose nothing yet, so a path the nodes are about to use exists when they use it."""
-        fab = fc.fabric_state(snapshot)
-        self._switch_status = self._bootstrap_tors(fab)
-        result.status_overrides.update(self._router_status(fab, snapshot, self._switch_status))
-        snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
-        for s in fab.switches:
-            dp = self.app.datapath(fc.datapath_id_tor(s.id))
-            if dp is None or s.id in self._switch_status:   # not connected, or its OVSDB failed
-                continue
-            try:
-                self.apply(dp, fc.compile_tor(snapshot, result.desired)[s.name], additions_only=True)
-            except Exception as e:  # noqa: BLE001 - phase 2 retries and reports
-                LOG.warning("fabric switch %s: phase 1 failed: %s", s.name, e)
-
-    def _bootstrap_tors(self, fab) -> dict[int, tuple[str, str | None]]:
+    def prepare(self, rec, snapshot, result):
+        """Before compiling: the ToRs and every node's br-phy under our controller (OVSDB), their
+        setup recorded as switch results; returns the model with their port numbers."""
+        fab = routers.fabric_state(snapshot)
         controller_for = lambda ip: channels.controller_target(local_ip_towards(ip), self.of_port)  # noqa: E731
-        switch_status: dict[int, tuple[str, str | None]] = {}
         ofports = {}
         for s in fab.switches:
+            key = SwitchKey(TOR, s.name)
+            res = result.switches[key] = SwitchResult(key, datapath_id_tor(s.id))
             try:
                 ovsdb = self.tors.get(s.name)
                 if ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip):
                     if ovsdb:
                         ovsdb.close()
                     ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip)
-                ensure_bridge(ovsdb, s.bridge, fc.datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
+                ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
                 ofports[s.name] = {n: p for n, p in ovsdb.ofports(s.bridge).items() if n != s.bridge}
                 self.tor_ports[s.id] = ofports[s.name]
             except Exception as e:  # noqa: BLE001 - the switch's status, retried next pass
@@ -210,29 +194,20 @@ class FabricRuntime:
                 stale = self.tors.pop(s.name, None)
                 if stale:
                     stale.close()
-                switch_status[s.id] = ("error", f"OVSDB {s.management_ip}:{OVSDB_PORT}: {e}")
+                res.setup, res.reason = "error", f"OVSDB {s.management_ip}:{OVSDB_PORT}: {e}"
         for gone in set(self.tors) - {s.name for s in fab.switches}:
             self.tors.pop(gone).close()
-        self._tor_ofports = ofports
-        return switch_status
 
-    def after_pass(self, rec, snapshot, result) -> None:
-        """Phase 2: br-phy, the full ToR diff (removals too), network-node routers, status."""
-        fab = fc.fabric_state(snapshot)
-        controller_for = lambda ip: channels.controller_target(local_ip_towards(ip), self.of_port)  # noqa: E731
-        switch_status = getattr(self, "_switch_status", None)
-        if switch_status is None:
-            switch_status = self._bootstrap_tors(fab)
-        self._switch_status = None
-        snapshot = replace(snapshot, fabric=fab.with_ofports(self._tor_ofports))
-
-        # br-phy of every node: our controller (secure, see above), LLDP punt
-        for node in snapshot.nodes:
+        # br-phy of every node: our controller (fail mode secure, see above)
+        for node in snapshot.nodes if fab.switches else ():
+            key = SwitchKey(BR_PHY, node.name)
+            res = result.switches[key] = SwitchResult(key, datapath_id_phy(node.id))
             ovsdb = rec.bootstrapper.nodes.get(node.name)
-            if ovsdb is None or not fab.switches:
+            if ovsdb is None:
+                res.setup, res.reason = "error", "node not bootstrapped"
                 continue
             try:
-                ensure_bridge(ovsdb, PHY_BRIDGE, fc.datapath_id_phy(node.id), controller_for(node.management_ip),
+                ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
                               "secure")
                 self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
                 port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
@@ -240,40 +215,13 @@ class FabricRuntime:
                     self.phy_ports[node.id] = port
             except Exception as e:  # noqa: BLE001
                 LOG.warning("node %s br-phy: %s", node.name, e)
+                res.setup, res.reason = "error", f"br-phy: {e}"
+        return replace(snapshot, fabric=fab.with_ofports(ofports)).with_phy_ofports(self.phy_ofports)
 
-        tors = fc.compile_tor(snapshot, result.desired)
-        desired = {("tor", s.name): tors[s.name] for s in fab.switches}
-        if fab.switches:
-            for name, state in fc.compile_phy(snapshot, self.phy_ofports).items():
-                desired[("phy", name)] = state
-        ids = {("tor", s.name): fc.datapath_id_tor(s.id) for s in fab.switches}
-        ids.update({("phy", n.name): fc.datapath_id_phy(n.id) for n in snapshot.nodes})
-        tors = {s.name: s for s in fab.switches}
-        for key, state in desired.items():
-            if key[0] == "tor" and tors[key[1]].id in switch_status:
-                continue        # its OVSDB failed this pass (status says why): leave its flows alone
-            dp = self.app.datapath(ids[key])
-            if dp is None:
-                if key[0] == "tor":
-                    lost = self.app.lost_since(ids[key])
-                    switch_status[tors[key[1]].id] = (
-                        ("pending", "waiting for the switch to connect over OpenFlow") if lost is None else
-                        ("error", f"OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(lost))} "
-                                  "(ovs-vswitchd down or unreachable)"))
-                continue
-            try:
-                self.apply(dp, state)
-                if key[0] == "tor":
-                    s = next(x for x in fab.switches if x.name == key[1])
-                    switch_status.setdefault(s.id, ("active", None))
-            except Exception as e:  # noqa: BLE001
-                LOG.warning("%s %s: apply failed: %s", *key, e)
-                if key[0] == "tor":
-                    s = next(x for x in fab.switches if x.name == key[1])
-                    switch_status[s.id] = ("error", f"apply failed: {e}")
-
-        # network-node routers: their namespaces on the gateway nodes
-        want = fc.network_node_legs(snapshot)
+    def after_pass(self, rec, snapshot, result) -> None:
+        """After the switches: network-node routers' namespaces on the gateway nodes (the agent),
+        whose outcome is part of those routers' status."""
+        want = routers.network_node_legs(snapshot)
         subnets = {x.id: x for x in snapshot.subnets}
         router_result = self.agent.sync({n.name: n.management_ip for n in snapshot.nodes}, want, subnets,
                                         lambda node: rec.bootstrapper.nodes.get(node))
@@ -281,55 +229,19 @@ class FabricRuntime:
             # new legs' br-int ports: the next pass compiles them with their port numbers
             self.agent.created = False
             self.wake()
-        self.last = {"desired": desired, "snapshot": snapshot, "routers": router_result,
-                     "switches": switch_status, "brint": result.desired}
-        self._write_status(switch_status, router_result, snapshot)
-
-    def apply(self, dp, desired: SwitchState, additions_only: bool = False) -> int:
-        actual_flows = sw.read_flows(self.app, dp)
-        actual_groups = sw.read_groups(self.app, dp)
-        change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, _owned)
-        if additions_only:   # (puts, deletes, group adds, group mods, group deletes)
-            change = (change[0], [], change[2], [], [])
-        n = sum(len(c) for c in change)
-        if n:
-            LOG.info("fabric switch %016x: %d flow puts, %d flow deletes, %d/%d/%d group add/mod/del",
-                     dp.id, *map(len, change))
-            sw.apply(self.app, dp, sw.messages(dp, *change))
-        return n
-
-    def _router_status(self, fab, snapshot, switch_status) -> dict:
-        """(KIND_ROUTER, id) -> (status, reason) of every router not in distributed mode."""
-        effective = fc.effective_modes(snapshot)
-        routers_result = self.last.get("routers") or {}
-        out = {}
-        for md in fab.modes:
-            if md.mode == "network-node":
-                r = routers_result.get(md.router_id)
-                if r not in ("ok", None):
-                    status, reason = "error", r
-                elif md.router_id not in effective:
-                    status, reason = "pending", "building the router namespace on the gateway node"
-                else:
-                    status, reason = "active", None
-            elif md.mode == "fabric":
-                connected = [s for s in fab.switches if self.app.datapath(fc.datapath_id_tor(s.id)) is not None
-                             and switch_status.get(s.id, ("active",))[0] != "error"]
-                status, reason = ("active", None) if connected else ("pending", "no fabric switch connected")
-            else:
+        effective = routers.effective_modes(snapshot)
+        for md in routers.fabric_state(snapshot).modes:
+            if md.mode != "network-node":
                 continue
-            out[(st.KIND_ROUTER, md.router_id)] = (status, reason)
-        return out
-
-    def _write_status(self, switch_status, router_result, snapshot) -> None:
-        with self.Session() as session, session.begin():
-            for sid, (status, reason) in switch_status.items():
-                row = session.get(FabricSwitch, sid)
-                if row is not None and (row.status, row.status_reason) != (status, reason):
-                    row.status, row.status_reason = status, reason
+            r = router_result.get(md.router_id)
+            if r not in ("ok", None):
+                result.agents[(st.KIND_ROUTER, md.router_id)] = ("error", r)
+            elif md.router_id not in effective:
+                result.agents[(st.KIND_ROUTER, md.router_id)] = ("pending", "building the router namespace on "
+                                                                            "the gateway node")
+        self.last = {"snapshot": snapshot, "routers": router_result}
 
     # ------------------------------------------------------------------------------- LLDP
-
     def _lldp_loop(self) -> None:
         while not self._stop.wait(self.lldp_interval):
             try:
@@ -341,7 +253,7 @@ class FabricRuntime:
         sent = 0
         probes = []   # out of each node's underlay port only: links are learnt where the ToR receives them
         for nid, port in list(self.phy_ports.items()):
-            probes.append((fc.datapath_id_phy(nid), port))
+            probes.append((datapath_id_phy(nid), port))
         for dpid, port in probes:
             dp = self.app.datapath(dpid)
             if dp is None:
@@ -407,8 +319,10 @@ class FabricRuntime:
             if row is None:
                 raise NotFound(f"fabric switch {switch_id} does not exist")
             name, status, reason = row.name, row.status, row.status_reason
-        dp = self.app.datapath(fc.datapath_id_tor(switch_id))
-        desired = fc.tor_vlans(snapshot, self.last.get("brint", {})).get(name, {}) if snapshot is not None else {}
+        dp = self.app.datapath(datapath_id_tor(switch_id))
+        last = self.reconciler.last.desired
+        brint = {k.name: state for k, state in last.items() if k.bridge == BR_INT}
+        desired = fc.tor_vlans(snapshot, brint).get(name, {}) if snapshot is not None else {}
         ports = self.tor_ports.get(switch_id, {})
         actual: dict[str, set[int]] | None = None
         flows_match = None
@@ -420,9 +334,9 @@ class FabricRuntime:
                 md = f.match_dict
                 if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW and "in_port" in md:
                     actual.setdefault(by_no.get(md["in_port"], str(md["in_port"])), set()).add(md["vlan_vid"] & 0xFFF)
-            want = self.last.get("desired", {}).get(("tor", name))
-            flows_match = want is not None and {f for f in flows if _owned(f.cookie)} == set(want.flows)
-        fab = fc.fabric_state(snapshot) if snapshot is not None else None
+            want = last.get(SwitchKey(TOR, name))
+            flows_match = want is not None and {f for f in flows if owns_cookie(f.cookie)} == set(want.flows)
+        fab = routers.fabric_state(snapshot) if snapshot is not None else None
         faces = {}
         if fab is not None:
             s = next((x for x in fab.switches if x.id == switch_id), None)
@@ -476,7 +390,7 @@ class FabricRuntime:
                 row = session.get(FabricSwitch, switch_id) if valid_id(switch_id) else None
             if row is None:
                 raise NotFound(f"fabric switch {switch_id} does not exist")
-            want = self.last.get("desired", {}).get(("tor", row.name))
+            want = self.reconciler.last.desired.get(SwitchKey(TOR, row.name))
             return {"desired": want.to_ofctl() if want else []}
 
         return r

@@ -8,7 +8,7 @@ node's namespace by its management address and builds the router namespace next 
 
 Per leg N (a router interface = a port of the leg's network, id N):
   router netns: `qr<N>` with the leg's MAC and gateway address/prefix
-  node netns:   `qrp<N>` on br-int (fathom.pipeline.fabric.router_port_interface), switched by the
+  node netns:   `qrp<N>` on br-int (fathom.model.routers.router_port_interface), switched by the
                 tenant compiler like any port of the network bound to the gateway node.
 """
 from __future__ import annotations

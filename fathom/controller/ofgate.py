@@ -236,8 +236,7 @@ class GatedListener(OpenFlowController):
 def expected_from_store(session_factory) -> Expected:
     """The datapath ids the store expects of a holder: a node's br-int and br-phy, a fabric switch's
     bridge; with no identity (plain TCP) those of every registered node and switch."""
-    from fathom.controller.bootstrap import datapath_id
-    from fathom.pipeline.fabric import datapath_id_phy, datapath_id_tor
+    from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
     from fathom.store import models as m
     from fathom.store.fabric_models import FabricSwitch
 

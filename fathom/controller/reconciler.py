@@ -1,64 +1,66 @@
-"""The reconciler: store → compilers → diff against each switch → atomic apply → object status.
+"""The reconciler: model → every app's desired state per switch → diff → make, then break → status.
 
 One thread runs passes: on every API change, on every switch (re)connect and every `interval`
-seconds. A pass bootstraps the nodes over OVSDB, compiles the desired state of every br-int from
-one store snapshot, reads each connected switch's flows and groups, and applies only the
-difference. A switch that already holds the desired state is not written at all.
+seconds. A pass:
+
+1. takes one snapshot of the store (the model) and adds the switches' runtime facts: each node's
+   br-int is bootstrapped over OVSDB (its OpenFlow port numbers come back), then each extension
+   `prepare`s its switches (the fabric: ToRs and br-phy, and the ToR port numbers);
+2. runs every registered app (fathom.apps) and gets the desired state of every switch: br-int,
+   br-phy and ToR alike, keyed by SwitchKey;
+3. for every connected switch diffs desired against what it holds (read back, or what it was last
+   sent) with one ownership rule (the cookie's app byte), and applies the difference in two halves
+   across all switches: first every switch gets what is new (meters, groups, flows; one atomic
+   bundle each), then every switch loses what is gone. So no switch stops using a path before
+   every switch has the new one: moving a router between modes is make-before-break by
+   construction. A switch that already holds its desired state is sent nothing;
+4. a refused change marks exactly the objects whose messages the switch refused (by cookie) as
+   `error` and the rest of the change is applied without them;
+5. extensions run their agents (`after_pass`, e.g. network-node router namespaces) and statuses are
+   written (fathom.controller.status, one table of where each kind's status comes from).
+
+Desired state is per switch and, through the cookies, per owning object (fathom.apps.by_owner), so
+a later incremental engine can recompile and diff only the owners a change touches.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import select
-
-from fathom.controller import switch as sw
-from fathom.controller.bootstrap import Bootstrapper, datapath_id
-from fathom.openflow import encode
+from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, compile_all
+from fathom.apps.tenant.compiler import refused_ports
+from fathom.controller import status
+from fathom.controller.bootstrap import Bootstrapper
+from fathom.controller.switch import ApplyError, Change, break_messages, diff, make_messages
+from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
-from fathom.pipeline import stages as st
-from fathom.pipeline import fabric
-from fathom.pipeline.tenant import compile_tenant, refused_ports
-from fathom.pipeline.vtap import compile_vtap
-from fathom.store import models as m
+from fathom.pipeline import cookies as ck
+from fathom.pipeline.cookies import owns_cookie, owns_id, parse_cookie
 from fathom.store.db import READ_ONLY
-from fathom.store.snapshot import Snapshot, load_snapshot
+from fathom.store.snapshot import load_snapshot
 
 LOG = logging.getLogger("fathom.reconciler")
 
-OUR_APPS = set(st.APPS)
-KIND_MODEL = {st.KIND_NETWORK: m.Network, st.KIND_SUBNET: m.Subnet, st.KIND_PORT: m.Port,
-              st.KIND_ROUTER: m.Router, st.KIND_ROUTER_INTERFACE: m.Port}
+# New state goes to the switches nearest the physical network first, old state leaves the edge first.
+MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}
 
 
-def owned(cookie, group_id: int | None = None) -> bool:
-    if group_id is not None:
-        return st.parse_group_id(group_id)[0] in OUR_APPS
-    return st.parse_cookie(cookie)[0] in OUR_APPS
-
-
-def compile_all(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """Every app's compiler, merged per node. New apps add their compiler here."""
-    # a port bound to one of the fabric's own interfaces is compiled by no app (the tenant
-    # compiler refuses it itself; vTAP must not tap the tunnel through it either)
-    refused = refused_ports(snapshot)
-    if refused:
-        snapshot = replace(snapshot, ports=tuple(p for p in snapshot.ports if p.id not in refused))
-    # routers not in distributed mode are hidden from the tenant compiler (tenant_view);
-    # the fabric adds its br-int flows (gateway MAC of fabric routers -> VLAN trunk).
-    out = compile_tenant(fabric.tenant_view(snapshot))
-    for node, extra in fabric.compile_edges(snapshot).items():
-        out[node] = out.get(node, SwitchState()) | extra
-    for node, extra in compile_vtap(fabric.tenant_view(snapshot)).items():  # vTAP
-        out[node] = out.get(node, SwitchState()) | extra
-    return out
+@dataclass
+class SwitchResult:
+    key: SwitchKey
+    dpid: int
+    setup: str = "ok"               # the switch's bootstrap (OVSDB): ok | error
+    reason: str | None = None       # why setup failed
+    state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ...
+    changes: int = 0
+    last_ok: float | None = None
 
 
 @dataclass
 class NodeResult:
+    """A node as its br-int saw the pass (the /sync answer and the node's status)."""
     bootstrap: str = "init"
     reason: str | None = None
     switch: str = "not connected"   # ok | not connected | lost: ... | error: ...
@@ -66,19 +68,53 @@ class NodeResult:
     last_ok: float | None = None
 
 
+def compile_switches(snapshot: Snapshot) -> tuple[dict[SwitchKey, SwitchState], dict[int, str]]:
+    """The desired state of every switch, and the ports refused: a port bound to one of the
+    fabric's own interfaces (refused_ports) is compiled by no app (the tenant compiler refuses it
+    itself; a tap policy on it must not copy the tunnel either)."""
+    refused = refused_ports(snapshot)
+    if refused:
+        snapshot = replace(snapshot, ports=tuple(p for p in snapshot.ports if p.id not in refused))
+    return compile_all(snapshot), refused
+
+
 @dataclass
 class PassResult:
     nodes: dict[str, NodeResult] = field(default_factory=dict)
-    desired: dict[str, SwitchState] = field(default_factory=dict)
-    # (kind, object id) -> (status, reason) decided by an extension (e.g. a router in the fabric),
-    # written instead of what the br-int flows alone would say
-    status_overrides: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
+    switches: dict[SwitchKey, SwitchResult] = field(default_factory=dict)
+    desired: dict[SwitchKey, SwitchState] = field(default_factory=dict)
+    # (kind, object id) -> reason: objects whose flows, groups or meters a switch refused
+    refused: dict[tuple[int, int], str] = field(default_factory=dict)
+    # (kind, object id) -> (status, reason) decided by an agent outside the switches (router namespaces)
+    agents: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
+
+    def br_int(self, node: str) -> SwitchState | None:
+        return self.desired.get(SwitchKey(BR_INT, node))
+
+
+def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
+    if key.bridge == TOR:
+        fabric = snapshot.fabric
+        sw = next((s for s in (fabric.switches if fabric else ()) if s.name == key.name), None)
+        return datapath_id_tor(sw.id) if sw else None
+    node = next((n for n in snapshot.nodes if n.name == key.name), None)
+    if node is None:
+        return None
+    return datapath_id(node.id) if key.bridge == BR_INT else datapath_id_phy(node.id)
+
+
+def lost_state(key: SwitchKey, since: float) -> str:
+    """The state of a switch that was connected and is gone: its ovs-vswitchd died or it is cut off."""
+    whose = "" if key.bridge == TOR else f"{key.bridge}'s "
+    return (f"lost: {whose}OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(since))} "
+            "(ovs-vswitchd down or unreachable)")
 
 
 class Reconciler:
-    def __init__(self, session_factory, app, bootstrapper: Bootstrapper, interval: float = 5.0):
+    def __init__(self, session_factory, switches, bootstrapper: Bootstrapper, interval: float = 5.0):
+        """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch)."""
         self.Session = session_factory
-        self.app = app
+        self.switches = switches
         self.bootstrapper = bootstrapper
         self.interval = interval
         self._wake = threading.Event()
@@ -90,11 +126,11 @@ class Reconciler:
         # What each switch holds after our last successful apply: passes woken by API changes diff
         # against it instead of reading every flow back. Dropped on reconnect, failure and audit.
         self.known: dict[int, tuple[set, set]] = {}
-        # more switches than the br-ints (the fabric), each called in every pass as
-        # ext.before_apply(reconciler, snapshot, result) before the br-ints are written, and
-        # ext.after_pass(reconciler, snapshot, result) at the end
-        self.extensions: list = []
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
+        # Providers of more switches and agents (the fabric): `prepare(reconciler, snapshot, result)`
+        # bootstraps its switches and returns the snapshot with their runtime facts;
+        # `after_pass(reconciler, snapshot, result)` runs its agents. They never write flows.
+        self.extensions: list = []
 
     def wake(self, *_args) -> None:
         self._wake.set()
@@ -102,6 +138,7 @@ class Reconciler:
     def switch_changed(self, dpid: int, _datapath=None) -> None:
         """A switch connected or went away: forget what it held, reconcile it in full."""
         self.known.pop(dpid, None)
+        self._had_meters.pop(dpid, None)
         self._wake.set()
 
     def stop(self) -> None:
@@ -124,6 +161,8 @@ class Reconciler:
                 LOG.exception("reconcile pass failed")
                 time.sleep(1)
 
+    # ---------------------------------------------------------------------------- one pass
+
     def run_pass(self, audit: bool = True) -> PassResult:
         """One pass; `audit` reads every switch back instead of trusting what we last applied."""
         with self.lock:
@@ -132,174 +171,135 @@ class Reconciler:
                 session.connection(execution_options=READ_ONLY)
                 snapshot = load_snapshot(session)
             result = PassResult()
-            ofports = {}
-            for node in snapshot.nodes:
-                state, reason, ports = self.bootstrapper.run(node)
-                result.nodes[node.name] = NodeResult(bootstrap=state, reason=reason)
-                ofports[node.name] = ports
-            snapshot = snapshot.with_ofports(ofports)
-            result.desired = compile_all(snapshot)
-            for port_id, reason in refused_ports(snapshot).items():   # ports on fabric interfaces
-                result.status_overrides[(st.KIND_PORT, port_id)] = ("error", reason)
-            for ext in self.extensions:   # e.g. the fabric: new ToR paths in place before the nodes use them
-                try:
-                    ext.before_apply(self, snapshot, result)
-                except Exception:  # noqa: BLE001
-                    LOG.exception("extension %s failed", type(ext).__name__)
-            for node in snapshot.nodes:
-                res = result.nodes[node.name]
-                dp = self.app.datapath(datapath_id(node.id))
-                if dp is None:
-                    if self.app.lost_since(datapath_id(node.id)) is not None:
-                        res.switch = self._lost(datapath_id(node.id))
-                    continue
-                if res.bootstrap == "error":
-                    # without OVSDB we cannot tell the node's ports: leave its flows as they are
-                    res.switch = "not reconciled (node bootstrap failed)"
-                    continue
-                try:
-                    res.changes = self.reconcile_switch(dp, result.desired.get(node.name, SwitchState()), audit)
-                    res.switch, res.last_ok = "ok", time.time()
-                except Exception as e:  # noqa: BLE001 - recorded as the node's status, retried
-                    LOG.warning("node %s: apply failed: %s", node.name, e)
-                    # the switch went away during the pass: that is the node's health, not our change
-                    res.switch = f"error: {e}" if self.app.still_connected(dp) else self._lost(dp.id)
-            self._write_status(snapshot, result)
+            snapshot = self._prepare(snapshot, result)
+            result.desired, refused = compile_switches(snapshot)
+            for port_id, reason in refused.items():
+                result.refused[(ck.KIND_PORT, port_id)] = reason
+            self._apply(snapshot, result, audit)
+            for r in result.switches.values():
+                if r.key.bridge == BR_INT and r.key.name in result.nodes:
+                    n = result.nodes[r.key.name]
+                    n.switch, n.changes, n.last_ok = r.state, r.changes, r.last_ok
             for ext in self.extensions:
                 try:
                     ext.after_pass(self, snapshot, result)
                 except Exception:  # noqa: BLE001 - one extension must not break the pass
                     LOG.exception("extension %s failed", type(ext).__name__)
+            status.write(self.Session, snapshot, result)
             self.last = result
             self.passes += 1
             self.last_pass_seconds = time.monotonic() - started
             return result
 
-    def _lost(self, dpid: int) -> str:
-        """A node's br-int that was connected and is gone: its ovs-vswitchd died or is cut off."""
-        since = self.app.lost_since(dpid) or time.time()
-        return (f"lost: br-int's OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(since))} "
-                "(ovs-vswitchd down or unreachable)")
+    def _prepare(self, snapshot: Snapshot, result: PassResult) -> Snapshot:
+        """Bootstrap every switch and add their runtime facts (OpenFlow port numbers) to the model."""
+        ofports = {}
+        for node in snapshot.nodes:
+            state, reason, ports = self.bootstrapper.run(node)
+            result.nodes[node.name] = NodeResult(bootstrap=state, reason=reason)
+            key = SwitchKey(BR_INT, node.name)
+            result.switches[key] = SwitchResult(key, datapath_id(node.id), "error" if state == "error" else "ok",
+                                                reason)
+            ofports[node.name] = ports
+        snapshot = snapshot.with_ofports(ofports)
+        for ext in self.extensions:
+            try:
+                snapshot = ext.prepare(self, snapshot, result)
+            except Exception:  # noqa: BLE001
+                LOG.exception("extension %s failed", type(ext).__name__)
+        return snapshot
 
-    def reconcile_switch(self, dp, desired: SwitchState, audit: bool = True) -> int:
-        known = None if audit else self.known.get(dp.id)
-        if known is None:
-            known = (sw.read_flows(self.app, dp), sw.read_groups(self.app, dp))
-        actual_flows, actual_groups = known
-        change = sw.diff(set(desired.flows), set(desired.groups), actual_flows, actual_groups, owned)
-        meters = self._meter_change(dp, desired)
-        n = sum(len(c) for c in change) + sum(len(c) for c in meters)
-        self.known.pop(dp.id, None)
-        if meters[0] or meters[1]:   # meters the new flows use exist before the bundle
-            sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "add") for m in meters[0]]
-                           + [encode.meter_mod(dp, m, "modify") for m in meters[1]])
-        if sum(len(c) for c in change):
-            LOG.info("switch %016x: %d flow puts, %d flow deletes, %d/%d/%d group add/mod/del",
-                     dp.id, *map(len, change))
-            sw.apply(self.app, dp, sw.messages(dp, *change))
-        if meters[2]:                # and go after the flows that used them
-            sw.apply_plain(self.app, dp, [encode.meter_mod(dp, m, "delete") for m in meters[2]])
-        foreign = {f for f in actual_flows if not owned(f.cookie)}
-        foreign_groups = {g for g in actual_groups if not owned(None, group_id=g.group_id)}
-        self.known[dp.id] = (set(desired.flows) | foreign, set(desired.groups) | foreign_groups)
-        return n
-
-    def _meter_change(self, dp, desired: SwitchState) -> tuple[list, list, list]:
-        """Meters are read only where some are wanted or some of ours may be left (ids carry the app)."""
-        if not desired.meters and not self._had_meters.get(dp.id, True):
-            return [], [], []
-        actual = sw.read_meters(self.app, dp)
-        change = sw.diff_meters(set(desired.meters), actual, lambda mid: st.parse_group_id(mid)[0] in OUR_APPS)
-        self._had_meters[dp.id] = bool(desired.meters)
-        return change
-
-    # ---------------------------------------------------------------------------- status
-
-    def _write_status(self, snapshot: Snapshot, result: PassResult) -> None:
-        """Each object's status follows the switches that must hold its flows.
-
-        A node whose switch is unhealthy (OVSDB unreachable, br-int lost or not yet connected)
-        makes the node and the ports bound to it error (pending while it has never connected),
-        not the ports of other nodes: they keep working for everyone but that node. A distributed
-        object (network, subnet, router, router interface) is held back by unhealthy nodes only
-        when no node holding its flows is healthy. A switch that refused our change is an error
-        of every object with flows there (any of them may be the cause).
-        """
-        needs: dict[tuple[int, int], set[str]] = defaultdict(set)
-        for node_name, state in result.desired.items():
-            for flow in state.flows:
-                app, kind, obj = st.parse_cookie(flow.cookie)
-                if kind in KIND_MODEL:
-                    needs[(kind, obj)].add(node_name)
-
-        def node_problem(name: str) -> tuple[str, str, bool] | None:
-            """(status, reason, is the node's own health) an object gets from a node that cannot
-            hold its flows; None when the node holds them."""
-            r = result.nodes.get(name)
-            if r is None:
-                return "error", f"unknown node {name}", True
-            if r.bootstrap == "error":
-                return "error", f"node {name}: {r.reason}", True
-            if r.switch.startswith("error"):
-                return "error", f"node {name}: switch {r.switch}", False
-            if r.switch.startswith("lost"):
-                return "error", f"node {name}: {r.switch.removeprefix('lost: ')}", True
-            if r.switch != "ok":
-                return "pending", f"node {name}: switch {r.switch}", True
-            return None
-
-        with self.Session() as session, session.begin():
-            node_names = {}
-            for node in session.scalars(select(m.Node)):
-                node_names[node.id] = node.name
-                r = result.nodes.get(node.name)
-                if r is None:
+    def _apply(self, snapshot: Snapshot, result: PassResult, audit: bool) -> None:
+        """Diff every connected switch, then make on all of them, then break on all of them."""
+        plans = []
+        for key in sorted(result.desired, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k)):
+            res = result.switches.get(key)
+            if res is None:
+                dpid = switch_dpid(key, snapshot)
+                if dpid is None:
                     continue
-                if r.bootstrap == "error":
-                    _set(node, "error", r.reason, state="error")
-                elif r.switch == "ok":
-                    _set(node, "active", None, state="complete")
-                elif r.switch.startswith("error"):
-                    _set(node, "error", r.switch, state="device_created")
-                elif r.switch.startswith("lost"):
-                    _set(node, "error", r.switch.removeprefix("lost: "), state="device_created")
-                else:
-                    _set(node, "pending", "waiting for br-int to connect over OpenFlow", state="device_created")
-            for kind, model in KIND_MODEL.items():
-                for obj in session.scalars(select(model)):
-                    if kind == st.KIND_ROUTER_INTERFACE and obj.router_id is None:
-                        continue
-                    if kind == st.KIND_PORT and obj.router_id is not None:
-                        continue
-                    if (kind, obj.id) in result.status_overrides:
-                        _set(obj, *result.status_overrides[(kind, obj.id)])
-                        continue
-                    nodes = needs.get((kind, obj.id), set())
-                    found = {n: node_problem(n) for n in sorted(nodes)}
-                    if kind == st.KIND_PORT and obj.node_id is not None:
-                        home = {node_names.get(obj.node_id)}
-                        counts = lambda n, p: not p[2] or n in home  # noqa: E731
-                    else:
-                        anywhere = any(p is None for p in found.values())
-                        counts = lambda n, p: not p[2] or not anywhere  # noqa: E731
-                    problems = [p[:2] for n, p in found.items() if p is not None and counts(n, p)]
-                    if problems:
-                        worst = "error" if any(p[0] == "error" for p in problems) else "pending"
-                        _set(obj, worst, "; ".join(p[1] for p in problems))
-                    elif nodes:
-                        _set(obj, "active", None)
-                    elif kind == st.KIND_PORT and obj.node_id is None:
-                        _set(obj, "pending", "not bound to a node")
-                    elif kind == st.KIND_PORT:
-                        _set(obj, "pending", f"waiting for interface {obj.interface_name!r} on its node")
-                    else:
-                        # nothing to install anywhere yet (e.g. a network with no bound ports)
-                        _set(obj, "active", None)
+                res = result.switches[key] = SwitchResult(key, dpid)
+            if res.setup == "error":
+                # without OVSDB we cannot tell the switch's ports (and a userspace OVS whose
+                # ovsdb-server is gone does not answer OpenFlow either): leave its flows as they are
+                res.state = "not reconciled (bootstrap failed)"
+                continue
+            session = self.switches.session(res.dpid)
+            if session is None:
+                since = self.switches.lost_since(res.dpid)
+                if since is not None:
+                    res.state = lost_state(key, since)
+                continue
+            desired = result.desired[key]
+            try:
+                change, foreign = self._diff(session, desired, audit)
+            except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
+                self._failed(res, session, e)
+                continue
+            plans.append((res, session, desired, change, foreign))
 
+        held: dict[int, set] = {}     # dpid -> owners held back after a refusal
+        for res, session, desired, change, _ in plans:
+            self.known.pop(res.dpid, None)
+            if len(change):
+                LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter "
+                         "add/mod/del", res.key, res.dpid, *map(len, change.__dict__.values()))
+            try:
+                held[res.dpid] = self._send(res, session, change, make_messages, result)
+            except Exception as e:  # noqa: BLE001
+                self._failed(res, session, e)
+        for res, session, desired, change, foreign in reversed(plans):
+            if res.state.startswith(("error", "lost")):
+                continue
+            owners = held.get(res.dpid, set())
+            try:
+                owners |= self._send(res, session, change.without(owners), break_messages, result)
+            except Exception as e:  # noqa: BLE001
+                self._failed(res, session, e)
+                continue
+            res.changes = len(change)
+            res.state, res.last_ok = "ok", time.time()
+            self._had_meters[res.dpid] = bool(desired.meters)
+            if not owners:
+                self.known[res.dpid] = (set(desired.flows) | foreign[0], set(desired.groups) | foreign[1])
 
-def _set(obj, status: str, reason: str | None, **extra) -> None:
-    if obj.status != status or obj.status_reason != reason:
-        obj.status, obj.status_reason = status, reason
-    for k, v in extra.items():
-        if getattr(obj, k) != v:
-            setattr(obj, k, v)
+    def _diff(self, session, desired: SwitchState, audit: bool) -> tuple[Change, tuple[set, set]]:
+        known = None if audit else self.known.get(session.dpid)
+        flows, groups = known if known is not None else (session.read_flows(), session.read_groups())
+        # meters are read only where some are wanted or some of ours may be left (ids carry the app)
+        meters = session.read_meters() if desired.meters or self._had_meters.get(session.dpid, True) else None
+        foreign = ({f for f in flows if not owns_cookie(f.cookie)}, {g for g in groups if not owns_id(g.group_id)})
+        return diff(desired, flows, groups, meters), foreign
+
+    def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult) -> set:
+        """Send one half of a change; on a refusal, mark the refused owners and send the rest without
+        them. Returns the owners held back."""
+        def send(c: Change) -> None:
+            first, second = half(session.dp, c)
+            if half is make_messages:
+                session.plain(first)
+                session.bundle(second)
+            else:
+                session.bundle(first)
+                session.plain(second)
+        try:
+            send(change)
+            return set()
+        except ApplyError as e:
+            owners = {parse_cookie(s.cookie) for s in e.refused}
+            if not owners or not session.alive():   # a closing connection refuses nothing in particular
+                raise
+            LOG.warning("%s: refused %s: %s", res.key, sorted(owners), e)
+            for _app, kind, obj in owners:
+                result.refused[(kind, obj)] = f"{res.key}: {e}"
+            send(change.without(owners))
+            return owners
+
+    def _failed(self, res: SwitchResult, session, e: Exception) -> None:
+        LOG.warning("%s: apply failed: %s", res.key, e)
+        if session.alive():
+            res.state = f"error: {e}"
+        else:   # the switch went away during the pass: that is its health, not our change
+            res.state = lost_state(res.key, self.switches.lost_since(res.dpid) or time.time())
+        self.known.pop(res.dpid, None)
+        self._had_meters.pop(res.dpid, None)

@@ -14,10 +14,12 @@ from fathom.api.limits import TimedH11Protocol
 from fathom.auth.tokens import ensure_admin_token
 from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import Bootstrapper, datapath_id
+from fathom.controller.bootstrap import Bootstrapper
+from fathom.model import datapath_id
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.reconciler import Reconciler
 from fathom.controller.taps import tap_runtime_router
+from fathom.pipeline.cookies import owns_cookie
 from fathom.pipeline.stages import TABLE_STAGE
 from fathom.store.db import open_store, session_factory
 from fathom.store import models as m
@@ -36,10 +38,10 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
             node = s.query(m.Node).filter_by(name=name).one_or_none()
         if node is None:
             raise NotFound(f"node {name[:64]!r} does not exist")
-        desired = reconciler.last.desired.get(name)
-        dp = reconciler.app.datapath(datapath_id(node.id))
-        actual = sw.read_flows(reconciler.app, dp) if dp else None
-        groups = sw.read_groups(reconciler.app, dp) if dp else None
+        desired = reconciler.last.br_int(name)
+        dp = reconciler.switches.app.datapath(datapath_id(node.id))
+        actual = sw.read_flows(reconciler.switches.app, dp) if dp else None
+        groups = sw.read_groups(reconciler.switches.app, dp) if dp else None
 
         def by_stage(flows):
             out: dict[str, list[str]] = {}
@@ -53,7 +55,7 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
             "desired_groups": sorted(g.to_ofctl() for g in desired.groups) if desired else [],
             "actual_groups": sorted(g.to_ofctl() for g in groups) if groups is not None else None,
             "in_sync": (desired is not None and actual is not None
-                        and {f for f in actual if f.cookie >> 56} == set(desired.flows)),
+                        and {f for f in actual if owns_cookie(f.cookie)} == set(desired.flows)),
         }
 
     @router.post("/sync", summary="Run one reconcile pass now and report per-node results")
@@ -63,7 +65,7 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
 
     @router.get("/health")
     def health():
-        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.app.datapaths]}
+        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.switches.app.datapaths]}
 
     return router
 
@@ -79,7 +81,7 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
     app = ofapp.start(of_host, of_port, gate,
                       channels.server_context(transport.files) if transport.tls else None)
-    reconciler = Reconciler(session_factory(engine), app, Bootstrapper(of_port), interval=interval)
+    reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app), Bootstrapper(of_port), interval=interval)
     app.on_switch = reconciler.switch_changed
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
     api = create_app(engine, on_change=reconciler.wake, max_body=max_body)

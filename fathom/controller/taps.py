@@ -13,11 +13,12 @@ import os_ken.app.ofctl.api as ofctl
 from fastapi import APIRouter, Response
 
 from fathom.api.deps import ERRORS, AdminDep, CallerDep
+from fathom.apps import BR_INT
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import datapath_id
+from fathom.model import datapath_id
 from fathom.openflow.spec import Output, OutputTrunc
 from fathom.pipeline import stages as st
-from fathom.pipeline import vtap
+from fathom.apps.vtap import compiler as vtap
 from fathom.store import models as m
 from fathom.store.errors import NotFound
 from fathom.store.ops import valid_id
@@ -41,7 +42,7 @@ def read_group_stats(app, dp) -> dict[int, dict]:
 def policy_stats(reconciler, policy_id: int) -> dict:
     """Counters and state of one policy on every node that must hold part of it."""
     cookie = vtap.tap_cookie(policy_id)
-    desired = reconciler.last.desired
+    desired = {key.name: state for key, state in reconciler.last.desired.items() if key.bridge == BR_INT}
     nodes = []
     totals = {"matched_packets": 0, "copies_packets": 0, "copies_bytes": 0, "delivered_packets": 0,
               "delivered_bytes": 0}
@@ -63,13 +64,13 @@ def policy_stats(reconciler, policy_id: int) -> dict:
                  "groups_desired": len(groups), "groups_installed": 0,
                  "switch": (reconciler.last.nodes.get(name).switch if reconciler.last.nodes.get(name)
                             else "unknown")}
-        dp = reconciler.app.datapath(datapath_id(node_ids[name])) if name in node_ids else None
+        dp = reconciler.switches.app.datapath(datapath_id(node_ids[name])) if name in node_ids else None
         if dp is None:
             entry["switch"] = "not connected"
             nodes.append(entry)
             continue
         try:
-            stats = sw.read_flow_stats(reconciler.app, dp)
+            stats = sw.read_flow_stats(reconciler.switches.app, dp)
             entry["flows_installed"] = sum(1 for x in stats if x.cookie == cookie)
             delivered = [x for x in stats if x.cookie == cookie and x.table_id == st.TAP_RECOVERY
                          and any(_same(x, f) for f in recovery)]
@@ -79,7 +80,7 @@ def policy_stats(reconciler, policy_id: int) -> dict:
                 totals["delivered_packets"] += entry["delivered_packets"]
                 totals["delivered_bytes"] += entry["delivered_bytes"]
             if groups:
-                gstats = read_group_stats(reconciler.app, dp)
+                gstats = read_group_stats(reconciler.switches.app, dp)
                 mine = [gstats[g.group_id] for g in groups if g.group_id in gstats]
                 entry["groups_installed"] = len(mine)
                 entry["matched_packets"] = sum(g["buckets"][0][0] for g in mine if g["buckets"])

@@ -306,8 +306,7 @@ class Lab:
     def _install_certificates(self, state, nodes, created, progress) -> None:
         """Each node and the fabric switch get a key and a certificate naming them and binding their
         datapath ids; their OVSDB then serves TLS only (pssl), and their bridges connect over TLS."""
-        from fathom.controller.bootstrap import datapath_id
-        from fathom.pipeline.fabric import datapath_id_phy, datapath_id_tor
+        from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
         pki = Pki(state["tls"]["pki_dir"])
         progress("issuing node certificates")
         holders = [(n.name, "node", {datapath_id(created["nodes"][n.name]), datapath_id_phy(created["nodes"][n.name])},

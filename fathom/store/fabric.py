@@ -1,4 +1,4 @@
-"""Fabric in the store: the immutable view the compilers read, and the operations behind
+"""The fabric in the store: building its part of the model (`load_fabric`), and the operations behind
 `/v1/fabric/...` and a router's `mode`.
 
 Every check raises a `fathom.store.errors` error naming the request field at fault; the API runs
@@ -7,82 +7,17 @@ each request in one transaction, so a refused request changes nothing.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from fathom.model import FabricState, Link, Mode, Switch
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.fabric_models import FabricLink, FabricSwitch, RouterMode, ROUTER_MODES
 
 VLAN_MIN, VLAN_MAX = 1, 4094
-
-
-# ---------------------------------------------------------------------------------------------- view
-
-
-@dataclass(frozen=True)
-class Switch:
-    id: int
-    name: str
-    management_ip: str
-    bridge: str
-    vlan_min: int
-    vlan_max: int
-
-
-@dataclass(frozen=True)
-class Link:
-    switch_id: int
-    port_name: str
-    ofport: int | None
-    node: str            # node name
-    source: str          # lldp | declared
-    last_seen: float | None = None
-
-
-@dataclass(frozen=True)
-class Mode:
-    router_id: int
-    mode: str
-    gateway_node: str | None = None
-
-
-@dataclass(frozen=True)
-class FabricState:
-    switches: tuple[Switch, ...] = ()
-    links: tuple[Link, ...] = ()
-    modes: tuple[Mode, ...] = ()
-    # runtime (filled in by the controller): switch name -> {port name: OpenFlow port number}
-    ofports: Mapping[str, Mapping[str, int]] = field(default_factory=dict, hash=False)
-
-    def mode_of(self, router_id: int) -> Mode:
-        for md in self.modes:
-            if md.router_id == router_id:
-                return md
-        return Mode(router_id, "distributed")
-
-    def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "FabricState":
-        return replace(self, ofports={k: dict(v) for k, v in ofports.items()})
-
-    def node_ports(self, switch: Switch) -> dict[str, tuple[str, int | None]]:
-        """node name -> (ToR port name, ofport) for the nodes behind `switch`.
-
-        An LLDP-learned link wins over a declared one for the same node (the declared wiring is
-        only a fallback); among several, the most recently seen.
-        """
-        best: dict[str, Link] = {}
-        for link in self.links:
-            if link.switch_id != switch.id:
-                continue
-            have = best.get(link.node)
-            rank = (link.source == "lldp", link.last_seen or 0)
-            if have is None or rank > (have.source == "lldp", have.last_seen or 0):
-                best[link.node] = link
-        ports = self.ofports.get(switch.name, {})
-        return {n: (l.port_name, ports.get(l.port_name, l.ofport)) for n, l in best.items()}
 
 
 def load_fabric(session: Session) -> FabricState:

@@ -2,7 +2,7 @@
 fabric_models.py and pptmon_models.py; fathom.store.tables gathers all). The schema itself is created by the Alembic migrations in
 fathom/store/migrations (tests check that the two agree).
 
-Ids are integers: they go into OpenFlow cookies, registers and group ids (fathom.pipeline.stages).
+Ids are integers: they go into OpenFlow cookies, registers and group ids (fathom.pipeline.cookies).
 Tables use AUTOINCREMENT on SQLite so an id is never reused after a delete; PostgreSQL sequences
 never reuse ids anyway.
 """

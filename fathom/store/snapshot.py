@@ -1,133 +1,13 @@
-"""A consistent, immutable snapshot of the store: the only input of the pure compilers.
-
-`load_snapshot(session)` reads every table in one transaction. Runtime facts that live in the
-switches, not in the store (the OpenFlow port numbers of br-int), are added by the controller with
-`Snapshot.with_ofports()` before compiling.
-"""
+"""The store builds the model: `load_snapshot(session)` reads every table in one transaction into a
+fathom.model.Snapshot, the only input of the compilers."""
 from __future__ import annotations
 
-import ipaddress
-from dataclasses import dataclass, field, replace
-from typing import Mapping
+from sqlalchemy import select
 
-# Interface names on br-int that the node bootstrap creates.
-TUNNEL_INTERFACE = "vxlan0"      # flow-based VXLAN port: options remote_ip=flow, key=flow
-UPLINK_INTERFACE = "patch-phy"   # patch port to br-phy: the VLAN / flat uplink
-
-
-@dataclass(frozen=True)
-class Node:
-    id: int
-    name: str
-    role: str                      # compute | gateway
-    tunnel_ip: str | None          # VXLAN endpoint address (on br-phy)
-    management_ip: str | None      # where the controller reaches its OVSDB
-    state: str = "init"            # bootstrap: init | device_created | complete | error
-    # Runtime, filled in by the controller: br-int interface name -> OpenFlow port number.
-    ofports: Mapping[str, int] = field(default_factory=dict, hash=False)
-
-    def ofport(self, interface: str | None) -> int | None:
-        return self.ofports.get(interface) if interface else None
-
-
-@dataclass(frozen=True)
-class Network:
-    id: int
-    name: str
-    project_id: str
-    type: str                      # vxlan | vlan | flat
-    segmentation_id: int | None    # VNI (vxlan), VLAN id (vlan), None (flat)
-
-
-@dataclass(frozen=True)
-class Subnet:
-    id: int
-    name: str
-    project_id: str
-    network_id: int
-    cidr: str                      # e.g. "10.0.0.0/24"
-    gateway_ip: str | None
-
-    @property
-    def prefix(self) -> ipaddress.IPv4Network:
-        return ipaddress.IPv4Network(self.cidr)
-
-
-@dataclass(frozen=True)
-class FixedIp:
-    subnet_id: int
-    ip_address: str
-
-
-@dataclass(frozen=True)
-class Port:
-    """A workload port (VM, VNF). Router interfaces are `RouterInterface`s, not `Port`s."""
-    id: int
-    name: str
-    project_id: str
-    network_id: int
-    mac_address: str
-    fixed_ips: tuple[FixedIp, ...] = ()
-    node: str | None = None        # name of the node the port is bound to
-    interface: str | None = None   # OVS interface name of the port on that node's br-int
-    port_security: bool = True     # only its own MAC and IPs may be sent from it
-
-
-@dataclass(frozen=True)
-class Router:
-    id: int
-    name: str
-    project_id: str
-
-
-@dataclass(frozen=True)
-class RouterInterface:
-    """A router's leg on one subnet; `id` is the id of the port that holds its address."""
-    id: int
-    router_id: int
-    subnet_id: int
-    network_id: int
-    ip_address: str                # the gateway address of the subnet on this router
-    mac_address: str
-
-
-@dataclass(frozen=True)
-class TapPolicy:
-    """A vTAP policy (fathom/pipeline/vtap.py compiles it). A `*_port_id` of None means the port
-    was deleted under the policy; `filters` is a sorted tuple of (field, value) pairs."""
-    id: int
-    name: str
-    project_id: str
-    sender_port_id: int | None
-    receiver_port_id: int | None
-    receiver_is_port: bool
-    receiver_mac: str
-    receiver_ip: str
-    monitor_port_ids: tuple[int | None, ...]
-    direction: str = "forward"       # forward (sender -> receiver) | both
-    priority: int = 100
-    filters: tuple = ()
-    truncate: int | None = None
-    rate_pps: int | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    nodes: tuple[Node, ...] = ()
-    networks: tuple[Network, ...] = ()
-    subnets: tuple[Subnet, ...] = ()
-    ports: tuple[Port, ...] = ()
-    routers: tuple[Router, ...] = ()
-    router_interfaces: tuple[RouterInterface, ...] = ()
-    tap_policies: tuple[TapPolicy, ...] = ()
-    # Fabric: fabric switches, their links, router modes (fathom.store.fabric.FabricState).
-    # None when loaded without it; compilers treat None as "no fabric, every router distributed".
-    fabric: object | None = None
-
-    def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
-        """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
-        nodes = tuple(replace(n, ofports=dict(ofports.get(n.name, n.ofports))) for n in self.nodes)
-        return replace(self, nodes=nodes)
+from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy
+from fathom.store import models as m
+from fathom.store.db import READ_ONLY
+from fathom.store.fabric import load_fabric
 
 
 def load_snapshot(session) -> Snapshot:
@@ -135,10 +15,6 @@ def load_snapshot(session) -> Snapshot:
 
     Call with a fresh Session: `with Session(engine) as s: snap = load_snapshot(s)`.
     """
-    from sqlalchemy import select
-
-    from fathom.store import models as m
-
     def run():
         node_names = {}
         nodes = []
@@ -170,14 +46,11 @@ def load_snapshot(session) -> Snapshot:
                                t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
                                t.truncate, t.rate_pps)
                      for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)))
-        from fathom.store.fabric import load_fabric  # fabric switches, links, router modes
         return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
                         tap_policies=taps, fabric=load_fabric(session))
 
     if session.in_transaction():
         return run()
-    from fathom.store.db import READ_ONLY
-
     with session.begin():
         options = dict(READ_ONLY)
         if session.get_bind().dialect.name == "postgresql":

@@ -1,26 +1,26 @@
-"""Status write-back for the controller: what the switches really hold, per store object.
+"""Writing statuses: the controller decides them (fathom.controller.status), the store writes them.
 
-Kinds are the names of fathom.pipeline.stages.KINDS ("node", "network", "subnet", "port", "router",
-"router_interface"), so a status can be set straight from a flow's cookie. Writing a status does not
-change any desired state, so it must not wake the reconciler.
+Writing a status does not change any desired state, so it must not wake the reconciler. Only
+changed rows are touched; objects deleted since the pass's snapshot are skipped.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Mapping
 
-from sqlalchemy import Engine
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
+from fathom.store.fabric_models import FabricSwitch
 
 MODELS = {
-    "node": m.Node, "network": m.Network, "subnet": m.Subnet, "port": m.Port,
-    "router": m.Router, "router_interface": m.Port,   # a router interface is a port of the router
+    "node": m.Node, "network": m.Network, "subnet": m.Subnet, "port": m.Port, "router": m.Router,
+    "router_interface": m.Port,   # a router interface is a port of the router
+    "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch,
 }
 
 
-def set_status(session: Session, kind: str, object_id: int, status: str,
-               reason: str | None = None) -> bool:
+def set_status(session: Session, kind: str, object_id: int, status: str, reason: str | None = None) -> bool:
     """Set one object's status ("pending", "active", "error") and reason; False if it is gone."""
     if status not in m.STATUSES:
         raise ValueError(f"status {status!r} is not one of {m.STATUSES}")
@@ -30,6 +30,25 @@ def set_status(session: Session, kind: str, object_id: int, status: str,
     if obj.status != status or obj.status_reason != reason:
         obj.status, obj.status_reason = status, reason
     return True
+
+
+def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[str, str | None]],
+                   node_states: Mapping[str, str] = {}) -> None:
+    """(kind, id) -> (status, reason) for many objects, and node name -> bootstrap state, in the
+    caller's transaction."""
+    by_kind: dict[str, dict[int, tuple]] = {}
+    for (kind, object_id), value in statuses.items():
+        by_kind.setdefault(kind, {})[object_id] = value
+    for kind, values in by_kind.items():
+        model = MODELS[kind]
+        for obj in session.scalars(select(model).where(model.id.in_(list(values)))):
+            status, reason = values[obj.id]
+            if obj.status != status or obj.status_reason != reason:
+                obj.status, obj.status_reason = status, reason
+    if node_states:
+        for node in session.scalars(select(m.Node).where(m.Node.name.in_(list(node_states)))):
+            if node.state != node_states[node.name]:
+                node.state = node_states[node.name]
 
 
 def set_node_state(session: Session, node_id: int, state: str, reason: str | None = None) -> bool:
@@ -44,10 +63,3 @@ def set_node_state(session: Session, node_id: int, state: str, reason: str | Non
     node.status = {"error": "error", "complete": "active"}.get(state, "pending")
     node.status_reason = reason
     return True
-
-
-def set_statuses(engine: Engine, updates: Iterable[tuple[str, int, str, str | None]]) -> None:
-    """Apply many (kind, id, status, reason) updates in one transaction."""
-    with Session(engine) as session, session.begin():
-        for kind, object_id, status, reason in updates:
-            set_status(session, kind, object_id, status, reason)

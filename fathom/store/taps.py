@@ -5,16 +5,15 @@ Like fathom/store/ops.py, each check raises a fathom.store.errors error naming t
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import replace
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from fathom.pipeline import vtap
+from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import Caller, _owner, valid_id
-from fathom.store.snapshot import TUNNEL_INTERFACE, load_snapshot
+from fathom.store.snapshot import load_snapshot
 
 DIRECTIONS = ("forward", "both")
 ROLES = ("sender", "receiver", "monitor", "monitor2")
@@ -184,35 +183,33 @@ def _check_overlap(session: Session, tap: m.TapPolicy) -> None:
 def static_problems(session: Session) -> dict[int, list[str]]:
     """Why each policy cannot be installed, judged from the store alone (every bound interface is
     assumed present on its node): deleted ports (error) and unbound ports (pending)."""
-    snapshot = load_snapshot(session)
-    fake = {}
-    bound: dict[str, set[str]] = {}
-    for p in snapshot.ports:
-        if p.node and p.interface:
-            bound.setdefault(p.node, set()).add(p.interface)
-    for i, n in enumerate(snapshot.nodes):
-        fake[n.name] = {name: k + 1 for k, name in enumerate(sorted(bound.get(n.name, set()) | {TUNNEL_INTERFACE}))}
-    nodes = tuple(replace(n, tunnel_ip=n.tunnel_ip or "0.0.0.0") for n in snapshot.nodes)
-    snapshot = replace(snapshot, nodes=nodes).with_ofports(fake)
-    _, plans = vtap.compile_vtap_plans(snapshot)
-    return {pid: plan.problems for pid, plan in plans.items()}
+    return vtap.static_problems(load_snapshot(session))
 
 
-def status_of(problems: list[str]) -> tuple[str, str | None]:
+WAITING = "waiting for the switches to hold it"
+
+
+def status_of(problems: list[str], stored: tuple[str, str | None] = ("pending", WAITING)) -> tuple[str, str | None]:
+    """A problem the store alone shows wins; without one, what the controller last wrote (a policy is
+    `active` only once every switch that must hold its flows holds them)."""
     if not problems:
-        return "active", None
+        return stored
     status = "error" if any("deleted" in p or "marker" in p for p in problems) else "pending"
     return status, "; ".join(problems)
 
 
 def _set_status(session: Session, tap: m.TapPolicy) -> None:
-    tap.status, tap.status_reason = status_of(static_problems(session).get(tap.id, []))
+    problems = static_problems(session).get(tap.id, [])
+    tap.status, tap.status_reason = status_of(problems) if problems else ("pending", WAITING)
 
 
 def current_statuses(session: Session) -> dict[int, tuple[str, str | None]]:
     """(status, reason) of every policy as the store stands now: a port deleted or unbound under a
-    policy shows at once. Computed on read (reads do not write: they run in read-only transactions)."""
-    return {pid: status_of(problems) for pid, problems in static_problems(session).items()}
+    policy shows at once, otherwise the controller's status. Computed on read (reads do not write:
+    they run in read-only transactions)."""
+    stored = {t.id: (t.status, t.status_reason) for t in session.scalars(select(m.TapPolicy))}
+    return {pid: status_of(problems, stored.get(pid, ("pending", WAITING)))
+            for pid, problems in static_problems(session).items()}
 
 
 def policies_using_port(session: Session, port_id: int) -> list[m.TapPolicy]:

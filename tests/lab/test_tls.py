@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from fathom.auth.client import lab_headers
-from fathom.controller.bootstrap import datapath_id
+from fathom.model import datapath_id
 from fathom.lab.ovs import wait_for
 from fathom.lab.lab import install_certificate
 from fathom.pki import Pki, identity_of
@@ -198,7 +198,7 @@ def test_rogue_claiming_a_node_datapath_id_is_refused(lab, tmp_path, case):
 
 
 def test_the_fabric_switch_cannot_be_claimed_with_a_node_certificate(lab):
-    from fathom.pipeline.fabric import datapath_id_tor
+    from fathom.model import datapath_id_tor
     tor = datapath_id_tor(lab.state()["controller"]["created"]["fabric_switches"]["fabric"])
     f = Pki(lab.state()["tls"]["pki_dir"]).files("compute2")
     report = rogue(lab, tor, seconds=3, tls=(str(f.key), str(f.cert), str(f.trust)))

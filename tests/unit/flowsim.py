@@ -16,7 +16,9 @@ from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable, Group, LoadReg, Meter, Move,
     Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField, SwitchState,
 )
-from fathom.store.snapshot import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
+from fathom.apps.tenant import compiler as tenant_compiler
+from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
+from fathom.pipeline.catalogue import BR_INT
 
 _MAC_FIELDS = {"eth_src", "eth_dst", "arp_sha", "arp_tha"}
 _IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}
@@ -213,3 +215,11 @@ class Fabric:
                     outputs.append((a.port, dict(pkt)))
             else:
                 raise TypeError(a)
+
+
+def compile_tenant(snapshot: Snapshot) -> dict:
+    """The tenant compiler's br-int states with the pipeline's table-miss flows: what a br-int holds
+    in a cloud without taps or fabric routers."""
+    from fathom.openflow.spec import SwitchState
+    return {node: SwitchState(BR_INT.skeleton()) | state
+            for node, state in tenant_compiler.compile_tenant(snapshot).items()}

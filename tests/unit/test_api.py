@@ -10,7 +10,7 @@ import warnings
 import pytest
 from sqlalchemy.orm import Session
 
-from fathom.pipeline.tenant import compile_tenant
+from .flowsim import compile_tenant
 from fathom.store.snapshot import load_snapshot
 from fathom.store.status import set_node_state, set_status
 

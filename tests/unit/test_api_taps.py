@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from fathom.pipeline import vtap
+from fathom.apps.vtap import compiler as vtap
+from fathom.apps.vtap import filters
 from fathom.store.snapshot import load_snapshot
 from sqlalchemy.orm import Session
 
@@ -37,8 +38,10 @@ def test_create_show_list_update_delete(api):
                            "ip_proto": "tcp", "tp_dst": 80, "match": {"ip_dscp": "*"}})
     assert api.changes == before + 1
     assert t["sender"]["port_name"] == "vm1" and t["receiver"]["ip"] == "198.19.1.12"
-    assert t["filters"] == {"ip_proto": 6, "tp_dst": "80"} and t["status"] == "active"
-    assert t["markers"] == [vtap.marker(t["id"], 0, 0)]
+    assert t["filters"] == {"ip_proto": 6, "tp_dst": "80"}
+    # no controller runs here: nothing holds the policy's flows, so it is not active
+    assert (t["status"], t["status_reason"]) == ("pending", "waiting for the switches to hold it")
+    assert t["markers"] == [filters.marker(t["id"], 0, 0)]
     assert api.get(f"/taps/{t['id']}")["name"] == "web"
     assert [x["id"] for x in api.get("/taps")] == [t["id"]]
     u = api.patch(f"/taps/{t['id']}", {"tp_dst": "1000-2000", "monitor2": "vm4", "direction": "both"})

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from fathom.pipeline import tenant
-from fathom.pipeline.tenant import compile_tenant, refused_ports
-from fathom.store.snapshot import FixedIp, Network, Port, Snapshot, Subnet
+from fathom.apps.tenant import compiler as tenant
+from fathom.apps.tenant.compiler import refused_ports
+from fathom.model import FixedIp, Network, Port, Snapshot, Subnet, TapPolicy
 
-from .flowsim import Fabric
+from .flowsim import Fabric, compile_tenant
 from .test_compiler_tenant import random_cloud
 
 BCAST = "ff:ff:ff:ff:ff:ff"
@@ -102,10 +102,11 @@ def test_without_the_refusal_the_attack_would_capture_traffic(monkeypatch):
 def test_no_app_compiles_the_trap(seed):
     """Every compiler the controller runs (compile_all): a tap policy whose sender is the trap port
     installs nothing (it would otherwise copy the tunnel's traffic to the attacker's monitor)."""
-    from fathom.controller.reconciler import compile_all
-    from fathom.store.snapshot import TapPolicy
+    from fathom.controller.reconciler import compile_switches
     base = random_cloud(seed)
     snap, trap, vm = attacked(base, random.Random(2000 + seed))
     tap = TapPolicy(1, "steal", "attacker", trap.id, None, False, "02:00:00:00:00:99", "10.0.0.99", (vm.id,))
     with_tap = replace(snap, tap_policies=(tap,))
-    assert compile_all(with_tap) == compile_all(replace(snap, ports=tuple(p for p in snap.ports if p.id != trap.id)))
+    desired, refused = compile_switches(with_tap)
+    assert set(refused) == {trap.id}
+    assert desired == compile_switches(replace(snap, ports=tuple(p for p in snap.ports if p.id != trap.id)))[0]

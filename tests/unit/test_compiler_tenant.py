@@ -17,8 +17,9 @@ from fathom.openflow.spec import (
     SetField,
 )
 from fathom.pipeline import stages as st
-from fathom.pipeline.tenant import compile_tenant, flood_group_id
-from fathom.store.snapshot import (
+from fathom.apps.tenant.compiler import flood_group_id
+from .flowsim import compile_tenant
+from fathom.model import (
     FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet,
 )
 

@@ -11,9 +11,11 @@ import pytest
 
 from fathom.openflow.spec import DecTtl, Group, SetField, SwitchState
 from fathom.pipeline import stages as st
-from fathom.pipeline import vtap
-from fathom.pipeline.tenant import compile_tenant
-from fathom.store.snapshot import (
+from fathom.apps.vtap import compiler as vtap
+from fathom.apps.vtap import filters
+from .flowsim import compile_tenant
+from fathom.model import (  # noqa: I001
+    TUNNEL_INTERFACE,
     FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy,
 )
 
@@ -94,11 +96,11 @@ def test_cross_node_copy_travels_with_its_marker_and_is_restored():
     assert set(got) == {"tr", "tm2"}
     assert got["tr"] == ref["tr"] and got["tm2"] == got["tr"]
     states = vtap.compile_vtap(replace(base(), tap_policies=(p,)))
-    mk = vtap.marker(1, 0, 0)
+    mk = filters.marker(1, 0, 0)
     send = [f for f in states["c1"].flows if f.table == st.TAP_RECOVERY]
     assert [a for a in send[0].actions if isinstance(a, SetField) and a.field == "tunnel_id"] == [SetField("tunnel_id", mk)]
     assert any(f.table == st.CLASSIFY and f.match_dict == {"in_port": 1, "tunnel_id": mk} for f in states["c2"].flows)
-    assert vtap.parse_marker(mk) == (1, 0, 0)
+    assert filters.parse_marker(mk) == (1, 0, 0)
 
 
 def test_monitor_on_the_receivers_node_and_a_second_monitor():
@@ -141,7 +143,7 @@ def test_port_range_is_exact_and_wildcard_protocol_covers_tcp_and_udp():
 
 @pytest.mark.parametrize("low,high", [(0, 65535), (1, 1), (1000, 2000), (80, 443), (1023, 1025)])
 def test_range_to_masks_covers_exactly(low, high):
-    parts = vtap.range_to_masks(low, high)
+    parts = filters.range_to_masks(low, high)
     covered = {v for v in range(max(0, low - 40), min(65535, high + 40) + 1)
                if any(v & mk == val for val, mk in parts)}
     assert covered == set(range(max(0, low - 40), min(65535, high + 40) + 1)) & set(range(low, high + 1))
@@ -170,13 +172,13 @@ def test_overlap_the_higher_priority_copies():
     got = where(tapped.send("c1", "ta", frame(1, 2, ip_proto=17, udp_dst=53, udp_src=5)))
     assert "tm1" in got and "tm2" not in got
     snap = replace(base(), tap_policies=(wide, replace(narrow, priority=10)))
-    assert vtap.conflicting_policies(snap, 2) == [1]
+    assert filters.conflicting_policies(snap, 2) == [1]
     snap = replace(base(), tap_policies=(wide, narrow))
-    assert vtap.conflicting_policies(snap, 2) == []
+    assert filters.conflicting_policies(snap, 2) == []
     # disjoint traffic at one priority is no conflict
     udp = policy(3, monitors=(5,), priority=10, filters={"ip_proto": 17})
     tcp = policy(4, monitors=(5,), priority=10, filters={"ip_proto": 6})
-    assert vtap.conflicting_policies(replace(base(), tap_policies=(udp, tcp)), 4) == []
+    assert filters.conflicting_policies(replace(base(), tap_policies=(udp, tcp)), 4) == []
 
 
 def test_deleted_port_installs_nothing_and_says_why():
@@ -237,18 +239,18 @@ def test_update_keeps_group_ids():
     ({"match": {"mpls_label": 10}, "ip_proto": 6}, "ip_proto"),
 ])
 def test_bad_filters_name_their_field(kwargs, field):
-    with pytest.raises(vtap.FilterError) as e:
-        vtap.normalise_filters(**kwargs)
+    with pytest.raises(filters.FilterError) as e:
+        filters.normalise_filters(**kwargs)
     assert e.value.field == field
 
 
 def test_filters_normalised():
-    assert vtap.normalise_filters(ip_proto="*", vlan=None, tp_dst="*") == {}
-    assert vtap.normalise_filters(ip_proto="udp", vlan=100, match={"ip_dscp": "46", "ip_ecn": 3}) == \
+    assert filters.normalise_filters(ip_proto="*", vlan=None, tp_dst="*") == {}
+    assert filters.normalise_filters(ip_proto="udp", vlan=100, match={"ip_dscp": "46", "ip_ecn": 3}) == \
         {"ip_proto": 17, "vlan": 100, "ip_dscp": 46, "ip_ecn": 3}
-    f = vtap.normalise_filters(match={"mpls_label": 10})
-    assert vtap.effective_eth_type(f) == 0x8847
-    assert vtap.normalise_filters(ip_proto=1, match={"icmpv4_type": 8}) == {"ip_proto": 1, "icmpv4_type": 8}
+    f = filters.normalise_filters(match={"mpls_label": 10})
+    assert filters.effective_eth_type(f) == 0x8847
+    assert filters.normalise_filters(ip_proto=1, match={"icmpv4_type": 8}) == {"ip_proto": 1, "icmpv4_type": 8}
 
 
 def test_mpls_policy_matches_without_ip_identifiers():
@@ -292,3 +294,34 @@ def test_rate_limit_meters_the_copies_only_at_the_senders_switch():
     assert not any(f.meter_id() for f in states["c1"].flows if f.table == st.TAP_INGRESS)
     tapped = Fabric(replace(base(), tap_policies=(p,)), compiled(replace(base(), tap_policies=(p,))))
     assert set(where(tapped.send("c1", "ta", frame(1, 4)))) == {"tr", "tm1", "tm2"}
+
+
+def _problems_through_the_compiler(snap: Snapshot) -> dict[int, list[str]]:
+    """The compiler's plans on a model where every bound interface is on its node's br-int."""
+    fake = {n.name: {TUNNEL_INTERFACE: 1, **{p.interface: 10 + p.id for p in snap.ports
+                                             if p.node == n.name and p.interface}} for n in snap.nodes}
+    return {pid: plan.problems for pid, plan in vtap.compile_vtap_plans(snap.with_ofports(fake))[1].items()}
+
+
+@pytest.mark.parametrize("change", [
+    {}, {"monitor_port_ids": (None,)}, {"sender_port_id": None}, {"receiver_port_id": None},
+    {"monitor_port_ids": (3, None)}, {"direction": "both"}, {"direction": "both", "receiver_is_port": False},
+    {"monitor_port_ids": (3, 5)}, {"id": filters.MAX_POLICY_ID + 1},
+])
+@pytest.mark.parametrize("unbind", [(), (1,), (2,), (3,), (5,), (1, 3)])
+@pytest.mark.parametrize("no_interface", [(), (2,), (5,)])
+def test_problems_from_the_model_are_the_compilers(change, unbind, no_interface):
+    snap = base()
+    ports = tuple(replace(p, node=None if p.id in unbind else p.node,
+                          interface=None if p.id in no_interface else p.interface) for p in snap.ports)
+    snap = replace(snap, ports=ports, tap_policies=(replace(policy(), **change),))
+    assert filters.static_problems(snap) == _problems_through_the_compiler(snap)
+
+
+def test_a_marker_used_by_a_tenant_network_is_a_problem():
+    snap = base()
+    vni = filters.marker(1, 0, 0)
+    snap = replace(snap, networks=snap.networks + (Network(7, "x", "p1", "vxlan", vni),),
+                   tap_policies=(policy(),))
+    assert filters.static_problems(snap) == _problems_through_the_compiler(snap) == {
+        1: [f"tap marker VNI {vni} is used by a tenant network"]}

@@ -5,14 +5,23 @@ import json
 
 import pytest
 
-from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField
-from fathom.pipeline import fabric as fc
-from fathom.pipeline import stages as st
-from fathom.pipeline.tenant import compile_tenant
-from fathom.controller.reconciler import compile_all
+from fathom.apps import BR_PHY, SwitchKey, compile_bridge
+from fathom.apps import compile_all as compile_switches
+from fathom.apps.fabric import compiler as fc
 from fathom.controller.fabric import lldp_parse, lldp_probe
-from fathom.store.fabric import FabricState, Link, Mode, Switch
-from fathom.store.snapshot import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet
+from fathom.model import (
+    FabricState, FixedIp, Link, Mode, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, Switch,
+    datapath_id_tor, routers,
+)
+from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField
+from fathom.pipeline import stages as st
+
+from .flowsim import compile_tenant
+
+
+def compile_all(s: Snapshot) -> dict:
+    """Every br-int of the snapshot, by node."""
+    return compile_bridge(s, "br-int")
 
 
 def snap(mode: str = "distributed", gw_ports: int = 0, links=("c1", "c2", "gw")) -> Snapshot:
@@ -96,25 +105,25 @@ def test_fabric_router_routes_in_the_tor_and_nodes_only_switch():
 
 def test_network_node_router_becomes_ports_on_the_gateway():
     s = snap("network-node")
-    view = fc.tenant_view(s)
+    view = routers.tenant_view(s)
     assert view.router_interfaces == ()
     legs = [p for p in view.ports if p.node == "gw"]
     assert {(p.interface, p.mac_address) for p in legs} == {("qrp5", "02:fd:00:00:00:05"), ("qrp6", "02:fd:00:00:00:06")}
     assert tor_vlans(s)["tor"]["gw"] == {110, 120}
     assert not any(DecTtl() in f.actions for st_ in compile_all(s).values() for f in st_.flows)
-    assert fc.network_node_legs(s) == {"gw": list(s.router_interfaces)}
+    assert routers.network_node_legs(s) == {"gw": list(s.router_interfaces)}
     # the same thing without a fabric: only the tenant compiler, unchanged for distributed routers
     plain = Snapshot(s.nodes, s.networks, s.subnets, s.ports, s.routers, s.router_interfaces)
     assert compile_all(plain) == compile_tenant(plain)
 
 
 def test_br_phy_punts_lldp_and_switches_normally():
-    flows = fc.compile_phy(snap())["c1"].flows
+    flows = compile_switches(snap())[SwitchKey(BR_PHY, "c1")].flows
     assert {(f.priority, dict(f.match).get("eth_type")) for f in flows} == {(0, None), (1000, 0x88CC)}
 
 
 def test_lldp_probe_round_trip():
-    assert lldp_parse(lldp_probe(fc.datapath_id_tor(3), 7)) == (fc.datapath_id_tor(3), 7)
+    assert lldp_parse(lldp_probe(datapath_id_tor(3), 7)) == (datapath_id_tor(3), 7)
     assert lldp_parse(b"\x01\x80\xc2\x00\x00\x0e" + b"\x00" * 6 + b"\x88\xcc" + b"\x00" * 20) is None
 
 
@@ -205,10 +214,10 @@ def test_network_node_waits_for_its_namespace_before_switching():
     not_ready = Snapshot(s.nodes[:2] + (Node(3, "gw", "gateway", "198.18.0.3", None, "complete", {"patch-phy": 2}),),
                          s.networks, s.subnets, s.ports, s.routers, s.router_interfaces, fabric=s.fabric)
     assert gw.ofport("qrp5") == 20
-    assert fc.effective_modes(not_ready) == {}                 # still routed distributed meanwhile
+    assert routers.effective_modes(not_ready) == {}                 # still routed distributed meanwhile
     assert any(DecTtl() in f.actions for f in compile_all(not_ready)["c1"].flows)
-    assert fc.network_node_legs(not_ready) == {"gw": list(s.router_interfaces)}   # but being built
-    assert 1 in fc.effective_modes(s)
+    assert routers.network_node_legs(not_ready) == {"gw": list(s.router_interfaces)}   # but being built
+    assert 1 in routers.effective_modes(s)
 
 
 def test_cli_fabric_verbs(tmp_path, monkeypatch):

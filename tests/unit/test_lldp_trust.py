@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 
 from fathom.controller.fabric import FabricRuntime, lldp_parse, lldp_probe
-from fathom.pipeline.fabric import datapath_id_phy, datapath_id_tor
+from fathom.model import datapath_id_phy, datapath_id_tor
 from fathom.store.db import open_store, session_factory
 
 with warnings.catch_warnings():

@@ -7,9 +7,8 @@ import warnings
 import pytest
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
 
-from fathom.controller.bootstrap import datapath_id
 from fathom.controller.ofgate import Sessions, expected_from_store, identity_problem
-from fathom.pipeline.fabric import datapath_id_phy, datapath_id_tor
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.pki import Identity
 from fathom.store.db import open_store, session_factory
 

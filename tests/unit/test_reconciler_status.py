@@ -1,5 +1,5 @@
-"""Which objects a node's trouble marks: the reconciler's status write-back over a real store
-(SQLite and PostgreSQL), from the flows the compilers really produce."""
+"""Which objects a node's trouble marks: the status model's write-back (fathom.controller.status)
+over a real store (SQLite and PostgreSQL), from the flows the apps really compile."""
 from __future__ import annotations
 
 import warnings
@@ -7,7 +7,10 @@ import warnings
 import pytest
 from sqlalchemy.orm import Session
 
-from fathom.controller.reconciler import NodeResult, PassResult, Reconciler, compile_all
+from fathom.apps import BR_INT, SwitchKey, compile_all
+from fathom.controller import status
+from fathom.controller.reconciler import PassResult, SwitchResult
+from fathom.model import datapath_id
 from fathom.store.db import session_factory
 from fathom.store.snapshot import load_snapshot
 
@@ -48,9 +51,11 @@ class Cloud:
 
     def after_pass(self, **switch: str) -> dict[tuple[str, str], tuple[str, str | None]]:
         """(kind, name) -> (status, reason) once a pass saw each node's switch as given."""
-        result = PassResult(nodes={n: NodeResult(bootstrap="complete", switch=s) for n, s in switch.items()},
-                            desired=compile_all(self.snapshot))
-        Reconciler(session_factory(self.engine), app=None, bootstrapper=None)._write_status(self.snapshot, result)
+        ids = {n.name: n.id for n in self.snapshot.nodes}
+        switches = {SwitchKey(BR_INT, n): SwitchResult(SwitchKey(BR_INT, n), datapath_id(ids[n]), state=s)
+                    for n, s in switch.items()}
+        result = PassResult(switches=switches, desired=compile_all(self.snapshot))
+        status.write(session_factory(self.engine), self.snapshot, result)
         out = {}
         for kind in ("nodes", "networks", "subnets", "ports", "routers"):
             for o in self.http.get(f"/v1/{kind}").json():

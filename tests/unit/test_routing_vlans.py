@@ -13,13 +13,15 @@ import itertools
 
 import pytest
 
-from fathom.controller.reconciler import compile_all
-from fathom.openflow.spec import OFPVID_PRESENT, FlowSpec, GroupSpec, Output, PushVlan, SetField, SwitchState
-from fathom.pipeline import fabric as fc
-from fathom.store.fabric import FabricState, Link, Mode, Switch
-from fathom.store.snapshot import (
-    TUNNEL_INTERFACE, UPLINK_INTERFACE, FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet,
+from fathom.apps import BR_INT, BR_PHY, TOR, compile_all, compile_bridge
+from fathom.apps.fabric import compiler as fc
+from fathom.model import (
+    TUNNEL_INTERFACE, UPLINK_INTERFACE, FabricState, FixedIp, Link, Mode, Network, Node, Port, Router,
+    RouterInterface, Snapshot, Subnet, Switch,
 )
+from fathom.model.routers import router_port_interface
+from fathom.openflow.spec import OFPVID_PRESENT, FlowSpec, GroupSpec, Output, PushVlan, SetField, SwitchState
+from fathom.pipeline.catalogue import PIPELINES
 
 from .flowsim import Fabric
 
@@ -64,7 +66,7 @@ def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
         ofports = {TUNNEL_INTERFACE: 1, UPLINK_INTERFACE: 2}
         ofports.update({p.interface: 10 + k for k, p in enumerate(vms) if p.node == name})
         if name == "gw":   # the router namespace's legs, wired: network-node mode is in effect
-            ofports.update({fc.router_port_interface(ROUTER_LEG[net]): 30 + k for k, net in enumerate(legs)})
+            ofports.update({router_port_interface(ROUTER_LEG[net]): 30 + k for k, net in enumerate(legs)})
         nodes.append(Node(i, name, "gateway" if name == "gw" else "compute", f"198.18.0.{i}", None, "complete",
                           ofports))
     networks = tuple(Network(nid, name, "p", kind, seg) for name, (nid, kind, seg) in NETS.items())
@@ -78,12 +80,14 @@ def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
 
 
 def compiled(snapshot: Snapshot) -> tuple[dict[str, SwitchState], SwitchState]:
-    brint = compile_all(snapshot)
-    return brint, fc.compile_tor(snapshot, brint)["tor"]
+    """Every node's desired br-int and the ToR's, as the reconciler compiles them (every app)."""
+    states = compile_all(snapshot)
+    brint = {k.name: state for k, state in states.items() if k.bridge == BR_INT}
+    return brint, next(state for k, state in states.items() if k.bridge == TOR and k.name == "tor")
 
 
 def allowed(snapshot: Snapshot) -> dict[str, set[int]]:
-    return fc.tor_vlans(snapshot, compile_all(snapshot))["tor"]
+    return fc.tor_vlans(snapshot, compiled(snapshot)[0])["tor"]
 
 
 def expected_allowed(placement, mode, legs) -> dict[str, set[int]]:
@@ -123,7 +127,7 @@ def test_a_node_routing_into_a_vlan_network_gets_it_on_its_trunk():
 def test_before_the_rule_the_tor_dropped_it():
     """The walk is a real witness: with only the hosted VLANs on the trunks, the ToR drops c2's frame."""
     s = build({"nx": ("c2",), "nv": ("c3",)}, legs=("nx", "nv"))
-    brint = compile_all(s)
+    brint, _ = compiled(s)
     hosted_only = fc.compile_tor(s, {n: SwitchState() for n in brint})["tor"]
     sim = Fabric(s, brint, hosted_only, TOR_PORTS)
     a2, b3 = _vm("nx", "c2"), _vm("nv", "c3")
@@ -173,10 +177,10 @@ def _route(sim: Fabric, mode: str, src: Port, dst: Port) -> list[tuple[str, str,
     if mode != "network-node":
         return [(d.node, d.interface, d.frame["ttl"]) for d in out
                 if d.frame["eth_dst"] == dst.mac_address and d.frame["eth_src"] == _gw_mac(_net_of(dst))]
-    leg_in = fc.router_port_interface(ROUTER_LEG[_net_of(src)])
+    leg_in = router_port_interface(ROUTER_LEG[_net_of(src)])
     if [(d.node, d.interface) for d in out] != [("gw", leg_in)]:
         return [("not at the router", ",".join(f"{d.node}/{d.interface}" for d in out), 0)]
-    leg_out = fc.router_port_interface(ROUTER_LEG[_net_of(dst)])
+    leg_out = router_port_interface(ROUTER_LEG[_net_of(dst)])
     routed = {**_echo(src, dst), "eth_src": _gw_mac(_net_of(dst)), "eth_dst": dst.mac_address, "ttl": 63}
     return [(d.node, d.interface, d.frame["ttl"]) for d in sim.send("gw", leg_out, routed)]
 
@@ -195,11 +199,13 @@ def test_vlans_sent_reads_flows_and_group_buckets():
 
 def test_br_phy_trunk_is_a_fixed_pipe_once_its_ports_are_known():
     s = build({"nx": ("c1",), "nv": ("c2",), "nw": ("c3",)})
-    bare = fc.compile_phy(s)["c1"].flows
-    assert {(f.priority, dict(f.match).get("eth_type")) for f in bare} == {(0, None), (fc.PRIO_LLDP, 0x88CC)}
-    flows = fc.compile_phy(s, {"c1": {"patch-int": 5, "ul0": 1, "br-phy": 0xFFFFFFFE}})["c1"].flows
+    bare = compile_bridge(s, BR_PHY)["c1"].flows
+    assert bare == PIPELINES["br-phy"].skeleton()          # NORMAL, and LLDP to the controller
+    assert {(f.priority, dict(f.match).get("eth_type")) for f in bare} == {(0, None), (1000, 0x88CC)}
+    known = s.with_phy_ofports({"c1": {"patch-int": 5, "ul0": 1, "br-phy": 0xFFFFFFFE}})
+    flows = compile_bridge(known, BR_PHY)["c1"].flows
     pipe = {(tuple(sorted(f.match)), f.actions) for f in flows if f.priority == fc.PRIO_PHY_TRUNK}
     assert pipe == {((("in_port", 5),), (Output(1),)),
                     ((("in_port", 1), ("vlan_vid", (OFPVID_PRESENT, OFPVID_PRESENT))), (Output(5),))}
     # nodes whose br-phy ports are not known yet keep NORMAL switching only
-    assert fc.compile_phy(s, {"c1": {"patch-int": 5, "ul0": 1}})["c2"].flows == bare
+    assert compile_bridge(s.with_phy_ofports({"c1": {"patch-int": 5, "ul0": 1}}), BR_PHY)["c2"].flows == bare

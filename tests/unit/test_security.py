@@ -199,7 +199,7 @@ def test_runtime_endpoints_are_admin_only(app, admin):
     from fathom.controller.server import runtime_router
     from fathom.controller.taps import tap_runtime_router
     from fathom.store.db import session_factory
-    reconciler = Reconciler(session_factory(app.state.engine), app=None, bootstrapper=None)
+    reconciler = Reconciler(session_factory(app.state.engine), switches=None, bootstrapper=None)
     app.include_router(runtime_router(reconciler))
     app.include_router(tap_runtime_router(reconciler))
     member, service = client(app), client(app, "svc", roles="service")

@@ -10,7 +10,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from fathom.openflow import encode
-from fathom.pipeline.tenant import compile_tenant
+from .flowsim import compile_tenant
 
 from .test_compiler_tenant import cloud, random_cloud
 

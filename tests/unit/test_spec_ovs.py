@@ -20,7 +20,7 @@ from fathom.openflow.spec import (
     Resubmit, SetField,
 )
 from fathom.pipeline import stages as st
-from fathom.pipeline.tenant import compile_tenant
+from .flowsim import compile_tenant
 
 from .test_compiler_tenant import cloud
 

@@ -1,60 +1,28 @@
-"""vTAP compiler (the vTAP paper, sections III-A and IV-B): TAP policies -> flows and groups of br-int.
-
-Pure: a store snapshot in, the desired vTAP part of every node's br-int out. For each policy and
-direction (sender -> receiver; also receiver -> sender when `direction` is `both`):
-
-- rewriting rule, at the edge switch of the port that sends: one flow per match in `tap-ingress`
-  (port ranges expand into a few masked matches) -> group of type ALL, keyed by (policy,
-  direction), with bucket 1 = `resubmit(,security)`: the original goes on unchanged; and one bucket
-  per monitor: destination MAC (and IPv4) := the monitor's, REG_TAP := the copy's marker,
-  `resubmit(,tap-recovery)`.
-- in `tap-recovery` on the same switch, REG_TAP = marker selects what happens to the copy: the
-  monitor is local -> the recovery rule restores the original headers (what the receiver gets:
-  for routed traffic also the router's source MAC and TTL - 1) and outputs it to the monitor's port;
-  the monitor is on another node -> tun_id := marker, tunnel destination := the monitor's node,
-  output to the flow-based tunnel port.
-- on the monitor's node, `classify` maps (tunnel port, tun_id = marker) to REG_TAP and goes to
-  `tap-recovery`, where the recovery rule restores the headers and delivers.
-
-Markers are VNIs in a range tenant networks must not use: TAP_VNI_BASE | policy << 3 | direction
-<< 2 | monitor index, so the receiving node (and anyone looking at the underlay) can tell which
-policy, direction and monitor every copy belongs to. Group ids are group_id(APP_VTAP, policy << 1
-| direction). Every flow and group carries the cookie (APP_VTAP, KIND_TAP_POLICY, policy id).
-
-Overlap: in one tap point the higher `priority` wins (OpenFlow priority = PRIO_TAP_BASE +
-priority): a packet matched by several policies is copied once, by the highest one. Overlapping
-policies with the same priority are refused by the API (`conflicting_policies`).
+"""vTAP filter vocabulary and overlap analysis: pure functions on the model, used by the store and the
+API to check a policy, and by the vTAP compiler to build its matches.
 
 The filter vocabulary (`normalise_filters`) is what OpenFlow 1.3 can match, checked with its
-prerequisites; docs/vtap.md lists it.
+prerequisites; docs/vtap.md lists it. Two policies with the same priority overlap when one packet
+could match both at a tap point (`conflicting_policies`); the API refuses that.
 """
 from __future__ import annotations
 
 import ipaddress
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 
-from fathom.openflow.spec import (
-    OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Meter, MeterSpec, Output,
-    OutputTrunc, Resubmit,
-    SetField, SwitchState, set_tunnel_dst,
-)
+from fathom.model import Port, Snapshot, TapPolicy
+from fathom.openflow.spec import OFPVID_PRESENT
 from fathom.pipeline import stages as st
-from fathom.store.snapshot import TUNNEL_INTERFACE, Port, Snapshot, TapPolicy
 
 TAP_VNI_BASE = 0xF00000          # VNIs 0xF00000..0xFFFFFF are tap markers, never tenant networks
 MAX_POLICY_ID = (1 << 17) - 1
-MAX_MONITORS = 2
-PRIO_TAP_BASE = 1000             # tap-ingress flow priority = base + policy priority
 MAX_PRIORITY = 60000
-PRIO_MARKER = 100                # tap-recovery and classify flows keyed by marker
 MIN_TRUNCATE = 64                # a truncated copy keeps at least Ethernet + IPv4 + TCP headers
 
 ETH_IPV4, ETH_ARP, ETH_IPV6, ETH_MPLS, ETH_MPLS_MC, ETH_PBB = 0x0800, 0x0806, 0x86DD, 0x8847, 0x8848, 0x88E7
 PROTO_NAMES = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "icmpv6": 58}
 TP_FIELD = {6: "tcp", 17: "udp", 132: "sctp"}
-
 # ---------------------------------------------------------------------------------------------- filters
 
 # OpenFlow 1.3 OXM fields a filter may name: field -> (kind, bits, allowed eth_types, ip_proto).
@@ -256,20 +224,7 @@ def parse_marker(value: int) -> tuple[int, int, int] | None:
     return rest >> 3, (rest >> 2) & 1, rest & 3
 
 
-def tap_group_id(policy_id: int, direction: int) -> int:
-    return st.group_id(st.APP_VTAP, (policy_id << 1) | direction)
-
-
-def tap_meter_id(policy_id: int) -> int:
-    """The meter of a policy's copies on a switch: same layout as group ids (app in the top byte)."""
-    return st.group_id(st.APP_VTAP, policy_id)
-
-
-def tap_cookie(policy_id: int) -> int:
-    return st.cookie(st.APP_VTAP, st.KIND_TAP_POLICY, policy_id)
-
-
-# ---------------------------------------------------------------------------------------------- compile
+# ---------------------------------------------------------------------------------------------- matches
 
 
 @dataclass(frozen=True)
@@ -279,15 +234,7 @@ class Endpoint:
     port: Port | None = None
 
 
-@dataclass
-class Plan:
-    """What one policy needs, where; `problems` say why some or all of it is not installed."""
-    policy: TapPolicy
-    problems: list
-    nodes: dict  # node name -> role(s) ("sender edge", "monitor edge")
-
-
-class _View:
+class View:
     def __init__(self, snapshot: Snapshot):
         self.nodes = {n.name: n for n in snapshot.nodes}
         self.ports = {p.id: p for p in snapshot.ports}
@@ -316,72 +263,8 @@ class _View:
         return None
 
 
-def _endpoint(port: Port) -> Endpoint:
+def endpoint(port: Port) -> Endpoint:
     return Endpoint(port.mac_address, port.fixed_ips[0].ip_address if port.fixed_ips else None, port)
-
-
-def compile_vtap(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """Desired vTAP flows and groups of every node (nodes without any are left out)."""
-    states, _ = compile_vtap_plans(snapshot)
-    return states
-
-
-def compile_vtap_plans(snapshot: Snapshot) -> tuple[dict[str, SwitchState], dict[int, Plan]]:
-    view = _View(snapshot)
-    flows: dict[str, set] = defaultdict(set)
-    groups: dict[str, set] = defaultdict(set)
-    plans: dict[int, Plan] = {}
-    for policy in sorted(snapshot.tap_policies, key=lambda p: p.id):
-        plan = Plan(policy, [], {})
-        plans[policy.id] = plan
-        _compile_policy(view, policy, plan, flows, groups)
-    meters: dict[str, set] = defaultdict(set)
-    for name, node_flows in flows.items():
-        for f in node_flows:
-            if f.meter_id() is not None:
-                p = plans[st.parse_cookie(f.cookie)[2]].policy
-                meters[name].add(MeterSpec(f.meter_id(), p.rate_pps, max(1, p.rate_pps // 10), "pktps",
-                                           f.cookie))
-    names = set(flows) | set(groups)
-    return ({n: SwitchState(frozenset(flows[n]), frozenset(groups[n]), frozenset(meters[n]))
-             for n in sorted(names)}, plans)
-
-
-def _compile_policy(view: _View, p: TapPolicy, plan: Plan, flows, groups) -> None:
-    problems = plan.problems
-    sender = view.ports.get(p.sender_port_id) if p.sender_port_id is not None else None
-    if sender is None:
-        problems.append("sender port was deleted")
-    if p.receiver_is_port:
-        rport = view.ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
-        if rport is None:
-            problems.append("receiver port was deleted")
-        receiver = _endpoint(rport) if rport else None
-    else:
-        receiver = Endpoint(p.receiver_mac, p.receiver_ip, None)
-    monitors: list[tuple[int, Port]] = []
-    for i, mid in enumerate(p.monitor_port_ids):
-        mport = view.ports.get(mid) if mid is not None else None
-        label = "monitor" if i == 0 else "monitor2"
-        if mport is None:
-            problems.append(f"{label} port was deleted")
-        else:
-            monitors.append((i, mport))
-    if sender is None or receiver is None or not monitors:
-        return
-    if p.id > MAX_POLICY_ID:
-        problems.append(f"policy id {p.id} is beyond the marker space")
-        return
-    filters = dict(p.filters)
-    directions = [(0, _endpoint(sender), receiver)]
-    if p.direction == "both":
-        if receiver.port is None:
-            problems.append("direction both needs the receiver to be a port")
-        else:
-            directions.append((1, receiver, _endpoint(sender)))
-    for d, src, dst in directions:
-        _compile_direction(view, p, plan, d, src, dst, monitors, filters if d == 0 else reverse_filters(filters),
-                           flows, groups)
 
 
 _SWAP = {"tp_src": "tp_dst", "tp_dst": "tp_src", "tcp_src": "tcp_dst", "tcp_dst": "tcp_src",
@@ -392,90 +275,6 @@ def reverse_filters(filters: dict) -> dict:
     """The filter of the receiver -> sender direction: source and destination ports swap, so a
     policy for `tcp, tp_dst 80, both` copies the requests and their replies."""
     return {_SWAP.get(k, k): v for k, v in filters.items()}
-
-
-def _compile_direction(view: _View, p: TapPolicy, plan: Plan, d: int, src: Endpoint, dst: Endpoint,
-                       monitors, filters: dict, flows, groups) -> None:
-    problems = plan.problems
-    what = "sender" if d == 0 else "receiver (direction both)"
-    node = view.nodes.get(src.port.node) if src.port.node else None
-    ofport = node.ofport(src.port.interface) if node else None
-    if node is None:
-        problems.append(f"{what} port {src.port.id} is not bound to a node")
-        return
-    if ofport is None:
-        problems.append(f"{what} port {src.port.id}: interface {src.port.interface!r} not on "
-                        f"{node.name}'s br-int yet")
-        return
-    c = tap_cookie(p.id)
-    eth_type = effective_eth_type(filters)
-    network_id = src.port.network_id
-    l2_adjacent = view.in_network(network_id, dst.ip) if eth_type == ETH_IPV4 else True
-    route = None if l2_adjacent else view.route(network_id, dst.ip)
-    # the original headers as the receiver gets them
-    restore: list = []
-    if route is not None:
-        restore += [SetField("eth_src", route[1].mac_address)]
-    restore += [SetField("eth_dst", dst.mac)]
-    rewrite_ip = eth_type == ETH_IPV4 and dst.ip is not None
-    if rewrite_ip:
-        restore += [SetField("ipv4_dst", dst.ip)]
-    if route is not None:
-        restore += [DecTtl()]
-
-    buckets = [(Resubmit(st.SECURITY),)]
-    for i, mport in monitors:
-        mk = marker(p.id, d, i)
-        if mk in view.tenant_vnis:
-            problems.append(f"tap marker VNI {mk} is used by a tenant network")
-            continue
-        mon = _endpoint(mport)
-        mnode = view.nodes.get(mport.node) if mport.node else None
-        m_ofport = mnode.ofport(mport.interface) if mnode else None
-        label = "monitor" if i == 0 else "monitor2"
-        if mnode is None or m_ofport is None:
-            problems.append(f"{label} port {mport.id} is not on a node's br-int yet")
-            continue
-        copy = [SetField("eth_dst", mon.mac)]
-        if rewrite_ip and mon.ip is not None:
-            copy.append(SetField("ipv4_dst", mon.ip))
-        buckets.append(tuple(copy) + (LoadReg(st.REG_TAP, mk), Resubmit(st.TAP_RECOVERY)))
-        meter = (Meter(tap_meter_id(p.id)),) if p.rate_pps else ()
-        deliver = tuple(restore) + (_out(m_ofport, p.truncate),)
-        # set_field ipv4_dst / dec_ttl need the match to say IPv4 (OpenFlow prerequisites)
-        recover_match = {st.REG_TAP: mk, "eth_type": eth_type}
-        if mnode.name == node.name:
-            flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, meter + deliver, c))
-            plan.nodes.setdefault(node.name, set()).add("monitor edge")
-            continue
-        tunnel = node.ofport(TUNNEL_INTERFACE)
-        m_tunnel = mnode.ofport(TUNNEL_INTERFACE)
-        if tunnel is None or m_tunnel is None or not mnode.tunnel_ip:
-            problems.append(f"{label}: no tunnel between {node.name} and {mnode.name} yet")
-            buckets.pop()
-            continue
-        flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk},
-                                      meter + (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip),
-                                       Output(tunnel)), c))
-        flows[mnode.name].add(FlowSpec(st.CLASSIFY, PRIO_MARKER, {"in_port": m_tunnel, "tunnel_id": mk},
-                                       (SetField(st.REG_TAP, mk), GotoTable(st.TAP_RECOVERY)), c))
-        flows[mnode.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, deliver, c))
-        plan.nodes.setdefault(mnode.name, set()).add("monitor edge")
-    if len(buckets) == 1:
-        return  # no monitor reachable: leave the traffic alone rather than install a no-op group
-    gid = tap_group_id(p.id, d)
-    groups[node.name].add(GroupSpec(gid, "all", tuple(buckets), c))
-    plan.nodes.setdefault(node.name, set()).add("sender edge")
-    prio = PRIO_TAP_BASE + p.priority
-    for match in ingress_matches(src, dst, _vlan_as_network(view, src, filters), l2_adjacent, route):
-        flows[node.name].add(FlowSpec(st.TAP_INGRESS, prio, match, (Group(gid),), c))
-
-
-def _out(port: int, truncate: int | None):
-    """Output of a copy to its monitor: truncated to `truncate` bytes when the policy asks. Always after
-    the recovery rule: a switch cannot parse (and so cannot restore) an IP packet shorter than its
-    header's total length, so a copy is cut only where it is delivered."""
-    return Output(port) if not truncate else OutputTrunc(port, truncate)
 
 
 def ingress_matches(src: Endpoint, dst: Endpoint, filters: dict, l2_adjacent: bool, route) -> list[dict]:
@@ -553,30 +352,30 @@ def matches_intersect(a: dict, b: dict) -> bool:
     return True
 
 
-def _policy_ingress(view: _View, p: TapPolicy) -> list[dict]:
+def _policy_ingress(view: View, p: TapPolicy) -> list[dict]:
     """The tap-ingress matches of a policy, wherever its ports are bound (no switch facts needed)."""
     sender = view.ports.get(p.sender_port_id) if p.sender_port_id is not None else None
     if p.receiver_is_port:
         rport = view.ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
-        receiver = _endpoint(rport) if rport else None
+        receiver = endpoint(rport) if rport else None
     else:
         receiver = Endpoint(p.receiver_mac, p.receiver_ip, None)
     if sender is None or receiver is None:
         return []
     filters = dict(p.filters)
-    directions = [(_endpoint(sender), receiver, filters)]
+    directions = [(endpoint(sender), receiver, filters)]
     if p.direction == "both" and receiver.port is not None:
-        directions.append((receiver, _endpoint(sender), reverse_filters(filters)))
+        directions.append((receiver, endpoint(sender), reverse_filters(filters)))
     out = []
     for src, dst, filters in directions:
         eth_type = effective_eth_type(filters)
         adjacent = view.in_network(src.port.network_id, dst.ip) if eth_type == ETH_IPV4 else True
         route = None if adjacent else view.route(src.port.network_id, dst.ip)
-        out += ingress_matches(src, dst, _vlan_as_network(view, src, filters), adjacent, route)
+        out += ingress_matches(src, dst, vlan_as_network(view, src, filters), adjacent, route)
     return out
 
 
-def _vlan_as_network(view: _View, src: Endpoint, filters: dict) -> dict:
+def vlan_as_network(view: View, src: Endpoint, filters: dict) -> dict:
     """A `vlan` filter naming the VLAN of the sender's (VLAN) network matches all of its frames: VMs
     send untagged and the network's VLAN is added on the uplink. Otherwise it matches the frame's own
     802.1Q tag (a VLAN-aware VM)."""
@@ -588,7 +387,7 @@ def _vlan_as_network(view: _View, src: Endpoint, filters: dict) -> dict:
 
 def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:
     """Other policies with the same priority whose traffic overlaps `policy_id`'s at a tap point."""
-    view = _View(snapshot)
+    view = View(snapshot)
     by_id = {p.id: p for p in snapshot.tap_policies}
     me = by_id[policy_id]
     mine = _policy_ingress(view, me)
@@ -599,4 +398,60 @@ def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:
         theirs = _policy_ingress(view, other)
         if any(matches_intersect(a, b) for a in mine for b in theirs):
             out.append(other.id)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- problems
+
+
+def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
+    """Why each policy cannot be installed, judged from the model alone (every bound port's interface
+    is taken to be on its node): deleted ports (error), unbound ones, a marker a tenant network uses
+    (error). The same words as the compiler's plans, which add what only the switches can tell."""
+    ports = {p.id: p for p in snapshot.ports}
+    nodes = {n.name for n in snapshot.nodes}
+    tenant_vnis = {n.segmentation_id for n in snapshot.networks if n.type == "vxlan"}
+    out = {}
+    for p in sorted(snapshot.tap_policies, key=lambda p: p.id):
+        problems = out[p.id] = []
+        sender = ports.get(p.sender_port_id) if p.sender_port_id is not None else None
+        if sender is None:
+            problems.append("sender port was deleted")
+        receiver = None
+        if p.receiver_is_port:
+            receiver = ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
+            if receiver is None:
+                problems.append("receiver port was deleted")
+        monitors = []
+        for i, mid in enumerate(p.monitor_port_ids):
+            mport = ports.get(mid) if mid is not None else None
+            if mport is None:
+                problems.append(f"{'monitor' if i == 0 else 'monitor2'} port was deleted")
+            else:
+                monitors.append((i, mport))
+        if sender is None or (p.receiver_is_port and receiver is None) or not monitors:
+            continue
+        if p.id > MAX_POLICY_ID:
+            problems.append(f"policy id {p.id} is beyond the marker space")
+            continue
+        directions = [(0, sender)]
+        if p.direction == "both":
+            if receiver is None:
+                problems.append("direction both needs the receiver to be a port")
+            else:
+                directions.append((1, receiver))
+        for d, src in directions:
+            what = "sender" if d == 0 else "receiver (direction both)"
+            if src.node not in nodes:
+                problems.append(f"{what} port {src.id} is not bound to a node")
+                continue
+            if not src.interface:
+                problems.append(f"{what} port {src.id}: interface {src.interface!r} not on {src.node}'s br-int yet")
+                continue
+            for i, mport in monitors:
+                if marker(p.id, d, i) in tenant_vnis:
+                    problems.append(f"tap marker VNI {marker(p.id, d, i)} is used by a tenant network")
+                elif mport.node not in nodes or not mport.interface:
+                    problems.append(f"{'monitor' if i == 0 else 'monitor2'} port {mport.id} is not on a node's "
+                                    f"br-int yet")
     return out

@@ -1,6 +1,6 @@
-"""Fabric compiler: store snapshot -> desired state of the ToR switches, of every node's
+"""Fabric compiler: the model -> desired state of the ToR switches, of every node's
 br-phy, and the additions to br-int; plus the tenant compiler's view of routers that do not run
-distributed. Pure, like fathom/pipeline/tenant.py. docs/fabric.md explains the design.
+distributed. Pure, like fathom/apps/tenant/compiler.py. docs/fabric.md explains the design.
 
 Router modes:
 - `distributed` (default): the tenant compiler routes in every first-hop br-int.
@@ -11,14 +11,7 @@ Router modes:
   Each router leg becomes a port of its network bound to the gateway node (interface
   `router_port_interface(leg)`), so every node switches to it like to any VM.
 
-ToR pipeline (br-fabric, its own tables; the ToR is not a br-int):
-
-| table | name | what |
-|---|---|---|
-| 0  | trunk-in   | LLDP -> controller; untagged = underlay -> NORMAL; (in_port, VLAN) allowed -> 10; else drop |
-| 10 | svi        | fabric routers: ARP for a gateway answered; routed: src MAC, TTL - 1, VLAN -> 15; else -> 20 |
-| 15 | svi-neigh  | routed frame: destination IP -> destination MAC; unknown -> drop |
-| 20 | l2         | (VLAN, dst MAC) -> the port facing the node hosting it; else flood the VLAN's group |
+The ToR (br-fabric) and br-phy pipelines are declared in fathom/pipeline/catalogue.py.
 
 A VLAN is allowed on a trunk port exactly while the node behind the port hosts a port of the
 network or its br-int can send frames tagged with it (a node routing into the network: a
@@ -30,30 +23,25 @@ docs/fabric.md, "Routing and VLAN trunks", says why.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 from typing import Mapping
 
 from fathom.openflow.spec import (
-    OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable,
+    OFPP_IN_PORT, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable,
     Group, GroupSpec, Output, PushVlan, SetField, SwitchState,
 )
 from fathom.pipeline import stages as st
-from fathom.pipeline.tenant import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
-from fathom.store.snapshot import UPLINK_INTERFACE, FixedIp, Port, Snapshot
+from fathom.pipeline.catalogue import BR_PHY, TOR
+from fathom.apps.tenant.compiler import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
+from fathom.model import UPLINK_INTERFACE, Snapshot
+from fathom.model.routers import effective_modes, fabric_state, tenant_view
 
-OFPP_NORMAL = 0xFFFFFFFA
-ETH_TYPE_LLDP = 0x88CC
+# ToR tables (fathom/pipeline/catalogue.py declares them)
+TOR_TRUNK_IN = TOR.number("trunk-in")
+TOR_SVI = TOR.number("svi")
+TOR_SVI_NEIGH = TOR.number("svi-neigh")
+TOR_L2 = TOR.number("l2")
 
-# ToR tables
-TOR_TRUNK_IN = 0
-TOR_SVI = 10
-TOR_SVI_NEIGH = 15
-TOR_L2 = 20
-TOR_TABLES = {TOR_TRUNK_IN: "trunk-in", TOR_SVI: "svi", TOR_SVI_NEIGH: "svi-neigh", TOR_L2: "l2"}
-
-PRIO_LLDP = 1000
 PRIO_ALLOW = 100
-PRIO_UNDERLAY = 50
 PRIO_SVI_ARP = 200
 PRIO_ROUTE_BASE = 100
 PRIO_SVI_DROP = 10
@@ -62,22 +50,10 @@ PRIO_L2 = 100
 PRIO_FLOOD = 10
 PRIO_PHY_TRUNK = 100
 
-# br-phy's ends of the trunk: the patch to br-int, and the underlay port facing the ToR
+# br-phy's only table, and its ends of the trunk: the patch to br-int, the underlay port facing the ToR
+PHY_NORMAL = BR_PHY.number("normal")
 PHY_PATCH = "patch-int"
 PHY_UNDERLAY = "ul0"
-
-
-def datapath_id_tor(switch_id: int) -> int:
-    return 0xFB00_0000_0000_0000 | switch_id
-
-
-def datapath_id_phy(node_id: int) -> int:
-    return 0xFC00_0000_0000_0000 | node_id
-
-
-def router_port_interface(leg_id: int) -> str:
-    """br-int interface of a network-node router leg on the gateway node (its namespace holds qr-N)."""
-    return f"qrp{leg_id}"
 
 
 def _c(kind: int, obj: int) -> int:
@@ -86,63 +62,6 @@ def _c(kind: int, obj: int) -> int:
 
 def _vid(vlan: int) -> int:
     return OFPVID_PRESENT | vlan
-
-
-def fabric_state(snapshot: Snapshot):
-    from fathom.store.fabric import FabricState
-    return snapshot.fabric if snapshot.fabric is not None else FabricState()
-
-
-# ---------------------------------------------------------------------------------------------- tenant view
-
-
-def effective_modes(snapshot: Snapshot) -> dict:
-    """router id -> the Mode the switches realise now (routers absent: distributed).
-
-    Make before break: a router moved to `network-node` keeps being routed `distributed` until every
-    one of its legs is an interface on the gateway node's br-int (the namespace is built first);
-    then one pass switches all nodes to it.
-    """
-    fab = fabric_state(snapshot)
-    nodes = {n.name: n for n in snapshot.nodes}
-    out = {}
-    for md in fab.modes:
-        if md.mode == "network-node":
-            gw = nodes.get(md.gateway_node)
-            legs = [ri for ri in snapshot.router_interfaces if ri.router_id == md.router_id]
-            if gw is None or any(gw.ofport(router_port_interface(ri.id)) is None for ri in legs):
-                continue
-        out[md.router_id] = md
-    return out
-
-
-def tenant_view(snapshot: Snapshot) -> Snapshot:
-    """What the tenant compiler must see: routers not in `distributed` mode are hidden from it; the
-    legs of `network-node` routers become ports bound to their gateway node."""
-    other = {rid: md for rid, md in effective_modes(snapshot).items() if md.mode != "distributed"}
-    if not other:
-        return snapshot
-    keep, extra = [], []
-    for ri in snapshot.router_interfaces:
-        md = other.get(ri.router_id)
-        if md is None:
-            keep.append(ri)
-        elif md.mode == "network-node" and md.gateway_node:
-            extra.append(Port(ri.id, f"router-{ri.router_id}", "", ri.network_id, ri.mac_address,
-                              (FixedIp(ri.subnet_id, ri.ip_address),), md.gateway_node,
-                              router_port_interface(ri.id), port_security=False))
-    return replace(snapshot, router_interfaces=tuple(keep), ports=snapshot.ports + tuple(extra))
-
-
-def network_node_legs(snapshot: Snapshot) -> dict[str, list]:
-    """gateway node name -> router legs (RouterInterface) it must realise in a router namespace."""
-    fab = fabric_state(snapshot)
-    out: dict[str, list] = defaultdict(list)
-    for ri in snapshot.router_interfaces:
-        md = fab.mode_of(ri.router_id)
-        if md.mode == "network-node" and md.gateway_node:
-            out[md.gateway_node].append(ri)
-    return dict(out)
 
 
 # ---------------------------------------------------------------------------------------------- br-int and br-phy
@@ -175,30 +94,26 @@ def compile_edges(snapshot: Snapshot) -> dict[str, SwitchState]:
     return out
 
 
-def compile_phy(snapshot: Snapshot, phy_ports: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, SwitchState]:
-    """br-phy of every node: NORMAL switching for the underlay, LLDP from the ToR to the controller,
-    and the trunk between br-int and the ToR as a fixed pipe (`phy_ports`: node name -> br-phy
-    interface name -> OpenFlow port number; a node whose ports are not known yet gets no pipe).
+def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
+    """br-phy of every node beyond its skeleton (NORMAL switching for the underlay, LLDP to the
+    controller; fathom/pipeline/catalogue.py BR_PHY): the trunk between br-int and the ToR as a fixed
+    pipe, for each node whose br-phy port numbers (`Node.phy_ofports`) are known.
 
     The pipe keeps br-phy from learning tenant MACs: a distributed router sends routed frames from
     its gateway MAC out of every node that routes, so a learning br-phy would place that MAC behind
     its own patch port and drop the frames a VM later sends to it over the trunk (router moved to
     the fabric or a network node) until the entry ages out.
     """
-    base = {
-        FlowSpec(0, 0, {}, (Output(OFPP_NORMAL),), _c(st.KIND_STAGE, 0x100)),
-        FlowSpec(0, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), _c(st.KIND_STAGE, 0x101)),
-    }
     out = {}
     for node in snapshot.nodes:
-        flows = set(base)
-        ports = (phy_ports or {}).get(node.name, {})
-        patch, underlay = ports.get(PHY_PATCH), ports.get(PHY_UNDERLAY)
+        flows = set()
+        patch, underlay = node.phy_ofports.get(PHY_PATCH), node.phy_ofports.get(PHY_UNDERLAY)
         if patch is not None and underlay is not None:
             # everything br-int sends goes to the ToR; tagged frames from the ToR go to br-int
-            flows.add(FlowSpec(0, PRIO_PHY_TRUNK, {"in_port": patch}, (Output(underlay),),
+            flows.add(FlowSpec(PHY_NORMAL, PRIO_PHY_TRUNK, {"in_port": patch}, (Output(underlay),),
                                _c(st.KIND_STAGE, 0x102)))
-            flows.add(FlowSpec(0, PRIO_PHY_TRUNK, {"in_port": underlay, "vlan_vid": (OFPVID_PRESENT, OFPVID_PRESENT)},
+            flows.add(FlowSpec(PHY_NORMAL, PRIO_PHY_TRUNK,
+                               {"in_port": underlay, "vlan_vid": (OFPVID_PRESENT, OFPVID_PRESENT)},
                                (Output(patch),), _c(st.KIND_STAGE, 0x102)))
         out[node.name] = SwitchState(frozenset(flows))
     return out
@@ -256,7 +171,7 @@ def _trunks(view: Snapshot, fab, sw, brint: Mapping[str, SwitchState]) -> dict[s
 
 def compile_tor(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, SwitchState]:
     """Desired state of every fabric switch, keyed by switch name. `brint`: the compiled br-int of
-    every node (`fathom.controller.reconciler.compile_all`), which decides the VLANs on its trunk."""
+    every node (every app's part, fathom.apps.compile_all), which decides the VLANs on its trunk."""
     fab = fabric_state(snapshot)
     view = tenant_view(snapshot)
     return {sw.name: _compile_switch(snapshot, view, fab, sw, brint) for sw in fab.switches}
@@ -267,15 +182,7 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[
     subnets = {s.id: s for s in view.subnets}
     faces = fab.node_ports(sw)
     trunks = _trunks(view, fab, sw, brint)
-    skel = lambda t: _c(st.KIND_STAGE, 0x200 | t)  # noqa: E731
-    flows: set[FlowSpec] = {
-        FlowSpec(TOR_TRUNK_IN, PRIO_LLDP, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), skel(TOR_TRUNK_IN)),
-        FlowSpec(TOR_TRUNK_IN, PRIO_UNDERLAY, {"vlan_vid": OFPVID_NONE}, (Output(OFPP_NORMAL),), skel(TOR_TRUNK_IN)),
-        FlowSpec(TOR_TRUNK_IN, 0, {}, (), skel(TOR_TRUNK_IN)),
-        FlowSpec(TOR_SVI, 0, {}, (GotoTable(TOR_L2),), skel(TOR_SVI)),
-        FlowSpec(TOR_SVI_NEIGH, 0, {}, (), skel(TOR_SVI_NEIGH)),
-        FlowSpec(TOR_L2, 0, {}, (), skel(TOR_L2)),
-    }
+    flows: set[FlowSpec] = set()
     groups: set[GroupSpec] = set()
 
     # trunk-in: VLAN allowed on a port; the flood group of each VLAN lists its ports

@@ -31,7 +31,7 @@ from fathom.openflow.spec import (
 )
 from fathom.pipeline import stages as st
 from fathom.pipeline.infrastructure import is_infrastructure_interface
-from fathom.store.snapshot import (
+from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, Network, Node, Port, RouterInterface, Snapshot,
 )
 
@@ -80,7 +80,7 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
 def compile_tenant(snapshot: Snapshot) -> dict[str, SwitchState]:
     """Desired br-int state of every node in the snapshot, keyed by node name.
 
-    Every node's state includes the stage skeleton (table-miss flows). Ports whose node or
+    The table-miss flows are the pipeline's, not the tenant's (fathom.apps.PIPELINE). Ports whose node or
     interface has no OpenFlow port number yet are left out; remote nodes are reached only when
     this node's tunnel / uplink port number is known.
     """
@@ -128,7 +128,7 @@ class _Topology:
 
 
 def _compile_node(topo: _Topology, node: Node) -> SwitchState:
-    flows: set[FlowSpec] = set(st.skeleton_flows())
+    flows: set[FlowSpec] = set()
     groups: set[GroupSpec] = set()
     tunnel = node.ofport(TUNNEL_INTERFACE)
     uplink = node.ofport(UPLINK_INTERFACE)

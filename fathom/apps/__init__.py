@@ -1,0 +1,86 @@
+"""Apps: each turns the objects it owns into the desired state of the switches.
+
+An app declares its id (the app byte of its cookies, group and meter ids), the tables it fills on
+each bridge kind (names from fathom/pipeline/catalogue.py), and `compile(model)`: a pure function
+from the model (fathom.model.Snapshot) to the desired state of every switch it has something for,
+keyed by `SwitchKey(bridge, name)`. An app may also declare `derive(model, desired)` for switches
+whose state follows from what the other switches are asked to hold (the ToR lets a VLAN onto a
+trunk port when the node's br-int can send it): it runs after every app's `compile`, on their
+union. The reconciler runs every registered app for every switch and diffs the union against what
+the switch holds, through one path and one ownership rule (fathom.pipeline.cookies.owns_cookie).
+
+A new app is a folder here (fathom/apps/<app>/) with its compiler and an `APP` object (an `App`
+of fathom/apps/base.py), plus one line in `registry()`; its tables must already be declared in the
+catalogue. Every flow an app compiles carries its cookie (app, kind, object id), so the desired
+state of a switch can be split per owning object (`by_owner`), which is what an incremental
+reconciler keeps.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping
+
+from fathom.apps.base import BR_INT, BR_PHY, TOR, App, SwitchKey  # noqa: F401 - the apps' names, here for callers
+from fathom.model import Snapshot
+from fathom.openflow.spec import SwitchState
+from fathom.pipeline import cookies as ck
+from fathom.pipeline.catalogue import PIPELINES
+
+
+def _skeleton(model: Snapshot) -> dict[SwitchKey, SwitchState]:
+    """The skeleton of every bridge: br-int on every node; br-phy and ToRs once there is a fabric."""
+    out = {SwitchKey(BR_INT, n.name): SwitchState(PIPELINES[BR_INT].skeleton()) for n in model.nodes}
+    fabric = model.fabric
+    if fabric is not None and fabric.switches:
+        out.update({SwitchKey(BR_PHY, n.name): SwitchState(PIPELINES[BR_PHY].skeleton()) for n in model.nodes})
+        out.update({SwitchKey(TOR, s.name): SwitchState(PIPELINES[TOR].skeleton()) for s in fabric.switches})
+    return out
+
+
+PIPELINE = App("pipeline", ck.APP_PIPELINE, {b: tuple(t.name for t in p.tables) for b, p in PIPELINES.items()},
+               _skeleton)
+
+
+def registry() -> tuple[App, ...]:
+    """Every app, in the order their states are merged (the order does not change the union)."""
+    from fathom.apps.fabric import APP as FABRIC
+    from fathom.apps.tenant import APP as TENANT
+    from fathom.apps.vtap import APP as VTAP
+    return (PIPELINE, TENANT, FABRIC, VTAP)
+
+
+def compile_all(model: Snapshot, apps: tuple[App, ...] | None = None) -> dict[SwitchKey, SwitchState]:
+    """The desired state of every switch: the union of every app's part (`compile`, then `derive`
+    on that union)."""
+    apps = apps or registry()
+    out: dict[SwitchKey, SwitchState] = {}
+    for app in apps:
+        _merge(out, app.compile(model))
+    compiled = dict(out)
+    for app in apps:
+        if app.derive is not None:
+            _merge(out, app.derive(model, compiled))
+    return out
+
+
+def _merge(into: dict[SwitchKey, SwitchState], part: Mapping[SwitchKey, SwitchState]) -> None:
+    for key, state in part.items():
+        into[key] = into[key] | state if key in into else state
+
+
+def compile_bridge(model: Snapshot, bridge: str) -> dict[str, SwitchState]:
+    """Desired state of every switch of one bridge kind, by name (e.g. every br-int by node)."""
+    return {k.name: s for k, s in compile_all(model).items() if k.bridge == bridge}
+
+
+def by_owner(state: SwitchState) -> dict[tuple[int, int, int], SwitchState]:
+    """A switch's desired state split by owning object (app, kind, object id) read from the cookies."""
+    flows, groups, meters = defaultdict(set), defaultdict(set), defaultdict(set)
+    for f in state.flows:
+        flows[ck.parse_cookie(f.cookie)].add(f)
+    for g in state.groups:
+        groups[ck.parse_cookie(g.cookie)].add(g)
+    for m in state.meters:
+        meters[ck.parse_cookie(m.cookie)].add(m)
+    return {o: SwitchState(frozenset(flows[o]), frozenset(groups[o]), frozenset(meters[o]))
+            for o in set(flows) | set(groups) | set(meters)}

@@ -1,0 +1,190 @@
+"""A switch in memory behind the session interface of fathom.controller.switch.
+
+Every change arrives as the real OpenFlow 1.4 messages the os-ken session would send: encoded to
+bytes, parsed back with os-ken's parser and applied to flow, group and meter tables with OpenFlow's
+rules (ADD replaces the entry with the same table, priority and match; DELETE_STRICT removes it;
+a group or meter is added once, modified or deleted only if present; a bundle is all or nothing).
+Reads decode the tables with the same decoder the os-ken session uses. So the reconciler can be
+tested without root or OVS, and a benchmark can simulate many switches.
+
+Knobs for tests: `refuse(predicate)` makes the switch refuse every message whose spec matches (like
+OVS refusing an invalid flow), and `sent` records what arrived, per bundle or plain message;
+FakeSwitches `down` holds switches not connected (yet), `disconnect(dpid)` closes the connection of
+one that was (its ovs-vswitchd died): from then on its session is gone and an apply fails.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
+
+from fathom.controller.switch import ApplyError
+from fathom.openflow import encode
+
+
+class FakeDatapath:
+    ofproto = ofproto_v1_4
+    ofproto_parser = ofproto_v1_4_parser
+
+    def __init__(self, dpid: int):
+        self.id = dpid
+        self._xids = itertools.count(1)
+
+    def set_xid(self, msg) -> None:
+        msg.set_xid(next(self._xids) & 0xFFFFFFFF)
+
+
+class FakeSwitch:
+    def __init__(self, dpid: int, journal: list | None = None):
+        self.dpid = dpid
+        self.dp = FakeDatapath(dpid)
+        self.journal = journal if journal is not None else []   # (dpid, "bundle" | "plain", messages), shared
+        self.flows: dict[tuple, object] = {}     # (table, priority, match) -> FlowSpec
+        self.groups: dict[int, object] = {}
+        self.meters: dict[int, object] = {}
+        self.sent: list[tuple[str, list]] = []   # ("bundle" | "plain", [parsed messages])
+        self.reads = 0
+        self._refuse = lambda spec: False
+        self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------ knobs
+
+    def refuse(self, predicate) -> None:
+        """Refuse every message whose spec satisfies `predicate(spec)` (None: refuse nothing)."""
+        self._refuse = predicate or (lambda spec: False)
+
+    def add_foreign_flow(self, flow) -> None:
+        """A flow someone else put there (e.g. cookie 0): the reconciler must leave it alone."""
+        self.flows[flow.key] = flow
+
+    # ------------------------------------------------------------------------------ session interface
+
+    def read_flows(self) -> set:
+        self.reads += 1
+        return set(self.flows.values())
+
+    def read_groups(self) -> set:
+        return set(self.groups.values())
+
+    def read_meters(self) -> set:
+        return set(self.meters.values())
+
+    def bundle(self, pairs: list) -> None:
+        if pairs:
+            self._apply("bundle", pairs, atomic=True)
+
+    def plain(self, pairs: list) -> None:
+        if pairs:
+            self._apply("plain", pairs, atomic=False)
+
+    # ------------------------------------------------------------------------------ OpenFlow semantics
+
+    def _apply(self, how: str, pairs: list, atomic: bool) -> None:
+        if not self.alive():
+            raise ConnectionError(f"switch {self.dpid:016x}: connection closed")
+        with self.lock:
+            parsed = [(spec, self._wire(msg)) for spec, msg in pairs]
+            self.sent.append((how, [m for _, m in parsed]))
+            self.journal.append((self.dpid, how, [m for _, m in parsed]))
+            tables = (dict(self.flows), dict(self.groups), dict(self.meters))
+            refused = []
+            for spec, msg in parsed:
+                error = "refused by the test" if self._refuse(spec) else self._one(msg)
+                if error:
+                    refused.append(spec)
+                    if not atomic:
+                        raise ApplyError(f"switch {self.dpid:016x} refused the change: {error}", refused)
+            if refused:
+                self.flows, self.groups, self.meters = tables   # a bundle is all or nothing
+                raise ApplyError(f"switch {self.dpid:016x} refused the change: {len(refused)} message(s)", refused)
+
+    def _wire(self, msg):
+        """The message as the switch receives it: encoded, then parsed back."""
+        self.dp.set_xid(msg)
+        msg.serialize()
+        buf = bytes(msg.buf)
+        version, msg_type, msg_len, xid = ofproto_parser.header(buf)
+        return ofproto_parser.msg(self.dp, version, msg_type, msg_len, xid, buf)
+
+    def _one(self, msg) -> str | None:
+        ofp = self.dp.ofproto
+        name = type(msg).__name__
+        if name == "OFPFlowMod":
+            flow = encode.decode_flow(ofp, msg)
+            if msg.command == ofp.OFPFC_ADD:
+                for action in flow.actions:
+                    group = getattr(action, "group_id", None)
+                    if type(action).__name__ == "Group" and group not in self.groups:
+                        return f"OFPGMFC_UNKNOWN_GROUP {group}"
+                    meter = getattr(action, "meter_id", None)
+                    if type(action).__name__ == "Meter" and meter not in self.meters:
+                        return f"OFPMMFC_UNKNOWN_METER {meter}"
+                self.flows[flow.key] = flow
+            elif msg.command == ofp.OFPFC_DELETE_STRICT:
+                self.flows.pop(flow.key, None)
+            else:
+                return f"flow mod command {msg.command} not supported by the fake switch"
+            return None
+        if name == "OFPGroupMod":
+            group = encode.decode_group(ofp, msg)
+            exists = msg.group_id in self.groups
+            if msg.command == ofp.OFPGC_ADD:
+                if exists:
+                    return f"OFPGMFC_GROUP_EXISTS {msg.group_id}"
+                self.groups[msg.group_id] = group
+            elif msg.command == ofp.OFPGC_MODIFY:
+                if not exists:
+                    return f"OFPGMFC_UNKNOWN_GROUP {msg.group_id}"
+                self.groups[msg.group_id] = group
+            elif msg.command == ofp.OFPGC_DELETE:
+                if any(type(a).__name__ == "Group" and a.group_id == msg.group_id
+                       for f in self.flows.values() for a in f.actions):
+                    # OVS deletes the flows that use a deleted group; the reconciler must never rely on it
+                    return f"group {msg.group_id} deleted while flows still use it"
+                self.groups.pop(msg.group_id, None)
+            return None
+        if name == "OFPMeterMod":
+            meter = encode.decode_meter(ofp, msg)
+            if msg.command == ofp.OFPMC_DELETE:
+                self.meters.pop(msg.meter_id, None)
+            elif msg.command == ofp.OFPMC_ADD and msg.meter_id in self.meters:
+                return f"OFPMMFC_METER_EXISTS {msg.meter_id}"
+            else:
+                self.meters[msg.meter_id] = meter
+            return None
+        return f"{name} not supported by the fake switch"
+
+
+class FakeSwitches:
+    """Fake switches by datapath id, connected and disconnected at will (the reconciler's `switches`)."""
+
+    def __init__(self):
+        self.switches: dict[int, FakeSwitch] = {}
+        self.down: set[int] = set()
+        self.lost: dict[int, float] = {}   # dpid -> when its connection closed
+        self.journal: list = []        # every switch's messages in the order they arrived
+
+    def add(self, dpid: int) -> FakeSwitch:
+        self.down.discard(dpid)
+        self.lost.pop(dpid, None)
+        if dpid not in self.switches:
+            sw = self.switches[dpid] = FakeSwitch(dpid, self.journal)
+            sw.alive = lambda: dpid not in self.down
+        return self.switches[dpid]
+
+    def disconnect(self, dpid: int) -> None:
+        """The switch's connection closes (its tables stay, like OVS's in fail_mode secure)."""
+        self.down.add(dpid)
+        self.lost[dpid] = time.time()
+
+    def lost_since(self, dpid: int) -> float | None:
+        return self.lost.get(dpid) if dpid in self.down else None
+
+    def session(self, dpid: int) -> FakeSwitch | None:
+        return None if dpid in self.down else self.switches.get(dpid)
+
+    def connected(self) -> list[int]:
+        return [d for d in self.switches if d not in self.down]

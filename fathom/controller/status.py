@@ -1,0 +1,187 @@
+"""One status model: where each kind's status comes from, decided after every pass.
+
+| kind | status comes from |
+|---|---|
+| node | its br-int: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
+| fabric_switch | the ToR: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
+| network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when they took them (see below for a switch in trouble) |
+| subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
+| router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent) |
+
+`pending` says what is awaited (a switch connecting, a port's interface appearing, a namespace being
+built), `error` names the switch or node at fault; a refused flow marks exactly its object.
+
+A switch in trouble of its own (OVSDB unreachable, its OpenFlow connection lost, not connected
+yet) marks the objects *at home* there: a port's home is its node's switches, a `fabric` router
+interface's the ToR (the ToR routes). A port on another node keeps its status (its flows on the sick
+switch only serve traffic from there, which is down anyway); an object with no home (a network, a
+distributed router interface, a tap policy) is held back only when no switch holding its flows is
+healthy. A failed apply on a connected switch is an error of every object with flows there (any may
+be the cause), unless the switch named the refused messages. An
+object none of whose flows any switch needs yet (a network with no bound port) is `active`, except
+a port: it is `pending` until it is bound and plugged. A tap policy with a problem the compiler
+reported (a deleted port, an unbound one) is `error` / `pending` with that problem.
+
+`decide` is pure (model + pass result in, statuses out); fathom.store.status writes them.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
+from fathom.model.routers import effective_modes
+from fathom.pipeline import cookies as ck
+
+FLOWS = "flows"
+SOURCES = {
+    "node": "br-int",
+    "fabric_switch": "tor",
+    "network": FLOWS,
+    "port": FLOWS,
+    "router_interface": FLOWS,
+    "tap_policy": FLOWS,
+    "subnet": "network",
+    "router": "router_interfaces",
+}
+# cookie kinds whose flows realise an object of a status kind (a network-node router's leg is a
+# port of the gateway node: its flows carry the port kind with the leg's id)
+FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
+              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,)}
+
+Status = tuple[str, str | None]
+
+
+def _worst(statuses: list[Status]) -> Status:
+    bad = [s for s in statuses if s[0] != "active"]
+    if not bad:
+        return "active", None
+    level = "error" if any(s[0] == "error" for s in bad) else "pending"
+    return level, "; ".join(sorted({s[1] for s in bad if s[1]}))
+
+
+def _where(key: SwitchKey) -> str:
+    return f"fabric switch {key.name}" if key.bridge == TOR else f"node {key.name}"
+
+
+def switch_problem(res) -> tuple[str, str, bool] | None:
+    """What a switch that must hold some flows says about them: (status, reason, whether it is the
+    switch's own health rather than our change); None when it holds them."""
+    if res is None:
+        return "pending", "switch unknown", True
+    where = _where(res.key)
+    bridge = "" if res.key.bridge == TOR else f"{res.key.bridge} "
+    if res.setup == "error":
+        return "error", f"{where}: {res.reason}", True
+    if res.state.startswith("lost"):
+        return "error", f"{where}: {res.state.removeprefix('lost: ')}", True
+    if res.state.startswith("error"):
+        return "error", f"{where}: {bridge}{res.state}", False
+    if res.state != "ok":
+        return "pending", f"{where}: {bridge}{res.state}", True
+    return None
+
+
+def decide(snapshot, result) -> dict[tuple[str, int], Status]:
+    """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
+    subnet, port, router, router_interface, tap_policy)."""
+    needs: dict[tuple[int, int], set[SwitchKey]] = defaultdict(set)
+    for key, state in result.desired.items():
+        for spec in (*state.flows, *state.groups):
+            _app, kind, obj = ck.parse_cookie(spec.cookie)
+            needs[(kind, obj)].add(key)
+
+    def from_flows(kind: str, obj_id: int, home: set[SwitchKey] = frozenset()) -> Status | None:
+        """From the flows alone; None when no switch needs any. `home`: the switches whose own
+        trouble counts for the object wherever else its flows are."""
+        refused = [result.refused[(k, obj_id)] for k in FLOW_KINDS[kind] if (k, obj_id) in result.refused]
+        if refused:
+            return "error", "; ".join(refused)
+        keys = set().union(*(needs.get((k, obj_id), set()) for k in FLOW_KINDS[kind]))
+        if not keys:
+            return None
+        found = {k: switch_problem(result.switches.get(k)) for k in sorted(keys)}
+        healthy_somewhere = any(p is None for p in found.values())
+        counted = [p[:2] for k, p in found.items()
+                   if p is not None and (not p[2] or (k in home if home else not healthy_somewhere))]
+        return _worst(counted)
+
+    out: dict[tuple[str, int], Status] = {}
+    for n in snapshot.nodes:
+        res = result.switches.get(SwitchKey(BR_INT, n.name))
+        if res is None:
+            continue
+        if res.setup == "error":
+            out[("node", n.id)] = ("error", res.reason)
+        elif res.state == "ok":
+            out[("node", n.id)] = ("active", None)
+        elif res.state.startswith("lost"):
+            out[("node", n.id)] = ("error", res.state.removeprefix("lost: "))
+        elif res.state.startswith("error"):
+            out[("node", n.id)] = ("error", res.state)
+        else:
+            out[("node", n.id)] = ("pending", "waiting for br-int to connect over OpenFlow")
+    for s in (snapshot.fabric.switches if snapshot.fabric else ()):
+        res = result.switches.get(SwitchKey(TOR, s.name))
+        if res is None:
+            continue
+        if res.setup == "error":
+            out[("fabric_switch", s.id)] = ("error", res.reason)
+        elif res.state == "ok":
+            out[("fabric_switch", s.id)] = ("active", None)
+        elif res.state.startswith("lost"):
+            out[("fabric_switch", s.id)] = ("error", res.state.removeprefix("lost: "))
+        elif res.state.startswith("error"):
+            out[("fabric_switch", s.id)] = ("error", f"apply failed: {res.state.removeprefix('error: ')}")
+        else:
+            out[("fabric_switch", s.id)] = ("pending", "waiting for the switch to connect over OpenFlow")
+
+    for net in snapshot.networks:
+        out[("network", net.id)] = from_flows("network", net.id) or ("active", None)
+    for sub in snapshot.subnets:
+        out[("subnet", sub.id)] = out.get(("network", sub.network_id), ("active", None))
+    for p in snapshot.ports:
+        got = from_flows("port", p.id, {SwitchKey(BR_INT, p.node), SwitchKey(BR_PHY, p.node)} if p.node else set())
+        if got is None:
+            got = ("pending", "not bound to a node") if p.node is None else \
+                ("pending", f"waiting for interface {p.interface!r} on its node")
+        out[("port", p.id)] = got
+    legs = defaultdict(list)
+    modes = effective_modes(snapshot)
+    tors = {SwitchKey(TOR, s.name) for s in (snapshot.fabric.switches if snapshot.fabric else ())}
+    for ri in snapshot.router_interfaces:
+        routed_by_tor = ri.router_id in modes and modes[ri.router_id].mode == "fabric"
+        out[("router_interface", ri.id)] = from_flows("router_interface", ri.id,
+                                                      tors if routed_by_tor else set()) or ("active", None)
+        legs[ri.router_id].append(out[("router_interface", ri.id)])
+    for r in snapshot.routers:
+        agent = result.agents.get((ck.KIND_ROUTER, r.id))
+        if agent is not None and agent[0] != "active":
+            out[("router", r.id)] = agent
+        else:
+            out[("router", r.id)] = _worst(legs.get(r.id, []))
+
+    from fathom.apps.vtap import plans as vtap_plans
+    plans = vtap_plans(snapshot)[1] if snapshot.tap_policies else {}
+    for t in snapshot.tap_policies:
+        problems = plans[t.id].problems if t.id in plans else []
+        if problems:
+            level = "error" if any("deleted" in p or "marker" in p for p in problems) else "pending"
+            out[("tap_policy", t.id)] = (level, "; ".join(problems))
+        else:
+            out[("tap_policy", t.id)] = from_flows("tap_policy", t.id) or ("active", None)
+    return out
+
+
+def node_states(result) -> dict[str, str]:
+    """node name -> bootstrap state (complete | device_created | error) for the store's `state`."""
+    out = {}
+    for key, res in result.switches.items():
+        if key.bridge == BR_INT:
+            out[key.name] = "error" if res.setup == "error" else "complete" if res.state == "ok" else "device_created"
+    return out
+
+
+def write(session_factory, snapshot, result) -> None:
+    from fathom.store.status import write_statuses
+    with session_factory() as session, session.begin():
+        write_statuses(session, decide(snapshot, result), node_states(result))

@@ -1,0 +1,231 @@
+"""The model the compilers read: plain immutable values, no SQLAlchemy, no I/O.
+
+A `Snapshot` is one consistent view of the store (fathom.store.snapshot.load_snapshot builds it in
+one transaction) plus facts that live in the switches, not in the store: the OpenFlow port numbers
+of each br-int (`Snapshot.with_ofports`), of each br-phy (`Snapshot.with_phy_ofports`) and of each
+ToR (`FabricState.with_ofports`), added by the controller before compiling. Datapath ids of every switch fathom programs are defined here too, so
+compilers, the controller and tests name switches the same way.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+# Interface names on br-int that the node bootstrap creates.
+TUNNEL_INTERFACE = "vxlan0"      # flow-based VXLAN port: options remote_ip=flow, key=flow
+UPLINK_INTERFACE = "patch-phy"   # patch port to br-phy: the VLAN / flat uplink
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    name: str
+    role: str                      # compute | gateway
+    tunnel_ip: str | None          # VXLAN endpoint address (on br-phy)
+    management_ip: str | None      # where the controller reaches its OVSDB
+    state: str = "init"            # bootstrap: init | device_created | complete | error
+    # Runtime, filled in by the controller: br-int interface name -> OpenFlow port number.
+    ofports: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # Runtime, the same for the node's br-phy (its patch to br-int and its underlay port).
+    phy_ofports: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    def ofport(self, interface: str | None) -> int | None:
+        return self.ofports.get(interface) if interface else None
+
+
+@dataclass(frozen=True)
+class Network:
+    id: int
+    name: str
+    project_id: str
+    type: str                      # vxlan | vlan | flat
+    segmentation_id: int | None    # VNI (vxlan), VLAN id (vlan), None (flat)
+
+
+@dataclass(frozen=True)
+class Subnet:
+    id: int
+    name: str
+    project_id: str
+    network_id: int
+    cidr: str                      # e.g. "10.0.0.0/24"
+    gateway_ip: str | None
+
+    @property
+    def prefix(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.cidr)
+
+
+@dataclass(frozen=True)
+class FixedIp:
+    subnet_id: int
+    ip_address: str
+
+
+@dataclass(frozen=True)
+class Port:
+    """A workload port (VM, VNF). Router interfaces are `RouterInterface`s, not `Port`s."""
+    id: int
+    name: str
+    project_id: str
+    network_id: int
+    mac_address: str
+    fixed_ips: tuple[FixedIp, ...] = ()
+    node: str | None = None        # name of the node the port is bound to
+    interface: str | None = None   # OVS interface name of the port on that node's br-int
+    port_security: bool = True     # only its own MAC and IPs may be sent from it
+
+
+@dataclass(frozen=True)
+class Router:
+    id: int
+    name: str
+    project_id: str
+
+
+@dataclass(frozen=True)
+class RouterInterface:
+    """A router's leg on one subnet; `id` is the id of the port that holds its address."""
+    id: int
+    router_id: int
+    subnet_id: int
+    network_id: int
+    ip_address: str                # the gateway address of the subnet on this router
+    mac_address: str
+
+
+@dataclass(frozen=True)
+class TapPolicy:
+    """A vTAP policy (fathom/apps/vtap compiles it). A `*_port_id` of None means the port
+    was deleted under the policy; `filters` is a sorted tuple of (field, value) pairs."""
+    id: int
+    name: str
+    project_id: str
+    sender_port_id: int | None
+    receiver_port_id: int | None
+    receiver_is_port: bool
+    receiver_mac: str
+    receiver_ip: str
+    monitor_port_ids: tuple[int | None, ...]
+    direction: str = "forward"       # forward (sender -> receiver) | both
+    priority: int = 100
+    filters: tuple = ()
+    truncate: int | None = None
+    rate_pps: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------- fabric
+@dataclass(frozen=True)
+class Switch:
+    id: int
+    name: str
+    management_ip: str
+    bridge: str
+    vlan_min: int
+    vlan_max: int
+
+
+@dataclass(frozen=True)
+class Link:
+    switch_id: int
+    port_name: str
+    ofport: int | None
+    node: str            # node name
+    source: str          # lldp | declared
+    last_seen: float | None = None
+
+
+@dataclass(frozen=True)
+class Mode:
+    router_id: int
+    mode: str
+    gateway_node: str | None = None
+
+
+@dataclass(frozen=True)
+class FabricState:
+    switches: tuple[Switch, ...] = ()
+    links: tuple[Link, ...] = ()
+    modes: tuple[Mode, ...] = ()
+    # runtime (filled in by the controller): switch name -> {port name: OpenFlow port number}
+    ofports: Mapping[str, Mapping[str, int]] = field(default_factory=dict, hash=False)
+
+    def mode_of(self, router_id: int) -> Mode:
+        for md in self.modes:
+            if md.router_id == router_id:
+                return md
+        return Mode(router_id, "distributed")
+
+    def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "FabricState":
+        return replace(self, ofports={k: dict(v) for k, v in ofports.items()})
+
+    def node_ports(self, switch: Switch) -> dict[str, tuple[str, int | None]]:
+        """node name -> (ToR port name, ofport) for the nodes behind `switch`.
+
+        An LLDP-learned link wins over a declared one for the same node (the declared wiring is
+        only a fallback); among several, the most recently seen.
+        """
+        best: dict[str, Link] = {}
+        for link in self.links:
+            if link.switch_id != switch.id:
+                continue
+            have = best.get(link.node)
+            rank = (link.source == "lldp", link.last_seen or 0)
+            if have is None or rank > (have.source == "lldp", have.last_seen or 0):
+                best[link.node] = link
+        ports = self.ofports.get(switch.name, {})
+        return {n: (l.port_name, ports.get(l.port_name, l.ofport)) for n, l in best.items()}
+
+
+# ---------------------------------------------------------------------------------------------- snapshot
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[Node, ...] = ()
+    networks: tuple[Network, ...] = ()
+    subnets: tuple[Subnet, ...] = ()
+    ports: tuple[Port, ...] = ()
+    routers: tuple[Router, ...] = ()
+    router_interfaces: tuple[RouterInterface, ...] = ()
+    tap_policies: tuple[TapPolicy, ...] = ()
+    # ToR switches, their links, router modes. None when built without it: compilers treat None
+    # as "no fabric, every router distributed".
+    fabric: "FabricState | None" = None
+    # Views derived from this snapshot by pure functions (e.g. the tenant view of the routers),
+    # computed once per snapshot however many apps read them; a copy starts empty.
+    derived: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
+
+    def memo(self, name: str, make):
+        """`make(self)` once per snapshot, under `name`."""
+        if name not in self.derived:
+            self.derived[name] = make(self)
+        return self.derived[name]
+
+    def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
+        """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
+        nodes = tuple(replace(n, ofports=dict(ofports.get(n.name, n.ofports))) for n in self.nodes)
+        return replace(self, nodes=nodes)
+
+    def with_phy_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
+        """A copy whose nodes carry br-phy port numbers: {node name: {interface: ofport}}."""
+        nodes = tuple(replace(n, phy_ofports=dict(ofports.get(n.name, n.phy_ofports))) for n in self.nodes)
+        return replace(self, nodes=nodes)
+
+
+# ---------------------------------------------------------------------------------------------- switches
+# Datapath ids: the kind of switch in the top byte, the store id of its node or ToR below.
+
+
+def datapath_id(node_id: int) -> int:
+    """br-int of a node: fixed per node, so a reconnecting switch is recognised."""
+    return 0xFA00_0000_0000_0000 | node_id
+
+
+def datapath_id_tor(switch_id: int) -> int:
+    return 0xFB00_0000_0000_0000 | switch_id
+
+
+def datapath_id_phy(node_id: int) -> int:
+    return 0xFC00_0000_0000_0000 | node_id

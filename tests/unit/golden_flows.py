@@ -1,0 +1,167 @@
+"""Desired flows of every shipped topology, in ovs-ofctl syntax, per switch.
+
+Each topology (fathom/lab/topologies/*.yaml, fathom/bench/topologies/*.yaml) is registered through
+the REST API the way `fathom lab up` registers it (nodes, the fabric switch, networks, subnets,
+routers, VM ports), plus two vTAP policies; then the store's model is compiled for every switch a
+reconcile pass programs: each node's br-int and br-phy and the ToR. Variants: without a fabric
+switch, and with one in each router mode the topology can carry (network-node twice: while the
+router namespace is being built, and once its legs are plugged).
+
+Router interface MACs (random in the store) become 02:fd:00:00:00:<id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1, patch-phy = 2, VMs from 10
+in topology order, router interfaces of a network-node router from 100; ToR port of the i-th node = i;
+br-phy: patch-int = 1, ul0 = 2.
+
+    .venv/bin/python -m tests.unit.golden_flows --write   # rewrite tests/unit/golden/flows.txt
+
+tests/unit/test_golden_flows.py compares the listing against the committed file, so a change of
+structure that changes any compiled flow, group, meter or cookie fails.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from fathom.lab import topology
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).with_name("golden") / "flows.txt"
+TOPOLOGIES = sorted((ROOT / "fathom/lab/topologies").glob("*.yaml")) + \
+    sorted((ROOT / "fathom/bench/topologies").glob("*.yaml"))
+
+
+def variants(topo: topology.Topology) -> list[tuple[str, bool, str]]:
+    """(name, with a fabric switch, router mode) the topology can carry."""
+    out = [("no-fabric", False, "distributed"), ("fabric distributed", True, "distributed")]
+    if topo.routers:
+        if all(topo.network(n).type == "vlan" for r in topo.routers for n in r.networks):
+            out.append(("fabric mode=fabric", True, "fabric"))
+        if any(n.role == "gateway" for n in topo.nodes):
+            out.append(("fabric mode=network-node building", True, "network-node-building"))
+            out.append(("fabric mode=network-node", True, "network-node"))
+    return out
+
+
+def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mode: str, taps: bool = True) -> dict:
+    """The lab's registration (fathom/lab/controller.py), through the API; returns names -> ids."""
+    def call(method: str, path: str, project: str | None = None, **kw):
+        r = client.request(method, "/v1" + path, headers={"X-Project": project} if project else {}, **kw)
+        assert r.status_code < 400, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json() if r.content else None
+
+    ids: dict = {"nets": {}, "subnets": {}, "ports": {}, "routers": {}}
+    for i, n in enumerate(topo.nodes):
+        call("POST", "/nodes", json={"name": n.name, "role": n.role, "tunnel_ip": f"198.18.0.{i + 1}",
+                                     "management_ip": f"198.18.100.{i + 1}"})
+    if with_fabric:
+        call("POST", "/fabric/switches", json={"name": "fabric", "management_ip": "198.18.100.250", "vlan_min": 1, "vlan_max": 4094,
+                                               "links": {n.name: n.name for n in topo.nodes}})
+    for net in topo.networks:
+        body = {"name": net.name, "type": net.type, "project_id": net.project}
+        if net.type != "flat":
+            body["segmentation_id"] = topo.segmentation_id(net)
+        nid = ids["nets"][net.name] = call("POST", "/networks", json=body)["id"]
+        ids["subnets"][net.name] = call("POST", "/subnets", json={
+            "network_id": nid, "cidr": str(net.cidr), "gateway_ip": str(net.gateway), "name": net.name,
+            "project_id": net.project})["id"]
+    for r in topo.routers:
+        project = topo.network(r.networks[0]).project
+        rid = ids["routers"][r.name] = call("POST", "/routers", json={"name": r.name, "project_id": project})["id"]
+        for name in r.networks:
+            call("POST", f"/routers/{rid}/interfaces", json={"subnet_id": ids["subnets"][name]})
+        if mode != "distributed":
+            call("PATCH", f"/routers/{rid}", json={"mode": mode.removesuffix("-building")})
+    for node in topo.nodes:
+        for vm in node.vms:
+            net = topo.network(vm.network)
+            ids["ports"][vm.name] = call("POST", "/ports", json={
+                "network_id": ids["nets"][vm.network], "name": vm.name, "mac_address": vm.mac,
+                "fixed_ips": [{"subnet_id": ids["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
+                "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
+    # vTAP: a filtered one-way policy to a monitor on another node, and a two-way one with two
+    # monitors, truncation and a rate limit
+    vms = topo.vms()
+    if taps and len(vms) >= 3:
+        (n0, a), (_, b) = vms[0], vms[1]
+        other = next(((n, v) for n, v in vms[2:] if n.name != n0.name), vms[2])[1]
+        project = topo.network(a.network).project
+        if topo.network(other.network).project == project:
+            call("POST", "/taps", project=project, json={
+                "name": "web", "sender": a.name, "receiver": {"mac": b.mac, "ip": str(b.ip.ip)}, "monitor": other.name,
+                "ip_proto": 6, "tp_dst": "80-95"})
+        same = [v for _, v in vms if topo.network(v.network).project == project and v.name != b.name]
+        if len(same) >= 3:
+            call("POST", "/taps", project=project, json={
+                "name": "all", "sender": b.name, "receiver": a.name,
+                "monitor": same[-1].name, "monitor2": same[-2].name, "direction": "both", "priority": 50,
+                "truncate": 128, "rate_pps": 1000})
+    return ids
+
+
+def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str, int]]:
+    out = {}
+    for node in topo.nodes:
+        ports = {"vxlan0": 1, "patch-phy": 2}
+        ports.update({vm.name: 10 + i for i, vm in enumerate(node.vms)})
+        out[node.name] = ports
+    if mode == "network-node":
+        gw = next(n.name for n in topo.nodes if n.role == "gateway")
+        from fathom.model.routers import router_port_interface
+        for i, ri in enumerate(sorted(snapshot.router_interfaces, key=lambda r: r.id)):
+            out[gw][router_port_interface(ri.id)] = 100 + i
+    return out
+
+
+def scenarios():
+    """(topology path, variant name, {SwitchKey: desired state}) of every shipped topology and variant."""
+    from dataclasses import replace
+
+    from sqlalchemy.orm import Session
+
+    from fathom.api.app import create_app
+    from fathom.apps import compile_all
+    from fathom.store.snapshot import load_snapshot
+
+    from .auth import headers_for
+
+    for path in TOPOLOGIES:
+        topo = topology.load(path)
+        for name, with_fabric, mode in variants(topo):
+            with tempfile.TemporaryDirectory() as tmp:
+                app = create_app(f"sqlite:///{tmp}/fathom.db")
+                with TestClient(app, headers=headers_for(app)) as client:
+                    register(client, topo, with_fabric, mode)
+                with Session(app.state.engine) as s:
+                    snapshot = load_snapshot(s)
+                app.state.engine.dispose()
+            # router interfaces get random MACs from the store: made fixed here
+            snapshot = replace(snapshot, router_interfaces=tuple(
+                replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces))
+            snapshot = snapshot.with_ofports(ofports(topo, snapshot, mode))
+            snapshot = snapshot.with_phy_ofports({n.name: {"patch-int": 1, "ul0": 2} for n in topo.nodes})
+            fab = snapshot.fabric
+            if fab is not None:
+                tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
+                snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
+            yield path, name, compile_all(snapshot)
+
+
+def render() -> str:
+    lines = []
+    for path, name, states in scenarios():
+        for key in sorted(states, key=str):
+            lines.append(f"## {path.relative_to(ROOT)} [{name}] {key}")
+            lines += states[key].to_ofctl()
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    text = render()
+    if "--write" in sys.argv:
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(text)
+        print(f"wrote {GOLDEN} ({text.count(chr(10))} lines)")
+    else:
+        sys.stdout.write(text)

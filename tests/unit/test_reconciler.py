@@ -1,0 +1,350 @@
+"""The reconciler against fake switches (fathom.controller.fakeswitch): real store, real compilers,
+real encoded OpenFlow messages decoded by the switch; no root, no OVS.
+
+The cloud is registered through the API like the lab does (tests/unit/golden_flows.py); the only
+stand-in is the OVSDB bootstrap, which reports fixed OpenFlow port numbers.
+"""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fathom.api.app import create_app
+
+from .auth import headers_for
+from fathom.apps import BR_INT, TOR, SwitchKey
+from fathom.controller.fakeswitch import FakeSwitches
+from fathom.controller.reconciler import Reconciler
+from fathom.lab import topology
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+from fathom.openflow.spec import FlowSpec, Output
+from fathom.pipeline import cookies as ck
+from fathom.store.db import session_factory
+from fathom.store.snapshot import load_snapshot
+
+from . import golden_flows
+
+LAB = golden_flows.ROOT / "fathom/lab/topologies"
+BENCH = golden_flows.ROOT / "fathom/bench/topologies"
+
+
+class FixedBootstrap:
+    """The node bootstrap without OVSDB: every node is complete, its ports numbered like the golden
+    file's (vxlan0 = 1, patch-phy = 2, VMs from 10, network-node router legs from 100)."""
+
+    def __init__(self, ofports):
+        self.ofports = ofports
+        self.nodes = {}
+        self.failing: set[str] = set()
+
+    def run(self, node):
+        if node.name in self.failing:
+            return "error", "OVSDB unreachable (test)", {}
+        return "complete", None, self.ofports.get(node.name, {})
+
+
+class FixedFabric:
+    """The fabric extension without OVSDB: the ToR's port facing the i-th node is i; on every br-phy
+    patch-int = 1, ul0 = 2 (as in the golden file)."""
+
+    def __init__(self, topo):
+        self.topo = topo
+
+    def prepare(self, rec, snapshot, result):
+        from dataclasses import replace
+        fab = snapshot.fabric
+        if fab is None or not fab.switches:
+            return snapshot
+        ports = {s.name: {n.name: i + 1 for i, n in enumerate(self.topo.nodes)} for s in fab.switches}
+        phy = {n.name: {"patch-int": 1, "ul0": 2} for n in self.topo.nodes}
+        return replace(snapshot, fabric=fab.with_ofports(ports)).with_phy_ofports(phy)
+
+    def after_pass(self, rec, snapshot, result):
+        pass
+
+
+class Cloud:
+    def __init__(self, tmp_path, path, with_fabric=False, mode="distributed", taps=False):
+        self.topo = topology.load(path)
+        self.api = create_app(f"sqlite:///{tmp_path}/fathom.db")
+        self.client = TestClient(self.api, headers=headers_for(self.api))
+        self.ids = golden_flows.register(self.client, self.topo, with_fabric, mode, taps=taps)
+        with session_factory(self.api.state.engine)() as s:
+            snap = load_snapshot(s)
+        self.switches = FakeSwitches()
+        self.boot = FixedBootstrap(golden_flows.ofports(self.topo, snap, mode))
+        self.rec = Reconciler(session_factory(self.api.state.engine), self.switches, self.boot)
+        self.rec.extensions.append(FixedFabric(self.topo))
+        self.nodes = {n.name: n.id for n in snap.nodes}
+        for node_id in self.nodes.values():
+            self.switches.add(datapath_id(node_id))
+            if with_fabric:
+                self.switches.add(datapath_id_phy(node_id))
+        if with_fabric:
+            self.switches.add(datapath_id_tor(snap.fabric.switches[0].id))
+
+    def br_int(self, node: str):
+        return self.switches.switches[datapath_id(self.nodes[node])]
+
+    def get(self, path: str):
+        r = self.client.get("/v1" + path)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def call(self, method: str, path: str, **kw):
+        r = self.client.request(method, "/v1" + path, **kw)
+        assert r.status_code < 400, r.text
+        return r.json() if r.content else None
+
+    def close(self):
+        self.client.close()
+        self.api.state.engine.dispose()
+
+
+@pytest.fixture
+def cloud(tmp_path):
+    c = Cloud(tmp_path, LAB / "default.yaml")
+    yield c
+    c.close()
+
+
+def holds(switch, state) -> bool:
+    """The switch holds exactly this state among what fathom owns (groups and meters by content)."""
+    return ({f for f in switch.read_flows() if ck.owns_cookie(f.cookie)} == set(state.flows)
+            and {g for g in switch.read_groups() if ck.owns_id(g.group_id)} == set(state.groups)
+            and {m.key for m in switch.read_meters() if ck.owns_id(m.meter_id)} == {m.key for m in state.meters})
+
+
+def test_first_pass_installs_everything_then_an_in_sync_pass_sends_nothing(cloud):
+    result = cloud.rec.run_pass()
+    for name in cloud.nodes:
+        assert holds(cloud.br_int(name), result.br_int(name)), name
+        assert result.nodes[name].switch == "ok"
+    sent = len(cloud.switches.journal)
+    assert sent > 0
+    again = cloud.rec.run_pass(audit=True)          # reads every switch back
+    assert len(cloud.switches.journal) == sent
+    assert all(r.changes == 0 for r in again.switches.values())
+    reads = sum(s.reads for s in cloud.switches.switches.values())
+    cloud.rec.run_pass(audit=False)                 # trusts what it sent: not even a read
+    assert len(cloud.switches.journal) == sent
+    assert sum(s.reads for s in cloud.switches.switches.values()) == reads
+
+
+def test_flows_of_others_are_left_alone(cloud):
+    foreign = FlowSpec(0, 5, {"in_port": 77}, (Output(78),), 0)
+    cloud.br_int("compute1").add_foreign_flow(foreign)
+    cloud.rec.run_pass()
+    assert foreign in cloud.br_int("compute1").read_flows()
+
+
+def test_reconnect_rereads_and_repairs(cloud):
+    cloud.rec.run_pass()
+    sw = cloud.br_int("compute2")
+    lost = next(f for f in sw.flows.values() if ck.parse_cookie(f.cookie)[1] == ck.KIND_PORT)
+    del sw.flows[lost.key]                          # e.g. the switch restarted and lost a flow
+    cloud.rec.run_pass(audit=False)                 # trusts its memory: does not see it
+    assert lost not in sw.read_flows()
+    reads = sw.reads
+    cloud.rec.switch_changed(sw.dpid)               # the switch reconnects
+    cloud.rec.run_pass(audit=False)
+    assert sw.reads == reads + 1 and lost in sw.read_flows()
+    assert [len(m) for how, m in sw.sent[-1:]] == [1]   # only the lost flow went out again
+
+
+def test_groups_and_meters_are_ordered_around_the_bundle(cloud):
+    cloud.rec.run_pass()
+    for s in cloud.switches.switches.values():
+        s.sent.clear()
+    vms = [v.name for _, v in cloud.topo.vms()]
+    tap = cloud.call("POST", "/taps", json={"sender": vms[0], "receiver": vms[1], "monitor": vms[2],
+                                             "rate_pps": 100})
+    cloud.rec.run_pass(audit=False)
+    sender = cloud.br_int("compute1")
+    kinds = [(how, [type(m).__name__ for m in msgs]) for how, msgs in sender.sent]
+    # the meter exists before the bundle whose flows use it; in the bundle, groups before flows
+    assert kinds[0] == ("plain", ["OFPMeterMod"]) and kinds[1][0] == "bundle"
+    names = kinds[1][1]
+    assert names.index("OFPGroupMod") < min(i for i, n in enumerate(names) if n == "OFPFlowMod")
+    for s in cloud.switches.switches.values():
+        s.sent.clear()
+    cloud.call("DELETE", f"/taps/{tap['id']}")
+    cloud.rec.run_pass(audit=False)
+    kinds = [(how, [type(m).__name__ for m in msgs]) for how, msgs in sender.sent]
+    # flows go first, then the group they used (same bundle), then the meter
+    assert [k[0] for k in kinds] == ["bundle", "plain"] and kinds[1][1] == ["OFPMeterMod"]
+    names = kinds[0][1]
+    assert max(i for i, n in enumerate(names) if n == "OFPFlowMod") < names.index("OFPGroupMod")
+    assert not sender.read_meters() and not [g for g in sender.read_groups() if ck.parse_group_id(g.group_id)[0] == 3]
+
+
+def test_a_refused_change_marks_exactly_the_objects_it_carried(cloud):
+    ports = cloud.ids["ports"]
+    bad = ports["vm1"]
+    sw = cloud.br_int("compute1")
+    sw.refuse(lambda spec: ck.parse_cookie(spec.cookie)[1:] == (ck.KIND_PORT, bad))
+    result = cloud.rec.run_pass()
+    got = cloud.get(f"/ports/{bad}")
+    assert got["status"] == "error" and "br-int compute1" in got["status_reason"]
+    for name in ("vm2", "vm3", "vm4"):
+        assert cloud.get(f"/ports/{ports[name]}")["status"] == "active", name
+    # everything else reached the switch; nothing of vm1 did
+    ours = {f for f in sw.read_flows() if ck.owns_cookie(f.cookie)}
+    want = {f for f in result.br_int("compute1").flows if ck.parse_cookie(f.cookie)[1:] != (ck.KIND_PORT, bad)}
+    assert ours == want
+    assert result.nodes["compute1"].switch == "ok"
+    sw.refuse(None)                                  # the switch takes it now: repaired next pass
+    cloud.rec.run_pass()
+    assert cloud.get(f"/ports/{bad}")["status"] == "active"
+    assert holds(sw, cloud.rec.last.br_int("compute1"))
+
+
+def test_status_follows_the_switches(cloud):
+    ports = cloud.ids["ports"]
+    compute2 = cloud.br_int("compute2").dpid
+    cloud.switches.down.add(compute2)               # not connected yet
+    cloud.rec.run_pass()
+    # compute2's own ports wait for it; vm1 and vm2 (compute1) have flows there too (the way to
+    # reach them from compute2), but work for everyone else, and so do the network and subnet
+    for name in ("vm3", "vm4"):
+        got = cloud.get(f"/ports/{ports[name]}")
+        assert got["status"] == "pending" and "node compute2: br-int not connected" in got["status_reason"], got
+    for name in ("vm1", "vm2"):
+        assert cloud.get(f"/ports/{ports[name]}")["status"] == "active", name
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "pending"
+    assert cloud.get(f"/nodes/{cloud.nodes['compute1']}")["status"] == "active"
+    net = cloud.get(f"/networks/{cloud.ids['nets']['blue']}")
+    subnet = cloud.get(f"/subnets/{cloud.ids['subnets']['blue']}")
+    assert net["status"] == subnet["status"] == "active"
+    cloud.switches.down.clear()
+    cloud.rec.switch_changed(compute2)
+    cloud.rec.run_pass()
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+    assert cloud.get(f"/subnets/{cloud.ids['subnets']['blue']}")["status"] == "active"
+    # a node whose OVSDB fails: its node is in error, its br-int is left alone
+    cloud.boot.failing.add("compute2")
+    result = cloud.rec.run_pass()
+    assert result.switches[SwitchKey(BR_INT, "compute2")].state.startswith("not reconciled")
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "error"
+
+
+def test_a_lost_switch_marks_its_node_and_its_ports_only(cloud):
+    ports = cloud.ids["ports"]
+    cloud.rec.run_pass()
+    compute2 = cloud.br_int("compute2").dpid
+    cloud.switches.disconnect(compute2)              # its ovs-vswitchd died
+    cloud.rec.switch_changed(compute2)
+    result = cloud.rec.run_pass()
+    assert result.switches[SwitchKey(BR_INT, "compute2")].state.startswith("lost: ")
+    node = cloud.get(f"/nodes/{cloud.nodes['compute2']}")
+    assert node["status"] == "error" and node["status_reason"].startswith("br-int's OpenFlow connection closed at ")
+    assert node["status_reason"].endswith("(ovs-vswitchd down or unreachable)")
+    for name in ("vm3", "vm4"):
+        got = cloud.get(f"/ports/{ports[name]}")
+        assert got["status"] == "error" and "node compute2: br-int's OpenFlow connection" in got["status_reason"], got
+    for name in ("vm1", "vm2"):
+        assert cloud.get(f"/ports/{ports[name]}")["status"] == "active", name
+    assert cloud.get(f"/nodes/{cloud.nodes['compute1']}")["status"] == "active"
+    assert cloud.get(f"/networks/{cloud.ids['nets']['blue']}")["status"] == "active"
+    cloud.switches.add(compute2)                     # back, tables as they were
+    cloud.rec.switch_changed(compute2)
+    result = cloud.rec.run_pass()
+    assert holds(cloud.br_int("compute2"), result.br_int("compute2"))
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+
+
+def test_a_switch_lost_while_it_is_written_is_lost_not_refusing(cloud):
+    sw = cloud.br_int("compute2")
+
+    def drop(spec):
+        cloud.switches.disconnect(sw.dpid)           # the connection closes under the bundle
+        return True
+    sw.refuse(drop)
+    result = cloud.rec.run_pass()
+    assert result.switches[SwitchKey(BR_INT, "compute2")].state.startswith("lost: ")
+    assert result.refused == {}
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "error"
+    assert cloud.get(f"/ports/{cloud.ids['ports']['vm1']}")["status"] == "active"
+
+
+def test_tap_is_active_only_when_the_switches_hold_it(cloud):
+    cloud.rec.run_pass()
+    vms = [v.name for _, v in cloud.topo.vms()]
+    tap = cloud.call("POST", "/taps", json={"sender": vms[0], "receiver": vms[1], "monitor": vms[2]})
+    assert cloud.get(f"/taps/{tap['id']}")["status"] == "pending"
+    # a tap has no home node: it waits only while no switch holding it is healthy
+    cloud.switches.down.add(cloud.br_int("compute2").dpid)        # the monitor's node
+    cloud.rec.run_pass()
+    assert cloud.get(f"/taps/{tap['id']}")["status"] == "active"
+    cloud.switches.down.add(cloud.br_int("compute1").dpid)        # the sender's too
+    cloud.rec.run_pass()
+    got = cloud.get(f"/taps/{tap['id']}")
+    assert got["status"] == "pending" and "node compute1" in got["status_reason"]
+    cloud.switches.down.clear()
+    cloud.rec.run_pass()
+    assert cloud.get(f"/taps/{tap['id']}")["status"] == "active"
+
+
+def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
+    c = Cloud(tmp_path, BENCH / "l3.yaml", with_fabric=True)
+    try:
+        c.rec.run_pass()
+        router = c.ids["routers"]["r1"]
+        assert c.get(f"/routers/{router}")["status"] == "active"
+        c.switches.journal.clear()
+        c.call("PATCH", f"/routers/{router}", json={"mode": "fabric"})
+        result = c.rec.run_pass(audit=False)
+        adds = [i for i, (_, _, msgs) in enumerate(c.switches.journal) if any(_is_add(m) for m in msgs)]
+        deletes = [i for i, (_, _, msgs) in enumerate(c.switches.journal) if any(not _is_add(m) for m in msgs)]
+        assert adds and deletes and max(adds) < min(deletes)   # nothing leaves any switch before all is in
+        tor = c.switches.switches[result.switches[SwitchKey(TOR, "fabric")].dpid]
+        assert holds(tor, result.desired[SwitchKey(TOR, "fabric")])
+        assert c.get(f"/routers/{router}")["status"] == "active"
+        c.switches.down.add(tor.dpid)                            # the router lives in the ToR now
+        c.rec.run_pass()
+        got = c.get(f"/routers/{router}")
+        assert got["status"] == "pending" and "fabric switch fabric: not connected" in got["status_reason"]
+        c.switches.disconnect(tor.dpid)                          # it was connected: lost
+        c.rec.run_pass()
+        got = c.get(f"/routers/{router}")
+        assert got["status"] == "error" and "fabric switch fabric: OpenFlow connection closed" in got["status_reason"]
+        switch = c.get("/fabric/switches")[0]
+        assert switch["status"] == "error" and "(ovs-vswitchd down or unreachable)" in switch["status_reason"]
+        # the nodes' own objects do not depend on the ToR's health
+        assert {p["status"] for p in c.get("/ports") if p["node"]} == {"active"}
+    finally:
+        c.close()
+
+
+def _is_add(msg) -> bool:
+    ofp = msg.datapath.ofproto
+    name = type(msg).__name__
+    if name == "OFPFlowMod":
+        return msg.command == ofp.OFPFC_ADD
+    if name == "OFPGroupMod":
+        return msg.command in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY)
+    return msg.command in (ofp.OFPMC_ADD, ofp.OFPMC_MODIFY)
+
+
+@pytest.mark.parametrize("path,with_fabric,mode", [
+    (path, fab, mode) for path in golden_flows.TOPOLOGIES
+    for _name, fab, mode in golden_flows.variants(topology.load(path))])
+def test_every_shipped_topology_converges_in_one_pass_and_stays(tmp_path, path, with_fabric, mode):
+    """Every switch of every shipped topology holds exactly its desired state after one pass
+    (br-int, br-phy and ToR through the same path), and the next pass sends nothing."""
+    c = Cloud(tmp_path, path, with_fabric, mode, taps=True)
+    try:
+        result = c.rec.run_pass()
+        assert result.desired
+        for key, state in result.desired.items():
+            res = result.switches[key]
+            assert res.state == "ok", (str(key), res.state)
+            assert holds(c.switches.switches[res.dpid], state), str(key)
+        sent = len(c.switches.journal)
+        c.rec.run_pass(audit=True)
+        assert len(c.switches.journal) == sent
+        statuses = [x["status"] for kind in ("ports", "networks", "subnets", "routers", "taps")
+                    for x in c.get(f"/{kind}")]
+        assert set(statuses) == {"active"}
+    finally:
+        c.close()
