@@ -1,4 +1,4 @@
-"""The one percentile of fathom (PPTMon statistics, benchmark reports)."""
+"""The one percentile of fathom (PPTMon statistics, benchmark reports, the switch benchmark)."""
 from __future__ import annotations
 
 import math

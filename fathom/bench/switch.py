@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from fathom.stats import percentile
+
 from . import generator, rfc2544
 from .capture import openflow_messages, read_pcap_ns, tcpdump
 from .devices import GEN_PORT, OF_PORT, RCV_PORT, Device, Names, OvsDevice, RedirectDevice, VethDevice, make_device
@@ -533,15 +535,12 @@ def flow_install_rows(device: str, n_flows: int, xids: list[int], barrier_xid: i
 
 
 def summarize(values: list[int]) -> dict:
-    """min/mean/std/percentiles (nearest rank) of a list of ns values."""
+    """min/mean/std/percentiles (fathom.stats.percentile) of a list of ns values."""
     if not values:
         return {f"{k}": None for k in LAT_KEYS} | {"n": 0}
     v = sorted(values)
     n = len(v)
-
-    def q(x):
-        return v[min(n - 1, max(0, int(-(-x * n // 1)) - 1))]
     mean = sum(v) / n
     std = (sum((x - mean) ** 2 for x in v) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return {"n": n, "min_ns": v[0], "mean_ns": round(mean, 1), "std_ns": round(std, 1), "p50_ns": q(0.5),
-            "p90_ns": q(0.9), "p99_ns": q(0.99), "p999_ns": q(0.999), "max_ns": v[-1]}
+    q = {f"p{name}_ns": round(percentile(v, p), 1) for name, p in (("50", 50), ("90", 90), ("99", 99), ("999", 99.9))}
+    return {"n": n, "min_ns": v[0], "mean_ns": round(mean, 1), "std_ns": round(std, 1), **q, "max_ns": v[-1]}

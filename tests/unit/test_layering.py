@@ -24,3 +24,11 @@ def test_the_walk_sees_imports():
     assert "fathom.apps.tenant.compiler" in deps["fathom.apps.tenant"]
     # a late import inside a function counts
     assert "fathom.apps.fabric" in deps["fathom.apps"]
+
+
+def test_compilers_import_only_the_model_openflow_the_pipeline_and_leaf_helpers():
+    """Apps compile the model into flows: pure functions that import nothing with I/O or state."""
+    allowed = ("fathom.model", "fathom.openflow", "fathom.pipeline", "fathom.apps", "fathom.addresses")
+    wrong = sorted((m, d) for m, deps in import_graph().items() if under(m, ("fathom.apps", *LOW))
+                   for d in deps if d.startswith("fathom") and not under(d, allowed) and d != "fathom")
+    assert not wrong, wrong

@@ -22,9 +22,10 @@ def test_rate_conversions_count_the_layer1_overhead():
     assert mbps_for(pps_for(123.4, 150), 150) == pytest.approx(123.4)
 
 
-def test_summarize_uses_nearest_rank():
+def test_summarize_uses_the_one_percentile():
+    # fathom.stats.percentile: linear interpolation between closest ranks
     s = summarize(list(range(1, 1001)))
-    assert (s["n"], s["min_ns"], s["p50_ns"], s["p99_ns"], s["p999_ns"], s["max_ns"]) == (1000, 1, 500, 990, 999, 1000)
+    assert (s["n"], s["min_ns"], s["p50_ns"], s["p99_ns"], s["p999_ns"], s["max_ns"]) == (1000, 1, 500.5, 990.0, 999.0, 1000)
     assert s["mean_ns"] == 500.5
     assert summarize([])["n"] == 0
 

@@ -11,6 +11,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from fathom.addresses import parse_mac
 from fathom.model import Port, Snapshot, TapPolicy
 from fathom.openflow.spec import OFPVID_PRESENT
 from fathom.pipeline import stages as st
@@ -104,9 +105,7 @@ def _field_value(field: str, kind: str, bits: int, value):
     text = str(value).strip().lower()
     try:
         if kind == "mac":
-            if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", text):
-                raise ValueError
-            return text
+            return parse_mac(text)
         if kind == "ipv4":
             return str(ipaddress.IPv4Address(text))
         return str(ipaddress.IPv6Address(text))
