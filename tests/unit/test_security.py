@@ -292,7 +292,7 @@ def test_pptmon_time_filters_are_422(admin, value):
 
 def test_pptmon_rate_and_chain_cardinality(db_url, monkeypatch):
     from .pptmon_records import record
-    monkeypatch.setenv("FATHOM_PPTMON_RATE", "100")
+    monkeypatch.setenv("FATHOM_PPTMON_RATE", "1")       # slow refill: the test does not race the clock
     monkeypatch.setenv("FATHOM_PPTMON_BURST", "150")
     monkeypatch.setenv("FATHOM_PPTMON_MAX_CHAINS", "3")
     app = create_app(db_url)
