@@ -226,7 +226,7 @@ class FabricRuntime:
         router_result = self.agent.sync({n.name: n.management_ip for n in snapshot.nodes}, want, subnets,
                                         lambda node: rec.bootstrapper.nodes.get(node))
         if self.agent.created:
-            # new legs' br-int ports: the next pass compiles them with their port numbers
+            # new interfaces' br-int ports: the next pass compiles them with their port numbers
             self.agent.created = False
             self.wake()
         effective = routers.effective_modes(snapshot)

@@ -1,13 +1,13 @@
 """The network-node router (router mode `network-node`): a Linux namespace with ip_forward on the
-gateway node, one veth leg per router interface, as Neutron's L3 agent builds it.
+gateway node, one veth pair per router interface, as Neutron's L3 agent builds it.
 
 In a real cloud this runs on the gateway node itself (the `fathom agent`); in the lab every node
 is a namespace of this machine, so the controller process plays the agent: it finds the gateway
 node's namespace by its management address and builds the router namespace next to it, named
 `<node netns>-r<router id>` (so `fathom lab down` removes it with the rest of the lab).
 
-Per leg N (a router interface = a port of the leg's network, id N):
-  router netns: `qr<N>` with the leg's MAC and gateway address/prefix
+Per interface N (a router interface = a port of the interface's network, id N):
+  router netns: `qr<N>` with the interface's MAC and gateway address/prefix
   node netns:   `qrp<N>` on br-int (fathom.model.routers.router_port_interface), switched by the
                 tenant compiler like any port of the network bound to the gateway node.
 """
@@ -36,7 +36,7 @@ def namespaces() -> list[str]:
 class L3Agent:
     def __init__(self):
         self._node_ns: dict[str, str] = {}   # management ip -> netns
-        self.created = False                 # a leg was built since the flag was last cleared
+        self.created = False                 # an interface was built since the flag was last cleared
 
     def node_netns(self, management_ip: str) -> str | None:
         ns = self._node_ns.get(management_ip)
@@ -65,15 +65,15 @@ class L3Agent:
             if ns:
                 ns_node[ns] = node
         wanted_ns: set[str] = set()
-        for node, legs in want.items():
+        for node, interfaces in want.items():
             ns = next((n for n, name in ns_node.items() if name == node), None)
             if ns is None:
-                for leg in legs:
-                    result[leg.router_id] = f"no namespace holds gateway node {node}'s management address"
+                for interface in interfaces:
+                    result[interface.router_id] = f"no namespace holds gateway node {node}'s management address"
                 continue
             by_router: dict[int, list] = {}
-            for leg in legs:
-                by_router.setdefault(leg.router_id, []).append(leg)
+            for interface in interfaces:
+                by_router.setdefault(interface.router_id, []).append(interface)
             for router_id, rlegs in by_router.items():
                 rns = f"{ns}-r{router_id}"
                 wanted_ns.add(rns)
@@ -90,22 +90,22 @@ class L3Agent:
                 self._remove_router(ns, ovsdb_for(ns_node[mt.group(1)]))
         return result
 
-    def _ensure_router(self, node_ns: str, rns: str, legs: list, subnets, ovsdb) -> None:
+    def _ensure_router(self, node_ns: str, rns: str, interfaces: list, subnets, ovsdb) -> None:
         if rns not in namespaces():
             _ip(["ip", "netns", "add", rns])
             _ip(["ip", "link", "set", "lo", "up"], ns=rns)
         _ip(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=rns)
         have = {link["ifname"] for link in json.loads(_ip(["ip", "-j", "link", "show"], ns=rns).stdout or "[]")}
         want = set()
-        for leg in legs:
-            inner, outer = f"qr{leg.id}", f"qrp{leg.id}"
+        for interface in interfaces:
+            inner, outer = f"qr{interface.id}", f"qrp{interface.id}"
             want.add(inner)
-            prefix = ipaddress.IPv4Network(subnets[leg.subnet_id].cidr).prefixlen
+            prefix = ipaddress.IPv4Network(subnets[interface.subnet_id].cidr).prefixlen
             if inner not in have:
                 _ip(["ip", "link", "del", outer], ns=node_ns, check=False)
                 _ip(["ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", rns], ns=node_ns)
-                _ip(["ip", "link", "set", inner, "address", leg.mac_address], ns=rns)
-                _ip(["ip", "addr", "add", f"{leg.ip_address}/{prefix}", "dev", inner], ns=rns)
+                _ip(["ip", "link", "set", inner, "address", interface.mac_address], ns=rns)
+                _ip(["ip", "addr", "add", f"{interface.ip_address}/{prefix}", "dev", inner], ns=rns)
                 for ns_, dev in ((rns, inner), (node_ns, outer)):
                     # AF_PACKET (OVS netdev) sees packets before checksums are filled in
                     _ip(["ethtool", "-K", dev, "tx", "off"], ns=ns_, check=False)
@@ -120,13 +120,13 @@ class L3Agent:
                     ovsdb.api.del_port("qrp" + extra[2:], "br-int", if_exists=True).execute(check_error=True)
 
     def _remove_router(self, rns: str, ovsdb) -> None:
-        legs = [link["ifname"] for link in json.loads(_ip(["ip", "-j", "link", "show"], ns=rns, check=False).stdout
+        interfaces = [link["ifname"] for link in json.loads(_ip(["ip", "-j", "link", "show"], ns=rns, check=False).stdout
                                                        or "[]") if link["ifname"].startswith("qr")]
         _ip(["ip", "netns", "del", rns], check=False)
-        for leg in legs:
+        for interface in interfaces:
             if ovsdb is not None:
                 try:
-                    ovsdb.api.del_port("qrp" + leg[2:], "br-int", if_exists=True).execute(check_error=True)
+                    ovsdb.api.del_port("qrp" + interface[2:], "br-int", if_exists=True).execute(check_error=True)
                 except Exception:  # noqa: BLE001 - the next pass retries
                     pass
         LOG.info("removed router namespace %s", rns)

@@ -43,8 +43,8 @@ SOURCES = {
     "subnet": "network",
     "router": "router_interfaces",
 }
-# cookie kinds whose flows realise an object of a status kind (a network-node router's leg is a
-# port of the gateway node: its flows carry the port kind with the leg's id)
+# cookie kinds whose flows realise an object of a status kind (a network-node router's interface is a
+# port of the gateway node: its flows carry the port kind with the interface's id)
 FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
               "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,)}
 
@@ -145,20 +145,20 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             got = ("pending", "not bound to a node") if p.node is None else \
                 ("pending", f"waiting for interface {p.interface!r} on its node")
         out[("port", p.id)] = got
-    legs = defaultdict(list)
+    interfaces = defaultdict(list)
     modes = effective_modes(snapshot)
     tors = {SwitchKey(TOR, s.name) for s in (snapshot.fabric.switches if snapshot.fabric else ())}
     for ri in snapshot.router_interfaces:
         routed_by_tor = ri.router_id in modes and modes[ri.router_id].mode == "fabric"
         out[("router_interface", ri.id)] = from_flows("router_interface", ri.id,
                                                       tors if routed_by_tor else set()) or ("active", None)
-        legs[ri.router_id].append(out[("router_interface", ri.id)])
+        interfaces[ri.router_id].append(out[("router_interface", ri.id)])
     for r in snapshot.routers:
         agent = result.agents.get((ck.KIND_ROUTER, r.id))
         if agent is not None and agent[0] != "active":
             out[("router", r.id)] = agent
         else:
-            out[("router", r.id)] = _worst(legs.get(r.id, []))
+            out[("router", r.id)] = _worst(interfaces.get(r.id, []))
 
     from fathom.apps.vtap import plans as vtap_plans
     plans = vtap_plans(snapshot)[1] if snapshot.tap_policies else {}

@@ -86,7 +86,7 @@ class Router:
 
 @dataclass(frozen=True)
 class RouterInterface:
-    """A router's leg on one subnet; `id` is the id of the port that holds its address."""
+    """A router's interface on one subnet; `id` is the id of the port that holds its address."""
     id: int
     router_id: int
     subnet_id: int

@@ -1,7 +1,7 @@
 """Where each router runs, as the switches realise it now: pure functions of the model.
 
 Router modes: `distributed` (default; every first-hop br-int routes), `fabric` (the ToR routes),
-`network-node` (a namespace on a gateway node routes; its legs are ports of the gateway node's
+`network-node` (a namespace on a gateway node routes; its interfaces are ports of the gateway node's
 br-int). The tenant and vTAP apps read `tenant_view`, the fabric app and the network-node router
 agent read `effective_modes` and `network_node_legs`. docs/fabric.md explains the modes.
 """
@@ -14,7 +14,7 @@ from fathom.model import FabricState, FixedIp, Port, Snapshot
 
 
 def router_port_interface(leg_id: int) -> str:
-    """br-int interface of a network-node router leg on the gateway node (its namespace holds qr-N)."""
+    """br-int interface of a network-node router interface on the gateway node (its namespace holds qr-N)."""
     return f"qrp{leg_id}"
 
 
@@ -26,7 +26,7 @@ def effective_modes(snapshot: Snapshot) -> dict:
     """router id -> the Mode the switches realise now (routers absent: distributed).
 
     Make before break: a router moved to `network-node` keeps being routed `distributed` until every
-    one of its legs is an interface on the gateway node's br-int (the namespace is built first);
+    one of its interfaces is an interface on the gateway node's br-int (the namespace is built first);
     then one pass switches all nodes to it.
     """
     fab = fabric_state(snapshot)
@@ -35,8 +35,8 @@ def effective_modes(snapshot: Snapshot) -> dict:
     for md in fab.modes:
         if md.mode == "network-node":
             gw = nodes.get(md.gateway_node)
-            legs = [ri for ri in snapshot.router_interfaces if ri.router_id == md.router_id]
-            if gw is None or any(gw.ofport(router_port_interface(ri.id)) is None for ri in legs):
+            interfaces = [ri for ri in snapshot.router_interfaces if ri.router_id == md.router_id]
+            if gw is None or any(gw.ofport(router_port_interface(ri.id)) is None for ri in interfaces):
                 continue
         out[md.router_id] = md
     return out
@@ -44,7 +44,7 @@ def effective_modes(snapshot: Snapshot) -> dict:
 
 def tenant_view(snapshot: Snapshot) -> Snapshot:
     """What the tenant compiler must see: routers not in `distributed` mode are hidden from it; the
-    legs of `network-node` routers become ports bound to their gateway node. Computed once per
+    interfaces of `network-node` routers become ports bound to their gateway node. Computed once per
     snapshot (the tenant and vTAP apps and the ToR all read it)."""
     return snapshot.memo("tenant_view", _tenant_view)
 
@@ -66,7 +66,7 @@ def _tenant_view(snapshot: Snapshot) -> Snapshot:
 
 
 def network_node_legs(snapshot: Snapshot) -> dict[str, list]:
-    """gateway node name -> router legs (RouterInterface) it must realise in a router namespace."""
+    """gateway node name -> router interfaces (RouterInterface) it must realise in a router namespace."""
     fab = fabric_state(snapshot)
     out: dict[str, list] = defaultdict(list)
     for ri in snapshot.router_interfaces:

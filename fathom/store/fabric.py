@@ -148,9 +148,9 @@ def set_router_mode(session: Session, router: m.Router, mode: str, gateway_node:
     if mode == "fabric":
         if not session.scalars(select(FabricSwitch)).first():
             raise Conflict("mode fabric needs a fabric switch (POST /v1/fabric/switches): there is none", "mode")
-        legs = session.scalars(select(m.Port).where(m.Port.router_id == router.id)).all()
-        for leg in legs:
-            net = session.get(m.Network, leg.network_id)
+        interfaces = session.scalars(select(m.Port).where(m.Port.router_id == router.id)).all()
+        for interface in interfaces:
+            net = session.get(m.Network, interface.network_id)
             if net.type != "vlan":
                 raise Conflict(f"mode fabric routes VLAN networks only: network {net.id} ({net.name or '-'}) "
                                f"of router {router.id} is {net.type}", "mode")
@@ -177,7 +177,7 @@ def set_router_mode(session: Session, router: m.Router, mode: str, gateway_node:
 
 
 def check_interface_mode(session: Session, router: m.Router, network: m.Network) -> None:
-    """A fabric-mode router takes legs on VLAN networks only."""
+    """A fabric-mode router takes interfaces on VLAN networks only."""
     row = session.get(RouterMode, router.id)
     if row is not None and row.mode == "fabric" and network.type != "vlan":
         raise Conflict(f"router {router.id} runs in the fabric, which routes VLAN networks only "

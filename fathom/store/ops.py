@@ -444,22 +444,22 @@ def router_interfaces(session: Session, router_id: int) -> list[m.Port]:
 
 def delete_router(session: Session, caller: Caller, router_id: int) -> None:
     router = get(session, caller, m.Router, router_id)
-    legs = router_interfaces(session, router.id)
-    if legs:
+    interfaces = router_interfaces(session, router.id)
+    if interfaces:
         raise Conflict(f"router {router.id} still has interfaces on subnet(s) "
-                       f"{sorted(a.subnet_id for p in legs for a in p.fixed_ips)}")
+                       f"{sorted(a.subnet_id for p in interfaces for a in p.fixed_ips)}")
     session.delete(router)
     session.flush()
 
 
 def add_router_interface(session: Session, caller: Caller, router_id: int, *, subnet_id: int,
                          ip_address: ipaddress.IPv4Address | None = None) -> m.Port:
-    """A leg of the router on a subnet: a port of the subnet's network holding the gateway address."""
+    """An interface of the router on a subnet: a port of the subnet's network holding the gateway address."""
     router = get(session, caller, m.Router, router_id)
     subnet = get(session, caller, m.Subnet, subnet_id, "subnet_id")
     fabric.check_interface_mode(session, router, session.get(m.Network, subnet.network_id))
-    for leg in router_interfaces(session, router.id):
-        for alloc in leg.fixed_ips:
+    for interface in router_interfaces(session, router.id):
+        for alloc in interface.fixed_ips:
             other = session.get(m.Subnet, alloc.subnet_id)
             if other.id == subnet.id:
                 raise Conflict(f"router {router.id} already has an interface on subnet {subnet.id}",
@@ -484,9 +484,9 @@ def add_router_interface(session: Session, caller: Caller, router_id: int, *, su
 
 def remove_router_interface(session: Session, caller: Caller, router_id: int, subnet_id: int) -> None:
     router = get(session, caller, m.Router, router_id)
-    for leg in router_interfaces(session, router.id):
-        if any(a.subnet_id == subnet_id for a in leg.fixed_ips):
-            session.delete(leg)
+    for interface in router_interfaces(session, router.id):
+        if any(a.subnet_id == subnet_id for a in interface.fixed_ips):
+            session.delete(interface)
             session.flush()
             return
     raise NotFound(f"router {router.id} has no interface on subnet {subnet_id}", "subnet_id")

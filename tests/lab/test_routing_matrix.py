@@ -7,7 +7,7 @@ fourth node c4 hosts both sides: a VM of nv1 and a VM of nx2, so in `distributed
 nv1 itself and then, in the other modes, sends to nv1's gateway over its trunk.
 
 The lab stays up; the router moves distributed -> network-node -> distributed -> fabric in place
-(fabric routes VLAN networks only: the VXLAN legs are removed first). In each mode every VM pings
+(fabric routes VLAN networks only: the VXLAN interfaces are removed first). In each mode every VM pings
 every VM of another network at once (2 echoes, 200 ms apart), and the echoes must come back routed
 once each way (TTL 63). The ToR's trunks are read with ovs-ofctl and compared with the rule, and the
 ToR's drop counter must not move, neither in the pings nor in the moves between modes.
@@ -76,7 +76,7 @@ def set_mode(lab, mode: str) -> None:
     c, rid = api(lab), router_id(lab)
     c.patch(f"/routers/{rid}", json={"mode": mode}).raise_for_status()
     c.post("/sync").raise_for_status()
-    c.post("/sync").raise_for_status()   # network-node: the legs' br-int ports appear, then get flows
+    c.post("/sync").raise_for_status()   # network-node: the interfaces' br-int ports appear, then get flows
     wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"router active in {mode}")
 
 
@@ -89,7 +89,7 @@ def tor_drops(lab) -> int:
 def expected_trunks(mode: str, routed: set[str]) -> dict[str, set[int]]:
     """The rule of docs/fabric.md: a node's trunk carries the VLANs of the networks it hosts, plus
     every VLAN network of the router when it routes (distributed: it hosts one of the router's
-    networks; network-node: the gateway node, which holds the router's legs)."""
+    networks; network-node: the gateway node, which holds the router's interfaces)."""
     vlan = {n: seg for n, (t, seg, _) in NETWORKS.items() if t == "vlan"}
     out = {node: {vlan[net] for n, net, _ in VMS.values() if n == node and net in vlan} for node in NODES + ("gw",)}
     routes = {vlan[n] for n in routed if n in vlan}

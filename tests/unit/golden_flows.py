@@ -5,7 +5,7 @@ the REST API the way `fathom lab up` registers it (nodes, the fabric switch, net
 routers, VM ports), plus two vTAP policies; then the store's model is compiled for every switch a
 reconcile pass programs: each node's br-int and br-phy and the ToR. Variants: without a fabric
 switch, and with one in each router mode the topology can carry (network-node twice: while the
-router namespace is being built, and once its legs are plugged).
+router namespace is being built, and once its interfaces are plugged).
 
 Router interface MACs (random in the store) become 02:fd:00:00:00:<id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1, patch-phy = 2, VMs from 10
 in topology order, router interfaces of a network-node router from 100; ToR port of the i-th node = i;

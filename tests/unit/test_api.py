@@ -221,8 +221,8 @@ def test_deleting_things_in_use_conflicts(api):
     assert "router" in api.error("DELETE", f"/subnets/{sub['id']}", None, 409)[1]
     assert "interfaces" in api.error("DELETE", f"/routers/{router['id']}", None, 409)[1]
     assert "bound" in api.error("DELETE", "/nodes/1", None, 409)[1]
-    leg = api.get(f"/routers/{router['id']}/interfaces")[0]
-    assert "router" in api.error("DELETE", f"/ports/{leg['id']}", None, 409)[1]
+    interface = api.get(f"/routers/{router['id']}/interfaces")[0]
+    assert "router" in api.error("DELETE", f"/ports/{interface['id']}", None, 409)[1]
 
     api.delete(f"/routers/{router['id']}/interfaces/{sub['id']}")
     assert "port" in api.error("DELETE", f"/subnets/{sub['id']}", None, 409)[1]
@@ -250,8 +250,8 @@ def test_router_interfaces(api):
     green, g4 = api.network("green", "10.1.0.0/24")
     red, r4 = api.network("red", "10.0.0.0/24")
     r = api.post("/routers", {"name": "r"})
-    leg = api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": b4["id"]})
-    assert (leg["ip_address"], leg["network_id"]) == ("10.0.0.1", blue["id"])
+    interface = api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": b4["id"]})
+    assert (interface["ip_address"], interface["network_id"]) == ("10.0.0.1", blue["id"])
     api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": g4["id"], "ip_address": "10.1.0.254"})
     assert api.error("POST", f"/routers/{r['id']}/interfaces", {"subnet_id": b4["id"]}, 409)[0] == ["subnet_id"]
     # red's 10.0.0.0/24 overlaps blue's on the same router: the router could not tell them apart.
@@ -351,7 +351,7 @@ def test_snapshot_of_api_writes_compiles(api):
         api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": s["id"]})
     with Session(api.app.state.engine) as s:
         snap = load_snapshot(s)
-    assert [p.id for p in snap.ports] == [p1["id"], p2["id"]]     # router legs are not ports
+    assert [p.id for p in snap.ports] == [p1["id"], p2["id"]]     # router interfaces are not ports
     assert {ri.ip_address for ri in snap.router_interfaces} == {"10.0.0.1", "10.1.0.1"}
     assert snap.ports[0].node == "c1" and snap.ports[0].fixed_ips[0].ip_address == "10.0.0.2"
     states = compile_tenant(snap.with_ofports({"c1": {"vxlan0": 1, "patch-phy": 2, "tap1": 3},

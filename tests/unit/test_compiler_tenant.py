@@ -74,7 +74,7 @@ def cloud() -> Snapshot:
     # The same MAC in two networks is allowed (the store only forbids it inside one network).
     ports += (replace(port(203, 2, 12, "10.0.0.13", "c2", 3), mac_address=ports[2].mac_address),)
     routers = (Router(1, "r-blue-green", "p1"), Router(2, "r-red-plain", "p2"))
-    legs = (RouterInterface(501, 1, 11, 1, "10.0.0.1", "02:00:00:00:ff:01"),
+    interfaces = (RouterInterface(501, 1, 11, 1, "10.0.0.1", "02:00:00:00:ff:01"),
             RouterInterface(502, 1, 13, 3, "10.1.0.1", "02:00:00:00:ff:02"),
             RouterInterface(503, 2, 12, 2, "10.0.0.1", "02:00:00:00:ff:03"),
             RouterInterface(504, 2, 14, 4, "10.2.0.1", "02:00:00:00:ff:04"))
@@ -85,7 +85,7 @@ def cloud() -> Snapshot:
 
     nodes = (node(1, "c1", "198.18.0.1"), node(2, "c2", "198.18.0.2"), node(3, "c3", "198.18.0.3"),
              Node(4, "gw", "gateway", "198.18.0.4", None, "init", {}))
-    return Snapshot(nodes, nets, subnets, ports, routers, legs)
+    return Snapshot(nodes, nets, subnets, ports, routers, interfaces)
 
 
 # ---------------------------------------------------------------------------------------------- expected specs
@@ -239,8 +239,8 @@ def _frames_from(port, snapshot: Snapshot):
 
 def _routers_between(snapshot: Snapshot, a: int, b: int) -> set[str]:
     """MACs a frame routed from network a into network b may carry as source."""
-    legs = snapshot.router_interfaces
-    return {d.mac_address for s, d in itertools.product(legs, legs)
+    interfaces = snapshot.router_interfaces
+    return {d.mac_address for s, d in itertools.product(interfaces, interfaces)
             if s.router_id == d.router_id and s.network_id == a and d.network_id == b}
 
 
@@ -379,7 +379,7 @@ def random_cloud(seed: int) -> Snapshot:
                               f"02:00:00:00:00:{10 + j:02x}",   # the same MACs in every network
                               (FixedIp(s.id, f"{s.cidr.split('.0/')[0]}.{host}"),), node,
                               f"t{net.id}x{j}"))
-    routers, legs = [], []
+    routers, interfaces = [], []
     for rid in range(1, rng.randint(0, 2) + 1):
         routers.append(Router(rid, f"r{rid}", "p"))
         taken: list = []
@@ -389,7 +389,7 @@ def random_cloud(seed: int) -> Snapshot:
                 continue
             taken.append(prefix)
             ip = s.gateway_ip if rid == 1 else f"{s.cidr.split('.0/')[0]}.{250 + rid}"
-            legs.append(RouterInterface(1000 + rid * 100 + s.id, rid, s.id, s.network_id, ip,
+            interfaces.append(RouterInterface(1000 + rid * 100 + s.id, rid, s.id, s.network_id, ip,
                                         f"02:00:00:00:{rid:02x}:{s.id:02x}"))
     # Plug ports: every node but the last is bootstrapped and has every bound port's interface.
     plugged = []
@@ -400,7 +400,7 @@ def random_cloud(seed: int) -> Snapshot:
         plugged.append(replace(n, ofports={"vxlan0": 1, "patch-phy": 2, **taps}))
     nodes = plugged + nodes[len(plugged):]
     return Snapshot(tuple(nodes), tuple(networks), tuple(subnets), tuple(ports), tuple(routers),
-                    tuple(legs))
+                    tuple(interfaces))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -416,7 +416,7 @@ def test_random_clouds_keep_properties_isolation_and_connectivity(seed):
     nodes = {n.name: n for n in snap.nodes}
     plugged = [p for p in snap.ports if p.node and p.interface in nodes[p.node].ofports]
     by_place = {(p.node, p.interface): p for p in plugged}
-    legs = snap.router_interfaces
+    interfaces = snap.router_interfaces
     subnet_of = {s.id: s for s in snap.subnets}
 
     def send(p, frame):
@@ -428,8 +428,8 @@ def test_random_clouds_keep_properties_isolation_and_connectivity(seed):
         # Isolation: broadcast, every port MAC, every router MAC with every address.
         frames = [{"eth_dst": BCAST, "ipv4_dst": "10.0.0.255"}]
         frames += [{"eth_dst": q.mac_address, "ipv4_dst": q.fixed_ips[0].ip_address} for q in snap.ports]
-        frames += [{"eth_dst": leg.mac_address, "ipv4_dst": q.fixed_ips[0].ip_address}
-                   for leg in legs for q in snap.ports]
+        frames += [{"eth_dst": interface.mac_address, "ipv4_dst": q.fixed_ips[0].ip_address}
+                   for interface in interfaces for q in snap.ports]
         for frame in frames:
             for d in send(p, frame):
                 q = by_place[(d.node, d.interface)]
@@ -441,11 +441,11 @@ def test_random_clouds_keep_properties_isolation_and_connectivity(seed):
             if q.network_id == p.network_id and q is not p:
                 got = send(p, {"eth_dst": q.mac_address, "ipv4_dst": q.fixed_ips[0].ip_address})
                 assert [(d.node, d.interface) for d in got] == [(q.node, q.interface)]
-        # Routed connectivity: through any leg on p's subnet to any port on another leg's subnet.
-        for a in legs:
+        # Routed connectivity: through any interface on p's subnet to any port on another interface's subnet.
+        for a in interfaces:
             if a.subnet_id != p.fixed_ips[0].subnet_id:
                 continue
-            for b in legs:
+            for b in interfaces:
                 if b.router_id != a.router_id or b.subnet_id == a.subnet_id:
                     continue
                 for q in plugged:

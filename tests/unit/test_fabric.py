@@ -107,8 +107,8 @@ def test_network_node_router_becomes_ports_on_the_gateway():
     s = snap("network-node")
     view = routers.tenant_view(s)
     assert view.router_interfaces == ()
-    legs = [p for p in view.ports if p.node == "gw"]
-    assert {(p.interface, p.mac_address) for p in legs} == {("qrp5", "02:fd:00:00:00:05"), ("qrp6", "02:fd:00:00:00:06")}
+    interfaces = [p for p in view.ports if p.node == "gw"]
+    assert {(p.interface, p.mac_address) for p in interfaces} == {("qrp5", "02:fd:00:00:00:05"), ("qrp6", "02:fd:00:00:00:06")}
     assert tor_vlans(s)["tor"]["gw"] == {110, 120}
     assert not any(DecTtl() in f.actions for st_ in compile_all(s).values() for f in st_.flows)
     assert routers.network_node_legs(s) == {"gw": list(s.router_interfaces)}
@@ -187,7 +187,7 @@ def test_api_fabric_checks(client):
     c.patch(f"/v1/routers/{rt['id']}", json={"mode": "distributed"}).raise_for_status()
     c.post(f"/v1/routers/{rt['id']}/interfaces", json={"subnet_id": sx["id"]}).raise_for_status()
     r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
-    assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # a VXLAN leg
+    assert r.status_code == 409 and _loc(r) == ["body", "mode"]          # a VXLAN interface
     c.post("/v1/nodes", json={"name": "g", "role": "gateway"}).raise_for_status()
     assert c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node"}).json()["gateway_node"] == "g"
     r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "network-node", "gateway_node": "c1"})

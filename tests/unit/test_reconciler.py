@@ -30,7 +30,7 @@ BENCH = golden_flows.ROOT / "fathom/bench/topologies"
 
 class FixedBootstrap:
     """The node bootstrap without OVSDB: every node is complete, its ports numbered like the golden
-    file's (vxlan0 = 1, patch-phy = 2, VMs from 10, network-node router legs from 100)."""
+    file's (vxlan0 = 1, patch-phy = 2, VMs from 10, network-node router interfaces from 100)."""
 
     def __init__(self, ofports):
         self.ofports = ofports

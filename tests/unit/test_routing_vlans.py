@@ -57,22 +57,22 @@ def _echo(src: Port, dst: Port) -> dict:
 
 
 def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
-          legs: tuple[str, ...] = ("nx", "nv", "nw")) -> Snapshot:
+          interfaces: tuple[str, ...] = ("nx", "nv", "nw")) -> Snapshot:
     """Three compute nodes and a gateway node behind one ToR; a VM of network `net` on every node of
-    placement[net]; one router with a leg on each network of `legs`, in `mode`."""
+    placement[net]; one router with an interface on each network of `interfaces`, in `mode`."""
     vms = [_vm(net, node) for net, nodes in placement.items() for node in nodes]
     nodes = []
     for i, name in enumerate(COMPUTE + ("gw",), start=1):
         ofports = {TUNNEL_INTERFACE: 1, UPLINK_INTERFACE: 2}
         ofports.update({p.interface: 10 + k for k, p in enumerate(vms) if p.node == name})
-        if name == "gw":   # the router namespace's legs, wired: network-node mode is in effect
-            ofports.update({router_port_interface(ROUTER_LEG[net]): 30 + k for k, net in enumerate(legs)})
+        if name == "gw":   # the router namespace's interfaces, wired: network-node mode is in effect
+            ofports.update({router_port_interface(ROUTER_LEG[net]): 30 + k for k, net in enumerate(interfaces)})
         nodes.append(Node(i, name, "gateway" if name == "gw" else "compute", f"198.18.0.{i}", None, "complete",
                           ofports))
     networks = tuple(Network(nid, name, "p", kind, seg) for name, (nid, kind, seg) in NETS.items())
     subnets = tuple(Subnet(nid, name, "p", nid, f"10.{nid}.0.0/24", _ip(name, 1)) for name, (nid, _, _) in NETS.items())
     ris = tuple(RouterInterface(ROUTER_LEG[net], 1, NETS[net][0], NETS[net][0], _ip(net, 1), _gw_mac(net))
-                for net in legs)
+                for net in interfaces)
     modes = () if mode == "distributed" else (Mode(1, mode, "gw" if mode == "network-node" else None),)
     fab = FabricState((Switch(1, "tor", "198.18.1.9", "br-fabric", 100, 999),),
                       tuple(Link(1, n, None, n, "declared") for n in TOR_PORTS), modes, {"tor": dict(TOR_PORTS)})
@@ -90,17 +90,17 @@ def allowed(snapshot: Snapshot) -> dict[str, set[int]]:
     return fc.tor_vlans(snapshot, compiled(snapshot)[0])["tor"]
 
 
-def expected_allowed(placement, mode, legs) -> dict[str, set[int]]:
+def expected_allowed(placement, mode, interfaces) -> dict[str, set[int]]:
     """The documented rule, written out independently of the compiler."""
     vlan = {net: seg for net, (_, kind, seg) in NETS.items() if kind == "vlan"}
     out = {node: {vlan[net] for net, nodes in placement.items() if node in nodes and net in vlan}
            for node in TOR_PORTS}
-    routed = {vlan[net] for net in legs if net in vlan}
+    routed = {vlan[net] for net in interfaces if net in vlan}
     for node in COMPUTE:
-        if mode == "distributed" and any(node in placement[net] for net in legs):
+        if mode == "distributed" and any(node in placement[net] for net in interfaces):
             out[node] |= routed          # it routes into every network of the router
     if mode == "network-node":
-        out["gw"] |= routed              # the router's legs are ports of the gateway node
+        out["gw"] |= routed              # the router's interfaces are ports of the gateway node
     return out
 
 
@@ -110,7 +110,7 @@ def expected_allowed(placement, mode, legs) -> dict[str, set[int]]:
 def test_a_node_routing_into_a_vlan_network_gets_it_on_its_trunk():
     """Router between VXLAN A (nx) and VLAN B (nv); c2 hosts a port of A, none of B."""
     placement = {"nx": ("c1", "c2"), "nv": ("c1", "c3")}
-    s = build(placement, legs=("nx", "nv"))
+    s = build(placement, interfaces=("nx", "nv"))
     assert allowed(s) == {"c1": {110}, "c2": {110}, "c3": {110}, "gw": set()}
     brint, tor = compiled(s)
     assert 110 in fc.vlans_sent(brint["c2"])           # c2 routes A -> B and tags with B's VLAN
@@ -120,13 +120,13 @@ def test_a_node_routing_into_a_vlan_network_gets_it_on_its_trunk():
     assert [(d.node, d.interface, d.frame["ttl"]) for d in got] == [("c3", b3.interface, 63)]
     assert sim.tor_drops == []
     # the same router run by a network node: c2 routes nothing, only the gateway node needs B
-    assert allowed(build(placement, "network-node", legs=("nx", "nv"))) == {
+    assert allowed(build(placement, "network-node", interfaces=("nx", "nv"))) == {
         "c1": {110}, "c2": set(), "c3": {110}, "gw": {110}}
 
 
 def test_before_the_rule_the_tor_dropped_it():
     """The walk is a real witness: with only the hosted VLANs on the trunks, the ToR drops c2's frame."""
-    s = build({"nx": ("c2",), "nv": ("c3",)}, legs=("nx", "nv"))
+    s = build({"nx": ("c2",), "nv": ("c3",)}, interfaces=("nx", "nv"))
     brint, _ = compiled(s)
     hosted_only = fc.compile_tor(s, {n: SwitchState() for n in brint})["tor"]
     sim = Fabric(s, brint, hosted_only, TOR_PORTS)
@@ -142,16 +142,16 @@ PLACEMENTS = [dict(zip(NETS, nodes)) for nodes in itertools.product(*[[(n,) for 
 MODES = [("distributed", ("nx", "nv", "nw")), ("network-node", ("nx", "nv", "nw")), ("fabric", ("nv", "nw"))]
 
 
-@pytest.mark.parametrize("mode,legs", MODES, ids=[m for m, _ in MODES])
-def test_every_placement_routes_through_the_tor(mode, legs):
+@pytest.mark.parametrize("mode,interfaces", MODES, ids=[m for m, _ in MODES])
+def test_every_placement_routes_through_the_tor(mode, interfaces):
     """One VM per network, on any of the three compute nodes (27 placements, nodes hosting one side,
     both or neither): the trunks follow the rule, and every routed frame arrives, TTL - 1, with
     nothing dropped by the ToR - both directions, VXLAN->VLAN, VLAN->VXLAN and VLAN->VLAN."""
     problems = []
     for placement in PLACEMENTS:
-        s = build(placement, mode, legs)
+        s = build(placement, mode, interfaces)
         brint, tor = compiled(s)
-        want = expected_allowed(placement, mode, legs)
+        want = expected_allowed(placement, mode, interfaces)
         if fc.tor_vlans(s, brint)["tor"] != want:
             problems.append(f"{placement}: trunks {fc.tor_vlans(s, brint)['tor']} != {want}")
         # every VLAN a node's br-int tags frames with is allowed on its trunk
@@ -159,7 +159,7 @@ def test_every_placement_routes_through_the_tor(mode, legs):
             if not fc.vlans_sent(state) <= want[node]:
                 problems.append(f"{placement}: {node} sends {fc.vlans_sent(state)}, allowed {want[node]}")
         sim = Fabric(s, brint, tor, TOR_PORTS)
-        vms = [p for p in s.ports if _net_of(p) in legs]
+        vms = [p for p in s.ports if _net_of(p) in interfaces]
         for src, dst in itertools.permutations(vms, 2):
             hops = _route(sim, mode, src, dst)
             if hops != [(dst.node, dst.interface, 63)]:
@@ -171,8 +171,8 @@ def test_every_placement_routes_through_the_tor(mode, legs):
 
 def _route(sim: Fabric, mode: str, src: Port, dst: Port) -> list[tuple[str, str, int]]:
     """Where an echo from src to dst's address arrives (node, interface, TTL). In network-node mode
-    the router is Linux on the gateway node: the frame must reach the leg of src's network there,
-    and the leg of dst's network must reach dst (the namespace's forwarding step in between)."""
+    the router is Linux on the gateway node: the frame must reach the interface of src's network there,
+    and the interface of dst's network must reach dst (the namespace's forwarding step in between)."""
     out = sim.send(src.node, src.interface, _echo(src, dst))
     if mode != "network-node":
         return [(d.node, d.interface, d.frame["ttl"]) for d in out

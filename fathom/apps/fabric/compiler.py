@@ -8,14 +8,14 @@ Router modes:
   between the router's VLAN subnets (MAC rewrite, TTL - 1, VLAN change). The tenant compiler does
   not see the router; br-int only sends frames for the gateway MAC up the VLAN trunk.
 - `network-node`: a Linux namespace on the gateway node routes (ip_forward), as Neutron's L3 agent.
-  Each router leg becomes a port of its network bound to the gateway node (interface
-  `router_port_interface(leg)`), so every node switches to it like to any VM.
+  Each router interface becomes a port of its network bound to the gateway node (interface
+  `router_port_interface(interface)`), so every node switches to it like to any VM.
 
 The ToR (br-fabric) and br-phy pipelines are declared in fathom/pipeline/catalogue.py.
 
 A VLAN is allowed on a trunk port exactly while the node behind the port hosts a port of the
 network or its br-int can send frames tagged with it (a node routing into the network: a
-distributed router with a leg on a network the node hosts). The second set is read from the
+distributed router with an interface on a network the node hosts). The second set is read from the
 node's compiled br-int state (`vlans_sent`), so whatever the node's pipeline can put on its trunk
 the ToR lets in. Ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows.
 docs/fabric.md, "Routing and VLAN trunks", says why.
@@ -213,24 +213,24 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[
         flows.add(FlowSpec(TOR_L2, PRIO_L2_HAIRPIN, {**m, "in_port": ofport}, (Output(OFPP_IN_PORT),),
                            _c(st.KIND_PORT, p.id)))
 
-    # svi: routers in fabric mode, on VLAN legs
-    legs_by_router = defaultdict(list)
+    # svi: routers in fabric mode, on interfaces on VLAN networks
+    interfaces_by_router = defaultdict(list)
     modes = effective_modes(snapshot)
     for ri in snapshot.router_interfaces:
         net = networks.get(ri.network_id)
         if ri.router_id in modes and modes[ri.router_id].mode == "fabric" and net is not None and net.type == "vlan" \
                 and ri.subnet_id in subnets:
-            legs_by_router[ri.router_id].append(ri)
+            interfaces_by_router[ri.router_id].append(ri)
     routed_to = set()
-    for router_id, legs in sorted(legs_by_router.items()):
-        for src in legs:
+    for router_id, interfaces in sorted(interfaces_by_router.items()):
+        for src in interfaces:
             vsrc = networks[src.network_id].segmentation_id
             c = _c(st.KIND_ROUTER_INTERFACE, src.id)
             flows.add(FlowSpec(TOR_SVI, PRIO_SVI_ARP,
                                {"vlan_vid": _vid(vsrc), "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
                                 "arp_tpa": src.ip_address}, arp_reply_actions(src.mac_address, src.ip_address), c))
             flows.add(FlowSpec(TOR_SVI, PRIO_SVI_DROP, {"vlan_vid": _vid(vsrc), "eth_dst": src.mac_address}, (), c))
-            for dst in legs:
+            for dst in interfaces:
                 if dst.subnet_id == src.subnet_id:
                     continue
                 prefix = subnets[dst.subnet_id].prefix

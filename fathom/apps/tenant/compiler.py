@@ -322,19 +322,19 @@ def _flood_group(topo: _Topology, node: Node, network: Network, local: list[tupl
 
 
 def _route_flows(topo: _Topology, local_networks: list[int]) -> tuple[set[FlowSpec], set[int]]:
-    """l3 flows for every router with a leg on a local network; also the networks routed to."""
+    """l3 flows for every router with an interface on a local network; also the networks routed to."""
     flows: set[FlowSpec] = set()
     routed_to: set[int] = set()
     local = set(local_networks)
-    for router_id, legs in sorted(topo.interfaces_by_router.items()):
-        for src in legs:
+    for router_id, interfaces in sorted(topo.interfaces_by_router.items()):
+        for src in interfaces:
             if src.network_id not in local:
                 continue
             # A frame to the router that no route claims is dropped, not flooded.
             flows.add(FlowSpec(st.L3, PRIO_ROUTER_DROP,
                                {st.REG_NETWORK: src.network_id, "eth_dst": src.mac_address}, (),
                                _tenant_cookie(st.KIND_ROUTER_INTERFACE, src.id)))
-            for dst in legs:
+            for dst in interfaces:
                 if dst.subnet_id == src.subnet_id:
                     continue
                 prefix = topo.subnets[dst.subnet_id].prefix

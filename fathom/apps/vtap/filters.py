@@ -249,7 +249,7 @@ class View:
         return any(s.network_id == network_id and addr in s.prefix for s in self.subnets.values())
 
     def route(self, src_network: int, dst_ip: str | None):
-        """(router leg on the source network, router leg towards dst_ip) of one router, or None."""
+        """(router interface on the source network, router interface towards dst_ip) of one router, or None."""
         if dst_ip is None:
             return None
         addr = ipaddress.IPv4Address(dst_ip)
