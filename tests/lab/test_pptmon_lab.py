@@ -200,7 +200,7 @@ def test_accuracy_against_capture(make_chain, tmp_path, proto):
         cold = acc["ref_minus_pptmon_after_pause"]
         assert warm["count"] >= 200 and cold["count"] >= 200
         assert warm["p50_us"] < 1.0, warm               # documented 0.5-0.6 µs
-        assert cold["p50_us"] < 3.5, cold               # documented 2.1-3.1 µs
+        assert cold["p50_us"] < 5.0, cold               # documented 2.3-4.3 µs (colder when the machine idles)
         # after PPTMon's egress stamp only the transmit tap is left (0.3-0.5 µs documented);
         # the sink's restore and record used to come after it: about 1 µs on a cold path
         assert acc["after_egress_stamp_after_pause"]["p50_us"] < 0.75, acc
