@@ -6,15 +6,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 import fathom.bench
 
-from fathom.auth.client import lab_headers
 from fathom.lab.ovs import wait_for
 
-from .util import ping, running_lab, sh, tor_vlans
+from .util import ping, running_lab, sh, tor_vlans, lab_api as api
 
 TOPOLOGY = (Path(fathom.bench.__file__).parent / "topologies" / "l3.yaml").read_text()   # shared with bench l3
 IP = {"va": "198.19.10.11", "vb": "198.19.20.11", "vc": "198.19.10.12", "vd": "198.19.20.12"}
@@ -25,11 +23,6 @@ VLAN = {"red": 110, "green": 120}
 def lab():
     with running_lab("tfab", TOPOLOGY, standalone=False) as lab:
         yield lab
-
-
-def api(lab) -> httpx.Client:
-    state = lab.state()
-    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
 
 def tor_flows(lab) -> list[str]:

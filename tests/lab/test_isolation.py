@@ -13,11 +13,10 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from fathom.auth.client import lab_headers
 from fathom.pipeline import stages as st
 from fathom.store import models as m
 
-from .util import ping, running_lab
+from .util import ping, running_lab, lab_api
 
 TOPOLOGY = """
 networks:
@@ -47,8 +46,7 @@ def lab():
 
 
 def admin(lab) -> httpx.Client:
-    state = lab.state()
-    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
+    return lab_api(lab)
 
 
 def as_tenant(lab, project: str) -> httpx.Client:

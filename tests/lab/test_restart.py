@@ -9,14 +9,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 import fathom.lab
-from fathom.auth.client import lab_headers
 from fathom.lab.ovs import wait_for
 
-from .util import ping, running_lab, sh
+from .util import ping, running_lab, sh, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm3": "198.19.1.13", "grn1": "198.19.2.21", "grn2": "198.19.2.22"}
@@ -32,11 +30,6 @@ OUTAGE = 20
 def lab():
     with running_lab("rs1", TOPOLOGY, standalone=False) as lab:
         yield lab
-
-
-def api(lab) -> httpx.Client:
-    state = lab.state()
-    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
 
 class Pinger:

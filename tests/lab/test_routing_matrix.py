@@ -17,13 +17,11 @@ import subprocess
 import time
 from itertools import permutations
 
-import httpx
 import pytest
 
-from fathom.auth.client import lab_headers
 from fathom.lab.ovs import wait_for
 
-from .util import running_lab, sh, tor_vlans
+from .util import running_lab, sh, tor_vlans, lab_api as api
 
 NETWORKS = {   # name -> (type, segmentation id, third octet)
     "nx1": ("vxlan", 2001, 61), "nv1": ("vlan", 131, 71),
@@ -61,11 +59,6 @@ def _topology() -> str:
 def lab():
     with running_lab("rtm", _topology(), standalone=False) as lab:
         yield lab
-
-
-def api(lab) -> httpx.Client:
-    state = lab.state()
-    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
 
 def router_id(lab) -> int:

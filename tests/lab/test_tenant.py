@@ -1,20 +1,17 @@
 """Tenant networking under the controller, on real OVS: L2 on VXLAN and VLAN, isolation of
 overlapping subnets, distributed routing, and convergence across controller and switch restarts."""
-import json
 import re
 import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 import fathom.lab
-from fathom.auth.client import lab_headers
 from fathom.host.iperf import iperf3
 from fathom.lab.ovs import wait_for
 
-from .util import ping, running_lab, sh
+from .util import ping, running_lab, sh, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": "198.19.1.11",
@@ -25,11 +22,6 @@ IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": 
 def lab():
     with running_lab("t3t", TOPOLOGY, standalone=False) as lab:
         yield lab
-
-
-def api(lab) -> httpx.Client:
-    state = lab.state()
-    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
 
 class Capture:

@@ -11,16 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from fathom.auth.client import lab_headers
 from fathom.model import datapath_id
 from fathom.lab.ovs import wait_for
 from fathom.lab.lab import install_certificate
 from fathom.pki import Pki, identity_of
 
-from .util import running_lab, sh
+from .util import running_lab, sh, lab_api as api
 
 ROGUE = str(Path(__file__).with_name("rogue_switch.py"))
 VM1_MAC = bytes.fromhex("02fa00000101")
@@ -41,11 +39,6 @@ HANDSHAKE_ONLY = {0, 2, 5}
 def lab():
     with running_lab("tlt", standalone=False) as lab:
         yield lab
-
-
-def api(lab) -> httpx.Client:
-    state = lab.state()
-    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
 
 
 def controller_log(lab) -> str:

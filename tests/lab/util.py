@@ -3,6 +3,9 @@ import contextlib
 import re
 import subprocess
 
+import httpx
+
+from fathom.auth.client import lab_headers
 from fathom.lab.lab import Lab
 from fathom.lab.topology import DEFAULT_TOPOLOGY, load, parse
 
@@ -49,3 +52,9 @@ def tor_vlans(lab: Lab) -> dict[str, set[int]]:
         if m:
             out[names[m.group(1)]].add(int(m.group(2)))
     return out
+
+
+def lab_api(lab: Lab) -> httpx.Client:
+    """An admin client of the lab's own controller (its token from the lab's state)."""
+    state = lab.state()
+    return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
