@@ -154,5 +154,11 @@ class Client:
                 raise ApiError(408, f"GET /v1{path}: not there after {timeout:g} s: {answer}")
             time.sleep(interval)
 
+    def wait_status(self, collection: str, obj_id: int, want: str = "active", timeout: float = 10.0) -> dict:
+        """The object of `collection` once its status is `want` (or `error`); ApiError 408 after
+        `timeout` s. Every caller that waits for an object to come up uses this one method."""
+        return self.wait_until(f"/{collection}/{obj_id}", lambda o: o.get("status") in (want, "error"),
+                               timeout, interval=0.05)
+
     def close(self) -> None:
         self.http.close()
