@@ -11,6 +11,12 @@ from fathom.openflow import spec as s
 # the bits of a LoadReg's ofs_nbits field: ofs << 6 | (n_bits - 1)
 
 
+# Nicira ct and nat flags (OVS include/openflow/nicira-ext.h)
+NX_CT_F_COMMIT = 1
+NX_CT_RECIRC_NONE = 0xFF
+NX_NAT_F_SRC, NX_NAT_F_DST = 1, 2
+
+
 def _ofs_nbits(ofs: int, n_bits: int) -> int:
     return (ofs << 6) | (n_bits - 1)
 
@@ -40,6 +46,14 @@ def encode_action(parser, ofp, a):
                                       src_ofs=a.src_ofs, dst_ofs=a.dst_ofs)
     if isinstance(a, s.LoadReg):
         return parser.NXActionRegLoad(ofs_nbits=_ofs_nbits(a.ofs, a.n_bits), dst=a.field, value=a.value)
+    if isinstance(a, s.Ct):
+        nat = []
+        if a.nat is not None:
+            flags = {None: 0, "src": NX_NAT_F_SRC, "dst": NX_NAT_F_DST}[a.nat.kind]
+            nat = [parser.NXActionNAT(flags, range_ipv4_min=a.nat.ip or "", range_ipv4_max=a.nat.ip or "")]
+        return parser.NXActionCT(flags=NX_CT_F_COMMIT if a.commit else 0, zone_src="", zone_ofs_nbits=a.zone,
+                                 recirc_table=NX_CT_RECIRC_NONE if a.table is None else a.table, alg=0,
+                                 actions=nat)
     raise TypeError(f"cannot encode action {a!r}")
 
 
@@ -111,6 +125,13 @@ def decode_action(ofp, a):
                       a.src_ofs, a.dst_ofs)
     if name == "NXActionRegLoad":
         return s.LoadReg(a.dst, a.value, a.ofs_nbits >> 6, (a.ofs_nbits & 0x3F) + 1)
+    if name == "NXActionCT" and not a.zone_src:
+        nat = next((x for x in a.actions if type(x).__name__ == "NXActionNAT"), None)
+        if nat is not None:
+            kind = "src" if nat.flags & NX_NAT_F_SRC else "dst" if nat.flags & NX_NAT_F_DST else None
+            nat = s.Nat(kind, nat.range_ipv4_min if kind else None)
+        return s.Ct(a.zone_ofs_nbits, bool(a.flags & NX_CT_F_COMMIT),
+                    None if a.recirc_table == NX_CT_RECIRC_NONE else a.recirc_table, nat)
     return ("unknown", name, repr(a))  # never equal to a desired action: the flow gets rewritten
 
 

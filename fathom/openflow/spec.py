@@ -207,8 +207,45 @@ class LoadReg:
         return f"load:{self.value:#x}->{_nxm_slice(self.field, self.ofs, self.n_bits)}"
 
 
+@dataclass(frozen=True)
+class Nat:
+    """The nat argument of a `Ct`: `kind` "src" (SNAT to `ip`), "dst" (DNAT to `ip`), or None (apply
+    the NAT of the connection the packet belongs to, e.g. un-SNAT a reply)."""
+    kind: str | None = None
+    ip: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in (None, "src", "dst") or (self.kind is None) != (self.ip is None):
+            raise ValueError("nat is nat(src=IP), nat(dst=IP) or plain nat")
+
+    def to_ofctl(self) -> str:
+        return f"nat({self.kind}={self.ip})" if self.kind else "nat"
+
+
+@dataclass(frozen=True)
+class Ct:
+    """Nicira ct: send the packet through the connection tracker in `zone` (an immediate 16-bit zone).
+
+    `commit` records the connection; `nat` translates it; `table` recirculates the packet (with its
+    ct_* fields set) to that table, None continues with the next action.
+    """
+    zone: int
+    commit: bool = False
+    table: int | None = None
+    nat: Nat | None = None
+
+    def __post_init__(self):
+        if not 0 <= self.zone <= 0xFFFF:
+            raise ValueError(f"conntrack zone {self.zone} is 0..65535")
+
+    def to_ofctl(self) -> str:
+        args = [*(["commit"] if self.commit else []), *([f"table={self.table}"] if self.table is not None else []),
+                f"zone={self.zone}", *([self.nat.to_ofctl()] if self.nat else [])]
+        return f"ct({','.join(args)})"
+
+
 Action = Union[Output, OutputTrunc, Meter, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
-               Controller, Move, LoadReg]
+               Controller, Move, LoadReg, Ct]
 
 
 def set_tunnel_dst(ip: str) -> SetField:
@@ -382,7 +419,8 @@ def _format_value(name: str, value: MatchValue) -> str:
 def format_match(match: tuple) -> str:
     """A match the way ovs-ofctl prints it: protocol shorthand first, then fields."""
     fields = dict(match)
-    words = []
+    # conntrack fields come before the protocol shorthand in OVS's output
+    words = [f"{name}={fields.pop(name)}" for name in ("ct_zone",) if name in fields]
     eth_type = fields.pop("eth_type", None)
     proto = fields.get("ip_proto")
     if eth_type == 0x0800 and proto in _IP_PROTO_SHORTHAND:
