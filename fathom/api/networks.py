@@ -18,7 +18,8 @@ subnets = APIRouter(prefix="/subnets", tags=["subnets"], responses=ERRORS)
 def network_out(s: Session, n: m.Network) -> sc.NetworkOut:
     return sc.NetworkOut(id=n.id, name=n.name, project_id=n.project_id, type=n.type,
                          segmentation_id=n.segmentation_id,
-                         subnets=[x.id for x in ops.subnets_of(s, n.id)], status=n.status,
+                         subnets=[x.id for x in ops.subnets_of(s, n.id)], external=n.external,
+                         upstream_mac=n.upstream_mac, status=n.status,
                          status_reason=n.status_reason, created_at=utc(n.created_at))
 
 
@@ -51,7 +52,7 @@ def list_networks(c: CallerDep, db: StoreDep, name: str | None = None, limit: Li
 def create_network(body: sc.NetworkCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: network_out(s, ops.create_network(
         s, c, db.settings, name=body.name, type=body.type, segmentation_id=body.segmentation_id,
-        project_id=body.project_id)))
+        project_id=body.project_id, external=body.external, upstream_mac=body.upstream_mac)))
 
 
 @networks.get("/{network_id}", response_model=sc.NetworkOut)

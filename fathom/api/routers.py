@@ -1,4 +1,4 @@
-"""/v1/routers, their interfaces and where each runs.
+"""/v1/routers, their interfaces, their external gateway and where each runs.
 
 A router's `mode` (distributed, fabric, network-node; docs/fabric.md) and `gateway_node` are set
 in one way: as fields of the router, on `POST /v1/routers` and `PATCH /v1/routers/{id}`.
@@ -12,6 +12,7 @@ from fathom.api import schemas as sc
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, gateway_node_admin, utc
 from fathom.api.networks import rename
 from fathom.api.nodes import status_out
+from fathom.store import external
 from fathom.store import fabric as fabric_ops
 from fathom.store import models as m
 from fathom.store import ops
@@ -27,12 +28,34 @@ def interface_out(p: m.Port) -> sc.RouterInterfaceOut:
                                  status_reason=p.status_reason)
 
 
+def gateway_out(s: Session, r: m.Router) -> sc.ExternalGatewayOut | None:
+    gw = external.gateway_of(s, r.id)
+    if gw is None:
+        return None
+    port = s.get(m.Port, gw.address_port_id)
+    return sc.ExternalGatewayOut(network_id=gw.network_id, ip_address=port.fixed_ips[0].ip_address,
+                                 mac_address=port.mac_address, enable_snat=gw.snat,
+                                 node=s.get(m.Node, gw.node_id).name)
+
+
+def _set_gateway(s: Session, c, r: m.Router, body) -> None:
+    if "external_gateway" not in body.model_fields_set:
+        return
+    if body.external_gateway is None:
+        external.clear_gateway(s, c, r)
+        return
+    g = body.external_gateway
+    external.set_gateway(s, c, r, network_id=g.network_id, ip_address=g.ip_address, enable_snat=g.enable_snat,
+                         node=g.node)
+
+
 def router_out(s: Session, r: m.Router) -> sc.RouterOut:
     mode = fabric_ops.get_mode(s, r)
     gateway = s.get(m.Node, mode.gateway_node_id) if mode.gateway_node_id else None
     return sc.RouterOut(id=r.id, name=r.name, project_id=r.project_id,
                         interfaces=[interface_out(p) for p in ops.router_interfaces(s, r.id)],
                         mode=mode.mode, gateway_node=gateway.name if gateway else None,
+                        external_gateway=gateway_out(s, r),
                         status=r.status, status_reason=r.status_reason, created_at=utc(r.created_at))
 
 
@@ -51,6 +74,7 @@ def create_router(body: sc.RouterCreate, c: CallerDep, db: StoreDep):
         r = ops.create_router(s, c, name=body.name, project_id=body.project_id)
         if body.mode != "distributed" or body.gateway_node is not None:
             fabric_ops.set_router_mode(s, r, body.mode, body.gateway_node)
+        _set_gateway(s, c, r, body)
         return router_out(s, r)
     return db.write(run)
 
@@ -67,9 +91,11 @@ def update_router(router_id: int, body: sc.RouterUpdate, c: CallerDep, db: Store
     def run(s):
         r = rename(s, c, m.Router, router_id, body)
         if body.mode is not None:
+            external.check_mode_change(s, r, body.mode)
             fabric_ops.set_router_mode(s, r, body.mode, body.gateway_node)
         elif body.gateway_node is not None:
             fabric_ops.set_router_mode(s, r, fabric_ops.get_mode(s, r).mode, body.gateway_node)
+        _set_gateway(s, c, r, body)
         return router_out(s, r)
     return db.write(run)
 

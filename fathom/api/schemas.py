@@ -61,6 +61,15 @@ class NetworkCreate(_Request):
     type: Literal["vxlan", "vlan", "flat"] = "vxlan"
     segmentation_id: int | None = Field(default=None, ge=1, le=(1 << 24) - 1)
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
+    # a provider network reaching the gateway nodes (router:external; admin only; flat or vlan)
+    external: bool = False
+    # external networks: MAC of the upstream (provider) router at the subnet's gateway_ip
+    upstream_mac: str | None = None
+
+    @field_validator("upstream_mac")
+    @classmethod
+    def _upstream_mac(cls, value):
+        return None if value is None else parse_mac(value, unicast_for="the upstream router")
 
 
 class NetworkUpdate(_Request):
@@ -74,6 +83,8 @@ class NetworkOut(BaseModel):
     type: str
     segmentation_id: int | None
     subnets: list[int]
+    external: bool = False
+    upstream_mac: str | None = None
     status: Status
     status_reason: str | None
     created_at: datetime
@@ -181,17 +192,38 @@ class PortOut(BaseModel):
 RouterMode = Literal["distributed", "fabric", "network-node"]   # where a router runs: docs/fabric.md
 
 
+class ExternalGatewayIn(_Request):
+    """A router's external gateway (Neutron's external_gateway_info): docs/external.md."""
+    network_id: int
+    # Absent: allocated from the external network's subnet (admins may choose one)
+    ip_address: ipaddress.IPv4Address | None = None
+    enable_snat: bool = True
+    # the gateway node hosting the router's NAT (admin); absent: the first node of role gateway
+    node: str | None = Field(default=None, pattern=NODE_NAME_RE)
+
+
+class ExternalGatewayOut(BaseModel):
+    network_id: int
+    ip_address: str
+    mac_address: str
+    enable_snat: bool
+    node: str
+
+
 class RouterCreate(_Request):
     name: str = NAME
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
     mode: RouterMode = "distributed"
     gateway_node: str | None = None   # network-node mode: default the first node of role gateway
+    external_gateway: ExternalGatewayIn | None = None
 
 
 class RouterUpdate(_Request):
     name: str = NAME
     mode: RouterMode | None = None
     gateway_node: str | None = None
+    # given: set (an object) or clear (null) the external gateway; absent: unchanged
+    external_gateway: ExternalGatewayIn | None = None
 
 
 class RouterInterfaceCreate(_Request):
@@ -218,6 +250,40 @@ class RouterOut(BaseModel):
     interfaces: list[RouterInterfaceOut]
     mode: RouterMode = "distributed"
     gateway_node: str | None = None
+    external_gateway: ExternalGatewayOut | None = None
+    status: Status
+    status_reason: str | None
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------------------------- floating IPs
+
+
+class FloatingIpCreate(_Request):
+    floating_network_id: int
+    floating_ip_address: ipaddress.IPv4Address | None = None   # admin only; absent: allocated
+    port_id: int | None = None
+    fixed_ip_address: ipaddress.IPv4Address | None = None      # which of the port's fixed IPs; absent: the first
+    name: str = NAME
+    project_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class FloatingIpUpdate(_Request):
+    """`port_id` null disassociates; another port moves the floating IP there."""
+    port_id: int | None = None
+    fixed_ip_address: ipaddress.IPv4Address | None = None
+    name: str = NAME
+
+
+class FloatingIpOut(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    floating_network_id: int
+    floating_ip_address: str
+    port_id: int | None
+    fixed_ip_address: str | None
+    router_id: int | None
     status: Status
     status_reason: str | None
     created_at: datetime

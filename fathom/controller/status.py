@@ -6,7 +6,8 @@
 | fabric_switch | the ToR: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
 | network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when they took them (see below for a switch in trouble) |
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
-| router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent) |
+| router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent); a router with an external gateway also the gateway's flows (and `pending` until its gateway node has its external port `ext0`) |
+| floating_ip | the switches that must hold its flows (the gateway node); `active` when not associated |
 
 `pending` says what is awaited (a switch connecting, a port's interface appearing, a namespace being
 built), `error` names the switch or node at fault; a refused flow marks exactly its object.
@@ -42,11 +43,14 @@ SOURCES = {
     "tap_policy": FLOWS,
     "subnet": "network",
     "router": "router_interfaces",
+    "router_gateway": FLOWS,     # not stored on its own: part of its router's status
+    "floating_ip": FLOWS,
 }
 # cookie kinds whose flows realise an object of a status kind (a network-node router's interface is a
 # port of the gateway node: its flows carry the port kind with the interface's id)
 FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
-              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,)}
+              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,),
+              "router_gateway": (ck.KIND_ROUTER,), "floating_ip": (ck.KIND_FLOATING_IP,)}
 
 Status = tuple[str, str | None]
 
@@ -153,12 +157,21 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         out[("router_interface", ri.id)] = from_flows("router_interface", ri.id,
                                                       tors if routed_by_tor else set()) or ("active", None)
         interfaces[ri.router_id].append(out[("router_interface", ri.id)])
+    gateways = _gateway_statuses(snapshot, from_flows)
     for r in snapshot.routers:
         agent = result.agents.get((ck.KIND_ROUTER, r.id))
         if agent is not None and agent[0] != "active":
             out[("router", r.id)] = agent
         else:
-            out[("router", r.id)] = _worst(interfaces.get(r.id, []))
+            out[("router", r.id)] = _worst(interfaces.get(r.id, []) + gateways.get(r.id, []))
+    for f in snapshot.floating_ips:
+        if f.port_id is None:
+            out[("floating_ip", f.id)] = ("active", None)
+        elif f.router_id in gateways and gateways[f.router_id][0][0] != "active":
+            out[("floating_ip", f.id)] = gateways[f.router_id][0]
+        else:
+            out[("floating_ip", f.id)] = from_flows("floating_ip", f.id) or (
+                "pending", "waiting for the port's router to route it on its gateway node")
 
     from fathom.apps.vtap import plans as vtap_plans
     plans = vtap_plans(snapshot)[1] if snapshot.tap_policies else {}
@@ -169,6 +182,27 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             out[("tap_policy", t.id)] = (level, "; ".join(problems))
         else:
             out[("tap_policy", t.id)] = from_flows("tap_policy", t.id) or ("active", None)
+    return out
+
+
+def _gateway_statuses(snapshot, from_flows) -> dict[int, list[Status]]:
+    """router id -> [status of its external gateway]: its flows on the gateway node, once that node
+    has its external port."""
+    from fathom.apps.external.compiler import unsupported_gateways
+    from fathom.model import EXTERNAL_INTERFACE
+    nodes = {n.name: n for n in snapshot.nodes}
+    refused = unsupported_gateways(snapshot)
+    out = {}
+    for gw in snapshot.router_gateways:
+        node = nodes.get(gw.node)
+        if gw.router_id in refused:
+            got = ("error", refused[gw.router_id])
+        elif node is None or node.ofport(EXTERNAL_INTERFACE) is None:
+            got = ("pending", f"waiting for interface {EXTERNAL_INTERFACE!r} (the external network) on gateway "
+                              f"node {gw.node!r}")
+        else:
+            got = from_flows("router_gateway", gw.router_id) or ("active", None)
+        out[gw.router_id] = [got]
     return out
 
 

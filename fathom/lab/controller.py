@@ -85,7 +85,7 @@ def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fab
 def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str | None,
               switches_registered) -> dict:
     created: dict[str, dict[str, int]] = {"nodes": {}, "networks": {}, "subnets": {}, "ports": {}, "routers": {},
-                                          "fabric_switches": {}}
+                                          "fabric_switches": {}, "floatingips": {}}
     progress("registering nodes")
     for n in nodes:
         created["nodes"][n.name] = api.request("POST", "/nodes", json={
@@ -102,6 +102,10 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
         body = {"name": net.name, "type": net.type, "project_id": net.project}
         if net.type != "flat":
             body["segmentation_id"] = topo.segmentation_id(net)
+        if net.external:
+            body["external"] = True
+            if topo.upstream is not None and topo.upstream.network == net.name:
+                body["upstream_mac"] = topo.upstream.mac
         nid = created["networks"][net.name] = api.request("POST", "/networks", json=body)["id"]
         created["subnets"][net.name] = api.request("POST", "/subnets", json={
             "network_id": nid, "cidr": str(net.cidr), "gateway_ip": str(net.gateway), "name": net.name,
@@ -113,6 +117,9 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
             api.request("POST", f"/routers/{rid}/interfaces", json={"subnet_id": created["subnets"][name]})
         if r.mode != "distributed":   # after its interfaces: a mode checks the networks it routes
             api.request("PATCH", f"/routers/{rid}", json={"mode": r.mode})
+        if r.external_gateway:
+            api.request("PATCH", f"/routers/{rid}", json={
+                "external_gateway": {"network_id": created["networks"][r.external_gateway]}})
     progress("creating VM ports")
     for node in topo.nodes:
         for vm in node.vms:
@@ -121,6 +128,11 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
                 "network_id": created["networks"][vm.network], "name": vm.name, "mac_address": vm.mac,
                 "fixed_ips": [{"subnet_id": created["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
                 "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
+            if vm.floating_ip:
+                router = next(r for r in topo.routers if vm.network in r.networks and r.external_gateway)
+                created["floatingips"][vm.name] = api.request("POST", "/floatingips", json={
+                    "floating_network_id": created["networks"][router.external_gateway],
+                    "port_id": created["ports"][vm.name], "project_id": net.project})["id"]
     return created
 
 
@@ -165,9 +177,12 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
     """Best effort: delete what the lab created (the controller may be gone already)."""
     http = Client(url, token=token).http   # raw answers: an object already gone is fine
     try:
+        for fid in created.get("floatingips", {}).values():
+            http.delete(f"/floatingips/{fid}")
         for pid in created.get("ports", {}).values():
             http.delete(f"/ports/{pid}")
         for rid in created.get("routers", {}).values():
+            http.patch(f"/routers/{rid}", json={"external_gateway": None})
             for iface in http.get(f"/routers/{rid}").json().get("interfaces", []):
                 http.delete(f"/routers/{rid}/interfaces/{iface['subnet_id']}")
             http.delete(f"/routers/{rid}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from fathom.auth.client import NoToken, lab_token
+from fathom.model import EXTERNAL_INTERFACE
 from fathom.pki import Pki
 
 from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, wait_for
@@ -228,6 +229,8 @@ class Lab:
                 ovs.vsctl("add-port", "br-int", vm.name, *(["tag=%d" % tag] if tag else []), "--",
                           "set", "interface", vm.name, f"external_ids:iface-id={vm.name}",
                           f"external_ids:attached-mac={vm.mac}", f"external_ids:fathom-network={vm.network}")
+        if topo.upstream is not None:
+            self._build_upstream(topo, by_name[topo.upstream.node], progress)
         if standalone:
             progress("standalone tunnels")
             self._standalone_overlay(topo, nodes)
@@ -235,6 +238,30 @@ class Lab:
         for node in nodes:
             ovs = OvsInstance(node.netns, node.rundir)
             wait_for(lambda: "br-int" in ovs.vsctl("list-br"), 10, f"br-int on {node.name}")
+
+    def _build_upstream(self, topo: Topology, node: NodePlan, progress) -> None:
+        """The upstream host (the provider router of an external network): a namespace wired to the
+        gateway node's `ext0` on br-int, holding the external subnet's gateway address (tagged on a
+        VLAN external network). It has no route beyond its subnet: floating IPs and router gateway IPs
+        are on-link, answered by the gateway node (docs/external.md)."""
+        up = topo.upstream
+        net = topo.network(up.network)
+        progress(f"upstream host {up.name} on {node.name}")
+        uns = self.ns(up.name)
+        _add_netns(uns)
+        run(["ip", "link", "add", EXTERNAL_INTERFACE, "netns", node.netns, "type", "veth",
+             "peer", "name", "eth0", "netns", uns])
+        run(["ip", "link", "set", "eth0", "address", up.mac], ns=uns)
+        _prepare_veth_end(uns, "eth0")
+        _prepare_veth_end(node.netns, EXTERNAL_INTERFACE)
+        dev = "eth0"
+        if net.type == "vlan":
+            dev = f"eth0.{topo.segmentation_id(net)}"
+            run(["ip", "link", "add", "link", "eth0", "name", dev, "type", "vlan", "id",
+                 str(topo.segmentation_id(net))], ns=uns)
+            run(["ip", "link", "set", dev, "up"], ns=uns)
+        run(["ip", "addr", "add", f"{net.gateway}/{net.cidr.prefixlen}", "dev", dev], ns=uns)
+        OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
 
     def _standalone_overlay(self, topo: Topology, nodes: list[NodePlan]) -> None:
         """Without a controller: NORMAL switching, one VXLAN port per (network, peer) as an access port.

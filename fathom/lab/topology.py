@@ -33,6 +33,7 @@ class VM(_Strict):
     mac: str
     ip: ipaddress.IPv4Interface
     network: str
+    floating_ip: bool = False    # a floating IP of its router's external network, associated with its port
 
     @field_validator("mac")
     @classmethod
@@ -52,6 +53,7 @@ class Network(_Strict):
     segmentation_id: int | None = Field(default=None, ge=1, le=16777215)
     cidr: ipaddress.IPv4Network
     project: str = Field(default="demo", pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # the tenant owning it
+    external: bool = False       # a provider network on the gateway nodes' ext0 (flat or vlan; docs/external.md)
 
     @property
     def gateway(self) -> ipaddress.IPv4Address:
@@ -68,6 +70,21 @@ class Router(_Strict):
     name: str = Field(pattern=NAME_RE)
     networks: list[str]          # one interface on each network's subnet, at its gateway address
     mode: Literal["distributed", "fabric", "network-node"] = "distributed"  # where it routes (docs/fabric.md)
+    external_gateway: str | None = None   # an external network: the router's gateway (SNAT, floating IPs)
+
+
+class Upstream(_Strict):
+    """A host standing for the provider router of an external network (lab only): a namespace wired
+    to the gateway node's ext0, holding the external subnet's gateway address."""
+    name: str = Field(pattern=NAME_RE)
+    network: str                 # an external network
+    node: str                    # the gateway node it is wired to
+    mac: str = "02:fe:00:00:00:01"
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        return parse_mac(v, unicast_for="the upstream host")
 
 
 class Underlay(_Strict):
@@ -79,6 +96,7 @@ class Topology(_Strict):
     networks: list[Network] = []
     routers: list[Router] = []
     nodes: list[Node]
+    upstream: Upstream | None = None
     underlay: Underlay = Underlay()
     # Management subnet shared with the root namespace; chosen per lab when absent.
     management: ipaddress.IPv4Network | None = None
@@ -192,6 +210,8 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
     seen: dict[str, tuple] = {}
     named = [(("networks", i, "name"), n.name, "network") for i, n in enumerate(topo.networks)]
     named += [(("routers", i, "name"), r.name, "router") for i, r in enumerate(topo.routers)]
+    if topo.upstream is not None:
+        named.append((("upstream", "name"), topo.upstream.name, "upstream"))
     for i, node in enumerate(topo.nodes):
         named.append((("nodes", i, "name"), node.name, "node"))
         for j, vm in enumerate(node.vms):
@@ -199,7 +219,7 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
     for path, name, kind in named:
         if name in RESERVED_NAMES:
             add(path, f"{name!r} is reserved")
-        key = f"{kind}:{name}" if kind in ("network", "router") else name  # nodes and VMs share the namespace space
+        key = f"{kind}:{name}" if kind in ("network", "router") else name  # nodes, VMs, upstream share the namespace space
         if key in seen:
             add(path, f"duplicate name {name!r} (first at line {_line(lines, seen[key])})")
         else:
@@ -214,10 +234,25 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
         if n.type != "flat" and key in segs:
             add(("networks", i, "segmentation_id"), f"segmentation id {key[1]} already used by network at line {_line(lines, segs[key])}")
         segs.setdefault(key, ("networks", i))
+    for i, n in enumerate(topo.networks):
+        if n.external and n.type == "vxlan":
+            add(("networks", i, "type"), "an external network is flat or vlan")
     for i, r in enumerate(topo.routers):
         for j, name in enumerate(r.networks):
             if name not in nets:
                 add(("routers", i, "networks", j), f"unknown network {name!r}")
+            elif nets[name].external:
+                add(("routers", i, "networks", j), f"{name!r} is external: give it as external_gateway")
+        if r.external_gateway is not None and (r.external_gateway not in nets or not nets[r.external_gateway].external):
+            add(("routers", i, "external_gateway"), f"{r.external_gateway!r} is not an external network")
+    up = topo.upstream
+    if up is not None:
+        if up.network not in nets or not nets[up.network].external:
+            add(("upstream", "network"), f"{up.network!r} is not an external network")
+        gw_node = next((n for n in topo.nodes if n.name == up.node), None)
+        if gw_node is None or gw_node.role != "gateway":
+            add(("upstream", "node"), f"{up.node!r} is not a node of role gateway")
+    routed = {n for r in topo.routers if r.external_gateway for n in r.networks}
     addrs: dict[tuple, tuple] = {}
     for i, node in enumerate(topo.nodes):
         for j, vm in enumerate(node.vms):
@@ -226,6 +261,10 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
             if net is None:
                 add(base + ("network",), f"unknown network {vm.network!r}")
                 continue
+            if net.external:
+                add(base + ("network",), f"{net.name!r} is external: VMs take floating IPs on it, not ports")
+            if vm.floating_ip and net.name not in routed:
+                add(base + ("floating_ip",), f"no router with an external gateway has an interface on {net.name!r}")
             if vm.ip.ip not in net.cidr:
                 add(base + ("ip",), f"{vm.ip.ip} is outside network {net.name}'s subnet {net.cidr}")
             elif vm.ip.network != net.cidr:

@@ -15,6 +15,9 @@ from typing import Mapping
 # Interface names on br-int that the node bootstrap creates.
 TUNNEL_INTERFACE = "vxlan0"      # flow-based VXLAN port: options remote_ip=flow, key=flow
 UPLINK_INTERFACE = "patch-phy"   # patch port to br-phy: the VLAN / flat uplink
+# A gateway node's port on the external (provider) network, plugged into its br-int by the operator
+# (in the lab: a veth to the upstream host). Frames on it belong to external networks only.
+EXTERNAL_INTERFACE = "ext0"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Network:
     project_id: str
     type: str                      # vxlan | vlan | flat
     segmentation_id: int | None    # VNI (vxlan), VLAN id (vlan), None (flat)
+    external: bool = False         # a provider network reaching the gateway nodes (router:external)
+    upstream_mac: str | None = None  # external networks: MAC of the provider router (the subnet's gateway_ip)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,33 @@ class RouterInterface:
     network_id: int
     ip_address: str                # the gateway address of the subnet on this router
     mac_address: str
+
+
+@dataclass(frozen=True)
+class RouterGateway:
+    """A router's external gateway: its address on an external network, hosted on one gateway node,
+    where the router's SNAT and floating IPs are realised (fathom/apps/external)."""
+    router_id: int
+    network_id: int                # the external network
+    subnet_id: int
+    ip_address: str
+    mac_address: str
+    node: str | None               # name of the gateway node
+    ct_zone: int                   # conntrack zone of the router's SNAT
+    snat: bool = True              # ports without a floating IP reach out through the gateway IP
+
+
+@dataclass(frozen=True)
+class FloatingIp:
+    """An address of an external network mapped 1:1 to a port's fixed IP (when `port_id` is set)."""
+    id: int
+    project_id: str
+    network_id: int
+    ip_address: str
+    ct_zone: int                   # conntrack zone of this floating IP's connections
+    port_id: int | None = None
+    fixed_ip: str | None = None
+    router_id: int | None = None   # the router joining the port's subnet to the external network
 
 
 @dataclass(frozen=True)
@@ -190,6 +222,8 @@ class Snapshot:
     routers: tuple[Router, ...] = ()
     router_interfaces: tuple[RouterInterface, ...] = ()
     tap_policies: tuple[TapPolicy, ...] = ()
+    router_gateways: tuple[RouterGateway, ...] = ()
+    floating_ips: tuple[FloatingIp, ...] = ()
     # ToR switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None

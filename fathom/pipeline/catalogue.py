@@ -7,8 +7,9 @@ every bridge (the table-miss flow of each table plus the bridge's fixed flows), 
 in docs/pipeline.md (`reference_markdown`), and the checks every compiled flow must pass
 (`Pipeline.check`, run by the tests over every app's output).
 
-Invariants that follow from `writes` (checked, not only written down): on br-int only classify and
-l3 write REG_NETWORK, so only an l3 route moves a frame into another network; only classify writes
+Invariants that follow from `writes` (checked, not only written down): on br-int only classify, l3
+and the NAT stages of a router's external gateway (nat-route, snat) write REG_NETWORK, so only a
+route moves a frame into another network; only classify writes
 REG_SRC_PORT; only l2 chooses REG_OUT_PORT.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fathom.openflow.spec import (
-    Controller, FlowSpec, GotoTable, Group, LoadReg, Move, Output, Resubmit, SetField,
+    Controller, Ct, FlowSpec, GotoTable, Group, LoadReg, Move, Output, Resubmit, SetField,
 )
 from fathom.pipeline import cookies as ck
 
@@ -116,7 +117,7 @@ class Pipeline:
             allowed_next = {self.number(n) for n in t.next} | (
                 {self.number(t.miss)} if t.miss not in (DROP, NORMAL) else set())
             for a in _actions(f.actions, by_id):
-                target = a.table if isinstance(a, (GotoTable, Resubmit)) else None
+                target = a.table if isinstance(a, (GotoTable, Resubmit, Ct)) else None
                 if target is not None and target not in allowed_next:
                     problems.append(f"{self.bridge} {t.name}: continues to table {target}, not declared: {f.to_ofctl()}")
                 written = _written(a)
@@ -148,8 +149,11 @@ def _written(a) -> str | None:
 BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's integration bridge: VMs, tunnel, uplink", tables=(
     Table("classify", 0, "in_port of a local port → `reg6` := network, `reg5` := port id; `vxlan0` + `tun_id`=VNI "
           "→ `reg6`, to l2; `patch-phy` + VLAN id → pop VLAN, `reg6`, to l2; `patch-phy` untagged → the flat "
-          "network, to l2; `vxlan0` + `tun_id`=tap marker → `reg8`, to tap-recovery",
-          next=("tap-ingress", "l2", "tap-recovery"), writes=frozenset({REG_SRC_PORT, REG_NETWORK, REG_TAP})),
+          "network, to l2; `vxlan0` + `tun_id`=tap marker → `reg8`, to tap-recovery; on a gateway node: `ext0` "
+          "(+ VLAN id) → the external network, to nat-in; from `vxlan0`/`patch-phy` to a router interface MAC "
+          "of a router whose gateway the node hosts → `reg6`, to snat",
+          next=("tap-ingress", "nat-in", "snat", "l2", "tap-recovery"),
+          writes=frozenset({REG_SRC_PORT, REG_NETWORK, REG_TAP})),
     Table("tap-ingress", 10, "vTAP rewriting rules for frames sent by local ports: match a policy → group ALL "
           "(original → security, copy → tap-recovery); see [vtap.md](vtap.md)",
           miss="security", next=("tap-recovery",), writes=frozenset({"eth_dst", "ipv4_dst", REG_TAP})),
@@ -159,11 +163,25 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
           "frame's network) are turned into replies and sent back out of `IN_PORT`",
           miss="sfc", writes=_ARP_REPLY),
     Table("sfc", 40, "service-chain steering (no app fills it yet)", miss="l3"),
+    Table("nat-in", 42, "frames from the external network on a gateway node ([external.md](external.md)): ARP "
+          "requests for a router gateway IP or an associated floating IP hosted here answered; IPv4 to a floating IP → "
+          "`ct(commit, zone=FIP's, nat(dst=fixed IP))`, to a router gateway IP → `ct(zone=router's, nat)` (replies "
+          "of SNAT only); both recirculate to nat-route", next=("nat-route",), writes=_ARP_REPLY),
+    Table("nat-route", 45, "after conntrack: (`ct_zone`, destination in a subnet of the zone's router) → src MAC "
+          ":= router interface MAC, TTL − 1, `reg6` := the subnet's network; to l3-neighbor",
+          next=("l3-neighbor",), writes=frozenset({"eth_src", REG_NETWORK})),
     Table("l3", 50, "distributed routing: frame to a router interface's MAC, IPv4 to a subnet on the same router "
-          "→ src MAC := outgoing interface MAC, TTL − 1, `reg6` := destination network; to l3-neighbor",
-          miss="l2", next=("l3-neighbor",), writes=frozenset({"eth_src", REG_NETWORK})),
+          "→ src MAC := outgoing interface MAC, TTL − 1, `reg6` := destination network; to l3-neighbor. A router "
+          "with an external gateway: anything else to its MAC → snat on the gateway node, elsewhere to l2 (which "
+          "carries it to the gateway node)",
+          miss="l2", next=("l3-neighbor", "snat"), writes=frozenset({"eth_src", REG_NETWORK})),
     Table("l3-neighbor", 55, "routed frames only: destination IP → destination MAC, to l2",
           next=("l2",), writes=frozenset({"eth_dst"})),
+    Table("snat", 57, "gateway node, a tenant network's frame to its router leaving for the external network: "
+          "TTL − 1, src MAC := router gateway MAC, dst MAC := the upstream's, `reg6` := external network, "
+          "`ct(commit, nat(src=floating IP))` in the FIP's zone for a port with one, else "
+          "`ct(commit, nat(src=router gateway IP))` in the router's zone; to l2",
+          next=("l2",), writes=frozenset({"eth_src", "eth_dst", REG_NETWORK})),
     Table("l2", 60, "`(reg6, dst MAC)` → local port (`reg7` := ofport), or owning node (set `tun_id`=VNI, "
           "`tun_dst`=node tunnel IP, `reg7` := vxlan0), or uplink (push VLAN id / untagged for flat, `reg7` := "
           "patch-phy); anything else (broadcast, multicast, unknown unicast) → the network's flood group",

@@ -8,8 +8,8 @@ from __future__ import annotations
 from fathom.openflow.spec import FlowSpec
 from fathom.pipeline.catalogue import BR_INT, REG_NETWORK, REG_OUT_PORT, REG_SRC_PORT, REG_TAP  # noqa: F401
 from fathom.pipeline.cookies import (  # noqa: F401 - the cookie vocabulary compilers name through `st`
-    APP_FABRIC, APP_MASK, APP_PIPELINE, APP_SFC, APP_TENANT, APP_VTAP, APPS, KIND_NETWORK, KIND_NODE, KIND_PORT,
-    KIND_ROUTER, KIND_ROUTER_INTERFACE, KIND_STAGE, KIND_SUBNET, KIND_TAP_POLICY, KINDS, app_cookie_mask, cookie,
+    APP_EXTERNAL, APP_FABRIC, APP_MASK, APP_PIPELINE, APP_SFC, APP_TENANT, APP_VTAP, APPS, KIND_NETWORK, KIND_NODE, KIND_PORT,
+    KIND_FLOATING_IP, KIND_ROUTER, KIND_ROUTER_INTERFACE, KIND_STAGE, KIND_SUBNET, KIND_TAP_POLICY, KINDS, app_cookie_mask, cookie,
     group_id, parse_cookie, parse_group_id,
 )
 
@@ -22,8 +22,11 @@ TAP_INGRESS = STAGES["tap-ingress"]
 SECURITY = STAGES["security"]
 ARP = STAGES["arp"]
 SFC = STAGES["sfc"]
+NAT_IN = STAGES["nat-in"]
+NAT_ROUTE = STAGES["nat-route"]
 L3 = STAGES["l3"]
 L3_NEIGHBOR = STAGES["l3-neighbor"]
+SNAT = STAGES["snat"]
 L2 = STAGES["l2"]
 TAP_RECOVERY = STAGES["tap-recovery"]
 OUTPUT = STAGES["output"]

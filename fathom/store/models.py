@@ -37,6 +37,10 @@ class Network(Resource, Base):
     __table_args__ = (UniqueConstraint("type", "segmentation_id"), {"sqlite_autoincrement": True})
     type: Mapped[str] = mapped_column(String(16))
     segmentation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # a provider network reaching the gateway nodes (Neutron's router:external); its upstream
+    # router's MAC, the next hop of every router gateway on it (docs/external.md)
+    external: Mapped[bool] = mapped_column(Boolean, default=False)
+    upstream_mac: Mapped[str | None] = mapped_column(String(17), nullable=True)
 
 
 class Subnet(Resource, Base):

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store import fabric
 from fathom.store import models as m
+from fathom.store.external_models import FloatingIp, RouterGateway
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
 VXLAN_MAX = (1 << 24) - 1
@@ -181,17 +182,26 @@ def node_by_name(session: Session, name: str, field: str = "node") -> m.Node:
 
 
 def create_network(session: Session, caller: Caller, settings: Settings, *, name: str, type: str,
-                   segmentation_id: int | None = None, project_id: str | None = None) -> m.Network:
+                   segmentation_id: int | None = None, project_id: str | None = None,
+                   external: bool = False, upstream_mac: str | None = None) -> m.Network:
+    """`external`: a provider network reaching the gateway nodes' external port (docs/external.md)."""
     project = _owner(caller, project_id)
     _serialise(session, LOCK_SEGMENTS, 0)
+    if external and not caller.admin:
+        raise Forbidden("only an admin can create an external network", "external")
+    if upstream_mac is not None and not external:
+        raise Invalid("upstream_mac is for external networks only", "upstream_mac")
+    if external and type == "vxlan":
+        raise Invalid("an external network is a provider network: flat or vlan", "type")
     if segmentation_id is not None and not caller.admin:
         raise Forbidden("only an admin can choose a segmentation id", "segmentation_id")
     if type == "flat":
         if segmentation_id is not None:
             raise Invalid("a flat network has no segmentation id", "segmentation_id")
-        # There is one uplink: untagged frames on it can belong to one network only.
-        if session.scalar(select(m.Network).where(m.Network.type == "flat")):
-            raise Conflict("a flat network exists already (one per uplink)", "type")
+        # There is one uplink (and one external port): untagged frames on it belong to one network only.
+        if session.scalar(select(m.Network).where(m.Network.type == "flat", m.Network.external == external)):
+            raise Conflict("a flat network exists already (one per uplink)" if not external else
+                           "a flat external network exists already (one per external port)", "type")
     else:
         top = VXLAN_MAX if type == "vxlan" else VLAN_MAX
         # with a fabric switch, VLAN ids must come from the fabric's range
@@ -203,7 +213,7 @@ def create_network(session: Session, caller: Caller, settings: Settings, *, name
         elif _segment_used(session, type, segmentation_id):
             raise Conflict(f"{type} segmentation id {segmentation_id} is in use", "segmentation_id")
     network = m.Network(name=name, type=type, segmentation_id=segmentation_id, project_id=project,
-                        status="pending")
+                        external=external, upstream_mac=upstream_mac, status="pending")
     session.add(network)
     session.flush()
     return network
@@ -402,6 +412,7 @@ def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -
     port = get(session, caller, m.Port, port_id)
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}")
+    _check_not_an_address_port(session, port)
     for field in ("node", "interface_name"):
         if field in changes and not caller.may_bind:   # unbinding (null) is binding too
             raise Forbidden(f"only an admin or the service identity can set a port's {field}", field)
@@ -418,11 +429,22 @@ def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -
     return port
 
 
+def _check_not_an_address_port(session: Session, port: m.Port) -> None:
+    """A port holding a router gateway's or floating IP's address goes with that object only."""
+    if session.scalar(select(RouterGateway.router_id).where(RouterGateway.address_port_id == port.id)) is not None:
+        raise Conflict(f"port {port.id} holds a router's external gateway address: clear the router's "
+                       "external_gateway instead")
+    fip = session.scalar(select(FloatingIp.id).where(FloatingIp.address_port_id == port.id))
+    if fip is not None:
+        raise Conflict(f"port {port.id} holds the address of floating IP {fip}: delete the floating IP instead")
+
+
 def delete_port(session: Session, caller: Caller, port_id: int) -> None:
     port = get(session, caller, m.Port, port_id)
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}: "
                        f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/<subnet id>")
+    _check_not_an_address_port(session, port)
     session.delete(port)
     session.flush()
 
@@ -444,6 +466,9 @@ def router_interfaces(session: Session, router_id: int) -> list[m.Port]:
 
 def delete_router(session: Session, caller: Caller, router_id: int) -> None:
     router = get(session, caller, m.Router, router_id)
+    if session.get(RouterGateway, router.id) is not None:
+        raise Conflict(f"router {router.id} has an external gateway: clear it first "
+                       f"(PATCH /v1/routers/{router.id} with external_gateway null)")
     interfaces = router_interfaces(session, router.id)
     if interfaces:
         raise Conflict(f"router {router.id} still has interfaces on subnet(s) "
@@ -486,6 +511,12 @@ def remove_router_interface(session: Session, caller: Caller, router_id: int, su
     router = get(session, caller, m.Router, router_id)
     for interface in router_interfaces(session, router.id):
         if any(a.subnet_id == subnet_id for a in interface.fixed_ips):
+            prefix = session.get(m.Subnet, subnet_id).prefix
+            using = sorted(f.id for f in session.scalars(select(FloatingIp).where(FloatingIp.router_id == router.id))
+                           if f.fixed_ip and ipaddress.IPv4Address(f.fixed_ip) in prefix)
+            if using:
+                raise Conflict(f"floating IP(s) {using} reach ports of subnet {subnet_id} through this interface: "
+                               "disassociate them first", "subnet_id")
             session.delete(interface)
             session.flush()
             return

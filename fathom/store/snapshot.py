@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy
+from fathom.model import (
+    FixedIp, FloatingIp, Network, Node, Port, Router, RouterGateway, RouterInterface, Snapshot, Subnet, TapPolicy,
+)
 from fathom.store import models as m
+from fathom.store.external_models import FloatingIp as FloatingIpRow
+from fathom.store.external_models import RouterGateway as RouterGatewayRow
 from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
 
@@ -21,16 +25,21 @@ def load_snapshot(session) -> Snapshot:
         for n in session.scalars(select(m.Node).order_by(m.Node.id)):
             node_names[n.id] = n.name
             nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state))
-        networks = tuple(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id)
+        networks = tuple(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id, n.external, n.upstream_mac)
                          for n in session.scalars(select(m.Network).order_by(m.Network.id)))
         subnets = tuple(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip)
                         for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)))
         allocations: dict[int, list[FixedIp]] = {}
         for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
             allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
-        ports, interfaces = [], []
+        ports, interfaces, address_ports = [], [], {}
+        address_port_ids = set(session.scalars(select(RouterGatewayRow.address_port_id))) | \
+            set(session.scalars(select(FloatingIpRow.address_port_id)))
         for p in session.scalars(select(m.Port).order_by(m.Port.id)):
             fixed = tuple(allocations.get(p.id, ()))
+            if p.id in address_port_ids:   # holds a router gateway's or floating IP's address: not a workload
+                address_ports[p.id] = (p, fixed)
+                continue
             if p.router_id is not None:
                 for fip in fixed[:1]:
                     interfaces.append(RouterInterface(p.id, p.router_id, fip.subnet_id, p.network_id,
@@ -46,8 +55,18 @@ def load_snapshot(session) -> Snapshot:
                                t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
                                t.truncate, t.rate_pps)
                      for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)))
+        gateways = []
+        for g in session.scalars(select(RouterGatewayRow).order_by(RouterGatewayRow.router_id)):
+            port, fixed = address_ports[g.address_port_id]
+            gateways.append(RouterGateway(g.router_id, g.network_id, fixed[0].subnet_id, fixed[0].ip_address,
+                                          port.mac_address, node_names.get(g.node_id), g.ct_zone, g.snat))
+        fips = tuple(FloatingIp(f.id, f.project_id, f.network_id, f.ip_address, f.ct_zone, f.port_id,
+                                f.fixed_ip if f.port_id is not None else None,
+                                f.router_id if f.port_id is not None else None)
+                     for f in session.scalars(select(FloatingIpRow).order_by(FloatingIpRow.id)))
         return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
-                        tap_policies=taps, fabric=load_fabric(session))
+                        tap_policies=taps, router_gateways=tuple(gateways), floating_ips=fips,
+                        fabric=load_fabric(session))
 
     if session.in_transaction():
         return run()

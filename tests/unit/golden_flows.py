@@ -7,7 +7,9 @@ reconcile pass programs: each node's br-int and br-phy and the ToR. Variants: wi
 switch, and with one in each router mode the topology can carry (network-node twice: while the
 router namespace is being built, and once its interfaces are plugged).
 
-Router interface MACs (random in the store) become 02:fd:00:00:00:<id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1, patch-phy = 2, VMs from 10
+Router interface and router gateway MACs (random in the store) become 02:fd:00:00:00:<id> and
+02:fd:00:00:01:<router id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1,
+patch-phy = 2, ext0 (the upstream host's node) = 3, VMs from 10
 in topology order, router interfaces of a network-node router from 100; ToR port of the i-th node = i;
 br-phy: patch-int = 1, ul0 = 2.
 
@@ -38,7 +40,7 @@ def variants(topo: topology.Topology) -> list[tuple[str, bool, str]]:
     if topo.routers:
         if all(topo.network(n).type == "vlan" for r in topo.routers for n in r.networks):
             out.append(("fabric mode=fabric", True, "fabric"))
-        if any(n.role == "gateway" for n in topo.nodes):
+        if any(n.role == "gateway" for n in topo.nodes) and not any(r.external_gateway for r in topo.routers):
             out.append(("fabric mode=network-node building", True, "network-node-building"))
             out.append(("fabric mode=network-node", True, "network-node"))
     return out
@@ -62,6 +64,10 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
         body = {"name": net.name, "type": net.type, "project_id": net.project}
         if net.type != "flat":
             body["segmentation_id"] = topo.segmentation_id(net)
+        if net.external:
+            body["external"] = True
+            if topo.upstream is not None and topo.upstream.network == net.name:
+                body["upstream_mac"] = topo.upstream.mac
         nid = ids["nets"][net.name] = call("POST", "/networks", json=body)["id"]
         ids["subnets"][net.name] = call("POST", "/subnets", json={
             "network_id": nid, "cidr": str(net.cidr), "gateway_ip": str(net.gateway), "name": net.name,
@@ -73,6 +79,8 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
             call("POST", f"/routers/{rid}/interfaces", json={"subnet_id": ids["subnets"][name]})
         if mode != "distributed":
             call("PATCH", f"/routers/{rid}", json={"mode": mode.removesuffix("-building")})
+        if r.external_gateway:
+            call("PATCH", f"/routers/{rid}", json={"external_gateway": {"network_id": ids["nets"][r.external_gateway]}})
     for node in topo.nodes:
         for vm in node.vms:
             net = topo.network(vm.network)
@@ -80,6 +88,10 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
                 "network_id": ids["nets"][vm.network], "name": vm.name, "mac_address": vm.mac,
                 "fixed_ips": [{"subnet_id": ids["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
                 "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
+            if vm.floating_ip:
+                router = next(r for r in topo.routers if vm.network in r.networks and r.external_gateway)
+                call("POST", "/floatingips", json={"floating_network_id": ids["nets"][router.external_gateway],
+                                                   "port_id": ids["ports"][vm.name], "project_id": net.project})
     # vTAP: a filtered one-way policy to a monitor on another node, and a two-way one with two
     # monitors, truncation and a rate limit
     vms = topo.vms()
@@ -105,6 +117,8 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
     for node in topo.nodes:
         ports = {"vxlan0": 1, "patch-phy": 2}
         ports.update({vm.name: 10 + i for i, vm in enumerate(node.vms)})
+        if topo.upstream is not None and topo.upstream.node == node.name:
+            ports["ext0"] = 3
         out[node.name] = ports
     if mode == "network-node":
         gw = next(n.name for n in topo.nodes if n.role == "gateway")
@@ -138,7 +152,9 @@ def scenarios():
                 app.state.engine.dispose()
             # router interfaces get random MACs from the store: made fixed here
             snapshot = replace(snapshot, router_interfaces=tuple(
-                replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces))
+                replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces),
+                router_gateways=tuple(replace(g, mac_address=f"02:fd:00:00:01:{g.router_id:02x}")
+                                      for g in snapshot.router_gateways))
             snapshot = snapshot.with_ofports(ofports(topo, snapshot, mode))
             snapshot = snapshot.with_phy_ofports({n.name: {"patch-int": 1, "ul0": 2} for n in topo.nodes})
             fab = snapshot.fabric

@@ -115,6 +115,12 @@ class _Topology:
             if ri.network_id in self.networks and ri.subnet_id in self.subnets:
                 self.interfaces_by_router[ri.router_id].append(ri)
                 self.interfaces_by_network[ri.network_id].append(ri)
+        # A router's gateway node routes frames from the external network into every network of
+        # the router (fathom/apps/external): it needs their l3-neighbor and l2 flows.
+        self.gateway_networks: dict[str, set[int]] = defaultdict(set)
+        for gw in snapshot.router_gateways:
+            if gw.node is not None:
+                self.gateway_networks[gw.node] |= {ri.network_id for ri in self.interfaces_by_router[gw.router_id]}
 
     def local_ports(self, node: Node) -> list[tuple[Port, int]]:
         """(port, ofport) of the ports bound to `node` whose interface is on its br-int."""
@@ -150,6 +156,7 @@ def _compile_node(topo: _Topology, node: Node) -> SwitchState:
 
     route_flows, routed_to = _route_flows(topo, local_networks)
     flows |= route_flows
+    routed_to |= topo.gateway_networks.get(node.name, set())
     for network_id in sorted(routed_to):
         flows |= _neighbor_flows(topo, topo.networks[network_id])
 
