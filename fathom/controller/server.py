@@ -16,6 +16,7 @@ from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper
 from fathom.model import datapath_id
+from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.reconciler import Reconciler
 from fathom.controller.taps import tap_runtime_router
@@ -90,6 +91,8 @@ def serve(db_url: str, api_host: str, api_port: int, of_host: str, of_port: int,
     api.include_router(tap_runtime_router(reconciler))
     # ToRs and br-phy under OpenFlow, LLDP discovery, network-node routers
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
+    # floating IPs moved or removed: their conntrack zones flushed on the gateway node
+    ExternalRuntime().install(reconciler)
     reconciler.wake()
     LOG.info("API on http://%s:%d, OpenFlow on %s:%d (%s), store %s", api_host, api_port, of_host, of_port,
              "TLS" if transport.tls else "plain TCP, insecure", db_url)

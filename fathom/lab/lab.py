@@ -240,27 +240,32 @@ class Lab:
             wait_for(lambda: "br-int" in ovs.vsctl("list-br"), 10, f"br-int on {node.name}")
 
     def _build_upstream(self, topo: Topology, node: NodePlan, progress) -> None:
-        """The upstream host (the provider router of an external network): a namespace wired to the
-        gateway node's `ext0` on br-int, holding the external subnet's gateway address (tagged on a
-        VLAN external network). It has no route beyond its subnet: floating IPs and router gateway IPs
-        are on-link, answered by the gateway node (docs/external.md)."""
+        """The upstream host (the provider router of an external network) and the provider switch.
+
+        The host is a namespace holding the external subnet's gateway address, untagged. Its wire
+        and the gateway node's `ext0` meet on `br-up`, a plain learning bridge of the fabric
+        namespace's OVS standing for the provider's physical switch: the host's port is an access
+        port of the external network's VLAN, `ext0`'s a trunk (the kernel here has no 802.1Q
+        devices, so the host cannot tag itself). The host has no route beyond its subnet: floating
+        IPs and router gateway IPs are on-link, answered by the gateway node (docs/external.md)."""
         up = topo.upstream
         net = topo.network(up.network)
-        progress(f"upstream host {up.name} on {node.name}")
-        uns = self.ns(up.name)
+        progress(f"upstream host {up.name} wired to {node.name}")
+        uns, fabric = self.ns(up.name), self.ns("fabric")
         _add_netns(uns)
+        tor = OvsInstance(fabric, self.dir / "fabric")
+        tor.vsctl("--may-exist", "add-br", "br-up", "--", "set", "bridge", "br-up", "datapath_type=netdev",
+                  "fail_mode=standalone")
+        host_end, node_end = f"u-{up.name}", f"x-{node.name}"[:15]
+        run(["ip", "link", "add", "eth0", "netns", uns, "type", "veth", "peer", "name", host_end, "netns", fabric])
         run(["ip", "link", "add", EXTERNAL_INTERFACE, "netns", node.netns, "type", "veth",
-             "peer", "name", "eth0", "netns", uns])
+             "peer", "name", node_end, "netns", fabric])
         run(["ip", "link", "set", "eth0", "address", up.mac], ns=uns)
-        _prepare_veth_end(uns, "eth0")
-        _prepare_veth_end(node.netns, EXTERNAL_INTERFACE)
-        dev = "eth0"
-        if net.type == "vlan":
-            dev = f"eth0.{topo.segmentation_id(net)}"
-            run(["ip", "link", "add", "link", "eth0", "name", dev, "type", "vlan", "id",
-                 str(topo.segmentation_id(net))], ns=uns)
-            run(["ip", "link", "set", dev, "up"], ns=uns)
-        run(["ip", "addr", "add", f"{net.gateway}/{net.cidr.prefixlen}", "dev", dev], ns=uns)
+        for ns_, dev in ((uns, "eth0"), (fabric, host_end), (fabric, node_end), (node.netns, EXTERNAL_INTERFACE)):
+            _prepare_veth_end(ns_, dev)
+        run(["ip", "addr", "add", f"{net.gateway}/{net.cidr.prefixlen}", "dev", "eth0"], ns=uns)
+        tag = [f"tag={topo.segmentation_id(net)}"] if net.type == "vlan" else []
+        tor.vsctl("add-port", "br-up", host_end, *tag, "--", "add-port", "br-up", node_end)
         OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
 
     def _standalone_overlay(self, topo: Topology, nodes: list[NodePlan]) -> None:

@@ -166,7 +166,7 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
     Table("nat-in", 42, "frames from the external network on a gateway node ([external.md](external.md)): ARP "
           "requests for a router gateway IP or an associated floating IP hosted here answered; IPv4 to a floating IP → "
           "`ct(commit, zone=FIP's, nat(dst=fixed IP))`, to a router gateway IP → `ct(zone=router's, nat)` (replies "
-          "of SNAT only); both recirculate to nat-route", next=("nat-route",), writes=_ARP_REPLY),
+          "of SNAT only); both recirculate to nat-route", next=("nat-route",), writes=_ARP_REPLY | {"vlan_vid"}),
     Table("nat-route", 45, "after conntrack: (`ct_zone`, destination in a subnet of the zone's router) → src MAC "
           ":= router interface MAC, TTL − 1, `reg6` := the subnet's network; to l3-neighbor",
           next=("l3-neighbor",), writes=frozenset({"eth_src", REG_NETWORK})),

@@ -125,8 +125,11 @@ def _gateway_node_flows(host: Node, ext: Network, gw: RouterGateway, legs, subne
                            to_ext + (GotoTable(st.TAP_RECOVERY),), c_net))
 
     def arp(ip: str, cookie: int) -> FlowSpec:
+        reply = arp_reply_actions(gw.mac_address, ip)
+        if ext.type == "vlan":   # classify popped the tag: the reply goes back out tagged
+            reply = reply[:-1] + (PushVlan(0x8100), SetField("vlan_vid", _vid(ext))) + reply[-1:]
         return FlowSpec(st.NAT_IN, PRIO_PORT, {**on_ext, "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
-                                               "arp_tpa": ip}, arp_reply_actions(gw.mac_address, ip), cookie)
+                                               "arp_tpa": ip}, reply, cookie)
 
     def leaving(zone: int, nat_ip: str) -> tuple:
         return (DecTtl(), SetField("eth_src", gw.mac_address), SetField("eth_dst", ext.upstream_mac),
