@@ -44,7 +44,7 @@ def zone_mappings(snapshot: Snapshot) -> dict[tuple[str, int], tuple]:
 
 def flush_zone_message(dp, zone: int):
     """NXT_CT_FLUSH_ZONE: every conntrack entry of `zone` on the switch's datapath."""
-    return dp.ofproto_parser.OFPExperimenter(dp, NX_VENDOR_ID, NXT_CT_FLUSH_ZONE, struct.pack("!H6x", zone))
+    return dp.ofproto_parser.OFPExperimenter(dp, NX_VENDOR_ID, NXT_CT_FLUSH_ZONE, struct.pack("!6xH", zone))
 
 
 class ExternalRuntime:

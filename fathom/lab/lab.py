@@ -242,7 +242,9 @@ class Lab:
     def _build_upstream(self, topo: Topology, node: NodePlan, progress) -> None:
         """The upstream host (the provider router of an external network) and the provider switch.
 
-        The host is a namespace holding the external subnet's gateway address, untagged. Its wire
+        The host is a namespace holding the external subnet's gateway address, untagged, forwarding
+        between the addresses of its subnet (a packet from one floating IP to another comes back out
+        the way a provider router hairpins it). Its wire
         and the gateway node's `ext0` meet on `br-up`, a plain learning bridge of the fabric
         namespace's OVS standing for the provider's physical switch: the host's port is an access
         port of the external network's VLAN, `ext0`'s a trunk (the kernel here has no 802.1Q
@@ -264,6 +266,8 @@ class Lab:
         for ns_, dev in ((uns, "eth0"), (fabric, host_end), (fabric, node_end), (node.netns, EXTERNAL_INTERFACE)):
             _prepare_veth_end(ns_, dev)
         run(["ip", "addr", "add", f"{net.gateway}/{net.cidr.prefixlen}", "dev", "eth0"], ns=uns)
+        # a router: a packet from one floating IP to another comes back out (hairpin)
+        run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=uns)
         tag = [f"tag={topo.segmentation_id(net)}"] if net.type == "vlan" else []
         tor.vsctl("add-port", "br-up", host_end, *tag, "--", "add-port", "br-up", node_end)
         OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)

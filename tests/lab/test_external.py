@@ -1,0 +1,196 @@
+"""External connectivity on real OVS (docs/external.md): an upstream host on a VLAN provider network
+reaches a VM through its floating IP; VMs without one reach the upstream through their router's SNAT
+(two tenants with the same private addresses at once); a floating IP moves between ports while a
+stream keeps flowing to it; tenants stay apart; ARP for a floating IP is answered only while it is
+hosted. Witnesses: what the endpoints themselves see (the peer address of a TCP connection, the
+datagrams a receiver gets), and the upstream's neighbour table.
+
+Lab `exl`: fathom/lab/topologies/external.yaml (blue and red share 198.19.1.0/24; vm1 has floating
+IP 203.0.113.4; router ra's gateway is 203.0.113.2, rb's 203.0.113.3; the upstream `up` is .1).
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fathom.client import Client
+from fathom.lab.topology import load
+
+from .util import ping, running_lab, sh
+
+TOPOLOGY = Path(__file__).resolve().parents[2] / "fathom/lab/topologies/external.yaml"
+UPSTREAM = "203.0.113.1"
+
+# Answers every TCP connection with "<its name> <the peer address it sees>".
+TCP_SERVER = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[2]))); s.listen(16)
+while True:
+    c, peer = s.accept(); c.sendall(f"{sys.argv[1]} {peer[0]}\\n".encode()); c.close()
+"""
+TCP_CLIENT = """
+import socket, sys
+s = socket.socket(); s.settimeout(3)
+if len(sys.argv) > 3: s.bind(("0.0.0.0", int(sys.argv[3])))
+s.connect((sys.argv[1], int(sys.argv[2]))); print(s.recv(100).decode().strip())
+"""
+UDP_RECEIVER = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 9000))
+while True:
+    data, peer = s.recvfrom(100); print(peer[0], flush=True)
+"""
+# One flow: the same source port all along, a datagram every 20 ms.
+UDP_SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", 5555))
+while True:
+    s.sendto(b"x", (sys.argv[1], 9000)); time.sleep(0.02)
+"""
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with running_lab("exl", TOPOLOGY.read_text(), standalone=False) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def api(lab):
+    client = Client.for_lab(lab.state())
+    yield client
+    client.close()
+
+
+class Background:
+    """Processes started in lab namespaces, ended (by their own pid) when the test ends."""
+
+    def __init__(self, lab):
+        self.lab, self.procs = lab, []
+
+    def start(self, target: str, *cmd: str) -> subprocess.Popen:
+        argv, env = self.lab.exec_args(target, list(cmd))
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen) -> str:
+        proc.kill()
+        out, _ = proc.communicate(timeout=5)
+        return out
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=5)
+
+
+@pytest.fixture
+def bg(lab):
+    b = Background(lab)
+    yield b
+    b.close()
+
+
+def tcp_ask(lab, src: str, ip: str, port: int, bind_port: int | None = None) -> str:
+    args = ["python3", "-c", TCP_CLIENT, ip, str(port)] + ([str(bind_port)] if bind_port else [])
+    for _ in range(10):   # the server may still be starting
+        proc = sh(lab, src, *args, check=False)
+        if proc.returncode == 0:
+            return proc.stdout.strip()
+        time.sleep(0.3)
+    raise AssertionError(f"{src} -> {ip}:{port}: {proc.stderr}")
+
+
+def port_id(api, name: str) -> int:
+    return api.get("/ports", params={"name": name})[0]["id"]
+
+
+def fip_of(api, name: str) -> dict:
+    return api.get("/floatingips", params={"port_id": port_id(api, name)})[0]
+
+
+def test_the_upstream_reaches_a_vm_through_its_floating_ip(lab, api, bg):
+    fip = fip_of(api, "vm1")
+    assert fip["floating_ip_address"] == "203.0.113.4" and fip["status"] == "active", fip
+    assert " 0% packet loss" in ping(lab, "up", "203.0.113.4").stdout
+    bg.start("vm1", "python3", "-c", TCP_SERVER, "vm1", "7000")
+    # the VM sees the upstream's own address (DNAT only), the upstream talks to the floating IP
+    assert tcp_ask(lab, "up", "203.0.113.4", 7000) == f"vm1 {UPSTREAM}"
+    # the floating IP's MAC is the router gateway's: only the gateway node answered
+    routers = {r["name"]: r for r in api.get("/routers")}
+    neigh = sh(lab, "up", "ip", "neigh", "show", "203.0.113.4").stdout
+    assert routers["ra"]["external_gateway"]["mac_address"] in neigh, neigh
+
+
+def test_vms_without_floating_ip_reach_out_through_their_routers_snat(lab, api, bg):
+    routers = {r["name"]: r for r in api.get("/routers")}
+    assert routers["ra"]["external_gateway"]["ip_address"] == "203.0.113.2"
+    assert routers["rb"]["external_gateway"]["ip_address"] == "203.0.113.3"
+    bg.start("up", "python3", "-c", TCP_SERVER, "up", "7001")
+    # vm2 (blue) and red2 (red) have the same private address; same source port too: each tenant's
+    # connection is tracked in its own router's zone and leaves with its own gateway address
+    assert tcp_ask(lab, "vm2", UPSTREAM, 7001, bind_port=40000) == "up 203.0.113.2"
+    assert tcp_ask(lab, "red2", UPSTREAM, 7001, bind_port=40000) == "up 203.0.113.3"
+    assert tcp_ask(lab, "red1", UPSTREAM, 7001) == "up 203.0.113.3"
+    # a VM with a floating IP leaves with it
+    assert tcp_ask(lab, "vm1", UPSTREAM, 7001) == "up 203.0.113.4"
+    assert " 0% packet loss" in ping(lab, "red2", UPSTREAM).stdout
+
+
+def test_tenants_reach_each_other_only_through_a_floating_ip(lab, api, bg):
+    bg.start("vm1", "python3", "-c", TCP_SERVER, "vm1", "7002")
+    bg.start("vm2", "python3", "-c", TCP_SERVER, "vm2", "7002")
+    # red (tenant beta) reaches vm1 (alpha) through vm1's floating IP, hairpinned by the upstream,
+    # and vm1 sees red's router gateway address
+    assert tcp_ask(lab, "red1", "203.0.113.4", 7002) == "vm1 203.0.113.3"
+    # not through alpha's router gateway address (no mapping for a new inbound connection) ...
+    assert " 100% packet loss" in ping(lab, "red1", "203.0.113.2").stdout
+    proc = sh(lab, "red1", "python3", "-c", TCP_CLIENT, "203.0.113.2", "7002", check=False)
+    assert proc.returncode != 0
+    # ... nor from outside to vm2's private address routed at alpha's gateway
+    sh(lab, "up", "ip", "route", "replace", "198.19.1.0/24", "via", "203.0.113.2")
+    try:
+        assert " 100% packet loss" in ping(lab, "up", "198.19.1.12").stdout
+        assert sh(lab, "up", "python3", "-c", TCP_CLIENT, "198.19.1.12", "7002", check=False).returncode != 0
+    finally:
+        sh(lab, "up", "ip", "route", "del", "198.19.1.0/24")
+
+
+def test_a_floating_ip_moves_while_a_stream_flows_to_it(lab, api, bg):
+    fip = fip_of(api, "vm1")
+    first = bg.start("vm1", "python3", "-c", UDP_RECEIVER)
+    bg.start("up", "python3", "-c", UDP_SENDER, fip["floating_ip_address"])
+    time.sleep(1.5)
+    assert bg.stop(first).split().count(UPSTREAM) > 10   # the stream reaches vm1
+    api.patch(f"/floatingips/{fip['id']}", json={"port_id": port_id(api, "vm2")})
+    api.wait_status("floatingips", fip["id"], "active", timeout=15)
+    time.sleep(1.0)   # the pass that installed the new mapping has flushed the old one
+    old = bg.start("vm1", "python3", "-c", UDP_RECEIVER)
+    new = bg.start("vm2", "python3", "-c", UDP_RECEIVER)
+    time.sleep(2.0)
+    got_old, got_new = bg.stop(old).split(), bg.stop(new).split()
+    # the same flow (same 5-tuple) now reaches vm2 only: the old conntrack entry did not survive
+    assert got_old == [], got_old[:5]
+    assert got_new.count(UPSTREAM) > 20, got_new[:5]
+    # the other direction follows too: vm2 now leaves with the floating IP
+    bg.start("up", "python3", "-c", TCP_SERVER, "up", "7003")
+    assert tcp_ask(lab, "vm2", UPSTREAM, 7003) == "up 203.0.113.4"
+    assert tcp_ask(lab, "vm1", UPSTREAM, 7003) == "up 203.0.113.2"
+
+
+def test_a_floating_ip_not_associated_is_answered_nowhere(lab, api):
+    fip = api.get("/floatingips")[0]
+    api.patch(f"/floatingips/{fip['id']}", json={"port_id": None})
+    api.sync()
+    sh(lab, "up", "ip", "neigh", "flush", "dev", "eth0")
+    assert " 100% packet loss" in ping(lab, "up", fip["floating_ip_address"], count=2).stdout
+    assert "lladdr" not in sh(lab, "up", "ip", "neigh", "show", fip["floating_ip_address"]).stdout
+    api.patch(f"/floatingips/{fip['id']}", json={"port_id": port_id(api, "vm1")})
+    api.wait_status("floatingips", fip["id"], "active", timeout=15)
+    assert " 0% packet loss" in ping(lab, "up", fip["floating_ip_address"]).stdout
