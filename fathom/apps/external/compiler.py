@@ -95,7 +95,7 @@ def compile_external(snapshot: Snapshot) -> dict[str, SwitchState]:
         for node in snapshot.nodes:
             routed = [ri for ri in legs if ri.network_id in local_networks[node.name]]
             flows[node.name] |= _default_route_flows(node, host, gw, routed, networks)
-    return {name: SwitchState(frozenset(f)) for name, f in flows.items()}
+    return {name: SwitchState(frozenset(f)) for name, f in flows.items() if f}
 
 
 def _vid(network: Network) -> int:
