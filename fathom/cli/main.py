@@ -15,6 +15,7 @@ GROUPS = [
     ("fathom.cli.resources", "subnet"),
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
+    ("fathom.cli.floatingip", "floatingip"),   # floating IPs of external networks
     ("fathom.cli.bench", "bench"),
     ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
     ("fathom.cli.fabric", "fabric"),

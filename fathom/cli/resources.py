@@ -154,9 +154,13 @@ def network():
               show_default=True)
 @click.option("--segmentation-id", type=int, help="VNI or VLAN id (default: allocated; admin only).")
 @click.option("--owner", "project_id", help="Project owning the network (admin only).")
-def network_create(api, as_json, name, type_, segmentation_id, project_id):
+@click.option("--external", is_flag=True, help="A provider network reaching the gateway nodes' ext0 "
+                                                "(admin; flat or vlan; docs/external.md).")
+@click.option("--upstream-mac", help="External networks: MAC of the upstream router at the subnet's gateway_ip.")
+def network_create(api, as_json, name, type_, segmentation_id, project_id, external, upstream_mac):
     """Create a network."""
-    body = {"name": name, "type": type_}
+    body = {"name": name, "type": type_, **({"external": True} if external else {}),
+            **_given(upstream_mac=upstream_mac)}
     if segmentation_id is not None:
         body["segmentation_id"] = segmentation_id
     if project_id:
@@ -168,7 +172,7 @@ def network_create(api, as_json, name, type_, segmentation_id, project_id):
 def network_list(api, as_json):
     """List networks."""
     _list(api.list("/networks"), as_json, "networks",
-          ["id", "name", "project_id", "type", "segmentation_id", "subnets", "status"],
+          ["id", "name", "project_id", "type", "segmentation_id", "external", "subnets", "status"],
           {"status": _reason, "subnets": lambda o: " ".join(map(str, o["subnets"]))})
 
 
@@ -356,9 +360,15 @@ def router():
 @click.option("--mode", type=click.Choice(MODES), default="distributed", show_default=True,
               help="Where the router runs (docs/fabric.md).")
 @click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway).")
-def router_create(api, as_json, name, project_id, mode, gateway_node):
+@click.option("--external-network", help="External network (id or name) of the router's gateway (SNAT, "
+                                          "floating IPs; docs/external.md).")
+@click.option("--no-snat", is_flag=True, help="With --external-network: no SNAT for ports without a floating IP.")
+def router_create(api, as_json, name, project_id, mode, gateway_node, external_network, no_snat):
     """Create a router."""
     body = {"name": name, "mode": mode, **_given(project_id=project_id, gateway_node=gateway_node)}
+    if external_network:
+        body["external_gateway"] = {"network_id": api.find("networks", external_network)["id"],
+                                    "enable_snat": not no_snat}
     _show(api.call("POST", "/routers", json=body), as_json, "router")
 
 
@@ -366,8 +376,10 @@ def router_create(api, as_json, name, project_id, mode, gateway_node):
 def router_list(api, as_json):
     """List routers."""
     _list(api.list("/routers"), as_json, "routers",
-          ["id", "name", "project_id", "mode", "interfaces", "status"],
+          ["id", "name", "project_id", "mode", "interfaces", "external_gateway", "status"],
           {"status": _reason,
+           "external_gateway": lambda o: (f"{o['external_gateway']['ip_address']} on {o['external_gateway']['node']}"
+                                          if o.get("external_gateway") else ""),
            "interfaces": lambda o: " ".join(f"{i['ip_address']}(subnet {i['subnet_id']})"
                                             for i in o["interfaces"])})
 
@@ -380,7 +392,11 @@ def router_show(api, as_json, ref):
     if as_json:
         print_json(obj)
         return
-    print_record("router", {k: v for k, v in obj.items() if k != "interfaces"})
+    gw = obj.get("external_gateway")
+    print_record("router", {**{k: v for k, v in obj.items() if k not in ("interfaces", "external_gateway")},
+                            "external_gateway": (f"{gw['ip_address']} ({gw['mac_address']}) on network "
+                                                 f"{gw['network_id']}, node {gw['node']}, snat "
+                                                 f"{'on' if gw['enable_snat'] else 'off'}") if gw else None})
     _list(obj["interfaces"], False, "interfaces",
           ["id", "subnet_id", "network_id", "ip_address", "mac_address", "status"], {"status": _reason})
 
@@ -390,9 +406,20 @@ def router_show(api, as_json, ref):
 @click.option("--name")
 @click.option("--mode", type=click.Choice(MODES), help="Where the router runs (docs/fabric.md).")
 @click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway).")
-def router_update(api, as_json, ref, name, mode, gateway_node):
-    """Change a router (by id or name): rename it, or move it (--mode); traffic follows."""
+@click.option("--external-network", help="Set the router's external gateway on this network (id or name).")
+@click.option("--no-snat", is_flag=True, help="With --external-network: no SNAT for ports without a floating IP.")
+@click.option("--clear-gateway", is_flag=True, help="Remove the router's external gateway.")
+def router_update(api, as_json, ref, name, mode, gateway_node, external_network, no_snat, clear_gateway):
+    """Change a router (by id or name): rename it, move it (--mode; traffic follows), set or clear its
+    external gateway."""
     body = _given(name=name, mode=mode, gateway_node=gateway_node)
+    if external_network and clear_gateway:
+        raise click.UsageError("--external-network and --clear-gateway exclude each other")
+    if clear_gateway:
+        body["external_gateway"] = None
+    elif external_network:
+        body["external_gateway"] = {"network_id": api.find("networks", external_network)["id"],
+                                    "enable_snat": not no_snat}
     _show(api.call("PATCH", f"/routers/{api.find('routers', ref)['id']}", json=body), as_json, "router")
 
 

@@ -140,3 +140,29 @@ def test_tap_show_without_the_controller_runtime(run):
     assert "tap policy" in run("tap", "show", "t1").output
     out = json.loads(run("tap", "update", "t1", "--tp-dst", "8000-8100", "--json").output)
     assert out["filters"]["tp_dst"] == "8000-8100"
+
+
+def test_external_gateway_and_floating_ips(run):
+    run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
+    run("node", "create", "gw", "--role", "gateway", "--tunnel-ip", "198.18.0.9")
+    run("network", "create", "ext", "--type", "flat", "--external", "--upstream-mac", "02:fe:00:00:00:01")
+    run("subnet", "create", "ext4", "--network", "ext", "--cidr", "203.0.113.0/24")
+    run("network", "create", "blue")
+    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    run("port", "create", "vm1", "--network", "blue", "--node", "c1", "--interface", "tap1")
+    run("port", "create", "vm2", "--network", "blue", "--node", "c1", "--interface", "tap2")
+    run("router", "create", "r1", "--external-network", "ext")
+    run("router", "add-interface", "r1", "blue4")
+    assert "203.0.113.2 on gw" in run("router", "list").output
+    assert "snat on" in run("router", "show", "r1").output
+    fip = json.loads(run("floatingip", "create", "ext", "--port", "vm1", "--name", "web", "--json").output)
+    assert (fip["floating_ip_address"], fip["fixed_ip_address"]) == ("203.0.113.3", "10.0.0.2")
+    assert "203.0.113.3" in run("floatingip", "list").output
+    moved = json.loads(run("floatingip", "associate", "web", "vm2", "--json").output)
+    assert moved["fixed_ip_address"] == "10.0.0.3"
+    assert "no port named 'nope'" in run("floatingip", "associate", "web", "nope", ok=False).output
+    assert json.loads(run("floatingip", "disassociate", "web", "--json").output)["port_id"] is None
+    assert "not a workload port" in run("floatingip", "create", "ext", "--port", "router-1", ok=False).output
+    run("router", "update", "r1", "--clear-gateway")
+    assert json.loads(run("router", "show", "r1", "--json").output)["external_gateway"] is None
+    assert "deleted floating IP" in run("floatingip", "delete", "web").output
