@@ -194,3 +194,39 @@ def test_a_floating_ip_not_associated_is_answered_nowhere(lab, api):
     api.patch(f"/floatingips/{fip['id']}", json={"port_id": port_id(api, "vm1")})
     api.wait_status("floatingips", fip["id"], "active", timeout=15)
     assert " 0% packet loss" in ping(lab, "up", fip["floating_ip_address"]).stdout
+
+
+# A flat external network, and a tenant VLAN network whose frames reach the gateway node over the
+# uplink and the ToR (the fabric app must let the VLAN onto the gateway node's trunk).
+FLAT = """
+networks:
+  - {name: ext, type: flat, cidr: 203.0.113.0/24, project: admin, external: true}
+  - {name: green, type: vlan, segmentation_id: 130, cidr: 198.19.2.0/24, project: alpha}
+routers:
+  - {name: rg, networks: [green], external_gateway: ext}
+nodes:
+  - name: compute1
+    vms:
+      - {name: grn1, mac: "02:fa:00:00:03:01", ip: 198.19.2.21/24, network: green, floating_ip: true}
+      - {name: grn2, mac: "02:fa:00:00:03:02", ip: 198.19.2.22/24, network: green}
+  - name: gw
+    role: gateway
+upstream: {name: up, network: ext, node: gw}
+"""
+
+
+def test_flat_external_network_and_a_vlan_tenant_network():
+    with running_lab("exf", FLAT, standalone=False) as lab:
+        api = Client.for_lab(lab.state())
+        bg = Background(lab)
+        try:
+            fip = fip_of(api, "grn1")["floating_ip_address"]
+            assert " 0% packet loss" in ping(lab, "up", fip).stdout
+            bg.start("grn1", "python3", "-c", TCP_SERVER, "grn1", "7000")
+            assert tcp_ask(lab, "up", fip, 7000) == f"grn1 {UPSTREAM}"
+            bg.start("up", "python3", "-c", TCP_SERVER, "up", "7001")
+            gateway = api.find("routers", "rg")["external_gateway"]["ip_address"]
+            assert tcp_ask(lab, "grn2", UPSTREAM, 7001) == f"up {gateway}"
+        finally:
+            bg.close()
+            api.close()
