@@ -18,6 +18,7 @@ GROUPS = [
     ("fathom.cli.floatingip", "floatingip"),   # floating IPs of external networks
     ("fathom.cli.bench", "bench"),
     ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
+    ("fathom.cli.bench_external", "bench"),   # adds `bench external`
     ("fathom.cli.fabric", "fabric"),
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),
