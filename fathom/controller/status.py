@@ -8,6 +8,7 @@
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent); a router with an external gateway also the gateway's flows (and `pending` until its gateway node has its external port `ext0`) |
 | floating_ip | the switches that must hold its flows (the gateway node); `active` when not associated |
+| port holding a gateway's or floating IP's address | its owner (the router's gateway, the floating IP) |
 
 `pending` says what is awaited (a switch connecting, a port's interface appearing, a namespace being
 built), `error` names the switch or node at fault; a refused flow marks exactly its object.
@@ -172,6 +173,13 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         else:
             out[("floating_ip", f.id)] = from_flows("floating_ip", f.id) or (
                 "pending", "waiting for the port's router to route it on its gateway node")
+    # the ports holding a gateway's or floating IP's address have no flows of their own: their owner's status
+    for gw in snapshot.router_gateways:
+        if gw.address_port_id:
+            out[("port", gw.address_port_id)] = gateways[gw.router_id][0]
+    for f in snapshot.floating_ips:
+        if f.address_port_id:
+            out[("port", f.address_port_id)] = out[("floating_ip", f.id)]
 
     from fathom.apps.vtap import plans as vtap_plans
     plans = vtap_plans(snapshot)[1] if snapshot.tap_policies else {}

@@ -112,6 +112,7 @@ class RouterGateway:
     node: str | None               # name of the gateway node
     ct_zone: int                   # conntrack zone of the router's SNAT
     snat: bool = True              # ports without a floating IP reach out through the gateway IP
+    address_port_id: int = 0       # the unbound port of the external network holding ip_address
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class FloatingIp:
     port_id: int | None = None
     fixed_ip: str | None = None
     router_id: int | None = None   # the router joining the port's subnet to the external network
+    address_port_id: int = 0       # the unbound port of the external network holding ip_address
 
 
 @dataclass(frozen=True)

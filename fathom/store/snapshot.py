@@ -59,10 +59,11 @@ def load_snapshot(session) -> Snapshot:
         for g in session.scalars(select(RouterGatewayRow).order_by(RouterGatewayRow.router_id)):
             port, fixed = address_ports[g.address_port_id]
             gateways.append(RouterGateway(g.router_id, g.network_id, fixed[0].subnet_id, fixed[0].ip_address,
-                                          port.mac_address, node_names.get(g.node_id), g.ct_zone, g.snat))
+                                          port.mac_address, node_names.get(g.node_id), g.ct_zone, g.snat,
+                                          g.address_port_id))
         fips = tuple(FloatingIp(f.id, f.project_id, f.network_id, f.ip_address, f.ct_zone, f.port_id,
                                 f.fixed_ip if f.port_id is not None else None,
-                                f.router_id if f.port_id is not None else None)
+                                f.router_id if f.port_id is not None else None, f.address_port_id)
                      for f in session.scalars(select(FloatingIpRow).order_by(FloatingIpRow.id)))
         return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
                         tap_policies=taps, router_gateways=tuple(gateways), floating_ips=fips,
