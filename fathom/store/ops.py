@@ -167,6 +167,9 @@ def delete_node(session: Session, caller: Caller, node_id: int) -> None:
     bound = session.scalar(select(func.count()).select_from(m.Port).where(m.Port.node_id == node.id))
     if bound:
         raise Conflict(f"node {node.name!r} still has {bound} bound port(s)")
+    hosted = sorted(session.scalars(select(RouterGateway.router_id).where(RouterGateway.node_id == node.id)))
+    if hosted:
+        raise Conflict(f"node {node.name!r} hosts the external gateway of router(s) {hosted}")
     session.delete(node)
     session.flush()
 
