@@ -44,8 +44,14 @@ def rename(s: Session, c: Caller, model, object_id: int, body) -> object:
 @networks.get("", response_model=list[sc.NetworkOut])
 def list_networks(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit = ops.MAX_LIMIT,
                   marker: Marker = None):
-    return db.read(lambda s: [network_out(s, n) for n in ops.list_objects(
-        s, c, m.Network, name=name, limit=limit, marker=marker)])
+    def run(s):
+        found = list(ops.list_objects(s, c, m.Network, name=name, limit=limit, marker=marker))
+        if not c.admin:   # external networks are every project's to take floating IPs from (router:external)
+            found += ops.list_objects(s, ops.Caller(admin=True), m.Network, name=name, external=True,
+                                      limit=limit, marker=marker)
+            found = sorted({n.id: n for n in found}.values(), key=lambda n: n.id)[:limit]
+        return [network_out(s, n) for n in found]
+    return db.read(run)
 
 
 @networks.post("", response_model=sc.NetworkOut, status_code=201)
@@ -57,7 +63,12 @@ def create_network(body: sc.NetworkCreate, c: CallerDep, db: StoreDep):
 
 @networks.get("/{network_id}", response_model=sc.NetworkOut)
 def show_network(network_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: network_out(s, ops.get(s, c, m.Network, network_id)))
+    def run(s):
+        n = s.get(m.Network, network_id) if ops.valid_id(network_id) else None
+        if n is not None and n.external:   # shared, as in the list
+            return network_out(s, n)
+        return network_out(s, ops.get(s, c, m.Network, network_id))
+    return db.read(run)
 
 
 @networks.patch("/{network_id}", response_model=sc.NetworkOut)

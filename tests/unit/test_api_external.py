@@ -54,6 +54,12 @@ def test_an_external_network_is_an_admins_provider_network(api):
 
 def test_a_router_gateway_and_a_floating_ip(api):
     c = cloud(api)
+    # every project sees the external network (to take floating IPs from), and only that of admin's
+    assert [n["name"] for n in api.get("/networks", headers=OTHER)] == ["ext"]
+    assert api.get(f"/networks/{c['ext']['id']}", headers=OTHER)["external"] is True
+    assert api.get("/networks", headers=MEMBER, name="ext")[0]["id"] == c["ext"]["id"]
+    # seeing it is not using it as a tenant network
+    api.post("/ports", {"network_id": c["ext"]["id"]}, status=404, headers=MEMBER)
     rid = c["router"]["id"]
     r = api.patch(f"/routers/{rid}", {"external_gateway": {"network_id": c["ext"]["id"]}}, headers=MEMBER)
     gw = r["external_gateway"]
