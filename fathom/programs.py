@@ -22,6 +22,12 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "ovs-vsctl": ("openvswitch-common", "configuring bridges and ports"),
     "ovs-ofctl": ("openvswitch-common", "reading flows and groups"),
     "ovs-appctl": ("openvswitch-common", "traces, counters, daemon control"),
+    "ovsdb-client": ("openvswitch-common", "watching OVN's Northbound database in ovn-compare"),
+    # OVN 23.03, run by `fathom bench ovn-compare` only (its own daemons; the packaged services never run)
+    "ovn-northd": ("ovn-central", "OVN's central translator in ovn-compare"),
+    "ovn-controller": ("ovn-host", "OVN's per-node agent in ovn-compare"),
+    "ovn-nbctl": ("ovn-common", "writing the tenant to OVN's Northbound database"),
+    "ovn-sbctl": ("ovn-common", "reading OVN's Southbound database"),
     # the host's network stack
     "ip": ("iproute2", "namespaces, veth, addresses, routes"),
     "tc": ("iproute2", "clsact qdiscs, eBPF attach checks, policers"),

@@ -215,19 +215,9 @@ class Lab:
             ovs = OvsInstance(node.netns, node.rundir)
             for vm in node_t.vms:
                 progress(f"vm {vm.name} on {node.name}")
-                vns = self.ns(vm.name)
-                _add_netns(vns)
-                run(["ip", "link", "add", vm.name, "netns", node.netns, "type", "veth",
-                     "peer", "name", "eth0", "netns", vns])
-                run(["ip", "link", "set", "eth0", "address", vm.mac], ns=vns)
-                run(["ip", "addr", "add", str(vm.ip), "dev", "eth0"], ns=vns)
-                _prepare_veth_end(vns, "eth0")
-                run(["ip", "route", "add", "default", "via", str(topo.network(vm.network).gateway)], ns=vns)
-                _prepare_veth_end(node.netns, vm.name)
-                tag = _standalone_tag(topo, vm.network) if standalone else None
-                ovs.vsctl("add-port", "br-int", vm.name, *(["tag=%d" % tag] if tag else []), "--",
-                          "set", "interface", vm.name, f"external_ids:iface-id={vm.name}",
-                          f"external_ids:attached-mac={vm.mac}", f"external_ids:fathom-network={vm.network}")
+                self.add_vm(node.name, vm.name, vm.mac, str(vm.ip), str(topo.network(vm.network).gateway))
+                self.plug_vm(node.name, vm.name, vm.mac, vm.network,
+                             tag=_standalone_tag(topo, vm.network) if standalone else None, ovs=ovs)
         if standalone:
             progress("standalone tunnels")
             self._standalone_overlay(topo, nodes)
@@ -235,6 +225,35 @@ class Lab:
         for node in nodes:
             ovs = OvsInstance(node.netns, node.rundir)
             wait_for(lambda: "br-int" in ovs.vsctl("list-br"), 10, f"br-int on {node.name}")
+
+    # ----- VMs: a namespace behind a veth whose node end becomes a port of br-int -----
+    def add_vm(self, node: str, name: str, mac: str, ip: str, gateway: str | None) -> None:
+        """The VM `name` on `node`: its namespace with eth0 (`mac`, `ip` as a CIDR, default route via
+        `gateway`) and the veth's node end, up but not yet a port of any bridge (see plug_vm)."""
+        node_ns, vns = self.ns(node), self.ns(name)
+        _add_netns(vns)
+        run(["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", vns])
+        run(["ip", "link", "set", "eth0", "address", mac], ns=vns)
+        run(["ip", "addr", "add", ip, "dev", "eth0"], ns=vns)
+        _prepare_veth_end(vns, "eth0")
+        if gateway:
+            run(["ip", "route", "add", "default", "via", gateway], ns=vns)
+        _prepare_veth_end(node_ns, name)
+
+    def plug_vm(self, node: str, name: str, mac: str, network: str | None = None, tag: int | None = None,
+                ovs: OvsInstance | None = None) -> None:
+        """Plug the VM's veth into br-int as a hypervisor's VIF driver does: a port named after the VM
+        whose `external_ids:iface-id` names the port it is (the VM's name)."""
+        (ovs or self.ovs(node)).vsctl(
+            "add-port", "br-int", name, *([f"tag={tag}"] if tag else []), "--", "set", "interface", name,
+            f"external_ids:iface-id={name}", f"external_ids:attached-mac={mac}",
+            *([f"external_ids:fathom-network={network}"] if network else []))
+
+    def remove_vm(self, node: str, name: str) -> None:
+        """Unplug the VM (if plugged) and delete its veth and namespace."""
+        self.ovs(node).vsctl("--if-exists", "del-port", "br-int", name)
+        run(["ip", "link", "del", name], ns=self.ns(node), check=False)
+        run(["ip", "netns", "del", self.ns(name)], check=False)
 
     def _standalone_overlay(self, topo: Topology, nodes: list[NodePlan]) -> None:
         """Without a controller: NORMAL switching, one VXLAN port per (network, peer) as an access port.
