@@ -201,18 +201,18 @@ class Bench:
         self.batch, self.window_s, self.rest_s, self.large = batch, window_s, rest_s, large
         self.progress = progress
         self.vm = {vm.name: vm for _, vm in self.topo.vms()}
-        self.seq = 0      # ports made by the benchmark so far: unique names, MACs and addresses
+        self.seq = {s.name: 0 for s in self.systems}   # ports made so far per lab: unique names, MACs, addresses
 
     # ------------------------------------------------------------------ helpers
     def turn(self, i: int) -> list[System]:
         """Both systems, the first alternating with i."""
         return self.systems if i % 2 == 0 else self.systems[::-1]
 
-    def new_address(self, network: str) -> tuple[str, str, str]:
-        """A fresh (name, MAC, IP) in `network`: never reused within a run, so no state left over from
-        a removed port can help or hinder the next one."""
-        self.seq += 1
-        n = self.seq
+    def new_address(self, s: System, network: str) -> tuple[str, str, str]:
+        """A fresh (name, MAC, IP) in `network` of system s: never reused within a run, so no state left
+        over from a removed port can help or hinder the next one."""
+        self.seq[s.name] += 1
+        n = self.seq[s.name]
         net = self.topo.network(network)
         if 256 + n >= net.cidr.num_addresses - 1:
             raise LabError(f"{net.cidr} has no address left for port {n}: fewer --ports")
@@ -251,7 +251,7 @@ class Bench:
     # ------------------------------------------------------------------ port up
     def measure_port(self, s: System, order: str) -> dict:
         """One new port on c1 (network blue) in plug order `order`; removed again at the end."""
-        name, mac, ip = self.new_address("blue")
+        name, mac, ip = self.new_address(s, "blue")
         lab, target = s.lab, self.vm[PROBE_TARGET]
         vns, tns = lab.ns(name), lab.ns(PROBE_TARGET)
         net = self.topo.network("blue")
@@ -340,7 +340,7 @@ class Bench:
     # ------------------------------------------------------------------ batches (tenant growth) and CPU
     def add_vif(self, s: System, node: str, network: str) -> tuple[str, str, str]:
         """A VIF without a guest (both veth ends in the node), plugged like a VM's."""
-        name, mac, ip = self.new_address(network)
+        name, mac, ip = self.new_address(s, network)
         ns = s.lab.ns(node)
         run(["ip", "link", "add", name, "netns", ns, "type", "veth", "peer", "name", name + "g", "netns", ns])
         run(["ip", "link", "set", name + "g", "up"], ns=ns)
@@ -443,3 +443,130 @@ def versions() -> dict:
             return None
     return {"ovn_northd": first(["ovn-northd", "--version"]), "ovn_controller": first(["ovn-controller", "--version"]),
             "ovs_vswitchd": first(["ovs-vswitchd", "--version"])}
+
+
+# ---------------------------------------------------------------------- report
+def _ratio(a, b) -> str:
+    """a / b, or a dash when either is missing or not positive (a port reported up before it could be)."""
+    return f"{a / b:.2f}" if a is not None and b is not None and a > 0 and b > 0 else "—"
+
+
+def _p(d: dict, key: str) -> float | None:
+    return d.get(key) if d.get("n") else None
+
+
+def _ms(d: dict) -> str:
+    return f"{d['p50']:.0f} / {d['p99']:.0f}" if d.get("n") else "—"
+
+
+def markdown(doc: dict) -> str:
+    env = doc["environment"]
+    L = [f"Run of {env['date_utc']} ({doc.get('elapsed_s', 0):.0f} s), command `{doc.get('command', 'fathom bench ovn-compare')}`; "
+         f"{env['cpus']} CPUs ({env['cpu_model']}), kernel {env['kernel']}, {doc['versions']['ovs_vswitchd']}, "
+         f"{doc['versions']['ovn_northd']}; load average at start {env['machine_at_start']['loadavg']}, "
+         f"{env['machine_at_start']['foreign_ovs_vswitchd']} other labs' ovs-vswitchd running.", "",
+         "Ratios are fathom / OVN: above 1 means fathom is faster (throughput) or slower and costlier "
+         "(latency, CPU, memory).", "",
+         "| path (cross node) | fathom TCP Gb/s mean [min–max] | OVN TCP Gb/s mean [min–max] | fathom / OVN |",
+         "|---|---|---|---|"]
+    tp = doc["throughput"]
+    for path in PATHS:
+        f, o = tp["fathom"][path], tp["ovn"][path]
+        L.append(f"| {path} | {f['mean']:.3f} [{f['min']:.3f}–{f['max']:.3f}] | {o['mean']:.3f} [{o['min']:.3f}–{o['max']:.3f}] "
+                 f"| {_ratio(f['mean'], o['mean'])} |")
+    L += ["", "Port up (ms from the later of API call and VIF plug; p50 / p99; n ports per cell):", "",
+          "| tenant ports | plug order | n | fathom → reported up | OVN → reported up | p50 ratio | fathom → first echo "
+          "| OVN → first echo | p50 ratio | reported up before the VIF existed (fathom / OVN) | never up / no echo (fathom; OVN) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for size, t in doc["tenants"].items():
+        for order in ORDERS:
+            if "port_up" not in t:
+                continue
+            f, o = t["port_up"]["fathom"][order], t["port_up"]["ovn"][order]
+            L.append(f"| {size} | {order} | {f['ports']} | {_ms(f['up_ms'])} | {_ms(o['up_ms'])} | "
+                     f"{_ratio(_p(f['up_ms'], 'p50'), _p(o['up_ms'], 'p50'))} | {_ms(f['echo_ms'])} | {_ms(o['echo_ms'])} | "
+                     f"{_ratio(_p(f['echo_ms'], 'p50'), _p(o['echo_ms'], 'p50'))} | {f['up_before_vif']} / {o['up_before_vif']} | "
+                     f"{f['never_up']}/{f['never_echo']}; {o['never_up']}/{o['never_echo']} |")
+    L += ["", "Control-plane CPU (utime + stime, seconds; the nodes' ovs-vswitchd + ovsdb-server apart):", "",
+          "| tenant ports | window | fathom control plane s | OVN control plane s | ratio | fathom nodes' OVS s "
+          "| OVN nodes' OVS s | time to all up, fathom / OVN s |", "|---|---|---|---|---|---|---|---|"]
+    for size, t in doc["tenants"].items():
+        if "at_rest" in t:
+            c = t["at_rest"]["cpu_s"]
+            f, o = c["fathom:control_plane"]["total"], c["ovn:control_plane"]["total"]
+            L.append(f"| {size} | at rest, {t['at_rest']['seconds']:.0f} s (both idle at once) | {f:.2f} | {o:.2f} | "
+                     f"{_ratio(f, o)} | {c['fathom:node_ovs']['total']:.2f} | {c['ovn:node_ovs']['total']:.2f} | |")
+        for k, (fb, ob) in enumerate(zip(t.get("batches", {}).get("fathom", []), t.get("batches", {}).get("ovn", []))):
+            before = int(size) - (2 - k) * fb["ports"]
+            for key, label in (("cpu_s_to_all_up", "to all up"), ("cpu_s_window", f"{fb['window_s']:.0f} s from the first call")):
+                f, o = fb[key]["control_plane"]["total"], ob[key]["control_plane"]["total"]
+                L.append(f"| {before} → {before + fb['ports']} | batch of {fb['ports']}, {label} | {f:.2f} | {o:.2f} | {_ratio(f, o)} | "
+                         f"{fb[key]['node_ovs']['total']:.2f} | {ob[key]['node_ovs']['total']:.2f} | "
+                         + (f"{fb['all_up_s']:.1f} / {ob['all_up_s']:.1f} (never up: {fb['never_up']} / {ob['never_up']})"
+                            if key == "cpu_s_to_all_up" else "") + " |")
+    L += ["", "Memory and flows:", "",
+          "| tenant ports | fathom control plane RSS MB | OVN control plane RSS MB | ratio | fathom flows c1 / c2 / gw "
+          "| OVN flows c1 / c2 / gw |", "|---|---|---|---|---|---|"]
+    for size, t in doc["tenants"].items():
+        snap = t["snapshot"]
+        f, o = snap["fathom"]["rss"]["control_plane"]["total_mb"], snap["ovn"]["rss"]["control_plane"]["total_mb"]
+
+        def flows(fl):
+            return " / ".join(str(sum(fl[n].values())) for n in ("c1", "c2", "gw"))
+        L.append(f"| {size} | {f:.0f} | {o:.0f} | {_ratio(f, o)} | {flows(snap['fathom']['flows'])} | {flows(snap['ovn']['flows'])} |")
+    return "\n".join(L) + "\n"
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colors = {"fathom": "#4c72b0", "ovn": "#dd8452"}
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    w = 0.38
+    ax = axes[0]
+    for k, s in enumerate(SYSTEMS):
+        vals = [doc["throughput"][s][p]["mean"] for p in PATHS]
+        err = [[v - doc["throughput"][s][p]["min"] for v, p in zip(vals, PATHS)],
+               [doc["throughput"][s][p]["max"] - v for v, p in zip(vals, PATHS)]]
+        ax.bar([i + (k - 0.5) * w for i in range(len(PATHS))], vals, w, yerr=err, color=colors[s], label=s)
+    ax.set_xticks(range(len(PATHS)), list(PATHS))
+    ax.set_title("TCP Gb/s (mean, min–max)")
+    ax.legend(fontsize=8)
+    for ax, key, title in ((axes[1], "up_ms", "port up → reported up, ms"), (axes[2], "echo_ms", "port up → first echo, ms")):
+        labels, x = [], 0
+        for size, t in doc["tenants"].items():
+            for order in ORDERS:
+                if "port_up" not in t:
+                    continue
+                for k, s in enumerate(SYSTEMS):
+                    d = t["port_up"][s][order][key]
+                    if d.get("n"):
+                        ax.bar(x + (k - 0.5) * w, max(d["p50"], 0.1), w, color=colors[s],
+                               label=s if x == 0 else None)
+                        ax.scatter([x + (k - 0.5) * w], [max(d["p99"], 0.1)], color="k", marker="_", s=120)
+                labels.append(f"{size}p {order}")
+                x += 1
+        ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_title(title + " (bar p50, tick p99)")
+        ax.legend(fontsize=8)
+    ax = axes[3]
+    rows = []
+    for size, t in doc["tenants"].items():
+        if "at_rest" in t:
+            c = t["at_rest"]["cpu_s"]
+            rows.append((f"rest {size}p", c["fathom:control_plane"]["total"], c["ovn:control_plane"]["total"]))
+        for k, (fb, ob) in enumerate(zip(t.get("batches", {}).get("fathom", []), t.get("batches", {}).get("ovn", []))):
+            rows.append((f"batch {k + 1} window", fb["cpu_s_window"]["control_plane"]["total"],
+                         ob["cpu_s_window"]["control_plane"]["total"]))
+    for k, s in enumerate(SYSTEMS):
+        ax.bar([i + (k - 0.5) * w for i in range(len(rows))], [r[1 + k] for r in rows], w, color=colors[s], label=s)
+    ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=35, ha="right", fontsize=7)
+    ax.set_title("control-plane CPU s")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"fathom vs OVN, same lab ({doc['environment']['date_utc']}"
+                 + (", crowded machine" if doc["environment"].get("contended") else "") + ")", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
