@@ -502,7 +502,8 @@ def markdown(doc: dict) -> str:
                 f, o = fb[key]["control_plane"]["total"], ob[key]["control_plane"]["total"]
                 L.append(f"| {before} → {before + fb['ports']} | batch of {fb['ports']}, {label} | {f:.2f} | {o:.2f} | {_ratio(f, o)} | "
                          f"{fb[key]['node_ovs']['total']:.2f} | {ob[key]['node_ovs']['total']:.2f} | "
-                         + (f"{fb['all_up_s']:.1f} / {ob['all_up_s']:.1f} (never up: {fb['never_up']} / {ob['never_up']})"
+                         + (f"{fb['all_up_s']:.1f} / {ob['all_up_s']:.1f} (of which issuing the calls and plugs: "
+                            f"{fb['api_and_plug_s']:.1f} / {ob['api_and_plug_s']:.1f}; never up: {fb['never_up']} / {ob['never_up']})"
                             if key == "cpu_s_to_all_up" else "") + " |")
     L += ["", "Memory and flows:", "",
           "| tenant ports | fathom control plane RSS MB | OVN control plane RSS MB | ratio | fathom flows c1 / c2 / gw "
@@ -540,11 +541,18 @@ def plot(doc: dict, path: Path) -> None:
                 if "port_up" not in t:
                     continue
                 for k, s in enumerate(SYSTEMS):
-                    d = t["port_up"][s][order][key]
-                    if d.get("n"):
-                        ax.bar(x + (k - 0.5) * w, max(d["p50"], 0.1), w, color=colors[s],
-                               label=s if x == 0 else None)
-                        ax.scatter([x + (k - 0.5) * w], [max(d["p99"], 0.1)], color="k", marker="_", s=120)
+                    cell = t["port_up"][s][order]
+                    d = cell[key]
+                    if not d.get("n"):
+                        continue
+                    if d["p50"] <= 0:   # reported up before the VIF existed: no latency to draw
+                        ax.text(x + (k - 0.5) * w, 0.03, f"up before VIF {cell['up_before_vif']}/{cell['ports']}",
+                                color=colors[s], fontsize=6, ha="center", va="bottom", rotation=90,
+                                transform=ax.get_xaxis_transform())
+                        continue
+                    ax.bar(x + (k - 0.5) * w, d["p50"], w, color=colors[s], label=s if x == 0 else None)
+                    if d["p99"] > 0:
+                        ax.scatter([x + (k - 0.5) * w], [d["p99"]], color="k", marker="_", s=120)
                 labels.append(f"{size}p {order}")
                 x += 1
         ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=7)
