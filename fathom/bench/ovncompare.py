@@ -56,11 +56,26 @@ class System:
     lab: Lab
     topo: Topology
 
-    def up(self, progress) -> None: ...
-    def create_port(self, name: str, mac: str, ip: str, network: str, node: str): ...
-    def wait_up(self, handle, timeout: float) -> float | None: ...
-    def delete_port(self, handle) -> None: ...
-    def control_plane(self) -> dict[str, int]: ...
+    def up(self, progress) -> None:
+        """Build the lab with the tenant and its VMs, every VM port up."""
+        raise NotImplementedError
+
+    def create_port(self, name: str, mac: str, ip: str, network: str, node: str):
+        """The API call creating a VM port (the VIF is plugged apart); returns what wait_up and
+        delete_port take."""
+        raise NotImplementedError
+
+    def wait_up(self, handle, timeout: float) -> float | None:
+        """time.time() at which the system reported the port up, None if not within timeout s."""
+        raise NotImplementedError
+
+    def delete_port(self, handle) -> None:
+        raise NotImplementedError
+
+    def control_plane(self) -> dict[str, int]:
+        """The control plane's processes: name -> pid."""
+        raise NotImplementedError
+
     def down(self) -> None:
         self.lab.down()
 
