@@ -1,4 +1,6 @@
-"""`fathom agent`: deliver the PPTMon records of this node's loaders to the controller.
+"""The agent's PPTMon record forwarder: deliver the records of this node's loaders to the controller.
+
+(`fathom agent run` runs it beside the host-local follower, fathom.agent.follow.)
 
 The loaders (fathom.pptmon.control) write JSON lines to <root>/<chain>/vnf<k>.jsonl; the sink's
 file holds the "ppt" records. The agent follows those files (fathom.agent.tail: partial lines,
@@ -102,6 +104,7 @@ class Agent:
         self.last_ok: float | None = None
         self._last_status = self._last_log = 0.0
         self._logged = dict(self.c)
+        self.extra_status = lambda: {}   # more for the status file (the host-local follower's)
 
     # ------------------------------------------------------------------------------ state files
 
@@ -130,7 +133,8 @@ class Agent:
                 "rotated_files_draining": len(self.follower.orphans),
                 "backoff_s": max(0.0, round(self.next_attempt - time.monotonic(), 3)),
                 "consecutive_failures": self.failures, "last_error": self.last_error,
-                "last_delivery": self.last_ok, "counters": {**self.c, **self.follower.counters}}
+                "last_delivery": self.last_ok, "counters": {**self.c, **self.follower.counters},
+                "host_local": self.extra_status()}
 
     # ------------------------------------------------------------------------------ reading
 

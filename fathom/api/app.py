@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from fathom import __version__
-from fathom.api import fabric, networks, nodes, ports, pptmon, routers, taps, tokens
+from fathom.api import agents, fabric, networks, nodes, ports, pptmon, pptmon_attachments, routers, taps, tokens
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
@@ -25,7 +25,7 @@ from fathom.store.db import open_store
 from fathom.store.ops import Settings
 
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
-           taps.router, fabric.router, pptmon.router, tokens.router)
+           taps.router, fabric.router, pptmon_attachments.router, pptmon.router, tokens.router, agents.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
@@ -44,7 +44,14 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
                   description="Tenant networking on Open vSwitch: nodes, networks, subnets, ports, "
                               "routers, tap policies, fabric switches. Errors: {detail: [{loc, msg, type}]}.")
     app.state.engine = engine
-    app.state.store = Store(engine, settings or Settings(), on_change)
+    # a committed write wakes the caller's hook (the reconciler) and the agents' long-polls
+    hub = app.state.agent_hub = agents.AgentHub()
+
+    def changed() -> None:
+        hub.changed()
+        if on_change is not None:
+            on_change()
+    app.state.store = Store(engine, settings or Settings(), changed)
     app.state.settings = app.state.store.settings
     app.state.pptmon_retention = pptmon.RetentionWorker(engine, retention or pptmon.RetentionConfig.from_env())
     app.state.pptmon_limits = IngestLimits(engine)

@@ -15,7 +15,8 @@ from fathom.cli.output import fail, print_json, print_table
 
 @click.group()
 def agent():
-    """The node agent: delivers this node's PPTMon records to the controller."""
+    """The node agent: follows this node's host-local desired state (network-node routers, PPTMon
+    attachments), reports its facts and statuses, and delivers its PPTMon records."""
 
 
 @agent.command("run")
@@ -35,10 +36,25 @@ def agent():
 @click.option("--log-interval", default=10.0, show_default=True, help="seconds between progress lines")
 @click.option("--token-file", envvar="FATHOM_TOKEN_FILE", default=None,
               help="this node's agent token (`fathom token create --role agent --node N`); or env FATHOM_TOKEN")
+@click.option("--ovsdb", default="unix:/var/run/openvswitch/db.sock", show_default=True,
+              help="this node's OVSDB (local socket)")
+@click.option("--router-ns-prefix", default="fathom-r", show_default=True,
+              help="network-node router namespaces are <prefix><router id>")
+@click.option("--records-only", is_flag=True, help="only deliver PPTMon records (no host-local state)")
 def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
-        log_interval, token_file):
-    """Follow the PPTMon loaders' record files and deliver them to the controller (foreground)."""
+        log_interval, token_file, ovsdb, router_ns_prefix, records_only):
+    """Run the node agent (foreground): follow the node's host-local desired state from the
+    controller and report; deliver the PPTMon loaders' records."""
+    import threading
+
+    import httpx
+
     from fathom.agent.agent import Agent, AgentError
+    from fathom.agent.follow import Follower
+    from fathom.agent.local import LocalOvs, facts
+    from fathom.agent.pptmon import Pptmon
+    from fathom.agent.routers import Routers
+    from fathom.pptmon.control import BPFFS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -50,12 +66,35 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
                   log_interval=log_interval, headers=bearer(token))
     except (ValueError, NoToken) as e:
         fail(str(e))
+    follower = None
+    if not records_only:
+        ovs = LocalOvs(ovsdb)
+        http = httpx.Client(base_url=a.controller, headers=bearer(token), timeout=30)
+        handlers = [Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node)]
+        follower = Follower(http, a.node, handlers, lambda: facts(ovs))
+        a.extra_status = follower.status
+
+    def stop(*_):
+        a.stop()
+        if follower:
+            follower.stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: a.stop())
-    try:
-        a.run()
-    except AgentError as e:
-        fail(str(e))
+        signal.signal(sig, stop)
+    errors = []
+
+    def records():
+        try:
+            a.run()
+        except AgentError as e:
+            errors.append(str(e))
+            stop()
+    t = threading.Thread(target=records, name="records")
+    t.start()
+    if follower:
+        follower.run()
+    t.join()
+    if errors:
+        fail(errors[0])
 
 
 @agent.command("status")

@@ -9,7 +9,9 @@ import ipaddress
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +20,9 @@ from typing import Callable
 from fathom.auth.client import NoToken, lab_token
 from fathom.pki import Pki
 
-from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, wait_for
+from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, supervisor_pid, wait_for
 from .sh import LabError, require_root_and_tools, run
-from .supervisor import start_supervised, stop_supervised
+from .supervisor import AGENT, AGENT_CONFIG, start_supervised, stop_supervised
 from .topology import Topology, check_lab_name
 
 RUN_ROOT = Path(os.environ.get("FATHOM_RUN_ROOT", "/run/fathom"))
@@ -300,8 +302,53 @@ class Lab:
             switches_registered=lambda created: self._install_certificates(state, nodes, created, progress)
             if tls else None, token=token)
         self._save(state)
+        self._start_agents(state, nodes, token, progress)
         progress("waiting for the ports to become active")
         ctl.wait_active(state["controller"]["url"], state["controller"]["created"], token=token)
+
+    def _start_agents(self, state, nodes, token, progress) -> None:
+        """Each node's agent, inside the node's namespace under its supervisor, as systemd runs
+        deploy/systemd/fathom-agent.service on a real host: its own agent token, the node's OVSDB
+        socket, the controller's API on the management network."""
+        from . import controller as ctl
+        c = state["controller"]
+        fathom = Path(sys.executable).with_name("fathom")
+        exe = [str(fathom)] if fathom.exists() else [sys.executable, "-m", "fathom.cli.main"]
+        for node in nodes:
+            progress(f"agent on {node.name}")
+            rundir = Path(node.rundir)
+            token_file = ctl.issue_agent_token(c["url"], node.name, rundir / "agent-token", token=token)
+            argv = [*exe, "agent", "run", "--controller", c.get("agent_url") or c["url"], "--node", node.name,
+                    "--token-file", str(token_file), "--state-dir", str(rundir / "agent"),
+                    "--root", str(rundir / "pptmon"), "--ovsdb", f"unix:{OvsInstance(node.netns, rundir).db_sock}",
+                    "--router-ns-prefix", f"{node.netns}-r", "--log-interval", "60"]
+            (rundir / AGENT_CONFIG).write_text(json.dumps({"argv": argv}))
+            self.start_agent(node.name, wait=False)
+        for node in nodes:
+            wait_for(lambda: self.agent_pid(node.name) is not None, 30, f"the agent on {node.name}")
+
+    # ----- agents
+    def agent_pid(self, node: str) -> int | None:
+        """The pid of the node's running agent (its supervisor's word), or None."""
+        st = supervised_state(Path(self.node(node).rundir)) or {}
+        unit = st.get("units", {}).get(AGENT) or {}
+        pid = unit.get("pid")
+        return pid if unit.get("state") == "running" and pid and _running(pid) else None
+
+    def stop_agent(self, node: str) -> None:
+        """`systemctl stop fathom-agent`: the agent ends cleanly and stays stopped (what it built stays)."""
+        pid = self.agent_pid(node)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            wait_for(lambda: self.agent_pid(node) is None, 15, f"the agent on {node} to stop")
+
+    def start_agent(self, node: str, wait: bool = True) -> int | None:
+        """`systemctl start fathom-agent`: its supervisor starts it."""
+        sup = supervisor_pid(Path(self.node(node).rundir))
+        if sup is None:
+            raise LabError(f"node {node} has no supervisor")
+        os.kill(sup, signal.SIGUSR1)
+        return wait_for(lambda: self.agent_pid(node), 30, f"the agent on {node} to start") if wait else None
 
     def _install_certificates(self, state, nodes, created, progress) -> None:
         """Each node and the fabric switch get a key and a certificate naming them and binding their
