@@ -67,7 +67,7 @@ class Agent:
                  poll: float = 0.2, flush: float = 1.0, timeout: float = 10.0,
                  backoff_min: float = 0.2, backoff_max: float = 30.0, state_dir: str | Path | None = None,
                  log_interval: float = 10.0, grace: float = 5.0, headers: dict | None = None,
-                 final_flush: float = 5.0):
+                 final_flush: float = 5.0, verify: bool | str = True):
         from fathom.pptmon.chain import STATE_ROOT
         if overflow not in OVERFLOW:
             raise ValueError(f"overflow is one of {OVERFLOW}")
@@ -91,7 +91,7 @@ class Agent:
         self.follower = Follower(patterns, resume=self._load_checkpoint(), grace=grace)
         self.buffer: deque[tuple[Line, dict]] = deque()
         # headers: the node's agent token (Authorization: Bearer ...)
-        self.http = httpx.Client(base_url=self.controller, timeout=timeout, headers=headers or {})
+        self.http = httpx.Client(base_url=self.controller, timeout=timeout, headers=headers or {}, verify=verify)
         self.stopping = threading.Event()
         self.failures = 0
         self.next_attempt = 0.0

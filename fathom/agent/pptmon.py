@@ -12,6 +12,7 @@ so the programs stay attached and nothing is measured twice. A loader that died 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -36,6 +37,8 @@ class Pptmon:
         self.dir = Path(state_dir) / "pptmon"
         self.bpffs = Path(bpffs)
         self.label_ns = label_ns[:64]       # the records' vnf_ns: where the programs run
+        # pins of this agent in the shared bpffs: named after its state directory (one agent each)
+        self.tag = "agent-" + hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:12]
 
     # ----- what runs
     def _file(self, attachment_id: int) -> Path:
@@ -103,7 +106,7 @@ class Pptmon:
         d = self.root / obj.chain
         d.mkdir(parents=True, exist_ok=True)
         name = f"vnf{obj.vnf_id}-a{obj.attachment_id}"
-        pin = str(self.bpffs / f"{self.label_ns}-att{obj.attachment_id}")
+        pin = str(self.bpffs / f"{self.tag}-att{obj.attachment_id}")
         # a loader killed hard leaves its filters: clear our slots first
         run([str(native.LOADER), "detach", "--in", obj.in_point, "--out", obj.out_point], check=False)
         label = json.dumps({"chain": obj.chain, "vnf_ns": self.label_ns, "placement": "host"})[1:-1]

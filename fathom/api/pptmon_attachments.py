@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field, field_validator
 
 from fathom.api.deps import ERRORS, AdminDep, Limit, Marker, StoreDep, utc
@@ -75,9 +75,11 @@ def out(s, a: PptmonAttachment) -> AttachmentOut:
 
 
 @router.get("", response_model=list[AttachmentOut])
-def list_attachments(c: AdminDep, db: StoreDep, limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
+def list_attachments(c: AdminDep, db: StoreDep, name: str | None = Query(None, max_length=64),
+                     limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
+    filters = {"name": name} if name is not None else {}
     return db.read(lambda s: [out(s, a) for a in ops.list_objects(s, c, PptmonAttachment, limit=limit,
-                                                                  marker=marker)])
+                                                                  marker=marker, **filters)])
 
 
 @router.post("", response_model=AttachmentOut, status_code=201)

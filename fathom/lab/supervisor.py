@@ -18,7 +18,7 @@ its daemons and exits.
 - The node's agent (`fathom agent run`, deploy/systemd/fathom-agent.service on a real host) is a
   third unit once the lab has written its command line to `agent.json` in the run dir (the lab does
   so once the controller knows the node and has issued its agent token) and sent SIGUSR1. It runs
-  inside the node's namespace, needs ovsdb-server (After=openvswitch-switch), logs to `agent.log`,
+  in the node's network namespace (and the machine's mount namespace, as on a real host), needs ovsdb-server (After=openvswitch-switch), logs to `agent.log`,
   and is stopped first. Like systemd's KillMode=process, stopping or restarting it signals only the
   agent itself: the PPTMon loaders it started keep their programs attached.
 """
@@ -151,7 +151,11 @@ class Supervisor:
         argv = json.loads((self.ovs.rundir / AGENT_CONFIG).read_text())["argv"]
         log = open(self.ovs.rundir / "agent.log", "ab")
         try:
-            proc = subprocess.Popen(["ip", "netns", "exec", self.ovs.netns, *argv], stdin=subprocess.DEVNULL,
+            # the node's network namespace only (not `ip netns exec`, which also gives the process a
+            # mount namespace of its own): like an agent on a real host it shares the machine's
+            # mounts, so the router namespaces it adds under /run/netns outlive it and are seen by all
+            proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{self.ovs.netns}", "--", *argv],
+                                    stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         finally:
             log.close()
