@@ -95,7 +95,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
     reconciler.extensions.append(HostLocalStatus(session_factory(engine)))
     reconciler.wake()
-    hosts = [api_hosts] if isinstance(api_hosts, str) else list(api_hosts)
+    hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
              of_host, of_port,
              "TLS" if transport.tls else "plain TCP, insecure", db_url)

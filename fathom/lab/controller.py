@@ -41,7 +41,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
            # the API also on the management network, where the nodes' agents reach it
-           "--api-host", "127.0.0.1", "--api-host", of_host,
+           "--api-host", "127.0.0.1", *(["--api-host", of_host] if of_host != "127.0.0.1" else []),
            "--of-host", of_host, "--of-port", str(of_port), "--interval", "3",
            "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
