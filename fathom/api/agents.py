@@ -33,8 +33,7 @@ from fathom.store import agents as ag
 from fathom.store.errors import Forbidden
 from fathom.store.snapshot import load_snapshot
 
-STALE_AFTER = 15.0        # seconds without a report: the agent is down
-REPORT_INTERVAL = 5.0     # what agents are told to keep to
+STALE_AFTER, REPORT_INTERVAL = ag.STALE_AFTER, ag.REPORT_INTERVAL
 MAX_WAIT = 60.0           # longest long-poll
 RECHECK = 5.0             # a long-poll also re-reads the store this often (other controllers' writes)
 

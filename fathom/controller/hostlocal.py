@@ -23,11 +23,10 @@ from fathom.store import agents as ag
 from fathom.store.db import READ_ONLY
 
 LOG = logging.getLogger("fathom.hostlocal")
-STALE_AFTER = 15.0   # seconds without a report: the agent is down (agents report every 5 s)
 
 
 class HostLocalStatus:
-    def __init__(self, session_factory, stale_after: float = STALE_AFTER):
+    def __init__(self, session_factory, stale_after: float = ag.STALE_AFTER):
         self.Session = session_factory
         self.stale_after = stale_after
         self.down: set[str] = set()     # nodes whose agent was down at the last pass (for the log)

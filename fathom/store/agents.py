@@ -22,6 +22,8 @@ from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import Caller, get, node_by_name, require_admin
 
 PPT_MODES = ("source", "transit", "sink", "source-sink")
+REPORT_INTERVAL = 5.0   # seconds between an agent's reports
+STALE_AFTER = 15.0      # seconds without a report: the agent is down (three reports missed)
 DIRECTIONS = ("ingress", "egress")
 
 
