@@ -160,7 +160,7 @@ async def desired(node: NodeName, request: Request, db: StoreDep, who: Identity 
             return ag.number_desired(s, node, objects), [to_json(o) for o in objects]
         return db.write(fn, notify=False)
 
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + min(timeout, request.app.state.agent_max_wait)
     while True:
         revision, objects = await run_in_threadpool(current)
         left = deadline - time.monotonic()

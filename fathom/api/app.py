@@ -31,13 +31,14 @@ ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, rout
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
                settings: Settings | None = None,
                retention: pptmon.RetentionConfig | None = None, keystone: KeystoneValidator | None = None,
-               max_body: int | None = None) -> FastAPI:
+               max_body: int | None = None, agent_max_wait: float | None = None) -> FastAPI:
     """The API over `store`: an engine from fathom.store.db.open_store (the process's one engine),
     or a database URL, opened and migrated here.
 
     `app.state.engine` is the SQLAlchemy engine, e.g. for fathom.store.snapshot.load_snapshot.
     `keystone`: validate tokens the controller did not issue there (default: from the environment,
-    fathom.auth.keystone); `max_body`: the largest request body read (default FATHOM_API_MAX_BODY or 1 MiB).
+    fathom.auth.keystone); `max_body`: the largest request body read (default FATHOM_API_MAX_BODY or 1 MiB);
+    `agent_max_wait`: the longest an agent's long-poll is held (default fathom.api.agents.MAX_WAIT).
     """
     engine = open_store(store) if isinstance(store, str) else store
     app = FastAPI(title="fathom", version=__version__,
@@ -46,6 +47,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.engine = engine
     # a committed write wakes the caller's hook (the reconciler) and the agents' long-polls
     hub = app.state.agent_hub = agents.AgentHub()
+    app.state.agent_max_wait = agents.MAX_WAIT if agent_max_wait is None else agent_max_wait
 
     def changed() -> None:
         hub.changed()

@@ -133,6 +133,15 @@ def status(state_dir, as_json):
             ["last delivery", time.strftime("%H:%M:%S", time.localtime(st["last_delivery"]))
              if st.get("last_delivery") else "never"],
             ["last error", st.get("last_error") or ""]]
+    hl = st.get("host_local") or {}
+    if hl:
+        objects = hl.get("objects") or {}
+        bad = {k: v for k, v in objects.items() if v.get("status") != "active"}
+        rows += [["host-local revision applied", hl.get("revision")],
+                 ["host-local objects (not active)", f"{len(objects)} ({len(bad)})"],
+                 *[[f"  {k}", f"{v.get('status')}: {v.get('reason') or ''}"] for k, v in sorted(bad.items())],
+                 ["controller failures in a row", hl.get("failures")],
+                 ["controller last error", hl.get("last_error") or ""]]
     print_table("fathom agent", ["", ""], rows)
 
 
