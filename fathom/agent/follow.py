@@ -107,7 +107,9 @@ class Follower:
                 if self.failures:
                     LOG.info("controller reachable again after %d failures", self.failures)
                 self.failures, self.last_error = 0, None
-            except (httpx.HTTPError, RuntimeError, ValueError, KeyError) as e:
+            except Exception as e:  # noqa: BLE001 - the agent outlives a bad moment; the host keeps its state
+                if not isinstance(e, (httpx.HTTPError, RuntimeError, ValueError, KeyError)):
+                    LOG.exception("host-local step")
                 self.failures += 1
                 delay = min(self.backoff_max, 0.5 * 2 ** (self.failures - 1)) * random.uniform(0.5, 1.0)
                 why = f"{type(e).__name__}: {e}"

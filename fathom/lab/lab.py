@@ -100,13 +100,15 @@ class Lab:
     # ----- up -----
     def up(self, topo: Topology, source: str, standalone: bool = False, controller: str | None = None,
            progress: Callable[[str], None] = lambda s: None, insecure: bool = False,
-           pki_dir: str | None = None) -> dict:
+           pki_dir: str | None = None, agent_url: str | None = None) -> dict:
         """Build the lab. Without `standalone`, br-int is left to a controller: the one at URL
         `controller`, or one started for this lab; the lab's nodes and topology are registered.
 
         OpenFlow and OVSDB run over TLS unless `insecure`: a lab's own controller gets a PKI in the
         lab's run dir; a controller at `controller` needs its PKI directory as `pki_dir` (the lab
-        issues each node's certificate from it)."""
+        issues each node's certificate from it). The nodes' agents reach a controller at `controller`
+        at `agent_url`, by default that URL with a loopback host replaced by the management bridge's
+        address (the controller must then listen there too: `--api-host 0.0.0.0`)."""
         require_root_and_tools()
         if self.exists():
             raise LabError(f"lab {self.name!r} already exists: run 'fathom lab down {self.name}' first")
@@ -131,7 +133,7 @@ class Lab:
         try:
             self._build(topo, state, nodes, standalone, progress)
             if not standalone:
-                self._attach_controller(topo, state, nodes, controller, progress)
+                self._attach_controller(topo, state, nodes, controller, progress, agent_url)
             progress("warming the underlay neighbour tables")
             self._warm_underlay(nodes)
         except BaseException as e:
@@ -280,7 +282,7 @@ class Lab:
                 if peer is not node:
                     run(["ping", "-c", "1", "-W", "1", peer.tunnel_ip], ns=node.netns, check=False)
 
-    def _attach_controller(self, topo, state, nodes, url, progress) -> None:
+    def _attach_controller(self, topo, state, nodes, url, progress, agent_url=None) -> None:
         from . import controller as ctl
         tls = state["tls"]
         if url is None:
@@ -291,7 +293,8 @@ class Lab:
             state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"],
                                                        pki_dir=tls and tls["pki_dir"])
         else:
-            state["controller"] = {"url": url, "managed": False}
+            state["controller"] = {"url": url, "managed": False,
+                                   "agent_url": agent_url or _reachable_from_nodes(url, state["management"]["root_ip"])}
         self._save(state)
         try:
             token = lab_token(state)   # the admin token of its own controller; FATHOM_TOKEN... for another
@@ -511,6 +514,18 @@ def _supervisor_status(rundir: str) -> dict | None:
     return {"running": state["running"], "pid": state.get("pid"),
             "daemons": {name: {k: u.get(k) for k in ("state", "pid", "restarts", "last_exit")}
                         for name, u in state.get("units", {}).items()}}
+
+
+def _reachable_from_nodes(url: str, root_ip: str) -> str:
+    """`url` as the nodes' namespaces reach it: their loopback is their own, so a loopback host
+    becomes the management bridge's address in the root namespace."""
+    from urllib.parse import urlsplit, urlunsplit
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        netloc = f"{root_ip}:{parts.port}" if parts.port else root_ip
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
 
 
 def hosts_m_fabric(cidr: str) -> ipaddress.IPv4Address:
