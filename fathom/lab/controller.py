@@ -164,12 +164,14 @@ def _wait_active(api: Client, created: dict, timeout: float) -> None:
     api.request("POST", "/sync")
 
 
-def issue_agent_token(url: str, node: str, dest: Path, token: str | None = None) -> Path:
-    """An agent token bound to `node`, written to `dest` (0600) as an operator copies it to the node."""
+def issue_agent_token(url: str, node: str, dest: Path, token: str | None = None) -> int:
+    """An agent token bound to `node`, written to `dest` (0600) as an operator copies it to the node;
+    returns its id (`deregister` revokes it)."""
     api = Client(url, token=token)
     try:
-        secret = api.request("POST", "/tokens", json={"name": f"agent {node}", "project_id": "admin",
-                                                      "roles": ["agent"], "node": node})["token"]
+        made = api.request("POST", "/tokens", json={"name": f"agent {node}", "project_id": "admin",
+                                                    "roles": ["agent"], "node": node})
+        secret = made["token"]
     except ApiError as e:
         raise LabError(f"controller: {e}") from None
     finally:
@@ -178,7 +180,7 @@ def issue_agent_token(url: str, node: str, dest: Path, token: str | None = None)
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secret + "\n")
-    return dest
+    return made["id"]
 
 
 def deregister(url: str, created: dict, token: str | None = None) -> None:
@@ -197,5 +199,7 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
             http.delete(f"/fabric/switches/{sid}")
         for nid in created.get("nodes", {}).values():
             http.delete(f"/nodes/{nid}")
+        for tid in created.get("agent_tokens", {}).values():
+            http.delete(f"/tokens/{tid}")
     except httpx.HTTPError:
         pass

@@ -320,7 +320,10 @@ class Lab:
         for node in nodes:
             progress(f"agent on {node.name}")
             rundir = Path(node.rundir)
-            token_file = ctl.issue_agent_token(c["url"], node.name, rundir / "agent-token", token=token)
+            token_file = rundir / "agent-token"
+            c["created"].setdefault("agent_tokens", {})[node.name] = ctl.issue_agent_token(
+                c["url"], node.name, token_file, token=token)
+            self._save(state)
             argv = [*exe, "agent", "run", "--controller", c.get("agent_url") or c["url"], "--node", node.name,
                     "--token-file", str(token_file), "--state-dir", str(rundir / "agent"),
                     "--root", str(rundir / "pptmon"), "--ovsdb", f"unix:{OvsInstance(node.netns, rundir).db_sock}",
