@@ -15,6 +15,8 @@ must make no setns, unshare or execve (it runs no command and enters no namespac
   and the programs stay attached. Agent back, and then killed hard and restarted by its supervisor:
   both turn `active` again with nothing rebuilt (same namespace, same veths, same loader process)
   and the ping lost nothing.
+* The controller restarted: the agents resync with it, nothing on the gateway is rebuilt, the ping
+  through the namespace loses nothing.
 """
 import re
 import signal
@@ -222,3 +224,22 @@ def test_the_controller_never_entered_a_namespace(lab, strace):
     pid = lab.state()["controller"]["pid"]
     status = open(f"/proc/{pid}/status").read()
     assert re.search(r"TracerPid:\s+[1-9]", status), "strace is not attached to the controller"
+
+
+def test_agents_resync_with_a_restarted_controller(lab):
+    """The controller away for 3 s and back (same store): the agents reconnect and report, the
+    router is `active` again, and the gateway's namespace was neither torn down nor rebuilt while
+    traffic ran through it."""
+    rid = router(lab)["id"]
+    built = identity(lab)
+    ping = start_ping(lab)
+    time.sleep(1)
+    lab.restart_controller(downtime=3)
+    c = lab_api(lab)
+    wait_for(lambda: {a["node"]: a["state"] for a in c.get("/agents").json()} ==
+             {"c1": "up", "c2": "up", "gw": "up"}, 30, "the agents to report to the new controller")
+    wait_status(lab, f"/routers/{rid}", "active", 30)
+    time.sleep(1)
+    sent, received = stop_ping(ping)
+    assert identity(lab) == built
+    assert sent > 50 and received == sent, (sent, received)
