@@ -114,7 +114,7 @@ class Pptmon:
                "--out", obj.out_point, "--period-ns", str(obj.period_ns), "--pin", pin, "--label", label,
                "--stats-interval", "1"]
         records = d / f"{name}.jsonl"
-        with open(records, "ab") as out, open(d / f"{name}.err", "wb") as err:
+        with open(records, mode="ab") as out, open(d / f"{name}.err", mode="wb") as err:
             p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
         self._wait_attached(records, d / f"{name}.err", p)
         st = {"pid": p.pid, "pin": pin, "period_ns": obj.period_ns, "started": time.time(),

@@ -155,9 +155,8 @@ def test_network_node_router_is_built_by_the_agent(lab, strace):
     assert agents["gw"]["facts"]["ovs_kernel_module"] is False
     nodes = {n["name"]: n for n in c.get("/nodes").json()}
     assert nodes["gw"]["datapath_type"] is None    # no override: the agent's facts decide (netdev here)
-    assert "datapath_type=netdev" in sh(lab, "gw", "ovs-vsctl", f"--db=unix:{lab.ovs('gw').db_sock}",
-                                        "--columns=datapath_type", "find", "bridge", "name=br-int").stdout.replace(
-                                            " ", "").replace(":", "=")
+    br_int = lab.ovs("gw").vsctl("get", "bridge", "br-int", "datapath_type")
+    assert br_int == "netdev", br_int
 
 
 def test_pptmon_attachment_and_failures_of_the_agent(lab, strace):
