@@ -93,6 +93,7 @@ class Agent:
         # headers: the node's agent token (Authorization: Bearer ...)
         self.http = httpx.Client(base_url=self.controller, timeout=timeout, headers=headers or {}, verify=verify)
         self.stopping = threading.Event()
+        self.locked = threading.Event()   # set once this agent holds its state directory
         self.failures = 0
         self.next_attempt = 0.0
         self.oldest_since: float | None = None
@@ -304,6 +305,7 @@ class Agent:
 
     def run(self) -> None:
         lock = self._lock()
+        self.locked.set()
         LOG.info("agent on %s: following %s, delivering to %s", self.node, self.root, self.controller)
         try:
             while not self.stopping.is_set():

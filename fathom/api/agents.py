@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from fathom.api.auth import identity
@@ -30,6 +31,7 @@ from fathom.apps.hostlocal import desired as hostlocal_desired
 from fathom.auth import Identity
 from fathom.model.hostlocal import to_json
 from fathom.store import agents as ag
+from fathom.store import models as m
 from fathom.store.errors import Forbidden
 from fathom.store.snapshot import load_snapshot
 
@@ -196,9 +198,6 @@ def list_agents(db: StoreDep, who: Identity = Depends(identity)):
         raise Forbidden("only an admin can see the agents")
 
     def fn(s):
-        from sqlalchemy import select
-
-        from fathom.store import models as m
         views = ag.agents(s)
         now = time.time()
         return [agent_out(views.get(n), n, now) for n in s.scalars(select(m.Node.name).order_by(m.Node.id))]

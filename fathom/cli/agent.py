@@ -92,7 +92,9 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
             stop()
     t = threading.Thread(target=records, name="records")
     t.start()
-    if follower:
+    while t.is_alive() and not a.locked.wait(0.1):   # one agent per state directory, before any host work
+        pass
+    if follower and a.locked.is_set():
         follower.run()
     t.join()
     if errors:

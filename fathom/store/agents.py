@@ -8,7 +8,6 @@ each object it holds, and when it said it.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -24,7 +23,6 @@ from fathom.store.ops import Caller, get, node_by_name, require_admin
 PPT_MODES = ("source", "transit", "sink", "source-sink")
 REPORT_INTERVAL = 5.0   # seconds between an agent's reports
 STALE_AFTER = 15.0      # seconds without a report: the agent is down (three reports missed)
-DIRECTIONS = ("ingress", "egress")
 
 
 @dataclass(frozen=True)
@@ -165,7 +163,3 @@ def node_name_of(session: Session, node_id: int) -> str:
     if n is None:
         raise NotFound(f"node {node_id} does not exist")
     return n.name
-
-
-def now() -> float:
-    return time.time()
