@@ -148,3 +148,12 @@ def test_the_bootstrap_puts_the_bridges_on_the_nodes_datapath_type(ovsdb):
         assert types() == {"br-int": "netdev", "br-phy": "netdev"}
     finally:
         node.close()
+
+
+def test_a_lab_gives_its_agents_a_controller_url_they_can_reach():
+    """A lab node's loopback is its own: a controller on 127.0.0.1 is reached on the management
+    bridge's address; any other address is kept."""
+    from fathom.lab.lab import _reachable_from_nodes
+    assert _reachable_from_nodes("http://127.0.0.1:8080", "198.18.128.1") == "http://198.18.128.1:8080"
+    assert _reachable_from_nodes("http://localhost:8080/", "198.18.128.1") == "http://198.18.128.1:8080/"
+    assert _reachable_from_nodes("https://10.0.0.5:8443", "198.18.128.1") == "https://10.0.0.5:8443"
