@@ -44,6 +44,8 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "mount": ("mount", "mounting bpffs"),
     "taskset": ("util-linux", "pinning a generator to one core"),
     "setpriv": ("util-linux", "running a command without root in tests"),
+    "nsenter": ("util-linux", "a lab node's agent in the node's network namespace only"),
+    "strace": ("strace", "checking that the controller enters no namespace (lab test)"),
     "runuser": ("util-linux", "running PostgreSQL as its own user"),
     "timeout": ("coreutils", "bounding benchmark helper commands"),
     "cat": ("coreutils", "reading interface counters in a namespace"),

@@ -6,6 +6,8 @@ from sqlalchemy import select
 
 from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy
 from fathom.store import models as m
+from fathom.store.agent_models import NodeAgent
+from fathom.store.agents import recommended_datapath
 from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
 
@@ -18,9 +20,11 @@ def load_snapshot(session) -> Snapshot:
     def run():
         node_names = {}
         nodes = []
+        reported = {a.node_id: recommended_datapath(a.facts or {}) for a in session.scalars(select(NodeAgent))}
         for n in session.scalars(select(m.Node).order_by(m.Node.id)):
             node_names[n.id] = n.name
-            nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state))
+            nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state,
+                              datapath_type=n.datapath_type or reported.get(n.id)))
         networks = tuple(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id)
                          for n in session.scalars(select(m.Network).order_by(m.Network.id)))
         subnets = tuple(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip)
