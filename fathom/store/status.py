@@ -16,7 +16,7 @@ from fathom.store.fabric_models import FabricSwitch
 MODELS = {
     "node": m.Node, "network": m.Network, "subnet": m.Subnet, "port": m.Port, "router": m.Router,
     "router_interface": m.Port,   # a router interface is a port of the router
-    "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch,
+    "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch, "security_group": m.SecurityGroup,
 }
 
 
