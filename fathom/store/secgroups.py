@@ -23,7 +23,7 @@ PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58, "ipv6-icmp": 58, "sct
              "esp": 50, "ah": 51, "igmp": 2, "dccp": 33, "udplite": 136}
 ANY = ("any", "")
 PROTOCOL_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "ipv6-icmp", 132: "sctp"}
-WITH_PORTS = (6, 17, 132, 33, 136)     # protocols whose rules may give a destination port range
+WITH_PORTS = (6, 17, 132)             # protocols whose rules may give a destination port range (OpenFlow matches these)
 ICMP = (1, 58)                         # port_range_min / max are type / code
 MAX_RULES_PER_GROUP = 1000
 MAX_GROUPS_PER_PORT = 32
@@ -173,7 +173,7 @@ def _check_ports(protocol: int | None, low: int | None, high: int | None) -> tup
             if v is not None and not 0 <= v <= 255:
                 raise Invalid("an ICMP type (port_range_min) and code (port_range_max) are 0..255", field)
         return low, high
-    raise Invalid("port ranges need protocol tcp, udp, sctp, dccp or udplite (ICMP: type and code)",
+    raise Invalid("port ranges need protocol tcp, udp or sctp (ICMP: type and code)",
                   "port_range_min")
 
 
