@@ -28,6 +28,7 @@ _IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}
 _IP6_FIELDS = {"ipv6_src", "ipv6_dst"}
 _CT_FIELDS = ("ct_state", "ct_mark", "conj_id")
 _L4_PORTS = (("tcp_src", "tcp_dst"), ("udp_src", "udp_dst"), ("sctp_src", "sctp_dst"))
+_ICMP_QUERY = {0: 8, 14: 13, 129: 128}   # reply type -> request type
 
 
 def _as_int(name: str, value) -> int:
@@ -215,6 +216,9 @@ class Fabric:
         for src, dst in _L4_PORTS:
             if src in pkt or dst in pkt:
                 sport, dport = pkt.get(src, 0), pkt.get(dst, 0)
+        for field in ("icmpv4_type", "icmpv6_type"):
+            if field in pkt:     # a request and its reply are one connection (echo, timestamp, ...)
+                sport = dport = _ICMP_QUERY.get(pkt[field], pkt[field])
         return (pkt["eth_type"], pkt.get("ip_proto", 0), pkt.get(f"{v}_src"), pkt.get(f"{v}_dst"), sport, dport)
 
     def _ct(self, node: str, a: Ct, pkt: dict) -> None:
