@@ -252,3 +252,23 @@ def test_port_security_off_disables_filtering(lab, api, web):
         _settle(lab, web["id"], web["port"])
         _on_switch(lab, 32, f"reg5={web['port']:#x} ")
     assert not tcp(lab, "near", "srv", 8081)
+
+
+def test_a_tap_copies_what_the_groups_then_drop(lab, api, web):
+    """docs/security-groups.md: a tap copies at the sender's edge, before the security stages, and its
+    copies reach the monitor (on another node, through the tunnel) past the monitor's groups."""
+    r = api.post("/taps", json={"sender": "near", "receiver": "srv", "monitor": "grn", "project_id": "p",
+                                "ip_proto": "tcp", "tp_dst": 8081})
+    assert r.status_code == 201, r.text
+    tap = r.json()["id"]
+    try:
+        assert _client(lab).wait_status("taps", tap, want="active", timeout=60)["status"] == "active"
+        cap = subprocess.Popen([*_ns(lab, "grn"), "timeout", "8", "tcpdump", "-i", "eth0", "-U", "-n", "-c", "1",
+                                f"tcp and dst host {SRV} and dst port 8081"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        time.sleep(1.0)
+        assert not tcp(lab, "near", "srv", 8081)        # srv's group drops it ...
+        seen = cap.communicate(timeout=15)[0]
+        assert f"> {SRV}.8081" in seen, seen           # ... and the monitor got the copy
+    finally:
+        api.delete(f"/taps/{tap}")
