@@ -173,6 +173,16 @@ def test_a_port_without_groups_sends_and_receives_no_ip_but_arp():
     assert delivered(sim, snap, "web1", arp) == ["web1"]     # answered by the switch, as before
 
 
+def test_ipv6_neighbour_discovery_is_never_filtered():
+    snap = cloud(web1={"security_groups": ()})
+    sim = fabric(snap)
+    web1, web2 = _by_name(snap)["web1"], _by_name(snap)["web2"]
+    for icmp_type, delivered_to in ((136, ["web1"]), (128, [])):     # neighbour advertisement; echo request
+        pkt = {"eth_src": web2.mac_address, "eth_dst": web1.mac_address, "eth_type": 0x86DD, "ip_proto": 58,
+               "ipv6_src": "fe80::2", "ipv6_dst": "fe80::1", "icmpv6_type": icmp_type, "icmpv6_code": 0}
+        assert delivered(sim, snap, "web2", pkt) == delivered_to, icmp_type
+
+
 def test_port_security_off_disables_filtering():
     snap = cloud(web1={"port_security": False, "security_groups": ()})
     sim = fabric(snap)

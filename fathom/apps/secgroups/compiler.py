@@ -7,6 +7,7 @@ short, for every local port with port security (its "security-group port") on no
   tracker in the port's own zone (the low 16 bits of its id): `ct(zone=reg5[0..15])` for what it
   sends, `ct_clear, reg9 := port id, ct(zone=reg9[0..15])` for what is delivered to it. One zone
   per port, as OVN has: a frame between two ports of one node is tracked once on each side.
+  IPv6 neighbour discovery (ICMPv6 133..136) skips the tracker and the rules, as in Neutron and OVN.
 - egress-acl / ingress-acl, in priority order:
   - 200: invalid -> drop;
   - 190: established or related, and the rule that admitted the connection (its `ct_mark`) is a
@@ -43,6 +44,8 @@ PORT_FIELDS = {6: "tcp_dst", 17: "udp_dst", 132: "sctp_dst"}
 ICMP_FIELDS = {1: ("icmpv4_type", "icmpv4_code"), 58: ("icmpv6_type", "icmpv6_code")}
 
 PRIO_CONNTRACK = 100
+PRIO_NEIGHBOR_DISCOVERY = 110   # IPv6 ND skips conntrack (as in Neutron and OVN: never filtered)
+ND_TYPES = (133, 134, 135, 136)  # router solicitation / advertisement, neighbour solicitation / advertisement
 PRIO_INVALID = 200
 PRIO_ALLOWED = 190         # established / related, admitted by a rule that still applies
 PRIO_STALE_REPLY = 180     # a reply whose admitting rule no longer applies
@@ -65,7 +68,6 @@ class Side:
     next: int               # where an allowed frame goes on
     identity: str           # register holding the port's id in the acl table
     remote: str             # which address the remote side is: dst (egress) or src (ingress)
-
 
 EGRESS = Side("egress", st.EGRESS_CONNTRACK, st.EGRESS_ACL, st.SFC, st.REG_SRC_PORT, "dst")
 INGRESS = Side("ingress", st.INGRESS_CONNTRACK, st.INGRESS_ACL, st.OUTPUT, st.REG_DST_PORT, "src")
@@ -173,13 +175,16 @@ class _Table:
 def _compile_node(groups: _Groups, node: Node, local: list[tuple[Port, int]]) -> set[FlowSpec]:
     flows: set[FlowSpec] = set()
     for side in (EGRESS, INGRESS):
-        flows |= _conntrack_flows(side, local)
+        flows |= _conntrack_flows(side, node, local)
         flows |= _acl_flows(side, groups, node, [p for p, _ in local])
     return flows
 
 
-def _conntrack_flows(side: Side, local: list[tuple[Port, int]]) -> set[FlowSpec]:
-    flows = set()
+def _conntrack_flows(side: Side, node: Node, local: list[tuple[Port, int]]) -> set[FlowSpec]:
+    flows = {FlowSpec(side.conntrack, PRIO_NEIGHBOR_DISCOVERY,
+                      {"eth_type": ETH_TYPE["IPv6"], "ip_proto": 58, "icmpv6_type": t},
+                      (GotoTable(side.next),), _cookie(st.KIND_NODE, node.id))
+             for t in ND_TYPES}
     for port, ofport in local:
         for eth_type in ETH_TYPE.values():
             if side is EGRESS:
