@@ -93,11 +93,6 @@ def established_conj(group_id: int) -> int:
     return ESTABLISHED_CONJ_BASE | group_id
 
 
-def zone(port_id: int) -> int:
-    """The conntrack zone of a port: the low 16 bits of its id (what `ct(zone=reg[0..15])` uses)."""
-    return port_id & 0xFFFF
-
-
 class _Groups:
     """Look-ups over a snapshot's groups, rules and members (built once per compile)."""
 
