@@ -1,13 +1,13 @@
 """Security groups, their rules, ports' memberships and each project's default group.
 
-Revision ID: 0006_secgroups
-Revises: 0005_tokens
+Revision ID: 0007_secgroups
+Revises: 0006_agent
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006_secgroups"
-down_revision = "0005_tokens"
+revision = "0007_secgroups"
+down_revision = "0006_agent"
 branch_labels = None
 depends_on = None
 
