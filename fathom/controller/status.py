@@ -7,6 +7,10 @@
 | network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when they took them (see below for a switch in trouble) |
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent) |
+| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc compiler reported (a port not plugged: `pending`; no hop marker: `error`) first |
+| port_pair | its two ports |
+| port_pair_group | its port pairs |
+| flow_classifier | its logical source (and destination) port |
 
 `pending` says what is awaited (a switch connecting, a port's interface appearing, a namespace being
 built), `error` names the switch or node at fault; a refused flow marks exactly its object.
@@ -40,13 +44,18 @@ SOURCES = {
     "port": FLOWS,
     "router_interface": FLOWS,
     "tap_policy": FLOWS,
+    "port_chain": FLOWS,
     "subnet": "network",
     "router": "router_interfaces",
+    "port_pair": "ports",
+    "port_pair_group": "port_pairs",
+    "flow_classifier": "ports",
 }
 # cookie kinds whose flows realise an object of a status kind (a network-node router's interface is a
 # port of the gateway node: its flows carry the port kind with the interface's id)
 FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
-              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,)}
+              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,),
+              "port_chain": (ck.KIND_PORT_CHAIN,)}
 
 Status = tuple[str, str | None]
 
@@ -169,7 +178,33 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             out[("tap_policy", t.id)] = (level, "; ".join(problems))
         else:
             out[("tap_policy", t.id)] = from_flows("tap_policy", t.id) or ("active", None)
+    _chains(snapshot, out, from_flows)
     return out
+
+
+def _chains(snapshot, out: dict, from_flows) -> None:
+    """Port chains from their flows (after the compiler's problems); pairs, groups and classifiers
+    from the ports they name."""
+    def ports(*ids) -> Status:
+        return _worst([out.get(("port", i), ("error", f"port {i} was deleted")) for i in ids if i is not None])
+
+    for pair in snapshot.port_pairs:
+        out[("port_pair", pair.id)] = ports(pair.ingress_port_id, pair.egress_port_id)
+    for group in snapshot.port_pair_groups:
+        out[("port_pair_group", group.id)] = _worst([out[("port_pair", i)] for i in group.port_pair_ids
+                                                     if ("port_pair", i) in out])
+    for fc in snapshot.flow_classifiers:
+        out[("flow_classifier", fc.id)] = ports(fc.logical_source_port_id, fc.logical_destination_port_id)
+    if not snapshot.port_chains:
+        return
+    from fathom.apps.sfc import plans as sfc_plans
+    plans = sfc_plans(snapshot)[1]
+    for chain in snapshot.port_chains:
+        plan = plans.get(chain.id)
+        if plan is not None and plan.problems:
+            out[("port_chain", chain.id)] = ("error" if plan.fatal else "pending", "; ".join(plan.problems))
+        else:
+            out[("port_chain", chain.id)] = from_flows("port_chain", chain.id) or ("active", None)
 
 
 def node_states(result) -> dict[str, str]:

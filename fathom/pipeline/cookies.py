@@ -30,9 +30,10 @@ KIND_PORT = 0x05
 KIND_ROUTER = 0x06
 KIND_ROUTER_INTERFACE = 0x07  # object id = the router interface's port id
 KIND_TAP_POLICY = 0x08
+KIND_PORT_CHAIN = 0x09
 KINDS = {KIND_STAGE: "stage", KIND_NODE: "node", KIND_NETWORK: "network", KIND_SUBNET: "subnet",
          KIND_PORT: "port", KIND_ROUTER: "router", KIND_ROUTER_INTERFACE: "router_interface",
-         KIND_TAP_POLICY: "tap_policy"}
+         KIND_TAP_POLICY: "tap_policy", KIND_PORT_CHAIN: "port_chain"}
 
 
 def cookie(app: int, kind: int, object_id: int) -> int:

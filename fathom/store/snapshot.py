@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy
+from fathom.model import (
+    FixedIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, Router, RouterInterface,
+    Snapshot, Subnet, TapPolicy,
+)
 from fathom.store import models as m
+from fathom.store import sfc_models as sm
 from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
 
@@ -47,7 +51,7 @@ def load_snapshot(session) -> Snapshot:
                                t.truncate, t.rate_pps)
                      for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)))
         return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
-                        tap_policies=taps, fabric=load_fabric(session))
+                        tap_policies=taps, fabric=load_fabric(session), **_chains(session))
 
     if session.in_transaction():
         return run()
@@ -58,3 +62,28 @@ def load_snapshot(session) -> Snapshot:
             options["isolation_level"] = "REPEATABLE READ"
         session.connection(execution_options=options)
         return run()
+
+
+def _range(low, high) -> tuple[int, int] | None:
+    return None if low is None else (low, high)
+
+
+def _chains(session) -> dict:
+    """Port pairs, groups (members in id order), flow classifiers and chains (groups in order)."""
+    pairs = list(session.scalars(select(sm.PortPair).order_by(sm.PortPair.id)))
+    groups = list(session.scalars(select(sm.PortPairGroup).order_by(sm.PortPairGroup.id)))
+    fcs = list(session.scalars(select(sm.FlowClassifier).order_by(sm.FlowClassifier.id)))
+    chains = list(session.scalars(select(sm.PortChain).order_by(sm.PortChain.id)))
+    return {
+        "port_pairs": tuple(PortPair(p.id, p.name, p.project_id, p.ingress_port_id, p.egress_port_id) for p in pairs),
+        "port_pair_groups": tuple(PortPairGroup(g.id, g.name, g.project_id,
+                                                tuple(p.id for p in pairs if p.group_id == g.id)) for g in groups),
+        "flow_classifiers": tuple(FlowClassifier(
+            f.id, f.name, f.project_id, f.logical_source_port_id, f.logical_destination_port_id, f.protocol,
+            f.source_ip_prefix, f.destination_ip_prefix, _range(f.source_port_range_min, f.source_port_range_max),
+            _range(f.destination_port_range_min, f.destination_port_range_max)) for f in fcs),
+        "port_chains": tuple(PortChain(
+            c.id, c.name, c.project_id,
+            tuple(g.id for g in sorted((g for g in groups if g.chain_id == c.id), key=lambda g: g.position)),
+            tuple(f.id for f in fcs if f.chain_id == c.id), c.symmetric) for c in chains),
+    }

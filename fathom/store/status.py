@@ -11,12 +11,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
+from fathom.store import sfc_models as sm
 from fathom.store.fabric_models import FabricSwitch
 
 MODELS = {
     "node": m.Node, "network": m.Network, "subnet": m.Subnet, "port": m.Port, "router": m.Router,
     "router_interface": m.Port,   # a router interface is a port of the router
     "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch,
+    "port_chain": sm.PortChain, "port_pair": sm.PortPair, "port_pair_group": sm.PortPairGroup,
+    "flow_classifier": sm.FlowClassifier,
 }
 
 
