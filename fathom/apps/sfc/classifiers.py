@@ -100,10 +100,13 @@ def _ranges(rng: tuple[int, int] | None) -> list:
     return [v if mk == 0xFFFF else (v, mk) for v, mk in range_to_masks(rng[0], rng[1])]
 
 
-def matches(fc: FlowClassifier) -> list[dict]:
+def matches(fc: FlowClassifier, destination_mac: str | None = None) -> list[dict]:
     """The OpenFlow matches of a classifier (without the source port, which the compiler adds as
-    the frame's source-port register): port ranges expand into a few masked matches each."""
+    the frame's source-port register): port ranges expand into a few masked matches each. With a
+    logical destination port, `destination_mac` is its MAC: the frame is sent to it (one network)."""
     base: dict = {"eth_type": ETH_IPV4}
+    if destination_mac is not None:
+        base["eth_dst"] = destination_mac
     if fc.protocol is not None:
         base["ip_proto"] = fc.protocol
     for field, p in (("ipv4_src", fc.source_ip_prefix), ("ipv4_dst", fc.destination_ip_prefix)):

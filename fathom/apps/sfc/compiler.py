@@ -7,7 +7,8 @@ G0..Gn-1 and direction d (0 = forward; 1 = a symmetric chain's replies, through 
   node it lives in REG_CHAIN_HOP; between nodes in the VXLAN VNI (`tun_id`), from a range no tenant
   network uses, so a frame never loses its place in the chain;
 - sfc (entry): on the node of a classifier's logical source port, a frame from that port (the
-  source-port register) matching the classifier -> hop (chain, 0, 0); for a symmetric chain, at the
+  source-port register) matching the classifier (and sent to the MAC of its logical destination
+  port, when it names one) -> hop (chain, 0, 0); for a symmetric chain, at the
   logical destination port, the mirrored classifier -> hop (chain, 1, n-1);
 - sfc (moving on): IPv4 coming back from instance i of group k — from its egress port going
   forward, from its ingress port going back — -> hop (chain, d, k±1); after the last group nothing
@@ -182,7 +183,11 @@ def _compile_chain(snapshot: Snapshot, view: _View, chain: PortChain, plan: Plan
             continue
         node, _ = where
         first = 0 if d == 0 else n - 1
-        for match in cls.matches(fc):
+        dst = view.ports.get(fc.logical_destination_port_id) if fc.logical_destination_port_id else None
+        if fc.logical_destination_port_id is not None and dst is None:
+            problems.append(f"flow classifier {fc.id}: its destination port {fc.logical_destination_port_id} is gone")
+            continue
+        for match in cls.matches(fc, dst.mac_address if dst else None):
             flows[node.name].add(FlowSpec(st.SFC, PRIO_CLASSIFIER, {st.REG_SRC_PORT: src.id, **match},
                                           (SetField(st.REG_CHAIN_HOP, hop_marker(chain.id, d, first)),
                                            GotoTable(st.SFC_SELECT)), c))
