@@ -44,7 +44,7 @@ def _ref(session: Session, caller: Caller, model, ref, field: str):
     """A member given by id or by name (unique among the caller's)."""
     if isinstance(ref, bool) or not isinstance(ref, (int, str)) or (isinstance(ref, str) and not ref.strip()):
         raise Invalid(f"give a {KINDS[model]} id or name", field)
-    if isinstance(ref, int) or ref.isdigit():
+    if isinstance(ref, int) or (ref.isascii() and ref.isdigit()):
         return get(session, caller, model, int(ref), field)
     query = select(model).where(model.name == ref).order_by(model.id)
     if not caller.admin:
