@@ -5,7 +5,7 @@ fathom.store.errors error naming the request field at fault (`port_pairs.1` = th
 Rules (networking-sfc's, plus what the steering needs):
 - a port pair's ingress and egress are two ports of one network and one project, with port
   security off (a VNF forwards packets that are not its own); a port is in at most one pair and is
-  never a classifier's logical source port (the switch knows a packet's place in a chain by the
+  never a classifier's logical source or destination port (the switch knows a packet's place in a chain by the
   port it comes back from);
 - a pair is in at most one group, a group and a classifier in at most one chain; a chain's ports
   (its pairs' and its classifiers') are all on one network;
@@ -83,9 +83,11 @@ def _pair_using(session: Session, port_id: int, other_than: int | None = None) -
     return next((p for p in session.scalars(q) if p.id != other_than), None)
 
 
-def _classifier_from(session: Session, port_id: int) -> sm.FlowClassifier | None:
-    return session.scalars(select(sm.FlowClassifier).where(
-        sm.FlowClassifier.logical_source_port_id == port_id).order_by(sm.FlowClassifier.id)).first()
+def _classifier_naming(session: Session, port_id: int) -> sm.FlowClassifier | None:
+    """A classifier whose logical source or destination port is `port_id`."""
+    return session.scalars(select(sm.FlowClassifier).where(or_(
+        sm.FlowClassifier.logical_source_port_id == port_id, sm.FlowClassifier.logical_destination_port_id == port_id))
+        .order_by(sm.FlowClassifier.id)).first()
 
 
 def create_port_pair(session: Session, caller: Caller, body: dict) -> sm.PortPair:
@@ -107,10 +109,10 @@ def create_port_pair(session: Session, caller: Caller, body: dict) -> sm.PortPai
         pair = _pair_using(session, port.id)
         if pair is not None:
             raise Conflict(f"port {port.id} is in port pair {pair.id} already", field)
-        fc = _classifier_from(session, port.id)
+        fc = _classifier_naming(session, port.id)
         if fc is not None:
-            raise Conflict(f"port {port.id} is the logical source port of flow classifier {fc.id}: a VNF port "
-                           f"cannot be a chain's source", field)
+            raise Conflict(f"port {port.id} is named by flow classifier {fc.id}: a VNF port is never a chain's "
+                           "source or destination", field)
     pair = sm.PortPair(name=body.get("name") or "", project_id=project, ingress_port_id=ports["ingress"].id,
                        egress_port_id=ports["egress"].id)
     _pending(pair)
