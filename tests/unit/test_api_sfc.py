@@ -27,7 +27,8 @@ def api(db_url):
     client.ports = {}
     for i, (name, node, sec) in enumerate((("client", "c1", True), ("server", "c2", True), ("fw1i", "c1", False),
                                            ("fw1o", "c1", False), ("fw2i", "c2", False), ("fw2o", "c2", False),
-                                           ("dpii", "c2", False), ("dpio", "c2", False), ("secure", "c1", True)),
+                                           ("dpii", "c2", False), ("dpio", "c2", False), ("secure", "c1", True),
+                                           ("spare", "c1", False), ("spare2", "c1", False)),
                                           start=10):
         client.ports[name] = _port(client, net, sub, name, node, i, security=sec)["id"]
     other = client.post("/networks", {"name": "green", "project_id": "p1"})
@@ -142,6 +143,10 @@ def test_chain_rules(api):
     assert api.get(f"/sfc/port_pair_groups/{g2['id']}")["port_chain"] is None
     ok = api.post("/sfc/port_chains", {"port_pair_groups": [g2["id"]], "flow_classifiers": [fc3["id"]], "project_id": "p1"})
     api.delete(f"/sfc/port_chains/{ok['id']}")
+    # a port a classifier names never becomes a VNF port (nor the other way round)
+    api.post("/sfc/flow_classifiers", {"logical_source_port": "client", "logical_destination_port": "spare",
+                                       "project_id": "p1"})
+    assert e("POST", "/sfc/port_pairs", {"ingress": "spare2", "egress": "spare", "project_id": "p1"}, 409)[0] == ["egress"]
     # symmetric chains need destination ports
     loc, msg = e("POST", "/sfc/port_chains", {"port_pair_groups": [g2["id"]], "flow_classifiers": [fc3["id"]],
                                               "chain_parameters": {"symmetric": True}, "project_id": "p1"}, 422)
