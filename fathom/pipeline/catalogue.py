@@ -168,8 +168,9 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
           "port: a symmetric chain's replies) → `reg9` := the chain hop it goes to next; to sfc-select; "
           "see [sfc.md](sfc.md)", miss="l3", next=("sfc-select",), writes=frozenset({REG_CHAIN_HOP})),
     Table("sfc-select", 42, "`reg9` = chain hop → that hop's select group: one bucket per VNF instance, "
-          "chosen by a symmetric hash of the 5-tuple; a bucket sets the instance port's MAC as destination and "
-          "outputs to it, or carries the hop in `tun_id` to the instance's node", writes=frozenset({"eth_dst"}) | _TUNNEL),
+          "chosen by a symmetric hash of the 5-tuple (one instance: its bucket's actions in the flow); a bucket "
+          "sets the instance port's MAC as destination and outputs to it, or carries the hop in `tun_id` to the "
+          "instance's node", writes=frozenset({"eth_dst"}) | _TUNNEL),
     Table("sfc-deliver", 44, "chain frames from another node (`reg9` = hop, destination MAC = a local VNF "
           "instance's port) → output to that port"),
     Table("l3", 50, "distributed routing: frame to a router interface's MAC, IPv4 to a subnet on the same router "

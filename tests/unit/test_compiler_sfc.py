@@ -138,14 +138,23 @@ def test_one_two_three_nodes():
 
 
 def test_hop_travels_in_the_vni_between_nodes():
+    """c1 (the source) sends hop (1, forward, 0) to fw b on c2 in the VNI; c2 turns it back into reg9.
+    With two instances the choice is a select group, with one the flow itself carries the bucket."""
+    marker = hop_marker(1, 0, 0)
+
+    def carries(actions) -> bool:
+        return any(getattr(a, "field", None) == "tunnel_id" and a.value == marker for a in actions)
+
     snap = model(pairs=(PortPair(1, "fwb", "p1", 22, 23), PortPair(3, "dpi", "p1", 24, 25)),
                  groups=(PortPairGroup(1, "fw", "p1", (1,)), PortPairGroup(2, "dpi", "p1", (3,))))
     states = {k.name: s for k, s in compile_all(snap).items() if k.bridge == BR_INT}
-    c1 = [g for g in states["c1"].groups if g.type == "select"]
-    assert c1 and all(any(getattr(a, "field", None) == "tunnel_id" and a.value == hop_marker(1, 0, 0) for a in b)
-                      for g in c1 if g.group_id == sfc.hop_group_id(hop_marker(1, 0, 0)) for b in g.buckets)
+    one = [f for f in states["c1"].flows if f.table == sfc.st.SFC_SELECT and dict(f.match) == {"reg9": marker}]
+    assert len(one) == 1 and carries(one[0].actions) and not [g for g in states["c1"].groups if g.type == "select"]
+    assert any(f.table == 0 and dict(f.match).get("tunnel_id") == marker for f in states["c2"].flows)
+    states = {k.name: s for k, s in compile_all(model()).items() if k.bridge == BR_INT}
+    group = next(g for g in states["c1"].groups if g.group_id == sfc.hop_group_id(marker))
+    assert group.type == "select" and [carries(b) for b in group.buckets] == [False, True]   # fw a here, fw b on c2
     assert parse_hop_marker(hop_marker(1, 1, 1)) == (1, 1, 1) and parse_hop_marker(1001) is None
-    assert any(f.table == 0 and dict(f.match).get("tunnel_id") == hop_marker(1, 0, 0) for f in states["c2"].flows)
 
 
 def test_flows_keep_to_the_pipeline_declaration():

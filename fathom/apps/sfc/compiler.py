@@ -14,7 +14,8 @@ G0..Gn-1 and direction d (0 = forward; 1 = a symmetric chain's replies, through 
   forward, from its ingress port going back — -> hop (chain, d, k±1); after the last group nothing
   matches and the frame goes on to l3/l2 like any other: delivered to its destination;
 - sfc-select: hop -> the hop's select group, one bucket per instance of the group, the same buckets in
-  the same order on every node. OVS picks a bucket by a symmetric hash of the 5-tuple (dp_hash,
+  the same order on every node (a group of one instance needs no choice: the bucket's actions go in
+  the flow itself). OVS picks a bucket by a symmetric hash of the 5-tuple (dp_hash,
   sym_l4, basis 0: the OVS default for select groups), so a flow stays on one instance and its
   replies meet the same one. A bucket sets the destination MAC to the port the instance receives on
   (ingress going forward, egress going back: the VNF sees an ordinary packet sent to it) and either
@@ -244,6 +245,11 @@ def _compile_chain(snapshot: Snapshot, view: _View, chain: PortChain, plan: Plan
                                                    (Output(ofport),), c))
                     plan.nodes.add(tnode.name)
                 if not buckets:
+                    continue
+                if len(targets) == 1:
+                    # one instance: nothing to choose, so no select group (its hash costs every packet a
+                    # second pass through the datapath)
+                    flows[node.name].add(FlowSpec(st.SFC_SELECT, PRIO_HOP, {st.REG_CHAIN_HOP: marker}, buckets[0], c))
                     continue
                 gid = hop_group_id(marker)
                 groups[node.name].add(GroupSpec(gid, "select", tuple(buckets), c))
