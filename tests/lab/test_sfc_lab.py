@@ -8,6 +8,7 @@ compute1: client, other, fw1; compute2: fw2, dpi; compute3: server, fwd, nat, pr
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import signal
 import subprocess
@@ -103,7 +104,9 @@ def captures(lab, tmp_path, bpf="tcp"):
             p.wait(5)
 
 
+@functools.lru_cache(maxsize=64)
 def tcp_packets(path: Path) -> list:
+    """The TCP packets of a finished capture (read once: the checks look at each file many times)."""
     return [p for p in rdpcap(str(path)) if IP in p and TCP in p]
 
 
