@@ -21,7 +21,6 @@ import hashlib
 import platform
 import statistics
 import time
-from pathlib import Path
 
 from fathom.client import Client
 from fathom.host.iperf import iperf3
