@@ -172,13 +172,13 @@ def flow_classifier_update(api, as_json, ref, name):
 
 @api_command(port_chain, "create")
 @click.argument("name", required=False, default="")
-@click.option("--port-pair-group", "groups", multiple=True, required=True, help="A group, in path order (repeat).")
+@click.option("--port-pair-group", "group_refs", multiple=True, required=True, help="A group, in path order (repeat).")
 @click.option("--flow-classifier", "classifiers", multiple=True, help="A flow classifier (repeat).")
 @click.option("--symmetric", is_flag=True, help="Replies go back through the same instances.")
 @OWNER
-def port_chain_create(api, as_json, name, groups, classifiers, symmetric, project_id):
+def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, project_id):
     """Create a port chain: classified traffic crosses each group in order, then reaches its destination."""
-    body = {"name": name, "port_pair_groups": [_ref(g) for g in groups],
+    body = {"name": name, "port_pair_groups": [_ref(g) for g in group_refs],
             "flow_classifiers": [_ref(c) for c in classifiers], "project_id": project_id,
             "chain_parameters": {"symmetric": symmetric}}
     _show(api.call("POST", "/sfc/port_chains", json=body), as_json, "port chain")
@@ -187,17 +187,17 @@ def port_chain_create(api, as_json, name, groups, classifiers, symmetric, projec
 @api_command(port_chain, "update")
 @click.argument("ref")
 @click.option("--name")
-@click.option("--port-pair-group", "groups", multiple=True, help="The groups from now on, in order (repeat).")
+@click.option("--port-pair-group", "group_refs", multiple=True, help="The groups from now on, in order (repeat).")
 @click.option("--flow-classifier", "classifiers", multiple=True, help="The classifiers from now on (repeat).")
 @click.option("--no-flow-classifiers", is_flag=True, help="Remove every classifier (the chain steers nothing).")
-def port_chain_update(api, as_json, ref, name, groups, classifiers, no_flow_classifiers):
+def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_classifiers):
     """Change a chain in place (its groups, its classifiers); unrelated traffic is not disturbed."""
     chain = api.find("sfc/port_chains", ref)
     body = {}
     if name is not None:
         body["name"] = name
-    if groups:
-        body["port_pair_groups"] = [_ref(g) for g in groups]
+    if group_refs:
+        body["port_pair_groups"] = [_ref(g) for g in group_refs]
     if classifiers or no_flow_classifiers:
         body["flow_classifiers"] = [_ref(c) for c in classifiers]
     _show(api.call("PATCH", f"/sfc/port_chains/{chain['id']}", json=body), as_json, "port chain")
