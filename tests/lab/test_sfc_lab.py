@@ -12,6 +12,7 @@ import functools
 import hashlib
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,8 +85,10 @@ def chain(api, lab, groups: list[list[str]], symmetric=False, classifiers=({"pro
 
 @contextlib.contextmanager
 def captures(lab, tmp_path, bpf="tcp"):
-    """tcpdump on eth0 and eth1 of every VNF and on the server; yields {(target, dev): pcap path}."""
+    """tcpdump on eth0 and eth1 of every VNF and on the server; yields {(target, dev): pcap path} (in a
+    directory of their own: files are read once, by path)."""
     procs, paths = {}, {}
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
     targets = [(v, d) for v in VNFS for d in ("eth0", "eth1")] + [("server", "eth0")]
     for target, dev in targets:
         paths[(target, dev)] = tmp_path / f"{target}-{dev}.pcap"
