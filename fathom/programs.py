@@ -40,7 +40,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "ping": ("iputils-ping", "reachability checks"),
     "iptables": ("iptables", "firewall VNFs of PPTMon chains"),
     "iptables-restore": ("iptables", "loading firewall rule sets"),
-    "nft": ("nftables", "benchmark devices' forwarding rules"),
+    "nft": ("nftables", "benchmark devices' forwarding rules; firewall, NAT and proxy VNFs of the lab"),
     "mount": ("mount", "mounting bpffs"),
     "taskset": ("util-linux", "pinning a generator to one core"),
     "setpriv": ("util-linux", "running a command without root in tests"),
@@ -61,6 +61,11 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "curl": ("curl", "HTTP requests from VMs in the demo"),
     "nc": ("netcat-openbsd", "TCP and UDP connections through security groups in lab tests"),
     "trafgen": ("netsniff-ng", "peer packet generator in the switch benchmark"),
+    # lab VNFs and the web workload of service chains (fathom/lab/vnf.py)
+    "ndpiReader": ("libndpi-bin", "the DPI VNF (nDPI)"),
+    "haproxy": ("haproxy", "the TCP-terminating proxy VNF"),
+    "nginx": ("nginx-light", "the web server behind a service chain"),
+    "ab": ("apache2-utils", "ApacheBench, the web client of service chain tests and benchmarks"),
     # native build: eBPF programs and the traffic engine
     "make": ("make", "building native/"),
     "gcc": ("gcc", "the traffic engine and loaders"),

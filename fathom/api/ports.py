@@ -11,6 +11,8 @@ from fathom.api.nodes import status_out
 from fathom.store import models as m
 from fathom.store import ops
 from fathom.store import secgroups
+from fathom.store import sfc as sfc_ops
+from fathom.store.errors import Conflict
 
 router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
 
@@ -71,7 +73,13 @@ def update_port(port_id: int, body: sc.PortUpdate, c: CallerDep, db: StoreDep):
 
 @router.delete("/{port_id}", status_code=204)
 def delete_port(port_id: int, c: CallerDep, db: StoreDep):
-    db.write(lambda s: ops.delete_port(s, c, port_id))
+    def run(s):
+        ops.get(s, c, m.Port, port_id)
+        used = sfc_ops.port_users(s, port_id)
+        if used:
+            raise Conflict(used)
+        ops.delete_port(s, c, port_id)
+    db.write(run)
     return Response(status_code=204)
 
 

@@ -45,9 +45,10 @@ def registry() -> tuple[App, ...]:
     """Every app, in the order their states are merged (the order does not change the union)."""
     from fathom.apps.fabric import APP as FABRIC
     from fathom.apps.secgroups import APP as SECGROUPS
+    from fathom.apps.sfc import APP as SFC
     from fathom.apps.tenant import APP as TENANT
     from fathom.apps.vtap import APP as VTAP
-    return (PIPELINE, TENANT, FABRIC, VTAP, SECGROUPS)
+    return (PIPELINE, TENANT, FABRIC, VTAP, SECGROUPS, SFC)
 
 
 def compile_all(model: Snapshot, apps: tuple[App, ...] | None = None) -> dict[SwitchKey, SwitchState]:

@@ -2,6 +2,7 @@
 `fathom/bench/<name>.py` and its command is added here (tenant, vtap, pptmon, l3 ... later)."""
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -293,6 +294,36 @@ def secgroups(quick, seconds, repeats, clients, lab_name, outdir, as_json):
         return print_json(doc)
     console.print(sb.markdown(doc), highlight=False, markup=False)
     console.print(f"files: {out}/secgroups.json, {out}/secgroups.md")
+@bench.command("sfc")
+@click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 500 requests")
+@click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of every path")
+@click.option("--requests", type=int, default=2000, show_default=True, help="ab requests through the web chain")
+@click.option("--lab", "lab_name", default="sfb", show_default=True, help="name of the lab built for the run")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-sfc-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True)
+def sfc(quick, seconds, repeats, requests, lab_name, outdir, as_json):
+    """Service chains: steering through 1-3 VNFs against the same VNFs by plain routing; ab through fw → dpi → nginx."""
+    from fathom.bench import sfc as sb
+    from fathom.lab.sh import LabError
+    if quick:
+        seconds, repeats, requests = 2, 1, 500
+    out = Path(outdir or f"results/bench-sfc-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    with console.status("bench sfc") as status:
+        b = sb.SfcBench(lab_name=lab_name, seconds=seconds, repeats=repeats, requests=requests,
+                        progress=lambda msg, frac=None: status.update(f"bench sfc: {msg}"))
+        try:
+            doc = b.run()
+        except (LabError, OSError, RuntimeError) as e:
+            fail(str(e))
+    doc["command"] = "fathom bench sfc " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    (out / "results.json").write_text(json.dumps(doc, indent=2))
+    (out / "summary.md").write_text(sb.markdown(doc))
+    if as_json:
+        return print_json(doc)
+    console.print(sb.markdown(doc), highlight=False)
+    console.print(f"report: {out}/summary.md, raw: {out}/results.json")
 
 
 @bench.command("all")

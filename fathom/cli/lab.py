@@ -59,7 +59,7 @@ def up(name, topology, standalone, controller, insecure, pki_dir, agent_controll
         print_json(state)
     else:
         console.print(f"lab [bold]{name}[/bold] is up: {len(state['nodes'])} nodes, "
-                      f"{sum(len(n.vms) for n in topo.nodes)} VMs"
+                      f"{sum(len(n.vms) for n in topo.nodes)} VMs, {len(topo.vnfs())} VNFs"
                       f"{' (standalone)' if standalone else ''}. See 'fathom lab status -n {name}'.")
         if state.get("controller"):
             ctl = state["controller"]
@@ -116,6 +116,11 @@ def status(name, as_json):
     print_table("vms", ["vm", "node", "network", "mac", "ip", "link"],
                 [[v["name"], v["node"], v["network"], v["mac"], v["ip"], "up" if v["link_up"] else "[red]down[/red]"]
                  for v in st["vms"]])
+    if st.get("vnfs"):
+        print_table("vnfs", ["vnf", "kind", "node", "network", "ingress (eth0)", "egress (eth1)", "netns"],
+                    [[v["name"], v["kind"], v["node"], v["network"], f"{v['ingress']['ip']} {v['ingress']['mac']}",
+                      f"{v['egress']['ip']} {v['egress']['mac']}", "yes" if v["present"] else "[red]NO[/red]"]
+                     for v in st["vnfs"]])
 
 
 @lab.command("list")

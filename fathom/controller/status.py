@@ -9,6 +9,10 @@
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the node's agent) |
 | pptmon_attachment | the node's agent (it loads and attaches the programs) |
 | security_group | the switches that must hold its flows and its rules' flows (found by the cookies); `active` when none needs any |
+| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc compiler reported (a port not plugged: `pending`; no hop marker: `error`) first |
+| port_pair | its two ports |
+| port_pair_group | its port pairs |
+| flow_classifier | its logical source (and destination) port |
 
 Objects a node's agent holds (fathom.model.hostlocal; `hostlocal` below) are `active` when the agent
 applied the revision that holds them and says so, `pending` while it has not yet, and `error` with
@@ -49,16 +53,21 @@ SOURCES = {
     "port": FLOWS,
     "router_interface": FLOWS,
     "tap_policy": FLOWS,
+    "port_chain": FLOWS,
     "subnet": "network",
     "router": "router_interfaces",
     "security_group": FLOWS,
     "security_group_rule": FLOWS,   # no status of its own: part of its group's
+    "port_pair": "ports",
+    "port_pair_group": "port_pairs",
+    "flow_classifier": "ports",
 }
 # cookie kinds whose flows realise an object of a status kind (a network-node router's interface is a
 # port of the gateway node: its flows carry the port kind with the interface's id)
 FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
               "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,),
-              "security_group": (ck.KIND_SECURITY_GROUP,), "security_group_rule": (ck.KIND_SECURITY_GROUP_RULE,)}
+              "security_group": (ck.KIND_SECURITY_GROUP,), "security_group_rule": (ck.KIND_SECURITY_GROUP_RULE,),
+              "port_chain": (ck.KIND_PORT_CHAIN,)}
 
 Status = tuple[str, str | None]
 
@@ -191,6 +200,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     for g in snapshot.security_groups:
         parts = [from_flows("security_group", g.id)] + [from_flows("security_group_rule", r) for r in rules[g.id]]
         out[("security_group", g.id)] = _worst([p for p in parts if p is not None])
+    _chains(snapshot, out, from_flows)
     return out
 
 
@@ -222,6 +232,31 @@ def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: f
             prev = out.get((kind, obj_id))
             out[(kind, obj_id)] = st if prev is None else _worst([prev, st])
     return out
+
+
+def _chains(snapshot, out: dict, from_flows) -> None:
+    """Port chains from their flows (after the compiler's problems); pairs, groups and classifiers
+    from the ports they name."""
+    def ports(*ids) -> Status:
+        return _worst([out.get(("port", i), ("error", f"port {i} was deleted")) for i in ids if i is not None])
+
+    for pair in snapshot.port_pairs:
+        out[("port_pair", pair.id)] = ports(pair.ingress_port_id, pair.egress_port_id)
+    for group in snapshot.port_pair_groups:
+        out[("port_pair_group", group.id)] = _worst([out[("port_pair", i)] for i in group.port_pair_ids
+                                                     if ("port_pair", i) in out])
+    for fc in snapshot.flow_classifiers:
+        out[("flow_classifier", fc.id)] = ports(fc.logical_source_port_id, fc.logical_destination_port_id)
+    if not snapshot.port_chains:
+        return
+    from fathom.apps.sfc import plans as sfc_plans
+    plans = sfc_plans(snapshot)[1]
+    for chain in snapshot.port_chains:
+        plan = plans.get(chain.id)
+        if plan is not None and plan.problems:
+            out[("port_chain", chain.id)] = ("error" if plan.fatal else "pending", "; ".join(plan.problems))
+        else:
+            out[("port_chain", chain.id)] = from_flows("port_chain", chain.id) or ("active", None)
 
 
 def node_states(result) -> dict[str, str]:

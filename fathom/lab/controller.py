@@ -75,7 +75,8 @@ def stop_controller(lab_dir: Path) -> None:
 
 def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None,
              switches_registered=lambda created: None, token: str | None = None) -> dict:
-    """Create nodes, networks, subnets, routers and VM ports; returns the ids created.
+    """Create nodes, networks, subnets, routers, VM ports, VNF ports and their port pairs; returns the
+    ids created.
 
     `switches_registered(created)` runs once the nodes and the fabric switch have their ids (e.g. to
     issue their certificates, which bind the datapath ids derived from them)."""
@@ -124,6 +125,21 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
                 "network_id": created["networks"][vm.network], "name": vm.name, "mac_address": vm.mac,
                 "fixed_ips": [{"subnet_id": created["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
                 "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
+    if topo.vnfs():
+        progress("creating VNF ports and port pairs")
+        created["port_pairs"] = {}
+    for node, vnf in topo.vnfs():
+        net = topo.network(vnf.network)
+        ids = {}
+        for side, port in (("i", vnf.ingress), ("o", vnf.egress)):
+            # a VNF forwards packets that are not its own: no port security on its ports
+            ids[side] = created["ports"][f"{vnf.name}{side}"] = api.request("POST", "/ports", json={
+                "network_id": created["networks"][vnf.network], "name": f"{vnf.name}{side}",
+                "mac_address": port.mac, "port_security": False,
+                "fixed_ips": [{"subnet_id": created["subnets"][vnf.network], "ip_address": str(port.ip.ip)}],
+                "node": node.name, "interface_name": f"{vnf.name}{side}", "project_id": net.project})["id"]
+        created["port_pairs"][vnf.name] = api.request("POST", "/sfc/port_pairs", json={
+            "name": vnf.name, "ingress": ids["i"], "egress": ids["o"], "project_id": net.project})["id"]
     return created
 
 
@@ -187,6 +203,8 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
     """Best effort: delete what the lab created (the controller may be gone already)."""
     http = Client(url, token=token).http   # raw answers: an object already gone is fine
     try:
+        for pair in created.get("port_pairs", {}).values():
+            http.delete(f"/sfc/port_pairs/{pair}")
         for pid in created.get("ports", {}).values():
             http.delete(f"/ports/{pid}")
         for rid in created.get("routers", {}).values():

@@ -222,6 +222,9 @@ class Lab:
                 self.add_vm(node.name, vm.name, vm.mac, str(vm.ip), str(topo.network(vm.network).gateway))
                 self.plug_vm(node.name, vm.name, vm.mac, vm.network,
                              tag=_standalone_tag(topo, vm.network) if standalone else None, ovs=ovs)
+            for vnf in node_t.vnfs:
+                progress(f"vnf {vnf.name} ({vnf.kind}) on {node.name}")
+                self._add_vnf(topo, node, ovs, vnf, standalone)
         if standalone:
             progress("standalone tunnels")
             self._standalone_overlay(topo, nodes)
@@ -258,6 +261,22 @@ class Lab:
         self.ovs(node).vsctl("--if-exists", "del-port", "br-int", name)
         run(["ip", "link", "del", name], ns=self.ns(node), check=False)
         run(["ip", "netns", "del", self.ns(name)], check=False)
+    def _add_vnf(self, topo: Topology, node: NodePlan, ovs: OvsInstance, vnf, standalone: bool) -> None:
+        """A VNF namespace: eth0 (ingress) and eth1 (egress) joined to br-int as `<vnf>i` and `<vnf>o`,
+        configured by fathom.lab.vnf for its kind."""
+        from . import vnf as vnfs
+        ns = self.ns(vnf.name)
+        _add_netns(ns)
+        for dev, iface, port in (("eth0", f"{vnf.name}i", vnf.ingress), ("eth1", f"{vnf.name}o", vnf.egress)):
+            run(["ip", "link", "add", iface, "netns", node.netns, "type", "veth", "peer", "name", dev, "netns", ns])
+            run(["ip", "link", "set", dev, "address", port.mac], ns=ns)
+            _prepare_veth_end(ns, dev)
+            _prepare_veth_end(node.netns, iface)
+            tag = _standalone_tag(topo, vnf.network) if standalone else None
+            ovs.vsctl("add-port", "br-int", iface, *(["tag=%d" % tag] if tag else []), "--",
+                      "set", "interface", iface, f"external_ids:iface-id={iface}",
+                      f"external_ids:attached-mac={port.mac}", f"external_ids:fathom-network={vnf.network}")
+        vnfs.configure(ns, vnf, topo.network(vnf.network).cidr, self.dir / vnf.name)
 
     def _standalone_overlay(self, topo: Topology, nodes: list[NodePlan]) -> None:
         """Without a controller: NORMAL switching, one VXLAN port per (network, peer) as an access port.
@@ -465,9 +484,13 @@ class Lab:
                     up = bool(out) and "UP" in json.loads(out)[0].get("flags", [])
                 vms.append({"name": vm["name"], "node": node["name"], "network": vm["network"],
                             "mac": vm["mac"], "ip": vm["ip"], "netns": vns, "link_up": up})
+        vnfs = [{"name": v["name"], "node": node["name"], "kind": v["kind"], "network": v["network"],
+                 "ingress": v["ingress"], "egress": v["egress"], "netns": self.ns(v["name"]),
+                 "present": self.ns(v["name"]) in present}
+                for node in topo.get("nodes", []) for v in node.get("vnfs", [])]
         return {"name": self.name, "status": state.get("status"), "standalone": state.get("standalone"),
                 "topology_file": state.get("topology_file"), "management": state.get("management"),
-                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms,
+                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms, "vnfs": vnfs,
                 "controller": {k: v for k, v in (state.get("controller") or {}).items() if k != "created"} or None}
 
     # ----- exec -----
@@ -505,6 +528,7 @@ def list_labs() -> list[dict]:
         out.append({"name": name, "status": st.get("status", "unknown (no state file)"),
                     "nodes": len(st.get("nodes", [])),
                     "vms": sum(len(n.get("vms", [])) for n in st.get("topology", {}).get("nodes", [])),
+                    "vnfs": sum(len(n.get("vnfs", [])) for n in st.get("topology", {}).get("nodes", [])),
                     "standalone": st.get("standalone"), "topology_file": st.get("topology_file")})
     return out
 

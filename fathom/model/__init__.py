@@ -142,6 +142,56 @@ class SecurityGroupRule:
     port_max: int | None = None
     remote_prefix: str | None = None
     remote_group_id: int | None = None
+# ---------------------------------------------------------------------------------------------- service chains
+@dataclass(frozen=True)
+class PortPair:
+    """A VNF instance (networking-sfc's port pair): traffic enters it on `ingress_port_id` and
+    leaves on `egress_port_id` (two ports of one network; fathom/apps/sfc steers through it)."""
+    id: int
+    name: str
+    project_id: str
+    ingress_port_id: int
+    egress_port_id: int
+
+
+@dataclass(frozen=True)
+class PortPairGroup:
+    """Interchangeable instances of one VNF: a flow goes through one of them (by a hash of its
+    5-tuple). `port_pair_ids` in id order: the order of the select group's buckets."""
+    id: int
+    name: str
+    project_id: str
+    port_pair_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FlowClassifier:
+    """Which traffic enters a chain: IPv4 sent by `logical_source_port_id` (to
+    `logical_destination_port_id` when given) matching the L3/L4 fields; None = any.
+    Port ranges are inclusive (low, high)."""
+    id: int
+    name: str
+    project_id: str
+    logical_source_port_id: int
+    logical_destination_port_id: int | None = None
+    protocol: int | None = None
+    source_ip_prefix: str | None = None
+    destination_ip_prefix: str | None = None
+    source_port_range: tuple[int, int] | None = None
+    destination_port_range: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class PortChain:
+    """Classified traffic goes through each group of `port_pair_group_ids` in order, then on to its
+    destination; `symmetric`: replies (classified by the mirrored classifiers at the destination
+    port) go back through the same instances in reverse order."""
+    id: int
+    name: str
+    project_id: str
+    port_pair_group_ids: tuple[int, ...]
+    flow_classifier_ids: tuple[int, ...]
+    symmetric: bool = False
 
 
 # ---------------------------------------------------------------------------------------------- fabric
@@ -221,6 +271,10 @@ class Snapshot:
     tap_policies: tuple[TapPolicy, ...] = ()
     security_groups: tuple[SecurityGroup, ...] = ()
     security_group_rules: tuple[SecurityGroupRule, ...] = ()
+    port_pairs: tuple[PortPair, ...] = ()
+    port_pair_groups: tuple[PortPairGroup, ...] = ()
+    flow_classifiers: tuple[FlowClassifier, ...] = ()
+    port_chains: tuple[PortChain, ...] = ()
     # ToR switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None

@@ -30,12 +30,15 @@ REG_NETWORK = "reg6"    # fathom id of the network the frame is in (changed by r
 REG_OUT_PORT = "reg7"   # OpenFlow port chosen by l2, output by the output stage
 REG_TAP = "reg8"        # vTAP: marker of the policy copy a frame is; 0 = none
 REG_DST_PORT = "reg9"   # security groups: fathom id of the local port a frame is delivered to
+REG_CHAIN_HOP = "reg10" # service chains: the chain hop a frame goes to next; 0 = not steered
 REGISTERS = {REG_SRC_PORT: "fathom id of the local port the frame came from; 0 for frames from the tunnel or uplink",
              REG_NETWORK: "fathom id of the network the frame is in (\"network metadata\")",
              REG_OUT_PORT: "OpenFlow port the output stage sends the frame to",
              REG_TAP: "vTAP marker of a copy ([vtap.md](vtap.md)); 0 = not a copy",
              REG_DST_PORT: "fathom id of the local port a frame is delivered to, for its security groups "
-                           "([security-groups.md](security-groups.md)); 0 otherwise"}
+                           "([security-groups.md](security-groups.md)); 0 otherwise",
+             REG_CHAIN_HOP: "service chains: the chain hop (chain, direction, group) a frame is steered to "
+                            "([sfc.md](sfc.md)); 0 = not steered"}
 
 _ARP_REPLY = frozenset({"eth_src", "eth_dst", "arp_op", "arp_sha", "arp_tha", "arp_spa", "arp_tpa"})
 _TUNNEL = frozenset({"tunnel_id", "tun_ipv4_dst"})
@@ -153,8 +156,10 @@ def _written(a) -> str | None:
 BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's integration bridge: VMs, tunnel, uplink", tables=(
     Table("classify", 0, "in_port of a local port → `reg6` := network, `reg5` := port id; `vxlan0` + `tun_id`=VNI "
           "→ `reg6`, to l2; `patch-phy` + VLAN id → pop VLAN, `reg6`, to l2; `patch-phy` untagged → the flat "
-          "network, to l2; `vxlan0` + `tun_id`=tap marker → `reg8`, to tap-recovery",
-          next=("tap-ingress", "l2", "tap-recovery"), writes=frozenset({REG_SRC_PORT, REG_NETWORK, REG_TAP})),
+          "network, to l2; `vxlan0` + `tun_id`=tap marker → `reg8`, to tap-recovery; `vxlan0` + `tun_id`=chain hop "
+          "marker → `reg9`, to sfc-deliver",
+          next=("tap-ingress", "sfc-deliver", "l2", "tap-recovery"),
+          writes=frozenset({REG_SRC_PORT, REG_NETWORK, REG_TAP, REG_CHAIN_HOP})),
     Table("tap-ingress", 10, "vTAP rewriting rules for frames sent by local ports: match a policy → group ALL "
           "(original → security, copy → tap-recovery); see [vtap.md](vtap.md)",
           miss="security", next=("tap-recovery",), writes=frozenset({"eth_dst", "ipv4_dst", REG_TAP})),
@@ -172,7 +177,16 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
           "established or related → on while the rule that admitted it (`ct_mark`) still applies to the "
           "port; new → a rule (conjunctive match: port × remote × protocol) commits it with `ct_mark` := "
           "rule id; anything else → drop", next=("sfc",), writes=frozenset({"ct_mark"})),
-    Table("sfc", 40, "service-chain steering (no app fills it yet)", miss="l3"),
+    Table("sfc", 40, "service chains, where a frame enters or moves on: from a chain's source port and "
+          "matching one of its flow classifiers, or IPv4 coming back from a VNF's egress port (its ingress "
+          "port: a symmetric chain's replies) → `reg10` := the chain hop it goes to next; to sfc-select; "
+          "see [sfc.md](sfc.md)", miss="l3", next=("sfc-select",), writes=frozenset({REG_CHAIN_HOP})),
+    Table("sfc-select", 42, "`reg10` = chain hop → that hop's select group: one bucket per VNF instance, "
+          "chosen by a symmetric hash of the 5-tuple (one instance: its bucket's actions in the flow); a bucket "
+          "sets the instance port's MAC as destination and outputs to it, or carries the hop in `tun_id` to the "
+          "instance's node", writes=frozenset({"eth_dst"}) | _TUNNEL),
+    Table("sfc-deliver", 44, "chain frames from another node (`reg10` = hop, destination MAC = a local VNF "
+          "instance's port) → output to that port"),
     Table("l3", 50, "distributed routing: frame to a router interface's MAC, IPv4 to a subnet on the same router "
           "→ src MAC := outgoing interface MAC, TTL − 1, `reg6` := destination network; to l3-neighbor",
           miss="l2", next=("l3-neighbor",), writes=frozenset({"eth_src", REG_NETWORK})),

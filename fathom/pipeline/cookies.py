@@ -33,10 +33,11 @@ KIND_ROUTER_INTERFACE = 0x07  # object id = the router interface's port id
 KIND_TAP_POLICY = 0x08
 KIND_SECURITY_GROUP = 0x09
 KIND_SECURITY_GROUP_RULE = 0x0A
+KIND_PORT_CHAIN = 0x0B
 KINDS = {KIND_STAGE: "stage", KIND_NODE: "node", KIND_NETWORK: "network", KIND_SUBNET: "subnet",
          KIND_PORT: "port", KIND_ROUTER: "router", KIND_ROUTER_INTERFACE: "router_interface",
          KIND_TAP_POLICY: "tap_policy", KIND_SECURITY_GROUP: "security_group",
-         KIND_SECURITY_GROUP_RULE: "security_group_rule"}
+         KIND_SECURITY_GROUP_RULE: "security_group_rule", KIND_PORT_CHAIN: "port_chain"}
 
 
 def cookie(app: int, kind: int, object_id: int) -> int:

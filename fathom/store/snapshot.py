@@ -5,10 +5,11 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from fathom.model import (
-    FixedIp, Network, Node, Port, Router, RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet,
-    TapPolicy,
+    FixedIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, Router, RouterInterface,
+    SecurityGroup, SecurityGroupRule, Snapshot, Subnet, TapPolicy,
 )
 from fathom.store import models as m
+from fathom.store import sfc_models as sm
 from fathom.store.agent_models import NodeAgent
 from fathom.store.agents import recommended_datapath
 from fathom.store.db import READ_ONLY
@@ -65,7 +66,7 @@ def load_snapshot(session) -> Snapshot:
                       for r in session.scalars(select(m.SecurityGroupRule).order_by(m.SecurityGroupRule.id)))
         return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
                         tap_policies=taps, security_groups=groups, security_group_rules=rules,
-                        fabric=load_fabric(session))
+                        fabric=load_fabric(session), **_chains(session))
 
     if session.in_transaction():
         return run()
@@ -76,3 +77,28 @@ def load_snapshot(session) -> Snapshot:
             options["isolation_level"] = "REPEATABLE READ"
         session.connection(execution_options=options)
         return run()
+
+
+def _range(low, high) -> tuple[int, int] | None:
+    return None if low is None else (low, high)
+
+
+def _chains(session) -> dict:
+    """Port pairs, groups (members in id order), flow classifiers and chains (groups in order)."""
+    pairs = list(session.scalars(select(sm.PortPair).order_by(sm.PortPair.id)))
+    groups = list(session.scalars(select(sm.PortPairGroup).order_by(sm.PortPairGroup.id)))
+    fcs = list(session.scalars(select(sm.FlowClassifier).order_by(sm.FlowClassifier.id)))
+    chains = list(session.scalars(select(sm.PortChain).order_by(sm.PortChain.id)))
+    return {
+        "port_pairs": tuple(PortPair(p.id, p.name, p.project_id, p.ingress_port_id, p.egress_port_id) for p in pairs),
+        "port_pair_groups": tuple(PortPairGroup(g.id, g.name, g.project_id,
+                                                tuple(p.id for p in pairs if p.group_id == g.id)) for g in groups),
+        "flow_classifiers": tuple(FlowClassifier(
+            f.id, f.name, f.project_id, f.logical_source_port_id, f.logical_destination_port_id, f.protocol,
+            f.source_ip_prefix, f.destination_ip_prefix, _range(f.source_port_range_min, f.source_port_range_max),
+            _range(f.destination_port_range_min, f.destination_port_range_max)) for f in fcs),
+        "port_chains": tuple(PortChain(
+            c.id, c.name, c.project_id,
+            tuple(g.id for g in sorted((g for g in groups if g.chain_id == c.id), key=lambda g: g.position)),
+            tuple(f.id for f in fcs if f.chain_id == c.id), c.symmetric) for c in chains),
+    }

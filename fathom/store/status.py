@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from fathom.store import models as m
 from fathom.store.agent_models import PptmonAttachment
+from fathom.store import sfc_models as sm
 from fathom.store.fabric_models import FabricSwitch
 
 MODELS = {
@@ -19,6 +20,8 @@ MODELS = {
     "router_interface": m.Port,   # a router interface is a port of the router
     "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch, "pptmon_attachment": PptmonAttachment,
     "security_group": m.SecurityGroup,
+    "port_chain": sm.PortChain, "port_pair": sm.PortPair, "port_pair_group": sm.PortPairGroup,
+    "flow_classifier": sm.FlowClassifier,
 }
 
 

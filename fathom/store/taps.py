@@ -32,7 +32,7 @@ def _visible(caller: Caller, port: m.Port) -> bool:
 
 def resolve(session: Session, caller: Caller, ref, field: str, *, must_be_port: bool):
     """A port (by id, name, or MAC+IP) -> m.Port; or, when allowed, a bare (mac, ip) -> tuple."""
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit()):
         # another project's port is as absent as a missing one (same answer)
         port = session.get(m.Port, int(ref)) if valid_id(int(ref)) else None
         if port is None or port.router_id is not None or not _visible(caller, port):

@@ -1,10 +1,12 @@
 """A small interpreter of compiled switch states, for tests: walks frames through br-int tables.
 
 It follows OpenFlow 1.3 semantics closely enough to check what the compilers mean: highest-priority
-match per table, apply-actions in order, goto_table, ALL groups, IN_PORT, and "never output to the
-in_port"; and the Nicira extensions security groups use: conjunctive matches (`conjunction`,
-`conj_id`) and a connection tracker per (node, zone) (`ct`, `ct_clear`, `ct_state`, `ct_mark`), which
-remembers committed connections by their addresses, protocol and ports between `send` calls. Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
+match per table, apply-actions in order, goto_table, ALL groups, SELECT groups (one bucket, picked by
+a symmetric hash of the frame's 5-tuple: the same bucket for a flow and its replies, as OVS's default
+dp_hash sym_l4 selection), IN_PORT, and "never output to the in_port"; and the Nicira extensions
+security groups use: conjunctive matches (`conjunction`, `conj_id`) and a connection tracker per
+(node, zone) (`ct`, `ct_clear`, `ct_state`, `ct_mark`), which remembers committed connections by their
+addresses, protocol and ports between `send` calls. Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
 uplink output reaches every other node's uplink (the physical network acts as a hub: a superset of
 what a learning switch would deliver, which makes isolation checks stricter) - or, given a compiled
 ToR and the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
@@ -12,6 +14,7 @@ ToR and the ToR port facing each node, crosses the ToR's tables like a frame on 
 from __future__ import annotations
 
 import ipaddress
+import zlib
 from dataclasses import dataclass
 
 from fathom.openflow.spec import (
@@ -277,8 +280,10 @@ class Fabric:
                     outputs.append((port, dict(pkt)))
             elif isinstance(a, Group):
                 group = self.groups[node][a.group_id]
-                assert group.type == "all"
-                for bucket in group.buckets:
+                assert group.type in ("all", "select")
+                buckets = group.buckets if group.type == "all" else \
+                    [group.buckets[symmetric_hash(pkt) % len(group.buckets)]] if group.buckets else []
+                for bucket in buckets:
                     self._apply(node, bucket, dict(pkt), outputs, depth)
             elif isinstance(a, GotoTable):
                 self._run_table(node, a.table, pkt, outputs, depth + 1)
@@ -301,6 +306,15 @@ class Fabric:
                     outputs.append((a.port, dict(pkt)))
             else:
                 raise TypeError(a)
+
+
+def symmetric_hash(pkt: dict) -> int:
+    """A hash of the 5-tuple that is the same in both directions (a stand-in for OVS's sym_l4)."""
+    proto = pkt.get("ip_proto", 0)
+    sport = pkt.get("tcp_src", pkt.get("udp_src", 0))
+    dport = pkt.get("tcp_dst", pkt.get("udp_dst", 0))
+    ends = sorted([(str(pkt.get("ipv4_src")), sport), (str(pkt.get("ipv4_dst")), dport)])
+    return zlib.crc32(repr((proto, ends)).encode())
 
 
 def compile_tenant(snapshot: Snapshot) -> dict:

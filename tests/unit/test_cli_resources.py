@@ -140,3 +140,31 @@ def test_tap_show_without_the_controller_runtime(run):
     assert "tap policy" in run("tap", "show", "t1").output
     out = json.loads(run("tap", "update", "t1", "--tp-dst", "8000-8100", "--json").output)
     assert out["filters"]["tp_dst"] == "8000-8100"
+
+
+def test_sfc_verbs(run):
+    """`fathom sfc ...`: a chain built from the CLI, shown in tables and JSON, changed and deleted."""
+    run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
+    run("network", "create", "blue")
+    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    for i, name in enumerate(("client", "server", "fwi", "fwo"), start=11):
+        run("port", "create", name, "--network", "blue", "--ip", f"10.0.0.{i}", "--node", "c1", "--interface", name,
+            *(["--no-port-security"] if name.startswith("fw") else []))
+    run("sfc", "port-pair", "create", "fw", "--ingress", "fwi", "--egress", "fwo")
+    run("sfc", "port-pair-group", "create", "fws", "--port-pair", "fw")
+    run("sfc", "flow-classifier", "create", "web", "--logical-source-port", "client", "--logical-destination-port",
+        "server", "--protocol", "tcp", "--destination-port", "80")
+    chain = json.loads(run("sfc", "port-chain", "create", "c", "--port-pair-group", "fws", "--flow-classifier", "web",
+                           "--symmetric", "--json").output)
+    assert chain["chain_parameters"]["symmetric"] and len(chain["port_pair_groups"]) == 1
+    assert "80 → " not in run("sfc", "flow-classifier", "list").output
+    assert "* → 80" in run("sfc", "flow-classifier", "list").output
+    assert json.loads(run("sfc", "port-chain", "list", "--json").output)[0]["name"] == "c"
+    out = run("sfc", "port-chain", "update", "c", "--no-flow-classifiers", "--json").output
+    assert json.loads(out)["flow_classifiers"] == []
+    err = run("sfc", "port-pair", "delete", "fw", ok=False).output
+    assert "port pair group" in err and len(err.strip().splitlines()) == 1
+    run("sfc", "port-chain", "delete", "c")
+    run("sfc", "port-pair-group", "delete", "fws")
+    run("sfc", "port-pair", "delete", "fw")
+    assert json.loads(run("sfc", "port-pair", "list", "--json").output) == []
