@@ -12,7 +12,8 @@ from fathom.apps import BR_INT, compile_all
 from fathom.apps.sfc import compiler as sfc
 from fathom.apps.sfc.compiler import chain_vnf_ports, hop_marker, parse_hop_marker
 from fathom.model import (
-    FixedIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, Snapshot, Subnet,
+    FixedIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, SecurityGroup,
+    SecurityGroupRule, Snapshot, Subnet,
 )
 from fathom.pipeline.catalogue import BR_INT as PIPE
 
@@ -29,6 +30,12 @@ PORTS = [(10, "client", "c1", "10.0.0.10", NET, "p1", True), (11, "server", "c3"
          (30, "evil", "c1", "10.0.0.10", RED, "p2", True), (31, "evilsrv", "c3", "10.0.0.11", RED, "p2", True)]
 
 
+OPEN = {"p1": 1, "p2": 2}
+GROUPS = tuple(SecurityGroup(g, f"open-{p}", p) for p, g in OPEN.items())
+RULES = tuple(SecurityGroupRule(10 * g + i, g, d, "IPv4") for g in OPEN.values()
+              for i, d in enumerate(("ingress", "egress")))
+
+
 def mac(pid: int) -> str:
     return f"02:fa:00:00:00:{pid:02x}"
 
@@ -38,7 +45,10 @@ def model(chains=None, pairs=None, groups=None, fcs=None) -> Snapshot:
                        ofports={"vxlan0": 1, "patch-phy": 2,
                                 **{name: pid for pid, name, node, *_ in PORTS if node == f"c{i}"}})
                   for i in (1, 2, 3))
-    ports = tuple(Port(pid, name, proj, net, mac(pid), (FixedIp(net, ip),), node, name, sec)
+    # workload ports are in their project's open group (everything in and out): the chain, not the
+    # security groups, is under test here
+    ports = tuple(Port(pid, name, proj, net, mac(pid), (FixedIp(net, ip),), node, name, sec,
+                       (OPEN[proj],) if sec else ())
                   for pid, name, node, ip, net, proj, sec in PORTS)
     pairs = pairs if pairs is not None else (PortPair(1, "fwa", "p1", 20, 21), PortPair(2, "fwb", "p1", 22, 23),
                                              PortPair(3, "dpi", "p1", 24, 25))
@@ -48,7 +58,7 @@ def model(chains=None, pairs=None, groups=None, fcs=None) -> Snapshot:
     chains = chains if chains is not None else (PortChain(1, "c", "p1", (1, 2), (1,), symmetric=True),)
     return Snapshot(nodes, (Network(NET, "blue", "p1", "vxlan", 1001), Network(RED, "red", "p2", "vxlan", 1002)),
                     (Subnet(NET, "blue", "p1", NET, "10.0.0.0/24", None), Subnet(RED, "red", "p2", RED, "10.0.0.0/24", None)),
-                    ports, port_pairs=pairs, port_pair_groups=groups, flow_classifiers=fcs, port_chains=chains)
+                    ports, security_groups=GROUPS, security_group_rules=RULES, port_pairs=pairs, port_pair_groups=groups, flow_classifiers=fcs, port_chains=chains)
 
 
 BY_NAME = {name: (pid, node, ip) for pid, name, node, ip, *_ in PORTS}
@@ -167,6 +177,7 @@ def test_plan_problems_and_vnf_ports():
     unplugged = Snapshot(tuple(n if n.name != "c2" else Node(n.id, n.name, n.role, n.tunnel_ip, None, "complete",
                                                               ofports={"vxlan0": 1})
                                for n in snap.nodes), snap.networks, snap.subnets, snap.ports,
+                         security_groups=snap.security_groups, security_group_rules=snap.security_group_rules,
                          port_pairs=snap.port_pairs, port_pair_groups=snap.port_pair_groups,
                          flow_classifiers=snap.flow_classifiers, port_chains=snap.port_chains)
     _, plans = sfc.compile_sfc_plans(unplugged)
