@@ -66,6 +66,9 @@ class FakeSwitch:
         self.reads += 1
         return set(self.flows.values())
 
+    def count_flows(self) -> int:
+        return len(self.flows)
+
     def read_groups(self) -> set:
         return set(self.groups.values())
 

@@ -103,6 +103,15 @@ def break_messages(dp, c: Change) -> tuple[list, list]:
     return bundled, plain
 
 
+def whole_messages(dp, c: Change) -> tuple[list, list, list]:
+    """(plain before, bundled, plain after) pairs of a whole change in one atomic bundle, for a
+    change of one switch alone (a reconnect's replay): what is new, then what is gone, so the
+    switch never holds less than the flows still wanted, not even between two bundles."""
+    plain, make = make_messages(dp, c)
+    gone, after = break_messages(dp, c)
+    return plain, make + gone, after
+
+
 # ---------------------------------------------------------------------------------------------- sessions
 
 
@@ -124,6 +133,14 @@ class OsKenSession:
                                          parser.OFPMatch())
         replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPFlowStatsReply, reply_multi=True) or []
         return {encode.decode_flow(ofp, stat) for r in replies for stat in r.body}
+
+    def count_flows(self) -> int:
+        """How many flows the switch holds (one aggregate-stats round trip, whatever their number)."""
+        ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
+        req = parser.OFPAggregateStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
+                                              parser.OFPMatch())
+        replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPAggregateStatsReply, reply_multi=True) or []
+        return sum(r.body.flow_count for r in replies)
 
     def read_groups(self) -> set[GroupSpec]:
         parser = self.dp.ofproto_parser

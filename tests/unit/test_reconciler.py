@@ -73,7 +73,11 @@ class Cloud:
             snap = load_snapshot(s)
         self.switches = FakeSwitches()
         self.boot = FixedBootstrap(golden_flows.ofports(self.topo, snap, mode))
-        self.rec = Reconciler(session_factory(self.api.state.engine), self.switches, self.boot)
+        self.rec = Reconciler(session_factory(self.api.state.engine), self.switches, self.boot,
+                              check_incremental=True)
+        # as fathom.controller.server wires them: API writes wake the reconciler, long-polls wait on its board
+        self.api.state.store.on_change = self.rec.wake
+        self.api.state.status_board = self.rec.board
         self.rec.extensions.append(FixedFabric(self.topo))
         self.nodes = {n.name: n.id for n in snap.nodes}
         for node_id in self.nodes.values():
@@ -219,7 +223,7 @@ def test_status_follows_the_switches(cloud):
     cloud.switches.down.clear()
     cloud.rec.switch_changed(compute2)
     cloud.rec.run_pass()
-    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values()), [(cloud.get(f"/ports/{p}")["status"], cloud.get(f"/ports/{p}")["status_reason"]) for p in ports.values()]
     assert cloud.get(f"/subnets/{cloud.ids['subnets']['blue']}")["status"] == "active"
     # a node whose OVSDB fails: its node is in error, its br-int is left alone
     cloud.boot.failing.add("compute2")
@@ -250,7 +254,7 @@ def test_a_lost_switch_marks_its_node_and_its_ports_only(cloud):
     cloud.rec.switch_changed(compute2)
     result = cloud.rec.run_pass()
     assert holds(cloud.br_int("compute2"), result.br_int("compute2"))
-    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values()), [(cloud.get(f"/ports/{p}")["status"], cloud.get(f"/ports/{p}")["status_reason"]) for p in ports.values()]
 
 
 def test_a_switch_lost_while_it_is_written_is_lost_not_refusing(cloud):
