@@ -367,7 +367,10 @@ class Reconciler:
                 continue
             current = getattr(self.bootstrapper, "current", None)
             got = current(node) if current else None
-            if got is not None and dict(got[2]) != dict(node.ofports):
+            if current is not None and got is None:   # its OVSDB connection is down: the node's status
+                self._event("check", setup=node.name, ports=node.name)
+                found = True
+            elif got is not None and dict(got[2]) != dict(node.ofports):
                 self._drift("ovsdb", f"node {node.name}: OVSDB interfaces differ from those compiled "
                                      "(a change notification was lost)")
                 self._event("check", ports=node.name)

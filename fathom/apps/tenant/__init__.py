@@ -69,13 +69,14 @@ def touched(before, after):
     scopes_b, scopes_a = b.memo("tenant_scopes", node_scopes), a.memo("tenant_scopes", node_scopes)
     moved: set[int] = set()
     for node in set(scopes_b) | set(scopes_a):
-        (lb, rb), (la, ra) = scopes_b.get(node, (frozenset(), frozenset())), scopes_a.get(node, (frozenset(), frozenset()))
+        none = (frozenset(), frozenset())
+        (lb, rb), (la, ra) = scopes_b.get(node, none), scopes_a.get(node, none)
         moved |= (lb ^ la) | (rb ^ ra)
     if moved:
         routers = {ri.router_id for ri in a.router_interfaces if ri.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
-        owners |= {(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a) for pid, (p, _) in m.memo("tenant_ports", _ports).items()
-                   if p.network_id in moved}
+        owners |= {(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
+                   for pid, (p, _) in m.memo("tenant_ports", _ports).items() if p.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
                    if ri.network_id in moved or ri.router_id in routers}
     return owners
