@@ -271,6 +271,7 @@ class Reconciler:
         self._checked_all = True                      # this pass re-checks every bridge
         self.recomputes: dict[str, int] = {}          # "app: reason" -> count (also in /metrics)
         self.drift: dict[str, int] = {}               # source -> count (also in /metrics)
+        self.mismatches = 0                           # check_incremental failures (must stay 0)
         self._next_check = time.monotonic() + interval
         self._next_audit = time.monotonic() + self.audit_interval
 
@@ -415,9 +416,11 @@ class Reconciler:
             ev = self._take_events()
             METRICS.passes.labels("audit" if audit else ",".join(sorted(ev.triggers)) or "sync").inc()
             if ev.store or self.store_model is None:
+                stored: dict = {}
                 with self.Session() as session:
                     session.connection(execution_options=READ_ONLY)
-                    self.store_model = load_snapshot(session)
+                    self.store_model = load_snapshot(session, stored)
+                self._stored = stored
             result = PassResult()
             self._checked_all = audit or self.model is None
             self._setup_due = ev.setup
@@ -448,16 +451,16 @@ class Reconciler:
             return result
 
     def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events) -> None:
-        """Write the statuses that changed (all of them after an API write: it may have reset some
-        in the store), then publish them on the board."""
+        """Write the statuses that differ from the store's, then publish them on the board."""
         decided = status.decide(snapshot, result)
         states = status.node_states(result)
-        if ev.store or not self.board.statuses:
-            write, node_states = decided, states
+        if ev.store:
+            stored = self._stored       # as read with the model: an API write may have reset some
         else:
-            old = self.board.statuses
-            write = {k: v for k, v in decided.items() if old.get(k) != v}
-            node_states = {k: v for k, v in states.items() if self._node_states.get(k) != v}
+            stored = dict(self.board.statuses)
+            stored.update({("node_state", name): st for name, st in self._node_states.items()})
+        write = {k: v for k, v in decided.items() if k[0] == "fabric_switch" or stored.get(k) != v}
+        node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
         if write or node_states:
             from fathom.store.status import write_statuses
             with self.Session() as session, session.begin():
@@ -466,6 +469,7 @@ class Reconciler:
         self.board.publish(decided, ev.seq)
 
     _node_states: dict = {}
+    _stored: dict = {}
 
     def _prepare(self, snapshot: Snapshot, result: PassResult) -> Snapshot:
         """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
@@ -563,6 +567,9 @@ class Reconciler:
                                  f"full-only {sorted(f.to_ofctl() for f in b.flows - a.flows)[:5]} "
                                  f"groups kept-only {sorted(g.to_ofctl() for g in a.groups - b.groups)[:3]} "
                                  f"full-only {sorted(g.to_ofctl() for g in b.groups - a.groups)[:3]}")
+            self.mismatches += 1
+            LOG.error("incremental desired state differs from a full compile:\n%s", "\n".join(lines))
+            self.parts, self.model_compiled = {}, None    # the next pass compiles whole
             raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
 
     # ---------------------------------------------------------------------------- apply

@@ -67,7 +67,8 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
     def health():
         return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.switches.app.datapaths],
                 "last_pass_seconds": round(reconciler.last_pass_seconds, 6),
-                "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift)}
+                "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
+                "incremental_mismatches": reconciler.mismatches}
 
     return router
 

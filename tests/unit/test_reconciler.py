@@ -42,6 +42,10 @@ class FixedBootstrap:
             return "error", "OVSDB unreachable (test)", {}
         return "complete", None, self.ofports.get(node.name, {})
 
+    def current(self, node):
+        """What the OVSDB replica says (None: its connection is down)."""
+        return None if node.name in self.failing else ("complete", None, dict(self.ofports.get(node.name, {})))
+
 
 class FixedFabric:
     """The fabric extension without OVSDB: the ToR's port facing the i-th node is i; on every br-phy
@@ -223,7 +227,7 @@ def test_status_follows_the_switches(cloud):
     cloud.switches.down.clear()
     cloud.rec.switch_changed(compute2)
     cloud.rec.run_pass()
-    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values()), [(cloud.get(f"/ports/{p}")["status"], cloud.get(f"/ports/{p}")["status_reason"]) for p in ports.values()]
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
     assert cloud.get(f"/subnets/{cloud.ids['subnets']['blue']}")["status"] == "active"
     # a node whose OVSDB fails: its node is in error, its br-int is left alone
     cloud.boot.failing.add("compute2")
@@ -254,7 +258,7 @@ def test_a_lost_switch_marks_its_node_and_its_ports_only(cloud):
     cloud.rec.switch_changed(compute2)
     result = cloud.rec.run_pass()
     assert holds(cloud.br_int("compute2"), result.br_int("compute2"))
-    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values()), [(cloud.get(f"/ports/{p}")["status"], cloud.get(f"/ports/{p}")["status_reason"]) for p in ports.values()]
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
 
 
 def test_a_switch_lost_while_it_is_written_is_lost_not_refusing(cloud):
