@@ -36,7 +36,7 @@ def local_ip_towards(ip: str) -> str:
 # Counters and state columns (statistics, link_state, is_connected, ...) are left out, so a node
 # at rest sends us nothing.
 COLUMNS = {
-    "Open_vSwitch": ["bridges", "ovs_version"],
+    "Open_vSwitch": None,   # all: ovsdbapp waits on cur_cfg after a write; its changes are ignored below
     "Bridge": ["name", "ports", "controller", "fail_mode", "protocols", "other_config", "datapath_type",
                "external_ids"],
     "Port": ["name", "interfaces", "external_ids"],
@@ -54,8 +54,25 @@ class _NotifyingIdl(connection.OvsdbIdl):
         super().__init__(remote, helper)
         self._on_change = on_change
 
+    def run(self):
+        """One round of the IDL (ovsdbapp's thread); a lost or regained connection is a change of
+        the node's setup: the reconciler marks the node or re-checks it at once."""
+        was = self._session.is_connected()
+        changed = super().run()
+        if self._session.is_connected() != was:
+            self._tell("setup")
+        return changed
+
+    def _tell(self, what: str) -> None:
+        try:
+            self._on_change(what)
+        except Exception:  # noqa: BLE001 - a listener's failure must not stop the IDL thread
+            LOG.exception("OVSDB change listener failed")
+
     def notify(self, event, row, updates=None):
         table = row._table.name
+        if table == "Open_vSwitch":
+            return   # cur_cfg/next_cfg move with every transaction; bridges are seen in Bridge rows
         if table == "Interface":
             if event == "update" and updates is not None and not (PORT_COLUMNS & set(updates._data)):
                 return
@@ -66,10 +83,7 @@ class _NotifyingIdl(connection.OvsdbIdl):
             what = "setup" if is_infrastructure_interface(getattr(row, "name", "")) else "ports"
         else:
             what = "setup"
-        try:
-            self._on_change(what)
-        except Exception:  # noqa: BLE001 - a listener's failure must not stop the IDL thread
-            LOG.exception("OVSDB change listener failed")
+        self._tell(what)
 
 
 class NodeOvsdb:
@@ -83,7 +97,10 @@ class NodeOvsdb:
         self.remote = channels.ovsdb_remote(management_ip)
         helper = idlutils.get_schema_helper(self.remote, "Open_vSwitch")
         for table, columns in COLUMNS.items():
-            helper.register_columns(table, columns)
+            if columns is None:
+                helper.register_table(table)
+            else:
+                helper.register_columns(table, columns)
         listener = on_change or (lambda _name, _what: None)
         idl = _NotifyingIdl(self.remote, helper, lambda what: listener(name, what))
         conn = connection.Connection(idl=idl, timeout=timeout)

@@ -144,6 +144,7 @@ class FabricRuntime:
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
         self.agent = L3Agent()
+        self._agent_idle = False   # the agent has nothing to build or remove (checked once at start)
         self.last: dict = {"routers": {}}
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
         self._lldp_key = os.urandom(32)   # signs our probes: a forged or replayed frame does not verify
@@ -230,8 +231,13 @@ class FabricRuntime:
         whose outcome is part of those routers' status."""
         want = routers.network_node_legs(snapshot)
         subnets = {x.id: x for x in snapshot.subnets}
-        router_result = self.agent.sync({n.name: n.management_ip for n in snapshot.nodes}, want, subnets,
-                                        lambda node: rec.bootstrapper.nodes.get(node))
+        if want or not self._agent_idle:
+            router_result = self.agent.sync({n.name: n.management_ip for n in snapshot.nodes}, want, subnets,
+                                            lambda node: rec.bootstrapper.nodes.get(node))
+            # no router wanted and the leftovers of earlier ones removed: nothing to do until one is
+            self._agent_idle = not want
+        else:
+            router_result = {}
         if self.agent.created:
             # new interfaces' br-int ports: the next pass compiles them with their port numbers
             self.agent.created = False

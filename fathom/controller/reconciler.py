@@ -2,8 +2,8 @@
 
 One thread runs passes, woken by events only: an API write, an OVSDB change of a node (an interface
 plugged, unplugged or renumbered; a bridge or controller changed), an OpenFlow port-status or a
-switch (re)connecting. Nothing runs at rest but a cheap periodic check (each switch's flow and
-group counts against what we installed, each node's OVSDB replica against the port numbers we
+switch (re)connecting. Nothing runs at rest but a cheap periodic check (each switch's flow
+count against what we installed, each node's OVSDB replica against the port numbers we
 compiled with) and, rarely, a full read-back audit; whatever they find is logged and counted and
 repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one. A pass:
 
@@ -139,6 +139,8 @@ class PassResult:
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
     # (kind, object id) -> (status, reason) decided by an agent outside the switches (router namespaces)
     agents: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
+    # (kind, object id) -> switches that must hold its flows (None: the status model reads `desired`)
+    needs: dict | None = None
 
     def br_int(self, node: str) -> SwitchState | None:
         return self.desired.get(SwitchKey(BR_INT, node))
@@ -229,7 +231,7 @@ class Reconciler:
                  audit_interval: float | None = None, check_incremental: bool | None = None):
         """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch).
 
-        `interval`: seconds between cheap checks (flow and group counts, OVSDB replicas); a full
+        `interval`: seconds between cheap checks (flow counts, OVSDB replicas); a full
         read-back audit runs every `audit_interval` (default: 60 checks, at least 5 minutes).
         `check_incremental`: after each pass, compile whole and assert equality (default: the
         environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets)."""
@@ -279,6 +281,8 @@ class Reconciler:
 
     def _event(self, trigger: str, store: bool = False, setup: str | None = None, ports: str | None = None,
                seq: bool = False) -> None:
+        if seq:   # first: a pass that takes this event covers the write
+            self.board.request()
         with self._events_lock:
             ev = self._events
             ev.store |= store
@@ -287,8 +291,6 @@ class Reconciler:
             if ports:
                 ev.ports.add(ports)
             ev.triggers.add(trigger)
-        if seq:
-            self.board.request()
         self._wake.set()
 
     def wake(self, *_args) -> None:
@@ -355,9 +357,13 @@ class Reconciler:
 
     def check(self) -> bool:
         """The cheap periodic check: every node's OVSDB replica against the port numbers we compiled
-        with, every known switch's flow and group counts against what we installed. Cost is per
-        switch, not per flow. Whatever differs is logged, counted and repaired by a pass; nodes
+        with, every known switch's flow count against what we installed (one aggregate-stats round
+        trip: its cost does not grow with the tenant; groups and changed actions are the audit's). Whatever differs is logged, counted and repaired by a pass; nodes
         and switches in trouble are retried. Returns whether a pass was asked for."""
+        with self.lock:
+            return self._check()
+
+    def _check(self) -> bool:
         found = False
         model = self.model
         for node in (model.nodes if model else ()):
@@ -389,13 +395,12 @@ class Reconciler:
                     found = True
                 continue
             try:
-                flows, groups = session.count_flows(), len(session.read_groups())
+                flows = session.count_flows()
             except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
                 LOG.warning("%s: check failed: %s", key, e)
                 continue
-            if flows != len(known[0]) or groups != len(known[1]):
-                self._drift("openflow", f"{key}: {flows} flows and {groups} groups, "
-                                        f"{len(known[0])} and {len(known[1])} installed")
+            if flows != len(known[0]):
+                self._drift("openflow", f"{key}: {flows} flows, {len(known[0])} installed")
                 self.known.pop(res.dpid, None)
                 self._event("check")
                 found = True
@@ -428,6 +433,7 @@ class Reconciler:
             compiled, refused = without_refused(snapshot)
             changed = self._compile(compiled, full=audit)
             result.desired = dict(self.desired)
+            result.needs = self._needs(changed)
             for port_id, reason in refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
             self._apply(snapshot, result, audit, changed)
@@ -551,6 +557,21 @@ class Reconciler:
         return changed
 
     model_compiled: Snapshot | None = None
+
+    def _needs(self, changed: set[SwitchKey]) -> dict:
+        """(kind, object id) -> switches holding something of it, kept per switch and redone only
+        for the switches whose desired state changed."""
+        cache = self.__dict__.setdefault("_owners_at", {})
+        for key in changed | (set(cache) ^ set(self.desired)):
+            if key in self.desired:
+                cache[key] = status.switch_owners(self.desired[key])
+            else:
+                cache.pop(key, None)
+        needs: dict = {}
+        for key, owners in cache.items():
+            for o in owners:
+                needs.setdefault(o, set()).add(key)
+        return needs
 
     def assert_incremental(self, model: Snapshot) -> None:
         """The kept desired state equals a compile of `model` from scratch (OVN's check after

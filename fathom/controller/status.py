@@ -84,14 +84,26 @@ def switch_problem(res) -> tuple[str, str, bool] | None:
     return None
 
 
+def owners_needed(desired) -> dict[tuple[int, int], set[SwitchKey]]:
+    """(kind, object id) -> the switches that must hold some flow or group of it."""
+    needs: dict[tuple[int, int], set[SwitchKey]] = defaultdict(set)
+    for key, state in desired.items():
+        for kind_obj in switch_owners(state):
+            needs[kind_obj].add(key)
+    return needs
+
+
+def switch_owners(state) -> set[tuple[int, int]]:
+    """(kind, object id) of everything a switch's desired state holds."""
+    return {ck.parse_cookie(spec.cookie)[1:] for spec in (*state.flows, *state.groups)}
+
+
 def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
     subnet, port, router, router_interface, tap_policy)."""
-    needs: dict[tuple[int, int], set[SwitchKey]] = defaultdict(set)
-    for key, state in result.desired.items():
-        for spec in (*state.flows, *state.groups):
-            _app, kind, obj = ck.parse_cookie(spec.cookie)
-            needs[(kind, obj)].add(key)
+    needs = getattr(result, "needs", None)
+    if needs is None:
+        needs = owners_needed(result.desired)
 
     def from_flows(kind: str, obj_id: int, home: set[SwitchKey] = frozenset()) -> Status | None:
         """From the flows alone; None when no switch needs any. `home`: the switches whose own

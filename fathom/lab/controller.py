@@ -39,7 +39,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
-           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3",
+           "--of-host", of_host, "--of-port", str(of_port), "--interval", "10",
            "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / "controller.pid").write_text(str(proc.pid))

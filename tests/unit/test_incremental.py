@@ -257,3 +257,36 @@ def test_a_reconnecting_switch_gets_one_bundle_that_never_drops_a_wanted_flow(cl
     assert len(adds) == 1 and len(deletes) == 1 and msgs.index(adds[0]) < msgs.index(deletes[0])
     assert deletes[0].priority == 1                   # only the stale flow; nothing still wanted
     assert holds(sw, wanted)
+
+
+def test_compile_owners_of_every_app_is_its_whole_compile_cut_to_those_owners(tmp_path):
+    """The hook and its fallback agree with the whole compile, owner by owner, for every app."""
+    from fathom.apps import by_owner, compile_owners, registry
+    from fathom.controller.reconciler import without_refused
+    c = Cloud(tmp_path, LAB / "default.yaml", with_fabric=True, taps=True)
+    try:
+        c.rec.run_pass()
+        model, _ = without_refused(c.rec.model)
+        for app in registry():
+            whole = app.compile(model)
+            owners = {o for state in whole.values() for o in by_owner(state)}
+            some = frozenset(sorted(owners)[::2])
+            got = compile_owners(app, model, some)
+            for key, state in whole.items():
+                want = {o: s for o, s in by_owner(state).items() if o in some}
+                assert by_owner(got.get(key, type(state)())) == want, (app.name, key)
+    finally:
+        c.close()
+
+
+def test_a_flow_encoded_once_is_the_same_bytes_as_os_ken_encodes(cloud):
+    from fathom.controller.switch import FlowMessage
+    sw = cloud.br_int("compute1")
+    for flow in list(sw.read_flows())[:50]:
+        for delete in (False, True):
+            m = FlowMessage(sw.dp, flow, delete)
+            ref = m.message()
+            ref.set_xid(1234)
+            ref.serialize()
+            assert bytes(m.with_xid(1234)) == bytes(ref.buf)
+            assert bytes(m.with_xid(1234)) == bytes(FlowMessage(sw.dp, flow, delete).with_xid(1234))

@@ -61,6 +61,7 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
     by OpenFlow port number. Such a port would pull every tenant's traffic arriving there into its
     own network; the reconciler marks it `error` with this reason."""
     nodes = {n.name: n for n in snapshot.nodes}
+    infra: dict[str, set[int]] = {}   # node name -> OpenFlow port numbers of the fabric's interfaces
     out = {}
     for p in snapshot.ports:
         node = nodes.get(p.node)
@@ -69,7 +70,9 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
             # (fathom.pipeline.fabric.tenant_view); a tenant port's id is never a leg's
             continue
         ofport = node.ofport(p.interface)
-        infra_ofports = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
+        if node.name not in infra:
+            infra[node.name] = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
+        infra_ofports = infra[node.name]
         if is_infrastructure_interface(p.interface) or (ofport is not None and (ofport in infra_ofports
                                                                                 or ofport >= OFPP_MAX)):
             out[p.id] = (f"interface {p.interface!r} on node {p.node!r} belongs to the fabric "
