@@ -40,6 +40,7 @@ import functools
 import logging
 import operator
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -267,13 +268,16 @@ class Reconciler:
         self.parts: dict[str, _Part] = {}             # app (or "derive:" app) -> its desired state
         self.desired: dict[SwitchKey, SwitchState] = {}
         self.results: dict[SwitchKey, SwitchResult] = {}
-        self.node_results: dict[str, NodeResult] = {}
         self.refused_at: dict[SwitchKey, dict[tuple[int, int], str]] = {}
         self._setup_due: set[str] = set()             # names whose bridges this pass re-checks
         self._checked_all = True                      # this pass re-checks every bridge
         self.recomputes: dict[str, int] = {}          # "app: reason" -> count (also in /metrics)
         self.drift: dict[str, int] = {}               # source -> count (also in /metrics)
         self.mismatches = 0                           # check_incremental failures (must stay 0)
+        self.model_compiled: Snapshot | None = None   # the model the kept desired state was compiled from
+        self._owners_at: dict[SwitchKey, set] = {}    # switch -> (kind, object id) it holds something of
+        self._stored: dict = {}                       # statuses in the store, read with the model
+        self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
         self._next_check = time.monotonic() + interval
         self._next_audit = time.monotonic() + self.audit_interval
 
@@ -474,9 +478,6 @@ class Reconciler:
         self._node_states = states
         self.board.publish(decided, ev.seq)
 
-    _node_states: dict = {}
-    _stored: dict = {}
-
     def _prepare(self, snapshot: Snapshot, result: PassResult) -> Snapshot:
         """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
         replica, or by re-checking the node's bridges where due (new, failed, changed, audit)."""
@@ -532,10 +533,11 @@ class Reconciler:
             if part is None:
                 part = self.parts[app.name] = _Part()
             if incremental:
-                if reason not in ("first pass",):
+                if reason != "first pass":
                     LOG.info("%s: compiled whole (%s)", app.name, reason)
-                self.recomputes[f"{app.name}: {reason}"] = self.recomputes.get(f"{app.name}: {reason}", 0) + 1
-                METRICS.recomputes.labels(app.name, reason).inc()
+                kind = re.sub(r"\d+", "N", reason)    # a bounded set of reasons: ids and counts out
+                self.recomputes[f"{app.name}: {kind}"] = self.recomputes.get(f"{app.name}: {kind}", 0) + 1
+                METRICS.recomputes.labels(app.name, kind).inc()
             changed |= part.set_whole(app.compile(model), index=incremental)
         compiled: dict[SwitchKey, SwitchState] = {}
         for app in apps:
@@ -556,12 +558,10 @@ class Reconciler:
             self.assert_incremental(model)
         return changed
 
-    model_compiled: Snapshot | None = None
-
     def _needs(self, changed: set[SwitchKey]) -> dict:
         """(kind, object id) -> switches holding something of it, kept per switch and redone only
         for the switches whose desired state changed."""
-        cache = self.__dict__.setdefault("_owners_at", {})
+        cache = self._owners_at
         for key in changed | (set(cache) ^ set(self.desired)):
             if key in self.desired:
                 cache[key] = status.switch_owners(self.desired[key])
