@@ -43,6 +43,7 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, by_owner, compile_all, compile_owners, registry
@@ -278,6 +279,7 @@ class Reconciler:
         self._owners_at: dict[SwitchKey, set] = {}    # switch -> (kind, object id) it holds something of
         self._stored: dict = {}                       # statuses in the store, read with the model
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
+        self._pool: ThreadPoolExecutor | None = None   # applies to several switches at once
         self._next_check = time.monotonic() + interval
         self._next_audit = time.monotonic() + self.audit_interval
 
@@ -643,7 +645,9 @@ class Reconciler:
         held: dict[int, set] = {}     # dpid -> owners held back after a refusal
         busy = [p for p in plans if len(p[3])]
         whole = len(busy) == 1        # one switch changes: make and break in one atomic bundle
-        for res, session, desired, change, _ in plans:
+
+        def make(plan) -> None:
+            res, session, desired, change, _ = plan
             self.known.pop(res.dpid, None)
             if len(change):
                 LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter "
@@ -653,16 +657,18 @@ class Reconciler:
                                             result)
             except Exception as e:  # noqa: BLE001
                 self._failed(res, session, e)
-        for res, session, desired, change, foreign in reversed(plans):
+
+        def break_(plan) -> None:
+            res, session, desired, change, foreign = plan
             if res.state.startswith(("error", "lost")) or res.dpid not in held:
-                continue
+                return
             owners = held.get(res.dpid, set())
             if not whole:
                 try:
                     owners |= self._send(res, session, change.without(owners), break_messages, result)
                 except Exception as e:  # noqa: BLE001
                     self._failed(res, session, e)
-                    continue
+                    return
             res.changes = len(change)
             res.state, res.last_ok = "ok", time.time()
             self._had_meters[res.dpid] = bool(desired.meters)
@@ -674,6 +680,27 @@ class Reconciler:
                 self.refused_at.pop(res.key, None)
             if not owners:
                 self.known[res.dpid] = (set(desired.flows) | foreign[0], set(desired.groups) | foreign[1])
+
+        # by tier (ToR, br-phy, br-int): every switch of a tier at once (one round trip each, in
+        # parallel); new state in from the physical network inwards, old state out the other way
+        tiers: dict[int, list] = {}
+        for plan in plans:
+            tiers.setdefault(MAKE_ORDER.get(plan[0].key.bridge, 9), []).append(plan)
+        for tier in sorted(tiers):
+            self._each(make, tiers[tier])
+        for tier in sorted(tiers, reverse=True):
+            self._each(break_, tiers[tier])
+
+    def _each(self, fn, plans: list) -> None:
+        """fn(plan) for every plan, at the same time when there are several switches with changes."""
+        if sum(1 for p in plans if len(p[3])) < 2:
+            for plan in plans:
+                fn(plan)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+        for future in [self._pool.submit(fn, plan) for plan in plans]:
+            future.result()
 
     def _diff(self, session, desired: SwitchState, audit: bool) -> tuple[Change, tuple[set, set]]:
         known = None if audit else self.known.get(session.dpid)

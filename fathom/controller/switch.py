@@ -203,8 +203,9 @@ class OsKenSession:
     def bundle(self, pairs: list) -> None:
         """Send (spec, message) pairs as one atomic bundle; ApplyError names the refused specs.
 
-        Bundle adds are pipelined (no round trip each); the commit reply, after them on the same
-        connection, tells whether the switch took the whole change. An error on any add fails it all.
+        The open and the adds are pipelined (no round trip each); the commit reply, after them on
+        the same connection, tells whether the switch took the whole change: one round trip per
+        change. An error on any add (or on the open) fails it all.
         """
         if not pairs:
             return
@@ -215,10 +216,8 @@ class OsKenSession:
         bid = next(_bundle_ids) & 0xFFFFFFFF
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
         ctrl = lambda t: parser.OFPBundleCtrlMsg(dp, bid, t, flags, [])  # noqa: E731
-        try:
-            ofctl.send_msg(app, ctrl(ofp.OFPBCT_OPEN_REQUEST), reply_cls=parser.OFPBundleCtrlMsg)
-        except OFError as e:
-            raise ApplyError(f"switch {dp.id:016x} refused the change: {e}") from e
+        # the open is not waited for: a refused open fails the commit, whose reply is awaited below
+        dp.send_msg(ctrl(ofp.OFPBCT_OPEN_REQUEST))
         by_xid = {}
         head = struct.Struct("!BBHI" + ofp.OFP_BUNDLE_ADD_MSG_0_PACK_STR[1:])
         for spec, m in pairs:
