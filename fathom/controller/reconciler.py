@@ -50,7 +50,7 @@ from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, by_owner, compile_all, c
 from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
 from fathom.controller.board import StatusBoard
-from fathom.controller.bootstrap import Bootstrapper
+from fathom.controller.bootstrap import OVSDB_PORT, Bootstrapper
 from fathom.controller.switch import ApplyError, Change, break_messages, diff, make_messages, whole_messages
 from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
@@ -443,6 +443,7 @@ class Reconciler:
             for port_id, reason in refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
             self._apply(snapshot, result, audit, changed)
+            self._ovsdb_lost_meanwhile(snapshot, result)
             for key, owners in self.refused_at.items():
                 if key in result.desired:
                     result.refused.update(owners)
@@ -506,6 +507,21 @@ class Reconciler:
             except Exception:  # noqa: BLE001
                 LOG.exception("extension %s failed", type(ext).__name__)
         return snapshot
+
+    def _ovsdb_lost_meanwhile(self, snapshot: Snapshot, result: PassResult) -> None:
+        """A node whose switch failed during the pass and whose OVSDB connection is gone too: the
+        OVSDB outage is the cause (a userspace OVS stops answering OpenFlow without ovsdb-server),
+        so that is what its status says; the next pass re-checks it."""
+        current = getattr(self.bootstrapper, "current", None)
+        if current is None:
+            return
+        for node in snapshot.nodes:
+            res = result.switches.get(SwitchKey(BR_INT, node.name))
+            if res is None or res.setup != "ok" or res.state == "ok" or current(node) is not None:
+                continue
+            res.setup, res.reason = "error", f"OVSDB {node.management_ip}:{OVSDB_PORT}: connection lost"
+            result.nodes[node.name] = NodeResult(bootstrap="error", reason=res.reason)
+            self._event("ovsdb", setup=node.name, ports=node.name)
 
     # ---------------------------------------------------------------------------- compile
 
