@@ -22,6 +22,12 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "ovs-vsctl": ("openvswitch-common", "configuring bridges and ports"),
     "ovs-ofctl": ("openvswitch-common", "reading flows and groups"),
     "ovs-appctl": ("openvswitch-common", "traces, counters, daemon control"),
+    "ovsdb-client": ("openvswitch-common", "watching OVN's Northbound database in ovn-compare"),
+    # OVN 23.03, run by `fathom bench ovn-compare` only (its own daemons; the packaged services never run)
+    "ovn-northd": ("ovn-central", "OVN's central translator in ovn-compare"),
+    "ovn-controller": ("ovn-host", "OVN's per-node agent in ovn-compare"),
+    "ovn-nbctl": ("ovn-common", "writing the tenant to OVN's Northbound database"),
+    "ovn-sbctl": ("ovn-common", "reading OVN's Southbound database"),
     # the host's network stack
     "ip": ("iproute2", "namespaces, veth, addresses, routes"),
     "tc": ("iproute2", "clsact qdiscs, eBPF attach checks, policers"),
@@ -38,6 +44,8 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "mount": ("mount", "mounting bpffs"),
     "taskset": ("util-linux", "pinning a generator to one core"),
     "setpriv": ("util-linux", "running a command without root in tests"),
+    "nsenter": ("util-linux", "a lab node's agent in the node's network namespace only"),
+    "strace": ("strace", "checking that the controller enters no namespace (lab test)"),
     "runuser": ("util-linux", "running PostgreSQL as its own user"),
     "timeout": ("coreutils", "bounding benchmark helper commands"),
     "cat": ("coreutils", "reading interface counters in a namespace"),

@@ -13,7 +13,7 @@ router = APIRouter(prefix="/nodes", tags=["nodes"], responses=ERRORS)
 
 def node_out(n: m.Node) -> sc.NodeOut:
     return sc.NodeOut(id=n.id, name=n.name, role=n.role, tunnel_ip=n.tunnel_ip,
-                      management_ip=n.management_ip, state=n.state, status=n.status,
+                      management_ip=n.management_ip, datapath_type=n.datapath_type, state=n.state, status=n.status,
                       status_reason=n.status_reason, project_id=n.project_id, created_at=utc(n.created_at))
 
 
@@ -39,7 +39,7 @@ def list_nodes(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit
 def create_node(body: sc.NodeCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: node_out(ops.create_node(
         s, c, name=body.name, role=body.role, tunnel_ip=_str(body.tunnel_ip),
-        management_ip=_str(body.management_ip))))
+        management_ip=_str(body.management_ip), datapath_type=body.datapath_type)))
 
 
 @router.get("/{node_id}", response_model=sc.NodeOut)

@@ -27,17 +27,23 @@ class _Request(BaseModel):
 # ---------------------------------------------------------------------------------------------- nodes
 
 
+DatapathType = Literal["system", "netdev"]
+DATAPATH_DOC = "OVS datapath of the node's bridges; null: what its agent reports (system with the kernel module)"
+
+
 class NodeCreate(_Request):
     name: str = Field(pattern=NODE_NAME_RE)
     role: Literal["compute", "gateway"] = "compute"
     tunnel_ip: ipaddress.IPv4Address | None = None
     management_ip: ipaddress.IPv4Address | None = None
+    datapath_type: DatapathType | None = Field(default=None, description=DATAPATH_DOC)
 
 
 class NodeUpdate(_Request):
     role: Literal["compute", "gateway"] = "compute"
     tunnel_ip: ipaddress.IPv4Address | None = None
     management_ip: ipaddress.IPv4Address | None = None
+    datapath_type: DatapathType | None = Field(default=None, description=DATAPATH_DOC)
 
 
 class NodeOut(BaseModel):
@@ -46,6 +52,7 @@ class NodeOut(BaseModel):
     role: str
     tunnel_ip: str | None
     management_ip: str | None
+    datapath_type: str | None
     state: str
     status: Status
     status_reason: str | None

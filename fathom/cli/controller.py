@@ -8,7 +8,8 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 @click.command()
 @click.option("--db", "db_url", default="sqlite:///fathom.db", show_default=True, envvar="FATHOM_DB",
               help="Store URL: a SQLite file, or postgresql+psycopg://user@host/db.")
-@click.option("--api-host", default="127.0.0.1", show_default=True)
+@click.option("--api-host", "api_hosts", multiple=True, default=["127.0.0.1"], show_default=True,
+              help="Address the REST API listens on (repeatable; the agents on the nodes must reach one).")
 @click.option("--api-port", default=8080, show_default=True, type=int)
 @click.option("--of-host", default="0.0.0.0", show_default=True, help="Address switches connect to.")
 @click.option("--of-port", default=6653, show_default=True, type=int)
@@ -25,7 +26,7 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
               help="Where the controller keeps its admin credential (admin-token, mode 0600).")
 @click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
               envvar="FATHOM_API_MAX_BODY", help="Largest request body the API reads, in bytes.")
-def controller(db_url, api_host, api_port, of_host, of_port, interval, audit_interval, pki_dir, insecure,
+def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_interval, pki_dir, insecure,
                state_dir, max_body):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
 
@@ -39,7 +40,7 @@ def controller(db_url, api_host, api_port, of_host, of_port, interval, audit_int
         except (PkiError, OSError) as e:
             fail(f"TLS needs the controller certificate of a fathom PKI: {e}. Create one with "
                  f"'fathom pki init --dir {pki_dir}', or run with --insecure for plain TCP.", 2)
-    serve(db_url, api_host, api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
+    serve(db_url, list(api_hosts), api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
           state_dir=state_dir, max_body=max_body, audit_interval=audit_interval)
 
 

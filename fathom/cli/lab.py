@@ -35,8 +35,11 @@ def lab():
 @click.option("--insecure", is_flag=True, help="OpenFlow and OVSDB over plain TCP instead of TLS.")
 @click.option("--pki-dir", type=click.Path(file_okay=False),
               help="With --controller: that controller's PKI (fathom pki init), to issue node certificates.")
+@click.option("--agent-controller", metavar="URL",
+              help="With --controller: its API as the nodes' agents reach it from their namespaces (default: "
+                   "URL, with a loopback host replaced by the lab's management bridge address).")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's state as JSON.")
-def up(name, topology, standalone, controller, insecure, pki_dir, as_json):
+def up(name, topology, standalone, controller, insecure, pki_dir, agent_controller, as_json):
     """Build a lab from a topology file."""
     lab_ = _lab(name)
     try:
@@ -49,7 +52,7 @@ def up(name, topology, standalone, controller, insecure, pki_dir, as_json):
         with console.status(f"lab {name}: starting") as status:
             state = lab_.up(topo, os.path.abspath(topology), standalone=standalone, controller=controller,
                             progress=lambda s: status.update(f"lab {name}: {s}"), insecure=insecure,
-                            pki_dir=os.path.abspath(pki_dir) if pki_dir else None)
+                            pki_dir=os.path.abspath(pki_dir) if pki_dir else None, agent_url=agent_controller)
     except LabError as e:
         fail(str(e))
     if as_json:

@@ -17,6 +17,7 @@ GROUPS = [
     ("fathom.cli.resources", "router"),
     ("fathom.cli.bench", "bench"),
     ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
+    ("fathom.cli.bench_ovn", "bench"),  # adds `bench ovn-compare` to the bench group
     ("fathom.cli.fabric", "fabric"),
     ("fathom.cli.pptmon", "pptmon"),
     ("fathom.cli.tap", "tap"),

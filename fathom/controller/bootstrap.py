@@ -130,8 +130,10 @@ class NodeOvsdb:
                         out[iface.name] = iface.ofport[0]
         return out
 
-    def ensure(self, node_id: int, tunnel_ip: str, controller: str) -> bool:
-        """Make br-int ours: secure fail mode, our controller, tunnel and uplink ports.
+    def ensure(self, node_id: int, tunnel_ip: str, controller: str, datapath_type: str | None = None) -> bool:
+        """Make br-int ours: secure fail mode, our controller, tunnel and uplink ports, and br-int and
+        br-phy on `datapath_type` (`system`: the kernel module; `netdev`: userspace; None: leave an
+        existing bridge's as it is, create a new one on `netdev`).
 
         Returns True when something had to change. Reads first, so a healthy node is not written.
         """
@@ -145,8 +147,14 @@ class NodeOvsdb:
         br = api.lookup("Bridge", "br-int", default=None) if api.br_exists("br-int").execute() else None
         with api.transaction(check_error=True) as txn:
             if br is None:
-                txn.add(api.add_br("br-int", datapath_type="netdev"))
+                txn.add(api.add_br("br-int", datapath_type=datapath_type or "netdev"))
                 changed = True
+            for name, row in (("br-int", br), ("br-phy", self._bridge("br-phy"))):
+                if row is not None and datapath_type and row.datapath_type != datapath_type:
+                    LOG.info("%s %s: datapath_type %s -> %s", self.name, name, row.datapath_type or "(system)",
+                             datapath_type)
+                    txn.add(api.db_set("Bridge", name, ("datapath_type", datapath_type)))
+                    changed = True
             if (br is None or br.fail_mode != ["secure"] or br.other_config.get("datapath-id") != dpid
                     or set(br.protocols) != {"OpenFlow13", "OpenFlow14"}):
                 txn.add(api.db_set("Bridge", "br-int", ("fail_mode", "secure"),
@@ -170,6 +178,9 @@ class NodeOvsdb:
                 txn.add(api.db_set("Interface", PHY_PATCH, ("type", "patch"), ("options", {"peer": UPLINK_INTERFACE})))
                 changed = True
         return changed
+
+    def _bridge(self, name: str):
+        return self.api.lookup("Bridge", name, default=None) if self.api.br_exists(name).execute() else None
 
     def _iface_options(self, name: str) -> dict:
         row = self.api.lookup("Interface", name, default=None)
@@ -212,7 +223,7 @@ class Bootstrapper:
                 ovsdb = self.nodes[node.name] = NodeOvsdb(node.name, node.management_ip,
                                                           on_change=lambda name, what: self.on_change(name, what))
             controller = channels.controller_target(local_ip_towards(node.management_ip), self.controller_port)
-            ovsdb.ensure(node.id, node.tunnel_ip, controller)
+            ovsdb.ensure(node.id, node.tunnel_ip, controller, node.datapath_type)
             self.last_ofports[node.name] = ovsdb.ofports()
             return "complete", None, self.last_ofports[node.name]
         except Exception as e:  # noqa: BLE001 - any failure is the node's state, retried next pass

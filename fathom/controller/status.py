@@ -6,7 +6,14 @@
 | fabric_switch | the ToR: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
 | network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when they took them (see below for a switch in trouble) |
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
-| router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent) |
+| router | its interfaces; a `network-node` router also its namespace on the gateway node (the node's agent) |
+| pptmon_attachment | the node's agent (it loads and attaches the programs) |
+
+Objects a node's agent holds (fathom.model.hostlocal; `hostlocal` below) are `active` when the agent
+applied the revision that holds them and says so, `pending` while it has not yet, and `error` with
+the reason when it says so or when it is down (no report for `stale_after` seconds): "agent on
+node N not reporting since HH:MM:SS". The host keeps what it had meanwhile (namespaces forward,
+programs stay attached): only the status says the controller cannot vouch for it.
 
 `down` is a port whose VIF is not plugged (or that is not bound); `pending` says what is awaited (a
 switch connecting, a namespace being built), `error` names the switch or node at fault; a refused flow marks exactly its object.
@@ -29,6 +36,7 @@ reported (a deleted port, an unbound one) is `error` / `pending` with that probl
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
@@ -177,8 +185,11 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         out[("router_interface", ri.id)] = from_flows("router_interface", ri.id,
                                                       tors if routed_by_tor else set()) or ("active", None)
         interfaces[ri.router_id].append(out[("router_interface", ri.id)])
+    for (kind, obj_id), st in result.agents.items():
+        if kind == "pptmon_attachment":
+            out[(kind, obj_id)] = st
     for r in snapshot.routers:
-        agent = result.agents.get((ck.KIND_ROUTER, r.id))
+        agent = result.agents.get(("router", r.id))
         if agent is not None and agent[0] != "active":
             out[("router", r.id)] = agent
         else:
@@ -193,6 +204,36 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             out[("tap_policy", t.id)] = (level, "; ".join(problems))
         else:
             out[("tap_policy", t.id)] = from_flows("tap_policy", t.id) or ("active", None)
+    return out
+
+
+def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: float) -> dict[tuple[str, int], Status]:
+    """(owner kind, id) -> status of every object the nodes' agents must hold.
+
+    `desired`: node -> host-local objects (fathom.apps.hostlocal); `agents`: node -> what its agent
+    last reported (fathom.store.agents.AgentView), whose objects say per owner the status and the
+    digest of the object the agent applied: an agent still holding an older version of an object is
+    `pending`. Pure."""
+    from fathom.model.hostlocal import digest, owner_key
+    out: dict[tuple[str, int], Status] = {}
+    for node, objects in desired.items():
+        view = agents.get(node)
+        for obj in objects:
+            kind, obj_id = obj.owner
+            said = view.objects.get(owner_key(obj.owner)) if view is not None else None
+            if view is None or view.reported_at is None:
+                st: Status = ("error", f"no agent on node {node} has reported (is `fathom agent run` running there?)")
+            elif now - view.reported_at > stale_after:
+                st = ("error", f"agent on node {node} not reporting since "
+                               f"{time.strftime('%H:%M:%S', time.localtime(view.reported_at))}")
+            elif said is not None and said.get("status") == "error":
+                st = ("error", f"node {node}: {said.get('reason') or 'failed'}")
+            elif said is None or said.get("status") != "active" or said.get("applied") != digest([obj]):
+                st = ("pending", f"waiting for the agent on node {node}")
+            else:
+                st = ("active", None)
+            prev = out.get((kind, obj_id))
+            out[(kind, obj_id)] = st if prev is None else _worst([prev, st])
     return out
 
 

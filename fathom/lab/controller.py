@@ -5,6 +5,7 @@ kept in the lab's state so that `fathom lab down` removes them from the controll
 """
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -39,6 +40,8 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
+           # the API also on the management network, where the nodes' agents reach it
+           "--api-host", "127.0.0.1", *(["--api-host", of_host] if of_host != "127.0.0.1" else []),
            "--of-host", of_host, "--of-port", str(of_port), "--interval", "10",
            "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -55,7 +58,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
                 probe.health()
             finally:
                 probe.close()
-            return {"url": url, "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
+            return {"url": url, "agent_url": f"http://{of_host}:{api_port}", "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
                     "managed": True, "pki_dir": pki_dir, "token_file": str(token_file)}
         except (ApiError, NoToken):
             time.sleep(0.2)
@@ -161,6 +164,25 @@ def _wait_active(api: Client, created: dict, timeout: float) -> None:
     api.request("POST", "/sync")
 
 
+def issue_agent_token(url: str, node: str, dest: Path, token: str | None = None) -> int:
+    """An agent token bound to `node`, written to `dest` (0600) as an operator copies it to the node;
+    returns its id (`deregister` revokes it)."""
+    api = Client(url, token=token)
+    try:
+        made = api.request("POST", "/tokens", json={"name": f"agent {node}", "project_id": "admin",
+                                                    "roles": ["agent"], "node": node})
+        secret = made["token"]
+    except ApiError as e:
+        raise LabError(f"controller: {e}") from None
+    finally:
+        api.close()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return made["id"]
+
+
 def deregister(url: str, created: dict, token: str | None = None) -> None:
     """Best effort: delete what the lab created (the controller may be gone already)."""
     http = Client(url, token=token).http   # raw answers: an object already gone is fine
@@ -177,5 +199,7 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
             http.delete(f"/fabric/switches/{sid}")
         for nid in created.get("nodes", {}).values():
             http.delete(f"/nodes/{nid}")
+        for tid in created.get("agent_tokens", {}).values():
+            http.delete(f"/tokens/{tid}")
     except httpx.HTTPError:
         pass

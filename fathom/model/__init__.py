@@ -29,6 +29,9 @@ class Node:
     ofports: Mapping[str, int] = field(default_factory=dict, hash=False)
     # Runtime, the same for the node's br-phy (its patch to br-int and its underlay port).
     phy_ofports: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # OVS datapath of its bridges: the operator's choice, else what its agent reported (system where
+    # the kernel module is loaded, netdev otherwise); None while neither is known
+    datapath_type: str | None = None
 
     def ofport(self, interface: str | None) -> int | None:
         return self.ofports.get(interface) if interface else None

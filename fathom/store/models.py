@@ -20,6 +20,7 @@ from fathom.store.base import Base, Resource
 STATUSES = ("pending", "active", "error", "down")
 NODE_STATES = ("init", "device_created", "complete", "error")
 NODE_ROLES = ("compute", "gateway")
+DATAPATH_TYPES = ("system", "netdev")
 NETWORK_TYPES = ("vxlan", "vlan", "flat")
 
 class Node(Resource, Base):
@@ -29,6 +30,9 @@ class Node(Resource, Base):
     tunnel_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
     management_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
     state: Mapped[str] = mapped_column(String(16), default="init")
+    # the OVS datapath of the node's bridges, set by the operator; NULL: what its agent reports
+    # (`system` where the kernel module is loaded, `netdev` otherwise)
+    datapath_type: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class Network(Resource, Base):

@@ -128,13 +128,14 @@ def require_admin(caller: Caller, what: str) -> None:
 
 
 def create_node(session: Session, caller: Caller, *, name: str, role: str = "compute",
-                tunnel_ip: str | None = None, management_ip: str | None = None) -> m.Node:
+                tunnel_ip: str | None = None, management_ip: str | None = None,
+                datapath_type: str | None = None) -> m.Node:
     require_admin(caller, "manage nodes")
     if session.scalar(select(m.Node).where(m.Node.name == name)):
         raise Conflict(f"a node named {name!r} exists", "name")
     _check_tunnel_ip_free(session, tunnel_ip, None)
     node = m.Node(name=name, role=role, tunnel_ip=tunnel_ip, management_ip=management_ip,
-                  project_id=caller.project, state="init", status="pending")
+                  datapath_type=datapath_type, project_id=caller.project, state="init", status="pending")
     session.add(node)
     session.flush()
     return node

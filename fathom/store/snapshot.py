@@ -6,6 +6,8 @@ from sqlalchemy import select
 
 from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy
 from fathom.store import models as m
+from fathom.store.agent_models import NodeAgent
+from fathom.store.agents import recommended_datapath
 from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
 
@@ -22,11 +24,13 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
     def run():
         node_names = {}
         nodes = []
+        reported = {a.node_id: recommended_datapath(a.facts or {}) for a in session.scalars(select(NodeAgent))}
         for n in session.scalars(select(m.Node).order_by(m.Node.id)):
             node_names[n.id] = n.name
             seen[("node", n.id)] = (n.status, n.status_reason)
             seen[("node_state", n.name)] = n.state
-            nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state))
+            nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state,
+                              datapath_type=n.datapath_type or reported.get(n.id)))
         networks, subnets = [], []
         for n in session.scalars(select(m.Network).order_by(m.Network.id)):
             seen[("network", n.id)] = (n.status, n.status_reason)

@@ -11,12 +11,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
+from fathom.store.agent_models import PptmonAttachment
 from fathom.store.fabric_models import FabricSwitch
 
 MODELS = {
     "node": m.Node, "network": m.Network, "subnet": m.Subnet, "port": m.Port, "router": m.Router,
     "router_interface": m.Port,   # a router interface is a port of the router
-    "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch,
+    "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch, "pptmon_attachment": PptmonAttachment,
 }
 
 
