@@ -261,7 +261,9 @@ class Reconciler:
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
         # Providers of more switches and agents (the fabric): `prepare(reconciler, snapshot, result)`
         # bootstraps its switches and returns the snapshot with their runtime facts;
-        # `after_pass(reconciler, snapshot, result)` runs its agents. They never write flows.
+        # `after_pass(reconciler, snapshot, result)` runs its agents; an optional `check(reconciler)`
+        # says, at each periodic check, whether something changed with no event (then a pass
+        # runs). They never write flows.
         self.extensions: list = []
         # kept across passes
         self.store_model: Snapshot | None = None
@@ -388,6 +390,13 @@ class Reconciler:
                                      "(a change notification was lost)")
                 self._event("check", ports=node.name)
                 found = True
+        for ext in self.extensions:
+            try:
+                if getattr(ext, "check", None) is not None and ext.check(self):
+                    self._event("check")   # e.g. an agent stopped reporting: its objects' status
+                    found = True
+            except Exception:  # noqa: BLE001 - one extension must not break the check
+                LOG.exception("extension %s check failed", type(ext).__name__)
         for key, res in list(self.results.items()):
             if res.setup == "error":
                 self._event("retry", setup=key.name)
