@@ -59,6 +59,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "tcpdump": ("tcpdump", "captures"),
     "tshark": ("tshark", "decoding captures"),
     "curl": ("curl", "HTTP requests from VMs in the demo"),
+    "nc": ("netcat-openbsd", "TCP and UDP connections through security groups in lab tests"),
     "trafgen": ("netsniff-ng", "peer packet generator in the switch benchmark"),
     # native build: eBPF programs and the traffic engine
     "make": ("make", "building native/"),

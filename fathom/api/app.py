@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from fathom import __version__
-from fathom.api import agents, fabric, networks, nodes, ports, pptmon, pptmon_attachments, routers, taps, tokens
+from fathom.api import agents, fabric, networks, nodes, ports, pptmon, pptmon_attachments, routers, secgroups, taps, tokens
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
@@ -25,7 +25,8 @@ from fathom.store.db import open_store
 from fathom.store.ops import Settings
 
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
-           taps.router, fabric.router, pptmon_attachments.router, pptmon.router, tokens.router, agents.router)
+           secgroups.groups, secgroups.rules, taps.router, fabric.router, pptmon_attachments.router, pptmon.router,
+           tokens.router, agents.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
@@ -43,7 +44,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     engine = open_store(store) if isinstance(store, str) else store
     app = FastAPI(title="fathom", version=__version__,
                   description="Tenant networking on Open vSwitch: nodes, networks, subnets, ports, "
-                              "routers, tap policies, fabric switches. Errors: {detail: [{loc, msg, type}]}.")
+                              "routers, security groups, tap policies, fabric switches. Errors: {detail: [{loc, msg, type}]}.")
     app.state.engine = engine
     # a committed write wakes the caller's hook (the reconciler) and the agents' long-polls
     hub = app.state.agent_hub = agents.AgentHub()

@@ -10,6 +10,7 @@ from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, Wa
 from fathom.api.nodes import status_out
 from fathom.store import models as m
 from fathom.store import ops
+from fathom.store import secgroups
 
 router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
 
@@ -20,7 +21,8 @@ def port_out(p: m.Port) -> sc.PortOut:
                       fixed_ips=[sc.FixedIpOut(subnet_id=a.subnet_id, ip_address=a.ip_address)
                                  for a in p.fixed_ips],
                       node=p.node.name if p.node else None, interface_name=p.interface_name,
-                      port_security=p.port_security, router_id=p.router_id, status=p.status,
+                      port_security=p.port_security, security_groups=p.security_group_ids,
+                      router_id=p.router_id, status=p.status,
                       status_reason=p.status_reason, created_at=utc(p.created_at))
 
 
@@ -40,10 +42,14 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
 @router.post("", response_model=sc.PortOut, status_code=201)
 def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
     fixed = None if body.fixed_ips is None else [f.model_dump() for f in body.fixed_ips]
-    return db.write(lambda s: port_out(ops.create_port(
-        s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
-        fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
-        port_security=body.port_security, project_id=body.project_id)))
+
+    def create(s):
+        port = ops.create_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
+                               fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
+                               port_security=body.port_security, project_id=body.project_id)
+        secgroups.set_port_groups(s, port, body.security_groups, creating=True)
+        return port_out(port)
+    return db.write(create)
 
 
 @router.get("/{port_id}", response_model=sc.PortOut)
@@ -55,7 +61,14 @@ async def show_port(port_id: int, c: CallerDep, db: StoreDep, request: Request, 
 
 @router.patch("/{port_id}", response_model=sc.PortOut)
 def update_port(port_id: int, body: sc.PortUpdate, c: CallerDep, db: StoreDep):
-    return db.write(lambda s: port_out(ops.update_port(s, c, port_id, body.given())))
+    changes = body.given()
+    groups = changes.pop("security_groups", None)
+
+    def update(s):
+        port = ops.update_port(s, c, port_id, changes)
+        secgroups.set_port_groups(s, port, groups, creating=False)
+        return port_out(port)
+    return db.write(update)
 
 
 @router.delete("/{port_id}", status_code=204)

@@ -151,6 +151,8 @@ class PortCreate(_Request):
     node: str | None = Field(default=None, pattern=NODE_NAME_RE)
     interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
     port_security: bool = True
+    # Absent: the project's default group (none when port_security is false); []: no group.
+    security_groups: list[int] | None = Field(default=None, max_length=32)
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
 
     @field_validator("mac_address")
@@ -164,6 +166,7 @@ class PortUpdate(_Request):
     node: str | None = Field(default=None, pattern=NODE_NAME_RE)
     interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
     port_security: bool = True
+    security_groups: list[int] = Field(default_factory=list, max_length=32)
 
 
 class PortOut(BaseModel):
@@ -176,6 +179,7 @@ class PortOut(BaseModel):
     node: str | None
     interface_name: str | None
     port_security: bool
+    security_groups: list[int] = []
     router_id: int | None
     status: Status
     status_reason: str | None

@@ -44,9 +44,10 @@ PIPELINE = App("pipeline", ck.APP_PIPELINE, {b: tuple(t.name for t in p.tables) 
 def registry() -> tuple[App, ...]:
     """Every app, in the order their states are merged (the order does not change the union)."""
     from fathom.apps.fabric import APP as FABRIC
+    from fathom.apps.secgroups import APP as SECGROUPS
     from fathom.apps.tenant import APP as TENANT
     from fathom.apps.vtap import APP as VTAP
-    return (PIPELINE, TENANT, FABRIC, VTAP)
+    return (PIPELINE, TENANT, FABRIC, VTAP, SECGROUPS)
 
 
 def compile_all(model: Snapshot, apps: tuple[App, ...] | None = None) -> dict[SwitchKey, SwitchState]:

@@ -250,6 +250,51 @@ def vtap(quick, seconds, sizes, loads_pps, protos, repeats, lab_name, outdir, as
     console.print("files: " + ", ".join(files))
 
 
+@bench.command("secgroups")
+@click.option("--quick", is_flag=True, help="2 s runs, 2 repeats")
+@click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run and connection test")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of both modes")
+@click.option("--clients", type=int, default=2, show_default=True, help="parallel connecting processes")
+@click.option("--lab", "lab_name", default="sgb", show_default=True, help="name of the lab the benchmark builds")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
+              help="default results/bench-secgroups-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def secgroups(quick, seconds, repeats, clients, lab_name, outdir, as_json):
+    """Security groups: TCP throughput and new connections/s through a group of 100 rules against none
+    (no port security), same node and across the tunnel, as ratios (target >= 0.9)."""
+    import json as json_
+    import os
+
+    from fathom.bench import report
+    from fathom.bench import secgroups as sb
+    from fathom.lab.sh import LabError
+    if quick:
+        seconds, repeats = 2, 2
+    out = Path(outdir or f"results/bench-secgroups-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    env = report.environment()
+    own = (f"/{lab_name}/",)
+    env["machine_at_start"] = report.machine_activity(own)
+    b = sb.SecgroupsBench(lab_name, seconds=seconds, repeats=repeats, clients=clients,
+                          progress=lambda msg: None if as_json else console.print(msg, highlight=False, markup=False))
+    try:
+        doc = b.run()
+    except (LabError, OSError, RuntimeError) as e:
+        fail(str(e))
+    env["loadavg_at_end"] = os.getloadavg()
+    env["machine_at_end"] = report.machine_activity(own)
+    env["contended"] = report.busy([env["machine_at_start"], env["machine_at_end"]])
+    doc = {"started": started, "command": "fathom bench secgroups " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+           "environment": env, **doc}
+    (out / "secgroups.json").write_text(json_.dumps(doc, indent=2))
+    (out / "secgroups.md").write_text(sb.markdown(doc))
+    if as_json:
+        return print_json(doc)
+    console.print(sb.markdown(doc), highlight=False, markup=False)
+    console.print(f"files: {out}/secgroups.json, {out}/secgroups.md")
+
+
 @bench.command("all")
 @click.option("--quick", is_flag=True, help="short runs")
 @click.pass_context

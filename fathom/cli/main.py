@@ -20,6 +20,7 @@ GROUPS = [
     ("fathom.cli.bench_ovn", "bench"),  # adds `bench ovn-compare` to the bench group
     ("fathom.cli.fabric", "fabric"),
     ("fathom.cli.pptmon", "pptmon"),
+    ("fathom.cli.secgroup", "security_group"),
     ("fathom.cli.tap", "tap"),
     ("fathom.cli.token", "token"),       # API tokens
     ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels

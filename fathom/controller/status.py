@@ -8,6 +8,7 @@
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the node's agent) |
 | pptmon_attachment | the node's agent (it loads and attaches the programs) |
+| security_group | the switches that must hold its flows and its rules' flows (found by the cookies); `active` when none needs any |
 
 Objects a node's agent holds (fathom.model.hostlocal; `hostlocal` below) are `active` when the agent
 applied the revision that holds them and says so, `pending` while it has not yet, and `error` with
@@ -53,11 +54,14 @@ SOURCES = {
     "tap_policy": FLOWS,
     "subnet": "network",
     "router": "router_interfaces",
+    "security_group": FLOWS,
+    "security_group_rule": FLOWS,   # no status of its own: part of its group's
 }
 # cookie kinds whose flows realise an object of a status kind (a network-node router's interface is a
 # port of the gateway node: its flows carry the port kind with the interface's id)
 FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
-              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,)}
+              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,),
+              "security_group": (ck.KIND_SECURITY_GROUP,), "security_group_rule": (ck.KIND_SECURITY_GROUP_RULE,)}
 
 Status = tuple[str, str | None]
 
@@ -204,6 +208,13 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             out[("tap_policy", t.id)] = (level, "; ".join(problems))
         else:
             out[("tap_policy", t.id)] = from_flows("tap_policy", t.id) or ("active", None)
+
+    rules = defaultdict(list)
+    for r in snapshot.security_group_rules:
+        rules[r.group_id].append(r.id)
+    for g in snapshot.security_groups:
+        parts = [from_flows("security_group", g.id)] + [from_flows("security_group_rule", r) for r in rules[g.id]]
+        out[("security_group", g.id)] = _worst([p for p in parts if p is not None])
     return out
 
 

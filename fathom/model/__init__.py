@@ -77,7 +77,8 @@ class Port:
     fixed_ips: tuple[FixedIp, ...] = ()
     node: str | None = None        # name of the node the port is bound to
     interface: str | None = None   # OVS interface name of the port on that node's br-int
-    port_security: bool = True     # only its own MAC and IPs may be sent from it
+    port_security: bool = True     # only its own MAC and IPs may be sent from it; security groups apply
+    security_groups: tuple[int, ...] = ()   # ids of its security groups (fathom/apps/secgroups)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,31 @@ class TapPolicy:
     filters: tuple = ()
     truncate: int | None = None
     rate_pps: int | None = None
+
+
+@dataclass(frozen=True)
+class SecurityGroup:
+    id: int
+    name: str
+    project_id: str
+
+
+@dataclass(frozen=True)
+class SecurityGroupRule:
+    """One rule of a security group (Neutron semantics): what a port of the group may send (egress)
+    or receive (ingress). `protocol` is an IP protocol number, None for any; for TCP, UDP and SCTP
+    `port_min`..`port_max` is the destination port range, for ICMP(v6) they are type and code
+    (None = any). At most one of `remote_prefix` (a CIDR) and `remote_group_id` is set; neither
+    means any address of the ethertype."""
+    id: int
+    group_id: int
+    direction: str                 # ingress | egress
+    ethertype: str                 # IPv4 | IPv6
+    protocol: int | None = None
+    port_min: int | None = None
+    port_max: int | None = None
+    remote_prefix: str | None = None
+    remote_group_id: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------- fabric
@@ -193,6 +219,8 @@ class Snapshot:
     routers: tuple[Router, ...] = ()
     router_interfaces: tuple[RouterInterface, ...] = ()
     tap_policies: tuple[TapPolicy, ...] = ()
+    security_groups: tuple[SecurityGroup, ...] = ()
+    security_group_rules: tuple[SecurityGroupRule, ...] = ()
     # ToR switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from fathom.openflow import spec as s
 
+NX_CT_F_COMMIT = 1          # ct(commit)
+NX_CT_RECIRC_NONE = 0xFF    # ct without table=: the packet goes on with the next action
+
 # the bits of a LoadReg's ofs_nbits field: ofs << 6 | (n_bits - 1)
 
 
@@ -40,6 +43,17 @@ def encode_action(parser, ofp, a):
                                       src_ofs=a.src_ofs, dst_ofs=a.dst_ofs)
     if isinstance(a, s.LoadReg):
         return parser.NXActionRegLoad(ofs_nbits=_ofs_nbits(a.ofs, a.n_bits), dst=a.field, value=a.value)
+    if isinstance(a, s.Ct):
+        zone = _ofs_nbits(a.zone_ofs, 16) if a.zone_field else a.zone
+        return parser.NXActionCT(flags=NX_CT_F_COMMIT if a.commit else 0, zone_src=a.zone_field or "",
+                                 zone_ofs_nbits=zone,
+                                 recirc_table=NX_CT_RECIRC_NONE if a.table is None else a.table, alg=0,
+                                 actions=[encode_action(parser, ofp, x) for x in a.exec])
+    if isinstance(a, s.CtClear):
+        return parser.NXActionCTClear()
+    if isinstance(a, s.Conjunction):
+        # on the wire the clause is 0-based; ovs-ofctl (and the spec) count from 1
+        return parser.NXActionConjunction(clause=a.clause - 1, n_clauses=a.n_clauses, id_=a.id)
     raise TypeError(f"cannot encode action {a!r}")
 
 
@@ -111,6 +125,16 @@ def decode_action(ofp, a):
                       a.src_ofs, a.dst_ofs)
     if name == "NXActionRegLoad":
         return s.LoadReg(a.dst, a.value, a.ofs_nbits >> 6, (a.ofs_nbits & 0x3F) + 1)
+    if name == "NXActionCT":
+        zone_field = a.zone_src or None
+        return s.Ct(zone=0 if zone_field else a.zone_ofs_nbits, zone_field=zone_field,
+                    zone_ofs=a.zone_ofs_nbits >> 6 if zone_field else 0,
+                    table=None if a.recirc_table == NX_CT_RECIRC_NONE else a.recirc_table,
+                    commit=bool(a.flags & NX_CT_F_COMMIT), exec=tuple(decode_action(ofp, x) for x in a.actions))
+    if name == "NXActionCTClear":
+        return s.CtClear()
+    if name == "NXActionConjunction":
+        return s.Conjunction(a.id, a.clause + 1, a.n_clauses)
     return ("unknown", name, repr(a))  # never equal to a desired action: the flow gets rewritten
 
 

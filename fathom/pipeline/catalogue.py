@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fathom.openflow.spec import (
-    Controller, FlowSpec, GotoTable, Group, LoadReg, Move, Output, Resubmit, SetField,
+    Controller, Ct, FlowSpec, GotoTable, Group, LoadReg, Move, Output, Resubmit, SetField,
 )
 from fathom.pipeline import cookies as ck
 
@@ -29,10 +29,13 @@ REG_SRC_PORT = "reg5"   # fathom id of the local port the frame came from; 0 if 
 REG_NETWORK = "reg6"    # fathom id of the network the frame is in (changed by routing)
 REG_OUT_PORT = "reg7"   # OpenFlow port chosen by l2, output by the output stage
 REG_TAP = "reg8"        # vTAP: marker of the policy copy a frame is; 0 = none
+REG_DST_PORT = "reg9"   # security groups: fathom id of the local port a frame is delivered to
 REGISTERS = {REG_SRC_PORT: "fathom id of the local port the frame came from; 0 for frames from the tunnel or uplink",
              REG_NETWORK: "fathom id of the network the frame is in (\"network metadata\")",
              REG_OUT_PORT: "OpenFlow port the output stage sends the frame to",
-             REG_TAP: "vTAP marker of a copy ([vtap.md](vtap.md)); 0 = not a copy"}
+             REG_TAP: "vTAP marker of a copy ([vtap.md](vtap.md)); 0 = not a copy",
+             REG_DST_PORT: "fathom id of the local port a frame is delivered to, for its security groups "
+                           "([security-groups.md](security-groups.md)); 0 otherwise"}
 
 _ARP_REPLY = frozenset({"eth_src", "eth_dst", "arp_op", "arp_sha", "arp_tha", "arp_spa", "arp_tpa"})
 _TUNNEL = frozenset({"tunnel_id", "tun_ipv4_dst"})
@@ -116,7 +119,7 @@ class Pipeline:
             allowed_next = {self.number(n) for n in t.next} | (
                 {self.number(t.miss)} if t.miss not in (DROP, NORMAL) else set())
             for a in _actions(f.actions, by_id):
-                target = a.table if isinstance(a, (GotoTable, Resubmit)) else None
+                target = a.table if isinstance(a, (GotoTable, Resubmit, Ct)) else None
                 if target is not None and target not in allowed_next:
                     problems.append(f"{self.bridge} {t.name}: continues to table {target}, not declared: {f.to_ofctl()}")
                 written = _written(a)
@@ -128,6 +131,8 @@ class Pipeline:
 def _actions(actions, groups):
     for a in actions:
         yield a
+        if isinstance(a, Ct):
+            yield from a.exec
         if isinstance(a, Group) and a.group_id in groups:
             for bucket in groups[a.group_id].buckets:
                 yield from _actions(bucket, groups)
@@ -156,8 +161,17 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
     Table("security", 20, "port security: from port P, IPv4 only from P's MAC and fixed IPs, ARP only with P's "
           "MAC/IP as sender, other ethertypes only from P's MAC", next=("arp",)),
     Table("arp", 30, "ARP requests for a known address (every bound port and every router interface of the "
-          "frame's network) are turned into replies and sent back out of `IN_PORT`",
-          miss="sfc", writes=_ARP_REPLY),
+          "frame's network) are turned into replies and sent back out of `IN_PORT`; a port asking about "
+          "its own address goes on to sfc",
+          miss="egress-conntrack", next=("sfc",), writes=_ARP_REPLY),
+    Table("egress-conntrack", 32, "security groups, frames a local port sends: IPv4 and IPv6 from a port "
+          "with security groups → `ct(zone = port id, table=egress-acl)`; anything else (ARP, a port "
+          "without port security) goes on; see [security-groups.md](security-groups.md)",
+          miss="sfc", next=("egress-acl",)),
+    Table("egress-acl", 35, "the sending port's egress rules on the connection: invalid → drop; "
+          "established or related → on while the rule that admitted it (`ct_mark`) still applies to the "
+          "port; new → a rule (conjunctive match: port × remote × protocol) commits it with `ct_mark` := "
+          "rule id; anything else → drop", next=("sfc",), writes=frozenset({"ct_mark"})),
     Table("sfc", 40, "service-chain steering (no app fills it yet)", miss="l3"),
     Table("l3", 50, "distributed routing: frame to a router interface's MAC, IPv4 to a subnet on the same router "
           "→ src MAC := outgoing interface MAC, TTL − 1, `reg6` := destination network; to l3-neighbor",
@@ -170,7 +184,13 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
           next=("tap-recovery",), writes=frozenset({REG_OUT_PORT, "vlan_vid"}) | _TUNNEL),
     Table("tap-recovery", 70, "vTAP copies (`reg8` = marker): to a local monitor with the original headers "
           "restored, or to the monitor's node over the tunnel with `tun_id` = marker; see [vtap.md](vtap.md)",
-          miss="output", writes=frozenset({"eth_src", "eth_dst", "ipv4_dst"}) | _TUNNEL),
+          miss="ingress-conntrack", writes=frozenset({"eth_src", "eth_dst", "ipv4_dst"}) | _TUNNEL),
+    Table("ingress-conntrack", 72, "security groups, frames delivered to a local port (`reg7` = its ofport; "
+          "switched, routed, from the tunnel or the uplink alike): IPv4 and IPv6 to a port with security "
+          "groups → `ct_clear`, `reg9` := port id, `ct(zone = port id, table=ingress-acl)`; anything else "
+          "goes on", miss="output", next=("ingress-acl",), writes=frozenset({REG_DST_PORT})),
+    Table("ingress-acl", 75, "the receiving port's ingress rules, as egress-acl", next=("output",),
+          writes=frozenset({"ct_mark"})),
     Table("output", 80, "`reg7` → `output:reg7`"),
 ))
 

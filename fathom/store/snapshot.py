@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from fathom.model import FixedIp, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, TapPolicy
+from fathom.model import (
+    FixedIp, Network, Node, Port, Router, RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet,
+    TapPolicy,
+)
 from fathom.store import models as m
 from fathom.store.agent_models import NodeAgent
 from fathom.store.agents import recommended_datapath
@@ -41,6 +44,10 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
         allocations: dict[int, list[FixedIp]] = {}
         for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
             allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
+        memberships: dict[int, list[int]] = {}
+        for link in session.scalars(select(m.PortSecurityGroup).order_by(m.PortSecurityGroup.port_id,
+                                                                         m.PortSecurityGroup.group_id)):
+            memberships.setdefault(link.port_id, []).append(link.group_id)
         ports, interfaces = [], []
         for p in session.scalars(select(m.Port).order_by(m.Port.id)):
             fixed = tuple(allocations.get(p.id, ()))
@@ -51,7 +58,8 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
                                                       fip.ip_address, p.mac_address))
                 continue
             ports.append(Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
-                              node_names.get(p.node_id), p.interface_name, p.port_security))
+                              node_names.get(p.node_id), p.interface_name, p.port_security,
+                              tuple(memberships.get(p.id, ()))))
         routers = []
         for r in session.scalars(select(m.Router).order_by(m.Router.id)):
             seen[("router", r.id)] = (r.status, r.status_reason)
@@ -64,8 +72,14 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
                                t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
                                t.truncate, t.rate_pps)
                      for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)))
+        groups = tuple(SecurityGroup(g.id, g.name, g.project_id)
+                       for g in session.scalars(select(m.SecurityGroup).order_by(m.SecurityGroup.id)))
+        rules = tuple(SecurityGroupRule(r.id, r.group_id, r.direction, r.ethertype, r.protocol, r.port_range_min,
+                                        r.port_range_max, r.remote_ip_prefix, r.remote_group_id)
+                      for r in session.scalars(select(m.SecurityGroupRule).order_by(m.SecurityGroupRule.id)))
         return Snapshot(tuple(nodes), tuple(networks), tuple(subnets), tuple(ports), tuple(routers), tuple(interfaces),
-                        tap_policies=taps, fabric=load_fabric(session))
+                        tap_policies=taps, security_groups=groups, security_group_rules=rules,
+                        fabric=load_fabric(session))
 
     if session.in_transaction():
         return run()

@@ -18,6 +18,7 @@ MODELS = {
     "node": m.Node, "network": m.Network, "subnet": m.Subnet, "port": m.Port, "router": m.Router,
     "router_interface": m.Port,   # a router interface is a port of the router
     "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch, "pptmon_attachment": PptmonAttachment,
+    "security_group": m.SecurityGroup,
 }
 
 
