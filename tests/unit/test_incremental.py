@@ -67,7 +67,7 @@ def test_port_changes_compile_only_their_owners(cloud):
     plug(cloud, "compute1", "vm5", 20)
     cloud.rec.run_pass(audit=False)
     assert status(cloud, p["id"]) == ("active", None)
-    cloud.call("PATCH", f"/ports/{p['id']}", json={"port_security": False})
+    cloud.call("PATCH", f"/ports/{p['id']}", json={"port_security": False, "security_groups": []})
     cloud.rec.run_pass(audit=False)
     cloud.call("PATCH", f"/ports/{p['id']}", json={"node": "compute2", "interface_name": "vm5b"})
     plug(cloud, "compute2", "vm5b", 21)
@@ -165,7 +165,8 @@ def test_a_thousand_port_changes_coalesce_without_losing_one(cloud):
     t0 = time.monotonic()
     try:
         for i in range(1000):
-            store.write(lambda s, i=i: ops.update_port(s, ops.Caller(), ports[i % 20], {"port_security": bool(i % 3)}))
+            change = {"port_security": bool(i % 3), "security_groups": []}
+            store.write(lambda s, i=i, change=change: ops.update_port(s, ops.Caller(), ports[i % 20], change))
         took = time.monotonic() - t0
         deadline = time.monotonic() + 30
         while cloud.rec.board.covered < cloud.rec.board.requested and time.monotonic() < deadline:
