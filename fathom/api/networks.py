@@ -1,11 +1,11 @@
 """/v1/networks and /v1/subnets."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from sqlalchemy.orm import Session
 
 from fathom.api import schemas as sc
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.store import models as m
 from fathom.store import ops
@@ -55,8 +55,10 @@ def create_network(body: sc.NetworkCreate, c: CallerDep, db: StoreDep):
 
 
 @networks.get("/{network_id}", response_model=sc.NetworkOut)
-def show_network(network_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: network_out(s, ops.get(s, c, m.Network, network_id)))
+async def show_network(network_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                       timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: network_out(s, ops.get(s, c, m.Network, network_id))),
+                       ("network",), network_id, wait, timeout)
 
 
 @networks.patch("/{network_id}", response_model=sc.NetworkOut)
@@ -94,8 +96,10 @@ def create_subnet(body: sc.SubnetCreate, c: CallerDep, db: StoreDep):
 
 
 @subnets.get("/{subnet_id}", response_model=sc.SubnetOut)
-def show_subnet(subnet_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: subnet_out(ops.get(s, c, m.Subnet, subnet_id)))
+async def show_subnet(subnet_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                      timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: subnet_out(ops.get(s, c, m.Subnet, subnet_id))),
+                       ("subnet",), subnet_id, wait, timeout)
 
 
 @subnets.patch("/{subnet_id}", response_model=sc.SubnetOut)

@@ -1,12 +1,12 @@
 """/v1/ports."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from fathom.api import schemas as sc
 from sqlalchemy import select
 
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.store import models as m
 from fathom.store import ops
@@ -55,8 +55,10 @@ def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
 
 
 @router.get("/{port_id}", response_model=sc.PortOut)
-def show_port(port_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: port_out(ops.get(s, c, m.Port, port_id)))
+async def show_port(port_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                    timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: port_out(ops.get(s, c, m.Port, port_id))),
+                       ("port", "router_interface"), port_id, wait, timeout)
 
 
 @router.patch("/{port_id}", response_model=sc.PortOut)

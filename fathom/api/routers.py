@@ -5,11 +5,11 @@ in one way: as fields of the router, on `POST /v1/routers` and `PATCH /v1/router
 """
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from sqlalchemy.orm import Session
 
 from fathom.api import schemas as sc
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, gateway_node_admin, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, gateway_node_admin, utc
 from fathom.api.networks import rename
 from fathom.api.nodes import status_out
 from fathom.store import fabric as fabric_ops
@@ -56,8 +56,10 @@ def create_router(body: sc.RouterCreate, c: CallerDep, db: StoreDep):
 
 
 @router.get("/{router_id}", response_model=sc.RouterOut)
-def show_router(router_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: router_out(s, ops.get(s, c, m.Router, router_id)))
+async def show_router(router_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                      timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: router_out(s, ops.get(s, c, m.Router, router_id))),
+                       ("router",), router_id, wait, timeout)
 
 
 @router.patch("/{router_id}", response_model=sc.RouterOut)

@@ -13,7 +13,7 @@ NAME = Field(default="", max_length=255)
 NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 # OVS interface names are Linux interface names: at most 15 characters.
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"
-Status = Literal["pending", "active", "error"]
+Status = Literal["pending", "active", "error", "down"]
 
 
 class _Request(BaseModel):

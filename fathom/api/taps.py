@@ -10,11 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from fathom.addresses import parse_ipv4, parse_mac
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store import taps as ops
@@ -171,11 +171,12 @@ def create_tap(body: TapCreate, c: CallerDep, db: StoreDep):
 
 
 @router.get("/{tap_id}", response_model=TapOut)
-def show_tap(tap_id: int, c: CallerDep, db: StoreDep):
+async def show_tap(tap_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                   timeout: WaitTimeout = 10.0):
     def run(s):
         t = ops.get_tap(s, c, tap_id)
         return tap_out(s, t, ops.current_statuses(s).get(t.id))
-    return db.read(run)
+    return await shown(request, lambda: db.read(run), ("tap_policy",), tap_id, wait, timeout)
 
 
 @router.patch("/{tap_id}", response_model=TapOut)

@@ -86,3 +86,18 @@ def by_owner(state: SwitchState) -> dict[tuple[int, int, int], SwitchState]:
         meters[ck.parse_cookie(m.cookie)].add(m)
     return {o: SwitchState(frozenset(flows[o]), frozenset(groups[o]), frozenset(meters[o]))
             for o in set(flows) | set(groups) | set(meters)}
+
+
+def compile_owners(app: App, model: Snapshot, owners: frozenset) -> dict[SwitchKey, SwitchState]:
+    """The desired state of exactly `owners` ((app, kind, object id)) on every switch: the app's
+    own `compile_owners`, or its whole compile cut down to those owners."""
+    if app.compile_owners is not None:
+        return app.compile_owners(model, owners)
+    out = {}
+    for key, state in app.compile(model).items():
+        parts = [s for o, s in by_owner(state).items() if o in owners]
+        if parts:
+            out[key] = SwitchState(frozenset().union(*(p.flows for p in parts)),
+                                   frozenset().union(*(p.groups for p in parts)),
+                                   frozenset().union(*(p.meters for p in parts)))
+    return out

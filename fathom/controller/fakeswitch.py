@@ -20,7 +20,7 @@ import time
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
-from fathom.controller.switch import ApplyError
+from fathom.controller.switch import ApplyError, FlowMessage
 from fathom.openflow import encode
 
 
@@ -66,6 +66,9 @@ class FakeSwitch:
         self.reads += 1
         return set(self.flows.values())
 
+    def count_flows(self) -> int:
+        return len(self.flows)
+
     def read_groups(self) -> set:
         return set(self.groups.values())
 
@@ -103,9 +106,12 @@ class FakeSwitch:
 
     def _wire(self, msg):
         """The message as the switch receives it: encoded, then parsed back."""
-        self.dp.set_xid(msg)
-        msg.serialize()
-        buf = bytes(msg.buf)
+        if isinstance(msg, FlowMessage):     # encoded once, as the os-ken session sends it
+            buf = bytes(msg.with_xid(next(self.dp._xids) & 0xFFFFFFFF))
+        else:
+            self.dp.set_xid(msg)
+            msg.serialize()
+            buf = bytes(msg.buf)
         version, msg_type, msg_len, xid = ofproto_parser.header(buf)
         return ofproto_parser.msg(self.dp, version, msg_type, msg_len, xid, buf)
 

@@ -20,8 +20,8 @@ the reason when it says so or when it is down (no report for `stale_after` secon
 node N not reporting since HH:MM:SS". The host keeps what it had meanwhile (namespaces forward,
 programs stay attached): only the status says the controller cannot vouch for it.
 
-`pending` says what is awaited (a switch connecting, a port's interface appearing, a namespace being
-built), `error` names the switch or node at fault; a refused flow marks exactly its object.
+`down` is a port whose VIF is not plugged (or that is not bound); `pending` says what is awaited (a
+switch connecting, a namespace being built), `error` names the switch or node at fault; a refused flow marks exactly its object.
 
 A switch in trouble of its own (OVSDB unreachable, its OpenFlow connection lost, not connected
 yet) marks the objects *at home* there: a port's home is its node's switches, a `fabric` router
@@ -31,7 +31,10 @@ distributed router interface, a tap policy) is held back only when no switch hol
 healthy. A failed apply on a connected switch is an error of every object with flows there (any may
 be the cause), unless the switch named the refused messages. An
 object none of whose flows any switch needs yet (a network with no bound port) is `active`, except
-a port: it is `pending` until it is bound and plugged. A tap policy with a problem the compiler
+a port: it is `down` (with the reason) until it is bound and its VIF is plugged on its node (OVSDB:
+an interface of its name on the node's br-int with an OpenFlow port number), and `active` only
+when, moreover, every switch that must hold its flows has committed them (the bundle's commit
+reply, in the pass that covered the port's last change). A tap policy with a problem the compiler
 reported (a deleted port, an unbound one) is `error` / `pending` with that problem.
 
 `decide` is pure (model + pass result in, statuses out); fathom.store.status writes them.
@@ -102,14 +105,26 @@ def switch_problem(res) -> tuple[str, str, bool] | None:
     return None
 
 
+def owners_needed(desired) -> dict[tuple[int, int], set[SwitchKey]]:
+    """(kind, object id) -> the switches that must hold some flow or group of it."""
+    needs: dict[tuple[int, int], set[SwitchKey]] = defaultdict(set)
+    for key, state in desired.items():
+        for kind_obj in switch_owners(state):
+            needs[kind_obj].add(key)
+    return needs
+
+
+def switch_owners(state) -> set[tuple[int, int]]:
+    """(kind, object id) of everything a switch's desired state holds."""
+    return {ck.parse_cookie(spec.cookie)[1:] for spec in (*state.flows, *state.groups)}
+
+
 def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
     subnet, port, router, router_interface, tap_policy)."""
-    needs: dict[tuple[int, int], set[SwitchKey]] = defaultdict(set)
-    for key, state in result.desired.items():
-        for spec in (*state.flows, *state.groups):
-            _app, kind, obj = ck.parse_cookie(spec.cookie)
-            needs[(kind, obj)].add(key)
+    needs = getattr(result, "needs", None)
+    if needs is None:
+        needs = owners_needed(result.desired)
 
     def from_flows(kind: str, obj_id: int, home: set[SwitchKey] = frozenset()) -> Status | None:
         """From the flows alone; None when no switch needs any. `home`: the switches whose own
@@ -160,11 +175,20 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         out[("network", net.id)] = from_flows("network", net.id) or ("active", None)
     for sub in snapshot.subnets:
         out[("subnet", sub.id)] = out.get(("network", sub.network_id), ("active", None))
+    nodes = {n.name: n for n in snapshot.nodes}
     for p in snapshot.ports:
         got = from_flows("port", p.id, {SwitchKey(BR_INT, p.node), SwitchKey(BR_PHY, p.node)} if p.node else set())
-        if got is None:
-            got = ("pending", "not bound to a node") if p.node is None else \
-                ("pending", f"waiting for interface {p.interface!r} on its node")
+        if got is not None and got[0] == "error":
+            pass
+        elif p.node is None:
+            got = ("down", "not bound to a node")
+        elif not p.interface:
+            got = ("down", f"no interface named on node {p.node}")
+        elif p.node in nodes and nodes[p.node].ofport(p.interface) is None:
+            # OVSDB: no interface of that name with an OpenFlow port on the node's br-int
+            got = ("down", f"interface {p.interface!r} is not plugged on node {p.node}")
+        elif got is None:
+            got = ("pending", f"waiting for interface {p.interface!r} on node {p.node}")
         out[("port", p.id)] = got
     interfaces = defaultdict(list)
     modes = effective_modes(snapshot)

@@ -8,6 +8,7 @@ reconciler only ever talks to a session.
 from __future__ import annotations
 
 import itertools
+import struct
 from dataclasses import dataclass, field
 
 import os_ken.app.ofctl.api as ofctl
@@ -26,6 +27,47 @@ class ApplyError(Exception):
     def __init__(self, message: str, refused: tuple = ()):
         super().__init__(message)
         self.refused = tuple(refused)
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+# Encoded flow mods by (OpenFlow version, flow, delete): a flow is encoded once, so a resync or a
+# replay of flows already sent costs a look-up instead of building os-ken objects again. Bounded.
+_ENCODED: dict[tuple, bytes] = {}
+ENCODED_MAX = 100_000
+
+
+class FlowMessage:
+    """A flow mod to send: the bytes of `encode.flow_mod`, encoded once (xid 0, patched on send)."""
+    __slots__ = ("dp", "spec", "delete")
+
+    def __init__(self, dp, spec: FlowSpec, delete: bool = False):
+        self.dp, self.spec, self.delete = dp, spec, delete
+
+    def encoded(self) -> bytes:
+        key = (self.dp.ofproto.OFP_VERSION, self.spec, self.delete)
+        data = _ENCODED.get(key)
+        if data is None:
+            msg = self.message()
+            msg.set_xid(0)
+            msg.serialize()
+            data = bytes(msg.buf)
+            if len(_ENCODED) >= ENCODED_MAX:
+                _ENCODED.clear()
+            _ENCODED[key] = data
+        return data
+
+    def set_xid(self, xid: int) -> None:
+        """Datapath.set_xid hands us the xid; it goes into the bytes in `with_xid`."""
+
+    def with_xid(self, xid: int) -> bytearray:
+        data = bytearray(self.encoded())
+        struct.pack_into("!I", data, 4, xid)
+        return data
+
+    def message(self):
+        """The os-ken message (for a switch that takes no bundles)."""
+        return encode.flow_mod(self.dp, self.spec, delete=self.delete)
 
 
 # ---------------------------------------------------------------------------------------------- diff
@@ -61,11 +103,15 @@ def diff(desired: SwitchState, actual_flows: set, actual_groups: set, actual_met
     Ours is decided by one rule for every switch (fathom.pipeline.cookies): a flow by its cookie, a
     group or meter by its id. `actual_meters` None means "not read" (no meters wanted or left).
     """
-    actual_by_key = {f.key: f for f in actual_flows}
-    desired_by_key = {f.key: f for f in desired.flows}
+    # Set differences first (the flows both sides share are mostly the very same objects, so this is
+    # fast), then keys only for what differs: its cost follows the change, not the table.
+    actual = actual_flows if isinstance(actual_flows, (set, frozenset)) else set(actual_flows)
+    new = desired.flows - actual
+    gone = actual - desired.flows
     c = Change()
-    c.put = [f for k, f in desired_by_key.items() if actual_by_key.get(k) != f]
-    c.delete = [f for k, f in actual_by_key.items() if k not in desired_by_key and owns_cookie(f.cookie)]
+    c.put = list(new)
+    replaced = {f.key for f in new}
+    c.delete = [f for f in gone if f.key not in replaced and owns_cookie(f.cookie)]
     actual_g = {g.group_id: (g.type, g.buckets) for g in actual_groups}
     for g in desired.groups:
         have = actual_g.get(g.group_id)
@@ -91,16 +137,25 @@ def make_messages(dp, c: Change) -> tuple[list, list]:
                                                                          for m in c.mod_m]
     bundled = ([(g, encode.group_mod(dp, g, "add")) for g in c.add_g]
                + [(g, encode.group_mod(dp, g, "modify")) for g in c.mod_g]
-               + [(f, encode.flow_mod(dp, f)) for f in c.put])
+               + [(f, FlowMessage(dp, f)) for f in c.put])
     return plain, bundled
 
 
 def break_messages(dp, c: Change) -> tuple[list, list]:
     """(bundled, plain) pairs of the break half: flows, then the groups they used; meters after."""
-    bundled = [(f, encode.flow_mod(dp, f, delete=True)) for f in c.delete] + [(g, encode.group_mod(dp, g, "delete"))
-                                                                              for g in c.del_g]
+    bundled = [(f, FlowMessage(dp, f, delete=True)) for f in c.delete] + [(g, encode.group_mod(dp, g, "delete"))
+                                                                           for g in c.del_g]
     plain = [(m, encode.meter_mod(dp, m, "delete")) for m in c.del_m]
     return bundled, plain
+
+
+def whole_messages(dp, c: Change) -> tuple[list, list, list]:
+    """(plain before, bundled, plain after) pairs of a whole change in one atomic bundle, for a
+    change of one switch alone (a reconnect's replay): what is new, then what is gone, so the
+    switch never holds less than the flows still wanted, not even between two bundles."""
+    plain, make = make_messages(dp, c)
+    gone, after = break_messages(dp, c)
+    return plain, make + gone, after
 
 
 # ---------------------------------------------------------------------------------------------- sessions
@@ -125,6 +180,14 @@ class OsKenSession:
         replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPFlowStatsReply, reply_multi=True) or []
         return {encode.decode_flow(ofp, stat) for r in replies for stat in r.body}
 
+    def count_flows(self) -> int:
+        """How many flows the switch holds (one aggregate-stats round trip, whatever their number)."""
+        ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
+        req = parser.OFPAggregateStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
+                                              parser.OFPMatch())
+        replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPAggregateStatsReply, reply_multi=True) or []
+        return sum(r.body.flow_count for r in replies)
+
     def read_groups(self) -> set[GroupSpec]:
         parser = self.dp.ofproto_parser
         req = parser.OFPGroupDescStatsRequest(self.dp, 0)
@@ -140,8 +203,9 @@ class OsKenSession:
     def bundle(self, pairs: list) -> None:
         """Send (spec, message) pairs as one atomic bundle; ApplyError names the refused specs.
 
-        Bundle adds are pipelined (no round trip each); the commit reply, after them on the same
-        connection, tells whether the switch took the whole change. An error on any add fails it all.
+        The open and the adds are pipelined (no round trip each); the commit reply, after them on
+        the same connection, tells whether the switch took the whole change: one round trip per
+        change. An error on any add (or on the open) fails it all.
         """
         if not pairs:
             return
@@ -152,12 +216,19 @@ class OsKenSession:
         bid = next(_bundle_ids) & 0xFFFFFFFF
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
         ctrl = lambda t: parser.OFPBundleCtrlMsg(dp, bid, t, flags, [])  # noqa: E731
-        try:
-            ofctl.send_msg(app, ctrl(ofp.OFPBCT_OPEN_REQUEST), reply_cls=parser.OFPBundleCtrlMsg)
-        except OFError as e:
-            raise ApplyError(f"switch {dp.id:016x} refused the change: {e}") from e
+        # the open is not waited for: a refused open fails the commit, whose reply is awaited below
+        dp.send_msg(ctrl(ofp.OFPBCT_OPEN_REQUEST))
         by_xid = {}
+        head = struct.Struct("!BBHI" + ofp.OFP_BUNDLE_ADD_MSG_0_PACK_STR[1:])
         for spec, m in pairs:
+            if isinstance(m, FlowMessage):
+                # the bundle add around the encoded flow mod, both with the same xid (OF1.4 7.3.9.2)
+                xid = dp.set_xid(m)
+                inner = m.with_xid(xid)
+                dp.send(head.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE, head.size + len(inner), xid,
+                                  bid, flags) + inner)
+                by_xid[xid] = spec
+                continue
             add = parser.OFPBundleAddMsg(dp, bid, flags, m, [])
             dp.set_xid(add)
             by_xid[add.xid] = spec
@@ -176,6 +247,8 @@ class OsKenSession:
     def plain(self, pairs: list) -> None:
         """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
         for spec, m in pairs:
+            if isinstance(m, FlowMessage):
+                m = m.message()
             try:
                 ofctl.send_msg(self.app, m)
             except OFError as e:

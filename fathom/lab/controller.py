@@ -42,7 +42,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
            # the API also on the management network, where the nodes' agents reach it
            "--api-host", "127.0.0.1", *(["--api-host", of_host] if of_host != "127.0.0.1" else []),
-           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3",
+           "--of-host", of_host, "--of-port", str(of_port), "--interval", "10",
            "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / "controller.pid").write_text(str(proc.pid))
@@ -155,19 +155,19 @@ def wait_active(url: str, created: dict, timeout: float = 30, token: str | None 
 
 def _wait_active(api: Client, created: dict, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    pending = dict(created.get("ports", {}))
-    reasons: dict[str, str] = {}
-    while pending:
-        for name, pid in list(pending.items()):
-            port = api.request("GET", f"/ports/{pid}")
+    for name, pid in sorted(created.get("ports", {}).items()):
+        while True:
+            try:
+                port = api.wait_status("ports", pid, "active", timeout=max(0.1, deadline - time.monotonic()))
+            except ApiError as e:
+                if e.status != 408:
+                    raise
+                raise LabError(f"port {name} not active after {timeout}s: {e}") from None
             if port["status"] == "active":
-                del pending[name]
-            else:
-                reasons[name] = f"{port['status']}: {port['status_reason']}"
-        if pending and time.monotonic() > deadline:
-            raise LabError(f"ports not active after {timeout}s: "
-                           + "; ".join(f"{n} ({reasons.get(n)})" for n in sorted(pending)))
-        time.sleep(0.2)
+                break
+            if time.monotonic() > deadline:
+                raise LabError(f"port {name} not active after {timeout}s: {port['status']}: {port['status_reason']}")
+            time.sleep(0.2)   # an error (a switch still connecting): the next pass may clear it
     # every switch connected (br-int of each node; with a fabric also each br-phy and the ToR),
     # then one full pass, so the underlay is programmed too when `lab up` returns
     fabric = len(created.get("fabric_switches", {}))

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from fathom.store.base import Base, Resource, utcnow
 
-STATUSES = ("pending", "active", "error")
+STATUSES = ("pending", "active", "error", "down")
 NODE_STATES = ("init", "device_created", "complete", "error")
 NODE_ROLES = ("compute", "gateway")
 DATAPATH_TYPES = ("system", "netdev")

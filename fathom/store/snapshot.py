@@ -16,23 +16,32 @@ from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
 
 
-def load_snapshot(session) -> Snapshot:
+def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
     """Read the whole store into a Snapshot, consistently (one transaction; reads only).
 
-    Call with a fresh Session: `with Session(engine) as s: snap = load_snapshot(s)`.
+    Call with a fresh Session: `with Session(engine) as s: snap = load_snapshot(s)`. With
+    `statuses`, the stored (status, reason) of every object is put there too, keyed like
+    fathom.controller.status.decide's answer ((kind, id); nodes also ("node_state", id)), so the
+    reconciler writes only the statuses that differ.
     """
+    seen = statuses if statuses is not None else {}
     def run():
         node_names = {}
         nodes = []
         reported = {a.node_id: recommended_datapath(a.facts or {}) for a in session.scalars(select(NodeAgent))}
         for n in session.scalars(select(m.Node).order_by(m.Node.id)):
             node_names[n.id] = n.name
+            seen[("node", n.id)] = (n.status, n.status_reason)
+            seen[("node_state", n.name)] = n.state
             nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state,
                               datapath_type=n.datapath_type or reported.get(n.id)))
-        networks = tuple(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id)
-                         for n in session.scalars(select(m.Network).order_by(m.Network.id)))
-        subnets = tuple(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip)
-                        for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)))
+        networks, subnets = [], []
+        for n in session.scalars(select(m.Network).order_by(m.Network.id)):
+            seen[("network", n.id)] = (n.status, n.status_reason)
+            networks.append(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id))
+        for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)):
+            seen[("subnet", s.id)] = (s.status, s.status_reason)
+            subnets.append(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip))
         allocations: dict[int, list[FixedIp]] = {}
         for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
             allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
@@ -43,6 +52,7 @@ def load_snapshot(session) -> Snapshot:
         ports, interfaces = [], []
         for p in session.scalars(select(m.Port).order_by(m.Port.id)):
             fixed = tuple(allocations.get(p.id, ()))
+            seen[("router_interface" if p.router_id is not None else "port", p.id)] = (p.status, p.status_reason)
             if p.router_id is not None:
                 for fip in fixed[:1]:
                     interfaces.append(RouterInterface(p.id, p.router_id, fip.subnet_id, p.network_id,
@@ -51,8 +61,12 @@ def load_snapshot(session) -> Snapshot:
             ports.append(Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
                               node_names.get(p.node_id), p.interface_name, p.port_security,
                               tuple(memberships.get(p.id, ()))))
-        routers = tuple(Router(r.id, r.name, r.project_id)
-                        for r in session.scalars(select(m.Router).order_by(m.Router.id)))
+        routers = []
+        for r in session.scalars(select(m.Router).order_by(m.Router.id)):
+            seen[("router", r.id)] = (r.status, r.status_reason)
+            routers.append(Router(r.id, r.name, r.project_id))
+        for t in session.scalars(select(m.TapPolicy)):
+            seen[("tap_policy", t.id)] = (t.status, t.status_reason)
         taps = tuple(TapPolicy(t.id, t.name, t.project_id, t.sender_port_id, t.receiver_port_id,
                                t.receiver_is_port, t.receiver_mac, t.receiver_ip,
                                (t.monitor_port_id,) + ((t.monitor2_port_id,) if t.has_monitor2 else ()),
@@ -64,7 +78,7 @@ def load_snapshot(session) -> Snapshot:
         rules = tuple(SecurityGroupRule(r.id, r.group_id, r.direction, r.ethertype, r.protocol, r.port_range_min,
                                         r.port_range_max, r.remote_ip_prefix, r.remote_group_id)
                       for r in session.scalars(select(m.SecurityGroupRule).order_by(m.SecurityGroupRule.id)))
-        return Snapshot(tuple(nodes), networks, subnets, tuple(ports), routers, tuple(interfaces),
+        return Snapshot(tuple(nodes), tuple(networks), tuple(subnets), tuple(ports), tuple(routers), tuple(interfaces),
                         tap_policies=taps, security_groups=groups, security_group_rules=rules,
                         fabric=load_fabric(session), **_chains(session))
 

@@ -168,3 +168,32 @@ def test_sfc_verbs(run):
     run("sfc", "port-pair-group", "delete", "fws")
     run("sfc", "port-pair", "delete", "fw")
     assert json.loads(run("sfc", "port-pair", "list", "--json").output) == []
+
+
+def test_wait_returns_once_the_controller_says_active_or_fails(tmp_path, monkeypatch):
+    """`--wait` long-polls the status board of the controller in the API's process."""
+    import threading
+    from fathom.controller.board import StatusBoard
+    app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
+    app.state.status_board = board = StatusBoard()
+    monkeypatch.setenv("FATHOM_TOKEN", headers_for(app)["Authorization"].split()[1])
+    monkeypatch.setattr(client_module.httpx, "Client",
+                        lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
+    runner = CliRunner()
+    try:
+        # nothing decides the network's status: the wait runs out, exit status 1
+        result = runner.invoke(cli, ["network", "create", "blue", "--wait", "--timeout", "0.3"])
+        assert result.exit_code == 1 and "not 'active' after 0.3 s" in result.output, result.output
+        # a pass writes it active and publishes it (what the reconciler does): the wait ends then
+        def reconciled():
+            from sqlalchemy.orm import Session
+            from fathom.store.status import set_status
+            with Session(app.state.engine) as s, s.begin():
+                set_status(s, "network", 2, "active")
+            board.publish({("network", 2): ("active", None)}, 0)
+        threading.Timer(0.3, reconciled).start()
+        result = runner.invoke(cli, ["network", "create", "green", "--wait", "--timeout", "10", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["status"] == "active"
+    finally:
+        app.state.engine.dispose()
