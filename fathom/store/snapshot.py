@@ -25,19 +25,24 @@ def load_snapshot(session) -> Snapshot:
                          for n in session.scalars(select(m.Network).order_by(m.Network.id)))
         subnets = tuple(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip)
                         for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)))
+        # ports and their addresses are most of a large store: read as rows, not ORM objects
         allocations: dict[int, list[FixedIp]] = {}
-        for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
-            allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
+        a = m.IpAllocation
+        for port_id, subnet_id, ip in session.execute(
+                select(a.port_id, a.subnet_id, a.ip_address).order_by(a.id)):
+            allocations.setdefault(port_id, []).append(FixedIp(subnet_id, ip))
         ports, interfaces = [], []
-        for p in session.scalars(select(m.Port).order_by(m.Port.id)):
-            fixed = tuple(allocations.get(p.id, ()))
-            if p.router_id is not None:
+        p = m.Port
+        for row in session.execute(select(p.id, p.name, p.project_id, p.network_id, p.mac_address, p.node_id,
+                                          p.interface_name, p.port_security, p.router_id).order_by(p.id)):
+            fixed = tuple(allocations.get(row.id, ()))
+            if row.router_id is not None:
                 for fip in fixed[:1]:
-                    interfaces.append(RouterInterface(p.id, p.router_id, fip.subnet_id, p.network_id,
-                                                      fip.ip_address, p.mac_address))
+                    interfaces.append(RouterInterface(row.id, row.router_id, fip.subnet_id, row.network_id,
+                                                      fip.ip_address, row.mac_address))
                 continue
-            ports.append(Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
-                              node_names.get(p.node_id), p.interface_name, p.port_security))
+            ports.append(Port(row.id, row.name, row.project_id, row.network_id, row.mac_address, fixed,
+                              node_names.get(row.node_id), row.interface_name, row.port_security))
         routers = tuple(Router(r.id, r.name, r.project_id)
                         for r in session.scalars(select(m.Router).order_by(m.Router.id)))
         taps = tuple(TapPolicy(t.id, t.name, t.project_id, t.sender_port_id, t.receiver_port_id,
