@@ -46,6 +46,7 @@ class FakeSwitch:
         self.meters: dict[int, object] = {}
         self.sent: list[tuple[str, list]] = []   # ("bundle" | "plain", [parsed messages])
         self.reads = 0
+        self.last_flow = None                    # the flow of the last flow mod applied
         self._refuse = lambda spec: False
         self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
         self.lock = threading.Lock()
@@ -113,7 +114,7 @@ class FakeSwitch:
         ofp = self.dp.ofproto
         name = type(msg).__name__
         if name == "OFPFlowMod":
-            flow = encode.decode_flow(ofp, msg)
+            flow = self.last_flow = encode.decode_flow(ofp, msg)   # (the OpenFlow front end keeps its bytes)
             if msg.command == ofp.OFPFC_ADD:
                 for action in flow.actions:
                     group = getattr(action, "group_id", None)
