@@ -324,7 +324,7 @@ def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None 
         networks = []
         for k in range(n_networks):
             net = api.post("/networks", json={"name": f"net{k}", "type": "vxlan"})
-            api.post("/subnets", json={"network_id": net["id"], "cidr": f"10.{k >> 8}.{k & 0xFF}.0/22"})
+            api.post("/subnets", json={"network_id": net["id"], "cidr": f"10.{k >> 6}.{(k & 63) * 4}.0/22"})
             networks.append(net["id"])
         progress(f"{size}: creating {len(ports)} ports ({n_networks} networks)")
         t0 = time.monotonic()

@@ -22,6 +22,7 @@ import subprocess
 from fathom.host import exec as host_exec
 
 LOG = logging.getLogger("fathom.l3agent")
+ROUTER_NS = re.compile(r"^(.*)-r(\d+)$")   # <node netns>-r<router id>
 
 
 def _ip(args: list[str], ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -38,11 +39,13 @@ class L3Agent:
         self._node_ns: dict[str, str] = {}   # management ip -> netns
         self.created = False                 # an interface was built since the flag was last cleared
 
-    def node_netns(self, management_ip: str) -> str | None:
+    def node_netns(self, management_ip: str, present: list[str] | None = None) -> str | None:
+        """The namespace holding `management_ip` among `present` (default: every namespace now)."""
+        present = namespaces() if present is None else present
         ns = self._node_ns.get(management_ip)
-        if ns and ns in namespaces():
+        if ns and ns in present:
             return ns
-        for ns in namespaces():
+        for ns in present:
             out = _ip(["ip", "-j", "-4", "addr", "show"], ns=ns, check=False).stdout
             try:
                 addrs = {i["local"] for link in json.loads(out or "[]") for i in link.get("addr_info", [])}
@@ -57,16 +60,16 @@ class L3Agent:
              ovsdb_for) -> dict[int, str]:
         """nodes: node name -> management ip (every node); want: gateway node name -> [RouterInterface]
         to realise there. `ovsdb_for(node)` gives the node's NodeOvsdb (for br-int ports) or None.
-        Returns {router id: "ok" | error}; removes the namespaces of routers no longer wanted."""
+        Returns {router id: "ok" | error}; removes the namespaces of routers no longer wanted.
+
+        Only gateway nodes' namespaces are looked up (and the parents of router namespaces to
+        remove): a pass over many nodes without network-node routers runs one `ip netns list`."""
         result: dict[int, str] = {}
-        ns_node: dict[str, str] = {}
-        for node, mgmt_ip in nodes.items():
-            ns = self.node_netns(mgmt_ip) if mgmt_ip else None
-            if ns:
-                ns_node[ns] = node
+        present = namespaces()
         wanted_ns: set[str] = set()
         for node, interfaces in want.items():
-            ns = next((n for n, name in ns_node.items() if name == node), None)
+            mgmt_ip = nodes.get(node)
+            ns = self.node_netns(mgmt_ip, present) if mgmt_ip else None
             if ns is None:
                 for interface in interfaces:
                     result[interface.router_id] = f"no namespace holds gateway node {node}'s management address"
@@ -84,10 +87,17 @@ class L3Agent:
                     LOG.warning("router %d on %s: %s", router_id, node, e)
                     result[router_id] = str(e)
         # namespaces of routers that left network-node mode (or moved): gone, with their br-int ports
-        for ns in namespaces():
-            mt = re.match(r"^(.*)-r(\d+)$", ns)
-            if mt and ns not in wanted_ns and mt.group(1) in ns_node:
-                self._remove_router(ns, ovsdb_for(ns_node[mt.group(1)]))
+        stale = [ns for ns in present if ROUTER_NS.match(ns) and ns not in wanted_ns]
+        if stale:
+            ns_node = {}
+            for node, mgmt_ip in nodes.items():
+                ns = self.node_netns(mgmt_ip, present) if mgmt_ip else None
+                if ns:
+                    ns_node[ns] = node
+            for ns in stale:
+                parent = ROUTER_NS.match(ns).group(1)
+                if parent in ns_node:
+                    self._remove_router(ns, ovsdb_for(ns_node[parent]))
         return result
 
     def _ensure_router(self, node_ns: str, rns: str, interfaces: list, subnets, ovsdb) -> None:
