@@ -104,9 +104,12 @@ class FakeSwitch:
 
     def _wire(self, msg):
         """The message as the switch receives it: encoded, then parsed back."""
-        self.dp.set_xid(msg)
-        msg.serialize()
-        buf = bytes(msg.buf)
+        if hasattr(msg, "wire"):          # encode.Wire: the bytes the os-ken session sends
+            buf = msg.wire(next(self.dp._xids) & 0xFFFFFFFF)
+        else:
+            self.dp.set_xid(msg)
+            msg.serialize()
+            buf = bytes(msg.buf)
         version, msg_type, msg_len, xid = ofproto_parser.header(buf)
         return ofproto_parser.msg(self.dp, version, msg_type, msg_len, xid, buf)
 
