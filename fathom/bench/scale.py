@@ -334,7 +334,9 @@ def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None 
         progress(f"{size}: waiting for {len(created)} ports to be active")
         for p in api.list("/ports"):
             if p["status"] != "active":
-                api.wait_status("ports", p["id"], timeout=300)
+                p = api.wait_status("ports", p["id"], timeout=300)
+            if p["status"] != "active":
+                raise RuntimeError(f"port {p['id']}: {p['status']} ({p.get('status_reason')})")
         settle_s = time.monotonic() - t0
         # every switch holds exactly the compiled flows: the controller reads each back and compares
         in_sync = [api.node_flows(f"s{i}")["in_sync"] for i in range(size.nodes)]
