@@ -63,7 +63,7 @@ class Controller:
         cmd = [str(fathom), "controller", "--db", self.db_url, "--api-port", str(self.api_port),
                "--of-host", self.of_host, "--of-port", str(self.of_port), "--interval", str(self.interval),
                "--state-dir", str(self.run_dir), "--insecure"]
-        log = open(self.run_dir / "controller.log", "ab")
+        log = open(self.run_dir / "controller.log", "a")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.url = f"http://127.0.0.1:{self.api_port}"
         deadline = time.monotonic() + 60
@@ -74,7 +74,8 @@ class Controller:
                 self.token = read_token_file(self.run_dir / ADMIN_TOKEN_FILE)
                 probe = Client(self.url, token=self.token, timeout=2)
                 probe.health()
-                self.api = probe
+                probe.close()
+                self.api = self.client(timeout=300)
                 return self
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.2)
@@ -551,7 +552,13 @@ def run(plan: Plan, run_dir: Path, progress=lambda msg: None) -> dict:
                     if pg is not None:
                         pg.stop()
     if "fabric" in plan.parts:
-        doc["fabric"] = [fabric_run(run_dir / "fabric", size, plan.samples, progress=progress) for size in plan.sizes]
+        doc["fabric"] = []
+        for size in plan.sizes:
+            try:
+                doc["fabric"].append(fabric_run(run_dir / "fabric", size, plan.samples, progress=progress))
+            except Exception as e:  # noqa: BLE001 - one size failing keeps the others' figures
+                progress(f"{size}: failed: {e}")
+                doc.setdefault("failed", []).append({"size": str(size), "error": f"{type(e).__name__}: {e}"})
     if "resync" in plan.parts and plan.resync_ports:
         doc["resync_real"] = resync_real(plan.lab, plan.resync_ports, progress=progress)
     env["loadavg_at_end"] = os.getloadavg()
@@ -580,6 +587,8 @@ def markdown(doc: dict) -> str:
         lines += ["| fabric (nodes x ports) | ports | flows | port-up p50 ms | p99 ms | controller CPU ms/change | "
                   "full resync s | flows/s | resync CPU s | in sync |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in doc["fabric"]:
+            if "error" in r:
+                continue
             lines.append(f"| {r['size']} | {r['ports']} | {r['resync_flows']} | {r['port_up_p50_ms']:.0f} | "
                          f"{r['port_up_p99_ms']:.0f} | {r['controller_cpu_ms_per_change']:.0f} | "
                          f"{r['resync_seconds']:.2f} | {r['resync_flows_per_second']:.0f} | "
