@@ -639,6 +639,11 @@ def plot(doc: dict, path: Path) -> None:
         ax.axhline(500, color="r", ls=":", label="target 500/s")
         ax.set(ylabel="ports/s", title=f"API creates, {api[0]['writers']} writers")
         ax.legend()
+    else:
+        ax.axis("off")
+    if not fabric:
+        for ax in axes[:3]:
+            ax.axis("off")
     fig.suptitle(f"fathom bench scale{crowded}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
