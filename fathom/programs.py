@@ -19,6 +19,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "ovsdb-server": ("openvswitch-switch", "each lab node's OVSDB"),
     "ovs-vswitchd": ("openvswitch-switch", "each lab node's switch"),
     "ovsdb-tool": ("openvswitch-common", "creating a node's OVSDB"),
+    "ovsdb-client": ("openvswitch-common", "writing a simulated node's OVSDB (fathom bench scale)"),
     "ovs-vsctl": ("openvswitch-common", "configuring bridges and ports"),
     "ovs-ofctl": ("openvswitch-common", "reading flows and groups"),
     "ovs-appctl": ("openvswitch-common", "traces, counters, daemon control"),

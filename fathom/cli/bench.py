@@ -337,3 +337,55 @@ def all_benches(ctx, quick):
         console.print(f"[bold]fathom bench {name}[/bold]")
         params = {p.name for p in cmd.params}
         ctx.invoke(cmd, **({"quick": quick} if "quick" in params else {}))
+
+
+@bench.command("scale")
+@click.option("--sizes", default="10x1,100x10,100x100", show_default=True,
+              help="simulated fabrics, NODESxPORTS_PER_NODE, comma-separated")
+@click.option("--samples", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="new ports timed one by one (API call → active) per fabric")
+@click.option("--api-ports", type=click.IntRange(8, 100000), default=2000, show_default=True,
+              help="ports created per API-rate run")
+@click.option("--writers", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--store", "stores", multiple=True, type=click.Choice(["sqlite", "postgresql"]),
+              default=("sqlite", "postgresql"), show_default=True, help="stores of the API-rate runs")
+@click.option("--resync-ports", type=click.IntRange(0, 100000), default=10000, show_default=True,
+              help="ports (one flow each on the wiped bridge) of the real-OVS resync; 0 skips it")
+@click.option("--part", "parts", multiple=True, type=click.Choice(["api", "fabric", "resync"]),
+              help="run only these parts (repeatable; default all)")
+@click.option("--lab", "lab_name", default="bsc", show_default=True, help="name of the lab the resync part builds")
+@click.option("--quick", is_flag=True, help="fabrics 10x1,20x5, 400 API ports, 1000 resync ports")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-scale-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def scale(sizes, samples, api_ports, writers, stores, resync_ports, parts, lab_name, quick, outdir, as_json):
+    """The controller at scale: API create rate (SQLite, PostgreSQL), port-up latency, CPU per change
+    and full resync on simulated fabrics (OpenFlow switches in a process of their own), and the full
+    resync of a real OVS bridge. Progress goes to stderr."""
+    import json as json_
+
+    from fathom.bench import scale as sc
+    if quick:
+        sizes, api_ports, resync_ports, samples = "10x1,20x5", min(api_ports, 400), min(resync_ports, 1000), min(samples, 10)
+    try:
+        plan = sc.Plan(sc.parse_sizes(sizes), samples, api_ports, writers, tuple(stores), resync_ports, lab_name,
+                       tuple(parts) or ("api", "fabric", "resync"))
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--sizes")
+    out = Path(outdir or f"results/bench-scale-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        click.echo(f"[{time.monotonic() - started:6.0f} s] {msg}", err=True)
+    try:
+        doc = sc.run(plan, sc.RUN_ROOT / f"scale-{lab_name}", progress)
+    except (RuntimeError, OSError) as e:
+        fail(str(e))
+    doc["command"] = "fathom bench scale " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    (out / "results.json").write_text(json_.dumps(doc, indent=2, default=str))
+    (out / "summary.md").write_text(sc.markdown(doc))
+    sc.plot(doc, out / "scale.png")
+    if as_json:
+        return print_json(doc)
+    console.print(sc.markdown(doc), highlight=False, markup=False)
+    console.print(f"report: {out}/summary.md, plot {out}/scale.png")

@@ -20,7 +20,7 @@ import time
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
-from fathom.controller.switch import ApplyError, FlowMessage
+from fathom.controller.switch import ApplyError
 from fathom.openflow import encode
 
 
@@ -46,6 +46,7 @@ class FakeSwitch:
         self.meters: dict[int, object] = {}
         self.sent: list[tuple[str, list]] = []   # ("bundle" | "plain", [parsed messages])
         self.reads = 0
+        self.last_flow = None                    # the flow of the last flow mod applied
         self._refuse = lambda spec: False
         self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
         self.lock = threading.Lock()
@@ -106,8 +107,8 @@ class FakeSwitch:
 
     def _wire(self, msg):
         """The message as the switch receives it: encoded, then parsed back."""
-        if isinstance(msg, FlowMessage):     # encoded once, as the os-ken session sends it
-            buf = bytes(msg.with_xid(next(self.dp._xids) & 0xFFFFFFFF))
+        if hasattr(msg, "wire"):          # encode.Wire: the bytes the os-ken session sends
+            buf = msg.wire(next(self.dp._xids) & 0xFFFFFFFF)
         else:
             self.dp.set_xid(msg)
             msg.serialize()
@@ -119,7 +120,7 @@ class FakeSwitch:
         ofp = self.dp.ofproto
         name = type(msg).__name__
         if name == "OFPFlowMod":
-            flow = encode.decode_flow(ofp, msg)
+            flow = self.last_flow = encode.decode_flow(ofp, msg)   # (the OpenFlow front end keeps its bytes)
             if msg.command == ofp.OFPFC_ADD:
                 for action in flow.actions:
                     group = getattr(action, "group_id", None)

@@ -100,6 +100,7 @@ class SwitchResult:
     state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ...
     changes: int = 0
     last_ok: float | None = None
+    apply_seconds: float = 0.0      # time spent sending this pass's change (both halves)
 
 
 @dataclass
@@ -110,6 +111,7 @@ class NodeResult:
     switch: str = "not connected"   # ok | not connected | lost: ... | error: ...
     changes: int = 0
     last_ok: float | None = None
+    apply_seconds: float = 0.0
 
 
 def without_refused(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
@@ -459,7 +461,7 @@ class Reconciler:
             for r in result.switches.values():
                 if r.key.bridge == BR_INT and r.key.name in result.nodes:
                     n = result.nodes[r.key.name]
-                    n.switch, n.changes, n.last_ok = r.state, r.changes, r.last_ok
+                    n.switch, n.changes, n.last_ok, n.apply_seconds = r.state, r.changes, r.last_ok, r.apply_seconds
             for ext in self.extensions:
                 try:
                     ext.after_pass(self, snapshot, result)
@@ -752,6 +754,7 @@ class Reconciler:
             else:
                 session.bundle(first)
                 session.plain(second)
+        started = time.monotonic()
         try:
             send(change)
             return set()
@@ -764,6 +767,8 @@ class Reconciler:
                 result.refused[(kind, obj)] = f"{res.key}: {e}"
             send(change.without(owners))
             return owners
+        finally:
+            res.apply_seconds += time.monotonic() - started
 
     def _failed(self, res: SwitchResult, session, e: Exception) -> None:
         LOG.warning("%s: apply failed: %s", res.key, e)

@@ -15,10 +15,12 @@ import os_ken.app.ofctl.api as ofctl
 from os_ken.app.ofctl.exception import OFError
 
 from fathom.openflow import encode
+from fathom.openflow.encode import Wire
 from fathom.openflow.spec import FlowSpec, GroupSpec, MeterSpec, SwitchState
 from fathom.pipeline.cookies import owns_cookie, owns_id
 
 _bundle_ids = itertools.count(1)
+_BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
 
 class ApplyError(Exception):
@@ -30,45 +32,6 @@ class ApplyError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------- encoding
-
-# Encoded flow mods by (OpenFlow version, flow, delete): a flow is encoded once, so a resync or a
-# replay of flows already sent costs a look-up instead of building os-ken objects again. Bounded.
-_ENCODED: dict[tuple, bytes] = {}
-ENCODED_MAX = 100_000
-
-
-class FlowMessage:
-    """A flow mod to send: the bytes of `encode.flow_mod`, encoded once (xid 0, patched on send)."""
-    __slots__ = ("dp", "spec", "delete")
-
-    def __init__(self, dp, spec: FlowSpec, delete: bool = False):
-        self.dp, self.spec, self.delete = dp, spec, delete
-
-    def encoded(self) -> bytes:
-        key = (self.dp.ofproto.OFP_VERSION, self.spec, self.delete)
-        data = _ENCODED.get(key)
-        if data is None:
-            msg = self.message()
-            msg.set_xid(0)
-            msg.serialize()
-            data = bytes(msg.buf)
-            if len(_ENCODED) >= ENCODED_MAX:
-                _ENCODED.clear()
-            _ENCODED[key] = data
-        return data
-
-    def set_xid(self, xid: int) -> None:
-        """Datapath.set_xid hands us the xid; it goes into the bytes in `with_xid`."""
-
-    def with_xid(self, xid: int) -> bytearray:
-        data = bytearray(self.encoded())
-        struct.pack_into("!I", data, 4, xid)
-        return data
-
-    def message(self):
-        """The os-ken message (for a switch that takes no bundles)."""
-        return encode.flow_mod(self.dp, self.spec, delete=self.delete)
-
 
 # ---------------------------------------------------------------------------------------------- diff
 
@@ -132,20 +95,21 @@ def diff(desired: SwitchState, actual_flows: set, actual_groups: set, actual_met
 
 def make_messages(dp, c: Change) -> tuple[list, list]:
     """(plain, bundled) (spec, message) pairs of the make half: meters first (OVS takes no meter mod in
-    a bundle), then groups before the flows that use them."""
-    plain = [(m, encode.meter_mod(dp, m, "add")) for m in c.add_m] + [(m, encode.meter_mod(dp, m, "modify"))
-                                                                         for m in c.mod_m]
-    bundled = ([(g, encode.group_mod(dp, g, "add")) for g in c.add_g]
-               + [(g, encode.group_mod(dp, g, "modify")) for g in c.mod_g]
-               + [(f, FlowMessage(dp, f)) for f in c.put])
+    a bundle), then groups before the flows that use them. Messages are encode.Wire: encoded once
+    per process, sent as bytes."""
+    plain = [(m, Wire(dp, "meter", m, "add")) for m in c.add_m] + [(m, Wire(dp, "meter", m, "modify"))
+                                                                   for m in c.mod_m]
+    bundled = ([(g, Wire(dp, "group", g, "add")) for g in c.add_g]
+               + [(g, Wire(dp, "group", g, "modify")) for g in c.mod_g]
+               + [(f, Wire(dp, "flow", f)) for f in c.put])
     return plain, bundled
 
 
 def break_messages(dp, c: Change) -> tuple[list, list]:
     """(bundled, plain) pairs of the break half: flows, then the groups they used; meters after."""
-    bundled = [(f, FlowMessage(dp, f, delete=True)) for f in c.delete] + [(g, encode.group_mod(dp, g, "delete"))
-                                                                           for g in c.del_g]
-    plain = [(m, encode.meter_mod(dp, m, "delete")) for m in c.del_m]
+    bundled = ([(f, Wire(dp, "flow", f, "delete")) for f in c.delete]
+               + [(g, Wire(dp, "group", g, "delete")) for g in c.del_g])
+    plain = [(m, Wire(dp, "meter", m, "delete")) for m in c.del_m]
     return bundled, plain
 
 
@@ -201,11 +165,11 @@ class OsKenSession:
         return {encode.decode_meter(ofp, c) for r in replies for c in r.body}
 
     def bundle(self, pairs: list) -> None:
-        """Send (spec, message) pairs as one atomic bundle; ApplyError names the refused specs.
+        """Send (spec, encode.Wire) pairs as one atomic bundle; ApplyError names the refused specs.
 
-        The open and the adds are pipelined (no round trip each); the commit reply, after them on
-        the same connection, tells whether the switch took the whole change: one round trip per
-        change. An error on any add (or on the open) fails it all.
+        Open, every add and the commit go out in one write, with no round trip before the commit;
+        the commit reply, after them on the same connection, tells whether the switch took the whole
+        change. An error on the open or on any add fails it all.
         """
         if not pairs:
             return
@@ -216,29 +180,25 @@ class OsKenSession:
         bid = next(_bundle_ids) & 0xFFFFFFFF
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
         ctrl = lambda t: parser.OFPBundleCtrlMsg(dp, bid, t, flags, [])  # noqa: E731
-        # the open is not waited for: a refused open fails the commit, whose reply is awaited below
-        dp.send_msg(ctrl(ofp.OFPBCT_OPEN_REQUEST))
+        opening = ctrl(ofp.OFPBCT_OPEN_REQUEST)
+        dp.set_xid(opening)
+        opening.serialize()
+        out = [bytes(opening.buf)]
         by_xid = {}
-        head = struct.Struct("!BBHI" + ofp.OFP_BUNDLE_ADD_MSG_0_PACK_STR[1:])
         for spec, m in pairs:
-            if isinstance(m, FlowMessage):
-                # the bundle add around the encoded flow mod, both with the same xid (OF1.4 7.3.9.2)
-                xid = dp.set_xid(m)
-                inner = m.with_xid(xid)
-                dp.send(head.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE, head.size + len(inner), xid,
-                                  bid, flags) + inner)
-                by_xid[xid] = spec
-                continue
-            add = parser.OFPBundleAddMsg(dp, bid, flags, m, [])
-            dp.set_xid(add)
-            by_xid[add.xid] = spec
-            dp.send_msg(add)
+            xid = _next_xid(dp)
+            inner = m.wire(xid)
+            out.append(_BUNDLE_ADD.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE, _BUNDLE_ADD.size + len(inner),
+                                        xid, bid, flags) + inner)
+            by_xid[xid] = spec
+        if not dp.send(b"".join(out)):
+            raise ApplyError(f"switch {dp.id:016x}: connection closing")
         try:
             ofctl.send_msg(app, ctrl(ofp.OFPBCT_COMMIT_REQUEST), reply_cls=parser.OFPBundleCtrlMsg)
             failed = None
         except OFError as e:
             failed = e
-        errors = app.take_errors(dp.id, list(by_xid))
+        errors = app.take_errors(dp.id, [opening.xid, *by_xid])
         if failed is not None or errors:
             refused = [by_xid[e.xid] for e in errors if e.xid in by_xid]
             first = errors[0] if errors else getattr(failed, "result", None)
@@ -247,12 +207,16 @@ class OsKenSession:
     def plain(self, pairs: list) -> None:
         """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
         for spec, m in pairs:
-            if isinstance(m, FlowMessage):
-                m = m.message()
             try:
-                ofctl.send_msg(self.app, m)
+                ofctl.send_msg(self.app, m.message())
             except OFError as e:
                 raise ApplyError(f"switch {self.dp.id:016x} refused the change: {e}", (spec,)) from e
+
+
+def _next_xid(dp) -> int:
+    """The next transaction id of an os-ken datapath (as Datapath.set_xid, for messages sent as bytes)."""
+    dp.xid = (dp.xid + 1) & dp.ofproto.MAX_XID
+    return dp.xid
 
 
 class OsKenSwitches:

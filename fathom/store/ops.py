@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -306,21 +307,22 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     node_row = node_by_name(session, node) if node is not None else None
     if node_row is not None and interface_name is not None:
         _check_interface_free(session, node_row, interface_name, None)
+    subnets = subnets_of(session, network.id) if fixed_ips != [] else []
+    if fixed_ips is None:
+        fixed_ips = [{"subnet_id": subnets[0].id}] if subnets else []
+    chosen: list[tuple[m.Subnet, ipaddress.IPv4Address]] = []
+    for i, request in enumerate(fixed_ips):
+        chosen.append(_choose_ip(session, network, subnets, request, f"fixed_ips.{i}",
+                                 gateway_allowed=router_id is not None, taken={str(ip) for _, ip in chosen}))
+    # one flush: the port and its addresses in one go
     port = m.Port(name=name, network_id=network.id, mac_address=mac_address,
-                  node_id=node_row.id if node_row else None, interface_name=interface_name,
+                  node=node_row, interface_name=interface_name,
                   port_security=port_security, router_id=router_id, project_id=project,
-                  status="pending")
+                  status="pending",
+                  fixed_ips=[m.IpAllocation(subnet_id=subnet.id, network_id=network.id, ip_address=str(ip))
+                             for subnet, ip in chosen])
     session.add(port)
     session.flush()
-    if fixed_ips is None:
-        first = next(iter(subnets_of(session, network.id)), None)
-        fixed_ips = [{"subnet_id": first.id}] if first is not None else []
-    for i, request in enumerate(fixed_ips):
-        subnet, ip = _choose_ip(session, network, request, f"fixed_ips.{i}",
-                                gateway_allowed=router_id is not None)
-        port.fixed_ips.append(m.IpAllocation(subnet_id=subnet.id, network_id=network.id,
-                                             ip_address=str(ip)))
-        session.flush()
     return port
 
 
@@ -362,40 +364,77 @@ def _ip_used(session: Session, network_id: int, ip: str) -> bool:
         m.IpAllocation.network_id == network_id, m.IpAllocation.ip_address == ip)) is not None
 
 
-def _choose_ip(session: Session, network: m.Network, request: dict, field: str,
-               gateway_allowed: bool) -> tuple[m.Subnet, ipaddress.IPv4Address]:
+def _choose_ip(session: Session, network: m.Network, subnets: list[m.Subnet], request: dict, field: str,
+               gateway_allowed: bool, taken: set[str]) -> tuple[m.Subnet, ipaddress.IPv4Address]:
+    """The subnet and address for one fixed IP request; `taken`: addresses this request chose already."""
     subnet_id = request.get("subnet_id")
     ip = request.get("ip_address")
     if subnet_id is not None:
-        subnet = next((s for s in subnets_of(session, network.id) if s.id == subnet_id), None)
+        subnet = next((s for s in subnets if s.id == subnet_id), None)
         if subnet is None:
             raise Invalid(f"subnet {subnet_id} is not a subnet of network {network.id}",
                           f"{field}.subnet_id")
     elif ip is not None:
-        subnet = next((s for s in subnets_of(session, network.id) if ip in s.prefix), None)
+        subnet = next((s for s in subnets if ip in s.prefix), None)
         if subnet is None:
             raise Invalid(f"{ip} is outside every subnet of network {network.id}", f"{field}.ip_address")
     else:
         raise Invalid("give subnet_id, ip_address or both", field)
 
     if ip is None:
-        return subnet, _allocate_ip(session, network, subnet, field)
+        return subnet, _allocate_ip(session, network, subnet, field, taken)
     _check_host_address(subnet.prefix, ip, f"{field}.ip_address")
     if not gateway_allowed and subnet.gateway_ip == str(ip):
         raise Conflict(f"{ip} is the gateway address of subnet {subnet.id}", f"{field}.ip_address")
-    if _ip_used(session, network.id, str(ip)):
+    if str(ip) in taken or _ip_used(session, network.id, str(ip)):
         raise Conflict(f"{ip} is in use in network {network.id}", f"{field}.ip_address")
     return subnet, ip
 
 
-def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str):
-    used = set(session.scalars(select(m.IpAllocation.ip_address).where(
-        m.IpAllocation.subnet_id == subnet.id)))
-    if subnet.gateway_ip:
-        used.add(subnet.gateway_ip)
-    for host in subnet.prefix.hosts():
-        if str(host) not in used and not _ip_used(session, network.id, str(host)):
-            return host
+# Where each subnet's search for a free address starts: every host address below that index was
+# taken when last looked at (per engine, per subnet id). A hint only: the address chosen is always
+# checked against the store, and the unique constraint is the backstop. Freeing an address lowers the
+# hint (delete_port, remove_router_interface), under the same serialisation as allocations, so the
+# lowest free address is still the one allocated, without reading every allocation of the subnet.
+_free_from: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+ALLOCATION_WINDOW = 32   # candidates checked per query
+
+
+def _hints(session: Session) -> dict[int, int]:
+    return _free_from.setdefault(session.get_bind(), {})
+
+
+def _freed(session: Session, allocations) -> None:
+    """Addresses of `allocations` are being freed: searches of their subnets start at them again."""
+    hints = _hints(session)
+    for a in allocations:
+        if a.subnet_id in hints:
+            subnet = session.get(m.Subnet, a.subnet_id)
+            index = int(ipaddress.IPv4Address(a.ip_address)) - int(subnet.prefix.network_address) - 1
+            hints[a.subnet_id] = max(0, min(hints[a.subnet_id], index))
+
+
+def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
+    """The lowest free host address of the subnet (the gateway's excluded), checked
+    ALLOCATION_WINDOW candidates per query from the subnet's hint on."""
+    prefix = subnet.prefix
+    first, last = int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
+    hints = _hints(session)
+    start = first + hints.get(subnet.id, 0)
+    for low in range(start, last + 1, ALLOCATION_WINDOW):
+        window = [str(ipaddress.IPv4Address(a)) for a in range(low, min(low + ALLOCATION_WINDOW, last + 1))]
+        used = set(session.scalars(select(m.IpAllocation.ip_address).where(
+            m.IpAllocation.network_id == network.id, m.IpAllocation.ip_address.in_(window)))) | taken
+        if subnet.gateway_ip:
+            used.add(subnet.gateway_ip)
+        for candidate in window:
+            if candidate not in used:
+                host = ipaddress.IPv4Address(candidate)
+                hints[subnet.id] = int(host) - first
+                return host
+    if start > first:   # the hint was stale (addresses freed elsewhere): search the whole subnet once
+        hints[subnet.id] = 0
+        return _allocate_ip(session, network, subnet, field, taken)
     raise Conflict(f"subnet {subnet.id} ({subnet.cidr}) has no free address", field)
 
 
@@ -424,6 +463,8 @@ def delete_port(session: Session, caller: Caller, port_id: int) -> None:
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}: "
                        f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/<subnet id>")
+    _serialise(session, LOCK_NETWORK, port.network_id)
+    _freed(session, port.fixed_ips)
     session.delete(port)
     session.flush()
 
@@ -487,6 +528,8 @@ def remove_router_interface(session: Session, caller: Caller, router_id: int, su
     router = get(session, caller, m.Router, router_id)
     for interface in router_interfaces(session, router.id):
         if any(a.subnet_id == subnet_id for a in interface.fixed_ips):
+            _serialise(session, LOCK_NETWORK, interface.network_id)
+            _freed(session, interface.fixed_ips)
             session.delete(interface)
             session.flush()
             return

@@ -368,6 +368,25 @@ def test_migrations_match_the_models(api):
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
 
+def test_allocation_takes_the_lowest_free_address_again_after_a_delete(api):
+    """Allocation searches from a per-subnet hint: a freed address below it is found again, an
+    address in a request's own list is not given twice, and a full subnet is a 409 naming the field."""
+    net, _ = api.network(cidr="10.0.0.0/28")   # hosts .1 (gateway) .. .14
+    ips = lambda p: [a["ip_address"] for a in p["fixed_ips"]]  # noqa: E731
+    ports = [api.post("/ports", {"network_id": net["id"]}) for _ in range(3)]
+    assert [ips(p) for p in ports] == [["10.0.0.2"], ["10.0.0.3"], ["10.0.0.4"]]
+    api.delete(f"/ports/{ports[1]['id']}")
+    assert ips(api.post("/ports", {"network_id": net["id"]})) == ["10.0.0.3"]
+    two = api.post("/ports", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.0.0.6"}, {"subnet_id": ports[0]["fixed_ips"][0]["subnet_id"]}, {"subnet_id": ports[0]["fixed_ips"][0]["subnet_id"]}]})
+    assert ips(two) == ["10.0.0.6", "10.0.0.5", "10.0.0.7"]
+    loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.0.0.8"}, {"ip_address": "10.0.0.8"}]}, 409)
+    assert loc == ["fixed_ips", 1, "ip_address"]
+    for _ in range(7):   # .8 .. .14
+        api.post("/ports", {"network_id": net["id"]})
+    loc, msg = api.error("POST", "/ports", {"network_id": net["id"]}, 409)
+    assert loc == ["fixed_ips", 0] and "no free address" in msg
+
+
 def test_concurrent_writers_and_readers(api):
     """Parallel port creation (same subnet: racing for the same free address), status writes and
     snapshot loads: no request fails, every port gets its own address."""

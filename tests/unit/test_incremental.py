@@ -281,13 +281,13 @@ def test_compile_owners_of_every_app_is_its_whole_compile_cut_to_those_owners(tm
 
 
 def test_a_flow_encoded_once_is_the_same_bytes_as_os_ken_encodes(cloud):
-    from fathom.controller.switch import FlowMessage
+    from fathom.openflow.encode import Wire
     sw = cloud.br_int("compute1")
     for flow in list(sw.read_flows())[:50]:
-        for delete in (False, True):
-            m = FlowMessage(sw.dp, flow, delete)
+        for command in ("add", "delete"):
+            m = Wire(sw.dp, "flow", flow, command)
             ref = m.message()
             ref.set_xid(1234)
             ref.serialize()
-            assert bytes(m.with_xid(1234)) == bytes(ref.buf)
-            assert bytes(m.with_xid(1234)) == bytes(FlowMessage(sw.dp, flow, delete).with_xid(1234))
+            assert m.wire(1234) == bytes(ref.buf)
+            assert m.wire(1234) == Wire(sw.dp, "flow", flow, command).wire(1234)
