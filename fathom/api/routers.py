@@ -97,7 +97,8 @@ def list_interfaces(router_id: int, c: CallerDep, db: StoreDep, limit: Limit = o
 @router.post("/{router_id}/interfaces", response_model=sc.RouterInterfaceOut, status_code=201)
 def add_interface(router_id: int, body: sc.RouterInterfaceCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: interface_out(ops.add_router_interface(
-        s, c, router_id, subnet_id=body.subnet_id, ip_address=body.ip_address, external_id=body.external_id)))
+        s, c, router_id, subnet_id=body.subnet_id, ip_address=body.ip_address, external_id=body.external_id,
+        mac_address=body.mac_address)))
 
 
 @router.delete("/{router_id}/interfaces/{subnet_id}", status_code=204)

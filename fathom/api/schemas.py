@@ -206,6 +206,14 @@ class RouterUpdate(_Request):
 class RouterInterfaceCreate(_Request):
     external_id: str | None = EXTERNAL_ID
     subnet_id: int
+    # Absent: generated (02:fd:...); a cloud that allocated the interface's MAC gives it here.
+    mac_address: str | None = None
+
+    @field_validator("mac_address")
+    @classmethod
+    def _mac(cls, value):
+        return _check_mac(value)
+
     # Absent: the subnet's gateway_ip.
     ip_address: ipaddress.IPv4Address | None = None
 

@@ -473,7 +473,7 @@ def delete_router(session: Session, caller: Caller, router_id: int) -> None:
 
 def add_router_interface(session: Session, caller: Caller, router_id: int, *, subnet_id: int,
                          ip_address: ipaddress.IPv4Address | None = None,
-                         external_id: str | None = None) -> m.Port:
+                         external_id: str | None = None, mac_address: str | None = None) -> m.Port:
     """An interface of the router on a subnet: a port of the subnet's network holding the gateway address."""
     router = get(session, caller, m.Router, router_id)
     subnet = get(session, caller, m.Subnet, subnet_id, "subnet_id")
@@ -493,6 +493,7 @@ def add_router_interface(session: Session, caller: Caller, router_id: int, *, su
         ip_address = ipaddress.IPv4Address(subnet.gateway_ip)
     try:
         return create_port(session, caller, network_id=subnet.network_id, name=f"router-{router.id}",
+                           mac_address=mac_address,
                            fixed_ips=[{"subnet_id": subnet.id, "ip_address": ip_address}],
                            project_id=router.project_id, router_id=router.id, port_security=False,
                            external_id=external_id)
