@@ -8,6 +8,7 @@ environment answers one JSON line per call (openstacksdk's proxies by name, e.g.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -21,7 +22,9 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-neutron"
 TOOLS = REPO / "networking-fathom" / "tools"
-SCHEMA_CACHE = VENV / "fathom-sqlite-schema.db"     # made once, copied for every server
+# Neutron's schema is made once per version of the driver's tables, then copied for every server
+SCHEMA_CACHE = VENV / ("fathom-sqlite-schema-" + hashlib.sha256(
+    (REPO / "networking-fathom" / "networking_fathom" / "db.py").read_bytes()).hexdigest()[:12] + ".db")
 
 
 def available() -> str | None:
