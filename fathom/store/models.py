@@ -98,7 +98,7 @@ class IpAllocation(Base):
     port: Mapped[Port] = relationship(back_populates="fixed_ips")
 
 
-class TapPolicy(Resource, Base):
+class TapPolicy(Resource, External, Base):
     """A vTAP policy (the vTAP paper, Fig. 4): copy sender -> receiver traffic to one or two monitors.
 
     Identifiers: sender and monitors are always ports (given by id, name or MAC+IP); the receiver is

@@ -1,4 +1,4 @@
-"""external_id on networks, subnets, routers and ports: the id of the object in the cloud that drives
+"""external_id on networks, subnets, routers, ports and tap policies: the id of the object in the cloud that drives
 fathom (Neutron's UUID), unique per table.
 
 Revision ID: 0006_neutron
@@ -12,7 +12,7 @@ down_revision = "0005_tokens"
 branch_labels = None
 depends_on = None
 
-TABLES = ("networks", "subnets", "routers", "ports")
+TABLES = ("networks", "subnets", "routers", "ports", "tap_policies")
 
 
 def upgrade() -> None:
