@@ -24,7 +24,8 @@ VENV = REPO / ".venv-neutron"
 TOOLS = REPO / "networking-fathom" / "tools"
 # Neutron's schema is made once per version of the driver's tables, then copied for every server
 SCHEMA_CACHE = VENV / ("fathom-sqlite-schema-" + hashlib.sha256(
-    (REPO / "networking-fathom" / "networking_fathom" / "db.py").read_bytes()).hexdigest()[:12] + ".db")
+    (REPO / "networking-fathom" / "networking_fathom" / "db.py").read_bytes()
+    + (TOOLS / "sqlite_schema.py").read_bytes()).hexdigest()[:12] + ".db")
 
 
 def available() -> str | None:
@@ -37,7 +38,7 @@ def available() -> str | None:
 def neutron_conf(workdir: Path, port: int, fathom_url: str, token_file: Path, sync_interval: float) -> str:
     return f"""[DEFAULT]
 core_plugin = ml2
-service_plugins = router,flavors
+service_plugins = router,flavors,taas
 auth_strategy = noauth
 transport_url = fake://
 state_path = {workdir}
@@ -52,6 +53,7 @@ connection = sqlite:///{workdir}/neutron.db
 service_provider = L3_ROUTER_NAT:fathom:networking_fathom.l3.Distributed:default
 service_provider = L3_ROUTER_NAT:fathom_fabric:networking_fathom.l3.Fabric
 service_provider = L3_ROUTER_NAT:fathom_network_node:networking_fathom.l3.NetworkNode
+service_provider = TAAS:fathom:networking_fathom.taas.FathomTaasDriver:default
 [fathom]
 url = {fathom_url}
 token_file = {token_file}

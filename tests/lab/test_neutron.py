@@ -131,6 +131,44 @@ def test_sdk_networks_router_ports_and_pings(cloud):
     assert pings(lab, "b1", ip["a1"])
 
 
+def test_taas_tap_flow_copies_to_the_tap_service(cloud):
+    """TaaS: a tap service on a monitor VM's port, a tap flow (direction OUT) on a2 (on the other
+    node): the monitor receives a2's echo requests, unchanged, across the tunnel."""
+    lab, server, sdk, admin = cloud
+    blue = sdk.call("network.find_network", "blue")
+    mon = sdk.call("network.create_port", network_id=blue["id"], name="mon", binding_host_id="compute1",
+                   device_owner="compute:nova")
+    wait_for("mon bound in fathom", lambda: (lambda x: x if x and x["node"] else None)(
+        fathom_by_external(admin, "ports", mon["id"])))
+    plug(lab, mon["id"], "mon")
+    wait_for("mon ACTIVE", lambda: neutron_port_status(sdk, mon["id"]) == "ACTIVE")
+    a1, a2 = sdk.call("network.find_port", "a1"), sdk.call("network.find_port", "a2")
+    service = sdk.call("network.create_tap_service", name="ids", port_id=mon["id"])
+    flow = sdk.call("network.create_tap_flow", name="a2-out", tap_service_id=service["id"],
+                    source_port=a2["id"], direction="OUT")
+    policy = wait_for("the tap policy in fathom", lambda: fathom_by_external(admin, "taps", flow["id"]))
+    assert (policy["sender"]["port_id"], policy["monitor"]["port_id"], policy["receiver"]["mac"]) == (
+        fathom_by_external(admin, "ports", a2["id"])["id"], fathom_by_external(admin, "ports", mon["id"])["id"], "*")
+    admin.wait_status("taps", policy["id"], timeout=20)
+    a1_ip, a2_ip = a1["fixed_ips"][0]["ip_address"], a2["fixed_ips"][0]["ip_address"]
+    argv, env = lab.exec_args("mon", ["tcpdump", "-i", "eth0", "-n", "-l", "-c", "3",
+                                      f"icmp[icmptype] == icmp-echo and src host {a2_ip} and dst host {a1_ip}"])
+    capture = subprocess.Popen(["timeout", "15", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    time.sleep(1.5)                            # tcpdump is listening
+    assert ping(lab, "a2", a1_ip, count=5).returncode == 0
+    out, _ = capture.communicate(timeout=20)
+    assert out.count(f"{a2_ip} > {a1_ip}: ICMP echo request") == 3, out
+    # IN is not something fathom can tap yet: kept by TaaS, marked ERROR, nothing in fathom
+    inbound = sdk.call("network.create_tap_flow", name="a1-in", tap_service_id=service["id"],
+                       source_port=a1["id"], direction="IN")
+    assert sdk.call("network.get_tap_flow", inbound["id"])["status"] == "ERROR"
+    sdk.call("network.delete_tap_flow", inbound["id"])
+    sdk.call("network.delete_tap_flow", flow["id"])
+    wait_for("the tap policy gone", lambda: fathom_by_external(admin, "taps", flow["id"]) is None)
+    sdk.call("network.delete_tap_service", service["id"])
+
+
 def test_openstack_cli_fabric_flavor(cloud):
     """The `openstack` command line: VLAN provider networks and a router of flavor fathom-fabric
     (routing in the top-of-rack switch), then everything deleted again."""

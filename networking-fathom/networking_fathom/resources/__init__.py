@@ -11,12 +11,14 @@ from .port import Port
 from .router import Router
 from .router_interface import RouterInterface
 from .subnet import Subnet
+from .tap_flow import TapFlow
 
-MAPPINGS: list[Mapping] = sorted([Network(), Subnet(), Router(), Port(), RouterInterface()], key=lambda m: m.order)
+MAPPINGS: list[Mapping] = sorted([Network(), Subnet(), Router(), Port(), RouterInterface(), TapFlow()], key=lambda m: m.order)
 BY_KIND = {m.kind: m for m in MAPPINGS}
 BY_JOURNAL_TYPE: dict[str, list[Mapping]] = {
     "network": [BY_KIND["network"]],
     "subnet": [BY_KIND["subnet"]],
     "router": [BY_KIND["router"]],
     "port": [BY_KIND["port"], BY_KIND["router_interface"]],
+    "tap_flow": [BY_KIND["tap_flow"]],
 }
