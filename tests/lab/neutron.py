@@ -98,7 +98,7 @@ class NeutronServer:
             if not SCHEMA_CACHE.exists():
                 tmp = SCHEMA_CACHE.with_suffix(".tmp")
                 tmp.unlink(missing_ok=True)
-                subprocess.run([str(VENV / "bin" / "python"), str(TOOLS / "sqlite_schema.py"), str(tmp),
+                subprocess.run([str(VENV / "bin/python"), str(TOOLS / "sqlite_schema.py"), str(tmp),
                                 str(self.dir / "neutron.conf"), str(self.dir / "ml2_conf.ini")],
                                check=True, capture_output=True, text=True)
                 tmp.replace(SCHEMA_CACHE)
@@ -177,7 +177,7 @@ for line in sys.stdin:
 """
 
     def __init__(self, url: str):
-        self.proc = subprocess.Popen([str(VENV / "bin" / "python"), "-c", self.HELPER, url], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([str(VENV / "bin/python"), "-c", self.HELPER, url], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
     def call(self, method: str, *args, **kwargs):
