@@ -1,7 +1,8 @@
 """Full sync: make fathom hold exactly what Neutron holds, in both directions.
 
-Run by the journal thread at start and every `[fathom] sync_interval` seconds, only when the
-journal is empty (so it never races the replay). Neutron is read first, then fathom:
+Run by the journal thread at start and every `[fathom] sync_interval` seconds, right after a replay
+pass that reached fathom (the same thread: never concurrently with the replay). Neutron is read
+first, then fathom:
 
 1. fathom objects a driver made (they carry an external_id) whose Neutron object is gone, or is no
    longer of that kind, are deleted, last kind first (interfaces, ports, routers, subnets, networks);
