@@ -226,6 +226,14 @@ def test_fathom_down_during_writes_then_resync(cloud):
     fathom back: every write arrives. Then drift in fathom itself (a Neutron object deleted behind
     Neutron's back, a stray one with a Neutron-looking id): the periodic full sync repairs both."""
     lab, server, sdk, admin = cloud
+    try:
+        _down_during_writes_then_resync(lab, server, sdk, admin)
+    except Exception as e:     # what the driver logged says why
+        raise AssertionError(f"{type(e).__name__}: {e}\njournal: {journal_states(server)}\n"
+                             f"{server.log_tail(60)}") from e
+
+
+def _down_during_writes_then_resync(lab, server, sdk, admin):
     state = lab.state()["controller"]
     ctl.stop_controller(lab.dir)
     with pytest.raises(Exception):
