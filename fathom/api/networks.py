@@ -16,14 +16,14 @@ subnets = APIRouter(prefix="/subnets", tags=["subnets"], responses=ERRORS)
 
 
 def network_out(s: Session, n: m.Network) -> sc.NetworkOut:
-    return sc.NetworkOut(id=n.id, name=n.name, project_id=n.project_id, type=n.type,
+    return sc.NetworkOut(id=n.id, external_id=n.external_id, name=n.name, project_id=n.project_id, type=n.type,
                          segmentation_id=n.segmentation_id,
                          subnets=[x.id for x in ops.subnets_of(s, n.id)], status=n.status,
                          status_reason=n.status_reason, created_at=utc(n.created_at))
 
 
 def subnet_out(x: m.Subnet) -> sc.SubnetOut:
-    return sc.SubnetOut(id=x.id, name=x.name, project_id=x.project_id, network_id=x.network_id,
+    return sc.SubnetOut(id=x.id, external_id=x.external_id, name=x.name, project_id=x.project_id, network_id=x.network_id,
                         cidr=x.cidr, gateway_ip=x.gateway_ip, status=x.status,
                         status_reason=x.status_reason, created_at=utc(x.created_at))
 
@@ -41,17 +41,17 @@ def rename(s: Session, c: Caller, model, object_id: int, body) -> object:
 
 
 @networks.get("", response_model=list[sc.NetworkOut])
-def list_networks(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit = ops.MAX_LIMIT,
-                  marker: Marker = None):
+def list_networks(c: CallerDep, db: StoreDep, name: str | None = None, external_id: str | None = None,
+                  limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     return db.read(lambda s: [network_out(s, n) for n in ops.list_objects(
-        s, c, m.Network, name=name, limit=limit, marker=marker)])
+        s, c, m.Network, name=name, external_id=external_id, limit=limit, marker=marker)])
 
 
 @networks.post("", response_model=sc.NetworkOut, status_code=201)
 def create_network(body: sc.NetworkCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: network_out(s, ops.create_network(
         s, c, db.settings, name=body.name, type=body.type, segmentation_id=body.segmentation_id,
-        project_id=body.project_id)))
+        project_id=body.project_id, external_id=body.external_id)))
 
 
 @networks.get("/{network_id}", response_model=sc.NetworkOut)
@@ -82,9 +82,10 @@ def network_status(network_id: int, c: CallerDep, db: StoreDep):
 
 @subnets.get("", response_model=list[sc.SubnetOut])
 def list_subnets(c: CallerDep, db: StoreDep, name: str | None = None, network_id: int | None = None,
-                 limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
+                 external_id: str | None = None, limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     return db.read(lambda s: [subnet_out(x) for x in ops.list_objects(
-        s, c, m.Subnet, name=name, network_id=network_id, limit=limit, marker=marker)])
+        s, c, m.Subnet, name=name, network_id=network_id, external_id=external_id, limit=limit,
+        marker=marker)])
 
 
 @subnets.post("", response_model=sc.SubnetOut, status_code=201)
@@ -92,7 +93,7 @@ def create_subnet(body: sc.SubnetCreate, c: CallerDep, db: StoreDep):
     gateway = body.gateway_ip if "gateway_ip" in body.model_fields_set else ops.UNSET
     return db.write(lambda s: subnet_out(ops.create_subnet(
         s, c, network_id=body.network_id, cidr=body.cidr, gateway_ip=gateway, name=body.name,
-        project_id=body.project_id)))
+        project_id=body.project_id, external_id=body.external_id)))
 
 
 @subnets.get("/{subnet_id}", response_model=sc.SubnetOut)

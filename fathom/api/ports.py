@@ -18,7 +18,7 @@ router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
 
 
 def port_out(p: m.Port) -> sc.PortOut:
-    return sc.PortOut(id=p.id, name=p.name, project_id=p.project_id, network_id=p.network_id,
+    return sc.PortOut(id=p.id, external_id=p.external_id, name=p.name, project_id=p.project_id, network_id=p.network_id,
                       mac_address=p.mac_address,
                       fixed_ips=[sc.FixedIpOut(subnet_id=a.subnet_id, ip_address=a.ip_address)
                                  for a in p.fixed_ips],
@@ -30,14 +30,14 @@ def port_out(p: m.Port) -> sc.PortOut:
 
 @router.get("", response_model=list[sc.PortOut])
 def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: int | None = None,
-               node: str | None = None, router_id: int | None = None, limit: Limit = ops.MAX_LIMIT,
-               marker: Marker = None):
+               node: str | None = None, router_id: int | None = None, external_id: str | None = None,
+               limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     def run(s):
         # an unknown node matches no port (no 404: that would tell which nodes exist)
         node_id = (s.scalar(select(m.Node.id).where(m.Node.name == node)) or -1) if node is not None else None
         return [port_out(p) for p in ops.list_objects(
             s, c, m.Port, name=name, network_id=network_id, node_id=node_id, router_id=router_id,
-            limit=limit, marker=marker)]
+            external_id=external_id, limit=limit, marker=marker)]
     return db.read(run)
 
 
@@ -48,7 +48,8 @@ def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
     def create(s):
         port = ops.create_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
                                fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
-                               port_security=body.port_security, project_id=body.project_id)
+                               port_security=body.port_security, project_id=body.project_id,
+                               external_id=body.external_id)
         secgroups.set_port_groups(s, port, body.security_groups, creating=True)
         return port_out(port)
     return db.write(create)

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from fathom.addresses import parse_mac
 
 NAME = Field(default="", max_length=255)
+# the object's id in the cloud that drives fathom (Neutron's UUID); admin and service identity only
+EXTERNAL_ID = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
 NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 # OVS interface names are Linux interface names: at most 15 characters.
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"
@@ -64,6 +66,7 @@ class NodeOut(BaseModel):
 
 
 class NetworkCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     name: str = NAME
     type: Literal["vxlan", "vlan", "flat"] = "vxlan"
     segmentation_id: int | None = Field(default=None, ge=1, le=(1 << 24) - 1)
@@ -76,6 +79,7 @@ class NetworkUpdate(_Request):
 
 class NetworkOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     type: str
@@ -90,6 +94,7 @@ class NetworkOut(BaseModel):
 
 
 class SubnetCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     network_id: int
     cidr: ipaddress.IPv4Network
     # Absent: the first host address; null: no gateway.
@@ -115,6 +120,7 @@ class SubnetUpdate(_Request):
 
 class SubnetOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     network_id: int
@@ -143,6 +149,7 @@ def _check_mac(value: str | None) -> str | None:
 
 
 class PortCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     network_id: int
     name: str = NAME
     mac_address: str | None = None
@@ -171,6 +178,7 @@ class PortUpdate(_Request):
 
 class PortOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     network_id: int
@@ -193,6 +201,7 @@ RouterMode = Literal["distributed", "fabric", "network-node"]   # where a router
 
 
 class RouterCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     name: str = NAME
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
     mode: RouterMode = "distributed"
@@ -206,13 +215,23 @@ class RouterUpdate(_Request):
 
 
 class RouterInterfaceCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     subnet_id: int
+    # Absent: generated (02:fd:...); a cloud that allocated the interface's MAC gives it here.
+    mac_address: str | None = None
+
+    @field_validator("mac_address")
+    @classmethod
+    def _mac(cls, value):
+        return _check_mac(value)
+
     # Absent: the subnet's gateway_ip.
     ip_address: ipaddress.IPv4Address | None = None
 
 
 class RouterInterfaceOut(BaseModel):
     id: int                 # the id of the port that holds the interface's address
+    external_id: str | None = None
     router_id: int
     subnet_id: int
     network_id: int
@@ -224,6 +243,7 @@ class RouterInterfaceOut(BaseModel):
 
 class RouterOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     interfaces: list[RouterInterfaceOut]

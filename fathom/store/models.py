@@ -24,6 +24,12 @@ NODE_ROLES = ("compute", "gateway")
 DATAPATH_TYPES = ("system", "netdev")
 NETWORK_TYPES = ("vxlan", "vlan", "flat")
 
+class External:
+    """The object's id in the cloud that drives fathom (Neutron's UUID), so its driver finds it again
+    after a lost answer, a restart or a full sync; only the admin or the service identity sets it."""
+    external_id: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True, index=True)
+
+
 class Node(Resource, Base):
     __tablename__ = "nodes"
     __table_args__ = (UniqueConstraint("name"), {"sqlite_autoincrement": True})
@@ -36,7 +42,7 @@ class Node(Resource, Base):
     datapath_type: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
-class Network(Resource, Base):
+class Network(Resource, External, Base):
     __tablename__ = "networks"
     # One VNI / VLAN id per network; flat networks have none (NULLs never collide).
     __table_args__ = (UniqueConstraint("type", "segmentation_id"), {"sqlite_autoincrement": True})
@@ -44,7 +50,7 @@ class Network(Resource, Base):
     segmentation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
-class Subnet(Resource, Base):
+class Subnet(Resource, External, Base):
     __tablename__ = "subnets"
     __table_args__ = ({"sqlite_autoincrement": True},)
     network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="CASCADE"), index=True)
@@ -59,12 +65,12 @@ class Subnet(Resource, Base):
         return self.prefix.overlaps(other)
 
 
-class Router(Resource, Base):
+class Router(Resource, External, Base):
     __tablename__ = "routers"
     __table_args__ = ({"sqlite_autoincrement": True},)
 
 
-class Port(Resource, Base):
+class Port(Resource, External, Base):
     """A workload port, or a router interface when `router_id` is set."""
     __tablename__ = "ports"
     __table_args__ = (UniqueConstraint("network_id", "mac_address"),
@@ -103,7 +109,7 @@ class IpAllocation(Base):
     port: Mapped[Port] = relationship(back_populates="fixed_ips")
 
 
-class TapPolicy(Resource, Base):
+class TapPolicy(Resource, External, Base):
     """A vTAP policy (the vTAP paper, Fig. 4): copy sender -> receiver traffic to one or two monitors.
 
     Identifiers: sender and monitors are always ports (given by id, name or MAC+IP); the receiver is

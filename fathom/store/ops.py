@@ -120,6 +120,18 @@ LOCK_SEGMENTS = 1   # key: 0 (all networks)
 LOCK_NETWORK = 2    # key: network id (its addresses and MACs)
 
 
+def _external_id(session: Session, caller: Caller, model, external_id: str | None) -> str | None:
+    """The id the driving cloud gives the object (Neutron's UUID): set by the admin or the service
+    identity only (a member could otherwise take a UUID the driver will need), unique per table."""
+    if external_id is None:
+        return None
+    if not caller.may_bind:
+        raise Forbidden("only an admin or the service identity can set external_id", "external_id")
+    if session.scalar(select(model.id).where(model.external_id == external_id)) is not None:
+        raise Conflict(f"external_id {external_id} is in use", "external_id")
+    return external_id
+
+
 def require_admin(caller: Caller, what: str) -> None:
     if not caller.admin:
         raise Forbidden(f"only an admin can {what}")
@@ -183,11 +195,14 @@ def node_by_name(session: Session, name: str, field: str = "node") -> m.Node:
 
 
 def create_network(session: Session, caller: Caller, settings: Settings, *, name: str, type: str,
-                   segmentation_id: int | None = None, project_id: str | None = None) -> m.Network:
+                   segmentation_id: int | None = None, project_id: str | None = None,
+                   external_id: str | None = None) -> m.Network:
     project = _owner(caller, project_id)
     _serialise(session, LOCK_SEGMENTS, 0)
-    if segmentation_id is not None and not caller.admin:
-        raise Forbidden("only an admin can choose a segmentation id", "segmentation_id")
+    # the service identity too: Neutron's type drivers allocate the segments it then asks for
+    if segmentation_id is not None and not caller.may_bind:
+        raise Forbidden("only an admin or the service identity can choose a segmentation id", "segmentation_id")
+    external_id = _external_id(session, caller, m.Network, external_id)
     if type == "flat":
         if segmentation_id is not None:
             raise Invalid("a flat network has no segmentation id", "segmentation_id")
@@ -205,7 +220,7 @@ def create_network(session: Session, caller: Caller, settings: Settings, *, name
         elif _segment_used(session, type, segmentation_id):
             raise Conflict(f"{type} segmentation id {segmentation_id} is in use", "segmentation_id")
     network = m.Network(name=name, type=type, segmentation_id=segmentation_id, project_id=project,
-                        status="pending")
+                        status="pending", external_id=external_id)
     session.add(network)
     session.flush()
     return network
@@ -246,9 +261,11 @@ def subnets_of(session: Session, network_id: int) -> list[m.Subnet]:
 
 
 def create_subnet(session: Session, caller: Caller, *, network_id: int, cidr: ipaddress.IPv4Network,
-                  gateway_ip=UNSET, name: str = "", project_id: str | None = None) -> m.Subnet:
+                  gateway_ip=UNSET, name: str = "", project_id: str | None = None,
+                  external_id: str | None = None) -> m.Subnet:
     network = get(session, caller, m.Network, network_id, "network_id")
     project = _owner(caller, project_id, network)
+    external_id = _external_id(session, caller, m.Subnet, external_id)
     if cidr.prefixlen > 30:
         raise Invalid("a subnet needs room for hosts: prefix length 30 at most", "cidr")
     if gateway_ip is UNSET:
@@ -260,7 +277,7 @@ def create_subnet(session: Session, caller: Caller, *, network_id: int, cidr: ip
             raise Conflict(f"{cidr} overlaps subnet {other.id} ({other.cidr}) of the network", "cidr")
     subnet = m.Subnet(name=name, network_id=network.id, cidr=str(cidr),
                       gateway_ip=None if gateway_ip is None else str(gateway_ip),
-                      project_id=project, status="pending")
+                      project_id=project, status="pending", external_id=external_id)
     session.add(subnet)
     session.flush()
     return subnet
@@ -293,7 +310,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                 mac_address: str | None = None, fixed_ips: list[dict] | None = None,
                 node: str | None = None, interface_name: str | None = None,
                 port_security: bool = True, project_id: str | None = None,
-                router_id: int | None = None) -> m.Port:
+                router_id: int | None = None, external_id: str | None = None) -> m.Port:
     """`fixed_ips`: [{"subnet_id": int?, "ip_address": IPv4Address?}]; None = one from the first
     subnet, [] = none. `router_id` is for router interfaces (see add_router_interface)."""
     network = get(session, caller, m.Network, network_id, "network_id")
@@ -304,6 +321,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     elif _mac_used(session, network.id, mac_address):
         raise Conflict(f"MAC {mac_address} is in use in network {network.id}", "mac_address")
     check_binding(caller, node, interface_name)
+    external_id = _external_id(session, caller, m.Port, external_id)
     node_row = node_by_name(session, node) if node is not None else None
     if node_row is not None and interface_name is not None:
         _check_interface_free(session, node_row, interface_name, None)
@@ -318,7 +336,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     port = m.Port(name=name, network_id=network.id, mac_address=mac_address,
                   node=node_row, interface_name=interface_name,
                   port_security=port_security, router_id=router_id, project_id=project,
-                  status="pending",
+                  status="pending", external_id=external_id,
                   fixed_ips=[m.IpAllocation(subnet_id=subnet.id, network_id=network.id, ip_address=str(ip))
                              for subnet, ip in chosen])
     session.add(port)
@@ -473,8 +491,9 @@ def delete_port(session: Session, caller: Caller, port_id: int) -> None:
 
 
 def create_router(session: Session, caller: Caller, *, name: str = "",
-                  project_id: str | None = None) -> m.Router:
-    router = m.Router(name=name, project_id=_owner(caller, project_id), status="pending")
+                  project_id: str | None = None, external_id: str | None = None) -> m.Router:
+    router = m.Router(name=name, project_id=_owner(caller, project_id), status="pending",
+                      external_id=_external_id(session, caller, m.Router, external_id))
     session.add(router)
     session.flush()
     return router
@@ -495,7 +514,8 @@ def delete_router(session: Session, caller: Caller, router_id: int) -> None:
 
 
 def add_router_interface(session: Session, caller: Caller, router_id: int, *, subnet_id: int,
-                         ip_address: ipaddress.IPv4Address | None = None) -> m.Port:
+                         ip_address: ipaddress.IPv4Address | None = None,
+                         external_id: str | None = None, mac_address: str | None = None) -> m.Port:
     """An interface of the router on a subnet: a port of the subnet's network holding the gateway address."""
     router = get(session, caller, m.Router, router_id)
     subnet = get(session, caller, m.Subnet, subnet_id, "subnet_id")
@@ -515,8 +535,10 @@ def add_router_interface(session: Session, caller: Caller, router_id: int, *, su
         ip_address = ipaddress.IPv4Address(subnet.gateway_ip)
     try:
         return create_port(session, caller, network_id=subnet.network_id, name=f"router-{router.id}",
+                           mac_address=mac_address,
                            fixed_ips=[{"subnet_id": subnet.id, "ip_address": ip_address}],
-                           project_id=router.project_id, router_id=router.id, port_security=False)
+                           project_id=router.project_id, router_id=router.id, port_security=False,
+                           external_id=external_id)
     except (Invalid, Conflict) as e:
         # The port's own field names mean nothing to this request: report them as ip_address.
         if e.field and e.field.startswith("fixed_ips"):

@@ -460,3 +460,44 @@ def test_updates_rebind_ports_and_change_nodes(api):
     assert api.error("PATCH", "/nodes/1", {"role": None}, 422)[0] == ["role"]
     unbound = api.patch(f"/ports/{port['id']}", {"node": None})
     assert unbound["node"] is None
+
+
+# ---------------------------------------------------------------------------------------------- external ids
+
+
+SERVICE_P1 = {"X-Project": "p1"}
+
+
+def test_external_ids_are_set_by_the_service_identity_and_found_again(api):
+    """The Neutron driver keys fathom's objects by Neutron's UUIDs: it sets them (acting for the
+    object's project), finds objects by them, and they are unique; a member may not set one."""
+    service = {**api.who(("services", "service")), **SERVICE_P1}
+    api.post("/nodes", {"name": "c1"})
+    net = api.post("/networks", {"name": "n", "type": "vxlan", "segmentation_id": 1234,
+                                 "external_id": "net-uuid"}, headers=service)
+    assert (net["project_id"], net["segmentation_id"], net["external_id"]) == ("p1", 1234, "net-uuid")
+    sub = api.post("/subnets", {"network_id": net["id"], "cidr": "10.0.0.0/24", "external_id": "sub-uuid"},
+                   headers=service)
+    port = api.post("/ports", {"network_id": net["id"], "mac_address": "fa:16:3e:00:00:01",
+                               "fixed_ips": [{"subnet_id": sub["id"], "ip_address": "10.0.0.5"}],
+                               "node": "c1", "interface_name": "tap0123456789a", "external_id": "port-uuid"},
+                    headers=service)
+    router = api.post("/routers", {"name": "r", "external_id": "router-uuid"}, headers=service)
+    iface = api.post(f"/routers/{router['id']}/interfaces",
+                     {"subnet_id": sub["id"], "external_id": "iface-uuid", "mac_address": "fa:16:3e:00:00:99"},
+                     headers=service)
+    assert (iface["external_id"], iface["mac_address"], iface["ip_address"]) == ("iface-uuid", "fa:16:3e:00:00:99",
+                                                                                  "10.0.0.1")
+    for collection, uuid, obj in (("networks", "net-uuid", net), ("subnets", "sub-uuid", sub),
+                                  ("ports", "port-uuid", port), ("routers", "router-uuid", router)):
+        assert [o["id"] for o in api.get(f"/{collection}", headers=service, external_id=uuid)] == [obj["id"]]
+        assert api.get(f"/{collection}", headers=MEMBER, external_id=uuid)[0]["external_id"] == uuid
+        assert api.get(f"/{collection}", headers=OTHER, external_id=uuid) == []     # another project's: absent
+    assert api.get("/ports", headers=service, external_id="iface-uuid")[0]["router_id"] == router["id"]
+    # unique per table; a member may neither set one nor choose a segment
+    assert api.error("POST", "/networks", {"external_id": "net-uuid"}, 409, headers=service)[0] == ["external_id"]
+    assert api.error("POST", "/networks", {"external_id": "mine"}, 403, headers=MEMBER)[0] == ["external_id"]
+    assert api.error("POST", "/networks", {"segmentation_id": 99}, 403, headers=MEMBER)[0] == ["segmentation_id"]
+    assert api.error("POST", "/routers", {"external_id": "bad id!"}, 422, headers=service)[0] == ["external_id"]
+    # the same UUID may name objects of different kinds (each table is its own space)
+    assert api.post("/routers", {"external_id": "net-uuid"}, headers=service)["external_id"] == "net-uuid"
