@@ -1,4 +1,6 @@
-"""`fathom agent`: deliver the PPTMon records of this node's loaders to the controller.
+"""The agent's PPTMon record forwarder: deliver the records of this node's loaders to the controller.
+
+(`fathom agent run` runs it beside the host-local follower, fathom.agent.follow.)
 
 The loaders (fathom.pptmon.control) write JSON lines to <root>/<chain>/vnf<k>.jsonl; the sink's
 file holds the "ppt" records. The agent follows those files (fathom.agent.tail: partial lines,
@@ -65,7 +67,7 @@ class Agent:
                  poll: float = 0.2, flush: float = 1.0, timeout: float = 10.0,
                  backoff_min: float = 0.2, backoff_max: float = 30.0, state_dir: str | Path | None = None,
                  log_interval: float = 10.0, grace: float = 5.0, headers: dict | None = None,
-                 final_flush: float = 5.0):
+                 final_flush: float = 5.0, verify: bool | str = True):
         from fathom.pptmon.chain import STATE_ROOT
         if overflow not in OVERFLOW:
             raise ValueError(f"overflow is one of {OVERFLOW}")
@@ -89,8 +91,9 @@ class Agent:
         self.follower = Follower(patterns, resume=self._load_checkpoint(), grace=grace)
         self.buffer: deque[tuple[Line, dict]] = deque()
         # headers: the node's agent token (Authorization: Bearer ...)
-        self.http = httpx.Client(base_url=self.controller, timeout=timeout, headers=headers or {})
+        self.http = httpx.Client(base_url=self.controller, timeout=timeout, headers=headers or {}, verify=verify)
         self.stopping = threading.Event()
+        self.locked = threading.Event()   # set once this agent holds its state directory
         self.failures = 0
         self.next_attempt = 0.0
         self.oldest_since: float | None = None
@@ -102,6 +105,7 @@ class Agent:
         self.last_ok: float | None = None
         self._last_status = self._last_log = 0.0
         self._logged = dict(self.c)
+        self.extra_status = lambda: {}   # more for the status file (the host-local follower's)
 
     # ------------------------------------------------------------------------------ state files
 
@@ -130,7 +134,8 @@ class Agent:
                 "rotated_files_draining": len(self.follower.orphans),
                 "backoff_s": max(0.0, round(self.next_attempt - time.monotonic(), 3)),
                 "consecutive_failures": self.failures, "last_error": self.last_error,
-                "last_delivery": self.last_ok, "counters": {**self.c, **self.follower.counters}}
+                "last_delivery": self.last_ok, "counters": {**self.c, **self.follower.counters},
+                "host_local": self.extra_status()}
 
     # ------------------------------------------------------------------------------ reading
 
@@ -300,6 +305,7 @@ class Agent:
 
     def run(self) -> None:
         lock = self._lock()
+        self.locked.set()
         LOG.info("agent on %s: following %s, delivering to %s", self.node, self.root, self.controller)
         try:
             while not self.stopping.is_set():

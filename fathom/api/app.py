@@ -1,7 +1,7 @@
 """The REST API: `create_app(engine, on_change)` returns the FastAPI app of the controller.
 
 Resources live under /v1, one module each (nodes, networks and subnets, ports, routers, taps,
-fabric switches, pptmon); what they share is fathom.api.deps. OpenAPI is at /openapi.json. Every
+service chains, fabric switches, pptmon); what they share is fathom.api.deps. OpenAPI is at /openapi.json. Every
 request runs in one transaction: it commits entirely or not at all. After each committed write,
 `on_change()` is called (the controller wakes its reconciler with it). Every error has one shape
 (fathom.api.deps, docs/api.md). Every call is authenticated (fathom.api.auth) and its input
@@ -15,7 +15,8 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from fathom import __version__
-from fathom.api import fabric, floatingips, networks, nodes, ports, pptmon, routers, taps, tokens
+from fathom.api import (agents, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments, routers,
+                        secgroups, sfc, taps, tokens)
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
@@ -25,26 +26,37 @@ from fathom.store.db import open_store
 from fathom.store.ops import Settings
 
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
-           floatingips.router, taps.router, fabric.router, pptmon.router, tokens.router)
+           floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
+           pptmon_attachments.router, pptmon.router, tokens.router, agents.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
                settings: Settings | None = None,
                retention: pptmon.RetentionConfig | None = None, keystone: KeystoneValidator | None = None,
-               max_body: int | None = None) -> FastAPI:
+               max_body: int | None = None, agent_max_wait: float | None = None) -> FastAPI:
     """The API over `store`: an engine from fathom.store.db.open_store (the process's one engine),
     or a database URL, opened and migrated here.
 
     `app.state.engine` is the SQLAlchemy engine, e.g. for fathom.store.snapshot.load_snapshot.
     `keystone`: validate tokens the controller did not issue there (default: from the environment,
-    fathom.auth.keystone); `max_body`: the largest request body read (default FATHOM_API_MAX_BODY or 1 MiB).
+    fathom.auth.keystone); `max_body`: the largest request body read (default FATHOM_API_MAX_BODY or 1 MiB);
+    `agent_max_wait`: the longest an agent's long-poll is held (default fathom.api.agents.MAX_WAIT).
     """
     engine = open_store(store) if isinstance(store, str) else store
     app = FastAPI(title="fathom", version=__version__,
                   description="Tenant networking on Open vSwitch: nodes, networks, subnets, ports, "
-                              "routers, floating IPs, tap policies, fabric switches. Errors: {detail: [{loc, msg, type}]}.")
+                              "routers, floating IPs, security groups, tap policies, service chains (networking-sfc), "
+                              "fabric switches. Errors: {detail: [{loc, msg, type}]}.")
     app.state.engine = engine
-    app.state.store = Store(engine, settings or Settings(), on_change)
+    # a committed write wakes the caller's hook (the reconciler) and the agents' long-polls
+    hub = app.state.agent_hub = agents.AgentHub()
+    app.state.agent_max_wait = agents.MAX_WAIT if agent_max_wait is None else agent_max_wait
+
+    def changed() -> None:
+        hub.changed()
+        if on_change is not None:
+            on_change()
+    app.state.store = Store(engine, settings or Settings(), changed)
     app.state.settings = app.state.store.settings
     app.state.pptmon_retention = pptmon.RetentionWorker(engine, retention or pptmon.RetentionConfig.from_env())
     app.state.pptmon_limits = IngestLimits(engine)

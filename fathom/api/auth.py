@@ -11,7 +11,8 @@ What a verified token's roles allow (docs/security.md):
     member   the objects of its own project
     service  acts for the project named in `X-Project` (its own when absent), and may set a
              port's binding (node, interface_name) as Neutron's binding:host_id
-    agent    delivers the PPTMon records of its own node, and nothing else
+    agent    for its own node only: reads its host-local desired state, reports its facts and
+             statuses (fathom.api.agents), delivers its PPTMon records; nothing else
 
 Routes take the caller with `Depends(caller)` (admin, member or service), `Depends(admin_caller)`,
 or `Depends(agent_identity)` (PPTMon ingestion).

@@ -1,10 +1,10 @@
 """/v1/nodes: the compute and gateway nodes (admin only)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from fathom.api import schemas as sc
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.store import models as m
 from fathom.store import ops
 
@@ -13,7 +13,7 @@ router = APIRouter(prefix="/nodes", tags=["nodes"], responses=ERRORS)
 
 def node_out(n: m.Node) -> sc.NodeOut:
     return sc.NodeOut(id=n.id, name=n.name, role=n.role, tunnel_ip=n.tunnel_ip,
-                      management_ip=n.management_ip, state=n.state, status=n.status,
+                      management_ip=n.management_ip, datapath_type=n.datapath_type, state=n.state, status=n.status,
                       status_reason=n.status_reason, project_id=n.project_id, created_at=utc(n.created_at))
 
 
@@ -39,13 +39,15 @@ def list_nodes(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit
 def create_node(body: sc.NodeCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: node_out(ops.create_node(
         s, c, name=body.name, role=body.role, tunnel_ip=_str(body.tunnel_ip),
-        management_ip=_str(body.management_ip))))
+        management_ip=_str(body.management_ip), datapath_type=body.datapath_type)))
 
 
 @router.get("/{node_id}", response_model=sc.NodeOut)
-def show_node(node_id: int, c: CallerDep, db: StoreDep):
+async def show_node(node_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                    timeout: WaitTimeout = 10.0):
     ops.require_admin(c, "see nodes")
-    return db.read(lambda s: node_out(ops.get(s, c, m.Node, node_id)))
+    return await shown(request, lambda: db.read(lambda s: node_out(ops.get(s, c, m.Node, node_id))),
+                       ("node",), node_id, wait, timeout)
 
 
 @router.patch("/{node_id}", response_model=sc.NodeOut)

@@ -5,11 +5,11 @@ in one way: as fields of the router, on `POST /v1/routers` and `PATCH /v1/router
 """
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from sqlalchemy.orm import Session
 
 from fathom.api import schemas as sc
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, gateway_node_admin, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, gateway_node_admin, utc
 from fathom.api.networks import rename
 from fathom.api.nodes import status_out
 from fathom.store import external
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/routers", tags=["routers"], responses=ERRORS)
 
 def interface_out(p: m.Port) -> sc.RouterInterfaceOut:
     a = p.fixed_ips[0]
-    return sc.RouterInterfaceOut(id=p.id, router_id=p.router_id, subnet_id=a.subnet_id,
+    return sc.RouterInterfaceOut(id=p.id, external_id=p.external_id, router_id=p.router_id, subnet_id=a.subnet_id,
                                  network_id=p.network_id, ip_address=a.ip_address,
                                  mac_address=p.mac_address, status=p.status,
                                  status_reason=p.status_reason)
@@ -52,7 +52,7 @@ def _set_gateway(s: Session, c, r: m.Router, body) -> None:
 def router_out(s: Session, r: m.Router) -> sc.RouterOut:
     mode = fabric_ops.get_mode(s, r)
     gateway = s.get(m.Node, mode.gateway_node_id) if mode.gateway_node_id else None
-    return sc.RouterOut(id=r.id, name=r.name, project_id=r.project_id,
+    return sc.RouterOut(id=r.id, external_id=r.external_id, name=r.name, project_id=r.project_id,
                         interfaces=[interface_out(p) for p in ops.router_interfaces(s, r.id)],
                         mode=mode.mode, gateway_node=gateway.name if gateway else None,
                         external_gateway=gateway_out(s, r),
@@ -60,10 +60,10 @@ def router_out(s: Session, r: m.Router) -> sc.RouterOut:
 
 
 @router.get("", response_model=list[sc.RouterOut])
-def list_routers(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit = ops.MAX_LIMIT,
-                 marker: Marker = None):
+def list_routers(c: CallerDep, db: StoreDep, name: str | None = None, external_id: str | None = None,
+                 limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     return db.read(lambda s: [router_out(s, x) for x in ops.list_objects(
-        s, c, m.Router, name=name, limit=limit, marker=marker)])
+        s, c, m.Router, name=name, external_id=external_id, limit=limit, marker=marker)])
 
 
 @router.post("", response_model=sc.RouterOut, status_code=201)
@@ -71,7 +71,7 @@ def create_router(body: sc.RouterCreate, c: CallerDep, db: StoreDep):
     gateway_node_admin(c, body.gateway_node)
 
     def run(s):
-        r = ops.create_router(s, c, name=body.name, project_id=body.project_id)
+        r = ops.create_router(s, c, name=body.name, project_id=body.project_id, external_id=body.external_id)
         if body.mode != "distributed" or body.gateway_node is not None:
             fabric_ops.set_router_mode(s, r, body.mode, body.gateway_node)
         _set_gateway(s, c, r, body)
@@ -80,8 +80,10 @@ def create_router(body: sc.RouterCreate, c: CallerDep, db: StoreDep):
 
 
 @router.get("/{router_id}", response_model=sc.RouterOut)
-def show_router(router_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: router_out(s, ops.get(s, c, m.Router, router_id)))
+async def show_router(router_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                      timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: router_out(s, ops.get(s, c, m.Router, router_id))),
+                       ("router",), router_id, wait, timeout)
 
 
 @router.patch("/{router_id}", response_model=sc.RouterOut)
@@ -123,7 +125,8 @@ def list_interfaces(router_id: int, c: CallerDep, db: StoreDep, limit: Limit = o
 @router.post("/{router_id}/interfaces", response_model=sc.RouterInterfaceOut, status_code=201)
 def add_interface(router_id: int, body: sc.RouterInterfaceCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: interface_out(ops.add_router_interface(
-        s, c, router_id, subnet_id=body.subnet_id, ip_address=body.ip_address)))
+        s, c, router_id, subnet_id=body.subnet_id, ip_address=body.ip_address, external_id=body.external_id,
+        mac_address=body.mac_address)))
 
 
 @router.delete("/{router_id}/interfaces/{subnet_id}", status_code=204)

@@ -10,10 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from fathom.addresses import parse_mac
 
 NAME = Field(default="", max_length=255)
+# the object's id in the cloud that drives fathom (Neutron's UUID); admin and service identity only
+EXTERNAL_ID = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
 NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 # OVS interface names are Linux interface names: at most 15 characters.
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"
-Status = Literal["pending", "active", "error"]
+Status = Literal["pending", "active", "error", "down"]
 
 
 class _Request(BaseModel):
@@ -27,17 +29,23 @@ class _Request(BaseModel):
 # ---------------------------------------------------------------------------------------------- nodes
 
 
+DatapathType = Literal["system", "netdev"]
+DATAPATH_DOC = "OVS datapath of the node's bridges; null: what its agent reports (system with the kernel module)"
+
+
 class NodeCreate(_Request):
     name: str = Field(pattern=NODE_NAME_RE)
     role: Literal["compute", "gateway"] = "compute"
     tunnel_ip: ipaddress.IPv4Address | None = None
     management_ip: ipaddress.IPv4Address | None = None
+    datapath_type: DatapathType | None = Field(default=None, description=DATAPATH_DOC)
 
 
 class NodeUpdate(_Request):
     role: Literal["compute", "gateway"] = "compute"
     tunnel_ip: ipaddress.IPv4Address | None = None
     management_ip: ipaddress.IPv4Address | None = None
+    datapath_type: DatapathType | None = Field(default=None, description=DATAPATH_DOC)
 
 
 class NodeOut(BaseModel):
@@ -46,6 +54,7 @@ class NodeOut(BaseModel):
     role: str
     tunnel_ip: str | None
     management_ip: str | None
+    datapath_type: str | None
     state: str
     status: Status
     status_reason: str | None
@@ -57,6 +66,7 @@ class NodeOut(BaseModel):
 
 
 class NetworkCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     name: str = NAME
     type: Literal["vxlan", "vlan", "flat"] = "vxlan"
     segmentation_id: int | None = Field(default=None, ge=1, le=(1 << 24) - 1)
@@ -78,6 +88,7 @@ class NetworkUpdate(_Request):
 
 class NetworkOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     type: str
@@ -94,6 +105,7 @@ class NetworkOut(BaseModel):
 
 
 class SubnetCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     network_id: int
     cidr: ipaddress.IPv4Network
     # Absent: the first host address; null: no gateway.
@@ -119,6 +131,7 @@ class SubnetUpdate(_Request):
 
 class SubnetOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     network_id: int
@@ -147,6 +160,7 @@ def _check_mac(value: str | None) -> str | None:
 
 
 class PortCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     network_id: int
     name: str = NAME
     mac_address: str | None = None
@@ -155,6 +169,8 @@ class PortCreate(_Request):
     node: str | None = Field(default=None, pattern=NODE_NAME_RE)
     interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
     port_security: bool = True
+    # Absent: the project's default group (none when port_security is false); []: no group.
+    security_groups: list[int] | None = Field(default=None, max_length=32)
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
 
     @field_validator("mac_address")
@@ -168,10 +184,12 @@ class PortUpdate(_Request):
     node: str | None = Field(default=None, pattern=NODE_NAME_RE)
     interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
     port_security: bool = True
+    security_groups: list[int] = Field(default_factory=list, max_length=32)
 
 
 class PortOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     network_id: int
@@ -180,6 +198,7 @@ class PortOut(BaseModel):
     node: str | None
     interface_name: str | None
     port_security: bool
+    security_groups: list[int] = []
     router_id: int | None
     status: Status
     status_reason: str | None
@@ -211,6 +230,7 @@ class ExternalGatewayOut(BaseModel):
 
 
 class RouterCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     name: str = NAME
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
     mode: RouterMode = "distributed"
@@ -227,13 +247,23 @@ class RouterUpdate(_Request):
 
 
 class RouterInterfaceCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     subnet_id: int
+    # Absent: generated (02:fd:...); a cloud that allocated the interface's MAC gives it here.
+    mac_address: str | None = None
+
+    @field_validator("mac_address")
+    @classmethod
+    def _mac(cls, value):
+        return _check_mac(value)
+
     # Absent: the subnet's gateway_ip.
     ip_address: ipaddress.IPv4Address | None = None
 
 
 class RouterInterfaceOut(BaseModel):
     id: int                 # the id of the port that holds the interface's address
+    external_id: str | None = None
     router_id: int
     subnet_id: int
     network_id: int
@@ -245,6 +275,7 @@ class RouterInterfaceOut(BaseModel):
 
 class RouterOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     interfaces: list[RouterInterfaceOut]

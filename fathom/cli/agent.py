@@ -15,7 +15,8 @@ from fathom.cli.output import fail, print_json, print_table
 
 @click.group()
 def agent():
-    """The node agent: delivers this node's PPTMon records to the controller."""
+    """The node agent: follows this node's host-local desired state (network-node routers, PPTMon
+    attachments), reports its facts and statuses, and delivers its PPTMon records."""
 
 
 @agent.command("run")
@@ -35,10 +36,27 @@ def agent():
 @click.option("--log-interval", default=10.0, show_default=True, help="seconds between progress lines")
 @click.option("--token-file", envvar="FATHOM_TOKEN_FILE", default=None,
               help="this node's agent token (`fathom token create --role agent --node N`); or env FATHOM_TOKEN")
+@click.option("--ovsdb", default="unix:/var/run/openvswitch/db.sock", show_default=True,
+              help="this node's OVSDB (local socket)")
+@click.option("--router-ns-prefix", default="fathom-r", show_default=True,
+              help="network-node router namespaces are <prefix><router id>")
+@click.option("--records-only", is_flag=True, help="only deliver PPTMon records (no host-local state)")
+@click.option("--cacert", envvar="FATHOM_CACERT", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="CA certificate of the controller's HTTPS endpoint (a TLS-terminating proxy), env FATHOM_CACERT")
 def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
-        log_interval, token_file):
-    """Follow the PPTMon loaders' record files and deliver them to the controller (foreground)."""
+        log_interval, token_file, ovsdb, router_ns_prefix, records_only, cacert):
+    """Run the node agent (foreground): follow the node's host-local desired state from the
+    controller and report; deliver the PPTMon loaders' records."""
+    import threading
+
+    import httpx
+
     from fathom.agent.agent import Agent, AgentError
+    from fathom.agent.follow import Follower
+    from fathom.agent.local import LocalOvs, facts
+    from fathom.agent.pptmon import Pptmon
+    from fathom.agent.routers import Routers
+    from fathom.pptmon.control import BPFFS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -47,15 +65,40 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         token = read_token_file(token_file) if token_file else resolve_token()
         a = Agent(controller, root=root, chains=list(chains) or None, node=node, batch=batch, buffer=buffer,
                   overflow=overflow, flush=flush, poll=poll, backoff_max=backoff_max, state_dir=state_dir,
-                  log_interval=log_interval, headers=bearer(token))
+                  log_interval=log_interval, headers=bearer(token), verify=cacert or True)
     except (ValueError, NoToken) as e:
         fail(str(e))
+    follower = None
+    if not records_only:
+        ovs = LocalOvs(ovsdb)
+        http = httpx.Client(base_url=a.controller, headers=bearer(token), timeout=30, verify=cacert or True)
+        handlers = [Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node)]
+        follower = Follower(http, a.node, handlers, lambda: facts(ovs))
+        a.extra_status = follower.status
+
+    def stop(*_):
+        a.stop()
+        if follower:
+            follower.stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: a.stop())
-    try:
-        a.run()
-    except AgentError as e:
-        fail(str(e))
+        signal.signal(sig, stop)
+    errors = []
+
+    def records():
+        try:
+            a.run()
+        except AgentError as e:
+            errors.append(str(e))
+            stop()
+    t = threading.Thread(target=records, name="records")
+    t.start()
+    while t.is_alive() and not a.locked.wait(0.1):   # one agent per state directory, before any host work
+        pass
+    if follower and a.locked.is_set():
+        follower.run()
+    t.join()
+    if errors:
+        fail(errors[0])
 
 
 @agent.command("status")
@@ -92,7 +135,51 @@ def status(state_dir, as_json):
             ["last delivery", time.strftime("%H:%M:%S", time.localtime(st["last_delivery"]))
              if st.get("last_delivery") else "never"],
             ["last error", st.get("last_error") or ""]]
+    hl = st.get("host_local") or {}
+    if hl:
+        objects = hl.get("objects") or {}
+        bad = {k: v for k, v in objects.items() if v.get("status") != "active"}
+        rows += [["host-local revision applied", hl.get("revision")],
+                 ["host-local objects (not active)", f"{len(objects)} ({len(bad)})"],
+                 *[[f"  {k}", f"{v.get('status')}: {v.get('reason') or ''}"] for k, v in sorted(bad.items())],
+                 ["controller failures in a row", hl.get("failures")],
+                 ["controller last error", hl.get("last_error") or ""]]
     print_table("fathom agent", ["", ""], rows)
+
+
+def _agents_command(name: str):
+    from fathom.cli.resources import api_command
+    return api_command(agent, name)
+
+
+@_agents_command("list")
+def agent_list(api, as_json):
+    """Every node's agent as the controller sees it: up or down, revision applied, facts, objects."""
+    import time as _time
+    agents = api.call("GET", "/agents")
+    if as_json:
+        return print_json(agents)
+    rows = []
+    for a in agents:
+        f = a.get("facts") or {}
+        bad = sum(1 for o in (a.get("objects") or {}).values() if o.get("status") != "active")
+        rows.append([a["node"], a["state"], f"{a.get('applied_revision')}/{a['revision']}",
+                     f"{round(_time.time() - a['reported_at'], 1)} s ago" if a.get("reported_at") else "never",
+                     f.get("ovs_version"), ",".join(f.get("datapath_types") or []),
+                     "yes" if f.get("ovs_kernel_module") else "no", len(a.get("objects") or {}), bad])
+    print_table("agents", ["node", "state", "applied/revision", "last report", "OVS", "datapath types",
+                           "kernel module", "objects", "not active"], rows)
+
+
+@_agents_command("show")
+@click.argument("node")
+def agent_show(api, as_json, node):
+    """One node's agent: facts and the status of every object it holds."""
+    from fathom.cli.output import print_record
+    a = api.call("GET", f"/agents/{node}")
+    if as_json:
+        return print_json(a)
+    print_record(f"agent on {node}", a)
 
 
 def _alive(pid) -> bool:

@@ -24,6 +24,14 @@ def pptmon():
     """Per-VNF and end-to-end packet processing time, carried in-band by eBPF."""
 
 
+def _attachments():
+    from fathom.cli.resources import pptmon_attachment
+    return pptmon_attachment
+
+
+pptmon.add_command(_attachments())
+
+
 @pptmon.group("chain")
 def chain_group():
     """Service chains of VNF namespaces between a client and a server."""

@@ -55,6 +55,28 @@ def api_command(group: click.Group, name: str | None = None, **kwargs):
     return decorate
 
 
+def wait_options(fn):
+    """--wait / --timeout of a command that creates or changes an object."""
+    fn = click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1),
+                      help="With --wait: give up after this many seconds (exit status 1).")(fn)
+    return click.option("--wait", is_flag=True,
+                        help="Return once the controller has realised the object (status active), or "
+                             "failed (error, exit status 1).")(fn)
+
+
+def _settle(api: Api, collection: str, obj: dict, wait: bool, timeout: float) -> dict:
+    """The object as it is once active (or error) when `wait`: the controller's long-poll."""
+    if not wait:
+        return obj
+    try:
+        obj = api.wait_status(collection, obj["id"], "active", timeout=timeout)
+    except ApiError as e:
+        fail(str(e))
+    if obj["status"] == "error":
+        fail(f"{collection[:-1]} {obj['id']}: error: {obj.get('status_reason')}")
+    return obj
+
+
 def _show(obj: dict, as_json: bool, title: str) -> None:
     if as_json:
         print_json(obj)
@@ -102,17 +124,22 @@ def node():
 @click.option("--role", type=click.Choice(["compute", "gateway"]), default="compute", show_default=True)
 @click.option("--tunnel-ip", help="VXLAN endpoint address of the node.")
 @click.option("--management-ip", help="Address the controller reaches the node's OVSDB at.")
-def node_create(api, as_json, name, role, tunnel_ip, management_ip):
+@click.option("--datapath-type", type=click.Choice(["system", "netdev", "auto"]), default="auto", show_default=True,
+              help="OVS datapath of its bridges; auto: what its agent reports (system with the kernel module).")
+@wait_options
+def node_create(api, as_json, name, role, tunnel_ip, management_ip, datapath_type, wait, timeout):
     """Register a node."""
-    body = {"name": name, "role": role, "tunnel_ip": tunnel_ip, "management_ip": management_ip}
-    _show(api.call("POST", "/nodes", json=body), as_json, "node")
+    body = {"name": name, "role": role, "tunnel_ip": tunnel_ip, "management_ip": management_ip,
+            "datapath_type": None if datapath_type == "auto" else datapath_type}
+    _show(_settle(api, "nodes", api.call("POST", "/nodes", json=body), wait, timeout), as_json, "node")
 
 
 @api_command(node, "list")
 def node_list(api, as_json):
     """List nodes."""
     _list(api.list("/nodes"), as_json, "nodes",
-          ["id", "name", "role", "tunnel_ip", "management_ip", "state", "status"], {"status": _reason})
+          ["id", "name", "role", "tunnel_ip", "management_ip", "datapath_type", "state", "status"],
+          {"status": _reason, "datapath_type": lambda o: o.get("datapath_type") or "auto"})
 
 
 @api_command(node, "show")
@@ -127,10 +154,16 @@ def node_show(api, as_json, ref):
 @click.option("--role", type=click.Choice(["compute", "gateway"]))
 @click.option("--tunnel-ip", help="VXLAN endpoint address of the node.")
 @click.option("--management-ip", help="Address the controller reaches the node's OVSDB at.")
-def node_update(api, as_json, ref, role, tunnel_ip, management_ip):
+@click.option("--datapath-type", type=click.Choice(["system", "netdev", "auto"]),
+              help="OVS datapath of its bridges; auto: what its agent reports.")
+@wait_options
+def node_update(api, as_json, ref, role, tunnel_ip, management_ip, datapath_type, wait, timeout):
     """Change a node (by id or name): only the options given."""
     body = _given(role=role, tunnel_ip=tunnel_ip, management_ip=management_ip)
-    _show(api.call("PATCH", f"/nodes/{api.find('nodes', ref)['id']}", json=body), as_json, "node")
+    if datapath_type is not None:
+        body["datapath_type"] = None if datapath_type == "auto" else datapath_type
+    changed = api.call("PATCH", f"/nodes/{api.find('nodes', ref)['id']}", json=body)
+    _show(_settle(api, "nodes", changed, wait, timeout), as_json, "node")
 
 
 @api_command(node, "delete")
@@ -157,7 +190,8 @@ def network():
 @click.option("--external", is_flag=True, help="A provider network reaching the gateway nodes' ext0 "
                                                 "(admin; flat or vlan; docs/external.md).")
 @click.option("--upstream-mac", help="External networks: MAC of the upstream router at the subnet's gateway_ip.")
-def network_create(api, as_json, name, type_, segmentation_id, project_id, external, upstream_mac):
+@wait_options
+def network_create(api, as_json, name, type_, segmentation_id, project_id, external, upstream_mac, wait, timeout):
     """Create a network."""
     body = {"name": name, "type": type_, **({"external": True} if external else {}),
             **_given(upstream_mac=upstream_mac)}
@@ -165,7 +199,8 @@ def network_create(api, as_json, name, type_, segmentation_id, project_id, exter
         body["segmentation_id"] = segmentation_id
     if project_id:
         body["project_id"] = project_id
-    _show(api.call("POST", "/networks", json=body), as_json, "network")
+    _show(_settle(api, "networks", api.call("POST", "/networks", json=body), wait, timeout),
+          as_json, "network")
 
 
 @api_command(network, "list")
@@ -186,10 +221,11 @@ def network_show(api, as_json, ref):
 @api_command(network, "update")
 @click.argument("ref")
 @click.option("--name", required=True, help="The new name.")
-def network_update(api, as_json, ref, name):
+@wait_options
+def network_update(api, as_json, ref, name, wait, timeout):
     """Rename a network (by id or name)."""
-    _show(api.call("PATCH", f"/networks/{api.find('networks', ref)['id']}", json={"name": name}),
-          as_json, "network")
+    changed = api.call("PATCH", f"/networks/{api.find('networks', ref)['id']}", json={"name": name})
+    _show(_settle(api, "networks", changed, wait, timeout), as_json, "network")
 
 
 @api_command(network, "delete")
@@ -214,7 +250,8 @@ def subnet():
 @click.option("--gateway", help="Gateway address (default: the first host).")
 @click.option("--no-gateway", is_flag=True, help="A subnet without a gateway.")
 @click.option("--owner", "project_id", help="Project owning the subnet (admin only).")
-def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, project_id):
+@wait_options
+def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, project_id, wait, timeout):
     """Create a subnet."""
     body = {"name": name, "network_id": api.find("networks", network_ref)["id"], "cidr": cidr}
     if no_gateway:
@@ -223,7 +260,8 @@ def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, pr
         body["gateway_ip"] = gateway
     if project_id:
         body["project_id"] = project_id
-    _show(api.call("POST", "/subnets", json=body), as_json, "subnet")
+    _show(_settle(api, "subnets", api.call("POST", "/subnets", json=body), wait, timeout),
+          as_json, "subnet")
 
 
 @api_command(subnet, "list")
@@ -245,10 +283,11 @@ def subnet_show(api, as_json, ref):
 @api_command(subnet, "update")
 @click.argument("ref")
 @click.option("--name", required=True, help="The new name.")
-def subnet_update(api, as_json, ref, name):
+@wait_options
+def subnet_update(api, as_json, ref, name, wait, timeout):
     """Rename a subnet (by id or name)."""
-    _show(api.call("PATCH", f"/subnets/{api.find('subnets', ref)['id']}", json={"name": name}),
-          as_json, "subnet")
+    changed = api.call("PATCH", f"/subnets/{api.find('subnets', ref)['id']}", json={"name": name})
+    _show(_settle(api, "subnets", changed, wait, timeout), as_json, "subnet")
 
 
 @api_command(subnet, "delete")
@@ -275,13 +314,20 @@ def port():
 @click.option("--no-ip", is_flag=True, help="A port without any address.")
 @click.option("--node", help="Node the port is bound to.")
 @click.option("--interface", help="OVS interface name of the port on the node's br-int.")
-@click.option("--no-port-security", is_flag=True, help="Let the port send from any MAC / IP.")
+@click.option("--no-port-security", is_flag=True,
+              help="Let the port send from any MAC / IP, and no security group filter it.")
+@click.option("--security-group", "group_refs", multiple=True,
+              help="Security group id or name (repeatable; default: the project's default group).")
+@click.option("--no-security-groups", is_flag=True, help="No security group: the port sends and receives no IP.")
 @click.option("--owner", "project_id", help="Project owning the port (admin only).")
+@wait_options
 def port_create(api, as_json, name, network_ref, mac, ips, subnet_ref, no_ip, node, interface,
-                no_port_security, project_id):
+                no_port_security, group_refs, no_security_groups, project_id, wait, timeout):
     """Create a port."""
     body = {"name": name, "network_id": api.find("networks", network_ref)["id"],
             "port_security": not no_port_security}
+    if group_refs or no_security_groups or no_port_security:
+        body["security_groups"] = [api.find("security-groups", g)["id"] for g in group_refs]
     subnet_id = api.find("subnets", subnet_ref)["id"] if subnet_ref else None
     if no_ip:
         body["fixed_ips"] = []
@@ -294,7 +340,8 @@ def port_create(api, as_json, name, network_ref, mac, ips, subnet_ref, no_ip, no
                        ("project_id", project_id)):
         if value:
             body[key] = value
-    _show(api.call("POST", "/ports", json=body), as_json, "port")
+    _show(_settle(api, "ports", api.call("POST", "/ports", json=body), wait, timeout),
+          as_json, "port")
 
 
 @api_command(port, "list")
@@ -307,7 +354,9 @@ def port_list(api, as_json, network_ref, node):
         params["node"] = node
     _list(api.list("/ports", params=params), as_json, "ports",
           ["id", "name", "network_id", "mac_address", "fixed_ips", "node", "interface_name",
-           "router_id", "status"], {"fixed_ips": _ips, "status": _reason})
+           "security_groups", "router_id", "status"],
+          {"fixed_ips": _ips, "status": _reason,
+           "security_groups": lambda o: " ".join(str(g) for g in o.get("security_groups", []))})
 
 
 @api_command(port, "show")
@@ -323,16 +372,25 @@ def port_show(api, as_json, ref):
 @click.option("--node", help="Bind the port to this node ('none' unbinds it).")
 @click.option("--interface", help="Its OVS interface on that node ('none' for none).")
 @click.option("--port-security/--no-port-security", default=None,
-              help="Drop frames whose source MAC or IP is not the port's.")
-def port_update(api, as_json, ref, name, node, interface, port_security):
+              help="Drop frames whose source MAC or IP is not the port's, and filter with its security "
+                   "groups (--no-port-security also removes its groups).")
+@click.option("--security-group", "group_refs", multiple=True,
+              help="Replace the port's security groups with these (id or name, repeatable).")
+@click.option("--no-security-groups", is_flag=True, help="Remove every security group of the port.")
+@wait_options
+def port_update(api, as_json, ref, name, node, interface, port_security, group_refs, no_security_groups, wait,
+                timeout):
     """Change a port (by id or name): only the options given."""
     none = lambda v: None if v is not None and v.lower() == "none" else v  # noqa: E731
     body = _given(name=name, port_security=port_security)
+    if group_refs or no_security_groups or port_security is False:
+        body["security_groups"] = [api.find("security-groups", g)["id"] for g in group_refs]
     if node is not None:
         body["node"] = none(node)
     if interface is not None:
         body["interface_name"] = none(interface)
-    _show(api.call("PATCH", f"/ports/{api.find('ports', ref)['id']}", json=body), as_json, "port")
+    changed = api.call("PATCH", f"/ports/{api.find('ports', ref)['id']}", json=body)
+    _show(_settle(api, "ports", changed, wait, timeout), as_json, "port")
 
 
 @api_command(port, "delete")
@@ -363,13 +421,15 @@ def router():
 @click.option("--external-network", help="External network (id or name) of the router's gateway (SNAT, "
                                           "floating IPs; docs/external.md).")
 @click.option("--no-snat", is_flag=True, help="With --external-network: no SNAT for ports without a floating IP.")
-def router_create(api, as_json, name, project_id, mode, gateway_node, external_network, no_snat):
+@wait_options
+def router_create(api, as_json, name, project_id, mode, gateway_node, external_network, no_snat, wait, timeout):
     """Create a router."""
     body = {"name": name, "mode": mode, **_given(project_id=project_id, gateway_node=gateway_node)}
     if external_network:
         body["external_gateway"] = {"network_id": api.find("networks", external_network)["id"],
                                     "enable_snat": not no_snat}
-    _show(api.call("POST", "/routers", json=body), as_json, "router")
+    _show(_settle(api, "routers", api.call("POST", "/routers", json=body), wait, timeout),
+          as_json, "router")
 
 
 @api_command(router, "list")
@@ -409,7 +469,9 @@ def router_show(api, as_json, ref):
 @click.option("--external-network", help="Set the router's external gateway on this network (id or name).")
 @click.option("--no-snat", is_flag=True, help="With --external-network: no SNAT for ports without a floating IP.")
 @click.option("--clear-gateway", is_flag=True, help="Remove the router's external gateway.")
-def router_update(api, as_json, ref, name, mode, gateway_node, external_network, no_snat, clear_gateway):
+@wait_options
+def router_update(api, as_json, ref, name, mode, gateway_node, external_network, no_snat, clear_gateway, wait,
+                  timeout):
     """Change a router (by id or name): rename it, move it (--mode; traffic follows), set or clear its
     external gateway."""
     body = _given(name=name, mode=mode, gateway_node=gateway_node)
@@ -420,7 +482,8 @@ def router_update(api, as_json, ref, name, mode, gateway_node, external_network,
     elif external_network:
         body["external_gateway"] = {"network_id": api.find("networks", external_network)["id"],
                                     "enable_snat": not no_snat}
-    _show(api.call("PATCH", f"/routers/{api.find('routers', ref)['id']}", json=body), as_json, "router")
+    changed = api.call("PATCH", f"/routers/{api.find('routers', ref)['id']}", json=body)
+    _show(_settle(api, "routers", changed, wait, timeout), as_json, "router")
 
 
 @api_command(router, "delete")
@@ -449,3 +512,83 @@ def router_remove_interface(api, as_json, router_ref, subnet_ref):
     router_id = api.find("routers", router_ref)["id"]
     subnet_id = api.find("subnets", subnet_ref)["id"]
     api.call("DELETE", f"/routers/{router_id}/interfaces/{subnet_id}")
+
+
+# ---------------------------------------------------------------------------------------------- pptmon attachments
+
+
+@click.group("attachment")
+def pptmon_attachment():
+    """PPTMon programs on a node's named interfaces, loaded by the node's agent (admin only)."""
+
+
+ATTACHMENT_COLUMNS = ["id", "name", "node", "chain", "mode", "in", "out", "period_ns", "status"]
+ATTACHMENT_FMT = {"in": lambda o: f"{o['in_interface']}:{o['in_direction']}",
+                  "out": lambda o: f"{o['out_interface']}:{o['out_direction']}", "status": _reason}
+
+
+def _point(text: str, option: str) -> tuple[str, str]:
+    dev, _, direction = text.partition(":")
+    if direction not in ("ingress", "egress") or not dev:
+        fail(f"{option}: give INTERFACE:ingress or INTERFACE:egress, not {text!r}")
+    return dev, direction
+
+
+@api_command(pptmon_attachment, "create")
+@click.argument("name")
+@click.option("--node", required=True, help="the node whose agent attaches the programs")
+@click.option("--chain", required=True, help="the chain its records are filed under")
+@click.option("--in", "in_point", required=True, help="where ppt_in runs: INTERFACE:ingress|egress")
+@click.option("--out", "out_point", required=True, help="where ppt_out runs: INTERFACE:ingress|egress")
+@click.option("--mode", type=click.Choice(["source", "transit", "sink", "source-sink"]), default="source-sink",
+              show_default=True)
+@click.option("--vnf-id", default=1, show_default=True, type=click.IntRange(1, 255))
+@click.option("--period", default="1s", show_default=True, help="sampling period: 1s, 100ms, 0 (every packet), 20/s")
+def attachment_create(api, as_json, name, node, chain, in_point, out_point, mode, vnf_id, period):
+    """Attach PPTMon on a node's interfaces (its agent loads the programs)."""
+    from fathom.pptmon.control import parse_period
+    try:
+        period_ns = parse_period(period)
+    except ValueError as e:
+        fail(str(e))
+    (i_dev, i_dir), (o_dev, o_dir) = _point(in_point, "--in"), _point(out_point, "--out")
+    body = {"name": name, "node": node, "chain": chain, "mode": mode, "vnf_id": vnf_id, "period_ns": period_ns,
+            "in_interface": i_dev, "in_direction": i_dir, "out_interface": o_dev, "out_direction": o_dir}
+    _show(api.call("POST", "/pptmon/attachments", json=body), as_json, "PPTMon attachment")
+
+
+@api_command(pptmon_attachment, "list")
+def attachment_list(api, as_json):
+    """List PPTMon attachments and their status (the agents' word)."""
+    _list(api.list("/pptmon/attachments"), as_json, "PPTMon attachments", ATTACHMENT_COLUMNS, ATTACHMENT_FMT)
+
+
+@api_command(pptmon_attachment, "show")
+@click.argument("ref")
+def attachment_show(api, as_json, ref):
+    """Show a PPTMon attachment (by id or name)."""
+    _show(api.find("pptmon/attachments", ref), as_json, "PPTMon attachment")
+
+
+@api_command(pptmon_attachment, "update")
+@click.argument("ref")
+@click.option("--period", required=True, help="new sampling period (changed in place, programs stay attached)")
+def attachment_update(api, as_json, ref, period):
+    """Change an attachment's sampling period."""
+    from fathom.pptmon.control import parse_period
+    try:
+        period_ns = parse_period(period)
+    except ValueError as e:
+        fail(str(e))
+    obj = api.find("pptmon/attachments", ref)
+    _show(api.call("PATCH", f"/pptmon/attachments/{obj['id']}", json={"period_ns": period_ns}), as_json,
+          "PPTMon attachment")
+
+
+@api_command(pptmon_attachment, "delete")
+@click.argument("ref")
+def attachment_delete(api, as_json, ref):
+    """Detach and forget a PPTMon attachment."""
+    obj = api.find("pptmon/attachments", ref)
+    api.call("DELETE", f"/pptmon/attachments/{obj['id']}")
+    console.print(f"deleted PPTMon attachment {obj['id']} ({obj['name']})")

@@ -1,12 +1,12 @@
 """The fabric at run time: fabric switches (ToRs) and br-phy under OpenFlow, LLDP link discovery,
-router namespaces of network-node routers, and the fabric status endpoints.
+and the fabric status endpoints.
 
 Plugged into the reconciler as an extension that never writes flows itself: `prepare` bootstraps
 the ToRs and every node's br-phy (OVSDB: fail_mode secure, our controller, a fixed datapath id) and
 adds their port numbers to the model; the fabric app (fathom/apps/fabric) compiles their flows and
 the reconciler applies them like every other switch's, by diff: flows that are still wanted are
-never deleted, so a ToR or controller restart makes no VLAN in use disappear. `after_pass` runs the
-network-node router agent. fail_mode secure, not standalone, on br-phy too: a standalone bridge that
+never deleted, so a ToR or controller restart makes no VLAN in use disappear. (Router namespaces of
+network-node routers are the gateway node's agent's work: fathom.controller.hostlocal.) fail_mode secure, not standalone, on br-phy too: a standalone bridge that
 has lost its controller for 3 inactivity probes "fails open" (OVS flushes its table and switches
 NORMAL), and when the controller is back OVS removes that NORMAL flow before we have re-added ours,
 which blacks out the underlay; a secure bridge keeps our flows, however long we are gone. A switch
@@ -38,11 +38,9 @@ from fathom.apps.fabric import compiler as fc
 from fathom.controller import channels
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
-from fathom.controller.l3agent import L3Agent
 from fathom.controller.reconciler import SwitchResult
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.openflow.spec import SwitchState
-from fathom.pipeline import stages as st
 from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
 from fathom.store.errors import NotFound
@@ -143,8 +141,7 @@ class FabricRuntime:
         self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
-        self.agent = L3Agent()
-        self.last: dict = {"routers": {}}
+        self.last: dict = {}
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
         self._lldp_key = os.urandom(32)   # signs our probes: a forged or replayed frame does not verify
         self._stop = threading.Event()
@@ -182,11 +179,16 @@ class FabricRuntime:
             res = result.switches[key] = SwitchResult(key, datapath_id_tor(s.id))
             try:
                 ovsdb = self.tors.get(s.name)
-                if ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip):
+                fresh = ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip) or not ovsdb.connected()
+                if fresh:
                     if ovsdb:
                         ovsdb.close()
-                    ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip)
-                ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
+                    ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip,
+                                                          on_change=lambda _n, what, name=s.name:
+                                                          rec.ovsdb_changed(name, what))
+                # the bridge is re-checked when its OVSDB reported a change (or is new, or failed)
+                if fresh or rec.setup_due(s.name):
+                    ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
                 ofports[s.name] = {n: p for n, p in ovsdb.ofports(s.bridge).items() if n != s.bridge}
                 self.tor_ports[s.id] = ofports[s.name]
             except Exception as e:  # noqa: BLE001 - the switch's status, retried next pass
@@ -207,39 +209,21 @@ class FabricRuntime:
                 res.setup, res.reason = "error", "node not bootstrapped"
                 continue
             try:
-                ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
-                              "secure")
+                if rec.setup_due(node.name) or node.name not in self.phy_ofports:
+                    ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
+                                  "secure")
                 self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
                 port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
                 if port:
                     self.phy_ports[node.id] = port
             except Exception as e:  # noqa: BLE001
                 LOG.warning("node %s br-phy: %s", node.name, e)
+                self.phy_ofports.pop(node.name, None)   # re-checked on the next pass
                 res.setup, res.reason = "error", f"br-phy: {e}"
         return replace(snapshot, fabric=fab.with_ofports(ofports)).with_phy_ofports(self.phy_ofports)
 
     def after_pass(self, rec, snapshot, result) -> None:
-        """After the switches: network-node routers' namespaces on the gateway nodes (the agent),
-        whose outcome is part of those routers' status."""
-        want = routers.network_node_legs(snapshot)
-        subnets = {x.id: x for x in snapshot.subnets}
-        router_result = self.agent.sync({n.name: n.management_ip for n in snapshot.nodes}, want, subnets,
-                                        lambda node: rec.bootstrapper.nodes.get(node))
-        if self.agent.created:
-            # new interfaces' br-int ports: the next pass compiles them with their port numbers
-            self.agent.created = False
-            self.wake()
-        effective = routers.effective_modes(snapshot)
-        for md in routers.fabric_state(snapshot).modes:
-            if md.mode != "network-node":
-                continue
-            r = router_result.get(md.router_id)
-            if r not in ("ok", None):
-                result.agents[(st.KIND_ROUTER, md.router_id)] = ("error", r)
-            elif md.router_id not in effective:
-                result.agents[(st.KIND_ROUTER, md.router_id)] = ("pending", "building the router namespace on "
-                                                                            "the gateway node")
-        self.last = {"snapshot": snapshot, "routers": router_result}
+        self.last = {"snapshot": snapshot}
 
     # ------------------------------------------------------------------------------- LLDP
     def _lldp_loop(self) -> None:

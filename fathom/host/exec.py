@@ -1,8 +1,9 @@
 """Running a command, optionally inside a network namespace; a failure carries the command and
 what it printed.
 
-The one way fathom runs programs: the lab (fathom.lab), the agent's router namespaces
-(fathom.controller.l3agent), PPTMon chains and measurements (fathom.pptmon), benchmarks.
+The one way fathom runs programs: the lab (fathom.lab), the node agent (fathom.agent: router
+namespaces, PPTMon loaders, facts), PPTMon chains and measurements (fathom.pptmon), benchmarks.
+Never the controller or the API (tests/unit/test_layering.py).
 
     run(["ip", "link", "show"], ns="lab-compute1")           # CompletedProcess, text, captured
     run([...], check=False)                                   # a failure is the caller's to judge

@@ -5,6 +5,7 @@ kept in the lab's state so that `fathom lab down` removes them from the controll
 """
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -39,7 +40,9 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
-           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3",
+           # the API also on the management network, where the nodes' agents reach it
+           "--api-host", "127.0.0.1", *(["--api-host", of_host] if of_host != "127.0.0.1" else []),
+           "--of-host", of_host, "--of-port", str(of_port), "--interval", "10",
            "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / "controller.pid").write_text(str(proc.pid))
@@ -55,7 +58,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
                 probe.health()
             finally:
                 probe.close()
-            return {"url": url, "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
+            return {"url": url, "agent_url": f"http://{of_host}:{api_port}", "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
                     "managed": True, "pki_dir": pki_dir, "token_file": str(token_file)}
         except (ApiError, NoToken):
             time.sleep(0.2)
@@ -72,7 +75,8 @@ def stop_controller(lab_dir: Path) -> None:
 
 def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None,
              switches_registered=lambda created: None, token: str | None = None) -> dict:
-    """Create nodes, networks, subnets, routers and VM ports; returns the ids created.
+    """Create nodes, networks, subnets, routers, VM ports, VNF ports and their port pairs; returns the
+    ids created.
 
     `switches_registered(created)` runs once the nodes and the fabric switch have their ids (e.g. to
     issue their certificates, which bind the datapath ids derived from them)."""
@@ -133,6 +137,21 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
                 created["floatingips"][vm.name] = api.request("POST", "/floatingips", json={
                     "floating_network_id": created["networks"][router.external_gateway],
                     "port_id": created["ports"][vm.name], "project_id": net.project})["id"]
+    if topo.vnfs():
+        progress("creating VNF ports and port pairs")
+        created["port_pairs"] = {}
+    for node, vnf in topo.vnfs():
+        net = topo.network(vnf.network)
+        ids = {}
+        for side, port in (("i", vnf.ingress), ("o", vnf.egress)):
+            # a VNF forwards packets that are not its own: no port security on its ports
+            ids[side] = created["ports"][f"{vnf.name}{side}"] = api.request("POST", "/ports", json={
+                "network_id": created["networks"][vnf.network], "name": f"{vnf.name}{side}",
+                "mac_address": port.mac, "port_security": False,
+                "fixed_ips": [{"subnet_id": created["subnets"][vnf.network], "ip_address": str(port.ip.ip)}],
+                "node": node.name, "interface_name": f"{vnf.name}{side}", "project_id": net.project})["id"]
+        created["port_pairs"][vnf.name] = api.request("POST", "/sfc/port_pairs", json={
+            "name": vnf.name, "ingress": ids["i"], "egress": ids["o"], "project_id": net.project})["id"]
     return created
 
 
@@ -148,19 +167,19 @@ def wait_active(url: str, created: dict, timeout: float = 30, token: str | None 
 
 def _wait_active(api: Client, created: dict, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    pending = dict(created.get("ports", {}))
-    reasons: dict[str, str] = {}
-    while pending:
-        for name, pid in list(pending.items()):
-            port = api.request("GET", f"/ports/{pid}")
+    for name, pid in sorted(created.get("ports", {}).items()):
+        while True:
+            try:
+                port = api.wait_status("ports", pid, "active", timeout=max(0.1, deadline - time.monotonic()))
+            except ApiError as e:
+                if e.status != 408:
+                    raise
+                raise LabError(f"port {name} not active after {timeout}s: {e}") from None
             if port["status"] == "active":
-                del pending[name]
-            else:
-                reasons[name] = f"{port['status']}: {port['status_reason']}"
-        if pending and time.monotonic() > deadline:
-            raise LabError(f"ports not active after {timeout}s: "
-                           + "; ".join(f"{n} ({reasons.get(n)})" for n in sorted(pending)))
-        time.sleep(0.2)
+                break
+            if time.monotonic() > deadline:
+                raise LabError(f"port {name} not active after {timeout}s: {port['status']}: {port['status_reason']}")
+            time.sleep(0.2)   # an error (a switch still connecting): the next pass may clear it
     # every switch connected (br-int of each node; with a fabric also each br-phy and the ToR),
     # then one full pass, so the underlay is programmed too when `lab up` returns
     fabric = len(created.get("fabric_switches", {}))
@@ -173,12 +192,33 @@ def _wait_active(api: Client, created: dict, timeout: float) -> None:
     api.request("POST", "/sync")
 
 
+def issue_agent_token(url: str, node: str, dest: Path, token: str | None = None) -> int:
+    """An agent token bound to `node`, written to `dest` (0600) as an operator copies it to the node;
+    returns its id (`deregister` revokes it)."""
+    api = Client(url, token=token)
+    try:
+        made = api.request("POST", "/tokens", json={"name": f"agent {node}", "project_id": "admin",
+                                                    "roles": ["agent"], "node": node})
+        secret = made["token"]
+    except ApiError as e:
+        raise LabError(f"controller: {e}") from None
+    finally:
+        api.close()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    return made["id"]
+
+
 def deregister(url: str, created: dict, token: str | None = None) -> None:
     """Best effort: delete what the lab created (the controller may be gone already)."""
     http = Client(url, token=token).http   # raw answers: an object already gone is fine
     try:
         for fid in created.get("floatingips", {}).values():
             http.delete(f"/floatingips/{fid}")
+        for pair in created.get("port_pairs", {}).values():
+            http.delete(f"/sfc/port_pairs/{pair}")
         for pid in created.get("ports", {}).values():
             http.delete(f"/ports/{pid}")
         for rid in created.get("routers", {}).values():
@@ -192,5 +232,7 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
             http.delete(f"/fabric/switches/{sid}")
         for nid in created.get("nodes", {}).values():
             http.delete(f"/nodes/{nid}")
+        for tid in created.get("agent_tokens", {}).values():
+            http.delete(f"/tokens/{tid}")
     except httpx.HTTPError:
         pass

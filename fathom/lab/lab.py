@@ -9,7 +9,9 @@ import ipaddress
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +21,9 @@ from fathom.auth.client import NoToken, lab_token
 from fathom.model import EXTERNAL_INTERFACE
 from fathom.pki import Pki
 
-from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, wait_for
+from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, supervisor_pid, wait_for
 from .sh import LabError, require_root_and_tools, run
-from .supervisor import start_supervised, stop_supervised
+from .supervisor import AGENT, AGENT_CONFIG, start_supervised, stop_supervised
 from .topology import Topology, check_lab_name
 
 RUN_ROOT = Path(os.environ.get("FATHOM_RUN_ROOT", "/run/fathom"))
@@ -99,13 +101,15 @@ class Lab:
     # ----- up -----
     def up(self, topo: Topology, source: str, standalone: bool = False, controller: str | None = None,
            progress: Callable[[str], None] = lambda s: None, insecure: bool = False,
-           pki_dir: str | None = None) -> dict:
+           pki_dir: str | None = None, agent_url: str | None = None) -> dict:
         """Build the lab. Without `standalone`, br-int is left to a controller: the one at URL
         `controller`, or one started for this lab; the lab's nodes and topology are registered.
 
         OpenFlow and OVSDB run over TLS unless `insecure`: a lab's own controller gets a PKI in the
         lab's run dir; a controller at `controller` needs its PKI directory as `pki_dir` (the lab
-        issues each node's certificate from it)."""
+        issues each node's certificate from it). The nodes' agents reach a controller at `controller`
+        at `agent_url`, by default that URL with a loopback host replaced by the management bridge's
+        address (the controller must then listen there too: `--api-host 0.0.0.0`)."""
         require_root_and_tools()
         if self.exists():
             raise LabError(f"lab {self.name!r} already exists: run 'fathom lab down {self.name}' first")
@@ -130,7 +134,7 @@ class Lab:
         try:
             self._build(topo, state, nodes, standalone, progress)
             if not standalone:
-                self._attach_controller(topo, state, nodes, controller, progress)
+                self._attach_controller(topo, state, nodes, controller, progress, agent_url)
             progress("warming the underlay neighbour tables")
             self._warm_underlay(nodes)
         except BaseException as e:
@@ -216,19 +220,12 @@ class Lab:
             ovs = OvsInstance(node.netns, node.rundir)
             for vm in node_t.vms:
                 progress(f"vm {vm.name} on {node.name}")
-                vns = self.ns(vm.name)
-                _add_netns(vns)
-                run(["ip", "link", "add", vm.name, "netns", node.netns, "type", "veth",
-                     "peer", "name", "eth0", "netns", vns])
-                run(["ip", "link", "set", "eth0", "address", vm.mac], ns=vns)
-                run(["ip", "addr", "add", str(vm.ip), "dev", "eth0"], ns=vns)
-                _prepare_veth_end(vns, "eth0")
-                run(["ip", "route", "add", "default", "via", str(topo.network(vm.network).gateway)], ns=vns)
-                _prepare_veth_end(node.netns, vm.name)
-                tag = _standalone_tag(topo, vm.network) if standalone else None
-                ovs.vsctl("add-port", "br-int", vm.name, *(["tag=%d" % tag] if tag else []), "--",
-                          "set", "interface", vm.name, f"external_ids:iface-id={vm.name}",
-                          f"external_ids:attached-mac={vm.mac}", f"external_ids:fathom-network={vm.network}")
+                self.add_vm(node.name, vm.name, vm.mac, str(vm.ip), str(topo.network(vm.network).gateway))
+                self.plug_vm(node.name, vm.name, vm.mac, vm.network,
+                             tag=_standalone_tag(topo, vm.network) if standalone else None, ovs=ovs)
+            for vnf in node_t.vnfs:
+                progress(f"vnf {vnf.name} ({vnf.kind}) on {node.name}")
+                self._add_vnf(topo, node, ovs, vnf, standalone)
         if topo.upstream is not None:
             self._build_upstream(topo, by_name[topo.upstream.node], progress)
         if standalone:
@@ -271,6 +268,51 @@ class Lab:
         tag = [f"tag={topo.segmentation_id(net)}"] if net.type == "vlan" else []
         tor.vsctl("add-port", "br-up", host_end, *tag, "--", "add-port", "br-up", node_end)
         OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
+    # ----- VMs: a namespace behind a veth whose node end becomes a port of br-int -----
+    def add_vm(self, node: str, name: str, mac: str, ip: str, gateway: str | None) -> None:
+        """The VM `name` on `node`: its namespace with eth0 (`mac`, `ip` as a CIDR, default route via
+        `gateway`) and the veth's node end, up but not yet a port of any bridge (see plug_vm)."""
+        node_ns, vns = self.ns(node), self.ns(name)
+        _add_netns(vns)
+        run(["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", vns])
+        run(["ip", "link", "set", "eth0", "address", mac], ns=vns)
+        run(["ip", "addr", "add", ip, "dev", "eth0"], ns=vns)
+        _prepare_veth_end(vns, "eth0")
+        if gateway:
+            run(["ip", "route", "add", "default", "via", gateway], ns=vns)
+        _prepare_veth_end(node_ns, name)
+
+    def plug_vm(self, node: str, name: str, mac: str, network: str | None = None, tag: int | None = None,
+                ovs: OvsInstance | None = None) -> None:
+        """Plug the VM's veth into br-int as a hypervisor's VIF driver does: a port named after the VM
+        whose `external_ids:iface-id` names the port it is (the VM's name)."""
+        (ovs or self.ovs(node)).vsctl(
+            "add-port", "br-int", name, *([f"tag={tag}"] if tag else []), "--", "set", "interface", name,
+            f"external_ids:iface-id={name}", f"external_ids:attached-mac={mac}",
+            *([f"external_ids:fathom-network={network}"] if network else []))
+
+    def remove_vm(self, node: str, name: str) -> None:
+        """Unplug the VM (if plugged) and delete its veth and namespace."""
+        self.ovs(node).vsctl("--if-exists", "del-port", "br-int", name)
+        run(["ip", "link", "del", name], ns=self.ns(node), check=False)
+        run(["ip", "netns", "del", self.ns(name)], check=False)
+
+    def _add_vnf(self, topo: Topology, node: NodePlan, ovs: OvsInstance, vnf, standalone: bool) -> None:
+        """A VNF namespace: eth0 (ingress) and eth1 (egress) joined to br-int as `<vnf>i` and `<vnf>o`,
+        configured by fathom.lab.vnf for its kind."""
+        from . import vnf as vnfs
+        ns = self.ns(vnf.name)
+        _add_netns(ns)
+        for dev, iface, port in (("eth0", f"{vnf.name}i", vnf.ingress), ("eth1", f"{vnf.name}o", vnf.egress)):
+            run(["ip", "link", "add", iface, "netns", node.netns, "type", "veth", "peer", "name", dev, "netns", ns])
+            run(["ip", "link", "set", dev, "address", port.mac], ns=ns)
+            _prepare_veth_end(ns, dev)
+            _prepare_veth_end(node.netns, iface)
+            tag = _standalone_tag(topo, vnf.network) if standalone else None
+            ovs.vsctl("add-port", "br-int", iface, *(["tag=%d" % tag] if tag else []), "--",
+                      "set", "interface", iface, f"external_ids:iface-id={iface}",
+                      f"external_ids:attached-mac={port.mac}", f"external_ids:fathom-network={vnf.network}")
+        vnfs.configure(ns, vnf, topo.network(vnf.network).cidr, self.dir / vnf.name)
 
     def _standalone_overlay(self, topo: Topology, nodes: list[NodePlan]) -> None:
         """Without a controller: NORMAL switching, one VXLAN port per (network, peer) as an access port.
@@ -314,7 +356,7 @@ class Lab:
                 if peer is not node:
                     run(["ping", "-c", "1", "-W", "1", peer.tunnel_ip], ns=node.netns, check=False)
 
-    def _attach_controller(self, topo, state, nodes, url, progress) -> None:
+    def _attach_controller(self, topo, state, nodes, url, progress, agent_url=None) -> None:
         from . import controller as ctl
         tls = state["tls"]
         if url is None:
@@ -325,7 +367,8 @@ class Lab:
             state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"],
                                                        pki_dir=tls and tls["pki_dir"])
         else:
-            state["controller"] = {"url": url, "managed": False}
+            state["controller"] = {"url": url, "managed": False,
+                                   "agent_url": agent_url or _reachable_from_nodes(url, state["management"]["root_ip"])}
         self._save(state)
         try:
             token = lab_token(state)   # the admin token of its own controller; FATHOM_TOKEN... for another
@@ -336,8 +379,56 @@ class Lab:
             switches_registered=lambda created: self._install_certificates(state, nodes, created, progress)
             if tls else None, token=token)
         self._save(state)
+        self._start_agents(state, nodes, token, progress)
         progress("waiting for the ports to become active")
         ctl.wait_active(state["controller"]["url"], state["controller"]["created"], token=token)
+
+    def _start_agents(self, state, nodes, token, progress) -> None:
+        """Each node's agent, inside the node's namespace under its supervisor, as systemd runs
+        deploy/systemd/fathom-agent.service on a real host: its own agent token, the node's OVSDB
+        socket, the controller's API on the management network."""
+        from . import controller as ctl
+        c = state["controller"]
+        fathom = Path(sys.executable).with_name("fathom")
+        exe = [str(fathom)] if fathom.exists() else [sys.executable, "-m", "fathom.cli.main"]
+        for node in nodes:
+            progress(f"agent on {node.name}")
+            rundir = Path(node.rundir)
+            token_file = rundir / "agent-token"
+            c["created"].setdefault("agent_tokens", {})[node.name] = ctl.issue_agent_token(
+                c["url"], node.name, token_file, token=token)
+            self._save(state)
+            argv = [*exe, "agent", "run", "--controller", c.get("agent_url") or c["url"], "--node", node.name,
+                    "--token-file", str(token_file), "--state-dir", str(rundir / "agent"),
+                    "--root", str(rundir / "pptmon"), "--ovsdb", f"unix:{OvsInstance(node.netns, rundir).db_sock}",
+                    "--router-ns-prefix", f"{node.netns}-r", "--log-interval", "60"]
+            (rundir / AGENT_CONFIG).write_text(json.dumps({"argv": argv}))
+            self.start_agent(node.name, wait=False)
+        for node in nodes:
+            wait_for(lambda: self.agent_pid(node.name) is not None, 30, f"the agent on {node.name}")
+
+    # ----- agents
+    def agent_pid(self, node: str) -> int | None:
+        """The pid of the node's running agent (its supervisor's word), or None."""
+        st = supervised_state(Path(self.node(node).rundir)) or {}
+        unit = st.get("units", {}).get(AGENT) or {}
+        pid = unit.get("pid")
+        return pid if unit.get("state") == "running" and pid and _running(pid) else None
+
+    def stop_agent(self, node: str) -> None:
+        """`systemctl stop fathom-agent`: the agent ends cleanly and stays stopped (what it built stays)."""
+        pid = self.agent_pid(node)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            wait_for(lambda: self.agent_pid(node) is None, 15, f"the agent on {node} to stop")
+
+    def start_agent(self, node: str, wait: bool = True) -> int | None:
+        """`systemctl start fathom-agent`: its supervisor starts it."""
+        sup = supervisor_pid(Path(self.node(node).rundir))
+        if sup is None:
+            raise LabError(f"node {node} has no supervisor")
+        os.kill(sup, signal.SIGUSR1)
+        return wait_for(lambda: self.agent_pid(node), 30, f"the agent on {node} to start") if wait else None
 
     def _install_certificates(self, state, nodes, created, progress) -> None:
         """Each node and the fabric switch get a key and a certificate naming them and binding their
@@ -429,9 +520,13 @@ class Lab:
                     up = bool(out) and "UP" in json.loads(out)[0].get("flags", [])
                 vms.append({"name": vm["name"], "node": node["name"], "network": vm["network"],
                             "mac": vm["mac"], "ip": vm["ip"], "netns": vns, "link_up": up})
+        vnfs = [{"name": v["name"], "node": node["name"], "kind": v["kind"], "network": v["network"],
+                 "ingress": v["ingress"], "egress": v["egress"], "netns": self.ns(v["name"]),
+                 "present": self.ns(v["name"]) in present}
+                for node in topo.get("nodes", []) for v in node.get("vnfs", [])]
         return {"name": self.name, "status": state.get("status"), "standalone": state.get("standalone"),
                 "topology_file": state.get("topology_file"), "management": state.get("management"),
-                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms,
+                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms, "vnfs": vnfs,
                 "controller": {k: v for k, v in (state.get("controller") or {}).items() if k != "created"} or None}
 
     # ----- exec -----
@@ -469,6 +564,7 @@ def list_labs() -> list[dict]:
         out.append({"name": name, "status": st.get("status", "unknown (no state file)"),
                     "nodes": len(st.get("nodes", [])),
                     "vms": sum(len(n.get("vms", [])) for n in st.get("topology", {}).get("nodes", [])),
+                    "vnfs": sum(len(n.get("vnfs", [])) for n in st.get("topology", {}).get("nodes", [])),
                     "standalone": st.get("standalone"), "topology_file": st.get("topology_file")})
     return out
 
@@ -500,6 +596,18 @@ def _supervisor_status(rundir: str) -> dict | None:
     return {"running": state["running"], "pid": state.get("pid"),
             "daemons": {name: {k: u.get(k) for k in ("state", "pid", "restarts", "last_exit")}
                         for name, u in state.get("units", {}).items()}}
+
+
+def _reachable_from_nodes(url: str, root_ip: str) -> str:
+    """`url` as the nodes' namespaces reach it: their loopback is their own, so a loopback host
+    becomes the management bridge's address in the root namespace."""
+    from urllib.parse import urlsplit, urlunsplit
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        netloc = f"{root_ip}:{parts.port}" if parts.port else root_ip
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
 
 
 def hosts_m_fabric(cidr: str) -> ipaddress.IPv4Address:

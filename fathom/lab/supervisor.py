@@ -15,6 +15,12 @@ its daemons and exits.
   stop (exit 0, SIGTERM) stays stopped until started.
 - Ordering: ovs-vswitchd is started only while ovsdb-server runs (it needs the database to start).
 - SIGUSR1 is `systemctl start`: start every stopped daemon now (OvsInstance.start_vswitchd sends it).
+- The node's agent (`fathom agent run`, deploy/systemd/fathom-agent.service on a real host) is a
+  third unit once the lab has written its command line to `agent.json` in the run dir (the lab does
+  so once the controller knows the node and has issued its agent token) and sent SIGUSR1. It runs
+  in the node's network namespace (and the machine's mount namespace, as on a real host), needs ovsdb-server (After=openvswitch-switch), logs to `agent.log`,
+  and is stopped first. Like systemd's KillMode=process, stopping or restarting it signals only the
+  agent itself: the PPTMon loaders it started keep their programs attached.
 """
 from __future__ import annotations
 
@@ -33,6 +39,8 @@ from .ovs import SUPERVISOR_MODULE, OvsInstance, _running, supervised_state, sup
 from .sh import LabError
 
 DAEMONS = ("ovsdb-server", "ovs-vswitchd")   # start order; stopped in reverse
+AGENT = "fathom-agent"
+AGENT_CONFIG = "agent.json"                   # {"argv": [...]}: the agent's command line
 FIRST_DELAY, MAX_DELAY, STABLE_AFTER = 0.1, 10.0, 10.0
 CLEAN_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE}
 PR_SET_CHILD_SUBREAPER = 36
@@ -68,6 +76,7 @@ class Supervisor:
     def __init__(self, ovs: OvsInstance):
         self.ovs = ovs
         self.units = {name: Unit(name) for name in DAEMONS}
+        self.order = list(DAEMONS)
         self.by_pid: dict[int, Unit] = {}
         self.stopping = False
         self.start_requested = False
@@ -91,11 +100,13 @@ class Supervisor:
         self.started("ovsdb-server", self.ovs.spawn("ovsdb-server"))
         self.ovs.init_db()
         self.started("ovs-vswitchd", self.ovs.spawn("ovs-vswitchd"))
+        self.load_agent()
         while not self.stopping:
             try:
                 self.reap()
                 if self.start_requested:
                     self.start_requested = False
+                    self.load_agent()
                     for u in self.units.values():
                         if u.state != "running":
                             u.due = time.monotonic()
@@ -125,8 +136,31 @@ class Supervisor:
 
     # ----- units
     def startable(self, name: str) -> bool:
-        """ovs-vswitchd needs its database to start (the unit's Requires=/After=ovsdb-server)."""
-        return name != "ovs-vswitchd" or self.units["ovsdb-server"].state == "running"
+        """ovs-vswitchd and the agent need the database to start (the units' After=ovsdb-server)."""
+        return name == "ovsdb-server" or self.units["ovsdb-server"].state == "running"
+
+    def load_agent(self) -> None:
+        """The agent unit, once the lab has configured it."""
+        if AGENT not in self.units and (self.ovs.rundir / AGENT_CONFIG).exists():
+            self.units[AGENT] = Unit(AGENT, state="restarting", due=time.monotonic())
+            self.order.append(AGENT)
+
+    def spawn(self, name: str) -> int:
+        if name != AGENT:
+            return self.ovs.spawn(name)
+        argv = json.loads((self.ovs.rundir / AGENT_CONFIG).read_text())["argv"]
+        log = open(self.ovs.rundir / "agent.log", "ab")
+        try:
+            # the node's network namespace only (not `ip netns exec`, which also gives the process a
+            # mount namespace of its own): like an agent on a real host it shares the machine's
+            # mounts, so the router namespaces it adds under /run/netns outlive it and are seen by all
+            proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{self.ovs.netns}", "--", *argv],
+                                    stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        finally:
+            log.close()
+        proc.returncode = 0   # reaped by reap(), not by the Popen object
+        return proc.pid
 
     def started(self, name: str, pid: int | None) -> None:
         u = self.units[name]
@@ -138,8 +172,8 @@ class Supervisor:
     def start(self, name: str) -> None:
         u = self.units[name]
         try:
-            pid = self.ovs.spawn(name)
-        except (LabError, OSError) as e:
+            pid = self.spawn(name)
+        except (LabError, OSError, ValueError, KeyError) as e:
             u.failures += 1
             u.state, u.due, u.last_exit = "restarting", time.monotonic() + u.delay(), f"start failed: {e}"
             self.log(f"{name}: start failed, next try in {u.delay():.1f} s: {e}")
@@ -172,7 +206,7 @@ class Supervisor:
 
     def start_due(self) -> None:
         now = time.monotonic()
-        for name in DAEMONS:          # the database first, then the switch that needs it
+        for name in self.order:       # the database first, then what needs it
             u = self.units[name]
             if u.due is not None and u.due <= now and self.startable(name):
                 self.start(name)
@@ -188,7 +222,7 @@ class Supervisor:
     def shutdown(self) -> None:
         """Stop the daemons (switch first), SIGKILL what is left after 5 s."""
         self.stopping = True
-        for name in reversed(DAEMONS):
+        for name in reversed(self.order):
             u = self.units[name]
             if u.pid is None:
                 continue

@@ -41,10 +41,37 @@ class VM(_Strict):
         return parse_mac(v, unicast_for="a VM")
 
 
+class VnfPort(_Strict):
+    mac: str
+    ip: ipaddress.IPv4Interface
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        return parse_mac(v, unicast_for="a VNF port")
+
+
+VNF_KINDS = ("forward", "firewall", "nat", "dpi", "haproxy")
+
+
+class Vnf(_Strict):
+    """A VNF: a namespace with two ports on br-int (eth0 = ingress, eth1 = egress; on br-int
+    `<name>i` and `<name>o`), routing between them, and the work of its kind (fathom/lab/vnf.py).
+    Registered as two ports without port security and a port pair named after it."""
+    name: str = Field(pattern=r"^[a-z][a-z0-9]{0,10}$")   # + "i"/"o" on br-int: at most 12 characters
+    kind: Literal["forward", "firewall", "nat", "dpi", "haproxy"] = "forward"
+    network: str
+    ingress: VnfPort
+    egress: VnfPort
+    rules: int = Field(default=0, ge=0, le=10000)          # firewall: non-matching rules every packet passes
+    backend: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+\.\d+:\d+$")  # haproxy: ip:port
+
+
 class Node(_Strict):
     name: str = Field(pattern=NAME_RE)
     role: Literal["compute", "gateway"] = "compute"
     vms: list[VM] = []
+    vnfs: list[Vnf] = []
 
 
 class Network(_Strict):
@@ -103,6 +130,9 @@ class Topology(_Strict):
 
     def vms(self) -> list[tuple[Node, VM]]:
         return [(n, vm) for n in self.nodes for vm in n.vms]
+
+    def vnfs(self) -> list[tuple[Node, Vnf]]:
+        return [(n, v) for n in self.nodes for v in n.vnfs]
 
     def network(self, name: str) -> Network:
         return next(n for n in self.networks if n.name == name)
@@ -216,6 +246,8 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
         named.append((("nodes", i, "name"), node.name, "node"))
         for j, vm in enumerate(node.vms):
             named.append((("nodes", i, "vms", j, "name"), vm.name, "vm"))
+        for j, vnf in enumerate(node.vnfs):
+            named.append((("nodes", i, "vnfs", j, "name"), vnf.name, "vnf"))
     for path, name, kind in named:
         if name in RESERVED_NAMES:
             add(path, f"{name!r} is reserved")
@@ -255,15 +287,21 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
     routed = {n for r in topo.routers if r.external_gateway for n in r.networks}
     addrs: dict[tuple, tuple] = {}
     for i, node in enumerate(topo.nodes):
-        for j, vm in enumerate(node.vms):
-            base = ("nodes", i, "vms", j)
-            net = nets.get(vm.network)
+        ends = [(("nodes", i, "vms", j), vm, vm.network) for j, vm in enumerate(node.vms)]
+        for j, vnf in enumerate(node.vnfs):
+            ends += [(("nodes", i, "vnfs", j, side), getattr(vnf, side), vnf.network) for side in ("ingress", "egress")]
+            if vnf.rules and vnf.kind != "firewall":
+                add(("nodes", i, "vnfs", j, "rules"), "only a firewall has rules")
+            if (vnf.backend is not None) != (vnf.kind == "haproxy"):
+                add(("nodes", i, "vnfs", j, "backend"), "a haproxy VNF needs a backend ip:port; other kinds take none")
+        for base, vm, network in ends:
+            net = nets.get(network)
             if net is None:
-                add(base + ("network",), f"unknown network {vm.network!r}")
+                add(base[:4] + ("network",), f"unknown network {network!r}")
                 continue
             if net.external:
                 add(base + ("network",), f"{net.name!r} is external: VMs take floating IPs on it, not ports")
-            if vm.floating_ip and net.name not in routed:
+            if getattr(vm, "floating_ip", False) and net.name not in routed:   # VNF ports take none
                 add(base + ("floating_ip",), f"no router with an external gateway has an interface on {net.name!r}")
             if vm.ip.ip not in net.cidr:
                 add(base + ("ip",), f"{vm.ip.ip} is outside network {net.name}'s subnet {net.cidr}")

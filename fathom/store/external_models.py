@@ -10,11 +10,12 @@ from __future__ import annotations
 from sqlalchemy import Boolean, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
+from fathom.pipeline.catalogue import SECGROUP_ZONE_MAX
 from fathom.store.base import Base, Resource
 
-# Conntrack zones of routers' SNAT and of floating IPs: the upper half of the 16-bit zone space, so
-# other users of conntrack on br-int (security groups) can keep the lower half.
-CT_ZONE_MIN, CT_ZONE_MAX = 0x8000, 0xFFFF
+# Conntrack zones of routers' SNAT and of floating IPs: the upper half of the 16-bit zone space, above
+# the security groups' per-port zones (1..SECGROUP_ZONE_MAX): the two never share a zone.
+CT_ZONE_MIN, CT_ZONE_MAX = SECGROUP_ZONE_MAX + 1, 0xFFFF
 
 
 class RouterGateway(Base):

@@ -166,3 +166,60 @@ def test_external_gateway_and_floating_ips(run):
     run("router", "update", "r1", "--clear-gateway")
     assert json.loads(run("router", "show", "r1", "--json").output)["external_gateway"] is None
     assert "deleted floating IP" in run("floatingip", "delete", "web").output
+
+
+def test_sfc_verbs(run):
+    """`fathom sfc ...`: a chain built from the CLI, shown in tables and JSON, changed and deleted."""
+    run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
+    run("network", "create", "blue")
+    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    for i, name in enumerate(("client", "server", "fwi", "fwo"), start=11):
+        run("port", "create", name, "--network", "blue", "--ip", f"10.0.0.{i}", "--node", "c1", "--interface", name,
+            *(["--no-port-security"] if name.startswith("fw") else []))
+    run("sfc", "port-pair", "create", "fw", "--ingress", "fwi", "--egress", "fwo")
+    run("sfc", "port-pair-group", "create", "fws", "--port-pair", "fw")
+    run("sfc", "flow-classifier", "create", "web", "--logical-source-port", "client", "--logical-destination-port",
+        "server", "--protocol", "tcp", "--destination-port", "80")
+    chain = json.loads(run("sfc", "port-chain", "create", "c", "--port-pair-group", "fws", "--flow-classifier", "web",
+                           "--symmetric", "--json").output)
+    assert chain["chain_parameters"]["symmetric"] and len(chain["port_pair_groups"]) == 1
+    assert "80 → " not in run("sfc", "flow-classifier", "list").output
+    assert "* → 80" in run("sfc", "flow-classifier", "list").output
+    assert json.loads(run("sfc", "port-chain", "list", "--json").output)[0]["name"] == "c"
+    out = run("sfc", "port-chain", "update", "c", "--no-flow-classifiers", "--json").output
+    assert json.loads(out)["flow_classifiers"] == []
+    err = run("sfc", "port-pair", "delete", "fw", ok=False).output
+    assert "port pair group" in err and len(err.strip().splitlines()) == 1
+    run("sfc", "port-chain", "delete", "c")
+    run("sfc", "port-pair-group", "delete", "fws")
+    run("sfc", "port-pair", "delete", "fw")
+    assert json.loads(run("sfc", "port-pair", "list", "--json").output) == []
+
+
+def test_wait_returns_once_the_controller_says_active_or_fails(tmp_path, monkeypatch):
+    """`--wait` long-polls the status board of the controller in the API's process."""
+    import threading
+    from fathom.controller.board import StatusBoard
+    app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
+    app.state.status_board = board = StatusBoard()
+    monkeypatch.setenv("FATHOM_TOKEN", headers_for(app)["Authorization"].split()[1])
+    monkeypatch.setattr(client_module.httpx, "Client",
+                        lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
+    runner = CliRunner()
+    try:
+        # nothing decides the network's status: the wait runs out, exit status 1
+        result = runner.invoke(cli, ["network", "create", "blue", "--wait", "--timeout", "0.3"])
+        assert result.exit_code == 1 and "not 'active' after 0.3 s" in result.output, result.output
+        # a pass writes it active and publishes it (what the reconciler does): the wait ends then
+        def reconciled():
+            from sqlalchemy.orm import Session
+            from fathom.store.status import set_status
+            with Session(app.state.engine) as s, s.begin():
+                set_status(s, "network", 2, "active")
+            board.publish({("network", 2): ("active", None)}, 0)
+        threading.Timer(0.3, reconciled).start()
+        result = runner.invoke(cli, ["network", "create", "green", "--wait", "--timeout", "10", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["status"] == "active"
+    finally:
+        app.state.engine.dispose()

@@ -74,7 +74,9 @@ def reset_store(app) -> list[dict]:
 
 @pytest.fixture
 def fuzzed(db_url):
-    app = create_app(db_url)
+    # an agent's long-poll is held at most 0.1 s here: a drawn `after` equal to the revision would
+    # otherwise hold each example for its `timeout` (up to a minute)
+    app = create_app(db_url, agent_max_wait=0.1)
     identities = seed_store(app)
     yield app, identities
     app.state.engine.dispose()

@@ -32,3 +32,53 @@ def test_compilers_import_only_the_model_openflow_the_pipeline_and_leaf_helpers(
     wrong = sorted((m, d) for m, deps in import_graph().items() if under(m, ("fathom.apps", *LOW))
                    for d in deps if d.startswith("fathom") and not under(d, allowed) and d != "fathom")
     assert not wrong, wrong
+
+
+# What runs programs or enters namespaces on a host: only the agent, the lab, PPTMon chains and the
+# benchmarks may import these, never the controller process (its API included).
+HOST_COMMANDS = ("subprocess", "pyroute2", "ctypes", "pty", "os.system")
+HOST_MODULES = ("fathom.host", "fathom.lab", "fathom.agent", "fathom.pptmon.control", "fathom.pptmon.chain",
+                "fathom.pptmon.measure", "fathom.pptmon.traffic", "fathom.pptmon.demo", "fathom.bench")
+
+
+def _external_imports(path) -> set[str]:
+    import ast
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" \
+                and node.attr in ("system", "popen", "execv", "execvp", "setns", "unshare", "fork"):
+            out.add(f"os.{node.attr}")
+    return out
+
+
+def test_the_controller_and_the_api_run_no_host_command():
+    """Everything the controller process loads (fathom.controller, fathom.api and what they import,
+    transitively) neither imports a host-command module of fathom nor subprocess, pyroute2, ctypes
+    or os.system/fork/setns: on a real cloud the controller is on another machine, and it reaches the
+    nodes only over OpenFlow and OVSDB; host work is the node agent's."""
+    from .test_import_cycles import _modules
+    graph, paths = import_graph(), _modules()
+    seen, todo = set(), [m for m in graph if under(m, ("fathom.controller", "fathom.api"))]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    assert "fathom.controller.server" in seen and "fathom.api.agents" in seen and "fathom.store.agents" in seen
+    wrong = sorted(m for m in seen if under(m, HOST_MODULES))
+    assert not wrong, wrong
+    commands = sorted((m, x) for m in seen for x in _external_imports(paths[m])
+                      if any(x == c or x.startswith(c + ".") for c in HOST_COMMANDS))
+    assert not commands, commands
+
+
+def test_the_host_command_check_sees_a_command():
+    """The check above is not vacuous: the agent's modules are caught by it."""
+    from .test_import_cycles import _modules
+    paths = _modules()
+    assert "subprocess" in _external_imports(paths["fathom.agent.pptmon"])
+    assert any(under(d, HOST_MODULES) for d in import_graph()["fathom.agent.routers"])

@@ -12,10 +12,12 @@ from fathom import programs
 ROOT = Path(__file__).resolve().parents[2]
 
 # Strings that sit where a command name could and also name a program on this machine, but are data:
-# click option values, table names, dictionary keys, words in messages.
+# click option values, table names, dictionary keys, words in messages, open() modes ("ab" is also
+# ApacheBench once apache2-utils is installed).
 NOT_COMMANDS = {
-    "arp", "clear", "duplicates", "echo", "id", "init", "link", "node", "red", "reset", "route", "seq",
+    "ab", "arp", "clear", "duplicates", "echo", "id", "init", "link", "node", "red", "reset", "route", "seq",
     "sum", "tr", "truncate", "w", "comm", "stat",
+    "ab", "service",     # open(..., "ab"); the token role "service"
 }
 
 

@@ -1,21 +1,21 @@
 """External networks, router gateways, floating IPs.
 
-Revision ID: 0006_external
-Revises: 0005_tokens
+Revision ID: 0010_external
+Revises: 0009_neutron
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006_external"
-down_revision = "0005_tokens"
+revision = "0010_external"
+down_revision = "0009_neutron"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("networks") as batch:
-        batch.add_column(sa.Column("external", sa.Boolean(), nullable=False, server_default=sa.false()))
-        batch.add_column(sa.Column("upstream_mac", sa.String(length=17), nullable=True))
+    # plain columns: no table rebuild on SQLite (a rebuild of networks fails once ports reference it)
+    op.add_column("networks", sa.Column("external", sa.Boolean(), nullable=False, server_default=sa.false()))
+    op.add_column("networks", sa.Column("upstream_mac", sa.String(length=17), nullable=True))
     op.create_table(
         "router_gateways",
         sa.Column("router_id", sa.Integer(), nullable=False),
@@ -72,6 +72,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("floating_ips")
     op.drop_table("router_gateways")
-    with op.batch_alter_table("networks") as batch:
-        batch.drop_column("upstream_mac")
-        batch.drop_column("external")
+    op.drop_column("networks", "upstream_mac")
+    op.drop_column("networks", "external")

@@ -1,0 +1,97 @@
+"""The host the agent runs on: its Open vSwitch (over the local OVSDB socket), its links, its facts.
+
+Everything here runs on the node itself, in the network namespace the agent was started in (the
+host's own on a real machine, the node's namespace in the lab).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+
+from fathom.host.exec import CommandError, run
+
+DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
+
+
+class LocalOvs:
+    """This node's OVS through ovs-vsctl on its local database socket."""
+
+    def __init__(self, db: str = DEFAULT_OVSDB):
+        self.db = db
+
+    def vsctl(self, *args: str, check: bool = True) -> str:
+        return run(["ovs-vsctl", f"--db={self.db}", "--timeout=10", *args], check=check).stdout.strip()
+
+    def ports(self, bridge: str = "br-int") -> set[str]:
+        return set(self.vsctl("list-ports", bridge, check=False).split())
+
+    def add_port(self, bridge: str, port: str) -> None:
+        self.vsctl("--may-exist", "add-port", bridge, port)
+
+    def del_port(self, bridge: str, port: str) -> None:
+        self.vsctl("--if-exists", "del-port", bridge, port)
+
+
+def links(ns: str | None = None, details: bool = False) -> list[dict]:
+    """`ip -j link` of this namespace (or `ns`); `details`: with each link's kind (veth, ...)."""
+    out = run(["ip", *(["-d"] if details else []), "-j", "link", "show"], ns, check=False).stdout
+    try:
+        return json.loads(out or "[]")
+    except ValueError:
+        return []
+
+
+def namespaces() -> set[str]:
+    out = run(["ip", "-j", "netns", "list"], check=False).stdout.strip()
+    try:
+        return {e["name"] for e in json.loads(out)} if out else set()
+    except ValueError:
+        return set()
+
+
+def _ovs_list(text: str) -> list[str]:
+    """An OVSDB set as ovs-vsctl prints it: `[netdev, system]`."""
+    return [x.strip().strip('"') for x in text.strip().strip("[]").split(",") if x.strip()]
+
+
+def facts(ovs: LocalOvs) -> dict:
+    """What the controller needs to know about this host (fathom.api.agents.Facts)."""
+    from fathom import __version__
+    from fathom.pptmon import native
+    out: dict = {"hostname": socket.gethostname()[:255], "kernel": f"{platform.system()} {platform.release()}"[:255],
+                 "agent_version": __version__, "ovs_kernel_module": Path("/sys/module/openvswitch").exists()}
+    try:
+        out["ovs_version"] = ovs.vsctl("get", "Open_vSwitch", ".", "ovs_version").strip('"')[:64] or None
+        out["datapath_types"] = _ovs_list(ovs.vsctl("get", "Open_vSwitch", ".", "datapath_types"))[:16]
+    except CommandError:
+        out["ovs_version"], out["datapath_types"] = None, []
+    out["ebpf"] = {"btf": Path("/sys/kernel/btf/vmlinux").exists(),
+                   "bpffs": Path("/sys/fs/bpf").exists(),
+                   "jit": _read("/proc/sys/net/core/bpf_jit_enable") in ("1", "2"),
+                   "pptmon_loader": native.LOADER.exists()}
+    out["interfaces"] = [{"name": link["ifname"][:15], "mac": link.get("address") if len(link.get("address") or "") == 17
+                          else None, "up": "UP" in link.get("flags", []),
+                          "kind": (link.get("linkinfo") or {}).get("info_kind")}
+                         for link in links(details=True)[:4096]]
+    return out
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (OSError, TypeError):
+        return False
+    try:   # a zombie is gone
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -1,0 +1,167 @@
+"""PPTMon attachments on this node: one pptmon-loader process per attachment.
+
+A loader (native/pptmon) loads the programs, attaches `ppt_in` and `ppt_out` at TC on the named
+interfaces of this namespace, pins its maps (so the period can be changed in place) and writes
+JSON lines to `<root>/<chain>/vnf<k>-a<id>.jsonl`: an "attached" line, "stats" lines and, at a
+sink, one "ppt" record per sampled packet, which the agent's record forwarder
+(fathom.agent.agent) delivers to the controller with backoff.
+
+Loaders run in their own session and outlive the agent: an agent restart finds them by their pid
+files (`<state>/pptmon/<id>.json`, checked against the process's command line) and adopts them,
+so the programs stay attached and nothing is measured twice. A loader that died is started again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from fathom.agent.local import alive
+from fathom.host.exec import run
+from fathom.model.hostlocal import PptmonAttach, digest, owner_key
+from fathom.pptmon import native
+
+LOG = logging.getLogger("fathom.agent.pptmon")
+
+
+class Pptmon:
+    KIND = PptmonAttach.KIND
+
+    def __init__(self, root: Path, state_dir: Path, bpffs: Path, label_ns: str):
+        self.root = Path(root)
+        self.dir = Path(state_dir) / "pptmon"
+        self.bpffs = Path(bpffs)
+        self.label_ns = label_ns[:64]       # the records' vnf_ns: where the programs run
+        # pins of this agent in the shared bpffs: named after its state directory (one agent each)
+        self.tag = "agent-" + hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:12]
+
+    # ----- what runs
+    def _file(self, attachment_id: int) -> Path:
+        return self.dir / f"{attachment_id}.json"
+
+    def _running(self, attachment_id: int) -> dict | None:
+        try:
+            st = json.loads(self._file(attachment_id).read_text())
+        except (OSError, ValueError):
+            return None
+        return st if self._is_loader(st.get("pid"), st.get("pin", "")) else None
+
+    @staticmethod
+    def _is_loader(pid, pin: str) -> bool:
+        if not isinstance(pid, int) or not alive(pid):
+            return False
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return any(c.endswith(b"pptmon-loader") for c in cmd) and pin.encode() in cmd
+
+    def held(self) -> set[int]:
+        return {int(p.stem) for p in self.dir.glob("*.json") if p.stem.isdigit()}
+
+    # ----- apply
+    def apply(self, objects: list[PptmonAttach]) -> dict[str, dict]:
+        out = {}
+        for obj in objects:
+            try:
+                what = self.ensure(obj)
+                if what:
+                    LOG.info("attachment %d: %s", obj.attachment_id, what)
+                out[owner_key(obj.owner)] = {"status": "active", "reason": None, "applied": digest([obj])}
+            except Exception as e:  # noqa: BLE001 - the attachment's status; retried on the next resync
+                LOG.warning("attachment %d: %s", obj.attachment_id, e)
+                out[owner_key(obj.owner)] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
+        for gone in sorted(self.held() - {o.attachment_id for o in objects}):
+            self.remove(gone)
+        return out
+
+    def ensure(self, obj: PptmonAttach) -> str | None:
+        cur = self._running(obj.attachment_id)
+        same = {k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}
+        if cur is not None and all(cur.get(k) == v for k, v in same.items()):
+            if cur.get("period_ns") != obj.period_ns:
+                run([str(native.LOADER), "set", "--pin", cur["pin"], "--period-ns", str(obj.period_ns)])
+                cur["period_ns"] = obj.period_ns
+                self._save(obj.attachment_id, cur)
+                return f"period {obj.period_ns} ns"
+            return None
+        if cur is not None:
+            self.remove(obj.attachment_id)
+        return self.start(obj)
+
+    def start(self, obj: PptmonAttach) -> str:
+        if not native.LOADER.exists():
+            raise RuntimeError(f"{native.LOADER} is missing (make -C native/pptmon)")
+        for point in (obj.in_point, obj.out_point):
+            dev = point.split(":")[0]
+            if run(["ip", "link", "show", dev], check=False).returncode != 0:
+                raise RuntimeError(f"no interface {dev!r} on this node")
+        self._bpffs()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        d = self.root / obj.chain
+        d.mkdir(parents=True, exist_ok=True)
+        name = f"vnf{obj.vnf_id}-a{obj.attachment_id}"
+        pin = str(self.bpffs / f"{self.tag}-att{obj.attachment_id}")
+        # a loader killed hard leaves its filters: clear our slots first
+        run([str(native.LOADER), "detach", "--in", obj.in_point, "--out", obj.out_point], check=False)
+        label = json.dumps({"chain": obj.chain, "vnf_ns": self.label_ns, "placement": "host"})[1:-1]
+        cmd = [str(native.LOADER), "run", "--mode", obj.mode, "--vnf-id", str(obj.vnf_id), "--in", obj.in_point,
+               "--out", obj.out_point, "--period-ns", str(obj.period_ns), "--pin", pin, "--label", label,
+               "--stats-interval", "1"]
+        records = d / f"{name}.jsonl"
+        with open(records, mode="ab") as out, open(d / f"{name}.err", mode="wb") as err:
+            p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._wait_attached(records, d / f"{name}.err", p)
+        st = {"pid": p.pid, "pin": pin, "period_ns": obj.period_ns, "started": time.time(),
+              **{k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}}
+        self._save(obj.attachment_id, st)
+        return f"attached {obj.mode} at {obj.in_point} / {obj.out_point} (loader pid {p.pid})"
+
+    def _save(self, attachment_id: int, st: dict) -> None:
+        tmp = self._file(attachment_id).with_suffix(".tmp")
+        tmp.write_text(json.dumps(st))
+        tmp.replace(self._file(attachment_id))
+
+    @staticmethod
+    def _wait_attached(records: Path, err: Path, p: subprocess.Popen, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if p.poll() is not None:
+                raise RuntimeError(f"pptmon-loader exited: {err.read_text().strip()[:500]}")
+            with open(records, "rb") as fh:
+                if any(b'"attached"' in line and f'"pid":{p.pid}'.encode() in line for line in fh):
+                    return
+            time.sleep(0.02)
+        p.kill()
+        raise RuntimeError(f"pptmon-loader did not attach within {timeout:g} s")
+
+    def _bpffs(self) -> None:
+        self.bpffs.mkdir(parents=True, exist_ok=True)
+        with open("/proc/mounts") as f:
+            if any(line.split()[1] == str(self.bpffs) and line.split()[2] == "bpf" for line in f):
+                return
+        run(["mount", "-t", "bpf", "bpf", str(self.bpffs)])
+
+    def remove(self, attachment_id: int) -> None:
+        """Stop its loader (which detaches its programs on SIGTERM); clear the slots if it was gone."""
+        try:
+            st = json.loads(self._file(attachment_id).read_text())
+        except (OSError, ValueError):
+            st = {}
+        pid, pin = st.get("pid"), st.get("pin", "")
+        if self._is_loader(pid, pin):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 3
+            while self._is_loader(pid, pin) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._is_loader(pid, pin):
+                os.kill(pid, signal.SIGKILL)
+        if st.get("in_point"):
+            run([str(native.LOADER), "detach", "--in", st["in_point"], "--out", st["out_point"]], check=False)
+        self._file(attachment_id).unlink(missing_ok=True)
+        LOG.info("attachment %d: detached", attachment_id)

@@ -1,0 +1,130 @@
+"""Network-node routers on this node: one namespace per router, as Neutron's L3 agent builds them.
+
+Per router R (fathom.model.hostlocal.RouterNamespace): the namespace `<prefix>R` with IPv4
+forwarding; per interface N a veth pair: `qr<N>` inside it with the interface's MAC and gateway
+address, `qrp<N>` here on br-int (the tenant compiler switches it like any port of the network
+bound to this node). The prefix names the namespaces this agent owns (`fathom-r` by default; the
+lab uses `<lab>-<node>-r`, so that `fathom lab down` removes them with the rest of the lab).
+
+`apply` is idempotent and repairs in place: it creates what is missing, fixes a wrong address or
+MAC, removes legs and namespaces no longer wanted, and never rebuilds what is right, so an agent
+restart leaves every router forwarding.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+
+from fathom.agent.local import LocalOvs, links, namespaces
+from fathom.host.exec import run
+from fathom.model.hostlocal import RouterNamespace, digest
+
+LOG = logging.getLogger("fathom.agent.routers")
+BRIDGE = "br-int"
+
+
+class Routers:
+    KIND = RouterNamespace.KIND
+
+    def __init__(self, ovs: LocalOvs, prefix: str = "fathom-r"):
+        self.ovs = ovs
+        self.prefix = prefix
+        self._ns_re = re.compile(rf"^{re.escape(prefix)}(\d+)$")
+
+    def namespace(self, router_id: int) -> str:
+        return f"{self.prefix}{router_id}"
+
+    def held(self) -> set[int]:
+        """Routers whose namespace this agent holds."""
+        return {int(m.group(1)) for ns in namespaces() if (m := self._ns_re.match(ns))}
+
+    def apply(self, objects: list[RouterNamespace]) -> dict[str, dict]:
+        """Make this node hold exactly `objects`; the status of each, by owner key."""
+        out = {}
+        wanted = {o.router_id for o in objects}
+        for obj in objects:
+            key = f"{obj.owner[0]}:{obj.owner[1]}"
+            try:
+                changed = self.ensure(obj)
+                if changed:
+                    LOG.info("router %d: %s", obj.router_id, "; ".join(changed))
+                out[key] = {"status": "active", "reason": None, "applied": digest([obj])}
+            except Exception as e:  # noqa: BLE001 - the router's status; retried on the next resync
+                LOG.warning("router %d: %s", obj.router_id, e)
+                out[key] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
+        for router_id in sorted(self.held() - wanted):
+            try:
+                self.remove(router_id)
+            except Exception as e:  # noqa: BLE001 - retried on the next resync
+                LOG.warning("removing router %d: %s", router_id, e)
+        return out
+
+    def ensure(self, obj: RouterNamespace) -> list[str]:
+        """Build or repair one router; what had to change (nothing: [])."""
+        changed = []
+        rns = self.namespace(obj.router_id)
+        if rns not in namespaces():
+            run(["ip", "netns", "add", rns])
+            run(["ip", "link", "set", "lo", "up"], rns)
+            changed.append("namespace created")
+        if run(["sysctl", "-n", "net.ipv4.ip_forward"], rns).stdout.strip() != "1":
+            run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], rns)
+            changed.append("forwarding on")
+        inside = {link["ifname"]: link for link in links(rns)}
+        here = {link["ifname"]: link for link in links()}
+        br_ports = self.ovs.ports(BRIDGE)
+        for leg in obj.legs:
+            inner, outer = leg.inner, leg.outer
+            if inner not in inside or outer not in here:
+                run(["ip", "link", "del", outer], check=False)
+                run(["ip", "link", "del", inner], rns, check=False)
+                run(["ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", rns])
+                changed.append(f"leg {inner} created")
+                inside[inner] = {"ifname": inner, "address": None, "flags": []}
+                here[outer] = {"ifname": outer, "flags": []}
+            if (inside[inner].get("address") or "").lower() != leg.mac.lower():
+                run(["ip", "link", "set", inner, "address", leg.mac], rns)
+                changed.append(f"{inner} mac")
+            have = self._addresses(rns, inner)
+            want = ipaddress.IPv4Interface(leg.address)
+            for addr in have - {want}:
+                run(["ip", "addr", "del", str(addr), "dev", inner], rns, check=False)
+            if want not in have:
+                run(["ip", "addr", "add", str(want), "dev", inner], rns)
+                changed.append(f"{inner} address {want}")
+            for ns, dev, link in ((rns, inner, inside[inner]), (None, outer, here[outer])):
+                if "UP" not in link.get("flags", []):
+                    # OVS's netdev datapath reads veths through AF_PACKET, which sees packets before
+                    # their checksums are filled in: TX checksum offload off on both ends
+                    run(["ethtool", "-K", dev, "tx", "off"], ns, check=False)
+                    run(["ip", "link", "set", dev, "up"], ns)
+            if outer not in br_ports:
+                self.ovs.add_port(BRIDGE, outer)
+                changed.append(f"{outer} on {BRIDGE}")
+        legs = {leg.inner for leg in obj.legs}
+        for extra in sorted(set(inside) - legs):
+            if extra.startswith("qr"):
+                run(["ip", "link", "del", extra], rns, check=False)
+                self.ovs.del_port(BRIDGE, "qrp" + extra[2:])
+                changed.append(f"leg {extra} removed")
+        return changed
+
+    @staticmethod
+    def _addresses(ns: str, dev: str) -> set[ipaddress.IPv4Interface]:
+        import json
+        out = run(["ip", "-j", "-4", "addr", "show", "dev", dev], ns, check=False).stdout
+        try:
+            return {ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}")
+                    for link in json.loads(out or "[]") for a in link.get("addr_info", [])}
+        except (ValueError, KeyError):
+            return set()
+
+    def remove(self, router_id: int) -> None:
+        rns = self.namespace(router_id)
+        legs = [link["ifname"] for link in links(rns) if link["ifname"].startswith("qr")]
+        run(["ip", "netns", "del", rns], check=False)
+        for leg in legs:
+            self.ovs.del_port(BRIDGE, "qrp" + leg[2:])
+            run(["ip", "link", "del", "qrp" + leg[2:]], check=False)
+        LOG.info("router %d: namespace %s removed", router_id, rns)

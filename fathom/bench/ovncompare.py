@@ -1,0 +1,596 @@
+"""`fathom bench ovn-compare`: the same lab shape under fathom and under OVN 23.03, side by side.
+
+Two labs are up at once, built by the same lab code (fathom/bench/topologies/ovn-compare.yaml: nodes
+c1, c2, gw; one tenant with subnets blue and green joined by a distributed router r1; VMs a1, b1 on
+c1 and a2, b2 on c2). VMs and ports are plugged the same way in both (Lab.add_vm / Lab.plug_vm: a veth
+whose node end becomes a br-int port with `external_ids:iface-id`). Under fathom the lab runs its own
+controller (plain TCP on OpenFlow and OVSDB, as OVN's databases here) with VXLAN networks; under OVN
+the lab is built without a controller and fathom.bench.ovn starts NB/SB databases, northd and one
+ovn-controller per node (Geneve). Each measurement alternates between the systems (and which goes
+first), so drift on this shared machine hits both.
+
+Figures, per system:
+- TCP throughput (iperf3) a1 -> a2 (same subnet) and a1 -> b2 (routed), both across nodes;
+- port-up latency: from the moment a port exists in both senses (the later of "API call issued" and
+  "VIF plug issued", i.e. `ovs-vsctl add-port` started) to (a) the system reporting it up and (b) the first echo reply of a 2 ms ping from the
+  new VM to a2 on the other node (static neighbours on both ends), in three plug orders, at two tenant
+  sizes; each measured port is removed again, so the tenant size stays fixed;
+- ports reported up before their VIF existed (the orders that plug after the API call);
+- control-plane CPU (utime + stime) for a batch of ports to all-up and over a fixed window, and at
+  rest; the nodes' ovs-vswitchd/ovsdb-server separately; control-plane RSS; OpenFlow flows per node.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from fathom.client import ApiError, Client
+from fathom.host.iperf import iperf3
+
+from fathom.bench import procs
+from fathom.bench.ovn import Ovn, UpMonitor
+from fathom.bench.report import dist, environment, machine_activity
+from fathom.lab.lab import Lab
+from fathom.lab.sh import LabError, run
+from fathom.lab.topology import Topology, load
+
+TOPOLOGY = Path(__file__).parent / "topologies" / "ovn-compare.yaml"
+SYSTEMS = ("fathom", "ovn")
+ORDERS = {
+    "plug_first": "VIF plugged, then the API call",
+    "api_then_plug": "API call, then the VIF plugged at once",
+    "api_plug_500ms": "API call, VIF plugged 0.5 s later (OpenStack's order)",
+}
+PATHS = {"same_subnet": ("a1", "a2"), "routed": ("a1", "b2")}
+PROBE_TARGET = "a2"           # the measured port's VM pings this VM on the other node
+ROUTER_MACS = {"blue": "02:0c:ff:00:00:01", "green": "02:0c:ff:00:00:02"}
+UP_TIMEOUT_S = 20.0
+
+
+class System:
+    """What the benchmark needs of a system under test; `lab` is its lab."""
+    name: str
+    lab: Lab
+    topo: Topology
+
+    def up(self, progress) -> None:
+        """Build the lab with the tenant and its VMs, every VM port up."""
+        raise NotImplementedError
+
+    def create_port(self, name: str, mac: str, ip: str, network: str, node: str):
+        """The API call creating a VM port (the VIF is plugged apart); returns what wait_up and
+        delete_port take."""
+        raise NotImplementedError
+
+    def wait_up(self, handle, timeout: float) -> float | None:
+        """time.time() at which the system reported the port up, None if not within timeout s."""
+        raise NotImplementedError
+
+    def delete_port(self, handle) -> None:
+        raise NotImplementedError
+
+    def control_plane(self) -> dict[str, int]:
+        """The control plane's processes: name -> pid."""
+        raise NotImplementedError
+
+    def down(self) -> None:
+        self.lab.down()
+
+    def node_ovs(self) -> dict[str, int]:
+        """The nodes' own OVS daemons (not the control plane): '<node> <daemon>' -> pid."""
+        out = {}
+        for node in self.lab.nodes():
+            ovs = self.lab.ovs(node.name)
+            for d in ("ovs-vswitchd", "ovsdb-server"):
+                if ovs.pid(d):
+                    out[f"{node.name} {d}"] = ovs.pid(d)
+        return out
+
+    def flows(self) -> dict[str, dict[str, int]]:
+        """OpenFlow flows of every bridge of every node: {node: {bridge: n}}."""
+        out = {}
+        for node in self.lab.nodes():
+            ovs = self.lab.ovs(node.name)
+            out[node.name] = {}
+            for br in ovs.vsctl("list-br").split():
+                agg = ovs.ofctl("dump-aggregate", br, check=False)
+                m = re.search(r"flow_count=(\d+)", agg)
+                out[node.name][br] = int(m.group(1)) if m else -1
+        return out
+
+
+class FathomSystem(System):
+    name = "fathom"
+
+    def __init__(self, lab_name: str, topo: Topology):
+        self.lab, self.topo = Lab(lab_name), topo
+        self.api: Client | None = None
+
+    def up(self, progress) -> None:
+        self.lab.down()
+        progress(f"fathom: bringing up lab {self.lab.name}")
+        state = self.lab.up(self.topo, str(TOPOLOGY), insecure=True)
+        self.api = Client.for_lab(state, timeout=60)
+        self.waiter = Client.for_lab(state, timeout=60)   # its own connection: waits run in a thread
+        self.networks = {n["name"]: n["id"] for n in self.api.list("/networks")}
+
+    def create_port(self, name, mac, ip, network, node):
+        return self.api.post("/ports", json={
+            "network_id": self.networks[network], "name": name, "mac_address": mac,
+            "fixed_ips": [{"ip_address": ip}], "node": node, "interface_name": name, "project_id": "bench"})["id"]
+
+    def wait_up(self, handle, timeout):
+        try:
+            port = self.waiter.wait_status("ports", handle, "active", timeout=timeout)
+        except ApiError:
+            return None
+        return time.time() if port["status"] == "active" else None
+
+    def delete_port(self, handle):
+        self.api.delete(f"/ports/{handle}")
+
+    def control_plane(self):
+        ctl = (self.lab.state().get("controller") or {}).get("pid")
+        out = {"fathom-controller": ctl} if ctl else {}
+        for i, pid in enumerate(procs.children(ctl) if ctl else []):
+            out[f"fathom-controller-child{i}"] = pid
+        # node agents, if the lab runs any (`fathom agent` naming this lab's run dir)
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    cmd = (d / "cmdline").read_text().replace("\0", " ")
+                except OSError:
+                    continue
+                if " agent" in cmd and "fathom" in cmd and str(self.lab.dir) in cmd:
+                    out[f"fathom-agent-{d.name}"] = int(d.name)
+        return out
+
+    def down(self):
+        for c in (self.api, getattr(self, "waiter", None)):
+            if c:
+                c.close()
+        super().down()
+
+
+class OvnSystem(System):
+    name = "ovn"
+
+    def __init__(self, lab_name: str, topo: Topology):
+        self.lab, self.topo = Lab(lab_name), topo
+        self.ovn = Ovn(self.lab)
+        self.monitor: UpMonitor | None = None
+
+    def up(self, progress) -> None:
+        self.lab.down()
+        progress(f"ovn: bringing up lab {self.lab.name} (nodes only) and OVN's daemons")
+        nodes_only = self.topo.model_copy(update={
+            "networks": [], "routers": [], "nodes": [n.model_copy(update={"vms": []}) for n in self.topo.nodes]})
+        self.lab.up(nodes_only, str(TOPOLOGY), standalone=True)
+        self.ovn.start()
+        self.monitor = UpMonitor(self.ovn)
+        for net in self.topo.networks:
+            self.ovn.add_switch(net.name)
+        for r in self.topo.routers:
+            self.ovn.add_router(r.name, {n: (ROUTER_MACS[n], f"{self.topo.network(n).gateway}/{self.topo.network(n).cidr.prefixlen}")
+                                         for n in r.networks})
+        progress("ovn: VMs")
+        for node, vm in self.topo.vms():
+            self.ovn.add_port(vm.network, vm.name, vm.mac, str(vm.ip.ip))
+            self.lab.add_vm(node.name, vm.name, vm.mac, str(vm.ip), str(self.topo.network(vm.network).gateway))
+            self.lab.plug_vm(node.name, vm.name, vm.mac, vm.network)
+        for _, vm in self.topo.vms():
+            if self.monitor.wait_up(vm.name, 30) is None:
+                raise LabError(f"OVN: port {vm.name} not up after 30 s")
+
+    def create_port(self, name, mac, ip, network, node):
+        self.monitor.forget(name)
+        self.ovn.add_port(network, name, mac, ip)
+        return name
+
+    def wait_up(self, handle, timeout):
+        return self.monitor.wait_up(handle, timeout)
+
+    def delete_port(self, handle):
+        self.ovn.delete_port(handle)
+        self.monitor.forget(handle)
+
+    def control_plane(self):
+        return self.ovn.pids()
+
+    def down(self):
+        if self.monitor:
+            self.monitor.close()
+        self.ovn.stop()
+        super().down()
+
+
+class Bench:
+    def __init__(self, prefix: str = "ov", repeats: int = 3, ports: int = 20, seconds: int = 5, batch: int = 50,
+                 window_s: float = 30.0, rest_s: float = 60.0, large: bool = True, progress=lambda msg: None):
+        self.topo = load(TOPOLOGY)
+        self.systems = [FathomSystem(f"{prefix}f", self.topo), OvnSystem(f"{prefix}o", self.topo)]
+        self.repeats, self.n_ports, self.seconds = repeats, ports, seconds
+        self.batch, self.window_s, self.rest_s, self.large = batch, window_s, rest_s, large
+        self.progress = progress
+        self.vm = {vm.name: vm for _, vm in self.topo.vms()}
+        self.seq = {s.name: 0 for s in self.systems}   # ports made so far per lab: unique names, MACs, addresses
+
+    # ------------------------------------------------------------------ helpers
+    def turn(self, i: int) -> list[System]:
+        """Both systems, the first alternating with i."""
+        return self.systems if i % 2 == 0 else self.systems[::-1]
+
+    def new_address(self, s: System, network: str) -> tuple[str, str, str]:
+        """A fresh (name, MAC, IP) in `network` of system s: never reused within a run, so no state left
+        over from a removed port can help or hinder the next one."""
+        self.seq[s.name] += 1
+        n = self.seq[s.name]
+        net = self.topo.network(network)
+        if 256 + n >= net.cidr.num_addresses - 1:
+            raise LabError(f"{net.cidr} has no address left for port {n}: fewer --ports")
+        ip = str(net.cidr.network_address + 256 + n)    # above the VMs' first /24 of the subnet
+        return f"p{n}", f"02:0c:{1 if network == 'blue' else 2:02x}:00:{n >> 8 & 0xff:02x}:{n & 0xff:02x}", ip
+
+    @staticmethod
+    def ns_run(ns: str, *cmd: str) -> None:
+        run(["ip", "netns", "exec", ns, *cmd])
+
+    # ------------------------------------------------------------------ checks
+    def check_traffic(self, sys_: System) -> dict:
+        """One echo on each path (ARP and first-packet misses: up to 20 tries)."""
+        out = {}
+        for path, (src, dst) in PATHS.items():
+            ok = False
+            for _ in range(20):
+                if sys_.lab.run(src, "ping", "-c", "1", "-W", "1", str(self.vm[dst].ip.ip)).returncode == 0:
+                    ok = True
+                    break
+            out[path] = ok
+        return out
+
+    # ------------------------------------------------------------------ data plane
+    def throughput(self) -> dict:
+        res = {s.name: {p: [] for p in PATHS} for s in self.systems}
+        for r in range(self.repeats):
+            for s in self.turn(r):
+                for path, (src, dst) in PATHS.items():
+                    self.progress(f"throughput {s.name} {path} (repeat {r + 1}/{self.repeats})")
+                    got = iperf3(s.lab.ns(src), s.lab.ns(dst), str(self.vm[dst].ip.ip), seconds=self.seconds,
+                                 omit=1, check=False)
+                    res[s.name][path].append(got.gbps if got else 0.0)
+        return {name: {p: {"gbps": v, **dist(v)} for p, v in paths.items()} for name, paths in res.items()}
+
+    # ------------------------------------------------------------------ port up
+    def measure_port(self, s: System, order: str) -> dict:
+        """One new port on c1 (network blue) in plug order `order`; removed again at the end."""
+        name, mac, ip = self.new_address(s, "blue")
+        lab, target = s.lab, self.vm[PROBE_TARGET]
+        vns, tns = lab.ns(name), lab.ns(PROBE_TARGET)
+        net = self.topo.network("blue")
+        lab.add_vm("c1", name, mac, f"{ip}/{net.cidr.prefixlen}", str(net.gateway))
+        run(["ip", "-n", vns, "neigh", "replace", str(target.ip.ip), "lladdr", target.mac, "dev", "eth0"])
+        run(["ip", "-n", tns, "neigh", "replace", ip, "lladdr", mac, "dev", "eth0"])
+        probe = subprocess.Popen(["ip", "netns", "exec", vns, "ping", "-D", "-n", "-i", "0.002", "-W", "0.05",
+                                  "-w", str(int(UP_TIMEOUT_S) + 5), str(target.ip.ip)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        echo: dict = {}
+        got_echo = threading.Event()
+
+        def read_probe():
+            for line in probe.stdout:
+                m = re.match(r"\[([\d.]+)\].*time=", line)
+                if m and not echo:
+                    echo["t"] = float(m.group(1))
+                    got_echo.set()
+            got_echo.set()
+        threading.Thread(target=read_probe, daemon=True).start()
+        time.sleep(0.05)
+        up: dict = {}
+        t: dict = {}
+
+        def api_call():
+            t["api"] = time.time()
+            handle = s.create_port(name, mac, ip, "blue", "c1")
+            t["api_done"] = time.time()
+            waiter = threading.Thread(target=lambda: up.update(t=s.wait_up(handle, UP_TIMEOUT_S)), daemon=True)
+            waiter.start()
+            return handle, waiter
+
+        def plug():
+            t["plug"] = time.time()
+            lab.plug_vm("c1", name, mac, "blue")
+            t["plug_done"] = time.time()
+
+        handle = None
+        try:
+            if order == "plug_first":
+                plug()
+                handle, waiter = api_call()
+            elif order == "api_then_plug":
+                handle, waiter = api_call()
+                plug()
+            else:
+                handle, waiter = api_call()
+                time.sleep(max(0.0, t["api_done"] + 0.5 - time.time()))
+                plug()
+            waiter.join(UP_TIMEOUT_S + 5)
+            got_echo.wait(UP_TIMEOUT_S + 5)
+        finally:
+            probe.kill()
+            probe.wait()
+            if handle is not None:
+                s.delete_port(handle)
+            lab.remove_vm("c1", name)
+            run(["ip", "-n", tns, "neigh", "del", ip, "dev", "eth0"], check=False)
+        t0 = max(t["api"], t["plug"])   # the port exists in both senses: API call issued, VIF plugged
+        t_up, t_echo = up.get("t"), echo.get("t")
+        return {"port": name, "order": order, "t_api": t["api"], "t_api_done": t["api_done"], "t_plug": t["plug"],
+                "t_plug_done": t["plug_done"], "t_up": t_up, "t_echo": t_echo,
+                "up_ms": None if t_up is None else (t_up - t0) * 1000,
+                "echo_ms": None if t_echo is None else (t_echo - t0) * 1000,
+                "up_before_vif": t_up is not None and t_up < t["plug"]}
+
+    def port_up(self, size_label: str) -> dict:
+        raw = {s.name: {o: [] for o in ORDERS} for s in self.systems}
+        for i in range(self.n_ports):
+            for j, order in enumerate(ORDERS):
+                for s in self.turn(i + j):
+                    self.progress(f"port up, tenant {size_label}: {s.name} {order} port {i + 1}/{self.n_ports}")
+                    raw[s.name][order].append(self.measure_port(s, order))
+        out = {}
+        for name, orders in raw.items():
+            out[name] = {}
+            for order, runs in orders.items():
+                ups = [r["up_ms"] for r in runs if r["up_ms"] is not None]
+                echoes = [r["echo_ms"] for r in runs if r["echo_ms"] is not None]
+                out[name][order] = {"up_ms": dist(ups), "echo_ms": dist(echoes), "ports": len(runs),
+                                    "never_up": sum(r["up_ms"] is None for r in runs),
+                                    "never_echo": sum(r["echo_ms"] is None for r in runs),
+                                    "up_before_vif": sum(r["up_before_vif"] for r in runs), "runs": runs}
+        return out
+
+    # ------------------------------------------------------------------ batches (tenant growth) and CPU
+    def add_vif(self, s: System, node: str, network: str) -> tuple[str, str, str]:
+        """A VIF without a guest (both veth ends in the node), plugged like a VM's."""
+        name, mac, ip = self.new_address(s, network)
+        ns = s.lab.ns(node)
+        run(["ip", "link", "add", name, "netns", ns, "type", "veth", "peer", "name", name + "g", "netns", ns])
+        run(["ip", "link", "set", name + "g", "up"], ns=ns)
+        run(["ip", "link", "set", name, "up"], ns=ns)
+        return name, mac, ip
+
+    def groups(self) -> dict[str, dict[str, int]]:
+        out = {}
+        for s in self.systems:
+            out[f"{s.name}:control_plane"] = s.control_plane()
+            out[f"{s.name}:node_ovs"] = s.node_ovs()
+        return out
+
+    def grow(self, s: System, n: int) -> dict:
+        """n ports (API call, then the VIF at once; alternately on c1 and c2, blue and green) to all
+        reported up: CPU to all-up and over a fixed window from the first call."""
+        groups = {"control_plane": s.control_plane(), "node_ovs": s.node_ovs()}
+        cpu = procs.CpuWindow(groups).start()
+        t0 = time.monotonic()
+        handles = []
+        for i in range(n):
+            node, network = ("c1", "c2")[i % 2], ("blue", "green")[i // 2 % 2]
+            name, mac, ip = self.add_vif(s, node, network)
+            handles.append(s.create_port(name, mac, ip, network, node))
+            s.lab.plug_vm(node, name, mac, network)
+        api_s = time.monotonic() - t0
+        never = sum(s.wait_up(h, max(1.0, UP_TIMEOUT_S * 3 - (time.monotonic() - t0))) is None for h in handles)
+        all_up_s = time.monotonic() - t0
+        to_all_up = cpu.read()
+        time.sleep(max(0.0, self.window_s - (time.monotonic() - t0)))
+        window = cpu.read()
+        return {"ports": n, "api_and_plug_s": api_s, "all_up_s": all_up_s, "never_up": never,
+                "cpu_s_to_all_up": to_all_up, "window_s": max(self.window_s, time.monotonic() - t0),
+                "cpu_s_window": window}
+
+    def at_rest(self) -> dict:
+        """Both systems idle at once for rest_s: CPU of each group, and RSS at the end."""
+        groups = self.groups()
+        cpu = procs.CpuWindow(groups).start()
+        time.sleep(self.rest_s)
+        return {"seconds": self.rest_s, "cpu_s": cpu.read(), "rss": procs.rss(groups)}
+
+    def snapshot(self) -> dict:
+        return {s.name: {"flows": s.flows(), "rss": procs.rss({"control_plane": s.control_plane(),
+                                                               "node_ovs": s.node_ovs()})} for s in self.systems}
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> dict:
+        started = time.time()
+        env = environment()
+        env["machine_at_start"] = machine_activity(tuple(f"/{s.lab.name}/" for s in self.systems))
+        try:
+            for s in self.systems:
+                s.up(self.progress)
+            doc = {"benchmark": "ovn-compare", "environment": env,
+                   "parameters": {"repeats": self.repeats, "ports_per_run": self.n_ports, "iperf_seconds": self.seconds,
+                                  "batch": self.batch, "window_s": self.window_s, "rest_s": self.rest_s,
+                                  "large_tenant": self.large, "orders": ORDERS, "topology": str(TOPOLOGY)},
+                   "versions": versions()}
+            doc["traffic_check"] = {s.name: self.check_traffic(s) for s in self.systems}
+            for name, paths in doc["traffic_check"].items():
+                if not all(paths.values()):
+                    raise LabError(f"{name}: no traffic on {[p for p, ok in paths.items() if not ok]}")
+            small = len(self.topo.vms())
+            doc["tenants"] = {}
+            t = doc["tenants"][str(small)] = {"ports": small, "snapshot": self.snapshot()}
+            if self.rest_s:
+                self.progress(f"at rest, tenant of {small} ports ({self.rest_s:.0f} s)")
+                t["at_rest"] = self.at_rest()
+            doc["throughput"] = self.throughput()
+            t["port_up"] = self.port_up(str(small))
+            if self.large:
+                grown: dict = {s.name: [] for s in self.systems}
+                for k in range(2):   # two batches: 4 -> 4 + batch -> 4 + 2 batch ports
+                    for s in self.turn(k):
+                        self.progress(f"batch {k + 1}/2 of {self.batch} ports: {s.name}")
+                        grown[s.name].append(self.grow(s, self.batch))
+                large = small + 2 * self.batch
+                t2 = doc["tenants"][str(large)] = {"ports": large, "batches": grown, "snapshot": self.snapshot()}
+                if self.rest_s:
+                    self.progress(f"at rest, tenant of {large} ports ({self.rest_s:.0f} s)")
+                    t2["at_rest"] = self.at_rest()
+                t2["port_up"] = self.port_up(str(large))
+            env["machine_at_end"] = machine_activity(tuple(f"/{s.lab.name}/" for s in self.systems))
+            doc["elapsed_s"] = time.time() - started
+            return doc
+        finally:
+            for s in self.systems:
+                try:
+                    s.down()
+                except Exception as e:  # noqa: BLE001 - the other lab must come down too
+                    self.progress(f"{s.name}: lab down failed: {e}")
+
+
+def versions() -> dict:
+    def first(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return None
+    return {"ovn_northd": first(["ovn-northd", "--version"]), "ovn_controller": first(["ovn-controller", "--version"]),
+            "ovs_vswitchd": first(["ovs-vswitchd", "--version"])}
+
+
+# ---------------------------------------------------------------------- report
+def _ratio(a, b) -> str:
+    """a / b, or a dash when either is missing or not positive (a port reported up before it could be)."""
+    return f"{a / b:.2f}" if a is not None and b is not None and a > 0 and b > 0 else "—"
+
+
+def _p(d: dict, key: str) -> float | None:
+    return d.get(key) if d.get("n") else None
+
+
+def _ms(d: dict) -> str:
+    return f"{d['p50']:.0f} / {d['p99']:.0f}" if d.get("n") else "—"
+
+
+def markdown(doc: dict) -> str:
+    env = doc["environment"]
+    L = [f"Run of {env['date_utc']} ({doc.get('elapsed_s', 0):.0f} s), command `{doc.get('command', 'fathom bench ovn-compare')}`; "
+         f"{env['cpus']} CPUs ({env['cpu_model']}), kernel {env['kernel']}, {doc['versions']['ovs_vswitchd']}, "
+         f"{doc['versions']['ovn_northd']}; load average at start {env['machine_at_start']['loadavg']}, "
+         f"{env['machine_at_start']['foreign_ovs_vswitchd']} other labs' ovs-vswitchd running.", "",
+         "Ratios are fathom / OVN: above 1 means fathom is faster (throughput) or slower and costlier "
+         "(latency, CPU, memory).", "",
+         "| path (cross node) | fathom TCP Gb/s mean [min–max] | OVN TCP Gb/s mean [min–max] | fathom / OVN (means) "
+         "| fathom / OVN per repeat |", "|---|---|---|---|---|"]
+    tp = doc["throughput"]
+    for path in PATHS:
+        f, o = tp["fathom"][path], tp["ovn"][path]
+        per = ", ".join(_ratio(a, b) for a, b in zip(f["gbps"], o["gbps"]))
+        L.append(f"| {path} | {f['mean']:.3f} [{f['min']:.3f}–{f['max']:.3f}] | {o['mean']:.3f} [{o['min']:.3f}–{o['max']:.3f}] "
+                 f"| {_ratio(f['mean'], o['mean'])} | {per} |")
+    L += ["", "Port up (ms from the later of API call and VIF plug; p50 / p99; n ports per cell):", "",
+          "| tenant ports | plug order | n | fathom → reported up | OVN → reported up | p50 ratio | fathom → first echo "
+          "| OVN → first echo | p50 ratio | reported up before the VIF existed (fathom / OVN) | never up / no echo (fathom; OVN) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for size, t in doc["tenants"].items():
+        for order in ORDERS:
+            if "port_up" not in t:
+                continue
+            f, o = t["port_up"]["fathom"][order], t["port_up"]["ovn"][order]
+            L.append(f"| {size} | {order} | {f['ports']} | {_ms(f['up_ms'])} | {_ms(o['up_ms'])} | "
+                     f"{_ratio(_p(f['up_ms'], 'p50'), _p(o['up_ms'], 'p50'))} | {_ms(f['echo_ms'])} | {_ms(o['echo_ms'])} | "
+                     f"{_ratio(_p(f['echo_ms'], 'p50'), _p(o['echo_ms'], 'p50'))} | {f['up_before_vif']} / {o['up_before_vif']} | "
+                     f"{f['never_up']}/{f['never_echo']}; {o['never_up']}/{o['never_echo']} |")
+    L += ["", "Control-plane CPU (utime + stime, seconds; the nodes' ovs-vswitchd + ovsdb-server apart):", "",
+          "| tenant ports | window | fathom control plane s | OVN control plane s | ratio | fathom nodes' OVS s "
+          "| OVN nodes' OVS s | time to all up, fathom / OVN s |", "|---|---|---|---|---|---|---|---|"]
+    for size, t in doc["tenants"].items():
+        if "at_rest" in t:
+            c = t["at_rest"]["cpu_s"]
+            f, o = c["fathom:control_plane"]["total"], c["ovn:control_plane"]["total"]
+            L.append(f"| {size} | at rest, {t['at_rest']['seconds']:.0f} s (both idle at once) | {f:.2f} | {o:.2f} | "
+                     f"{_ratio(f, o)} | {c['fathom:node_ovs']['total']:.2f} | {c['ovn:node_ovs']['total']:.2f} | |")
+        for k, (fb, ob) in enumerate(zip(t.get("batches", {}).get("fathom", []), t.get("batches", {}).get("ovn", []))):
+            before = int(size) - (2 - k) * fb["ports"]
+            for key, label in (("cpu_s_to_all_up", "to all up"), ("cpu_s_window", f"{fb['window_s']:.0f} s from the first call")):
+                f, o = fb[key]["control_plane"]["total"], ob[key]["control_plane"]["total"]
+                L.append(f"| {before} → {before + fb['ports']} | batch of {fb['ports']}, {label} | {f:.2f} | {o:.2f} | {_ratio(f, o)} | "
+                         f"{fb[key]['node_ovs']['total']:.2f} | {ob[key]['node_ovs']['total']:.2f} | "
+                         + (f"{fb['all_up_s']:.1f} / {ob['all_up_s']:.1f} (of which issuing the calls and plugs: "
+                            f"{fb['api_and_plug_s']:.1f} / {ob['api_and_plug_s']:.1f}; never up: {fb['never_up']} / {ob['never_up']})"
+                            if key == "cpu_s_to_all_up" else "") + " |")
+    L += ["", "Memory and flows:", "",
+          "| tenant ports | fathom control plane RSS MB | OVN control plane RSS MB | ratio | fathom flows c1 / c2 / gw "
+          "| OVN flows c1 / c2 / gw |", "|---|---|---|---|---|---|"]
+    for size, t in doc["tenants"].items():
+        snap = t["snapshot"]
+        f, o = snap["fathom"]["rss"]["control_plane"]["total_mb"], snap["ovn"]["rss"]["control_plane"]["total_mb"]
+
+        def flows(fl):
+            return " / ".join(str(sum(fl[n].values())) for n in ("c1", "c2", "gw"))
+        L.append(f"| {size} | {f:.0f} | {o:.0f} | {_ratio(f, o)} | {flows(snap['fathom']['flows'])} | {flows(snap['ovn']['flows'])} |")
+    return "\n".join(L) + "\n"
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colors = {"fathom": "#4c72b0", "ovn": "#dd8452"}
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    w = 0.38
+    ax = axes[0]
+    for k, s in enumerate(SYSTEMS):
+        vals = [doc["throughput"][s][p]["mean"] for p in PATHS]
+        err = [[v - doc["throughput"][s][p]["min"] for v, p in zip(vals, PATHS)],
+               [doc["throughput"][s][p]["max"] - v for v, p in zip(vals, PATHS)]]
+        ax.bar([i + (k - 0.5) * w for i in range(len(PATHS))], vals, w, yerr=err, color=colors[s], label=s)
+    ax.set_xticks(range(len(PATHS)), list(PATHS))
+    ax.set_title("TCP Gb/s (mean, min–max)")
+    ax.legend(fontsize=8)
+    for ax, key, title in ((axes[1], "up_ms", "port up → reported up, ms"), (axes[2], "echo_ms", "port up → first echo, ms")):
+        labels, x = [], 0
+        for size, t in doc["tenants"].items():
+            for order in ORDERS:
+                if "port_up" not in t:
+                    continue
+                for k, s in enumerate(SYSTEMS):
+                    cell = t["port_up"][s][order]
+                    d = cell[key]
+                    if not d.get("n"):
+                        continue
+                    if d["p50"] <= 0:   # reported up before the VIF existed: no latency to draw
+                        ax.text(x + (k - 0.5) * w, 0.03, f"up before VIF {cell['up_before_vif']}/{cell['ports']}",
+                                color=colors[s], fontsize=6, ha="center", va="bottom", rotation=90,
+                                transform=ax.get_xaxis_transform())
+                        continue
+                    ax.bar(x + (k - 0.5) * w, d["p50"], w, color=colors[s], label=s if x == 0 else None)
+                    if d["p99"] > 0:
+                        ax.scatter([x + (k - 0.5) * w], [d["p99"]], color="k", marker="_", s=120)
+                labels.append(f"{size}p {order}")
+                x += 1
+        ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_title(title + " (bar p50, tick p99)")
+        ax.legend(fontsize=8)
+    ax = axes[3]
+    rows = []
+    for size, t in doc["tenants"].items():
+        if "at_rest" in t:
+            c = t["at_rest"]["cpu_s"]
+            rows.append((f"rest {size}p", c["fathom:control_plane"]["total"], c["ovn:control_plane"]["total"]))
+        for k, (fb, ob) in enumerate(zip(t.get("batches", {}).get("fathom", []), t.get("batches", {}).get("ovn", []))):
+            rows.append((f"batch {k + 1} window", fb["cpu_s_window"]["control_plane"]["total"],
+                         ob["cpu_s_window"]["control_plane"]["total"]))
+    for k, s in enumerate(SYSTEMS):
+        ax.bar([i + (k - 0.5) * w for i in range(len(rows))], [r[1 + k] for r in rows], w, color=colors[s], label=s)
+    ax.set_xticks(range(len(rows)), [r[0] for r in rows], rotation=35, ha="right", fontsize=7)
+    ax.set_title("control-plane CPU s")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"fathom vs OVN, same lab ({doc['environment']['date_utc']}"
+                 + (", crowded machine" if doc["environment"].get("contended") else "") + ")", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,86 @@
+"""CPU time and memory of named processes, read from /proc: what a control plane costs.
+
+CPU is utime + stime of /proc/<pid>/stat (every thread of the process, in clock ticks, 10 ms on
+this kernel): the figures are meant for windows of seconds. A process that exits inside a window
+(e.g. restarted) is counted up to its last reading.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK     # utime, stime (fields 14, 15 of stat)
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of pid (e.g. a server's worker processes)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                parent[int(d.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+class CpuWindow:
+    """CPU seconds of named groups of processes between `start()` and each `read()`:
+    groups = {group: {process name: pid}}."""
+
+    def __init__(self, groups: dict[str, dict[str, int]]):
+        self.groups = groups
+        self.base: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+
+    def start(self) -> "CpuWindow":
+        self.base = {pid: cpu_seconds(pid) or 0.0 for procs in self.groups.values() for pid in procs.values()}
+        self.last = dict(self.base)
+        return self
+
+    def read(self) -> dict[str, dict]:
+        """{group: {"total": s, "by_process": {name: s}}} since start()."""
+        out = {}
+        for group, procs in self.groups.items():
+            by = {}
+            for name, pid in procs.items():
+                now = cpu_seconds(pid)
+                if now is not None:
+                    self.last[pid] = now
+                by[name] = round(self.last.get(pid, 0.0) - self.base.get(pid, 0.0), 3)
+            out[group] = {"total": round(sum(by.values()), 3), "by_process": by}
+        return out
+
+
+def rss(groups: dict[str, dict[str, int]]) -> dict[str, dict]:
+    out = {}
+    for group, procs in groups.items():
+        by = {name: round(rss_mb(pid) or 0.0, 1) for name, pid in procs.items()}
+        out[group] = {"total_mb": round(sum(by.values()), 1), "by_process_mb": by}
+    return out

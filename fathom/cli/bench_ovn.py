@@ -1,0 +1,77 @@
+"""`fathom bench ovn-compare`: added to the `bench` group of fathom/cli/bench.py."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from fathom.cli.bench import bench
+from fathom.cli.output import console, fail, print_json
+
+
+@bench.command("ovn-compare")
+@click.option("--quick", is_flag=True, help="QUICK: 1 repeat of 2 s, 5 ports per cell, batches of 20, 15 s at rest")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved iperf3 repeats of each path and system")
+@click.option("--ports", type=click.IntRange(1, 50), default=20, show_default=True,
+              help="ports measured per plug order, tenant size and system (p50/p99 over these)")
+@click.option("--seconds", type=click.IntRange(2, 60), default=5, show_default=True, help="length of each iperf3 run")
+@click.option("--batch", type=click.IntRange(1, 100), default=50, show_default=True,
+              help="ports per batch; two batches grow the tenant from 4 to 4 + 2 × batch ports")
+@click.option("--window", "window_s", type=float, default=30.0, show_default=True,
+              help="CPU window from a batch's first API call, seconds")
+@click.option("--rest", "rest_s", type=float, default=60.0, show_default=True,
+              help="CPU at rest, seconds, at each tenant size (0: skip)")
+@click.option("--small-only", is_flag=True, help="only the 4-port tenant (no batches, no large tenant)")
+@click.option("--prefix", default="ov", show_default=True,
+              help="lab names: <prefix>f (fathom) and <prefix>o (OVN), ≤ 6 characters")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
+              help="default results/bench-ovn-compare-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_only, prefix, outdir, as_json):
+    """The same lab under fathom and under OVN 23.03: TCP throughput, port up → reported up and → first
+    echo in three plug orders at two tenant sizes, control-plane CPU (batch, window, at rest), RSS and
+    flows per node. Progress on stderr; results.json, summary.md and ovn-compare.png in the output dir."""
+    from fathom.bench import ovn, ovncompare
+    from fathom.bench.report import busy
+    from fathom.lab.sh import LabError, require_root_and_tools
+    if quick:
+        repeats, ports, seconds, batch, window_s, rest_s = 1, 5, 2, 20, 15.0, 15.0
+    if len(prefix) > 6:
+        raise click.BadParameter("at most 6 characters (lab names are ≤ 8)", param_hint="--prefix")
+    try:
+        require_root_and_tools(("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ip", "ethtool", "iperf3", "ping"))
+        ovn.require()
+    except LabError as e:
+        fail(str(e), code=2)
+    out = Path(outdir or f"results/bench-ovn-compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
+
+    b = ovncompare.Bench(prefix=prefix, repeats=repeats, ports=ports, seconds=seconds, batch=batch,
+                         window_s=window_s, rest_s=rest_s, large=not small_only, progress=progress)
+    try:
+        doc = b.run()
+    except (LabError, OSError, RuntimeError) as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted; labs removed", code=130)
+    env = doc["environment"]
+    env["loadavg_at_end"] = os.getloadavg()
+    env["contended"] = busy([env["machine_at_start"], env["machine_at_end"]])
+    doc["quick"] = quick
+    doc["command"] = "fathom bench ovn-compare " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    (out / "results.json").write_text(json.dumps(doc, indent=2))
+    (out / "summary.md").write_text(ovncompare.markdown(doc))
+    ovncompare.plot(doc, out / "ovn-compare.png")
+    if as_json:
+        return print_json(doc)
+    console.print(ovncompare.markdown(doc), highlight=False, markup=False)
+    console.print(f"report: {out}/summary.md, plot {out}/ovn-compare.png")

@@ -1,0 +1,98 @@
+"""Host-local desired state: what a node's agent must hold on its host, as typed objects.
+
+The controller computes it per node with a pure function of the model (fathom.apps.hostlocal) and
+serves it to the node's agent (`GET /v1/agents/<node>/desired`); the agent (fathom.agent) applies
+it. Every object names its owner `(kind, id)`: the store object whose status it decides. The
+agent reports one status per owner key ("kind:id"). New kinds of host-local work (a DHCP server
+per node, attachments generated from service chains) are new classes here with a `KIND`, added
+to `KINDS`.
+
+The wire form is JSON: `{"kind": ..., "owner": [kind, id], ...fields}`; `digest()` of a node's
+objects numbers its revisions (a change of any field is a new revision).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class RouterLeg:
+    """One interface of a network-node router: `qr<id>` in the router namespace with `mac` and
+    `address` (gateway ip/prefix), its peer `qrp<id>` on the node's br-int."""
+    id: int
+    mac: str
+    address: str          # e.g. "198.19.1.1/24"
+
+    @property
+    def inner(self) -> str:
+        return f"qr{self.id}"
+
+    @property
+    def outer(self) -> str:
+        return f"qrp{self.id}"
+
+
+@dataclass(frozen=True)
+class RouterNamespace:
+    """A network-node router: a namespace with IPv4 forwarding and one leg per router interface."""
+    KIND = "router_namespace"
+    router_id: int
+    legs: tuple[RouterLeg, ...]
+
+    @property
+    def owner(self) -> tuple[str, int]:
+        return ("router", self.router_id)
+
+
+@dataclass(frozen=True)
+class PptmonAttach:
+    """PPTMon eBPF programs on interfaces of the node: `ppt_in` at `in_point`, `ppt_out` at
+    `out_point` ("<interface>:ingress|egress"), in `mode`, sampling every `period_ns`."""
+    KIND = "pptmon_attach"
+    attachment_id: int
+    chain: str
+    vnf_id: int
+    mode: str             # source | transit | sink | source-sink
+    in_point: str
+    out_point: str
+    period_ns: int
+
+    @property
+    def owner(self) -> tuple[str, int]:
+        return ("pptmon_attachment", self.attachment_id)
+
+
+KINDS = {c.KIND: c for c in (RouterNamespace, PptmonAttach)}
+
+
+def owner_key(owner: tuple[str, int]) -> str:
+    """The key an agent reports an object's status under: "kind:id"."""
+    return f"{owner[0]}:{owner[1]}"
+
+
+def to_json(obj) -> dict:
+    return {"kind": obj.KIND, "owner": list(obj.owner), **asdict(obj)}
+
+
+def from_json(data: dict):
+    """The object of a wire dict; ValueError for an unknown kind or a missing field."""
+    cls = KINDS.get(data.get("kind"))
+    if cls is None:
+        raise ValueError(f"unknown host-local object kind {data.get('kind')!r}")
+    values = {}
+    for f in fields(cls):
+        if f.name not in data:
+            raise ValueError(f"{cls.KIND}: missing {f.name}")
+        values[f.name] = data[f.name]
+    if cls is RouterNamespace:
+        values["legs"] = tuple(RouterLeg(**leg) for leg in values["legs"])
+    return cls(**values)
+
+
+def digest(objects) -> str:
+    """A digest of a node's desired objects (order-independent)."""
+    body = json.dumps(sorted((to_json(o) for o in objects), key=lambda d: (d["kind"], d["owner"])),
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()

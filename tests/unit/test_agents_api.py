@@ -1,0 +1,195 @@
+"""The node agents' API and the host-local desired state, over a real store (SQLite and PostgreSQL).
+
+What is checked: the pure host-local function (router namespaces of network-node routers, PPTMon
+attachments, per node, with owners); the revision moves on exactly when a node's desired state
+changes and the long-poll answers on a change or at its timeout; an agent token reads and reports
+for its own node only; reports are bounded; the status model turns reports into statuses (agent
+down, pending, error, active); a node's datapath type follows the override, else the agent's facts.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from fathom.apps.hostlocal import desired
+from fathom.controller import status
+from fathom.model.hostlocal import PptmonAttach, RouterLeg, RouterNamespace, digest, from_json, to_json
+from fathom.store import agents as ag
+from fathom.store.snapshot import load_snapshot
+
+from .test_api import Client  # noqa: F401 - the api fixture's client
+from .test_api import api  # noqa: F401 - fixture
+
+GW_AGENT = ("admin", "agent", "gw")
+C1_AGENT = ("admin", "agent", "c1")
+
+
+def report(api, node: str, body: dict, status: int = 204, headers=None) -> None:
+    r = api.http.post(f"/v1/agents/{node}/report", json=body, headers=api.who(headers or ("admin", "agent", node)))
+    assert r.status_code == status, r.text
+
+
+def _cloud(api):
+    api.post("/nodes", {"name": "c1", "tunnel_ip": "198.18.0.1"})
+    api.post("/nodes", {"name": "gw", "role": "gateway", "tunnel_ip": "198.18.0.9"})
+    _, s1 = api.network("blue", "198.19.1.0/24")
+    _, s2 = api.network("red", "198.19.2.0/24")
+    r = api.post("/routers", {"name": "r"})
+    api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": s1["id"]})
+    api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": s2["id"]})
+    return r
+
+
+def _snapshot(api):
+    from sqlalchemy.orm import Session
+    with Session(api.app.state.engine) as s:
+        return load_snapshot(s), ag.attachments(s)
+
+
+def test_host_local_state_is_a_pure_function_of_the_model(api):
+    r = _cloud(api)
+    snap, atts = _snapshot(api)
+    assert desired(snap, atts) == {"c1": [], "gw": []}          # distributed: nothing on a host
+    api.patch(f"/routers/{r['id']}", {"mode": "network-node", "gateway_node": "gw"})
+    snap, atts = _snapshot(api)
+    got = desired(snap, atts)
+    assert got["c1"] == [] and len(got["gw"]) == 1
+    ns = got["gw"][0]
+    assert isinstance(ns, RouterNamespace) and ns.owner == ("router", r["id"])
+    assert [leg.address for leg in ns.legs] == ["198.19.1.1/24", "198.19.2.1/24"]
+    assert all(leg.outer == f"qrp{leg.id}" and leg.inner == f"qr{leg.id}" for leg in ns.legs)
+    # the wire form round-trips, and the digest is order-independent
+    assert [from_json(to_json(o)) for o in got["gw"]] == got["gw"]
+    a = PptmonAttach(7, "ch", 1, "source-sink", "qrp1:egress", "qrp2:ingress", 0)
+    assert digest([ns, a]) == digest([a, ns]) != digest([ns])
+    with pytest.raises(ValueError):
+        from_json({"kind": "teleporter", "owner": ["x", 1]})
+
+
+def test_the_revision_moves_on_a_change_only_and_the_long_poll_answers_it(api):
+    r = _cloud(api)
+    d = api.get("/agents/gw/desired", headers=GW_AGENT)
+    rev = d["revision"]
+    assert d["objects"] == [] and api.get("/agents/gw/desired", headers=GW_AGENT)["revision"] == rev
+    # nothing changes: the long-poll waits for its timeout and gives the same revision
+    t0 = time.monotonic()
+    assert api.get("/agents/gw/desired", headers=GW_AGENT, after=rev, timeout=0.6)["revision"] == rev
+    assert time.monotonic() - t0 >= 0.5
+    # a change of the model wakes a waiting long-poll at once
+    got = {}
+
+    def poll():
+        t = time.monotonic()
+        got["answer"] = api.get("/agents/gw/desired", headers=GW_AGENT, after=rev, timeout=20)
+        got["took"] = time.monotonic() - t
+    th = threading.Thread(target=poll)
+    th.start()
+    time.sleep(0.5)
+    api.patch(f"/routers/{r['id']}", {"mode": "network-node", "gateway_node": "gw"})
+    th.join(20)
+    assert got["answer"]["revision"] == rev + 1 and got["took"] < 5
+    assert [o["kind"] for o in got["answer"]["objects"]] == ["router_namespace"]
+    assert got["answer"]["objects"][0]["owner"] == ["router", r["id"]]
+    # another node's state did not move
+    c1 = api.get("/agents/c1/desired", headers=C1_AGENT)
+    assert c1["objects"] == [] and api.get("/agents/c1/desired", headers=C1_AGENT)["revision"] == c1["revision"]
+
+
+def test_an_agent_token_speaks_for_its_own_node_only(api):
+    _cloud(api)
+    api.get("/agents/c1/desired", status=403, headers=GW_AGENT)
+    report(api, "c1", {}, 403, headers=GW_AGENT)
+    report(api, "gw", {}, 403, headers=api.admin)                          # an admin reports for no one
+    api.get("/agents/gw/desired", status=403, headers=("p1", "member"))
+    api.get("/agents", status=403, headers=GW_AGENT)
+    api.get("/agents/nosuch/desired", status=404)
+    api.post("/pptmon/attachments", {"name": "a", "node": "gw", "chain": "c", "in_interface": "x",
+                                     "out_interface": "y"}, status=403, headers=GW_AGENT)
+    # its node's agent token does not deliver records for another node either (unchanged rule)
+    assert api.http.post("/v1/pptmon/records", json={"node": "c1", "records": []},
+                         headers=api.who(GW_AGENT)).status_code == 403
+
+
+def test_reports_are_kept_bounded_and_listed(api):
+    _cloud(api)
+    before = api.changes
+    body = {"agent_started": time.time(), "applied_revision": 1,
+            "facts": {"ovs_version": "3.1.0", "datapath_types": ["netdev", "system"], "ovs_kernel_module": False,
+                      "kernel": "Linux 6.1", "ebpf": {"btf": True}, "interfaces": [{"name": "ul0", "up": True}]},
+            "objects": {"router:1": {"status": "active", "reason": None, "applied": "0" * 64}}}
+    report(api, "gw", body)
+    assert api.changes == before + 1                       # news: the reconciler is woken
+    report(api, "gw", body)
+    assert api.changes == before + 1                       # a heartbeat wakes nothing
+    listed = {a["node"]: a for a in api.get("/agents")}
+    assert listed["gw"]["state"] == "up" and listed["gw"]["facts"]["ovs_version"] == "3.1.0"
+    assert listed["c1"]["state"] == "never reported"
+    assert api.get("/agents/gw", headers=GW_AGENT)["objects"]["router:1"]["status"] == "active"
+    for bad in ({"objects": {"router": {"status": "active"}}}, {"objects": {"router:1": {"status": "fine"}}},
+                {"facts": {"interfaces": [{"name": "x" * 16}]}}, {"surprise": 1},
+                {"objects": {"router:1": {"status": "error", "reason": "x" * 2000}}}):
+        report(api, "gw", bad, 422)
+
+
+def test_pptmon_attachments_are_an_admin_resource_in_the_nodes_desired_state(api):
+    _cloud(api)
+    body = {"name": "a1", "node": "gw", "chain": "rt", "mode": "source-sink", "in_interface": "qrp3",
+            "in_direction": "egress", "out_interface": "qrp4", "out_direction": "ingress", "period_ns": 0}
+    rev = api.get("/agents/gw/desired", headers=GW_AGENT)["revision"]
+    a = api.post("/pptmon/attachments", body)
+    assert a["status"] == "pending" and a["node"] == "gw"
+    d = api.get("/agents/gw/desired", headers=GW_AGENT)
+    assert d["revision"] == rev + 1
+    assert d["objects"] == [{"kind": "pptmon_attach", "owner": ["pptmon_attachment", a["id"]],
+                             "attachment_id": a["id"], "chain": "rt", "vnf_id": 1, "mode": "source-sink",
+                             "in_point": "qrp3:egress", "out_point": "qrp4:ingress", "period_ns": 0}]
+    api.post("/pptmon/attachments", {**body, "name": "a2"}, status=409)                 # the same hook
+    api.post("/pptmon/attachments", {**body, "name": "a3", "node": "nosuch"}, status=404)
+    api.post("/pptmon/attachments", {**body, "name": "a4", "in_interface": "x" * 16}, status=422)
+    api.post("/pptmon/attachments", {**body, "name": "a5", "mode": "teleport"}, status=422)
+    api.post("/pptmon/attachments", {**body, "name": "a6"}, status=403, headers=("p1", "member"))
+    assert api.patch(f"/pptmon/attachments/{a['id']}", {"period_ns": 10**6})["period_ns"] == 10**6
+    assert api.get("/agents/gw/desired", headers=GW_AGENT)["revision"] == rev + 2
+    assert [x["name"] for x in api.get("/pptmon/attachments")] == ["a1"]
+    api.delete(f"/pptmon/attachments/{a['id']}")
+    assert api.get("/agents/gw/desired", headers=GW_AGENT)["objects"] == []
+
+
+def test_the_datapath_type_is_the_override_else_the_agents_facts(api):
+    api.post("/nodes", {"name": "gw", "role": "gateway"})
+    n2 = api.post("/nodes", {"name": "k", "datapath_type": "netdev"})
+    api.post("/nodes", {"name": "u"})
+    facts = {"datapath_types": ["netdev", "system"], "ovs_kernel_module": True}
+    report(api, "gw", {"facts": facts})
+    report(api, "k", {"facts": facts})
+    snap, _ = _snapshot(api)
+    assert {n.name: n.datapath_type for n in snap.nodes} == {"gw": "system", "k": "netdev", "u": None}
+    api.patch(f"/nodes/{n2['id']}", {"datapath_type": None})
+    report(api, "gw", {"facts": {**facts, "ovs_kernel_module": False}})
+    snap, _ = _snapshot(api)
+    assert {n.name: n.datapath_type for n in snap.nodes} == {"gw": "netdev", "k": "system", "u": None}
+    api.patch(f"/nodes/{n2['id']}", {"datapath_type": "vhost"}, status=422)
+
+
+def test_statuses_of_what_agents_hold():
+    ns = RouterNamespace(5, (RouterLeg(11, "02:00:00:00:00:01", "10.0.0.1/24"),))
+    att = PptmonAttach(3, "ch", 1, "source-sink", "a:ingress", "b:egress", 0)
+    want = {"gw": [ns, att], "c1": []}
+    now = 1000.0
+
+    def view(objects, reported=now - 1):
+        return ag.AgentView("gw", 2, 2, {}, objects, reported, now - 100)
+    ok = {"router:5": {"status": "active", "applied": digest([ns])},
+          "pptmon_attachment:3": {"status": "active", "applied": digest([att])}}
+    assert status.hostlocal(want, {}, now, 15)[("router", 5)][0] == "error"             # never reported
+    assert status.hostlocal(want, {"gw": view(ok)}, now, 15) == {("router", 5): ("active", None),
+                                                                  ("pptmon_attachment", 3): ("active", None)}
+    down = status.hostlocal(want, {"gw": view(ok, reported=now - 60)}, now, 15)
+    assert down[("router", 5)][0] == "error" and "not reporting since" in down[("router", 5)][1]
+    stale = {**ok, "router:5": {"status": "active", "applied": digest([att])}}        # an older version
+    assert status.hostlocal(want, {"gw": view(stale)}, now, 15)[("router", 5)][0] == "pending"
+    bad = {**ok, "pptmon_attachment:3": {"status": "error", "reason": "no interface 'a'"}}
+    assert status.hostlocal(want, {"gw": view(bad)}, now, 15)[("pptmon_attachment", 3)] == \
+        ("error", "node gw: no interface 'a'")
