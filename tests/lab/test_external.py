@@ -2,8 +2,13 @@
 reaches a VM through its floating IP; VMs without one reach the upstream through their router's SNAT
 (two tenants with the same private addresses at once); a floating IP moves between ports while a
 stream keeps flowing to it; tenants stay apart; ARP for a floating IP is answered only while it is
-hosted. Witnesses: what the endpoints themselves see (the peer address of a TCP connection, the
-datagrams a receiver gets), and the upstream's neighbour table.
+hosted; floating-IP traffic passes the destination port's ingress security groups. Witnesses: what
+the endpoints themselves see (the peer address of a TCP connection, the datagrams a receiver gets),
+and the upstream's neighbour table.
+
+Every VM is in its project's default group (as the lab makes them), which admits ingress only from
+its own members: the lab's `api` fixture adds to alpha's and beta's default group an ingress rule for
+any IPv4, so the tests of NAT see NAT; the security group test narrows vm1's groups itself.
 
 Lab `exl`: fathom/lab/topologies/external.yaml (blue and red share 198.19.1.0/24; vm1 has floating
 IP 203.0.113.4; router ra's gateway is 203.0.113.2, rb's 203.0.113.3; the upstream `up` is .1).
@@ -17,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from fathom.client import Client
+from fathom.lab.ovs import wait_for
 from fathom.lab.topology import load
 
 from .util import ping, running_lab, sh
@@ -62,8 +68,41 @@ def lab():
 @pytest.fixture(scope="module")
 def api(lab):
     client = Client.for_lab(lab.state())
+    for project in ("alpha", "beta"):
+        open_ingress(lab, client, project, ("compute1", "compute2"))
     yield client
     client.close()
+
+
+def default_group(api, project: str) -> dict:
+    return next(g for g in api.get("/security-groups") if g["project_id"] == project and g["name"] == "default")
+
+
+def acl_flows(lab, node: str) -> str:
+    """br-int's ingress-acl table on `node`, as OVS holds it."""
+    return sh(lab, node, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-int", "table=75").stdout
+
+
+def rule_on(lab, node: str, rule_id: int, port: int | None = None, present: bool = True) -> None:
+    """Wait until `node`'s ingress-acl holds (or no longer holds) rule `rule_id`: its commit flow, or
+    with `port` the clause naming that port (reg9 = its id) in the rule's conjunction."""
+    def holds() -> bool:
+        lines = acl_flows(lab, node).splitlines()
+        if port is None:
+            found = any(f"conj_id={rule_id}," in line for line in lines)
+        else:
+            found = any(f"reg9={port:#x}" in line and f"conjunction({rule_id}," in line for line in lines)
+        return found == present
+    wait_for(holds, 30, f"rule {rule_id}{'' if port is None else f' for port {port}'} "
+                        f"{'on' if present else 'off'} {node}'s ingress-acl")
+
+
+def open_ingress(lab, api, project: str, nodes) -> None:
+    """The project's default group admits any IPv4 (the upstream, other tenants through NAT)."""
+    rule = api.post("/security-group-rules", json={"security_group_id": default_group(api, project)["id"],
+                                                  "direction": "ingress", "ethertype": "IPv4"})
+    for node in nodes:
+        rule_on(lab, node, rule["id"])
 
 
 class Background:
@@ -196,6 +235,51 @@ def test_a_floating_ip_not_associated_is_answered_nowhere(lab, api):
     assert " 0% packet loss" in ping(lab, "up", fip["floating_ip_address"]).stdout
 
 
+def tcp_refused(lab, src: str, ip: str, port: int) -> bool:
+    """A TCP connection src -> ip:port gets no answer (the client's 3 s timeout, or a reset)."""
+    return sh(lab, src, "python3", "-c", TCP_CLIENT, ip, str(port), check=False).returncode != 0
+
+
+def test_floating_ip_traffic_passes_the_ports_ingress_security_groups(lab, api, bg):
+    """Inbound through a floating IP is delivered like any routed frame: the destination port's
+    ingress rules decide, on the remote's own address (DNAT changed only the destination)."""
+    fip = fip_of(api, "vm1")["floating_ip_address"]
+    vm1 = port_id(api, "vm1")
+    bg.start("vm1", "python3", "-c", TCP_SERVER, "vm1", "7005")
+    assert tcp_ask(lab, "up", fip, 7005) == f"vm1 {UPSTREAM}"       # the default group (opened) admits it
+    opened = next(r for r in default_group(api, "alpha")["rules"] if r["direction"] == "ingress"
+                  and r["remote_ip_prefix"] is None and r["remote_group_id"] is None)
+    group = api.post("/security-groups", json={"name": "fip-web", "project_id": "alpha"})
+    try:
+        # admitted: a rule for TCP 7005 from the upstream host's address only
+        allow = api.post("/security-group-rules", json={
+            "security_group_id": group["id"], "direction": "ingress", "protocol": "tcp",
+            "port_range_min": 7005, "port_range_max": 7005, "remote_ip_prefix": f"{UPSTREAM}/32"})
+        api.patch(f"/ports/{vm1}", json={"security_groups": [group["id"]]})
+        rule_on(lab, "compute1", allow["id"], port=vm1)
+        rule_on(lab, "compute1", opened["id"], port=vm1, present=False)
+        assert tcp_ask(lab, "up", fip, 7005) == f"vm1 {UPSTREAM}"
+        assert " 100% packet loss" in ping(lab, "up", fip).stdout      # no rule for ICMP
+        # refused: the only rule now admits another prefix, not the upstream host
+        other = api.post("/security-group-rules", json={
+            "security_group_id": group["id"], "direction": "ingress", "protocol": "tcp",
+            "port_range_min": 7005, "port_range_max": 7005, "remote_ip_prefix": "192.0.2.0/24"})
+        api.delete(f"/security-group-rules/{allow['id']}")
+        rule_on(lab, "compute1", other["id"], port=vm1)
+        rule_on(lab, "compute1", allow["id"], present=False)
+        assert tcp_refused(lab, "up", fip, 7005)
+        # and admitted again once a rule names the upstream
+        again = api.post("/security-group-rules", json={
+            "security_group_id": group["id"], "direction": "ingress", "protocol": "tcp",
+            "port_range_min": 7005, "port_range_max": 7005, "remote_ip_prefix": f"{UPSTREAM}/32"})
+        rule_on(lab, "compute1", again["id"], port=vm1)
+        assert tcp_ask(lab, "up", fip, 7005) == f"vm1 {UPSTREAM}"
+    finally:
+        api.patch(f"/ports/{vm1}", json={"security_groups": [default_group(api, "alpha")["id"]]})
+        rule_on(lab, "compute1", opened["id"], port=vm1)
+        api.delete(f"/security-groups/{group['id']}")
+
+
 # A flat external network, and a tenant VLAN network whose frames reach the gateway node over the
 # uplink and the ToR (the fabric app must let the VLAN onto the gateway node's trunk).
 FLAT = """
@@ -219,6 +303,7 @@ def test_flat_external_network_and_a_vlan_tenant_network():
     with running_lab("exf", FLAT, standalone=False) as lab:
         api = Client.for_lab(lab.state())
         bg = Background(lab)
+        open_ingress(lab, api, "alpha", ("compute1",))
         try:
             fip = fip_of(api, "grn1")["floating_ip_address"]
             assert " 0% packet loss" in ping(lab, "up", fip).stdout
