@@ -431,13 +431,13 @@ class Reconciler:
     # ---------------------------------------------------------------------------- one pass
 
     def run_pass(self, audit: bool = True) -> PassResult:
-        """One pass; `audit` reads every switch back and re-checks every bridge instead of trusting
-        what we last applied and heard."""
+        """One pass; `audit` (an explicit sync, the periodic audit) reads the store and every switch
+        back and re-checks every bridge instead of trusting what we last loaded, applied and heard."""
         with self.lock:
             started = time.monotonic()
             ev = self._take_events()
             METRICS.passes.labels("audit" if audit else ",".join(sorted(ev.triggers)) or "sync").inc()
-            if ev.store or self.store_model is None:
+            if ev.store or audit or self.store_model is None:
                 stored: dict = {}
                 with self.Session() as session:
                     session.connection(execution_options=READ_ONLY)

@@ -44,7 +44,14 @@ def lab():
 
 @pytest.fixture(scope="module")
 def api(lab):
+    """The lab's controller; the server's security group (its project's default: ingress only from
+    members) also admits the web traffic of the NAT and the proxy, whose VNF ports have no groups."""
     client = Client.for_lab(lab.state())
+    default = next(g for g in client.get("/security-groups") if g["project_id"] == "demo" and g["name"] == "default")
+    for ip in EGRESS_IP.values():
+        client.post("/security-group-rules", json={
+            "security_group_id": default["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+            "port_range_min": 80, "port_range_max": 80, "remote_ip_prefix": f"{ip}/32"})
     yield client
     client.close()
 
