@@ -13,7 +13,7 @@ router = APIRouter(prefix="/floatingips", tags=["floatingips"], responses=ERRORS
 
 
 def fip_out(f: FloatingIp) -> sc.FloatingIpOut:
-    return sc.FloatingIpOut(id=f.id, name=f.name, project_id=f.project_id, floating_network_id=f.network_id,
+    return sc.FloatingIpOut(id=f.id, external_id=f.external_id, name=f.name, project_id=f.project_id, floating_network_id=f.network_id,
                             floating_ip_address=f.ip_address, port_id=f.port_id,
                             fixed_ip_address=f.fixed_ip if f.port_id is not None else None,
                             router_id=f.router_id if f.port_id is not None else None, status=f.status,
@@ -22,16 +22,17 @@ def fip_out(f: FloatingIp) -> sc.FloatingIpOut:
 
 @router.get("", response_model=list[sc.FloatingIpOut])
 def list_floating_ips(c: CallerDep, db: StoreDep, name: str | None = None, port_id: int | None = None,
-                      limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
+                      external_id: str | None = None, limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     return db.read(lambda s: [fip_out(f) for f in ops.list_objects(
-        s, c, FloatingIp, name=name, port_id=port_id, limit=limit, marker=marker)])
+        s, c, FloatingIp, name=name, port_id=port_id, external_id=external_id, limit=limit, marker=marker)])
 
 
 @router.post("", response_model=sc.FloatingIpOut, status_code=201)
 def create_floating_ip(body: sc.FloatingIpCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: fip_out(external.create_floating_ip(
         s, c, network_id=body.floating_network_id, ip_address=body.floating_ip_address, port_id=body.port_id,
-        fixed_ip=body.fixed_ip_address, name=body.name, project_id=body.project_id)))
+        fixed_ip=body.fixed_ip_address, name=body.name, project_id=body.project_id,
+        external_id=body.external_id)))
 
 
 @router.get("/{fip_id}", response_model=sc.FloatingIpOut)

@@ -291,8 +291,10 @@ class RouterOut(BaseModel):
 
 
 class FloatingIpCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     floating_network_id: int
-    floating_ip_address: ipaddress.IPv4Address | None = None   # admin only; absent: allocated
+    # admin or the service identity (the driving cloud allocated it); absent: allocated
+    floating_ip_address: ipaddress.IPv4Address | None = None
     port_id: int | None = None
     fixed_ip_address: ipaddress.IPv4Address | None = None      # which of the port's fixed IPs; absent: the first
     name: str = NAME
@@ -308,6 +310,7 @@ class FloatingIpUpdate(_Request):
 
 class FloatingIpOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     floating_network_id: int

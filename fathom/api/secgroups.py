@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
 from fathom.api.nodes import status_out
-from fathom.api.schemas import NAME, Status, StatusOut
+from fathom.api.schemas import EXTERNAL_ID, NAME, Status, StatusOut
 from fathom.store import models as m
 from fathom.store import secgroups as ops
 from fathom.store.ops import MAX_LIMIT, list_objects
@@ -29,6 +29,7 @@ DESCRIPTION = Field(default="", max_length=255)
 
 class GroupCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    external_id: str | None = EXTERNAL_ID
     name: str = NAME
     description: str = DESCRIPTION
     project_id: str | None = PROJECT
@@ -38,10 +39,13 @@ class GroupUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(default=None, max_length=255)
     description: str | None = Field(default=None, max_length=255)
+    # the driving cloud adopts a group fathom made (the project's default group) by giving it its id
+    external_id: str | None = EXTERNAL_ID
 
 
 class RuleCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    external_id: str | None = EXTERNAL_ID
     security_group_id: int
     direction: Literal["ingress", "egress"]
     ethertype: Literal["IPv4", "IPv6"] = "IPv4"
@@ -66,6 +70,7 @@ class RuleCreate(BaseModel):
 
 class RuleOut(BaseModel):
     id: int
+    external_id: str | None = None
     security_group_id: int
     project_id: str
     direction: str
@@ -81,6 +86,7 @@ class RuleOut(BaseModel):
 
 class GroupOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     description: str
     project_id: str
@@ -92,14 +98,14 @@ class GroupOut(BaseModel):
 
 def rule_out(r: m.SecurityGroupRule) -> RuleOut:
     protocol = None if r.protocol is None else ops.PROTOCOL_NAMES.get(r.protocol, str(r.protocol))
-    return RuleOut(id=r.id, security_group_id=r.group_id, project_id=r.project_id, direction=r.direction,
+    return RuleOut(id=r.id, external_id=r.external_id, security_group_id=r.group_id, project_id=r.project_id, direction=r.direction,
                    ethertype=r.ethertype, protocol=protocol, port_range_min=r.port_range_min,
                    port_range_max=r.port_range_max, remote_ip_prefix=r.remote_ip_prefix,
                    remote_group_id=r.remote_group_id, description=r.description, created_at=utc(r.created_at))
 
 
 def group_out(g: m.SecurityGroup) -> GroupOut:
-    return GroupOut(id=g.id, name=g.name, description=g.description, project_id=g.project_id,
+    return GroupOut(id=g.id, external_id=g.external_id, name=g.name, description=g.description, project_id=g.project_id,
                     rules=[rule_out(r) for r in g.rules], status=g.status, status_reason=g.status_reason,
                     created_at=utc(g.created_at))
 
@@ -108,18 +114,20 @@ def group_out(g: m.SecurityGroup) -> GroupOut:
 
 
 @groups.get("", response_model=list[GroupOut])
-def list_groups(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit = MAX_LIMIT,
-                marker: Marker = None):
+def list_groups(c: CallerDep, db: StoreDep, name: str | None = None, external_id: str | None = None,
+                limit: Limit = MAX_LIMIT, marker: Marker = None):
     if not c.admin:
         db.write(lambda s: ops.ensure_default(s, c), notify=False)
     return db.read(lambda s: [group_out(g) for g in list_objects(s, c, m.SecurityGroup, name=name,
-                                                                 limit=limit, marker=marker)])
+                                                                 external_id=external_id, limit=limit,
+                                                                 marker=marker)])
 
 
 @groups.post("", response_model=GroupOut, status_code=201)
 def create_group(body: GroupCreate, c: CallerDep, db: StoreDep):
     return db.write(lambda s: group_out(ops.create_group(s, c, name=body.name, description=body.description,
-                                                         project_id=body.project_id)))
+                                                         project_id=body.project_id,
+                                                         external_id=body.external_id)))
 
 
 @groups.get("/{group_id}", response_model=GroupOut)
@@ -149,10 +157,11 @@ def group_status(group_id: int, c: CallerDep, db: StoreDep):
 
 @rules.get("", response_model=list[RuleOut])
 def list_rules(c: CallerDep, db: StoreDep, security_group_id: int | None = None,
-               direction: Literal["ingress", "egress"] | None = None, limit: Limit = MAX_LIMIT,
-               marker: Marker = None):
+               direction: Literal["ingress", "egress"] | None = None, external_id: str | None = None,
+               limit: Limit = MAX_LIMIT, marker: Marker = None):
     return db.read(lambda s: [rule_out(r) for r in list_objects(
-        s, c, m.SecurityGroupRule, group_id=security_group_id, direction=direction, limit=limit, marker=marker)])
+        s, c, m.SecurityGroupRule, group_id=security_group_id, direction=direction, external_id=external_id,
+        limit=limit, marker=marker)])
 
 
 @rules.post("", response_model=RuleOut, status_code=201)

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.schemas import EXTERNAL_ID
 from fathom.apps.sfc.compiler import hop_marker
 from fathom.store import sfc as ops
 from fathom.store import sfc_models as sm
@@ -28,8 +29,13 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class _Create(_Request):
+    external_id: str | None = EXTERNAL_ID
+
+
 class _Out(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     status: str
@@ -38,14 +44,14 @@ class _Out(BaseModel):
 
 
 def _common(o) -> dict:
-    return dict(id=o.id, name=o.name, project_id=o.project_id, status=o.status, status_reason=o.status_reason,
+    return dict(id=o.id, external_id=o.external_id, name=o.name, project_id=o.project_id, status=o.status, status_reason=o.status_reason,
                 created_at=utc(o.created_at))
 
 
 # ---------------------------------------------------------------------------------------------- port pairs
 
 
-class PortPairCreate(_Request):
+class PortPairCreate(_Create):
     name: str = NAME
     ingress: Ref = Field(description="the port traffic enters the VNF on (id or name)")
     egress: Ref = Field(description="the port traffic leaves the VNF on (id or name)")
@@ -69,7 +75,7 @@ def pair_out(_s, p: sm.PortPair) -> PortPairOut:
 # ---------------------------------------------------------------------------------------------- groups
 
 
-class GroupCreate(_Request):
+class GroupCreate(_Create):
     name: str = NAME
     port_pairs: list[Ref] = Field(max_length=1000, description="the interchangeable VNF instances")
     project_id: str | None = PROJECT
@@ -95,7 +101,7 @@ def group_out(s, g: sm.PortPairGroup) -> GroupOut:
 Port = int | None
 
 
-class ClassifierCreate(_Request):
+class ClassifierCreate(_Create):
     name: str = NAME
     ethertype: Literal["IPv4"] = "IPv4"
     protocol: int | str | None = Field(default=None, description="tcp, udp, icmp or a number; absent = any")
@@ -142,7 +148,7 @@ class ChainParameters(_Request):
     correlation: Literal[None] = Field(default=None, description="no chain header: VNFs see ordinary packets")
 
 
-class ChainCreate(_Request):
+class ChainCreate(_Create):
     name: str = NAME
     port_pair_groups: list[Ref] = Field(max_length=1000, description="in path order")
     flow_classifiers: list[Ref] = Field(default_factory=list, max_length=1000)
@@ -185,9 +191,10 @@ def _crud(path: str, model, out, out_model, create_model, update_model, create, 
     serialise = out
 
     @router.get(f"/{path}", response_model=list[out_model], name=f"list_{path}")
-    def list_(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit = MAX_LIMIT, marker: Marker = None):
-        return db.read(lambda s: [serialise(s, o) for o in list_objects(s, c, model, name=name, limit=limit,
-                                                                          marker=marker)])
+    def list_(c: CallerDep, db: StoreDep, name: str | None = None, external_id: str | None = None,
+              limit: Limit = MAX_LIMIT, marker: Marker = None):
+        return db.read(lambda s: [serialise(s, o) for o in list_objects(s, c, model, name=name, external_id=external_id,
+                                                                          limit=limit, marker=marker)])
 
     @router.post(f"/{path}", response_model=out_model, status_code=201, name=f"create_{path}")
     def create_(body: create_model, c: CallerDep, db: StoreDep):

@@ -77,8 +77,9 @@ def set_gateway(session: Session, caller: ops.Caller, router: m.Router, *, netwo
     if mode != "distributed":
         raise Invalid(f"external gateways are realised for mode distributed routers only (router {router.id} "
                       f"is {mode})", "external_gateway")
-    if ip_address is not None and not caller.admin:
-        raise Forbidden("only an admin can choose a router's gateway address", "external_gateway.ip_address")
+    if ip_address is not None and not caller.may_bind:
+        raise Forbidden("only an admin or the service identity can choose a router's gateway address",
+                        "external_gateway.ip_address")
     if node is not None and not caller.admin:
         raise Forbidden("only an admin can choose a router's gateway node", "external_gateway.node")
     net = _external_network(session, network_id, "external_gateway.network_id")
@@ -138,14 +139,17 @@ def check_mode_change(session: Session, router: m.Router, mode: str) -> None:
 def create_floating_ip(session: Session, caller: ops.Caller, *, network_id: int,
                        ip_address: ipaddress.IPv4Address | None = None, port_id: int | None = None,
                        fixed_ip: ipaddress.IPv4Address | None = None, name: str = "",
-                       project_id: str | None = None) -> FloatingIp:
+                       project_id: str | None = None, external_id: str | None = None) -> FloatingIp:
     project = ops._owner(caller, project_id)
-    if ip_address is not None and not caller.admin:
-        raise Forbidden("only an admin can choose a floating IP's address", "floating_ip_address")
+    if ip_address is not None and not caller.may_bind:
+        raise Forbidden("only an admin or the service identity can choose a floating IP's address",
+                        "floating_ip_address")
+    external_id = ops._external_id(session, caller, FloatingIp, external_id)
     net = _external_network(session, network_id, "floating_network_id")
     port = _address_port(session, project, net, "floating-ip", ip_address, "floating_ip_address")
     fip = FloatingIp(name=name, project_id=project, network_id=net.id, address_port_id=port.id,
-                     ip_address=port.fixed_ips[0].ip_address, ct_zone=_allocate_zone(session), status="pending")
+                     ip_address=port.fixed_ips[0].ip_address, ct_zone=_allocate_zone(session), status="pending",
+                     external_id=external_id)
     session.add(fip)
     session.flush()
     port.name = f"floating-ip-{fip.id}"

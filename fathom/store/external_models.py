@@ -12,6 +12,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from fathom.pipeline.catalogue import SECGROUP_ZONE_MAX
 from fathom.store.base import Base, Resource
+from fathom.store.models import External
 
 # Conntrack zones of routers' SNAT and of floating IPs: the upper half of the 16-bit zone space, above
 # the security groups' per-port zones (1..SECGROUP_ZONE_MAX): the two never share a zone.
@@ -30,7 +31,7 @@ class RouterGateway(Base):
     snat: Mapped[bool] = mapped_column(Boolean, default=True)
 
 
-class FloatingIp(Resource, Base):
+class FloatingIp(Resource, External, Base):
     """An address of an external network, mapped 1:1 to a port's fixed IP while `port_id` is set."""
     __tablename__ = "floating_ips"
     __table_args__ = (UniqueConstraint("ct_zone"), UniqueConstraint("port_id"), {"sqlite_autoincrement": True})

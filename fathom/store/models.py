@@ -142,7 +142,7 @@ class TapPolicy(Resource, External, Base):
 
 
 
-class SecurityGroup(Resource, Base):
+class SecurityGroup(Resource, External, Base):
     """A security group (Neutron semantics): its rules say what its member ports may send and
     receive; fathom/apps/secgroups compiles them. Each project has one default group, made on first
     use (`DefaultSecurityGroup`)."""
@@ -155,7 +155,7 @@ class SecurityGroup(Resource, Base):
         order_by="SecurityGroupRule.id", foreign_keys="SecurityGroupRule.group_id")
 
 
-class SecurityGroupRule(Base):
+class SecurityGroupRule(External, Base):
     """One rule; rules are never changed, only created and deleted (as in Neutron). A rule whose
     remote group is deleted goes with it."""
     __tablename__ = "security_group_rules"

@@ -206,8 +206,8 @@ def create_network(session: Session, caller: Caller, settings: Settings, *, name
     `external_id`: the id of the object in the system that manages it (Neutron), if any."""
     project = _owner(caller, project_id)
     _serialise(session, LOCK_SEGMENTS, 0)
-    if external and not caller.admin:
-        raise Forbidden("only an admin can create an external network", "external")
+    if external and not caller.may_bind:
+        raise Forbidden("only an admin or the service identity can create an external network", "external")
     if upstream_mac is not None and not external:
         raise Invalid("upstream_mac is for external networks only", "upstream_mac")
     if external and type == "vxlan":

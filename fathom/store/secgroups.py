@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.store.ops import Caller, _owner, _serialise, valid_id
+from fathom.store.ops import Caller, _external_id, _owner, _serialise, valid_id
 
 DIRECTIONS = ("ingress", "egress")
 ETHERTYPES = ("IPv4", "IPv6")
@@ -86,12 +86,13 @@ def ensure_default(session: Session, caller: Caller) -> None:
 
 
 def create_group(session: Session, caller: Caller, *, name: str, description: str = "",
-                 project_id: str | None = None) -> m.SecurityGroup:
+                 project_id: str | None = None, external_id: str | None = None) -> m.SecurityGroup:
     project = _owner(caller, project_id)
     default_group(session, project)
     if name == DEFAULT_NAME:
         raise Conflict("every project has one group named 'default' (made on first use)", "name")
-    group = m.SecurityGroup(name=name, description=description, project_id=project, status="pending")
+    group = m.SecurityGroup(name=name, description=description, project_id=project, status="pending",
+                            external_id=_external_id(session, caller, m.SecurityGroup, external_id))
     session.add(group)
     session.flush()
     return group
@@ -104,6 +105,8 @@ def update_group(session: Session, caller: Caller, group_id: int, changes: dict)
             raise Conflict("the default group cannot be renamed", "name")
         if changes["name"] == DEFAULT_NAME:
             raise Conflict("every project has one group named 'default'", "name")
+    if "external_id" in changes and changes["external_id"] != group.external_id:
+        changes = {**changes, "external_id": _external_id(session, caller, m.SecurityGroup, changes["external_id"])}
     for key, value in changes.items():
         setattr(group, key, value)
     session.flush()
@@ -193,7 +196,7 @@ def create_rule(session: Session, caller: Caller, *, security_group_id: int, dir
                 ethertype: str = "IPv4", protocol=None, port_range_min: int | None = None,
                 port_range_max: int | None = None, remote_ip_prefix: str | None = None,
                 remote_group_id: int | None = None, description: str = "",
-                project_id: str | None = None) -> m.SecurityGroupRule:
+                project_id: str | None = None, external_id: str | None = None) -> m.SecurityGroupRule:
     group = get_group(session, caller, security_group_id, "security_group_id")
     if project_id is not None and project_id != group.project_id:
         raise Invalid("a rule belongs to the project of its group", "project_id")
@@ -223,7 +226,8 @@ def create_rule(session: Session, caller: Caller, *, security_group_id: int, dir
     for other in group.rules:
         if all(getattr(other, k) == v for k, v in fields.items()):
             raise Conflict(f"security group {group.id} has this rule already (rule {other.id})")
-    rule = m.SecurityGroupRule(project_id=group.project_id, group_id=group.id, description=description, **fields)
+    rule = m.SecurityGroupRule(project_id=group.project_id, group_id=group.id, description=description,
+                               external_id=_external_id(session, caller, m.SecurityGroupRule, external_id), **fields)
     session.add(rule)
     session.flush()
     group.status = "pending"

@@ -24,7 +24,7 @@ from fathom.apps.sfc.compiler import MAX_CHAIN_ID, MAX_GROUPS, MAX_INSTANCES
 from fathom.store import models as m
 from fathom.store import sfc_models as sm
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.store.ops import Caller, _owner, valid_id
+from fathom.store.ops import Caller, _external_id, _owner, valid_id
 from fathom.store.snapshot import load_snapshot
 from fathom.store.taps import resolve
 
@@ -114,7 +114,8 @@ def create_port_pair(session: Session, caller: Caller, body: dict) -> sm.PortPai
             raise Conflict(f"port {port.id} is named by flow classifier {fc.id}: a VNF port is never a chain's "
                            "source or destination", field)
     pair = sm.PortPair(name=body.get("name") or "", project_id=project, ingress_port_id=ports["ingress"].id,
-                       egress_port_id=ports["egress"].id)
+                       egress_port_id=ports["egress"].id,
+                       external_id=_external_id(session, caller, sm.PortPair, body.get("external_id")))
     _pending(pair)
     session.add(pair)
     session.flush()
@@ -177,7 +178,8 @@ def _network(session: Session, pair: sm.PortPair) -> int:
 
 def create_port_pair_group(session: Session, caller: Caller, body: dict) -> sm.PortPairGroup:
     project = _owner(caller, body.get("project_id"))
-    group = sm.PortPairGroup(name=body.get("name") or "", project_id=project)
+    group = sm.PortPairGroup(name=body.get("name") or "", project_id=project,
+                             external_id=_external_id(session, caller, sm.PortPairGroup, body.get("external_id")))
     _pending(group)
     session.add(group)
     session.flush()
@@ -255,7 +257,8 @@ def create_flow_classifier(session: Session, caller: Caller, body: dict) -> sm.F
                            logical_destination_port_id=dst_id, **values,
                            source_port_range_min=sp[0] if sp else None, source_port_range_max=sp[1] if sp else None,
                            destination_port_range_min=dp[0] if dp else None,
-                           destination_port_range_max=dp[1] if dp else None)
+                           destination_port_range_max=dp[1] if dp else None,
+                           external_id=_external_id(session, caller, sm.FlowClassifier, body.get("external_id")))
     _pending(fc)
     session.add(fc)
     session.flush()
@@ -370,7 +373,8 @@ def _check_chain(session: Session, chain: sm.PortChain, field: str | None = None
 def create_port_chain(session: Session, caller: Caller, body: dict) -> sm.PortChain:
     project = _owner(caller, body.get("project_id"))
     params = body.get("chain_parameters") or {}
-    chain = sm.PortChain(name=body.get("name") or "", project_id=project, symmetric=bool(params.get("symmetric")))
+    chain = sm.PortChain(name=body.get("name") or "", project_id=project, symmetric=bool(params.get("symmetric")),
+                         external_id=_external_id(session, caller, sm.PortChain, body.get("external_id")))
     _pending(chain)
     session.add(chain)
     session.flush()

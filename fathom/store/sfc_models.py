@@ -14,15 +14,16 @@ from sqlalchemy import Boolean, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from fathom.store.base import Base, Resource
+from fathom.store.models import External
 
 
-class PortChain(Resource, Base):
+class PortChain(Resource, External, Base):
     __tablename__ = "sfc_port_chains"
     __table_args__ = ({"sqlite_autoincrement": True},)
     symmetric: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
-class PortPairGroup(Resource, Base):
+class PortPairGroup(Resource, External, Base):
     __tablename__ = "sfc_port_pair_groups"
     __table_args__ = (UniqueConstraint("chain_id", "position"), {"sqlite_autoincrement": True})
     chain_id: Mapped[int | None] = mapped_column(ForeignKey("sfc_port_chains.id", ondelete="SET NULL"),
@@ -30,7 +31,7 @@ class PortPairGroup(Resource, Base):
     position: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
-class PortPair(Resource, Base):
+class PortPair(Resource, External, Base):
     __tablename__ = "sfc_port_pairs"
     __table_args__ = (UniqueConstraint("ingress_port_id"), UniqueConstraint("egress_port_id"),
                       {"sqlite_autoincrement": True})
@@ -40,7 +41,7 @@ class PortPair(Resource, Base):
                                                  nullable=True, index=True)
 
 
-class FlowClassifier(Resource, Base):
+class FlowClassifier(Resource, External, Base):
     __tablename__ = "sfc_flow_classifiers"
     __table_args__ = ({"sqlite_autoincrement": True},)
     logical_source_port_id: Mapped[int] = mapped_column(ForeignKey("ports.id", ondelete="RESTRICT"), index=True)
