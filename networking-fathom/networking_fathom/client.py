@@ -28,10 +28,11 @@ class Client:
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
 
-    def request(self, method: str, path: str, project: str | None = None, **kwargs):
+    def request(self, method: str, path: str, project: str | None = None, timeout: float | None = None, **kwargs):
         headers = {"X-Project": project} if project else {}
         try:
-            r = self.http.request(method, self.base + path, headers=headers, timeout=self.timeout, **kwargs)
+            r = self.http.request(method, self.base + path, headers=headers, timeout=timeout or self.timeout,
+                                  **kwargs)
         except requests.RequestException as e:
             raise Unreachable(f"{method} {path}: {e}") from None
         if r.status_code >= 500:
@@ -50,6 +51,13 @@ class Client:
             out += page
             if len(page) < 1000:
                 return out
+
+    def wait_status(self, collection: str, obj_id: int, want: str, timeout: float, project: str | None) -> dict:
+        """One server-side long-poll (`GET /v1/<collection>/<id>?wait=<want>&timeout=<s>`): the object
+        as soon as fathom decides its status is `want` (or `error`), or as it is after `timeout` s
+        (at most 60); as fathom.client.Client.wait_status, without its loop (the caller asks again)."""
+        return self.request("GET", f"/{collection}/{obj_id}", project, timeout=timeout + self.timeout,
+                            params={"wait": want, "timeout": min(timeout, 60.0)})
 
     def by_external_id(self, collection: str, external_id: str, project: str | None) -> dict | None:
         found = self.request("GET", f"/{collection}", project, params={"external_id": external_id})

@@ -10,8 +10,14 @@ OPTS = [
                  help="seconds between attempts to replay the journal while fathom is unreachable"),
     cfg.FloatOpt("sync_interval", default=60.0,
                  help="seconds between full syncs (drift repair both ways); 0 = only at start"),
-    cfg.FloatOpt("status_interval", default=0.5,
-                 help="seconds between checks of the ports waiting to become active in fathom"),
+    cfg.FloatOpt("status_wait", default=30.0,
+                 help="seconds one long-poll of fathom (GET /v1/ports/<id>?wait=active) waits for a port "
+                      "to become active before it asks again"),
+    cfg.IntOpt("status_waiters", default=8,
+               help="ports awaited at once (one long-poll each); more wait their turn"),
+    cfg.StrOpt("upstream_mac", default=None,
+               help="MAC of the upstream (provider) router of Neutron's external networks (router:external), "
+                    "which fathom's SNAT and floating IPs send to (Neutron does not know it)"),
     cfg.IntOpt("max_attempts", default=5,
                help="a journal entry fathom refuses (4xx) this many times is marked failed; the full "
                     "sync repairs what it left"),

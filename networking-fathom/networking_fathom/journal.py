@@ -10,13 +10,16 @@ repairs what is repairable.
 
 Port status (as ML2/OVN): a bound port gets a provisioning block at commit (networking_fathom.ml2);
 when fathom reports the port `active` (its VIF is on br-int and the switches hold its flows) the
-block is completed and ML2 sets it ACTIVE (Nova's network-vif-plugged).
+block is completed and ML2 sets it ACTIVE (Nova's network-vif-plugged). Nothing polls: each awaited
+port has one long-poll at a time open on fathom (`GET /v1/ports/<id>?wait=active`, answered the
+moment the controller decides the port is active), on a small pool of `status_waiters` threads.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from neutron_lib import context as n_context
 from neutron_lib.callbacks import resources as cb_resources
@@ -47,6 +50,7 @@ class Journal:
         self.event = threading.Event()
         self.thread: threading.Thread | None = None
         self.watch: dict[str, str | None] = {}        # Neutron port UUID -> project, awaiting active
+        self.waiters: ThreadPoolExecutor | None = None
         self.next_sync = 0.0                           # 0: sync at the first chance (on start)
         self.api: Client | None = None
         self.last_sync: dict | None = None
@@ -64,7 +68,7 @@ class Journal:
 
     def _run(self) -> None:
         while True:
-            self.event.wait(conf().status_interval if self.watch else conf().retry_interval)
+            self.event.wait(conf().retry_interval)
             self.event.clear()
             try:
                 self.tick()
@@ -100,10 +104,6 @@ class Journal:
             interval = conf().sync_interval
             self.next_sync = now + interval if interval > 0 else None
             db.purge_completed(ctx, conf().completed_retention)
-        try:
-            self.check_ports(api, ctx)
-        except Unreachable as e:
-            LOG.warning("fathom unreachable while checking port status: %s", e)
 
     # ------------------------------------------------------------------ replay
 
@@ -154,19 +154,53 @@ class Journal:
                 wanted.append((True, m))
         done = [apply_set(api, m, data, refs) for _, m in sorted(wanted, key=lambda w: w[0])]
         if journal_type == "port" and data.get("binding:host_id"):
-            self.watch[data["id"]] = project
-            self.wake()
+            self.watch_port(data["id"], project)
         return ", ".join(d for d in done if d != "not mapped") or "not mapped"
 
     # ------------------------------------------------------------------ port status
 
-    def check_ports(self, api: Client, ctx) -> None:
-        for uuid, project in list(self.watch.items()):
-            port = api.by_external_id("ports", uuid, project)
-            if port is None:
-                self.watch.pop(uuid, None)
-            elif port["status"] == "active":
-                self.watch.pop(uuid, None)
-                provisioning_blocks.provisioning_complete(ctx, uuid, cb_resources.PORT,
-                                                          provisioning_blocks.L2_AGENT_ENTITY)
-                LOG.info("fathom: port %s is active", uuid)
+    def watch_port(self, uuid: str, project: str | None) -> None:
+        """Await the port's activity in fathom (once per port, however often it is asked)."""
+        with self._lock:
+            if uuid in self.watch:
+                return
+            self.watch[uuid] = project
+            if self.waiters is None:
+                self.waiters = ThreadPoolExecutor(conf().status_waiters, thread_name_prefix="fathom-port-status")
+        self.waiters.submit(self._await_port, uuid)
+
+    def _await_port(self, uuid: str) -> None:
+        try:
+            while uuid in self.watch and not self._port_done(uuid):
+                pass
+        except Exception:
+            LOG.exception("fathom: awaiting port %s", uuid)
+            self.watch.pop(uuid, None)
+
+    def _port_done(self, uuid: str) -> bool:
+        """One long-poll for the port; True once it is active (completed in Neutron) or gone."""
+        api, project = self.client(), self.watch.get(uuid)
+        try:
+            port = api.by_external_id("ports", uuid, project) if api else None
+            if port is not None and port["status"] != "active":
+                port = api.wait_status("ports", port["id"], "active", conf().status_wait, project)
+        except Unreachable as e:
+            LOG.info("fathom unreachable while awaiting port %s: %s", uuid, e)
+            time.sleep(conf().retry_interval)
+            return False
+        except FathomError as e:
+            if e.status != 404:
+                raise
+            port = None
+        if port is None:
+            self.watch.pop(uuid, None)      # deleted: the journal or the full sync watches it again
+            return True
+        if port["status"] != "active":
+            if port["status"] == "error":       # answered at once: ask again a little later
+                time.sleep(conf().retry_interval)
+            return False
+        self.watch.pop(uuid, None)
+        provisioning_blocks.provisioning_complete(n_context.get_admin_context(), uuid, cb_resources.PORT,
+                                                  provisioning_blocks.L2_AGENT_ENTITY)
+        LOG.info("fathom: port %s is active", uuid)
+        return True

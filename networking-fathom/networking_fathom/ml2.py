@@ -20,7 +20,7 @@ from oslo_log import log as logging
 from neutron.db import provisioning_blocks
 
 from . import config  # noqa: F401  (registers the [fathom] options)
-from . import db
+from . import db, secgroups
 from .journal import Journal
 from .resources.network import TYPES
 from .resources.port import bound_host
@@ -54,6 +54,7 @@ class FathomMechanismDriver(api.MechanismDriver):
     def initialize(self):
         self.journal = Journal.get()
         self.journal.start()
+        secgroups.subscribe()
 
     @property
     def connectivity(self):

@@ -87,7 +87,7 @@ def full_sync(api, ctx, journal=None) -> dict:
             plugin.update_port_status(ctx, port["id"], n_const.PORT_STATUS_DOWN)
             report["ports_down"] += 1
         if not active and journal is not None:
-            journal.watch[port["id"]] = project_of(port)
+            journal.watch_port(port["id"], project_of(port))
     LOG.info("fathom full sync: %s", report)
     return report
 

@@ -17,6 +17,7 @@ def main(db: str, *config_files: str) -> None:
 
     import networking_fathom.db                             # noqa: F401  the journal table
     from neutron_taas.db import taas_db, tap_mirror_db       # noqa: F401  TaaS's tables
+    from networking_sfc.db import flowclassifier_db, sfc_db  # noqa: F401  networking-sfc's tables
     engine = sa.create_engine(f"sqlite:///{Path(db).absolute()}")
     head.get_metadata().create_all(engine)
     engine.dispose()

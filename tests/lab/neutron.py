@@ -35,10 +35,11 @@ def available() -> str | None:
     return None
 
 
-def neutron_conf(workdir: Path, port: int, fathom_url: str, token_file: Path, sync_interval: float) -> str:
+def neutron_conf(workdir: Path, port: int, fathom_url: str, token_file: Path, sync_interval: float,
+                 upstream_mac: str) -> str:
     return f"""[DEFAULT]
 core_plugin = ml2
-service_plugins = router,flavors,taas
+service_plugins = router,flavors,taas,sfc,flow_classifier
 auth_strategy = noauth
 transport_url = fake://
 state_path = {workdir}
@@ -59,7 +60,11 @@ url = {fathom_url}
 token_file = {token_file}
 sync_interval = {sync_interval}
 retry_interval = 0.5
-status_interval = 0.3
+upstream_mac = {upstream_mac}
+[sfc]
+drivers = fathom
+[flowclassifier]
+drivers = fathom
 """
 
 
@@ -78,8 +83,10 @@ flat_networks = physnet1
 
 
 class NeutronServer:
-    def __init__(self, workdir: Path, fathom_url: str, token: str, sync_interval: float = 5.0):
+    def __init__(self, workdir: Path, fathom_url: str, token: str, sync_interval: float = 5.0,
+                 upstream_mac: str = "02:fe:00:00:00:01"):
         self.dir = Path(workdir)
+        self.upstream_mac = upstream_mac
         self.fathom_url, self.token, self.sync_interval = fathom_url, token, sync_interval
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -91,7 +98,7 @@ class NeutronServer:
         token_file.write_text(self.token)
         token_file.chmod(0o600)
         (self.dir / "neutron.conf").write_text(neutron_conf(self.dir, self.port, self.fathom_url, token_file,
-                                                            self.sync_interval))
+                                                            self.sync_interval, self.upstream_mac))
         (self.dir / "ml2_conf.ini").write_text(ML2_CONF)
         db = self.dir / "neutron.db"
         if not db.exists():

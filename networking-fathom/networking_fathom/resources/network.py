@@ -1,8 +1,11 @@
-"""Neutron networks -> fathom networks: type and segmentation id from Neutron's (single) segment."""
+"""Neutron networks -> fathom networks: type and segmentation id from Neutron's (single) segment. An
+external network (`router:external`) is a fathom external network; its upstream router's MAC, which
+Neutron does not know, is `[fathom] upstream_mac` (docs/external.md)."""
 from __future__ import annotations
 
 from neutron_lib.plugins import directory
 
+from ..config import conf
 from .base import Mapping
 
 TYPES = ("vxlan", "vlan", "flat")
@@ -23,7 +26,7 @@ class Network(Mapping):
     kind = "network"
     collection = "networks"
     order = 0
-    immutable = ("type", "segmentation_id")
+    immutable = ("type", "segmentation_id", "external", "upstream_mac")
 
     def wanted(self, obj, refs):
         network_type, segmentation_id = segment(obj)
@@ -32,6 +35,9 @@ class Network(Mapping):
         body = {"name": (obj.get("name") or "")[:255], "type": network_type, "external_id": obj["id"]}
         if network_type != "flat":
             body["segmentation_id"] = segmentation_id
+        if obj.get("router:external"):
+            body["external"] = True
+            body["upstream_mac"] = (conf().upstream_mac or "").lower() or None
         return body
 
     def neutron_objects(self, context):

@@ -33,19 +33,21 @@ class Port(Mapping):
     collection = "ports"
     order = 3
     immutable = ("network_id", "mac_address", "fixed_ips")
-    mutable = ("name", "node", "interface_name", "port_security")
+    mutable = ("name", "node", "interface_name", "port_security", "security_groups")
 
     def wanted(self, obj, refs):
         owner = obj.get("device_owner") or ""
         if owner in ROUTER_INTERFACE_OWNERS or owner in NOT_MAPPED_OWNERS:
             return None
         host = bound_host(obj)
+        port_security = obj.get("port_security_enabled", True) is not False
+        groups = [refs.id("security-groups", g) for g in obj.get("security_groups") or []] if port_security else []
         return {"network_id": refs.id("networks", obj["network_id"]), "name": (obj.get("name") or "")[:255],
                 "mac_address": obj["mac_address"],
                 "fixed_ips": [{"subnet_id": refs.id("subnets", f["subnet_id"]), "ip_address": f["ip_address"]}
                               for f in obj.get("fixed_ips", []) if ipv4(f["ip_address"])],
                 "node": host, "interface_name": interface_name(obj["id"]) if host else None,
-                "port_security": obj.get("port_security_enabled", True) is not False,
+                "port_security": port_security, "security_groups": groups,
                 "external_id": obj["id"]}
 
     def is_mine(self, fathom_obj):
