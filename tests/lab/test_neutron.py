@@ -4,9 +4,11 @@ One lab (three nodes, fathom's controller, no VM of its own), one Neutron API se
 (gunicorn, SQLite, noauth; tests/lab/neutron.py) configured with `mechanism_drivers = fathom` and
 fathom's L3 providers, authenticated to fathom with a `service` token. openstacksdk and the
 `openstack` command line drive Neutron; VMs are plugged into the lab for Neutron ports with
-`fathom lab plug --neutron-port`, and ping each other through fathom's datapath. Then fathom's
-controller is killed during writes: Neutron keeps answering, and the journal and the full sync
-bring fathom back to exactly Neutron's state.
+`fathom lab plug --neutron-port`, and ping each other through fathom's datapath. Neutron's security
+groups are enforced by fathom (a rule added in Neutron lets pings through that were dropped), a
+networking-sfc port chain steers a VM's traffic into a VNF's port, a TaaS flow copies to a monitor.
+Then fathom's controller is killed during writes: Neutron keeps answering, and the journal and the
+full sync bring fathom back to exactly Neutron's state.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from .util import ping, running_lab
 
 pytestmark = pytest.mark.lab
 
-LAB = "nt1"
+LAB = "nu1"
 TOPOLOGY = """
 nodes:
   - {name: compute1, role: compute}
@@ -167,6 +169,112 @@ def test_taas_tap_flow_copies_to_the_tap_service(cloud):
     sdk.call("network.delete_tap_flow", flow["id"])
     wait_for("the tap policy gone", lambda: fathom_by_external(admin, "taps", flow["id"]) is None)
     sdk.call("network.delete_tap_service", service["id"])
+
+
+def bound_port(sdk: Sdk, admin: Client, network_id: str, name: str, host: str, **extra) -> dict:
+    port = sdk.call("network.create_port", network_id=network_id, name=name, binding_host_id=host,
+                    device_owner="compute:nova", device_id=f"vm-{name}", **extra)
+    wait_for(f"{name} bound in fathom", lambda: (lambda x: x if x and x["node"] else None)(
+        fathom_by_external(admin, "ports", port["id"])))
+    return port
+
+
+def test_security_group_rule_takes_effect(cloud):
+    """A VM in a Neutron group `web` without ingress rules: a2's pings and TCP connections to it are
+    dropped by fathom; a rule (ingress ICMP) added in Neutron lets pings through, TCP stays dropped;
+    deleting the rule drops pings again. Neutron's default group (a2's) is fathom's default group,
+    adopted under Neutron's UUID with Neutron's rules."""
+    lab, server, sdk, admin = cloud
+    blue = sdk.call("network.find_network", "blue")
+    web = sdk.call("network.create_security_group", name="web", description="web servers")
+    # with Neutron's two rules of a new group (egress IPv4 and IPv6, anywhere)
+    mine = wait_for("web and its rules in fathom", lambda: (lambda g: g if g and len(g["rules"]) == 2 else None)(
+        fathom_by_external(admin, "security-groups", web["id"])))
+    assert (mine["name"], mine["description"]) == ("web", "web servers")
+    assert {r["direction"] for r in mine["rules"]} == {"egress"}
+    w1 = bound_port(sdk, admin, blue["id"], "w1", "compute1", security_group_ids=[web["id"]])
+    fathom_w1 = fathom_by_external(admin, "ports", w1["id"])
+    assert fathom_w1["security_groups"] == [mine["id"]]
+    default = sdk.call("network.find_security_group", "default", project_id=blue["project_id"])
+    adopted = fathom_by_external(admin, "security-groups", default["id"])
+    assert adopted["name"] == "default"
+    assert sorted(r["external_id"] for r in adopted["rules"]) == sorted(r["id"] for r in default["security_group_rules"])
+    plug(lab, w1["id"], "w1")
+    wait_for("w1 ACTIVE", lambda: neutron_port_status(sdk, w1["id"]) == "ACTIVE")
+    w1_ip = w1["fixed_ips"][0]["ip_address"]
+    argv, env = lab.exec_args("w1", ["nc", "-l", "-k", "8080"])
+    listener = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _web_rule(lab, sdk, admin, web, mine, w1_ip)
+    finally:
+        listener.kill()
+        listener.wait(5)
+
+
+def _web_rule(lab, sdk, admin, web, mine, w1_ip):
+    admin.wait_status("security-groups", mine["id"], timeout=20)
+    assert ping(lab, "a2", w1_ip, count=2).returncode != 0
+    assert nc(lab, "a2", w1_ip, 8080) != 0
+
+    rule = sdk.call("network.create_security_group_rule", security_group_id=web["id"], direction="ingress",
+                    ethertype="IPv4", protocol="icmp")
+    wait_for("the rule in fathom", lambda: fathom_by_external(admin, "security-group-rules", rule["id"]))
+    admin.wait_status("security-groups", mine["id"], timeout=20)
+    assert pings(lab, "a2", w1_ip)
+    assert nc(lab, "a2", w1_ip, 8080) != 0       # only ICMP was allowed
+
+    sdk.call("network.delete_security_group_rule", rule["id"])
+    wait_for("the rule gone from fathom",
+             lambda: fathom_by_external(admin, "security-group-rules", rule["id"]) is None)
+    admin.wait_status("security-groups", mine["id"], timeout=20)
+    assert ping(lab, "a2", w1_ip, count=2).returncode != 0
+
+
+def nc(lab, src: str, ip: str, port: int) -> int:
+    """Exit status of a TCP connection attempt from `src` (0: connected)."""
+    argv, env = lab.exec_args(src, ["nc", "-z", "-w", "2", ip, str(port)])
+    return subprocess.run(argv, env=env, capture_output=True, timeout=10).returncode
+
+
+def test_port_chain_steers_into_the_vnf(cloud):
+    """networking-sfc: a VNF with two ports (port security off) on compute2, a port pair, a group, a
+    flow classifier (ICMP from a1 to b1) and a chain, all made through Neutron: tcpdump at the VNF's
+    ingress sees a1's echo requests to b1, which without the chain went straight to b1."""
+    lab, server, sdk, admin = cloud
+    blue = sdk.call("network.find_network", "blue")
+    a1, b1 = sdk.call("network.find_port", "a1"), sdk.call("network.find_port", "b1")
+    vnf = {side: bound_port(sdk, admin, blue["id"], f"vnf-{side}", "compute2", port_security_enabled=False)
+           for side in ("in", "out")}
+    for side, port in vnf.items():
+        plug(lab, port["id"], f"vnf{side}")
+    pair = sdk.call("network.create_sfc_port_pair", name="pp1", ingress=vnf["in"]["id"], egress=vnf["out"]["id"])
+    group = sdk.call("network.create_sfc_port_pair_group", name="ppg1", port_pairs=[pair["id"]])
+    b1_ip = b1["fixed_ips"][0]["ip_address"]
+    classifier = sdk.call("network.create_sfc_flow_classifier", name="icmp-to-b1", ethertype="IPv4",
+                          protocol="icmp", logical_source_port=a1["id"], destination_ip_prefix=f"{b1_ip}/32")
+    chain = sdk.call("network.create_sfc_port_chain", name="pc1", port_pair_groups=[group["id"]],
+                     flow_classifiers=[classifier["id"]])
+    mine = wait_for("the chain in fathom", lambda: fathom_by_external(admin, "sfc/port_chains", chain["id"]))
+    assert mine["port_pair_groups"] == [fathom_by_external(admin, "sfc/port_pair_groups", group["id"])["id"]]
+    assert mine["flow_classifiers"] == [fathom_by_external(admin, "sfc/flow_classifiers", classifier["id"])["id"]]
+    admin.wait_status("sfc/port_chains", mine["id"], timeout=30)
+
+    a1_ip = a1["fixed_ips"][0]["ip_address"]
+    argv, env = lab.exec_args("vnfin", ["tcpdump", "-i", "eth0", "-n", "-l", "-c", "2",
+                                        f"icmp[icmptype] == icmp-echo and src host {a1_ip} and dst host {b1_ip}"])
+    capture = subprocess.Popen(["timeout", "15", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    time.sleep(1.5)                            # tcpdump is listening
+    ping(lab, "a1", b1_ip, count=3)            # steered into the VNF (which does not forward): no replies
+    out, _ = capture.communicate(timeout=20)
+    assert out.count(f"{a1_ip} > {b1_ip}: ICMP echo request") == 2, out
+
+    sdk.call("network.delete_sfc_port_chain", chain["id"])
+    wait_for("the chain gone from fathom", lambda: fathom_by_external(admin, "sfc/port_chains", chain["id"]) is None)
+    for kind, obj in (("flow_classifier", classifier), ("port_pair_group", group), ("port_pair", pair)):
+        sdk.call(f"network.delete_sfc_{kind}", obj["id"])
+    wait_for("the pair gone from fathom", lambda: fathom_by_external(admin, "sfc/port_pairs", pair["id"]) is None)
+    assert pings(lab, "a1", b1_ip)            # unsteered again
 
 
 def test_openstack_cli_fabric_flavor(cloud):

@@ -35,9 +35,9 @@ class Network(Mapping):
         body = {"name": (obj.get("name") or "")[:255], "type": network_type, "external_id": obj["id"]}
         if network_type != "flat":
             body["segmentation_id"] = segmentation_id
-        if obj.get("router:external"):
-            body["external"] = True
-            body["upstream_mac"] = (conf().upstream_mac or "").lower() or None
+        external = bool(obj.get("router:external"))
+        body["external"] = external
+        body["upstream_mac"] = (conf().upstream_mac or "").lower() or None if external else None
         return body
 
     def neutron_objects(self, context):
