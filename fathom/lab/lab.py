@@ -237,37 +237,44 @@ class Lab:
             wait_for(lambda: "br-int" in ovs.vsctl("list-br"), 10, f"br-int on {node.name}")
 
     def _build_upstream(self, topo: Topology, node: NodePlan, progress) -> None:
-        """The upstream host (the provider router of an external network) and the provider switch.
-
-        The host is a namespace holding the external subnet's gateway address, untagged, forwarding
-        between the addresses of its subnet (a packet from one floating IP to another comes back out
-        the way a provider router hairpins it). Its wire
-        and the gateway node's `ext0` meet on `br-up`, a plain learning bridge of the fabric
-        namespace's OVS standing for the provider's physical switch: the host's port is an access
-        port of the external network's VLAN, `ext0`'s a trunk (the kernel here has no 802.1Q
-        devices, so the host cannot tag itself). The host has no route beyond its subnet: floating
-        IPs and router gateway IPs are on-link, answered by the gateway node (docs/external.md)."""
         up = topo.upstream
         net = topo.network(up.network)
         progress(f"upstream host {up.name} wired to {node.name}")
-        uns, fabric = self.ns(up.name), self.ns("fabric")
+        self.wire_upstream(node, up.name, up.mac, f"{net.gateway}/{net.cidr.prefixlen}",
+                           topo.segmentation_id(net) if net.type == "vlan" else None)
+
+    def wire_upstream(self, node: NodePlan, name: str, mac: str, address: str, vlan: int | None) -> None:
+        """The upstream host (the provider router of an external network) and the provider switch.
+
+        The host is a namespace holding the external subnet's gateway address (`address`, a CIDR),
+        untagged, forwarding between the addresses of its subnet (a packet from one floating IP to
+        another comes back out the way a provider router hairpins it). Its wire
+        and the gateway node's `ext0` meet on `br-up`, a plain learning bridge of the fabric
+        namespace's OVS standing for the provider's physical switch: the host's port is an access
+        port of the external network's VLAN (`vlan`; None: a flat network), `ext0`'s a trunk (the
+        kernel here has no 802.1Q devices, so the host cannot tag itself). The host has no route
+        beyond its subnet: floating IPs and router gateway IPs are on-link, answered by the gateway
+        node (docs/external.md). Topologies declare it (`upstream:`); a cloud that makes its
+        external network itself (a Neutron lab) wires it with this."""
+        uns, fabric = self.ns(name), self.ns("fabric")
         _add_netns(uns)
         tor = OvsInstance(fabric, self.dir / "fabric")
         tor.vsctl("--may-exist", "add-br", "br-up", "--", "set", "bridge", "br-up", "datapath_type=netdev",
                   "fail_mode=standalone")
-        host_end, node_end = f"u-{up.name}", f"x-{node.name}"[:15]
+        host_end, node_end = f"u-{name}"[:15], f"x-{node.name}"[:15]
         run(["ip", "link", "add", "eth0", "netns", uns, "type", "veth", "peer", "name", host_end, "netns", fabric])
         run(["ip", "link", "add", EXTERNAL_INTERFACE, "netns", node.netns, "type", "veth",
              "peer", "name", node_end, "netns", fabric])
-        run(["ip", "link", "set", "eth0", "address", up.mac], ns=uns)
+        run(["ip", "link", "set", "eth0", "address", mac], ns=uns)
         for ns_, dev in ((uns, "eth0"), (fabric, host_end), (fabric, node_end), (node.netns, EXTERNAL_INTERFACE)):
             _prepare_veth_end(ns_, dev)
-        run(["ip", "addr", "add", f"{net.gateway}/{net.cidr.prefixlen}", "dev", "eth0"], ns=uns)
+        run(["ip", "addr", "add", address, "dev", "eth0"], ns=uns)
         # a router: a packet from one floating IP to another comes back out (hairpin)
         run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=uns)
-        tag = [f"tag={topo.segmentation_id(net)}"] if net.type == "vlan" else []
+        tag = [f"tag={vlan}"] if vlan is not None else []
         tor.vsctl("add-port", "br-up", host_end, *tag, "--", "add-port", "br-up", node_end)
         OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
+
     # ----- VMs: a namespace behind a veth whose node end becomes a port of br-int -----
     def add_vm(self, node: str, name: str, mac: str, ip: str, gateway: str | None) -> None:
         """The VM `name` on `node`: its namespace with eth0 (`mac`, `ip` as a CIDR, default route via

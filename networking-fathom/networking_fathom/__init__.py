@@ -2,7 +2,11 @@
 
 - `networking_fathom.ml2.FathomMechanismDriver` (ML2 `mechanism_drivers = fathom`): networks,
   subnets, ports and their binding.
-- `networking_fathom.l3`: L3 service providers, one per fathom router mode, offered as L3 flavors.
+- `networking_fathom.secgroups`: security groups and rules (Neutron callbacks, subscribed by ML2).
+- `networking_fathom.l3`: L3 service providers, one per fathom router mode, offered as L3 flavors;
+  external gateways and floating IPs.
+- `networking_fathom.sfc`: networking-sfc's SFC and flow-classifier drivers.
+- `networking_fathom.taas`: the TaaS service driver.
 - `networking_fathom.journal`: every write is recorded in Neutron's database in the transaction
   that makes it (table `fathom_journal`) and replayed to fathom in order by one thread; a full sync
   at start and every `[fathom] sync_interval` seconds repairs drift both ways.

@@ -172,8 +172,9 @@ def test_taas_tap_flow_copies_to_the_tap_service(cloud):
 
 
 def bound_port(sdk: Sdk, admin: Client, network_id: str, name: str, host: str, **extra) -> dict:
+    extra.setdefault("device_id", f"vm-{name}")
     port = sdk.call("network.create_port", network_id=network_id, name=name, binding_host_id=host,
-                    device_owner="compute:nova", device_id=f"vm-{name}", **extra)
+                    device_owner="compute:nova", **extra)
     wait_for(f"{name} bound in fathom", lambda: (lambda x: x if x and x["node"] else None)(
         fathom_by_external(admin, "ports", port["id"])))
     return port
@@ -243,7 +244,8 @@ def test_port_chain_steers_into_the_vnf(cloud):
     lab, server, sdk, admin = cloud
     blue = sdk.call("network.find_network", "blue")
     a1, b1 = sdk.call("network.find_port", "a1"), sdk.call("network.find_port", "b1")
-    vnf = {side: bound_port(sdk, admin, blue["id"], f"vnf-{side}", "compute2", port_security_enabled=False)
+    vnf = {side: bound_port(sdk, admin, blue["id"], f"vnf-{side}", "compute2", port_security_enabled=False,
+                            device_id="vm-vnf")        # one VM's two ports (networking-sfc checks)
            for side in ("in", "out")}
     for side, port in vnf.items():
         plug(lab, port["id"], f"vnf{side}")
@@ -275,6 +277,75 @@ def test_port_chain_steers_into_the_vnf(cloud):
         sdk.call(f"network.delete_sfc_{kind}", obj["id"])
     wait_for("the pair gone from fathom", lambda: fathom_by_external(admin, "sfc/port_pairs", pair["id"]) is None)
     assert pings(lab, "a1", b1_ip)            # unsteered again
+
+
+UPSTREAM_MAC = "02:fe:00:00:00:01"      # the Neutron server's [fathom] upstream_mac (tests/lab/neutron.py)
+
+
+def test_floating_ip_from_the_upstream_host(cloud):
+    """An external network made in Neutron (VLAN 300, router:external) becomes fathom's external
+    network; router r1's external gateway on it is fathom's router gateway (Neutron's address, SNAT);
+    a floating IP associated with a1 is reached from the upstream host (the provider router, wired
+    to the gateway node's ext0), moved to a2 it reaches a2, disassociated it reaches nothing."""
+    lab, server, sdk, admin = cloud
+    ext = sdk.call("network.create_network", name="ext", is_router_external=True, provider_network_type="vlan",
+                   provider_physical_network="physnet1", provider_segmentation_id=300)
+    sdk.call("network.create_subnet", network_id=ext["id"], cidr="203.0.113.0/24", ip_version=4,
+             gateway_ip="203.0.113.1", is_dhcp_enabled=False, name="ext4")
+    mine = wait_for("ext in fathom", lambda: fathom_by_external(admin, "networks", ext["id"]))
+    assert (mine["external"], mine["upstream_mac"], mine["segmentation_id"]) == (True, UPSTREAM_MAC, 300)
+    lab.wire_upstream(lab.node("gw"), "up", UPSTREAM_MAC, "203.0.113.1/24", 300)
+
+    router = sdk.call("network.find_router", "r1")
+    router = sdk.call("network.update_router", router["id"], external_gateway_info={"network_id": ext["id"]})
+    gw_ip = router["external_gateway_info"]["external_fixed_ips"][0]["ip_address"]
+    r = wait_for("r1's gateway in fathom", lambda: (lambda x: x if x and x["external_gateway"] else None)(
+        fathom_by_external(admin, "routers", router["id"])))
+    assert (r["external_gateway"]["ip_address"], r["external_gateway"]["enable_snat"]) == (gw_ip, True)
+
+    # the VMs' group (the project's default) admits ICMP from the provider's network
+    default = sdk.call("network.find_security_group", "default", project_id=ext["project_id"])
+    rule = sdk.call("network.create_security_group_rule", security_group_id=default["id"], direction="ingress",
+                    ethertype="IPv4", protocol="icmp", remote_ip_prefix="203.0.113.0/24")
+    wait_for("the rule in fathom", lambda: fathom_by_external(admin, "security-group-rules", rule["id"]))
+    a1, a2 = sdk.call("network.find_port", "a1"), sdk.call("network.find_port", "a2")
+    fip = sdk.call("network.create_ip", floating_network_id=ext["id"], port_id=a1["id"])
+    address = fip["floating_ip_address"]
+
+    def fathom_fip(port: str | None):
+        want = fathom_by_external(admin, "ports", port)["id"] if port else None
+        f = fathom_by_external(admin, "floatingips", fip["id"])
+        return f if f and f["port_id"] == want else None
+
+    f = wait_for("the floating IP on a1 in fathom", lambda: fathom_fip(a1["id"]))
+    assert f["floating_ip_address"] == address
+    admin.wait_status("floatingips", f["id"], timeout=30)
+    assert pings(lab, "up", address)
+    seen = _echo_requests_at(lab, "a1", address, count=2)
+    assert seen == 2
+
+    sdk.call("network.update_ip", fip["id"], port_id=a2["id"])          # move
+    f = wait_for("the floating IP moved to a2 in fathom", lambda: fathom_fip(a2["id"]))
+    admin.wait_status("floatingips", f["id"], timeout=30)
+    assert pings(lab, "up", address)
+    assert _echo_requests_at(lab, "a2", address, count=2) == 2
+
+    sdk.call("network.update_ip", fip["id"], port_id=None)              # disassociate
+    wait_for("the floating IP disassociated in fathom", lambda: fathom_fip(None))
+    assert ping(lab, "up", address, count=2).returncode != 0
+
+
+def _echo_requests_at(lab, vm: str, address: str, count: int) -> int:
+    """Echo requests from the upstream host that `vm` receives while the upstream pings `address`
+    (the floating IP, translated to the VM's fixed address on the way)."""
+    argv, env = lab.exec_args(vm, ["tcpdump", "-i", "eth0", "-n", "-l", "-c", str(count),
+                                   "icmp[icmptype] == icmp-echo and src host 203.0.113.1"])
+    capture = subprocess.Popen(["timeout", "15", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    time.sleep(1.5)
+    ping(lab, "up", address, count=count + 1)
+    out, _ = capture.communicate(timeout=20)
+    return out.count("ICMP echo request")
 
 
 def test_openstack_cli_fabric_flavor(cloud):
@@ -354,8 +425,11 @@ def _down_during_writes_then_resync(lab, server, sdk, admin):
     sdk.call("network.update_network", blue["id"], name="blue-renamed")
     a2 = sdk.call("network.find_port", "a2")
     sdk.call("network.update_port", a2["id"], name="a2-renamed")
+    late = sdk.call("network.create_security_group", name="late")
+    ssh = sdk.call("network.create_security_group_rule", security_group_id=late["id"], direction="ingress",
+                   ethertype="IPv4", protocol="tcp", port_range_min=22, port_range_max=22)
     time.sleep(1.5)                              # the journal thread has tried and found fathom down
-    assert journal_states(server).get("pending", 0) >= 5
+    assert journal_states(server).get("pending", 0) >= 7
 
     restarted = ctl.start_controller(lab.dir, state["of_host"], state["api_port"], state["of_port"],
                                      pki_dir=state.get("pki_dir"))
@@ -366,12 +440,18 @@ def _down_during_writes_then_resync(lab, server, sdk, admin):
     assert fathom_by_external(admin, "ports", a2["id"])["name"] == "a2-renamed"
     assert fathom_by_external(admin, "subnets", green4["id"])["cidr"] == "10.10.3.0/24"
     assert fathom_by_external(admin, "ports", g1["id"])["node"] == "compute1"
+    rule = fathom_by_external(admin, "security-group-rules", ssh["id"])
+    assert (rule["security_group_id"], rule["protocol"], rule["port_range_min"]) == (
+        fathom_by_external(admin, "security-groups", late["id"])["id"], "tcp", 22)
 
     # drift in fathom, both ways
     admin.delete(f"/ports/{fathom_by_external(admin, 'ports', g1['id'])['id']}")
+    admin.delete(f"/security-group-rules/{rule['id']}")
     stray = admin.post("/networks", json={"name": "stray", "external_id": "00000000-0000-4000-8000-00000000beef",
                                           "project_id": green["project_id"]})
     wait_for("g1 recreated by the full sync", lambda: fathom_by_external(admin, "ports", g1["id"]), timeout=20)
+    wait_for("the rule recreated by the full sync",
+             lambda: fathom_by_external(admin, "security-group-rules", ssh["id"]), timeout=20)
     wait_for("stray network deleted by the full sync",
              lambda: fathom_by_external(admin, "networks", stray["external_id"]) is None, timeout=20)
     # the datapath still carries the VMs made before the outage

@@ -11,7 +11,8 @@ from .base import Mapping, ipv4
 
 ROUTER_INTERFACE_OWNERS = (n_const.DEVICE_OWNER_ROUTER_INTF, n_const.DEVICE_OWNER_DVR_INTERFACE,
                            n_const.DEVICE_OWNER_HA_REPLICATED_INT)
-# Ports fathom does not hold (yet): gateways and floating IPs come with external networks; fathom
+# Ports fathom does not hold as ports: a router gateway's and a floating IP's address is held by
+# fathom's own gateway / floating IP (networking_fathom.resources.router, .floating_ip); fathom
 # answers DHCP-less (addresses are configured from the port) and runs no metadata proxy.
 NOT_MAPPED_OWNERS = (n_const.DEVICE_OWNER_ROUTER_GW, n_const.DEVICE_OWNER_FLOATINGIP,
                      n_const.DEVICE_OWNER_DHCP, n_const.DEVICE_OWNER_DISTRIBUTED)
