@@ -1,10 +1,10 @@
 """/v1/floatingips: addresses of an external network mapped 1:1 to a port's fixed IP (docs/external.md)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from fathom.api import schemas as sc
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.store import external, ops
 from fathom.store.external_models import FloatingIp
@@ -36,8 +36,10 @@ def create_floating_ip(body: sc.FloatingIpCreate, c: CallerDep, db: StoreDep):
 
 
 @router.get("/{fip_id}", response_model=sc.FloatingIpOut)
-def show_floating_ip(fip_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: fip_out(external.get_floating_ip(s, c, fip_id)))
+async def show_floating_ip(fip_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                           timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: fip_out(external.get_floating_ip(s, c, fip_id))),
+                       ("floating_ip",), fip_id, wait, timeout)
 
 
 @router.patch("/{fip_id}", response_model=sc.FloatingIpOut)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.api.schemas import EXTERNAL_ID, NAME, Status, StatusOut
 from fathom.store import models as m
@@ -131,8 +131,10 @@ def create_group(body: GroupCreate, c: CallerDep, db: StoreDep):
 
 
 @groups.get("/{group_id}", response_model=GroupOut)
-def show_group(group_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: group_out(ops.get_group(s, c, group_id)))
+async def show_group(group_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                     timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: group_out(ops.get_group(s, c, group_id))),
+                       ("security_group",), group_id, wait, timeout)
 
 
 @groups.patch("/{group_id}", response_model=GroupOut)

@@ -501,3 +501,51 @@ def test_external_ids_are_set_by_the_service_identity_and_found_again(api):
     assert api.error("POST", "/routers", {"external_id": "bad id!"}, 422, headers=service)[0] == ["external_id"]
     # the same UUID may name objects of different kinds (each table is its own space)
     assert api.post("/routers", {"external_id": "net-uuid"}, headers=service)["external_id"] == "net-uuid"
+
+
+def test_external_ids_of_security_groups_floating_ips_and_chains(api):
+    """The same for the objects of security groups, external connectivity and service chains: the
+    service identity sets the ids, adopts the project's default group (which fathom made) by giving
+    it Neutron's id, creates the external network and gives the floating IP the address Neutron
+    allocated; lists find each by its id; a member may do none of it."""
+    service = {**api.who(("services", "service")), **SERVICE_P1}
+    group = api.post("/security-groups", {"name": "web", "external_id": "sg-uuid"}, headers=service)
+    rule = api.post("/security-group-rules", {"security_group_id": group["id"], "direction": "ingress",
+                                              "protocol": "tcp", "port_range_min": 22, "port_range_max": 22,
+                                              "external_id": "rule-uuid"}, headers=service)
+    default = api.get("/security-groups", headers=service, name="default")[0]
+    assert default["external_id"] is None
+    adopted = api.patch(f"/security-groups/{default['id']}", {"external_id": "default-uuid"}, headers=service)
+    assert (adopted["name"], adopted["external_id"]) == ("default", "default-uuid")
+    assert api.error("PATCH", f"/security-groups/{group['id']}", {"external_id": "x"}, 403,
+                     headers=MEMBER)[0] == ["external_id"]
+    assert api.error("POST", "/security-groups", {"name": "w2", "external_id": "sg-uuid"}, 409,
+                     headers=service)[0] == ["external_id"]
+    ext = api.post("/networks", {"name": "ext", "type": "vlan", "segmentation_id": 300, "external": True,
+                                 "upstream_mac": "02:fe:00:00:00:01", "external_id": "ext-uuid"}, headers=service)
+    api.post("/subnets", {"network_id": ext["id"], "cidr": "203.0.113.0/24"}, headers=service)
+    fip = api.post("/floatingips", {"floating_network_id": ext["id"], "floating_ip_address": "203.0.113.9",
+                                    "external_id": "fip-uuid"}, headers=service)
+    assert (fip["floating_ip_address"], fip["external_id"]) == ("203.0.113.9", "fip-uuid")
+    assert api.error("POST", "/floatingips", {"floating_network_id": ext["id"], "floating_ip_address": "203.0.113.8"},
+                     403, headers=MEMBER)[0] == ["floating_ip_address"]
+    net = api.post("/networks", {"name": "n"}, headers=service)
+    sub = api.post("/subnets", {"network_id": net["id"], "cidr": "10.0.0.0/24"}, headers=service)
+    vnf = [api.post("/ports", {"network_id": net["id"], "port_security": False, "security_groups": []},
+                    headers=service) for _ in range(2)]
+    src = api.post("/ports", {"network_id": net["id"]}, headers=service)
+    pair = api.post("/sfc/port_pairs", {"ingress": vnf[0]["id"], "egress": vnf[1]["id"], "external_id": "pp-uuid"},
+                    headers=service)
+    ppg = api.post("/sfc/port_pair_groups", {"port_pairs": [pair["id"]], "external_id": "ppg-uuid"}, headers=service)
+    fc = api.post("/sfc/flow_classifiers", {"logical_source_port": src["id"], "protocol": "icmp",
+                                            "external_id": "fc-uuid"}, headers=service)
+    chain = api.post("/sfc/port_chains", {"port_pair_groups": [ppg["id"]], "flow_classifiers": [fc["id"]],
+                                          "external_id": "pc-uuid"}, headers=service)
+    for collection, uuid, obj in (("security-groups", "sg-uuid", group), ("security-groups", "default-uuid", default),
+                                  ("security-group-rules", "rule-uuid", rule), ("floatingips", "fip-uuid", fip),
+                                  ("sfc/port_pairs", "pp-uuid", pair), ("sfc/port_pair_groups", "ppg-uuid", ppg),
+                                  ("sfc/flow_classifiers", "fc-uuid", fc), ("sfc/port_chains", "pc-uuid", chain)):
+        assert [o["id"] for o in api.get(f"/{collection}", headers=service, external_id=uuid)] == [obj["id"]]
+        assert api.get(f"/{collection}", headers=OTHER, external_id=uuid) == []
+    assert sub["id"] and api.error("POST", "/sfc/port_chains", {"port_pair_groups": [], "external_id": "y"}, 403,
+                                   headers=MEMBER)[0] == ["external_id"]
