@@ -6,7 +6,8 @@ fathom's L3 providers, authenticated to fathom with a `service` token. openstack
 `openstack` command line drive Neutron; VMs are plugged into the lab for Neutron ports with
 `fathom lab plug --neutron-port`, and ping each other through fathom's datapath. Neutron's security
 groups are enforced by fathom (a rule added in Neutron lets pings through that were dropped), a
-networking-sfc port chain steers a VM's traffic into a VNF's port, a TaaS flow copies to a monitor.
+networking-sfc port chain steers a VM's traffic into a VNF's port, a TaaS flow copies to a monitor, a
+floating IP on an external network made in Neutron is reached from the lab's upstream host.
 Then fathom's controller is killed during writes: Neutron keeps answering, and the journal and the
 full sync bring fathom back to exactly Neutron's state.
 """
@@ -302,6 +303,15 @@ def test_floating_ip_from_the_upstream_host(cloud):
     r = wait_for("r1's gateway in fathom", lambda: (lambda x: x if x and x["external_gateway"] else None)(
         fathom_by_external(admin, "routers", router["id"])))
     assert (r["external_gateway"]["ip_address"], r["external_gateway"]["enable_snat"]) == (gw_ip, True)
+    # a router made with its gateway (Neutron sets it after the router's own transaction), SNAT off
+    r2 = sdk.call("network.create_router", name="r2",
+                  external_gateway_info={"network_id": ext["id"], "enable_snat": False})
+    r2_ip = r2["external_gateway_info"]["external_fixed_ips"][0]["ip_address"]
+    got = wait_for("r2's gateway in fathom", lambda: (lambda x: x["external_gateway"] if x else None)(
+        fathom_by_external(admin, "routers", r2["id"])))
+    assert (got["ip_address"], got["enable_snat"]) == (r2_ip, False)
+    sdk.call("network.delete_router", r2["id"])
+    wait_for("r2 gone from fathom", lambda: fathom_by_external(admin, "routers", r2["id"]) is None)
 
     # the VMs' group (the project's default) admits ICMP from the provider's network
     default = sdk.call("network.find_security_group", "default", project_id=ext["project_id"])
