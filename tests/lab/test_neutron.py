@@ -410,6 +410,12 @@ def journal_states(server: NeutronServer) -> dict[str, int]:
         return dict(db.execute("SELECT state, count(*) FROM fathom_journal GROUP BY state").fetchall())
 
 
+def journal_failures(server: NeutronServer) -> list[tuple]:
+    with sqlite3.connect(server.dir / "neutron.db", timeout=30) as db:
+        return db.execute("SELECT seq, object_type, operation, object_uuid, last_error FROM fathom_journal "
+                          "WHERE state = 'failed'").fetchall()
+
+
 def test_fathom_down_during_writes_then_resync(cloud):
     """Kill fathom's controller, write to Neutron (it answers: the journal keeps the writes), bring
     fathom back: every write arrives. Then drift in fathom itself (a Neutron object deleted behind
@@ -419,6 +425,7 @@ def test_fathom_down_during_writes_then_resync(cloud):
         _down_during_writes_then_resync(lab, server, sdk, admin)
     except Exception as e:     # what the driver logged says why
         raise AssertionError(f"{type(e).__name__}: {e}\njournal: {journal_states(server)}\n"
+                             f"failed entries: {journal_failures(server)}\n"
                              f"{server.log_tail(60)}") from e
 
 

@@ -45,6 +45,13 @@ class Router(Mapping):
             api.request("PATCH", f"/{self.collection}/{existing['id']}", project, json={"external_gateway": None})
         return super().update(api, existing, changes, project)
 
+    def delete(self, api, existing, project):
+        # Neutron clears the gateway as it deletes the router; replayed together, the entries collapse
+        # into the deletion, and fathom deletes no router that still has a gateway
+        if existing.get("external_gateway"):
+            api.request("PATCH", f"/{self.collection}/{existing['id']}", project, json={"external_gateway": None})
+        super().delete(api, existing, project)
+
     def neutron_objects(self, context):
         l3 = directory.get_plugin(plugin_constants.L3)
         if l3 is None:
