@@ -2,7 +2,9 @@
 `[fathom] sync_interval` s) and turns ports ACTIVE in Neutron once fathom says they are.
 
 Replay: pending entries in `seq` order; several pending entries of one object collapse into the
-last one (each says the whole state), applied at the place of the first. fathom unreachable (or a
+last one (each says the whole state), applied at the place of the first (a creation comes before
+what refers to it) or, when the last is a deletion, at its own place (after what referred to it is
+gone). fathom unreachable (or a
 5xx): the pass stops and is retried every `retry_interval` s, nothing is lost. fathom refusing an
 entry (4xx, or a referenced object it lacks): the entry stays pending and is retried on the next
 pass; after `max_attempts` it is marked failed (logged with fathom's reason) and the full sync
@@ -117,7 +119,7 @@ class Journal:
             for e in entries:
                 groups.setdefault(e.object_uuid, []).append(e)
             progress = False
-            for uuid, group in sorted(groups.items(), key=lambda kv: kv[1][0].seq):
+            for uuid, group in sorted(groups.items(), key=_place):
                 last = group[-1]
                 try:
                     what = self.apply(api, last.object_type, last.operation, json.loads(last.data))
@@ -204,3 +206,9 @@ class Journal:
                                                   provisioning_blocks.L2_AGENT_ENTITY)
         LOG.info("fathom: port %s is active", uuid)
         return True
+
+
+def _place(item) -> int:
+    """Where a collapsed group of one object's entries is applied (see the module's docstring)."""
+    entries = item[1]
+    return entries[-1].seq if entries[-1].operation == "delete" else entries[0].seq
