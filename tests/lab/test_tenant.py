@@ -12,7 +12,7 @@ from fathom.host.iperf import iperf3
 from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
 
-from .util import ping, running_lab, sh, lab_api as api
+from .util import await_status, ping, running_lab, sh, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": "198.19.1.11",
@@ -195,8 +195,7 @@ def test_new_port_becomes_active_and_reachable(lab):
         port = c.post("/ports", json={"network_id": net["id"], "name": "vm9", "mac_address": "02:fa:00:00:01:09",
                                       "fixed_ips": [{"ip_address": "198.19.1.19"}], "node": "compute2",
                                       "interface_name": "vm9", "project_id": "alpha"}).json()
-        got = c.get(f"/ports/{port['id']}", params={"wait": "active", "timeout": 10}, timeout=15).json()
-        assert got["status"] == "active", got
+        await_status(c, f"/ports/{port['id']}")
         assert ping(lab, "vm1", "198.19.1.19").returncode == 0, _tunnel_state(lab)
         c.delete(f"/ports/{port['id']}").raise_for_status()
         c.post("/sync").raise_for_status()
