@@ -2,6 +2,7 @@
 `fathom/bench/<name>.py` and its command is added here (tenant, vtap, pptmon, l3 ... later)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -26,6 +27,42 @@ def _sizes(value: str | None) -> list[int] | None:
         return [int(x) for x in value.split(",") if x.strip()]
     except ValueError:
         raise click.BadParameter(f"{value!r}: a comma-separated list of frame sizes in bytes")
+
+
+def output_dir(name: str, outdir: str | None) -> Path:
+    """The run's output directory (made): `outdir`, or results/bench-<name>-<timestamp>/."""
+    out = Path(outdir or f"results/bench-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@contextlib.contextmanager
+def progress_bar():
+    """A transient progress bar; yields the `progress(msg, frac=None)` callback the benches take."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task("starting", total=1.0)
+        yield lambda msg, frac=None: bar.update(task, description=msg, **({} if frac is None else {"completed": frac}))
+
+
+def stderr_progress():
+    """A `progress(msg)` callback printing elapsed seconds and the message on stderr."""
+    t0 = time.monotonic()
+    return lambda msg: click.echo(f"[{time.monotonic() - t0:6.0f} s] {msg}", err=True)
+
+
+def publish(name: str, doc: dict, out: Path, module, as_json: bool, plot: str | None = None) -> None:
+    """Record the command line in `doc`, write results.json and summary.md (`module.markdown`) and the
+    plot (`module.plot`, if named) under `out`, and print the summary, or the document with --json."""
+    doc["command"] = f"fathom bench {name} " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    (out / "results.json").write_text(json.dumps(doc, indent=2, default=str))
+    (out / "summary.md").write_text(module.markdown(doc))
+    if plot:
+        module.plot(doc, out / plot)
+    if as_json:
+        return print_json(doc)
+    console.print(module.markdown(doc), highlight=False, markup=False)
+    console.print(f"report: {out}/summary.md, raw: {out}/results.json" + (f", plot: {out}/{plot}" if plot else ""))
 
 
 @bench.command("switch")
@@ -171,34 +208,21 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
 @click.option("--json", "as_json", is_flag=True)
 def tenant(quick, seconds, repeats, udp_mbps, data_plane_only, ports, bulk_ports, outdir, as_json):
     """Tenant networking: L2/L3 throughput and RTT as ratios, new-port latency, flow install rate."""
-    import json as json_
-
     from fathom.bench import tenant as tb
     from fathom.lab.sh import LabError
     if ports > 150:
         raise click.BadParameter("at most 150", param_hint="--ports")
     if quick:
         seconds, repeats, ports, bulk_ports = 2, 1, 20, min(bulk_ports, 1000)
-    out = Path(outdir or f"results/bench-tenant-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
-                  transient=True) as progress:
-        task = progress.add_task("starting", total=1.0)
+    out = output_dir("tenant", outdir)
+    with progress_bar() as progress:
         b = tb.TenantBench(seconds=seconds, repeats=repeats, udp_mbps=udp_mbps, ports=ports, bulk_ports=bulk_ports,
-                           progress=lambda msg, frac=None: progress.update(task, description=msg,
-                                                                            **({} if frac is None else {"completed": frac})))
+                           progress=progress)
         try:
             doc = b.run(control_plane=not data_plane_only)
         except (LabError, OSError) as e:
             fail(str(e))
-    doc["command"] = "fathom bench tenant " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    (out / "results.json").write_text(json_.dumps(doc, indent=2))
-    (out / "summary.md").write_text(tb.markdown(doc))
-    tb.plot(doc, out / "tenant.png")
-    if as_json:
-        return print_json(doc)
-    console.print(tb.markdown(doc), highlight=False)
-    console.print(f"report: {out}/summary.md, plot {out}/tenant.png")
+    publish("tenant", doc, out, tb, as_json, plot="tenant.png")
 
 
 @bench.command("vtap")
@@ -294,6 +318,8 @@ def secgroups(quick, seconds, repeats, clients, lab_name, outdir, as_json):
         return print_json(doc)
     console.print(sb.markdown(doc), highlight=False, markup=False)
     console.print(f"files: {out}/secgroups.json, {out}/secgroups.md")
+
+
 @bench.command("sfc")
 @click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 500 requests")
 @click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run")
@@ -308,22 +334,14 @@ def sfc(quick, seconds, repeats, requests, lab_name, outdir, as_json):
     from fathom.lab.sh import LabError
     if quick:
         seconds, repeats, requests = 2, 1, 500
-    out = Path(outdir or f"results/bench-sfc-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    with console.status("bench sfc") as status:
-        b = sb.SfcBench(lab_name=lab_name, seconds=seconds, repeats=repeats, requests=requests,
-                        progress=lambda msg, frac=None: status.update(f"bench sfc: {msg}"))
+    out = output_dir("sfc", outdir)
+    with progress_bar() as progress:
+        b = sb.SfcBench(lab_name=lab_name, seconds=seconds, repeats=repeats, requests=requests, progress=progress)
         try:
             doc = b.run()
         except (LabError, OSError, RuntimeError) as e:
             fail(str(e))
-    doc["command"] = "fathom bench sfc " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    (out / "results.json").write_text(json.dumps(doc, indent=2))
-    (out / "summary.md").write_text(sb.markdown(doc))
-    if as_json:
-        return print_json(doc)
-    console.print(sb.markdown(doc), highlight=False)
-    console.print(f"report: {out}/summary.md, raw: {out}/results.json")
+    publish("sfc", doc, out, sb, as_json)
 
 
 @bench.command("all")
@@ -361,8 +379,6 @@ def scale(sizes, samples, api_ports, writers, stores, resync_ports, parts, lab_n
     """The controller at scale: API create rate (SQLite, PostgreSQL), port-up latency, CPU per change
     and full resync on simulated fabrics (OpenFlow switches in a process of their own), and the full
     resync of a real OVS bridge. Progress goes to stderr."""
-    import json as json_
-
     from fathom.bench import scale as sc
     if quick:
         sizes, api_ports, resync_ports, samples = "10x1,20x5", min(api_ports, 400), min(resync_ports, 1000), min(samples, 10)
@@ -371,21 +387,9 @@ def scale(sizes, samples, api_ports, writers, stores, resync_ports, parts, lab_n
                        tuple(parts) or ("api", "fabric", "resync"))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--sizes")
-    out = Path(outdir or f"results/bench-scale-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-
-    def progress(msg: str) -> None:
-        click.echo(f"[{time.monotonic() - started:6.0f} s] {msg}", err=True)
+    out = output_dir("scale", outdir)
     try:
-        doc = sc.run(plan, sc.RUN_ROOT / f"scale-{lab_name}", progress)
+        doc = sc.run(plan, sc.RUN_ROOT / f"scale-{lab_name}", stderr_progress())
     except (RuntimeError, OSError) as e:
         fail(str(e))
-    doc["command"] = "fathom bench scale " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    (out / "results.json").write_text(json_.dumps(doc, indent=2, default=str))
-    (out / "summary.md").write_text(sc.markdown(doc))
-    sc.plot(doc, out / "scale.png")
-    if as_json:
-        return print_json(doc)
-    console.print(sc.markdown(doc), highlight=False, markup=False)
-    console.print(f"report: {out}/summary.md, plot {out}/scale.png")
+    publish("scale", doc, out, sc, as_json, plot="scale.png")

@@ -1,17 +1,10 @@
 """`fathom bench l3`: added to the `bench` group of fathom/cli/bench.py."""
 from __future__ import annotations
 
-import json
-import shlex
-import sys
-import time
-from pathlib import Path
-
 import click
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fathom.cli.bench import bench
-from fathom.cli.output import console, fail, print_json
+from fathom.cli.bench import bench, output_dir, progress_bar, publish
+from fathom.cli.output import fail
 
 
 @bench.command("l3")
@@ -28,23 +21,11 @@ def l3(quick, seconds, repeats, udp_mbps, lab_name, outdir, as_json):
     from fathom.lab.sh import LabError
     if quick:
         seconds, repeats = 2, 1
-    out = Path(outdir or f"results/bench-l3-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
-                  transient=True) as progress:
-        task = progress.add_task("starting", total=1.0)
-        b = lb.L3Bench(lab_name=lab_name, seconds=seconds, repeats=repeats, udp_mbps=udp_mbps,
-                       progress=lambda msg, frac=None: progress.update(task, description=msg,
-                                                                        **({} if frac is None else {"completed": frac})))
+    out = output_dir("l3", outdir)
+    with progress_bar() as progress:
+        b = lb.L3Bench(lab_name=lab_name, seconds=seconds, repeats=repeats, udp_mbps=udp_mbps, progress=progress)
         try:
             doc = b.run()
         except (LabError, OSError, RuntimeError) as e:
             fail(str(e))
-    doc["command"] = "fathom bench l3 " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    (out / "results.json").write_text(json.dumps(doc, indent=2))
-    (out / "summary.md").write_text(lb.markdown(doc))
-    lb.plot(doc, out / "l3.png")
-    if as_json:
-        return print_json(doc)
-    console.print(lb.markdown(doc), highlight=False)
-    console.print(f"report: {out}/summary.md, plot {out}/l3.png")
+    publish("l3", doc, out, lb, as_json, plot="l3.png")

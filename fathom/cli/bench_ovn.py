@@ -1,17 +1,12 @@
 """`fathom bench ovn-compare`: added to the `bench` group of fathom/cli/bench.py."""
 from __future__ import annotations
 
-import json
 import os
-import shlex
-import sys
-import time
-from pathlib import Path
 
 import click
 
-from fathom.cli.bench import bench
-from fathom.cli.output import console, fail, print_json
+from fathom.cli.bench import bench, output_dir, publish, stderr_progress
+from fathom.cli.output import fail
 
 
 @bench.command("ovn-compare")
@@ -48,15 +43,9 @@ def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_o
         ovn.require()
     except LabError as e:
         fail(str(e), code=2)
-    out = Path(outdir or f"results/bench-ovn-compare-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-
-    def progress(msg: str) -> None:
-        print(f"[{time.monotonic() - t0:6.0f} s] {msg}", file=sys.stderr, flush=True)
-
+    out = output_dir("ovn-compare", outdir)
     b = ovncompare.Bench(prefix=prefix, repeats=repeats, ports=ports, seconds=seconds, batch=batch,
-                         window_s=window_s, rest_s=rest_s, large=not small_only, progress=progress)
+                         window_s=window_s, rest_s=rest_s, large=not small_only, progress=stderr_progress())
     try:
         doc = b.run()
     except (LabError, OSError, RuntimeError) as e:
@@ -67,11 +56,4 @@ def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_o
     env["loadavg_at_end"] = os.getloadavg()
     env["contended"] = busy([env["machine_at_start"], env["machine_at_end"]])
     doc["quick"] = quick
-    doc["command"] = "fathom bench ovn-compare " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    (out / "results.json").write_text(json.dumps(doc, indent=2))
-    (out / "summary.md").write_text(ovncompare.markdown(doc))
-    ovncompare.plot(doc, out / "ovn-compare.png")
-    if as_json:
-        return print_json(doc)
-    console.print(ovncompare.markdown(doc), highlight=False, markup=False)
-    console.print(f"report: {out}/summary.md, plot {out}/ovn-compare.png")
+    publish("ovn-compare", doc, out, ovncompare, as_json, plot="ovn-compare.png")

@@ -12,7 +12,7 @@ import fathom.bench
 
 from fathom.lab.ovs import wait_for
 
-from .util import ping, running_lab, sh, tor_vlans, lab_api as api
+from .util import await_status, ping, running_lab, sh, tor_vlans, lab_api as api
 
 TOPOLOGY = (Path(fathom.bench.__file__).parent / "topologies" / "l3.yaml").read_text()   # shared with bench l3
 IP = {"va": "198.19.10.11", "vb": "198.19.20.11", "vc": "198.19.10.12", "vd": "198.19.20.12"}
@@ -41,9 +41,7 @@ def set_mode(lab, mode: str):
     c = api(lab)
     rid = next(r["id"] for r in c.get("/routers").json() if r["name"] == "r1")
     c.patch(f"/routers/{rid}", json={"mode": mode}).raise_for_status()
-    sync(lab)
-    sync(lab)  # network-node: the router's interfaces appear on br-int in the first pass, get flows in the second
-    wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"router active in {mode}")
+    await_status(c, f"/routers/{rid}")
     return rid
 
 
@@ -221,7 +219,7 @@ def test_traffic_follows_the_router_between_modes(lab):
         pinger = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
         time.sleep(0.5)
         c.patch(f"/routers/{rid}", json={"mode": mode}).raise_for_status()
-        wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"{mode} active")
+        await_status(c, f"/routers/{rid}")
         time.sleep(1)
         pinger.send_signal(signal.SIGINT)
         out = pinger.communicate(timeout=5)[0]

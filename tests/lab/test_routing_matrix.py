@@ -21,7 +21,7 @@ import pytest
 
 from fathom.lab.ovs import wait_for
 
-from .util import running_lab, sh, tor_vlans, lab_api as api
+from .util import await_status, running_lab, sh, tor_vlans, lab_api as api
 
 NETWORKS = {   # name -> (type, segmentation id, third octet)
     "nx1": ("vxlan", 2001, 61), "nv1": ("vlan", 131, 71),
@@ -68,9 +68,7 @@ def router_id(lab) -> int:
 def set_mode(lab, mode: str) -> None:
     c, rid = api(lab), router_id(lab)
     c.patch(f"/routers/{rid}", json={"mode": mode}).raise_for_status()
-    c.post("/sync").raise_for_status()
-    c.post("/sync").raise_for_status()   # network-node: the interfaces' br-int ports appear, then get flows
-    wait_for(lambda: c.get(f"/routers/{rid}").json()["status"] == "active", 10, f"router active in {mode}")
+    await_status(c, f"/routers/{rid}")
 
 
 def tor_drops(lab) -> int:

@@ -10,8 +10,9 @@ import pytest
 import fathom.lab
 from fathom.host.iperf import iperf3
 from fathom.lab.ovs import wait_for
+from fathom.lab.sh import LabError
 
-from .util import ping, running_lab, sh, lab_api as api
+from .util import await_status, ping, running_lab, sh, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": "198.19.1.11",
@@ -159,7 +160,21 @@ def test_vswitchd_restart_gets_its_flows_back_within_5s(lab):
     wait_for(lambda: set(_flows(lab, "compute2")) == want, 5, "compute2 flows restored")
     assert time.monotonic() - t0 < 5
     # the restarted datapath learns its tunnel neighbour again (ARP on the underlay) before it forwards
-    wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode == 0, 5, "vm1 → vm3 across the tunnel again")
+    try:
+        wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode == 0, 5, "vm1 → vm3 across the tunnel again")
+    except LabError as e:
+        raise AssertionError(f"{e}\n{_tunnel_state(lab)}") from None
+
+
+def _tunnel_state(lab) -> str:
+    """What each compute node's OVS knows of the underlay (its routes and tunnel neighbours), for a failure."""
+    out = []
+    for node in ("compute1", "compute2"):
+        ovs = lab.ovs(node)
+        for cmd in (("ovs/route/show",), ("tnl/neigh/show",)):
+            out.append(f"--- {node}: ovs-appctl {cmd[0]}\n{ovs.appctl(*cmd, check=False)}")
+        out.append(f"--- {node}: br-phy flows\n{ovs.ofctl('dump-flows', 'br-phy', check=False)}")
+    return "\n".join(out)
 
 
 def test_new_port_becomes_active_and_reachable(lab):
@@ -180,8 +195,8 @@ def test_new_port_becomes_active_and_reachable(lab):
         port = c.post("/ports", json={"network_id": net["id"], "name": "vm9", "mac_address": "02:fa:00:00:01:09",
                                       "fixed_ips": [{"ip_address": "198.19.1.19"}], "node": "compute2",
                                       "interface_name": "vm9", "project_id": "alpha"}).json()
-        wait_for(lambda: c.get(f"/ports/{port['id']}").json()["status"] == "active", 10, "vm9 active")
-        assert ping(lab, "vm1", "198.19.1.19").returncode == 0
+        await_status(c, f"/ports/{port['id']}")
+        assert ping(lab, "vm1", "198.19.1.19").returncode == 0, _tunnel_state(lab)
         c.delete(f"/ports/{port['id']}").raise_for_status()
         c.post("/sync").raise_for_status()
         assert ping(lab, "vm1", "198.19.1.19", count=2).returncode != 0  # its flows are gone

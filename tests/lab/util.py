@@ -73,3 +73,11 @@ def lab_api(lab: Lab) -> httpx.Client:
     """An admin client of the lab's own controller (its token from the lab's state)."""
     state = lab.state()
     return httpx.Client(base_url=state["controller"]["url"] + "/v1", headers=lab_headers(state), timeout=30)
+
+
+def await_status(c: httpx.Client, path: str, want: str = "active", timeout: float = 10) -> dict:
+    """The object at `path` (e.g. "/routers/3") once its status is `want`, by the API's long-poll
+    (`?wait=`); fails with the object as it was when the wait ended."""
+    got = c.get(path, params={"wait": want, "timeout": timeout}, timeout=timeout + 5).json()
+    assert got.get("status") == want, got
+    return got
