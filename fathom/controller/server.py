@@ -100,7 +100,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # ToRs and br-phy under OpenFlow, LLDP discovery
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
-    reconciler.extensions.append(HostLocalStatus(session_factory(engine)))
+    reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard))
     reconciler.wake()
     hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
