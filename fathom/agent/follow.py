@@ -133,7 +133,11 @@ class Follower:
                 self.stopping.wait(delay)
 
     def stop(self) -> None:
+        """Safe from a signal handler: a long-poll in progress is cut short."""
         self.stopping.set()
+        abort = getattr(self.http, "abort", None)
+        if abort is not None:
+            abort()
 
     def status(self) -> dict:
         with self.lock:

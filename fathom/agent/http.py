@@ -50,6 +50,7 @@ class JsonClient:
                 self.context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
         self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()
+        self._aborted = False
 
     def get(self, path: str, params: dict | None = None, timeout: float | None = None) -> Response:
         query = {k: v for k, v in (params or {}).items() if v is not None}
@@ -64,6 +65,7 @@ class JsonClient:
         if body is not None:
             headers["Content-Type"] = "application/json"
         with self._lock:
+            self._aborted = False
             for attempt in (0, 1):
                 reused = self._conn is not None
                 try:
@@ -76,7 +78,7 @@ class JsonClient:
                     return Response(r.status, content)
                 except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                     self._drop()
-                    if reused and attempt == 0:
+                    if reused and attempt == 0 and not self._aborted:
                         continue          # the server closed the idle connection: once more, anew
                     raise ConnectionError(f"{method} {path.split('?')[0]}: {e}") from None
                 except (OSError, http.client.HTTPException, ssl.SSLError) as e:
@@ -104,3 +106,15 @@ class JsonClient:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+    def abort(self) -> None:
+        """End a request in progress (a long-poll) from another thread or a signal handler: its
+        connection is shut down and the request fails with ConnectionError. Takes no lock."""
+        self._aborted = True
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -19,6 +19,9 @@ or `Depends(agent_identity)` (PPTMon ingestion).
 """
 from __future__ import annotations
 
+import threading
+import time
+
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
@@ -40,19 +43,46 @@ class Unauthenticated(StoreError):
 
 
 class Authenticator:
-    """Turns a bearer token into an Identity: the store's tokens first, then Keystone if set."""
+    """Turns a bearer token into an Identity: the store's tokens first, then Keystone if set.
+
+    A valid token of the store is remembered for CACHE_SECONDS (never past its expiry), so a
+    client's calls do not each read the store: a token revoked through this process's API is
+    refused at once (`forget`), one revoked in the store by another process within CACHE_SECONDS.
+    Unknown, revoked and expired tokens are not remembered."""
+    CACHE_SECONDS = 5.0
+    CACHE_SIZE = 4096
 
     def __init__(self, engine: Engine, keystone: KeystoneValidator | None = None):
         self.engine = engine
         self.keystone = keystone
+        self._known: dict[str, tuple[Identity, float]] = {}   # token digest -> (identity, valid until)
+        self._lock = threading.Lock()
 
     def identify(self, token: str) -> Identity | None:
+        key = tk.digest(token) if token.startswith(tk.PREFIX) and len(token) <= 128 else None
+        if key is not None:
+            hit = self._known.get(key)
+            if hit is not None and time.time() < hit[1]:
+                return hit[0]
         with Session(self.engine) as s, s.begin():
             s.connection(execution_options=READ_ONLY)
-            identity = tk.verify(s, token)
+            identity, expires = tk.verify_until(s, token)
+        if identity is not None and key is not None:
+            until = time.time() + self.CACHE_SECONDS
+            if expires is not None:
+                until = min(until, expires.timestamp())
+            with self._lock:
+                if len(self._known) >= self.CACHE_SIZE:
+                    self._known.clear()
+                self._known[key] = (identity, until)
         if identity is None and self.keystone is not None and not token.startswith(tk.PREFIX):
             identity = self.keystone.validate(token)
         return identity
+
+    def forget(self) -> None:
+        """A token was revoked: verify every token again."""
+        with self._lock:
+            self._known.clear()
 
 
 def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:

@@ -26,7 +26,8 @@ class _AgentGroup(click.Group):
 
     def get_command(self, ctx, name):
         if name in self.API_COMMANDS and name not in self.commands:
-            import fathom.cli.agent_api  # noqa: F401 - adds them to this group
+            from fathom.cli.agent_api import commands
+            self.add_command(commands.commands[name])
         return super().get_command(ctx, name)
 
 

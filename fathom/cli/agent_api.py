@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import click
 
-from fathom.cli.agent import agent
 from fathom.cli.output import print_json, print_table
+from fathom.cli.resources import api_command
+
+# the commands, for fathom.cli.agent's group to take
+commands = click.Group("agent-api")
 
 
 def _agents_command(name: str):
-    from fathom.cli.resources import api_command
-    return api_command(agent, name)
+    return api_command(commands, name)
 
 
 @_agents_command("list")

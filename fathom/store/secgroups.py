@@ -54,8 +54,12 @@ def get_rule(session: Session, caller: Caller, rule_id: int) -> m.SecurityGroupR
 
 def default_group(session: Session, project: str) -> m.SecurityGroup:
     """The project's default group, made (with Neutron's four rules) if it has none yet."""
-    _serialise(session, LOCK_DEFAULT_GROUP, 0)
     row = session.get(m.DefaultSecurityGroup, project)
+    if row is not None:   # the common case, with no lock: a default group is never replaced
+        return session.get(m.SecurityGroup, row.group_id)
+    _serialise(session, LOCK_DEFAULT_GROUP, 0)
+    row = session.scalar(select(m.DefaultSecurityGroup).where(m.DefaultSecurityGroup.project_id == project)
+                         .execution_options(populate_existing=True))
     if row is not None:
         return session.get(m.SecurityGroup, row.group_id)
     group = m.SecurityGroup(name=DEFAULT_NAME, description="Default security group", project_id=project,
