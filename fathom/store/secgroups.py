@@ -11,6 +11,7 @@ import ipaddress
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
@@ -244,6 +245,15 @@ def delete_rule(session: Session, caller: Caller, rule_id: int) -> None:
 # ---------------------------------------------------------------------------------------------- ports
 
 
+def _link_new_port(session: Session, port: m.Port, group_ids: list[int]) -> None:
+    """The groups of a port just created (it has no links yet: the collection is set as loaded,
+    not read from the store)."""
+    links = [m.PortSecurityGroup(port_id=port.id, group_id=g) for g in group_ids]
+    session.add_all(links)
+    set_committed_value(port, "security_group_links", links)
+    session.flush()
+
+
 def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None, *, creating: bool) -> None:
     """A port's groups: None on creation = its project's default group (none without port security);
     on update None = unchanged. Groups must be of the port's project; a port without port security
@@ -254,7 +264,12 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
                 raise Invalid("a port without port security has no security groups: give "
                               "security_groups [] with port_security false", "port_security")
             return
-        group_ids = [default_group(session, port.project_id).id] if port.port_security else []
+        if not port.port_security:
+            return
+        # the project's default group: of the port's project by construction, nothing to check
+        row = session.get(m.DefaultSecurityGroup, port.project_id)
+        _link_new_port(session, port, [row.group_id if row is not None else default_group(session, port.project_id).id])
+        return
     if group_ids and not port.port_security:
         raise Invalid("a port without port security has no security groups", "security_groups")
     if len(group_ids) > MAX_GROUPS_PER_PORT:
@@ -267,6 +282,9 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
                            f"security_groups.{i}")
         if gid not in wanted:
             wanted.append(gid)
+    if creating:
+        _link_new_port(session, port, sorted(wanted))
+        return
     have = {link.group_id: link for link in port.security_group_links}
     port.security_group_links = [have.get(g) or m.PortSecurityGroup(port_id=port.id, group_id=g)
                                  for g in sorted(wanted)]
