@@ -45,7 +45,7 @@ from fathom.store.snapshot import load_snapshot
 STALE_AFTER, REPORT_INTERVAL = ag.STALE_AFTER, ag.REPORT_INTERVAL
 MAX_WAIT = 60.0           # longest long-poll
 RECHECK = 60.0            # the store is read again at least this often (rows written past this API)
-COALESCE = 0.2            # during a burst of writes, the desired state is recomputed at most this often
+COALESCE = 0.5            # during a burst of writes, the desired state is recomputed at most this often
 
 router = APIRouter(prefix="/agents", tags=["agents"], responses=ERRORS)
 NodeName = Annotated[str, Field(pattern=NODE_NAME_RE)]
