@@ -230,7 +230,9 @@ async def desired(node: NodeName, request: Request, db: StoreDep, who: Identity 
     hub: AgentHub = request.app.state.agent_hub
     cache: DesiredCache = request.app.state.agent_desired
     deadline = time.monotonic() + min(timeout, request.app.state.agent_max_wait)
-    hub.hold(node)
+    agent = "agent" in who.roles        # the node's agent itself (an admin reading it is no heartbeat)
+    if agent:
+        hub.hold(node)
     gone = asyncio.ensure_future(_hung_up(request))
     try:
         while True:
@@ -242,7 +244,8 @@ async def desired(node: NodeName, request: Request, db: StoreDep, who: Identity 
             await hub.wait(left, gone)
     finally:
         gone.cancel()
-        hub.release(node)
+        if agent:
+            hub.release(node)
 
 
 async def _hung_up(request: Request) -> None:

@@ -185,6 +185,8 @@ def test_an_idle_agent_costs_the_store_nothing_and_its_long_poll_is_its_heartbea
     hub = app.state.agent_hub
     hub._heard["gw"] = old.timestamp()     # and this process last heard it as long ago
     assert admin.get("/v1/agents/gw").json()["state"] == "down"
+    admin.get("/v1/agents/gw/desired")     # an admin reading the node's state is no heartbeat
+    assert admin.get("/v1/agents/gw").json()["state"] == "down"
 
     statements: list[str] = []
     event.listen(app.state.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
