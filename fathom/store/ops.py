@@ -109,7 +109,7 @@ def _serialise(session: Session, domain: int, key: int) -> None:
     """Queue this transaction behind others allocating in the same (domain, key) until commit.
 
     PostgreSQL: a transaction-scoped advisory lock, so two requests do not both pick the same
-    "lowest free" VNI or address and fail on the unique constraint. SQLite needs none: its
+    "lowest free" VNI (or both create a project's default security group). SQLite needs none: its
     writers are serialised already (fathom.store.db begins them IMMEDIATE).
     """
     if session.get_bind().dialect.name == "postgresql":
@@ -118,7 +118,6 @@ def _serialise(session: Session, domain: int, key: int) -> None:
 
 
 LOCK_SEGMENTS = 1   # key: 0 (all networks)
-LOCK_NETWORK = 2    # key: network id (its addresses and MACs)
 
 
 def _external_id(session: Session, caller: Caller, model, external_id: str | None) -> str | None:
@@ -518,7 +517,6 @@ def delete_port(session: Session, caller: Caller, port_id: int) -> None:
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}: "
                        f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/<subnet id>")
-    _serialise(session, LOCK_NETWORK, port.network_id)
     _freed(session, port.fixed_ips)
     session.delete(port)
     session.flush()
@@ -587,7 +585,6 @@ def remove_router_interface(session: Session, caller: Caller, router_id: int, su
     router = get(session, caller, m.Router, router_id)
     for interface in router_interfaces(session, router.id):
         if any(a.subnet_id == subnet_id for a in interface.fixed_ips):
-            _serialise(session, LOCK_NETWORK, interface.network_id)
             _freed(session, interface.fixed_ips)
             session.delete(interface)
             session.flush()
