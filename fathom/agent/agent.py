@@ -23,8 +23,12 @@ Delivery and loss, precisely:
   an acknowledgement and the checkpoint write re-sends at most that batch; the controller's
   ingestion is idempotent on the record key, so nothing is counted twice.
 
-Progress: a status file (JSON, rewritten every second; `fathom agent status`) and a log line
-every `log_interval` seconds.
+Progress: a status file (JSON; `fathom agent status`), rewritten within a second when it
+changed and every STATUS_REFRESH seconds otherwise, and a log line every `log_interval` seconds.
+
+At rest the loop costs next to nothing: with no record file to follow it looks for new ones every
+`idle_poll` seconds (else every `poll`), and the checkpoint and status files are written only when
+what they say changed (the status file's `updated` also every STATUS_REFRESH seconds).
 """
 from __future__ import annotations
 
@@ -39,15 +43,13 @@ import time
 from collections import deque
 from pathlib import Path
 
-import httpx
-from pydantic import ValidationError
-
 from fathom.agent.tail import Follower, Line
-from fathom.pptmon.records import MAX_BATCH, PptRecord
+from fathom.pptmon import MAX_BATCH
 
 LOG = logging.getLogger("fathom.agent")
 STATE_DIR = Path(os.environ.get("FATHOM_AGENT_STATE", "/run/fathom/agent"))
 OVERFLOW = ("pause", "drop-oldest")
+STATUS_REFRESH = 30.0     # the status file's `updated` moves on at least this often
 
 
 class AgentError(Exception):
@@ -67,7 +69,7 @@ class Agent:
                  poll: float = 0.2, flush: float = 1.0, timeout: float = 10.0,
                  backoff_min: float = 0.2, backoff_max: float = 30.0, state_dir: str | Path | None = None,
                  log_interval: float = 10.0, grace: float = 5.0, headers: dict | None = None,
-                 final_flush: float = 5.0, verify: bool | str = True):
+                 final_flush: float = 5.0, verify: bool | str = True, idle_poll: float = 2.0, http=None):
         from fathom.pptmon.chain import STATE_ROOT
         if overflow not in OVERFLOW:
             raise ValueError(f"overflow is one of {OVERFLOW}")
@@ -82,6 +84,7 @@ class Agent:
             raise ValueError("node names have at most 64 characters")
         self.batch, self.buffer_max, self.overflow = batch, buffer, overflow
         self.poll, self.flush, self.timeout = poll, flush, timeout
+        self.idle_poll = max(poll, idle_poll)
         self.backoff_min, self.backoff_max = backoff_min, backoff_max
         self.state_dir = Path(state_dir or STATE_DIR)
         self.log_interval = log_interval
@@ -90,8 +93,11 @@ class Agent:
             [str(self.root / "*" / "vnf*.jsonl")]
         self.follower = Follower(patterns, resume=self._load_checkpoint(), grace=grace)
         self.buffer: deque[tuple[Line, dict]] = deque()
-        # headers: the node's agent token (Authorization: Bearer ...)
-        self.http = httpx.Client(base_url=self.controller, timeout=timeout, headers=headers or {}, verify=verify)
+        # headers: the node's agent token (Authorization: Bearer ...); `http`: a client to use instead
+        if http is None:
+            from fathom.agent.http import JsonClient
+            http = JsonClient(self.controller, timeout=timeout, headers=headers or {}, verify=verify)
+        self.http = http
         self.stopping = threading.Event()
         self.locked = threading.Event()   # set once this agent holds its state directory
         self.failures = 0
@@ -103,7 +109,9 @@ class Agent:
                   "batches_failed": 0}
         self.last_error: str | None = None
         self.last_ok: float | None = None
-        self._last_status = self._last_log = 0.0
+        self._last_status = self._last_log = self._status_written = 0.0
+        self._status_said: dict | None = None
+        self._checkpoint_said: dict | None = None
         self._logged = dict(self.c)
         self.extra_status = lambda: {}   # more for the status file (the host-local follower's)
 
@@ -123,8 +131,20 @@ class Agent:
         except (OSError, ValueError):
             return {}
 
-    def save_checkpoint(self) -> None:
-        _write_atomic(self.checkpoint_file, {"controller": self.controller, "files": self.follower.checkpoint()})
+    def save_checkpoint(self, force: bool = True) -> None:
+        files = self.follower.checkpoint()
+        if force or files != self._checkpoint_said:
+            _write_atomic(self.checkpoint_file, {"controller": self.controller, "files": files})
+            self._checkpoint_said = files
+
+    def save_status(self) -> None:
+        """The status file, when it says something new or STATUS_REFRESH seconds passed."""
+        st = self.status()
+        said = {k: v for k, v in st.items() if k not in ("updated", "backoff_s")}
+        now = time.monotonic()
+        if said != self._status_said or now - self._status_written >= STATUS_REFRESH:
+            _write_atomic(self.status_file, st)
+            self._status_said, self._status_written = said, now
 
     def status(self) -> dict:
         return {"pid": os.getpid(), "node": self.node, "controller": self.controller, "root": str(self.root),
@@ -166,6 +186,9 @@ class Agent:
             self.c["skipped_lines"] += 1
             Follower.done(line)
             return
+        from pydantic import ValidationError   # only once records flow (a slim agent otherwise)
+
+        from fathom.pptmon.records import PptRecord
         try:
             PptRecord.model_validate(obj)
         except ValidationError as e:
@@ -210,7 +233,7 @@ class Agent:
         body = {"node": self.node, "records": [o for _, o in items]}
         try:
             r = self.http.post("/v1/pptmon/records", json=body)
-        except httpx.HTTPError as e:
+        except Exception as e:  # noqa: BLE001 - any transport failure (the client's own errors)
             self._fail(f"{type(e).__name__}: {e}")
             return False
         try:
@@ -253,7 +276,7 @@ class Agent:
         return False
 
     @staticmethod
-    def _refused(r: httpx.Response, n: int) -> set[int]:
+    def _refused(r, n: int) -> set[int]:
         try:
             detail = r.json()["detail"]
             idx = {d["loc"][2] for d in detail
@@ -273,8 +296,8 @@ class Agent:
         now = time.monotonic()
         if now - self._last_status >= 1.0:
             self._last_status = now
-            _write_atomic(self.status_file, self.status())
-            self.save_checkpoint()
+            self.save_status()
+            self.save_checkpoint(force=False)
         if self.log_interval and now - self._last_log >= self.log_interval:
             self._last_log = now
             d = {k: self.c[k] - self._logged.get(k, 0) for k in self.c}
@@ -315,7 +338,8 @@ class Agent:
                     LOG.exception("agent step")
                     sent = False
                 if not sent:
-                    self.stopping.wait(self.poll)
+                    idle = not self.buffer and not self.follower.current and not self.follower.orphans
+                    self.stopping.wait(self.idle_poll if idle else self.poll)
             # a last attempt for what is buffered: no backoff wait, at most `final_flush` seconds
             self.follower.scan()
             self._read()

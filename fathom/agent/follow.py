@@ -3,9 +3,12 @@
 Loop: long-poll `GET /v1/agents/<node>/desired?after=<revision>` (the controller answers at once
 when the revision moved on, else after `poll` seconds); apply a new revision with every handler
 (one per object kind: fathom.agent.routers, fathom.agent.pptmon), each idempotent; report the facts,
-the applied revision and every object's status (`POST /v1/agents/<node>/report`) at once after an
-apply and every `report_interval` seconds otherwise (the controller takes silence for death).
-Every `resync` seconds the current state is applied again, repairing what was changed under us.
+the applied revision and every object's status (`POST /v1/agents/<node>/report`) when any of them
+changed, and otherwise only every `report_interval` seconds (a rare liveness beat: the held
+long-poll is what tells the controller this agent is alive). Every `resync` seconds the current
+state is applied again, repairing what was changed under us, and the facts are read again.
+
+At rest that is one long-poll renewed every `poll` seconds: no host command, no report.
 
 Nothing is torn down when the controller is unreachable: the host keeps what it holds and the
 agent retries with backoff. After an agent restart the first answer is applied like any other:
@@ -15,10 +18,9 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 import time
-
-import httpx
 
 from fathom.model.hostlocal import from_json
 
@@ -26,8 +28,10 @@ LOG = logging.getLogger("fathom.agent.follow")
 
 
 class Follower:
-    def __init__(self, http: httpx.Client, node: str, handlers: list, facts, poll: float = 20.0,
-                 report_interval: float = 5.0, resync: float = 30.0, backoff_max: float = 10.0):
+    def __init__(self, http, node: str, handlers: list, facts, poll: float = 55.0,
+                 report_interval: float = 300.0, resync: float = 300.0, backoff_max: float = 10.0):
+        """`http`: fathom.agent.http.JsonClient (or an httpx.Client) on the controller's URL;
+        `facts`: () -> dict, read at the start, after each apply and every `resync` seconds."""
         self.http = http
         self.node = node
         self.handlers = {h.KIND: h for h in handlers}
@@ -42,6 +46,8 @@ class Follower:
         self.statuses: dict[str, dict] = {}
         self.last_apply = 0.0
         self.last_report = 0.0
+        self.known_facts: dict | None = None
+        self.reported: dict | None = None     # the last report the controller took
         self.failures = 0
         self.last_error: str | None = None
         self.stopping = threading.Event()
@@ -79,36 +85,43 @@ class Follower:
                 statuses[key] = {"status": "error", "reason": f"this agent cannot hold {o.KIND} objects"}
         with self.lock:
             self.statuses = statuses
+        self.known_facts = self.facts()
         self.last_apply = time.monotonic()
 
-    def report(self) -> None:
+    def report(self, force: bool = False) -> bool:
+        """Report when something changed since the last report the controller took (or `force`,
+        or the liveness beat is due); True if it reported."""
         with self.lock:
-            body = {"agent_started": self.started, "applied_revision": self.revision, "facts": self.facts(),
-                    "objects": self.statuses}
+            body = {"agent_started": self.started, "applied_revision": self.revision,
+                    "facts": self.known_facts if self.known_facts is not None else self.facts(),
+                    "objects": dict(self.statuses)}
+        if not force and body == self.reported and time.monotonic() - self.last_report < self.report_interval:
+            return False
         r = self.http.post(f"/v1/agents/{self.node}/report", json=body)
         if r.status_code != 204:
             raise RuntimeError(f"report: HTTP {r.status_code}: {r.text[:300]}")
-        self.last_report = time.monotonic()
+        self.reported, self.last_report = body, time.monotonic()
+        return True
 
     # ----- the loop
     def run(self) -> None:
         first = True
         while not self.stopping.is_set():
             try:
-                # wait for a change until the next report is due; a fresh start (or a failure) asks at once
-                until_report = self.report_interval - (time.monotonic() - self.last_report)
-                changed = self.fetch(0.0 if first else max(0.0, min(self.poll, until_report)))
-                if changed or time.monotonic() - self.last_apply >= self.resync:
+                # wait for a change until the next resync or beat is due; a fresh start (or a
+                # failure) asks at once and reports (the controller may be new)
+                now = time.monotonic()
+                due = min(self.report_interval - (now - self.last_report), self.resync - (now - self.last_apply))
+                changed = self.fetch(0.0 if first else max(0.0, min(self.poll, due)))
+                if changed or first or time.monotonic() - self.last_apply >= self.resync:
                     self.apply()
-                    self.report()
-                elif time.monotonic() - self.last_report >= self.report_interval:
-                    self.report()
+                self.report(force=first)
                 first = False
                 if self.failures:
                     LOG.info("controller reachable again after %d failures", self.failures)
                 self.failures, self.last_error = 0, None
             except Exception as e:  # noqa: BLE001 - the agent outlives a bad moment; the host keeps its state
-                if not isinstance(e, (httpx.HTTPError, RuntimeError, ValueError, KeyError)):
+                if not isinstance(e, _expected()):
                     LOG.exception("host-local step")
                 self.failures += 1
                 delay = min(self.backoff_max, 0.5 * 2 ** (self.failures - 1)) * random.uniform(0.5, 1.0)
@@ -120,9 +133,19 @@ class Follower:
                 self.stopping.wait(delay)
 
     def stop(self) -> None:
+        """Safe from a signal handler: a long-poll in progress is cut short."""
         self.stopping.set()
+        abort = getattr(self.http, "abort", None)
+        if abort is not None:
+            abort()
 
     def status(self) -> dict:
         with self.lock:
             return {"revision": self.revision, "objects": dict(self.statuses), "failures": self.failures,
                     "last_error": self.last_error}
+
+
+def _expected() -> tuple:
+    """The failures of a bad moment (no controller, a refusal, a bad answer), logged in one line."""
+    httpx = sys.modules.get("httpx")   # a test's client; the agent's own raises ConnectionError
+    return (OSError, RuntimeError, ValueError, KeyError) + ((httpx.HTTPError,) if httpx else ())

@@ -6,8 +6,15 @@
   revision again). The revision never goes back (it lives in the store).
 * `POST /v1/agents/{node}/report`: the agent's facts (OVS version, datapath types, kernel, eBPF,
   interfaces), the revision it applied and the status of every object it holds. Agents report
-  every few seconds; an agent silent for `STALE_AFTER` seconds is down (fathom.controller.status).
+  when something changed (and rarely otherwise, every `REPORT_INTERVAL` seconds).
 * `GET /v1/agents`, `GET /v1/agents/{node}` (admin): what every agent last reported.
+
+What an idle cloud costs: an agent's long-poll is its heartbeat. While it holds one, or for
+`STALE_AFTER` seconds after its last call, it is present (`AgentHub`, in memory: no store access);
+an agent whose connection closes, or that stops calling, is down `STALE_AFTER` seconds later
+(fathom.controller.hostlocal). The desired state of every node is computed from one read of the
+store per store change, shared by all long-polls (`DesiredCache`), and a node's revision is
+written only when its state changed.
 
 Who may: the `agent` token bound to node N reads N's desired state and reports for N, nothing of
 any other node; an admin may read everything and report for no one.
@@ -29,29 +36,36 @@ from fathom.api.deps import ERRORS, StoreDep
 from fathom.api.schemas import IFNAME_RE, NODE_NAME_RE
 from fathom.apps.hostlocal import desired as hostlocal_desired
 from fathom.auth import Identity
-from fathom.model.hostlocal import to_json
+from fathom.model.hostlocal import digest, to_json
 from fathom.store import agents as ag
 from fathom.store import models as m
-from fathom.store.errors import Forbidden
+from fathom.store.errors import Forbidden, NotFound
 from fathom.store.snapshot import load_snapshot
 
 STALE_AFTER, REPORT_INTERVAL = ag.STALE_AFTER, ag.REPORT_INTERVAL
 MAX_WAIT = 60.0           # longest long-poll
-RECHECK = 5.0             # a long-poll also re-reads the store this often (other controllers' writes)
+RECHECK = 60.0            # the store is read again at least this often (rows written past this API)
+COALESCE = 0.5            # during a burst of writes, the desired state is recomputed at most this often
 
 router = APIRouter(prefix="/agents", tags=["agents"], responses=ERRORS)
 NodeName = Annotated[str, Field(pattern=NODE_NAME_RE)]
 
 
 class AgentHub:
-    """Wakes long-polls when the store changed (the API's on_change, from any thread)."""
+    """Wakes long-polls when the store changed (the API's on_change, from any thread), numbers those
+    changes (`generation`), and keeps which agents are present: holding a long-poll now, or heard
+    from within the last seconds (`last_heard`)."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self.generation = 0
+        self._held: dict[str, int] = {}       # node -> long-polls it holds now
+        self._heard: dict[str, float] = {}    # node -> epoch seconds of its last call (or hang-up)
 
     def changed(self) -> None:
         with self._lock:
+            self.generation += 1
             waiters = list(self._waiters)
         for loop, event in waiters:
             try:
@@ -59,18 +73,80 @@ class AgentHub:
             except RuntimeError:   # its loop is closed
                 pass
 
-    async def wait(self, seconds: float) -> None:
+    async def wait(self, seconds: float, *also) -> None:
+        """Until the store changes, `seconds` pass, or one of the awaitables `also` completes."""
         event = asyncio.Event()
         entry = (asyncio.get_running_loop(), event)
         with self._lock:
             self._waiters.add(entry)
+        woken = asyncio.ensure_future(event.wait())
         try:
-            await asyncio.wait_for(event.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait([woken, *also], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            woken.cancel()
             with self._lock:
                 self._waiters.discard(entry)
+
+    def heard(self, node: str) -> None:
+        self._heard[node] = time.time()
+
+    def hold(self, node: str) -> None:
+        with self._lock:
+            self._held[node] = self._held.get(node, 0) + 1
+            self._heard[node] = time.time()
+
+    def release(self, node: str) -> None:
+        with self._lock:
+            self._held[node] = self._held.get(node, 1) - 1
+            self._heard[node] = time.time()
+
+    def last_heard(self, node: str) -> float | None:
+        """Now while the node's agent holds a long-poll, else when it was last heard (None: never,
+        by this process)."""
+        if self._held.get(node, 0) > 0:
+            return time.time()
+        return self._heard.get(node)
+
+
+class DesiredCache:
+    """Every node's host-local desired state, computed from one read of the store when the store
+    changed (shared by every agent's long-poll; during a burst of writes at most every COALESCE
+    seconds), and the revision numbering each node's state, written to the store only when that
+    node's state changed."""
+
+    def __init__(self, hub: AgentHub):
+        self.hub = hub
+        self._lock = threading.Lock()
+        self._generation: int | None = None
+        self._read_at = 0.0
+        self._nodes: dict[str, tuple[str, list[dict]]] = {}   # node -> (digest, objects as JSON)
+        self._numbered: dict[str, tuple[str, int]] = {}      # node -> (digest, its revision in the store)
+
+    def stale(self) -> bool:
+        return self._generation != self.hub.generation or time.monotonic() - self._read_at > RECHECK
+
+    def holdoff(self) -> float:
+        """Seconds to wait before recomputing (a burst of writes is read once per COALESCE)."""
+        return max(0.0, self._read_at + COALESCE - time.monotonic()) if self.stale() else 0.0
+
+    def get(self, db, node: str) -> tuple[int, list[dict]]:
+        """(revision, objects) of `node`'s desired state (NotFound for an unknown node). Blocking:
+        run it in the thread pool."""
+        with self._lock:
+            if self.stale():
+                generation = self.hub.generation
+                nodes = db.read(compute_all)
+                self._nodes = {n: (digest(objects), [to_json(o) for o in objects]) for n, objects in nodes.items()}
+                self._generation, self._read_at = generation, time.monotonic()
+            entry = self._nodes.get(node)
+            if entry is None:
+                raise NotFound(f"node {node[:64]!r} does not exist")
+            d, objects = entry
+            known = self._numbered.get(node)
+            if known is None or known[0] != d:
+                revision = db.write(lambda s: ag.number_desired(s, node, d), notify=False)
+                known = self._numbered[node] = (d, revision)
+            return known[1], objects
 
 
 def _may(who: Identity, node: str, write: bool) -> None:
@@ -152,28 +228,36 @@ async def desired(node: NodeName, request: Request, db: StoreDep, who: Identity 
                   timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 0.0):
     _may(who, node, write=False)
     hub: AgentHub = request.app.state.agent_hub
-
-    def current():
-        def fn(s):
-            objects = compute_all(s).get(node)
-            if objects is None:
-                ag.node_by_name(s, node)   # 404 for an unknown node
-                objects = []
-            return ag.number_desired(s, node, objects), [to_json(o) for o in objects]
-        return db.write(fn, notify=False)
-
+    cache: DesiredCache = request.app.state.agent_desired
     deadline = time.monotonic() + min(timeout, request.app.state.agent_max_wait)
-    while True:
-        revision, objects = await run_in_threadpool(current)
-        left = deadline - time.monotonic()
-        if after is None or revision != after or left <= 0:
-            return DesiredOut(node=node, revision=revision, objects=objects)
-        await hub.wait(min(left, RECHECK))
+    agent = "agent" in who.roles        # the node's agent itself (an admin reading it is no heartbeat)
+    if agent:
+        hub.hold(node)
+    gone = asyncio.ensure_future(_hung_up(request))
+    try:
+        while True:
+            await asyncio.sleep(cache.holdoff())
+            revision, objects = await run_in_threadpool(cache.get, db, node)
+            left = deadline - time.monotonic()
+            if after is None or revision != after or left <= 0 or gone.done():
+                return DesiredOut(node=node, revision=revision, objects=objects)
+            await hub.wait(left, gone)
+    finally:
+        gone.cancel()
+        if agent:
+            hub.release(node)
+
+
+async def _hung_up(request: Request) -> None:
+    """Returns when the client closes its connection (the agent stopped or died)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.post("/{node}/report", status_code=204, summary="The agent's facts and the status of what it holds")
 def report(node: NodeName, body: Report, request: Request, db: StoreDep, who: Identity = Depends(identity)):
     _may(who, node, write=True)
+    request.app.state.agent_hub.heard(node)
     news = db.write(lambda s: ag.record_report(s, node, agent_started=body.agent_started,
                                                 applied_revision=body.applied_revision,
                                                 facts=body.facts.model_dump(mode="json"),
@@ -183,7 +267,10 @@ def report(node: NodeName, body: Report, request: Request, db: StoreDep, who: Id
         db.on_change()
 
 
-def agent_out(view: ag.AgentView | None, node: str, now: float) -> AgentOut:
+def agent_out(view: ag.AgentView | None, node: str, now: float, hub: AgentHub) -> AgentOut:
+    """`reported_at`: when the agent was last heard (its last report, or its long-poll)."""
+    if view is not None:
+        view = ag.heard(view, hub.last_heard(node))
     if view is None or view.reported_at is None:
         return AgentOut(node=node, state="never reported", revision=view.revision if view else 0,
                         applied_revision=None, reported_at=None, agent_started=None, facts={}, objects={})
@@ -193,18 +280,20 @@ def agent_out(view: ag.AgentView | None, node: str, now: float) -> AgentOut:
 
 
 @router.get("", response_model=list[AgentOut], summary="Every node's agent: up or down, facts, object statuses")
-def list_agents(db: StoreDep, who: Identity = Depends(identity)):
+def list_agents(request: Request, db: StoreDep, who: Identity = Depends(identity)):
     if "admin" not in who.roles:
         raise Forbidden("only an admin can see the agents")
+
+    hub: AgentHub = request.app.state.agent_hub
 
     def fn(s):
         views = ag.agents(s)
         now = time.time()
-        return [agent_out(views.get(n), n, now) for n in s.scalars(select(m.Node.name).order_by(m.Node.id))]
+        return [agent_out(views.get(n), n, now, hub) for n in s.scalars(select(m.Node.name).order_by(m.Node.id))]
     return db.read(fn)
 
 
 @router.get("/{node}", response_model=AgentOut, summary="One node's agent")
-def show_agent(node: NodeName, db: StoreDep, who: Identity = Depends(identity)):
+def show_agent(node: NodeName, request: Request, db: StoreDep, who: Identity = Depends(identity)):
     _may(who, node, write=False)
-    return db.read(lambda s: agent_out(ag.agent_of(s, node), node, time.time()))
+    return db.read(lambda s: agent_out(ag.agent_of(s, node), node, time.time(), request.app.state.agent_hub))

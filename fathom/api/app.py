@@ -50,6 +50,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.engine = engine
     # a committed write wakes the caller's hook (the reconciler) and the agents' long-polls
     hub = app.state.agent_hub = agents.AgentHub()
+    app.state.agent_desired = agents.DesiredCache(hub)
     app.state.agent_max_wait = agents.MAX_WAIT if agent_max_wait is None else agent_max_wait
 
     def changed() -> None:

@@ -19,8 +19,12 @@ or `Depends(agent_identity)` (PPTMon ingestion).
 """
 from __future__ import annotations
 
+import threading
+import time
+
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -40,31 +44,68 @@ class Unauthenticated(StoreError):
 
 
 class Authenticator:
-    """Turns a bearer token into an Identity: the store's tokens first, then Keystone if set."""
+    """Turns a bearer token into an Identity: the store's tokens first, then Keystone if set.
+
+    A valid token of the store is remembered for CACHE_SECONDS (never past its expiry), so a
+    client's calls do not each read the store: a token revoked through this process's API is
+    refused at once (`forget`), one revoked in the store by another process within CACHE_SECONDS.
+    Unknown, revoked and expired tokens are not remembered."""
+    CACHE_SECONDS = 5.0
+    CACHE_SIZE = 4096
 
     def __init__(self, engine: Engine, keystone: KeystoneValidator | None = None):
         self.engine = engine
         self.keystone = keystone
+        self._known: dict[str, tuple[Identity, float]] = {}   # token digest -> (identity, valid until)
+        self._lock = threading.Lock()
+
+    def known(self, token: str) -> Identity | None:
+        """The identity of a token verified within CACHE_SECONDS (no store access), else None."""
+        if not token.startswith(tk.PREFIX) or len(token) > 128:
+            return None
+        hit = self._known.get(tk.digest(token))
+        return hit[0] if hit is not None and time.time() < hit[1] else None
 
     def identify(self, token: str) -> Identity | None:
+        key = tk.digest(token) if token.startswith(tk.PREFIX) and len(token) <= 128 else None
+        if key is not None:
+            hit = self._known.get(key)
+            if hit is not None and time.time() < hit[1]:
+                return hit[0]
         with Session(self.engine) as s, s.begin():
             s.connection(execution_options=READ_ONLY)
-            identity = tk.verify(s, token)
+            identity, expires = tk.verify_until(s, token)
+        if identity is not None and key is not None:
+            until = time.time() + self.CACHE_SECONDS
+            if expires is not None:
+                until = min(until, expires.timestamp())
+            with self._lock:
+                if len(self._known) >= self.CACHE_SIZE:
+                    self._known.clear()
+                self._known[key] = (identity, until)
         if identity is None and self.keystone is not None and not token.startswith(tk.PREFIX):
             identity = self.keystone.validate(token)
         return identity
 
+    def forget(self) -> None:
+        """A token was revoked: verify every token again."""
+        with self._lock:
+            self._known.clear()
 
-def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
+
+# The dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool, a
+# hop per dependency per call; only a token not verified lately goes there (to read the store).
+async def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("give a token: Authorization: Bearer <token> (see `fathom token`)")
-    found = request.app.state.authenticator.identify(credentials.credentials)
+    auth: Authenticator = request.app.state.authenticator
+    found = auth.known(credentials.credentials) or await run_in_threadpool(auth.identify, credentials.credentials)
     if found is None:
         raise Unauthenticated("the token is unknown, expired or revoked")
     return found
 
 
-def caller(who: Identity = Depends(identity),
+async def caller(who: Identity = Depends(identity),
            x_project: str | None = Header(None, min_length=1, max_length=64,
                                           description="service role only: the project to act for")) -> Caller:
     """The caller of a resource route (admin, member or service)."""
@@ -77,12 +118,12 @@ def caller(who: Identity = Depends(identity),
     raise Forbidden("this token's role may not use this endpoint")
 
 
-def admin_caller(c: Caller = Depends(caller)) -> Caller:
+async def admin_caller(c: Caller = Depends(caller)) -> Caller:
     require_admin(c, "use this endpoint")
     return c
 
 
-def agent_identity(who: Identity = Depends(identity)) -> Identity:
+async def agent_identity(who: Identity = Depends(identity)) -> Identity:
     """An agent token (PPTMon ingestion): the node it speaks for is `who.node`."""
     if "agent" not in who.roles or not who.node:
         raise Forbidden("only a node's agent token may deliver its records")

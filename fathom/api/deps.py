@@ -110,11 +110,11 @@ class Store:
         return result
 
 
-def store(request: Request) -> Store:
+async def store(request: Request) -> Store:   # a coroutine: no thread-pool hop (fathom.api.auth)
     return request.app.state.store
 
 
-def engine(request: Request) -> Engine:
+async def engine(request: Request) -> Engine:
     return request.app.state.store.engine
 
 

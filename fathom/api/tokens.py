@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from fathom.api.deps import ERRORS, AdminDep, Limit, Marker, StoreDep, utc
@@ -62,6 +62,7 @@ def list_tokens(c: AdminDep, db: StoreDep, limit: Limit = MAX_LIMIT, marker: Mar
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke_token(token_id: int, c: AdminDep, db: StoreDep):
+def revoke_token(token_id: int, c: AdminDep, db: StoreDep, request: Request):
     db.write(lambda s: tk.revoke(s, token_id), notify=False)
+    request.app.state.authenticator.forget()
     return Response(status_code=204)

@@ -19,8 +19,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
-
 from fathom.auth import Identity
 
 ROLE_MAP = {"admin": "admin", "service": "service"}
@@ -28,7 +26,9 @@ ROLE_MAP = {"admin": "admin", "service": "service"}
 
 class KeystoneValidator:
     def __init__(self, url: str, service_token: str, *, timeout: float = 5.0, cache_seconds: float = 60.0,
-                 cache_size: int = 10_000, client: httpx.Client | None = None):
+                 cache_size: int = 10_000, client=None):
+        """`client`: an httpx.Client (default: a new one; httpx is loaded only with Keystone)."""
+        import httpx
         self.url = url.rstrip("/")
         self.service_token = service_token
         self.http = client or httpx.Client(timeout=timeout)
@@ -60,6 +60,7 @@ class KeystoneValidator:
         return identity
 
     def _ask(self, token: str) -> tuple[Identity | None, float]:
+        import httpx
         try:
             r = self.http.get(f"{self.url}/v3/auth/tokens",
                               headers={"X-Auth-Token": self.service_token, "X-Subject-Token": token})

@@ -81,17 +81,22 @@ def issue_now(engine: Engine, **kw) -> str:
 
 def verify(session: Session, token: str, now: datetime | None = None) -> Identity | None:
     """The identity of a valid token; None for an unknown, expired or revoked one."""
+    return verify_until(session, token, now)[0]
+
+
+def verify_until(session: Session, token: str, now: datetime | None = None) -> tuple[Identity | None, datetime | None]:
+    """verify(), and when the valid token expires (None: it does not)."""
     if not token.startswith(PREFIX) or len(token) > 128:
-        return None
+        return None, None
     want = digest(token)
     row = session.scalar(select(ApiToken).where(ApiToken.digest == want))
     if row is None or not hmac.compare_digest(row.digest, want):
-        return None
+        return None, None
     now = now or datetime.now(timezone.utc)
     if row.revoked_at is not None or (row.expires_at is not None and _utc(row.expires_at) <= now):
-        return None
+        return None, None
     return Identity(project=row.project_id, roles=frozenset(row.roles.split(",")), node=row.node,
-                    token_id=row.id)
+                    token_id=row.id), _utc(row.expires_at)
 
 
 def list_tokens(session: Session, *, limit: int, marker: int | None = None) -> list[ApiToken]:

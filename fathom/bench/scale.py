@@ -167,8 +167,13 @@ NETWORK_SPAN = 10          # nodes a network spans (a tenant's VMs on ten hyperv
 PORTS_PER_NETWORK = 100    # at most, on those nodes
 
 
+# The simulated nodes' management addresses: 127.<LOOPBACK_NET>.x.y, the second byte per process, so
+# two runs on one machine (two engineers' tests) do not bind the same OVSDB address.
+LOOPBACK_NET = 1 + os.getpid() % 250
+
+
 def management_ip(i: int) -> str:
-    return f"127.1.{i >> 8}.{(i & 0xFF) + 1}"
+    return f"127.{LOOPBACK_NET}.{i >> 8}.{(i & 0xFF) + 1}"
 
 
 class NodeOvsdb:

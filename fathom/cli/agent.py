@@ -10,10 +10,28 @@ from pathlib import Path
 
 import click
 
-from fathom.cli.output import fail, print_json, print_table
+
+def fail(msg: str):
+    from fathom.cli.output import fail as _fail
+    _fail(msg)
 
 
-@click.group()
+class _AgentGroup(click.Group):
+    """`list` and `show` call the API (fathom.cli.agent_api): loaded only for them, so that `run`,
+    the agent on every node, stays small."""
+    API_COMMANDS = ("list", "show")
+
+    def list_commands(self, ctx):
+        return sorted({*self.commands, *self.API_COMMANDS})
+
+    def get_command(self, ctx, name):
+        if name in self.API_COMMANDS and name not in self.commands:
+            from fathom.cli.agent_api import commands
+            self.add_command(commands.commands[name])
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_AgentGroup)
 def agent():
     """The node agent: follows this node's host-local desired state (network-node routers, PPTMon
     attachments), reports its facts and statuses, and delivers its PPTMon records."""
@@ -49,17 +67,15 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     controller and report; deliver the PPTMon loaders' records."""
     import threading
 
-    import httpx
-
     from fathom.agent.agent import Agent, AgentError
     from fathom.agent.follow import Follower
+    from fathom.agent.http import JsonClient
     from fathom.agent.local import LocalOvs, facts
     from fathom.agent.pptmon import Pptmon
     from fathom.agent.routers import Routers
     from fathom.pptmon.control import BPFFS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     from fathom.auth.client import NoToken, bearer, read_token_file, resolve_token
     try:
         token = read_token_file(token_file) if token_file else resolve_token()
@@ -71,7 +87,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     follower = None
     if not records_only:
         ovs = LocalOvs(ovsdb)
-        http = httpx.Client(base_url=a.controller, headers=bearer(token), timeout=30, verify=cacert or True)
+        http = JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True)
         handlers = [Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node)]
         follower = Follower(http, a.node, handlers, lambda: facts(ovs))
         a.extra_status = follower.status
@@ -106,7 +122,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
 @click.option("--json", "as_json", is_flag=True)
 def status(state_dir, as_json):
     """Progress and health of the agent on this node."""
-    from fathom.agent.agent import STATE_DIR
+    from fathom.agent.agent import STATE_DIR, STATUS_REFRESH
+    from fathom.cli.output import print_json, print_table
 
     f = Path(state_dir or STATE_DIR) / "status.json"
     try:
@@ -120,7 +137,7 @@ def status(state_dir, as_json):
         return print_json(st)
     c = st.get("counters", {})
     state = "running" if alive else "stopped"
-    if alive and st["age_s"] > 5:
+    if alive and st["age_s"] > 2 * STATUS_REFRESH:
         state = f"stale ({st['age_s']} s without an update)"
     rows = [["state", state], ["pid", st.get("pid")], ["node", st.get("node")],
             ["controller", st.get("controller")], ["files followed", st.get("files")],
@@ -145,41 +162,6 @@ def status(state_dir, as_json):
                  ["controller failures in a row", hl.get("failures")],
                  ["controller last error", hl.get("last_error") or ""]]
     print_table("fathom agent", ["", ""], rows)
-
-
-def _agents_command(name: str):
-    from fathom.cli.resources import api_command
-    return api_command(agent, name)
-
-
-@_agents_command("list")
-def agent_list(api, as_json):
-    """Every node's agent as the controller sees it: up or down, revision applied, facts, objects."""
-    import time as _time
-    agents = api.call("GET", "/agents")
-    if as_json:
-        return print_json(agents)
-    rows = []
-    for a in agents:
-        f = a.get("facts") or {}
-        bad = sum(1 for o in (a.get("objects") or {}).values() if o.get("status") != "active")
-        rows.append([a["node"], a["state"], f"{a.get('applied_revision')}/{a['revision']}",
-                     f"{round(_time.time() - a['reported_at'], 1)} s ago" if a.get("reported_at") else "never",
-                     f.get("ovs_version"), ",".join(f.get("datapath_types") or []),
-                     "yes" if f.get("ovs_kernel_module") else "no", len(a.get("objects") or {}), bad])
-    print_table("agents", ["node", "state", "applied/revision", "last report", "OVS", "datapath types",
-                           "kernel module", "objects", "not active"], rows)
-
-
-@_agents_command("show")
-@click.argument("node")
-def agent_show(api, as_json, node):
-    """One node's agent: facts and the status of every object it holds."""
-    from fathom.cli.output import print_record
-    a = api.call("GET", f"/agents/{node}")
-    if as_json:
-        return print_json(a)
-    print_record(f"agent on {node}", a)
 
 
 def _alive(pid) -> bool:

@@ -1,11 +1,14 @@
-"""The `fathom` command. Each concern adds its verbs as one click group in its own module."""
+"""The `fathom` command. Each concern adds its verbs as one click group in its own module.
+
+A group's module is imported only when its command runs (or help lists it): `fathom agent run`,
+a small process on every node, loads the agent and not the lab, the benchmarks or the API."""
 import importlib
 
 import click
 
 from fathom import programs
 
-# (module, attribute) of every command group; one line per concern.
+# (command name, module, attribute) of every command group; one line per concern.
 GROUPS = [
     ("fathom.cli.lab", "lab"),
     ("fathom.cli.controller", "controller"),
@@ -28,11 +31,46 @@ GROUPS = [
     ("fathom.cli.token", "token"),       # API tokens
     ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
     ("fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
+    ("lab", "fathom.cli.lab", "lab"),
+    ("controller", "fathom.cli.controller", "controller"),
+    ("flows", "fathom.cli.controller", "flows"),
+    ("node", "fathom.cli.resources", "node"),
+    ("network", "fathom.cli.resources", "network"),
+    ("subnet", "fathom.cli.resources", "subnet"),
+    ("port", "fathom.cli.resources", "port"),
+    ("router", "fathom.cli.resources", "router"),
+    ("bench", "fathom.cli.bench", "bench"),
+    ("bench", "fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
+    ("bench", "fathom.cli.bench_ovn", "bench"),  # adds `bench ovn-compare` to the bench group
+    ("bench", "fathom.cli.pptmon", None),        # adds `bench pptmon` to the bench group
+    ("fabric", "fathom.cli.fabric", "fabric"),
+    ("pptmon", "fathom.cli.pptmon", "pptmon"),
+    ("security-group", "fathom.cli.secgroup", "security_group"),
+    ("tap", "fathom.cli.tap", "tap"),
+    ("sfc", "fathom.cli.sfc", "sfc"),           # service function chains (networking-sfc's resources)
+    ("token", "fathom.cli.token", "token"),       # API tokens
+    ("pki", "fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
+    ("agent", "fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
 ]
 
 
 class _Fathom(click.Group):
-    """Reports a missing external program as one line naming its Debian package, not a traceback."""
+    """Loads a command group when it is used; reports a missing external program as one line
+    naming its Debian package, not a traceback."""
+
+    def list_commands(self, ctx):
+        return sorted({name for name, _, _ in GROUPS} | set(self.commands))
+
+    def get_command(self, ctx, name):
+        if name not in self.commands:
+            found = None
+            for command, module, attr in GROUPS:
+                if command == name:   # every module of the name (later ones add to the group)
+                    loaded = importlib.import_module(module)
+                    found = found or (getattr(loaded, attr) if attr else None)
+            if found is not None:
+                self.commands[name] = found
+        return self.commands.get(name)
 
     def invoke(self, ctx):
         try:
@@ -46,9 +84,6 @@ class _Fathom(click.Group):
 def cli():
     """fathom: tenant networking, vTAP, service chains, PPTMon and switch benchmarks on Open vSwitch."""
 
-
-for module, attr in GROUPS:
-    cli.add_command(getattr(importlib.import_module(module), attr))
 
 if __name__ == "__main__":
     cli()

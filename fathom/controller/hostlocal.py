@@ -26,29 +26,39 @@ LOG = logging.getLogger("fathom.hostlocal")
 
 
 class HostLocalStatus:
-    def __init__(self, session_factory, stale_after: float = ag.STALE_AFTER):
+    """`presence(node)`: when this process last heard the node's agent (its long-poll, held or
+    renewed: fathom.api.agents.AgentHub.last_heard), None if it did not; the store's last report
+    counts too."""
+
+    def __init__(self, session_factory, stale_after: float = ag.STALE_AFTER, presence=lambda node: None):
         self.Session = session_factory
         self.stale_after = stale_after
+        self.presence = presence
         self.down: set[str] = set()     # nodes whose agent was down at the last pass (for the log)
+        self.views: dict[str, ag.AgentView] = {}   # the agents as the last pass read them
 
     def prepare(self, rec, snapshot, result):
         return snapshot
 
+    def _agents(self, views: dict[str, ag.AgentView]) -> dict[str, ag.AgentView]:
+        return {n: ag.heard(v, self.presence(n)) for n, v in views.items()}
+
+    def _down(self, agents: dict[str, ag.AgentView], now: float) -> set[str]:
+        return {n for n, v in agents.items() if v.reported_at is not None and now - v.reported_at > self.stale_after}
+
     def check(self, rec) -> bool:
         """For the reconciler's periodic check (passes run on events only): whether an agent
-        stopped or resumed reporting since the last pass, which changes statuses with no event."""
-        with self.Session() as session, session.begin():
-            session.connection(execution_options=READ_ONLY)
-            agents = ag.agents(session)
-        now = time.time()
-        down = {n for n, v in agents.items() if v.reported_at is not None and now - v.reported_at > self.stale_after}
-        return down != self.down
+        went silent or came back since the last pass, which changes statuses with no event.
+        In memory only (what the last pass read, and the agents' presence): a report that says
+        something new wakes a pass itself."""
+        return self._down(self._agents(self.views), time.time()) != self.down
 
     def after_pass(self, rec, snapshot, result) -> None:
         with self.Session() as session, session.begin():
             session.connection(execution_options=READ_ONLY)
             attachments = ag.attachments(session)
-            agents = ag.agents(session)
+            self.views = ag.agents(session)
+        agents = self._agents(self.views)
         desired = hostlocal_desired(snapshot, attachments)
         now = time.time()
         statuses = status.hostlocal(desired, agents, now, self.stale_after)
@@ -57,7 +67,7 @@ class HostLocalStatus:
             if kind == "router" and st[0] == "active" and obj_id not in effective:
                 st = ("pending", "waiting for the router's interfaces on the gateway node's br-int")
             result.agents[(kind, obj_id)] = st
-        down = {n for n, v in agents.items() if v.reported_at is not None and now - v.reported_at > self.stale_after}
+        down = self._down(agents, now)
         for node in sorted(down - self.down):
             LOG.warning("agent on node %s stopped reporting", node)
         for node in sorted(self.down - down):

@@ -5,7 +5,8 @@ plugged, unplugged or renumbered; a bridge or controller changed), an OpenFlow p
 switch (re)connecting. Nothing runs at rest but a cheap periodic check (each switch's flow
 count against what we installed, each node's OVSDB replica against the port numbers we
 compiled with) and, rarely, a full read-back audit; whatever they find is logged and counted and
-repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one. A pass:
+repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one, which
+in a sustained burst starts after a pause as long as that pass (at most BURST_PAUSE). A pass:
 
 1. reloads the store only if the API wrote since the last pass, and adds the switches' runtime
    facts: a node whose OVSDB reported a bridge change (or that is new, or failed) is re-checked
@@ -65,6 +66,13 @@ LOG = logging.getLogger("fathom.reconciler")
 MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}
 # More owners touched than this in one pass: recompiling the app whole is cheaper.
 INCREMENTAL_LIMIT = 256
+# In a sustained burst (changes arrived while each of the last BURST_PASSES passes ran) the next
+# pass waits as long as the last one took, at most BURST_PAUSE seconds: the burst is coalesced into
+# fewer passes and the API threads, which share the interpreter with the passes, are not starved. A
+# change after a quiet moment, or the one or two that make a port up (its API call, its VIF), is
+# reconciled at once.
+BURST_PASSES = 2
+BURST_PAUSE = 0.25
 
 
 class _Metrics:
@@ -286,6 +294,7 @@ class Reconciler:
         self._pool: ThreadPoolExecutor | None = None   # applies to several switches at once
         self._next_check = time.monotonic() + interval
         self._next_audit = time.monotonic() + self.audit_interval
+        self._busy = 0                                # passes in a row that found changes waiting
 
     # ---------------------------------------------------------------------------- events
 
@@ -353,6 +362,9 @@ class Reconciler:
                 now = time.monotonic()
                 if woken:
                     self.run_pass(audit=False)
+                    self._busy = self._busy + 1 if self._wake.is_set() else 0
+                    if self._busy >= BURST_PASSES:   # a sustained burst: see BURST_PAUSE
+                        self._stop.wait(min(self.last_pass_seconds, BURST_PAUSE))
                 elif now >= self._next_audit:
                     self._next_audit = now + self.audit_interval
                     self._next_check = now + self.interval

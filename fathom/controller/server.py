@@ -103,7 +103,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # floating IPs moved or removed: their conntrack zones flushed on the gateway node
     ExternalRuntime().install(reconciler)
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
-    reconciler.extensions.append(HostLocalStatus(session_factory(engine)))
+    reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard))
     reconciler.wake()
     hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
@@ -122,4 +122,15 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         sock.bind((host, api_port))
         sock.set_inheritable(True)
         sockets.append(sock)
-    uvicorn.Server(config).run(sockets=sockets)
+    QuietServer(config).run(sockets=sockets)
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn's server, ticking once a second instead of ten times (its tick refreshes the Date
+    header, which has a resolution of a second, and notices a shutdown request): an idle
+    controller's event loop then wakes once a second."""
+
+    async def main_loop(self) -> None:
+        import asyncio
+        while not await self.on_tick(0):   # tick 0: the Date header is refreshed every time
+            await asyncio.sleep(1.0)

@@ -5,3 +5,7 @@ The data plane is eBPF (native/pptmon); this package holds the Python side: the 
 format reference (wire), the native tools (native), statistics over records (stats),
 the lab chain of VNF namespaces (chain) and the control of the loaders (control).
 """
+
+# Most records one ingestion call takes (fathom.pptmon.records; the agent's batches): here, so the
+# agent knows it without importing the records' schema (pydantic) before any record flows.
+MAX_BATCH = 1000

@@ -17,9 +17,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fathom.pptmon import MAX_BATCH  # noqa: F401 - the ingestion limit, used below and by importers
+
 MAX_HOPS = 8
 MAX_PPT_US = (1 << 24) - 1
-MAX_BATCH = 1000
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 
 

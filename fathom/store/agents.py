@@ -8,7 +8,8 @@ each object it holds, and when it said it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from sqlalchemy import select
@@ -21,8 +22,8 @@ from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import Caller, get, node_by_name, require_admin
 
 PPT_MODES = ("source", "transit", "sink", "source-sink")
-REPORT_INTERVAL = 5.0   # seconds between an agent's reports
-STALE_AFTER = 15.0      # seconds without a report: the agent is down (three reports missed)
+REPORT_INTERVAL = 300.0   # an agent reports when something changed, else this often (a liveness beat)
+STALE_AFTER = 15.0        # seconds without a word (a report, or its long-poll held or renewed): down
 
 
 @dataclass(frozen=True)
@@ -49,16 +50,16 @@ def attach_model(a: PptmonAttachment) -> PptmonAttach:
                         f"{a.out_interface}:{a.out_direction}", a.period_ns)
 
 
-def number_desired(session: Session, node: str, objects: list) -> int:
-    """The revision of a node's desired host-local state `objects` (computed by the caller with
-    fathom.apps.hostlocal): moved on when the state changed since it was last numbered. Call in a
-    write transaction."""
+def number_desired(session: Session, node: str, state: list | str) -> int:
+    """The revision of a node's desired host-local state `state` (its objects, computed by the caller
+    with fathom.apps.hostlocal, or their digest): moved on when the state changed since it was last
+    numbered. Call in a write transaction."""
     row = node_by_name(session, node)
     agent = session.get(NodeAgent, row.id)
     if agent is None:
         agent = NodeAgent(node_id=row.id, revision=0, digest="", facts={}, objects={})
         session.add(agent)
-    d = digest(objects)
+    d = state if isinstance(state, str) else digest(state)
     if agent.digest != d:
         agent.revision, agent.digest = (agent.revision or 0) + 1, d
     session.flush()
@@ -67,7 +68,9 @@ def number_desired(session: Session, node: str, objects: list) -> int:
 
 def record_report(session: Session, node: str, *, agent_started: float | None, applied_revision: int | None,
                   facts: dict, objects: dict) -> bool:
-    """Keep an agent's report; True when it says something new (not just "still here")."""
+    """Keep an agent's report; True when it says something new (not just "still here"). A report
+    that says nothing new is written only when the stored one is older than REPORT_INTERVAL / 2
+    (liveness the store keeps for readers in other processes)."""
     row = node_by_name(session, node)
     agent = session.get(NodeAgent, row.id)
     if agent is None:
@@ -76,6 +79,8 @@ def record_report(session: Session, node: str, *, agent_started: float | None, a
     started = int(agent_started * 1000) if agent_started is not None else None
     news = (agent.facts != facts or agent.objects != objects or agent.applied_revision != applied_revision
             or agent.agent_started != started or agent.reported_at is None)
+    if not news and time.time() - _epoch(agent.reported_at) < REPORT_INTERVAL / 2:
+        return False
     agent.facts, agent.objects, agent.applied_revision = facts, objects, applied_revision
     agent.agent_started = started
     agent.reported_at = datetime.now(timezone.utc)
@@ -83,13 +88,26 @@ def record_report(session: Session, node: str, *, agent_started: float | None, a
     return news
 
 
+def _epoch(at: datetime | None) -> float | None:
+    if at is None:
+        return None
+    if at.tzinfo is None:   # SQLite gives naive UTC back
+        at = at.replace(tzinfo=timezone.utc)
+    return at.timestamp()
+
+
 def _view(name: str, a: NodeAgent) -> AgentView:
-    reported = a.reported_at
-    if reported is not None and reported.tzinfo is None:   # SQLite gives naive UTC back
-        reported = reported.replace(tzinfo=timezone.utc)
     return AgentView(name, a.revision or 0, a.applied_revision, dict(a.facts or {}), dict(a.objects or {}),
-                     reported.timestamp() if reported else None,
-                     a.agent_started / 1000 if a.agent_started else None)
+                     _epoch(a.reported_at), a.agent_started / 1000 if a.agent_started else None)
+
+
+def heard(view: AgentView, last_heard: float | None) -> AgentView:
+    """`view` with `reported_at` moved to `last_heard` when the agent was heard later than its
+    stored report (its long-poll: fathom.api.agents.AgentHub.last_heard). An agent that never
+    reported stays so."""
+    if view.reported_at is None or last_heard is None or last_heard <= view.reported_at:
+        return view
+    return replace(view, reported_at=last_heard)
 
 
 def agents(session: Session) -> dict[str, AgentView]:

@@ -17,7 +17,6 @@ from fathom.store import ops
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 from fathom.store.external_models import CT_ZONE_MAX, CT_ZONE_MIN, FloatingIp, RouterGateway
 
-LOCK_ZONES = 3   # ops._serialise domain: conntrack zone allocation
 
 
 def _external_network(session: Session, network_id: int, field: str) -> m.Network:
@@ -32,7 +31,7 @@ def _external_network(session: Session, network_id: int, field: str) -> m.Networ
 
 
 def _allocate_zone(session: Session) -> int:
-    ops._serialise(session, LOCK_ZONES, 0)
+    ops._serialise(session, ops.LOCK_ZONES, 0)
     used = set(session.scalars(select(RouterGateway.ct_zone))) | set(session.scalars(select(FloatingIp.ct_zone)))
     for zone in range(CT_ZONE_MIN, CT_ZONE_MAX + 1):
         if zone not in used:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, event, func, select, text
 from sqlalchemy.orm import Session
 
 from fathom.pipeline.infrastructure import is_infrastructure_interface
@@ -109,7 +110,7 @@ def _serialise(session: Session, domain: int, key: int) -> None:
     """Queue this transaction behind others allocating in the same (domain, key) until commit.
 
     PostgreSQL: a transaction-scoped advisory lock, so two requests do not both pick the same
-    "lowest free" VNI or address and fail on the unique constraint. SQLite needs none: its
+    "lowest free" VNI (or both create a project's default security group). SQLite needs none: its
     writers are serialised already (fathom.store.db begins them IMMEDIATE).
     """
     if session.get_bind().dialect.name == "postgresql":
@@ -117,8 +118,10 @@ def _serialise(session: Session, domain: int, key: int) -> None:
                         {"domain": domain, "key": key})
 
 
-LOCK_SEGMENTS = 1   # key: 0 (all networks)
-LOCK_NETWORK = 2    # key: network id (its addresses and MACs)
+# _serialise domains, one per kind of allocation (key 0 in each)
+LOCK_SEGMENTS = 1        # VNIs and VLAN ids of networks
+LOCK_DEFAULT_GROUP = 2   # creating a project's default security group
+LOCK_ZONES = 3           # conntrack zones of the external app
 
 
 def _external_id(session: Session, caller: Caller, model, external_id: str | None) -> str | None:
@@ -329,7 +332,9 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     subnet, [] = none. `router_id` is for router interfaces (see add_router_interface)."""
     network = get(session, caller, m.Network, network_id, "network_id")
     project = _owner(caller, project_id, network)
-    _serialise(session, LOCK_NETWORK, network.id)
+    # No lock: concurrent creations in one network take different addresses (`_allocate_ip`
+    # reserves what it hands out until the transaction ends); the unique constraints are the
+    # backstop (another process), and fathom.api.deps.Store.write runs such a request again.
     if mac_address is None:
         mac_address = _allocate_mac(session, network.id)
     elif _mac_used(session, network.id, mac_address):
@@ -364,10 +369,10 @@ def _mac_used(session: Session, network_id: int, mac: str) -> bool:
 
 
 def _allocate_mac(session: Session, network_id: int) -> str:
-    while True:
-        mac = MAC_PREFIX + "".join(f":{b:02x}" for b in secrets.token_bytes(4))
-        if not _mac_used(session, network_id, mac):
-            return mac
+    """A random MAC (32 random bits): not checked against the network's ports, as a clash is
+    unlikely (n / 2^32 with n ports) and the unique constraint refuses it (Store.write then runs
+    the request again, with another MAC)."""
+    return MAC_PREFIX + "".join(f":{b:02x}" for b in secrets.token_bytes(4))
 
 
 def _check_interface_free(session: Session, node: m.Node, interface: str, port_id: int | None) -> None:
@@ -426,14 +431,48 @@ def _choose_ip(session: Session, network: m.Network, subnets: list[m.Subnet], re
 # Where each subnet's search for a free address starts: every host address below that index was
 # taken when last looked at (per engine, per subnet id). A hint only: the address chosen is always
 # checked against the store, and the unique constraint is the backstop. Freeing an address lowers the
-# hint (delete_port, remove_router_interface), under the same serialisation as allocations, so the
-# lowest free address is still the one allocated, without reading every allocation of the subnet.
+# hint (delete_port, remove_router_interface), so the lowest free address is still the one
+# allocated, without reading every allocation of the subnet.
 _free_from: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 ALLOCATION_WINDOW = 32   # candidates checked per query
+
+# Addresses handed out by transactions of this process that have not ended yet, per engine and
+# network: a concurrent allocation skips them instead of waiting for those transactions (they are
+# invisible to it until they commit). Released when the transaction ends (committed: the store has
+# them; rolled back: free again).
+_in_flight: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_in_flight_lock = threading.Lock()
+RESERVED = "fathom_reserved_addresses"   # session.info key: [(network id, address)] of this transaction
 
 
 def _hints(session: Session) -> dict[int, int]:
     return _free_from.setdefault(session.get_bind(), {})
+
+
+def _reserve(session: Session, network_id: int, address: str) -> bool:
+    """Reserve `address` of the network for this transaction; False if another one of this process has it."""
+    with _in_flight_lock:
+        taken = _in_flight.setdefault(session.get_bind(), {}).setdefault(network_id, set())
+        if address in taken:
+            return False
+        taken.add(address)
+    session.info.setdefault(RESERVED, []).append((network_id, address))
+    return True
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _release(session: Session, transaction) -> None:
+    if transaction.parent is not None or RESERVED not in session.info:
+        return
+    held = session.info.pop(RESERVED)
+    with _in_flight_lock:
+        networks = _in_flight.get(session.get_bind(), {})
+        for network_id, address in held:
+            taken = networks.get(network_id)
+            if taken is not None:
+                taken.discard(address)
+                if not taken:
+                    del networks[network_id]
 
 
 def _freed(session: Session, allocations) -> None:
@@ -447,8 +486,8 @@ def _freed(session: Session, allocations) -> None:
 
 
 def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
-    """The lowest free host address of the subnet (the gateway's excluded), checked
-    ALLOCATION_WINDOW candidates per query from the subnet's hint on."""
+    """The lowest free host address of the subnet (the gateway's excluded) that no other transaction
+    of this process holds, checked ALLOCATION_WINDOW candidates per query from the subnet's hint on."""
     prefix = subnet.prefix
     first, last = int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
     hints = _hints(session)
@@ -460,7 +499,7 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
         if subnet.gateway_ip:
             used.add(subnet.gateway_ip)
         for candidate in window:
-            if candidate not in used:
+            if candidate not in used and _reserve(session, network.id, candidate):
                 host = ipaddress.IPv4Address(candidate)
                 hints[subnet.id] = int(host) - first
                 return host
@@ -507,7 +546,6 @@ def delete_port(session: Session, caller: Caller, port_id: int) -> None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}: "
                        f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/<subnet id>")
     _check_not_an_address_port(session, port)
-    _serialise(session, LOCK_NETWORK, port.network_id)
     _freed(session, port.fixed_ips)
     session.delete(port)
     session.flush()
@@ -585,7 +623,6 @@ def remove_router_interface(session: Session, caller: Caller, router_id: int, su
             if using:
                 raise Conflict(f"floating IP(s) {using} reach ports of subnet {subnet_id} through this interface: "
                                "disassociate them first", "subnet_id")
-            _serialise(session, LOCK_NETWORK, interface.network_id)
             _freed(session, interface.fixed_ips)
             session.delete(interface)
             session.flush()

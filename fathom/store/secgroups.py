@@ -11,10 +11,11 @@ import ipaddress
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.store.ops import Caller, _external_id, _owner, _serialise, valid_id
+from fathom.store.ops import LOCK_DEFAULT_GROUP, Caller, _external_id, _owner, _serialise, valid_id
 
 DIRECTIONS = ("ingress", "egress")
 ETHERTYPES = ("IPv4", "IPv6")
@@ -28,7 +29,6 @@ ICMP = (1, 58)                         # port_range_min / max are type / code
 MAX_RULES_PER_GROUP = 1000
 MAX_GROUPS_PER_PORT = 32
 DEFAULT_NAME = "default"
-LOCK_DEFAULT_GROUP = 3                 # fathom.store.ops._serialise domain; key: 0
 # Neutron's default group: egress to anywhere, ingress from the group's members, IPv4 and IPv6.
 DEFAULT_RULES = (("egress", "IPv4", False), ("egress", "IPv6", False), ("ingress", "IPv4", True),
                  ("ingress", "IPv6", True))
@@ -54,8 +54,12 @@ def get_rule(session: Session, caller: Caller, rule_id: int) -> m.SecurityGroupR
 
 def default_group(session: Session, project: str) -> m.SecurityGroup:
     """The project's default group, made (with Neutron's four rules) if it has none yet."""
-    _serialise(session, LOCK_DEFAULT_GROUP, 0)
     row = session.get(m.DefaultSecurityGroup, project)
+    if row is not None:   # the common case, with no lock: a default group is never replaced
+        return session.get(m.SecurityGroup, row.group_id)
+    _serialise(session, LOCK_DEFAULT_GROUP, 0)
+    row = session.scalar(select(m.DefaultSecurityGroup).where(m.DefaultSecurityGroup.project_id == project)
+                         .execution_options(populate_existing=True))
     if row is not None:
         return session.get(m.SecurityGroup, row.group_id)
     group = m.SecurityGroup(name=DEFAULT_NAME, description="Default security group", project_id=project,
@@ -244,6 +248,15 @@ def delete_rule(session: Session, caller: Caller, rule_id: int) -> None:
 # ---------------------------------------------------------------------------------------------- ports
 
 
+def _link_new_port(session: Session, port: m.Port, group_ids: list[int]) -> None:
+    """The groups of a port just created (it has no links yet: the collection is set as loaded,
+    not read from the store)."""
+    links = [m.PortSecurityGroup(port_id=port.id, group_id=g) for g in group_ids]
+    session.add_all(links)
+    set_committed_value(port, "security_group_links", links)
+    session.flush()
+
+
 def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None, *, creating: bool) -> None:
     """A port's groups: None on creation = its project's default group (none without port security);
     on update None = unchanged. Groups must be of the port's project; a port without port security
@@ -254,7 +267,12 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
                 raise Invalid("a port without port security has no security groups: give "
                               "security_groups [] with port_security false", "port_security")
             return
-        group_ids = [default_group(session, port.project_id).id] if port.port_security else []
+        if not port.port_security:
+            return
+        # the project's default group: of the port's project by construction, nothing to check
+        row = session.get(m.DefaultSecurityGroup, port.project_id)
+        _link_new_port(session, port, [row.group_id if row is not None else default_group(session, port.project_id).id])
+        return
     if group_ids and not port.port_security:
         raise Invalid("a port without port security has no security groups", "security_groups")
     if len(group_ids) > MAX_GROUPS_PER_PORT:
@@ -267,6 +285,9 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
                            f"security_groups.{i}")
         if gid not in wanted:
             wanted.append(gid)
+    if creating:
+        _link_new_port(session, port, sorted(wanted))
+        return
     have = {link.group_id: link for link in port.security_group_links}
     port.security_group_links = [have.get(g) or m.PortSecurityGroup(port_id=port.id, group_id=g)
                                  for g in sorted(wanted)]

@@ -421,6 +421,8 @@ def test_concurrent_writers_and_readers(api):
     assert failures == []
     ips = [p["fixed_ips"][0]["ip_address"] for p in api.get("/ports")]
     assert len(ips) == 32 and len(set(ips)) == 32
+    # with no lock between them, the writers still took the lowest free addresses (the gateway's is .1)
+    assert sorted(ips, key=lambda a: int(a.split(".")[-1])) == [f"10.0.0.{i}" for i in range(2, 34)]
 
 
 def test_concurrent_network_creation_allocates_distinct_segments(api):

@@ -157,3 +157,65 @@ def test_a_lab_gives_its_agents_a_controller_url_they_can_reach():
     assert _reachable_from_nodes("http://127.0.0.1:8080", "198.18.128.1") == "http://198.18.128.1:8080"
     assert _reachable_from_nodes("http://localhost:8080/", "198.18.128.1") == "http://198.18.128.1:8080/"
     assert _reachable_from_nodes("https://10.0.0.5:8443", "198.18.128.1") == "https://10.0.0.5:8443"
+
+
+def test_an_idle_agent_costs_the_store_nothing_and_its_long_poll_is_its_heartbeat(tmp_path):
+    """While an agent holds its long-poll the controller reads and writes nothing; the agent is `up`
+    even when its stored report is old (liveness is the long-poll), and `down` once it hung up and
+    STALE_AFTER passed; a report that says nothing new writes nothing."""
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy import event, update
+    from sqlalchemy.orm import Session
+
+    from fathom.api import agents as api_agents
+    from fathom.store.agent_models import NodeAgent
+
+    app = create_app(f"sqlite:///{tmp_path}/fathom.db")
+    admin = TestClient(app, headers=headers_for(app))
+    _cloud(admin)
+    agent = TestClient(app, headers=headers_for(app, roles=("agent",), node="gw"))
+    rev = agent.get("/v1/agents/gw/desired").json()["revision"]
+    body = {"agent_started": 1.0, "applied_revision": rev, "facts": {"ovs_version": "3.1.0"}, "objects": {}}
+    assert agent.post("/v1/agents/gw/report", json=body).status_code == 204
+    # the stored report is old: only the long-poll can say the agent is alive
+    old = datetime.now(timezone.utc) - timedelta(seconds=4 * api_agents.STALE_AFTER)   # < REPORT_INTERVAL / 2
+    with Session(app.state.engine) as s, s.begin():
+        s.execute(update(NodeAgent).values(reported_at=old))
+    hub = app.state.agent_hub
+    hub._heard["gw"] = old.timestamp()     # and this process last heard it as long ago
+    assert admin.get("/v1/agents/gw").json()["state"] == "down"
+    admin.get("/v1/agents/gw/desired")     # an admin reading the node's state is no heartbeat
+    assert admin.get("/v1/agents/gw").json()["state"] == "down"
+
+    statements: list[str] = []
+    event.listen(app.state.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    answer: dict = {}
+    poll = threading.Thread(target=lambda: answer.update(
+        agent.get("/v1/agents/gw/desired", params={"after": rev, "timeout": 2.0}).json()))
+    poll.start()
+    time.sleep(0.5)       # its first look reads the store once (the report above changed it)
+    statements.clear()
+    time.sleep(1.0)
+    held = list(statements)
+    assert admin.get("/v1/agents/gw").json()["state"] == "up"
+    poll.join(10)
+    assert answer["revision"] == rev
+    assert held == [], held
+    assert admin.get("/v1/agents/gw").json()["state"] == "up"    # heard when it hung up, just now
+
+    # a report that says nothing new: no write (its reported_at stays as the store has it)
+    assert agent.post("/v1/agents/gw/report", json=body).status_code == 204
+    with Session(app.state.engine) as s:
+        stored = s.get(NodeAgent, s.scalar(select_node_id("gw"))).reported_at
+    assert stored.replace(tzinfo=timezone.utc) == old or stored == old
+    # hung up, and STALE_AFTER later: down
+    hub._heard["gw"] = time.time() - api_agents.STALE_AFTER - 1
+    assert admin.get("/v1/agents/gw").json()["state"] == "down"
+
+
+def select_node_id(name: str):
+    from sqlalchemy import select
+
+    from fathom.store import models as m
+    return select(m.Node.id).where(m.Node.name == name)

@@ -4,13 +4,14 @@ Every port reaches `active`, every switch holds exactly the compiled flows (the 
 back over OpenFlow and compares), and a full resync of wiped switches puts every flow back."""
 from __future__ import annotations
 
+import os
 import shutil
 
 from fathom.bench import scale
 
 
 def test_every_port_active_and_every_switch_in_sync(tmp_path):
-    run_dir = scale.RUN_ROOT / "sk-unit-fabric"
+    run_dir = scale.RUN_ROOT / f"sk-unit-fabric-{os.getpid()}"   # one per run: others may run it too
     shutil.rmtree(run_dir, ignore_errors=True)
     try:
         r = scale.fabric_run(run_dir, scale.Size(3, 4), samples=3)

@@ -1,0 +1,120 @@
+"""The agent's HTTP client: JSON over one kept-alive HTTP/1.1 connection, on the standard library.
+
+The agent is a small process on every node: it needs GET with a query and POST of a JSON body,
+nothing more, so it does not load httpx (and its TLS context, certificate bundle and HTTP/2
+machinery) for it. The interface is the subset of httpx.Client the agent uses (`get`, `post`,
+`close`; responses with `status_code`, `text`, `json()`), so tests may hand it an httpx client.
+
+Failures of the transport (refused, reset, timed out, TLS) raise ConnectionError, an OSError. A
+request on a kept-alive connection that the server closed meanwhile (it closes idle ones after a
+few seconds) is sent once more on a new connection: the server had not read it.
+"""
+from __future__ import annotations
+
+import http.client
+import json as jsonlib
+import socket
+import ssl
+import threading
+from urllib.parse import urlencode, urlsplit
+
+
+class Response:
+    def __init__(self, status_code: int, content: bytes):
+        self.status_code = status_code
+        self.content = content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self):
+        return jsonlib.loads(self.content)
+
+
+class JsonClient:
+    def __init__(self, base_url: str, timeout: float = 10.0, headers: dict | None = None,
+                 verify: bool | str = True):
+        url = urlsplit(base_url.rstrip("/"))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        self.scheme, self.host, self.prefix = url.scheme, url.hostname, url.path
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.timeout = timeout
+        self.headers = {"Accept": "application/json", "User-Agent": "fathom-agent", **(headers or {})}
+        self.context: ssl.SSLContext | None = None
+        if url.scheme == "https":
+            if verify is False:
+                self.context = ssl._create_unverified_context()   # the operator's explicit choice
+            else:
+                self.context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+        self._aborted = False
+
+    def get(self, path: str, params: dict | None = None, timeout: float | None = None) -> Response:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        return self.request("GET", path + (f"?{urlencode(query)}" if query else ""), None, timeout)
+
+    def post(self, path: str, json=None, timeout: float | None = None) -> Response:
+        body = jsonlib.dumps(json, separators=(",", ":")).encode() if json is not None else b""
+        return self.request("POST", path, body, timeout)
+
+    def request(self, method: str, path: str, body: bytes | None, timeout: float | None) -> Response:
+        headers = dict(self.headers)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        with self._lock:
+            self._aborted = False
+            for attempt in (0, 1):
+                reused = self._conn is not None
+                try:
+                    conn = self._connection(timeout if timeout is not None else self.timeout)
+                    conn.request(method, self.prefix + path, body=body, headers=headers)
+                    r = conn.getresponse()
+                    content = r.read()
+                    if r.will_close:
+                        self._drop()
+                    return Response(r.status, content)
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                    self._drop()
+                    if reused and attempt == 0 and not self._aborted:
+                        continue          # the server closed the idle connection: once more, anew
+                    raise ConnectionError(f"{method} {path.split('?')[0]}: {e}") from None
+                except (OSError, http.client.HTTPException, ssl.SSLError) as e:
+                    self._drop()
+                    raise ConnectionError(f"{method} {path.split('?')[0]}: {type(e).__name__}: {e}") from None
+        raise AssertionError("unreachable")
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._conn is None:
+            if self.context is not None:
+                self._conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.context)
+            else:
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            self._conn.connect()
+            self._conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            self._conn.sock.settimeout(timeout)
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def abort(self) -> None:
+        """End a request in progress (a long-poll) from another thread or a signal handler: its
+        connection is shut down and the request fails with ConnectionError. Takes no lock."""
+        self._aborted = True
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
