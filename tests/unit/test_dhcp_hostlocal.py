@@ -1,0 +1,60 @@
+"""DHCP servers in the host-local desired state: which node runs which network's server, and
+what each answers (static leases of that node's ports only, mask, router, MTU, routes, DNS)."""
+from __future__ import annotations
+
+from fathom.apps.hostlocal import desired, dhcp_servers
+from fathom.model import FixedIp, Network, Node, Port, RouterInterface, Snapshot, Subnet
+from fathom.model.hostlocal import DhcpServer, digest, from_json, to_json
+
+
+def _snapshot(**subnet_extra) -> Snapshot:
+    nodes = tuple(Node(i, f"c{i}", "compute", f"10.0.0.{i}", None) for i in (1, 2, 3))
+    networks = (Network(10, "vx", "p1", "vxlan", 100), Network(11, "vl", "p2", "vlan", 200))
+    subnets = (Subnet(20, "s-vx", "p1", 10, "198.19.1.0/24", "198.19.1.1",
+                      dns_nameservers=("192.0.2.53",), host_routes=(("203.0.113.0/24", "198.19.1.9"),),
+                      **subnet_extra),
+               Subnet(21, "s-vl", "p2", 11, "198.19.2.0/24", "198.19.2.1"))
+    ports = (Port(30, "a", "p1", 10, "02:00:00:00:00:30", (FixedIp(20, "198.19.1.10"),), "c1", "tap30"),
+             Port(31, "b", "p1", 10, "02:00:00:00:00:31", (FixedIp(20, "198.19.1.254"),), "c2", "tap31"),
+             Port(32, "c", "p2", 11, "02:00:00:00:00:32", (FixedIp(21, "198.19.2.10"),), "c1", "tap32"),
+             Port(33, "unbound", "p1", 10, "02:00:00:00:00:33", (FixedIp(20, "198.19.1.11"),)))
+    ris = (RouterInterface(40, 1, 20, 10, "198.19.1.1", "02:00:00:00:00:40"),)
+    return Snapshot(nodes=nodes, networks=networks, subnets=subnets, ports=ports, router_interfaces=ris)
+
+
+def test_one_server_per_network_per_node_with_local_ports_only():
+    out = dhcp_servers(_snapshot())
+    assert sorted(out) == ["c1", "c2"]          # c3 has no port: no server
+    c1 = {s.network_id: s for s in out["c1"]}
+    assert sorted(c1) == [10, 11]
+    vx = c1[10]
+    assert [(h.mac, h.ip) for h in vx.hosts] == [("02:00:00:00:00:30", "198.19.1.10")]   # not c2's port
+    assert vx.mtu == 1450 and c1[11].mtu == 1500
+    (sub,) = vx.subnets
+    # .254 is a port's address: the server takes the highest free one, the same on every node
+    assert sub.server_address == "198.19.1.253/24"
+    assert out["c2"][0].subnets[0].server_address == sub.server_address
+    assert out["c2"][0].mac == vx.mac != c1[11].mac
+    assert sub.gateway_ip == "198.19.1.1" and sub.dns_nameservers == ("192.0.2.53",)
+    assert sub.host_routes == (("203.0.113.0/24", "198.19.1.9"),)
+
+
+def test_disabled_dhcp_means_no_server():
+    out = dhcp_servers(_snapshot(enable_dhcp=False))
+    assert [s.network_id for s in out["c1"]] == [11]
+    assert "c2" not in out
+
+
+def test_desired_carries_servers_and_the_wire_form_round_trips():
+    objs = desired(_snapshot())
+    servers = [o for o in objs["c1"] if isinstance(o, DhcpServer)]
+    assert len(servers) == 2 and objs["c3"] == []
+    for s in servers:
+        assert from_json(to_json(s)) == s
+    # a changed lease is a new revision
+    snap = _snapshot()
+    moved = Snapshot(nodes=snap.nodes, networks=snap.networks, subnets=snap.subnets,
+                     ports=snap.ports[:1] + (Port(31, "b", "p1", 10, "02:00:00:00:00:31",
+                                                  (FixedIp(20, "198.19.1.254"),), "c1", "tap31"),) + snap.ports[2:],
+                     router_interfaces=snap.router_interfaces)
+    assert digest(desired(moved)["c1"]) != digest(objs["c1"])
