@@ -2,7 +2,7 @@
 
 fathom creates on every node: the VXLAN tunnel port (`vxlan0`), the patch pair to br-phy
 (`patch-phy` / `patch-int`), the bridges' own internal ports (`br-int`, `br-phy`, `br-fabric`)
-and the br-int legs of network-node routers (`qrp<N>`). A port bound to one of them would
+the br-int legs of network-node routers (`qrp<N>`) and the DHCP ports of networks (`dhp<N>`). A port bound to one of them would
 classify what arrives there (every tenant's tunnelled or uplink traffic) into one network, so
 the API refuses such a binding and the tenant compiler refuses to compile one (both use this).
 The prefixes are reserved as a whole, so that a tunnel type or router leg added later is covered.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-RESERVED = re.compile(r"^(vxlan|genev|gre[0-9]|patch-|br-|qrp[0-9]|ovs-)", re.IGNORECASE)
+RESERVED = re.compile(r"^(vxlan|genev|gre[0-9]|patch-|br-|qrp[0-9]|dhp[0-9]|ovs-)", re.IGNORECASE)
 
 
 def is_infrastructure_interface(name: str | None) -> bool:

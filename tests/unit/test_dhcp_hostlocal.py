@@ -58,3 +58,28 @@ def test_desired_carries_servers_and_the_wire_form_round_trips():
                                                   (FixedIp(20, "198.19.1.254"),), "c1", "tap31"),) + snap.ports[2:],
                      router_interfaces=snap.router_interfaces)
     assert digest(desired(moved)["c1"]) != digest(objs["c1"])
+
+
+def test_br_int_sends_dhcp_requests_only_to_the_local_server_of_the_ports_network():
+    from dataclasses import replace
+
+    from fathom.apps.tenant.compiler import compile_tenant
+    from fathom.openflow.spec import GotoTable, Output, SetField
+    from fathom.pipeline import stages as st
+
+    snap = _snapshot()
+    # c1: VM ports tap30 (network 10), tap32 (network 11); only network 10 has its DHCP port here
+    nodes = (replace(snap.nodes[0], ofports={"tap30": 1, "tap32": 2, "dhp10": 7, "vxlan0": 9}),) + snap.nodes[1:]
+    flows = compile_tenant(replace(snap, nodes=nodes))["c1"].flows
+    dhcp = [f for f in flows if f.table == st.SECURITY and dict(f.match).get("udp_dst") == 67]
+    by_port = {dict(f.match)[st.REG_SRC_PORT]: f for f in dhcp}
+    assert by_port[30].actions == (SetField(st.REG_OUT_PORT, 7), GotoTable(st.OUTPUT))
+    assert by_port[32].actions == ()        # no server of network 11 on c1: dropped, never flooded
+    # no DHCP request ever leaves through the tunnel: nothing in security sends it to l2
+    assert all(GotoTable(st.L2) not in f.actions for f in dhcp)
+    rogue = [f for f in flows if f.table == st.SECURITY and dict(f.match).get("udp_src") == 67]
+    assert {dict(f.match)[st.REG_SRC_PORT] for f in rogue} == {30, 32} and all(f.actions == () for f in rogue)
+    # the DHCP port enters network 10 (and only it) and is an output
+    classify = [f for f in flows if f.table == st.CLASSIFY and dict(f.match).get("in_port") == 7]
+    assert [f.actions[0] for f in classify] == [SetField(st.REG_NETWORK, 10)]
+    assert any(f.table == st.OUTPUT and f.actions == (Output(7),) for f in flows)

@@ -7,6 +7,10 @@ why is in docs/pipeline.md; in short, for node N:
   classified by tunnel_id (VNI), from the uplink by VLAN id (untagged = the flat network), and go
   straight to l2: they were switched or routed by their first-hop node already.
 - security: a port sends only from its MAC and, for IPv4 and ARP, from its fixed IPs.
+- dhcp (in security): a local port's DHCP requests (udp 68 -> 67) go only to this node's DHCP
+  port of its network (`dhp<network>`, the node agent's dnsmasq), straight to output: never
+  flooded, never tunnelled; a port sending as a DHCP server (udp 67 -> 68) is dropped. Frames
+  from the DHCP port enter the network at arp.
 - arp: requests for any bound port's address or a router interface's address in the network are
   answered in the switch (the requester asking about its own address is left alone).
 - l3 / l3-neighbor: a frame to a router interface's MAC, for a subnet on the same router, gets
@@ -43,6 +47,9 @@ ARP_REPLY = 2
 # Priorities within a stage (higher wins).
 PRIO_PORT = 100           # classify by in_port / tunnel / VLAN; l2 unicast; output
 PRIO_SECURITY_ALLOW = 100
+PRIO_DHCP = 120           # security: DHCP requests to the node's DHCP port, rogue servers dropped
+UDP = 17
+DHCP_SERVER_PORT, DHCP_CLIENT_PORT = 67, 68
 PRIO_SECURITY_DENY = 90   # IPv4 / ARP from a port with a source address not its own
 PRIO_SECURITY_OTHER = 80  # other ethertypes from the port's own MAC
 PRIO_ARP_OWN = 110        # a port asking about its own address (DAD, gratuitous ARP): not answered
@@ -137,6 +144,11 @@ def _compile_node(topo: _Topology, node: Node) -> SwitchState:
     local_networks = sorted({p.network_id for p, _ in local})
     for port, ofport in local:
         flows |= _local_port_flows(port, ofport)
+        flows |= _dhcp_client_flows(port, node.ofport(dhcp_interface(port.network_id)))
+    for network_id in local_networks:
+        dhcp = node.ofport(dhcp_interface(network_id))
+        if dhcp is not None:
+            flows |= _dhcp_port_flows(network_id, dhcp)
 
     for network_id in local_networks:
         network = topo.networks[network_id]
@@ -200,6 +212,36 @@ def _local_port_flows(port: Port, ofport: int) -> set[FlowSpec]:
                            {**src, "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
                             "arp_tpa": fip.ip_address}, (GotoTable(st.SFC),), c))
     return flows
+
+
+def dhcp_interface(network_id: int) -> str:
+    """br-int interface of a network's DHCP server on a node (fathom.model.hostlocal.DhcpServer)."""
+    return f"dhp{network_id}"
+
+
+def _dhcp_client_flows(port: Port, dhcp_ofport: int | None) -> set[FlowSpec]:
+    """A port's DHCP requests reach only its node's DHCP port of its network (dropped when the node
+    has none); DHCP answers sent by the port (a rogue server) are dropped."""
+    c = _tenant_cookie(st.KIND_PORT, port.id)
+    src = {st.REG_SRC_PORT: port.id, "eth_type": ETH_TYPE_IPV4, "ip_proto": UDP}
+    to_server = () if dhcp_ofport is None else (SetField(st.REG_OUT_PORT, dhcp_ofport), GotoTable(st.OUTPUT))
+    return {
+        FlowSpec(st.SECURITY, PRIO_DHCP,
+                 {**src, "eth_src": port.mac_address, "udp_src": DHCP_CLIENT_PORT, "udp_dst": DHCP_SERVER_PORT},
+                 to_server, c),
+        FlowSpec(st.SECURITY, PRIO_DHCP, {**src, "udp_src": DHCP_SERVER_PORT, "udp_dst": DHCP_CLIENT_PORT}, (), c),
+    }
+
+
+def _dhcp_port_flows(network_id: int, ofport: int) -> set[FlowSpec]:
+    """The node's DHCP port of a network: classified into the network (fathom's own port, trusted:
+    no security stage), and its output."""
+    c = _tenant_cookie(st.KIND_NETWORK, network_id)
+    return {
+        FlowSpec(st.CLASSIFY, PRIO_PORT, {"in_port": ofport},
+                 (SetField(st.REG_NETWORK, network_id), GotoTable(st.ARP)), c),
+        FlowSpec(st.OUTPUT, PRIO_PORT, {st.REG_OUT_PORT: ofport}, (Output(ofport),), c),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- networks
