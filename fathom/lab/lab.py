@@ -346,7 +346,8 @@ class Lab:
             argv = [*exe, "agent", "run", "--controller", c.get("agent_url") or c["url"], "--node", node.name,
                     "--token-file", str(token_file), "--state-dir", str(rundir / "agent"),
                     "--root", str(rundir / "pptmon"), "--ovsdb", f"unix:{OvsInstance(node.netns, rundir).db_sock}",
-                    "--router-ns-prefix", f"{node.netns}-r", "--log-interval", "60"]
+                    "--router-ns-prefix", f"{node.netns}-r",
+                    "--dhcp-ns-prefix", f"{node.netns}-d", "--log-interval", "60"]
             (rundir / AGENT_CONFIG).write_text(json.dumps({"argv": argv}))
             self.start_agent(node.name, wait=False)
         for node in nodes:
