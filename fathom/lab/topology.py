@@ -31,8 +31,9 @@ class _Strict(BaseModel):
 class VM(_Strict):
     name: str = Field(pattern=NAME_RE)
     mac: str
-    ip: ipaddress.IPv4Interface
+    ip: ipaddress.IPv4Interface   # its port's fixed IP
     network: str
+    dhcp: bool = False            # take the address by DHCP (`fathom.lab.lab.Lab.dhcp_vm`) instead of statically
 
     @field_validator("mac")
     @classmethod
