@@ -10,6 +10,7 @@ with VM g1 on c1; every VM takes its address by DHCP (busybox udhcpc).
   DHCP port on c1 never sees a frame from g1 (tcpdump on it as the witness).
 """
 import json
+import signal
 import subprocess
 import time
 
@@ -74,15 +75,51 @@ def test_vms_get_their_lease_from_their_own_node(lab):
 
 def test_another_networks_vm_never_reaches_this_networks_server(lab):
     networks = {n["name"]: n["id"] for n in lab_api(lab).get("/networks").json()}
-    blue_port = f"dhp{networks['blue']}"
-    cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("c1"), "tcpdump", "-l", "-n", "-e", "-i", blue_port,
-                            "ether", "src", "02:fd:00:00:92:0b"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    _lease(lab, "d1")                   # blue's server on c1 runs
+    caps = {}
+    for name in ("blue", "green"):      # green's own port is the positive control of the witness
+        caps[name] = subprocess.Popen(
+            ["ip", "netns", "exec", lab.ns("c1"), "tcpdump", "-l", "-n", "-e", "-i", f"dhp{networks[name]}",
+             "ether", "src", "02:fd:00:00:92:0b"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1)
+        time.sleep(1.5)
+        assert all(c.poll() is None for c in caps.values()), "tcpdump did not start on a DHCP port"
         g1 = _lease(lab, "g1")
         assert g1["ip"] == "198.19.92.11" and g1["serverid"].startswith("198.19.92.")
+        time.sleep(0.5)
     finally:
-        cap.terminate()
-        seen = cap.communicate(timeout=10)[0]
-    assert seen.strip() == "", f"blue's DHCP port saw green's VM:\n{seen}"
+        seen = {}
+        for name, c in caps.items():
+            c.terminate()
+            seen[name] = c.communicate(timeout=10)[0]
+    assert "udp" in seen["green"] or ".67" in seen["green"], f"green's DHCP port saw nothing: {seen['green']!r}"
+    assert seen["blue"].strip() == "", f"blue's DHCP port saw green's VM:\n{seen['blue']}"
+
+
+def test_a_running_client_renews_with_its_server(lab):
+    """udhcpc left running (as in a VM) and told to renew (SIGUSR1): a unicast REQUEST to the
+    server (whose address br-int resolves by ARP), answered, the same address kept."""
+    _lease(lab, "d2")
+    proc = subprocess.Popen(["ip", "netns", "exec", lab.ns("d2"), "udhcpc", "-i", "eth0", "-f", "-t", "4", "-T", "2",
+                             "-O", "mtu", "-O", "staticroutes", "-s", str(lab.dir / "udhcpc.sh")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+
+    def leases_seen(n):
+        def check():
+            line = proc.stdout.readline()
+            if line:
+                lines.append(line)
+            return sum(1 for x in lines if x.startswith("LEASE ip=")) >= n
+        return check
+    try:
+        wait_for(leases_seen(1), 30, "d2's first lease")
+        proc.send_signal(signal.SIGUSR1)   # `ip netns exec` execs udhcpc: proc is the client
+        wait_for(leases_seen(2), 30, "d2's renewed lease")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    out = "".join(lines)
+    assert [x for x in lines if x.startswith("LEASE ip=")] == ["LEASE ip=198.19.91.12\n"] * 2, out
+    # the renewal went by unicast to the server (the switch answered ARP for it), no fallback
+    assert "sending renew to server" in out and "broadcasting renew" not in out, out

@@ -83,3 +83,20 @@ def test_br_int_sends_dhcp_requests_only_to_the_local_server_of_the_ports_networ
     classify = [f for f in flows if f.table == st.CLASSIFY and dict(f.match).get("in_port") == 7]
     assert [f.actions[0] for f in classify] == [SetField(st.REG_NETWORK, 10)]
     assert any(f.table == st.OUTPUT and f.actions == (Output(7),) for f in flows)
+
+
+def test_br_int_answers_arp_for_the_server_only_where_it_runs():
+    from dataclasses import replace
+
+    from fathom.apps.tenant.compiler import compile_tenant
+    from fathom.pipeline import stages as st
+
+    snap = _snapshot()
+    nodes = (replace(snap.nodes[0], ofports={"tap30": 1, "dhp10": 7}),
+             replace(snap.nodes[1], ofports={"tap31": 1}), snap.nodes[2])
+    compiled = compile_tenant(replace(snap, nodes=nodes))
+
+    def answers(node):
+        return {dict(f.match).get("arp_tpa") for f in compiled[node].flows if f.table == st.ARP}
+    assert "198.19.1.253" in answers("c1")       # the server address of subnet 20 (see above)
+    assert "198.19.1.253" not in answers("c2")   # no DHCP port on c2: nothing claims the address

@@ -65,24 +65,35 @@ def dhcp_server_ip(subnet, taken: set[str]) -> str | None:
     return None
 
 
+def dhcp_server_addresses(snapshot: Snapshot) -> dict[int, str]:
+    """subnet id -> the DHCP server's address on it, for every DHCP-enabled subnet (memoised per
+    snapshot: the tenant compiler answers ARP for these addresses)."""
+    def make(snap: Snapshot) -> dict[int, str]:
+        networks = {n.id for n in snap.networks}
+        taken: dict[int, set[str]] = {}
+        for p in snap.ports:
+            for f in p.fixed_ips:
+                taken.setdefault(f.subnet_id, set()).add(f.ip_address)
+        for ri in snap.router_interfaces:
+            taken.setdefault(ri.subnet_id, set()).add(ri.ip_address)
+        out = {}
+        for s in sorted(snap.subnets, key=lambda x: x.id):
+            if s.enable_dhcp and s.network_id in networks:
+                ip = dhcp_server_ip(s, taken.get(s.id, set()) | ({s.gateway_ip} if s.gateway_ip else set()))
+                if ip is not None:
+                    out[s.id] = ip
+        return out
+    return snapshot.memo("dhcp_server_addresses", make)
+
+
 def dhcp_servers(snapshot: Snapshot, underlay_mtu: int = UNDERLAY_MTU) -> dict[str, list[DhcpServer]]:
     """node -> the DHCP servers it must run: one per network that has a DHCP-enabled subnet and
     a port bound to that node, answering exactly those local ports (static leases only)."""
     networks = {n.id: n for n in snapshot.networks}
     subnets = {s.id: s for s in snapshot.subnets}
-    taken: dict[int, set[str]] = {}
-    for p in snapshot.ports:
-        for f in p.fixed_ips:
-            taken.setdefault(f.subnet_id, set()).add(f.ip_address)
-    for ri in snapshot.router_interfaces:
-        taken.setdefault(ri.subnet_id, set()).add(ri.ip_address)
     dhcp_subnets: dict[int, DhcpSubnet] = {}
-    for s in sorted(snapshot.subnets, key=lambda x: x.id):
-        if not s.enable_dhcp or s.network_id not in networks:
-            continue
-        server = dhcp_server_ip(s, taken.get(s.id, set()) | ({s.gateway_ip} if s.gateway_ip else set()))
-        if server is None:
-            continue
+    for sid, server in dhcp_server_addresses(snapshot).items():
+        s = subnets[sid]
         dhcp_subnets[s.id] = DhcpSubnet(s.id, s.cidr, f"{server}/{s.prefix.prefixlen}", s.gateway_ip,
                                         tuple(s.dns_nameservers), tuple(tuple(r) for r in s.host_routes))
     hosts: dict[tuple[str, int], list[DhcpHost]] = {}

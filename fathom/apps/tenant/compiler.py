@@ -33,6 +33,7 @@ from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
     Move, Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
+from fathom.apps.hostlocal import dhcp_mac, dhcp_server_addresses
 from fathom.pipeline import stages as st
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.model import (
@@ -111,6 +112,7 @@ class _Topology:
         refused = refused_ports(snapshot)
         self.networks = {n.id: n for n in snapshot.networks}
         self.subnets = {s.id: s for s in snapshot.subnets}
+        self.dhcp_servers = dhcp_server_addresses(snapshot)     # subnet id -> DHCP server address
         # Only bound ports take part in forwarding: an unbound port is nowhere.
         self.ports_by_network: dict[int, list[Port]] = defaultdict(list)
         for p in sorted(snapshot.ports, key=lambda p: p.id):
@@ -148,7 +150,7 @@ def _compile_node(topo: _Topology, node: Node) -> SwitchState:
     for network_id in local_networks:
         dhcp = node.ofport(dhcp_interface(network_id))
         if dhcp is not None:
-            flows |= _dhcp_port_flows(network_id, dhcp)
+            flows |= _dhcp_port_flows(topo, network_id, dhcp)
 
     for network_id in local_networks:
         network = topo.networks[network_id]
@@ -233,15 +235,24 @@ def _dhcp_client_flows(port: Port, dhcp_ofport: int | None) -> set[FlowSpec]:
     }
 
 
-def _dhcp_port_flows(network_id: int, ofport: int) -> set[FlowSpec]:
+def _dhcp_port_flows(topo: _Topology, network_id: int, ofport: int) -> set[FlowSpec]:
     """The node's DHCP port of a network: classified into the network (fathom's own port, trusted:
-    no security stage), and its output."""
+    no security stage), its output, and ARP for the server's address answered with its MAC (a
+    client renews by unicast; the address and MAC are the same on every node, so this node's
+    answer is right wherever the client is)."""
     c = _tenant_cookie(st.KIND_NETWORK, network_id)
-    return {
+    flows = {
         FlowSpec(st.CLASSIFY, PRIO_PORT, {"in_port": ofport},
                  (SetField(st.REG_NETWORK, network_id), GotoTable(st.ARP)), c),
         FlowSpec(st.OUTPUT, PRIO_PORT, {st.REG_OUT_PORT: ofport}, (Output(ofport),), c),
     }
+    mac = dhcp_mac(network_id)
+    for subnet_id, ip in topo.dhcp_servers.items():
+        if topo.subnets[subnet_id].network_id == network_id:
+            flows.add(FlowSpec(st.ARP, PRIO_ARP_REPLY,
+                               {st.REG_NETWORK: network_id, "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
+                                "arp_tpa": ip}, arp_reply_actions(mac, ip), c))
+    return flows
 
 
 # ---------------------------------------------------------------------------------------------- networks
