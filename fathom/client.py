@@ -20,6 +20,7 @@ import httpx
 from fathom.auth.client import NoToken, lab_token, resolve_token
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
+LONG_POLL = 30.0   # seconds one long-poll request may wait (the API allows up to 60)
 
 
 class ApiError(Exception):
@@ -156,9 +157,26 @@ class Client:
 
     def wait_status(self, collection: str, obj_id: int, want: str = "active", timeout: float = 10.0) -> dict:
         """The object of `collection` once its status is `want` (or `error`); ApiError 408 after
-        `timeout` s. Every caller that waits for an object to come up uses this one method."""
-        return self.wait_until(f"/{collection}/{obj_id}", lambda o: o.get("status") in (want, "error"),
-                               timeout, interval=0.05)
+        `timeout` s. Every caller that waits for an object to come up uses this one method.
+
+        A server-side long-poll (`GET /v1/<collection>/<id>?wait=<want>&timeout=<s>`): the
+        controller answers as soon as a reconcile pass that saw every write made before the call
+        decides that status, so nothing polls. Long waits are made of requests of at most
+        LONG_POLL seconds each."""
+        path = f"/{collection}/{obj_id}"
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            chunk = min(max(remaining, 0.001), LONG_POLL)
+            asked = time.monotonic()
+            answer = self.get(path, params={"wait": want, "timeout": round(chunk, 3)}, timeout=chunk + 10)
+            if answer.get("status") in (want, "error"):
+                return answer
+            if time.monotonic() >= deadline:
+                raise ApiError(408, f"GET /v1{path}: status {answer.get('status')!r}, not {want!r} after "
+                                    f"{timeout:g} s: {answer.get('status_reason')}")
+            if time.monotonic() - asked < chunk / 2:
+                time.sleep(0.05)   # answered early without the status: a server with no reconciler
 
     def close(self) -> None:
         self.http.close()

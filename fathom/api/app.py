@@ -1,7 +1,7 @@
 """The REST API: `create_app(engine, on_change)` returns the FastAPI app of the controller.
 
 Resources live under /v1, one module each (nodes, networks and subnets, ports, routers, taps,
-fabric switches, pptmon); what they share is fathom.api.deps. OpenAPI is at /openapi.json. Every
+service chains, fabric switches, pptmon); what they share is fathom.api.deps. OpenAPI is at /openapi.json. Every
 request runs in one transaction: it commits entirely or not at all. After each committed write,
 `on_change()` is called (the controller wakes its reconciler with it). Every error has one shape
 (fathom.api.deps, docs/api.md). Every call is authenticated (fathom.api.auth) and its input
@@ -15,7 +15,8 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from fathom import __version__
-from fathom.api import agents, fabric, networks, nodes, ports, pptmon, pptmon_attachments, routers, taps, tokens
+from fathom.api import (agents, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments, routers,
+                        secgroups, sfc, taps, tokens)
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
@@ -25,7 +26,8 @@ from fathom.store.db import open_store
 from fathom.store.ops import Settings
 
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
-           taps.router, fabric.router, pptmon_attachments.router, pptmon.router, tokens.router, agents.router)
+           floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
+           pptmon_attachments.router, pptmon.router, tokens.router, agents.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
@@ -43,7 +45,8 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     engine = open_store(store) if isinstance(store, str) else store
     app = FastAPI(title="fathom", version=__version__,
                   description="Tenant networking on Open vSwitch: nodes, networks, subnets, ports, "
-                              "routers, tap policies, fabric switches. Errors: {detail: [{loc, msg, type}]}.")
+                              "routers, floating IPs, security groups, tap policies, service chains (networking-sfc), "
+                              "fabric switches. Errors: {detail: [{loc, msg, type}]}.")
     app.state.engine = engine
     # a committed write wakes the caller's hook (the reconciler) and the agents' long-polls
     hub = app.state.agent_hub = agents.AgentHub()

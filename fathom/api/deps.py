@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
@@ -39,6 +40,29 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in
 # Pagination of every list: `limit` (at most MAX_LIMIT, also the default) and `marker`.
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="at most this many (pagination)")]
 Marker = Annotated[int | None, Query(ge=0, description="the last id of the previous page")]
+
+
+# Long-poll of one object: `GET /v1/<collection>/<id>?wait=<status>&timeout=<s>` answers once the
+# object's status is `wait` (or `error`) as decided by a pass that saw every write committed before
+# the request, or after `timeout` seconds with the object as it is (fathom.controller.board).
+MAX_WAIT = 60.0
+Wait = Annotated[Literal["pending", "active", "error", "down"] | None,
+                 Query(description="answer once the object's status is this (or error), at most `timeout` s")]
+WaitTimeout = Annotated[float, Query(gt=0, le=MAX_WAIT, description="seconds a `wait` may take")]
+
+
+async def shown(request: Request, read: Callable[[], Any], kinds: tuple[str, ...], object_id: int,
+                wait: str | None, timeout: float):
+    """The answer of a GET of one object (`read()`, run in the thread pool: it checks the caller may
+    see it), after waiting for `wait` on the controller's status board when asked. Without a
+    controller in this process (no board) it answers at once. Waiting holds no thread and reads
+    nothing: the object is read again once, when the wait ends."""
+    out = await run_in_threadpool(read)
+    board = getattr(request.app.state, "status_board", None)
+    if wait is None or board is None:
+        return out
+    await board.wait(tuple((k, object_id) for k in kinds), wait, timeout)
+    return await run_in_threadpool(read)
 
 
 def gateway_node_admin(c: Caller, gateway_node: str | None) -> None:

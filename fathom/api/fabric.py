@@ -9,10 +9,10 @@ from __future__ import annotations
 import ipaddress
 from datetime import datetime
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.store import fabric as fops
 from fathom.store import models as m
 from fathom.store import ops
@@ -81,9 +81,11 @@ def list_switches(c: CallerDep, db: StoreDep, limit: Limit = ops.MAX_LIMIT, mark
 
 
 @router.get("/{switch_id}", response_model=SwitchOut)
-def show_switch(switch_id: int, c: CallerDep, db: StoreDep):
+async def show_switch(switch_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                      timeout: WaitTimeout = 10.0):
     ops.require_admin(c, "see fabric switches")
-    return db.read(lambda s: switch_out(s, fops.get_switch(s, switch_id)))
+    return await shown(request, lambda: db.read(lambda s: switch_out(s, fops.get_switch(s, switch_id))),
+                       ("fabric_switch",), switch_id, wait, timeout)
 
 
 @router.delete("/{switch_id}", status_code=204)

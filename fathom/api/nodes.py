@@ -1,10 +1,10 @@
 """/v1/nodes: the compute and gateway nodes (admin only)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from fathom.api import schemas as sc
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.store import models as m
 from fathom.store import ops
 
@@ -43,9 +43,11 @@ def create_node(body: sc.NodeCreate, c: CallerDep, db: StoreDep):
 
 
 @router.get("/{node_id}", response_model=sc.NodeOut)
-def show_node(node_id: int, c: CallerDep, db: StoreDep):
+async def show_node(node_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                    timeout: WaitTimeout = 10.0):
     ops.require_admin(c, "see nodes")
-    return db.read(lambda s: node_out(ops.get(s, c, m.Node, node_id)))
+    return await shown(request, lambda: db.read(lambda s: node_out(ops.get(s, c, m.Node, node_id))),
+                       ("node",), node_id, wait, timeout)
 
 
 @router.patch("/{node_id}", response_model=sc.NodeOut)

@@ -1,64 +1,88 @@
 """/v1/ports."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from fathom.api import schemas as sc
 from sqlalchemy import select
 
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.store import models as m
 from fathom.store import ops
+from fathom.store import secgroups
+from fathom.store import sfc as sfc_ops
+from fathom.store.errors import Conflict
 
 router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
 
 
 def port_out(p: m.Port) -> sc.PortOut:
-    return sc.PortOut(id=p.id, name=p.name, project_id=p.project_id, network_id=p.network_id,
+    return sc.PortOut(id=p.id, external_id=p.external_id, name=p.name, project_id=p.project_id, network_id=p.network_id,
                       mac_address=p.mac_address,
                       fixed_ips=[sc.FixedIpOut(subnet_id=a.subnet_id, ip_address=a.ip_address)
                                  for a in p.fixed_ips],
                       node=p.node.name if p.node else None, interface_name=p.interface_name,
-                      port_security=p.port_security, router_id=p.router_id, status=p.status,
+                      port_security=p.port_security, security_groups=p.security_group_ids,
+                      router_id=p.router_id, status=p.status,
                       status_reason=p.status_reason, created_at=utc(p.created_at))
 
 
 @router.get("", response_model=list[sc.PortOut])
 def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: int | None = None,
-               node: str | None = None, router_id: int | None = None, limit: Limit = ops.MAX_LIMIT,
-               marker: Marker = None):
+               node: str | None = None, router_id: int | None = None, external_id: str | None = None,
+               limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     def run(s):
         # an unknown node matches no port (no 404: that would tell which nodes exist)
         node_id = (s.scalar(select(m.Node.id).where(m.Node.name == node)) or -1) if node is not None else None
         return [port_out(p) for p in ops.list_objects(
             s, c, m.Port, name=name, network_id=network_id, node_id=node_id, router_id=router_id,
-            limit=limit, marker=marker)]
+            external_id=external_id, limit=limit, marker=marker)]
     return db.read(run)
 
 
 @router.post("", response_model=sc.PortOut, status_code=201)
 def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
     fixed = None if body.fixed_ips is None else [f.model_dump() for f in body.fixed_ips]
-    return db.write(lambda s: port_out(ops.create_port(
-        s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
-        fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
-        port_security=body.port_security, project_id=body.project_id)))
+
+    def create(s):
+        port = ops.create_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
+                               fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
+                               port_security=body.port_security, project_id=body.project_id,
+                               external_id=body.external_id)
+        secgroups.set_port_groups(s, port, body.security_groups, creating=True)
+        return port_out(port)
+    return db.write(create)
 
 
 @router.get("/{port_id}", response_model=sc.PortOut)
-def show_port(port_id: int, c: CallerDep, db: StoreDep):
-    return db.read(lambda s: port_out(ops.get(s, c, m.Port, port_id)))
+async def show_port(port_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                    timeout: WaitTimeout = 10.0):
+    return await shown(request, lambda: db.read(lambda s: port_out(ops.get(s, c, m.Port, port_id))),
+                       ("port", "router_interface"), port_id, wait, timeout)
 
 
 @router.patch("/{port_id}", response_model=sc.PortOut)
 def update_port(port_id: int, body: sc.PortUpdate, c: CallerDep, db: StoreDep):
-    return db.write(lambda s: port_out(ops.update_port(s, c, port_id, body.given())))
+    changes = body.given()
+    groups = changes.pop("security_groups", None)
+
+    def update(s):
+        port = ops.update_port(s, c, port_id, changes)
+        secgroups.set_port_groups(s, port, groups, creating=False)
+        return port_out(port)
+    return db.write(update)
 
 
 @router.delete("/{port_id}", status_code=204)
 def delete_port(port_id: int, c: CallerDep, db: StoreDep):
-    db.write(lambda s: ops.delete_port(s, c, port_id))
+    def run(s):
+        ops.get(s, c, m.Port, port_id)
+        used = sfc_ops.port_users(s, port_id)
+        if used:
+            raise Conflict(used)
+        ops.delete_port(s, c, port_id)
+    db.write(run)
     return Response(status_code=204)
 
 

@@ -10,10 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from fathom.addresses import parse_mac
 
 NAME = Field(default="", max_length=255)
+# the object's id in the cloud that drives fathom (Neutron's UUID); admin and service identity only
+EXTERNAL_ID = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
 NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 # OVS interface names are Linux interface names: at most 15 characters.
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"
-Status = Literal["pending", "active", "error"]
+Status = Literal["pending", "active", "error", "down"]
 
 
 class _Request(BaseModel):
@@ -64,10 +66,20 @@ class NodeOut(BaseModel):
 
 
 class NetworkCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     name: str = NAME
     type: Literal["vxlan", "vlan", "flat"] = "vxlan"
     segmentation_id: int | None = Field(default=None, ge=1, le=(1 << 24) - 1)
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
+    # a provider network reaching the gateway nodes (router:external; admin only; flat or vlan)
+    external: bool = False
+    # external networks: MAC of the upstream (provider) router at the subnet's gateway_ip
+    upstream_mac: str | None = None
+
+    @field_validator("upstream_mac")
+    @classmethod
+    def _upstream_mac(cls, value):
+        return None if value is None else parse_mac(value, unicast_for="the upstream router")
 
 
 class NetworkUpdate(_Request):
@@ -76,11 +88,14 @@ class NetworkUpdate(_Request):
 
 class NetworkOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     type: str
     segmentation_id: int | None
     subnets: list[int]
+    external: bool = False
+    upstream_mac: str | None = None
     status: Status
     status_reason: str | None
     created_at: datetime
@@ -90,6 +105,7 @@ class NetworkOut(BaseModel):
 
 
 class SubnetCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     network_id: int
     cidr: ipaddress.IPv4Network
     # Absent: the first host address; null: no gateway.
@@ -115,6 +131,7 @@ class SubnetUpdate(_Request):
 
 class SubnetOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     network_id: int
@@ -143,6 +160,7 @@ def _check_mac(value: str | None) -> str | None:
 
 
 class PortCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     network_id: int
     name: str = NAME
     mac_address: str | None = None
@@ -151,6 +169,8 @@ class PortCreate(_Request):
     node: str | None = Field(default=None, pattern=NODE_NAME_RE)
     interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
     port_security: bool = True
+    # Absent: the project's default group (none when port_security is false); []: no group.
+    security_groups: list[int] | None = Field(default=None, max_length=32)
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
 
     @field_validator("mac_address")
@@ -164,10 +184,12 @@ class PortUpdate(_Request):
     node: str | None = Field(default=None, pattern=NODE_NAME_RE)
     interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
     port_security: bool = True
+    security_groups: list[int] = Field(default_factory=list, max_length=32)
 
 
 class PortOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     network_id: int
@@ -176,6 +198,7 @@ class PortOut(BaseModel):
     node: str | None
     interface_name: str | None
     port_security: bool
+    security_groups: list[int] = []
     router_id: int | None
     status: Status
     status_reason: str | None
@@ -188,27 +211,59 @@ class PortOut(BaseModel):
 RouterMode = Literal["distributed", "fabric", "network-node"]   # where a router runs: docs/fabric.md
 
 
+class ExternalGatewayIn(_Request):
+    """A router's external gateway (Neutron's external_gateway_info): docs/external.md."""
+    network_id: int
+    # Absent: allocated from the external network's subnet (admins may choose one)
+    ip_address: ipaddress.IPv4Address | None = None
+    enable_snat: bool = True
+    # the gateway node hosting the router's NAT (admin); absent: the first node of role gateway
+    node: str | None = Field(default=None, pattern=NODE_NAME_RE)
+
+
+class ExternalGatewayOut(BaseModel):
+    network_id: int
+    ip_address: str
+    mac_address: str
+    enable_snat: bool
+    node: str
+
+
 class RouterCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     name: str = NAME
     project_id: str | None = Field(default=None, min_length=1, max_length=64)
     mode: RouterMode = "distributed"
     gateway_node: str | None = None   # network-node mode: default the first node of role gateway
+    external_gateway: ExternalGatewayIn | None = None
 
 
 class RouterUpdate(_Request):
     name: str = NAME
     mode: RouterMode | None = None
     gateway_node: str | None = None
+    # given: set (an object) or clear (null) the external gateway; absent: unchanged
+    external_gateway: ExternalGatewayIn | None = None
 
 
 class RouterInterfaceCreate(_Request):
+    external_id: str | None = EXTERNAL_ID
     subnet_id: int
+    # Absent: generated (02:fd:...); a cloud that allocated the interface's MAC gives it here.
+    mac_address: str | None = None
+
+    @field_validator("mac_address")
+    @classmethod
+    def _mac(cls, value):
+        return _check_mac(value)
+
     # Absent: the subnet's gateway_ip.
     ip_address: ipaddress.IPv4Address | None = None
 
 
 class RouterInterfaceOut(BaseModel):
     id: int                 # the id of the port that holds the interface's address
+    external_id: str | None = None
     router_id: int
     subnet_id: int
     network_id: int
@@ -220,11 +275,46 @@ class RouterInterfaceOut(BaseModel):
 
 class RouterOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     interfaces: list[RouterInterfaceOut]
     mode: RouterMode = "distributed"
     gateway_node: str | None = None
+    external_gateway: ExternalGatewayOut | None = None
+    status: Status
+    status_reason: str | None
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------------------------- floating IPs
+
+
+class FloatingIpCreate(_Request):
+    floating_network_id: int
+    floating_ip_address: ipaddress.IPv4Address | None = None   # admin only; absent: allocated
+    port_id: int | None = None
+    fixed_ip_address: ipaddress.IPv4Address | None = None      # which of the port's fixed IPs; absent: the first
+    name: str = NAME
+    project_id: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class FloatingIpUpdate(_Request):
+    """`port_id` null disassociates; another port moves the floating IP there."""
+    port_id: int | None = None
+    fixed_ip_address: ipaddress.IPv4Address | None = None
+    name: str = NAME
+
+
+class FloatingIpOut(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    floating_network_id: int
+    floating_ip_address: str
+    port_id: int | None
+    fixed_ip_address: str | None
+    router_id: int | None
     status: Status
     status_reason: str | None
     created_at: datetime

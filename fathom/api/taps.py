@@ -10,11 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from fathom.addresses import parse_ipv4, parse_mac
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
+from fathom.api.schemas import EXTERNAL_ID
 from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store import taps as ops
@@ -26,6 +27,7 @@ Wild = int | str | None
 
 class TapCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    external_id: str | None = EXTERNAL_ID
     name: str = Field(default="", max_length=255)
     sender: Any = None
     receiver: Any = None
@@ -71,6 +73,7 @@ class EndpointOut(BaseModel):
 
 class TapOut(BaseModel):
     id: int
+    external_id: str | None = None
     name: str
     project_id: str
     sender: EndpointOut
@@ -92,6 +95,8 @@ def parse_ref(value, field: str):
     """An identifier from the request: int/str (port id or name) or {"port"} / {"mac", "ip"}."""
     if isinstance(value, bool):
         raise Invalid("give a port id, a port name or {mac, ip}", field)
+    if value == vtap.ANY and field == "receiver":
+        return value        # any receiver: everything the sender sends
     if isinstance(value, (int, str)):
         if isinstance(value, str) and not value.strip():
             raise Invalid("give a port id, a port name or {mac, ip}", field)
@@ -134,6 +139,7 @@ def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = Non
         sender=_endpoint(session, t.sender_port_id),
         receiver=(_endpoint(session, t.receiver_port_id) if t.receiver_is_port and t.receiver_port_id
                   else EndpointOut(port_id=None, mac=t.receiver_mac, ip=t.receiver_ip)),
+        external_id=t.external_id,
         monitor=_endpoint(session, t.monitor_port_id),
         monitor2=_endpoint(session, t.monitor2_port_id) if t.has_monitor2 else None,
         direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
@@ -155,10 +161,10 @@ router = APIRouter(prefix="/taps", tags=["taps"], responses=ERRORS)
 
 
 @router.get("", response_model=list[TapOut])
-def list_taps(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit = MAX_LIMIT,
-              marker: Marker = None):
+def list_taps(c: CallerDep, db: StoreDep, name: str | None = None, external_id: str | None = None,
+              limit: Limit = MAX_LIMIT, marker: Marker = None):
     def run(s):
-        taps = list_objects(s, c, m.TapPolicy, name=name, limit=limit, marker=marker)
+        taps = list_objects(s, c, m.TapPolicy, name=name, external_id=external_id, limit=limit, marker=marker)
         now = ops.current_statuses(s) if taps else {}
         return [tap_out(s, t, now.get(t.id)) for t in taps]
     return db.read(run)
@@ -171,11 +177,12 @@ def create_tap(body: TapCreate, c: CallerDep, db: StoreDep):
 
 
 @router.get("/{tap_id}", response_model=TapOut)
-def show_tap(tap_id: int, c: CallerDep, db: StoreDep):
+async def show_tap(tap_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                   timeout: WaitTimeout = 10.0):
     def run(s):
         t = ops.get_tap(s, c, tap_id)
         return tap_out(s, t, ops.current_statuses(s).get(t.id))
-    return db.read(run)
+    return await shown(request, lambda: db.read(run), ("tap_policy",), tap_id, wait, timeout)
 
 
 @router.patch("/{tap_id}", response_model=TapOut)

@@ -43,10 +43,13 @@ PIPELINE = App("pipeline", ck.APP_PIPELINE, {b: tuple(t.name for t in p.tables) 
 
 def registry() -> tuple[App, ...]:
     """Every app, in the order their states are merged (the order does not change the union)."""
+    from fathom.apps.external import APP as EXTERNAL
     from fathom.apps.fabric import APP as FABRIC
+    from fathom.apps.secgroups import APP as SECGROUPS
+    from fathom.apps.sfc import APP as SFC
     from fathom.apps.tenant import APP as TENANT
     from fathom.apps.vtap import APP as VTAP
-    return (PIPELINE, TENANT, FABRIC, VTAP)
+    return (PIPELINE, TENANT, FABRIC, VTAP, SECGROUPS, SFC, EXTERNAL)
 
 
 def compile_all(model: Snapshot, apps: tuple[App, ...] | None = None) -> dict[SwitchKey, SwitchState]:
@@ -84,3 +87,18 @@ def by_owner(state: SwitchState) -> dict[tuple[int, int, int], SwitchState]:
         meters[ck.parse_cookie(m.cookie)].add(m)
     return {o: SwitchState(frozenset(flows[o]), frozenset(groups[o]), frozenset(meters[o]))
             for o in set(flows) | set(groups) | set(meters)}
+
+
+def compile_owners(app: App, model: Snapshot, owners: frozenset) -> dict[SwitchKey, SwitchState]:
+    """The desired state of exactly `owners` ((app, kind, object id)) on every switch: the app's
+    own `compile_owners`, or its whole compile cut down to those owners."""
+    if app.compile_owners is not None:
+        return app.compile_owners(model, owners)
+    out = {}
+    for key, state in app.compile(model).items():
+        parts = [s for o, s in by_owner(state).items() if o in owners]
+        if parts:
+            out[key] = SwitchState(frozenset().union(*(p.flows for p in parts)),
+                                   frozenset().union(*(p.groups for p in parts)),
+                                   frozenset().union(*(p.meters for p in parts)))
+    return out

@@ -97,7 +97,7 @@ def verify(session: Session, token: str, now: datetime | None = None) -> Identit
 def list_tokens(session: Session, *, limit: int, marker: int | None = None) -> list[ApiToken]:
     q = select(ApiToken).order_by(ApiToken.id).limit(limit)
     if marker is not None:
-        q = q.where(ApiToken.id > marker)
+        q = q.where(ApiToken.id > min(marker, 2 ** 31 - 1))   # ids are 32-bit columns on PostgreSQL
     return list(session.scalars(q))
 
 

@@ -2,6 +2,7 @@
 `fathom/bench/<name>.py` and its command is added here (tenant, vtap, pptmon, l3 ... later)."""
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -250,6 +251,81 @@ def vtap(quick, seconds, sizes, loads_pps, protos, repeats, lab_name, outdir, as
     console.print("files: " + ", ".join(files))
 
 
+@bench.command("secgroups")
+@click.option("--quick", is_flag=True, help="2 s runs, 2 repeats")
+@click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run and connection test")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of both modes")
+@click.option("--clients", type=int, default=2, show_default=True, help="parallel connecting processes")
+@click.option("--lab", "lab_name", default="sgb", show_default=True, help="name of the lab the benchmark builds")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
+              help="default results/bench-secgroups-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def secgroups(quick, seconds, repeats, clients, lab_name, outdir, as_json):
+    """Security groups: TCP throughput and new connections/s through a group of 100 rules against none
+    (no port security), same node and across the tunnel, as ratios (target >= 0.9)."""
+    import json as json_
+    import os
+
+    from fathom.bench import report
+    from fathom.bench import secgroups as sb
+    from fathom.lab.sh import LabError
+    if quick:
+        seconds, repeats = 2, 2
+    out = Path(outdir or f"results/bench-secgroups-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    env = report.environment()
+    own = (f"/{lab_name}/",)
+    env["machine_at_start"] = report.machine_activity(own)
+    b = sb.SecgroupsBench(lab_name, seconds=seconds, repeats=repeats, clients=clients,
+                          progress=lambda msg: None if as_json else console.print(msg, highlight=False, markup=False))
+    try:
+        doc = b.run()
+    except (LabError, OSError, RuntimeError) as e:
+        fail(str(e))
+    env["loadavg_at_end"] = os.getloadavg()
+    env["machine_at_end"] = report.machine_activity(own)
+    env["contended"] = report.busy([env["machine_at_start"], env["machine_at_end"]])
+    doc = {"started": started, "command": "fathom bench secgroups " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+           "environment": env, **doc}
+    (out / "secgroups.json").write_text(json_.dumps(doc, indent=2))
+    (out / "secgroups.md").write_text(sb.markdown(doc))
+    if as_json:
+        return print_json(doc)
+    console.print(sb.markdown(doc), highlight=False, markup=False)
+    console.print(f"files: {out}/secgroups.json, {out}/secgroups.md")
+@bench.command("sfc")
+@click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 500 requests")
+@click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of every path")
+@click.option("--requests", type=int, default=2000, show_default=True, help="ab requests through the web chain")
+@click.option("--lab", "lab_name", default="sfb", show_default=True, help="name of the lab built for the run")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-sfc-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True)
+def sfc(quick, seconds, repeats, requests, lab_name, outdir, as_json):
+    """Service chains: steering through 1-3 VNFs against the same VNFs by plain routing; ab through fw → dpi → nginx."""
+    from fathom.bench import sfc as sb
+    from fathom.lab.sh import LabError
+    if quick:
+        seconds, repeats, requests = 2, 1, 500
+    out = Path(outdir or f"results/bench-sfc-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    with console.status("bench sfc") as status:
+        b = sb.SfcBench(lab_name=lab_name, seconds=seconds, repeats=repeats, requests=requests,
+                        progress=lambda msg, frac=None: status.update(f"bench sfc: {msg}"))
+        try:
+            doc = b.run()
+        except (LabError, OSError, RuntimeError) as e:
+            fail(str(e))
+    doc["command"] = "fathom bench sfc " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    (out / "results.json").write_text(json.dumps(doc, indent=2))
+    (out / "summary.md").write_text(sb.markdown(doc))
+    if as_json:
+        return print_json(doc)
+    console.print(sb.markdown(doc), highlight=False)
+    console.print(f"report: {out}/summary.md, raw: {out}/results.json")
+
+
 @bench.command("all")
 @click.option("--quick", is_flag=True, help="short runs")
 @click.pass_context
@@ -261,3 +337,55 @@ def all_benches(ctx, quick):
         console.print(f"[bold]fathom bench {name}[/bold]")
         params = {p.name for p in cmd.params}
         ctx.invoke(cmd, **({"quick": quick} if "quick" in params else {}))
+
+
+@bench.command("scale")
+@click.option("--sizes", default="10x1,100x10,100x100", show_default=True,
+              help="simulated fabrics, NODESxPORTS_PER_NODE, comma-separated")
+@click.option("--samples", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="new ports timed one by one (API call → active) per fabric")
+@click.option("--api-ports", type=click.IntRange(8, 100000), default=2000, show_default=True,
+              help="ports created per API-rate run")
+@click.option("--writers", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--store", "stores", multiple=True, type=click.Choice(["sqlite", "postgresql"]),
+              default=("sqlite", "postgresql"), show_default=True, help="stores of the API-rate runs")
+@click.option("--resync-ports", type=click.IntRange(0, 100000), default=10000, show_default=True,
+              help="ports (one flow each on the wiped bridge) of the real-OVS resync; 0 skips it")
+@click.option("--part", "parts", multiple=True, type=click.Choice(["api", "fabric", "resync"]),
+              help="run only these parts (repeatable; default all)")
+@click.option("--lab", "lab_name", default="bsc", show_default=True, help="name of the lab the resync part builds")
+@click.option("--quick", is_flag=True, help="fabrics 10x1,20x5, 400 API ports, 1000 resync ports")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-scale-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def scale(sizes, samples, api_ports, writers, stores, resync_ports, parts, lab_name, quick, outdir, as_json):
+    """The controller at scale: API create rate (SQLite, PostgreSQL), port-up latency, CPU per change
+    and full resync on simulated fabrics (OpenFlow switches in a process of their own), and the full
+    resync of a real OVS bridge. Progress goes to stderr."""
+    import json as json_
+
+    from fathom.bench import scale as sc
+    if quick:
+        sizes, api_ports, resync_ports, samples = "10x1,20x5", min(api_ports, 400), min(resync_ports, 1000), min(samples, 10)
+    try:
+        plan = sc.Plan(sc.parse_sizes(sizes), samples, api_ports, writers, tuple(stores), resync_ports, lab_name,
+                       tuple(parts) or ("api", "fabric", "resync"))
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--sizes")
+    out = Path(outdir or f"results/bench-scale-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        click.echo(f"[{time.monotonic() - started:6.0f} s] {msg}", err=True)
+    try:
+        doc = sc.run(plan, sc.RUN_ROOT / f"scale-{lab_name}", progress)
+    except (RuntimeError, OSError) as e:
+        fail(str(e))
+    doc["command"] = "fathom bench scale " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    (out / "results.json").write_text(json_.dumps(doc, indent=2, default=str))
+    (out / "summary.md").write_text(sc.markdown(doc))
+    sc.plot(doc, out / "scale.png")
+    if as_json:
+        return print_json(doc)
+    console.print(sc.markdown(doc), highlight=False, markup=False)
+    console.print(f"report: {out}/summary.md, plot {out}/scale.png")

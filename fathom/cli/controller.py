@@ -13,7 +13,11 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
 @click.option("--api-port", default=8080, show_default=True, type=int)
 @click.option("--of-host", default="0.0.0.0", show_default=True, help="Address switches connect to.")
 @click.option("--of-port", default=6653, show_default=True, type=int)
-@click.option("--interval", default=5.0, show_default=True, help="Seconds between full reconcile passes.")
+@click.option("--interval", default=5.0, show_default=True, type=click.FloatRange(0.1),
+              help="Seconds between cheap drift checks (each switch's flow and group counts, each node's OVSDB "
+                   "replica); passes themselves run on events only.")
+@click.option("--audit-interval", default=None, type=click.FloatRange(1.0),
+              help="Seconds between full read-back audits of every switch (default: 60 checks, at least 300).")
 @click.option("--pki-dir", default="/etc/fathom/pki", show_default=True, envvar="FATHOM_PKI_DIR",
               help="The fathom PKI (fathom pki init) whose controller certificate secures OpenFlow and OVSDB.")
 @click.option("--insecure", is_flag=True,
@@ -22,7 +26,8 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
               help="Where the controller keeps its admin credential (admin-token, mode 0600).")
 @click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
               envvar="FATHOM_API_MAX_BODY", help="Largest request body the API reads, in bytes.")
-def controller(db_url, api_hosts, api_port, of_host, of_port, interval, pki_dir, insecure, state_dir, max_body):
+def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_interval, pki_dir, insecure,
+               state_dir, max_body):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
 
     At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
@@ -36,7 +41,7 @@ def controller(db_url, api_hosts, api_port, of_host, of_port, interval, pki_dir,
             fail(f"TLS needs the controller certificate of a fathom PKI: {e}. Create one with "
                  f"'fathom pki init --dir {pki_dir}', or run with --insecure for plain TCP.", 2)
     serve(db_url, list(api_hosts), api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
-          state_dir=state_dir, max_body=max_body)
+          state_dir=state_dir, max_body=max_body, audit_interval=audit_interval)
 
 
 @click.command()

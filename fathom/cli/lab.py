@@ -59,7 +59,7 @@ def up(name, topology, standalone, controller, insecure, pki_dir, agent_controll
         print_json(state)
     else:
         console.print(f"lab [bold]{name}[/bold] is up: {len(state['nodes'])} nodes, "
-                      f"{sum(len(n.vms) for n in topo.nodes)} VMs"
+                      f"{sum(len(n.vms) for n in topo.nodes)} VMs, {len(topo.vnfs())} VNFs"
                       f"{' (standalone)' if standalone else ''}. See 'fathom lab status -n {name}'.")
         if state.get("controller"):
             ctl = state["controller"]
@@ -116,6 +116,11 @@ def status(name, as_json):
     print_table("vms", ["vm", "node", "network", "mac", "ip", "link"],
                 [[v["name"], v["node"], v["network"], v["mac"], v["ip"], "up" if v["link_up"] else "[red]down[/red]"]
                  for v in st["vms"]])
+    if st.get("vnfs"):
+        print_table("vnfs", ["vnf", "kind", "node", "network", "ingress (eth0)", "egress (eth1)", "netns"],
+                    [[v["name"], v["kind"], v["node"], v["network"], f"{v['ingress']['ip']} {v['ingress']['mac']}",
+                      f"{v['egress']['ip']} {v['egress']['mac']}", "yes" if v["present"] else "[red]NO[/red]"]
+                     for v in st["vnfs"]])
 
 
 @lab.command("list")
@@ -129,6 +134,41 @@ def list_(as_json):
         return console.print("no labs")
     print_table(None, ["lab", "status", "nodes", "vms", "standalone", "topology"],
                 [[l["name"], l["status"], l["nodes"], l["vms"], l["standalone"], l["topology_file"]] for l in labs])
+
+
+@lab.command()
+@NAME
+@click.option("--neutron-port", required=True, metavar="UUID",
+              help="The Neutron port (fathom's port with this external_id) the VM is plugged for.")
+@click.option("--vm", help="The VM's name (default vm-<first 8 characters of the UUID>).")
+@click.option("--json", "as_json", is_flag=True)
+def plug(name, neutron_port, vm, as_json):
+    """Plug a VM for a Neutron port into the node it is bound to, as Nova and os-vif would."""
+    from fathom.lab.plug import plug_neutron_port
+    try:
+        done = plug_neutron_port(_lab(name), neutron_port, vm)
+    except LabError as e:
+        fail(str(e))
+    if as_json:
+        return print_json(done)
+    console.print(f"VM [bold]{done['vm']}[/bold] on {done['node']}: {done['interface']} {done['mac']} {done['ip']} "
+                  f"(fathom port {done['port_id']})")
+
+
+@lab.command()
+@NAME
+@click.argument("vm")
+@click.option("--json", "as_json", is_flag=True)
+def unplug(name, vm, as_json):
+    """Remove a VM made by `fathom lab plug`."""
+    from fathom.lab.plug import unplug as unplug_vm
+    try:
+        done = unplug_vm(_lab(name), vm)
+    except LabError as e:
+        fail(str(e))
+    if as_json:
+        return print_json(done)
+    console.print(f"VM {done['vm']} removed from {done['node']}")
 
 
 @lab.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -15,12 +15,16 @@ GROUPS = [
     ("fathom.cli.resources", "subnet"),
     ("fathom.cli.resources", "port"),
     ("fathom.cli.resources", "router"),
+    ("fathom.cli.floatingip", "floatingip"),   # floating IPs of external networks
     ("fathom.cli.bench", "bench"),
     ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
+    ("fathom.cli.bench_external", "bench"),   # adds `bench external`
     ("fathom.cli.bench_ovn", "bench"),  # adds `bench ovn-compare` to the bench group
     ("fathom.cli.fabric", "fabric"),
     ("fathom.cli.pptmon", "pptmon"),
+    ("fathom.cli.secgroup", "security_group"),
     ("fathom.cli.tap", "tap"),
+    ("fathom.cli.sfc", "sfc"),           # service function chains (networking-sfc's resources)
     ("fathom.cli.token", "token"),       # API tokens
     ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
     ("fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
@@ -40,7 +44,7 @@ class _Fathom(click.Group):
 @click.group(cls=_Fathom, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fathom")
 def cli():
-    """fathom: tenant networking, vTAP, PPTMon and switch benchmarks on Open vSwitch."""
+    """fathom: tenant networking, vTAP, service chains, PPTMon and switch benchmarks on Open vSwitch."""
 
 
 for module, attr in GROUPS:

@@ -55,6 +55,28 @@ def api_command(group: click.Group, name: str | None = None, **kwargs):
     return decorate
 
 
+def wait_options(fn):
+    """--wait / --timeout of a command that creates or changes an object."""
+    fn = click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(0.1),
+                      help="With --wait: give up after this many seconds (exit status 1).")(fn)
+    return click.option("--wait", is_flag=True,
+                        help="Return once the controller has realised the object (status active), or "
+                             "failed (error, exit status 1).")(fn)
+
+
+def _settle(api: Api, collection: str, obj: dict, wait: bool, timeout: float) -> dict:
+    """The object as it is once active (or error) when `wait`: the controller's long-poll."""
+    if not wait:
+        return obj
+    try:
+        obj = api.wait_status(collection, obj["id"], "active", timeout=timeout)
+    except ApiError as e:
+        fail(str(e))
+    if obj["status"] == "error":
+        fail(f"{collection[:-1]} {obj['id']}: error: {obj.get('status_reason')}")
+    return obj
+
+
 def _show(obj: dict, as_json: bool, title: str) -> None:
     if as_json:
         print_json(obj)
@@ -104,11 +126,12 @@ def node():
 @click.option("--management-ip", help="Address the controller reaches the node's OVSDB at.")
 @click.option("--datapath-type", type=click.Choice(["system", "netdev", "auto"]), default="auto", show_default=True,
               help="OVS datapath of its bridges; auto: what its agent reports (system with the kernel module).")
-def node_create(api, as_json, name, role, tunnel_ip, management_ip, datapath_type):
+@wait_options
+def node_create(api, as_json, name, role, tunnel_ip, management_ip, datapath_type, wait, timeout):
     """Register a node."""
     body = {"name": name, "role": role, "tunnel_ip": tunnel_ip, "management_ip": management_ip,
             "datapath_type": None if datapath_type == "auto" else datapath_type}
-    _show(api.call("POST", "/nodes", json=body), as_json, "node")
+    _show(_settle(api, "nodes", api.call("POST", "/nodes", json=body), wait, timeout), as_json, "node")
 
 
 @api_command(node, "list")
@@ -133,12 +156,14 @@ def node_show(api, as_json, ref):
 @click.option("--management-ip", help="Address the controller reaches the node's OVSDB at.")
 @click.option("--datapath-type", type=click.Choice(["system", "netdev", "auto"]),
               help="OVS datapath of its bridges; auto: what its agent reports.")
-def node_update(api, as_json, ref, role, tunnel_ip, management_ip, datapath_type):
+@wait_options
+def node_update(api, as_json, ref, role, tunnel_ip, management_ip, datapath_type, wait, timeout):
     """Change a node (by id or name): only the options given."""
     body = _given(role=role, tunnel_ip=tunnel_ip, management_ip=management_ip)
     if datapath_type is not None:
         body["datapath_type"] = None if datapath_type == "auto" else datapath_type
-    _show(api.call("PATCH", f"/nodes/{api.find('nodes', ref)['id']}", json=body), as_json, "node")
+    changed = api.call("PATCH", f"/nodes/{api.find('nodes', ref)['id']}", json=body)
+    _show(_settle(api, "nodes", changed, wait, timeout), as_json, "node")
 
 
 @api_command(node, "delete")
@@ -162,21 +187,27 @@ def network():
               show_default=True)
 @click.option("--segmentation-id", type=int, help="VNI or VLAN id (default: allocated; admin only).")
 @click.option("--owner", "project_id", help="Project owning the network (admin only).")
-def network_create(api, as_json, name, type_, segmentation_id, project_id):
+@click.option("--external", is_flag=True, help="A provider network reaching the gateway nodes' ext0 "
+                                                "(admin; flat or vlan; docs/external.md).")
+@click.option("--upstream-mac", help="External networks: MAC of the upstream router at the subnet's gateway_ip.")
+@wait_options
+def network_create(api, as_json, name, type_, segmentation_id, project_id, external, upstream_mac, wait, timeout):
     """Create a network."""
-    body = {"name": name, "type": type_}
+    body = {"name": name, "type": type_, **({"external": True} if external else {}),
+            **_given(upstream_mac=upstream_mac)}
     if segmentation_id is not None:
         body["segmentation_id"] = segmentation_id
     if project_id:
         body["project_id"] = project_id
-    _show(api.call("POST", "/networks", json=body), as_json, "network")
+    _show(_settle(api, "networks", api.call("POST", "/networks", json=body), wait, timeout),
+          as_json, "network")
 
 
 @api_command(network, "list")
 def network_list(api, as_json):
     """List networks."""
     _list(api.list("/networks"), as_json, "networks",
-          ["id", "name", "project_id", "type", "segmentation_id", "subnets", "status"],
+          ["id", "name", "project_id", "type", "segmentation_id", "external", "subnets", "status"],
           {"status": _reason, "subnets": lambda o: " ".join(map(str, o["subnets"]))})
 
 
@@ -190,10 +221,11 @@ def network_show(api, as_json, ref):
 @api_command(network, "update")
 @click.argument("ref")
 @click.option("--name", required=True, help="The new name.")
-def network_update(api, as_json, ref, name):
+@wait_options
+def network_update(api, as_json, ref, name, wait, timeout):
     """Rename a network (by id or name)."""
-    _show(api.call("PATCH", f"/networks/{api.find('networks', ref)['id']}", json={"name": name}),
-          as_json, "network")
+    changed = api.call("PATCH", f"/networks/{api.find('networks', ref)['id']}", json={"name": name})
+    _show(_settle(api, "networks", changed, wait, timeout), as_json, "network")
 
 
 @api_command(network, "delete")
@@ -218,7 +250,8 @@ def subnet():
 @click.option("--gateway", help="Gateway address (default: the first host).")
 @click.option("--no-gateway", is_flag=True, help="A subnet without a gateway.")
 @click.option("--owner", "project_id", help="Project owning the subnet (admin only).")
-def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, project_id):
+@wait_options
+def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, project_id, wait, timeout):
     """Create a subnet."""
     body = {"name": name, "network_id": api.find("networks", network_ref)["id"], "cidr": cidr}
     if no_gateway:
@@ -227,7 +260,8 @@ def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, pr
         body["gateway_ip"] = gateway
     if project_id:
         body["project_id"] = project_id
-    _show(api.call("POST", "/subnets", json=body), as_json, "subnet")
+    _show(_settle(api, "subnets", api.call("POST", "/subnets", json=body), wait, timeout),
+          as_json, "subnet")
 
 
 @api_command(subnet, "list")
@@ -249,10 +283,11 @@ def subnet_show(api, as_json, ref):
 @api_command(subnet, "update")
 @click.argument("ref")
 @click.option("--name", required=True, help="The new name.")
-def subnet_update(api, as_json, ref, name):
+@wait_options
+def subnet_update(api, as_json, ref, name, wait, timeout):
     """Rename a subnet (by id or name)."""
-    _show(api.call("PATCH", f"/subnets/{api.find('subnets', ref)['id']}", json={"name": name}),
-          as_json, "subnet")
+    changed = api.call("PATCH", f"/subnets/{api.find('subnets', ref)['id']}", json={"name": name})
+    _show(_settle(api, "subnets", changed, wait, timeout), as_json, "subnet")
 
 
 @api_command(subnet, "delete")
@@ -279,13 +314,20 @@ def port():
 @click.option("--no-ip", is_flag=True, help="A port without any address.")
 @click.option("--node", help="Node the port is bound to.")
 @click.option("--interface", help="OVS interface name of the port on the node's br-int.")
-@click.option("--no-port-security", is_flag=True, help="Let the port send from any MAC / IP.")
+@click.option("--no-port-security", is_flag=True,
+              help="Let the port send from any MAC / IP, and no security group filter it.")
+@click.option("--security-group", "group_refs", multiple=True,
+              help="Security group id or name (repeatable; default: the project's default group).")
+@click.option("--no-security-groups", is_flag=True, help="No security group: the port sends and receives no IP.")
 @click.option("--owner", "project_id", help="Project owning the port (admin only).")
+@wait_options
 def port_create(api, as_json, name, network_ref, mac, ips, subnet_ref, no_ip, node, interface,
-                no_port_security, project_id):
+                no_port_security, group_refs, no_security_groups, project_id, wait, timeout):
     """Create a port."""
     body = {"name": name, "network_id": api.find("networks", network_ref)["id"],
             "port_security": not no_port_security}
+    if group_refs or no_security_groups or no_port_security:
+        body["security_groups"] = [api.find("security-groups", g)["id"] for g in group_refs]
     subnet_id = api.find("subnets", subnet_ref)["id"] if subnet_ref else None
     if no_ip:
         body["fixed_ips"] = []
@@ -298,7 +340,8 @@ def port_create(api, as_json, name, network_ref, mac, ips, subnet_ref, no_ip, no
                        ("project_id", project_id)):
         if value:
             body[key] = value
-    _show(api.call("POST", "/ports", json=body), as_json, "port")
+    _show(_settle(api, "ports", api.call("POST", "/ports", json=body), wait, timeout),
+          as_json, "port")
 
 
 @api_command(port, "list")
@@ -311,7 +354,9 @@ def port_list(api, as_json, network_ref, node):
         params["node"] = node
     _list(api.list("/ports", params=params), as_json, "ports",
           ["id", "name", "network_id", "mac_address", "fixed_ips", "node", "interface_name",
-           "router_id", "status"], {"fixed_ips": _ips, "status": _reason})
+           "security_groups", "router_id", "status"],
+          {"fixed_ips": _ips, "status": _reason,
+           "security_groups": lambda o: " ".join(str(g) for g in o.get("security_groups", []))})
 
 
 @api_command(port, "show")
@@ -327,16 +372,25 @@ def port_show(api, as_json, ref):
 @click.option("--node", help="Bind the port to this node ('none' unbinds it).")
 @click.option("--interface", help="Its OVS interface on that node ('none' for none).")
 @click.option("--port-security/--no-port-security", default=None,
-              help="Drop frames whose source MAC or IP is not the port's.")
-def port_update(api, as_json, ref, name, node, interface, port_security):
+              help="Drop frames whose source MAC or IP is not the port's, and filter with its security "
+                   "groups (--no-port-security also removes its groups).")
+@click.option("--security-group", "group_refs", multiple=True,
+              help="Replace the port's security groups with these (id or name, repeatable).")
+@click.option("--no-security-groups", is_flag=True, help="Remove every security group of the port.")
+@wait_options
+def port_update(api, as_json, ref, name, node, interface, port_security, group_refs, no_security_groups, wait,
+                timeout):
     """Change a port (by id or name): only the options given."""
     none = lambda v: None if v is not None and v.lower() == "none" else v  # noqa: E731
     body = _given(name=name, port_security=port_security)
+    if group_refs or no_security_groups or port_security is False:
+        body["security_groups"] = [api.find("security-groups", g)["id"] for g in group_refs]
     if node is not None:
         body["node"] = none(node)
     if interface is not None:
         body["interface_name"] = none(interface)
-    _show(api.call("PATCH", f"/ports/{api.find('ports', ref)['id']}", json=body), as_json, "port")
+    changed = api.call("PATCH", f"/ports/{api.find('ports', ref)['id']}", json=body)
+    _show(_settle(api, "ports", changed, wait, timeout), as_json, "port")
 
 
 @api_command(port, "delete")
@@ -364,18 +418,28 @@ def router():
 @click.option("--mode", type=click.Choice(MODES), default="distributed", show_default=True,
               help="Where the router runs (docs/fabric.md).")
 @click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway).")
-def router_create(api, as_json, name, project_id, mode, gateway_node):
+@click.option("--external-network", help="External network (id or name) of the router's gateway (SNAT, "
+                                          "floating IPs; docs/external.md).")
+@click.option("--no-snat", is_flag=True, help="With --external-network: no SNAT for ports without a floating IP.")
+@wait_options
+def router_create(api, as_json, name, project_id, mode, gateway_node, external_network, no_snat, wait, timeout):
     """Create a router."""
     body = {"name": name, "mode": mode, **_given(project_id=project_id, gateway_node=gateway_node)}
-    _show(api.call("POST", "/routers", json=body), as_json, "router")
+    if external_network:
+        body["external_gateway"] = {"network_id": api.find("networks", external_network)["id"],
+                                    "enable_snat": not no_snat}
+    _show(_settle(api, "routers", api.call("POST", "/routers", json=body), wait, timeout),
+          as_json, "router")
 
 
 @api_command(router, "list")
 def router_list(api, as_json):
     """List routers."""
     _list(api.list("/routers"), as_json, "routers",
-          ["id", "name", "project_id", "mode", "interfaces", "status"],
+          ["id", "name", "project_id", "mode", "interfaces", "external_gateway", "status"],
           {"status": _reason,
+           "external_gateway": lambda o: (f"{o['external_gateway']['ip_address']} on {o['external_gateway']['node']}"
+                                          if o.get("external_gateway") else ""),
            "interfaces": lambda o: " ".join(f"{i['ip_address']}(subnet {i['subnet_id']})"
                                             for i in o["interfaces"])})
 
@@ -388,7 +452,11 @@ def router_show(api, as_json, ref):
     if as_json:
         print_json(obj)
         return
-    print_record("router", {k: v for k, v in obj.items() if k != "interfaces"})
+    gw = obj.get("external_gateway")
+    print_record("router", {**{k: v for k, v in obj.items() if k not in ("interfaces", "external_gateway")},
+                            "external_gateway": (f"{gw['ip_address']} ({gw['mac_address']}) on network "
+                                                 f"{gw['network_id']}, node {gw['node']}, snat "
+                                                 f"{'on' if gw['enable_snat'] else 'off'}") if gw else None})
     _list(obj["interfaces"], False, "interfaces",
           ["id", "subnet_id", "network_id", "ip_address", "mac_address", "status"], {"status": _reason})
 
@@ -398,10 +466,24 @@ def router_show(api, as_json, ref):
 @click.option("--name")
 @click.option("--mode", type=click.Choice(MODES), help="Where the router runs (docs/fabric.md).")
 @click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway).")
-def router_update(api, as_json, ref, name, mode, gateway_node):
-    """Change a router (by id or name): rename it, or move it (--mode); traffic follows."""
+@click.option("--external-network", help="Set the router's external gateway on this network (id or name).")
+@click.option("--no-snat", is_flag=True, help="With --external-network: no SNAT for ports without a floating IP.")
+@click.option("--clear-gateway", is_flag=True, help="Remove the router's external gateway.")
+@wait_options
+def router_update(api, as_json, ref, name, mode, gateway_node, external_network, no_snat, clear_gateway, wait,
+                  timeout):
+    """Change a router (by id or name): rename it, move it (--mode; traffic follows), set or clear its
+    external gateway."""
     body = _given(name=name, mode=mode, gateway_node=gateway_node)
-    _show(api.call("PATCH", f"/routers/{api.find('routers', ref)['id']}", json=body), as_json, "router")
+    if external_network and clear_gateway:
+        raise click.UsageError("--external-network and --clear-gateway exclude each other")
+    if clear_gateway:
+        body["external_gateway"] = None
+    elif external_network:
+        body["external_gateway"] = {"network_id": api.find("networks", external_network)["id"],
+                                    "enable_snat": not no_snat}
+    changed = api.call("PATCH", f"/routers/{api.find('routers', ref)['id']}", json=body)
+    _show(_settle(api, "routers", changed, wait, timeout), as_json, "router")
 
 
 @api_command(router, "delete")

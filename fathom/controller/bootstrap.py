@@ -1,8 +1,12 @@
 """Node bootstrap over OVSDB (ovsdbapp): br-int under our control, the tunnel and uplink ports.
 
 States, in the spirit of ONOS SONA: init → device_created → complete, or error with a reason. Unlike
-SONA a node heals itself: every pass re-checks the node's OVSDB and re-applies whatever is missing
-(an OVS restart, a deleted port), so no operator action is needed.
+SONA a node heals itself: the node's OVSDB is monitored (ovsdbapp's IDL keeps a replica of the
+Bridge, Port, Interface and Controller tables), and every change there that concerns the bridges
+(a restarted OVS, a deleted port, another controller target) makes the reconciler re-check the node
+and re-apply whatever is missing, so no operator action is needed. Interfaces appearing, leaving or
+getting a new OpenFlow port number only refresh the port numbers, read from the replica (no
+round trip). `on_change(name, what)` tells the reconciler: what = "ports" or "setup".
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from ovsdbapp.schema.open_vswitch import impl_idl
 
 from fathom.controller import channels
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, datapath_id
+from fathom.pipeline.infrastructure import is_infrastructure_interface
 
 LOG = logging.getLogger("fathom.bootstrap")
 OVSDB_PORT = channels.OVSDB_PORT
@@ -27,16 +32,78 @@ def local_ip_towards(ip: str) -> str:
         return s.getsockname()[0]
 
 
-class NodeOvsdb:
-    """One node's OVSDB, reached on ssl:<management ip>:6640 (tcp: when the controller runs --insecure)."""
+# The columns monitored: what bootstrap reads and writes, and what tells an interface is plugged.
+# Counters and state columns (statistics, link_state, is_connected, ...) are left out, so a node
+# at rest sends us nothing.
+COLUMNS = {
+    "Open_vSwitch": None,   # all: ovsdbapp waits on cur_cfg after a write; its changes are ignored below
+    "Bridge": ["name", "ports", "controller", "fail_mode", "protocols", "other_config", "datapath_type",
+               "external_ids"],
+    "Port": ["name", "interfaces", "external_ids"],
+    "Interface": ["name", "type", "options", "ofport", "external_ids"],
+    "Controller": ["target"],
+}
+# Interface columns whose change is a change of the node's ports (plug, unplug, renumbering)
+PORT_COLUMNS = frozenset({"name", "ofport", "external_ids"})
 
-    def __init__(self, name: str, management_ip: str, timeout: float = 5):
+
+class _NotifyingIdl(connection.OvsdbIdl):
+    """The IDL replica of one OVSDB server that reports row changes (from ovsdbapp's thread)."""
+
+    def __init__(self, remote, helper, on_change):
+        super().__init__(remote, helper)
+        self._on_change = on_change
+
+    def run(self):
+        """One round of the IDL (ovsdbapp's thread); a lost or regained connection is a change of
+        the node's setup: the reconciler marks the node or re-checks it at once."""
+        was = self._session.is_connected()
+        changed = super().run()
+        if self._session.is_connected() != was:
+            self._tell("setup")
+        return changed
+
+    def _tell(self, what: str) -> None:
+        try:
+            self._on_change(what)
+        except Exception:  # noqa: BLE001 - a listener's failure must not stop the IDL thread
+            LOG.exception("OVSDB change listener failed")
+
+    def notify(self, event, row, updates=None):
+        table = row._table.name
+        if table == "Open_vSwitch":
+            return   # cur_cfg/next_cfg move with every transaction; bridges are seen in Bridge rows
+        if table == "Interface":
+            if event == "update" and updates is not None and not (PORT_COLUMNS & set(updates._data)):
+                return
+            what = "setup" if is_infrastructure_interface(getattr(row, "name", "")) else "ports"
+        elif table == "Port":
+            if event == "update":
+                return   # a port's interfaces come and go with their Interface rows
+            what = "setup" if is_infrastructure_interface(getattr(row, "name", "")) else "ports"
+        else:
+            what = "setup"
+        self._tell(what)
+
+
+class NodeOvsdb:
+    """One node's OVSDB, reached on ssl:<management ip>:6640 (tcp: when the controller runs --insecure).
+
+    `on_change(name, what)` is called from the IDL's thread on every monitored change ("ports": an
+    interface appeared, left or was renumbered; "setup": a bridge, controller or infrastructure port)."""
+
+    def __init__(self, name: str, management_ip: str, timeout: float = 5, on_change=None):
         self.name = name
         self.remote = channels.ovsdb_remote(management_ip)
         helper = idlutils.get_schema_helper(self.remote, "Open_vSwitch")
-        for table in ("Open_vSwitch", "Bridge", "Port", "Interface", "Controller"):
-            helper.register_table(table)
-        conn = connection.Connection(idl=connection.OvsdbIdl(self.remote, helper), timeout=timeout)
+        for table, columns in COLUMNS.items():
+            if columns is None:
+                helper.register_table(table)
+            else:
+                helper.register_columns(table, columns)
+        listener = on_change or (lambda _name, _what: None)
+        idl = _NotifyingIdl(self.remote, helper, lambda what: listener(name, what))
+        conn = connection.Connection(idl=idl, timeout=timeout)
         # ovsdbapp keeps its connection on the API class: one subclass per node keeps them apart
         api_cls = type(f"OvsdbIdl_{name}", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self.api = api_cls(conn)
@@ -46,6 +113,9 @@ class NodeOvsdb:
             self.api.ovsdb_connection.stop()
         except Exception:  # noqa: BLE001 - closing a dead connection
             pass
+
+    def connected(self) -> bool:
+        return self.api.idl._session.is_connected()
 
     def ofports(self, bridge: str = "br-int") -> dict[str, int]:
         """Interface name -> OpenFlow port number, for the interfaces of one bridge."""
@@ -118,13 +188,28 @@ class NodeOvsdb:
 
 
 class Bootstrapper:
-    """OVSDB connections to every node, kept and healed across passes."""
+    """OVSDB connections to every node, kept and healed across passes.
+
+    `run(node)` checks (and repairs) a node's bridges; `current(node)` answers from the replica
+    alone, without a round trip: what a pass uses for a node whose OVSDB reported nothing but
+    port changes since it was last checked. `on_change(name, what)` is set by the reconciler."""
 
     def __init__(self, controller_port: int):
         self.controller_port = controller_port
         self.nodes: dict[str, NodeOvsdb] = {}
         # br-int port numbers last read per node: an OVSDB outage must not look like "no ports"
         self.last_ofports: dict[str, dict[str, int]] = {}
+        self.on_change = lambda name, what: None
+
+    def current(self, node) -> tuple[str, str | None, dict[str, int]] | None:
+        """(state, reason, br-int ofports) from the replica, or None when the node must be checked
+        with `run` (never checked, its address changed, or its OVSDB connection is down)."""
+        ovsdb = self.nodes.get(node.name)
+        if (ovsdb is None or not node.management_ip or ovsdb.remote != channels.ovsdb_remote(node.management_ip)
+                or not ovsdb.connected()):
+            return None
+        self.last_ofports[node.name] = ovsdb.ofports()
+        return "complete", None, self.last_ofports[node.name]
 
     def run(self, node) -> tuple[str, str | None, dict[str, int]]:
         """One pass for a node: (state, reason, br-int ofports)."""
@@ -135,7 +220,8 @@ class Bootstrapper:
             if ovsdb is None or ovsdb.remote != channels.ovsdb_remote(node.management_ip):
                 if ovsdb:
                     ovsdb.close()
-                ovsdb = self.nodes[node.name] = NodeOvsdb(node.name, node.management_ip)
+                ovsdb = self.nodes[node.name] = NodeOvsdb(node.name, node.management_ip,
+                                                          on_change=lambda name, what: self.on_change(name, what))
             controller = channels.controller_target(local_ip_towards(node.management_ip), self.controller_port)
             ovsdb.ensure(node.id, node.tunnel_ip, controller, node.datapath_type)
             self.last_ofports[node.name] = ovsdb.ofports()

@@ -179,11 +179,16 @@ class FabricRuntime:
             res = result.switches[key] = SwitchResult(key, datapath_id_tor(s.id))
             try:
                 ovsdb = self.tors.get(s.name)
-                if ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip):
+                fresh = ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip) or not ovsdb.connected()
+                if fresh:
                     if ovsdb:
                         ovsdb.close()
-                    ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip)
-                ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
+                    ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip,
+                                                          on_change=lambda _n, what, name=s.name:
+                                                          rec.ovsdb_changed(name, what))
+                # the bridge is re-checked when its OVSDB reported a change (or is new, or failed)
+                if fresh or rec.setup_due(s.name):
+                    ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
                 ofports[s.name] = {n: p for n, p in ovsdb.ofports(s.bridge).items() if n != s.bridge}
                 self.tor_ports[s.id] = ofports[s.name]
             except Exception as e:  # noqa: BLE001 - the switch's status, retried next pass
@@ -204,14 +209,16 @@ class FabricRuntime:
                 res.setup, res.reason = "error", "node not bootstrapped"
                 continue
             try:
-                ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
-                              "secure")
+                if rec.setup_due(node.name) or node.name not in self.phy_ofports:
+                    ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
+                                  "secure")
                 self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
                 port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
                 if port:
                     self.phy_ports[node.id] = port
             except Exception as e:  # noqa: BLE001
                 LOG.warning("node %s br-phy: %s", node.name, e)
+                self.phy_ofports.pop(node.name, None)   # re-checked on the next pass
                 res.setup, res.reason = "error", f"br-phy: {e}"
         return replace(snapshot, fabric=fab.with_ofports(ofports)).with_phy_ofports(self.phy_ofports)
 

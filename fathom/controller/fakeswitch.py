@@ -46,6 +46,7 @@ class FakeSwitch:
         self.meters: dict[int, object] = {}
         self.sent: list[tuple[str, list]] = []   # ("bundle" | "plain", [parsed messages])
         self.reads = 0
+        self.last_flow = None                    # the flow of the last flow mod applied
         self._refuse = lambda spec: False
         self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
         self.lock = threading.Lock()
@@ -65,6 +66,9 @@ class FakeSwitch:
     def read_flows(self) -> set:
         self.reads += 1
         return set(self.flows.values())
+
+    def count_flows(self) -> int:
+        return len(self.flows)
 
     def read_groups(self) -> set:
         return set(self.groups.values())
@@ -103,9 +107,12 @@ class FakeSwitch:
 
     def _wire(self, msg):
         """The message as the switch receives it: encoded, then parsed back."""
-        self.dp.set_xid(msg)
-        msg.serialize()
-        buf = bytes(msg.buf)
+        if hasattr(msg, "wire"):          # encode.Wire: the bytes the os-ken session sends
+            buf = msg.wire(next(self.dp._xids) & 0xFFFFFFFF)
+        else:
+            self.dp.set_xid(msg)
+            msg.serialize()
+            buf = bytes(msg.buf)
         version, msg_type, msg_len, xid = ofproto_parser.header(buf)
         return ofproto_parser.msg(self.dp, version, msg_type, msg_len, xid, buf)
 
@@ -113,7 +120,7 @@ class FakeSwitch:
         ofp = self.dp.ofproto
         name = type(msg).__name__
         if name == "OFPFlowMod":
-            flow = encode.decode_flow(ofp, msg)
+            flow = self.last_flow = encode.decode_flow(ofp, msg)   # (the OpenFlow front end keeps its bytes)
             if msg.command == ofp.OFPFC_ADD:
                 for action in flow.actions:
                     group = getattr(action, "group_id", None)

@@ -34,6 +34,16 @@ class HostLocalStatus:
     def prepare(self, rec, snapshot, result):
         return snapshot
 
+    def check(self, rec) -> bool:
+        """For the reconciler's periodic check (passes run on events only): whether an agent
+        stopped or resumed reporting since the last pass, which changes statuses with no event."""
+        with self.Session() as session, session.begin():
+            session.connection(execution_options=READ_ONLY)
+            agents = ag.agents(session)
+        now = time.time()
+        down = {n for n, v in agents.items() if v.reported_at is not None and now - v.reported_at > self.stale_after}
+        return down != self.down
+
     def after_pass(self, rec, snapshot, result) -> None:
         with self.Session() as session, session.begin():
             session.connection(execution_options=READ_ONLY)

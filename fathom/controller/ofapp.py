@@ -33,6 +33,8 @@ class FathomOFApp(app_manager.OSKenApp):
         # set by the runtime: called with (dpid, datapath or None)
         self.on_switch: Callable[[int, object | None], None] = lambda dpid, dp: None
         self.on_packet_in: Callable[[object], None] = lambda msg: None
+        # called with the dpid of a switch that reported a port added, removed or changed
+        self.on_port_status: Callable[[int], None] = lambda dpid: None
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev):
@@ -63,6 +65,10 @@ class FathomOFApp(app_manager.OSKenApp):
     def take_errors(self, dpid: int, xids) -> list:
         with self.lock:
             return [e for x in xids if (e := self.errors.pop((dpid, x), None)) is not None]
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev):
+        self.on_port_status(ev.msg.datapath.id)
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev):

@@ -1,13 +1,22 @@
 """The reconciler: model → every app's desired state per switch → diff → make, then break → status.
 
-One thread runs passes: on every API change, on every switch (re)connect and every `interval`
-seconds. A pass:
+One thread runs passes, woken by events only: an API write, an OVSDB change of a node (an interface
+plugged, unplugged or renumbered; a bridge or controller changed), an OpenFlow port-status or a
+switch (re)connecting. Nothing runs at rest but a cheap periodic check (each switch's flow
+count against what we installed, each node's OVSDB replica against the port numbers we
+compiled with) and, rarely, a full read-back audit; whatever they find is logged and counted and
+repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one. A pass:
 
-1. takes one snapshot of the store (the model) and adds the switches' runtime facts: each node's
-   br-int is bootstrapped over OVSDB (its OpenFlow port numbers come back), then each extension
-   `prepare`s its switches (the fabric: ToRs and br-phy, and the ToR port numbers);
-2. runs every registered app (fathom.apps) and gets the desired state of every switch: br-int,
-   br-phy and ToR alike, keyed by SwitchKey;
+1. reloads the store only if the API wrote since the last pass, and adds the switches' runtime
+   facts: a node whose OVSDB reported a bridge change (or that is new, or failed) is re-checked
+   over OVSDB; the others' OpenFlow port numbers come from the OVSDB replica, with no round trip;
+   then each extension `prepare`s its switches (the fabric: ToRs and br-phy, and the ToR port
+   numbers), re-checking only what changed the same way (`setup_due`);
+2. compiles incrementally (see `_compile`): an app that can say which owners a change touches
+   (`App.touched`) recompiles only those (`compile_owners`) and its desired state is replaced
+   owner by owner; other apps are compiled whole; a change no handler covers, or a batch beyond
+   INCREMENTAL_LIMIT owners, recompiles the app whole (logged with its reason, counted in
+   fathom_reconciler_recomputes_total). Desired state is kept per switch and per owning object;
 3. for every connected switch diffs desired against what it holds (read back, or what it was last
    sent) with one ownership rule (the cookie's app byte), and applies the difference in two halves
    across all switches: first every switch gets what is new (meters, groups, flows; one atomic
@@ -17,23 +26,32 @@ seconds. A pass:
 4. a refused change marks exactly the objects whose messages the switch refused (by cookie) as
    `error` and the rest of the change is applied without them;
 5. extensions run their agents (`after_pass`, e.g. network-node router namespaces) and statuses are
-   written (fathom.controller.status, one table of where each kind's status comes from).
+   decided (fathom.controller.status) and written for the objects whose status changed, then
+   published on the status board (long-polls wait on it: fathom.controller.board).
 
-Desired state is per switch and, through the cookies, per owning object (fathom.apps.by_owner), so
-a later incremental engine can recompile and diff only the owners a change touches.
+Only switches whose desired state changed, or that are not known (just connected, drifted,
+refused), are diffed; a known switch is diffed against what we last installed on it (the
+mirror), read back only when unknown. With `check_incremental` (on in the test suite) every pass
+also compiles the model whole and asserts it equals the incrementally kept desired state.
 """
 from __future__ import annotations
 
+import functools
 import logging
+import operator
+import os
+import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, compile_all
+from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, by_owner, compile_all, compile_owners, registry
 from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
-from fathom.controller.bootstrap import Bootstrapper
-from fathom.controller.switch import ApplyError, Change, break_messages, diff, make_messages
+from fathom.controller.board import StatusBoard
+from fathom.controller.bootstrap import OVSDB_PORT, Bootstrapper
+from fathom.controller.switch import ApplyError, Change, break_messages, diff, make_messages, whole_messages
 from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
@@ -45,6 +63,32 @@ LOG = logging.getLogger("fathom.reconciler")
 
 # New state goes to the switches nearest the physical network first, old state leaves the edge first.
 MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}
+# More owners touched than this in one pass: recompiling the app whole is cheaper.
+INCREMENTAL_LIMIT = 256
+
+
+class _Metrics:
+    """The reconciler's Prometheus families, on prometheus_client's default registry (/metrics)."""
+    _made: dict = {}
+
+    def __getattr__(self, name):
+        if not self._made:
+            from prometheus_client import Counter
+            self._made.update(
+                passes=Counter("fathom_reconciler_passes", "reconcile passes", ["trigger"]),
+                recomputes=Counter("fathom_reconciler_recomputes",
+                                   "apps compiled whole where incremental compilation could not cover a change",
+                                   ["app", "reason"]),
+                incremental=Counter("fathom_reconciler_incremental_compiles",
+                                    "apps compiled incrementally (only the owners a change touched)", ["app"]),
+                drift=Counter("fathom_reconciler_drift",
+                              "differences between a switch or node and what we installed or compiled with, "
+                              "found by the periodic check or the audit", ["source"]),
+            )
+        return self._made[name]
+
+
+METRICS = _Metrics()
 
 
 @dataclass
@@ -56,6 +100,7 @@ class SwitchResult:
     state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ...
     changes: int = 0
     last_ok: float | None = None
+    apply_seconds: float = 0.0      # time spent sending this pass's change (both halves)
 
 
 @dataclass
@@ -66,16 +111,27 @@ class NodeResult:
     switch: str = "not connected"   # ok | not connected | lost: ... | error: ...
     changes: int = 0
     last_ok: float | None = None
+    apply_seconds: float = 0.0
 
 
-def compile_switches(snapshot: Snapshot) -> tuple[dict[SwitchKey, SwitchState], dict[int, str]]:
-    """The desired state of every switch, and the ports refused: a port bound to one of the
-    fabric's own interfaces (refused_ports) is compiled by no app (the tenant compiler refuses it
-    itself; a tap policy on it must not copy the tunnel either)."""
+def without_refused(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
+    """The model the apps compile, and the ports refused: a port bound to one of the fabric's own
+    interfaces (refused_ports) is compiled by no app (the tenant compiler refuses it itself; a tap
+    policy on it must not copy the tunnel either)."""
     refused = refused_ports(snapshot)
     if refused:
         snapshot = replace(snapshot, ports=tuple(p for p in snapshot.ports if p.id not in refused))
+    return snapshot, refused
+
+
+def compile_switches(snapshot: Snapshot) -> tuple[dict[SwitchKey, SwitchState], dict[int, str]]:
+    """The desired state of every switch compiled whole, and the ports refused."""
+    snapshot, refused = without_refused(snapshot)
     return compile_all(snapshot), refused
+
+
+class IncrementalMismatch(AssertionError):
+    """The incrementally kept desired state differs from a full compile (check_incremental)."""
 
 
 @dataclass
@@ -87,6 +143,8 @@ class PassResult:
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
     # (kind, object id) -> (status, reason) decided by an agent outside the switches (router namespaces)
     agents: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
+    # (kind, object id) -> switches that must hold its flows (None: the status model reads `desired`)
+    needs: dict | None = None
 
     def br_int(self, node: str) -> SwitchState | None:
         return self.desired.get(SwitchKey(BR_INT, node))
@@ -110,92 +168,344 @@ def lost_state(key: SwitchKey, since: float) -> str:
             "(ovs-vswitchd down or unreachable)")
 
 
+class _Part:
+    """One app's desired state (or one `derive`'s): per switch, and per owner within each switch."""
+
+    def __init__(self):
+        self.states: dict[SwitchKey, SwitchState] = {}
+        self.owners: dict[SwitchKey, dict] = {}       # key -> owner -> SwitchState
+        self.where: dict[tuple, set[SwitchKey]] = {}  # owner -> switches holding something of it
+
+    def set_whole(self, compiled: dict[SwitchKey, SwitchState], index: bool) -> set[SwitchKey]:
+        """Replace everything; returns the switches whose state changed."""
+        changed = {k for k in set(self.states) | set(compiled) if self.states.get(k) != compiled.get(k)}
+        self.states = dict(compiled)
+        self.owners, self.where = {}, {}
+        if index:
+            for key, state in compiled.items():
+                self.owners[key] = by_owner(state)
+                for o in self.owners[key]:
+                    self.where.setdefault(o, set()).add(key)
+        return changed
+
+    def replace(self, owners: frozenset, compiled: dict[SwitchKey, SwitchState]) -> set[SwitchKey]:
+        """Replace the state of exactly `owners` on every switch with `compiled` (theirs only)."""
+        keys = set(compiled)
+        for o in owners:
+            keys |= self.where.get(o, set())
+        changed = set()
+        for key in keys:
+            index = self.owners.setdefault(key, {})
+            old = {o: index.pop(o) for o in owners if o in index}
+            new = by_owner(compiled[key]) if key in compiled else {}
+            for o in old:
+                self.where.get(o, set()).discard(key)
+            for o, st in new.items():
+                index[o] = st
+                self.where.setdefault(o, set()).add(key)
+            if old == new:
+                continue
+            before = self.states.get(key, SwitchState())
+            flows, groups, meters = set(before.flows), set(before.groups), set(before.meters)
+            for st in old.values():
+                flows -= st.flows
+                groups -= st.groups
+                meters -= st.meters
+            for st in new.values():
+                flows |= st.flows
+                groups |= st.groups
+                meters |= st.meters
+            self.states[key] = SwitchState(frozenset(flows), frozenset(groups), frozenset(meters))
+            changed.add(key)
+        return changed
+
+
+@dataclass
+class _Events:
+    """What happened since the last pass (taken at once by a pass, so nothing is lost)."""
+    store: bool = False
+    setup: set = field(default_factory=set)      # node / ToR names whose bridges must be re-checked
+    ports: set = field(default_factory=set)      # node names whose interfaces changed
+    seq: int = 0                                 # API writes requested so far (status board)
+    triggers: set = field(default_factory=set)
+
+
 class Reconciler:
-    def __init__(self, session_factory, switches, bootstrapper: Bootstrapper, interval: float = 5.0):
-        """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch)."""
+    def __init__(self, session_factory, switches, bootstrapper: Bootstrapper, interval: float = 5.0,
+                 audit_interval: float | None = None, check_incremental: bool | None = None):
+        """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch).
+
+        `interval`: seconds between cheap checks (flow counts, OVSDB replicas); a full
+        read-back audit runs every `audit_interval` (default: 60 checks, at least 5 minutes).
+        `check_incremental`: after each pass, compile whole and assert equality (default: the
+        environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets)."""
         self.Session = session_factory
         self.switches = switches
         self.bootstrapper = bootstrapper
+        if hasattr(bootstrapper, "on_change"):
+            bootstrapper.on_change = self.ovsdb_changed
         self.interval = interval
+        self.audit_interval = audit_interval if audit_interval is not None else max(300.0, 60 * interval)
+        self.check_incremental = (os.environ.get("FATHOM_CHECK_INCREMENTAL") == "1" if check_incremental is None
+                                  else check_incremental)
+        self.board = StatusBoard()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._events_lock = threading.Lock()
+        self._events = _Events(store=True, triggers={"start"})
         self.last = PassResult()
         self.passes = 0
         self.last_pass_seconds = 0.0
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
-        # What each switch holds after our last successful apply: passes woken by API changes diff
-        # against it instead of reading every flow back. Dropped on reconnect, failure and audit.
+        # What each switch holds after our last successful apply (the mirror): passes diff against
+        # it instead of reading every flow back. Dropped on reconnect, failure, drift and audit.
         self.known: dict[int, tuple[set, set]] = {}
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
         # Providers of more switches and agents (the fabric): `prepare(reconciler, snapshot, result)`
         # bootstraps its switches and returns the snapshot with their runtime facts;
-        # `after_pass(reconciler, snapshot, result)` runs its agents. They never write flows.
+        # `after_pass(reconciler, snapshot, result)` runs its agents; an optional `check(reconciler)`
+        # says, at each periodic check, whether something changed with no event (then a pass
+        # runs). They never write flows.
         self.extensions: list = []
+        # kept across passes
+        self.store_model: Snapshot | None = None
+        self.model: Snapshot | None = None            # the last compiled model (store + runtime facts)
+        self.parts: dict[str, _Part] = {}             # app (or "derive:" app) -> its desired state
+        self.desired: dict[SwitchKey, SwitchState] = {}
+        self.results: dict[SwitchKey, SwitchResult] = {}
+        self.refused_at: dict[SwitchKey, dict[tuple[int, int], str]] = {}
+        self._setup_due: set[str] = set()             # names whose bridges this pass re-checks
+        self._checked_all = True                      # this pass re-checks every bridge
+        self.recomputes: dict[str, int] = {}          # "app: reason" -> count (also in /metrics)
+        self.drift: dict[str, int] = {}               # source -> count (also in /metrics)
+        self.mismatches = 0                           # check_incremental failures (must stay 0)
+        self.model_compiled: Snapshot | None = None   # the model the kept desired state was compiled from
+        self._owners_at: dict[SwitchKey, set] = {}    # switch -> (kind, object id) it holds something of
+        self._stored: dict = {}                       # statuses in the store, read with the model
+        self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
+        self._pool: ThreadPoolExecutor | None = None   # applies to several switches at once
+        self._next_check = time.monotonic() + interval
+        self._next_audit = time.monotonic() + self.audit_interval
+
+    # ---------------------------------------------------------------------------- events
+
+    def _event(self, trigger: str, store: bool = False, setup: str | None = None, ports: str | None = None,
+               seq: bool = False) -> None:
+        if seq:   # first: a pass that takes this event covers the write
+            self.board.request()
+        with self._events_lock:
+            ev = self._events
+            ev.store |= store
+            if setup:
+                ev.setup.add(setup)
+            if ports:
+                ev.ports.add(ports)
+            ev.triggers.add(trigger)
+        self._wake.set()
 
     def wake(self, *_args) -> None:
-        self._wake.set()
+        """The store changed (an API write): reload it and reconcile what it changed."""
+        self._event("api", store=True, seq=True)
+
+    def ovsdb_changed(self, name: str, what: str) -> None:
+        """A node's (or ToR's) OVSDB changed: "ports" (interfaces) or "setup" (bridges)."""
+        if what == "setup":
+            self._event("ovsdb", setup=name, ports=name)
+        else:
+            self._event("ovsdb", ports=name)
+
+    def port_status(self, dpid: int) -> None:
+        """An OpenFlow port-status from a switch: its ports changed (OVSDB says which)."""
+        name = next((k.name for k, r in self.results.items() if r.dpid == dpid), None)
+        self._event("port-status", ports=name)
 
     def switch_changed(self, dpid: int, _datapath=None) -> None:
         """A switch connected or went away: forget what it held, reconcile it in full."""
         self.known.pop(dpid, None)
         self._had_meters.pop(dpid, None)
-        self._wake.set()
+        name = next((k.name for k, r in self.results.items() if r.dpid == dpid), None)
+        self._event("switch", setup=name)
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
 
+    def _take_events(self) -> _Events:
+        with self._events_lock:
+            ev, self._events = self._events, _Events()
+            self._wake.clear()
+        ev.seq = self.board.requested
+        return ev
+
+    def setup_due(self, name: str) -> bool:
+        """Whether this pass re-checks the bridges of a node or ToR (for extensions' `prepare`)."""
+        return self._checked_all or name in self._setup_due
+
+    # ---------------------------------------------------------------------------- the loop
+
     def run_forever(self) -> None:
         while not self._stop.is_set():
-            woken = self._wake.wait(self.interval)
-            if woken:
-                # let a burst of API writes land in one pass; under a long burst, leave the API at
-                # least as much time as a pass takes
-                time.sleep(max(0.02, min(1.0, self.last_pass_seconds)))
-            self._wake.clear()
+            now = time.monotonic()
+            woken = self._wake.wait(max(0.0, min(self._next_check, self._next_audit) - now))
             if self._stop.is_set():
                 break
             try:
-                self.run_pass(audit=not woken)
+                now = time.monotonic()
+                if woken:
+                    self.run_pass(audit=False)
+                elif now >= self._next_audit:
+                    self._next_audit = now + self.audit_interval
+                    self._next_check = now + self.interval
+                    self.run_pass(audit=True)
+                elif now >= self._next_check:
+                    self._next_check = now + self.interval
+                    self.check()
             except Exception:  # noqa: BLE001 - a broken pass must not end the loop
                 LOG.exception("reconcile pass failed")
+                self._event("retry", store=True)
                 time.sleep(1)
+
+    def check(self) -> bool:
+        """The cheap periodic check: every node's OVSDB replica against the port numbers we compiled
+        with, every known switch's flow count against what we installed (one aggregate-stats round
+        trip: its cost does not grow with the tenant; groups and changed actions are the audit's). Whatever differs is logged, counted and repaired by a pass; nodes
+        and switches in trouble are retried. Returns whether a pass was asked for."""
+        with self.lock:
+            return self._check()
+
+    def _check(self) -> bool:
+        found = False
+        model = self.model
+        for node in (model.nodes if model else ()):
+            res = self.results.get(SwitchKey(BR_INT, node.name))
+            if res is not None and res.setup == "error":
+                self._event("retry", setup=node.name, ports=node.name)
+                found = True
+                continue
+            current = getattr(self.bootstrapper, "current", None)
+            got = current(node) if current else None
+            if current is not None and got is None:   # its OVSDB connection is down: the node's status
+                self._event("check", setup=node.name, ports=node.name)
+                found = True
+            elif got is not None and dict(got[2]) != dict(node.ofports):
+                self._drift("ovsdb", f"node {node.name}: OVSDB interfaces differ from those compiled "
+                                     "(a change notification was lost)")
+                self._event("check", ports=node.name)
+                found = True
+        for ext in self.extensions:
+            try:
+                if getattr(ext, "check", None) is not None and ext.check(self):
+                    self._event("check")   # e.g. an agent stopped reporting: its objects' status
+                    found = True
+            except Exception:  # noqa: BLE001 - one extension must not break the check
+                LOG.exception("extension %s check failed", type(ext).__name__)
+        for key, res in list(self.results.items()):
+            if res.setup == "error":
+                self._event("retry", setup=key.name)
+                found = True
+                continue
+            session = self.switches.session(res.dpid)
+            known = self.known.get(res.dpid)
+            if session is None or known is None:
+                if session is not None and not res.state.startswith("ok"):
+                    self._event("retry")
+                    found = True
+                continue
+            try:
+                flows = session.count_flows()
+            except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+                LOG.warning("%s: check failed: %s", key, e)
+                continue
+            if flows != len(known[0]):
+                self._drift("openflow", f"{key}: {flows} flows, {len(known[0])} installed")
+                self.known.pop(res.dpid, None)
+                self._event("check")
+                found = True
+        return found
+
+    def _drift(self, source: str, what: str) -> None:
+        LOG.warning("drift (%s): %s", source, what)
+        self.drift[source] = self.drift.get(source, 0) + 1
+        METRICS.drift.labels(source).inc()
 
     # ---------------------------------------------------------------------------- one pass
 
     def run_pass(self, audit: bool = True) -> PassResult:
-        """One pass; `audit` reads every switch back instead of trusting what we last applied."""
+        """One pass; `audit` (an explicit sync, the periodic audit) reads the store and every switch
+        back and re-checks every bridge instead of trusting what we last loaded, applied and heard."""
         with self.lock:
             started = time.monotonic()
-            with self.Session() as session:
-                session.connection(execution_options=READ_ONLY)
-                snapshot = load_snapshot(session)
+            ev = self._take_events()
+            METRICS.passes.labels("audit" if audit else ",".join(sorted(ev.triggers)) or "sync").inc()
+            if ev.store or audit or self.store_model is None:
+                stored: dict = {}
+                with self.Session() as session:
+                    session.connection(execution_options=READ_ONLY)
+                    self.store_model = load_snapshot(session, stored)
+                self._stored = stored
             result = PassResult()
-            snapshot = self._prepare(snapshot, result)
-            result.desired, refused = compile_switches(snapshot)
+            self._checked_all = audit or self.model is None
+            self._setup_due = ev.setup
+            snapshot = self._prepare(self.store_model, result)
+            compiled, refused = without_refused(snapshot)
+            changed = self._compile(compiled, full=audit)
+            result.desired = dict(self.desired)
+            result.needs = self._needs(changed)
             for port_id, reason in refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
-            self._apply(snapshot, result, audit)
+            self._apply(snapshot, result, audit, changed)
+            self._ovsdb_lost_meanwhile(snapshot, result)
+            for key, owners in self.refused_at.items():
+                if key in result.desired:
+                    result.refused.update(owners)
             for r in result.switches.values():
                 if r.key.bridge == BR_INT and r.key.name in result.nodes:
                     n = result.nodes[r.key.name]
-                    n.switch, n.changes, n.last_ok = r.state, r.changes, r.last_ok
+                    n.switch, n.changes, n.last_ok, n.apply_seconds = r.state, r.changes, r.last_ok, r.apply_seconds
             for ext in self.extensions:
                 try:
                     ext.after_pass(self, snapshot, result)
                 except Exception:  # noqa: BLE001 - one extension must not break the pass
                     LOG.exception("extension %s failed", type(ext).__name__)
-            status.write(self.Session, snapshot, result)
+            self._write_statuses(snapshot, result, ev)
+            self.model = snapshot
             self.last = result
             self.passes += 1
             self.last_pass_seconds = time.monotonic() - started
             return result
 
+    def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events) -> None:
+        """Write the statuses that differ from the store's, then publish them on the board."""
+        decided = status.decide(snapshot, result)
+        states = status.node_states(result)
+        if ev.store:
+            stored = self._stored       # as read with the model: an API write may have reset some
+        else:
+            stored = dict(self.board.statuses)
+            stored.update({("node_state", name): st for name, st in self._node_states.items()})
+        write = {k: v for k, v in decided.items() if k[0] == "fabric_switch" or stored.get(k) != v}
+        node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
+        if write or node_states:
+            from fathom.store.status import write_statuses
+            with self.Session() as session, session.begin():
+                write_statuses(session, write, node_states)
+        self._node_states = states
+        self.board.publish(decided, ev.seq)
+
     def _prepare(self, snapshot: Snapshot, result: PassResult) -> Snapshot:
-        """Bootstrap every switch and add their runtime facts (OpenFlow port numbers) to the model."""
+        """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
+        replica, or by re-checking the node's bridges where due (new, failed, changed, audit)."""
         ofports = {}
+        current = getattr(self.bootstrapper, "current", None)
         for node in snapshot.nodes:
-            state, reason, ports = self.bootstrapper.run(node)
+            prior = self.results.get(SwitchKey(BR_INT, node.name))
+            got = None
+            if current is not None and not self.setup_due(node.name) and prior is not None and prior.setup == "ok":
+                got = current(node)
+            if got is None:
+                self._setup_due.add(node.name)
+                got = self.bootstrapper.run(node)
+            state, reason, ports = got
             result.nodes[node.name] = NodeResult(bootstrap=state, reason=reason)
             key = SwitchKey(BR_INT, node.name)
             result.switches[key] = SwitchResult(key, datapath_id(node.id), "error" if state == "error" else "ok",
@@ -209,8 +519,114 @@ class Reconciler:
                 LOG.exception("extension %s failed", type(ext).__name__)
         return snapshot
 
-    def _apply(self, snapshot: Snapshot, result: PassResult, audit: bool) -> None:
-        """Diff every connected switch, then make on all of them, then break on all of them."""
+    def _ovsdb_lost_meanwhile(self, snapshot: Snapshot, result: PassResult) -> None:
+        """A node whose switch failed during the pass and whose OVSDB connection is gone too: the
+        OVSDB outage is the cause (a userspace OVS stops answering OpenFlow without ovsdb-server),
+        so that is what its status says; the next pass re-checks it."""
+        current = getattr(self.bootstrapper, "current", None)
+        if current is None:
+            return
+        for node in snapshot.nodes:
+            res = result.switches.get(SwitchKey(BR_INT, node.name))
+            if res is None or res.setup != "ok" or res.state == "ok" or current(node) is not None:
+                continue
+            res.setup, res.reason = "error", f"OVSDB {node.management_ip}:{OVSDB_PORT}: connection lost"
+            result.nodes[node.name] = NodeResult(bootstrap="error", reason=res.reason)
+            self._event("ovsdb", setup=node.name, ports=node.name)
+
+    # ---------------------------------------------------------------------------- compile
+
+    def _compile(self, model: Snapshot, full: bool) -> set[SwitchKey]:
+        """Bring the kept desired state up to `model`; returns the switches whose state changed."""
+        before = self.model_compiled if not full else None
+        changed: set[SwitchKey] = set()
+        apps = registry()
+        for app in apps:
+            part = self.parts.get(app.name)
+            incremental = app.touched is not None
+            reason = None
+            owners = None
+            if part is None or before is None:
+                reason = "first pass" if part is None else "audit"
+            elif incremental:
+                owners = app.touched(before, model)
+                if isinstance(owners, str):
+                    reason, owners = owners, None
+                elif len(owners) > INCREMENTAL_LIMIT:
+                    reason, owners = f"{len(owners)} owners changed at once", None
+            if owners is not None:
+                if owners:
+                    changed |= part.replace(frozenset(owners), compile_owners(app, model, frozenset(owners)))
+                METRICS.incremental.labels(app.name).inc()
+                continue
+            if part is None:
+                part = self.parts[app.name] = _Part()
+            if incremental:
+                if reason != "first pass":
+                    LOG.info("%s: compiled whole (%s)", app.name, reason)
+                kind = re.sub(r"\d+", "N", reason)    # a bounded set of reasons: ids and counts out
+                self.recomputes[f"{app.name}: {kind}"] = self.recomputes.get(f"{app.name}: {kind}", 0) + 1
+                METRICS.recomputes.labels(app.name, kind).inc()
+            changed |= part.set_whole(app.compile(model), index=incremental)
+        compiled: dict[SwitchKey, SwitchState] = {}
+        for app in apps:
+            for key, state in self.parts[app.name].states.items():
+                compiled[key] = compiled[key] | state if key in compiled else state
+        for app in apps:
+            if app.derive is not None:
+                part = self.parts.setdefault("derive:" + app.name, _Part())
+                changed |= part.set_whole(app.derive(model, compiled), index=False)
+        for key in changed:
+            states = [p.states[key] for p in self.parts.values() if key in p.states]
+            if states:
+                self.desired[key] = functools.reduce(operator.or_, states)
+            else:
+                self.desired.pop(key, None)
+        self.model_compiled = model
+        if self.check_incremental:
+            self.assert_incremental(model)
+        return changed
+
+    def _needs(self, changed: set[SwitchKey]) -> dict:
+        """(kind, object id) -> switches holding something of it, kept per switch and redone only
+        for the switches whose desired state changed."""
+        cache = self._owners_at
+        for key in changed | (set(cache) ^ set(self.desired)):
+            if key in self.desired:
+                cache[key] = status.switch_owners(self.desired[key])
+            else:
+                cache.pop(key, None)
+        needs: dict = {}
+        for key, owners in cache.items():
+            for o in owners:
+                needs.setdefault(o, set()).add(key)
+        return needs
+
+    def assert_incremental(self, model: Snapshot) -> None:
+        """The kept desired state equals a compile of `model` from scratch (OVN's check after
+        recompute); raises IncrementalMismatch naming what differs."""
+        full = compile_all(model)
+        keep = lambda d: {k: v for k, v in d.items() if v.flows or v.groups or v.meters}  # noqa: E731
+        mine, theirs = keep(self.desired), keep(full)
+        if mine != theirs:
+            lines = []
+            for key in sorted(set(mine) | set(theirs)):
+                a, b = mine.get(key, SwitchState()), theirs.get(key, SwitchState())
+                if a != b:
+                    lines.append(f"{key}: kept-only {sorted(f.to_ofctl() for f in a.flows - b.flows)[:5]} "
+                                 f"full-only {sorted(f.to_ofctl() for f in b.flows - a.flows)[:5]} "
+                                 f"groups kept-only {sorted(g.to_ofctl() for g in a.groups - b.groups)[:3]} "
+                                 f"full-only {sorted(g.to_ofctl() for g in b.groups - a.groups)[:3]}")
+            self.mismatches += 1
+            LOG.error("incremental desired state differs from a full compile:\n%s", "\n".join(lines))
+            self.parts, self.model_compiled = {}, None    # the next pass compiles whole
+            raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
+
+    # ---------------------------------------------------------------------------- apply
+
+    def _apply(self, snapshot: Snapshot, result: PassResult, audit: bool, changed: set[SwitchKey]) -> None:
+        """Diff every connected switch that changed or is not known, then make on all of them, then
+        break on all of them (one bundle with both when a single switch changes)."""
         plans = []
         for key in sorted(result.desired, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k)):
             res = result.switches.get(key)
@@ -219,49 +635,99 @@ class Reconciler:
                 if dpid is None:
                     continue
                 res = result.switches[key] = SwitchResult(key, dpid)
+            prior = self.results.get(key)
+            if prior is not None and prior.dpid == res.dpid:
+                res.state, res.changes, res.last_ok = prior.state, prior.changes, prior.last_ok
+            else:
+                res.state = "not connected"
+            self.results[key] = res
             if res.setup == "error":
                 # without OVSDB we cannot tell the switch's ports (and a userspace OVS whose
                 # ovsdb-server is gone does not answer OpenFlow either): leave its flows as they are
                 res.state = "not reconciled (bootstrap failed)"
+                self.known.pop(res.dpid, None)
                 continue
             session = self.switches.session(res.dpid)
             if session is None:
                 since = self.switches.lost_since(res.dpid)
-                if since is not None:
-                    res.state = lost_state(key, since)
+                res.state = lost_state(key, since) if since is not None else "not connected"
+                self.known.pop(res.dpid, None)
                 continue
+            if not audit and key not in changed and res.dpid in self.known and res.state == "ok":
+                continue   # holds what it should: nothing to diff, nothing to send
             desired = result.desired[key]
+            was_known = res.dpid in self.known and res.state == "ok"
             try:
                 change, foreign = self._diff(session, desired, audit)
             except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
                 self._failed(res, session, e)
                 continue
+            if audit and was_known and key not in changed and len(change):
+                self._drift("audit", f"{key}: {len(change)} differences from what was installed")
+            res.state = "applying"   # ok or error once sent
             plans.append((res, session, desired, change, foreign))
+        for key in set(self.results) - set(result.desired):
+            del self.results[key]
 
         held: dict[int, set] = {}     # dpid -> owners held back after a refusal
-        for res, session, desired, change, _ in plans:
+        busy = [p for p in plans if len(p[3])]
+        whole = len(busy) == 1        # one switch changes: make and break in one atomic bundle
+
+        def make(plan) -> None:
+            res, session, desired, change, _ = plan
             self.known.pop(res.dpid, None)
             if len(change):
                 LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter "
                          "add/mod/del", res.key, res.dpid, *map(len, change.__dict__.values()))
             try:
-                held[res.dpid] = self._send(res, session, change, make_messages, result)
+                held[res.dpid] = self._send(res, session, change, whole_messages if whole else make_messages,
+                                            result)
             except Exception as e:  # noqa: BLE001
                 self._failed(res, session, e)
-        for res, session, desired, change, foreign in reversed(plans):
-            if res.state.startswith(("error", "lost")):
-                continue
+
+        def break_(plan) -> None:
+            res, session, desired, change, foreign = plan
+            if res.state.startswith(("error", "lost")) or res.dpid not in held:
+                return
             owners = held.get(res.dpid, set())
-            try:
-                owners |= self._send(res, session, change.without(owners), break_messages, result)
-            except Exception as e:  # noqa: BLE001
-                self._failed(res, session, e)
-                continue
+            if not whole:
+                try:
+                    owners |= self._send(res, session, change.without(owners), break_messages, result)
+                except Exception as e:  # noqa: BLE001
+                    self._failed(res, session, e)
+                    return
             res.changes = len(change)
             res.state, res.last_ok = "ok", time.time()
             self._had_meters[res.dpid] = bool(desired.meters)
+            refused = {(kind, obj): result.refused[(kind, obj)] for _app, kind, obj in owners
+                       if (kind, obj) in result.refused}
+            if refused:
+                self.refused_at[res.key] = refused
+            else:
+                self.refused_at.pop(res.key, None)
             if not owners:
                 self.known[res.dpid] = (set(desired.flows) | foreign[0], set(desired.groups) | foreign[1])
+
+        # by tier (ToR, br-phy, br-int): every switch of a tier at once (one round trip each, in
+        # parallel); new state in from the physical network inwards, old state out the other way
+        tiers: dict[int, list] = {}
+        for plan in plans:
+            tiers.setdefault(MAKE_ORDER.get(plan[0].key.bridge, 9), []).append(plan)
+        for tier in sorted(tiers):
+            self._each(make, tiers[tier])
+        for tier in sorted(tiers, reverse=True):
+            self._each(break_, tiers[tier])
+
+    def _each(self, fn, plans: list) -> None:
+        """fn(plan) for every plan, at the same time when there are several switches with changes."""
+        if sum(1 for p in plans if len(p[3])) < 2:
+            for plan in plans:
+                fn(plan)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+        for future in [self._pool.submit(fn, plan) for plan in plans]:
+            future.result()
 
     def _diff(self, session, desired: SwitchState, audit: bool) -> tuple[Change, tuple[set, set]]:
         known = None if audit else self.known.get(session.dpid)
@@ -272,9 +738,15 @@ class Reconciler:
         return diff(desired, flows, groups, meters), foreign
 
     def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult) -> set:
-        """Send one half of a change; on a refusal, mark the refused owners and send the rest without
-        them. Returns the owners held back."""
+        """Send one half of a change (or all of it); on a refusal, mark the refused owners and send
+        the rest without them. Returns the owners held back."""
         def send(c: Change) -> None:
+            if half is whole_messages:
+                plain, bundled, after = half(session.dp, c)
+                session.plain(plain)
+                session.bundle(bundled)
+                session.plain(after)
+                return
             first, second = half(session.dp, c)
             if half is make_messages:
                 session.plain(first)
@@ -282,6 +754,7 @@ class Reconciler:
             else:
                 session.bundle(first)
                 session.plain(second)
+        started = time.monotonic()
         try:
             send(change)
             return set()
@@ -294,6 +767,8 @@ class Reconciler:
                 result.refused[(kind, obj)] = f"{res.key}: {e}"
             send(change.without(owners))
             return owners
+        finally:
+            res.apply_seconds += time.monotonic() - started
 
     def _failed(self, res: SwitchResult, session, e: Exception) -> None:
         LOG.warning("%s: apply failed: %s", res.key, e)

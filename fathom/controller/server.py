@@ -17,6 +17,7 @@ from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper
 from fathom.model import datapath_id
+from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.hostlocal import HostLocalStatus
 from fathom.controller.reconciler import Reconciler
@@ -67,13 +68,17 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
 
     @router.get("/health")
     def health():
-        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.switches.app.datapaths]}
+        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.switches.app.datapaths],
+                "last_pass_seconds": round(reconciler.last_pass_seconds, 6),
+                "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
+                "incremental_mismatches": reconciler.mismatches}
 
     return router
 
 
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,
-          pki_dir: str | None = None, state_dir: str = "/var/lib/fathom", max_body: int | None = None) -> None:
+          pki_dir: str | None = None, state_dir: str = "/var/lib/fathom", max_body: int | None = None,
+          audit_interval: float | None = None) -> None:
     """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
     without. Its admin credential is `state_dir`/admin-token (created at the first start)."""
@@ -83,15 +88,20 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
     app = ofapp.start(of_host, of_port, gate,
                       channels.server_context(transport.files) if transport.tls else None)
-    reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app), Bootstrapper(of_port), interval=interval)
+    reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app), Bootstrapper(of_port), interval=interval,
+                            audit_interval=audit_interval)
     app.on_switch = reconciler.switch_changed
+    app.on_port_status = reconciler.port_status
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
     api = create_app(engine, on_change=reconciler.wake, max_body=max_body)
+    api.state.status_board = reconciler.board   # long-polls (GET ...?wait=) wait on it
     LOG.info("admin credential: %s (root only)", ensure_admin_token(engine, state_dir))
     api.include_router(runtime_router(reconciler))
     api.include_router(tap_runtime_router(reconciler))
     # ToRs and br-phy under OpenFlow, LLDP discovery
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
+    # floating IPs moved or removed: their conntrack zones flushed on the gateway node
+    ExternalRuntime().install(reconciler)
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
     reconciler.extensions.append(HostLocalStatus(session_factory(engine)))
     reconciler.wake()

@@ -6,8 +6,15 @@
 | fabric_switch | the ToR: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
 | network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when they took them (see below for a switch in trouble) |
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
-| router | its interfaces; a `network-node` router also its namespace on the gateway node (the node's agent) |
+| router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent); a router with an external gateway also the gateway's flows (and `pending` until its gateway node has its external port `ext0`) |
 | pptmon_attachment | the node's agent (it loads and attaches the programs) |
+| security_group | the switches that must hold its flows and its rules' flows (found by the cookies); `active` when none needs any |
+| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc compiler reported (a port not plugged: `pending`; no hop marker: `error`) first |
+| port_pair | its two ports |
+| port_pair_group | its port pairs |
+| flow_classifier | its logical source (and destination) port |
+| floating_ip | the switches that must hold its flows (the gateway node); `active` when not associated |
+| port holding a gateway's or floating IP's address | its owner (the router's gateway, the floating IP) |
 
 Objects a node's agent holds (fathom.model.hostlocal; `hostlocal` below) are `active` when the agent
 applied the revision that holds them and says so, `pending` while it has not yet, and `error` with
@@ -15,8 +22,8 @@ the reason when it says so or when it is down (no report for `stale_after` secon
 node N not reporting since HH:MM:SS". The host keeps what it had meanwhile (namespaces forward,
 programs stay attached): only the status says the controller cannot vouch for it.
 
-`pending` says what is awaited (a switch connecting, a port's interface appearing, a namespace being
-built), `error` names the switch or node at fault; a refused flow marks exactly its object.
+`down` is a port whose VIF is not plugged (or that is not bound); `pending` says what is awaited (a
+switch connecting, a namespace being built), `error` names the switch or node at fault; a refused flow marks exactly its object.
 
 A switch in trouble of its own (OVSDB unreachable, its OpenFlow connection lost, not connected
 yet) marks the objects *at home* there: a port's home is its node's switches, a `fabric` router
@@ -26,7 +33,10 @@ distributed router interface, a tap policy) is held back only when no switch hol
 healthy. A failed apply on a connected switch is an error of every object with flows there (any may
 be the cause), unless the switch named the refused messages. An
 object none of whose flows any switch needs yet (a network with no bound port) is `active`, except
-a port: it is `pending` until it is bound and plugged. A tap policy with a problem the compiler
+a port: it is `down` (with the reason) until it is bound and its VIF is plugged on its node (OVSDB:
+an interface of its name on the node's br-int with an OpenFlow port number), and `active` only
+when, moreover, every switch that must hold its flows has committed them (the bundle's commit
+reply, in the pass that covered the port's last change). A tap policy with a problem the compiler
 reported (a deleted port, an unbound one) is `error` / `pending` with that problem.
 
 `decide` is pure (model + pass result in, statuses out); fathom.store.status writes them.
@@ -48,13 +58,24 @@ SOURCES = {
     "port": FLOWS,
     "router_interface": FLOWS,
     "tap_policy": FLOWS,
+    "port_chain": FLOWS,
     "subnet": "network",
     "router": "router_interfaces",
+    "router_gateway": FLOWS,     # not stored on its own: part of its router's status
+    "floating_ip": FLOWS,
+    "security_group": FLOWS,
+    "security_group_rule": FLOWS,   # no status of its own: part of its group's
+    "port_pair": "ports",
+    "port_pair_group": "port_pairs",
+    "flow_classifier": "ports",
 }
 # cookie kinds whose flows realise an object of a status kind (a network-node router's interface is a
 # port of the gateway node: its flows carry the port kind with the interface's id)
 FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
-              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,)}
+              "router_interface": (ck.KIND_ROUTER_INTERFACE, ck.KIND_PORT), "tap_policy": (ck.KIND_TAP_POLICY,),
+              "router_gateway": (ck.KIND_ROUTER,), "floating_ip": (ck.KIND_FLOATING_IP,),
+              "security_group": (ck.KIND_SECURITY_GROUP,), "security_group_rule": (ck.KIND_SECURITY_GROUP_RULE,),
+              "port_chain": (ck.KIND_PORT_CHAIN,)}
 
 Status = tuple[str, str | None]
 
@@ -89,14 +110,26 @@ def switch_problem(res) -> tuple[str, str, bool] | None:
     return None
 
 
+def owners_needed(desired) -> dict[tuple[int, int], set[SwitchKey]]:
+    """(kind, object id) -> the switches that must hold some flow or group of it."""
+    needs: dict[tuple[int, int], set[SwitchKey]] = defaultdict(set)
+    for key, state in desired.items():
+        for kind_obj in switch_owners(state):
+            needs[kind_obj].add(key)
+    return needs
+
+
+def switch_owners(state) -> set[tuple[int, int]]:
+    """(kind, object id) of everything a switch's desired state holds."""
+    return {ck.parse_cookie(spec.cookie)[1:] for spec in (*state.flows, *state.groups)}
+
+
 def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
     subnet, port, router, router_interface, tap_policy)."""
-    needs: dict[tuple[int, int], set[SwitchKey]] = defaultdict(set)
-    for key, state in result.desired.items():
-        for spec in (*state.flows, *state.groups):
-            _app, kind, obj = ck.parse_cookie(spec.cookie)
-            needs[(kind, obj)].add(key)
+    needs = getattr(result, "needs", None)
+    if needs is None:
+        needs = owners_needed(result.desired)
 
     def from_flows(kind: str, obj_id: int, home: set[SwitchKey] = frozenset()) -> Status | None:
         """From the flows alone; None when no switch needs any. `home`: the switches whose own
@@ -147,11 +180,20 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         out[("network", net.id)] = from_flows("network", net.id) or ("active", None)
     for sub in snapshot.subnets:
         out[("subnet", sub.id)] = out.get(("network", sub.network_id), ("active", None))
+    nodes = {n.name: n for n in snapshot.nodes}
     for p in snapshot.ports:
         got = from_flows("port", p.id, {SwitchKey(BR_INT, p.node), SwitchKey(BR_PHY, p.node)} if p.node else set())
-        if got is None:
-            got = ("pending", "not bound to a node") if p.node is None else \
-                ("pending", f"waiting for interface {p.interface!r} on its node")
+        if got is not None and got[0] == "error":
+            pass
+        elif p.node is None:
+            got = ("down", "not bound to a node")
+        elif not p.interface:
+            got = ("down", f"no interface named on node {p.node}")
+        elif p.node in nodes and nodes[p.node].ofport(p.interface) is None:
+            # OVSDB: no interface of that name with an OpenFlow port on the node's br-int
+            got = ("down", f"interface {p.interface!r} is not plugged on node {p.node}")
+        elif got is None:
+            got = ("pending", f"waiting for interface {p.interface!r} on node {p.node}")
         out[("port", p.id)] = got
     interfaces = defaultdict(list)
     modes = effective_modes(snapshot)
@@ -164,12 +206,28 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     for (kind, obj_id), st in result.agents.items():
         if kind == "pptmon_attachment":
             out[(kind, obj_id)] = st
+    gateways = _gateway_statuses(snapshot, from_flows)
     for r in snapshot.routers:
         agent = result.agents.get(("router", r.id))
         if agent is not None and agent[0] != "active":
             out[("router", r.id)] = agent
         else:
-            out[("router", r.id)] = _worst(interfaces.get(r.id, []))
+            out[("router", r.id)] = _worst(interfaces.get(r.id, []) + gateways.get(r.id, []))
+    for f in snapshot.floating_ips:
+        if f.port_id is None:
+            out[("floating_ip", f.id)] = ("active", None)
+        elif f.router_id in gateways and gateways[f.router_id][0][0] != "active":
+            out[("floating_ip", f.id)] = gateways[f.router_id][0]
+        else:
+            out[("floating_ip", f.id)] = from_flows("floating_ip", f.id) or (
+                "pending", "waiting for the port's router to route it on its gateway node")
+    # the ports holding a gateway's or floating IP's address have no flows of their own: their owner's status
+    for gw in snapshot.router_gateways:
+        if gw.address_port_id:
+            out[("port", gw.address_port_id)] = gateways[gw.router_id][0]
+    for f in snapshot.floating_ips:
+        if f.address_port_id:
+            out[("port", f.address_port_id)] = out[("floating_ip", f.id)]
 
     from fathom.apps.vtap import plans as vtap_plans
     plans = vtap_plans(snapshot)[1] if snapshot.tap_policies else {}
@@ -180,6 +238,35 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             out[("tap_policy", t.id)] = (level, "; ".join(problems))
         else:
             out[("tap_policy", t.id)] = from_flows("tap_policy", t.id) or ("active", None)
+
+    rules = defaultdict(list)
+    for r in snapshot.security_group_rules:
+        rules[r.group_id].append(r.id)
+    for g in snapshot.security_groups:
+        parts = [from_flows("security_group", g.id)] + [from_flows("security_group_rule", r) for r in rules[g.id]]
+        out[("security_group", g.id)] = _worst([p for p in parts if p is not None])
+    _chains(snapshot, out, from_flows)
+    return out
+
+
+def _gateway_statuses(snapshot, from_flows) -> dict[int, list[Status]]:
+    """router id -> [status of its external gateway]: its flows on the gateway node, once that node
+    has its external port."""
+    from fathom.apps.external.compiler import unsupported_gateways
+    from fathom.model import EXTERNAL_INTERFACE
+    nodes = {n.name: n for n in snapshot.nodes}
+    refused = unsupported_gateways(snapshot)
+    out = {}
+    for gw in snapshot.router_gateways:
+        node = nodes.get(gw.node)
+        if gw.router_id in refused:
+            got = ("error", refused[gw.router_id])
+        elif node is None or node.ofport(EXTERNAL_INTERFACE) is None:
+            got = ("pending", f"waiting for interface {EXTERNAL_INTERFACE!r} (the external network) on gateway "
+                              f"node {gw.node!r}")
+        else:
+            got = from_flows("router_gateway", gw.router_id) or ("active", None)
+        out[gw.router_id] = [got]
     return out
 
 
@@ -211,6 +298,31 @@ def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: f
             prev = out.get((kind, obj_id))
             out[(kind, obj_id)] = st if prev is None else _worst([prev, st])
     return out
+
+
+def _chains(snapshot, out: dict, from_flows) -> None:
+    """Port chains from their flows (after the compiler's problems); pairs, groups and classifiers
+    from the ports they name."""
+    def ports(*ids) -> Status:
+        return _worst([out.get(("port", i), ("error", f"port {i} was deleted")) for i in ids if i is not None])
+
+    for pair in snapshot.port_pairs:
+        out[("port_pair", pair.id)] = ports(pair.ingress_port_id, pair.egress_port_id)
+    for group in snapshot.port_pair_groups:
+        out[("port_pair_group", group.id)] = _worst([out[("port_pair", i)] for i in group.port_pair_ids
+                                                     if ("port_pair", i) in out])
+    for fc in snapshot.flow_classifiers:
+        out[("flow_classifier", fc.id)] = ports(fc.logical_source_port_id, fc.logical_destination_port_id)
+    if not snapshot.port_chains:
+        return
+    from fathom.apps.sfc import plans as sfc_plans
+    plans = sfc_plans(snapshot)[1]
+    for chain in snapshot.port_chains:
+        plan = plans.get(chain.id)
+        if plan is not None and plan.problems:
+            out[("port_chain", chain.id)] = ("error" if plan.fatal else "pending", "; ".join(plan.problems))
+        else:
+            out[("port_chain", chain.id)] = from_flows("port_chain", chain.id) or ("active", None)
 
 
 def node_states(result) -> dict[str, str]:

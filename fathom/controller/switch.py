@@ -8,16 +8,19 @@ reconciler only ever talks to a session.
 from __future__ import annotations
 
 import itertools
+import struct
 from dataclasses import dataclass, field
 
 import os_ken.app.ofctl.api as ofctl
 from os_ken.app.ofctl.exception import OFError
 
 from fathom.openflow import encode
+from fathom.openflow.encode import Wire
 from fathom.openflow.spec import FlowSpec, GroupSpec, MeterSpec, SwitchState
 from fathom.pipeline.cookies import owns_cookie, owns_id
 
 _bundle_ids = itertools.count(1)
+_BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
 
 class ApplyError(Exception):
@@ -27,6 +30,8 @@ class ApplyError(Exception):
         super().__init__(message)
         self.refused = tuple(refused)
 
+
+# ---------------------------------------------------------------------------------------------- encoding
 
 # ---------------------------------------------------------------------------------------------- diff
 
@@ -61,11 +66,15 @@ def diff(desired: SwitchState, actual_flows: set, actual_groups: set, actual_met
     Ours is decided by one rule for every switch (fathom.pipeline.cookies): a flow by its cookie, a
     group or meter by its id. `actual_meters` None means "not read" (no meters wanted or left).
     """
-    actual_by_key = {f.key: f for f in actual_flows}
-    desired_by_key = {f.key: f for f in desired.flows}
+    # Set differences first (the flows both sides share are mostly the very same objects, so this is
+    # fast), then keys only for what differs: its cost follows the change, not the table.
+    actual = actual_flows if isinstance(actual_flows, (set, frozenset)) else set(actual_flows)
+    new = desired.flows - actual
+    gone = actual - desired.flows
     c = Change()
-    c.put = [f for k, f in desired_by_key.items() if actual_by_key.get(k) != f]
-    c.delete = [f for k, f in actual_by_key.items() if k not in desired_by_key and owns_cookie(f.cookie)]
+    c.put = list(new)
+    replaced = {f.key for f in new}
+    c.delete = [f for f in gone if f.key not in replaced and owns_cookie(f.cookie)]
     actual_g = {g.group_id: (g.type, g.buckets) for g in actual_groups}
     for g in desired.groups:
         have = actual_g.get(g.group_id)
@@ -86,21 +95,31 @@ def diff(desired: SwitchState, actual_flows: set, actual_groups: set, actual_met
 
 def make_messages(dp, c: Change) -> tuple[list, list]:
     """(plain, bundled) (spec, message) pairs of the make half: meters first (OVS takes no meter mod in
-    a bundle), then groups before the flows that use them."""
-    plain = [(m, encode.meter_mod(dp, m, "add")) for m in c.add_m] + [(m, encode.meter_mod(dp, m, "modify"))
-                                                                         for m in c.mod_m]
-    bundled = ([(g, encode.group_mod(dp, g, "add")) for g in c.add_g]
-               + [(g, encode.group_mod(dp, g, "modify")) for g in c.mod_g]
-               + [(f, encode.flow_mod(dp, f)) for f in c.put])
+    a bundle), then groups before the flows that use them. Messages are encode.Wire: encoded once
+    per process, sent as bytes."""
+    plain = [(m, Wire(dp, "meter", m, "add")) for m in c.add_m] + [(m, Wire(dp, "meter", m, "modify"))
+                                                                   for m in c.mod_m]
+    bundled = ([(g, Wire(dp, "group", g, "add")) for g in c.add_g]
+               + [(g, Wire(dp, "group", g, "modify")) for g in c.mod_g]
+               + [(f, Wire(dp, "flow", f)) for f in c.put])
     return plain, bundled
 
 
 def break_messages(dp, c: Change) -> tuple[list, list]:
     """(bundled, plain) pairs of the break half: flows, then the groups they used; meters after."""
-    bundled = [(f, encode.flow_mod(dp, f, delete=True)) for f in c.delete] + [(g, encode.group_mod(dp, g, "delete"))
-                                                                              for g in c.del_g]
-    plain = [(m, encode.meter_mod(dp, m, "delete")) for m in c.del_m]
+    bundled = ([(f, Wire(dp, "flow", f, "delete")) for f in c.delete]
+               + [(g, Wire(dp, "group", g, "delete")) for g in c.del_g])
+    plain = [(m, Wire(dp, "meter", m, "delete")) for m in c.del_m]
     return bundled, plain
+
+
+def whole_messages(dp, c: Change) -> tuple[list, list, list]:
+    """(plain before, bundled, plain after) pairs of a whole change in one atomic bundle, for a
+    change of one switch alone (a reconnect's replay): what is new, then what is gone, so the
+    switch never holds less than the flows still wanted, not even between two bundles."""
+    plain, make = make_messages(dp, c)
+    gone, after = break_messages(dp, c)
+    return plain, make + gone, after
 
 
 # ---------------------------------------------------------------------------------------------- sessions
@@ -125,6 +144,14 @@ class OsKenSession:
         replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPFlowStatsReply, reply_multi=True) or []
         return {encode.decode_flow(ofp, stat) for r in replies for stat in r.body}
 
+    def count_flows(self) -> int:
+        """How many flows the switch holds (one aggregate-stats round trip, whatever their number)."""
+        ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
+        req = parser.OFPAggregateStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
+                                              parser.OFPMatch())
+        replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPAggregateStatsReply, reply_multi=True) or []
+        return sum(r.body.flow_count for r in replies)
+
     def read_groups(self) -> set[GroupSpec]:
         parser = self.dp.ofproto_parser
         req = parser.OFPGroupDescStatsRequest(self.dp, 0)
@@ -138,10 +165,11 @@ class OsKenSession:
         return {encode.decode_meter(ofp, c) for r in replies for c in r.body}
 
     def bundle(self, pairs: list) -> None:
-        """Send (spec, message) pairs as one atomic bundle; ApplyError names the refused specs.
+        """Send (spec, encode.Wire) pairs as one atomic bundle; ApplyError names the refused specs.
 
-        Bundle adds are pipelined (no round trip each); the commit reply, after them on the same
-        connection, tells whether the switch took the whole change. An error on any add fails it all.
+        Open, every add and the commit go out in one write, with no round trip before the commit;
+        the commit reply, after them on the same connection, tells whether the switch took the whole
+        change. An error on the open or on any add fails it all.
         """
         if not pairs:
             return
@@ -152,22 +180,25 @@ class OsKenSession:
         bid = next(_bundle_ids) & 0xFFFFFFFF
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
         ctrl = lambda t: parser.OFPBundleCtrlMsg(dp, bid, t, flags, [])  # noqa: E731
-        try:
-            ofctl.send_msg(app, ctrl(ofp.OFPBCT_OPEN_REQUEST), reply_cls=parser.OFPBundleCtrlMsg)
-        except OFError as e:
-            raise ApplyError(f"switch {dp.id:016x} refused the change: {e}") from e
+        opening = ctrl(ofp.OFPBCT_OPEN_REQUEST)
+        dp.set_xid(opening)
+        opening.serialize()
+        out = [bytes(opening.buf)]
         by_xid = {}
         for spec, m in pairs:
-            add = parser.OFPBundleAddMsg(dp, bid, flags, m, [])
-            dp.set_xid(add)
-            by_xid[add.xid] = spec
-            dp.send_msg(add)
+            xid = _next_xid(dp)
+            inner = m.wire(xid)
+            out.append(_BUNDLE_ADD.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE, _BUNDLE_ADD.size + len(inner),
+                                        xid, bid, flags) + inner)
+            by_xid[xid] = spec
+        if not dp.send(b"".join(out)):
+            raise ApplyError(f"switch {dp.id:016x}: connection closing")
         try:
             ofctl.send_msg(app, ctrl(ofp.OFPBCT_COMMIT_REQUEST), reply_cls=parser.OFPBundleCtrlMsg)
             failed = None
         except OFError as e:
             failed = e
-        errors = app.take_errors(dp.id, list(by_xid))
+        errors = app.take_errors(dp.id, [opening.xid, *by_xid])
         if failed is not None or errors:
             refused = [by_xid[e.xid] for e in errors if e.xid in by_xid]
             first = errors[0] if errors else getattr(failed, "result", None)
@@ -177,9 +208,15 @@ class OsKenSession:
         """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
         for spec, m in pairs:
             try:
-                ofctl.send_msg(self.app, m)
+                ofctl.send_msg(self.app, m.message())
             except OFError as e:
                 raise ApplyError(f"switch {self.dp.id:016x} refused the change: {e}", (spec,)) from e
+
+
+def _next_xid(dp) -> int:
+    """The next transaction id of an os-ken datapath (as Datapath.set_xid, for messages sent as bytes)."""
+    dp.xid = (dp.xid + 1) & dp.ofproto.MAX_XID
+    return dp.xid
 
 
 class OsKenSwitches:

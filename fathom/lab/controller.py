@@ -42,7 +42,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
            "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
            # the API also on the management network, where the nodes' agents reach it
            "--api-host", "127.0.0.1", *(["--api-host", of_host] if of_host != "127.0.0.1" else []),
-           "--of-host", of_host, "--of-port", str(of_port), "--interval", "3",
+           "--of-host", of_host, "--of-port", str(of_port), "--interval", "10",
            "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / "controller.pid").write_text(str(proc.pid))
@@ -75,7 +75,8 @@ def stop_controller(lab_dir: Path) -> None:
 
 def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None,
              switches_registered=lambda created: None, token: str | None = None) -> dict:
-    """Create nodes, networks, subnets, routers and VM ports; returns the ids created.
+    """Create nodes, networks, subnets, routers, VM ports, VNF ports and their port pairs; returns the
+    ids created.
 
     `switches_registered(created)` runs once the nodes and the fabric switch have their ids (e.g. to
     issue their certificates, which bind the datapath ids derived from them)."""
@@ -88,7 +89,7 @@ def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fab
 def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str | None,
               switches_registered) -> dict:
     created: dict[str, dict[str, int]] = {"nodes": {}, "networks": {}, "subnets": {}, "ports": {}, "routers": {},
-                                          "fabric_switches": {}}
+                                          "fabric_switches": {}, "floatingips": {}}
     progress("registering nodes")
     for n in nodes:
         created["nodes"][n.name] = api.request("POST", "/nodes", json={
@@ -105,6 +106,10 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
         body = {"name": net.name, "type": net.type, "project_id": net.project}
         if net.type != "flat":
             body["segmentation_id"] = topo.segmentation_id(net)
+        if net.external:
+            body["external"] = True
+            if topo.upstream is not None and topo.upstream.network == net.name:
+                body["upstream_mac"] = topo.upstream.mac
         nid = created["networks"][net.name] = api.request("POST", "/networks", json=body)["id"]
         created["subnets"][net.name] = api.request("POST", "/subnets", json={
             "network_id": nid, "cidr": str(net.cidr), "gateway_ip": str(net.gateway), "name": net.name,
@@ -116,6 +121,9 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
             api.request("POST", f"/routers/{rid}/interfaces", json={"subnet_id": created["subnets"][name]})
         if r.mode != "distributed":   # after its interfaces: a mode checks the networks it routes
             api.request("PATCH", f"/routers/{rid}", json={"mode": r.mode})
+        if r.external_gateway:
+            api.request("PATCH", f"/routers/{rid}", json={
+                "external_gateway": {"network_id": created["networks"][r.external_gateway]}})
     progress("creating VM ports")
     for node in topo.nodes:
         for vm in node.vms:
@@ -124,6 +132,26 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
                 "network_id": created["networks"][vm.network], "name": vm.name, "mac_address": vm.mac,
                 "fixed_ips": [{"subnet_id": created["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
                 "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
+            if vm.floating_ip:
+                router = next(r for r in topo.routers if vm.network in r.networks and r.external_gateway)
+                created["floatingips"][vm.name] = api.request("POST", "/floatingips", json={
+                    "floating_network_id": created["networks"][router.external_gateway],
+                    "port_id": created["ports"][vm.name], "project_id": net.project})["id"]
+    if topo.vnfs():
+        progress("creating VNF ports and port pairs")
+        created["port_pairs"] = {}
+    for node, vnf in topo.vnfs():
+        net = topo.network(vnf.network)
+        ids = {}
+        for side, port in (("i", vnf.ingress), ("o", vnf.egress)):
+            # a VNF forwards packets that are not its own: no port security on its ports
+            ids[side] = created["ports"][f"{vnf.name}{side}"] = api.request("POST", "/ports", json={
+                "network_id": created["networks"][vnf.network], "name": f"{vnf.name}{side}",
+                "mac_address": port.mac, "port_security": False,
+                "fixed_ips": [{"subnet_id": created["subnets"][vnf.network], "ip_address": str(port.ip.ip)}],
+                "node": node.name, "interface_name": f"{vnf.name}{side}", "project_id": net.project})["id"]
+        created["port_pairs"][vnf.name] = api.request("POST", "/sfc/port_pairs", json={
+            "name": vnf.name, "ingress": ids["i"], "egress": ids["o"], "project_id": net.project})["id"]
     return created
 
 
@@ -139,19 +167,19 @@ def wait_active(url: str, created: dict, timeout: float = 30, token: str | None 
 
 def _wait_active(api: Client, created: dict, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    pending = dict(created.get("ports", {}))
-    reasons: dict[str, str] = {}
-    while pending:
-        for name, pid in list(pending.items()):
-            port = api.request("GET", f"/ports/{pid}")
+    for name, pid in sorted(created.get("ports", {}).items()):
+        while True:
+            try:
+                port = api.wait_status("ports", pid, "active", timeout=max(0.1, deadline - time.monotonic()))
+            except ApiError as e:
+                if e.status != 408:
+                    raise
+                raise LabError(f"port {name} not active after {timeout}s: {e}") from None
             if port["status"] == "active":
-                del pending[name]
-            else:
-                reasons[name] = f"{port['status']}: {port['status_reason']}"
-        if pending and time.monotonic() > deadline:
-            raise LabError(f"ports not active after {timeout}s: "
-                           + "; ".join(f"{n} ({reasons.get(n)})" for n in sorted(pending)))
-        time.sleep(0.2)
+                break
+            if time.monotonic() > deadline:
+                raise LabError(f"port {name} not active after {timeout}s: {port['status']}: {port['status_reason']}")
+            time.sleep(0.2)   # an error (a switch still connecting): the next pass may clear it
     # every switch connected (br-int of each node; with a fabric also each br-phy and the ToR),
     # then one full pass, so the underlay is programmed too when `lab up` returns
     fabric = len(created.get("fabric_switches", {}))
@@ -187,9 +215,14 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
     """Best effort: delete what the lab created (the controller may be gone already)."""
     http = Client(url, token=token).http   # raw answers: an object already gone is fine
     try:
+        for fid in created.get("floatingips", {}).values():
+            http.delete(f"/floatingips/{fid}")
+        for pair in created.get("port_pairs", {}).values():
+            http.delete(f"/sfc/port_pairs/{pair}")
         for pid in created.get("ports", {}).values():
             http.delete(f"/ports/{pid}")
         for rid in created.get("routers", {}).values():
+            http.patch(f"/routers/{rid}", json={"external_gateway": None})
             for iface in http.get(f"/routers/{rid}").json().get("interfaces", []):
                 http.delete(f"/routers/{rid}/interfaces/{iface['subnet_id']}")
             http.delete(f"/routers/{rid}")

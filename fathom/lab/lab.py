@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from fathom.auth.client import NoToken, lab_token
+from fathom.model import EXTERNAL_INTERFACE
 from fathom.pki import Pki
 
 from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, supervisor_pid, wait_for
@@ -246,6 +247,11 @@ class Lab:
                             None if vm.dhcp else str(topo.network(vm.network).gateway))
                 self.plug_vm(node.name, vm.name, vm.mac, vm.network,
                              tag=_standalone_tag(topo, vm.network) if standalone else None, ovs=ovs)
+            for vnf in node_t.vnfs:
+                progress(f"vnf {vnf.name} ({vnf.kind}) on {node.name}")
+                self._add_vnf(topo, node, ovs, vnf, standalone)
+        if topo.upstream is not None:
+            self._build_upstream(topo, by_name[topo.upstream.node], progress)
         if standalone:
             progress("standalone tunnels")
             self._standalone_overlay(topo, nodes)
@@ -254,6 +260,38 @@ class Lab:
             ovs = OvsInstance(node.netns, node.rundir)
             wait_for(lambda: "br-int" in ovs.vsctl("list-br"), 10, f"br-int on {node.name}")
 
+    def _build_upstream(self, topo: Topology, node: NodePlan, progress) -> None:
+        """The upstream host (the provider router of an external network) and the provider switch.
+
+        The host is a namespace holding the external subnet's gateway address, untagged, forwarding
+        between the addresses of its subnet (a packet from one floating IP to another comes back out
+        the way a provider router hairpins it). Its wire
+        and the gateway node's `ext0` meet on `br-up`, a plain learning bridge of the fabric
+        namespace's OVS standing for the provider's physical switch: the host's port is an access
+        port of the external network's VLAN, `ext0`'s a trunk (the kernel here has no 802.1Q
+        devices, so the host cannot tag itself). The host has no route beyond its subnet: floating
+        IPs and router gateway IPs are on-link, answered by the gateway node (docs/external.md)."""
+        up = topo.upstream
+        net = topo.network(up.network)
+        progress(f"upstream host {up.name} wired to {node.name}")
+        uns, fabric = self.ns(up.name), self.ns("fabric")
+        _add_netns(uns)
+        tor = OvsInstance(fabric, self.dir / "fabric")
+        tor.vsctl("--may-exist", "add-br", "br-up", "--", "set", "bridge", "br-up", "datapath_type=netdev",
+                  "fail_mode=standalone")
+        host_end, node_end = f"u-{up.name}", f"x-{node.name}"[:15]
+        run(["ip", "link", "add", "eth0", "netns", uns, "type", "veth", "peer", "name", host_end, "netns", fabric])
+        run(["ip", "link", "add", EXTERNAL_INTERFACE, "netns", node.netns, "type", "veth",
+             "peer", "name", node_end, "netns", fabric])
+        run(["ip", "link", "set", "eth0", "address", up.mac], ns=uns)
+        for ns_, dev in ((uns, "eth0"), (fabric, host_end), (fabric, node_end), (node.netns, EXTERNAL_INTERFACE)):
+            _prepare_veth_end(ns_, dev)
+        run(["ip", "addr", "add", f"{net.gateway}/{net.cidr.prefixlen}", "dev", "eth0"], ns=uns)
+        # a router: a packet from one floating IP to another comes back out (hairpin)
+        run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=uns)
+        tag = [f"tag={topo.segmentation_id(net)}"] if net.type == "vlan" else []
+        tor.vsctl("add-port", "br-up", host_end, *tag, "--", "add-port", "br-up", node_end)
+        OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
     # ----- VMs: a namespace behind a veth whose node end becomes a port of br-int -----
     def add_vm(self, node: str, name: str, mac: str, ip: str | None, gateway: str | None) -> None:
         """The VM `name` on `node`: its namespace with eth0 (`mac`, `ip` as a CIDR, default route via
@@ -303,6 +341,23 @@ class Lab:
         self.ovs(node).vsctl("--if-exists", "del-port", "br-int", name)
         run(["ip", "link", "del", name], ns=self.ns(node), check=False)
         run(["ip", "netns", "del", self.ns(name)], check=False)
+
+    def _add_vnf(self, topo: Topology, node: NodePlan, ovs: OvsInstance, vnf, standalone: bool) -> None:
+        """A VNF namespace: eth0 (ingress) and eth1 (egress) joined to br-int as `<vnf>i` and `<vnf>o`,
+        configured by fathom.lab.vnf for its kind."""
+        from . import vnf as vnfs
+        ns = self.ns(vnf.name)
+        _add_netns(ns)
+        for dev, iface, port in (("eth0", f"{vnf.name}i", vnf.ingress), ("eth1", f"{vnf.name}o", vnf.egress)):
+            run(["ip", "link", "add", iface, "netns", node.netns, "type", "veth", "peer", "name", dev, "netns", ns])
+            run(["ip", "link", "set", dev, "address", port.mac], ns=ns)
+            _prepare_veth_end(ns, dev)
+            _prepare_veth_end(node.netns, iface)
+            tag = _standalone_tag(topo, vnf.network) if standalone else None
+            ovs.vsctl("add-port", "br-int", iface, *(["tag=%d" % tag] if tag else []), "--",
+                      "set", "interface", iface, f"external_ids:iface-id={iface}",
+                      f"external_ids:attached-mac={port.mac}", f"external_ids:fathom-network={vnf.network}")
+        vnfs.configure(ns, vnf, topo.network(vnf.network).cidr, self.dir / vnf.name)
 
     def _standalone_overlay(self, topo: Topology, nodes: list[NodePlan]) -> None:
         """Without a controller: NORMAL switching, one VXLAN port per (network, peer) as an access port.
@@ -511,9 +566,13 @@ class Lab:
                     up = bool(out) and "UP" in json.loads(out)[0].get("flags", [])
                 vms.append({"name": vm["name"], "node": node["name"], "network": vm["network"],
                             "mac": vm["mac"], "ip": vm["ip"], "netns": vns, "link_up": up})
+        vnfs = [{"name": v["name"], "node": node["name"], "kind": v["kind"], "network": v["network"],
+                 "ingress": v["ingress"], "egress": v["egress"], "netns": self.ns(v["name"]),
+                 "present": self.ns(v["name"]) in present}
+                for node in topo.get("nodes", []) for v in node.get("vnfs", [])]
         return {"name": self.name, "status": state.get("status"), "standalone": state.get("standalone"),
                 "topology_file": state.get("topology_file"), "management": state.get("management"),
-                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms,
+                "underlay": state.get("underlay"), "nodes": nodes, "vms": vms, "vnfs": vnfs,
                 "controller": {k: v for k, v in (state.get("controller") or {}).items() if k != "created"} or None}
 
     # ----- exec -----
@@ -551,6 +610,7 @@ def list_labs() -> list[dict]:
         out.append({"name": name, "status": st.get("status", "unknown (no state file)"),
                     "nodes": len(st.get("nodes", [])),
                     "vms": sum(len(n.get("vms", [])) for n in st.get("topology", {}).get("nodes", [])),
+                    "vnfs": sum(len(n.get("vnfs", [])) for n in st.get("topology", {}).get("nodes", [])),
                     "standalone": st.get("standalone"), "topology_file": st.get("topology_file")})
     return out
 

@@ -34,6 +34,7 @@ class VM(_Strict):
     ip: ipaddress.IPv4Interface   # its port's fixed IP
     network: str
     dhcp: bool = False            # take the address by DHCP (`fathom.lab.lab.Lab.dhcp_vm`) instead of statically
+    floating_ip: bool = False     # a floating IP of its router's external network, associated with its port
 
     @field_validator("mac")
     @classmethod
@@ -41,10 +42,37 @@ class VM(_Strict):
         return parse_mac(v, unicast_for="a VM")
 
 
+class VnfPort(_Strict):
+    mac: str
+    ip: ipaddress.IPv4Interface
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        return parse_mac(v, unicast_for="a VNF port")
+
+
+VNF_KINDS = ("forward", "firewall", "nat", "dpi", "haproxy")
+
+
+class Vnf(_Strict):
+    """A VNF: a namespace with two ports on br-int (eth0 = ingress, eth1 = egress; on br-int
+    `<name>i` and `<name>o`), routing between them, and the work of its kind (fathom/lab/vnf.py).
+    Registered as two ports without port security and a port pair named after it."""
+    name: str = Field(pattern=r"^[a-z][a-z0-9]{0,10}$")   # + "i"/"o" on br-int: at most 12 characters
+    kind: Literal["forward", "firewall", "nat", "dpi", "haproxy"] = "forward"
+    network: str
+    ingress: VnfPort
+    egress: VnfPort
+    rules: int = Field(default=0, ge=0, le=10000)          # firewall: non-matching rules every packet passes
+    backend: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+\.\d+:\d+$")  # haproxy: ip:port
+
+
 class Node(_Strict):
     name: str = Field(pattern=NAME_RE)
     role: Literal["compute", "gateway"] = "compute"
     vms: list[VM] = []
+    vnfs: list[Vnf] = []
 
 
 class Network(_Strict):
@@ -53,6 +81,7 @@ class Network(_Strict):
     segmentation_id: int | None = Field(default=None, ge=1, le=16777215)
     cidr: ipaddress.IPv4Network
     project: str = Field(default="demo", pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # the tenant owning it
+    external: bool = False       # a provider network on the gateway nodes' ext0 (flat or vlan; docs/external.md)
 
     @property
     def gateway(self) -> ipaddress.IPv4Address:
@@ -69,6 +98,21 @@ class Router(_Strict):
     name: str = Field(pattern=NAME_RE)
     networks: list[str]          # one interface on each network's subnet, at its gateway address
     mode: Literal["distributed", "fabric", "network-node"] = "distributed"  # where it routes (docs/fabric.md)
+    external_gateway: str | None = None   # an external network: the router's gateway (SNAT, floating IPs)
+
+
+class Upstream(_Strict):
+    """A host standing for the provider router of an external network (lab only): a namespace wired
+    to the gateway node's ext0, holding the external subnet's gateway address."""
+    name: str = Field(pattern=NAME_RE)
+    network: str                 # an external network
+    node: str                    # the gateway node it is wired to
+    mac: str = "02:fe:00:00:00:01"
+
+    @field_validator("mac")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        return parse_mac(v, unicast_for="the upstream host")
 
 
 class Underlay(_Strict):
@@ -80,12 +124,16 @@ class Topology(_Strict):
     networks: list[Network] = []
     routers: list[Router] = []
     nodes: list[Node]
+    upstream: Upstream | None = None
     underlay: Underlay = Underlay()
     # Management subnet shared with the root namespace; chosen per lab when absent.
     management: ipaddress.IPv4Network | None = None
 
     def vms(self) -> list[tuple[Node, VM]]:
         return [(n, vm) for n in self.nodes for vm in n.vms]
+
+    def vnfs(self) -> list[tuple[Node, Vnf]]:
+        return [(n, v) for n in self.nodes for v in n.vnfs]
 
     def network(self, name: str) -> Network:
         return next(n for n in self.networks if n.name == name)
@@ -193,14 +241,18 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
     seen: dict[str, tuple] = {}
     named = [(("networks", i, "name"), n.name, "network") for i, n in enumerate(topo.networks)]
     named += [(("routers", i, "name"), r.name, "router") for i, r in enumerate(topo.routers)]
+    if topo.upstream is not None:
+        named.append((("upstream", "name"), topo.upstream.name, "upstream"))
     for i, node in enumerate(topo.nodes):
         named.append((("nodes", i, "name"), node.name, "node"))
         for j, vm in enumerate(node.vms):
             named.append((("nodes", i, "vms", j, "name"), vm.name, "vm"))
+        for j, vnf in enumerate(node.vnfs):
+            named.append((("nodes", i, "vnfs", j, "name"), vnf.name, "vnf"))
     for path, name, kind in named:
         if name in RESERVED_NAMES:
             add(path, f"{name!r} is reserved")
-        key = f"{kind}:{name}" if kind in ("network", "router") else name  # nodes and VMs share the namespace space
+        key = f"{kind}:{name}" if kind in ("network", "router") else name  # nodes, VMs, upstream share the namespace space
         if key in seen:
             add(path, f"duplicate name {name!r} (first at line {_line(lines, seen[key])})")
         else:
@@ -215,18 +267,43 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
         if n.type != "flat" and key in segs:
             add(("networks", i, "segmentation_id"), f"segmentation id {key[1]} already used by network at line {_line(lines, segs[key])}")
         segs.setdefault(key, ("networks", i))
+    for i, n in enumerate(topo.networks):
+        if n.external and n.type == "vxlan":
+            add(("networks", i, "type"), "an external network is flat or vlan")
     for i, r in enumerate(topo.routers):
         for j, name in enumerate(r.networks):
             if name not in nets:
                 add(("routers", i, "networks", j), f"unknown network {name!r}")
+            elif nets[name].external:
+                add(("routers", i, "networks", j), f"{name!r} is external: give it as external_gateway")
+        if r.external_gateway is not None and (r.external_gateway not in nets or not nets[r.external_gateway].external):
+            add(("routers", i, "external_gateway"), f"{r.external_gateway!r} is not an external network")
+    up = topo.upstream
+    if up is not None:
+        if up.network not in nets or not nets[up.network].external:
+            add(("upstream", "network"), f"{up.network!r} is not an external network")
+        gw_node = next((n for n in topo.nodes if n.name == up.node), None)
+        if gw_node is None or gw_node.role != "gateway":
+            add(("upstream", "node"), f"{up.node!r} is not a node of role gateway")
+    routed = {n for r in topo.routers if r.external_gateway for n in r.networks}
     addrs: dict[tuple, tuple] = {}
     for i, node in enumerate(topo.nodes):
-        for j, vm in enumerate(node.vms):
-            base = ("nodes", i, "vms", j)
-            net = nets.get(vm.network)
+        ends = [(("nodes", i, "vms", j), vm, vm.network) for j, vm in enumerate(node.vms)]
+        for j, vnf in enumerate(node.vnfs):
+            ends += [(("nodes", i, "vnfs", j, side), getattr(vnf, side), vnf.network) for side in ("ingress", "egress")]
+            if vnf.rules and vnf.kind != "firewall":
+                add(("nodes", i, "vnfs", j, "rules"), "only a firewall has rules")
+            if (vnf.backend is not None) != (vnf.kind == "haproxy"):
+                add(("nodes", i, "vnfs", j, "backend"), "a haproxy VNF needs a backend ip:port; other kinds take none")
+        for base, vm, network in ends:
+            net = nets.get(network)
             if net is None:
-                add(base + ("network",), f"unknown network {vm.network!r}")
+                add(base[:4] + ("network",), f"unknown network {network!r}")
                 continue
+            if net.external:
+                add(base + ("network",), f"{net.name!r} is external: VMs take floating IPs on it, not ports")
+            if getattr(vm, "floating_ip", False) and net.name not in routed:   # VNF ports take none
+                add(base + ("floating_ip",), f"no router with an external gateway has an interface on {net.name!r}")
             if vm.ip.ip not in net.cidr:
                 add(base + ("ip",), f"{vm.ip.ip} is outside network {net.name}'s subnet {net.cidr}")
             elif vm.ip.network != net.cidr:

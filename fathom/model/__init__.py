@@ -15,6 +15,9 @@ from typing import Mapping
 # Interface names on br-int that the node bootstrap creates.
 TUNNEL_INTERFACE = "vxlan0"      # flow-based VXLAN port: options remote_ip=flow, key=flow
 UPLINK_INTERFACE = "patch-phy"   # patch port to br-phy: the VLAN / flat uplink
+# A gateway node's port on the external (provider) network, plugged into its br-int by the operator
+# (in the lab: a veth to the upstream host). Frames on it belong to external networks only.
+EXTERNAL_INTERFACE = "ext0"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Network:
     project_id: str
     type: str                      # vxlan | vlan | flat
     segmentation_id: int | None    # VNI (vxlan), VLAN id (vlan), None (flat)
+    external: bool = False         # a provider network reaching the gateway nodes (router:external)
+    upstream_mac: str | None = None  # external networks: MAC of the provider router (the subnet's gateway_ip)
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,8 @@ class Port:
     fixed_ips: tuple[FixedIp, ...] = ()
     node: str | None = None        # name of the node the port is bound to
     interface: str | None = None   # OVS interface name of the port on that node's br-int
-    port_security: bool = True     # only its own MAC and IPs may be sent from it
+    port_security: bool = True     # only its own MAC and IPs may be sent from it; security groups apply
+    security_groups: tuple[int, ...] = ()   # ids of its security groups (fathom/apps/secgroups)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,35 @@ class RouterInterface:
 
 
 @dataclass(frozen=True)
+class RouterGateway:
+    """A router's external gateway: its address on an external network, hosted on one gateway node,
+    where the router's SNAT and floating IPs are realised (fathom/apps/external)."""
+    router_id: int
+    network_id: int                # the external network
+    subnet_id: int
+    ip_address: str
+    mac_address: str
+    node: str | None               # name of the gateway node
+    ct_zone: int                   # conntrack zone of the router's SNAT
+    snat: bool = True              # ports without a floating IP reach out through the gateway IP
+    address_port_id: int = 0       # the unbound port of the external network holding ip_address
+
+
+@dataclass(frozen=True)
+class FloatingIp:
+    """An address of an external network mapped 1:1 to a port's fixed IP (when `port_id` is set)."""
+    id: int
+    project_id: str
+    network_id: int
+    ip_address: str
+    ct_zone: int                   # conntrack zone of this floating IP's connections
+    port_id: int | None = None
+    fixed_ip: str | None = None
+    router_id: int | None = None   # the router joining the port's subnet to the external network
+    address_port_id: int = 0       # the unbound port of the external network holding ip_address
+
+
+@dataclass(frozen=True)
 class TapPolicy:
     """A vTAP policy (fathom/apps/vtap compiles it). A `*_port_id` of None means the port
     was deleted under the policy; `filters` is a sorted tuple of (field, value) pairs."""
@@ -120,6 +155,81 @@ class TapPolicy:
     filters: tuple = ()
     truncate: int | None = None
     rate_pps: int | None = None
+
+
+@dataclass(frozen=True)
+class SecurityGroup:
+    id: int
+    name: str
+    project_id: str
+
+
+@dataclass(frozen=True)
+class SecurityGroupRule:
+    """One rule of a security group (Neutron semantics): what a port of the group may send (egress)
+    or receive (ingress). `protocol` is an IP protocol number, None for any; for TCP, UDP and SCTP
+    `port_min`..`port_max` is the destination port range, for ICMP(v6) they are type and code
+    (None = any). At most one of `remote_prefix` (a CIDR) and `remote_group_id` is set; neither
+    means any address of the ethertype."""
+    id: int
+    group_id: int
+    direction: str                 # ingress | egress
+    ethertype: str                 # IPv4 | IPv6
+    protocol: int | None = None
+    port_min: int | None = None
+    port_max: int | None = None
+    remote_prefix: str | None = None
+    remote_group_id: int | None = None
+# ---------------------------------------------------------------------------------------------- service chains
+@dataclass(frozen=True)
+class PortPair:
+    """A VNF instance (networking-sfc's port pair): traffic enters it on `ingress_port_id` and
+    leaves on `egress_port_id` (two ports of one network; fathom/apps/sfc steers through it)."""
+    id: int
+    name: str
+    project_id: str
+    ingress_port_id: int
+    egress_port_id: int
+
+
+@dataclass(frozen=True)
+class PortPairGroup:
+    """Interchangeable instances of one VNF: a flow goes through one of them (by a hash of its
+    5-tuple). `port_pair_ids` in id order: the order of the select group's buckets."""
+    id: int
+    name: str
+    project_id: str
+    port_pair_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FlowClassifier:
+    """Which traffic enters a chain: IPv4 sent by `logical_source_port_id` (to
+    `logical_destination_port_id` when given) matching the L3/L4 fields; None = any.
+    Port ranges are inclusive (low, high)."""
+    id: int
+    name: str
+    project_id: str
+    logical_source_port_id: int
+    logical_destination_port_id: int | None = None
+    protocol: int | None = None
+    source_ip_prefix: str | None = None
+    destination_ip_prefix: str | None = None
+    source_port_range: tuple[int, int] | None = None
+    destination_port_range: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class PortChain:
+    """Classified traffic goes through each group of `port_pair_group_ids` in order, then on to its
+    destination; `symmetric`: replies (classified by the mirrored classifiers at the destination
+    port) go back through the same instances in reverse order."""
+    id: int
+    name: str
+    project_id: str
+    port_pair_group_ids: tuple[int, ...]
+    flow_classifier_ids: tuple[int, ...]
+    symmetric: bool = False
 
 
 # ---------------------------------------------------------------------------------------------- fabric
@@ -197,6 +307,14 @@ class Snapshot:
     routers: tuple[Router, ...] = ()
     router_interfaces: tuple[RouterInterface, ...] = ()
     tap_policies: tuple[TapPolicy, ...] = ()
+    security_groups: tuple[SecurityGroup, ...] = ()
+    security_group_rules: tuple[SecurityGroupRule, ...] = ()
+    port_pairs: tuple[PortPair, ...] = ()
+    port_pair_groups: tuple[PortPairGroup, ...] = ()
+    flow_classifiers: tuple[FlowClassifier, ...] = ()
+    port_chains: tuple[PortChain, ...] = ()
+    router_gateways: tuple[RouterGateway, ...] = ()
+    floating_ips: tuple[FloatingIp, ...] = ()
     # ToR switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None

@@ -6,9 +6,20 @@ arithmetic. Anything the switch reports in another but equivalent form is normal
 """
 from __future__ import annotations
 
+import struct
+
 from fathom.openflow import spec as s
 
+NX_CT_F_COMMIT = 1          # ct(commit)
+NX_CT_RECIRC_NONE = 0xFF    # ct without table=: the packet goes on with the next action
+
 # the bits of a LoadReg's ofs_nbits field: ofs << 6 | (n_bits - 1)
+
+
+# Nicira ct and nat flags (OVS include/openflow/nicira-ext.h)
+NX_CT_F_COMMIT = 1
+NX_CT_RECIRC_NONE = 0xFF
+NX_NAT_F_SRC, NX_NAT_F_DST = 1, 2
 
 
 def _ofs_nbits(ofs: int, n_bits: int) -> int:
@@ -40,6 +51,21 @@ def encode_action(parser, ofp, a):
                                       src_ofs=a.src_ofs, dst_ofs=a.dst_ofs)
     if isinstance(a, s.LoadReg):
         return parser.NXActionRegLoad(ofs_nbits=_ofs_nbits(a.ofs, a.n_bits), dst=a.field, value=a.value)
+    if isinstance(a, s.Ct):
+        zone = _ofs_nbits(a.zone_ofs, 16) if a.zone_field else a.zone
+        nat = []
+        if a.nat is not None:
+            flags = {None: 0, "src": NX_NAT_F_SRC, "dst": NX_NAT_F_DST}[a.nat.kind]
+            nat = [parser.NXActionNAT(flags, range_ipv4_min=a.nat.ip or "", range_ipv4_max=a.nat.ip or "")]
+        return parser.NXActionCT(flags=NX_CT_F_COMMIT if a.commit else 0, zone_src=a.zone_field or "",
+                                 zone_ofs_nbits=zone,
+                                 recirc_table=NX_CT_RECIRC_NONE if a.table is None else a.table, alg=0,
+                                 actions=nat + [encode_action(parser, ofp, x) for x in a.exec])
+    if isinstance(a, s.CtClear):
+        return parser.NXActionCTClear()
+    if isinstance(a, s.Conjunction):
+        # on the wire the clause is 0-based; ovs-ofctl (and the spec) count from 1
+        return parser.NXActionConjunction(clause=a.clause - 1, n_clauses=a.n_clauses, id_=a.id)
     raise TypeError(f"cannot encode action {a!r}")
 
 
@@ -111,6 +137,21 @@ def decode_action(ofp, a):
                       a.src_ofs, a.dst_ofs)
     if name == "NXActionRegLoad":
         return s.LoadReg(a.dst, a.value, a.ofs_nbits >> 6, (a.ofs_nbits & 0x3F) + 1)
+    if name == "NXActionCT":
+        zone_field = a.zone_src or None
+        nat = next((x for x in a.actions if type(x).__name__ == "NXActionNAT"), None)
+        if nat is not None:
+            kind = "src" if nat.flags & NX_NAT_F_SRC else "dst" if nat.flags & NX_NAT_F_DST else None
+            nat = s.Nat(kind, nat.range_ipv4_min if kind else None)
+        return s.Ct(zone=0 if zone_field else a.zone_ofs_nbits, zone_field=zone_field,
+                    zone_ofs=a.zone_ofs_nbits >> 6 if zone_field else 0,
+                    table=None if a.recirc_table == NX_CT_RECIRC_NONE else a.recirc_table,
+                    commit=bool(a.flags & NX_CT_F_COMMIT), nat=nat,
+                    exec=tuple(decode_action(ofp, x) for x in a.actions if type(x).__name__ != "NXActionNAT"))
+    if name == "NXActionCTClear":
+        return s.CtClear()
+    if name == "NXActionConjunction":
+        return s.Conjunction(a.id, a.clause + 1, a.n_clauses)
     return ("unknown", name, repr(a))  # never equal to a desired action: the flow gets rewritten
 
 
@@ -157,3 +198,47 @@ def decode_meter(ofp, config) -> s.MeterSpec:
     band = config.bands[0] if config.bands else None
     return s.MeterSpec(config.meter_id, band.rate if band else 0,
                        band.burst_size if band is not None and config.flags & ofp.OFPMF_BURST else 0, unit)
+
+
+# ------------------------------------------------------------------------------------------ wire bytes
+
+# Encoded messages by (OpenFlow version, kind, command, spec), without their xid: building and
+# serialising an os-ken message costs ~0.3 ms per flow, so a flow is encoded once per process and a
+# re-install (a switch restarted or wiped, a reconnect) only pays for the bytes on the wire.
+_WIRE_CACHE: dict[tuple, bytes] = {}
+WIRE_CACHE_MAX = 500_000   # entries (~150 bytes each); the older half is dropped when full
+_XID = struct.Struct("!I")
+
+
+class Wire:
+    """One message to a switch, built from a spec: `wire(xid)` its bytes (cached, see above),
+    `message()` the os-ken message (for the request/reply path). kind: flow | group | meter;
+    command: add | modify | delete (a flow's add also replaces it)."""
+    __slots__ = ("dp", "kind", "command", "spec")
+
+    def __init__(self, dp, kind: str, spec, command: str = "add"):
+        self.dp, self.kind, self.spec, self.command = dp, kind, spec, command
+
+    def message(self):
+        if self.kind == "flow":
+            return flow_mod(self.dp, self.spec, delete=self.command == "delete")
+        if self.kind == "group":
+            return group_mod(self.dp, self.spec, self.command)
+        return meter_mod(self.dp, self.spec, self.command)
+
+    def wire(self, xid: int) -> bytes:
+        key = (self.dp.ofproto.OFP_VERSION, self.kind, self.command, self.spec)
+        body = _WIRE_CACHE.get(key)
+        if body is None:
+            msg = self.message()
+            msg.set_xid(0)
+            msg.serialize()
+            body = bytes(msg.buf)
+            if len(_WIRE_CACHE) >= WIRE_CACHE_MAX:
+                for old in list(_WIRE_CACHE)[:WIRE_CACHE_MAX // 2]:
+                    del _WIRE_CACHE[old]
+            _WIRE_CACHE[key] = body
+        return body[:4] + _XID.pack(xid) + body[8:]
+
+    def __repr__(self) -> str:
+        return f"Wire({self.kind} {self.command} {self.spec!r})"

@@ -49,6 +49,8 @@ _OFCTL_MATCH_NAME = {
     "ipv4_src": "nw_src", "ipv4_dst": "nw_dst", "ip_proto": "nw_proto",
     "tunnel_id": "tun_id", "tun_ipv4_dst": "tun_dst", "tun_ipv4_src": "tun_src",
     "tcp_src": "tp_src", "tcp_dst": "tp_dst", "udp_src": "tp_src", "udp_dst": "tp_dst",
+    "icmpv4_type": "icmp_type", "icmpv4_code": "icmp_code", "icmpv6_type": "icmp_type",
+    "icmpv6_code": "icmp_code",
 }
 # os-ken field name -> the name ovs-ofctl prints in set_field actions.
 _OFCTL_SET_FIELD_NAME = {
@@ -67,9 +69,22 @@ _NXM_NAME = {
     **{f"reg{i}": f"NXM_NX_REG{i}" for i in range(16)},
 }
 # Fields whose plain integer values ovs-ofctl prints in hex.
-_HEX_FIELDS = {"tunnel_id", "metadata", "eth_type", *(f"reg{i}" for i in range(16))}
+_HEX_FIELDS = {"tunnel_id", "metadata", "eth_type", "ct_mark", *(f"reg{i}" for i in range(16))}
+# Fields printed in decimal when exact but in hex when masked (transport ports).
+_HEX_MASKED_FIELDS = {"tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst"}
 _ETH_TYPE_SHORTHAND = {0x0800: "ip", 0x0806: "arp", 0x86DD: "ipv6"}
 _IP_PROTO_SHORTHAND = {1: "icmp", 6: "tcp", 17: "udp", 132: "sctp"}
+_IP6_PROTO_SHORTHAND = {58: "icmp6", 6: "tcp6", 17: "udp6", 132: "sctp6"}
+# ct_state bits (OVS): the names ovs-ofctl prints, lowest bit first.
+CT_STATE_BITS = {"new": 0x01, "est": 0x02, "rel": 0x04, "rpl": 0x08, "inv": 0x10, "trk": 0x20,
+                 "snat": 0x40, "dnat": 0x80}
+
+
+def ct_state(**flags: bool) -> tuple[int, int]:
+    """A ct_state match: ct_state(trk=True, new=True, est=False) -> (value, mask) for +trk+new-est."""
+    value = sum(CT_STATE_BITS[k] for k, on in flags.items() if on)
+    mask = sum(CT_STATE_BITS[k] for k in flags)
+    return value, mask
 
 _RESERVED_PORT_NAMES = {OFPP_IN_PORT: "IN_PORT", OFPP_LOCAL: "LOCAL", OFPP_CONTROLLER: "CONTROLLER"}
 
@@ -207,8 +222,79 @@ class LoadReg:
         return f"load:{self.value:#x}->{_nxm_slice(self.field, self.ofs, self.n_bits)}"
 
 
+@dataclass(frozen=True)
+class Nat:
+    """The nat argument of a `Ct`: `kind` "src" (SNAT to `ip`), "dst" (DNAT to `ip`), or None (apply
+    the NAT of the connection the packet belongs to, e.g. un-SNAT a reply)."""
+    kind: str | None = None
+    ip: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in (None, "src", "dst") or (self.kind is None) != (self.ip is None):
+            raise ValueError("nat is nat(src=IP), nat(dst=IP) or plain nat")
+
+    def to_ofctl(self) -> str:
+        return f"nat({self.kind}={self.ip})" if self.kind else "nat"
+
+
+@dataclass(frozen=True)
+class Ct:
+    """Nicira ct: pass the packet through the connection tracker in a zone.
+
+    The zone is `zone` (an immediate value) or, when `zone_field` is given, bits
+    [zone_ofs, zone_ofs + 16) of that field (a register). `table` recirculates the packet to that
+    table with ct_state filled in (None: continue with the next action); `commit` records the
+    connection; `nat` translates it (or applies the connection's existing NAT); `exec` actions (only
+    SetField of ct_mark) run on the committed entry.
+    """
+    zone: int = 0
+    zone_field: str | None = None
+    zone_ofs: int = 0
+    table: int | None = None
+    commit: bool = False
+    exec: tuple = ()
+    nat: Nat | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "exec", tuple(self.exec))
+        if not 0 <= self.zone <= 0xFFFF:
+            raise ValueError(f"conntrack zone {self.zone} is 0..65535")
+
+    def to_ofctl(self) -> str:
+        parts = ["commit"] if self.commit else []
+        if self.table is not None:
+            parts.append(f"table={self.table}")
+        parts.append(f"zone={_nxm_slice(self.zone_field, self.zone_ofs, 16)}" if self.zone_field
+                     else f"zone={self.zone}")
+        if self.nat:  # OVS prints a leading nat outside the exec envelope
+            parts.append(self.nat.to_ofctl())
+        if self.exec:
+            parts.append("exec(" + ",".join(a.to_ofctl() for a in self.exec) + ")")
+        return "ct(" + ",".join(parts) + ")"
+
+
+@dataclass(frozen=True)
+class CtClear:
+    """Nicira ct_clear: forget the packet's connection tracking state (before a lookup in another zone)."""
+
+    def to_ofctl(self) -> str:
+        return "ct_clear"
+
+
+@dataclass(frozen=True)
+class Conjunction:
+    """Nicira conjunction(id, clause/n_clauses): this flow is clause `clause` (1-based) of conjunctive
+    match `id`; the flow matching `conj_id=id` runs when one flow of every clause matched."""
+    id: int
+    clause: int
+    n_clauses: int
+
+    def to_ofctl(self) -> str:
+        return f"conjunction({self.id},{self.clause}/{self.n_clauses})"
+
+
 Action = Union[Output, OutputTrunc, Meter, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
-               Controller, Move, LoadReg]
+               Controller, Move, LoadReg, Ct, CtClear, Conjunction]
 
 
 def set_tunnel_dst(ip: str) -> SetField:
@@ -365,7 +451,22 @@ class SwitchState:
 # ---------------------------------------------------------------------------------------------- rendering
 
 
+def _format_ct_state(value: MatchValue) -> str:
+    v, mask = value if isinstance(value, tuple) else (value, 0xFF)
+    return "".join(("+" if v & bit else "-") + name for name, bit in CT_STATE_BITS.items() if mask & bit)
+
+
 def _format_value(name: str, value: MatchValue) -> str:
+    if name == "ct_state":
+        return _format_ct_state(value)
+    if isinstance(value, tuple) and name in ("ipv6_src", "ipv6_dst"):
+        v, mask = value
+        bits = int(ipaddress.IPv6Address(mask))
+        length = bin(bits).count("1")
+        if bits == ((1 << 128) - 1) ^ ((1 << (128 - length)) - 1):
+            return f"{v}/{length}"
+    if isinstance(value, tuple) and name in _HEX_MASKED_FIELDS:
+        return f"{value[0]:#x}/{value[1]:#x}"
     if isinstance(value, tuple):
         v, mask = value
         if name in ("ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"):
@@ -382,11 +483,17 @@ def _format_value(name: str, value: MatchValue) -> str:
 def format_match(match: tuple) -> str:
     """A match the way ovs-ofctl prints it: protocol shorthand first, then fields."""
     fields = dict(match)
-    words = []
+    # conntrack fields come before the protocol shorthand in OVS's output
+    words = [f"{name}={fields.pop(name)}" for name in ("ct_zone",) if name in fields]
     eth_type = fields.pop("eth_type", None)
     proto = fields.get("ip_proto")
+    for name in ("conj_id", "ct_state", "ct_mark"):
+        if name in fields:
+            words.append(f"{name}={_format_value(name, fields.pop(name))}")
     if eth_type == 0x0800 and proto in _IP_PROTO_SHORTHAND:
         words.append(_IP_PROTO_SHORTHAND[fields.pop("ip_proto")])
+    elif eth_type == 0x86DD and proto in _IP6_PROTO_SHORTHAND:
+        words.append(_IP6_PROTO_SHORTHAND[fields.pop("ip_proto")])
     elif eth_type in _ETH_TYPE_SHORTHAND:
         words.append(_ETH_TYPE_SHORTHAND[eth_type])
     elif eth_type is not None:
@@ -410,7 +517,8 @@ def _format_vlan(value) -> str:
 # Roughly the order ovs-ofctl prints fields in: metadata and registers, tunnel, port, L2, L3, L4.
 _ORDER = ["metadata", *(f"reg{i}" for i in range(16)), "tunnel_id", "tun_ipv4_src", "tun_ipv4_dst",
           "in_port", "vlan_vid", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa",
-          "arp_op", "arp_sha", "arp_tha", "tcp_src", "tcp_dst", "udp_src", "udp_dst"]
+          "arp_op", "arp_sha", "arp_tha", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code",
+          "tcp_src", "tcp_dst", "udp_src", "udp_dst"]
 
 
 def _match_order(name: str) -> tuple:

@@ -7,8 +7,9 @@ every bridge (the table-miss flow of each table plus the bridge's fixed flows), 
 in docs/pipeline.md (`reference_markdown`), and the checks every compiled flow must pass
 (`Pipeline.check`, run by the tests over every app's output).
 
-Invariants that follow from `writes` (checked, not only written down): on br-int only classify and
-l3 write REG_NETWORK, so only an l3 route moves a frame into another network; only classify writes
+Invariants that follow from `writes` (checked, not only written down): on br-int only classify, l3
+and the NAT stages of a router's external gateway (nat-route, snat) write REG_NETWORK, so only a
+route moves a frame into another network; only classify writes
 REG_SRC_PORT; only l2 chooses REG_OUT_PORT.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fathom.openflow.spec import (
-    Controller, FlowSpec, GotoTable, Group, LoadReg, Move, Output, Resubmit, SetField,
+    Controller, Ct, FlowSpec, GotoTable, Group, LoadReg, Move, Output, Resubmit, SetField,
 )
 from fathom.pipeline import cookies as ck
 
@@ -29,10 +30,24 @@ REG_SRC_PORT = "reg5"   # fathom id of the local port the frame came from; 0 if 
 REG_NETWORK = "reg6"    # fathom id of the network the frame is in (changed by routing)
 REG_OUT_PORT = "reg7"   # OpenFlow port chosen by l2, output by the output stage
 REG_TAP = "reg8"        # vTAP: marker of the policy copy a frame is; 0 = none
+REG_DST_PORT = "reg9"   # security groups: fathom id of the local port a frame is delivered to
+REG_CHAIN_HOP = "reg10" # service chains: the chain hop a frame goes to next; 0 = not steered
+REG_CT_ZONE = "reg11"   # security groups: the conntrack zone of the port being filtered (1..0x7FFF)
+# Conntrack zones on br-int: security groups use 1..0x7FFF (one per port, from its id), the external
+# app 0x8000..0xFFFF (one per router gateway and per floating IP, allocated in the store): disjoint
+# by construction.
+SECGROUP_ZONE_MAX = 0x7FFF
 REGISTERS = {REG_SRC_PORT: "fathom id of the local port the frame came from; 0 for frames from the tunnel or uplink",
              REG_NETWORK: "fathom id of the network the frame is in (\"network metadata\")",
              REG_OUT_PORT: "OpenFlow port the output stage sends the frame to",
-             REG_TAP: "vTAP marker of a copy ([vtap.md](vtap.md)); 0 = not a copy"}
+             REG_TAP: "vTAP marker of a copy ([vtap.md](vtap.md)); 0 = not a copy",
+             REG_DST_PORT: "fathom id of the local port a frame is delivered to, for its security groups "
+                           "([security-groups.md](security-groups.md)); 0 otherwise",
+             REG_CHAIN_HOP: "service chains: the chain hop (chain, direction, group) a frame is steered to "
+                            "([sfc.md](sfc.md)); 0 = not steered",
+             REG_CT_ZONE: "security groups: the conntrack zone (1..0x7FFF) of the port whose rules filter the "
+                          "frame ([security-groups.md](security-groups.md)); zones 0x8000 and up are the "
+                          "external app's ([external.md](external.md))"}
 
 _ARP_REPLY = frozenset({"eth_src", "eth_dst", "arp_op", "arp_sha", "arp_tha", "arp_spa", "arp_tpa"})
 _TUNNEL = frozenset({"tunnel_id", "tun_ipv4_dst"})
@@ -116,7 +131,7 @@ class Pipeline:
             allowed_next = {self.number(n) for n in t.next} | (
                 {self.number(t.miss)} if t.miss not in (DROP, NORMAL) else set())
             for a in _actions(f.actions, by_id):
-                target = a.table if isinstance(a, (GotoTable, Resubmit)) else None
+                target = a.table if isinstance(a, (GotoTable, Resubmit, Ct)) else None
                 if target is not None and target not in allowed_next:
                     problems.append(f"{self.bridge} {t.name}: continues to table {target}, not declared: {f.to_ofctl()}")
                 written = _written(a)
@@ -128,6 +143,8 @@ class Pipeline:
 def _actions(actions, groups):
     for a in actions:
         yield a
+        if isinstance(a, Ct):
+            yield from a.exec
         if isinstance(a, Group) and a.group_id in groups:
             for bucket in groups[a.group_id].buckets:
                 yield from _actions(bucket, groups)
@@ -148,29 +165,71 @@ def _written(a) -> str | None:
 BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's integration bridge: VMs, tunnel, uplink", tables=(
     Table("classify", 0, "in_port of a local port → `reg6` := network, `reg5` := port id; `vxlan0` + `tun_id`=VNI "
           "→ `reg6`, to l2; `patch-phy` + VLAN id → pop VLAN, `reg6`, to l2; `patch-phy` untagged → the flat "
-          "network, to l2; `vxlan0` + `tun_id`=tap marker → `reg8`, to tap-recovery",
-          next=("tap-ingress", "l2", "tap-recovery"), writes=frozenset({REG_SRC_PORT, REG_NETWORK, REG_TAP})),
+          "network, to l2; `vxlan0` + `tun_id`=tap marker → `reg8`, to tap-recovery; `vxlan0` + `tun_id`=chain hop "
+          "marker → `reg9`, to sfc-deliver; on a gateway node: `ext0` (+ VLAN id) → the external network, to nat-in; "
+          "from `vxlan0`/`patch-phy` to a router interface MAC of a router whose gateway the node hosts → `reg6`, "
+          "to snat",
+          next=("tap-ingress", "sfc-deliver", "nat-in", "snat", "l2", "tap-recovery"),
+          writes=frozenset({REG_SRC_PORT, REG_NETWORK, REG_TAP, REG_CHAIN_HOP})),
     Table("tap-ingress", 10, "vTAP rewriting rules for frames sent by local ports: match a policy → group ALL "
           "(original → security, copy → tap-recovery); see [vtap.md](vtap.md)",
           miss="security", next=("tap-recovery",), writes=frozenset({"eth_dst", "ipv4_dst", REG_TAP})),
     Table("security", 20, "port security: from port P, IPv4 only from P's MAC and fixed IPs, ARP only with P's "
           "MAC/IP as sender, other ethertypes only from P's MAC", next=("arp",)),
     Table("arp", 30, "ARP requests for a known address (every bound port and every router interface of the "
-          "frame's network) are turned into replies and sent back out of `IN_PORT`",
-          miss="sfc", writes=_ARP_REPLY),
-    Table("sfc", 40, "service-chain steering (no app fills it yet)", miss="l3"),
+          "frame's network) are turned into replies and sent back out of `IN_PORT`; a port asking about "
+          "its own address goes on to sfc",
+          miss="egress-conntrack", next=("sfc",), writes=_ARP_REPLY),
+    Table("egress-conntrack", 32, "security groups, frames a local port sends: IPv4 and IPv6 from a port "
+          "with security groups → `reg11` := the port's zone, `ct(zone=reg11, table=egress-acl)`; anything "
+          "else (ARP, a port without port security) goes on; see [security-groups.md](security-groups.md)",
+          miss="sfc", next=("egress-acl",), writes=frozenset({REG_CT_ZONE})),
+    Table("egress-acl", 35, "the sending port's egress rules on the connection: invalid → drop; "
+          "established or related → on while the rule that admitted it (`ct_mark`) still applies to the "
+          "port; new → a rule (conjunctive match: port × remote × protocol) commits it with `ct_mark` := "
+          "rule id; anything else → drop", next=("sfc",), writes=frozenset({"ct_mark"})),
+    Table("sfc", 40, "service chains, where a frame enters or moves on: from a chain's source port and "
+          "matching one of its flow classifiers, or IPv4 coming back from a VNF's egress port (its ingress "
+          "port: a symmetric chain's replies) → `reg10` := the chain hop it goes to next; to sfc-select; "
+          "see [sfc.md](sfc.md)", miss="l3", next=("sfc-select",), writes=frozenset({REG_CHAIN_HOP})),
+    Table("sfc-select", 42, "`reg10` = chain hop → that hop's select group: one bucket per VNF instance, "
+          "chosen by a symmetric hash of the 5-tuple (one instance: its bucket's actions in the flow); a bucket "
+          "sets the instance port's MAC as destination and outputs to it, or carries the hop in `tun_id` to the "
+          "instance's node", writes=frozenset({"eth_dst"}) | _TUNNEL),
+    Table("sfc-deliver", 44, "chain frames from another node (`reg10` = hop, destination MAC = a local VNF "
+          "instance's port) → output to that port"),
+    Table("nat-in", 46, "frames from the external network on a gateway node ([external.md](external.md)): ARP "
+          "requests for a router gateway IP or an associated floating IP hosted here answered; IPv4 to a floating IP → "
+          "`ct(commit, zone=FIP's, nat(dst=fixed IP))`, to a router gateway IP → `ct(zone=router's, nat)` (replies "
+          "of SNAT only); both recirculate to nat-route", next=("nat-route",), writes=_ARP_REPLY | {"vlan_vid"}),
+    Table("nat-route", 48, "after conntrack: (`ct_zone`, destination in a subnet of the zone's router) → src MAC "
+          ":= router interface MAC, TTL − 1, `reg6` := the subnet's network; to l3-neighbor",
+          next=("l3-neighbor",), writes=frozenset({"eth_src", REG_NETWORK})),
     Table("l3", 50, "distributed routing: frame to a router interface's MAC, IPv4 to a subnet on the same router "
-          "→ src MAC := outgoing interface MAC, TTL − 1, `reg6` := destination network; to l3-neighbor",
-          miss="l2", next=("l3-neighbor",), writes=frozenset({"eth_src", REG_NETWORK})),
+          "→ src MAC := outgoing interface MAC, TTL − 1, `reg6` := destination network; to l3-neighbor. A router "
+          "with an external gateway: anything else to its MAC → snat on the gateway node, elsewhere to l2 (which "
+          "carries it to the gateway node)",
+          miss="l2", next=("l3-neighbor", "snat"), writes=frozenset({"eth_src", REG_NETWORK})),
     Table("l3-neighbor", 55, "routed frames only: destination IP → destination MAC, to l2",
           next=("l2",), writes=frozenset({"eth_dst"})),
+    Table("snat", 57, "gateway node, a tenant network's frame to its router leaving for the external network: "
+          "TTL − 1, src MAC := router gateway MAC, dst MAC := the upstream's, `reg6` := external network, "
+          "`ct(commit, nat(src=floating IP))` in the FIP's zone for a port with one, else "
+          "`ct(commit, nat(src=router gateway IP))` in the router's zone; to l2",
+          next=("l2",), writes=frozenset({"eth_src", "eth_dst", REG_NETWORK})),
     Table("l2", 60, "`(reg6, dst MAC)` → local port (`reg7` := ofport), or owning node (set `tun_id`=VNI, "
           "`tun_dst`=node tunnel IP, `reg7` := vxlan0), or uplink (push VLAN id / untagged for flat, `reg7` := "
           "patch-phy); anything else (broadcast, multicast, unknown unicast) → the network's flood group",
           next=("tap-recovery",), writes=frozenset({REG_OUT_PORT, "vlan_vid"}) | _TUNNEL),
     Table("tap-recovery", 70, "vTAP copies (`reg8` = marker): to a local monitor with the original headers "
           "restored, or to the monitor's node over the tunnel with `tun_id` = marker; see [vtap.md](vtap.md)",
-          miss="output", writes=frozenset({"eth_src", "eth_dst", "ipv4_dst"}) | _TUNNEL),
+          miss="ingress-conntrack", writes=frozenset({"eth_src", "eth_dst", "ipv4_dst"}) | _TUNNEL),
+    Table("ingress-conntrack", 72, "security groups, frames delivered to a local port (`reg7` = its ofport; "
+          "switched, routed, from the tunnel or the uplink alike): IPv4 and IPv6 to a port with security "
+          "groups → `ct_clear`, `reg9` := port id, `reg11` := the port's zone, `ct(zone=reg11, table=ingress-acl)`; "
+          "anything else goes on", miss="output", next=("ingress-acl",), writes=frozenset({REG_DST_PORT, REG_CT_ZONE})),
+    Table("ingress-acl", 75, "the receiving port's ingress rules, as egress-acl", next=("output",),
+          writes=frozenset({"ct_mark"})),
     Table("output", 80, "`reg7` → `output:reg7`"),
 ))
 

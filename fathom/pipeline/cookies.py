@@ -18,8 +18,10 @@ APP_TENANT = 0x02     # tenant networking (fathom/apps/tenant/compiler.py)
 APP_VTAP = 0x03
 APP_FABRIC = 0x04
 APP_SFC = 0x05
+APP_SECGROUPS = 0x06
+APP_EXTERNAL = 0x07   # external networks, router gateways, floating IPs (fathom/apps/external)
 APPS = {APP_PIPELINE: "pipeline", APP_TENANT: "tenant", APP_VTAP: "vtap", APP_FABRIC: "fabric",
-        APP_SFC: "sfc"}
+        APP_SFC: "sfc", APP_SECGROUPS: "secgroups", APP_EXTERNAL: "external"}
 
 # Kinds: which store object a flow realises, so a failed flow marks only its object as error.
 KIND_STAGE = 0x01           # object id = table number (skeleton flows)
@@ -30,9 +32,15 @@ KIND_PORT = 0x05
 KIND_ROUTER = 0x06
 KIND_ROUTER_INTERFACE = 0x07  # object id = the router interface's port id
 KIND_TAP_POLICY = 0x08
+KIND_SECURITY_GROUP = 0x09
+KIND_SECURITY_GROUP_RULE = 0x0A
+KIND_PORT_CHAIN = 0x0B
+KIND_FLOATING_IP = 0x0C
 KINDS = {KIND_STAGE: "stage", KIND_NODE: "node", KIND_NETWORK: "network", KIND_SUBNET: "subnet",
          KIND_PORT: "port", KIND_ROUTER: "router", KIND_ROUTER_INTERFACE: "router_interface",
-         KIND_TAP_POLICY: "tap_policy"}
+         KIND_TAP_POLICY: "tap_policy", KIND_SECURITY_GROUP: "security_group",
+         KIND_SECURITY_GROUP_RULE: "security_group_rule", KIND_PORT_CHAIN: "port_chain",
+         KIND_FLOATING_IP: "floating_ip"}
 
 
 def cookie(app: int, kind: int, object_id: int) -> int:

@@ -9,19 +9,26 @@ never reuse ids anyway.
 from __future__ import annotations
 
 import ipaddress
+from datetime import datetime
 
 from sqlalchemy import (
-    JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint,
+    JSON, Boolean, DateTime, ForeignKey, Integer, String, UniqueConstraint,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from fathom.store.base import Base, Resource
+from fathom.store.base import Base, Resource, utcnow
 
-STATUSES = ("pending", "active", "error")
+STATUSES = ("pending", "active", "error", "down")
 NODE_STATES = ("init", "device_created", "complete", "error")
 NODE_ROLES = ("compute", "gateway")
 DATAPATH_TYPES = ("system", "netdev")
 NETWORK_TYPES = ("vxlan", "vlan", "flat")
+
+class External:
+    """The object's id in the cloud that drives fathom (Neutron's UUID), so its driver finds it again
+    after a lost answer, a restart or a full sync; only the admin or the service identity sets it."""
+    external_id: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True, index=True)
+
 
 class Node(Resource, Base):
     __tablename__ = "nodes"
@@ -35,15 +42,19 @@ class Node(Resource, Base):
     datapath_type: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
-class Network(Resource, Base):
+class Network(Resource, External, Base):
     __tablename__ = "networks"
     # One VNI / VLAN id per network; flat networks have none (NULLs never collide).
     __table_args__ = (UniqueConstraint("type", "segmentation_id"), {"sqlite_autoincrement": True})
     type: Mapped[str] = mapped_column(String(16))
     segmentation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # a provider network reaching the gateway nodes (Neutron's router:external); its upstream
+    # router's MAC, the next hop of every router gateway on it (docs/external.md)
+    external: Mapped[bool] = mapped_column(Boolean, default=False)
+    upstream_mac: Mapped[str | None] = mapped_column(String(17), nullable=True)
 
 
-class Subnet(Resource, Base):
+class Subnet(Resource, External, Base):
     __tablename__ = "subnets"
     __table_args__ = ({"sqlite_autoincrement": True},)
     network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="CASCADE"), index=True)
@@ -58,12 +69,12 @@ class Subnet(Resource, Base):
         return self.prefix.overlaps(other)
 
 
-class Router(Resource, Base):
+class Router(Resource, External, Base):
     __tablename__ = "routers"
     __table_args__ = ({"sqlite_autoincrement": True},)
 
 
-class Port(Resource, Base):
+class Port(Resource, External, Base):
     """A workload port, or a router interface when `router_id` is set."""
     __tablename__ = "ports"
     __table_args__ = (UniqueConstraint("network_id", "mac_address"),
@@ -81,6 +92,12 @@ class Port(Resource, Base):
     fixed_ips: Mapped[list["IpAllocation"]] = relationship(
         back_populates="port", cascade="all, delete-orphan", order_by="IpAllocation.id")
     node: Mapped[Node | None] = relationship()
+    security_group_links: Mapped[list["PortSecurityGroup"]] = relationship(
+        cascade="all, delete-orphan", order_by="PortSecurityGroup.group_id")
+
+    @property
+    def security_group_ids(self) -> list[int]:
+        return [link.group_id for link in self.security_group_links]
 
 
 class IpAllocation(Base):
@@ -96,7 +113,7 @@ class IpAllocation(Base):
     port: Mapped[Port] = relationship(back_populates="fixed_ips")
 
 
-class TapPolicy(Resource, Base):
+class TapPolicy(Resource, External, Base):
     """A vTAP policy (the vTAP paper, Fig. 4): copy sender -> receiver traffic to one or two monitors.
 
     Identifiers: sender and monitors are always ports (given by id, name or MAC+IP); the receiver is
@@ -123,3 +140,53 @@ class TapPolicy(Resource, Base):
     truncate: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rate_pps: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
+
+
+class SecurityGroup(Resource, Base):
+    """A security group (Neutron semantics): its rules say what its member ports may send and
+    receive; fathom/apps/secgroups compiles them. Each project has one default group, made on first
+    use (`DefaultSecurityGroup`)."""
+    __tablename__ = "security_groups"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+    description: Mapped[str] = mapped_column(String(255), default="")
+
+    rules: Mapped[list["SecurityGroupRule"]] = relationship(
+        back_populates="group", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="SecurityGroupRule.id", foreign_keys="SecurityGroupRule.group_id")
+
+
+class SecurityGroupRule(Base):
+    """One rule; rules are never changed, only created and deleted (as in Neutron). A rule whose
+    remote group is deleted goes with it."""
+    __tablename__ = "security_group_rules"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    group_id: Mapped[int] = mapped_column(ForeignKey("security_groups.id", ondelete="CASCADE"), index=True)
+    direction: Mapped[str] = mapped_column(String(16))
+    ethertype: Mapped[str] = mapped_column(String(8), default="IPv4")
+    protocol: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    port_range_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    port_range_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    remote_ip_prefix: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    remote_group_id: Mapped[int | None] = mapped_column(
+        ForeignKey("security_groups.id", ondelete="CASCADE"), nullable=True, index=True)
+    description: Mapped[str] = mapped_column(String(255), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    group: Mapped[SecurityGroup] = relationship(back_populates="rules", foreign_keys=[group_id])
+
+
+class PortSecurityGroup(Base):
+    """A port's membership of a group. A group with member ports cannot be deleted."""
+    __tablename__ = "port_security_groups"
+    port_id: Mapped[int] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"), primary_key=True)
+    group_id: Mapped[int] = mapped_column(ForeignKey("security_groups.id", ondelete="RESTRICT"),
+                                          primary_key=True, index=True)
+
+
+class DefaultSecurityGroup(Base):
+    """The default group of each project (one per project: the primary key)."""
+    __tablename__ = "default_security_groups"
+    project_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    group_id: Mapped[int] = mapped_column(ForeignKey("security_groups.id", ondelete="CASCADE"), unique=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store import fabric
 from fathom.store import models as m
+from fathom.store.external_models import FloatingIp, RouterGateway
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
 VXLAN_MAX = (1 << 24) - 1
@@ -119,6 +121,18 @@ LOCK_SEGMENTS = 1   # key: 0 (all networks)
 LOCK_NETWORK = 2    # key: network id (its addresses and MACs)
 
 
+def _external_id(session: Session, caller: Caller, model, external_id: str | None) -> str | None:
+    """The id the driving cloud gives the object (Neutron's UUID): set by the admin or the service
+    identity only (a member could otherwise take a UUID the driver will need), unique per table."""
+    if external_id is None:
+        return None
+    if not caller.may_bind:
+        raise Forbidden("only an admin or the service identity can set external_id", "external_id")
+    if session.scalar(select(model.id).where(model.external_id == external_id)) is not None:
+        raise Conflict(f"external_id {external_id} is in use", "external_id")
+    return external_id
+
+
 def require_admin(caller: Caller, what: str) -> None:
     if not caller.admin:
         raise Forbidden(f"only an admin can {what}")
@@ -167,6 +181,9 @@ def delete_node(session: Session, caller: Caller, node_id: int) -> None:
     bound = session.scalar(select(func.count()).select_from(m.Port).where(m.Port.node_id == node.id))
     if bound:
         raise Conflict(f"node {node.name!r} still has {bound} bound port(s)")
+    hosted = sorted(session.scalars(select(RouterGateway.router_id).where(RouterGateway.node_id == node.id)))
+    if hosted:
+        raise Conflict(f"node {node.name!r} hosts the external gateway of router(s) {hosted}")
     session.delete(node)
     session.flush()
 
@@ -182,17 +199,30 @@ def node_by_name(session: Session, name: str, field: str = "node") -> m.Node:
 
 
 def create_network(session: Session, caller: Caller, settings: Settings, *, name: str, type: str,
-                   segmentation_id: int | None = None, project_id: str | None = None) -> m.Network:
+                   segmentation_id: int | None = None, project_id: str | None = None,
+                   external: bool = False, upstream_mac: str | None = None,
+                   external_id: str | None = None) -> m.Network:
+    """`external`: a provider network reaching the gateway nodes' external port (docs/external.md);
+    `external_id`: the id of the object in the system that manages it (Neutron), if any."""
     project = _owner(caller, project_id)
     _serialise(session, LOCK_SEGMENTS, 0)
-    if segmentation_id is not None and not caller.admin:
-        raise Forbidden("only an admin can choose a segmentation id", "segmentation_id")
+    if external and not caller.admin:
+        raise Forbidden("only an admin can create an external network", "external")
+    if upstream_mac is not None and not external:
+        raise Invalid("upstream_mac is for external networks only", "upstream_mac")
+    if external and type == "vxlan":
+        raise Invalid("an external network is a provider network: flat or vlan", "type")
+    # the service identity too: Neutron's type drivers allocate the segments it then asks for
+    if segmentation_id is not None and not caller.may_bind:
+        raise Forbidden("only an admin or the service identity can choose a segmentation id", "segmentation_id")
+    external_id = _external_id(session, caller, m.Network, external_id)
     if type == "flat":
         if segmentation_id is not None:
             raise Invalid("a flat network has no segmentation id", "segmentation_id")
-        # There is one uplink: untagged frames on it can belong to one network only.
-        if session.scalar(select(m.Network).where(m.Network.type == "flat")):
-            raise Conflict("a flat network exists already (one per uplink)", "type")
+        # There is one uplink (and one external port): untagged frames on it belong to one network only.
+        if session.scalar(select(m.Network).where(m.Network.type == "flat", m.Network.external == external)):
+            raise Conflict("a flat network exists already (one per uplink)" if not external else
+                           "a flat external network exists already (one per external port)", "type")
     else:
         top = VXLAN_MAX if type == "vxlan" else VLAN_MAX
         # with a fabric switch, VLAN ids must come from the fabric's range
@@ -204,7 +234,7 @@ def create_network(session: Session, caller: Caller, settings: Settings, *, name
         elif _segment_used(session, type, segmentation_id):
             raise Conflict(f"{type} segmentation id {segmentation_id} is in use", "segmentation_id")
     network = m.Network(name=name, type=type, segmentation_id=segmentation_id, project_id=project,
-                        status="pending")
+                        external=external, upstream_mac=upstream_mac, status="pending", external_id=external_id)
     session.add(network)
     session.flush()
     return network
@@ -245,9 +275,11 @@ def subnets_of(session: Session, network_id: int) -> list[m.Subnet]:
 
 
 def create_subnet(session: Session, caller: Caller, *, network_id: int, cidr: ipaddress.IPv4Network,
-                  gateway_ip=UNSET, name: str = "", project_id: str | None = None) -> m.Subnet:
+                  gateway_ip=UNSET, name: str = "", project_id: str | None = None,
+                  external_id: str | None = None) -> m.Subnet:
     network = get(session, caller, m.Network, network_id, "network_id")
     project = _owner(caller, project_id, network)
+    external_id = _external_id(session, caller, m.Subnet, external_id)
     if cidr.prefixlen > 30:
         raise Invalid("a subnet needs room for hosts: prefix length 30 at most", "cidr")
     if gateway_ip is UNSET:
@@ -259,7 +291,7 @@ def create_subnet(session: Session, caller: Caller, *, network_id: int, cidr: ip
             raise Conflict(f"{cidr} overlaps subnet {other.id} ({other.cidr}) of the network", "cidr")
     subnet = m.Subnet(name=name, network_id=network.id, cidr=str(cidr),
                       gateway_ip=None if gateway_ip is None else str(gateway_ip),
-                      project_id=project, status="pending")
+                      project_id=project, status="pending", external_id=external_id)
     session.add(subnet)
     session.flush()
     return subnet
@@ -292,7 +324,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                 mac_address: str | None = None, fixed_ips: list[dict] | None = None,
                 node: str | None = None, interface_name: str | None = None,
                 port_security: bool = True, project_id: str | None = None,
-                router_id: int | None = None) -> m.Port:
+                router_id: int | None = None, external_id: str | None = None) -> m.Port:
     """`fixed_ips`: [{"subnet_id": int?, "ip_address": IPv4Address?}]; None = one from the first
     subnet, [] = none. `router_id` is for router interfaces (see add_router_interface)."""
     network = get(session, caller, m.Network, network_id, "network_id")
@@ -303,24 +335,26 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     elif _mac_used(session, network.id, mac_address):
         raise Conflict(f"MAC {mac_address} is in use in network {network.id}", "mac_address")
     check_binding(caller, node, interface_name)
+    external_id = _external_id(session, caller, m.Port, external_id)
     node_row = node_by_name(session, node) if node is not None else None
     if node_row is not None and interface_name is not None:
         _check_interface_free(session, node_row, interface_name, None)
+    subnets = subnets_of(session, network.id) if fixed_ips != [] else []
+    if fixed_ips is None:
+        fixed_ips = [{"subnet_id": subnets[0].id}] if subnets else []
+    chosen: list[tuple[m.Subnet, ipaddress.IPv4Address]] = []
+    for i, request in enumerate(fixed_ips):
+        chosen.append(_choose_ip(session, network, subnets, request, f"fixed_ips.{i}",
+                                 gateway_allowed=router_id is not None, taken={str(ip) for _, ip in chosen}))
+    # one flush: the port and its addresses in one go
     port = m.Port(name=name, network_id=network.id, mac_address=mac_address,
-                  node_id=node_row.id if node_row else None, interface_name=interface_name,
+                  node=node_row, interface_name=interface_name,
                   port_security=port_security, router_id=router_id, project_id=project,
-                  status="pending")
+                  status="pending", external_id=external_id,
+                  fixed_ips=[m.IpAllocation(subnet_id=subnet.id, network_id=network.id, ip_address=str(ip))
+                             for subnet, ip in chosen])
     session.add(port)
     session.flush()
-    if fixed_ips is None:
-        first = next(iter(subnets_of(session, network.id)), None)
-        fixed_ips = [{"subnet_id": first.id}] if first is not None else []
-    for i, request in enumerate(fixed_ips):
-        subnet, ip = _choose_ip(session, network, request, f"fixed_ips.{i}",
-                                gateway_allowed=router_id is not None)
-        port.fixed_ips.append(m.IpAllocation(subnet_id=subnet.id, network_id=network.id,
-                                             ip_address=str(ip)))
-        session.flush()
     return port
 
 
@@ -362,40 +396,77 @@ def _ip_used(session: Session, network_id: int, ip: str) -> bool:
         m.IpAllocation.network_id == network_id, m.IpAllocation.ip_address == ip)) is not None
 
 
-def _choose_ip(session: Session, network: m.Network, request: dict, field: str,
-               gateway_allowed: bool) -> tuple[m.Subnet, ipaddress.IPv4Address]:
+def _choose_ip(session: Session, network: m.Network, subnets: list[m.Subnet], request: dict, field: str,
+               gateway_allowed: bool, taken: set[str]) -> tuple[m.Subnet, ipaddress.IPv4Address]:
+    """The subnet and address for one fixed IP request; `taken`: addresses this request chose already."""
     subnet_id = request.get("subnet_id")
     ip = request.get("ip_address")
     if subnet_id is not None:
-        subnet = next((s for s in subnets_of(session, network.id) if s.id == subnet_id), None)
+        subnet = next((s for s in subnets if s.id == subnet_id), None)
         if subnet is None:
             raise Invalid(f"subnet {subnet_id} is not a subnet of network {network.id}",
                           f"{field}.subnet_id")
     elif ip is not None:
-        subnet = next((s for s in subnets_of(session, network.id) if ip in s.prefix), None)
+        subnet = next((s for s in subnets if ip in s.prefix), None)
         if subnet is None:
             raise Invalid(f"{ip} is outside every subnet of network {network.id}", f"{field}.ip_address")
     else:
         raise Invalid("give subnet_id, ip_address or both", field)
 
     if ip is None:
-        return subnet, _allocate_ip(session, network, subnet, field)
+        return subnet, _allocate_ip(session, network, subnet, field, taken)
     _check_host_address(subnet.prefix, ip, f"{field}.ip_address")
     if not gateway_allowed and subnet.gateway_ip == str(ip):
         raise Conflict(f"{ip} is the gateway address of subnet {subnet.id}", f"{field}.ip_address")
-    if _ip_used(session, network.id, str(ip)):
+    if str(ip) in taken or _ip_used(session, network.id, str(ip)):
         raise Conflict(f"{ip} is in use in network {network.id}", f"{field}.ip_address")
     return subnet, ip
 
 
-def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str):
-    used = set(session.scalars(select(m.IpAllocation.ip_address).where(
-        m.IpAllocation.subnet_id == subnet.id)))
-    if subnet.gateway_ip:
-        used.add(subnet.gateway_ip)
-    for host in subnet.prefix.hosts():
-        if str(host) not in used and not _ip_used(session, network.id, str(host)):
-            return host
+# Where each subnet's search for a free address starts: every host address below that index was
+# taken when last looked at (per engine, per subnet id). A hint only: the address chosen is always
+# checked against the store, and the unique constraint is the backstop. Freeing an address lowers the
+# hint (delete_port, remove_router_interface), under the same serialisation as allocations, so the
+# lowest free address is still the one allocated, without reading every allocation of the subnet.
+_free_from: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+ALLOCATION_WINDOW = 32   # candidates checked per query
+
+
+def _hints(session: Session) -> dict[int, int]:
+    return _free_from.setdefault(session.get_bind(), {})
+
+
+def _freed(session: Session, allocations) -> None:
+    """Addresses of `allocations` are being freed: searches of their subnets start at them again."""
+    hints = _hints(session)
+    for a in allocations:
+        if a.subnet_id in hints:
+            subnet = session.get(m.Subnet, a.subnet_id)
+            index = int(ipaddress.IPv4Address(a.ip_address)) - int(subnet.prefix.network_address) - 1
+            hints[a.subnet_id] = max(0, min(hints[a.subnet_id], index))
+
+
+def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
+    """The lowest free host address of the subnet (the gateway's excluded), checked
+    ALLOCATION_WINDOW candidates per query from the subnet's hint on."""
+    prefix = subnet.prefix
+    first, last = int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
+    hints = _hints(session)
+    start = first + hints.get(subnet.id, 0)
+    for low in range(start, last + 1, ALLOCATION_WINDOW):
+        window = [str(ipaddress.IPv4Address(a)) for a in range(low, min(low + ALLOCATION_WINDOW, last + 1))]
+        used = set(session.scalars(select(m.IpAllocation.ip_address).where(
+            m.IpAllocation.network_id == network.id, m.IpAllocation.ip_address.in_(window)))) | taken
+        if subnet.gateway_ip:
+            used.add(subnet.gateway_ip)
+        for candidate in window:
+            if candidate not in used:
+                host = ipaddress.IPv4Address(candidate)
+                hints[subnet.id] = int(host) - first
+                return host
+    if start > first:   # the hint was stale (addresses freed elsewhere): search the whole subnet once
+        hints[subnet.id] = 0
+        return _allocate_ip(session, network, subnet, field, taken)
     raise Conflict(f"subnet {subnet.id} ({subnet.cidr}) has no free address", field)
 
 
@@ -403,6 +474,7 @@ def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -
     port = get(session, caller, m.Port, port_id)
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}")
+    _check_not_an_address_port(session, port)
     for field in ("node", "interface_name"):
         if field in changes and not caller.may_bind:   # unbinding (null) is binding too
             raise Forbidden(f"only an admin or the service identity can set a port's {field}", field)
@@ -419,11 +491,24 @@ def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -
     return port
 
 
+def _check_not_an_address_port(session: Session, port: m.Port) -> None:
+    """A port holding a router gateway's or floating IP's address goes with that object only."""
+    if session.scalar(select(RouterGateway.router_id).where(RouterGateway.address_port_id == port.id)) is not None:
+        raise Conflict(f"port {port.id} holds a router's external gateway address: clear the router's "
+                       "external_gateway instead")
+    fip = session.scalar(select(FloatingIp.id).where(FloatingIp.address_port_id == port.id))
+    if fip is not None:
+        raise Conflict(f"port {port.id} holds the address of floating IP {fip}: delete the floating IP instead")
+
+
 def delete_port(session: Session, caller: Caller, port_id: int) -> None:
     port = get(session, caller, m.Port, port_id)
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}: "
                        f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/<subnet id>")
+    _check_not_an_address_port(session, port)
+    _serialise(session, LOCK_NETWORK, port.network_id)
+    _freed(session, port.fixed_ips)
     session.delete(port)
     session.flush()
 
@@ -432,8 +517,9 @@ def delete_port(session: Session, caller: Caller, port_id: int) -> None:
 
 
 def create_router(session: Session, caller: Caller, *, name: str = "",
-                  project_id: str | None = None) -> m.Router:
-    router = m.Router(name=name, project_id=_owner(caller, project_id), status="pending")
+                  project_id: str | None = None, external_id: str | None = None) -> m.Router:
+    router = m.Router(name=name, project_id=_owner(caller, project_id), status="pending",
+                      external_id=_external_id(session, caller, m.Router, external_id))
     session.add(router)
     session.flush()
     return router
@@ -445,6 +531,9 @@ def router_interfaces(session: Session, router_id: int) -> list[m.Port]:
 
 def delete_router(session: Session, caller: Caller, router_id: int) -> None:
     router = get(session, caller, m.Router, router_id)
+    if session.get(RouterGateway, router.id) is not None:
+        raise Conflict(f"router {router.id} has an external gateway: clear it first "
+                       f"(PATCH /v1/routers/{router.id} with external_gateway null)")
     interfaces = router_interfaces(session, router.id)
     if interfaces:
         raise Conflict(f"router {router.id} still has interfaces on subnet(s) "
@@ -454,7 +543,8 @@ def delete_router(session: Session, caller: Caller, router_id: int) -> None:
 
 
 def add_router_interface(session: Session, caller: Caller, router_id: int, *, subnet_id: int,
-                         ip_address: ipaddress.IPv4Address | None = None) -> m.Port:
+                         ip_address: ipaddress.IPv4Address | None = None,
+                         external_id: str | None = None, mac_address: str | None = None) -> m.Port:
     """An interface of the router on a subnet: a port of the subnet's network holding the gateway address."""
     router = get(session, caller, m.Router, router_id)
     subnet = get(session, caller, m.Subnet, subnet_id, "subnet_id")
@@ -474,8 +564,10 @@ def add_router_interface(session: Session, caller: Caller, router_id: int, *, su
         ip_address = ipaddress.IPv4Address(subnet.gateway_ip)
     try:
         return create_port(session, caller, network_id=subnet.network_id, name=f"router-{router.id}",
+                           mac_address=mac_address,
                            fixed_ips=[{"subnet_id": subnet.id, "ip_address": ip_address}],
-                           project_id=router.project_id, router_id=router.id, port_security=False)
+                           project_id=router.project_id, router_id=router.id, port_security=False,
+                           external_id=external_id)
     except (Invalid, Conflict) as e:
         # The port's own field names mean nothing to this request: report them as ip_address.
         if e.field and e.field.startswith("fixed_ips"):
@@ -487,6 +579,14 @@ def remove_router_interface(session: Session, caller: Caller, router_id: int, su
     router = get(session, caller, m.Router, router_id)
     for interface in router_interfaces(session, router.id):
         if any(a.subnet_id == subnet_id for a in interface.fixed_ips):
+            prefix = session.get(m.Subnet, subnet_id).prefix
+            using = sorted(f.id for f in session.scalars(select(FloatingIp).where(FloatingIp.router_id == router.id))
+                           if f.fixed_ip and ipaddress.IPv4Address(f.fixed_ip) in prefix)
+            if using:
+                raise Conflict(f"floating IP(s) {using} reach ports of subnet {subnet_id} through this interface: "
+                               "disassociate them first", "subnet_id")
+            _serialise(session, LOCK_NETWORK, interface.network_id)
+            _freed(session, interface.fixed_ips)
             session.delete(interface)
             session.flush()
             return

@@ -7,17 +7,22 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
 from fathom.store.agent_models import PptmonAttachment
+from fathom.store import sfc_models as sm
+from fathom.store.external_models import FloatingIp
 from fathom.store.fabric_models import FabricSwitch
 
 MODELS = {
     "node": m.Node, "network": m.Network, "subnet": m.Subnet, "port": m.Port, "router": m.Router,
     "router_interface": m.Port,   # a router interface is a port of the router
     "tap_policy": m.TapPolicy, "fabric_switch": FabricSwitch, "pptmon_attachment": PptmonAttachment,
+    "security_group": m.SecurityGroup, "floating_ip": FloatingIp,
+    "port_chain": sm.PortChain, "port_pair": sm.PortPair, "port_pair_group": sm.PortPairGroup,
+    "flow_classifier": sm.FlowClassifier,
 }
 
 
@@ -41,15 +46,28 @@ def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[st
     for (kind, object_id), value in statuses.items():
         by_kind.setdefault(kind, {})[object_id] = value
     for kind, values in by_kind.items():
+        # read (id, status, reason) only and update the rows that change: a pass over a large
+        # store must not load every object
         model = MODELS[kind]
-        for obj in session.scalars(select(model).where(model.id.in_(list(values)))):
-            status, reason = values[obj.id]
-            if obj.status != status or obj.status_reason != reason:
-                obj.status, obj.status_reason = status, reason
+        changed = [{"row": row.id, "new_status": values[row.id][0], "new_reason": values[row.id][1]}
+                   for chunk in _chunks(list(values))
+                   for row in session.execute(select(model.id, model.status, model.status_reason)
+                                              .where(model.id.in_(chunk)))
+                   if (row.status, row.status_reason) != tuple(values[row.id])]
+        if changed:   # executemany; a row deleted meanwhile is simply not there to update
+            table = model.__table__
+            session.connection().execute(
+                update(table).where(table.c.id == bindparam("row"))
+                .values(status=bindparam("new_status"), status_reason=bindparam("new_reason")), changed)
     if node_states:
         for node in session.scalars(select(m.Node).where(m.Node.name.in_(list(node_states)))):
             if node.state != node_states[node.name]:
                 node.state = node_states[node.name]
+
+
+def _chunks(ids: list, size: int = 5000):
+    for i in range(0, len(ids), size):
+        yield ids[i:i + size]
 
 
 def set_node_state(session: Session, node_id: int, state: str, reason: str | None = None) -> bool:

@@ -1,7 +1,7 @@
 """The whole schema on one metadata: each model module registers its tables on
 fathom.store.base.Base when imported, and this module imports them all (for the migrations and
 the check that migrations and models agree)."""
-from fathom.store import agent_models, auth_models, fabric_models, models, pptmon_models  # noqa: F401
+from fathom.store import agent_models, auth_models, external_models, fabric_models, models, pptmon_models, sfc_models  # noqa: F401,E501
 from fathom.store.base import Base
 
 metadata = Base.metadata

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.store.ops import Caller, _owner, valid_id
+from fathom.store.ops import Caller, _external_id, _owner, valid_id
 from fathom.store.snapshot import load_snapshot
 
 DIRECTIONS = ("forward", "both")
@@ -32,7 +32,7 @@ def _visible(caller: Caller, port: m.Port) -> bool:
 
 def resolve(session: Session, caller: Caller, ref, field: str, *, must_be_port: bool):
     """A port (by id, name, or MAC+IP) -> m.Port; or, when allowed, a bare (mac, ip) -> tuple."""
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit()):
         # another project's port is as absent as a missing one (same answer)
         port = session.get(m.Port, int(ref)) if valid_id(int(ref)) else None
         if port is None or port.router_id is not None or not _visible(caller, port):
@@ -67,7 +67,8 @@ def _identity(port: m.Port) -> tuple[str, str | None]:
 def create_tap(session: Session, caller: Caller, body: dict) -> m.TapPolicy:
     project = _owner(caller, body.get("project_id"))
     tap = m.TapPolicy(name=body.get("name") or "", project_id=project, status="pending",
-                      direction="forward", priority=100, filters={}, has_monitor2=False)
+                      direction="forward", priority=100, filters={}, has_monitor2=False,
+                      external_id=_external_id(session, caller, m.TapPolicy, body.get("external_id")))
     _apply(session, caller, tap, body, creating=True)
     session.add(tap)
     session.flush()
@@ -99,7 +100,10 @@ def _apply(session: Session, caller: Caller, tap: m.TapPolicy, body: dict, creat
         tap.name = body["name"]
     if body.get("sender") is not None:
         tap.sender_port_id = resolve(session, caller, body["sender"], "sender", must_be_port=True).id
-    if body.get("receiver") is not None:
+    if body.get("receiver") == vtap.ANY:
+        tap.receiver_port_id, tap.receiver_is_port = None, False
+        tap.receiver_mac = tap.receiver_ip = vtap.ANY
+    elif body.get("receiver") is not None:
         r = resolve(session, caller, body["receiver"], "receiver", must_be_port=False)
         if isinstance(r, m.Port):
             tap.receiver_port_id, tap.receiver_is_port = r.id, True
@@ -166,7 +170,8 @@ def _check_roles(session: Session, tap: m.TapPolicy) -> None:
         raise Invalid("direction both taps the receiver's edge too: the receiver must be a port",
                       "direction")
     try:
-        ipaddress.IPv4Address(tap.receiver_ip)
+        if tap.receiver_ip != vtap.ANY:
+            ipaddress.IPv4Address(tap.receiver_ip)
     except ValueError:
         raise Invalid(f"{tap.receiver_ip!r} is not an IPv4 address", "receiver.ip") from None
 

@@ -4,14 +4,13 @@ systems carry TCP on both paths, both report each new port up and pass its first
 order, each system's control plane is the processes it names, and both labs are gone afterwards."""
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from fathom.bench.ovncompare import ORDERS, PATHS, Bench
 from fathom.lab.lab import Lab
 
-pytestmark = [pytest.mark.lab, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+pytestmark = pytest.mark.lab   # needs root: without it the lab cannot come up and the test fails
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,23 @@ def running_lab(name: str, topology_text: str | None = None, standalone: bool = 
         lab.up(topo, str(DEFAULT_TOPOLOGY) if topology_text is None else f"<{name}>", standalone=standalone,
                controller=controller, **up_options)
         yield lab
+        assert_incremental_held(lab)
     finally:
         lab.down()
+
+
+def assert_incremental_held(lab: Lab) -> None:
+    """The lab's controller (run with FATHOM_CHECK_INCREMENTAL=1, tests/lab/conftest.py) compiled
+    the model whole after every pass and found the incrementally kept desired state equal."""
+    state = lab.state() or {}
+    if not state.get("controller", {}).get("url") or state["controller"].get("managed") is False:
+        return
+    try:
+        with lab_api(lab) as api:
+            health = api.get("/health").json()
+    except httpx.HTTPError:
+        return   # a test that stopped the controller
+    assert health.get("incremental_mismatches", 0) == 0, f"incremental != full compile: {health}"
 
 
 def sh(lab: Lab, target: str, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:

@@ -1,4 +1,10 @@
 """Fixtures shared by the unit tests: the store on SQLite and on a real PostgreSQL server."""
+import os
+
+# every reconciler (and every lab's controller) checks that its incrementally kept desired state
+# equals a full compile after each pass (fathom.controller.reconciler, check_incremental)
+os.environ.setdefault("FATHOM_CHECK_INCREMENTAL", "1")
+
 import pytest
 
 from .pgserver import PostgresServer

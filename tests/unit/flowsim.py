@@ -1,8 +1,12 @@
 """A small interpreter of compiled switch states, for tests: walks frames through br-int tables.
 
 It follows OpenFlow 1.3 semantics closely enough to check what the compilers mean: highest-priority
-match per table, apply-actions in order, goto_table, ALL groups, IN_PORT, and "never output to the
-in_port". Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
+match per table, apply-actions in order, goto_table, ALL groups, SELECT groups (one bucket, picked by
+a symmetric hash of the frame's 5-tuple: the same bucket for a flow and its replies, as OVS's default
+dp_hash sym_l4 selection), IN_PORT, and "never output to the in_port"; and the Nicira extensions
+security groups use: conjunctive matches (`conjunction`, `conj_id`) and a connection tracker per
+(node, zone) (`ct`, `ct_clear`, `ct_state`, `ct_mark`), which remembers committed connections by their
+addresses, protocol and ports between `send` calls. Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
 uplink output reaches every other node's uplink (the physical network acts as a hub: a superset of
 what a learning switch would deliver, which makes isolation checks stricter) - or, given a compiled
 ToR and the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
@@ -10,11 +14,13 @@ ToR and the ToR port facing each node, crosses the ToR's tables like a frame on 
 from __future__ import annotations
 
 import ipaddress
+import zlib
 from dataclasses import dataclass
 
 from fathom.openflow.spec import (
-    OFPP_IN_PORT, OFPVID_PRESENT, Controller, DecTtl, FlowSpec, GotoTable, Group, LoadReg, Meter, Move,
-    Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField, SwitchState,
+    CT_STATE_BITS, OFPP_IN_PORT, OFPVID_PRESENT, Conjunction, Controller, Ct, CtClear, DecTtl, FlowSpec,
+    GotoTable, Group, LoadReg, Meter, Move, Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField,
+    SwitchState,
 )
 from fathom.apps.tenant import compiler as tenant_compiler
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
@@ -22,6 +28,10 @@ from fathom.pipeline.catalogue import BR_INT
 
 _MAC_FIELDS = {"eth_src", "eth_dst", "arp_sha", "arp_tha"}
 _IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}
+_IP6_FIELDS = {"ipv6_src", "ipv6_dst"}
+_CT_FIELDS = ("ct_state", "ct_mark", "conj_id")
+_L4_PORTS = (("tcp_src", "tcp_dst"), ("udp_src", "udp_dst"), ("sctp_src", "sctp_dst"))
+_ICMP_QUERY = {0: 8, 14: 13, 129: 128}   # reply type -> request type
 
 
 def _as_int(name: str, value) -> int:
@@ -31,6 +41,8 @@ def _as_int(name: str, value) -> int:
         return int(value.replace(":", ""), 16)
     if name in _IP_FIELDS:
         return int(ipaddress.IPv4Address(value))
+    if name in _IP6_FIELDS:
+        return int(ipaddress.IPv6Address(value))
     raise TypeError(f"{name}={value!r}")
 
 
@@ -47,7 +59,7 @@ def _packet_value(pkt: dict, name: str):
     if name == "vlan_vid":
         vid = pkt.get("vlan")
         return 0 if vid is None else OFPVID_PRESENT | vid
-    return pkt.get(name, 0 if name.startswith("reg") or name in ("tunnel_id", "metadata") else None)
+    return pkt.get(name, 0 if name.startswith("reg") or name in ("tunnel_id", "metadata") + _CT_FIELDS else None)
 
 
 def matches(flow: FlowSpec, pkt: dict) -> bool:
@@ -96,6 +108,8 @@ class Fabric:
                 flows.sort(key=lambda f: -f.priority)
             self.tables[name] = tables
         self.groups = {name: {g.group_id: g for g in s.groups} for name, s in self.states.items()}
+        # (node, zone) -> {connection as its first packet saw it: ct_mark}
+        self.conntrack: dict[tuple[str, int], dict[tuple, int]] = {}
 
     def send(self, node: str, interface: str, frame: dict) -> list[Delivery]:
         """Deliveries to workload interfaces of a frame sent by `interface` on `node`."""
@@ -160,11 +174,79 @@ class Fabric:
 
     def _run_table(self, node: str, table: int, pkt: dict, outputs: list, depth: int) -> None:
         assert depth < 32, "resubmit loop"
-        for flow in self.tables[node].get(table, []):
-            if matches(flow, pkt):
-                self._apply(node, flow.actions, pkt, outputs, depth)
-                return
+        flow = self._lookup(self.tables[node].get(table, []), pkt)
+        if flow is not None:
+            self._apply(node, flow.actions, pkt, outputs, depth)
         # No flow: OpenFlow 1.3 table-miss drops.
+
+    @staticmethod
+    def _lookup(flows: list[FlowSpec], pkt: dict) -> FlowSpec | None:
+        """The flow that decides (flows sorted by descending priority). Flows of conjunction actions
+        only are clauses: at the highest priority where clauses match, a conjunction every clause of
+        which matched sets conj_id and the lookup is repeated with it (as OVS does)."""
+        priority = None
+        clauses: dict[int, set[int]] = {}
+        sizes: dict[int, int] = {}
+        for flow in flows:
+            if priority is not None and flow.priority != priority:
+                break
+            if not matches(flow, pkt):
+                continue
+            if flow.actions and all(isinstance(a, Conjunction) for a in flow.actions):
+                priority = flow.priority
+                for c in flow.actions:
+                    clauses.setdefault(c.id, set()).add(c.clause)
+                    sizes[c.id] = c.n_clauses
+                continue
+            if priority is None:
+                return flow
+        done = sorted(cid for cid, seen in clauses.items() if len(seen) == sizes[cid])
+        if done:
+            with_id = {**pkt, "conj_id": done[0]}
+            found = next((f for f in flows if dict(f.match).get("conj_id") == done[0] and matches(f, with_id)), None)
+            if found is not None:
+                return found
+        if priority is not None:
+            return Fabric._lookup([f for f in flows if f.priority < priority], pkt)
+        return None
+
+    def _connection(self, pkt: dict) -> tuple | None:
+        """The packet's connection as (eth_type, protocol, src, dst, sport, dport); None if not IP."""
+        if pkt.get("eth_type") not in (0x0800, 0x86DD):
+            return None
+        v = "ipv4" if pkt["eth_type"] == 0x0800 else "ipv6"
+        sport = dport = 0
+        for src, dst in _L4_PORTS:
+            if src in pkt or dst in pkt:
+                sport, dport = pkt.get(src, 0), pkt.get(dst, 0)
+        for field in ("icmpv4_type", "icmpv6_type"):
+            if field in pkt:     # a request and its reply are one connection (echo, timestamp, ...)
+                sport = dport = _ICMP_QUERY.get(pkt[field], pkt[field])
+        return (pkt["eth_type"], pkt.get("ip_proto", 0), pkt.get(f"{v}_src"), pkt.get(f"{v}_dst"), sport, dport)
+
+    def _ct(self, node: str, a: Ct, pkt: dict) -> None:
+        zone = (pkt.get(a.zone_field, 0) >> a.zone_ofs) & 0xFFFF if a.zone_field else a.zone
+        table = self.conntrack.setdefault((node, zone), {})
+        conn = self._connection(pkt)
+        if conn is None:
+            return
+        reverse = (conn[0], conn[1], conn[3], conn[2], conn[5], conn[4])
+        if a.commit:
+            key = reverse if reverse in table and conn not in table else conn
+            mark = table.get(key, 0)
+            for x in a.exec:
+                if isinstance(x, SetField) and x.field == "ct_mark":
+                    mark = x.value
+            table[key] = mark
+            return
+        bits = CT_STATE_BITS
+        if conn in table:
+            state, mark = bits["trk"] | bits["est"], table[conn]
+        elif reverse in table:
+            state, mark = bits["trk"] | bits["est"] | bits["rpl"], table[reverse]
+        else:
+            state, mark = bits["trk"] | bits["new"], 0
+        pkt["ct_state"], pkt["ct_mark"] = state, mark
 
     def _apply(self, node: str, actions: tuple, pkt: dict, outputs: list, depth: int) -> None:
         for a in actions:
@@ -198,14 +280,23 @@ class Fabric:
                     outputs.append((port, dict(pkt)))
             elif isinstance(a, Group):
                 group = self.groups[node][a.group_id]
-                assert group.type == "all"
-                for bucket in group.buckets:
+                assert group.type in ("all", "select")
+                buckets = group.buckets if group.type == "all" else \
+                    [group.buckets[symmetric_hash(pkt) % len(group.buckets)]] if group.buckets else []
+                for bucket in buckets:
                     self._apply(node, bucket, dict(pkt), outputs, depth)
             elif isinstance(a, GotoTable):
                 self._run_table(node, a.table, pkt, outputs, depth + 1)
                 return
             elif isinstance(a, Resubmit):
                 self._run_table(node, a.table, dict(pkt), outputs, depth + 1)
+            elif isinstance(a, Ct):
+                self._ct(node, a, pkt)
+                if a.table is not None:
+                    self._run_table(node, a.table, dict(pkt), outputs, depth + 1)
+            elif isinstance(a, CtClear):
+                for name in _CT_FIELDS:
+                    pkt.pop(name, None)
             elif isinstance(a, Controller):
                 pass
             elif isinstance(a, Meter):          # a meter only drops above its rate
@@ -215,6 +306,15 @@ class Fabric:
                     outputs.append((a.port, dict(pkt)))
             else:
                 raise TypeError(a)
+
+
+def symmetric_hash(pkt: dict) -> int:
+    """A hash of the 5-tuple that is the same in both directions (a stand-in for OVS's sym_l4)."""
+    proto = pkt.get("ip_proto", 0)
+    sport = pkt.get("tcp_src", pkt.get("udp_src", 0))
+    dport = pkt.get("tcp_dst", pkt.get("udp_dst", 0))
+    ends = sorted([(str(pkt.get("ipv4_src")), sport), (str(pkt.get("ipv4_dst")), dport)])
+    return zlib.crc32(repr((proto, ends)).encode())
 
 
 def compile_tenant(snapshot: Snapshot) -> dict:

@@ -2,13 +2,17 @@
 
 Each topology (fathom/lab/topologies/*.yaml, fathom/bench/topologies/*.yaml) is registered through
 the REST API the way `fathom lab up` registers it (nodes, the fabric switch, networks, subnets,
-routers, VM ports), plus two vTAP policies; then the store's model is compiled for every switch a
+routers, VM ports, VNF ports and port pairs), plus two vTAP policies and, where there are VNFs, a
+symmetric service chain; then the store's model is compiled for every switch a
 reconcile pass programs: each node's br-int and br-phy and the ToR. Variants: without a fabric
 switch, and with one in each router mode the topology can carry (network-node twice: while the
 router namespace is being built, and once its interfaces are plugged).
 
-Router interface MACs (random in the store) become 02:fd:00:00:00:<id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1, patch-phy = 2, VMs from 10
-in topology order, router interfaces of a network-node router from 100; ToR port of the i-th node = i;
+Router interface and router gateway MACs (random in the store) become 02:fd:00:00:00:<id> and
+02:fd:00:00:01:<router id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1,
+patch-phy = 2, ext0 (the upstream host's node) = 3, VMs from 10
+in topology order, then each VNF's ingress and egress, router interfaces of a network-node router from 100;
+ToR port of the i-th node = i;
 br-phy: patch-int = 1, ul0 = 2.
 
     .venv/bin/python -m tests.unit.golden_flows --write   # rewrite tests/unit/golden/flows.txt
@@ -38,7 +42,7 @@ def variants(topo: topology.Topology) -> list[tuple[str, bool, str]]:
     if topo.routers:
         if all(topo.network(n).type == "vlan" for r in topo.routers for n in r.networks):
             out.append(("fabric mode=fabric", True, "fabric"))
-        if any(n.role == "gateway" for n in topo.nodes):
+        if any(n.role == "gateway" for n in topo.nodes) and not any(r.external_gateway for r in topo.routers):
             out.append(("fabric mode=network-node building", True, "network-node-building"))
             out.append(("fabric mode=network-node", True, "network-node"))
     return out
@@ -62,6 +66,10 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
         body = {"name": net.name, "type": net.type, "project_id": net.project}
         if net.type != "flat":
             body["segmentation_id"] = topo.segmentation_id(net)
+        if net.external:
+            body["external"] = True
+            if topo.upstream is not None and topo.upstream.network == net.name:
+                body["upstream_mac"] = topo.upstream.mac
         nid = ids["nets"][net.name] = call("POST", "/networks", json=body)["id"]
         ids["subnets"][net.name] = call("POST", "/subnets", json={
             "network_id": nid, "cidr": str(net.cidr), "gateway_ip": str(net.gateway), "name": net.name,
@@ -73,6 +81,8 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
             call("POST", f"/routers/{rid}/interfaces", json={"subnet_id": ids["subnets"][name]})
         if mode != "distributed":
             call("PATCH", f"/routers/{rid}", json={"mode": mode.removesuffix("-building")})
+        if r.external_gateway:
+            call("PATCH", f"/routers/{rid}", json={"external_gateway": {"network_id": ids["nets"][r.external_gateway]}})
     for node in topo.nodes:
         for vm in node.vms:
             net = topo.network(vm.network)
@@ -80,9 +90,38 @@ def register(client: TestClient, topo: topology.Topology, with_fabric: bool, mod
                 "network_id": ids["nets"][vm.network], "name": vm.name, "mac_address": vm.mac,
                 "fixed_ips": [{"subnet_id": ids["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
                 "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
+            if vm.floating_ip:
+                router = next(r for r in topo.routers if vm.network in r.networks and r.external_gateway)
+                call("POST", "/floatingips", json={"floating_network_id": ids["nets"][router.external_gateway],
+                                                   "port_id": ids["ports"][vm.name], "project_id": net.project})
+    # VNFs as the lab registers them (two ports without port security, a port pair); and a symmetric
+    # chain from the first VM to the last: the firewalls as one load-balanced group, then the next VNF
+    vms = topo.vms()
+    for node, vnf in topo.vnfs():
+        net = topo.network(vnf.network)
+        side = {}
+        for s_, port in (("i", vnf.ingress), ("o", vnf.egress)):
+            side[s_] = ids["ports"][f"{vnf.name}{s_}"] = call("POST", "/ports", json={
+                "network_id": ids["nets"][vnf.network], "name": f"{vnf.name}{s_}", "mac_address": port.mac,
+                "port_security": False, "node": node.name, "interface_name": f"{vnf.name}{s_}",
+                "fixed_ips": [{"subnet_id": ids["subnets"][vnf.network], "ip_address": str(port.ip.ip)}],
+                "project_id": net.project})["id"]
+        ids.setdefault("pairs", {})[vnf.name] = call("POST", "/sfc/port_pairs", json={
+            "name": vnf.name, "ingress": side["i"], "egress": side["o"], "project_id": net.project})["id"]
+    if topo.vnfs() and len(vms) >= 2:
+        vnfs = [v for _, v in topo.vnfs()]
+        firewalls = [v for v in vnfs if v.kind == "firewall"] or vnfs[:1]
+        groups = [firewalls] + [[v] for v in vnfs if v not in firewalls][:1]
+        project = topo.network(vms[0][1].network).project
+        gids = [call("POST", "/sfc/port_pair_groups", json={"port_pairs": [ids["pairs"][v.name] for v in g],
+                                                            "project_id": project})["id"] for g in groups]
+        fc = call("POST", "/sfc/flow_classifiers", json={
+            "logical_source_port": ids["ports"][vms[0][1].name], "logical_destination_port": ids["ports"][vms[-1][1].name],
+            "protocol": "tcp", "destination_port_range_min": 80, "destination_port_range_max": 80, "project_id": project})
+        call("POST", "/sfc/port_chains", json={"port_pair_groups": gids, "flow_classifiers": [fc["id"]],
+                                               "chain_parameters": {"symmetric": True}, "project_id": project})
     # vTAP: a filtered one-way policy to a monitor on another node, and a two-way one with two
     # monitors, truncation and a rate limit
-    vms = topo.vms()
     if taps and len(vms) >= 3:
         (n0, a), (_, b) = vms[0], vms[1]
         other = next(((n, v) for n, v in vms[2:] if n.name != n0.name), vms[2])[1]
@@ -105,6 +144,10 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
     for node in topo.nodes:
         ports = {"vxlan0": 1, "patch-phy": 2}
         ports.update({vm.name: 10 + i for i, vm in enumerate(node.vms)})
+        if topo.upstream is not None and topo.upstream.node == node.name:
+            ports["ext0"] = 3
+        for j, vnf in enumerate(node.vnfs):
+            ports.update({f"{vnf.name}i": 10 + len(node.vms) + 2 * j, f"{vnf.name}o": 11 + len(node.vms) + 2 * j})
         out[node.name] = ports
     if mode == "network-node":
         gw = next(n.name for n in topo.nodes if n.role == "gateway")
@@ -138,7 +181,9 @@ def scenarios():
                 app.state.engine.dispose()
             # router interfaces get random MACs from the store: made fixed here
             snapshot = replace(snapshot, router_interfaces=tuple(
-                replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces))
+                replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces),
+                router_gateways=tuple(replace(g, mac_address=f"02:fd:00:00:01:{g.router_id:02x}")
+                                      for g in snapshot.router_gateways))
             snapshot = snapshot.with_ofports(ofports(topo, snapshot, mode))
             snapshot = snapshot.with_phy_ofports({n.name: {"patch-int": 1, "ul0": 2} for n in topo.nodes})
             fab = snapshot.fabric

@@ -368,6 +368,25 @@ def test_migrations_match_the_models(api):
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
 
+def test_allocation_takes_the_lowest_free_address_again_after_a_delete(api):
+    """Allocation searches from a per-subnet hint: a freed address below it is found again, an
+    address in a request's own list is not given twice, and a full subnet is a 409 naming the field."""
+    net, _ = api.network(cidr="10.0.0.0/28")   # hosts .1 (gateway) .. .14
+    ips = lambda p: [a["ip_address"] for a in p["fixed_ips"]]  # noqa: E731
+    ports = [api.post("/ports", {"network_id": net["id"]}) for _ in range(3)]
+    assert [ips(p) for p in ports] == [["10.0.0.2"], ["10.0.0.3"], ["10.0.0.4"]]
+    api.delete(f"/ports/{ports[1]['id']}")
+    assert ips(api.post("/ports", {"network_id": net["id"]})) == ["10.0.0.3"]
+    two = api.post("/ports", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.0.0.6"}, {"subnet_id": ports[0]["fixed_ips"][0]["subnet_id"]}, {"subnet_id": ports[0]["fixed_ips"][0]["subnet_id"]}]})
+    assert ips(two) == ["10.0.0.6", "10.0.0.5", "10.0.0.7"]
+    loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "fixed_ips": [{"ip_address": "10.0.0.8"}, {"ip_address": "10.0.0.8"}]}, 409)
+    assert loc == ["fixed_ips", 1, "ip_address"]
+    for _ in range(7):   # .8 .. .14
+        api.post("/ports", {"network_id": net["id"]})
+    loc, msg = api.error("POST", "/ports", {"network_id": net["id"]}, 409)
+    assert loc == ["fixed_ips", 0] and "no free address" in msg
+
+
 def test_concurrent_writers_and_readers(api):
     """Parallel port creation (same subnet: racing for the same free address), status writes and
     snapshot loads: no request fails, every port gets its own address."""
@@ -441,3 +460,44 @@ def test_updates_rebind_ports_and_change_nodes(api):
     assert api.error("PATCH", "/nodes/1", {"role": None}, 422)[0] == ["role"]
     unbound = api.patch(f"/ports/{port['id']}", {"node": None})
     assert unbound["node"] is None
+
+
+# ---------------------------------------------------------------------------------------------- external ids
+
+
+SERVICE_P1 = {"X-Project": "p1"}
+
+
+def test_external_ids_are_set_by_the_service_identity_and_found_again(api):
+    """The Neutron driver keys fathom's objects by Neutron's UUIDs: it sets them (acting for the
+    object's project), finds objects by them, and they are unique; a member may not set one."""
+    service = {**api.who(("services", "service")), **SERVICE_P1}
+    api.post("/nodes", {"name": "c1"})
+    net = api.post("/networks", {"name": "n", "type": "vxlan", "segmentation_id": 1234,
+                                 "external_id": "net-uuid"}, headers=service)
+    assert (net["project_id"], net["segmentation_id"], net["external_id"]) == ("p1", 1234, "net-uuid")
+    sub = api.post("/subnets", {"network_id": net["id"], "cidr": "10.0.0.0/24", "external_id": "sub-uuid"},
+                   headers=service)
+    port = api.post("/ports", {"network_id": net["id"], "mac_address": "fa:16:3e:00:00:01",
+                               "fixed_ips": [{"subnet_id": sub["id"], "ip_address": "10.0.0.5"}],
+                               "node": "c1", "interface_name": "tap0123456789a", "external_id": "port-uuid"},
+                    headers=service)
+    router = api.post("/routers", {"name": "r", "external_id": "router-uuid"}, headers=service)
+    iface = api.post(f"/routers/{router['id']}/interfaces",
+                     {"subnet_id": sub["id"], "external_id": "iface-uuid", "mac_address": "fa:16:3e:00:00:99"},
+                     headers=service)
+    assert (iface["external_id"], iface["mac_address"], iface["ip_address"]) == ("iface-uuid", "fa:16:3e:00:00:99",
+                                                                                  "10.0.0.1")
+    for collection, uuid, obj in (("networks", "net-uuid", net), ("subnets", "sub-uuid", sub),
+                                  ("ports", "port-uuid", port), ("routers", "router-uuid", router)):
+        assert [o["id"] for o in api.get(f"/{collection}", headers=service, external_id=uuid)] == [obj["id"]]
+        assert api.get(f"/{collection}", headers=MEMBER, external_id=uuid)[0]["external_id"] == uuid
+        assert api.get(f"/{collection}", headers=OTHER, external_id=uuid) == []     # another project's: absent
+    assert api.get("/ports", headers=service, external_id="iface-uuid")[0]["router_id"] == router["id"]
+    # unique per table; a member may neither set one nor choose a segment
+    assert api.error("POST", "/networks", {"external_id": "net-uuid"}, 409, headers=service)[0] == ["external_id"]
+    assert api.error("POST", "/networks", {"external_id": "mine"}, 403, headers=MEMBER)[0] == ["external_id"]
+    assert api.error("POST", "/networks", {"segmentation_id": 99}, 403, headers=MEMBER)[0] == ["segmentation_id"]
+    assert api.error("POST", "/routers", {"external_id": "bad id!"}, 422, headers=service)[0] == ["external_id"]
+    # the same UUID may name objects of different kinds (each table is its own space)
+    assert api.post("/routers", {"external_id": "net-uuid"}, headers=service)["external_id"] == "net-uuid"

@@ -131,3 +131,24 @@ def test_unbound_sender_is_pending(api):
     p = api.post("/ports", {"network_id": api.net["id"], "name": "loose", "project_id": "p1"})
     t = api.post("/taps", {"sender": p["id"], "receiver": "vm2", "monitor": "vm3"})
     assert t["status"] == "pending" and "not bound" in t["status_reason"]
+
+
+def test_any_receiver_and_external_id(api):
+    """Receiver "*": everything the sender sends (a TaaS tap flow of direction OUT); the Neutron
+    driver keys the policy by the tap flow's UUID (external_id, service identity only)."""
+    service = {**api.who(("services", "service")), "X-Project": "p1"}
+    t = api.post("/taps", {"sender": "vm1", "receiver": "*", "monitor": "vm4", "external_id": "flow-uuid"},
+                 headers=service)
+    assert t["receiver"] == {"port_id": None, "port_name": None, "mac": "*", "ip": "*", "node": None}
+    assert (t["external_id"], t["project_id"]) == ("flow-uuid", "p1")
+    assert [x["id"] for x in api.get("/taps", headers=service, external_id="flow-uuid")] == [t["id"]]
+    assert api.error("POST", "/taps", {"sender": "vm2", "receiver": "*", "monitor": "vm4", "direction": "both"},
+                     422)[0] == ["direction"]
+    assert api.error("POST", "/taps", {"sender": "vm2", "receiver": "*", "monitor": "vm4", "external_id": "x"},
+                     403, headers=MEMBER)[0] == ["external_id"]
+    # the same sender, any receiver again, same priority: overlap
+    assert api.error("POST", "/taps", {"sender": "vm1", "receiver": "*", "monitor": "vm3"}, 409)[0] == ["priority"]
+    with Session(api.app.state.engine) as s:
+        states = vtap.compile_vtap(load_snapshot(s).with_ofports({"c1": {"vm1": 5, "vm3": 6, "vxlan0": 1},
+                                                                   "c2": {"vm4": 7, "vxlan0": 1}}))
+    assert any(f.table == vtap.st.TAP_INGRESS for f in states["c1"].flows)

@@ -140,3 +140,86 @@ def test_tap_show_without_the_controller_runtime(run):
     assert "tap policy" in run("tap", "show", "t1").output
     out = json.loads(run("tap", "update", "t1", "--tp-dst", "8000-8100", "--json").output)
     assert out["filters"]["tp_dst"] == "8000-8100"
+
+
+def test_external_gateway_and_floating_ips(run):
+    run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
+    run("node", "create", "gw", "--role", "gateway", "--tunnel-ip", "198.18.0.9")
+    run("network", "create", "ext", "--type", "flat", "--external", "--upstream-mac", "02:fe:00:00:00:01")
+    run("subnet", "create", "ext4", "--network", "ext", "--cidr", "203.0.113.0/24")
+    run("network", "create", "blue")
+    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    run("port", "create", "vm1", "--network", "blue", "--node", "c1", "--interface", "tap1")
+    run("port", "create", "vm2", "--network", "blue", "--node", "c1", "--interface", "tap2")
+    run("router", "create", "r1", "--external-network", "ext")
+    run("router", "add-interface", "r1", "blue4")
+    assert "203.0.113.2 on gw" in run("router", "list").output
+    assert "snat on" in run("router", "show", "r1").output
+    fip = json.loads(run("floatingip", "create", "ext", "--port", "vm1", "--name", "web", "--json").output)
+    assert (fip["floating_ip_address"], fip["fixed_ip_address"]) == ("203.0.113.3", "10.0.0.2")
+    assert "203.0.113.3" in run("floatingip", "list").output
+    moved = json.loads(run("floatingip", "associate", "web", "vm2", "--json").output)
+    assert moved["fixed_ip_address"] == "10.0.0.3"
+    assert "no port named 'nope'" in run("floatingip", "associate", "web", "nope", ok=False).output
+    assert json.loads(run("floatingip", "disassociate", "web", "--json").output)["port_id"] is None
+    assert "not a workload port" in run("floatingip", "create", "ext", "--port", "router-1", ok=False).output
+    run("router", "update", "r1", "--clear-gateway")
+    assert json.loads(run("router", "show", "r1", "--json").output)["external_gateway"] is None
+    assert "deleted floating IP" in run("floatingip", "delete", "web").output
+
+
+def test_sfc_verbs(run):
+    """`fathom sfc ...`: a chain built from the CLI, shown in tables and JSON, changed and deleted."""
+    run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
+    run("network", "create", "blue")
+    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    for i, name in enumerate(("client", "server", "fwi", "fwo"), start=11):
+        run("port", "create", name, "--network", "blue", "--ip", f"10.0.0.{i}", "--node", "c1", "--interface", name,
+            *(["--no-port-security"] if name.startswith("fw") else []))
+    run("sfc", "port-pair", "create", "fw", "--ingress", "fwi", "--egress", "fwo")
+    run("sfc", "port-pair-group", "create", "fws", "--port-pair", "fw")
+    run("sfc", "flow-classifier", "create", "web", "--logical-source-port", "client", "--logical-destination-port",
+        "server", "--protocol", "tcp", "--destination-port", "80")
+    chain = json.loads(run("sfc", "port-chain", "create", "c", "--port-pair-group", "fws", "--flow-classifier", "web",
+                           "--symmetric", "--json").output)
+    assert chain["chain_parameters"]["symmetric"] and len(chain["port_pair_groups"]) == 1
+    assert "80 → " not in run("sfc", "flow-classifier", "list").output
+    assert "* → 80" in run("sfc", "flow-classifier", "list").output
+    assert json.loads(run("sfc", "port-chain", "list", "--json").output)[0]["name"] == "c"
+    out = run("sfc", "port-chain", "update", "c", "--no-flow-classifiers", "--json").output
+    assert json.loads(out)["flow_classifiers"] == []
+    err = run("sfc", "port-pair", "delete", "fw", ok=False).output
+    assert "port pair group" in err and len(err.strip().splitlines()) == 1
+    run("sfc", "port-chain", "delete", "c")
+    run("sfc", "port-pair-group", "delete", "fws")
+    run("sfc", "port-pair", "delete", "fw")
+    assert json.loads(run("sfc", "port-pair", "list", "--json").output) == []
+
+
+def test_wait_returns_once_the_controller_says_active_or_fails(tmp_path, monkeypatch):
+    """`--wait` long-polls the status board of the controller in the API's process."""
+    import threading
+    from fathom.controller.board import StatusBoard
+    app = create_app(f"sqlite:///{tmp_path / 'cli.db'}")
+    app.state.status_board = board = StatusBoard()
+    monkeypatch.setenv("FATHOM_TOKEN", headers_for(app)["Authorization"].split()[1])
+    monkeypatch.setattr(client_module.httpx, "Client",
+                        lambda base_url, headers, timeout: TestClient(app, base_url=base_url, headers=headers))
+    runner = CliRunner()
+    try:
+        # nothing decides the network's status: the wait runs out, exit status 1
+        result = runner.invoke(cli, ["network", "create", "blue", "--wait", "--timeout", "0.3"])
+        assert result.exit_code == 1 and "not 'active' after 0.3 s" in result.output, result.output
+        # a pass writes it active and publishes it (what the reconciler does): the wait ends then
+        def reconciled():
+            from sqlalchemy.orm import Session
+            from fathom.store.status import set_status
+            with Session(app.state.engine) as s, s.begin():
+                set_status(s, "network", 2, "active")
+            board.publish({("network", 2): ("active", None)}, 0)
+        threading.Timer(0.3, reconciled).start()
+        result = runner.invoke(cli, ["network", "create", "green", "--wait", "--timeout", "10", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["status"] == "active"
+    finally:
+        app.state.engine.dispose()

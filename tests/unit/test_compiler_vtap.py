@@ -325,3 +325,36 @@ def test_a_marker_used_by_a_tenant_network_is_a_problem():
                    tap_policies=(policy(),))
     assert filters.static_problems(snap) == _problems_through_the_compiler(snap) == {
         1: [f"tap marker VNI {vni} is used by a tenant network"]}
+
+
+def any_receiver(pid=1, sender=1, monitors=(3,), **kw) -> TapPolicy:
+    """A policy of receiver "*": everything the sender sends, whoever it is for (TaaS direction OUT)."""
+    filters_ = kw.pop("filters", {})
+    return TapPolicy(pid, f"t{pid}", "p1", sender, None, False, filters.ANY, filters.ANY, tuple(monitors),
+                     filters=tuple(sorted(filters_.items())), **kw)
+
+
+@pytest.mark.parametrize("dst, monitor, mon_if", [(2, 3, "tm1"), (4, 3, "tm1"), (2, 5, "tm2"), (4, 5, "tm2")])
+def test_any_receiver_copies_every_frame_the_sender_sends_unchanged(dst, monitor, mon_if):
+    """Same node or across the tunnel, receiver local or remote: the monitor gets the frame as the
+    sender sent it (no identifier to rewrite or restore), and the receiver what it gets untapped."""
+    tapped, plain = fabric(any_receiver(monitors=(monitor,)))
+    f = frame(1, dst, **TCP80)
+    got, ref = where(tapped.send("c1", "ta", f)), where(plain.send("c1", "ta", f))
+    rx = {2: "tb", 4: "tr"}[dst]
+    assert set(got) == {rx, mon_if}
+    assert got[rx] == ref[rx]
+    assert got[mon_if] == f
+
+
+def test_any_receiver_routed_and_filtered():
+    tapped, plain = fabric(any_receiver(monitors=(5,), filters=filters.normalise_filters(ip_proto="tcp", tp_dst=80)))
+    routed = {"eth_type": 0x0800, "ttl": 64, "eth_src": "02:00:00:00:01:01", "eth_dst": "02:00:00:00:99:01",
+              "ipv4_src": "198.19.1.10", "ipv4_dst": "198.19.2.10", **TCP80}
+    got = where(tapped.send("c1", "ta", routed))
+    assert got["tm2"] == routed and got["tg"] == where(plain.send("c1", "ta", routed))["tg"]
+    udp = {**frame(1, 2), "ip_proto": 17, "udp_dst": 80, "udp_src": 4000}
+    assert set(where(tapped.send("c1", "ta", udp))) == {"tb"}          # filtered out: no copy
+    # two any-receiver policies of one sender overlap: equal priorities are refused
+    snap = replace(base(), tap_policies=(any_receiver(1), any_receiver(2, monitors=(5,))))
+    assert filters.conflicting_policies(snap, 2) == [1]

@@ -13,7 +13,8 @@ from fathom.model import (
     FabricState, FixedIp, Link, Mode, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, Switch,
     datapath_id_tor, routers,
 )
-from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField
+from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField, SwitchState
+from fathom.pipeline import cookies as ck
 from fathom.pipeline import stages as st
 
 from .flowsim import compile_tenant
@@ -112,9 +113,11 @@ def test_network_node_router_becomes_ports_on_the_gateway():
     assert tor_vlans(s)["tor"]["gw"] == {110, 120}
     assert not any(DecTtl() in f.actions for st_ in compile_all(s).values() for f in st_.flows)
     assert routers.network_node_legs(s) == {"gw": list(s.router_interfaces)}
-    # the same thing without a fabric: only the tenant compiler, unchanged for distributed routers
+    # the same thing without a fabric: only the tenant compiler (and the ports' security groups),
+    # unchanged for distributed routers
     plain = Snapshot(s.nodes, s.networks, s.subnets, s.ports, s.routers, s.router_interfaces)
-    assert compile_all(plain) == compile_tenant(plain)
+    assert {n: SwitchState(frozenset(f for f in st_.flows if ck.parse_cookie(f.cookie)[0] != ck.APP_SECGROUPS),
+                           st_.groups) for n, st_ in compile_all(plain).items()} == compile_tenant(plain)
 
 
 def test_br_phy_punts_lldp_and_switches_normally():

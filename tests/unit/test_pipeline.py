@@ -47,9 +47,10 @@ def test_apps_declare_only_tables_of_the_catalogue():
             assert set(tables) <= set(cat.PIPELINES[bridge].by_name), (app.name, bridge)
 
 
-def test_only_classify_and_l3_move_a_frame_between_networks():
+def test_only_classify_and_routing_stages_move_a_frame_between_networks():
     writers = {t.name for t in cat.BR_INT.tables if cat.REG_NETWORK in t.writes}
-    assert writers == {"classify", "l3"}
+    # l3 routes between a router's subnets; nat-route and snat between them and its external network
+    assert writers == {"classify", "l3", "nat-route", "snat"}
     assert {t.name for t in cat.BR_INT.tables if cat.REG_OUT_PORT in t.writes} == {"l2"}
 
 

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_COMMANDS = {
     "ab", "arp", "clear", "duplicates", "echo", "id", "init", "link", "node", "red", "reset", "route", "seq",
     "sum", "tr", "truncate", "w", "comm", "stat",
+    "ab", "service",     # open(..., "ab"); the token role "service"
 }
 
 

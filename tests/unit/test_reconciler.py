@@ -42,6 +42,10 @@ class FixedBootstrap:
             return "error", "OVSDB unreachable (test)", {}
         return "complete", None, self.ofports.get(node.name, {})
 
+    def current(self, node):
+        """What the OVSDB replica says (None: its connection is down)."""
+        return None if node.name in self.failing else ("complete", None, dict(self.ofports.get(node.name, {})))
+
 
 class FixedFabric:
     """The fabric extension without OVSDB: the ToR's port facing the i-th node is i; on every br-phy
@@ -73,7 +77,11 @@ class Cloud:
             snap = load_snapshot(s)
         self.switches = FakeSwitches()
         self.boot = FixedBootstrap(golden_flows.ofports(self.topo, snap, mode))
-        self.rec = Reconciler(session_factory(self.api.state.engine), self.switches, self.boot)
+        self.rec = Reconciler(session_factory(self.api.state.engine), self.switches, self.boot,
+                              check_incremental=True)
+        # as fathom.controller.server wires them: API writes wake the reconciler, long-polls wait on its board
+        self.api.state.store.on_change = self.rec.wake
+        self.api.state.status_board = self.rec.board
         self.rec.extensions.append(FixedFabric(self.topo))
         self.nodes = {n.name: n.id for n in snap.nodes}
         for node_id in self.nodes.values():

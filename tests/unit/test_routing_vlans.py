@@ -17,7 +17,7 @@ from fathom.apps import BR_INT, BR_PHY, TOR, compile_all, compile_bridge
 from fathom.apps.fabric import compiler as fc
 from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, FabricState, FixedIp, Link, Mode, Network, Node, Port, Router,
-    RouterInterface, Snapshot, Subnet, Switch,
+    RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, Switch,
 )
 from fathom.model.routers import router_port_interface
 from fathom.openflow.spec import OFPVID_PRESENT, FlowSpec, GroupSpec, Output, PushVlan, SetField, SwitchState
@@ -43,7 +43,13 @@ def _gw_mac(net: str) -> str:
 def _vm(net: str, node: str) -> Port:
     n, i = NETS[net][0], COMPUTE.index(node) + 1
     return Port(100 + 10 * n + i, f"{net}-{node}", "p", n, f"02:00:00:00:{n:02x}:{i:02x}",
-                (FixedIp(n, _ip(net, 10 + i)),), node, f"{net}{node}")
+                (FixedIp(n, _ip(net, 10 + i)),), node, f"{net}{node}", security_groups=(1,))
+
+
+# Every VM is in project p's default group (as through the API): what one sends another may answer.
+DEFAULT_GROUP = (SecurityGroup(1, "default", "p"),)
+DEFAULT_RULES = (SecurityGroupRule(1, 1, "egress", "IPv4"), SecurityGroupRule(2, 1, "ingress", "IPv4",
+                                                                              remote_group_id=1))
 
 
 def _net_of(port: Port) -> str:
@@ -76,7 +82,8 @@ def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
     modes = () if mode == "distributed" else (Mode(1, mode, "gw" if mode == "network-node" else None),)
     fab = FabricState((Switch(1, "tor", "198.18.1.9", "br-fabric", 100, 999),),
                       tuple(Link(1, n, None, n, "declared") for n in TOR_PORTS), modes, {"tor": dict(TOR_PORTS)})
-    return Snapshot(tuple(nodes), networks, subnets, tuple(vms), (Router(1, "r", "p"),), ris, fabric=fab)
+    return Snapshot(tuple(nodes), networks, subnets, tuple(vms), (Router(1, "r", "p"),), ris,
+                    security_groups=DEFAULT_GROUP, security_group_rules=DEFAULT_RULES, fabric=fab)
 
 
 def compiled(snapshot: Snapshot) -> tuple[dict[str, SwitchState], SwitchState]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fathom.openflow.spec import (
-    OFPP_IN_PORT, OFPP_LOCAL, Controller, DecTtl, FlowSpec, GroupSpec, LoadReg, Move, Output,
+    OFPP_IN_PORT, OFPP_LOCAL, Controller, Ct, CtClear, DecTtl, FlowSpec, GotoTable, GroupSpec, LoadReg, Move, Nat, Output,
     Resubmit, SetField,
 )
 from fathom.pipeline import stages as st
@@ -136,8 +136,8 @@ def test_trace_follows_the_documented_stages(ovs, tmp_path):
                     f"in_port={ofports['tap101']},dl_src=02:00:00:00:01:01,dl_dst=02:00:00:00:01:02,"
                     "ip,nw_src=10.0.0.11,nw_dst=10.0.0.12,nw_ttl=64")
     tables = [int(m.group(1)) for m in re.finditer(r"^\s*(\d+)\. ", trace, re.MULTILINE)]
-    assert tables == [st.CLASSIFY, st.TAP_INGRESS, st.SECURITY, st.ARP, st.SFC, st.L3, st.L2,
-                      st.TAP_RECOVERY, st.OUTPUT]
+    assert tables == [st.CLASSIFY, st.TAP_INGRESS, st.SECURITY, st.ARP, st.EGRESS_CONNTRACK, st.SFC, st.L3,
+                      st.L2, st.TAP_RECOVERY, st.INGRESS_CONNTRACK, st.OUTPUT]
     assert "set_field:0x3e9->tun_id" in trace and "set_field:198.18.0.2->tun_dst" in trace
     assert f"output:{ofports['vxlan0']}" in trace
 
@@ -171,3 +171,27 @@ def test_every_action_renders_as_ovs_prints_it(ovs, tmp_path):
     dumped = [g.replace(",weight:100", "").replace("bucket=weight:100,", "bucket=")
               for g in _dumped_groups(ovs, target)]
     assert dumped == sorted(g.to_ofctl() for g in groups)
+
+
+def test_conntrack_actions_render_as_ovs_prints_them(ovs, tmp_path):
+    """The one ct action in its uses: the external app's nat with an immediate zone, security groups' zone
+    from a register with exec(ct_mark), and both at once; the ct_zone match. On a switch that really
+    has conntrack."""
+    target = ovs.bridge("brct", {"tap1": 20})
+    c = st.cookie(st.APP_TENANT, st.KIND_PORT, 1)
+    flows = {
+        FlowSpec(46, 1, {"eth_type": 0x0800, "reg6": 3, "ipv4_dst": "203.0.113.5"},
+                 (Ct(32769, commit=True, table=48, nat=Nat("dst", "10.0.0.5")),), c),
+        FlowSpec(46, 2, {"eth_type": 0x0800, "ipv4_dst": "203.0.113.2"}, (Ct(32768, table=48, nat=Nat()),), c),
+        FlowSpec(48, 3, {"ct_zone": 32768, "eth_type": 0x0800, "reg6": 3, "ipv4_dst": ("10.0.0.0", "255.255.255.0")},
+                 (DecTtl(), SetField("reg6", 4)), c),
+        FlowSpec(57, 4, {"eth_type": 0x0800, "reg6": 4, "ipv4_src": "10.0.0.5"},
+                 (SetField("reg6", 3), Ct(32769, commit=True, nat=Nat("src", "203.0.113.5")), GotoTable(60)), c),
+        FlowSpec(72, 5, {"eth_type": 0x0800, "reg7": 20},
+                 (CtClear(), SetField("reg11", 7), Ct(zone_field="reg11", table=75)), c),
+        FlowSpec(75, 6, {"eth_type": 0x0800, "reg11": 7},
+                 (Ct(zone_field="reg11", commit=True, nat=Nat("src", "203.0.113.6"),
+                     exec=(SetField("ct_mark", 9),)), GotoTable(80)), c),
+    }
+    _install(ovs, target, flows, (), tmp_path)
+    assert _dumped_flows(ovs, target) == sorted(f.to_ofctl() for f in flows)

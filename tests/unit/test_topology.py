@@ -108,3 +108,31 @@ def test_lab_names():
     for bad in ("", "Lab", "a-b", "toolongname"):
         with pytest.raises(ValueError):
             check_lab_name(bad)
+
+
+def test_vnfs_are_checked_like_vms():
+    text = textwrap.dedent("""\
+        networks:
+          - {name: blue, cidr: 198.19.1.0/24}
+        nodes:
+          - name: c1
+            vms:
+              - {name: vm1, mac: "02:fa:00:00:01:01", ip: 198.19.1.11/24, network: blue}
+            vnfs:
+              - {name: fw, kind: nat, rules: 3, network: blue,
+                 ingress: {mac: "02:fa:00:00:01:01", ip: 198.19.1.101/24},
+                 egress: {mac: "02:fb:00:00:01:02", ip: 198.19.2.102/24}}
+              - {name: vm1, kind: haproxy, network: red,
+                 ingress: {mac: "02:fb:00:00:01:03", ip: 198.19.1.103/24},
+                 egress: {mac: "02:fb:00:00:01:04", ip: 198.19.1.104/24}}
+        """)
+    with pytest.raises(TopologyError) as e:
+        parse(text, "t.yaml")
+    fields = {p.field for p in e.value.problems}
+    assert fields == {"nodes[0].vnfs[0].rules", "nodes[0].vnfs[0].ingress.mac", "nodes[0].vnfs[0].egress.ip",
+                      "nodes[0].vnfs[1].name", "nodes[0].vnfs[1].backend", "nodes[0].vnfs[1].network"}, e.value.lines()
+
+
+def test_the_sfc_topology_loads():
+    topo = load(DEFAULT_TOPOLOGY.parent / "sfc.yaml")
+    assert [v.kind for _, v in topo.vnfs()] == ["firewall", "firewall", "dpi", "forward", "nat", "haproxy"]

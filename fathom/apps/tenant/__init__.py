@@ -1,9 +1,18 @@
-"""Tenant networking: networks, subnets, ports and distributed routers in every node's br-int."""
+"""Tenant networking: networks, subnets, ports and distributed routers in every node's br-int.
+
+Incremental: a change of ports (created, deleted, rebound, plugged or unplugged) touches the ports
+themselves and their networks (flood groups, classification), plus, when it makes a network local
+to a node or routed to from it for the first time (or the last), everything of that network and of
+the routers on it. Any other change (nodes, networks changed, subnets, routers, router interfaces)
+is not handled: the app is compiled whole.
+"""
 from __future__ import annotations
 
 from fathom.apps.base import BR_INT, App, SwitchKey
-from fathom.apps.tenant.compiler import compile_tenant
+from fathom.apps.tenant.compiler import compile_tenant, node_scopes
+from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
 from fathom.model.routers import tenant_view
+from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import APP_TENANT
 
 
@@ -11,5 +20,68 @@ def compile(model) -> dict:
     return {SwitchKey(BR_INT, node): state for node, state in compile_tenant(tenant_view(model)).items()}
 
 
+def compile_owners(model, owners) -> dict:
+    only = frozenset((kind, obj) for app, kind, obj in owners if app == APP_TENANT)
+    if not only:
+        return {}
+    return {SwitchKey(BR_INT, node): state for node, state in compile_tenant(tenant_view(model), only).items()
+            if state.flows or state.groups}
+
+
+def _node_facts(model):
+    return tuple((n.id, n.name, n.tunnel_ip, n.ofport(TUNNEL_INTERFACE), n.ofport(UPLINK_INTERFACE))
+                 for n in model.nodes)
+
+
+def _ports(model) -> dict:
+    """port id -> what its flows depend on: the port, and its OpenFlow port number on its node."""
+    nodes = {n.name: n for n in model.nodes}
+    return {p.id: (p, nodes[p.node].ofport(p.interface) if p.node in nodes else None) for p in model.ports}
+
+
+def touched(before, after):
+    b, a = tenant_view(before), tenant_view(after)
+    if _node_facts(b) != _node_facts(a):
+        return "nodes changed"
+    if b.subnets != a.subnets:
+        return "subnets changed"
+    if b.routers != a.routers or b.router_interfaces != a.router_interfaces:
+        return "routers changed"
+    owners: set = set()
+    nets_b, nets_a = {n.id: n for n in b.networks}, {n.id: n for n in a.networks}
+    for nid in set(nets_b) | set(nets_a):
+        if nid in nets_b and nid in nets_a and nets_b[nid] != nets_a[nid]:
+            return f"network {nid} changed"
+        if nets_b.get(nid) != nets_a.get(nid):
+            owners.add((APP_TENANT, ck.KIND_NETWORK, nid))
+    ports_b, ports_a = b.memo("tenant_ports", _ports), a.memo("tenant_ports", _ports)
+    for pid in set(ports_b) | set(ports_a):
+        old, new = ports_b.get(pid), ports_a.get(pid)
+        if old != new:
+            owners.add((APP_TENANT, ck.KIND_PORT, pid))
+            for p in (old, new):
+                if p is not None:
+                    owners.add((APP_TENANT, ck.KIND_NETWORK, p[0].network_id))
+    if not owners:
+        return owners
+    # a network that became (or stopped being) local to a node, or routed to from it: every flow
+    # of it and of the routers on it may appear or leave there
+    scopes_b, scopes_a = b.memo("tenant_scopes", node_scopes), a.memo("tenant_scopes", node_scopes)
+    moved: set[int] = set()
+    for node in set(scopes_b) | set(scopes_a):
+        none = (frozenset(), frozenset())
+        (lb, rb), (la, ra) = scopes_b.get(node, none), scopes_a.get(node, none)
+        moved |= (lb ^ la) | (rb ^ ra)
+    if moved:
+        routers = {ri.router_id for ri in a.router_interfaces if ri.network_id in moved}
+        owners |= {(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
+        owners |= {(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
+                   for pid, (p, _) in m.memo("tenant_ports", _ports).items() if p.network_id in moved}
+        owners |= {(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
+                   if ri.network_id in moved or ri.router_id in routers}
+    return owners
+
+
 APP = App("tenant", APP_TENANT,
-          {BR_INT: ("classify", "security", "arp", "l3", "l3-neighbor", "l2", "output")}, compile)
+          {BR_INT: ("classify", "security", "arp", "l3", "l3-neighbor", "l2", "output")}, compile,
+          touched=touched, compile_owners=compile_owners)

@@ -69,6 +69,7 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
     by OpenFlow port number. Such a port would pull every tenant's traffic arriving there into its
     own network; the reconciler marks it `error` with this reason."""
     nodes = {n.name: n for n in snapshot.nodes}
+    infra: dict[str, set[int]] = {}   # node name -> OpenFlow port numbers of the fabric's interfaces
     out = {}
     for p in snapshot.ports:
         node = nodes.get(p.node)
@@ -77,7 +78,9 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
             # (fathom.pipeline.fabric.tenant_view); a tenant port's id is never a leg's
             continue
         ofport = node.ofport(p.interface)
-        infra_ofports = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
+        if node.name not in infra:
+            infra[node.name] = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
+        infra_ofports = infra[node.name]
         if is_infrastructure_interface(p.interface) or (ofport is not None and (ofport in infra_ofports
                                                                                 or ofport >= OFPP_MAX)):
             out[p.id] = (f"interface {p.interface!r} on node {p.node!r} belongs to the fabric "
@@ -85,15 +88,31 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
     return out
 
 
-def compile_tenant(snapshot: Snapshot) -> dict[str, SwitchState]:
+def compile_tenant(snapshot: Snapshot, only: frozenset | None = None) -> dict[str, SwitchState]:
     """Desired br-int state of every node in the snapshot, keyed by node name.
 
     The table-miss flows are the pipeline's, not the tenant's (fathom.apps.PIPELINE). Ports whose node or
     interface has no OpenFlow port number yet are left out; remote nodes are reached only when
     this node's tunnel / uplink port number is known.
+
+    `only`: a set of owners (cookie kind, object id); then only the flows and groups those owners'
+    cookies name are built (the incremental path: fathom.apps.tenant.compile_owners). The same
+    code builds both, so the flows of an owner are the same whichever way they were asked for.
     """
     topo = _Topology(snapshot)
-    return {node.name: _compile_node(topo, node) for node in snapshot.nodes}
+    return {node.name: _compile_node(topo, node, only) for node in snapshot.nodes}
+
+
+def node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
+    """node name -> (networks local to it: it has a plugged port there; networks it routes to).
+    A node's flows for a network depend on the network's membership in these two sets: when they
+    change, owners beyond the changed ports are touched (fathom.apps.tenant.touched)."""
+    topo = _Topology(snapshot)
+    out = {}
+    for node in snapshot.nodes:
+        local = sorted({p.network_id for p, _ in topo.local_ports(node)})
+        out[node.name] = (frozenset(local), frozenset(_route_flows(topo, local, lambda k, o: False)[1]))
+    return out
 
 
 def _tenant_cookie(kind: int, object_id: int) -> int:
@@ -124,6 +143,12 @@ class _Topology:
             if ri.network_id in self.networks and ri.subnet_id in self.subnets:
                 self.interfaces_by_router[ri.router_id].append(ri)
                 self.interfaces_by_network[ri.network_id].append(ri)
+        # A router's gateway node routes frames from the external network into every network of
+        # the router (fathom/apps/external): it needs their l3-neighbor and l2 flows.
+        self.gateway_networks: dict[str, set[int]] = defaultdict(set)
+        for gw in snapshot.router_gateways:
+            if gw.node is not None:
+                self.gateway_networks[gw.node] |= {ri.network_id for ri in self.interfaces_by_router[gw.router_id]}
 
     def local_ports(self, node: Node) -> list[tuple[Port, int]]:
         """(port, ofport) of the ports bound to `node` whose interface is on its br-int."""
@@ -136,7 +161,13 @@ class _Topology:
         return sorted(out, key=lambda po: po[0].id)
 
 
-def _compile_node(topo: _Topology, node: Node) -> SwitchState:
+def _everyone(_kind: int, _object_id: int) -> bool:
+    return True
+
+
+def _compile_node(topo: _Topology, node: Node, only: frozenset | None = None) -> SwitchState:
+    """`only`: build just the flows and groups of these owners ((kind, object id)); None: all."""
+    want = _everyone if only is None else (lambda kind, object_id: (kind, object_id) in only)
     flows: set[FlowSpec] = set()
     groups: set[GroupSpec] = set()
     tunnel = node.ofport(TUNNEL_INTERFACE)
@@ -145,36 +176,40 @@ def _compile_node(topo: _Topology, node: Node) -> SwitchState:
     local = topo.local_ports(node)
     local_networks = sorted({p.network_id for p, _ in local})
     for port, ofport in local:
-        flows |= _local_port_flows(port, ofport)
-        flows |= _dhcp_client_flows(port, node.ofport(dhcp_interface(port.network_id)))
-    for network_id in local_networks:
-        dhcp = node.ofport(dhcp_interface(network_id))
-        if dhcp is not None:
-            flows |= _dhcp_port_flows(topo, network_id, dhcp)
+        if want(st.KIND_PORT, port.id):
+            flows |= _local_port_flows(port, ofport)
+            flows |= _dhcp_client_flows(port, node.ofport(dhcp_interface(port.network_id)))
 
     for network_id in local_networks:
         network = topo.networks[network_id]
+        flows |= _arp_responder_flows(topo, network, want)
+        if not want(st.KIND_NETWORK, network_id):
+            continue
         flows |= _network_classify_flows(network, tunnel, uplink)
-        flows |= _arp_responder_flows(topo, network)
+        dhcp = node.ofport(dhcp_interface(network_id))
+        if dhcp is not None:
+            flows |= _dhcp_port_flows(topo, network_id, dhcp)
         group = _flood_group(topo, node, network, local, tunnel, uplink)
         groups.add(group)
         flows.add(FlowSpec(st.L2, PRIO_FLOOD, {st.REG_NETWORK: network.id},
                            (Group(group.group_id),),
                            _tenant_cookie(st.KIND_NETWORK, network.id)))
 
-    route_flows, routed_to = _route_flows(topo, local_networks)
+    route_flows, routed_to = _route_flows(topo, local_networks, want)
     flows |= route_flows
+    routed_to |= topo.gateway_networks.get(node.name, set())
     for network_id in sorted(routed_to):
-        flows |= _neighbor_flows(topo, topo.networks[network_id])
+        flows |= _neighbor_flows(topo, topo.networks[network_id], want)
 
     # l2 unicast for every network a frame can be in on this node: local ones and routed-to ones.
     for network_id in sorted(set(local_networks) | routed_to):
-        flows |= _unicast_flows(topo, node, topo.networks[network_id], tunnel, uplink)
+        flows |= _unicast_flows(topo, node, topo.networks[network_id], tunnel, uplink, want)
 
-    for ofport in (tunnel, uplink):
-        if ofport is not None:
-            flows.add(FlowSpec(st.OUTPUT, PRIO_PORT, {st.REG_OUT_PORT: ofport}, (Output(ofport),),
-                               _tenant_cookie(st.KIND_NODE, node.id)))
+    if want(st.KIND_NODE, node.id):
+        for ofport in (tunnel, uplink):
+            if ofport is not None:
+                flows.add(FlowSpec(st.OUTPUT, PRIO_PORT, {st.REG_OUT_PORT: ofport}, (Output(ofport),),
+                                   _tenant_cookie(st.KIND_NODE, node.id)))
     return SwitchState(frozenset(flows), frozenset(groups))
 
 
@@ -294,7 +329,7 @@ def arp_reply_actions(mac: str, ip: str) -> tuple:
     )
 
 
-def _arp_responder_flows(topo: _Topology, network: Network) -> set[FlowSpec]:
+def _arp_responder_flows(topo: _Topology, network: Network, want=_everyone) -> set[FlowSpec]:
     flows = set()
 
     def reply(ip: str, mac: str, c: int):
@@ -304,10 +339,12 @@ def _arp_responder_flows(topo: _Topology, network: Network) -> set[FlowSpec]:
                            arp_reply_actions(mac, ip), c))
 
     for port in topo.ports_by_network[network.id]:
-        for fip in port.fixed_ips:
-            reply(fip.ip_address, port.mac_address, _tenant_cookie(st.KIND_PORT, port.id))
+        if want(st.KIND_PORT, port.id):
+            for fip in port.fixed_ips:
+                reply(fip.ip_address, port.mac_address, _tenant_cookie(st.KIND_PORT, port.id))
     for ri in topo.interfaces_by_network[network.id]:
-        reply(ri.ip_address, ri.mac_address, _tenant_cookie(st.KIND_ROUTER_INTERFACE, ri.id))
+        if want(st.KIND_ROUTER_INTERFACE, ri.id):
+            reply(ri.ip_address, ri.mac_address, _tenant_cookie(st.KIND_ROUTER_INTERFACE, ri.id))
     return flows
 
 
@@ -332,9 +369,11 @@ def _placement_actions(topo: _Topology, node: Node, network: Network, port: Port
 
 
 def _unicast_flows(topo: _Topology, node: Node, network: Network,
-                   tunnel: int | None, uplink: int | None) -> set[FlowSpec]:
+                   tunnel: int | None, uplink: int | None, want=_everyone) -> set[FlowSpec]:
     flows = set()
     for port in topo.ports_by_network[network.id]:
+        if not want(st.KIND_PORT, port.id):
+            continue
         actions = _placement_actions(topo, node, network, port, tunnel, uplink)
         if actions is None:
             continue
@@ -374,8 +413,9 @@ def _flood_group(topo: _Topology, node: Node, network: Network, local: list[tupl
 # ---------------------------------------------------------------------------------------------- routing
 
 
-def _route_flows(topo: _Topology, local_networks: list[int]) -> tuple[set[FlowSpec], set[int]]:
-    """l3 flows for every router with an interface on a local network; also the networks routed to."""
+def _route_flows(topo: _Topology, local_networks: list[int], want=_everyone) -> tuple[set[FlowSpec], set[int]]:
+    """l3 flows for every router with an interface on a local network (those of owners `want`
+    accepts); also the networks routed to (always all of them)."""
     flows: set[FlowSpec] = set()
     routed_to: set[int] = set()
     local = set(local_networks)
@@ -384,11 +424,15 @@ def _route_flows(topo: _Topology, local_networks: list[int]) -> tuple[set[FlowSp
             if src.network_id not in local:
                 continue
             # A frame to the router that no route claims is dropped, not flooded.
-            flows.add(FlowSpec(st.L3, PRIO_ROUTER_DROP,
-                               {st.REG_NETWORK: src.network_id, "eth_dst": src.mac_address}, (),
-                               _tenant_cookie(st.KIND_ROUTER_INTERFACE, src.id)))
+            if want(st.KIND_ROUTER_INTERFACE, src.id):
+                flows.add(FlowSpec(st.L3, PRIO_ROUTER_DROP,
+                                   {st.REG_NETWORK: src.network_id, "eth_dst": src.mac_address}, (),
+                                   _tenant_cookie(st.KIND_ROUTER_INTERFACE, src.id)))
             for dst in interfaces:
                 if dst.subnet_id == src.subnet_id:
+                    continue
+                routed_to.add(dst.network_id)
+                if not want(st.KIND_ROUTER_INTERFACE, dst.id):
                     continue
                 prefix = topo.subnets[dst.subnet_id].prefix
                 flows.add(FlowSpec(
@@ -399,14 +443,15 @@ def _route_flows(topo: _Topology, local_networks: list[int]) -> tuple[set[FlowSp
                     (SetField("eth_src", dst.mac_address), DecTtl(),
                      SetField(st.REG_NETWORK, dst.network_id), GotoTable(st.L3_NEIGHBOR)),
                     _tenant_cookie(st.KIND_ROUTER_INTERFACE, dst.id)))
-                routed_to.add(dst.network_id)
     return flows, routed_to
 
 
-def _neighbor_flows(topo: _Topology, network: Network) -> set[FlowSpec]:
+def _neighbor_flows(topo: _Topology, network: Network, want=_everyone) -> set[FlowSpec]:
     """Routed frames in `network`: destination IP -> destination MAC."""
     flows = set()
     for port in topo.ports_by_network[network.id]:
+        if not want(st.KIND_PORT, port.id):
+            continue
         for fip in port.fixed_ips:
             flows.add(FlowSpec(st.L3_NEIGHBOR, PRIO_NEIGHBOR,
                                {st.REG_NETWORK: network.id, "eth_type": ETH_TYPE_IPV4,

@@ -40,7 +40,7 @@ from fathom.openflow.spec import (
 )
 from fathom.pipeline import stages as st
 from fathom.apps.vtap.filters import (
-    ETH_IPV4, MAX_POLICY_ID, Endpoint, View, effective_eth_type, endpoint, ingress_matches, marker,
+    ETH_IPV4, MAX_POLICY_ID, Endpoint, View, effective_eth_type, endpoint, ingress_matches, marker, receiver_of,
     reverse_filters, vlan_as_network,
 )
 from fathom.model import TUNNEL_INTERFACE, Port, Snapshot, TapPolicy
@@ -114,7 +114,7 @@ def _compile_policy(view: View, p: TapPolicy, plan: Plan, flows, groups) -> None
             problems.append("receiver port was deleted")
         receiver = endpoint(rport) if rport else None
     else:
-        receiver = Endpoint(p.receiver_mac, p.receiver_ip, None)
+        receiver = receiver_of(p)
     monitors: list[tuple[int, Port]] = []
     for i, mid in enumerate(p.monitor_port_ids):
         mport = view.ports.get(mid) if mid is not None else None
@@ -162,7 +162,8 @@ def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoi
     restore: list = []
     if route is not None:
         restore += [SetField("eth_src", route[1].mac_address)]
-    restore += [SetField("eth_dst", dst.mac)]
+    if dst.mac:     # any receiver ("*"): the copy is never rewritten, so nothing to restore
+        restore += [SetField("eth_dst", dst.mac)]
     rewrite_ip = eth_type == ETH_IPV4 and dst.ip is not None
     if rewrite_ip:
         restore += [SetField("ipv4_dst", dst.ip)]
@@ -182,7 +183,7 @@ def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoi
         if mnode is None or m_ofport is None:
             problems.append(f"{label} port {mport.id} is not on a node's br-int yet")
             continue
-        copy = [SetField("eth_dst", mon.mac)]
+        copy = [SetField("eth_dst", mon.mac)] if dst.mac else []
         if rewrite_ip and mon.ip is not None:
             copy.append(SetField("ipv4_dst", mon.ip))
         buckets.append(tuple(copy) + (LoadReg(st.REG_TAP, mk), Resubmit(st.TAP_RECOVERY)))

@@ -228,9 +228,19 @@ def parse_marker(value: int) -> tuple[int, int, int] | None:
 
 @dataclass(frozen=True)
 class Endpoint:
-    mac: str
+    mac: str | None        # None: any receiver (no destination identifier)
     ip: str | None
     port: Port | None = None
+
+
+ANY = "*"    # a receiver of "*": whatever the sender sends, to anyone (receiver_mac = receiver_ip = "*")
+
+
+def receiver_of(p: TapPolicy) -> "Endpoint":
+    """A policy's receiver that is not a port: its MAC+IP, or no identifier at all for "*" (any)."""
+    if p.receiver_mac == ANY:
+        return Endpoint(None, None, None)
+    return Endpoint(p.receiver_mac, p.receiver_ip, None)
 
 
 class View:
@@ -280,7 +290,7 @@ def ingress_matches(src: Endpoint, dst: Endpoint, filters: dict, l2_adjacent: bo
     """The tap-ingress matches of one direction: identifiers + filters, port ranges expanded."""
     eth_type = effective_eth_type(filters)
     base: dict = {st.REG_SRC_PORT: src.port.id, "eth_src": src.mac, "eth_type": eth_type}
-    if l2_adjacent:
+    if l2_adjacent and dst.mac:
         base["eth_dst"] = dst.mac
     elif route is not None:
         base["eth_dst"] = route[0].mac_address
@@ -358,7 +368,7 @@ def _policy_ingress(view: View, p: TapPolicy) -> list[dict]:
         rport = view.ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
         receiver = endpoint(rport) if rport else None
     else:
-        receiver = Endpoint(p.receiver_mac, p.receiver_ip, None)
+        receiver = receiver_of(p)
     if sender is None or receiver is None:
         return []
     filters = dict(p.filters)

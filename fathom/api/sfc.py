@@ -1,0 +1,219 @@
+"""REST API of service function chains, as networking-sfc names them: /v1/sfc/port_pairs,
+/v1/sfc/port_pair_groups, /v1/sfc/flow_classifiers, /v1/sfc/port_chains (create, list, show,
+update, delete each). Members are given by id or name. fathom/store/sfc.py holds the rules; docs/sfc.md
+explains the model and the steering.
+
+(No `from __future__ import annotations` here: the routes are made per collection inside `_crud`,
+and FastAPI must see their body types as objects, not as names to resolve in this module.)
+"""
+
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.apps.sfc.compiler import hop_marker
+from fathom.store import sfc as ops
+from fathom.store import sfc_models as sm
+from fathom.store.ops import MAX_LIMIT, list_objects
+
+Ref = int | str
+PROJECT = Field(default=None, min_length=1, max_length=64)
+NAME = Field(default="", max_length=255)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Out(BaseModel):
+    id: int
+    name: str
+    project_id: str
+    status: str
+    status_reason: str | None
+    created_at: datetime
+
+
+def _common(o) -> dict:
+    return dict(id=o.id, name=o.name, project_id=o.project_id, status=o.status, status_reason=o.status_reason,
+                created_at=utc(o.created_at))
+
+
+# ---------------------------------------------------------------------------------------------- port pairs
+
+
+class PortPairCreate(_Request):
+    name: str = NAME
+    ingress: Ref = Field(description="the port traffic enters the VNF on (id or name)")
+    egress: Ref = Field(description="the port traffic leaves the VNF on (id or name)")
+    project_id: str | None = PROJECT
+
+
+class NameUpdate(_Request):
+    name: str | None = Field(default=None, max_length=255)
+
+
+class PortPairOut(_Out):
+    ingress: int
+    egress: int
+    port_pair_group: int | None
+
+
+def pair_out(_s, p: sm.PortPair) -> PortPairOut:
+    return PortPairOut(**_common(p), ingress=p.ingress_port_id, egress=p.egress_port_id, port_pair_group=p.group_id)
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+class GroupCreate(_Request):
+    name: str = NAME
+    port_pairs: list[Ref] = Field(max_length=1000, description="the interchangeable VNF instances")
+    project_id: str | None = PROJECT
+
+
+class GroupUpdate(_Request):
+    name: str | None = Field(default=None, max_length=255)
+    port_pairs: list[Ref] | None = Field(default=None, max_length=1000)
+
+
+class GroupOut(_Out):
+    port_pairs: list[int]
+    port_chain: int | None
+
+
+def group_out(s, g: sm.PortPairGroup) -> GroupOut:
+    return GroupOut(**_common(g), port_pairs=[p.id for p in ops.pairs_of(s, g.id)], port_chain=g.chain_id)
+
+
+# ---------------------------------------------------------------------------------------------- classifiers
+
+
+Port = int | None
+
+
+class ClassifierCreate(_Request):
+    name: str = NAME
+    ethertype: Literal["IPv4"] = "IPv4"
+    protocol: int | str | None = Field(default=None, description="tcp, udp, icmp or a number; absent = any")
+    source_ip_prefix: str | None = Field(default=None, max_length=64)
+    destination_ip_prefix: str | None = Field(default=None, max_length=64)
+    source_port_range_min: Port = None
+    source_port_range_max: Port = None
+    destination_port_range_min: Port = None
+    destination_port_range_max: Port = None
+    logical_source_port: Ref | None = Field(default=None, description="required: the port whose traffic is classified")
+    logical_destination_port: Ref | None = None
+    project_id: str | None = PROJECT
+
+
+class ClassifierOut(_Out):
+    ethertype: str
+    protocol: int | None
+    source_ip_prefix: str | None
+    destination_ip_prefix: str | None
+    source_port_range_min: int | None
+    source_port_range_max: int | None
+    destination_port_range_min: int | None
+    destination_port_range_max: int | None
+    logical_source_port: int
+    logical_destination_port: int | None
+    port_chain: int | None
+
+
+def classifier_out(_s, f: sm.FlowClassifier) -> ClassifierOut:
+    return ClassifierOut(**_common(f), ethertype="IPv4", protocol=f.protocol, source_ip_prefix=f.source_ip_prefix,
+                         destination_ip_prefix=f.destination_ip_prefix,
+                         source_port_range_min=f.source_port_range_min, source_port_range_max=f.source_port_range_max,
+                         destination_port_range_min=f.destination_port_range_min,
+                         destination_port_range_max=f.destination_port_range_max,
+                         logical_source_port=f.logical_source_port_id,
+                         logical_destination_port=f.logical_destination_port_id, port_chain=f.chain_id)
+
+
+# ---------------------------------------------------------------------------------------------- chains
+
+
+class ChainParameters(_Request):
+    symmetric: bool = Field(default=False, description="replies go back through the same instances")
+    correlation: Literal[None] = Field(default=None, description="no chain header: VNFs see ordinary packets")
+
+
+class ChainCreate(_Request):
+    name: str = NAME
+    port_pair_groups: list[Ref] = Field(max_length=1000, description="in path order")
+    flow_classifiers: list[Ref] = Field(default_factory=list, max_length=1000)
+    chain_parameters: ChainParameters = Field(default_factory=ChainParameters)
+    project_id: str | None = PROJECT
+
+
+class ChainUpdate(_Request):
+    name: str | None = Field(default=None, max_length=255)
+    port_pair_groups: list[Ref] | None = Field(default=None, max_length=1000)
+    flow_classifiers: list[Ref] | None = Field(default=None, max_length=1000)
+
+
+class ChainOut(_Out):
+    port_pair_groups: list[int]
+    flow_classifiers: list[int]
+    chain_parameters: dict[str, Any]
+    chain_id: int
+    hop_markers: list[int]     # VNIs of the chain's hops between nodes (forward, then replies)
+
+
+def chain_out(s, c: sm.PortChain) -> ChainOut:
+    groups = [g.id for g in ops.groups_of(s, c.id)]
+    markers = [hop_marker(c.id, d, k) for d in ((0, 1) if c.symmetric else (0,)) for k in range(len(groups))] \
+        if c.id <= ops.MAX_CHAIN_ID and len(groups) <= ops.MAX_GROUPS else []
+    return ChainOut(**_common(c), port_pair_groups=groups,
+                    flow_classifiers=[f.id for f in ops.classifiers_of(s, c.id)],
+                    chain_parameters={"symmetric": c.symmetric, "correlation": None}, chain_id=c.id,
+                    hop_markers=markers)
+
+
+# ---------------------------------------------------------------------------------------------- routes
+
+
+router = APIRouter(prefix="/sfc", tags=["sfc"], responses=ERRORS)
+
+
+def _crud(path: str, model, out, out_model, create_model, update_model, create, update, delete):
+    """list, create, show, update, delete of one collection; `out(session, obj)` serialises."""
+    serialise = out
+
+    @router.get(f"/{path}", response_model=list[out_model], name=f"list_{path}")
+    def list_(c: CallerDep, db: StoreDep, name: str | None = None, limit: Limit = MAX_LIMIT, marker: Marker = None):
+        return db.read(lambda s: [serialise(s, o) for o in list_objects(s, c, model, name=name, limit=limit,
+                                                                          marker=marker)])
+
+    @router.post(f"/{path}", response_model=out_model, status_code=201, name=f"create_{path}")
+    def create_(body: create_model, c: CallerDep, db: StoreDep):
+        data = body.model_dump()
+        return db.write(lambda s: serialise(s, create(s, c, data)))
+
+    @router.get(f"/{path}/{{object_id}}", response_model=out_model, name=f"show_{path}")
+    def show_(object_id: int, c: CallerDep, db: StoreDep):
+        return db.read(lambda s: serialise(s, ops.get(s, c, model, object_id)))
+
+    @router.patch(f"/{path}/{{object_id}}", response_model=out_model, name=f"update_{path}")
+    def update_(object_id: int, body: update_model, c: CallerDep, db: StoreDep):
+        data = {k: getattr(body, k) for k in body.model_fields_set}
+        return db.write(lambda s: serialise(s, update(s, c, object_id, data)))
+
+    @router.delete(f"/{path}/{{object_id}}", status_code=204, name=f"delete_{path}")
+    def delete_(object_id: int, c: CallerDep, db: StoreDep):
+        db.write(lambda s: delete(s, c, object_id))
+        return Response(status_code=204)
+
+
+_crud("port_pairs", sm.PortPair, pair_out, PortPairOut, PortPairCreate, NameUpdate,
+      ops.create_port_pair, ops.update_port_pair, ops.delete_port_pair)
+_crud("port_pair_groups", sm.PortPairGroup, group_out, GroupOut, GroupCreate, GroupUpdate,
+      ops.create_port_pair_group, ops.update_port_pair_group, ops.delete_port_pair_group)
+_crud("flow_classifiers", sm.FlowClassifier, classifier_out, ClassifierOut, ClassifierCreate, NameUpdate,
+      ops.create_flow_classifier, ops.update_flow_classifier, ops.delete_flow_classifier)
+_crud("port_chains", sm.PortChain, chain_out, ChainOut, ChainCreate, ChainUpdate,
+      ops.create_port_chain, ops.update_port_chain, ops.delete_port_chain)

@@ -1,0 +1,71 @@
+"""A throw-away PostgreSQL server for tests and benchmarks: Debian's PostgreSQL 15 binaries, a data
+directory in a temp dir, a unix socket only (no TCP port). Run as user `postgres` when we are root
+(initdb refuses root).
+
+`durable=False` (tests) turns fsync and synchronous commit off; a benchmark keeps PostgreSQL's
+defaults (`durable=True`), as a production store would.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+PORT = 5432   # only names the socket file (.s.PGSQL.5432) inside our private directory
+
+
+class PostgresServer:
+    def __init__(self, durable: bool = False):
+        if not (BIN / "initdb").exists():
+            raise RuntimeError(f"{BIN}/initdb is missing: run scripts/setup (Debian package postgresql)")
+        self.durable = durable
+        self.base = Path(tempfile.mkdtemp(prefix="fathom-pg-"))
+        self.data = self.base / "data"
+        self.socket_dir = self.base / "sock"
+        self._counter = 0
+
+    def _run(self, *args: str) -> str:
+        cmd = list(args)
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    def start(self) -> "PostgresServer":
+        self.socket_dir.mkdir()
+        if os.geteuid() == 0:
+            os.chmod(self.base, 0o755)
+            shutil.chown(self.base, "postgres", "postgres")
+            shutil.chown(self.socket_dir, "postgres", "postgres")
+        self._run(str(BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
+                  "--no-sync", "-E", "UTF8")
+        options = f"-k {self.socket_dir} -p {PORT} -c listen_addresses=''"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-w", "-t", "30",
+                  "-l", str(self.base / "server.log"), "start")
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@/{database}?host={self.socket_dir}&port={PORT}"
+
+    def new_database(self) -> str:
+        """A fresh, empty database; its SQLAlchemy URL."""
+        self._counter += 1
+        name = f"fathom_test_{self._counter}"
+        import psycopg
+        with psycopg.connect(host=str(self.socket_dir), port=PORT, user="postgres",
+                             dbname="postgres", autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self.url(name)

@@ -1,0 +1,179 @@
+"""`fathom bench sfc`: what steering through a port chain costs, against the same VNFs reached
+without it, and requests/s of a web chain.
+
+One lab (fathom/lab/topologies/sfc.yaml, under its own controller). For each path of VNFs:
+
+- chained: a port chain whose classifier takes the client's TCP to the server's iperf3 port;
+- unchained: no chain, the same VNFs in the same order by plain routing (the client routes the
+  server's address via the first VNF's ingress address, each VNF via the next one's; the last
+  delivers), so the VNFs do the same work and the packets cross the same nodes; only the switches'
+  steering differs.
+
+Both are iperf3 TCP client -> server, interleaved, `repeats` times. The figure is chained / unchained
+throughput, and per VNF hop (the ratio to the power 1/hops). Replies go straight back in both (the
+chain is not symmetric). Then ApacheBench through firewall -> DPI -> nginx (chained), against the
+same path unchained and against no VNF at all.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import platform
+import statistics
+import time
+
+from fathom.client import Client
+from fathom.host.iperf import iperf3
+from fathom.lab import vnf as vnfs
+from fathom.lab.lab import Lab
+from fathom.lab.sh import LabError, run
+from fathom.lab.topology import DEFAULT_TOPOLOGY, load
+
+TOPOLOGY = DEFAULT_TOPOLOGY.parent / "sfc.yaml"
+PATHS = (("fw1",), ("fw1", "fw2"), ("fw1", "fw2", "fwd"))
+WEB_PATH = ("fw1", "dpi")
+IPERF_PORT = 5201
+TARGET_PER_HOP = 0.95
+
+
+class SfcBench:
+    def __init__(self, lab_name: str = "sfb", seconds: float = 5, repeats: int = 3, requests: int = 2000,
+                 concurrency: int = 4, progress=lambda msg, frac=None: None):
+        self.lab = Lab(lab_name)
+        self.seconds, self.repeats = seconds, repeats
+        self.requests, self.concurrency = requests, concurrency
+        self.progress = progress
+
+    # ------------------------------------------------------------------ lab facts
+    def _topo(self):
+        return load(TOPOLOGY)
+
+    def _vnf(self, name):
+        return next(v for _, v in self._topo().vnfs() if v.name == name)
+
+    def _ip(self, vm: str) -> str:
+        return str(next(v for _, v in self._topo().vms() if v.name == vm).ip.ip)
+
+    # ------------------------------------------------------------------ paths
+    @contextlib.contextmanager
+    def chained(self, api: Client, path: tuple[str, ...], port: int):
+        created = self.lab.state()["controller"]["created"]
+        made = []
+        try:
+            gids = []
+            for v in path:
+                g = api.post("/sfc/port_pair_groups", json={"port_pairs": [created["port_pairs"][v]], "project_id": "demo"})
+                made.append(f"/sfc/port_pair_groups/{g['id']}")
+                gids.append(g["id"])
+            fc = api.post("/sfc/flow_classifiers", json={
+                "protocol": "tcp", "destination_port_range_min": port, "destination_port_range_max": port,
+                "logical_source_port": created["ports"]["client"], "logical_destination_port": created["ports"]["server"],
+                "project_id": "demo"})
+            made.append(f"/sfc/flow_classifiers/{fc['id']}")
+            ch = api.post("/sfc/port_chains", json={"port_pair_groups": gids, "flow_classifiers": [fc["id"]],
+                                                      "project_id": "demo"})
+            made.append(f"/sfc/port_chains/{ch['id']}")
+            api.wait_status("sfc/port_chains", ch["id"], timeout=30)
+            yield
+        finally:
+            for p in reversed(made):
+                api.delete(p)
+            api.sync()
+
+    @contextlib.contextmanager
+    def unchained(self, path: tuple[str, ...]):
+        """The same VNFs in the same order by plain routing: host routes to the server's address."""
+        server = self._ip("server")
+        hops = [("client", None)] + [(v, vnfs.TABLE_FORWARD) for v in path]
+        nexts = [str(self._vnf(v).ingress.ip.ip) for v in path] + [None]
+        done = []
+        try:
+            for (ns, table), nxt in zip(hops, nexts):
+                if nxt is None:
+                    continue
+                cmd = ["ip", "route", "replace", f"{server}/32", "via", nxt] + (["table", table] if table else [])
+                run(cmd, ns=self.lab.ns(ns))
+                done.append((ns, table))
+            yield
+        finally:
+            for ns, table in done:
+                run(["ip", "route", "del", f"{server}/32"] + (["table", table] if table else []),
+                    ns=self.lab.ns(ns), check=False)
+
+    def _iperf(self) -> float:
+        r = iperf3(self.lab.ns("client"), self.lab.ns("server"), self._ip("server"), seconds=self.seconds, omit=1)
+        return r.gbps
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> dict:
+        self.progress("building the lab")
+        self.lab.down()
+        try:
+            self.lab.up(self._topo(), str(TOPOLOGY))
+            return self._measure()
+        finally:
+            self.lab.down()
+
+    def _measure(self) -> dict:
+        api = Client.for_lab(self.lab.state())
+        doc = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
+               "lab": self.lab.name, "topology": str(TOPOLOGY.name), "seconds": self.seconds, "repeats": self.repeats,
+               "target_per_hop": TARGET_PER_HOP, "paths": []}
+        steps = len(PATHS) * self.repeats * 2 + 3
+        done = 0
+        for path in PATHS:
+            runs = {"chained": [], "unchained": []}
+            for i in range(self.repeats):
+                for mode in ("unchained", "chained"):
+                    self.progress(f"{' → '.join(path)}: {mode} run {i + 1}/{self.repeats}", done / steps)
+                    ctx = self.chained(api, path, IPERF_PORT) if mode == "chained" else self.unchained(path)
+                    with ctx:
+                        runs[mode].append(self._iperf())
+                    done += 1
+            ch, un = statistics.median(runs["chained"]), statistics.median(runs["unchained"])
+            ratio = ch / un if un else None
+            nodes = sorted({n.name for n, v in self._topo().vnfs() if v.name in path})
+            doc["paths"].append({"vnfs": list(path), "hops": len(path), "nodes": nodes, "gbps": runs,
+                                 "median_gbps": {"chained": ch, "unchained": un}, "ratio": ratio,
+                                 "ratio_per_hop": ratio ** (1 / len(path)) if ratio else None})
+        doc["web"] = self._web(api, lambda frac: None)
+        doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        api.close()
+        return doc
+
+    def _web(self, api: Client, _progress) -> dict:
+        www = self.lab.dir / "www"
+        www.mkdir(exist_ok=True)
+        (www / "index.html").write_bytes(hashlib.shake_256(b"page").digest(1024))
+        vnfs.start_web(self.lab.ns("server"), self.lab.dir / "server-web", www)
+        url = f"http://{self._ip('server')}/index.html"
+        out = {"path": list(WEB_PATH) + ["nginx"], "requests": self.requests, "concurrency": self.concurrency}
+        self.progress("ab: no VNF")
+        out["direct"] = vnfs.ab(self.lab.ns("client"), url, self.requests, self.concurrency)
+        self.progress("ab: unchained")
+        with self.unchained(WEB_PATH):
+            out["unchained"] = vnfs.ab(self.lab.ns("client"), url, self.requests, self.concurrency)
+        self.progress("ab: chained")
+        with self.chained(api, WEB_PATH, 80):
+            out["chained"] = vnfs.ab(self.lab.ns("client"), url, self.requests, self.concurrency)
+        if out["chained"]["failed"] or out["unchained"]["failed"]:
+            raise LabError(f"ab saw failed requests: {out}")
+        return out
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# fathom bench sfc ({doc['started']}, {doc['seconds']} s iperf3 runs, median of {doc['repeats']})", "",
+             "| VNFs | nodes | chained Gbit/s | unchained Gbit/s | chained / unchained | per VNF hop | target |",
+             "|---|---|---|---|---|---|---|"]
+    for p in doc["paths"]:
+        ok = p["ratio_per_hop"] is not None and p["ratio_per_hop"] >= doc["target_per_hop"]
+        lines.append(f"| {' → '.join(p['vnfs'])} | {', '.join(p['nodes'])} | {p['median_gbps']['chained']:.2f} | "
+                     f"{p['median_gbps']['unchained']:.2f} | {p['ratio']:.3f} | {p['ratio_per_hop']:.3f} | "
+                     f"{'met' if ok else 'missed'} (≥ {doc['target_per_hop']}) |")
+    w = doc.get("web")
+    if w:
+        lines += ["", f"ab -n {w['requests']} -c {w['concurrency']} through {' → '.join(w['path'])}:", "",
+                  "| path | requests/s | mean ms per request |", "|---|---|---|"]
+        for k in ("direct", "unchained", "chained"):
+            lines.append(f"| {k} | {w[k]['requests_per_s']:.0f} | {w[k]['time_per_request_ms']:.2f} |")
+    return "\n".join(lines) + "\n"

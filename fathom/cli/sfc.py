@@ -1,0 +1,203 @@
+"""`fathom sfc port-pair|port-pair-group|flow-classifier|port-chain create|list|show|update|delete`:
+service function chains over the REST API, named as networking-sfc (and `openstack sfc ...`) names
+them. Members are given by id or name; repeat --port-pair, --port-pair-group, --flow-classifier.
+"""
+from __future__ import annotations
+
+import click
+
+from fathom.cli.output import print_json, print_record, print_table
+from fathom.cli.resources import Api, _delete, _reason, api_command
+
+
+@click.group()
+def sfc():
+    """Service function chains: VNF port pairs, groups of instances, flow classifiers, port chains."""
+
+
+def _ref(value: str):
+    return int(value) if value.isascii() and value.isdigit() else value
+
+
+def _show(obj: dict, as_json: bool, title: str) -> None:
+    if as_json:
+        print_json(obj)
+    else:
+        print_record(title, obj)
+
+
+def _list(api: Api, as_json: bool, collection: str, title: str, columns: list[str], fmt: dict) -> None:
+    objs = api.list(f"/sfc/{collection}")
+    if as_json:
+        return print_json(objs)
+    print_table(title, columns, [[fmt.get(c, lambda o, c=c: o.get(c))(o) for c in columns] for o in objs])
+
+
+def _ids(values) -> str:
+    return " ".join(str(v) for v in values)
+
+
+OWNER = click.option("--owner", "project_id", help="Project owning the object (admin only).")
+
+
+def _crud(name: str, collection: str, title: str, columns: list[str], fmt: dict):
+    """The list, show and delete commands of one collection (create and update differ per kind)."""
+    group = click.Group(name, help=f"{title[0].upper()}{title[1:]}s (networking-sfc's {collection}).")
+    sfc.add_command(group)
+
+    @api_command(group, "list")
+    def list_(api, as_json):
+        """List them."""
+        _list(api, as_json, collection, f"{title}s", columns, fmt)
+
+    @api_command(group, "show")
+    @click.argument("ref")
+    def show_(api, as_json, ref):
+        """Show one (by id or name)."""
+        _show(api.find(f"sfc/{collection}", ref), as_json, title)
+
+    @api_command(group, "delete")
+    @click.argument("ref")
+    def delete_(api, as_json, ref):
+        """Delete one (by id or name); it must not be in use."""
+        _delete(api, f"sfc/{collection}", ref)
+    return group
+
+
+port_pair = _crud("port-pair", "port_pairs", "port pair", ["id", "name", "project_id", "ingress", "egress",
+                                                           "port_pair_group", "status"], {"status": _reason})
+port_pair_group = _crud("port-pair-group", "port_pair_groups", "port pair group",
+                        ["id", "name", "project_id", "port_pairs", "port_chain", "status"],
+                        {"port_pairs": lambda o: _ids(o["port_pairs"]), "status": _reason})
+flow_classifier = _crud("flow-classifier", "flow_classifiers", "flow classifier",
+                        ["id", "name", "project_id", "logical_source_port", "logical_destination_port", "protocol",
+                         "source_ip_prefix", "destination_ip_prefix", "ports", "port_chain", "status"],
+                        {"ports": lambda o: _ports(o), "status": _reason})
+port_chain = _crud("port-chain", "port_chains", "port chain",
+                   ["id", "name", "project_id", "port_pair_groups", "flow_classifiers", "symmetric", "status"],
+                   {"port_pair_groups": lambda o: " → ".join(map(str, o["port_pair_groups"])),
+                    "flow_classifiers": lambda o: _ids(o["flow_classifiers"]),
+                    "symmetric": lambda o: o["chain_parameters"]["symmetric"], "status": _reason})
+
+
+def _ports(fc: dict) -> str:
+    def rng(side):
+        lo, hi = fc[f"{side}_port_range_min"], fc[f"{side}_port_range_max"]
+        return "*" if lo is None else str(lo) if lo == hi else f"{lo}-{hi}"
+    return f"{rng('source')} → {rng('destination')}"
+
+
+def _range(value: str | None, option: str) -> tuple[int | None, int | None]:
+    if value is None:
+        return None, None
+    low, _, high = value.partition("-")
+    try:
+        return int(low), int(high or low)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: a port or a range such as 1000-2000", param_hint=option) from None
+
+
+@api_command(port_pair, "create")
+@click.argument("name", required=False, default="")
+@click.option("--ingress", required=True, help="Port (id or name) traffic enters the VNF on.")
+@click.option("--egress", required=True, help="Port (id or name) traffic leaves the VNF on.")
+@OWNER
+def port_pair_create(api, as_json, name, ingress, egress, project_id):
+    """Create a port pair: one VNF instance's ingress and egress ports (port security off on both)."""
+    body = {"name": name, "ingress": _ref(ingress), "egress": _ref(egress), "project_id": project_id}
+    _show(api.call("POST", "/sfc/port_pairs", json=body), as_json, "port pair")
+
+
+@api_command(port_pair, "update")
+@click.argument("ref")
+@click.option("--name", required=True)
+def port_pair_update(api, as_json, ref, name):
+    """Rename a port pair."""
+    pair = api.find("sfc/port_pairs", ref)
+    _show(api.call("PATCH", f"/sfc/port_pairs/{pair['id']}", json={"name": name}), as_json, "port pair")
+
+
+@api_command(port_pair_group, "create")
+@click.argument("name", required=False, default="")
+@click.option("--port-pair", "port_pairs", multiple=True, required=True, help="A port pair (repeat for more instances).")
+@OWNER
+def port_pair_group_create(api, as_json, name, port_pairs, project_id):
+    """Create a port pair group: instances of one VNF that flows are spread over."""
+    body = {"name": name, "port_pairs": [_ref(p) for p in port_pairs], "project_id": project_id}
+    _show(api.call("POST", "/sfc/port_pair_groups", json=body), as_json, "port pair group")
+
+
+@api_command(port_pair_group, "update")
+@click.argument("ref")
+@click.option("--name")
+@click.option("--port-pair", "port_pairs", multiple=True, help="The group's port pairs from now on (repeat).")
+def port_pair_group_update(api, as_json, ref, name, port_pairs):
+    """Rename a group or change its instances (in place: chains through it follow)."""
+    group = api.find("sfc/port_pair_groups", ref)
+    body = {**({"name": name} if name is not None else {}),
+            **({"port_pairs": [_ref(p) for p in port_pairs]} if port_pairs else {})}
+    _show(api.call("PATCH", f"/sfc/port_pair_groups/{group['id']}", json=body), as_json, "port pair group")
+
+
+@api_command(flow_classifier, "create")
+@click.argument("name", required=False, default="")
+@click.option("--logical-source-port", required=True, help="Port whose traffic is classified (id or name).")
+@click.option("--logical-destination-port", help="Port the traffic is sent to (needed by symmetric chains).")
+@click.option("--protocol", help="tcp, udp, icmp or a number.")
+@click.option("--source-ip-prefix")
+@click.option("--destination-ip-prefix")
+@click.option("--source-port", help="Port or range (1000-2000); needs --protocol tcp or udp.")
+@click.option("--destination-port", help="Port or range; needs --protocol tcp or udp.")
+@OWNER
+def flow_classifier_create(api, as_json, name, logical_source_port, logical_destination_port, protocol,
+                           source_ip_prefix, destination_ip_prefix, source_port, destination_port, project_id):
+    """Create a flow classifier: which IPv4 traffic of a port enters a chain."""
+    sp, dp = _range(source_port, "--source-port"), _range(destination_port, "--destination-port")
+    body = {"name": name, "logical_source_port": _ref(logical_source_port), "project_id": project_id,
+            "logical_destination_port": _ref(logical_destination_port) if logical_destination_port else None,
+            "protocol": _ref(protocol) if protocol else None, "source_ip_prefix": source_ip_prefix,
+            "destination_ip_prefix": destination_ip_prefix, "source_port_range_min": sp[0],
+            "source_port_range_max": sp[1], "destination_port_range_min": dp[0], "destination_port_range_max": dp[1]}
+    _show(api.call("POST", "/sfc/flow_classifiers", json=body), as_json, "flow classifier")
+
+
+@api_command(flow_classifier, "update")
+@click.argument("ref")
+@click.option("--name", required=True)
+def flow_classifier_update(api, as_json, ref, name):
+    """Rename a flow classifier (its fields are fixed: make a new one and update the chain)."""
+    fc = api.find("sfc/flow_classifiers", ref)
+    _show(api.call("PATCH", f"/sfc/flow_classifiers/{fc['id']}", json={"name": name}), as_json, "flow classifier")
+
+
+@api_command(port_chain, "create")
+@click.argument("name", required=False, default="")
+@click.option("--port-pair-group", "group_refs", multiple=True, required=True, help="A group, in path order (repeat).")
+@click.option("--flow-classifier", "classifiers", multiple=True, help="A flow classifier (repeat).")
+@click.option("--symmetric", is_flag=True, help="Replies go back through the same instances.")
+@OWNER
+def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, project_id):
+    """Create a port chain: classified traffic crosses each group in order, then reaches its destination."""
+    body = {"name": name, "port_pair_groups": [_ref(g) for g in group_refs],
+            "flow_classifiers": [_ref(c) for c in classifiers], "project_id": project_id,
+            "chain_parameters": {"symmetric": symmetric}}
+    _show(api.call("POST", "/sfc/port_chains", json=body), as_json, "port chain")
+
+
+@api_command(port_chain, "update")
+@click.argument("ref")
+@click.option("--name")
+@click.option("--port-pair-group", "group_refs", multiple=True, help="The groups from now on, in order (repeat).")
+@click.option("--flow-classifier", "classifiers", multiple=True, help="The classifiers from now on (repeat).")
+@click.option("--no-flow-classifiers", is_flag=True, help="Remove every classifier (the chain steers nothing).")
+def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_classifiers):
+    """Change a chain in place (its groups, its classifiers); unrelated traffic is not disturbed."""
+    chain = api.find("sfc/port_chains", ref)
+    body = {}
+    if name is not None:
+        body["name"] = name
+    if group_refs:
+        body["port_pair_groups"] = [_ref(g) for g in group_refs]
+    if classifiers or no_flow_classifiers:
+        body["flow_classifiers"] = [_ref(c) for c in classifiers]
+    _show(api.call("PATCH", f"/sfc/port_chains/{chain['id']}", json=body), as_json, "port chain")

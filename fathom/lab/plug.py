@@ -1,0 +1,84 @@
+"""Plug a VM into a lab node for a port that a cloud (Neutron) made and fathom holds: what Nova and
+os-vif do on a compute node, plus the address configuration a DHCP agent would hand out.
+
+The VM is a namespace `<lab>-<vm>`; its eth0 gets the port's MAC and first IPv4 address, a default
+route via the subnet's gateway; the node end of the veth is named as the port's `interface_name`
+(Neutron's `tap<uuid[:11]>`) and added to the node's br-int with the external_ids os-vif sets
+(iface-id = the Neutron port UUID, attached-mac, iface-status). fathom's controller then sees the
+interface on br-int and installs the port's flows; the port turns active.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from fathom.client import ApiError, Client
+
+from .lab import Lab, _add_netns, _prepare_veth_end
+from .ovs import OvsInstance
+from .sh import LabError, run
+
+VM_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+
+
+def plug_neutron_port(lab: Lab, neutron_port: str, vm: str | None = None) -> dict:
+    """Create the VM of the fathom port whose external_id is `neutron_port`; returns what was made."""
+    state = lab.state()
+    if not state.get("controller"):
+        raise LabError(f"lab {lab.name} has no controller")
+    api = Client.for_lab(state)
+    try:
+        found = api.list("/ports", params={"external_id": neutron_port})
+        if not found:
+            raise LabError(f"fathom holds no port for Neutron port {neutron_port} (yet)")
+        port = found[0]
+        if not port["node"] or not port["interface_name"]:
+            raise LabError(f"port {port['id']} is not bound (Neutron binding:host_id names the node)")
+        if not port["fixed_ips"]:
+            raise LabError(f"port {port['id']} has no IPv4 address")
+        subnet = api.get(f"/subnets/{port['fixed_ips'][0]['subnet_id']}")
+    except ApiError as e:
+        raise LabError(f"controller: {e}") from None
+    finally:
+        api.close()
+    vm = vm or "vm-" + neutron_port[:8]
+    if not VM_NAME_RE.match(vm):
+        raise LabError(f"VM name {vm!r}: 1-31 of a-z, 0-9, '-'")
+    node = lab.node(port["node"])
+    vns = lab.ns(vm)
+    if vns in lab.namespaces():
+        raise LabError(f"lab {lab.name} already has a VM or node named {vm!r}")
+    ifname = port["interface_name"]
+    prefix = ipaddress.IPv4Network(subnet["cidr"]).prefixlen
+    _add_netns(vns)
+    run(["ip", "link", "add", ifname, "netns", node.netns, "type", "veth", "peer", "name", "eth0", "netns", vns])
+    run(["ip", "link", "set", "eth0", "address", port["mac_address"]], ns=vns)
+    run(["ip", "addr", "add", f"{port['fixed_ips'][0]['ip_address']}/{prefix}", "dev", "eth0"], ns=vns)
+    _prepare_veth_end(vns, "eth0")
+    if subnet["gateway_ip"]:
+        run(["ip", "route", "add", "default", "via", subnet["gateway_ip"]], ns=vns)
+    _prepare_veth_end(node.netns, ifname)
+    OvsInstance(node.netns, node.rundir).vsctl(
+        "add-port", "br-int", ifname, "--", "set", "interface", ifname,
+        f"external_ids:iface-id={neutron_port}", f"external_ids:attached-mac={port['mac_address']}",
+        "external_ids:iface-status=active")
+    plugged = {"vm": vm, "node": node.name, "interface": ifname, "neutron_port": neutron_port,
+               "port_id": port["id"], "mac": port["mac_address"], "ip": port["fixed_ips"][0]["ip_address"]}
+    state = lab.state()
+    state.setdefault("plugged", []).append(plugged)
+    lab._save(state)
+    return plugged
+
+
+def unplug(lab: Lab, vm: str) -> dict:
+    """Remove a plugged VM: its namespace, and its interface from the node's br-int."""
+    state = lab.state()
+    entry = next((p for p in state.get("plugged", []) if p["vm"] == vm), None)
+    if entry is None:
+        raise LabError(f"lab {lab.name} has no plugged VM {vm!r}")
+    node = lab.node(entry["node"])
+    OvsInstance(node.netns, node.rundir).vsctl("--if-exists", "del-port", "br-int", entry["interface"])
+    run(["ip", "netns", "del", lab.ns(vm)], check=False)
+    state["plugged"] = [p for p in state["plugged"] if p["vm"] != vm]
+    lab._save(state)
+    return entry

@@ -1,0 +1,286 @@
+"""The security-groups compiler (fathom/apps/secgroups): what its flows allow and deny, walked through
+every app's compiled br-ints with the connection tracker of tests/unit/flowsim.py; that the flow
+count grows with rules plus members, never their product; and that a real OVS takes the flows.
+
+The cloud: two compute nodes; network blue (VXLAN, 10.0.0.0/24) and red (VLAN 110, 10.1.0.0/24)
+joined by a distributed router; project p's ports web1 (c1, blue), web2 (c2, blue), db (c2, red),
+cli (c1, red), and project q's port q1 (c1, blue, address overlapping nothing).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from fathom.apps import BR_INT, compile_all
+from fathom.apps.secgroups import compiler as sg
+from fathom.model import (
+    TUNNEL_INTERFACE, UPLINK_INTERFACE, FixedIp, Network, Node, Port, Router, RouterInterface, SecurityGroup,
+    SecurityGroupRule, Snapshot, Subnet,
+)
+from fathom.pipeline import catalogue as cat
+from fathom.pipeline import cookies as ck
+
+from .flowsim import Fabric
+from .test_spec_ovs import _dumped_flows, _install, ovs  # noqa: F401 - the real-OVS fixture
+
+TCP, UDP, ICMP = 6, 17, 1
+DEFAULT, WEB, DB, Q_DEFAULT = 1, 2, 3, 4
+GW = {1: "02:fd:00:00:00:01", 2: "02:fd:00:00:00:02"}
+
+# rules of groups: default (Neutron's), web (ingress TCP 80 from anywhere, UDP 53 from 10.1.0.0/24,
+# ICMP echo from anywhere), db (ingress TCP 5432 from members of web), q's default
+RULES = (
+    SecurityGroupRule(1, DEFAULT, "egress", "IPv4"),
+    SecurityGroupRule(2, DEFAULT, "egress", "IPv6"),
+    SecurityGroupRule(3, DEFAULT, "ingress", "IPv4", remote_group_id=DEFAULT),
+    SecurityGroupRule(4, DEFAULT, "ingress", "IPv6", remote_group_id=DEFAULT),
+    SecurityGroupRule(10, WEB, "ingress", "IPv4", TCP, 80, 80),
+    SecurityGroupRule(11, WEB, "ingress", "IPv4", UDP, 53, 53, remote_prefix="10.1.0.0/24"),
+    SecurityGroupRule(12, WEB, "ingress", "IPv4", ICMP, 8, None),
+    SecurityGroupRule(13, WEB, "egress", "IPv4"),
+    SecurityGroupRule(20, DB, "ingress", "IPv4", TCP, 5432, 5432, remote_group_id=WEB),
+    SecurityGroupRule(21, DB, "egress", "IPv4", TCP, 1, 1023),
+    SecurityGroupRule(30, Q_DEFAULT, "egress", "IPv4"),
+    SecurityGroupRule(31, Q_DEFAULT, "ingress", "IPv4", remote_group_id=Q_DEFAULT),
+)
+
+
+def _port(pid, name, project, net, ip, node, groups, port_security=True) -> Port:
+    return Port(pid, name, project, net, f"02:00:00:00:00:{pid:02x}", (FixedIp(net, ip),), node, name,
+                port_security, groups)
+
+
+def cloud(rules=RULES, **changes) -> Snapshot:
+    ports = {p.name: p for p in (
+        _port(11, "web1", "p", 1, "10.0.0.11", "c1", (WEB,)),
+        _port(12, "web2", "p", 1, "10.0.0.12", "c2", (WEB,)),
+        _port(13, "db", "p", 2, "10.1.0.13", "c2", (DB,)),
+        _port(14, "cli", "p", 2, "10.1.0.14", "c1", (DEFAULT,)),
+        _port(15, "q1", "q", 1, "10.0.0.15", "c1", (Q_DEFAULT,)),
+    )}
+    for name, fields in changes.items():
+        ports[name] = dataclasses.replace(ports[name], **fields)
+    nodes = tuple(Node(i, n, "compute", f"198.18.0.{i}", None, "complete",
+                       {TUNNEL_INTERFACE: 1, UPLINK_INTERFACE: 2,
+                        **{p.interface: 10 + p.id for p in ports.values() if p.node == n}})
+                  for i, n in ((1, "c1"), (2, "c2")))
+    return Snapshot(
+        nodes, (Network(1, "blue", "p", "vxlan", 1001), Network(2, "red", "p", "vlan", 110)),
+        (Subnet(1, "blue", "p", 1, "10.0.0.0/24", "10.0.0.1"), Subnet(2, "red", "p", 2, "10.1.0.0/24", "10.1.0.1")),
+        tuple(ports.values()), (Router(1, "r", "p"),),
+        (RouterInterface(1, 1, 1, 1, "10.0.0.1", GW[1]), RouterInterface(2, 1, 2, 2, "10.1.0.1", GW[2])),
+        security_groups=(SecurityGroup(DEFAULT, "default", "p"), SecurityGroup(WEB, "web", "p"),
+                         SecurityGroup(DB, "db", "p"), SecurityGroup(Q_DEFAULT, "default", "q")),
+        security_group_rules=tuple(rules))
+
+
+def fabric(snap: Snapshot, conntrack=None) -> Fabric:
+    states = {k.name: s for k, s in compile_all(snap).items() if k.bridge == BR_INT}
+    sim = Fabric(snap, states)
+    if conntrack is not None:
+        sim.conntrack = conntrack
+    return sim
+
+
+def _by_name(snap: Snapshot) -> dict[str, Port]:
+    return {p.name: p for p in snap.ports}
+
+
+def frame(snap: Snapshot, src: str, dst: str, proto: int, dport: int = 0, sport: int = 40000, **extra) -> dict:
+    """An IPv4 frame from port src to port dst (through the router when they are in different networks)."""
+    ports = _by_name(snap)
+    s, d = ports[src], ports[dst]
+    eth_dst = d.mac_address if s.network_id == d.network_id else GW[s.network_id]
+    pkt = {"eth_src": s.mac_address, "eth_dst": eth_dst, "eth_type": 0x0800, "ip_proto": proto,
+           "ipv4_src": s.fixed_ips[0].ip_address, "ipv4_dst": d.fixed_ips[0].ip_address, "ttl": 64, **extra}
+    if proto == TCP:
+        pkt.update(tcp_src=sport, tcp_dst=dport)
+    elif proto == UDP:
+        pkt.update(udp_src=sport, udp_dst=dport)
+    elif proto == ICMP:
+        pkt.update(icmpv4_type=dport, icmpv4_code=0)
+    return pkt
+
+
+def reply(snap: Snapshot, pkt: dict, src: str, dst: str) -> dict:
+    """The answer of dst to `pkt` (ports swapped; echo request -> echo reply)."""
+    back = frame(snap, dst, src, pkt["ip_proto"])
+    for a, b in (("tcp_src", "tcp_dst"), ("udp_src", "udp_dst")):
+        if a in pkt:
+            back[a], back[b] = pkt[b], pkt[a]
+    if pkt["ip_proto"] == ICMP:
+        back["icmpv4_type"] = 0
+    return back
+
+
+def delivered(sim: Fabric, snap: Snapshot, src: str, pkt: dict) -> list[str]:
+    p = _by_name(snap)[src]
+    return [d.interface for d in sim.send(p.node, p.interface, pkt)]
+
+
+def connect(sim, snap, src, dst, proto, dport=0) -> tuple[bool, bool]:
+    """(request delivered, reply delivered) of one exchange src -> dst."""
+    pkt = frame(snap, src, dst, proto, dport)
+    there = delivered(sim, snap, src, pkt) == [dst]
+    back = there and delivered(sim, snap, dst, reply(snap, pkt, src, dst)) == [src]
+    return there, back
+
+
+# ---------------------------------------------------------------------------------------------- semantics
+
+
+def test_ingress_rules_allow_exactly_what_they_say():
+    snap = cloud()
+    sim = fabric(snap)
+    assert connect(sim, snap, "web2", "web1", TCP, 80) == (True, True)      # same network, cross node
+    assert connect(sim, snap, "cli", "web1", TCP, 80) == (True, True)       # routed, same node
+    assert connect(sim, snap, "web2", "web1", TCP, 81) == (False, False)    # another port
+    assert connect(sim, snap, "cli", "web2", UDP, 53) == (True, True)       # from 10.1.0.0/24, routed
+    assert connect(sim, snap, "web1", "web2", UDP, 53) == (False, False)    # from outside the prefix
+    assert connect(sim, snap, "cli", "web1", ICMP, 8) == (True, True)       # echo request
+    assert connect(sim, snap, "cli", "web1", ICMP, 13) == (False, False)    # timestamp: another type
+
+
+def test_remote_group_admits_its_members_only():
+    snap = cloud()
+    sim = fabric(snap)
+    assert connect(sim, snap, "web1", "db", TCP, 5432) == (True, True)      # web member, routed cross node
+    assert connect(sim, snap, "cli", "db", TCP, 5432) == (False, False)     # not a member of web
+    # joining the group is enough: no rule changes
+    snap = cloud(cli={"security_groups": (DEFAULT, WEB)})
+    assert connect(fabric(snap), snap, "cli", "db", TCP, 5432) == (True, True)
+
+
+def test_egress_rules_limit_what_a_port_sends():
+    snap = cloud()
+    sim = fabric(snap)
+    # db may open TCP 1..1023 only (web1 accepts TCP 80 from anywhere)
+    assert connect(sim, snap, "db", "web1", TCP, 80) == (True, True)
+    assert connect(sim, snap, "db", "web1", UDP, 53) == (False, False)
+    # the default group: egress anywhere, ingress from its members only
+    assert connect(sim, snap, "cli", "db", TCP, 22) == (False, False)       # db does not accept
+    assert connect(sim, snap, "web1", "cli", TCP, 22) == (False, False)     # web1 is no member of default
+
+
+def test_a_port_without_groups_sends_and_receives_no_ip_but_arp():
+    snap = cloud(web1={"security_groups": ()})
+    sim = fabric(snap)
+    assert connect(sim, snap, "web2", "web1", TCP, 80) == (False, False)
+    assert connect(sim, snap, "web1", "web2", TCP, 80) == (False, False)
+    web1, web2 = _by_name(snap)["web1"], _by_name(snap)["web2"]
+    arp = {"eth_src": web1.mac_address, "eth_dst": "ff:ff:ff:ff:ff:ff", "eth_type": 0x0806, "arp_op": 1,
+           "arp_spa": "10.0.0.11", "arp_tpa": "10.0.0.12", "arp_sha": web1.mac_address}
+    assert delivered(sim, snap, "web1", arp) == ["web1"]     # answered by the switch, as before
+
+
+def test_ipv6_neighbour_discovery_is_never_filtered():
+    snap = cloud(web1={"security_groups": ()})
+    sim = fabric(snap)
+    web1, web2 = _by_name(snap)["web1"], _by_name(snap)["web2"]
+    for icmp_type, delivered_to in ((136, ["web1"]), (128, [])):     # neighbour advertisement; echo request
+        pkt = {"eth_src": web2.mac_address, "eth_dst": web1.mac_address, "eth_type": 0x86DD, "ip_proto": 58,
+               "ipv6_src": "fe80::2", "ipv6_dst": "fe80::1", "icmpv6_type": icmp_type, "icmpv6_code": 0}
+        assert delivered(sim, snap, "web2", pkt) == delivered_to, icmp_type
+
+
+def test_port_security_off_disables_filtering():
+    snap = cloud(web1={"port_security": False, "security_groups": ()})
+    sim = fabric(snap)
+    assert connect(sim, snap, "web2", "web1", TCP, 81) == (True, True)      # web2's egress is open
+    assert connect(sim, snap, "web1", "web2", TCP, 80) == (True, True)
+    assert connect(sim, snap, "cli", "web1", UDP, 9) == (True, True)
+    assert not any(dict(f.match).get(cat.REG_SRC_PORT) == 11 or dict(f.match).get(cat.REG_DST_PORT) == 11
+                   for s in sg.compile_secgroups(snap).values() for f in s.flows)
+
+
+def test_established_connection_survives_an_unrelated_rule_change():
+    snap = cloud()
+    sim = fabric(snap)
+    pkt = frame(snap, "web2", "web1", TCP, 80)
+    assert delivered(sim, snap, "web2", pkt) == ["web1"]
+    more = cloud(RULES + (SecurityGroupRule(40, WEB, "ingress", "IPv4", TCP, 443, 443),))
+    fewer = cloud(tuple(r for r in RULES if r.id != 11))
+    for changed in (more, fewer):
+        after = fabric(changed, sim.conntrack)
+        assert delivered(after, changed, "web1", reply(changed, pkt, "web2", "web1")) == ["web2"]
+        assert delivered(after, changed, "web2", pkt) == ["web1"]
+
+
+def test_removing_the_admitting_rule_cuts_the_connection():
+    snap = cloud()
+    sim = fabric(snap)
+    pkt = frame(snap, "web2", "web1", TCP, 80)
+    assert delivered(sim, snap, "web2", pkt) == ["web1"]
+    cut = cloud(tuple(r for r in RULES if r.id != 10))
+    after = fabric(cut, sim.conntrack)
+    assert delivered(after, cut, "web1", reply(cut, pkt, "web2", "web1")) == []   # the reply
+    assert delivered(after, cut, "web2", pkt) == []                              # and the next request
+    # another rule that allows it re-admits it, with its own mark
+    other = cloud(tuple(r for r in RULES if r.id != 10) + (SecurityGroupRule(41, WEB, "ingress", "IPv4", TCP),))
+    again = fabric(other, sim.conntrack)
+    assert delivered(again, other, "web2", pkt) == ["web1"]
+    assert delivered(again, other, "web1", reply(other, pkt, "web2", "web1")) == ["web2"]
+
+
+def test_leaving_the_group_cuts_what_its_rules_admitted():
+    snap = cloud()
+    sim = fabric(snap)
+    pkt = frame(snap, "web1", "db", TCP, 5432)
+    assert delivered(sim, snap, "web1", pkt) == ["db"]
+    moved = cloud(db={"security_groups": (DEFAULT,)})
+    after = fabric(moved, sim.conntrack)
+    assert delivered(after, moved, "db", reply(moved, pkt, "web1", "db")) == []
+
+
+def test_tenants_stay_isolated():
+    snap = cloud(q1={"security_groups": (Q_DEFAULT,)})
+    sim = fabric(snap)
+    # q1 is in blue's address space but another project: its default group admits only its members
+    assert connect(sim, snap, "web2", "q1", TCP, 80) == (False, False)
+    assert connect(sim, snap, "q1", "web1", TCP, 80) == (True, True)    # web admits TCP 80 from anywhere
+
+
+# ---------------------------------------------------------------------------------------------- flows
+
+
+def _group_flows(rules: int, members: int) -> int:
+    """Flows on c1 for a group `web` of `rules` ingress TCP rules from members of group `db`, which
+    has `members` ports (bound on c2)."""
+    ports = [_port(11, "web1", "p", 1, "10.0.0.11", "c1", (WEB,))]
+    ports += [_port(100 + i, f"m{i}", "p", 1, f"10.0.{1 + i // 250}.{1 + i % 250}", "c2", (DB,))
+              for i in range(members)]
+    node = Node(1, "c1", "compute", "198.18.0.1", None, "complete", {"web1": 10})
+    snap = Snapshot((node,), (Network(1, "blue", "p", "vxlan", 1001),), (), tuple(ports),
+                    security_groups=(SecurityGroup(WEB, "web", "p"), SecurityGroup(DB, "db", "p")),
+                    security_group_rules=tuple(SecurityGroupRule(1000 + i, WEB, "ingress", "IPv4", TCP, 1000 + i,
+                                                                 1000 + i, remote_group_id=DB)
+                                               for i in range(rules)))
+    return len(sg.compile_secgroups(snap)["c1"].flows)
+
+
+def test_flow_count_is_linear_in_rules_plus_members():
+    base = _group_flows(10, 10)
+    per_rule = (_group_flows(20, 10) - base) / 10
+    per_member = (_group_flows(10, 20) - base) / 10
+    # no interaction term: doubling both costs the sum of doubling each
+    assert _group_flows(20, 20) - base == (per_rule + per_member) * 10
+    assert per_rule <= 4 and per_member <= 1
+    assert _group_flows(200, 200) == base + per_rule * 190 + per_member * 190 < 200 * 200 / 10
+
+
+def test_flows_keep_to_the_pipeline_and_carry_their_owner():
+    snap = cloud()
+    for node, state in sg.compile_secgroups(snap).items():
+        assert cat.BR_INT.check(state.flows) == []
+        kinds = {ck.parse_cookie(f.cookie)[:2] for f in state.flows}
+        assert kinds <= {(ck.APP_SECGROUPS, k) for k in (ck.KIND_PORT, ck.KIND_NODE, ck.KIND_SECURITY_GROUP,
+                                                          ck.KIND_SECURITY_GROUP_RULE)}, node
+
+
+def test_ovs_takes_the_flows_and_prints_them_as_we_do(ovs, tmp_path):  # noqa: F811 - the fixture
+    snap = cloud()
+    node = next(n for n in snap.nodes if n.name == "c2")
+    state = {k.name: s for k, s in compile_all(snap).items() if k.bridge == BR_INT}["c2"]
+    target = ovs.bridge("brsg", dict(node.ofports))
+    _install(ovs, target, state.flows, state.groups, Path(tmp_path))
+    assert _dumped_flows(ovs, target) == sorted(f.to_ofctl() for f in state.flows)
