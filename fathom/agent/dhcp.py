@@ -47,7 +47,9 @@ def render(obj: DhcpServer, folder: Path) -> dict[str, str]:
         routes = list(sub.host_routes)
         if sub.gateway_ip:
             opts.append(f"tag:{tag},option:router,{sub.gateway_ip}")
-            if routes:   # a client given classless routes ignores the router option: the default goes in too
+            # a client given classless routes ignores the router option: the default goes in too
+            # (unless a host route is the default already)
+            if routes and all(d != "0.0.0.0/0" for d, _ in routes):
                 routes.append(("0.0.0.0/0", sub.gateway_ip))
         else:
             opts.append(f"tag:{tag},option:router")

@@ -101,7 +101,7 @@ class DhcpServer:
 
     @property
     def owner(self) -> tuple[str, int]:
-        return ("network", self.network_id)
+        return ("dhcp_server", self.network_id)
 
     @property
     def inner(self) -> str:
