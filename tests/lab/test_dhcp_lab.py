@@ -36,7 +36,7 @@ networks:
     project: t1
     dns: [192.0.2.53]
     host_routes: [{destination: 203.0.113.0/24, nexthop: 198.19.91.5}]
-  - {name: green, type: vlan, segmentation_id: 3202, cidr: 198.19.92.0/24, project: t2}
+  - {name: green, type: vlan, segmentation_id: 392, cidr: 198.19.92.0/24, project: t2}
 routers:
   - {name: rb, networks: [blue]}
 nodes:
@@ -118,11 +118,12 @@ def test_another_networks_vm_never_reaches_this_networks_server(lab):
 class _Client:
     """udhcpc left running in a VM (as a cloud image's client is), its leases read as they come:
     `renew()` sends SIGUSR1 (`ip netns exec` execs udhcpc: the process is the client) and returns
-    the next lease (udhcpc's variables)."""
+    the next lease (udhcpc's variables). `-T 5`: a renewal waits 5 s for the server's unicast
+    answer before broadcasting (room for a crowded machine; the test requires the unicast answer)."""
 
     def __init__(self, lab, vm: str):
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", lab.ns(vm), "udhcpc", "-i", "eth0", "-f", "-t", "4", "-T", "2",
+            ["ip", "netns", "exec", lab.ns(vm), "udhcpc", "-i", "eth0", "-f", "-t", "4", "-T", "5",
              "-O", "mtu", "-O", "staticroutes", "-s", str(lab.dir / "udhcpc.sh")],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
