@@ -126,7 +126,8 @@ def switch_owners(state) -> set[tuple[int, int]]:
 
 def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
-    subnet, port, router, router_interface, tap_policy)."""
+    subnet, port, router, router_interface, tap_policy); and ("subnet_dhcp", subnet id) -> the
+    subnet's DHCP servers per node, ((node, status, reason), ...)."""
     needs = getattr(result, "needs", None)
     if needs is None:
         needs = owners_needed(result.desired)

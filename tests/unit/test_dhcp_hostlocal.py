@@ -10,9 +10,8 @@ from fathom.model.hostlocal import DhcpServer, digest, from_json, to_json
 def _snapshot(**subnet_extra) -> Snapshot:
     nodes = tuple(Node(i, f"c{i}", "compute", f"10.0.0.{i}", None) for i in (1, 2, 3))
     networks = (Network(10, "vx", "p1", "vxlan", 100), Network(11, "vl", "p2", "vlan", 200))
-    subnets = (Subnet(20, "s-vx", "p1", 10, "198.19.1.0/24", "198.19.1.1",
-                      dns_nameservers=("192.0.2.53",), host_routes=(("203.0.113.0/24", "198.19.1.9"),),
-                      **subnet_extra),
+    subnet = {"dns_nameservers": ("192.0.2.53",), "host_routes": (("203.0.113.0/24", "198.19.1.9"),), **subnet_extra}
+    subnets = (Subnet(20, "s-vx", "p1", 10, "198.19.1.0/24", "198.19.1.1", **subnet),
                Subnet(21, "s-vl", "p2", 11, "198.19.2.0/24", "198.19.2.1"))
     ports = (Port(30, "a", "p1", 10, "02:00:00:00:00:30", (FixedIp(20, "198.19.1.10"),), "c1", "tap30"),
              Port(31, "b", "p1", 10, "02:00:00:00:00:31", (FixedIp(20, "198.19.1.254"),), "c2", "tap31"),
@@ -100,3 +99,22 @@ def test_br_int_answers_arp_for_the_server_only_where_it_runs():
         return {dict(f.match).get("arp_tpa") for f in compiled[node].flows if f.table == st.ARP}
     assert "198.19.1.253" in answers("c1")       # the server address of subnet 20 (see above)
     assert "198.19.1.253" not in answers("c2")   # no DHCP port on c2: nothing claims the address
+
+
+def test_dnsmasq_options_carry_every_field(tmp_path):
+    """The agent's dnsmasq files (pure rendering; the lab test runs them): router, DNS servers,
+    classless routes with the default route added once, MTU, static leases only."""
+    from fathom.agent.dhcp import render
+    (server,) = [s for s in dhcp_servers(_snapshot())["c1"] if s.network_id == 10]
+    files = render(server, tmp_path)
+    opts = files["opts"].splitlines()
+    assert "option:mtu,1450" in opts
+    assert "tag:s20,option:router,198.19.1.1" in opts
+    assert "tag:s20,option:dns-server,192.0.2.53" in opts
+    assert "tag:s20,option:classless-static-route,203.0.113.0/24,198.19.1.9,0.0.0.0/0,198.19.1.1" in opts
+    assert "dhcp-range=set:s20,198.19.1.0,static,255.255.255.0,86400" in files["dnsmasq.conf"]
+    assert files["hosts"].splitlines() == ["02:00:00:00:00:30,198.19.1.10,port-30,86400"]
+    # a host route that is the default already: not added twice
+    own_default = _snapshot(host_routes=(("0.0.0.0/0", "198.19.1.9"),))
+    (server,) = [s for s in dhcp_servers(own_default)["c1"] if s.network_id == 10]
+    assert "tag:s20,option:classless-static-route,0.0.0.0/0,198.19.1.9" in render(server, tmp_path)["opts"].splitlines()
