@@ -36,6 +36,8 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "ss": ("iproute2", "socket state in the demo"),
     "nstat": ("iproute2", "kernel SNMP counters"),
     "ethtool": ("ethtool", "offload settings of veth ends"),
+    "dnsmasq": ("dnsmasq-base", "the node agent's DHCP server of each network (static leases)"),
+    "udhcpc": ("udhcpc", "lab VMs that take their address by DHCP"),
     "sysctl": ("procps", "per-namespace kernel settings"),
     "pgrep": ("procps", "finding daemons in tests"),
     "ping": ("iputils-ping", "reachability checks"),

@@ -25,8 +25,12 @@ def network_out(s: Session, n: m.Network) -> sc.NetworkOut:
 
 def subnet_out(x: m.Subnet) -> sc.SubnetOut:
     return sc.SubnetOut(id=x.id, external_id=x.external_id, name=x.name, project_id=x.project_id, network_id=x.network_id,
-                        cidr=x.cidr, gateway_ip=x.gateway_ip, status=x.status,
-                        status_reason=x.status_reason, created_at=utc(x.created_at))
+                        cidr=x.cidr, gateway_ip=x.gateway_ip, enable_dhcp=x.enable_dhcp,
+                        dns_nameservers=list(x.dns_nameservers or []),
+                        host_routes=[sc.HostRouteOut(**r) for r in x.host_routes or []], status=x.status,
+                        status_reason=x.status_reason,
+                        dhcp_status=[sc.DhcpServerStatus(**d) for d in x.dhcp_status or []],
+                        created_at=utc(x.created_at))
 
 
 def rename(s: Session, c: Caller, model, object_id: int, body) -> object:
@@ -105,7 +109,9 @@ def create_subnet(body: sc.SubnetCreate, c: CallerDep, db: StoreDep):
     gateway = body.gateway_ip if "gateway_ip" in body.model_fields_set else ops.UNSET
     return db.write(lambda s: subnet_out(ops.create_subnet(
         s, c, network_id=body.network_id, cidr=body.cidr, gateway_ip=gateway, name=body.name,
-        project_id=body.project_id, external_id=body.external_id)))
+        project_id=body.project_id, external_id=body.external_id, enable_dhcp=body.enable_dhcp,
+        dns_nameservers=body.dns_nameservers,
+        host_routes=[(r.destination, r.nexthop) for r in body.host_routes])))
 
 
 @subnets.get("/{subnet_id}", response_model=sc.SubnetOut)
@@ -117,7 +123,12 @@ async def show_subnet(subnet_id: int, c: CallerDep, db: StoreDep, request: Reque
 
 @subnets.patch("/{subnet_id}", response_model=sc.SubnetOut)
 def update_subnet(subnet_id: int, body: sc.SubnetUpdate, c: CallerDep, db: StoreDep):
-    return db.write(lambda s: subnet_out(rename(s, c, m.Subnet, subnet_id, body)))
+    given = body.given()
+    routes = given.get("host_routes")
+    return db.write(lambda s: subnet_out(ops.update_subnet(
+        s, c, subnet_id, name=given.get("name"), enable_dhcp=given.get("enable_dhcp"),
+        dns_nameservers=given.get("dns_nameservers"),
+        host_routes=None if routes is None else [(r.destination, r.nexthop) for r in routes])))
 
 
 @subnets.delete("/{subnet_id}", status_code=204)

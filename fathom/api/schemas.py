@@ -104,7 +104,59 @@ class NetworkOut(BaseModel):
 # ---------------------------------------------------------------------------------------------- subnets
 
 
-class SubnetCreate(_Request):
+MAX_DNS_NAMESERVERS = 5
+MAX_HOST_ROUTES = 20
+
+
+def _strict_network(value):
+    """An IPv4 network from a string, saying why not ("has host bits set", "not an IPv4 network")."""
+    if isinstance(value, str):
+        try:
+            return ipaddress.IPv4Network(value)
+        except ValueError as e:
+            raise ValueError(str(e)) from None
+    return value
+
+
+class HostRoute(_Request):
+    """A route a DHCP client installs (option 121): `destination` via `nexthop` (in the subnet)."""
+    destination: ipaddress.IPv4Network
+    nexthop: ipaddress.IPv4Address
+
+    @field_validator("destination", mode="before")
+    @classmethod
+    def _destination(cls, value):
+        return _strict_network(value)
+
+
+def _unique(values: list, what: str) -> list:
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"{what} {v} is given twice")
+        seen.add(v)
+    return values
+
+
+class _SubnetDhcp(_Request):
+    """The DHCP fields of a subnet (docs/dhcp.md)."""
+    enable_dhcp: bool = True
+    dns_nameservers: list[ipaddress.IPv4Address] = Field(default_factory=list, max_length=MAX_DNS_NAMESERVERS)
+    host_routes: list[HostRoute] = Field(default_factory=list, max_length=MAX_HOST_ROUTES)
+
+    @field_validator("dns_nameservers")
+    @classmethod
+    def _dns(cls, value):
+        return _unique(value, "DNS server")
+
+    @field_validator("host_routes")
+    @classmethod
+    def _routes(cls, value):
+        _unique([r.destination for r in value], "destination")
+        return value
+
+
+class SubnetCreate(_SubnetDhcp):
     external_id: str | None = EXTERNAL_ID
     network_id: int
     cidr: ipaddress.IPv4Network
@@ -117,16 +169,25 @@ class SubnetCreate(_Request):
     @classmethod
     def _cidr(cls, value):
         # Say why ("has host bits set", "not an IPv4 network"), not only that it is invalid.
-        if isinstance(value, str):
-            try:
-                return ipaddress.IPv4Network(value)
-            except ValueError as e:
-                raise ValueError(str(e)) from None
-        return value
+        return _strict_network(value)
 
 
-class SubnetUpdate(_Request):
+class SubnetUpdate(_SubnetDhcp):
+    """Only the fields given change; the DHCP servers follow in place (a renewing client gets the
+    new options)."""
     name: str = NAME
+
+
+class HostRouteOut(BaseModel):
+    destination: str
+    nexthop: str
+
+
+class DhcpServerStatus(BaseModel):
+    """The subnet's DHCP server on one node (one per node with ports of the network)."""
+    node: str
+    status: Status
+    reason: str | None
 
 
 class SubnetOut(BaseModel):
@@ -137,8 +198,13 @@ class SubnetOut(BaseModel):
     network_id: int
     cidr: str
     gateway_ip: str | None
+    enable_dhcp: bool = True
+    dns_nameservers: list[str] = []
+    host_routes: list[HostRouteOut] = []
     status: Status
     status_reason: str | None
+    # the subnet's DHCP servers, per node: their own statuses, not the subnet's (docs/dhcp.md)
+    dhcp_status: list[DhcpServerStatus] = []
     created_at: datetime
 
 

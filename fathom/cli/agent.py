@@ -58,16 +58,19 @@ def agent():
               help="this node's OVSDB (local socket)")
 @click.option("--router-ns-prefix", default="fathom-r", show_default=True,
               help="network-node router namespaces are <prefix><router id>")
+@click.option("--dhcp-ns-prefix", default="fathom-d", show_default=True,
+              help="DHCP server namespaces are <prefix><network id>")
 @click.option("--records-only", is_flag=True, help="only deliver PPTMon records (no host-local state)")
 @click.option("--cacert", envvar="FATHOM_CACERT", default=None, type=click.Path(exists=True, dir_okay=False),
               help="CA certificate of the controller's HTTPS endpoint (a TLS-terminating proxy), env FATHOM_CACERT")
 def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
-        log_interval, token_file, ovsdb, router_ns_prefix, records_only, cacert):
+        log_interval, token_file, ovsdb, router_ns_prefix, dhcp_ns_prefix, records_only, cacert):
     """Run the node agent (foreground): follow the node's host-local desired state from the
     controller and report; deliver the PPTMon loaders' records."""
     import threading
 
     from fathom.agent.agent import Agent, AgentError
+    from fathom.agent.dhcp import DhcpServers
     from fathom.agent.follow import Follower
     from fathom.agent.http import JsonClient
     from fathom.agent.local import LocalOvs, facts
@@ -88,7 +91,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     if not records_only:
         ovs = LocalOvs(ovsdb)
         http = JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True)
-        handlers = [Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node)]
+        handlers = [Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node),
+                    DhcpServers(ovs, a.state_dir, dhcp_ns_prefix)]
         follower = Follower(http, a.node, handlers, lambda: facts(ovs))
         a.extra_status = follower.status
 

@@ -10,6 +10,9 @@ the controller process runs no command on a node and enters no namespace.
 A network-node router whose namespace the agent reports built is still `pending` until the pass
 has seen its legs (`qrp<N>`) on the gateway node's br-int over OVSDB, when the switches start
 routing through it (fathom.model.routers.effective_modes).
+
+DHCP servers get a status per node (`result.dhcp_servers`, shown on their subnets as
+`dhcp_status`), never folded into their network's: the network's status is the switches' word.
 """
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ class HostLocalStatus:
         desired = hostlocal_desired(snapshot, attachments)
         now = time.time()
         statuses = status.hostlocal(desired, agents, now, self.stale_after)
+        result.dhcp_servers = status.dhcp_servers(desired, agents, now, self.stale_after)
         effective = effective_modes(snapshot)
         for (kind, obj_id), st in statuses.items():
             if kind == "router" and st[0] == "active" and obj_id not in effective:

@@ -151,6 +151,8 @@ class PassResult:
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
     # (kind, object id) -> (status, reason) decided by an agent outside the switches (router namespaces)
     agents: dict[tuple[int, int], tuple[str, str | None]] = field(default_factory=dict)
+    # network id -> ((node, status, reason), ...): its DHCP server on each node that must run one
+    dhcp_servers: dict[int, tuple] = field(default_factory=dict)
     # (kind, object id) -> switches that must hold its flows (None: the status model reads `desired`)
     needs: dict | None = None
 

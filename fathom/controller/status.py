@@ -126,7 +126,8 @@ def switch_owners(state) -> set[tuple[int, int]]:
 
 def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
-    subnet, port, router, router_interface, tap_policy)."""
+    subnet, port, router, router_interface, tap_policy); and ("subnet_dhcp", subnet id) -> the
+    subnet's DHCP servers per node, ((node, status, reason), ...)."""
     needs = getattr(result, "needs", None)
     if needs is None:
         needs = owners_needed(result.desired)
@@ -180,6 +181,9 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         out[("network", net.id)] = from_flows("network", net.id) or ("active", None)
     for sub in snapshot.subnets:
         out[("subnet", sub.id)] = out.get(("network", sub.network_id), ("active", None))
+        # the DHCP servers' own statuses, per node: never the network's (a silent agent stops
+        # DHCP on its node, not forwarding), shown on the subnet (docs/dhcp.md)
+        out[("subnet_dhcp", sub.id)] = result.dhcp_servers.get(sub.network_id, ()) if sub.enable_dhcp else ()
     nodes = {n.name: n for n in snapshot.nodes}
     for p in snapshot.ports:
         got = from_flows("port", p.id, {SwitchKey(BR_INT, p.node), SwitchKey(BR_PHY, p.node)} if p.node else set())
@@ -277,27 +281,44 @@ def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: f
     last reported (fathom.store.agents.AgentView), whose objects say per owner the status and the
     digest of the object the agent applied: an agent still holding an older version of an object is
     `pending`. Pure."""
-    from fathom.model.hostlocal import digest, owner_key
     out: dict[tuple[str, int], Status] = {}
     for node, objects in desired.items():
         view = agents.get(node)
         for obj in objects:
             kind, obj_id = obj.owner
-            said = view.objects.get(owner_key(obj.owner)) if view is not None else None
-            if view is None or view.reported_at is None:
-                st: Status = ("error", f"no agent on node {node} has reported (is `fathom agent run` running there?)")
-            elif now - view.reported_at > stale_after:
-                st = ("error", f"agent on node {node} not reporting since "
-                               f"{time.strftime('%H:%M:%S', time.localtime(view.reported_at))}")
-            elif said is not None and said.get("status") == "error":
-                st = ("error", f"node {node}: {said.get('reason') or 'failed'}")
-            elif said is None or said.get("status") != "active" or said.get("applied") != digest([obj]):
-                st = ("pending", f"waiting for the agent on node {node}")
-            else:
-                st = ("active", None)
+            st = _held(node, view, obj, now, stale_after)
             prev = out.get((kind, obj_id))
             out[(kind, obj_id)] = st if prev is None else _worst([prev, st])
     return out
+
+
+def dhcp_servers(desired: dict[str, list], agents: dict, now: float,
+                 stale_after: float) -> dict[int, tuple[tuple[str, str, str | None], ...]]:
+    """network id -> ((node, status, reason), ...) of its DHCP server on each node that must run
+    one (fathom.model.hostlocal.DhcpServer), by node name. Pure."""
+    from fathom.model.hostlocal import DhcpServer
+    out: dict[int, list] = {}
+    for node, objects in sorted(desired.items()):
+        for obj in objects:
+            if isinstance(obj, DhcpServer):
+                out.setdefault(obj.network_id, []).append((node, *_held(node, agents.get(node), obj, now, stale_after)))
+    return {nid: tuple(rows) for nid, rows in out.items()}
+
+
+def _held(node: str, view, obj, now: float, stale_after: float) -> Status:
+    """The status of one host-local object on `node` from its agent's last report (`view`)."""
+    from fathom.model.hostlocal import digest, owner_key
+    said = view.objects.get(owner_key(obj.owner)) if view is not None else None
+    if view is None or view.reported_at is None:
+        return ("error", f"no agent on node {node} has reported (is `fathom agent run` running there?)")
+    if now - view.reported_at > stale_after:
+        return ("error", f"agent on node {node} not reporting since "
+                         f"{time.strftime('%H:%M:%S', time.localtime(view.reported_at))}")
+    if said is not None and said.get("status") == "error":
+        return ("error", f"node {node}: {said.get('reason') or 'failed'}")
+    if said is None or said.get("status") != "active" or said.get("applied") != digest([obj]):
+        return ("pending", f"waiting for the agent on node {node}")
+    return ("active", None)
 
 
 def _chains(snapshot, out: dict, from_flows) -> None:

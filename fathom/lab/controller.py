@@ -113,7 +113,9 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
         nid = created["networks"][net.name] = api.request("POST", "/networks", json=body)["id"]
         created["subnets"][net.name] = api.request("POST", "/subnets", json={
             "network_id": nid, "cidr": str(net.cidr), "gateway_ip": str(net.gateway), "name": net.name,
-            "project_id": net.project})["id"]
+            "project_id": net.project, "enable_dhcp": topo.dhcp(net), "dns_nameservers": [str(ip) for ip in net.dns],
+            "host_routes": [{"destination": str(r.destination), "nexthop": str(r.nexthop)} for r in net.host_routes],
+        })["id"]
     for r in topo.routers:
         project = topo.network(r.networks[0]).project
         rid = created["routers"][r.name] = api.request("POST", "/routers", json={"name": r.name, "project_id": project})["id"]

@@ -35,6 +35,29 @@ def lab_dir(lab: str) -> Path:
     return RUN_ROOT / lab
 
 
+# udhcpc's script in a lab VM: apply a lease (bound, renew) as a cloud image's client does and
+# print what the server gave, one `LEASE key=value` line each
+UDHCPC_SCRIPT = r"""#!/bin/sh
+case "$1" in
+  deconfig) ip -4 addr flush dev "$interface"; ip link set "$interface" up ;;
+  bound|renew)
+    ip -4 addr flush dev "$interface"
+    ip addr add "$ip/$mask" dev "$interface"
+    [ -n "$mtu" ] && ip link set "$interface" mtu "$mtu"
+    if [ -n "$staticroutes" ]; then
+      set -- $staticroutes
+      while [ $# -ge 2 ]; do ip route replace "$1" via "$2" dev "$interface"; shift 2; done
+    elif [ -n "$router" ]; then
+      ip route replace default via "${router%% *}" dev "$interface"
+    fi
+    for k in ip mask subnet router mtu staticroutes dns lease serverid; do
+      eval "v=\$$k"; echo "LEASE $k=$v"
+    done ;;
+esac
+exit 0
+"""
+
+
 @dataclass
 class NodePlan:
     name: str
@@ -220,7 +243,8 @@ class Lab:
             ovs = OvsInstance(node.netns, node.rundir)
             for vm in node_t.vms:
                 progress(f"vm {vm.name} on {node.name}")
-                self.add_vm(node.name, vm.name, vm.mac, str(vm.ip), str(topo.network(vm.network).gateway))
+                self.add_vm(node.name, vm.name, vm.mac, None if vm.dhcp else str(vm.ip),
+                            None if vm.dhcp else str(topo.network(vm.network).gateway))
                 self.plug_vm(node.name, vm.name, vm.mac, vm.network,
                              tag=_standalone_tag(topo, vm.network) if standalone else None, ovs=ovs)
             for vnf in node_t.vnfs:
@@ -276,18 +300,39 @@ class Lab:
         OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
 
     # ----- VMs: a namespace behind a veth whose node end becomes a port of br-int -----
-    def add_vm(self, node: str, name: str, mac: str, ip: str, gateway: str | None) -> None:
+    def add_vm(self, node: str, name: str, mac: str, ip: str | None, gateway: str | None) -> None:
         """The VM `name` on `node`: its namespace with eth0 (`mac`, `ip` as a CIDR, default route via
-        `gateway`) and the veth's node end, up but not yet a port of any bridge (see plug_vm)."""
+        `gateway`; no `ip`: it takes one by DHCP, see dhcp_vm) and the veth's node end, up but not
+        yet a port of any bridge (see plug_vm)."""
         node_ns, vns = self.ns(node), self.ns(name)
         _add_netns(vns)
         run(["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", vns])
         run(["ip", "link", "set", "eth0", "address", mac], ns=vns)
-        run(["ip", "addr", "add", ip, "dev", "eth0"], ns=vns)
+        if ip:
+            run(["ip", "addr", "add", ip, "dev", "eth0"], ns=vns)
         _prepare_veth_end(vns, "eth0")
         if gateway:
             run(["ip", "route", "add", "default", "via", gateway], ns=vns)
         _prepare_veth_end(node_ns, name)
+
+    def dhcp_vm(self, name: str, timeout: float = 20) -> dict[str, str]:
+        """Run one DHCP exchange in the VM (busybox udhcpc on eth0, as a cloud image's client does)
+        and apply the lease: address, mask, MTU, router and classless routes. Returns what the
+        server offered (udhcpc's variables: ip, mask, router, mtu, staticroutes, dns, lease,
+        serverid); raises LabError when no lease came."""
+        script = self.dir / "udhcpc.sh"
+        if not script.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            script.write_text(UDHCPC_SCRIPT)
+            script.chmod(0o755)
+        out = run(["udhcpc", "-i", "eth0", "-f", "-q", "-n", "-t", "4", "-T", "2", "-A", "1",
+                   "-O", "mtu", "-O", "staticroutes", "-s", str(script)], ns=self.ns(name),
+                  check=False, timeout=timeout)
+        lease = dict(line[len("LEASE "):].split("=", 1) for line in out.stdout.splitlines()
+                     if line.startswith("LEASE ") and "=" in line)
+        if out.returncode != 0 or "ip" not in lease:
+            raise LabError(f"no DHCP lease for {name}: {out.stdout[-500:]} {out.stderr[-500:]}")
+        return lease
 
     def plug_vm(self, node: str, name: str, mac: str, network: str | None = None, tag: int | None = None,
                 ovs: OvsInstance | None = None) -> None:
@@ -408,7 +453,8 @@ class Lab:
             argv = [*exe, "agent", "run", "--controller", c.get("agent_url") or c["url"], "--node", node.name,
                     "--token-file", str(token_file), "--state-dir", str(rundir / "agent"),
                     "--root", str(rundir / "pptmon"), "--ovsdb", f"unix:{OvsInstance(node.netns, rundir).db_sock}",
-                    "--router-ns-prefix", f"{node.netns}-r", "--log-interval", "60"]
+                    "--router-ns-prefix", f"{node.netns}-r",
+                    "--dhcp-ns-prefix", f"{node.netns}-d", "--log-interval", "60"]
             (rundir / AGENT_CONFIG).write_text(json.dumps({"argv": argv}))
             self.start_agent(node.name, wait=False)
         for node in nodes:

@@ -31,9 +31,10 @@ class _Strict(BaseModel):
 class VM(_Strict):
     name: str = Field(pattern=NAME_RE)
     mac: str
-    ip: ipaddress.IPv4Interface
+    ip: ipaddress.IPv4Interface   # its port's fixed IP
     network: str
-    floating_ip: bool = False    # a floating IP of its router's external network, associated with its port
+    dhcp: bool = False            # take the address by DHCP (`fathom.lab.lab.Lab.dhcp_vm`) instead of statically
+    floating_ip: bool = False     # a floating IP of its router's external network, associated with its port
 
     @field_validator("mac")
     @classmethod
@@ -74,6 +75,11 @@ class Node(_Strict):
     vnfs: list[Vnf] = []
 
 
+class HostRoute(_Strict):
+    destination: ipaddress.IPv4Network
+    nexthop: ipaddress.IPv4Address
+
+
 class Network(_Strict):
     name: str = Field(pattern=NAME_RE)
     type: Literal["vxlan", "vlan", "flat"] = "vxlan"
@@ -81,6 +87,10 @@ class Network(_Strict):
     cidr: ipaddress.IPv4Network
     project: str = Field(default="demo", pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # the tenant owning it
     external: bool = False       # a provider network on the gateway nodes' ext0 (flat or vlan; docs/external.md)
+    # DHCP on its subnet (docs/dhcp.md); absent: on when a VM of the network takes its address by DHCP
+    dhcp: bool | None = None
+    dns: list[ipaddress.IPv4Address] = Field(default_factory=list, max_length=5)   # DNS servers given by DHCP
+    host_routes: list[HostRoute] = Field(default_factory=list, max_length=20)     # routes given by DHCP
 
     @property
     def gateway(self) -> ipaddress.IPv4Address:
@@ -136,6 +146,13 @@ class Topology(_Strict):
 
     def network(self, name: str) -> Network:
         return next(n for n in self.networks if n.name == name)
+
+    def dhcp(self, net: Network) -> bool:
+        """Whether the network's subnet serves DHCP: as the topology says, else when one of its
+        VMs takes its address by DHCP (so labs of static VMs run no DHCP server)."""
+        if net.dhcp is not None:
+            return net.dhcp
+        return any(vm.dhcp and vm.network == net.name for _, vm in self.vms())
 
     def segmentation_id(self, net: Network) -> int:
         """The VNI or VLAN id of a network; defaults are stable: 1000 + position, VLANs 100 + position."""

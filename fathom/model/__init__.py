@@ -59,6 +59,10 @@ class Subnet:
     network_id: int
     cidr: str                      # e.g. "10.0.0.0/24"
     gateway_ip: str | None
+    # DHCP: answered on each node by its agent (fathom.apps.hostlocal.dhcp_servers)
+    enable_dhcp: bool = True
+    dns_nameservers: tuple[str, ...] = ()
+    host_routes: tuple[tuple[str, str], ...] = ()    # (destination cidr, nexthop)
 
     @property
     def prefix(self) -> ipaddress.IPv4Network:

@@ -64,7 +64,55 @@ class PptmonAttach:
         return ("pptmon_attachment", self.attachment_id)
 
 
-KINDS = {c.KIND: c for c in (RouterNamespace, PptmonAttach)}
+@dataclass(frozen=True)
+class DhcpSubnet:
+    """One DHCP-enabled subnet a DHCP server answers for: the server's own `server_address`
+    (ip/prefix) on it, and the options every lease on it carries."""
+    subnet_id: int
+    cidr: str
+    server_address: str                      # e.g. "198.19.1.254/24"
+    gateway_ip: str | None                   # option 3 (router); None: no router option
+    dns_nameservers: tuple[str, ...]         # option 6
+    host_routes: tuple[tuple[str, str], ...] # option 121 (classless static routes): (cidr, nexthop)
+
+
+@dataclass(frozen=True)
+class DhcpHost:
+    """A static lease: the port with `mac` gets `ip` (on `subnet_id`), named `hostname`."""
+    mac: str
+    ip: str
+    subnet_id: int
+    hostname: str
+
+
+@dataclass(frozen=True)
+class DhcpServer:
+    """The DHCP server of one network on one node: a namespace `<prefix><network_id>` holding
+    `inner` (the server's `mac` and one address per subnet) whose peer `outer` sits on br-int as
+    this network's DHCP port. Static only: it answers exactly `hosts` (the ports of the network
+    bound to this node), nothing dynamic. `mtu` is option 26; `lease_time` in seconds."""
+    KIND = "dhcp_server"
+    network_id: int
+    mac: str
+    mtu: int
+    lease_time: int
+    subnets: tuple[DhcpSubnet, ...]
+    hosts: tuple[DhcpHost, ...]
+
+    @property
+    def owner(self) -> tuple[str, int]:
+        return ("dhcp_server", self.network_id)
+
+    @property
+    def inner(self) -> str:
+        return f"dh{self.network_id}"
+
+    @property
+    def outer(self) -> str:
+        return f"dhp{self.network_id}"
+
+
+KINDS = {c.KIND: c for c in (RouterNamespace, PptmonAttach, DhcpServer)}
 
 
 def owner_key(owner: tuple[str, int]) -> str:
@@ -88,6 +136,12 @@ def from_json(data: dict):
         values[f.name] = data[f.name]
     if cls is RouterNamespace:
         values["legs"] = tuple(RouterLeg(**leg) for leg in values["legs"])
+    if cls is DhcpServer:
+        values["subnets"] = tuple(
+            DhcpSubnet(**{**sub, "dns_nameservers": tuple(sub["dns_nameservers"]),
+                          "host_routes": tuple(tuple(r) for r in sub["host_routes"])})
+            for sub in values["subnets"])
+        values["hosts"] = tuple(DhcpHost(**h) for h in values["hosts"])
     return cls(**values)
 
 

@@ -517,7 +517,8 @@ def _format_vlan(value) -> str:
 # Roughly the order ovs-ofctl prints fields in: metadata and registers, tunnel, port, L2, L3, L4.
 _ORDER = ["metadata", *(f"reg{i}" for i in range(16)), "tunnel_id", "tun_ipv4_src", "tun_ipv4_dst",
           "in_port", "vlan_vid", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa",
-          "arp_op", "arp_sha", "arp_tha", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code"]
+          "arp_op", "arp_sha", "arp_tha", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code",
+          "tcp_src", "tcp_dst", "udp_src", "udp_dst"]
 
 
 def _match_order(name: str) -> tuple:

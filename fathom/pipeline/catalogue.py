@@ -227,7 +227,7 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
     Table("ingress-conntrack", 72, "security groups, frames delivered to a local port (`reg7` = its ofport; "
           "switched, routed, from the tunnel or the uplink alike): IPv4 and IPv6 to a port with security "
           "groups → `ct_clear`, `reg9` := port id, `reg11` := the port's zone, `ct(zone=reg11, table=ingress-acl)`; "
-          "anything else goes on", miss="output", next=("ingress-acl",), writes=frozenset({REG_DST_PORT, REG_CT_ZONE})),
+          "DHCP answers (udp 67 → 68, always allowed as in Neutron) and anything else go on", miss="output", next=("ingress-acl",), writes=frozenset({REG_DST_PORT, REG_CT_ZONE})),
     Table("ingress-acl", 75, "the receiving port's ingress rules, as egress-acl", next=("output",),
           writes=frozenset({"ct_mark"})),
     Table("output", 80, "`reg7` → `output:reg7`"),

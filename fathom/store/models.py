@@ -60,6 +60,12 @@ class Subnet(Resource, External, Base):
     network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="CASCADE"), index=True)
     cidr: Mapped[str] = mapped_column(String(64))
     gateway_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # DHCP (docs/dhcp.md): served on every node with ports of the network by its agent
+    enable_dhcp: Mapped[bool] = mapped_column(Boolean, default=True)
+    dns_nameservers: Mapped[list] = mapped_column(JSON, default=list)     # ["192.0.2.53", ...]
+    host_routes: Mapped[list] = mapped_column(JSON, default=list)         # [{"destination", "nexthop"}, ...]
+    # the DHCP servers' status, written by the controller: [{"node", "status", "reason"}, ...]
+    dhcp_status: Mapped[list] = mapped_column(JSON, default=list)
 
     @property
     def prefix(self) -> ipaddress.IPv4Network:

@@ -279,7 +279,10 @@ def subnets_of(session: Session, network_id: int) -> list[m.Subnet]:
 
 def create_subnet(session: Session, caller: Caller, *, network_id: int, cidr: ipaddress.IPv4Network,
                   gateway_ip=UNSET, name: str = "", project_id: str | None = None,
-                  external_id: str | None = None) -> m.Subnet:
+                  external_id: str | None = None, enable_dhcp: bool = True, dns_nameservers=(),
+                  host_routes=()) -> m.Subnet:
+    """`host_routes`: (destination network, nexthop address) pairs; the nexthop must be a host
+    address of the subnet. The API bounds and checks the shapes (fathom.api.schemas)."""
     network = get(session, caller, m.Network, network_id, "network_id")
     project = _owner(caller, project_id, network)
     external_id = _external_id(session, caller, m.Subnet, external_id)
@@ -294,8 +297,34 @@ def create_subnet(session: Session, caller: Caller, *, network_id: int, cidr: ip
             raise Conflict(f"{cidr} overlaps subnet {other.id} ({other.cidr}) of the network", "cidr")
     subnet = m.Subnet(name=name, network_id=network.id, cidr=str(cidr),
                       gateway_ip=None if gateway_ip is None else str(gateway_ip),
-                      project_id=project, status="pending", external_id=external_id)
+                      project_id=project, status="pending", external_id=external_id,
+                      enable_dhcp=enable_dhcp, dns_nameservers=[str(ip) for ip in dns_nameservers],
+                      host_routes=_host_routes(cidr, host_routes), dhcp_status=[])
     session.add(subnet)
+    session.flush()
+    return subnet
+
+
+def _host_routes(cidr: ipaddress.IPv4Network, routes) -> list[dict]:
+    out = []
+    for i, (destination, nexthop) in enumerate(routes):
+        _check_host_address(cidr, ipaddress.IPv4Address(nexthop), f"host_routes.{i}.nexthop")
+        out.append({"destination": str(destination), "nexthop": str(nexthop)})
+    return out
+
+
+def update_subnet(session: Session, caller: Caller, subnet_id: int, *, name: str | None = None,
+                  enable_dhcp: bool | None = None, dns_nameservers=None, host_routes=None) -> m.Subnet:
+    """Change the given fields (None: unchanged) in place: the DHCP servers follow."""
+    subnet = get(session, caller, m.Subnet, subnet_id)
+    if name is not None:
+        subnet.name = name
+    if enable_dhcp is not None:
+        subnet.enable_dhcp = enable_dhcp
+    if dns_nameservers is not None:
+        subnet.dns_nameservers = [str(ip) for ip in dns_nameservers]
+    if host_routes is not None:
+        subnet.host_routes = _host_routes(subnet.prefix, host_routes)
     session.flush()
     return subnet
 

@@ -16,6 +16,7 @@ from fathom.store.external_models import FloatingIp as FloatingIpRow
 from fathom.store.external_models import RouterGateway as RouterGatewayRow
 from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
+from fathom.store.status import dhcp_status_value
 
 
 def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
@@ -43,7 +44,10 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
             networks.append(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id, n.external, n.upstream_mac))
         for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)):
             seen[("subnet", s.id)] = (s.status, s.status_reason)
-            subnets.append(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip))
+            seen[("subnet_dhcp", s.id)] = dhcp_status_value(s.dhcp_status)
+            subnets.append(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip,
+                                  bool(s.enable_dhcp), tuple(s.dns_nameservers or ()),
+                                  tuple((r["destination"], r["nexthop"]) for r in s.host_routes or ())))
         allocations: dict[int, list[FixedIp]] = {}
         for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
             allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))

@@ -26,6 +26,17 @@ MODELS = {
 }
 
 
+# Not an object's status but a list per subnet: ("subnet_dhcp", subnet id) -> ((node, status,
+# reason), ...), the DHCP servers of the subnet's network on each node (fathom.controller.status),
+# kept in the subnet's `dhcp_status` column.
+DHCP = "subnet_dhcp"
+
+
+def dhcp_status_value(rows) -> tuple:
+    """The stored `dhcp_status` JSON as the controller's value: ((node, status, reason), ...)."""
+    return tuple((r["node"], r["status"], r.get("reason")) for r in rows or ())
+
+
 def set_status(session: Session, kind: str, object_id: int, status: str, reason: str | None = None) -> bool:
     """Set one object's status ("pending", "active", "error") and reason; False if it is gone."""
     if status not in m.STATUSES:
@@ -45,6 +56,10 @@ def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[st
     by_kind: dict[str, dict[int, tuple]] = {}
     for (kind, object_id), value in statuses.items():
         by_kind.setdefault(kind, {})[object_id] = value
+    for subnet_id, value in by_kind.pop(DHCP, {}).items():
+        subnet = session.get(m.Subnet, subnet_id)
+        if subnet is not None and dhcp_status_value(subnet.dhcp_status) != tuple(value):
+            subnet.dhcp_status = [{"node": n, "status": st, "reason": r} for n, st, r in value]
     for kind, values in by_kind.items():
         # read (id, status, reason) only and update the rows that change: a pass over a large
         # store must not load every object

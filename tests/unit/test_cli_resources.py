@@ -223,3 +223,20 @@ def test_wait_returns_once_the_controller_says_active_or_fails(tmp_path, monkeyp
         assert json.loads(result.output)["status"] == "active"
     finally:
         app.state.engine.dispose()
+
+
+def test_subnet_dhcp_options(run):
+    run("network", "create", "blue")
+    got = json.loads(run("subnet", "create", "s", "--network", "blue", "--cidr", "10.0.0.0/24", "--dns", "192.0.2.53",
+                         "--host-route", "203.0.113.0/24,10.0.0.5", "--json").output)
+    assert got["enable_dhcp"] and got["dns_nameservers"] == ["192.0.2.53"]
+    assert got["host_routes"] == [{"destination": "203.0.113.0/24", "nexthop": "10.0.0.5"}]
+    got = json.loads(run("subnet", "update", "s", "--dns", "192.0.2.54", "--dns", "192.0.2.55", "--json").output)
+    assert got["dns_nameservers"] == ["192.0.2.54", "192.0.2.55"] and len(got["host_routes"]) == 1
+    got = json.loads(run("subnet", "update", "s", "--no-host-routes", "--no-dhcp", "--json").output)
+    assert got["host_routes"] == [] and got["enable_dhcp"] is False and got["dns_nameservers"] == ["192.0.2.54", "192.0.2.55"]
+    assert "off" in run("subnet", "list").output
+    out = run("subnet", "update", "s", "--host-route", "198.51.100.0/24,10.9.0.1", ok=False).output
+    assert out.strip() == "error: 422 unprocessable entity: host_routes.0.nexthop: 10.9.0.1 is outside the subnet 10.0.0.0/24"
+    assert "DESTINATION,NEXTHOP" in run("subnet", "update", "s", "--host-route", "198.51.100.0/24", ok=False).output
+    assert "nothing to change" in run("subnet", "update", "s", ok=False).output

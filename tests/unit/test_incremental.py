@@ -291,3 +291,22 @@ def test_a_flow_encoded_once_is_the_same_bytes_as_os_ken_encodes(cloud):
             ref.serialize()
             assert m.wire(1234) == bytes(ref.buf)
             assert m.wire(1234) == Wire(sw.dp, "flow", flow, command).wire(1234)
+
+
+def test_a_dhcp_port_plugged_by_the_agent_brings_its_flows_incrementally(cloud):
+    """The agent plugs a network's DHCP port (`dhp<N>`) on a node: its network's and its local
+    ports' DHCP flows follow (the pass's check compares them with a full compile), and go when
+    it is unplugged."""
+    blue = cloud.ids["nets"]["blue"]
+    incremental = METRICS.incremental.labels("tenant")._value.get()
+    plug(cloud, "compute1", f"dhp{blue}", 40)
+    cloud.rec.run_pass(audit=False)
+    assert METRICS.incremental.labels("tenant")._value.get() > incremental
+    flows = {f.to_ofctl() for f in cloud.rec.desired[SwitchKey(BR_INT, "compute1")].flows}
+    assert any("in_port=40" in f for f in flows), "the DHCP port is not classified into its network"
+    assert any("tp_src=68,tp_dst=67" in f and "set_field:0x28->reg7" in f for f in flows), \
+        "local ports' DHCP requests are not sent to the DHCP port"
+    unplug(cloud, "compute1", f"dhp{blue}")
+    cloud.rec.run_pass(audit=False)
+    flows = {f.to_ofctl() for f in cloud.rec.desired[SwitchKey(BR_INT, "compute1")].flows}
+    assert not any("in_port=40" in f or "set_field:0x28->reg7" in f for f in flows)

@@ -9,6 +9,11 @@ short, for every local port with port security (its "security-group port") on no
   id, reg11 := zone, ct(zone=reg11[0..15])` for what is delivered to it. One zone per port, as OVN
   has: a frame between two ports of one node is tracked once on each side.
   IPv6 neighbour discovery (ICMPv6 133..136) skips the tracker and the rules, as in Neutron and OVN.
+  So do DHCP answers delivered to a port (udp 67 -> 68), as Neutron always allows them: a port's
+  DHCP requests go from the security stage straight to its node's DHCP server (never through the
+  egress tables), and no port can send a DHCP answer (the security stage drops it), so what
+  arrives as one comes from a DHCP server of the network (fathom's own, or one on a provider
+  network's wire).
 - egress-acl / ingress-acl, in priority order:
   - 200: invalid -> drop;
   - 190: established or related, and the rule that admitted the connection (its `ct_mark`) is a
@@ -47,6 +52,8 @@ ICMP_FIELDS = {1: ("icmpv4_type", "icmpv4_code"), 58: ("icmpv6_type", "icmpv6_co
 PRIO_CONNTRACK = 100
 PRIO_NEIGHBOR_DISCOVERY = 110   # IPv6 ND skips conntrack (as in Neutron and OVN: never filtered)
 ND_TYPES = (133, 134, 135, 136)  # router solicitation / advertisement, neighbour solicitation / advertisement
+PRIO_DHCP_ANSWER = 110          # DHCP answers delivered to a port skip conntrack (Neutron allows them always)
+DHCP_ANSWER = {"eth_type": ETH_TYPE["IPv4"], "ip_proto": 17, "udp_src": 67, "udp_dst": 68}
 PRIO_INVALID = 200
 PRIO_ALLOWED = 190         # established / related, admitted by a rule that still applies
 PRIO_STALE_REPLY = 180     # a reply whose admitting rule no longer applies
@@ -190,6 +197,9 @@ def _conntrack_flows(side: Side, node: Node, local: list[tuple[Port, int]]) -> s
                       {"eth_type": ETH_TYPE["IPv6"], "ip_proto": 58, "icmpv6_type": t},
                       (GotoTable(side.next),), _cookie(st.KIND_NODE, node.id))
              for t in ND_TYPES}
+    if side is INGRESS:
+        flows.add(FlowSpec(side.conntrack, PRIO_DHCP_ANSWER, DHCP_ANSWER, (GotoTable(side.next),),
+                           _cookie(st.KIND_NODE, node.id)))
     for port, ofport in local:
         for eth_type in ETH_TYPE.values():
             if side is EGRESS:

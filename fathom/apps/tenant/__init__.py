@@ -1,7 +1,7 @@
 """Tenant networking: networks, subnets, ports and distributed routers in every node's br-int.
 
-Incremental: a change of ports (created, deleted, rebound, plugged or unplugged) touches the ports
-themselves and their networks (flood groups, classification), plus, when it makes a network local
+Incremental: a change of ports (created, deleted, rebound, plugged or unplugged, or their network's
+DHCP port on their node plugged or unplugged) touches the ports themselves and their networks (flood groups, classification), plus, when it makes a network local
 to a node or routed to from it for the first time (or the last), everything of that network and of
 the routers on it. Any other change (nodes, networks changed, subnets, routers, router interfaces)
 is not handled: the app is compiled whole.
@@ -9,7 +9,7 @@ is not handled: the app is compiled whole.
 from __future__ import annotations
 
 from fathom.apps.base import BR_INT, App, SwitchKey
-from fathom.apps.tenant.compiler import compile_tenant, node_scopes
+from fathom.apps.tenant.compiler import compile_tenant, dhcp_interface, node_scopes
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
 from fathom.model.routers import tenant_view
 from fathom.pipeline import cookies as ck
@@ -34,9 +34,17 @@ def _node_facts(model):
 
 
 def _ports(model) -> dict:
-    """port id -> what its flows depend on: the port, and its OpenFlow port number on its node."""
+    """port id -> what its flows depend on: the port, its OpenFlow port number on its node, and
+    that of its network's DHCP port there (`dhp<network>`, plugged by the node's agent: when it
+    comes or goes, the port's DHCP flows and its network's DHCP-port flows change)."""
     nodes = {n.name: n for n in model.nodes}
-    return {p.id: (p, nodes[p.node].ofport(p.interface) if p.node in nodes else None) for p in model.ports}
+
+    def facts(p):
+        node = nodes.get(p.node)
+        if node is None:
+            return (p, None, None)
+        return (p, node.ofport(p.interface), node.ofport(dhcp_interface(p.network_id)))
+    return {p.id: facts(p) for p in model.ports}
 
 
 def touched(before, after):
@@ -76,7 +84,7 @@ def touched(before, after):
         routers = {ri.router_id for ri in a.router_interfaces if ri.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
         owners |= {(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
-                   for pid, (p, _) in m.memo("tenant_ports", _ports).items() if p.network_id in moved}
+                   for pid, (p, *_) in m.memo("tenant_ports", _ports).items() if p.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
                    if ri.network_id in moved or ri.router_id in routers}
     return owners

@@ -7,6 +7,10 @@ why is in docs/pipeline.md; in short, for node N:
   classified by tunnel_id (VNI), from the uplink by VLAN id (untagged = the flat network), and go
   straight to l2: they were switched or routed by their first-hop node already.
 - security: a port sends only from its MAC and, for IPv4 and ARP, from its fixed IPs.
+- dhcp (in security): a local port's DHCP requests (udp 68 -> 67) go only to this node's DHCP
+  port of its network (`dhp<network>`, the node agent's dnsmasq), straight to output: never
+  flooded, never tunnelled; a port sending as a DHCP server (udp 67 -> 68) is dropped. Frames
+  from the DHCP port enter the network at arp.
 - arp: requests for any bound port's address or a router interface's address in the network are
   answered in the switch (the requester asking about its own address is left alone).
 - l3 / l3-neighbor: a frame to a router interface's MAC, for a subnet on the same router, gets
@@ -29,6 +33,7 @@ from fathom.openflow.spec import (
     OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
     Move, Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
+from fathom.apps.hostlocal import dhcp_mac, dhcp_server_addresses
 from fathom.pipeline import stages as st
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.model import (
@@ -43,6 +48,9 @@ ARP_REPLY = 2
 # Priorities within a stage (higher wins).
 PRIO_PORT = 100           # classify by in_port / tunnel / VLAN; l2 unicast; output
 PRIO_SECURITY_ALLOW = 100
+PRIO_DHCP = 120           # security: DHCP requests to the node's DHCP port, rogue servers dropped
+UDP = 17
+DHCP_SERVER_PORT, DHCP_CLIENT_PORT = 67, 68
 PRIO_SECURITY_DENY = 90   # IPv4 / ARP from a port with a source address not its own
 PRIO_SECURITY_OTHER = 80  # other ethertypes from the port's own MAC
 PRIO_ARP_OWN = 110        # a port asking about its own address (DAD, gratuitous ARP): not answered
@@ -123,6 +131,7 @@ class _Topology:
         refused = refused_ports(snapshot)
         self.networks = {n.id: n for n in snapshot.networks}
         self.subnets = {s.id: s for s in snapshot.subnets}
+        self.dhcp_servers = dhcp_server_addresses(snapshot)     # subnet id -> DHCP server address
         # Only bound ports take part in forwarding: an unbound port is nowhere.
         self.ports_by_network: dict[int, list[Port]] = defaultdict(list)
         for p in sorted(snapshot.ports, key=lambda p: p.id):
@@ -169,6 +178,7 @@ def _compile_node(topo: _Topology, node: Node, only: frozenset | None = None) ->
     for port, ofport in local:
         if want(st.KIND_PORT, port.id):
             flows |= _local_port_flows(port, ofport)
+            flows |= _dhcp_client_flows(port, node.ofport(dhcp_interface(port.network_id)))
 
     for network_id in local_networks:
         network = topo.networks[network_id]
@@ -176,6 +186,9 @@ def _compile_node(topo: _Topology, node: Node, only: frozenset | None = None) ->
         if not want(st.KIND_NETWORK, network_id):
             continue
         flows |= _network_classify_flows(network, tunnel, uplink)
+        dhcp = node.ofport(dhcp_interface(network_id))
+        if dhcp is not None:
+            flows |= _dhcp_port_flows(topo, network_id, dhcp)
         group = _flood_group(topo, node, network, local, tunnel, uplink)
         groups.add(group)
         flows.add(FlowSpec(st.L2, PRIO_FLOOD, {st.REG_NETWORK: network.id},
@@ -235,6 +248,45 @@ def _local_port_flows(port: Port, ofport: int) -> set[FlowSpec]:
         flows.add(FlowSpec(st.ARP, PRIO_ARP_OWN,
                            {**src, "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
                             "arp_tpa": fip.ip_address}, (GotoTable(st.SFC),), c))
+    return flows
+
+
+def dhcp_interface(network_id: int) -> str:
+    """br-int interface of a network's DHCP server on a node (fathom.model.hostlocal.DhcpServer)."""
+    return f"dhp{network_id}"
+
+
+def _dhcp_client_flows(port: Port, dhcp_ofport: int | None) -> set[FlowSpec]:
+    """A port's DHCP requests reach only its node's DHCP port of its network (dropped when the node
+    has none); DHCP answers sent by the port (a rogue server) are dropped."""
+    c = _tenant_cookie(st.KIND_PORT, port.id)
+    src = {st.REG_SRC_PORT: port.id, "eth_type": ETH_TYPE_IPV4, "ip_proto": UDP}
+    to_server = () if dhcp_ofport is None else (SetField(st.REG_OUT_PORT, dhcp_ofport), GotoTable(st.OUTPUT))
+    return {
+        FlowSpec(st.SECURITY, PRIO_DHCP,
+                 {**src, "eth_src": port.mac_address, "udp_src": DHCP_CLIENT_PORT, "udp_dst": DHCP_SERVER_PORT},
+                 to_server, c),
+        FlowSpec(st.SECURITY, PRIO_DHCP, {**src, "udp_src": DHCP_SERVER_PORT, "udp_dst": DHCP_CLIENT_PORT}, (), c),
+    }
+
+
+def _dhcp_port_flows(topo: _Topology, network_id: int, ofport: int) -> set[FlowSpec]:
+    """The node's DHCP port of a network: classified into the network (fathom's own port, trusted:
+    no security stage), its output, and ARP for the server's address answered with its MAC (a
+    client renews by unicast; the address and MAC are the same on every node, so this node's
+    answer is right wherever the client is)."""
+    c = _tenant_cookie(st.KIND_NETWORK, network_id)
+    flows = {
+        FlowSpec(st.CLASSIFY, PRIO_PORT, {"in_port": ofport},
+                 (SetField(st.REG_NETWORK, network_id), GotoTable(st.ARP)), c),
+        FlowSpec(st.OUTPUT, PRIO_PORT, {st.REG_OUT_PORT: ofport}, (Output(ofport),), c),
+    }
+    mac = dhcp_mac(network_id)
+    for subnet_id, ip in topo.dhcp_servers.items():
+        if topo.subnets[subnet_id].network_id == network_id:
+            flows.add(FlowSpec(st.ARP, PRIO_ARP_REPLY,
+                               {st.REG_NETWORK: network_id, "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
+                                "arp_tpa": ip}, arp_reply_actions(mac, ip), c))
     return flows
 
 
