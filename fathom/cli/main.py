@@ -10,27 +10,6 @@ from fathom import programs
 
 # (command name, module, attribute) of every command group; one line per concern.
 GROUPS = [
-    ("fathom.cli.lab", "lab"),
-    ("fathom.cli.controller", "controller"),
-    ("fathom.cli.controller", "flows"),
-    ("fathom.cli.resources", "node"),
-    ("fathom.cli.resources", "network"),
-    ("fathom.cli.resources", "subnet"),
-    ("fathom.cli.resources", "port"),
-    ("fathom.cli.resources", "router"),
-    ("fathom.cli.floatingip", "floatingip"),   # floating IPs of external networks
-    ("fathom.cli.bench", "bench"),
-    ("fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
-    ("fathom.cli.bench_external", "bench"),   # adds `bench external`
-    ("fathom.cli.bench_ovn", "bench"),  # adds `bench ovn-compare` to the bench group
-    ("fathom.cli.fabric", "fabric"),
-    ("fathom.cli.pptmon", "pptmon"),
-    ("fathom.cli.secgroup", "security_group"),
-    ("fathom.cli.tap", "tap"),
-    ("fathom.cli.sfc", "sfc"),           # service function chains (networking-sfc's resources)
-    ("fathom.cli.token", "token"),       # API tokens
-    ("fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
-    ("fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
     ("lab", "fathom.cli.lab", "lab"),
     ("controller", "fathom.cli.controller", "controller"),
     ("flows", "fathom.cli.controller", "flows"),
@@ -39,8 +18,10 @@ GROUPS = [
     ("subnet", "fathom.cli.resources", "subnet"),
     ("port", "fathom.cli.resources", "port"),
     ("router", "fathom.cli.resources", "router"),
+    ("floatingip", "fathom.cli.floatingip", "floatingip"),   # floating IPs of external networks
     ("bench", "fathom.cli.bench", "bench"),
     ("bench", "fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group
+    ("bench", "fathom.cli.bench_external", "bench"),   # adds `bench external`
     ("bench", "fathom.cli.bench_ovn", "bench"),  # adds `bench ovn-compare` to the bench group
     ("bench", "fathom.cli.pptmon", None),        # adds `bench pptmon` to the bench group
     ("fabric", "fathom.cli.fabric", "fabric"),
