@@ -3,7 +3,8 @@
 Loop: long-poll `GET /v1/agents/<node>/desired?after=<revision>` (the controller answers at once
 when the revision moved on, else after `poll` seconds); apply a new revision with every handler
 (one per object kind: fathom.agent.routers, fathom.agent.pptmon), each idempotent; report the facts,
-the applied revision and every object's status (`POST /v1/agents/<node>/report`) at once after an
+the applied revision and every object's status, with its counters where the handler keeps some
+(`POST /v1/agents/<node>/report`) at once after an
 apply and every `report_interval` seconds otherwise (the controller takes silence for death).
 Every `resync` seconds the current state is applied again, repairing what was changed under us.
 
@@ -82,9 +83,14 @@ class Follower:
         self.last_apply = time.monotonic()
 
     def report(self) -> None:
+        counters = {}
+        for kind, handler in self.handlers.items():   # what a handler measures (PPTMon's counters)
+            if hasattr(handler, "counters"):
+                counters.update(handler.counters([o for o in self.objects if o.KIND == kind]))
         with self.lock:
+            objects = {k: {**v, "counters": counters[k]} if k in counters else v for k, v in self.statuses.items()}
             body = {"agent_started": self.started, "applied_revision": self.revision, "facts": self.facts(),
-                    "objects": self.statuses}
+                    "objects": objects}
         r = self.http.post(f"/v1/agents/{self.node}/report", json=body)
         if r.status_code != 204:
             raise RuntimeError(f"report: HTTP {r.status_code}: {r.text[:300]}")

@@ -7,6 +7,10 @@ every object an agent must hold into the pass result (fathom.controller.status.h
 it). The agents themselves follow `GET /v1/agents/<node>/desired` and do the work on their hosts:
 the controller process runs no command on a node and enters no namespace.
 
+Port chains measured with PPTMon get a warning in their status reason when their sinks see too
+few of the packets their sources stamped (fathom.apps.hostlocal.chains.lost_across, from the
+counters the agents report); `check` looks again between passes, as the counters move with no event.
+
 A network-node router whose namespace the agent reports built is still `pending` until the pass
 has seen its legs (`qrp<N>`) on the gateway node's br-int over OVSDB, when the switches start
 routing through it (fathom.model.routers.effective_modes).
@@ -17,6 +21,7 @@ import logging
 import time
 
 from fathom.apps.hostlocal import desired as hostlocal_desired
+from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
 from fathom.controller import status
 from fathom.model.routers import effective_modes
 from fathom.store import agents as ag
@@ -30,6 +35,8 @@ class HostLocalStatus:
         self.Session = session_factory
         self.stale_after = stale_after
         self.down: set[str] = set()     # nodes whose agent was down at the last pass (for the log)
+        self.snapshot = None             # of the last pass, and the PPTMon warnings of its chains then
+        self.warnings: dict[int, str] = {}
 
     def prepare(self, rec, snapshot, result):
         return snapshot
@@ -42,7 +49,8 @@ class HostLocalStatus:
             agents = ag.agents(session)
         now = time.time()
         down = {n for n, v in agents.items() if v.reported_at is not None and now - v.reported_at > self.stale_after}
-        return down != self.down
+        warnings = chain_warnings(self.snapshot, agents) if self.snapshot is not None else {}
+        return down != self.down or warnings != self.warnings
 
     def after_pass(self, rec, snapshot, result) -> None:
         with self.Session() as session, session.begin():
@@ -57,6 +65,9 @@ class HostLocalStatus:
             if kind == "router" and st[0] == "active" and obj_id not in effective:
                 st = ("pending", "waiting for the router's interfaces on the gateway node's br-int")
             result.agents[(kind, obj_id)] = st
+        self.snapshot, self.warnings = snapshot, chain_warnings(snapshot, agents)
+        for chain_id, warning in self.warnings.items():
+            result.agents[(WARNING_KIND, chain_id)] = ("active", warning)
         down = {n for n, v in agents.items() if v.reported_at is not None and now - v.reported_at > self.stale_after}
         for node in sorted(down - self.down):
             LOG.warning("agent on node %s stopped reporting", node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from fathom.model import (
-    FixedIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, Router, RouterInterface,
+    ChainPptmon, FixedIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, Router, RouterInterface,
     SecurityGroup, SecurityGroupRule, Snapshot, Subnet, TapPolicy,
 )
 from fathom.store import models as m
@@ -114,5 +114,6 @@ def _chains(session) -> dict:
         "port_chains": tuple(PortChain(
             c.id, c.name, c.project_id,
             tuple(g.id for g in sorted((g for g in groups if g.chain_id == c.id), key=lambda g: g.position)),
-            tuple(f.id for f in fcs if f.chain_id == c.id), c.symmetric) for c in chains),
+            tuple(f.id for f in fcs if f.chain_id == c.id), c.symmetric,
+            ChainPptmon(int(c.pptmon["period_ns"])) if c.pptmon else None) for c in chains),
     }
