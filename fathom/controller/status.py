@@ -300,7 +300,7 @@ def chain_pptmon_status(snapshot, chain_id: int, agents: dict) -> Status:
     parts: list[Status] = []
     for v in vnfs:
         if v.problem is not None:
-            parts.append(("pending", f"PPTMon: {v.problem}"))
+            parts.append(("error" if v.fatal else "pending", f"PPTMon: {v.problem}"))
             continue
         st = agents.get((OWNER_KIND, v.pair_id), ("pending", f"waiting for the agent on node {v.node}"))
         parts.append(st if st[0] == "active" else (st[0], f"PPTMon on port pair {v.pair_id}: {st[1]}"))

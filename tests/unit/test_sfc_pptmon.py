@@ -27,9 +27,10 @@ PAIRS = (PortPair(1, "fwa", "p1", 20, 21), PortPair(2, "fwb", "p1", 22, 23), Por
 GROUPS = (PortPairGroup(1, "fw", "p1", (1, 2)), PortPairGroup(2, "nat", "p1", (4,)), PortPairGroup(3, "dpi", "p1", (3,)))
 
 
-def measured(groups=(1, 2, 3), period=10**9, **kw):
-    return model(chains=(PortChain(7, "c", "p1", groups, (1,), pptmon=ChainPptmon(period) if period is not None
+def measured(groups=(1, 2, 3), period=10**9, datapath="system", **kw):
+    snap = model(chains=(PortChain(7, "c", "p1", groups, (1,), pptmon=ChainPptmon(period) if period is not None
                                    else None),), pairs=PAIRS, groups=GROUPS, **kw)
+    return replace(snap, nodes=tuple(replace(n, datapath_type=datapath) for n in snap.nodes))
 
 
 # ---------------------------------------------------------------------------------------------- derivation
@@ -76,6 +77,22 @@ def test_no_pptmon_no_attachment_and_an_unplaced_instance_is_a_problem():
     assert st[0] == "pending" and "port pair 4: not bound" in st[1]
 
 
+def test_no_programs_where_ovs_takes_the_packets_before_tc_ingress():
+    """OVS's userspace datapath reads a VM's packets before TC ingress (a packet socket): a measured
+    chain gets no programs there (they could not time the VNF nor remove the option) and says so;
+    while the datapath is unknown the chain waits."""
+    snap = measured(datapath="netdev")
+    assert chain_attachments(snap) == []
+    st = chain_pptmon_status(snap, 7, {})
+    assert st[0] == "error" and "node c1 runs OVS's netdev datapath" in st[1] and "kernel datapath" in st[1]
+    mixed = replace(snap, nodes=tuple(replace(n, datapath_type="system") if n.name != "c3" else n for n in snap.nodes))
+    assert sorted(a.attachment_id for _, a in chain_attachments(mixed)) == [1, 2, 4]
+    unknown = measured(datapath=None)
+    assert chain_attachments(unknown) == []
+    st = chain_pptmon_status(unknown, 7, {})
+    assert st[0] == "pending" and "waiting for the datapath type of node c1" in st[1]
+
+
 def test_the_chains_status_is_the_worst_of_its_instances_agents():
     snap = measured()
     every = {(OWNER_KIND, i): ("active", None) for i in (1, 2, 3, 4)}
@@ -114,6 +131,8 @@ def test_lost_across_compares_what_the_sources_stamped_with_what_reached_the_sin
 
 
 def _measured_api(api, **pptmon):  # noqa: F811
+    for node in api.get("/nodes"):      # the kernel datapath: what PPTMon on chains needs
+        api.patch(f"/nodes/{node['id']}", {"datapath_type": "system"})
     p1, p2, p3, g1, g2, fc, chain = _chain(api)
     c = api.patch(f"/sfc/port_chains/{chain['id']}", {"pptmon": pptmon or {"period_ns": 1_000_000}})
     return p1, p2, p3, g1, g2, c

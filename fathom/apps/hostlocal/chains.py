@@ -8,6 +8,14 @@ the node's agent sees (`Port.interface`, the VIF on the node's br-int):
   the VM);
 - `ppt_out` where they leave it: the ingress of its egress port's host interface (from the VM).
 
+This needs OVS's kernel datapath (`system`) on the node: there the VM's packets pass TC ingress of
+the host interface before OVS takes them. The userspace datapath (`netdev`) reads them with a
+packet socket, which the kernel serves *before* TC ingress: the programs there would see the packet
+but OVS would forward it unchanged — no VNF time written into the option, and the sink's removal of
+the option lost (it would reach the destination). On a `netdev` node a measured chain's instances
+get no programs and the chain is `error`, saying so; while a node's datapath is unknown (its agent
+has not reported), `pending`.
+
 Only the forward direction is measured (a symmetric chain's replies cross the other hooks).
 Roles follow the chain's order: the first group's instances are sources (they sample, one packet
 every `period_ns`), the middle ones transit, the last group's sinks (they report each sampled
@@ -67,6 +75,7 @@ class ChainVnf:
     in_point: str | None       # "<interface>:egress" (into the VM)
     out_point: str | None      # "<interface>:ingress" (out of the VM)
     problem: str | None = None
+    fatal: bool = False        # the problem will not pass by itself (status error, not pending)
 
 
 def chain_pptmon(snapshot: Snapshot, chain_id: int) -> list[ChainVnf]:
@@ -80,24 +89,31 @@ def chain_pptmon(snapshot: Snapshot, chain_id: int) -> list[ChainVnf]:
         return []
     ports = {p.id: p for p in snapshot.ports}
     pairs = {p.id: p for p in snapshot.port_pairs}
+    nodes = {n.name: n for n in snapshot.nodes}
     out = []
     for i, v in enumerate(vnfs):
         pair = pairs[v.pair_id]
         ing, egr = ports.get(pair.ingress_port_id), ports.get(pair.egress_port_id)
-        problem = None
+        problem, fatal = None, False
         if ing is None or egr is None:
-            problem = f"port pair {v.pair_id}: a port was deleted"
+            problem, fatal = f"port pair {v.pair_id}: a port was deleted", True
         elif not ing.node or not egr.node:
             problem = f"port pair {v.pair_id}: not bound to a node"
         elif ing.node != egr.node:
-            problem = f"port pair {v.pair_id}: its ports are on two nodes ({ing.node}, {egr.node})"
+            problem, fatal = f"port pair {v.pair_id}: its ports are on two nodes ({ing.node}, {egr.node})", True
         elif not ing.interface or not egr.interface:
             problem = f"port pair {v.pair_id}: no interface named on node {ing.node}"
+        elif ing.node in nodes and nodes[ing.node].datapath_type is None:
+            problem = f"port pair {v.pair_id}: waiting for the datapath type of node {ing.node} (its agent's facts)"
+        elif ing.node in nodes and nodes[ing.node].datapath_type != "system":
+            problem, fatal = (f"port pair {v.pair_id}: node {ing.node} runs OVS's {nodes[ing.node].datapath_type} "
+                              "datapath, which takes a VM's packets before TC ingress: PPTMon could neither time "
+                              "the VNF nor remove its option there (it needs the kernel datapath)"), True
         placed = problem is None
         out.append(ChainVnf(chain_id, v.position, v.group_id, v.pair_id, i + 1, v.role,
                             ing.node if placed else None,
                             f"{ing.interface}:egress" if placed else None,
-                            f"{egr.interface}:ingress" if placed else None, problem))
+                            f"{egr.interface}:ingress" if placed else None, problem, fatal))
     return out
 
 
