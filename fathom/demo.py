@@ -277,17 +277,25 @@ def sfc_section(report: list) -> None:
         chain = api.post("/sfc/port_chains", json={"name": "web", "port_pair_groups": groups, "flow_classifiers": [fc],
                                                      "project_id": "demo", "pptmon": {"period_ns": 5_000_000}})
         st = api.wait_status("sfc/port_chains", chain["id"], timeout=40)
-        console.print(f"port chain {chain['id']} (pptmon 1 sample / 5 ms): {st['status']}", highlight=False)
         ok = sum(in_ns(lab, "client", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
                        "http://198.19.30.21/blob").stdout == "200" for _ in range(5))
+        console.print(f"5 HTTP GETs client → server through fw → dpi → nat: {ok}/5 answered", highlight=False)
+        report.append(("chain fw → dpi → nat across 2 nodes", f"{ok}/5 GETs answered" + ("" if ok == 5 else " FAILED")))
+        if st["status"] != "active":
+            # PPTMon on chains needs OVS's kernel datapath (docs/sfc.md); the lab's nodes may run netdev
+            netdev = "netdev datapath" in (st["status_reason"] or "")
+            console.print(f"port chain {chain['id']} with pptmon: [yellow]{st['status']}[/yellow]: "
+                          f"{st['status_reason']}", highlight=False)
+            report.append(("PPTMon on the chain", "not measured here: the lab's nodes run OVS's netdev datapath "
+                           "(PPTMon on chains needs the kernel one)" if netdev else f"FAILED: {st['status_reason']}"))
+            return
         deadline = time.monotonic() + 20
         while True:
             stats = api.get(f"/sfc/port_chains/{chain['id']}/pptmon", params={"window": "5m"})
             if all(g["processing"]["count"] for g in stats["groups"]) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        console.print(f"5 HTTP GETs client → server through the chain: {ok}/5 answered; {stats['records']} PPTMon "
-                      f"records at the controller", highlight=False)
+        console.print(f"PPTMon (1 sample / 5 ms): {stats['records']} records at the controller", highlight=False)
         for g in stats["groups"]:
             p, pair = g["processing"], g["port_pairs"][0]
             line = (f"p50 {p['p50_us']:.0f} µs, p99 {p['p99_us']:.0f} µs ({p['count']} samples)" if p["count"]
@@ -298,8 +306,7 @@ def sfc_section(report: list) -> None:
         e2e = f"p50 {e['p50_us']:.0f} µs, p99 {e['p99_us']:.0f} µs ({e['count']} packets)" if e["count"] else "FAILED"
         console.print(f"  end to end: {e2e}", highlight=False)
         console.print(f"  fathom sfc port-chain pptmon web --controller {api.url}", highlight=False)
-        report.append(("PPTMon chain fw → dpi → nat end to end", e2e + ("" if ok == 5 and st["status"] == "active"
-                                                                        else " - FAILED")))
+        report.append(("PPTMon chain fw → dpi → nat end to end", e2e))
     finally:
         if not KEEP:
             lab.down()

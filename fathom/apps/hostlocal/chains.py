@@ -104,9 +104,9 @@ def chain_pptmon(snapshot: Snapshot, chain_id: int) -> list[ChainVnf]:
         elif not ing.interface or not egr.interface:
             problem = f"port pair {v.pair_id}: no interface named on node {ing.node}"
         elif ing.node in nodes and nodes[ing.node].datapath_type is None:
-            problem = f"port pair {v.pair_id}: waiting for the datapath type of node {ing.node} (its agent's facts)"
+            problem = f"waiting for the datapath type of node {ing.node} (its agent's facts)"
         elif ing.node in nodes and nodes[ing.node].datapath_type != "system":
-            problem, fatal = (f"port pair {v.pair_id}: node {ing.node} runs OVS's {nodes[ing.node].datapath_type} "
+            problem, fatal = (f"node {ing.node} runs OVS's {nodes[ing.node].datapath_type} "
                               "datapath, which takes a VM's packets before TC ingress: PPTMon could neither time "
                               "the VNF nor remove its option there (it needs the kernel datapath)"), True
         placed = problem is None
