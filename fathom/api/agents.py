@@ -173,14 +173,18 @@ async def desired(node: NodeName, request: Request, db: StoreDep, who: Identity 
         await hub.wait(min(left, RECHECK))
 
 
+def _object(status: ObjectStatus) -> dict:
+    """As stored: counters only where the agent gave some."""
+    return status.model_dump(exclude={"counters"} if status.counters is None else None)
+
+
 @router.post("/{node}/report", status_code=204, summary="The agent's facts and the status of what it holds")
 def report(node: NodeName, body: Report, request: Request, db: StoreDep, who: Identity = Depends(identity)):
     _may(who, node, write=True)
     news = db.write(lambda s: ag.record_report(s, node, agent_started=body.agent_started,
                                                 applied_revision=body.applied_revision,
                                                 facts=body.facts.model_dump(mode="json"),
-                                                objects={k: v.model_dump(exclude={"counters"} if v.counters is None else None)
-                                                         for k, v in body.objects.items()}),
+                                                objects={k: _object(v) for k, v in body.objects.items()}),
                     notify=False)
     if news and db.on_change:   # the reconciler reads it (statuses, new router ports); heartbeats wake nothing
         db.on_change()

@@ -1,7 +1,8 @@
 """REST API of service function chains, as networking-sfc names them: /v1/sfc/port_pairs,
 /v1/sfc/port_pair_groups, /v1/sfc/flow_classifiers, /v1/sfc/port_chains (create, list, show,
 update, delete each), and `GET /v1/sfc/port_chains/{id}/pptmon`: what PPTMon measured on a chain
-with `pptmon` set (per chain, group and port pair). Members are given by id or name. fathom/store/sfc.py holds the rules; docs/sfc.md
+with `pptmon` set (per chain, group and port pair). Members are given by id or name.
+fathom/store/sfc.py holds the rules; docs/sfc.md
 explains the model and the steering.
 
 (No `from __future__ import annotations` here: the routes are made per collection inside `_crud`,
@@ -237,9 +238,9 @@ _crud("port_chains", sm.PortChain, chain_out, ChainOut, ChainCreate, ChainUpdate
 @router.get("/port_chains/{object_id}/pptmon", name="port_chain_pptmon",
             summary="PPTMon on a port chain: processing times per chain, group and port pair over a window")
 def port_chain_pptmon(object_id: int, c: CallerDep, db: StoreDep, engine: EngineDep,
-                      since: str | None = Query(None, description="ns since the epoch, a duration back (30s), or ISO 8601"),
+                      since: str | None = Query(None, description="ns since the epoch, a duration back, ISO 8601"),
                       until: str | None = None,
-                      window: str | None = Query(None, description="a duration back from now; default 5m when no since")):
+                      window: str | None = Query(None, description="a duration back from now; default 5m")):
     if since is not None and window is not None:
         raise pptmon_api._bad("query", "window", "give since or window, not both")
     since_ns = pptmon_api.parse_since(since) if since is not None else pptmon_api.parse_since(window or "5m", "window")
