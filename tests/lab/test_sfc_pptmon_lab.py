@@ -183,7 +183,8 @@ def test_on_the_userspace_datapath_a_measured_chain_refuses_and_attaches_nothing
     crosses both VNFs to the server byte for byte without an option. Turned off, the chain is
     `active` again."""
     nodes = {n["name"]: n for n in api.get("/nodes")}
-    agents = {a["node"]: a for a in api.get("/agents")}
+    agents = until(lambda: (ags := {a["node"]: a for a in api.get("/agents")}) and
+                   all(a["facts"].get("datapath_types") for a in ags.values()) and ags, 30, "the agents' facts")
     assert {n: a["facts"]["ovs_kernel_module"] for n, a in agents.items()} == {"compute1": False, "compute2": False}
     assert all(n["datapath_type"] is None for n in nodes.values())     # no override: the facts decide (netdev)
     data = hashlib.shake_256(b"pq upload").digest(400_000)
@@ -282,3 +283,96 @@ def test_the_agent_holds_a_chains_attachment_by_its_own_name_and_reports_counter
     assert gone == {"apply": {}, "held": [], "counters": {}}
     filters = {k: sh(lab, "compute1", "tc", "filter", "show", "dev", k[0], k[1]).stdout for k in filters}
     assert not [k for k, text in filters.items() if "ppt_" in text], filters
+
+
+def test_a_proxy_in_the_chain_ends_the_option_and_the_counters_say_so(lab, api, tmp_path):
+    """fw1 → proxy (HAProxy opens its own connection to the server), with the attachments the
+    controller derives for such a chain held by the agent's handler on each node (the source on
+    fw1, the sink on the proxy): the client's packets are stamped and reach the proxy with the
+    option (its sink appends), but what the proxy sends on is a new connection without one, so the
+    sink reports nothing. From the loaders' counters, as the agents report them, the chain's
+    verdict is `lost_across` = all stamped, with the warning; no time is made up."""
+    from fathom.apps.hostlocal.chains import lost_across, lost_warning
+    from fathom.model.hostlocal import PptmonAttach
+    from fathom.store.agents import AgentView
+    bpffs = tmp_path / "bpffs"
+    bpffs.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(bpffs)], check=True)   # shared by the handler runs below
+    try:
+        with chain(api, lab, ["fw1", "proxy"]) as ch:
+            pairs = {v: ids(lab)["port_pairs"][v] for v in ("fw1", "proxy")}
+            label = chain_label(ch["id"])
+            held = {"compute1": [PptmonAttach(pairs["fw1"], label, 1, "source", "fw1i:egress", "fw1o:ingress",
+                                              0, OWNER_KIND)],
+                    "compute2": [PptmonAttach(pairs["proxy"], label, 2, "sink", "proxyi:egress", "proxyo:ingress",
+                                              0, OWNER_KIND)]}
+            for node, objects in held.items():
+                got = handler(lab, node, tmp_path / node, objects)
+                assert {v["status"] for v in got["apply"].values()} == {"active"}, got
+            blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
+            for sport in range(47001, 47004):
+                assert curl_sha(lab, sport) == blob
+            counters = {node: handler(lab, node, tmp_path / node, objects)["counters"]
+                        for node, objects in held.items()}
+            source = counters["compute1"][f"{OWNER_KIND}:{pairs['fw1']}"]
+            sink = counters["compute2"][f"{OWNER_KIND}:{pairs['proxy']}"]
+            assert source["sampled"] >= 20, source              # every client packet of the three GETs
+            assert sink["appended"] >= 1 and sink["reported"] == 0, sink   # it arrived marked; nothing left marked
+            # the controller's verdict over the same counters, for this chain measured on kernel-datapath nodes
+            snapshot = measured_snapshot(api, ch["id"])
+            views = {n: AgentView(n, 1, 1, {}, {k: {"status": "active", "counters": c} for k, c in cs.items()},
+                                  time.time(), None) for n, cs in counters.items()}
+            lost = lost_across(snapshot, ch["id"], views)
+            assert lost == {"counted": True, "stamped": source["sampled"], "reached": 0,
+                            "lost_across": source["sampled"]}, lost
+            assert "reached the last group without the option" in lost_warning(lost)
+            for node in held:
+                assert handler(lab, node, tmp_path / node, [])["held"] == []
+            reported = [line for f in (tmp_path / "compute2" / "records" / label).glob("*.jsonl")
+                        for line in f.read_text().splitlines() if '"type":"ppt"' in line]
+            assert reported == [], "the sink reported a record"
+    finally:
+        subprocess.run(["umount", str(bpffs)], check=False)
+
+
+def measured_snapshot(api, chain_id: int):
+    """The lab's model as the controller has it, with the chain measured and the nodes on the
+    kernel datapath (what `lost_across` is meant for), built from the API's answers."""
+    from dataclasses import replace
+
+    from fathom.model import ChainPptmon, Node, Port, PortChain, PortPair, PortPairGroup, Snapshot
+    nodes = tuple(Node(n["id"], n["name"], n["role"], n["tunnel_ip"], n["management_ip"], datapath_type="system")
+                  for n in api.get("/nodes"))
+    ports = tuple(Port(p["id"], p["name"], p["project_id"], p["network_id"], p["mac_address"], node=p["node"],
+                       interface=p["interface_name"]) for p in api.list("/ports"))
+    pairs = tuple(PortPair(p["id"], p["name"], p["project_id"], p["ingress"], p["egress"])
+                  for p in api.get("/sfc/port_pairs"))
+    groups = tuple(PortPairGroup(g["id"], g["name"], g["project_id"], tuple(g["port_pairs"]))
+                   for g in api.get("/sfc/port_pair_groups"))
+    c = api.get(f"/sfc/port_chains/{chain_id}")
+    chain = PortChain(c["id"], c["name"], c["project_id"], tuple(c["port_pair_groups"]), tuple(c["flow_classifiers"]))
+    return Snapshot(nodes=nodes, ports=ports, port_pairs=pairs, port_pair_groups=groups,
+                    port_chains=(replace(chain, pptmon=ChainPptmon(0)),))
+
+
+HANDLER_RUN = """
+import json, sys
+from pathlib import Path
+from fathom.agent.pptmon import Pptmon
+from fathom.model.hostlocal import from_json
+work, bpffs = Path(sys.argv[1]), Path(sys.argv[2])
+h = Pptmon(work / "records", work / "state", bpffs, "pq-node")
+objects = [from_json(o) for o in json.loads(sys.argv[3])]
+print(json.dumps({"apply": h.apply(objects), "held": sorted(h.held()), "counters": h.counters(objects)}))
+"""
+
+
+def handler(lab, node: str, work, objects) -> dict:
+    """One apply of the agent's PPTMon handler in `node`'s namespace (its loaders outlive it, as
+    they outlive the agent), with the bpffs the test mounted; what it answered."""
+    from fathom.model.hostlocal import to_json
+    argv, env = lab.exec_args(node, [sys.executable, "-c", HANDLER_RUN, str(work), str(work.parent / "bpffs"),
+                                     json.dumps([to_json(o) for o in objects])])
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
