@@ -7,6 +7,10 @@ an operator's attachment): an "attached" line, "stats" lines and, at a
 sink, one "ppt" record per sampled packet, which the agent's record forwarder
 (fathom.agent.agent) delivers to the controller with backoff.
 
+A port chain's attachment names the br-int interfaces of its VNF's ports: the programs go on the
+VM-facing interfaces behind them, decided here from the plugging (fathom.agent.plugging) — `pending`
+while an interface is missing, `error` where the plugging cannot work (direct on OVS's netdev datapath).
+
 Loaders run in their own session and outlive the agent: an agent restart finds them by their pid
 files (`<state>/pptmon/<name>.json`, checked against the process's command line) and adopts them,
 so the programs stay attached and nothing is measured twice. A loader that died is started again.
@@ -21,9 +25,11 @@ import re
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from fathom.agent.local import alive
+from fathom.agent.local import alive, links
+from fathom.agent.plugging import vm_facing
 from fathom.host.exec import run
 from fathom.model.hostlocal import PptmonAttach, digest, owner_key
 from fathom.pptmon import native
@@ -68,18 +74,42 @@ class Pptmon:
         return {p.stem for p in self.dir.glob("*.json") if re.fullmatch(r"[0-9]+|[a-z_]+-[0-9]+", p.stem)}
 
     # ----- apply
+    def placed(self, obj: PptmonAttach, found: list[dict] | None = None) -> tuple[PptmonAttach | None, dict | None]:
+        """The attachment as it runs here (a chain's points moved to the VM-facing interfaces,
+        fathom.agent.plugging) or None with the status to report instead: `pending` while an
+        interface is not there, `error` where the plugging cannot work."""
+        if not obj.names_ports:
+            return obj, None
+        found = links(details=True) if found is None else found
+        points = []
+        for point in (obj.in_point, obj.out_point):
+            dev, _, direction = point.partition(":")
+            where = vm_facing(dev, self.label_ns, found)
+            if where.interface is None:
+                level = "pending" if where.plugging == "absent" else "error"
+                return None, {"status": level, "reason": where.reason, "applied": digest([obj])}
+            points.append(f"{where.interface}:{direction}")
+        return replace(obj, in_point=points[0], out_point=points[1]), None
+
     def apply(self, objects: list[PptmonAttach]) -> dict[str, dict]:
         out = {}
+        found = links(details=True) if any(o.names_ports for o in objects) else []
+        kept = set()
         for obj in objects:
             try:
-                what = self.ensure(obj)
+                here, refused = self.placed(obj, found)
+                if refused is not None:
+                    out[owner_key(obj.owner)] = refused
+                    continue
+                kept.add(obj.local_name)
+                what = self.ensure(here)
                 if what:
                     LOG.info("attachment %s: %s", obj.local_name, what)
                 out[owner_key(obj.owner)] = {"status": "active", "reason": None, "applied": digest([obj])}
             except Exception as e:  # noqa: BLE001 - the attachment's status; retried on the next resync
                 LOG.warning("attachment %s: %s", obj.local_name, e)
                 out[owner_key(obj.owner)] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
-        for gone in sorted(self.held() - {o.local_name for o in objects}):
+        for gone in sorted(self.held() - kept):
             self.remove(gone)
         return out
 

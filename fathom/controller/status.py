@@ -249,6 +249,9 @@ def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: f
                                f"{time.strftime('%H:%M:%S', time.localtime(view.reported_at))}")
             elif said is not None and said.get("status") == "error":
                 st = ("error", f"node {node}: {said.get('reason') or 'failed'}")
+            elif said is not None and said.get("status") == "pending" and said.get("reason") and \
+                    said.get("applied") == digest([obj]):
+                st = ("pending", f"node {node}: {said['reason']}")
             elif said is None or said.get("status") != "active" or said.get("applied") != digest([obj]):
                 st = ("pending", f"waiting for the agent on node {node}")
             else:

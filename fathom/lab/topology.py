@@ -28,11 +28,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Plug = Literal["direct", "hybrid"]      # hybrid: tap → Linux bridge qbr → veth qvb/qvo → br-int (os-vif's)
+PLUGS = ("direct", "hybrid")
+
+
+def vm_host_end(name: str, plug: str) -> str:
+    """The node end of a VM port's veth: the VM-facing host interface."""
+    return f"tap{name}" if plug == "hybrid" else name
+
+
+def ovs_interface(name: str, plug: str) -> str:
+    """A VM port's interface on br-int (its `interface_name` for the controller)."""
+    return f"qvo{name}" if plug == "hybrid" else name
+
+
+
+
 class VM(_Strict):
     name: str = Field(pattern=NAME_RE)
     mac: str
     ip: ipaddress.IPv4Interface
     network: str
+    plug: Plug = "direct"
 
     @field_validator("mac")
     @classmethod
@@ -64,6 +81,7 @@ class Vnf(_Strict):
     egress: VnfPort
     rules: int = Field(default=0, ge=0, le=10000)          # firewall: non-matching rules every packet passes
     backend: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+\.\d+:\d+$")  # haproxy: ip:port
+    plug: Plug = "direct"      # hybrid: br-int holds qvo<name>i / qvo<name>o (15 characters at most)
 
 
 class Node(_Strict):

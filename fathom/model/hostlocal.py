@@ -67,6 +67,13 @@ class PptmonAttach:
         return (self.owner_kind, self.attachment_id)
 
     @property
+    def names_ports(self) -> bool:
+        """Its points name the br-int interfaces of a VNF's ports (a chain's instance), which the
+        agent maps to the VM-facing interfaces behind them (fathom.agent.plugging); an operator's
+        attachment names the interfaces themselves."""
+        return self.owner_kind != "pptmon_attachment"
+
+    @property
     def local_name(self) -> str:
         """A name unique among a node's attachments, for the agent's files and pins."""
         return str(self.attachment_id) if self.owner_kind == "pptmon_attachment" else \

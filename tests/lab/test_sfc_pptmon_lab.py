@@ -1,13 +1,15 @@
 """PPTMon on service chains through the API, on real OVS. A chain's `pptmon` asks the nodes' agents
-to attach the programs on the host side of every VNF's ports — which needs OVS's kernel datapath:
-the lab's nodes run the userspace one (netdev, no openvswitch module here), whose packet socket
-takes a VM's packets before TC ingress. So the chain must refuse, say why, attach nothing and
-leave the traffic alone; on this machine that is what is tested. Witnesses: the chain's status,
-the agents' reports and `tc filter show` on the nodes, the server's bytes (sha256) and a capture at
-the server (no option reaches it).
+to attach the programs on the VM-facing host interface of every VNF port. The lab's nodes run OVS's
+userspace datapath (netdev, no openvswitch module here), whose packet socket takes a VM's packets
+before TC ingress: behind a directly plugged port the programs would come too late, so the agent
+refuses; behind a hybrid-plugged one (tap → Linux bridge qbr → veth qvb/qvo → br-int, os-vif's)
+the Linux bridge takes them after TC ingress, and the chain is measured. Witnesses: the chain's
+status, the stored records and the chain's stats, `tc filter show` on the nodes, the server's bytes
+(sha256) and a capture at the server (no option reaches it).
 
-compute1: client, fw1 (nft firewall); compute2: server, dpi (nDPI), proxy (HAProxy: terminates
-TCP). Lab names start with 'pq'; addresses 198.19.40.0/24.
+compute1: client, fw1 (nft firewall, hybrid), fwd (forwarder, plugged directly); compute2: server,
+dpi (nDPI, hybrid), proxy (HAProxy: terminates TCP, hybrid). Lab names start with 'pq'; addresses
+198.19.40.0/24.
 """
 from __future__ import annotations
 
@@ -36,15 +38,17 @@ nodes:
     vms:
       - {name: client, mac: "02:fa:00:00:28:0b", ip: 198.19.40.11/24, network: blue}
     vnfs:
-      - {name: fw1, kind: firewall, rules: 20, network: blue,
+      - {name: fw1, kind: firewall, rules: 20, network: blue, plug: hybrid,
          ingress: {mac: "02:fb:00:00:28:65", ip: 198.19.40.101/24}, egress: {mac: "02:fb:00:00:28:66", ip: 198.19.40.102/24}}
+      - {name: fwd, kind: forward, network: blue,
+         ingress: {mac: "02:fb:00:00:28:67", ip: 198.19.40.103/24}, egress: {mac: "02:fb:00:00:28:68", ip: 198.19.40.104/24}}
   - name: compute2
     vms:
       - {name: server, mac: "02:fa:00:00:28:15", ip: 198.19.40.21/24, network: blue}
     vnfs:
-      - {name: dpi, kind: dpi, network: blue,
+      - {name: dpi, kind: dpi, network: blue, plug: hybrid,
          ingress: {mac: "02:fb:00:00:28:69", ip: 198.19.40.105/24}, egress: {mac: "02:fb:00:00:28:6a", ip: 198.19.40.106/24}}
-      - {name: proxy, kind: haproxy, backend: "198.19.40.21:80", network: blue,
+      - {name: proxy, kind: haproxy, backend: "198.19.40.21:80", network: blue, plug: hybrid,
          ingress: {mac: "02:fb:00:00:28:6f", ip: 198.19.40.111/24}, egress: {mac: "02:fb:00:00:28:70", ip: 198.19.40.112/24}}
 underlay:
   cidr: 198.18.40.0/24
@@ -52,8 +56,10 @@ underlay:
 """
 SERVER, PROXY_OUT = "198.19.40.21", "198.19.40.112"
 BLOB = 200_000
-PERIOD_NS = 5_000_000          # 200 samples/s: enough records from a few transfers
-HOOKS = {"compute1": ("fw1i", "fw1o"), "compute2": ("dpii", "dpio", "proxyi", "proxyo")}
+PERIOD_NS = 1_000_000          # 1000 samples/s: enough records from a few short transfers
+# the VM-facing host interfaces of the VNFs' ports (hybrid: tap<port>; direct: the br-int port itself)
+HOOKS = {"compute1": ("tapfw1i", "tapfw1o", "fwdi", "fwdo"),
+         "compute2": ("tapdpii", "tapdpio", "tapproxyi", "tapproxyo")}
 
 
 @pytest.fixture(scope="module")
@@ -177,50 +183,119 @@ def has_ppt_option(pkt) -> bool:
     return False
 
 
-def test_on_the_userspace_datapath_a_measured_chain_refuses_and_attaches_nothing(lab, api, tmp_path):
-    """fw1 (compute1) → dpi (compute2) with pptmon on netdev nodes: the chain is `error` naming the
-    datapath, the agents hold nothing of it, no program is on any VNF port, and the chain's traffic
-    crosses both VNFs to the server byte for byte without an option. Turned off, the chain is
-    `active` again."""
-    nodes = {n["name"]: n for n in api.get("/nodes")}
+def capture_at_server(lab, pcap):
+    """tcpdump of the server's TCP into `pcap`, listening when this returns; stop it with stop_capture."""
+    dump = subprocess.Popen(["ip", "netns", "exec", lab.ns("server"), "tcpdump", "-i", "eth0", "-U", "-n", "-s", "0",
+                             "-w", str(pcap), "tcp"], stderr=subprocess.PIPE, text=True)
+    assert "listening" in dump.stderr.readline()
+    return dump
+
+
+def stop_capture(dump) -> None:
+    time.sleep(0.5)
+    dump.send_signal(signal.SIGINT)
+    dump.wait(5)
+
+
+def chain_traffic(lab, tmp_path, data: bytes, sports) -> list:
+    """Three GETs of the blob and an upload of `data` through the chain, checked byte for byte at
+    the server; the client's segments the server captured meanwhile."""
+    pcap = tmp_path / "server.pcap"
+    dump = capture_at_server(lab, pcap)
+    try:
+        blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
+        for sport in sports:
+            assert curl_sha(lab, sport) == blob
+        assert upload(lab, data) == hashlib.sha256(data).hexdigest(), "the server's bytes differ"
+    finally:
+        stop_capture(dump)
+    segments = [p for p in rdpcap(str(pcap)) if IP in p and TCP in p]
+    assert len(segments) > 100 and {p[IP].src for p in segments if p[TCP].dport in (80, 9000)} == {"198.19.40.11"}
+    return segments
+
+
+def test_a_measured_chain_of_hybrid_plugged_vnfs_times_every_hop_on_the_userspace_datapath(lab, api, tmp_path):
+    """fw1 (compute1) → dpi (compute2), both plugged hybrid, with pptmon on netdev nodes: the chain
+    is `active`; the programs sit on the VNFs' taps (the VM-facing interfaces), none on the qvo
+    ports OVS holds; every stored record names the chain, and for each hop its group, port pair and
+    node, with a plausible time; the chain's stats give per-VNF and end-to-end times; the server
+    gets the same bytes and never an option. Turned off, the taps hold no filter at all."""
     agents = until(lambda: (ags := {a["node"]: a for a in api.get("/agents")}) and
                    all(a["facts"].get("datapath_types") for a in ags.values()) and ags, 30, "the agents' facts")
     assert {n: a["facts"]["ovs_kernel_module"] for n, a in agents.items()} == {"compute1": False, "compute2": False}
-    assert all(n["datapath_type"] is None for n in nodes.values())     # no override: the facts decide (netdev)
     data = hashlib.shake_256(b"pq upload").digest(400_000)
+    pairs = ids(lab)["port_pairs"]
     with chain(api, lab, ["fw1", "dpi"], ports=(80, 9000), pptmon={"period_ns": PERIOD_NS}) as ch:
-        assert ch["pptmon"] == {"period_ns": PERIOD_NS}
+        assert (ch["status"], ch["status_reason"]) == ("active", None), ch
+        filters = ppt_filters(lab)
+        taps = ("tapfw1i", "tapfw1o", "tapdpii", "tapdpio")
+        assert all("ppt_" in filters[t] for t in taps), filters
+        assert not [d for d, text in filters.items() if "ppt_" in text and d not in taps], filters
+        for node, qvo in (("compute1", "qvofw1i"), ("compute2", "qvodpio")):
+            assert "ppt_" not in sh(lab, node, "tc", "filter", "show", "dev", qvo, "ingress").stdout
+        since = time.time_ns()
+        segments = chain_traffic(lab, tmp_path, data, range(46001, 46004))
+        assert not [p for p in segments if has_ppt_option(p)], "a PPTMon option reached the server"
+        for v in ("fw1", "dpi"):     # the chain really steered through both VNFs
+            assert int(sh(lab, v, "cat", "/sys/class/net/eth0/statistics/rx_bytes").stdout) > len(data)
+
+        label = chain_label(ch["id"])
+        def settled():      # the sinks' records delivered: the same number twice, a second apart
+            got = api.get("/pptmon/records", params={"chain": label, "limit": 5000, "since": str(since)})
+            time.sleep(1)
+            again = api.get("/pptmon/records", params={"chain": label, "limit": 5000, "since": str(since)})
+            return got if len(got) >= 10 and len(again) == len(got) else None
+        records = until(settled, 40, "the chain's records")
+        groups = {g["id"]: g for g in api.get("/sfc/port_pair_groups")}
+        want = {1: (pairs["fw1"], "compute1"), 2: (pairs["dpi"], "compute2")}
+        for r in records:
+            assert r["chain"] == label and r["port_chain_id"] == ch["id"] and r["node"] == "compute2", r
+            got = {h["vnf"]: (h["port_pair"], h["node"]) for h in r["hops"]}
+            assert got == want, r
+            assert [groups[h["group"]]["port_pairs"] for h in r["hops"]] == [[pairs["fw1"]], [pairs["dpi"]]], r
+        timed = [r for r in records if r["e2e_us"] is not None]
+        assert len(timed) >= 10 and len(timed) * 2 >= len(records), (len(timed), len(records), records[:3])
+        for r in timed:   # a firewall's or nDPI's time: more than nothing, far less than a second
+            assert all(0 < h["ppt_us"] < 1_000_000 for h in r["hops"]), r
+            assert r["e2e_us"] >= sum(h["ppt_us"] for h in r["hops"]), r
+
+        st = api.get(f"/sfc/port_chains/{ch['id']}/pptmon", params={"window": "10m"})
+        assert st["records"] >= len(timed) and st["e2e"]["count"] >= len(timed) and st["e2e"]["p50_us"] > 0, st
+        assert [(p["name"], p["node"]) for g in st["groups"] for p in g["port_pairs"]] == \
+            [("fw1", "compute1"), ("dpi", "compute2")]
+        assert all(p["processing"]["count"] > 0 and p["processing"]["p50_us"] > 0
+                   for g in st["groups"] for p in g["port_pairs"]), st
+        # the loaders' counters come with the agents' next reports
+        st = until(lambda: (s := api.get(f"/sfc/port_chains/{ch['id']}/pptmon", params={"window": "10m"}))
+                   ["reached"] > 0 and s, 30, "the agents' counters")
+        assert st["stamped"] >= st["reached"] and st["warnings"] == [], st
+
+        off = api.patch(f"/sfc/port_chains/{ch['id']}", json={"pptmon": None})
+        assert off["pptmon"] is None
+        back = api.wait_status("sfc/port_chains", ch["id"], timeout=20)
+        assert (back["status"], back["status_reason"]) == ("active", None)
+        until(lambda: not any(o.startswith(OWNER_KIND) for objs in agent_objects(api).values() for o in objs),
+              20, "the agents to drop the attachments")
+        for node, devs in (("compute1", taps[:2]), ("compute2", taps[2:])):
+            for dev in devs:
+                for direction in ("ingress", "egress"):
+                    assert sh(lab, node, "tc", "filter", "show", "dev", dev, direction).stdout.strip() == "", dev
+
+
+def test_a_measured_chain_through_a_directly_plugged_vnf_on_the_userspace_datapath_is_an_error(lab, api, tmp_path):
+    """fwd is plugged directly into br-int of a netdev node: its agent refuses the instance, saying
+    why, holds no program for it, and the chain is `error` while its traffic still crosses fwd to
+    the server byte for byte, without an option."""
+    with chain(api, lab, ["fwd"], ports=(80, 9000), pptmon={"period_ns": PERIOD_NS}) as ch:
         assert ch["status"] == "error" and "runs OVS's netdev datapath" in ch["status_reason"], ch
-        assert "kernel datapath" in ch["status_reason"]
-        assert not any(k.startswith(OWNER_KIND) for objs in agent_objects(api).values() for k in objs)
-        desired = [o for n in ("compute1", "compute2") for o in api.get(f"/agents/{n}/desired")["objects"]]
-        assert not [o for o in desired if o["kind"] == "pptmon_attach"], desired
+        assert "kernel datapath" in ch["status_reason"] and "fwdi" in ch["status_reason"], ch
+        said = agent_objects(api)["compute1"][f"{OWNER_KIND}:{ids(lab)['port_pairs']['fwd']}"]
+        assert said["status"] == "error", said
         filters = ppt_filters(lab)
         assert not [dev for dev, text in filters.items() if "ppt_" in text], filters
-
-        pcap = tmp_path / "server.pcap"
-        dump = subprocess.Popen(["ip", "netns", "exec", lab.ns("server"), "tcpdump", "-i", "eth0", "-U", "-n", "-s", "0",
-                                 "-w", str(pcap), "tcp"], stderr=subprocess.PIPE, text=True)
-        assert "listening" in dump.stderr.readline()
-        try:
-            blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
-            for sport in range(46001, 46004):
-                assert curl_sha(lab, sport) == blob
-            assert upload(lab, data) == hashlib.sha256(data).hexdigest(), "the server's bytes differ"
-        finally:
-            time.sleep(0.5)
-            dump.send_signal(signal.SIGINT)
-            dump.wait(5)
-        segments = [p for p in rdpcap(str(pcap)) if IP in p and TCP in p]
-        assert len(segments) > 100 and {p[IP].src for p in segments if p[TCP].dport in (80, 9000)} == {"198.19.40.11"}
+        segments = chain_traffic(lab, tmp_path, hashlib.shake_256(b"pq direct").digest(200_000), range(46011, 46013))
         assert not [p for p in segments if has_ppt_option(p)], "a PPTMon option reached the server"
-        # the chain really steered through both VNFs
-        for v in ("fw1", "dpi"):
-            assert int(sh(lab, v, "cat", "/sys/class/net/eth0/statistics/rx_bytes").stdout) > len(data)
-        st = api.get(f"/sfc/port_chains/{ch['id']}/pptmon", params={"window": "10m"})
-        assert st["records"] == 0 and st["stamped"] == 0 and [p["node"] for g in st["groups"]
-                                                                for p in g["port_pairs"]] == [None, None]
-
+        assert int(sh(lab, "fwd", "cat", "/sys/class/net/eth0/statistics/rx_bytes").stdout) > 200_000
         off = api.patch(f"/sfc/port_chains/{ch['id']}", json={"pptmon": None})
         assert off["pptmon"] is None
         back = api.wait_status("sfc/port_chains", ch["id"], timeout=20)
@@ -254,10 +329,10 @@ def test_the_agent_holds_a_chains_attachment_by_its_own_name_and_reports_counter
     chain-derived attachment (owner port_chain_vnf:1) beside an operator's attachment of the same
     id 1: both are held under their own names, the programs sit on the host interfaces, the
     counters come from the loaders' pinned maps and count the traffic; an empty apply detaches
-    both. (What the controller derives for a chain, which this lab's netdev nodes refuse.)"""
+    both. The chain's points name fw1's qvo ports on br-int; the programs go on its taps."""
     from fathom.model.hostlocal import PptmonAttach, to_json
-    derived = PptmonAttach(1, chain_label(1), 1, "source-sink", "fw1i:egress", "fw1o:ingress", 0, OWNER_KIND)
-    operator = PptmonAttach(1, "pqop", 1, "source-sink", "fw1o:egress", "fw1i:ingress", 0)
+    derived = PptmonAttach(1, chain_label(1), 1, "source-sink", "qvofw1i:egress", "qvofw1o:ingress", 0, OWNER_KIND)
+    operator = PptmonAttach(1, "pqop", 1, "source-sink", "tapfw1o:egress", "tapfw1i:ingress", 0)
 
     def handler(objects, traffic=None):
         argv, env = lab.exec_args("compute1", [sys.executable, "-c", HANDLER, str(tmp_path),
@@ -276,7 +351,7 @@ def test_the_agent_holds_a_chains_attachment_by_its_own_name_and_reports_counter
     assert counters["in_pkts"] >= 50 and counters["sampled"] >= 50, counters   # every datagram into fw1
     assert set(got["counters"]) == {f"{OWNER_KIND}:1", "pptmon_attachment:1"}
     filters = {(d, direction): sh(lab, "compute1", "tc", "filter", "show", "dev", d, direction).stdout
-               for d in ("fw1i", "fw1o") for direction in ("egress", "ingress")}
+               for d in ("tapfw1i", "tapfw1o") for direction in ("egress", "ingress")}
     assert all("ppt_" in text for text in filters.values()), filters
     assert (tmp_path / "records" / chain_label(1)).is_dir()
     gone = handler([])
@@ -302,9 +377,9 @@ def test_a_proxy_in_the_chain_ends_the_option_and_the_counters_say_so(lab, api, 
         with chain(api, lab, ["fw1", "proxy"]) as ch:
             pairs = {v: ids(lab)["port_pairs"][v] for v in ("fw1", "proxy")}
             label = chain_label(ch["id"])
-            held = {"compute1": [PptmonAttach(pairs["fw1"], label, 1, "source", "fw1i:egress", "fw1o:ingress",
+            held = {"compute1": [PptmonAttach(pairs["fw1"], label, 1, "source", "qvofw1i:egress", "qvofw1o:ingress",
                                               0, OWNER_KIND)],
-                    "compute2": [PptmonAttach(pairs["proxy"], label, 2, "sink", "proxyi:egress", "proxyo:ingress",
+                    "compute2": [PptmonAttach(pairs["proxy"], label, 2, "sink", "qvoproxyi:egress", "qvoproxyo:ingress",
                                               0, OWNER_KIND)]}
             for node, objects in held.items():
                 got = handler(lab, node, tmp_path / node, objects)
@@ -318,7 +393,7 @@ def test_a_proxy_in_the_chain_ends_the_option_and_the_counters_say_so(lab, api, 
             sink = counters["compute2"][f"{OWNER_KIND}:{pairs['proxy']}"]
             assert source["sampled"] >= 20, source              # every client packet of the three GETs
             assert sink["appended"] >= 1 and sink["reported"] == 0, sink   # it arrived marked; nothing left marked
-            # the controller's verdict over the same counters, for this chain measured on kernel-datapath nodes
+            # the controller's verdict over the same counters, for this chain measured
             snapshot = measured_snapshot(api, ch["id"])
             views = {n: AgentView(n, 1, 1, {}, {k: {"status": "active", "counters": c} for k, c in cs.items()},
                                   time.time(), None) for n, cs in counters.items()}

@@ -76,20 +76,34 @@ def test_no_pptmon_no_attachment_and_an_unplaced_instance_is_a_problem():
     assert st[0] == "pending" and "port pair 4: not bound" in st[1]
 
 
-def test_no_programs_where_ovs_takes_the_packets_before_tc_ingress():
-    """OVS's userspace datapath reads a VM's packets before TC ingress (a packet socket): a measured
-    chain gets no programs there (they could not time the VNF nor remove the option) and says so;
-    while the datapath is unknown the chain waits."""
-    snap = measured(datapath="netdev")
-    assert chain_attachments(snap) == []
-    st = chain_pptmon_status(snap, 7, {})
-    assert st[0] == "error" and "node c1 runs OVS's netdev datapath" in st[1] and "kernel datapath" in st[1]
-    mixed = replace(snap, nodes=tuple(replace(n, datapath_type="system") if n.name != "c3" else n for n in snap.nodes))
-    assert sorted(a.attachment_id for _, a in chain_attachments(mixed)) == [1, 2, 4]
-    unknown = measured(datapath=None)
-    assert chain_attachments(unknown) == []
-    st = chain_pptmon_status(unknown, 7, {})
-    assert st[0] == "pending" and "waiting for the datapath type of node c1" in st[1]
+def test_the_controller_derives_the_attachments_whatever_the_datapath():
+    """Whether the programs can work depends on how each VIF is plugged, which only the node's agent
+    sees (fathom.agent.plugging): the controller derives the same attachments on a netdev node, a
+    kernel-datapath one and one whose datapath is not known yet, naming the br-int interfaces."""
+    system = chain_attachments(measured(datapath="system"))
+    assert chain_attachments(measured(datapath="netdev")) == system == chain_attachments(measured(datapath=None))
+    assert sorted(a.attachment_id for _, a in system) == [1, 2, 3, 4]
+    assert all(a.names_ports for _, a in system)
+    assert chain_pptmon_status(measured(datapath="netdev"), 7, {})[0] == "pending"
+
+
+def test_an_agents_pending_reason_reaches_the_status():
+    """The agent says `pending` with a reason while a port's interface is missing (and `error`
+    where the plugging cannot work): the status carries the reason for the object it applied."""
+    from fathom.controller.status import hostlocal
+    from fathom.model.hostlocal import digest
+    (node, obj), *_ = chain_attachments(measured())
+    def view(said):
+        return {node: ag.AgentView(node, 1, 1, {}, {f"{OWNER_KIND}:{obj.attachment_id}": said}, 100.0, None)}
+    waiting = {"status": "pending", "reason": "waiting for interface 'qvox' on node c1", "applied": digest([obj])}
+    assert hostlocal({node: [obj]}, view(waiting), 100.0, 60)[obj.owner] == \
+        ("pending", f"node {node}: waiting for interface 'qvox' on node c1")
+    older = {**waiting, "applied": "0" * 16}     # about an older version: no word on this one yet
+    assert hostlocal({node: [obj]}, view(older), 100.0, 60)[obj.owner] == \
+        ("pending", f"waiting for the agent on node {node}")
+    refused = {"status": "error", "reason": "runs OVS's netdev datapath", "applied": digest([obj])}
+    assert hostlocal({node: [obj]}, view(refused), 100.0, 60)[obj.owner] == \
+        ("error", f"node {node}: runs OVS's netdev datapath")
 
 
 def test_the_chains_status_is_the_worst_of_its_instances_agents():

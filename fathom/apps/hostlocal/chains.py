@@ -8,13 +8,13 @@ the node's agent sees (`Port.interface`, the VIF on the node's br-int):
   the VM);
 - `ppt_out` where they leave it: the ingress of its egress port's host interface (from the VM).
 
-This needs OVS's kernel datapath (`system`) on the node: there the VM's packets pass TC ingress of
-the host interface before OVS takes them. The userspace datapath (`netdev`) reads them with a
-packet socket, which the kernel serves *before* TC ingress: the programs there would see the packet
-but OVS would forward it unchanged — no VNF time written into the option, and the sink's removal of
-the option lost (it would reach the destination). On a `netdev` node a measured chain's instances
-get no programs and the chain is `error`, saying so; while a node's datapath is unknown (its agent
-has not reported), `pending`.
+The controller names the br-int interfaces; the node's agent places the programs on the VM-facing
+interfaces behind them (fathom.agent.plugging), for it alone sees how a VIF is plugged: with hybrid
+plugging (tap → Linux bridge → veth → br-int) on any datapath, or plugged directly on OVS's kernel
+datapath, the VM's packets pass TC ingress of the VM-facing interface before a switch takes them.
+Plugged directly on the userspace datapath (`netdev`), OVS reads them with a packet socket, served
+*before* TC ingress: the programs would see the packet but OVS would forward it unchanged. There the
+agent reports the instance `error`, saying so; while an interface is missing, `pending`.
 
 Only the forward direction is measured (a symmetric chain's replies cross the other hooks).
 Roles follow the chain's order: the first group's instances are sources (they sample, one packet
@@ -89,7 +89,6 @@ def chain_pptmon(snapshot: Snapshot, chain_id: int) -> list[ChainVnf]:
         return []
     ports = {p.id: p for p in snapshot.ports}
     pairs = {p.id: p for p in snapshot.port_pairs}
-    nodes = {n.name: n for n in snapshot.nodes}
     out = []
     for i, v in enumerate(vnfs):
         pair = pairs[v.pair_id]
@@ -103,12 +102,6 @@ def chain_pptmon(snapshot: Snapshot, chain_id: int) -> list[ChainVnf]:
             problem, fatal = f"port pair {v.pair_id}: its ports are on two nodes ({ing.node}, {egr.node})", True
         elif not ing.interface or not egr.interface:
             problem = f"port pair {v.pair_id}: no interface named on node {ing.node}"
-        elif ing.node in nodes and nodes[ing.node].datapath_type is None:
-            problem = f"waiting for the datapath type of node {ing.node} (its agent's facts)"
-        elif ing.node in nodes and nodes[ing.node].datapath_type != "system":
-            problem, fatal = (f"node {ing.node} runs OVS's {nodes[ing.node].datapath_type} "
-                              "datapath, which takes a VM's packets before TC ingress: PPTMon could neither time "
-                              "the VNF nor remove its option there (it needs the kernel datapath)"), True
         placed = problem is None
         out.append(ChainVnf(chain_id, v.position, v.group_id, v.pair_id, i + 1, v.role,
                             ing.node if placed else None,
