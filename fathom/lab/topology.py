@@ -255,6 +255,19 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
         else:
             seen[key] = path
 
+    # the links a node's VMs and VNFs make in its namespace (a hybrid plug's tap/qbr/qvb/qvo too)
+    for i, node in enumerate(topo.nodes):
+        links: dict[str, tuple] = {}
+        ends = [(("nodes", i, "vms", j, "name"), vm.name, vm.plug) for j, vm in enumerate(node.vms)]
+        ends += [(("nodes", i, "vnfs", j, "name"), f"{vnf.name}{side}", vnf.plug)
+                 for j, vnf in enumerate(node.vnfs) for side in "io"]
+        for path, port, plug in ends:
+            made = [port] if plug == "direct" else [f"{p}{port}" for p in ("tap", "qbr", "qvb", "qvo")]
+            for link in made:
+                if link in links and links[link] != path:
+                    add(path, f"its interface {link!r} clashes with one of line {_line(lines, links[link])}")
+                links.setdefault(link, path)
+
     nets = {n.name: n for n in topo.networks}
     segs: dict[tuple, tuple] = {}
     for i, n in enumerate(topo.networks):
