@@ -6,7 +6,8 @@ when the revision moved on, else after `poll` seconds); apply a new revision wit
 the applied revision and every object's status, with its counters where the handler keeps some
 (`POST /v1/agents/<node>/report`) at once after an
 apply and every `report_interval` seconds otherwise (the controller takes silence for death).
-Every `resync` seconds the current state is applied again, repairing what was changed under us.
+Every `resync` seconds the current state is applied again, repairing what was changed under us
+(every `report_interval` while a handler says an object is `pending`, waiting for the host).
 
 Nothing is torn down when the controller is unreachable: the host keeps what it holds and the
 agent retries with backoff. After an agent restart the first answer is applied like any other:
@@ -82,6 +83,13 @@ class Follower:
             self.statuses = statuses
         self.last_apply = time.monotonic()
 
+    def _resync_after(self) -> float:
+        """`resync`, or the report interval while an object waits for something on the host (a
+        handler said `pending`, e.g. a VIF not plugged yet): it is applied again soon."""
+        with self.lock:
+            waiting = any(v.get("status") == "pending" for v in self.statuses.values())
+        return self.report_interval if waiting else self.resync
+
     def report(self) -> None:
         counters = {}
         for kind, handler in self.handlers.items():   # what a handler measures (PPTMon's counters)
@@ -104,7 +112,7 @@ class Follower:
                 # wait for a change until the next report is due; a fresh start (or a failure) asks at once
                 until_report = self.report_interval - (time.monotonic() - self.last_report)
                 changed = self.fetch(0.0 if first else max(0.0, min(self.poll, until_report)))
-                if changed or time.monotonic() - self.last_apply >= self.resync:
+                if changed or time.monotonic() - self.last_apply >= self._resync_after():
                     self.apply()
                     self.report()
                 elif time.monotonic() - self.last_report >= self.report_interval:
