@@ -214,5 +214,5 @@ def markdown(doc: dict) -> str:
                   "| pptmon | Gbit/s | on / off |", "|---|---|---|",
                   f"| off | {pm['median_gbps']['off']:.2f} | |",
                   f"| 1 sample / {pm['period_ns'] / 1e9:g} s | {pm['median_gbps']['on']:.2f} | {ratio} |",
-                  "", f"({pm['records']} records stored meanwhile)"]
+                  "", f"(records stored meanwhile: {pm['records']})"]
     return "\n".join(lines) + "\n"

@@ -272,8 +272,9 @@ class Lab:
         run(["ip", "netns", "del", self.ns(name)], check=False)
 
     def _add_vnf(self, topo: Topology, node: NodePlan, ovs: OvsInstance, vnf, standalone: bool) -> None:
-        """A VNF namespace: eth0 (ingress) and eth1 (egress) joined to br-int as `<vnf>i` and `<vnf>o`,
-        configured by fathom.lab.vnf for its kind."""
+        """A VNF namespace: eth0 (ingress) and eth1 (egress) joined to br-int as `<vnf>i` and `<vnf>o`
+        (plugged hybrid: as `qvo<vnf>i` and `qvo<vnf>o`, behind `tap<vnf>i`/`tap<vnf>o` on their Linux
+        bridges), configured by fathom.lab.vnf for its kind."""
         from . import vnf as vnfs
         ns = self.ns(vnf.name)
         _add_netns(ns)
