@@ -45,6 +45,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "iptables-restore": ("iptables", "loading firewall rule sets"),
     "nft": ("nftables", "benchmark devices' forwarding rules; firewall, NAT and proxy VNFs of the lab"),
     "mount": ("mount", "mounting bpffs"),
+    "umount": ("mount", "unmounting a test's bpffs"),
     "taskset": ("util-linux", "pinning a generator to one core"),
     "setpriv": ("util-linux", "running a command without root in tests"),
     "nsenter": ("util-linux", "a lab node's agent in the node's network namespace only"),

@@ -3,12 +3,16 @@
 Loop: long-poll `GET /v1/agents/<node>/desired?after=<revision>` (the controller answers at once
 when the revision moved on, else after `poll` seconds); apply a new revision with every handler
 (one per object kind: fathom.agent.routers, fathom.agent.pptmon), each idempotent; report the facts,
-the applied revision and every object's status (`POST /v1/agents/<node>/report`) when any of them
-changed, and otherwise only every `report_interval` seconds (a rare liveness beat: the held
-long-poll is what tells the controller this agent is alive). Every `resync` seconds the current
-state is applied again, repairing what was changed under us, and the facts are read again.
+the applied revision and every object's status, with its counters where the handler keeps some
+(`POST /v1/agents/<node>/report`) when any of them changed, and otherwise only every
+`report_interval` seconds (a rare liveness beat: the held long-poll is what tells the controller
+this agent is alive). Every `resync` seconds the current state is applied again, repairing what was
+changed under us, and the facts are read again.
 
-At rest that is one long-poll renewed every `poll` seconds: no host command, no report.
+At rest that is one long-poll renewed every `poll` seconds: no host command, no report. Two things
+make the agent look every `busy_interval` seconds instead: an object a handler says is `pending`
+(waiting for something on the host, e.g. a VIF not plugged yet) is applied again, and while a handler
+keeps counters of what it holds (PPTMon's loaders) they are read and reported when they moved.
 
 Nothing is torn down when the controller is unreachable: the host keeps what it holds and the
 agent retries with backoff. After an agent restart the first answer is applied like any other:
@@ -29,7 +33,8 @@ LOG = logging.getLogger("fathom.agent.follow")
 
 class Follower:
     def __init__(self, http, node: str, handlers: list, facts, poll: float = 55.0,
-                 report_interval: float = 300.0, resync: float = 300.0, backoff_max: float = 10.0):
+                 report_interval: float = 300.0, resync: float = 300.0, backoff_max: float = 10.0,
+                 busy_interval: float = 5.0):
         """`http`: fathom.agent.http.JsonClient (or an httpx.Client) on the controller's URL;
         `facts`: () -> dict, read at the start, after each apply and every `resync` seconds."""
         self.http = http
@@ -40,6 +45,7 @@ class Follower:
         self.report_interval = report_interval
         self.resync = resync
         self.backoff_max = backoff_max
+        self.busy_interval = busy_interval
         self.started = time.time()
         self.revision: int | None = None
         self.objects: list = []
@@ -88,13 +94,26 @@ class Follower:
         self.known_facts = self.facts()
         self.last_apply = time.monotonic()
 
+    def _counting(self) -> list:
+        """(handler, its objects) of every handler that keeps counters of objects it holds."""
+        return [(h, objs) for kind, h in self.handlers.items() if hasattr(h, "counters")
+                and (objs := [o for o in self.objects if o.KIND == kind])]
+
+    def _waiting(self) -> bool:
+        with self.lock:
+            return any(v.get("status") == "pending" for v in self.statuses.values())
+
     def report(self, force: bool = False) -> bool:
         """Report when something changed since the last report the controller took (or `force`,
         or the liveness beat is due); True if it reported."""
+        counters: dict[str, dict] = {}
+        for handler, objs in self._counting():
+            counters.update(handler.counters(objs))
         with self.lock:
+            objects = {k: {**v, "counters": counters[k]} if k in counters else v for k, v in self.statuses.items()}
             body = {"agent_started": self.started, "applied_revision": self.revision,
                     "facts": self.known_facts if self.known_facts is not None else self.facts(),
-                    "objects": dict(self.statuses)}
+                    "objects": objects}
         if not force and body == self.reported and time.monotonic() - self.last_report < self.report_interval:
             return False
         r = self.http.post(f"/v1/agents/{self.node}/report", json=body)
@@ -110,10 +129,13 @@ class Follower:
             try:
                 # wait for a change until the next resync or beat is due; a fresh start (or a
                 # failure) asks at once and reports (the controller may be new)
+                waiting = self._waiting()
+                resync = self.busy_interval if waiting else self.resync
+                poll = self.busy_interval if waiting or self._counting() else self.poll
                 now = time.monotonic()
-                due = min(self.report_interval - (now - self.last_report), self.resync - (now - self.last_apply))
-                changed = self.fetch(0.0 if first else max(0.0, min(self.poll, due)))
-                if changed or first or time.monotonic() - self.last_apply >= self.resync:
+                due = min(self.report_interval - (now - self.last_report), resync - (now - self.last_apply))
+                changed = self.fetch(0.0 if first else max(0.0, min(poll, due)))
+                if changed or first or time.monotonic() - self.last_apply >= resync:
                     self.apply()
                 self.report(force=first)
                 first = False

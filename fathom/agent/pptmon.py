@@ -2,12 +2,17 @@
 
 A loader (native/pptmon) loads the programs, attaches `ppt_in` and `ppt_out` at TC on the named
 interfaces of this namespace, pins its maps (so the period can be changed in place) and writes
-JSON lines to `<root>/<chain>/vnf<k>-a<id>.jsonl`: an "attached" line, "stats" lines and, at a
+JSON lines to `<root>/<chain>/vnf<k>-a<name>.jsonl` (name: the attachment's local name, its id for
+an operator's attachment): an "attached" line, "stats" lines and, at a
 sink, one "ppt" record per sampled packet, which the agent's record forwarder
 (fathom.agent.agent) delivers to the controller with backoff.
 
+A port chain's attachment names the br-int interfaces of its VNF's ports: the programs go on the
+VM-facing interfaces behind them, decided here from the plugging (fathom.agent.plugging) — `pending`
+while an interface is missing, `error` where the plugging cannot work (direct on OVS's netdev datapath).
+
 Loaders run in their own session and outlive the agent: an agent restart finds them by their pid
-files (`<state>/pptmon/<id>.json`, checked against the process's command line) and adopts them,
+files (`<state>/pptmon/<name>.json`, checked against the process's command line) and adopts them,
 so the programs stay attached and nothing is measured twice. A loader that died is started again.
 """
 from __future__ import annotations
@@ -16,12 +21,15 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from fathom.agent.local import alive
+from fathom.agent.local import alive, links
+from fathom.agent.plugging import vm_facing
 from fathom.host.exec import run
 from fathom.model.hostlocal import PptmonAttach, digest, owner_key
 from fathom.pptmon import native
@@ -41,12 +49,12 @@ class Pptmon:
         self.tag = "agent-" + hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:12]
 
     # ----- what runs
-    def _file(self, attachment_id: int) -> Path:
-        return self.dir / f"{attachment_id}.json"
+    def _file(self, name: str) -> Path:
+        return self.dir / f"{name}.json"
 
-    def _running(self, attachment_id: int) -> dict | None:
+    def _running(self, name: str) -> dict | None:
         try:
-            st = json.loads(self._file(attachment_id).read_text())
+            st = json.loads(self._file(name).read_text())
         except (OSError, ValueError):
             return None
         return st if self._is_loader(st.get("pid"), st.get("pin", "")) else None
@@ -61,37 +69,62 @@ class Pptmon:
             return False
         return any(c.endswith(b"pptmon-loader") for c in cmd) and pin.encode() in cmd
 
-    def held(self) -> set[int]:
-        return {int(p.stem) for p in self.dir.glob("*.json") if p.stem.isdigit()}
+    def held(self) -> set[str]:
+        """The local names (PptmonAttach.local_name) of the attachments this node holds."""
+        return {p.stem for p in self.dir.glob("*.json") if re.fullmatch(r"[0-9]+|[a-z_]+-[0-9]+", p.stem)}
 
     # ----- apply
+    def placed(self, obj: PptmonAttach, found: list[dict] | None = None) -> tuple[PptmonAttach | None, dict | None]:
+        """The attachment as it runs here (a chain's points moved to the VM-facing interfaces,
+        fathom.agent.plugging) or None with the status to report instead: `pending` while an
+        interface is not there, `error` where the plugging cannot work."""
+        if not obj.names_ports:
+            return obj, None
+        found = links(details=True) if found is None else found
+        points = []
+        for point in (obj.in_point, obj.out_point):
+            dev, _, direction = point.partition(":")
+            where = vm_facing(dev, self.label_ns, found)
+            if where.interface is None:
+                level = "pending" if where.plugging == "absent" else "error"
+                return None, {"status": level, "reason": where.reason, "applied": digest([obj])}
+            points.append(f"{where.interface}:{direction}")
+        return replace(obj, in_point=points[0], out_point=points[1]), None
+
     def apply(self, objects: list[PptmonAttach]) -> dict[str, dict]:
         out = {}
+        found = links(details=True) if any(o.names_ports for o in objects) else []
+        kept = set()
         for obj in objects:
             try:
-                what = self.ensure(obj)
+                here, refused = self.placed(obj, found)
+                if refused is not None:
+                    out[owner_key(obj.owner)] = refused
+                    continue
+                kept.add(obj.local_name)
+                what = self.ensure(here)
                 if what:
-                    LOG.info("attachment %d: %s", obj.attachment_id, what)
+                    LOG.info("attachment %s: %s", obj.local_name, what)
                 out[owner_key(obj.owner)] = {"status": "active", "reason": None, "applied": digest([obj])}
             except Exception as e:  # noqa: BLE001 - the attachment's status; retried on the next resync
-                LOG.warning("attachment %d: %s", obj.attachment_id, e)
+                LOG.warning("attachment %s: %s", obj.local_name, e)
                 out[owner_key(obj.owner)] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
-        for gone in sorted(self.held() - {o.attachment_id for o in objects}):
+        for gone in sorted(self.held() - kept):
             self.remove(gone)
         return out
 
     def ensure(self, obj: PptmonAttach) -> str | None:
-        cur = self._running(obj.attachment_id)
+        cur = self._running(obj.local_name)
         same = {k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}
         if cur is not None and all(cur.get(k) == v for k, v in same.items()):
             if cur.get("period_ns") != obj.period_ns:
                 run([str(native.LOADER), "set", "--pin", cur["pin"], "--period-ns", str(obj.period_ns)])
                 cur["period_ns"] = obj.period_ns
-                self._save(obj.attachment_id, cur)
+                self._save(obj.local_name, cur)
                 return f"period {obj.period_ns} ns"
             return None
         if cur is not None:
-            self.remove(obj.attachment_id)
+            self.remove(obj.local_name)
         return self.start(obj)
 
     def start(self, obj: PptmonAttach) -> str:
@@ -105,8 +138,8 @@ class Pptmon:
         self.dir.mkdir(parents=True, exist_ok=True)
         d = self.root / obj.chain
         d.mkdir(parents=True, exist_ok=True)
-        name = f"vnf{obj.vnf_id}-a{obj.attachment_id}"
-        pin = str(self.bpffs / f"{self.tag}-att{obj.attachment_id}")
+        name = f"vnf{obj.vnf_id}-a{obj.local_name}"
+        pin = str(self.bpffs / f"{self.tag}-att{obj.local_name}")
         # a loader killed hard leaves its filters: clear our slots first
         run([str(native.LOADER), "detach", "--in", obj.in_point, "--out", obj.out_point], check=False)
         label = json.dumps({"chain": obj.chain, "vnf_ns": self.label_ns, "placement": "host"})[1:-1]
@@ -119,13 +152,30 @@ class Pptmon:
         self._wait_attached(records, d / f"{name}.err", p)
         st = {"pid": p.pid, "pin": pin, "period_ns": obj.period_ns, "started": time.time(),
               **{k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}}
-        self._save(obj.attachment_id, st)
+        self._save(obj.local_name, st)
         return f"attached {obj.mode} at {obj.in_point} / {obj.out_point} (loader pid {p.pid})"
 
-    def _save(self, attachment_id: int, st: dict) -> None:
-        tmp = self._file(attachment_id).with_suffix(".tmp")
+    def counters(self, objects: list[PptmonAttach]) -> dict[str, dict]:
+        """owner key -> the loader's counters (sampled, reported, ...; docs/pptmon.md) of each
+        attachment running here, read from its pinned stats map; the report carries them."""
+        out = {}
+        for obj in objects:
+            cur = self._running(obj.local_name)
+            if cur is None:
+                continue
+            r = run([str(native.LOADER), "stats", "--pin", cur["pin"]], check=False)
+            try:
+                counters = json.loads(r.stdout) if r.returncode == 0 else None
+            except ValueError:
+                counters = None
+            if isinstance(counters, dict):
+                out[owner_key(obj.owner)] = {k: v for k, v in counters.items() if isinstance(v, int)}
+        return out
+
+    def _save(self, name: str, st: dict) -> None:
+        tmp = self._file(name).with_suffix(".tmp")
         tmp.write_text(json.dumps(st))
-        tmp.replace(self._file(attachment_id))
+        tmp.replace(self._file(name))
 
     @staticmethod
     def _wait_attached(records: Path, err: Path, p: subprocess.Popen, timeout: float = 5.0) -> None:
@@ -147,10 +197,10 @@ class Pptmon:
                 return
         run(["mount", "-t", "bpf", "bpf", str(self.bpffs)])
 
-    def remove(self, attachment_id: int) -> None:
+    def remove(self, name: str) -> None:
         """Stop its loader (which detaches its programs on SIGTERM); clear the slots if it was gone."""
         try:
-            st = json.loads(self._file(attachment_id).read_text())
+            st = json.loads(self._file(name).read_text())
         except (OSError, ValueError):
             st = {}
         pid, pin = st.get("pid"), st.get("pin", "")
@@ -163,5 +213,5 @@ class Pptmon:
                 os.kill(pid, signal.SIGKILL)
         if st.get("in_point"):
             run([str(native.LOADER), "detach", "--in", st["in_point"], "--out", st["out_point"]], check=False)
-        self._file(attachment_id).unlink(missing_ok=True)
-        LOG.info("attachment %d: detached", attachment_id)
+        self._file(name).unlink(missing_ok=True)
+        LOG.info("attachment %s: detached", name)

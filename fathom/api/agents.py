@@ -190,6 +190,8 @@ class ObjectStatus(BaseModel):
     reason: str | None = Field(default=None, max_length=1024)
     applied: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
                                 description="digest of the object as the agent applied it")
+    counters: dict[Annotated[str, Field(pattern=r"^[a-z_]{1,32}$")], Annotated[int, Field(ge=0, lt=2**63)]] | None = \
+        Field(default=None, max_length=32, description="what the object measured (a PPTMon loader's counters)")
 
 
 OwnerKey = Annotated[str, Field(pattern=r"^[a-z_]{1,32}:[0-9]{1,10}$")]
@@ -254,6 +256,11 @@ async def _hung_up(request: Request) -> None:
         pass
 
 
+def _object(status: ObjectStatus) -> dict:
+    """As stored: counters only where the agent gave some."""
+    return status.model_dump(exclude={"counters"} if status.counters is None else None)
+
+
 @router.post("/{node}/report", status_code=204, summary="The agent's facts and the status of what it holds")
 def report(node: NodeName, body: Report, request: Request, db: StoreDep, who: Identity = Depends(identity)):
     _may(who, node, write=True)
@@ -261,7 +268,7 @@ def report(node: NodeName, body: Report, request: Request, db: StoreDep, who: Id
     news = db.write(lambda s: ag.record_report(s, node, agent_started=body.agent_started,
                                                 applied_revision=body.applied_revision,
                                                 facts=body.facts.model_dump(mode="json"),
-                                                objects={k: v.model_dump() for k, v in body.objects.items()}),
+                                                objects={k: _object(v) for k, v in body.objects.items()}),
                     notify=False)
     if news and db.on_change:   # the reconciler reads it (statuses, new router ports); heartbeats wake nothing
         db.on_change()

@@ -2,7 +2,10 @@
 
 - A chain is reported by one node, the one that runs it (its sink): the first node whose agent
   delivers records of a chain owns the chain name; another node's records for it are refused
-  (403) until retention has removed every record of the chain.
+  (403) until retention has removed every record of the chain. Port chains measured through the
+  API (`port_chain:<id>`) are the exception: their sinks may be instances on several nodes, and
+  the model, not the first delivery, says which node's records are filed under the chain
+  (fathom.api.pptmon.file_under).
 - Rate: each node's agent may deliver `rate` records per second on average, in bursts of
   `burst` (a token bucket); beyond that a batch is refused whole with 429 and Retry-After, and
   the agent retries later.
@@ -21,6 +24,7 @@ import time
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from fathom.apps.hostlocal.chains import parse_chain_label
 from fathom.store.db import READ_ONLY
 from fathom.store.errors import Forbidden, Invalid, StoreError
 from fathom.store.pptmon_models import PptmonRecord as Row
@@ -60,7 +64,7 @@ class IngestLimits:
                 owner = owners.get(chain)
                 if owner is None:
                     new.append(chain)
-                elif owner != node:
+                elif owner != node and parse_chain_label(chain) is None:
                     raise Forbidden(f"chain {chain!r} is reported by another node", "node")
             if len(owners) + len(new) > self.max_chains:
                 raise Invalid(f"the controller keeps records of at most {self.max_chains} chains "

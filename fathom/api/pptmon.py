@@ -5,6 +5,8 @@ Prometheus histograms.
     GET  /v1/pptmon/records            ?chain=&vnf=&since=&until=&limit=  (newest `limit`, oldest first)
     GET  /v1/pptmon/stats              ?chain=&since= | &window=  p50/p90/p99... per VNF and end to end
     GET  /v1/pptmon/chains             chains with records: counts, first/last time, VNFs, nodes
+    GET  /v1/sfc/port_chains/{id}/pptmon  a port chain measured through the API: per chain, group
+                                          and port pair (fathom.api.sfc calls `port_chain_stats`)
     POST /v1/pptmon/retention          enforce retention now (it also runs every interval)
 
 Ingestion is idempotent on the record key (fathom.pptmon.records.record_key): the insert is an
@@ -13,6 +15,11 @@ concurrent batch stores and counts each record once; the answer says how many we
 many were duplicates. Only new records are observed by the histograms.
 
 Telemetry writes do not call the API's on_change hook (they must not wake the reconciler).
+
+Records of a port chain measured through the API (its `pptmon`; chain name `port_chain:<id>`) are
+filed under the chain when the model says the node that delivers them holds the chain's sink
+instance of the record's `sink_vnf`; each hop's VNF id is then mapped to its port pair group, port
+pair and node from the model (fathom.apps.hostlocal.chains), never from the record.
 
 Only a node's agent token may deliver records, for its own node; how fast, which chains and how
 many chains is bounded by fathom/api/ingest_limits.py. Reading records is for admins.
@@ -45,10 +52,13 @@ from fathom.api.auth import agent_identity
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, utc
 from fathom.api.ingest_limits import IngestLimits, TooMany
 from fathom.api.schemas import ErrorOut
+from fathom.apps.hostlocal.chains import ChainVnf, chain_pptmon, lost_across, lost_warning, parse_chain_label
 from fathom.auth import Identity
+from fathom.model import Snapshot
 from fathom.store.errors import Forbidden
+from fathom.store.snapshot import load_snapshot
 from fathom.pptmon.records import PptRecord, RecordBatch, parse_duration
-from fathom.pptmon.stats import chain_stats
+from fathom.pptmon.stats import chain_stats, summarize
 from fathom.store.db import READ_ONLY
 from fathom.store.ops import require_admin
 from fathom.store.pptmon_models import PptmonRecord as Row
@@ -106,13 +116,33 @@ def metrics() -> dict:
                                    "Hops reported without a time (their egress never ran)", ["chain", "vnf"]),
                 "expired": Counter("fathom_pptmon_records_expired",
                                    "PPTMon records removed by retention", ["reason"]),
+                "sfc_vnf": Histogram("fathom_sfc_pptmon_vnf_processing_seconds",
+                                     "Packet processing time of one VNF instance of a port chain measured "
+                                     "through the API (labels: chain id, port pair group id, port pair id, node)",
+                                     ["chain", "group", "port_pair", "node"], buckets=BUCKETS),
+                "sfc_chain": Histogram("fathom_sfc_pptmon_chain_processing_seconds",
+                                       "End-to-end processing time of a port chain measured through the API",
+                                       ["chain"], buckets=BUCKETS),
             }
         return _metrics
 
 
-def observe(records: list[PptRecord]) -> None:
+def observe(records: list[PptRecord], filed: dict[str, int] | None = None,
+            chains: dict[int, dict[int, ChainVnf]] | None = None) -> None:
+    """Histograms of new records; `filed` (record key -> port chain id) and `chains` (chain id ->
+    VNF id -> instance) label the records of port chains by chain, group, port pair and node."""
     m = metrics()
     for r in records:
+        chain_id = (filed or {}).get(r.key)
+        if chain_id is not None:
+            vnfs = chains[chain_id]
+            for h in r.hops:
+                v = vnfs.get(h.vnf)
+                if v is not None and h.ppt_us is not None:
+                    m["sfc_vnf"].labels(str(chain_id), str(v.group_id), str(v.pair_id), v.node or "") \
+                        .observe(h.ppt_us * 1e-6)
+            if r.e2e_us is not None:
+                m["sfc_chain"].labels(str(chain_id)).observe(r.e2e_us * 1e-6)
         m["ingested"].labels(r.chain).inc()
         for h in r.hops:
             if h.ppt_us is None:
@@ -136,18 +166,50 @@ def _insert(dialect: str):
     return insert
 
 
-def ingest(engine: Engine, batch: RecordBatch, now: datetime | None = None) -> tuple[list[PptRecord], int]:
-    """Store the batch; (records that were new, number of duplicates). One transaction."""
+def measured_chains(engine: Engine, records: list[PptRecord]) -> dict[int, dict[int, ChainVnf]]:
+    """Port chain id -> VNF id -> instance, from the model, for the port chains the records name."""
+    ids = {parse_chain_label(r.chain) for r in records} - {None}
+    if not ids:
+        return {}
+    with Session(engine) as s, s.begin():
+        s.connection(execution_options=READ_ONLY)
+        snapshot = load_snapshot(s)
+    return {cid: {v.vnf_id: v for v in chain_pptmon(snapshot, cid)} for cid in ids}
+
+
+def file_under(record: PptRecord, node: str, chains: dict[int, dict[int, ChainVnf]]) -> int | None:
+    """The port chain a record belongs to: the one its name says, when `node` (the node that
+    delivered it) holds that chain's sink instance of the record's `sink_vnf`; else None."""
+    chain_id = parse_chain_label(record.chain)
+    sink = chains.get(chain_id, {}).get(record.sink_vnf) if chain_id is not None else None
+    ok = sink is not None and sink.node == node and sink.role in ("sink", "source-sink")
+    return chain_id if ok else None
+
+
+def _hop(h, vnf: ChainVnf | None) -> dict:
+    out = h.model_dump()
+    if vnf is not None:
+        out.update(group=vnf.group_id, port_pair=vnf.pair_id, node=vnf.node)
+    return out
+
+
+def ingest(engine: Engine, batch: RecordBatch, now: datetime | None = None,
+           chains: dict[int, dict[int, ChainVnf]] | None = None) -> tuple[list[PptRecord], int]:
+    """Store the batch; (records that were new, number of duplicates). One transaction. `chains`
+    (from `measured_chains`) files the records of port chains measured through the API."""
     unique: dict[str, PptRecord] = {}
     for r in batch.records:
         unique.setdefault(r.key, r)
     if not unique:
         return [], len(batch.records)
     now = now or datetime.now(timezone.utc)
+    chains = chains or {}
+    filed = {k: file_under(r, batch.node, chains) for k, r in unique.items()}
     rows = [{"key": k, "chain": r.chain, "node": batch.node, "vnf_ns": r.vnf_ns, "placement": r.placement,
              "sink_vnf": r.sink_vnf, "seq": r.seq, "flags": r.flags, "ktime_ns": r.ktime_ns,
              "time_ns": r.time_ns, "vnfs": "," + ",".join(str(h.vnf) for h in r.hops) + ",",
-             "hops": [h.model_dump() for h in r.hops], "e2e_us": r.e2e_us,
+             "hops": [_hop(h, chains[filed[k]].get(h.vnf) if filed[k] is not None else None) for h in r.hops],
+             "port_chain_id": filed[k], "e2e_us": r.e2e_us,
              "flow": r.flow.model_dump(exclude_none=True), "received_at": now}
             for k, r in unique.items()]
     insert = _insert(engine.dialect.name)
@@ -283,7 +345,7 @@ def record_out(row: Row) -> dict:
     return {"type": "ppt", "v": 1, "key": row.key, "chain": row.chain, "node": row.node,
             "vnf_ns": row.vnf_ns, "placement": row.placement, "ktime_ns": row.ktime_ns,
             "time_ns": row.time_ns, "sink_vnf": row.sink_vnf, "seq": row.seq, "flags": row.flags,
-            "flow": row.flow, "hops": row.hops, "e2e_us": row.e2e_us,
+            "flow": row.flow, "hops": row.hops, "e2e_us": row.e2e_us, "port_chain_id": row.port_chain_id,
             "received_at": utc(row.received_at).isoformat()}
 
 
@@ -300,6 +362,53 @@ def stats_for(engine: Engine, chain: str, since_ns: int | None, until_ns: int | 
             "first_ns": rows[-1][2] if rows else None, "last_ns": rows[0][2] if rows else None,
             "truncated": truncated, "records": st["records"], "incomplete": st["incomplete"],
             "vnfs": {str(k): v for k, v in st["vnfs"].items()}, "e2e": st["e2e"]}
+
+
+def port_chain_stats(engine: Engine, snapshot: Snapshot, chain_id: int, agents: dict, since_ns: int | None,
+                     until_ns: int | None) -> dict:
+    """Per chain, group and port pair: the stored records of a measured port chain over a window,
+    with the instances as the model has them now."""
+    chain = next(c for c in snapshot.port_chains if c.id == chain_id)
+    with Session(engine) as s, s.begin():
+        s.connection(execution_options=READ_ONLY)
+        where = [Row.port_chain_id == chain_id]
+        if since_ns is not None:
+            where.append(Row.time_ns >= since_ns)
+        if until_ns is not None:
+            where.append(Row.time_ns <= until_ns)
+        rows = s.execute(select(Row.hops, Row.e2e_us, Row.time_ns).where(*where)
+                         .order_by(Row.time_ns.desc()).limit(MAX_STATS_RECORDS + 1)).all()
+    truncated = len(rows) > MAX_STATS_RECORDS
+    rows = rows[:MAX_STATS_RECORDS]
+    by_group: dict[int, list[float]] = {}
+    by_pair: dict[int, list[float]] = {}
+    e2e, incomplete = [], 0
+    for hops, e, _ in rows:
+        for h in hops:
+            if h.get("ppt_us") is not None and h.get("port_pair") is not None:
+                by_group.setdefault(h["group"], []).append(float(h["ppt_us"]))
+                by_pair.setdefault(h["port_pair"], []).append(float(h["ppt_us"]))
+        if e is None:
+            incomplete += 1
+        else:
+            e2e.append(float(e))
+    names = {g.id: g.name for g in snapshot.port_pair_groups}
+    pair_names = {p.id: p.name for p in snapshot.port_pairs}
+    groups: list[dict] = []
+    for v in chain_pptmon(snapshot, chain_id):
+        if not groups or groups[-1]["id"] != v.group_id:
+            groups.append({"id": v.group_id, "name": names.get(v.group_id, ""), "position": v.position,
+                           "role": v.role, "processing": summarize(by_group.get(v.group_id, [])), "port_pairs": []})
+        groups[-1]["port_pairs"].append({"id": v.pair_id, "name": pair_names.get(v.pair_id, ""), "vnf_id": v.vnf_id,
+                                         "node": v.node, "processing": summarize(by_pair.get(v.pair_id, []))})
+    lost = lost_across(snapshot, chain_id, agents)
+    warning = lost_warning(lost)
+    return {"port_chain": chain_id, "name": chain.name, "pptmon": {"period_ns": chain.pptmon.period_ns}
+            if chain.pptmon else None, "since_ns": since_ns, "until_ns": until_ns,
+            "first_ns": rows[-1][2] if rows else None, "last_ns": rows[0][2] if rows else None,
+            "truncated": truncated, "records": len(rows), "incomplete": incomplete, "e2e": summarize(e2e),
+            "groups": groups, "stamped": lost["stamped"], "reached": lost["reached"],
+            "lost_across": lost["lost_across"], "warnings": [warning] if warning else []}
 
 
 # ---------------------------------------------------------------------------------------------- routes
@@ -339,8 +448,9 @@ def post_records(batch: RecordBatch, engine: EngineDep, who: Identity = Depends(
     except TooMany as e:
         raise HTTPException(429, detail=[{"loc": [], "msg": e.message, "type": e.kind}],
                             headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))}) from None
-    new, duplicates = ingest(engine, batch)
-    observe(new)
+    chains = measured_chains(engine, batch.records)
+    new, duplicates = ingest(engine, batch, chains=chains)
+    observe(new, {r.key: file_under(r, batch.node, chains) for r in new}, chains)
     if duplicates:
         m = metrics()["duplicates"]
         seen = {r.key for r in new}

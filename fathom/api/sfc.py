@@ -1,6 +1,8 @@
 """REST API of service function chains, as networking-sfc names them: /v1/sfc/port_pairs,
 /v1/sfc/port_pair_groups, /v1/sfc/flow_classifiers, /v1/sfc/port_chains (create, list, show,
-update, delete each). Members are given by id or name. fathom/store/sfc.py holds the rules; docs/sfc.md
+update, delete each), and `GET /v1/sfc/port_chains/{id}/pptmon`: what PPTMon measured on a chain
+with `pptmon` set (per chain, group and port pair). Members are given by id or name.
+fathom/store/sfc.py holds the rules; docs/sfc.md
 explains the model and the steering.
 
 (No `from __future__ import annotations` here: the routes are made per collection inside `_crud`,
@@ -10,15 +12,18 @@ and FastAPI must see their body types as objects, not as names to resolve in thi
 from datetime import datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, utc
+from fathom.api import pptmon as pptmon_api
+from fathom.api.deps import ERRORS, CallerDep, EngineDep, Limit, Marker, StoreDep, utc
 from fathom.api.schemas import EXTERNAL_ID
 from fathom.apps.sfc.compiler import hop_marker
 from fathom.store import sfc as ops
 from fathom.store import sfc_models as sm
+from fathom.store import agents as agent_store
 from fathom.store.ops import MAX_LIMIT, list_objects
+from fathom.store.snapshot import load_snapshot
 
 Ref = int | str
 PROJECT = Field(default=None, min_length=1, max_length=64)
@@ -148,11 +153,20 @@ class ChainParameters(_Request):
     correlation: Literal[None] = Field(default=None, description="no chain header: VNFs see ordinary packets")
 
 
+class ChainPptmon(_Request):
+    period_ns: int = Field(default=10**9, ge=0, le=ops.MAX_PERIOD_NS,
+                           description="the first group samples one packet every period_ns (0: every packet)")
+
+
+PPTMON = Field(default=None, description="PPTMon on every VNF of the chain (docs/sfc.md); null: off")
+
+
 class ChainCreate(_Create):
     name: str = NAME
     port_pair_groups: list[Ref] = Field(max_length=1000, description="in path order")
     flow_classifiers: list[Ref] = Field(default_factory=list, max_length=1000)
     chain_parameters: ChainParameters = Field(default_factory=ChainParameters)
+    pptmon: ChainPptmon | None = PPTMON
     project_id: str | None = PROJECT
 
 
@@ -160,12 +174,14 @@ class ChainUpdate(_Request):
     name: str | None = Field(default=None, max_length=255)
     port_pair_groups: list[Ref] | None = Field(default=None, max_length=1000)
     flow_classifiers: list[Ref] | None = Field(default=None, max_length=1000)
+    pptmon: ChainPptmon | None = PPTMON
 
 
 class ChainOut(_Out):
     port_pair_groups: list[int]
     flow_classifiers: list[int]
     chain_parameters: dict[str, Any]
+    pptmon: dict[str, int] | None
     chain_id: int
     hop_markers: list[int]     # VNIs of the chain's hops between nodes (forward, then replies)
 
@@ -176,7 +192,7 @@ def chain_out(s, c: sm.PortChain) -> ChainOut:
         if c.id <= ops.MAX_CHAIN_ID and len(groups) <= ops.MAX_GROUPS else []
     return ChainOut(**_common(c), port_pair_groups=groups,
                     flow_classifiers=[f.id for f in ops.classifiers_of(s, c.id)],
-                    chain_parameters={"symmetric": c.symmetric, "correlation": None}, chain_id=c.id,
+                    chain_parameters={"symmetric": c.symmetric, "correlation": None}, pptmon=c.pptmon, chain_id=c.id,
                     hop_markers=markers)
 
 
@@ -207,7 +223,7 @@ def _crud(path: str, model, out, out_model, create_model, update_model, create, 
 
     @router.patch(f"/{path}/{{object_id}}", response_model=out_model, name=f"update_{path}")
     def update_(object_id: int, body: update_model, c: CallerDep, db: StoreDep):
-        data = {k: getattr(body, k) for k in body.model_fields_set}
+        data = {k: v for k, v in body.model_dump().items() if k in body.model_fields_set}
         return db.write(lambda s: serialise(s, update(s, c, object_id, data)))
 
     @router.delete(f"/{path}/{{object_id}}", status_code=204, name=f"delete_{path}")
@@ -224,3 +240,21 @@ _crud("flow_classifiers", sm.FlowClassifier, classifier_out, ClassifierOut, Clas
       ops.create_flow_classifier, ops.update_flow_classifier, ops.delete_flow_classifier)
 _crud("port_chains", sm.PortChain, chain_out, ChainOut, ChainCreate, ChainUpdate,
       ops.create_port_chain, ops.update_port_chain, ops.delete_port_chain)
+
+
+@router.get("/port_chains/{object_id}/pptmon", name="port_chain_pptmon",
+            summary="PPTMon on a port chain: processing times per chain, group and port pair over a window")
+def port_chain_pptmon(object_id: int, c: CallerDep, db: StoreDep, engine: EngineDep,
+                      since: str | None = Query(None, description="ns since the epoch, a duration back, ISO 8601"),
+                      until: str | None = None,
+                      window: str | None = Query(None, description="a duration back from now; default 5m")):
+    if since is not None and window is not None:
+        raise pptmon_api._bad("query", "window", "give since or window, not both")
+    since_ns = pptmon_api.parse_since(since) if since is not None else pptmon_api.parse_since(window or "5m", "window")
+    until_ns = pptmon_api.parse_since(until, "until")
+
+    def read(s):
+        ops.get(s, c, sm.PortChain, object_id)     # 404 unless the caller's (or an admin)
+        return load_snapshot(s), agent_store.agents(s)
+    snapshot, agents = db.read(read)
+    return pptmon_api.port_chain_stats(engine, snapshot, object_id, agents, since_ns, until_ns)

@@ -13,6 +13,10 @@ Both are iperf3 TCP client -> server, interleaved, `repeats` times. The figure i
 throughput, and per VNF hop (the ratio to the power 1/hops). Replies go straight back in both (the
 chain is not symmetric). Then ApacheBench through firewall -> DPI -> nginx (chained), against the
 same path unchained and against no VNF at all.
+
+Last, what PPTMon on a chain costs: the chain fw1 → dpi (both VNFs plugged hybrid in this bench's
+lab, the plugging PPTMon needs on the userspace datapath, docs/sfc.md) with `pptmon` off and at one
+sample per second, interleaved, iperf3 each; the figure is on / off.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ from fathom.lab.topology import DEFAULT_TOPOLOGY, load
 TOPOLOGY = DEFAULT_TOPOLOGY.parent / "sfc.yaml"
 PATHS = (("fw1",), ("fw1", "fw2"), ("fw1", "fw2", "fwd"))
 WEB_PATH = ("fw1", "dpi")
+PPTMON_PATH = ("fw1", "dpi")
+PPTMON_PERIOD_NS = 1_000_000_000      # one sample per second
 IPERF_PORT = 5201
 TARGET_PER_HOP = 0.95
 
@@ -46,7 +52,11 @@ class SfcBench:
 
     # ------------------------------------------------------------------ lab facts
     def _topo(self):
-        return load(TOPOLOGY)
+        """sfc.yaml with the PPTMon chain's VNFs plugged hybrid (they carry every path's traffic too)."""
+        topo = load(TOPOLOGY)
+        nodes = [n.model_copy(update={"vnfs": [v.model_copy(update={"plug": "hybrid"}) if v.name in PPTMON_PATH
+                                               else v for v in n.vnfs]}) for n in topo.nodes]
+        return topo.model_copy(update={"nodes": nodes})
 
     def _vnf(self, name):
         return next(v for _, v in self._topo().vnfs() if v.name == name)
@@ -74,7 +84,7 @@ class SfcBench:
                                                       "project_id": "demo"})
             made.append(f"/sfc/port_chains/{ch['id']}")
             api.wait_status("sfc/port_chains", ch["id"], timeout=30)
-            yield
+            yield ch["id"]
         finally:
             for p in reversed(made):
                 api.delete(p)
@@ -137,9 +147,29 @@ class SfcBench:
                                  "median_gbps": {"chained": ch, "unchained": un}, "ratio": ratio,
                                  "ratio_per_hop": ratio ** (1 / len(path)) if ratio else None})
         doc["web"] = self._web(api, lambda frac: None)
+        doc["pptmon"] = self._pptmon(api)
         doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         api.close()
         return doc
+
+    def _pptmon(self, api: Client) -> dict:
+        """iperf3 through fw1 → dpi with the chain's pptmon off and on (1 sample/s), interleaved."""
+        runs = {"off": [], "on": []}
+        with self.chained(api, PPTMON_PATH, IPERF_PORT) as chain_id:
+            for i in range(self.repeats):
+                for mode in ("off", "on"):
+                    self.progress(f"PPTMon {mode}: run {i + 1}/{self.repeats}")
+                    api.patch(f"/sfc/port_chains/{chain_id}",
+                              json={"pptmon": {"period_ns": PPTMON_PERIOD_NS} if mode == "on" else None})
+                    st = api.wait_status("sfc/port_chains", chain_id, timeout=30)
+                    if st["status"] != "active":
+                        raise LabError(f"chain with pptmon {mode}: {st['status']}: {st['status_reason']}")
+                    runs[mode].append(self._iperf())
+            stats = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"window": "10m"})
+        on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
+        return {"vnfs": list(PPTMON_PATH), "plug": "hybrid", "period_ns": PPTMON_PERIOD_NS, "gbps": runs,
+                "median_gbps": {"off": off, "on": on}, "ratio": on / off if off else None,
+                "records": stats["records"], "e2e": stats["e2e"]}
 
     def _web(self, api: Client, _progress) -> dict:
         www = self.lab.dir / "www"
@@ -176,4 +206,13 @@ def markdown(doc: dict) -> str:
                   "| path | requests/s | mean ms per request |", "|---|---|---|"]
         for k in ("direct", "unchained", "chained"):
             lines.append(f"| {k} | {w[k]['requests_per_s']:.0f} | {w[k]['time_per_request_ms']:.2f} |")
+    pm = doc.get("pptmon")
+    if pm:
+        ratio = f"{pm['ratio']:.3f}" if pm["ratio"] is not None else "-"
+        lines += ["", f"PPTMon on the chain {' → '.join(pm['vnfs'])} (VNFs plugged {pm['plug']}), iperf3, "
+                  "off and on interleaved:", "",
+                  "| pptmon | Gbit/s | on / off |", "|---|---|---|",
+                  f"| off | {pm['median_gbps']['off']:.2f} | |",
+                  f"| 1 sample / {pm['period_ns'] / 1e9:g} s | {pm['median_gbps']['on']:.2f} | {ratio} |",
+                  "", f"(records stored meanwhile: {pm['records']})"]
     return "\n".join(lines) + "\n"

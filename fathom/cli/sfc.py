@@ -1,6 +1,7 @@
 """`fathom sfc port-pair|port-pair-group|flow-classifier|port-chain create|list|show|update|delete`:
 service function chains over the REST API, named as networking-sfc (and `openstack sfc ...`) names
 them. Members are given by id or name; repeat --port-pair, --port-pair-group, --flow-classifier.
+`--pptmon PERIOD` measures a chain with PPTMon (`fathom sfc port-chain pptmon CHAIN` shows the times).
 """
 from __future__ import annotations
 
@@ -74,10 +75,31 @@ flow_classifier = _crud("flow-classifier", "flow_classifiers", "flow classifier"
                          "source_ip_prefix", "destination_ip_prefix", "ports", "port_chain", "status"],
                         {"ports": lambda o: _ports(o), "status": _reason})
 port_chain = _crud("port-chain", "port_chains", "port chain",
-                   ["id", "name", "project_id", "port_pair_groups", "flow_classifiers", "symmetric", "status"],
+                   ["id", "name", "project_id", "port_pair_groups", "flow_classifiers", "symmetric", "pptmon",
+                    "status"],
                    {"port_pair_groups": lambda o: " → ".join(map(str, o["port_pair_groups"])),
                     "flow_classifiers": lambda o: _ids(o["flow_classifiers"]),
-                    "symmetric": lambda o: o["chain_parameters"]["symmetric"], "status": _reason})
+                    "symmetric": lambda o: o["chain_parameters"]["symmetric"],
+                    "pptmon": lambda o: _period(o.get("pptmon")), "status": _reason})
+
+
+def _period(pptmon: dict | None) -> str:
+    if pptmon is None:
+        return "off"
+    ns = pptmon["period_ns"]
+    return "every packet" if ns == 0 else f"1 per {ns / 1e9:g} s"
+
+
+def _pptmon(value: str) -> dict:
+    """--pptmon PERIOD: one sampled packet every PERIOD (1s, 10ms; 0 = every packet)."""
+    from fathom.pptmon.records import parse_duration
+    try:
+        return {"period_ns": round(parse_duration(value) * 1e9)}
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--pptmon") from None
+
+
+PPTMON_HELP = "Measure every VNF of the chain with PPTMon, one sampled packet every PERIOD (1s, 10ms; 0 = all)."
 
 
 def _ports(fc: dict) -> str:
@@ -175,12 +197,13 @@ def flow_classifier_update(api, as_json, ref, name):
 @click.option("--port-pair-group", "group_refs", multiple=True, required=True, help="A group, in path order (repeat).")
 @click.option("--flow-classifier", "classifiers", multiple=True, help="A flow classifier (repeat).")
 @click.option("--symmetric", is_flag=True, help="Replies go back through the same instances.")
+@click.option("--pptmon", "pptmon", metavar="PERIOD", help=PPTMON_HELP)
 @OWNER
-def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, project_id):
+def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, pptmon, project_id):
     """Create a port chain: classified traffic crosses each group in order, then reaches its destination."""
     body = {"name": name, "port_pair_groups": [_ref(g) for g in group_refs],
             "flow_classifiers": [_ref(c) for c in classifiers], "project_id": project_id,
-            "chain_parameters": {"symmetric": symmetric}}
+            "chain_parameters": {"symmetric": symmetric}, "pptmon": _pptmon(pptmon) if pptmon is not None else None}
     _show(api.call("POST", "/sfc/port_chains", json=body), as_json, "port chain")
 
 
@@ -190,10 +213,16 @@ def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, pr
 @click.option("--port-pair-group", "group_refs", multiple=True, help="The groups from now on, in order (repeat).")
 @click.option("--flow-classifier", "classifiers", multiple=True, help="The classifiers from now on (repeat).")
 @click.option("--no-flow-classifiers", is_flag=True, help="Remove every classifier (the chain steers nothing).")
-def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_classifiers):
-    """Change a chain in place (its groups, its classifiers); unrelated traffic is not disturbed."""
+@click.option("--pptmon", "pptmon", metavar="PERIOD", help=PPTMON_HELP)
+@click.option("--no-pptmon", is_flag=True, help="Stop measuring the chain (the agents detach the programs).")
+def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_classifiers, pptmon, no_pptmon):
+    """Change a chain in place (its groups, its classifiers, PPTMon); unrelated traffic is not disturbed."""
+    if pptmon is not None and no_pptmon:
+        raise click.UsageError("give --pptmon or --no-pptmon, not both")
     chain = api.find("sfc/port_chains", ref)
     body = {}
+    if pptmon is not None or no_pptmon:
+        body["pptmon"] = _pptmon(pptmon) if pptmon is not None else None
     if name is not None:
         body["name"] = name
     if group_refs:
@@ -201,3 +230,34 @@ def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_
     if classifiers or no_flow_classifiers:
         body["flow_classifiers"] = [_ref(c) for c in classifiers]
     _show(api.call("PATCH", f"/sfc/port_chains/{chain['id']}", json=body), as_json, "port chain")
+
+
+def _us(summary: dict, key: str) -> str:
+    return f"{summary[key]:.0f}" if summary.get("count") else "-"
+
+
+@api_command(port_chain, "pptmon")
+@click.argument("ref")
+@click.option("--window", default="5m", show_default=True, help="How far back (30s, 5m, 2h).")
+def port_chain_pptmon(api, as_json, ref, window):
+    """PPTMon on a chain: processing times (µs) per VNF instance, per group and end to end."""
+    chain = api.find("sfc/port_chains", ref)
+    st = api.call("GET", f"/sfc/port_chains/{chain['id']}/pptmon", params={"window": window})
+    if as_json:
+        return print_json(st)
+    cols = ["what", "node", "count", "p50_us", "p90_us", "p99_us", "max_us"]
+    rows = []
+    for g in st["groups"]:
+        p = g["processing"]
+        rows.append([f"group {g['name'] or g['id']} ({g['role']})", "", p["count"],
+                     _us(p, "p50_us"), _us(p, "p90_us"), _us(p, "p99_us"), _us(p, "max_us")])
+        for pair in g["port_pairs"]:
+            p = pair["processing"]
+            rows.append([f"  port pair {pair['name'] or pair['id']} (vnf {pair['vnf_id']})", pair["node"] or "-",
+                         p["count"], _us(p, "p50_us"), _us(p, "p90_us"), _us(p, "p99_us"), _us(p, "max_us")])
+    e = st["e2e"]
+    rows.append(["end-to-end", "", e["count"], _us(e, "p50_us"), _us(e, "p90_us"), _us(e, "p99_us"), _us(e, "max_us")])
+    print_table(f"PPTMon on port chain {st['name'] or st['port_chain']} ({_period(st['pptmon'])}, last {window}): "
+                f"{st['records']} records, {st['incomplete']} incomplete, {st['lost_across']} lost across", cols, rows)
+    for w in st["warnings"]:
+        click.echo(f"warning: {w}")

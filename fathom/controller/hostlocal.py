@@ -7,6 +7,10 @@ every object an agent must hold into the pass result (fathom.controller.status.h
 it). The agents themselves follow `GET /v1/agents/<node>/desired` and do the work on their hosts:
 the controller process runs no command on a node and enters no namespace.
 
+Port chains measured with PPTMon get a warning in their status reason when their sinks see too
+few of the packets their sources stamped (fathom.apps.hostlocal.chains.lost_across, from the
+counters the agents report); `check` looks again between passes, as the counters move with no event.
+
 A network-node router whose namespace the agent reports built is still `pending` until the pass
 has seen its legs (`qrp<N>`) on the gateway node's br-int over OVSDB, when the switches start
 routing through it (fathom.model.routers.effective_modes).
@@ -20,6 +24,7 @@ import logging
 import time
 
 from fathom.apps.hostlocal import desired as hostlocal_desired
+from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
 from fathom.controller import status
 from fathom.model.routers import effective_modes
 from fathom.store import agents as ag
@@ -39,6 +44,8 @@ class HostLocalStatus:
         self.presence = presence
         self.down: set[str] = set()     # nodes whose agent was down at the last pass (for the log)
         self.views: dict[str, ag.AgentView] = {}   # the agents as the last pass read them
+        self.snapshot = None             # of the last pass, and the PPTMon warnings of its chains then
+        self.warnings: dict[int, str] = {}
 
     def prepare(self, rec, snapshot, result):
         return snapshot
@@ -51,9 +58,15 @@ class HostLocalStatus:
 
     def check(self, rec) -> bool:
         """For the reconciler's periodic check (passes run on events only): whether an agent
-        went silent or came back since the last pass, which changes statuses with no event.
-        In memory only (what the last pass read, and the agents' presence): a report that says
-        something new wakes a pass itself."""
+        went silent or came back since the last pass, or (only while a chain is measured) a chain's
+        PPTMon warning changed. Otherwise in memory only (what the last pass read, and the agents'
+        presence): a report that says something new wakes a pass itself; counters do not."""
+        if self.snapshot is not None and any(c.pptmon is not None for c in self.snapshot.port_chains):
+            with self.Session() as session, session.begin():
+                session.connection(execution_options=READ_ONLY)
+                self.views = ag.agents(session)
+            if chain_warnings(self.snapshot, self._agents(self.views)) != self.warnings:
+                return True
         return self._down(self._agents(self.views), time.time()) != self.down
 
     def after_pass(self, rec, snapshot, result) -> None:
@@ -71,6 +84,9 @@ class HostLocalStatus:
             if kind == "router" and st[0] == "active" and obj_id not in effective:
                 st = ("pending", "waiting for the router's interfaces on the gateway node's br-int")
             result.agents[(kind, obj_id)] = st
+        self.snapshot, self.warnings = snapshot, chain_warnings(snapshot, agents)
+        for chain_id, warning in self.warnings.items():
+            result.agents[(WARNING_KIND, chain_id)] = ("active", warning)
         down = self._down(agents, now)
         for node in sorted(down - self.down):
             LOG.warning("agent on node %s stopped reporting", node)

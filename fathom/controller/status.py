@@ -9,7 +9,7 @@
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent); a router with an external gateway also the gateway's flows (and `pending` until its gateway node has its external port `ext0`) |
 | pptmon_attachment | the node's agent (it loads and attaches the programs) |
 | security_group | the switches that must hold its flows and its rules' flows (found by the cookies); `active` when none needs any |
-| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc compiler reported (a port not plugged: `pending`; no hop marker: `error`) first |
+| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc compiler reported (a port not plugged: `pending`; no hop marker: `error`) first; with `pptmon`, also the agents holding its VNFs' PPTMon programs |
 | port_pair | its two ports |
 | port_pair_group | its port pairs |
 | flow_classifier | its logical source (and destination) port |
@@ -249,7 +249,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     for g in snapshot.security_groups:
         parts = [from_flows("security_group", g.id)] + [from_flows("security_group_rule", r) for r in rules[g.id]]
         out[("security_group", g.id)] = _worst([p for p in parts if p is not None])
-    _chains(snapshot, out, from_flows)
+    _chains(snapshot, out, from_flows, result.agents)
     return out
 
 
@@ -306,7 +306,8 @@ def dhcp_servers(desired: dict[str, list], agents: dict, now: float,
 
 
 def _held(node: str, view, obj, now: float, stale_after: float) -> Status:
-    """The status of one host-local object on `node` from its agent's last report (`view`)."""
+    """The status of one host-local object on `node` from its agent's last report (`view`); an
+    agent that applied the object but waits for something on its host says why (`pending`)."""
     from fathom.model.hostlocal import digest, owner_key
     said = view.objects.get(owner_key(obj.owner)) if view is not None else None
     if view is None or view.reported_at is None:
@@ -316,12 +317,15 @@ def _held(node: str, view, obj, now: float, stale_after: float) -> Status:
                          f"{time.strftime('%H:%M:%S', time.localtime(view.reported_at))}")
     if said is not None and said.get("status") == "error":
         return ("error", f"node {node}: {said.get('reason') or 'failed'}")
-    if said is None or said.get("status") != "active" or said.get("applied") != digest([obj]):
+    applied = said is not None and said.get("applied") == digest([obj])
+    if applied and said.get("status") == "pending" and said.get("reason"):
+        return ("pending", f"node {node}: {said['reason']}")
+    if not applied or said.get("status") != "active":
         return ("pending", f"waiting for the agent on node {node}")
     return ("active", None)
 
 
-def _chains(snapshot, out: dict, from_flows) -> None:
+def _chains(snapshot, out: dict, from_flows, agents: dict) -> None:
     """Port chains from their flows (after the compiler's problems); pairs, groups and classifiers
     from the ports they name."""
     def ports(*ids) -> Status:
@@ -344,6 +348,30 @@ def _chains(snapshot, out: dict, from_flows) -> None:
             out[("port_chain", chain.id)] = ("error" if plan.fatal else "pending", "; ".join(plan.problems))
         else:
             out[("port_chain", chain.id)] = from_flows("port_chain", chain.id) or ("active", None)
+        if chain.pptmon is not None:
+            out[("port_chain", chain.id)] = _worst([out[("port_chain", chain.id)],
+                                                    chain_pptmon_status(snapshot, chain.id, agents)])
+            warning = agents.get(("port_chain_pptmon_warning", chain.id))
+            if warning is not None and out[("port_chain", chain.id)][0] == "active":
+                out[("port_chain", chain.id)] = ("active", warning[1])   # measured, but not across some VNF
+
+
+def chain_pptmon_status(snapshot, chain_id: int, agents: dict) -> Status:
+    """What the agents say of a measured chain's PPTMon programs (fathom.apps.hostlocal.chains):
+    `agents` holds the status of each instance's attachment, (kind, port pair id) -> status."""
+    from fathom.apps.hostlocal.chains import MAX_PPTMON_GROUPS, MAX_PPTMON_INSTANCES, OWNER_KIND, chain_pptmon
+    vnfs = chain_pptmon(snapshot, chain_id)
+    if not vnfs:
+        return ("error", f"PPTMon: a measured chain has at most {MAX_PPTMON_GROUPS} groups and "
+                         f"{MAX_PPTMON_INSTANCES} instances")
+    parts: list[Status] = []
+    for v in vnfs:
+        if v.problem is not None:
+            parts.append(("error" if v.fatal else "pending", f"PPTMon: {v.problem}"))
+            continue
+        st = agents.get((OWNER_KIND, v.pair_id), ("pending", f"waiting for the agent on node {v.node}"))
+        parts.append(st if st[0] == "active" else (st[0], f"PPTMon on port pair {v.pair_id}: {st[1]}"))
+    return _worst(parts)
 
 
 def node_states(result) -> dict[str, str]:

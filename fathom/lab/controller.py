@@ -19,7 +19,7 @@ from fathom.auth.tokens import ADMIN_TOKEN_FILE
 from fathom.client import ApiError, Client
 
 from .sh import LabError
-from .topology import Topology
+from .topology import Topology, ovs_interface
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -133,7 +133,7 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
             created["ports"][vm.name] = api.request("POST", "/ports", json={
                 "network_id": created["networks"][vm.network], "name": vm.name, "mac_address": vm.mac,
                 "fixed_ips": [{"subnet_id": created["subnets"][vm.network], "ip_address": str(vm.ip.ip)}],
-                "node": node.name, "interface_name": vm.name, "project_id": net.project})["id"]
+                "node": node.name, "interface_name": ovs_interface(vm.name, vm.plug), "project_id": net.project})["id"]
             if vm.floating_ip:
                 router = next(r for r in topo.routers if vm.network in r.networks and r.external_gateway)
                 created["floatingips"][vm.name] = api.request("POST", "/floatingips", json={
@@ -151,7 +151,8 @@ def _register(api: Client, topo: Topology, nodes: list, progress, fabric_ip: str
                 "network_id": created["networks"][vnf.network], "name": f"{vnf.name}{side}",
                 "mac_address": port.mac, "port_security": False,
                 "fixed_ips": [{"subnet_id": created["subnets"][vnf.network], "ip_address": str(port.ip.ip)}],
-                "node": node.name, "interface_name": f"{vnf.name}{side}", "project_id": net.project})["id"]
+                "node": node.name, "interface_name": ovs_interface(f"{vnf.name}{side}", vnf.plug),
+                "project_id": net.project})["id"]
         created["port_pairs"][vnf.name] = api.request("POST", "/sfc/port_pairs", json={
             "name": vnf.name, "ingress": ids["i"], "egress": ids["o"], "project_id": net.project})["id"]
     return created

@@ -24,7 +24,7 @@ from fathom.pki import Pki
 from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, supervisor_pid, wait_for
 from .sh import LabError, require_root_and_tools, run
 from .supervisor import AGENT, AGENT_CONFIG, start_supervised, stop_supervised
-from .topology import Topology, check_lab_name
+from .topology import PLUGS, Topology, check_lab_name, ovs_interface, vm_host_end
 
 RUN_ROOT = Path(os.environ.get("FATHOM_RUN_ROOT", "/run/fathom"))
 MGMT_POOL = ipaddress.IPv4Network("198.18.128.0/17")  # a /24 per lab unless the topology says
@@ -244,9 +244,9 @@ class Lab:
             for vm in node_t.vms:
                 progress(f"vm {vm.name} on {node.name}")
                 self.add_vm(node.name, vm.name, vm.mac, None if vm.dhcp else str(vm.ip),
-                            None if vm.dhcp else str(topo.network(vm.network).gateway))
+                            None if vm.dhcp else str(topo.network(vm.network).gateway), vm.plug)
                 self.plug_vm(node.name, vm.name, vm.mac, vm.network,
-                             tag=_standalone_tag(topo, vm.network) if standalone else None, ovs=ovs)
+                             tag=_standalone_tag(topo, vm.network) if standalone else None, ovs=ovs, plug=vm.plug)
             for vnf in node_t.vnfs:
                 progress(f"vnf {vnf.name} ({vnf.kind}) on {node.name}")
                 self._add_vnf(topo, node, ovs, vnf, standalone)
@@ -300,20 +300,26 @@ class Lab:
         OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
 
     # ----- VMs: a namespace behind a veth whose node end becomes a port of br-int -----
-    def add_vm(self, node: str, name: str, mac: str, ip: str | None, gateway: str | None) -> None:
+    def add_vm(self, node: str, name: str, mac: str, ip: str | None, gateway: str | None,
+               plug: str = "direct") -> None:
         """The VM `name` on `node`: its namespace with eth0 (`mac`, `ip` as a CIDR, default route via
         `gateway`; no `ip`: it takes one by DHCP, see dhcp_vm) and the veth's node end, up but not
-        yet a port of any bridge (see plug_vm)."""
+        yet a port of any bridge (see plug_vm). With `plug="hybrid"`, as os-vif's hybrid plugging:
+        the node end is `tap<name>` on a Linux bridge `qbr<name>`, joined by a veth `qvb<name>` /
+        `qvo<name>` (plug_vm puts qvo on br-int)."""
         node_ns, vns = self.ns(node), self.ns(name)
         _add_netns(vns)
-        run(["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", vns])
+        run(["ip", "link", "add", vm_host_end(name, plug), "netns", node_ns, "type", "veth", "peer", "name", "eth0",
+             "netns", vns])
         run(["ip", "link", "set", "eth0", "address", mac], ns=vns)
         if ip:
             run(["ip", "addr", "add", ip, "dev", "eth0"], ns=vns)
         _prepare_veth_end(vns, "eth0")
         if gateway:
             run(["ip", "route", "add", "default", "via", gateway], ns=vns)
-        _prepare_veth_end(node_ns, name)
+        _prepare_veth_end(node_ns, vm_host_end(name, plug))
+        if plug == "hybrid":
+            _hybrid_bridge(node_ns, name)
 
     def dhcp_vm(self, name: str, timeout: float = 20) -> dict[str, str]:
         """Run one DHCP exchange in the VM (busybox udhcpc on eth0, as a cloud image's client does)
@@ -335,34 +341,42 @@ class Lab:
         return lease
 
     def plug_vm(self, node: str, name: str, mac: str, network: str | None = None, tag: int | None = None,
-                ovs: OvsInstance | None = None) -> None:
-        """Plug the VM's veth into br-int as a hypervisor's VIF driver does: a port named after the VM
-        whose `external_ids:iface-id` names the port it is (the VM's name)."""
+                ovs: OvsInstance | None = None, plug: str = "direct") -> None:
+        """Plug the VM into br-int as a hypervisor's VIF driver does: its interface there (the VM's
+        veth end, or `qvo<name>` when plugged hybrid) with `external_ids:iface-id` naming the port it
+        is (the VM's name)."""
+        iface = ovs_interface(name, plug)
         (ovs or self.ovs(node)).vsctl(
-            "add-port", "br-int", name, *([f"tag={tag}"] if tag else []), "--", "set", "interface", name,
+            "add-port", "br-int", iface, *([f"tag={tag}"] if tag else []), "--", "set", "interface", iface,
             f"external_ids:iface-id={name}", f"external_ids:attached-mac={mac}",
             *([f"external_ids:fathom-network={network}"] if network else []))
 
     def remove_vm(self, node: str, name: str) -> None:
-        """Unplug the VM (if plugged) and delete its veth and namespace."""
-        self.ovs(node).vsctl("--if-exists", "del-port", "br-int", name)
-        run(["ip", "link", "del", name], ns=self.ns(node), check=False)
+        """Unplug the VM (if plugged, either way) and delete its links and namespace."""
+        for plug in PLUGS:
+            self.ovs(node).vsctl("--if-exists", "del-port", "br-int", ovs_interface(name, plug))
+        for link in (name, f"tap{name}", f"qvo{name}", f"qbr{name}"):
+            run(["ip", "link", "del", link], ns=self.ns(node), check=False)
         run(["ip", "netns", "del", self.ns(name)], check=False)
 
     def _add_vnf(self, topo: Topology, node: NodePlan, ovs: OvsInstance, vnf, standalone: bool) -> None:
-        """A VNF namespace: eth0 (ingress) and eth1 (egress) joined to br-int as `<vnf>i` and `<vnf>o`,
-        configured by fathom.lab.vnf for its kind."""
+        """A VNF namespace: eth0 (ingress) and eth1 (egress) joined to br-int as `<vnf>i` and `<vnf>o`
+        (plugged hybrid: as `qvo<vnf>i` and `qvo<vnf>o`, behind `tap<vnf>i`/`tap<vnf>o` on their Linux
+        bridges), configured by fathom.lab.vnf for its kind."""
         from . import vnf as vnfs
         ns = self.ns(vnf.name)
         _add_netns(ns)
-        for dev, iface, port in (("eth0", f"{vnf.name}i", vnf.ingress), ("eth1", f"{vnf.name}o", vnf.egress)):
-            run(["ip", "link", "add", iface, "netns", node.netns, "type", "veth", "peer", "name", dev, "netns", ns])
+        for dev, port_name, port in (("eth0", f"{vnf.name}i", vnf.ingress), ("eth1", f"{vnf.name}o", vnf.egress)):
+            host_end, iface = vm_host_end(port_name, vnf.plug), ovs_interface(port_name, vnf.plug)
+            run(["ip", "link", "add", host_end, "netns", node.netns, "type", "veth", "peer", "name", dev, "netns", ns])
             run(["ip", "link", "set", dev, "address", port.mac], ns=ns)
             _prepare_veth_end(ns, dev)
-            _prepare_veth_end(node.netns, iface)
+            _prepare_veth_end(node.netns, host_end)
+            if vnf.plug == "hybrid":
+                _hybrid_bridge(node.netns, port_name)
             tag = _standalone_tag(topo, vnf.network) if standalone else None
             ovs.vsctl("add-port", "br-int", iface, *(["tag=%d" % tag] if tag else []), "--",
-                      "set", "interface", iface, f"external_ids:iface-id={iface}",
+                      "set", "interface", iface, f"external_ids:iface-id={port_name}",
                       f"external_ids:attached-mac={port.mac}", f"external_ids:fathom-network={vnf.network}")
         vnfs.configure(ns, vnf, topo.network(vnf.network).cidr, self.dir / vnf.name)
 
@@ -693,6 +707,21 @@ def _prepare_veth_end(ns: str, dev: str) -> None:
     # with TX checksum offload on, TCP segments would leave with bad checksums.
     run(["ethtool", "-K", dev, "tx", "off"], ns=ns)
     run(["ip", "link", "set", dev, "up"], ns=ns)
+
+
+def _hybrid_bridge(ns: str, name: str) -> None:
+    """os-vif's hybrid plugging behind `tap<name>`: a Linux bridge `qbr<name>` holding it and
+    `qvb<name>`, whose veth peer `qvo<name>` is left for br-int. MTUs follow the tap's; TX checksum
+    offload off on the veth ends OVS reads (as for every VM veth of the lab)."""
+    tap, qbr, qvb, qvo = (f"{p}{name}" for p in ("tap", "qbr", "qvb", "qvo"))
+    mtu = str(json.loads(run(["ip", "-j", "link", "show", "dev", tap], ns=ns).stdout)[0]["mtu"])
+    run(["ip", "link", "add", qbr, "mtu", mtu, "type", "bridge", "stp_state", "0", "forward_delay", "0"], ns=ns)
+    run(["ip", "link", "add", qvb, "mtu", mtu, "type", "veth", "peer", "name", qvo, "mtu", mtu], ns=ns)
+    run(["ip", "link", "set", tap, "master", qbr], ns=ns)
+    run(["ip", "link", "set", qvb, "master", qbr], ns=ns)
+    for dev in (qvb, qvo):
+        _prepare_veth_end(ns, dev)
+    run(["ip", "link", "set", qbr, "up"], ns=ns)
 
 
 def _standalone_tag(topo: Topology, network: str) -> int:

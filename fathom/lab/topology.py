@@ -28,6 +28,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Plug = Literal["direct", "hybrid"]      # hybrid: tap → Linux bridge qbr → veth qvb/qvo → br-int (os-vif's)
+PLUGS = ("direct", "hybrid")
+
+
+def vm_host_end(name: str, plug: str) -> str:
+    """The node end of a VM port's veth: the VM-facing host interface."""
+    return f"tap{name}" if plug == "hybrid" else name
+
+
+def ovs_interface(name: str, plug: str) -> str:
+    """A VM port's interface on br-int (its `interface_name` for the controller)."""
+    return f"qvo{name}" if plug == "hybrid" else name
+
+
+
+
 class VM(_Strict):
     name: str = Field(pattern=NAME_RE)
     mac: str
@@ -35,6 +51,7 @@ class VM(_Strict):
     network: str
     dhcp: bool = False            # take the address by DHCP (`fathom.lab.lab.Lab.dhcp_vm`) instead of statically
     floating_ip: bool = False     # a floating IP of its router's external network, associated with its port
+    plug: Plug = "direct"
 
     @field_validator("mac")
     @classmethod
@@ -66,6 +83,7 @@ class Vnf(_Strict):
     egress: VnfPort
     rules: int = Field(default=0, ge=0, le=10000)          # firewall: non-matching rules every packet passes
     backend: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+\.\d+:\d+$")  # haproxy: ip:port
+    plug: Plug = "direct"      # hybrid: br-int holds qvo<name>i / qvo<name>o (15 characters at most)
 
 
 class Node(_Strict):
@@ -273,6 +291,19 @@ def _check(topo: Topology, lines: dict) -> list[Problem]:
             add(path, f"duplicate name {name!r} (first at line {_line(lines, seen[key])})")
         else:
             seen[key] = path
+
+    # the links a node's VMs and VNFs make in its namespace (a hybrid plug's tap/qbr/qvb/qvo too)
+    for i, node in enumerate(topo.nodes):
+        links: dict[str, tuple] = {}
+        ends = [(("nodes", i, "vms", j, "name"), vm.name, vm.plug) for j, vm in enumerate(node.vms)]
+        ends += [(("nodes", i, "vnfs", j, "name"), f"{vnf.name}{side}", vnf.plug)
+                 for j, vnf in enumerate(node.vnfs) for side in "io"]
+        for path, port, plug in ends:
+            made = [port] if plug == "direct" else [f"{p}{port}" for p in ("tap", "qbr", "qvb", "qvo")]
+            for link in made:
+                if link in links and links[link] != path:
+                    add(path, f"its interface {link!r} clashes with one of line {_line(lines, links[link])}")
+                links.setdefault(link, path)
 
     nets = {n.name: n for n in topo.networks}
     segs: dict[tuple, tuple] = {}

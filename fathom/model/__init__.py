@@ -220,16 +220,25 @@ class FlowClassifier:
 
 
 @dataclass(frozen=True)
+class ChainPptmon:
+    """PPTMon on a chain: the first group's instances sample one packet every `period_ns` (0 = every
+    packet), every VNF of the chain adds its processing time (fathom.apps.hostlocal.chain_pptmon)."""
+    period_ns: int
+
+
+@dataclass(frozen=True)
 class PortChain:
     """Classified traffic goes through each group of `port_pair_group_ids` in order, then on to its
     destination; `symmetric`: replies (classified by the mirrored classifiers at the destination
-    port) go back through the same instances in reverse order."""
+    port) go back through the same instances in reverse order. `pptmon`: measured by PPTMon, or
+    None (off)."""
     id: int
     name: str
     project_id: str
     port_pair_group_ids: tuple[int, ...]
     flow_classifier_ids: tuple[int, ...]
     symmetric: bool = False
+    pptmon: ChainPptmon | None = None
 
 
 # ---------------------------------------------------------------------------------------------- fabric

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ class RouterNamespace:
 @dataclass(frozen=True)
 class PptmonAttach:
     """PPTMon eBPF programs on interfaces of the node: `ppt_in` at `in_point`, `ppt_out` at
-    `out_point` ("<interface>:ingress|egress"), in `mode`, sampling every `period_ns`."""
+    `out_point` ("<interface>:ingress|egress"), in `mode`, sampling every `period_ns`. Its owner
+    is (`owner_kind`, `attachment_id`): an operator's attachment, or a VNF instance of a port
+    chain measured through the API (fathom.apps.hostlocal.chains)."""
     KIND = "pptmon_attach"
     attachment_id: int
     chain: str
@@ -58,10 +60,24 @@ class PptmonAttach:
     in_point: str
     out_point: str
     period_ns: int
+    owner_kind: str = "pptmon_attachment"
 
     @property
     def owner(self) -> tuple[str, int]:
-        return ("pptmon_attachment", self.attachment_id)
+        return (self.owner_kind, self.attachment_id)
+
+    @property
+    def names_ports(self) -> bool:
+        """Its points name the br-int interfaces of a VNF's ports (a chain's instance), which the
+        agent maps to the VM-facing interfaces behind them (fathom.agent.plugging); an operator's
+        attachment names the interfaces themselves."""
+        return self.owner_kind != "pptmon_attachment"
+
+    @property
+    def local_name(self) -> str:
+        """A name unique among a node's attachments, for the agent's files and pins."""
+        return str(self.attachment_id) if self.owner_kind == "pptmon_attachment" else \
+            f"{self.owner_kind}-{self.attachment_id}"
 
 
 @dataclass(frozen=True)
@@ -131,9 +147,10 @@ def from_json(data: dict):
         raise ValueError(f"unknown host-local object kind {data.get('kind')!r}")
     values = {}
     for f in fields(cls):
-        if f.name not in data:
+        if f.name in data:
+            values[f.name] = data[f.name]
+        elif f.default is MISSING:
             raise ValueError(f"{cls.KIND}: missing {f.name}")
-        values[f.name] = data[f.name]
     if cls is RouterNamespace:
         values["legs"] = tuple(RouterLeg(**leg) for leg in values["legs"])
     if cls is DhcpServer:

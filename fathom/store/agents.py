@@ -77,10 +77,11 @@ def record_report(session: Session, node: str, *, agent_started: float | None, a
         agent = NodeAgent(node_id=row.id, revision=0, digest="", facts={}, objects={})
         session.add(agent)
     started = int(agent_started * 1000) if agent_started is not None else None
-    news = (agent.facts != facts or agent.objects != objects or agent.applied_revision != applied_revision
+    news = (agent.facts != facts or _states(agent.objects) != _states(objects)
+            or agent.applied_revision != applied_revision
             or agent.agent_started != started or agent.reported_at is None)
-    if not news and time.time() - _epoch(agent.reported_at) < REPORT_INTERVAL / 2:
-        return False
+    if not news and agent.objects == objects and time.time() - _epoch(agent.reported_at) < REPORT_INTERVAL / 2:
+        return False   # nothing new, not even counters, and the last beat is recent: no write
     agent.facts, agent.objects, agent.applied_revision = facts, objects, applied_revision
     agent.agent_started = started
     agent.reported_at = datetime.now(timezone.utc)
@@ -94,6 +95,13 @@ def _epoch(at: datetime | None) -> float | None:
     if at.tzinfo is None:   # SQLite gives naive UTC back
         at = at.replace(tzinfo=timezone.utc)
     return at.timestamp()
+
+
+def _states(objects: dict | None) -> dict:
+    """The objects' statuses without their counters (counters move on with every report: news for
+    the status model only when the statuses change)."""
+    return {k: {f: x for f, x in v.items() if f != "counters"} if isinstance(v, dict) else v
+            for k, v in (objects or {}).items()}
 
 
 def _view(name: str, a: NodeAgent) -> AgentView:

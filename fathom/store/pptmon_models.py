@@ -4,6 +4,11 @@ One row per sampled packet as reported by a chain's sink. The hops stay a JSON l
 read back whole); `vnfs` repeats the VNF ids as ",1,2,3," so that "records through VNF k" is a
 portable LIKE filter. `key` (fathom.pptmon.records.record_key) makes ingestion idempotent.
 Rows are removed by retention (fathom.api.pptmon), never updated.
+
+Records of a port chain measured through the API (its `pptmon`) carry `port_chain_id`, and each hop
+names its port pair group, port pair and node: the controller maps the VNF ids to them from the
+model when it stores the record (fathom.apps.hostlocal.chain_pptmon), it does not take them from
+the record. Other records have `port_chain_id` null and hops with the VNF id only.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ class PptmonRecord(Base):
     time_ns: Mapped[int] = mapped_column(BigInteger, index=True)
     vnfs: Mapped[str] = mapped_column(String(64))
     hops: Mapped[list] = mapped_column(JSON)
+    port_chain_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     e2e_us: Mapped[int | None] = mapped_column(Integer, nullable=True)
     flow: Mapped[dict] = mapped_column(JSON)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -11,6 +11,8 @@ Rules (networking-sfc's, plus what the steering needs):
   (its pairs' and its classifiers') are all on one network;
 - a symmetric chain's classifiers name a logical destination port (replies are classified there);
 - what enters one chain never overlaps what enters another (`flow_classifiers.N`, 409);
+- a chain's `pptmon` ({"period_ns": N}, null = off) needs a VNF id per instance (at most
+  MAX_PPTMON_INSTANCES) and an entry per group in the option (at most MAX_PPTMON_GROUPS);
 - a member in use cannot be deleted (a port in a pair or classifier, a pair in a group, a group
   or classifier in a chain): delete or update the user first.
 """
@@ -20,6 +22,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from fathom.apps.sfc import classifiers as cls
+from fathom.apps.hostlocal.chains import MAX_PPTMON_GROUPS, MAX_PPTMON_INSTANCES
 from fathom.apps.sfc.compiler import MAX_CHAIN_ID, MAX_GROUPS, MAX_INSTANCES
 from fathom.store import models as m
 from fathom.store import sfc_models as sm
@@ -197,6 +200,7 @@ def update_port_pair_group(session: Session, caller: Caller, group_id: int, chan
         session.flush()
         if group.chain_id is not None:
             _check_chain(session, session.get(sm.PortChain, group.chain_id), "port_pairs")
+            _check_pptmon(session, session.get(sm.PortChain, group.chain_id), "port_pairs")
             _pending(session.get(sm.PortChain, group.chain_id))
     session.flush()
     return group
@@ -370,11 +374,41 @@ def _check_chain(session: Session, chain: sm.PortChain, field: str | None = None
                        "intersecting fields): one packet would belong to two chains", field or f"flow_classifiers.{index}")
 
 
+MAX_PERIOD_NS = 3600 * 10**9
+
+
+def _pptmon(value) -> dict | None:
+    """A chain's `pptmon` as stored: {"period_ns": N} or None (off)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"period_ns"}:
+        raise Invalid('pptmon is {"period_ns": N} or null (off)', "pptmon")
+    period = value.get("period_ns", 10**9)
+    if isinstance(period, bool) or not isinstance(period, int) or not 0 <= period <= MAX_PERIOD_NS:
+        raise Invalid(f"period_ns is 0 (every packet) to {MAX_PERIOD_NS} ns", "pptmon.period_ns")
+    return {"period_ns": period}
+
+
+def _check_pptmon(session: Session, chain: sm.PortChain, field: str) -> None:
+    """A measured chain fits the option: one entry per group, one VNF id per instance."""
+    if not chain.pptmon:
+        return
+    groups = groups_of(session, chain.id)
+    if len(groups) > MAX_PPTMON_GROUPS:
+        raise Invalid(f"PPTMon measures chains of at most {MAX_PPTMON_GROUPS} port pair groups (one entry each in "
+                      f"the packet's option); this one has {len(groups)}", field)
+    n = sum(len(pairs_of(session, g.id)) for g in groups)
+    if n > MAX_PPTMON_INSTANCES:
+        raise Invalid(f"PPTMon gives each VNF instance of a chain a 1-byte id: at most {MAX_PPTMON_INSTANCES} "
+                      f"port pairs, this chain has {n}", field)
+
+
 def create_port_chain(session: Session, caller: Caller, body: dict) -> sm.PortChain:
     project = _owner(caller, body.get("project_id"))
     params = body.get("chain_parameters") or {}
     chain = sm.PortChain(name=body.get("name") or "", project_id=project, symmetric=bool(params.get("symmetric")),
-                         external_id=_external_id(session, caller, sm.PortChain, body.get("external_id")))
+                         external_id=_external_id(session, caller, sm.PortChain, body.get("external_id")),
+                         pptmon=_pptmon(body.get("pptmon")))
     _pending(chain)
     session.add(chain)
     session.flush()
@@ -383,6 +417,7 @@ def create_port_chain(session: Session, caller: Caller, body: dict) -> sm.PortCh
     _set_groups(session, caller, chain, body.get("port_pair_groups"))
     fcs = _set_classifiers(session, caller, chain, body.get("flow_classifiers") or [])
     _check_chain(session, chain, fcs=fcs)
+    _check_pptmon(session, chain, "pptmon")
     return chain
 
 
@@ -399,6 +434,14 @@ def update_port_chain(session: Session, caller: Caller, chain_id: int, changes: 
         session.flush()
         _check_chain(session, chain, fcs=fcs)
         _pending(chain)
+    if "pptmon" in changes:
+        new = _pptmon(changes["pptmon"])
+        if new != chain.pptmon:
+            chain.pptmon = new
+            _pending(chain)
+    if "pptmon" in changes or "port_pair_groups" in changes:
+        session.flush()
+        _check_pptmon(session, chain, "pptmon" if "pptmon" in changes else "port_pair_groups")
     session.flush()
     return chain
 

@@ -7,10 +7,13 @@ rule too): a port pair's `group_id`, a group's `chain_id` and `position` in that
 classifier's `chain_id`. A port takes part in at most one port pair (unique ingress and egress;
 fathom/store/sfc.py also refuses a port that is the ingress of one pair and the egress of another):
 the steering knows where a packet is in a chain by the port it comes back from.
+
+A chain's `pptmon` ({"period_ns": N}, or null = off) asks for PPTMon on every VNF of the chain: the
+node agents attach its programs (fathom.apps.hostlocal derives where, from the model).
 """
 from __future__ import annotations
 
-from sqlalchemy import Boolean, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from fathom.store.base import Base, Resource
@@ -21,6 +24,7 @@ class PortChain(Resource, External, Base):
     __tablename__ = "sfc_port_chains"
     __table_args__ = ({"sqlite_autoincrement": True},)
     symmetric: Mapped[bool] = mapped_column(Boolean, default=False)
+    pptmon: Mapped[dict | None] = mapped_column(JSON, nullable=True)   # {"period_ns": N} or None (off)
 
 
 class PortPairGroup(Resource, External, Base):

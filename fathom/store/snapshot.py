@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from fathom.model import (
-    FixedIp, FloatingIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, Router,
-    RouterGateway, RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, TapPolicy,
+    ChainPptmon, FixedIp, FloatingIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup,
+    Router, RouterGateway, RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, TapPolicy,
 )
 from fathom.store import models as m
 from fathom.store import sfc_models as sm
@@ -138,5 +138,6 @@ def _chains(session) -> dict:
         "port_chains": tuple(PortChain(
             c.id, c.name, c.project_id,
             tuple(g.id for g in sorted((g for g in groups if g.chain_id == c.id), key=lambda g: g.position)),
-            tuple(f.id for f in fcs if f.chain_id == c.id), c.symmetric) for c in chains),
+            tuple(f.id for f in fcs if f.chain_id == c.id), c.symmetric,
+            ChainPptmon(int(c.pptmon["period_ns"])) if c.pptmon else None) for c in chains),
     }

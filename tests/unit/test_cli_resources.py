@@ -188,6 +188,17 @@ def test_sfc_verbs(run):
     assert json.loads(run("sfc", "port-chain", "list", "--json").output)[0]["name"] == "c"
     out = run("sfc", "port-chain", "update", "c", "--no-flow-classifiers", "--json").output
     assert json.loads(out)["flow_classifiers"] == []
+    # PPTMon on the chain: one name, `pptmon`, from the CLI to the API
+    assert chain["pptmon"] is None and "off" in run("sfc", "port-chain", "list").output
+    out = json.loads(run("sfc", "port-chain", "update", "c", "--pptmon", "10ms", "--json").output)
+    assert out["pptmon"] == {"period_ns": 10_000_000}
+    assert "1 per 0.01 s" in run("sfc", "port-chain", "list").output
+    stats = json.loads(run("sfc", "port-chain", "pptmon", "c", "--window", "1m", "--json").output)
+    assert stats["records"] == 0 and [g["role"] for g in stats["groups"]] == ["source-sink"]
+    table = run("sfc", "port-chain", "pptmon", "c").output
+    assert "group fws (source-sink)" in table and "port pair fw (vnf 1)" in table and "end-to-end" in table
+    assert "--pptmon" in run("sfc", "port-chain", "update", "c", "--pptmon", "soon", ok=False).output
+    assert json.loads(run("sfc", "port-chain", "update", "c", "--no-pptmon", "--json").output)["pptmon"] is None
     err = run("sfc", "port-pair", "delete", "fw", ok=False).output
     assert "port pair group" in err and len(err.strip().splitlines()) == 1
     run("sfc", "port-chain", "delete", "c")

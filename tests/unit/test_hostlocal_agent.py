@@ -110,6 +110,40 @@ def test_the_follower_applies_reports_wakes_and_resyncs(tmp_path):
     assert set(rec.held) == {rid}
 
 
+class Waiting(Recorder):
+    """A handler whose objects wait for the host twice (`pending`, as a VIF not plugged yet)."""
+
+    def apply(self, objects):
+        out = super().apply(objects)
+        if self.applies <= 2:
+            return {k: {**v, "status": "pending", "reason": "waiting for interface"} for k, v in out.items()}
+        return out
+
+
+def test_an_object_pending_on_the_host_is_applied_again_before_the_resync(tmp_path):
+    app = create_app(f"sqlite:///{tmp_path}/fathom.db")
+    admin = TestClient(app, headers=headers_for(app))
+    rid = _cloud(admin)
+    admin.patch(f"/v1/routers/{rid}", json={"mode": "network-node", "gateway_node": "gw"}).raise_for_status()
+    rec = Waiting()
+    f = Follower(TestClient(app, headers=headers_for(app, roles=("agent",), node="gw")), "gw", [rec], lambda: {},
+                 report_interval=0.2, resync=3600)
+    t = threading.Thread(target=f.run, daemon=True)
+    t.start()
+    try:
+        for _ in range(100):
+            if admin.get("/v1/agents/gw").json()["objects"].get(f"router:{rid}", {}).get("status") == "active":
+                break
+            time.sleep(0.05)
+        assert rec.applies == 3, rec.applies
+        assert admin.get("/v1/agents/gw").json()["objects"][f"router:{rid}"]["status"] == "active"
+        time.sleep(0.6)
+        assert rec.applies == 3        # then only the resync (an hour here) applies again
+    finally:
+        f.stop()
+        t.join(10)
+
+
 @pytest.fixture
 def ovsdb(tmp_path):
     """ovsdb-server and a dummy-datapath ovs-vswitchd (it acknowledges each transaction), the

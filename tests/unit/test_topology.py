@@ -136,3 +136,13 @@ def test_vnfs_are_checked_like_vms():
 def test_the_sfc_topology_loads():
     topo = load(DEFAULT_TOPOLOGY.parent / "sfc.yaml")
     assert [v.kind for _, v in topo.vnfs()] == ["firewall", "firewall", "dpi", "forward", "nat", "haproxy"]
+
+
+def test_a_hybrid_plug_is_parsed_and_its_links_must_not_clash():
+    topo = parse(GOOD.replace('network: blue}', 'network: blue, plug: hybrid}'))
+    assert [vm.plug for _, vm in topo.vms()] == ["hybrid", "direct"]
+    assert problems(GOOD.replace('network: blue}', 'network: blue, plug: bridged}'))[0].startswith(
+        "t.yaml:7: nodes[0].vms[0].plug: Input should be")
+    clash = GOOD.replace('network: blue}', 'network: blue, plug: hybrid}').replace(
+        "{name: vm2,", "{name: tapvm1,")
+    assert problems(clash) == ["t.yaml:8: nodes[0].vms[1].name: its interface 'tapvm1' clashes with one of line 7"]

@@ -1,7 +1,8 @@
 """Host-local desired state of every node: a pure function of the model.
 
 Not an OpenFlow app: its output is what each node's agent must hold on its host (router
-namespaces of `network-node` routers, PPTMon attachments, DHCP servers), as the typed objects of
+namespaces of `network-node` routers, DHCP servers, PPTMon attachments: the operator's, and those
+of port chains measured with `pptmon`, fathom.apps.hostlocal.chains), as the typed objects of
 fathom.model.hostlocal, each with its owner. `desired(snapshot, attachments)` gives
 {node name: [object, ...]} for every node of the model (a node with nothing to hold gets []).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from fathom.apps.hostlocal.chains import chain_attachments
 from fathom.model import Snapshot
 from fathom.model.hostlocal import (DhcpHost, DhcpServer, DhcpSubnet, PptmonAttach, RouterLeg,
                                     RouterNamespace)
@@ -113,8 +115,9 @@ def dhcp_servers(snapshot: Snapshot, underlay_mtu: int = UNDERLAY_MTU) -> dict[s
 
 
 def desired(snapshot: Snapshot, attachments=()) -> dict[str, list]:
-    """{node name: [host-local object]} for every node. `attachments`: the PPTMon attachments
-    (fathom.model.hostlocal.PptmonAttach) by node name, as (node, PptmonAttach) pairs."""
+    """{node name: [host-local object]} for every node. `attachments`: the operator's PPTMon
+    attachments (fathom.model.hostlocal.PptmonAttach) by node name, as (node, PptmonAttach) pairs;
+    the port chains with `pptmon` add theirs (fathom.apps.hostlocal.chains)."""
     out: dict[str, list] = {n.name: [] for n in snapshot.nodes}
     for node, namespaces in router_namespaces(snapshot).items():
         if node in out:
@@ -122,7 +125,8 @@ def desired(snapshot: Snapshot, attachments=()) -> dict[str, list]:
     for node, servers in dhcp_servers(snapshot).items():
         if node in out:
             out[node].extend(servers)
-    for node, attach in sorted(attachments, key=lambda x: (x[0], x[1].attachment_id)):
+    every = [*attachments, *chain_attachments(snapshot)]
+    for node, attach in sorted(every, key=lambda x: (x[0], x[1].owner_kind, x[1].attachment_id)):
         if node in out:
             out[node].append(attach)
     return out
