@@ -30,7 +30,7 @@ from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
 from fathom.store.db import READ_ONLY
 from fathom.store.errors import Conflict, Forbidden, StoreError
-from fathom.store.ops import MAX_ID, MAX_LIMIT, Caller, Settings
+from fathom.store.ops import MAX_LIMIT, Caller, Settings
 
 log = logging.getLogger(__name__)
 

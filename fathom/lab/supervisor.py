@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .ovs import SUPERVISOR_MODULE, OvsInstance, _running, supervised_state, supervisor_pid, wait_for
+from .ovs import SUPERVISOR_MODULE, OvsInstance, supervised_state, supervisor_pid, wait_for
 from .sh import LabError
 
 DAEMONS = ("ovsdb-server", "ovs-vswitchd")   # start order; stopped in reverse

@@ -96,7 +96,10 @@ def neutron_port_status(sdk: Sdk, port_id: str) -> str:
 def test_sdk_networks_router_ports_and_pings(cloud):
     lab, server, sdk, admin = cloud
     blue = sdk.call("network.create_network", name="blue")
-    blue4 = sdk.call("network.create_subnet", network_id=blue["id"], cidr="10.10.1.0/24", ip_version=4, name="blue4")
+    blue4 = sdk.call("network.create_subnet", network_id=blue["id"], cidr="10.10.1.0/24", ip_version=4, name="blue4",
+                     dns_nameservers=["198.18.0.53"],
+                     host_routes=[{"destination": "198.18.100.0/24", "nexthop": "10.10.1.254"},
+                                  {"destination": "198.18.101.0/24", "nexthop": "192.0.2.1"}])
     red = sdk.call("network.create_network", name="red")
     red4 = sdk.call("network.create_subnet", network_id=red["id"], cidr="10.10.2.0/24", ip_version=4, name="red4")
     router = sdk.call("network.create_router", name="r1")
@@ -116,6 +119,10 @@ def test_sdk_networks_router_ports_and_pings(cloud):
         assert mine["mac_address"] == port["mac_address"]
         assert [f["ip_address"] for f in mine["fixed_ips"]] == [f["ip_address"] for f in port["fixed_ips"]]
         assert (mine["node"], mine["interface_name"]) == (port["binding_host_id"], "tap" + port["id"][:11])
+    # DHCP options as Neutron gives them; a route whose next hop is off the subnet is left out
+    sub = wait_for("blue4 in fathom", lambda: fathom_by_external(admin, "subnets", blue4["id"]))
+    assert (sub["enable_dhcp"], sub["dns_nameservers"]) == (True, ["198.18.0.53"])
+    assert sub["host_routes"] == [{"destination": "198.18.100.0/24", "nexthop": "10.10.1.254"}]
     r = wait_for("r1's interfaces in fathom", lambda: (lambda x: x if x and len(x["interfaces"]) == 2 else None)(
         fathom_by_external(admin, "routers", router["id"])))
     assert r["mode"] == "distributed"
