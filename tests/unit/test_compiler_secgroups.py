@@ -274,7 +274,12 @@ def test_flows_keep_to_the_pipeline_and_carry_their_owner():
         assert cat.BR_INT.check(state.flows) == []
         kinds = {ck.parse_cookie(f.cookie)[:2] for f in state.flows}
         assert kinds <= {(ck.APP_SECGROUPS, k) for k in (ck.KIND_PORT, ck.KIND_NODE, ck.KIND_SECURITY_GROUP,
-                                                          ck.KIND_SECURITY_GROUP_RULE)}, node
+                                                          ck.KIND_SECURITY_GROUP_RULE,
+                                                          ck.KIND_SECURITY_GROUP_CLAUSE)}, node
+        # a clause flow's owner is a function of its match alone, whichever rules share it
+        for f in state.flows:
+            if ck.parse_cookie(f.cookie)[1] == ck.KIND_SECURITY_GROUP_CLAUSE:
+                assert all(a.clause in (2, 3) for a in f.actions), f
 
 
 def test_ovs_takes_the_flows_and_prints_them_as_we_do(ovs, tmp_path):  # noqa: F811 - the fixture
