@@ -260,6 +260,64 @@ def test_a_reconnecting_switch_gets_one_bundle_that_never_drops_a_wanted_flow(cl
     assert holds(sw, wanted)
 
 
+def test_security_group_changes_compile_only_their_owners(cloud):
+    """Ports joining and leaving groups, rules naming groups, groups made and deleted: each pass
+    recompiles only the owners it touches (and check_incremental compares with a full compile)."""
+    before = recomputes(cloud, "secgroups")
+    p = new_port(cloud, "vm5", "compute1")                      # the project's default group
+    plug(cloud, "compute1", "vm5", 20)
+    cloud.rec.run_pass(audit=False)
+    web = cloud.call("POST", "/security-groups", json={"name": "web", "project_id": p["project_id"]})
+    cloud.rec.run_pass(audit=False)
+    rule = cloud.call("POST", "/security-group-rules", json={
+        "security_group_id": web["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+        "port_range_min": 80, "port_range_max": 81, "remote_group_id": web["id"]})
+    cloud.rec.run_pass(audit=False)
+    # vm5 joins web: the first member (the rule starts matching), web comes to compute1
+    cloud.call("PATCH", f"/ports/{p['id']}", json={"security_groups": [web["id"]]})
+    cloud.rec.run_pass(audit=False)
+    q = new_port(cloud, "vm6", "compute2", security_groups=[web["id"]])
+    plug(cloud, "compute2", "vm6", 21)
+    cloud.rec.run_pass(audit=False)
+    sw = cloud.br_int("compute1")
+    ip = q["fixed_ips"][0]["ip_address"]
+    assert any(dict(f.match).get("ipv4_src") == ip for f in sw.read_flows()), "vm6's address reached compute1"
+    cloud.call("POST", "/security-group-rules", json={
+        "security_group_id": web["id"], "direction": "egress", "ethertype": "IPv4", "remote_ip_prefix": ip + "/32"})
+    cloud.rec.run_pass(audit=False)                            # a prefix clause the same as a member's
+    cloud.call("DELETE", f"/security-group-rules/{rule['id']}")
+    cloud.rec.run_pass(audit=False)
+    cloud.call("PATCH", f"/ports/{q['id']}", json={"port_security": False, "security_groups": []})
+    cloud.rec.run_pass(audit=False)
+    cloud.call("DELETE", f"/ports/{p['id']}")
+    cloud.rec.run_pass(audit=False)
+    cloud.call("DELETE", f"/security-groups/{web['id']}")
+    cloud.rec.run_pass(audit=False)
+    assert in_sync(cloud)
+    assert recomputes(cloud, "secgroups") == before
+    assert cloud.rec.mismatches == 0
+
+
+def test_a_port_create_recompiles_only_its_own_security_group_flows(cloud):
+    """The owners a new port of the default group touches: itself and one address clause per rule
+    naming the group, whatever the group's size."""
+    from fathom.apps.secgroups import touched
+    for i in range(12):
+        new_port(cloud, f"x{i}", "compute1")
+        plug(cloud, "compute1", f"x{i}", 40 + i, tell=False)
+    cloud.rec.ovsdb_changed("compute1", "ports")
+    cloud.rec.run_pass(audit=False)
+    model_before = cloud.rec.model_compiled
+    new_port(cloud, "vm9", "compute2")
+    plug(cloud, "compute2", "vm9", 60)
+    cloud.rec.run_pass(audit=False)
+    owners = touched(model_before, cloud.rec.model_compiled)
+    kinds = sorted(ck.KINDS[k] for _app, k, _obj in owners)
+    # the port itself, and the default group's two "from the group" rules' new address clause (IPv4)
+    assert kinds.count("port") == 1 and kinds.count("security_group_clause") <= 2, kinds
+    assert set(kinds) <= {"port", "security_group_clause"}, kinds
+
+
 def test_compile_owners_of_every_app_is_its_whole_compile_cut_to_those_owners(tmp_path):
     """The hook and its fallback agree with the whole compile, owner by owner, for every app."""
     from fathom.apps import by_owner, compile_owners, registry
