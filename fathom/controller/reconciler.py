@@ -56,8 +56,9 @@ from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import owns_cookie, owns_id, parse_cookie
+from fathom.store.changes import TableChanges
 from fathom.store.db import READ_ONLY
-from fathom.store.snapshot import load_snapshot
+from fathom.store.snapshot import StoreReader
 
 LOG = logging.getLogger("fathom.reconciler")
 
@@ -240,6 +241,11 @@ class Reconciler:
         `check_incremental`: after each pass, compile whole and assert equality (default: the
         environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets)."""
         self.Session = session_factory
+        # after an API write only the parts of the store whose tables were written are read again
+        engine = getattr(session_factory, "kw", {}).get("bind")
+        self._store_changes = TableChanges(engine) if engine is not None else None
+        self._store_reader = StoreReader()
+        self._written_last: set[str] = set()        # tables read again by the last store read
         self.switches = switches
         self.bootstrapper = bootstrapper
         if hasattr(bootstrapper, "on_change"):
@@ -438,11 +444,7 @@ class Reconciler:
             ev = self._take_events()
             METRICS.passes.labels("audit" if audit else ",".join(sorted(ev.triggers)) or "sync").inc()
             if ev.store or audit or self.store_model is None:
-                stored: dict = {}
-                with self.Session() as session:
-                    session.connection(execution_options=READ_ONLY)
-                    self.store_model = load_snapshot(session, stored)
-                self._stored = stored
+                self.store_model = self._read_store(whole=audit or self.store_model is None)
             result = PassResult()
             self._checked_all = audit or self.model is None
             self._setup_due = ev.setup
@@ -474,6 +476,22 @@ class Reconciler:
             self.last_pass_seconds = time.monotonic() - started
             return result
 
+    def _read_store(self, whole: bool) -> Snapshot:
+        """The model from the store: every part of it (`whole`: the first pass, an explicit sync,
+        the audit; rows written past the API are seen then), else only the parts whose tables
+        were written since the last read. The tables of the read before are read again too: a
+        write whose commit the previous read may have just missed is always followed by another
+        wake-up, which reads it then."""
+        taken = self._store_changes.take() if self._store_changes is not None else None
+        written = None if whole or taken is None else taken | self._written_last
+        self._written_last = taken or set()
+        stored: dict = {}
+        with self.Session() as session:
+            session.connection(execution_options=READ_ONLY)
+            model = self._store_reader.read(session, stored, written)
+        self._stored = stored
+        return model
+
     def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events) -> None:
         """Write the statuses that differ from the store's, then publish them on the board."""
         decided = status.decide(snapshot, result)
@@ -489,6 +507,7 @@ class Reconciler:
             from fathom.store.status import write_statuses
             with self.Session() as session, session.begin():
                 write_statuses(session, write, node_states)
+            self._store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
         self.board.publish(decided, ev.seq)
 
