@@ -278,6 +278,7 @@ class Reconciler:
         self.model: Snapshot | None = None            # the last compiled model (store + runtime facts)
         self.parts: dict[str, _Part] = {}             # app (or "derive:" app) -> its desired state
         self.desired: dict[SwitchKey, SwitchState] = {}
+        self._compiled: dict[SwitchKey, SwitchState] = {}   # union of the apps' compiles (before derive)
         self.results: dict[SwitchKey, SwitchResult] = {}
         self.refused_at: dict[SwitchKey, dict[tuple[int, int], str]] = {}
         self._setup_due: set[str] = set()             # names whose bridges this pass re-checks
@@ -587,10 +588,14 @@ class Reconciler:
                 self.recomputes[f"{app.name}: {kind}"] = self.recomputes.get(f"{app.name}: {kind}", 0) + 1
                 METRICS.recomputes.labels(app.name, kind).inc()
             changed |= part.set_whole(app.compile(model), index=incremental)
-        compiled: dict[SwitchKey, SwitchState] = {}
-        for app in apps:
-            for key, state in self.parts[app.name].states.items():
-                compiled[key] = compiled[key] | state if key in compiled else state
+        # the union of the apps' compiles (what `derive` reads), kept per switch like `desired`
+        compiled = self._compiled
+        for key in changed | (set(compiled) - {k for app in apps for k in self.parts[app.name].states}):
+            states = [self.parts[app.name].states[key] for app in apps if key in self.parts[app.name].states]
+            if states:
+                compiled[key] = functools.reduce(operator.or_, states)
+            else:
+                compiled.pop(key, None)
         for app in apps:
             if app.derive is not None:
                 part = self.parts.setdefault("derive:" + app.name, _Part())
@@ -638,7 +643,7 @@ class Reconciler:
                                  f"full-only {sorted(g.to_ofctl() for g in b.groups - a.groups)[:3]}")
             self.mismatches += 1
             LOG.error("incremental desired state differs from a full compile:\n%s", "\n".join(lines))
-            self.parts, self.model_compiled = {}, None    # the next pass compiles whole
+            self.parts, self.model_compiled, self._compiled = {}, None, {}    # the next pass compiles whole
             raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
 
     # ---------------------------------------------------------------------------- apply
