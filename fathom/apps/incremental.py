@@ -3,24 +3,19 @@ depend on, computed once per model (Snapshot.memo) whichever apps ask."""
 from __future__ import annotations
 
 from fathom.model import Snapshot
+from fathom.pipeline.infrastructure import is_infrastructure_interface
 
 
 def node_facts(model: Snapshot) -> dict:
-    """node name -> the node and its br-int / br-phy port numbers, leaving out the interfaces of
-    the ports bound there (those are each port's own fact: `port_facts`), so a VIF plugged or
-    unplugged changes its port's facts only."""
+    """node name -> the node (not its bootstrap state, which no compiler reads) and the port numbers of the fabric's own interfaces on its br-int
+    (tunnel, uplink, external port, router legs) and br-phy. A VIF's port number is its port's
+    fact (`port_facts`): a VIF plugged or unplugged changes that port's facts only, and an
+    interface no port is bound to concerns no flow."""
     def make(m: Snapshot) -> dict:
-        vifs: dict[str, set] = {}
-        for p in m.ports:
-            if p.node and p.interface:
-                vifs.setdefault(p.node, set()).add(p.interface)
-        out = {}
-        for n in m.nodes:
-            own = vifs.get(n.name, set())
-            out[n.name] = (n.id, n.role, n.tunnel_ip, n.management_ip, n.state, n.datapath_type,
-                           tuple(sorted((i, o) for i, o in n.ofports.items() if i not in own)),
-                           tuple(sorted(n.phy_ofports.items())))
-        return out
+        return {n.name: (n.id, n.role, n.tunnel_ip, n.management_ip, n.datapath_type,
+                         tuple(sorted((i, o) for i, o in n.ofports.items() if is_infrastructure_interface(i))),
+                         tuple(sorted(n.phy_ofports.items())))
+                for n in m.nodes}
     return model.memo("node_facts", make)
 
 

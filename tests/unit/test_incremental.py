@@ -354,6 +354,44 @@ def test_an_api_write_reads_again_only_the_parts_of_the_store_it_wrote(cloud):
     assert in_sync(cloud)
 
 
+@pytest.mark.parametrize("lab", ["sfc.yaml", "external.yaml", "default.yaml"])
+def test_port_changes_leave_the_other_apps_incremental(tmp_path, lab):
+    """Chains, taps, gateways and the fabric: a new port in a network already plugged on its node,
+    plugged, unplugged, plugged again and deleted, and a VNF instance's port unplugged and plugged
+    again: no app is compiled whole, and every pass equals a full compile (check_incremental)."""
+    c = Cloud(tmp_path, LAB / lab, with_fabric=lab == "default.yaml", taps=True)
+    try:
+        c.rec.run_pass()
+        before = dict(c.rec.recomputes)
+        # a network plugged on a node already (a network coming to or leaving a node is a change
+        # of the external and fabric apps' inputs: they are compiled whole then)
+        model = c.rec.model
+        vif = next(p for p in model.ports if p.node and c.boot.ofports.get(p.node, {}).get(p.interface)
+                   and p.port_security)
+        port = c.call("POST", "/ports", json={"network_id": vif.network_id, "name": "late", "node": vif.node,
+                                              "interface_name": "late", "project_id": vif.project_id})
+        plug(c, vif.node, "late", 99)
+        c.rec.run_pass(audit=False)
+        unplug(c, vif.node, "late")
+        c.rec.run_pass(audit=False)
+        plug(c, vif.node, "late", 98)
+        c.rec.run_pass(audit=False)
+        c.call("DELETE", f"/ports/{port['id']}")
+        c.rec.run_pass(audit=False)
+        if lab == "sfc.yaml":   # a VNF instance's port unplugged and plugged again: its chain only
+            fw = next(p for p in model.ports if p.name == "fw1i")
+            ofport = c.boot.ofports[fw.node][fw.interface]
+            unplug(c, fw.node, fw.interface)
+            c.rec.run_pass(audit=False)
+            plug(c, fw.node, fw.interface, ofport)
+            c.rec.run_pass(audit=False)
+        assert c.rec.mismatches == 0
+        assert c.rec.recomputes == before, c.rec.recomputes
+        assert in_sync(c)
+    finally:
+        c.close()
+
+
 def test_compile_owners_of_every_app_is_its_whole_compile_cut_to_those_owners(tmp_path):
     """The hook and its fallback agree with the whole compile, owner by owner, for every app."""
     from fathom.apps import by_owner, compile_owners, registry
