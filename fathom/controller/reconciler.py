@@ -279,6 +279,7 @@ class Reconciler:
         self.parts: dict[str, _Part] = {}             # app (or "derive:" app) -> its desired state
         self.desired: dict[SwitchKey, SwitchState] = {}
         self._compiled: dict[SwitchKey, SwitchState] = {}   # union of the apps' compiles (before derive)
+        self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
         self.results: dict[SwitchKey, SwitchResult] = {}
         self.refused_at: dict[SwitchKey, dict[tuple[int, int], str]] = {}
         self._setup_due: set[str] = set()             # names whose bridges this pass re-checks
@@ -617,7 +618,7 @@ class Reconciler:
         cache = self._owners_at
         for key in changed | (set(cache) ^ set(self.desired)):
             if key in self.desired:
-                cache[key] = status.switch_owners(self.desired[key])
+                cache[key] = self._switch_owners(key)
             else:
                 cache.pop(key, None)
         needs: dict = {}
@@ -625,6 +626,20 @@ class Reconciler:
             for o in owners:
                 needs.setdefault(o, set()).add(key)
         return needs
+
+    def _switch_owners(self, key: SwitchKey) -> set:
+        """(kind, object id) of everything the switch's desired state holds: from the parts'
+        owner indexes where they keep one (no pass over every flow), else from the cookies."""
+        out: set = set()
+        for part in self.parts.values():
+            if key not in part.states:
+                continue
+            index = part.owners.get(key)
+            if index is not None:
+                out.update(o[1:] for o in index)
+            else:
+                out |= status.switch_owners(part.states[key])
+        return out
 
     def assert_incremental(self, model: Snapshot) -> None:
         """The kept desired state equals a compile of `model` from scratch (OVN's check after
@@ -731,6 +746,7 @@ class Reconciler:
                 self.refused_at.pop(res.key, None)
             if not owners:
                 self.known[res.dpid] = (set(desired.flows) | foreign[0], set(desired.groups) | foreign[1])
+                self._foreign[res.dpid] = foreign
 
         # by tier (ToR, br-phy, br-int): every switch of a tier at once (one round trip each, in
         # parallel); new state in from the physical network inwards, old state out the other way
@@ -758,7 +774,10 @@ class Reconciler:
         flows, groups = known if known is not None else (session.read_flows(), session.read_groups())
         # meters are read only where some are wanted or some of ours may be left (ids carry the app)
         meters = session.read_meters() if desired.meters or self._had_meters.get(session.dpid, True) else None
-        foreign = ({f for f in flows if not owns_cookie(f.cookie)}, {g for g in groups if not owns_id(g.group_id)})
+        foreign = self._foreign.get(session.dpid) if known is not None else None
+        if foreign is None:   # what is not ours on the switch (kept with the mirror: no pass over it)
+            foreign = ({f for f in flows if not owns_cookie(f.cookie)},
+                       {g for g in groups if not owns_id(g.group_id)})
         return diff(desired, flows, groups, meters), foreign
 
     def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult) -> set:

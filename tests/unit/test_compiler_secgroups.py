@@ -289,3 +289,12 @@ def test_ovs_takes_the_flows_and_prints_them_as_we_do(ovs, tmp_path):  # noqa: F
     target = ovs.bridge("brsg", dict(node.ofports))
     _install(ovs, target, state.flows, state.groups, Path(tmp_path))
     assert _dumped_flows(ovs, target) == sorted(f.to_ofctl() for f in state.flows)
+
+
+def test_one_clause_s_rules_found_alone_are_those_of_the_whole_index():
+    """contributors_of(key) (a few clause owners compiled) = the whole clause index's entry."""
+    snap = cloud()
+    whole = sg.Index(snap).contributors()
+    assert whole
+    for key, rules in whole.items():
+        assert sorted(sg.Index(snap).contributors_of(key)) == sorted(rules), key

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from fathom.apps.tenant.compiler import refused_ports
@@ -100,12 +100,37 @@ def clause_cookie(key: tuple) -> int:
     return _cookie(st.KIND_SECURITY_GROUP_CLAUSE, clause_id(key))
 
 
-@functools.lru_cache(maxsize=1 << 16)
+# clause owner id -> the clause keys seen with it (most recent last), so compiling a few clause
+# owners needs no pass over every rule and member; bounded: a key not found here is looked for in
+# the snapshot's full clause index
+_KEYS: "OrderedDict[int, set[tuple]]" = OrderedDict()
+_KEYS_MAX = 1 << 18
+
+
 def clause_id(key: tuple) -> int:
     """The owner id of a clause flow (48 bits): a digest of (direction, match), stable across
     restarts. Two clauses whose digests collide share an owner, which only means they are compiled
     together."""
+    i = _clause_id(key)
+    keys = _KEYS.get(i)
+    if keys is None:
+        keys = _KEYS[i] = set()
+        if len(_KEYS) > _KEYS_MAX:
+            _KEYS.popitem(last=False)
+    keys.add(key)
+    return i
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _clause_id(key: tuple) -> int:
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=6).digest(), "big")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _address(text: str) -> tuple[str, str, object]:
+    """(ethertype, canonical text, sort key) of an address."""
+    ip = ipaddress.ip_address(text)
+    return ("IPv4" if ip.version == 4 else "IPv6"), str(ip), ip
 
 
 def _key(direction: str, match: dict) -> tuple:
@@ -139,8 +164,8 @@ class Index:
             for gid in p.security_groups:
                 self.group_ports[gid].add(p.id)
                 for fip in p.fixed_ips:
-                    ip = ipaddress.ip_address(fip.ip_address)
-                    members[gid]["IPv4" if ip.version == 4 else "IPv6"].add(str(ip))
+                    eth, text, _ = _address(fip.ip_address)
+                    members[gid][eth].add(text)
         self.member_sets = {g: {e: frozenset(a) for e, a in by.items()} for g, by in members.items()}
         self._sorted_members: dict[tuple[int, str], list[str]] = {}
         # security-group ports: node name -> [(port, ofport)] by port id; port id -> its view
@@ -168,12 +193,13 @@ class Index:
         self._matches: dict[int, tuple[list[dict], list[dict]]] = {}
         self._clauses: dict[tuple, list[tuple[int, int, int]]] | None = None
         self._by_clause_id: dict[int, list[tuple]] | None = None
+        self._static: dict[tuple, list] | None = None
 
     def member_addresses(self, group_id: int, ethertype: str) -> list[str]:
         key = (group_id, ethertype)
         if key not in self._sorted_members:
             self._sorted_members[key] = sorted(self.member_sets.get(group_id, {}).get(ethertype, ()),
-                                               key=ipaddress.ip_address)
+                                               key=lambda a: _address(a)[2])
         return self._sorted_members[key]
 
     def matches(self, r: SecurityGroupRule) -> tuple[list[dict], list[dict]]:
@@ -208,8 +234,51 @@ class Index:
             self._clauses = out
         return self._clauses
 
+    def contributors_of(self, key: tuple) -> list[tuple[int, int, int]]:
+        """(rule id, clause number, clauses) of every active rule using one clause key, without
+        the whole index: the rules whose own clauses (prefix, protocol) are this key, and for an
+        address, the rules naming a group the address is a member of."""
+        if self._clauses is not None:
+            return self._clauses.get(key, [])
+        if self._static is None:
+            static: dict[tuple, list] = defaultdict(list)
+            for r in self.rule_by_id.values():
+                if r.remote_group_id is None:
+                    remote, l4 = self.matches(r)
+                elif self.member_sets.get(r.remote_group_id, {}).get(r.ethertype):
+                    remote, l4 = None, _protocol_matches(r)   # its members: looked up by address
+                else:
+                    continue
+                if remote == []:
+                    continue
+                n = 3 if l4 else 2
+                for m in remote or ():
+                    static[_key(r.direction, m)].append((r.id, 2, n))
+                for m in l4:
+                    static[_key(r.direction, m)].append((r.id, 3, n))
+            self._static = static
+        out = list(self._static.get(key, ()))
+        direction, match = key
+        fields = [(f, v) for f, v in match if f.startswith(("ipv4_", "ipv6_")) and isinstance(v, str)]
+        if len(match) == 2 and len(fields) == 1:
+            field, addr = fields[0]
+            eth = "IPv4" if field.startswith("ipv4") else "IPv6"
+            side = EGRESS if direction == EGRESS.direction else INGRESS
+            if field == _address_field(side, eth):
+                for gid, by in self.member_sets.items():
+                    if addr not in by.get(eth, ()):
+                        continue
+                    for r in self.referrers.get(gid, ()):
+                        if r.ethertype == eth and r.direction == direction:
+                            l4 = self.matches(r)[1]
+                            out.append((r.id, 2, 3 if l4 else 2))
+        return out
+
     def clause_keys_of(self, ids: set[int]) -> list[tuple]:
         """The clause keys whose owner ids are in `ids`."""
+        known = [_KEYS.get(i) for i in ids]
+        if all(k is not None for k in known):
+            return [k for keys in known for k in keys]
         if self._by_clause_id is None:
             by: dict[int, list[tuple]] = defaultdict(list)
             for key in self.contributors():
@@ -277,6 +346,7 @@ def port_zone(port_id: int) -> int:
 def _node_flows(idx: Index, node: Node, local: list[tuple[Port, int]]) -> set[FlowSpec]:
     """Every security-group flow of one node."""
     here = sorted(idx.here.get(node.name, ()))
+    idx.contributors()      # every clause of every rule: built once for all nodes
     flows: set[FlowSpec] = set()
     for side in (EGRESS, INGRESS):
         table = _Table(side.acl)
@@ -321,9 +391,8 @@ def _owner_flows(idx: Index, only: frozenset) -> dict[str, SwitchState]:
             clause_ids.add(obj)
     clauses = defaultdict(set)   # node -> clause keys
     if clause_ids:
-        contributors = idx.contributors()
         for key in idx.clause_keys_of(clause_ids):
-            for rule_id, _, _ in contributors[key]:
+            for rule_id, _, _ in idx.contributors_of(key):
                 for name in idx.where.get(idx.rule_by_id[rule_id].group_id, ()):
                     clauses[name].add(key)
     out = {}
@@ -409,7 +478,7 @@ def _clause_flow(side: Side, idx: Index, node: Node, key: tuple, table: "_Table"
     here = idx.here.get(node.name, ())
     c = clause_cookie(key)
     match = dict(key[1])
-    for rule_id, clause, n in idx.contributors()[key]:
+    for rule_id, clause, n in idx.contributors_of(key):
         if idx.rule_by_id[rule_id].group_id in here:
             table.clause(PRIO_RULE, match, Conjunction(rule_id, clause, n), c)
 
