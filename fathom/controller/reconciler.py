@@ -7,7 +7,8 @@ count against what we installed, each node's OVSDB replica against the port numb
 compiled with) and, rarely, a full read-back audit; whatever they find is logged and counted and
 repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one. A pass:
 
-1. reloads the store only if the API wrote since the last pass, and adds the switches' runtime
+1. reads again the parts of the store the API wrote since the last pass (fathom.store.changes;
+   the whole store on the first pass, an explicit sync and the audit), and adds the switches' runtime
    facts: a node whose OVSDB reported a bridge change (or that is new, or failed) is re-checked
    over OVSDB; the others' OpenFlow port numbers come from the OVSDB replica, with no round trip;
    then each extension `prepare`s its switches (the fabric: ToRs and br-phy, and the ToR port
