@@ -4,7 +4,8 @@ Each switch is a `fathom.controller.fakeswitch.FakeSwitch` (flow, group and mete
 OpenFlow's rules, decoded with os-ken's parser and fathom's decoder) behind a TCP connection to the
 controller. It does what the controller needs of OVS: hello, features (its datapath id), echo,
 barrier, flow/group/meter mods, bundles (open, add, commit: all or nothing; an error names the
-refused add by its xid, as OVS does), and the flow, group-description, meter-config and port
+refused add by its xid, as OVS does), and the flow, group-description, meter-config, aggregate (the
+periodic check's flow count) and port
 description multipart requests (replies split at 64 KiB like any switch's). What a flow stats
 entry says about a flow is the match and instructions exactly as the controller sent them.
 
@@ -176,6 +177,9 @@ class OFSwitch:
                 for gid, group in t.groups.items():
                     tail = self.raw_groups[gid]
                     entries.append(struct.pack("!HBxI", 8 + len(tail), types[group.type], gid) + tail)
+            elif mp_type == ofp.OFPMP_AGGREGATE:
+                # every flow (the reconciler's check asks for all tables, any cookie): one reply
+                entries.append(struct.pack("!QQI4x", 0, 0, len(t.flows)))
             elif mp_type == ofp.OFPMP_METER_CONFIG:
                 for mid, meter in t.meters.items():
                     tail = self.raw_meters[mid]

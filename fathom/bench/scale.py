@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,13 +168,14 @@ NETWORK_SPAN = 10          # nodes a network spans (a tenant's VMs on ten hyperv
 PORTS_PER_NETWORK = 100    # at most, on those nodes
 
 
-# The simulated nodes' management addresses: 127.<LOOPBACK_NET>.x.y, the second byte per process, so
-# two runs on one machine (two engineers' tests) do not bind the same OVSDB address.
-LOOPBACK_NET = 1 + os.getpid() % 250
+def management_ip(i: int, net: int = 1) -> str:
+    """Where simulated node `i`'s ovsdb-server listens: 127.<net>.x.y (every 127/8 address is local).
+    Each run directory has its own `net` (`loopback_net`), so two runs at once do not meet."""
+    return f"127.{net}.{i >> 8}.{(i & 0xFF) + 1}"
 
 
-def management_ip(i: int) -> str:
-    return f"127.{LOOPBACK_NET}.{i >> 8}.{(i & 0xFF) + 1}"
+def loopback_net(run_dir: Path) -> int:
+    return 1 + zlib.crc32(str(run_dir).encode()) % 250
 
 
 class NodeOvsdb:
@@ -181,10 +183,11 @@ class NodeOvsdb:
     it, the tunnel port and the VM interfaces with their OpenFlow port numbers (no ovs-vswitchd: the
     OpenFlow side is the simulated switch)."""
 
-    def __init__(self, run_dir: Path, index: int, dpid: int, tunnel_ip: str, controller: str, interfaces: int):
+    def __init__(self, run_dir: Path, index: int, dpid: int, tunnel_ip: str, controller: str, interfaces: int,
+                 net: int = 1):
         self.dir = run_dir / f"ovsdb{index}"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.ip = management_ip(index)
+        self.ip = management_ip(index, net)
         db = self.dir / "conf.db"
         if db.exists():
             db.unlink()
@@ -313,12 +316,13 @@ def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None 
         api = ctl.api
         progress(f"{size}: {size.nodes} ovsdb-servers and nodes")
         nodes = []
+        net = loopback_net(run_dir)
         for i in range(size.nodes):
-            node = api.post("/nodes", json={"name": f"s{i}", "management_ip": management_ip(i),
+            node = api.post("/nodes", json={"name": f"s{i}", "management_ip": management_ip(i, net),
                                             "tunnel_ip": f"10.99.{i >> 8}.{(i & 0xFF) + 1}"})
             nodes.append(node)
             ovsdbs.append(NodeOvsdb(run_dir, i, datapath_id(node["id"]), node["tunnel_ip"],
-                                    f"tcp:127.0.0.1:{ctl.of_port}", size.ports_per_node + spare))
+                                    f"tcp:127.0.0.1:{ctl.of_port}", size.ports_per_node + spare, net))
         fleet = Fleet(ctl.of_port)
         answer = fleet.call(op="connect", dpids=[datapath_id(n["id"]) for n in nodes], timeout=120)
         if answer["not_ready"]:

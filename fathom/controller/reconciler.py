@@ -8,7 +8,8 @@ compiled with) and, rarely, a full read-back audit; whatever they find is logged
 repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one, which
 in a sustained burst starts after a pause as long as that pass (at most BURST_PAUSE). A pass:
 
-1. reloads the store only if the API wrote since the last pass, and adds the switches' runtime
+1. reads again the parts of the store the API wrote since the last pass (fathom.store.changes;
+   the whole store on the first pass, an explicit sync and the audit), and adds the switches' runtime
    facts: a node whose OVSDB reported a bridge change (or that is new, or failed) is re-checked
    over OVSDB; the others' OpenFlow port numbers come from the OVSDB replica, with no round trip;
    then each extension `prepare`s its switches (the fabric: ToRs and br-phy, and the ToR port
@@ -57,8 +58,9 @@ from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import owns_cookie, owns_id, parse_cookie
+from fathom.store.changes import TableChanges
 from fathom.store.db import READ_ONLY
-from fathom.store.snapshot import load_snapshot
+from fathom.store.snapshot import StoreReader
 
 LOG = logging.getLogger("fathom.reconciler")
 
@@ -250,6 +252,11 @@ class Reconciler:
         `check_incremental`: after each pass, compile whole and assert equality (default: the
         environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets)."""
         self.Session = session_factory
+        # after an API write only the parts of the store whose tables were written are read again
+        engine = getattr(session_factory, "kw", {}).get("bind")
+        self._store_changes = TableChanges(engine) if engine is not None else None
+        self._store_reader = StoreReader()
+        self._written_last: set[str] = set()        # tables read again by the last store read
         self.switches = switches
         self.bootstrapper = bootstrapper
         if hasattr(bootstrapper, "on_change"):
@@ -282,6 +289,8 @@ class Reconciler:
         self.model: Snapshot | None = None            # the last compiled model (store + runtime facts)
         self.parts: dict[str, _Part] = {}             # app (or "derive:" app) -> its desired state
         self.desired: dict[SwitchKey, SwitchState] = {}
+        self._compiled: dict[SwitchKey, SwitchState] = {}   # union of the apps' compiles (before derive)
+        self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
         self.results: dict[SwitchKey, SwitchResult] = {}
         self.refused_at: dict[SwitchKey, dict[tuple[int, int], str]] = {}
         self._setup_due: set[str] = set()             # names whose bridges this pass re-checks
@@ -452,11 +461,7 @@ class Reconciler:
             ev = self._take_events()
             METRICS.passes.labels("audit" if audit else ",".join(sorted(ev.triggers)) or "sync").inc()
             if ev.store or audit or self.store_model is None:
-                stored: dict = {}
-                with self.Session() as session:
-                    session.connection(execution_options=READ_ONLY)
-                    self.store_model = load_snapshot(session, stored)
-                self._stored = stored
+                self.store_model = self._read_store(whole=audit or self.store_model is None)
             result = PassResult()
             self._checked_all = audit or self.model is None
             self._setup_due = ev.setup
@@ -488,6 +493,22 @@ class Reconciler:
             self.last_pass_seconds = time.monotonic() - started
             return result
 
+    def _read_store(self, whole: bool) -> Snapshot:
+        """The model from the store: every part of it (`whole`: the first pass, an explicit sync,
+        the audit; rows written past the API are seen then), else only the parts whose tables
+        were written since the last read. The tables of the read before are read again too: a
+        write whose commit the previous read may have just missed is always followed by another
+        wake-up, which reads it then."""
+        taken = self._store_changes.take() if self._store_changes is not None else None
+        written = None if whole or taken is None else taken | self._written_last
+        self._written_last = taken or set()
+        stored: dict = {}
+        with self.Session() as session:
+            session.connection(execution_options=READ_ONLY)
+            model = self._store_reader.read(session, stored, written)
+        self._stored = stored
+        return model
+
     def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events) -> None:
         """Write the statuses that differ from the store's, then publish them on the board."""
         decided = status.decide(snapshot, result)
@@ -503,6 +524,7 @@ class Reconciler:
             from fathom.store.status import write_statuses
             with self.Session() as session, session.begin():
                 write_statuses(session, write, node_states)
+            self._store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
         self.board.publish(decided, ev.seq)
 
@@ -582,10 +604,14 @@ class Reconciler:
                 self.recomputes[f"{app.name}: {kind}"] = self.recomputes.get(f"{app.name}: {kind}", 0) + 1
                 METRICS.recomputes.labels(app.name, kind).inc()
             changed |= part.set_whole(app.compile(model), index=incremental)
-        compiled: dict[SwitchKey, SwitchState] = {}
-        for app in apps:
-            for key, state in self.parts[app.name].states.items():
-                compiled[key] = compiled[key] | state if key in compiled else state
+        # the union of the apps' compiles (what `derive` reads), kept per switch like `desired`
+        compiled = self._compiled
+        for key in changed | (set(compiled) - {k for app in apps for k in self.parts[app.name].states}):
+            states = [self.parts[app.name].states[key] for app in apps if key in self.parts[app.name].states]
+            if states:
+                compiled[key] = functools.reduce(operator.or_, states)
+            else:
+                compiled.pop(key, None)
         for app in apps:
             if app.derive is not None:
                 part = self.parts.setdefault("derive:" + app.name, _Part())
@@ -607,7 +633,7 @@ class Reconciler:
         cache = self._owners_at
         for key in changed | (set(cache) ^ set(self.desired)):
             if key in self.desired:
-                cache[key] = status.switch_owners(self.desired[key])
+                cache[key] = self._switch_owners(key)
             else:
                 cache.pop(key, None)
         needs: dict = {}
@@ -615,6 +641,20 @@ class Reconciler:
             for o in owners:
                 needs.setdefault(o, set()).add(key)
         return needs
+
+    def _switch_owners(self, key: SwitchKey) -> set:
+        """(kind, object id) of everything the switch's desired state holds: from the parts'
+        owner indexes where they keep one (no pass over every flow), else from the cookies."""
+        out: set = set()
+        for part in self.parts.values():
+            if key not in part.states:
+                continue
+            index = part.owners.get(key)
+            if index is not None:
+                out.update(o[1:] for o in index)
+            else:
+                out |= status.switch_owners(part.states[key])
+        return out
 
     def assert_incremental(self, model: Snapshot) -> None:
         """The kept desired state equals a compile of `model` from scratch (OVN's check after
@@ -633,7 +673,7 @@ class Reconciler:
                                  f"full-only {sorted(g.to_ofctl() for g in b.groups - a.groups)[:3]}")
             self.mismatches += 1
             LOG.error("incremental desired state differs from a full compile:\n%s", "\n".join(lines))
-            self.parts, self.model_compiled = {}, None    # the next pass compiles whole
+            self.parts, self.model_compiled, self._compiled = {}, None, {}    # the next pass compiles whole
             raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
 
     # ---------------------------------------------------------------------------- apply
@@ -721,6 +761,7 @@ class Reconciler:
                 self.refused_at.pop(res.key, None)
             if not owners:
                 self.known[res.dpid] = (set(desired.flows) | foreign[0], set(desired.groups) | foreign[1])
+                self._foreign[res.dpid] = foreign
 
         # by tier (ToR, br-phy, br-int): every switch of a tier at once (one round trip each, in
         # parallel); new state in from the physical network inwards, old state out the other way
@@ -748,7 +789,10 @@ class Reconciler:
         flows, groups = known if known is not None else (session.read_flows(), session.read_groups())
         # meters are read only where some are wanted or some of ours may be left (ids carry the app)
         meters = session.read_meters() if desired.meters or self._had_meters.get(session.dpid, True) else None
-        foreign = ({f for f in flows if not owns_cookie(f.cookie)}, {g for g in groups if not owns_id(g.group_id)})
+        foreign = self._foreign.get(session.dpid) if known is not None else None
+        if foreign is None:   # what is not ours on the switch (kept with the mirror: no pass over it)
+            foreign = ({f for f in flows if not owns_cookie(f.cookie)},
+                       {g for g in groups if not owns_id(g.group_id)})
         return diff(desired, flows, groups, meters), foreign
 
     def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult) -> set:

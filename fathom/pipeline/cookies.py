@@ -36,11 +36,14 @@ KIND_SECURITY_GROUP = 0x09
 KIND_SECURITY_GROUP_RULE = 0x0A
 KIND_PORT_CHAIN = 0x0B
 KIND_FLOATING_IP = 0x0C
+# A clause flow of security groups shared by every rule with the same match (a remote address, a
+# port range): object id = a digest of the match, so its owner is the same whichever rules use it
+KIND_SECURITY_GROUP_CLAUSE = 0x0D
 KINDS = {KIND_STAGE: "stage", KIND_NODE: "node", KIND_NETWORK: "network", KIND_SUBNET: "subnet",
          KIND_PORT: "port", KIND_ROUTER: "router", KIND_ROUTER_INTERFACE: "router_interface",
          KIND_TAP_POLICY: "tap_policy", KIND_SECURITY_GROUP: "security_group",
          KIND_SECURITY_GROUP_RULE: "security_group_rule", KIND_PORT_CHAIN: "port_chain",
-         KIND_FLOATING_IP: "floating_ip"}
+         KIND_FLOATING_IP: "floating_ip", KIND_SECURITY_GROUP_CLAUSE: "security_group_clause"}
 
 
 def cookie(app: int, kind: int, object_id: int) -> int:

@@ -13,7 +13,8 @@ from fathom.pipeline.catalogue import (  # noqa: F401
 from fathom.pipeline.cookies import (  # noqa: F401 - the cookie vocabulary compilers name through `st`
     APP_EXTERNAL, APP_FABRIC, APP_MASK, APP_PIPELINE, APP_SECGROUPS, APP_SFC, APP_TENANT, APP_VTAP, APPS,
     KIND_FLOATING_IP, KIND_NETWORK, KIND_NODE, KIND_PORT, KIND_PORT_CHAIN, KIND_ROUTER, KIND_ROUTER_INTERFACE,
-    KIND_SECURITY_GROUP, KIND_SECURITY_GROUP_RULE, KIND_STAGE, KIND_SUBNET, KIND_TAP_POLICY, KINDS,
+    KIND_SECURITY_GROUP, KIND_SECURITY_GROUP_CLAUSE, KIND_SECURITY_GROUP_RULE, KIND_STAGE, KIND_SUBNET,
+    KIND_TAP_POLICY, KINDS,
     app_cookie_mask, cookie,
     group_id, parse_cookie, parse_group_id,
 )

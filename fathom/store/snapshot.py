@@ -27,94 +27,200 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
     fathom.controller.status.decide's answer ((kind, id); nodes also ("node_state", id)), so the
     reconciler writes only the statuses that differ.
     """
-    seen = statuses if statuses is not None else {}
-    def run():
-        node_names = {}
-        nodes = []
-        reported = {a.node_id: recommended_datapath(a.facts or {}) for a in session.scalars(select(NodeAgent))}
-        for n in session.scalars(select(m.Node).order_by(m.Node.id)):
-            node_names[n.id] = n.name
-            seen[("node", n.id)] = (n.status, n.status_reason)
-            seen[("node_state", n.name)] = n.state
-            nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state,
-                              datapath_type=n.datapath_type or reported.get(n.id)))
-        networks, subnets = [], []
-        for n in session.scalars(select(m.Network).order_by(m.Network.id)):
-            seen[("network", n.id)] = (n.status, n.status_reason)
-            networks.append(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id, n.external, n.upstream_mac))
-        for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)):
-            seen[("subnet", s.id)] = (s.status, s.status_reason)
-            seen[("subnet_dhcp", s.id)] = dhcp_status_value(s.dhcp_status)
-            subnets.append(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip,
-                                  bool(s.enable_dhcp), tuple(s.dns_nameservers or ()),
-                                  tuple((r["destination"], r["nexthop"]) for r in s.host_routes or ())))
-        allocations: dict[int, list[FixedIp]] = {}
-        for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
-            allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
-        memberships: dict[int, list[int]] = {}
-        for link in session.scalars(select(m.PortSecurityGroup).order_by(m.PortSecurityGroup.port_id,
-                                                                         m.PortSecurityGroup.group_id)):
-            memberships.setdefault(link.port_id, []).append(link.group_id)
-        ports, interfaces, address_ports = [], [], {}
-        address_port_ids = set(session.scalars(select(RouterGatewayRow.address_port_id))) | \
-            set(session.scalars(select(FloatingIpRow.address_port_id)))
-        for p in session.scalars(select(m.Port).order_by(m.Port.id)):
-            fixed = tuple(allocations.get(p.id, ()))
-            seen[("router_interface" if p.router_id is not None else "port", p.id)] = (p.status, p.status_reason)
-            if p.id in address_port_ids:   # holds a router gateway's or floating IP's address: not a workload
-                address_ports[p.id] = (p, fixed)
-                continue
-            if p.router_id is not None:
-                for fip in fixed[:1]:
-                    interfaces.append(RouterInterface(p.id, p.router_id, fip.subnet_id, p.network_id,
-                                                      fip.ip_address, p.mac_address))
-                continue
-            ports.append(Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
-                              node_names.get(p.node_id), p.interface_name, p.port_security,
-                              tuple(memberships.get(p.id, ()))))
-        routers = []
-        for r in session.scalars(select(m.Router).order_by(m.Router.id)):
-            seen[("router", r.id)] = (r.status, r.status_reason)
-            routers.append(Router(r.id, r.name, r.project_id))
-        for t in session.scalars(select(m.TapPolicy)):
-            seen[("tap_policy", t.id)] = (t.status, t.status_reason)
-        taps = tuple(TapPolicy(t.id, t.name, t.project_id, t.sender_port_id, t.receiver_port_id,
-                               t.receiver_is_port, t.receiver_mac, t.receiver_ip,
-                               (t.monitor_port_id,) + ((t.monitor2_port_id,) if t.has_monitor2 else ()),
-                               t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
-                               t.truncate, t.rate_pps)
-                     for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)))
-        groups = tuple(SecurityGroup(g.id, g.name, g.project_id)
-                       for g in session.scalars(select(m.SecurityGroup).order_by(m.SecurityGroup.id)))
-        rules = tuple(SecurityGroupRule(r.id, r.group_id, r.direction, r.ethertype, r.protocol, r.port_range_min,
-                                        r.port_range_max, r.remote_ip_prefix, r.remote_group_id)
-                      for r in session.scalars(select(m.SecurityGroupRule).order_by(m.SecurityGroupRule.id)))
-        gateways = []
-        for g in session.scalars(select(RouterGatewayRow).order_by(RouterGatewayRow.router_id)):
-            port, fixed = address_ports[g.address_port_id]
-            gateways.append(RouterGateway(g.router_id, g.network_id, fixed[0].subnet_id, fixed[0].ip_address,
-                                          port.mac_address, node_names.get(g.node_id), g.ct_zone, g.snat,
-                                          g.address_port_id))
-        fips = []
-        for f in session.scalars(select(FloatingIpRow).order_by(FloatingIpRow.id)):
-            seen[("floating_ip", f.id)] = (f.status, f.status_reason)
-            fips.append(FloatingIp(f.id, f.project_id, f.network_id, f.ip_address, f.ct_zone, f.port_id,
-                                   f.fixed_ip if f.port_id is not None else None,
-                                   f.router_id if f.port_id is not None else None, f.address_port_id))
-        return Snapshot(tuple(nodes), tuple(networks), tuple(subnets), tuple(ports), tuple(routers), tuple(interfaces),
-                        tap_policies=taps, security_groups=groups, security_group_rules=rules,
-                        router_gateways=tuple(gateways), floating_ips=tuple(fips),
-                        fabric=load_fabric(session), **_chains(session))
+    return StoreReader().read(session, statuses)
 
-    if session.in_transaction():
-        return run()
-    with session.begin():
-        options = dict(READ_ONLY)
-        if session.get_bind().dialect.name == "postgresql":
-            # Several SELECTs must see one state: READ COMMITTED (the default) would not.
-            options["isolation_level"] = "REPEATABLE READ"
-        session.connection(execution_options=options)
-        return run()
+
+# The store read in parts: part -> (the tables it reads, the parts whose result it uses). A part is
+# read again when one of its tables was written or a part it uses was read again.
+PARTS: dict[str, tuple[frozenset, tuple[str, ...]]] = {
+    "nodes": (frozenset({"nodes", "node_agents"}), ()),
+    "networks": (frozenset({"networks"}), ()),
+    "subnets": (frozenset({"subnets"}), ()),
+    "ports": (frozenset({"ports", "ip_allocations", "port_security_groups", "router_gateways", "floating_ips"}),
+              ("nodes",)),
+    "routers": (frozenset({"routers"}), ()),
+    "taps": (frozenset({"tap_policies"}), ()),
+    "secgroups": (frozenset({"security_groups", "security_group_rules"}), ()),
+    "gateways": (frozenset({"router_gateways"}), ("nodes", "ports")),
+    "floating_ips": (frozenset({"floating_ips"}), ()),
+    "fabric": (frozenset({"nodes", "fabric_switches", "fabric_links", "router_modes"}), ()),
+    "chains": (frozenset({"sfc_port_chains", "sfc_port_pair_groups", "sfc_port_pairs", "sfc_flow_classifiers"}),
+               ()),
+}
+
+
+class StoreReader:
+    """Reads the store into a Snapshot, keeping each part's result: `read(session, statuses,
+    written)` reads again only the parts whose tables are in `written` (fathom.store.changes; None:
+    every part) and reuses the others. The stored statuses of the parts not read again are those
+    of their last read, updated by `statuses_written`."""
+
+    def __init__(self):
+        self.parts: dict[str, dict] = {}            # part -> its fields of the Snapshot (and helpers)
+        self.statuses: dict[str, dict] = {}         # part -> stored statuses read with it
+        self.reads: dict[str, int] = {}             # part -> times read (what a change cost)
+
+    def due(self, written: set[str] | None) -> list[str]:
+        """The parts to read again for these written tables, in dependency order."""
+        from fathom.store.changes import ALL
+        out: list[str] = []
+        for name, (tables, uses) in PARTS.items():
+            if (written is None or ALL in written or name not in self.parts or tables & written
+                    or any(u in out for u in uses)):
+                out.append(name)
+        return out
+
+    def read(self, session, statuses: dict | None = None, written: set[str] | None = None) -> Snapshot:
+        def run():
+            for name in self.due(written):
+                seen: dict = {}
+                self.parts[name] = _READERS[name](session, seen, self.parts)
+                self.statuses[name] = seen
+                self.reads[name] = self.reads.get(name, 0) + 1
+            if statuses is not None:
+                for seen in self.statuses.values():
+                    statuses.update(seen)
+            p = self.parts
+            return Snapshot(p["nodes"]["nodes"], p["networks"]["networks"], p["subnets"]["subnets"],
+                            p["ports"]["ports"], p["routers"]["routers"], p["ports"]["interfaces"],
+                            tap_policies=p["taps"]["taps"], security_groups=p["secgroups"]["groups"],
+                            security_group_rules=p["secgroups"]["rules"], router_gateways=p["gateways"]["gateways"],
+                            floating_ips=p["floating_ips"]["fips"], fabric=p["fabric"]["fabric"], **p["chains"])
+
+        if session.in_transaction():
+            return run()
+        with session.begin():
+            options = dict(READ_ONLY)
+            if session.get_bind().dialect.name == "postgresql":
+                # Several SELECTs must see one state: READ COMMITTED (the default) would not.
+                options["isolation_level"] = "REPEATABLE READ"
+            session.connection(execution_options=options)
+            return run()
+
+    def statuses_written(self, written: dict) -> None:
+        """The reconciler wrote these statuses ((kind, id) -> (status, reason); ("node_state", name)
+        -> state): the kept stored statuses say so too."""
+        for seen in self.statuses.values():
+            for key in written.keys() & seen.keys():
+                seen[key] = written[key]
+
+
+def _nodes(session, seen, _parts) -> dict:
+    node_names, nodes = {}, []
+    reported = {a.node_id: recommended_datapath(a.facts or {}) for a in session.scalars(select(NodeAgent))}
+    for n in session.scalars(select(m.Node).order_by(m.Node.id)):
+        node_names[n.id] = n.name
+        seen[("node", n.id)] = (n.status, n.status_reason)
+        seen[("node_state", n.name)] = n.state
+        nodes.append(Node(n.id, n.name, n.role, n.tunnel_ip, n.management_ip, n.state,
+                          datapath_type=n.datapath_type or reported.get(n.id)))
+    return {"nodes": tuple(nodes), "names": node_names}
+
+
+def _networks(session, seen, _parts) -> dict:
+    networks = []
+    for n in session.scalars(select(m.Network).order_by(m.Network.id)):
+        seen[("network", n.id)] = (n.status, n.status_reason)
+        networks.append(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id, n.external, n.upstream_mac))
+    return {"networks": tuple(networks)}
+
+
+def _subnets(session, seen, _parts) -> dict:
+    subnets = []
+    for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)):
+        seen[("subnet", s.id)] = (s.status, s.status_reason)
+        seen[("subnet_dhcp", s.id)] = dhcp_status_value(s.dhcp_status)
+        subnets.append(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip,
+                              bool(s.enable_dhcp), tuple(s.dns_nameservers or ()),
+                              tuple((r["destination"], r["nexthop"]) for r in s.host_routes or ())))
+    return {"subnets": tuple(subnets)}
+
+
+def _ports(session, seen, parts) -> dict:
+    node_names = parts["nodes"]["names"]
+    allocations: dict[int, list[FixedIp]] = {}
+    for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
+        allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
+    memberships: dict[int, list[int]] = {}
+    for link in session.scalars(select(m.PortSecurityGroup).order_by(m.PortSecurityGroup.port_id,
+                                                                     m.PortSecurityGroup.group_id)):
+        memberships.setdefault(link.port_id, []).append(link.group_id)
+    ports, interfaces, address_ports = [], [], {}
+    address_port_ids = set(session.scalars(select(RouterGatewayRow.address_port_id))) | \
+        set(session.scalars(select(FloatingIpRow.address_port_id)))
+    for p in session.scalars(select(m.Port).order_by(m.Port.id)):
+        fixed = tuple(allocations.get(p.id, ()))
+        seen[("router_interface" if p.router_id is not None else "port", p.id)] = (p.status, p.status_reason)
+        if p.id in address_port_ids:   # holds a router gateway's or floating IP's address: not a workload
+            address_ports[p.id] = (p.mac_address, fixed)
+            continue
+        if p.router_id is not None:
+            for fip in fixed[:1]:
+                interfaces.append(RouterInterface(p.id, p.router_id, fip.subnet_id, p.network_id,
+                                                  fip.ip_address, p.mac_address))
+            continue
+        ports.append(Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
+                          node_names.get(p.node_id), p.interface_name, p.port_security,
+                          tuple(memberships.get(p.id, ()))))
+    return {"ports": tuple(ports), "interfaces": tuple(interfaces), "address_ports": address_ports}
+
+
+def _routers(session, seen, _parts) -> dict:
+    routers = []
+    for r in session.scalars(select(m.Router).order_by(m.Router.id)):
+        seen[("router", r.id)] = (r.status, r.status_reason)
+        routers.append(Router(r.id, r.name, r.project_id))
+    return {"routers": tuple(routers)}
+
+
+def _taps(session, seen, _parts) -> dict:
+    taps = []
+    for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)):
+        seen[("tap_policy", t.id)] = (t.status, t.status_reason)
+        taps.append(TapPolicy(t.id, t.name, t.project_id, t.sender_port_id, t.receiver_port_id,
+                              t.receiver_is_port, t.receiver_mac, t.receiver_ip,
+                              (t.monitor_port_id,) + ((t.monitor2_port_id,) if t.has_monitor2 else ()),
+                              t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
+                              t.truncate, t.rate_pps))
+    return {"taps": tuple(taps)}
+
+
+def _secgroups(session, _seen, _parts) -> dict:
+    groups = tuple(SecurityGroup(g.id, g.name, g.project_id)
+                   for g in session.scalars(select(m.SecurityGroup).order_by(m.SecurityGroup.id)))
+    rules = tuple(SecurityGroupRule(r.id, r.group_id, r.direction, r.ethertype, r.protocol, r.port_range_min,
+                                    r.port_range_max, r.remote_ip_prefix, r.remote_group_id)
+                  for r in session.scalars(select(m.SecurityGroupRule).order_by(m.SecurityGroupRule.id)))
+    return {"groups": groups, "rules": rules}
+
+
+def _gateways(session, _seen, parts) -> dict:
+    node_names, address_ports = parts["nodes"]["names"], parts["ports"]["address_ports"]
+    gateways = []
+    for g in session.scalars(select(RouterGatewayRow).order_by(RouterGatewayRow.router_id)):
+        mac, fixed = address_ports[g.address_port_id]
+        gateways.append(RouterGateway(g.router_id, g.network_id, fixed[0].subnet_id, fixed[0].ip_address,
+                                      mac, node_names.get(g.node_id), g.ct_zone, g.snat, g.address_port_id))
+    return {"gateways": tuple(gateways)}
+
+
+def _floating_ips(session, seen, _parts) -> dict:
+    fips = []
+    for f in session.scalars(select(FloatingIpRow).order_by(FloatingIpRow.id)):
+        seen[("floating_ip", f.id)] = (f.status, f.status_reason)
+        fips.append(FloatingIp(f.id, f.project_id, f.network_id, f.ip_address, f.ct_zone, f.port_id,
+                               f.fixed_ip if f.port_id is not None else None,
+                               f.router_id if f.port_id is not None else None, f.address_port_id))
+    return {"fips": tuple(fips)}
+
+
+def _fabric(session, _seen, _parts) -> dict:
+    return {"fabric": load_fabric(session)}
+
+
+_READERS = {"nodes": _nodes, "networks": _networks, "subnets": _subnets, "ports": _ports, "routers": _routers,
+            "taps": _taps, "secgroups": _secgroups, "gateways": _gateways, "floating_ips": _floating_ips,
+            "fabric": _fabric, "chains": lambda session, _seen, _parts: _chains(session)}
 
 
 def _range(low, high) -> tuple[int, int] | None:

@@ -73,7 +73,8 @@ def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[st
             table = model.__table__
             session.connection().execute(
                 update(table).where(table.c.id == bindparam("row"))
-                .values(status=bindparam("new_status"), status_reason=bindparam("new_reason")), changed)
+                .values(status=bindparam("new_status"), status_reason=bindparam("new_reason"))
+                .execution_options(model_unchanged=True), changed)   # statuses are not in the model
     if node_states:
         for node in session.scalars(select(m.Node).where(m.Node.name.in_(list(node_states)))):
             if node.state != node_states[node.name]:

@@ -274,7 +274,12 @@ def test_flows_keep_to_the_pipeline_and_carry_their_owner():
         assert cat.BR_INT.check(state.flows) == []
         kinds = {ck.parse_cookie(f.cookie)[:2] for f in state.flows}
         assert kinds <= {(ck.APP_SECGROUPS, k) for k in (ck.KIND_PORT, ck.KIND_NODE, ck.KIND_SECURITY_GROUP,
-                                                          ck.KIND_SECURITY_GROUP_RULE)}, node
+                                                          ck.KIND_SECURITY_GROUP_RULE,
+                                                          ck.KIND_SECURITY_GROUP_CLAUSE)}, node
+        # a clause flow's owner is a function of its match alone, whichever rules share it
+        for f in state.flows:
+            if ck.parse_cookie(f.cookie)[1] == ck.KIND_SECURITY_GROUP_CLAUSE:
+                assert all(a.clause in (2, 3) for a in f.actions), f
 
 
 def test_ovs_takes_the_flows_and_prints_them_as_we_do(ovs, tmp_path):  # noqa: F811 - the fixture
@@ -284,3 +289,12 @@ def test_ovs_takes_the_flows_and_prints_them_as_we_do(ovs, tmp_path):  # noqa: F
     target = ovs.bridge("brsg", dict(node.ofports))
     _install(ovs, target, state.flows, state.groups, Path(tmp_path))
     assert _dumped_flows(ovs, target) == sorted(f.to_ofctl() for f in state.flows)
+
+
+def test_one_clause_s_rules_found_alone_are_those_of_the_whole_index():
+    """contributors_of(key) (a few clause owners compiled) = the whole clause index's entry."""
+    snap = cloud()
+    whole = sg.Index(snap).contributors()
+    assert whole
+    for key, rules in whole.items():
+        assert sorted(sg.Index(snap).contributors_of(key)) == sorted(rules), key

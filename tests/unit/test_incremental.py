@@ -260,6 +260,138 @@ def test_a_reconnecting_switch_gets_one_bundle_that_never_drops_a_wanted_flow(cl
     assert holds(sw, wanted)
 
 
+def test_security_group_changes_compile_only_their_owners(cloud):
+    """Ports joining and leaving groups, rules naming groups, groups made and deleted: each pass
+    recompiles only the owners it touches (and check_incremental compares with a full compile)."""
+    before = recomputes(cloud, "secgroups")
+    p = new_port(cloud, "vm5", "compute1")                      # the project's default group
+    plug(cloud, "compute1", "vm5", 20)
+    cloud.rec.run_pass(audit=False)
+    web = cloud.call("POST", "/security-groups", json={"name": "web", "project_id": p["project_id"]})
+    cloud.rec.run_pass(audit=False)
+    rule = cloud.call("POST", "/security-group-rules", json={
+        "security_group_id": web["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+        "port_range_min": 80, "port_range_max": 81, "remote_group_id": web["id"]})
+    cloud.rec.run_pass(audit=False)
+    # vm5 joins web: the first member (the rule starts matching), web comes to compute1
+    cloud.call("PATCH", f"/ports/{p['id']}", json={"security_groups": [web["id"]]})
+    cloud.rec.run_pass(audit=False)
+    q = new_port(cloud, "vm6", "compute2", security_groups=[web["id"]])
+    plug(cloud, "compute2", "vm6", 21)
+    cloud.rec.run_pass(audit=False)
+    sw = cloud.br_int("compute1")
+    ip = q["fixed_ips"][0]["ip_address"]
+    assert any(dict(f.match).get("ipv4_src") == ip for f in sw.read_flows()), "vm6's address reached compute1"
+    cloud.call("POST", "/security-group-rules", json={
+        "security_group_id": web["id"], "direction": "egress", "ethertype": "IPv4", "remote_ip_prefix": ip + "/32"})
+    cloud.rec.run_pass(audit=False)                            # a prefix clause the same as a member's
+    cloud.call("DELETE", f"/security-group-rules/{rule['id']}")
+    cloud.rec.run_pass(audit=False)
+    cloud.call("PATCH", f"/ports/{q['id']}", json={"port_security": False, "security_groups": []})
+    cloud.rec.run_pass(audit=False)
+    cloud.call("DELETE", f"/ports/{p['id']}")
+    cloud.rec.run_pass(audit=False)
+    cloud.call("DELETE", f"/security-groups/{web['id']}")
+    cloud.rec.run_pass(audit=False)
+    assert in_sync(cloud)
+    assert recomputes(cloud, "secgroups") == before
+    assert cloud.rec.mismatches == 0
+
+
+def test_a_port_create_recompiles_only_its_own_security_group_flows(cloud):
+    """The owners a new port of the default group touches: itself and one address clause per rule
+    naming the group, whatever the group's size."""
+    from fathom.apps.secgroups import touched
+    for i in range(12):
+        new_port(cloud, f"x{i}", "compute1")
+        plug(cloud, "compute1", f"x{i}", 40 + i, tell=False)
+    cloud.rec.ovsdb_changed("compute1", "ports")
+    cloud.rec.run_pass(audit=False)
+    model_before = cloud.rec.model_compiled
+    new_port(cloud, "vm9", "compute2")
+    plug(cloud, "compute2", "vm9", 60)
+    cloud.rec.run_pass(audit=False)
+    owners = touched(model_before, cloud.rec.model_compiled)
+    kinds = sorted(ck.KINDS[k] for _app, k, _obj in owners)
+    # the port itself, and the default group's two "from the group" rules' new address clause (IPv4)
+    assert kinds.count("port") == 1 and kinds.count("security_group_clause") <= 2, kinds
+    assert set(kinds) <= {"port", "security_group_clause"}, kinds
+
+
+def test_an_api_write_reads_again_only_the_parts_of_the_store_it_wrote(cloud):
+    reader = cloud.rec._store_reader
+    for _ in range(2):   # the first passes wrote the nodes' bootstrap state (part of the model)
+        cloud.rec.wake()
+        cloud.rec.run_pass(audit=False)
+
+    def read_again(fn) -> set[str]:
+        before = dict(reader.reads)
+        fn()
+        return {k for k, v in reader.reads.items() if v != before.get(k, 0)}
+
+    def port():
+        p = new_port(cloud, "vm5", "compute1")
+        plug(cloud, "compute1", "vm5", 20)
+        cloud.rec.run_pass(audit=False)
+        assert status(cloud, p["id"]) == ("active", None)
+    assert read_again(port) == {"ports", "gateways"}
+    # the pass's own status writes count for nothing: a pass without a write reads nothing
+    assert read_again(lambda: cloud.rec.run_pass(audit=False)) == set()
+    net = {}
+
+    def network():
+        net.update(cloud.call("POST", "/networks", json={"name": "green", "type": "vxlan"}))
+        cloud.rec.run_pass(audit=False)
+    assert read_again(network) == {"networks", "ports", "gateways"}   # and the ports read just before
+    assert read_again(lambda: cloud.rec.run_pass(audit=False)) == set()
+
+    def delete_network():   # a delete also counts for the tables its foreign keys cascade to
+        cloud.call("DELETE", f"/networks/{net['id']}")
+        cloud.rec.run_pass(audit=False)
+    assert read_again(delete_network) >= {"networks", "subnets"}
+    # an explicit sync reads the whole store (rows written past the API are seen then)
+    assert read_again(lambda: cloud.rec.run_pass(audit=True)) == set(reader.parts)
+    assert in_sync(cloud)
+
+
+@pytest.mark.parametrize("lab", ["sfc.yaml", "external.yaml", "default.yaml"])
+def test_port_changes_leave_the_other_apps_incremental(tmp_path, lab):
+    """Chains, taps, gateways and the fabric: a new port in a network already plugged on its node,
+    plugged, unplugged, plugged again and deleted, and a VNF instance's port unplugged and plugged
+    again: no app is compiled whole, and every pass equals a full compile (check_incremental)."""
+    c = Cloud(tmp_path, LAB / lab, with_fabric=lab == "default.yaml", taps=True)
+    try:
+        c.rec.run_pass()
+        before = dict(c.rec.recomputes)
+        # a network plugged on a node already (a network coming to or leaving a node is a change
+        # of the external and fabric apps' inputs: they are compiled whole then)
+        model = c.rec.model
+        vif = next(p for p in model.ports if p.node and c.boot.ofports.get(p.node, {}).get(p.interface)
+                   and p.port_security)
+        port = c.call("POST", "/ports", json={"network_id": vif.network_id, "name": "late", "node": vif.node,
+                                              "interface_name": "late", "project_id": vif.project_id})
+        plug(c, vif.node, "late", 99)
+        c.rec.run_pass(audit=False)
+        unplug(c, vif.node, "late")
+        c.rec.run_pass(audit=False)
+        plug(c, vif.node, "late", 98)
+        c.rec.run_pass(audit=False)
+        c.call("DELETE", f"/ports/{port['id']}")
+        c.rec.run_pass(audit=False)
+        if lab == "sfc.yaml":   # a VNF instance's port unplugged and plugged again: its chain only
+            fw = next(p for p in model.ports if p.name == "fw1i")
+            ofport = c.boot.ofports[fw.node][fw.interface]
+            unplug(c, fw.node, fw.interface)
+            c.rec.run_pass(audit=False)
+            plug(c, fw.node, fw.interface, ofport)
+            c.rec.run_pass(audit=False)
+        assert c.rec.mismatches == 0
+        assert c.rec.recomputes == before, c.rec.recomputes
+        assert in_sync(c)
+    finally:
+        c.close()
+
+
 def test_compile_owners_of_every_app_is_its_whole_compile_cut_to_those_owners(tmp_path):
     """The hook and its fallback agree with the whole compile, owner by owner, for every app."""
     from fathom.apps import by_owner, compile_owners, registry

@@ -1,8 +1,16 @@
-"""External networks: router gateways, SNAT and floating IPs on the gateway node (docs/external.md)."""
+"""External networks: router gateways, SNAT and floating IPs on the gateway node (docs/external.md).
+
+Incremental as far as telling that a change does not concern it: its flows depend on the router
+gateways, floating IPs, nodes, networks, subnets, router interfaces, router modes and which
+networks have a port plugged on each node. A change that leaves all of these as they were touches
+nothing of it (most port changes); any other is compiled whole (logged and counted).
+"""
 from __future__ import annotations
 
 from fathom.apps.base import BR_INT, App, SwitchKey
 from fathom.apps.external.compiler import compile_external
+from fathom.apps.incremental import local_networks, node_facts
+from fathom.model.routers import effective_modes
 from fathom.pipeline.cookies import APP_EXTERNAL
 
 
@@ -10,5 +18,16 @@ def compile(model) -> dict:
     return {SwitchKey(BR_INT, node): state for node, state in compile_external(model).items()}
 
 
+def _inputs(model) -> tuple:
+    return (model.router_gateways, model.floating_ips, node_facts(model), model.networks, model.subnets,
+            model.router_interfaces, effective_modes(model), local_networks(model))
+
+
+def touched(before, after):
+    if not before.router_gateways and not after.router_gateways:
+        return set()
+    return set() if _inputs(before) == _inputs(after) else "gateways, floating IPs or their networks changed"
+
+
 APP = App("external", APP_EXTERNAL,
-          {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile)
+          {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile, touched=touched)

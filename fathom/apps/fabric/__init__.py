@@ -1,10 +1,18 @@
 """The fabric: the ToR's VLAN trunks and SVIs, the trunk pipe through br-phy, and the br-int flows
 that send a fabric router's traffic up the trunk. The ToR is derived: a trunk port carries every
-VLAN the node behind it can send, read from that node's desired br-int."""
+VLAN the node behind it can send, read from that node's desired br-int.
+
+Incremental as far as telling that a change does not concern it: without fabric switches and
+without a router in fabric mode it has no flows whatever else changes; otherwise a change that
+leaves its inputs (fabric, nodes, networks, router interfaces and modes, networks plugged per
+node) as they were touches nothing of it, and any other is compiled whole (logged and counted).
+The ToR's part (`derive`) follows the br-int states and is derived again on every pass."""
 from __future__ import annotations
 
 from fathom.apps.base import BR_INT, BR_PHY, TOR, App, SwitchKey
 from fathom.apps.fabric import compiler as fc
+from fathom.apps.incremental import local_networks, node_facts
+from fathom.model.routers import effective_modes
 from fathom.pipeline.cookies import APP_FABRIC
 
 
@@ -22,5 +30,18 @@ def derive(model, desired) -> dict:
     return {SwitchKey(TOR, name): state for name, state in fc.compile_tor(model, brint).items()}
 
 
+def _inputs(model) -> tuple:
+    fabric = model.fabric
+    return (fabric, dict(fabric.ofports) if fabric is not None else None, node_facts(model), model.networks,
+            model.router_interfaces, effective_modes(model), local_networks(model))
+
+
+def touched(before, after):
+    quiet = [m.fabric is None or (not m.fabric.switches and not m.fabric.modes) for m in (before, after)]
+    if all(quiet):
+        return set()
+    return set() if _inputs(before) == _inputs(after) else "fabric, nodes, networks or routers changed"
+
+
 APP = App("fabric", APP_FABRIC, {BR_INT: ("l2",), BR_PHY: ("normal",), TOR: ("trunk-in", "svi", "svi-neigh", "l2")},
-          compile, derive)
+          compile, derive, touched=touched)

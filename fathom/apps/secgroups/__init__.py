@@ -1,9 +1,25 @@
 """Security groups: stateful filtering (OVS conntrack) of what every port with port security sends
-and receives, with Neutron's semantics; docs/security-groups.md."""
+and receives, with Neutron's semantics; docs/security-groups.md.
+
+Incremental: every flow has one owner that its match alone decides (a port, a rule, a group, a
+node, or a clause shared by rules: `KIND_SECURITY_GROUP_CLAUSE`, a digest of its match), so a
+change touches:
+- a port whose binding, plug, port security, groups or addresses changed: the port (its conntrack
+  flows and its clause of each rule); the addresses it brings to or takes from a group, in the
+  remote clauses of the rules naming that group (one clause flow per address, as OVN's address
+  sets); a group it brings to or takes from a node: that group, its rules and their clauses;
+- a rule added, removed or changed (or one whose remote group gains its first or loses its last
+  member of the rule's ethertype): the rule, its group, the group's ports and the rule's clauses;
+- a group added or removed: the group and its ports.
+A change of the nodes themselves is not handled (the app is compiled whole).
+"""
 from __future__ import annotations
 
 from fathom.apps.base import BR_INT, App, SwitchKey
-from fathom.apps.secgroups.compiler import compile_secgroups
+from fathom.apps.secgroups.compiler import (
+    EGRESS, ETH_TYPE, INGRESS, _address_field, _key, clause_id, compile_secgroups, index,
+)
+from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import APP_SECGROUPS
 
 
@@ -11,5 +27,74 @@ def compile(model) -> dict:
     return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model).items()}
 
 
+def compile_owners(model, owners) -> dict:
+    only = frozenset((kind, obj) for app, kind, obj in owners if app == APP_SECGROUPS)
+    if not only:
+        return {}
+    return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model, only).items()}
+
+
+def touched(before, after):
+    b, a = index(before), index(after)
+    if {n.id: n.name for n in before.nodes} != {n.id: n.name for n in after.nodes}:
+        return "nodes changed"
+    owners: set[tuple[int, int]] = set()
+    changed: set[int] = set()      # rules whose flows may differ everywhere (their ports' clauses too)
+    moved: set[int] = set()        # rules whose group came to or left a node
+    groups = set(b.groups) ^ set(a.groups)
+    changed |= {rid for rid in set(b.rule_by_id) | set(a.rule_by_id) if b.rule_by_id.get(rid) != a.rule_by_id.get(rid)}
+    # a group's members (by ethertype): a new or gone address is a clause flow of each rule naming
+    # the group; the first or last member makes the rule match something or nothing
+    for gid in set(b.member_sets) | set(a.member_sets):
+        mb, ma = b.member_sets.get(gid, {}), a.member_sets.get(gid, {})
+        if mb == ma:
+            continue
+        for eth in set(mb) | set(ma):
+            old, new = mb.get(eth, frozenset()), ma.get(eth, frozenset())
+            if old == new:
+                continue
+            for idx in (b, a):
+                for r in idx.referrers.get(gid, ()):
+                    if r.ethertype != eth:
+                        continue
+                    if bool(old) != bool(new):
+                        changed.add(r.id)
+                        continue
+                    field = _address_field(EGRESS if r.direction == EGRESS.direction else INGRESS, eth)
+                    for ip in old ^ new:
+                        key = _key(r.direction, {"eth_type": ETH_TYPE[eth], field: ip})
+                        owners.add((ck.KIND_SECURITY_GROUP_CLAUSE, clause_id(key)))
+    for pid in set(b.views) | set(a.views):
+        if b.views.get(pid) != a.views.get(pid):
+            owners.add((ck.KIND_PORT, pid))
+    nodes = {n.name: n.id for n in after.nodes}
+    for name in set(b.here) | set(a.here):
+        came = b.here.get(name, set()) ^ a.here.get(name, set())
+        for idx in (b, a):
+            for gid in came:
+                moved.update(r.id for r in idx.rules.get(gid, ()))
+                owners.add((ck.KIND_SECURITY_GROUP, gid))
+        if bool(b.local.get(name)) != bool(a.local.get(name)):
+            owners.add((ck.KIND_NODE, nodes[name]))
+    for rid in changed:
+        for idx in (b, a):
+            r = idx.rule_by_id.get(rid)
+            if r is not None:
+                groups.add(r.group_id)
+    for gid in groups:
+        owners.add((ck.KIND_SECURITY_GROUP, gid))
+        for idx in (b, a):
+            owners.update((ck.KIND_PORT, pid) for pid in idx.group_ports.get(gid, ()))
+    for rid in changed | moved:
+        owners.add((ck.KIND_SECURITY_GROUP_RULE, rid))
+        for idx in (b, a):
+            r = idx.rule_by_id.get(rid)
+            if r is not None:
+                owners.add((ck.KIND_SECURITY_GROUP, r.group_id))
+                owners.update((ck.KIND_SECURITY_GROUP_CLAUSE, clause_id(k)) for k in idx.clause_keys(r))
+    return {(APP_SECGROUPS, kind, obj) for kind, obj in owners}
+
+
 APP = App("secgroups", APP_SECGROUPS,
-          {BR_INT: ("egress-conntrack", "egress-acl", "ingress-conntrack", "ingress-acl")}, compile)
+          {BR_INT: ("egress-conntrack", "egress-acl", "ingress-conntrack", "ingress-acl")}, compile,
+          touched=touched, compile_owners=compile_owners)

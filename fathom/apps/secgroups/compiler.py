@@ -33,8 +33,10 @@ the group (the conjunction lists every rule on it), as OVN's address sets are.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import ipaddress
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from fathom.apps.tenant.compiler import refused_ports
@@ -101,51 +103,215 @@ def established_conj(group_id: int) -> int:
     return ESTABLISHED_CONJ_BASE | group_id
 
 
-class _Groups:
-    """Look-ups over a snapshot's groups, rules and members (built once per compile)."""
+def clause_cookie(key: tuple) -> int:
+    return _cookie(st.KIND_SECURITY_GROUP_CLAUSE, clause_id(key))
+
+
+# clause owner id -> the clause keys seen with it (most recent last), so compiling a few clause
+# owners needs no pass over every rule and member; bounded: a key not found here is looked for in
+# the snapshot's full clause index
+_KEYS: "OrderedDict[int, set[tuple]]" = OrderedDict()
+_KEYS_MAX = 1 << 18
+
+
+def clause_id(key: tuple) -> int:
+    """The owner id of a clause flow (48 bits): a digest of (direction, match), stable across
+    restarts. Two clauses whose digests collide share an owner, which only means they are compiled
+    together."""
+    i = _clause_id(key)
+    keys = _KEYS.get(i)
+    if keys is None:
+        keys = _KEYS[i] = set()
+        if len(_KEYS) > _KEYS_MAX:
+            _KEYS.popitem(last=False)
+    keys.add(key)
+    return i
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _clause_id(key: tuple) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=6).digest(), "big")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _address(text: str) -> tuple[str, str, object]:
+    """(ethertype, canonical text, sort key) of an address."""
+    ip = ipaddress.ip_address(text)
+    return ("IPv4" if ip.version == 4 else "IPv6"), str(ip), ip
+
+
+def _key(direction: str, match: dict) -> tuple:
+    return (direction, tuple(sorted(match.items())))
+
+
+def _port_view(p: Port, ofport: int | None, eligible: bool) -> tuple:
+    return (p.node, p.interface, ofport, eligible, p.security_groups, p.fixed_ips)
+
+
+class Index:
+    """Look-ups over one snapshot's groups, rules, members and security-group ports, built once
+    per snapshot (`index`) and shared by the full compile, the per-owner compile and `touched`."""
 
     def __init__(self, snapshot: Snapshot):
+        self.nodes = {n.name: n for n in snapshot.nodes}
         self.groups = {g.id: g for g in snapshot.security_groups}
         self.rules: dict[int, list[SecurityGroupRule]] = defaultdict(list)
+        self.rule_by_id: dict[int, SecurityGroupRule] = {}
+        self.referrers: dict[int, list[SecurityGroupRule]] = defaultdict(list)   # remote group -> rules
         for r in sorted(snapshot.security_group_rules, key=lambda r: r.id):
             if r.group_id in self.groups:
                 self.rules[r.group_id].append(r)
-        # group id -> ethertype -> sorted member addresses
+                self.rule_by_id[r.id] = r
+                if r.remote_group_id is not None:
+                    self.referrers[r.remote_group_id].append(r)
+        # group id -> ethertype -> member addresses; group id -> member port ids
         members: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.group_ports: dict[int, set[int]] = defaultdict(set)
         for p in snapshot.ports:
             for gid in p.security_groups:
+                self.group_ports[gid].add(p.id)
                 for fip in p.fixed_ips:
-                    ip = ipaddress.ip_address(fip.ip_address)
-                    members[gid]["IPv4" if ip.version == 4 else "IPv6"].add(str(ip))
-        self.members = {g: {e: sorted(a, key=ipaddress.ip_address) for e, a in by.items()}
-                        for g, by in members.items()}
+                    eth, text, _ = _address(fip.ip_address)
+                    members[gid][eth].add(text)
+        self.member_sets = {g: {e: frozenset(a) for e, a in by.items()} for g, by in members.items()}
+        self._sorted_members: dict[tuple[int, str], list[str]] = {}
+        # security-group ports: node name -> [(port, ofport)] by port id; port id -> its view
+        refused = refused_ports(snapshot)
+        networks = {n.id for n in snapshot.networks}
+        self.local: dict[str, list[tuple[Port, int]]] = defaultdict(list)
+        self.ports: dict[int, Port] = {}
+        self.views: dict[int, tuple] = {}
+        for p in sorted(snapshot.ports, key=lambda p: p.id):
+            node = self.nodes.get(p.node)
+            ofport = node.ofport(p.interface) if node is not None else None
+            eligible = (ofport is not None and p.port_security and p.network_id in networks
+                        and p.id not in refused)
+            self.ports[p.id] = p
+            self.views[p.id] = _port_view(p, ofport, eligible)
+            if eligible:
+                self.local[node.name].append((p, ofport))
+        # node name -> groups of its security-group ports; group id -> nodes where it is
+        self.here: dict[str, set[int]] = {}
+        self.where: dict[int, set[str]] = defaultdict(set)
+        for name, local in self.local.items():
+            self.here[name] = {g for p, _ in local for g in p.security_groups if g in self.groups}
+            for g in self.here[name]:
+                self.where[g].add(name)
+        self._matches: dict[int, tuple[list[dict], list[dict]]] = {}
+        self._clauses: dict[tuple, list[tuple[int, int, int]]] | None = None
+        self._by_clause_id: dict[int, list[tuple]] | None = None
+        self._static: dict[tuple, list] | None = None
 
     def member_addresses(self, group_id: int, ethertype: str) -> list[str]:
-        return self.members.get(group_id, {}).get(ethertype, [])
+        key = (group_id, ethertype)
+        if key not in self._sorted_members:
+            self._sorted_members[key] = sorted(self.member_sets.get(group_id, {}).get(ethertype, ()),
+                                               key=lambda a: _address(a)[2])
+        return self._sorted_members[key]
+
+    def matches(self, r: SecurityGroupRule) -> tuple[list[dict], list[dict]]:
+        """(remote clauses, protocol clauses) of a rule; no remote clause: the rule matches nothing."""
+        if r.id not in self._matches:
+            side = EGRESS if r.direction == EGRESS.direction else INGRESS
+            self._matches[r.id] = (_remote_matches(side, self, r), _protocol_matches(r))
+        return self._matches[r.id]
+
+    def active(self, r: SecurityGroupRule) -> bool:
+        return bool(self.matches(r)[0])
+
+    def clause_keys(self, r: SecurityGroupRule) -> list[tuple]:
+        remote, l4 = self.matches(r)
+        if not remote:
+            return []
+        return [_key(r.direction, m) for m in (*remote, *l4)]
+
+    def contributors(self) -> dict[tuple, list[tuple[int, int, int]]]:
+        """clause key -> (rule id, clause number, clauses) of every active rule using it."""
+        if self._clauses is None:
+            out: dict[tuple, list] = defaultdict(list)
+            for r in self.rule_by_id.values():
+                remote, l4 = self.matches(r)
+                if not remote:
+                    continue
+                n = 3 if l4 else 2
+                for m in remote:
+                    out[_key(r.direction, m)].append((r.id, 2, n))
+                for m in l4:
+                    out[_key(r.direction, m)].append((r.id, 3, n))
+            self._clauses = out
+        return self._clauses
+
+    def contributors_of(self, key: tuple) -> list[tuple[int, int, int]]:
+        """(rule id, clause number, clauses) of every active rule using one clause key, without
+        the whole index: the rules whose own clauses (prefix, protocol) are this key, and for an
+        address, the rules naming a group the address is a member of."""
+        if self._clauses is not None:
+            return self._clauses.get(key, [])
+        if self._static is None:
+            static: dict[tuple, list] = defaultdict(list)
+            for r in self.rule_by_id.values():
+                if r.remote_group_id is None:
+                    remote, l4 = self.matches(r)
+                elif self.member_sets.get(r.remote_group_id, {}).get(r.ethertype):
+                    remote, l4 = None, _protocol_matches(r)   # its members: looked up by address
+                else:
+                    continue
+                if remote == []:
+                    continue
+                n = 3 if l4 else 2
+                for m in remote or ():
+                    static[_key(r.direction, m)].append((r.id, 2, n))
+                for m in l4:
+                    static[_key(r.direction, m)].append((r.id, 3, n))
+            self._static = static
+        out = list(self._static.get(key, ()))
+        direction, match = key
+        fields = [(f, v) for f, v in match if f.startswith(("ipv4_", "ipv6_")) and isinstance(v, str)]
+        if len(match) == 2 and len(fields) == 1:
+            field, addr = fields[0]
+            eth = "IPv4" if field.startswith("ipv4") else "IPv6"
+            side = EGRESS if direction == EGRESS.direction else INGRESS
+            if field == _address_field(side, eth):
+                for gid, by in self.member_sets.items():
+                    if addr not in by.get(eth, ()):
+                        continue
+                    for r in self.referrers.get(gid, ()):
+                        if r.ethertype == eth and r.direction == direction:
+                            l4 = self.matches(r)[1]
+                            out.append((r.id, 2, 3 if l4 else 2))
+        return out
+
+    def clause_keys_of(self, ids: set[int]) -> list[tuple]:
+        """The clause keys whose owner ids are in `ids`."""
+        known = [_KEYS.get(i) for i in ids]
+        if all(k is not None for k in known):
+            return [k for keys in known for k in keys]
+        if self._by_clause_id is None:
+            by: dict[int, list[tuple]] = defaultdict(list)
+            for key in self.contributors():
+                by[clause_id(key)].append(key)
+            self._by_clause_id = by
+        return [k for i in ids for k in self._by_clause_id.get(i, ())]
+
+
+def index(snapshot: Snapshot) -> Index:
+    return snapshot.memo("secgroups_index", Index)
 
 
 def security_group_ports(snapshot: Snapshot, node: Node) -> list[tuple[Port, int]]:
     """(port, ofport) of the ports on `node` whose traffic the security groups filter: bound there,
     plugged into its br-int, with port security, and compiled by the tenant app."""
-    refused = refused_ports(snapshot)
-    networks = {n.id for n in snapshot.networks}
-    out = []
-    for p in snapshot.ports:
-        ofport = node.ofport(p.interface) if p.node == node.name else None
-        if ofport is not None and p.port_security and p.network_id in networks and p.id not in refused:
-            out.append((p, ofport))
-    return sorted(out, key=lambda po: po[0].id)
+    return list(index(snapshot).local.get(node.name, ()))
 
 
-def compile_secgroups(snapshot: Snapshot) -> dict[str, SwitchState]:
-    """Desired security-group flows of every node that has a security-group port (others: none)."""
-    groups = _Groups(snapshot)
-    out = {}
-    for node in snapshot.nodes:
-        local = security_group_ports(snapshot, node)
-        if local:
-            out[node.name] = SwitchState(frozenset(_compile_node(groups, node, local)))
-    return out
+def compile_secgroups(snapshot: Snapshot, only: frozenset | None = None) -> dict[str, SwitchState]:
+    """Desired security-group flows of every node that has a security-group port (others: none);
+    with `only` ((kind, object id) of this app's owners), exactly the flows of those owners."""
+    idx = index(snapshot)
+    if only is None:
+        return {name: SwitchState(frozenset(_node_flows(idx, idx.nodes[name], local)))
+                for name, local in idx.local.items() if local}
+    return _owner_flows(idx, only)
 
 
 class _Table:
@@ -162,10 +328,10 @@ class _Table:
         self.flows[flow.key] = flow
 
     def clause(self, priority: int, match: dict, conj: Conjunction, cookie: int) -> None:
-        key = (priority, FlowSpec(self.table, priority, match).match)
+        key = (priority, tuple(sorted(match.items())))
         actions, owner = self.conj.get(key, (set(), cookie))
         actions.add(conj)
-        self.conj[key] = (actions, min(owner, cookie))
+        self.conj[key] = (actions, owner)
 
     def specs(self) -> set[FlowSpec]:
         out = set(self.flows.values())
@@ -184,85 +350,155 @@ def port_zone(port_id: int) -> int:
     return (port_id - 1) % st.SECGROUP_ZONE_MAX + 1
 
 
-def _compile_node(groups: _Groups, node: Node, local: list[tuple[Port, int]]) -> set[FlowSpec]:
+def _node_flows(idx: Index, node: Node, local: list[tuple[Port, int]]) -> set[FlowSpec]:
+    """Every security-group flow of one node."""
+    here = sorted(idx.here.get(node.name, ()))
+    idx.contributors()      # every clause of every rule: built once for all nodes
     flows: set[FlowSpec] = set()
     for side in (EGRESS, INGRESS):
-        flows |= _conntrack_flows(side, node, local)
-        flows |= _acl_flows(side, groups, node, [p for p, _ in local])
+        table = _Table(side.acl)
+        flows |= _node_fixed(side, node, table)
+        for port, ofport in local:
+            flows |= _port_flows(side, idx, node, port, ofport, table)
+        keys = set()
+        for gid in here:
+            _group_flows(side, idx, gid, table)
+            for r in idx.rules.get(gid, ()):
+                _rule_flows(side, idx, r, table)
+                if r.direction == side.direction:
+                    keys.update(idx.clause_keys(r))
+        for key in keys:
+            _clause_flow(side, idx, node, key, table)
+        flows |= table.specs()
     return flows
 
 
-def _conntrack_flows(side: Side, node: Node, local: list[tuple[Port, int]]) -> set[FlowSpec]:
-    flows = {FlowSpec(side.conntrack, PRIO_NEIGHBOR_DISCOVERY,
-                      {"eth_type": ETH_TYPE["IPv6"], "ip_proto": 58, "icmpv6_type": t},
-                      (GotoTable(side.next),), _cookie(st.KIND_NODE, node.id))
-             for t in ND_TYPES}
-    if side is INGRESS:
-        flows.add(FlowSpec(side.conntrack, PRIO_DHCP_ANSWER, DHCP_ANSWER, (GotoTable(side.next),),
-                           _cookie(st.KIND_NODE, node.id)))
-    for port, ofport in local:
-        for eth_type in ETH_TYPE.values():
-            if side is EGRESS:
-                match = {st.REG_SRC_PORT: port.id, "eth_type": eth_type}
-                actions = (SetField(st.REG_CT_ZONE, port_zone(port.id)), Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
-            else:
-                match = {st.REG_OUT_PORT: ofport, "eth_type": eth_type}
-                actions = (CtClear(), SetField(st.REG_DST_PORT, port.id), SetField(st.REG_CT_ZONE, port_zone(port.id)),
-                           Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
-            flows.add(FlowSpec(side.conntrack, PRIO_CONNTRACK, match, actions, port_cookie(port.id)))
-    return flows
+def _owner_flows(idx: Index, only: frozenset) -> dict[str, SwitchState]:
+    """The flows of exactly the owners `only` ((kind, object id)) on every node."""
+    want: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))   # node -> kind -> ids
+    clause_ids = set()
+    for kind, obj in only:
+        if kind == st.KIND_NODE:
+            for name, local in idx.local.items():
+                if local and idx.nodes[name].id == obj:
+                    want[name][kind].add(obj)
+        elif kind == st.KIND_PORT:
+            view = idx.views.get(obj)
+            if view is not None and view[3]:
+                want[view[0]][kind].add(obj)
+        elif kind == st.KIND_SECURITY_GROUP:
+            for name in idx.where.get(obj, ()):
+                want[name][kind].add(obj)
+        elif kind == st.KIND_SECURITY_GROUP_RULE:
+            r = idx.rule_by_id.get(obj)
+            if r is not None:
+                for name in idx.where.get(r.group_id, ()):
+                    want[name][kind].add(obj)
+        elif kind == st.KIND_SECURITY_GROUP_CLAUSE:
+            clause_ids.add(obj)
+    clauses = defaultdict(set)   # node -> clause keys
+    if clause_ids:
+        for key in idx.clause_keys_of(clause_ids):
+            for rule_id, _, _ in idx.contributors_of(key):
+                for name in idx.where.get(idx.rule_by_id[rule_id].group_id, ()):
+                    clauses[name].add(key)
+    out = {}
+    for name in set(want) | set(clauses):
+        node, kinds = idx.nodes[name], want.get(name, {})
+        ofports = {p.id: o for p, o in idx.local.get(name, ())}
+        flows: set[FlowSpec] = set()
+        for side in (EGRESS, INGRESS):
+            table = _Table(side.acl)
+            if kinds.get(st.KIND_NODE):
+                flows |= _node_fixed(side, node, table)
+            for pid in sorted(kinds.get(st.KIND_PORT, ())):
+                flows |= _port_flows(side, idx, node, idx.ports[pid], ofports[pid], table)
+            for gid in sorted(kinds.get(st.KIND_SECURITY_GROUP, ())):
+                _group_flows(side, idx, gid, table)
+            for rid in sorted(kinds.get(st.KIND_SECURITY_GROUP_RULE, ())):
+                _rule_flows(side, idx, idx.rule_by_id[rid], table)
+            for key in clauses.get(name, ()):
+                if key[0] == side.direction:
+                    _clause_flow(side, idx, node, key, table)
+            flows |= table.specs()
+        if flows:
+            out[name] = SwitchState(frozenset(flows))
+    return out
 
 
-def _acl_flows(side: Side, groups: _Groups, node: Node, ports: list[Port]) -> set[FlowSpec]:
-    table = _Table(side.acl)
+def _node_fixed(side: Side, node: Node, table: "_Table") -> set[FlowSpec]:
+    """The node's own flows: IPv6 neighbour discovery (and, delivered to a port, DHCP answers) past
+    the tracker, invalid and stale drops."""
     node_cookie = _cookie(st.KIND_NODE, node.id)
     table.add(PRIO_INVALID, {"ct_state": INVALID}, (), node_cookie)
     table.add(PRIO_STALE_REPLY, {"ct_state": NOT_NEW_REPLY}, (), node_cookie)
+    flows = {FlowSpec(side.conntrack, PRIO_NEIGHBOR_DISCOVERY,
+                      {"eth_type": ETH_TYPE["IPv6"], "ip_proto": 58, "icmpv6_type": t},
+                      (GotoTable(side.next),), node_cookie)
+             for t in ND_TYPES}
+    if side is INGRESS:
+        flows.add(FlowSpec(side.conntrack, PRIO_DHCP_ANSWER, DHCP_ANSWER, (GotoTable(side.next),), node_cookie))
+    return flows
 
-    here = sorted({g for p in ports for g in p.security_groups if g in groups.groups})
-    ports_of = {g: [p for p in ports if g in p.security_groups] for g in here}
 
-    # established / related: allowed while the admitting rule (ct_mark) is a rule of a group of the port
-    for gid in here:
-        rules = groups.rules.get(gid, [])
+def _port_flows(side: Side, idx: Index, node: Node, port: Port, ofport: int, table: "_Table") -> set[FlowSpec]:
+    """A port's conntrack flows, and its clause of every rule of its groups (and of their
+    established flows)."""
+    flows = set()
+    for eth_type in ETH_TYPE.values():
+        if side is EGRESS:
+            match = {st.REG_SRC_PORT: port.id, "eth_type": eth_type}
+            actions = (SetField(st.REG_CT_ZONE, port_zone(port.id)), Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
+        else:
+            match = {st.REG_OUT_PORT: ofport, "eth_type": eth_type}
+            actions = (CtClear(), SetField(st.REG_DST_PORT, port.id), SetField(st.REG_CT_ZONE, port_zone(port.id)),
+                       Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
+        flows.add(FlowSpec(side.conntrack, PRIO_CONNTRACK, match, actions, port_cookie(port.id)))
+    c = port_cookie(port.id)
+    for gid in sorted(set(port.security_groups)):
+        rules = idx.rules.get(gid, ()) if gid in idx.groups else ()
         if not rules:
             continue
-        conj = established_conj(gid)
-        for p in ports_of[gid]:
-            table.clause(PRIO_ALLOWED, {side.identity: p.id}, Conjunction(conj, 1, 2), port_cookie(p.id))
+        table.clause(PRIO_ALLOWED, {side.identity: port.id}, Conjunction(established_conj(gid), 1, 2), c)
         for r in rules:
-            table.clause(PRIO_ALLOWED, {"ct_state": NOT_NEW, "ct_mark": r.id}, Conjunction(conj, 2, 2),
-                         rule_cookie(r.id))
-        table.add(PRIO_ALLOWED, {"conj_id": conj}, (GotoTable(side.next),), group_cookie(gid))
+            if r.direction == side.direction and idx.active(r):
+                n = 3 if idx.matches(r)[1] else 2
+                table.clause(PRIO_RULE, {side.identity: port.id}, Conjunction(r.id, 1, n), c)
+    return flows
 
-    # new connections (and established ones whose rule is gone): the rules of this direction
-    for gid in here:
-        for r in groups.rules.get(gid, []):
-            if r.direction != side.direction:
-                continue
-            remote = _remote_matches(side, groups, r)
-            if not remote:
-                continue    # a remote group with no member of this ethertype: the rule matches nothing
-            l4 = _protocol_matches(r)
-            n = 3 if l4 else 2
-            c = rule_cookie(r.id)
-            for p in ports_of[gid]:
-                table.clause(PRIO_RULE, {side.identity: p.id}, Conjunction(r.id, 1, n), port_cookie(p.id))
-            for match in remote:
-                table.clause(PRIO_RULE, match, Conjunction(r.id, 2, n), c)
-            for match in l4:
-                table.clause(PRIO_RULE, match, Conjunction(r.id, 3, n), c)
-            commit = Ct(zone_field=st.REG_CT_ZONE, commit=True, exec=(SetField("ct_mark", r.id),))
-            table.add(PRIO_RULE, {"conj_id": r.id, "eth_type": ETH_TYPE[r.ethertype]},
-                      (commit, GotoTable(side.next)), c)
-    return table.specs()
+
+def _group_flows(side: Side, idx: Index, gid: int, table: "_Table") -> None:
+    """Established or related and admitted by a rule of the group (conjunction: port x mark)."""
+    if idx.rules.get(gid):
+        table.add(PRIO_ALLOWED, {"conj_id": established_conj(gid)}, (GotoTable(side.next),), group_cookie(gid))
+
+
+def _rule_flows(side: Side, idx: Index, r: SecurityGroupRule, table: "_Table") -> None:
+    """A rule's mark clause of its group's established flow and, on its side, its commit."""
+    c = rule_cookie(r.id)
+    table.clause(PRIO_ALLOWED, {"ct_state": NOT_NEW, "ct_mark": r.id}, Conjunction(established_conj(r.group_id), 2, 2),
+                 c)
+    if r.direction == side.direction and idx.active(r):
+        commit = Ct(zone_field=st.REG_CT_ZONE, commit=True, exec=(SetField("ct_mark", r.id),))
+        table.add(PRIO_RULE, {"conj_id": r.id, "eth_type": ETH_TYPE[r.ethertype]}, (commit, GotoTable(side.next)), c)
+
+
+def _clause_flow(side: Side, idx: Index, node: Node, key: tuple, table: "_Table") -> None:
+    """One remote or protocol clause flow on a node: a conjunction action for every active rule of
+    this side using it whose group is on the node."""
+    here = idx.here.get(node.name, ())
+    c = clause_cookie(key)
+    match = dict(key[1])
+    for rule_id, clause, n in idx.contributors_of(key):
+        if idx.rule_by_id[rule_id].group_id in here:
+            table.clause(PRIO_RULE, match, Conjunction(rule_id, clause, n), c)
 
 
 def _address_field(side: Side, ethertype: str) -> str:
     return f"{'ipv4' if ethertype == 'IPv4' else 'ipv6'}_{side.remote}"
 
 
-def _remote_matches(side: Side, groups: _Groups, r: SecurityGroupRule) -> list[dict]:
+def _remote_matches(side: Side, groups: "Index", r: SecurityGroupRule) -> list[dict]:
     """Clause 2 of a rule: the remote addresses (one match per member address or the prefix)."""
     eth = {"eth_type": ETH_TYPE[r.ethertype]}
     field = _address_field(side, r.ethertype)
