@@ -127,7 +127,7 @@ def test_an_object_pending_on_the_host_is_applied_again_before_the_resync(tmp_pa
     admin.patch(f"/v1/routers/{rid}", json={"mode": "network-node", "gateway_node": "gw"}).raise_for_status()
     rec = Waiting()
     f = Follower(TestClient(app, headers=headers_for(app, roles=("agent",), node="gw")), "gw", [rec], lambda: {},
-                 report_interval=0.2, resync=3600)
+                 busy_interval=0.2, resync=3600)
     t = threading.Thread(target=f.run, daemon=True)
     t.start()
     try:
