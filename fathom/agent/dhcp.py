@@ -16,14 +16,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import re
 import signal
 import time
 from pathlib import Path
 
-from fathom.agent.local import LocalOvs, alive, links, namespaces
+from fathom.agent.local import LocalOvs, NamespaceObjects, alive, links, namespaces
 from fathom.host.exec import run
-from fathom.model.hostlocal import DhcpServer, digest
+from fathom.model.hostlocal import DhcpServer
 
 LOG = logging.getLogger("fathom.agent.dhcp")
 BRIDGE = "br-int"
@@ -61,42 +60,19 @@ def render(obj: DhcpServer, folder: Path) -> dict[str, str]:
     return {"dnsmasq.conf": "\n".join(conf) + "\n", "hosts": "\n".join(hosts) + "\n", "opts": "\n".join(opts) + "\n"}
 
 
-class DhcpServers:
+class DhcpServers(NamespaceObjects):
     KIND = DhcpServer.KIND
+    LABEL = "dhcp of network"
 
     def __init__(self, ovs: LocalOvs, state_dir: str | Path, prefix: str = "fathom-d"):
-        self.ovs = ovs
+        super().__init__(ovs, prefix)
         self.root = Path(state_dir) / "dhcp"
-        self.prefix = prefix
-        self._ns_re = re.compile(rf"^{re.escape(prefix)}(\d+)$")
 
-    def namespace(self, network_id: int) -> str:
-        return f"{self.prefix}{network_id}"
+    def key(self, obj: DhcpServer) -> int:
+        return obj.network_id
 
     def folder(self, network_id: int) -> Path:
         return self.root / str(network_id)
-
-    def held(self) -> set[int]:
-        return {int(m.group(1)) for ns in namespaces() if (m := self._ns_re.match(ns))}
-
-    def apply(self, objects: list[DhcpServer]) -> dict[str, dict]:
-        out = {}
-        for obj in objects:
-            key = f"{obj.owner[0]}:{obj.owner[1]}"
-            try:
-                changed = self.ensure(obj)
-                if changed:
-                    LOG.info("dhcp of network %d: %s", obj.network_id, "; ".join(changed))
-                out[key] = {"status": "active", "reason": None, "applied": digest([obj])}
-            except Exception as e:  # noqa: BLE001 - the server's status; retried on the next resync
-                LOG.warning("dhcp of network %d: %s", obj.network_id, e)
-                out[key] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
-        for network_id in sorted(self.held() - {o.network_id for o in objects}):
-            try:
-                self.remove(network_id)
-            except Exception as e:  # noqa: BLE001 - retried on the next resync
-                LOG.warning("removing dhcp of network %d: %s", network_id, e)
-        return out
 
     # ----- the namespace and its port
     def _plumb(self, obj: DhcpServer, ns: str) -> list[str]:

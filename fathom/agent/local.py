@@ -6,13 +6,16 @@ host's own on a real machine, the node's namespace in the lab).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
+import re
 import socket
 from pathlib import Path
 
 from fathom.host.exec import CommandError, run
 
+LOG = logging.getLogger("fathom.agent")
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 
 
@@ -95,3 +98,55 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+class NamespaceObjects:
+    """A handler whose objects are one network namespace each, `<prefix><key>` (a router's, a
+    network's DHCP server's): `apply` makes the host hold exactly the objects given, creating or
+    repairing each (`ensure`, the subclass's) and removing the namespaces of keys no longer wanted
+    (`remove`). Subclasses set KIND and LABEL (for the log) and `key(obj)`."""
+    KIND = ""
+    LABEL = ""
+
+    def __init__(self, ovs: LocalOvs, prefix: str):
+        self.ovs = ovs
+        self.prefix = prefix
+        self._ns_re = re.compile(rf"^{re.escape(prefix)}(\d+)$")
+
+    def namespace(self, key: int) -> str:
+        return f"{self.prefix}{key}"
+
+    def held(self) -> set[int]:
+        """Keys of the namespaces this agent holds."""
+        return {int(m.group(1)) for ns in namespaces() if (m := self._ns_re.match(ns))}
+
+    def key(self, obj) -> int:
+        raise NotImplementedError
+
+    def ensure(self, obj) -> list[str]:
+        """Make the host hold `obj`; what was changed (empty: it was right)."""
+        raise NotImplementedError
+
+    def remove(self, key: int) -> None:
+        raise NotImplementedError
+
+    def apply(self, objects: list) -> dict[str, dict]:
+        """Make this node hold exactly `objects`; the status of each, by owner key."""
+        from fathom.model.hostlocal import digest, owner_key
+        out = {}
+        for obj in objects:
+            try:
+                changed = self.ensure(obj)
+                if changed:
+                    LOG.info("%s %d: %s", self.LABEL, self.key(obj), "; ".join(changed))
+                out[owner_key(obj.owner)] = {"status": "active", "reason": None, "applied": digest([obj])}
+            except Exception as e:  # noqa: BLE001 - the object's status; retried on the next resync
+                LOG.warning("%s %d: %s", self.LABEL, self.key(obj), e)
+                out[owner_key(obj.owner)] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
+        for key in sorted(self.held() - {self.key(o) for o in objects}):
+            try:
+                self.remove(key)
+            except Exception as e:  # noqa: BLE001 - retried on the next resync
+                LOG.warning("removing %s %d: %s", self.LABEL, key, e)
+        return out
+

@@ -14,51 +14,24 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import re
 
-from fathom.agent.local import LocalOvs, links, namespaces
+from fathom.agent.local import LocalOvs, NamespaceObjects, links, namespaces
 from fathom.host.exec import run
-from fathom.model.hostlocal import RouterNamespace, digest
+from fathom.model.hostlocal import RouterNamespace
 
 LOG = logging.getLogger("fathom.agent.routers")
 BRIDGE = "br-int"
 
 
-class Routers:
+class Routers(NamespaceObjects):
     KIND = RouterNamespace.KIND
+    LABEL = "router"
 
     def __init__(self, ovs: LocalOvs, prefix: str = "fathom-r"):
-        self.ovs = ovs
-        self.prefix = prefix
-        self._ns_re = re.compile(rf"^{re.escape(prefix)}(\d+)$")
+        super().__init__(ovs, prefix)
 
-    def namespace(self, router_id: int) -> str:
-        return f"{self.prefix}{router_id}"
-
-    def held(self) -> set[int]:
-        """Routers whose namespace this agent holds."""
-        return {int(m.group(1)) for ns in namespaces() if (m := self._ns_re.match(ns))}
-
-    def apply(self, objects: list[RouterNamespace]) -> dict[str, dict]:
-        """Make this node hold exactly `objects`; the status of each, by owner key."""
-        out = {}
-        wanted = {o.router_id for o in objects}
-        for obj in objects:
-            key = f"{obj.owner[0]}:{obj.owner[1]}"
-            try:
-                changed = self.ensure(obj)
-                if changed:
-                    LOG.info("router %d: %s", obj.router_id, "; ".join(changed))
-                out[key] = {"status": "active", "reason": None, "applied": digest([obj])}
-            except Exception as e:  # noqa: BLE001 - the router's status; retried on the next resync
-                LOG.warning("router %d: %s", obj.router_id, e)
-                out[key] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
-        for router_id in sorted(self.held() - wanted):
-            try:
-                self.remove(router_id)
-            except Exception as e:  # noqa: BLE001 - retried on the next resync
-                LOG.warning("removing router %d: %s", router_id, e)
-        return out
+    def key(self, obj: RouterNamespace) -> int:
+        return obj.router_id
 
     def ensure(self, obj: RouterNamespace) -> list[str]:
         """Build or repair one router; what had to change (nothing: [])."""
