@@ -169,7 +169,30 @@ class SfcBench:
         on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
         return {"vnfs": list(PPTMON_PATH), "plug": "hybrid", "period_ns": PPTMON_PERIOD_NS, "gbps": runs,
                 "median_gbps": {"off": off, "on": on}, "ratio": on / off if off else None,
-                "records": stats["records"], "e2e": stats["e2e"]}
+                "records": stats["records"], "e2e": stats["e2e"], "web": self._pptmon_web(api)}
+
+    def _pptmon_web(self, api: Client) -> dict:
+        """ab (the web server started by _web) through fw1 → dpi with pptmon off and on, interleaved:
+        requests are short segments, every one with room for the option."""
+        url = f"http://{self._ip('server')}/index.html"
+        runs = {"off": [], "on": []}
+        with self.chained(api, WEB_PATH, 80) as chain_id:
+            for i in range(self.repeats):
+                for mode in ("off", "on"):
+                    self.progress(f"PPTMon {mode}, ab: run {i + 1}/{self.repeats}")
+                    api.patch(f"/sfc/port_chains/{chain_id}",
+                              json={"pptmon": {"period_ns": PPTMON_PERIOD_NS} if mode == "on" else None})
+                    st = api.wait_status("sfc/port_chains", chain_id, timeout=30)
+                    if st["status"] != "active":
+                        raise LabError(f"chain with pptmon {mode}: {st['status']}: {st['status_reason']}")
+                    result = vnfs.ab(self.lab.ns("client"), url, self.requests, self.concurrency)
+                    if result["failed"]:
+                        raise LabError(f"ab saw failed requests with pptmon {mode}: {result}")
+                    runs[mode].append(result["requests_per_s"])
+            stats = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"window": "10m"})
+        on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
+        return {"vnfs": list(WEB_PATH), "requests_per_s": runs, "median_requests_per_s": {"off": off, "on": on},
+                "ratio": on / off if off else None, "records": stats["records"], "e2e": stats["e2e"]}
 
     def _web(self, api: Client, _progress) -> dict:
         www = self.lab.dir / "www"
@@ -215,4 +238,13 @@ def markdown(doc: dict) -> str:
                   f"| off | {pm['median_gbps']['off']:.2f} | |",
                   f"| 1 sample / {pm['period_ns'] / 1e9:g} s | {pm['median_gbps']['on']:.2f} | {ratio} |",
                   "", f"(records stored meanwhile: {pm['records']})"]
+        pw = pm.get("web")
+        if pw:
+            wr = f"{pw['ratio']:.3f}" if pw["ratio"] is not None else "-"
+            lines += ["", f"ab -n {doc['web']['requests']} through {' → '.join(pw['vnfs'])} → nginx, pptmon off and on "
+                      "interleaved:", "", "| pptmon | requests/s | on / off |", "|---|---|---|",
+                      f"| off | {pw['median_requests_per_s']['off']:.0f} | |",
+                      f"| 1 sample / {pm['period_ns'] / 1e9:g} s | {pw['median_requests_per_s']['on']:.0f} | {wr} |",
+                      "", f"(records stored meanwhile: {pw['records']}; end to end p50 "
+                      f"{(pw['e2e'] or {}).get('p50_us', '-')} µs)"]
     return "\n".join(lines) + "\n"
