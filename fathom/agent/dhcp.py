@@ -20,7 +20,7 @@ import signal
 import time
 from pathlib import Path
 
-from fathom.agent.local import LocalOvs, NamespaceObjects, alive, links, namespaces
+from fathom.agent.local import LocalOvs, NamespaceObjects, alive, ipv4_addresses, links, namespaces
 from fathom.host.exec import run
 from fathom.model.hostlocal import DhcpServer
 
@@ -96,7 +96,7 @@ class DhcpServers(NamespaceObjects):
             changed.append(f"{inner} mac")
         if inside[inner].get("mtu") != obj.mtu:
             run(["ip", "link", "set", inner, "mtu", str(obj.mtu)], ns)
-        have = _addresses(ns, inner)
+        have = ipv4_addresses(ns, inner)
         want = {ipaddress.IPv4Interface(s.server_address) for s in obj.subnets}
         for addr in have - want:
             run(["ip", "addr", "del", str(addr), "dev", inner], ns, check=False)
@@ -168,13 +168,3 @@ class DhcpServers(NamespaceObjects):
         self.ovs.del_port(BRIDGE, f"dhp{network_id}")
         run(["ip", "link", "del", f"dhp{network_id}"], check=False)
         LOG.info("dhcp of network %d: namespace %s removed", network_id, ns)
-
-
-def _addresses(ns: str, dev: str) -> set[ipaddress.IPv4Interface]:
-    import json
-    out = run(["ip", "-j", "-4", "addr", "show", "dev", dev], ns, check=False).stdout
-    try:
-        return {ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}")
-                for link in json.loads(out or "[]") for a in link.get("addr_info", [])}
-    except (ValueError, KeyError):
-        return set()

@@ -100,6 +100,17 @@ def alive(pid: int) -> bool:
         return False
 
 
+def ipv4_addresses(ns: str | None, dev: str) -> set:
+    """The IPv4 addresses (ipaddress.IPv4Interface) of `dev` in namespace `ns` (None: this one)."""
+    import ipaddress
+    out = run(["ip", "-j", "-4", "addr", "show", "dev", dev], ns, check=False).stdout
+    try:
+        return {ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}")
+                for link in json.loads(out or "[]") for a in link.get("addr_info", [])}
+    except (ValueError, KeyError):
+        return set()
+
+
 class NamespaceObjects:
     """A handler whose objects are one network namespace each, `<prefix><key>` (a router's, a
     network's DHCP server's): `apply` makes the host hold exactly the objects given, creating or

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 
-from fathom.agent.local import LocalOvs, NamespaceObjects, links, namespaces
+from fathom.agent.local import LocalOvs, NamespaceObjects, ipv4_addresses, links, namespaces
 from fathom.host.exec import run
 from fathom.model.hostlocal import RouterNamespace
 
@@ -59,7 +59,7 @@ class Routers(NamespaceObjects):
             if (inside[inner].get("address") or "").lower() != leg.mac.lower():
                 run(["ip", "link", "set", inner, "address", leg.mac], rns)
                 changed.append(f"{inner} mac")
-            have = self._addresses(rns, inner)
+            have = ipv4_addresses(rns, inner)
             want = ipaddress.IPv4Interface(leg.address)
             for addr in have - {want}:
                 run(["ip", "addr", "del", str(addr), "dev", inner], rns, check=False)
@@ -82,16 +82,6 @@ class Routers(NamespaceObjects):
                 self.ovs.del_port(BRIDGE, "qrp" + extra[2:])
                 changed.append(f"leg {extra} removed")
         return changed
-
-    @staticmethod
-    def _addresses(ns: str, dev: str) -> set[ipaddress.IPv4Interface]:
-        import json
-        out = run(["ip", "-j", "-4", "addr", "show", "dev", dev], ns, check=False).stdout
-        try:
-            return {ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}")
-                    for link in json.loads(out or "[]") for a in link.get("addr_info", [])}
-        except (ValueError, KeyError):
-            return set()
 
     def remove(self, router_id: int) -> None:
         rns = self.namespace(router_id)

@@ -159,11 +159,7 @@ class SfcBench:
             for i in range(self.repeats):
                 for mode in ("off", "on"):
                     self.progress(f"PPTMon {mode}: run {i + 1}/{self.repeats}")
-                    api.patch(f"/sfc/port_chains/{chain_id}",
-                              json={"pptmon": {"period_ns": PPTMON_PERIOD_NS} if mode == "on" else None})
-                    st = api.wait_status("sfc/port_chains", chain_id, timeout=30)
-                    if st["status"] != "active":
-                        raise LabError(f"chain with pptmon {mode}: {st['status']}: {st['status_reason']}")
+                    _set_pptmon(api, chain_id, mode == "on")
                     runs[mode].append(self._iperf())
             stats = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"window": "10m"})
         on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
@@ -180,11 +176,7 @@ class SfcBench:
             for i in range(self.repeats):
                 for mode in ("off", "on"):
                     self.progress(f"PPTMon {mode}, ab: run {i + 1}/{self.repeats}")
-                    api.patch(f"/sfc/port_chains/{chain_id}",
-                              json={"pptmon": {"period_ns": PPTMON_PERIOD_NS} if mode == "on" else None})
-                    st = api.wait_status("sfc/port_chains", chain_id, timeout=30)
-                    if st["status"] != "active":
-                        raise LabError(f"chain with pptmon {mode}: {st['status']}: {st['status_reason']}")
+                    _set_pptmon(api, chain_id, mode == "on")
                     result = vnfs.ab(self.lab.ns("client"), url, self.requests, self.concurrency)
                     if result["failed"]:
                         raise LabError(f"ab saw failed requests with pptmon {mode}: {result}")
@@ -212,6 +204,14 @@ class SfcBench:
         if out["chained"]["failed"] or out["unchained"]["failed"]:
             raise LabError(f"ab saw failed requests: {out}")
         return out
+
+
+def _set_pptmon(api: Client, chain_id: int, on: bool) -> None:
+    """Turn the chain's PPTMon on (one sample per PPTMON_PERIOD_NS) or off and wait until it holds."""
+    api.patch(f"/sfc/port_chains/{chain_id}", json={"pptmon": {"period_ns": PPTMON_PERIOD_NS} if on else None})
+    st = api.wait_status("sfc/port_chains", chain_id, timeout=30)
+    if st["status"] != "active":
+        raise LabError(f"chain with pptmon {'on' if on else 'off'}: {st['status']}: {st['status_reason']}")
 
 
 def markdown(doc: dict) -> str:
