@@ -20,7 +20,7 @@ import signal
 import time
 from pathlib import Path
 
-from fathom.agent.local import LocalOvs, NamespaceObjects, alive, ipv4_addresses, links, namespaces
+from fathom.agent.local import LocalOvs, NamespaceObjects, alive, bring_up_veth, links, namespaces, set_ipv4_addresses
 from fathom.host.exec import run
 from fathom.model.hostlocal import DhcpServer
 
@@ -96,18 +96,8 @@ class DhcpServers(NamespaceObjects):
             changed.append(f"{inner} mac")
         if inside[inner].get("mtu") != obj.mtu:
             run(["ip", "link", "set", inner, "mtu", str(obj.mtu)], ns)
-        have = ipv4_addresses(ns, inner)
-        want = {ipaddress.IPv4Interface(s.server_address) for s in obj.subnets}
-        for addr in have - want:
-            run(["ip", "addr", "del", str(addr), "dev", inner], ns, check=False)
-        for addr in want - have:
-            run(["ip", "addr", "add", str(addr), "dev", inner], ns)
-            changed.append(f"{inner} address {addr}")
-        for where, dev, link in ((ns, inner, inside[inner]), (None, outer, here[outer])):
-            if "UP" not in link.get("flags", []):
-                # the netdev datapath reads veths through AF_PACKET: checksums must be filled in
-                run(["ethtool", "-K", dev, "tx", "off"], where, check=False)
-                run(["ip", "link", "set", dev, "up"], where)
+        changed += set_ipv4_addresses(ns, inner, {ipaddress.IPv4Interface(s.server_address) for s in obj.subnets})
+        bring_up_veth(((ns, inner, inside[inner]), (None, outer, here[outer])))
         if outer not in self.ovs.ports(BRIDGE):
             self.ovs.add_port(BRIDGE, outer)
             changed.append(f"{outer} on {BRIDGE}")

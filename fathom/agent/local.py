@@ -111,6 +111,26 @@ def ipv4_addresses(ns: str | None, dev: str) -> set:
         return set()
 
 
+def set_ipv4_addresses(ns: str | None, dev: str, want: set) -> list[str]:
+    """Make `dev`'s IPv4 addresses exactly `want` (ipaddress.IPv4Interface); what was added."""
+    have = ipv4_addresses(ns, dev)
+    for addr in have - want:
+        run(["ip", "addr", "del", str(addr), "dev", dev], ns, check=False)
+    for addr in sorted(want - have, key=str):
+        run(["ip", "addr", "add", str(addr), "dev", dev], ns)
+    return [f"{dev} address {addr}" for addr in sorted(want - have, key=str)]
+
+
+def bring_up_veth(ends) -> None:
+    """Bring up each (namespace, device, its `ip -j link` entry) not yet up, TX checksum offload off
+    first: OVS's netdev datapath reads veths through AF_PACKET, which sees packets before their
+    checksums are filled in."""
+    for ns, dev, link in ends:
+        if "UP" not in link.get("flags", []):
+            run(["ethtool", "-K", dev, "tx", "off"], ns, check=False)
+            run(["ip", "link", "set", dev, "up"], ns)
+
+
 class NamespaceObjects:
     """A handler whose objects are one network namespace each, `<prefix><key>` (a router's, a
     network's DHCP server's): `apply` makes the host hold exactly the objects given, creating or

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 
-from fathom.agent.local import LocalOvs, NamespaceObjects, ipv4_addresses, links, namespaces
+from fathom.agent.local import LocalOvs, NamespaceObjects, bring_up_veth, links, namespaces, set_ipv4_addresses
 from fathom.host.exec import run
 from fathom.model.hostlocal import RouterNamespace
 
@@ -59,19 +59,8 @@ class Routers(NamespaceObjects):
             if (inside[inner].get("address") or "").lower() != leg.mac.lower():
                 run(["ip", "link", "set", inner, "address", leg.mac], rns)
                 changed.append(f"{inner} mac")
-            have = ipv4_addresses(rns, inner)
-            want = ipaddress.IPv4Interface(leg.address)
-            for addr in have - {want}:
-                run(["ip", "addr", "del", str(addr), "dev", inner], rns, check=False)
-            if want not in have:
-                run(["ip", "addr", "add", str(want), "dev", inner], rns)
-                changed.append(f"{inner} address {want}")
-            for ns, dev, link in ((rns, inner, inside[inner]), (None, outer, here[outer])):
-                if "UP" not in link.get("flags", []):
-                    # OVS's netdev datapath reads veths through AF_PACKET, which sees packets before
-                    # their checksums are filled in: TX checksum offload off on both ends
-                    run(["ethtool", "-K", dev, "tx", "off"], ns, check=False)
-                    run(["ip", "link", "set", dev, "up"], ns)
+            changed += set_ipv4_addresses(rns, inner, {ipaddress.IPv4Interface(leg.address)})
+            bring_up_veth(((rns, inner, inside[inner]), (None, outer, here[outer])))
             if outer not in br_ports:
                 self.ovs.add_port(BRIDGE, outer)
                 changed.append(f"{outer} on {BRIDGE}")

@@ -23,7 +23,7 @@ from fathom.client import Client
 from fathom.lab import vnf as vnfs
 from fathom.lab.topology import DEFAULT_TOPOLOGY
 
-from .util import running_lab, sh
+from .util import admit_web_from, running_lab, sh
 
 TOPOLOGY = (DEFAULT_TOPOLOGY.parent / "sfc.yaml").read_text()
 SERVER, CLIENT = "198.19.20.21", "198.19.20.11"
@@ -47,11 +47,7 @@ def api(lab):
     """The lab's controller; the server's security group (its project's default: ingress only from
     members) also admits the web traffic of the NAT and the proxy, whose VNF ports have no groups."""
     client = Client.for_lab(lab.state())
-    default = next(g for g in client.get("/security-groups") if g["project_id"] == "demo" and g["name"] == "default")
-    for ip in EGRESS_IP.values():
-        client.post("/security-group-rules", json={
-            "security_group_id": default["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
-            "port_range_min": 80, "port_range_max": 80, "remote_ip_prefix": f"{ip}/32"})
+    admit_web_from(client, EGRESS_IP.values())
     yield client
     client.close()
 

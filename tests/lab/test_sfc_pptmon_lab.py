@@ -28,7 +28,7 @@ from fathom.apps.hostlocal.chains import OWNER_KIND, chain_label
 from fathom.client import Client
 from fathom.lab import vnf as vnfs
 
-from .util import running_lab, sh
+from .util import admit_web_from, running_lab, sh
 
 TOPOLOGY = """
 networks:
@@ -76,10 +76,7 @@ def lab():
 def api(lab):
     """The lab's controller; the server's security group also admits the proxy's own connections."""
     client = Client.for_lab(lab.state())
-    default = next(g for g in client.get("/security-groups") if g["project_id"] == "demo" and g["name"] == "default")
-    client.post("/security-group-rules", json={
-        "security_group_id": default["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
-        "port_range_min": 80, "port_range_max": 80, "remote_ip_prefix": f"{PROXY_OUT}/32"})
+    admit_web_from(client, [PROXY_OUT])
     yield client
     client.close()
 

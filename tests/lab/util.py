@@ -81,3 +81,13 @@ def await_status(c: httpx.Client, path: str, want: str = "active", timeout: floa
     got = c.get(path, params={"wait": want, "timeout": timeout}, timeout=timeout + 5).json()
     assert got.get("status") == want, got
     return got
+
+
+def admit_web_from(client, ips, project: str = "demo") -> None:
+    """Let TCP 80 from these addresses into the project's default security group (ingress only from
+    members otherwise): the web traffic a NAT or a proxy VNF sends from its own address."""
+    default = next(g for g in client.get("/security-groups") if g["project_id"] == project and g["name"] == "default")
+    for ip in ips:
+        client.post("/security-group-rules", json={
+            "security_group_id": default["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+            "port_range_min": 80, "port_range_max": 80, "remote_ip_prefix": f"{ip}/32"})
