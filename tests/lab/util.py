@@ -1,6 +1,7 @@
 """Fixtures for tests that build real labs. Every lab is torn down, even when a test fails."""
 import contextlib
 import re
+import time
 import subprocess
 
 import httpx
@@ -76,9 +77,16 @@ def lab_api(lab: Lab) -> httpx.Client:
 
 
 def await_status(c: httpx.Client, path: str, want: str = "active", timeout: float = 10) -> dict:
-    """The object at `path` (e.g. "/routers/3") once its status is `want`, by the API's long-poll
-    (`?wait=`); fails with the object as it was when the wait ended."""
-    got = c.get(path, params={"wait": want, "timeout": timeout}, timeout=timeout + 5).json()
+    """The object at `path` (e.g. "/routers/3") once its status is `want` within `timeout`, by the
+    API's long-poll (`?wait=`, which also answers at an `error`: a passing one, e.g. a switch
+    reconnecting, is waited out); fails with the object as it was when the time ran out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(0.1, deadline - time.monotonic())
+        got = c.get(path, params={"wait": want, "timeout": round(left, 1)}, timeout=left + 5).json()
+        if got.get("status") == want or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     assert got.get("status") == want, got
     return got
 
