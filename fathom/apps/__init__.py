@@ -48,8 +48,7 @@ def _skeleton_touched(before: Snapshot, after: Snapshot):
 
 
 PIPELINE = App("pipeline", ck.APP_PIPELINE, {b: tuple(t.name for t in p.tables) for b, p in PIPELINES.items()},
-               _skeleton, touched=_skeleton_touched,
-               compile_owners=lambda _model, _owners: {})   # never asked: `touched` names no owner
+               _skeleton, touched=_skeleton_touched)
 
 
 def registry() -> tuple[App, ...]:
