@@ -586,7 +586,7 @@ class Reconciler:
                 write_statuses(session, write, node_states)
             self._store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
-        steps.done("write")
+        steps.done("statuses")
         self.board.publish(decided, ev.seq)
         steps.done("publish")
 
