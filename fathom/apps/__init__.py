@@ -37,8 +37,18 @@ def _skeleton(model: Snapshot) -> dict[SwitchKey, SwitchState]:
     return out
 
 
+def _switch_names(model: Snapshot) -> tuple:
+    fabric = model.fabric
+    return tuple(n.name for n in model.nodes), tuple(s.name for s in (fabric.switches if fabric else ()))
+
+
+def _skeleton_touched(before: Snapshot, after: Snapshot):
+    """The skeleton follows the set of switches only: compiled again (whole) when that changes."""
+    return "switches changed" if _switch_names(before) != _switch_names(after) else set()
+
+
 PIPELINE = App("pipeline", ck.APP_PIPELINE, {b: tuple(t.name for t in p.tables) for b, p in PIPELINES.items()},
-               _skeleton)
+               _skeleton, touched=_skeleton_touched)
 
 
 def registry() -> tuple[App, ...]:

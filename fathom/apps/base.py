@@ -29,11 +29,12 @@ class App:
     compile: Callable[[Snapshot], dict[SwitchKey, SwitchState]]
     # model, union of every app's `compile` -> more desired state (switches that follow others)
     derive: Callable[[Snapshot, Mapping[SwitchKey, SwitchState]], dict[SwitchKey, SwitchState]] | None = None
-    # Incremental compilation (optional, both or neither): `touched(before, after)` names the owners
-    # ((app, kind, object id) as in the cookies) whose flows may differ between two models, or says
-    # why it cannot tell (a str: the reason; then the app is compiled whole); `compile_owners(model,
-    # owners)` is the desired state of exactly those owners on every switch. An app without them is
-    # compiled whole on every pass (fathom.apps.compile_owners is the fallback: compile, then keep
-    # the owners' part).
+    # Incremental compilation (optional): `touched(before, after)` names the owners ((app, kind,
+    # object id) as in the cookies) whose flows may differ between two models, or says why it cannot
+    # tell (a str: the reason; then the app is compiled whole); `compile_owners(model, owners)` is
+    # the desired state of exactly those owners on every switch. An app without `touched` is
+    # compiled whole on every pass; one without `compile_owners` (whose owners rarely change, e.g.
+    # the pipeline skeleton) gets fathom.apps.compile_owners's fallback: compile, then keep the
+    # owners' part.
     touched: Callable[[Snapshot, Snapshot], "set[tuple[int, int, int]] | str"] | None = None
     compile_owners: Callable[[Snapshot, frozenset], dict[SwitchKey, SwitchState]] | None = None

@@ -53,17 +53,20 @@ class _NotifyingIdl(connection.OvsdbIdl):
     def __init__(self, remote, helper, on_change):
         super().__init__(remote, helper)
         self._on_change = on_change
+        self.generation = 0    # bumped by every round and change: NodeOvsdb.ofports keeps its reads by it
 
     def run(self):
         """One round of the IDL (ovsdbapp's thread); a lost or regained connection is a change of
         the node's setup: the reconciler marks the node or re-checks it at once."""
         was = self._session.is_connected()
         changed = super().run()
+        self.generation += 1   # whatever a read of the replica found during this round may be stale
         if self._session.is_connected() != was:
             self._tell("setup")
         return changed
 
     def _tell(self, what: str) -> None:
+        self.generation += 1
         try:
             self._on_change(what)
         except Exception:  # noqa: BLE001 - a listener's failure must not stop the IDL thread
@@ -81,6 +84,8 @@ class _NotifyingIdl(connection.OvsdbIdl):
             if event == "update":
                 return   # a port's interfaces come and go with their Interface rows
             what = "setup" if is_infrastructure_interface(getattr(row, "name", "")) else "ports"
+        elif table == "Bridge" and event == "update" and updates is not None and set(updates._data) <= {"ports"}:
+            what = "ports"   # a port added or removed: an infrastructure port's own row says "setup"
         else:
             what = "setup"
         self._tell(what)
@@ -107,6 +112,7 @@ class NodeOvsdb:
         # ovsdbapp keeps its connection on the API class: one subclass per node keeps them apart
         api_cls = type(f"OvsdbIdl_{name}", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self.api = api_cls(conn)
+        self._ofports: dict[str, tuple[int | None, dict[str, int]]] = {}   # bridge -> (IDL generation, ofports)
 
     def close(self):
         try:
@@ -118,9 +124,14 @@ class NodeOvsdb:
         return self.api.idl._session.is_connected()
 
     def ofports(self, bridge: str = "br-int") -> dict[str, int]:
-        """Interface name -> OpenFlow port number, for the interfaces of one bridge."""
-        out = {}
+        """Interface name -> OpenFlow port number, for the interfaces of one bridge. Kept until the
+        replica reports a change (reading IDL rows costs per interface, and every pass asks)."""
         idl = self.api.idl
+        generation = getattr(idl, "generation", None)
+        kept = self._ofports.get(bridge)
+        if kept is not None and generation is not None and kept[0] == generation:
+            return dict(kept[1])
+        out = {}
         for br in idl.tables["Bridge"].rows.values():
             if br.name != bridge:
                 continue
@@ -128,7 +139,8 @@ class NodeOvsdb:
                 for iface in port.interfaces:
                     if iface.ofport and iface.ofport[0] > 0:
                         out[iface.name] = iface.ofport[0]
-        return out
+        self._ofports[bridge] = (generation, out)
+        return dict(out)
 
     def ensure(self, node_id: int, tunnel_ip: str, controller: str, datapath_type: str | None = None) -> bool:
         """Make br-int ours: secure fail mode, our controller, tunnel and uplink ports, and br-int and

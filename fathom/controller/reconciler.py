@@ -46,7 +46,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, by_owner, compile_all, compile_owners, registry
 from fathom.apps.tenant.compiler import refused_ports
@@ -58,6 +58,7 @@ from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import owns_cookie, owns_id, parse_cookie
+from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store.changes import TableChanges
 from fathom.store.db import READ_ONLY
 from fathom.store.snapshot import StoreReader
@@ -138,6 +139,29 @@ def compile_switches(snapshot: Snapshot) -> tuple[dict[SwitchKey, SwitchState], 
     """The desired state of every switch compiled whole, and the ports refused."""
     snapshot, refused = without_refused(snapshot)
     return compile_all(snapshot), refused
+
+
+def compiles_the_same(before: Snapshot | None, after: Snapshot) -> bool:
+    """Whether the apps would compile `after` exactly as `before`: the same store parts (the very
+    objects: not read again), the same fabric, and the same nodes but for the port numbers of
+    interfaces no port names and that are not the fabric's own (a VIF plugged before its port
+    exists, or unplugged after it is gone). Such a pass compiles nothing."""
+    if before is None or len(before.nodes) != len(after.nodes):
+        return False
+    for f in fields(Snapshot):
+        if f.name not in ("nodes", "fabric", "derived") and getattr(before, f.name) is not getattr(after, f.name):
+            return False
+    if before.fabric != after.fabric:
+        return False
+    named = {(p.node, p.interface) for p in after.ports}
+    for b, a in zip(before.nodes, after.nodes):
+        if b.ofports is not a.ofports and b.ofports != a.ofports:
+            moved = {i for i in set(b.ofports) | set(a.ofports) if b.ofports.get(i) != a.ofports.get(i)}
+            if any(is_infrastructure_interface(i) or (a.name, i) in named for i in moved):
+                return False
+        if replace(b, ofports=a.ofports) != a:
+            return False
+    return True
 
 
 class IncrementalMismatch(AssertionError):
@@ -232,6 +256,19 @@ class _Part:
         return changed
 
 
+class _Steps:
+    """How long each step of a pass took (milliseconds in the pass's log line, seconds in health)."""
+
+    def __init__(self, started: float):
+        self.times: dict[str, float] = {}
+        self._last = started
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.times[step] = now - self._last
+        self._last = now
+
+
 @dataclass
 class _Events:
     """What happened since the last pass (taken at once by a pass, so nothing is lost)."""
@@ -240,6 +277,7 @@ class _Events:
     ports: set = field(default_factory=set)      # node names whose interfaces changed
     seq: int = 0                                 # API writes requested so far (status board)
     triggers: set = field(default_factory=set)
+    since: float | None = None                   # monotonic time of the first of these events
 
 
 class Reconciler:
@@ -273,6 +311,9 @@ class Reconciler:
         self.last = PassResult()
         self.passes = 0
         self.last_pass_seconds = 0.0
+        # step -> seconds: the last pass's steps (`steps_total`: summed over every pass), /v1/health
+        self.last_pass_steps: dict[str, float] = {}
+        self.steps_total: dict[str, float] = {}
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
         # What each switch holds after our last successful apply (the mirror): passes diff against
         # it instead of reading every flow back. Dropped on reconnect, failure, drift and audit.
@@ -300,6 +341,7 @@ class Reconciler:
         self.mismatches = 0                           # check_incremental failures (must stay 0)
         self.model_compiled: Snapshot | None = None   # the model the kept desired state was compiled from
         self._owners_at: dict[SwitchKey, set] = {}    # switch -> (kind, object id) it holds something of
+        self._needs_index: dict = {}                  # its reverse: (kind, object id) -> switches
         self._stored: dict = {}                       # statuses in the store, read with the model
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
         self._pool: ThreadPoolExecutor | None = None   # applies to several switches at once
@@ -321,6 +363,8 @@ class Reconciler:
             if ports:
                 ev.ports.add(ports)
             ev.triggers.add(trigger)
+            if ev.since is None:
+                ev.since = time.monotonic()
         self._wake.set()
 
     def wake(self, *_args) -> None:
@@ -458,21 +502,29 @@ class Reconciler:
         back and re-checks every bridge instead of trusting what we last loaded, applied and heard."""
         with self.lock:
             started = time.monotonic()
+            steps = _Steps(started)
             ev = self._take_events()
+            if ev.since is not None:
+                steps.times["wait"] = started - ev.since   # from the first event to the pass's start
             METRICS.passes.labels("audit" if audit else ",".join(sorted(ev.triggers)) or "sync").inc()
             if ev.store or audit or self.store_model is None:
                 self.store_model = self._read_store(whole=audit or self.store_model is None)
+            steps.done("read")
             result = PassResult()
             self._checked_all = audit or self.model is None
             self._setup_due = ev.setup
             snapshot = self._prepare(self.store_model, result)
+            steps.done("prepare")
             compiled, refused = without_refused(snapshot)
             changed = self._compile(compiled, full=audit)
+            steps.done("compile")
             result.desired = dict(self.desired)
             result.needs = self._needs(changed)
             for port_id, reason in refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
+            steps.done("needs")
             self._apply(snapshot, result, audit, changed)
+            steps.done("apply")
             self._ovsdb_lost_meanwhile(snapshot, result)
             for key, owners in self.refused_at.items():
                 if key in result.desired:
@@ -486,11 +538,18 @@ class Reconciler:
                     ext.after_pass(self, snapshot, result)
                 except Exception:  # noqa: BLE001 - one extension must not break the pass
                     LOG.exception("extension %s failed", type(ext).__name__)
-            self._write_statuses(snapshot, result, ev)
+            steps.done("agents")
+            self._write_statuses(snapshot, result, ev, steps)
             self.model = snapshot
             self.last = result
             self.passes += 1
             self.last_pass_seconds = time.monotonic() - started
+            self.last_pass_steps = steps.times
+            for name, seconds in steps.times.items():
+                self.steps_total[name] = self.steps_total.get(name, 0.0) + seconds
+            LOG.info("pass %d (%s): %.1f ms, %d switches changed; %s", self.passes,
+                     "audit" if audit else ",".join(sorted(ev.triggers)), 1000 * self.last_pass_seconds,
+                     len(changed), ", ".join(f"{k} {1000 * v:.1f}" for k, v in steps.times.items()))
             return result
 
     def _read_store(self, whole: bool) -> Snapshot:
@@ -509,10 +568,11 @@ class Reconciler:
         self._stored = stored
         return model
 
-    def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events) -> None:
+    def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events, steps: "_Steps") -> None:
         """Write the statuses that differ from the store's, then publish them on the board."""
         decided = status.decide(snapshot, result)
         states = status.node_states(result)
+        steps.done("decide")
         if ev.store:
             stored = self._stored       # as read with the model: an API write may have reset some
         else:
@@ -526,7 +586,9 @@ class Reconciler:
                 write_statuses(session, write, node_states)
             self._store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
+        steps.done("statuses")
         self.board.publish(decided, ev.seq)
+        steps.done("publish")
 
     def _prepare(self, snapshot: Snapshot, result: PassResult) -> Snapshot:
         """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
@@ -575,6 +637,10 @@ class Reconciler:
     def _compile(self, model: Snapshot, full: bool) -> set[SwitchKey]:
         """Bring the kept desired state up to `model`; returns the switches whose state changed."""
         before = self.model_compiled if not full else None
+        if before is not None and self.parts and compiles_the_same(before, model):
+            if self.check_incremental:
+                self.assert_incremental(model)
+            return set()
         changed: set[SwitchKey] = set()
         apps = registry()
         for app in apps:
@@ -630,15 +696,17 @@ class Reconciler:
     def _needs(self, changed: set[SwitchKey]) -> dict:
         """(kind, object id) -> switches holding something of it, kept per switch and redone only
         for the switches whose desired state changed."""
-        cache = self._owners_at
+        cache, needs = self._owners_at, self._needs_index
         for key in changed | (set(cache) ^ set(self.desired)):
-            if key in self.desired:
-                cache[key] = self._switch_owners(key)
-            else:
-                cache.pop(key, None)
-        needs: dict = {}
-        for key, owners in cache.items():
-            for o in owners:
+            old = cache.pop(key, set())
+            new = self._switch_owners(key) if key in self.desired else set()
+            if new:
+                cache[key] = new
+            for o in old - new:
+                needs[o].discard(key)
+                if not needs[o]:
+                    del needs[o]
+            for o in new - old:
                 needs.setdefault(o, set()).add(key)
         return needs
 

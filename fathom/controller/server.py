@@ -70,6 +70,8 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
     def health():
         return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.switches.app.datapaths],
                 "last_pass_seconds": round(reconciler.last_pass_seconds, 6),
+                "last_pass_steps": {k: round(v, 6) for k, v in reconciler.last_pass_steps.items()},
+                "pass_steps_total": {k: round(v, 6) for k, v in reconciler.steps_total.items()},
                 "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
                 "incremental_mismatches": reconciler.mismatches}
 

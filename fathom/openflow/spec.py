@@ -342,6 +342,14 @@ class FlowSpec:
             if isinstance(a, Meter) and i != 0:
                 raise ValueError("a meter must be the first element of a flow's actions")
 
+    def __hash__(self) -> int:
+        # Flows live in large sets that every pass unions and compares: hashed once (a spec never changes)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.table, self.priority, self.match, self.actions, self.cookie))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def key(self) -> tuple:
         """What identifies a flow entry in a switch: (table, priority, match)."""
@@ -399,6 +407,13 @@ class GroupSpec:
         for bucket in self.buckets:
             if any(isinstance(a, GotoTable) for a in bucket):
                 raise ValueError("a group bucket cannot hold goto_table (use Resubmit)")
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")   # hashed once, as FlowSpec (the cookie takes no part)
+        if h is None:
+            h = hash((self.group_id, self.type, self.buckets))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def to_ofctl(self) -> str:
         parts = [f"group_id={self.group_id}", f"type={self.type}"]

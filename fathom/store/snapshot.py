@@ -139,16 +139,21 @@ def _subnets(session, seen, _parts) -> dict:
 def _ports(session, seen, parts) -> dict:
     node_names = parts["nodes"]["names"]
     allocations: dict[int, list[FixedIp]] = {}
-    for a in session.scalars(select(m.IpAllocation).order_by(m.IpAllocation.id)):
-        allocations.setdefault(a.port_id, []).append(FixedIp(a.subnet_id, a.ip_address))
+    # plain rows, not ORM objects: every port is read again after each port change
+    a = m.IpAllocation
+    for port_id, subnet_id, address in session.execute(select(a.port_id, a.subnet_id, a.ip_address).order_by(a.id)):
+        allocations.setdefault(port_id, []).append(FixedIp(subnet_id, address))
     memberships: dict[int, list[int]] = {}
-    for link in session.scalars(select(m.PortSecurityGroup).order_by(m.PortSecurityGroup.port_id,
-                                                                     m.PortSecurityGroup.group_id)):
-        memberships.setdefault(link.port_id, []).append(link.group_id)
+    sg = m.PortSecurityGroup
+    for port_id, group_id in session.execute(select(sg.port_id, sg.group_id).order_by(sg.port_id, sg.group_id)):
+        memberships.setdefault(port_id, []).append(group_id)
     ports, interfaces, address_ports = [], [], {}
     address_port_ids = set(session.scalars(select(RouterGatewayRow.address_port_id))) | \
         set(session.scalars(select(FloatingIpRow.address_port_id)))
-    for p in session.scalars(select(m.Port).order_by(m.Port.id)):
+    t = m.Port
+    for p in session.execute(select(t.id, t.name, t.project_id, t.network_id, t.mac_address, t.node_id,
+                                    t.interface_name, t.port_security, t.router_id, t.status,
+                                    t.status_reason).order_by(t.id)):
         fixed = tuple(allocations.get(p.id, ()))
         seen[("router_interface" if p.router_id is not None else "port", p.id)] = (p.status, p.status_reason)
         if p.id in address_port_ids:   # holds a router gateway's or floating IP's address: not a workload

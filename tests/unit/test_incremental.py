@@ -112,6 +112,21 @@ def test_a_port_is_down_until_its_vif_is_plugged_then_active(cloud):
                 if f.cookie == ck.cookie(ck.APP_TENANT, ck.KIND_PORT, p["id"]) and f.table == 0]
 
 
+def test_a_vif_plugged_before_its_port_exists_compiles_nothing_then_its_port_is_active(cloud):
+    """OpenStack's other order (the VIF first): an interface no port names changes no flow, so its
+    pass compiles and sends nothing; the port created afterwards is active at once."""
+    desired = dict(cloud.rec.desired)
+    compiled = METRICS.incremental.labels("tenant")._value.get()
+    plug(cloud, "compute1", "early1", 31)
+    cloud.rec.run_pass(audit=False)
+    assert METRICS.incremental.labels("tenant")._value.get() == compiled
+    assert cloud.rec.desired == desired and cloud.rec.model.nodes != cloud.rec.model_compiled.nodes
+    p = new_port(cloud, "early1", "compute1")
+    cloud.rec.run_pass(audit=False)
+    assert status(cloud, p["id"]) == ("active", None)
+    assert cloud.rec.desired != desired and in_sync(cloud)
+
+
 def test_long_poll_answers_when_the_status_is_reached_not_before(cloud):
     http = cloud.client
     p = new_port(cloud, "vm5", "compute1")
