@@ -7,6 +7,7 @@ concurrent writers.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import secrets
 import threading
@@ -14,7 +15,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
-from sqlalchemy import delete, event, false, func, literal, null, select, text
+from sqlalchemy import bindparam, delete, event, false, func, null, select, text
 from sqlalchemy.orm import Session, aliased
 
 from fathom.pipeline.infrastructure import is_infrastructure_interface
@@ -421,42 +422,50 @@ def _port_context(session: Session, caller: Caller, network_id: int, project_id:
                   external_id: str | None) -> _PortContext:
     """Everything a new port's checks read, in one query: the network and its subnets (in id order),
     the node named, whether the interface, the MAC or the external id is taken, and the port's
-    project's default security group (left in the session: `session.get` finds it without a query).
-
-    One row per subnet (one row with none): a LEFT JOIN of the network's subnets, the node and the
-    default group, the "taken" checks as scalar subqueries. Nothing is decided here: create_port
-    raises the errors in its own order (so a member naming a node is told it may not, not whether
-    the node exists)."""
+    project's default security group (kept in the session: `session.get` finds it without a query).
+    Nothing is decided here: create_port raises the errors in its own order (so a member naming a
+    node is told it may not, not whether the node exists)."""
     if not valid_id(network_id):
         return _PortContext(None, [], None, False, False, False)
-    other = aliased(m.Port)
-    bound_node = aliased(m.Node)
-
-    def taken(*where) -> object:
-        return select(other.id).where(*where).limit(1).scalar_subquery()
     # the port's project as _owner decides it: the one asked for, else the network's for an admin
     # (resolved in the query), else the caller's
     project = project_id if project_id is not None else (None if caller.admin else caller.project)
-    columns = [m.Network, m.Subnet, m.Node, m.DefaultSecurityGroup,
-               taken(other.node_id == bound_node.id, bound_node.name == node,
-                     other.interface_name == interface_name).correlate_except(other, bound_node)
-               if node is not None and interface_name is not None else null(),
-               taken(other.network_id == network_id, other.mac_address == mac_address)
-               if mac_address is not None else null(),
-               taken(other.external_id == external_id) if external_id is not None else null()]
-    query = (select(*columns).select_from(m.Network)
-             .outerjoin(m.Subnet, m.Subnet.network_id == m.Network.id)
-             .outerjoin(m.Node, m.Node.name == node if node is not None else false())
-             .outerjoin(m.DefaultSecurityGroup, m.DefaultSecurityGroup.project_id ==
-                        (literal(project) if project is not None else m.Network.project_id))
-             .where(m.Network.id == network_id).order_by(m.Subnet.id))
-    rows = session.execute(query).all()
+    query = _port_context_query(node is not None, interface_name is not None, mac_address is not None,
+                                external_id is not None, project is not None)
+    rows = session.execute(query, {"network_id": network_id, "project": project, "node": node,
+                                   "interface_name": interface_name, "mac_address": mac_address,
+                                   "external_id": external_id}).all()
     if not rows:
         return _PortContext(None, [], None, False, False, False)
     first = rows[0]
     keep(session, first[3])
     return _PortContext(first[0], [r[1] for r in rows if r[1] is not None], first[2],
                         first[4] is not None, first[5] is not None, first[6] is not None)
+
+
+@functools.cache
+def _port_context_query(node: bool, interface: bool, mac: bool, external_id: bool, project: bool):
+    """The query of _port_context for the parameters given (built once per shape: building and
+    caching a statement costs more than running it). One row per subnet (one row with none): the
+    network LEFT JOIN its subnets, the node and the default group; the "taken" checks as scalar
+    subqueries."""
+    other, bound_node = aliased(m.Port), aliased(m.Node)
+
+    def taken(*where):
+        return select(other.id).where(*where).limit(1).scalar_subquery()
+    checks = [
+        taken(other.node_id == bound_node.id, bound_node.name == bindparam("node"),
+              other.interface_name == bindparam("interface_name")).correlate_except(other, bound_node)
+        if node and interface else null(),
+        taken(other.network_id == bindparam("network_id"), other.mac_address == bindparam("mac_address"))
+        if mac else null(),
+        taken(other.external_id == bindparam("external_id")) if external_id else null()]
+    return (select(m.Network, m.Subnet, m.Node, m.DefaultSecurityGroup, *checks).select_from(m.Network)
+            .outerjoin(m.Subnet, m.Subnet.network_id == m.Network.id)
+            .outerjoin(m.Node, m.Node.name == bindparam("node") if node else false())
+            .outerjoin(m.DefaultSecurityGroup, m.DefaultSecurityGroup.project_id ==
+                       (bindparam("project") if project else m.Network.project_id))
+            .where(m.Network.id == bindparam("network_id")).order_by(m.Subnet.id))
 
 
 def _allocate_mac(session: Session, network_id: int) -> str:
