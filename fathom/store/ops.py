@@ -611,7 +611,7 @@ def _reservations_of(session: Session) -> _Reservations:
 
 @event.listens_for(Session, "after_commit")
 def _release_committed(session: Session) -> None:
-    if RESERVED in session.info:
+    if RESERVED in session.info and not session.in_nested_transaction():   # a savepoint is no commit
         _reservations_of(session).release(session.info.pop(RESERVED), committed=True)
 
 
