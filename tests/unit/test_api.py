@@ -457,6 +457,32 @@ def test_an_address_committed_while_another_allocation_reads_is_not_taken_twice(
     engine.dispose()
 
 
+def test_a_pooled_connection_the_server_dropped_is_replaced_before_use(postgres, monkeypatch):
+    """The pool checks a connection idle for longer than PING_IDLE_SECONDS before lending it: one
+    whose server process is gone (a restart, an idle timeout) is replaced, the request never sees it."""
+    import time
+    from sqlalchemy import text
+    from fathom.store import db
+    monkeypatch.setattr(db, "PING_IDLE_SECONDS", 0.2)
+    engine = db.open_store(postgres.new_database())
+    try:
+        with engine.connect() as c:
+            first = c.execute(text("SELECT pg_backend_pid()")).scalar()
+        with engine.connect() as c:   # used just now: lent as it is
+            assert c.execute(text("SELECT pg_backend_pid()")).scalar() == first
+        dead = engine.connect()
+        with engine.connect() as killer:   # a second connection ends the pooled one's server process
+            pid = dead.execute(text("SELECT pg_backend_pid()")).scalar()
+            dead.close()
+            killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        time.sleep(0.3)
+        with engine.connect() as a, engine.connect() as b:   # both pooled connections lent: both work
+            assert {a.execute(text("SELECT pg_backend_pid()")).scalar(),
+                    b.execute(text("SELECT pg_backend_pid()")).scalar()}.isdisjoint({pid})
+    finally:
+        engine.dispose()
+
+
 def test_concurrent_network_creation_allocates_distinct_segments(api):
     import threading
 
