@@ -6,11 +6,13 @@ SQLite leaves off by default.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -50,7 +52,31 @@ def make_engine(url: str) -> Engine:
             else:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+
+    # A pooled connection is checked (one round trip) before use only if it has been idle for
+    # PING_IDLE_SECONDS: one dropped by the server (restart, idle timeout) is then replaced before a
+    # request uses it, while a busy API does not pay a round trip per transaction for it.
+    @event.listens_for(engine, "connect")
+    def _fresh(_dbapi_connection, record):
+        record.info[_LAST_USED] = time.monotonic()
+
+    @event.listens_for(engine, "checkin")
+    def _used(_dbapi_connection, record):
+        record.info[_LAST_USED] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection, record, _proxy):
+        if time.monotonic() - record.info.get(_LAST_USED, 0.0) > PING_IDLE_SECONDS:
+            try:
+                engine.dialect.do_ping(dbapi_connection)
+            except Exception as e:   # the pool replaces the connection and checks out another
+                raise DisconnectionError(f"stale pooled connection: {e}") from e
+    return engine
+
+
+PING_IDLE_SECONDS = 1.0
+_LAST_USED = "fathom_last_used"
 
 
 def _in_memory(url: str) -> bool:

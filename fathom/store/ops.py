@@ -7,6 +7,7 @@ concurrent writers.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import secrets
 import threading
@@ -14,8 +15,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
-from sqlalchemy import delete, event, func, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy import bindparam, delete, event, false, func, null, select, text
+from sqlalchemy.orm import Session, aliased
 
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store import fabric
@@ -66,6 +67,12 @@ def _visible(caller: Caller, obj) -> bool:
 MAX_ID = 2 ** 31 - 1
 # Pagination of every list: `limit` at most MAX_LIMIT (also the default), `marker` = the last id seen.
 MAX_LIMIT = 1000
+
+
+def keep(session: Session, *objects) -> None:
+    """Hold `objects` for as long as the session: `session.get` then finds them without a query
+    (the session's identity map alone holds unchanged objects weakly)."""
+    session.info.setdefault("fathom_kept", []).extend(o for o in objects if o is not None)
 
 
 def valid_id(object_id: int | None) -> bool:
@@ -359,21 +366,29 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                 router_id: int | None = None, external_id: str | None = None) -> m.Port:
     """`fixed_ips`: [{"subnet_id": int?, "ip_address": IPv4Address?}]; None = one from the first
     subnet, [] = none. `router_id` is for router interfaces (see add_router_interface)."""
-    network = get(session, caller, m.Network, network_id, "network_id")
+    found = _port_context(session, caller, network_id, project_id, mac_address, node, interface_name, external_id)
+    network = found.network
+    if network is None or not _visible(caller, network):
+        raise NotFound(f"network {network_id} does not exist", "network_id")
     project = _owner(caller, project_id, network)
     # No lock: concurrent creations in one network take different addresses (`_allocate_ip`
     # reserves what it hands out until the transaction ends); the unique constraints are the
     # backstop (another process), and fathom.api.deps.Store.write runs such a request again.
     if mac_address is None:
         mac_address = _allocate_mac(session, network.id)
-    elif _mac_used(session, network.id, mac_address):
+    elif found.mac_used:
         raise Conflict(f"MAC {mac_address} is in use in network {network.id}", "mac_address")
     check_binding(caller, node, interface_name)
-    external_id = _external_id(session, caller, m.Port, external_id)
-    node_row = node_by_name(session, node) if node is not None else None
-    if node_row is not None and interface_name is not None:
-        _check_interface_free(session, node_row, interface_name, None)
-    subnets = subnets_of(session, network.id) if fixed_ips != [] else []
+    if external_id is not None:
+        if not caller.may_bind:
+            raise Forbidden("only an admin or the service identity can set external_id", "external_id")
+        if found.external_id_used:
+            raise Conflict(f"external_id {external_id} is in use", "external_id")
+    if node is not None and found.node is None:
+        raise NotFound(f"node {node!r} does not exist", "node")
+    if found.interface_used:
+        raise Conflict(f"interface {interface_name!r} on node {node!r} is bound to another port", "interface_name")
+    subnets = found.subnets if fixed_ips != [] else []
     if fixed_ips is None:
         fixed_ips = [{"subnet_id": subnets[0].id}] if subnets else []
     chosen: list[tuple[m.Subnet, ipaddress.IPv4Address]] = []
@@ -382,7 +397,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                                  gateway_allowed=router_id is not None, taken={str(ip) for _, ip in chosen}))
     # one flush: the port and its addresses in one go
     port = m.Port(name=name, network_id=network.id, mac_address=mac_address,
-                  node=node_row, interface_name=interface_name,
+                  node=found.node, interface_name=interface_name,
                   port_security=port_security, router_id=router_id, project_id=project,
                   status="pending", external_id=external_id,
                   fixed_ips=[m.IpAllocation(subnet_id=subnet.id, network_id=network.id, ip_address=str(ip))
@@ -392,9 +407,65 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     return port
 
 
-def _mac_used(session: Session, network_id: int, mac: str) -> bool:
-    return session.scalar(select(m.Port.id).where(
-        m.Port.network_id == network_id, m.Port.mac_address == mac)) is not None
+@dataclass
+class _PortContext:
+    network: m.Network | None
+    subnets: list[m.Subnet]
+    node: m.Node | None
+    interface_used: bool
+    mac_used: bool
+    external_id_used: bool
+
+
+def _port_context(session: Session, caller: Caller, network_id: int, project_id: str | None,
+                  mac_address: str | None, node: str | None, interface_name: str | None,
+                  external_id: str | None) -> _PortContext:
+    """Everything a new port's checks read, in one query: the network and its subnets (in id order),
+    the node named, whether the interface, the MAC or the external id is taken, and the port's
+    project's default security group (kept in the session: `session.get` finds it without a query).
+    Nothing is decided here: create_port raises the errors in its own order (so a member naming a
+    node is told it may not, not whether the node exists)."""
+    if not valid_id(network_id):
+        return _PortContext(None, [], None, False, False, False)
+    # the port's project as _owner decides it: the one asked for, else the network's for an admin
+    # (resolved in the query), else the caller's
+    project = project_id if project_id is not None else (None if caller.admin else caller.project)
+    query = _port_context_query(node is not None, interface_name is not None, mac_address is not None,
+                                external_id is not None, project is not None)
+    rows = session.execute(query, {"network_id": network_id, "project": project, "node": node,
+                                   "interface_name": interface_name, "mac_address": mac_address,
+                                   "external_id": external_id}).all()
+    if not rows:
+        return _PortContext(None, [], None, False, False, False)
+    first = rows[0]
+    keep(session, first[3])
+    return _PortContext(first[0], [r[1] for r in rows if r[1] is not None], first[2],
+                        first[4] is not None, first[5] is not None, first[6] is not None)
+
+
+@functools.cache
+def _port_context_query(node: bool, interface: bool, mac: bool, external_id: bool, project: bool):
+    """The query of _port_context for the parameters given (built once per shape: building and
+    caching a statement costs more than running it). One row per subnet (one row with none): the
+    network LEFT JOIN its subnets, the node and the default group; the "taken" checks as scalar
+    subqueries."""
+    other, bound_node = aliased(m.Port), aliased(m.Node)
+
+    def taken(*where):
+        return select(other.id).where(*where).limit(1).scalar_subquery()
+    checks = [
+        taken(other.node_id == bound_node.id, bound_node.name == bindparam("node"),
+              other.interface_name == bindparam("interface_name")).correlate_except(other, bound_node)
+        if node and interface else null(),
+        taken(other.network_id == bindparam("network_id"), other.mac_address == bindparam("mac_address"))
+        if mac else null(),
+        taken(other.external_id == bindparam("external_id")) if external_id else null()]
+    return (select(m.Network, m.Subnet, m.Node, m.DefaultSecurityGroup, *checks).select_from(m.Network)
+            .outerjoin(m.Subnet, m.Subnet.network_id == m.Network.id)
+            .outerjoin(m.Node, m.Node.name == bindparam("node") if node else false())
+            .outerjoin(m.DefaultSecurityGroup, m.DefaultSecurityGroup.project_id ==
+                       (bindparam("project") if project else m.Network.project_id))
+            .where(m.Network.id == bindparam("network_id")).order_by(m.Subnet.id))
 
 
 def _allocate_mac(session: Session, network_id: int) -> str:
@@ -465,12 +536,67 @@ def _choose_ip(session: Session, network: m.Network, subnets: list[m.Subnet], re
 _free_from: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 ALLOCATION_WINDOW = 32   # candidates checked per query
 
-# Addresses handed out by transactions of this process that have not ended yet, per engine and
-# network: a concurrent allocation skips them instead of waiting for those transactions (they are
-# invisible to it until they commit). Released when the transaction ends (committed: the store has
-# them; rolled back: free again).
-_in_flight: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_in_flight_lock = threading.Lock()
+class _Reservations:
+    """Addresses handed out by this process's transactions, per network (one instance per engine).
+
+    An address chosen is held until its transaction ends: a concurrent allocation skips it instead
+    of waiting for that transaction (its row is invisible until the commit). A committed address
+    stays skipped by the allocations whose query started before that commit (they may not have
+    seen it), and is forgotten once none of those is left; a rolled-back one is free at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, set[str]] = {}                  # network -> addresses of open transactions
+        self._committed: dict[int, dict[str, int]] = {}       # network -> address -> commit number
+        self._commits = 0
+        self._running: dict[object, int] = {}                 # allocation -> commits seen at its start
+
+    def start(self, allocation: object) -> None:
+        """Call before the query that reads which addresses are taken."""
+        with self._lock:
+            self._running[allocation] = self._commits
+
+    def reserve(self, allocation: object, network_id: int, address: str) -> bool:
+        with self._lock:
+            seen = self._running[allocation]
+            if address in self._held.get(network_id, ()) or \
+                    self._committed.get(network_id, {}).get(address, -1) > seen:
+                return False
+            self._held.setdefault(network_id, set()).add(address)
+            return True
+
+    def finish(self, allocation: object) -> None:
+        with self._lock:
+            self._running.pop(allocation, None)
+            self._prune()
+
+    def release(self, held: list[tuple[int, str]], committed: bool) -> None:
+        with self._lock:
+            if committed:
+                self._commits += 1
+            for network_id, address in held:
+                addresses = self._held.get(network_id)
+                if addresses is not None:
+                    addresses.discard(address)
+                    if not addresses:
+                        del self._held[network_id]
+                if committed:
+                    self._committed.setdefault(network_id, {})[address] = self._commits
+            self._prune()
+
+    def _prune(self) -> None:
+        oldest = min(self._running.values(), default=self._commits)
+        for network_id in list(self._committed):
+            kept = {a: n for a, n in self._committed[network_id].items() if n > oldest}
+            if kept:
+                self._committed[network_id] = kept
+            else:
+                del self._committed[network_id]
+
+
+_reservations: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # engine -> _Reservations
+_reservations_lock = threading.Lock()
 RESERVED = "fathom_reserved_addresses"   # session.info key: [(network id, address)] of this transaction
 
 
@@ -478,30 +604,21 @@ def _hints(session: Session) -> dict[int, int]:
     return _free_from.setdefault(session.get_bind(), {})
 
 
-def _reserve(session: Session, network_id: int, address: str) -> bool:
-    """Reserve `address` of the network for this transaction; False if another one of this process has it."""
-    with _in_flight_lock:
-        taken = _in_flight.setdefault(session.get_bind(), {}).setdefault(network_id, set())
-        if address in taken:
-            return False
-        taken.add(address)
-    session.info.setdefault(RESERVED, []).append((network_id, address))
-    return True
+def _reservations_of(session: Session) -> _Reservations:
+    with _reservations_lock:
+        return _reservations.setdefault(session.get_bind(), _Reservations())
+
+
+@event.listens_for(Session, "after_commit")
+def _release_committed(session: Session) -> None:
+    if RESERVED in session.info and not session.in_nested_transaction():   # a savepoint is no commit
+        _reservations_of(session).release(session.info.pop(RESERVED), committed=True)
 
 
 @event.listens_for(Session, "after_transaction_end")
 def _release(session: Session, transaction) -> None:
-    if transaction.parent is not None or RESERVED not in session.info:
-        return
-    held = session.info.pop(RESERVED)
-    with _in_flight_lock:
-        networks = _in_flight.get(session.get_bind(), {})
-        for network_id, address in held:
-            taken = networks.get(network_id)
-            if taken is not None:
-                taken.discard(address)
-                if not taken:
-                    del networks[network_id]
+    if transaction.parent is None and RESERVED in session.info:   # rolled back: free again
+        _reservations_of(session).release(session.info.pop(RESERVED), committed=False)
 
 
 def _freed(session: Session, allocations) -> None:
@@ -521,17 +638,23 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
     first, last = int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
     hints = _hints(session)
     start = first + hints.get(subnet.id, 0)
-    for low in range(start, last + 1, ALLOCATION_WINDOW):
-        window = [str(ipaddress.IPv4Address(a)) for a in range(low, min(low + ALLOCATION_WINDOW, last + 1))]
-        used = set(session.scalars(select(m.IpAllocation.ip_address).where(
-            m.IpAllocation.network_id == network.id, m.IpAllocation.ip_address.in_(window)))) | taken
-        if subnet.gateway_ip:
-            used.add(subnet.gateway_ip)
-        for candidate in window:
-            if candidate not in used and _reserve(session, network.id, candidate):
-                host = ipaddress.IPv4Address(candidate)
-                hints[subnet.id] = int(host) - first
-                return host
+    reservations, allocation = _reservations_of(session), object()
+    try:
+        for low in range(start, last + 1, ALLOCATION_WINDOW):
+            window = [str(ipaddress.IPv4Address(a)) for a in range(low, min(low + ALLOCATION_WINDOW, last + 1))]
+            reservations.start(allocation)
+            used = set(session.scalars(select(m.IpAllocation.ip_address).where(
+                m.IpAllocation.network_id == network.id, m.IpAllocation.ip_address.in_(window)))) | taken
+            if subnet.gateway_ip:
+                used.add(subnet.gateway_ip)
+            for candidate in window:
+                if candidate not in used and reservations.reserve(allocation, network.id, candidate):
+                    session.info.setdefault(RESERVED, []).append((network.id, candidate))
+                    host = ipaddress.IPv4Address(candidate)
+                    hints[subnet.id] = int(host) - first
+                    return host
+    finally:
+        reservations.finish(allocation)
     if start > first:   # the hint was stale (addresses freed elsewhere): search the whole subnet once
         hints[subnet.id] = 0
         return _allocate_ip(session, network, subnet, field, taken)

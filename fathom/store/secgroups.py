@@ -15,7 +15,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.store.ops import LOCK_DEFAULT_GROUP, Caller, _external_id, _owner, _serialise, valid_id
+from fathom.store.ops import LOCK_DEFAULT_GROUP, Caller, _external_id, _owner, _serialise, keep, valid_id
 
 DIRECTIONS = ("ingress", "egress")
 ETHERTYPES = ("IPv4", "IPv6")
@@ -278,6 +278,9 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
     if len(group_ids) > MAX_GROUPS_PER_PORT:
         raise Invalid(f"a port has at most {MAX_GROUPS_PER_PORT} security groups", "security_groups")
     wanted = []
+    # one query for them all; session.get then finds each in the session
+    keep(session, *session.scalars(select(m.SecurityGroup).where(
+        m.SecurityGroup.id.in_([g for g in group_ids if valid_id(g)]))))
     for i, gid in enumerate(group_ids):
         group = session.get(m.SecurityGroup, gid) if valid_id(gid) else None
         if group is None or group.project_id != port.project_id:

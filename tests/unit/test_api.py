@@ -425,6 +425,64 @@ def test_concurrent_writers_and_readers(api):
     assert sorted(ips, key=lambda a: int(a.split(".")[-1])) == [f"10.0.0.{i}" for i in range(2, 34)]
 
 
+def test_an_address_committed_while_another_allocation_reads_is_not_taken_twice(postgres):
+    """Two creations in one network: B reads which addresses are taken while A's port (.2) is not
+    committed yet, then A commits before B picks. B must not pick .2 (its read did not see A's row,
+    and A no longer holds it): it takes .3, with no unique-constraint failure. PostgreSQL only:
+    SQLite serialises writers, B could not begin while A's transaction is open."""
+    from sqlalchemy import event
+    from fathom.store import ops
+    api = Client(postgres.new_database())
+    net, _ = api.network()
+    engine = api.app.state.engine
+    admin = ops.Caller()
+    a, b = Session(engine), Session(engine)
+    a.begin()
+    assert str(ops.create_port(a, admin, network_id=net["id"]).fixed_ips[0].ip_address) == "10.0.0.2"
+
+    def commit_a_after_bs_read(_conn, _cursor, statement, *_):
+        if "ip_allocations.ip_address" in statement and a.in_transaction():
+            a.commit()
+
+    event.listen(engine, "after_cursor_execute", commit_a_after_bs_read)
+    try:
+        with b.begin():
+            port = ops.create_port(b, admin, network_id=net["id"])
+            assert port.fixed_ips[0].ip_address == "10.0.0.3"
+    finally:
+        event.remove(engine, "after_cursor_execute", commit_a_after_bs_read)
+        a.close()
+        b.close()
+    assert sorted(p["fixed_ips"][0]["ip_address"] for p in api.get("/ports")) == ["10.0.0.2", "10.0.0.3"]
+    engine.dispose()
+
+
+def test_a_pooled_connection_the_server_dropped_is_replaced_before_use(postgres, monkeypatch):
+    """The pool checks a connection idle for longer than PING_IDLE_SECONDS before lending it: one
+    whose server process is gone (a restart, an idle timeout) is replaced, the request never sees it."""
+    import time
+    from sqlalchemy import text
+    from fathom.store import db
+    monkeypatch.setattr(db, "PING_IDLE_SECONDS", 0.2)
+    engine = db.open_store(postgres.new_database())
+    try:
+        with engine.connect() as c:
+            first = c.execute(text("SELECT pg_backend_pid()")).scalar()
+        with engine.connect() as c:   # used just now: lent as it is
+            assert c.execute(text("SELECT pg_backend_pid()")).scalar() == first
+        dead = engine.connect()
+        with engine.connect() as killer:   # a second connection ends the pooled one's server process
+            pid = dead.execute(text("SELECT pg_backend_pid()")).scalar()
+            dead.close()
+            killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        time.sleep(0.3)
+        with engine.connect() as a, engine.connect() as b:   # both pooled connections lent: both work
+            assert {a.execute(text("SELECT pg_backend_pid()")).scalar(),
+                    b.execute(text("SELECT pg_backend_pid()")).scalar()}.isdisjoint({pid})
+    finally:
+        engine.dispose()
+
+
 def test_concurrent_network_creation_allocates_distinct_segments(api):
     import threading
 
