@@ -209,6 +209,45 @@ def test_monitor_sees_exactly_what_the_receiver_sees(lab, tap, tmp_path, receive
              and s["delivered_packets"] >= len(got), 5, "the policy's counters")
 
 
+@pytest.mark.parametrize("receiver,monitor", [("vm2", "mon1"), ("vm2", "mon2"), ("vm3", "mon1")],
+                         ids=["same-node", "monitor-remote", "receiver-remote"])
+def test_any_sender_monitor_sees_exactly_what_the_port_receives(lab, tap, tmp_path, receiver, monitor):
+    """Sender "*" (TaaS IN): the copies are what the receiver gets from two senders, one on each node
+    (so some frames come out of the tunnel and their copies go back into it), and nothing it sends."""
+    t = tap.create(sender="*", receiver=receiver, monitor=monitor)
+    assert t["sender"]["mac"] == "*"
+    tap.realised(t["id"])
+    senders = [vm for vm in ("vm1", "vm2", "vm3") if vm != receiver]
+    with captures(lab, tmp_path, [receiver, monitor]) as pcap:
+        for src in senders:
+            traffic(lab, src, receiver)
+    got = frames(pcap[receiver], dst=receiver)
+    copies = frames(pcap[monitor])
+    assert all(len(frames(pcap[receiver], src=s, dst=receiver)) > 100 for s in senders)   # TCP + UDP + ICMP each
+    missing = [i for i, f in enumerate(got) if f not in copies]
+    extra = [i for i, f in enumerate(copies) if f not in got]
+    assert (len(copies), missing, extra) == (len(got), [], [])
+    assert_same_per_flow(copies, got)
+    stats = wait_for(lambda: (s := tap.stats(t["id"]))["copies_packets"] >= len(got)
+                     and s["delivered_packets"] >= len(got) and s, 5, "the policy's counters")
+    assert any("receiver edge" in n["roles"] for n in stats["nodes"]), stats
+
+
+def test_tapped_at_both_ends_one_copy_per_policy(lab, tap, tmp_path):
+    """vm1 tapped OUT and vm2 tapped IN, one monitor: each vm1 -> vm2 packet reaches it twice (once per
+    policy, told apart on the underlay by their markers); vm2's replies once (vm2 -> vm1 is not tapped)."""
+    out = tap.create(sender="vm1", receiver="*", monitor="mon2")
+    into = tap.create(sender="*", receiver="vm2", monitor="mon2")
+    tap.realised(out["id"])
+    tap.realised(into["id"])
+    with captures(lab, tmp_path, ["vm2", "mon2"], bpf="icmp") as pcap:
+        sh(lab, "vm1", "ping", "-c", "4", "-i", "0.2", IP["vm2"])
+    requests = frames(pcap["vm2"], src="vm1", dst="vm2")
+    assert len(requests) == 4
+    copies = frames(pcap["mon2"])
+    assert sorted(copies) == sorted(requests * 2)
+
+
 def test_copies_cross_the_underlay_with_the_policy_marker(lab, tap, tmp_path):
     t = tap.create(sender="vm1", receiver="vm2", monitor="mon2")
     tap.realised(t["id"])
