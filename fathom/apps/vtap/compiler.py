@@ -203,7 +203,8 @@ def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoi
             buckets.pop()
             continue
         send = (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip))
-        flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk}, meter + send + (Output(tunnel),), c))
+        flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk},
+                                      meter + send + (Output(tunnel),), c))
         if at_egress:
             # a frame delivered from the tunnel: OpenFlow skips an output to the port a frame came in on
             flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER + 1, {st.REG_TAP: mk, "in_port": tunnel},

@@ -510,7 +510,8 @@ def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
                 problems.append(f"{what} port {port.id} is not bound to a node")
                 continue
             if not port.interface:
-                problems.append(f"{what} port {port.id}: interface {port.interface!r} not on {port.node}'s br-int yet")
+                problems.append(f"{what} port {port.id}: interface {port.interface!r} not on "
+                                f"{port.node}'s br-int yet")
                 continue
             for i, mport in monitors:
                 if marker(p.id, d, i) in tenant_vnis:
