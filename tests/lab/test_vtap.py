@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -122,12 +123,13 @@ def tap(lab):
 
 @contextlib.contextmanager
 def captures(lab, tmp_path, vms, bpf="ip"):
-    """tcpdump on eth0 of each VM; yields {vm: path}; the files are complete after the block."""
+    """tcpdump on eth0 of each VM; yields {vm: path}; the files are complete after the block, and
+    hold every frame (a 32 MiB capture buffer; a capture that lost frames fails)."""
     procs, paths = {}, {}
     for vm in vms:
         paths[vm] = tmp_path / f"{vm}.pcap"
         procs[vm] = subprocess.Popen(["ip", "netns", "exec", lab.ns(vm), "tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n",
-                                      "-s", "0", "-w", str(paths[vm]), bpf], stderr=subprocess.PIPE, text=True)
+                                      "-B", "32768", "-s", "0", "-w", str(paths[vm]), bpf], stderr=subprocess.PIPE, text=True)
     for vm, p in procs.items():   # wait until each one listens
         line = p.stderr.readline()
         assert "listening" in line, line
@@ -137,8 +139,12 @@ def captures(lab, tmp_path, vms, bpf="ip"):
         time.sleep(0.6)
         for p in procs.values():
             p.send_signal(signal.SIGINT)
-        for p in procs.values():
+        for vm, p in procs.items():
             p.wait(5)
+            # a busy machine can starve tcpdump: then the capture, not the tap, lost frames
+            report = p.stderr.read()
+            dropped = re.search(r"(\d+) packets? dropped by kernel", report)
+            assert dropped and dropped.group(1) == "0", f"tcpdump in {vm} lost frames: {report}"
 
 
 def frames(path, src=None, dst=None, proto=None, dport=None) -> list[bytes]:
