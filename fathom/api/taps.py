@@ -1,7 +1,8 @@
 """REST API of vTAP policies: /v1/taps (create, list, show, update, delete).
 
 Identifiers (sender, receiver, monitor, monitor2) are a port id, a port name, {"port": id|name}
-or {"mac": "...", "ip": "..."}. Filters: ip_proto, vlan, tp_src, tp_dst (a port or a range
+or {"mac": "...", "ip": "..."}; the sender or the receiver may be "*" (anyone: what the receiver
+port receives, or what the sender port sends). Filters: ip_proto, vlan, tp_src, tp_dst (a port or a range
 "1000-2000") and `match` (further OpenFlow 1.3 fields by name); absent, null or "*" = wildcard.
 Counters and per-node state are runtime facts: fathom/controller/taps.py serves them.
 """
@@ -95,8 +96,8 @@ def parse_ref(value, field: str):
     """An identifier from the request: int/str (port id or name) or {"port"} / {"mac", "ip"}."""
     if isinstance(value, bool):
         raise Invalid("give a port id, a port name or {mac, ip}", field)
-    if value == vtap.ANY and field == "receiver":
-        return value        # any receiver: everything the sender sends
+    if value == vtap.ANY and field in ("sender", "receiver"):
+        return value        # anyone: everything the sender sends, or everything the receiver receives
     if isinstance(value, (int, str)):
         if isinstance(value, str) and not value.strip():
             raise Invalid("give a port id, a port name or {mac, ip}", field)
@@ -136,7 +137,8 @@ def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = Non
     markers = [vtap.marker(t.id, d, i) for d in directions for i in monitors] if t.id <= vtap.MAX_POLICY_ID else []
     return TapOut(
         id=t.id, name=t.name, project_id=t.project_id,
-        sender=_endpoint(session, t.sender_port_id),
+        sender=(_endpoint(session, t.sender_port_id) if t.sender_is_port
+                else EndpointOut(port_id=None, mac=vtap.ANY, ip=vtap.ANY)),
         receiver=(_endpoint(session, t.receiver_port_id) if t.receiver_is_port and t.receiver_port_id
                   else EndpointOut(port_id=None, mac=t.receiver_mac, ip=t.receiver_ip)),
         external_id=t.external_id,

@@ -3,7 +3,8 @@
 An identifier (--sender, --receiver, --monitor, --monitor2) is a port id, a port name, or MAC,IP
 (e.g. 02:fa:00:00:01:01,198.19.1.11). Filters, named as in the API: --ip-proto, --vlan, --tp-src,
 --tp-dst (a port or a range 1000-2000), --match FIELD=VALUE (repeatable; further OpenFlow 1.3
-fields); `*` = wildcard. --direction forward|both as in the API.
+fields); `*` = wildcard. --sender or --receiver `*`: anyone (what the receiver port receives, or
+everything the sender port sends). --direction forward|both as in the API.
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def _who(e: dict | None) -> str:
         return f"{e.get('port_name') or e['port_id']}" + (f"@{e['node']}" if e.get("node") else "")
     if e.get("mac") is None:
         return "(deleted)"
+    if e.get("mac") == "*":
+        return "*"
     return f"{e['mac']},{e['ip']}"
 
 
@@ -94,8 +97,10 @@ def _body(ip_proto, vlan, tp_src, tp_dst, match) -> dict:
 
 @api_command(tap, "create")
 @click.argument("name", required=False, default="")
-@click.option("--sender", required=True, help="Port (id or name) or MAC,IP whose traffic is copied.")
-@click.option("--receiver", required=True, help="Port or MAC,IP the traffic goes to.")
+@click.option("--sender", required=True,
+              help="Port (id or name) or MAC,IP whose traffic is copied; * = anyone (what the receiver port receives).")
+@click.option("--receiver", required=True,
+              help="Port or MAC,IP the traffic goes to; * = anyone (everything the sender sends).")
 @click.option("--monitor", required=True, help="Port that receives the copies.")
 @click.option("--monitor2", help="A second monitor port for the same copies.")
 @click.option("--direction", type=click.Choice(["forward", "both"]), default="forward", show_default=True,

@@ -1,7 +1,8 @@
 """Runtime side of vTAP: per-policy counters and per-node state read from the switches, and the
 Prometheus exposition (/metrics).
 
-Counters come from OpenFlow itself: the policy's group at the sender's edge counts, per bucket,
+Counters come from OpenFlow itself: the policy's group at the tap point (the sender's edge; the receiver's for
+a sender of "*") counts, per bucket,
 what was matched (bucket 1, the original) and what was copied (bucket 2.., one per monitor); the
 recovery flow at the monitor's edge counts the copies delivered. Both are read on request.
 """
@@ -54,8 +55,10 @@ def policy_stats(reconciler, policy_id: int) -> dict:
         if not flows and not groups:
             continue
         roles = []
-        if groups:
+        if any(f.table == st.TAP_INGRESS for f in flows):
             roles.append("sender edge")
+        if any(f.table == st.TAP_EGRESS for f in flows):
+            roles.append("receiver edge")
         recovery = [f for f in flows if f.table == st.TAP_RECOVERY and f.actions
                     and isinstance(f.actions[-1], (Output, OutputTrunc)) and not _is_tunnel_send(f)]
         if recovery:

@@ -140,7 +140,8 @@ class FloatingIp:
 @dataclass(frozen=True)
 class TapPolicy:
     """A vTAP policy (fathom/apps/vtap compiles it). A `*_port_id` of None means the port
-    was deleted under the policy; `filters` is a sorted tuple of (field, value) pairs."""
+    was deleted under the policy (or, for the sender, that it is "*": anyone, `sender_is_port`
+    False); `filters` is a sorted tuple of (field, value) pairs."""
     id: int
     name: str
     project_id: str
@@ -155,6 +156,7 @@ class TapPolicy:
     filters: tuple = ()
     truncate: int | None = None
     rate_pps: int | None = None
+    sender_is_port: bool = True      # False: sender "*", what the receiver port receives from anyone
 
 
 @dataclass(frozen=True)

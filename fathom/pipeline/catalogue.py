@@ -220,7 +220,11 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
     Table("l2", 60, "`(reg6, dst MAC)` → local port (`reg7` := ofport), or owning node (set `tun_id`=VNI, "
           "`tun_dst`=node tunnel IP, `reg7` := vxlan0), or uplink (push VLAN id / untagged for flat, `reg7` := "
           "patch-phy); anything else (broadcast, multicast, unknown unicast) → the network's flood group",
-          next=("tap-recovery",), writes=frozenset({REG_OUT_PORT, "vlan_vid"}) | _TUNNEL),
+          next=("tap-egress", "tap-recovery"), writes=frozenset({REG_OUT_PORT, "vlan_vid"}) | _TUNNEL),
+    Table("tap-egress", 65, "vTAP at the egress to a local port (a policy whose sender is `*`), for unicast "
+          "frames l2 delivers to it (`reg7` = its ofport): match a policy → group ALL (original → tap-recovery, "
+          "where it matches no marker and goes on; copy: `reg8` := marker → tap-recovery); see [vtap.md](vtap.md)",
+          miss="tap-recovery", next=("tap-recovery",), writes=frozenset({REG_TAP})),
     Table("tap-recovery", 70, "vTAP copies (`reg8` = marker): to a local monitor with the original headers "
           "restored, or to the monitor's node over the tunnel with `tun_id` = marker; see [vtap.md](vtap.md)",
           miss="ingress-conntrack", writes=frozenset({"eth_src", "eth_dst", "ipv4_dst"}) | _TUNNEL),

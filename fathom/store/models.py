@@ -122,14 +122,16 @@ class IpAllocation(Base):
 class TapPolicy(Resource, External, Base):
     """A vTAP policy (the vTAP paper, Fig. 4): copy sender -> receiver traffic to one or two monitors.
 
-    Identifiers: sender and monitors are always ports (given by id, name or MAC+IP); the receiver is
-    a port or a bare MAC+IP. A port deleted under a policy leaves its `*_port_id` NULL and the policy
+    Identifiers: monitors are always ports (given by id, name or MAC+IP); the sender is a port or "*"
+    (anyone: `sender_is_port` False, the receiver then a port); the receiver is a port, a bare MAC+IP
+    or "*" (anyone). A port deleted under a policy leaves its `*_port_id` NULL and the policy
     in error (fathom/store/taps.py says why). Filters are JSON: see docs/vtap.md.
     """
     __tablename__ = "tap_policies"
     __table_args__ = ({"sqlite_autoincrement": True},)
     sender_port_id: Mapped[int | None] = mapped_column(
         ForeignKey("ports.id", ondelete="SET NULL"), nullable=True, index=True)
+    sender_is_port: Mapped[bool] = mapped_column(Boolean, default=True)
     receiver_port_id: Mapped[int | None] = mapped_column(
         ForeignKey("ports.id", ondelete="SET NULL"), nullable=True, index=True)
     receiver_is_port: Mapped[bool] = mapped_column(Boolean, default=True)

@@ -186,7 +186,7 @@ def _taps(session, seen, _parts) -> dict:
                               t.receiver_is_port, t.receiver_mac, t.receiver_ip,
                               (t.monitor_port_id,) + ((t.monitor2_port_id,) if t.has_monitor2 else ()),
                               t.direction, t.priority, tuple(sorted((t.filters or {}).items())),
-                              t.truncate, t.rate_pps))
+                              t.truncate, t.rate_pps, t.sender_is_port))
     return {"taps": tuple(taps)}
 
 

@@ -98,8 +98,11 @@ def _apply(session: Session, caller: Caller, tap: m.TapPolicy, body: dict, creat
                 raise Invalid(f"{role} is required", role)
     if "name" in body and body["name"] is not None:
         tap.name = body["name"]
-    if body.get("sender") is not None:
+    if body.get("sender") == vtap.ANY:
+        tap.sender_port_id, tap.sender_is_port = None, False
+    elif body.get("sender") is not None:
         tap.sender_port_id = resolve(session, caller, body["sender"], "sender", must_be_port=True).id
+        tap.sender_is_port = True
     if body.get("receiver") == vtap.ANY:
         tap.receiver_port_id, tap.receiver_is_port = None, False
         tap.receiver_mac = tap.receiver_ip = vtap.ANY
@@ -166,8 +169,11 @@ def _check_roles(session: Session, tap: m.TapPolicy) -> None:
         if tap.monitor2_port_id in (tap.sender_port_id, tap.monitor_port_id) or (
                 tap.receiver_is_port and tap.monitor2_port_id == tap.receiver_port_id):
             raise Invalid("monitor2 must differ from the sender, the receiver and the monitor", "monitor2")
-    if tap.direction == "both" and not tap.receiver_is_port:
-        raise Invalid("direction both taps the receiver's edge too: the receiver must be a port",
+    if not tap.sender_is_port and not tap.receiver_is_port:
+        raise Invalid("with a sender of * the tap is at the receiver's edge: the receiver must be a port",
+                      "receiver")
+    if tap.direction == "both" and not tap.receiver_is_port and tap.receiver_mac != vtap.ANY:
+        raise Invalid("direction both taps the receiver's edge too: the receiver must be a port or *",
                       "direction")
     try:
         if tap.receiver_ip != vtap.ANY:

@@ -5,8 +5,9 @@
     service_provider = TAAS:fathom:networking_fathom.taas.FathomTaasDriver:default
 
 A tap service is only a port (the monitor) until a flow uses it, so it maps to nothing by itself.
-TaaS creates a flow's row before it calls the driver (there is no validation hook), so a flow fathom
-cannot hold (direction IN or BOTH, a VLAN range) is kept and marked ERROR, with the reason in the log.
+Directions OUT, IN and BOTH map (resources/tap_flow.py). TaaS creates a flow's row before it calls
+the driver (there is no validation hook), so a flow fathom cannot hold (a VLAN range) is kept and
+marked ERROR, with the reason in the log.
 """
 from __future__ import annotations
 

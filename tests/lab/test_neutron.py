@@ -143,7 +143,8 @@ def test_sdk_networks_router_ports_and_pings(cloud):
 
 def test_taas_tap_flow_copies_to_the_tap_service(cloud):
     """TaaS: a tap service on a monitor VM's port, a tap flow (direction OUT) on a2 (on the other
-    node): the monitor receives a2's echo requests, unchanged, across the tunnel."""
+    node): the monitor receives a2's echo requests, unchanged, across the tunnel. Then flows IN and
+    BOTH: the monitor sees what they tap, once per flow, and the full sync repairs a deleted one."""
     lab, server, sdk, admin = cloud
     blue = sdk.call("network.find_network", "blue")
     mon = sdk.call("network.create_port", network_id=blue["id"], name="mon", binding_host_id="compute1",
@@ -169,14 +170,56 @@ def test_taas_tap_flow_copies_to_the_tap_service(cloud):
     assert ping(lab, "a2", a1_ip, count=5).returncode == 0
     out, _ = capture.communicate(timeout=20)
     assert out.count(f"{a2_ip} > {a1_ip}: ICMP echo request") == 3, out
-    # IN is not something fathom can tap yet: kept by TaaS, marked ERROR, nothing in fathom
-    inbound = sdk.call("network.create_tap_flow", name="a1-in", tap_service_id=service["id"],
-                       source_port=a1["id"], direction="IN")
-    assert sdk.call("network.get_tap_flow", inbound["id"])["status"] == "ERROR"
-    sdk.call("network.delete_tap_flow", inbound["id"])
     sdk.call("network.delete_tap_flow", flow["id"])
     wait_for("the tap policy gone", lambda: fathom_by_external(admin, "taps", flow["id"]) is None)
+
+    # IN on a1 (the monitor's node) and BOTH on a2 (the other node), both to the same tap service
+    inbound = sdk.call("network.create_tap_flow", name="a1-in", tap_service_id=service["id"],
+                       source_port=a1["id"], direction="IN")
+    both = sdk.call("network.create_tap_flow", name="a2-both", tap_service_id=service["id"],
+                    source_port=a2["id"], direction="BOTH")
+    ports = {fathom_by_external(admin, "ports", x["id"])["id"]: x["name"] for x in (a1, a2)}
+    shape = {}
+    for f in (inbound, both):
+        p = wait_for(f"the {f['direction']} policy in fathom", lambda f=f: fathom_by_external(admin, "taps", f["id"]))
+        admin.wait_status("taps", p["id"], timeout=20)
+        shape[f["direction"]] = (ports.get(p["sender"]["port_id"], p["sender"]["mac"]),
+                                 ports.get(p["receiver"]["port_id"], p["receiver"]["mac"]), p["direction"])
+        assert sdk.call("network.get_tap_flow", f["id"])["status"] != "ERROR"
+    assert shape == {"IN": ("*", "a1", "forward"), "BOTH": ("a2", "*", "both")}
+    # a1 pings a2: a2 receives the requests (BOTH, tapped at compute2's egress to a2, copies carried
+    # to compute1) and sends the replies (BOTH at a2's ingress), which a1 receives (IN): one copy per
+    # policy, so the monitor sees each request once and each reply twice
+    out = icmp_at(lab, "mon", a1_ip, lambda: ping(lab, "a1", a2_ip, count=4))
+    assert (out.count(f"{a1_ip} > {a2_ip}: ICMP echo request"), out.count(f"{a2_ip} > {a1_ip}: ICMP echo reply")) \
+        == (4, 8), out
+    # drift: the IN policy deleted in fathom behind Neutron's back comes back as it was from the full sync
+    admin.delete(f"/taps/{fathom_by_external(admin, 'taps', inbound['id'])['id']}")
+    back = wait_for("the IN policy recreated by the full sync",
+                    lambda: fathom_by_external(admin, "taps", inbound["id"]), timeout=20)
+    assert (back["sender"]["mac"], ports.get(back["receiver"]["port_id"])) == ("*", "a1")
+    time.sleep(9)                               # two full syncs: they find nothing to change
+    assert fathom_by_external(admin, "taps", inbound["id"])["id"] == back["id"]
+    admin.wait_status("taps", back["id"], timeout=20)
+    # a2 pings a1: the requests copied twice (BOTH at a2's ingress, IN at a1's egress), the replies once
+    out = icmp_at(lab, "mon", a1_ip, lambda: ping(lab, "a2", a1_ip, count=3))
+    assert (out.count(f"{a2_ip} > {a1_ip}: ICMP echo request"), out.count(f"{a1_ip} > {a2_ip}: ICMP echo reply")) \
+        == (6, 3), out
+    for f in (inbound, both):
+        sdk.call("network.delete_tap_flow", f["id"])
+        wait_for("the tap policy gone", lambda f=f: fathom_by_external(admin, "taps", f["id"]) is None)
     sdk.call("network.delete_tap_service", service["id"])
+
+
+def icmp_at(lab, vm: str, host: str, make_traffic, seconds: float = 6.0) -> str:
+    """tcpdump's lines for ICMP to or from `host` seen in `vm` while `make_traffic` runs."""
+    argv, env = lab.exec_args(vm, ["tcpdump", "-i", "eth0", "-n", "-l", f"icmp and host {host}"])
+    capture = subprocess.Popen(["timeout", str(seconds), *argv], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)                            # tcpdump is listening
+    assert make_traffic().returncode == 0
+    out, _ = capture.communicate(timeout=seconds + 5)
+    return out
 
 
 def bound_port(sdk: Sdk, admin: Client, network_id: str, name: str, host: str, **extra) -> dict:

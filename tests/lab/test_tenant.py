@@ -113,8 +113,8 @@ def test_trace_of_a_cross_node_packet_follows_the_stages(lab):
     # every stage once, in order; the sender's egress security groups send it through conntrack (the
     # trace resumes after the recirculation at egress-acl); ingress groups apply on the receiving node
     assert tables == [STAGES[s] for s in ("classify", "tap-ingress", "security", "arp", "egress-conntrack",
-                                           "egress-acl", "sfc", "l3", "l2", "tap-recovery", "ingress-conntrack",
-                                           "output")], trace
+                                           "egress-acl", "sfc", "l3", "l2", "tap-egress", "tap-recovery",
+                                           "ingress-conntrack", "output")], trace
     assert f"tunneling to {tunnel_ip}" in trace and "vni=0x3e9" in trace.split("Datapath actions:")[-1], trace
 
 

@@ -77,6 +77,11 @@ def test_identifiers_by_id_name_and_mac_ip(api):
     ({"sender": "vm1", "receiver": "vm2"}, 422, ["monitor"]),
     ({"sender": "vm1", "receiver": {"mac": "02:aa:00:00:00:09", "ip": "198.19.9.9"}, "monitor": "vm3",
       "direction": "both"}, 422, ["direction"]),
+    ({"sender": "*", "receiver": "*", "monitor": "vm3"}, 422, ["receiver"]),
+    ({"sender": "*", "receiver": {"mac": "02:aa:00:00:00:09", "ip": "198.19.9.9"}, "monitor": "vm3"}, 422,
+     ["receiver"]),
+    ({"sender": "*", "receiver": "vm2", "monitor": "vm2"}, 422, ["monitor"]),
+    ({"sender": "*", "receiver": "vm2", "monitor": "*"}, 404, ["monitor"]),
 ])
 def test_bad_input_names_the_field(api, body, status, field):
     loc, msg = api.error("POST", "/taps", body, status)
@@ -142,8 +147,6 @@ def test_any_receiver_and_external_id(api):
     assert t["receiver"] == {"port_id": None, "port_name": None, "mac": "*", "ip": "*", "node": None}
     assert (t["external_id"], t["project_id"]) == ("flow-uuid", "p1")
     assert [x["id"] for x in api.get("/taps", headers=service, external_id="flow-uuid")] == [t["id"]]
-    assert api.error("POST", "/taps", {"sender": "vm2", "receiver": "*", "monitor": "vm4", "direction": "both"},
-                     422)[0] == ["direction"]
     assert api.error("POST", "/taps", {"sender": "vm2", "receiver": "*", "monitor": "vm4", "external_id": "x"},
                      403, headers=MEMBER)[0] == ["external_id"]
     # the same sender, any receiver again, same priority: overlap
@@ -152,3 +155,33 @@ def test_any_receiver_and_external_id(api):
         states = vtap.compile_vtap(load_snapshot(s).with_ofports({"c1": {"vm1": 5, "vm3": 6, "vxlan0": 1},
                                                                    "c2": {"vm4": 7, "vxlan0": 1}}))
     assert any(f.table == vtap.st.TAP_INGRESS for f in states["c1"].flows)
+
+
+def test_any_sender_taps_what_a_port_receives(api):
+    """Sender "*": everything the receiver port receives, from anyone (TaaS direction IN), tapped at
+    the receiver's edge (tap-egress); direction both with receiver "*" taps a port both ways (BOTH)."""
+    t = api.post("/taps", {"sender": "*", "receiver": "vm2", "monitor": "vm4", "ip_proto": "udp"}, headers=MEMBER)
+    assert t["sender"] == {"port_id": None, "port_name": None, "mac": "*", "ip": "*", "node": None}
+    assert t["receiver"]["port_name"] == "vm2" and t["project_id"] == "p1"
+    assert t["markers"] == [filters.marker(t["id"], 0, 0)]
+    # one tap point per port and table: vm2 sending (tap-ingress) does not overlap vm2 receiving
+    out = api.post("/taps", {"sender": "vm2", "receiver": "*", "monitor": "vm4"})
+    # ... but a second "what vm2 receives" does, also as the reverse direction of a policy
+    assert api.error("POST", "/taps", {"sender": "*", "receiver": "vm2", "monitor": "vm3"}, 409)[0] == ["priority"]
+    both = api.post("/taps", {"sender": "vm1", "receiver": "*", "monitor": "vm4", "direction": "both"})
+    assert len(both["markers"]) == 2
+    assert api.error("POST", "/taps", {"sender": "*", "receiver": "vm1", "monitor": "vm3"}, 409)[0] == ["priority"]
+    # switch a policy between "*" and a port as the sender
+    u = api.patch(f"/taps/{out['id']}", {"sender": "*", "receiver": "vm3", "monitor": "vm4"})
+    assert u["sender"]["mac"] == "*" and u["receiver"]["port_name"] == "vm3"
+    u = api.patch(f"/taps/{u['id']}", {"sender": "vm1", "receiver": "vm3", "priority": 5})
+    assert u["sender"]["port_name"] == "vm1"
+    # another project cannot tap what p1's port receives (answered as a missing port)
+    assert api.error("POST", "/taps", {"sender": "*", "receiver": "vm2", "monitor": "evil", "priority": 1}, 404,
+                     headers=OTHER)[0] == ["receiver"]
+    with Session(api.app.state.engine) as s:
+        states = vtap.compile_vtap(load_snapshot(s).with_ofports({"c1": {"vm1": 5, "vm2": 6, "vm3": 8, "vxlan0": 1},
+                                                                   "c2": {"vm4": 7, "vxlan0": 1}}))
+    egress = {(dict(f.match).get("reg7"), dict(f.match).get("ip_proto"))
+              for f in states["c1"].flows if f.table == vtap.st.TAP_EGRESS}
+    assert egress == {(6, 17), (5, None)}       # what vm2 receives (UDP), what vm1 receives (both)

@@ -102,10 +102,10 @@ def test_two_nodes_expected_flows_and_group():
         FlowSpec(st.SECURITY, 100, {"reg5": 21, "eth_src": "02:00:00:00:00:0a", "eth_type": 0x0800,
                                     "ipv4_src": "10.0.0.10"}, (GotoTable(st.ARP),), tc(st.KIND_PORT, 21)),
         FlowSpec(st.L2, 100, {"reg6": 7, "eth_dst": "02:00:00:00:00:0a"},
-                 (SetField("reg7", 10), GotoTable(st.TAP_RECOVERY)), tc(st.KIND_PORT, 21)),
+                 (SetField("reg7", 10), GotoTable(st.TAP_EGRESS)), tc(st.KIND_PORT, 21)),
         FlowSpec(st.L2, 100, {"reg6": 7, "eth_dst": "02:00:00:00:00:0b"},
                  (SetField("tunnel_id", 1001), SetField("tun_ipv4_dst", "198.18.0.2"),
-                  SetField("reg7", 1), GotoTable(st.TAP_RECOVERY)), tc(st.KIND_PORT, 22)),
+                  SetField("reg7", 1), GotoTable(st.TAP_EGRESS)), tc(st.KIND_PORT, 22)),
         FlowSpec(st.L2, 10, {"reg6": 7}, (Group(flood_group_id(7)),), tc(st.KIND_NETWORK, 7)),
         FlowSpec(st.OUTPUT, 100, {"reg7": 10}, (Output(10),), tc(st.KIND_PORT, 21)),
         FlowSpec(st.OUTPUT, 100, {"reg7": 1}, (Output(1),), tc(st.KIND_NODE, 1)),
@@ -133,7 +133,7 @@ def test_vlan_and_flat_use_the_uplink():
                     tc(st.KIND_NETWORK, 7)) in c1.flows
     assert FlowSpec(st.L2, 100, {"reg6": 7, "eth_dst": "02:00:00:00:00:0b"},
                     (PushVlan(0x8100), SetField("vlan_vid", 0x1000 | 42), SetField("reg7", 2),
-                     GotoTable(st.TAP_RECOVERY)), tc(st.KIND_PORT, 22)) in c1.flows
+                     GotoTable(st.TAP_EGRESS)), tc(st.KIND_PORT, 22)) in c1.flows
     (group,) = c1.groups
     assert group.buckets == ((Output(10),), (PushVlan(0x8100), SetField("vlan_vid", 0x1000 | 42), Output(2)))
     assert not any(f.match_dict.get("tunnel_id") for f in c1.flows)

@@ -358,3 +358,95 @@ def test_any_receiver_routed_and_filtered():
     # two any-receiver policies of one sender overlap: equal priorities are refused
     snap = replace(base(), tap_policies=(any_receiver(1), any_receiver(2, monitors=(5,))))
     assert filters.conflicting_policies(snap, 2) == [1]
+
+
+# ---------------------------------------------------------------------------------------------- sender "*"
+
+
+def tap_in(pid=1, receiver=2, monitors=(3,), **kw) -> TapPolicy:
+    """What port `receiver` receives, from anyone (sender "*": TaaS direction IN)."""
+    return replace(policy(pid, None, receiver, monitors, **kw), sender_is_port=False)
+
+
+def tap_out(pid=1, sender=1, monitors=(3,), **kw) -> TapPolicy:
+    """Everything port `sender` sends (receiver "*": TaaS direction OUT; with direction both, BOTH)."""
+    return replace(policy(pid, sender, 2, monitors, **kw), receiver_port_id=None, receiver_is_port=False,
+                   receiver_mac=filters.ANY, receiver_ip=filters.ANY)
+
+
+GREEN_TO_A = {"eth_type": 0x0800, "ttl": 64, "eth_src": "02:00:00:00:02:06", "eth_dst": "02:00:00:00:99:02",
+              "ipv4_src": "198.19.2.10", "ipv4_dst": "198.19.1.10", **TCP80}
+
+
+@pytest.mark.parametrize("monitor,iface", [(3, "tm1"), (5, "tm2")])
+def test_any_sender_copies_what_the_port_receives_from_every_sender(monitor, iface):
+    """b (c1) tapped at its egress: frames from a (same node), r (another node: from the tunnel, so the
+    copy to a remote monitor leaves by IN_PORT) and g (routed from green) each reach the monitor
+    exactly as b gets them; what b sends and what others receive is not copied."""
+    tapped, plain = fabric(tap_in(receiver=2, monitors=(monitor,)))
+    for node, src, f in (("c1", "ta", frame(1, 2, **TCP80)), ("c2", "tr", frame(4, 2, **TCP80)),
+                         ("c2", "tg", {**GREEN_TO_A, "ipv4_dst": "198.19.1.11"})):
+        got, ref = tapped.send(node, src, f), plain.send(node, src, f)
+        assert sorted(d.interface for d in got) == sorted(["tb", iface]), src
+        assert where(got)["tb"] == where(ref)["tb"] == where(got)[iface], src
+    assert {d.interface for d in tapped.send("c1", "tb", frame(2, 1))} == {"ta"}
+    assert {d.interface for d in tapped.send("c1", "ta", frame(1, 4))} == {"tr"}
+
+
+def test_receiver_edge_flows_and_marker():
+    p = tap_in(receiver=2, monitors=(5,), filters={"ip_proto": 17})
+    states = vtap.compile_vtap(replace(base(), tap_policies=(p,)))
+    egress = [f for f in states["c1"].flows if f.table == st.TAP_EGRESS]
+    assert [f.match_dict for f in egress] == [{"reg7": 11, "eth_dst": "02:00:00:00:01:02", "eth_type": 0x0800,
+                                               "ipv4_dst": "198.19.1.11", "ip_proto": 17}]
+    (group,) = states["c1"].groups
+    mk = filters.marker(1, 0, 0)
+    # the original goes on as the table miss would take it; the copy is not rewritten
+    assert group.buckets[0] == (vtap.Resubmit(st.TAP_RECOVERY),)
+    assert group.buckets[1] == (vtap.LoadReg(st.REG_TAP, mk), vtap.Resubmit(st.TAP_RECOVERY))
+    assert not any(f.table == st.TAP_INGRESS for s in states.values() for f in s.flows)
+    plan = vtap.compile_vtap_plans(replace(base(), tap_policies=(p,)))[1][1]
+    assert plan.nodes == {"c1": {"receiver edge"}, "c2": {"monitor edge"}} and plan.problems == []
+
+
+def test_both_with_any_receiver_taps_a_port_both_ways():
+    tapped, _ = fabric(tap_out(sender=2, monitors=(5,), direction="both"))
+    sent = where(tapped.send("c1", "tb", frame(2, 4)))
+    received = where(tapped.send("c2", "tr", frame(4, 2)))
+    assert set(sent) == {"tr", "tm2"} and set(received) == {"tb", "tm2"}
+    assert sent["tm2"] == sent["tr"] and received["tm2"] == received["tb"]
+    assert {d.interface for d in tapped.send("c1", "ta", frame(1, 4))} == {"tr"}
+
+
+def test_a_packet_tapped_at_both_ends_is_copied_once_per_policy():
+    """a's OUT policy and b's IN policy, same monitor: the monitor gets one copy from each policy (two
+    identical frames; on the underlay their markers tell them apart); copies are never tapped again."""
+    tapped, _ = fabric(tap_out(pid=1, sender=1, monitors=(5,)), tap_in(pid=2, receiver=2, monitors=(5,)))
+    got = tapped.send("c1", "ta", frame(1, 2, **TCP80))
+    assert sorted(d.interface for d in got) == ["tb", "tm2", "tm2"]
+    assert all(d.frame == where(got)["tb"] for d in got)
+    # one BOTH policy on b: a packet to b and one from b are each copied once
+    one, _ = fabric(tap_out(sender=2, monitors=(5,), direction="both"))
+    assert sorted(d.interface for d in one.send("c1", "ta", frame(1, 2))) == ["tb", "tm2"]
+    assert sorted(d.interface for d in one.send("c1", "tb", frame(2, 1))) == ["ta", "tm2"]
+
+
+def test_a_monitor_tapped_at_its_egress_does_not_copy_copies():
+    """m1 is the monitor of a's OUT policy and itself tapped IN (to m2): a's copies reach m1 only."""
+    tapped, _ = fabric(tap_out(pid=1, sender=1, monitors=(3,)), tap_in(pid=2, receiver=3, monitors=(5,)))
+    assert sorted(d.interface for d in tapped.send("c1", "ta", frame(1, 2))) == ["tb", "tm1"]
+    assert sorted(d.interface for d in tapped.send("c1", "ta", frame(1, 3))) == ["tm1", "tm1", "tm2"]
+
+
+def test_any_sender_status_and_problems():
+    unbound = replace(base(), ports=tuple(replace(p, node=None) if p.id == 2 else p for p in base().ports),
+                      tap_policies=(tap_in(receiver=2),))
+    assert vtap.compile_vtap_plans(unbound)[1][1].problems == ["receiver port 2 is not bound to a node"]
+    assert filters.static_problems(unbound)[1] == ["receiver port 2 is not bound to a node"]
+    both = replace(base(), ports=tuple(replace(p, node=None) if p.id == 2 else p for p in base().ports),
+                   tap_policies=(tap_out(sender=2, direction="both"),))
+    assert filters.static_problems(both)[1] == ["sender port 2 is not bound to a node",
+                                                "sender (direction both) port 2 is not bound to a node"]
+    gone = replace(base(), tap_policies=(replace(tap_in(receiver=2), receiver_port_id=None),))
+    assert filters.static_problems(gone)[1] == ["receiver port was deleted"]
+    assert vtap.compile_vtap(gone) == {}

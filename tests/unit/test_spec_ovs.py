@@ -137,7 +137,7 @@ def test_trace_follows_the_documented_stages(ovs, tmp_path):
                     "ip,nw_src=10.0.0.11,nw_dst=10.0.0.12,nw_ttl=64")
     tables = [int(m.group(1)) for m in re.finditer(r"^\s*(\d+)\. ", trace, re.MULTILINE)]
     assert tables == [st.CLASSIFY, st.TAP_INGRESS, st.SECURITY, st.ARP, st.EGRESS_CONNTRACK, st.SFC, st.L3,
-                      st.L2, st.TAP_RECOVERY, st.INGRESS_CONNTRACK, st.OUTPUT]
+                      st.L2, st.TAP_EGRESS, st.TAP_RECOVERY, st.INGRESS_CONNTRACK, st.OUTPUT]
     assert "set_field:0x3e9->tun_id" in trace and "set_field:198.18.0.2->tun_dst" in trace
     assert f"output:{ofports['vxlan0']}" in trace
 

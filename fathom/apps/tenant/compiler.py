@@ -379,7 +379,7 @@ def _unicast_flows(topo: _Topology, node: Node, network: Network,
             continue
         flows.add(FlowSpec(st.L2, PRIO_PORT,
                            {st.REG_NETWORK: network.id, "eth_dst": port.mac_address},
-                           actions + (GotoTable(st.TAP_RECOVERY),),
+                           actions + (GotoTable(st.TAP_EGRESS),),
                            _tenant_cookie(st.KIND_PORT, port.id)))
     return flows
 

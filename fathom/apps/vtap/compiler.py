@@ -1,13 +1,18 @@
 """vTAP compiler (the vTAP paper, sections III-A and IV-B): TAP policies -> flows and groups of br-int.
 
 Pure: a store snapshot in, the desired vTAP part of every node's br-int out. For each policy and
-direction (sender -> receiver; also receiver -> sender when `direction` is `both`):
+direction (sender -> receiver; also receiver -> sender when `direction` is `both`) there is one tap
+point, on the edge switch of one port:
 
-- rewriting rule, at the edge switch of the port that sends: one flow per match in `tap-ingress`
+- a port sends (the sender is a port): the rewriting rule, one flow per match in `tap-ingress`
   (port ranges expand into a few masked matches) -> group of type ALL, keyed by (policy,
   direction), with bucket 1 = `resubmit(,security)`: the original goes on unchanged; and one bucket
   per monitor: destination MAC (and IPv4) := the monitor's, REG_TAP := the copy's marker,
   `resubmit(,tap-recovery)`.
+- anyone sends to a port (the sender is "*"): in `tap-egress`, what l2 delivers to that port
+  (`reg7` = its ofport) -> group ALL, bucket 1 = `resubmit(,tap-recovery)` (the original goes on),
+  one bucket per monitor: REG_TAP := marker, `resubmit(,tap-recovery)`. The copy is taken as the
+  port receives it, so it is not rewritten and nothing is restored.
 - in `tap-recovery` on the same switch, REG_TAP = marker selects what happens to the copy: the
   monitor is local -> the recovery rule restores the original headers (what the receiver gets:
   for routed traffic also the router's source MAC and TTL - 1) and outputs it to the monitor's port;
@@ -20,6 +25,10 @@ Markers are VNIs in a range tenant networks must not use: TAP_VNI_BASE | policy 
 << 2 | monitor index, so the receiving node (and anyone looking at the underlay) can tell which
 policy, direction and monitor every copy belongs to. Group ids are group_id(APP_VTAP, policy << 1
 | direction). Every flow and group carries the cookie (APP_VTAP, KIND_TAP_POLICY, policy id).
+
+Copies never reach a tap point themselves (they go from tap-recovery straight to the monitor's port
+or the tunnel), so a packet is copied once per policy that taps it: a packet from a port tapped at
+its ingress to a port tapped at its egress is copied by both policies.
 
 Overlap: in one tap point the higher `priority` wins (OpenFlow priority = PRIO_TAP_BASE +
 priority): a packet matched by several policies is copied once, by the highest one. Overlapping
@@ -34,14 +43,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from fathom.openflow.spec import (
-    DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Meter, MeterSpec, Output,
+    OFPP_IN_PORT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec, LoadReg, Meter, MeterSpec, Output,
     OutputTrunc, Resubmit,
     SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.pipeline import stages as st
 from fathom.apps.vtap.filters import (
-    ETH_IPV4, MAX_POLICY_ID, Endpoint, View, effective_eth_type, endpoint, ingress_matches, marker, receiver_of,
-    reverse_filters, vlan_as_network,
+    ETH_IPV4, MAX_POLICY_ID, Endpoint, View, directions, effective_eth_type, egress_matches, endpoint, ends,
+    ingress_matches, marker, reverse_filters, tap_role, tapped, vlan_as_network,
 )
 from fathom.model import TUNNEL_INTERFACE, Port, Snapshot, TapPolicy
 
@@ -105,16 +114,8 @@ def compile_vtap_plans(snapshot: Snapshot) -> tuple[dict[str, SwitchState], dict
 
 def _compile_policy(view: View, p: TapPolicy, plan: Plan, flows, groups) -> None:
     problems = plan.problems
-    sender = view.ports.get(p.sender_port_id) if p.sender_port_id is not None else None
-    if sender is None:
-        problems.append("sender port was deleted")
-    if p.receiver_is_port:
-        rport = view.ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
-        if rport is None:
-            problems.append("receiver port was deleted")
-        receiver = endpoint(rport) if rport else None
-    else:
-        receiver = receiver_of(p)
+    sender, receiver, missing = ends(view.ports, p)
+    problems += missing
     monitors: list[tuple[int, Port]] = []
     for i, mid in enumerate(p.monitor_port_ids):
         mport = view.ports.get(mid) if mid is not None else None
@@ -129,13 +130,9 @@ def _compile_policy(view: View, p: TapPolicy, plan: Plan, flows, groups) -> None
         problems.append(f"policy id {p.id} is beyond the marker space")
         return
     filters = dict(p.filters)
-    directions = [(0, endpoint(sender), receiver)]
-    if p.direction == "both":
-        if receiver.port is None:
-            problems.append("direction both needs the receiver to be a port")
-        else:
-            directions.append((1, receiver, endpoint(sender)))
-    for d, src, dst in directions:
+    tapping, why = directions(p, sender, receiver)
+    problems += why
+    for d, src, dst in tapping:
         _compile_direction(view, p, plan, d, src, dst, monitors, filters if d == 0 else reverse_filters(filters),
                            flows, groups)
 
@@ -143,34 +140,38 @@ def _compile_policy(view: View, p: TapPolicy, plan: Plan, flows, groups) -> None
 def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoint, dst: Endpoint,
                        monitors, filters: dict, flows, groups) -> None:
     problems = plan.problems
-    what = "sender" if d == 0 else "receiver (direction both)"
-    node = view.nodes.get(src.port.node) if src.port.node else None
-    ofport = node.ofport(src.port.interface) if node else None
+    port, at_egress = tapped(src, dst)
+    what = tap_role(d, at_egress)
+    node = view.nodes.get(port.node) if port.node else None
+    ofport = node.ofport(port.interface) if node else None
     if node is None:
-        problems.append(f"{what} port {src.port.id} is not bound to a node")
+        problems.append(f"{what} port {port.id} is not bound to a node")
         return
     if ofport is None:
-        problems.append(f"{what} port {src.port.id}: interface {src.port.interface!r} not on "
+        problems.append(f"{what} port {port.id}: interface {port.interface!r} not on "
                         f"{node.name}'s br-int yet")
         return
     c = tap_cookie(p.id)
+    filters = vlan_as_network(view, port, filters)
     eth_type = effective_eth_type(filters)
-    network_id = src.port.network_id
-    l2_adjacent = view.in_network(network_id, dst.ip) if eth_type == ETH_IPV4 else True
-    route = None if l2_adjacent else view.route(network_id, dst.ip)
-    # the original headers as the receiver gets them
+    # At the egress the copy is taken as the receiver gets it: nothing to rewrite or restore. At the
+    # ingress it is addressed to the monitor, and the recovery rule restores what the receiver gets.
+    l2_adjacent = at_egress or (view.in_network(port.network_id, dst.ip) if eth_type == ETH_IPV4 else True)
+    route = None if l2_adjacent else view.route(port.network_id, dst.ip)
+    rewrite = not at_egress and dst.mac is not None   # any receiver ("*"): the copy is never rewritten
     restore: list = []
     if route is not None:
         restore += [SetField("eth_src", route[1].mac_address)]
-    if dst.mac:     # any receiver ("*"): the copy is never rewritten, so nothing to restore
+    if rewrite:
         restore += [SetField("eth_dst", dst.mac)]
-    rewrite_ip = eth_type == ETH_IPV4 and dst.ip is not None
+    rewrite_ip = rewrite and eth_type == ETH_IPV4 and dst.ip is not None
     if rewrite_ip:
         restore += [SetField("ipv4_dst", dst.ip)]
     if route is not None:
         restore += [DecTtl()]
 
-    buckets = [(Resubmit(st.SECURITY),)]
+    # bucket 1: the original goes on where the tap point's table miss would have taken it
+    buckets = [(Resubmit(st.TAP_RECOVERY if at_egress else st.SECURITY),)]
     for i, mport in monitors:
         mk = marker(p.id, d, i)
         if mk in view.tenant_vnis:
@@ -183,7 +184,7 @@ def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoi
         if mnode is None or m_ofport is None:
             problems.append(f"{label} port {mport.id} is not on a node's br-int yet")
             continue
-        copy = [SetField("eth_dst", mon.mac)] if dst.mac else []
+        copy = [SetField("eth_dst", mon.mac)] if rewrite else []
         if rewrite_ip and mon.ip is not None:
             copy.append(SetField("ipv4_dst", mon.ip))
         buckets.append(tuple(copy) + (LoadReg(st.REG_TAP, mk), Resubmit(st.TAP_RECOVERY)))
@@ -201,9 +202,13 @@ def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoi
             problems.append(f"{label}: no tunnel between {node.name} and {mnode.name} yet")
             buckets.pop()
             continue
+        send = (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip))
         flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, {st.REG_TAP: mk},
-                                      meter + (SetField("tunnel_id", mk), set_tunnel_dst(mnode.tunnel_ip),
-                                       Output(tunnel)), c))
+                                      meter + send + (Output(tunnel),), c))
+        if at_egress:
+            # a frame delivered from the tunnel: OpenFlow skips an output to the port a frame came in on
+            flows[node.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER + 1, {st.REG_TAP: mk, "in_port": tunnel},
+                                          meter + send + (Output(OFPP_IN_PORT),), c))
         flows[mnode.name].add(FlowSpec(st.CLASSIFY, PRIO_MARKER, {"in_port": m_tunnel, "tunnel_id": mk},
                                        (SetField(st.REG_TAP, mk), GotoTable(st.TAP_RECOVERY)), c))
         flows[mnode.name].add(FlowSpec(st.TAP_RECOVERY, PRIO_MARKER, recover_match, deliver, c))
@@ -212,10 +217,14 @@ def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoi
         return  # no monitor reachable: leave the traffic alone rather than install a no-op group
     gid = tap_group_id(p.id, d)
     groups[node.name].add(GroupSpec(gid, "all", tuple(buckets), c))
-    plan.nodes.setdefault(node.name, set()).add("sender edge")
+    plan.nodes.setdefault(node.name, set()).add("receiver edge" if at_egress else "sender edge")
     prio = PRIO_TAP_BASE + p.priority
-    for match in ingress_matches(src, dst, vlan_as_network(view, src, filters), l2_adjacent, route):
-        flows[node.name].add(FlowSpec(st.TAP_INGRESS, prio, match, (Group(gid),), c))
+    if at_egress:
+        table, matches = st.TAP_EGRESS, egress_matches(dst, filters, ofport)
+    else:
+        table, matches = st.TAP_INGRESS, ingress_matches(src, dst, filters, l2_adjacent, route)
+    for match in matches:
+        flows[node.name].add(FlowSpec(table, prio, match, (Group(gid),), c))
 
 
 def _out(port: int, truncate: int | None):

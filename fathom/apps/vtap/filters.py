@@ -233,14 +233,63 @@ class Endpoint:
     port: Port | None = None
 
 
-ANY = "*"    # a receiver of "*": whatever the sender sends, to anyone (receiver_mac = receiver_ip = "*")
+ANY = "*"    # a receiver of "*": whatever the sender sends, to anyone (receiver_mac = receiver_ip = "*");
+             # a sender of "*": whatever the receiver receives, from anyone (sender_is_port False)
+ANYONE = Endpoint(None, None, None)
 
 
 def receiver_of(p: TapPolicy) -> "Endpoint":
     """A policy's receiver that is not a port: its MAC+IP, or no identifier at all for "*" (any)."""
     if p.receiver_mac == ANY:
-        return Endpoint(None, None, None)
+        return ANYONE
     return Endpoint(p.receiver_mac, p.receiver_ip, None)
+
+
+def ends(ports: dict, p: TapPolicy) -> tuple[Endpoint | None, Endpoint | None, list[str]]:
+    """(sender, receiver, problems) of a policy: None for a port deleted under it."""
+    problems = []
+    sender = ANYONE
+    if p.sender_is_port:
+        port = ports.get(p.sender_port_id) if p.sender_port_id is not None else None
+        sender = endpoint(port) if port else None
+        if sender is None:
+            problems.append("sender port was deleted")
+    receiver = receiver_of(p)
+    if p.receiver_is_port:
+        port = ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
+        receiver = endpoint(port) if port else None
+        if receiver is None:
+            problems.append("receiver port was deleted")
+    return sender, receiver, problems
+
+
+def tapped(src: Endpoint, dst: Endpoint) -> tuple[Port | None, bool]:
+    """(the port whose edge holds the tap point of src -> dst traffic, at its egress?): the sender's
+    port where the frames enter the fabric (tap-ingress), or, for a sender of "*", the receiver's
+    port where l2 delivers them (tap-egress). (None, False) when neither is a port."""
+    if src.port is not None:
+        return src.port, False
+    return dst.port, dst.port is not None
+
+
+def directions(p: TapPolicy, sender: Endpoint, receiver: Endpoint) -> tuple[list, list[str]]:
+    """The (direction, src, dst) a policy taps: sender -> receiver; with `both` also receiver ->
+    sender, which needs a tap point: the receiver is a port (its ingress), or "*" (the sender's
+    egress)."""
+    if tapped(sender, receiver)[0] is None:
+        return [], ["a sender of * needs the receiver to be a port"]
+    out = [(0, sender, receiver)]
+    if p.direction == "both":
+        if tapped(receiver, sender)[0] is None:
+            return out, ["direction both needs the receiver to be a port or *"]
+        out.append((1, receiver, sender))
+    return out, []
+
+
+def tap_role(d: int, at_egress: bool) -> str:
+    """Which end of the policy the tapped port of direction d is, for status reasons."""
+    role = "sender" if (d == 0) != at_egress else "receiver"
+    return role + (" (direction both)" if d == 1 else "")
 
 
 class View:
@@ -299,6 +348,23 @@ def ingress_matches(src: Endpoint, dst: Endpoint, filters: dict, l2_adjacent: bo
             base["ipv4_src"] = src.ip
         if dst.ip:
             base["ipv4_dst"] = dst.ip
+    return _with_filters(base, filters)
+
+
+def egress_matches(dst: Endpoint, filters: dict, ofport: int | None) -> list[dict]:
+    """The tap-egress matches of a "*" -> port direction: what l2 delivers to the port's ofport (`reg7`;
+    None leaves it out, for comparing policies without switch facts), addressed to the port, + filters."""
+    eth_type = effective_eth_type(filters)
+    base: dict = {"eth_dst": dst.mac, "eth_type": eth_type}
+    if ofport is not None:
+        base[st.REG_OUT_PORT] = ofport
+    if eth_type == ETH_IPV4 and dst.ip:
+        base["ipv4_dst"] = dst.ip
+    return _with_filters(base, filters)
+
+
+def _with_filters(base: dict, filters: dict) -> list[dict]:
+    """The identifiers' match + the filters, port ranges expanded into masked matches."""
     if "vlan" in filters:
         base["vlan_vid"] = OFPVID_PRESENT | filters["vlan"]
     for name, value in filters.items():
@@ -361,34 +427,33 @@ def matches_intersect(a: dict, b: dict) -> bool:
     return True
 
 
-def _policy_ingress(view: View, p: TapPolicy) -> list[dict]:
-    """The tap-ingress matches of a policy, wherever its ports are bound (no switch facts needed)."""
-    sender = view.ports.get(p.sender_port_id) if p.sender_port_id is not None else None
-    if p.receiver_is_port:
-        rport = view.ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
-        receiver = endpoint(rport) if rport else None
-    else:
-        receiver = receiver_of(p)
+def _policy_matches(view: View, p: TapPolicy) -> list[tuple[tuple, dict]]:
+    """(tap point, match) of a policy's flows, wherever its ports are bound (no switch facts needed):
+    the tap point is (tap-ingress or tap-egress, the tapped port's id)."""
+    sender, receiver, _ = ends(view.ports, p)
     if sender is None or receiver is None:
         return []
-    filters = dict(p.filters)
-    directions = [(endpoint(sender), receiver, filters)]
-    if p.direction == "both" and receiver.port is not None:
-        directions.append((receiver, endpoint(sender), reverse_filters(filters)))
     out = []
-    for src, dst, filters in directions:
+    for d, src, dst in directions(p, sender, receiver)[0]:
+        port, at_egress = tapped(src, dst)
+        if port is None:
+            continue
+        filters = vlan_as_network(view, port, dict(p.filters) if d == 0 else reverse_filters(dict(p.filters)))
+        if at_egress:
+            out += [((st.TAP_EGRESS, port.id), m) for m in egress_matches(dst, filters, None)]
+            continue
         eth_type = effective_eth_type(filters)
-        adjacent = view.in_network(src.port.network_id, dst.ip) if eth_type == ETH_IPV4 else True
-        route = None if adjacent else view.route(src.port.network_id, dst.ip)
-        out += ingress_matches(src, dst, vlan_as_network(view, src, filters), adjacent, route)
+        adjacent = view.in_network(port.network_id, dst.ip) if eth_type == ETH_IPV4 else True
+        route = None if adjacent else view.route(port.network_id, dst.ip)
+        out += [((st.TAP_INGRESS, port.id), m) for m in ingress_matches(src, dst, filters, adjacent, route)]
     return out
 
 
-def vlan_as_network(view: View, src: Endpoint, filters: dict) -> dict:
-    """A `vlan` filter naming the VLAN of the sender's (VLAN) network matches all of its frames: VMs
-    send untagged and the network's VLAN is added on the uplink. Otherwise it matches the frame's own
-    802.1Q tag (a VLAN-aware VM)."""
-    net = view.networks.get(src.port.network_id)
+def vlan_as_network(view: View, port: Port, filters: dict) -> dict:
+    """A `vlan` filter naming the VLAN of the tapped port's (VLAN) network matches all of its frames:
+    VMs send and receive untagged, the network's VLAN is on the uplink only. Otherwise it matches the
+    frame's own 802.1Q tag (a VLAN-aware VM)."""
+    net = view.networks.get(port.network_id)
     if "vlan" in filters and net is not None and net.type == "vlan" and net.segmentation_id == filters["vlan"]:
         return {k: v for k, v in filters.items() if k != "vlan"}
     return filters
@@ -399,13 +464,13 @@ def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:
     view = View(snapshot)
     by_id = {p.id: p for p in snapshot.tap_policies}
     me = by_id[policy_id]
-    mine = _policy_ingress(view, me)
+    mine = _policy_matches(view, me)
     out = []
     for other in sorted(by_id.values(), key=lambda p: p.id):
         if other.id == policy_id or other.priority != me.priority:
             continue
-        theirs = _policy_ingress(view, other)
-        if any(matches_intersect(a, b) for a in mine for b in theirs):
+        theirs = _policy_matches(view, other)
+        if any(pa == pb and matches_intersect(a, b) for pa, a in mine for pb, b in theirs):
             out.append(other.id)
     return out
 
@@ -422,15 +487,8 @@ def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
     tenant_vnis = {n.segmentation_id for n in snapshot.networks if n.type == "vxlan"}
     out = {}
     for p in sorted(snapshot.tap_policies, key=lambda p: p.id):
-        problems = out[p.id] = []
-        sender = ports.get(p.sender_port_id) if p.sender_port_id is not None else None
-        if sender is None:
-            problems.append("sender port was deleted")
-        receiver = None
-        if p.receiver_is_port:
-            receiver = ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
-            if receiver is None:
-                problems.append("receiver port was deleted")
+        sender, receiver, problems = ends(ports, p)
+        out[p.id] = problems
         monitors = []
         for i, mid in enumerate(p.monitor_port_ids):
             mport = ports.get(mid) if mid is not None else None
@@ -438,24 +496,22 @@ def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
                 problems.append(f"{'monitor' if i == 0 else 'monitor2'} port was deleted")
             else:
                 monitors.append((i, mport))
-        if sender is None or (p.receiver_is_port and receiver is None) or not monitors:
+        if sender is None or receiver is None or not monitors:
             continue
         if p.id > MAX_POLICY_ID:
             problems.append(f"policy id {p.id} is beyond the marker space")
             continue
-        directions = [(0, sender)]
-        if p.direction == "both":
-            if receiver is None:
-                problems.append("direction both needs the receiver to be a port")
-            else:
-                directions.append((1, receiver))
-        for d, src in directions:
-            what = "sender" if d == 0 else "receiver (direction both)"
-            if src.node not in nodes:
-                problems.append(f"{what} port {src.id} is not bound to a node")
+        tapping, why = directions(p, sender, receiver)
+        problems += why
+        for d, src, dst in tapping:
+            port, at_egress = tapped(src, dst)
+            what = tap_role(d, at_egress)
+            if port.node not in nodes:
+                problems.append(f"{what} port {port.id} is not bound to a node")
                 continue
-            if not src.interface:
-                problems.append(f"{what} port {src.id}: interface {src.interface!r} not on {src.node}'s br-int yet")
+            if not port.interface:
+                problems.append(f"{what} port {port.id}: interface {port.interface!r} not on "
+                                f"{port.node}'s br-int yet")
                 continue
             for i, mport in monitors:
                 if marker(p.id, d, i) in tenant_vnis:
