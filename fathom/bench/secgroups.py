@@ -53,6 +53,9 @@ TARGET = 0.9
 # ratio name -> (numerator mode, denominator mode)
 RATIOS = {"sg100_over_none": ("sg100", "none"), "sg1_over_none": ("sg1", "none"), "sg100_over_sg1": ("sg100", "sg1")}
 FIGURES = ("tcp_gbps", "connections_per_second")
+# counter -> its lines in `ovs-appctl dpif-netdev/pmd-stats-show` (one per datapath thread)
+COUNTERS = {"packets": r"packets received: (\d+)", "recirculations": r"packet recirculations: (\d+)",
+            "upcalls": r"miss with (?:success|failed) upcall: (\d+)"}
 
 
 def group_rules(n: int) -> list[dict]:
@@ -142,13 +145,14 @@ class SecgroupsBench:
 
     # ------------------------------------------------------------------ measurements
     def counters(self, nodes: tuple[str, ...]) -> dict:
-        """Packets the datapaths of `nodes` received, their recirculations and ovs-vswitchd CPU seconds."""
-        out = {"packets": 0, "recirculations": 0, "cpu_s": 0.0}
+        """Packets the datapaths of `nodes` received, their recirculations, their misses (upcalls to
+        the OpenFlow tables) and ovs-vswitchd CPU seconds."""
+        out = {"packets": 0, "recirculations": 0, "upcalls": 0, "cpu_s": 0.0}
         for node in nodes:
             ovs = self.lab.ovs(node)
             stats = ovs.appctl("dpif-netdev/pmd-stats-show")
-            out["packets"] += sum(int(n) for n in re.findall(r"packets received: (\d+)", stats))
-            out["recirculations"] += sum(int(n) for n in re.findall(r"packet recirculations: (\d+)", stats))
+            for key, pattern in COUNTERS.items():
+                out[key] += sum(int(n) for n in re.findall(pattern, stats))
             out["cpu_s"] += procs.cpu_seconds(ovs.pid("ovs-vswitchd")) or 0.0
         return out
 
@@ -160,7 +164,7 @@ class SecgroupsBench:
         d = {k: after[k] - before[k] for k in before}
         packets = max(d["packets"], 1)
         return result, {"packets": d["packets"], "passes_per_packet": 1 + d["recirculations"] / packets,
-                        "vswitchd_cpu_us_per_packet": d["cpu_s"] * 1e6 / packets}
+                        "upcalls": d["upcalls"], "vswitchd_cpu_us_per_packet": d["cpu_s"] * 1e6 / packets}
 
     def throughput(self, src: str, dst: str) -> float:
         r = iperf.iperf3(self.lab.ns(src), self.lab.ns(dst), IPS[dst], seconds=self.seconds, omit=1)
@@ -248,13 +252,16 @@ def markdown(doc: dict) -> str:
                          + " | ".join(ratio(rat[n][p][k]) for n in RATIOS if n != "sg100_over_none")
                          + f" | {ratio(rat['sg100_over_none'][p][k])} |")
     lines += ["", "What the switches did (medians; over the nodes the path crosses):", "",
-              "| path | test | passes/packet none · sg1 · sg100 | vswitchd CPU µs/packet none · sg1 · sg100 |",
-              "|---|---|---|---|"]
+              "| path | test | passes/packet none · sg1 · sg100 | upcalls none · sg1 · sg100 "
+              "| vswitchd CPU µs/packet none · sg1 · sg100 |",
+              "|---|---|---|---|---|"]
     for p in PATHS:
         for test in ("tcp", "connections"):
             dp = [res[m][p][f"{test}_datapath"] for m in MODES]
-            lines.append(f"| {p} | {test} | " + " · ".join(f"{d['passes_per_packet']['p50']:.2f}" for d in dp)
-                         + " | " + " · ".join(f"{d['vswitchd_cpu_us_per_packet']['p50']:.1f}" for d in dp) + " |")
+            cells = [" · ".join(fmt.format(d[k]["p50"]) for d in dp)
+                     for k, fmt in (("passes_per_packet", "{:.2f}"), ("upcalls", "{:.0f}"),
+                                    ("vswitchd_cpu_us_per_packet", "{:.1f}"))]
+            lines.append(f"| {p} | {test} | " + " | ".join(cells) + " |")
     lines.append(f"\nmedians of {doc['parameters']['repeats']} interleaved repeats; target sg100 / none ≥ "
                  f"{doc['target_ratio']}: {'met' if doc['meets_target'] else 'NOT met'}")
     return "\n".join(lines) + "\n"
