@@ -51,11 +51,26 @@ GROUPS = {"sg1": 2, "sg100": 100}       # mode -> rules in its group
 CONN_PORT = iperf.PORT                  # one ingress rule admits both tests
 TARGET = 0.9
 # ratio name -> (numerator mode, denominator mode)
-RATIOS = {"sg100_over_none": ("sg100", "none"), "sg1_over_none": ("sg1", "none"), "sg100_over_sg1": ("sg100", "sg1")}
+RATIOS = {"sg1_over_none": ("sg1", "none"), "sg100_over_sg1": ("sg100", "sg1"), "sg100_over_none": ("sg100", "none")}
 FIGURES = ("tcp_gbps", "connections_per_second")
-# counter -> its lines in `ovs-appctl dpif-netdev/pmd-stats-show` (one per datapath thread)
-COUNTERS = {"packets": r"packets received: (\d+)", "recirculations": r"packet recirculations: (\d+)",
-            "upcalls": r"miss with (?:success|failed) upcall: (\d+)"}
+# counter -> its line in `ovs-appctl dpif-netdev/pmd-stats-show`, once per datapath thread
+COUNTERS = {"packets": "packets received", "recirculations": "packet recirculations", "emc_hits": "emc hits",
+            "megaflow_hits": "megaflow hits", "upcalls": "miss with success upcall", "failed_upcalls": "miss with failed upcall",
+            "subtables_per_megaflow_hit": "avg. subtable lookups per megaflow hit"}
+
+
+def pmd_stats(text: str) -> dict:
+    """The counters of `dpif-netdev/pmd-stats-show` summed over its threads (the main thread, PMDs),
+    plus `subtable_lookups`: each thread's average per megaflow hit times its hits."""
+    out = dict.fromkeys([*COUNTERS, "subtable_lookups"], 0.0)
+    names = {v: k for k, v in COUNTERS.items()}
+    for thread in re.split(r"^\S.*:\s*$", text, flags=re.M)[1:]:
+        values = {names[m[0]]: float(m[1]) for m in re.findall(r"^\s+(.+?):\s+([\d.]+)", thread, flags=re.M)
+                  if m[0] in names}
+        for k, v in values.items():
+            out[k] += v
+        out["subtable_lookups"] += values.get("subtables_per_megaflow_hit", 0.0) * values.get("megaflow_hits", 0.0)
+    return out
 
 
 def group_rules(n: int) -> list[dict]:
@@ -144,27 +159,28 @@ class SecgroupsBench:
         return next(n.name for n, v in self.topo.vms() if v.name == vm)
 
     # ------------------------------------------------------------------ measurements
-    def counters(self, nodes: tuple[str, ...]) -> dict:
-        """Packets the datapaths of `nodes` received, their recirculations, their misses (upcalls to
-        the OpenFlow tables) and ovs-vswitchd CPU seconds."""
-        out = {"packets": 0, "recirculations": 0, "upcalls": 0, "cpu_s": 0.0}
-        for node in nodes:
-            ovs = self.lab.ovs(node)
-            stats = ovs.appctl("dpif-netdev/pmd-stats-show")
-            for key, pattern in COUNTERS.items():
-                out[key] += sum(int(n) for n in re.findall(pattern, stats))
-            out["cpu_s"] += procs.cpu_seconds(ovs.pid("ovs-vswitchd")) or 0.0
-        return out
-
     def measured(self, nodes: tuple[str, ...], run) -> tuple[object, dict]:
-        """run(), and what the switches of `nodes` did meanwhile: passes per packet, CPU per packet."""
-        before = self.counters(nodes)
+        """run(), and what the datapaths of `nodes` did meanwhile (`dpif-netdev/pmd-stats-show`, cleared
+        before): passes per packet, misses sent up to the OpenFlow tables (upcalls), the share of
+        lookups the exact-match cache answered, subtables probed per megaflow hit, ovs-vswitchd CPU
+        per packet."""
+        for node in nodes:
+            self.lab.ovs(node).appctl("dpif-netdev/pmd-stats-clear")
+        cpu = self.cpu_seconds(nodes)
         result = run()
-        after = self.counters(nodes)
-        d = {k: after[k] - before[k] for k in before}
-        packets = max(d["packets"], 1)
-        return result, {"packets": d["packets"], "passes_per_packet": 1 + d["recirculations"] / packets,
-                        "upcalls": d["upcalls"], "vswitchd_cpu_us_per_packet": d["cpu_s"] * 1e6 / packets}
+        cpu = self.cpu_seconds(nodes) - cpu
+        stats = [pmd_stats(self.lab.ovs(node).appctl("dpif-netdev/pmd-stats-show")) for node in nodes]
+        c = {k: sum(s[k] for s in stats) for k in stats[0]}
+        packets, hits = max(c["packets"], 1), c["megaflow_hits"]
+        upcalls = c["upcalls"] + c["failed_upcalls"]
+        lookups = max(c["emc_hits"] + hits + upcalls, 1)
+        return result, {"packets": int(c["packets"]), "passes_per_packet": 1 + c["recirculations"] / packets,
+                        "upcalls": int(upcalls), "emc_hit_share": c["emc_hits"] / lookups,
+                        "subtables_per_megaflow_hit": c["subtable_lookups"] / hits if hits else 0.0,
+                        "vswitchd_cpu_us_per_packet": cpu * 1e6 / packets}
+
+    def cpu_seconds(self, nodes: tuple[str, ...]) -> float:
+        return sum(procs.cpu_seconds(self.lab.ovs(n).pid("ovs-vswitchd")) or 0.0 for n in nodes)
 
     def throughput(self, src: str, dst: str) -> float:
         r = iperf.iperf3(self.lab.ns(src), self.lab.ns(dst), IPS[dst], seconds=self.seconds, omit=1)
@@ -238,6 +254,10 @@ def summary(samples: dict, parameters: dict) -> dict:
             "meets_target": all(v is not None and v >= TARGET for r in target.values() for v in r.values())}
 
 
+DATAPATH_COLUMNS = (("passes_per_packet", "{:.2f}"), ("upcalls", "{:.0f}"), ("emc_hit_share", "{:.2f}"),
+                    ("subtables_per_megaflow_hit", "{:.2f}"), ("vswitchd_cpu_us_per_packet", "{:.1f}"))
+
+
 def markdown(doc: dict) -> str:
     res, rat = doc["results"], doc["ratios"]
     lines = ["| path | figure | none | sg1 | sg100 | sg1 / none (conntrack) | sg100 / sg1 (rules) | sg100 / none |",
@@ -248,19 +268,14 @@ def markdown(doc: dict) -> str:
     for p in PATHS:
         for k, fmt in (("tcp_gbps", "{:.2f}"), ("connections_per_second", "{:.0f}")):
             cells = [fmt.format(res[m][p][k]["p50"]) for m in MODES]
-            lines.append(f"| {p} | {k} | " + " | ".join(cells) + " | "
-                         + " | ".join(ratio(rat[n][p][k]) for n in RATIOS if n != "sg100_over_none")
-                         + f" | {ratio(rat['sg100_over_none'][p][k])} |")
-    lines += ["", "What the switches did (medians; over the nodes the path crosses):", "",
-              "| path | test | passes/packet none · sg1 · sg100 | upcalls none · sg1 · sg100 "
-              "| vswitchd CPU µs/packet none · sg1 · sg100 |",
-              "|---|---|---|---|---|"]
+            lines.append(f"| {p} | {k} | " + " | ".join(cells + [ratio(rat[n][p][k]) for n in RATIOS]) + " |")
+    lines += ["", "What the datapaths did (medians over the nodes the path crosses; none · sg1 · sg100):", "",
+              "| path | test | passes/packet | upcalls | EMC share | subtables/megaflow hit | vswitchd CPU µs/packet |",
+              "|---|---|---|---|---|---|---|"]
     for p in PATHS:
         for test in ("tcp", "connections"):
             dp = [res[m][p][f"{test}_datapath"] for m in MODES]
-            cells = [" · ".join(fmt.format(d[k]["p50"]) for d in dp)
-                     for k, fmt in (("passes_per_packet", "{:.2f}"), ("upcalls", "{:.0f}"),
-                                    ("vswitchd_cpu_us_per_packet", "{:.1f}"))]
+            cells = [" · ".join(fmt.format(d[k]["p50"]) for d in dp) for k, fmt in DATAPATH_COLUMNS]
             lines.append(f"| {p} | {test} | " + " | ".join(cells) + " |")
     lines.append(f"\nmedians of {doc['parameters']['repeats']} interleaved repeats; target sg100 / none ≥ "
                  f"{doc['target_ratio']}: {'met' if doc['meets_target'] else 'NOT met'}")
