@@ -36,7 +36,7 @@ def test_summary_separates_conntrack_from_rules():
             assert abs(r["sg100_over_none"][p][k] - 0.81) < 1e-9
     assert doc["meets_target"] is False
     assert doc["results"]["sg1"]["same_node"]["tcp_datapath"]["passes_per_packet"]["p50"] == 3
-    assert doc["modes"] == {"none": 0, "sg1": 2, "sg100": 100}
+    assert doc["rules"] == {"none": 0, "sg1": 2, "sg100": 100}
     text = sb.markdown(doc)
     assert "| same_node | tcp_gbps | 2.00 | 1.80 | 1.62 | 0.90 | 0.90 | 0.81 |" in text
     assert ("| cross_node | connections | 1.00 · 3.00 · 3.00 | 2 · 2 · 2 | 0.50 · 0.50 · 0.50 | 1.50 · 1.50 · 1.50 "
