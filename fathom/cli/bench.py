@@ -278,15 +278,16 @@ def vtap(quick, seconds, sizes, loads_pps, protos, repeats, lab_name, outdir, as
 @bench.command("secgroups")
 @click.option("--quick", is_flag=True, help="2 s runs, 2 repeats")
 @click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run and connection test")
-@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of both modes")
+@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of the three modes")
 @click.option("--clients", type=int, default=2, show_default=True, help="parallel connecting processes")
 @click.option("--lab", "lab_name", default="sgb", show_default=True, help="name of the lab the benchmark builds")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
               help="default results/bench-secgroups-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
 def secgroups(quick, seconds, repeats, clients, lab_name, outdir, as_json):
-    """Security groups: TCP throughput and new connections/s through a group of 100 rules against none
-    (no port security), same node and across the tunnel, as ratios (target >= 0.9)."""
+    """Security groups: TCP throughput and new connections/s with no port security, a group of one
+    ingress rule and a group of 100 rules, same node and across the tunnel, as ratios: conntrack's price
+    (sg1 / none), the rules' (sg100 / sg1) and the whole (sg100 / none, target >= 0.9)."""
     import json as json_
     import os
 
