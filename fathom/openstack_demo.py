@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import httpx
 from rich.console import Console
+from rich.markup import escape
 
 from fathom.client import Client
 from fathom.lab.lab import Lab
@@ -46,6 +48,7 @@ class OpenStackDemo:
         self.server: NeutronServer | None = None
         self.admin: Client | None = None
         self.ports: dict[str, dict] = {}        # VM name -> its Neutron port
+        self.commands, self.command_seconds = 0, 0.0    # `openstack` commands run, and their time
 
     # ----- helpers -----
     def say(self, text: str) -> None:
@@ -58,13 +61,18 @@ class OpenStackDemo:
         return ok
 
     def openstack(self, *args: str, output: bool = True):
-        """Run `openstack …` against the demo's Neutron, printed as typed; its JSON answer (-f json)."""
-        self.say(f"  [dim]$ openstack {' '.join(args)}[/dim]")
+        """Run `openstack …` against the demo's Neutron, printed as typed; its JSON answer (-f json),
+        or with `output` False what it printed."""
+        self.say(f"  [dim]$ openstack {escape(shlex.join(args))}[/dim]")
+        t0 = time.monotonic()
         try:
             proc = self.server.cli(*args, *(("-f", "json") if output else ()))
         except AssertionError as e:
             raise LabError(str(e)) from None
-        return json.loads(proc.stdout) if output else None
+        finally:
+            self.commands += 1
+            self.command_seconds += time.monotonic() - t0
+        return json.loads(proc.stdout) if output else proc.stdout
 
     def fathom(self, collection: str, neutron_id: str) -> dict | None:
         """fathom's object that a driver made for the Neutron object `neutron_id`."""
@@ -192,8 +200,8 @@ class OpenStackDemo:
                    ", ".join(f"{vm} on {b['node']} {down[vm]}" for vm, b in bound.items()))
         self.plug("a1", "a2", "b1")
         self.check("ports ACTIVE once plugged", True, "Neutron's port status follows fathom's (provisioning block)")
-        listing = self.server.cli("port", "list", "-c", "Name", "-c", "Status", "-c", "Fixed IP Addresses").stdout
-        self.say("  [dim]$ openstack port list -c Name -c Status -c 'Fixed IP Addresses'[/dim]\n" + listing.rstrip())
+        self.console.print(self.openstack("port", "list", "--device-owner", "compute:nova", "-c", "Name", "-c",
+                                          "Status", "-c", "Fixed IP Addresses", output=False).rstrip(), markup=False)
         for what, src, dst in (("ping a1 → a2, same subnet, across nodes", "a1", "a2"),
                                ("ping a1 → b1, across subnets (router r1)", "a1", "b1"),
                                ("ping b1 → a1, across subnets (router r1)", "b1", "a1")):
@@ -311,5 +319,6 @@ def section(console: Console, report: list, lab_name: str, keep: bool = False) -
             console.print(demo.server.log_tail(20), highlight=False, markup=False)
         raise
     finally:
-        report.append(("OpenStack section", f"{time.monotonic() - t0:.0f} s"))
+        report.append(("OpenStack section", f"{time.monotonic() - t0:.0f} s, of which {demo.command_seconds:.0f} s "
+                                            f"in {demo.commands} `openstack` commands"))
         demo.stop(keep and ok)

@@ -117,9 +117,10 @@ class NeutronServer:
                "OS_NEUTRON_CONFIG_FILES": "neutron.conf;ml2_conf.ini", "PYTHONWARNINGS": "ignore"}
         log = open(self.dir / "gunicorn.log", "ab")
         self.proc = subprocess.Popen(
-            # the pid file under the run dir: a lab that holds the server stops it on `fathom lab down`
+            # a lab that holds the server's run dir stops it on `fathom lab down`: the pid file is
+            # there, and the process title (gunicorn rewrites its command line) names the run dir
             [str(VENV / "bin" / "gunicorn"), "--no-control-socket", "--workers", "1", "--timeout", "120",
-             "--pid", str(self.dir / "gunicorn.pid"),
+             "--pid", str(self.dir / "gunicorn.pid"), "--name", f"neutron {self.dir}", "--graceful-timeout", "2",
              "--bind", f"127.0.0.1:{self.port}", "--pythonpath", str(TOOLS), "wsgi:application"],
             cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
