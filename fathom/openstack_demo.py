@@ -25,17 +25,11 @@ from rich.markup import escape
 
 from fathom.client import Client
 from fathom.lab.lab import Lab
-from fathom.lab.neutron import UPSTREAM_MAC, VENV, NeutronServer, available
+from fathom.lab.neutron import TOPOLOGY, UPSTREAM_MAC, VENV, NeutronServer, available
+from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
 from fathom.lab.topology import parse
 
-TOPOLOGY = """
-nodes:
-  - {name: compute1, role: compute}
-  - {name: compute2, role: compute}
-  - {name: gw, role: gateway}
-underlay: {cidr: 198.18.0.0/24, mtu: 1600}
-"""
 FATHOM = str(Path(sys.executable).with_name("fathom"))
 EXTERNAL_CIDR, UPSTREAM_IP, EXTERNAL_VLAN = "203.0.113.0/24", "203.0.113.1", 300
 
@@ -79,15 +73,9 @@ class OpenStackDemo:
         found = self.admin.list(f"/{collection}", params={"external_id": neutron_id})
         return found[0] if found else None
 
-    def wait(self, what: str, check, timeout: float = 30.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise LabError(f"{what}: not after {timeout:.0f} s")
-            time.sleep(0.3)
+    @staticmethod
+    def wait(what: str, check, timeout: float = 30.0):
+        return wait_for(check, timeout, what, interval=0.3)
 
     def fathom_bound(self, neutron_port: str) -> dict:
         return self.wait(f"port {neutron_port} bound in fathom",

@@ -25,19 +25,12 @@ import pytest
 from fathom.client import Client
 from fathom.lab import controller as ctl
 
-from fathom.lab.neutron import UPSTREAM_MAC, NeutronServer, Sdk, available
+from fathom.lab.neutron import TOPOLOGY, UPSTREAM_MAC, NeutronServer, Sdk, available
 from .util import ping, running_lab
 
 pytestmark = pytest.mark.lab
 
 LAB = "nu1"
-TOPOLOGY = """
-nodes:
-  - {name: compute1, role: compute}
-  - {name: compute2, role: compute}
-  - {name: gw, role: gateway}
-underlay: {cidr: 198.18.0.0/24, mtu: 1600}
-"""
 FATHOM = str(Path(sys.executable).with_name("fathom"))
 
 
