@@ -21,7 +21,6 @@ from rich.console import Console
 from fathom.host import exec as host_exec
 from fathom.host.iperf import iperf3
 from fathom.lab.lab import Lab
-from fathom import openstack_demo
 from fathom.pptmon import demo as pptmon_demo
 from fathom.lab.sh import LabError
 from fathom.lab.topology import DEFAULT_TOPOLOGY, load
@@ -372,6 +371,7 @@ def print_report(report: list) -> None:
 
 def openstack(report: list, keep: bool) -> int:
     """The OpenStack section alone; it removes its lab and Neutron server itself (unless `keep`)."""
+    from fathom import openstack_demo
     ok = True
     try:
         openstack_demo.section(console, report, LAB + "o", keep=keep)
