@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 NATIVE_DIRS := $(wildcard native/*/Makefile)
 
-.PHONY: setup native demo test test-unit test-lab bench clean
+.PHONY: setup native demo demo-openstack test test-unit test-lab bench clean
 
 setup:
 	@scripts/setup
@@ -13,6 +13,10 @@ native:
 
 demo: setup
 	$(PY) -m fathom.demo $(if $(KEEP),--keep,)
+
+# a real Neutron with fathom's drivers, driven by the `openstack` command line (docs/openstack.md)
+demo-openstack: setup
+	$(PY) -m fathom.demo --openstack $(if $(KEEP),--keep,)
 
 test: setup
 	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests

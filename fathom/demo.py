@@ -1,6 +1,8 @@
 """`make demo`: bring up the default lab, show traffic flowing, print a short report.
 
 Run as `python -m fathom.demo [--keep]`. Each section adds one capability to the report.
+`--openstack` (`make demo-openstack`) runs the OpenStack section alone: a real Neutron driving
+fathom (fathom/openstack_demo.py).
 """
 from __future__ import annotations
 
@@ -320,13 +322,18 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the lab up (fathom lab down -n demo)")
     parser.add_argument("--name", default=LAB, help="name of the demo's lab; its other labs add one letter "
                                                      "(at most 7 characters, so that several demos can run at once)")
+    parser.add_argument("--openstack", action="store_true",
+                        help="only the OpenStack section: a real Neutron with fathom's drivers, driven by the "
+                             "`openstack` command line (a few minutes; lab NAME + 'o')")
     args = parser.parse_args()
     set_lab_name(args.name)
+    report: list[tuple[str, str]] = []
+    if args.openstack:
+        return openstack(report, args.keep)
     lab = Lab(LAB)
     if lab.exists():
         console.print("removing a previous demo lab")
         lab.down()
-    report: list[tuple[str, str]] = []
     ok = True
     global KEEP
     KEEP = args.keep
@@ -343,9 +350,7 @@ def main() -> int:
         console.print(f"[red]demo failed:[/red] {e}")
         ok = False
     finally:
-        console.rule("[bold]report")
-        for k, v in report:
-            console.print(f"  {k:<48} {v}", highlight=False)
+        print_report(report)
         labs = [LAB, LAB + "t", LAB + "v", LAB + "f", LAB + "s"]
         if args.keep and ok:
             console.print(f"\nlabs {', '.join(labs)} and PPTMon chain {pptmon_demo.CHAIN} left up: try "
@@ -355,6 +360,29 @@ def main() -> int:
             for name in labs:
                 Lab(name).down()
             console.print(f"\nlabs {', '.join(labs)} removed")
+    return 0 if ok and all("FAILED" not in v for _, v in report) else 1
+
+
+def print_report(report: list) -> None:
+    console.rule("[bold]report")
+    for k, v in report:
+        console.print(f"  {k:<48} {v}", highlight=False)
+
+
+def openstack(report: list, keep: bool) -> int:
+    """The OpenStack section alone; it removes its lab and Neutron server itself (unless `keep`)."""
+    from fathom import openstack_demo
+    ok = True
+    try:
+        openstack_demo.section(console, report, LAB + "o", keep=keep)
+    except Exception as e:  # noqa: BLE001 - the report must still be printed
+        if not isinstance(e, (LabError, ApiError, subprocess.SubprocessError)):
+            console.print_exception()
+        console.print(f"[red]demo failed:[/red] {e}")
+        ok = False
+    print_report(report)
+    if not (keep and ok):
+        console.print(f"\nlab {LAB}o and its Neutron server removed")
     return 0 if ok and all("FAILED" not in v for _, v in report) else 1
 
 

@@ -1,7 +1,7 @@
 """A real Neutron drives fathom: ML2 + L3 drivers of networking-fathom, tested end to end.
 
 One lab (three nodes, fathom's controller, no VM of its own), one Neutron API server from PyPI
-(gunicorn, SQLite, noauth; tests/lab/neutron.py) configured with `mechanism_drivers = fathom` and
+(gunicorn, SQLite, noauth; fathom/lab/neutron.py) configured with `mechanism_drivers = fathom` and
 fathom's L3 providers, authenticated to fathom with a `service` token. openstacksdk and the
 `openstack` command line drive Neutron; VMs are plugged into the lab for Neutron ports with
 `fathom lab plug --neutron-port`, and ping each other through fathom's datapath. Neutron's security
@@ -25,19 +25,12 @@ import pytest
 from fathom.client import Client
 from fathom.lab import controller as ctl
 
-from .neutron import NeutronServer, Sdk, available
+from fathom.lab.neutron import TOPOLOGY, UPSTREAM_MAC, NeutronServer, Sdk, available
 from .util import ping, running_lab
 
 pytestmark = pytest.mark.lab
 
 LAB = "nu1"
-TOPOLOGY = """
-nodes:
-  - {name: compute1, role: compute}
-  - {name: compute2, role: compute}
-  - {name: gw, role: gateway}
-underlay: {cidr: 198.18.0.0/24, mtu: 1600}
-"""
 FATHOM = str(Path(sys.executable).with_name("fathom"))
 
 
@@ -328,9 +321,6 @@ def test_port_chain_steers_into_the_vnf(cloud):
         sdk.call(f"network.delete_sfc_{kind}", obj["id"])
     wait_for("the pair gone from fathom", lambda: fathom_by_external(admin, "sfc/port_pairs", pair["id"]) is None)
     assert pings(lab, "a1", b1_ip)            # unsteered again
-
-
-UPSTREAM_MAC = "02:fe:00:00:00:01"      # the Neutron server's [fathom] upstream_mac (tests/lab/neutron.py)
 
 
 def test_floating_ip_from_the_upstream_host(cloud):

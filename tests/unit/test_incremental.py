@@ -457,3 +457,21 @@ def test_a_dhcp_port_plugged_by_the_agent_brings_its_flows_incrementally(cloud):
     cloud.rec.run_pass(audit=False)
     flows = {f.to_ofctl() for f in cloud.rec.desired[SwitchKey(BR_INT, "compute1")].flows}
     assert not any("in_port=40" in f or "set_field:0x28->reg7" in f for f in flows)
+
+
+def test_a_gateway_set_on_a_router_with_ports_brings_the_gateway_node_its_neighbours(cloud):
+    """The gateway node routes what comes in from outside (a floating IP's traffic) into every
+    network of the router: a gateway set after the router's ports exist gives it their neighbour
+    entries (check_incremental: incremental = full after the pass)."""
+    ext = cloud.call("POST", "/networks", json={"name": "ext", "type": "vlan", "segmentation_id": 300,
+                                                "external": True, "upstream_mac": "02:fe:00:00:00:01"})
+    cloud.call("POST", "/subnets", json={"network_id": ext["id"], "cidr": "203.0.113.0/24",
+                                         "gateway_ip": "203.0.113.1", "name": "ext4"})
+    router = cloud.call("POST", "/routers", json={"name": "r9"})
+    cloud.call("POST", f"/routers/{router['id']}/interfaces", json={"subnet_id": cloud.ids["subnets"]["blue"]})
+    cloud.rec.run_pass(audit=False)
+    cloud.call("PATCH", f"/routers/{router['id']}", json={"external_gateway": {"network_id": ext["id"]}})
+    cloud.rec.run_pass(audit=False)
+    neighbours = [f for f in cloud.rec.desired[SwitchKey(BR_INT, "gw")].flows if f.table == 55]
+    assert {dict(f.match).get("ipv4_dst") for f in neighbours} >= {"198.19.1.11", "198.19.1.13"}
+    assert in_sync(cloud)

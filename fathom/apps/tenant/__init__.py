@@ -3,8 +3,8 @@
 Incremental: a change of ports (created, deleted, rebound, plugged or unplugged, or their network's
 DHCP port on their node plugged or unplugged) touches the ports themselves and their networks (flood groups, classification), plus, when it makes a network local
 to a node or routed to from it for the first time (or the last), everything of that network and of
-the routers on it. Any other change (nodes, networks changed, subnets, routers, router interfaces)
-is not handled: the app is compiled whole.
+the routers on it. Any other change (nodes, networks changed, subnets, routers, router interfaces,
+a router's gateway node) is not handled: the app is compiled whole.
 """
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ def _ports(model) -> dict:
     return {p.id: facts(p) for p in model.ports}
 
 
+def _gateway_nodes(model) -> set:
+    return {(g.router_id, g.node) for g in model.router_gateways}
+
+
 def touched(before, after):
     b, a = tenant_view(before), tenant_view(after)
     if _node_facts(b) != _node_facts(a):
@@ -55,6 +59,9 @@ def touched(before, after):
         return "subnets changed"
     if b.routers != a.routers or b.router_interfaces != a.router_interfaces:
         return "routers changed"
+    # a router's gateway node routes into every network of the router (its neighbours and l2)
+    if _gateway_nodes(b) != _gateway_nodes(a):
+        return "router gateway nodes changed"
     owners: set = set()
     nets_b, nets_a = {n.id: n for n in b.networks}, {n.id: n for n in a.networks}
     for nid in set(nets_b) | set(nets_a):

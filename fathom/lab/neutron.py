@@ -1,10 +1,11 @@
-"""A real Neutron API server for lab tests: the PyPI release in the repo's .venv-neutron (built by
-scripts/setup), ML2 with fathom's mechanism driver, the stock L3 plugin with fathom's flavor
-providers, on SQLite, served by gunicorn (one sync worker), no Keystone (noauth) and no broker.
+"""A real Neutron API server for labs (the lab tests and `make demo-openstack`): the PyPI release in
+the repo's .venv-neutron (built by scripts/setup), ML2 with fathom's mechanism driver, the stock L3
+plugin with fathom's flavor providers, TaaS and networking-sfc with fathom's drivers, on SQLite,
+served by gunicorn (one sync worker), no Keystone (noauth) and no broker.
 
 And `Sdk`, openstacksdk driven from this (fathom's) interpreter: a helper process in Neutron's
 environment answers one JSON line per call (openstacksdk's proxies by name, e.g.
-`network.create_network`), so the tests use the real SDK without importing its libraries here.
+`network.create_network`), so callers use the real SDK without importing its libraries here.
 """
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ TOOLS = REPO / "networking-fathom" / "tools"
 SCHEMA_CACHE = VENV / ("fathom-sqlite-schema-" + hashlib.sha256(
     (REPO / "networking-fathom" / "networking_fathom" / "db.py").read_bytes()
     + (TOOLS / "sqlite_schema.py").read_bytes()).hexdigest()[:12] + ".db")
+# the provider router's MAC on external networks ([fathom] upstream_mac): Neutron does not know it
+UPSTREAM_MAC = "02:fe:00:00:00:01"
+# a lab for a Neutron cloud: the nodes its ports bind to (binding:host_id), no VM of its own (VMs are
+# plugged for Neutron's ports: fathom.lab.plug)
+TOPOLOGY = """
+nodes:
+  - {name: compute1, role: compute}
+  - {name: compute2, role: compute}
+  - {name: gw, role: gateway}
+underlay: {cidr: 198.18.0.0/24, mtu: 1600}
+"""
 
 
 def available() -> str | None:
@@ -84,7 +96,7 @@ flat_networks = physnet1
 
 class NeutronServer:
     def __init__(self, workdir: Path, fathom_url: str, token: str, sync_interval: float = 5.0,
-                 upstream_mac: str = "02:fe:00:00:00:01"):
+                 upstream_mac: str = UPSTREAM_MAC):
         self.dir = Path(workdir)
         self.upstream_mac = upstream_mac
         self.fathom_url, self.token, self.sync_interval = fathom_url, token, sync_interval
@@ -114,7 +126,10 @@ class NeutronServer:
                "OS_NEUTRON_CONFIG_FILES": "neutron.conf;ml2_conf.ini", "PYTHONWARNINGS": "ignore"}
         log = open(self.dir / "gunicorn.log", "ab")
         self.proc = subprocess.Popen(
+            # a lab that holds the server's run dir stops it on `fathom lab down`: the pid file is
+            # there, and the process title (gunicorn rewrites its command line) names the run dir
             [str(VENV / "bin" / "gunicorn"), "--no-control-socket", "--workers", "1", "--timeout", "120",
+             "--pid", str(self.dir / "gunicorn.pid"), "--name", f"neutron {self.dir}", "--graceful-timeout", "2",
              "--bind", f"127.0.0.1:{self.port}", "--pythonpath", str(TOOLS), "wsgi:application"],
             cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
