@@ -7,7 +7,6 @@ fathom (fathom/openstack_demo.py).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
