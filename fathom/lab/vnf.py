@@ -170,7 +170,8 @@ http {{
     run(["nginx", "-c", str(conf)], ns=ns)
 
 
-def ab(ns: str, url: str, requests: int, concurrency: int = 1, timeout: float = 120, seconds: float | None = None) -> dict:
+def ab(ns: str, url: str, requests: int, concurrency: int = 1, timeout: float = 120,
+       seconds: float | None = None) -> dict:
     """ApacheBench from namespace `ns`: requests/s, complete and failed requests, mean time. With
     `seconds`, it stops after that long (or after `requests`, whichever comes first)."""
     limit = ["-t", seconds] if seconds else []

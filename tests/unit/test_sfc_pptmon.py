@@ -246,7 +246,8 @@ def test_records_that_arrive_after_pptmon_is_turned_off_are_still_filed_under_th
     # still only from the node of the chain's sink
     forged = dict(record(901, chain=label, vnf_ns="c1"), sink_vnf=3)
     _deliver(api, "c1", [forged])
-    assert [r["port_chain_id"] for r in api.get("/pptmon/records", chain=label, limit=10) if r["node"] == "c1"] == [None]
+    stored = api.get("/pptmon/records", chain=label, limit=10)
+    assert [r["port_chain_id"] for r in stored if r["node"] == "c1"] == [None]
 
 
 def test_counters_in_reports_feed_lost_across_but_wake_nothing(api):  # noqa: F811

@@ -25,7 +25,8 @@ its group's role.
 Each instance gets its own VNF id (1-byte, in the option's entries): 1, 2, ... in path order
 (groups in chain order, instances in port pair id order). The controller maps a record's VNF ids
 back to groups and port pairs with the same numbering (`chain_instances`), from the model, when the
-record arrives from the sink's node (also once `pptmon` is off again: the last samples arrive after); the records are filed under `chain_label(chain id)`, a name
+record arrives from the sink's node (also once `pptmon` is off again: the last samples arrive
+after); the records are filed under `chain_label(chain id)`, a name
 that operator attachments cannot use (it has a colon).
 
 `lost_across` compares what the first group's instances stamped with what reached the last
