@@ -35,6 +35,10 @@ from fathom.model.hostlocal import PptmonAttach, digest, owner_key
 from fathom.pptmon import native
 
 LOG = logging.getLogger("fathom.agent.pptmon")
+# How long a loader may take to load, verify and attach its programs. Verifying them took 2-3 s on a
+# 2-core host at load 6, over 5 s at load 8; a loader given up on is an `error` that the agent only
+# tries again at its next resync (minutes), so the wait is generous.
+ATTACH_TIMEOUT = 30.0
 
 
 class Pptmon:
@@ -178,7 +182,7 @@ class Pptmon:
         tmp.replace(self._file(name))
 
     @staticmethod
-    def _wait_attached(records: Path, err: Path, p: subprocess.Popen, timeout: float = 5.0) -> None:
+    def _wait_attached(records: Path, err: Path, p: subprocess.Popen, timeout: float = ATTACH_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if p.poll() is not None:

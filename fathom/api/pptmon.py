@@ -52,7 +52,7 @@ from fathom.api.auth import agent_identity
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, utc
 from fathom.api.ingest_limits import IngestLimits, TooMany
 from fathom.api.schemas import ErrorOut
-from fathom.apps.hostlocal.chains import ChainVnf, chain_pptmon, lost_across, lost_warning, parse_chain_label
+from fathom.apps.hostlocal.chains import ChainVnf, chain_instances, lost_across, lost_warning, parse_chain_label
 from fathom.auth import Identity
 from fathom.model import Snapshot
 from fathom.store.errors import Forbidden
@@ -174,7 +174,7 @@ def measured_chains(engine: Engine, records: list[PptRecord]) -> dict[int, dict[
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
         snapshot = load_snapshot(s)
-    return {cid: {v.vnf_id: v for v in chain_pptmon(snapshot, cid)} for cid in ids}
+    return {cid: {v.vnf_id: v for v in chain_instances(snapshot, cid)} for cid in ids}
 
 
 def file_under(record: PptRecord, node: str, chains: dict[int, dict[int, ChainVnf]]) -> int | None:
@@ -395,7 +395,7 @@ def port_chain_stats(engine: Engine, snapshot: Snapshot, chain_id: int, agents: 
     names = {g.id: g.name for g in snapshot.port_pair_groups}
     pair_names = {p.id: p.name for p in snapshot.port_pairs}
     groups: list[dict] = []
-    for v in chain_pptmon(snapshot, chain_id):
+    for v in chain_instances(snapshot, chain_id):
         if not groups or groups[-1]["id"] != v.group_id:
             groups.append({"id": v.group_id, "name": names.get(v.group_id, ""), "position": v.position,
                            "role": v.role, "processing": summarize(by_group.get(v.group_id, [])), "port_pairs": []})

@@ -1,31 +1,37 @@
 """`fathom bench sfc`: what steering through a port chain costs, against the same VNFs reached
-without it, and requests/s of a web chain.
+without it; requests/s of a web chain; what PPTMon on a chain costs (paper Figs. 8-9).
 
-One lab (fathom/lab/topologies/sfc.yaml, under its own controller). For each path of VNFs:
+One lab (fathom/lab/topologies/sfc.yaml, under its own controller), every VNF plugged hybrid (the
+plugging PPTMon needs on the lab's userspace datapath, docs/sfc.md). Parts (`--part`):
 
-- chained: a port chain whose classifier takes the client's TCP to the server's iperf3 port;
-- unchained: no chain, the same VNFs in the same order by plain routing (the client routes the
-  server's address via the first VNF's ingress address, each VNF via the next one's; the last
+- steering: for each path of VNFs, iperf3 TCP client -> server, `repeats` times interleaved,
+  chained (a port chain whose classifier takes the client's TCP to the server's iperf3 port)
+  against unchained (no chain, the same VNFs in the same order by plain routing: the client routes
+  the server's address via the first VNF's ingress address, each VNF via the next one's; the last
   delivers), so the VNFs do the same work and the packets cross the same nodes; only the switches'
-  steering differs.
-
-Both are iperf3 TCP client -> server, interleaved, `repeats` times. The figure is chained / unchained
-throughput, and per VNF hop (the ratio to the power 1/hops). Replies go straight back in both (the
-chain is not symmetric). Then ApacheBench through firewall -> DPI -> nginx (chained), against the
-same path unchained and against no VNF at all.
-
-Last, what PPTMon on a chain costs: the chain fw1 → dpi (both VNFs plugged hybrid in this bench's
-lab, the plugging PPTMon needs on the userspace datapath, docs/sfc.md) with `pptmon` off and at one
-sample per second, interleaved, iperf3 each; the figure is on / off.
+  steering differs. The figure is chained / unchained throughput, and per VNF hop (the ratio to the
+  power 1/hops). Replies go straight back in both (the chain is not symmetric).
+- web: ApacheBench through firewall -> DPI -> nginx (chained), against the same path unchained and
+  against no VNF at all.
+- pptmon: the chain's `pptmon` off and at one sample per second, interleaved, `repeats` times:
+  iperf3 through each VNF type alone (firewall, NAT, DPI, forwarder: Fig. 8), ab for `seconds`
+  through the two real chains fw -> dpi and fw -> nat -> dpi to nginx (Fig. 9), and ab through
+  HAProxy, which terminates TCP: there the figure is the chain's warning that the sampled packets
+  never reach the sink. The client's MTU is lowered to CLIENT_MTU for the whole part, off and on
+  alike, so that full-size segments have room for the option. Per on run: the records the
+  controller stored and the loaders' counters (sampled, reported, skip_mtu ...).
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
+from fathom.apps.hostlocal.chains import OWNER_KIND, chain_label
 from fathom.client import Client
 from fathom.host.iperf import iperf3
 from fathom.lab import vnf as vnfs
@@ -36,26 +42,38 @@ from fathom.lab.topology import DEFAULT_TOPOLOGY, load
 TOPOLOGY = DEFAULT_TOPOLOGY.parent / "sfc.yaml"
 PATHS = (("fw1",), ("fw1", "fw2"), ("fw1", "fw2", "fwd"))
 WEB_PATH = ("fw1", "dpi")
-PPTMON_PATH = ("fw1", "dpi")
+PPTMON_VNFS = ("fw1", "nat", "dpi", "fwd")             # paper Fig. 8: firewall, NAT, DPI, forwarder
+PPTMON_CHAINS = (("fw1", "dpi"), ("fw1", "nat", "dpi"))  # Fig. 9's two real chains, to nginx
+PROXY = "proxy"                                         # HAProxy: ends TCP, and the option with it
+PPTMON_REWRITERS = ("nat", PROXY)                       # VNFs whose traffic reaches the server from their own address
 PPTMON_PERIOD_NS = 1_000_000_000      # one sample per second
+PPTMON_TARGET = 0.99
+# The client's MTU in the PPTMon runs: a full-size segment leaves the 40 bytes of TCP option space
+# free for the option (12 bytes + 4 per hop), as the paper plans the MTU for it. At 1500 the
+# source finds no room in full-size segments (skip_mtu) and a bulk stream yields next to no sample.
+CLIENT_MTU = 1460
+WARNING_WAIT = 30.0                   # s of traffic through HAProxy until the chain warns
 IPERF_PORT = 5201
 TARGET_PER_HOP = 0.95
+PARTS = ("steering", "web", "pptmon")
 
 
 class SfcBench:
     def __init__(self, lab_name: str = "sfb", seconds: float = 5, repeats: int = 3, requests: int = 2000,
-                 concurrency: int = 4, progress=lambda msg, frac=None: None):
+                 concurrency: int = 4, parts: tuple[str, ...] = PARTS, progress=lambda msg, frac=None: None):
         self.lab = Lab(lab_name)
+        self.parts = tuple(p for p in PARTS if p in parts)
         self.seconds, self.repeats = seconds, repeats
         self.requests, self.concurrency = requests, concurrency
         self.progress = progress
 
     # ------------------------------------------------------------------ lab facts
     def _topo(self):
-        """sfc.yaml with the PPTMon chain's VNFs plugged hybrid (they carry every path's traffic too)."""
+        """sfc.yaml with every VNF plugged hybrid, the plugging PPTMon needs on the lab's userspace
+        datapath (docs/sfc.md); the steering paths cross them the same way."""
         topo = load(TOPOLOGY)
-        nodes = [n.model_copy(update={"vnfs": [v.model_copy(update={"plug": "hybrid"}) if v.name in PPTMON_PATH
-                                               else v for v in n.vnfs]}) for n in topo.nodes]
+        nodes = [n.model_copy(update={"vnfs": [v.model_copy(update={"plug": "hybrid"}) for v in n.vnfs]})
+                 for n in topo.nodes]
         return topo.model_copy(update={"nodes": nodes})
 
     def _vnf(self, name):
@@ -128,70 +146,170 @@ class SfcBench:
         api = Client.for_lab(self.lab.state())
         doc = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
                "lab": self.lab.name, "topology": str(TOPOLOGY.name), "seconds": self.seconds, "repeats": self.repeats,
-               "target_per_hop": TARGET_PER_HOP, "paths": []}
-        steps = len(PATHS) * self.repeats * 2 + 3
-        done = 0
-        for path in PATHS:
-            runs = {"chained": [], "unchained": []}
-            for i in range(self.repeats):
-                for mode in ("unchained", "chained"):
-                    self.progress(f"{' → '.join(path)}: {mode} run {i + 1}/{self.repeats}", done / steps)
-                    ctx = self.chained(api, path, IPERF_PORT) if mode == "chained" else self.unchained(path)
-                    with ctx:
-                        runs[mode].append(self._iperf())
-                    done += 1
-            ch, un = statistics.median(runs["chained"]), statistics.median(runs["unchained"])
-            ratio = ch / un if un else None
-            nodes = sorted({n.name for n, v in self._topo().vnfs() if v.name in path})
-            doc["paths"].append({"vnfs": list(path), "hops": len(path), "nodes": nodes, "gbps": runs,
-                                 "median_gbps": {"chained": ch, "unchained": un}, "ratio": ratio,
-                                 "ratio_per_hop": ratio ** (1 / len(path)) if ratio else None})
-        doc["web"] = self._web(api, lambda frac: None)
-        doc["pptmon"] = self._pptmon(api)
+               "parts": list(self.parts), "target_per_hop": TARGET_PER_HOP, "paths": []}
+        self._start_web()
+        if "steering" in self.parts:
+            doc["paths"] = [self._steering(api, path) for path in PATHS]
+        if "web" in self.parts:
+            doc["web"] = self._web(api)
+        if "pptmon" in self.parts:
+            doc["pptmon"] = self._pptmon(api)
         doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         api.close()
         return doc
 
-    def _pptmon(self, api: Client) -> dict:
-        """iperf3 through fw1 → dpi with the chain's pptmon off and on (1 sample/s), interleaved."""
-        runs = {"off": [], "on": []}
-        with self.chained(api, PPTMON_PATH, IPERF_PORT) as chain_id:
-            for i in range(self.repeats):
-                for mode in ("off", "on"):
-                    self.progress(f"PPTMon {mode}: run {i + 1}/{self.repeats}")
-                    _set_pptmon(api, chain_id, mode == "on")
+    def _steering(self, api: Client, path: tuple[str, ...]) -> dict:
+        """iperf3 through `path` chained and unchained, interleaved."""
+        runs = {"chained": [], "unchained": []}
+        for i in range(self.repeats):
+            for mode in ("unchained", "chained"):
+                self.progress(f"steering {' → '.join(path)}: {mode} run {i + 1}/{self.repeats}")
+                ctx = self.chained(api, path, IPERF_PORT) if mode == "chained" else self.unchained(path)
+                with ctx:
                     runs[mode].append(self._iperf())
-            stats = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"window": "10m"})
-        on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
-        return {"vnfs": list(PPTMON_PATH), "plug": "hybrid", "period_ns": PPTMON_PERIOD_NS, "gbps": runs,
-                "median_gbps": {"off": off, "on": on}, "ratio": on / off if off else None,
-                "records": stats["records"], "e2e": stats["e2e"], "web": self._pptmon_web(api)}
+        ch, un = statistics.median(runs["chained"]), statistics.median(runs["unchained"])
+        ratio = ch / un if un else None
+        nodes = sorted({n.name for n, v in self._topo().vnfs() if v.name in path})
+        return {"vnfs": list(path), "hops": len(path), "nodes": nodes, "gbps": runs,
+                "median_gbps": {"chained": ch, "unchained": un}, "ratio": ratio,
+                "ratio_per_hop": ratio ** (1 / len(path)) if ratio else None}
 
-    def _pptmon_web(self, api: Client) -> dict:
-        """ab (the web server started by _web) through fw1 → dpi with pptmon off and on, interleaved:
-        requests are short segments, every one with room for the option."""
-        url = f"http://{self._ip('server')}/index.html"
-        runs = {"off": [], "on": []}
-        with self.chained(api, WEB_PATH, 80) as chain_id:
+    # ------------------------------------------------------------------ PPTMon
+    def _pptmon(self, api: Client) -> dict:
+        """PPTMon off and at one sample per second, interleaved: iperf3 through each VNF type alone
+        (paper Fig. 8), ab through the two real chains (Fig. 9) and through HAProxy (which ends the
+        option: the chain must say so). The client's MTU is CLIENT_MTU for all of it, off and on."""
+        self._admit_from(api, [str(self._vnf(v).egress.ip.ip) for v in PPTMON_REWRITERS], (80, IPERF_PORT))
+        out = {"period_ns": PPTMON_PERIOD_NS, "client_mtu": CLIENT_MTU, "target": PPTMON_TARGET,
+               "plug": "hybrid", "vnfs": [], "chains": []}
+        with self._client_mtu(CLIENT_MTU):
+            for v in PPTMON_VNFS:
+                out["vnfs"].append(self._onoff(api, (v,), IPERF_PORT, "gbps", self._iperf))
+            for path in PPTMON_CHAINS:
+                out["chains"].append(self._onoff(api, path, 80, "requests_per_s", self._ab_timed))
+            out["proxy"] = self._onoff(api, (PROXY,), 80, "requests_per_s", self._ab_timed, warning=True)
+        return out
+
+    def _onoff(self, api: Client, path: tuple[str, ...], port: int, unit: str, measure, warning: bool = False) -> dict:
+        """`measure()` through a chain of `path` (TCP to `port`) with pptmon off and on, interleaved,
+        `repeats` times; per on run the records stored and the loaders' counters."""
+        runs, windows = {"off": [], "on": []}, []     # windows: from turning on to turned off again (ns)
+        name = " → ".join(path)
+        with self.chained(api, path, port) as chain_id:
             for i in range(self.repeats):
                 for mode in ("off", "on"):
-                    self.progress(f"PPTMon {mode}, ab: run {i + 1}/{self.repeats}")
+                    self.progress(f"PPTMon {mode}: {name}: run {i + 1}/{self.repeats}")
+                    since = time.time_ns()
                     _set_pptmon(api, chain_id, mode == "on")
-                    result = vnfs.ab(self.lab.ns("client"), url, self.requests, self.concurrency)
-                    if result["failed"]:
-                        raise LabError(f"ab saw failed requests with pptmon {mode}: {result}")
-                    runs[mode].append(result["requests_per_s"])
-            stats = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"window": "10m"})
+                    if mode == "off" and windows:
+                        windows[-1] = (windows[-1][0], time.time_ns())
+                    runs[mode].append(measure())
+                    if mode == "on":
+                        windows.append((since, None))
+            said = self._proxy_warning(api, chain_id) if warning else None
+            _set_pptmon(api, chain_id, False)      # the loaders end, writing their last counters
+            windows[-1] = (windows[-1][0], time.time_ns())
+            records = _settled_records(api, chain_id, windows)
+            stats = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"since": str(windows[0][0])})
+            counters = self._loader_runs(chain_id)
         on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
-        return {"vnfs": list(WEB_PATH), "requests_per_s": runs, "median_requests_per_s": {"off": off, "on": on},
-                "ratio": on / off if off else None, "records": stats["records"], "e2e": stats["e2e"]}
+        out = {"vnfs": list(path), "nodes": [n.name for v in path for n, x in self._topo().vnfs() if x.name == v],
+               "unit": unit, "runs": runs, "median": {"off": off, "on": on}, "ratio": on / off if off else None,
+               "spread": max(_spread(runs["off"]), _spread(runs["on"])), "records_per_run": records,
+               "counters_per_run": counters, "e2e": stats["e2e"],
+               "per_vnf": {p["name"]: p["processing"] for g in stats["groups"] for p in g["port_pairs"]}}
+        if warning:
+            out["warning"] = said
+        return out
 
-    def _web(self, api: Client, _progress) -> dict:
+    def _proxy_warning(self, api: Client, chain_id: int) -> dict:
+        """With pptmon on, ab through the chain until the controller warns that the sampled packets
+        do not reach the sink (the agents report the loaders' counters every few seconds), at most
+        WARNING_WAIT s."""
+        self.progress("PPTMon on: waiting for the chain's warning")
+        _set_pptmon(api, chain_id, True)
+        deadline = time.monotonic() + WARNING_WAIT
+        while True:
+            vnfs.ab(self.lab.ns("client"), self._url(), 10_000_000, self.concurrency, seconds=2)
+            st = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"window": "1m"})
+            if st["warnings"] or time.monotonic() > deadline:
+                chain = api.get(f"/sfc/port_chains/{chain_id}")
+                return {"warnings": st["warnings"], "status": chain["status"], "status_reason": chain["status_reason"],
+                        "stamped": st["stamped"], "reached": st["reached"], "records": st["records"]}
+
+    def _loader_runs(self, chain_id: int) -> list[dict]:
+        """Per start of the chain's loaders (one per on run, in order): the counters each loader
+        wrote last, summed over the chain — `sampled` by the sources, `reported` by the sinks, the
+        skips of every hop. Read from the loaders' files on the lab's nodes."""
+        starts: list[dict] = []
+        for node in self.lab.nodes():
+            for f in sorted((Path(node.rundir) / "pptmon" / chain_label(chain_id)).glob("vnf*.jsonl")):
+                k, mode = -1, None
+                for line in f.read_text().splitlines():
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if msg.get("type") == "attached":
+                        k, mode = k + 1, msg.get("mode")
+                        while len(starts) <= k:
+                            starts.append({})
+                        starts[k][f.name] = (mode, {})
+                    elif msg.get("type") == "stats" and k >= 0:
+                        starts[k][f.name] = (mode, msg.get("counters") or {})
+        out = []
+        for loaders in starts:
+            total = {c: 0 for c in ("sampled", "reported", "skip_mtu", "skip_nospace", "skip_gso", "errors")}
+            for mode, c in loaders.values():
+                if mode in ("source", "source-sink"):
+                    total["sampled"] += c.get("sampled", 0)
+                if mode in ("sink", "source-sink"):
+                    total["reported"] += c.get("reported", 0)
+                for key in ("skip_mtu", "skip_nospace", "skip_gso", "errors"):
+                    total[key] += c.get(key, 0)
+            out.append(total)
+        return out
+
+    @contextlib.contextmanager
+    def _client_mtu(self, mtu: int):
+        """The client's interface MTU lowered to `mtu` (room for the option in full-size segments)."""
+        ns = self.lab.ns("client")
+        before = json.loads(run(["ip", "-j", "link", "show", "dev", "eth0"], ns=ns).stdout)[0]["mtu"]
+        run(["ip", "link", "set", "dev", "eth0", "mtu", str(mtu)], ns=ns)
+        try:
+            yield
+        finally:
+            run(["ip", "link", "set", "dev", "eth0", "mtu", str(before)], ns=ns, check=False)
+
+    def _admit_from(self, api: Client, ips: list[str], ports: tuple[int, ...]) -> None:
+        """TCP to `ports` from these addresses into the demo project's default security group: what a
+        NAT or a proxy VNF sends from its own address to the server."""
+        default = next(g for g in api.get("/security-groups") if g["project_id"] == "demo" and g["name"] == "default")
+        for ip in ips:
+            for port in ports:
+                api.post("/security-group-rules", json={
+                    "security_group_id": default["id"], "direction": "ingress", "ethertype": "IPv4",
+                    "protocol": "tcp", "port_range_min": port, "port_range_max": port,
+                    "remote_ip_prefix": f"{ip}/32"})
+
+    def _url(self) -> str:
+        return f"http://{self._ip('server')}/index.html"
+
+    def _ab_timed(self) -> float:
+        result = vnfs.ab(self.lab.ns("client"), self._url(), 10_000_000, self.concurrency, seconds=self.seconds)
+        if result["failed"]:
+            raise LabError(f"ab saw failed requests: {result}")
+        return result["requests_per_s"]
+
+    def _start_web(self) -> None:
+        """nginx on the server with a 1 KiB page (index.html)."""
         www = self.lab.dir / "www"
         www.mkdir(exist_ok=True)
         (www / "index.html").write_bytes(hashlib.shake_256(b"page").digest(1024))
         vnfs.start_web(self.lab.ns("server"), self.lab.dir / "server-web", www)
-        url = f"http://{self._ip('server')}/index.html"
+
+    def _web(self, api: Client) -> dict:
+        url = self._url()
         out = {"path": list(WEB_PATH) + ["nginx"], "requests": self.requests, "concurrency": self.concurrency}
         self.progress("ab: no VNF")
         out["direct"] = vnfs.ab(self.lab.ns("client"), url, self.requests, self.concurrency)
@@ -207,22 +325,52 @@ class SfcBench:
 
 
 def _set_pptmon(api: Client, chain_id: int, on: bool) -> None:
-    """Turn the chain's PPTMon on (one sample per PPTMON_PERIOD_NS) or off and wait until it holds."""
+    """Turn the chain's PPTMon on (one sample per PPTMON_PERIOD_NS) or off and wait until it holds:
+    on, the chain is `active` once every instance's agent attached its programs; off, until the
+    agents hold no chain attachment any more (the chain itself is `active` at once)."""
     api.patch(f"/sfc/port_chains/{chain_id}", json={"pptmon": {"period_ns": PPTMON_PERIOD_NS} if on else None})
-    st = api.wait_status("sfc/port_chains", chain_id, timeout=30)
+    st = api.wait_status("sfc/port_chains", chain_id, timeout=60)
     if st["status"] != "active":
         raise LabError(f"chain with pptmon {'on' if on else 'off'}: {st['status']}: {st['status_reason']}")
+    deadline = time.monotonic() + 30
+    while not on and any(k.startswith(f"{OWNER_KIND}:") for a in api.get("/agents") for k in a["objects"]):
+        if time.monotonic() > deadline:
+            raise LabError("the agents still hold the chain's PPTMon attachments 30 s after it was turned off")
+        time.sleep(0.2)
+
+
+def _settled_records(api: Client, chain_id: int, windows: list[tuple[int, int]]) -> list[int]:
+    """Records stored for each window (ns), once the agents delivered them (they batch for a
+    second): the same total twice, two seconds apart."""
+    def count(since: int, until: int | None = None) -> int:
+        params = {"since": str(since)} | ({"until": str(until)} if until else {})
+        return api.get(f"/sfc/port_chains/{chain_id}/pptmon", params=params)["records"]
+    total, deadline = count(windows[0][0]), time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        again = count(windows[0][0])
+        if again == total:
+            break
+        total = again
+    return [count(a, b) for a, b in windows]
+
+
+def _spread(values: list[float]) -> float:
+    """The largest distance of a run from the median, relative to the median."""
+    m = statistics.median(values)
+    return max(abs(v - m) for v in values) / m if m else 0.0
 
 
 def markdown(doc: dict) -> str:
-    lines = [f"# fathom bench sfc ({doc['started']}, {doc['seconds']} s iperf3 runs, median of {doc['repeats']})", "",
-             "| VNFs | nodes | chained Gbit/s | unchained Gbit/s | chained / unchained | per VNF hop | target |",
-             "|---|---|---|---|---|---|---|"]
-    for p in doc["paths"]:
-        ok = p["ratio_per_hop"] is not None and p["ratio_per_hop"] >= doc["target_per_hop"]
-        lines.append(f"| {' → '.join(p['vnfs'])} | {', '.join(p['nodes'])} | {p['median_gbps']['chained']:.2f} | "
-                     f"{p['median_gbps']['unchained']:.2f} | {p['ratio']:.3f} | {p['ratio_per_hop']:.3f} | "
-                     f"{'met' if ok else 'missed'} (≥ {doc['target_per_hop']}) |")
+    lines = [f"# fathom bench sfc ({doc['started']}, {doc['seconds']} s runs, median of {doc['repeats']})", ""]
+    if doc.get("paths"):
+        lines += ["| VNFs | nodes | chained Gbit/s | unchained Gbit/s | chained / unchained | per VNF hop | target |",
+                  "|---|---|---|---|---|---|---|"]
+        for p in doc["paths"]:
+            ok = p["ratio_per_hop"] is not None and p["ratio_per_hop"] >= doc["target_per_hop"]
+            lines.append(f"| {' → '.join(p['vnfs'])} | {', '.join(p['nodes'])} | {p['median_gbps']['chained']:.2f} | "
+                         f"{p['median_gbps']['unchained']:.2f} | {p['ratio']:.3f} | {p['ratio_per_hop']:.3f} | "
+                         f"{'met' if ok else 'missed'} (≥ {doc['target_per_hop']}) |")
     w = doc.get("web")
     if w:
         lines += ["", f"ab -n {w['requests']} -c {w['concurrency']} through {' → '.join(w['path'])}:", "",
@@ -231,20 +379,33 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {k} | {w[k]['requests_per_s']:.0f} | {w[k]['time_per_request_ms']:.2f} |")
     pm = doc.get("pptmon")
     if pm:
-        ratio = f"{pm['ratio']:.3f}" if pm["ratio"] is not None else "-"
-        lines += ["", f"PPTMon on the chain {' → '.join(pm['vnfs'])} (VNFs plugged {pm['plug']}), iperf3, "
-                  "off and on interleaved:", "",
-                  "| pptmon | Gbit/s | on / off |", "|---|---|---|",
-                  f"| off | {pm['median_gbps']['off']:.2f} | |",
-                  f"| 1 sample / {pm['period_ns'] / 1e9:g} s | {pm['median_gbps']['on']:.2f} | {ratio} |",
-                  "", f"(records stored meanwhile: {pm['records']})"]
-        pw = pm.get("web")
-        if pw:
-            wr = f"{pw['ratio']:.3f}" if pw["ratio"] is not None else "-"
-            lines += ["", f"ab -n {doc['web']['requests']} through {' → '.join(pw['vnfs'])} → nginx, pptmon off and on "
-                      "interleaved:", "", "| pptmon | requests/s | on / off |", "|---|---|---|",
-                      f"| off | {pw['median_requests_per_s']['off']:.0f} | |",
-                      f"| 1 sample / {pm['period_ns'] / 1e9:g} s | {pw['median_requests_per_s']['on']:.0f} | {wr} |",
-                      "", f"(records stored meanwhile: {pw['records']}; end to end p50 "
-                      f"{(pw['e2e'] or {}).get('p50_us', '-')} µs)"]
+        rate = f"1 sample / {pm['period_ns'] / 1e9:g} s"
+        lines += ["", f"PPTMon off and at {rate}, interleaved (VNFs plugged {pm['plug']}, client MTU "
+                  f"{pm['client_mtu']}); iperf3 {doc['seconds']} s per VNF type, ab -t {doc['seconds']} -c 4 "
+                  "through the real chains to nginx. Spread: the largest distance of a run from its median.", "",
+                  "| through | off | on | on / off | spread | target | records per on run | "
+                  "sampled / reported / skip_mtu per on run |", "|---|---|---|---|---|---|---|---|"]
+        for r in pm["vnfs"] + pm["chains"] + [pm["proxy"]]:
+            lines.append(_pptmon_row(r, pm["target"]))
+        warn = pm["proxy"].get("warning") or {}
+        lines += ["", f"HAProxy: stamped {warn.get('stamped')}, reached the sink {warn.get('reached')}; "
+                  f"the chain says: {'; '.join(warn.get('warnings') or []) or '(no warning)'}"]
     return "\n".join(lines) + "\n"
+
+
+def _pptmon_row(r: dict, target: float) -> str:
+    unit = "Gbit/s" if r["unit"] == "gbps" else "req/s"
+    fmt = (lambda v: f"{v:.2f}") if r["unit"] == "gbps" else (lambda v: f"{v:,.0f}")
+    ratio, spread = r["ratio"], r["spread"]
+    if ratio is None:
+        verdict = "-"
+    elif min(len(r["runs"]["off"]), len(r["runs"]["on"])) < 2:
+        verdict = "one run: cannot tell"
+    elif spread > 1 - target:
+        verdict = f"{'met' if ratio >= target else 'missed'}, within the spread: cannot tell"
+    else:
+        verdict = "met" if ratio >= target else "missed"
+    counters = ", ".join(f"{c['sampled']}/{c['reported']}/{c['skip_mtu']}" for c in r["counters_per_run"])
+    return (f"| {' → '.join(r['vnfs'])} ({unit}) | {fmt(r['median']['off'])} | {fmt(r['median']['on'])} | "
+            f"{ratio:.3f} | ±{spread:.1%} | {verdict} ({'≥'} {target}) | "
+            f"{', '.join(str(n) for n in r['records_per_run'])} | {counters} |")

@@ -323,25 +323,28 @@ def secgroups(quick, seconds, repeats, clients, lab_name, outdir, as_json):
 
 @bench.command("sfc")
 @click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 500 requests")
-@click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run")
+@click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 and timed ab run")
 @click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of every path")
 @click.option("--requests", type=int, default=2000, show_default=True, help="ab requests through the web chain")
+@click.option("--part", "parts", multiple=True, type=click.Choice(["steering", "web", "pptmon"]),
+              help="run only these parts (repeatable; default all)")
 @click.option("--lab", "lab_name", default="sfb", show_default=True, help="name of the lab built for the run")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-sfc-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True)
-def sfc(quick, seconds, repeats, requests, lab_name, outdir, as_json):
-    """Service chains: steering through 1-3 VNFs against the same VNFs by plain routing; ab through fw → dpi → nginx."""
+def sfc(quick, seconds, repeats, requests, parts, lab_name, outdir, as_json):
+    """Service chains: steering through 1-3 VNFs against the same VNFs by plain routing; ab through
+    fw → dpi → nginx; PPTMon off and at 1 sample/s per VNF type and on two real chains."""
     from fathom.bench import sfc as sb
     from fathom.lab.sh import LabError
     if quick:
         seconds, repeats, requests = 2, 1, 500
     out = output_dir("sfc", outdir)
-    with progress_bar() as progress:
-        b = sb.SfcBench(lab_name=lab_name, seconds=seconds, repeats=repeats, requests=requests, progress=progress)
-        try:
-            doc = b.run()
-        except (LabError, OSError, RuntimeError) as e:
-            fail(str(e))
+    b = sb.SfcBench(lab_name=lab_name, seconds=seconds, repeats=repeats, requests=requests,
+                    parts=parts or sb.PARTS, progress=stderr_progress())
+    try:
+        doc = b.run()
+    except (LabError, OSError, RuntimeError) as e:
+        fail(str(e))
     publish("sfc", doc, out, sb, as_json)
 
 

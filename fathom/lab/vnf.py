@@ -170,9 +170,12 @@ http {{
     run(["nginx", "-c", str(conf)], ns=ns)
 
 
-def ab(ns: str, url: str, requests: int, concurrency: int = 1, timeout: float = 120) -> dict:
-    """ApacheBench from namespace `ns`: requests/s, complete and failed requests, mean time."""
-    out = run(["ab", "-q", "-n", requests, "-c", concurrency, url], ns=ns, timeout=timeout).stdout
+def ab(ns: str, url: str, requests: int, concurrency: int = 1, timeout: float = 120,
+       seconds: float | None = None) -> dict:
+    """ApacheBench from namespace `ns`: requests/s, complete and failed requests, mean time. With
+    `seconds`, it stops after that long (or after `requests`, whichever comes first)."""
+    limit = ["-t", seconds] if seconds else []
+    out = run(["ab", "-q", *limit, "-n", requests, "-c", concurrency, url], ns=ns, timeout=timeout).stdout
 
     def number(label: str) -> float:
         m = re.search(rf"^{re.escape(label)}:\s+([\d.]+)", out, re.M)

@@ -227,6 +227,29 @@ def test_records_are_filed_under_the_chain_from_the_model_and_stats_per_group_an
     api.get(f"/sfc/port_chains/{c['id']}/pptmon", status=422, window="5m", since="1m")
 
 
+def test_records_that_arrive_after_pptmon_is_turned_off_are_still_filed_under_the_chain(api):  # noqa: F811
+    """The sink's last samples reach the controller a moment after they were taken (the agent
+    batches for a second): turning `pptmon` off meanwhile must not orphan them."""
+    p1, p2, p3, g1, g2, c = _measured_api(api)
+    label = chain_label(c["id"])
+    api.patch(f"/sfc/port_chains/{c['id']}", {"pptmon": None})
+    late = dict(record(900, hops=(4, 6), chain=label, vnf_ns="c2"), sink_vnf=3)
+    late["hops"] = [{"vnf": 1, "ppt_us": 4}, {"vnf": 3, "ppt_us": 6}]
+    assert _deliver(api, "c2", [late])["accepted"] == 1
+    [stored] = api.get("/pptmon/records", chain=label, limit=10)
+    assert stored["port_chain_id"] == c["id"]
+    assert [(h["vnf"], h["port_pair"], h["node"]) for h in stored["hops"]] == [(1, p1["id"], "c1"), (3, p3["id"], "c2")]
+    st = api.get(f"/sfc/port_chains/{c['id']}/pptmon", window="10m")
+    assert st["pptmon"] is None and st["records"] == 1
+    assert [(p["id"], p["processing"]["count"]) for g in st["groups"] for p in g["port_pairs"]] == [
+        (p1["id"], 1), (p2["id"], 0), (p3["id"], 1)]
+    # still only from the node of the chain's sink
+    forged = dict(record(901, chain=label, vnf_ns="c1"), sink_vnf=3)
+    _deliver(api, "c1", [forged])
+    stored = api.get("/pptmon/records", chain=label, limit=10)
+    assert [r["port_chain_id"] for r in stored if r["node"] == "c1"] == [None]
+
+
 def test_counters_in_reports_feed_lost_across_but_wake_nothing(api):  # noqa: F811
     p1, p2, p3, g1, g2, c = _measured_api(api)
     key = lambda p: f"{OWNER_KIND}:{p['id']}"  # noqa: E731

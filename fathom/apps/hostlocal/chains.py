@@ -24,8 +24,9 @@ its group's role.
 
 Each instance gets its own VNF id (1-byte, in the option's entries): 1, 2, ... in path order
 (groups in chain order, instances in port pair id order). The controller maps a record's VNF ids
-back to groups and port pairs with the same function (`chain_pptmon`), from the model, when the
-record arrives from the sink's node; the records are filed under `chain_label(chain id)`, a name
+back to groups and port pairs with the same numbering (`chain_instances`), from the model, when the
+record arrives from the sink's node (also once `pptmon` is off again: the last samples arrive
+after); the records are filed under `chain_label(chain id)`, a name
 that operator attachments cannot use (it has a colon).
 
 `lost_across` compares what the first group's instances stamped with what reached the last
@@ -82,7 +83,16 @@ def chain_pptmon(snapshot: Snapshot, chain_id: int) -> list[ChainVnf]:
     """The measured instances of a chain in path order ([] for a chain without pptmon or with more
     instances than VNF ids)."""
     chain = next((c for c in snapshot.port_chains if c.id == chain_id), None)
-    if chain is None or chain.pptmon is None:
+    return chain_instances(snapshot, chain_id) if chain is not None and chain.pptmon is not None else []
+
+
+def chain_instances(snapshot: Snapshot, chain_id: int) -> list[ChainVnf]:
+    """A chain's instances as PPTMon numbers them, whether or not it is measured now: the records of
+    a chain keep arriving for a moment after its `pptmon` is turned off (the sink's last samples
+    are on their way), and they are filed and shown with these ids. [] for an unknown chain or one
+    with more instances than VNF ids."""
+    chain = next((c for c in snapshot.port_chains if c.id == chain_id), None)
+    if chain is None:
         return []
     vnfs = chain_vnf_ports(snapshot, chain_id)
     if len(vnfs) > MAX_PPTMON_INSTANCES or len(chain.port_pair_group_ids) > MAX_PPTMON_GROUPS:
