@@ -113,8 +113,11 @@ def _port_rows(context, table) -> set | None:
     if context.isinsert:
         if name == "ports":
             return {("port", None)}
+        statement = compiled.statement
+        if getattr(statement, "select", None) is not None or getattr(statement, "_multi_values", ()):
+            return None             # INSERT … SELECT, or several rows' values under other names
         ids = [p.get("port_id") for p in params]
-        if not ids or None in ids or getattr(compiled.statement, "select", None) is not None:
+        if not ids or None in ids:
             return None
         return {("port", i) for i in ids}
     if context.isupdate and name != "ports":

@@ -119,30 +119,34 @@ class StoreReader:
         """Read again the ports these row tokens name into the kept ports part; False (nothing
         changed) when they cannot be told or are too many."""
         part, seen = self.parts["ports"], self.statuses["ports"]
-        kept, owners = part["rows"], part["allocation_ports"]
+        kept, owners, gone = part["rows"], part["allocation_ports"], part["allocations_gone"]
         ids = set()
         for kind, key in rows:
             if kind == "ip_allocation":
-                if key not in owners:       # added and removed since the last read: its port is unknown
+                port_id = owners.get(key, gone.get(key))
+                if port_id is None:         # added and removed since the last read: its port is unknown
                     return False
-                ids.add(owners[key])
+                ids.add(port_id)
             elif key is not None:
                 ids.add(key)
         if ("port", None) in rows:          # inserted ports: the ids not kept yet
             ids |= set(session.scalars(select(m.Port.id))) - kept.keys()
         if len(ids) > self.PATCH_LIMIT:
             return False
+        removed = {}
         for port_id in ids:
             old = kept.pop(port_id, None)
             if old is not None:
                 for allocation_id in old[2]:
-                    del owners[allocation_id]
+                    removed[allocation_id] = owners.pop(allocation_id)
             seen.pop(("port", port_id), None)
             seen.pop(("router_interface", port_id), None)
         new, new_owners = _port_rows(session, seen, self.parts["nodes"]["names"], part["address_port_ids"], ids)
         kept.update(new)
         owners.update(new_owners)
-        self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"])
+        # the reconciler passes the tokens of the read before again (changes it may have missed)
+        self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"],
+                                          {a: p for a, p in removed.items() if a not in owners})
         self.rows_read += len(ids)
         return True
 
@@ -237,8 +241,9 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
     return rows, owners
 
 
-def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset) -> dict:
-    """The ports part from its rows (see _port_rows), in port id order."""
+def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None) -> dict:
+    """The ports part from its rows (see _port_rows), in port id order; `gone`: the address rows
+    (id -> port id) the patch that made it removed."""
     ports, interfaces, address_ports = [], [], {}
     for port_id in sorted(rows):
         kind, value, _ = rows[port_id]
@@ -249,7 +254,8 @@ def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset) -> dict:
         elif value is not None:
             interfaces.append(value)
     return {"ports": tuple(ports), "interfaces": tuple(interfaces), "address_ports": address_ports,
-            "rows": rows, "allocation_ports": owners, "address_port_ids": address_port_ids}
+            "rows": rows, "allocation_ports": owners, "allocations_gone": gone or {},
+            "address_port_ids": address_port_ids}
 
 
 def _routers(session, seen, _parts) -> dict:
