@@ -215,15 +215,14 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
         ports_q = ports_q.where(t.id.in_(ids))
     owners: dict[int, int] = {}
     allocations: dict[int, list[FixedIp]] = {}
+    allocation_ids: dict[int, list[int]] = {}
     for allocation_id, port_id, subnet_id, address in session.execute(allocations_q):
         owners[allocation_id] = port_id
         allocations.setdefault(port_id, []).append(FixedIp(subnet_id, address))
+        allocation_ids.setdefault(port_id, []).append(allocation_id)
     memberships: dict[int, list[int]] = {}
     for port_id, group_id in session.execute(memberships_q):
         memberships.setdefault(port_id, []).append(group_id)
-    allocation_ids: dict[int, list[int]] = {}
-    for allocation_id, port_id in owners.items():
-        allocation_ids.setdefault(port_id, []).append(allocation_id)
     rows = {}
     for p in session.execute(ports_q):
         fixed = tuple(allocations.get(p.id, ()))
