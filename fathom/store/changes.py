@@ -64,14 +64,14 @@ class TableChanges:
 
     def __init__(self, engine: Engine):
         self._lock = threading.Lock()
-        self._written: set[str] = set()
+        self._written: set = set()
         self._cascade = _cascades()
         event.listen(engine, "after_cursor_execute", self._executed)
         event.listen(engine, "commit", self._committed)
         event.listen(engine, "rollback", self._rolled_back)
 
-    def take(self) -> set[str]:
-        """The tables written by the transactions committed since the last call."""
+    def take(self) -> set:
+        """The tables (and port row tokens) written by the transactions committed since the last call."""
         with self._lock:
             out, self._written = self._written, set()
         return out
