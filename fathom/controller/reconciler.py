@@ -294,7 +294,7 @@ class Reconciler:
         engine = getattr(session_factory, "kw", {}).get("bind")
         self._store_changes = TableChanges(engine) if engine is not None else None
         self._store_reader = StoreReader()
-        self._written_last: set[str] = set()        # tables read again by the last store read
+        self._written_last: set = set()             # tables (and port rows) the last store read was for
         self.switches = switches
         self.bootstrapper = bootstrapper
         if hasattr(bootstrapper, "on_change"):

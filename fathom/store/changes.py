@@ -8,6 +8,15 @@ table cannot be told (raw SQL) counts for every table (`ALL`). Statements run wi
 option `model_unchanged=True` (the reconciler's own status writes: statuses are not part of the
 model) are not counted. Writes by another process are not seen: an explicit sync or the audit
 reads the whole store.
+
+Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
+by row, so the ports part is patched rather than read whole (`StoreReader`): `("port", id)` for a
+port whose rows changed (`("port", None)`: a port was inserted; the reader finds its id),
+`("ip_allocation", id)` for an address row named only by its id (the reader knows its port), and
+`("port_cascade", table)` for a table a port delete cascades to, which counts as `table` for
+every part but the ports part (its rows there are the port's own, or a column it does not read:
+see PORT_ROWS). A write to those tables that cannot be told by row (a WHERE without an equality
+on a key column, an INSERT without the port, raw SQL) counts as its table, as before.
 """
 from __future__ import annotations
 
@@ -15,10 +24,19 @@ import re
 import threading
 
 from sqlalchemy import Engine, event
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import BindParameter, BinaryExpression, BooleanClauseList
 
 ALL = "*"
 _DML = re.compile(r"\s*(insert|update|delete|replace)\b", re.IGNORECASE)
+_WHERE = re.compile(r"\bwhere\b", re.IGNORECASE)
 _PENDING = "fathom_written"
+# The tables noted by row: table -> (its key columns usable in a WHERE -> the token kind they name).
+PORT_ROWS = {
+    "ports": {"id": "port"},
+    "ip_allocations": {"id": "ip_allocation", "port_id": "port"},
+    "port_security_groups": {"port_id": "port"},
+}
 
 
 def _cascades() -> dict[str, set[str]]:
@@ -46,14 +64,14 @@ class TableChanges:
 
     def __init__(self, engine: Engine):
         self._lock = threading.Lock()
-        self._written: set[str] = set()
+        self._written: set = set()
         self._cascade = _cascades()
         event.listen(engine, "after_cursor_execute", self._executed)
         event.listen(engine, "commit", self._committed)
         event.listen(engine, "rollback", self._rolled_back)
 
-    def take(self) -> set[str]:
-        """The tables written by the transactions committed since the last call."""
+    def take(self) -> set:
+        """The tables (and port row tokens) written by the transactions committed since the last call."""
         with self._lock:
             out, self._written = self._written, set()
         return out
@@ -69,9 +87,11 @@ class TableChanges:
             return
         table = getattr(getattr(context.compiled, "statement", None), "table", None)
         name = getattr(table, "name", None)
-        names = {name} if name else {ALL}
+        rows = _port_rows(context, table) if name in PORT_ROWS else None
+        names = rows or ({name} if name else {ALL})
         if context.isdelete and name:
-            names |= self._cascade.get(name, set())
+            cascaded = self._cascade.get(name, set())
+            names |= {("port_cascade", t) for t in cascaded} if rows and name == "ports" else cascaded
         conn.info.setdefault(_PENDING, set()).update(names)
         if not conn.in_transaction():   # autocommit: there will be no commit event
             self._committed(conn)
@@ -84,3 +104,49 @@ class TableChanges:
 
     def _rolled_back(self, conn) -> None:
         conn.info.pop(_PENDING, None)
+
+
+def _port_rows(context, table) -> set | None:
+    """The row tokens of a write to one of PORT_ROWS' tables, or None when it cannot be told."""
+    compiled, name = context.compiled, table.name
+    params = context.compiled_parameters or []
+    if context.isinsert:
+        if name == "ports":
+            return {("port", None)}
+        statement = compiled.statement
+        if getattr(statement, "select", None) is not None or getattr(statement, "_multi_values", ()):
+            return None             # INSERT … SELECT, or several rows' values under other names
+        ids = [p.get("port_id") for p in params]
+        if not ids or None in ids:
+            return None
+        return {("port", i) for i in ids}
+    if context.isupdate and name != "ports":
+        # the new port of a moved row is not known from the WHERE
+        if "port_id" in _WHERE.split(context.statement or "", 1)[0].lower():
+            return None
+    key = _where_key(compiled, table, PORT_ROWS[name])
+    if key is None:
+        return None
+    kind, bind_name = key
+    values = [p.get(bind_name) for p in params]
+    if not values or None in values:
+        return None
+    return {(kind, v) for v in values}
+
+
+def _where_key(compiled, table, keys: dict[str, str]) -> tuple[str, str] | None:
+    """(token kind, bound parameter name) of an equality on a key column ANDed into the WHERE."""
+    where = getattr(compiled.statement, "whereclause", None)
+    if where is None:
+        return None
+    terms = where.clauses if isinstance(where, BooleanClauseList) and where.operator is operators.and_ else [where]
+    for term in terms:
+        if not (isinstance(term, BinaryExpression) and term.operator is operators.eq):
+            continue
+        col, bind = term.left, term.right
+        if (getattr(getattr(col, "table", None), "name", None) == table.name and col.name in keys
+                and isinstance(bind, BindParameter) and not bind.expanding):
+            bind_name = compiled.bind_names.get(bind)
+            if bind_name is not None:
+                return keys[col.name], bind_name
+    return None

@@ -52,27 +52,45 @@ PARTS: dict[str, tuple[frozenset, tuple[str, ...]]] = {
 class StoreReader:
     """Reads the store into a Snapshot, keeping each part's result: `read(session, statuses,
     written)` reads again only the parts whose tables are in `written` (fathom.store.changes; None:
-    every part) and reuses the others. The stored statuses of the parts not read again are those
-    of their last read, updated by `statuses_written`."""
+    every part) and reuses the others. Row tokens of ports in `written` patch the kept ports part:
+    those ports are read again by id (at most PATCH_LIMIT, else the part is read whole). The stored
+    statuses of the parts not read again are those of their last read, updated by
+    `statuses_written`."""
+
+    PATCH_LIMIT = 200
 
     def __init__(self):
         self.parts: dict[str, dict] = {}            # part -> its fields of the Snapshot (and helpers)
         self.statuses: dict[str, dict] = {}         # part -> stored statuses read with it
-        self.reads: dict[str, int] = {}             # part -> times read (what a change cost)
+        self.reads: dict[str, int] = {}             # part -> times read whole (what a change cost)
+        self.patches: dict[str, int] = {}           # part -> times patched by row
+        self.rows_read = 0                          # ports read again by id
 
-    def due(self, written: set[str] | None) -> list[str]:
-        """The parts to read again for these written tables, in dependency order."""
+    def due(self, written: set | None, patched: frozenset = frozenset()) -> list[str]:
+        """The parts to read again for these written tables, in dependency order (a part in
+        `patched` counts as read again for the parts using it)."""
         from fathom.store.changes import ALL
+        names = {w for w in written if isinstance(w, str)} if written is not None else set()
+        cascaded = names | {w[1] for w in written or () if isinstance(w, tuple) and w[0] == "port_cascade"}
         out: list[str] = []
         for name, (tables, uses) in PARTS.items():
-            if (written is None or ALL in written or name not in self.parts or tables & written
-                    or any(u in out for u in uses)):
+            if (written is None or ALL in names or name not in self.parts
+                    or tables & (names if name == "ports" else cascaded)
+                    or any(u in out or u in patched for u in uses)):
                 out.append(name)
         return out
 
-    def read(self, session, statuses: dict | None = None, written: set[str] | None = None) -> Snapshot:
+    def read(self, session, statuses: dict | None = None, written: set | None = None) -> Snapshot:
         def run():
-            for name in self.due(written):
+            due = self.due(written)
+            rows = {w for w in written or () if isinstance(w, tuple) and w[0] in ("port", "ip_allocation")}
+            if rows and "ports" not in due:
+                if self._patch_ports(session, rows):
+                    self.patches["ports"] = self.patches.get("ports", 0) + 1
+                    due = self.due(written, frozenset({"ports"}))
+                else:
+                    due = self.due(written | {"ports"})
+            for name in due:
                 seen: dict = {}
                 self.parts[name] = _READERS[name](session, seen, self.parts)
                 self.statuses[name] = seen
@@ -96,6 +114,41 @@ class StoreReader:
                 options["isolation_level"] = "REPEATABLE READ"
             session.connection(execution_options=options)
             return run()
+
+    def _patch_ports(self, session, rows: set) -> bool:
+        """Read again the ports these row tokens name into the kept ports part; False (nothing
+        changed) when they cannot be told or are too many."""
+        part, seen = self.parts["ports"], self.statuses["ports"]
+        kept, owners, gone = part["rows"], part["allocation_ports"], part["allocations_gone"]
+        ids = set()
+        for kind, key in rows:
+            if kind == "ip_allocation":
+                port_id = owners.get(key, gone.get(key))
+                if port_id is None:         # added and removed since the last read: its port is unknown
+                    return False
+                ids.add(port_id)
+            elif key is not None:
+                ids.add(key)
+        if ("port", None) in rows:          # inserted ports: the ids not kept yet
+            ids |= set(session.scalars(select(m.Port.id))) - kept.keys()
+        if len(ids) > self.PATCH_LIMIT:
+            return False
+        removed = {}
+        for port_id in ids:
+            old = kept.pop(port_id, None)
+            if old is not None:
+                for allocation_id in old[2]:
+                    removed[allocation_id] = owners.pop(allocation_id)
+            seen.pop(("port", port_id), None)
+            seen.pop(("router_interface", port_id), None)
+        new, new_owners = _port_rows(session, seen, self.parts["nodes"]["names"], part["address_port_ids"], ids)
+        kept.update(new)
+        owners.update(new_owners)
+        # the reconciler passes the tokens of the read before again (changes it may have missed)
+        self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"],
+                                          {a: p for a, p in removed.items() if a not in owners})
+        self.rows_read += len(ids)
+        return True
 
     def statuses_written(self, written: dict) -> None:
         """The reconciler wrote these statuses ((kind, id) -> (status, reason); ("node_state", name)
@@ -137,37 +190,71 @@ def _subnets(session, seen, _parts) -> dict:
 
 
 def _ports(session, seen, parts) -> dict:
-    node_names = parts["nodes"]["names"]
+    address_port_ids = frozenset(session.scalars(select(RouterGatewayRow.address_port_id))) | \
+        frozenset(session.scalars(select(FloatingIpRow.address_port_id)))
+    rows, owners = _port_rows(session, seen, parts["nodes"]["names"], address_port_ids, None)
+    return _ports_part(rows, owners, address_port_ids)
+
+
+def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, dict]:
+    """The ports with these ids (None: all) as port id -> (kind, its model object, its address
+    rows' ids), kind "port", "interface" (a router interface; None without an address) or
+    "address" (holds a router gateway's or floating IP's address: (mac, fixed IPs), not a
+    workload); and address row id -> port id."""
+    # plain rows, not ORM objects: a whole read reads every port
+    a, sg, t = m.IpAllocation, m.PortSecurityGroup, m.Port
+    allocations_q = select(a.id, a.port_id, a.subnet_id, a.ip_address).order_by(a.id)
+    memberships_q = select(sg.port_id, sg.group_id).order_by(sg.port_id, sg.group_id)
+    ports_q = select(t.id, t.name, t.project_id, t.network_id, t.mac_address, t.node_id, t.interface_name,
+                     t.port_security, t.router_id, t.status, t.status_reason).order_by(t.id)
+    if ids is not None:
+        if not ids:
+            return {}, {}
+        allocations_q = allocations_q.where(a.port_id.in_(ids))
+        memberships_q = memberships_q.where(sg.port_id.in_(ids))
+        ports_q = ports_q.where(t.id.in_(ids))
+    owners: dict[int, int] = {}
     allocations: dict[int, list[FixedIp]] = {}
-    # plain rows, not ORM objects: every port is read again after each port change
-    a = m.IpAllocation
-    for port_id, subnet_id, address in session.execute(select(a.port_id, a.subnet_id, a.ip_address).order_by(a.id)):
+    allocation_ids: dict[int, list[int]] = {}
+    for allocation_id, port_id, subnet_id, address in session.execute(allocations_q):
+        owners[allocation_id] = port_id
         allocations.setdefault(port_id, []).append(FixedIp(subnet_id, address))
+        allocation_ids.setdefault(port_id, []).append(allocation_id)
     memberships: dict[int, list[int]] = {}
-    sg = m.PortSecurityGroup
-    for port_id, group_id in session.execute(select(sg.port_id, sg.group_id).order_by(sg.port_id, sg.group_id)):
+    for port_id, group_id in session.execute(memberships_q):
         memberships.setdefault(port_id, []).append(group_id)
-    ports, interfaces, address_ports = [], [], {}
-    address_port_ids = set(session.scalars(select(RouterGatewayRow.address_port_id))) | \
-        set(session.scalars(select(FloatingIpRow.address_port_id)))
-    t = m.Port
-    for p in session.execute(select(t.id, t.name, t.project_id, t.network_id, t.mac_address, t.node_id,
-                                    t.interface_name, t.port_security, t.router_id, t.status,
-                                    t.status_reason).order_by(t.id)):
+    rows = {}
+    for p in session.execute(ports_q):
         fixed = tuple(allocations.get(p.id, ()))
+        mine = tuple(allocation_ids.get(p.id, ()))
         seen[("router_interface" if p.router_id is not None else "port", p.id)] = (p.status, p.status_reason)
-        if p.id in address_port_ids:   # holds a router gateway's or floating IP's address: not a workload
-            address_ports[p.id] = (p.mac_address, fixed)
-            continue
-        if p.router_id is not None:
-            for fip in fixed[:1]:
-                interfaces.append(RouterInterface(p.id, p.router_id, fip.subnet_id, p.network_id,
-                                                  fip.ip_address, p.mac_address))
-            continue
-        ports.append(Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
-                          node_names.get(p.node_id), p.interface_name, p.port_security,
-                          tuple(memberships.get(p.id, ()))))
-    return {"ports": tuple(ports), "interfaces": tuple(interfaces), "address_ports": address_ports}
+        if p.id in address_port_ids:
+            rows[p.id] = ("address", (p.mac_address, fixed), mine)
+        elif p.router_id is not None:
+            rows[p.id] = ("interface", next((RouterInterface(p.id, p.router_id, f.subnet_id, p.network_id,
+                                                             f.ip_address, p.mac_address) for f in fixed), None), mine)
+        else:
+            rows[p.id] = ("port", Port(p.id, p.name, p.project_id, p.network_id, p.mac_address, fixed,
+                                       node_names.get(p.node_id), p.interface_name, p.port_security,
+                                       tuple(memberships.get(p.id, ()))), mine)
+    return rows, owners
+
+
+def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None) -> dict:
+    """The ports part from its rows (see _port_rows), in port id order; `gone`: the address rows
+    (id -> port id) the patch that made it removed."""
+    ports, interfaces, address_ports = [], [], {}
+    for port_id in sorted(rows):
+        kind, value, _ = rows[port_id]
+        if kind == "port":
+            ports.append(value)
+        elif kind == "address":
+            address_ports[port_id] = value
+        elif value is not None:
+            interfaces.append(value)
+    return {"ports": tuple(ports), "interfaces": tuple(interfaces), "address_ports": address_ports,
+            "rows": rows, "allocation_ports": owners, "allocations_gone": gone or {},
+            "address_port_ids": address_port_ids}
 
 
 def _routers(session, seen, _parts) -> dict:

@@ -340,16 +340,18 @@ def test_an_api_write_reads_again_only_the_parts_of_the_store_it_wrote(cloud):
         cloud.rec.run_pass(audit=False)
 
     def read_again(fn) -> set[str]:
-        before = dict(reader.reads)
+        """The parts read whole again, and ("patched", part) for a part patched by row."""
+        before, patched = dict(reader.reads), dict(reader.patches)
         fn()
-        return {k for k, v in reader.reads.items() if v != before.get(k, 0)}
+        return ({k for k, v in reader.reads.items() if v != before.get(k, 0)}
+                | {("patched", k) for k, v in reader.patches.items() if v != patched.get(k, 0)})
 
     def port():
         p = new_port(cloud, "vm5", "compute1")
         plug(cloud, "compute1", "vm5", 20)
         cloud.rec.run_pass(audit=False)
         assert status(cloud, p["id"]) == ("active", None)
-    assert read_again(port) == {"ports", "gateways"}
+    assert read_again(port) == {("patched", "ports"), "gateways"}   # only that port's rows
     # the pass's own status writes count for nothing: a pass without a write reads nothing
     assert read_again(lambda: cloud.rec.run_pass(audit=False)) == set()
     net = {}
@@ -357,7 +359,8 @@ def test_an_api_write_reads_again_only_the_parts_of_the_store_it_wrote(cloud):
     def network():
         net.update(cloud.call("POST", "/networks", json={"name": "green", "type": "vxlan"}))
         cloud.rec.run_pass(audit=False)
-    assert read_again(network) == {"networks", "ports", "gateways"}   # and the ports read just before
+    # and the port patched just before
+    assert read_again(network) == {"networks", ("patched", "ports"), "gateways"}
     assert read_again(lambda: cloud.rec.run_pass(audit=False)) == set()
 
     def delete_network():   # a delete also counts for the tables its foreign keys cascade to

@@ -1,0 +1,178 @@
+"""The ports part of the store read patched by row (fathom.store.changes, fathom.store.snapshot):
+after each write of a random sequence through the API (and a few past it), on SQLite and on a real
+PostgreSQL, the kept model and stored statuses equal a fresh whole read, and most port writes were
+patched by row rather than read whole."""
+from __future__ import annotations
+
+import random
+
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.orm import Session
+
+from fathom.store import models as m
+from fathom.store.changes import TableChanges
+from fathom.store.snapshot import StoreReader, load_snapshot
+from fathom.store.status import write_statuses
+
+from .test_api import Client, api  # noqa: F401  (the fixture)
+
+STEPS = 160
+
+
+def read_whole(engine) -> tuple:
+    stored: dict = {}
+    with Session(engine) as s:
+        return load_snapshot(s, stored), stored
+
+
+class World:
+    """Random writes over a few networks, nodes, groups and routers."""
+
+    def __init__(self, client: Client, rng: random.Random, statuses_written):
+        self.api, self.rng, self.statuses_written = client, rng, statuses_written
+        self.nodes = [client.post("/nodes", {"name": f"c{i}", "tunnel_ip": f"198.18.0.{i}"})["name"]
+                      for i in (1, 2)]
+        self.groups = [client.post("/security-groups", {"name": f"g{i}"})["id"] for i in range(3)]
+        self.nets: dict[int, list[int]] = {}   # network -> its subnets
+        self.routers = [client.post("/routers", {"name": f"r{i}"})["id"] for i in range(2)]
+        self.cidrs = 0
+        for _ in range(2):
+            self.network()
+
+    def network(self):
+        net = self.api.post("/networks", {"name": f"n{self.cidrs}"})
+        self.nets[net["id"]] = []
+        self.subnet(net["id"])
+
+    def subnet(self, net_id):
+        self.cidrs += 1
+        sub = self.api.post("/subnets", {"network_id": net_id, "cidr": f"10.{self.cidrs}.0.0/24"})
+        self.nets[net_id].append(sub["id"])
+
+    def ports(self) -> list[dict]:
+        return self.api.get("/ports")
+
+    def step(self) -> str:
+        rng, api = self.rng, self.api
+        ports = self.ports()
+        workloads = [p for p in ports if p["router_id"] is None]
+        op = rng.choice(["create"] * 5 + ["update"] * 4 + ["delete"] * 3 + ["interface", "uninterface",
+                        "network", "subnet", "delete_subnet", "delete_network", "group", "past_api"])
+        if op == "create" and self.nets:
+            net = rng.choice(list(self.nets))
+            body = {"network_id": net, "name": f"p{rng.randrange(1000)}"}
+            if rng.random() < 0.5:
+                body |= {"node": rng.choice(self.nodes), "interface_name": f"t{rng.randrange(10**6)}"}
+            if rng.random() < 0.3:
+                body["fixed_ips"] = [{"subnet_id": s} for s in self.nets[net][:2]] if rng.random() < 0.7 else []
+            if rng.random() < 0.5:
+                body["security_groups"] = rng.sample(self.groups, rng.randrange(len(self.groups) + 1))
+            if rng.random() < 0.1:
+                body |= {"port_security": False, "security_groups": []}
+            api.http.post("/v1/ports", json=body)
+        elif op == "update" and workloads:
+            p = rng.choice(workloads)
+            body = {"name": f"u{rng.randrange(1000)}", "security_groups":
+                    rng.sample(self.groups, rng.randrange(len(self.groups) + 1))}
+            if rng.random() < 0.5:
+                body |= {"node": rng.choice(self.nodes), "interface_name": f"t{rng.randrange(10**6)}"}
+            api.http.patch(f"/v1/ports/{p['id']}", json=body)
+        elif op == "delete" and workloads:
+            api.http.delete(f"/v1/ports/{rng.choice(workloads)['id']}")
+        elif op == "interface" and self.nets:
+            sub = rng.choice([s for subs in self.nets.values() for s in subs] or [0])
+            api.http.post(f"/v1/routers/{rng.choice(self.routers)}/interfaces", json={"subnet_id": sub})
+        elif op == "uninterface":
+            ifs = [p for p in ports if p["router_id"] is not None and p["fixed_ips"]]
+            if ifs:
+                p = rng.choice(ifs)
+                api.http.delete(f"/v1/routers/{p['router_id']}/interfaces/{p['fixed_ips'][0]['subnet_id']}")
+        elif op == "network" and len(self.nets) < 4:
+            self.network()
+        elif op == "subnet" and self.nets:
+            self.subnet(rng.choice(list(self.nets)))
+        elif op == "delete_subnet" and self.nets:
+            net = rng.choice(list(self.nets))
+            if self.nets[net]:
+                sub = rng.choice(self.nets[net])
+                if api.http.delete(f"/v1/subnets/{sub}").status_code == 204:
+                    self.nets[net].remove(sub)
+        elif op == "delete_network" and self.nets:
+            net = rng.choice(list(self.nets))   # its few ports first: a cascade to its subnets
+            mine = [p for p in workloads if p["network_id"] == net]
+            if len(mine) > 2:
+                return "none"
+            for p in mine:
+                api.http.delete(f"/v1/ports/{p['id']}")
+            if api.http.delete(f"/v1/networks/{net}").status_code == 204:
+                del self.nets[net]
+        elif op == "group":
+            if rng.random() < 0.5 or len(self.groups) < 2:
+                self.groups.append(api.post("/security-groups", {"name": "g"})["id"])
+            elif api.http.delete(f"/v1/security-groups/{self.groups[-1]}").status_code == 204:
+                self.groups.pop()
+        elif op == "past_api" and ports:
+            self.past_api(rng.choice(ports))
+        return op
+
+    def past_api(self, port: dict):
+        """Writes the API does not make: by primary key in Core, in bulk, in raw SQL, statuses."""
+        engine = self.api.app.state.engine
+        with Session(engine) as s, s.begin():
+            choice = self.rng.randrange(5)
+            if choice == 0:
+                s.execute(update(m.Port).where(m.Port.id == port["id"]).values(name="core"))
+            elif choice == 1:
+                s.execute(update(m.Port).where(m.Port.network_id == port["network_id"]).values(name="bulk"))
+            elif choice == 2:
+                s.execute(text("UPDATE ports SET name = 'raw' WHERE id = :id"), {"id": port["id"]})
+            elif choice == 3:
+                first = s.scalar(select(m.IpAllocation.id).where(m.IpAllocation.port_id == port["id"]))
+                if first is not None:
+                    s.execute(delete(m.IpAllocation).where(m.IpAllocation.id == first))
+            else:
+                kind = "port" if port["router_id"] is None else "router_interface"
+                written = {(kind, port["id"]): ("error", "rr")}
+                write_statuses(s, written, {})        # as the reconciler does, and tells its reader
+                self.statuses_written(written)
+
+
+def test_the_ports_part_patched_by_row_equals_a_whole_read(api):  # noqa: F811
+    engine = api.app.state.engine
+    changes, reader = TableChanges(engine), StoreReader()
+    rng = random.Random(19)
+    world = World(api, rng, reader.statuses_written)
+    changes.take()
+    with Session(engine) as s:
+        reader.read(s, {}, None)
+    ops: dict[str, int] = {}
+    last: set = set()
+    for i in range(STEPS):
+        op = world.step()
+        ops[op] = ops.get(op, 0) + 1
+        stored: dict = {}
+        taken = changes.take()
+        with Session(engine) as s:   # with the writes of the read before, as the reconciler reads
+            kept = reader.read(s, stored, taken | last)
+        last = taken
+        whole, whole_stored = read_whole(engine)
+        assert kept == whole, (i, op)
+        assert stored == whole_stored, (i, op)
+    assert len(reader.parts["ports"]["ports"]) > 5, ops
+    # most port writes were patched, not read whole
+    assert reader.patches["ports"] > 2 * reader.reads["ports"], (reader.patches, reader.reads, ops)
+    assert reader.rows_read > 0
+
+
+def test_a_port_delete_cascade_is_the_ports_own_rows_or_a_column_the_ports_part_does_not_read():
+    """What lets a port delete patch the ports part: the tables the ports part reads that the
+    delete cascades to (fathom.store.changes.PORT_ROWS, snapshot.PARTS)."""
+    from fathom.store.snapshot import PARTS
+    from fathom.store.tables import metadata
+    cascades = {(t.name, fk.parent.name) for t in metadata.tables.values() for fk in t.foreign_keys
+                if fk.column.table.name == "ports" and (fk.ondelete or "").upper() in ("CASCADE", "SET NULL")
+                and t.name in PARTS["ports"][0]}
+    assert cascades == {("ip_allocations", "port_id"), ("port_security_groups", "port_id"),
+                        ("floating_ips", "port_id")}
+    # the ports part reads only floating IPs' address ports, whose deletes are restricted
+    assert metadata.tables["floating_ips"].c.address_port_id.foreign_keys.pop().ondelete == "RESTRICT"
