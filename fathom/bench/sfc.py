@@ -329,7 +329,12 @@ def _set_pptmon(api: Client, chain_id: int, on: bool) -> None:
     on, the chain is `active` once every instance's agent attached its programs; off, until the
     agents hold no chain attachment any more (the chain itself is `active` at once)."""
     api.patch(f"/sfc/port_chains/{chain_id}", json={"pptmon": {"period_ns": PPTMON_PERIOD_NS} if on else None})
-    st = api.wait_status("sfc/port_chains", chain_id, timeout=60)
+    deadline = time.monotonic() + 60
+    while True:   # a passing error (a switch reconnecting) is waited out, as in the lab tests
+        st = api.wait_status("sfc/port_chains", chain_id, timeout=max(1.0, deadline - time.monotonic()))
+        if st["status"] == "active" or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     if st["status"] != "active":
         raise LabError(f"chain with pptmon {'on' if on else 'off'}: {st['status']}: {st['status_reason']}")
     deadline = time.monotonic() + 30
