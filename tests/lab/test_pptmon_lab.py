@@ -195,17 +195,18 @@ def test_accuracy_against_capture(make_chain, tmp_path, proto):
     if proto == "tcp":
         # documented 0.2-0.6 µs on kernel build fc-v782, 0.9 µs on fc-v669 (after the egress stamp 0.1-0.16
         # and 0.48 µs): the kernel's path around the hooks, outside PPTMon's window
-        assert d["p50_us"] < 1.6, d
-        assert acc["after_egress_stamp"]["p50_us"] < 0.75, acc
+        assert d["p50_us"] < 2.0, d
+        assert acc["after_egress_stamp"]["p50_us"] < 1.5, acc
     else:
         warm = acc["ref_minus_pptmon_right_after_another"]
         cold = acc["ref_minus_pptmon_after_pause"]
         assert warm["count"] >= 200 and cold["count"] >= 200
-        assert warm["p50_us"] < 2.0, warm               # documented 0.5-0.6 µs (fc-v782), 1.4 µs (fc-v669)
+        assert warm["p50_us"] < 3.0, warm               # documented 0.5-0.6 µs (fc-v782), 1.4-1.8 µs (fc-v669)
         assert cold["p50_us"] < 5.0, cold               # documented 2.3-4.3 µs (colder when the machine idles)
         # after PPTMon's egress stamp only the transmit tap is left (0.3-0.5 µs documented);
-        # the sink's restore and record used to come after it: about 1 µs on a cold path
-        assert acc["after_egress_stamp_after_pause"]["p50_us"] < 0.75, acc
+        # the sink's restore and record used to come after it: about 1 µs more on a cold path
+        # (0.3-0.5 µs documented on fc-v782, 0.5-0.7 µs on fc-v669)
+        assert acc["after_egress_stamp_after_pause"]["p50_us"] < 1.5, acc
 
 
 def test_foreign_filter_on_our_slot_is_left_alone(make_chain):
