@@ -76,6 +76,11 @@ INCREMENTAL_LIMIT = 256
 # reconciled at once.
 BURST_PASSES = 2
 BURST_PAUSE = 0.25
+# A switch's flows outlive its controller (fail-mode secure), and OVS reconnects within its backoff
+# (8 s at most by default). For this long after the controller starts, while a switch has not
+# connected yet, the statuses in the store (the last controller's word) stand: a restart does not
+# turn every object at home there `pending` (and a Neutron port DOWN) for those seconds.
+STARTUP_GRACE = 15.0
 
 
 class _Metrics:
@@ -282,13 +287,15 @@ class _Events:
 
 class Reconciler:
     def __init__(self, session_factory, switches, bootstrapper: Bootstrapper, interval: float = 5.0,
-                 audit_interval: float | None = None, check_incremental: bool | None = None):
+                 audit_interval: float | None = None, check_incremental: bool | None = None,
+                 startup_grace: float = STARTUP_GRACE):
         """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch).
 
         `interval`: seconds between cheap checks (flow counts, OVSDB replicas); a full
         read-back audit runs every `audit_interval` (default: 60 checks, at least 5 minutes).
         `check_incremental`: after each pass, compile whole and assert equality (default: the
-        environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets)."""
+        environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets).
+        `startup_grace`: see STARTUP_GRACE."""
         self.Session = session_factory
         # after an API write only the parts of the store whose tables were written are read again
         engine = getattr(session_factory, "kw", {}).get("bind")
@@ -348,6 +355,8 @@ class Reconciler:
         self._next_check = time.monotonic() + interval
         self._next_audit = time.monotonic() + self.audit_interval
         self._busy = 0                                # passes in a row that found changes waiting
+        self._grace_ends = time.monotonic() + startup_grace
+        self._statuses_held = False                   # the last pass left the store's statuses alone
 
     # ---------------------------------------------------------------------------- events
 
@@ -442,6 +451,9 @@ class Reconciler:
 
     def _check(self) -> bool:
         found = False
+        if self._statuses_held and time.monotonic() >= self._grace_ends:
+            self._event("startup")        # a switch still away: now its objects' statuses say so
+            found = True
         model = self.model
         for node in (model.nodes if model else ()):
             res = self.results.get(SwitchKey(BR_INT, node.name))
@@ -570,6 +582,10 @@ class Reconciler:
 
     def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events, steps: "_Steps") -> None:
         """Write the statuses that differ from the store's, then publish them on the board."""
+        if time.monotonic() < self._grace_ends and any(r.state == "not connected" for r in result.switches.values()):
+            self._statuses_held = True    # see STARTUP_GRACE; the periodic check ends it in time
+            return
+        self._statuses_held = False
         decided = status.decide(snapshot, result)
         states = status.node_states(result)
         steps.done("decide")

@@ -6,6 +6,8 @@ stand-in is the OVSDB bootstrap, which reports fixed OpenFlow port numbers.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -77,8 +79,8 @@ class Cloud:
             snap = load_snapshot(s)
         self.switches = FakeSwitches()
         self.boot = FixedBootstrap(golden_flows.ofports(self.topo, snap, mode))
-        self.rec = Reconciler(session_factory(self.api.state.engine), self.switches, self.boot,
-                              check_incremental=True)
+        # a controller whose switches are all there from its first pass: no startup grace to wait out
+        self.rec = self.controller(startup_grace=0.0)
         # as fathom.controller.server wires them: API writes wake the reconciler, long-polls wait on its board
         self.api.state.store.on_change = self.rec.wake
         self.api.state.status_board = self.rec.board
@@ -90,6 +92,11 @@ class Cloud:
                 self.switches.add(datapath_id_phy(node_id))
         if with_fabric:
             self.switches.add(datapath_id_tor(snap.fabric.switches[0].id))
+
+    def controller(self, startup_grace: float) -> Reconciler:
+        """A controller (its reconciler) on this cloud's store and switches."""
+        return Reconciler(session_factory(self.api.state.engine), self.switches, self.boot,
+                          check_incremental=True, startup_grace=startup_grace)
 
     def br_int(self, node: str):
         return self.switches.switches[datapath_id(self.nodes[node])]
@@ -205,6 +212,34 @@ def test_a_refused_change_marks_exactly_the_objects_it_carried(cloud):
     cloud.rec.run_pass()
     assert cloud.get(f"/ports/{bad}")["status"] == "active"
     assert holds(sw, cloud.rec.last.br_int("compute1"))
+
+
+def test_a_restarted_controller_keeps_the_statuses_until_its_switches_are_back(cloud):
+    ports = cloud.ids["ports"]
+    cloud.rec.run_pass()
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+    compute2 = cloud.br_int("compute2").dpid
+    cloud.switches.down.add(compute2)      # not reconnected yet to the new controller
+    restarted = cloud.controller(startup_grace=60.0)
+    restarted.run_pass()
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+    cloud.switches.down.clear()
+    restarted.switch_changed(compute2)
+    restarted.run_pass()
+    assert all(cloud.get(f"/ports/{p}")["status"] == "active" for p in ports.values())
+    assert restarted.results[SwitchKey(BR_INT, "compute2")].state == "ok"
+    # a switch still away when the grace ends: the next check turns its objects pending
+    cloud.switches.down.add(compute2)
+    late = cloud.controller(startup_grace=0.3)
+    late.run_pass()
+    assert cloud.get(f"/ports/{ports['vm3']}")["status"] == "active"
+    assert not late.check()
+    time.sleep(0.3)
+    assert late.check()
+    late.run_pass()
+    got = cloud.get(f"/ports/{ports['vm3']}")
+    assert got["status"] == "pending" and "node compute2: br-int not connected" in got["status_reason"], got
+    assert cloud.get(f"/ports/{ports['vm1']}")["status"] == "active"
 
 
 def test_status_follows_the_switches(cloud):
