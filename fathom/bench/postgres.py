@@ -4,6 +4,9 @@ directory in a temp dir, a unix socket only (no TCP port). Run as user `postgres
 
 `durable=False` (tests) turns fsync and synchronous commit off; a benchmark keeps PostgreSQL's
 defaults (`durable=True`), as a production store would.
+
+Each server's directory names the process that started it (`owner`); starting a server first stops
+and removes those whose owner is gone (a test run killed before its teardown).
 """
 from __future__ import annotations
 
@@ -15,6 +18,29 @@ from pathlib import Path
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 PORT = 5432   # only names the socket file (.s.PGSQL.5432) inside our private directory
+PREFIX = "fathom-pg-"
+
+
+def reap_orphans() -> list[Path]:
+    """Stop and remove the throw-away servers whose owner process is gone; returns their directories."""
+    reaped = []
+    for base in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            owner = int((base / "owner").read_text())
+        except (OSError, ValueError):
+            continue          # being created, or not one of ours
+        if Path(f"/proc/{owner}").exists():
+            continue
+        if (base / "data" / "postmaster.pid").exists():
+            subprocess.run([*_as_postgres(), str(BIN / "pg_ctl"), "-D", str(base / "data"), "-m", "immediate",
+                            "-w", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+        reaped.append(base)
+    return reaped
+
+
+def _as_postgres() -> list[str]:
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
 
 class PostgresServer:
@@ -22,15 +48,15 @@ class PostgresServer:
         if not (BIN / "initdb").exists():
             raise RuntimeError(f"{BIN}/initdb is missing: run scripts/setup (Debian package postgresql)")
         self.durable = durable
-        self.base = Path(tempfile.mkdtemp(prefix="fathom-pg-"))
+        reap_orphans()
+        self.base = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (self.base / "owner").write_text(str(os.getpid()))
         self.data = self.base / "data"
         self.socket_dir = self.base / "sock"
         self._counter = 0
 
     def _run(self, *args: str) -> str:
-        cmd = list(args)
-        if os.geteuid() == 0:
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        cmd = [*_as_postgres(), *args]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
