@@ -10,7 +10,7 @@ OPTS = [
                  help="seconds between attempts to replay the journal while fathom is unreachable"),
     cfg.FloatOpt("sync_interval", default=60.0,
                  help="seconds between full syncs (drift repair both ways); 0 = only at start"),
-    cfg.FloatOpt("status_wait", default=30.0,
+    cfg.FloatOpt("status_wait", default=10.0,
                  help="seconds one long-poll of fathom (GET /v1/ports/<id>?wait=active) waits for a port "
                       "to become active before it asks again"),
     cfg.IntOpt("status_waiters", default=8,

@@ -15,9 +15,10 @@ when fathom reports the port `active` (its VIF is on br-int and the switches hol
 block is completed and ML2 sets it ACTIVE (Nova's network-vif-plugged). Nothing polls: each awaited
 port has one long-poll at a time open on fathom (`GET /v1/ports/<id>?wait=active`, answered the
 moment the controller decides the port is active), on a small pool of `status_waiters` threads.
-A port not active after its long-poll goes to the back of the queue, and while ports wait for a
-thread each long-poll lasts a second, not `status_wait`: ports that stay down (their node lost,
-their VIF never plugged) never hold back the status of the others.
+A port not active after its long-poll goes to the back of the queue, and while more ports are
+awaited than there are threads each long-poll lasts a second, not `status_wait`: ports that stay
+down (their node lost, their VIF never plugged) delay the status of the others by at most one
+`status_wait`, never hold it back.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from .config import conf
 from .resources import BY_JOURNAL_TYPE, Refs, Unmapped, apply_delete, apply_set, project_of
 
 LOG = logging.getLogger(__name__)
-QUEUED_WAIT = 1.0      # s a long-poll lasts while other ports wait for a waiter
+QUEUED_WAIT = 1.0      # s a long-poll lasts while more ports are awaited than there are waiters
 
 
 class Journal:
@@ -57,7 +58,6 @@ class Journal:
         self.thread: threading.Thread | None = None
         self.watch: dict[str, str | None] = {}        # Neutron port UUID -> project, awaiting active
         self.waiters: ThreadPoolExecutor | None = None
-        self._queued = 0                               # ports waiting for a waiter
         self.next_sync = 0.0                           # 0: sync at the first chance (on start)
         self.api: Client | None = None
         self.last_sync: dict | None = None
@@ -177,15 +177,11 @@ class Journal:
         self._queue(uuid)
 
     def _queue(self, uuid: str) -> None:
-        with self._lock:
-            self._queued += 1
         self.waiters.submit(self._await_port, uuid)
 
     def _await_port(self, uuid: str) -> None:
         """One long-poll, then back to the end of the queue if the port is not active yet: ports
         that stay down (a node that is lost, a VIF never plugged) never keep the others waiting."""
-        with self._lock:
-            self._queued -= 1
         try:
             if uuid in self.watch and not self._port_done(uuid):
                 self._queue(uuid)
@@ -199,8 +195,9 @@ class Journal:
         try:
             port = api.by_external_id("ports", uuid, project) if api else None
             if port is not None and port["status"] != "active":
-                # a long wait only while no other port waits its turn
-                wait = conf().status_wait if self._queued == 0 else min(conf().status_wait, QUEUED_WAIT)
+                # a long wait only while every awaited port has a waiter of its own
+                crowded = len(self.watch) > conf().status_waiters
+                wait = min(conf().status_wait, QUEUED_WAIT) if crowded else conf().status_wait
                 port = api.wait_status("ports", port["id"], "active", wait, project)
         except Unreachable as e:
             LOG.info("fathom unreachable while awaiting port %s: %s", uuid, e)

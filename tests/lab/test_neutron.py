@@ -131,6 +131,8 @@ def test_sdk_networks_router_ports_and_pings(cloud):
         plug(lab, port["id"], name)
     for name, port in ports.items():
         wait_for(f"{name} ACTIVE in Neutron", lambda: neutron_port_status(sdk, port["id"]) == "ACTIVE", timeout=15)
+        # by its status waiter, not only by the periodic full sync
+        wait_for(f"{name}'s status waiter done", lambda: f"port {port['id']} is active" in server.log(), timeout=30)
     assert {neutron_port_status(sdk, p["id"]) for p in stuck} == {"DOWN"}
     for p in stuck:
         sdk.call("network.delete_port", p["id"])
