@@ -13,13 +13,18 @@ plugging PPTMon needs on the lab's userspace datapath, docs/sfc.md). Parts (`--p
   power 1/hops). Replies go straight back in both (the chain is not symmetric).
 - web: ApacheBench through firewall -> DPI -> nginx (chained), against the same path unchained and
   against no VNF at all.
-- pptmon: the chain's `pptmon` off and at one sample per second, interleaved, `repeats` times:
-  iperf3 through each VNF type alone (firewall, NAT, DPI, forwarder: Fig. 8), ab for `seconds`
-  through the two real chains fw -> dpi and fw -> nat -> dpi to nginx (Fig. 9), and ab through
-  HAProxy, which terminates TCP: there the figure is the chain's warning that the sampled packets
-  never reach the sink. The client's MTU is lowered to CLIENT_MTU for the whole part, off and on
-  alike, so that full-size segments have room for the option. Per on run: the records the
-  controller stored and the loaders' counters (sampled, reported, skip_mtu ...).
+- pptmon: the chain's `pptmon` off and at one sample per second, in off/on pairs (`repeats`,
+  default PPTMON_REPEATS): iperf3 through each VNF type alone (firewall, NAT, DPI, forwarder:
+  Fig. 8), ab for `seconds` through the two real chains fw -> dpi and fw -> nat -> dpi to nginx
+  (Fig. 9), and ab through HAProxy, which terminates TCP: there the figure is the chain's warning
+  that the sampled packets never reach the sink. The client's MTU is lowered to CLIENT_MTU for the
+  whole part, off and on alike, so that full-size segments have room for the option. The
+  throughput figure is the median of the pairs' on/off ratios with a distribution-free interval,
+  and whether that interval shows the 0.99 target, refutes it or cannot tell. Independent of
+  throughput's spread, the kernel's BPF statistics (on for the part's duration: fathom.bench.bpfstats)
+  give each program's run time per packet during every on run and its share of one core's time.
+  Per on run also: the records the controller stored and the loaders' counters (sampled,
+  reported, skip_mtu ...).
 """
 from __future__ import annotations
 
@@ -200,8 +205,9 @@ class SfcBench:
         return out
 
     def _onoff(self, api: Client, path: tuple[str, ...], port: int, unit: str, measure, warning: bool = False) -> dict:
-        """`measure()` through a chain of `path` (TCP to `port`) with pptmon off and on, interleaved,
-        `repeats` times; per on run the records stored and the loaders' counters."""
+        """`measure()` through a chain of `path` (TCP to `port`) with pptmon off and on, in
+        `pptmon_repeats` off/on pairs; the median pair ratio with its interval and verdict; per on
+        run the records stored, the loaders' counters and the programs' run time."""
         runs, windows = {"off": [], "on": []}, []     # windows: from turning on to turned off again (ns)
         costs = []                                    # per on run: the programs' run time (BPF statistics)
         name = " → ".join(path)
@@ -271,7 +277,7 @@ class SfcBench:
         for node in self.lab.nodes():
             for f in (Path(node.rundir) / "agent" / "pptmon").glob("*.json"):
                 st = json.loads(f.read_text())
-                if st.get("chain") == chain_label(chain_id):
+                if st.get("chain") == chain_label(chain_id) and Path(f"/proc/{st['pid']}").exists():
                     out[st["pid"]] = st
         return out
 
