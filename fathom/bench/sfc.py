@@ -258,7 +258,7 @@ class SfcBench:
         seconds = time.monotonic() - t0
         after = {pid: bpfstats.counts(pid) for pid in loaders}
         programs = []
-        for pid, st in loaders.items():
+        for pid, st in sorted(loaders.items(), key=lambda kv: kv[1]["vnf_id"]):
             ids = sorted(set(before[pid]) & set(after[pid]))
             for prog_id, prog in sorted(bpfstats.names(ids).items()):
                 programs.append({"vnf": path[st["vnf_id"] - 1], "mode": st["mode"], "program": prog,
@@ -511,16 +511,19 @@ def markdown(doc: dict) -> str:
                   "(medians over the runs). Share of one core: the program's run time per second of the run "
                   "(ns per packet × packets/s ÷ 1e9), against one core's whole time, which also runs the VNF, "
                   f"the switch and the traffic ({pm['cores']} cores here). It counts the programs' run time "
-                  "(with the statistics' own two clock reads), not cache effects, the TC hook itself or the "
-                  "option's bytes on the wire.", "",
+                  "(with part of the statistics' own clock reads: an upper bound), not cache effects, the TC "
+                  "hook itself or the option's bytes on the wire.", "",
                   "| through | VNF | program | role | ns / packet | packets/s | packets | share of one core |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            for p in r["cost"]["programs"]:
+            for p in sorted(r["cost"]["programs"], key=lambda p: (r["vnfs"].index(p["vnf"]), p["program"])):
                 lines.append(f"| {' → '.join(r['vnfs'])} | {p['vnf']} | {p['program']} | {p['role']} | "
                              f"{_num(p['ns_per_packet'], '.0f')} | {_num(p['packets_per_s'], ',.0f')} | "
                              f"{p['packets']:,} | {_num(p['core_share'], '.3%')} |")
-            lines.append(f"| {' → '.join(r['vnfs'])} | all | | | | | | **{_num(r['cost']['core_share'], '.3%')}** |")
+            share = r["cost"]["core_share"]
+            within = "" if share is None else \
+                f" ({'within' if share <= 1 - pm['target'] else 'beyond'} the {1 - pm['target']:.0%} the target allows)"
+            lines.append(f"| {' → '.join(r['vnfs'])} | all | | | | | | **{_num(share, '.3%')}**{within} |")
         warn = pm["proxy"].get("warning") or {}
         lines += ["", f"HAProxy: stamped {warn.get('stamped')}, reached the sink {warn.get('reached')}; "
                   f"the chain says: {'; '.join(warn.get('warnings') or []) or '(no warning)'}"]
