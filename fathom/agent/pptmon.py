@@ -201,8 +201,8 @@ class Pptmon:
             st = json.loads(self._file(name).read_text())
         except (OSError, ValueError):
             return
-        if st.get("attached", True):
-            return
+        if st.get("attached", True) or _said_attached(Path(st["records"]), st["pid"]):
+            return      # it had attached: started again like any loader that died
         self.remove(name)
         try:
             said = Path(st["errors"]).read_text().strip()[:500]
