@@ -11,6 +11,10 @@ A port chain's attachment names the br-int interfaces of its VNF's ports: the pr
 VM-facing interfaces behind them, decided here from the plugging (fathom.agent.plugging) — `pending`
 while an interface is missing, `error` where the plugging cannot work (direct on OVS's netdev datapath).
 
+A loader that has not attached within ATTACH_TIMEOUT (verifying the programs is slow on a crowded
+host) keeps running and its attachment is `pending` until it says it attached; one that exits
+before is an `error` with what it said on stderr.
+
 Loaders run in their own session and outlive the agent: an agent restart finds them by their pid
 files (`<state>/pptmon/<name>.json`, checked against the process's command line) and adopts them,
 so the programs stay attached and nothing is measured twice. A loader that died is started again.
@@ -35,10 +39,17 @@ from fathom.model.hostlocal import PptmonAttach, digest, owner_key
 from fathom.pptmon import native
 
 LOG = logging.getLogger("fathom.agent.pptmon")
-# How long a loader may take to load, verify and attach its programs. Verifying them took 2-3 s on a
-# 2-core host at load 6, over 5 s at load 8; a loader given up on is an `error` that the agent only
-# tries again at its next resync (minutes), so the wait is generous.
+# How long the agent waits for a loader to load, verify and attach its programs before it reports
+# the attachment `pending` (still loading) and looks again every few seconds (the follower's busy
+# interval). Verifying them took 2-3 s on a 2-core host at load 6, over 5 s at load 8.
 ATTACH_TIMEOUT = 30.0
+# A loader still not attached this long after its start is given up on (killed): `error`, tried
+# again at the next resync.
+LOAD_LIMIT = 600.0
+
+
+class StillLoading(Exception):
+    """The loader runs but has not attached its programs yet: the attachment is `pending`."""
 
 
 class Pptmon:
@@ -110,6 +121,8 @@ class Pptmon:
                 if what:
                     LOG.info("attachment %s: %s", obj.local_name, what)
                 out[owner_key(obj.owner)] = {"status": "active", "reason": None, "applied": digest([obj])}
+            except StillLoading as e:
+                out[owner_key(obj.owner)] = {"status": "pending", "reason": str(e), "applied": digest([obj])}
             except Exception as e:  # noqa: BLE001 - the attachment's status; retried on the next resync
                 LOG.warning("attachment %s: %s", obj.local_name, e)
                 out[owner_key(obj.owner)] = {"status": "error", "reason": str(e)[:1000], "applied": digest([obj])}
@@ -118,15 +131,20 @@ class Pptmon:
         return out
 
     def ensure(self, obj: PptmonAttach) -> str | None:
+        """Start, restart or adopt the attachment's loader; what was done, None if nothing. Raises
+        StillLoading while the loader has not attached yet."""
         cur = self._running(obj.local_name)
+        if cur is None:
+            self._died_loading(obj.local_name)
         same = {k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}
         if cur is not None and all(cur.get(k) == v for k, v in same.items()):
+            what = self._loading(obj.local_name, cur) if not cur.get("attached", True) else None
             if cur.get("period_ns") != obj.period_ns:
                 run([str(native.LOADER), "set", "--pin", cur["pin"], "--period-ns", str(obj.period_ns)])
                 cur["period_ns"] = obj.period_ns
                 self._save(obj.local_name, cur)
-                return f"period {obj.period_ns} ns"
-            return None
+                return "; ".join(filter(None, (what, f"period {obj.period_ns} ns")))
+            return what
         if cur is not None:
             self.remove(obj.local_name)
         return self.start(obj)
@@ -150,14 +168,47 @@ class Pptmon:
         cmd = [str(native.LOADER), "run", "--mode", obj.mode, "--vnf-id", str(obj.vnf_id), "--in", obj.in_point,
                "--out", obj.out_point, "--period-ns", str(obj.period_ns), "--pin", pin, "--label", label,
                "--stats-interval", "1"]
-        records = d / f"{name}.jsonl"
-        with open(records, mode="ab") as out, open(d / f"{name}.err", mode="wb") as err:
+        records, errors = d / f"{name}.jsonl", d / f"{name}.err"
+        with open(records, mode="ab") as out, open(errors, mode="wb") as err:
             p = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
-        self._wait_attached(records, d / f"{name}.err", p)
-        st = {"pid": p.pid, "pin": pin, "period_ns": obj.period_ns, "started": time.time(),
+        attached = self._wait_attached(records, errors, p)
+        st = {"pid": p.pid, "pin": pin, "period_ns": obj.period_ns, "started": time.time(), "attached": attached,
+              "records": str(records), "errors": str(errors),
               **{k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}}
         self._save(obj.local_name, st)
+        if not attached:
+            raise StillLoading(f"pptmon-loader (pid {p.pid}) still loading its programs after {ATTACH_TIMEOUT:g} s")
         return f"attached {obj.mode} at {obj.in_point} / {obj.out_point} (loader pid {p.pid})"
+
+    def _loading(self, name: str, st: dict) -> str:
+        """A loader that had not attached when last looked at: attached by now (what it did), still
+        loading (StillLoading), or loading for longer than LOAD_LIMIT (killed: RuntimeError)."""
+        if _said_attached(Path(st["records"]), st["pid"]):
+            st["attached"] = True
+            self._save(name, st)
+            return (f"attached {st['mode']} at {st['in_point']} / {st['out_point']} (loader pid {st['pid']}, "
+                    f"after {time.time() - st['started']:.0f} s)")
+        age = time.time() - st["started"]
+        if age > LOAD_LIMIT:
+            self.remove(name)
+            raise RuntimeError(f"pptmon-loader did not attach within {LOAD_LIMIT:g} s")
+        raise StillLoading(f"pptmon-loader (pid {st['pid']}) still loading its programs after {age:.0f} s")
+
+    def _died_loading(self, name: str) -> None:
+        """A loader that ended before it attached (its state says loading, its process is gone): an
+        error with what it said; its state is dropped, so the next resync starts it again."""
+        try:
+            st = json.loads(self._file(name).read_text())
+        except (OSError, ValueError):
+            return
+        if st.get("attached", True) or _said_attached(Path(st["records"]), st["pid"]):
+            return      # it had attached: started again like any loader that died
+        self.remove(name)
+        try:
+            said = Path(st["errors"]).read_text().strip()[:500]
+        except (OSError, KeyError):
+            said = ""
+        raise RuntimeError(f"pptmon-loader exited while loading: {said or 'no message'}")
 
     def counters(self, objects: list[PptmonAttach]) -> dict[str, dict]:
         """owner key -> the loader's counters (sampled, reported, ...; docs/pptmon.md) of each
@@ -165,7 +216,7 @@ class Pptmon:
         out = {}
         for obj in objects:
             cur = self._running(obj.local_name)
-            if cur is None:
+            if cur is None or not cur.get("attached", True):
                 continue
             r = run([str(native.LOADER), "stats", "--pin", cur["pin"]], check=False)
             try:
@@ -182,17 +233,17 @@ class Pptmon:
         tmp.replace(self._file(name))
 
     @staticmethod
-    def _wait_attached(records: Path, err: Path, p: subprocess.Popen, timeout: float = ATTACH_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
+    def _wait_attached(records: Path, err: Path, p: subprocess.Popen, timeout: float | None = None) -> bool:
+        """True once the loader says it attached, False if it is still loading after `timeout`
+        (ATTACH_TIMEOUT); RuntimeError with what it said if it exits first."""
+        deadline = time.monotonic() + (ATTACH_TIMEOUT if timeout is None else timeout)
         while time.monotonic() < deadline:
             if p.poll() is not None:
                 raise RuntimeError(f"pptmon-loader exited: {err.read_text().strip()[:500]}")
-            with open(records, "rb") as fh:
-                if any(b'"attached"' in line and f'"pid":{p.pid}'.encode() in line for line in fh):
-                    return
+            if _said_attached(records, p.pid):
+                return True
             time.sleep(0.02)
-        p.kill()
-        raise RuntimeError(f"pptmon-loader did not attach within {timeout:g} s")
+        return False
 
     def _bpffs(self) -> None:
         self.bpffs.mkdir(parents=True, exist_ok=True)
@@ -219,3 +270,12 @@ class Pptmon:
             run([str(native.LOADER), "detach", "--in", st["in_point"], "--out", st["out_point"]], check=False)
         self._file(name).unlink(missing_ok=True)
         LOG.info("attachment %s: detached", name)
+
+
+def _said_attached(records: Path, pid: int) -> bool:
+    """The loader `pid` wrote its "attached" line into its records file."""
+    try:
+        with open(records, "rb") as fh:
+            return any(b'"attached"' in line and f'"pid":{pid}'.encode() in line for line in fh)
+    except OSError:
+        return False

@@ -13,25 +13,33 @@ plugging PPTMon needs on the lab's userspace datapath, docs/sfc.md). Parts (`--p
   power 1/hops). Replies go straight back in both (the chain is not symmetric).
 - web: ApacheBench through firewall -> DPI -> nginx (chained), against the same path unchained and
   against no VNF at all.
-- pptmon: the chain's `pptmon` off and at one sample per second, interleaved, `repeats` times:
-  iperf3 through each VNF type alone (firewall, NAT, DPI, forwarder: Fig. 8), ab for `seconds`
-  through the two real chains fw -> dpi and fw -> nat -> dpi to nginx (Fig. 9), and ab through
-  HAProxy, which terminates TCP: there the figure is the chain's warning that the sampled packets
-  never reach the sink. The client's MTU is lowered to CLIENT_MTU for the whole part, off and on
-  alike, so that full-size segments have room for the option. Per on run: the records the
-  controller stored and the loaders' counters (sampled, reported, skip_mtu ...).
+- pptmon: the chain's `pptmon` off and at one sample per second, in off/on pairs (`repeats`,
+  default PPTMON_REPEATS): iperf3 through each VNF type alone (firewall, NAT, DPI, forwarder:
+  Fig. 8), ab for `seconds` through the two real chains fw -> dpi and fw -> nat -> dpi to nginx
+  (Fig. 9), and ab through HAProxy, which terminates TCP: there the figure is the chain's warning
+  that the sampled packets never reach the sink. The client's MTU is lowered to CLIENT_MTU for the
+  whole part, off and on alike, so that full-size segments have room for the option. The
+  throughput figure is the median of the pairs' on/off ratios with a distribution-free interval,
+  and whether that interval shows the 0.99 target, refutes it or cannot tell. Independent of
+  throughput's spread, the kernel's BPF statistics (on for the part's duration: fathom.bench.bpfstats)
+  give each program's run time per packet during every on run and its share of one core's time.
+  Per on run also: the records the controller stored and the loaders' counters (sampled,
+  reported, skip_mtu ...).
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import math
+import os
 import platform
 import statistics
 import time
 from pathlib import Path
 
 from fathom.apps.hostlocal.chains import OWNER_KIND, chain_label
+from fathom.bench import bpfstats
 from fathom.client import Client
 from fathom.host.iperf import iperf3
 from fathom.lab import vnf as vnfs
@@ -48,6 +56,8 @@ PROXY = "proxy"                                         # HAProxy: ends TCP, and
 PPTMON_REWRITERS = ("nat", PROXY)                       # VNFs whose traffic reaches the server from their own address
 PPTMON_PERIOD_NS = 1_000_000_000      # one sample per second
 PPTMON_TARGET = 0.99
+PPTMON_REPEATS = 10                   # off/on pairs when not told: a 97.9 % interval for the median ratio
+CI_LEVEL = 0.95
 # The client's MTU in the PPTMon runs: a full-size segment leaves the 40 bytes of TCP option space
 # free for the option (12 bytes + 4 per hop), as the paper plans the MTU for it. At 1500 the
 # source finds no room in full-size segments (skip_mtu) and a bulk stream yields next to no sample.
@@ -59,11 +69,14 @@ PARTS = ("steering", "web", "pptmon")
 
 
 class SfcBench:
-    def __init__(self, lab_name: str = "sfb", seconds: float = 5, repeats: int = 3, requests: int = 2000,
+    def __init__(self, lab_name: str = "sfb", seconds: float = 5, repeats: int | None = None, requests: int = 2000,
                  concurrency: int = 4, parts: tuple[str, ...] = PARTS, progress=lambda msg, frac=None: None):
+        """`repeats`: interleaved runs of each steering path and off/on pairs of each PPTMon path
+        (default 3 and PPTMON_REPEATS)."""
         self.lab = Lab(lab_name)
         self.parts = tuple(p for p in PARTS if p in parts)
-        self.seconds, self.repeats = seconds, repeats
+        self.seconds = seconds
+        self.repeats, self.pptmon_repeats = repeats or 3, repeats or PPTMON_REPEATS
         self.requests, self.concurrency = requests, concurrency
         self.progress = progress
 
@@ -146,6 +159,7 @@ class SfcBench:
         api = Client.for_lab(self.lab.state())
         doc = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
                "lab": self.lab.name, "topology": str(TOPOLOGY.name), "seconds": self.seconds, "repeats": self.repeats,
+               "pptmon_repeats": self.pptmon_repeats,
                "parts": list(self.parts), "target_per_hop": TARGET_PER_HOP, "paths": []}
         self._start_web()
         if "steering" in self.parts:
@@ -181,8 +195,8 @@ class SfcBench:
         option: the chain must say so). The client's MTU is CLIENT_MTU for all of it, off and on."""
         self._admit_from(api, [str(self._vnf(v).egress.ip.ip) for v in PPTMON_REWRITERS], (80, IPERF_PORT))
         out = {"period_ns": PPTMON_PERIOD_NS, "client_mtu": CLIENT_MTU, "target": PPTMON_TARGET,
-               "plug": "hybrid", "vnfs": [], "chains": []}
-        with self._client_mtu(CLIENT_MTU):
+               "ci_level": CI_LEVEL, "cores": os.cpu_count(), "plug": "hybrid", "vnfs": [], "chains": []}
+        with self._client_mtu(CLIENT_MTU), bpfstats.enabled():
             for v in PPTMON_VNFS:
                 out["vnfs"].append(self._onoff(api, (v,), IPERF_PORT, "gbps", self._iperf))
             for path in PPTMON_CHAINS:
@@ -191,21 +205,27 @@ class SfcBench:
         return out
 
     def _onoff(self, api: Client, path: tuple[str, ...], port: int, unit: str, measure, warning: bool = False) -> dict:
-        """`measure()` through a chain of `path` (TCP to `port`) with pptmon off and on, interleaved,
-        `repeats` times; per on run the records stored and the loaders' counters."""
+        """`measure()` through a chain of `path` (TCP to `port`) with pptmon off and on, in
+        `pptmon_repeats` off/on pairs; the median pair ratio with its interval and verdict; per on
+        run the records stored, the loaders' counters and the programs' run time."""
         runs, windows = {"off": [], "on": []}, []     # windows: from turning on to turned off again (ns)
+        costs = []                                    # per on run: the programs' run time (BPF statistics)
         name = " → ".join(path)
         with self.chained(api, path, port) as chain_id:
-            for i in range(self.repeats):
+            for i in range(self.pptmon_repeats):
                 for mode in ("off", "on"):
-                    self.progress(f"PPTMon {mode}: {name}: run {i + 1}/{self.repeats}")
+                    self.progress(f"PPTMon {mode}: {name}: run {i + 1}/{self.pptmon_repeats}")
                     since = time.time_ns()
                     _set_pptmon(api, chain_id, mode == "on")
                     if mode == "off" and windows:
                         windows[-1] = (windows[-1][0], time.time_ns())
-                    runs[mode].append(measure())
                     if mode == "on":
+                        value, cost = self._costed(chain_id, path, measure)
+                        costs.append(cost)
                         windows.append((since, None))
+                    else:
+                        value = measure()
+                    runs[mode].append(value)
             said = self._proxy_warning(api, chain_id) if warning else None
             _set_pptmon(api, chain_id, False)      # the loaders end, writing their last counters
             windows[-1] = (windows[-1][0], time.time_ns())
@@ -213,13 +233,52 @@ class SfcBench:
             stats = api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"since": str(windows[0][0])})
             counters = self._loader_runs(chain_id)
         on, off = statistics.median(runs["on"]), statistics.median(runs["off"])
+        ratios = [b / a for a, b in zip(runs["off"], runs["on"]) if a]
+        ci = median_ci(ratios, CI_LEVEL)
         out = {"vnfs": list(path), "nodes": [n.name for v in path for n, x in self._topo().vnfs() if x.name == v],
                "unit": unit, "runs": runs, "median": {"off": off, "on": on}, "ratio": on / off if off else None,
-               "spread": max(_spread(runs["off"]), _spread(runs["on"])), "records_per_run": records,
+               "spread": max(_spread(runs["off"]), _spread(runs["on"])),
+               "pair_ratios": ratios, "pair_ratio_median": statistics.median(ratios) if ratios else None,
+               "pair_ratio_ci": ci, "verdict": verdict(ci, PPTMON_TARGET),
+               "cost_per_run": costs, "cost": cost_summary(costs), "records_per_run": records,
                "counters_per_run": counters, "e2e": stats["e2e"],
                "per_vnf": {p["name"]: p["processing"] for g in stats["groups"] for p in g["port_pairs"]}}
         if warning:
             out["warning"] = said
+        return out
+
+    def _costed(self, chain_id: int, path: tuple[str, ...], measure) -> tuple[float, dict]:
+        """`measure()` with the chain's PPTMon programs on, and what they ran during it: per
+        program the packets, ns per packet and share of one core (kernel BPF statistics, read from
+        the loaders before and after)."""
+        loaders = self._loaders(chain_id)
+        before = {pid: bpfstats.counts(pid) for pid in loaders}
+        t0 = time.monotonic()
+        value = measure()
+        seconds = time.monotonic() - t0
+        after = {pid: bpfstats.counts(pid) for pid in loaders}
+        programs = []
+        for pid, st in sorted(loaders.items(), key=lambda kv: kv[1]["vnf_id"]):
+            ids = sorted(set(before[pid]) & set(after[pid]))
+            for prog_id, prog in sorted(bpfstats.names(ids).items()):
+                programs.append({"vnf": path[st["vnf_id"] - 1], "mode": st["mode"], "program": prog,
+                                 "role": program_role(st["mode"], prog), "prog_id": prog_id,
+                                 **bpfstats.cost(before[pid][prog_id], after[pid][prog_id], seconds)})
+        if len(programs) != 2 * len(path):
+            raise LabError(f"PPTMon on {' → '.join(path)}: found {len(programs)} programs of the chain's "
+                           f"loaders, not {2 * len(path)}: {programs}")
+        return value, {"seconds": seconds, "value": value, "programs": programs,
+                       "core_share": sum(p["core_share"] for p in programs)}
+
+    def _loaders(self, chain_id: int) -> dict[int, dict]:
+        """pid -> the agent's record (mode, vnf_id, ...) of each loader of the chain on the lab's
+        nodes (the agents' state files)."""
+        out = {}
+        for node in self.lab.nodes():
+            for f in (Path(node.rundir) / "agent" / "pptmon").glob("*.json"):
+                st = json.loads(f.read_text())
+                if st.get("chain") == chain_label(chain_id) and Path(f"/proc/{st['pid']}").exists():
+                    out[st["pid"]] = st
         return out
 
     def _proxy_warning(self, api: Client, chain_id: int) -> dict:
@@ -360,6 +419,59 @@ def _settled_records(api: Client, chain_id: int, windows: list[tuple[int, int]])
     return [count(a, b) for a, b in windows]
 
 
+def program_role(mode: str, program: str) -> str:
+    """What a loader's program does in its mode: ppt_in stamps a new sample at a source and the
+    entry time at a transit or sink VNF; ppt_out stamps the exit time, and at a sink also reports
+    and strips the option."""
+    if program == "ppt_in":
+        return "source" if mode in ("source", "source-sink") else "stamp in"
+    return "stamp out + sink" if mode in ("sink", "source-sink") else "stamp out"
+
+
+def median_ci(values: list[float], level: float) -> tuple[float, float, float] | None:
+    """A distribution-free confidence interval for the median of `values` (independent draws):
+    the order statistics the sign test gives, (x_(k), x_(n+1-k), coverage) with the largest k whose
+    coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least `level`. None when even (min, max) covers
+    less (fewer than 6 values for 0.95). Pure."""
+    xs, n = sorted(values), len(values)
+    best = None
+    for k in range(1, n // 2 + 1):
+        coverage = 1 - 2 * sum(math.comb(n, j) for j in range(k)) / 2 ** n
+        if coverage < level:
+            break
+        best = (xs[k - 1], xs[n - k], coverage)
+    return best
+
+
+def verdict(ci: tuple[float, float, float] | None, target: float) -> str:
+    """`shown` when the whole interval is at or above the target, `refuted` when it lies below it,
+    else `not resolved`. Pure."""
+    if ci is None:
+        return "not resolved (too few pairs)"
+    lo, hi, _ = ci
+    return "shown" if lo >= target else "refuted" if hi < target else "not resolved"
+
+
+def cost_summary(costs: list[dict]) -> dict:
+    """The on runs' program costs summed up per program (VNF, program): the median ns per packet
+    and packets/s over the runs, all packets, and the median share of one core of all the chain's
+    programs together. Pure."""
+    per: dict[tuple[str, str], list[dict]] = {}
+    for run_ in costs:
+        for p in run_["programs"]:
+            per.setdefault((p["vnf"], p["program"]), []).append(p)
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+    programs = [{"vnf": v, "program": prog, "role": ps[0]["role"], "mode": ps[0]["mode"],
+                 "ns_per_packet": med([p["ns_per_packet"] for p in ps]),
+                 "packets_per_s": med([p["packets_per_s"] for p in ps]),
+                 "packets": sum(p["packets"] for p in ps),
+                 "core_share": med([p["core_share"] for p in ps])} for (v, prog), ps in per.items()]
+    return {"programs": programs, "core_share": med([c["core_share"] for c in costs])}
+
+
 def _spread(values: list[float]) -> float:
     """The largest distance of a run from the median, relative to the median."""
     m = statistics.median(values)
@@ -367,9 +479,9 @@ def _spread(values: list[float]) -> float:
 
 
 def markdown(doc: dict) -> str:
-    lines = [f"# fathom bench sfc ({doc['started']}, {doc['seconds']} s runs, median of {doc['repeats']})", ""]
+    lines = [f"# fathom bench sfc ({doc['started']}, {doc['seconds']} s runs)", ""]
     if doc.get("paths"):
-        lines += ["| VNFs | nodes | chained Gbit/s | unchained Gbit/s | chained / unchained | per VNF hop | target |",
+        lines += [f"Steering: medians of {doc['repeats']} interleaved runs.", "","| VNFs | nodes | chained Gbit/s | unchained Gbit/s | chained / unchained | per VNF hop | target |",
                   "|---|---|---|---|---|---|---|"]
         for p in doc["paths"]:
             ok = p["ratio_per_hop"] is not None and p["ratio_per_hop"] >= doc["target_per_hop"]
@@ -385,32 +497,49 @@ def markdown(doc: dict) -> str:
     pm = doc.get("pptmon")
     if pm:
         rate = f"1 sample / {pm['period_ns'] / 1e9:g} s"
-        lines += ["", f"PPTMon off and at {rate}, interleaved (VNFs plugged {pm['plug']}, client MTU "
+        rows = pm["vnfs"] + pm["chains"] + [pm["proxy"]]
+        lines += ["", f"PPTMon off and at {rate}, in off/on pairs (VNFs plugged {pm['plug']}, client MTU "
                   f"{pm['client_mtu']}); iperf3 {doc['seconds']} s per VNF type, ab -t {doc['seconds']} -c 4 "
-                  "through the real chains to nginx. Spread: the largest distance of a run from its median.", "",
-                  "| through | off | on | on / off | spread | target | records per on run | "
-                  "sampled / reported / skip_mtu per on run |", "|---|---|---|---|---|---|---|---|"]
-        for r in pm["vnfs"] + pm["chains"] + [pm["proxy"]]:
-            lines.append(_pptmon_row(r, pm["target"]))
+                  "through the real chains to nginx. Pair ratio: on / off of one pair; interval: distribution-free "
+                  f"(sign test) for the median pair ratio, at least {pm['ci_level']:.0%}. Spread: the largest "
+                  "distance of a run from its median.", "",
+                  "| through | off | on | pairs | median pair ratio | interval (coverage) | spread | "
+                  f"on ≥ {pm['target']} of off | records per on run | sampled / reported / skip_mtu per on run |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [_pptmon_row(r) for r in rows]
+        lines += ["", "PPTMon's own run time, from the kernel's BPF statistics of each program during the on runs "
+                  "(medians over the runs). Share of one core: the program's run time per second of the run "
+                  "(ns per packet × packets/s ÷ 1e9), against one core's whole time, which also runs the VNF, "
+                  f"the switch and the traffic ({pm['cores']} cores here). It counts the programs' run time "
+                  "(with part of the statistics' own clock reads: an upper bound), not cache effects, the TC "
+                  "hook itself or the option's bytes on the wire.", "",
+                  "| through | VNF | program | role | ns / packet | packets/s | packets | share of one core |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            for p in sorted(r["cost"]["programs"], key=lambda p: (r["vnfs"].index(p["vnf"]), p["program"])):
+                lines.append(f"| {' → '.join(r['vnfs'])} | {p['vnf']} | {p['program']} | {p['role']} | "
+                             f"{_num(p['ns_per_packet'], '.0f')} | {_num(p['packets_per_s'], ',.0f')} | "
+                             f"{p['packets']:,} | {_num(p['core_share'], '.3%')} |")
+            share = r["cost"]["core_share"]
+            within = "" if share is None else \
+                f" ({'within' if share <= 1 - pm['target'] else 'beyond'} the {1 - pm['target']:.0%} the target allows)"
+            lines.append(f"| {' → '.join(r['vnfs'])} | all | | | | | | **{_num(share, '.3%')}**{within} |")
         warn = pm["proxy"].get("warning") or {}
         lines += ["", f"HAProxy: stamped {warn.get('stamped')}, reached the sink {warn.get('reached')}; "
                   f"the chain says: {'; '.join(warn.get('warnings') or []) or '(no warning)'}"]
     return "\n".join(lines) + "\n"
 
 
-def _pptmon_row(r: dict, target: float) -> str:
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _pptmon_row(r: dict) -> str:
     unit = "Gbit/s" if r["unit"] == "gbps" else "req/s"
     fmt = (lambda v: f"{v:.2f}") if r["unit"] == "gbps" else (lambda v: f"{v:,.0f}")
-    ratio, spread = r["ratio"], r["spread"]
-    if ratio is None:
-        verdict = "-"
-    elif min(len(r["runs"]["off"]), len(r["runs"]["on"])) < 2:
-        verdict = "one run: cannot tell"
-    elif spread > 1 - target:
-        verdict = f"{'met' if ratio >= target else 'missed'}, within the spread: cannot tell"
-    else:
-        verdict = "met" if ratio >= target else "missed"
+    ci = r["pair_ratio_ci"]
+    interval = "-" if ci is None else f"{ci[0]:.3f} – {ci[1]:.3f} ({ci[2]:.1%})"
     counters = ", ".join(f"{c['sampled']}/{c['reported']}/{c['skip_mtu']}" for c in r["counters_per_run"])
     return (f"| {' → '.join(r['vnfs'])} ({unit}) | {fmt(r['median']['off'])} | {fmt(r['median']['on'])} | "
-            f"{ratio:.3f} | ±{spread:.1%} | {verdict} ({'≥'} {target}) | "
-            f"{', '.join(str(n) for n in r['records_per_run'])} | {counters} |")
+            f"{len(r['pair_ratios'])} | {_num(r['pair_ratio_median'], '.3f')} | {interval} | ±{r['spread']:.1%} | "
+            f"**{r['verdict']}** | {', '.join(str(n) for n in r['records_per_run'])} | {counters} |")

@@ -198,7 +198,9 @@ def switch(devices, modules, quick, sizes, mtu, load_mbps, loads, frames, flows,
 @bench.command("tenant")
 @click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 20 new ports, 1000 bulk ports")
 @click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 run")
-@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of every path")
+@click.option("--repeats", type=click.IntRange(1, 100), default=None,
+              help="interleaved repeats of every steering path and off/on pairs of every PPTMon path "
+                   "(default 3 and 10)")
 @click.option("--udp-mbps", type=int, default=2000, show_default=True,
               help="UDP offered load (above what the path carries: the figure is what arrives)")
 @click.option("--data-plane-only", is_flag=True, help="skip the control-plane measurements")
@@ -324,7 +326,9 @@ def secgroups(quick, seconds, repeats, clients, lab_name, outdir, as_json):
 @bench.command("sfc")
 @click.option("--quick", is_flag=True, help="2 s runs, 1 repeat, 500 requests")
 @click.option("--seconds", type=int, default=5, show_default=True, help="length of each iperf3 and timed ab run")
-@click.option("--repeats", type=int, default=3, show_default=True, help="interleaved repeats of every path")
+@click.option("--repeats", type=click.IntRange(1, 100), default=None,
+              help="interleaved repeats of every steering path and off/on pairs of every PPTMon path "
+                   "(default 3 and 10)")
 @click.option("--requests", type=int, default=2000, show_default=True, help="ab requests through the web chain")
 @click.option("--part", "parts", multiple=True, type=click.Choice(["steering", "web", "pptmon"]),
               help="run only these parts (repeatable; default all)")

@@ -407,6 +407,35 @@ def test_a_proxy_in_the_chain_ends_the_option_and_the_counters_say_so(lab, api, 
         subprocess.run(["umount", str(bpffs)], check=False)
 
 
+def test_a_loader_slower_than_the_agents_wait_is_pending_until_it_attaches(lab, tmp_path):
+    """The agent's handler on compute1 with no wait at all for its loader (as when verifying the
+    programs on a crowded host takes longer than the wait): the real loader goes on loading, the
+    attachment is `pending` (still loading), not `error`; a later apply finds the same loader
+    attached (`active`) with its programs on fw1's taps."""
+    from fathom.model.hostlocal import PptmonAttach
+    att = PptmonAttach(1, chain_label(1), 1, "source-sink", "qvofw1i:egress", "qvofw1o:ingress", 0, OWNER_KIND)
+    key, work = f"{OWNER_KIND}:1", tmp_path / "compute1"
+    bpffs = tmp_path / "bpffs"
+    bpffs.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(bpffs)], check=True)
+    try:
+        first = handler(lab, "compute1", work, [att], attach_timeout=0)["apply"][key]
+        assert first["status"] == "pending" and "still loading" in first["reason"], first
+        loader = json.loads((work / "state" / "pptmon" / f"{OWNER_KIND}-1.json").read_text())["pid"]
+        deadline = time.monotonic() + 60
+        while (got := handler(lab, "compute1", work, [att], attach_timeout=0)["apply"][key])["status"] == "pending":
+            assert time.monotonic() < deadline, got
+            time.sleep(0.5)
+        assert got["status"] == "active", got
+        assert json.loads((work / "state" / "pptmon" / f"{OWNER_KIND}-1.json").read_text())["pid"] == loader
+        for dev, direction in (("tapfw1i", "egress"), ("tapfw1o", "ingress")):
+            assert "ppt_" in sh(lab, "compute1", "tc", "filter", "show", "dev", dev, direction).stdout
+        assert handler(lab, "compute1", work, [])["held"] == []
+    finally:
+        handler(lab, "compute1", work, [])
+        subprocess.run(["umount", str(bpffs)], check=False)
+
+
 def measured_snapshot(api, chain_id: int):
     """The lab's model as the controller has it, with the chain measured and the nodes on the
     kernel datapath (what `lost_across` is meant for), built from the API's answers."""
@@ -430,21 +459,25 @@ def measured_snapshot(api, chain_id: int):
 HANDLER_RUN = """
 import json, sys
 from pathlib import Path
-from fathom.agent.pptmon import Pptmon
+from fathom.agent import pptmon
 from fathom.model.hostlocal import from_json
 work, bpffs = Path(sys.argv[1]), Path(sys.argv[2])
-h = Pptmon(work / "records", work / "state", bpffs, "pq-node")
+if sys.argv[4] != "-":
+    pptmon.ATTACH_TIMEOUT = float(sys.argv[4])
+h = pptmon.Pptmon(work / "records", work / "state", bpffs, "pq-node")
 objects = [from_json(o) for o in json.loads(sys.argv[3])]
 print(json.dumps({"apply": h.apply(objects), "held": sorted(h.held()), "counters": h.counters(objects)}))
 """
 
 
-def handler(lab, node: str, work, objects) -> dict:
+def handler(lab, node: str, work, objects, attach_timeout: float | None = None) -> dict:
     """One apply of the agent's PPTMon handler in `node`'s namespace (its loaders outlive it, as
-    they outlive the agent), with the bpffs the test mounted; what it answered."""
+    they outlive the agent), with the bpffs the test mounted and, if given, another wait for a
+    loader to attach; what it answered."""
     from fathom.model.hostlocal import to_json
     argv, env = lab.exec_args(node, [sys.executable, "-c", HANDLER_RUN, str(work), str(work.parent / "bpffs"),
-                                     json.dumps([to_json(o) for o in objects])])
+                                     json.dumps([to_json(o) for o in objects]),
+                                     "-" if attach_timeout is None else str(attach_timeout)])
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
