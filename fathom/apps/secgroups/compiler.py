@@ -4,10 +4,14 @@ Pure: the same model always gives the same flows. docs/security-groups.md explai
 short, for every local port with port security (its "security-group port") on node N:
 
 - egress-conntrack / ingress-conntrack: the port's IPv4 and IPv6 frames go through the connection
-  tracker in the port's own zone (`port_zone`: 1..0x7FFF from its id; the zones from 0x8000 are the
-  external app's): `reg11 := zone, ct(zone=reg11[0..15])` for what it sends, `ct_clear, reg9 := port
-  id, reg11 := zone, ct(zone=reg11[0..15])` for what is delivered to it. One zone per port, as OVN
-  has: a frame between two ports of one node is tracked once on each side.
+  tracker in the zone of the port's network on N (`network_zones`: 1..0x7FFF, from the network id,
+  distinct per node; the zones from 0x8000 are the external app's): `reg11 := zone,
+  ct(zone=reg11[0..15])` for what it sends; for what is delivered to it, `reg9 := port id` and, if
+  its sender's egress already tracked the frame in that zone in this pass (`ct_state=+trk,
+  ct_zone=zone`, or `reg11 = zone | COMMITTED` once egress-acl committed it), straight to
+  ingress-acl, else `ct_clear, reg11 := zone, ct(zone=reg11[0..15])`. One zone per network, as
+  Neutron's OVS firewall has: a frame between two ports of one network on one node is looked up once
+  and its connection is one entry, holding both sides' admitting rules.
   IPv6 neighbour discovery (ICMPv6 133..136) skips the tracker and the rules, as in Neutron and OVN.
   So do DHCP answers delivered to a port (udp 67 -> 68), as Neutron always allows them: a port's
   DHCP requests go from the security stage straight to its node's DHCP server (never through the
@@ -16,15 +20,21 @@ short, for every local port with port security (its "security-group port") on no
   network's wire).
 - egress-acl / ingress-acl, in priority order:
   - 200: invalid -> drop;
-  - 190: established or related, and the rule that admitted the connection (its `ct_mark`) is a
-    rule of one of the port's groups -> allowed (a conjunctive match: port x mark, per group);
+  - 190: established or related, and the rule that admitted the connection on this side is a rule
+    of one of the port's groups -> allowed (a conjunctive match: port x admitting rule, per group).
+    The originator's egress rule is in `ct_mark`, the responder's ingress rule in `ct_label`: a
+    side reads its own direction's field on packets of the original direction and the other field
+    on replies (`RULE_FIELD`);
   - 180: a reply of a connection whose rule no longer applies -> drop (removing a rule cuts the
     connections it admitted);
   - 100: the rules of the side's direction, each a conjunctive match of up to three clauses
-    (port of the group, remote address, protocol and ports) -> `ct(commit)` with `ct_mark` := rule
-    id. New connections end here, and so do established ones whose rule went away: another rule
-    that still allows them re-admits them (with its id), as Neutron's firewall does after deleting
-    the conntrack entries of a removed rule;
+    (port of the group, remote address, protocol and ports) -> `ct(commit)` with the side's field
+    := rule id (egress also sets `reg11`'s COMMITTED bit). New connections end here, and so do
+    established ones whose rule went away: another rule that still allows them re-admits them
+    (with its id), as Neutron's firewall does after deleting the conntrack entries of a removed
+    rule. A frame egress-acl committed in this pass reaches ingress-acl untracked (OVS clears the
+    ct fields after a commit), so it skips 200..180 and is judged by the receiver's rules, whose
+    commit writes `ct_label` on the same entry;
   - anything else: the table drops it.
 
 Flow count per node: ports + rules + distinct remote addresses + port-range masks, never their
