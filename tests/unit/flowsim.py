@@ -7,10 +7,11 @@ dp_hash sym_l4 selection), IN_PORT, and "never output to the in_port"; and the N
 security groups use: conjunctive matches (`conjunction`, `conj_id`) and a connection tracker per
 (node, zone) (`ct`, `ct_clear`, `ct_state`, `ct_zone`, `ct_mark`, `ct_label`), which remembers committed
 connections by their addresses, protocol and ports between `send` calls; as in OVS, a `ct` without
-`table` leaves the packet untracked for the rest of the pass. Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
-uplink output reaches every other node's uplink (the physical network acts as a hub: a superset of
-what a learning switch would deliver, which makes isolation checks stricter) - or, given a compiled
-ToR and the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
+`table` leaves the packet untracked for the rest of the pass. Between nodes (registers and conntrack
+state stay behind), a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an uplink
+output reaches every other node's uplink (the physical network acts as a hub: a superset of what a
+learning switch would deliver, which makes isolation checks stricter) - or, given a compiled ToR and
+the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from fathom.pipeline.catalogue import BR_INT
 _MAC_FIELDS = {"eth_src", "eth_dst", "arp_sha", "arp_tha"}
 _IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}
 _IP6_FIELDS = {"ipv6_src", "ipv6_dst"}
-_CT_FIELDS = ("ct_state", "ct_zone", "ct_mark", "ct_label", "conj_id")
+_CT_STATE = ("ct_state", "ct_zone", "ct_mark", "ct_label")   # what a lookup sets and a commit clears
+_CT_FIELDS = (*_CT_STATE, "conj_id")
 _L4_PORTS = (("tcp_src", "tcp_dst"), ("udp_src", "udp_dst"), ("sctp_src", "sctp_dst"))
 _ICMP_QUERY = {0: 8, 14: 13, 129: 128}   # reply type -> request type
 
@@ -247,7 +249,7 @@ class Fabric:
                     entry[x.field] = x.value
             table[key] = entry
         if a.table is None:     # OVS: untracked for the rest of the pass
-            for name in _CT_FIELDS[:-1]:
+            for name in _CT_STATE:
                 pkt.pop(name, None)
         else:
             pkt.update(ct_state=state, ct_zone=zone, **entry)
