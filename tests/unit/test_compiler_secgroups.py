@@ -314,7 +314,7 @@ def _two_tenants(nets: tuple[int, int], both: bool) -> Snapshot:
     node = Node(1, "c1", "compute", "198.18.0.1", None, "complete",
                 {TUNNEL_INTERFACE: 1, UPLINK_INTERFACE: 2, **{p.interface: p.id for p in ports}})
     return Snapshot((node,), (Network(a, "pn", "p", "vxlan", 2001), Network(b, "qn", "q", "vxlan", 2002)),
-                    (Subnet(1, "ps", "p", a, "10.9.0.0/24", "10.9.0.1"), Subnet(2, "qs", "q", b, "10.9.0.0/24", "10.9.0.1")),
+                    (Subnet(1, "psub", "p", a, "10.9.0.0/24", "10.9.0.1"), Subnet(2, "qsub", "q", b, "10.9.0.0/24", "10.9.0.1")),
                     tuple(ports), security_groups=(SecurityGroup(DEFAULT, "default", "p"),
                                                    SecurityGroup(Q_DEFAULT, "default", "q")),
                     security_group_rules=RULES)
