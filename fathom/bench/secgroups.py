@@ -12,7 +12,7 @@ c2 (across the tunnel). Three modes, interleaved over repeats on the same lab an
 
 Per mode and path: iperf3 TCP throughput, and new TCP connections per second (clients in src connect
 to a listener in dst and close at once, with RST so no TIME_WAIT piles up; every connection is a new
-conntrack entry in each filtering port's zone). Beside each figure, what the datapaths of the nodes on the
+conntrack entry in the zone of each filtering port's network: one on one node). Beside each figure, what the datapaths of the nodes on the
 path did for it (`dpif-netdev/pmd-stats-show`): passes per packet (1 + recirculations), upcalls, the
 exact-match cache's share of lookups, subtables probed per megaflow hit, and ovs-vswitchd CPU per packet. The figures are ratios: sg1 / none (the price of conntrack), sg100 / sg1
 (the price of the 99 further rules) and sg100 / none (target >= 0.9).

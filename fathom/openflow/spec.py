@@ -69,7 +69,7 @@ _NXM_NAME = {
     **{f"reg{i}": f"NXM_NX_REG{i}" for i in range(16)},
 }
 # Fields whose plain integer values ovs-ofctl prints in hex.
-_HEX_FIELDS = {"tunnel_id", "metadata", "eth_type", "ct_mark", *(f"reg{i}" for i in range(16))}
+_HEX_FIELDS = {"tunnel_id", "metadata", "eth_type", "ct_mark", "ct_label", *(f"reg{i}" for i in range(16))}
 # Fields printed in decimal when exact but in hex when masked (transport ports).
 _HEX_MASKED_FIELDS = {"tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst"}
 _ETH_TYPE_SHORTHAND = {0x0800: "ip", 0x0806: "arp", 0x86DD: "ipv6"}
@@ -245,7 +245,8 @@ class Ct:
     [zone_ofs, zone_ofs + 16) of that field (a register). `table` recirculates the packet to that
     table with ct_state filled in (None: continue with the next action); `commit` records the
     connection; `nat` translates it (or applies the connection's existing NAT); `exec` actions (only
-    SetField of ct_mark) run on the committed entry.
+    SetField of ct_mark or ct_label) run on the committed entry. Without `table`, OVS leaves the
+    packet untracked (ct_state and the other ct fields cleared) for the rest of the pass.
     """
     zone: int = 0
     zone_field: str | None = None
@@ -499,12 +500,10 @@ def format_match(match: tuple) -> str:
     """A match the way ovs-ofctl prints it: protocol shorthand first, then fields."""
     fields = dict(match)
     # conntrack fields come before the protocol shorthand in OVS's output
-    words = [f"{name}={fields.pop(name)}" for name in ("ct_zone",) if name in fields]
+    words = [f"{name}={_format_value(name, fields.pop(name))}"
+             for name in ("conj_id", "ct_state", "ct_zone", "ct_mark", "ct_label") if name in fields]
     eth_type = fields.pop("eth_type", None)
     proto = fields.get("ip_proto")
-    for name in ("conj_id", "ct_state", "ct_mark"):
-        if name in fields:
-            words.append(f"{name}={_format_value(name, fields.pop(name))}")
     if eth_type == 0x0800 and proto in _IP_PROTO_SHORTHAND:
         words.append(_IP_PROTO_SHORTHAND[fields.pop("ip_proto")])
     elif eth_type == 0x86DD and proto in _IP6_PROTO_SHORTHAND:
@@ -544,4 +543,6 @@ def _nxm_slice(name: str, ofs: int, n_bits: int) -> str:
     nxm = _NXM_NAME.get(name, name)
     if ofs == 0 and FIELD_BITS.get(name) == n_bits:
         return f"{nxm}[]"
+    if n_bits == 1:
+        return f"{nxm}[{ofs}]"
     return f"{nxm}[{ofs}..{ofs + n_bits - 1}]"

@@ -32,8 +32,9 @@ REG_OUT_PORT = "reg7"   # OpenFlow port chosen by l2, output by the output stage
 REG_TAP = "reg8"        # vTAP: marker of the policy copy a frame is; 0 = none
 REG_DST_PORT = "reg9"   # security groups: fathom id of the local port a frame is delivered to
 REG_CHAIN_HOP = "reg10" # service chains: the chain hop a frame goes to next; 0 = not steered
-REG_CT_ZONE = "reg11"   # security groups: the conntrack zone of the port being filtered (1..0x7FFF)
-# Conntrack zones on br-int: security groups use 1..0x7FFF (one per port, from its id), the external
+REG_CT_ZONE = "reg11"   # security groups: bits 0..15 the conntrack zone (1..0x7FFF) of the filtered port's
+                        # network; bit 16: committed by egress-acl in this pass
+# Conntrack zones on br-int: security groups use 1..0x7FFF (one per network on each node), the external
 # app 0x8000..0xFFFF (one per router gateway and per floating IP, allocated in the store): disjoint
 # by construction.
 SECGROUP_ZONE_MAX = 0x7FFF
@@ -45,9 +46,10 @@ REGISTERS = {REG_SRC_PORT: "fathom id of the local port the frame came from; 0 f
                            "([security-groups.md](security-groups.md)); 0 otherwise",
              REG_CHAIN_HOP: "service chains: the chain hop (chain, direction, group) a frame is steered to "
                             "([sfc.md](sfc.md)); 0 = not steered",
-             REG_CT_ZONE: "security groups: the conntrack zone (1..0x7FFF) of the port whose rules filter the "
-                          "frame ([security-groups.md](security-groups.md)); zones 0x8000 and up are the "
-                          "external app's ([external.md](external.md))"}
+             REG_CT_ZONE: "security groups: bits 0..15 the conntrack zone (1..0x7FFF) of the network of the port "
+                          "whose rules filter the frame, bit 16 set once egress-acl committed its connection "
+                          "in this pass ([security-groups.md](security-groups.md)); zones 0x8000 and up are "
+                          "the external app's ([external.md](external.md))"}
 
 _ARP_REPLY = frozenset({"eth_src", "eth_dst", "arp_op", "arp_sha", "arp_tha", "arp_spa", "arp_tpa"})
 _TUNNEL = frozenset({"tunnel_id", "tun_ipv4_dst"})
@@ -181,13 +183,16 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
           "its own address goes on to sfc",
           miss="egress-conntrack", next=("sfc",), writes=_ARP_REPLY),
     Table("egress-conntrack", 32, "security groups, frames a local port sends: IPv4 and IPv6 from a port "
-          "with security groups → `reg11` := the port's zone, `ct(zone=reg11, table=egress-acl)`; anything "
-          "else (ARP, a port without port security) goes on; see [security-groups.md](security-groups.md)",
+          "with security groups → `reg11` := the zone of the port's network on this node, `ct(zone=reg11, "
+          "table=egress-acl)`; anything else (ARP, a port without port security) goes on; see "
+          "[security-groups.md](security-groups.md)",
           miss="sfc", next=("egress-acl",), writes=frozenset({REG_CT_ZONE})),
     Table("egress-acl", 35, "the sending port's egress rules on the connection: invalid → drop; "
-          "established or related → on while the rule that admitted it (`ct_mark`) still applies to the "
-          "port; new → a rule (conjunctive match: port × remote × protocol) commits it with `ct_mark` := "
-          "rule id; anything else → drop", next=("sfc",), writes=frozenset({"ct_mark"})),
+          "established or related → on while the rule that admitted it on this side (`ct_mark` for the "
+          "originator, `ct_label` for the responder's replies) still applies to the port; new → a rule "
+          "(conjunctive match: port × remote × protocol) commits it with `ct_mark` := rule id and sets "
+          "`reg11` bit 16 (committed in this pass); anything else → drop",
+          next=("sfc",), writes=frozenset({"ct_mark", REG_CT_ZONE})),
     Table("sfc", 40, "service chains, where a frame enters or moves on: from a chain's source port and "
           "matching one of its flow classifiers, or IPv4 coming back from a VNF's egress port (its ingress "
           "port: a symmetric chain's replies) → `reg10` := the chain hop it goes to next; to sfc-select; "
@@ -230,10 +235,14 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
           miss="ingress-conntrack", writes=frozenset({"eth_src", "eth_dst", "ipv4_dst"}) | _TUNNEL),
     Table("ingress-conntrack", 72, "security groups, frames delivered to a local port (`reg7` = its ofport; "
           "switched, routed, from the tunnel or the uplink alike): IPv4 and IPv6 to a port with security "
-          "groups → `ct_clear`, `reg9` := port id, `reg11` := the port's zone, `ct(zone=reg11, table=ingress-acl)`; "
-          "DHCP answers (udp 67 → 68, always allowed as in Neutron) and anything else go on", miss="output", next=("ingress-acl",), writes=frozenset({REG_DST_PORT, REG_CT_ZONE})),
-    Table("ingress-acl", 75, "the receiving port's ingress rules, as egress-acl", next=("output",),
-          writes=frozenset({"ct_mark"})),
+          "groups, already tracked in the zone of the port's network in this pass (by its sender's egress: "
+          "`ct_state=+trk` and `ct_zone`, or `reg11` = zone + bit 16 after its commit) → `reg9` := port id, "
+          "to ingress-acl; otherwise `ct_clear`, `reg9` := port id, `reg11` := the zone, `ct(zone=reg11, "
+          "table=ingress-acl)`; DHCP answers (udp 67 → 68, always allowed as in Neutron) and anything else "
+          "go on", miss="output", next=("ingress-acl",), writes=frozenset({REG_DST_PORT, REG_CT_ZONE})),
+    Table("ingress-acl", 75, "the receiving port's ingress rules, as egress-acl (`ct_label` for the "
+          "responder, `ct_mark` for the originator's replies; a new connection is committed with "
+          "`ct_label` := rule id)", next=("output",), writes=frozenset({"ct_label"})),
     Table("output", 80, "`reg7` → `output:reg7`"),
 ))
 

@@ -15,7 +15,7 @@ from fathom.store.base import Base, Resource
 from fathom.store.models import External
 
 # Conntrack zones of routers' SNAT and of floating IPs: the upper half of the 16-bit zone space, above
-# the security groups' per-port zones (1..SECGROUP_ZONE_MAX): the two never share a zone.
+# the security groups' per-network zones (1..SECGROUP_ZONE_MAX): the two never share a zone.
 CT_ZONE_MIN, CT_ZONE_MAX = SECGROUP_ZONE_MAX + 1, 0xFFFF
 
 

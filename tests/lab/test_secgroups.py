@@ -206,10 +206,27 @@ class Stream:
             p.wait(timeout=10)
 
 
-def test_established_survives_an_unrelated_change_and_dies_with_its_rule(lab, api, web):
-    stream = Stream(lab, "far", "srv", 8080)
+def _established(lab, node: str, src: str, dst: str, port: int) -> list[str]:
+    """The node's conntrack entries (any zone) of established TCP connections src -> dst:port."""
+    out = lab.ovs(node).appctl("dpctl/dump-conntrack")
+    return [line for line in out.splitlines()
+            if line.startswith("tcp,") and f"src={IPS[src]},dst={IPS[dst]}," in line and f"dport={port})" in line
+            and "state=ESTABLISHED" in line]
+
+
+@pytest.mark.parametrize("src", ["far", "near"], ids=["across the tunnel", "same node and network"])
+def test_established_survives_an_unrelated_change_and_dies_with_its_rule(lab, api, web, src):
+    stream = Stream(lab, src, "srv", 8080)
     try:
         assert stream.arriving()
+        if src == "near":
+            # one entry in blue's zone holds both sides: near's egress rule (default group) in the
+            # mark, srv's ingress rule in the labels
+            egress = next(r["id"] for r in _default(api, "p")["rules"]
+                          if r["direction"] == "egress" and r["ethertype"] == "IPv4")
+            entries = _established(lab, "c1", src, "srv", 8080)
+            assert len(entries) == 1, entries
+            assert f"mark={egress}," in entries[0] and f"labels={web['rules']['tcp8080']:#x}" in entries[0], entries
         # an unrelated rule added, and one removed: the connection goes on
         extra = api.post("/security-group-rules", json={"security_group_id": web["id"], "direction": "ingress",
                                                         "protocol": "tcp", "port_range_min": 443}).json()

@@ -5,11 +5,13 @@ match per table, apply-actions in order, goto_table, ALL groups, SELECT groups (
 a symmetric hash of the frame's 5-tuple: the same bucket for a flow and its replies, as OVS's default
 dp_hash sym_l4 selection), IN_PORT, and "never output to the in_port"; and the Nicira extensions
 security groups use: conjunctive matches (`conjunction`, `conj_id`) and a connection tracker per
-(node, zone) (`ct`, `ct_clear`, `ct_state`, `ct_mark`), which remembers committed connections by their
-addresses, protocol and ports between `send` calls. Between nodes, a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an
-uplink output reaches every other node's uplink (the physical network acts as a hub: a superset of
-what a learning switch would deliver, which makes isolation checks stricter) - or, given a compiled
-ToR and the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
+(node, zone) (`ct`, `ct_clear`, `ct_state`, `ct_zone`, `ct_mark`, `ct_label`), which remembers committed
+connections by their addresses, protocol and ports between `send` calls; as in OVS, a `ct` without
+`table` leaves the packet untracked for the rest of the pass. Between nodes (registers and conntrack
+state stay behind), a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an uplink
+output reaches every other node's uplink (the physical network acts as a hub: a superset of what a
+learning switch would deliver, which makes isolation checks stricter) - or, given a compiled ToR and
+the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from fathom.pipeline.catalogue import BR_INT
 _MAC_FIELDS = {"eth_src", "eth_dst", "arp_sha", "arp_tha"}
 _IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}
 _IP6_FIELDS = {"ipv6_src", "ipv6_dst"}
-_CT_FIELDS = ("ct_state", "ct_mark", "conj_id")
+_CT_STATE = ("ct_state", "ct_zone", "ct_mark", "ct_label")   # what a lookup sets and a commit clears
+_CT_FIELDS = (*_CT_STATE, "conj_id")
 _L4_PORTS = (("tcp_src", "tcp_dst"), ("udp_src", "udp_dst"), ("sctp_src", "sctp_dst"))
 _ICMP_QUERY = {0: 8, 14: 13, 129: 128}   # reply type -> request type
 
@@ -108,8 +111,8 @@ class Fabric:
                 flows.sort(key=lambda f: -f.priority)
             self.tables[name] = tables
         self.groups = {name: {g.group_id: g for g in s.groups} for name, s in self.states.items()}
-        # (node, zone) -> {connection as its first packet saw it: ct_mark}
-        self.conntrack: dict[tuple[str, int], dict[tuple, int]] = {}
+        # (node, zone) -> {connection as its first packet saw it: {"ct_mark": .., "ct_label": ..}}
+        self.conntrack: dict[tuple[str, int], dict[tuple, dict]] = {}
 
     def send(self, node: str, interface: str, frame: dict) -> list[Delivery]:
         """Deliveries to workload interfaces of a frame sent by `interface` on `node`."""
@@ -127,7 +130,8 @@ class Fabric:
         node = self.nodes[node_name]
         names = {v: k for k, v in node.ofports.items()}
         interface = names.get(port)
-        clean = {k: v for k, v in frame.items() if not k.startswith("reg") and k != "in_port"}
+        # registers and conntrack state stay in the switch
+        clean = {k: v for k, v in frame.items() if not k.startswith("reg") and k != "in_port" and k not in _CT_FIELDS}
         if interface == TUNNEL_INTERFACE:
             remote = self.by_tunnel_ip.get(frame.get("tun_ipv4_dst"))
             if remote is None or remote.name == node_name or TUNNEL_INTERFACE not in remote.ofports:
@@ -231,22 +235,24 @@ class Fabric:
         if conn is None:
             return
         reverse = (conn[0], conn[1], conn[3], conn[2], conn[5], conn[4])
-        if a.commit:
-            key = reverse if reverse in table and conn not in table else conn
-            mark = table.get(key, 0)
-            for x in a.exec:
-                if isinstance(x, SetField) and x.field == "ct_mark":
-                    mark = x.value
-            table[key] = mark
-            return
         bits = CT_STATE_BITS
         if conn in table:
-            state, mark = bits["trk"] | bits["est"], table[conn]
+            key, state = conn, bits["trk"] | bits["est"]
         elif reverse in table:
-            state, mark = bits["trk"] | bits["est"] | bits["rpl"], table[reverse]
+            key, state = reverse, bits["trk"] | bits["est"] | bits["rpl"]
         else:
-            state, mark = bits["trk"] | bits["new"], 0
-        pkt["ct_state"], pkt["ct_mark"] = state, mark
+            key, state = conn, bits["trk"] | bits["new"]
+        entry = dict(table.get(key, {"ct_mark": 0, "ct_label": 0}))
+        if a.commit:
+            for x in a.exec:
+                if isinstance(x, SetField) and x.field in entry:
+                    entry[x.field] = x.value
+            table[key] = entry
+        if a.table is None:     # OVS: untracked for the rest of the pass
+            for name in _CT_STATE:
+                pkt.pop(name, None)
+        else:
+            pkt.update(ct_state=state, ct_zone=zone, **entry)
 
     def _apply(self, node: str, actions: tuple, pkt: dict, outputs: list, depth: int) -> None:
         for a in actions:

@@ -124,12 +124,12 @@ def test_every_flow_keeps_to_the_pipeline_and_survives_os_ken():
 
 
 def test_security_group_zones_and_external_zones_are_disjoint():
-    """Security groups take 1..0x7FFF from the port id (every id, however large), the external app
-    allocates from 0x8000: no port's zone is ever a router's or a floating IP's."""
-    from fathom.apps.secgroups.compiler import port_zone
+    """Security groups take 1..0x7FFF from the network id (every id, however large), the external app
+    allocates from 0x8000: no network's zone is ever a router's or a floating IP's."""
+    from fathom.apps.secgroups.compiler import network_zones
     from fathom.store.external_models import CT_ZONE_MAX, CT_ZONE_MIN
-    ids = [1, 2, 0x7FFE, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x10000, 0x10001, 2**31 - 1]
-    zones = [port_zone(i) for i in ids]
-    assert all(1 <= z <= st.SECGROUP_ZONE_MAX < CT_ZONE_MIN for z in zones), zones
+    ids = {1, 2, 0x7FFE, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x10000, 0x10001, 2**31 - 1}
+    zones = network_zones(ids)
+    assert all(1 <= z <= st.SECGROUP_ZONE_MAX < CT_ZONE_MIN for z in zones.values()), zones
     assert (CT_ZONE_MIN, CT_ZONE_MAX) == (0x8000, 0xFFFF)
-    assert port_zone(0x7FFF) == 0x7FFF and port_zone(0x8000) == 1   # the fold, as documented
+    assert network_zones({0x7FFF, 0x8000}) == {0x7FFF: 0x7FFF, 0x8000: 1}   # the fold, as documented

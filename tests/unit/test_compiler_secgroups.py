@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from fathom.apps import BR_INT, compile_all
 from fathom.apps.secgroups import compiler as sg
 from fathom.model import (
@@ -193,17 +195,18 @@ def test_port_security_off_disables_filtering():
                    for s in sg.compile_secgroups(snap).values() for f in s.flows)
 
 
-def test_established_connection_survives_an_unrelated_rule_change():
+@pytest.mark.parametrize("src", ["web2", "q1"], ids=["cross node", "same node and network"])
+def test_established_connection_survives_an_unrelated_rule_change(src):
     snap = cloud()
     sim = fabric(snap)
-    pkt = frame(snap, "web2", "web1", TCP, 80)
-    assert delivered(sim, snap, "web2", pkt) == ["web1"]
+    pkt = frame(snap, src, "web1", TCP, 80)
+    assert delivered(sim, snap, src, pkt) == ["web1"]
     more = cloud(RULES + (SecurityGroupRule(40, WEB, "ingress", "IPv4", TCP, 443, 443),))
     fewer = cloud(tuple(r for r in RULES if r.id != 11))
     for changed in (more, fewer):
         after = fabric(changed, sim.conntrack)
-        assert delivered(after, changed, "web1", reply(changed, pkt, "web2", "web1")) == ["web2"]
-        assert delivered(after, changed, "web2", pkt) == ["web1"]
+        assert delivered(after, changed, "web1", reply(changed, pkt, src, "web1")) == [src]
+        assert delivered(after, changed, src, pkt) == ["web1"]
 
 
 def test_removing_the_admitting_rule_cuts_the_connection():
@@ -238,6 +241,118 @@ def test_tenants_stay_isolated():
     # q1 is in blue's address space but another project: its default group admits only its members
     assert connect(sim, snap, "web2", "q1", TCP, 80) == (False, False)
     assert connect(sim, snap, "q1", "web1", TCP, 80) == (True, True)    # web admits TCP 80 from anywhere
+
+
+def _zone(snap: Snapshot, node: str, net: int) -> int:
+    return sg.Index(snap).zones(node)[net]
+
+
+def test_one_node_one_network_one_entry_with_both_sides_rules():
+    """q1 -> web1 (c1, blue): tracked once in blue's zone; the entry holds q1's egress rule (30) in
+    ct_mark and web1's ingress rule (10) in ct_label, and the reply needs both."""
+    snap = cloud()
+    sim = fabric(snap)
+    assert connect(sim, snap, "q1", "web1", TCP, 80) == (True, True)
+    zone = _zone(snap, "c1", 1)
+    assert {k: list(v.values()) for k, v in sim.conntrack.items() if v} == {
+        ("c1", zone): [{"ct_mark": 30, "ct_label": 10}]}
+    # cross node: each node's entry holds its own side's half
+    sim = fabric(snap)
+    assert connect(sim, snap, "web2", "web1", TCP, 80) == (True, True)
+    assert {k: list(v.values()) for k, v in sim.conntrack.items() if v} == {
+        ("c2", zone): [{"ct_mark": 13, "ct_label": 0}], ("c1", zone): [{"ct_mark": 0, "ct_label": 10}]}
+
+
+def test_routed_traffic_is_tracked_in_each_network_s_zone():
+    snap = cloud()
+    sim = fabric(snap)
+    assert connect(sim, snap, "cli", "web1", TCP, 80) == (True, True)       # red -> blue on c1
+    blue, red = _zone(snap, "c1", 1), _zone(snap, "c1", 2)
+    assert blue != red
+    assert {k: list(v.values()) for k, v in sim.conntrack.items() if v} == {
+        ("c1", red): [{"ct_mark": 1, "ct_label": 0}], ("c1", blue): [{"ct_mark": 0, "ct_label": 10}]}
+
+
+def test_either_side_s_rule_removed_cuts_a_same_node_connection():
+    snap = cloud()
+    sim = fabric(snap)
+    pkt = frame(snap, "q1", "web1", TCP, 80)
+    assert delivered(sim, snap, "q1", pkt) == ["web1"]
+    for gone in (10, 30):      # the responder's ingress rule, the originator's egress rule
+        cut = cloud(tuple(r for r in RULES if r.id != gone))
+        conntrack = {k: {c: dict(e) for c, e in v.items()} for k, v in sim.conntrack.items()}
+        after = fabric(cut, conntrack)
+        assert delivered(after, cut, "web1", reply(cut, pkt, "q1", "web1")) == [], gone
+        assert delivered(after, cut, "q1", pkt) == [], gone
+    # another rule on the responder's side re-admits it; its reply passes both sides again
+    other = cloud(tuple(r for r in RULES if r.id != 10) + (SecurityGroupRule(41, WEB, "ingress", "IPv4", TCP),))
+    again = fabric(other, sim.conntrack)
+    assert delivered(again, other, "q1", pkt) == ["web1"]
+    assert delivered(again, other, "web1", reply(other, pkt, "q1", "web1")) == ["q1"]
+    assert list(sim.conntrack[("c1", _zone(snap, "c1", 1))].values()) == [{"ct_mark": 30, "ct_label": 41}]
+
+
+def test_networks_never_share_a_zone_on_a_node():
+    """Network ids 0x7FFF apart fold onto one zone: on a node holding both, the later takes the next
+    free zone; a new network never moves an existing one."""
+    assert sg.network_zones({1, 0x8000, 2}) == {1: 1, 2: 2, 0x8000: 3}
+    assert sg.network_zones({0x8000}) == {0x8000: 1}
+    assert sg.network_zones({0x8000, 0x10000}) == {0x8000: 1, 0x10000: 2}
+    full = set(range(1, 0x8000))
+    assert sg.network_zones(full | {0x8000})[0x8000] is None
+
+
+def _two_tenants(nets: tuple[int, int], both: bool) -> Snapshot:
+    """Projects p and q, each a network with the same addresses (10.9.0.0/24), on node c1; with
+    `both` false, only q's port is bound there."""
+    a, b = nets
+    ports = [Port(21, "qa", "q", b, "02:00:00:00:01:21", (FixedIp(b, "10.9.0.5"),), "c1", "qa", True, (Q_DEFAULT,)),
+             Port(22, "qb", "q", b, "02:00:00:00:01:22", (FixedIp(b, "10.9.0.6"),), "c1", "qb", True, (Q_DEFAULT,))]
+    if both:
+        ports += [Port(23, "pa", "p", a, "02:00:00:00:01:23", (FixedIp(a, "10.9.0.5"),), "c1", "pa", True, (DEFAULT,)),
+                  Port(24, "pb", "p", a, "02:00:00:00:01:24", (FixedIp(a, "10.9.0.6"),), "c1", "pb", True, (DEFAULT,))]
+    node = Node(1, "c1", "compute", "198.18.0.1", None, "complete",
+                {TUNNEL_INTERFACE: 1, UPLINK_INTERFACE: 2, **{p.interface: p.id for p in ports}})
+    return Snapshot((node,), (Network(a, "pn", "p", "vxlan", 2001), Network(b, "qn", "q", "vxlan", 2002)),
+                    (Subnet(1, "psub", "p", a, "10.9.0.0/24", "10.9.0.1"), Subnet(2, "qsub", "q", b, "10.9.0.0/24", "10.9.0.1")),
+                    tuple(ports), security_groups=(SecurityGroup(DEFAULT, "default", "p"),
+                                                   SecurityGroup(Q_DEFAULT, "default", "q")),
+                    security_group_rules=RULES)
+
+
+def test_tenants_with_the_same_addresses_on_one_node_never_share_entries():
+    """Networks 1 and 0x8000 (one zone by the fold) of two projects, the same addresses on one node:
+    a connection of one never admits the same 5-tuple in the other."""
+    snap = _two_tenants((1, 0x8000), both=True)
+    sim = fabric(snap)
+    assert connect(sim, snap, "pa", "pb", TCP, 22) == (True, True)
+    assert _zone(snap, "c1", 1) != _zone(snap, "c1", 0x8000)
+    # q's default admits TCP from its members only, so the same 5-tuple in q's network passes; its
+    # reply seen first in q's network would be new there, not p's established reply
+    sim2 = fabric(snap, sim.conntrack)
+    pkt = frame(snap, "pa", "pb", TCP, 22)
+    back = reply(snap, pkt, "pa", "pb")
+    assert delivered(sim2, snap, "qb", {**back, "eth_src": "02:00:00:00:01:22", "eth_dst": "02:00:00:00:01:21"}) \
+        == ["qa"]
+    zone_q = _zone(snap, "c1", 0x8000)
+    assert sim2.conntrack[("c1", zone_q)], "q's frame was tracked in q's own zone"
+
+
+def test_a_zone_that_moves_is_recompiled_incrementally():
+    """Network 1 arriving on a node where network 0x8000 holds zone 1 moves 0x8000's ports to zone 2:
+    touched names them, and compiling those owners gives the whole compile."""
+    from fathom.apps import by_owner
+    from fathom.apps.secgroups import compile as whole_compile, compile_owners, touched
+    before, after = _two_tenants((1, 0x8000), both=False), _two_tenants((1, 0x8000), both=True)
+    assert sg.Index(before).zones("c1") == {0x8000: 1}
+    assert sg.Index(after).zones("c1") == {1: 1, 0x8000: 2}
+    owners = touched(before, after)
+    assert {(ck.KIND_PORT, 21), (ck.KIND_PORT, 22)} <= {(k, o) for _a, k, o in owners}
+    old = {k: by_owner(s) for k, s in whole_compile(before).items()}
+    new = {k: by_owner(s) for k, s in compile_owners(after, owners).items()}
+    for key, state in whole_compile(after).items():
+        kept = {o: s for o, s in old.get(key, {}).items() if o not in owners}
+        assert {**kept, **new.get(key, {})} == by_owner(state)
 
 
 # ---------------------------------------------------------------------------------------------- flows

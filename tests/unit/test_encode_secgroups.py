@@ -1,6 +1,7 @@
 """Round trips of the spec additions security groups need (ct, ct_clear, conjunction; ct_state,
-ct_mark, conj_id, IPv6 and ICMP matches) through os-ken's OpenFlow 1.4 classes: the flow_mod is
-serialised to bytes as the reconciler sends it and parsed back as a switch's reply would be."""
+ct_zone, ct_mark, ct_label, conj_id, IPv6 and ICMP matches) through os-ken's OpenFlow 1.4 classes:
+the flow_mod is serialised to bytes as the reconciler sends it and parsed back as a switch's reply
+would be."""
 from types import SimpleNamespace
 
 from os_ken.ofproto import ofproto_parser

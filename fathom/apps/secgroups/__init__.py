@@ -4,10 +4,12 @@ and receives, with Neutron's semantics; docs/security-groups.md.
 Incremental: every flow has one owner that its match alone decides (a port, a rule, a group, a
 node, or a clause shared by rules: `KIND_SECURITY_GROUP_CLAUSE`, a digest of its match), so a
 change touches:
-- a port whose binding, plug, port security, groups or addresses changed: the port (its conntrack
-  flows and its clause of each rule); the addresses it brings to or takes from a group, in the
-  remote clauses of the rules naming that group (one clause flow per address, as OVN's address
+- a port whose binding, plug, port security, network, groups or addresses changed: the port (its
+  conntrack flows and its clause of each rule); the addresses it brings to or takes from a group, in
+  the remote clauses of the rules naming that group (one clause flow per address, as OVN's address
   sets); a group it brings to or takes from a node: that group, its rules and their clauses;
+- a network whose conntrack zone on a node changed (`network_zones`: only when a network folding
+  onto the same zone came or went): its ports' conntrack flows there;
 - a rule added, removed or changed (or one whose remote group gains its first or loses its last
   member of the rule's ethertype): the rule, its group, the group's ports and the rule's clauses;
 - a group added or removed: the group and its ports.
@@ -67,6 +69,13 @@ def touched(before, after):
     for pid in set(b.views) | set(a.views):
         if b.views.get(pid) != a.views.get(pid):
             owners.add((ck.KIND_PORT, pid))
+    # a network whose zone on a node changed (another network folding onto it came or went): the
+    # conntrack flows of its ports there
+    for name in set(b.local) | set(a.local):
+        zb, za = b.zones(name), a.zones(name)
+        moved_nets = {n for n in set(zb) | set(za) if zb.get(n) != za.get(n)}
+        for idx in (b, a):
+            owners.update((ck.KIND_PORT, p.id) for p, _ in idx.local.get(name, ()) if p.network_id in moved_nets)
     nodes = {n.name: n.id for n in after.nodes}
     for name in set(b.here) | set(a.here):
         came = b.here.get(name, set()) ^ a.here.get(name, set())

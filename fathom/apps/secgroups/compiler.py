@@ -4,10 +4,14 @@ Pure: the same model always gives the same flows. docs/security-groups.md explai
 short, for every local port with port security (its "security-group port") on node N:
 
 - egress-conntrack / ingress-conntrack: the port's IPv4 and IPv6 frames go through the connection
-  tracker in the port's own zone (`port_zone`: 1..0x7FFF from its id; the zones from 0x8000 are the
-  external app's): `reg11 := zone, ct(zone=reg11[0..15])` for what it sends, `ct_clear, reg9 := port
-  id, reg11 := zone, ct(zone=reg11[0..15])` for what is delivered to it. One zone per port, as OVN
-  has: a frame between two ports of one node is tracked once on each side.
+  tracker in the zone of the port's network on N (`network_zones`: 1..0x7FFF, from the network id,
+  distinct per node; the zones from 0x8000 are the external app's): `reg11 := zone,
+  ct(zone=reg11[0..15])` for what it sends; for what is delivered to it, `reg9 := port id` and, if
+  its sender's egress already tracked the frame in that zone in this pass (`ct_state=+trk,
+  ct_zone=zone`, or `reg11 = zone | COMMITTED` once egress-acl committed it), straight to
+  ingress-acl, else `ct_clear, reg11 := zone, ct(zone=reg11[0..15])`. One zone per network, as
+  Neutron's OVS firewall has: a frame between two ports of one network on one node is looked up once
+  and its connection is one entry, holding both sides' admitting rules.
   IPv6 neighbour discovery (ICMPv6 133..136) skips the tracker and the rules, as in Neutron and OVN.
   So do DHCP answers delivered to a port (udp 67 -> 68), as Neutron always allows them: a port's
   DHCP requests go from the security stage straight to its node's DHCP server (never through the
@@ -16,15 +20,21 @@ short, for every local port with port security (its "security-group port") on no
   network's wire).
 - egress-acl / ingress-acl, in priority order:
   - 200: invalid -> drop;
-  - 190: established or related, and the rule that admitted the connection (its `ct_mark`) is a
-    rule of one of the port's groups -> allowed (a conjunctive match: port x mark, per group);
+  - 190: established or related, and the rule that admitted the connection on this side is a rule
+    of one of the port's groups -> allowed (a conjunctive match: port x admitting rule, per group).
+    The originator's egress rule is in `ct_mark`, the responder's ingress rule in `ct_label`: a
+    side reads its own direction's field on packets of the original direction and the other field
+    on replies (`RULE_FIELD`);
   - 180: a reply of a connection whose rule no longer applies -> drop (removing a rule cuts the
     connections it admitted);
   - 100: the rules of the side's direction, each a conjunctive match of up to three clauses
-    (port of the group, remote address, protocol and ports) -> `ct(commit)` with `ct_mark` := rule
-    id. New connections end here, and so do established ones whose rule went away: another rule
-    that still allows them re-admits them (with its id), as Neutron's firewall does after deleting
-    the conntrack entries of a removed rule;
+    (port of the group, remote address, protocol and ports) -> `ct(commit)` with the side's field
+    := rule id (egress also sets `reg11`'s COMMITTED bit). New connections end here, and so do
+    established ones whose rule went away: another rule that still allows them re-admits them
+    (with its id), as Neutron's firewall does after deleting the conntrack entries of a removed
+    rule. A frame egress-acl committed in this pass reaches ingress-acl untracked (OVS clears the
+    ct fields after a commit), so it skips 200..180 and is judged by the receiver's rules, whose
+    commit writes `ct_label` on the same entry;
   - anything else: the table drops it.
 
 Flow count per node: ports + rules + distinct remote addresses + port-range masks, never their
@@ -43,7 +53,7 @@ from fathom.apps.tenant.compiler import refused_ports
 from fathom.apps.vtap.filters import range_to_masks
 from fathom.model import Node, Port, SecurityGroupRule, Snapshot
 from fathom.openflow.spec import (
-    Conjunction, Ct, CtClear, FlowSpec, GotoTable, SetField, SwitchState, ct_state,
+    Conjunction, Ct, CtClear, FlowSpec, GotoTable, LoadReg, SetField, SwitchState, ct_state,
 )
 from fathom.pipeline import stages as st
 
@@ -52,6 +62,7 @@ PORT_FIELDS = {6: "tcp_dst", 17: "udp_dst", 132: "sctp_dst"}
 ICMP_FIELDS = {1: ("icmpv4_type", "icmpv4_code"), 58: ("icmpv6_type", "icmpv6_code")}
 
 PRIO_CONNTRACK = 100
+PRIO_TRACKED = 105              # ingress: a frame its sender's egress already tracked in the port's zone
 PRIO_NEIGHBOR_DISCOVERY = 110   # IPv6 ND skips conntrack (as in Neutron and OVN: never filtered)
 ND_TYPES = (133, 134, 135, 136)  # router solicitation / advertisement, neighbour solicitation / advertisement
 PRIO_DHCP_ANSWER = 110          # DHCP answers delivered to a port skip conntrack (Neutron allows them always)
@@ -65,8 +76,18 @@ PRIO_RULE = 100
 ESTABLISHED_CONJ_BASE = 1 << 31
 
 INVALID = ct_state(inv=True, trk=True)
-NOT_NEW = ct_state(new=False, trk=True)
+NOT_NEW_ORIGINAL = ct_state(new=False, rpl=False, trk=True)
 NOT_NEW_REPLY = ct_state(new=False, rpl=True, trk=True)
+TRACKED = ct_state(trk=True)
+UNTRACKED = ct_state(trk=False)
+
+# Which field of a connection's entry holds the rule that admitted it on each side: the
+# originator's egress rule in ct_mark, the responder's ingress rule in ct_label (one entry, both
+# sides, when both ports are in one zone on one node).
+RULE_FIELD = {"egress": "ct_mark", "ingress": "ct_label"}
+# reg11 bit 16: egress-acl committed the frame's connection in zone reg11[0..15] in this pass (the
+# commit leaves the packet untracked for the rest of the pass, so ct_state cannot say so)
+COMMITTED = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -145,7 +166,7 @@ def _key(direction: str, match: dict) -> tuple:
 
 
 def _port_view(p: Port, ofport: int | None, eligible: bool) -> tuple:
-    return (p.node, p.interface, ofport, eligible, p.security_groups, p.fixed_ips)
+    return (p.node, p.interface, ofport, eligible, p.network_id, p.security_groups, p.fixed_ips)
 
 
 class Index:
@@ -201,6 +222,14 @@ class Index:
         self._clauses: dict[tuple, list[tuple[int, int, int]]] | None = None
         self._by_clause_id: dict[int, list[tuple]] | None = None
         self._static: dict[tuple, list] | None = None
+        self._zones: dict[str, dict[int, int | None]] = {}
+
+    def zones(self, node: str) -> dict[int, int | None]:
+        """network id -> conntrack zone on `node`, for the networks of its security-group ports (see
+        `network_zones`)."""
+        if node not in self._zones:
+            self._zones[node] = network_zones({p.network_id for p, _ in self.local.get(node, ())})
+        return self._zones[node]
 
     def member_addresses(self, group_id: int, ethertype: str) -> list[str]:
         key = (group_id, ethertype)
@@ -341,13 +370,28 @@ class _Table:
         return out
 
 
-def port_zone(port_id: int) -> int:
-    """The conntrack zone of a port's connections: 1..SECGROUP_ZONE_MAX (0x7FFF), from its id.
+def network_zones(networks: set[int]) -> dict[int, int | None]:
+    """The conntrack zones of the networks of one node's security-group ports: network id -> zone in
+    1..SECGROUP_ZONE_MAX (0x7FFF), distinct on the node.
 
-    Zones from 0x8000 belong to the external app (router gateways, floating IPs), so the two never
-    share one. Ports whose ids differ by a multiple of 0x7FFF share a zone; on one node their
-    connection entries can then mix only where their 5-tuples coincide."""
-    return (port_id - 1) % st.SECGROUP_ZONE_MAX + 1
+    A network takes its id folded into that range; in id order, one whose fold an earlier network
+    already took takes the next free zone. So the zone of a network never changes while no other
+    network of the node folds onto it (ids 0x7FFF apart), a new network (the highest id) never moves
+    an existing one, and two networks never share a zone on a node. Zones from 0x8000 belong to the
+    external app (router gateways, floating IPs). A node with more networks than zones gives the
+    last ones none (None: their ports get conntrack flows that drop everything)."""
+    zones: dict[int, int | None] = {}
+    taken: set[int] = set()
+    for nid in sorted(networks):
+        if len(taken) == st.SECGROUP_ZONE_MAX:
+            zones[nid] = None
+            continue
+        zone = (nid - 1) % st.SECGROUP_ZONE_MAX + 1
+        while zone in taken:
+            zone = zone % st.SECGROUP_ZONE_MAX + 1
+        zones[nid] = zone
+        taken.add(zone)
+    return zones
 
 
 def _node_flows(idx: Index, node: Node, local: list[tuple[Port, int]]) -> set[FlowSpec]:
@@ -445,16 +489,25 @@ def _port_flows(side: Side, idx: Index, node: Node, port: Port, ofport: int, tab
     """A port's conntrack flows, and its clause of every rule of its groups (and of their
     established flows)."""
     flows = set()
+    c = port_cookie(port.id)
+    zone = idx.zones(node.name).get(port.network_id)
     for eth_type in ETH_TYPE.values():
         if side is EGRESS:
             match = {st.REG_SRC_PORT: port.id, "eth_type": eth_type}
-            actions = (SetField(st.REG_CT_ZONE, port_zone(port.id)), Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
+            actions = (SetField(st.REG_CT_ZONE, zone), Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
         else:
             match = {st.REG_OUT_PORT: ofport, "eth_type": eth_type}
-            actions = (CtClear(), SetField(st.REG_DST_PORT, port.id), SetField(st.REG_CT_ZONE, port_zone(port.id)),
+            actions = (CtClear(), SetField(st.REG_DST_PORT, port.id), SetField(st.REG_CT_ZONE, zone),
                        Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
-        flows.add(FlowSpec(side.conntrack, PRIO_CONNTRACK, match, actions, port_cookie(port.id)))
-    c = port_cookie(port.id)
+            if zone is not None:
+                # tracked by its sender's egress in this zone in this pass: its entry is this
+                # port's too (looked up, or just committed by egress-acl)
+                on = (SetField(st.REG_DST_PORT, port.id), GotoTable(side.acl))
+                flows.add(FlowSpec(side.conntrack, PRIO_TRACKED,
+                                   {**match, "ct_state": TRACKED, "ct_zone": zone}, on, c))
+                flows.add(FlowSpec(side.conntrack, PRIO_TRACKED,
+                                   {**match, "ct_state": UNTRACKED, st.REG_CT_ZONE: zone | COMMITTED}, on, c))
+        flows.add(FlowSpec(side.conntrack, PRIO_CONNTRACK, match, actions if zone is not None else (), c))
     for gid in sorted(set(port.security_groups)):
         rules = idx.rules.get(gid, ()) if gid in idx.groups else ()
         if not rules:
@@ -474,13 +527,21 @@ def _group_flows(side: Side, idx: Index, gid: int, table: "_Table") -> None:
 
 
 def _rule_flows(side: Side, idx: Index, r: SecurityGroupRule, table: "_Table") -> None:
-    """A rule's mark clause of its group's established flow and, on its side, its commit."""
+    """A rule's clause of its group's established flow and, on its side, its commit.
+
+    The entry of a connection holds the rule that admitted it at the originator's egress in
+    ct_mark and the one that admitted it at the responder's ingress in ct_label, so a side reads
+    the field of its own direction on packets of the original direction (it is the originator
+    sending, or the responder receiving) and the other one on replies."""
     c = rule_cookie(r.id)
-    table.clause(PRIO_ALLOWED, {"ct_state": NOT_NEW, "ct_mark": r.id}, Conjunction(established_conj(r.group_id), 2, 2),
-                 c)
+    field = RULE_FIELD[r.direction]
+    state = NOT_NEW_ORIGINAL if r.direction == side.direction else NOT_NEW_REPLY
+    table.clause(PRIO_ALLOWED, {"ct_state": state, field: r.id}, Conjunction(established_conj(r.group_id), 2, 2), c)
     if r.direction == side.direction and idx.active(r):
-        commit = Ct(zone_field=st.REG_CT_ZONE, commit=True, exec=(SetField("ct_mark", r.id),))
-        table.add(PRIO_RULE, {"conj_id": r.id, "eth_type": ETH_TYPE[r.ethertype]}, (commit, GotoTable(side.next)), c)
+        commit = (Ct(zone_field=st.REG_CT_ZONE, commit=True, exec=(SetField(field, r.id),)),)
+        if side is EGRESS:
+            commit += (LoadReg(st.REG_CT_ZONE, 1, COMMITTED.bit_length() - 1, 1),)
+        table.add(PRIO_RULE, {"conj_id": r.id, "eth_type": ETH_TYPE[r.ethertype]}, commit + (GotoTable(side.next),), c)
 
 
 def _clause_flow(side: Side, idx: Index, node: Node, key: tuple, table: "_Table") -> None:
