@@ -17,6 +17,7 @@ strings.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
@@ -369,6 +370,12 @@ class FlowSpec:
     def meter_id(self) -> int | None:
         return self.actions[0].meter_id if self.actions and isinstance(self.actions[0], Meter) else None
 
+    @functools.cached_property
+    def vlans_set(self) -> frozenset[int]:
+        """VLAN ids the actions tag frames with (set_field vlan_vid), worked out once per spec: a
+        switch's compiled state is walked for them on every pass (the fabric's trunks)."""
+        return _vlans_set((self.actions,))
+
     def goto_table(self) -> int | None:
         if self.actions and isinstance(self.actions[-1], GotoTable):
             return self.actions[-1].table
@@ -382,6 +389,11 @@ class FlowSpec:
         match = format_match(self.match)
         actions = ",".join(a.to_ofctl() for a in self.actions) or "drop"
         return f"{head}{',' + match if match else ''} actions={actions}"
+
+
+def _vlans_set(action_lists) -> frozenset[int]:
+    return frozenset(a.value & 0xFFF for actions in action_lists for a in actions
+                     if isinstance(a, SetField) and a.field == "vlan_vid" and isinstance(a.value, int))
 
 
 GROUP_TYPES = ("all", "select", "indirect")
@@ -414,6 +426,11 @@ class GroupSpec:
             h = hash((self.group_id, self.type, self.buckets))
             object.__setattr__(self, "_hash", h)
         return h
+
+    @functools.cached_property
+    def vlans_set(self) -> frozenset[int]:
+        """VLAN ids the buckets tag frames with, as FlowSpec.vlans_set."""
+        return _vlans_set(self.buckets)
 
     def to_ofctl(self) -> str:
         parts = [f"group_id={self.group_id}", f"type={self.type}"]
