@@ -17,7 +17,6 @@ strings.
 """
 from __future__ import annotations
 
-import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
@@ -331,10 +330,14 @@ class FlowSpec:
     match: tuple = ()
     actions: tuple = ()
     cookie: int = 0
+    # VLAN ids the actions tag frames with (set_field vlan_vid): set with the spec, as a switch's
+    # whole state is searched for them on every pass (the fabric's trunks); most flows tag none
+    vlans_set = frozenset()
 
     def __post_init__(self):
         object.__setattr__(self, "match", _normalise_match(self.match))
         object.__setattr__(self, "actions", tuple(self.actions))
+        _set_vlans(self, (self.actions,))
         for i, a in enumerate(self.actions):
             if isinstance(a, GotoTable) and i != len(self.actions) - 1:
                 raise ValueError("goto_table must be the last action of a flow")
@@ -370,12 +373,6 @@ class FlowSpec:
     def meter_id(self) -> int | None:
         return self.actions[0].meter_id if self.actions and isinstance(self.actions[0], Meter) else None
 
-    @functools.cached_property
-    def vlans_set(self) -> frozenset[int]:
-        """VLAN ids the actions tag frames with (set_field vlan_vid), worked out once per spec: a
-        switch's compiled state is walked for them on every pass (the fabric's trunks)."""
-        return _vlans_set((self.actions,))
-
     def goto_table(self) -> int | None:
         if self.actions and isinstance(self.actions[-1], GotoTable):
             return self.actions[-1].table
@@ -391,9 +388,11 @@ class FlowSpec:
         return f"{head}{',' + match if match else ''} actions={actions}"
 
 
-def _vlans_set(action_lists) -> frozenset[int]:
-    return frozenset(a.value & 0xFFF for actions in action_lists for a in actions
-                     if isinstance(a, SetField) and a.field == "vlan_vid" and isinstance(a.value, int))
+def _set_vlans(spec, action_lists) -> None:
+    vlans = frozenset(a.value & 0xFFF for actions in action_lists for a in actions
+                      if type(a) is SetField and a.field == "vlan_vid" and isinstance(a.value, int))
+    if vlans:
+        object.__setattr__(spec, "vlans_set", vlans)
 
 
 GROUP_TYPES = ("all", "select", "indirect")
@@ -411,11 +410,13 @@ class GroupSpec:
     type: str
     buckets: tuple = ()
     cookie: int = field(default=0, compare=False)
+    vlans_set = frozenset()     # VLAN ids the buckets tag frames with, as FlowSpec's
 
     def __post_init__(self):
         if self.type not in GROUP_TYPES:
             raise ValueError(f"group type {self.type!r} is not one of {GROUP_TYPES}")
         object.__setattr__(self, "buckets", tuple(tuple(b) for b in self.buckets))
+        _set_vlans(self, self.buckets)
         for bucket in self.buckets:
             if any(isinstance(a, GotoTable) for a in bucket):
                 raise ValueError("a group bucket cannot hold goto_table (use Resubmit)")
@@ -426,11 +427,6 @@ class GroupSpec:
             h = hash((self.group_id, self.type, self.buckets))
             object.__setattr__(self, "_hash", h)
         return h
-
-    @functools.cached_property
-    def vlans_set(self) -> frozenset[int]:
-        """VLAN ids the buckets tag frames with, as FlowSpec.vlans_set."""
-        return _vlans_set(self.buckets)
 
     def to_ofctl(self) -> str:
         parts = [f"group_id={self.group_id}", f"type={self.type}"]

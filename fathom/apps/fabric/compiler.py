@@ -131,7 +131,8 @@ def vlans_sent(state: SwitchState | None) -> set[int]:
     """
     if state is None:
         return set()
-    return set().union(*(f.vlans_set for f in state.flows), *(g.vlans_set for g in state.groups))
+    return set().union(*[f.vlans_set for f in state.flows if f.vlans_set],
+                       *[g.vlans_set for g in state.groups if g.vlans_set])
 
 
 def tor_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, dict[str, set[int]]]:
