@@ -937,14 +937,17 @@ class Reconciler:
             self._each(break_, tiers[tier])
 
     def _each(self, fn, plans: list) -> None:
-        """fn(plan) for every plan, at the same time when there are several switches with changes."""
-        if sum(1 for p in plans if len(p[3])) < 2:
-            for plan in plans:
-                fn(plan)
-            return
-        if self._pool is None:
+        """fn(plan) for every plan, at the same time when there are several switches with changes:
+        all but one of those in the pool, the rest on this thread (a hand-over costs more than a
+        plan with nothing to send)."""
+        others = [p for p in plans if len(p[3])][1:]
+        if others and self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
-        for future in [self._pool.submit(fn, plan) for plan in plans]:
+        futures = [self._pool.submit(fn, plan) for plan in others]
+        for plan in plans:
+            if not any(plan is o for o in others):
+                fn(plan)
+        for future in futures:
             future.result()
 
     def _diff(self, session, desired: SwitchState, audit: bool,
