@@ -32,9 +32,12 @@ in a sustained burst starts after a pause as long as that pass (at most BURST_PA
    published on the status board (long-polls wait on it: fathom.controller.board).
 
 Only switches whose desired state changed, or that are not known (just connected, drifted,
-refused), are diffed; a known switch is diffed against what we last installed on it (the
-mirror), read back only when unknown. With `check_incremental` (on in the test suite) every pass
-also compiles the model whole and asserts it equals the incrementally kept desired state.
+refused), are diffed. A known switch (what we last installed on it, the mirror, is of the desired
+state this pass started from) gets the pass's edit only: what its changed owners held before and
+hold now (`edits`), so its cost follows the change, not its flows; any other switch is diffed whole,
+against its mirror or, when unknown, what it holds read back. With `check_incremental` (on in the
+test suite) every pass also compiles the model whole and asserts it equals the incrementally kept
+desired state, and every change from an edit equals a whole diff against the mirror.
 """
 from __future__ import annotations
 
