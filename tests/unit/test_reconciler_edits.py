@@ -125,8 +125,7 @@ def test_a_refused_edit_marks_its_objects_and_the_switch_is_diffed_whole_next(tm
         assert cloud.get(f"/ports/{bad['id']}")["status"] == "error"
         assert cloud.get(f"/ports/{good['id']}")["status"] == "active"
         ours = {f for f in sw.read_flows() if ck.owns_cookie(f.cookie)}
-        want = {f for f in cloud.rec.desired[next(k for k in cloud.rec.desired if k.name == "compute1"
-                                                  and k.bridge == "br-int")].flows
+        want = {f for f in cloud.rec.last.br_int("compute1").flows
                 if ck.parse_cookie(f.cookie)[1:] != (ck.KIND_PORT, bad["id"])}
         assert ours == want                                   # all but the refused port's flows
         assert sw.dpid not in cloud.rec.known                 # so the next pass reads the switch back
