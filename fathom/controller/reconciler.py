@@ -32,9 +32,12 @@ in a sustained burst starts after a pause as long as that pass (at most BURST_PA
    published on the status board (long-polls wait on it: fathom.controller.board).
 
 Only switches whose desired state changed, or that are not known (just connected, drifted,
-refused), are diffed; a known switch is diffed against what we last installed on it (the
-mirror), read back only when unknown. With `check_incremental` (on in the test suite) every pass
-also compiles the model whole and asserts it equals the incrementally kept desired state.
+refused), are diffed. A known switch (what we last installed on it, the mirror, is of the desired
+state this pass started from) gets the pass's edit only: what its changed owners held before and
+hold now (`edits`), so its cost follows the change, not its flows; any other switch is diffed whole,
+against its mirror or, when unknown, what it holds read back. With `check_incremental` (on in the
+test suite) every pass also compiles the model whole and asserts it equals the incrementally kept
+desired state, and every change from an edit equals a whole diff against the mirror.
 """
 from __future__ import annotations
 
@@ -97,6 +100,10 @@ class _Metrics:
                                    ["app", "reason"]),
                 incremental=Counter("fathom_reconciler_incremental_compiles",
                                     "apps compiled incrementally (only the owners a change touched)", ["app"]),
+                diffs=Counter("fathom_reconciler_switch_diffs",
+                              "switch changes worked out from a pass's edit of the desired state (edit) or "
+                              "by a diff of the whole state (whole: unknown switch, audit, reconnect, refusal)",
+                              ["how"]),
                 drift=Counter("fathom_reconciler_drift",
                               "differences between a switch or node and what we installed or compiled with, "
                               "found by the periodic check or the audit", ["source"]),
@@ -209,6 +216,29 @@ def lost_state(key: SwitchKey, since: float) -> str:
             "(ovs-vswitchd down or unreachable)")
 
 
+class _Edit:
+    """What a pass took out of and put into one switch's desired state, as parts' states (united
+    once at the end of the compile: see Reconciler._compile)."""
+    __slots__ = ("gone", "new")
+
+    def __init__(self):
+        self.gone: list[SwitchState] = []
+        self.new: list[SwitchState] = []
+
+
+def _record(edits: dict | None, key: SwitchKey, gone, new) -> None:
+    if edits is not None:
+        edit = edits.get(key) or edits.setdefault(key, _Edit())
+        edit.gone.extend(gone)
+        edit.new.extend(new)
+
+
+def _union(states) -> SwitchState:
+    states = list(states)
+    return SwitchState(frozenset().union(*(s.flows for s in states)), frozenset().union(*(s.groups for s in states)),
+                       frozenset().union(*(s.meters for s in states)))
+
+
 class _Part:
     """One app's desired state (or one `derive`'s): per switch, and per owner within each switch."""
 
@@ -217,9 +247,14 @@ class _Part:
         self.owners: dict[SwitchKey, dict] = {}       # key -> owner -> SwitchState
         self.where: dict[tuple, set[SwitchKey]] = {}  # owner -> switches holding something of it
 
-    def set_whole(self, compiled: dict[SwitchKey, SwitchState], index: bool) -> set[SwitchKey]:
-        """Replace everything; returns the switches whose state changed."""
+    def set_whole(self, compiled: dict[SwitchKey, SwitchState], index: bool,
+                  edits: dict | None = None) -> set[SwitchKey]:
+        """Replace everything; returns the switches whose state changed (and records in `edits`
+        what each of them lost and gained)."""
         changed = {k for k in set(self.states) | set(compiled) if self.states.get(k) != compiled.get(k)}
+        for key in changed:
+            _record(edits, key, [self.states[key]] if key in self.states else [],
+                  [compiled[key]] if key in compiled else [])
         self.states = dict(compiled)
         self.owners, self.where = {}, {}
         if index:
@@ -229,8 +264,10 @@ class _Part:
                     self.where.setdefault(o, set()).add(key)
         return changed
 
-    def replace(self, owners: frozenset, compiled: dict[SwitchKey, SwitchState]) -> set[SwitchKey]:
-        """Replace the state of exactly `owners` on every switch with `compiled` (theirs only)."""
+    def replace(self, owners: frozenset, compiled: dict[SwitchKey, SwitchState],
+                edits: dict | None = None) -> set[SwitchKey]:
+        """Replace the state of exactly `owners` on every switch with `compiled` (theirs only);
+        records in `edits` the owners' old and new states on each switch that changed."""
         keys = set(compiled)
         for o in owners:
             keys |= self.where.get(o, set())
@@ -246,6 +283,7 @@ class _Part:
                 self.where.setdefault(o, set()).add(key)
             if old == new:
                 continue
+            _record(edits, key, old.values(), new.values())
             before = self.states.get(key, SwitchState())
             flows, groups, meters = set(before.flows), set(before.groups), set(before.meters)
             for st in old.values():
@@ -322,9 +360,10 @@ class Reconciler:
         self.last_pass_steps: dict[str, float] = {}
         self.steps_total: dict[str, float] = {}
         self.lock = threading.Lock()  # one pass at a time (the loop, or an explicit sync)
-        # What each switch holds after our last successful apply (the mirror): passes diff against
-        # it instead of reading every flow back. Dropped on reconnect, failure, drift and audit.
-        self.known: dict[int, tuple[set, set]] = {}
+        # What each switch holds after our last successful apply (the mirror: its flows and groups,
+        # and the desired state they were made from): passes diff against it instead of reading
+        # every flow back. Dropped on reconnect, failure, drift and audit.
+        self.known: dict[int, tuple[set, set, SwitchState]] = {}
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
         # Providers of more switches and agents (the fabric): `prepare(reconciler, snapshot, result)`
         # bootstraps its switches and returns the snapshot with their runtime facts;
@@ -337,6 +376,9 @@ class Reconciler:
         self.model: Snapshot | None = None            # the last compiled model (store + runtime facts)
         self.parts: dict[str, _Part] = {}             # app (or "derive:" app) -> its desired state
         self.desired: dict[SwitchKey, SwitchState] = {}
+        # switch -> (its desired state before this pass, what the pass took out, what it put in):
+        # the change of a switch that holds that state, without a pass over all its flows
+        self.edits: dict[SwitchKey, tuple[SwitchState, SwitchState, SwitchState]] = {}
         self._compiled: dict[SwitchKey, SwitchState] = {}   # union of the apps' compiles (before derive)
         self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
         self.results: dict[SwitchKey, SwitchResult] = {}
@@ -346,6 +388,7 @@ class Reconciler:
         self.recomputes: dict[str, int] = {}          # "app: reason" -> count (also in /metrics)
         self.drift: dict[str, int] = {}               # source -> count (also in /metrics)
         self.mismatches = 0                           # check_incremental failures (must stay 0)
+        self.diffs = {"edit": 0, "whole": 0}          # switch changes worked out each way (also in /metrics)
         self.model_compiled: Snapshot | None = None   # the model the kept desired state was compiled from
         self._owners_at: dict[SwitchKey, set] = {}    # switch -> (kind, object id) it holds something of
         self._needs_index: dict = {}                  # its reverse: (kind, object id) -> switches
@@ -653,11 +696,13 @@ class Reconciler:
     def _compile(self, model: Snapshot, full: bool) -> set[SwitchKey]:
         """Bring the kept desired state up to `model`; returns the switches whose state changed."""
         before = self.model_compiled if not full else None
+        self.edits = {}
         if before is not None and self.parts and compiles_the_same(before, model):
             if self.check_incremental:
                 self.assert_incremental(model)
             return set()
         changed: set[SwitchKey] = set()
+        edits: dict[SwitchKey, _Edit] = {}
         apps = registry()
         for app in apps:
             part = self.parts.get(app.name)
@@ -674,7 +719,7 @@ class Reconciler:
                     reason, owners = f"{len(owners)} owners changed at once", None
             if owners is not None:
                 if owners:
-                    changed |= part.replace(frozenset(owners), compile_owners(app, model, frozenset(owners)))
+                    changed |= part.replace(frozenset(owners), compile_owners(app, model, frozenset(owners)), edits)
                 METRICS.incremental.labels(app.name).inc()
                 continue
             if part is None:
@@ -685,7 +730,7 @@ class Reconciler:
                 kind = re.sub(r"\d+", "N", reason)    # a bounded set of reasons: ids and counts out
                 self.recomputes[f"{app.name}: {kind}"] = self.recomputes.get(f"{app.name}: {kind}", 0) + 1
                 METRICS.recomputes.labels(app.name, kind).inc()
-            changed |= part.set_whole(app.compile(model), index=incremental)
+            changed |= part.set_whole(app.compile(model), index=incremental, edits=edits)
         # the union of the apps' compiles (what `derive` reads), kept per switch like `desired`
         compiled = self._compiled
         for key in changed | (set(compiled) - {k for app in apps for k in self.parts[app.name].states}):
@@ -697,13 +742,22 @@ class Reconciler:
         for app in apps:
             if app.derive is not None:
                 part = self.parts.setdefault("derive:" + app.name, _Part())
-                changed |= part.set_whole(app.derive(model, compiled), index=False)
+                changed |= part.set_whole(app.derive(model, compiled), index=False, edits=edits)
         for key in changed:
+            old = self.desired.get(key)
             states = [p.states[key] for p in self.parts.values() if key in p.states]
             if states:
-                self.desired[key] = functools.reduce(operator.or_, states)
+                new = self.desired[key] = functools.reduce(operator.or_, states)
             else:
-                self.desired.pop(key, None)
+                new = self.desired.pop(key, None)
+            edit = edits.get(key)
+            if old is not None and new is not None and edit is not None:
+                # what the switch loses and gains: what the parts lost that no part still holds,
+                # and what they gained that was not held before (a flow may move between owners)
+                gone, got = _union(edit.gone), _union(edit.new)
+                self.edits[key] = (old, SwitchState(gone.flows - new.flows, gone.groups - new.groups,
+                                                    gone.meters - new.meters),
+                                   SwitchState(got.flows - old.flows, got.groups - old.groups, got.meters - old.meters))
         self.model_compiled = model
         if self.check_incremental:
             self.assert_incremental(model)
@@ -760,6 +814,22 @@ class Reconciler:
             self.parts, self.model_compiled, self._compiled = {}, None, {}    # the next pass compiles whole
             raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
 
+    def assert_same_change(self, key: SwitchKey, change: Change, desired: SwitchState, mirror: tuple) -> None:
+        """The change worked out from a pass's edit equals a diff of the whole desired state against
+        the switch's mirror (check_incremental); raises IncrementalMismatch naming what differs."""
+        full = diff(desired, mirror[0], mirror[1], None)
+        differ = [f"{name}: edit-only {sorted(map(str, set(mine) - set(theirs)))[:3]} "
+                  f"whole-only {sorted(map(str, set(theirs) - set(mine)))[:3]}"
+                  for name, mine, theirs in ((n, getattr(change, n), getattr(full, n))
+                                             for n in ("put", "delete", "add_g", "mod_g", "del_g"))
+                  if set(mine) != set(theirs)]
+        if differ:
+            self.mismatches += 1
+            what = f"{key}: the change from the edit differs from a whole diff: " + "; ".join(differ)
+            LOG.error("%s", what)
+            self.known.clear()    # the next pass diffs every switch whole, against what it holds
+            raise IncrementalMismatch(what)
+
     # ---------------------------------------------------------------------------- apply
 
     def _apply(self, snapshot: Snapshot, result: PassResult, audit: bool, changed: set[SwitchKey]) -> None:
@@ -796,14 +866,17 @@ class Reconciler:
             desired = result.desired[key]
             was_known = res.dpid in self.known and res.state == "ok"
             try:
-                change, foreign = self._diff(session, desired, audit)
+                edit = self.edits.get(key) if was_known else None
+                change, foreign, mirror = self._diff(session, desired, audit, edit)
             except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
                 self._failed(res, session, e)
                 continue
+            if mirror is not None and self.check_incremental:
+                self.assert_same_change(key, change, desired, mirror)
             if audit and was_known and key not in changed and len(change):
                 self._drift("audit", f"{key}: {len(change)} differences from what was installed")
             res.state = "applying"   # ok or error once sent
-            plans.append((res, session, desired, change, foreign))
+            plans.append((res, session, desired, change, foreign, mirror))
         for key in set(self.results) - set(result.desired):
             del self.results[key]
 
@@ -812,7 +885,7 @@ class Reconciler:
         whole = len(busy) == 1        # one switch changes: make and break in one atomic bundle
 
         def make(plan) -> None:
-            res, session, desired, change, _ = plan
+            res, session, desired, change, _, _ = plan
             self.known.pop(res.dpid, None)
             if len(change):
                 LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter "
@@ -824,7 +897,7 @@ class Reconciler:
                 self._failed(res, session, e)
 
         def break_(plan) -> None:
-            res, session, desired, change, foreign = plan
+            res, session, desired, change, foreign, mirror = plan
             if res.state.startswith(("error", "lost")) or res.dpid not in held:
                 return
             owners = held.get(res.dpid, set())
@@ -843,9 +916,18 @@ class Reconciler:
                 self.refused_at[res.key] = refused
             else:
                 self.refused_at.pop(res.key, None)
-            if not owners:
-                self.known[res.dpid] = (set(desired.flows) | foreign[0], set(desired.groups) | foreign[1])
-                self._foreign[res.dpid] = foreign
+            if owners:
+                return
+            if mirror is not None:   # the change followed the edit: so does the mirror
+                flows, groups, gone, new = mirror
+                flows -= gone.flows
+                flows |= new.flows
+                groups -= gone.groups
+                groups |= new.groups
+                self.known[res.dpid] = (flows, groups, desired)
+                return
+            self.known[res.dpid] = (set(desired.flows) | foreign[0], set(desired.groups) | foreign[1], desired)
+            self._foreign[res.dpid] = foreign
 
         # by tier (ToR, br-phy, br-int): every switch of a tier at once (one round trip each, in
         # parallel); new state in from the physical network inwards, old state out the other way
@@ -858,26 +940,45 @@ class Reconciler:
             self._each(break_, tiers[tier])
 
     def _each(self, fn, plans: list) -> None:
-        """fn(plan) for every plan, at the same time when there are several switches with changes."""
-        if sum(1 for p in plans if len(p[3])) < 2:
-            for plan in plans:
-                fn(plan)
-            return
-        if self._pool is None:
+        """fn(plan) for every plan, at the same time when there are several switches with changes:
+        all but one of those in the pool, the rest on this thread (a hand-over costs more than a
+        plan with nothing to send)."""
+        others = [p for p in plans if len(p[3])][1:]
+        if others and self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
-        for future in [self._pool.submit(fn, plan) for plan in plans]:
+        futures = [self._pool.submit(fn, plan) for plan in others]
+        for plan in plans:
+            if not any(plan is o for o in others):
+                fn(plan)
+        for future in futures:
             future.result()
 
-    def _diff(self, session, desired: SwitchState, audit: bool) -> tuple[Change, tuple[set, set]]:
+    def _diff(self, session, desired: SwitchState, audit: bool,
+              edit: tuple | None) -> tuple[Change, tuple, tuple | None]:
+        """The change that brings a switch to `desired`, what it holds that is not ours, and the
+        mirror to update after the change (None: rebuilt from `desired`). A switch whose mirror is
+        of the desired state this pass's `edit` started from gets the edit only (its cost follows
+        the change, not the switch's flows); any other is diffed whole, against its mirror or what
+        it holds read back."""
         known = None if audit else self.known.get(session.dpid)
-        flows, groups = known if known is not None else (session.read_flows(), session.read_groups())
         # meters are read only where some are wanted or some of ours may be left (ids carry the app)
         meters = session.read_meters() if desired.meters or self._had_meters.get(session.dpid, True) else None
+        if known is not None and edit is not None and known[2] is edit[0] and session.dpid in self._foreign:
+            _, gone, new = edit
+            change = diff(SwitchState(new.flows, new.groups, desired.meters), gone.flows, gone.groups, meters)
+            self._count_diff("edit")
+            return change, self._foreign[session.dpid], (known[0], known[1], gone, new)
+        flows, groups = known[:2] if known is not None else (session.read_flows(), session.read_groups())
         foreign = self._foreign.get(session.dpid) if known is not None else None
         if foreign is None:   # what is not ours on the switch (kept with the mirror: no pass over it)
             foreign = ({f for f in flows if not owns_cookie(f.cookie)},
                        {g for g in groups if not owns_id(g.group_id)})
-        return diff(desired, flows, groups, meters), foreign
+        self._count_diff("whole")
+        return diff(desired, flows, groups, meters), foreign, None
+
+    def _count_diff(self, how: str) -> None:
+        self.diffs[how] += 1
+        METRICS.diffs.labels(how).inc()
 
     def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult) -> set:
         """Send one half of a change (or all of it); on a refusal, mark the refused owners and send

@@ -331,10 +331,14 @@ class FlowSpec:
     match: tuple = ()
     actions: tuple = ()
     cookie: int = 0
+    # VLAN ids the actions tag frames with (set_field vlan_vid): set with the spec, as a switch's
+    # whole state is searched for them on every pass (the fabric's trunks); most flows tag none
+    vlans_set = frozenset()
 
     def __post_init__(self):
         object.__setattr__(self, "match", _normalise_match(self.match))
         object.__setattr__(self, "actions", tuple(self.actions))
+        _set_vlans(self, (self.actions,))
         for i, a in enumerate(self.actions):
             if isinstance(a, GotoTable) and i != len(self.actions) - 1:
                 raise ValueError("goto_table must be the last action of a flow")
@@ -385,6 +389,13 @@ class FlowSpec:
         return f"{head}{',' + match if match else ''} actions={actions}"
 
 
+def _set_vlans(spec, action_lists) -> None:
+    vlans = frozenset(a.value & 0xFFF for actions in action_lists for a in actions
+                      if type(a) is SetField and a.field == "vlan_vid" and isinstance(a.value, int))
+    if vlans:
+        object.__setattr__(spec, "vlans_set", vlans)
+
+
 GROUP_TYPES = ("all", "select", "indirect")
 
 
@@ -400,11 +411,13 @@ class GroupSpec:
     type: str
     buckets: tuple = ()
     cookie: int = field(default=0, compare=False)
+    vlans_set = frozenset()     # VLAN ids the buckets tag frames with, as FlowSpec's
 
     def __post_init__(self):
         if self.type not in GROUP_TYPES:
             raise ValueError(f"group type {self.type!r} is not one of {GROUP_TYPES}")
         object.__setattr__(self, "buckets", tuple(tuple(b) for b in self.buckets))
+        _set_vlans(self, self.buckets)
         for bucket in self.buckets:
             if any(isinstance(a, GotoTable) for a in bucket):
                 raise ValueError("a group bucket cannot hold goto_table (use Resubmit)")

@@ -131,12 +131,8 @@ def vlans_sent(state: SwitchState | None) -> set[int]:
     """
     if state is None:
         return set()
-    out = set()
-    for actions in [f.actions for f in state.flows] + [b for g in state.groups for b in g.buckets]:
-        for a in actions:
-            if isinstance(a, SetField) and a.field == "vlan_vid" and isinstance(a.value, int):
-                out.add(a.value & 0xFFF)
-    return out
+    return set().union(*[f.vlans_set for f in state.flows if f.vlans_set],
+                       *[g.vlans_set for g in state.groups if g.vlans_set])
 
 
 def tor_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, dict[str, set[int]]]:
