@@ -310,8 +310,10 @@ class FabricRuntime:
         ports = self.tor_ports.get(switch_id, {})
         actual: dict[str, set[int]] | None = None
         flows_match = None
-        if dp is not None:
-            flows = sw.read_flows(self.app, dp)
+        flows = sw.read_flows(self.app, dp) if dp is not None else None
+        if flows is None:
+            dp = None       # not reachable after all: reported as not connected
+        else:
             by_no = {p: n for n, p in ports.items()}
             actual = {n: set() for n in ports}
             for f in flows:
@@ -353,10 +355,11 @@ class FabricRuntime:
     def _vlans_sent(self, node_id: int | None) -> set[int] | None:
         """VLANs a node's br-int tags frames with, read from the switch; None if it is not connected."""
         dp = self.app.datapath(datapath_id(node_id)) if node_id is not None else None
-        if dp is None:
+        flows = sw.read_flows(self.app, dp) if dp is not None else None
+        groups = sw.read_groups(self.app, dp) if flows is not None else None
+        if groups is None:
             return None
-        return fc.vlans_sent(SwitchState(frozenset(sw.read_flows(self.app, dp)),
-                                         frozenset(sw.read_groups(self.app, dp))))
+        return fc.vlans_sent(SwitchState(frozenset(flows), frozenset(groups)))
 
     def router(self) -> APIRouter:
         from fathom.api.auth import admin_caller

@@ -56,7 +56,9 @@ from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
 from fathom.controller.board import StatusBoard
 from fathom.controller.bootstrap import OVSDB_PORT, Bootstrapper
-from fathom.controller.switch import ApplyError, Change, break_messages, diff, make_messages, whole_messages
+from fathom.controller.switch import (
+    ApplyError, Change, NotRegistered, break_messages, diff, make_messages, whole_messages,
+)
 from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
@@ -1015,7 +1017,14 @@ class Reconciler:
 
     def _failed(self, res: SwitchResult, session, e: Exception) -> None:
         LOG.warning("%s: apply failed: %s", res.key, e)
-        if session.alive():
+        if isinstance(e, NotRegistered) and session.alive():
+            # a connection that just came up, not yet usable for requests: not the switch's fault
+            # nor ours; tried again shortly
+            res.state = "not connected"
+            retry = threading.Timer(0.5, self._event, ("retry",))
+            retry.daemon = True
+            retry.start()
+        elif session.alive():
             res.state = f"error: {e}"
         else:   # the switch went away during the pass: that is its health, not our change
             res.state = lost_state(res.key, self.switches.lost_since(res.dpid) or time.time())

@@ -44,7 +44,9 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
         desired = reconciler.last.br_int(name)
         dp = reconciler.switches.app.datapath(datapath_id(node.id))
         actual = sw.read_flows(reconciler.switches.app, dp) if dp else None
-        groups = sw.read_groups(reconciler.switches.app, dp) if dp else None
+        groups = sw.read_groups(reconciler.switches.app, dp) if actual is not None else None
+        if groups is None:
+            actual, dp = None, None     # not reachable after all: reported as not connected
 
         def by_stage(flows):
             out: dict[str, list[str]] = {}

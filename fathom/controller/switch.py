@@ -12,12 +12,16 @@ import struct
 from dataclasses import dataclass, field
 
 import os_ken.app.ofctl.api as ofctl
-from os_ken.app.ofctl.exception import OFError
+from os_ken.app.ofctl.exception import InvalidDatapath, OFError
 
 from fathom.openflow import encode
 from fathom.openflow.encode import Wire
 from fathom.openflow.spec import FlowSpec, GroupSpec, MeterSpec, SwitchState
 from fathom.pipeline.cookies import owns_cookie, owns_id
+
+# What os-ken's ofctl raises for a connection it does not hold: one that went away, or one that just
+# came up and that its own handler has not registered yet (our handler may run first)
+NotRegistered = InvalidDatapath
 
 _bundle_ids = itertools.count(1)
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
@@ -240,12 +244,21 @@ class OsKenSwitches:
 # Raw reads other modules use for counters (taps, node flows)
 
 
-def read_flows(app, dp) -> set[FlowSpec]:
-    return OsKenSession(app, dp).read_flows()
+def read_flows(app, dp) -> set[FlowSpec] | None:
+    """The switch's flows; None when it is not reachable over OpenFlow after all (it left since
+    `dp` was looked up, or os-ken has not registered the connection that just came up)."""
+    try:
+        return OsKenSession(app, dp).read_flows()
+    except NotRegistered:
+        return None
 
 
-def read_groups(app, dp) -> set[GroupSpec]:
-    return OsKenSession(app, dp).read_groups()
+def read_groups(app, dp) -> set[GroupSpec] | None:
+    """The switch's groups; None as for `read_flows`."""
+    try:
+        return OsKenSession(app, dp).read_groups()
+    except NotRegistered:
+        return None
 
 
 def read_flow_stats(app, dp) -> list:
