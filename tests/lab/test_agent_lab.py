@@ -206,7 +206,7 @@ def test_pptmon_attachment_and_failures_of_the_agent(lab, strace):
     sender.kill()
     assert identity(lab) == built
     assert sh(lab, "gw", "pgrep", "-f", f"att{aid}").stdout.split() == loader
-    assert sent > 200 and received == sent, (sent, received)
+    assert sent > 200 and received >= sent - 1, (sent, received)   # the echo in flight at SIGINT
 
     # detached on delete
     assert c.delete(f"/pptmon/attachments/{aid}").status_code == 204
@@ -241,4 +241,5 @@ def test_agents_resync_with_a_restarted_controller(lab):
     time.sleep(1)
     sent, received = stop_ping(ping)
     assert identity(lab) == built
-    assert sent > 50 and received == sent, (sent, received)
+    # ping counts the echo in flight when it is interrupted as sent and not received
+    assert sent > 50 and received >= sent - 1, (sent, received)
