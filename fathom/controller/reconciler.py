@@ -402,6 +402,7 @@ class Reconciler:
         self._busy = 0                                # passes in a row that found changes waiting
         self._grace_ends = time.monotonic() + startup_grace
         self._statuses_held = False                   # the last pass left the store's statuses alone
+        self.compiled_nothing = False                 # the last pass's model compiled as the one before
 
     # ---------------------------------------------------------------------------- events
 
@@ -580,8 +581,8 @@ class Reconciler:
             for port_id, reason in refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
             steps.done("needs")
-            self._apply(snapshot, result, audit, changed)
-            steps.done("apply")
+            self._apply(snapshot, result, audit, changed, steps)
+            steps.done("break")
             self._ovsdb_lost_meanwhile(snapshot, result)
             for key, owners in self.refused_at.items():
                 if key in result.desired:
@@ -590,13 +591,18 @@ class Reconciler:
                 if r.key.bridge == BR_INT and r.key.name in result.nodes:
                     n = result.nodes[r.key.name]
                     n.switch, n.changes, n.last_ok, n.apply_seconds = r.state, r.changes, r.last_ok, r.apply_seconds
-            for ext in self.extensions:
-                try:
-                    ext.after_pass(self, snapshot, result)
-                except Exception:  # noqa: BLE001 - one extension must not break the pass
-                    LOG.exception("extension %s failed", type(ext).__name__)
-            steps.done("agents")
-            self._write_statuses(snapshot, result, ev, steps)
+            if not audit and self._nothing_new(ev, result):
+                # an interface no object names came or went: every status stands as the last pass
+                # decided it (no agent to run, nothing to write or publish)
+                result.agents, result.dhcp_servers = self.last.agents, self.last.dhcp_servers
+            else:
+                for ext in self.extensions:
+                    try:
+                        ext.after_pass(self, snapshot, result)
+                    except Exception:  # noqa: BLE001 - one extension must not break the pass
+                        LOG.exception("extension %s failed", type(ext).__name__)
+                steps.done("agents")
+                self._write_statuses(snapshot, result, ev, steps)
             self.model = snapshot
             self.last = result
             self.passes += 1
@@ -608,6 +614,24 @@ class Reconciler:
                      "audit" if audit else ",".join(sorted(ev.triggers)), 1000 * self.last_pass_seconds,
                      len(changed), ", ".join(f"{k} {1000 * v:.1f}" for k, v in steps.times.items()))
             return result
+
+    def _nothing_new(self, ev: _Events, result: PassResult) -> bool:
+        """Whether a pass woken only by a node's interfaces (OVSDB, port-status) found nothing a
+        status depends on: the model compiled as before (only interfaces no object names changed,
+        see compiles_the_same), and every node and switch is as the last pass left it."""
+        if ev.store or ev.setup or not ev.triggers or not ev.triggers <= {"ovsdb", "port-status"}:
+            return False
+        if not self.compiled_nothing or self._statuses_held:
+            return False
+        last = self.last
+        return (result.nodes.keys() == last.nodes.keys()
+                and all((n.bootstrap, n.reason, n.switch) == (last.nodes[k].bootstrap, last.nodes[k].reason,
+                                                              last.nodes[k].switch)
+                        for k, n in result.nodes.items())
+                and result.switches.keys() == last.switches.keys()
+                and all((r.setup, r.state) == (last.switches[k].setup, last.switches[k].state)
+                        for k, r in result.switches.items())
+                and result.refused == last.refused)
 
     def _read_store(self, whole: bool) -> Snapshot:
         """The model from the store: every part of it (`whole`: the first pass, an explicit sync,
@@ -699,7 +723,8 @@ class Reconciler:
         """Bring the kept desired state up to `model`; returns the switches whose state changed."""
         before = self.model_compiled if not full else None
         self.edits = {}
-        if before is not None and self.parts and compiles_the_same(before, model):
+        self.compiled_nothing = before is not None and bool(self.parts) and compiles_the_same(before, model)
+        if self.compiled_nothing:
             if self.check_incremental:
                 self.assert_incremental(model)
             return set()
@@ -834,9 +859,11 @@ class Reconciler:
 
     # ---------------------------------------------------------------------------- apply
 
-    def _apply(self, snapshot: Snapshot, result: PassResult, audit: bool, changed: set[SwitchKey]) -> None:
+    def _apply(self, snapshot: Snapshot, result: PassResult, audit: bool, changed: set[SwitchKey],
+               steps: _Steps | None = None) -> None:
         """Diff every connected switch that changed or is not known, then make on all of them, then
-        break on all of them (one bundle with both when a single switch changes)."""
+        break on all of them (one bundle with both when a single switch changes). `steps` gets
+        "make" once every switch acknowledged the new state (what traffic waits for)."""
         plans = []
         for key in sorted(result.desired, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k)):
             res = result.switches.get(key)
@@ -938,6 +965,8 @@ class Reconciler:
             tiers.setdefault(MAKE_ORDER.get(plan[0].key.bridge, 9), []).append(plan)
         for tier in sorted(tiers):
             self._each(make, tiers[tier])
+        if steps is not None:
+            steps.done("make")
         for tier in sorted(tiers, reverse=True):
             self._each(break_, tiers[tier])
 

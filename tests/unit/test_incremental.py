@@ -127,6 +127,52 @@ def test_a_vif_plugged_before_its_port_exists_compiles_nothing_then_its_port_is_
     assert cloud.rec.desired != desired and in_sync(cloud)
 
 
+class CountingAgents:
+    """An extension that counts the passes that ran the agents' step."""
+
+    def __init__(self):
+        self.runs = 0
+
+    def prepare(self, rec, snapshot, result):
+        return snapshot
+
+    def after_pass(self, rec, snapshot, result):
+        self.runs += 1
+
+
+def test_an_interface_no_object_names_runs_no_agent_and_writes_no_status(cloud):
+    """A VIF plugged before its port exists (or one no port names) wakes a pass that compiles nothing:
+    every status stands as the last pass decided it, so the pass runs no agent and writes none."""
+    agents = CountingAgents()
+    cloud.rec.extensions.append(agents)
+    cloud.rec.run_pass(audit=False)
+    before, statuses = cloud.rec.last, dict(cloud.rec.board.statuses)
+    assert agents.runs == 1
+    plug(cloud, "compute1", "early1", 31)
+    cloud.rec.run_pass(audit=False)
+    assert agents.runs == 1 and "statuses" not in cloud.rec.last_pass_steps
+    assert cloud.rec.last.agents is before.agents and cloud.rec.board.statuses == statuses
+    # the periodic check compares the replica with the model the pass kept: no drift
+    assert dict(next(n for n in cloud.rec.model.nodes if n.name == "compute1").ofports)["early1"] == 31
+    assert not cloud.rec.check() and cloud.rec.drift == {}
+    # a switch lost meanwhile is news even with only an interface to tell: its node's status says so
+    compute2 = cloud.br_int("compute2").dpid
+    cloud.switches.disconnect(compute2)
+    plug(cloud, "compute1", "early2", 32)
+    cloud.rec.run_pass(audit=False)
+    assert agents.runs == 2
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "error"
+    # and the interface a port names is news: the port goes active
+    cloud.switches.add(compute2)
+    cloud.rec.switch_changed(compute2)
+    p = new_port(cloud, "vm5", "compute1")
+    cloud.rec.run_pass(audit=False)
+    assert status(cloud, p["id"])[0] == "down" and agents.runs == 3
+    plug(cloud, "compute1", "vm5", 20)
+    cloud.rec.run_pass(audit=False)
+    assert status(cloud, p["id"]) == ("active", None) and agents.runs == 4
+
+
 def test_long_poll_answers_when_the_status_is_reached_not_before(cloud):
     http = cloud.client
     p = new_port(cloud, "vm5", "compute1")
