@@ -1,8 +1,11 @@
 """The os-ken application: keeps the connected switches and hands their events to the runtime.
 
 os-ken runs its own threads (the `native` hub); `start()` runs the app manager in a daemon thread
-and returns the app. Request/reply (flow stats, barrier, bundles) goes through os-ken's ofctl
-service, which waits for the replies up to a barrier and raises on an OpenFlow error.
+and returns the app. Reads (flow stats, barrier) go through os-ken's ofctl service, which waits for
+the replies up to a barrier and raises on an OpenFlow error. A bundle's commit is awaited here
+(`expect`): its reply acknowledges the whole bundle, so no barrier follows it, and the errors the
+switch sent for the bundle's messages before that reply are recorded by the same handler thread
+before the commit's waiter wakes.
 """
 from __future__ import annotations
 
@@ -19,6 +22,24 @@ from os_ken.ofproto import ofproto_v1_3, ofproto_v1_4
 LOG = logging.getLogger("fathom.openflow")
 
 
+class Reply:
+    """A reply awaited from a switch: `wait` returns the reply or error message, or None when the
+    connection closed first."""
+
+    def __init__(self, dp):
+        self.dp = dp
+        self.msg = None
+        self._done = threading.Event()
+
+    def settle(self, msg) -> None:
+        self.msg = msg
+        self._done.set()
+
+    def wait(self, timeout: float) -> tuple[bool, object]:
+        """(whether it came within timeout s, the message or None)"""
+        return self._done.wait(timeout), self.msg
+
+
 class FathomOFApp(app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION, ofproto_v1_4.OFP_VERSION]
 
@@ -27,6 +48,7 @@ class FathomOFApp(app_manager.OSKenApp):
         self.datapaths: dict[int, object] = {}
         self.lock = threading.Lock()
         self.errors: dict[tuple[int, int], object] = {}  # (dpid, xid) -> OpenFlow error message
+        self.pending: dict[tuple[int, int], Reply] = {}  # (dpid, xid) -> a reply awaited (`expect`)
         # dpid -> when the connection of a switch that was connected closed (wall clock); a switch
         # never connected since this process started is not here (it may just not have come yet)
         self.lost: dict[int, float] = {}
@@ -52,15 +74,41 @@ class FathomOFApp(app_manager.OSKenApp):
                 if self.datapaths.get(dp.id) is dp:   # not a stale connection the switch replaced
                     del self.datapaths[dp.id]
                     self.lost[dp.id] = time.time()
+                closed = [k for k, r in self.pending.items() if r.dp is dp]
+                for key in closed:
+                    self.pending.pop(key).settle(None)
             LOG.info("switch %016x disconnected", dp.id)
             self.on_switch(dp.id, None)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev):
+        key = (ev.msg.datapath.id, ev.msg.xid)
         with self.lock:
-            self.errors[(ev.msg.datapath.id, ev.msg.xid)] = ev.msg
+            self.errors[key] = ev.msg
             if len(self.errors) > 10000:
                 self.errors.pop(next(iter(self.errors)))
+            reply = self.pending.pop(key, None)
+        if reply is not None:
+            reply.settle(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPBundleCtrlMsg, MAIN_DISPATCHER)
+    def _bundle_reply(self, ev):
+        with self.lock:
+            reply = self.pending.pop((ev.msg.datapath.id, ev.msg.xid), None)
+        if reply is not None:
+            reply.settle(ev.msg)
+
+    def expect(self, dp, xid: int) -> Reply:
+        """Await the reply (or error) to request `xid` on dp's connection: register before sending."""
+        reply = Reply(dp)
+        with self.lock:
+            self.pending[(dp.id, xid)] = reply
+        return reply
+
+    def forget(self, dp, xid: int) -> None:
+        """Stop awaiting a reply (the request was never sent, or its wait ran out)."""
+        with self.lock:
+            self.pending.pop((dp.id, xid), None)
 
     def take_errors(self, dpid: int, xids) -> list:
         with self.lock:

@@ -24,6 +24,9 @@ from fathom.pipeline.cookies import owns_cookie, owns_id
 NotRegistered = InvalidDatapath
 
 _bundle_ids = itertools.count(1)
+# How long a bundle's commit reply may take (a live switch answers in milliseconds; a connection
+# that dies meanwhile ends the wait at once)
+COMMIT_TIMEOUT = 30.0
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
 
@@ -173,7 +176,8 @@ class OsKenSession:
 
         Open, every add and the commit go out in one write, with no round trip before the commit;
         the commit reply, after them on the same connection, tells whether the switch took the whole
-        change. An error on the open or on any add fails it all.
+        change (no barrier after it: the reply is sent once the bundle is in the tables). An error
+        on the open or on any add fails it all.
         """
         if not pairs:
             return
@@ -183,29 +187,37 @@ class OsKenSession:
             return self.plain(pairs)
         bid = next(_bundle_ids) & 0xFFFFFFFF
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
-        ctrl = lambda t: parser.OFPBundleCtrlMsg(dp, bid, t, flags, [])  # noqa: E731
-        opening = ctrl(ofp.OFPBCT_OPEN_REQUEST)
-        dp.set_xid(opening)
-        opening.serialize()
-        out = [bytes(opening.buf)]
-        by_xid = {}
-        for spec, m in pairs:
-            xid = _next_xid(dp)
-            inner = m.wire(xid)
-            out.append(_BUNDLE_ADD.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE, _BUNDLE_ADD.size + len(inner),
-                                        xid, bid, flags) + inner)
-            by_xid[xid] = spec
+        out, xids = [], []
+        for kind in (ofp.OFPBCT_OPEN_REQUEST, None, ofp.OFPBCT_COMMIT_REQUEST):
+            if kind is None:
+                by_xid = {}
+                for spec, m in pairs:
+                    xid = _next_xid(dp)
+                    inner = m.wire(xid)
+                    out.append(_BUNDLE_ADD.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE,
+                                                _BUNDLE_ADD.size + len(inner), xid, bid, flags) + inner)
+                    by_xid[xid] = spec
+                continue
+            ctrl = parser.OFPBundleCtrlMsg(dp, bid, kind, flags, [])
+            dp.set_xid(ctrl)
+            ctrl.serialize()
+            out.append(bytes(ctrl.buf))
+            xids.append(ctrl.xid)
+        opening, commit = xids
+        reply = app.expect(dp, commit)
         if not dp.send(b"".join(out)):
+            app.forget(dp, commit)
             raise ApplyError(f"switch {dp.id:016x}: connection closing")
-        try:
-            ofctl.send_msg(app, ctrl(ofp.OFPBCT_COMMIT_REQUEST), reply_cls=parser.OFPBundleCtrlMsg)
-            failed = None
-        except OFError as e:
-            failed = e
-        errors = app.take_errors(dp.id, [opening.xid, *by_xid])
-        if failed is not None or errors:
+        came, msg = reply.wait(COMMIT_TIMEOUT)
+        if not came:
+            app.forget(dp, commit)
+            raise ApplyError(f"switch {dp.id:016x}: no reply to the bundle's commit within {COMMIT_TIMEOUT:.0f} s")
+        if msg is None:
+            raise ApplyError(f"switch {dp.id:016x}: connection closed before the bundle's commit reply")
+        errors = app.take_errors(dp.id, [opening, *by_xid, commit])
+        if errors or not isinstance(msg, parser.OFPBundleCtrlMsg):
             refused = [by_xid[e.xid] for e in errors if e.xid in by_xid]
-            first = errors[0] if errors else getattr(failed, "result", None)
+            first = errors[0] if errors else msg   # an add's error before the commit's
             raise ApplyError(f"switch {dp.id:016x} refused the change: {OFError(result=first)}", refused)
 
     def plain(self, pairs: list) -> None:
