@@ -187,23 +187,23 @@ class OsKenSession:
             return self.plain(pairs)
         bid = next(_bundle_ids) & 0xFFFFFFFF
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
-        out, xids = [], []
-        for kind in (ofp.OFPBCT_OPEN_REQUEST, None, ofp.OFPBCT_COMMIT_REQUEST):
-            if kind is None:
-                by_xid = {}
-                for spec, m in pairs:
-                    xid = _next_xid(dp)
-                    inner = m.wire(xid)
-                    out.append(_BUNDLE_ADD.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE,
-                                                _BUNDLE_ADD.size + len(inner), xid, bid, flags) + inner)
-                    by_xid[xid] = spec
-                continue
-            ctrl = parser.OFPBundleCtrlMsg(dp, bid, kind, flags, [])
-            dp.set_xid(ctrl)
-            ctrl.serialize()
-            out.append(bytes(ctrl.buf))
-            xids.append(ctrl.xid)
-        opening, commit = xids
+
+        def ctrl(kind) -> tuple[int, bytes]:
+            msg = parser.OFPBundleCtrlMsg(dp, bid, kind, flags, [])
+            dp.set_xid(msg)
+            msg.serialize()
+            return msg.xid, bytes(msg.buf)
+        opening, head = ctrl(ofp.OFPBCT_OPEN_REQUEST)
+        out = [head]
+        by_xid = {}
+        for spec, m in pairs:
+            xid = _next_xid(dp)
+            inner = m.wire(xid)
+            out.append(_BUNDLE_ADD.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE, _BUNDLE_ADD.size + len(inner),
+                                        xid, bid, flags) + inner)
+            by_xid[xid] = spec
+        commit, tail = ctrl(ofp.OFPBCT_COMMIT_REQUEST)
+        out.append(tail)
         reply = app.expect(dp, commit)
         if not dp.send(b"".join(out)):
             app.forget(dp, commit)
