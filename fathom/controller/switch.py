@@ -8,7 +8,9 @@ reconciler only ever talks to a session.
 from __future__ import annotations
 
 import itertools
+import logging
 import struct
+from collections import deque
 from dataclasses import dataclass, field
 
 import os_ken.app.ofctl.api as ofctl
@@ -24,6 +26,31 @@ from fathom.pipeline.cookies import owns_cookie, owns_id
 NotRegistered = InvalidDatapath
 
 _bundle_ids = itertools.count(1)
+
+
+class _OpenReplies(logging.Filter):
+    """os-ken's ofctl service listens for bundle-control replies while a commit waits for its own,
+    so it also hears the reply to our bundle's open (sent with the adds, not through it) and logs
+    it as 'unknown error xid' at ERROR level, once per bundle. Those lines say nothing: dropped. A
+    real error with an xid ofctl does not know is still logged."""
+
+    def __init__(self):
+        super().__init__()
+        self.recent: deque = deque(maxlen=4096)      # xids of the bundle opens sent lately
+        self.xids: set = set()
+
+    def sent(self, xid: int) -> None:
+        if len(self.recent) == self.recent.maxlen:
+            self.xids.discard(self.recent[0])
+        self.recent.append(xid)
+        self.xids.add(xid)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "unknown error xid %s" and record.args and record.args[0] in self.xids)
+
+
+_open_replies = _OpenReplies()
+logging.getLogger("OfctlService").addFilter(_open_replies)
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
 
@@ -185,7 +212,7 @@ class OsKenSession:
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
         ctrl = lambda t: parser.OFPBundleCtrlMsg(dp, bid, t, flags, [])  # noqa: E731
         opening = ctrl(ofp.OFPBCT_OPEN_REQUEST)
-        dp.set_xid(opening)
+        _open_replies.sent(dp.set_xid(opening))
         opening.serialize()
         out = [bytes(opening.buf)]
         by_xid = {}
