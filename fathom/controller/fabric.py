@@ -40,7 +40,6 @@ from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
 from fathom.controller.reconciler import SwitchResult
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
-from fathom.openflow.spec import SwitchState
 from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
 from fathom.store.errors import NotFound
@@ -355,11 +354,8 @@ class FabricRuntime:
     def _vlans_sent(self, node_id: int | None) -> set[int] | None:
         """VLANs a node's br-int tags frames with, read from the switch; None if it is not connected."""
         dp = self.app.datapath(datapath_id(node_id)) if node_id is not None else None
-        flows = sw.read_flows(self.app, dp) if dp is not None else None
-        groups = sw.read_groups(self.app, dp) if flows is not None else None
-        if groups is None:
-            return None
-        return fc.vlans_sent(SwitchState(frozenset(flows), frozenset(groups)))
+        state = sw.read_state(self.app, dp) if dp is not None else None
+        return None if state is None else fc.vlans_sent(state)
 
     def router(self) -> APIRouter:
         from fathom.api.auth import admin_caller

@@ -115,6 +115,8 @@ def echo_probe(dp, timeout: float) -> bool:
     while time.monotonic() < deadline:
         if xid not in dp.unreplied_echo_requests:
             return True
+        if not _alive(dp):          # it closed meanwhile: no need to wait for the timeout
+            return False
         time.sleep(0.02)
     return False
 
@@ -195,6 +197,18 @@ class GatedDatapath(Datapath):
     def __init__(self, sock, address, gate: Gate):
         super().__init__(sock, address)
         self.ofp_brick = _GatedBrick(self.ofp_brick, self, gate)
+
+    def _recv_loop(self):
+        try:
+            super()._recv_loop()
+        finally:
+            # The switch closed the connection (or it failed). With os-ken's native hub, serve()
+            # next joins the send and echo threads, which notice only at the next echo tick
+            # (seconds); until then the connection would count as alive, and a switch reconnecting
+            # at once would wait for the gate's echo probe. The apps and the gate hear of the end
+            # now, and the send thread is woken to finish.
+            self.set_state(DEAD_DISPATCHER)
+            self.send(b"", close_socket=True)
 
 
 class GatedListener(OpenFlowController):

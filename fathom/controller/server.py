@@ -43,10 +43,9 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
             raise NotFound(f"node {name[:64]!r} does not exist")
         desired = reconciler.last.br_int(name)
         dp = reconciler.switches.app.datapath(datapath_id(node.id))
-        actual = sw.read_flows(reconciler.switches.app, dp) if dp else None
-        groups = sw.read_groups(reconciler.switches.app, dp) if actual is not None else None
-        if groups is None:
-            actual, dp = None, None     # not reachable after all: reported as not connected
+        actual = sw.read_state(reconciler.switches.app, dp) if dp else None
+        if actual is None:
+            dp = None     # not reachable after all: reported as not connected
 
         def by_stage(flows):
             out: dict[str, list[str]] = {}
@@ -56,11 +55,11 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
         return {
             "node": name, "connected": dp is not None,
             "desired": by_stage(desired.flows) if desired else {},
-            "actual": by_stage(actual) if actual is not None else None,
+            "actual": by_stage(actual.flows) if actual is not None else None,
             "desired_groups": sorted(g.to_ofctl() for g in desired.groups) if desired else [],
-            "actual_groups": sorted(g.to_ofctl() for g in groups) if groups is not None else None,
+            "actual_groups": sorted(g.to_ofctl() for g in actual.groups) if actual is not None else None,
             "in_sync": (desired is not None and actual is not None
-                        and {f for f in actual if owns_cookie(f.cookie)} == set(desired.flows)),
+                        and {f for f in actual.flows if owns_cookie(f.cookie)} == set(desired.flows)),
         }
 
     @router.post("/sync", summary="Run one reconcile pass now and report per-node results")

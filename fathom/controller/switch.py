@@ -265,10 +265,11 @@ def read_flows(app, dp) -> set[FlowSpec] | None:
         return None
 
 
-def read_groups(app, dp) -> set[GroupSpec] | None:
-    """The switch's groups; None as for `read_flows`."""
+def read_state(app, dp) -> SwitchState | None:
+    """The switch's flows and groups; None as for `read_flows`."""
     try:
-        return OsKenSession(app, dp).read_groups()
+        session = OsKenSession(app, dp)
+        return SwitchState(frozenset(session.read_flows()), frozenset(session.read_groups()))
     except NotRegistered:
         return None
 

@@ -5,6 +5,7 @@ while the real switch's session and the VMs' traffic carry on; tcpdump on the ma
 sees TLS records, not OpenFlow. An --insecure lab is the control: there tcpdump does see OpenFlow,
 and a plain connection claiming a live datapath id is still refused."""
 import json
+import re
 import stat
 import subprocess
 import sys
@@ -215,6 +216,27 @@ def test_a_node_key_rotation_takes_effect_without_loss(lab):
     wait_for(lambda: f"as datapath {dpid:016x}: node 'compute1', certificate serial {new_serial}"
              in controller_log(lab), 20, "br-int to reconnect with the new certificate")
     assert " 0% packet loss" in pinger.loss()
+    assert api(lab).post("/sync").json()["compute1"]["switch"] == "ok"
+
+
+def test_a_switch_back_with_empty_tables_is_admitted_at_once_and_made_whole(lab):
+    """A node's connections cut and its br-int's flows gone, as after ovs-vswitchd restarts: when OVS
+    reconnects, its old sessions are already seen closed (admitted without probing them) and br-int
+    gets every flow back; nothing the controller logs meanwhile is an ERROR."""
+    ovs, dpid = lab.ovs("compute1"), datapath_id(node_id(lab, "compute1"))
+    port = lab.state()["controller"]["of_port"]
+
+    def flow_count() -> int:
+        return int(re.search(r"flow_count=(\d+)", ovs.ofctl("dump-aggregate", "br-int")).group(1))
+    installed, logged = flow_count(), len(controller_log(lab))
+    ovs.ofctl("del-flows", "br-int")
+    cut = sh(lab, "compute1", "ss", "-K", "-tnH", "state", "established", f"( dport = :{port} )").stdout
+    assert len(cut.splitlines()) == 2, cut          # br-int's and br-phy's
+    wait_for(lambda: flow_count() == installed, 30, "compute1's br-int to hold every flow again")
+    new = controller_log(lab)[logged:]
+    assert f"switch {dpid:016x} disconnected" in new and f"switch {dpid:016x} connected" in new, new
+    assert "failed its echo" not in new, new
+    assert " ERROR " not in new, new
     assert api(lab).post("/sync").json()["compute1"]["switch"] == "ok"
 
 

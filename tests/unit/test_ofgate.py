@@ -1,5 +1,6 @@
 """The OpenFlow admission rules (fathom.controller.ofgate): which identity may claim which datapath
 id, the store's expectations, and that a live session is never handed to a newcomer."""
+import socket
 import threading
 import time
 import warnings
@@ -7,7 +8,7 @@ import warnings
 import pytest
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
 
-from fathom.controller.ofgate import Sessions, expected_from_store, identity_problem
+from fathom.controller.ofgate import Gate, GatedDatapath, Sessions, echo_probe, expected_from_store, identity_problem
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.pki import Identity
 from fathom.store.db import open_store, session_factory
@@ -148,3 +149,62 @@ def test_ids_are_independent():
     assert t.sessions.claim(C1, Conn("c1", C1)) is None
     assert t.sessions.claim(C2, Conn("c2", C2)) is None
     assert t.probed == []
+
+
+class Recorder:
+    """Stands for os-ken's event bus behind the gate: records the events a connection sends."""
+
+    def __init__(self):
+        self.events = []
+
+    def send_event_to_observers(self, ev, state=None):
+        self.events.append((type(ev).__name__, state))
+
+    def get_handlers(self, ev, state=None):
+        return []
+
+
+def _connection(echo_interval: float = 30.0):
+    """A GatedDatapath serving one end of a real TCP connection on loopback; returns it and the
+    switch's end."""
+    server = socket.create_server(("127.0.0.1", 0))
+    switch_end = socket.create_connection(server.getsockname())
+    ours, _ = server.accept()
+    server.close()
+    dp = GatedDatapath(ours, ("127.0.0.1", 0), Gate(False, lambda identity: set()))
+    dp.ofp_brick._brick = Recorder()
+    dp.echo_request_interval = echo_interval
+    threading.Thread(target=dp.serve, daemon=True).start()
+    assert switch_end.recv(8)[1:2] != b""           # our hello
+    return dp, switch_end
+
+
+def _wait(predicate, timeout: float) -> float | None:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(0.005)
+    return None
+
+
+def test_a_connection_the_switch_closes_is_dead_at_once():
+    # os-ken's native hub would notice only at the next echo tick (30 s here): a switch that
+    # reconnects at once would wait for the gate's probe of its own dead session
+    dp, switch_end = _connection(echo_interval=30.0)
+    switch_end.close()
+    took = _wait(lambda: dp.state == DEAD_DISPATCHER, 2.0)
+    assert took is not None, "the closed connection still counts as alive"
+    assert ("EventOFPStateChange", DEAD_DISPATCHER) in dp.ofp_brick._brick.events
+
+
+def test_the_echo_probe_ends_when_the_holder_dies():
+    dp, switch_end = _connection()
+    answer = {}
+    probe = threading.Thread(target=lambda: answer.setdefault("alive", echo_probe(dp, timeout=5.0)))
+    started = time.monotonic()
+    probe.start()
+    time.sleep(0.1)
+    switch_end.close()                              # never answers: it goes away
+    probe.join(6.0)
+    assert answer == {"alive": False} and time.monotonic() - started < 2.0
