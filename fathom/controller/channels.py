@@ -15,6 +15,19 @@ from dataclasses import dataclass
 from fathom.pki import CONTROLLER_NAME, Files, Pki
 
 OVSDB_PORT = 6640
+# The inactivity probe of the OVSDB connection between the controller and a node's ovsdb-server, in
+# ms, on both ends (our client: fathom.controller.bootstrap; the node's Manager row: `ovs-vsctl set
+# Manager <target> inactivity_probe=30000`, docs/deploy.md): an echo after that long without a
+# word, a reconnect after as long again. Nothing is lost meanwhile: a lost update is what the
+# reconciler's check looks for, and a node that died is dropped by its OpenFlow keepalive.
+# ovsdb-server's default, 5 s, would exchange an echo every 5 s with every node at rest.
+OVSDB_PROBE_MS = 30_000
+
+
+def manager_commands(target: str) -> list[str]:
+    """ovs-vsctl arguments that make `target` (ptcp:/pssl:6640:<management ip>) the node's OVSDB
+    manager, with our inactivity probe."""
+    return ["set-manager", target, "--", "set", "Manager", target, f"inactivity_probe={OVSDB_PROBE_MS}"]
 
 
 @dataclass(frozen=True)
