@@ -210,12 +210,6 @@ class GatedDatapath(Datapath):
         self._echo_at = 0.0                   # the last echo request sent
         self._ended = threading.Event()       # the connection's reading ended
 
-    def _recv_loop(self):
-        try:
-            super()._recv_loop()
-        finally:
-            self._ended.set()      # the keepalive ends at once: serve() waits for it
-
     def _echo_request_loop(self):
         interval, most = self.echo_request_interval, self.max_unreplied_echo_requests
         if not most:
@@ -240,10 +234,11 @@ class GatedDatapath(Datapath):
             super()._recv_loop()
         finally:
             # The switch closed the connection (or it failed). With os-ken's native hub, serve()
-            # next joins the send and echo threads, which notice only at the next echo tick
-            # (seconds); until then the connection would count as alive, and a switch reconnecting
-            # at once would wait for the gate's echo probe. The apps and the gate hear of the end
-            # now, and the send thread is woken to finish.
+            # next joins the send and keepalive threads; until they end the connection would
+            # count as alive, and a switch reconnecting at once would wait for the gate's echo
+            # probe. The apps and the gate hear of the end now, and both threads are woken to
+            # finish.
+            self._ended.set()
             self.set_state(DEAD_DISPATCHER)
             self.send(b"", close_socket=True)
 
