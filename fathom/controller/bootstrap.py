@@ -13,10 +13,13 @@ from __future__ import annotations
 import logging
 import socket
 
-from ovsdbapp.backend.ovs_idl import connection, idlutils
-from ovsdbapp.schema.open_vswitch import commands, impl_idl
-
 from fathom.controller import channels
+
+channels.import_ovs()   # before ovsdbapp: see there
+
+from ovsdbapp.backend.ovs_idl import connection, idlutils  # noqa: E402
+from ovsdbapp.schema.open_vswitch import commands, impl_idl  # noqa: E402
+
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, datapath_id
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 

@@ -10,6 +10,7 @@ process-wide setting too, made once at start by `use_tls` or `use_plain_tcp`.
 from __future__ import annotations
 
 import ssl
+import sys
 from dataclasses import dataclass
 
 from fathom.pki import CONTROLLER_NAME, Files, Pki
@@ -43,9 +44,24 @@ class Transport:
 _current = Transport("tcp")
 
 
+def import_ovs() -> None:
+    """Import python-ovs's poller without eventlet. It imports eventlet, when installed (os-ken
+    depends on it), only to tell whether `select` is monkey-patched; nothing in fathom runs
+    eventlet, and its import alone (its DNS resolver) holds some 30 MB of a process's memory. A
+    later `import eventlet` elsewhere still works."""
+    if "ovs.poller" in sys.modules or "eventlet" in sys.modules:
+        return
+    sys.modules["eventlet"] = None      # None in sys.modules: the import raises ImportError
+    try:
+        import ovs.poller  # noqa: F401
+    finally:
+        del sys.modules["eventlet"]
+
+
 def use_tls(pki_dir: str) -> Transport:
     """TLS on both channels with the controller certificate of the PKI in pki_dir."""
     global _current
+    import_ovs()
     from ovs.stream import Stream
     files = Pki(pki_dir).files(CONTROLLER_NAME)
     for f in (files.key, files.cert, files.trust):
