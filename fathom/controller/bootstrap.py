@@ -47,9 +47,9 @@ COLUMNS = {
     "Controller": ["target", "inactivity_probe"],
 }
 # How long a switch waits without a word from us before it sends its own echo request (and as long
-# again for the reply before it drops the connection and reconnects), in ms: longer than our own
-# echo interval (fathom.controller.ofapp.ECHO_INTERVAL), so at rest only our echoes cross the
-# connection. OVS's default, 5 s, would add a probe of its own every 5 s to every bridge.
+# again for the reply before it drops the connection and reconnects), in ms: longer than our check
+# and our keepalive (fathom.controller.ofapp.ECHO_INTERVAL), so a switch never probes a controller
+# that talks to it. OVS's default, 5 s, would add a probe every 5 s to every bridge at rest.
 CONTROLLER_PROBE_MS = 30_000
 OVSDB_PROBE_MS = channels.OVSDB_PROBE_MS   # see there
 # Interface columns whose change is a change of the node's ports (plug, unplug, renumbering)

@@ -18,10 +18,9 @@ LLDP (as ONOS does): the controller sends a signed LLDP frame out of every node'
 per-process key). The ToR punts LLDP to the controller (packet-in); a valid probe from br-phy of
 node N arriving on ToR port P is the link P <-> N, recorded in the store (`fabric_links`, source
 lldp), which then takes precedence over declared wiring. LLDP punted by any other switch (br-phy,
-where tenant VLAN traffic arrives too) teaches nothing. Probes go out when the wiring may have
-changed, LLDP_SETTLE seconds after the event: a ToR or br-phy connected, reported a port-status (a
-cable moved goes down on one port and up on another) or was sent flows, or a node's underlay port is
-new; and every
+where tenant VLAN traffic arrives too) teaches nothing. Probes go out LLDP_SETTLE seconds after
+an event that may change the wiring (a ToR or br-phy connected, reported a port-status, as a moved
+cable does on both its ports, or was sent flows; a node's underlay port is new), and every
 `lldp_interval` seconds (LLDP's own transmit interval, 30 s) for what no event tells. A known
 link's `last_seen` is written again at most every LLDP_REFRESH seconds.
 """
