@@ -118,7 +118,7 @@ def test_lldp_probes_when_the_underlay_wiring_may_have_changed_and_rarely_otherw
             sent = time.monotonic()
             rt.wiring_event(dpid)
             rt.wiring_event(dpid)                  # events close together: one round
-            time.sleep(LLDP_SETTLE + 0.5)
+            time.sleep(LLDP_SETTLE + 1.5)
             assert len(rounds) == before + 1 and rounds[-1] - sent >= LLDP_SETTLE - 0.01
     finally:
         rt.stop()
@@ -126,11 +126,13 @@ def test_lldp_probes_when_the_underlay_wiring_may_have_changed_and_rarely_otherw
 
 def test_lldp_probes_every_interval_with_no_event():
     rt, rounds, _ = _probing(interval=0.3)
+    started = time.monotonic()
     try:
-        time.sleep(1.05)
-        assert len(rounds) == 3
+        time.sleep(1.2)
     finally:
         rt.stop()
+    assert len(rounds) >= 2 and rounds[0] - started >= 0.29
+    assert all(b - a >= 0.29 for a, b in zip(rounds, rounds[1:])), rounds
 
 
 def test_a_known_link_is_written_again_only_after_the_refresh_interval(fabric):

@@ -239,9 +239,9 @@ class _Conn:
 
 
 def test_a_switch_heard_within_the_interval_gets_no_echo():
-    conn = _Conn(0.2)
+    conn = _Conn(1.0)
     t = conn.keepalive()
-    for _ in range(12):             # the switch answers something (a flow count) every 0.1 s
+    for _ in range(15):             # the switch answers something (a flow count) every 0.1 s
         time.sleep(0.1)
         conn.heard_at = time.monotonic()
     conn._ended.set()
@@ -250,25 +250,27 @@ def test_a_switch_heard_within_the_interval_gets_no_echo():
 
 
 def test_a_silent_switch_is_asked_each_interval_and_dropped_after_the_unanswered_echoes():
-    conn = _Conn(0.2, unreplied=3)
+    conn = _Conn(0.3, unreplied=3)
     start = conn.heard_at
     t = conn.keepalive()
-    t.join(3)
+    t.join(5)
     assert not t.is_alive()
     assert len(conn.echoes) == 3, conn.echoes
-    assert [round((e - start) / 0.2) for e in conn.echoes] == [1, 2, 3]
-    assert conn.closed_at is not None and conn.closed_at - start >= 0.8
+    assert conn.echoes[0] - start >= 0.29
+    assert all(b - a >= 0.29 for a, b in zip(conn.echoes, conn.echoes[1:])), conn.echoes
+    assert conn.closed_at is not None and conn.closed_at - start >= 1.19
 
 
 def test_an_answer_resets_the_count():
-    conn = _Conn(0.2, unreplied=3)
+    conn = _Conn(0.3, unreplied=3)
     t = conn.keepalive()
-    time.sleep(0.5)                 # two echoes unanswered, then the switch answers
-    conn.heard_at = time.monotonic()
-    time.sleep(0.5)
-    assert conn.closed_at is None
-    t.join(3)
-    assert conn.closed_at is not None and len(conn.echoes) == 5
+    time.sleep(0.7)                 # echoes unanswered, then the switch answers
+    answered = conn.heard_at = time.monotonic()
+    before = len(conn.echoes)
+    t.join(5)
+    assert before >= 1
+    assert conn.closed_at is not None and conn.closed_at - answered >= 1.19
+    assert len([e for e in conn.echoes if e > answered]) == 3
 
 
 def test_the_keepalive_ends_with_the_connection():
