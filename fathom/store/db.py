@@ -7,8 +7,6 @@ SQLite leaves off by default.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -135,9 +133,18 @@ def open_store(url: str = DEFAULT_URL, migrate_apart: bool = False) -> Engine:
     if not migrate_apart or _in_memory(url):
         migrate(engine)
     elif (head := head_revision()) is None or current_revision(engine) != head:
-        subprocess.run([sys.executable, "-c", "import sys; from fathom.store.db import make_engine, migrate; "
-                        "migrate(make_engine(sys.stdin.read()))"], input=url, text=True, check=True)
+        import multiprocessing
+        child = multiprocessing.get_context("spawn").Process(target=_migrate_url, args=(url,), name="fathom-migrate")
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise RuntimeError(f"migrating the store failed (exit code {child.exitcode}): see the error above")
     return engine
+
+
+def _migrate_url(url: str) -> None:
+    """The migration child of open_store(migrate_apart=True)."""
+    migrate(make_engine(url))
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
