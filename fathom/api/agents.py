@@ -44,7 +44,9 @@ from fathom.store.snapshot import load_snapshot
 
 STALE_AFTER, REPORT_INTERVAL = ag.STALE_AFTER, ag.REPORT_INTERVAL
 MAX_WAIT = 60.0           # longest long-poll
-RECHECK = 60.0            # the store is read again at least this often (rows written past this API)
+# the store is read again at least this often, for rows written past this API (as the reconciler's
+# audit, 300 s by default, reads it whole): each read loads the whole model, whose cost grows with the cloud
+RECHECK = 300.0
 COALESCE = 0.5            # during a burst of writes, the desired state is recomputed at most this often
 
 router = APIRouter(prefix="/agents", tags=["agents"], responses=ERRORS)

@@ -13,10 +13,13 @@ from __future__ import annotations
 import logging
 import socket
 
-from ovsdbapp.backend.ovs_idl import connection, idlutils
-from ovsdbapp.schema.open_vswitch import impl_idl
-
 from fathom.controller import channels
+
+channels.import_ovs()   # before ovsdbapp: see there
+
+from ovsdbapp.backend.ovs_idl import connection, idlutils  # noqa: E402
+from ovsdbapp.schema.open_vswitch import commands, impl_idl  # noqa: E402
+
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, datapath_id
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 
@@ -41,17 +44,39 @@ COLUMNS = {
                "external_ids"],
     "Port": ["name", "interfaces", "external_ids"],
     "Interface": ["name", "type", "options", "ofport", "external_ids"],
-    "Controller": ["target"],
+    "Controller": ["target", "inactivity_probe"],
 }
+# How long a switch waits without a word from us before it sends its own echo request (and as long
+# again for the reply before it drops the connection and reconnects), in ms: longer than our check
+# and our keepalive (fathom.controller.ofapp.ECHO_INTERVAL), so a switch never probes a controller
+# that talks to it. OVS's default, 5 s, would add a probe every 5 s to every bridge at rest.
+CONTROLLER_PROBE_MS = 30_000
+OVSDB_PROBE_MS = channels.OVSDB_PROBE_MS   # see there
 # Interface columns whose change is a change of the node's ports (plug, unplug, renumbering)
 PORT_COLUMNS = frozenset({"name", "ofport", "external_ids"})
+
+
+class SetController(commands.SetControllerCommand):
+    """A bridge's controller targets, each with our inactivity probe (CONTROLLER_PROBE_MS)."""
+
+    def run_idl(self, txn):
+        super().run_idl(txn)
+        br = idlutils.row_by_value(self.api.idl, "Bridge", "name", self.bridge)
+        for controller in br.controller:
+            controller.inactivity_probe = CONTROLLER_PROBE_MS
+
+
+def controller_differs(br, targets: list[str]) -> bool:
+    """Whether a bridge's controllers are not `targets` with our inactivity probe."""
+    return (sorted(c.target for c in br.controller) != sorted(targets)
+            or any(list(c.inactivity_probe) != [CONTROLLER_PROBE_MS] for c in br.controller))
 
 
 class _NotifyingIdl(connection.OvsdbIdl):
     """The IDL replica of one OVSDB server that reports row changes (from ovsdbapp's thread)."""
 
     def __init__(self, remote, helper, on_change):
-        super().__init__(remote, helper)
+        super().__init__(remote, helper, probe_interval=OVSDB_PROBE_MS)
         self._on_change = on_change
         self.generation = 0    # bumped by every round and change: NodeOvsdb.ofports keeps its reads by it
 
@@ -173,8 +198,8 @@ class NodeOvsdb:
                                    ("protocols", ["OpenFlow13", "OpenFlow14"]),
                                    ("other_config", {"datapath-id": dpid, "disable-in-band": "true"})))
                 changed = True
-            if br is None or sorted(c.target for c in br.controller) != want_ctrl:
-                txn.add(api.set_controller("br-int", want_ctrl))
+            if br is None or controller_differs(br, want_ctrl):
+                txn.add(SetController(api, "br-int", want_ctrl))
                 changed = True
             ports = self.ofports()
             if TUNNEL_INTERFACE not in ports or self._iface_options(TUNNEL_INTERFACE) != {

@@ -10,11 +10,25 @@ process-wide setting too, made once at start by `use_tls` or `use_plain_tcp`.
 from __future__ import annotations
 
 import ssl
+import sys
 from dataclasses import dataclass
 
 from fathom.pki import CONTROLLER_NAME, Files, Pki
 
 OVSDB_PORT = 6640
+# The inactivity probe of the OVSDB connection between the controller and a node's ovsdb-server, in
+# ms, on both ends (our client: fathom.controller.bootstrap; the node's Manager row: `ovs-vsctl set
+# Manager <target> inactivity_probe=30000`, docs/deploy.md): an echo after that long without a
+# word, a reconnect after as long again. Nothing is lost meanwhile: a lost update is what the
+# reconciler's check looks for, and a node that died is dropped by its OpenFlow keepalive.
+# ovsdb-server's default, 5 s, would exchange an echo every 5 s with every node at rest.
+OVSDB_PROBE_MS = 30_000
+
+
+def manager_commands(target: str) -> list[str]:
+    """ovs-vsctl arguments that make `target` (ptcp:/pssl:6640:<management ip>) the node's OVSDB
+    manager, with our inactivity probe."""
+    return ["set-manager", target, "--", "set", "Manager", target, f"inactivity_probe={OVSDB_PROBE_MS}"]
 
 
 @dataclass(frozen=True)
@@ -30,9 +44,24 @@ class Transport:
 _current = Transport("tcp")
 
 
+def import_ovs() -> None:
+    """Import python-ovs's poller without eventlet. It imports eventlet, when installed (os-ken
+    depends on it), only to tell whether `select` is monkey-patched; nothing in fathom runs
+    eventlet, and its import alone (its DNS resolver) holds some 30 MB of a process's memory. A
+    later `import eventlet` elsewhere still works."""
+    if "ovs.poller" in sys.modules or "eventlet" in sys.modules:
+        return
+    sys.modules["eventlet"] = None      # None in sys.modules: the import raises ImportError
+    try:
+        import ovs.poller  # noqa: F401
+    finally:
+        del sys.modules["eventlet"]
+
+
 def use_tls(pki_dir: str) -> Transport:
     """TLS on both channels with the controller certificate of the PKI in pki_dir."""
     global _current
+    import_ovs()
     from ovs.stream import Stream
     files = Pki(pki_dir).files(CONTROLLER_NAME)
     for f in (files.key, files.cert, files.trust):

@@ -13,12 +13,16 @@ which blacks out the underlay; a secure bridge keeps our flows, however long we 
 whose OVSDB could not be read this pass is left as it is: compiled without its port numbers, its
 desired state would miss flows that are still wanted.
 
-LLDP (as ONOS does): every `lldp_interval` seconds the controller sends a signed LLDP frame out of
-every node's underlay port `ul0` (packet-out; chassis id = the sender's datapath id, port id = its
-port number, an HMAC with a per-process key). The ToR punts LLDP to the controller (packet-in); a
-valid probe from br-phy of node N arriving on ToR port P is the link P <-> N, recorded in the store
-(`fabric_links`, source lldp), which then takes precedence over declared wiring. LLDP punted by any
-other switch (br-phy, where tenant VLAN traffic arrives too) teaches nothing.
+LLDP (as ONOS does): the controller sends a signed LLDP frame out of every node's underlay port
+`ul0` (packet-out; chassis id = the sender's datapath id, port id = its port number, an HMAC with a
+per-process key). The ToR punts LLDP to the controller (packet-in); a valid probe from br-phy of
+node N arriving on ToR port P is the link P <-> N, recorded in the store (`fabric_links`, source
+lldp), which then takes precedence over declared wiring. LLDP punted by any other switch (br-phy,
+where tenant VLAN traffic arrives too) teaches nothing. Probes go out LLDP_SETTLE seconds after
+an event that may change the wiring (a ToR or br-phy connected, reported a port-status, as a moved
+cable does on both its ports, or was sent flows; a node's underlay port is new), and every
+`lldp_interval` seconds (LLDP's own transmit interval, 30 s) for what no event tells. A known
+link's `last_seen` is written again at most every LLDP_REFRESH seconds.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.controller import channels
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, local_ip_towards
+from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, SetController, controller_differs, local_ip_towards
 from fathom.controller.reconciler import SwitchResult
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.pipeline.cookies import owns_cookie
@@ -51,6 +55,7 @@ PHY_BRIDGE = "br-phy"
 UNDERLAY_PORT = fc.PHY_UNDERLAY
 DPID_KIND_MASK = 0xFF00_0000_0000_0000
 DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
+DPID_TOR, DPID_PHY = datapath_id_tor(0), datapath_id_phy(0)   # the kind byte of a ToR's, a br-phy's
 
 
 def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fail_mode: str) -> bool:
@@ -69,12 +74,15 @@ def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fai
             txn.add(api.db_set("Bridge", bridge, ("fail_mode", fail_mode),
                                ("protocols", ["OpenFlow13", "OpenFlow14"]), ("other_config", other)))
             changed = True
-        if sorted(c.target for c in br.controller) != [controller]:
-            txn.add(api.set_controller(bridge, [controller]))
+        if controller_differs(br, [controller]):
+            txn.add(SetController(api, bridge, [controller]))
             changed = True
     return changed
 
 
+LLDP_INTERVAL = 30.0   # seconds between probes with no event (IEEE 802.1AB's default transmit interval)
+LLDP_SETTLE = 0.5      # seconds from a wiring event to its probes (several events, one round)
+LLDP_REFRESH = 300.0   # a known link's last_seen is written at most this often
 LLDP_SRC_MAC = "02:fb:00:00:00:01"
 CHASSIS_PREFIX = b"fathom:"
 # the probe's signature: an organizationally specific TLV (locally administered OUI) holding the
@@ -130,7 +138,7 @@ def lldp_parse(data: bytes, key: bytes | None = None) -> tuple[int, int] | None:
 
 
 class FabricRuntime:
-    def __init__(self, app, session_factory, of_port: int, wake, lldp_interval: float = 3.0):
+    def __init__(self, app, session_factory, of_port: int, wake, lldp_interval: float = LLDP_INTERVAL):
         self.app = app
         self.Session = session_factory
         self.of_port = of_port
@@ -144,6 +152,7 @@ class FabricRuntime:
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
         self._lldp_key = os.urandom(32)   # signs our probes: a forged or replayed frame does not verify
         self._stop = threading.Event()
+        self._probe_soon = threading.Event()   # the wiring may have changed: probe after LLDP_SETTLE
         self.lldp_sent = 0
         self.lldp_received = 0
 
@@ -158,12 +167,30 @@ class FabricRuntime:
             if not self.on_packet_in(msg):
                 previous(msg)
         self.app.on_packet_in = on_packet_in
+        switch_was, port_status_was = self.app.on_switch, self.app.on_port_status
+
+        def on_switch(dpid, datapath):
+            switch_was(dpid, datapath)
+            if datapath is not None:
+                self.wiring_event(dpid)
+
+        def on_port_status(dpid):
+            port_status_was(dpid)
+            self.wiring_event(dpid)
+        self.app.on_switch, self.app.on_port_status = on_switch, on_port_status
         self.reconciler = reconciler
         api.include_router(self.router())
         threading.Thread(target=self._lldp_loop, daemon=True, name="lldp").start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._probe_soon.set()
+
+    def wiring_event(self, dpid: int) -> None:
+        """A switch connected or reported a port-status: a ToR's or br-phy's makes the next probes
+        go out within LLDP_SETTLE (a br-int's says nothing of the underlay's wiring)."""
+        if dpid & DPID_KIND_MASK in (DPID_TOR, DPID_PHY):
+            self._probe_soon.set()
 
     # ------------------------------------------------------------------------------- passes
 
@@ -213,8 +240,9 @@ class FabricRuntime:
                                   "secure")
                 self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)
                 port = self.phy_ofports[node.name].get(UNDERLAY_PORT)
-                if port:
+                if port and self.phy_ports.get(node.id) != port:
                     self.phy_ports[node.id] = port
+                    self._probe_soon.set()     # a new underlay port: its link is learnt now
             except Exception as e:  # noqa: BLE001
                 LOG.warning("node %s br-phy: %s", node.name, e)
                 self.phy_ofports.pop(node.name, None)   # re-checked on the next pass
@@ -223,10 +251,17 @@ class FabricRuntime:
 
     def after_pass(self, rec, snapshot, result) -> None:
         self.last = {"snapshot": snapshot}
+        if any(r.changes for k, r in result.switches.items() if k.bridge in (TOR, BR_PHY)):
+            self._probe_soon.set()   # e.g. the ToR's LLDP punt flow, or a br-phy's, just installed
 
     # ------------------------------------------------------------------------------- LLDP
     def _lldp_loop(self) -> None:
-        while not self._stop.wait(self.lldp_interval):
+        while not self._stop.is_set():
+            if self._probe_soon.wait(self.lldp_interval):
+                self._stop.wait(LLDP_SETTLE)
+            self._probe_soon.clear()
+            if self._stop.is_set():
+                break
             try:
                 self.send_lldp()
             except Exception:  # noqa: BLE001
@@ -259,15 +294,13 @@ class FabricRuntime:
         if len(data) < 14 or data[12:14] != b"\x88\xcc":
             return False
         rx_dpid, rx_port = msg.datapath.id, msg.match["in_port"]
-        tor = 0xFB00_0000_0000_0000
-        phy = 0xFC00_0000_0000_0000
-        if rx_dpid & DPID_KIND_MASK != tor:
+        if rx_dpid & DPID_KIND_MASK != DPID_TOR:
             return True
         parsed = lldp_parse(data, self._lldp_key)
         if parsed is None:  # someone else's LLDP, or a forged or stale probe
             return True
         src_dpid, src_port = parsed
-        if src_dpid & DPID_KIND_MASK != phy:
+        if src_dpid & DPID_KIND_MASK != DPID_PHY:
             return True
         sid, ofport, node_id = rx_dpid & DPID_ID_MASK, rx_port, src_dpid & DPID_ID_MASK
         if self.phy_ports.get(node_id) != src_port:   # not from the underlay port we probe
@@ -278,7 +311,7 @@ class FabricRuntime:
             return True
         key = (sid, name, node_id)
         now = time.monotonic()
-        if now - self._lldp_seen.get(key, 0) < 30:   # known and recently written
+        if now - self._lldp_seen.get(key, -LLDP_REFRESH) < LLDP_REFRESH:   # known and recently written
             return True
         with self.Session() as session, session.begin():
             news = fops.record_lldp_link(session, sid, name, ofport, node_id)

@@ -20,6 +20,17 @@ from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_c
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_4
 
 LOG = logging.getLogger("fathom.openflow")
+# Keepalive of every switch connection, in seconds (fathom.controller.ofgate.GatedDatapath): a
+# switch silent for ECHO_INTERVAL is sent an echo request, and one silent for (ECHO_UNREPLIED + 1) *
+# ECHO_INTERVAL = 60 s (ECHO_UNREPLIED echoes unanswered) is dropped and reconciled in full when it
+# connects again: that is how a switch that died silently (its host or the path to it gone, no
+# TCP reset) is noticed; a switch whose OVS or host restarts closes or resets the connection and
+# is dropped at once. At rest the reconciler's check (a flow count per switch every `interval`,
+# 5 s by default) is heard first, so no echo is sent; the switches' own probe is longer
+# (fathom.controller.bootstrap.CONTROLLER_PROBE_MS), so they send none either. A blocked read or
+# write on a switch's socket gives up after ECHO_INTERVAL (os-ken's socket timeout).
+ECHO_INTERVAL = 15
+ECHO_UNREPLIED = 3
 
 
 class Reply:
@@ -136,7 +147,7 @@ class FathomOFApp(app_manager.OSKenApp):
             return self.lost.get(dpid)
 
 
-def start(listen_host: str, listen_port: int, gate, ssl_context=None, echo_interval: int = 5) -> FathomOFApp:
+def start(listen_host: str, listen_port: int, gate, ssl_context=None, echo_interval: int = ECHO_INTERVAL) -> FathomOFApp:
     """Start os-ken in this process (in a thread) listening for switches; returns our app.
 
     Every connection passes `gate` (fathom.controller.ofgate) before any app hears of it; with
@@ -150,9 +161,10 @@ def start(listen_host: str, listen_port: int, gate, ssl_context=None, echo_inter
     GatedListener.gate, GatedListener.ssl_context = gate, ssl_context
     ofp_handler.OpenFlowController = GatedListener
     cfg.CONF(args=["--ofp-listen-host", listen_host, "--ofp-tcp-listen-port", str(listen_port)], project="os_ken")
-    # echo keepalive: a switch that misses 3 echoes in a row is dropped (and reconciled on return)
+    # echo keepalive (see ECHO_INTERVAL)
     cfg.CONF.set_override("echo_request_interval", echo_interval)
-    cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
+    cfg.CONF.set_override("maximum_unreplied_echo_requests", ECHO_UNREPLIED)
+    cfg.CONF.set_override("socket_timeout", float(echo_interval))
     manager = app_manager.AppManager.get_instance()
     manager.load_apps(["fathom.controller.ofapp", "os_ken.app.ofctl.service"])
     services = manager.instantiate_apps(**manager.create_contexts())

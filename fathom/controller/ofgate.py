@@ -172,6 +172,8 @@ class _GatedBrick:
     def send_event_to_observers(self, ev, state=None):
         if self.refused:
             return
+        if getattr(ev, "msg", None) is not None:   # a message from the switch: it is alive
+            self._dp.heard_at = time.monotonic()
         if isinstance(ev, ofp_event.EventOFPSwitchFeatures) and not self.admitted:
             reason = self._gate.admit(self._dp, ev.msg.datapath_id)
             if reason is not None:
@@ -194,19 +196,49 @@ class _GatedBrick:
 
 
 class GatedDatapath(Datapath):
+    """One switch connection: os-ken's, through the gate, with a keepalive that asks only a
+    silent switch (as OVS's own probe does): an echo request once nothing was heard from the
+    switch for `echo_request_interval` seconds, and the connection dropped once nothing was heard
+    for `max_unreplied_echo_requests` + 1 intervals. At rest the reconciler's periodic check (a
+    flow count each `interval`, shorter than the echo interval by default) is what the switch
+    answers, and no echo is sent."""
+
     def __init__(self, sock, address, gate: Gate):
         super().__init__(sock, address)
         self.ofp_brick = _GatedBrick(self.ofp_brick, self, gate)
+        self.heard_at = time.monotonic()      # the last message from the switch
+        self._echo_at = 0.0                   # the last echo request sent
+        self._ended = threading.Event()       # the connection's reading ended
+
+    def _echo_request_loop(self):
+        interval, most = self.echo_request_interval, self.max_unreplied_echo_requests
+        if not most:
+            return
+        while self.send_q is not None:
+            wait = max(self.heard_at, self._echo_at) + interval - time.monotonic()
+            if self._ended.wait(max(0.05, wait)):
+                return
+            now = time.monotonic()
+            silent = now - self.heard_at
+            if silent >= (most + 1) * interval:
+                LOG.warning("switch at %s: silent for %.0f s, %d echo requests unanswered: dropped",
+                            self.address, silent, most)
+                break
+            if silent >= interval and now - self._echo_at >= interval and self.send_q is not None:
+                self._echo_at = now
+                self.send_msg(self.ofproto_parser.OFPEchoRequest(self))
+        self.close()
 
     def _recv_loop(self):
         try:
             super()._recv_loop()
         finally:
             # The switch closed the connection (or it failed). With os-ken's native hub, serve()
-            # next joins the send and echo threads, which notice only at the next echo tick
-            # (seconds); until then the connection would count as alive, and a switch reconnecting
-            # at once would wait for the gate's echo probe. The apps and the gate hear of the end
-            # now, and the send thread is woken to finish.
+            # next joins the send and keepalive threads; until they end the connection would
+            # count as alive, and a switch reconnecting at once would wait for the gate's echo
+            # probe. The apps and the gate hear of the end now, and both threads are woken to
+            # finish.
+            self._ended.set()
             self.set_state(DEAD_DISPATCHER)
             self.send(b"", close_socket=True)
 

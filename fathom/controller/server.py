@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 
 import uvicorn
 from fastapi import APIRouter, Depends
@@ -86,7 +87,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
     without. Its admin credential is `state_dir`/admin-token (created at the first start)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine = open_store(db_url)
+    engine = open_store(db_url, migrate_apart=True)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
     app = ofapp.start(of_host, of_port, gate,
@@ -116,8 +117,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # 10 s (fathom.api.limits), an idle kept-alive connection is closed after 5 s; heads are at most
     # 64 KiB and at most 200 requests are served at once.
     # One server on every API address (the agents on the nodes reach it over the management network).
-    config = uvicorn.Config(api, host=hosts[0], port=api_port, log_level="warning", http=TimedH11Protocol,
-                            timeout_keep_alive=5, h11_max_incomplete_event_size=64 * 1024, limit_concurrency=200)
+    config = uvicorn.Config(DateHeader(api), host=hosts[0], port=api_port, log_level="warning", http=TimedH11Protocol,
+                            timeout_keep_alive=5, h11_max_incomplete_event_size=64 * 1024, limit_concurrency=200,
+                            date_header=False)
     sockets = []
     for host in hosts:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -129,11 +131,50 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
 
 
 class QuietServer(uvicorn.Server):
-    """uvicorn's server, ticking once a second instead of ten times (its tick refreshes the Date
-    header, which has a resolution of a second, and notices a shutdown request): an idle
-    controller's event loop then wakes once a second."""
+    """uvicorn's server, with no periodic tick: uvicorn wakes ten times a second to refresh the
+    Date header and to notice a shutdown request. Here the Date header is written per response
+    (`DateHeader`, give the app wrapped in it and `date_header=False`) and a shutdown request
+    (SIGTERM, SIGINT) wakes the loop itself, so an idle controller's event loop sleeps; it still
+    looks at `should_exit` every WATCH seconds."""
+    WATCH = 60.0
 
     async def main_loop(self) -> None:
         import asyncio
-        while not await self.on_tick(0):   # tick 0: the Date header is refreshed every time
-            await asyncio.sleep(1.0)
+        self._exit_asked, self._loop = asyncio.Event(), asyncio.get_running_loop()
+        while not await self.on_tick(0):
+            try:
+                await asyncio.wait_for(self._exit_asked.wait(), self.WATCH)
+            except TimeoutError:
+                pass
+
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.call_soon_threadsafe(self._exit_asked.set)
+
+
+class DateHeader:
+    """ASGI middleware: the Date header on every HTTP response (RFC 9110 asks it of a server with a
+    clock), formatted once per second."""
+
+    def __init__(self, app):
+        self.app = app
+        self._second, self._value = None, b""
+
+    def _date(self) -> bytes:
+        from email.utils import formatdate
+        now = int(time.time())
+        if now != self._second:
+            self._second, self._value = now, formatdate(now, usegmt=True).encode()
+        return self._value
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_dated(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), (b"date", self._date())]}
+            await send(message)
+        return await self.app(scope, receive, send_dated)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from fathom.auth.client import NoToken, lab_token
+from fathom.controller.channels import manager_commands
 from fathom.model import EXTERNAL_INTERFACE
 from fathom.pki import Pki
 
@@ -197,7 +198,7 @@ class Lab:
             run(["ip", "addr", "add", f"{fab_ip}/{prefix}", "dev", "mgmt0"], ns=fabric)
             run(["ip", "link", "set", "mgmt0", "up"], ns=fabric)
             if not state["tls"]:  # with TLS the manager comes with the switch's certificate
-                tor.vsctl("set-manager", f"ptcp:6640:{fab_ip}")
+                tor.vsctl(*manager_commands(f"ptcp:6640:{fab_ip}"))
 
         for node in nodes:
             progress(f"node {node.name}")
@@ -211,7 +212,7 @@ class Lab:
             run(["ip", "addr", "add", f"{node.mgmt_ip}/{prefix}", "dev", "mgmt0"], ns=node.netns)
             run(["ip", "link", "set", "mgmt0", "up"], ns=node.netns)
             if not state["tls"]:  # with TLS it comes with the node's certificate
-                ovs.vsctl("set-manager", f"ptcp:6640:{node.mgmt_ip}")
+                ovs.vsctl(*manager_commands(f"ptcp:6640:{node.mgmt_ip}"))
             # underlay: node ul0 <-> fabric port named after the node
             run(["ip", "link", "add", "ul0", "netns", node.netns, "mtu", mtu, "type", "veth",
                  "peer", "name", node.name, "netns", fabric, "mtu", mtu])
@@ -651,7 +652,7 @@ def install_certificate(pki: Pki, name: str, kind: str, dpids, ovs: OvsInstance,
             f.write(Path(src).read_bytes())
         tmp.replace(dest / dst)
     ovs.vsctl("set-ssl", str(dest / "privkey.pem"), str(dest / "cert.pem"), str(dest / "cacert.pem"),
-              "--", "set-manager", f"pssl:6640:{mgmt_ip}")
+              "--", *manager_commands(f"pssl:6640:{mgmt_ip}"))
     return dest
 
 

@@ -6,12 +6,11 @@ SQLite leaves off by default.
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -83,24 +82,69 @@ def _in_memory(url: str) -> bool:
     return url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
 
 
-def alembic_config() -> Config:
+def alembic_config():
+    from alembic.config import Config
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     return cfg
 
 
+def head_revision() -> str | None:
+    """The newest migration's revision, read from the scripts' text: the one no other script names
+    as its down_revision (None when that is not one script: alembic decides then)."""
+    revisions, downs = set(), set()
+    for path in (MIGRATIONS / "versions").glob("*.py"):
+        source = path.read_text()
+        revision = re.search(r'^revision = "([^"]+)"$', source, re.M)
+        down = re.search(r'^down_revision = (?:"([^"]+)"|None)$', source, re.M)
+        if revision is None or down is None:
+            return None
+        revisions.add(revision[1])
+        downs.add(down[1])
+    heads = revisions - downs
+    return heads.pop() if len(heads) == 1 else None
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The store's schema revision (None: a new store)."""
+    with engine.connect() as connection:
+        if not inspect(connection).has_table("alembic_version"):
+            return None
+        return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
 def migrate(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to `revision` inside one transaction."""
+    """Bring the schema to `revision` inside one transaction. A store already at the newest
+    revision is left as it is without loading alembic (and its templates, some MB of memory that
+    a running controller would keep for nothing)."""
+    if revision == "head" and (head := head_revision()) is not None and current_revision(engine) == head:
+        return
+    from alembic import command
     cfg = alembic_config()
     with engine.begin() as connection:
         cfg.attributes["connection"] = connection
         command.upgrade(cfg, revision)
 
 
-def open_store(url: str = DEFAULT_URL) -> Engine:
+def open_store(url: str = DEFAULT_URL, migrate_apart: bool = False) -> Engine:
+    """The store's engine, its schema brought to the newest revision. With `migrate_apart` (the
+    controller) a migration runs in a child process, so this long-lived one never loads alembic."""
     engine = make_engine(url)
-    migrate(engine)
+    if not migrate_apart or _in_memory(url):
+        migrate(engine)
+    elif (head := head_revision()) is None or current_revision(engine) != head:
+        import multiprocessing
+        child = multiprocessing.get_context("spawn").Process(target=_migrate_url, args=(url,), name="fathom-migrate")
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise RuntimeError(f"migrating the store failed (exit code {child.exitcode}): see the error above")
     return engine
+
+
+def _migrate_url(url: str) -> None:
+    """The migration child of open_store(migrate_apart=True)."""
+    migrate(make_engine(url))
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

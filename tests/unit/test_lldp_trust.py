@@ -38,7 +38,10 @@ def fabric(tmp_path):
     def links():
         got = http.get(f"/v1/fabric/switches/{sw['id']}").json()["links"]
         return {(x["port_name"], x["node"]) for x in got if x["source"] == "lldp"}
-    return SimpleNamespace(rt=rt, node=node["id"], sw=sw["id"], links=links)
+
+    def http_links():
+        return http.get(f"/v1/fabric/switches/{sw['id']}").json()["links"]
+    return SimpleNamespace(rt=rt, node=node["id"], sw=sw["id"], links=links, http_links=http_links)
 
 
 def packet_in(rx_dpid: int, in_port: int, data: bytes):
@@ -88,3 +91,61 @@ def test_parse_without_a_key_reads_any_probe_and_with_one_only_signed_ones():
     assert lldp_parse(lldp_probe(datapath_id_tor(3), 7)) == (datapath_id_tor(3), 7)
     assert lldp_parse(lldp_probe(datapath_id_tor(3), 7), key) is None
     assert lldp_parse(lldp_probe(datapath_id_tor(3), 7, key), key) == (datapath_id_tor(3), 7)
+
+
+def _probing(interval: float):
+    """A fabric runtime's LLDP loop, running, with every round of probes counted."""
+    import threading
+
+    from fathom.model import datapath_id
+    rt = FabricRuntime(None, None, 6653, lambda: None, lldp_interval=interval)
+    rounds = []
+    rt.send_lldp = lambda: rounds.append(time.monotonic()) or 0
+    threading.Thread(target=rt._lldp_loop, daemon=True).start()
+    return rt, rounds, datapath_id
+
+
+def test_lldp_probes_when_the_underlay_wiring_may_have_changed_and_rarely_otherwise():
+    from fathom.controller.fabric import LLDP_SETTLE
+    rt, rounds, br_int = _probing(interval=60)
+    try:
+        time.sleep(0.3)
+        rt.wiring_event(br_int(1))                 # a br-int's port-status: not the underlay
+        time.sleep(LLDP_SETTLE + 0.5)
+        assert rounds == []
+        for dpid in (datapath_id_tor(1), datapath_id_phy(2)):
+            before = len(rounds)
+            sent = time.monotonic()
+            rt.wiring_event(dpid)
+            rt.wiring_event(dpid)                  # events close together: one round
+            time.sleep(LLDP_SETTLE + 1.5)
+            assert len(rounds) == before + 1 and rounds[-1] - sent >= LLDP_SETTLE - 0.01
+    finally:
+        rt.stop()
+
+
+def test_lldp_probes_every_interval_with_no_event():
+    rt, rounds, _ = _probing(interval=0.3)
+    started = time.monotonic()
+    try:
+        time.sleep(1.2)
+    finally:
+        rt.stop()
+    assert len(rounds) >= 2 and rounds[0] - started >= 0.29
+    assert all(b - a >= 0.29 for a, b in zip(rounds, rounds[1:])), rounds
+
+
+def test_a_known_link_is_written_again_only_after_the_refresh_interval(fabric):
+    from fathom.controller.fabric import LLDP_REFRESH
+    probe = lldp_probe(datapath_id_phy(fabric.node), UL0, fabric.rt._lldp_key)
+
+    def seen():
+        return fabric.http_links()[0]["last_seen"]
+    fabric.rt.on_packet_in(packet_in(datapath_id_tor(fabric.sw), TOR_PORT, probe))
+    first = seen()
+    fabric.rt.on_packet_in(packet_in(datapath_id_tor(fabric.sw), TOR_PORT, probe))
+    assert seen() == first
+    later = time.monotonic() + LLDP_REFRESH
+    with mock.patch("fathom.controller.fabric.time.monotonic", return_value=later):
+        fabric.rt.on_packet_in(packet_in(datapath_id_tor(fabric.sw), TOR_PORT, probe))
+    assert seen() > first

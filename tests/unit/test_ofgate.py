@@ -1,5 +1,6 @@
 """The OpenFlow admission rules (fathom.controller.ofgate): which identity may claim which datapath
 id, the store's expectations, and that a live session is never handed to a newcomer."""
+import contextlib
 import socket
 import threading
 import time
@@ -164,7 +165,7 @@ class Recorder:
         return []
 
 
-def _connection(echo_interval: float = 30.0):
+def _connection(echo_interval: float = 30.0, unreplied: int = 3):
     """A GatedDatapath serving one end of a real TCP connection on loopback; returns it and the
     switch's end."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -173,7 +174,7 @@ def _connection(echo_interval: float = 30.0):
     server.close()
     dp = GatedDatapath(ours, ("127.0.0.1", 0), Gate(False, lambda identity: set()))
     dp.ofp_brick._brick = Recorder()
-    dp.echo_request_interval = echo_interval
+    dp.echo_request_interval, dp.max_unreplied_echo_requests = echo_interval, unreplied
     threading.Thread(target=dp.serve, daemon=True).start()
     assert switch_end.recv(8)[1:2] != b""           # our hello
     return dp, switch_end
@@ -208,3 +209,103 @@ def test_the_echo_probe_ends_when_the_holder_dies():
     switch_end.close()                              # never answers: it goes away
     probe.join(6.0)
     assert answer == {"alive": False} and time.monotonic() - started < 2.0
+
+
+# ------------------------------------------------------------------------------- keepalive
+
+class _Conn:
+    """What GatedDatapath's keepalive uses of a connection: the switch's last word, the sends."""
+
+    def __init__(self, interval: float, unreplied: int = 3):
+        from os_ken.ofproto import ofproto_v1_3_parser
+        self.echo_request_interval, self.max_unreplied_echo_requests = interval, unreplied
+        self.ofproto_parser, self.address = ofproto_v1_3_parser, ("198.18.0.1", 1)
+        self.heard_at, self._echo_at, self._ended = time.monotonic(), 0.0, threading.Event()
+        self.send_q = object()
+        self.echoes: list[float] = []
+        self.closed_at: float | None = None
+
+    def send_msg(self, msg):
+        self.echoes.append(time.monotonic())
+
+    def close(self):
+        self.closed_at = time.monotonic()
+
+    def keepalive(self) -> threading.Thread:
+        from fathom.controller.ofgate import GatedDatapath
+        t = threading.Thread(target=GatedDatapath._echo_request_loop, args=(self,), daemon=True)
+        t.start()
+        return t
+
+
+def test_a_switch_heard_within_the_interval_gets_no_echo():
+    conn = _Conn(1.0)
+    t = conn.keepalive()
+    for _ in range(15):             # the switch answers something (a flow count) every 0.1 s
+        time.sleep(0.1)
+        conn.heard_at = time.monotonic()
+    conn._ended.set()
+    t.join(2)
+    assert not t.is_alive() and conn.echoes == [] and conn.closed_at is None
+
+
+def test_a_silent_switch_is_asked_each_interval_and_dropped_after_the_unanswered_echoes():
+    conn = _Conn(0.3, unreplied=3)
+    start = conn.heard_at
+    t = conn.keepalive()
+    t.join(5)
+    assert not t.is_alive()
+    assert len(conn.echoes) == 3, conn.echoes
+    assert conn.echoes[0] - start >= 0.29
+    assert all(b - a >= 0.29 for a, b in zip(conn.echoes, conn.echoes[1:])), conn.echoes
+    assert conn.closed_at is not None and conn.closed_at - start >= 1.19
+
+
+def test_an_answer_resets_the_count():
+    conn = _Conn(0.3, unreplied=3)
+    t = conn.keepalive()
+    time.sleep(0.7)                 # echoes unanswered, then the switch answers
+    answered = conn.heard_at = time.monotonic()
+    before = len(conn.echoes)
+    t.join(5)
+    assert before >= 1
+    assert conn.closed_at is not None and conn.closed_at - answered >= 1.19
+    assert len([e for e in conn.echoes if e > answered]) == 3
+
+
+def test_the_keepalive_ends_with_the_connection():
+    conn = _Conn(30.0)
+    t = conn.keepalive()
+    conn._ended.set()
+    t.join(1)
+    assert not t.is_alive() and conn.closed_at is None   # the connection closed itself
+
+
+def test_every_message_from_the_switch_counts_as_heard():
+    from types import SimpleNamespace
+
+    from fathom.controller.ofgate import _GatedBrick
+    seen = []
+    dp = SimpleNamespace(heard_at=0.0)
+    brick = _GatedBrick(SimpleNamespace(send_event_to_observers=lambda ev, state: seen.append(ev)), dp, gate=None)
+    brick.admitted = True
+    brick.send_event_to_observers(SimpleNamespace(msg=None))        # no message: a state change
+    assert dp.heard_at == 0.0
+    brick.send_event_to_observers(SimpleNamespace(msg=object()))
+    assert dp.heard_at > 0 and len(seen) == 2
+
+
+def test_a_switch_that_stops_answering_is_sent_echoes_and_dropped():
+    dp, switch_end = _connection(echo_interval=0.2, unreplied=3)
+    took = _wait(lambda: dp.state == DEAD_DISPATCHER, 3.0)
+    assert took is not None and took >= 0.6, took
+    switch_end.settimeout(1.0)
+    got = b""
+    with contextlib.suppress(OSError):
+        while chunk := switch_end.recv(4096):
+            got += chunk
+    types = []
+    while len(got) >= 8:                      # OpenFlow headers: version, type, length, xid
+        types.append(got[1])
+        got = got[int.from_bytes(got[2:4], "big"):]
+    assert types.count(2) == 3, types         # OFPT_ECHO_REQUEST, three times, none answered

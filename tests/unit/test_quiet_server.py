@@ -1,0 +1,61 @@
+"""The controller's HTTP server at rest: no periodic tick, a Date header on every response, and a
+shutdown request served at once."""
+import email.utils
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import uvicorn
+
+from fathom.controller.server import DateHeader, QuietServer
+
+
+async def hello(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"hi"})
+
+
+def serve():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = QuietServer(uvicorn.Config(DateHeader(hello), host="127.0.0.1", port=port, log_level="warning",
+                                        lifespan="off", date_header=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+def test_every_response_has_one_current_date_header_and_a_stop_request_is_served_at_once():
+    server, thread, url = serve()
+    try:
+        r = httpx.get(url)
+        dates = [v for k, v in r.headers.multi_items() if k == "date"]
+        assert r.text == "hi" and len(dates) == 1
+        assert abs(email.utils.parsedate_to_datetime(dates[0]).timestamp() - time.time()) < 2
+    finally:
+        asked = time.monotonic()
+        server.handle_exit(signal.SIGTERM, None)    # as the signal handler does
+        thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - asked < 2
+
+
+def test_the_idle_event_loop_sleeps():
+    server, thread, _ = serve()
+    try:
+        ticks = []
+        original = server.on_tick
+
+        async def counting(counter):
+            ticks.append(counter)
+            return await original(counter)
+        server.on_tick = counting
+        time.sleep(1.5)
+        assert ticks == []          # uvicorn's own loop would have ticked 15 times
+    finally:
+        server.handle_exit(signal.SIGTERM, None)
+        thread.join(10)
