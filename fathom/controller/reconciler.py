@@ -342,6 +342,9 @@ class Reconciler:
         self._store_changes = TableChanges(engine) if engine is not None else None
         self._store_reader = StoreReader()
         self._written_last: set = set()             # tables (and port rows) the last store read was for
+        # store reads so far, and the tables the last one read again (None: the whole store), for
+        # extensions that keep reads of their own tables across passes (fathom.controller.hostlocal)
+        self.store_reads, self.store_written = 0, None
         self.switches = switches
         self.bootstrapper = bootstrapper
         if hasattr(bootstrapper, "on_change"):
@@ -618,6 +621,7 @@ class Reconciler:
         taken = self._store_changes.take() if self._store_changes is not None else None
         written = None if whole or taken is None else taken | self._written_last
         self._written_last = taken or set()
+        self.store_reads, self.store_written = self.store_reads + 1, written
         stored: dict = {}
         with self.Session() as session:
             session.connection(execution_options=READ_ONLY)
