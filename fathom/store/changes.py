@@ -6,7 +6,7 @@ transaction commits (a rolled-back write counts for nothing). A DELETE also coun
 whose foreign keys cascade from it (ON DELETE CASCADE / SET NULL, transitively); a statement whose
 table cannot be told (raw SQL) counts for every table (`ALL`). Statements run with the execution
 option `model_unchanged=True` (the reconciler's own status writes: statuses are not part of the
-model) are not counted. Writes by another process are not seen: an explicit sync or the audit
+model; an agent's desired-state revision) are not counted. Writes by another process are not seen: an explicit sync or the audit
 reads the whole store.
 
 Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
