@@ -643,7 +643,7 @@ class Reconciler:
         else:
             stored = dict(self.board.statuses)
             stored.update({("node_state", name): st for name, st in self._node_states.items()})
-        write = {k: v for k, v in decided.items() if k[0] == "fabric_switch" or stored.get(k) != v}
+        write = {k: v for k, v in decided.items() if stored.get(k) != v}
         node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
         if write or node_states:
             from fathom.store.status import write_statuses
