@@ -138,16 +138,25 @@ class _NotifyingIdl(connection.OvsdbIdl):
         self._on_change = on_change
         self.port_numbers = PortNumbers()
         self.reconnected = True   # until the replica is read whole after the connection (re)started
+        self._round: set | None = None   # during a round: what its notifications changed
 
     def run(self):
-        """One round of the IDL (ovsdbapp's thread); a lost or regained connection is a change of
-        the node's setup: the reconciler marks the node or re-checks it at once."""
+        """One round of the IDL (ovsdbapp's thread), told as one change at its end (the rows of
+        one transaction, e.g. a plugged VIF's Port, Interface and Bridge, wake one pass, not three);
+        a lost or regained connection is a change of the node's setup: the reconciler marks the
+        node or re-checks it at once."""
         was = self._session.is_connected()
-        changed = super().run()
+        self._round = set()
+        try:
+            changed = super().run()
+        finally:
+            what, self._round = self._round, None
         if self._session.is_connected() != was:
             # a new session's first reply replaces the replica, dropping rows without a notification
             self.reconnected = True
-            self._tell("setup")
+            what.add("setup")
+        if what:
+            self._tell("setup" if "setup" in what else "ports")
         return changed
 
     def _tell(self, what: str) -> None:
@@ -177,7 +186,10 @@ class _NotifyingIdl(connection.OvsdbIdl):
             what = "ports"   # a port added or removed: an infrastructure port's own row says "setup"
         else:
             what = "setup"
-        self._tell(what)
+        if self._round is not None:
+            self._round.add(what)
+        else:
+            self._tell(what)
 
 
 class NodeOvsdb:

@@ -111,3 +111,16 @@ def test_a_reconnection_that_replaces_the_replica_drops_what_is_gone(node):
     # from here on only the notifications (and the rows still there) tell what is gone
     node.api.idl.reconnected = False
     _settles(node, br_int={"vif1": 4}, br_phy={"vif3": 6})
+
+
+def test_a_plugged_vif_is_told_once_per_round_of_the_replica(node):
+    """The rows one transaction changes (a VIF's Port and Interface, its bridge's port list) arrive in
+    one round of the IDL and are told as one change of the node's ports: plugging a VIF wakes the
+    reconciler for its rows, then for its OpenFlow port number (ovs-vswitchd's own transaction)."""
+    ovs, node, _ = node
+    told: list[str] = []
+    node.api.idl._on_change = told.append
+    ovs.vsctl("add-port", "br-int", "vif1", "--", "set", "interface", "vif1", "type=internal", "ofport_request=7")
+    _settles(node, br_int={"vif1": 7})
+    time.sleep(0.3)
+    assert told and set(told) == {"ports"} and len(told) <= 2, told
