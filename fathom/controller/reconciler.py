@@ -436,9 +436,20 @@ class Reconciler:
             self._event("ovsdb", ports=name)
 
     def port_status(self, dpid: int) -> None:
-        """An OpenFlow port-status from a switch: its ports changed (OVSDB says which)."""
-        name = next((k.name for k, r in self.results.items() if r.dpid == dpid), None)
-        self._event("port-status", ports=name)
+        """An OpenFlow port-status from a switch: its ports changed (OVSDB says which). Not for a
+        node's br-int whose OVSDB replica holds the port numbers the last pass compiled with: the
+        replica's own notification of the change wakes a pass (it comes before or after this
+        message), and the pass this one would wake finds nothing to do."""
+        key = next((k for k, r in self.results.items() if r.dpid == dpid), None)
+        if key is not None and key.bridge == BR_INT and self._compiled_with_replica(key.name):
+            return
+        self._event("port-status", ports=key.name if key is not None else None)
+
+    def _compiled_with_replica(self, name: str) -> bool:
+        model, current = self.model, getattr(self.bootstrapper, "current", None)
+        node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
+        got = current(node) if node is not None and current is not None else None
+        return got is not None and dict(got[2]) == dict(node.ofports)
 
     def switch_changed(self, dpid: int, _datapath=None) -> None:
         """A switch connected or went away: forget what it held, reconcile it in full."""

@@ -421,3 +421,23 @@ def test_statuses_are_written_only_where_the_store_differs_a_fabric_switch_too(t
         assert ("fabric_switch", tor["id"]) in writes[-1]
     finally:
         c.close()
+
+
+def test_a_port_status_wakes_a_pass_only_when_the_replica_differs_from_what_was_compiled(cloud):
+    """The OVSDB replica's notification of a plug wakes the pass; the switch's port-status about
+    the same port wakes none when the replica holds the numbers the last pass compiled with, and
+    one when it does not (the replica changed, its notification not yet taken, or lost)."""
+    cloud.rec.run_pass()
+    dpid = datapath_id(cloud.nodes["compute1"])
+    cloud.rec._take_events()
+    cloud.rec.port_status(dpid)
+    assert not cloud.rec._wake.is_set()
+    cloud.boot.ofports["compute1"]["vm-new"] = 77
+    cloud.rec.port_status(dpid)
+    assert cloud.rec._wake.is_set() and cloud.rec._take_events().ports == {"compute1"}
+    cloud.rec.run_pass(audit=False)
+    cloud.rec.port_status(dpid)
+    assert not cloud.rec._wake.is_set()
+    cloud.boot.failing.add("compute1")                 # its OVSDB connection is down: cannot tell
+    cloud.rec.port_status(dpid)
+    assert cloud.rec._wake.is_set()
