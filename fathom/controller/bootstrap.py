@@ -148,16 +148,15 @@ class _NotifyingIdl(connection.OvsdbIdl):
         was = self._session.is_connected()
         self._round = set()
         try:
-            changed = super().run()
-        finally:
+            return super().run()
+        finally:   # also after a failed round: what its notifications changed is in the replica
             what, self._round = self._round, None
-        if self._session.is_connected() != was:
-            # a new session's first reply replaces the replica, dropping rows without a notification
-            self.reconnected = True
-            what.add("setup")
-        if what:
-            self._tell("setup" if "setup" in what else "ports")
-        return changed
+            if self._session.is_connected() != was:
+                # a new session's first reply replaces the replica, dropping rows without a notification
+                self.reconnected = True
+                what.add("setup")
+            if what:
+                self._tell("setup" if "setup" in what else "ports")
 
     def _tell(self, what: str) -> None:
         try:
