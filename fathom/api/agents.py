@@ -13,8 +13,8 @@ What an idle cloud costs: an agent's long-poll is its heartbeat. While it holds 
 `STALE_AFTER` seconds after its last call, it is present (`AgentHub`, in memory: no store access);
 an agent whose connection closes, or that stops calling, is down `STALE_AFTER` seconds later
 (fathom.controller.hostlocal). The desired state of every node is computed from one read of the
-store per store change, shared by all long-polls (`DesiredCache`), and a node's revision is
-written only when its state changed.
+store per store change (its parts that were written: fathom.store.changes), shared by all long-polls
+(`DesiredCache`), and a node's revision is written only when its state changed.
 
 Who may: the `agent` token bound to node N reads N's desired state and reports for N, nothing of
 any other node; an admin may read everything and report for no one.
@@ -39,8 +39,9 @@ from fathom.auth import Identity
 from fathom.model.hostlocal import digest, to_json
 from fathom.store import agents as ag
 from fathom.store import models as m
+from fathom.store.changes import TableChanges
 from fathom.store.errors import Forbidden, NotFound
-from fathom.store.snapshot import load_snapshot
+from fathom.store.snapshot import StoreReader
 
 STALE_AFTER, REPORT_INTERVAL = ag.STALE_AFTER, ag.REPORT_INTERVAL
 MAX_WAIT = 60.0           # longest long-poll
@@ -114,7 +115,9 @@ class DesiredCache:
     """Every node's host-local desired state, computed from one read of the store when the store
     changed (shared by every agent's long-poll; during a burst of writes at most every COALESCE
     seconds), and the revision numbering each node's state, written to the store only when that
-    node's state changed."""
+    node's state changed. A read reads again only the parts of the store whose tables were written
+    since the read before (and those of that read: a write committing while it was taken is read
+    by the next), the whole store the first time and every RECHECK seconds."""
 
     def __init__(self, hub: AgentHub):
         self.hub = hub
@@ -123,6 +126,10 @@ class DesiredCache:
         self._read_at = 0.0
         self._nodes: dict[str, tuple[str, list[dict]]] = {}   # node -> (digest, objects as JSON)
         self._numbered: dict[str, tuple[str, int]] = {}      # node -> (digest, its revision in the store)
+        self._reader = StoreReader()
+        self._changes: TableChanges | None = None            # made with the first read, from its engine
+        self._written_last: set = set()
+        self._whole_at = 0.0
 
     def stale(self) -> bool:
         return self._generation != self.hub.generation or time.monotonic() - self._read_at > RECHECK
@@ -137,7 +144,7 @@ class DesiredCache:
         with self._lock:
             if self.stale():
                 generation = self.hub.generation
-                nodes = db.read(compute_all)
+                nodes = db.read(self._compute)
                 self._nodes = {n: (digest(objects), [to_json(o) for o in objects]) for n, objects in nodes.items()}
                 self._generation, self._read_at = generation, time.monotonic()
             entry = self._nodes.get(node)
@@ -146,9 +153,21 @@ class DesiredCache:
             d, objects = entry
             known = self._numbered.get(node)
             if known is None or known[0] != d:
-                revision = db.write(lambda s: ag.number_desired(s, node, d), notify=False)
+                revision = db.write(lambda s: _numbered(s, node, d), notify=False)
                 known = self._numbered[node] = (d, revision)
             return known[1], objects
+
+
+    def _compute(self, session) -> dict[str, list]:
+        if self._changes is None:
+            self._changes = TableChanges(session.get_bind())
+        taken = self._changes.take()
+        whole = time.monotonic() - self._whole_at > RECHECK
+        written = None if whole else taken | self._written_last
+        self._written_last = taken
+        if whole:
+            self._whole_at = time.monotonic()
+        return compute_all(session, self._reader, written)
 
 
 def _may(who: Identity, node: str, write: bool) -> None:
@@ -160,9 +179,18 @@ def _may(who: Identity, node: str, write: bool) -> None:
                                                                        "read its desired state"))
 
 
-def compute_all(session) -> dict[str, list]:
-    """Every node's desired host-local objects, from one read of the store."""
-    return hostlocal_desired(load_snapshot(session), ag.attachments(session))
+def _numbered(session, node: str, d: str) -> int:
+    """The revision of `node`'s desired state of digest `d` (fathom.store.agents.number_desired):
+    a write the reconciler and the readers of written tables need not read again (the revision
+    is no part of the model, and this cache made it)."""
+    session.connection(execution_options={"model_unchanged": True})
+    return ag.number_desired(session, node, d)
+
+
+def compute_all(session, reader: StoreReader | None = None, written: set | None = None) -> dict[str, list]:
+    """Every node's desired host-local objects, from one read of the store (with `reader`: its
+    parts whose tables are in `written`, None: all)."""
+    return hostlocal_desired((reader or StoreReader()).read(session, None, written), ag.attachments(session))
 
 
 class Interface(BaseModel):

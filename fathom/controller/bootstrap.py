@@ -5,13 +5,15 @@ SONA a node heals itself: the node's OVSDB is monitored (ovsdbapp's IDL keeps a 
 Bridge, Port, Interface and Controller tables), and every change there that concerns the bridges
 (a restarted OVS, a deleted port, another controller target) makes the reconciler re-check the node
 and re-apply whatever is missing, so no operator action is needed. Interfaces appearing, leaving or
-getting a new OpenFlow port number only refresh the port numbers, read from the replica (no
-round trip). `on_change(name, what)` tells the reconciler: what = "ports" or "setup".
+getting a new OpenFlow port number only refresh the port numbers, kept up to date from the
+replica's row notifications (`PortNumbers`: only the rows that changed are read, no round trip).
+`on_change(name, what)` tells the reconciler: what = "ports" or "setup".
 """
 from __future__ import annotations
 
 import logging
 import socket
+import threading
 
 from fathom.controller import channels
 
@@ -72,26 +74,116 @@ def controller_differs(br, targets: list[str]) -> bool:
             or any(list(c.inactivity_probe) != [CONTROLLER_PROBE_MS] for c in br.controller))
 
 
+class PortNumbers:
+    """Interface name -> OpenFlow port number of every bridge, kept from the IDL's row notifications:
+    each notification reads its one row (a bridge's ports, a port's interfaces, an interface's name
+    and number), so asking costs dict lookups, not a walk over every row of the replica. `load`
+    reads the whole replica (on a node's bootstrap check, and after a reconnect, when rows may
+    have gone without a notification). Written from the IDL's thread, read from the reconciler's."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._bridges: dict = {}   # bridge row uuid -> (name, port row uuids)
+        self._ports: dict = {}     # port row uuid -> interface row uuids
+        self._ifaces: dict = {}    # interface row uuid -> (name, OpenFlow port number or None)
+        self._version = 0          # moved by every change of the three above
+        self._made: dict[str, tuple[int, dict[str, int]]] = {}   # bridge -> (version, its port numbers)
+
+    @staticmethod
+    def _bridge(row) -> tuple:
+        return row.name, tuple(p.uuid for p in row.ports)
+
+    @staticmethod
+    def _port(row) -> tuple:
+        return tuple(i.uuid for i in row.interfaces)
+
+    @staticmethod
+    def _iface(row) -> tuple:
+        return row.name, row.ofport[0] if row.ofport and row.ofport[0] > 0 else None
+
+    def load(self, tables) -> None:
+        """Read every Bridge, Port and Interface row of the replica afresh. Under the lock: a row
+        notified meanwhile is read again after this (its notification waits), never overwritten
+        with what this read found before the change."""
+        with self._lock:
+            self._bridges = {u: self._bridge(r) for u, r in list(tables["Bridge"].rows.items())}
+            self._ports = {u: self._port(r) for u, r in list(tables["Port"].rows.items())}
+            self._ifaces = {u: self._iface(r) for u, r in list(tables["Interface"].rows.items())}
+            self._version += 1
+
+    def row(self, table: str, event: str, row, updates=None) -> None:
+        """One row notification (ovs.db.idl: event create | update | delete; `updates` the changed
+        columns' old values)."""
+        read, kept = {"Bridge": (self._bridge, self._bridges), "Port": (self._port, self._ports),
+                      "Interface": (self._iface, self._ifaces)}.get(table, (None, None))
+        if read is None:
+            return
+        if event == "update" and updates is not None and not (_ROW_COLUMNS[table] & set(updates._data)):
+            return
+        value = None if event == "delete" else read(row)
+        with self._lock:
+            if value is None:
+                kept.pop(row.uuid, None)
+            else:
+                kept[row.uuid] = value
+            self._version += 1   # even for the same value: a reconnection's copy may have dropped rows
+
+    def of(self, bridge: str, tables) -> dict[str, int]:
+        """The port numbers of `bridge`. Rows no longer in the replica (`tables`) are left out: a
+        reconnection's new copy of the database drops rows without a notification."""
+        with self._lock:
+            made = self._made.get(bridge)
+            if made is not None and made[0] == self._version:
+                return dict(made[1])
+            out = {}
+            there = tables["Bridge"].rows, tables["Port"].rows, tables["Interface"].rows
+            for uuid, (name, ports) in self._bridges.items():
+                if name != bridge or uuid not in there[0]:
+                    continue
+                for port in ports:
+                    for iface in self._ports.get(port, ()) if port in there[1] else ():
+                        iface_name, ofport = self._ifaces.get(iface, (None, None))
+                        if ofport is not None and iface in there[2]:
+                            out[iface_name] = ofport
+            self._made[bridge] = (self._version, out)
+            return dict(out)
+
+
+# The columns PortNumbers reads of each table
+_ROW_COLUMNS = {"Bridge": frozenset({"name", "ports"}), "Port": frozenset({"interfaces"}),
+                "Interface": frozenset({"name", "ofport"})}
+
+
 class _NotifyingIdl(connection.OvsdbIdl):
-    """The IDL replica of one OVSDB server that reports row changes (from ovsdbapp's thread)."""
+    """The IDL replica of one OVSDB server that reports row changes (from ovsdbapp's thread) and
+    keeps the bridges' port numbers (`port_numbers`) from them."""
 
     def __init__(self, remote, helper, on_change):
         super().__init__(remote, helper, probe_interval=OVSDB_PROBE_MS)
         self._on_change = on_change
-        self.generation = 0    # bumped by every round and change: NodeOvsdb.ofports keeps its reads by it
+        self.port_numbers = PortNumbers()
+        self.reconnected = True   # until the replica is read whole after the connection (re)started
+        self._round: set | None = None   # during a round: what its notifications changed
 
     def run(self):
-        """One round of the IDL (ovsdbapp's thread); a lost or regained connection is a change of
-        the node's setup: the reconciler marks the node or re-checks it at once."""
+        """One round of the IDL (ovsdbapp's thread), told as one change at its end (the rows of
+        one transaction, e.g. a plugged VIF's Port, Interface and Bridge, wake one pass, not three);
+        a lost or regained connection is a change of the node's setup: the reconciler marks the
+        node or re-checks it at once."""
         was = self._session.is_connected()
-        changed = super().run()
-        self.generation += 1   # whatever a read of the replica found during this round may be stale
-        if self._session.is_connected() != was:
-            self._tell("setup")
-        return changed
+        self._round = set()
+        try:
+            return super().run()
+        finally:   # also after a failed round: what its notifications changed is in the replica
+            what, self._round = self._round, None
+            if self._session.is_connected() != was:
+                # a new session's first reply replaces the replica, dropping rows without a notification
+                self.reconnected = True
+                what.add("setup")
+            if what:
+                self._tell("setup" if "setup" in what else "ports")
 
     def _tell(self, what: str) -> None:
-        self.generation += 1
         try:
             self._on_change(what)
         except Exception:  # noqa: BLE001 - a listener's failure must not stop the IDL thread
@@ -101,6 +193,11 @@ class _NotifyingIdl(connection.OvsdbIdl):
         table = row._table.name
         if table == "Open_vSwitch":
             return   # cur_cfg/next_cfg move with every transaction; bridges are seen in Bridge rows
+        try:
+            self.port_numbers.row(table, event, row, updates)
+        except Exception:  # noqa: BLE001 - read whole on the next bootstrap check
+            LOG.exception("OVSDB %s row %s: port numbers not updated", table, event)
+            self.reconnected = True
         if table == "Interface":
             if event == "update" and updates is not None and not (PORT_COLUMNS & set(updates._data)):
                 return
@@ -113,7 +210,10 @@ class _NotifyingIdl(connection.OvsdbIdl):
             what = "ports"   # a port added or removed: an infrastructure port's own row says "setup"
         else:
             what = "setup"
-        self._tell(what)
+        if self._round is not None:
+            self._round.add(what)
+        else:
+            self._tell(what)
 
 
 class NodeOvsdb:
@@ -137,7 +237,6 @@ class NodeOvsdb:
         # ovsdbapp keeps its connection on the API class: one subclass per node keeps them apart
         api_cls = type(f"OvsdbIdl_{name}", (impl_idl.OvsdbIdl,), {"_ovsdb_connection": None})
         self.api = api_cls(conn)
-        self._ofports: dict[str, tuple[int | None, dict[str, int]]] = {}   # bridge -> (IDL generation, ofports)
 
     def close(self):
         try:
@@ -148,24 +247,15 @@ class NodeOvsdb:
     def connected(self) -> bool:
         return self.api.idl._session.is_connected()
 
-    def ofports(self, bridge: str = "br-int") -> dict[str, int]:
-        """Interface name -> OpenFlow port number, for the interfaces of one bridge. Kept until the
-        replica reports a change (reading IDL rows costs per interface, and every pass asks)."""
+    def ofports(self, bridge: str = "br-int", fresh: bool = False) -> dict[str, int]:
+        """Interface name -> OpenFlow port number, for the interfaces of one bridge, as the replica's
+        notifications left them (`fresh`, or the first time after a (re)connection: the replica
+        read whole)."""
         idl = self.api.idl
-        generation = getattr(idl, "generation", None)
-        kept = self._ofports.get(bridge)
-        if kept is not None and generation is not None and kept[0] == generation:
-            return dict(kept[1])
-        out = {}
-        for br in idl.tables["Bridge"].rows.values():
-            if br.name != bridge:
-                continue
-            for port in br.ports:
-                for iface in port.interfaces:
-                    if iface.ofport and iface.ofport[0] > 0:
-                        out[iface.name] = iface.ofport[0]
-        self._ofports[bridge] = (generation, out)
-        return dict(out)
+        if fresh or idl.reconnected:
+            idl.reconnected = False   # first: a reconnection while reading sets it again
+            idl.port_numbers.load(idl.tables)
+        return idl.port_numbers.of(bridge, idl.tables)
 
     def ensure(self, node_id: int, tunnel_ip: str, controller: str, datapath_type: str | None = None) -> bool:
         """Make br-int ours: secure fail mode, our controller, tunnel and uplink ports, and br-int and
@@ -261,7 +351,7 @@ class Bootstrapper:
                                                           on_change=lambda name, what: self.on_change(name, what))
             controller = channels.controller_target(local_ip_towards(node.management_ip), self.controller_port)
             ovsdb.ensure(node.id, node.tunnel_ip, controller, node.datapath_type)
-            self.last_ofports[node.name] = ovsdb.ofports()
+            self.last_ofports[node.name] = ovsdb.ofports(fresh=True)
             return "complete", None, self.last_ofports[node.name]
         except Exception as e:  # noqa: BLE001 - any failure is the node's state, retried next pass
             LOG.warning("node %s: bootstrap failed: %s", node.name, e)

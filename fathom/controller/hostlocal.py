@@ -28,9 +28,12 @@ from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
 from fathom.controller import status
 from fathom.model.routers import effective_modes
 from fathom.store import agents as ag
+from fathom.store.changes import ALL
 from fathom.store.db import READ_ONLY
 
 LOG = logging.getLogger("fathom.hostlocal")
+# The tables the agents' reports and the PPTMon attachments are read from
+TABLES = frozenset({"node_agents", "pptmon_attachments", "nodes"})
 
 
 class HostLocalStatus:
@@ -46,6 +49,8 @@ class HostLocalStatus:
         self.views: dict[str, ag.AgentView] = {}   # the agents as the last pass read them
         self.snapshot = None             # of the last pass, and the PPTMon warnings of its chains then
         self.warnings: dict[int, str] = {}
+        self.attachments: list | None = None   # as the last read found them
+        self._reads = None               # the reconciler's store reads at that read
 
     def prepare(self, rec, snapshot, result):
         return snapshot
@@ -69,11 +74,28 @@ class HostLocalStatus:
                 return True
         return self._down(self._agents(self.views), time.time()) != self.down
 
+    def _stale(self, rec) -> bool:
+        """Whether the agents' reports and the attachments must be read again: the reconciler's
+        store reads since the last one covered their tables, or read the whole store (as the
+        model: writes of this process are seen by table, another's at a sync or audit).
+        Reports that say something new wake a pass that reads their table; a heartbeat is seen
+        with the next read, or at once when its agent looks down without it."""
+        reads, written = getattr(rec, "store_reads", None), getattr(rec, "store_written", None)
+        if (self.attachments is None or reads is None or self._reads is None
+                or self._down(self._agents(self.views), time.time())):
+            return True
+        if reads == self._reads:
+            return False
+        return reads != self._reads + 1 or written is None or ALL in written or bool(TABLES & written)
+
     def after_pass(self, rec, snapshot, result) -> None:
-        with self.Session() as session, session.begin():
-            session.connection(execution_options=READ_ONLY)
-            attachments = ag.attachments(session)
-            self.views = ag.agents(session)
+        stale, self._reads = self._stale(rec), getattr(rec, "store_reads", None)
+        if stale:
+            with self.Session() as session, session.begin():
+                session.connection(execution_options=READ_ONLY)
+                self.attachments = ag.attachments(session)
+                self.views = ag.agents(session)
+        attachments = self.attachments
         agents = self._agents(self.views)
         desired = hostlocal_desired(snapshot, attachments)
         now = time.time()

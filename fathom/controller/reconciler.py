@@ -342,6 +342,9 @@ class Reconciler:
         self._store_changes = TableChanges(engine) if engine is not None else None
         self._store_reader = StoreReader()
         self._written_last: set = set()             # tables (and port rows) the last store read was for
+        # store reads so far, and the tables the last one read again (None: the whole store), for
+        # extensions that keep reads of their own tables across passes (fathom.controller.hostlocal)
+        self.store_reads, self.store_written = 0, None
         self.switches = switches
         self.bootstrapper = bootstrapper
         if hasattr(bootstrapper, "on_change"):
@@ -434,9 +437,20 @@ class Reconciler:
             self._event("ovsdb", ports=name)
 
     def port_status(self, dpid: int) -> None:
-        """An OpenFlow port-status from a switch: its ports changed (OVSDB says which)."""
-        name = next((k.name for k, r in self.results.items() if r.dpid == dpid), None)
-        self._event("port-status", ports=name)
+        """An OpenFlow port-status from a switch: its ports changed (OVSDB says which). Not for a
+        node's br-int whose OVSDB replica holds the port numbers the last pass compiled with: the
+        replica's own notification of the change wakes a pass (it comes before or after this
+        message), and the pass this one would wake finds nothing to do."""
+        key = next((k for k, r in self.results.items() if r.dpid == dpid), None)
+        if key is not None and key.bridge == BR_INT and self._compiled_with_replica(key.name):
+            return
+        self._event("port-status", ports=key.name if key is not None else None)
+
+    def _compiled_with_replica(self, name: str) -> bool:
+        model, current = self.model, getattr(self.bootstrapper, "current", None)
+        node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
+        got = current(node) if node is not None and current is not None else None
+        return got is not None and dict(got[2]) == dict(node.ofports)
 
     def switch_changed(self, dpid: int, _datapath=None) -> None:
         """A switch connected or went away: forget what it held, reconcile it in full."""
@@ -642,6 +656,7 @@ class Reconciler:
         taken = self._store_changes.take() if self._store_changes is not None else None
         written = None if whole or taken is None else taken | self._written_last
         self._written_last = taken or set()
+        self.store_reads, self.store_written = self.store_reads + 1, written
         stored: dict = {}
         with self.Session() as session:
             session.connection(execution_options=READ_ONLY)
@@ -663,7 +678,7 @@ class Reconciler:
         else:
             stored = dict(self.board.statuses)
             stored.update({("node_state", name): st for name, st in self._node_states.items()})
-        write = {k: v for k, v in decided.items() if k[0] == "fabric_switch" or stored.get(k) != v}
+        write = {k: v for k, v in decided.items() if stored.get(k) != v}
         node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
         if write or node_states:
             from fathom.store.status import write_statuses

@@ -6,6 +6,7 @@ arithmetic. Anything the switch reports in another but equivalent form is normal
 """
 from __future__ import annotations
 
+import operator
 import struct
 
 from fathom.openflow import spec as s
@@ -210,6 +211,73 @@ WIRE_CACHE_MAX = 500_000   # entries (~150 bytes each); the older half is droppe
 _XID = struct.Struct("!I")
 
 
+# A flow-mod is its fixed fields, its match (one OXM TLV per field, in os-ken's order) and its
+# instructions. Most of a new flow's parts were seen before in other flows (in_port=3, a network's
+# metadata, the same actions): each part is encoded once by os-ken and kept, so a new flow costs
+# dict lookups and one struct pack (the bytes equal os-ken's: tests/unit/test_spec_encode.py).
+_FIELD_CACHE: dict[tuple, tuple[int, bytes]] = {}     # (version, field, value) -> (os-ken's sort key, TLV)
+_INSTRUCTIONS_CACHE: dict[tuple, bytes] = {}         # (version, actions) -> instructions
+_PART_CACHE_MAX = 200_000
+_MATCH_HEADER = struct.Struct("!HH")
+
+
+def _bounded(cache: dict, key, value):
+    if len(cache) >= _PART_CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _field(ofp, parser, name: str, value) -> tuple[int, bytes]:
+    key = (ofp.OFP_VERSION, name, value)
+    got = _FIELD_CACHE.get(key)
+    if got is None:
+        match = parser.OFPMatch(**{name: value})
+        buf = bytearray()
+        match.serialize(buf, 0)
+        num = ofp.oxm_from_user(*match._fields2[0])[0]
+        got = _bounded(_FIELD_CACHE, key, (num[0] if isinstance(num, tuple) else num, bytes(buf[4:match.length])))
+    return got
+
+
+def _match_bytes(ofp, parser, flow: s.FlowSpec) -> bytes:
+    """The ofp_match of a flow, as os-ken serialises it: fields sorted by OXM type (a stable sort:
+    fields of one experimenter stay in the spec's order), padded to 8 bytes."""
+    fields = [_field(ofp, parser, name, value) for name, value in flow.match]
+    fields.sort(key=operator.itemgetter(0))
+    body = b"".join(tlv for _, tlv in fields)
+    length = 4 + len(body)
+    return _MATCH_HEADER.pack(ofp.OFPMT_OXM, length) + body + bytes(-length % 8)
+
+
+def _instructions_bytes(ofp, parser, flow: s.FlowSpec) -> bytes:
+    key = (ofp.OFP_VERSION, flow.actions)
+    got = _INSTRUCTIONS_CACHE.get(key)
+    if got is None:
+        buf = bytearray()
+        for inst in instructions(parser, ofp, flow):
+            inst.serialize(buf, len(buf))
+        got = _bounded(_INSTRUCTIONS_CACHE, key, bytes(buf))
+    return got
+
+
+def flow_mod_bytes(dp, flow: s.FlowSpec, delete: bool = False) -> bytes:
+    """The bytes of `flow_mod(dp, flow, delete)` serialised with xid 0, from kept parts."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if delete:
+        fixed = (flow.cookie, 0xFFFFFFFFFFFFFFFF, flow.table, ofp.OFPFC_DELETE_STRICT, 0, 0, flow.priority,
+                 ofp.OFP_NO_BUFFER, ofp.OFPP_ANY, ofp.OFPG_ANY, 0)
+        tail = b""
+    else:
+        fixed = (flow.cookie, 0, flow.table, ofp.OFPFC_ADD, 0, 0, flow.priority, ofp.OFP_NO_BUFFER, 0, 0, 0)
+        tail = _instructions_bytes(ofp, parser, flow)
+    if ofp.OFP_VERSION >= 0x05:
+        fixed += (0,)   # importance
+    body = struct.pack(ofp.OFP_FLOW_MOD_PACK_STR0, *fixed) + _match_bytes(ofp, parser, flow) + tail
+    return struct.pack(ofp.OFP_HEADER_PACK_STR, ofp.OFP_VERSION, ofp.OFPT_FLOW_MOD,
+                       ofp.OFP_HEADER_SIZE + len(body), 0) + body
+
+
 class Wire:
     """One message to a switch, built from a spec: `wire(xid)` its bytes (cached, see above),
     `message()` the os-ken message (for the request/reply path). kind: flow | group | meter;
@@ -230,10 +298,13 @@ class Wire:
         key = (self.dp.ofproto.OFP_VERSION, self.kind, self.command, self.spec)
         body = _WIRE_CACHE.get(key)
         if body is None:
-            msg = self.message()
-            msg.set_xid(0)
-            msg.serialize()
-            body = bytes(msg.buf)
+            if self.kind == "flow":
+                body = flow_mod_bytes(self.dp, self.spec, delete=self.command == "delete")
+            else:
+                msg = self.message()
+                msg.set_xid(0)
+                msg.serialize()
+                body = bytes(msg.buf)
             if len(_WIRE_CACHE) >= WIRE_CACHE_MAX:
                 for old in list(_WIRE_CACHE)[:WIRE_CACHE_MAX // 2]:
                     del _WIRE_CACHE[old]

@@ -6,7 +6,7 @@ transaction commits (a rolled-back write counts for nothing). A DELETE also coun
 whose foreign keys cascade from it (ON DELETE CASCADE / SET NULL, transitively); a statement whose
 table cannot be told (raw SQL) counts for every table (`ALL`). Statements run with the execution
 option `model_unchanged=True` (the reconciler's own status writes: statuses are not part of the
-model) are not counted. Writes by another process are not seen: an explicit sync or the audit
+model; an agent's desired-state revision) are not counted. Writes by another process are not seen: an explicit sync or the audit
 reads the whole store.
 
 Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
@@ -30,7 +30,6 @@ from sqlalchemy.sql.elements import BindParameter, BinaryExpression, BooleanClau
 ALL = "*"
 _DML = re.compile(r"\s*(insert|update|delete|replace)\b", re.IGNORECASE)
 _WHERE = re.compile(r"\bwhere\b", re.IGNORECASE)
-_PENDING = "fathom_written"
 # The tables noted by row: table -> (its key columns usable in a WHERE -> the token kind they name).
 PORT_ROWS = {
     "ports": {"id": "port"},
@@ -65,6 +64,9 @@ class TableChanges:
     def __init__(self, engine: Engine):
         self._lock = threading.Lock()
         self._written: set = set()
+        # a connection's writes not yet committed, under a key of this tracker's own (an engine may
+        # have several: the reconciler's, the agents' desired state)
+        self._pending = f"fathom_written_{id(self)}"
         self._cascade = _cascades()
         event.listen(engine, "after_cursor_execute", self._executed)
         event.listen(engine, "commit", self._committed)
@@ -83,7 +85,7 @@ class TableChanges:
             return
         if not (context.isinsert or context.isupdate or context.isdelete):
             if _DML.match(statement or ""):
-                conn.info.setdefault(_PENDING, set()).add(ALL)
+                conn.info.setdefault(self._pending, set()).add(ALL)
             return
         table = getattr(getattr(context.compiled, "statement", None), "table", None)
         name = getattr(table, "name", None)
@@ -92,18 +94,18 @@ class TableChanges:
         if context.isdelete and name:
             cascaded = self._cascade.get(name, set())
             names |= {("port_cascade", t) for t in cascaded} if rows and name == "ports" else cascaded
-        conn.info.setdefault(_PENDING, set()).update(names)
+        conn.info.setdefault(self._pending, set()).update(names)
         if not conn.in_transaction():   # autocommit: there will be no commit event
             self._committed(conn)
 
     def _committed(self, conn) -> None:
-        written = conn.info.pop(_PENDING, None)
+        written = conn.info.pop(self._pending, None)
         if written:
             with self._lock:
                 self._written |= written
 
     def _rolled_back(self, conn) -> None:
-        conn.info.pop(_PENDING, None)
+        conn.info.pop(self._pending, None)
 
 
 def _port_rows(context, table) -> set | None:

@@ -16,6 +16,7 @@ from fathom.store.external_models import FloatingIp as FloatingIpRow
 from fathom.store.external_models import RouterGateway as RouterGatewayRow
 from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
+from fathom.store.fabric_models import FabricSwitch
 from fathom.store.status import dhcp_status_value
 
 
@@ -277,9 +278,11 @@ def _taps(session, seen, _parts) -> dict:
     return {"taps": tuple(taps)}
 
 
-def _secgroups(session, _seen, _parts) -> dict:
-    groups = tuple(SecurityGroup(g.id, g.name, g.project_id)
-                   for g in session.scalars(select(m.SecurityGroup).order_by(m.SecurityGroup.id)))
+def _secgroups(session, seen, _parts) -> dict:
+    rows = list(session.scalars(select(m.SecurityGroup).order_by(m.SecurityGroup.id)))
+    for g in rows:
+        seen[("security_group", g.id)] = (g.status, g.status_reason)
+    groups = tuple(SecurityGroup(g.id, g.name, g.project_id) for g in rows)
     rules = tuple(SecurityGroupRule(r.id, r.group_id, r.direction, r.ethertype, r.protocol, r.port_range_min,
                                     r.port_range_max, r.remote_ip_prefix, r.remote_group_id)
                   for r in session.scalars(select(m.SecurityGroupRule).order_by(m.SecurityGroupRule.id)))
@@ -306,25 +309,31 @@ def _floating_ips(session, seen, _parts) -> dict:
     return {"fips": tuple(fips)}
 
 
-def _fabric(session, _seen, _parts) -> dict:
+def _fabric(session, seen, _parts) -> dict:
+    for sw in session.execute(select(FabricSwitch.id, FabricSwitch.status, FabricSwitch.status_reason)):
+        seen[("fabric_switch", sw.id)] = (sw.status, sw.status_reason)
     return {"fabric": load_fabric(session)}
 
 
 _READERS = {"nodes": _nodes, "networks": _networks, "subnets": _subnets, "ports": _ports, "routers": _routers,
             "taps": _taps, "secgroups": _secgroups, "gateways": _gateways, "floating_ips": _floating_ips,
-            "fabric": _fabric, "chains": lambda session, _seen, _parts: _chains(session)}
+            "fabric": _fabric, "chains": lambda session, seen, _parts: _chains(session, seen)}
 
 
 def _range(low, high) -> tuple[int, int] | None:
     return None if low is None else (low, high)
 
 
-def _chains(session) -> dict:
+def _chains(session, seen: dict) -> dict:
     """Port pairs, groups (members in id order), flow classifiers and chains (groups in order)."""
     pairs = list(session.scalars(select(sm.PortPair).order_by(sm.PortPair.id)))
     groups = list(session.scalars(select(sm.PortPairGroup).order_by(sm.PortPairGroup.id)))
     fcs = list(session.scalars(select(sm.FlowClassifier).order_by(sm.FlowClassifier.id)))
     chains = list(session.scalars(select(sm.PortChain).order_by(sm.PortChain.id)))
+    for kind, rows in (("port_pair", pairs), ("port_pair_group", groups), ("flow_classifier", fcs),
+                       ("port_chain", chains)):
+        for row in rows:
+            seen[(kind, row.id)] = (row.status, row.status_reason)
     return {
         "port_pairs": tuple(PortPair(p.id, p.name, p.project_id, p.ingress_port_id, p.egress_port_id) for p in pairs),
         "port_pair_groups": tuple(PortPairGroup(g.id, g.name, g.project_id,

@@ -8,6 +8,7 @@ down, pending, error, active); a node's datapath type follows the override, else
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -194,3 +195,41 @@ def test_statuses_of_what_agents_hold():
     bad = {**ok, "pptmon_attachment:3": {"status": "error", "reason": "no interface 'a'"}}
     assert status.hostlocal(want, {"gw": view(bad)}, now, 15)[("pptmon_attachment", 3)] == \
         ("error", "node gw: no interface 'a'")
+
+
+def test_the_desired_state_read_part_by_part_equals_one_from_a_whole_read(api):
+    """The long-polls' desired state follows the store through reads of its written parts only
+    (ports patched by row): after every kind of change it equals the state from a whole read."""
+    r = _cloud(api)
+    net = api.get("/networks", name="blue")[0]
+    cache = api.app.state.agent_desired
+
+    def same() -> None:
+        snap, atts = _snapshot(api)
+        want = desired(snap, atts)
+        for node in ("c1", "gw"):
+            got = api.get(f"/agents/{node}/desired", headers=("admin", "agent", node))["objects"]
+            assert got == json.loads(json.dumps([to_json(o) for o in want[node]])), node
+
+    same()
+    whole = dict(cache._reader.reads)
+    p1 = api.post("/ports", {"network_id": net["id"], "name": "vm1", "node": "c1", "interface_name": "tap1"})
+    same()                                                         # a DHCP server on c1 with its host
+    p2 = api.post("/ports", {"network_id": net["id"], "name": "vm2", "node": "c1", "interface_name": "tap2"})
+    same()
+    assert cache._reader.reads.get("ports") == whole.get("ports") and cache._reader.patches.get("ports")
+    api.patch(f"/ports/{p1['id']}", {"node": None})                  # unbound: no host of c1's server
+    same()
+    api.patch(f"/ports/{p1['id']}", {"node": "c1"})
+    same()
+    api.patch(f"/ports/{p2['id']}", {"node": "gw"})                 # moves to gw: a server there too
+    same()
+    api.delete(f"/ports/{p1['id']}")
+    same()
+    api.patch(f"/subnets/{api.get('/subnets', network_id=net['id'])[0]['id']}", {"enable_dhcp": False})
+    same()
+    api.patch(f"/routers/{r['id']}", {"mode": "network-node", "gateway_node": "gw"})
+    same()
+    api.post("/pptmon/attachments", {"name": "a", "node": "gw", "chain": "c", "in_interface": "x",
+                                     "out_interface": "y"})
+    same()

@@ -391,3 +391,53 @@ def test_every_shipped_topology_converges_in_one_pass_and_stays(tmp_path, path, 
         assert set(statuses) == {"active"}
     finally:
         c.close()
+
+
+def test_statuses_are_written_only_where_the_store_differs_a_fabric_switch_too(tmp_path, monkeypatch):
+    """A pass that changes no status writes none, opening no write transaction (not even for the
+    ToR's, kept with the fabric's part of the store); the ToR's status still follows its switch."""
+    from fathom.store import status as store_status
+    c = Cloud(tmp_path, BENCH / "l3.yaml", with_fabric=True)
+    try:
+        writes: list[dict] = []
+        write = store_status.write_statuses
+        monkeypatch.setattr(store_status, "write_statuses",
+                            lambda session, statuses, node_states={}: (writes.append(dict(statuses)),
+                                                                        write(session, statuses, node_states)))
+        tor = c.get("/fabric/switches")[0]
+        c.rec.run_pass()
+        assert c.get("/fabric/switches")[0]["status"] == "active"
+        writes.clear()
+        c.rec.run_pass(audit=False)                                    # nothing happened
+        c.rec.wake()
+        c.rec.run_pass(audit=False)                                    # an API write that changed nothing
+        c.rec.wake()
+        c.rec.run_pass(audit=False)
+        assert writes == []
+        c.switches.disconnect(datapath_id_tor(tor["id"]))
+        c.rec.run_pass(audit=False)
+        got = c.get("/fabric/switches")[0]
+        assert got["status"] == "error" and "connection closed" in got["status_reason"], got
+        assert ("fabric_switch", tor["id"]) in writes[-1]
+    finally:
+        c.close()
+
+
+def test_a_port_status_wakes_a_pass_only_when_the_replica_differs_from_what_was_compiled(cloud):
+    """The OVSDB replica's notification of a plug wakes the pass; the switch's port-status about
+    the same port wakes none when the replica holds the numbers the last pass compiled with, and
+    one when it does not (the replica changed, its notification not yet taken, or lost)."""
+    cloud.rec.run_pass()
+    dpid = datapath_id(cloud.nodes["compute1"])
+    cloud.rec._take_events()
+    cloud.rec.port_status(dpid)
+    assert not cloud.rec._wake.is_set()
+    cloud.boot.ofports["compute1"]["vm-new"] = 77
+    cloud.rec.port_status(dpid)
+    assert cloud.rec._wake.is_set() and cloud.rec._take_events().ports == {"compute1"}
+    cloud.rec.run_pass(audit=False)
+    cloud.rec.port_status(dpid)
+    assert not cloud.rec._wake.is_set()
+    cloud.boot.failing.add("compute1")                 # its OVSDB connection is down: cannot tell
+    cloud.rec.port_status(dpid)
+    assert cloud.rec._wake.is_set()

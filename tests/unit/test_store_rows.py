@@ -176,3 +176,14 @@ def test_a_port_delete_cascade_is_the_ports_own_rows_or_a_column_the_ports_part_
                         ("floating_ips", "port_id")}
     # the ports part reads only floating IPs' address ports, whose deletes are restricted
     assert metadata.tables["floating_ips"].c.address_port_id.foreign_keys.pop().ondelete == "RESTRICT"
+
+
+def test_every_tracker_of_an_engine_sees_every_write(api):  # noqa: F811
+    """The reconciler and the agents' desired state each follow the store's writes with a tracker
+    of their own on the same engine: a commit counts for both."""
+    engine = api.app.state.engine
+    first, second = TableChanges(engine), TableChanges(engine)
+    api.post("/nodes", {"name": "n9", "tunnel_ip": "198.18.0.9"})
+    assert "nodes" in first.take() and "nodes" in second.take()
+    api.post("/networks", {"name": "n9-net"})
+    assert "networks" in second.take() and "networks" in first.take()

@@ -4,9 +4,9 @@ Brings up the fathom half of `fathom bench ovn-compare`'s lab (labs named <prefi
 twice by 50 ports exactly as the bench does (API call, then the VIF at once; CPU to all up and over a
 20 s window), and records for each batch the controller's `/v1/health` before and after
 (`pass_steps_total`: seconds per pass step; `switch_diffs`) and, with --spy, py-spy's samples of the
-thread holding the GIL (50 Hz, raw folded stacks). Run as root from a worktree:
+thread holding the GIL (50 Hz unless --rate, raw folded stacks). Run as root from a worktree:
 
-    .venv/bin/python docs/benchmarks/ovn-compare/cpdiff/profile/profile.py OUT [--spy] [--prefix cpd]
+    .venv/bin/python docs/benchmarks/ovn-compare/cpdiff/profile/profile.py OUT [--spy] [--rate HZ] [--prefix cpd]
 
 writes OUT.json (and OUT-0.txt, OUT-1.txt with --spy); the lab is removed at the end.
 """
@@ -19,6 +19,7 @@ from fathom.bench.ovncompare import Bench
 
 out = sys.argv[1]
 prefix = sys.argv[sys.argv.index("--prefix") + 1] if "--prefix" in sys.argv else "cpd"
+rate = sys.argv[sys.argv.index("--rate") + 1] if "--rate" in sys.argv else "50"
 bench = Bench(prefix=prefix, repeats=1, ports=1, seconds=2, batch=50, window_s=20, rest_s=0,
               progress=lambda m: print(m, file=sys.stderr))
 fathom = bench.systems[0]
@@ -32,7 +33,7 @@ try:
         spy = None
         if "--spy" in sys.argv:
             spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "-p", str(pid),
-                                    "-r", "50", "--gil", "-o", f"{out}-{k}.txt", "-f", "raw", "-d", "20",
+                                    "-r", rate, "--gil", "-o", f"{out}-{k}.txt", "-f", "raw", "-d", "20",
                                     "--nonblocking"])
         grown = bench.grow(fathom, 50)
         if spy:

@@ -1,0 +1,126 @@
+"""A node's OpenFlow port numbers as the controller keeps them (fathom.controller.bootstrap), against
+a real ovsdb-server and a dummy-datapath ovs-vswitchd: kept from the replica's row notifications,
+they follow every plug, renumbering, rename and unplug, a port moved to another bridge, and a
+reconnection that replaces the replica (rows gone without a notification); and they always equal a
+fresh read of the whole replica."""
+from __future__ import annotations
+
+import random
+import subprocess
+import time
+
+import pytest
+
+from fathom.controller import channels
+from fathom.controller.bootstrap import NodeOvsdb
+
+from .test_spec_ovs import Ovs
+
+
+@pytest.fixture
+def node(tmp_path):
+    """(Ovs, NodeOvsdb of it, ovsdb-server's control socket): the database also on TCP at a
+    loopback address of its own, as a node's is on its management address."""
+    ip = f"127.{random.randint(64, 250)}.{random.randint(1, 250)}.{random.randint(1, 250)}"
+    ovs = Ovs(tmp_path).start()
+    ctl = f"{tmp_path}/ovsdb-server.{ovs.procs[0].pid}.ctl"
+    ovs.run("ovs-appctl", "-t", ctl, "ovsdb-server/add-remote", f"ptcp:6640:{ip}")
+    for br in ("br-int", "br-phy"):
+        ovs.vsctl("add-br", br, "--", "set", "bridge", br, "datapath_type=dummy")
+    channels.use_plain_tcp()
+    node = NodeOvsdb("n1", ip)
+    try:
+        _until(node.connected, "connected")
+        yield ovs, node, ctl
+    finally:
+        node.close()
+        ovs.stop()
+
+
+def _until(check, what: str, timeout: float = 10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"not {what} within {timeout} s")
+
+
+LOCAL = 65534   # a bridge's own internal port
+
+
+def _settles(node: NodeOvsdb, **want: dict) -> None:
+    """The kept numbers of each bridge reach `want` (and the bridge's own port, when it has
+    others), then equal a read of the whole replica (which the controller does on a bootstrap check:
+    only after every bridge was checked, as it would hide a stale kept number)."""
+    want = {br.replace("_", "-"): {br.replace("_", "-"): LOCAL, **ports} if ports else {}
+            for br, ports in want.items()}
+    kept = lambda: {br: node.ofports(br) for br in want}  # noqa: E731
+    try:
+        _until(lambda: kept() == want, f"ports {want}")
+    except AssertionError:
+        raise AssertionError(f"kept {kept()}, want {want}") from None
+    fresh = {br: node.ofports(br, fresh=True) for br in want}
+    assert fresh == want, fresh
+
+
+def test_port_numbers_follow_every_change_of_the_replica(node):
+    ovs, node, _ = node
+    _settles(node, br_int={"br-int": LOCAL})
+    ovs.vsctl("add-port", "br-int", "vif1", "--", "set", "interface", "vif1", "type=internal", "ofport_request=7")
+    ovs.vsctl("add-port", "br-int", "vif2", "--", "set", "interface", "vif2", "type=internal", "ofport_request=8")
+    _settles(node, br_int={"vif1": 7, "vif2": 8})
+    ovs.vsctl("set", "interface", "vif1", "ofport_request=9")         # renumbered
+    _settles(node, br_int={"vif1": 9, "vif2": 8})
+    ovs.vsctl("del-port", "br-int", "vif2")                           # unplugged
+    _settles(node, br_int={"vif1": 9})
+    ovs.vsctl("add-port", "br-phy", "up1", "--", "set", "interface", "up1", "type=internal", "ofport_request=3")
+    _settles(node, br_int={"vif1": 9}, br_phy={"up1": 3})          # each bridge apart
+    ovs.vsctl("del-port", "br-phy", "up1", "--", "add-port", "br-int", "up1", "--",   # moved between bridges
+              "set", "interface", "up1", "type=internal", "ofport_request=3")
+    _settles(node, br_int={"vif1": 9, "up1": 3}, br_phy={"br-phy": LOCAL})
+    ovs.vsctl("del-br", "br-phy")
+    _settles(node, br_phy={})
+
+
+def test_a_reconnection_that_replaces_the_replica_drops_what_is_gone(node):
+    """A change made while the controller is cut off from a restarted ovsdb-server arrives as a
+    new copy of the whole database, with no notification for the rows that went: they must not
+    linger."""
+    ovs, node, ctl = node
+    ovs.vsctl("add-port", "br-int", "vif1", "--", "set", "interface", "vif1", "type=internal", "ofport_request=4")
+    ovs.vsctl("add-port", "br-int", "vif2", "--", "set", "interface", "vif2", "type=internal", "ofport_request=5")
+    ovs.vsctl("add-port", "br-phy", "old", "--", "set", "interface", "old", "type=internal", "ofport_request=2")
+    _settles(node, br_int={"vif1": 4, "vif2": 5}, br_phy={"old": 2})
+    server = ovs.procs[0]
+    server.terminate()
+    server.wait(timeout=10)
+    _until(lambda: not node.connected(), "disconnected")
+    (ovs.base / "db.sock").unlink(missing_ok=True)
+    ovs.procs[0] = subprocess.Popen(["ovsdb-server", str(ovs.base / "conf.db"), f"--remote=p{ovs.db}",
+                                     f"--log-file={ovs.base}/ovsdb.log"], env=ovs.env)
+    _until(lambda: (ovs.base / "db.sock").exists(), "ovsdb-server back")
+    ovs.vsctl("del-port", "br-int", "vif2", "--", "del-br", "br-phy")   # a new br-phy row, its old one gone
+    ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=dummy", "--",
+              "add-port", "br-phy", "vif3", "--", "set", "interface", "vif3", "type=internal", "ofport_request=6")
+    ctl = f"{ovs.base}/ovsdb-server.{ovs.procs[0].pid}.ctl"
+    ovs.run("ovs-appctl", "-t", ctl, "ovsdb-server/add-remote", f"ptcp:6640:{node.remote.split(':')[1]}")
+    _until(node.connected, "connected again", timeout=20)
+    # as if the node's bootstrap check had read the replica whole just before the new copy arrived:
+    # from here on only the notifications (and the rows still there) tell what is gone
+    node.api.idl.reconnected = False
+    _settles(node, br_int={"vif1": 4}, br_phy={"vif3": 6})
+
+
+def test_a_plugged_vif_is_told_once_per_round_of_the_replica(node):
+    """The rows one transaction changes (a VIF's Port and Interface, its bridge's port list) arrive in
+    one round of the IDL and are told as one change of the node's ports: plugging a VIF wakes the
+    reconciler for its rows, then for its OpenFlow port number (ovs-vswitchd's own transaction)."""
+    ovs, node, _ = node
+    told: list[str] = []
+    node.api.idl._on_change = told.append
+    ovs.vsctl("add-port", "br-int", "vif1", "--", "set", "interface", "vif1", "type=internal", "ofport_request=7")
+    _settles(node, br_int={"vif1": 7})
+    time.sleep(0.3)
+    assert told and set(told) == {"ports"} and len(told) <= 2, told
