@@ -13,6 +13,7 @@ import pytest
 
 from fathom.controller import channels
 from fathom.controller.bootstrap import NodeOvsdb
+from fathom.lab.ovs import wait_for
 
 from .test_spec_ovs import Ovs
 
@@ -30,21 +31,11 @@ def node(tmp_path):
     channels.use_plain_tcp()
     node = NodeOvsdb("n1", ip)
     try:
-        _until(node.connected, "connected")
+        wait_for(node.connected, 10, "connected", interval=0.02)
         yield ovs, node, ctl
     finally:
         node.close()
         ovs.stop()
-
-
-def _until(check, what: str, timeout: float = 10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"not {what} within {timeout} s")
 
 
 LOCAL = 65534   # a bridge's own internal port
@@ -58,7 +49,7 @@ def _settles(node: NodeOvsdb, **want: dict) -> None:
             for br, ports in want.items()}
     kept = lambda: {br: node.ofports(br) for br in want}  # noqa: E731
     try:
-        _until(lambda: kept() == want, f"ports {want}")
+        wait_for(lambda: kept() == want, 10, f"ports {want}", interval=0.02)
     except AssertionError:
         raise AssertionError(f"kept {kept()}, want {want}") from None
     fresh = {br: node.ofports(br, fresh=True) for br in want}
@@ -96,17 +87,17 @@ def test_a_reconnection_that_replaces_the_replica_drops_what_is_gone(node):
     server = ovs.procs[0]
     server.terminate()
     server.wait(timeout=10)
-    _until(lambda: not node.connected(), "disconnected")
+    wait_for(lambda: not node.connected(), 10, "disconnected", interval=0.02)
     (ovs.base / "db.sock").unlink(missing_ok=True)
     ovs.procs[0] = subprocess.Popen(["ovsdb-server", str(ovs.base / "conf.db"), f"--remote=p{ovs.db}",
                                      f"--log-file={ovs.base}/ovsdb.log"], env=ovs.env)
-    _until(lambda: (ovs.base / "db.sock").exists(), "ovsdb-server back")
+    wait_for(lambda: (ovs.base / "db.sock").exists(), 10, "ovsdb-server back", interval=0.02)
     ovs.vsctl("del-port", "br-int", "vif2", "--", "del-br", "br-phy")   # a new br-phy row, its old one gone
     ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=dummy", "--",
               "add-port", "br-phy", "vif3", "--", "set", "interface", "vif3", "type=internal", "ofport_request=6")
     ctl = f"{ovs.base}/ovsdb-server.{ovs.procs[0].pid}.ctl"
     ovs.run("ovs-appctl", "-t", ctl, "ovsdb-server/add-remote", f"ptcp:6640:{node.remote.split(':')[1]}")
-    _until(node.connected, "connected again", timeout=20)
+    wait_for(node.connected, 20, "connected again", interval=0.02)
     # as if the node's bootstrap check had read the replica whole just before the new copy arrived:
     # from here on only the notifications (and the rows still there) tell what is gone
     node.api.idl.reconnected = False
