@@ -110,10 +110,15 @@ class FathomOFApp(app_manager.OSKenApp):
             reply.settle(ev.msg)
 
     def expect(self, dp, xid: int) -> Reply:
-        """Await the reply (or error) to request `xid` on dp's connection: register before sending."""
+        """Await the reply (or error) to request `xid` on dp's connection: register before sending.
+        On a connection already closed the reply is settled at once (its close was handled before
+        we registered, and a send may still be queued while os-ken's send loop winds down)."""
         reply = Reply(dp)
         with self.lock:
-            self.pending[(dp.id, xid)] = reply
+            if self.datapaths.get(dp.id) is dp and dp.state != DEAD_DISPATCHER:
+                self.pending[(dp.id, xid)] = reply
+            else:
+                reply.settle(None)
         return reply
 
     def forget(self, dp, xid: int) -> None:

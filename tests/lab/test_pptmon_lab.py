@@ -238,6 +238,15 @@ def segments_at_both_ends(c, tmp_path, traffic):
     return measure.l4_bytes(p_cli, c.client_ip), measure.l4_bytes(p_srv, c.client_ip), p_mid
 
 
+def per_connection(segments: list[bytes]) -> dict[bytes, list[bytes]]:
+    """Segments by their port pair, each connection's in its order: the chain keeps the order
+    within a connection, not across connections (they may take different CPUs)."""
+    out: dict[bytes, list[bytes]] = {}
+    for seg in segments:
+        out.setdefault(seg[:4], []).append(seg)
+    return out
+
+
 def test_syn_through_four_vnfs_byte_identical(make_chain, tmp_path):
     """Linux's SYN has 20 bytes of options (MSS, SACK permitted, timestamps, window scale):
     with the source's 12 and two transit entries the option space is full at the sink.  The
@@ -251,7 +260,7 @@ def test_syn_through_four_vnfs_byte_identical(make_chain, tmp_path):
         c, tmp_path, lambda: measure.transfer(c, "tcp", bytes=20_000))
     syns = [b for b in sent if b[13] & 0x02]
     assert len(syns) == 1 and (syns[0][12] >> 4) * 4 == 40        # 20 bytes of options
-    assert len(sent) > 10 and got == sent
+    assert len(sent) > 10 and per_connection(got) == per_connection(sent)
     assert any(line for line in measure.tshark(mid, "-Y", "tcp.flags.syn == 1 && tcp.option_kind == 254"))
     recs = wait_records(c.name, 5)
     syn_recs = [r for r in recs if r["flow"]["tcp_seq"] == int.from_bytes(syns[0][4:8], "big")]
@@ -303,7 +312,7 @@ def test_timestamps_and_sack_through_three_vnfs_byte_identical(make_chain, tmp_p
 
     one_block = [s for s in sent if sack_blocks(s) == 1 and (s[12] >> 4) * 4 == 44]
     assert len(one_block) >= 3, "no ACK with timestamps and exactly one SACK block"
-    assert got == sent
+    assert per_connection(got) == per_connection(sent)
     recs = [r for r in wait_records(c.name, 50) if r["skipped"]]
     assert recs and all([h["vnf"] for h in r["hops"]] == [1, 2] and r["skipped"] == 1
                         and not r["sink_measured"] and r["restored"] for r in recs)

@@ -1,8 +1,10 @@
 """Fixtures for tests that build real labs. Every lab is torn down, even when a test fails."""
 import contextlib
 import re
+import shutil
 import time
 import subprocess
+from pathlib import Path
 
 import httpx
 
@@ -23,7 +25,21 @@ def running_lab(name: str, topology_text: str | None = None, standalone: bool = 
         yield lab
         assert_incremental_held(lab)
     finally:
+        keep_logs(lab)
         lab.down()
+
+
+LOGS = Path("/tmp/fathom-lab-logs")
+
+
+def keep_logs(lab: Lab) -> None:
+    """The lab's logs (controller, agents, OVS) outlive it, in LOGS/<lab>, to read after a failure."""
+    dest = LOGS / lab.name
+    shutil.rmtree(dest, ignore_errors=True)
+    for log in lab.dir.rglob("*.log") if lab.dir.exists() else ():
+        target = dest / log.relative_to(lab.dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log, target)
 
 
 def assert_incremental_held(lab: Lab) -> None:
