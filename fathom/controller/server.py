@@ -87,6 +87,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
     without. Its admin credential is `state_dir`/admin-token (created at the first start)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # ovsdbapp logs an unreachable node's OVSDB at ERROR on every try; our bootstrap logs the
+    # same failure once per pass as the node's state (WARNING), and retries
+    logging.getLogger("ovsdbapp.backend.ovs_idl.idlutils").setLevel(logging.CRITICAL)
     engine = open_store(db_url, migrate_apart=True)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))

@@ -11,7 +11,7 @@ from fathom.client import Client
 from fathom.host.exec import run
 from fathom.lab.ovs import wait_for
 
-from .util import lab_api, ping, running_lab
+from .util import controller_log, lab_api, ping, running_lab
 
 VM_IP, VM_MAC = "198.19.1.50", "02:fa:00:00:01:50"
 
@@ -87,4 +87,4 @@ def test_a_flow_deleted_behind_our_back_is_put_back_by_the_check(lab):
     t0 = time.monotonic()
     wait_for(restored, 30, "the deleted flow back")       # the lab checks every 10 s
     assert time.monotonic() - t0 < 30
-    assert health(lab)["drift"].get("openflow", 0) >= drift + 1
+    assert health(lab)["drift"].get("openflow", 0) >= drift + 1, controller_log(lab)

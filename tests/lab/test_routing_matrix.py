@@ -21,7 +21,7 @@ import pytest
 
 from fathom.lab.ovs import wait_for
 
-from .util import await_status, running_lab, sh, tor_vlans, lab_api as api
+from .util import await_status, controller_log, running_lab, sh, tor_vlans, lab_api as api
 
 NETWORKS = {   # name -> (type, segmentation id, third octet)
     "nx1": ("vxlan", 2001, 61), "nv1": ("vlan", 131, 71),
@@ -137,7 +137,7 @@ def check_trunks(lab, mode: str, routed: set[str]) -> None:
     st = api(lab).get("/fabric/switches/1/status").json()
     assert st["in_sync"], st
     for p in st["ports"]:   # what each node's br-int really sends is allowed on its port
-        assert p["vlans_blocked"] == [] and set(p["vlans_sent"]) <= set(p["vlans"]), p
+        assert p["vlans_blocked"] == [] and set(p["vlans_sent"]) <= set(p["vlans"]), (p, controller_log(lab))
 
 
 ALL = set(NETWORKS)
@@ -198,6 +198,6 @@ def test_fabric(lab, drops):
     # now m1, on the same node, sends to that MAC up c4's trunk: first, alone, before any routed
     # frame from the ToR could teach a learning bridge on the way where that MAC really is
     out = ping_all(lab, [("m1", "v2")])[("m1", "v2")]
-    assert echoes(out) == (2, {"63"}), out
+    assert echoes(out) == (2, {"63"}), out + controller_log(lab)
     check_matrix(lab, "fabric", VLANS, drops)
     check_trunks(lab, "fabric", VLANS)

@@ -32,6 +32,12 @@ def running_lab(name: str, topology_text: str | None = None, standalone: bool = 
 LOGS = Path("/tmp/fathom-lab-logs")
 
 
+def controller_log(lab: Lab, lines: int = 40) -> str:
+    """The last lines of the lab controller's log, for an assertion's message."""
+    log = lab.dir / "controller.log"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+
+
 def keep_logs(lab: Lab) -> None:
     """The lab's logs (controller, agents, OVS) outlive it, in LOGS/<lab>, to read after a failure."""
     dest = LOGS / lab.name
