@@ -21,6 +21,15 @@ from fathom.auth.client import NoToken, lab_token, resolve_token
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 LONG_POLL = 30.0   # seconds one long-poll request may wait (the API allows up to 60)
+BUSY_RETRIES = 2   # times a request answered 503 (store busy, nothing changed) is made again
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The wait a 503 asks for (Retry-After in seconds), between 0.1 and 5 s."""
+    try:
+        return min(max(float(response.headers.get("Retry-After", "1")), 0.1), 5.0)
+    except ValueError:
+        return 1.0
 
 
 class ApiError(Exception):
@@ -81,10 +90,15 @@ class Client:
             raise ApiError(401, self.missing_token)
         if project:
             kwargs["headers"] = {**kwargs.get("headers", {}), "X-Project": project}
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as e:
-            raise Unreachable(self.url, e) from None
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except httpx.HTTPError as e:
+                raise Unreachable(self.url, e) from None
+            if response.status_code != 503 or attempt == BUSY_RETRIES:
+                break
+            # the store was busy and nothing was changed: the same request again, a little later
+            time.sleep(_retry_after(response))
         if response.is_error:
             try:
                 detail = response.json().get("detail")

@@ -21,7 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -29,13 +29,13 @@ from fathom.api.auth import admin_caller, caller
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
 from fathom.store.db import READ_ONLY
-from fathom.store.errors import Conflict, Forbidden, StoreError
+from fathom.store.errors import Busy, Conflict, Forbidden, StoreError
 from fathom.store.ops import MAX_LIMIT, Caller, Settings
 
 log = logging.getLogger(__name__)
 
 # The documented error responses of every route (OpenAPI).
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 409, 413, 422)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 409, 413, 422, 503)}
 
 # Pagination of every list: `limit` (at most MAX_LIMIT, also the default) and `marker`.
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="at most this many (pagination)")]
@@ -153,8 +153,10 @@ def store_error_response(exc: StoreError) -> JSONResponse:
     loc: list[str | int] = []
     if exc.field:
         loc = ["body", *(int(p) if p.isdigit() else p for p in exc.field.split("."))]
-    return JSONResponse(status_code=exc.status, content=error_body(loc, exc.message, exc.kind),
-                        headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if isinstance(exc, Busy):
+        headers = {"Retry-After": str(Busy.RETRY_AFTER)}
+    return JSONResponse(status_code=exc.status, content=error_body(loc, exc.message, exc.kind), headers=headers)
 
 
 _HTTP_KINDS = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -191,6 +193,13 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_validation_error(_request: Request, exc: RequestValidationError):
         return validation_error_response(exc)
 
+    async def on_store_unavailable(request: Request, exc: OperationalError):
+        # SQLite's write lock waited out busy_timeout, PostgreSQL refused or dropped the
+        # connection: the transaction was rolled back, the request can be made again
+        log.warning("%s %s: store unavailable: %s", request.method, request.url.path, str(exc.orig)[:200])
+        return store_error_response(Busy("the store is busy or unreachable; nothing was changed: retry"))
+
     app.add_exception_handler(StoreError, on_store_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(OperationalError, on_store_unavailable)

@@ -20,6 +20,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 READ_ONLY_OPTION = "fathom_read_only"
 READ_ONLY = {READ_ONLY_OPTION: True}
 DEFAULT_URL = "sqlite:///fathom.db"
+# How long a SQLite writer queues for the write lock before its request is refused (503, retry)
+SQLITE_BUSY_MS = 10000
 
 
 def make_engine(url: str) -> Engine:
@@ -35,7 +37,7 @@ def make_engine(url: str) -> Engine:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=10000")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
             if not _in_memory(url):
                 # Readers never block the writer and the writer never blocks readers.
                 cursor.execute("PRAGMA journal_mode=WAL")

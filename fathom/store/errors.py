@@ -33,3 +33,12 @@ class Conflict(StoreError):
 class Forbidden(StoreError):
     status = 403
     kind = "forbidden"
+
+
+class Busy(StoreError):
+    """The store could not take the request now (a write waited out its lock, the database is
+    unreachable): nothing was applied; the client may retry after RETRY_AFTER seconds."""
+    status = 503
+    kind = "unavailable"
+    RETRY_AFTER = 1
+

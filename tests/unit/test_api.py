@@ -609,3 +609,39 @@ def test_external_ids_of_security_groups_floating_ips_and_chains(api):
         assert api.get(f"/{collection}", headers=OTHER, external_id=uuid) == []
     assert sub["id"] and api.error("POST", "/sfc/port_chains", {"port_pair_groups": [], "external_id": "y"}, 403,
                                    headers=MEMBER)[0] == ["external_id"]
+
+
+def test_a_store_that_cannot_take_a_write_answers_503_and_applies_nothing(tmp_path, monkeypatch):
+    """SQLite's write lock held by another process's writer beyond the wait: the request is
+    refused with 503 and Retry-After (not a 500), nothing of it is in the store, and the same
+    request once the lock is free succeeds."""
+    import sqlite3
+    import threading
+    import time
+
+    from fathom.client import Client as FathomClient
+    from fathom.store import db
+    monkeypatch.setattr(db, "SQLITE_BUSY_MS", 200)
+    path = tmp_path / "fathom.db"
+    api = Client(f"sqlite:///{path}")
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        r = api.http.post("/v1/networks", json={"name": "locked", "type": "vxlan"})
+        assert r.status_code == 503, r.text
+        assert r.headers["Retry-After"] == "1"
+        assert r.json()["detail"][0]["type"] == "unavailable"
+        assert [n["name"] for n in api.get("/networks")] == []
+        # fathom's client makes a refused request again after Retry-After: the lock is free by then
+        client = FathomClient("http://testserver", token="set below")
+        client.http = TestClient(api.app, base_url="http://testserver/v1", headers=api.admin)
+        threading.Timer(0.5, holder.execute, ("ROLLBACK",)).start()
+        t = time.monotonic()
+        assert client.post("/networks", json={"name": "locked", "type": "vxlan"})["name"] == "locked"
+        assert time.monotonic() - t >= 1.0
+    finally:
+        if holder.in_transaction:
+            holder.execute("ROLLBACK")
+        holder.close()
+    assert [n["name"] for n in api.get("/networks")] == ["locked"]
+    api.app.state.engine.dispose()
