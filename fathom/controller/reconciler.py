@@ -48,6 +48,7 @@ import os
 import re
 import threading
 import time
+import concurrent.futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
@@ -325,6 +326,76 @@ class _Events:
     since: float | None = None                   # monotonic time of the first of these events
 
 
+# Seconds a pass waits for the nodes' bridge checks it started (one OVSDB transaction each, run
+# side by side): a node that answers later (unreachable, slow, many nodes at once) keeps the state
+# the last pass left it in, and its check's end wakes another pass. One dead host must not hold up
+# the changes of every other node for its connection timeout.
+SETUP_WAIT = 1.0
+SETUP_WORKERS = 8
+
+
+class _Setups:
+    """Bootstrapper.run of nodes on a pool of threads: `start(node)` begins a node's check (unless
+    one for the same node is still running or not yet taken), `take(names, timeout)` waits for
+    them at most `timeout` s and hands out the results that came (None: still running). A
+    result that comes after its `take` gave up calls `late(name)`."""
+
+    def __init__(self, run, late):
+        self._run, self._late = run, late
+        self._pool = ThreadPoolExecutor(SETUP_WORKERS, thread_name_prefix="node-setup")
+        self._jobs: dict[str, tuple[tuple, object]] = {}   # node name -> (node's facts, future)
+        self._waiting: set[str] = set()                     # names whose result comes after a take
+        self._lock = threading.Lock()
+
+    def pending(self) -> set[str]:
+        """Nodes with a check running or a result not yet taken."""
+        with self._lock:
+            return set(self._jobs)
+
+    def start(self, node) -> None:
+        facts = (node.id, node.management_ip, node.tunnel_ip, node.datapath_type)
+        with self._lock:
+            job = self._jobs.get(node.name)
+            if job is not None and (job[0] == facts or not job[1].done()):
+                return
+            future = self._pool.submit(self._run, node)
+            self._jobs[node.name] = (facts, future)
+        future.add_done_callback(lambda _f, name=node.name: self._done(name))
+
+    def _done(self, name: str) -> None:
+        with self._lock:
+            late = name in self._waiting
+            self._waiting.discard(name)
+        if late:
+            self._late(name)
+
+    def take(self, names, timeout: float) -> dict:
+        with self._lock:
+            futures = [self._jobs[n][1] for n in names if n in self._jobs]
+        concurrent.futures.wait(futures, timeout)
+        out = {}
+        with self._lock:
+            for name in names:
+                job = self._jobs.get(name)
+                if job is None:
+                    continue
+                if job[1].done():
+                    del self._jobs[name]
+                    out[name] = job[1].result()
+                else:
+                    self._waiting.add(name)
+                    out[name] = None
+        return out
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._jobs.pop(name, None)
+            self._waiting.discard(name)
+
+    def stop(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 class Reconciler:
     def __init__(self, session_factory, switches, bootstrapper: Bootstrapper, interval: float = 5.0,
                  audit_interval: float | None = None, check_incremental: bool | None = None,
@@ -400,6 +471,8 @@ class Reconciler:
         self._stored: dict = {}                       # statuses in the store, read with the model
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
         self._pool: ThreadPoolExecutor | None = None   # applies to several switches at once
+        self._setups = _Setups(lambda node: self.bootstrapper.run(node),
+                               lambda name: self._event("ovsdb", setup=name, ports=name))
         self._next_check = time.monotonic() + interval
         self._next_audit = time.monotonic() + self.audit_interval
         self._busy = 0                                # passes in a row that found changes waiting
@@ -462,6 +535,7 @@ class Reconciler:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._setups.stop()
 
     def _take_events(self) -> _Events:
         with self._events_lock:
@@ -695,15 +769,29 @@ class Reconciler:
         replica, or by re-checking the node's bridges where due (new, failed, changed, audit)."""
         ofports = {}
         current = getattr(self.bootstrapper, "current", None)
+        got: dict[str, tuple] = {}
+        checking = self._setups.pending()
         for node in snapshot.nodes:
             prior = self.results.get(SwitchKey(BR_INT, node.name))
-            got = None
-            if current is not None and not self.setup_due(node.name) and prior is not None and prior.setup == "ok":
-                got = current(node)
-            if got is None:
-                self._setup_due.add(node.name)
-                got = self.bootstrapper.run(node)
-            state, reason, ports = got
+            if (node.name not in checking and current is not None and not self.setup_due(node.name)
+                    and prior is not None and prior.setup == "ok"):
+                replica = current(node)
+                if replica is not None:
+                    got[node.name] = replica
+                    continue
+            self._setup_due.add(node.name)
+            self._setups.start(node)
+            checking.add(node.name)
+        checked = self._setups.take(checking, SETUP_WAIT) if checking else {}
+        for node in snapshot.nodes:
+            answer = got.get(node.name) or checked.get(node.name)
+            if answer is None:   # its check is still running: as the last pass left it
+                last = self.last.nodes.get(node.name)
+                answer = ((last.bootstrap, last.reason) if last is not None
+                          else ("init", f"checking its OVSDB at {node.management_ip}:{OVSDB_PORT}")) + \
+                    (self.bootstrapper.last_ofports.get(node.name, {})
+                     if hasattr(self.bootstrapper, "last_ofports") else {},)
+            state, reason, ports = answer
             result.nodes[node.name] = NodeResult(bootstrap=state, reason=reason)
             key = SwitchKey(BR_INT, node.name)
             result.switches[key] = SwitchResult(key, datapath_id(node.id), "error" if state == "error" else "ok",

@@ -6,6 +6,7 @@ stand-in is the OVSDB bootstrap, which reports fixed OpenFlow port numbers.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -38,8 +39,12 @@ class FixedBootstrap:
         self.ofports = ofports
         self.nodes = {}
         self.failing: set[str] = set()
+        self.held: dict[str, threading.Event] = {}
 
     def run(self, node):
+        held = self.held.get(node.name)
+        if held is not None:   # an OVSDB that does not answer yet
+            held.wait(30)
         if node.name in self.failing:
             return "error", "OVSDB unreachable (test)", {}
         return "complete", None, self.ofports.get(node.name, {})
@@ -269,6 +274,37 @@ def test_status_follows_the_switches(cloud):
     result = cloud.rec.run_pass()
     assert result.switches[SwitchKey(BR_INT, "compute2")].state.startswith("not reconciled")
     assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "error"
+
+
+def test_a_node_whose_check_hangs_holds_up_no_other_node(cloud):
+    """A pass waits SETUP_WAIT at most for a node's OVSDB check; the node stays as the last pass
+    left it while the check runs, the other nodes' changes go out, and the check's end wakes the
+    pass that takes its answer."""
+    from fathom.controller.reconciler import SETUP_WAIT
+    cloud.rec.run_pass()
+    cloud.boot.held["compute2"] = release = threading.Event()
+    cloud.boot.failing.add("compute2")                  # what its check will find, once it ends
+    cloud.rec.ovsdb_changed("compute2", "setup")        # its bridges to be checked again
+    vm = cloud.call("POST", "/ports", json={"network_id": cloud.ids["nets"]["blue"], "name": "late",
+                                             "node": "compute1", "interface_name": "tap-late"})
+    cloud.boot.ofports["compute1"]["tap-late"] = 77
+    t = time.monotonic()
+    result = cloud.rec.run_pass(audit=False)
+    assert time.monotonic() - t < SETUP_WAIT + 2
+    assert holds(cloud.br_int("compute1"), result.br_int("compute1"))
+    assert any(f.match_dict.get("in_port") == 77 for f in cloud.br_int("compute1").read_flows())
+    assert result.nodes["compute2"].bootstrap == "complete"     # as before: its answer is not in
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "active"
+    assert "ovsdb" not in cloud.rec._events.triggers             # nothing came back meanwhile
+    release.set()
+    deadline = time.monotonic() + 5
+    while not cloud.rec._wake.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cloud.rec._events.setup == {"compute2"}          # the late answer woke a pass for it
+    result = cloud.rec.run_pass(audit=False)
+    assert result.nodes["compute2"].bootstrap == "error"
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "error"
+    assert cloud.get(f"/ports/{vm['id']}")["status"] == "active"
 
 
 def test_a_lost_switch_marks_its_node_and_its_ports_only(cloud):
