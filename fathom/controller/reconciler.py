@@ -381,16 +381,14 @@ class _Setups:
                     continue
                 if job[1].done():
                     del self._jobs[name]
-                    out[name] = job[1].result()
+                    try:
+                        out[name] = job[1].result()
+                    except Exception as e:  # noqa: BLE001 - the node's state, checked again next pass
+                        out[name] = ("error", f"bridge check failed: {e}", {})
                 else:
                     self._waiting.add(name)
                     out[name] = None
         return out
-
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._jobs.pop(name, None)
-            self._waiting.discard(name)
 
     def stop(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -783,14 +781,14 @@ class Reconciler:
             self._setups.start(node)
             checking.add(node.name)
         checked = self._setups.take(checking, SETUP_WAIT) if checking else {}
+        compiled_with = {n.name: dict(n.ofports) for n in self.model.nodes} if self.model is not None else {}
         for node in snapshot.nodes:
             answer = got.get(node.name) or checked.get(node.name)
             if answer is None:   # its check is still running: as the last pass left it
                 last = self.last.nodes.get(node.name)
                 answer = ((last.bootstrap, last.reason) if last is not None
                           else ("init", f"checking its OVSDB at {node.management_ip}:{OVSDB_PORT}")) + \
-                    (self.bootstrapper.last_ofports.get(node.name, {})
-                     if hasattr(self.bootstrapper, "last_ofports") else {},)
+                    (compiled_with.get(node.name, {}),)
             state, reason, ports = answer
             result.nodes[node.name] = NodeResult(bootstrap=state, reason=reason)
             key = SwitchKey(BR_INT, node.name)

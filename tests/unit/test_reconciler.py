@@ -282,6 +282,7 @@ def test_a_node_whose_check_hangs_holds_up_no_other_node(cloud):
     pass that takes its answer."""
     from fathom.controller.reconciler import SETUP_WAIT
     cloud.rec.run_pass()
+    local = {f for f in cloud.br_int("compute2").read_flows() if "in_port" in f.match_dict}
     cloud.boot.held["compute2"] = release = threading.Event()
     cloud.boot.failing.add("compute2")                  # what its check will find, once it ends
     cloud.rec.ovsdb_changed("compute2", "setup")        # its bridges to be checked again
@@ -294,6 +295,9 @@ def test_a_node_whose_check_hangs_holds_up_no_other_node(cloud):
     assert holds(cloud.br_int("compute1"), result.br_int("compute1"))
     assert any(f.match_dict.get("in_port") == 77 for f in cloud.br_int("compute1").read_flows())
     assert result.nodes["compute2"].bootstrap == "complete"     # as before: its answer is not in
+    # compiled with the port numbers it had: its own ports' flows stay
+    assert holds(cloud.br_int("compute2"), result.br_int("compute2"))
+    assert local <= set(cloud.br_int("compute2").read_flows())
     assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "active"
     assert "ovsdb" not in cloud.rec._events.triggers             # nothing came back meanwhile
     release.set()
