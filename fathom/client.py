@@ -21,7 +21,7 @@ from fathom.auth.client import NoToken, lab_token, resolve_token
 
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 LONG_POLL = 30.0   # seconds one long-poll request may wait (the API allows up to 60)
-BUSY_RETRIES = 2   # times a request answered 503 (store busy, nothing changed) is made again
+BUSY_RETRIES = 2   # times a request answered 503 with Retry-After (store busy, nothing changed) is made again
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -95,7 +95,7 @@ class Client:
                 response = self.http.request(method, path, **kwargs)
             except httpx.HTTPError as e:
                 raise Unreachable(self.url, e) from None
-            if response.status_code != 503 or attempt == BUSY_RETRIES:
+            if response.status_code != 503 or "Retry-After" not in response.headers or attempt == BUSY_RETRIES:
                 break
             # the store was busy and nothing was changed: the same request again, a little later
             time.sleep(_retry_after(response))

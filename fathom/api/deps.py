@@ -29,7 +29,7 @@ from fathom.api.auth import admin_caller, caller
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
 from fathom.store.db import READ_ONLY
-from fathom.store.errors import Busy, Conflict, Forbidden, StoreError
+from fathom.store.errors import Busy, Conflict, Forbidden, StoreError, Unavailable
 from fathom.store.ops import MAX_LIMIT, Caller, Settings
 
 log = logging.getLogger(__name__)
@@ -194,10 +194,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return validation_error_response(exc)
 
     async def on_store_unavailable(request: Request, exc: OperationalError):
-        # SQLite's write lock waited out busy_timeout, PostgreSQL refused or dropped the
-        # connection: the transaction was rolled back, the request can be made again
         log.warning("%s %s: store unavailable: %s", request.method, request.url.path, str(exc.orig)[:200])
-        return store_error_response(Busy("the store is busy or unreachable; nothing was changed: retry"))
+        if "database is locked" in str(exc.orig):
+            # SQLite: a writer waited out busy_timeout for the write lock, before writing anything
+            return store_error_response(Busy("the store is busy; nothing was changed: retry"))
+        return store_error_response(Unavailable("the store failed the request (database unreachable?); "
+                                                "read the objects before retrying a write"))
 
     app.add_exception_handler(StoreError, on_store_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

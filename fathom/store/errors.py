@@ -36,9 +36,15 @@ class Forbidden(StoreError):
 
 
 class Busy(StoreError):
-    """The store could not take the request now (a write waited out its lock, the database is
-    unreachable): nothing was applied; the client may retry after RETRY_AFTER seconds."""
+    """The store could not take the request now (a writer waited out the write lock): nothing was
+    applied; the client may make it again after RETRY_AFTER seconds."""
     status = 503
-    kind = "unavailable"
+    kind = "busy"
     RETRY_AFTER = 1
 
+
+class Unavailable(StoreError):
+    """The database failed the request (unreachable, connection dropped): whether a write was
+    applied before it failed cannot be told, so the client reads before it retries."""
+    status = 503
+    kind = "unavailable"

@@ -630,7 +630,7 @@ def test_a_store_that_cannot_take_a_write_answers_503_and_applies_nothing(tmp_pa
         r = api.http.post("/v1/networks", json={"name": "locked", "type": "vxlan"})
         assert r.status_code == 503, r.text
         assert r.headers["Retry-After"] == "1"
-        assert r.json()["detail"][0]["type"] == "unavailable"
+        assert r.json()["detail"][0]["type"] == "busy"
         assert [n["name"] for n in api.get("/networks")] == []
         # fathom's client makes a refused request again after Retry-After: the lock is free by then
         client = FathomClient("http://testserver", token="set below")
