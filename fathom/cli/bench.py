@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,13 @@ from fathom.cli.output import console, fail, print_json, print_table
 @click.group()
 def bench():
     """Benchmarks: figures with their environment, as JSON, CSV, Markdown and PNG."""
+    # `kill` (SIGTERM) ends a benchmark as Ctrl-C does: its cleanup runs (the controllers,
+    # switches, labs and namespaces it started are stopped and removed)
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(_signum, _frame):
+    raise KeyboardInterrupt("terminated (SIGTERM)")
 
 
 def _sizes(value: str | None) -> list[int] | None:
