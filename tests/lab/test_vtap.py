@@ -203,10 +203,12 @@ def test_monitor_sees_exactly_what_the_receiver_sees(lab, tap, tmp_path, receive
     got = frames(pcap[receiver], src="vm1", dst=receiver)
     copies = frames(pcap[monitor])
     assert len(got) > 100                         # TCP + UDP + ICMP
-    # the receiver's traffic is unchanged: the same frames, byte for byte, in order within every flow
-    # (the datapath may swap frames of different flows, e.g. iperf3's control and data connections)
+    # the receiver's traffic is unchanged: the same frames, byte for byte, in every flow. Their order
+    # across the tunnel is OVS's: a flow's first frames take the upcall path while the next ones may
+    # already match the datapath flow it installed, so under load two frames of one flow can swap
     assert len(got) == len(sent)
-    assert_same_per_flow(got, sent, names=("receiver", "sender"))
+    a, b = per_flow(got), per_flow(sent)
+    assert a.keys() == b.keys() and all(sorted(a[k]) == sorted(b[k]) for k in a), "the receiver's frames differ"
     missing = [i for i, f in enumerate(got) if f not in copies]
     extra = [i for i, f in enumerate(copies) if f not in got]
     assert (len(copies), missing, extra) == (len(got), [], [])
