@@ -100,13 +100,14 @@ def by_owner(state: SwitchState) -> dict[tuple[int, int, int], SwitchState]:
 
 
 def compile_owners(app: App, model: Snapshot, owners: frozenset) -> dict[SwitchKey, SwitchState]:
-    """The desired state of exactly `owners` ((app, kind, object id)) on every switch: the app's
+    """The desired state of exactly `owners` ((app, kind, object id) on every switch, or with a
+    SwitchKey on that switch only): the app's
     own `compile_owners`, or its whole compile cut down to those owners."""
     if app.compile_owners is not None:
         return app.compile_owners(model, owners)
     out = {}
     for key, state in app.compile(model).items():
-        parts = [s for o, s in by_owner(state).items() if o in owners]
+        parts = [s for o, s in by_owner(state).items() if o in owners or (*o, key) in owners]
         if parts:
             out[key] = SwitchState(frozenset().union(*(p.flows for p in parts)),
                                    frozenset().union(*(p.groups for p in parts)),

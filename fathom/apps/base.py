@@ -32,7 +32,9 @@ class App:
     # Incremental compilation (optional): `touched(before, after)` names the owners ((app, kind,
     # object id) as in the cookies) whose flows may differ between two models, or says why it cannot
     # tell (a str: the reason; then the app is compiled whole); `compile_owners(model, owners)` is
-    # the desired state of exactly those owners on every switch. An app without `touched` is
+    # the desired state of exactly those owners on every switch. An owner may also be named on one
+    # switch only, (app, kind, object id, SwitchKey): its flows elsewhere stay as they are (e.g. a
+    # security group's address clauses on the one node the group just came to). An app without `touched` is
     # compiled whole on every pass; one without `compile_owners` (whose owners rarely change, e.g.
     # the pipeline skeleton) gets fathom.apps.compile_owners's fallback: compile, then keep the
     # owners' part.

@@ -17,8 +17,8 @@ in a sustained burst starts after a pause as long as that pass (at most BURST_PA
 2. compiles incrementally (see `_compile`): an app that can say which owners a change touches
    (`App.touched`) recompiles only those (`compile_owners`) and its desired state is replaced
    owner by owner; other apps are compiled whole; a change no handler covers, or a batch beyond
-   INCREMENTAL_LIMIT owners, recompiles the app whole (logged with its reason, counted in
-   fathom_reconciler_recomputes_total). Desired state is kept per switch and per owning object;
+   INCREMENTAL_LIMIT owners and a quarter of the app's, recompiles the app whole (logged with its
+   reason, counted in fathom_reconciler_recomputes_total). Desired state is kept per switch and per owning object;
 3. for every connected switch diffs desired against what it holds (read back, or what it was last
    sent) with one ownership rule (the cookie's app byte), and applies the difference in two halves
    across all switches: first every switch gets what is new (meters, groups, flows; one atomic
@@ -73,8 +73,12 @@ LOG = logging.getLogger("fathom.reconciler")
 
 # New state goes to the switches nearest the physical network first, old state leaves the edge first.
 MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}
-# More owners touched than this in one pass: recompiling the app whole is cheaper.
+# More owners touched in one pass than this, and than INCREMENTAL_SHARE of the app's owners, each
+# counted once per switch it is on (`_Part.cost`, `_Part.size`): recompiling the app whole is
+# cheaper (a compile per owner costs what the whole compile costs for those owners, plus the
+# look-ups; a fabric filling at hundreds of ports a pass stays incremental).
 INCREMENTAL_LIMIT = 256
+INCREMENTAL_SHARE = 0.25
 # In a sustained burst (changes arrived while each of the last BURST_PASSES passes ran) the next
 # pass waits as long as the last one took, at most BURST_PAUSE seconds: the burst is coalesced into
 # fewer passes and the API threads, which share the interpreter with the passes, are not starved. A
@@ -250,6 +254,15 @@ class _Part:
         self.owners: dict[SwitchKey, dict] = {}       # key -> owner -> SwitchState
         self.where: dict[tuple, set[SwitchKey]] = {}  # owner -> switches holding something of it
 
+    def size(self) -> int:
+        """Owners held, each once per switch it is on."""
+        return sum(len(index) for index in self.owners.values())
+
+    def cost(self, owners) -> int:
+        """What replacing `owners` costs against `size`: an owner named on one switch counts once,
+        one on every switch once per switch that holds it now (at least once)."""
+        return sum(1 if len(o) == 4 else len(self.where.get(o, ())) or 1 for o in owners)
+
     def set_whole(self, compiled: dict[SwitchKey, SwitchState], index: bool,
                   edits: dict | None = None) -> set[SwitchKey]:
         """Replace everything; returns the switches whose state changed (and records in `edits`
@@ -269,15 +282,24 @@ class _Part:
 
     def replace(self, owners: frozenset, compiled: dict[SwitchKey, SwitchState],
                 edits: dict | None = None) -> set[SwitchKey]:
-        """Replace the state of exactly `owners` on every switch with `compiled` (theirs only);
-        records in `edits` the owners' old and new states on each switch that changed."""
-        keys = set(compiled)
+        """Replace the state of exactly `owners` with `compiled` (theirs only): an owner (app,
+        kind, id) on every switch, one with a fourth item on that switch only; records in `edits`
+        the owners' old and new states on each switch that changed."""
+        everywhere: set = set()
+        scoped: dict[SwitchKey, set] = {}
         for o in owners:
+            if len(o) == 4:
+                scoped.setdefault(o[3], set()).add(o[:3])
+            else:
+                everywhere.add(o)
+        keys = set(compiled) | set(scoped)
+        for o in everywhere:
             keys |= self.where.get(o, set())
         changed = set()
         for key in keys:
             index = self.owners.setdefault(key, {})
-            old = {o: index.pop(o) for o in owners if o in index}
+            mine = everywhere | scoped[key] if key in scoped else everywhere
+            old = {o: index.pop(o) for o in mine if o in index}
             new = by_owner(compiled[key]) if key in compiled else {}
             for o in old:
                 self.where.get(o, set()).discard(key)
@@ -843,7 +865,7 @@ class Reconciler:
                 owners = app.touched(before, model)
                 if isinstance(owners, str):
                     reason, owners = owners, None
-                elif len(owners) > INCREMENTAL_LIMIT:
+                elif part.cost(owners) > max(INCREMENTAL_LIMIT, INCREMENTAL_SHARE * part.size()):
                     reason, owners = f"{len(owners)} owners changed at once", None
             if owners is not None:
                 if owners:

@@ -7,7 +7,8 @@ change touches:
 - a port whose binding, plug, port security, network, groups or addresses changed: the port (its
   conntrack flows and its clause of each rule); the addresses it brings to or takes from a group, in
   the remote clauses of the rules naming that group (one clause flow per address, as OVN's address
-  sets); a group it brings to or takes from a node: that group, its rules and their clauses;
+  sets); a group it brings to or takes from a node: that group, its rules and their clauses on
+  that node (the clauses on other nodes do not change: the owners named with their switch);
 - a network whose conntrack zone on a node changed (`network_zones`: only when a network folding
   onto the same zone came or went): its ports' conntrack flows there;
 - a rule added, removed or changed (or one whose remote group gains its first or loses its last
@@ -16,6 +17,8 @@ change touches:
 A change of the nodes themselves is not handled (the app is compiled whole).
 """
 from __future__ import annotations
+
+from collections import defaultdict
 
 from fathom.apps.base import BR_INT, App, SwitchKey
 from fathom.apps.secgroups.compiler import (
@@ -30,7 +33,7 @@ def compile(model) -> dict:
 
 
 def compile_owners(model, owners) -> dict:
-    only = frozenset((kind, obj) for app, kind, obj in owners if app == APP_SECGROUPS)
+    only = frozenset((o[1], o[2], o[3].name) if len(o) == 4 else (o[1], o[2]) for o in owners if o[0] == APP_SECGROUPS)
     if not only:
         return {}
     return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model, only).items()}
@@ -40,9 +43,9 @@ def touched(before, after):
     b, a = index(before), index(after)
     if {n.id: n.name for n in before.nodes} != {n.id: n.name for n in after.nodes}:
         return "nodes changed"
-    owners: set[tuple[int, int]] = set()
+    owners: set[tuple] = set()
     changed: set[int] = set()      # rules whose flows may differ everywhere (their ports' clauses too)
-    moved: set[int] = set()        # rules whose group came to or left a node
+    moved: dict[int, set[str]] = defaultdict(set)   # rules whose group came to or left these nodes
     groups = set(b.groups) ^ set(a.groups)
     changed |= {rid for rid in set(b.rule_by_id) | set(a.rule_by_id) if b.rule_by_id.get(rid) != a.rule_by_id.get(rid)}
     # a group's members (by ethertype): a new or gone address is a clause flow of each rule naming
@@ -81,7 +84,8 @@ def touched(before, after):
         came = b.here.get(name, set()) ^ a.here.get(name, set())
         for idx in (b, a):
             for gid in came:
-                moved.update(r.id for r in idx.rules.get(gid, ()))
+                for r in idx.rules.get(gid, ()):
+                    moved[r.id].add(name)
                 owners.add((ck.KIND_SECURITY_GROUP, gid))
         if bool(b.local.get(name)) != bool(a.local.get(name)):
             owners.add((ck.KIND_NODE, nodes[name]))
@@ -94,14 +98,20 @@ def touched(before, after):
         owners.add((ck.KIND_SECURITY_GROUP, gid))
         for idx in (b, a):
             owners.update((ck.KIND_PORT, pid) for pid in idx.group_ports.get(gid, ()))
-    for rid in changed | moved:
+    for rid in changed | set(moved):
         owners.add((ck.KIND_SECURITY_GROUP_RULE, rid))
         for idx in (b, a):
             r = idx.rule_by_id.get(rid)
-            if r is not None:
-                owners.add((ck.KIND_SECURITY_GROUP, r.group_id))
-                owners.update((ck.KIND_SECURITY_GROUP_CLAUSE, clause_id(k)) for k in idx.clause_keys(r))
-    return {(APP_SECGROUPS, kind, obj) for kind, obj in owners}
+            if r is None:
+                continue
+            owners.add((ck.KIND_SECURITY_GROUP, r.group_id))
+            ids = {clause_id(k) for k in idx.clause_keys(r)}
+            if rid in changed:
+                owners.update((ck.KIND_SECURITY_GROUP_CLAUSE, i) for i in ids)
+            else:   # its clauses elsewhere are the same: on the nodes its group came to or left only
+                switches = [SwitchKey(BR_INT, name) for name in moved[rid]]
+                owners.update((ck.KIND_SECURITY_GROUP_CLAUSE, i, key) for i in ids for key in switches)
+    return {(APP_SECGROUPS, *o) for o in owners}
 
 
 APP = App("secgroups", APP_SECGROUPS,

@@ -310,17 +310,17 @@ class Index:
                             out.append((r.id, 2, 3 if l4 else 2))
         return out
 
-    def clause_keys_of(self, ids: set[int]) -> list[tuple]:
-        """The clause keys whose owner ids are in `ids`."""
-        known = [_KEYS.get(i) for i in ids]
-        if all(k is not None for k in known):
-            return [k for keys in known for k in keys]
+    def clause_keys_of(self, ids) -> dict[int, list[tuple]]:
+        """Owner id -> its clause keys, for the ids in `ids`."""
+        known = {i: _KEYS.get(i) for i in ids}
+        if all(k is not None for k in known.values()):
+            return {i: list(k) for i, k in known.items()}
         if self._by_clause_id is None:
             by: dict[int, list[tuple]] = defaultdict(list)
             for key in self.contributors():
                 by[clause_id(key)].append(key)
             self._by_clause_id = by
-        return [k for i in ids for k in self._by_clause_id.get(i, ())]
+        return {i: self._by_clause_id.get(i, []) for i in ids}
 
 
 def index(snapshot: Snapshot) -> Index:
@@ -418,11 +418,17 @@ def _node_flows(idx: Index, node: Node, local: list[tuple[Port, int]]) -> set[Fl
 
 
 def _owner_flows(idx: Index, only: frozenset) -> dict[str, SwitchState]:
-    """The flows of exactly the owners `only` ((kind, object id)) on every node."""
+    """The flows of exactly the owners `only` ((kind, object id) on every node, or (kind, object
+    id, node name) on that node) on every node."""
     want: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))   # node -> kind -> ids
     clause_ids = set()
-    for kind, obj in only:
-        if kind == st.KIND_NODE:
+    clauses_on: dict[int, set[str]] = defaultdict(set)     # clause owner id -> the nodes named with it
+    for kind, obj, *on in only:
+        if on:
+            if kind != st.KIND_SECURITY_GROUP_CLAUSE:
+                raise ValueError(f"an owner of kind {kind} is compiled on every node")
+            clauses_on[obj].add(on[0])
+        elif kind == st.KIND_NODE:
             for name, local in idx.local.items():
                 if local and idx.nodes[name].id == obj:
                     want[name][kind].add(obj)
@@ -441,11 +447,15 @@ def _owner_flows(idx: Index, only: frozenset) -> dict[str, SwitchState]:
         elif kind == st.KIND_SECURITY_GROUP_CLAUSE:
             clause_ids.add(obj)
     clauses = defaultdict(set)   # node -> clause keys
-    if clause_ids:
-        for key in idx.clause_keys_of(clause_ids):
+    for keys in idx.clause_keys_of(clause_ids).values():
+        for key in keys:
             for rule_id, _, _ in idx.contributors_of(key):
                 for name in idx.where.get(idx.rule_by_id[rule_id].group_id, ()):
                     clauses[name].add(key)
+    for i, keys in idx.clause_keys_of(set(clauses_on) - clause_ids).items():
+        for name in clauses_on[i]:
+            if name in idx.nodes:
+                clauses[name].update(keys)
     out = {}
     for name in set(want) | set(clauses):
         node, kinds = idx.nodes[name], want.get(name, {})
