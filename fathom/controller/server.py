@@ -91,10 +91,11 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # ovsdbapp logs an unreachable node's OVSDB at ERROR on every try; our bootstrap logs the
     # same failure once per pass as the node's state (WARNING), and retries
     logging.getLogger("ovsdbapp.backend.ovs_idl.idlutils").setLevel(logging.CRITICAL)
-    # The controller keeps every switch's desired state: millions of long-lived objects at a
-    # hundred nodes, which CPython's default thresholds (a young collection every 700 allocations)
-    # make the collector walk over and over: a whole compile of 100 nodes x 100 ports took 3x as
-    # long (security groups: 41 s against 13-19 s). A young collection every 50,000 allocations.
+    # A pass makes millions of objects at a hundred nodes, most of which it keeps (the desired
+    # state): CPython's default thresholds (a young collection every 700 allocations) make the
+    # collector walk them again and again while they are made, and a whole compile of 100 nodes x
+    # 100 ports took 3x as long (security groups: 41 s against 13-19 s). A young collection every
+    # 50,000 allocations; after each pass what it left alive is frozen (Reconciler's freeze_memory).
     gc.set_threshold(50_000, 20, 10)
     engine = open_store(db_url, migrate_apart=True)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
@@ -102,7 +103,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     app = ofapp.start(of_host, of_port, gate,
                       channels.server_context(transport.files) if transport.tls else None)
     reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app), Bootstrapper(of_port), interval=interval,
-                            audit_interval=audit_interval)
+                            audit_interval=audit_interval, freeze_memory=True)
     app.on_switch = reconciler.switch_changed
     app.on_port_status = reconciler.port_status
     threading.Thread(target=reconciler.run_forever, daemon=True, name="reconciler").start()
@@ -136,7 +137,6 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         sock.bind((host, api_port))
         sock.set_inheritable(True)
         sockets.append(sock)
-    gc.freeze()     # what start-up made lives as long as the process: never scanned again
     QuietServer(config).run(sockets=sockets)
 
 

@@ -309,6 +309,9 @@ class FabricState:
 # ---------------------------------------------------------------------------------------------- snapshot
 
 
+_ITSELF = object()     # Snapshot.memo: the view made is the snapshot itself
+
+
 @dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[Node, ...] = ()
@@ -334,10 +337,14 @@ class Snapshot:
     derived: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def memo(self, name: str, make):
-        """`make(self)` once per snapshot, under `name`."""
+        """`make(self)` once per snapshot, under `name`. A view that is the snapshot itself is not
+        kept in it: the cycle would leave every dropped snapshot, and all it derived, to the
+        collector's full passes."""
         if name not in self.derived:
-            self.derived[name] = make(self)
-        return self.derived[name]
+            value = make(self)
+            self.derived[name] = _ITSELF if value is self else value
+        value = self.derived[name]
+        return self if value is _ITSELF else value
 
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
