@@ -41,15 +41,14 @@ desired state, and every change from an edit equals a whole diff against the mir
 """
 from __future__ import annotations
 
-import functools
 import gc
 import logging
-import operator
 import os
 import re
 import threading
 import time
 import concurrent.futures
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
@@ -242,7 +241,11 @@ def _record(edits: dict | None, key: SwitchKey, gone, new) -> None:
 
 
 def _union(states) -> SwitchState:
+    """One state holding all of `states` (built once, with no state in between; the one state
+    itself when there is one)."""
     states = list(states)
+    if len(states) == 1:
+        return states[0]
     return SwitchState(frozenset().union(*(s.flows for s in states)), frozenset().union(*(s.groups for s in states)),
                        frozenset().union(*(s.meters for s in states)))
 
@@ -282,10 +285,11 @@ class _Part:
         return changed
 
     def replace(self, owners: frozenset, compiled: dict[SwitchKey, SwitchState],
-                edits: dict | None = None) -> set[SwitchKey]:
+                edits: dict | None = None, moves: dict | None = None) -> set[SwitchKey]:
         """Replace the state of exactly `owners` with `compiled` (theirs only): an owner (app,
         kind, id) on every switch, one with a fourth item on that switch only; records in `edits`
-        the owners' old and new states on each switch that changed."""
+        the owners' old and new states on each switch that changed, in `moves` the owners it held
+        and holds there."""
         everywhere: set = set()
         scoped: dict[SwitchKey, set] = {}
         for o in owners:
@@ -310,6 +314,10 @@ class _Part:
             if old == new:
                 continue
             _record(edits, key, old.values(), new.values())
+            if moves is not None:
+                gone, got = moves.setdefault(key, ([], []))
+                gone.extend(old)
+                got.extend(new)
             before = self.states.get(key, SwitchState())
             flows, groups, meters = set(before.flows), set(before.groups), set(before.meters)
             for st in old.values():
@@ -506,7 +514,8 @@ class Reconciler:
         self.mismatches = 0                           # check_incremental failures (must stay 0)
         self.diffs = {"edit": 0, "whole": 0}          # switch changes worked out each way (also in /metrics)
         self.model_compiled: Snapshot | None = None   # the model the kept desired state was compiled from
-        self._owners_at: dict[SwitchKey, set] = {}    # switch -> (kind, object id) it holds something of
+        # switch -> (kind, object id) it holds something of -> how many parts' owners hold it there
+        self._owners_at: dict[SwitchKey, Counter] = {}
         self._needs_index: dict = {}                  # its reverse: (kind, object id) -> switches
         self._stored: dict = {}                       # statuses in the store, read with the model
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
@@ -868,6 +877,8 @@ class Reconciler:
         """Bring the kept desired state up to `model`; returns the switches whose state changed."""
         before = self.model_compiled if not full else None
         self.edits = {}
+        self._moves: dict[SwitchKey, tuple[list, list]] = {}   # owners replaced one by one: gone, got
+        self._whole: set[SwitchKey] = set()                    # switches a part was set whole on
         self.compiled_nothing = before is not None and bool(self.parts) and compiles_the_same(before, model)
         if self.compiled_nothing:
             if self.check_incremental:
@@ -891,7 +902,8 @@ class Reconciler:
                     reason, owners = f"{len(owners)} owners changed at once", None
             if owners is not None:
                 if owners:
-                    changed |= part.replace(frozenset(owners), compile_owners(app, model, frozenset(owners)), edits)
+                    changed |= part.replace(frozenset(owners), compile_owners(app, model, frozenset(owners)), edits,
+                                            self._moves)
                 METRICS.incremental.labels(app.name).inc()
                 continue
             if part is None:
@@ -902,24 +914,31 @@ class Reconciler:
                 kind = re.sub(r"\d+", "N", reason)    # a bounded set of reasons: ids and counts out
                 self.recomputes[f"{app.name}: {kind}"] = self.recomputes.get(f"{app.name}: {kind}", 0) + 1
                 METRICS.recomputes.labels(app.name, kind).inc()
-            changed |= part.set_whole(app.compile(model), index=incremental, edits=edits)
+            whole = part.set_whole(app.compile(model), index=incremental, edits=edits)
+            self._whole |= whole
+            changed |= whole
         # the union of the apps' compiles (what `derive` reads), kept per switch like `desired`
         compiled = self._compiled
         for key in changed | (set(compiled) - {k for app in apps for k in self.parts[app.name].states}):
             states = [self.parts[app.name].states[key] for app in apps if key in self.parts[app.name].states]
             if states:
-                compiled[key] = functools.reduce(operator.or_, states)
+                compiled[key] = _union(states)
             else:
                 compiled.pop(key, None)
+        derived = []
         for app in apps:
             if app.derive is not None:
                 part = self.parts.setdefault("derive:" + app.name, _Part())
-                changed |= part.set_whole(app.derive(model, compiled), index=False, edits=edits)
+                whole = part.set_whole(app.derive(model, compiled), index=False, edits=edits)
+                self._whole |= whole
+                changed |= whole
+                derived.append(part)
         for key in changed:
             old = self.desired.get(key)
-            states = [p.states[key] for p in self.parts.values() if key in p.states]
+            states = [compiled[key]] if key in compiled else []
+            states += [p.states[key] for p in derived if key in p.states]
             if states:
-                new = self.desired[key] = functools.reduce(operator.or_, states)
+                new = self.desired[key] = _union(states)
             else:
                 new = self.desired.pop(key, None)
             edit = edits.get(key)
@@ -936,26 +955,54 @@ class Reconciler:
         return changed
 
     def _needs(self, changed: set[SwitchKey]) -> dict:
-        """(kind, object id) -> switches holding something of it, kept per switch and redone only
-        for the switches whose desired state changed."""
+        """(kind, object id) -> switches holding something of it, kept per switch: moved by the
+        owners the pass replaced one by one (`_moves`, so the cost follows the change), and counted
+        again for a switch a part was set whole on, or that came or went."""
         cache, needs = self._owners_at, self._needs_index
-        for key in changed | (set(cache) ^ set(self.desired)):
-            old = cache.pop(key, set())
-            new = self._switch_owners(key) if key in self.desired else set()
+        again = self._whole | (set(cache) ^ set(self.desired))
+        for key in again:
+            old = cache.pop(key, Counter())
+            new = self._switch_owners(key) if key in self.desired else Counter()
             if new:
                 cache[key] = new
-            for o in old - new:
+            for o in old.keys() - new.keys():
                 needs[o].discard(key)
                 if not needs[o]:
                     del needs[o]
-            for o in new - old:
+            for o in new.keys() - old.keys():
                 needs.setdefault(o, set()).add(key)
+        for key, (gone, got) in self._moves.items():
+            if key in again:
+                continue
+            counts = cache.setdefault(key, Counter())
+            for owner in gone:
+                o = owner[1:]
+                counts[o] -= 1
+                if counts[o] <= 0:
+                    del counts[o]
+                    needs[o].discard(key)
+                    if not needs[o]:
+                        del needs[o]
+            for owner in got:
+                o = owner[1:]
+                counts[o] += 1
+                if counts[o] == 1:
+                    needs.setdefault(o, set()).add(key)
+            if not counts:
+                del cache[key]
+        if self.check_incremental:
+            counted = {key: self._switch_owners(key) for key in self.desired}
+            if {k: c for k, c in counted.items() if c} != cache:
+                self.mismatches += 1
+                differ = sorted(str(k) for k in set(counted) | set(cache) if counted.get(k) != cache.get(k))
+                raise IncrementalMismatch(f"owners kept per switch differ from a count: {differ[:5]}")
         return needs
 
-    def _switch_owners(self, key: SwitchKey) -> set:
-        """(kind, object id) of everything the switch's desired state holds: from the parts'
-        owner indexes where they keep one (no pass over every flow), else from the cookies."""
-        out: set = set()
+    def _switch_owners(self, key: SwitchKey) -> Counter:
+        """(kind, object id) of everything the switch's desired state holds -> how many parts'
+        owners hold it: from the parts' owner indexes where they keep one (no pass over every
+        flow), else from the cookies."""
+        out: Counter = Counter()
         for part in self.parts.values():
             if key not in part.states:
                 continue
@@ -963,7 +1010,7 @@ class Reconciler:
             if index is not None:
                 out.update(o[1:] for o in index)
             else:
-                out |= status.switch_owners(part.states[key])
+                out.update(status.switch_owners(part.states[key]))
         return out
 
     def assert_incremental(self, model: Snapshot) -> None:
