@@ -8,6 +8,7 @@ also a check that incremental = full after every change it makes.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 import time
 
 import pytest
@@ -273,6 +274,32 @@ def test_a_flow_removed_behind_our_back_is_caught_by_the_check(cloud):
     assert cloud.rec.drift["openflow"] >= 1
     cloud.rec.run_pass(audit=False)
     assert victim in sw.read_flows()
+
+
+def test_the_periodic_audit_reads_a_few_switches_back_in_turn_and_repairs_what_counts_miss(cloud, monkeypatch):
+    """A flow whose actions someone else changed (the switch's flow count is the same: the check
+    cannot see it) is found at its switch's turn of the audit, counted and repaired; each audit
+    reads back its turn's switches only and compiles nothing whole; every switch gets its turn."""
+    import fathom.controller.reconciler as rc
+    monkeypatch.setattr(rc, "AUDIT_SWITCHES", 1)
+    sw = cloud.br_int("compute1")
+    victim = next(f for f in sw.read_flows() if ck.parse_cookie(f.cookie)[1] == ck.KIND_PORT and f.actions)
+    sw.flows[victim.key] = replace(victim, actions=())     # drops what it forwarded
+    assert not cloud.rec.check()
+    recomputes, drift = dict(cloud.rec.recomputes), cloud.rec.drift.get("audit", 0)
+    switches = {k: cloud.switches.switches[r.dpid] for k, r in cloud.rec.results.items()}
+    assert len(switches) > 1
+    turns = []
+    for _ in switches:
+        turn = cloud.rec.audit_turn()
+        reads = {k: s.reads for k, s in switches.items()}
+        cloud.rec.run_pass(audit=False, read_back=turn)
+        assert {k for k, s in switches.items() if s.reads > reads[k]} == set(turn)
+        turns.append(turn)
+    assert [len(t) for t in turns] == [1] * len(switches) and set().union(*turns) == set(switches)
+    assert victim in sw.read_flows()
+    assert cloud.rec.drift["audit"] == drift + 1
+    assert cloud.rec.recomputes == recomputes
 
 
 def test_a_refused_incremental_change_marks_exactly_its_object(cloud):
