@@ -4,7 +4,7 @@ One thread runs passes, woken by events only: an API write, an OVSDB change of a
 plugged, unplugged or renumbered; a bridge or controller changed), an OpenFlow port-status or a
 switch (re)connecting. Nothing runs at rest but a cheap periodic check (each switch's flow
 count against what we installed, each node's OVSDB replica against the port numbers we
-compiled with) and, rarely, an audit reading a few switches back in turn (AUDIT_SWITCHES); whatever
+compiled with) and, rarely, an audit reading a few switches back in turn (AUDIT_FLOWS); whatever
 they find is logged and counted and repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one, which
 in a sustained burst starts after a pause as long as that pass (at most BURST_PAUSE). A pass:
 
@@ -78,10 +78,11 @@ MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}
 # cheaper (a compile per owner costs what the whole compile costs for those owners, plus the
 # look-ups; a fabric filling at hundreds of ports a pass stays incremental).
 INCREMENTAL_LIMIT = 256
-# Switches the periodic audit reads back, in turn: one audit reads these few, so a fabric of a
-# hundred switches (1.4 million flows at 100 ports a node: 85 s of read-back) never waits minutes
-# for it; every switch is read back once in ceil(switches / AUDIT_SWITCHES) audits.
-AUDIT_SWITCHES = 8
+# Flows the periodic audit reads back, switch by switch in turn: an audit takes the next switches
+# until their desired flows reach this (one switch at least), so a fabric of a hundred switches
+# (1.4 million flows at 100 ports a node: 85 s of read-back at once) waits a few seconds for it
+# at most; a lab's switches are all read back by every audit.
+AUDIT_FLOWS = 20_000
 INCREMENTAL_SHARE = 0.25
 # In a sustained burst (changes arrived while each of the last BURST_PASSES passes ran) the next
 # pass waits as long as the last one took, at most BURST_PAUSE seconds: the burst is coalesced into
@@ -452,8 +453,8 @@ class Reconciler:
         """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch).
 
         `interval`: seconds between cheap checks (flow counts, OVSDB replicas); a full
-        read-back audit of AUDIT_SWITCHES switches, in turn, runs every `audit_interval` (default:
-        60 checks, at least 5 minutes).
+        read-back audit of switches in turn (about AUDIT_FLOWS flows each time) runs every
+        `audit_interval` (default: 60 checks, at least 5 minutes).
         `check_incremental`: after each pass, compile whole and assert equality (default: the
         environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets).
         `startup_grace`: see STARTUP_GRACE.
@@ -699,15 +700,19 @@ class Reconciler:
     # ---------------------------------------------------------------------------- one pass
 
     def audit_turn(self) -> frozenset[SwitchKey]:
-        """The switches the next periodic audit reads back: the AUDIT_SWITCHES after those the last
-        one read, in name order, wrapping around."""
+        """The switches the next periodic audit reads back: in name order after those the last one
+        read (wrapping around), until their desired flows reach AUDIT_FLOWS."""
         keys = sorted(self.results)
-        if len(keys) <= AUDIT_SWITCHES:
-            return frozenset(keys)
         last = self._audited_last
         start = next((i for i, k in enumerate(keys) if last is None or k > last), 0)
-        turn = (keys[start:] + keys[:start])[:AUDIT_SWITCHES]
-        self._audited_last = turn[-1]
+        turn, flows = [], 0
+        for key in keys[start:] + keys[:start]:
+            if turn and flows >= AUDIT_FLOWS:
+                break
+            turn.append(key)
+            desired = self.desired.get(key)
+            flows += len(desired.flows) if desired is not None else 0
+        self._audited_last = turn[-1] if turn else None
         return frozenset(turn)
 
     def run_pass(self, audit: bool = True, read_back: frozenset[SwitchKey] | None = None) -> PassResult:

@@ -281,7 +281,7 @@ def test_the_periodic_audit_reads_a_few_switches_back_in_turn_and_repairs_what_c
     cannot see it) is found at its switch's turn of the audit, counted and repaired; each audit
     reads back its turn's switches only and compiles nothing whole; every switch gets its turn."""
     import fathom.controller.reconciler as rc
-    monkeypatch.setattr(rc, "AUDIT_SWITCHES", 1)
+    monkeypatch.setattr(rc, "AUDIT_FLOWS", 1)     # one switch a turn
     sw = cloud.br_int("compute1")
     victim = next(f for f in sw.read_flows() if ck.parse_cookie(f.cookie)[1] == ck.KIND_PORT and f.actions)
     sw.flows[victim.key] = replace(victim, actions=())     # drops what it forwarded
