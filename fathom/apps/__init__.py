@@ -101,8 +101,8 @@ def by_owner(state: SwitchState) -> dict[tuple[int, int, int], SwitchState]:
 
 def compile_owners(app: App, model: Snapshot, owners: frozenset) -> dict[SwitchKey, SwitchState]:
     """The desired state of exactly `owners` ((app, kind, object id) on every switch, or with a
-    SwitchKey on that switch only): the app's
-    own `compile_owners`, or its whole compile cut down to those owners."""
+    SwitchKey on that switch only): the app's own `compile_owners`, or its whole compile cut down
+    to those owners."""
     if app.compile_owners is not None:
         return app.compile_owners(model, owners)
     out = {}

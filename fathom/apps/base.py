@@ -34,8 +34,8 @@ class App:
     # tell (a str: the reason; then the app is compiled whole); `compile_owners(model, owners)` is
     # the desired state of exactly those owners on every switch. An owner may also be named on one
     # switch only, (app, kind, object id, SwitchKey): its flows elsewhere stay as they are (e.g. a
-    # security group's address clauses on the one node the group just came to). An app without `touched` is
-    # compiled whole on every pass; one without `compile_owners` (whose owners rarely change, e.g.
+    # security group's address clauses on the one node the group just came to). An app without
+    # `touched` is compiled whole on every pass; one without `compile_owners` (whose owners rarely change, e.g.
     # the pipeline skeleton) gets fathom.apps.compile_owners's fallback: compile, then keep the
     # owners' part.
     touched: Callable[[Snapshot, Snapshot], "set[tuple[int, int, int]] | str"] | None = None

@@ -17,7 +17,8 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
               help="Seconds between cheap drift checks (each switch's flow and group counts, each node's OVSDB "
                    "replica); passes themselves run on events only.")
 @click.option("--audit-interval", default=None, type=click.FloatRange(1.0),
-              help="Seconds between audits, each reading switches back in turn, 20,000 flows a time (default: 60 checks, at least 300).")
+              help="Seconds between audits, each reading switches back in turn, 20,000 flows a time "
+                   "(default: 60 checks, at least 300).")
 @click.option("--pki-dir", default="/etc/fathom/pki", show_default=True, envvar="FATHOM_PKI_DIR",
               help="The fathom PKI (fathom pki init) whose controller certificate secures OpenFlow and OVSDB.")
 @click.option("--insecure", is_flag=True,

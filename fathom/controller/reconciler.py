@@ -5,8 +5,9 @@ plugged, unplugged or renumbered; a bridge or controller changed), an OpenFlow p
 switch (re)connecting. Nothing runs at rest but a cheap periodic check (each switch's flow
 count against what we installed, each node's OVSDB replica against the port numbers we
 compiled with) and, rarely, an audit reading a few switches back in turn (AUDIT_FLOWS); whatever
-they find is logged and counted and repaired by a pass. Changes that arrive while a pass runs are coalesced into the next one, which
-in a sustained burst starts after a pause as long as that pass (at most BURST_PAUSE). A pass:
+they find is logged and counted and repaired by a pass. Changes that arrive while a pass runs are
+coalesced into the next one, which in a sustained burst starts after a pause as long as that pass
+(at most BURST_PAUSE). A pass:
 
 1. reads again the parts of the store the API wrote since the last pass (fathom.store.changes;
    the whole store on the first pass, an explicit sync and the audit), and adds the switches' runtime
@@ -18,7 +19,8 @@ in a sustained burst starts after a pause as long as that pass (at most BURST_PA
    (`App.touched`) recompiles only those (`compile_owners`) and its desired state is replaced
    owner by owner; other apps are compiled whole; a change no handler covers, or a batch beyond
    INCREMENTAL_LIMIT owners and a quarter of the app's, recompiles the app whole (logged with its
-   reason, counted in fathom_reconciler_recomputes_total). Desired state is kept per switch and per owning object;
+   reason, counted in fathom_reconciler_recomputes_total). Desired state is kept per switch and
+   per owning object;
 3. for every connected switch diffs desired against what it holds (read back, or what it was last
    sent) with one ownership rule (the cookie's app byte), and applies the difference in two halves
    across all switches: first every switch gets what is new (meters, groups, flows; one atomic
@@ -78,12 +80,12 @@ MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}
 # cheaper (a compile per owner costs what the whole compile costs for those owners, plus the
 # look-ups; a fabric filling at hundreds of ports a pass stays incremental).
 INCREMENTAL_LIMIT = 256
+INCREMENTAL_SHARE = 0.25
 # Flows the periodic audit reads back, switch by switch in turn: an audit takes the next switches
 # until their desired flows reach this (one switch at least), so a fabric of a hundred switches
 # (1.4 million flows at 100 ports a node: 85 s of read-back at once) waits a few seconds for it
 # at most; a lab's switches are all read back by every audit.
 AUDIT_FLOWS = 20_000
-INCREMENTAL_SHARE = 0.25
 # In a sustained burst (changes arrived while each of the last BURST_PASSES passes ran) the next
 # pass waits as long as the last one took, at most BURST_PAUSE seconds: the burst is coalesced into
 # fewer passes and the API threads, which share the interpreter with the passes, are not starved. A
@@ -452,9 +454,9 @@ class Reconciler:
                  startup_grace: float = STARTUP_GRACE, freeze_memory: bool = False):
         """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch).
 
-        `interval`: seconds between cheap checks (flow counts, OVSDB replicas); a full
-        read-back audit of switches in turn (about AUDIT_FLOWS flows each time) runs every
-        `audit_interval` (default: 60 checks, at least 5 minutes).
+        `interval`: seconds between cheap checks (flow counts, OVSDB replicas); an audit reading
+        switches back in turn (about AUDIT_FLOWS flows each time) runs every `audit_interval`
+        (default: 60 checks, at least 5 minutes).
         `check_incremental`: after each pass, compile whole and assert equality (default: the
         environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets).
         `startup_grace`: see STARTUP_GRACE.
@@ -726,10 +728,10 @@ class Reconciler:
             ev = self._take_events()
             if ev.since is not None:
                 steps.times["wait"] = started - ev.since   # from the first event to the pass's start
-            kind = ("audit" if audit else "audit of " + ", ".join(map(str, sorted(read_back)))
-                    if read_back is not None else ",".join(sorted(ev.triggers)) or "sync")
-            METRICS.passes.labels("audit" if audit else "rolling audit" if read_back is not None
-                                  else ",".join(sorted(ev.triggers)) or "sync").inc()
+            label = ("audit" if audit else "audit turn" if read_back is not None
+                     else ",".join(sorted(ev.triggers)) or "sync")
+            METRICS.passes.labels(label).inc()
+            kind = "audit of " + ", ".join(map(str, sorted(read_back))) if label == "audit turn" else label
             whole = audit or read_back is not None or self.store_model is None
             if ev.store or whole:
                 self.store_model = self._read_store(whole=whole)
@@ -776,8 +778,9 @@ class Reconciler:
             self.last_pass_steps = steps.times
             for name, seconds in steps.times.items():
                 self.steps_total[name] = self.steps_total.get(name, 0.0) + seconds
-            LOG.info("pass %d (%s): %.1f ms, %d switches changed; %s", self.passes, kind, 1000 * self.last_pass_seconds,
-                     len(changed), ", ".join(f"{k} {1000 * v:.1f}" for k, v in steps.times.items()))
+            LOG.info("pass %d (%s): %.1f ms, %d switches changed; %s", self.passes, kind,
+                     1000 * self.last_pass_seconds, len(changed),
+                     ", ".join(f"{k} {1000 * v:.1f}" for k, v in steps.times.items()))
             if self.freeze_memory:
                 _freeze_memory()
             return result
@@ -930,8 +933,8 @@ class Reconciler:
                     reason, owners = f"{len(owners)} owners changed at once", None
             if owners is not None:
                 if owners:
-                    changed |= part.replace(frozenset(owners), compile_owners(app, model, frozenset(owners)), edits,
-                                            self._moves)
+                    owners = frozenset(owners)
+                    changed |= part.replace(owners, compile_owners(app, model, owners), edits, self._moves)
                 METRICS.incremental.labels(app.name).inc()
                 continue
             if part is None:

@@ -33,7 +33,8 @@ def compile(model) -> dict:
 
 
 def compile_owners(model, owners) -> dict:
-    only = frozenset((o[1], o[2], o[3].name) if len(o) == 4 else (o[1], o[2]) for o in owners if o[0] == APP_SECGROUPS)
+    only = frozenset((o[1], o[2], o[3].name) if len(o) == 4 else (o[1], o[2])
+                     for o in owners if o[0] == APP_SECGROUPS)
     if not only:
         return {}
     return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model, only).items()}
