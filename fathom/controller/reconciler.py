@@ -340,6 +340,13 @@ class _Part:
         return changed
 
 
+def _unneed(needs: dict, owner: tuple, key: SwitchKey) -> None:
+    """`key` holds nothing of `owner` any more (Reconciler._needs)."""
+    needs[owner].discard(key)
+    if not needs[owner]:
+        del needs[owner]
+
+
 def _freeze_memory() -> None:
     """Put what is alive now out of the cyclic garbage collector's reach (gc.freeze), after
     collecting what is not (gc.collect walks only what is not frozen yet: about what the last pass
@@ -997,9 +1004,7 @@ class Reconciler:
             if new:
                 cache[key] = new
             for o in old.keys() - new.keys():
-                needs[o].discard(key)
-                if not needs[o]:
-                    del needs[o]
+                _unneed(needs, o, key)
             for o in new.keys() - old.keys():
                 needs.setdefault(o, set()).add(key)
         for key, (gone, got) in self._moves.items():
@@ -1011,9 +1016,7 @@ class Reconciler:
                 counts[o] -= 1
                 if counts[o] <= 0:
                     del counts[o]
-                    needs[o].discard(key)
-                    if not needs[o]:
-                        del needs[o]
+                    _unneed(needs, o, key)
             for owner in got:
                 o = owner[1:]
                 counts[o] += 1
