@@ -35,6 +35,7 @@ from os_ken.controller.controller import Datapath, OpenFlowController
 from os_ken.controller.handler import DEAD_DISPATCHER
 from os_ken.lib import hub
 
+from fathom.controller.tls_socket import SerialTLSSocket
 from fathom.pki import Identity, PkiError, identity_of
 
 LOG = logging.getLogger("fathom.openflow.gate")
@@ -123,7 +124,7 @@ def echo_probe(dp, timeout: float) -> bool:
 
 def peer_certificate(sock) -> x509.Certificate | None:
     """A TLS peer's certificate (verified in the handshake); None on a plain socket."""
-    if not isinstance(sock, ssl.SSLSocket):
+    if not isinstance(sock, (ssl.SSLSocket, SerialTLSSocket)):
         return None
     der = sock.getpeercert(binary_form=True)
     return x509.load_der_x509_certificate(der) if der else None
@@ -270,7 +271,8 @@ class GatedListener(OpenFlowController):
                 sock.close()
             return
         try:
-            with contextlib.closing(GatedDatapath(sock, addr, self.gate)) as dp:
+            conn = SerialTLSSocket(sock) if self.ssl_context is not None else sock
+            with contextlib.closing(GatedDatapath(conn, addr, self.gate)) as dp:
                 dp.serve()
         finally:
             with contextlib.suppress(OSError):
