@@ -83,6 +83,10 @@ class PostgresServer:
         finally:
             shutil.rmtree(self.base, ignore_errors=True)
 
+    def pid(self) -> int:
+        """The postmaster's process id (its backends are its children)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@/{database}?host={self.socket_dir}&port={PORT}"
 

@@ -105,12 +105,17 @@ class Controller:
 
 
 def api_rate(ctl: Controller, writers: int = 8, ports: int = 2000, shared_network: bool = True,
-             progress=lambda msg: None) -> dict:
+             progress=lambda msg: None, store_pid: int | None = None) -> dict:
     """`writers` threads, each with its own connection, create `ports` ports in all (bound to a node,
     one address allocated from the subnet each); ports/s over the wall time and per-call latency.
 
     `shared_network`: every writer creates in one network (the worst case: allocations in one
     network are serialised); otherwise each writer has its own network (tenants side by side).
+
+    CPU per created port is reported for each party on the machine's cores: the controller, the
+    writers themselves (their threads' CPU time: HTTP client and JSON) and, with `store_pid` (a
+    PostgreSQL postmaster), the database server and its backends. Their sum bounds the rate this
+    machine could reach whatever the controller did: cores / (CPU per port).
     """
     api = ctl.api
     tag = f"w{int(time.time() * 1000) % 10**8}"
@@ -122,6 +127,7 @@ def api_rate(ctl: Controller, writers: int = 8, ports: int = 2000, shared_networ
         nets.append(net["id"])
     per_writer = ports // writers
     latencies: list[list[float]] = [[] for _ in range(writers)]
+    client_cpu = [0.0] * writers
     errors: list[str] = []
     start = threading.Barrier(writers + 1)
 
@@ -130,6 +136,7 @@ def api_rate(ctl: Controller, writers: int = 8, ports: int = 2000, shared_networ
         net = nets[w % len(nets)]
         try:
             start.wait()
+            cpu0 = time.thread_time()
             for i in range(per_writer):
                 t0 = time.perf_counter()
                 try:
@@ -138,6 +145,7 @@ def api_rate(ctl: Controller, writers: int = 8, ports: int = 2000, shared_networ
                 except ApiError as e:
                     errors.append(str(e))
                 latencies[w].append((time.perf_counter() - t0) * 1000)
+            client_cpu[w] = time.thread_time() - cpu0
         finally:
             client.close()
 
@@ -145,19 +153,32 @@ def api_rate(ctl: Controller, writers: int = 8, ports: int = 2000, shared_networ
     for t in threads:
         t.start()
     cpu0 = ctl.cpu()
+    store0 = _tree_cpu(store_pid) if store_pid else {}
     start.wait()
     t0 = time.perf_counter()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
     cpu = ctl.cpu() - cpu0
+    store_cpu = (sum(v - store0.get(p, 0.0) for p, v in _tree_cpu(store_pid).items())
+                 if store_pid else None)
     done = writers * per_writer - len(errors)
     every = [x for lat in latencies for x in lat]
     progress(f"api: {done} ports in {wall:.1f} s = {done / wall:.0f}/s")
+    per_port = {"controller": cpu, "writers": sum(client_cpu), "postgresql": store_cpu}
+    per_port = {k: 1000 * v / done for k, v in per_port.items() if v is not None and done}
+    total = sum(per_port.values())
     return {"writers": writers, "ports": done, "errors": errors[:10], "n_errors": len(errors),
             "shared_network": shared_network, "seconds": wall, "ports_per_second": done / wall,
             "per_call_ms": dist(every), "controller_cpu_s": cpu,
-            "controller_cpu_ms_per_port": 1000 * cpu / done if done else None}
+            "controller_cpu_ms_per_port": per_port.get("controller"), "cpu_ms_per_port": per_port,
+            "machine_ceiling_ports_per_second": 1000 * (os.cpu_count() or 1) / total if total else None}
+
+
+def _tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of a process and each of its descendants (a PostgreSQL server's backends)."""
+    from fathom.bench import procs
+    return {p: c for p in (pid, *procs.children(pid)) if (c := procs.cpu_seconds(p)) is not None}
 
 
 # ---------------------------------------------------------------------------------------------- fabric
@@ -574,7 +595,8 @@ def run(plan: Plan, run_dir: Path, progress=lambda msg: None) -> dict:
                              f"{'one network' if shared else 'a network each'}")
                     ctl = Controller(run_dir / "api", url).start()
                     try:
-                        r = api_rate(ctl, plan.writers, plan.api_ports, shared, progress)
+                        r = api_rate(ctl, plan.writers, plan.api_ports, shared, progress,
+                                     store_pid=pg.pid() if pg else None)
                     finally:
                         ctl.stop()
                     doc["api"].append({"store": store, "durability": "PostgreSQL defaults (fsync on)" if pg else
@@ -606,13 +628,15 @@ def markdown(doc: dict) -> str:
         lines.append(f"**Crowded machine**: load average {env['loadavg_at_start'][0]:.1f} at the start, "
                      f"{env['loadavg_at_end'][0]:.1f} at the end; other engineers' tests ran beside it.\n")
     if doc.get("api"):
-        lines += ["| store | writers | networks | ports | ports/s | p50 ms | p99 ms | controller CPU ms/port |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["| store | writers | networks | ports | ports/s | p50 ms | p99 ms | CPU ms/port: controller "
+                  "/ writers / PostgreSQL | machine ceiling ports/s |", "|---|---|---|---|---|---|---|---|---|"]
         for r in doc["api"]:
-            d = r["per_call_ms"]
+            d, c = r["per_call_ms"], r.get("cpu_ms_per_port", {})
+            cpu = " / ".join(f"{c[k]:.1f}" if k in c else "–" for k in ("controller", "writers", "postgresql"))
+            ceiling = r.get("machine_ceiling_ports_per_second")
             lines.append(f"| {r['store']} | {r['writers']} | {'one' if r['shared_network'] else 'one each'} | "
                          f"{r['ports']} | {r['ports_per_second']:.0f} | {d['p50']:.1f} | {d['p99']:.1f} | "
-                         f"{r['controller_cpu_ms_per_port']:.1f} |")
+                         f"{cpu} | {f'{ceiling:.0f}' if ceiling else ''} |")
         lines.append("")
     if doc.get("fabric"):
         lines += ["| fabric (nodes x ports) | ports | flows | port-up p50 ms | p99 ms | controller CPU ms/change | "

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
+
 from fathom.bench import scale
 
 
@@ -37,3 +39,19 @@ def test_layout_spreads_networks_over_groups_of_nodes():
         networks.setdefault(net, set()).add(node // scale.NETWORK_SPAN)
     assert all(len(groups) == 1 for groups in networks.values())      # a network stays in its group
     assert max(sum(1 for p in ports if p[2] == k) for k in networks) <= scale.PORTS_PER_NETWORK
+
+
+def test_the_api_rate_counts_every_port_and_the_cpu_of_each_party(tmp_path, postgres):
+    """The API-rate part on a real controller over a real PostgreSQL: every port it counts exists,
+    and the CPU per port is split between the controller, the writers and the database server."""
+    ctl = scale.Controller(tmp_path / "api", postgres.new_database()).start()
+    try:
+        r = scale.api_rate(ctl, writers=2, ports=80, store_pid=postgres.pid())
+        names = {p["name"] for p in ctl.api.get("/ports")}
+    finally:
+        ctl.stop()
+    assert (r["ports"], r["n_errors"]) == (80, 0)
+    assert len(names) == 80
+    cpu = r["cpu_ms_per_port"]
+    assert set(cpu) == {"controller", "writers", "postgresql"} and all(v > 0 for v in cpu.values()), cpu
+    assert r["machine_ceiling_ports_per_second"] == pytest.approx(1000 * os.cpu_count() / sum(cpu.values()))
