@@ -9,7 +9,9 @@ import time
 import httpx
 import uvicorn
 
-from fathom.controller.server import DateHeader, QuietServer
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from fathom.controller.server import DateHeader, QuietServer, api_sockets
 
 
 async def hello(scope, receive, send):
@@ -59,3 +61,42 @@ def test_the_idle_event_loop_sleeps():
     finally:
         server.handle_exit(signal.SIGTERM, None)
         thread.join(10)
+
+
+class NodelayRecorder(H11Protocol):
+    """uvicorn's h11 protocol, noting whether each connection it serves has Nagle turned off."""
+    seen: list[int] = []
+
+    def connection_made(self, transport) -> None:
+        NodelayRecorder.seen.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        super().connection_made(transport)
+
+
+def _nodelay_of_a_served_connection(sockets) -> int:
+    NodelayRecorder.seen = []
+    server = QuietServer(uvicorn.Config(hello, log_level="warning", lifespan="off", http=NodelayRecorder))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.02)
+        port = sockets[0].getsockname()[1]
+        with httpx.Client() as c:
+            assert c.get(f"http://127.0.0.1:{port}/").text == "hi"
+            assert c.get(f"http://127.0.0.1:{port}/").text == "hi"     # the same kept-alive connection
+    finally:
+        server.should_exit = True
+        server.handle_exit(signal.SIGTERM, None)
+        thread.join(10)
+    assert len(NodelayRecorder.seen) == 1
+    return NodelayRecorder.seen[0]
+
+
+def test_the_api_serves_its_connections_with_nagle_off():
+    # a response's head and body are two writes: with Nagle on, the body waits for the client's
+    # delayed ACK of the head on every call after a connection's first (40 ms on Linux)
+    assert _nodelay_of_a_served_connection(api_sockets(["127.0.0.1"], 0)) == 1
+    # what asyncio does with a socket made without naming TCP: Nagle stays on
+    plain = socket.socket()
+    plain.bind(("127.0.0.1", 0))
+    assert _nodelay_of_a_served_connection([plain]) == 0
