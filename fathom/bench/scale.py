@@ -1,15 +1,16 @@
 """`fathom bench scale`: the controller at scale, against simulated switches and a real store.
 
-Three measurements, each against a real `fathom controller` process (plain TCP on loopback):
+Three measurements, each against a real `fathom controller` process:
 
-- **API create rate**: 8 concurrent writers create ports through the REST API, on SQLite and on
-  PostgreSQL (a private server with its default durability); ports/s and p50/p99 per call.
+- **API create rate**: 8 concurrent writers create ports through the REST API (HTTP on loopback),
+  on SQLite and on PostgreSQL (a private server with its default durability); ports/s, p50/p99 per
+  call, and the CPU per port of the controller, the writers and the database server.
 - **Fabric scale**: N simulated nodes (fathom.bench.ofswitch: a switch in memory speaking OpenFlow 1.4
-  to the controller over TCP, with a real `ovsdb-server` per node for the bootstrap and port numbers)
+  to the controller over plain TCP, with a real `ovsdb-server` per node for the bootstrap and port numbers)
   at 10, 1,000 and 10,000 ports: port-up latency (API call → `active` through Client.wait_status),
   the controller's CPU time per change, and a full resync of every wiped switch.
-- (The full resync of a real OVS bridge is measured by `fathom bench tenant`'s bulk section and by
-  `resync_real` here, with a lab.)
+- **Full resync of a real OVS bridge** (`resync_real`): a lab whose controller speaks OpenFlow and
+  OVSDB over TLS, as on real hosts.
 
 Progress goes to `progress(msg)`; every figure comes back as one JSON-able document.
 """
@@ -473,7 +474,7 @@ def resync_real(lab_name: str, ports: int = 10000, repeats: int = 3, progress=la
     lab.down()
     try:
         progress(f"resync: lab {lab_name} up")
-        state = lab.up(load(TOPOLOGY), str(TOPOLOGY), insecure=True)
+        state = lab.up(load(TOPOLOGY), str(TOPOLOGY))       # OpenFlow and OVSDB over TLS, as on real hosts
         pid = state["controller"]["pid"]
 
         class _Clients:
