@@ -25,6 +25,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from fathom.bench import procs
 from fathom.bench.report import dist
 from fathom.client import ApiError, Client
 
@@ -178,7 +179,6 @@ def api_rate(ctl: Controller, writers: int = 8, ports: int = 2000, shared_networ
 
 def _tree_cpu(pid: int) -> dict[int, float]:
     """CPU seconds of a process and each of its descendants (a PostgreSQL server's backends)."""
-    from fathom.bench import procs
     return {p: c for p in (pid, *procs.children(pid)) if (c := procs.cpu_seconds(p)) is not None}
 
 
@@ -395,6 +395,7 @@ def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None 
                 raise RuntimeError(f"sample port {port['id']}: {got['status']} {got.get('status_reason')}")
         cpu_per_change = (ctl.cpu() - cpu0) / samples
         fleet_cpu_per_change = (fleet.cpu() - fcpu0) / samples
+        rss_mb = procs.rss_mb(ctl.proc.pid)      # the controller holding the whole fabric, at rest
 
         # full resync: every switch wiped, one audit pass puts every flow back
         progress(f"{size}: full resync of {size.nodes} wiped switches")
@@ -414,6 +415,7 @@ def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None 
                 "port_up_p50_ms": percentile(up_ms, 50), "port_up_p99_ms": percentile(up_ms, 99),
                 "controller_cpu_ms_per_change": 1000 * cpu_per_change,
                 "switches_cpu_ms_per_change": 1000 * fleet_cpu_per_change,
+                "controller_rss_mb": rss_mb, "controller_bytes_per_flow": rss_mb * 2**20 / flows_total if rss_mb else None,
                 "resync_seconds": resync_s, "resync_flows": restored,
                 "resync_flows_per_second": restored / resync_s if resync_s else None,
                 "resync_controller_cpu_s": resync_cpu, "resync_switches_cpu_s": fleet.cpu() - fcpu0,
@@ -641,14 +643,16 @@ def markdown(doc: dict) -> str:
         lines.append("")
     if doc.get("fabric"):
         lines += ["| fabric (nodes x ports) | ports | flows | port-up p50 ms | p99 ms | controller CPU ms/change | "
-                  "full resync s | flows/s | resync CPU s | in sync |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "full resync s | flows/s | resync CPU s | in sync | controller RSS MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in doc["fabric"]:
             if "error" in r:
                 continue
+            rss = f"{r['controller_rss_mb']:.0f}" if r.get("controller_rss_mb") else ""
             lines.append(f"| {r['size']} | {r['ports']} | {r['resync_flows']} | {r['port_up_p50_ms']:.0f} | "
                          f"{r['port_up_p99_ms']:.0f} | {r['controller_cpu_ms_per_change']:.0f} | "
                          f"{r['resync_seconds']:.2f} | {r['resync_flows_per_second']:.0f} | "
-                         f"{r['resync_controller_cpu_s']:.2f} | {r['switches_in_sync']}/{r['nodes']} |")
+                         f"{r['resync_controller_cpu_s']:.2f} | {r['switches_in_sync']}/{r['nodes']} | {rss} |")
         lines.append("")
     if doc.get("resync_real"):
         r = doc["resync_real"]

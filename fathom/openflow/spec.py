@@ -92,7 +92,7 @@ _RESERVED_PORT_NAMES = {OFPP_IN_PORT: "IN_PORT", OFPP_LOCAL: "LOCAL", OFPP_CONTR
 # ---------------------------------------------------------------------------------------------- actions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Output:
     """Send the packet out of an OpenFlow port (an int, or OFPP_IN_PORT etc.)."""
     port: int
@@ -103,7 +103,7 @@ class Output:
         return f"output:{self.port}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OutputTrunc:
     """Nicira output(port, max_len): send at most the first `max_len` bytes of the packet."""
     port: int
@@ -113,7 +113,7 @@ class OutputTrunc:
         return f"output(port={self.port},max_len={self.max_len})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SetField:
     """OpenFlow 1.3 set_field. `field` is an os-ken OXM/NXM name (eth_dst, reg6, tun_ipv4_dst, ...)."""
     field: str
@@ -124,7 +124,7 @@ class SetField:
         return f"set_field:{_format_value(self.field, self.value)}->{name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PushVlan:
     ethertype: int = 0x8100
 
@@ -132,13 +132,13 @@ class PushVlan:
         return f"push_vlan:0x{self.ethertype:04x}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PopVlan:
     def to_ofctl(self) -> str:
         return "pop_vlan"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DecTtl:
     """OpenFlow 1.3 dec_nw_ttl (ovs-ofctl prints it as dec_ttl)."""
 
@@ -146,7 +146,7 @@ class DecTtl:
         return "dec_ttl"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Meter:
     """The meter instruction: the flow's packets pass meter `meter_id` first (only valid as the first
     element of a flow's actions; it is an instruction, not an action)."""
@@ -156,7 +156,7 @@ class Meter:
         return f"meter:{self.meter_id}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GotoTable:
     """The goto-table instruction. Only valid as the last element of a flow's actions."""
     table: int
@@ -165,7 +165,7 @@ class GotoTable:
         return f"goto_table:{self.table}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resubmit:
     """Nicira resubmit(port, table): look the packet up again in `table` (may go backwards).
 
@@ -179,7 +179,7 @@ class Resubmit:
         return f"resubmit({port},{self.table})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Group:
     group_id: int
 
@@ -187,7 +187,7 @@ class Group:
         return f"group:{self.group_id}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Controller:
     """Packet-in to the controller with at most `max_len` bytes of the packet."""
     max_len: int = OFPCML_NO_BUFFER
@@ -196,7 +196,7 @@ class Controller:
         return f"CONTROLLER:{self.max_len}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Move:
     """Nicira reg_move: copy `n_bits` from src[src_ofs..] to dst[dst_ofs..] (os-ken field names)."""
     src: str
@@ -210,7 +210,7 @@ class Move:
                 f"->{_nxm_slice(self.dst, self.dst_ofs, self.n_bits)}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LoadReg:
     """Nicira reg_load: write `value` into bits [ofs, ofs+n_bits) of `field` (a register, usually)."""
     field: str
@@ -222,7 +222,7 @@ class LoadReg:
         return f"load:{self.value:#x}->{_nxm_slice(self.field, self.ofs, self.n_bits)}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Nat:
     """The nat argument of a `Ct`: `kind` "src" (SNAT to `ip`), "dst" (DNAT to `ip`), or None (apply
     the NAT of the connection the packet belongs to, e.g. un-SNAT a reply)."""
@@ -237,7 +237,7 @@ class Nat:
         return f"nat({self.kind}={self.ip})" if self.kind else "nat"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ct:
     """Nicira ct: pass the packet through the connection tracker in a zone.
 
@@ -274,7 +274,7 @@ class Ct:
         return "ct(" + ",".join(parts) + ")"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CtClear:
     """Nicira ct_clear: forget the packet's connection tracking state (before a lookup in another zone)."""
 
@@ -282,7 +282,7 @@ class CtClear:
         return "ct_clear"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Conjunction:
     """Nicira conjunction(id, clause/n_clauses): this flow is clause `clause` (1-based) of conjunctive
     match `id`; the flow matching `conj_id=id` runs when one flow of every clause matched."""
@@ -320,7 +320,7 @@ def _normalise_match(match: Mapping[str, MatchValue] | Iterable[tuple[str, Match
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlowSpec:
     """One flow entry. `match` may be given as a dict; it is stored as a sorted tuple of pairs.
 
@@ -333,7 +333,8 @@ class FlowSpec:
     cookie: int = 0
     # VLAN ids the actions tag frames with (set_field vlan_vid): set with the spec, as a switch's
     # whole state is searched for them on every pass (the fabric's trunks); most flows tag none
-    vlans_set = frozenset()
+    vlans_set: frozenset = field(default=frozenset(), init=False, compare=False, repr=False)
+    _hash: int | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "match", _normalise_match(self.match))
@@ -349,7 +350,7 @@ class FlowSpec:
 
     def __hash__(self) -> int:
         # Flows live in large sets that every pass unions and compares: hashed once (a spec never changes)
-        h = self.__dict__.get("_hash")
+        h = self._hash
         if h is None:
             h = hash((self.table, self.priority, self.match, self.actions, self.cookie))
             object.__setattr__(self, "_hash", h)
@@ -399,7 +400,7 @@ def _set_vlans(spec, action_lists) -> None:
 GROUP_TYPES = ("all", "select", "indirect")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GroupSpec:
     """One group entry: `buckets` is a tuple of action tuples (select buckets get weight 1).
 
@@ -411,7 +412,9 @@ class GroupSpec:
     type: str
     buckets: tuple = ()
     cookie: int = field(default=0, compare=False)
-    vlans_set = frozenset()     # VLAN ids the buckets tag frames with, as FlowSpec's
+    # VLAN ids the buckets tag frames with, as FlowSpec's
+    vlans_set: frozenset = field(default=frozenset(), init=False, compare=False, repr=False)
+    _hash: int | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self):
         if self.type not in GROUP_TYPES:
@@ -423,7 +426,7 @@ class GroupSpec:
                 raise ValueError("a group bucket cannot hold goto_table (use Resubmit)")
 
     def __hash__(self) -> int:
-        h = self.__dict__.get("_hash")   # hashed once, as FlowSpec (the cookie takes no part)
+        h = self._hash   # hashed once, as FlowSpec (the cookie takes no part)
         if h is None:
             h = hash((self.group_id, self.type, self.buckets))
             object.__setattr__(self, "_hash", h)
@@ -436,7 +439,7 @@ class GroupSpec:
         return ",".join(parts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MeterSpec:
     """One meter with a single drop band: at most `rate` packets/s (unit pktps) or kb/s (kbps)."""
     meter_id: int
@@ -459,7 +462,7 @@ class MeterSpec:
         return f"meter={self.meter_id},{self.unit}{burst},bands=type=drop,rate={self.rate}{size}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SwitchState:
     """The desired content of one bridge."""
     flows: frozenset = field(default_factory=frozenset)
