@@ -2,6 +2,7 @@
 transaction ends gives the turn back, and a writer that cannot get it in time is told the store
 is busy (503, retry) with nothing changed. The busy timeout is cut to 0.3 s here, so a turn that
 is never given back fails the next write instead of hanging."""
+import contextlib
 import threading
 
 import pytest
@@ -72,7 +73,9 @@ def test_every_end_of_a_write_gives_the_turn_back(engine):
     assert rows(engine) == [2, 4, 6, 7, 8]
 
 
-def test_a_writer_that_waits_too_long_is_told_the_store_is_busy(engine):
+@contextlib.contextmanager
+def a_write_held_open(engine):
+    """Another thread's write transaction, open (one row inserted) until the block ends."""
     holding, done = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -84,30 +87,22 @@ def test_a_writer_that_waits_too_long_is_told_the_store_is_busy(engine):
     t.start()
     try:
         assert holding.wait(10)
-        with pytest.raises(Busy):
-            write(engine, 2)
+        yield
     finally:
         done.set()
         t.join(10)
+
+
+def test_a_writer_that_waits_too_long_is_told_the_store_is_busy(engine):
+    with a_write_held_open(engine):
+        with pytest.raises(Busy):
+            write(engine, 2)
     write(engine, 3)
     assert rows(engine) == [1, 3]
 
 
 def test_reads_do_not_wait_for_a_writer(engine):
-    holding, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with Session(engine) as s, s.begin():
-            s.execute(text("INSERT INTO t VALUES (1)"))
-            holding.set()
-            done.wait(10)
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert holding.wait(10)
+    with a_write_held_open(engine):
         with Session(engine) as s, s.begin():
             s.connection(execution_options=db.READ_ONLY)
             assert s.execute(text("SELECT count(*) FROM t")).scalar() == 0
-    finally:
-        done.set()
-        t.join(10)
