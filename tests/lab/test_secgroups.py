@@ -21,7 +21,7 @@ from fathom.client import Client
 
 from fathom.lab.ovs import wait_for
 
-from .util import lab_api, ping, running_lab, sh
+from .util import lab_api, listening, ping, running_lab, sh, wait_listening
 
 TOPOLOGY = """
 networks:
@@ -114,10 +114,12 @@ def _ns(lab, vm: str) -> list[str]:
 def tcp(lab, src: str, dst: str, port: int) -> bool:
     """A TCP connection src -> dst:port carries a line to a listener (the handshake needs both ways)."""
     token = uuid.uuid4().hex
-    server = subprocess.Popen([*_ns(lab, dst), "timeout", "4", "nc", "-l", IPS[dst], str(port)],
+    # a listener left behind would share the port (nc listens with SO_REUSEPORT) and take connections
+    assert not listening(lab, dst, port), f"{dst}:{port} already has a listener"
+    server = subprocess.Popen([*_ns(lab, dst), "timeout", "6", "nc", "-l", IPS[dst], str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        time.sleep(0.3)
+        wait_listening(lab, dst, port)
         subprocess.run([*_ns(lab, src), "sh", "-c", f"echo {token} | timeout 3 nc -N -w 2 {IPS[dst]} {port}"],
                        capture_output=True, timeout=10)
     finally:
@@ -128,10 +130,10 @@ def tcp(lab, src: str, dst: str, port: int) -> bool:
 def udp(lab, src: str, dst: str, port: int) -> tuple[bool, bool]:
     """(the datagram src -> dst:port arrived, the listener's answer came back)."""
     token = uuid.uuid4().hex
-    server = subprocess.Popen([*_ns(lab, dst), "sh", "-c", f"echo pong | timeout 4 nc -u -l {IPS[dst]} {port}"],
+    server = subprocess.Popen([*_ns(lab, dst), "sh", "-c", f"echo pong | timeout 6 nc -u -l {IPS[dst]} {port}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        time.sleep(0.3)
+        wait_listening(lab, dst, port, udp=True)
         got = subprocess.run([*_ns(lab, src), "sh", "-c", f"echo {token} | timeout 3 nc -u -w 2 {IPS[dst]} {port}"],
                              capture_output=True, text=True, timeout=10).stdout
     finally:
@@ -176,9 +178,17 @@ class Stream:
     says which lines arrived."""
 
     def __init__(self, lab, src: str, dst: str, port: int):
-        self.server = subprocess.Popen([*_ns(lab, dst), "timeout", "60", "nc", "-l", IPS[dst], str(port)],
+        # the listener takes one connection and stops listening, so the port is free for tcp()
+        server = ("import socket, sys\n"
+                  f"listener = socket.create_server(('{IPS[dst]}', {port}))\n"
+                  "conn, _ = listener.accept()\n"
+                  "listener.close()\n"
+                  "for line in conn.makefile():\n"
+                  "    sys.stdout.write(line)\n"
+                  "    sys.stdout.flush()\n")
+        self.server = subprocess.Popen([*_ns(lab, dst), "python3", "-c", server],
                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        time.sleep(0.3)
+        wait_listening(lab, dst, port)
         script = ("import socket, time\n"
                   f"s = socket.create_connection(('{IPS[dst]}', {port}), timeout=5)\n"
                   "for i in range(550):\n"

@@ -69,6 +69,22 @@ def sh(lab: Lab, target: str, *cmd: str, check: bool = True, timeout: float = 30
     return proc
 
 
+def listening(lab: Lab, vm: str, port: int, udp: bool = False) -> bool:
+    """Whether a socket in the VM listens on `port` (TCP) or is bound to it (UDP)."""
+    args = ["ss", "-Hn", "-lu" if udp else "-lt", f"sport = :{port}"]
+    return bool(sh(lab, vm, *args, check=False).stdout.strip())
+
+
+def wait_listening(lab: Lab, vm: str, port: int, udp: bool = False, timeout: float = 10) -> None:
+    """Wait until the VM's server is up: a client started before it gets a reset, which would read
+    as a filtered port."""
+    deadline = time.monotonic() + timeout
+    while not listening(lab, vm, port, udp):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing listens on {vm}:{port} after {timeout} s")
+        time.sleep(0.05)
+
+
 def ping(lab: Lab, src: str, dst_ip: str, count: int = 3) -> subprocess.CompletedProcess:
     # the first echo may be lost while ARP and the tunnel neighbour are learned
     return sh(lab, src, "ping", "-c", str(count), "-i", "0.2", "-W", "1", dst_ip, check=False)
