@@ -11,14 +11,19 @@ replica's row notifications (`PortNumbers`: only the rows that changed are read,
 """
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import socket
 import threading
+import time
 
 from fathom.controller import channels
 
 channels.import_ovs()   # before ovsdbapp: see there
 
+from ovs import jsonrpc, poller  # noqa: E402
+from ovs.stream import Stream  # noqa: E402
 from ovsdbapp.backend.ovs_idl import connection, idlutils  # noqa: E402
 from ovsdbapp.schema.open_vswitch import commands, impl_idl  # noqa: E402
 
@@ -216,6 +221,43 @@ class _NotifyingIdl(connection.OvsdbIdl):
             self._tell(what)
 
 
+def fetch_schema(remote: str, timeout: float) -> dict:
+    """The Open_vSwitch schema from the OVSDB server at `remote`, within `timeout` seconds.
+
+    ovsdbapp's own fetch waits without end for the connection, the TLS handshake and the answer:
+    a node whose OVSDB takes the connection and never answers would hold its check for ever, and
+    the node would never be checked again."""
+    deadline = time.monotonic() + timeout
+    err, stream = Stream.open_block(Stream.open(remote), int(timeout * 1000))
+    if err:
+        raise ConnectionError(f"cannot connect to {remote}: {os.strerror(err)}")
+    rpc = jsonrpc.Connection(stream)
+    try:
+        request = jsonrpc.Message.create_request("get_schema", ["Open_vSwitch"])
+        err = rpc.send(request)
+        while not err:
+            err, msg = rpc.recv()
+            if err == errno.EAGAIN:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{remote} did not send its schema within {timeout:g} s")
+                rpc.run()
+                wait = poller.Poller()
+                rpc.wait(wait)
+                rpc.recv_wait(wait)
+                wait.timer_wait(int(left * 1000) + 1)
+                wait.block()
+                err = 0
+            elif not err and msg.id == request.id and msg.type in (jsonrpc.Message.T_REPLY, jsonrpc.Message.T_ERROR):
+                if msg.error:
+                    raise ConnectionError(f"{remote} refused the schema request: {msg.error}")
+                return msg.result
+        raise ConnectionError(f"could not retrieve the schema from {remote}: "
+                              f"{'connection closed' if err < 0 else os.strerror(err)}")
+    finally:
+        rpc.close()
+
+
 class NodeOvsdb:
     """One node's OVSDB, reached on ssl:<management ip>:6640 (tcp: when the controller runs --insecure).
 
@@ -225,7 +267,7 @@ class NodeOvsdb:
     def __init__(self, name: str, management_ip: str, timeout: float = 5, on_change=None):
         self.name = name
         self.remote = channels.ovsdb_remote(management_ip)
-        helper = idlutils.get_schema_helper(self.remote, "Open_vSwitch")
+        helper = idlutils.create_schema_helper(fetch_schema(self.remote, timeout))
         for table, columns in COLUMNS.items():
             if columns is None:
                 helper.register_table(table)
