@@ -98,6 +98,11 @@ BURST_PAUSE = 0.25
 # connected yet, the statuses in the store (the last controller's word) stand: a restart does not
 # turn every object at home there `pending` (and a Neutron port DOWN) for those seconds.
 STARTUP_GRACE = 15.0
+# Seconds between two freezes of the controller's memory (`_freeze_memory`) while passes follow
+# each other: the collection before a freeze walks every new state a pass made (at 100 nodes x 30
+# ports, one port's pass puts a new state on every switch: 50 ms of a 260 ms pass). A burst's
+# passes share one; the last one's is done when the loop goes quiet.
+FREEZE_EVERY = 1.0
 
 
 class _Metrics:
@@ -349,8 +354,8 @@ def _unneed(needs: dict, owner: tuple, key: SwitchKey) -> None:
 
 def _freeze_memory() -> None:
     """Put what is alive now out of the cyclic garbage collector's reach (gc.freeze), after
-    collecting what is not (gc.collect walks only what is not frozen yet: about what the last pass
-    made, so it costs what the change cost).
+    collecting what is not (gc.collect walks only what is not frozen yet: about what the passes
+    since the last freeze made, so it costs what the changes cost: see FREEZE_EVERY).
 
     The controller keeps every switch's desired state, the model and their indexes: at 100 nodes x
     100 ports tens of millions of objects, immutable and free of cycles (tests/unit/test_memory.py),
@@ -467,10 +472,14 @@ class Reconciler:
         `check_incremental`: after each pass, compile whole and assert equality (default: the
         environment's FATHOM_CHECK_INCREMENTAL=1, which the test suite sets).
         `startup_grace`: see STARTUP_GRACE.
-        `freeze_memory`: after each pass, what it left alive is put out of the cyclic garbage
-        collector's reach (`_freeze_memory`; the controller's process, not a test's)."""
+        `freeze_memory`: what passes left alive is put out of the cyclic garbage collector's reach
+        (`_freeze_memory`; the controller's process, not a test's), after a pass at most every
+        `freeze_every` seconds and when the loop goes quiet."""
         self.Session = session_factory
         self.freeze_memory = freeze_memory
+        self.freeze_every = FREEZE_EVERY
+        self._frozen_at = -FREEZE_EVERY    # monotonic time of the last freeze
+        self._freeze_due = False           # a pass ran since
         # after an API write only the parts of the store whose tables were written are read again
         engine = getattr(session_factory, "kw", {}).get("bind")
         self._store_changes = TableChanges(engine) if engine is not None else None
@@ -618,12 +627,17 @@ class Reconciler:
     def run_forever(self) -> None:
         while not self._stop.is_set():
             now = time.monotonic()
-            woken = self._wake.wait(max(0.0, min(self._next_check, self._next_audit) - now))
+            until = min(self._next_check, self._next_audit)
+            if self._freeze_due:
+                until = min(until, self._frozen_at + self.freeze_every)
+            woken = self._wake.wait(max(0.0, until - now))
             if self._stop.is_set():
                 break
             try:
                 now = time.monotonic()
-                if woken:
+                if not woken and self._freeze_due and now >= self._frozen_at + self.freeze_every:
+                    self._freeze()
+                elif woken:
                     self.run_pass(audit=False)
                     self._busy = self._busy + 1 if self._wake.is_set() else 0
                     if self._busy >= BURST_PASSES:   # a sustained burst: see BURST_PAUSE
@@ -789,8 +803,14 @@ class Reconciler:
                      1000 * self.last_pass_seconds, len(changed),
                      ", ".join(f"{k} {1000 * v:.1f}" for k, v in steps.times.items()))
             if self.freeze_memory:
-                _freeze_memory()
+                self._freeze_due = True
+                if time.monotonic() >= self._frozen_at + self.freeze_every:
+                    self._freeze()
             return result
+
+    def _freeze(self) -> None:
+        _freeze_memory()
+        self._frozen_at, self._freeze_due = time.monotonic(), False
 
     def _nothing_new(self, ev: _Events, result: PassResult) -> bool:
         """Whether a pass woken only by a node's interfaces (OVSDB, port-status) found nothing a

@@ -95,7 +95,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # state): CPython's default thresholds (a young collection every 700 allocations) make the
     # collector walk them again and again while they are made, and a whole compile of 100 nodes x
     # 100 ports took 3x as long (security groups: 41 s against 13-19 s). A young collection every
-    # 50,000 allocations; after each pass what it left alive is frozen (Reconciler's freeze_memory).
+    # 50,000 allocations; what passes left alive is frozen (Reconciler's freeze_memory).
     gc.set_threshold(50_000, 20, 10)
     engine = open_store(db_url, migrate_apart=True)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
