@@ -33,6 +33,7 @@ import os
 import struct
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 
 from fastapi import APIRouter, Depends
@@ -42,7 +43,7 @@ from fathom.apps.fabric import compiler as fc
 from fathom.controller import channels
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, SetController, controller_differs, local_ip_towards
-from fathom.controller.reconciler import SwitchResult
+from fathom.controller.reconciler import SETUP_WAIT, SwitchResult
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
@@ -145,6 +146,9 @@ class FabricRuntime:
         self.wake = wake
         self.lldp_interval = lldp_interval
         self.tors: dict[str, NodeOvsdb] = {}
+        # ToR OVSDB connections being made: name -> (remote, its future)
+        self._connecting: dict[str, tuple[str, Future]] = {}
+        self._connect_pool = ThreadPoolExecutor(4, thread_name_prefix="tor-connect")
         self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
@@ -185,6 +189,7 @@ class FabricRuntime:
     def stop(self) -> None:
         self._stop.set()
         self._probe_soon.set()
+        self._connect_pool.shutdown(wait=False, cancel_futures=True)
 
     def wiring_event(self, dpid: int) -> None:
         """A switch connected or reported a port-status: a ToR's or br-phy's makes the next probes
@@ -208,10 +213,8 @@ class FabricRuntime:
                 fresh = ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip) or not ovsdb.connected()
                 if fresh:
                     if ovsdb:
-                        ovsdb.close()
-                    ovsdb = self.tors[s.name] = NodeOvsdb(f"tor_{s.name}", s.management_ip,
-                                                          on_change=lambda _n, what, name=s.name:
-                                                          rec.ovsdb_changed(name, what))
+                        self.tors.pop(s.name).close()
+                    ovsdb = self.tors[s.name] = self._connect(rec, s)
                 # the bridge is re-checked when its OVSDB reported a change (or is new, or failed)
                 if fresh or rec.setup_due(s.name):
                     ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
@@ -225,6 +228,8 @@ class FabricRuntime:
                 res.setup, res.reason = "error", f"OVSDB {s.management_ip}:{OVSDB_PORT}: {e}"
         for gone in set(self.tors) - {s.name for s in fab.switches}:
             self.tors.pop(gone).close()
+        for gone in set(self._connecting) - {s.name for s in fab.switches}:
+            self._forget_connecting(gone)
 
         # br-phy of every node: our controller (fail mode secure, see above)
         for node in snapshot.nodes if fab.switches else ():
@@ -248,6 +253,30 @@ class FabricRuntime:
                 self.phy_ofports.pop(node.name, None)   # re-checked on the next pass
                 res.setup, res.reason = "error", f"br-phy: {e}"
         return replace(snapshot, fabric=fab.with_ofports(ofports)).with_phy_ofports(self.phy_ofports)
+
+    def _connect(self, rec, s) -> NodeOvsdb:
+        """A ToR's OVSDB connection, made on a thread of its own: a pass waits SETUP_WAIT for it at
+        most, as for a node's check (a dead ToR must not hold up every change of the cloud for its
+        connection timeout), and raises while it is still being made; its end wakes a pass."""
+        remote = channels.ovsdb_remote(s.management_ip)
+        job = self._connecting.get(s.name)
+        if job is None or job[0] != remote:
+            self._forget_connecting(s.name)   # made for an address the ToR no longer has
+            future = self._connect_pool.submit(NodeOvsdb, f"tor_{s.name}", s.management_ip,
+                                               on_change=lambda _n, what, name=s.name: rec.ovsdb_changed(name, what))
+            job = self._connecting[s.name] = (remote, future)
+        wait([job[1]], SETUP_WAIT)
+        if not job[1].done():
+            job[1].add_done_callback(lambda _f, name=s.name: rec.ovsdb_changed(name, "setup"))
+            raise ConnectionError(f"its OVSDB has not answered yet (still connecting after {SETUP_WAIT:g} s)")
+        del self._connecting[s.name]
+        return job[1].result()
+
+    def _forget_connecting(self, name: str) -> None:
+        """A connection being made that no pass will take: closed when it is made."""
+        job = self._connecting.pop(name, None)
+        if job is not None:
+            job[1].add_done_callback(lambda f: f.exception() is None and f.result().close())
 
     def after_pass(self, rec, snapshot, result) -> None:
         self.last = {"snapshot": snapshot}
