@@ -395,7 +395,8 @@ class _Events:
 # Seconds a pass waits for the nodes' bridge checks it started (one OVSDB transaction each, run
 # side by side): a node that answers later (unreachable, slow, many nodes at once) keeps the state
 # the last pass left it in, and its check's end wakes another pass. One dead host must not hold up
-# the changes of every other node for its connection timeout.
+# the changes of every other node for its connection timeout; a node already in error is checked
+# again without any pass waiting for it (its answer comes with the pass it wakes).
 SETUP_WAIT = 1.0
 SETUP_WORKERS = 8
 
@@ -435,10 +436,12 @@ class _Setups:
         if late:
             self._late(name)
 
-    def take(self, names, timeout: float) -> dict:
+    def take(self, names, timeout: float, patient=None) -> dict:
+        """`patient`: the names whose checks are waited for (default: all of `names`)."""
         with self._lock:
-            futures = [self._jobs[n][1] for n in names if n in self._jobs]
-        concurrent.futures.wait(futures, timeout)
+            futures = [self._jobs[n][1] for n in (names if patient is None else patient) if n in self._jobs]
+        if futures:
+            concurrent.futures.wait(futures, timeout)
         out = {}
         with self._lock:
             for name in names:
@@ -891,7 +894,8 @@ class Reconciler:
             self._setup_due.add(node.name)
             self._setups.start(node)
             checking.add(node.name)
-        checked = self._setups.take(checking, SETUP_WAIT) if checking else {}
+        in_error = {name for name, n in self.last.nodes.items() if n.bootstrap == "error"}
+        checked = self._setups.take(checking, SETUP_WAIT, patient=checking - in_error) if checking else {}
         compiled_with = {n.name: dict(n.ofports) for n in self.model.nodes} if self.model is not None else {}
         for node in snapshot.nodes:
             answer = got.get(node.name) or checked.get(node.name)

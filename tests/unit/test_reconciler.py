@@ -311,6 +311,34 @@ def test_a_node_whose_check_hangs_holds_up_no_other_node(cloud):
     assert cloud.get(f"/ports/{vm['id']}")["status"] == "active"
 
 
+def test_a_node_in_error_is_checked_again_without_holding_up_any_pass(cloud):
+    """A dead host's node is re-checked by every pass, whose checks end at their connection
+    timeout: no pass waits for them (their end wakes one that takes the answer)."""
+    from fathom.controller.reconciler import SETUP_WAIT
+    cloud.rec.run_pass()
+    cloud.boot.failing.add("compute2")
+    cloud.rec.ovsdb_changed("compute2", "setup")
+    assert cloud.rec.run_pass(audit=False).nodes["compute2"].bootstrap == "error"
+    cloud.boot.held["compute2"] = release = threading.Event()     # its next check hangs
+    vm = cloud.call("POST", "/ports", json={"network_id": cloud.ids["nets"]["blue"], "name": "late",
+                                             "node": "compute1", "interface_name": "tap-late"})
+    cloud.boot.ofports["compute1"]["tap-late"] = 77
+    t = time.monotonic()
+    result = cloud.rec.run_pass(audit=False)
+    assert time.monotonic() - t < SETUP_WAIT / 2
+    assert any(f.match_dict.get("in_port") == 77 for f in cloud.br_int("compute1").read_flows())
+    assert result.nodes["compute2"].bootstrap == "error"
+    assert cloud.get(f"/ports/{vm['id']}")["status"] == "active"
+    cloud.boot.failing.discard("compute2")                         # the host is back
+    release.set()
+    deadline = time.monotonic() + 5
+    while not cloud.rec._wake.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cloud.rec._events.setup == {"compute2"}
+    assert cloud.rec.run_pass(audit=False).nodes["compute2"].bootstrap == "complete"
+    assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "active"
+
+
 def test_a_lost_switch_marks_its_node_and_its_ports_only(cloud):
     ports = cloud.ids["ports"]
     cloud.rec.run_pass()
