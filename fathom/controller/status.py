@@ -131,6 +131,10 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     needs = getattr(result, "needs", None)
     if needs is None:
         needs = owners_needed(result.desired)
+    # the switches with something to say (usually none): an object none of whose switches is among
+    # them is active without looking at each (a port's flows may be on every switch of the fabric)
+    troubled = {k for k in set(result.desired) | set(result.switches)
+                if switch_problem(result.switches.get(k)) is not None}
 
     def from_flows(kind: str, obj_id: int, home: set[SwitchKey] = frozenset()) -> Status | None:
         """From the flows alone; None when no switch needs any. `home`: the switches whose own
@@ -138,9 +142,12 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         refused = [result.refused[(k, obj_id)] for k in FLOW_KINDS[kind] if (k, obj_id) in result.refused]
         if refused:
             return "error", "; ".join(refused)
-        keys = set().union(*(needs.get((k, obj_id), set()) for k in FLOW_KINDS[kind]))
-        if not keys:
+        held = [keys for k in FLOW_KINDS[kind] if (keys := needs.get((k, obj_id)))]
+        if not held:
             return None
+        if all(keys.isdisjoint(troubled) for keys in held):
+            return "active", None
+        keys = set().union(*held)
         found = {k: switch_problem(result.switches.get(k)) for k in sorted(keys)}
         healthy_somewhere = any(p is None for p in found.values())
         counted = [p[:2] for k, p in found.items()
