@@ -257,7 +257,8 @@ class FabricRuntime:
     def _connect(self, rec, s) -> NodeOvsdb:
         """A ToR's OVSDB connection, made on a thread of its own: a pass waits SETUP_WAIT for it at
         most, as for a node's check (a dead ToR must not hold up every change of the cloud for its
-        connection timeout), and raises while it is still being made; its end wakes a pass."""
+        connection timeout), and not at all when the ToR is in error already; it raises while the
+        connection is still being made, and the connection's end wakes a pass."""
         remote = channels.ovsdb_remote(s.management_ip)
         job = self._connecting.get(s.name)
         if job is None or job[0] != remote:
@@ -265,7 +266,8 @@ class FabricRuntime:
             future = self._connect_pool.submit(NodeOvsdb, f"tor_{s.name}", s.management_ip,
                                                on_change=lambda _n, what, name=s.name: rec.ovsdb_changed(name, what))
             job = self._connecting[s.name] = (remote, future)
-        wait([job[1]], SETUP_WAIT)
+        last = rec.last.switches.get(SwitchKey(TOR, s.name))
+        wait([job[1]], 0 if last is not None and last.setup == "error" else SETUP_WAIT)
         if not job[1].done():
             job[1].add_done_callback(lambda _f, name=s.name: rec.ovsdb_changed(name, "setup"))
             raise ConnectionError(f"its OVSDB has not answered yet (still connecting after {SETUP_WAIT:g} s)")

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fathom.apps import TOR, SwitchKey
 from fathom.controller import channels
 from fathom.controller.bootstrap import OVSDB_PORT
 from fathom.controller.fabric import FabricRuntime
@@ -21,10 +22,12 @@ from .test_spec_ovs import Ovs
 
 
 class Rec:
-    """What the fabric runtime calls on its reconciler here: the wake-ups it asks for."""
+    """What the fabric runtime uses of its reconciler here: the last pass's switch results, and the
+    wake-ups it asks for."""
 
     def __init__(self):
         self.woken: list[tuple[str, str]] = []
+        self.last = SimpleNamespace(switches={})
 
     def ovsdb_changed(self, name: str, what: str) -> None:
         self.woken.append((name, what))
@@ -56,6 +59,13 @@ def test_a_tor_that_never_answers_holds_no_pass(runtime):
         assert rec.woken[0] == ("tor1", "setup")
         with pytest.raises(TimeoutError, match="did not send its schema"):
             runtime._connect(rec, tor)
+        # the ToR is in error now: the passes that try again do not wait for it at all
+        key = SwitchKey(TOR, "tor1")
+        rec.last.switches[key] = SimpleNamespace(setup="error")
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionError, match="not answered yet"):
+            runtime._connect(rec, tor)
+        assert time.monotonic() - t0 < SETUP_WAIT / 2
 
 
 def test_a_tor_that_answers_is_connected_within_the_pass(runtime, tmp_path):
