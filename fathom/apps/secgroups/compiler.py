@@ -219,6 +219,7 @@ class Index:
             for g in self.here[name]:
                 self.where[g].add(name)
         self._matches: dict[int, tuple[list[dict], list[dict]]] = {}
+        self._protocols: dict[int, list[dict]] = {}
         self._clauses: dict[tuple, list[tuple[int, int, int]]] | None = None
         self._by_clause_id: dict[int, list[tuple]] | None = None
         self._static: dict[tuple, list] | None = None
@@ -242,10 +243,20 @@ class Index:
         """(remote clauses, protocol clauses) of a rule; no remote clause: the rule matches nothing."""
         if r.id not in self._matches:
             side = EGRESS if r.direction == EGRESS.direction else INGRESS
-            self._matches[r.id] = (_remote_matches(side, self, r), _protocol_matches(r))
+            self._matches[r.id] = (_remote_matches(side, self, r), self.protocols(r))
         return self._matches[r.id]
 
+    def protocols(self, r: SecurityGroupRule) -> list[dict]:
+        """A rule's protocol clauses alone (without listing a remote group's members)."""
+        if r.id not in self._protocols:
+            self._protocols[r.id] = _protocol_matches(r)
+        return self._protocols[r.id]
+
     def active(self, r: SecurityGroupRule) -> bool:
+        """Whether the rule matches anything: a remote group's rule while the group has a member
+        of its ethertype (told without listing them: a port's flows ask it of every rule)."""
+        if r.remote_group_id is not None:
+            return bool(self.member_sets.get(r.remote_group_id, {}).get(r.ethertype))
         return bool(self.matches(r)[0])
 
     def clause_keys(self, r: SecurityGroupRule) -> list[tuple]:
@@ -282,7 +293,7 @@ class Index:
                 if r.remote_group_id is None:
                     remote, l4 = self.matches(r)
                 elif self.member_sets.get(r.remote_group_id, {}).get(r.ethertype):
-                    remote, l4 = None, _protocol_matches(r)   # its members: looked up by address
+                    remote, l4 = None, self.protocols(r)   # its members: looked up by address
                 else:
                     continue
                 if remote == []:
@@ -306,7 +317,7 @@ class Index:
                         continue
                     for r in self.referrers.get(gid, ()):
                         if r.ethertype == eth and r.direction == direction:
-                            l4 = self.matches(r)[1]
+                            l4 = self.protocols(r)
                             out.append((r.id, 2, 3 if l4 else 2))
         return out
 
@@ -525,7 +536,7 @@ def _port_flows(side: Side, idx: Index, node: Node, port: Port, ofport: int, tab
         table.clause(PRIO_ALLOWED, {side.identity: port.id}, Conjunction(established_conj(gid), 1, 2), c)
         for r in rules:
             if r.direction == side.direction and idx.active(r):
-                n = 3 if idx.matches(r)[1] else 2
+                n = 3 if idx.protocols(r) else 2
                 table.clause(PRIO_RULE, {side.identity: port.id}, Conjunction(r.id, 1, n), c)
     return flows
 

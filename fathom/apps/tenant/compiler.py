@@ -67,7 +67,12 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
     """Port id -> why it is not compiled: bound to an interface of the fabric itself (the tunnel,
     the uplink, a patch port, a bridge, a router leg; fathom.pipeline.infrastructure), by name or
     by OpenFlow port number. Such a port would pull every tenant's traffic arriving there into its
-    own network; the reconciler marks it `error` with this reason."""
+    own network; the reconciler marks it `error` with this reason. Worked out once per snapshot
+    (the reconciler, the tenant and the security groups ask it): not to be changed."""
+    return snapshot.memo("refused_ports", _refused_ports)
+
+
+def _refused_ports(snapshot: Snapshot) -> dict[int, str]:
     nodes = {n.name: n for n in snapshot.nodes}
     infra: dict[str, set[int]] = {}   # node name -> OpenFlow port numbers of the fabric's interfaces
     out = {}
@@ -99,7 +104,7 @@ def compile_tenant(snapshot: Snapshot, only: frozenset | None = None) -> dict[st
     cookies name are built (the incremental path: fathom.apps.tenant.compile_owners). The same
     code builds both, so the flows of an owner are the same whichever way they were asked for.
     """
-    topo = _Topology(snapshot)
+    topo = snapshot.memo("tenant_topology", _Topology)
     return {node.name: _compile_node(topo, node, only) for node in snapshot.nodes}
 
 
@@ -107,7 +112,7 @@ def node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
     """node name -> (networks local to it: it has a plugged port there; networks it routes to).
     A node's flows for a network depend on the network's membership in these two sets: when they
     change, owners beyond the changed ports are touched (fathom.apps.tenant.touched)."""
-    topo = _Topology(snapshot)
+    topo = snapshot.memo("tenant_topology", _Topology)
     out = {}
     for node in snapshot.nodes:
         local = sorted({p.network_id for p, _ in topo.local_ports(node)})
@@ -124,7 +129,7 @@ def flood_group_id(network_id: int) -> int:
 
 
 class _Topology:
-    """Look-ups over a snapshot (built once per compile)."""
+    """Look-ups over a snapshot (built once per snapshot: the compile and `node_scopes` share it)."""
 
     def __init__(self, snapshot: Snapshot):
         self.nodes = {n.name: n for n in snapshot.nodes}
