@@ -263,12 +263,27 @@ def _union(states) -> SwitchState:
 
 
 class _Part:
-    """One app's desired state (or one `derive`'s): per switch, and per owner within each switch."""
+    """One app's desired state (or one `derive`'s): per switch, and per owner within each switch.
+
+    An app compiled owner by owner keeps its owners' states (`owners`); its state on a switch is
+    their union, made only when asked (`state`) and dropped when an owner there is replaced, so a
+    change costs what the owners it replaces hold, not the switch's flows."""
 
     def __init__(self):
-        self.states: dict[SwitchKey, SwitchState] = {}
+        self.states: dict[SwitchKey, SwitchState] = {}  # key -> the whole state (with `owners`: those asked for)
         self.owners: dict[SwitchKey, dict] = {}       # key -> owner -> SwitchState
         self.where: dict[tuple, set[SwitchKey]] = {}  # owner -> switches holding something of it
+        self.indexed = False
+
+    def keys(self) -> set[SwitchKey]:
+        return {k for k, index in self.owners.items() if index} if self.indexed else set(self.states)
+
+    def state(self, key: SwitchKey) -> SwitchState | None:
+        """The part's state on `key`, None when it has nothing there."""
+        state = self.states.get(key)
+        if state is None and self.indexed and self.owners.get(key):
+            state = self.states[key] = _union(self.owners[key].values())
+        return state
 
     def size(self) -> int:
         """Owners held, each once per switch it is on."""
@@ -283,12 +298,13 @@ class _Part:
                   edits: dict | None = None) -> set[SwitchKey]:
         """Replace everything; returns the switches whose state changed (and records in `edits`
         what each of them lost and gained)."""
-        changed = {k for k in set(self.states) | set(compiled) if self.states.get(k) != compiled.get(k)}
+        before = {k: self.state(k) for k in self.keys()}
+        changed = {k for k in set(before) | set(compiled) if before.get(k) != compiled.get(k)}
         for key in changed:
-            _record(edits, key, [self.states[key]] if key in self.states else [],
-                  [compiled[key]] if key in compiled else [])
+            _record(edits, key, [before[key]] if key in before else [],
+                    [compiled[key]] if key in compiled else [])
         self.states = dict(compiled)
-        self.owners, self.where = {}, {}
+        self.owners, self.where, self.indexed = {}, {}, index
         if index:
             for key, state in compiled.items():
                 self.owners[key] = by_owner(state)
@@ -330,19 +346,28 @@ class _Part:
                 gone, got = moves.setdefault(key, ([], []))
                 gone.extend(old)
                 got.extend(new)
-            before = self.states.get(key, SwitchState())
-            flows, groups, meters = set(before.flows), set(before.groups), set(before.meters)
-            for st in old.values():
-                flows -= st.flows
-                groups -= st.groups
-                meters -= st.meters
-            for st in new.values():
-                flows |= st.flows
-                groups |= st.groups
-                meters |= st.meters
-            self.states[key] = SwitchState(frozenset(flows), frozenset(groups), frozenset(meters))
+            self.states.pop(key, None)
             changed.add(key)
         return changed
+
+
+def _edited(state: SwitchState, edit: "_Edit") -> SwitchState:
+    """`state` without what `edit` took out and with what it put in, where the edit's states are
+    owners' (an owner's flows, groups and meters are its own: no other owner holds them)."""
+    gone, new = _union(edit.gone), _union(edit.new)
+
+    def edited(held: frozenset, out: frozenset, into: frozenset) -> frozenset:
+        out, into = out - into, into - out
+        if not out:
+            return held | into if into else held
+        if not into:
+            return held - out
+        kept = set(held)
+        kept -= out
+        kept |= into
+        return frozenset(kept)
+    return SwitchState(edited(state.flows, gone.flows, new.flows), edited(state.groups, gone.groups, new.groups),
+                       edited(state.meters, gone.meters, new.meters))
 
 
 def _unneed(needs: dict, owner: tuple, key: SwitchKey) -> None:
@@ -979,10 +1004,15 @@ class Reconciler:
             whole = part.set_whole(app.compile(model), index=incremental, edits=edits)
             self._whole |= whole
             changed |= whole
-        # the union of the apps' compiles (what `derive` reads), kept per switch like `desired`
+        # the union of the apps' compiles (what `derive` reads), kept per switch like `desired`: a
+        # switch only owners were replaced on gets its edit, any other the union of the parts
         compiled = self._compiled
-        for key in changed | (set(compiled) - {k for app in apps for k in self.parts[app.name].states}):
-            states = [self.parts[app.name].states[key] for app in apps if key in self.parts[app.name].states]
+        held = set().union(*(self.parts[app.name].keys() for app in apps))
+        for key in changed | (set(compiled) - held):
+            if key in compiled and key in held and key not in self._whole:
+                compiled[key] = _edited(compiled[key], edits[key])
+                continue
+            states = [st for app in apps if (st := self.parts[app.name].state(key)) is not None]
             if states:
                 compiled[key] = _union(states)
             else:
@@ -998,7 +1028,7 @@ class Reconciler:
         for key in changed:
             old = self.desired.get(key)
             states = [compiled[key]] if key in compiled else []
-            states += [p.states[key] for p in derived if key in p.states]
+            states += [st for p in derived if (st := p.state(key)) is not None]
             if states:
                 new = self.desired[key] = _union(states)
             else:
@@ -1062,12 +1092,9 @@ class Reconciler:
         flow), else from the cookies."""
         out: Counter = Counter()
         for part in self.parts.values():
-            if key not in part.states:
-                continue
-            index = part.owners.get(key)
-            if index is not None:
-                out.update(o[1:] for o in index)
-            else:
+            if part.indexed:
+                out.update(o[1:] for o in part.owners.get(key, ()))
+            elif key in part.states:
                 out.update(status.switch_owners(part.states[key]))
         return out
 

@@ -69,7 +69,10 @@ def test_passes_in_a_row_share_a_freeze_and_the_last_one_is_frozen_when_the_loop
     try:
         cloud.rec.freeze_memory, cloud.rec.freeze_every = True, 60.0
         cloud.rec.run_pass()                       # frozen: none before it
-        _changes(cloud, 1)                         # two passes within the minute: not yet
+        new_port(cloud, "m0", "compute1")         # two passes within the minute: not yet
+        plug(cloud, "compute1", "m0", 80)
+        cloud.rec.run_pass(audit=False)
+        cloud.rec.run_pass(audit=False)
         flows = {id(f) for state in cloud.rec.desired.values() for f in state.flows}
         assert cloud.rec._freeze_due and flows & {id(o) for o in gc.get_objects()}
         cloud.rec.freeze_every = 0.2
