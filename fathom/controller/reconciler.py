@@ -238,11 +238,18 @@ def lost_state(key: SwitchKey, since: float) -> str:
 class _Edit:
     """What a pass took out of and put into one switch's desired state, as parts' states (united
     once at the end of the compile: see Reconciler._compile)."""
-    __slots__ = ("gone", "new")
+    __slots__ = ("gone", "new", "_united")
 
     def __init__(self):
         self.gone: list[SwitchState] = []
         self.new: list[SwitchState] = []
+        self._united: tuple[SwitchState, SwitchState] | None = None
+
+    def united(self) -> tuple[SwitchState, SwitchState]:
+        """(everything taken out, everything put in), each as one state."""
+        if self._united is None:
+            self._united = (_union(self.gone), _union(self.new))
+        return self._united
 
 
 def _record(edits: dict | None, key: SwitchKey, gone, new) -> None:
@@ -250,6 +257,7 @@ def _record(edits: dict | None, key: SwitchKey, gone, new) -> None:
         edit = edits.get(key) or edits.setdefault(key, _Edit())
         edit.gone.extend(gone)
         edit.new.extend(new)
+        edit._united = None
 
 
 def _union(states) -> SwitchState:
@@ -354,7 +362,7 @@ class _Part:
 def _edited(state: SwitchState, edit: "_Edit") -> SwitchState:
     """`state` without what `edit` took out and with what it put in, where the edit's states are
     owners' (an owner's flows, groups and meters are its own: no other owner holds them)."""
-    gone, new = _union(edit.gone), _union(edit.new)
+    gone, new = edit.united()
 
     def edited(held: frozenset, out: frozenset, into: frozenset) -> frozenset:
         out, into = out - into, into - out
@@ -1037,7 +1045,7 @@ class Reconciler:
             if old is not None and new is not None and edit is not None:
                 # what the switch loses and gains: what the parts lost that no part still holds,
                 # and what they gained that was not held before (a flow may move between owners)
-                gone, got = _union(edit.gone), _union(edit.new)
+                gone, got = edit.united()
                 self.edits[key] = (old, SwitchState(gone.flows - new.flows, gone.groups - new.groups,
                                                     gone.meters - new.meters),
                                    SwitchState(got.flows - old.flows, got.groups - old.groups, got.meters - old.meters))
