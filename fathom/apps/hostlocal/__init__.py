@@ -94,10 +94,12 @@ def dhcp_servers(snapshot: Snapshot, underlay_mtu: int = UNDERLAY_MTU) -> dict[s
     networks = {n.id: n for n in snapshot.networks}
     subnets = {s.id: s for s in snapshot.subnets}
     dhcp_subnets: dict[int, DhcpSubnet] = {}
+    of_network: dict[int, list[DhcpSubnet]] = {}   # network id -> its DHCP subnets, in subnet id order
     for sid, server in dhcp_server_addresses(snapshot).items():
         s = subnets[sid]
         dhcp_subnets[s.id] = DhcpSubnet(s.id, s.cidr, f"{server}/{s.prefix.prefixlen}", s.gateway_ip,
                                         tuple(s.dns_nameservers), tuple(tuple(r) for r in s.host_routes))
+        of_network.setdefault(s.network_id, []).append(dhcp_subnets[s.id])
     hosts: dict[tuple[str, int], list[DhcpHost]] = {}
     for p in sorted(snapshot.ports, key=lambda x: x.id):
         if not p.node:
@@ -108,9 +110,8 @@ def dhcp_servers(snapshot: Snapshot, underlay_mtu: int = UNDERLAY_MTU) -> dict[s
                     DhcpHost(p.mac_address.lower(), f.ip_address, f.subnet_id, f"port-{p.id}"))
     out: dict[str, list[DhcpServer]] = {}
     for (node, nid), hs in sorted(hosts.items()):
-        subs = tuple(d for d in dhcp_subnets.values() if subnets[d.subnet_id].network_id == nid)
         out.setdefault(node, []).append(DhcpServer(nid, dhcp_mac(nid), network_mtu(networks[nid].type, underlay_mtu),
-                                                   LEASE_TIME, subs, tuple(hs)))
+                                                   LEASE_TIME, tuple(of_network[nid]), tuple(hs)))
     return out
 
 
