@@ -278,10 +278,10 @@ class _Part:
     change costs what the owners it replaces hold, not the switch's flows."""
 
     def __init__(self):
-        self.states: dict[SwitchKey, SwitchState] = {}  # key -> the whole state (with `owners`: those asked for)
+        self.states: dict[SwitchKey, SwitchState] = {}  # key -> its whole state (indexed: if made since a change there)
         self.owners: dict[SwitchKey, dict] = {}       # key -> owner -> SwitchState
         self.where: dict[tuple, set[SwitchKey]] = {}  # owner -> switches holding something of it
-        self.indexed = False
+        self.indexed = False                          # kept owner by owner (set_whole with index)
 
     def keys(self) -> set[SwitchKey]:
         return {k for k, index in self.owners.items() if index} if self.indexed else set(self.states)
