@@ -52,15 +52,16 @@ WaitTimeout = Annotated[float, Query(gt=0, le=MAX_WAIT, description="seconds a `
 
 
 async def shown(request: Request, read: Callable[[], Any], kinds: tuple[str, ...], object_id: int,
-                wait: str | None, timeout: float):
+                wait: str | None, timeout: float, check: Callable[[], Any] | None = None):
     """The answer of a GET of one object (`read()`, run in the thread pool: it checks the caller may
     see it), after waiting for `wait` on the controller's status board when asked. Without a
     controller in this process (no board) it answers at once. Waiting holds no thread and reads
-    nothing: the object is read again once, when the wait ends."""
-    out = await run_in_threadpool(read)
+    nothing: the object is read once the wait ends; before it, `check()` (where it is cheaper than
+    `read`: only whether the caller may see the object) or `read()` tells a missing one at once."""
     board = getattr(request.app.state, "status_board", None)
     if wait is None or board is None:
-        return out
+        return await run_in_threadpool(read)
+    await run_in_threadpool(check or read)
     await board.wait(tuple((k, object_id) for k in kinds), wait, timeout)
     return await run_in_threadpool(read)
 

@@ -59,7 +59,8 @@ def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
 async def show_port(port_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
                     timeout: WaitTimeout = 10.0):
     return await shown(request, lambda: db.read(lambda s: port_out(ops.get(s, c, m.Port, port_id))),
-                       ("port", "router_interface"), port_id, wait, timeout)
+                       ("port", "router_interface"), port_id, wait, timeout,
+                       check=lambda: db.read(lambda s: ops.get(s, c, m.Port, port_id) and None))
 
 
 @router.patch("/{port_id}", response_model=sc.PortOut)

@@ -76,7 +76,8 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
                 "last_pass_steps": {k: round(v, 6) for k, v in reconciler.last_pass_steps.items()},
                 "pass_steps_total": {k: round(v, 6) for k, v in reconciler.steps_total.items()},
                 "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
-                "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.diffs)}
+                "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.diffs),
+                "switch_commits": sw.COMMIT_TIMES.totals()}
 
     return router
 

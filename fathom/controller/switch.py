@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import time
 from dataclasses import dataclass, field
 
 import os_ken.app.ofctl.api as ofctl
@@ -205,10 +206,13 @@ class OsKenSession:
         commit, tail = ctrl(ofp.OFPBCT_COMMIT_REQUEST)
         out.append(tail)
         reply = app.expect(dp, commit)
+        sent = time.monotonic()
         if not dp.send(b"".join(out)):
             app.forget(dp, commit)
             raise ApplyError(f"switch {dp.id:016x}: connection closing")
         came, msg = reply.wait(COMMIT_TIMEOUT)
+        if came and msg is not None:
+            COMMIT_TIMES.observe(time.monotonic() - sent)
         if not came:
             app.forget(dp, commit)
             raise ApplyError(f"switch {dp.id:016x}: no reply to the bundle's commit within {COMMIT_TIMEOUT:.0f} s")
@@ -227,6 +231,35 @@ class OsKenSession:
                 ofctl.send_msg(self.app, m.message())
             except OFError as e:
                 raise ApplyError(f"switch {self.dp.id:016x} refused the change: {e}", (spec,)) from e
+
+
+class _CommitTimes:
+    """How long switches take to take a bundle: from its write to the commit reply (the switch's
+    commit, the connection both ways, and the wait for this process's receiving thread). On
+    prometheus_client's default registry (/metrics), made at first use."""
+    _histogram = None
+
+    def observe(self, seconds: float) -> None:
+        if self._histogram is None:
+            from prometheus_client import Histogram
+            _CommitTimes._histogram = Histogram(
+                "fathom_switch_commit_seconds", "a bundle's round trip to a switch: from its write to the commit reply",
+                buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0))
+        self._histogram.observe(seconds)
+
+    def totals(self) -> dict:
+        """{"count": bundles answered, "seconds": their round trips' sum} since the process started."""
+        out = {"count": 0, "seconds": 0.0}
+        for metric in self._histogram.collect() if self._histogram is not None else ():
+            for sample in metric.samples:
+                if sample.name.endswith("_count"):
+                    out["count"] = int(sample.value)
+                elif sample.name.endswith("_sum"):
+                    out["seconds"] = round(sample.value, 6)
+        return out
+
+
+COMMIT_TIMES = _CommitTimes()
 
 
 def _next_xid(dp) -> int:

@@ -28,7 +28,7 @@ PORT = 46653
 SCRIPT = r"""
 import json, os, sys, time
 from fathom.controller import ofapp, ofgate
-from fathom.controller.switch import ApplyError, OsKenSession
+from fathom.controller.switch import COMMIT_TIMES, ApplyError, OsKenSession
 from fathom.openflow.encode import Wire
 from fathom.openflow.spec import FlowSpec, Group, Output
 
@@ -51,6 +51,7 @@ except ApplyError as e:
 out["after_refusal"] = sorted(f.cookie for f in session.read_flows())
 session.bundle([(good, Wire(dp, "flow", good))])
 out["after_good"] = sorted(f.cookie for f in session.read_flows())
+out["commits"] = COMMIT_TIMES.totals()
 # the switch leaves: a bundle on its closed connection fails, it does not wait
 import subprocess
 subprocess.run(["ovs-vsctl", f"--db=unix:{DB}", "del-controller", "ofbndl"], check=True)
@@ -102,5 +103,7 @@ def test_a_bundle_is_acknowledged_whole_or_refused_by_message(ovs):
     assert got["after_refusal"] == [], got
     # a bundle the switch takes is in its table once the commit reply came (no barrier after it)
     assert got["after_good"] == [0x11], got
+    # both bundles answered are timed (the refused one too: the switch answered it), in well under the wait
+    assert got["commits"]["count"] == 2 and 0 < got["commits"]["seconds"] < 10, got
     # a closed connection fails the bundle at once
     assert got["closed"] != "no error" and got["closed_seconds"] < 5, got

@@ -18,6 +18,7 @@ from fathom.controller.reconciler import METRICS
 from fathom.pipeline import cookies as ck
 from fathom.store import ops
 
+from .auth import headers_for
 from .test_reconciler import LAB, Cloud, holds
 
 
@@ -195,6 +196,11 @@ def test_long_poll_answers_when_the_status_is_reached_not_before(cloud):
         assert http.get(f"/v1/ports/{p['id']}", params={"wait": "up"}).status_code == 422
         assert http.get(f"/v1/ports/{p['id']}", params={"wait": "active", "timeout": 3600}).status_code == 422
         assert http.get("/v1/ports/999999", params={"wait": "active"}).status_code == 404
+        # another project's port is as missing, at once: the wait starts only for a port one may see
+        other = headers_for(cloud.api, project="someone-else", roles=("member",))
+        t0 = time.monotonic()
+        r = http.get(f"/v1/ports/{p['id']}", params={"wait": "down", "timeout": 5}, headers=other)
+        assert r.status_code == 404 and time.monotonic() - t0 < 2
     finally:
         cloud.rec.stop()
         loop.join(5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
@@ -119,7 +119,7 @@ class World:
         """Writes the API does not make: by primary key in Core, in bulk, in raw SQL, statuses."""
         engine = self.api.app.state.engine
         with Session(engine) as s, s.begin():
-            choice = self.rng.randrange(5)
+            choice = self.rng.randrange(6)
             if choice == 0:
                 s.execute(update(m.Port).where(m.Port.id == port["id"]).values(name="core"))
             elif choice == 1:
@@ -130,6 +130,10 @@ class World:
                 first = s.scalar(select(m.IpAllocation.id).where(m.IpAllocation.port_id == port["id"]))
                 if first is not None:
                     s.execute(delete(m.IpAllocation).where(m.IpAllocation.id == first))
+            elif choice == 4:    # a port inserted in Core: the reader must find it by itself
+                n = self.rng.randrange(10**6)
+                s.execute(insert(m.Port).values(name="core", project_id="p1", network_id=port["network_id"],
+                                                mac_address=f"02:00:00:{n >> 16:02x}:{n >> 8 & 255:02x}:{n & 255:02x}"))
             else:
                 kind = "port" if port["router_id"] is None else "router_interface"
                 written = {(kind, port["id"]): ("error", "rr")}
@@ -187,3 +191,4 @@ def test_every_tracker_of_an_engine_sees_every_write(api):  # noqa: F811
     assert "nodes" in first.take() and "nodes" in second.take()
     api.post("/networks", {"name": "n9-net"})
     assert "networks" in second.take() and "networks" in first.take()
+
