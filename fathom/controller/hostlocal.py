@@ -25,6 +25,7 @@ import time
 
 from fathom.apps.hostlocal import desired as hostlocal_desired
 from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
+from fathom.model.hostlocal import Digests
 from fathom.controller import status
 from fathom.model.routers import effective_modes
 from fathom.store import agents as ag
@@ -51,6 +52,7 @@ class HostLocalStatus:
         self.warnings: dict[int, str] = {}
         self.attachments: list | None = None   # as the last read found them
         self._reads = None               # the reconciler's store reads at that read
+        self.digests = Digests()         # of the host-local objects, kept from pass to pass
 
     def prepare(self, rec, snapshot, result):
         return snapshot
@@ -99,8 +101,9 @@ class HostLocalStatus:
         agents = self._agents(self.views)
         desired = hostlocal_desired(snapshot, attachments)
         now = time.time()
-        statuses = status.hostlocal(desired, agents, now, self.stale_after)
-        result.dhcp_servers = status.dhcp_servers(desired, agents, now, self.stale_after)
+        statuses = status.hostlocal(desired, agents, now, self.stale_after, self.digests)
+        result.dhcp_servers = status.dhcp_servers(desired, agents, now, self.stale_after, self.digests)
+        self.digests.next_round()
         effective = effective_modes(snapshot)
         for (kind, obj_id), st in statuses.items():
             if kind == "router" and st[0] == "active" and obj_id not in effective:

@@ -281,26 +281,28 @@ def _gateway_statuses(snapshot, from_flows) -> dict[int, list[Status]]:
     return out
 
 
-def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: float) -> dict[tuple[str, int], Status]:
+def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: float,
+              digest_of=None) -> dict[tuple[str, int], Status]:
     """(owner kind, id) -> status of every object the nodes' agents must hold.
 
     `desired`: node -> host-local objects (fathom.apps.hostlocal); `agents`: node -> what its agent
     last reported (fathom.store.agents.AgentView), whose objects say per owner the status and the
     digest of the object the agent applied: an agent still holding an older version of an object is
-    `pending`. Pure."""
+    `pending`. `digest_of(obj)`: digest([obj]) (fathom.model.hostlocal.Digests remembers them).
+    Pure."""
     out: dict[tuple[str, int], Status] = {}
     for node, objects in desired.items():
         view = agents.get(node)
         for obj in objects:
             kind, obj_id = obj.owner
-            st = _held(node, view, obj, now, stale_after)
+            st = _held(node, view, obj, now, stale_after, digest_of)
             prev = out.get((kind, obj_id))
             out[(kind, obj_id)] = st if prev is None else _worst([prev, st])
     return out
 
 
-def dhcp_servers(desired: dict[str, list], agents: dict, now: float,
-                 stale_after: float) -> dict[int, tuple[tuple[str, str, str | None], ...]]:
+def dhcp_servers(desired: dict[str, list], agents: dict, now: float, stale_after: float,
+                 digest_of=None) -> dict[int, tuple[tuple[str, str, str | None], ...]]:
     """network id -> ((node, status, reason), ...) of its DHCP server on each node that must run
     one (fathom.model.hostlocal.DhcpServer), by node name. Pure."""
     from fathom.model.hostlocal import DhcpServer
@@ -308,11 +310,12 @@ def dhcp_servers(desired: dict[str, list], agents: dict, now: float,
     for node, objects in sorted(desired.items()):
         for obj in objects:
             if isinstance(obj, DhcpServer):
-                out.setdefault(obj.network_id, []).append((node, *_held(node, agents.get(node), obj, now, stale_after)))
+                out.setdefault(obj.network_id, []).append(
+                    (node, *_held(node, agents.get(node), obj, now, stale_after, digest_of)))
     return {nid: tuple(rows) for nid, rows in out.items()}
 
 
-def _held(node: str, view, obj, now: float, stale_after: float) -> Status:
+def _held(node: str, view, obj, now: float, stale_after: float, digest_of=None) -> Status:
     """The status of one host-local object on `node` from its agent's last report (`view`); an
     agent that applied the object but waits for something on its host says why (`pending`)."""
     from fathom.model.hostlocal import digest, owner_key
@@ -324,7 +327,7 @@ def _held(node: str, view, obj, now: float, stale_after: float) -> Status:
                          f"{time.strftime('%H:%M:%S', time.localtime(view.reported_at))}")
     if said is not None and said.get("status") == "error":
         return ("error", f"node {node}: {said.get('reason') or 'failed'}")
-    applied = said is not None and said.get("applied") == digest([obj])
+    applied = said is not None and said.get("applied") == (digest_of(obj) if digest_of else digest([obj]))
     if applied and said.get("status") == "pending" and said.get("reason"):
         return ("pending", f"node {node}: {said['reason']}")
     if not applied or said.get("status") != "active":

@@ -167,3 +167,24 @@ def digest(objects) -> str:
     body = json.dumps(sorted((to_json(o) for o in objects), key=lambda d: (d["kind"], d["owner"])),
                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+class Digests:
+    """`digests(obj)` is digest([obj]), remembered from one round to the next (`next_round()`):
+    the controller compares every host-local object with its agent's report on every pass, and
+    an object that did not change is equal to the last pass's (hashing it is cheap; its digest is
+    not: 1,000 DHCP servers of 10 hosts took 60 ms a pass). Holds two rounds' objects at most."""
+
+    def __init__(self):
+        self._now: dict = {}
+        self._before: dict = {}
+
+    def __call__(self, obj) -> str:
+        value = self._now.get(obj)
+        if value is None:
+            value = self._before.get(obj) or digest([obj])
+            self._now[obj] = value
+        return value
+
+    def next_round(self) -> None:
+        self._before, self._now = self._now, {}

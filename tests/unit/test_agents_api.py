@@ -16,7 +16,7 @@ import pytest
 
 from fathom.apps.hostlocal import desired
 from fathom.controller import status
-from fathom.model.hostlocal import PptmonAttach, RouterLeg, RouterNamespace, digest, from_json, to_json
+from fathom.model.hostlocal import Digests, PptmonAttach, RouterLeg, RouterNamespace, digest, from_json, to_json
 from fathom.store import agents as ag
 from fathom.store.snapshot import load_snapshot
 
@@ -195,6 +195,27 @@ def test_statuses_of_what_agents_hold():
     bad = {**ok, "pptmon_attachment:3": {"status": "error", "reason": "no interface 'a'"}}
     assert status.hostlocal(want, {"gw": view(bad)}, now, 15)[("pptmon_attachment", 3)] == \
         ("error", "node gw: no interface 'a'")
+
+
+def test_remembered_digests_decide_as_fresh_ones_across_passes():
+    """The controller keeps host-local objects' digests from pass to pass (Digests): an object
+    rebuilt equal is served from the last pass, a changed one is digested again, and an agent
+    still holding the old version stays pending."""
+    now = 1000.0
+    digests = Digests()
+    old = RouterNamespace(5, (RouterLeg(11, "02:00:00:00:00:01", "10.0.0.1/24"),))
+    same = RouterNamespace(5, (RouterLeg(11, "02:00:00:00:00:01", "10.0.0.1/24"),))    # the next pass's copy
+    new = RouterNamespace(5, (RouterLeg(11, "02:00:00:00:00:01", "10.0.0.2/24"),))
+    reported = ag.AgentView("gw", 2, 2, {}, {"router:5": {"status": "active", "applied": digest([old])}},
+                            now - 1, now - 100)
+    for obj, want in ((old, "active"), (same, "active"), (new, "pending"), (same, "active")):
+        assert digests(obj) == digest([obj])
+        assert status.hostlocal({"gw": [obj]}, {"gw": reported}, now, 15, digests)[("router", 5)][0] == want
+        digests.next_round()
+    # two rounds kept at most: what the last two rounds did not ask is gone
+    digests.next_round()
+    digests.next_round()
+    assert not digests._now and not digests._before
 
 
 def test_the_desired_state_read_part_by_part_equals_one_from_a_whole_read(api):
