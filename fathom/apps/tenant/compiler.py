@@ -105,7 +105,32 @@ def compile_tenant(snapshot: Snapshot, only: frozenset | None = None) -> dict[st
     code builds both, so the flows of an owner are the same whichever way they were asked for.
     """
     topo = snapshot.memo("tenant_topology", _Topology)
-    return {node.name: _compile_node(topo, node, only) for node in snapshot.nodes}
+    return {node.name: _compile_node(topo, node, only) for node in _nodes_of(snapshot, topo, only)}
+
+
+def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
+    """The nodes where the owners `only` may have flows (every node for None, or for an owner of a
+    kind not told apart here): a port's flows and a network's are only on the nodes where that
+    network is local, routed to or reached from a router's gateway (those whose `_compile_node`
+    looks at it); a node's on itself. A port one new port touches is on a few nodes, not all."""
+    if only is None:
+        return snapshot.nodes
+    networks, node_ids = set(), set()
+    for kind, object_id in only:
+        if kind == st.KIND_PORT:
+            port = topo.ports.get(object_id)
+            if port is not None:        # a port the topology leaves out has no flows anywhere
+                networks.add(port.network_id)
+        elif kind == st.KIND_NETWORK:
+            networks.add(object_id)
+        elif kind == st.KIND_NODE:
+            node_ids.add(object_id)
+        else:
+            return snapshot.nodes
+    scopes = snapshot.memo("tenant_scopes", node_scopes)
+    return [n for n in snapshot.nodes
+            if n.id in node_ids or not networks.isdisjoint(scopes[n.name][0]) or not networks.isdisjoint(
+                scopes[n.name][1]) or not networks.isdisjoint(topo.gateway_networks.get(n.name, ()))]
 
 
 def node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
@@ -138,10 +163,12 @@ class _Topology:
         self.subnets = {s.id: s for s in snapshot.subnets}
         self.dhcp_servers = dhcp_server_addresses(snapshot)     # subnet id -> DHCP server address
         # Only bound ports take part in forwarding: an unbound port is nowhere.
+        self.ports: dict[int, Port] = {}
         self.ports_by_network: dict[int, list[Port]] = defaultdict(list)
         self.ports_by_node: dict[str, list[Port]] = defaultdict(list)   # each in id order
         for p in sorted(snapshot.ports, key=lambda p: p.id):
             if p.node in self.nodes and p.network_id in self.networks and p.id not in refused:
+                self.ports[p.id] = p
                 self.ports_by_network[p.network_id].append(p)
                 self.ports_by_node[p.node].append(p)
         self.interfaces_by_router: dict[int, list[RouterInterface]] = defaultdict(list)
