@@ -99,10 +99,11 @@ BURST_PAUSE = 0.25
 # turn every object at home there `pending` (and a Neutron port DOWN) for those seconds.
 STARTUP_GRACE = 15.0
 # Seconds between two freezes of the controller's memory (`_freeze_memory`) while passes follow
-# each other: the collection before a freeze walks every new state a pass made (at 100 nodes x 30
-# ports, one port's pass puts a new state on every switch: 50 ms of a 260 ms pass). A burst's
-# passes share one; the last one's is done when the loop goes quiet.
-FREEZE_EVERY = 1.0
+# each other: the collection before a freeze walks the new states still alive (at 100 nodes x 100
+# ports, one port's pass puts a new state on every switch: about 140 ms a freeze), whatever the
+# number of passes since the last one, so passes in a row share one every few seconds; the last
+# one's is done when the loop goes quiet.
+FREEZE_EVERY = 5.0
 
 
 class _Metrics:

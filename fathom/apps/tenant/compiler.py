@@ -112,7 +112,7 @@ def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
     """The nodes where the owners `only` may have flows (every node for None, or for an owner of a
     kind not told apart here): a port's flows and a network's are only on the nodes where that
     network is local, routed to or reached from a router's gateway (those whose `_compile_node`
-    looks at it); a node's on itself. A port one new port touches is on a few nodes, not all."""
+    looks at it); a node's on itself. A new port's owners: the nodes of its network, not all."""
     if only is None:
         return snapshot.nodes
     networks, node_ids = set(), set()
@@ -128,9 +128,11 @@ def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
         else:
             return snapshot.nodes
     scopes = snapshot.memo("tenant_scopes", node_scopes)
-    return [n for n in snapshot.nodes
-            if n.id in node_ids or not networks.isdisjoint(scopes[n.name][0]) or not networks.isdisjoint(
-                scopes[n.name][1]) or not networks.isdisjoint(topo.gateway_networks.get(n.name, ()))]
+
+    def reached(node: Node) -> bool:
+        local, routed_to = scopes[node.name]
+        return not networks.isdisjoint(local | routed_to | topo.gateway_networks.get(node.name, set()))
+    return [n for n in snapshot.nodes if n.id in node_ids or reached(n)]
 
 
 def node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
