@@ -38,7 +38,6 @@ def test_one_server_per_network_per_node_with_local_ports_only():
     assert sub.host_routes == (("203.0.113.0/24", "198.19.1.9"),)
 
 
-
 def test_a_server_answers_on_every_dhcp_subnet_of_its_network_and_no_other():
     base = _snapshot()
     extra = Subnet(22, "s-vx2", "p1", 10, "198.19.3.0/24", "198.19.3.1")
@@ -47,6 +46,7 @@ def test_a_server_answers_on_every_dhcp_subnet_of_its_network_and_no_other():
     c1 = {s.network_id: s for s in out["c1"]}
     assert [d.subnet_id for d in c1[10].subnets] == [20, 22]     # in subnet id order
     assert [d.subnet_id for d in c1[11].subnets] == [21]
+
 
 def test_disabled_dhcp_means_no_server():
     out = dhcp_servers(_snapshot(enable_dhcp=False))

@@ -116,7 +116,8 @@ class World:
         return op
 
     def past_api(self, port: dict):
-        """Writes the API does not make: by primary key in Core, in bulk, in raw SQL, statuses."""
+        """Writes the API does not make: by primary key in Core, in bulk, in raw SQL, a port inserted in
+        Core, statuses."""
         engine = self.api.app.state.engine
         with Session(engine) as s, s.begin():
             choice = self.rng.randrange(6)
@@ -191,4 +192,3 @@ def test_every_tracker_of_an_engine_sees_every_write(api):  # noqa: F811
     assert "nodes" in first.take() and "nodes" in second.take()
     api.post("/networks", {"name": "n9-net"})
     assert "networks" in second.take() and "networks" in first.take()
-
