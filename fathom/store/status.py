@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
@@ -61,29 +61,20 @@ def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[st
         if subnet is not None and dhcp_status_value(subnet.dhcp_status) != tuple(value):
             subnet.dhcp_status = [{"node": n, "status": st, "reason": r} for n, st, r in value]
     for kind, values in by_kind.items():
-        # read (id, status, reason) only and update the rows that change: a pass over a large
-        # store must not load every object
-        model = MODELS[kind]
-        changed = [{"row": row.id, "new_status": values[row.id][0], "new_reason": values[row.id][1]}
-                   for chunk in _chunks(list(values))
-                   for row in session.execute(select(model.id, model.status, model.status_reason)
-                                              .where(model.id.in_(chunk)))
-                   if (row.status, row.status_reason) != tuple(values[row.id])]
-        if changed:   # executemany; a row deleted meanwhile is simply not there to update
-            table = model.__table__
-            session.connection().execute(
-                update(table).where(table.c.id == bindparam("row"))
-                .values(status=bindparam("new_status"), status_reason=bindparam("new_reason"))
-                .execution_options(model_unchanged=True), changed)   # statuses are not in the model
+        # one UPDATE per kind, run for every row (executemany), which leaves alone a row whose
+        # status and reason are already these (and a row deleted meanwhile: it is not there)
+        table = MODELS[kind].__table__
+        session.connection().execute(
+            update(table).where(table.c.id == bindparam("row"))
+            .where(or_(table.c.status.is_distinct_from(bindparam("new_status")),
+                       table.c.status_reason.is_distinct_from(bindparam("new_reason"))))
+            .values(status=bindparam("new_status"), status_reason=bindparam("new_reason"))
+            .execution_options(model_unchanged=True),   # statuses are not in the model
+            [{"row": i, "new_status": st, "new_reason": reason} for i, (st, reason) in values.items()])
     if node_states:
         for node in session.scalars(select(m.Node).where(m.Node.name.in_(list(node_states)))):
             if node.state != node_states[node.name]:
                 node.state = node_states[node.name]
-
-
-def _chunks(ids: list, size: int = 5000):
-    for i in range(0, len(ids), size):
-        yield ids[i:i + size]
 
 
 def set_node_state(session: Session, node_id: int, state: str, reason: str | None = None) -> bool:
