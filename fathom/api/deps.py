@@ -57,12 +57,14 @@ async def shown(request: Request, read: Callable[[], Any], kinds: tuple[str, ...
     see it), after waiting for `wait` on the controller's status board when asked. Without a
     controller in this process (no board) it answers at once. Waiting holds no thread and reads
     nothing: the object is read once the wait ends; before it, `check()` (where it is cheaper than
-    `read`: only whether the caller may see the object) or `read()` tells a missing one at once."""
+    `read`: only whether the caller may see the object) or `read()` tells a missing one at once.
+    A status already on the board is answered with `read()` alone."""
     board = getattr(request.app.state, "status_board", None)
-    if wait is None or board is None:
-        return await run_in_threadpool(read)
+    keys = tuple((k, object_id) for k in kinds)
+    if wait is None or board is None or board.answer(keys, wait, board.requested) is not None:
+        return await run_in_threadpool(read)   # nothing to wait for: `read` alone tells a missing one
     await run_in_threadpool(check or read)
-    await board.wait(tuple((k, object_id) for k in kinds), wait, timeout)
+    await board.wait(keys, wait, timeout)
     return await run_in_threadpool(read)
 
 

@@ -201,6 +201,9 @@ def test_long_poll_answers_when_the_status_is_reached_not_before(cloud):
         t0 = time.monotonic()
         r = http.get(f"/v1/ports/{p['id']}", params={"wait": "down", "timeout": 5}, headers=other)
         assert r.status_code == 404 and time.monotonic() - t0 < 2
+        # and so it is when the status it waits for is already there (answered with one read)
+        r = http.get(f"/v1/ports/{p['id']}", params={"wait": "active", "timeout": 5}, headers=other)
+        assert r.status_code == 404 and "active" not in r.text
     finally:
         cloud.rec.stop()
         loop.join(5)
