@@ -5,6 +5,7 @@ changed rows are touched; objects deleted since the pass's snapshot are skipped.
 """
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 from sqlalchemy import bindparam, or_, select, update
@@ -61,20 +62,24 @@ def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[st
         if subnet is not None and dhcp_status_value(subnet.dhcp_status) != tuple(value):
             subnet.dhcp_status = [{"node": n, "status": st, "reason": r} for n, st, r in value]
     for kind, values in by_kind.items():
-        # one UPDATE per kind, run for every row (executemany), which leaves alone a row whose
-        # status and reason are already these (and a row deleted meanwhile: it is not there)
-        table = MODELS[kind].__table__
         session.connection().execute(
-            update(table).where(table.c.id == bindparam("row"))
-            .where(or_(table.c.status.is_distinct_from(bindparam("new_status")),
-                       table.c.status_reason.is_distinct_from(bindparam("new_reason"))))
-            .values(status=bindparam("new_status"), status_reason=bindparam("new_reason"))
-            .execution_options(model_unchanged=True),   # statuses are not in the model
+            _status_update(MODELS[kind].__table__),
             [{"row": i, "new_status": st, "new_reason": reason} for i, (st, reason) in values.items()])
     if node_states:
         for node in session.scalars(select(m.Node).where(m.Node.name.in_(list(node_states)))):
             if node.state != node_states[node.name]:
                 node.state = node_states[node.name]
+
+
+@functools.cache
+def _status_update(table):
+    """One UPDATE of a table's statuses, run for every row (executemany): it leaves alone a row whose
+    status and reason are already these (and a row deleted meanwhile: it is not there)."""
+    return (update(table).where(table.c.id == bindparam("row"))
+            .where(or_(table.c.status.is_distinct_from(bindparam("new_status")),
+                       table.c.status_reason.is_distinct_from(bindparam("new_reason"))))
+            .values(status=bindparam("new_status"), status_reason=bindparam("new_reason"))
+            .execution_options(model_unchanged=True))   # statuses are not in the model
 
 
 def set_node_state(session: Session, node_id: int, state: str, reason: str | None = None) -> bool:
