@@ -17,7 +17,8 @@ Figures, per system:
   sizes; each measured port is removed again, so the tenant size stays fixed;
 - ports reported up before their VIF existed (the orders that plug after the API call);
 - control-plane CPU (utime + stime) for a batch of ports to all-up and over a fixed window, and at
-  rest; the nodes' ovs-vswitchd/ovsdb-server separately; control-plane RSS; OpenFlow flows per node.
+  rest (after SETTLE_S); the nodes' ovs-vswitchd/ovsdb-server separately; control-plane RSS; OpenFlow
+  flows per node.
 """
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ PATHS = {"same_subnet": ("a1", "a2"), "routed": ("a1", "b2")}
 PROBE_TARGET = "a2"           # the measured port's VM pings this VM on the other node
 ROUTER_MACS = {"blue": "02:0c:ff:00:00:01", "green": "02:0c:ff:00:00:02"}
 UP_TIMEOUT_S = 20.0
+# Before an at-rest window both systems are left alone this long, so the window holds no tail of the
+# work before it (fathom's controller collects and freezes its memory up to FREEZE_EVERY = 5 s after
+# its last pass: fathom.controller.reconciler).
+SETTLE_S = 10.0
 
 
 class System:
@@ -392,7 +397,8 @@ class Bench:
                 "cpu_s_window": window}
 
     def at_rest(self) -> dict:
-        """Both systems idle at once for rest_s: CPU of each group, and RSS at the end."""
+        """Both systems idle at once for rest_s, after SETTLE_S: CPU of each group, and RSS at the end."""
+        time.sleep(SETTLE_S)
         groups = self.groups()
         cpu = procs.CpuWindow(groups).start()
         time.sleep(self.rest_s)
