@@ -2,7 +2,9 @@
 fathom.model.Snapshot, the only input of the compilers."""
 from __future__ import annotations
 
-from sqlalchemy import select
+import functools
+
+from sqlalchemy import bindparam, select
 
 from fathom.model import (
     ChainPptmon, FixedIp, FloatingIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup,
@@ -131,7 +133,7 @@ class StoreReader:
             elif key is not None:
                 ids.add(key)
         if ("port", None) in rows:          # inserted ports: the ids not kept yet
-            ids |= set(session.scalars(select(m.Port.id))) - kept.keys()
+            ids |= set(session.connection().execute(_PORT_IDS).scalars()) - kept.keys()
         if len(ids) > self.PATCH_LIMIT:
             return False
         removed = {}
@@ -202,30 +204,22 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
     rows' ids), kind "port", "interface" (a router interface; None without an address) or
     "address" (holds a router gateway's or floating IP's address: (mac, fixed IPs), not a
     workload); and address row id -> port id."""
-    # plain rows, not ORM objects: a whole read reads every port
-    a, sg, t = m.IpAllocation, m.PortSecurityGroup, m.Port
-    allocations_q = select(a.id, a.port_id, a.subnet_id, a.ip_address).order_by(a.id)
-    memberships_q = select(sg.port_id, sg.group_id).order_by(sg.port_id, sg.group_id)
-    ports_q = select(t.id, t.name, t.project_id, t.network_id, t.mac_address, t.node_id, t.interface_name,
-                     t.port_security, t.router_id, t.status, t.status_reason).order_by(t.id)
-    if ids is not None:
-        if not ids:
-            return {}, {}
-        allocations_q = allocations_q.where(a.port_id.in_(ids))
-        memberships_q = memberships_q.where(sg.port_id.in_(ids))
-        ports_q = ports_q.where(t.id.in_(ids))
+    if ids is not None and not ids:
+        return {}, {}
+    allocations_q, memberships_q, ports_q = _port_queries(ids is not None)
+    conn, params = session.connection(), ({"ids": list(ids)} if ids is not None else {})
     owners: dict[int, int] = {}
     allocations: dict[int, list[FixedIp]] = {}
     allocation_ids: dict[int, list[int]] = {}
-    for allocation_id, port_id, subnet_id, address in session.execute(allocations_q):
+    for allocation_id, port_id, subnet_id, address in conn.execute(allocations_q, params):
         owners[allocation_id] = port_id
         allocations.setdefault(port_id, []).append(FixedIp(subnet_id, address))
         allocation_ids.setdefault(port_id, []).append(allocation_id)
     memberships: dict[int, list[int]] = {}
-    for port_id, group_id in session.execute(memberships_q):
+    for port_id, group_id in conn.execute(memberships_q, params):
         memberships.setdefault(port_id, []).append(group_id)
     rows = {}
-    for p in session.execute(ports_q):
+    for p in conn.execute(ports_q, params):
         fixed = tuple(allocations.get(p.id, ()))
         mine = tuple(allocation_ids.get(p.id, ()))
         seen[("router_interface" if p.router_id is not None else "port", p.id)] = (p.status, p.status_reason)
@@ -239,6 +233,25 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
                                        node_names.get(p.node_id), p.interface_name, p.port_security,
                                        tuple(memberships.get(p.id, ()))), mine)
     return rows, owners
+
+
+@functools.cache
+def _port_queries(by_id: bool) -> tuple:
+    """The reads of ports' rows (addresses, security group memberships, the ports), built once:
+    plain rows, not ORM objects (a whole read reads every port); `by_id`: of the ports whose ids
+    are the parameter `ids`."""
+    a, sg, t = m.IpAllocation.__table__.c, m.PortSecurityGroup.__table__.c, m.Port.__table__.c
+    allocations = select(a.id, a.port_id, a.subnet_id, a.ip_address).order_by(a.id)
+    memberships = select(sg.port_id, sg.group_id).order_by(sg.port_id, sg.group_id)
+    ports = select(t.id, t.name, t.project_id, t.network_id, t.mac_address, t.node_id, t.interface_name,
+                   t.port_security, t.router_id, t.status, t.status_reason).order_by(t.id)
+    if not by_id:
+        return allocations, memberships, ports
+    ids = bindparam("ids", expanding=True)
+    return allocations.where(a.port_id.in_(ids)), memberships.where(sg.port_id.in_(ids)), ports.where(t.id.in_(ids))
+
+
+_PORT_IDS = select(m.Port.__table__.c.id)
 
 
 def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None) -> dict:
