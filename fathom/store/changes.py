@@ -11,7 +11,8 @@ reads the whole store.
 
 Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
 by row, so the ports part is patched rather than read whole (`StoreReader`): `("port", id)` for a
-port whose rows changed (`("port", None)`: a port was inserted; the reader finds its id),
+port whose rows changed, or that the ORM inserted (its id is told once the row is; `("port",
+None)`: a transaction inserted a port another way too, and the reader looks for the new ids),
 `("ip_allocation", id)` for an address row named only by its id (the reader knows its port), and
 `("port_cascade", table)` for a table a port delete cascades to, which counts as `table` for
 every part but the ports part (its rows there are the port's own, or a column it does not read:
@@ -58,19 +59,35 @@ def _cascades() -> dict[str, set[str]]:
     return out
 
 
+_PENDING = "fathom_written_"    # conn.info keys of the trackers' uncommitted writes: this, then the tracker's id
+_TOLD = "port told"             # (_TOLD, id): a port the ORM inserted, until the commit compares the counts
+
+
+def _port_told(_mapper, connection, target) -> None:
+    """The ORM inserted a port: its id, for every tracker that saw a port INSERT on this connection."""
+    for key, pending in connection.info.items():
+        if isinstance(key, str) and key.startswith(_PENDING) and ("port", None) in pending:
+            pending.add((_TOLD, target.id))
+
+
 class TableChanges:
     """The tables an engine wrote since the last `take()` (one reader per tracker)."""
 
     def __init__(self, engine: Engine):
+        from fathom.store.models import Port
         self._lock = threading.Lock()
         self._written: set = set()
-        # a connection's writes not yet committed, under a key of this tracker's own (an engine may
-        # have several: the reconciler's, the agents' desired state)
-        self._pending = f"fathom_written_{id(self)}"
+        # a connection's writes not yet committed, and the ports rows its INSERTs wrote at most,
+        # under keys of this tracker's own (an engine may have several: the reconciler's, the
+        # agents' desired state)
+        self._pending = f"{_PENDING}{id(self)}"
+        self._inserted = f"fathom_ports_inserted_{id(self)}"
         self._cascade = _cascades()
         event.listen(engine, "after_cursor_execute", self._executed)
         event.listen(engine, "commit", self._committed)
         event.listen(engine, "rollback", self._rolled_back)
+        if not event.contains(Port, "after_insert", _port_told):
+            event.listen(Port, "after_insert", _port_told)
 
     def take(self) -> set:
         """The tables (and port row tokens) written by the transactions committed since the last call."""
@@ -90,6 +107,8 @@ class TableChanges:
         table = getattr(getattr(context.compiled, "statement", None), "table", None)
         name = getattr(table, "name", None)
         rows = _port_rows(context, table) if name in PORT_ROWS else None
+        if rows == {("port", None)}:
+            conn.info[self._inserted] = conn.info.get(self._inserted, 0) + _rows_at_most(context)
         names = rows or ({name} if name else {ALL})
         if context.isdelete and name:
             cascaded = self._cascade.get(name, set())
@@ -100,12 +119,29 @@ class TableChanges:
 
     def _committed(self, conn) -> None:
         written = conn.info.pop(self._pending, None)
+        inserted = conn.info.pop(self._inserted, 0)
         if written:
+            told = {t for t in written if isinstance(t, tuple) and t[0] == _TOLD}
+            written -= told
+            if told and len(told) == inserted:   # every port inserted was told: none to look for
+                written.discard(("port", None))
+                written |= {("port", i) for _, i in told}
             with self._lock:
                 self._written |= written
 
     def _rolled_back(self, conn) -> None:
         conn.info.pop(self._pending, None)
+        conn.info.pop(self._inserted, None)
+
+
+def _rows_at_most(context) -> float:
+    """How many rows an INSERT wrote at most: one per parameter set, or any number (INSERT … SELECT,
+    several rows' values in one statement). Never fewer, so a count that the ORM's told ids match
+    means no other row was inserted."""
+    statement = context.compiled.statement
+    if getattr(statement, "select", None) is not None or getattr(statement, "_multi_values", ()):
+        return float("inf")
+    return len(context.compiled_parameters or ()) or 1
 
 
 def _port_rows(context, table) -> set | None:

@@ -192,3 +192,23 @@ def test_every_tracker_of_an_engine_sees_every_write(api):  # noqa: F811
     assert "nodes" in first.take() and "nodes" in second.take()
     api.post("/networks", {"name": "n9-net"})
     assert "networks" in second.take() and "networks" in first.take()
+
+
+def test_a_port_the_api_creates_is_told_by_id_and_one_inserted_past_the_orm_is_looked_for(api):  # noqa: F811
+    """The reader lists every port id only when a port came in another way than the ORM's insert."""
+    engine = api.app.state.engine
+    changes = TableChanges(engine)
+    net = api.post("/networks", {"name": "told"})["id"]
+    api.post("/subnets", {"network_id": net, "cidr": "198.18.60.0/24"})
+    changes.take()
+    bare = api.post("/ports", {"network_id": net, "name": "bare", "fixed_ips": []})["id"]
+    addressed = api.post("/ports", {"network_id": net, "name": "addressed"})["id"]
+    taken = changes.take()
+    assert {("port", bare), ("port", addressed)} <= taken and ("port", None) not in taken, taken
+    assert not any(isinstance(t, tuple) and t[0] == "port told" for t in taken)
+    with Session(engine) as s, s.begin():
+        s.execute(insert(m.Port).values(name="core", project_id="p1", network_id=net, mac_address="02:00:00:00:60:01"))
+        s.add(m.Port(name="orm", project_id="p1", network_id=net, mac_address="02:00:00:00:60:02"))
+    taken = changes.take()
+    assert ("port", None) in taken, taken     # the Core insert's id is not known: the reader looks
+
