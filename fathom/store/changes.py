@@ -138,10 +138,15 @@ def _rows_at_most(context) -> float:
     """How many rows an INSERT wrote at most: one per parameter set, or any number (INSERT … SELECT,
     several rows' values in one statement). Never fewer, so a count that the ORM's told ids match
     means no other row was inserted."""
-    statement = context.compiled.statement
-    if getattr(statement, "select", None) is not None or getattr(statement, "_multi_values", ()):
+    if not _rows_per_parameter_set(context.compiled.statement):
         return float("inf")
     return len(context.compiled_parameters or ()) or 1
+
+
+def _rows_per_parameter_set(statement) -> bool:
+    """Whether an INSERT writes one row per parameter set (not INSERT … SELECT, nor several rows'
+    values in one statement)."""
+    return getattr(statement, "select", None) is None and not getattr(statement, "_multi_values", ())
 
 
 def _port_rows(context, table) -> set | None:
@@ -151,8 +156,7 @@ def _port_rows(context, table) -> set | None:
     if context.isinsert:
         if name == "ports":
             return {("port", None)}
-        statement = compiled.statement
-        if getattr(statement, "select", None) is not None or getattr(statement, "_multi_values", ()):
+        if not _rows_per_parameter_set(compiled.statement):
             return None             # INSERT … SELECT, or several rows' values under other names
         ids = [p.get("port_id") for p in params]
         if not ids or None in ids:
