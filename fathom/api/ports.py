@@ -5,6 +5,7 @@ from fastapi import APIRouter, Request, Response
 
 from fathom.api import schemas as sc
 from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
@@ -15,6 +16,10 @@ from fathom.store import sfc as sfc_ops
 from fathom.store.errors import Conflict
 
 router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
+
+
+# what port_out reads beyond a port's row: a list loads it in one query a relationship, not one per port
+PORT_LOADS = (selectinload(m.Port.fixed_ips), selectinload(m.Port.node), selectinload(m.Port.security_group_links))
 
 
 def port_out(p: m.Port) -> sc.PortOut:
@@ -37,7 +42,7 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
         node_id = (s.scalar(select(m.Node.id).where(m.Node.name == node)) or -1) if node is not None else None
         return [port_out(p) for p in ops.list_objects(
             s, c, m.Port, name=name, network_id=network_id, node_id=node_id, router_id=router_id,
-            external_id=external_id, limit=limit, marker=marker)]
+            external_id=external_id, limit=limit, marker=marker, options=PORT_LOADS)]
     return db.read(run)
 
 

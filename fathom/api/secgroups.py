@@ -12,6 +12,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy.orm import selectinload
 
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
@@ -104,6 +105,10 @@ def rule_out(r: m.SecurityGroupRule) -> RuleOut:
                    remote_group_id=r.remote_group_id, description=r.description, created_at=utc(r.created_at))
 
 
+# what group_out reads beyond a group's row: a list loads every group's rules in one query
+GROUP_LOADS = (selectinload(m.SecurityGroup.rules),)
+
+
 def group_out(g: m.SecurityGroup) -> GroupOut:
     return GroupOut(id=g.id, external_id=g.external_id, name=g.name, description=g.description, project_id=g.project_id,
                     rules=[rule_out(r) for r in g.rules], status=g.status, status_reason=g.status_reason,
@@ -120,7 +125,7 @@ def list_groups(c: CallerDep, db: StoreDep, name: str | None = None, external_id
         db.write(lambda s: ops.ensure_default(s, c), notify=False)
     return db.read(lambda s: [group_out(g) for g in list_objects(s, c, m.SecurityGroup, name=name,
                                                                  external_id=external_id, limit=limit,
-                                                                 marker=marker)])
+                                                                 marker=marker, options=GROUP_LOADS)])
 
 
 @groups.post("", response_model=GroupOut, status_code=201)

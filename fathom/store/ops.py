@@ -79,18 +79,21 @@ def valid_id(object_id: int | None) -> bool:
     return object_id is not None and 0 < object_id <= MAX_ID
 
 
-def get(session: Session, caller: Caller, model, object_id: int, field: str | None = None):
-    """The object, or NotFound (also for objects of another project: their ids are not revealed)."""
-    obj = session.get(model, object_id) if valid_id(object_id) else None
+def get(session: Session, caller: Caller, model, object_id: int, field: str | None = None, options: Sequence = ()):
+    """The object, or NotFound (also for objects of another project: their ids are not revealed).
+    `options`: loader options (the relationships the caller reads, loaded with it)."""
+    obj = session.get(model, object_id, options=options) if valid_id(object_id) else None
     if obj is None or not _visible(caller, obj):
         raise NotFound(f"{model.__tablename__[:-1]} {object_id} does not exist", field)
     return obj
 
 
 def list_objects(session: Session, caller: Caller, model, *, limit: int = MAX_LIMIT,
-                 marker: int | None = None, **filters) -> Sequence:
-    """The caller's objects in id order: at most `limit`, those after id `marker` when given."""
-    query = select(model).order_by(model.id).limit(min(limit, MAX_LIMIT))
+                 marker: int | None = None, options: Sequence = (), **filters) -> Sequence:
+    """The caller's objects in id order: at most `limit`, those after id `marker` when given.
+    `options`: loader options (the relationships the caller reads for every object, loaded in one
+    query each rather than one per object)."""
+    query = select(model).options(*options).order_by(model.id).limit(min(limit, MAX_LIMIT))
     if not caller.admin:
         query = query.where(model.project_id == caller.project)
     if marker is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from .flowsim import compile_tenant
@@ -645,3 +646,48 @@ def test_a_store_that_cannot_take_a_write_answers_503_and_applies_nothing(tmp_pa
         holder.close()
     assert [n["name"] for n in api.get("/networks")] == ["locked"]
     api.app.state.engine.dispose()
+
+
+def _statements(api, path: str) -> tuple[int, list]:
+    """The SQL statements one GET of `path` runs, and its answer."""
+    run: list[str] = []
+
+    def count(_conn, _cursor, statement, *_):
+        run.append(statement)
+    engine = api.app.state.engine
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        answer = api.get(path)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    return len(run), answer
+
+
+def test_a_list_reads_in_as_many_statements_however_many_objects_it_holds(api):
+    """Listing ports, networks or security groups reads what each object's answer holds
+    (addresses, node, groups; subnets; rules) in one statement per relationship, not one per object."""
+    net = api.post("/networks", {"name": "n"})
+    api.post("/subnets", {"network_id": net["id"], "cidr": "198.18.40.0/24"})
+    group = api.post("/security-groups", {"name": "g"})
+    api.post("/security-group-rules", {"security_group_id": group["id"], "direction": "ingress"})
+
+    def grow():
+        n = api.post("/networks", {"name": "more"})
+        api.post("/subnets", {"network_id": n["id"], "cidr": "198.18.41.0/24"})
+        api.post("/ports", {"network_id": net["id"], "security_groups": [group["id"]]})
+        g = api.post("/security-groups", {"name": "more"})
+        api.post("/security-group-rules", {"security_group_id": g["id"], "direction": "egress"})
+
+    grow()
+    small = {path: _statements(api, path) for path in ("/ports", "/networks", "/security-groups")}
+    for _ in range(5):
+        grow()
+    for path, (statements, answer) in small.items():
+        more, bigger = _statements(api, path)
+        assert len(bigger) == len(answer) + 5, path
+        assert more == statements, (path, statements, more)
+    # and the answers still hold what each object's relationships say
+    ports = api.get("/ports")
+    assert all(p["fixed_ips"] and p["security_groups"] == [group["id"]] for p in ports)
+    assert all(len(n["subnets"]) == 1 for n in api.get("/networks"))
+    assert all(len(g["rules"]) >= 1 for g in api.get("/security-groups"))
