@@ -5,8 +5,12 @@ in one way: as fields of the router, on `POST /v1/routers` and `PATCH /v1/router
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 from fastapi import APIRouter, Request, Response
-from sqlalchemy.orm import Session
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
 
 from fathom.api import schemas as sc
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, gateway_node_admin, utc
@@ -28,16 +32,6 @@ def interface_out(p: m.Port) -> sc.RouterInterfaceOut:
                                  status_reason=p.status_reason)
 
 
-def gateway_out(s: Session, r: m.Router) -> sc.ExternalGatewayOut | None:
-    gw = external.gateway_of(s, r.id)
-    if gw is None:
-        return None
-    port = s.get(m.Port, gw.address_port_id)
-    return sc.ExternalGatewayOut(network_id=gw.network_id, ip_address=port.fixed_ips[0].ip_address,
-                                 mac_address=port.mac_address, enable_snat=gw.snat,
-                                 node=s.get(m.Node, gw.node_id).name)
-
-
 def _set_gateway(s: Session, c, r: m.Router, body) -> None:
     if "external_gateway" not in body.model_fields_set:
         return
@@ -49,21 +43,60 @@ def _set_gateway(s: Session, c, r: m.Router, body) -> None:
                          node=g.node)
 
 
-def router_out(s: Session, r: m.Router) -> sc.RouterOut:
-    mode = fabric_ops.get_mode(s, r)
-    gateway = s.get(m.Node, mode.gateway_node_id) if mode.gateway_node_id else None
+@dataclass
+class RouterParts:
+    """What a router's answer holds beyond the router's row."""
+    mode: str
+    gateway_node: str | None
+    interfaces: list[m.Port]
+    external_gateway: sc.ExternalGatewayOut | None
+
+
+def router_parts(s: Session, routers: Sequence[m.Router]) -> dict[int, RouterParts]:
+    """The parts of each router's answer by router id, read for all of `routers` at once: a fixed
+    number of statements however many routers there are."""
+    ids = [r.id for r in routers]
+    modes = fabric_ops.modes_of(s, ids)
+    interfaces: dict[int, list[m.Port]] = {i: [] for i in ids}
+    for p in s.scalars(select(m.Port).options(selectinload(m.Port.fixed_ips)).where(m.Port.router_id.in_(ids))
+                       .order_by(m.Port.id)):
+        interfaces[p.router_id].append(p)
+    gateways = external.gateways_of(s, ids)
+    # each gateway's address is the fixed IP of a port of the external network
+    addresses = {p.id: p for p in s.scalars(select(m.Port).options(selectinload(m.Port.fixed_ips)).where(
+        m.Port.id.in_([g.address_port_id for g in gateways.values()])))}
+    node_ids = {x.gateway_node_id for x in modes.values()} | {g.node_id for g in gateways.values()}
+    nodes = dict(s.execute(select(m.Node.id, m.Node.name).where(m.Node.id.in_(node_ids - {None}))).all())
+
+    def gateway_out(gw) -> sc.ExternalGatewayOut:
+        port = addresses[gw.address_port_id]
+        return sc.ExternalGatewayOut(network_id=gw.network_id, ip_address=port.fixed_ips[0].ip_address,
+                                     mac_address=port.mac_address, enable_snat=gw.snat, node=nodes[gw.node_id])
+
+    return {i: RouterParts(mode=modes[i].mode, gateway_node=nodes.get(modes[i].gateway_node_id),
+                           interfaces=interfaces[i],
+                           external_gateway=gateway_out(gateways[i]) if i in gateways else None)
+            for i in ids}
+
+
+def router_out(s: Session, r: m.Router, parts: RouterParts | None = None) -> sc.RouterOut:
+    """`parts`: what router_parts read for the router, when the caller read it already (a list of routers)."""
+    if parts is None:
+        parts = router_parts(s, [r])[r.id]
     return sc.RouterOut(id=r.id, external_id=r.external_id, name=r.name, project_id=r.project_id,
-                        interfaces=[interface_out(p) for p in ops.router_interfaces(s, r.id)],
-                        mode=mode.mode, gateway_node=gateway.name if gateway else None,
-                        external_gateway=gateway_out(s, r),
+                        interfaces=[interface_out(p) for p in parts.interfaces],
+                        mode=parts.mode, gateway_node=parts.gateway_node, external_gateway=parts.external_gateway,
                         status=r.status, status_reason=r.status_reason, created_at=utc(r.created_at))
 
 
 @router.get("", response_model=list[sc.RouterOut])
 def list_routers(c: CallerDep, db: StoreDep, name: str | None = None, external_id: str | None = None,
                  limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
-    return db.read(lambda s: [router_out(s, x) for x in ops.list_objects(
-        s, c, m.Router, name=name, external_id=external_id, limit=limit, marker=marker)])
+    def run(s):
+        routers = ops.list_objects(s, c, m.Router, name=name, external_id=external_id, limit=limit, marker=marker)
+        parts = router_parts(s, routers)
+        return [router_out(s, r, parts[r.id]) for r in routers]
+    return db.read(run)
 
 
 @router.post("", response_model=sc.RouterOut, status_code=201)

@@ -7,6 +7,7 @@ mode `distributed` only (fathom/apps/external, docs/external.md): other modes ar
 from __future__ import annotations
 
 import ipaddress
+from typing import Collection
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -66,6 +67,12 @@ def address_owner(session: Session, port_id: int) -> str | None:
 
 def gateway_of(session: Session, router_id: int) -> RouterGateway | None:
     return session.get(RouterGateway, router_id)
+
+
+def gateways_of(session: Session, router_ids: Collection[int]) -> dict[int, RouterGateway]:
+    """The gateways of those of the routers that have one, by router id, read in one statement."""
+    return {g.router_id: g for g in session.scalars(
+        select(RouterGateway).where(RouterGateway.router_id.in_(router_ids)))}
 
 
 def set_gateway(session: Session, caller: ops.Caller, router: m.Router, *, network_id: int,

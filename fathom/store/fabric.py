@@ -7,7 +7,7 @@ each request in one transaction, so a refused request changes nothing.
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import Collection, Mapping
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -135,7 +135,18 @@ def links_of(session: Session, switch_id: int) -> list[FabricLink]:
 
 def get_mode(session: Session, router: m.Router) -> RouterMode:
     row = session.get(RouterMode, router.id)
-    return row if row is not None else RouterMode(router_id=router.id, mode="distributed", gateway_node_id=None)
+    return row if row is not None else _distributed(router.id)
+
+
+def modes_of(session: Session, router_ids: Collection[int]) -> dict[int, RouterMode]:
+    """get_mode of each of the routers by id, read in one statement."""
+    rows = {r.router_id: r for r in session.scalars(select(RouterMode).where(RouterMode.router_id.in_(router_ids)))}
+    return {i: rows.get(i) or _distributed(i) for i in router_ids}
+
+
+def _distributed(router_id: int) -> RouterMode:
+    """The mode of a router without a mode row (a row is written by set_router_mode only)."""
+    return RouterMode(router_id=router_id, mode="distributed", gateway_node_id=None)
 
 
 def set_router_mode(session: Session, router: m.Router, mode: str, gateway_node: str | None = None) -> RouterMode:

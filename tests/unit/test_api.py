@@ -691,3 +691,25 @@ def test_a_list_reads_in_as_many_statements_however_many_objects_it_holds(api):
     assert all(p["fixed_ips"] and p["security_groups"] == [group["id"]] for p in ports)
     assert all(len(n["subnets"]) == 1 for n in api.get("/networks"))
     assert all(len(g["rules"]) >= 1 for g in api.get("/security-groups"))
+
+
+def test_a_list_of_routers_reads_in_as_many_statements_however_many_routers_it_holds(api):
+    """Listing routers reads their modes, gateway nodes and interfaces (with their addresses) in a
+    fixed number of statements, not in some per router."""
+    api.post("/nodes", {"name": "gw", "role": "gateway"})
+
+    def grow(i: int):
+        _, sub = api.network(f"n{i}", f"198.18.{50 + i}.0/24")
+        r = api.post("/routers", {"name": f"r{i}", "mode": "network-node"})
+        api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": sub["id"]})
+
+    grow(0)
+    statements, answer = _statements(api, "/routers")
+    for i in range(1, 6):
+        grow(i)
+    more, bigger = _statements(api, "/routers")
+    assert len(bigger) == len(answer) + 5
+    assert more == statements, (statements, more)
+    # and the answers still hold what each router's relationships say, as each router's own answer does
+    assert all((r["mode"], r["gateway_node"], len(r["interfaces"])) == ("network-node", "gw", 1) for r in bigger)
+    assert bigger == [api.get(f"/routers/{r['id']}") for r in bigger]

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from fathom.store.snapshot import load_snapshot
 
-from .test_api import MEMBER, OTHER, Client  # noqa: F401 - the shared client
+from .test_api import MEMBER, OTHER, Client, _statements  # noqa: F401 - the shared client
 
 
 @pytest.fixture
@@ -163,3 +163,25 @@ def test_gateways_are_for_distributed_routers(api):
                                                            "enable_snat": False}})
     assert r["external_gateway"]["ip_address"] == "203.0.113.50" and r["external_gateway"]["enable_snat"] is False
     assert [p["fixed_ips"][0]["ip_address"] for p in api.get("/ports") if p["network_id"] == ext] == ["203.0.113.50"]
+
+
+def test_a_list_of_routers_reads_their_gateways_in_as_many_statements_however_many_routers_it_holds(api):
+    """Listing routers reads their external gateways (the address port and node of each) in a fixed
+    number of statements, not in some per router."""
+    c = cloud(api)
+
+    def grow():
+        r = api.post("/routers", {"name": "more"}, headers=MEMBER)
+        api.patch(f"/routers/{r['id']}", {"external_gateway": {"network_id": c["ext"]["id"]}}, headers=MEMBER)
+
+    grow()
+    statements, answer = _statements(api, "/routers")
+    for _ in range(5):
+        grow()
+    more, bigger = _statements(api, "/routers")
+    assert len(bigger) == len(answer) + 5
+    assert more == statements, (statements, more)
+    # and the answers still hold each router's gateway, as each router's own answer does
+    gateways = [r["external_gateway"] for r in bigger if r["name"] == "more"]
+    assert len({g["ip_address"] for g in gateways}) == 6 and {g["node"] for g in gateways} == {"gw"}
+    assert bigger == [api.get(f"/routers/{r['id']}") for r in bigger]
