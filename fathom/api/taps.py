@@ -9,10 +9,12 @@ Counters and per-node state are runtime facts: fathom/controller/taps.py serves 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
 from fathom.addresses import parse_ipv4, parse_mac
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
@@ -122,8 +124,17 @@ def parse_ref(value, field: str):
     raise Invalid("give a port id, a port name or {mac, ip}", field)
 
 
-def _endpoint(session, port_id: int | None, mac=None, ip=None) -> EndpointOut:
-    port = session.get(m.Port, port_id) if port_id is not None else None
+def tap_ports(session, taps: Sequence[m.TapPolicy]) -> dict[int, m.Port]:
+    """The ports the policies name, by id, with the addresses and node _endpoint reads of them: read
+    for all of `taps` in a fixed number of statements however many policies there are."""
+    ids = {i for t in taps for i in (t.sender_port_id, t.receiver_port_id, t.monitor_port_id, t.monitor2_port_id)
+           if i is not None}
+    return {p.id: p for p in session.scalars(select(m.Port).options(
+        selectinload(m.Port.fixed_ips), selectinload(m.Port.node)).where(m.Port.id.in_(ids)))}
+
+
+def _endpoint(ports: dict[int, m.Port], port_id: int | None, mac=None, ip=None) -> EndpointOut:
+    port = ports.get(port_id)
     if port is None:
         return EndpointOut(port_id=port_id, mac=mac, ip=ip)
     return EndpointOut(port_id=port.id, port_name=port.name, mac=port.mac_address,
@@ -131,19 +142,23 @@ def _endpoint(session, port_id: int | None, mac=None, ip=None) -> EndpointOut:
                        node=port.node.name if port.node else None)
 
 
-def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = None) -> TapOut:
+def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = None,
+            ports: dict[int, m.Port] | None = None) -> TapOut:
+    """`ports`: what tap_ports read for the policy, when the caller read it already (a list of policies)."""
+    if ports is None:
+        ports = tap_ports(session, [t])
     directions = (0, 1) if t.direction == "both" else (0,)
     monitors = (0, 1) if t.has_monitor2 else (0,)
     markers = [vtap.marker(t.id, d, i) for d in directions for i in monitors] if t.id <= vtap.MAX_POLICY_ID else []
     return TapOut(
         id=t.id, name=t.name, project_id=t.project_id,
-        sender=(_endpoint(session, t.sender_port_id) if t.sender_is_port
+        sender=(_endpoint(ports, t.sender_port_id) if t.sender_is_port
                 else EndpointOut(port_id=None, mac=vtap.ANY, ip=vtap.ANY)),
-        receiver=(_endpoint(session, t.receiver_port_id) if t.receiver_is_port and t.receiver_port_id
+        receiver=(_endpoint(ports, t.receiver_port_id) if t.receiver_is_port and t.receiver_port_id
                   else EndpointOut(port_id=None, mac=t.receiver_mac, ip=t.receiver_ip)),
         external_id=t.external_id,
-        monitor=_endpoint(session, t.monitor_port_id),
-        monitor2=_endpoint(session, t.monitor2_port_id) if t.has_monitor2 else None,
+        monitor=_endpoint(ports, t.monitor_port_id),
+        monitor2=_endpoint(ports, t.monitor2_port_id) if t.has_monitor2 else None,
         direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
         rate_pps=t.rate_pps,
         markers=markers,
@@ -168,7 +183,8 @@ def list_taps(c: CallerDep, db: StoreDep, name: str | None = None, external_id: 
     def run(s):
         taps = list_objects(s, c, m.TapPolicy, name=name, external_id=external_id, limit=limit, marker=marker)
         now = ops.current_statuses(s) if taps else {}
-        return [tap_out(s, t, now.get(t.id)) for t in taps]
+        ports = tap_ports(s, taps)
+        return [tap_out(s, t, now.get(t.id), ports) for t in taps]
     return db.read(run)
 
 

@@ -8,7 +8,7 @@ from fathom.apps.vtap import filters
 from fathom.store.snapshot import load_snapshot
 from sqlalchemy.orm import Session
 
-from .test_api import MEMBER, OTHER, Client
+from .test_api import MEMBER, OTHER, Client, _statements
 
 
 @pytest.fixture
@@ -185,3 +185,23 @@ def test_any_sender_taps_what_a_port_receives(api):
     egress = {(dict(f.match).get("reg7"), dict(f.match).get("ip_proto"))
               for f in states["c1"].flows if f.table == vtap.st.TAP_EGRESS}
     assert egress == {(6, 17), (5, None)}       # what vm2 receives (UDP), what vm1 receives (both)
+
+
+def test_a_list_of_taps_reads_in_as_many_statements_however_many_taps_it_holds(api):
+    """Listing policies reads their ports (names, addresses, nodes) in a fixed number of statements,
+    not in some per policy."""
+    def grow(i: int):
+        api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3", "monitor2": "vm4",
+                           "direction": "both", "priority": 10 + i})
+
+    grow(0)
+    statements, answer = _statements(api, "/taps")
+    for i in range(1, 6):
+        grow(i)
+    more, bigger = _statements(api, "/taps")
+    assert len(bigger) == len(answer) + 5
+    assert more == statements, (statements, more)
+    # and the answers still hold each port's name, address and node, as each policy's own answer does
+    ends = [(t[k]["port_name"], t[k]["ip"], t[k]["node"]) for t in bigger for k in ("sender", "monitor2")]
+    assert set(ends) == {("vm1", "198.19.1.11", "c1"), ("vm4", "198.19.1.14", "c2")}
+    assert bigger == [api.get(f"/taps/{t['id']}") for t in bigger]
