@@ -10,10 +10,11 @@ and FastAPI must see their body types as objects, not as names to resolve in thi
 """
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 
 from fathom.api import pptmon as pptmon_api
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, Limit, Marker, StoreDep, utc
@@ -96,8 +97,16 @@ class GroupOut(_Out):
     port_chain: int | None
 
 
-def group_out(s, g: sm.PortPairGroup) -> GroupOut:
-    return GroupOut(**_common(g), port_pairs=[p.id for p in ops.pairs_of(s, g.id)], port_chain=g.chain_id)
+def group_out(s, g: sm.PortPairGroup, pair_ids: list[int] | None = None) -> GroupOut:
+    """`pair_ids`: the group's port pairs, when the caller read them already (a list of groups)."""
+    if pair_ids is None:
+        pair_ids = [p.id for p in ops.pairs_of(s, g.id)]
+    return GroupOut(**_common(g), port_pairs=pair_ids, port_chain=g.chain_id)
+
+
+def groups_out(s, groups: Sequence[sm.PortPairGroup]) -> list[GroupOut]:
+    pairs = _members(s, sm.PortPair.group_id, sm.PortPair.id, groups)
+    return [group_out(s, g, pairs[g.id]) for g in groups]
 
 
 # ---------------------------------------------------------------------------------------------- classifiers
@@ -186,14 +195,35 @@ class ChainOut(_Out):
     hop_markers: list[int]     # VNIs of the chain's hops between nodes (forward, then replies)
 
 
-def chain_out(s, c: sm.PortChain) -> ChainOut:
-    groups = [g.id for g in ops.groups_of(s, c.id)]
-    markers = [hop_marker(c.id, d, k) for d in ((0, 1) if c.symmetric else (0,)) for k in range(len(groups))] \
-        if c.id <= ops.MAX_CHAIN_ID and len(groups) <= ops.MAX_GROUPS else []
-    return ChainOut(**_common(c), port_pair_groups=groups,
-                    flow_classifiers=[f.id for f in ops.classifiers_of(s, c.id)],
+def chain_out(s, c: sm.PortChain, group_ids: list[int] | None = None,
+              classifier_ids: list[int] | None = None) -> ChainOut:
+    """`group_ids`, `classifier_ids`: the chain's groups (in path order) and classifiers, when the caller
+    read them already (a list of chains)."""
+    if group_ids is None:
+        group_ids = [g.id for g in ops.groups_of(s, c.id)]
+    if classifier_ids is None:
+        classifier_ids = [f.id for f in ops.classifiers_of(s, c.id)]
+    markers = [hop_marker(c.id, d, k) for d in ((0, 1) if c.symmetric else (0,)) for k in range(len(group_ids))] \
+        if c.id <= ops.MAX_CHAIN_ID and len(group_ids) <= ops.MAX_GROUPS else []
+    return ChainOut(**_common(c), port_pair_groups=group_ids, flow_classifiers=classifier_ids,
                     chain_parameters={"symmetric": c.symmetric, "correlation": None}, pptmon=c.pptmon, chain_id=c.id,
                     hop_markers=markers)
+
+
+def chains_out(s, chains: Sequence[sm.PortChain]) -> list[ChainOut]:
+    groups = _members(s, sm.PortPairGroup.chain_id, sm.PortPairGroup.position, chains)
+    classifiers = _members(s, sm.FlowClassifier.chain_id, sm.FlowClassifier.id, chains)
+    return [chain_out(s, c, groups[c.id], classifiers[c.id]) for c in chains]
+
+
+def _members(s, parent, order, parents) -> dict[int, list[int]]:
+    """The member ids of each of `parents` by parent id, in `order`, read in one statement. `parent`
+    is the members' column naming their parent (PortPair.group_id: the port pairs of groups)."""
+    members: dict[int, list[int]] = {p.id: [] for p in parents}
+    for parent_id, member_id in s.execute(select(parent, parent.class_.id).where(parent.in_(members))
+                                          .order_by(order)):
+        members[parent_id].append(member_id)
+    return members
 
 
 # ---------------------------------------------------------------------------------------------- routes
@@ -202,15 +232,17 @@ def chain_out(s, c: sm.PortChain) -> ChainOut:
 router = APIRouter(prefix="/sfc", tags=["sfc"], responses=ERRORS)
 
 
-def _crud(path: str, model, out, out_model, create_model, update_model, create, update, delete):
-    """list, create, show, update, delete of one collection; `out(session, obj)` serialises."""
+def _crud(path: str, model, out, out_model, create_model, update_model, create, update, delete, out_list=None):
+    """list, create, show, update, delete of one collection; `out(session, obj)` serialises, and
+    `out_list(session, objs)` a list (when given: it reads what the objects' answers need at once)."""
     serialise = out
+    serialise_list = out_list or (lambda s, objs: [out(s, o) for o in objs])
 
     @router.get(f"/{path}", response_model=list[out_model], name=f"list_{path}")
     def list_(c: CallerDep, db: StoreDep, name: str | None = None, external_id: str | None = None,
               limit: Limit = MAX_LIMIT, marker: Marker = None):
-        return db.read(lambda s: [serialise(s, o) for o in list_objects(s, c, model, name=name, external_id=external_id,
-                                                                          limit=limit, marker=marker)])
+        return db.read(lambda s: serialise_list(s, list_objects(s, c, model, name=name, external_id=external_id,
+                                                                limit=limit, marker=marker)))
 
     @router.post(f"/{path}", response_model=out_model, status_code=201, name=f"create_{path}")
     def create_(body: create_model, c: CallerDep, db: StoreDep):
@@ -235,11 +267,11 @@ def _crud(path: str, model, out, out_model, create_model, update_model, create, 
 _crud("port_pairs", sm.PortPair, pair_out, PortPairOut, PortPairCreate, NameUpdate,
       ops.create_port_pair, ops.update_port_pair, ops.delete_port_pair)
 _crud("port_pair_groups", sm.PortPairGroup, group_out, GroupOut, GroupCreate, GroupUpdate,
-      ops.create_port_pair_group, ops.update_port_pair_group, ops.delete_port_pair_group)
+      ops.create_port_pair_group, ops.update_port_pair_group, ops.delete_port_pair_group, groups_out)
 _crud("flow_classifiers", sm.FlowClassifier, classifier_out, ClassifierOut, ClassifierCreate, NameUpdate,
       ops.create_flow_classifier, ops.update_flow_classifier, ops.delete_flow_classifier)
 _crud("port_chains", sm.PortChain, chain_out, ChainOut, ChainCreate, ChainUpdate,
-      ops.create_port_chain, ops.update_port_chain, ops.delete_port_chain)
+      ops.create_port_chain, ops.update_port_chain, ops.delete_port_chain, chains_out)
 
 
 @router.get("/port_chains/{object_id}/pptmon", name="port_chain_pptmon",

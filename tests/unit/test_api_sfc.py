@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 from fathom.apps.sfc.compiler import hop_marker
 from fathom.store.snapshot import load_snapshot
 
-from .test_api import OTHER, Client
+from .test_api import OTHER, Client, _statements
 
 
 def _port(client, net, sub, name, node, i, project="p1", security=False):
@@ -164,3 +164,37 @@ def test_projects_see_only_their_own(api):
     assert api.error("POST", "/sfc/port_pairs", {"ingress": "fw1i", "egress": "fw1o"}, 404, headers=OTHER)[0] == ["ingress"]
     assert api.error("POST", "/sfc/port_pairs", {"ingress": "evil", "egress": "evil2"}, 422,
                      headers=OTHER)[1].endswith("turn it off (PATCH /v1/ports/%d port_security=false)" % api.ports["evil"])
+
+
+def test_lists_of_groups_and_chains_read_in_as_many_statements_however_many_they_hold(api):
+    """Listing port pair groups reads their pairs, listing chains their groups and classifiers, in a
+    fixed number of statements, not in some per group or chain."""
+    net = api.get("/networks", name="blue")[0]
+    sub = api.get("/subnets", network_id=net["id"])[0]
+
+    def grow(i: int):
+        ingress = _port(api, net, sub, f"in{i}", "c1", 100 + 2 * i)["id"]
+        egress = _port(api, net, sub, f"out{i}", "c1", 101 + 2 * i)["id"]
+        pair = api.post("/sfc/port_pairs", {"ingress": ingress, "egress": egress, "project_id": "p1"})
+        group = api.post("/sfc/port_pair_groups", {"port_pairs": [pair["id"]], "project_id": "p1"})
+        fc = api.post("/sfc/flow_classifiers", {"protocol": "tcp", "logical_source_port": "client",
+                                                "destination_port_range_min": 1000 + i,
+                                                "destination_port_range_max": 1000 + i, "project_id": "p1"})
+        api.post("/sfc/port_chains", {"port_pair_groups": [group["id"]], "flow_classifiers": [fc["id"]],
+                                      "project_id": "p1"})
+
+    paths = ("/sfc/port_pair_groups", "/sfc/port_chains")
+    grow(0)
+    small = {path: _statements(api, path) for path in paths}
+    for i in range(1, 6):
+        grow(i)
+    for path, (statements, answer) in small.items():
+        more, bigger = _statements(api, path)
+        assert len(bigger) == len(answer) + 5, path
+        assert more == statements, (path, statements, more)
+    # and the answers still hold each one's members, as each one's own answer does
+    groups, chains = api.get("/sfc/port_pair_groups"), api.get("/sfc/port_chains")
+    assert all(len(g["port_pairs"]) == 1 and g["port_chain"] for g in groups)
+    assert all(len(c["port_pair_groups"]) == 1 and len(c["flow_classifiers"]) == 1 for c in chains)
+    assert groups == [api.get(f"/sfc/port_pair_groups/{g['id']}") for g in groups]
+    assert chains == [api.get(f"/sfc/port_chains/{c['id']}") for c in chains]
