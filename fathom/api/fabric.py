@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import datetime
+from typing import Sequence
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,12 +54,20 @@ class SwitchOut(BaseModel):
     created_at: datetime
 
 
-def switch_out(s, sw: FabricSwitch) -> SwitchOut:
+def links_out(s, switches: Sequence[FabricSwitch]) -> dict[int, list[LinkOut]]:
+    """The links of each of the switches by switch id, read in two statements however many switches."""
     names = {n.id: n.name for n in s.query(m.Node)}
+    return {i: [LinkOut(port_name=x.port_name, ofport=x.ofport, node=names.get(x.node_id, "?"), source=x.source,
+                        last_seen=x.last_seen) for x in links]
+            for i, links in fops.links_of(s, [sw.id for sw in switches]).items()}
+
+
+def switch_out(s, sw: FabricSwitch, links: list[LinkOut] | None = None) -> SwitchOut:
+    """`links`: what links_out read for the switch, when the caller read it already (a list of switches)."""
+    if links is None:
+        links = links_out(s, [sw])[sw.id]
     return SwitchOut(id=sw.id, name=sw.name, management_ip=sw.management_ip, bridge=sw.bridge,
-                     vlan_min=sw.vlan_min, vlan_max=sw.vlan_max,
-                     links=[LinkOut(port_name=x.port_name, ofport=x.ofport, node=names.get(x.node_id, "?"),
-                                    source=x.source, last_seen=x.last_seen) for x in fops.links_of(s, sw.id)],
+                     vlan_min=sw.vlan_min, vlan_max=sw.vlan_max, links=links,
                      status=sw.status, status_reason=sw.status_reason, created_at=utc(sw.created_at))
 
 
@@ -76,8 +85,12 @@ def create_switch(body: SwitchCreate, c: CallerDep, db: StoreDep):
 @router.get("", response_model=list[SwitchOut])
 def list_switches(c: CallerDep, db: StoreDep, limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     ops.require_admin(c, "see fabric switches")
-    return db.read(lambda s: [switch_out(s, x) for x in s.query(FabricSwitch).where(
-        FabricSwitch.id > min(marker or 0, ops.MAX_ID)).order_by(FabricSwitch.id).limit(limit)])
+    def run(s):
+        switches = s.query(FabricSwitch).where(FabricSwitch.id > min(marker or 0, ops.MAX_ID)) \
+            .order_by(FabricSwitch.id).limit(limit).all()
+        links = links_out(s, switches)
+        return [switch_out(s, sw, links[sw.id]) for sw in switches]
+    return db.read(run)
 
 
 @router.get("/{switch_id}", response_model=SwitchOut)

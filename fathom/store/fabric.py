@@ -129,8 +129,12 @@ def delete_switch(session: Session, switch_id: int) -> None:
     session.flush()
 
 
-def links_of(session: Session, switch_id: int) -> list[FabricLink]:
-    return list(session.scalars(select(FabricLink).where(FabricLink.switch_id == switch_id).order_by(FabricLink.id)))
+def links_of(session: Session, switch_ids: Collection[int]) -> dict[int, list[FabricLink]]:
+    """The links of each of the switches by switch id, in id order, read in one statement."""
+    links: dict[int, list[FabricLink]] = {i: [] for i in switch_ids}
+    for x in session.scalars(select(FabricLink).where(FabricLink.switch_id.in_(links)).order_by(FabricLink.id)):
+        links[x.switch_id].append(x)
+    return links
 
 
 def get_mode(session: Session, router: m.Router) -> RouterMode:

@@ -265,3 +265,34 @@ def test_router_mode_on_the_router_resource(client):
     r = c.patch(f"/v1/routers/{rt['id']}", json={"mode": "fabric"})
     assert r.status_code == 409 and _loc(r) == ["body", "mode"]
     assert c.get(f"/v1/routers/{rt['id']}").json()["mode"] == "network-node"
+
+
+def test_a_list_of_switches_reads_in_as_many_statements_however_many_switches_it_holds(client):
+    """Listing fabric switches reads the nodes' names and the switches' links in a fixed number of
+    statements, not in some per switch."""
+    from .test_api import _statements
+
+    class Api:      # what _statements needs of the shared client: the app and a GET
+        app = client.app
+
+        @staticmethod
+        def get(path):
+            r = client.get("/v1" + path)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+    def grow(i: int):
+        client.post("/v1/nodes", json={"name": f"c{i}"}).raise_for_status()
+        client.post("/v1/fabric/switches", json={"name": f"tor{i}", "management_ip": f"198.18.1.{i + 1}",
+                                                  "links": {f"c{i}": "p1"}}).raise_for_status()
+
+    grow(0)
+    statements, answer = _statements(Api, "/fabric/switches")
+    for i in range(1, 6):
+        grow(i)
+    more, bigger = _statements(Api, "/fabric/switches")
+    assert len(bigger) == len(answer) + 5
+    assert more == statements, (statements, more)
+    # and the answers still hold each switch's links, as each switch's own answer does
+    assert [[x["node"] for x in sw["links"]] for sw in bigger] == [[f"c{i}"] for i in range(6)]
+    assert bigger == [Api.get(f"/fabric/switches/{sw['id']}") for sw in bigger]
