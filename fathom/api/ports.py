@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request, Response
 
 from fathom.api import schemas as sc
 from sqlalchemy import select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import joinedload, selectinload
 
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
@@ -18,8 +18,10 @@ from fathom.store.errors import Conflict
 router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
 
 
-# what port_out reads beyond a port's row: a list loads it in one query a relationship, not one per port
+# what port_out reads beyond a port's row: a list loads it in one query a relationship, not one per
+# port; one port (a show, a long-poll's answer) in the same statement as the port
 PORT_LOADS = (selectinload(m.Port.fixed_ips), selectinload(m.Port.node), selectinload(m.Port.security_group_links))
+PORT_JOINED = (joinedload(m.Port.fixed_ips), joinedload(m.Port.node), joinedload(m.Port.security_group_links))
 
 
 def port_out(p: m.Port) -> sc.PortOut:
@@ -63,8 +65,9 @@ def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
 @router.get("/{port_id}", response_model=sc.PortOut)
 async def show_port(port_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
                     timeout: WaitTimeout = 10.0):
-    return await shown(request, lambda: db.read(lambda s: port_out(ops.get(s, c, m.Port, port_id))),
-                       ("port", "router_interface"), port_id, wait, timeout,
+    def read(s):
+        return port_out(ops.get(s, c, m.Port, port_id, options=PORT_JOINED))
+    return await shown(request, lambda: db.read(read), ("port", "router_interface"), port_id, wait, timeout,
                        check=lambda: db.read(lambda s: ops.get(s, c, m.Port, port_id) and None))
 
 
