@@ -225,13 +225,18 @@ def _check_mac(value: str | None) -> str | None:
     return None if value is None else parse_mac(value, unicast_for="a port")
 
 
+# A port's addresses (Neutron's max_fixed_ips_per_port is 5 by default): without a bound one call
+# could take thousands of addresses of a subnet, each allocated and compiled.
+MAX_FIXED_IPS = 16
+
+
 class PortCreate(_Request):
     external_id: str | None = EXTERNAL_ID
     network_id: int
     name: str = NAME
     mac_address: str | None = None
-    # Absent: one address from the network's first subnet; []: no address.
-    fixed_ips: list[FixedIpIn] | None = None
+    # Absent: one address from the network's first subnet; []: no address. At most MAX_FIXED_IPS.
+    fixed_ips: list[FixedIpIn] | None = Field(default=None, max_length=MAX_FIXED_IPS)
     node: str | None = Field(default=None, pattern=NODE_NAME_RE)
     interface_name: str | None = Field(default=None, pattern=IFNAME_RE)
     port_security: bool = True

@@ -171,6 +171,17 @@ def test_ip_outside_the_subnet_is_422(api):
     assert loc == ["fixed_ips", 0, "subnet_id"]
 
 
+
+def test_a_port_takes_at_most_sixteen_addresses(api):
+    net, sub = api.network("wide", "10.0.0.0/16")
+    changes = api.changes
+    loc, msg = api.error("POST", "/ports", {"network_id": net["id"], "fixed_ips": [{"subnet_id": sub["id"]}] * 17}, 422)
+    assert loc == ["fixed_ips"] and "16" in msg
+    assert api.get("/ports") == [] and api.changes == changes
+    port = api.post("/ports", {"network_id": net["id"], "fixed_ips": [{"subnet_id": sub["id"]}] * 16})
+    assert len({a["ip_address"] for a in port["fixed_ips"]}) == 16
+
+
 # ---------------------------------------------------------------------------------------------- conflicts (409)
 
 
