@@ -33,6 +33,20 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
     return StoreReader().read(session, statuses)
 
 
+def load_tap_view(session) -> Snapshot:
+    """What the tap policies' checks from the store alone read (fathom.apps.vtap.static_problems):
+    the nodes, the networks, the policies and the ports they name, not the whole store (an API call
+    on one policy must not read every port of the cloud). In the caller's transaction."""
+    seen: dict = {}
+    parts = {"nodes": _nodes(session, seen, {})}
+    taps = _taps(session, seen, parts)["taps"]
+    ids = {i for t in taps for i in (t.sender_port_id, t.receiver_port_id, *t.monitor_port_ids) if i is not None}
+    rows, _ = _port_rows(session, seen, parts["nodes"]["names"], _address_port_ids(session), ids)
+    return Snapshot(parts["nodes"]["nodes"], _networks(session, seen, parts)["networks"],
+                    ports=tuple(value for _, (kind, value, _) in sorted(rows.items()) if kind == "port"),
+                    tap_policies=taps)
+
+
 # The store read in parts: part -> (the tables it reads, the parts whose result it uses). A part is
 # read again when one of its tables was written or a part it uses was read again.
 PARTS: dict[str, tuple[frozenset, tuple[str, ...]]] = {
@@ -193,10 +207,15 @@ def _subnets(session, seen, _parts) -> dict:
 
 
 def _ports(session, seen, parts) -> dict:
-    address_port_ids = frozenset(session.scalars(select(RouterGatewayRow.address_port_id))) | \
-        frozenset(session.scalars(select(FloatingIpRow.address_port_id)))
+    address_port_ids = _address_port_ids(session)
     rows, owners = _port_rows(session, seen, parts["nodes"]["names"], address_port_ids, None)
     return _ports_part(rows, owners, address_port_ids)
+
+
+def _address_port_ids(session) -> frozenset:
+    """The ports that hold a router gateway's or a floating IP's address (not workloads)."""
+    return frozenset(session.scalars(select(RouterGatewayRow.address_port_id))) | \
+        frozenset(session.scalars(select(FloatingIpRow.address_port_id)))
 
 
 def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, dict]:

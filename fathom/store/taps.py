@@ -13,7 +13,7 @@ from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import Caller, _external_id, _owner, valid_id
-from fathom.store.snapshot import load_snapshot
+from fathom.store.snapshot import load_snapshot, load_tap_view
 
 DIRECTIONS = ("forward", "both")
 ROLES = ("sender", "receiver", "monitor", "monitor2")
@@ -194,7 +194,7 @@ def _check_overlap(session: Session, tap: m.TapPolicy) -> None:
 def static_problems(session: Session) -> dict[int, list[str]]:
     """Why each policy cannot be installed, judged from the store alone (every bound interface is
     assumed present on its node): deleted ports (error) and unbound ports (pending)."""
-    return vtap.static_problems(load_snapshot(session))
+    return vtap.static_problems(load_tap_view(session))
 
 
 WAITING = "waiting for the switches to hold it"

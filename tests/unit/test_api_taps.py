@@ -5,7 +5,7 @@ import pytest
 
 from fathom.apps.vtap import compiler as vtap
 from fathom.apps.vtap import filters
-from fathom.store.snapshot import load_snapshot
+from fathom.store.snapshot import load_snapshot, load_tap_view
 from sqlalchemy.orm import Session
 
 from .test_api import MEMBER, OTHER, Client, _statements
@@ -205,3 +205,23 @@ def test_a_list_of_taps_reads_in_as_many_statements_however_many_taps_it_holds(a
     ends = [(t[k]["port_name"], t[k]["ip"], t[k]["node"]) for t in bigger for k in ("sender", "monitor2")]
     assert set(ends) == {("vm1", "198.19.1.11", "c1"), ("vm4", "198.19.1.14", "c2")}
     assert bigger == [api.get(f"/taps/{t['id']}") for t in bigger]
+
+
+def test_a_policys_checks_read_the_ports_it_names_and_judge_as_from_the_whole_store(api):
+    """The checks of every tap API call (deleted or unbound ports, markers) read the nodes, the
+    networks, the policies and the ports those name (load_tap_view), not every port, and judge as
+    they would from the whole store."""
+    loose = api.post("/ports", {"network_id": api.net["id"], "name": "loose", "project_id": "p1"})
+    ok = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3"})
+    gone = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm4", "priority": 200})
+    unbound = api.post("/taps", {"sender": loose["id"], "receiver": "*", "monitor": "vm3", "priority": 300})
+    api.delete(f"/ports/{gone['monitor']['port_id']}")
+    for i in range(5):       # ports no policy names
+        api.post("/ports", {"network_id": api.net["id"], "name": f"idle{i}", "project_id": "p1"})
+    with Session(api.app.state.engine) as s:
+        view, whole = load_tap_view(s), load_snapshot(s)
+    assert {p.id for p in view.ports} == {ok["sender"]["port_id"], ok["receiver"]["port_id"],
+                                          ok["monitor"]["port_id"], loose["id"]}
+    judged = filters.static_problems(view)
+    assert judged == filters.static_problems(whole)
+    assert judged[ok["id"]] == [] and judged[gone["id"]] and judged[unbound["id"]]
