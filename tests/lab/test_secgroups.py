@@ -9,6 +9,8 @@ q's VM q1 shares the nodes.
 Witnesses: what nc and ping in the VMs' namespaces get, nothing else. The controller is the lab's,
 and every change waits for the security group to be `active` (its flows on every switch).
 """
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -117,13 +119,13 @@ def tcp(lab, src: str, dst: str, port: int) -> bool:
     # a listener left behind would share the port (nc listens with SO_REUSEPORT) and take connections
     assert not listening(lab, dst, port), f"{dst}:{port} already has a listener"
     server = subprocess.Popen([*_ns(lab, dst), "timeout", "6", "nc", "-l", IPS[dst], str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         wait_listening(lab, dst, port)
         subprocess.run([*_ns(lab, src), "sh", "-c", f"echo {token} | timeout 3 nc -N -w 2 {IPS[dst]} {port}"],
                        capture_output=True, timeout=10)
     finally:
-        out = server.communicate(timeout=10)[0]
+        out = _heard(server)
     return token in out
 
 
@@ -131,14 +133,25 @@ def udp(lab, src: str, dst: str, port: int) -> tuple[bool, bool]:
     """(the datagram src -> dst:port arrived, the listener's answer came back)."""
     token = uuid.uuid4().hex
     server = subprocess.Popen([*_ns(lab, dst), "sh", "-c", f"echo pong | timeout 6 nc -u -l {IPS[dst]} {port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         wait_listening(lab, dst, port, udp=True)
         got = subprocess.run([*_ns(lab, src), "sh", "-c", f"echo {token} | timeout 3 nc -u -w 2 {IPS[dst]} {port}"],
                              capture_output=True, text=True, timeout=10).stdout
     finally:
-        out = server.communicate(timeout=10)[0]
+        out = _heard(server)
     return token in out, "pong" in got
+
+
+def _heard(server: subprocess.Popen) -> str:
+    """What a listener printed, once its client is done (the client has waited for the answer or
+    given up): it gets a second to print and end; one that nothing reached (a UDP listener, or a
+    connection the rules dropped) would wait out its `timeout`, so it is stopped instead."""
+    try:
+        return server.communicate(timeout=1)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGTERM)
+        return server.communicate(timeout=10)[0]
 
 
 def pings(lab, src: str, dst: str) -> bool:
