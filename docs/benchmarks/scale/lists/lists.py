@@ -1,5 +1,5 @@
-"""CPU and SQL statements of one list call (ports, networks, security groups) as the store holds more
-objects: the API app over a real store, called in-process (no HTTP), this process's CPU, with the
+"""CPU and SQL statements of one list call (ports, networks, security groups, and the tap policies:
+one, naming three of the ports) as the store holds more objects: the API app over a real store, called in-process (no HTTP), this process's CPU, with the
 garbage collector's thresholds the controller sets (fathom.controller.server).
 
 usage: lists.py DB_URL [SIZES...]      (default sizes: 100 1000); one JSON line per size and list
@@ -21,7 +21,7 @@ from fathom.api import create_app
 from fathom.auth.client import bearer
 from fathom.auth.tokens import issue_now
 
-PATHS = ("/v1/ports", "/v1/networks", "/v1/security-groups")
+PATHS = ("/v1/ports", "/v1/networks", "/v1/security-groups", "/v1/taps")
 
 
 def main(url: str, sizes: list[int]) -> None:
@@ -37,14 +37,18 @@ def main(url: str, sizes: list[int]) -> None:
         return r.json()
     net = post("/v1/networks", {"name": "ports"})
     post("/v1/subnets", {"network_id": net["id"], "cidr": "198.18.0.0/16"})
-    held = 0
+    held, named = 0, []
     for size in sizes:
         for i in range(held, size):
             group = post("/v1/security-groups", {"name": f"g{i}"})
             post("/v1/security-group-rules", {"security_group_id": group["id"], "direction": "ingress"})
             other = post("/v1/networks", {"name": f"n{i}"})
             post("/v1/subnets", {"network_id": other["id"], "cidr": f"10.{i // 64}.{(i % 64) * 4}.0/22"})
-            post("/v1/ports", {"network_id": net["id"], "security_groups": [group["id"]]})
+            port = post("/v1/ports", {"network_id": net["id"], "security_groups": [group["id"]]})
+            if i < 3:
+                named.append(port["id"])
+            if i == 2:
+                post("/v1/taps", {"sender": named[0], "receiver": named[1], "monitor": named[2]})
         held = size
         for path in PATHS:
             cpu = []
