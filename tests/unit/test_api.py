@@ -676,6 +676,22 @@ def _statements(api, path: str) -> tuple[int, list]:
     return len(run), answer
 
 
+def lists_in_fixed_statements(api, paths, grow) -> dict[str, list]:
+    """`grow(i)` adds an object to each list of `paths` (i = 0, 1, ...). After the first and after
+    five more, each list runs as many statements (its objects' relationships are read for all of
+    them at once, not per object) and holds five more objects. Each path's longer answer."""
+    grow(0)
+    small = {path: _statements(api, path) for path in paths}
+    for i in range(1, 6):
+        grow(i)
+    bigger = {}
+    for path, (statements, answer) in small.items():
+        more, bigger[path] = _statements(api, path)
+        assert len(bigger[path]) == len(answer) + 5, path
+        assert more == statements, (path, statements, more)
+    return bigger
+
+
 def test_a_list_reads_in_as_many_statements_however_many_objects_it_holds(api):
     """Listing ports, networks or security groups reads what each object's answer holds
     (addresses, node, groups; subnets; rules) in one statement per relationship, not one per object."""
@@ -684,21 +700,14 @@ def test_a_list_reads_in_as_many_statements_however_many_objects_it_holds(api):
     group = api.post("/security-groups", {"name": "g"})
     api.post("/security-group-rules", {"security_group_id": group["id"], "direction": "ingress"})
 
-    def grow():
+    def grow(_i):
         n = api.post("/networks", {"name": "more"})
         api.post("/subnets", {"network_id": n["id"], "cidr": "198.18.41.0/24"})
         api.post("/ports", {"network_id": net["id"], "security_groups": [group["id"]]})
         g = api.post("/security-groups", {"name": "more"})
         api.post("/security-group-rules", {"security_group_id": g["id"], "direction": "egress"})
 
-    grow()
-    small = {path: _statements(api, path) for path in ("/ports", "/networks", "/security-groups")}
-    for _ in range(5):
-        grow()
-    for path, (statements, answer) in small.items():
-        more, bigger = _statements(api, path)
-        assert len(bigger) == len(answer) + 5, path
-        assert more == statements, (path, statements, more)
+    lists_in_fixed_statements(api, ("/ports", "/networks", "/security-groups"), grow)
     # one port (a show, a long-poll's answer) in one statement
     one = api.get("/ports")[0]
     assert _statements(api, f"/ports/{one['id']}") == (1, one)
@@ -719,13 +728,7 @@ def test_a_list_of_routers_reads_in_as_many_statements_however_many_routers_it_h
         r = api.post("/routers", {"name": f"r{i}", "mode": "network-node"})
         api.post(f"/routers/{r['id']}/interfaces", {"subnet_id": sub["id"]})
 
-    grow(0)
-    statements, answer = _statements(api, "/routers")
-    for i in range(1, 6):
-        grow(i)
-    more, bigger = _statements(api, "/routers")
-    assert len(bigger) == len(answer) + 5
-    assert more == statements, (statements, more)
+    bigger = lists_in_fixed_statements(api, ("/routers",), grow)["/routers"]
     # and the answers still hold what each router's relationships say, as each router's own answer does
     assert all((r["mode"], r["gateway_node"], len(r["interfaces"])) == ("network-node", "gw", 1) for r in bigger)
     assert bigger == [api.get(f"/routers/{r['id']}") for r in bigger]

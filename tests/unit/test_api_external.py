@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from fathom.store.snapshot import load_snapshot
 
-from .test_api import MEMBER, OTHER, Client, _statements  # noqa: F401 - the shared client
+from .test_api import MEMBER, OTHER, Client, lists_in_fixed_statements  # noqa: F401 - the shared client
 
 
 @pytest.fixture
@@ -170,17 +170,11 @@ def test_a_list_of_routers_reads_their_gateways_in_as_many_statements_however_ma
     number of statements, not in some per router."""
     c = cloud(api)
 
-    def grow():
+    def grow(_i):
         r = api.post("/routers", {"name": "more"}, headers=MEMBER)
         api.patch(f"/routers/{r['id']}", {"external_gateway": {"network_id": c["ext"]["id"]}}, headers=MEMBER)
 
-    grow()
-    statements, answer = _statements(api, "/routers")
-    for _ in range(5):
-        grow()
-    more, bigger = _statements(api, "/routers")
-    assert len(bigger) == len(answer) + 5
-    assert more == statements, (statements, more)
+    bigger = lists_in_fixed_statements(api, ("/routers",), grow)["/routers"]
     # and the answers still hold each router's gateway, as each router's own answer does
     gateways = [r["external_gateway"] for r in bigger if r["name"] == "more"]
     assert len({g["ip_address"] for g in gateways}) == 6 and {g["node"] for g in gateways} == {"gw"}

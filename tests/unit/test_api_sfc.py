@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 from fathom.apps.sfc.compiler import hop_marker
 from fathom.store.snapshot import load_snapshot
 
-from .test_api import OTHER, Client, _statements
+from .test_api import OTHER, Client, lists_in_fixed_statements
 
 
 def _port(client, net, sub, name, node, i, project="p1", security=False):
@@ -183,15 +183,7 @@ def test_lists_of_groups_and_chains_read_in_as_many_statements_however_many_they
         api.post("/sfc/port_chains", {"port_pair_groups": [group["id"]], "flow_classifiers": [fc["id"]],
                                       "project_id": "p1"})
 
-    paths = ("/sfc/port_pair_groups", "/sfc/port_chains")
-    grow(0)
-    small = {path: _statements(api, path) for path in paths}
-    for i in range(1, 6):
-        grow(i)
-    for path, (statements, answer) in small.items():
-        more, bigger = _statements(api, path)
-        assert len(bigger) == len(answer) + 5, path
-        assert more == statements, (path, statements, more)
+    lists_in_fixed_statements(api, ("/sfc/port_pair_groups", "/sfc/port_chains"), grow)
     # and the answers still hold each one's members, as each one's own answer does
     groups, chains = api.get("/sfc/port_pair_groups"), api.get("/sfc/port_chains")
     assert all(len(g["port_pairs"]) == 1 and g["port_chain"] for g in groups)

@@ -8,7 +8,7 @@ from fathom.apps.vtap import filters
 from fathom.store.snapshot import load_snapshot, load_tap_view
 from sqlalchemy.orm import Session
 
-from .test_api import MEMBER, OTHER, Client, _statements
+from .test_api import MEMBER, OTHER, Client, lists_in_fixed_statements
 
 
 @pytest.fixture
@@ -194,13 +194,7 @@ def test_a_list_of_taps_reads_in_as_many_statements_however_many_taps_it_holds(a
         api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3", "monitor2": "vm4",
                            "direction": "both", "priority": 10 + i})
 
-    grow(0)
-    statements, answer = _statements(api, "/taps")
-    for i in range(1, 6):
-        grow(i)
-    more, bigger = _statements(api, "/taps")
-    assert len(bigger) == len(answer) + 5
-    assert more == statements, (statements, more)
+    bigger = lists_in_fixed_statements(api, ("/taps",), grow)["/taps"]
     # and the answers still hold each port's name, address and node, as each policy's own answer does
     ends = [(t[k]["port_name"], t[k]["ip"], t[k]["node"]) for t in bigger for k in ("sender", "monitor2")]
     assert set(ends) == {("vm1", "198.19.1.11", "c1"), ("vm4", "198.19.1.14", "c2")}

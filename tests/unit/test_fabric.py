@@ -270,9 +270,9 @@ def test_router_mode_on_the_router_resource(client):
 def test_a_list_of_switches_reads_in_as_many_statements_however_many_switches_it_holds(client):
     """Listing fabric switches reads the nodes' names and the switches' links in a fixed number of
     statements, not in some per switch."""
-    from .test_api import _statements
+    from .test_api import lists_in_fixed_statements
 
-    class Api:      # what _statements needs of the shared client: the app and a GET
+    class Api:      # what lists_in_fixed_statements needs of the shared client: the app and a GET
         app = client.app
 
         @staticmethod
@@ -286,13 +286,7 @@ def test_a_list_of_switches_reads_in_as_many_statements_however_many_switches_it
         client.post("/v1/fabric/switches", json={"name": f"tor{i}", "management_ip": f"198.18.1.{i + 1}",
                                                   "links": {f"c{i}": "p1"}}).raise_for_status()
 
-    grow(0)
-    statements, answer = _statements(Api, "/fabric/switches")
-    for i in range(1, 6):
-        grow(i)
-    more, bigger = _statements(Api, "/fabric/switches")
-    assert len(bigger) == len(answer) + 5
-    assert more == statements, (statements, more)
+    bigger = lists_in_fixed_statements(Api, ("/fabric/switches",), grow)["/fabric/switches"]
     # and the answers still hold each switch's links, as each switch's own answer does
     assert [[x["node"] for x in sw["links"]] for sw in bigger] == [[f"c{i}"] for i in range(6)]
     assert bigger == [Api.get(f"/fabric/switches/{sw['id']}") for sw in bigger]
