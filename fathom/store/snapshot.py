@@ -43,7 +43,7 @@ def load_tap_view(session) -> Snapshot:
     ids = {i for t in taps for i in (t.sender_port_id, t.receiver_port_id, *t.monitor_port_ids) if i is not None}
     rows, _ = _port_rows(session, seen, parts["nodes"]["names"], _address_port_ids(session), ids)
     return Snapshot(parts["nodes"]["nodes"], _networks(session, seen, parts)["networks"],
-                    ports=tuple(value for _, (kind, value, _) in sorted(rows.items()) if kind == "port"),
+                    ports=tuple(value for _id, (kind, value, _addresses) in sorted(rows.items()) if kind == "port"),
                     tap_policies=taps)
 
 
