@@ -16,14 +16,20 @@ networks = APIRouter(prefix="/networks", tags=["networks"], responses=ERRORS)
 subnets = APIRouter(prefix="/subnets", tags=["subnets"], responses=ERRORS)
 
 
-def network_out(s: Session, n: m.Network, subnet_ids: list[int] | None = None) -> sc.NetworkOut:
-    """`subnet_ids`: the network's subnets, when the caller read them already (a list of networks)."""
-    if subnet_ids is None:
-        subnet_ids = [x.id for x in ops.subnets_of(s, n.id)]
-    return sc.NetworkOut(id=n.id, external_id=n.external_id, name=n.name, project_id=n.project_id, type=n.type,
-                         segmentation_id=n.segmentation_id, subnets=subnet_ids, external=n.external,
-                         upstream_mac=n.upstream_mac, status=n.status,
-                         status_reason=n.status_reason, created_at=utc(n.created_at))
+def network_out(s: Session, n: m.Network) -> sc.NetworkOut:
+    return networks_out(s, [n])[0]
+
+
+def networks_out(s: Session, found: list[m.Network]) -> list[sc.NetworkOut]:
+    """The networks' answers, their subnets read in one statement for all of them."""
+    subnet_ids: dict[int, list[int]] = {n.id: [] for n in found}
+    for network_id, subnet_id in s.execute(select(m.Subnet.network_id, m.Subnet.id)
+                                           .where(m.Subnet.network_id.in_(subnet_ids)).order_by(m.Subnet.id)):
+        subnet_ids[network_id].append(subnet_id)
+    return [sc.NetworkOut(id=n.id, external_id=n.external_id, name=n.name, project_id=n.project_id, type=n.type,
+                          segmentation_id=n.segmentation_id, subnets=subnet_ids[n.id], external=n.external,
+                          upstream_mac=n.upstream_mac, status=n.status,
+                          status_reason=n.status_reason, created_at=utc(n.created_at)) for n in found]
 
 
 def subnet_out(x: m.Subnet) -> sc.SubnetOut:
@@ -57,11 +63,7 @@ def list_networks(c: CallerDep, db: StoreDep, name: str | None = None, external_
             found += ops.list_objects(s, ops.Caller(admin=True), m.Network, name=name, external_id=external_id,
                                       external=True, limit=limit, marker=marker)
             found = sorted({n.id: n for n in found}.values(), key=lambda n: n.id)[:limit]
-        subnet_ids: dict[int, list[int]] = {n.id: [] for n in found}
-        for network_id, subnet_id in s.execute(select(m.Subnet.network_id, m.Subnet.id)
-                                               .where(m.Subnet.network_id.in_(subnet_ids)).order_by(m.Subnet.id)):
-            subnet_ids[network_id].append(subnet_id)
-        return [network_out(s, n, subnet_ids[n.id]) for n in found]
+        return networks_out(s, found)
     return db.read(run)
 
 

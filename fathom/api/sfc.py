@@ -97,16 +97,13 @@ class GroupOut(_Out):
     port_chain: int | None
 
 
-def group_out(s, g: sm.PortPairGroup, pair_ids: list[int] | None = None) -> GroupOut:
-    """`pair_ids`: the group's port pairs, when the caller read them already (a list of groups)."""
-    if pair_ids is None:
-        pair_ids = [p.id for p in ops.pairs_of(s, g.id)]
-    return GroupOut(**_common(g), port_pairs=pair_ids, port_chain=g.chain_id)
+def group_out(s, g: sm.PortPairGroup) -> GroupOut:
+    return groups_out(s, [g])[0]
 
 
 def groups_out(s, groups: Sequence[sm.PortPairGroup]) -> list[GroupOut]:
     pairs = _members(s, sm.PortPair.group_id, sm.PortPair.id, groups)
-    return [group_out(s, g, pairs[g.id]) for g in groups]
+    return [GroupOut(**_common(g), port_pairs=pairs[g.id], port_chain=g.chain_id) for g in groups]
 
 
 # ---------------------------------------------------------------------------------------------- classifiers
@@ -195,14 +192,12 @@ class ChainOut(_Out):
     hop_markers: list[int]     # VNIs of the chain's hops between nodes (forward, then replies)
 
 
-def chain_out(s, c: sm.PortChain, group_ids: list[int] | None = None,
-              classifier_ids: list[int] | None = None) -> ChainOut:
-    """`group_ids`, `classifier_ids`: the chain's groups (in path order) and classifiers, when the caller
-    read them already (a list of chains)."""
-    if group_ids is None:
-        group_ids = [g.id for g in ops.groups_of(s, c.id)]
-    if classifier_ids is None:
-        classifier_ids = [f.id for f in ops.classifiers_of(s, c.id)]
+def chain_out(s, c: sm.PortChain) -> ChainOut:
+    return chains_out(s, [c])[0]
+
+
+def _chain_out(c: sm.PortChain, group_ids: list[int], classifier_ids: list[int]) -> ChainOut:
+    """`group_ids`: the chain's groups in path order."""
     markers = [hop_marker(c.id, d, k) for d in ((0, 1) if c.symmetric else (0,)) for k in range(len(group_ids))] \
         if c.id <= ops.MAX_CHAIN_ID and len(group_ids) <= ops.MAX_GROUPS else []
     return ChainOut(**_common(c), port_pair_groups=group_ids, flow_classifiers=classifier_ids,
@@ -213,7 +208,7 @@ def chain_out(s, c: sm.PortChain, group_ids: list[int] | None = None,
 def chains_out(s, chains: Sequence[sm.PortChain]) -> list[ChainOut]:
     groups = _members(s, sm.PortPairGroup.chain_id, sm.PortPairGroup.position, chains)
     classifiers = _members(s, sm.FlowClassifier.chain_id, sm.FlowClassifier.id, chains)
-    return [chain_out(s, c, groups[c.id], classifiers[c.id]) for c in chains]
+    return [_chain_out(c, groups[c.id], classifiers[c.id]) for c in chains]
 
 
 def _members(s, parent, order, parents) -> dict[int, list[int]]:
