@@ -73,6 +73,20 @@ class SetController(commands.SetControllerCommand):
             controller.inactivity_probe = CONTROLLER_PROBE_MS
 
 
+def bridge_row(api, name: str):
+    """The replica's row of bridge `name`, or None."""
+    return api.lookup("Bridge", name, default=None)
+
+
+def commit(api, commands: list) -> bool:
+    """`commands` in one transaction; none: no transaction (no round trip). True if any."""
+    if commands:
+        with api.transaction(check_error=True) as txn:
+            for command in commands:
+                txn.add(command)
+    return bool(commands)
+
+
 def controller_differs(br, targets: list[str]) -> bool:
     """Whether a bridge's controllers are not `targets` with our inactivity probe."""
     return (sorted(c.target for c in br.controller) != sorted(targets)
@@ -170,18 +184,23 @@ class _NotifyingIdl(connection.OvsdbIdl):
         self.reconnected = True   # until the replica is read whole after the connection (re)started
         self._round: set | None = None   # during a round: what its notifications changed
 
+    def whole(self) -> bool:
+        """Connected, and the replica holds the server's answer to this session's monitor request."""
+        return self._session.is_connected() and self.state == self.IDL_S_MONITORING
+
     def run(self):
         """One round of the IDL (ovsdbapp's thread), told as one change at its end (the rows of
         one transaction, e.g. a plugged VIF's Port, Interface and Bridge, wake one pass, not three);
-        a lost or regained connection is a change of the node's setup: the reconciler marks the
-        node or re-checks it at once."""
-        was = self._session.is_connected()
-        self._round = set()
+        a lost or regained connection, or a replica read anew, is a change of the node's setup: the
+        reconciler marks the node or re-checks it at once."""
+        was = self.whole()
+        what: set = set()
+        self._round = what
         try:
             return super().run()
         finally:   # also after a failed round: what its notifications changed is in the replica
-            what, self._round = self._round, None
-            if self._session.is_connected() != was:
+            self._round = None
+            if self.whole() != was:
                 # a new session's first reply replaces the replica, dropping rows without a notification
                 self.reconnected = True
                 what.add("setup")
@@ -286,18 +305,31 @@ class NodeOvsdb:
         except Exception:  # noqa: BLE001 - closing a dead connection
             pass
 
-    def connected(self) -> bool:
-        return self.api.idl._session.is_connected()
+    def ready(self) -> bool:
+        """Connected, with the replica read whole since the connection (re)started."""
+        return self.api.idl.whole()
+
+    def read(self, what):
+        """`what(api)` over a whole replica that no round of the IDL changes meanwhile (a new
+        session's first reply empties the replica and fills it again within one round: a read in
+        between would take bridges and ports that are there for gone); raises ConnectionError while
+        the connection (re)starts. `what` reads only: a command it executed would wait for the IDL's
+        thread, which waits for the replica."""
+        with self.api.ovsdb_connection.lock:   # ovsdbapp's thread holds it through each round
+            if not self.api.idl.whole():
+                raise ConnectionError("OVSDB replica not read yet (connection starting)")
+            return what(self.api)
 
     def ofports(self, bridge: str = "br-int", fresh: bool = False) -> dict[str, int]:
         """Interface name -> OpenFlow port number, for the interfaces of one bridge, as the replica's
         notifications left them (`fresh`, or the first time after a (re)connection: the replica
         read whole)."""
         idl = self.api.idl
-        if fresh or idl.reconnected:
-            idl.reconnected = False   # first: a reconnection while reading sets it again
-            idl.port_numbers.load(idl.tables)
-        return idl.port_numbers.of(bridge, idl.tables)
+        with self.api.ovsdb_connection.lock:
+            if fresh or idl.reconnected:
+                idl.reconnected = False   # first: a reconnection while reading sets it again
+                idl.port_numbers.load(idl.tables)
+            return idl.port_numbers.of(bridge, idl.tables)
 
     def ensure(self, node_id: int, tunnel_ip: str, controller: str, datapath_type: str | None = None) -> bool:
         """Make br-int ours: secure fail mode, our controller, tunnel and uplink ports, and br-int and
@@ -306,50 +338,39 @@ class NodeOvsdb:
 
         Returns True when something had to change. Reads first, so a healthy node is not written.
         """
-        api = self.api
-        if not api.idl._session.is_connected():
-            # the IDL answers reads from its replica while it reconnects: do not trust it
-            raise ConnectionError("not connected to OVSDB")
         dpid = f"{datapath_id(node_id):016x}"
-        want_ctrl = [controller]
-        changed = False
-        br = api.lookup("Bridge", "br-int", default=None) if api.br_exists("br-int").execute() else None
-        with api.transaction(check_error=True) as txn:
+        want_tunnel = {"remote_ip": "flow", "key": "flow", "local_ip": tunnel_ip}
+
+        def needed(api) -> list:
+            """The commands that make the node as we want it, judged from the replica."""
+            br, phy = bridge_row(api, "br-int"), bridge_row(api, "br-phy")
+            ports = self.ofports()
+            out = []
             if br is None:
-                txn.add(api.add_br("br-int", datapath_type=datapath_type or "netdev"))
-                changed = True
-            for name, row in (("br-int", br), ("br-phy", self._bridge("br-phy"))):
+                out.append(api.add_br("br-int", datapath_type=datapath_type or "netdev"))
+            for name, row in (("br-int", br), ("br-phy", phy)):
                 if row is not None and datapath_type and row.datapath_type != datapath_type:
                     LOG.info("%s %s: datapath_type %s -> %s", self.name, name, row.datapath_type or "(system)",
                              datapath_type)
-                    txn.add(api.db_set("Bridge", name, ("datapath_type", datapath_type)))
-                    changed = True
+                    out.append(api.db_set("Bridge", name, ("datapath_type", datapath_type)))
             if (br is None or br.fail_mode != ["secure"] or br.other_config.get("datapath-id") != dpid
                     or set(br.protocols) != {"OpenFlow13", "OpenFlow14"}):
-                txn.add(api.db_set("Bridge", "br-int", ("fail_mode", "secure"),
-                                   ("protocols", ["OpenFlow13", "OpenFlow14"]),
-                                   ("other_config", {"datapath-id": dpid, "disable-in-band": "true"})))
-                changed = True
-            if br is None or controller_differs(br, want_ctrl):
-                txn.add(SetController(api, "br-int", want_ctrl))
-                changed = True
-            ports = self.ofports()
-            if TUNNEL_INTERFACE not in ports or self._iface_options(TUNNEL_INTERFACE) != {
-                    "remote_ip": "flow", "key": "flow", "local_ip": tunnel_ip}:
-                txn.add(api.add_port("br-int", TUNNEL_INTERFACE, may_exist=True))
-                txn.add(api.db_set("Interface", TUNNEL_INTERFACE, ("type", "vxlan"),
-                                   ("options", {"remote_ip": "flow", "key": "flow", "local_ip": tunnel_ip})))
-                changed = True
-            if UPLINK_INTERFACE not in ports and api.br_exists("br-phy").execute():
-                txn.add(api.add_port("br-int", UPLINK_INTERFACE, may_exist=True))
-                txn.add(api.db_set("Interface", UPLINK_INTERFACE, ("type", "patch"), ("options", {"peer": PHY_PATCH})))
-                txn.add(api.add_port("br-phy", PHY_PATCH, may_exist=True))
-                txn.add(api.db_set("Interface", PHY_PATCH, ("type", "patch"), ("options", {"peer": UPLINK_INTERFACE})))
-                changed = True
-        return changed
+                out.append(api.db_set("Bridge", "br-int", ("fail_mode", "secure"),
+                                      ("protocols", ["OpenFlow13", "OpenFlow14"]),
+                                      ("other_config", {"datapath-id": dpid, "disable-in-band": "true"})))
+            if br is None or controller_differs(br, [controller]):
+                out.append(SetController(api, "br-int", [controller]))
+            if TUNNEL_INTERFACE not in ports or self._iface_options(TUNNEL_INTERFACE) != want_tunnel:
+                out += [api.add_port("br-int", TUNNEL_INTERFACE, may_exist=True),
+                        api.db_set("Interface", TUNNEL_INTERFACE, ("type", "vxlan"), ("options", want_tunnel))]
+            if UPLINK_INTERFACE not in ports and phy is not None:
+                out += [api.add_port("br-int", UPLINK_INTERFACE, may_exist=True),
+                        api.db_set("Interface", UPLINK_INTERFACE, ("type", "patch"), ("options", {"peer": PHY_PATCH})),
+                        api.add_port("br-phy", PHY_PATCH, may_exist=True),
+                        api.db_set("Interface", PHY_PATCH, ("type", "patch"), ("options", {"peer": UPLINK_INTERFACE}))]
+            return out
 
-    def _bridge(self, name: str):
-        return self.api.lookup("Bridge", name, default=None) if self.api.br_exists(name).execute() else None
+        return commit(self.api, self.read(needed))
 
     def _iface_options(self, name: str) -> dict:
         row = self.api.lookup("Interface", name, default=None)
@@ -375,7 +396,7 @@ class Bootstrapper:
         with `run` (never checked, its address changed, or its OVSDB connection is down)."""
         ovsdb = self.nodes.get(node.name)
         if (ovsdb is None or not node.management_ip or ovsdb.remote != channels.ovsdb_remote(node.management_ip)
-                or not ovsdb.connected()):
+                or not ovsdb.ready()):
             return None
         self.last_ofports[node.name] = ovsdb.ofports()
         return "complete", None, self.last_ofports[node.name]

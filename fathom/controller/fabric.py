@@ -42,7 +42,8 @@ from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.controller import channels
 from fathom.controller import switch as sw
-from fathom.controller.bootstrap import NodeOvsdb, OVSDB_PORT, SetController, controller_differs, local_ip_towards
+from fathom.controller.bootstrap import (NodeOvsdb, OVSDB_PORT, SetController, bridge_row, commit, controller_differs,
+                                        local_ip_towards)
 from fathom.controller.reconciler import SETUP_WAIT, SwitchResult
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.pipeline.cookies import owns_cookie
@@ -61,24 +62,24 @@ DPID_TOR, DPID_PHY = datapath_id_tor(0), datapath_id_phy(0)   # the kind byte of
 
 def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fail_mode: str) -> bool:
     """Our controller, fail mode and datapath id on an existing bridge; True if anything changed."""
-    api = ovsdb.api
-    br = api.lookup("Bridge", bridge, default=None) if api.br_exists(bridge).execute() else None
-    if br is None:
-        raise RuntimeError(f"bridge {bridge} does not exist")
-    changed = False
     want = f"{dpid:016x}"
-    with api.transaction(check_error=True) as txn:
+
+    def needed(api) -> list:
+        br = bridge_row(api, bridge)
+        if br is None:
+            raise RuntimeError(f"bridge {bridge} does not exist")
+        out = []
         if (br.fail_mode != [fail_mode] or br.other_config.get("datapath-id") != want
                 or set(br.protocols) != {"OpenFlow13", "OpenFlow14"}):
             other = dict(br.other_config)
             other.update({"datapath-id": want, "disable-in-band": "true"})
-            txn.add(api.db_set("Bridge", bridge, ("fail_mode", fail_mode),
-                               ("protocols", ["OpenFlow13", "OpenFlow14"]), ("other_config", other)))
-            changed = True
+            out.append(api.db_set("Bridge", bridge, ("fail_mode", fail_mode),
+                                  ("protocols", ["OpenFlow13", "OpenFlow14"]), ("other_config", other)))
         if controller_differs(br, [controller]):
-            txn.add(SetController(api, bridge, [controller]))
-            changed = True
-    return changed
+            out.append(SetController(api, bridge, [controller]))
+        return out
+
+    return commit(ovsdb.api, ovsdb.read(needed))
 
 
 LLDP_INTERVAL = 30.0   # seconds between probes with no event (IEEE 802.1AB's default transmit interval)
@@ -210,7 +211,7 @@ class FabricRuntime:
             res = result.switches[key] = SwitchResult(key, datapath_id_tor(s.id))
             try:
                 ovsdb = self.tors.get(s.name)
-                fresh = ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip) or not ovsdb.connected()
+                fresh = ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip) or not ovsdb.ready()
                 if fresh:
                     if ovsdb:
                         self.tors.pop(s.name).close()

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import random
 import subprocess
+import threading
 import time
 
 import pytest
 
 from fathom.controller import channels
-from fathom.controller.bootstrap import NodeOvsdb
+from fathom.controller.bootstrap import NodeOvsdb, bridge_row
 from fathom.lab.ovs import wait_for
 
 from .test_spec_ovs import Ovs
@@ -31,7 +32,7 @@ def node(tmp_path):
     channels.use_plain_tcp()
     node = NodeOvsdb("n1", ip)
     try:
-        wait_for(node.connected, 10, "connected", interval=0.02)
+        wait_for(node.ready, 10, "connected", interval=0.02)
         yield ovs, node, ctl
     finally:
         node.close()
@@ -84,24 +85,67 @@ def test_a_reconnection_that_replaces_the_replica_drops_what_is_gone(node):
     ovs.vsctl("add-port", "br-int", "vif2", "--", "set", "interface", "vif2", "type=internal", "ofport_request=5")
     ovs.vsctl("add-port", "br-phy", "old", "--", "set", "interface", "old", "type=internal", "ofport_request=2")
     _settles(node, br_int={"vif1": 4, "vif2": 5}, br_phy={"old": 2})
-    server = ovs.procs[0]
-    server.terminate()
-    server.wait(timeout=10)
-    wait_for(lambda: not node.connected(), 10, "disconnected", interval=0.02)
-    (ovs.base / "db.sock").unlink(missing_ok=True)
-    ovs.procs[0] = subprocess.Popen(["ovsdb-server", str(ovs.base / "conf.db"), f"--remote=p{ovs.db}",
-                                     f"--log-file={ovs.base}/ovsdb.log"], env=ovs.env)
-    wait_for(lambda: (ovs.base / "db.sock").exists(), 10, "ovsdb-server back", interval=0.02)
-    ovs.vsctl("del-port", "br-int", "vif2", "--", "del-br", "br-phy")   # a new br-phy row, its old one gone
-    ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=dummy", "--",
-              "add-port", "br-phy", "vif3", "--", "set", "interface", "vif3", "type=internal", "ofport_request=6")
-    ctl = f"{ovs.base}/ovsdb-server.{ovs.procs[0].pid}.ctl"
-    ovs.run("ovs-appctl", "-t", ctl, "ovsdb-server/add-remote", f"ptcp:6640:{node.remote.split(':')[1]}")
-    wait_for(node.connected, 20, "connected again", interval=0.02)
+    def meanwhile():
+        ovs.vsctl("del-port", "br-int", "vif2", "--", "del-br", "br-phy")   # a new br-phy row, its old one gone
+        ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=dummy", "--",
+                  "add-port", "br-phy", "vif3", "--", "set", "interface", "vif3", "type=internal", "ofport_request=6")
+
+    _restart_server(ovs, node, meanwhile)
+    wait_for(node.ready, 20, "connected again", interval=0.02)
     # as if the node's bootstrap check had read the replica whole just before the new copy arrived:
     # from here on only the notifications (and the rows still there) tell what is gone
     node.api.idl.reconnected = False
     _settles(node, br_int={"vif1": 4}, br_phy={"vif3": 6})
+
+
+def _restart_server(ovs, node: NodeOvsdb, meanwhile=lambda: None) -> None:
+    """Stop ovsdb-server, start it again on the same database (it keeps no history of transactions,
+    so the controller's next session gets a new copy of the whole database), `meanwhile()`, then
+    let the controller back in on TCP."""
+    server = ovs.procs[0]
+    server.terminate()
+    server.wait(timeout=10)
+    wait_for(lambda: not node.ready(), 10, "disconnected", interval=0.02)
+    (ovs.base / "db.sock").unlink(missing_ok=True)
+    ovs.procs[0] = subprocess.Popen(["ovsdb-server", str(ovs.base / "conf.db"), f"--remote=p{ovs.db}",
+                                     f"--log-file={ovs.base}/ovsdb.log"], env=ovs.env)
+    wait_for(lambda: (ovs.base / "db.sock").exists(), 10, "ovsdb-server back", interval=0.02)
+    meanwhile()
+    ctl = f"{ovs.base}/ovsdb-server.{ovs.procs[0].pid}.ctl"
+    ovs.run("ovs-appctl", "-t", ctl, "ovsdb-server/add-remote", f"ptcp:6640:{node.remote.split(':')[1]}")
+
+
+def test_a_read_waits_while_a_new_copy_of_the_replica_arrives(node):
+    """A new session's copy of the database empties the replica and fills it again in one round of
+    the IDL's thread; a read from another thread (a node's bootstrap check, a pass's port numbers)
+    in between would take the node's bridges and ports for gone (and write them again). It waits."""
+    ovs, node, _ = node
+    ovs.vsctl("add-port", "br-int", "vif1", "--", "set", "interface", "vif1", "type=internal", "ofport_request=4")
+    _settles(node, br_int={"vif1": 4})
+    idl = node.api.idl
+    inside, release = threading.Event(), threading.Event()
+    notify = idl.notify
+
+    def held(event, row, updates=None):   # the first row of the new copy: the replica was emptied
+        if event == "create" and not release.is_set():
+            inside.set()
+            release.wait(10)
+        return notify(event, row, updates)
+
+    idl.notify = held
+    _restart_server(ovs, node)
+    assert inside.wait(20), "no new copy of the database arrived"
+    got: dict = {}
+    readers = [threading.Thread(target=lambda: got.update(ports=node.ofports("br-int"))),
+               threading.Thread(target=lambda: got.update(phy=node.read(lambda api: bridge_row(api, "br-phy")).name))]
+    for reader in readers:
+        reader.start()
+    time.sleep(0.5)
+    assert all(reader.is_alive() for reader in readers) and not got, got
+    release.set()
+    for reader in readers:
+        reader.join(10)
+    assert got == {"ports": {"br-int": LOCAL, "vif1": 4}, "phy": "br-phy"}
 
 
 def test_a_plugged_vif_is_told_once_per_round_of_the_replica(node):

@@ -82,7 +82,7 @@ def test_a_tor_that_answers_is_connected_within_the_pass(runtime, tmp_path):
             wait_for(lambda: rec.woken, 15, "the connection's wake-up")
             ovsdb = runtime._connect(rec, tor)
         try:
-            assert ovsdb.connected() and "tor" in ovsdb.ofports("tor")
+            assert ovsdb.ready() and "tor" in ovsdb.ofports("tor")
             assert runtime._connecting == {}
         finally:
             ovsdb.close()
