@@ -33,17 +33,25 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
     return StoreReader().read(session, statuses)
 
 
-def load_tap_view(session) -> Snapshot:
+def load_tap_view(session, routes: bool = False) -> Snapshot:
     """What the tap policies' checks from the store alone read (fathom.apps.vtap.static_problems):
     the nodes, the networks, the policies and the ports they name, not the whole store (an API call
-    on one policy must not read every port of the cloud). In the caller's transaction."""
+    on one policy must not read every port of the cloud); `routes`: also the subnets and the
+    routers' interfaces, which tell how a policy's traffic is routed (its overlap with another's,
+    fathom.apps.vtap.filters.conflicting_policies). In the caller's transaction."""
     seen: dict = {}
     parts = {"nodes": _nodes(session, seen, {})}
     taps = _taps(session, seen, parts)["taps"]
     ids = {i for t in taps for i in (t.sender_port_id, t.receiver_port_id, *t.monitor_port_ids) if i is not None}
+    if routes:
+        ids |= set(session.scalars(_ROUTER_PORT_IDS))
     rows, _ = _port_rows(session, seen, parts["nodes"]["names"], _address_port_ids(session), ids)
+    kept = [rows[i] for i in sorted(rows)]
     return Snapshot(parts["nodes"]["nodes"], _networks(session, seen, parts)["networks"],
-                    ports=tuple(value for _id, (kind, value, _addresses) in sorted(rows.items()) if kind == "port"),
+                    _subnets(session, seen, parts)["subnets"] if routes else (),
+                    ports=tuple(value for kind, value, _addresses in kept if kind == "port"),
+                    router_interfaces=tuple(value for kind, value, _addresses in kept
+                                            if kind == "interface" and value is not None),
                     tap_policies=taps)
 
 
@@ -271,6 +279,7 @@ def _port_queries(by_id: bool) -> tuple:
 
 
 _PORT_IDS = select(m.Port.__table__.c.id)
+_ROUTER_PORT_IDS = select(m.Port.__table__.c.id).where(m.Port.__table__.c.router_id.is_not(None))
 
 
 def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None) -> dict:

@@ -13,7 +13,7 @@ from fathom.apps.vtap import filters as vtap
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import Caller, _external_id, _owner, valid_id
-from fathom.store.snapshot import load_snapshot, load_tap_view
+from fathom.store.snapshot import load_tap_view
 
 DIRECTIONS = ("forward", "both")
 ROLES = ("sender", "receiver", "monitor", "monitor2")
@@ -183,8 +183,7 @@ def _check_roles(session: Session, tap: m.TapPolicy) -> None:
 
 
 def _check_overlap(session: Session, tap: m.TapPolicy) -> None:
-    snapshot = load_snapshot(session)
-    others = vtap.conflicting_policies(snapshot, tap.id)
+    others = vtap.conflicting_policies(load_tap_view(session, routes=True), tap.id)
     if others:
         raise Conflict(f"the policy overlaps policy {', '.join(map(str, others))} at the same priority "
                        f"{tap.priority}: give one of them another priority (the higher one copies the "

@@ -219,3 +219,40 @@ def test_a_policys_checks_read_the_ports_it_names_and_judge_as_from_the_whole_st
     judged = filters.static_problems(view)
     assert judged == filters.static_problems(whole)
     assert judged[ok["id"]] == [] and judged[gone["id"]] and judged[unbound["id"]]
+
+
+def test_an_overlap_is_judged_from_the_named_ports_and_the_routes_as_from_the_whole_store(api):
+    """The overlap check of a create or update reads the policies' ports, the subnets and the
+    routers' interfaces (how a policy's traffic is routed and which MAC its frames carry), not every
+    port, and finds the same overlaps as from the whole store: among routed and same-network policies
+    at equal priority."""
+    green = api.post("/networks", {"name": "green", "project_id": "p1"})
+    sub = api.post("/subnets", {"network_id": green["id"], "cidr": "198.19.3.0/24"})
+    far = api.post("/ports", {"network_id": green["id"], "name": "far", "node": "c2", "interface_name": "far",
+                              "project_id": "p1", "fixed_ips": [{"ip_address": "198.19.3.10"}]})
+    router = api.post("/routers", {"name": "r", "project_id": "p1"})
+    blue_subnet = api.get("/subnets", network_id=api.net["id"])[0]
+    for subnet in (blue_subnet, sub):
+        api.post(f"/routers/{router['id']}/interfaces", {"subnet_id": subnet["id"]})
+    for i in range(5):       # ports no policy names
+        api.post("/ports", {"network_id": green["id"], "name": f"idle{i}", "project_id": "p1"})
+    routed = api.post("/taps", {"sender": "vm1", "receiver": far["id"], "monitor": "vm3", "ip_proto": "tcp"})
+    local = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3", "priority": 200})
+    # vm2's address in another network of the project: the frames carry another MAC, no overlap
+    twin_net = api.post("/networks", {"name": "twin", "project_id": "p1"})
+    api.post("/subnets", {"network_id": twin_net["id"], "cidr": "198.19.1.0/24"})
+    twin = api.post("/ports", {"network_id": twin_net["id"], "name": "twin", "node": "c2", "interface_name": "twin",
+                               "project_id": "p1", "fixed_ips": [{"ip_address": "198.19.1.12"}]})
+    api.post("/taps", {"sender": "vm1", "receiver": twin["id"], "monitor": "vm3", "priority": 200})
+    # vm1 to any address at the routed policy's priority: its routed traffic overlaps; refused
+    loc, msg = api.error("POST", "/taps", {"sender": "vm1", "receiver": "*", "monitor": "vm4", "ip_proto": "tcp",
+                                           "tp_dst": 80}, 409)
+    assert loc == ["priority"] and f"overlaps policy {routed['id']}" in msg
+    with Session(api.app.state.engine) as s:
+        view, whole = load_tap_view(s, routes=True), load_snapshot(s)
+    interfaces = {ri.id for ri in whole.router_interfaces}
+    assert len(interfaces) == 2 and {ri.id for ri in view.router_interfaces} == interfaces
+    assert {p.id for p in view.ports} == {routed["sender"]["port_id"], far["id"], routed["monitor"]["port_id"],
+                                          local["receiver"]["port_id"], twin["id"]}
+    for policy in (routed, local):
+        assert filters.conflicting_policies(view, policy["id"]) == filters.conflicting_policies(whole, policy["id"])
