@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import and_, bindparam, or_, select
 
+from fathom.apps.vtap.filters import TAP_VNI_BASE
 from fathom.model import (
     ChainPptmon, FixedIp, FloatingIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup,
     Router, RouterGateway, RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, TapPolicy,
@@ -35,9 +36,10 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
 
 def load_tap_view(session, routes: bool = False) -> Snapshot:
     """What the tap policies' checks from the store alone read (fathom.apps.vtap.static_problems):
-    the nodes, the networks, the policies and the ports they name, not the whole store (an API call
-    on one policy must not read every port of the cloud); `routes`: also the subnets and the
-    routers' interfaces, which tell how a policy's traffic is routed (its overlap with another's,
+    the nodes, the policies, the ports they name, their networks and those whose VNI is in the
+    tap markers' space, not the whole store (an API call on one policy must not read every port or
+    network of the cloud); `routes`: also the routers' interfaces and the subnets of all these
+    networks, which tell how a policy's traffic is routed (its overlap with another's,
     fathom.apps.vtap.filters.conflicting_policies). In the caller's transaction."""
     seen: dict = {}
     parts = {"nodes": _nodes(session, seen, {})}
@@ -46,12 +48,16 @@ def load_tap_view(session, routes: bool = False) -> Snapshot:
     if routes:
         ids |= set(session.scalars(_ROUTER_PORT_IDS))
     rows, _ = _port_rows(session, seen, parts["nodes"]["names"], _address_port_ids(session), ids)
-    kept = [rows[i] for i in sorted(rows)]
-    return Snapshot(parts["nodes"]["nodes"], _networks(session, seen, parts)["networks"],
-                    _subnets(session, seen, parts)["subnets"] if routes else (),
-                    ports=tuple(value for kind, value, _addresses in kept if kind == "port"),
-                    router_interfaces=tuple(value for kind, value, _addresses in kept
-                                            if kind == "interface" and value is not None),
+    kept = [value for _id, (kind, value, _addresses) in sorted(rows.items()) if kind == "port"
+            or (kind == "interface" and value is not None)]
+    ports = tuple(v for v in kept if isinstance(v, Port))
+    interfaces = tuple(v for v in kept if isinstance(v, RouterInterface))
+    network_ids = list({v.network_id for v in kept})
+    t = m.Network
+    networks = _networks(session, seen, parts, where=or_(
+        t.id.in_(network_ids), and_(t.type == "vxlan", t.segmentation_id >= TAP_VNI_BASE)))["networks"]
+    subnets = _subnets(session, seen, parts, where=m.Subnet.network_id.in_(network_ids))["subnets"] if routes else ()
+    return Snapshot(parts["nodes"]["nodes"], networks, subnets, ports=ports, router_interfaces=interfaces,
                     tap_policies=taps)
 
 
@@ -195,17 +201,22 @@ def _nodes(session, seen, _parts) -> dict:
     return {"nodes": tuple(nodes), "names": node_names}
 
 
-def _networks(session, seen, _parts) -> dict:
+def _where(query, where):
+    """`query` with the condition `where` (None: all rows)."""
+    return query if where is None else query.where(where)
+
+
+def _networks(session, seen, _parts, where=None) -> dict:
     networks = []
-    for n in session.scalars(select(m.Network).order_by(m.Network.id)):
+    for n in session.scalars(_where(select(m.Network), where).order_by(m.Network.id)):
         seen[("network", n.id)] = (n.status, n.status_reason)
         networks.append(Network(n.id, n.name, n.project_id, n.type, n.segmentation_id, n.external, n.upstream_mac))
     return {"networks": tuple(networks)}
 
 
-def _subnets(session, seen, _parts) -> dict:
+def _subnets(session, seen, _parts, where=None) -> dict:
     subnets = []
-    for s in session.scalars(select(m.Subnet).order_by(m.Subnet.id)):
+    for s in session.scalars(_where(select(m.Subnet), where).order_by(m.Subnet.id)):
         seen[("subnet", s.id)] = (s.status, s.status_reason)
         seen[("subnet_dhcp", s.id)] = dhcp_status_value(s.dhcp_status)
         subnets.append(Subnet(s.id, s.name, s.project_id, s.network_id, s.cidr, s.gateway_ip,

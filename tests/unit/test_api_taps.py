@@ -203,22 +203,27 @@ def test_a_list_of_taps_reads_in_as_many_statements_however_many_taps_it_holds(a
 
 def test_a_policys_checks_read_the_ports_it_names_and_judge_as_from_the_whole_store(api):
     """The checks of every tap API call (deleted or unbound ports, markers) read the nodes, the
-    networks, the policies and the ports those name (load_tap_view), not every port, and judge as
-    they would from the whole store."""
+    policies, the ports those name, their networks and those on the markers' VNIs (load_tap_view),
+    not every port or network, and judge as they would from the whole store."""
     loose = api.post("/ports", {"network_id": api.net["id"], "name": "loose", "project_id": "p1"})
     ok = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm3"})
     gone = api.post("/taps", {"sender": "vm1", "receiver": "vm2", "monitor": "vm4", "priority": 200})
     unbound = api.post("/taps", {"sender": loose["id"], "receiver": "*", "monitor": "vm3", "priority": 300})
     api.delete(f"/ports/{gone['monitor']['port_id']}")
-    for i in range(5):       # ports no policy names
+    for i in range(5):       # ports and networks no policy names
         api.post("/ports", {"network_id": api.net["id"], "name": f"idle{i}", "project_id": "p1"})
+        api.post("/networks", {"name": f"idle{i}", "project_id": "p1"})
+    # a network (of another project) on the VNI that marks ok's copies: ok cannot be installed
+    clash = api.post("/networks", {"name": "clash", "project_id": "p3", "segmentation_id": filters.marker(ok["id"], 0, 0)})
     with Session(api.app.state.engine) as s:
         view, whole = load_tap_view(s), load_snapshot(s)
     assert {p.id for p in view.ports} == {ok["sender"]["port_id"], ok["receiver"]["port_id"],
                                           ok["monitor"]["port_id"], loose["id"]}
+    assert {n.id for n in view.networks} == {api.net["id"], clash["id"]}
     judged = filters.static_problems(view)
     assert judged == filters.static_problems(whole)
-    assert judged[ok["id"]] == [] and judged[gone["id"]] and judged[unbound["id"]]
+    assert judged[ok["id"]] == [f"tap marker VNI {clash['segmentation_id']} is used by a tenant network"]
+    assert judged[gone["id"]] and judged[unbound["id"]]
 
 
 def test_an_overlap_is_judged_from_the_named_ports_and_the_routes_as_from_the_whole_store(api):

@@ -1,0 +1,70 @@
+"""CPU and SQL statements of one tap policy's create (`POST /v1/taps`, its overlap check among
+them) as the store holds more ports, security groups and networks: the API app over a real store,
+called in-process (no HTTP), this process's CPU, with the garbage collector's thresholds the
+controller sets (fathom.controller.server). Each timed policy is deleted again, so the store
+holds one policy (three ports named) besides it.
+
+usage: tap_create.py DB_URL [SIZES...]      (default sizes: 100 1000); one JSON line per size
+"""
+import gc
+import json
+import statistics
+import sys
+import time
+import warnings
+
+from sqlalchemy import event
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from fathom.api import create_app
+from fathom.auth.client import bearer
+from fathom.auth.tokens import issue_now
+
+
+def main(url: str, sizes: list[int]) -> None:
+    gc.set_threshold(50_000, 20, 10)
+    app = create_app(url)
+    http = TestClient(app, headers=bearer(issue_now(app.state.engine, project="admin", roles=["admin"])))
+    statements: list[str] = []
+    event.listen(app.state.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+
+    def post(path, body):
+        r = http.post(path, json=body)
+        assert r.status_code == 201, r.text
+        return r.json()
+    http.post("/v1/nodes", json={"name": "c1", "tunnel_ip": "198.18.0.1"}).raise_for_status()
+    net = post("/v1/networks", {"name": "ports"})
+    post("/v1/subnets", {"network_id": net["id"], "cidr": "198.18.0.0/16"})
+    held, named = 0, []
+    for size in sizes:
+        for i in range(held, size):
+            group = post("/v1/security-groups", {"name": f"g{i}"})
+            post("/v1/security-group-rules", {"security_group_id": group["id"], "direction": "ingress"})
+            other = post("/v1/networks", {"name": f"n{i}"})
+            post("/v1/subnets", {"network_id": other["id"], "cidr": f"10.{i // 64}.{(i % 64) * 4}.0/22"})
+            port = post("/v1/ports", {"network_id": net["id"], "security_groups": [group["id"]], "node": "c1",
+                                      "interface_name": f"vm{i}"})
+            if i < 4:
+                named.append(port["id"])
+            if i == 2:
+                post("/v1/taps", {"sender": named[0], "receiver": named[1], "monitor": named[2]})
+        held = size
+        cpu, counts = [], []
+        for k in range(5):
+            statements.clear()
+            start = time.process_time()
+            tap = post("/v1/taps", {"sender": named[0], "receiver": named[3], "monitor": named[2],
+                                    "priority": 200 + k})
+            cpu.append(1000 * (time.process_time() - start))
+            counts.append(len(statements))
+            http.delete(f"/v1/taps/{tap['id']}").raise_for_status()
+        print(json.dumps({"ports": size, "call": "POST /v1/taps", "statements": statistics.median(counts),
+                          "cpu_ms_median": round(statistics.median(cpu), 2), "cpu_ms": [round(c, 2) for c in cpu]}),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], [int(a) for a in sys.argv[2:]] or [100, 1000])
