@@ -13,9 +13,12 @@ from typing import Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field, field_validator
 
+from sqlalchemy import select
+
 from fathom.api.deps import ERRORS, AdminDep, Limit, Marker, StoreDep, utc
 from fathom.api.schemas import IFNAME_RE, NODE_NAME_RE, _Request
 from fathom.store import agents as ag
+from fathom.store import models as m
 from fathom.store import ops
 from fathom.store.agent_models import PptmonAttachment
 
@@ -67,8 +70,10 @@ class AttachmentOut(BaseModel):
     created_at: object
 
 
-def out(s, a: PptmonAttachment) -> AttachmentOut:
-    return AttachmentOut(id=a.id, name=a.name, node=ag.node_name_of(s, a.node_id), chain=a.chain, vnf_id=a.vnf_id,
+def out(s, a: PptmonAttachment, node: str | None = None) -> AttachmentOut:
+    """`node`: the attachment's node's name, when the caller read it already (a list)."""
+    return AttachmentOut(id=a.id, name=a.name, node=node or ag.node_name_of(s, a.node_id), chain=a.chain,
+                         vnf_id=a.vnf_id,
                          mode=a.mode, in_interface=a.in_interface, in_direction=a.in_direction,
                          out_interface=a.out_interface, out_direction=a.out_direction, period_ns=a.period_ns,
                          status=a.status, status_reason=a.status_reason, created_at=utc(a.created_at))
@@ -78,8 +83,11 @@ def out(s, a: PptmonAttachment) -> AttachmentOut:
 def list_attachments(c: AdminDep, db: StoreDep, name: str | None = Query(None, max_length=64),
                      limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     filters = {"name": name} if name is not None else {}
-    return db.read(lambda s: [out(s, a) for a in ops.list_objects(s, c, PptmonAttachment, limit=limit,
-                                                                  marker=marker, **filters)])
+    def run(s):
+        listed = ops.list_objects(s, c, PptmonAttachment, limit=limit, marker=marker, **filters)
+        names = dict(s.execute(select(m.Node.id, m.Node.name).where(m.Node.id.in_({a.node_id for a in listed}))).all())
+        return [out(s, a, names.get(a.node_id)) for a in listed]
+    return db.read(run)
 
 
 @router.post("", response_model=AttachmentOut, status_code=201)

@@ -254,3 +254,17 @@ def test_the_desired_state_read_part_by_part_equals_one_from_a_whole_read(api):
     api.post("/pptmon/attachments", {"name": "a", "node": "gw", "chain": "c", "in_interface": "x",
                                      "out_interface": "y"})
     same()
+
+
+def test_the_attachments_list_names_their_nodes_in_as_many_statements_however_many(api):
+    """Each attachment's node is named from one read of the listed attachments' nodes, not one
+    read per node."""
+    from .test_api import lists_in_fixed_statements
+
+    def grow(i):
+        api.post("/nodes", {"name": f"pn{i}", "tunnel_ip": f"198.18.0.{50 + i}"})
+        api.post("/pptmon/attachments", {"name": f"a{i}", "node": f"pn{i}", "chain": "c", "in_interface": "x",
+                                         "in_direction": "ingress", "out_interface": "y",
+                                         "out_direction": "egress"})
+    listed = lists_in_fixed_statements(api, ["/pptmon/attachments"], grow)["/pptmon/attachments"]
+    assert [a["node"] for a in listed] == [f"pn{i}" for i in range(6)]
