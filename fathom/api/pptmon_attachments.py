@@ -83,9 +83,11 @@ def out(s, a: PptmonAttachment, node: str | None = None) -> AttachmentOut:
 def list_attachments(c: AdminDep, db: StoreDep, name: str | None = Query(None, max_length=64),
                      limit: Limit = ops.MAX_LIMIT, marker: Marker = None):
     filters = {"name": name} if name is not None else {}
+
     def run(s):
         listed = ops.list_objects(s, c, PptmonAttachment, limit=limit, marker=marker, **filters)
-        names = dict(s.execute(select(m.Node.id, m.Node.name).where(m.Node.id.in_({a.node_id for a in listed}))).all())
+        nodes = select(m.Node.id, m.Node.name).where(m.Node.id.in_({a.node_id for a in listed}))
+        names = dict(s.execute(nodes).all())
         return [out(s, a, names.get(a.node_id)) for a in listed]
     return db.read(run)
 

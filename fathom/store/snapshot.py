@@ -48,11 +48,10 @@ def load_tap_view(session, routes: bool = False) -> Snapshot:
     if routes:
         ids |= set(session.scalars(_ROUTER_PORT_IDS))
     rows, _ = _port_rows(session, seen, parts["nodes"]["names"], _address_port_ids(session), ids)
-    kept = [value for _id, (kind, value, _addresses) in sorted(rows.items()) if kind == "port"
-            or (kind == "interface" and value is not None)]
-    ports = tuple(v for v in kept if isinstance(v, Port))
-    interfaces = tuple(v for v in kept if isinstance(v, RouterInterface))
-    network_ids = list({v.network_id for v in kept})
+    listed = [(kind, value) for _id, (kind, value, _addresses) in sorted(rows.items())]
+    ports = tuple(value for kind, value in listed if kind == "port")
+    interfaces = tuple(value for kind, value in listed if kind == "interface" and value is not None)
+    network_ids = list({x.network_id for x in (*ports, *interfaces)})
     t = m.Network
     networks = _networks(session, seen, parts, where=or_(
         t.id.in_(network_ids), and_(t.type == "vxlan", t.segmentation_id >= TAP_VNI_BASE)))["networks"]
