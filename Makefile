@@ -18,11 +18,15 @@ demo: setup
 demo-openstack: setup
 	$(PY) -m fathom.demo --openstack $(if $(KEEP),--keep,)
 
+# The unit tests run on every core (a file's tests on one worker); the lab tests one at a time,
+# as they time traffic through the lab's switches. Both run, whichever fails first.
+UNIT := FATHOM_NO_SKIP=1 $(PY) -m pytest -ra -n auto --dist loadfile tests/unit
+
 test: setup
-	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests
+	@$(UNIT); unit=$$?; FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests/lab && exit $$unit
 
 test-unit: setup
-	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests/unit
+	$(UNIT)
 
 test-lab: setup
 	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests/lab
