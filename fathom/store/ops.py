@@ -634,6 +634,12 @@ def _freed(session: Session, allocations) -> None:
             hints[a.subnet_id] = max(0, min(hints[a.subnet_id], index))
 
 
+# the window's addresses already allocated in a network (one statement, built once)
+_USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
+    m.IpAllocation.network_id == bindparam("network_id"),
+    m.IpAllocation.ip_address.in_(bindparam("window", expanding=True)))
+
+
 def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
     """The lowest free host address of the subnet (the gateway's excluded) that no other transaction
     of this process holds, checked ALLOCATION_WINDOW candidates per query from the subnet's hint on."""
@@ -646,8 +652,7 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
         for low in range(start, last + 1, ALLOCATION_WINDOW):
             window = [str(ipaddress.IPv4Address(a)) for a in range(low, min(low + ALLOCATION_WINDOW, last + 1))]
             reservations.start(allocation)
-            used = set(session.scalars(select(m.IpAllocation.ip_address).where(
-                m.IpAllocation.network_id == network.id, m.IpAllocation.ip_address.in_(window)))) | taken
+            used = set(session.scalars(_USED_IN_WINDOW, {"network_id": network.id, "window": window})) | taken
             if subnet.gateway_ip:
                 used.add(subnet.gateway_ip)
             for candidate in window:
