@@ -21,6 +21,7 @@ must make no setns, unshare or execve (it runs no command and enters no namespac
 import re
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -110,13 +111,20 @@ def wait_status(lab, path: str, want: str, timeout: float, reason: str | None = 
 
 
 def start_ping(lab) -> subprocess.Popen:
+    """ping in the background, its output to a file (a pipe nobody reads would fill up and block
+    it after some 50 s of replies)."""
     argv, env = lab.exec_args("x1", ["ping", "-n", "-i", "0.05", X2])
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(argv, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
+    proc.output = output
+    return proc
 
 
 def stop_ping(p: subprocess.Popen) -> tuple[int, int]:
     p.send_signal(signal.SIGINT)
-    out = p.communicate(timeout=10)[0]
+    p.wait(10)
+    p.output.seek(0)
+    out = p.output.read()
     m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
     assert m, out
     return int(m.group(1)), int(m.group(2))

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +25,8 @@ INTERVAL = 0.02
 # longer than OVS's longest reconnect backoff (8 s) and than its fail-open trigger, 3 inactivity
 # probes (15 s): the outage in which a standalone br-phy flushed its flows
 OUTAGE = 20
+# how long the pings go on after the restarted controller's full pass (then they are stopped)
+AFTER_REPLAY = 3
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +36,40 @@ def lab():
 
 
 class Pinger:
-    """`ping -i 0.02 -c N` from a VM in the background; ping's own summary counts the loss."""
+    """`ping -i 0.02 -c N` from a VM in the background; ping's own summary counts the loss. Its
+    output goes to a file: into a pipe nobody reads while the test waits, ping would block once the
+    pipe's 64 KiB are full (about 15 s of replies) and stop sending."""
 
     def __init__(self, lab, src: str, dst: str, seconds: float):
         self.count = int(seconds / INTERVAL)
         argv, env = lab.exec_args(src, ["ping", "-D", "-n", "-i", str(INTERVAL), "-c", str(self.count), "-W", "1", dst])
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.out, stderr=subprocess.STDOUT, text=True)
         self.what = f"{src} -> {dst}"
 
     def running(self) -> bool:
         return self.proc.poll() is None
 
+    def _output(self, timeout: float) -> tuple[str, int, list[tuple[int, float]]]:
+        """ping's output once it ended, its count of requests sent, (icmp_seq, wall-clock time) of every reply."""
+        self.proc.wait(timeout)
+        self.out.seek(0)
+        out = self.out.read()
+        m = re.search(r"(\d+) packets transmitted", out)
+        assert m, f"ping {self.what}: no summary\n{out[-500:]}"
+        replies = [(int(q), float(t)) for t, q in re.findall(r"^\[(\d+\.\d+)\] \d+ bytes from .* icmp_seq=(\d+)", out, re.M)]
+        return out, int(m.group(1)), replies
+
     def result(self, timeout: float = 120) -> tuple[int, int, list[float]]:
-        """(transmitted, received, the wall-clock time of every reply)."""
-        out, err = self.proc.communicate(timeout=timeout)
-        m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
-        assert m, f"ping {self.what}: no summary\n{out[-500:]}\n{err}"
-        replies = [float(t) for t in re.findall(r"^\[(\d+\.\d+)\] \d+ bytes from", out, re.M)]
-        return int(m.group(1)), int(m.group(2)), replies
+        """(transmitted, received, the wall-clock time of every reply), once ping sent its count."""
+        out, sent, replies = self._output(timeout)
+        return sent, int(re.search(r"(\d+) received", out).group(1)), [t for _, t in replies]
+
+    def stop(self) -> tuple[int, list[tuple[int, float]]]:
+        """Interrupt ping (it prints its summary): (transmitted, (icmp_seq, wall-clock time) of every reply)."""
+        self.proc.send_signal(signal.SIGINT)
+        _, sent, replies = self._output(10)
+        return sent, replies
 
 
 def _flows(lab, node: str, bridge: str) -> dict[str, float]:
@@ -84,10 +103,11 @@ def test_controller_outage_longer_than_the_backoff_loses_no_packet(lab):
     before = {b: _flows(lab, *b) for b in BRIDGES}
     assert all(before.values())
     stamp = time.monotonic()
-    # VXLAN and VLAN, both across nodes (so through br-int, br-phy and the ToR); long enough to
-    # cover the outage, OVS's reconnect and a full pass, then they end by themselves
+    # VXLAN and VLAN, both across nodes (so through br-int, br-phy and the ToR); a count long enough
+    # to cover the outage, OVS's reconnect and a full pass: they are stopped AFTER_REPLAY s after it
     pingers = [Pinger(lab, "vm1", IP["vm3"], OUTAGE + 25), Pinger(lab, "grn1", IP["grn2"], OUTAGE + 25)]
     time.sleep(2)
+    killed = time.time()
     os.kill(lab.state()["controller"]["pid"], signal.SIGKILL)
     time.sleep(OUTAGE)
     # the switches have been on their own past OVS's backoff and probes
@@ -98,10 +118,17 @@ def test_controller_outage_longer_than_the_backoff_loses_no_packet(lab):
     wait_for(lambda: len(c.get("/health").json()["switches"]) == len(BRIDGES), 20,
              "every switch back on the controller")
     c.post("/sync").raise_for_status()       # one full pass after reconnecting
+    replayed = time.time()
+    time.sleep(AFTER_REPLAY)
     assert all(p.running() for p in pingers), "the pings ended before the switches were back: not a proof"
     for p in pingers:
-        sent, received, _ = p.result()
-        assert (sent, received) == (p.count, p.count), f"ping {p.what}: {sent - received} of {sent} lost"
+        sent, replies = p.stop()
+        answered = [q for q, _ in replies]
+        # every request answered, in order, but the last one if it was still in flight when stopped
+        assert answered == list(range(1, len(answered) + 1)) and len(answered) >= sent - 1, \
+            f"ping {p.what}: {sent - len(answered)} of {sent} lost (first unanswered: " \
+            f"{next((q for q in range(1, sent + 1) if q not in set(answered)), None)})"
+        assert replies[0][1] < killed and replies[-1][1] > replayed, f"ping {p.what}: the replies do not span the outage"
     elapsed = time.monotonic() - stamp
     for bridge, flows in before.items():
         after = _flows(lab, *bridge)
