@@ -19,17 +19,19 @@ demo-openstack: setup
 	$(PY) -m fathom.demo --openstack $(if $(KEEP),--keep,)
 
 # The unit tests run on every core (a file's tests on one worker); the lab tests one at a time,
-# as they time traffic through the lab's switches. Both run, whichever fails first.
-UNIT := FATHOM_NO_SKIP=1 $(PY) -m pytest -ra -n auto --dist loadfile tests/unit
+# as they time traffic through the lab's switches. Both run, whichever fails first; each half
+# ends with its slowest tests.
+UNIT := FATHOM_NO_SKIP=1 $(PY) -m pytest -ra --durations=15 -n auto --dist loadfile tests/unit
+LAB := FATHOM_NO_SKIP=1 $(PY) -m pytest -ra --durations=15 tests/lab
 
 test: setup
-	@$(UNIT); unit=$$?; FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests/lab && exit $$unit
+	@$(UNIT); unit=$$?; $(LAB) && exit $$unit
 
 test-unit: setup
 	$(UNIT)
 
 test-lab: setup
-	FATHOM_NO_SKIP=1 $(PY) -m pytest -ra tests/lab
+	$(LAB)
 
 bench: setup
 	.venv/bin/fathom bench all
