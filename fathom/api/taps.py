@@ -182,7 +182,7 @@ def list_taps(c: CallerDep, db: StoreDep, name: str | None = None, external_id: 
               limit: Limit = MAX_LIMIT, marker: Marker = None):
     def run(s):
         taps = list_objects(s, c, m.TapPolicy, name=name, external_id=external_id, limit=limit, marker=marker)
-        now = ops.current_statuses(s) if taps else {}
+        now = ops.current_statuses(s, [t.id for t in taps]) if taps else {}
         ports = tap_ports(s, taps)
         return [tap_out(s, t, now.get(t.id), ports) for t in taps]
     return db.read(run)
@@ -199,7 +199,7 @@ async def show_tap(tap_id: int, c: CallerDep, db: StoreDep, request: Request, wa
                    timeout: WaitTimeout = 10.0):
     def run(s):
         t = ops.get_tap(s, c, tap_id)
-        return tap_out(s, t, ops.current_statuses(s).get(t.id))
+        return tap_out(s, t, ops.current_statuses(s, [t.id]).get(t.id))
     return await shown(request, lambda: db.read(run), ("tap_policy",), tap_id, wait, timeout)
 
 

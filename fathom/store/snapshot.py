@@ -3,6 +3,7 @@ fathom.model.Snapshot, the only input of the compilers."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 
 from sqlalchemy import and_, bindparam, or_, select
 
@@ -34,16 +35,17 @@ def load_snapshot(session, statuses: dict | None = None) -> Snapshot:
     return StoreReader().read(session, statuses)
 
 
-def load_tap_view(session, routes: bool = False) -> Snapshot:
+def load_tap_view(session, routes: bool = False, policies: Collection[int] | None = None) -> Snapshot:
     """What the tap policies' checks from the store alone read (fathom.apps.vtap.static_problems):
     the nodes, the policies, the ports they name, their networks and those whose VNI is in the
     tap markers' space, not the whole store (an API call on one policy must not read every port or
     network of the cloud); `routes`: also the routers' interfaces and the subnets of all these
     networks, which tell how a policy's traffic is routed (its overlap with another's,
-    fathom.apps.vtap.filters.conflicting_policies). In the caller's transaction."""
+    fathom.apps.vtap.filters.conflicting_policies); `policies`: only the policies of these ids (a
+    policy's problems are its own). In the caller's transaction."""
     seen: dict = {}
     parts = {"nodes": _nodes(session, seen, {})}
-    taps = _taps(session, seen, parts)["taps"]
+    taps = _taps(session, seen, parts, where=None if policies is None else m.TapPolicy.id.in_(list(policies)))["taps"]
     ids = {i for t in taps for i in (t.sender_port_id, t.receiver_port_id, *t.monitor_port_ids) if i is not None}
     if routes:
         ids |= set(session.scalars(_ROUTER_PORT_IDS))
@@ -317,9 +319,9 @@ def _routers(session, seen, _parts) -> dict:
     return {"routers": tuple(routers)}
 
 
-def _taps(session, seen, _parts) -> dict:
+def _taps(session, seen, _parts, where=None) -> dict:
     taps = []
-    for t in session.scalars(select(m.TapPolicy).order_by(m.TapPolicy.id)):
+    for t in session.scalars(_where(select(m.TapPolicy), where).order_by(m.TapPolicy.id)):
         seen[("tap_policy", t.id)] = (t.status, t.status_reason)
         taps.append(TapPolicy(t.id, t.name, t.project_id, t.sender_port_id, t.receiver_port_id,
                               t.receiver_is_port, t.receiver_mac, t.receiver_ip,

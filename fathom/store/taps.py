@@ -5,6 +5,7 @@ Like fathom/store/ops.py, each check raises a fathom.store.errors error naming t
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -190,10 +191,11 @@ def _check_overlap(session: Session, tap: m.TapPolicy) -> None:
                        f"overlapping packets)", "priority")
 
 
-def static_problems(session: Session) -> dict[int, list[str]]:
-    """Why each policy cannot be installed, judged from the store alone (every bound interface is
-    assumed present on its node): deleted ports (error) and unbound ports (pending)."""
-    return vtap.static_problems(load_tap_view(session))
+def static_problems(session: Session, policies: Collection[int]) -> dict[int, list[str]]:
+    """Why each policy of these ids cannot be installed, judged from the store alone
+    (every bound interface is assumed present on its node): deleted ports (error) and unbound ports
+    (pending)."""
+    return vtap.static_problems(load_tap_view(session, policies=policies))
 
 
 WAITING = "waiting for the switches to hold it"
@@ -209,17 +211,19 @@ def status_of(problems: list[str], stored: tuple[str, str | None] = ("pending", 
 
 
 def _set_status(session: Session, tap: m.TapPolicy) -> None:
-    problems = static_problems(session).get(tap.id, [])
+    problems = static_problems(session, [tap.id]).get(tap.id, [])
     tap.status, tap.status_reason = status_of(problems) if problems else ("pending", WAITING)
 
 
-def current_statuses(session: Session) -> dict[int, tuple[str, str | None]]:
-    """(status, reason) of every policy as the store stands now: a port deleted or unbound under a
-    policy shows at once, otherwise the controller's status. Computed on read (reads do not write:
-    they run in read-only transactions)."""
-    stored = {t.id: (t.status, t.status_reason) for t in session.scalars(select(m.TapPolicy))}
+def current_statuses(session: Session, policies: Collection[int]) -> dict[int, tuple[str, str | None]]:
+    """(status, reason) of the policies of these ids as the store stands now: a port deleted or
+    unbound under a policy shows at once, otherwise the controller's status. Computed on read (reads
+    do not write: they run in read-only transactions)."""
+    t = m.TapPolicy
+    stored = {i: (status, reason) for i, status, reason in session.execute(
+        select(t.id, t.status, t.status_reason).where(t.id.in_(list(policies))))}
     return {pid: status_of(problems, stored.get(pid, ("pending", WAITING)))
-            for pid, problems in static_problems(session).items()}
+            for pid, problems in static_problems(session, policies).items()}
 
 
 def policies_using_port(session: Session, port_id: int) -> list[m.TapPolicy]:

@@ -224,6 +224,15 @@ def test_a_policys_checks_read_the_ports_it_names_and_judge_as_from_the_whole_st
     assert judged == filters.static_problems(whole)
     assert judged[ok["id"]] == [f"tap marker VNI {clash['segmentation_id']} is used by a tenant network"]
     assert judged[gone["id"]] and judged[unbound["id"]]
+    # one policy's answer reads that policy and its ports only, and judges it the same
+    with Session(api.app.state.engine) as s:
+        one = load_tap_view(s, policies=[gone["id"]])
+    assert [p.id for p in one.tap_policies] == [gone["id"]]
+    assert {p.id for p in one.ports} == {gone["sender"]["port_id"], gone["receiver"]["port_id"]}
+    assert filters.static_problems(one) == {gone["id"]: judged[gone["id"]]}
+    shown = api.get(f"/taps/{gone['id']}")
+    assert (shown["status"], shown["status_reason"]) == ("error", "; ".join(judged[gone["id"]]))
+    assert [t["status_reason"] for t in api.get("/taps") if t["id"] == unbound["id"]] == ["; ".join(judged[unbound["id"]])]
 
 
 def test_an_overlap_is_judged_from_the_named_ports_and_the_routes_as_from_the_whole_store(api):
