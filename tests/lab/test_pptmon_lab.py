@@ -168,6 +168,11 @@ def test_period_and_detach(make_chain):
     assert "ppt_" not in out
 
 
+# PPTMon's own median for the accuracy test's VNF (a 200-rule firewall) at this machine's usual
+# speed: 5-7 µs for either protocol (three runs each, 2026-11-27)
+USUAL_PPTMON_P50_US = 7.0
+
+
 @pytest.mark.parametrize("proto", ["udp", "tcp"])
 def test_accuracy_against_capture(make_chain, tmp_path, proto):
     """PPTMon's per-packet time against the same packets captured on both sides of the
@@ -192,21 +197,25 @@ def test_accuracy_against_capture(make_chain, tmp_path, proto):
     d = acc["ref_minus_pptmon"]
     # PPTMon never exceeds the reference beyond its 1 µs resolution
     assert d["min_us"] >= -1.5, d
+    # The bounds below are the kernel's path around the hooks on this machine at its usual speed,
+    # where PPTMon's own median for this VNF is at most USUAL_PPTMON_P50_US; in a run where the
+    # whole path is slower (a vCPU the host runs late), they grow by as much (docs/pptmon.md, Accuracy)
+    slower = max(1.0, acc["pptmon"]["p50_us"] / USUAL_PPTMON_P50_US)
     if proto == "tcp":
         # documented 0.2-0.6 µs on kernel build fc-v782, 0.9 µs on fc-v669 (after the egress stamp 0.1-0.16
         # and 0.48 µs): the kernel's path around the hooks, outside PPTMon's window
-        assert d["p50_us"] < 2.0, d
-        assert acc["after_egress_stamp"]["p50_us"] < 1.5, acc
+        assert d["p50_us"] < 2.0 * slower, (d, slower)
+        assert acc["after_egress_stamp"]["p50_us"] < 1.5 * slower, (acc, slower)
     else:
         warm = acc["ref_minus_pptmon_right_after_another"]
         cold = acc["ref_minus_pptmon_after_pause"]
         assert warm["count"] >= 200 and cold["count"] >= 200
-        assert warm["p50_us"] < 3.0, warm               # documented 0.5-0.6 µs (fc-v782), 1.4-1.8 µs (fc-v669)
-        assert cold["p50_us"] < 5.0, cold               # documented 2.3-4.3 µs (colder when the machine idles)
+        assert warm["p50_us"] < 3.0 * slower, (warm, slower)   # documented 0.5-0.6 µs (fc-v782), 1.4-1.8 µs (fc-v669)
+        assert cold["p50_us"] < 5.0 * slower, (cold, slower)   # documented 2.3-4.3 µs (colder when the machine idles)
         # after PPTMon's egress stamp only the transmit tap is left (0.3-0.5 µs documented);
         # the sink's restore and record used to come after it: about 1 µs more on a cold path
         # (0.3-0.5 µs documented on fc-v782, 0.5-0.7 µs on fc-v669)
-        assert acc["after_egress_stamp_after_pause"]["p50_us"] < 1.5, acc
+        assert acc["after_egress_stamp_after_pause"]["p50_us"] < 1.5 * slower, (acc, slower)
 
 
 def test_foreign_filter_on_our_slot_is_left_alone(make_chain):
