@@ -4,32 +4,18 @@ garbage collector's thresholds the controller sets (fathom.controller.server).
 
 usage: lists.py DB_URL [SIZES...]      (default sizes: 100 1000); one JSON line per size and list
 """
-import gc
 import json
 import statistics
 import sys
 import time
-import warnings
 
-from sqlalchemy import event
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
-from fathom.api import create_app
-from fathom.auth.client import bearer
-from fathom.auth.tokens import issue_now
+from fathom.bench.inprocess import admin_client
 
 PATHS = ("/v1/ports", "/v1/networks", "/v1/security-groups", "/v1/taps")
 
 
 def main(url: str, sizes: list[int]) -> None:
-    gc.set_threshold(50_000, 20, 10)
-    app = create_app(url)
-    http = TestClient(app, headers=bearer(issue_now(app.state.engine, project="admin", roles=["admin"])))
-    statements: list[str] = []
-    event.listen(app.state.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    http, statements = admin_client(url)
 
     def post(path, body):
         r = http.post(path, json=body)
