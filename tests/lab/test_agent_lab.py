@@ -21,7 +21,6 @@ must make no setns, unshare or execve (it runs no command and enters no namespac
 import re
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -30,7 +29,7 @@ from fathom.client import Client
 from fathom.auth.client import lab_token
 from fathom.lab.ovs import wait_for
 
-from .util import lab_api, running_lab, sh
+from .util import BackgroundPing, lab_api, running_lab, sh
 
 TOPOLOGY = """
 networks:
@@ -110,26 +109,6 @@ def wait_status(lab, path: str, want: str, timeout: float, reason: str | None = 
         raise AssertionError(f"{path}: {c.get(path).json()}") from None
 
 
-def start_ping(lab) -> subprocess.Popen:
-    """ping in the background, its output to a file (a pipe nobody reads would fill up and block
-    it after some 50 s of replies)."""
-    argv, env = lab.exec_args("x1", ["ping", "-n", "-i", "0.05", X2])
-    output = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen(argv, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
-    proc.output = output
-    return proc
-
-
-def stop_ping(p: subprocess.Popen) -> tuple[int, int]:
-    p.send_signal(signal.SIGINT)
-    p.wait(10)
-    p.output.seek(0)
-    out = p.output.read()
-    m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
-    assert m, out
-    return int(m.group(1)), int(m.group(2))
-
-
 def udp(lab, seconds: float) -> subprocess.Popen:
     """UDP from x1 to x2 through the router (x2 discards it)."""
     code = ("import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
@@ -189,7 +168,7 @@ def test_pptmon_attachment_and_failures_of_the_agent(lab, strace):
     built = identity(lab)
     loader = sh(lab, "gw", "pgrep", "-f", f"att{aid}").stdout.split()
     assert loader
-    ping = start_ping(lab)
+    ping = BackgroundPing(lab, "x1", X2, 300, interval=0.05)
     lab.stop_agent("gw")
     sender = udp(lab, 60)
     wait_status(lab, f"/routers/{rid}", "error", 40, reason="agent on node gw not reporting")
@@ -210,7 +189,8 @@ def test_pptmon_attachment_and_failures_of_the_agent(lab, strace):
     time.sleep(6)   # a report of the new agent
     wait_status(lab, f"/routers/{rid}", "active", 30)
     wait_status(lab, f"/pptmon/attachments/{aid}", "active", 30)
-    sent, received = stop_ping(ping)
+    sent, replies = ping.stop()
+    received = len(replies)
     sender.kill()
     assert identity(lab) == built
     assert sh(lab, "gw", "pgrep", "-f", f"att{aid}").stdout.split() == loader
@@ -239,7 +219,7 @@ def test_agents_resync_with_a_restarted_controller(lab):
     traffic ran through it."""
     rid = router(lab)["id"]
     built = identity(lab)
-    ping = start_ping(lab)
+    ping = BackgroundPing(lab, "x1", X2, 300, interval=0.05)
     time.sleep(1)
     lab.restart_controller(downtime=3)
     c = lab_api(lab)
@@ -247,7 +227,8 @@ def test_agents_resync_with_a_restarted_controller(lab):
              {"c1": "up", "c2": "up", "gw": "up"}, 30, "the agents to report to the new controller")
     wait_status(lab, f"/routers/{rid}", "active", 30)
     time.sleep(1)
-    sent, received = stop_ping(ping)
+    sent, replies = ping.stop()
+    received = len(replies)
     assert identity(lab) == built
     # ping counts the echo in flight when it is interrupted as sent and not received
     assert sent > 50 and received >= sent - 1, (sent, received)

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 import fathom.lab
 from fathom.lab.ovs import wait_for
 
-from .util import ping, running_lab, sh, lab_api as api
+from .util import BackgroundPing, ping, running_lab, sh, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm3": "198.19.1.13", "grn1": "198.19.2.21", "grn2": "198.19.2.22"}
@@ -33,43 +32,6 @@ AFTER_REPLAY = 3
 def lab():
     with running_lab("rs1", TOPOLOGY, standalone=False) as lab:
         yield lab
-
-
-class Pinger:
-    """`ping -i 0.02 -c N` from a VM in the background; ping's own summary counts the loss. Its
-    output goes to a file: into a pipe nobody reads while the test waits, ping would block once the
-    pipe's 64 KiB are full (about 15 s of replies) and stop sending."""
-
-    def __init__(self, lab, src: str, dst: str, seconds: float):
-        self.count = int(seconds / INTERVAL)
-        argv, env = lab.exec_args(src, ["ping", "-D", "-n", "-i", str(INTERVAL), "-c", str(self.count), "-W", "1", dst])
-        self.out = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.out, stderr=subprocess.STDOUT, text=True)
-        self.what = f"{src} -> {dst}"
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def _output(self, timeout: float) -> tuple[str, int, list[tuple[int, float]]]:
-        """ping's output once it ended, its count of requests sent, (icmp_seq, wall-clock time) of every reply."""
-        self.proc.wait(timeout)
-        self.out.seek(0)
-        out = self.out.read()
-        m = re.search(r"(\d+) packets transmitted", out)
-        assert m, f"ping {self.what}: no summary\n{out[-500:]}"
-        replies = [(int(q), float(t)) for t, q in re.findall(r"^\[(\d+\.\d+)\] \d+ bytes from .* icmp_seq=(\d+)", out, re.M)]
-        return out, int(m.group(1)), replies
-
-    def result(self, timeout: float = 120) -> tuple[int, int, list[float]]:
-        """(transmitted, received, the wall-clock time of every reply), once ping sent its count."""
-        out, sent, replies = self._output(timeout)
-        return sent, int(re.search(r"(\d+) received", out).group(1)), [t for _, t in replies]
-
-    def stop(self) -> tuple[int, list[tuple[int, float]]]:
-        """Interrupt ping (it prints its summary): (transmitted, (icmp_seq, wall-clock time) of every reply)."""
-        self.proc.send_signal(signal.SIGINT)
-        _, sent, replies = self._output(10)
-        return sent, replies
 
 
 def _flows(lab, node: str, bridge: str) -> dict[str, float]:
@@ -105,7 +67,8 @@ def test_controller_outage_longer_than_the_backoff_loses_no_packet(lab):
     stamp = time.monotonic()
     # VXLAN and VLAN, both across nodes (so through br-int, br-phy and the ToR); a count long enough
     # to cover the outage, OVS's reconnect and a full pass: they are stopped AFTER_REPLAY s after it
-    pingers = [Pinger(lab, "vm1", IP["vm3"], OUTAGE + 25), Pinger(lab, "grn1", IP["grn2"], OUTAGE + 25)]
+    pingers = [BackgroundPing(lab, "vm1", IP["vm3"], OUTAGE + 25, INTERVAL),
+               BackgroundPing(lab, "grn1", IP["grn2"], OUTAGE + 25, INTERVAL)]
     time.sleep(2)
     killed = time.time()
     os.kill(lab.state()["controller"]["pid"], signal.SIGKILL)
@@ -128,7 +91,8 @@ def test_controller_outage_longer_than_the_backoff_loses_no_packet(lab):
         assert answered == list(range(1, len(answered) + 1)) and len(answered) >= sent - 1, \
             f"ping {p.what}: {sent - len(answered)} of {sent} lost (first unanswered: " \
             f"{next((q for q in range(1, sent + 1) if q not in set(answered)), None)})"
-        assert replies[0][1] < killed and replies[-1][1] > replayed, f"ping {p.what}: the replies do not span the outage"
+        assert replies[0][1] < killed and replies[-1][1] > replayed, \
+            f"ping {p.what}: the replies do not span the outage"
     elapsed = time.monotonic() - stamp
     for bridge, flows in before.items():
         after = _flows(lab, *bridge)
@@ -140,7 +104,7 @@ def test_controller_outage_longer_than_the_backoff_loses_no_packet(lab):
 def test_killed_vswitchd_is_restarted_and_traffic_returns_within_5s(lab):
     ovs = lab.ovs("compute2")
     restarts = _supervised(lab, "compute2", "ovs-vswitchd")["restarts"]
-    pinger = Pinger(lab, "vm1", IP["vm3"], 12)
+    pinger = BackgroundPing(lab, "vm1", IP["vm3"], 12, INTERVAL)
     time.sleep(2)
     killed = time.time()
     os.kill(ovs.pid("ovs-vswitchd"), signal.SIGKILL)

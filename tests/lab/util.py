@@ -2,8 +2,10 @@
 import contextlib
 import re
 import shutil
-import time
+import signal
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -137,3 +139,43 @@ def admit_web_from(client, ips, project: str = "demo") -> None:
         client.post("/security-group-rules", json={
             "security_group_id": default["id"], "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
             "port_range_min": 80, "port_range_max": 80, "remote_ip_prefix": f"{ip}/32"})
+
+
+class BackgroundPing:
+    """`ping -D -i <interval> -c N` from a VM in the background; ping's own summary counts the loss.
+    Its output goes to a file: into a pipe nobody reads while the test waits, ping would block once
+    the pipe's 64 KiB are full (about 15 s of replies at 20 ms) and stop sending."""
+
+    def __init__(self, lab: Lab, src: str, dst: str, seconds: float, interval: float = 0.02):
+        self.count = int(seconds / interval)
+        argv, env = lab.exec_args(src, ["ping", "-D", "-n", "-i", str(interval), "-c", str(self.count), "-W", "1", dst])
+        self.out = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.out, stderr=subprocess.STDOUT, text=True)
+        self.what = f"{src} -> {dst}"
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def _output(self, timeout: float) -> tuple[str, int, list[tuple[int, float]]]:
+        """ping's output once it ended, its count of requests sent, (icmp_seq, wall-clock time) of
+        every reply."""
+        self.proc.wait(timeout)
+        self.out.seek(0)
+        out = self.out.read()
+        m = re.search(r"(\d+) packets transmitted", out)
+        assert m, f"ping {self.what}: no summary\n{out[-500:]}"
+        replies = [(int(q), float(t)) for t, q in
+                   re.findall(r"^\[(\d+\.\d+)\] \d+ bytes from .* icmp_seq=(\d+)", out, re.M)]
+        return out, int(m.group(1)), replies
+
+    def result(self, timeout: float = 120) -> tuple[int, int, list[float]]:
+        """(transmitted, received, the wall-clock time of every reply), once ping sent its count."""
+        out, sent, replies = self._output(timeout)
+        return sent, int(re.search(r"(\d+) received", out).group(1)), [t for _, t in replies]
+
+    def stop(self) -> tuple[int, list[tuple[int, float]]]:
+        """Interrupt ping (it prints its summary): (transmitted, (icmp_seq, wall-clock time) of
+        every reply)."""
+        self.proc.send_signal(signal.SIGINT)
+        _, sent, replies = self._output(10)
+        return sent, replies
