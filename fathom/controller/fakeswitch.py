@@ -37,6 +37,8 @@ class FakeDatapath:
 
 
 class FakeSwitch:
+    settle = 0.0   # no datapath caches its flows
+
     def __init__(self, dpid: int, journal: list | None = None):
         self.dpid = dpid
         self.dp = FakeDatapath(dpid)

@@ -1255,6 +1255,13 @@ class Reconciler:
             self._each(make, tiers[tier])
         if steps is not None:
             steps.done("make")
+        # a path moved from some switches to others: what the old one still carries (the
+        # datapaths' cached flows, a router namespace's queue) drains before it is taken away
+        settle = max((p[1].settle for p in busy), default=0.0) if not whole else 0.0
+        if settle and any(p[3].breaks() for p in busy):
+            time.sleep(settle)
+            if steps is not None:
+                steps.done("settle")
         for tier in sorted(tiers, reverse=True):
             self._each(break_, tiers[tier])
 

@@ -28,6 +28,7 @@ _bundle_ids = itertools.count(1)
 # How long a bundle's commit reply may take (a live switch answers in milliseconds; a connection
 # that dies meanwhile ends the wait at once)
 COMMIT_TIMEOUT = 30.0
+DATAPATH_SETTLE = 0.02   # seconds; OsKenSession.settle
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
 
@@ -60,6 +61,10 @@ class Change:
 
     def __len__(self) -> int:
         return sum(len(x) for x in self.__dict__.values())
+
+    def breaks(self) -> bool:
+        """True when the change takes something away (its `break_` half is not empty)."""
+        return bool(self.delete or self.del_g or self.del_m)
 
     def without(self, owners: set) -> "Change":
         """The same change minus everything owned by `owners` (cookies' (app, kind, object id))."""
@@ -136,6 +141,11 @@ def whole_messages(dp, c: Change) -> tuple[list, list, list]:
 class OsKenSession:
     """A switch connected to os-ken: reads are multipart requests, changes one atomic bundle (OpenFlow
     1.4+) or messages in order followed by a barrier."""
+
+    # After a change is acknowledged, OVS's datapath goes on using the flows it cached from the
+    # tables before it, until its revalidators have gone over them (asynchronously, a few ms): for
+    # this long, packets may still take the old path.
+    settle = DATAPATH_SETTLE
 
     def __init__(self, app, dp):
         self.app, self.dp = app, dp

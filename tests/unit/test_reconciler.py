@@ -403,11 +403,14 @@ def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
         router = c.ids["routers"]["r1"]
         assert c.get(f"/routers/{router}")["status"] == "active"
         c.switches.journal.clear()
+        for switch in c.switches.switches.values():   # as a real datapath's cached flows would
+            switch.settle = 0.03
         c.call("PATCH", f"/routers/{router}", json={"mode": "fabric"})
         result = c.rec.run_pass(audit=False)
         adds = [i for i, (_, _, msgs) in enumerate(c.switches.journal) if any(_is_add(m) for m in msgs)]
         deletes = [i for i, (_, _, msgs) in enumerate(c.switches.journal) if any(not _is_add(m) for m in msgs)]
         assert adds and deletes and max(adds) < min(deletes)   # nothing leaves any switch before all is in
+        assert c.rec.last_pass_steps["settle"] >= 0.03          # and the old path drained in between
         tor = c.switches.switches[result.switches[SwitchKey(TOR, "fabric")].dpid]
         assert holds(tor, result.desired[SwitchKey(TOR, "fabric")])
         assert c.get(f"/routers/{router}")["status"] == "active"
