@@ -210,9 +210,10 @@ def test_mode_change_refused_cleanly(lab):
 
 
 def test_traffic_follows_the_router_between_modes(lab):
-    """A ping every 10 ms across each move loses at most a few echoes (0-1 on a quiet machine): make before break (the ToR gets
-    its new flows before the nodes use them; a network-node router is routed distributed until its
-    namespace is wired)."""
+    """A ping every 10 ms across each move loses no echo (0 in 330 moves with the 20 ms settle,
+    docs/fabric.md): make before break (the ToR gets its new flows before the nodes use them; a
+    network-node router is routed distributed until its namespace is wired; the old path drains
+    before it is taken away)."""
     c = api(lab)
     rid = c.get("/routers").json()[0]["id"]
     for mode in ("fabric", "network-node", "distributed", "network-node", "fabric", "distributed"):
@@ -225,8 +226,8 @@ def test_traffic_follows_the_router_between_modes(lab):
         pinger.send_signal(signal.SIGINT)
         out = pinger.communicate(timeout=5)[0]
         sent, got = map(int, re.search(r"(\d+) packets transmitted, (\d+) received", out).groups())
-        # typically 0-1 lost; the bound leaves room for a loaded machine (10 echoes = 100 ms)
-        assert sent >= 50 and sent - got <= 10, f"moving to {mode}: {sent - got} of {sent} echoes lost"
+        # the bound leaves room for one late reply on a loaded machine (the last request may be in flight)
+        assert sent >= 50 and sent - got <= 2, f"moving to {mode}: {sent - got} of {sent} echoes lost"
 
 
 # ---------------------------------------------------------------------------------------------- resync
