@@ -1255,8 +1255,8 @@ class Reconciler:
             self._each(make, tiers[tier])
         if steps is not None:
             steps.done("make")
-        # a path moved from some switches to others: what the old one still carries (the
-        # datapaths' cached flows, a router namespace's queue) drains before it is taken away
+        # several switches changed and something goes: the datapaths stop using what their
+        # switches were told to replace (`settle`) before the old path is taken away
         settle = max((p[1].settle for p in busy), default=0.0) if not whole else 0.0
         if settle and any(p[3].breaks() for p in busy):
             time.sleep(settle)
