@@ -430,6 +430,21 @@ def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
         c.close()
 
 
+def test_a_new_port_does_not_wait_for_the_datapaths_to_settle(cloud):
+    """A pass that only adds (a new port with its VIF: its flows on its node, its address on the
+    others) has no old path to drain: its statuses do not wait the settle time."""
+    cloud.rec.run_pass()
+    for switch in cloud.switches.switches.values():
+        switch.settle = 0.03
+    cloud.call("POST", "/ports", json={"network_id": cloud.ids["nets"]["blue"], "name": "new",
+                                       "node": "compute1", "interface_name": "tap-new"})
+    cloud.boot.ofports["compute1"]["tap-new"] = 77
+    cloud.switches.journal.clear()
+    cloud.rec.run_pass(audit=False)
+    assert len({dpid for dpid, _, _ in cloud.switches.journal}) > 1       # several switches changed
+    assert "settle" not in cloud.rec.last_pass_steps
+
+
 def _is_add(msg) -> bool:
     ofp = msg.datapath.ofproto
     name = type(msg).__name__
