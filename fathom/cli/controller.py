@@ -27,8 +27,13 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
               help="Where the controller keeps its admin credential (admin-token, mode 0600).")
 @click.option("--max-body", default=1 << 20, show_default=True, type=click.IntRange(1024),
               envvar="FATHOM_API_MAX_BODY", help="Largest request body the API reads, in bytes.")
+@click.option("--datapath-settle", default=0.02, show_default=True, type=click.FloatRange(0.0, 1.0),
+              envvar="FATHOM_DATAPATH_SETTLE",
+              help="Seconds a pass that changes several switches waits, once the new state is in, before it "
+                   "takes the old away: OVS's datapath forwards by the flows it cached until its revalidators "
+                   "catch up. Raise it where `ovs-appctl upcall/show` reports long dump durations; 0: no wait.")
 def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_interval, pki_dir, insecure,
-               state_dir, max_body):
+               state_dir, max_body, datapath_settle):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
 
     At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
@@ -42,7 +47,7 @@ def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_in
             fail(f"TLS needs the controller certificate of a fathom PKI: {e}. Create one with "
                  f"'fathom pki init --dir {pki_dir}', or run with --insecure for plain TCP.", 2)
     serve(db_url, list(api_hosts), api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
-          state_dir=state_dir, max_body=max_body, audit_interval=audit_interval)
+          state_dir=state_dir, max_body=max_body, audit_interval=audit_interval, datapath_settle=datapath_settle)
 
 
 @click.command()

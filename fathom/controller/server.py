@@ -84,7 +84,7 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
 
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,
           pki_dir: str | None = None, state_dir: str = "/var/lib/fathom", max_body: int | None = None,
-          audit_interval: float | None = None) -> None:
+          audit_interval: float | None = None, datapath_settle: float = sw.DATAPATH_SETTLE) -> None:
     """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
     without. Its admin credential is `state_dir`/admin-token (created at the first start)."""
@@ -103,7 +103,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
     app = ofapp.start(of_host, of_port, gate,
                       channels.server_context(transport.files) if transport.tls else None)
-    reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app), Bootstrapper(of_port), interval=interval,
+    reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app, datapath_settle), Bootstrapper(of_port), interval=interval,
                             audit_interval=audit_interval, freeze_memory=True)
     app.on_switch = reconciler.switch_changed
     app.on_port_status = reconciler.port_status

@@ -28,7 +28,7 @@ _bundle_ids = itertools.count(1)
 # How long a bundle's commit reply may take (a live switch answers in milliseconds; a connection
 # that dies meanwhile ends the wait at once)
 COMMIT_TIMEOUT = 30.0
-DATAPATH_SETTLE = 0.02   # seconds; OsKenSession.settle
+DATAPATH_SETTLE = 0.02   # seconds (`fathom controller --datapath-settle`): OsKenSession.settle
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
 
@@ -142,14 +142,13 @@ class OsKenSession:
     """A switch connected to os-ken: reads are multipart requests, changes one atomic bundle (OpenFlow
     1.4+) or messages in order followed by a barrier."""
 
-    # After a change is acknowledged, OVS's datapath goes on using the flows it cached from the
-    # tables before it, until its revalidators have gone over them (asynchronously, a few ms): for
-    # this long, packets may still take the old path.
-    settle = DATAPATH_SETTLE
-
-    def __init__(self, app, dp):
+    def __init__(self, app, dp, settle: float = DATAPATH_SETTLE):
         self.app, self.dp = app, dp
         self.dpid = dp.id
+        # After a change is acknowledged, OVS's datapath goes on using the flows it cached from
+        # the tables before it, until its revalidators have gone over them (asynchronously, a few
+        # ms on a quiet host): for this long, packets may still take the old path.
+        self.settle = settle
 
     def alive(self) -> bool:
         """False once the connection is closed, even before the app has heard of it."""
@@ -281,12 +280,12 @@ def _next_xid(dp) -> int:
 class OsKenSwitches:
     """The switches connected to an os-ken app, by datapath id."""
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, settle: float = DATAPATH_SETTLE):
+        self.app, self.settle = app, settle
 
     def session(self, dpid: int) -> OsKenSession | None:
         dp = self.app.datapath(dpid)
-        return OsKenSession(self.app, dp) if dp is not None else None
+        return OsKenSession(self.app, dp, self.settle) if dp is not None else None
 
     def connected(self) -> list[int]:
         return list(self.app.datapaths)

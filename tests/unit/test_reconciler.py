@@ -527,3 +527,26 @@ def test_a_port_status_wakes_a_pass_only_when_the_replica_differs_from_what_was_
     cloud.boot.failing.add("compute1")                 # its OVSDB connection is down: cannot tell
     cloud.rec.port_status(dpid)
     assert cloud.rec._wake.is_set()
+
+
+def test_the_settle_time_is_the_operators_and_reaches_every_switch_session(monkeypatch):
+    """`fathom controller --datapath-settle S` (bounded: 0 to 1 s) is what every OpenFlow session
+    of the controller waits."""
+    from click.testing import CliRunner
+    from fathom.cli.main import cli
+    from fathom.controller import server
+    from fathom.controller.switch import DATAPATH_SETTLE, OsKenSwitches
+    got = {}
+    monkeypatch.setattr(server, "serve", lambda *a, **kw: got.update(kw))
+    run = lambda *a: CliRunner().invoke(cli, ["controller", "--insecure", *a])  # noqa: E731
+    assert run().exit_code == 0 and got["datapath_settle"] == DATAPATH_SETTLE
+    assert run("--datapath-settle", "0.15").exit_code == 0 and got["datapath_settle"] == 0.15
+    for bad in ("-0.01", "1.5", "x"):
+        out = run("--datapath-settle", bad)
+        assert out.exit_code == 2 and "--datapath-settle" in out.output, out.output
+
+    class App:
+        def datapath(self, dpid):
+            return type("Dp", (), {"id": dpid})() if dpid == 7 else None
+    switches = OsKenSwitches(App(), 0.15)
+    assert switches.session(7).settle == 0.15 and switches.session(8) is None
