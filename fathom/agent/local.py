@@ -37,6 +37,11 @@ class LocalOvs:
     def del_port(self, bridge: str, port: str) -> None:
         self.vsctl("--if-exists", "del-port", bridge, port)
 
+    def appctl(self, *args: str) -> str:
+        """ovs-appctl to this node's ovs-vswitchd, whose control socket lies beside the database's."""
+        env = {"OVS_RUNDIR": str(Path(self.db[len("unix:"):]).parent)} if self.db.startswith("unix:") else None
+        return run(["ovs-appctl", "--timeout=10", "-t", "ovs-vswitchd", *args], env=env).stdout.strip()
+
 
 def links(ns: str | None = None, details: bool = False) -> list[dict]:
     """`ip -j link` of this namespace (or `ns`); `details`: with each link's kind (veth, ...)."""

@@ -1,7 +1,7 @@
 """Network-node routers on this node: one namespace per router, as Neutron's L3 agent builds them.
 
 Per router R (fathom.model.hostlocal.RouterNamespace): the namespace `<prefix>R` with IPv4
-forwarding; per interface N a veth pair: `qr<N>` inside it with the interface's MAC and gateway
+forwarding and IPv6 off; per interface N a veth pair: `qr<N>` inside it with the interface's MAC and gateway
 address, `qrp<N>` here on br-int (the tenant compiler switches it like any port of the network
 bound to this node). The prefix names the namespaces this agent owns (`fathom-r` by default; the
 lab uses `<lab>-<node>-r`, so that `fathom lab down` removes them with the rest of the lab).
@@ -44,6 +44,12 @@ class Routers(NamespaceObjects):
         if run(["sysctl", "-n", "net.ipv4.ip_forward"], rns).stdout.strip() != "1":
             run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], rns)
             changed.append("forwarding on")
+        # an IPv4 router: its legs must not solicit routers or report multicast groups on the
+        # tenant networks (frames that outlive the namespace's VLANs on the trunk when it moves)
+        for scope in ("all", "default"):
+            if run(["sysctl", "-n", f"net.ipv6.conf.{scope}.disable_ipv6"], rns).stdout.strip() != "1":
+                run(["sysctl", "-qw", f"net.ipv6.conf.{scope}.disable_ipv6=1"], rns)
+                changed.append(f"IPv6 off ({scope})")
         inside = {link["ifname"]: link for link in links(rns)}
         here = {link["ifname"]: link for link in links()}
         br_ports = self.ovs.ports(BRIDGE)

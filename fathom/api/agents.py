@@ -65,6 +65,16 @@ class AgentHub:
         self.generation = 0
         self._held: dict[str, int] = {}       # node -> long-polls it holds now
         self._heard: dict[str, float] = {}    # node -> epoch seconds of its last call (or hang-up)
+        self.flushes: dict[str, object] = {}  # node -> the datapath flush the controller asks of it
+        self.flushes_asked = 0                # counts the controller's requests
+
+    def ask_flush(self, flushes: dict) -> None:
+        """The controller asks these nodes to flush their datapaths (fathom.model.hostlocal.DatapathFlush,
+        by node): part of their desired state from now on, served at once (no coalescing)."""
+        with self._lock:
+            self.flushes = dict(flushes)
+            self.flushes_asked += 1
+        self.changed()
 
     def changed(self) -> None:
         with self._lock:
@@ -130,12 +140,16 @@ class DesiredCache:
         self._changes: TableChanges | None = None            # made with the first read, from its engine
         self._written_last: set = set()
         self._whole_at = 0.0
+        self._flushes_asked = 0
 
     def stale(self) -> bool:
         return self._generation != self.hub.generation or time.monotonic() - self._read_at > RECHECK
 
     def holdoff(self) -> float:
-        """Seconds to wait before recomputing (a burst of writes is read once per COALESCE)."""
+        """Seconds to wait before recomputing (a burst of writes is read once per COALESCE; a
+        datapath flush the controller asks for is served at once: a router waits for it)."""
+        if self._flushes_asked != self.hub.flushes_asked:
+            return 0.0
         return max(0.0, self._read_at + COALESCE - time.monotonic()) if self.stale() else 0.0
 
     def get(self, db, node: str) -> tuple[int, list[dict]]:
@@ -143,8 +157,11 @@ class DesiredCache:
         run it in the thread pool."""
         with self._lock:
             if self.stale():
-                generation = self.hub.generation
+                generation, self._flushes_asked = self.hub.generation, self.hub.flushes_asked
                 nodes = db.read(self._compute)
+                for n, flush in self.hub.flushes.items():
+                    if n in nodes:
+                        nodes[n] = [*nodes[n], flush]
                 self._nodes = {n: (digest(objects), [to_json(o) for o in objects]) for n, objects in nodes.items()}
                 self._generation, self._read_at = generation, time.monotonic()
             entry = self._nodes.get(node)

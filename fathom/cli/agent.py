@@ -70,6 +70,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     import threading
 
     from fathom.agent.agent import Agent, AgentError
+    from fathom.agent.datapath import DatapathFlushes
     from fathom.agent.dhcp import DhcpServers
     from fathom.agent.follow import Follower
     from fathom.agent.http import JsonClient
@@ -91,7 +92,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     if not records_only:
         ovs = LocalOvs(ovsdb)
         http = JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True)
-        handlers = [Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node),
+        # the datapath flush first: until it is done, traffic may take a router's old path
+        handlers = [DatapathFlushes(ovs), Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node),
                     DhcpServers(ovs, a.state_dir, dhcp_ns_prefix)]
         follower = Follower(http, a.node, handlers, lambda: facts(ovs))
         a.extra_status = follower.status

@@ -15,6 +15,12 @@ A network-node router whose namespace the agent reports built is still `pending`
 has seen its legs (`qrp<N>`) on the gateway node's br-int over OVSDB, when the switches start
 routing through it (fathom.model.routers.effective_modes).
 
+A router moved between modes, joining or leaving a network, or removed asks every node whose path for its traffic changed to
+drop the flows its datapath cached (fathom.model.hostlocal.DatapathFlush, numbered per node and
+handed to the agent hub by `ask_flush`, as the agents' desired state); the router stays `pending`
+until those nodes' agents say they did. The request is made here, after the pass's switches
+acknowledged the new flows, never before: a datapath flushed earlier would cache the old path again.
+
 DHCP servers get a status per node (`result.dhcp_servers`, shown on their subnets as
 `dhcp_status`), never folded into their network's: the network's status is the switches' word.
 """
@@ -25,9 +31,9 @@ import time
 
 from fathom.apps.hostlocal import desired as hostlocal_desired
 from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
-from fathom.model.hostlocal import Digests
+from fathom.model.hostlocal import DatapathFlush, Digests
 from fathom.controller import status
-from fathom.model.routers import effective_modes
+from fathom.model.routers import effective_modes, router_paths
 from fathom.store import agents as ag
 from fathom.store.changes import ALL
 from fathom.store.db import READ_ONLY
@@ -42,8 +48,10 @@ class HostLocalStatus:
     renewed: fathom.api.agents.AgentHub.last_heard), None if it did not; the store's last report
     counts too."""
 
-    def __init__(self, session_factory, stale_after: float = ag.STALE_AFTER, presence=lambda node: None):
+    def __init__(self, session_factory, stale_after: float = ag.STALE_AFTER, presence=lambda node: None,
+                 ask_flush=lambda flushes: None):
         self.Session = session_factory
+        self.ask_flush = ask_flush       # ({node: DatapathFlush}) -> None: what the agents are asked now
         self.stale_after = stale_after
         self.presence = presence
         self.down: set[str] = set()     # nodes whose agent was down at the last pass (for the log)
@@ -53,6 +61,9 @@ class HostLocalStatus:
         self.attachments: list | None = None   # as the last read found them
         self._reads = None               # the reconciler's store reads at that read
         self.digests = Digests()         # of the host-local objects, kept from pass to pass
+        self.paths: dict | None = None   # router id -> RouterPath at the last pass
+        self.flushes: dict[str, DatapathFlush] = {}   # node -> the last flush it was asked for
+        self.flushing: dict[int, frozenset[str]] = {}  # router id -> nodes whose flush it waits for
 
     def prepare(self, rec, snapshot, result):
         return snapshot
@@ -75,6 +86,50 @@ class HostLocalStatus:
             if chain_warnings(self.snapshot, self._agents(self.views)) != self.warnings:
                 return True
         return self._down(self._agents(self.views), time.time()) != self.down
+
+    def _flush_moved_routers(self, snapshot) -> None:
+        """Ask the nodes whose path changed to flush their datapaths: those of a router the switches
+        now route otherwise (another mode or gateway node, a network joined or left) or that is
+        gone (the nodes it used before and uses now), but for nodes known to run the kernel
+        datapath. The first pass only learns the paths."""
+        paths = router_paths(snapshot)
+        kernel = {n.name for n in snapshot.nodes if n.datapath_type == "system"}   # not affected
+        moved: dict[str, list[int]] = {}
+        if self.paths is not None:
+            for rid, before in self.paths.items():
+                now = paths.get(rid)
+                if not before.rerouted(now):
+                    continue
+                every = (before.nodes | (now.nodes if now is not None else frozenset())) - kernel
+                for node in every:
+                    moved.setdefault(node, []).append(rid)
+                if now is not None and every:
+                    self.flushing[rid] = every
+                else:
+                    self.flushing.pop(rid, None)
+        self.paths = paths
+        if moved:
+            for node, rids in moved.items():
+                last = self.flushes.get(node)
+                self.flushes[node] = DatapathFlush((last.generation if last else 0) + 1, tuple(sorted(rids)))
+            LOG.info("asking %s to flush their datapaths (routers %s moved)", ", ".join(sorted(moved)),
+                     ", ".join(map(str, sorted({r for rids in moved.values() for r in rids}))))
+            self.ask_flush(dict(self.flushes))
+
+    def _flush_statuses(self, agents: dict, now: float) -> dict[int, status.Status]:
+        """router id -> `pending` (or `error`: an agent down) while a node it moved on has not
+        flushed; a router whose nodes all did is no longer waited for."""
+        out = {}
+        for rid, nodes in list(self.flushing.items()):
+            waiting = {n: status.held(n, agents.get(n), self.flushes[n], now, self.stale_after, self.digests)
+                       for n in sorted(nodes) if n in self.flushes}
+            bad = [(level, f"flushing the datapath on node {n} after the move: {why}")
+                   for n, (level, why) in waiting.items() if level != "active"]
+            if bad:
+                out[rid] = status.worst(bad)
+            else:
+                del self.flushing[rid]
+        return out
 
     def _stale(self, rec) -> bool:
         """Whether the agents' reports and the attachments must be read again: the reconciler's
@@ -109,6 +164,9 @@ class HostLocalStatus:
             if kind == "router" and st[0] == "active" and obj_id not in effective:
                 st = ("pending", "waiting for the router's interfaces on the gateway node's br-int")
             result.agents[(kind, obj_id)] = st
+        self._flush_moved_routers(snapshot)
+        for rid, st in self._flush_statuses(agents, now).items():
+            result.agents[("router", rid)] = status.worst([result.agents.get(("router", rid), ("active", None)), st])
         self.snapshot, self.warnings = snapshot, chain_warnings(snapshot, agents)
         for chain_id, warning in self.warnings.items():
             result.agents[(WARNING_KIND, chain_id)] = ("active", warning)

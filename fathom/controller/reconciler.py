@@ -1256,13 +1256,18 @@ class Reconciler:
         if steps is not None:
             steps.done("make")
         # several switches changed and something goes: the datapaths stop using what their
-        # switches were told to replace (`settle`) before the old path is taken away
+        # switches were told to replace (`settle`) before the old path is taken away, and a tier's
+        # datapaths stop sending by the old path before the tier outside it takes it away (a ToR
+        # must not drop a node's VLAN while the node's datapath still sends on it)
         settle = max((p[1].settle for p in busy), default=0.0) if not whole else 0.0
-        if settle and any(p[3].breaks() for p in busy):
+        breaking = [t for t in sorted(tiers, reverse=True) if any(p[3].breaks() for p in tiers[t])]
+        if settle and breaking:
             time.sleep(settle)
             if steps is not None:
                 steps.done("settle")
         for tier in sorted(tiers, reverse=True):
+            if settle and tier in breaking[1:]:
+                time.sleep(settle)
             self._each(break_, tiers[tier])
 
     def _each(self, fn, plans: list) -> None:

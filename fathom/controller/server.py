@@ -118,7 +118,8 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # floating IPs moved or removed: their conntrack zones flushed on the gateway node
     ExternalRuntime().install(reconciler)
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
-    reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard))
+    reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard,
+                                                ask_flush=api.state.agent_hub.ask_flush))
     reconciler.wake()
     hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),

@@ -80,7 +80,7 @@ FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
 Status = tuple[str, str | None]
 
 
-def _worst(statuses: list[Status]) -> Status:
+def worst(statuses: list[Status]) -> Status:
     bad = [s for s in statuses if s[0] != "active"]
     if not bad:
         return "active", None
@@ -152,7 +152,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         healthy_somewhere = any(p is None for p in found.values())
         counted = [p[:2] for k, p in found.items()
                    if p is not None and (not p[2] or (k in home if home else not healthy_somewhere))]
-        return _worst(counted)
+        return worst(counted)
 
     out: dict[tuple[str, int], Status] = {}
     for n in snapshot.nodes:
@@ -223,7 +223,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         if agent is not None and agent[0] != "active":
             out[("router", r.id)] = agent
         else:
-            out[("router", r.id)] = _worst(interfaces.get(r.id, []) + gateways.get(r.id, []))
+            out[("router", r.id)] = worst(interfaces.get(r.id, []) + gateways.get(r.id, []))
     for f in snapshot.floating_ips:
         if f.port_id is None:
             out[("floating_ip", f.id)] = ("active", None)
@@ -255,7 +255,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         rules[r.group_id].append(r.id)
     for g in snapshot.security_groups:
         parts = [from_flows("security_group", g.id)] + [from_flows("security_group_rule", r) for r in rules[g.id]]
-        out[("security_group", g.id)] = _worst([p for p in parts if p is not None])
+        out[("security_group", g.id)] = worst([p for p in parts if p is not None])
     _chains(snapshot, out, from_flows, result.agents)
     return out
 
@@ -295,9 +295,9 @@ def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: f
         view = agents.get(node)
         for obj in objects:
             kind, obj_id = obj.owner
-            st = _held(node, view, obj, now, stale_after, digest_of)
+            st = held(node, view, obj, now, stale_after, digest_of)
             prev = out.get((kind, obj_id))
-            out[(kind, obj_id)] = st if prev is None else _worst([prev, st])
+            out[(kind, obj_id)] = st if prev is None else worst([prev, st])
     return out
 
 
@@ -311,11 +311,11 @@ def dhcp_servers(desired: dict[str, list], agents: dict, now: float, stale_after
         for obj in objects:
             if isinstance(obj, DhcpServer):
                 out.setdefault(obj.network_id, []).append(
-                    (node, *_held(node, agents.get(node), obj, now, stale_after, digest_of)))
+                    (node, *held(node, agents.get(node), obj, now, stale_after, digest_of)))
     return {nid: tuple(rows) for nid, rows in out.items()}
 
 
-def _held(node: str, view, obj, now: float, stale_after: float, digest_of=None) -> Status:
+def held(node: str, view, obj, now: float, stale_after: float, digest_of=None) -> Status:
     """The status of one host-local object on `node` from its agent's last report (`view`); an
     agent that applied the object but waits for something on its host says why (`pending`)."""
     from fathom.model.hostlocal import digest, owner_key
@@ -339,12 +339,12 @@ def _chains(snapshot, out: dict, from_flows, agents: dict) -> None:
     """Port chains from their flows (after the compiler's problems); pairs, groups and classifiers
     from the ports they name."""
     def ports(*ids) -> Status:
-        return _worst([out.get(("port", i), ("error", f"port {i} was deleted")) for i in ids if i is not None])
+        return worst([out.get(("port", i), ("error", f"port {i} was deleted")) for i in ids if i is not None])
 
     for pair in snapshot.port_pairs:
         out[("port_pair", pair.id)] = ports(pair.ingress_port_id, pair.egress_port_id)
     for group in snapshot.port_pair_groups:
-        out[("port_pair_group", group.id)] = _worst([out[("port_pair", i)] for i in group.port_pair_ids
+        out[("port_pair_group", group.id)] = worst([out[("port_pair", i)] for i in group.port_pair_ids
                                                      if ("port_pair", i) in out])
     for fc in snapshot.flow_classifiers:
         out[("flow_classifier", fc.id)] = ports(fc.logical_source_port_id, fc.logical_destination_port_id)
@@ -359,7 +359,7 @@ def _chains(snapshot, out: dict, from_flows, agents: dict) -> None:
         else:
             out[("port_chain", chain.id)] = from_flows("port_chain", chain.id) or ("active", None)
         if chain.pptmon is not None:
-            out[("port_chain", chain.id)] = _worst([out[("port_chain", chain.id)],
+            out[("port_chain", chain.id)] = worst([out[("port_chain", chain.id)],
                                                     chain_pptmon_status(snapshot, chain.id, agents)])
             warning = agents.get(("port_chain_pptmon_warning", chain.id))
             if warning is not None and out[("port_chain", chain.id)][0] == "active":
@@ -381,7 +381,7 @@ def chain_pptmon_status(snapshot, chain_id: int, agents: dict) -> Status:
             continue
         st = agents.get((OWNER_KIND, v.pair_id), ("pending", f"waiting for the agent on node {v.node}"))
         parts.append(st if st[0] == "active" else (st[0], f"PPTMon on port pair {v.pair_id}: {st[1]}"))
-    return _worst(parts)
+    return worst(parts)
 
 
 def node_states(result) -> dict[str, str]:

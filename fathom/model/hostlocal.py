@@ -128,7 +128,23 @@ class DhcpServer:
         return f"dhp{self.network_id}"
 
 
-KINDS = {c.KIND: c for c in (RouterNamespace, PptmonAttach, DhcpServer)}
+@dataclass(frozen=True)
+class DatapathFlush:
+    """Drop the flows the node's datapath cached, once per `generation`: the controller asks for
+    it after a pass that moved `routers` between modes (or removed them) and changed this node's
+    path for their traffic. OVS's userspace datapath can go on forwarding an established flow by
+    the path its switch no longer holds (docs/fabric.md, Router modes); the agent flushes only a
+    datapath of that type. Not part of the model: the controller numbers the requests."""
+    KIND = "datapath_flush"
+    generation: int
+    routers: tuple[int, ...]
+
+    @property
+    def owner(self) -> tuple[str, int]:
+        return ("datapath_flush", self.generation)
+
+
+KINDS = {c.KIND: c for c in (RouterNamespace, PptmonAttach, DhcpServer, DatapathFlush)}
 
 
 def owner_key(owner: tuple[str, int]) -> str:
@@ -151,6 +167,8 @@ def from_json(data: dict):
             values[f.name] = data[f.name]
         elif f.default is MISSING:
             raise ValueError(f"{cls.KIND}: missing {f.name}")
+    if cls is DatapathFlush:
+        values["routers"] = tuple(values["routers"])
     if cls is RouterNamespace:
         values["legs"] = tuple(RouterLeg(**leg) for leg in values["legs"])
     if cls is DhcpServer:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from typing import NamedTuple
 
 from fathom.model import FabricState, FixedIp, Port, Snapshot
 
@@ -39,6 +40,42 @@ def effective_modes(snapshot: Snapshot) -> dict:
             if gw is None or any(gw.ofport(router_port_interface(ri.id)) is None for ri in interfaces):
                 continue
         out[md.router_id] = md
+    return out
+
+
+class RouterPath(NamedTuple):
+    """Where the switches route a router's traffic now: its effective mode, the gateway node of a
+    `network-node` router, the networks it joins, and every node whose switch carries its routed
+    traffic (those with a port bound on one of its networks, and the gateway node)."""
+    mode: str
+    gateway: str | None
+    networks: frozenset[int]
+    nodes: frozenset[str]
+
+    def rerouted(self, other: "RouterPath | None") -> bool:
+        """Whether traffic takes another path under `other` (None: the router is gone)."""
+        return other is None or (self.mode, self.gateway, self.networks) != (other.mode, other.gateway, other.networks)
+
+
+def router_paths(snapshot: Snapshot) -> dict[int, RouterPath]:
+    """router id -> its RouterPath."""
+    modes = effective_modes(snapshot)
+    networks: dict[int, set[int]] = defaultdict(set)
+    for ri in snapshot.router_interfaces:
+        networks[ri.router_id].add(ri.network_id)
+    nodes_of: dict[int, set[str]] = defaultdict(set)
+    for p in snapshot.ports:
+        if p.node:
+            nodes_of[p.network_id].add(p.node)
+    out = {}
+    for r in snapshot.routers:
+        md = modes.get(r.id)
+        mode = md.mode if md is not None else "distributed"
+        gateway = md.gateway_node if md is not None and mode == "network-node" else None
+        nodes = {gateway} if gateway else set()
+        for net in networks[r.id]:
+            nodes |= nodes_of[net]
+        out[r.id] = RouterPath(mode, gateway, frozenset(networks[r.id]), frozenset(nodes))
     return out
 
 

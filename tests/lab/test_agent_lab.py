@@ -136,7 +136,15 @@ def test_network_node_router_is_built_by_the_agent(lab, strace):
     assert " 0% packet loss" in out and "ttl=63" in out, out
     after = sh(lab, "gw", "ip", "-s", "-j", "link", "show", f"qrp{legs(lab)['blue']}").stdout
     assert before != after          # the echoes went through the gateway's namespace
+    # an IPv4 router: nothing of IPv6 on its legs (no router solicitation, no multicast report)
+    v6 = subprocess.run(["ip", "netns", "exec", router_ns(lab), "ip", "-6", "-o", "addr"], capture_output=True,
+                        text=True, check=True).stdout
+    assert v6.strip() == "", v6
     agents = {a["node"]: a for a in c.get("/agents").json()}
+    # both moves asked every node on the router's path to flush its (userspace) datapath; done
+    for node in ("c1", "c2", "gw"):
+        flushes = {k: v for k, v in agents[node]["objects"].items() if k.startswith("datapath_flush:")}
+        assert [v["status"] for v in flushes.values()] == ["active"], (node, agents[node]["objects"])
     assert {n: a["state"] for n, a in agents.items()} == {"c1": "up", "c2": "up", "gw": "up"}
     assert agents["gw"]["facts"]["datapath_types"] and "netdev" in agents["gw"]["facts"]["datapath_types"]
     assert agents["gw"]["facts"]["ovs_kernel_module"] is False

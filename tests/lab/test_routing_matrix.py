@@ -6,7 +6,8 @@ VXLAN->VLAN, VLAN->VXLAN and VLAN->VLAN paths of docs/fabric.md, "Routing and VL
 fourth node c4 hosts both sides: a VM of nv1 and a VM of nx2, so in `distributed` mode it routes into
 nv1 itself and then, in the other modes, sends to nv1's gateway over its trunk.
 
-The lab stays up; the router moves distributed -> network-node -> distributed -> fabric in place
+The lab stays up; the router moves distributed -> network-node -> distributed (and three more round
+trips) -> fabric in place
 (fabric routes VLAN networks only: the VXLAN interfaces are removed first). In each mode every VM pings
 every VM of another network at once (2 echoes, 200 ms apart), and the echoes must come back routed
 once each way (TTL 63). The ToR's trunks are read with ovs-ofctl and compared with the rule, and the
@@ -183,6 +184,16 @@ def test_back_to_distributed(lab, drops):
     set_mode(lab, "distributed")
     check_matrix(lab, "distributed", ALL, drops)
     check_trunks(lab, "distributed", ALL)
+
+
+def test_moves_back_and_forth(lab, drops):
+    """Round trips between the modes on the same lab: every pair still routed after each move. On
+    OVS's userspace datapath some established flows kept their old path after a move (the tables
+    right, the cached flows not) until the agents flushed the datapaths the controller asked them to."""
+    for _ in range(3):
+        for mode in ("network-node", "distributed"):
+            set_mode(lab, mode)
+            check_matrix(lab, mode, ALL, drops)
 
 
 def test_fabric(lab, drops):

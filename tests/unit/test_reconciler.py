@@ -430,6 +430,44 @@ def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
         c.close()
 
 
+class _Timed(list):
+    """A switch journal that also keeps when each message set arrived."""
+
+    def __init__(self):
+        super().__init__()
+        self.at: list[float] = []
+
+    def append(self, item) -> None:
+        self.at.append(time.monotonic())
+        super().append(item)
+
+
+def test_the_tor_takes_the_old_path_away_only_after_the_nodes_datapaths_let_go(tmp_path):
+    """Back from `fabric`: the nodes stop sending the gateway MAC up the trunk and the ToR drops
+    its router; between the nodes' break and the ToR's the pass waits the settle time, so no node
+    datapath still sends by the ToR's router when it goes."""
+    c = Cloud(tmp_path, BENCH / "l3.yaml", with_fabric=True)
+    try:
+        c.rec.run_pass()
+        router = c.ids["routers"]["r1"]
+        c.call("PATCH", f"/routers/{router}", json={"mode": "fabric"})
+        result = c.rec.run_pass(audit=False)
+        tor = result.switches[SwitchKey(TOR, "fabric")].dpid
+        timed = _Timed()
+        c.switches.journal = timed
+        for switch in c.switches.switches.values():
+            switch.journal, switch.settle = timed, 0.03
+        c.call("PATCH", f"/routers/{router}", json={"mode": "distributed"})
+        c.rec.run_pass(audit=False)
+        breaks = [(at, dpid) for at, (dpid, _, msgs) in zip(timed.at, timed) if any(not _is_add(m) for m in msgs)]
+        nodes_done = max(at for at, dpid in breaks if dpid != tor)
+        tor_starts = min(at for at, dpid in breaks if dpid == tor)
+        assert tor_starts - nodes_done >= 0.03, breaks
+        assert c.get(f"/routers/{router}")["status"] == "active"
+    finally:
+        c.close()
+
+
 def test_a_new_port_does_not_wait_for_the_datapaths_to_settle(cloud):
     """A pass that only adds (a new port with its VIF: its flows on its node, its address on the
     others) has no old path to drain: its statuses do not wait the settle time."""

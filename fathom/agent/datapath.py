@@ -1,0 +1,54 @@
+"""Flushing the node's datapath when the controller asks (fathom.model.hostlocal.DatapathFlush).
+
+After a router moved between modes, OVS's userspace datapath (`netdev`) can go on forwarding an
+established flow by the path its switch no longer holds: its revalidators saw the flow table
+change, yet some cached flows keep their old actions (docs/fabric.md, Router modes). The
+controller asks each node whose path changed, once the switches hold the new flows; the agent
+then drops every cached flow (`ovs-appctl revalidator/purge`), and the next packets are switched
+by the tables as they are. A kernel datapath (`system`) is left alone: it is not affected.
+
+Each request is carried out once (its `generation`); a restarted agent carries out the one it
+finds, as it cannot tell whether it did.
+"""
+from __future__ import annotations
+
+import logging
+
+from fathom.agent.local import LocalOvs
+from fathom.model.hostlocal import DatapathFlush, digest, owner_key
+
+LOG = logging.getLogger("fathom.agent.datapath")
+USERSPACE = "netdev"
+
+
+class DatapathFlushes:
+    KIND = DatapathFlush.KIND
+
+    def __init__(self, ovs: LocalOvs, bridge: str = "br-int"):
+        self.ovs = ovs
+        self.bridge = bridge
+        self.done: int | None = None      # the generation last carried out
+
+    def apply(self, objects: list[DatapathFlush]) -> dict[str, dict]:
+        out = {}
+        for obj in objects:
+            try:
+                if obj.generation != self.done:
+                    self.flush(obj)
+                    self.done = obj.generation
+                out[owner_key(obj.owner)] = {"status": "active", "reason": None, "applied": digest([obj])}
+            except Exception as e:  # noqa: BLE001 - the request's status; tried again on the next apply
+                LOG.warning("datapath flush %d: %s", obj.generation, e)
+                out[owner_key(obj.owner)] = {"status": "error", "reason": f"datapath flush: {str(e)[:900]}",
+                                             "applied": digest([obj])}
+        return out
+
+    def flush(self, obj: DatapathFlush) -> None:
+        routers = ", ".join(map(str, obj.routers))
+        datapath = self.ovs.vsctl("get", "Bridge", self.bridge, "datapath_type").strip('"') or "system"
+        if datapath != USERSPACE:
+            LOG.info("datapath flush %d (routers %s moved): %s datapath, nothing to do", obj.generation, routers,
+                     datapath)
+            return
+        self.ovs.appctl("revalidator/purge")
+        LOG.info("datapath flush %d (routers %s moved): cached flows dropped", obj.generation, routers)
