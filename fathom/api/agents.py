@@ -36,7 +36,7 @@ from fathom.api.deps import ERRORS, StoreDep
 from fathom.api.schemas import IFNAME_RE, NODE_NAME_RE
 from fathom.apps.hostlocal import desired as hostlocal_desired
 from fathom.auth import Identity
-from fathom.model.hostlocal import digest, to_json
+from fathom.model.hostlocal import DatapathFlush, digest, to_json
 from fathom.store import agents as ag
 from fathom.store import models as m
 from fathom.store.changes import TableChanges
@@ -65,7 +65,7 @@ class AgentHub:
         self.generation = 0
         self._held: dict[str, int] = {}       # node -> long-polls it holds now
         self._heard: dict[str, float] = {}    # node -> epoch seconds of its last call (or hang-up)
-        self.flushes: dict[str, object] = {}  # node -> the datapath flush the controller asks of it
+        self.flushes: dict[str, DatapathFlush] = {}   # node -> the datapath flush the controller asks of it
         self.flushes_asked = 0                # counts the controller's requests
 
     def ask_flush(self, flushes: dict) -> None:

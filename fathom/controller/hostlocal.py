@@ -15,11 +15,12 @@ A network-node router whose namespace the agent reports built is still `pending`
 has seen its legs (`qrp<N>`) on the gateway node's br-int over OVSDB, when the switches start
 routing through it (fathom.model.routers.effective_modes).
 
-A router moved between modes, joining or leaving a network, or removed asks every node whose path for its traffic changed to
-drop the flows its datapath cached (fathom.model.hostlocal.DatapathFlush, numbered per node and
-handed to the agent hub by `ask_flush`, as the agents' desired state); the router stays `pending`
-until those nodes' agents say they did. The request is made here, after the pass's switches
-acknowledged the new flows, never before: a datapath flushed earlier would cache the old path again.
+A router moved between modes, joining or leaving a network, or removed asks every node whose
+path for its traffic changed to drop the flows its datapath cached (fathom.model.hostlocal.
+DatapathFlush, numbered per node and handed to the agent hub by `ask_flush`, as the agents'
+desired state); the router stays `pending` until those nodes' agents say they did. The request is
+made here, after the pass's switches acknowledged the new flows, never before: a datapath flushed
+earlier would cache the old path again.
 
 DHCP servers get a status per node (`result.dhcp_servers`, shown on their subnets as
 `dhcp_status`), never folded into their network's: the network's status is the switches' word.
