@@ -7,8 +7,9 @@ controller asks each node whose path changed, once the switches hold the new flo
 then drops every cached flow (`ovs-appctl revalidator/purge`), and the next packets are switched
 by the tables as they are. A kernel datapath (`system`) is left alone: it is not affected.
 
-Each request is carried out once (its `generation`); a restarted agent carries out the one it
-finds, as it cannot tell whether it did.
+Each request is carried out once (its `generation`, numbered from the controller's clock, so a
+restarted controller's are new); a restarted agent carries out the one it finds, as it cannot
+tell whether it did.
 """
 from __future__ import annotations
 

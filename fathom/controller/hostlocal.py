@@ -111,8 +111,11 @@ class HostLocalStatus:
         self.paths = paths
         if moved:
             for node, rids in moved.items():
+                # numbered from the clock's seconds on, so that a restarted controller's requests
+                # are new to an agent that carried out the last one's
                 last = self.flushes.get(node)
-                self.flushes[node] = DatapathFlush((last.generation if last else 0) + 1, tuple(sorted(rids)))
+                generation = max(last.generation + 1 if last else 0, int(time.time()))
+                self.flushes[node] = DatapathFlush(generation, tuple(sorted(rids)))
             LOG.info("asking %s to flush their datapaths (routers %s moved)", ", ".join(sorted(moved)),
                      ", ".join(map(str, sorted({r for rids in moved.values() for r in rids}))))
             self.ask_flush(dict(self.flushes))

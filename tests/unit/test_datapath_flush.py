@@ -99,7 +99,9 @@ def test_a_move_asks_the_nodes_on_both_paths_once_and_the_router_waits_for_their
     assert cloud.asked == []                                   # the switches still route distributed
     result = cloud.pass_(cloud.snapshot())
     (asked,) = cloud.asked
-    assert sorted(asked) == ["c1", "c2", "gw"] and asked["c1"] == DatapathFlush(1, (rid,))
+    assert sorted(asked) == ["c1", "c2", "gw"] and asked["c1"].routers == (rid,)
+    first = asked["c1"].generation
+    assert first >= int(time.time()) - 60             # from the clock: new to an agent a restart left behind
     st, reason = result.agents[("router", rid)]
     assert st == "error" and "flushing the datapath on node c1" in reason   # no agent ever reported
     for node in ("c1", "c2"):
@@ -111,7 +113,8 @@ def test_a_move_asks_the_nodes_on_both_paths_once_and_the_router_waits_for_their
     assert len(cloud.asked) == 1                               # nothing moved since
     cloud.move("distributed")
     cloud.pass_(cloud.snapshot())
-    assert {n: f.generation for n, f in cloud.asked[-1].items()} == {"c1": 2, "c2": 2, "gw": 2}
+    assert all(f.generation > asked[n].generation for n, f in cloud.asked[-1].items())
+    assert sorted(cloud.asked[-1]) == ["c1", "c2", "gw"]
 
 
 def test_a_node_on_the_kernel_datapath_is_not_asked_and_a_network_left_or_a_router_removed_reroutes(db_url):
@@ -124,20 +127,22 @@ def test_a_node_on_the_kernel_datapath_is_not_asked_and_a_network_left_or_a_rout
     cloud.move("network-node")
     cloud.pass_(cloud.snapshot())
     assert sorted(cloud.asked[-1]) == ["c1", "gw"]
+    gen = {n: f.generation for n, f in cloud.asked[-1].items()}
     snap = cloud.snapshot()
     first, second = sorted(snap.router_interfaces, key=lambda ri: ri.id)
     r = cloud.http.delete(f"/v1/routers/{rid}/interfaces/{second.subnet_id}")
     assert r.status_code in (200, 204), r.text
     cloud.pass_(cloud.snapshot())
-    assert {n: f.generation for n, f in cloud.asked[-1].items()} == {"c1": 2, "gw": 2}   # c2 left: kernel
+    assert sorted(cloud.asked[-1]) == ["c1", "gw"] and all(cloud.asked[-1][n].generation > gen[n] for n in gen)
     r = cloud.http.delete(f"/v1/routers/{rid}/interfaces/{first.subnet_id}")
     assert r.status_code in (200, 204), r.text
     cloud.pass_(cloud.snapshot())
-    assert cloud.asked[-1]["c1"].generation == 3
+    assert len(cloud.asked) == 3
     r = cloud.http.delete(f"/v1/routers/{rid}")
     assert r.status_code in (200, 204), r.text
     result = cloud.pass_(cloud.snapshot())
-    assert cloud.asked[-1]["gw"].generation == 4 and cloud.asked[-1]["c1"].generation == 3   # only its gateway node left
+    assert len(cloud.asked) == 4 and cloud.asked[-1]["c1"] == cloud.asked[-2]["c1"]    # only its gateway node left
+    assert cloud.asked[-1]["gw"].generation > cloud.asked[-2]["gw"].generation
     assert ("router", rid) not in result.agents and rid not in cloud.hostlocal.flushing
 
 
