@@ -5,7 +5,8 @@ established flow by the path its switch no longer holds: its revalidators saw th
 change, yet some cached flows keep their old actions (docs/fabric.md, Router modes). The
 controller asks each node whose path changed, once the switches hold the new flows; the agent
 then drops every cached flow (`ovs-appctl revalidator/purge`), and the next packets are switched
-by the tables as they are. A kernel datapath (`system`) is left alone: it is not affected.
+by the tables as they are. A kernel datapath (`system`) is left alone: the stale flows were
+seen on the userspace datapath, and the lab has no OVS kernel module to try the other.
 
 Each request is carried out once (its `generation`, numbered from the controller's clock, so a
 restarted controller's are new); a restarted agent carries out the one it finds, as it cannot
