@@ -74,13 +74,19 @@ def test_tx_stamps_against_a_capture_on_the_sending_veth(tmp_path):
     tx = {int(row["seq"]): int(row["tx_kernel_ns"]) for row in csv.DictReader(open(frames_csv))}
     cap = read_pcap_ns(pcap)
     assert len(cap) == 3000
-    diffs = sorted(tx[int.from_bytes(f[46:50], "big")] - ts for ts, f in cap)
-    # the engine's stamp is taken after the tap's, for every frame, and close to it (docs/bench-switch.md:
-    # p99 within 50 us); a stamp of another frame or another send would be 100 us (one frame gap) or more off
-    assert diffs[0] >= 0, diffs[:5]
-    # p99 below half the frame interval (docs/bench-switch.md: p50/p99 under 2/5 us on kernel build fc-v782,
-    # 7.5/13-16 us on fc-v669)
-    assert diffs[int(0.99 * len(diffs))] < 50_000, diffs[-10:]
+    seqs = [int.from_bytes(f[46:50], "big") for ts, f in cap]
+    taps = [ts for ts, f in cap]
+    # one sending thread and a queue-less veth: each frame passes the tap and then the driver before the
+    # next frame reaches the tap, whatever the scheduler does in between. A stamp of another frame or of
+    # another send attempt falls outside its own frame's window.
+    assert seqs == sorted(seqs) == list(range(seqs[0], seqs[0] + 3000))
+    outside = [(s, taps[i], tx[s]) for i, s in enumerate(seqs)
+               if not taps[i] <= tx[s] <= (taps[i + 1] if i + 1 < len(taps) else tx[s])]
+    assert not outside, outside[:5]
+    # and close to the tap's: median below half the frame interval (docs/bench-switch.md: p50 under 2 us
+    # on kernel build fc-v782, 7.5 us on fc-v669; a preempted send can stretch single frames much further)
+    diffs = sorted(tx[s] - taps[i] for i, s in enumerate(seqs))
+    assert diffs[len(diffs) // 2] < 50_000, diffs[len(diffs) // 2]
     # the user-space send time comes before both
     users = {int(row["seq"]): int(row["tx_user_ns"]) for row in csv.DictReader(open(frames_csv))}
     assert all(users[int.from_bytes(f[46:50], "big")] <= ts for ts, f in cap)
