@@ -55,12 +55,12 @@ def test_calibration_floors_and_tx_stamp_check(tmp_path):
         assert rows[("veth", size)]["latency_p50_ns"] < 1000, rows[("veth", size)]
         assert rows[("veth", size)]["latency_p99_ns"] < 4000, rows[("veth", size)]
         assert rows[("veth", size)]["latency_p50_ns"] < rows[("redirect", size)]["latency_p50_ns"] < 6000
-    # TX stamps against the capture's own clock read: every frame, never before it, p99 within 5 us
+    # TX stamps against the capture's own clock read: every frame stamped after its own capture and
+    # before the next frame's, median below half the frame interval (100 us at 10 kpps)
+    # (docs/bench-switch.md: p50 under 2 us on kernel build fc-v782, 7.5 us on fc-v669)
     (chk,) = doc["results"]["tx-stamp-check"]
     assert chk["matched"] >= 0.99 * chk["frames_sent"] and chk["negative"] == 0, chk
-    # p99 below half the frame interval (100 us at 10 kpps), which a stamp of another frame would exceed
-    # (docs/bench-switch.md: p50/p99 under 2/5 us on kernel build fc-v782, 7.5/13-16 us on fc-v669)
-    assert 0 <= chk["min_ns"] and chk["p99_ns"] < 50_000, chk
+    assert chk["past_next_capture"] == 0 and 0 <= chk["min_ns"] and chk["p50_ns"] < 50_000, chk
     assert doc["results"]["calibration-throughput"][0]["throughput_pps"] > 50000
     out = tmp_path / "out"
     for f in ("results.json", "summary.md", "calibration.csv", "latency_vs_frame_size.png"):
