@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from fathom.apps.hostlocal import desired as hostlocal_desired
+from fathom.apps.hostlocal import Desired
 from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
 from fathom.model.hostlocal import DatapathFlush, Digests
 from fathom.controller import status
@@ -62,6 +62,7 @@ class HostLocalStatus:
         self.attachments: list | None = None   # as the last read found them
         self._reads = None               # the reconciler's store reads at that read
         self.digests = Digests()         # of the host-local objects, kept from pass to pass
+        self.desired = Desired()         # the host-local desired state, kept from pass to pass
         self.paths: dict | None = None   # router id -> RouterPath at the last pass
         self.flushes: dict[str, DatapathFlush] = {}   # node -> the last flush it was asked for
         self.flushing: dict[int, frozenset[str]] = {}  # router id -> nodes whose flush it waits for
@@ -158,7 +159,7 @@ class HostLocalStatus:
                 self.views = ag.agents(session)
         attachments = self.attachments
         agents = self._agents(self.views)
-        desired = hostlocal_desired(snapshot, attachments)
+        desired = self.desired(snapshot, attachments)
         now = time.time()
         statuses = status.hostlocal(desired, agents, now, self.stale_after, self.digests)
         result.dhcp_servers = status.dhcp_servers(desired, agents, now, self.stale_after, self.digests)

@@ -182,27 +182,40 @@ def from_json(data: dict):
 
 def digest(objects) -> str:
     """A digest of a node's desired objects (order-independent)."""
-    body = json.dumps(sorted((to_json(o) for o in objects), key=lambda d: (d["kind"], d["owner"])),
-                      sort_keys=True, separators=(",", ":"))
+    return digest_json([to_json(o) for o in objects])
+
+
+def digest_json(objects: list[dict]) -> str:
+    """digest() of the objects whose wire dicts (to_json) these are."""
+    body = json.dumps(sorted(objects, key=lambda d: (d["kind"], d["owner"])), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(body.encode()).hexdigest()
 
 
 class Digests:
     """`digests(obj)` is digest([obj]), remembered from one round to the next (`next_round()`):
     the controller compares every host-local object with its agent's report on every pass, and
-    an object that did not change is equal to the last pass's (hashing it is cheap; its digest is
-    not: 1,000 DHCP servers of 10 hosts took 60 ms a pass). Holds two rounds' objects at most."""
+    an object that did not change is the same object as the last pass's (fathom.apps.hostlocal.
+    Desired keeps them: found by identity, not even hashed) or one equal to it (hashing it is
+    cheap; its digest is not: 1,000 DHCP servers of 10 hosts took 60 ms a pass). Holds two
+    rounds' objects at most."""
 
     def __init__(self):
         self._now: dict = {}
         self._before: dict = {}
+        self._now_ids: dict[int, tuple] = {}      # id(obj) -> (obj, digest): obj held, so the id is its
+        self._before_ids: dict[int, tuple] = {}
 
     def __call__(self, obj) -> str:
-        value = self._now.get(obj)
-        if value is None:
-            value = self._before.get(obj) or digest([obj])
+        key = id(obj)
+        hit = self._now_ids.get(key) or self._before_ids.get(key)
+        if hit is not None and hit[0] is obj:
+            value = hit[1]
+        else:
+            value = self._now.get(obj) or self._before.get(obj) or digest([obj])
             self._now[obj] = value
+        self._now_ids[key] = (obj, value)
         return value
 
     def next_round(self) -> None:
         self._before, self._now = self._now, {}
+        self._before_ids, self._now_ids = self._now_ids, {}

@@ -88,42 +88,110 @@ def dhcp_server_addresses(snapshot: Snapshot) -> dict[int, str]:
     return snapshot.memo("dhcp_server_addresses", make)
 
 
+def _dhcp_networks(snapshot: Snapshot, underlay_mtu: int) -> dict[int, tuple[int, tuple[DhcpSubnet, ...]]]:
+    """network id -> (its MTU, its DHCP subnets in subnet id order), for every network with one."""
+    networks = {n.id: n for n in snapshot.networks}
+    subnets = {s.id: s for s in snapshot.subnets}
+    of_network: dict[int, list[DhcpSubnet]] = {}
+    for sid, server in sorted(dhcp_server_addresses(snapshot).items()):
+        s = subnets[sid]
+        of_network.setdefault(s.network_id, []).append(
+            DhcpSubnet(s.id, s.cidr, f"{server}/{s.prefix.prefixlen}", s.gateway_ip,
+                       tuple(s.dns_nameservers), tuple(tuple(r) for r in s.host_routes)))
+    return {nid: (network_mtu(networks[nid].type, underlay_mtu), tuple(subs)) for nid, subs in of_network.items()}
+
+
+class DhcpServers:
+    """`dhcp_servers(snapshot)` kept from one snapshot to the next: a port that changed (a new
+    Port object) rebuilds only the servers of its (node, network) before and after, and the
+    others are the very objects of the last call (so the callers' digests and JSON of them,
+    kept by object, are found again). A change of any network's DHCP subnets, MTU or server
+    address starts again from nothing. Equal to the pure function after any sequence of
+    snapshots (tests/unit/test_hostlocal_kept.py)."""
+
+    def __init__(self, underlay_mtu: int = UNDERLAY_MTU):
+        self.underlay_mtu = underlay_mtu
+        self._networks: dict | None = None            # _dhcp_networks of the last snapshot
+        self._ports: dict[int, object] = {}           # port id -> its Port in the last snapshot
+        self._members: dict[tuple[str, int], dict[int, tuple[DhcpHost, ...]]] = {}  # (node, net) -> port -> leases
+        self._servers: dict[str, dict[int, DhcpServer]] = {}   # node -> network id -> server
+        self.rebuilt = 0                              # (node, network) servers built by the last call
+
+    def __call__(self, snapshot: Snapshot) -> dict[str, list[DhcpServer]]:
+        networks = _dhcp_networks(snapshot, self.underlay_mtu)
+        if networks != self._networks:
+            self._networks, self._ports, self._members, self._servers = networks, {}, {}, {}
+        subnet_network = {sub.subnet_id: nid for nid, (_, subs) in networks.items() for sub in subs}
+        dirty: set[tuple[str, int]] = set()
+        for p in snapshot.ports:
+            old = self._ports.get(p.id)
+            if old is p:
+                continue
+            if old is not None:
+                self._leave(old, dirty)
+            self._ports[p.id] = p
+            self._join(p, subnet_network, dirty)
+        if len(self._ports) > len(snapshot.ports):   # some ports are gone
+            present = {p.id for p in snapshot.ports}
+            for pid in [pid for pid in self._ports if pid not in present]:
+                self._leave(self._ports.pop(pid), dirty)
+        for node, nid in dirty:
+            leases = self._members.get((node, nid))
+            servers = self._servers.setdefault(node, {})
+            if not leases:
+                self._members.pop((node, nid), None)
+                servers.pop(nid, None)
+                continue
+            mtu, subs = networks[nid]
+            servers[nid] = DhcpServer(nid, dhcp_mac(nid), mtu, LEASE_TIME, subs,
+                                      tuple(h for pid in sorted(leases) for h in leases[pid]))
+        self.rebuilt = len(dirty)
+        return {node: [servers[nid] for nid in sorted(servers)] for node, servers in sorted(self._servers.items())
+                if servers}
+
+    def _join(self, p, subnet_network: dict[int, int], dirty: set) -> None:
+        if not p.node:
+            return
+        leases = tuple(DhcpHost(p.mac_address.lower(), f.ip_address, f.subnet_id, f"port-{p.id}")
+                       for f in p.fixed_ips if subnet_network.get(f.subnet_id, -1) == p.network_id)
+        dirty.add((p.node, p.network_id))
+        if leases:
+            self._members.setdefault((p.node, p.network_id), {})[p.id] = leases
+
+    def _leave(self, p, dirty: set) -> None:
+        if not p.node:
+            return
+        dirty.add((p.node, p.network_id))
+        self._members.get((p.node, p.network_id), {}).pop(p.id, None)
+
+
 def dhcp_servers(snapshot: Snapshot, underlay_mtu: int = UNDERLAY_MTU) -> dict[str, list[DhcpServer]]:
     """node -> the DHCP servers it must run: one per network that has a DHCP-enabled subnet and
     a port bound to that node, answering exactly those local ports (static leases only)."""
-    networks = {n.id: n for n in snapshot.networks}
-    subnets = {s.id: s for s in snapshot.subnets}
-    dhcp_subnets: dict[int, DhcpSubnet] = {}
-    of_network: dict[int, list[DhcpSubnet]] = {}   # network id -> its DHCP subnets, in subnet id order
-    for sid, server in dhcp_server_addresses(snapshot).items():
-        s = subnets[sid]
-        dhcp_subnets[s.id] = DhcpSubnet(s.id, s.cidr, f"{server}/{s.prefix.prefixlen}", s.gateway_ip,
-                                        tuple(s.dns_nameservers), tuple(tuple(r) for r in s.host_routes))
-        of_network.setdefault(s.network_id, []).append(dhcp_subnets[s.id])
-    hosts: dict[tuple[str, int], list[DhcpHost]] = {}
-    for p in sorted(snapshot.ports, key=lambda x: x.id):
-        if not p.node:
-            continue
-        for f in p.fixed_ips:
-            if f.subnet_id in dhcp_subnets and subnets[f.subnet_id].network_id == p.network_id:
-                hosts.setdefault((p.node, p.network_id), []).append(
-                    DhcpHost(p.mac_address.lower(), f.ip_address, f.subnet_id, f"port-{p.id}"))
-    out: dict[str, list[DhcpServer]] = {}
-    for (node, nid), hs in sorted(hosts.items()):
-        out.setdefault(node, []).append(DhcpServer(nid, dhcp_mac(nid), network_mtu(networks[nid].type, underlay_mtu),
-                                                   LEASE_TIME, tuple(of_network[nid]), tuple(hs)))
-    return out
+    return DhcpServers(underlay_mtu)(snapshot)
 
 
-def desired(snapshot: Snapshot, attachments=()) -> dict[str, list]:
+class Desired:
+    """`desired(snapshot, attachments)` whose DHCP servers are kept from one call to the next
+    (DhcpServers): for a caller that follows one store from snapshot to snapshot."""
+
+    def __init__(self):
+        self.dhcp = DhcpServers()
+
+    def __call__(self, snapshot: Snapshot, attachments=()) -> dict[str, list]:
+        return desired(snapshot, attachments, self.dhcp)
+
+
+def desired(snapshot: Snapshot, attachments=(), dhcp=dhcp_servers) -> dict[str, list]:
     """{node name: [host-local object]} for every node. `attachments`: the operator's PPTMon
     attachments (fathom.model.hostlocal.PptmonAttach) by node name, as (node, PptmonAttach) pairs;
-    the port chains with `pptmon` add theirs (fathom.apps.hostlocal.chains)."""
+    the port chains with `pptmon` add theirs (fathom.apps.hostlocal.chains). `dhcp`: how the DHCP
+    servers are worked out (`dhcp_servers`, or a DhcpServers kept by the caller)."""
     out: dict[str, list] = {n.name: [] for n in snapshot.nodes}
     for node, namespaces in router_namespaces(snapshot).items():
         if node in out:
             out[node].extend(namespaces)
-    for node, servers in dhcp_servers(snapshot).items():
+    for node, servers in dhcp(snapshot).items():
         if node in out:
             out[node].extend(servers)
     every = [*attachments, *chain_attachments(snapshot)]
@@ -133,4 +201,4 @@ def desired(snapshot: Snapshot, attachments=()) -> dict[str, list]:
     return out
 
 
-__all__ = ["desired", "dhcp_servers", "router_namespaces", "PptmonAttach"]
+__all__ = ["Desired", "DhcpServers", "desired", "dhcp_servers", "router_namespaces", "PptmonAttach"]
