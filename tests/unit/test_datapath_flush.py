@@ -9,6 +9,8 @@ import warnings
 
 from sqlalchemy.orm import Session
 
+from fathom.agent.datapath import DatapathFlushes
+from fathom.agent.local import LocalOvs
 from fathom.controller.hostlocal import HostLocalStatus
 from fathom.controller.reconciler import PassResult, Reconciler
 from fathom.model.hostlocal import DatapathFlush, digest, from_json, owner_key, to_json
@@ -23,6 +25,7 @@ with warnings.catch_warnings():
 from fathom.api import create_app  # noqa: E402
 
 from .auth import headers_for  # noqa: E402
+from .test_spec_ovs import Ovs  # noqa: E402
 
 
 class Cloud:
@@ -165,3 +168,32 @@ def test_the_agent_hub_serves_the_flush_with_the_node_s_desired_state_at_once(db
     started = time.monotonic()
     again = http.get("/v1/agents/c1/desired", params={"after": after["revision"], "timeout": 0.2}).json()
     assert again["revision"] == after["revision"] and time.monotonic() - started >= 0.15
+
+
+def test_the_agent_purges_once_a_request_on_netdev_only_and_never_twice_within_the_interval(tmp_path):
+    """A real ovs-vswitchd: the purge is its `revalidator/purge`; a kernel-datapath bridge is left
+    alone; the same request again is not carried out again; a new one that comes too soon waits."""
+    ovs = Ovs(tmp_path).start()
+    try:
+        ovs.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=system")
+        handler = DatapathFlushes(LocalOvs(ovs.db), min_interval=0.5)
+        got = handler.apply([DatapathFlush(1, (4,))])
+        assert got == {"datapath_flush:1": {"status": "active", "reason": None,
+                                            "applied": digest([DatapathFlush(1, (4,))])}}
+        assert handler.purged_at is None                                 # system: nothing to do
+        ovs.vsctl("set", "bridge", "br-int", "datapath_type=netdev")
+        assert handler.apply([DatapathFlush(2, (4,))])["datapath_flush:2"]["status"] == "active"
+        first = handler.purged_at
+        assert first is not None
+        handler.apply([DatapathFlush(2, (4,))])
+        assert handler.purged_at == first                                # carried out once
+        handler.apply([DatapathFlush(3, (4, 5))])
+        assert handler.purged_at - first >= 0.5                          # waited out the interval
+        ovs.stop()
+        broken = handler.apply([DatapathFlush(4, (4,))])["datapath_flush:4"]
+        assert broken["status"] == "error" and "datapath flush" in broken["reason"]
+        assert handler.done == 3                                         # tried again on the next apply
+    finally:
+        for p in ovs.procs:
+            if p.poll() is None:
+                p.terminate()

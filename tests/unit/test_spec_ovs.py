@@ -49,7 +49,7 @@ class Ovs:
         self._wait(self.base / "db.sock")
         self.run("ovs-vsctl", f"--db={self.db}", "--no-wait", "init")
         self.procs.append(subprocess.Popen(
-            ["ovs-vswitchd", "--enable-dummy=override", self.db,
+            ["ovs-vswitchd", "--enable-dummy=override", self.db, f"--pidfile={self.base}/ovs-vswitchd.pid",
              f"--log-file={self.base}/vswitchd.log"], env=self.env))
         return self
 
