@@ -189,7 +189,8 @@ def markdown(doc: dict) -> str:
     for r in res.get("tx-stamp-check", []):
         L += ["## TX stamps against an independent clock read", "",
               f"{r['what']}: {r['matched']} of {r['frames_sent']} frames matched ({r['captured']} captured), "
-              f"{r['negative']} negative, {r.get('past_next_capture', 0)} past the next frame's capture; difference min {us(r['min_ns'])} µs, p50 {us(r['p50_ns'])} µs, "
+              f"{r['negative']} negative, {r.get('past_next_capture', 0)} past the next frame's capture; "
+              f"difference min {us(r['min_ns'])} µs, p50 {us(r['p50_ns'])} µs, "
               f"p99 {us(r['p99_ns'])} µs, max {us(r['max_ns'])} µs.", ""]
     if res.get("generator-ratio"):
         L += ["## Generator: fathom-traffic against trafgen (same veth, same frames, one core)", "",
