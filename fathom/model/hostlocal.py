@@ -202,7 +202,7 @@ class Digests:
     def __init__(self):
         self._now: dict = {}
         self._before: dict = {}
-        self._now_ids: dict[int, tuple] = {}      # id(obj) -> (obj, digest): obj held, so the id is its
+        self._now_ids: dict[int, tuple] = {}      # id(obj) -> (obj, digest); holding obj keeps its id its own
         self._before_ids: dict[int, tuple] = {}
 
     def __call__(self, obj) -> str:
