@@ -177,20 +177,33 @@ def _tunnel_state(lab) -> str:
     return "\n".join(out)
 
 
+def _vm(lab, name: str, node: str, mac: str, ip: str, gateway: str | None = None) -> str:
+    """A VM namespace wired like the lab wires its VMs: a veth whose node end is `name` in the
+    node's namespace (not yet on br-int), TX checksum offload off on both ends (OVS reads a veth
+    through AF_PACKET, before the checksum is filled in). Returns the namespace (the caller
+    deletes it)."""
+    ns, node_ns = lab.ns(name), lab.ns(node)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for cmd in (["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", ns],
+                    ["ip", "-n", ns, "link", "set", "eth0", "address", mac],
+                    ["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"],
+                    ["ip", "-n", ns, "link", "set", "eth0", "up"], ["ip", "-n", node_ns, "link", "set", name, "up"],
+                    *([["ip", "-n", ns, "route", "add", "default", "via", gateway]] if gateway else []),
+                    ["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"],
+                    ["ip", "netns", "exec", node_ns, "ethtool", "-K", name, "tx", "off"]):
+            subprocess.run(cmd, check=True, capture_output=True)
+    except BaseException:
+        subprocess.run(["ip", "netns", "del", ns])
+        raise
+    return ns
+
+
 def test_new_port_becomes_active_and_reachable(lab):
     c = api(lab)
     net = next(n for n in c.get("/networks").json() if n["name"] == "blue")
-    # a new VM namespace on compute2, wired like the lab wires its VMs
-    ns, node_ns = lab.ns("vm9"), lab.ns("compute2")
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    ns = _vm(lab, "vm9", "compute2", "02:fa:00:00:01:09", "198.19.1.19")
     try:
-        for cmd in (["ip", "link", "add", "vm9", "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", ns],
-                    ["ip", "-n", ns, "link", "set", "eth0", "address", "02:fa:00:00:01:09"],
-                    ["ip", "-n", ns, "addr", "add", "198.19.1.19/24", "dev", "eth0"],
-                    ["ip", "-n", ns, "link", "set", "eth0", "up"], ["ip", "-n", node_ns, "link", "set", "vm9", "up"],
-                    ["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"],
-                    ["ip", "netns", "exec", node_ns, "ethtool", "-K", "vm9", "tx", "off"]):
-            subprocess.run(cmd, check=True, capture_output=True)
         lab.ovs("compute2").vsctl("add-port", "br-int", "vm9")
         port = c.post("/ports", json={"network_id": net["id"], "name": "vm9", "mac_address": "02:fa:00:00:01:09",
                                       "fixed_ips": [{"ip_address": "198.19.1.19"}], "node": "compute2",
@@ -215,17 +228,8 @@ def test_a_port_moved_to_another_node_is_reached_there_under_constant_traffic(la
     c = api(lab)
     port = next(p for p in c.get("/ports").json() if p["name"] == "vm3")
     home, moved = port["interface_name"], "vm3m"
-    ns, node_ns = lab.ns(moved), lab.ns("compute1")
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    ns = _vm(lab, moved, "compute1", port["mac_address"], IP["vm3"], gateway="198.19.1.1")
     try:
-        for cmd in (["ip", "link", "add", moved, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", ns],
-                    ["ip", "-n", ns, "link", "set", "eth0", "address", port["mac_address"]],
-                    ["ip", "-n", ns, "addr", "add", f"{IP['vm3']}/24", "dev", "eth0"],
-                    ["ip", "-n", ns, "link", "set", "eth0", "up"], ["ip", "-n", node_ns, "link", "set", moved, "up"],
-                    ["ip", "-n", ns, "route", "add", "default", "via", "198.19.1.1"],
-                    ["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"],
-                    ["ip", "netns", "exec", node_ns, "ethtool", "-K", moved, "tx", "off"]):
-            subprocess.run(cmd, check=True, capture_output=True)
         for src_node, dst_node, src_if, dst_if in (("compute2", "compute1", home, moved),
                                                    ("compute1", "compute2", moved, home)):
             pings = {src: BackgroundPing(lab, src, IP["vm3"], 30) for src in ("vm1", "grn1")}
