@@ -5,6 +5,9 @@ namespaces of `network-node` routers, DHCP servers, PPTMon attachments: the oper
 of port chains measured with `pptmon`, fathom.apps.hostlocal.chains), as the typed objects of
 fathom.model.hostlocal, each with its owner. `desired(snapshot, attachments)` gives
 {node name: [object, ...]} for every node of the model (a node with nothing to hold gets []).
+A caller that follows one store from snapshot to snapshot uses `Desired()`, which gives the same
+but builds DHCP servers again only where ports changed (DhcpServers), so its cost follows the
+change, not the cloud.
 """
 from __future__ import annotations
 
