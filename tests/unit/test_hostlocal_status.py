@@ -90,3 +90,28 @@ def test_a_report_is_seen_by_the_pass_that_reads_its_table_and_nothing_is_read_a
     assert store.pass_(read_store=False)[0][0] == "error"          # not read yet: no pass read its table
     assert store.pass_() == (("active", None), True)
     assert store.pass_(whole=True)[1] is True                       # a sync or audit reads it all again
+
+
+def test_a_new_port_rebuilds_its_own_dhcp_server_only(db_url):
+    """The passes' host-local state follows the change through the store reader: it keeps the
+    Port objects of unchanged ports, so a new port's pass builds one DHCP server again (its own),
+    and a read of the whole store builds them all."""
+    store = Store(db_url)
+    store.post("/nodes", {"name": "c2", "tunnel_ip": "198.18.0.2"})
+    red = store.post("/networks", {"name": "red"})
+    store.post("/subnets", {"network_id": red["id"], "cidr": "10.0.1.0/24"})
+    for i, (net, node) in enumerate([(red, "c1"), (red, "c2"), (store.net, "c2")]):
+        store.post("/ports", {"network_id": net["id"], "name": f"p{i}", "node": node, "interface_name": f"t{i}"})
+
+    def pass_(whole: bool = False) -> int:
+        store.rec.store_model = store.rec._read_store(whole=whole or store.rec.store_model is None)
+        store.hostlocal.after_pass(store.rec, store.rec.store_model, PassResult())
+        return store.hostlocal.desired.dhcp.rebuilt
+
+    assert pass_(whole=True) == 4                          # blue and red, on c1 and c2
+    pass_()                  # reads the tables of the read before again (writes it may have missed)
+    store.post("/ports", {"network_id": red["id"], "name": "p9", "node": "c2", "interface_name": "t9"})
+    assert pass_() == 1
+    servers = {(n, s.network_id): s for n, objs in hostlocal_desired(store.rec.store_model).items() for s in objs}
+    assert len(servers[("c2", red["id"])].hosts) == 2 and len(servers) == 4
+    assert pass_(whole=True) == 4
