@@ -12,7 +12,7 @@ from fathom.host.iperf import iperf3
 from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
 
-from .util import await_status, ping, running_lab, sh, lab_api as api
+from .util import BackgroundPing, await_status, ping, running_lab, sh, vm_namespace, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": "198.19.1.11",
@@ -177,32 +177,10 @@ def _tunnel_state(lab) -> str:
     return "\n".join(out)
 
 
-def _vm(lab, name: str, node: str, mac: str, ip: str, gateway: str | None = None) -> str:
-    """A VM namespace wired like the lab wires its VMs: a veth whose node end is `name` in the
-    node's namespace (not yet on br-int), TX checksum offload off on both ends (OVS reads a veth
-    through AF_PACKET, before the checksum is filled in). Returns the namespace (the caller
-    deletes it)."""
-    ns, node_ns = lab.ns(name), lab.ns(node)
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        for cmd in (["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", ns],
-                    ["ip", "-n", ns, "link", "set", "eth0", "address", mac],
-                    ["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"],
-                    ["ip", "-n", ns, "link", "set", "eth0", "up"], ["ip", "-n", node_ns, "link", "set", name, "up"],
-                    *([["ip", "-n", ns, "route", "add", "default", "via", gateway]] if gateway else []),
-                    ["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"],
-                    ["ip", "netns", "exec", node_ns, "ethtool", "-K", name, "tx", "off"]):
-            subprocess.run(cmd, check=True, capture_output=True)
-    except BaseException:
-        subprocess.run(["ip", "netns", "del", ns])
-        raise
-    return ns
-
-
 def test_new_port_becomes_active_and_reachable(lab):
     c = api(lab)
     net = next(n for n in c.get("/networks").json() if n["name"] == "blue")
-    ns = _vm(lab, "vm9", "compute2", "02:fa:00:00:01:09", "198.19.1.19")
+    ns = vm_namespace(lab, "vm9", "compute2", "02:fa:00:00:01:09", "198.19.1.19")
     try:
         lab.ovs("compute2").vsctl("add-port", "br-int", "vm9")
         port = c.post("/ports", json={"network_id": net["id"], "name": "vm9", "mac_address": "02:fa:00:00:01:09",
@@ -224,11 +202,10 @@ def test_a_port_moved_to_another_node_is_reached_there_under_constant_traffic(la
     to its old node: 1 s after the port is `active` again every echo comes back, and each move
     loses at most 1 s of echoes (measured: 2-4 of 600 per move and pinger, replies within 0.13 s
     of the move)."""
-    from .util import BackgroundPing
     c = api(lab)
     port = next(p for p in c.get("/ports").json() if p["name"] == "vm3")
     home, moved = port["interface_name"], "vm3m"
-    ns = _vm(lab, moved, "compute1", port["mac_address"], IP["vm3"], gateway="198.19.1.1")
+    ns = vm_namespace(lab, moved, "compute1", port["mac_address"], IP["vm3"], gateway="198.19.1.1")
     try:
         for src_node, dst_node, src_if, dst_if in (("compute2", "compute1", home, moved),
                                                    ("compute1", "compute2", moved, home)):

@@ -87,6 +87,28 @@ def wait_listening(lab: Lab, vm: str, port: int, udp: bool = False, timeout: flo
         time.sleep(0.05)
 
 
+def vm_namespace(lab: Lab, name: str, node: str, mac: str, ip: str, gateway: str | None = None) -> str:
+    """A VM namespace wired like the lab wires its VMs: a veth whose node end is `name` in the
+    node's namespace (not yet on br-int), TX checksum offload off on both ends (OVS reads a veth
+    through AF_PACKET, before the checksum is filled in). Returns the namespace (the caller
+    deletes it)."""
+    ns, node_ns = lab.ns(name), lab.ns(node)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for cmd in (["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", ns],
+                    ["ip", "-n", ns, "link", "set", "eth0", "address", mac],
+                    ["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"],
+                    ["ip", "-n", ns, "link", "set", "eth0", "up"], ["ip", "-n", node_ns, "link", "set", name, "up"],
+                    *([["ip", "-n", ns, "route", "add", "default", "via", gateway]] if gateway else []),
+                    ["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"],
+                    ["ip", "netns", "exec", node_ns, "ethtool", "-K", name, "tx", "off"]):
+            subprocess.run(cmd, check=True, capture_output=True)
+    except BaseException:
+        subprocess.run(["ip", "netns", "del", ns])
+        raise
+    return ns
+
+
 def ping(lab: Lab, src: str, dst_ip: str, count: int = 3) -> subprocess.CompletedProcess:
     # the first echo may be lost while ARP and the tunnel neighbour are learned
     return sh(lab, src, "ping", "-c", str(count), "-i", "0.2", "-W", "1", dst_ip, check=False)

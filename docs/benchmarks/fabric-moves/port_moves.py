@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from tests.lab.util import BackgroundPing, await_status, lab_api, running_lab
+from tests.lab.util import BackgroundPing, await_status, lab_api, running_lab, vm_namespace
 
 TOPOLOGY = """
 networks:
@@ -33,23 +33,6 @@ MOVES = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 MAC, IP = "02:fa:00:00:01:03", "198.19.1.13"
 
 
-def run(*cmd):
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
-def make_vm(lab, name, node):
-    ns, node_ns = lab.ns(name), lab.ns(node)
-    run("ip", "netns", "add", ns)
-    run("ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", ns)
-    run("ip", "-n", ns, "link", "set", "eth0", "address", MAC)
-    run("ip", "-n", ns, "addr", "add", f"{IP}/24", "dev", "eth0")
-    run("ip", "-n", ns, "link", "set", "eth0", "up")
-    run("ip", "-n", ns, "route", "add", "default", "via", "198.19.1.1")
-    run("ip", "-n", node_ns, "link", "set", name, "up")
-    run("ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off")
-    run("ip", "netns", "exec", node_ns, "ethtool", "-K", name, "tx", "off")
-
-
 out = []
 with running_lab(PREFIX, TOPOLOGY, standalone=False) as lab:
     c = lab_api(lab)
@@ -61,7 +44,7 @@ with running_lab(PREFIX, TOPOLOGY, standalone=False) as lab:
             src_node = "compute2" if i % 2 == 0 else "compute3"
             dst_node = "compute3" if i % 2 == 0 else "compute2"
             new_if = f"mv{i}"
-            make_vm(lab, new_if, dst_node)
+            vm_namespace(lab, new_if, dst_node, MAC, IP, gateway="198.19.1.1")
             made.append(new_if)
             pings = [BackgroundPing(lab, "vm1", IP, 12), BackgroundPing(lab, "grn1", IP, 12)]
             time.sleep(3)
