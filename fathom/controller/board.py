@@ -6,7 +6,10 @@ requested before it read the store, and publishes its statuses with that number 
 long-poll (`GET /v1/<collection>/<id>?wait=<status>`) answers once `covered` reaches the number
 current when it arrived and the object's status is the one wanted (or `error`): so a status that
 predates the caller's own write never answers it. Waiting costs nothing but an asyncio event per
-waiter, set from the reconciler's thread when a pass publishes; no store read while waiting.
+waiter, set from the reconciler's thread when a pass publishes its answer; no store read while
+waiting. A publish looks at every waiter in the reconciler's thread (two dictionary lookups each)
+and wakes only those it answers: a batch of ports waited on while its passes publish costs one
+wake-up a port, not one a port and pass.
 """
 from __future__ import annotations
 
@@ -17,13 +20,23 @@ import time
 Status = tuple[str, "str | None"]
 
 
+class _Waiter:
+    """A long-poll on the board: the keys it waits on, for which status, after which write."""
+    __slots__ = ("loop", "event", "keys", "want", "need")
+
+    def __init__(self, keys: tuple[tuple[str, int], ...], want: str, need: int):
+        self.loop, self.event = asyncio.get_running_loop(), asyncio.Event()
+        self.keys, self.want, self.need = keys, want, need
+
+
 class StatusBoard:
     def __init__(self):
         self._lock = threading.Lock()
         self.statuses: dict[tuple[str, int], Status] = {}
         self.requested = 0      # API writes committed so far
         self.covered = -1       # the last write the published statuses reflect (-1: nothing published)
-        self._waiters: set = set()   # (event loop, asyncio.Event) of the long-polls waiting
+        self._waiters: set[_Waiter] = set()
+        self.woken = 0          # long-polls woken by a publish that answered them
 
     def request(self) -> int:
         """An API write was committed: the statuses published so far may not reflect it."""
@@ -39,10 +52,11 @@ class StatusBoard:
         with self._lock:
             self.statuses = statuses
             self.covered = max(self.covered, covered)
-            waiters = list(self._waiters)
-        for loop, event in waiters:
+            answered = [w for w in self._waiters if self.answer(w.keys, w.want, w.need) is not None]
+            self.woken += len(answered)
+        for w in answered:
             try:
-                loop.call_soon_threadsafe(event.set)
+                w.loop.call_soon_threadsafe(w.event.set)
             except RuntimeError:   # the waiter's loop is closed: it is gone
                 pass
 
@@ -59,22 +73,23 @@ class StatusBoard:
     async def wait(self, keys: tuple[tuple[str, int], ...], want: str, timeout: float) -> Status | None:
         """Until one of `keys` (the object under its possible kinds) has status `want` or `error` in
         statuses covering every write committed before this call; None after `timeout` seconds."""
-        need = self.requested
+        waiter = _Waiter(keys, want, self.requested)
         deadline = time.monotonic() + timeout
-        token = (asyncio.get_running_loop(), asyncio.Event())
         with self._lock:
-            self._waiters.add(token)
+            self._waiters.add(waiter)
         try:
             while True:
-                token[1].clear()
-                got = self.answer(keys, want, need)
+                # cleared before the look: a publish after it sets the event again; one that
+                # answered and was overtaken by another (the status changed back) waits on
+                waiter.event.clear()
+                got = self.answer(keys, want, waiter.need)
                 remaining = deadline - time.monotonic()
                 if got is not None or remaining <= 0:
                     return got
                 try:
-                    await asyncio.wait_for(token[1].wait(), remaining)
+                    await asyncio.wait_for(waiter.event.wait(), remaining)
                 except asyncio.TimeoutError:
                     pass
         finally:
             with self._lock:
-                self._waiters.discard(token)
+                self._waiters.discard(waiter)
