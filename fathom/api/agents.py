@@ -14,7 +14,8 @@ What an idle cloud costs: an agent's long-poll is its heartbeat. While it holds 
 an agent whose connection closes, or that stops calling, is down `STALE_AFTER` seconds later
 (fathom.controller.hostlocal). The desired state of every node is computed from one read of the
 store per store change (its parts that were written: fathom.store.changes), shared by all long-polls
-(`DesiredCache`), and a node's revision is written only when its state changed.
+(`DesiredCache`); a change wakes only the long-polls of the nodes whose state moved, and a node's
+revision is written only when its state changed.
 
 Who may: the `agent` token bound to node N reads N's desired state and reports for N, nothing of
 any other node; an admin may read everything and report for no one.
@@ -22,6 +23,7 @@ any other node; an admin may read everything and report for no one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Annotated, Literal
@@ -43,6 +45,8 @@ from fathom.store.changes import TableChanges
 from fathom.store.errors import Forbidden, NotFound
 from fathom.store.snapshot import StoreReader
 
+log = logging.getLogger(__name__)
+
 STALE_AFTER, REPORT_INTERVAL = ag.STALE_AFTER, ag.REPORT_INTERVAL
 MAX_WAIT = 60.0           # longest long-poll
 # the store is read again at least this often, for rows written past this API (as the reconciler's
@@ -55,18 +59,35 @@ NodeName = Annotated[str, Field(pattern=NODE_NAME_RE)]
 
 
 class AgentHub:
-    """Wakes long-polls when the store changed (the API's on_change, from any thread), numbers those
-    changes (`generation`), and keeps which agents are present: holding a long-poll now, or heard
-    from within the last seconds (`last_heard`)."""
+    """Wakes an agent's long-poll when its node's desired state moved, numbers the store's changes
+    (`generation`), and keeps which agents are present: holding a long-poll now, or heard from
+    within the last seconds (`last_heard`).
+
+    A store change (the API's on_change, from any thread) wakes one refresher thread, not the
+    long-polls: after the cache's holdoff it works out the desired state once (`DesiredCache.refresh`)
+    and wakes the long-polls of the nodes whose state moved. So a change costs the nodes it
+    touches, not every agent's long-poll (a burst of writes to one node at 100 nodes: one wake-up
+    a refresh, not a hundred)."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}   # node -> long-polls
         self.generation = 0
+        self.refreshes = 0                    # refreshes done (a long-poll that saw fewer looks again)
+        self.woken = 0                        # long-polls woken by a refresh
         self._held: dict[str, int] = {}       # node -> long-polls it holds now
         self._heard: dict[str, float] = {}    # node -> epoch seconds of its last call (or hang-up)
         self.flushes: dict[str, DatapathFlush] = {}   # node -> the datapath flush the controller asks of it
         self.flushes_asked = 0                # counts the controller's requests
+        self._refresh = lambda: set()         # () -> nodes whose state moved (set by `follow`)
+        self._holdoff = lambda: 0.0
+        self._dirty = threading.Event()
+        self._refresher: threading.Thread | None = None
+
+    def follow(self, refresh, holdoff) -> None:
+        """Wake long-polls by node: `refresh()` works out the desired state and returns the nodes
+        whose state moved since its last call; `holdoff()` is how long to wait before it."""
+        self._refresh, self._holdoff = refresh, holdoff
 
     def ask_flush(self, flushes: dict) -> None:
         """The controller asks these nodes to flush their datapaths (fathom.model.hostlocal.DatapathFlush,
@@ -79,26 +100,56 @@ class AgentHub:
     def changed(self) -> None:
         with self._lock:
             self.generation += 1
-            waiters = list(self._waiters)
-        for loop, event in waiters:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:   # its loop is closed
-                pass
+        self._dirty.set()
 
-    async def wait(self, seconds: float, *also) -> None:
-        """Until the store changes, `seconds` pass, or one of the awaitables `also` completes."""
+    def _refreshing(self) -> None:
+        while True:
+            self._dirty.wait()
+            self._dirty.clear()
+            time.sleep(self._holdoff())
+            try:
+                moved = self._refresh()
+            except Exception:    # the store is unreachable: the long-polls look (and answer 503) themselves
+                log.exception("working out the agents' desired state failed")
+                moved = None
+            with self._lock:
+                self.refreshes += 1
+                self._wake(list(self._waiters) if moved is None else moved)
+
+    def _wake(self, nodes) -> None:
+        """Under the lock: wake the long-polls of `nodes`."""
+        for node in nodes:
+            for loop, event in self._waiters.get(node, ()):
+                self.woken += 1
+                try:
+                    loop.call_soon_threadsafe(event.set)
+                except RuntimeError:   # its loop is closed
+                    pass
+
+    async def wait(self, node: str, seconds: float, seen: int, *also) -> None:
+        """Until `node`'s desired state moves, `seconds` pass, or one of the awaitables `also`
+        completes; at once if a refresh ended since the caller read `refreshes` (`seen`) before
+        it looked at the state."""
         event = asyncio.Event()
         entry = (asyncio.get_running_loop(), event)
         with self._lock:
-            self._waiters.add(entry)
+            if self.refreshes != seen:
+                return
+            self._waiters.setdefault(node, set()).add(entry)
+            if self._refresher is None:   # started with the first long-poll: none runs in a cloud without agents
+                self._refresher = threading.Thread(target=self._refreshing, daemon=True, name="agent-desired")
+                self._refresher.start()
         woken = asyncio.ensure_future(event.wait())
         try:
             await asyncio.wait([woken, *also], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
             woken.cancel()
             with self._lock:
-                self._waiters.discard(entry)
+                waiting = self._waiters.get(node)
+                if waiting is not None:
+                    waiting.discard(entry)
+                    if not waiting:
+                        del self._waiters[node]
 
     def heard(self, node: str) -> None:
         self._heard[node] = time.time()
@@ -127,10 +178,14 @@ class DesiredCache:
     seconds), and the revision numbering each node's state, written to the store only when that
     node's state changed. A read reads again only the parts of the store whose tables were written
     since the read before (and those of that read: a write committing while it was taken is read
-    by the next), the whole store the first time and every RECHECK seconds."""
+    by the next), the whole store the first time and every RECHECK seconds.
 
-    def __init__(self, hub: AgentHub):
+    `db` (fathom.api.deps.Store) is read by the hub's refresher (`refresh`), which wakes the
+    long-polls of the nodes whose state moved."""
+
+    def __init__(self, hub: AgentHub, db):
         self.hub = hub
+        self._db = db
         self._lock = threading.Lock()
         self._generation: int | None = None
         self._read_at = 0.0
@@ -142,6 +197,8 @@ class DesiredCache:
         self._written_last: set = set()
         self._whole_at = 0.0
         self._flushes_asked = 0
+        self._moved: set[str] = set()                        # nodes whose state moved since `refresh` last said
+        hub.follow(self.refresh, self.holdoff)
 
     def stale(self) -> bool:
         return self._generation != self.hub.generation or time.monotonic() - self._read_at > RECHECK
@@ -153,27 +210,40 @@ class DesiredCache:
             return 0.0
         return max(0.0, self._read_at + COALESCE - time.monotonic()) if self.stale() else 0.0
 
-    def get(self, db, node: str) -> tuple[int, list[dict]]:
+    def get(self, node: str) -> tuple[int, list[dict]]:
         """(revision, objects) of `node`'s desired state (NotFound for an unknown node). Blocking:
         run it in the thread pool."""
         with self._lock:
-            if self.stale():
-                generation, self._flushes_asked = self.hub.generation, self.hub.flushes_asked
-                nodes = db.read(self._compute)
-                for n, flush in self.hub.flushes.items():
-                    if n in nodes:
-                        nodes[n] = [*nodes[n], flush]
-                self._nodes = self._entries(nodes)
-                self._generation, self._read_at = generation, time.monotonic()
+            self._follow()
             entry = self._nodes.get(node)
             if entry is None:
                 raise NotFound(f"node {node[:64]!r} does not exist")
             _, d, objects = entry
             known = self._numbered.get(node)
             if known is None or known[0] != d:
-                revision = db.write(lambda s: _numbered(s, node, d), notify=False)
+                revision = self._db.write(lambda s: _numbered(s, node, d), notify=False)
                 known = self._numbered[node] = (d, revision)
             return known[1], objects
+
+    def refresh(self) -> set[str]:
+        """The nodes whose desired state moved since the last call (worked out again if stale)."""
+        with self._lock:
+            self._follow()
+            moved, self._moved = self._moved, set()
+            return moved
+
+    def _follow(self) -> None:
+        """Under the lock: work the desired state out again if the store changed since."""
+        if not self.stale():
+            return
+        generation, self._flushes_asked = self.hub.generation, self.hub.flushes_asked
+        nodes = self._db.read(self._compute)
+        for n, flush in self.hub.flushes.items():
+            if n in nodes:
+                nodes[n] = [*nodes[n], flush]
+        before, self._nodes = self._nodes, self._entries(nodes)
+        self._moved |= {n for n, entry in self._nodes.items() if before.get(n) is not entry} | (set(before) - set(self._nodes))
+        self._generation, self._read_at = generation, time.monotonic()
 
     def _entries(self, nodes: dict[str, list]) -> dict[str, tuple[tuple, str, list[dict]]]:
         """Each node's (objects, digest, JSON): the last read's where its objects are the same, and
@@ -283,7 +353,7 @@ class AgentOut(BaseModel):
 
 @router.get("/{node}/desired", response_model=DesiredOut,
             summary="The node's host-local desired state (long-poll with `after` and `timeout`)")
-async def desired(node: NodeName, request: Request, db: StoreDep, who: Identity = Depends(identity),
+async def desired(node: NodeName, request: Request, who: Identity = Depends(identity),
                   after: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
                   timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 0.0):
     _may(who, node, write=False)
@@ -297,11 +367,12 @@ async def desired(node: NodeName, request: Request, db: StoreDep, who: Identity 
     try:
         while True:
             await asyncio.sleep(cache.holdoff())
-            revision, objects = await run_in_threadpool(cache.get, db, node)
+            seen = hub.refreshes
+            revision, objects = await run_in_threadpool(cache.get, node)
             left = deadline - time.monotonic()
             if after is None or revision != after or left <= 0 or gone.done():
                 return DesiredOut(node=node, revision=revision, objects=objects)
-            await hub.wait(left, gone)
+            await hub.wait(node, left, seen, gone)
     finally:
         gone.cancel()
         if agent:

@@ -50,7 +50,6 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.engine = engine
     # a committed write wakes the caller's hook (the reconciler) and the agents' long-polls
     hub = app.state.agent_hub = agents.AgentHub()
-    app.state.agent_desired = agents.DesiredCache(hub)
     app.state.agent_max_wait = agents.MAX_WAIT if agent_max_wait is None else agent_max_wait
 
     def changed() -> None:
@@ -58,6 +57,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
         if on_change is not None:
             on_change()
     app.state.store = Store(engine, settings or Settings(), changed)
+    app.state.agent_desired = agents.DesiredCache(hub, app.state.store)
     app.state.settings = app.state.store.settings
     app.state.pptmon_retention = pptmon.RetentionWorker(engine, retention or pptmon.RetentionConfig.from_env())
     app.state.pptmon_limits = IngestLimits(engine)

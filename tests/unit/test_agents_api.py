@@ -8,6 +8,7 @@ down, pending, error, active); a node's datapath type follows the override, else
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -96,6 +97,45 @@ def test_the_revision_moves_on_a_change_only_and_the_long_poll_answers_it(api):
     # another node's state did not move
     c1 = api.get("/agents/c1/desired", headers=C1_AGENT)
     assert c1["objects"] == [] and api.get("/agents/c1/desired", headers=C1_AGENT)["revision"] == c1["revision"]
+
+
+def test_a_change_wakes_only_the_long_polls_of_the_nodes_it_moves(api):
+    """One refresh works the state out; only the moved node's long-poll is woken (the other
+    sleeps on to its timeout), and a change between a long-poll's look and its wait is not lost."""
+    r = _cloud(api)
+    hub = api.app.state.agent_hub
+    agents = {"gw": GW_AGENT, "c1": C1_AGENT}
+    revs = {n: api.get(f"/agents/{n}/desired", headers=h)["revision"] for n, h in agents.items()}
+    got = {}
+
+    def poll(node, timeout):
+        t = time.monotonic()
+        answer = api.get(f"/agents/{node}/desired", headers=agents[node], after=revs[node], timeout=timeout)
+        got[node] = (answer["revision"], time.monotonic() - t)
+    threads = {n: threading.Thread(target=poll, args=(n, t)) for n, t in (("gw", 20), ("c1", 3))}
+    for th in threads.values():
+        th.start()
+    time.sleep(0.5)
+    woken, refreshes = hub.woken, hub.refreshes
+    api.patch(f"/routers/{r['id']}", {"mode": "network-node", "gateway_node": "gw"})
+    threads["gw"].join(20)
+    assert got["gw"][0] == revs["gw"] + 1 and got["gw"][1] < 2.5
+    assert threads["c1"].is_alive()                        # not woken: its state did not move
+    assert hub.woken - woken == 1 and hub.refreshes > refreshes
+    threads["c1"].join(10)
+    assert got["c1"][0] == revs["c1"] and got["c1"][1] >= 2.9
+    # a refresh that ends after a long-poll looked and before it waits: it looks again at once
+    seen = hub.refreshes
+    hub.changed()
+    deadline = time.monotonic() + 5
+    while hub.refreshes == seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    async def late():
+        t = time.monotonic()
+        await hub.wait("c1", 5, seen)
+        return time.monotonic() - t
+    assert asyncio.run(late()) < 0.5
 
 
 def test_an_agent_token_speaks_for_its_own_node_only(api):

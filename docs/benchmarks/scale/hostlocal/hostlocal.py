@@ -61,7 +61,7 @@ def snapshot() -> Snapshot:
 def follow(rounds: int = 10) -> dict:
     base = snapshot()
     ports = list(base.ports)
-    kept, cache_fresh, cache_kept = Desired(), DesiredCache(AgentHub()), DesiredCache(AgentHub())
+    kept, cache_fresh, cache_kept = Desired(), DesiredCache(AgentHub(), None), DesiredCache(AgentHub(), None)
     first = kept(base)
     cache_kept._nodes = cache_kept._entries(first)
     gc.set_threshold(50_000, 20, 10)
