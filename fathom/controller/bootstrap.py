@@ -389,6 +389,7 @@ class Bootstrapper:
         self.nodes: dict[str, NodeOvsdb] = {}
         # br-int port numbers last read per node: an OVSDB outage must not look like "no ports"
         self.last_ofports: dict[str, dict[str, int]] = {}
+        self.failing: dict[str, str] = {}     # node -> its failure, logged once while it lasts
         self.on_change = lambda name, what: None
 
     def current(self, node) -> tuple[str, str | None, dict[str, int]] | None:
@@ -415,9 +416,13 @@ class Bootstrapper:
             controller = channels.controller_target(local_ip_towards(node.management_ip), self.controller_port)
             ovsdb.ensure(node.id, node.tunnel_ip, controller, node.datapath_type)
             self.last_ofports[node.name] = ovsdb.ofports(fresh=True)
+            if self.failing.pop(node.name, None) is not None:
+                LOG.info("node %s: bootstrap complete again", node.name)
             return "complete", None, self.last_ofports[node.name]
-        except Exception as e:  # noqa: BLE001 - any failure is the node's state, retried next pass
-            LOG.warning("node %s: bootstrap failed: %s", node.name, e)
+        except Exception as e:  # noqa: BLE001 - any failure is the node's state, retried later
+            if self.failing.get(node.name) != str(e):
+                LOG.warning("node %s: bootstrap failed: %s (retried, logged again when it changes)", node.name, e)
+                self.failing[node.name] = str(e)
             stale = self.nodes.pop(node.name, None)
             if stale:
                 stale.close()
@@ -426,5 +431,6 @@ class Bootstrapper:
     def forget(self, name: str) -> None:
         ovsdb = self.nodes.pop(name, None)
         self.last_ofports.pop(name, None)
+        self.failing.pop(name, None)
         if ovsdb:
             ovsdb.close()

@@ -433,20 +433,36 @@ class _Events:
 # again without any pass waiting for it (its answer comes with the pass it wakes).
 SETUP_WAIT = 1.0
 SETUP_WORKERS = 8
+# A node whose check failed (its OVSDB unreachable or refusing) is checked again after RETRY_FIRST
+# seconds, then twice as long after each further failure, at most RETRY_MAX: a host that is down
+# costs a check every RETRY_MAX seconds, not a pass and a check as fast as they fail (100
+# unreachable nodes kept a core busy), and one that comes back is found within RETRY_MAX and the
+# periodic check's interval. A change of the node's own facts (management address, tunnel
+# address, datapath type) checks it at once.
+RETRY_FIRST = 0.5
+RETRY_MAX = 5.0
 
 
 class _Setups:
     """Bootstrapper.run of nodes on a pool of threads: `start(node)` begins a node's check (unless
-    one for the same node is still running or not yet taken), `take(names, timeout)` waits for
-    them at most `timeout` s and hands out the results that came (None: still running). A
-    result that comes after its `take` gave up calls `late(name)`."""
+    one for the same node is still running or not yet taken, or the node failed and its retry is
+    not due: RETRY_FIRST), `take(names, timeout)` waits for them at most `timeout` s and hands out
+    the results that came (None: still running). A result that comes after its `take` gave up
+    calls `late(name)`."""
 
     def __init__(self, run, late):
         self._run, self._late = run, late
         self._pool = ThreadPoolExecutor(SETUP_WORKERS, thread_name_prefix="node-setup")
         self._jobs: dict[str, tuple[tuple, object]] = {}   # node name -> (node's facts, future)
         self._waiting: set[str] = set()                     # names whose result comes after a take
+        self._failed: dict[str, tuple[tuple, int, float]] = {}   # name -> (facts, failures in a row, retry at)
         self._lock = threading.Lock()
+
+    def due(self, name: str, facts: tuple | None = None) -> bool:
+        """Whether the node may be checked now: it has not failed, its retry time came, or its
+        facts are not those it failed with."""
+        failed = self._failed.get(name)
+        return failed is None or (facts is not None and failed[0] != facts) or time.monotonic() >= failed[2]
 
     def pending(self) -> set[str]:
         """Nodes with a check running or a result not yet taken."""
@@ -459,12 +475,20 @@ class _Setups:
             job = self._jobs.get(node.name)
             if job is not None and (job[0] == facts or not job[1].done()):
                 return
+            if not self.due(node.name, facts):
+                return
             future = self._pool.submit(self._run, node)
             self._jobs[node.name] = (facts, future)
-        future.add_done_callback(lambda _f, name=node.name: self._done(name))
+        future.add_done_callback(lambda f, name=node.name: self._done(name, facts, f))
 
-    def _done(self, name: str) -> None:
+    def _done(self, name: str, facts: tuple, future) -> None:
+        failed = future.cancelled() or future.exception() is not None or future.result()[0] == "error"
         with self._lock:
+            if failed:
+                _, times, _ = self._failed.get(name, (facts, 0, 0.0))
+                self._failed[name] = (facts, times + 1, time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** times))
+            else:
+                self._failed.pop(name, None)
             late = name in self._waiting
             self._waiting.discard(name)
         if late:
@@ -708,8 +732,9 @@ class Reconciler:
         for node in (model.nodes if model else ()):
             res = self.results.get(SwitchKey(BR_INT, node.name))
             if res is not None and res.setup == "error":
-                self._event("retry", setup=node.name, ports=node.name)
-                found = True
+                if self._setups.due(node.name):
+                    self._event("retry", setup=node.name, ports=node.name)
+                    found = True
                 continue
             current = getattr(self.bootstrapper, "current", None)
             got = current(node) if current else None
@@ -730,8 +755,9 @@ class Reconciler:
                 LOG.exception("extension %s check failed", type(ext).__name__)
         for key, res in list(self.results.items()):
             if res.setup == "error":
-                self._event("retry", setup=key.name)
-                found = True
+                if self._setups.due(key.name):
+                    self._event("retry", setup=key.name)
+                    found = True
                 continue
             session = self.switches.session(res.dpid)
             known = self.known.get(res.dpid)
