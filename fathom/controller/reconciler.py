@@ -486,7 +486,7 @@ class _Setups:
         with self._lock:
             if failed:
                 _, times, _ = self._failed.get(name, (facts, 0, 0.0))
-                self._failed[name] = (facts, times + 1, time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** times))
+                self._failed[name] = (facts, times + 1, time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** min(times, 30)))
             else:
                 self._failed.pop(name, None)
             late = name in self._waiting
