@@ -78,6 +78,7 @@ FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
               "port_chain": (ck.KIND_PORT_CHAIN,)}
 
 Status = tuple[str, str | None]
+HOST_BRIDGES = (BR_INT, BR_PHY)   # a port's home: its node's switches
 
 
 def worst(statuses: list[Status]) -> Status:
@@ -133,25 +134,30 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         needs = owners_needed(result.desired)
     # the switches with something to say (usually none): an object none of whose switches is among
     # them is active without looking at each (a port's flows may be on every switch of the fabric)
-    troubled = {k for k in set(result.desired) | set(result.switches)
-                if switch_problem(result.switches.get(k)) is not None}
+    trouble = {k: p for k in set(result.desired) | set(result.switches)
+                if (p := switch_problem(result.switches.get(k))) is not None}
+    troubled = set(trouble)
+    refused_any = bool(result.refused)
 
-    def from_flows(kind: str, obj_id: int, home: set[SwitchKey] = frozenset()) -> Status | None:
-        """From the flows alone; None when no switch needs any. `home`: the switches whose own
-        trouble counts for the object wherever else its flows are."""
-        refused = [result.refused[(k, obj_id)] for k in FLOW_KINDS[kind] if (k, obj_id) in result.refused]
-        if refused:
-            return "error", "; ".join(refused)
+    def from_flows(kind: str, obj_id: int, home=None) -> Status | None:
+        """From the flows alone; None when no switch needs any. `home(key)`: whether the switch's
+        own trouble counts for the object wherever else its flows are (None: the object has no
+        home; a switch's own trouble counts when no switch holding its flows is healthy)."""
+        if refused_any:
+            refused = [result.refused[(k, obj_id)] for k in FLOW_KINDS[kind] if (k, obj_id) in result.refused]
+            if refused:
+                return "error", "; ".join(refused)
         held = [keys for k in FLOW_KINDS[kind] if (keys := needs.get((k, obj_id)))]
         if not held:
             return None
-        if all(keys.isdisjoint(troubled) for keys in held):
+        if not troubled or all(keys.isdisjoint(troubled) for keys in held):
             return "active", None
-        keys = set().union(*held)
-        found = {k: switch_problem(result.switches.get(k)) for k in sorted(keys)}
-        healthy_somewhere = any(p is None for p in found.values())
-        counted = [p[:2] for k, p in found.items()
-                   if p is not None and (not p[2] or (k in home if home else not healthy_somewhere))]
+        # only the switches in trouble are looked at: an object's flows may be on every switch of
+        # the fabric, and one node down must not cost every pass a look at each
+        bad = {k for k in troubled if any(k in keys for keys in held)}
+        healthy_somewhere = not all(keys <= troubled for keys in held)
+        counted = [p[:2] for k in bad
+                   if not (p := trouble[k])[2] or (home(k) if home else not healthy_somewhere)]
         return worst(counted)
 
     out: dict[tuple[str, int], Status] = {}
@@ -193,7 +199,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         out[("subnet_dhcp", sub.id)] = result.dhcp_servers.get(sub.network_id, ()) if sub.enable_dhcp else ()
     nodes = {n.name: n for n in snapshot.nodes}
     for p in snapshot.ports:
-        got = from_flows("port", p.id, {SwitchKey(BR_INT, p.node), SwitchKey(BR_PHY, p.node)} if p.node else set())
+        got = from_flows("port", p.id, p.node and (lambda k, node=p.node: k.name == node and k.bridge in HOST_BRIDGES))
         if got is not None and got[0] == "error":
             pass
         elif p.node is None:
@@ -212,7 +218,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     for ri in snapshot.router_interfaces:
         routed_by_tor = ri.router_id in modes and modes[ri.router_id].mode == "fabric"
         out[("router_interface", ri.id)] = from_flows("router_interface", ri.id,
-                                                      tors if routed_by_tor else set()) or ("active", None)
+                                                      tors.__contains__ if routed_by_tor and tors else None) or ("active", None)
         interfaces[ri.router_id].append(out[("router_interface", ri.id)])
     for (kind, obj_id), st in result.agents.items():
         if kind == "pptmon_attachment":

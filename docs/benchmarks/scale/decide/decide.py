@@ -1,0 +1,88 @@
+"""What deciding every object's status costs a pass at 100 nodes x 100 ports (the scale bench's
+layout: 10,000 ports in 100 networks, every VIF plugged), each port's and network's flows on every
+node's br-int (as the security groups' address clauses put them there), with every switch healthy
+and with two in trouble (one's OpenFlow connection lost, one's OVSDB unreachable), a port refused
+and one held by one of those switches only. `fathom.controller.status.decide` on the same inputs
+fifteen times each; the collector set as the controller sets it. Prints one JSON object; the
+statuses' digest tells that two versions decided the same. Run from the repository:
+
+    .venv/bin/python docs/benchmarks/scale/decide/decide.py > docs/benchmarks/scale/decide/after.json
+    PYTHONPATH=<worktree of the code before> .venv/bin/python docs/benchmarks/scale/decide/decide.py > …/before.json
+"""
+import gc
+import hashlib
+import json
+import platform
+import statistics
+import time
+from dataclasses import replace
+
+from fathom.apps.base import BR_INT, SwitchKey
+from fathom.bench.scale import Size, layout
+from fathom.controller import status
+from fathom.controller.reconciler import PassResult, SwitchResult
+from fathom.model import FixedIp, Network, Node, Port, Snapshot, Subnet, datapath_id
+from fathom.pipeline import cookies as ck
+
+size = Size(100, 100)
+
+
+def snapshot() -> Snapshot:
+    ports = layout(size)
+    n_networks = max(p[2] for p in ports) + 1
+    nodes = tuple(Node(i + 1, f"s{i}", "compute", f"10.99.0.{i + 1}", f"198.18.0.{i + 1}", "complete",
+                       ofports={f"vm{j}": 10 + j for j in range(size.ports)}) for i in range(size.nodes))
+    networks = tuple(Network(k + 1, f"net{k}", "p", "vxlan", 100 + k) for k in range(n_networks))
+    subnets = tuple(Subnet(k + 1, f"s{k}", "p", k + 1, f"10.{k >> 6}.{(k & 63) * 4}.0/22",
+                           f"10.{k >> 6}.{(k & 63) * 4}.1") for k in range(n_networks))
+    count, out = {}, []
+    for i, (n, j, k) in enumerate(ports):
+        c = count[k] = count.get(k, 0) + 1
+        ip = f"10.{k >> 6}.{(k & 63) * 4 + (c + 2) // 256}.{(c + 2) % 256}"
+        out.append(Port(i + 1, f"p{n}-{j}", "p", k + 1, f"02:00:00:{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}",
+                        (FixedIp(k + 1, ip),), f"s{n}", f"vm{j}"))
+    return Snapshot(nodes, networks, subnets, tuple(out))
+
+
+def pass_result(snap: Snapshot, trouble: bool) -> PassResult:
+    res = PassResult()
+    for n in snap.nodes:
+        key = SwitchKey(BR_INT, n.name)
+        res.switches[key] = SwitchResult(key, datapath_id(n.id), "ok", None)
+        res.switches[key].state = "ok"
+        res.desired[key] = None
+    everywhere = frozenset(res.switches)
+    res.needs = {(ck.KIND_PORT, p.id): everywhere for p in snap.ports}
+    res.needs.update({(ck.KIND_NETWORK, n.id): everywhere for n in snap.networks})
+    if trouble:
+        res.switches[SwitchKey(BR_INT, "s3")].state = "lost: connection closed"
+        res.switches[SwitchKey(BR_INT, "s4")].setup = "error"
+        res.switches[SwitchKey(BR_INT, "s4")].reason = "OVSDB unreachable"
+        res.needs[(ck.KIND_PORT, 7)] = frozenset({SwitchKey(BR_INT, "s3")})
+        res.refused[(ck.KIND_PORT, 9)] = "br-int s0: refused"
+    return res
+
+
+def main() -> None:
+    snap = snapshot()
+    results = {name: pass_result(snap, name == "two switches in trouble")
+               for name in ("every switch healthy", "two switches in trouble")}
+    gc.set_threshold(50_000, 20, 10)
+    gc.freeze()
+    out = {"what": "status.decide over a 100 x 100 snapshot, 15 times each", "ports": len(snap.ports),
+           "python": platform.python_version(), "ms": {}, "median_ms": {}, "statuses_digest": {}}
+    for name, res in results.items():
+        times = []
+        for _ in range(15):
+            t = time.perf_counter()
+            decided = status.decide(snap, res)
+            times.append(round(1000 * (time.perf_counter() - t), 2))
+        out["ms"][name] = times
+        out["median_ms"][name] = statistics.median(times)
+        out["statuses_digest"][name] = hashlib.sha256(
+            json.dumps(sorted((str(k), v) for k, v in decided.items())).encode()).hexdigest()[:16]
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
