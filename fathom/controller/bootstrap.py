@@ -33,6 +33,15 @@ from fathom.pipeline.infrastructure import is_infrastructure_interface
 LOG = logging.getLogger("fathom.bootstrap")
 OVSDB_PORT = channels.OVSDB_PORT
 PHY_PATCH = "patch-int"   # br-phy's end of the patch pair
+# Seconds a node's check waits for a connection that is starting again (its replica being read
+# anew, as after the server dropped an idle-looking client) before it fails: a reconnection
+# completes within it unless the server is gone.
+REPLICA_WAIT = 2.0
+
+
+class ReplicaStarting(ConnectionError):
+    """The node's OVSDB connection is (re)starting: its replica is not read whole yet. The
+    connection reconnects by itself; closing it would only start it over."""
 
 
 def local_ip_towards(ip: str) -> str:
@@ -309,16 +318,20 @@ class NodeOvsdb:
         """Connected, with the replica read whole since the connection (re)started."""
         return self.api.idl.whole()
 
-    def read(self, what):
+    def read(self, what, wait: float = REPLICA_WAIT):
         """`what(api)` over a whole replica that no round of the IDL changes meanwhile (a new
         session's first reply empties the replica and fills it again within one round: a read in
-        between would take bridges and ports that are there for gone); raises ConnectionError while
-        the connection (re)starts. `what` reads only: a command it executed would wait for the IDL's
-        thread, which waits for the replica."""
-        with self.api.ovsdb_connection.lock:   # ovsdbapp's thread holds it through each round
-            if not self.api.idl.whole():
-                raise ConnectionError("OVSDB replica not read yet (connection starting)")
-            return what(self.api)
+        between would take bridges and ports that are there for gone); waits up to `wait` seconds
+        while the connection (re)starts, then raises ReplicaStarting. `what` reads only: a command
+        it executed would wait for the IDL's thread, which waits for the replica."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self.api.ovsdb_connection.lock:   # ovsdbapp's thread holds it through each round
+                if self.api.idl.whole():
+                    return what(self.api)
+            if time.monotonic() >= deadline:
+                raise ReplicaStarting(f"OVSDB replica not read yet (connection starting, waited {wait:g} s)")
+            time.sleep(0.05)
 
     def ofports(self, bridge: str = "br-int", fresh: bool = False) -> dict[str, int]:
         """Interface name -> OpenFlow port number, for the interfaces of one bridge, as the replica's
@@ -423,9 +436,10 @@ class Bootstrapper:
             if self.failing.get(node.name) != str(e):
                 LOG.warning("node %s: bootstrap failed: %s (retried, logged again when it changes)", node.name, e)
                 self.failing[node.name] = str(e)
-            stale = self.nodes.pop(node.name, None)
-            if stale:
-                stale.close()
+            if not isinstance(e, ReplicaStarting):   # a connection that is starting again is kept
+                stale = self.nodes.pop(node.name, None)
+                if stale:
+                    stale.close()
             return "error", f"OVSDB {node.management_ip}:{OVSDB_PORT}: {e}", self.last_ofports.get(node.name, {})
 
     def forget(self, name: str) -> None:

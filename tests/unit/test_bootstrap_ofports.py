@@ -13,8 +13,9 @@ import time
 import pytest
 
 from fathom.controller import channels
-from fathom.controller.bootstrap import NodeOvsdb, bridge_row
+from fathom.controller.bootstrap import REPLICA_WAIT, Bootstrapper, NodeOvsdb, ReplicaStarting, bridge_row
 from fathom.lab.ovs import wait_for
+from fathom.model import Node
 
 from .test_spec_ovs import Ovs
 
@@ -102,10 +103,18 @@ def _restart_server(ovs, node: NodeOvsdb, meanwhile=lambda: None) -> None:
     """Stop ovsdb-server, start it again on the same database (it keeps no history of transactions,
     so the controller's next session gets a new copy of the whole database), `meanwhile()`, then
     let the controller back in on TCP."""
+    _stop_server(ovs, node)
+    _start_server(ovs, node, meanwhile)
+
+
+def _stop_server(ovs, node: NodeOvsdb) -> None:
     server = ovs.procs[0]
     server.terminate()
     server.wait(timeout=10)
     wait_for(lambda: not node.ready(), 10, "disconnected", interval=0.02)
+
+
+def _start_server(ovs, node: NodeOvsdb, meanwhile=lambda: None) -> None:
     (ovs.base / "db.sock").unlink(missing_ok=True)
     ovs.procs[0] = subprocess.Popen(["ovsdb-server", str(ovs.base / "conf.db"), f"--remote=p{ovs.db}",
                                      f"--log-file={ovs.base}/ovsdb.log"], env=ovs.env)
@@ -159,3 +168,35 @@ def test_a_plugged_vif_is_told_once_per_round_of_the_replica(node):
     _settles(node, br_int={"vif1": 7})
     time.sleep(0.3)
     assert told and set(told) == {"ports"} and len(told) <= 2, told
+
+
+def test_a_read_waits_for_a_reconnection_on_the_same_connection(node):
+    """A node's check while its connection starts again (the server dropped it, or restarts) waits
+    for the replica instead of failing at once, and fails only once its wait is over; the
+    connection is the same one throughout (it reconnects by itself)."""
+    ovs, node, _ = node
+    conn = node.api.ovsdb_connection
+    _stop_server(ovs, node)
+    started = time.monotonic()
+    with pytest.raises(ReplicaStarting):
+        node.read(lambda api: bridge_row(api, "br-int"), wait=0.3)
+    assert time.monotonic() - started >= 0.3
+    back = threading.Timer(0.3, _start_server, (ovs, node))
+    back.start()
+    try:
+        row = node.read(lambda api: bridge_row(api, "br-int"), wait=30)
+    finally:
+        back.join()
+    assert row.name == "br-int" and node.api.ovsdb_connection is conn
+
+
+def test_a_check_during_a_reconnection_fails_but_keeps_the_connection(node):
+    """The bootstrap check of a node whose connection is starting again reports the error once
+    its wait is over, and keeps the connection (closing it would start the reconnection over)."""
+    ovs, node, _ = node
+    boot = Bootstrapper(controller_port=6653)
+    boot.nodes["n1"] = node
+    _stop_server(ovs, node)
+    state, reason, _ = boot.run(Node(1, "n1", "compute", "198.18.0.1", node.remote.split(":")[1]))
+    assert state == "error" and "connection starting" in reason and f"waited {REPLICA_WAIT:g} s" in reason, reason
+    assert boot.nodes["n1"] is node
