@@ -135,7 +135,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     # the switches with something to say (usually none): an object none of whose switches is among
     # them is active without looking at each (a port's flows may be on every switch of the fabric)
     trouble = {k: p for k in set(result.desired) | set(result.switches)
-                if (p := switch_problem(result.switches.get(k))) is not None}
+               if (p := switch_problem(result.switches.get(k))) is not None}
     troubled = set(trouble)
     refused_any = bool(result.refused)
 
@@ -154,7 +154,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             return "active", None
         # only the switches in trouble are looked at: an object's flows may be on every switch of
         # the fabric, and one node down must not cost every pass a look at each
-        bad = {k for k in troubled if any(k in keys for keys in held)}
+        bad = set().union(*(keys & troubled for keys in held))
         healthy_somewhere = not all(keys <= troubled for keys in held)
         counted = [p[:2] for k in bad
                    if not (p := trouble[k])[2] or (home(k) if home else not healthy_somewhere)]
