@@ -104,6 +104,17 @@ STARTUP_GRACE = 15.0
 # number of passes since the last one, so passes in a row share one every few seconds; the last
 # one's is done when the loop goes quiet.
 FREEZE_EVERY = 5.0
+# The collector's thresholds in the controller's process (fathom.controller.server). A pass makes
+# millions of objects at a hundred nodes, most of which it keeps (the desired state): CPython's
+# defaults (a young collection every 700 allocations) make the collector walk them again and again
+# while they are made, and a whole compile of 100 nodes x 100 ports took 3x as long (security
+# groups: 41 s against 13-19 s). A young collection counts allocations less frees, and walks every
+# young container alive, each switch's new state among them (a set of some 14,000 flows at 100 x
+# 100, where a port's pass gives every switch a new one): at 50,000 one came every sixth pass or
+# so and held the interpreter for 160-190 ms in the middle of a port's pass. At 200,000, passes in
+# a row are frozen (FREEZE_EVERY: a full collection, after a pass's statuses are out) before one
+# comes; what cyclic garbage the API makes meanwhile waits for at most that many allocations.
+GC_THRESHOLDS = (200_000, 20, 10)
 
 
 class _Metrics:

@@ -22,7 +22,7 @@ from fathom.model import datapath_id
 from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.hostlocal import HostLocalStatus
-from fathom.controller.reconciler import Reconciler
+from fathom.controller.reconciler import GC_THRESHOLDS, Reconciler
 from fathom.controller.taps import tap_runtime_router
 from fathom.pipeline.cookies import owns_cookie
 from fathom.pipeline.stages import TABLE_STAGE
@@ -92,12 +92,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # ovsdbapp logs an unreachable node's OVSDB at ERROR on every try; our bootstrap logs the
     # same failure once per pass as the node's state (WARNING), and retries
     logging.getLogger("ovsdbapp.backend.ovs_idl.idlutils").setLevel(logging.CRITICAL)
-    # A pass makes millions of objects at a hundred nodes, most of which it keeps (the desired
-    # state): CPython's default thresholds (a young collection every 700 allocations) make the
-    # collector walk them again and again while they are made, and a whole compile of 100 nodes x
-    # 100 ports took 3x as long (security groups: 41 s against 13-19 s). A young collection every
-    # 50,000 allocations; what passes left alive is frozen (Reconciler's freeze_memory).
-    gc.set_threshold(50_000, 20, 10)
+    gc.set_threshold(*GC_THRESHOLDS)
     engine = open_store(db_url, migrate_apart=True)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
