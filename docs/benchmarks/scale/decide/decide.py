@@ -3,8 +3,9 @@ layout: 10,000 ports in 100 networks, every VIF plugged), each port's and networ
 node's br-int (as the security groups' address clauses put them there), with every switch healthy
 and with two in trouble (one's OpenFlow connection lost, one's OVSDB unreachable), a port refused
 and one held by one of those switches only. `fathom.controller.status.decide` on the same inputs
-fifteen times each; the collector set as the controller sets it. Prints one JSON object; the
-statuses' digest tells that two versions decided the same. Run from the repository:
+fifteen times each; the collector's thresholds (50,000, 20, 10) on both sides, and what was built
+before frozen. Prints one JSON object; the statuses' digest tells that two versions decided the
+same. Run from the repository:
 
     .venv/bin/python docs/benchmarks/scale/decide/decide.py > docs/benchmarks/scale/decide/after.json
     PYTHONPATH=<worktree of the code before> .venv/bin/python docs/benchmarks/scale/decide/decide.py > …/before.json
