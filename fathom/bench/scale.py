@@ -325,6 +325,29 @@ def layout(size: Size) -> list[tuple[int, int, int]]:
     return out
 
 
+def layout_snapshot(size: Size, plugged: bool = False):
+    """The layout as a model, for timing a pass's steps in-process (docs/benchmarks/scale/*/*.py):
+    nodes s0… (compute), a /22 subnet per network, every port bound to its node's interface vm<j>
+    (`plugged`: with an OpenFlow port number there, 10 + j)."""
+    from fathom.model import FixedIp, Network, Node, Port, Snapshot, Subnet
+    ports = layout(size)
+    n_networks = max(p[2] for p in ports) + 1
+    nodes = tuple(Node(i + 1, f"s{i}", "compute", f"10.99.0.{i + 1}", f"198.18.0.{i + 1}", "complete",
+                       ofports={f"vm{j}": 10 + j for j in range(size.ports_per_node)} if plugged else {})
+                  for i in range(size.nodes))
+    networks = tuple(Network(k + 1, f"net{k}", "p", "vxlan", 100 + k) for k in range(n_networks))
+    subnets = tuple(Subnet(k + 1, f"s{k}", "p", k + 1, f"10.{k >> 6}.{(k & 63) * 4}.0/22",
+                           f"10.{k >> 6}.{(k & 63) * 4}.1") for k in range(n_networks))
+    count: dict[int, int] = {}
+    out = []
+    for i, (n, j, k) in enumerate(ports):
+        c = count[k] = count.get(k, 0) + 1
+        ip = f"10.{k >> 6}.{(k & 63) * 4 + (c + 2) // 256}.{(c + 2) % 256}"
+        out.append(Port(i + 1, f"p{n}-{j}", "p", k + 1, f"02:00:00:{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}",
+                        (FixedIp(k + 1, ip),), f"s{n}", f"vm{j}"))
+    return Snapshot(nodes, networks, subnets, tuple(out))
+
+
 def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None = None,
                progress=lambda msg: None) -> dict:
     """One fabric of `size` simulated nodes under a fresh controller: fill it, time `samples` new

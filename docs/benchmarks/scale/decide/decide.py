@@ -16,33 +16,15 @@ import json
 import platform
 import statistics
 import time
-from dataclasses import replace
 
 from fathom.apps.base import BR_INT, SwitchKey
-from fathom.bench.scale import Size, layout
+from fathom.bench.scale import Size, layout_snapshot
 from fathom.controller import status
 from fathom.controller.reconciler import PassResult, SwitchResult
-from fathom.model import FixedIp, Network, Node, Port, Snapshot, Subnet, datapath_id
+from fathom.model import Snapshot, datapath_id
 from fathom.pipeline import cookies as ck
 
 size = Size(100, 100)
-
-
-def snapshot() -> Snapshot:
-    ports = layout(size)
-    n_networks = max(p[2] for p in ports) + 1
-    nodes = tuple(Node(i + 1, f"s{i}", "compute", f"10.99.0.{i + 1}", f"198.18.0.{i + 1}", "complete",
-                       ofports={f"vm{j}": 10 + j for j in range(size.ports)}) for i in range(size.nodes))
-    networks = tuple(Network(k + 1, f"net{k}", "p", "vxlan", 100 + k) for k in range(n_networks))
-    subnets = tuple(Subnet(k + 1, f"s{k}", "p", k + 1, f"10.{k >> 6}.{(k & 63) * 4}.0/22",
-                           f"10.{k >> 6}.{(k & 63) * 4}.1") for k in range(n_networks))
-    count, out = {}, []
-    for i, (n, j, k) in enumerate(ports):
-        c = count[k] = count.get(k, 0) + 1
-        ip = f"10.{k >> 6}.{(k & 63) * 4 + (c + 2) // 256}.{(c + 2) % 256}"
-        out.append(Port(i + 1, f"p{n}-{j}", "p", k + 1, f"02:00:00:{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}",
-                        (FixedIp(k + 1, ip),), f"s{n}", f"vm{j}"))
-    return Snapshot(nodes, networks, subnets, tuple(out))
 
 
 def pass_result(snap: Snapshot, trouble: bool) -> PassResult:
@@ -65,7 +47,7 @@ def pass_result(snap: Snapshot, trouble: bool) -> PassResult:
 
 
 def main() -> None:
-    snap = snapshot()
+    snap = layout_snapshot(size, plugged=True)
     results = {name: pass_result(snap, name == "two switches in trouble")
                for name in ("every switch healthy", "two switches in trouble")}
     gc.set_threshold(50_000, 20, 10)

@@ -30,9 +30,9 @@ from dataclasses import replace
 from fathom.api.agents import AgentHub, DesiredCache
 from fathom.apps.hostlocal import Desired
 from fathom.apps.hostlocal import desired as hostlocal_desired
-from fathom.bench.scale import Size, layout
+from fathom.bench.scale import Size, layout, layout_snapshot
 from fathom.controller import status
-from fathom.model import FixedIp, Network, Node, Port, Snapshot, Subnet
+from fathom.model import FixedIp, Port, Snapshot
 from fathom.model.hostlocal import Digests, digest, owner_key
 from fathom.store.agents import AgentView
 
@@ -42,18 +42,7 @@ n_networks = max(p[2] for p in ports) + 1
 
 
 def snapshot() -> Snapshot:
-    nodes = tuple(Node(i + 1, f"s{i}", "compute", f"10.99.0.{i + 1}", f"198.18.0.{i + 1}", "complete")
-                  for i in range(size.nodes))
-    networks = tuple(Network(k + 1, f"net{k}", "p", "vxlan", 100 + k) for k in range(n_networks))
-    subnets = tuple(Subnet(k + 1, f"s{k}", "p", k + 1, f"10.{k >> 6}.{(k & 63) * 4}.0/22",
-                           f"10.{k >> 6}.{(k & 63) * 4}.1") for k in range(n_networks))
-    count, out = {}, []
-    for i, (n, j, k) in enumerate(ports):
-        c = count[k] = count.get(k, 0) + 1
-        ip = f"10.{k >> 6}.{(k & 63) * 4 + (c + 2) // 256}.{(c + 2) % 256}"
-        out.append(Port(i + 1, f"p{n}-{j}", "p", k + 1, f"02:00:00:{i >> 16 & 255:02x}:{i >> 8 & 255:02x}:{i & 255:02x}",
-                        (FixedIp(k + 1, ip),), f"s{n}", f"vm{j}"))
-    return Snapshot(nodes, networks, subnets, tuple(out))
+    return layout_snapshot(size)
 
 
 
