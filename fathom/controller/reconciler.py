@@ -111,7 +111,7 @@ FREEZE_EVERY = 5.0
 # groups: 41 s against 13-19 s). A young collection counts allocations less frees, and walks every
 # young container alive, each switch's new state among them (a set of some 14,000 flows at 100 x
 # 100, where a port's pass gives every switch a new one): at 50,000 one came every sixth pass or
-# so and held the interpreter for 160-190 ms in the middle of a port's pass. At 200,000, passes in
+# so and held the interpreter for 160-210 ms in the middle of a port's pass. At 200,000, passes in
 # a row are frozen (FREEZE_EVERY: a full collection, after a pass's statuses are out) before one
 # comes; what cyclic garbage the API makes meanwhile waits for at most that many allocations.
 GC_THRESHOLDS = (200_000, 20, 10)
