@@ -836,7 +836,11 @@ class Reconciler:
             self._setup_due = ev.setup
             snapshot = self._prepare(self.store_model, result)
             steps.done("prepare")
+            if not audit:   # its views are patched from those of the model compiled last (Snapshot.memo)
+                snapshot.follow(self.model_compiled)
             compiled, refused = without_refused(snapshot)
+            if not audit and compiled is not snapshot:
+                compiled.follow(self.model_compiled)
             changed = self._compile(compiled, full=audit)
             steps.done("compile")
             result.desired = dict(self.desired)
@@ -1152,7 +1156,7 @@ class Reconciler:
     def assert_incremental(self, model: Snapshot) -> None:
         """The kept desired state equals a compile of `model` from scratch (OVN's check after
         recompute); raises IncrementalMismatch naming what differs."""
-        full = compile_all(model)
+        full = compile_all(replace(model))    # a copy: its views made afresh, not patched
         keep = lambda d: {k: v for k, v in d.items() if v.flows or v.groups or v.meters}  # noqa: E731
         mine, theirs = keep(self.desired), keep(full)
         if mine != theirs:

@@ -9,7 +9,9 @@ compilers, the controller and tests name switches the same way.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field, replace
+import operator
+import weakref
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
 # Interface names on br-int that the node bootstrap creates.
@@ -310,6 +312,26 @@ class FabricState:
 
 
 _ITSELF = object()     # Snapshot.memo: the view made is the snapshot itself
+DELTA_PORTS = 256      # Snapshot.delta: a change of more ports than this (and an eighth) is not patched
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What changed from one snapshot to the next (Snapshot.delta): what views are patched by.
+
+    `ports`: the ids of the ports added, removed or changed, and of every port on a changed node
+    (a port's facts depend on its node's port numbers); `before` / `after`: those ports as they were
+    and are (id -> Port; a port added or removed is missing from one). `nodes`: the names of the
+    nodes added, removed or changed. `fields`: the snapshot's other fields that differ."""
+    fields: frozenset
+    nodes: frozenset
+    ports: frozenset
+    before: Mapping
+    after: Mapping
+
+    def port_nodes(self) -> set:
+        """The nodes the changed ports are bound to, before or after."""
+        return {p.node for m in (self.before, self.after) for p in m.values()}
 
 
 @dataclass(frozen=True)
@@ -336,15 +358,53 @@ class Snapshot:
     # computed once per snapshot however many apps read them; a copy starts empty.
     derived: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
-    def memo(self, name: str, make):
+    def memo(self, name: str, make, patch=None):
         """`make(self)` once per snapshot, under `name`. A view that is the snapshot itself is not
         kept in it: the cycle would leave every dropped snapshot, and all it derived, to the
-        collector's full passes."""
+        collector's full passes.
+
+        `patch(view, snapshot, delta)`: the view worked out from the one the snapshot this one
+        follows (`follow`) holds, and what changed since (`Delta`): the cost follows the change,
+        not the cloud. It returns None for a change it does not cover, and `make` runs. It must
+        give what `make` would (tests/unit/test_views.py compares them over random changes)."""
         if name not in self.derived:
-            value = make(self)
+            value = None
+            if patch is not None and (delta := self.delta()) is not None:
+                basis = self._basis()
+                if basis is not None and name in basis.derived:
+                    value = patch(basis.memo(name, make), self, delta)
+            if value is None:
+                value = make(self)
+            if isinstance(value, Snapshot) and value is not self and (basis := self._basis()) is not None \
+                    and name in basis.derived:
+                value.follow(basis.memo(name, make))   # a derived model follows the one before it
             self.derived[name] = _ITSELF if value is self else value
         value = self.derived[name]
         return self if value is _ITSELF else value
+
+    def follow(self, before: "Snapshot | None") -> "Snapshot":
+        """Note that this snapshot comes after `before` (the one the last pass compiled), so that
+        its views may be patched from `before`'s (`memo`). Held weakly: a chain of snapshots would
+        keep every one alive. Returns self."""
+        if before is not None and before is not self and not self.derived.keys() & {"_basis", "_delta"}:
+            self.derived["_basis"] = weakref.ref(before)
+        return self
+
+    def _basis(self) -> "Snapshot | None":
+        ref = self.derived.get("_basis")
+        return ref() if ref is not None else None
+
+    def delta(self) -> "Delta | None":
+        """What changed since the snapshot this one follows, when it is still alive and the change
+        small (at most DELTA_PORTS ports, or an eighth of them); None otherwise."""
+        if "_delta" not in self.derived:
+            basis = self._basis()
+            self.derived["_delta"] = _delta(basis, self) if basis is not None else None
+        return self.derived["_delta"]
+
+    def delta_from(self, before: "Snapshot") -> "Delta | None":
+        """`delta()`, when the snapshot this one follows is `before`."""
+        return self.delta() if self._basis() is before else None
 
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
@@ -355,6 +415,42 @@ class Snapshot:
         """A copy whose nodes carry br-phy port numbers: {node name: {interface: ofport}}."""
         nodes = tuple(replace(n, phy_ofports=dict(ofports.get(n.name, n.phy_ofports))) for n in self.nodes)
         return replace(self, nodes=nodes)
+
+
+def _changed_ports(before: tuple, after: tuple) -> tuple[list, list]:
+    """(ports of `before` not in `after`, ports of `after` not in `before`), as objects: past the
+    stretches both start and end with (the same objects at the same places, told apart at C
+    speed), by identity."""
+    if before is after:
+        return [], []
+    same = list(map(operator.is_, before, after))
+    head = same.index(False) if False in same else len(same)
+    rest_b, rest_a = before[head:], after[head:]
+    same = list(map(operator.is_, reversed(rest_b), reversed(rest_a)))
+    tail = same.index(False) if False in same else len(same)
+    ob = {id(p): p for p in rest_b[:len(rest_b) - tail]}
+    oa = {id(p): p for p in rest_a[:len(rest_a) - tail]}
+    return [ob[k] for k in ob.keys() - oa.keys()], [oa[k] for k in oa.keys() - ob.keys()]
+
+
+def _delta(before: Snapshot, after: Snapshot) -> Delta | None:
+    """The Delta from `before` to `after`; None for a change of many ports (see Snapshot.delta).
+    The ports are told apart by identity: the store's reader keeps the objects of the ports it did
+    not read again, so this costs two C-level passes over the ports, not a comparison of each."""
+    changed = frozenset(f.name for f in fields(Snapshot) if f.name not in ("nodes", "ports", "derived")
+                        and (b := getattr(before, f.name)) is not (a := getattr(after, f.name)) and b != a)
+    nb, na = {n.name: n for n in before.nodes}, {n.name: n for n in after.nodes}
+    nodes = frozenset(name for name in nb.keys() | na.keys() if nb.get(name) != na.get(name))
+    gone, new = _changed_ports(before.ports, after.ports)
+    if len(gone) + len(new) > max(DELTA_PORTS, len(after.ports) // 8):
+        return None
+    ids = {p.id for p in gone} | {p.id for p in new}
+    if nodes:
+        ids |= {p.id for p in before.ports if p.node in nodes} | {p.id for p in after.ports if p.node in nodes}
+        if len(ids) > max(DELTA_PORTS, len(after.ports) // 8):
+            return None
+    return Delta(changed, nodes, frozenset(ids), {p.id: p for p in before.ports if p.id in ids} if nodes else
+                 {p.id: p for p in gone}, {p.id: p for p in after.ports if p.id in ids} if nodes else {p.id: p for p in new})
 
 
 # ---------------------------------------------------------------------------------------------- switches

@@ -72,23 +72,72 @@ def dhcp_server_ip(subnet, taken: set[str]) -> str | None:
 
 def dhcp_server_addresses(snapshot: Snapshot) -> dict[int, str]:
     """subnet id -> the DHCP server's address on it, for every DHCP-enabled subnet (memoised per
-    snapshot: the tenant compiler answers ARP for these addresses)."""
-    def make(snap: Snapshot) -> dict[int, str]:
-        networks = {n.id for n in snap.networks}
-        taken: dict[int, set[str]] = {}
-        for p in snap.ports:
+    snapshot: the tenant compiler answers ARP for these addresses; patched for a change of ports:
+    the subnets of their addresses worked out again)."""
+    return snapshot.memo("dhcp_server_addresses", _dhcp_server_addresses, _patch_dhcp_server_addresses)
+
+
+def _dhcp_server_addresses(snap: Snapshot) -> dict[int, str]:
+    taken, networks = _taken(snap), {n.id for n in snap.networks}
+    return {s.id: ip for s in sorted(snap.subnets, key=lambda x: x.id)
+            if (ip := _server(s, networks, taken)) is not None}
+
+
+def _patch_dhcp_server_addresses(servers: dict, snap: Snapshot, delta) -> dict | None:
+    if delta.fields & _ADDRESS_FIELDS:
+        return None
+    taken, networks = _taken(snap), {n.id for n in snap.networks}
+    subnets = {s.id: s for s in snap.subnets}
+    out = dict(servers)
+    for subnet_id in {f.subnet_id for m in (delta.before, delta.after) for p in m.values() for f in p.fixed_ips}:
+        out.pop(subnet_id, None)
+        if subnet_id in subnets and (ip := _server(subnets[subnet_id], networks, taken)) is not None:
+            out[subnet_id] = ip
+    return dict(sorted(out.items()))
+
+
+def _server(s, networks: set, taken: dict) -> str | None:
+    if not s.enable_dhcp or s.network_id not in networks:
+        return None
+    return dhcp_server_ip(s, taken.get(s.id, {}).keys() | ({s.gateway_ip} if s.gateway_ip else set()))
+
+
+_ADDRESS_FIELDS = frozenset({"networks", "subnets", "router_interfaces"})
+
+
+def _taken(snapshot: Snapshot) -> dict[int, dict[str, int]]:
+    """subnet id -> address -> how many ports and router interfaces hold it (patched per change)."""
+    return snapshot.memo("dhcp_taken", _count_taken, _patch_taken)
+
+
+def _count_taken(snap: Snapshot) -> dict[int, dict[str, int]]:
+    taken: dict[int, dict[str, int]] = {}
+    for p in snap.ports:
+        for f in p.fixed_ips:
+            held = taken.setdefault(f.subnet_id, {})
+            held[f.ip_address] = held.get(f.ip_address, 0) + 1
+    for ri in snap.router_interfaces:
+        held = taken.setdefault(ri.subnet_id, {})
+        held[ri.ip_address] = held.get(ri.ip_address, 0) + 1
+    return taken
+
+
+def _patch_taken(taken: dict, _snap: Snapshot, delta) -> dict | None:
+    if delta.fields & _ADDRESS_FIELDS:
+        return None
+    out = dict(taken)
+    copied: set[int] = set()
+    for m, step in ((delta.before, -1), (delta.after, 1)):
+        for p in m.values():
             for f in p.fixed_ips:
-                taken.setdefault(f.subnet_id, set()).add(f.ip_address)
-        for ri in snap.router_interfaces:
-            taken.setdefault(ri.subnet_id, set()).add(ri.ip_address)
-        out = {}
-        for s in sorted(snap.subnets, key=lambda x: x.id):
-            if s.enable_dhcp and s.network_id in networks:
-                ip = dhcp_server_ip(s, taken.get(s.id, set()) | ({s.gateway_ip} if s.gateway_ip else set()))
-                if ip is not None:
-                    out[s.id] = ip
-        return out
-    return snapshot.memo("dhcp_server_addresses", make)
+                if f.subnet_id not in copied:
+                    out[f.subnet_id] = dict(out.get(f.subnet_id, {}))
+                    copied.add(f.subnet_id)
+                held = out[f.subnet_id]
+                held[f.ip_address] = held.get(f.ip_address, 0) + step
+                if not held[f.ip_address]:
+                    del held[f.ip_address]
+    return out
 
 
 def _dhcp_networks(snapshot: Snapshot, underlay_mtu: int) -> dict[int, tuple[int, tuple[DhcpSubnet, ...]]]:

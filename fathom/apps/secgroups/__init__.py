@@ -70,7 +70,8 @@ def touched(before, after):
                     for ip in old ^ new:
                         key = _key(r.direction, {"eth_type": ETH_TYPE[eth], field: ip})
                         owners.add((ck.KIND_SECURITY_GROUP_CLAUSE, clause_id(key)))
-    for pid in set(b.views) | set(a.views):
+    delta = after.delta_from(before)   # the ports whose views may differ: those it names, else every one
+    for pid in (delta.ports if delta is not None else set(b.views) | set(a.views)):
         if b.views.get(pid) != a.views.get(pid):
             owners.add((ck.KIND_PORT, pid))
     # a network whose zone on a node changed (another network folding onto it came or went): the

@@ -185,16 +185,17 @@ class Index:
                 self.rule_by_id[r.id] = r
                 if r.remote_group_id is not None:
                     self.referrers[r.remote_group_id].append(r)
-        # group id -> ethertype -> member addresses; group id -> member port ids
-        members: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        # group id -> ethertype -> member address -> how many ports hold it; group id -> member port ids
+        self.member_counts: dict[int, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
         self.group_ports: dict[int, set[int]] = defaultdict(set)
         for p in snapshot.ports:
             for gid in p.security_groups:
                 self.group_ports[gid].add(p.id)
                 for fip in p.fixed_ips:
                     eth, text, _ = _address(fip.ip_address)
-                    members[gid][eth].add(text)
-        self.member_sets = {g: {e: frozenset(a) for e, a in by.items()} for g, by in members.items()}
+                    held = self.member_counts[gid][eth]
+                    held[text] = held.get(text, 0) + 1
+        self.member_sets = {g: {e: frozenset(a) for e, a in by.items()} for g, by in self.member_counts.items()}
         self._sorted_members: dict[tuple[int, str], list[str]] = {}
         # security-group ports: node name -> [(port, ofport)] by port id; port id -> its view
         refused = refused_ports(snapshot)
@@ -203,27 +204,118 @@ class Index:
         self.ports: dict[int, Port] = {}
         self.views: dict[int, tuple] = {}
         for p in sorted(snapshot.ports, key=lambda p: p.id):
-            node = self.nodes.get(p.node)
-            ofport = node.ofport(p.interface) if node is not None else None
-            eligible = (ofport is not None and p.port_security and p.network_id in networks
-                        and p.id not in refused)
-            self.ports[p.id] = p
-            self.views[p.id] = _port_view(p, ofport, eligible)
-            if eligible:
-                self.local[node.name].append((p, ofport))
+            ofport = self._add_port(p, refused, networks)
+            if ofport is not None:
+                self.local[p.node].append((p, ofport))
         # node name -> groups of its security-group ports; group id -> nodes where it is
         self.here: dict[str, set[int]] = {}
-        self.where: dict[int, set[str]] = defaultdict(set)
         for name, local in self.local.items():
-            self.here[name] = {g for p, _ in local for g in p.security_groups if g in self.groups}
-            for g in self.here[name]:
-                self.where[g].add(name)
+            self.here[name] = self._groups_of(local)
+        self.where = self._where()
         self._matches: dict[int, tuple[list[dict], list[dict]]] = {}
         self._protocols: dict[int, list[dict]] = {}
         self._clauses: dict[tuple, list[tuple[int, int, int]]] | None = None
         self._by_clause_id: dict[int, list[tuple]] | None = None
         self._static: dict[tuple, list] | None = None
         self._zones: dict[str, dict[int, int | None]] = {}
+
+    def _add_port(self, p: Port, refused: dict, networks: set) -> int | None:
+        """Note `p` (its view); its OpenFlow port number if it is a security-group port here."""
+        node = self.nodes.get(p.node)
+        ofport = node.ofport(p.interface) if node is not None else None
+        eligible = ofport is not None and p.port_security and p.network_id in networks and p.id not in refused
+        self.ports[p.id] = p
+        self.views[p.id] = _port_view(p, ofport, eligible)
+        return ofport if eligible else None
+
+    def _groups_of(self, local: list) -> set[int]:
+        return {g for p, _ in local for g in p.security_groups if g in self.groups}
+
+    def _where(self) -> dict[int, set[str]]:
+        where: dict[int, set[str]] = defaultdict(set)
+        for name, groups in self.here.items():
+            for g in groups:
+                where[g].add(name)
+        return where
+
+    @classmethod
+    def patched(cls, old: "Index", snapshot: Snapshot, delta) -> "Index | None":
+        """`old` (the snapshot before's) with the changed ports and nodes of `delta`; None when a
+        group, a rule or a network changed. What `old` holds is shared, not changed: a group's
+        members, a node's ports and the caches that depend on them are made again where the
+        change reaches them."""
+        if delta.fields & {"security_groups", "security_group_rules", "networks"}:
+            return None
+        idx = cls.__new__(cls)
+        idx.__dict__.update(old.__dict__)
+        idx.nodes = {n.name: n for n in snapshot.nodes}
+        idx.ports, idx.views = dict(old.ports), dict(old.views)
+        idx.group_ports = defaultdict(set, old.group_ports)
+        idx.member_counts = defaultdict(lambda: defaultdict(dict), old.member_counts)
+        copied: set = set()     # the sets and counts copied already (the old index's are not changed)
+        members: set[tuple[int, str]] = set()     # (group, ethertype) whose members changed
+        nodes: set[str] = set()                   # nodes whose security-group ports changed
+        refused, networks = refused_ports(snapshot), {n.id for n in snapshot.networks}
+        added: dict[str, list] = defaultdict(list)
+        for port_id in delta.ports:
+            p = idx.ports.pop(port_id, None)
+            view = idx.views.pop(port_id, None)
+            if view is not None and view[3]:
+                nodes.add(view[0])
+            steps = [(p, -1)] if p is not None else []
+            p = delta.after.get(port_id)
+            if p is not None:
+                steps.append((p, 1))
+                ofport = idx._add_port(p, refused, networks)
+                if ofport is not None:
+                    nodes.add(p.node)
+                    added[p.node].append((p, ofport))
+            for q, step in steps:
+                for gid in q.security_groups:
+                    if ("ports", gid) not in copied:
+                        idx.group_ports[gid] = set(idx.group_ports.get(gid, ()))
+                        copied.add(("ports", gid))
+                    (idx.group_ports[gid].add if step > 0 else idx.group_ports[gid].discard)(q.id)
+                    for fip in q.fixed_ips:
+                        eth, text, _ = _address(fip.ip_address)
+                        if (gid, eth) not in members:
+                            by = idx.member_counts[gid] = defaultdict(dict, idx.member_counts.get(gid, {}))
+                            by[eth] = dict(by.get(eth, {}))
+                            members.add((gid, eth))
+                        held = idx.member_counts[gid][eth]
+                        held[text] = held.get(text, 0) + step
+                        if not held[text]:
+                            del held[text]
+        for gid in {g for g, _ in members} | {g for kind, g in copied}:
+            if not idx.group_ports.get(gid, True):
+                del idx.group_ports[gid]
+        idx.member_sets = dict(old.member_sets)
+        for gid, eth in members:
+            by = idx.member_counts[gid]
+            if not by[eth]:
+                del by[eth]
+            if not by:
+                del idx.member_counts[gid]
+            idx.member_sets[gid] = {e: frozenset(a) for e, a in by.items()}
+            if not idx.member_sets[gid]:
+                del idx.member_sets[gid]
+        idx.local, idx.here = defaultdict(list, old.local), dict(old.here)
+        for name in nodes:
+            local = [x for x in idx.local.get(name, ()) if x[0].id not in delta.ports] + added.get(name, [])
+            local.sort(key=lambda x: x[0].id)
+            idx.local.pop(name, None)
+            idx.here.pop(name, None)
+            if local:
+                idx.local[name], idx.here[name] = local, idx._groups_of(local)
+        idx.where = idx._where()
+        idx._zones = {n: z for n, z in old._zones.items() if n not in nodes}
+        idx._sorted_members = {k: v for k, v in old._sorted_members.items() if k not in members}
+        changed = {g for g, _ in members}
+        idx._matches = {rid: m for rid, m in old._matches.items() if idx.rule_by_id[rid].remote_group_id not in changed}
+        idx._protocols = dict(old._protocols)
+        if members:
+            idx._clauses = idx._by_clause_id = idx._static = None
+        return idx
 
     def zones(self, node: str) -> dict[int, int | None]:
         """network id -> conntrack zone on `node`, for the networks of its security-group ports (see
@@ -335,7 +427,8 @@ class Index:
 
 
 def index(snapshot: Snapshot) -> Index:
-    return snapshot.memo("secgroups_index", Index)
+    """The Index of `snapshot`, once per snapshot; patched for a change of ports and nodes only."""
+    return snapshot.memo("secgroups_index", Index, Index.patched)
 
 
 def security_group_ports(snapshot: Snapshot, node: Node) -> list[tuple[Port, int]]:

@@ -33,18 +33,36 @@ def _node_facts(model):
                  for n in model.nodes)
 
 
-def _ports(model) -> dict:
+def port_facts(model) -> dict:
     """port id -> what its flows depend on: the port, its OpenFlow port number on its node, and
     that of its network's DHCP port there (`dhp<network>`, plugged by the node's agent: when it
-    comes or goes, the port's DHCP flows and its network's DHCP-port flows change)."""
-    nodes = {n.name: n for n in model.nodes}
+    comes or goes, the port's DHCP flows and its network's DHCP-port flows change). Once per
+    snapshot, patched for the ports a change touched."""
+    return model.memo("tenant_ports", _ports, _patch_ports)
 
-    def facts(p):
-        node = nodes.get(p.node)
-        if node is None:
-            return (p, None, None)
-        return (p, node.ofport(p.interface), node.ofport(dhcp_interface(p.network_id)))
-    return {p.id: facts(p) for p in model.ports}
+
+def _facts(p, nodes: dict) -> tuple:
+    node = nodes.get(p.node)
+    if node is None:
+        return (p, None, None)
+    return (p, node.ofport(p.interface), node.ofport(dhcp_interface(p.network_id)))
+
+
+def _ports(model) -> dict:
+    nodes = {n.name: n for n in model.nodes}
+    return {p.id: _facts(p, nodes) for p in model.ports}
+
+
+def _patch_ports(facts: dict, model, delta) -> dict:
+    nodes = {n.name: n for n in model.nodes}
+    out = dict(facts)
+    for port_id in delta.ports:
+        p = delta.after.get(port_id)
+        if p is None:
+            out.pop(port_id, None)
+        else:
+            out[port_id] = _facts(p, nodes)
+    return out
 
 
 def _gateway_nodes(model) -> set:
@@ -69,8 +87,9 @@ def touched(before, after):
             return f"network {nid} changed"
         if nets_b.get(nid) != nets_a.get(nid):
             owners.add((APP_TENANT, ck.KIND_NETWORK, nid))
-    ports_b, ports_a = b.memo("tenant_ports", _ports), a.memo("tenant_ports", _ports)
-    for pid in set(ports_b) | set(ports_a):
+    ports_b, ports_a = port_facts(b), port_facts(a)
+    delta = a.delta_from(b)   # the ports whose facts may differ: those it names, else every one
+    for pid in (delta.ports if delta is not None else set(ports_b) | set(ports_a)):
         old, new = ports_b.get(pid), ports_a.get(pid)
         if old != new:
             owners.add((APP_TENANT, ck.KIND_PORT, pid))
@@ -81,7 +100,7 @@ def touched(before, after):
         return owners
     # a network that became (or stopped being) local to a node, or routed to from it: every flow
     # of it and of the routers on it may appear or leave there
-    scopes_b, scopes_a = b.memo("tenant_scopes", node_scopes), a.memo("tenant_scopes", node_scopes)
+    scopes_b, scopes_a = node_scopes(b), node_scopes(a)
     moved: set[int] = set()
     for node in set(scopes_b) | set(scopes_a):
         none = (frozenset(), frozenset())
@@ -91,7 +110,7 @@ def touched(before, after):
         routers = {ri.router_id for ri in a.router_interfaces if ri.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
         owners |= {(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
-                   for pid, (p, *_) in m.memo("tenant_ports", _ports).items() if p.network_id in moved}
+                   for pid, (p, *_) in port_facts(m).items() if p.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
                    if ri.network_id in moved or ri.router_id in routers}
     return owners

@@ -69,28 +69,42 @@ def refused_ports(snapshot: Snapshot) -> dict[int, str]:
     by OpenFlow port number. Such a port would pull every tenant's traffic arriving there into its
     own network; the reconciler marks it `error` with this reason. Worked out once per snapshot
     (the reconciler, the tenant and the security groups ask it): not to be changed."""
-    return snapshot.memo("refused_ports", _refused_ports)
+    return snapshot.memo("refused_ports", _refused_ports, _patch_refused_ports)
 
 
 def _refused_ports(snapshot: Snapshot) -> dict[int, str]:
     nodes = {n.name: n for n in snapshot.nodes}
     infra: dict[str, set[int]] = {}   # node name -> OpenFlow port numbers of the fabric's interfaces
-    out = {}
-    for p in snapshot.ports:
-        node = nodes.get(p.node)
-        if node is None or not p.interface or p.interface == f"qrp{p.id}":
-            # qrp<id>: the leg of a network-node router, a port fathom made for itself
-            # (fathom.pipeline.fabric.tenant_view); a tenant port's id is never a leg's
-            continue
-        ofport = node.ofport(p.interface)
-        if node.name not in infra:
-            infra[node.name] = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
-        infra_ofports = infra[node.name]
-        if is_infrastructure_interface(p.interface) or (ofport is not None and (ofport in infra_ofports
-                                                                                or ofport >= OFPP_MAX)):
-            out[p.id] = (f"interface {p.interface!r} on node {p.node!r} belongs to the fabric "
-                         "(tunnel, uplink or patch port): refused as a tenant port")
+    return {p.id: why for p in snapshot.ports if (why := _refusal(p, nodes, infra)) is not None}
+
+
+def _patch_refused_ports(refused: dict, snapshot: Snapshot, delta) -> dict | None:
+    nodes = {n.name: n for n in snapshot.nodes}
+    infra: dict[str, set[int]] = {}
+    out = dict(refused)
+    for port_id in delta.ports:
+        out.pop(port_id, None)
+        p = delta.after.get(port_id)
+        if p is not None and (why := _refusal(p, nodes, infra)) is not None:
+            out[port_id] = why
     return out
+
+
+def _refusal(p: Port, nodes: dict, infra: dict) -> str | None:
+    """Why `p` is refused, or None; `infra` caches each node's fabric port numbers."""
+    node = nodes.get(p.node)
+    if node is None or not p.interface or p.interface == f"qrp{p.id}":
+        # qrp<id>: the leg of a network-node router, a port fathom made for itself
+        # (fathom.pipeline.fabric.tenant_view); a tenant port's id is never a leg's
+        return None
+    ofport = node.ofport(p.interface)
+    if node.name not in infra:
+        infra[node.name] = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
+    if is_infrastructure_interface(p.interface) or (ofport is not None and (ofport in infra[node.name]
+                                                                            or ofport >= OFPP_MAX)):
+        return (f"interface {p.interface!r} on node {p.node!r} belongs to the fabric "
+                "(tunnel, uplink or patch port): refused as a tenant port")
+    return None
 
 
 def compile_tenant(snapshot: Snapshot, only: frozenset | None = None) -> dict[str, SwitchState]:
@@ -104,7 +118,7 @@ def compile_tenant(snapshot: Snapshot, only: frozenset | None = None) -> dict[st
     cookies name are built (the incremental path: fathom.apps.tenant.compile_owners). The same
     code builds both, so the flows of an owner are the same whichever way they were asked for.
     """
-    topo = snapshot.memo("tenant_topology", _Topology)
+    topo = topology(snapshot)
     return {node.name: _compile_node(topo, node, only) for node in _nodes_of(snapshot, topo, only)}
 
 
@@ -127,7 +141,7 @@ def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
             node_ids.add(object_id)
         else:
             return snapshot.nodes
-    scopes = snapshot.memo("tenant_scopes", node_scopes)
+    scopes = node_scopes(snapshot)
 
     def reached(node: Node) -> bool:
         local, routed_to = scopes[node.name]
@@ -138,13 +152,37 @@ def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
 def node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
     """node name -> (networks local to it: it has a plugged port there; networks it routes to).
     A node's flows for a network depend on the network's membership in these two sets: when they
-    change, owners beyond the changed ports are touched (fathom.apps.tenant.touched)."""
-    topo = snapshot.memo("tenant_topology", _Topology)
-    out = {}
-    for node in snapshot.nodes:
-        local = sorted({p.network_id for p, _ in topo.local_ports(node)})
-        out[node.name] = (frozenset(local), frozenset(_route_flows(topo, local, lambda k, o: False)[1]))
+    change, owners beyond the changed ports are touched (fathom.apps.tenant.touched). Once per
+    snapshot; patched for a change of ports and nodes only (the nodes they are on worked out again)."""
+    return snapshot.memo("tenant_scopes", _node_scopes, _patch_node_scopes)
+
+
+def _node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
+    topo = topology(snapshot)
+    return {node.name: _node_scope(topo, node) for node in snapshot.nodes}
+
+
+def _node_scope(topo: "_Topology", node: Node) -> tuple[frozenset, frozenset]:
+    local = sorted({p.network_id for p, _ in topo.local_ports(node)})
+    return frozenset(local), frozenset(_route_flows(topo, local, lambda k, o: False)[1])
+
+
+def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta) -> dict | None:
+    if delta.fields & _TOPOLOGY_FIELDS:
+        return None
+    topo = topology(snapshot)
+    out = dict(scopes)
+    for name in delta.nodes | delta.port_nodes():
+        out.pop(name, None)
+        if name in topo.nodes:
+            out[name] = _node_scope(topo, topo.nodes[name])
     return out
+
+
+def topology(snapshot: Snapshot) -> "_Topology":
+    """The tenant compiler's look-ups over `snapshot` (_Topology), once per snapshot; patched for a
+    change of ports and nodes only."""
+    return snapshot.memo("tenant_topology", _Topology, _Topology.patched)
 
 
 def _tenant_cookie(kind: int, object_id: int) -> int:
@@ -153,6 +191,9 @@ def _tenant_cookie(kind: int, object_id: int) -> int:
 
 def flood_group_id(network_id: int) -> int:
     return st.group_id(st.APP_TENANT, network_id)
+
+
+_TOPOLOGY_FIELDS = frozenset({"networks", "subnets", "router_interfaces", "router_gateways"})
 
 
 class _Topology:
@@ -169,7 +210,7 @@ class _Topology:
         self.ports_by_network: dict[int, list[Port]] = defaultdict(list)
         self.ports_by_node: dict[str, list[Port]] = defaultdict(list)   # each in id order
         for p in sorted(snapshot.ports, key=lambda p: p.id):
-            if p.node in self.nodes and p.network_id in self.networks and p.id not in refused:
+            if self._takes_part(p, refused):
                 self.ports[p.id] = p
                 self.ports_by_network[p.network_id].append(p)
                 self.ports_by_node[p.node].append(p)
@@ -185,6 +226,45 @@ class _Topology:
         for gw in snapshot.router_gateways:
             if gw.node is not None:
                 self.gateway_networks[gw.node] |= {ri.network_id for ri in self.interfaces_by_router[gw.router_id]}
+
+    def _takes_part(self, p: Port, refused: dict) -> bool:
+        return p.node in self.nodes and p.network_id in self.networks and p.id not in refused
+
+    @classmethod
+    def patched(cls, old: "_Topology", snapshot: Snapshot, delta) -> "_Topology | None":
+        """`old` (the snapshot before's) with the changed ports and nodes of `delta` (None when
+        anything else the look-ups hold changed). What `old` holds is shared, not changed: the
+        lists of a network or node a changed port is (or was) on are made again."""
+        if delta.fields & _TOPOLOGY_FIELDS:
+            return None
+        topo = cls.__new__(cls)
+        topo.__dict__.update(old.__dict__)
+        topo.nodes = {n.name: n for n in snapshot.nodes}
+        topo.dhcp_servers = dhcp_server_addresses(snapshot)
+        refused = refused_ports(snapshot)
+        topo.ports = dict(old.ports)
+        by_network, by_node = defaultdict(list, old.ports_by_network), defaultdict(list, old.ports_by_node)
+        networks, nodes = defaultdict(list), defaultdict(list)   # key -> the changed ports there now
+        for port_id in delta.ports:
+            p = topo.ports.pop(port_id, None)
+            if p is not None:
+                networks.setdefault(p.network_id, [])
+                nodes.setdefault(p.node, [])
+            p = delta.after.get(port_id)
+            if p is not None and topo._takes_part(p, refused):
+                topo.ports[port_id] = p
+                networks[p.network_id].append(p)
+                nodes[p.node].append(p)
+        for index, changed in ((by_network, networks), (by_node, nodes)):
+            for key, added in changed.items():
+                kept = [p for p in index.get(key, ()) if p.id not in delta.ports] + added
+                kept.sort(key=lambda p: p.id)
+                if kept:
+                    index[key] = kept
+                else:
+                    index.pop(key, None)
+        topo.ports_by_network, topo.ports_by_node = by_network, by_node
+        return topo
 
     def local_ports(self, node: Node) -> list[tuple[Port, int]]:
         """(port, ofport) of the ports bound to `node` whose interface is on its br-int, in id order

@@ -1,0 +1,153 @@
+"""Views patched from the snapshot before (Snapshot.memo with a patch, Snapshot.follow): over a
+random walk of changes to a small cloud (ports created, deleted, rebound, readdressed, regrouped,
+plugged and unplugged, bound to the fabric's own interfaces; now and then a subnet or a router
+changed, which no patch covers), each view of the new snapshot equals the view made afresh, and so
+do the apps' compiles and their `touched` answers."""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from fathom.apps import compile_all, registry
+from fathom.apps.hostlocal import dhcp_server_addresses
+from fathom.apps.secgroups.compiler import index
+from fathom.apps.tenant import port_facts
+from fathom.apps.tenant.compiler import node_scopes, refused_ports, topology
+from fathom.model import (
+    TUNNEL_INTERFACE, FixedIp, Network, Node, Port, Router, RouterInterface, SecurityGroup,
+    SecurityGroupRule, Snapshot, Subnet,
+)
+
+NODES = ("c1", "c2", "c3")
+STEPS = 150
+
+
+def cloud() -> Snapshot:
+    nodes = tuple(Node(i + 1, name, "compute", f"10.99.0.{i + 1}", f"198.18.0.{i + 1}", "complete",
+                       ofports={TUNNEL_INTERFACE: 1, "dhp1": 2, "dhp2": 3})
+                  for i, name in enumerate(NODES))
+    networks = (Network(1, "blue", "p", "vxlan", 101), Network(2, "green", "p", "vxlan", 102),
+                Network(3, "red", "p", "vxlan", 103))
+    subnets = (Subnet(1, "b", "p", 1, "10.0.1.0/28", "10.0.1.1"), Subnet(2, "g", "p", 2, "10.0.2.0/28", "10.0.2.1"),
+               Subnet(3, "r", "p", 3, "10.0.3.0/28", "10.0.3.1"))
+    interfaces = (RouterInterface(900, 1, 1, 1, "10.0.1.1", "fa:16:3e:00:09:01"),
+                  RouterInterface(901, 1, 2, 2, "10.0.2.1", "fa:16:3e:00:09:02"))
+    groups = (SecurityGroup(1, "default", "p"), SecurityGroup(2, "web", "p"))
+    rules = (SecurityGroupRule(1, 1, "egress", "IPv4"), SecurityGroupRule(2, 1, "ingress", "IPv4", remote_group_id=1),
+             SecurityGroupRule(3, 2, "ingress", "IPv4", 6, 80, 80, remote_prefix="0.0.0.0/0"),
+             SecurityGroupRule(4, 2, "ingress", "IPv4", remote_group_id=2))
+    return Snapshot(nodes, networks, subnets, (), (Router(1, "r", "p"),), interfaces,
+                    security_groups=groups, security_group_rules=rules)
+
+
+class Walk:
+    def __init__(self, rng: random.Random):
+        self.rng, self.next_id = rng, 1
+
+    def port(self, base: Snapshot) -> Port:
+        rng, pid = self.rng, self.next_id
+        self.next_id += 1
+        net = rng.choice((1, 2, 3))
+        return Port(pid, f"p{pid}", "p", net, f"fa:16:3e:00:00:{pid:02x}", (self.address(net),),
+                    rng.choice(NODES), f"tap{pid}", rng.random() > 0.2, self.groups())
+
+    def address(self, net: int) -> FixedIp:
+        return FixedIp(net, f"10.0.{net}.{self.rng.randint(2, 14)}")   # clashes and the top address too
+
+    def groups(self) -> tuple:
+        return self.rng.choice(((), (1,), (2,), (1, 2)))
+
+    def step(self, s: Snapshot) -> Snapshot:
+        rng, ports = self.rng, list(s.ports)
+        what = rng.choice(("add", "add", "add", "delete", "rebind", "readdress", "regroup", "plug", "plug",
+                           "unplug", "fabric", "many", "subnet", "router"))
+        if what == "add" or not ports:
+            ports.append(self.port(s))
+        elif what == "many":
+            ports += [self.port(s) for _ in range(rng.randint(2, 6))]
+            ports = [p for p in ports if rng.random() > 0.1]
+        else:
+            i = rng.randrange(len(ports))
+            p = ports[i]
+            if what == "delete":
+                del ports[i]
+            elif what == "rebind":
+                ports[i] = replace(p, node=rng.choice(NODES + (None,)))
+            elif what == "readdress":
+                ports[i] = replace(p, fixed_ips=(self.address(p.network_id),))
+            elif what == "regroup":
+                ports[i] = replace(p, security_groups=self.groups(), port_security=rng.random() > 0.3)
+            elif what == "fabric":
+                ports[i] = replace(p, interface=rng.choice((TUNNEL_INTERFACE, "dhp1", "patch-phy", p.interface)))
+            elif what in ("plug", "unplug") and p.node is not None:
+                nodes = []
+                for n in s.nodes:
+                    ofports = dict(n.ofports)
+                    if n.name == p.node and what == "plug":
+                        ofports[p.interface] = 10 + p.id
+                    elif n.name == p.node:
+                        ofports.pop(p.interface, None)
+                    nodes.append(replace(n, ofports=ofports))
+                s = replace(s, nodes=tuple(nodes))
+            elif what == "subnet":
+                s = replace(s, subnets=tuple(replace(x, enable_dhcp=not x.enable_dhcp) if x.id == 3 else x
+                                             for x in s.subnets))
+            elif what == "router":
+                have = {ri.id for ri in s.router_interfaces}
+                s = replace(s, router_interfaces=s.router_interfaces[:2] if 902 in have else
+                            s.router_interfaces + (RouterInterface(902, 1, 3, 3, "10.0.3.1", "fa:16:3e:00:09:03"),))
+        return replace(s, ports=tuple(sorted(ports, key=lambda p: p.id)))
+
+
+def views(s: Snapshot) -> dict:
+    topo = topology(s)
+    lists = lambda d: {k: [p.id for p in v] for k, v in d.items() if v}   # noqa: E731
+    idx = index(s)
+    return {
+        "refused": refused_ports(s), "facts": port_facts(s), "scopes": node_scopes(s),
+        "dhcp": list(dhcp_server_addresses(s).items()),
+        "topology": (topo.nodes, topo.networks, topo.subnets, topo.dhcp_servers, topo.ports,
+                     lists(topo.ports_by_network), lists(topo.ports_by_node),
+                     {k: v for k, v in topo.gateway_networks.items() if v}),
+        "secgroups": (idx.ports, idx.views, {k: v for k, v in idx.group_ports.items() if v}, idx.member_sets,
+                      {k: v for k, v in idx.local.items() if v}, idx.here, {k: v for k, v in idx.where.items() if v},
+                      {n: idx.zones(n) for n in NODES}, idx.contributors(),
+                      {r.id: idx.matches(r) for r in s.security_group_rules}),
+    }
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_patched_views_equal_fresh_ones(seed):
+    walk = Walk(random.Random(seed))
+    before = cloud()
+    views(before)
+    patched = 0
+    for _ in range(STEPS):
+        after = walk.step(before).follow(before)
+        assert views(after) == views(replace(after)), f"after {walk.next_id} ports made"
+        if after.delta() is not None and not after.delta().fields:
+            patched += 1
+        for app in registry():
+            if app.touched is not None:
+                assert app.touched(before, after) == app.touched(replace(before), replace(after)), app.name
+        assert compile_all(after) == compile_all(replace(after))
+        before = after
+    assert patched > STEPS // 2     # most steps were patched, not made afresh
+
+
+def test_a_snapshot_follows_weakly_and_a_large_change_is_not_patched():
+    walk = Walk(random.Random(9))
+    before = cloud()
+    before = replace(before, ports=tuple(walk.port(before) for _ in range(300)))
+    after = replace(before, ports=before.ports[:-1]).follow(before)
+    delta = after.delta()
+    assert delta is not None and delta.ports == {before.ports[-1].id} and not delta.fields and not delta.nodes
+    assert delta.before == {before.ports[-1].id: before.ports[-1]} and delta.after == {}
+    # every port object new (a whole read of the store): too many to patch (DELTA_PORTS)
+    fresh = replace(before, ports=tuple(replace(p) for p in before.ports)).follow(before)
+    assert fresh.delta() is None
+    # the snapshot before is held weakly: once dropped, nothing is patched
+    orphan = replace(before, ports=before.ports[:-2]).follow(replace(before))
+    assert orphan.delta() is None
