@@ -396,7 +396,7 @@ class Snapshot:
 
     def delta(self) -> "Delta | None":
         """What changed since the snapshot this one follows, when it is still alive and the change
-        small (at most DELTA_PORTS ports, or an eighth of them); None otherwise."""
+        small (at most DELTA_PORTS ports, or an eighth of them where that is more); None otherwise."""
         if "_delta" not in self.derived:
             basis = self._basis()
             self.derived["_delta"] = _delta(basis, self) if basis is not None else None
@@ -423,14 +423,19 @@ def _changed_ports(before: tuple, after: tuple) -> tuple[list, list]:
     speed), by identity."""
     if before is after:
         return [], []
-    same = list(map(operator.is_, before, after))
-    head = same.index(False) if False in same else len(same)
+    head = _first_false(list(map(operator.is_, before, after)))
     rest_b, rest_a = before[head:], after[head:]
-    same = list(map(operator.is_, reversed(rest_b), reversed(rest_a)))
-    tail = same.index(False) if False in same else len(same)
+    tail = _first_false(list(map(operator.is_, reversed(rest_b), reversed(rest_a))))
     ob = {id(p): p for p in rest_b[:len(rest_b) - tail]}
     oa = {id(p): p for p in rest_a[:len(rest_a) - tail]}
     return [ob[k] for k in ob.keys() - oa.keys()], [oa[k] for k in oa.keys() - ob.keys()]
+
+
+def _first_false(same: list) -> int:
+    try:
+        return same.index(False)
+    except ValueError:
+        return len(same)
 
 
 def _delta(before: Snapshot, after: Snapshot) -> Delta | None:
@@ -445,12 +450,13 @@ def _delta(before: Snapshot, after: Snapshot) -> Delta | None:
     if len(gone) + len(new) > max(DELTA_PORTS, len(after.ports) // 8):
         return None
     ids = {p.id for p in gone} | {p.id for p in new}
-    if nodes:
-        ids |= {p.id for p in before.ports if p.node in nodes} | {p.id for p in after.ports if p.node in nodes}
-        if len(ids) > max(DELTA_PORTS, len(after.ports) // 8):
-            return None
-    return Delta(changed, nodes, frozenset(ids), {p.id: p for p in before.ports if p.id in ids} if nodes else
-                 {p.id: p for p in gone}, {p.id: p for p in after.ports if p.id in ids} if nodes else {p.id: p for p in new})
+    if not nodes:
+        return Delta(changed, nodes, frozenset(ids), {p.id: p for p in gone}, {p.id: p for p in new})
+    ids |= {p.id for p in before.ports if p.node in nodes} | {p.id for p in after.ports if p.node in nodes}
+    if len(ids) > max(DELTA_PORTS, len(after.ports) // 8):
+        return None
+    return Delta(changed, nodes, frozenset(ids), {p.id: p for p in before.ports if p.id in ids},
+                 {p.id: p for p in after.ports if p.id in ids})
 
 
 # ---------------------------------------------------------------------------------------------- switches

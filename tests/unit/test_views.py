@@ -13,7 +13,7 @@ import pytest
 from fathom.apps import compile_all, registry
 from fathom.apps.hostlocal import dhcp_server_addresses
 from fathom.apps.secgroups.compiler import index
-from fathom.apps.tenant import port_facts
+from fathom.apps.tenant import tenant_ports
 from fathom.apps.tenant.compiler import node_scopes, refused_ports, topology
 from fathom.model import (
     TUNNEL_INTERFACE, FixedIp, Network, Node, Port, Router, RouterInterface, SecurityGroup,
@@ -106,7 +106,7 @@ def views(s: Snapshot) -> dict:
     lists = lambda d: {k: [p.id for p in v] for k, v in d.items() if v}   # noqa: E731
     idx = index(s)
     return {
-        "refused": refused_ports(s), "facts": port_facts(s), "scopes": node_scopes(s),
+        "refused": refused_ports(s), "facts": tenant_ports(s), "scopes": node_scopes(s),
         "dhcp": list(dhcp_server_addresses(s).items()),
         "topology": (topo.nodes, topo.networks, topo.subnets, topo.dhcp_servers, topo.ports,
                      lists(topo.ports_by_network), lists(topo.ports_by_node),

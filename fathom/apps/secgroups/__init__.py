@@ -78,6 +78,8 @@ def touched(before, after):
     # conntrack flows of its ports there
     for name in set(b.local) | set(a.local):
         zb, za = b.zones(name), a.zones(name)
+        if zb is za or zb == za:
+            continue
         moved_nets = {n for n in set(zb) | set(za) if zb.get(n) != za.get(n)}
         for idx in (b, a):
             owners.update((ck.KIND_PORT, p.id) for p, _ in idx.local.get(name, ()) if p.network_id in moved_nets)

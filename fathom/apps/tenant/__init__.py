@@ -33,7 +33,7 @@ def _node_facts(model):
                  for n in model.nodes)
 
 
-def port_facts(model) -> dict:
+def tenant_ports(model) -> dict:
     """port id -> what its flows depend on: the port, its OpenFlow port number on its node, and
     that of its network's DHCP port there (`dhp<network>`, plugged by the node's agent: when it
     comes or goes, the port's DHCP flows and its network's DHCP-port flows change). Once per
@@ -87,7 +87,7 @@ def touched(before, after):
             return f"network {nid} changed"
         if nets_b.get(nid) != nets_a.get(nid):
             owners.add((APP_TENANT, ck.KIND_NETWORK, nid))
-    ports_b, ports_a = port_facts(b), port_facts(a)
+    ports_b, ports_a = tenant_ports(b), tenant_ports(a)
     delta = a.delta_from(b)   # the ports whose facts may differ: those it names, else every one
     for pid in (delta.ports if delta is not None else set(ports_b) | set(ports_a)):
         old, new = ports_b.get(pid), ports_a.get(pid)
@@ -110,7 +110,7 @@ def touched(before, after):
         routers = {ri.router_id for ri in a.router_interfaces if ri.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
         owners |= {(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
-                   for pid, (p, *_) in port_facts(m).items() if p.network_id in moved}
+                   for pid, (p, *_) in tenant_ports(m).items() if p.network_id in moved}
         owners |= {(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
                    if ri.network_id in moved or ri.router_id in routers}
     return owners
