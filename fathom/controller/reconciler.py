@@ -224,6 +224,9 @@ class PassResult:
     dhcp_servers: dict[int, tuple] = field(default_factory=dict)
     # (kind, object id) -> switches that must hold its flows (None: the status model reads `desired`)
     needs: dict | None = None
+    # the (kind, object id) whose switches in `needs` changed since statuses were last decided
+    # (None: not known; every object's status is decided again)
+    needs_changed: set | None = None
 
     def br_int(self, node: str) -> SwitchState | None:
         return self.desired.get(SwitchKey(BR_INT, node))
@@ -613,6 +616,8 @@ class Reconciler:
         # switch -> (kind, object id) it holds something of -> how many parts' owners hold it there
         self._owners_at: dict[SwitchKey, Counter] = {}
         self._needs_index: dict = {}                  # its reverse: (kind, object id) -> switches
+        self._needs_changed: set = set()              # its keys changed since statuses were decided
+        self.port_statuses = status.PortStatuses()   # kept by decide from pass to pass
         self._stored: dict = {}                       # statuses in the store, read with the model
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
         self._pool: ThreadPoolExecutor | None = None   # applies to several switches at once
@@ -845,6 +850,7 @@ class Reconciler:
             steps.done("compile")
             result.desired = dict(self.desired)
             result.needs = self._needs(changed)
+            result.needs_changed = self._needs_changed
             for port_id, reason in refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
             steps.done("needs")
@@ -936,7 +942,10 @@ class Reconciler:
             self._statuses_held = True    # see STARTUP_GRACE; the periodic check ends it in time
             return
         self._statuses_held = False
-        decided = status.decide(snapshot, result)
+        decided = status.decide(snapshot, result, self.port_statuses)
+        self._needs_changed = set()
+        if self.check_incremental:
+            self.assert_same_statuses(snapshot, result, decided)
         states = status.node_states(result)
         steps.done("decide")
         if ev.store:
@@ -1114,8 +1123,10 @@ class Reconciler:
                 cache[key] = new
             for o in old.keys() - new.keys():
                 _unneed(needs, o, key)
+                self._needs_changed.add(o)
             for o in new.keys() - old.keys():
                 needs.setdefault(o, set()).add(key)
+                self._needs_changed.add(o)
         for key, (gone, got) in self._moves.items():
             if key in again:
                 continue
@@ -1126,11 +1137,13 @@ class Reconciler:
                 if counts[o] <= 0:
                     del counts[o]
                     _unneed(needs, o, key)
+                    self._needs_changed.add(o)
             for owner in got:
                 o = owner[1:]
                 counts[o] += 1
                 if counts[o] == 1:
                     needs.setdefault(o, set()).add(key)
+                    self._needs_changed.add(o)
             if not counts:
                 del cache[key]
         if self.check_incremental:
@@ -1172,6 +1185,18 @@ class Reconciler:
             LOG.error("incremental desired state differs from a full compile:\n%s", "\n".join(lines))
             self.parts, self.model_compiled, self._compiled = {}, None, {}    # the next pass compiles whole
             raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
+
+    def assert_same_statuses(self, snapshot: Snapshot, result: PassResult, decided: dict) -> None:
+        """The statuses decided from those kept equal those decided whole (check_incremental);
+        raises IncrementalMismatch naming what differs, and the next pass decides whole."""
+        whole = status.decide(snapshot, result)
+        if whole != decided:
+            self.mismatches += 1
+            self.port_statuses = status.PortStatuses()
+            differ = sorted(str((k, decided.get(k), whole.get(k))) for k in set(whole) | set(decided)
+                            if whole.get(k) != decided.get(k))
+            LOG.error("statuses decided from those kept differ from a whole decision: %s", differ[:5])
+            raise IncrementalMismatch(f"statuses decided from those kept differ: {differ[:5]}")
 
     def assert_same_change(self, key: SwitchKey, change: Change, desired: SwitchState, mirror: tuple) -> None:
         """The change worked out from a pass's edit equals a diff of the whole desired state against

@@ -77,6 +77,7 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
                 "pass_steps_total": {k: round(v, 6) for k, v in reconciler.steps_total.items()},
                 "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
                 "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.diffs),
+                "port_status_decisions": dict(reconciler.port_statuses.passes),
                 "switch_commits": sw.COMMIT_TIMES.totals()}
 
     return router

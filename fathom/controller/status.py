@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
 from fathom.model.routers import effective_modes
@@ -125,10 +126,42 @@ def switch_owners(state) -> set[tuple[int, int]]:
     return {ck.parse_cookie(spec.cookie)[1:] for spec in (*state.flows, *state.groups)}
 
 
-def decide(snapshot, result) -> dict[tuple[str, int], Status]:
+@dataclass
+class PortStatuses:
+    """What `decide` keeps from one pass to the next so that it decides again only the ports a
+    change reached (ports are most of a cloud's objects; every other kind is decided each pass):
+    the model, switches in trouble and refused owners it decided with, and the ports' statuses."""
+    model: object = None
+    trouble: dict = field(default_factory=dict)
+    refused: dict = field(default_factory=dict)
+    statuses: dict = field(default_factory=dict)     # ("port", id) -> status
+    passes: dict = field(default_factory=lambda: {"whole": 0, "changed": 0})   # how each pass decided
+
+
+def _ports_to_decide(snapshot, result, trouble: dict, kept: PortStatuses | None):
+    """The ports whose status may differ from the one `kept` holds: those the model changed (their
+    node's port numbers included) and those whose switches changed (`result.needs_changed`,
+    owners); every port (None) when the switches in trouble or the refused owners changed, or
+    what changed is not known."""
+    changed = getattr(result, "needs_changed", None)
+    if kept is None or kept.model is None or changed is None or trouble != kept.trouble \
+            or result.refused != kept.refused:
+        return None
+    delta = snapshot.changes_from(kept.model)
+    if delta is None:
+        return None
+    ids = set(delta.ports) | {obj for kind, obj in changed if kind in FLOW_KINDS["port"]}
+    for port_id in ids:
+        kept.statuses.pop(("port", port_id), None)
+    by_id = snapshot.ports_by_id()
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def decide(snapshot, result, kept: PortStatuses | None = None) -> dict[tuple[str, int], Status]:
     """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
     subnet, port, router, router_interface, tap_policy); and ("subnet_dhcp", subnet id) -> the
-    subnet's DHCP servers per node, ((node, status, reason), ...)."""
+    subnet's DHCP servers per node, ((node, status, reason), ...). `kept`: the ports' statuses the
+    pass before decided, updated here (only the ports a change reached are decided again)."""
     needs = getattr(result, "needs", None)
     if needs is None:
         needs = owners_needed(result.desired)
@@ -136,6 +169,11 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
     # them is active without looking at each (a port's flows may be on every switch of the fabric)
     trouble = {k: p for k in set(result.desired) | set(result.switches)
                if (p := switch_problem(result.switches.get(k))) is not None}
+    ports = _ports_to_decide(snapshot, result, trouble, kept)
+    port_statuses = kept.statuses if kept is not None else {}
+    if ports is None:
+        ports = snapshot.ports
+        port_statuses.clear()
     troubled = set(trouble)
     refused_any = bool(result.refused)
 
@@ -198,7 +236,7 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
         # DHCP on its node, not forwarding), shown on the subnet (docs/dhcp.md)
         out[("subnet_dhcp", sub.id)] = result.dhcp_servers.get(sub.network_id, ()) if sub.enable_dhcp else ()
     nodes = {n.name: n for n in snapshot.nodes}
-    for p in snapshot.ports:
+    for p in ports:
         got = from_flows("port", p.id, p.node and (lambda k, node=p.node: k.name == node and k.bridge in HOST_BRIDGES))
         if got is not None and got[0] == "error":
             pass
@@ -211,7 +249,11 @@ def decide(snapshot, result) -> dict[tuple[str, int], Status]:
             got = ("down", f"interface {p.interface!r} is not plugged on node {p.node}")
         elif got is None:
             got = ("pending", f"waiting for interface {p.interface!r} on node {p.node}")
-        out[("port", p.id)] = got
+        port_statuses[("port", p.id)] = got
+    out.update(port_statuses)
+    if kept is not None:     # every port it holds decided with these: the next pass starts from here
+        kept.model, kept.trouble, kept.refused = snapshot, trouble, dict(result.refused)
+        kept.passes["whole" if ports is snapshot.ports else "changed"] += 1
     interfaces = defaultdict(list)
     modes = effective_modes(snapshot)
     tors = {SwitchKey(TOR, s.name) for s in (snapshot.fabric.switches if snapshot.fabric else ())}

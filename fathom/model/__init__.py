@@ -406,6 +406,14 @@ class Snapshot:
         """`delta()`, when the snapshot this one follows is `before`."""
         return self.delta() if self._basis() is before else None
 
+    def changes_from(self, before: "Snapshot") -> "Delta | None":
+        """The Delta from any earlier snapshot `before` (not kept: see `delta`)."""
+        return _delta(before, self)
+
+    def ports_by_id(self) -> dict[int, Port]:
+        """port id -> port, once per snapshot (patched for the ports a change touched)."""
+        return self.memo("ports_by_id", lambda s: {p.id: p for p in s.ports}, _patch_ports_by_id)
+
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
         nodes = tuple(replace(n, ofports=dict(ofports.get(n.name, n.ofports))) for n in self.nodes)
@@ -415,6 +423,16 @@ class Snapshot:
         """A copy whose nodes carry br-phy port numbers: {node name: {interface: ofport}}."""
         nodes = tuple(replace(n, phy_ofports=dict(ofports.get(n.name, n.phy_ofports))) for n in self.nodes)
         return replace(self, nodes=nodes)
+
+
+def _patch_ports_by_id(ports: dict, _snapshot: Snapshot, delta: Delta) -> dict:
+    out = dict(ports)
+    for port_id in delta.ports:
+        if port_id in delta.after:
+            out[port_id] = delta.after[port_id]
+        else:
+            out.pop(port_id, None)
+    return out
 
 
 def _changed_ports(before: tuple, after: tuple) -> tuple[list, list]:

@@ -55,6 +55,7 @@ def test_a_port_is_down_until_its_vif_is_plugged_and_plugging_is_incremental(lab
     got = api.wait_status("ports", port["id"], "down", timeout=10)
     assert got["status"] == "down" and got["status_reason"] == "interface 'icx' is not plugged on node compute1"
     before = health(lab)["recomputes"]
+    decisions = health(lab)["port_status_decisions"]
 
     lab.ovs("compute1").vsctl("add-port", "br-int", "icx", "--", "set", "interface", "icx",
                               "external_ids:iface-id=icx")
@@ -65,6 +66,9 @@ def test_a_port_is_down_until_its_vif_is_plugged_and_plugging_is_incremental(lab
     after = health(lab)["recomputes"]
     assert {k: v for k, v in after.items() if k.startswith("tenant:")} == \
         {k: v for k, v in before.items() if k.startswith("tenant:")}
+    # and its statuses decided for the ports it reached, not every port again
+    now = health(lab)["port_status_decisions"]
+    assert now["changed"] > decisions["changed"], (decisions, now)
 
     lab.ovs("compute1").vsctl("del-port", "br-int", "icx")
     got = api.wait_status("ports", port["id"], "down", timeout=10)
