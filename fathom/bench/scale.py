@@ -348,6 +348,21 @@ def layout_snapshot(size: Size, plugged: bool = False):
     return Snapshot(nodes, networks, subnets, tuple(out))
 
 
+def layout_result(snapshot):
+    """A pass's result over a layout model (`layout_snapshot`), for timing the status steps
+    in-process: every node's br-int connected and holding what it should; no object needs a switch
+    yet (the caller says which do, `needs`)."""
+    from fathom.apps.base import BR_INT, SwitchKey
+    from fathom.controller.reconciler import PassResult, SwitchResult
+    from fathom.model import datapath_id
+    res = PassResult(needs={})
+    for n in snapshot.nodes:
+        key = SwitchKey(BR_INT, n.name)
+        res.switches[key] = SwitchResult(key, datapath_id(n.id), "ok", None, state="ok")
+        res.desired[key] = None
+    return res
+
+
 def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None = None,
                progress=lambda msg: None) -> dict:
     """One fabric of `size` simulated nodes under a fresh controller: fill it, time `samples` new

@@ -9,22 +9,16 @@ import random
 from dataclasses import replace
 
 from fathom.apps.base import BR_INT, SwitchKey
-from fathom.bench.scale import Size, layout_snapshot
+from fathom.bench.scale import Size, layout_result, layout_snapshot
 from fathom.controller import status
-from fathom.controller.reconciler import PassResult, SwitchResult
-from fathom.model import datapath_id
+from fathom.controller.reconciler import PassResult
 from fathom.pipeline import cookies as ck
 
 STEPS = 200
 
 
 def result_for(snap, needs: dict, trouble: str | None, refused: int | None) -> PassResult:
-    res = PassResult()
-    for n in snap.nodes:
-        key = SwitchKey(BR_INT, n.name)
-        res.switches[key] = SwitchResult(key, datapath_id(n.id), "ok", None)
-        res.switches[key].state = "ok"
-        res.desired[key] = None
+    res = layout_result(snap)
     if trouble is not None:
         res.switches[SwitchKey(BR_INT, trouble)].state = "lost: connection closed"
     if refused is not None:

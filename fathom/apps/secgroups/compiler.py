@@ -252,8 +252,10 @@ class Index:
         idx.ports, idx.views = dict(old.ports), dict(old.views)
         idx.group_ports = defaultdict(set, old.group_ports)
         idx.member_counts = defaultdict(lambda: defaultdict(dict), old.member_counts)
-        copied: set = set()     # the sets and counts copied already (the old index's are not changed)
-        members: set[tuple[int, str]] = set()     # (group, ethertype) whose members changed
+        # the groups whose ports and the (group, ethertype) whose members changed: copied once
+        # each, the old index's are not changed
+        regrouped: set[int] = set()
+        members: set[tuple[int, str]] = set()
         nodes: set[str] = set()                   # nodes whose security-group ports changed
         refused, networks = refused_ports(snapshot), {n.id for n in snapshot.networks}
         added: dict[str, list] = defaultdict(list)
@@ -272,10 +274,13 @@ class Index:
                     added[p.node].append((p, ofport))
             for q, step in steps:
                 for gid in q.security_groups:
-                    if ("ports", gid) not in copied:
+                    if gid not in regrouped:
                         idx.group_ports[gid] = set(idx.group_ports.get(gid, ()))
-                        copied.add(("ports", gid))
-                    (idx.group_ports[gid].add if step > 0 else idx.group_ports[gid].discard)(q.id)
+                        regrouped.add(gid)
+                    if step > 0:
+                        idx.group_ports[gid].add(q.id)
+                    else:
+                        idx.group_ports[gid].discard(q.id)
                     for fip in q.fixed_ips:
                         eth, text, _ = _address(fip.ip_address)
                         if (gid, eth) not in members:
@@ -286,8 +291,8 @@ class Index:
                         held[text] = held.get(text, 0) + step
                         if not held[text]:
                             del held[text]
-        for gid in {g for g, _ in members} | {g for kind, g in copied}:
-            if not idx.group_ports.get(gid, True):
+        for gid in regrouped:
+            if not idx.group_ports[gid]:
                 del idx.group_ports[gid]
         idx.member_sets = dict(old.member_sets)
         for gid, eth in members:

@@ -20,22 +20,17 @@ import time
 from dataclasses import replace
 
 from fathom.apps.base import BR_INT, SwitchKey
-from fathom.bench.scale import Size, layout_snapshot
+from fathom.bench.scale import Size, layout_result, layout_snapshot
 from fathom.controller import status
-from fathom.controller.reconciler import PassResult, SwitchResult
-from fathom.model import Snapshot, datapath_id
+from fathom.controller.reconciler import PassResult
+from fathom.model import Snapshot
 from fathom.pipeline import cookies as ck
 
 size = Size(100, 100)
 
 
 def pass_result(snap: Snapshot, trouble: bool) -> PassResult:
-    res = PassResult()
-    for n in snap.nodes:
-        key = SwitchKey(BR_INT, n.name)
-        res.switches[key] = SwitchResult(key, datapath_id(n.id), "ok", None)
-        res.switches[key].state = "ok"
-        res.desired[key] = None
+    res = layout_result(snap)
     everywhere = frozenset(res.switches)
     res.needs = {(ck.KIND_PORT, p.id): everywhere for p in snap.ports}
     res.needs.update({(ck.KIND_NETWORK, n.id): everywhere for n in snap.networks})
