@@ -11,6 +11,8 @@ import random
 
 import pytest
 
+from fathom.controller.reconciler import UNITE_AFTER, SwitchState, _Edit, _edited, _Edited
+from fathom.openflow.spec import FlowSpec
 from fathom.pipeline import cookies as ck
 
 from .test_reconciler import LAB, Cloud, holds
@@ -90,17 +92,20 @@ def test_the_change_from_the_edit_equals_a_whole_diff(tmp_path, seed, with_fabri
         cloud.rec.run_pass()
         writer = Writer(cloud, random.Random(seed))
         before = dict(cloud.rec.diffs)
+        edited = 0
         for i in range(60):
             for _ in range(writer.rng.randrange(1, 4)):     # a few writes coalesced into one pass
                 writer.step()
             cloud.rec.run_pass(audit=False)
             assert cloud.rec.mismatches == 0
+            edited += sum(isinstance(st, _Edited) for st in cloud.rec.desired.values())
             for key, res in cloud.rec.results.items():
                 assert res.state == "ok", (i, key, res.state)
                 assert holds(cloud.switches.switches[res.dpid], cloud.rec.desired[key]), (i, key)
         edits = cloud.rec.diffs["edit"] - before["edit"]
         whole = cloud.rec.diffs["whole"] - before["whole"]
         assert edits >= 60 and whole == 0, (edits, whole)
+        assert edited > 0
         cloud.rec.run_pass(audit=True)                       # read back: nothing was missed
         assert all(r.changes == 0 for r in cloud.rec.last.switches.values())
     finally:
@@ -138,3 +143,27 @@ def test_a_refused_edit_marks_its_objects_and_the_switch_is_diffed_whole_next(tm
         assert holds(sw, cloud.rec.last.br_int("compute1"))
     finally:
         cloud.close()
+
+
+def test_an_edited_state_equals_the_state_it_stands_for():
+    flow = lambda n: FlowSpec(0, 100, {"in_port": n}, (), n)   # noqa: E731
+    plain = {flow(n) for n in range(1, 6)}
+    state = SwitchState(frozenset(plain))
+    rng = random.Random(3)
+    united_at_limit = False
+    for i in range(3 * UNITE_AFTER):
+        edit = _Edit()
+        out = set(rng.sample(sorted(plain, key=lambda f: f.cookie), min(2, len(plain))))
+        into = out & set(rng.sample(sorted(out, key=lambda f: f.cookie), len(out) // 2)) | {flow(100 + i)}
+        edit.gone.append(SwitchState(frozenset(out)))
+        edit.new.append(SwitchState(frozenset(into)))
+        state = _edited(state, edit)
+        plain = plain - out | into
+        # chained, not made whole, until UNITE_AFTER edits; then made whole at once
+        assert (state._flows is None) == (state._depth < UNITE_AFTER), i
+        united_at_limit = united_at_limit or state._depth == UNITE_AFTER
+        if i < 20 and i % 7 == 0:   # read a few times (as an audit or the API would): equal, then whole
+            expected = SwitchState(frozenset(plain))
+            assert state == expected and expected == state and hash(state) == hash(expected)
+            assert {expected: 1}[state] == 1 and state._base is None
+    assert united_at_limit and state.flows == frozenset(plain) and state != SwitchState(frozenset({flow(1)}))
