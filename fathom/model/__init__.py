@@ -333,6 +333,18 @@ class Delta:
         """The nodes the changed ports are bound to, before or after."""
         return {p.node for m in (self.before, self.after) for p in m.values()}
 
+    def patched(self, view: Mapping, value) -> dict:
+        """A copy of `view` (port id -> something) whose changed ports' entries are `value(port)`
+        again: dropped where the port is gone or `value` gives None."""
+        out = dict(view)
+        for port_id in self.ports:
+            p = self.after.get(port_id)
+            if p is None or (v := value(p)) is None:
+                out.pop(port_id, None)
+            else:
+                out[port_id] = v
+        return out
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -426,13 +438,7 @@ class Snapshot:
 
 
 def _patch_ports_by_id(ports: dict, _snapshot: Snapshot, delta: Delta) -> dict:
-    out = dict(ports)
-    for port_id in delta.ports:
-        if port_id in delta.after:
-            out[port_id] = delta.after[port_id]
-        else:
-            out.pop(port_id, None)
-    return out
+    return delta.patched(ports, lambda p: p)
 
 
 def _changed_ports(before: tuple, after: tuple) -> tuple[list, list]:

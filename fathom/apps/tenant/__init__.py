@@ -55,14 +55,7 @@ def _ports(model) -> dict:
 
 def _patch_ports(facts: dict, model, delta) -> dict:
     nodes = {n.name: n for n in model.nodes}
-    out = dict(facts)
-    for port_id in delta.ports:
-        p = delta.after.get(port_id)
-        if p is None:
-            out.pop(port_id, None)
-        else:
-            out[port_id] = _facts(p, nodes)
-    return out
+    return delta.patched(facts, lambda p: _facts(p, nodes))
 
 
 def _gateway_nodes(model) -> set:

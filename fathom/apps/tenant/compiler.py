@@ -81,13 +81,7 @@ def _refused_ports(snapshot: Snapshot) -> dict[int, str]:
 def _patch_refused_ports(refused: dict, snapshot: Snapshot, delta) -> dict | None:
     nodes = {n.name: n for n in snapshot.nodes}
     infra: dict[str, set[int]] = {}
-    out = dict(refused)
-    for port_id in delta.ports:
-        out.pop(port_id, None)
-        p = delta.after.get(port_id)
-        if p is not None and (why := _refusal(p, nodes, infra)) is not None:
-            out[port_id] = why
-    return out
+    return delta.patched(refused, lambda p: _refusal(p, nodes, infra))
 
 
 def _refusal(p: Port, nodes: dict, infra: dict) -> str | None:
