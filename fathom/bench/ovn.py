@@ -7,7 +7,11 @@ network, with Geneve tunnels between the nodes' `br-phy` addresses. The packaged
 ovn-central / ovn-host units) are never used: every file of these daemons lives in `<lab dir>/ovn/`,
 so `fathom lab down` finds and stops them even after a crash.
 
-The tenant is written to the Northbound database with `ovn-nbctl`, as a CMS would; whether a port is
+The tenant is written to the Northbound database with `ovn-nbctl`, as a CMS would, with every VM port
+in the project's default security group as Neutron's OVN driver writes it (`add_security_group`):
+a port group holding the ports, one stateful ACL per rule of the group (fathom's default rules,
+`fathom.store.secgroups.DEFAULT_RULES`; a rule from the group's members matches the address set OVN
+keeps for the port group), and the drop port group whose ACLs drop the rest. Whether a port is
 up is read from `Logical_Switch_Port.up` by an `ovsdb-client monitor` (`UpMonitor`), which OVN sets
 once the port's chassis has installed its flows (ovn-controller's if-status, acknowledged by a barrier).
 """
@@ -27,6 +31,8 @@ from fathom.lab.sh import LabError, run
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
+SECURITY_GROUP = "pg_default"       # the project's default security group (Neutron: pg_<its id>)
+DROP_GROUP = "neutron_pg_drop"      # Neutron's name: every port with port security is in it
 PROGRAMS = ("ovn-northd", "ovn-controller", "ovn-nbctl", "ovn-sbctl", "ovsdb-server", "ovsdb-tool", "ovsdb-client")
 
 
@@ -119,12 +125,37 @@ class Ovn:
                     "--", "lsp-set-addresses", lsp, "router", "--", "lsp-set-options", lsp, f"router-port={lrp}"]
         self.nbctl(*cmd)
 
+    def add_security_group(self) -> None:
+        """The project's default security group as Neutron's OVN driver writes it: port group
+        `SECURITY_GROUP` with one allow-related ACL per rule (priority 1002), and `DROP_GROUP`, whose
+        ACLs (priority 1001) drop every other IP packet to or from its ports."""
+        from fathom.store.secgroups import DEFAULT_RULES
+        pg, drop = SECURITY_GROUP, DROP_GROUP
+        cmd = ["pg-add", drop, "--", "pg-add", pg]
+        for direction, match in (("from-lport", f"inport == @{drop} && ip"), ("to-lport", f"outport == @{drop} && ip")):
+            cmd += ["--", "--type=port-group", "acl-add", drop, direction, "1001", match, "drop"]
+        for direction, ethertype, from_members in DEFAULT_RULES:
+            ip = "ip4" if ethertype == "IPv4" else "ip6"
+            if direction == "egress":
+                lport, match = "from-lport", f"inport == @{pg} && {ip}"
+            else:
+                lport, match = "to-lport", f"outport == @{pg} && {ip}"
+                if from_members:
+                    match += f" && {ip}.src == ${pg}_{ip}"
+            cmd += ["--", "--type=port-group", "acl-add", pg, lport, "1002", match, "allow-related"]
+        self.nbctl(*cmd)
+
     @staticmethod
     def port_commands(switch: str, name: str, mac: str, ip: str) -> list[str]:
         """ovn-nbctl arguments adding a VM port as Neutron's OVN driver does: addresses and port
-        security both 'MAC IP'."""
-        return ["--", "lsp-add", switch, name, "--", "lsp-set-addresses", name, f"{mac} {ip}",
-                "--", "lsp-set-port-security", name, f"{mac} {ip}"]
+        security both 'MAC IP', a member of the default security group's and the drop port groups
+        (`add_security_group`), all in the transaction that creates it."""
+        ref = f"@{name.replace('-', '_')}"
+        return ["--", f"--id={ref}", "create", "Logical_Switch_Port", f"name={name}",
+                f'addresses="{mac} {ip}"', f'port_security="{mac} {ip}"',
+                "--", "add", "Logical_Switch", switch, "ports", ref,
+                "--", "add", "Port_Group", SECURITY_GROUP, "ports", ref,
+                "--", "add", "Port_Group", DROP_GROUP, "ports", ref]
 
     def add_port(self, switch: str, name: str, mac: str, ip: str) -> None:
         self.nbctl(*self.port_commands(switch, name, mac, ip)[1:])

@@ -6,8 +6,10 @@ c1 and a2, b2 on c2). VMs and ports are plugged the same way in both (Lab.add_vm
 whose node end becomes a br-int port with `external_ids:iface-id`). Under fathom the lab runs its own
 controller (plain TCP on OpenFlow and OVSDB, as OVN's databases here) with VXLAN networks; under OVN
 the lab is built without a controller and fathom.bench.ovn starts NB/SB databases, northd and one
-ovn-controller per node (Geneve). Each measurement alternates between the systems (and which goes
-first), so drift on this shared machine hits both.
+ovn-controller per node (Geneve). In both, every VM port is in the project's default security group
+(fathom's own; OVN's as Neutron's OVN driver writes it: fathom.bench.ovn), so both pass the VMs'
+traffic through conntrack (`conntrack` in the results counts one VM's connections). Each measurement
+alternates between the systems (and which goes first), so drift on this shared machine hits both.
 
 Figures, per system:
 - TCP throughput (iperf3) a1 -> a2 (same subnet) and a1 -> b2 (routed), both across nodes;
@@ -178,6 +180,7 @@ class OvnSystem(System):
         self.monitor = UpMonitor(self.ovn)
         for net in self.topo.networks:
             self.ovn.add_switch(net.name)
+        self.ovn.add_security_group()
         for r in self.topo.routers:
             self.ovn.add_router(r.name, {n: (ROUTER_MACS[n], f"{self.topo.network(n).gateway}/{self.topo.network(n).cidr.prefixlen}")
                                          for n in r.networks})
@@ -255,6 +258,14 @@ class Bench:
                     break
             out[path] = ok
         return out
+
+    def conntrack(self, sys_: System) -> int:
+        """Connections of the traffic check's source VM in its node's conntrack table: both systems
+        pass the VMs' traffic through conntrack for their security group, and this shows they do."""
+        src = self.vm[PATHS["same_subnet"][0]]
+        node = next(n.name for n, vm in self.topo.vms() if vm.name == src.name)
+        table = sys_.lab.ovs(node).appctl("dpctl/dump-conntrack")
+        return sum(f"src={src.ip.ip}," in line for line in table.splitlines())
 
     # ------------------------------------------------------------------ data plane
     def throughput(self) -> dict:
@@ -425,6 +436,7 @@ class Bench:
             for name, paths in doc["traffic_check"].items():
                 if not all(paths.values()):
                     raise LabError(f"{name}: no traffic on {[p for p, ok in paths.items() if not ok]}")
+            doc["conntrack"] = {s.name: self.conntrack(s) for s in self.systems}
             small = len(self.topo.vms())
             doc["tenants"] = {}
             t = doc["tenants"][str(small)] = {"ports": small, "snapshot": self.snapshot()}
@@ -487,9 +499,13 @@ def markdown(doc: dict) -> str:
          f"{doc['versions']['ovn_northd']}; load average at start {env['machine_at_start']['loadavg']}, "
          f"{env['machine_at_start']['foreign_ovs_vswitchd']} other labs' ovs-vswitchd running.", "",
          "Ratios are fathom / OVN: above 1 means fathom is faster (throughput) or slower and costlier "
-         "(latency, CPU, memory).", "",
-         "| path (cross node) | fathom TCP Gb/s mean [min–max] | OVN TCP Gb/s mean [min–max] | fathom / OVN (means) "
-         "| fathom / OVN per repeat |", "|---|---|---|---|---|"]
+         "(latency, CPU, memory).", ""]
+    if "conntrack" in doc:
+        L += [f"Both run every VM port in the project's default security group, statefully: connections of the "
+              f"traffic check's source VM in its node's conntrack table: fathom {doc['conntrack']['fathom']}, "
+              f"OVN {doc['conntrack']['ovn']}.", ""]
+    L += ["| path (cross node) | fathom TCP Gb/s mean [min–max] | OVN TCP Gb/s mean [min–max] | fathom / OVN (means) "
+          "| fathom / OVN per repeat |", "|---|---|---|---|---|"]
     tp = doc["throughput"]
     for path in PATHS:
         f, o = tp["fathom"][path], tp["ovn"][path]

@@ -25,6 +25,11 @@ def test_both_systems_carry_traffic(doc):
             assert d["n"] == 1 and d["min"] > 0.01, (system, path, d)   # iperf3 moved data
 
 
+def test_both_filter_the_vms_traffic_statefully(doc):
+    # both run the default security group on every VM port: its traffic is in conntrack on both
+    assert doc["conntrack"]["fathom"] > 0 and doc["conntrack"]["ovn"] > 0, doc["conntrack"]
+
+
 def test_both_report_each_port_up_and_pass_its_first_echo(doc):
     port_up = doc["tenants"]["4"]["port_up"]
     for system in ("fathom", "ovn"):
