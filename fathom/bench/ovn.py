@@ -28,6 +28,7 @@ from fathom.lab.controller import free_port
 from fathom.lab.lab import Lab
 from fathom.lab.ovs import kill_and_wait, wait_for
 from fathom.lab.sh import LabError, run
+from fathom.store.secgroups import DEFAULT_RULES
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
@@ -129,7 +130,6 @@ class Ovn:
         """The project's default security group as Neutron's OVN driver writes it: port group
         `SECURITY_GROUP` with one allow-related ACL per rule (priority 1002), and `DROP_GROUP`, whose
         ACLs (priority 1001) drop every other IP packet to or from its ports."""
-        from fathom.store.secgroups import DEFAULT_RULES
         pg, drop = SECURITY_GROUP, DROP_GROUP
         cmd = ["pg-add", drop, "--", "pg-add", pg]
         for direction, match in (("from-lport", f"inport == @{drop} && ip"), ("to-lport", f"outport == @{drop} && ip")):
