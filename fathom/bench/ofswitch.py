@@ -32,7 +32,7 @@ import time
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4 as ofp
 
-from fathom.controller.fakeswitch import FakeSwitch, Undo
+from fathom.controller.fakeswitch import FakeSwitch
 
 HEADER = struct.Struct("!BBHI")
 FLOW_MOD_FIXED = 48        # header + the flow mod's fields before its match
@@ -132,7 +132,8 @@ class OFSwitch:
     def _apply(self, messages: list[tuple[int, bytes]]) -> tuple[int, int, int] | None:
         """Apply messages all or nothing; (xid, error type, code) of the first refused one."""
         t = self.tables
-        t.undo = undo = Undo()   # the tables' changes and ours, taken back together if one is refused
+        saved = (dict(t.flows), dict(t.groups), dict(t.meters),
+                 dict(self.raw_flows), dict(self.raw_groups), dict(self.raw_meters))
         for xid, raw in messages:
             version, msg_type, length, _ = HEADER.unpack_from(raw)
             parsed = ofproto_parser.msg(t.dp, version, msg_type, length, xid, raw)
@@ -141,21 +142,21 @@ class OFSwitch:
                 if msg_type == ofp.OFPT_FLOW_MOD:
                     key = t.last_flow.key
                     if parsed.command == ofp.OFPFC_ADD:
-                        undo.set(self.raw_flows, key, raw[FLOW_MOD_FIXED:])
+                        self.raw_flows[key] = raw[FLOW_MOD_FIXED:]
                     else:
-                        undo.pop(self.raw_flows, key)
+                        self.raw_flows.pop(key, None)
                 elif msg_type == ofp.OFPT_GROUP_MOD:
                     if parsed.group_id in t.groups:
-                        undo.set(self.raw_groups, parsed.group_id, raw[GROUP_MOD_FIXED:])
+                        self.raw_groups[parsed.group_id] = raw[GROUP_MOD_FIXED:]
                     else:
-                        undo.pop(self.raw_groups, parsed.group_id)
+                        self.raw_groups.pop(parsed.group_id, None)
                 else:
                     if parsed.meter_id in t.meters:
-                        undo.set(self.raw_meters, parsed.meter_id, raw[METER_MOD_FIXED:])
+                        self.raw_meters[parsed.meter_id] = raw[METER_MOD_FIXED:]
                     else:
-                        undo.pop(self.raw_meters, parsed.meter_id)
+                        self.raw_meters.pop(parsed.meter_id, None)
                 continue
-            undo.rollback()
+            (t.flows, t.groups, t.meters, self.raw_flows, self.raw_groups, self.raw_meters) = saved
             kind = {ofp.OFPT_FLOW_MOD: ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPT_GROUP_MOD: ofp.OFPET_GROUP_MOD_FAILED,
                     ofp.OFPT_METER_MOD: ofp.OFPET_METER_MOD_FAILED}.get(msg_type, ofp.OFPET_BAD_REQUEST)
             return xid, kind, 0

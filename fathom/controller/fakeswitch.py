@@ -36,33 +36,6 @@ class FakeDatapath:
         msg.set_xid(next(self._xids) & 0xFFFFFFFF)
 
 
-_MISSING = object()
-
-
-class Undo:
-    """Changes to dicts, each with what it replaced, so that a failed bundle is taken back in
-    reverse order: all or nothing without copying tables of thousands of flows per bundle."""
-
-    def __init__(self):
-        self.log: list[tuple[dict, object, object]] = []
-
-    def set(self, table: dict, key, value) -> None:
-        self.log.append((table, key, table.get(key, _MISSING)))
-        table[key] = value
-
-    def pop(self, table: dict, key) -> None:
-        if key in table:
-            self.log.append((table, key, table.pop(key)))
-
-    def rollback(self) -> None:
-        for table, key, old in reversed(self.log):
-            if old is _MISSING:
-                table.pop(key, None)
-            else:
-                table[key] = old
-        self.log.clear()
-
-
 class FakeSwitch:
     settle = 0.0   # no datapath caches its flows
 
@@ -76,7 +49,6 @@ class FakeSwitch:
         self.sent: list[tuple[str, list]] = []   # ("bundle" | "plain", [parsed messages])
         self.reads = 0
         self.last_flow = None                    # the flow of the last flow mod applied
-        self.undo = Undo()                       # the changes of the message list being applied
         self._refuse = lambda spec: False
         self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
         self.lock = threading.Lock()
@@ -123,7 +95,7 @@ class FakeSwitch:
             parsed = [(spec, self._wire(msg)) for spec, msg in pairs]
             self.sent.append((how, [m for _, m in parsed]))
             self.journal.append((self.dpid, how, [m for _, m in parsed]))
-            self.undo = Undo()
+            tables = (dict(self.flows), dict(self.groups), dict(self.meters))
             refused = []
             for spec, msg in parsed:
                 error = "refused by the test" if self._refuse(spec) else self._one(msg)
@@ -132,7 +104,7 @@ class FakeSwitch:
                     if not atomic:
                         raise ApplyError(f"switch {self.dpid:016x} refused the change: {error}", refused)
             if refused:
-                self.undo.rollback()   # a bundle is all or nothing
+                self.flows, self.groups, self.meters = tables   # a bundle is all or nothing
                 raise ApplyError(f"switch {self.dpid:016x} refused the change: {len(refused)} message(s)", refused)
 
     def _wire(self, msg):
@@ -159,9 +131,9 @@ class FakeSwitch:
                     meter = getattr(action, "meter_id", None)
                     if type(action).__name__ == "Meter" and meter not in self.meters:
                         return f"OFPMMFC_UNKNOWN_METER {meter}"
-                self.undo.set(self.flows, flow.key, flow)
+                self.flows[flow.key] = flow
             elif msg.command == ofp.OFPFC_DELETE_STRICT:
-                self.undo.pop(self.flows, flow.key)
+                self.flows.pop(flow.key, None)
             else:
                 return f"flow mod command {msg.command} not supported by the fake switch"
             return None
@@ -171,26 +143,26 @@ class FakeSwitch:
             if msg.command == ofp.OFPGC_ADD:
                 if exists:
                     return f"OFPGMFC_GROUP_EXISTS {msg.group_id}"
-                self.undo.set(self.groups, msg.group_id, group)
+                self.groups[msg.group_id] = group
             elif msg.command == ofp.OFPGC_MODIFY:
                 if not exists:
                     return f"OFPGMFC_UNKNOWN_GROUP {msg.group_id}"
-                self.undo.set(self.groups, msg.group_id, group)
+                self.groups[msg.group_id] = group
             elif msg.command == ofp.OFPGC_DELETE:
                 if any(type(a).__name__ == "Group" and a.group_id == msg.group_id
                        for f in self.flows.values() for a in f.actions):
                     # OVS deletes the flows that use a deleted group; the reconciler must never rely on it
                     return f"group {msg.group_id} deleted while flows still use it"
-                self.undo.pop(self.groups, msg.group_id)
+                self.groups.pop(msg.group_id, None)
             return None
         if name == "OFPMeterMod":
             meter = encode.decode_meter(ofp, msg)
             if msg.command == ofp.OFPMC_DELETE:
-                self.undo.pop(self.meters, msg.meter_id)
+                self.meters.pop(msg.meter_id, None)
             elif msg.command == ofp.OFPMC_ADD and msg.meter_id in self.meters:
                 return f"OFPMMFC_METER_EXISTS {msg.meter_id}"
             else:
-                self.undo.set(self.meters, msg.meter_id, meter)
+                self.meters[msg.meter_id] = meter
             return None
         return f"{name} not supported by the fake switch"
 
