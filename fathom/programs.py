@@ -53,6 +53,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "runuser": ("util-linux", "running PostgreSQL as its own user"),
     "timeout": ("coreutils", "bounding benchmark helper commands"),
     "cat": ("coreutils", "reading interface counters in a namespace"),
+    "stat": ("coreutils", "a namespace file's inode in tests"),
     "rm": ("coreutils", "removing benchmark run directories"),
     "kill": ("procps", "killing daemons in failure tests"),
     "sh": ("dash", "shell one-liners in tests"),
