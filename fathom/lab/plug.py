@@ -1,5 +1,9 @@
-"""Plug a VM into a lab node for a port that a cloud (Neutron) made and fathom holds: what Nova and
-os-vif do on a compute node, plus the address configuration a DHCP agent would hand out.
+"""Plug a VM into a lab node for a port that a cloud (Neutron) made.
+
+`plug_os_vif` does what Nova and os-vif's ovs plugin do on a compute node and nothing else: a tap
+device `tap<uuid[:11]>` on br-int with the external_ids os-vif sets, for a port fathom need not hold
+yet; the VM takes its address by DHCP, as a cloud image does. `plug_neutron_port` is the quicker
+path for a port fathom already holds: the port's address is put on the VM's eth0 directly.
 
 The VM is a namespace `<lab>-<vm>`; its eth0 gets the port's MAC and first IPv4 address, a default
 route via the subnet's gateway; the node end of the veth is named as the port's `interface_name`
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import time
 
 from fathom.client import ApiError, Client
 
@@ -67,6 +72,50 @@ def plug_neutron_port(lab: Lab, neutron_port: str, vm: str | None = None) -> dic
     state = lab.state()
     state.setdefault("plugged", []).append(plugged)
     lab._save(state)
+    return plugged
+
+
+def plug_os_vif(lab: Lab, neutron_port: str, node: str, mac: str, vm: str | None = None,
+                dhcp: bool = True, timeout: float = 30) -> dict:
+    """As os-vif's ovs plugin (vif_type ovs) with the hypervisor's tap: the VM `<lab>-<vm>` on
+    `node`, its eth0 with `mac` and no address; the node end `tap<uuid[:11]>` a port of br-int with
+    external_ids iface-id (the Neutron port), attached-mac and iface-status=active. Then, with
+    `dhcp`, one DHCP exchange in the VM (udhcpc, `Lab.dhcp_vm`), retried until `timeout`: the port's
+    flows (and its node's DHCP server) follow the plug."""
+    vm = vm or "vm-" + neutron_port[:8]
+    if not VM_NAME_RE.match(vm):
+        raise LabError(f"VM name {vm!r}: 1-31 of a-z, 0-9, '-'")
+    if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", mac.lower()):
+        raise LabError(f"MAC {mac!r}: six hex bytes separated by ':'")
+    n = lab.node(node)
+    vns = lab.ns(vm)
+    if vns in lab.namespaces():
+        raise LabError(f"lab {lab.name} already has a VM or node named {vm!r}")
+    ifname = ("tap" + neutron_port)[:14]
+    _add_netns(vns)
+    run(["ip", "link", "add", ifname, "netns", n.netns, "type", "veth", "peer", "name", "eth0", "netns", vns])
+    run(["ip", "link", "set", "eth0", "address", mac.lower()], ns=vns)
+    _prepare_veth_end(vns, "eth0")
+    _prepare_veth_end(n.netns, ifname)
+    OvsInstance(n.netns, n.rundir).vsctl(
+        "--may-exist", "add-port", "br-int", ifname, "--", "set", "interface", ifname,
+        f"external_ids:iface-id={neutron_port}", f"external_ids:attached-mac={mac.lower()}",
+        "external_ids:iface-status=active")
+    plugged = {"vm": vm, "node": n.name, "interface": ifname, "neutron_port": neutron_port, "mac": mac.lower(),
+               "ip": None}
+    state = lab.state()
+    state.setdefault("plugged", []).append(plugged)
+    lab._save(state)
+    if dhcp:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                plugged["lease"] = lab.dhcp_vm(vm)
+                break
+            except LabError:
+                if time.monotonic() > deadline:
+                    raise
+        plugged["ip"] = plugged["lease"]["ip"]
     return plugged
 
 
