@@ -57,6 +57,8 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "rm": ("coreutils", "removing benchmark run directories"),
     "kill": ("procps", "killing daemons in failure tests"),
     "sh": ("dash", "shell one-liners in tests"),
+    "bash": ("bash", "the docs' command blocks, run as written (tests/lab/test_docs.py)"),
+    "jq": ("jq", "picking fields of JSON answers in the docs' command blocks"),
     "true": ("coreutils", "a command that succeeds, in tests"),
     "sleep": ("coreutils", "a command that takes time, in tests"),
     # traffic and independent witnesses
