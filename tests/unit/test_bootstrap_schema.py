@@ -59,7 +59,11 @@ def test_a_tls_handshake_cut_off_says_so(tmp_path):
     channels.use_tls(str(tmp_path / "pki"))
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
-        closer = threading.Thread(target=lambda: listener.accept()[0].close(), daemon=True)
+        def close_after_hello():   # read the ClientHello first: closing with it unread would send a reset
+            conn = listener.accept()[0]
+            conn.recv(65536)
+            conn.close()
+        closer = threading.Thread(target=close_after_hello, daemon=True)
         closer.start()
         try:
             with pytest.raises(ConnectionError) as e:
