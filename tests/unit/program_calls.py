@@ -117,7 +117,7 @@ def _program_elements(e: ast.expr):
     elif isinstance(e, (ast.List, ast.Tuple)):
         elts = e.elts
         i = 0
-        while i < len(elts) and isinstance(elts[i], ast.Starred) and not _is_name(elts[i].value):
+        while i < len(elts) and isinstance(elts[i], ast.Starred) and not isinstance(elts[i].value, ast.Name):
             i += 1            # [*_as_postgres(), prog, ...]: a prefix that may be empty
         if i < len(elts):
             yield elts[i]
@@ -127,10 +127,6 @@ def _program_elements(e: ast.expr):
                     yield elts[i + n]
     else:
         yield e
-
-
-def _is_name(e: ast.expr) -> bool:
-    return isinstance(e, ast.Name)
 
 
 def scan(mods: list[Module]) -> list[tuple[str, Module, int]]:
