@@ -49,6 +49,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "taskset": ("util-linux", "pinning a generator to one core"),
     "setpriv": ("util-linux", "running a command without root in tests"),
     "nsenter": ("util-linux", "a lab node's agent in the node's network namespace only"),
+    "unshare": ("util-linux", "hosts with mounts of their own for docs/deploy.md's test"),
     "strace": ("strace", "checking that the controller enters no namespace (lab test)"),
     "runuser": ("util-linux", "running PostgreSQL as its own user"),
     "timeout": ("coreutils", "bounding benchmark helper commands"),
@@ -59,6 +60,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "sh": ("dash", "shell one-liners in tests"),
     "bash": ("bash", "the docs' command blocks, run as written (tests/lab/test_docs.py)"),
     "jq": ("jq", "picking fields of JSON answers in the docs' command blocks"),
+    "openssl": ("openssl", "the API proxy's certificate in docs/deploy.md"),
     "true": ("coreutils", "a command that succeeds, in tests"),
     "sleep": ("coreutils", "a command that takes time, in tests"),
     # traffic and independent witnesses
