@@ -1,16 +1,21 @@
 """The docs are the tests' scripts: the command blocks a reader is told to run, extracted from the
 Markdown and run as written, in order, in one shell (bash -e, from the repository's directory).
 
-A block is run when its fence says so: ```` ```sh doctest ```` (GitHub shows it as `sh`). The one
-substitution: the lab name a doc chooses (`export FATHOM_LAB=<name>`) becomes this test's, so that
-the test's lab never meets a reader's.
+A block is run when its fence says so: ```` ```sh doctest ```` (GitHub shows it as `sh`), followed
+by where it runs when a doc spans several hosts (docs/deploy.md: ```` ```sh doctest node ````).
+Substitutions, the only ones: the lab name a doc chooses (`export FATHOM_LAB=<name>`) becomes this
+test's, so that the test's lab never meets a reader's; deploy.md's example node compute1 becomes each
+node in turn (below).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,16 +23,18 @@ import pytest
 from fathom.lab.lab import Lab
 from fathom.lab.neutron import available
 
+from .deploy_hosts import Host, make_shims, wire
+
 pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOCK = re.compile(r"^```sh doctest\n(.*?)^```$", re.S | re.M)
+BLOCK = re.compile(r"^```sh doctest ?(\w*)\n(.*?)^```$", re.S | re.M)   # (where it runs, the commands)
 LAB_LINE = re.compile(r"^export FATHOM_LAB=\S+", re.M)
 
 
 def script(doc: Path, lab: str) -> str:
     """The doc's `sh doctest` blocks, in order, with the doc's lab name replaced by `lab`."""
-    blocks = BLOCK.findall(doc.read_text())
+    blocks = [text for where, text in BLOCK.findall(doc.read_text()) if not where]
     assert blocks, f"{doc} has no `sh doctest` block"
     text = "\n".join(blocks)
     assert len(LAB_LINE.findall(text)) == 1, f"{doc}: one `export FATHOM_LAB=` line, in the first block"
@@ -37,7 +44,7 @@ def script(doc: Path, lab: str) -> str:
 def test_blocks_are_extracted_in_order(tmp_path):
     doc = tmp_path / "d.md"
     doc.write_text("text\n```sh doctest\nexport FATHOM_LAB=os\necho one\n```\n```sh\nnot run\n```\n"
-                   "```sh doctest\necho two\n```\n")
+                   "```sh doctest node\nelsewhere\n```\n```sh doctest\necho two\n```\n")
     assert script(doc, "zo9") == "export FATHOM_LAB=zo9\necho one\n\necho two\n"
 
 
@@ -66,7 +73,6 @@ def test_openstack_md_step_by_step():
 # `register`: on the controller host for each node, `node`: on each node, `check`: on the controller
 # host at the end). The doc's example node is compute1 (management 198.18.128.11, tunnel
 # 198.18.0.11); for compute2 those three are replaced by its own.
-DEPLOY_BLOCK = re.compile(r"^```sh doctest (\w+)\n(.*?)^```$", re.S | re.M)
 DEPLOY_NODES = {"compute1": ("198.18.128.11", "198.18.0.11"), "compute2": ("198.18.128.12", "198.18.0.12")}
 
 
@@ -80,13 +86,7 @@ def test_deploy_md_on_a_controller_host_and_two_nodes(tmp_path):
     the controller host (PKI, nginx as the TLS proxy, the systemd unit), two nodes registered, their
     files copied over, their OVS (packaged ovs-ctl) and agents; then the doc's checks, every node
     active, and the nodes' tunnel addresses reaching each other over br-phy."""
-    import json
-    import shutil
-    import time
-
-    from .deploy_hosts import Host, make_shims, wire
-
-    blocks = DEPLOY_BLOCK.findall((ROOT / "docs" / "deploy.md").read_text())
+    blocks = BLOCK.findall((ROOT / "docs" / "deploy.md").read_text())
     assert {tag for tag, _ in blocks} == {"controller", "register", "node", "check"}, blocks
     shims = make_shims(tmp_path)
     hosts = {name: Host("zo2", name, shims) for name in ("controller", *DEPLOY_NODES)}
