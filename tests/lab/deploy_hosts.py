@@ -1,8 +1,9 @@
 """Hosts for running docs/deploy.md as written: a controller host and nodes that share nothing with
 each other but the kernel. Each host is a network namespace `<prefix>-<host>` and a mount namespace
-of its own, where the directories the doc writes to (/etc/fathom, /var/lib/fathom, /etc/openvswitch,
-/run, /etc/default, /etc/systemd/system, /etc/nginx/sites-enabled, /root, /usr/local/bin, /opt) are
-empty tmpfs, and /opt/fathom is this checkout (the doc's `git clone` and `scripts/setup`).
+of its own, where the directories the doc writes to are overlays of the machine's (/etc, /var/lib,
+/var/log, /root, /usr/local, /opt: what the host writes stays in the test's directory; fathom's and
+OVS's own directories start empty), /run is an empty tmpfs, and /opt/fathom is this checkout (the
+doc's `git clone` and `scripts/setup`).
 
 What the doc leaves to the machine is played by small programs first on the PATH: `sudo` runs the
 command (`-E` kept the environment anyway), `apt-get` checks the package is installed, `modprobe`
@@ -21,8 +22,9 @@ from pathlib import Path
 from fathom.host.exec import run
 
 ROOT = Path(__file__).resolve().parents[2]
-TMPFS = ("/etc/fathom", "/var/lib/fathom", "/var/lib/fathom-agent", "/etc/openvswitch", "/run", "/etc/default",
-         "/etc/systemd/system", "/etc/nginx/sites-enabled", "/root", "/usr/local/bin", "/opt", "/var/log/openvswitch")
+OVERLAID = ("/etc", "/var/lib", "/var/log", "/root", "/usr/local", "/opt")
+# what this machine may hold of its own runs: a new host has none of it
+EMPTIED = ("/etc/fathom", "/var/lib/fathom", "/var/lib/fathom-agent", "/etc/openvswitch", "/var/log/openvswitch")
 
 SUDO = '#!/bin/sh\n[ "$1" = -E ] && shift\nexec "$@"\n'
 APT_GET = ('#!/bin/sh\n# the test machine has what the doc installs: say so, install nothing\n'
@@ -57,19 +59,24 @@ esac
 class Host:
     def __init__(self, prefix: str, name: str, shims: Path):
         self.name, self.ns, self.shims = name, f"{prefix}-{name}", shims
+        self.dir = shims.parent / name             # the upper layers of its overlays
         self.state = shims.parent / f"{name}.env"
         self.pid: int | None = None
 
     def start(self, cwd: str) -> None:
         """The namespaces; a process (sleep) holds the mount namespace for the blocks run later."""
-        for d in TMPFS:
-            Path(d).mkdir(parents=True, exist_ok=True)    # mount points (empty on the machine itself)
-        mounts = "; ".join([f"mount -t tmpfs -o mode=0755 tmpfs {d}" for d in TMPFS]
-                           + ["mkdir -p /opt/fathom /run/openvswitch /run/nginx",
-                              f"mount --bind {shlex.quote(str(ROOT))} /opt/fathom",
-                              "ln -s /opt/fathom/.venv/bin/fathom /usr/local/bin/fathom"])  # the doc's ln -s
+        mounts = []
+        for d in OVERLAID:
+            upper, work = self.dir / d.strip("/").replace("/", "-"), self.dir / (d.strip("/").replace("/", "-") + ".work")
+            upper.mkdir(parents=True)
+            work.mkdir()
+            mounts.append(f"mount -t overlay overlay -o lowerdir={d},upperdir={upper},workdir={work} {d}")
+        mounts += ["mount -t tmpfs -o mode=0755 tmpfs /run", f"rm -rf {' '.join(EMPTIED)}",
+                   "mkdir -p /opt/fathom /run/openvswitch /usr/local/bin",
+                   f"mount --bind {shlex.quote(str(ROOT))} /opt/fathom",
+                   "ln -sf /opt/fathom/.venv/bin/fathom /usr/local/bin/fathom"]  # the doc's `ln -s`
         self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, "unshare", "--mount", "--propagation",
-                                      "private", "sh", "-c", f"{mounts}; echo ready; exec sleep infinity"],
+                                      "private", "sh", "-e", "-c", "; ".join(mounts) + "; echo ready; exec sleep infinity"],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "ready", f"{self.name}: mounts failed"
         self.pid = self.proc.pid
