@@ -60,11 +60,14 @@ def agent():
               help="network-node router namespaces are <prefix><router id>")
 @click.option("--dhcp-ns-prefix", default="fathom-d", show_default=True,
               help="DHCP server namespaces are <prefix><network id>")
+@click.option("--tunnel-address", envvar="FATHOM_TUNNEL_ADDRESS", default=None,
+              help="this node's tunnel address with its prefix (198.18.0.11/24), kept on br-phy across a "
+                   "change of its datapath type (env FATHOM_TUNNEL_ADDRESS)")
 @click.option("--records-only", is_flag=True, help="only deliver PPTMon records (no host-local state)")
 @click.option("--cacert", envvar="FATHOM_CACERT", default=None, type=click.Path(exists=True, dir_okay=False),
               help="CA certificate of the controller's HTTPS endpoint (a TLS-terminating proxy), env FATHOM_CACERT")
 def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
-        log_interval, token_file, ovsdb, router_ns_prefix, dhcp_ns_prefix, records_only, cacert):
+        log_interval, token_file, ovsdb, router_ns_prefix, dhcp_ns_prefix, tunnel_address, records_only, cacert):
     """Run the node agent (foreground): follow the node's host-local desired state from the
     controller and report; deliver the PPTMon loaders' records."""
     import threading
@@ -86,8 +89,11 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         a = Agent(controller, root=root, chains=list(chains) or None, node=node, batch=batch, buffer=buffer,
                   overflow=overflow, flush=flush, poll=poll, backoff_max=backoff_max, state_dir=state_dir,
                   log_interval=log_interval, headers=bearer(token), verify=cacert or True)
+        from fathom.agent.underlay import TunnelAddress
+        underlay = TunnelAddress(tunnel_address) if tunnel_address else None
     except (ValueError, NoToken) as e:
         fail(str(e))
+    stopping = threading.Event()
     follower = None
     if not records_only:
         ovs = LocalOvs(ovsdb)
@@ -99,6 +105,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         a.extra_status = follower.status
 
     def stop(*_):
+        stopping.set()
         a.stop()
         if follower:
             follower.stop()
@@ -116,6 +123,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     t.start()
     while t.is_alive() and not a.locked.wait(0.1):   # one agent per state directory, before any host work
         pass
+    if underlay and a.locked.is_set():
+        threading.Thread(target=underlay.run, args=(stopping,), name="underlay", daemon=True).start()
     if follower and a.locked.is_set():
         follower.run()
     t.join()

@@ -138,21 +138,78 @@ def list_(as_json):
 
 @lab.command()
 @NAME
-@click.option("--neutron-port", required=True, metavar="UUID",
-              help="The Neutron port (fathom's port with this external_id) the VM is plugged for.")
+@click.option("--neutron-port", required=True, metavar="UUID", help="The Neutron port the VM is plugged for.")
+@click.option("--os-vif", "os_vif", is_flag=True,
+              help="Plug as os-vif does (needs --node and --mac; fathom need not hold the port yet) and take "
+                   "the address by DHCP; without it, fathom's port gives the node, MAC and a static address.")
+@click.option("--node", help="With --os-vif: the node the port is bound to (binding:host_id).")
+@click.option("--mac", help="With --os-vif: the port's MAC (mac_address).")
+@click.option("--no-dhcp", is_flag=True, help="With --os-vif: leave eth0 without an address.")
 @click.option("--vm", help="The VM's name (default vm-<first 8 characters of the UUID>).")
 @click.option("--json", "as_json", is_flag=True)
-def plug(name, neutron_port, vm, as_json):
+def plug(name, neutron_port, os_vif, node, mac, no_dhcp, vm, as_json):
     """Plug a VM for a Neutron port into the node it is bound to, as Nova and os-vif would."""
-    from fathom.lab.plug import plug_neutron_port
+    from fathom.lab.plug import plug_neutron_port, plug_os_vif
+    if os_vif and not (node and mac):
+        fail("--os-vif needs --node and --mac (the port's binding:host_id and mac_address)")
     try:
-        done = plug_neutron_port(_lab(name), neutron_port, vm)
+        done = (plug_os_vif(_lab(name), neutron_port, node, mac, vm, dhcp=not no_dhcp) if os_vif
+                else plug_neutron_port(_lab(name), neutron_port, vm))
     except LabError as e:
         fail(str(e))
     if as_json:
         return print_json(done)
-    console.print(f"VM [bold]{done['vm']}[/bold] on {done['node']}: {done['interface']} {done['mac']} {done['ip']} "
-                  f"(fathom port {done['port_id']})")
+    console.print(f"VM [bold]{done['vm']}[/bold] on {done['node']}: {done['interface']} {done['mac']} "
+                  f"{done['ip'] or '(no address)'}" + (f" (fathom port {done['port_id']})" if "port_id" in done else ""))
+
+
+@lab.command()
+@NAME
+@click.option("--node", default="gw", show_default=True, help="The gateway node the upstream host is wired to.")
+@click.option("--host", "host", default="up", show_default=True, help="The upstream host's name (namespace <lab>-<host>).")
+@click.option("--mac", required=True, help="Its MAC: the [fathom] upstream_mac Neutron's driver is given.")
+@click.option("--address", required=True, metavar="CIDR",
+              help="Its address: the external subnet's gateway_ip with the prefix length, e.g. 203.0.113.1/24.")
+@click.option("--vlan", type=int, default=None, help="The external network's VLAN (none: a flat network).")
+def upstream(name, node, host, mac, address, vlan):
+    """Wire an upstream host (the provider router of an external network made by a cloud, e.g.
+    Neutron) to a gateway node: `fathom lab exec <host> ping <floating IP>` then reaches the VMs."""
+    lab_ = _lab(name)
+    try:
+        lab_.wire_upstream(lab_.node(node), host, mac, address, vlan)
+    except LabError as e:
+        fail(str(e))
+    console.print(f"upstream host {host} ({address}, {mac}) wired to {node}" + (f" on VLAN {vlan}" if vlan else ""))
+
+
+@lab.group()
+def controller():
+    """The lab's own controller (started by `fathom lab up` without --controller)."""
+
+
+@controller.command("restart")
+@NAME
+@click.option("--downtime", type=float, default=0.0, show_default=True, help="Seconds to stay down in between.")
+def controller_restart(name, downtime):
+    """Stop the lab's controller (if running) and start it again: same ports, store and PKI."""
+    lab_ = _lab(name)
+    try:
+        lab_.restart_controller(downtime)
+    except LabError as e:
+        fail(str(e))
+    console.print(f"lab {name}: controller restarted ({lab_.state()['controller']['url']})")
+
+
+@controller.command("stop")
+@NAME
+def controller_stop(name):
+    """Stop the lab's controller (the switches keep their flows; `restart` brings it back)."""
+    from fathom.lab.controller import stop_controller
+    lab_ = _lab(name)
+    if not (lab_.state().get("controller") or {}).get("managed"):
+        fail(f"lab {name} does not run its own controller")
+    stop_controller(lab_.dir)
+    console.print(f"lab {name}: controller stopped")
 
 
 @lab.command()

@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 
@@ -249,6 +250,19 @@ class _NotifyingIdl(connection.OvsdbIdl):
             self._tell(what)
 
 
+def stream_error(remote: str, err: int) -> str:
+    """What an error of an ovs stream means. Streams return errno values, except an ssl: stream's
+    TLS handshake, which returns the ssl module's error number: SSL_ERROR_EOF is 8, which
+    os.strerror calls "Exec format error". (A TCP connection's errors are all above those numbers.)"""
+    if remote.startswith("ssl:") and err in set(ssl.SSLErrorNumber):
+        name = ssl.SSLErrorNumber(err).name
+        if err in (ssl.SSL_ERROR_EOF, ssl.SSL_ERROR_ZERO_RETURN, ssl.SSL_ERROR_SYSCALL):
+            return (f"the node closed the connection in the TLS handshake ({name}): is its OVSDB set up "
+                    "for TLS (ovs-vsctl set-ssl, set-manager pssl:) with this controller's CA?")
+        return f"TLS handshake failed ({name})"
+    return os.strerror(err)
+
+
 def fetch_schema(remote: str, timeout: float) -> dict:
     """The Open_vSwitch schema from the OVSDB server at `remote`, within `timeout` seconds.
 
@@ -258,7 +272,7 @@ def fetch_schema(remote: str, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     err, stream = Stream.open_block(Stream.open(remote), int(timeout * 1000))
     if err:
-        raise ConnectionError(f"cannot connect to {remote}: {os.strerror(err)}")
+        raise ConnectionError(f"cannot connect to {remote}: {stream_error(remote, err)}")
     rpc = jsonrpc.Connection(stream)
     try:
         request = jsonrpc.Message.create_request("get_schema", ["Open_vSwitch"])
@@ -281,7 +295,7 @@ def fetch_schema(remote: str, timeout: float) -> dict:
                     raise ConnectionError(f"{remote} refused the schema request: {msg.error}")
                 return msg.result
         raise ConnectionError(f"could not retrieve the schema from {remote}: "
-                              f"{'connection closed' if err < 0 else os.strerror(err)}")
+                              f"{'connection closed' if err < 0 else stream_error(remote, err)}")
     finally:
         rpc.close()
 

@@ -30,14 +30,9 @@ SCHEMA_CACHE = VENV / ("fathom-sqlite-schema-" + hashlib.sha256(
 # the provider router's MAC on external networks ([fathom] upstream_mac): Neutron does not know it
 UPSTREAM_MAC = "02:fe:00:00:00:01"
 # a lab for a Neutron cloud: the nodes its ports bind to (binding:host_id), no VM of its own (VMs are
-# plugged for Neutron's ports: fathom.lab.plug)
-TOPOLOGY = """
-nodes:
-  - {name: compute1, role: compute}
-  - {name: compute2, role: compute}
-  - {name: gw, role: gateway}
-underlay: {cidr: 198.18.0.0/24, mtu: 1600}
-"""
+# plugged for Neutron's ports: fathom.lab.plug); docs/openstack.md brings it up from the file
+TOPOLOGY_FILE = Path(__file__).parent / "topologies" / "neutron.yaml"
+TOPOLOGY = TOPOLOGY_FILE.read_text()
 
 
 def available() -> str | None:

@@ -1,16 +1,20 @@
-"""Plug a VM into a lab node for a port that a cloud (Neutron) made and fathom holds: what Nova and
-os-vif do on a compute node, plus the address configuration a DHCP agent would hand out.
+"""Plug a VM into a lab node for a port that a cloud (Neutron) made.
 
-The VM is a namespace `<lab>-<vm>`; its eth0 gets the port's MAC and first IPv4 address, a default
-route via the subnet's gateway; the node end of the veth is named as the port's `interface_name`
-(Neutron's `tap<uuid[:11]>`) and added to the node's br-int with the external_ids os-vif sets
-(iface-id = the Neutron port UUID, attached-mac, iface-status). fathom's controller then sees the
-interface on br-int and installs the port's flows; the port turns active.
+`plug_os_vif` does what Nova and os-vif's ovs plugin do on a compute node and nothing else: a tap
+device `tap<uuid[:11]>` on br-int with the external_ids os-vif sets, for a port fathom need not hold
+yet; the VM takes its address by DHCP, as a cloud image does. `plug_neutron_port` is the quicker
+path for a port fathom already holds: the port's address is put on the VM's eth0 directly.
+
+Either way the VM is a namespace `<lab>-<vm>` whose eth0 has the port's MAC; the node end of the
+veth, `tap<uuid[:11]>`, is added to the node's br-int with the external_ids os-vif sets (iface-id =
+the Neutron port UUID, attached-mac, iface-status). fathom's controller then sees the interface on
+br-int and installs the port's flows; the port turns active.
 """
 from __future__ import annotations
 
 import ipaddress
 import re
+import time
 
 from fathom.client import ApiError, Client
 
@@ -41,29 +45,61 @@ def plug_neutron_port(lab: Lab, neutron_port: str, vm: str | None = None) -> dic
         raise LabError(f"controller: {e}") from None
     finally:
         api.close()
+    prefix = ipaddress.IPv4Network(subnet["cidr"]).prefixlen
+    address = port["fixed_ips"][0]["ip_address"]
+    return _plug(lab, lab.node(port["node"]), vm or "vm-" + neutron_port[:8], port["interface_name"], neutron_port,
+                 port["mac_address"], f"{address}/{prefix}", subnet["gateway_ip"], port_id=port["id"])
+
+
+def plug_os_vif(lab: Lab, neutron_port: str, node: str, mac: str, vm: str | None = None,
+                dhcp: bool = True, timeout: float = 30) -> dict:
+    """As os-vif's ovs plugin (vif_type ovs) with the hypervisor's tap: the VM `<lab>-<vm>` on
+    `node`, its eth0 with `mac` and no address; the node end `tap<uuid[:11]>` a port of br-int with
+    external_ids iface-id (the Neutron port), attached-mac and iface-status=active. Then, with
+    `dhcp`, one DHCP exchange in the VM (udhcpc, `Lab.dhcp_vm`), retried until `timeout`: the port's
+    flows (and its node's DHCP server) follow the plug."""
+    if not re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", mac.lower()):
+        raise LabError(f"MAC {mac!r}: six hex bytes separated by ':'")
     vm = vm or "vm-" + neutron_port[:8]
+    plugged = _plug(lab, lab.node(node), vm, ("tap" + neutron_port)[:14], neutron_port, mac.lower())
+    if dhcp:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                plugged["lease"] = lab.dhcp_vm(vm)
+                break
+            except LabError:
+                if time.monotonic() > deadline:
+                    raise
+        plugged["ip"] = plugged["lease"]["ip"]
+    return plugged
+
+
+def _plug(lab: Lab, node, vm: str, ifname: str, neutron_port: str, mac: str, address: str | None = None,
+          gateway: str | None = None, **extra) -> dict:
+    """The VM namespace `<lab>-<vm>` with eth0 at `mac` (and `address`, a default route via `gateway`
+    when given), the veth's node end `ifname` a port of the node's br-int with os-vif's external_ids;
+    recorded in the lab's state (`unplug`, `lab down`)."""
     if not VM_NAME_RE.match(vm):
         raise LabError(f"VM name {vm!r}: 1-31 of a-z, 0-9, '-'")
-    node = lab.node(port["node"])
     vns = lab.ns(vm)
     if vns in lab.namespaces():
         raise LabError(f"lab {lab.name} already has a VM or node named {vm!r}")
-    ifname = port["interface_name"]
-    prefix = ipaddress.IPv4Network(subnet["cidr"]).prefixlen
     _add_netns(vns)
     run(["ip", "link", "add", ifname, "netns", node.netns, "type", "veth", "peer", "name", "eth0", "netns", vns])
-    run(["ip", "link", "set", "eth0", "address", port["mac_address"]], ns=vns)
-    run(["ip", "addr", "add", f"{port['fixed_ips'][0]['ip_address']}/{prefix}", "dev", "eth0"], ns=vns)
+    run(["ip", "link", "set", "eth0", "address", mac], ns=vns)
     _prepare_veth_end(vns, "eth0")
-    if subnet["gateway_ip"]:
-        run(["ip", "route", "add", "default", "via", subnet["gateway_ip"]], ns=vns)
+    if address:
+        run(["ip", "addr", "add", address, "dev", "eth0"], ns=vns)
+    if gateway:
+        run(["ip", "route", "add", "default", "via", gateway], ns=vns)
     _prepare_veth_end(node.netns, ifname)
     OvsInstance(node.netns, node.rundir).vsctl(
-        "add-port", "br-int", ifname, "--", "set", "interface", ifname,
-        f"external_ids:iface-id={neutron_port}", f"external_ids:attached-mac={port['mac_address']}",
+        "--may-exist", "add-port", "br-int", ifname, "--", "set", "interface", ifname,
+        f"external_ids:iface-id={neutron_port}", f"external_ids:attached-mac={mac}",
         "external_ids:iface-status=active")
-    plugged = {"vm": vm, "node": node.name, "interface": ifname, "neutron_port": neutron_port,
-               "port_id": port["id"], "mac": port["mac_address"], "ip": port["fixed_ips"][0]["ip_address"]}
+    plugged = {"vm": vm, "node": node.name, "interface": ifname, "neutron_port": neutron_port, "mac": mac,
+               "ip": address.split("/")[0] if address else None, **extra}
     state = lab.state()
     state.setdefault("plugged", []).append(plugged)
     lab._save(state)

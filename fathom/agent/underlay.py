@@ -1,0 +1,66 @@
+"""The node's tunnel address on br-phy, kept by the agent.
+
+OVS makes a bridge's device anew when its datapath type changes (the controller moves br-phy to
+`netdev` on a host without the OVS kernel module), and a bridge on `system` without that module has
+no device at all: an address put on br-phy by hand is gone, and the node's VXLAN with it. The agent
+is told the address (`fathom agent run --tunnel-address 198.18.0.11/24`) and puts it back, with the
+link up, whenever br-phy's device is new. At rest that is one ifindex look-up (no command) a second.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import socket
+import threading
+
+from fathom.agent.local import ipv4_addresses
+from fathom.host.exec import run
+
+LOG = logging.getLogger("fathom.agent.underlay")
+
+
+def ifindex(dev: str, ns: str | None = None) -> int | None:
+    """`dev`'s interface index (None: no such device); here without a command, in `ns` with `ip`."""
+    if ns is None:
+        try:
+            return socket.if_nametoindex(dev)
+        except OSError:
+            return None
+    out = run(["ip", "-j", "link", "show", "dev", dev], ns, check=False).stdout
+    try:
+        return json.loads(out)[0]["ifindex"]
+    except (ValueError, IndexError, KeyError):
+        return None
+
+
+class TunnelAddress:
+    def __init__(self, address: str, dev: str = "br-phy", ns: str | None = None):
+        self.address = ipaddress.IPv4Interface(address)   # ValueError names a bad one
+        if self.address.network.prefixlen == 32 and "/" not in address:
+            raise ValueError(f"tunnel address {address}: give its prefix length, e.g. {address}/24")
+        self.dev, self.ns = dev, ns
+        self.seen: int | None = None     # the device index the address was last made sure on
+
+    def check(self) -> bool:
+        """Put the address on the device (and the link up) if the device is new; True if it did."""
+        index = ifindex(self.dev, self.ns)
+        if index is None or index == self.seen:
+            return False
+        added = self.address not in ipv4_addresses(self.ns, self.dev)
+        if added:
+            run(["ip", "addr", "add", str(self.address), "dev", self.dev], self.ns)
+        run(["ip", "link", "set", self.dev, "up"], self.ns)
+        self.seen = index
+        if added:
+            LOG.info("%s (ifindex %d): tunnel address %s put back", self.dev, index, self.address)
+        return added
+
+    def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
+        while not stopping.is_set():
+            try:
+                self.check()
+            except Exception as e:   # a failed command: try again on the next look
+                LOG.warning("%s: keeping tunnel address %s: %s", self.dev, self.address, e)
+                self.seen = None
+            stopping.wait(interval)
