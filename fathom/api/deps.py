@@ -35,7 +35,7 @@ from fathom.store.ops import MAX_LIMIT, Caller, Settings
 log = logging.getLogger(__name__)
 
 # The documented error responses of every route (OpenAPI).
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 409, 413, 422, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 409, 413, 415, 422, 503)}
 
 # Pagination of every list: `limit` (at most MAX_LIMIT, also the default) and `marker`.
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="at most this many (pagination)")]
