@@ -33,8 +33,8 @@ class Served:
         self.headers = headers_for(self.app)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            self.url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-        port = int(self.url.split(":")[2].split("/")[0])
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/v1"
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning",
                                                     lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
