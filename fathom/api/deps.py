@@ -23,19 +23,20 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fathom.api.auth import admin_caller, caller
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
 from fathom.store.db import READ_ONLY
-from fathom.store.errors import Busy, Conflict, Forbidden, StoreError, Unavailable
+from fathom.store.errors import Busy, Conflict, Forbidden, NotFound, StoreError, Unavailable
 from fathom.store.ops import MAX_LIMIT, Caller, Settings
 
 log = logging.getLogger(__name__)
 
 # The documented error responses of every route (OpenAPI).
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 409, 413, 422, 503)}
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (401, 403, 404, 409, 413, 415, 422, 503)}
 
 # Pagination of every list: `limit` (at most MAX_LIMIT, also the default) and `marker`.
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="at most this many (pagination)")]
@@ -92,10 +93,12 @@ class Store:
     def write(self, fn, attempts: int = 3, notify: bool = True):
         """Run `fn(session)` in one transaction; its result must be fully serialised inside.
 
-        A unique constraint that fires means a concurrent writer got in between our checks and
-        the commit (PostgreSQL; SQLite serialises writers). The request is run again: then either
-        it succeeds (e.g. the next free address) or our checks see the other write and name the
-        field in a proper 409.
+        A concurrent writer may get in between our reads and our writes (PostgreSQL, read
+        committed; SQLite serialises writers):
+        - a unique constraint fires: the request is run again, and then either it succeeds (e.g.
+          the next free address) or our checks see the other write and name the field in a 409;
+        - an UPDATE matches no row (StaleDataError) or a row read is gone (ObjectDeletedError):
+          the object was deleted meanwhile; run again, the request finds it gone (404).
         """
         for attempt in range(attempts):
             try:
@@ -105,6 +108,9 @@ class Store:
             except IntegrityError as e:
                 if attempt == attempts - 1:
                     raise _conflict_from(e) from None
+            except (StaleDataError, ObjectDeletedError):
+                if attempt == attempts - 1:
+                    raise NotFound("the object was deleted by another request meanwhile") from None
         if self.on_change is not None and notify:
             try:
                 self.on_change()

@@ -3,8 +3,11 @@
 - `BoundedInput` (ASGI middleware) reads a request body up to `max_body` bytes (FATHOM_API_MAX_BODY,
   default 1 MiB) and answers 413 as soon as more arrives, without buffering the rest; a body whose
   next chunk takes longer than `read_timeout` seconds gets a 408. A JSON body is checked before
-  any route sees it: NaN, Infinity, lone surrogates, NUL characters, malformed JSON and
-  pathologically deep nesting are a 422. A NUL in the path or the query is a 422 too.
+  any route sees it: NaN, Infinity, lone surrogates, NUL characters, duplicate keys in an object,
+  a body that is not UTF-8 (RFC 8259; a UTF-16 or UTF-32 body), malformed JSON and pathologically
+  deep nesting are a 422. A NUL in the path or the query is a 422 too. A body in a
+  `Content-Encoding` other than identity (nothing here decodes gzip) or a JSON `charset` other
+  than UTF-8 is a 415.
 - `short` cuts error messages and locations (fathom.api.deps renders every error with it), so
   an error never echoes a large input.
 - `TimedH11Protocol` (uvicorn's h11 protocol) closes a connection whose request head has not
@@ -62,14 +65,28 @@ def _constant(name: str):
     raise _Refused(422, f"{name} is not a number JSON allows")
 
 
+def _object(pairs: list) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _Refused(422, f"the key {short(key, MAX_LOC)!r} is given twice in one JSON object")
+    return value
+
+
 def check_json_body(body: bytes) -> None:
     try:
-        value = json.loads(body, parse_constant=_constant)
+        # bytes given to json.loads would be taken as UTF-16 or UTF-32 too: JSON is UTF-8 only
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Refused(422, f"the body is not UTF-8: {e}") from None
+    try:
+        value = json.loads(text, parse_constant=_constant, object_pairs_hook=_object)
     except _Refused:
         raise
     except RecursionError:
         raise _Refused(422, "the JSON body nests too deeply") from None
-    except (ValueError, UnicodeDecodeError) as e:
+    except ValueError as e:
         raise _Refused(422, f"the body is not valid JSON: {e}") from None
     _check_json(value)
 
@@ -85,10 +102,11 @@ class BoundedInput:
             return await self.app(scope, receive, send)
         try:
             self._check_target(scope)
+            self._check_encoding(scope)
             body = await self._read(scope, receive)
         except _Refused as e:
             response = JSONResponse(status_code=e.status, content=error_body(e.msg, e.loc),
-                                    headers={"Connection": "close"} if e.status in (408, 413) else None)
+                                    headers={"Connection": "close"} if e.status in (408, 413, 415) else None)
             return await response(scope, receive, send)
         if body is None:          # the client went away
             return
@@ -110,6 +128,24 @@ class BoundedInput:
             raise _Refused(422, "the path may not contain NUL characters", ["path"])
         if b"%00" in scope.get("query_string", b"") or b"\x00" in scope.get("query_string", b""):
             raise _Refused(422, "the query may not contain NUL characters", ["query"])
+
+    @staticmethod
+    def _check_encoding(scope) -> None:
+        """A body comes as it is (no Content-Encoding but identity), JSON in UTF-8."""
+        for name, value in scope.get("headers", []):
+            name = name.lower()
+            if name == b"content-encoding" and any(v.strip() not in (b"", b"identity")
+                                                    for v in value.lower().split(b",")):
+                raise _Refused(415, "a body is read as it is sent: Content-Encoding must be identity (or absent)",
+                               ["header", "content-encoding"])
+            if name == b"content-type":
+                ctype, _, params = value.lower().partition(b";")
+                ctype = ctype.strip()
+                charset = [p.split(b"=", 1)[1].strip(b' "') for p in params.split(b";")
+                           if p.strip().startswith(b"charset=")]
+                if (ctype == b"application/json" or ctype.endswith(b"+json")) and \
+                        any(c not in (b"utf-8", b"utf8") for c in charset):
+                    raise _Refused(415, "a JSON body is UTF-8 (charset=utf-8 or none)", ["header", "content-type"])
 
     async def _read(self, scope, receive) -> bytes | None:
         headers = {k.lower(): v for k, v in scope.get("headers", [])}

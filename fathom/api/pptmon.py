@@ -2,9 +2,10 @@
 Prometheus histograms.
 
     POST /v1/pptmon/records            a batch from a node's agent (its agent token): {"node": "...", "records": [...]}
-    GET  /v1/pptmon/records            ?chain=&vnf=&since=&until=&limit=  (newest `limit`, oldest first)
-    GET  /v1/pptmon/stats              ?chain=&since= | &window=  p50/p90/p99... per VNF and end to end
-    GET  /v1/pptmon/chains             chains with records: counts, first/last time, VNFs, nodes
+    GET  /v1/pptmon/records            ?chain=&node=&vnf=&since=&until=&limit=  (newest `limit`, oldest first)
+    GET  /v1/pptmon/stats              ?chain=&node=&since= | &window=  p50/p90/p99... per VNF and end to end
+    GET  /v1/pptmon/chains             chains with records, one entry per reporting node and chain name:
+                                       node, counts, first/last time
     GET  /v1/sfc/port_chains/{id}/pptmon  a port chain measured through the API: per chain, group
                                           and port pair (fathom.api.sfc calls `port_chain_stats`)
     POST /v1/pptmon/retention          enforce retention now (it also runs every interval)
@@ -21,8 +22,11 @@ filed under the chain when the model says the node that delivers them holds the 
 instance of the record's `sink_vnf`; each hop's VNF id is then mapped to its port pair group, port
 pair and node from the model (fathom.apps.hostlocal.chains), never from the record.
 
-Only a node's agent token may deliver records, for its own node; how fast, which chains and how
-many chains is bounded by fathom/api/ingest_limits.py. Reading records is for admins.
+Only a node's agent token may deliver records, for its own node. A chain name is the reporting
+node's: records, stats and the Prometheus series carry the node, so one node's reports never mix
+into another's chain of the same name (`node=` selects one; without it every node's records of
+the name are read). How fast and how many chains per node is bounded by
+fathom/api/ingest_limits.py. Reading records is for admins.
 
 Retention (environment of the controller process):
     FATHOM_PPTMON_RETENTION            maximum age of a record by its time_ns (default 7d; 0 = none)
@@ -103,17 +107,17 @@ def metrics() -> dict:
             from prometheus_client import Counter, Histogram
             _metrics = {
                 "vnf": Histogram("fathom_pptmon_vnf_processing_seconds",
-                                 "Packet processing time of one VNF (PPTMon hop), per chain and VNF id",
-                                 ["chain", "vnf"], buckets=BUCKETS),
+                                 "Packet processing time of one VNF (PPTMon hop), per chain, reporting node and VNF id",
+                                 ["chain", "node", "vnf"], buckets=BUCKETS),
                 "chain": Histogram("fathom_pptmon_chain_processing_seconds",
                                    "End-to-end processing time of a chain (sum over its VNFs)",
-                                   ["chain"], buckets=BUCKETS),
+                                   ["chain", "node"], buckets=BUCKETS),
                 "ingested": Counter("fathom_pptmon_records_ingested",
-                                    "PPTMon records stored (new keys)", ["chain"]),
+                                    "PPTMon records stored (new keys)", ["chain", "node"]),
                 "duplicates": Counter("fathom_pptmon_records_duplicate",
-                                      "PPTMon records received again (already stored)", ["chain"]),
+                                      "PPTMon records received again (already stored)", ["chain", "node"]),
                 "unknown": Counter("fathom_pptmon_hops_unknown",
-                                   "Hops reported without a time (their egress never ran)", ["chain", "vnf"]),
+                                   "Hops reported without a time (their egress never ran)", ["chain", "node", "vnf"]),
                 "expired": Counter("fathom_pptmon_records_expired",
                                    "PPTMon records removed by retention", ["reason"]),
                 "sfc_vnf": Histogram("fathom_sfc_pptmon_vnf_processing_seconds",
@@ -127,9 +131,9 @@ def metrics() -> dict:
         return _metrics
 
 
-def observe(records: list[PptRecord], filed: dict[str, int] | None = None,
+def observe(node: str, records: list[PptRecord], filed: dict[str, int] | None = None,
             chains: dict[int, dict[int, ChainVnf]] | None = None) -> None:
-    """Histograms of new records; `filed` (record key -> port chain id) and `chains` (chain id ->
+    """Histograms of new records `node` delivered; `filed` (record key -> port chain id) and `chains` (chain id ->
     VNF id -> instance) label the records of port chains by chain, group, port pair and node."""
     m = metrics()
     for r in records:
@@ -143,14 +147,14 @@ def observe(records: list[PptRecord], filed: dict[str, int] | None = None,
                         .observe(h.ppt_us * 1e-6)
             if r.e2e_us is not None:
                 m["sfc_chain"].labels(str(chain_id)).observe(r.e2e_us * 1e-6)
-        m["ingested"].labels(r.chain).inc()
+        m["ingested"].labels(r.chain, node).inc()
         for h in r.hops:
             if h.ppt_us is None:
-                m["unknown"].labels(r.chain, str(h.vnf)).inc()
+                m["unknown"].labels(r.chain, node, str(h.vnf)).inc()
             else:
-                m["vnf"].labels(r.chain, str(h.vnf)).observe(h.ppt_us * 1e-6)
+                m["vnf"].labels(r.chain, node, str(h.vnf)).observe(h.ppt_us * 1e-6)
         if r.e2e_us is not None:
-            m["chain"].labels(r.chain).observe(r.e2e_us * 1e-6)
+            m["chain"].labels(r.chain, node).observe(r.e2e_us * 1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- store work
@@ -328,10 +332,12 @@ def parse_since(text: str | None, name: str = "since", now_ns: int | None = None
     return value
 
 
-def _filters(chain, vnf, since_ns, until_ns):
+def _filters(chain, vnf, since_ns, until_ns, node=None):
     where = []
     if chain is not None:
         where.append(Row.chain == chain)
+    if node is not None:
+        where.append(Row.node == node)
     if vnf is not None:
         where.append(Row.vnfs.like(f"%,{vnf},%"))
     if since_ns is not None:
@@ -349,16 +355,17 @@ def record_out(row: Row) -> dict:
             "received_at": utc(row.received_at).isoformat()}
 
 
-def stats_for(engine: Engine, chain: str, since_ns: int | None, until_ns: int | None) -> dict:
+def stats_for(engine: Engine, chain: str, since_ns: int | None, until_ns: int | None,
+              node: str | None = None) -> dict:
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
         rows = s.execute(select(Row.hops, Row.e2e_us, Row.time_ns)
-                         .where(*_filters(chain, None, since_ns, until_ns))
+                         .where(*_filters(chain, None, since_ns, until_ns, node))
                          .order_by(Row.time_ns.desc()).limit(MAX_STATS_RECORDS + 1)).all()
     truncated = len(rows) > MAX_STATS_RECORDS
     rows = rows[:MAX_STATS_RECORDS]
     st = chain_stats([{"hops": h, "e2e_us": e} for h, e, _ in rows])
-    return {"chain": chain, "since_ns": since_ns, "until_ns": until_ns,
+    return {"chain": chain, "node": node, "since_ns": since_ns, "until_ns": until_ns,
             "first_ns": rows[-1][2] if rows else None, "last_ns": rows[0][2] if rows else None,
             "truncated": truncated, "records": st["records"], "incomplete": st["incomplete"],
             "vnfs": {str(k): v for k, v in st["vnfs"].items()}, "e2e": st["e2e"]}
@@ -450,19 +457,20 @@ def post_records(batch: RecordBatch, engine: EngineDep, who: Identity = Depends(
                             headers={"Retry-After": str(max(1, math.ceil(e.retry_after)))}) from None
     chains = measured_chains(engine, batch.records)
     new, duplicates = ingest(engine, batch, chains=chains)
-    observe(new, {r.key: file_under(r, batch.node, chains) for r in new}, chains)
+    observe(batch.node, new, {r.key: file_under(r, batch.node, chains) for r in new}, chains)
     if duplicates:
         m = metrics()["duplicates"]
         seen = {r.key for r in new}
         for rec in batch.records:
             if rec.key not in seen:
-                m.labels(rec.chain).inc()
+                m.labels(rec.chain, batch.node).inc()
             seen.discard(rec.key)   # a key repeated inside the batch counts as a duplicate
     return {"received": len(batch.records), "accepted": len(new), "duplicates": duplicates}
 
 
 @router.get("/records", summary="Stored records, newest `limit` matching, oldest first")
 def get_records(c: CallerDep, engine: EngineDep, chain: str | None = None,
+                node: str | None = Query(None, description="records reported by this node only"),
                 vnf: int | None = Query(None, ge=0, le=255, description="records through VNF id"),
                 since: str | None = Query(None, description="ns since the epoch, a duration back from now (30s), or ISO 8601"),
                 until: str | None = None,
@@ -471,13 +479,14 @@ def get_records(c: CallerDep, engine: EngineDep, chain: str | None = None,
     since_ns, until_ns = parse_since(since), parse_since(until, "until")
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
-        rows = list(s.execute(select(Row).where(*_filters(chain, vnf, since_ns, until_ns))
+        rows = list(s.execute(select(Row).where(*_filters(chain, vnf, since_ns, until_ns, node))
                               .order_by(Row.time_ns.desc(), Row.id.desc()).limit(limit)).scalars())
         return [record_out(x) for x in reversed(rows)]
 
 
 @router.get("/stats", summary="p50/p90/p99 (and min, mean, max...) per VNF and end to end over a window")
 def get_stats(chain: str, c: CallerDep, engine: EngineDep,
+              node: str | None = Query(None, description="records reported by this node only (default: every node's)"),
               since: str | None = Query(None, description="as for /records"),
               until: str | None = None,
               window: str | None = Query(None, description="a duration back from now; default 5m when no since")):
@@ -485,19 +494,20 @@ def get_stats(chain: str, c: CallerDep, engine: EngineDep,
     if since is not None and window is not None:
         raise _bad("query", "window", "give since or window, not both")
     since_ns = parse_since(since) if since is not None else parse_since(window or "5m", "window")
-    return stats_for(engine, chain, since_ns, parse_since(until, "until"))
+    return stats_for(engine, chain, since_ns, parse_since(until, "until"), node)
 
 
-@router.get("/chains", summary="Chains with stored records")
+@router.get("/chains", summary="Chains with stored records: one entry per reporting node and chain name")
 def get_chains(c: CallerDep, engine: EngineDep):
     require_admin(c, "read PPTMon records")
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
-        rows = s.execute(select(Row.chain, func.count(Row.id), func.min(Row.time_ns), func.max(Row.time_ns))
-                         .group_by(Row.chain).order_by(Row.chain)).all()
-        nodes = s.execute(select(Row.chain, Row.node).distinct()).all()
-    return [{"chain": ch, "records": n, "first_ns": lo, "last_ns": hi,
-             "nodes": sorted({nd for c2, nd in nodes if c2 == ch and nd})} for ch, n, lo, hi in rows]
+        rows = s.execute(select(Row.chain, Row.node, func.count(Row.id), func.min(Row.time_ns),
+                                func.max(Row.time_ns))
+                         .group_by(Row.chain, Row.node).order_by(Row.chain, Row.node)).all()
+    # `nodes` (the reporting node, as a list) is kept for readers written before `node`
+    return [{"chain": ch, "node": nd, "records": n, "first_ns": lo, "last_ns": hi, "nodes": [nd] if nd else []}
+            for ch, nd, n, lo, hi in rows]
 
 
 @router.post("/retention", summary="Enforce retention now")

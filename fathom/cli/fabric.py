@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from fathom.cli.output import print_json, print_table
+from fathom.cli.output import print_json, print_table, terminal_safe
 from fathom.cli.resources import api_command
 
 
@@ -26,7 +26,7 @@ def add(api, as_json, name, management_ip, bridge, vlans, links):
     body = {"name": name, "management_ip": management_ip, "bridge": bridge, "vlan_min": int(lo),
             "vlan_max": int(hi or lo), "links": dict(x.split("=", 1) for x in links)}
     out = api.call("POST", "/fabric/switches", json=body)
-    print_json(out) if as_json else click.echo(f"fabric switch {out['id']} ({out['name']}) registered")
+    print_json(out) if as_json else click.echo(terminal_safe(f"fabric switch {out['id']} ({out['name']}) registered"))
 
 
 @api_command(fabric, "list")
@@ -48,7 +48,7 @@ def status(api, as_json, switch_id):
     out = api.call("GET", f"/fabric/switches/{switch_id}/status")
     if as_json:
         return print_json(out)
-    click.echo(f"{out['name']}: {out['status']}, connected {out['connected']}, in sync {out['in_sync']}")
+    click.echo(terminal_safe(f"{out['name']}: {out['status']}, connected {out['connected']}, in sync {out['in_sync']}"))
     vlans = lambda v: "-" if v is None else ",".join(map(str, v))  # noqa: E731
     print_table(None, ["port", "ofport", "node", "known by", "VLANs desired", "VLANs on the switch",
                        "VLANs the node sends", "blocked"],

@@ -116,11 +116,12 @@ def disable(chain):
 @click.option("--controller", default=None,
               help="ask the controller at URL (records delivered by `fathom agent`) instead of "
                    "reading this node's record files; window default 5m")
+@click.option("--node", default=None, help="with --controller: the records this node reported (default: every node's)")
 @click.option("--json", "as_json", is_flag=True)
-def stats_cmd(chain, since, controller, as_json):
+def stats_cmd(chain, since, controller, node, as_json):
     """p50 / p90 / p99 processing time per VNF and end to end."""
     if controller:
-        return _stats_from_controller(chain, since, controller, as_json)
+        return _stats_from_controller(chain, since, controller, node, as_json)
     c = _guard(chainmod.load, chain)
     since_ns = 0
     if since:
@@ -151,12 +152,14 @@ def _print_stats(chain, s, c, source=""):
                 ["vnf", "kind", "n", "p50", "p90", "p99", "mean", "max"], rows)
 
 
-def _stats_from_controller(chain, since, controller, as_json):
+def _stats_from_controller(chain, since, controller, node, as_json):
     from fathom.cli.resources import Api
 
     params = {"chain": chain}
     if since:
         params["window"] = since
+    if node:
+        params["node"] = node
     s = Api(controller).call("GET", "/pptmon/stats", params=params)
     if as_json:
         print_json(s)
@@ -174,12 +177,13 @@ def _stats_from_controller(chain, since, controller, as_json):
 @click.option("--controller", default=None, help="the records stored by the controller at URL")
 @click.option("--vnf", type=int, default=None, help="with --controller: records through this VNF id")
 @click.option("--since", default=None, help="with --controller: the last DURATION (30s, 5m) or a time")
-def records_cmd(chain, last, controller, vnf, since):
+@click.option("--node", default=None, help="with --controller: the records this node reported")
+def records_cmd(chain, last, controller, vnf, since, node):
     """The last sink records of CHAIN as JSON lines (the format sent to the controller)."""
     if controller:
         from fathom.cli.resources import Api
         params = {"chain": chain, "limit": last}
-        params.update({k: v for k, v in (("vnf", vnf), ("since", since)) if v is not None})
+        params.update({k: v for k, v in (("vnf", vnf), ("since", since), ("node", node)) if v is not None})
         recs = Api(controller).call("GET", "/pptmon/records", params=params)
     else:
         recs = control.records(chain)[-last:]

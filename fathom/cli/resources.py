@@ -11,7 +11,7 @@ import functools
 
 import click
 
-from fathom.cli.output import console, fail, print_json, print_record, print_table
+from fathom.cli.output import console, fail, plain, print_json, print_record, print_table
 from fathom.client import DEFAULT_CONTROLLER, ApiError, Client
 
 class Api(Client):
@@ -95,7 +95,7 @@ def _list(objs: list[dict], as_json: bool, title: str, columns: list[str], fmt=N
 def _delete(api: Api, collection: str, ref: str) -> None:
     obj = api.find(collection, ref)
     api.call("DELETE", f"/{collection}/{obj['id']}")
-    console.print(f"deleted {collection[:-1]} {obj['id']}" + (f" ({obj['name']})" if obj.get("name") else ""))
+    console.print(plain(f"deleted {collection[:-1]} {obj['id']}" + (f" ({obj['name']})" if obj.get("name") else "")))
 
 
 def _ips(port: dict) -> str:
@@ -645,4 +645,4 @@ def attachment_delete(api, as_json, ref):
     """Detach and forget a PPTMon attachment."""
     obj = api.find("pptmon/attachments", ref)
     api.call("DELETE", f"/pptmon/attachments/{obj['id']}")
-    console.print(f"deleted PPTMon attachment {obj['id']} ({obj['name']})")
+    console.print(plain(f"deleted PPTMon attachment {obj['id']} ({obj['name']})"))

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from fathom.cli.output import console, fail, print_json, print_record, print_table
+from fathom.cli.output import console, fail, plain, print_json, print_record, print_table
 from fathom.cli.resources import Api, api_command
 from fathom.client import ApiError
 
@@ -218,7 +218,7 @@ def tap_delete(api, as_json, ref):
     """Delete a TAP policy (its flows and groups go with it)."""
     t = _find(api, ref)
     api.call("DELETE", f"/taps/{t['id']}")
-    console.print(f"deleted tap policy {t['id']}" + (f" ({t['name']})" if t.get("name") else ""))
+    console.print(plain(f"deleted tap policy {t['id']}" + (f" ({t['name']})" if t.get("name") else "")))
 
 
 @api_command(tap, "capture")
@@ -254,7 +254,7 @@ def tap_capture(api, as_json, ref, path, count, duration, lab_name, second):
     if as_json:
         print_json({"policy": t["id"], "monitor": mon["port_name"], "file": path, "tcpdump": summary})
     else:
-        console.print(f"{path}: {'; '.join(summary) or 'done'} (monitor {mon['port_name']})", highlight=False)
+        console.print(plain(f"{path}: {'; '.join(summary) or 'done'} (monitor {mon['port_name']})"), highlight=False)
 
 
 def capture_argv(lab_name: str, vm: str, path: str, count: int | None) -> list[str]:

@@ -101,9 +101,9 @@ def test_records_reach_the_controller(make_chain, tmp_path):  # noqa: F811
         # Prometheus on the controller's /metrics
         metrics = api.get("/metrics").text
         for vnf in ("1", "2"):
-            line = f'fathom_pptmon_vnf_processing_seconds_count{{chain="{c.name}",vnf="{vnf}"}} {float(n_local)}'
+            line = f'fathom_pptmon_vnf_processing_seconds_count{{chain="{c.name}",node="pa-node",vnf="{vnf}"}} {float(n_local)}'
             assert line in metrics
-        assert f'fathom_pptmon_chain_processing_seconds_count{{chain="{c.name}"}} {float(n_local)}' in metrics
+        assert f'fathom_pptmon_chain_processing_seconds_count{{chain="{c.name}",node="pa-node"}} {float(n_local)}' in metrics
         # the agent's own account
         until(lambda: json.loads((state / "status.json").read_text())["counters"]["delivered"] == n_local, 3,
               "agent status")

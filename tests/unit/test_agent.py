@@ -495,3 +495,11 @@ def test_stats_command_asks_the_controller(server, tmp_path):
                                  "--vnf", "2", "--since", "1h"], env=token_env(server))
     assert r.exit_code == 0, r.output
     assert [json.loads(x)["seq"] for x in r.output.splitlines()] == [27, 28, 29]
+    # one reporting node's records: the agent's (n1), and none of another node's
+    for node, n in (("n1", 30), ("n2", 0)):
+        r = CliRunner().invoke(cli, ["pptmon", "stats", "pacli", "--controller", server.url, "--node", node, "--json"],
+                               env=token_env(server))
+        assert r.exit_code == 0 and json.loads(r.output)["records"] == n, r.output
+        r = CliRunner().invoke(cli, ["pptmon", "records", "pacli", "--controller", server.url, "--node", node],
+                               env=token_env(server))
+        assert r.exit_code == 0 and len(r.output.splitlines()) == min(n, 20), r.output

@@ -86,7 +86,7 @@ def test_ingest_and_query_round_trip(app, http):
 def test_retried_batch_is_stored_and_counted_once(app, http):
     chain = uniq("paidem")
     batch = [record(i, chain=chain) for i in range(20)]
-    h = ("fathom_pptmon_vnf_processing_seconds_count", {"chain": chain, "vnf": "1"})
+    h = ("fathom_pptmon_vnf_processing_seconds_count", {"chain": chain, "node": "n1", "vnf": "1"})
     assert post(http, batch)["accepted"] == 20
     assert post(http, batch) == {"received": 20, "accepted": 0, "duplicates": 20}
     # overlapping batch, and a record repeated inside one batch
@@ -94,7 +94,7 @@ def test_retried_batch_is_stored_and_counted_once(app, http):
     assert post(http, more) == {"received": 16, "accepted": 5, "duplicates": 11}
     assert count(app, chain=chain) == 25
     assert sample(*h) == 25           # the histogram saw each record once
-    assert sample("fathom_pptmon_records_duplicate_total", {"chain": chain}) == 31
+    assert sample("fathom_pptmon_records_duplicate_total", {"chain": chain, "node": "n1"}) == 31
 
 
 def test_concurrent_identical_batches(app, http):
@@ -222,15 +222,15 @@ def test_histograms_on_the_registry(http):
     ch = uniq("pah")   # metrics are per process: a chain of this test only
     post(http, [record(i, hops=(3, 40), chain=ch) for i in range(10)])
     assert sample("fathom_pptmon_vnf_processing_seconds_bucket",
-                  {"chain": ch, "vnf": "1", "le": "5e-06"}) == 10
+                  {"chain": ch, "node": "n1", "vnf": "1", "le": "5e-06"}) == 10
     assert sample("fathom_pptmon_vnf_processing_seconds_bucket",
-                  {"chain": ch, "vnf": "2", "le": "2e-05"}) == 0
+                  {"chain": ch, "node": "n1", "vnf": "2", "le": "2e-05"}) == 0
     assert sample("fathom_pptmon_vnf_processing_seconds_bucket",
-                  {"chain": ch, "vnf": "2", "le": "5e-05"}) == 10
-    assert sample("fathom_pptmon_chain_processing_seconds_sum", {"chain": ch}) == pytest.approx(430e-6)
-    assert sample("fathom_pptmon_records_ingested_total", {"chain": ch}) == 10
+                  {"chain": ch, "node": "n1", "vnf": "2", "le": "5e-05"}) == 10
+    assert sample("fathom_pptmon_chain_processing_seconds_sum", {"chain": ch, "node": "n1"}) == pytest.approx(430e-6)
+    assert sample("fathom_pptmon_records_ingested_total", {"chain": ch, "node": "n1"}) == 10
     text = generate_latest(REGISTRY).decode()
-    assert f'fathom_pptmon_chain_processing_seconds_count{{chain="{ch}"}} 10.0' in text
+    assert f'fathom_pptmon_chain_processing_seconds_count{{chain="{ch}",node="n1"}} 10.0' in text
 
 
 # ---------------------------------------------------------------------------------------------- retention

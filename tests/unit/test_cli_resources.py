@@ -251,3 +251,21 @@ def test_subnet_dhcp_options(run):
     assert out.strip() == "error: 422 unprocessable entity: host_routes.0.nexthop: 10.9.0.1 is outside the subnet 10.0.0.0/24"
     assert "DESTINATION,NEXTHOP" in run("subnet", "update", "s", "--host-route", "198.51.100.0/24", ok=False).output
     assert "nothing to change" in run("subnet", "update", "s", ok=False).output
+
+
+def test_tables_escape_control_characters_and_json_stays_exact(run):
+    """A name is the tenant's text: an ESC or a C1 CSI would rewrite the operator's terminal, a bidi
+    override reorder it, rich markup restyle it. Tables and error lines show them escaped."""
+    name = "evil\x1b[2J\x1b]0;owned\x07\x9b31m\x7f\u202egnp.exe[red]x[/red]"
+    run("network", "create", name)
+    raw = set("\x1b\x07\x9b\x7f\u202e")
+    for args in (("network", "list"), ("network", "show", name), ("network", "delete", "nosuch")):
+        out = run(*args, ok=args[1] != "delete").output
+        assert not raw & set(out), (args, out)
+    table = run("network", "list").output
+    assert "evil\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\x7f\\u202egnp.exe[red]x[/red]" in table
+    err = run("network", "show", "\x1b[31mnope", ok=False).output
+    assert "\\x1b[31mnope" in err and "\x1b" not in err
+    assert json.loads(run("network", "list", "--json").output)[0]["name"] == name
+    assert "\x1b" not in run("network", "list", "--json").output       # JSON's own \u001b escape
+    assert "deleted network" in (out := run("network", "delete", name).output) and not raw & set(out)

@@ -304,15 +304,24 @@ def test_pptmon_rate_and_chain_cardinality(db_url, monkeypatch):
         assert post(n1, "n1", [record(i, chain="ca") for i in range(100)]).status_code == 200
         r = post(n1, "n1", [record(100 + i, chain="ca") for i in range(100)])   # 200 > burst 150
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
-        # a chain belongs to the node that runs it
-        r = post(n2, "n2", [record(1000, chain="ca")])
-        assert r.status_code == 403 and detail(r)["loc"] == ["body", "node"]
+        # chain names are per node: n1's "ca" and n2's "ca" are two chains that never mix
+        assert post(n2, "n2", [record(1000, chain="ca")]).status_code == 200
         assert post(n2, "n2", [record(1001, chain="cb")]).status_code == 200
         assert post(n2, "n2", [record(1002, chain="cc")]).status_code == 200
-        r = post(n2, "n2", [record(1003, chain="cd")])                      # a 4th chain
-        assert r.status_code == 422 and "at most 3 chains" in detail(r)["msg"]
+        r = post(n2, "n2", [record(1003, chain="cd")])                      # n2's 4th chain
+        assert r.status_code == 422 and "at most 3 chains per node" in detail(r)["msg"]
+        assert post(n2, "n2", [record(1004, chain="cb")]).status_code == 200  # its own still go in
+        # n2 filled its own budget only: n1 still registers new chains
+        assert post(n1, "n1", [record(2000 + i, chain=c) for i, c in enumerate(("cb", "cc"))]).status_code == 200
         admin = TestClient(app, headers=headers_for(app))
-        assert sorted(c["chain"] for c in admin.get("/v1/pptmon/chains").json()) == ["ca", "cb", "cc"]
+        listed = admin.get("/v1/pptmon/chains").json()
+        assert [(c["chain"], c["node"], c["nodes"], c["records"]) for c in listed] == [
+            ("ca", "n1", ["n1"], 100), ("ca", "n2", ["n2"], 1), ("cb", "n1", ["n1"], 1), ("cb", "n2", ["n2"], 2),
+            ("cc", "n1", ["n1"], 1), ("cc", "n2", ["n2"], 1)]
+        ca = {n: admin.get("/v1/pptmon/stats", params={"chain": "ca", "window": "1d", **({"node": n} if n else {})}
+                           ).json()["records"] for n in ("n1", "n2", None)}
+        assert ca == {"n1": 100, "n2": 1, None: 101}
+        assert {r["node"] for r in admin.get("/v1/pptmon/records", params={"chain": "ca", "node": "n2"}).json()} == {"n2"}
     finally:
         app.state.engine.dispose()
 
