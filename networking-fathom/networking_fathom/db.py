@@ -2,7 +2,7 @@
 
 An entry is written in the same transaction as the Neutron change it describes (precommit), so a
 change Neutron commits is never lost, whether or not fathom answers; a rolled-back change leaves no
-entry. One thread (networking_fathom.journal) replays the entries in order (`seq`).
+entry. A thread in each API worker (networking_fathom.journal) replays the entries in order (`seq`).
 
 An entry says what fathom should hold for one Neutron object: `set` (the object as Neutron has it
 after the change, in `data`) or `delete`. Replaying a `set` makes fathom's object equal to `data`

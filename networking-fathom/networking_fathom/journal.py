@@ -1,4 +1,4 @@
-"""The one thread that talks to fathom: it replays the journal, runs the full sync (at start and every
+"""The thread (one per Neutron API worker) that talks to fathom: it replays the journal, runs the full sync (at start and every
 `[fathom] sync_interval` s) and turns ports ACTIVE in Neutron once fathom says they are.
 
 Replay: pending entries in `seq` order; several pending entries of one object collapse into the

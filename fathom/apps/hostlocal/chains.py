@@ -32,7 +32,8 @@ that operator attachments cannot use (it has a colon).
 `lost_across` compares what the first group's instances stamped with what reached the last
 group's (the loaders' counters, which the agents report): a VNF that terminates TCP (a proxy)
 cannot carry the option across, and the chain says so (`lost_warning`) instead of measuring nothing
-in silence.
+in silence. A change of the chain's path restarts every instance's counters (the attachments carry
+the path), and only counters of the current attachments are compared.
 
 The objects' owner is ("port_chain_vnf", port pair id) (a pair is in at most one group, a group in
 at most one chain); the chain's status is the worst of its instances' (fathom.controller.status).
