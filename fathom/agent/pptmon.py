@@ -46,6 +46,9 @@ ATTACH_TIMEOUT = 30.0
 # A loader still not attached this long after its start is given up on (killed): `error`, tried
 # again at the next resync.
 LOAD_LIMIT = 600.0
+# What a running loader is started with: a change of any of them starts it again (a port chain's
+# `path` too, so that all of a chain's counters restart together; only the period is changed in place)
+LOADER_KEYS = ("chain", "vnf_id", "mode", "in_point", "out_point", "path")
 
 
 class StillLoading(Exception):
@@ -136,8 +139,8 @@ class Pptmon:
         cur = self._running(obj.local_name)
         if cur is None:
             self._died_loading(obj.local_name)
-        same = {k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}
-        if cur is not None and all(cur.get(k) == v for k, v in same.items()):
+        same = {k: getattr(obj, k) for k in LOADER_KEYS}
+        if cur is not None and all(cur.get(k, "") == v for k, v in same.items()):
             what = self._loading(obj.local_name, cur) if not cur.get("attached", True) else None
             if cur.get("period_ns") != obj.period_ns:
                 run([str(native.LOADER), "set", "--pin", cur["pin"], "--period-ns", str(obj.period_ns)])
@@ -174,7 +177,7 @@ class Pptmon:
         attached = self._wait_attached(records, errors, p)
         st = {"pid": p.pid, "pin": pin, "period_ns": obj.period_ns, "started": time.time(), "attached": attached,
               "records": str(records), "errors": str(errors),
-              **{k: getattr(obj, k) for k in ("chain", "vnf_id", "mode", "in_point", "out_point")}}
+              **{k: getattr(obj, k) for k in LOADER_KEYS}}
         self._save(obj.local_name, st)
         if not attached:
             raise StillLoading(f"pptmon-loader (pid {p.pid}) still loading its programs after {ATTACH_TIMEOUT:g} s")

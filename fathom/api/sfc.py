@@ -12,12 +12,12 @@ and FastAPI must see their body types as objects, not as names to resolve in thi
 from datetime import datetime
 from typing import Any, Literal, Sequence
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from fathom.api import pptmon as pptmon_api
-from fathom.api.deps import ERRORS, CallerDep, EngineDep, Limit, Marker, StoreDep, utc
+from fathom.api.deps import ERRORS, CallerDep, EngineDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.schemas import EXTERNAL_ID
 from fathom.apps.sfc.compiler import hop_marker
 from fathom.store import sfc as ops
@@ -245,8 +245,11 @@ def _crud(path: str, model, out, out_model, create_model, update_model, create, 
         return db.write(lambda s: serialise(s, create(s, c, data)))
 
     @router.get(f"/{path}/{{object_id}}", response_model=out_model, name=f"show_{path}")
-    def show_(object_id: int, c: CallerDep, db: StoreDep):
-        return db.read(lambda s: serialise(s, ops.get(s, c, model, object_id)))
+    async def show_(object_id: int, c: CallerDep, db: StoreDep, request: Request, wait: Wait = None,
+                    timeout: WaitTimeout = 10.0):
+        return await shown(request, lambda: db.read(lambda s: serialise(s, ops.get(s, c, model, object_id))),
+                           (path[:-1],), object_id, wait, timeout,
+                           check=lambda: db.read(lambda s: ops.get(s, c, model, object_id) and None))
 
     @router.patch(f"/{path}/{{object_id}}", response_model=out_model, name=f"update_{path}")
     def update_(object_id: int, body: update_model, c: CallerDep, db: StoreDep):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from fathom.cli.output import print_json, print_record, print_table
-from fathom.cli.resources import Api, _delete, _reason, api_command
+from fathom.cli.resources import Api, _delete, _reason, _settle, api_command, wait_options
 
 
 @click.group()
@@ -199,12 +199,14 @@ def flow_classifier_update(api, as_json, ref, name):
 @click.option("--symmetric", is_flag=True, help="Replies go back through the same instances.")
 @click.option("--pptmon", "pptmon", metavar="PERIOD", help=PPTMON_HELP)
 @OWNER
-def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, pptmon, project_id):
+@wait_options
+def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, pptmon, project_id, wait, timeout):
     """Create a port chain: classified traffic crosses each group in order, then reaches its destination."""
     body = {"name": name, "port_pair_groups": [_ref(g) for g in group_refs],
             "flow_classifiers": [_ref(c) for c in classifiers], "project_id": project_id,
             "chain_parameters": {"symmetric": symmetric}, "pptmon": _pptmon(pptmon) if pptmon is not None else None}
-    _show(api.call("POST", "/sfc/port_chains", json=body), as_json, "port chain")
+    chain = api.call("POST", "/sfc/port_chains", json=body)
+    _show(_settle(api, "sfc/port_chains", chain, wait, timeout), as_json, "port chain")
 
 
 @api_command(port_chain, "update")
@@ -215,7 +217,9 @@ def port_chain_create(api, as_json, name, group_refs, classifiers, symmetric, pp
 @click.option("--no-flow-classifiers", is_flag=True, help="Remove every classifier (the chain steers nothing).")
 @click.option("--pptmon", "pptmon", metavar="PERIOD", help=PPTMON_HELP)
 @click.option("--no-pptmon", is_flag=True, help="Stop measuring the chain (the agents detach the programs).")
-def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_classifiers, pptmon, no_pptmon):
+@wait_options
+def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_classifiers, pptmon, no_pptmon,
+                      wait, timeout):
     """Change a chain in place (its groups, its classifiers, PPTMon); unrelated traffic is not disturbed."""
     if pptmon is not None and no_pptmon:
         raise click.UsageError("give --pptmon or --no-pptmon, not both")
@@ -229,7 +233,8 @@ def port_chain_update(api, as_json, ref, name, group_refs, classifiers, no_flow_
         body["port_pair_groups"] = [_ref(g) for g in group_refs]
     if classifiers or no_flow_classifiers:
         body["flow_classifiers"] = [_ref(c) for c in classifiers]
-    _show(api.call("PATCH", f"/sfc/port_chains/{chain['id']}", json=body), as_json, "port chain")
+    chain = api.call("PATCH", f"/sfc/port_chains/{chain['id']}", json=body)
+    _show(_settle(api, "sfc/port_chains", chain, wait, timeout), as_json, "port chain")
 
 
 def _us(summary: dict, key: str) -> str:

@@ -1,7 +1,7 @@
 """A real Neutron API server for labs (the lab tests and `make demo-openstack`): the PyPI release in
 the repo's .venv-neutron (built by scripts/setup), ML2 with fathom's mechanism driver, the stock L3
 plugin with fathom's flavor providers, TaaS and networking-sfc with fathom's drivers, on SQLite,
-served by gunicorn (one sync worker), no Keystone (noauth) and no broker.
+served by gunicorn (sync workers, one unless told), no Keystone (noauth) and no broker.
 
 And `Sdk`, openstacksdk driven from this (fathom's) interpreter: a helper process in Neutron's
 environment answers one JSON line per call (openstacksdk's proxies by name, e.g.
@@ -91,8 +91,9 @@ flat_networks = physnet1
 
 class NeutronServer:
     def __init__(self, workdir: Path, fathom_url: str, token: str, sync_interval: float = 5.0,
-                 upstream_mac: str = UPSTREAM_MAC):
+                 upstream_mac: str = UPSTREAM_MAC, workers: int = 1):
         self.dir = Path(workdir)
+        self.workers = workers          # gunicorn's: API worker processes, each with its journal thread
         self.upstream_mac = upstream_mac
         self.fathom_url, self.token, self.sync_interval = fathom_url, token, sync_interval
         self.port = _free_port()
@@ -123,7 +124,7 @@ class NeutronServer:
         self.proc = subprocess.Popen(
             # a lab that holds the server's run dir stops it on `fathom lab down`: the pid file is
             # there, and the process title (gunicorn rewrites its command line) names the run dir
-            [str(VENV / "bin" / "gunicorn"), "--no-control-socket", "--workers", "1", "--timeout", "120",
+            [str(VENV / "bin" / "gunicorn"), "--no-control-socket", "--workers", str(self.workers), "--timeout", "120",
              "--pid", str(self.dir / "gunicorn.pid"), "--name", f"neutron {self.dir}", "--graceful-timeout", "2",
              "--bind", f"127.0.0.1:{self.port}", "--pythonpath", str(TOOLS), "wsgi:application"],
             cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -61,6 +61,7 @@ class PptmonAttach:
     out_point: str
     period_ns: int
     owner_kind: str = "pptmon_attachment"
+    path: str = ""        # a port chain's instances, as a digest (fathom.apps.hostlocal.chains); "" otherwise
 
     @property
     def owner(self) -> tuple[str, int]:

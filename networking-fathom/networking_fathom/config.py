@@ -21,6 +21,10 @@ OPTS = [
     cfg.IntOpt("max_attempts", default=5,
                help="a journal entry fathom refuses (4xx) this many times is marked failed; the full "
                     "sync repairs what it left"),
+    cfg.FloatOpt("claim_timeout", default=300.0,
+                 help="seconds after which a journal entry a Neutron worker claimed and never finished "
+                      "(the worker died) is taken over by another; far above the time one entry's requests "
+                      "can take (`timeout` each)"),
     cfg.FloatOpt("completed_retention", default=86400.0,
                  help="seconds completed journal entries are kept (the full sync also reads which "
                       "projects they name)"),

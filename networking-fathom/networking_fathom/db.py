@@ -2,12 +2,18 @@
 
 An entry is written in the same transaction as the Neutron change it describes (precommit), so a
 change Neutron commits is never lost, whether or not fathom answers; a rolled-back change leaves no
-entry. One thread (networking_fathom.journal) replays the entries in order (`seq`).
+entry. A thread in each API worker (networking_fathom.journal) replays the entries in order (`seq`).
 
 An entry says what fathom should hold for one Neutron object: `set` (the object as Neutron has it
 after the change, in `data`) or `delete`. Replaying a `set` makes fathom's object equal to `data`
 (create, update, or delete and create), so replaying an entry twice, or after the full sync, is
 harmless.
+
+Every Neutron API worker runs a journal thread. A thread claims all pending entries of one object
+before it sends any of them (`claim`: state `processing`, in a transaction of its own) and no
+thread claims entries of an object while another holds some: one object's entries reach fathom
+one claim at a time, in `seq` order, so an older write is never sent after a newer one. A claim
+older than `[fathom] claim_timeout` (its worker died) is taken over.
 """
 from __future__ import annotations
 
@@ -18,7 +24,9 @@ import sqlalchemy as sa
 from neutron_lib.db import api as db_api
 from neutron_lib.db import model_base
 
-PENDING, COMPLETED, FAILED = "pending", "completed", "failed"
+from .config import conf
+
+PENDING, PROCESSING, COMPLETED, FAILED = "pending", "processing", "completed", "failed"
 
 
 class JournalEntry(model_base.BASEV2):
@@ -34,6 +42,7 @@ class JournalEntry(model_base.BASEV2):
     last_error = sa.Column(sa.String(1024), nullable=True)
     created_at = sa.Column(sa.DateTime, nullable=False, default=lambda: _now())
     updated_at = sa.Column(sa.DateTime, nullable=True)
+    claimed_at = sa.Column(sa.DateTime, nullable=True)            # when a journal thread took it (processing)
 
 
 def _now() -> datetime.datetime:
@@ -49,9 +58,19 @@ def record(context, object_type: str, operation: str, data: dict) -> None:
             state=PENDING, attempts=0))
 
 
+def _claimable(stale: datetime.datetime):
+    return sa.or_(JournalEntry.state == PENDING,
+                  sa.and_(JournalEntry.state == PROCESSING, JournalEntry.claimed_at < stale))
+
+
+def _stale() -> datetime.datetime:
+    return _now() - datetime.timedelta(seconds=conf().claim_timeout)
+
+
 def pending(context, limit: int = 100) -> list[JournalEntry]:
+    """The oldest entries no journal thread holds (pending, or claimed by a worker that died)."""
     with db_api.CONTEXT_READER.using(context):
-        return (context.session.query(JournalEntry).filter_by(state=PENDING)
+        return (context.session.query(JournalEntry).filter(_claimable(_stale()))
                 .order_by(JournalEntry.seq).limit(limit).all())
 
 
@@ -60,15 +79,44 @@ def count_pending(context) -> int:
         return context.session.query(JournalEntry).filter_by(state=PENDING).count()
 
 
-def finish(context, seq: int, state: str, error: str | None = None, attempt: bool = True) -> None:
+class _Taken(Exception):
+    """Another journal thread claimed some of the entries first (the claim is rolled back)."""
+
+
+def claim(context, object_uuid: str, seqs: list[int]) -> bool:
+    """Take `seqs`, every claimable entry of one object this thread read, for this thread; False
+    (nothing taken) when another thread holds entries of the object or took one of these first.
+    The count of updated rows is the lock: two threads reading the same entries cannot both
+    update all of them (the second's UPDATE finds them `processing`, whatever the database's
+    isolation level)."""
+    stale = _stale()
+    try:
+        with db_api.CONTEXT_WRITER.using(context):
+            held = (context.session.query(JournalEntry.seq)
+                    .filter(JournalEntry.object_uuid == object_uuid, JournalEntry.state == PROCESSING,
+                            JournalEntry.claimed_at >= stale, JournalEntry.seq.notin_(seqs)).first())
+            if held is not None:
+                raise _Taken()
+            taken = (context.session.query(JournalEntry)
+                     .filter(JournalEntry.seq.in_(seqs), _claimable(stale))
+                     .update({"state": PROCESSING, "claimed_at": _now()}, synchronize_session=False))
+            if taken != len(seqs):
+                raise _Taken()
+    except _Taken:
+        return False
+    return True
+
+
+def finish(context, seqs: list[int], state: str, error: str | None = None, attempted: int | None = None) -> None:
+    """Leave claimed entries in `state` (pending again: claimable by any thread); `attempted` is
+    the one that was sent (its attempts count up)."""
     with db_api.CONTEXT_WRITER.using(context):
-        entry = context.session.get(JournalEntry, seq)
-        if entry is None:
-            return
-        entry.state = state
-        entry.attempts += 1 if attempt else 0
-        entry.last_error = error[:1024] if error else None
-        entry.updated_at = _now()
+        for entry in context.session.query(JournalEntry).filter(JournalEntry.seq.in_(seqs)):
+            entry.state = state
+            entry.attempts += 1 if entry.seq == attempted else 0
+            entry.last_error = error[:1024] if error else None
+            entry.updated_at = _now()
+            entry.claimed_at = None
 
 
 def projects(context) -> set[str]:

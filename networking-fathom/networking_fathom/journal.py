@@ -1,10 +1,12 @@
-"""The one thread that talks to fathom: it replays the journal, runs the full sync (at start and every
+"""The thread (one per Neutron API worker) that talks to fathom: it replays the journal, runs the full sync (at start and every
 `[fathom] sync_interval` s) and turns ports ACTIVE in Neutron once fathom says they are.
 
 Replay: pending entries in `seq` order; several pending entries of one object collapse into the
 last one (each says the whole state), applied at the place of the first (a creation comes before
 what refers to it) or, when the last is a deletion, at its own place (after what referred to it is
-gone). fathom unreachable (or a
+gone). Each Neutron API worker runs this thread: an object's entries are claimed before they are
+sent, and an object another worker holds is left to it (networking_fathom.db), so fathom receives
+one object's writes in Neutron's order whichever worker sends them. fathom unreachable (or a
 5xx): the pass stops and is retried every `retry_interval` s, nothing is lost. fathom refusing an
 entry (4xx, or a referenced object it lacks): the entry stays pending and is retried on the next
 pass; after `max_attempts` it is marked failed (logged with fathom's reason) and the full sync
@@ -125,23 +127,28 @@ class Journal:
                 groups.setdefault(e.object_uuid, []).append(e)
             progress = False
             for uuid, group in sorted(groups.items(), key=_place):
-                last = group[-1]
+                last, seqs = group[-1], [e.seq for e in group]
+                if not db.claim(ctx, uuid, seqs):
+                    continue                     # another worker sends this object's entries
                 try:
                     what = self.apply(api, last.object_type, last.operation, json.loads(last.data))
                 except Unreachable as e:
                     LOG.warning("fathom unreachable, journal entry %s waits: %s", last.seq, e)
+                    db.finish(ctx, seqs, db.PENDING, str(e))
                     return False
                 except (FathomError, Unmapped) as e:
                     state = db.FAILED if last.attempts + 1 >= conf().max_attempts else db.PENDING
                     log = LOG.error if state == db.FAILED else LOG.info
                     log("fathom refused %s %s %s (attempt %s): %s", last.operation, last.object_type, uuid,
                         last.attempts + 1, e)
-                    db.finish(ctx, last.seq, state, str(e))
+                    db.finish(ctx, seqs, state, str(e), attempted=last.seq)
                     continue
+                except BaseException:
+                    db.finish(ctx, seqs, db.PENDING)     # not held by a thread that gave up on it
+                    raise
                 progress = True
                 LOG.info("fathom: %s %s %s: %s", last.operation, last.object_type, uuid, what)
-                for e in group:
-                    db.finish(ctx, e.seq, db.COMPLETED, None, attempt=e is last)
+                db.finish(ctx, seqs, db.COMPLETED, attempted=last.seq)
             if not progress:
                 return True
         return True

@@ -7,7 +7,8 @@ the Linux bridge takes them after TC ingress, and the chain is measured. Witness
 status, the stored records and the chain's stats, `tc filter show` on the nodes, the server's bytes
 (sha256) and a capture at the server (no option reaches it).
 
-compute1: client, fw1 (nft firewall, hybrid), fwd (forwarder, plugged directly); compute2: server,
+compute1: client, fw1 (nft firewall, hybrid), fwd (forwarder, plugged directly), fw2 (forwarder,
+hybrid); compute2: server,
 dpi (nDPI, hybrid), proxy (HAProxy: terminates TCP, hybrid). Lab names start with 'pq'; addresses
 198.19.40.0/24.
 """
@@ -42,6 +43,8 @@ nodes:
          ingress: {mac: "02:fb:00:00:28:65", ip: 198.19.40.101/24}, egress: {mac: "02:fb:00:00:28:66", ip: 198.19.40.102/24}}
       - {name: fwd, kind: forward, network: blue,
          ingress: {mac: "02:fb:00:00:28:67", ip: 198.19.40.103/24}, egress: {mac: "02:fb:00:00:28:68", ip: 198.19.40.104/24}}
+      - {name: fw2, kind: forward, network: blue, plug: hybrid,
+         ingress: {mac: "02:fb:00:00:28:6b", ip: 198.19.40.107/24}, egress: {mac: "02:fb:00:00:28:6c", ip: 198.19.40.108/24}}
   - name: compute2
     vms:
       - {name: server, mac: "02:fa:00:00:28:15", ip: 198.19.40.21/24, network: blue}
@@ -279,6 +282,32 @@ def test_a_measured_chain_of_hybrid_plugged_vnfs_times_every_hop_on_the_userspac
             for dev in devs:
                 for direction in ("ingress", "egress"):
                     assert sh(lab, node, "tc", "filter", "show", "dev", dev, direction).stdout.strip() == "", dev
+
+
+def test_a_chain_update_restarts_the_lost_across_comparison(lab, api):
+    """fw1 → fw2 → dpi measured with traffic, then fw2 removed (dpi's VNF id goes from 3 to 2): the
+    counters compared start again on every instance, fw1's too, so a little traffic after the
+    change reads as what it is (no warning, `stamped` counting only what came after), not as the
+    sink missing what fw1 stamped before."""
+    def counted(chain_id):
+        return until(lambda: (s := api.get(f"/sfc/port_chains/{chain_id}/pptmon", params={"window": "10m"}))
+                     ["reached"] > 0 and s["stamped"] >= s["reached"] and s, 30, "both ends' counters")
+    blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
+    with chain(api, lab, ["fw1", "fw2", "dpi"], pptmon={"period_ns": PERIOD_NS}) as ch:
+        assert ch["status"] == "active", ch
+        for sport in range(46011, 46015):
+            assert curl_sha(lab, sport) == blob
+        before = counted(ch["id"])
+        assert before["warnings"] == [], before
+        fw1, _, dpi = ch["port_pair_groups"]
+        api.patch(f"/sfc/port_chains/{ch['id']}", json={"port_pair_groups": [fw1, dpi]})
+        changed = api.wait_status("sfc/port_chains", ch["id"], timeout=40)
+        assert (changed["status"], changed["status_reason"]) == ("active", None), changed
+        assert curl_sha(lab, 46015) == blob
+        after = counted(ch["id"])
+        assert after["warnings"] == [] and after["stamped"] < before["stamped"], (before, after)
+        time.sleep(12)                  # the controller's check (10 s in a lab) has seen the counters
+        assert api.get(f"/sfc/port_chains/{ch['id']}")["status_reason"] is None
 
 
 def test_a_measured_chain_through_a_directly_plugged_vnf_on_the_userspace_datapath_is_an_error(lab, api, tmp_path):

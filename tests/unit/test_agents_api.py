@@ -186,7 +186,7 @@ def test_pptmon_attachments_are_an_admin_resource_in_the_nodes_desired_state(api
     assert d["objects"] == [{"kind": "pptmon_attach", "owner": ["pptmon_attachment", a["id"]],
                              "attachment_id": a["id"], "chain": "rt", "vnf_id": 1, "mode": "source-sink",
                              "in_point": "qrp3:egress", "out_point": "qrp4:ingress", "period_ns": 0,
-                             "owner_kind": "pptmon_attachment"}]
+                             "owner_kind": "pptmon_attachment", "path": ""}]
     api.post("/pptmon/attachments", {**body, "name": "a2"}, status=409)                 # the same hook
     api.post("/pptmon/attachments", {**body, "name": "a3", "node": "nosuch"}, status=404)
     api.post("/pptmon/attachments", {**body, "name": "a4", "in_interface": "x" * 16}, status=422)

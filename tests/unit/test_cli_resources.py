@@ -232,6 +232,30 @@ def test_wait_returns_once_the_controller_says_active_or_fails(tmp_path, monkeyp
         result = runner.invoke(cli, ["network", "create", "green", "--wait", "--timeout", "10", "--json"])
         assert result.exit_code == 0, result.output
         assert json.loads(result.output)["status"] == "active"
+
+        # the chain commands too (GET /v1/sfc/port_chains/<id>?wait=active)
+        def ok(*args):
+            result = runner.invoke(cli, list(args))
+            assert result.exit_code == 0, result.output
+            return result.output
+        ok("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
+        ok("subnet", "create", "green4", "--network", "green", "--cidr", "10.0.0.0/24")
+        for name in ("fwi", "fwo"):
+            ok("port", "create", name, "--network", "green", "--node", "c1", "--interface", name, "--no-port-security")
+        ok("sfc", "port-pair", "create", "fw", "--ingress", "fwi", "--egress", "fwo")
+        ok("sfc", "port-pair-group", "create", "fws", "--port-pair", "fw")
+        chain = json.loads(ok("sfc", "port-chain", "create", "c", "--port-pair-group", "fws", "--json"))
+        result = runner.invoke(cli, ["sfc", "port-chain", "update", "c", "--pptmon", "1ms", "--wait", "--timeout", "0.3"])
+        assert result.exit_code == 1 and "not 'active' after 0.3 s" in result.output, result.output
+        def chain_reconciled():
+            from sqlalchemy.orm import Session
+            from fathom.store.status import set_status
+            with Session(app.state.engine) as s, s.begin():
+                set_status(s, "port_chain", chain["id"], "active")
+            board.publish({("port_chain", chain["id"]): ("active", None)}, 0)
+        threading.Timer(0.3, chain_reconciled).start()
+        out = json.loads(ok("sfc", "port-chain", "update", "c", "--no-pptmon", "--wait", "--timeout", "10", "--json"))
+        assert out["status"] == "active" and out["pptmon"] is None
     finally:
         app.state.engine.dispose()
 

@@ -13,7 +13,7 @@ from fathom.apps.hostlocal.chains import (
 )
 from fathom.controller.status import chain_pptmon_status
 from fathom.model import ChainPptmon, PortChain, PortPair, PortPairGroup
-from fathom.model.hostlocal import from_json, to_json
+from fathom.model.hostlocal import digest, digest_json, from_json, to_json
 from fathom.store import agents as ag
 from fathom.store.snapshot import load_snapshot
 
@@ -123,22 +123,63 @@ def _view(node, objects):
     return ag.AgentView(node, 1, 1, {}, objects, 1.0, 1.0)
 
 
+def _reports(snap, counters: dict[int, dict], applied_from=None) -> dict:
+    """What the agents report: each instance's counters (as `pptmon-loader stats` prints them) with
+    the digest of the attachment it runs (of `applied_from`'s when given: a loader not restarted yet)."""
+    held = {a.attachment_id: (node, a) for node, a in chain_attachments(applied_from or snap)}
+    views: dict[str, dict] = {}
+    for pair, c in counters.items():
+        node, a = held[pair]
+        views.setdefault(node, {})[f"{OWNER_KIND}:{pair}"] = {"status": "active", "applied": digest([a]),
+                                                             "counters": c}
+    return {node: _view(node, objects) for node, objects in views.items()}
+
+
+def _stats(sampled=0, reported=0):
+    return {"in_pkts": sampled + reported, "out_pkts": sampled + reported, "sampled": sampled, "appended": 0,
+            "finalized": sampled + reported, "reported": reported, "stripped": reported, "skip_gso": 0,
+            "skip_mtu": 0, "skip_nospace": 0, "skip_other": 0, "skip_counted": 0, "not_ours": 0, "rb_drop": 0,
+            "err": 0, "leaked": 0}
+
+
 def test_lost_across_compares_what_the_sources_stamped_with_what_reached_the_sinks():
     snap = measured()
-
     def agents(sampled, reported):
-        key = lambda i: f"{OWNER_KIND}:{i}"  # noqa: E731
-        return {"c1": _view("c1", {key(1): {"status": "active", "counters": {"sampled": sampled[0]}}}),
-                "c2": _view("c2", {key(2): {"status": "active", "counters": {"sampled": sampled[1]}},
-                                   key(4): {"status": "active", "counters": {"sampled": 0, "reported": 0}}}),
-                "c3": _view("c3", {key(3): {"status": "active", "counters": {"reported": reported}}})}
+        return _reports(snap, {1: _stats(sampled=sampled[0]), 2: _stats(sampled=sampled[1]), 4: _stats(),
+                               3: _stats(reported=reported)})
     ok = lost_across(snap, 7, agents((10, 5), 14))
     assert ok == {"counted": True, "stamped": 15, "reached": 14, "lost_across": 1}
     assert chain_warnings(snap, agents((10, 5), 14)) == {}
     # a TCP-terminating VNF: the sink never sees the option
     cut = chain_warnings(snap, agents((10, 5), 0))
     assert "15 of 15 sampled packets reached the last group without the option" in cut[7]
-    assert lost_across(snap, 7, {}) == {"counted": False, "stamped": 0, "reached": 0, "lost_across": 0}
+    nothing = {"counted": False, "stamped": 0, "reached": 0, "lost_across": 0}
+    assert lost_across(snap, 7, {}) == nothing
+    # a source not reporting yet: no comparison (its packets would count as lost)
+    assert lost_across(snap, 7, _reports(snap, {1: _stats(sampled=10), 3: _stats(reported=0)})) == nothing
+
+
+def test_a_chain_update_restarts_the_comparison_on_every_instance():
+    """fw -> dpi -> nat measured, then dpi removed: nat's VNF id changes (3 -> 2) and its loader
+    starts again from zero. fw's must too (its attachment carries the chain's path), and until
+    every source and sink reports counters of the new path nothing is compared: the old fw's
+    count against the new nat's would read as thousands of packets lost."""
+    groups = (PortPairGroup(1, "fw", "p1", (1,)), PortPairGroup(3, "dpi", "p1", (3,)),
+              PortPairGroup(2, "nat", "p1", (4,)))
+    before = replace(measured(groups=(1, 3, 2)), port_pair_groups=groups)
+    after = replace(measured(groups=(1, 2)), port_pair_groups=groups)
+    old, new = dict(chain_attachments(before)), dict(chain_attachments(after))
+    assert {n: (a.vnf_id, a.mode) for n, a in new.items()} == {"c1": (1, "source"), "c2": (2, "sink")}
+    assert old["c1"].vnf_id == new["c1"].vnf_id and old["c1"] != new["c1"], "fw's loader starts again too"
+    assert lost_across(before, 7, _reports(before, {1: _stats(sampled=7536), 3: _stats(), 4: _stats(reported=7530)})
+                       )["lost_across"] == 6
+    # nat restarted under its new id, fw's agent has not applied the change yet
+    stale_fw = {**_reports(before, {1: _stats(sampled=7536)}), **_reports(after, {4: _stats(reported=395)})}
+    assert lost_across(after, 7, stale_fw) == {"counted": False, "stamped": 0, "reached": 0, "lost_across": 0}
+    assert chain_warnings(after, stale_fw) == {}
+    fresh = _reports(after, {1: _stats(sampled=400), 4: _stats(reported=395)})
+    assert lost_across(after, 7, fresh) == {"counted": True, "stamped": 400, "reached": 395, "lost_across": 5}
+    assert chain_warnings(after, fresh) == {}
 
 
 # ---------------------------------------------------------------------------------------------- API
@@ -255,6 +296,9 @@ def test_counters_in_reports_feed_lost_across_but_wake_nothing(api):  # noqa: F8
     key = lambda p: f"{OWNER_KIND}:{p['id']}"  # noqa: E731
 
     def rep(node, objects):
+        held = {f"{o['owner'][0]}:{o['owner'][1]}": digest_json([o]) for o in
+                api.get(f"/agents/{node}/desired", headers=("admin", "agent", node))["objects"]}
+        objects = {k: {**v, "applied": held[k]} for k, v in objects.items()}
         r = api.http.post(f"/v1/agents/{node}/report", json={"objects": objects},
                           headers=api.who(("admin", "agent", node)))
         assert r.status_code == 204, r.text

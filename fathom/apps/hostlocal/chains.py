@@ -32,18 +32,20 @@ that operator attachments cannot use (it has a colon).
 `lost_across` compares what the first group's instances stamped with what reached the last
 group's (the loaders' counters, which the agents report): a VNF that terminates TCP (a proxy)
 cannot carry the option across, and the chain says so (`lost_warning`) instead of measuring nothing
-in silence.
+in silence. A change of the chain's path restarts every instance's counters (the attachments carry
+the path), and only counters of the current attachments are compared.
 
 The objects' owner is ("port_chain_vnf", port pair id) (a pair is in at most one group, a group in
 at most one chain); the chain's status is the worst of its instances' (fathom.controller.status).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from fathom.apps.sfc.compiler import chain_vnf_ports
 from fathom.model import Snapshot
-from fathom.model.hostlocal import PptmonAttach
+from fathom.model.hostlocal import PptmonAttach, digest, owner_key
 
 OWNER_KIND = "port_chain_vnf"
 MAX_PPTMON_GROUPS = 8          # entries in the option (fathom.pptmon.wire.MAX_HOPS)
@@ -124,13 +126,20 @@ def chain_attachments(snapshot: Snapshot) -> list[tuple[str, PptmonAttach]]:
     """(node, PptmonAttach) for every placed instance of every chain with pptmon on."""
     out = []
     for chain in snapshot.port_chains:
-        if chain.pptmon is None:
-            continue
-        for v in chain_pptmon(snapshot, chain.id):
-            if v.node is not None:
-                out.append((v.node, PptmonAttach(v.pair_id, chain_label(chain.id), v.vnf_id, v.role, v.in_point,
-                                                 v.out_point, chain.pptmon.period_ns, OWNER_KIND)))
+        if chain.pptmon is not None:
+            out += [(v.node, a) for v, a in _placed(snapshot, chain)]
     return out
+
+
+def _placed(snapshot: Snapshot, chain) -> list[tuple[ChainVnf, PptmonAttach]]:
+    """The placed instances of a measured chain with their attachments. Every attachment carries
+    the chain's `path` (its instances' pair, VNF id and role): a change of the path, e.g. a group
+    removed, is a change of every attachment, so every instance's loader starts again and the
+    counters `lost_across` compares restart together."""
+    vnfs = chain_pptmon(snapshot, chain.id)
+    path = hashlib.sha256(repr([(v.pair_id, v.vnf_id, v.role) for v in vnfs]).encode()).hexdigest()[:16]
+    return [(v, PptmonAttach(v.pair_id, chain_label(chain.id), v.vnf_id, v.role, v.in_point, v.out_point,
+                             chain.pptmon.period_ns, OWNER_KIND, path)) for v in vnfs if v.node is not None]
 
 
 def lost_across(snapshot: Snapshot, chain_id: int, agents: dict) -> dict:
@@ -139,20 +148,30 @@ def lost_across(snapshot: Snapshot, chain_id: int, agents: dict) -> dict:
     first group's instances, `reached` the last group's with the option (reported there). A VNF
     that terminates TCP (a proxy) ends the option with the connection: what it sends on is not
     marked, the sink sees nothing to report. `agents`: node -> what its agent last reported
-    (fathom.store.agents.AgentView)."""
+    (fathom.store.agents.AgentView).
+
+    Only counters of loaders running the chain's current path count (the report's `applied` is
+    the digest of the attachment the agent holds), and only once every placed source and sink
+    reports them (`counted`): after a change of the chain, old and new loaders' counters are never
+    compared with each other."""
+    chain = next((c for c in snapshot.port_chains if c.id == chain_id), None)
     stamped = reached = 0
-    counted = False
-    for v in chain_pptmon(snapshot, chain_id):
-        view = agents.get(v.node) if v.node else None
-        said = (view.objects.get(f"{OWNER_KIND}:{v.pair_id}") or {}) if view is not None else {}
-        counters = said.get("counters") or {}
-        if not counters:
+    counted = chain is not None and chain.pptmon is not None
+    for v, attach in _placed(snapshot, chain) if counted else []:
+        if v.role == "transit":
             continue
-        counted = True
+        view = agents.get(v.node)
+        said = (view.objects.get(owner_key(attach.owner)) or {}) if view is not None else {}
+        counters = said.get("counters") or {}
+        if not counters or said.get("applied") != digest([attach]):
+            counted = False
+            break
         if v.role in ("source", "source-sink"):
             stamped += int(counters.get("sampled", 0))
         if v.role in ("sink", "source-sink"):
             reached += int(counters.get("reported", 0))
+    if not counted:
+        stamped = reached = 0
     return {"counted": counted, "stamped": stamped, "reached": reached, "lost_across": max(0, stamped - reached)}
 
 
