@@ -13,12 +13,10 @@ So the difference PPTMon − capture splits into the part before the packet leav
 side: PPTMon's ingress stamp to the capture's at tapfw1i) and the part after it came back (egress
 side: the capture's stamp at tapfw1o to PPTMon's egress stamp).
 
-    sudo .venv/bin/python -m fathom.bench.sfc_accuracy --out docs/benchmarks/pptmon/port-chain-accuracy.json
+    sudo .venv/bin/fathom bench sfc-accuracy -o docs/benchmarks/pptmon/port-chain-accuracy.json
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import signal
@@ -137,25 +135,4 @@ def measure(packets: int, rate: float, workdir: Path) -> dict:
     return {"packets_sent": packets, "rate_per_s": rate, "records": len(records), "matched": len(rows),
             "difference_us": _summary([r["pptmon_us"] - r["capture_us"] for r in rows]) if rows else None,
             **{k: _summary([r[k] for r in rows]) for k in fields},
-            "env": {"kernel": platform.release(), "cpus": os.cpu_count(), "load_1m": os.getloadavg()[0],
-                    "machine": "shared with other jobs (busy)"}}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--packets", type=int, default=1500)
-    ap.add_argument("--rate", type=float, default=500.0)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/znacc"))
-    a = ap.parse_args()
-    a.workdir.mkdir(parents=True, exist_ok=True)
-    doc = {"command": f"python -m fathom.bench.sfc_accuracy --packets {a.packets} --rate {a.rate:g} --out {a.out}",
-           "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           **measure(a.packets, a.rate, a.workdir)}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps({k: doc[k] for k in ("matched", "difference_us", "in_side_us", "out_side_us")}, indent=1))
-
-
-if __name__ == "__main__":
-    main()
+            "env": {"kernel": platform.release(), "cpus": os.cpu_count(), "load_1m": os.getloadavg()[0]}}
