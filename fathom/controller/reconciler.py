@@ -227,6 +227,11 @@ class PassResult:
     # the (kind, object id) whose switches in `needs` changed since statuses were last decided
     # (None: not known; every object's status is decided again)
     needs_changed: set | None = None
+    # monotonic time by which the datapaths have gone over what this pass made (its last commit
+    # reply plus the switches' settle time; None: it made nothing), and the switches that made it
+    # (datapath ids): see Reconciler._write_statuses
+    settled_at: float | None = None
+    made_on: tuple = ()
 
     def br_int(self, node: str) -> SwitchState | None:
         return self.desired.get(SwitchKey(BR_INT, node))
@@ -1027,6 +1032,15 @@ class Reconciler:
             stored.update({("node_state", name): st for name, st in self._node_states.items()})
         write = {k: v for k, v in decided.items() if stored.get(k) != v}
         node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
+        if result.settled_at is not None and any(v[0] == "active" and (stored.get(k) or ("",))[0] != "active"
+                                                 for k, v in write.items()):
+            # a switch acknowledges a bundle once its tables hold it, but its datapath forwards by
+            # the flows it cached from the tables before (a VIF that sent before its flows came has
+            # a cached drop) until OVS's revalidators have gone over them: an object turns `active`
+            # once they have had the settle time after the make, so that `active` means it forwards
+            time.sleep(max(0.0, result.settled_at - time.monotonic()))
+            self._barriers(result.made_on)
+            steps.done("revalidate")
         if write or node_states:
             from fathom.store.status import write_statuses
             with self.Session() as session, session.begin():
@@ -1402,6 +1416,9 @@ class Reconciler:
             tiers.setdefault(MAKE_ORDER.get(plan[0].key.bridge, 9), []).append(plan)
         for tier in sorted(tiers):
             self._each(make, tiers[tier])
+        if busy:
+            result.settled_at = time.monotonic() + max(p[1].settle for p in busy)
+            result.made_on = tuple(p[0].dpid for p in busy)
         if steps is not None:
             steps.done("make")
         # several switches changed and something goes: the datapaths stop using what their
@@ -1418,6 +1435,26 @@ class Reconciler:
             if settle and tier in breaking[1:]:
                 time.sleep(settle)
             self._each(break_, tiers[tier])
+
+    def _barriers(self, dpids) -> None:
+        """A barrier's round trip to each of these switches (those still connected), side by side:
+        each has run its main loop since (`OsKenSession.barrier`). A switch that fails it is left
+        to the next pass, which sees its connection gone."""
+        def one(dpid) -> None:
+            session = self.switches.session(dpid)
+            if session is not None:
+                try:
+                    session.barrier()
+                except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+                    LOG.warning("%016x: barrier failed: %s", dpid, e)
+        dpids = list(dpids)
+        if len(dpids) > 1 and self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+        futures = [self._pool.submit(one, d) for d in dpids[1:]]
+        for d in dpids[:1]:
+            one(d)
+        for future in futures:
+            future.result()
 
     def _each(self, fn, plans: list) -> None:
         """fn(plan) for every plan, at the same time when there are several switches with changes:
