@@ -96,7 +96,8 @@ BURST_PAUSE = 0.25
 # A switch's flows outlive its controller (fail-mode secure), and OVS reconnects within its backoff
 # (8 s at most by default). For this long after the controller starts, while a switch has not
 # connected yet, the statuses in the store (the last controller's word) stand: a restart does not
-# turn every object at home there `pending` (and a Neutron port DOWN) for those seconds.
+# turn every object at home there `pending` (and a Neutron port DOWN) for those seconds. Nor, while
+# a node's OVSDB has not been read yet (its br-int is left alone meanwhile: see `_prepare`).
 STARTUP_GRACE = 15.0
 # Seconds between two freezes of the controller's memory (`_freeze_memory`) while passes follow
 # each other: the collection before a freeze walks the new states still alive (at 100 nodes x 100
@@ -149,7 +150,7 @@ METRICS = _Metrics()
 class SwitchResult:
     key: SwitchKey
     dpid: int
-    setup: str = "ok"               # the switch's bootstrap (OVSDB): ok | error
+    setup: str = "ok"               # the switch's bootstrap (OVSDB): ok | error | checking (not read yet)
     reason: str | None = None       # why setup failed
     state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ...
     changes: int = 0
@@ -1015,7 +1016,8 @@ class Reconciler:
 
     def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events, steps: "_Steps") -> None:
         """Write the statuses that differ from the store's, then publish them on the board."""
-        if time.monotonic() < self._grace_ends and any(r.state == "not connected" for r in result.switches.values()):
+        if time.monotonic() < self._grace_ends and any(r.state == "not connected" or r.setup == "checking"
+                                                       for r in result.switches.values()):
             self._statuses_held = True    # see STARTUP_GRACE; the periodic check ends it in time
             return
         self._statuses_held = False
@@ -1082,8 +1084,11 @@ class Reconciler:
             state, reason, ports = answer
             result.nodes[node.name] = NodeResult(bootstrap=state, reason=reason)
             key = SwitchKey(BR_INT, node.name)
-            result.switches[key] = SwitchResult(key, datapath_id(node.id), "error" if state == "error" else "ok",
-                                                reason)
+            # a node never read yet ("init": its first check still running, as at a controller's
+            # start on a busy host): its port numbers are unknown, so its br-int is left alone (a
+            # compile without them would take every port's flows off it until the check answers)
+            setup = "error" if state == "error" else "checking" if state == "init" else "ok"
+            result.switches[key] = SwitchResult(key, datapath_id(node.id), setup, reason)
             ofports[node.name] = ports
         snapshot = snapshot.with_ofports(ofports)
         for ext in self.extensions:
@@ -1328,10 +1333,11 @@ class Reconciler:
             else:
                 res.state = "not connected"
             self.results[key] = res
-            if res.setup == "error":
+            if res.setup != "ok":
                 # without OVSDB we cannot tell the switch's ports (and a userspace OVS whose
                 # ovsdb-server is gone does not answer OpenFlow either): leave its flows as they are
-                res.state = "not reconciled (bootstrap failed)"
+                res.state = ("not reconciled (bootstrap failed)" if res.setup == "error"
+                             else "not reconciled (its OVSDB not read yet)")
                 self.known.pop(res.dpid, None)
                 continue
             session = self.switches.session(res.dpid)

@@ -205,6 +205,8 @@ def decide(snapshot, result, kept: PortStatuses | None = None) -> dict[tuple[str
             continue
         if res.setup == "error":
             out[("node", n.id)] = ("error", res.reason)
+        elif res.setup == "checking":
+            out[("node", n.id)] = ("pending", res.reason)
         elif res.state == "ok":
             out[("node", n.id)] = ("active", None)
         elif res.state.startswith("lost"):
