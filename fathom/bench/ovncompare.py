@@ -16,11 +16,18 @@ Figures, per system:
 - port-up latency: from the moment a port exists in both senses (the later of "API call issued" and
   "VIF plug issued", i.e. `ovs-vsctl add-port` started) to (a) the system reporting it up and (b) the first echo reply of a 2 ms ping from the
   new VM to a2 on the other node (static neighbours on both ends), in three plug orders, at two tenant
-  sizes; each measured port is removed again, so the tenant size stays fixed;
+  sizes; and (b) − (a), how long after the system says up the port first forwards (the ping runs
+  from before the port exists, as a booting VM sends before its port is up); each measured port is
+  removed again, so the tenant size stays fixed;
 - ports reported up before their VIF existed (the orders that plug after the API call);
 - control-plane CPU (utime + stime) for a batch of ports to all-up and over a fixed window, and at
   rest (after SETTLE_S); the nodes' ovs-vswitchd/ovsdb-server separately; control-plane RSS; OpenFlow
   flows per node.
+
+The tenant grows in one of two shapes (SHAPES): its extra ports alternate between the two networks
+(`two-networks`), or all join blue (`one-network`: every port of the tenant in one network and one
+security group, so each new port's address is a remote-group member on every node and each node
+floods blue's broadcasts to ~50 local ports).
 """
 from __future__ import annotations
 
@@ -42,6 +49,8 @@ from fathom.lab.topology import Topology, load
 
 TOPOLOGY = Path(__file__).parent / "topologies" / "ovn-compare.yaml"
 SYSTEMS = ("fathom", "ovn")
+SHAPES = {"two-networks": "extra ports alternate between blue and green",
+          "one-network": "every extra port in blue (one network, one security group)"}
 ORDERS = {
     "plug_first": "VIF plugged, then the API call",
     "api_then_plug": "API call, then the VIF plugged at once",
@@ -217,11 +226,14 @@ class OvnSystem(System):
 
 class Bench:
     def __init__(self, prefix: str = "ov", repeats: int = 3, ports: int = 20, seconds: int = 5, batch: int = 50,
-                 window_s: float = 30.0, rest_s: float = 60.0, large: bool = True, progress=lambda msg: None):
+                 window_s: float = 30.0, rest_s: float = 60.0, large: bool = True, shape: str = "two-networks",
+                 progress=lambda msg: None):
+        if shape not in SHAPES:
+            raise ValueError(f"shape {shape!r}: one of {', '.join(SHAPES)}")
         self.topo = load(TOPOLOGY)
         self.systems = [FathomSystem(f"{prefix}f", self.topo), OvnSystem(f"{prefix}o", self.topo)]
         self.repeats, self.n_ports, self.seconds = repeats, ports, seconds
-        self.batch, self.window_s, self.rest_s, self.large = batch, window_s, rest_s, large
+        self.batch, self.window_s, self.rest_s, self.large, self.shape = batch, window_s, rest_s, large, shape
         self.progress = progress
         self.vm = {vm.name: vm for _, vm in self.topo.vms()}
         self.seq = {s.name: 0 for s in self.systems}   # ports made so far per lab: unique names, MACs, addresses
@@ -362,7 +374,9 @@ class Bench:
             for order, runs in orders.items():
                 ups = [r["up_ms"] for r in runs if r["up_ms"] is not None]
                 echoes = [r["echo_ms"] for r in runs if r["echo_ms"] is not None]
-                out[name][order] = {"up_ms": dist(ups), "echo_ms": dist(echoes), "ports": len(runs),
+                after = [r["echo_ms"] - r["up_ms"] for r in runs if r["echo_ms"] is not None and r["up_ms"] is not None]
+                out[name][order] = {"up_ms": dist(ups), "echo_ms": dist(echoes), "echo_after_up_ms": dist(after),
+                                    "ports": len(runs),
                                     "never_up": sum(r["up_ms"] is None for r in runs),
                                     "never_echo": sum(r["echo_ms"] is None for r in runs),
                                     "up_before_vif": sum(r["up_before_vif"] for r in runs), "runs": runs}
@@ -386,14 +400,16 @@ class Bench:
         return out
 
     def grow(self, s: System, n: int) -> dict:
-        """n ports (API call, then the VIF at once; alternately on c1 and c2, blue and green) to all
-        reported up: CPU to all-up and over a fixed window from the first call."""
+        """n ports (API call, then the VIF at once; alternately on c1 and c2; in blue and green in
+        turn, or all in blue: `shape`) to all reported up: CPU to all-up and over a fixed window from
+        the first call."""
         groups = {"control_plane": s.control_plane(), "node_ovs": s.node_ovs()}
         cpu = procs.CpuWindow(groups).start()
         t0 = time.monotonic()
         handles = []
         for i in range(n):
-            node, network = ("c1", "c2")[i % 2], ("blue", "green")[i // 2 % 2]
+            node = ("c1", "c2")[i % 2]
+            network = "blue" if self.shape == "one-network" else ("blue", "green")[i // 2 % 2]
             name, mac, ip = self.add_vif(s, node, network)
             handles.append(s.create_port(name, mac, ip, network, node))
             s.lab.plug_vm(node, name, mac, network)
@@ -430,7 +446,8 @@ class Bench:
             doc = {"benchmark": "ovn-compare", "environment": env,
                    "parameters": {"repeats": self.repeats, "ports_per_run": self.n_ports, "iperf_seconds": self.seconds,
                                   "batch": self.batch, "window_s": self.window_s, "rest_s": self.rest_s,
-                                  "large_tenant": self.large, "orders": ORDERS, "topology": str(TOPOLOGY)},
+                                  "large_tenant": self.large, "shape": self.shape, "orders": ORDERS,
+                                  "topology": str(TOPOLOGY)},
                    "versions": versions()}
             doc["traffic_check"] = {s.name: self.check_traffic(s) for s in self.systems}
             for name, paths in doc["traffic_check"].items():
@@ -492,6 +509,10 @@ def _ms(d: dict) -> str:
     return f"{d['p50']:.0f} / {d['p99']:.0f}" if d.get("n") else "—"
 
 
+def _spread(d: dict) -> str:
+    return f"{d['p50']:.0f} / {d['max']:.0f}" if d.get("n") else "—"
+
+
 def markdown(doc: dict) -> str:
     env = doc["environment"]
     L = [f"Run of {env['date_utc']} ({doc.get('elapsed_s', 0):.0f} s), command `{doc.get('command', 'fathom bench ovn-compare')}`; "
@@ -512,10 +533,14 @@ def markdown(doc: dict) -> str:
         per = ", ".join(_ratio(a, b) for a, b in zip(f["gbps"], o["gbps"]))
         L.append(f"| {path} | {f['mean']:.3f} [{f['min']:.3f}–{f['max']:.3f}] | {o['mean']:.3f} [{o['min']:.3f}–{o['max']:.3f}] "
                  f"| {_ratio(f['mean'], o['mean'])} | {per} |")
-    L += ["", "Port up (ms from the later of API call and VIF plug; p50 / p99; n ports per cell):", "",
+    shape = doc["parameters"].get("shape", "two-networks")
+    L += ["", f"Port up (ms from the later of API call and VIF plug; p50 / p99; n ports per cell; the tenant grown "
+              f"`{shape}`: {SHAPES[shape]}). First echo − reported up: how long after the system says up the "
+              "port first forwards (p50 / max; negative: the echo came first):", "",
           "| tenant ports | plug order | n | fathom → reported up | OVN → reported up | p50 ratio | fathom → first echo "
-          "| OVN → first echo | p50 ratio | reported up before the VIF existed (fathom / OVN) | never up / no echo (fathom; OVN) |",
-          "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "| OVN → first echo | p50 ratio | first echo − reported up, fathom | first echo − reported up, OVN "
+          "| reported up before the VIF existed (fathom / OVN) | never up / no echo (fathom; OVN) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size, t in doc["tenants"].items():
         for order in ORDERS:
             if "port_up" not in t:
@@ -523,7 +548,8 @@ def markdown(doc: dict) -> str:
             f, o = t["port_up"]["fathom"][order], t["port_up"]["ovn"][order]
             L.append(f"| {size} | {order} | {f['ports']} | {_ms(f['up_ms'])} | {_ms(o['up_ms'])} | "
                      f"{_ratio(_p(f['up_ms'], 'p50'), _p(o['up_ms'], 'p50'))} | {_ms(f['echo_ms'])} | {_ms(o['echo_ms'])} | "
-                     f"{_ratio(_p(f['echo_ms'], 'p50'), _p(o['echo_ms'], 'p50'))} | {f['up_before_vif']} / {o['up_before_vif']} | "
+                     f"{_ratio(_p(f['echo_ms'], 'p50'), _p(o['echo_ms'], 'p50'))} | {_spread(f.get('echo_after_up_ms', {}))} | "
+                     f"{_spread(o.get('echo_after_up_ms', {}))} | {f['up_before_vif']} / {o['up_before_vif']} | "
                      f"{f['never_up']}/{f['never_echo']}; {o['never_up']}/{o['never_echo']} |")
     L += ["", "Control-plane CPU (utime + stime, seconds; the nodes' ovs-vswitchd + ovsdb-server apart):", "",
           "| tenant ports | window | fathom control plane s | OVN control plane s | ratio | fathom nodes' OVS s "

@@ -227,11 +227,12 @@ class NodeOvsdb:
                      "row": {"name": vm_interface(j), "ofport": j + 2}},
                     {"op": "insert", "table": "Port", "uuid-name": f"p{j + 1}",
                      "row": {"name": vm_interface(j), "interfaces": ["named-uuid", f"i{j + 1}"]}}]
-        from fathom.controller.bootstrap import CONTROLLER_PROBE_MS
+        from fathom.controller.bootstrap import CONTROLLER_MAX_BACKOFF_MS, CONTROLLER_PROBE_MS
         # the controller row as the bootstrap leaves it: with no ovs-vswitchd here, a transaction of
         # the bootstrap would wait for one to apply it (and time out)
         ops += [{"op": "insert", "table": "Controller", "uuid-name": "c",
-                 "row": {"target": controller, "inactivity_probe": CONTROLLER_PROBE_MS}},
+                 "row": {"target": controller, "inactivity_probe": CONTROLLER_PROBE_MS,
+                         "max_backoff": CONTROLLER_MAX_BACKOFF_MS}},
                 {"op": "insert", "table": "Bridge", "uuid-name": "b",
                  "row": {"name": "br-int", "datapath_type": "netdev", "fail_mode": "secure",
                          "protocols": ["set", ["OpenFlow13", "OpenFlow14"]],

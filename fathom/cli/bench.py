@@ -379,6 +379,30 @@ def sfc_accuracy(packets, rate, out):
     click.echo(json.dumps({k: doc[k] for k in ("matched", "difference_us", "in_side_us", "out_side_us")}, indent=1))
 
 
+@bench.command("restart")
+@click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True, help="controller restarts")
+@click.option("--downtime", type=click.FloatRange(0.0, 120.0), default=10.0, show_default=True,
+              help="seconds the controller is down each time (OVS's default backoff reaches 8 s after ~7 s)")
+@click.option("--lab", "lab_name", default="brs", show_default=True, help="name of the lab it builds")
+@click.option("--quick", is_flag=True, help="2 rounds")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-restart-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def restart(rounds, downtime, lab_name, quick, outdir, as_json):
+    """A controller restart: seconds from the restarted controller answering its API to every switch
+    back, to a port plugged meanwhile and a port created at once after it turning active, and whether
+    any other port's status left active meanwhile. Progress goes to stderr."""
+    from fathom.bench import restart as rb
+    from fathom.lab.sh import LabError
+    if quick:
+        rounds = min(rounds, 2)
+    out = output_dir("restart", outdir)
+    try:
+        doc = rb.Bench(lab_name, rounds, downtime, stderr_progress()).run()
+    except (LabError, OSError) as e:
+        fail(str(e))
+    publish("restart", doc, out, rb, as_json)
+
+
 @bench.command("all")
 @click.option("--quick", is_flag=True, help="short runs")
 @click.pass_context

@@ -22,14 +22,17 @@ from fathom.cli.output import fail
 @click.option("--rest", "rest_s", type=float, default=60.0, show_default=True,
               help="CPU at rest, seconds, at each tenant size (0: skip)")
 @click.option("--small-only", is_flag=True, help="only the 4-port tenant (no batches, no large tenant)")
+@click.option("--shape", type=click.Choice(["two-networks", "one-network"]), default="two-networks", show_default=True,
+              help="how the batches grow the tenant: extra ports alternating between blue and green, or all in "
+                   "blue (one network, one security group)")
 @click.option("--prefix", default="ov", show_default=True,
               help="lab names: <prefix>f (fathom) and <prefix>o (OVN), ≤ 6 characters")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
               help="default results/bench-ovn-compare-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_only, prefix, outdir, as_json):
+def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_only, shape, prefix, outdir, as_json):
     """The same lab under fathom and under OVN 23.03: TCP throughput, port up → reported up and → first
-    echo in three plug orders at two tenant sizes, control-plane CPU (batch, window, at rest), RSS and
+    echo (and first echo − reported up) in three plug orders at two tenant sizes, control-plane CPU (batch, window, at rest), RSS and
     flows per node. Progress on stderr; results.json, summary.md and ovn-compare.png in the output dir."""
     from fathom.bench import ovn, ovncompare
     from fathom.bench.report import busy
@@ -45,7 +48,8 @@ def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_o
         fail(str(e), code=2)
     out = output_dir("ovn-compare", outdir)
     b = ovncompare.Bench(prefix=prefix, repeats=repeats, ports=ports, seconds=seconds, batch=batch,
-                         window_s=window_s, rest_s=rest_s, large=not small_only, progress=stderr_progress())
+                         window_s=window_s, rest_s=rest_s, large=not small_only, shape=shape,
+                         progress=stderr_progress())
     try:
         doc = b.run()
     except (LabError, OSError, RuntimeError) as e:

@@ -48,6 +48,7 @@ class FakeSwitch:
         self.meters: dict[int, object] = {}
         self.sent: list[tuple[str, list]] = []   # ("bundle" | "plain", [parsed messages])
         self.reads = 0
+        self.barriers = 0                        # barrier round trips asked for
         self.last_flow = None                    # the flow of the last flow mod applied
         self._refuse = lambda spec: False
         self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
@@ -77,6 +78,9 @@ class FakeSwitch:
 
     def read_meters(self) -> set:
         return set(self.meters.values())
+
+    def barrier(self) -> None:
+        self.barriers += 1
 
     def bundle(self, pairs: list) -> None:
         if pairs:

@@ -96,7 +96,8 @@ BURST_PAUSE = 0.25
 # A switch's flows outlive its controller (fail-mode secure), and OVS reconnects within its backoff
 # (8 s at most by default). For this long after the controller starts, while a switch has not
 # connected yet, the statuses in the store (the last controller's word) stand: a restart does not
-# turn every object at home there `pending` (and a Neutron port DOWN) for those seconds.
+# turn every object at home there `pending` (and a Neutron port DOWN) for those seconds. Nor, while
+# a node's OVSDB has not been read yet (its br-int is left alone meanwhile: see `_prepare`).
 STARTUP_GRACE = 15.0
 # Seconds between two freezes of the controller's memory (`_freeze_memory`) while passes follow
 # each other: the collection before a freeze walks the new states still alive (at 100 nodes x 100
@@ -149,7 +150,7 @@ METRICS = _Metrics()
 class SwitchResult:
     key: SwitchKey
     dpid: int
-    setup: str = "ok"               # the switch's bootstrap (OVSDB): ok | error
+    setup: str = "ok"               # the switch's bootstrap (OVSDB): ok | error | checking (not read yet)
     reason: str | None = None       # why setup failed
     state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ...
     changes: int = 0
@@ -227,6 +228,11 @@ class PassResult:
     # the (kind, object id) whose switches in `needs` changed since statuses were last decided
     # (None: not known; every object's status is decided again)
     needs_changed: set | None = None
+    # monotonic time by which the datapaths have gone over what this pass made (its last commit
+    # reply plus the switches' settle time; None: it made nothing), and the switches that made it
+    # (datapath ids): see Reconciler._write_statuses
+    settled_at: float | None = None
+    made_on: tuple = ()
 
     def br_int(self, node: str) -> SwitchState | None:
         return self.desired.get(SwitchKey(BR_INT, node))
@@ -1010,7 +1016,8 @@ class Reconciler:
 
     def _write_statuses(self, snapshot: Snapshot, result: PassResult, ev: _Events, steps: "_Steps") -> None:
         """Write the statuses that differ from the store's, then publish them on the board."""
-        if time.monotonic() < self._grace_ends and any(r.state == "not connected" for r in result.switches.values()):
+        if time.monotonic() < self._grace_ends and any(r.state == "not connected" or r.setup == "checking"
+                                                       for r in result.switches.values()):
             self._statuses_held = True    # see STARTUP_GRACE; the periodic check ends it in time
             return
         self._statuses_held = False
@@ -1027,6 +1034,15 @@ class Reconciler:
             stored.update({("node_state", name): st for name, st in self._node_states.items()})
         write = {k: v for k, v in decided.items() if stored.get(k) != v}
         node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
+        if result.settled_at is not None and any(v[0] == "active" and (stored.get(k) or ("",))[0] != "active"
+                                                 for k, v in write.items()):
+            # a switch acknowledges a bundle once its tables hold it, but its datapath forwards by
+            # the flows it cached from the tables before (a VIF that sent before its flows came has
+            # a cached drop) until OVS's revalidators have gone over them: an object turns `active`
+            # once they have had the settle time after the make, so that `active` means it forwards
+            time.sleep(max(0.0, result.settled_at - time.monotonic()))
+            self._barriers(result.made_on)
+            steps.done("revalidate")
         if write or node_states:
             from fathom.store.status import write_statuses
             with self.Session() as session, session.begin():
@@ -1068,8 +1084,11 @@ class Reconciler:
             state, reason, ports = answer
             result.nodes[node.name] = NodeResult(bootstrap=state, reason=reason)
             key = SwitchKey(BR_INT, node.name)
-            result.switches[key] = SwitchResult(key, datapath_id(node.id), "error" if state == "error" else "ok",
-                                                reason)
+            # a node never read yet ("init": its first check still running, as at a controller's
+            # start on a busy host): its port numbers are unknown, so its br-int is left alone (a
+            # compile without them would take every port's flows off it until the check answers)
+            setup = "error" if state == "error" else "checking" if state == "init" else "ok"
+            result.switches[key] = SwitchResult(key, datapath_id(node.id), setup, reason)
             ofports[node.name] = ports
         snapshot = snapshot.with_ofports(ofports)
         for ext in self.extensions:
@@ -1314,10 +1333,11 @@ class Reconciler:
             else:
                 res.state = "not connected"
             self.results[key] = res
-            if res.setup == "error":
+            if res.setup != "ok":
                 # without OVSDB we cannot tell the switch's ports (and a userspace OVS whose
                 # ovsdb-server is gone does not answer OpenFlow either): leave its flows as they are
-                res.state = "not reconciled (bootstrap failed)"
+                res.state = ("not reconciled (bootstrap failed)" if res.setup == "error"
+                             else "not reconciled (its OVSDB not read yet)")
                 self.known.pop(res.dpid, None)
                 continue
             session = self.switches.session(res.dpid)
@@ -1402,6 +1422,9 @@ class Reconciler:
             tiers.setdefault(MAKE_ORDER.get(plan[0].key.bridge, 9), []).append(plan)
         for tier in sorted(tiers):
             self._each(make, tiers[tier])
+        if busy:
+            result.settled_at = time.monotonic() + max(p[1].settle for p in busy)
+            result.made_on = tuple(p[0].dpid for p in busy)
         if steps is not None:
             steps.done("make")
         # several switches changed and something goes: the datapaths stop using what their
@@ -1418,6 +1441,26 @@ class Reconciler:
             if settle and tier in breaking[1:]:
                 time.sleep(settle)
             self._each(break_, tiers[tier])
+
+    def _barriers(self, dpids) -> None:
+        """A barrier's round trip to each of these switches (those still connected), side by side:
+        each has run its main loop since (`OsKenSession.barrier`). A switch that fails it is left
+        to the next pass, which sees its connection gone."""
+        def one(dpid) -> None:
+            session = self.switches.session(dpid)
+            if session is not None:
+                try:
+                    session.barrier()
+                except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+                    LOG.warning("%016x: barrier failed: %s", dpid, e)
+        dpids = list(dpids)
+        if len(dpids) > 1 and self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+        futures = [self._pool.submit(one, d) for d in dpids[1:]]
+        for d in dpids[:1]:
+            one(d)
+        for future in futures:
+            future.result()
 
     def _each(self, fn, plans: list) -> None:
         """fn(plan) for every plan, at the same time when there are several switches with changes:

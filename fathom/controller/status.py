@@ -36,7 +36,8 @@ object none of whose flows any switch needs yet (a network with no bound port) i
 a port: it is `down` (with the reason) until it is bound and its VIF is plugged on its node (OVSDB:
 an interface of its name on the node's br-int with an OpenFlow port number), and `active` only
 when, moreover, every switch that must hold its flows has committed them (the bundle's commit
-reply, in the pass that covered the port's last change). A tap policy with a problem the compiler
+reply, in the pass that covered the port's last change; the reconciler publishes a status turning
+`active` once those datapaths have settled and answered a barrier: Reconciler._write_statuses). A tap policy with a problem the compiler
 reported (a deleted port, an unbound one) is `error` / `pending` with that problem.
 
 `decide` is pure (model + pass result in, statuses out); fathom.store.status writes them.
@@ -205,6 +206,8 @@ def decide(snapshot, result, kept: PortStatuses | None = None) -> dict[tuple[str
             continue
         if res.setup == "error":
             out[("node", n.id)] = ("error", res.reason)
+        elif res.setup == "checking":
+            out[("node", n.id)] = ("pending", res.reason)
         elif res.state == "ok":
             out[("node", n.id)] = ("active", None)
         elif res.state.startswith("lost"):

@@ -233,6 +233,12 @@ class OsKenSession:
             first = errors[0] if errors else msg   # an add's error before the commit's
             raise ApplyError(f"switch {dp.id:016x} refused the change: {OFError(result=first)}", refused)
 
+    def barrier(self) -> None:
+        """A barrier's round trip: the switch's main loop has run since everything sent before it
+        (OVS polls a userspace datapath's ports in that loop: a loop busy reconfiguring its ports
+        holds their traffic, and this reply, until it is done)."""
+        ofctl.send_msg(self.app, self.dp.ofproto_parser.OFPBarrierRequest(self.dp))
+
     def plain(self, pairs: list) -> None:
         """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
         for spec, m in pairs:

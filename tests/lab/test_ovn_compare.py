@@ -47,6 +47,8 @@ def test_both_report_each_port_up_and_pass_its_first_echo(doc):
                 assert run["t_plug"] - run["t_api_done"] >= 0.5
             # no echo can come back before the VIF is on the switch
             assert run["t_echo"] > run["t_plug"]
+            after = port_up[system][order]["echo_after_up_ms"]
+            assert after["n"] == 1 and after["p50"] == pytest.approx((run["t_echo"] - run["t_up"]) * 1000)
     # OVN sets `up` only once its chassis has claimed the VIF and installed its flows
     assert all(port_up["ovn"][o]["up_before_vif"] == 0 for o in ORDERS)
 
