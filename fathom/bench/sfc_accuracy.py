@@ -13,7 +13,7 @@ So the difference PPTMon − capture splits into the part before the packet leav
 side: PPTMon's ingress stamp to the capture's at tapfw1i) and the part after it came back (egress
 side: the capture's stamp at tapfw1o to PPTMon's egress stamp).
 
-    sudo .venv/bin/fathom bench sfc-accuracy -o docs/benchmarks/pptmon/port-chain-accuracy.json
+    sudo .venv/bin/fathom bench sfc-accuracy -o OUTPUT_DIR
 """
 from __future__ import annotations
 

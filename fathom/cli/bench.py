@@ -363,19 +363,19 @@ def sfc(quick, seconds, repeats, requests, parts, lab_name, outdir, as_json):
 @bench.command("sfc-accuracy")
 @click.option("--packets", type=int, default=1500, show_default=True, help="datagrams sent through the chain")
 @click.option("--rate", type=float, default=500.0, show_default=True, help="datagrams per second (paced)")
-@click.option("-o", "--output", "out", type=click.Path(dir_okay=False), required=True,
-              help="the results document (JSON)")
-def sfc_accuracy(packets, rate, out):
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
+              help="default results/bench-sfc-accuracy-<timestamp>/")
+def sfc_accuracy(packets, rate, outdir):
     """PPTMon's per-VNF time on a port chain against a capture at the same host interfaces, packet by
-    packet (lab znacc, one hybrid-plugged firewall)."""
+    packet (lab znacc, one hybrid-plugged firewall); the results in OUTPUT/results.json."""
     import tempfile
     from fathom.bench import sfc_accuracy as sa
+    out = output_dir("sfc-accuracy", outdir)
     with tempfile.TemporaryDirectory(prefix="znacc-") as work:
         doc = {"command": f"fathom bench sfc-accuracy --packets {packets} --rate {rate:g} -o {out}",
                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                **sa.measure(packets, rate, Path(work))}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     click.echo(json.dumps({k: doc[k] for k in ("matched", "difference_us", "in_side_us", "out_side_us")}, indent=1))
 
 
