@@ -88,12 +88,12 @@ def raise_open_files() -> int:
 
 def source_of(host: str) -> str:
     """The source an address counts under: itself, or its /64 for IPv6 (one host's usual share)."""
+    if ":" not in host:          # IPv4, as the kernel spells it
+        return host
     try:
         address = ipaddress.ip_address(host.split("%")[0])
     except ValueError:
         return host
-    if address.version == 4:
-        return str(address)
     if address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
     return f"{ipaddress.IPv6Network((address, 64), strict=False).network_address}/64"
