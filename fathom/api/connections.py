@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import logging
 import math
 import os
 import resource
@@ -47,7 +46,6 @@ from fathom.api.auth import Unauthenticated
 from fathom.api.deps import store_error_response
 from fathom.api.ingest_limits import TooMany
 
-LOG = logging.getLogger("fathom.api.connections")
 MAX_HEAD = 64 * 1024
 MAX_BUCKETS = 65536      # sources whose request-rate bucket is remembered (least recently used dropped)
 
@@ -63,9 +61,9 @@ class ConnectionLimits:
     trusted_proxies: frozenset[str] = frozenset()
 
     @classmethod
-    def from_env(cls, env=os.environ, trusted_proxies: list[str] | None = None) -> ConnectionLimits:
+    def from_env(cls, env=os.environ) -> ConnectionLimits:
         rate = float(env.get("FATHOM_API_SOURCE_RATE", cls.source_rate))
-        proxies = trusted_proxies or [a for a in env.get("FATHOM_API_TRUSTED_PROXIES", "").split(",") if a.strip()]
+        proxies = [a for a in env.get("FATHOM_API_TRUSTED_PROXIES", "").split(",") if a.strip()]
         return cls(max_connections=int(env.get("FATHOM_API_MAX_CONNECTIONS", cls.max_connections)),
                    per_source=int(env.get("FATHOM_API_SOURCE_CONNECTIONS", cls.per_source)),
                    source_rate=rate, source_burst=float(env.get("FATHOM_API_SOURCE_BURST", 2 * rate)),
@@ -77,13 +75,14 @@ def raise_open_files() -> int:
     """Raise the soft limit on open files to the hard one (each connection is a file); the new
     soft limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
+    target = hard
+    if hard == resource.RLIM_INFINITY:          # the kernel's own ceiling, then
         with open("/proc/sys/fs/nr_open") as f:
-            hard = int(f.read())
-    if soft == resource.RLIM_INFINITY or soft >= hard:
-        return soft
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-    return hard
+            target = int(f.read())
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
 
 
 def source_of(host: str) -> str:

@@ -2,7 +2,10 @@
 clients from distinct 127.0.0.x addresses are distinct sources."""
 from __future__ import annotations
 
+import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -207,3 +210,14 @@ def test_a_source_is_an_address_or_an_ipv6_64():
     assert source_of("198.18.0.1") == "198.18.0.1" and source_of("::ffff:198.18.0.1") == "198.18.0.1"
     assert source_of("2001:db8:0:1::5") == source_of("2001:db8:0:1:ffff::9") == "2001:db8:0:1::/64"
     assert source_of("2001:db8:0:2::5") != source_of("2001:db8:0:1::5")
+
+
+
+def test_the_open_files_soft_limit_is_raised_to_the_hard_one():
+    code = ("import resource; from fathom.api.connections import raise_open_files; "
+            "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE); "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)); "
+            "print(raise_open_files(), *resource.getrlimit(resource.RLIMIT_NOFILE))")
+    raised, soft, hard = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                 check=True).stdout.split())
+    assert raised == soft > 256 and (soft == hard or hard == resource.RLIM_INFINITY)
