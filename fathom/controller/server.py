@@ -87,19 +87,18 @@ def runtime_router(reconciler: Reconciler, guard: Guard | None = None) -> APIRou
 
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,
           pki_dir: str | None = None, state_dir: str = "/var/lib/fathom", max_body: int | None = None,
-          audit_interval: float | None = None, datapath_settle: float = sw.DATAPATH_SETTLE,
-          connection_limits: ConnectionLimits | None = None) -> None:
+          audit_interval: float | None = None, datapath_settle: float = sw.DATAPATH_SETTLE) -> None:
     """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
     without. Its admin credential is `state_dir`/admin-token (created at the first start). The API's
-    connections are limited by `connection_limits` (default: from the environment, fathom.api.connections)."""
+    connections are limited as the environment says (fathom.api.connections)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # ovsdbapp logs an unreachable node's OVSDB at ERROR on every try; our bootstrap logs the
     # same failure once per pass as the node's state (WARNING), and retries
     logging.getLogger("ovsdbapp.backend.ovs_idl.idlutils").setLevel(logging.CRITICAL)
     gc.set_threshold(*GC_THRESHOLDS)
     open_files = raise_open_files()     # every API connection is a file: thousands must not hit EMFILE
-    limits = connection_limits or ConnectionLimits.from_env()
+    limits = ConnectionLimits.from_env()
     if limits.max_connections > open_files // 2:
         LOG.warning("at most %d API connections: the open-file limit is %d", open_files // 2, open_files)
         limits = dataclasses.replace(limits, max_connections=open_files // 2)
