@@ -116,7 +116,9 @@ def test_at_the_total_limit_unauthenticated_waiting_connections_go_first(serve):
     agent = srv.connect("127.0.0.3")
     assert srv.get(agent, srv.token).startswith(b"HTTP/1.1 200")        # idle now, and authenticated
     others = [srv.connect(f"127.0.0.{10 + i}") for i in range(12)]      # 12 sources, half-open
-    time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while srv.guard.counts["shed"] < 7 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert srv.guard.stats()["open"] == 6 and srv.guard.counts["shed"] == 7
     assert all(closed(s) for s in others[:7]) and not any(closed(s, 0.1) for s in others[7:])
     assert srv.get(agent, srv.token).startswith(b"HTTP/1.1 200")        # the authenticated idle one stayed
@@ -152,7 +154,7 @@ def test_serving_connections_are_never_shed_and_bodies_have_a_deadline(serve):
                 except TimeoutError:
                     pass
     assert all(a.startswith(b"HTTP/1.1 408") for a in answers), answers
-    assert 1.8 < time.monotonic() - t0 < 3.5
+    assert 1.8 < time.monotonic() - t0 < 6
     for s in [late, *slow]:
         s.close()
 
