@@ -4,11 +4,15 @@ The API port is reachable from every node's management network, so one misbehavi
 be able to hold it. `Guard` keeps the server's connections and decides, per connection and per
 request (docs/security.md, *Connections and slow clients*):
 
-- **Per source**: at most `per_source` connections open at once from one address (an IPv6 /64
-  counts as one). A further connection from a source at its limit replaces that source's oldest
-  connection still waiting for a request head (new or idle kept-alive), or is closed at once when
-  every one of its connections is serving a request. Addresses in `trusted_proxies` (a reverse
-  proxy that limits its clients itself) have no per-source limit.
+- **Per source**: at most `per_source` connections served at once from one address (an IPv6 /64
+  counts as one). A further connection from a source at its limit is held: accepted but not read,
+  in a queue of its source, until one of the source's served connections closes (the oldest held
+  is served next) or `hold_timeout` seconds pass (it is closed). Holding, not closing, is what
+  keeps a host that reconnects whatever is closed from making the server accept and close
+  connections as fast as it can: its excess connections cost a file and a few kilobytes each, no
+  CPU. At most `max_held` connections are held in all; beyond that a new excess connection is
+  closed at once. Addresses in `trusted_proxies` (a reverse proxy that limits its clients itself)
+  have no per-source limit.
 - **In total**: at most `max_connections`. At the limit a new connection replaces the oldest
   connection waiting for a head, those that never carried an authenticated request first; a
   connection serving a request is never closed for another. Nothing answers 503 for want of room.
@@ -26,7 +30,8 @@ request (docs/security.md, *Connections and slow clients*):
 Environment of the controller (read by `ConnectionLimits.from_env`): FATHOM_API_MAX_CONNECTIONS
 (default 4096, at most half the process's open-file limit), FATHOM_API_SOURCE_CONNECTIONS (64),
 FATHOM_API_SOURCE_RATE (requests/s without a valid token, 50), FATHOM_API_SOURCE_BURST (2 x rate),
-FATHOM_API_HEAD_TIMEOUT (s, 10), FATHOM_API_TRUSTED_PROXIES (addresses, comma-separated; none).
+FATHOM_API_HEAD_TIMEOUT (s, 10), FATHOM_API_HOLD_TIMEOUT (s, 60), FATHOM_API_MAX_HELD (default
+the connection limit), FATHOM_API_TRUSTED_PROXIES (addresses, comma-separated; none).
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ from fathom.api.deps import store_error_response
 from fathom.api.ingest_limits import TooMany
 
 MAX_HEAD = 64 * 1024
+SERVE, HOLD, REFUSE = "serve", "hold", "refuse"        # what the guard does with a new connection
 MAX_BUCKETS = 65536      # sources whose request-rate bucket is remembered (least recently used dropped)
 
 
@@ -57,6 +63,8 @@ class ConnectionLimits:
     source_rate: float = 50.0
     source_burst: float = 100.0
     head_timeout: float = 10.0
+    hold_timeout: float = 60.0
+    max_held: int = 4096
     max_head: int = MAX_HEAD
     trusted_proxies: frozenset[str] = frozenset()
 
@@ -64,7 +72,9 @@ class ConnectionLimits:
     def from_env(cls, env=os.environ) -> ConnectionLimits:
         rate = float(env.get("FATHOM_API_SOURCE_RATE", cls.source_rate))
         proxies = [a for a in env.get("FATHOM_API_TRUSTED_PROXIES", "").split(",") if a.strip()]
-        return cls(max_connections=int(env.get("FATHOM_API_MAX_CONNECTIONS", cls.max_connections)),
+        max_connections = int(env.get("FATHOM_API_MAX_CONNECTIONS", cls.max_connections))
+        return cls(max_connections=max_connections, max_held=int(env.get("FATHOM_API_MAX_HELD", max_connections)),
+                   hold_timeout=float(env.get("FATHOM_API_HOLD_TIMEOUT", cls.hold_timeout)),
                    per_source=int(env.get("FATHOM_API_SOURCE_CONNECTIONS", cls.per_source)),
                    source_rate=rate, source_burst=float(env.get("FATHOM_API_SOURCE_BURST", 2 * rate)),
                    head_timeout=float(env.get("FATHOM_API_HEAD_TIMEOUT", cls.head_timeout)),
@@ -99,11 +109,12 @@ def source_of(host: str) -> str:
 
 
 class _Source:
-    __slots__ = ("open", "waiting")
+    __slots__ = ("open", "waiting", "held")
 
     def __init__(self):
         self.open = 0
         self.waiting: OrderedDict[GuardedH11Protocol, None] = OrderedDict()   # oldest first
+        self.held: OrderedDict[GuardedH11Protocol, None] = OrderedDict()      # oldest first
 
 
 class Guard:
@@ -112,6 +123,7 @@ class Guard:
     def __init__(self, limits: ConnectionLimits):
         self.limits = limits
         self.open = 0
+        self.held = 0
         self.sources: dict[str, _Source] = {}
         # connections waiting for a request head, oldest first: [0] never authenticated, [1] authenticated
         self.waiting: tuple[OrderedDict, OrderedDict] = (OrderedDict(), OrderedDict())
@@ -121,30 +133,35 @@ class Guard:
         self.protocol = type("GuardedH11", (GuardedH11Protocol,), {"guard": self})
 
     def stats(self) -> dict:
-        return {"open": self.open, "sources": len(self.sources),
+        return {"open": self.open, "held_now": self.held, "sources": len(self.sources),
                 "waiting_for_head": len(self.waiting[0]) + len(self.waiting[1]), **self.counts}
 
     # --- connections
-    def admit(self, conn: GuardedH11Protocol, host: str) -> bool:
-        """Room for a new connection from `host`, made by closing others if need be; False: refuse it."""
+    def admit(self, conn: GuardedH11Protocol, host: str) -> str:
+        """What becomes of a new connection from `host`: SERVE it (room made by closing others if need
+        be), HOLD it until its source has room, or REFUSE it."""
         key = source_of(host)
         source = self.sources.get(key)
         if source is not None and source.open >= self.limits.per_source and host not in self.limits.trusted_proxies:
-            if not source.waiting:
+            if self.held >= self.limits.max_held:
                 self.counts["refused"] += 1
-                return False
-            self.shed(next(iter(source.waiting)))
+                return REFUSE
+            self.counts["held"] += 1
+            self.held += 1
+            conn.source_key, conn.source = key, source
+            source.held[conn] = None
+            return HOLD
         if self.open >= self.limits.max_connections:
             victims = self.waiting[0] or self.waiting[1]
             if not victims:
                 self.counts["refused"] += 1
-                return False
+                return REFUSE
             self.shed(next(iter(victims)))
         source = self.sources.get(key) or self.sources.setdefault(key, _Source())
         conn.source_key, conn.source = key, source
         source.open += 1
         self.open += 1
-        return True
+        return SERVE
 
     def shed(self, conn: GuardedH11Protocol) -> None:
         self.counts["shed"] += 1
@@ -152,24 +169,37 @@ class Guard:
         conn.transport.close()
 
     def release(self, conn: GuardedH11Protocol) -> None:
-        if conn.source is None:
+        source = conn.source
+        if source is None:
             return
-        self.busy(conn)
-        self.by_client.pop(conn.client, None)
-        conn.source.open -= 1
-        self.open -= 1
-        if conn.source.open == 0:
-            del self.sources[conn.source_key]
         conn.source = None
+        if conn.held is not None:
+            del source.held[conn]
+            self.held -= 1
+        else:
+            self.busy(conn, source)
+            self.by_client.pop(conn.client, None)
+            source.open -= 1
+            self.open -= 1
+            if source.held:                      # the oldest held connection of the source is served next
+                nxt = next(iter(source.held))
+                del source.held[nxt]
+                self.held -= 1
+                source.open += 1
+                self.open += 1
+                nxt.source = source
+                nxt.loop.call_soon(nxt.serve)
+        if source.open == 0 and not source.held:
+            del self.sources[conn.source_key]
 
     def awaiting_head(self, conn: GuardedH11Protocol) -> None:
         self.waiting[conn.authenticated][conn] = None
         conn.source.waiting[conn] = None
 
-    def busy(self, conn: GuardedH11Protocol) -> None:
+    def busy(self, conn: GuardedH11Protocol, source: _Source | None = None) -> None:
         self.waiting[0].pop(conn, None)
         self.waiting[1].pop(conn, None)
-        conn.source.waiting.pop(conn, None)
+        (source or conn.source).waiting.pop(conn, None)
 
     # --- requests
     def take(self, key: str) -> float:
@@ -222,18 +252,60 @@ class GuardedH11Protocol(H11Protocol):
         self.source_key = ""
         self.authenticated = False
         self._head_timer = None
+        self.held = None           # (transport, timer) while held for room at its source
+        self._early = b""          # what a held connection sent before its reading was paused
 
     def connection_made(self, transport) -> None:
         peer = transport.get_extra_info("peername")
-        if not self.guard.admit(self, peer[0] if isinstance(peer, tuple) else ""):
+        verdict = self.guard.admit(self, peer[0] if isinstance(peer, tuple) else "")
+        if verdict is REFUSE:
             transport.abort()
+        elif verdict is HOLD:       # reading is paused at its first data (asyncio starts reading after this call)
+            self.held = (transport, self.loop.call_later(self.guard.limits.hold_timeout, self._hold_timed_out))
+        else:
+            self._serve(transport)
+
+    def serve(self) -> None:
+        """Serve a held connection: its source has room now (the guard counted it)."""
+        transport, timer = self.held
+        timer.cancel()
+        self.held = None
+        if transport.is_closing():
+            self.guard.release(self)
             return
+        transport.resume_reading()
+        self._serve(transport)
+        early, self._early = self._early, b""
+        if early:
+            self.data_received(early)
+
+    def data_received(self, data: bytes) -> None:
+        if self.held is None:
+            return super().data_received(data)
+        self.held[0].pause_reading()
+        self._early += data
+        if len(self._early) > self.guard.limits.max_head:
+            self._hold_timed_out()
+
+    def _serve(self, transport) -> None:
         super().connection_made(transport)
         self.guard.by_client[self.client] = self
         self._await_head()
 
+    def _hold_timed_out(self) -> None:
+        self.guard.counts["hold_timeouts"] += 1
+        transport, _ = self.held
+        self.guard.release(self)
+        self.held = None
+        transport.abort()
+
     def connection_lost(self, exc) -> None:
-        if self.transport is None:        # refused in connection_made
+        if self.held is not None:         # closed while held
+            self.held[1].cancel()
+            self.guard.release(self)
+            self.held = None
+            return
+        if self.transport is None:        # refused in connection_made, or closed while held
             return
         self.guard.release(self)
         if self._head_timer is not None:

@@ -59,10 +59,19 @@ async def _attack(host: str, port: int, source: str, half_open: int, slow_bodies
             finally:
                 writer.close()
 
-    slots = [slot("half-open", False) for _ in range(half_open)]
-    slots += [slot("slow body", i % 2 == 0) for i in range(slow_bodies)]    # half of them with a valid token
+    # the kinds interleaved, so that those the server serves first are of every kind; half of the
+    # slow bodies with a valid token
+    kinds = _interleaved([("half-open", False)] * half_open, [("slow body", i % 2 == 0) for i in range(slow_bodies)])
+    slots = [slot(*k) for k in kinds]
     await asyncio.gather(*slots)
     return stats
+
+
+def _interleaved(a: list, b: list) -> list:
+    out = []
+    for i in range(max(len(a), len(b))):
+        out += a[i:i + 1] + b[i:i + 1]
+    return out
 
 
 def start_attack(url: str, source: str, half_open: int, slow_bodies: int, token: str | None, seconds: float,

@@ -72,12 +72,12 @@ def test_half_open_connections_and_slow_bodies_from_one_host():
     report = json.dumps({"clients": summaries, "attacker": attacker, "guard": guard,
                          "rss_kib": {"baseline": baseline, "peak": peak}})
     print(report)
-    # the attack was real: far more connections than the server keeps, bodies answered 408
-    assert attacker["connects"] > 2000 and guard.get("shed", 0) + guard.get("refused", 0) > 1000, report
+    # the attack was real: far more connections than the source is served, the rest held; bodies answered 408
+    assert attacker["connects"] >= 2000 and guard.get("held", 0) > 1000, report
     assert attacker["answers"].get("408", 0) > 0 and attacker["answers"].get("401", 0) > 0, report
     for name in ("agent", "tenant"):
         s = summaries[name]
         assert s["requests"] == 20 * LEGIT_SECONDS and s["failed"] == 0, (name, report)
         assert s["p99_ms"] <= 100, (name, report)
-    # memory bounded: what the attacker may hold (64 connections) costs little
+    # memory bounded: 64 connections served and ~2,000 held cost little
     assert peak - baseline < 64 * 1024, report

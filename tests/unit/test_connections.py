@@ -94,20 +94,41 @@ def serve(tmp_path, monkeypatch):
         s.stop()
 
 
-def test_one_source_holds_at_most_its_share(serve):
-    """Half-open connections from one source: beyond its limit each new one replaces its oldest;
-    another source is served at once, and nothing answers 503."""
-    srv = serve(per_source=4, max_connections=100)
+def test_one_source_is_served_its_share_and_its_excess_is_held(serve):
+    """Half-open connections from one source: beyond its limit new ones are held, unread and not
+    closed (closing makes a reconnecting host churn); the oldest held is served when one of the
+    source's served connections closes; a held one is closed at the hold deadline. Another source
+    is served at once, and nothing answers 503."""
+    srv = serve(per_source=4, max_connections=100, hold_timeout=3.0)
     attacker = [srv.connect("127.0.0.2") for _ in range(10)]
     for sock in attacker:
         sock.sendall(b"GET /v1/networks HTTP/1.1\r\nHost: x\r\n")        # a head never finished
-    assert all(closed(s) for s in attacker[:6])                          # the six oldest are shed
-    assert not any(closed(s, 0.2) for s in attacker[6:])
-    assert srv.guard.stats()["open"] == 4 and srv.guard.counts["shed"] == 6
+    deadline = time.monotonic() + 5
+    while srv.guard.counts["held"] < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert srv.guard.stats()["open"] == 4 and srv.guard.stats()["held_now"] == 6
+    assert not any(closed(s, 0.1) for s in attacker)
     with srv.connect("127.0.0.3") as sock:
         for _ in range(3):                                               # kept alive, never shed
             assert srv.get(sock, srv.token).startswith(b"HTTP/1.1 200")
+    attacker[0].close()                                                  # a served one goes: the oldest held is served
+    held = attacker[4]
+    held.sendall(f"Authorization: {srv.token}\r\n\r\n".encode())     # its head finished
+    assert answer(held).startswith(b"HTTP/1.1 200")
+    assert srv.guard.stats()["open"] == 4 and srv.guard.stats()["held_now"] == 5
+    assert all(closed(s, 4.0) for s in attacker[5:])                    # held past the deadline: closed
+    assert srv.guard.counts["hold_timeouts"] == 5 and srv.guard.stats()["held_now"] == 0
     for s in attacker:
+        s.close()
+
+
+def test_held_connections_are_bounded(serve):
+    """Beyond `max_held` held connections, a new excess one is closed at once."""
+    srv = serve(per_source=2, max_connections=100, max_held=3)
+    conns = [srv.connect("127.0.0.2") for _ in range(7)]
+    assert all(closed(s) for s in conns[5:]) and not any(closed(s, 0.1) for s in conns[:5])
+    assert srv.guard.stats()["held_now"] == 3 and srv.guard.counts["refused"] == 2
+    for s in conns:
         s.close()
 
 
