@@ -72,7 +72,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "trafgen": ("netsniff-ng", "peer packet generator in the switch benchmark"),
     # lab VNFs and the web workload of service chains (fathom/lab/vnf.py)
     "ndpiReader": ("libndpi-bin", "the DPI VNF (nDPI)"),
-    "haproxy": ("haproxy", "the TCP-terminating proxy VNF"),
+    "haproxy": ("haproxy", "the TCP-terminating proxy VNF; the reverse proxy in front of the API (deploy/haproxy)"),
     "nginx": ("nginx-light", "the web server behind a service chain"),
     "ab": ("apache2-utils", "ApacheBench, the web client of service chain tests and benchmarks"),
     # native build: eBPF programs and the traffic engine

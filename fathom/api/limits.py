@@ -2,16 +2,15 @@
 
 - `BoundedInput` (ASGI middleware) reads a request body up to `max_body` bytes (FATHOM_API_MAX_BODY,
   default 1 MiB) and answers 413 as soon as more arrives, without buffering the rest; a body whose
-  next chunk takes longer than `read_timeout` seconds gets a 408. A JSON body is checked before
-  any route sees it: NaN, Infinity, lone surrogates, NUL characters, duplicate keys in an object,
-  a body that is not UTF-8 (RFC 8259; a UTF-16 or UTF-32 body), malformed JSON and pathologically
-  deep nesting are a 422. A NUL in the path or the query is a 422 too. A body in a
-  `Content-Encoding` other than identity (nothing here decodes gzip) or a JSON `charset` other
-  than UTF-8 is a 415.
+  last byte has not arrived `read_timeout` s after the head (FATHOM_API_BODY_TIMEOUT, 10) gets a
+  408. A JSON body is checked before any route sees it: NaN, Infinity, lone surrogates, NUL
+  characters, duplicate keys in an object, a body that is not UTF-8 (RFC 8259; a UTF-16 or UTF-32
+  body), malformed JSON and pathologically deep nesting are a 422. A NUL in the path or the query
+  is a 422 too. A body in a `Content-Encoding` other than identity (nothing here decodes gzip) or a
+  JSON `charset` other than UTF-8 is a 415.
 - `short` cuts error messages and locations (fathom.api.deps renders every error with it), so
   an error never echoes a large input.
-- `TimedH11Protocol` (uvicorn's h11 protocol) closes a connection whose request head has not
-  arrived within `header_timeout` seconds: uvicorn itself would wait forever for a slow client.
+- Connections (how many, from where, the request head's deadline): fathom.api.connections.
 """
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ import json
 import os
 
 from fastapi.responses import JSONResponse
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 DEFAULT_MAX_BODY = 1 << 20
 MAX_MSG = 300        # characters of an error message
@@ -92,10 +90,11 @@ def check_json_body(body: bytes) -> None:
 
 
 class BoundedInput:
-    def __init__(self, app, max_body: int | None = None, read_timeout: float = 10.0):
+    def __init__(self, app, max_body: int | None = None, read_timeout: float | None = None):
         self.app = app
         self.max_body = max_body if max_body is not None else int(os.environ.get("FATHOM_API_MAX_BODY", DEFAULT_MAX_BODY))
-        self.read_timeout = read_timeout
+        self.read_timeout = (read_timeout if read_timeout is not None
+                             else float(os.environ.get("FATHOM_API_BODY_TIMEOUT", 10.0)))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -156,9 +155,10 @@ class BoundedInput:
             if int(length) > self.max_body:
                 raise _Refused(413, f"the body is larger than {self.max_body} bytes")
         chunks, size = [], 0
+        deadline = asyncio.get_running_loop().time() + self.read_timeout    # for the whole body
         while True:
             try:
-                message = await asyncio.wait_for(receive(), self.read_timeout)
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
             except asyncio.TimeoutError:
                 raise _Refused(408, f"the body did not arrive within {self.read_timeout:g} s") from None
             if message["type"] == "http.disconnect":
@@ -175,36 +175,3 @@ class BoundedInput:
         if body and (ctype == b"application/json" or ctype.endswith(b"+json") or not ctype):
             check_json_body(body)
         return body
-
-
-class TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose request head takes longer than
-    `header_timeout` seconds (a slow or half-sent request), on a new connection and between
-    the requests of a kept-alive one."""
-    header_timeout = 10.0
-
-    def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        self._arm_head_timer()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm_head_timer()
-
-    def _arm_head_timer(self) -> None:
-        old = getattr(self, "_head_timer", None)
-        if old is not None:
-            old.cancel()
-        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        waiting_for_head = self.cycle is None or self.cycle.response_complete
-        if waiting_for_head and not self.transport.is_closing():
-            self.transport.close()
-
-    def connection_lost(self, exc) -> None:
-        if getattr(self, "_head_timer", None) is not None:
-            self._head_timer.cancel()
-        super().connection_lost(exc)

@@ -1,6 +1,7 @@
 """`fathom controller`: one process with the REST API, the OpenFlow controller and the reconciler."""
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import socket
@@ -13,7 +14,7 @@ from fastapi import APIRouter, Depends
 from fathom.api import create_app
 from fathom.api.auth import admin_caller
 from fathom.api.deps import ERRORS
-from fathom.api.limits import TimedH11Protocol
+from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
 from fathom.auth.tokens import ensure_admin_token
 from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
@@ -33,7 +34,7 @@ from fathom.store.errors import NotFound
 LOG = logging.getLogger("fathom.controller")
 
 
-def runtime_router(reconciler: Reconciler) -> APIRouter:
+def runtime_router(reconciler: Reconciler, guard: Guard | None = None) -> APIRouter:
     """Endpoints that read the switches, not the store."""
     router = APIRouter(prefix="/v1", tags=["runtime"], dependencies=[Depends(admin_caller)], responses=ERRORS)
 
@@ -78,7 +79,8 @@ def runtime_router(reconciler: Reconciler) -> APIRouter:
                 "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
                 "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.diffs),
                 "port_status_decisions": dict(reconciler.port_statuses.passes),
-                "switch_commits": sw.COMMIT_TIMES.totals()}
+                "switch_commits": sw.COMMIT_TIMES.totals(),
+                "api_connections": guard.stats() if guard is not None else None}
 
     return router
 
@@ -88,12 +90,19 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
           audit_interval: float | None = None, datapath_settle: float = sw.DATAPATH_SETTLE) -> None:
     """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
-    without. Its admin credential is `state_dir`/admin-token (created at the first start)."""
+    without. Its admin credential is `state_dir`/admin-token (created at the first start). The API's
+    connections are limited as the environment says (fathom.api.connections)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # ovsdbapp logs an unreachable node's OVSDB at ERROR on every try; our bootstrap logs the
     # same failure once per pass as the node's state (WARNING), and retries
     logging.getLogger("ovsdbapp.backend.ovs_idl.idlutils").setLevel(logging.CRITICAL)
     gc.set_threshold(*GC_THRESHOLDS)
+    open_files = raise_open_files()     # every API connection is a file: thousands must not hit EMFILE
+    limits = ConnectionLimits.from_env()
+    if limits.max_connections > open_files // 2:
+        LOG.warning("at most %d API connections: the open-file limit is %d", open_files // 2, open_files)
+        limits = dataclasses.replace(limits, max_connections=open_files // 2)
+    guard = Guard(limits)
     engine = open_store(db_url, migrate_apart=True)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
@@ -107,7 +116,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     api = create_app(engine, on_change=reconciler.wake, max_body=max_body)
     api.state.status_board = reconciler.board   # long-polls (GET ...?wait=) wait on it
     LOG.info("admin credential: %s (root only)", ensure_admin_token(engine, state_dir))
-    api.include_router(runtime_router(reconciler))
+    api.include_router(runtime_router(reconciler, guard))
     api.include_router(tap_runtime_router(reconciler))
     # ToRs and br-phy under OpenFlow, LLDP discovery
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
@@ -121,13 +130,15 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
              of_host, of_port,
              "TLS" if transport.tls else "plain TCP, insecure", db_url)
-    # Slow clients: a request head must arrive within 10 s (TimedH11Protocol), a body chunk within
-    # 10 s (fathom.api.limits), an idle kept-alive connection is closed after 5 s; heads are at most
-    # 64 KiB and at most 200 requests are served at once.
+    # Slow clients and many connections: fathom.api.connections (per source, in total, the head's
+    # deadline and size), fathom.api.limits (the body's deadline and size); an idle kept-alive
+    # connection is closed after 5 s. No limit_concurrency: uvicorn's counts every connection, a
+    # half-sent one too, and answers 503 to anyone beyond it. No proxy_headers: uvicorn would believe
+    # X-Forwarded-For from 127.0.0.1; a trusted proxy is named explicitly (FATHOM_API_TRUSTED_PROXIES).
     # One server on every API address (the agents on the nodes reach it over the management network).
-    config = uvicorn.Config(DateHeader(api), host=hosts[0], port=api_port, log_level="warning", http=TimedH11Protocol,
-                            timeout_keep_alive=5, h11_max_incomplete_event_size=64 * 1024, limit_concurrency=200,
-                            date_header=False)
+    config = uvicorn.Config(DateHeader(Gate(api, guard)), host=hosts[0], port=api_port, log_level="warning",
+                            http=guard.protocol, timeout_keep_alive=5, date_header=False,
+                            proxy_headers=False)
     QuietServer(config).run(sockets=api_sockets(hosts, api_port))
 
 

@@ -8,7 +8,7 @@ doc's `git clone` and `scripts/setup`).
 What the doc leaves to the machine is played by small programs first on the PATH: `sudo` runs the
 command (`-E` kept the environment anyway), `apt-get` checks the package is installed, `modprobe`
 fails (this kernel has no modules), and `systemctl` starts a unit as systemd would: fathom's units
-from their ExecStart and EnvironmentFile, `openvswitch-switch` with Debian's ovs-ctl, nginx.
+from their ExecStart and EnvironmentFile, `openvswitch-switch` with Debian's ovs-ctl, haproxy.
 
 A management switch (198.18.128.0/24) and an underlay switch join the hosts: Linux bridges in the
 namespace `<prefix>-sw`. Each host's eth0 is on the management switch; a node's eth1 on the underlay.
@@ -41,7 +41,11 @@ case "$1" in
 esac
 unit=${1%.service}
 case $unit in
-  nginx) nginx -t -q; nginx -s reload 2>/dev/null || nginx ;;
+  haproxy)      # Debian's unit: EnvironmentFile=-/etc/default/haproxy, the configuration checked first
+    set -a; . /etc/default/haproxy; set +a
+    haproxy -c -q -f /etc/haproxy/haproxy.cfg
+    [ -f /run/haproxy.pid ] && kill "$(cat /run/haproxy.pid)" 2>/dev/null || true
+    haproxy -D -p /run/haproxy.pid -f /etc/haproxy/haproxy.cfg ;;
   openvswitch-switch) /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/run/ovs-ctl.log 2>&1 ;;
   fathom-*)
     f=/etc/systemd/system/$unit.service

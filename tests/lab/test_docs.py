@@ -83,7 +83,7 @@ def for_node(text: str, node: str) -> str:
 
 def test_deploy_md_on_a_controller_host_and_two_nodes(tmp_path):
     """docs/deploy.md as written, on hosts that share nothing but the kernel (tests/lab/deploy_hosts.py):
-    the controller host (PKI, nginx as the TLS proxy, the systemd unit), two nodes registered, their
+    the controller host (PKI, HAProxy as the TLS proxy, the systemd unit), two nodes registered, their
     files copied over, their OVS (packaged ovs-ctl) and agents; then the doc's checks, every node
     active, and the nodes' tunnel addresses reaching each other over br-phy."""
     blocks = BLOCK.findall((ROOT / "docs" / "deploy.md").read_text())

@@ -421,16 +421,16 @@ class _Served:
 
         import uvicorn
 
-        from fathom.api.limits import TimedH11Protocol
+        from fathom.api.connections import ConnectionLimits, Gate, Guard
         self.app = create_app(f"sqlite:///{tmp_path / 's.db'}", max_body=64 * 1024)
         self.token = headers_for(self.app)["Authorization"]
-        proto = type("Proto", (TimedH11Protocol,), {"header_timeout": header_timeout})
+        guard = Guard(ConnectionLimits(head_timeout=header_timeout, max_head=16 * 1024))
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, http=proto,
-                                                    log_level="warning", lifespan="off",
-                                                    h11_max_incomplete_event_size=16 * 1024))
+        self.server = uvicorn.Server(uvicorn.Config(Gate(self.app, guard), host="127.0.0.1", port=self.port,
+                                                    http=guard.protocol, log_level="warning", lifespan="off",
+                                                    proxy_headers=False))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         while not self.server.started:
@@ -524,7 +524,7 @@ def test_slow_clients_are_cut_off(served):
     with served.connect() as sock:
         sock.sendall(b"GET /v1/networks HTTP/1.1\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n")
         assert not _read_all(sock).startswith(b"HTTP/1.1 200")
-    # a body that stops half way: answered 408 by the body reader (its own timeout is 10 s)
+    # a body that stops half way: answered 408 by the body reader (its deadline is 10 s)
     with served.connect() as sock:
         sock.sendall(f"POST /v1/networks HTTP/1.1\r\nHost: x\r\nAuthorization: {served.token}\r\n"
                      "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"name\"".encode())
