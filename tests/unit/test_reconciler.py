@@ -600,7 +600,7 @@ def test_every_shipped_topology_converges_in_one_pass_and_stays(tmp_path, path, 
         assert len(c.switches.journal) == sent
         statuses = [x["status"] for kind in ("ports", "networks", "subnets", "routers", "taps")
                     for x in c.get(f"/{kind}")]
-        assert set(statuses) == {"active"}
+        assert set(statuses) <= {"active"}        # neutron.yaml has no object of its own
     finally:
         c.close()
 
