@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fathom.host.exec import argv
 from fathom.lab.sh import run
 
 from .engine import BenchError, engine_path
@@ -106,12 +107,12 @@ def run_once(tool: str, ns: str, ifname: str, size: int, dst_mac: str, src_mac: 
             cfg.write_text(trafgen_config(frame_bytes(size, dst_mac, src_mac)))
             # -P 1: one worker (pinned to the one CPU taskset leaves it); --no-sock-mem and -Q: leave the
             # machine's socket-memory sysctls and IRQ affinities alone (the machine is shared)
-            args = ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), TRAFGEN, "-o", ifname, "-i", str(cfg),
-                    "-P", "1", "--no-sock-mem", "-Q", "-n", "0"]
+            args = argv(["taskset", "-c", str(cpu), TRAFGEN, "-o", ifname, "-i", str(cfg),
+                         "-P", "1", "--no-sock-mem", "-Q", "-n", "0"], ns)
         else:
-            args = ["ip", "netns", "exec", ns, str(engine_path()), "gen", "--tx-if", ifname, "--size", str(size),
-                    "--rate", "0", "--duration", str(warmup_s + window_s + 30), "--stamp-every", "0",
-                    "--cpu-tx", str(cpu), "--dst-mac", dst_mac]
+            args = argv([str(engine_path()), "gen", "--tx-if", ifname, "--size", str(size),
+                         "--rate", "0", "--duration", str(warmup_s + window_s + 30), "--stamp-every", "0",
+                         "--cpu-tx", str(cpu), "--dst-mac", dst_mac], ns)
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:

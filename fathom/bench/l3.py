@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fathom.client import Client
 from fathom.host import iperf
+from fathom.host.exec import argv
 
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
@@ -124,8 +125,8 @@ class L3Bench:
             time.sleep(0.1)
         # traffic follows: wait for a routed echo before measuring
         for _ in range(50):
-            if subprocess.run(["ip", "netns", "exec", self.lab.ns("va"), "ping", "-c", "1", "-W", "1",
-                               self.ip["vd"]], capture_output=True).returncode == 0:
+            if subprocess.run(argv(["ping", "-c", "1", "-W", "1", self.ip["vd"]], self.lab.ns("va")),
+                              capture_output=True).returncode == 0:
                 return
         raise RuntimeError(f"no routed traffic in mode {mode}")
 

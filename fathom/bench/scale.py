@@ -28,6 +28,7 @@ from pathlib import Path
 from fathom.bench import procs
 from fathom.bench.report import dist
 from fathom.client import ApiError, Client
+from fathom.host.exec import argv
 
 RUN_ROOT = Path("/run/fathom-bench")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -539,8 +540,8 @@ def resync_real(lab_name: str, ports: int = 10000, repeats: int = 3, progress=la
 
         def connections(kill: bool = False) -> int:
             """compute1's OpenFlow connections to the controller (`kill`: cut them, as ss -K does)."""
-            out = subprocess.run(["ip", "netns", "exec", ovs.netns, "ss", "-tnH", *(["-K"] if kill else []),
-                                  "state", "established", f"( dport = :{of_port} )"],
+            out = subprocess.run(argv(["ss", "-tnH", *(["-K"] if kill else []), "state", "established",
+                                       f"( dport = :{of_port} )"], ovs.netns),
                                  capture_output=True, text=True, check=True).stdout
             return len(out.splitlines())
         runs = []
