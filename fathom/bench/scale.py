@@ -29,6 +29,7 @@ from fathom.bench import procs
 from fathom.bench.report import dist
 from fathom.client import ApiError, Client
 from fathom.host.exec import argv
+from fathom.lab.controller import free_port
 
 RUN_ROOT = Path("/run/fathom-bench")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -39,13 +40,6 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
