@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fathom.bench import procs
 from fathom.host.exec import argv
 from fathom.lab.sh import run
 
@@ -67,10 +68,8 @@ def group_cpu_ns(pgid: int) -> int:
             continue
         try:
             stat = (d / "stat").read_text()
-            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
-                continue
-            for t in (d / "task").iterdir():
-                total += int((t / "schedstat").read_text().split()[0])
+            if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:
+                total += procs.schedstat_ns(int(d.name))
         except (OSError, ValueError, IndexError):
             pass
     return total

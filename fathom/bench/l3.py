@@ -25,6 +25,7 @@ from fathom.client import Client
 from fathom.host import iperf
 from fathom.host.exec import argv
 
+from fathom.bench import procs
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
 from fathom.lab.topology import load
@@ -62,14 +63,7 @@ class L3Bench:
     @staticmethod
     def cpu_ns(pids: list[int]) -> int:
         """CPU time of the processes, all threads, in ns (schedstat: finer than utime/stime ticks)."""
-        total = 0
-        for pid in pids:
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                try:
-                    total += int((task / "schedstat").read_text().split()[0])
-                except (OSError, IndexError, ValueError):
-                    pass
-        return total
+        return sum(procs.schedstat_ns(pid) for pid in pids)
 
     @staticmethod
     def rss_mb(pids: list[int]) -> float:
