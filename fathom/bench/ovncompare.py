@@ -255,10 +255,6 @@ class Bench:
         ip = str(net.cidr.network_address + 256 + n)    # above the VMs' first /24 of the subnet
         return f"p{n}", f"02:0c:{1 if network == 'blue' else 2:02x}:00:{n >> 8 & 0xff:02x}:{n & 0xff:02x}", ip
 
-    @staticmethod
-    def ns_run(ns: str, *cmd: str) -> None:
-        run(cmd, ns)
-
     # ------------------------------------------------------------------ checks
     def check_traffic(self, sys_: System) -> dict:
         """One echo on each path (ARP and first-packet misses: up to 20 tries)."""
