@@ -30,12 +30,8 @@ KEEP = False
 TOPOLOGIES = Path(__file__).parent / "lab" / "topologies"
 
 
-def in_ns(lab: Lab, target: str, *cmd: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return lab.run(target, *cmd, timeout=timeout)
-
-
 def ping_rtt_ms(lab: Lab, src: str, dst: str) -> float | None:
-    out = in_ns(lab, src, "ping", "-c", "5", "-i", "0.2", "-W", "1", dst).stdout
+    out = lab.run(src, "ping", "-c", "5", "-i", "0.2", "-W", "1", dst).stdout
     m = re.search(r"= [\d.]+/([\d.]+)/", out)
     return float(m.group(1)) if m else None
 
@@ -60,7 +56,7 @@ def lab_section(lab: Lab, report: list) -> None:
     gbps = iperf_gbps(lab, "vm1", "vm3", ips["vm3"])
     console.print(f"iperf3 TCP vm1 → vm3 across nodes: {gbps:.2f} Gb/s" if gbps else "iperf3: [red]FAILED")
     report.append(("TCP vm1 → vm3 (VXLAN)", f"{gbps:.2f} Gb/s" if gbps else "FAILED"))
-    neigh = in_ns(lab, "compute1", "ovs-appctl", "tnl/neigh/show").stdout.strip().splitlines()[2:]
+    neigh = lab.run("compute1", "ovs-appctl", "tnl/neigh/show").stdout.strip().splitlines()[2:]
     console.print("compute1 tunnel neighbours (ARP-learned IP-MAC table):\n  " + "\n  ".join(neigh))
     report.append(("tunnel neighbours on compute1", ", ".join(" ".join(l.split()[:2]) for l in neigh)))
 
@@ -88,7 +84,7 @@ def tenant_section(report: list) -> None:
                   ("green grn1 → grn2, cross node (VLAN 120)", "grn1", "grn2"),
                   ("routed blue vm1 → green grn2 (router r1)", "vm1", "grn2")]
         for label, src, dst in checks:
-            out = in_ns(lab, src, "ping", "-c", "3", "-i", "0.2", "-W", "1", ips[dst]).stdout
+            out = lab.run(src, "ping", "-c", "3", "-i", "0.2", "-W", "1", ips[dst]).stdout
             m = re.search(r"ttl=(\d+).*?time=([\d.]+)", out)
             ok = " 0% packet loss" in out
             console.print(f"{label}: " + (f"[green]ok[/green] ttl={m.group(1)}" if ok and m else "[red]FAILED"))
@@ -146,11 +142,11 @@ def vtap_section(report: list) -> None:
         cap.stderr.readline()
         try:
             deadline = time.monotonic() + 15   # until the web server listens
-            while "198.19.1.12:80" not in in_ns(lab, "web", "ss", "-ltn").stdout and time.monotonic() < deadline:
+            while "198.19.1.12:80" not in lab.run("web", "ss", "-ltn").stdout and time.monotonic() < deadline:
                 time.sleep(0.2)
-            ok = sum(in_ns(lab, "client", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                           "http://198.19.1.12/").stdout == "200" for _ in range(5))
-            in_ns(lab, "client", "ping", "-c", "2", "-i", "0.2", "198.19.1.12")   # not HTTP: not copied
+            ok = sum(lab.run("client", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                             "http://198.19.1.12/").stdout == "200" for _ in range(5))
+            lab.run("client", "ping", "-c", "2", "-i", "0.2", "198.19.1.12")   # not HTTP: not copied
         finally:
             time.sleep(0.5)
             cap.send_signal(signal.SIGINT)
@@ -279,8 +275,8 @@ def sfc_section(report: list) -> None:
         chain = api.post("/sfc/port_chains", json={"name": "web", "port_pair_groups": groups, "flow_classifiers": [fc],
                                                      "project_id": "demo", "pptmon": {"period_ns": 5_000_000}})
         st = api.wait_status("sfc/port_chains", chain["id"], timeout=40)
-        ok = sum(in_ns(lab, "client", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                       "http://198.19.30.21/blob").stdout == "200" for _ in range(5))
+        ok = sum(lab.run("client", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                         "http://198.19.30.21/blob").stdout == "200" for _ in range(5))
         console.print(f"5 HTTP GETs client → server through fw → dpi → nat: {ok}/5 answered", highlight=False)
         report.append(("chain fw → dpi → nat across 2 nodes", f"{ok}/5 GETs answered" + ("" if ok == 5 else " FAILED")))
         if st["status"] != "active":

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from fathom.host.exec import argv
+
 from .engine import BenchError
 
 PCAP_NS_MAGIC = 0xA1B23C4D
@@ -39,8 +41,8 @@ def read_pcap_ns(path: str | Path) -> list[tuple[int, bytes]]:
 @contextmanager
 def tcpdump(ns: str, ifname: str, pcap: str | Path, bpf_filter: str, direction: str | None = None):
     """Capture on ns:ifname into pcap (full frames, ns timestamps) for the duration of the block."""
-    args = ["ip", "netns", "exec", ns, "tcpdump", "-i", ifname, "-n", "-s", "0", "-U", "--immediate-mode", "-B", "16384",
-            "--time-stamp-precision=nano", "-w", str(pcap)]
+    args = argv(["tcpdump", "-i", ifname, "-n", "-s", "0", "-U", "--immediate-mode", "-B", "16384",
+                 "--time-stamp-precision=nano", "-w", str(pcap)], ns)
     if direction:
         args += ["-Q", direction]
     proc = subprocess.Popen(args + [bpf_filter], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fathom.host.exec import argv
 from fathom.lab.ovs import OvsInstance, kill_and_wait
 from fathom.lab.sh import run
 
@@ -230,8 +231,8 @@ class OvsDevice(Device):
     def _start_agent(self) -> None:
         log = self.names.rundir / "ofagent.log"
         self.agent = subprocess.Popen(
-            ["ip", "netns", "exec", self.names.dut, sys.executable, "-m", "fathom.bench.ofagent", "--port", str(OF_PORT),
-             "--log", str(log)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv([sys.executable, "-m", "fathom.bench.ofagent", "--port", str(OF_PORT), "--log", str(log)],
+                 self.names.dut), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, bufsize=1)
         (self.names.rundir / "ofagent.pid").write_text(str(self.agent.pid))
 

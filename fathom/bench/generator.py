@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fathom.bench import procs
+from fathom.host.exec import argv
 from fathom.lab.sh import run
 
 from .engine import BenchError, engine_path
@@ -66,10 +68,8 @@ def group_cpu_ns(pgid: int) -> int:
             continue
         try:
             stat = (d / "stat").read_text()
-            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
-                continue
-            for t in (d / "task").iterdir():
-                total += int((t / "schedstat").read_text().split()[0])
+            if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:
+                total += procs.schedstat_ns(int(d.name))
         except (OSError, ValueError, IndexError):
             pass
     return total
@@ -106,12 +106,12 @@ def run_once(tool: str, ns: str, ifname: str, size: int, dst_mac: str, src_mac: 
             cfg.write_text(trafgen_config(frame_bytes(size, dst_mac, src_mac)))
             # -P 1: one worker (pinned to the one CPU taskset leaves it); --no-sock-mem and -Q: leave the
             # machine's socket-memory sysctls and IRQ affinities alone (the machine is shared)
-            args = ["ip", "netns", "exec", ns, "taskset", "-c", str(cpu), TRAFGEN, "-o", ifname, "-i", str(cfg),
-                    "-P", "1", "--no-sock-mem", "-Q", "-n", "0"]
+            args = argv(["taskset", "-c", str(cpu), TRAFGEN, "-o", ifname, "-i", str(cfg),
+                         "-P", "1", "--no-sock-mem", "-Q", "-n", "0"], ns)
         else:
-            args = ["ip", "netns", "exec", ns, str(engine_path()), "gen", "--tx-if", ifname, "--size", str(size),
-                    "--rate", "0", "--duration", str(warmup_s + window_s + 30), "--stamp-every", "0",
-                    "--cpu-tx", str(cpu), "--dst-mac", dst_mac]
+            args = argv([str(engine_path()), "gen", "--tx-if", ifname, "--size", str(size),
+                         "--rate", "0", "--duration", str(warmup_s + window_s + 30), "--stamp-every", "0",
+                         "--cpu-tx", str(cpu), "--dst-mac", dst_mac], ns)
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:

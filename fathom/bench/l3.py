@@ -23,7 +23,9 @@ from pathlib import Path
 
 from fathom.client import Client
 from fathom.host import iperf
+from fathom.host.exec import argv
 
+from fathom.bench import procs
 from fathom.bench.report import dist, environment
 from fathom.lab.lab import Lab
 from fathom.lab.topology import load
@@ -61,14 +63,7 @@ class L3Bench:
     @staticmethod
     def cpu_ns(pids: list[int]) -> int:
         """CPU time of the processes, all threads, in ns (schedstat: finer than utime/stime ticks)."""
-        total = 0
-        for pid in pids:
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                try:
-                    total += int((task / "schedstat").read_text().split()[0])
-                except (OSError, IndexError, ValueError):
-                    pass
-        return total
+        return sum(procs.schedstat_ns(pid) for pid in pids)
 
     @staticmethod
     def rss_mb(pids: list[int]) -> float:
@@ -124,8 +119,8 @@ class L3Bench:
             time.sleep(0.1)
         # traffic follows: wait for a routed echo before measuring
         for _ in range(50):
-            if subprocess.run(["ip", "netns", "exec", self.lab.ns("va"), "ping", "-c", "1", "-W", "1",
-                               self.ip["vd"]], capture_output=True).returncode == 0:
+            if subprocess.run(argv(["ping", "-c", "1", "-W", "1", self.ip["vd"]], self.lab.ns("va")),
+                              capture_output=True).returncode == 0:
                 return
         raise RuntimeError(f"no routed traffic in mode {mode}")
 

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from fathom.client import ApiError, Client
+from fathom.host.exec import argv
 from fathom.host.iperf import iperf3
 
 from fathom.bench import procs
@@ -254,10 +255,6 @@ class Bench:
         ip = str(net.cidr.network_address + 256 + n)    # above the VMs' first /24 of the subnet
         return f"p{n}", f"02:0c:{1 if network == 'blue' else 2:02x}:00:{n >> 8 & 0xff:02x}:{n & 0xff:02x}", ip
 
-    @staticmethod
-    def ns_run(ns: str, *cmd: str) -> None:
-        run(["ip", "netns", "exec", ns, *cmd])
-
     # ------------------------------------------------------------------ checks
     def check_traffic(self, sys_: System) -> dict:
         """One echo on each path (ARP and first-packet misses: up to 20 tries)."""
@@ -301,8 +298,8 @@ class Bench:
         lab.add_vm("c1", name, mac, f"{ip}/{net.cidr.prefixlen}", str(net.gateway))
         run(["ip", "-n", vns, "neigh", "replace", str(target.ip.ip), "lladdr", target.mac, "dev", "eth0"])
         run(["ip", "-n", tns, "neigh", "replace", ip, "lladdr", mac, "dev", "eth0"])
-        probe = subprocess.Popen(["ip", "netns", "exec", vns, "ping", "-D", "-n", "-i", "0.002", "-W", "0.05",
-                                  "-w", str(int(UP_TIMEOUT_S) + 5), str(target.ip.ip)],
+        probe = subprocess.Popen(argv(["ping", "-D", "-n", "-i", "0.002", "-W", "0.05",
+                                       "-w", str(int(UP_TIMEOUT_S) + 5), str(target.ip.ip)], vns),
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         echo: dict = {}
         got_echo = threading.Event()

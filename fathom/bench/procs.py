@@ -2,7 +2,8 @@
 
 CPU is utime + stime of /proc/<pid>/stat (every thread of the process, in clock ticks, 10 ms on
 this kernel): the figures are meant for windows of seconds. A process that exits inside a window
-(e.g. restarted) is counted up to its last reading.
+(e.g. restarted) is counted up to its last reading. schedstat_ns reads the scheduler's own count
+(ns) for shorter windows.
 """
 from __future__ import annotations
 
@@ -19,6 +20,18 @@ def cpu_seconds(pid: int) -> float | None:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK     # utime, stime (fields 14, 15 of stat)
+
+
+def schedstat_ns(pid: int) -> int:
+    """CPU time (ns) of every thread of a process, from /proc/<pid>/task/<tid>/schedstat: finer than
+    the ticks of cpu_seconds, for windows shorter than seconds. A thread or process gone counts 0."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
 
 def rss_mb(pid: int) -> float | None:

@@ -28,6 +28,8 @@ from pathlib import Path
 from fathom.bench import procs
 from fathom.bench.report import dist
 from fathom.client import ApiError, Client
+from fathom.host.exec import argv
+from fathom.lab.controller import free_port
 
 RUN_ROOT = Path("/run/fathom-bench")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -38,13 +40,6 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -539,8 +534,8 @@ def resync_real(lab_name: str, ports: int = 10000, repeats: int = 3, progress=la
 
         def connections(kill: bool = False) -> int:
             """compute1's OpenFlow connections to the controller (`kill`: cut them, as ss -K does)."""
-            out = subprocess.run(["ip", "netns", "exec", ovs.netns, "ss", "-tnH", *(["-K"] if kill else []),
-                                  "state", "established", f"( dport = :{of_port} )"],
+            out = subprocess.run(argv(["ss", "-tnH", *(["-K"] if kill else []), "state", "established",
+                                       f"( dport = :{of_port} )"], ovs.netns),
                                  capture_output=True, text=True, check=True).stdout
             return len(out.splitlines())
         runs = []

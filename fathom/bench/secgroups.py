@@ -28,6 +28,7 @@ from fathom.bench import procs
 from fathom.bench.report import dist
 from fathom.client import Client
 from fathom.host import iperf
+from fathom.host.exec import argv
 from fathom.lab.lab import Lab
 from fathom.lab.ovs import wait_for
 from fathom.lab.topology import parse
@@ -187,12 +188,12 @@ class SecgroupsBench:
         return r.gbps
 
     def connections(self, src: str, dst: str) -> dict:
-        server = subprocess.Popen(["ip", "netns", "exec", self.lab.ns(dst), "python3", "-c", SERVER],
+        server = subprocess.Popen(argv(["python3", "-c", SERVER], self.lab.ns(dst)),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for(lambda: self.listening(dst), timeout=10, what=f"the connection listener in {dst}")
-            clients = [subprocess.Popen(["ip", "netns", "exec", self.lab.ns(src), "python3", "-c", CLIENT,
-                                         IPS[dst], str(self.seconds)], stdout=subprocess.PIPE, text=True)
+            clients = [subprocess.Popen(argv(["python3", "-c", CLIENT, IPS[dst], str(self.seconds)],
+                                              self.lab.ns(src)), stdout=subprocess.PIPE, text=True)
                        for _ in range(self.clients)]
             done = failed = 0
             for c in clients:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from fathom.client import Client
+from fathom.host.exec import argv
 from fathom.lab.lab import Lab
 from fathom.lab.topology import parse
 
@@ -101,13 +102,13 @@ def measure(packets: int, rate: float, workdir: Path) -> dict:
         for name, (where, dev, direction) in POINTS.items():
             pcap = workdir / f"{name}.pcap"
             caps[name] = (pcap, subprocess.Popen(
-                ["ip", "netns", "exec", lab.ns(where), "tcpdump", "-i", dev, "-Q", direction, "-n", "-U",
-                 "--time-stamp-precision=nano", "-w", str(pcap), "udp", "port", str(PORT)],
+                argv(["tcpdump", "-i", dev, "-Q", direction, "-n", "-U", "--time-stamp-precision=nano",
+                      "-w", str(pcap), "udp", "port", str(PORT)], lab.ns(where)),
                 stderr=subprocess.PIPE, text=True))
         for _, p in caps.values():
             assert "listening" in p.stderr.readline()
         since = time.time_ns()
-        subprocess.run(["ip", "netns", "exec", lab.ns("client"), "python3", "-c", SENDER, str(packets), str(rate)],
+        subprocess.run(argv(["python3", "-c", SENDER, str(packets), str(rate)], lab.ns("client")),
                        check=True, timeout=packets / rate + 60)
         time.sleep(3)        # the sink's last records delivered
         for _, p in caps.values():

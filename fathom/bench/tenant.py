@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from fathom.client import Client
+from fathom.host.exec import argv
 from fathom.host.iperf import iperf3
 
 from fathom.bench.report import dist, environment
@@ -83,8 +84,8 @@ class TenantBench:
                     ["ip", "-n", ns, "link", "set", "eth0", "address", mac],
                     ["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"],
                     ["ip", "-n", ns, "link", "set", "eth0", "up"], ["ip", "-n", node_ns, "link", "set", name, "up"],
-                    ["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"],
-                    ["ip", "netns", "exec", node_ns, "ethtool", "-K", name, "tx", "off"],
+                    argv(["ethtool", "-K", "eth0", "tx", "off"], ns),
+                    argv(["ethtool", "-K", name, "tx", "off"], node_ns),
                     # static neighbours: the figure is the switch's, not ARP's retry timer
                     ["ip", "-n", ns, "neigh", "replace", self.ip["b1"], "lladdr", "02:be:00:00:00:03", "dev", "eth0"],
                     ["ip", "-n", self.lab.ns("b1"), "neigh", "replace", ip, "lladdr", mac, "dev", "eth0"]):
@@ -100,8 +101,8 @@ class TenantBench:
             if i >= 150:
                 raise ValueError("at most 150 ports in this measurement")
             self._new_vm(name, mac, ip)
-            probe = subprocess.Popen(["ip", "netns", "exec", self.lab.ns(name), "ping", "-D", "-i", "0.002", "-w", "10",
-                                      "-W", "0.05", self.ip["b1"]], stdout=subprocess.PIPE, text=True)
+            probe = subprocess.Popen(argv(["ping", "-D", "-i", "0.002", "-w", "10", "-W", "0.05", self.ip["b1"]],
+                                           self.lab.ns(name)), stdout=subprocess.PIPE, text=True)
             time.sleep(0.2)
             t0 = time.time()
             port = api.post("/ports", json={"network_id": net_id, "name": name, "mac_address": mac,

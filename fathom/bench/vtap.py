@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fathom.bench import procs
 from fathom.client import Client
 
 from fathom.lab.lab import Lab
@@ -119,7 +120,7 @@ class VtapBench:
     # ----------------------------------------------------------------- measurements
     def switch_cpu_ns(self) -> int:
         """CPU time (ns) of every thread of the node's ovs-vswitchd, from schedstat."""
-        return schedstat_ns(self.lab.ovs("compute1").pid("ovs-vswitchd"))
+        return procs.schedstat_ns(self.lab.ovs("compute1").pid("ovs-vswitchd"))
 
     def counters(self, vm: str) -> tuple[int, int]:
         out = self.ns(vm, "cat", "/sys/class/net/eth0/statistics/rx_packets",
@@ -207,16 +208,6 @@ class VtapBench:
                                       f"{row['receiver_mbps']:8.1f} Mb/s")
         self.set_mode("none")
         return {"raw": raw, "points": aggregate(raw), "ratios": ratios(raw)}
-
-
-def schedstat_ns(pid: int) -> int:
-    total = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((t / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def udp_row(r: dict, size: int, pps: float, mode: str, cpu_ns: int, idle_ns: float = 0.0) -> dict:

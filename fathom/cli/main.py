@@ -13,11 +13,11 @@ GROUPS = [
     ("lab", "fathom.cli.lab", "lab"),
     ("controller", "fathom.cli.controller", "controller"),
     ("flows", "fathom.cli.controller", "flows"),
-    ("node", "fathom.cli.resources", "node"),
-    ("network", "fathom.cli.resources", "network"),
-    ("subnet", "fathom.cli.resources", "subnet"),
-    ("port", "fathom.cli.resources", "port"),
-    ("router", "fathom.cli.resources", "router"),
+    ("node", "fathom.cli.node", "node"),
+    ("network", "fathom.cli.network", "network"),
+    ("subnet", "fathom.cli.subnet", "subnet"),
+    ("port", "fathom.cli.port", "port"),
+    ("router", "fathom.cli.router", "router"),
     ("floatingip", "fathom.cli.floatingip", "floatingip"),   # floating IPs of external networks
     ("bench", "fathom.cli.bench", "bench"),
     ("bench", "fathom.cli.bench_l3", "bench"),   # adds `bench l3` to the bench group

@@ -25,7 +25,7 @@ def pptmon():
 
 
 def _attachments():
-    from fathom.cli.resources import pptmon_attachment
+    from fathom.cli.pptmon_attachment import pptmon_attachment
     return pptmon_attachment
 
 

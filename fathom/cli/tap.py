@@ -259,14 +259,13 @@ def tap_capture(api, as_json, ref, path, count, duration, lab_name, second):
 
 def capture_argv(lab_name: str, vm: str, path: str, count: int | None) -> list[str]:
     """tcpdump on eth0 inside the monitor VM's namespace of a lab, packets written unbuffered."""
+    from fathom.host.exec import argv
     from fathom.lab.lab import Lab
     lab = Lab(lab_name)
     if not lab.exists():
         fail(f"no lab {lab_name!r} here: give --lab")
-    argv = ["ip", "netns", "exec", lab.ns(vm), "tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n", "-s", "0", "-w", path]
-    if count:
-        argv += ["-c", str(count)]
-    return argv
+    return argv(["tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n", "-s", "0", "-w", path,
+                 *(["-c", str(count)] if count else [])], lab.ns(vm))
 
 
 if __name__ == "__main__":  # pragma: no cover

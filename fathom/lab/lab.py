@@ -19,6 +19,7 @@ from typing import Callable
 
 from fathom.auth.client import NoToken, lab_token
 from fathom.controller.channels import manager_commands
+from fathom.host import exec as host_exec
 from fathom.model import EXTERNAL_INTERFACE
 from fathom.pki import Pki
 
@@ -607,7 +608,7 @@ class Lab:
         rundir = self.dir / target
         if (rundir / "conf.db").exists():
             env.update(OvsInstance(ns, rundir).env)
-        return ["ip", "netns", "exec", ns, *cmd], env
+        return host_exec.argv(cmd, ns), env
 
     def run(self, target: str, *cmd: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run cmd in a node or VM namespace and capture its output (check: a failure raises LabError

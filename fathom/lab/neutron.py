@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from .controller import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-neutron"
 TOOLS = REPO / "networking-fathom" / "tools"
@@ -96,7 +98,7 @@ class NeutronServer:
         self.workers = workers          # gunicorn's: API worker processes, each with its journal thread
         self.upstream_mac = upstream_mac
         self.fathom_url, self.token, self.sync_interval = fathom_url, token, sync_interval
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
@@ -213,10 +215,3 @@ for line in sys.stdin:
 
 class SdkError(Exception):
     pass
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -15,10 +15,6 @@ from fathom.pptmon.chain import Chain
 PY = sys.executable
 
 
-def _ns(ns: str, *cmd: str) -> list[str]:
-    return host_exec.argv(cmd, ns)
-
-
 def transfer(chain: Chain, proto: str, v6: bool = False, port: int = 5301,
              timeout: float = 30, **client_opts) -> tuple[dict, dict]:
     """Run the deterministic traffic tool client -> server; return (sent, received)."""
@@ -26,7 +22,7 @@ def transfer(chain: Chain, proto: str, v6: bool = False, port: int = 5301,
     srv_args = ["server", proto, "--port", str(port)]
     if proto == "udp":
         srv_args += ["--count", str(client_opts.get("count", 400))]
-    srv = subprocess.Popen(_ns(chain.server, PY, "-m", "fathom.pptmon.traffic", *srv_args),
+    srv = subprocess.Popen(host_exec.argv([PY, "-m", "fathom.pptmon.traffic", *srv_args], chain.server),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = srv.stdout.readline()  # {"listening": port}
@@ -36,7 +32,7 @@ def transfer(chain: Chain, proto: str, v6: bool = False, port: int = 5301,
         for k, v in client_opts.items():
             for item in (v if isinstance(v, list) else [v]):
                 args += [f"--{k}", str(item)]
-        cli = subprocess.run(_ns(chain.client, PY, "-m", "fathom.pptmon.traffic", *args),
+        cli = subprocess.run(host_exec.argv([PY, "-m", "fathom.pptmon.traffic", *args], chain.client),
                              capture_output=True, text=True, timeout=timeout)
         if cli.returncode:
             raise RuntimeError(f"traffic client failed: {cli.stderr}")
@@ -63,8 +59,8 @@ class Capture:
 
     def __enter__(self) -> "Capture":
         self.proc = subprocess.Popen(
-            _ns(self.ns, "tcpdump", "-Z", "root", "-i", self.dev, "-n", "-s", "0", "-B", "8192",
-                "--time-stamp-precision=nano", "-w", str(self.path), self.filter),
+            host_exec.argv(["tcpdump", "-Z", "root", "-i", self.dev, "-n", "-s", "0", "-B", "8192",
+                            "--time-stamp-precision=nano", "-w", str(self.path), self.filter], self.ns),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # "listening on ..." once the socket is bound
@@ -155,7 +151,7 @@ def marked_sizes(pcap: Path) -> dict[str, int]:
 
 
 def nstat(ns: str) -> dict:
-    p = subprocess.run(_ns(ns, "nstat", "-az", "--json"), capture_output=True, text=True)
+    p = subprocess.run(host_exec.argv(["nstat", "-az", "--json"], ns), capture_output=True, text=True)
     data = json.loads(p.stdout or "{}")
     return data.get("kernel", data)
 

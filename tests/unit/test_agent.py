@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session
 from fathom.agent.agent import Agent
 from fathom.agent.tail import Follower
 from fathom.api import create_app
+from fathom.lab.controller import free_port
 from fathom.store.pptmon_models import PptmonRecord
 
 from .auth import headers_for
@@ -37,12 +37,6 @@ def agent_headers(tmp_path) -> dict:
         _AGENT_HEADERS[db] = bearer(issue_now(engine, project="admin", roles=["agent"], node="n1"))
         engine.dispose()
     return _AGENT_HEADERS[db]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

@@ -21,6 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from fathom.agent.http import JsonClient
 from fathom.api.connections import ConnectionLimits
+from fathom.lab.controller import free_port
 
 from .test_connections import Server, closed
 
@@ -52,12 +53,6 @@ def _certificate(directory: Path) -> tuple[Path, Path]:
     return directory / "api.pem", directory / "ca.pem"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def proxied(tmp_path, monkeypatch):
     """The API (trusting 127.0.0.2, the proxy's address) behind HAProxy on 127.0.0.1:<port> over TLS."""
@@ -65,7 +60,7 @@ def proxied(tmp_path, monkeypatch):
     srv = Server(tmp_path, ConnectionLimits(source_rate=0.01, source_burst=1,
                                             trusted_proxies=frozenset({"127.0.0.2"})))
     pem, ca = _certificate(tmp_path)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "FATHOM_API_BIND": f"127.0.0.1:{port}", "FATHOM_API_CERT": str(pem),
            "FATHOM_API_BACKEND": f"127.0.0.1:{srv.port}"}
     proxy = subprocess.Popen(["haproxy", "-db", "-f", str(CONFIG)], env=env, stdout=subprocess.PIPE,
