@@ -248,8 +248,8 @@ class DesiredCache:
     def _entries(self, nodes: dict[str, list]) -> dict[str, tuple[tuple, str, list[dict]]]:
         """Each node's (objects, digest, JSON): the last read's where its objects are the same, and
         the JSON of an object the last read held (the same object: fathom.apps.hostlocal.Desired
-        keeps those that did not change) taken from it. At 100 nodes x 100 ports, digesting and
-        encoding every node afresh takes ~65 ms a read, this under 1 ms (docs/benchmarks.md)."""
+        keeps those that did not change) taken from it, so a read costs what changed, not every
+        node's digest and encoding afresh."""
         known = {id(o): j for objects, _, jsons in self._nodes.values() for o, j in zip(objects, jsons)}
         out = {}
         for n, objects in nodes.items():
