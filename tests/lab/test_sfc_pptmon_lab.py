@@ -295,7 +295,7 @@ def test_a_chain_update_restarts_the_lost_across_comparison(lab, api):
     blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
     with chain(api, lab, ["fw1", "fw2", "dpi"], pptmon={"period_ns": PERIOD_NS}) as ch:
         assert ch["status"] == "active", ch
-        for sport in range(46011, 46015):
+        for sport in range(46031, 46035):     # ports no other test of this module binds (TIME_WAIT)
             assert curl_sha(lab, sport) == blob
         before = counted(ch["id"])
         assert before["warnings"] == [], before
@@ -303,7 +303,7 @@ def test_a_chain_update_restarts_the_lost_across_comparison(lab, api):
         api.patch(f"/sfc/port_chains/{ch['id']}", json={"port_pair_groups": [fw1, dpi]})
         changed = api.wait_status("sfc/port_chains", ch["id"], timeout=40)
         assert (changed["status"], changed["status_reason"]) == ("active", None), changed
-        assert curl_sha(lab, 46015) == blob
+        assert curl_sha(lab, 46035) == blob
         after = counted(ch["id"])
         assert after["warnings"] == [] and after["stamped"] < before["stamped"], (before, after)
         time.sleep(12)                  # the controller's check (10 s in a lab) has seen the counters
@@ -395,8 +395,8 @@ def test_a_proxy_in_the_chain_ends_the_option_and_the_counters_say_so(lab, api, 
     option (its sink appends), but what the proxy sends on is a new connection without one, so the
     sink reports nothing. From the loaders' counters, as the agents report them, the chain's
     verdict is `lost_across` = all stamped, with the warning; no time is made up."""
-    from fathom.apps.hostlocal.chains import lost_across, lost_warning
-    from fathom.model.hostlocal import PptmonAttach
+    from fathom.apps.hostlocal.chains import _placed as placed, lost_across, lost_warning
+    from fathom.model.hostlocal import PptmonAttach, digest, owner_key
     from fathom.store.agents import AgentView
     bpffs = tmp_path / "bpffs"
     bpffs.mkdir()
@@ -423,7 +423,11 @@ def test_a_proxy_in_the_chain_ends_the_option_and_the_counters_say_so(lab, api, 
             assert sink["appended"] >= 1 and sink["reported"] == 0, sink   # it arrived marked; nothing left marked
             # the controller's verdict over the same counters, for this chain measured
             snapshot = measured_snapshot(api, ch["id"])
-            views = {n: AgentView(n, 1, 1, {}, {k: {"status": "active", "counters": c} for k, c in cs.items()},
+            # the agents report the counters of loaders running the chain's current path
+            measured = next(c for c in snapshot.port_chains if c.id == ch["id"])
+            applied = {owner_key(a.owner): digest([a]) for _, a in placed(snapshot, measured)}
+            views = {n: AgentView(n, 1, 1, {}, {k: {"status": "active", "counters": c, "applied": applied.get(k)}
+                                                for k, c in cs.items()},
                                   time.time(), None) for n, cs in counters.items()}
             lost = lost_across(snapshot, ch["id"], views)
             assert lost == {"counted": True, "stamped": source["sampled"], "reached": 0,
