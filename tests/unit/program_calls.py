@@ -168,6 +168,14 @@ def scan(mods: list[Module]) -> list[tuple[str, Module, int]]:
             calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call)]
             units.append((m, qual, cls, params, fn.args.vararg.arg if fn.args.vararg else None, calls,
                           _argv_variables(fn)))
+    def program_elements(m, calls, cls, argvars):
+        """The expressions at program positions (an argv's first element, a program word) of `calls`."""
+        for call in calls:
+            name = resolve(callee(m, call, cls))
+            if name:
+                for kind, e in program_args(call, name):
+                    yield from [e] if kind == "word" else _elements(e, argvars)
+
     # runners and wrappers found in the code: repeat until nothing new
     changed = True
     while changed:
@@ -175,35 +183,25 @@ def scan(mods: list[Module]) -> list[tuple[str, Module, int]]:
         for m, qual, cls, params, vararg, calls, argvars in units:
             if qual in argv_at or qual in words_at:
                 continue
-            for call in calls:
-                name = resolve(callee(m, call, cls))
-                if not name:
+            for el in program_elements(m, calls, cls, argvars):
+                target = _unwrap_list(el.value if isinstance(el, ast.Starred) else el)
+                if not isinstance(target, ast.Name) or qual in argv_at or qual in words_at:
                     continue
-                for kind, e in program_args(call, name):
-                    for el in ([e] if kind == "word" else _elements(e, argvars)):
-                        target = _unwrap_list(el.value if isinstance(el, ast.Starred) else el)
-                        if not isinstance(target, ast.Name) or qual in argv_at or qual in words_at:
-                            continue
-                        if target.id == vararg:
-                            words_at[qual] = len(params)
-                            changed = True
-                        elif target.id in params:
-                            argv_at[qual] = params.index(target.id)
-                            changed = True
+                if target.id == vararg:
+                    words_at[qual] = len(params)
+                    changed = True
+                elif target.id in params:
+                    argv_at[qual] = params.index(target.id)
+                    changed = True
 
     found = []
     for m, qual, cls, params, vararg, calls, argvars in units + [
             (m, m.name, None, [], None, [c for c in _module_level(m.tree) if isinstance(c, ast.Call)],
              _argv_variables(m.tree)) for m in mods]:
-        for call in calls:
-            name = resolve(callee(m, call, cls))
-            if not name:
-                continue
-            for kind, e in program_args(call, name):
-                for el in ([e] if kind == "word" else _elements(e, argvars)):
-                    word = _word(el)
-                    if word:
-                        found.append((word, m, el.lineno))
+        for el in program_elements(m, calls, cls, argvars):
+            word = _word(el)
+            if word:
+                found.append((word, m, el.lineno))
     return found
 
 
