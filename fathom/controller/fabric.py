@@ -44,7 +44,8 @@ from fathom.controller import channels
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import (NodeOvsdb, OVSDB_PORT, SetController, bridge_row, commit, controller_differs,
                                         local_ip_towards)
-from fathom.controller.reconciler import SETUP_WAIT, SwitchResult
+from fathom.controller.reconciler import SwitchResult
+from fathom.controller.setups import SETUP_WAIT
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
