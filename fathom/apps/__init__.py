@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
-from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Owner, OwnerOn, SwitchKey  # noqa: F401 - the apps' names, here for callers
+# the apps' names, here for callers
+from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Owner, OwnerOn, SwitchKey  # noqa: F401
 from fathom.model import Snapshot
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck

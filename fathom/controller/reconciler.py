@@ -53,7 +53,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
-from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, by_owner, compile_all, compile_owners, registry
+from fathom.apps import (
+    BR_INT, BR_PHY, TOR, Owner, OwnerOn, SwitchKey, by_owner, compile_all, compile_owners, registry,
+)
 from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
 from fathom.controller.board import StatusBoard
@@ -300,8 +302,8 @@ class _Part:
 
     def __init__(self):
         self.states: dict[SwitchKey, SwitchState] = {}  # key -> its whole state (indexed: if made since a change there)
-        self.owners: dict[SwitchKey, dict] = {}       # key -> owner -> SwitchState
-        self.where: dict[tuple, set[SwitchKey]] = {}  # owner -> switches holding something of it
+        self.owners: dict[SwitchKey, dict[Owner, SwitchState]] = {}   # key -> owner -> SwitchState
+        self.where: dict[Owner, set[SwitchKey]] = {}  # owner -> switches holding something of it
         self.indexed = False                          # kept owner by owner (set_whole with index)
 
     def keys(self) -> set[SwitchKey]:
@@ -321,7 +323,7 @@ class _Part:
     def cost(self, owners) -> int:
         """What replacing `owners` costs against `size`: an owner named on one switch counts once,
         one on every switch once per switch that holds it now (at least once)."""
-        return sum(1 if len(o) == 4 else len(self.where.get(o, ())) or 1 for o in owners)
+        return sum(1 if o.switch is not None else len(self.where.get(o, ())) or 1 for o in owners)
 
     def set_whole(self, compiled: dict[SwitchKey, SwitchState], index: bool,
                   edits: dict | None = None) -> set[SwitchKey]:
@@ -341,17 +343,16 @@ class _Part:
                     self.where.setdefault(o, set()).add(key)
         return changed
 
-    def replace(self, owners: frozenset, compiled: dict[SwitchKey, SwitchState],
+    def replace(self, owners: frozenset[Owner | OwnerOn], compiled: dict[SwitchKey, SwitchState],
                 edits: dict | None = None, moves: dict | None = None) -> set[SwitchKey]:
-        """Replace the state of exactly `owners` with `compiled` (theirs only): an owner (app,
-        kind, id) on every switch, one with a fourth item on that switch only; records in `edits`
-        the owners' old and new states on each switch that changed, in `moves` the owners it held
-        and holds there."""
-        everywhere: set = set()
-        scoped: dict[SwitchKey, set] = {}
+        """Replace the state of exactly `owners` with `compiled` (theirs only): an `Owner` on every
+        switch, an `OwnerOn` on its switch only; records in `edits` the owners' old and new states
+        on each switch that changed, in `moves` the owners it held and holds there."""
+        everywhere: set[Owner] = set()
+        scoped: dict[SwitchKey, set[Owner]] = {}
         for o in owners:
-            if len(o) == 4:
-                scoped.setdefault(o[3], set()).add(o[:3])
+            if o.switch is not None:
+                scoped.setdefault(o.switch, set()).add(o.owner)
             else:
                 everywhere.add(o)
         keys = set(compiled) | set(scoped)
@@ -470,8 +471,8 @@ class _Edited(SwitchState):
         return f"SwitchState(flows={self.flows!r}, groups={self.groups!r}, meters={self.meters!r})"
 
 
-def _unneed(needs: dict, owner: tuple, key: SwitchKey) -> None:
-    """`key` holds nothing of `owner` any more (Reconciler._needs)."""
+def _unneed(needs: dict, owner: tuple[int, int], key: SwitchKey) -> None:
+    """`key` holds nothing of `owner` (kind, object id) any more (Reconciler._needs)."""
     needs[owner].discard(key)
     if not needs[owner]:
         del needs[owner]
@@ -1134,14 +1135,14 @@ class Reconciler:
                 continue
             counts = cache.setdefault(key, Counter())
             for owner in gone:
-                o = owner[1:]
+                o = (owner.kind, owner.id)
                 counts[o] -= 1
                 if counts[o] <= 0:
                     del counts[o]
                     _unneed(needs, o, key)
                     self._needs_changed.add(o)
             for owner in got:
-                o = owner[1:]
+                o = (owner.kind, owner.id)
                 counts[o] += 1
                 if counts[o] == 1:
                     needs.setdefault(o, set()).add(key)
@@ -1163,7 +1164,7 @@ class Reconciler:
         out: Counter = Counter()
         for part in self.parts.values():
             if part.indexed:
-                out.update(o[1:] for o in part.owners.get(key, ()))
+                out.update((o.kind, o.id) for o in part.owners.get(key, ()))
             elif key in part.states:
                 out.update(status.switch_owners(part.states[key]))
         return out
