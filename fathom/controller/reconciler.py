@@ -59,7 +59,8 @@ from fathom.apps import (
 from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
 from fathom.controller.board import StatusBoard
-from fathom.controller.bootstrap import OVSDB_PORT, Bootstrapper
+from fathom.controller.bootstrap import OVSDB_PORT
+from fathom.controller.extension import Extension, NoBootstrap, NodeBootstrap
 from fathom.controller.setups import SETUP_WAIT, Setups
 from fathom.controller.switch import (
     ApplyError, Change, NotRegistered, break_messages, diff, make_messages, whole_messages,
@@ -519,10 +520,11 @@ class _Events:
 
 
 class Reconciler:
-    def __init__(self, session_factory, switches, bootstrapper: Bootstrapper, interval: float = 5.0,
+    def __init__(self, session_factory, switches, bootstrapper: NodeBootstrap | None, interval: float = 5.0,
                  audit_interval: float | None = None, check_incremental: bool | None = None,
                  startup_grace: float = STARTUP_GRACE, freeze_memory: bool = False):
-        """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch).
+        """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch);
+        `bootstrapper`: the nodes' OVSDB (None: none, every node's check fails).
 
         `interval`: seconds between cheap checks (flow counts, OVSDB replicas); an audit reading
         switches back in turn (about AUDIT_FLOWS flows each time) runs every `audit_interval`
@@ -539,7 +541,7 @@ class Reconciler:
         self._frozen_at = -FREEZE_EVERY    # monotonic time of the last freeze
         self._freeze_due = False           # a pass ran since
         # after an API write only the parts of the store whose tables were written are read again
-        engine = getattr(session_factory, "kw", {}).get("bind")
+        engine = session_factory.kw.get("bind")     # a sessionmaker (fathom.store.db.session_factory)
         self._store_changes = TableChanges(engine) if engine is not None else None
         self._store_reader = StoreReader()
         self._written_last: set = set()             # tables (and port rows) the last store read was for
@@ -547,9 +549,8 @@ class Reconciler:
         # extensions that keep reads of their own tables across passes (fathom.controller.hostlocal)
         self.store_reads, self.store_written = 0, None
         self.switches = switches
-        self.bootstrapper = bootstrapper
-        if hasattr(bootstrapper, "on_change"):
-            bootstrapper.on_change = self.ovsdb_changed
+        self.bootstrapper: NodeBootstrap = bootstrapper if bootstrapper is not None else NoBootstrap()
+        self.bootstrapper.on_change = self.ovsdb_changed
         self.interval = interval
         self.audit_interval = audit_interval if audit_interval is not None else max(300.0, 60 * interval)
         self.check_incremental = (os.environ.get("FATHOM_CHECK_INCREMENTAL") == "1" if check_incremental is None
@@ -571,12 +572,8 @@ class Reconciler:
         # every flow back. Dropped on reconnect, failure, drift and audit.
         self.known: dict[int, tuple[set, set, SwitchState]] = {}
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
-        # Providers of more switches and agents (the fabric): `prepare(reconciler, snapshot, result)`
-        # bootstraps its switches and returns the snapshot with their runtime facts;
-        # `after_pass(reconciler, snapshot, result)` runs its agents; an optional `check(reconciler)`
-        # says, at each periodic check, whether something changed with no event (then a pass
-        # runs). They never write flows.
-        self.extensions: list = []
+        # providers of more switches and agents (the fabric, external gateways, host-local status)
+        self.extensions: list[Extension] = []
         # kept across passes
         self.store_model: Snapshot | None = None
         self.model: Snapshot | None = None            # the last compiled model (store + runtime facts)
@@ -654,9 +651,9 @@ class Reconciler:
         self._event("port-status", ports=key.name if key is not None else None)
 
     def _compiled_with_replica(self, name: str) -> bool:
-        model, current = self.model, getattr(self.bootstrapper, "current", None)
+        model = self.model
         node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
-        got = current(node) if node is not None and current is not None else None
+        got = self.bootstrapper.current(node) if node is not None else None
         return got is not None and dict(got[2]) == dict(node.ofports)
 
     def switch_changed(self, dpid: int, _datapath=None) -> None:
@@ -735,9 +732,8 @@ class Reconciler:
                     self._event("retry", setup=node.name, ports=node.name)
                     found = True
                 continue
-            current = getattr(self.bootstrapper, "current", None)
-            got = current(node) if current else None
-            if current is not None and got is None:   # its OVSDB connection is down: the node's status
+            got = self.bootstrapper.current(node)
+            if got is None:   # its OVSDB connection is down: the node's status
                 self._event("check", setup=node.name, ports=node.name)
                 found = True
             elif got is not None and dict(got[2]) != dict(node.ofports):
@@ -747,7 +743,7 @@ class Reconciler:
                 found = True
         for ext in self.extensions:
             try:
-                if getattr(ext, "check", None) is not None and ext.check(self):
+                if ext.check(self):
                     self._event("check")   # e.g. an agent stopped reporting: its objects' status
                     found = True
             except Exception:  # noqa: BLE001 - one extension must not break the check
@@ -963,12 +959,12 @@ class Reconciler:
         """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
         replica, or by re-checking the node's bridges where due (new, failed, changed, audit)."""
         ofports = {}
-        current = getattr(self.bootstrapper, "current", None)
+        current = self.bootstrapper.current
         got: dict[str, tuple] = {}
         checking = self._setups.pending()
         for node in snapshot.nodes:
             prior = self.results.get(SwitchKey(BR_INT, node.name))
-            if (node.name not in checking and current is not None and not self.setup_due(node.name)
+            if (node.name not in checking and not self.setup_due(node.name)
                     and prior is not None and prior.setup == "ok"):
                 replica = current(node)
                 if replica is not None:
@@ -1008,9 +1004,7 @@ class Reconciler:
         """A node whose switch failed during the pass and whose OVSDB connection is gone too: the
         OVSDB outage is the cause (a userspace OVS stops answering OpenFlow without ovsdb-server),
         so that is what its status says; the next pass re-checks it."""
-        current = getattr(self.bootstrapper, "current", None)
-        if current is None:
-            return
+        current = self.bootstrapper.current
         for node in snapshot.nodes:
             res = result.switches.get(SwitchKey(BR_INT, node.name))
             if res is None or res.setup != "ok" or res.state == "ok" or current(node) is not None:

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from fathom.apps import BR_INT, SwitchKey
+from fathom.controller.extension import Extension
 from fathom.controller.reconciler import METRICS
 from fathom.pipeline import cookies as ck
 from fathom.store import ops
@@ -130,7 +131,7 @@ def test_a_vif_plugged_before_its_port_exists_compiles_nothing_then_its_port_is_
     assert cloud.rec.desired != desired and in_sync(cloud)
 
 
-class CountingAgents:
+class CountingAgents(Extension):
     """An extension that counts the passes that ran the agents' step."""
 
     def __init__(self):

@@ -16,6 +16,7 @@ from fathom.api.app import create_app
 
 from .auth import headers_for
 from fathom.apps import BR_INT, TOR, SwitchKey
+from fathom.controller.extension import Extension, NodeBootstrap
 from fathom.controller.fakeswitch import FakeSwitches
 from fathom.controller.reconciler import Reconciler
 from fathom.lab import topology
@@ -31,7 +32,7 @@ LAB = golden_flows.ROOT / "fathom/lab/topologies"
 BENCH = golden_flows.ROOT / "fathom/bench/topologies"
 
 
-class FixedBootstrap:
+class FixedBootstrap(NodeBootstrap):
     """The node bootstrap without OVSDB: every node is complete, its ports numbered like the golden
     file's (vxlan0 = 1, patch-phy = 2, VMs from 10, network-node router interfaces from 100)."""
 
@@ -56,7 +57,7 @@ class FixedBootstrap:
         return None if node.name in self.failing else ("complete", None, dict(self.ofports.get(node.name, {})))
 
 
-class FixedFabric:
+class FixedFabric(Extension):
     """The fabric extension without OVSDB: the ToR's port facing the i-th node is i; on every br-phy
     patch-int = 1, ul0 = 2 (as in the golden file)."""
 
