@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from fathom.model import Snapshot
 
 # (state, reason, br-int OpenFlow port numbers by interface name): a node's bridge check's answer
-NodeAnswer = tuple[str, "str | None", "dict[str, int]"]
+NodeAnswer = tuple[str, str | None, dict[str, int]]
 
 
 class NodeBootstrap(Protocol):
