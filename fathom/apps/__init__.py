@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
-from fathom.apps.base import BR_INT, BR_PHY, TOR, App, SwitchKey  # noqa: F401 - the apps' names, here for callers
+# the apps' names, here for callers
+from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Owner, OwnerOn, SwitchKey  # noqa: F401
 from fathom.model import Snapshot
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
@@ -86,8 +87,8 @@ def compile_bridge(model: Snapshot, bridge: str) -> dict[str, SwitchState]:
     return {k.name: s for k, s in compile_all(model).items() if k.bridge == bridge}
 
 
-def by_owner(state: SwitchState) -> dict[tuple[int, int, int], SwitchState]:
-    """A switch's desired state split by owning object (app, kind, object id) read from the cookies."""
+def by_owner(state: SwitchState) -> dict[Owner, SwitchState]:
+    """A switch's desired state split by owning object, read from the cookies."""
     flows, groups, meters = defaultdict(set), defaultdict(set), defaultdict(set)
     for f in state.flows:
         flows[ck.parse_cookie(f.cookie)].add(f)
@@ -95,19 +96,18 @@ def by_owner(state: SwitchState) -> dict[tuple[int, int, int], SwitchState]:
         groups[ck.parse_cookie(g.cookie)].add(g)
     for m in state.meters:
         meters[ck.parse_cookie(m.cookie)].add(m)
-    return {o: SwitchState(frozenset(flows[o]), frozenset(groups[o]), frozenset(meters[o]))
+    return {Owner(*o): SwitchState(frozenset(flows[o]), frozenset(groups[o]), frozenset(meters[o]))
             for o in set(flows) | set(groups) | set(meters)}
 
 
 def compile_owners(app: App, model: Snapshot, owners: frozenset) -> dict[SwitchKey, SwitchState]:
-    """The desired state of exactly `owners` ((app, kind, object id) on every switch, or with a
-    SwitchKey on that switch only): the app's own `compile_owners`, or its whole compile cut down
-    to those owners."""
+    """The desired state of exactly `owners` (each an `Owner` on every switch, or an `OwnerOn` one
+    switch only): the app's own `compile_owners`, or its whole compile cut down to those owners."""
     if app.compile_owners is not None:
         return app.compile_owners(model, owners)
     out = {}
     for key, state in app.compile(model).items():
-        parts = [s for o, s in by_owner(state).items() if o in owners or (*o, key) in owners]
+        parts = [s for o, s in by_owner(state).items() if o in owners or o.on(key) in owners]
         if parts:
             out[key] = SwitchState(frozenset().union(*(p.flows for p in parts)),
                                    frozenset().union(*(p.groups for p in parts)),

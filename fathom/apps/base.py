@@ -1,9 +1,10 @@
-"""What an app is (`App`) and how it names the switches it programs (`SwitchKey`); fathom/apps/__init__.py
+"""What an app is (`App`), how it names the switches it programs (`SwitchKey`) and the objects that own
+state on them (`Owner`, `OwnerOn`); fathom/apps/__init__.py
 says how apps are run. The apps import this module, and the registry imports the apps."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from fathom.model import Snapshot
 from fathom.openflow.spec import SwitchState
@@ -21,6 +22,39 @@ class SwitchKey:
         return f"{self.bridge} {self.name}"
 
 
+class Owner(NamedTuple):
+    """An object that owns state on switches, as its cookies name it (fathom.pipeline.cookies). Named
+    among the owners to compile again, it stands for its state on every switch that holds some."""
+    app: int
+    kind: int
+    id: int
+
+    @property
+    def owner(self) -> "Owner":
+        return self
+
+    @property
+    def switch(self) -> None:
+        """Every switch (see OwnerOn)."""
+        return None
+
+    def on(self, switch: SwitchKey) -> "OwnerOn":
+        return OwnerOn(self.app, self.kind, self.id, switch)
+
+
+class OwnerOn(NamedTuple):
+    """An owner's state on one switch only: compiling it again leaves its state on other switches as
+    it is (e.g. a security group's address clauses on the one node the group just came to)."""
+    app: int
+    kind: int
+    id: int
+    switch: SwitchKey
+
+    @property
+    def owner(self) -> Owner:
+        return Owner(self.app, self.kind, self.id)
+
+
 @dataclass(frozen=True)
 class App:
     name: str
@@ -29,14 +63,12 @@ class App:
     compile: Callable[[Snapshot], dict[SwitchKey, SwitchState]]
     # model, union of every app's `compile` -> more desired state (switches that follow others)
     derive: Callable[[Snapshot, Mapping[SwitchKey, SwitchState]], dict[SwitchKey, SwitchState]] | None = None
-    # Incremental compilation (optional): `touched(before, after)` names the owners ((app, kind,
-    # object id) as in the cookies) whose flows may differ between two models, or says why it cannot
-    # tell (a str: the reason; then the app is compiled whole); `compile_owners(model, owners)` is
-    # the desired state of exactly those owners on every switch. An owner may also be named on one
-    # switch only, (app, kind, object id, SwitchKey): its flows elsewhere stay as they are (e.g. a
-    # security group's address clauses on the one node the group just came to). An app without
-    # `touched` is compiled whole on every pass; one without `compile_owners` (whose owners rarely change, e.g.
-    # the pipeline skeleton) gets fathom.apps.compile_owners's fallback: compile, then keep the
-    # owners' part.
-    touched: Callable[[Snapshot, Snapshot], "set[tuple[int, int, int]] | str"] | None = None
+    # Incremental compilation (optional): `touched(before, after)` names the owners (`Owner`) whose
+    # flows may differ between two models, or says why it cannot tell (a str: the reason; then the
+    # app is compiled whole); `compile_owners(model, owners)` is the desired state of exactly those
+    # owners on every switch. An owner may also be named on one switch only (`OwnerOn`): its flows
+    # elsewhere stay as they are. An app without `touched` is compiled whole on every pass; one
+    # without `compile_owners` (whose owners rarely change, e.g. the pipeline skeleton) gets
+    # fathom.apps.compile_owners's fallback: compile, then keep the owners' part.
+    touched: Callable[[Snapshot, Snapshot], "set[Owner | OwnerOn] | str"] | None = None
     compile_owners: Callable[[Snapshot, frozenset], dict[SwitchKey, SwitchState]] | None = None

@@ -20,6 +20,7 @@ import threading
 import time
 
 from fathom.controller import channels
+from fathom.controller.extension import NodeBootstrap
 
 channels.import_ovs()   # before ovsdbapp: see there
 
@@ -413,7 +414,7 @@ class NodeOvsdb:
         return dict(row.options) if row is not None else {}
 
 
-class Bootstrapper:
+class Bootstrapper(NodeBootstrap):
     """OVSDB connections to every node, kept and healed across passes.
 
     `run(node)` checks (and repairs) a node's bridges; `current(node)` answers from the replica

@@ -20,6 +20,7 @@ import struct
 
 from fathom.apps import BR_INT, SwitchKey
 from fathom.apps.external.compiler import unsupported_gateways
+from fathom.controller.extension import Extension
 from fathom.model import Snapshot, datapath_id
 
 LOG = logging.getLogger("fathom.external")
@@ -47,7 +48,7 @@ def flush_zone_message(dp, zone: int):
     return dp.ofproto_parser.OFPExperimenter(dp, NX_VENDOR_ID, NXT_CT_FLUSH_ZONE, struct.pack("!6xH", zone))
 
 
-class ExternalRuntime:
+class ExternalRuntime(Extension):
     def __init__(self):
         self.held: dict[tuple[str, int], tuple] = {}   # what each zone mapped after the last pass
         self.flushed = 0

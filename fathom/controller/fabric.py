@@ -44,7 +44,9 @@ from fathom.controller import channels
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import (NodeOvsdb, OVSDB_PORT, SetController, bridge_row, commit, controller_differs,
                                         local_ip_towards)
-from fathom.controller.reconciler import SETUP_WAIT, SwitchResult
+from fathom.controller.extension import Extension
+from fathom.controller.reconciler import SwitchResult
+from fathom.controller.setups import SETUP_WAIT
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
@@ -139,7 +141,7 @@ def lldp_parse(data: bytes, key: bytes | None = None) -> tuple[int, int] | None:
         return None
 
 
-class FabricRuntime:
+class FabricRuntime(Extension):
     def __init__(self, app, session_factory, of_port: int, wake, lldp_interval: float = LLDP_INTERVAL):
         self.app = app
         self.Session = session_factory

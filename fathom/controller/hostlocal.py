@@ -34,6 +34,7 @@ from fathom.apps.hostlocal import Desired
 from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
 from fathom.model.hostlocal import DatapathFlush, Digests
 from fathom.controller import status
+from fathom.controller.extension import Extension
 from fathom.model.routers import effective_modes, router_paths
 from fathom.store import agents as ag
 from fathom.store.changes import ALL
@@ -44,7 +45,7 @@ LOG = logging.getLogger("fathom.hostlocal")
 TABLES = frozenset({"node_agents", "pptmon_attachments", "nodes"})
 
 
-class HostLocalStatus:
+class HostLocalStatus(Extension):
     """`presence(node)`: when this process last heard the node's agent (its long-poll, held or
     renewed: fathom.api.agents.AgentHub.last_heard), None if it did not; the store's last report
     counts too."""

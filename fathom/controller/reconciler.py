@@ -49,16 +49,19 @@ import os
 import re
 import threading
 import time
-import concurrent.futures
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 
-from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, by_owner, compile_all, compile_owners, registry
+from fathom.apps import (
+    BR_INT, BR_PHY, TOR, Owner, OwnerOn, SwitchKey, by_owner, compile_all, compile_owners, registry,
+)
 from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
 from fathom.controller.board import StatusBoard
-from fathom.controller.bootstrap import OVSDB_PORT, Bootstrapper
+from fathom.controller.bootstrap import OVSDB_PORT
+from fathom.controller.extension import Extension, NoBootstrap, NodeBootstrap
+from fathom.controller.setups import SETUP_WAIT, Setups
 from fathom.controller.switch import (
     ApplyError, Change, NotRegistered, break_messages, diff, make_messages, whole_messages,
 )
@@ -300,8 +303,8 @@ class _Part:
 
     def __init__(self):
         self.states: dict[SwitchKey, SwitchState] = {}  # key -> its whole state (indexed: if made since a change there)
-        self.owners: dict[SwitchKey, dict] = {}       # key -> owner -> SwitchState
-        self.where: dict[tuple, set[SwitchKey]] = {}  # owner -> switches holding something of it
+        self.owners: dict[SwitchKey, dict[Owner, SwitchState]] = {}   # key -> owner -> SwitchState
+        self.where: dict[Owner, set[SwitchKey]] = {}  # owner -> switches holding something of it
         self.indexed = False                          # kept owner by owner (set_whole with index)
 
     def keys(self) -> set[SwitchKey]:
@@ -321,7 +324,7 @@ class _Part:
     def cost(self, owners) -> int:
         """What replacing `owners` costs against `size`: an owner named on one switch counts once,
         one on every switch once per switch that holds it now (at least once)."""
-        return sum(1 if len(o) == 4 else len(self.where.get(o, ())) or 1 for o in owners)
+        return sum(1 if o.switch is not None else len(self.where.get(o, ())) or 1 for o in owners)
 
     def set_whole(self, compiled: dict[SwitchKey, SwitchState], index: bool,
                   edits: dict | None = None) -> set[SwitchKey]:
@@ -341,17 +344,16 @@ class _Part:
                     self.where.setdefault(o, set()).add(key)
         return changed
 
-    def replace(self, owners: frozenset, compiled: dict[SwitchKey, SwitchState],
+    def replace(self, owners: frozenset[Owner | OwnerOn], compiled: dict[SwitchKey, SwitchState],
                 edits: dict | None = None, moves: dict | None = None) -> set[SwitchKey]:
-        """Replace the state of exactly `owners` with `compiled` (theirs only): an owner (app,
-        kind, id) on every switch, one with a fourth item on that switch only; records in `edits`
-        the owners' old and new states on each switch that changed, in `moves` the owners it held
-        and holds there."""
-        everywhere: set = set()
-        scoped: dict[SwitchKey, set] = {}
+        """Replace the state of exactly `owners` with `compiled` (theirs only): an `Owner` on every
+        switch, an `OwnerOn` on its switch only; records in `edits` the owners' old and new states
+        on each switch that changed, in `moves` the owners it held and holds there."""
+        everywhere: set[Owner] = set()
+        scoped: dict[SwitchKey, set[Owner]] = {}
         for o in owners:
-            if len(o) == 4:
-                scoped.setdefault(o[3], set()).add(o[:3])
+            if o.switch is not None:
+                scoped.setdefault(o.switch, set()).add(o.owner)
             else:
                 everywhere.add(o)
         keys = set(compiled) | set(scoped)
@@ -470,8 +472,8 @@ class _Edited(SwitchState):
         return f"SwitchState(flows={self.flows!r}, groups={self.groups!r}, meters={self.meters!r})"
 
 
-def _unneed(needs: dict, owner: tuple, key: SwitchKey) -> None:
-    """`key` holds nothing of `owner` any more (Reconciler._needs)."""
+def _unneed(needs: dict, owner: tuple[int, int], key: SwitchKey) -> None:
+    """`key` holds nothing of `owner` (kind, object id) any more (Reconciler._needs)."""
     needs[owner].discard(key)
     if not needs[owner]:
         del needs[owner]
@@ -517,106 +519,12 @@ class _Events:
     since: float | None = None                   # monotonic time of the first of these events
 
 
-# Seconds a pass waits for the nodes' bridge checks it started (one OVSDB transaction each, run
-# side by side): a node that answers later (unreachable, slow, many nodes at once) keeps the state
-# the last pass left it in, and its check's end wakes another pass. One dead host must not hold up
-# the changes of every other node for its connection timeout; a node already in error is checked
-# again without any pass waiting for it (its answer comes with the pass it wakes).
-SETUP_WAIT = 1.0
-SETUP_WORKERS = 8
-# A node whose check failed (its OVSDB unreachable or refusing) is checked again after RETRY_FIRST
-# seconds, then twice as long after each further failure, at most RETRY_MAX: a host that is down
-# costs a check every RETRY_MAX seconds, not a pass and a check as fast as they fail (100
-# unreachable nodes kept a core busy), and one that comes back is found within RETRY_MAX and the
-# periodic check's interval. A change of the node's own facts (management address, tunnel
-# address, datapath type) checks it at once.
-RETRY_FIRST = 0.5
-RETRY_MAX = 5.0
-
-
-class _Setups:
-    """Bootstrapper.run of nodes on a pool of threads: `start(node)` begins a node's check (unless
-    one for the same node is still running or not yet taken, or the node failed and its retry is
-    not due: RETRY_FIRST), `take(names, timeout)` waits for them at most `timeout` s and hands out
-    the results that came (None: still running). A result that comes after its `take` gave up
-    calls `late(name)`."""
-
-    def __init__(self, run, late):
-        self._run, self._late = run, late
-        self._pool = ThreadPoolExecutor(SETUP_WORKERS, thread_name_prefix="node-setup")
-        self._jobs: dict[str, tuple[tuple, object]] = {}   # node name -> (node's facts, future)
-        self._waiting: set[str] = set()                     # names whose result comes after a take
-        self._failed: dict[str, tuple[tuple, int, float]] = {}   # name -> (facts, failures in a row, retry at)
-        self._lock = threading.Lock()
-
-    def due(self, name: str, facts: tuple | None = None) -> bool:
-        """Whether the node may be checked now: it has not failed, its retry time came, or its
-        facts are not those it failed with."""
-        failed = self._failed.get(name)
-        return failed is None or (facts is not None and failed[0] != facts) or time.monotonic() >= failed[2]
-
-    def pending(self) -> set[str]:
-        """Nodes with a check running or a result not yet taken."""
-        with self._lock:
-            return set(self._jobs)
-
-    def start(self, node) -> None:
-        facts = (node.id, node.management_ip, node.tunnel_ip, node.datapath_type)
-        with self._lock:
-            job = self._jobs.get(node.name)
-            if job is not None and (job[0] == facts or not job[1].done()):
-                return
-            if not self.due(node.name, facts):
-                return
-            future = self._pool.submit(self._run, node)
-            self._jobs[node.name] = (facts, future)
-        future.add_done_callback(lambda f, name=node.name: self._done(name, facts, f))
-
-    def _done(self, name: str, facts: tuple, future) -> None:
-        failed = future.cancelled() or future.exception() is not None or future.result()[0] == "error"
-        with self._lock:
-            if failed:
-                _, times, _ = self._failed.get(name, (facts, 0, 0.0))
-                self._failed[name] = (facts, times + 1, time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** min(times, 30)))
-            else:
-                self._failed.pop(name, None)
-            late = name in self._waiting
-            self._waiting.discard(name)
-        if late:
-            self._late(name)
-
-    def take(self, names, timeout: float, patient=None) -> dict:
-        """`patient`: the names whose checks are waited for (default: all of `names`)."""
-        with self._lock:
-            futures = [self._jobs[n][1] for n in (names if patient is None else patient) if n in self._jobs]
-        if futures:
-            concurrent.futures.wait(futures, timeout)
-        out = {}
-        with self._lock:
-            for name in names:
-                job = self._jobs.get(name)
-                if job is None:
-                    continue
-                if job[1].done():
-                    del self._jobs[name]
-                    try:
-                        out[name] = job[1].result()
-                    except Exception as e:  # noqa: BLE001 - the node's state, checked again next pass
-                        out[name] = ("error", f"bridge check failed: {e}", {})
-                else:
-                    self._waiting.add(name)
-                    out[name] = None
-        return out
-
-    def stop(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
 class Reconciler:
-    def __init__(self, session_factory, switches, bootstrapper: Bootstrapper, interval: float = 5.0,
+    def __init__(self, session_factory, switches, bootstrapper: NodeBootstrap | None, interval: float = 5.0,
                  audit_interval: float | None = None, check_incremental: bool | None = None,
                  startup_grace: float = STARTUP_GRACE, freeze_memory: bool = False):
-        """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch).
+        """`switches.session(dpid)` gives a connected switch's session (fathom.controller.switch);
+        `bootstrapper`: the nodes' OVSDB (None: none, every node's check fails).
 
         `interval`: seconds between cheap checks (flow counts, OVSDB replicas); an audit reading
         switches back in turn (about AUDIT_FLOWS flows each time) runs every `audit_interval`
@@ -633,7 +541,7 @@ class Reconciler:
         self._frozen_at = -FREEZE_EVERY    # monotonic time of the last freeze
         self._freeze_due = False           # a pass ran since
         # after an API write only the parts of the store whose tables were written are read again
-        engine = getattr(session_factory, "kw", {}).get("bind")
+        engine = session_factory.kw.get("bind")     # a sessionmaker (fathom.store.db.session_factory)
         self._store_changes = TableChanges(engine) if engine is not None else None
         self._store_reader = StoreReader()
         self._written_last: set = set()             # tables (and port rows) the last store read was for
@@ -641,9 +549,8 @@ class Reconciler:
         # extensions that keep reads of their own tables across passes (fathom.controller.hostlocal)
         self.store_reads, self.store_written = 0, None
         self.switches = switches
-        self.bootstrapper = bootstrapper
-        if hasattr(bootstrapper, "on_change"):
-            bootstrapper.on_change = self.ovsdb_changed
+        self.bootstrapper: NodeBootstrap = bootstrapper if bootstrapper is not None else NoBootstrap()
+        self.bootstrapper.on_change = self.ovsdb_changed
         self.interval = interval
         self.audit_interval = audit_interval if audit_interval is not None else max(300.0, 60 * interval)
         self.check_incremental = (os.environ.get("FATHOM_CHECK_INCREMENTAL") == "1" if check_incremental is None
@@ -665,12 +572,8 @@ class Reconciler:
         # every flow back. Dropped on reconnect, failure, drift and audit.
         self.known: dict[int, tuple[set, set, SwitchState]] = {}
         self._had_meters: dict[int, bool] = {}  # dpid -> desired meters last pass (unknown: read)
-        # Providers of more switches and agents (the fabric): `prepare(reconciler, snapshot, result)`
-        # bootstraps its switches and returns the snapshot with their runtime facts;
-        # `after_pass(reconciler, snapshot, result)` runs its agents; an optional `check(reconciler)`
-        # says, at each periodic check, whether something changed with no event (then a pass
-        # runs). They never write flows.
-        self.extensions: list = []
+        # providers of more switches and agents (the fabric, external gateways, host-local status)
+        self.extensions: list[Extension] = []
         # kept across passes
         self.store_model: Snapshot | None = None
         self.model: Snapshot | None = None            # the last compiled model (store + runtime facts)
@@ -698,7 +601,7 @@ class Reconciler:
         self._stored: dict = {}                       # statuses in the store, read with the model
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
         self._pool: ThreadPoolExecutor | None = None   # applies to several switches at once
-        self._setups = _Setups(lambda node: self.bootstrapper.run(node),
+        self._setups = Setups(lambda node: self.bootstrapper.run(node),
                                lambda name: self._event("ovsdb", setup=name, ports=name))
         self._next_check = time.monotonic() + interval
         self._next_audit = time.monotonic() + self.audit_interval
@@ -748,9 +651,9 @@ class Reconciler:
         self._event("port-status", ports=key.name if key is not None else None)
 
     def _compiled_with_replica(self, name: str) -> bool:
-        model, current = self.model, getattr(self.bootstrapper, "current", None)
+        model = self.model
         node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
-        got = current(node) if node is not None and current is not None else None
+        got = self.bootstrapper.current(node) if node is not None else None
         return got is not None and dict(got[2]) == dict(node.ofports)
 
     def switch_changed(self, dpid: int, _datapath=None) -> None:
@@ -829,9 +732,8 @@ class Reconciler:
                     self._event("retry", setup=node.name, ports=node.name)
                     found = True
                 continue
-            current = getattr(self.bootstrapper, "current", None)
-            got = current(node) if current else None
-            if current is not None and got is None:   # its OVSDB connection is down: the node's status
+            got = self.bootstrapper.current(node)
+            if got is None:   # its OVSDB connection is down: the node's status
                 self._event("check", setup=node.name, ports=node.name)
                 found = True
             elif got is not None and dict(got[2]) != dict(node.ofports):
@@ -841,7 +743,7 @@ class Reconciler:
                 found = True
         for ext in self.extensions:
             try:
-                if getattr(ext, "check", None) is not None and ext.check(self):
+                if ext.check(self):
                     self._event("check")   # e.g. an agent stopped reporting: its objects' status
                     found = True
             except Exception:  # noqa: BLE001 - one extension must not break the check
@@ -1057,12 +959,12 @@ class Reconciler:
         """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
         replica, or by re-checking the node's bridges where due (new, failed, changed, audit)."""
         ofports = {}
-        current = getattr(self.bootstrapper, "current", None)
+        current = self.bootstrapper.current
         got: dict[str, tuple] = {}
         checking = self._setups.pending()
         for node in snapshot.nodes:
             prior = self.results.get(SwitchKey(BR_INT, node.name))
-            if (node.name not in checking and current is not None and not self.setup_due(node.name)
+            if (node.name not in checking and not self.setup_due(node.name)
                     and prior is not None and prior.setup == "ok"):
                 replica = current(node)
                 if replica is not None:
@@ -1102,9 +1004,7 @@ class Reconciler:
         """A node whose switch failed during the pass and whose OVSDB connection is gone too: the
         OVSDB outage is the cause (a userspace OVS stops answering OpenFlow without ovsdb-server),
         so that is what its status says; the next pass re-checks it."""
-        current = getattr(self.bootstrapper, "current", None)
-        if current is None:
-            return
+        current = self.bootstrapper.current
         for node in snapshot.nodes:
             res = result.switches.get(SwitchKey(BR_INT, node.name))
             if res is None or res.setup != "ok" or res.state == "ok" or current(node) is not None:
@@ -1229,14 +1129,14 @@ class Reconciler:
                 continue
             counts = cache.setdefault(key, Counter())
             for owner in gone:
-                o = owner[1:]
+                o = (owner.kind, owner.id)
                 counts[o] -= 1
                 if counts[o] <= 0:
                     del counts[o]
                     _unneed(needs, o, key)
                     self._needs_changed.add(o)
             for owner in got:
-                o = owner[1:]
+                o = (owner.kind, owner.id)
                 counts[o] += 1
                 if counts[o] == 1:
                     needs.setdefault(o, set()).add(key)
@@ -1258,7 +1158,7 @@ class Reconciler:
         out: Counter = Counter()
         for part in self.parts.values():
             if part.indexed:
-                out.update(o[1:] for o in part.owners.get(key, ()))
+                out.update((o.kind, o.id) for o in part.owners.get(key, ()))
             elif key in part.states:
                 out.update(status.switch_owners(part.states[key]))
         return out

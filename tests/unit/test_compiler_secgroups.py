@@ -347,11 +347,11 @@ def test_a_zone_that_moves_is_recompiled_incrementally():
     assert sg.Index(before).zones("c1") == {0x8000: 1}
     assert sg.Index(after).zones("c1") == {1: 1, 0x8000: 2}
     owners = touched(before, after)
-    assert {(ck.KIND_PORT, 21), (ck.KIND_PORT, 22)} <= {o[1:3] for o in owners}
+    assert {(ck.KIND_PORT, 21), (ck.KIND_PORT, 22)} <= {(o.kind, o.id) for o in owners}
     old = {k: by_owner(s) for k, s in whole_compile(before).items()}
     new = {k: by_owner(s) for k, s in compile_owners(after, owners).items()}
     for key, state in whole_compile(after).items():
-        kept = {o: s for o, s in old.get(key, {}).items() if o not in owners and (*o, key) not in owners}
+        kept = {o: s for o, s in old.get(key, {}).items() if o not in owners and o.on(key) not in owners}
         assert {**kept, **new.get(key, {})} == by_owner(state)
 
 
@@ -364,16 +364,16 @@ def test_a_group_coming_to_a_node_recompiles_its_clauses_on_that_node_only():
     before, after = cloud(), cloud(db={"security_groups": (DB, DEFAULT)})
     owners = touched(before, after)
     c2 = SwitchKey(BR_INT, "c2")
-    clauses = [o for o in owners if o[1] == ck.KIND_SECURITY_GROUP_CLAUSE]
-    scoped = [o for o in clauses if len(o) == 4]
-    assert scoped and {o[3] for o in scoped} == {c2}
+    clauses = [o for o in owners if o.kind == ck.KIND_SECURITY_GROUP_CLAUSE]
+    scoped = [o for o in clauses if o.switch is not None]
+    assert scoped and {o.switch for o in scoped} == {c2}
     new_address = {sg.clause_id(("ingress", (("eth_type", 0x0800), ("ipv4_src", "10.1.0.13"))))}
-    assert {o[2] for o in clauses if len(o) == 3} == new_address
+    assert {o.id for o in clauses if o.switch is None} == new_address
     old = {k: by_owner(s) for k, s in whole_compile(before).items()}
     new = {k: by_owner(s) for k, s in compile_owners(after, owners).items()}
     assert set(new) == {SwitchKey(BR_INT, "c1"), c2}
     for key, state in whole_compile(after).items():
-        kept = {o: s for o, s in old.get(key, {}).items() if o not in owners and (*o, key) not in owners}
+        kept = {o: s for o, s in old.get(key, {}).items() if o not in owners and o.on(key) not in owners}
         assert {**kept, **new.get(key, {})} == by_owner(state), key
 
 

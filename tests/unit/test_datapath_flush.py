@@ -46,7 +46,7 @@ class Cloud:
             self.post("/ports", {"network_id": net["id"], "name": f"vm{i}", "node": node, "interface_name": f"tap{i}"})
             r = self.http.post(f"/v1/routers/{self.router['id']}/interfaces", json={"subnet_id": sub["id"]})
             assert r.status_code in (200, 201), r.text
-        self.rec = Reconciler(session_factory(self.engine), None, object())
+        self.rec = Reconciler(session_factory(self.engine), None, None)
         self.asked: list[dict] = []
         self.hostlocal = HostLocalStatus(session_factory(self.engine), ask_flush=self.asked.append)
 

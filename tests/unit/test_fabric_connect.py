@@ -15,7 +15,7 @@ from fathom.apps import TOR, SwitchKey
 from fathom.controller import channels
 from fathom.controller.bootstrap import OVSDB_PORT
 from fathom.controller.fabric import FabricRuntime
-from fathom.controller.reconciler import SETUP_WAIT
+from fathom.controller.setups import SETUP_WAIT
 from fathom.lab.ovs import wait_for
 
 from .test_spec_ovs import Ovs

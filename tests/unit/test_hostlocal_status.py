@@ -37,7 +37,7 @@ class Store:
         self.net = self.post("/networks", {"name": "blue"})
         self.post("/subnets", {"network_id": self.net["id"], "cidr": "10.0.0.0/24"})
         self.post("/ports", {"network_id": self.net["id"], "name": "vm1", "node": "c1", "interface_name": "tap1"})
-        self.rec = Reconciler(session_factory(self.engine), None, object())
+        self.rec = Reconciler(session_factory(self.engine), None, None)
         self.hostlocal = HostLocalStatus(session_factory(self.engine))
         self.agent_reads = 0
         event.listen(self.engine, "before_cursor_execute", self._counted)

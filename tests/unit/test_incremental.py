@@ -15,6 +15,7 @@ import time
 import pytest
 
 from fathom.apps import BR_INT, SwitchKey
+from fathom.controller.extension import Extension
 from fathom.controller.reconciler import METRICS
 from fathom.pipeline import cookies as ck
 from fathom.store import ops
@@ -130,7 +131,7 @@ def test_a_vif_plugged_before_its_port_exists_compiles_nothing_then_its_port_is_
     assert cloud.rec.desired != desired and in_sync(cloud)
 
 
-class CountingAgents:
+class CountingAgents(Extension):
     """An extension that counts the passes that ran the agents' step."""
 
     def __init__(self):
@@ -415,7 +416,7 @@ def test_a_port_create_recompiles_only_its_own_security_group_flows(cloud):
     plug(cloud, "compute2", "vm9", 60)
     cloud.rec.run_pass(audit=False)
     owners = touched(model_before, cloud.rec.model_compiled)
-    kinds = sorted(ck.KINDS[o[1]] for o in owners)
+    kinds = sorted(ck.KINDS[o.kind] for o in owners)
     # the port itself, and the default group's two "from the group" rules' new address clause (IPv4)
     assert kinds.count("port") == 1 and kinds.count("security_group_clause") <= 2, kinds
     assert set(kinds) <= {"port", "security_group_clause"}, kinds

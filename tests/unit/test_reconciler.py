@@ -16,6 +16,7 @@ from fathom.api.app import create_app
 
 from .auth import headers_for
 from fathom.apps import BR_INT, TOR, SwitchKey
+from fathom.controller.extension import Extension, NodeBootstrap
 from fathom.controller.fakeswitch import FakeSwitches
 from fathom.controller.reconciler import Reconciler
 from fathom.lab import topology
@@ -31,7 +32,7 @@ LAB = golden_flows.ROOT / "fathom/lab/topologies"
 BENCH = golden_flows.ROOT / "fathom/bench/topologies"
 
 
-class FixedBootstrap:
+class FixedBootstrap(NodeBootstrap):
     """The node bootstrap without OVSDB: every node is complete, its ports numbered like the golden
     file's (vxlan0 = 1, patch-phy = 2, VMs from 10, network-node router interfaces from 100)."""
 
@@ -56,7 +57,7 @@ class FixedBootstrap:
         return None if node.name in self.failing else ("complete", None, dict(self.ofports.get(node.name, {})))
 
 
-class FixedFabric:
+class FixedFabric(Extension):
     """The fabric extension without OVSDB: the ToR's port facing the i-th node is i; on every br-phy
     patch-int = 1, ul0 = 2 (as in the golden file)."""
 
@@ -346,9 +347,9 @@ def test_a_node_in_error_is_checked_again_once_due_without_holding_up_any_pass(c
     and a check as fast as they failed kept a core busy at 100 unreachable nodes); those checks
     end at their connection timeout and no pass waits for them (their end wakes one that takes
     the answer)."""
-    from fathom.controller import reconciler as rc
+    from fathom.controller import setups
     from fathom.controller.reconciler import SETUP_WAIT
-    monkeypatch.setattr(rc, "RETRY_FIRST", 0.3)
+    monkeypatch.setattr(setups, "RETRY_FIRST", 0.3)
     cloud.rec.run_pass()
     cloud.boot.failing.add("compute2")
     cloud.rec.ovsdb_changed("compute2", "setup")
@@ -376,39 +377,6 @@ def test_a_node_in_error_is_checked_again_once_due_without_holding_up_any_pass(c
     assert cloud.rec._events.setup == {"compute2"}
     assert cloud.rec.run_pass(audit=False).nodes["compute2"].bootstrap == "complete"
     assert cloud.get(f"/nodes/{cloud.nodes['compute2']}")["status"] == "active"
-
-
-def test_a_failing_node_is_checked_less_often_each_time_and_at_once_when_its_facts_change(monkeypatch):
-    from types import SimpleNamespace
-
-    from fathom.controller import reconciler as rc
-    monkeypatch.setattr(rc, "RETRY_FIRST", 0.2)
-    monkeypatch.setattr(rc, "RETRY_MAX", 0.4)
-    answer = ["error", "OVSDB unreachable (test)", {}]
-    runs = []
-    setups = rc._Setups(lambda n: runs.append(n.management_ip) or tuple(answer), lambda name: None)
-    node = SimpleNamespace(id=1, name="c1", management_ip="198.18.0.1", tunnel_ip="198.18.1.1", datapath_type=None)
-
-    def check(n) -> int:
-        setups.start(n)
-        setups.take([n.name], 5)
-        return len(runs)
-    try:
-        assert check(node) == 1
-        assert check(node) == 1 and not setups.due("c1")           # failed: retry in 0.2 s
-        time.sleep(0.22)
-        assert check(node) == 2                                    # failed again: retry in 0.4 s
-        time.sleep(0.22)
-        assert check(node) == 2
-        time.sleep(0.2)
-        assert check(node) == 3                                    # at most RETRY_MAX apart
-        moved = SimpleNamespace(**{**vars(node), "management_ip": "198.18.0.2"})
-        assert check(moved) == 4                                   # its facts changed: at once
-        answer[0] = "complete"
-        time.sleep(0.42)
-        assert check(moved) == 5 and setups.due("c1")              # back: no retry time left
-    finally:
-        setups.stop()
 
 
 def test_a_lost_switch_marks_its_node_and_its_ports_only(cloud):

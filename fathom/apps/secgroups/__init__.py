@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fathom.apps.base import BR_INT, App, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, OwnerOn, SwitchKey
 from fathom.apps.secgroups.compiler import (
     EGRESS, ETH_TYPE, INGRESS, _address_field, _key, clause_id, compile_secgroups, index,
 )
@@ -33,18 +33,22 @@ def compile(model) -> dict:
 
 
 def compile_owners(model, owners) -> dict:
-    only = frozenset((o[1], o[2], o[3].name) if len(o) == 4 else (o[1], o[2])
-                     for o in owners if o[0] == APP_SECGROUPS)
+    only = frozenset((o.kind, o.id, o.switch.name) if o.switch is not None else (o.kind, o.id)
+                     for o in owners if o.app == APP_SECGROUPS)
     if not only:
         return {}
     return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model, only).items()}
+
+
+def _owner(kind: int, obj: int) -> Owner:
+    return Owner(APP_SECGROUPS, kind, obj)
 
 
 def touched(before, after):
     b, a = index(before), index(after)
     if {n.id: n.name for n in before.nodes} != {n.id: n.name for n in after.nodes}:
         return "nodes changed"
-    owners: set[tuple] = set()
+    owners: set[Owner | OwnerOn] = set()
     changed: set[int] = set()      # rules whose flows may differ everywhere (their ports' clauses too)
     moved: dict[int, set[str]] = defaultdict(set)   # rules whose group came to or left these nodes
     groups = set(b.groups) ^ set(a.groups)
@@ -69,11 +73,11 @@ def touched(before, after):
                     field = _address_field(EGRESS if r.direction == EGRESS.direction else INGRESS, eth)
                     for ip in old ^ new:
                         key = _key(r.direction, {"eth_type": ETH_TYPE[eth], field: ip})
-                        owners.add((ck.KIND_SECURITY_GROUP_CLAUSE, clause_id(key)))
+                        owners.add(_owner(ck.KIND_SECURITY_GROUP_CLAUSE, clause_id(key)))
     delta = after.delta_from(before)   # the ports whose views may differ: those it names, else every one
     for pid in (delta.ports if delta is not None else set(b.views) | set(a.views)):
         if b.views.get(pid) != a.views.get(pid):
-            owners.add((ck.KIND_PORT, pid))
+            owners.add(_owner(ck.KIND_PORT, pid))
     # a network whose zone on a node changed (another network folding onto it came or went): the
     # conntrack flows of its ports there
     for name in set(b.local) | set(a.local):
@@ -82,7 +86,7 @@ def touched(before, after):
             continue
         moved_nets = {n for n in set(zb) | set(za) if zb.get(n) != za.get(n)}
         for idx in (b, a):
-            owners.update((ck.KIND_PORT, p.id) for p, _ in idx.local.get(name, ()) if p.network_id in moved_nets)
+            owners.update(_owner(ck.KIND_PORT, p.id) for p, _ in idx.local.get(name, ()) if p.network_id in moved_nets)
     nodes = {n.name: n.id for n in after.nodes}
     for name in set(b.here) | set(a.here):
         came = b.here.get(name, set()) ^ a.here.get(name, set())
@@ -90,32 +94,32 @@ def touched(before, after):
             for gid in came:
                 for r in idx.rules.get(gid, ()):
                     moved[r.id].add(name)
-                owners.add((ck.KIND_SECURITY_GROUP, gid))
+                owners.add(_owner(ck.KIND_SECURITY_GROUP, gid))
         if bool(b.local.get(name)) != bool(a.local.get(name)):
-            owners.add((ck.KIND_NODE, nodes[name]))
+            owners.add(_owner(ck.KIND_NODE, nodes[name]))
     for rid in changed:
         for idx in (b, a):
             r = idx.rule_by_id.get(rid)
             if r is not None:
                 groups.add(r.group_id)
     for gid in groups:
-        owners.add((ck.KIND_SECURITY_GROUP, gid))
+        owners.add(_owner(ck.KIND_SECURITY_GROUP, gid))
         for idx in (b, a):
-            owners.update((ck.KIND_PORT, pid) for pid in idx.group_ports.get(gid, ()))
+            owners.update(_owner(ck.KIND_PORT, pid) for pid in idx.group_ports.get(gid, ()))
     for rid in changed | set(moved):
-        owners.add((ck.KIND_SECURITY_GROUP_RULE, rid))
+        owners.add(_owner(ck.KIND_SECURITY_GROUP_RULE, rid))
         for idx in (b, a):
             r = idx.rule_by_id.get(rid)
             if r is None:
                 continue
-            owners.add((ck.KIND_SECURITY_GROUP, r.group_id))
+            owners.add(_owner(ck.KIND_SECURITY_GROUP, r.group_id))
             ids = {clause_id(k) for k in idx.clause_keys(r)}
             if rid in changed:
-                owners.update((ck.KIND_SECURITY_GROUP_CLAUSE, i) for i in ids)
+                owners.update(_owner(ck.KIND_SECURITY_GROUP_CLAUSE, i) for i in ids)
             else:   # its clauses elsewhere are the same: on the nodes its group came to or left only
                 switches = [SwitchKey(BR_INT, name) for name in moved[rid]]
-                owners.update((ck.KIND_SECURITY_GROUP_CLAUSE, i, key) for i in ids for key in switches)
-    return {(APP_SECGROUPS, *o) for o in owners}
+                owners.update(_owner(ck.KIND_SECURITY_GROUP_CLAUSE, i).on(key) for i in ids for key in switches)
+    return owners
 
 
 APP = App("secgroups", APP_SECGROUPS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fathom.apps.base import BR_INT, App, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, SwitchKey
 from fathom.apps.incremental import changed_ports, node_facts
 from fathom.apps.sfc.compiler import compile_sfc_plans
 from fathom.pipeline import cookies as ck
@@ -27,7 +27,7 @@ def compile(model) -> dict:
 
 
 def compile_owners(model, owners) -> dict:
-    ids = {obj for app, kind, obj in owners if app == APP_SFC and kind == ck.KIND_PORT_CHAIN}
+    ids = {o.id for o in owners if o.app == APP_SFC and o.kind == ck.KIND_PORT_CHAIN}
     only = replace(model, port_chains=tuple(c for c in model.port_chains if c.id in ids))
     if not only.port_chains:
         return {}
@@ -62,7 +62,7 @@ def touched(before, after):
         ia = _inputs(after, ca[i]) if i in ca else None
         if ib != ia or changed_ports(before, after, ia[4]):
             ids.add(i)
-    return {(APP_SFC, ck.KIND_PORT_CHAIN, i) for i in ids}
+    return {Owner(APP_SFC, ck.KIND_PORT_CHAIN, i) for i in ids}
 
 
 APP = App("sfc", APP_SFC, {BR_INT: ("classify", "sfc", "sfc-select", "sfc-deliver")}, compile,

@@ -8,7 +8,7 @@ a router's gateway node) is not handled: the app is compiled whole.
 """
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, App, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, SwitchKey
 from fathom.apps.tenant.compiler import compile_tenant, dhcp_interface, node_scopes
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
 from fathom.model.routers import tenant_view
@@ -21,7 +21,7 @@ def compile(model) -> dict:
 
 
 def compile_owners(model, owners) -> dict:
-    only = frozenset((kind, obj) for app, kind, obj in owners if app == APP_TENANT)
+    only = frozenset((o.kind, o.id) for o in owners if o.app == APP_TENANT)
     if not only:
         return {}
     return {SwitchKey(BR_INT, node): state for node, state in compile_tenant(tenant_view(model), only).items()
@@ -79,16 +79,16 @@ def touched(before, after):
         if nid in nets_b and nid in nets_a and nets_b[nid] != nets_a[nid]:
             return f"network {nid} changed"
         if nets_b.get(nid) != nets_a.get(nid):
-            owners.add((APP_TENANT, ck.KIND_NETWORK, nid))
+            owners.add(Owner(APP_TENANT, ck.KIND_NETWORK, nid))
     ports_b, ports_a = tenant_ports(b), tenant_ports(a)
     delta = a.delta_from(b)   # the ports whose facts may differ: those it names, else every one
     for pid in (delta.ports if delta is not None else set(ports_b) | set(ports_a)):
         old, new = ports_b.get(pid), ports_a.get(pid)
         if old != new:
-            owners.add((APP_TENANT, ck.KIND_PORT, pid))
+            owners.add(Owner(APP_TENANT, ck.KIND_PORT, pid))
             for p in (old, new):
                 if p is not None:
-                    owners.add((APP_TENANT, ck.KIND_NETWORK, p[0].network_id))
+                    owners.add(Owner(APP_TENANT, ck.KIND_NETWORK, p[0].network_id))
     if not owners:
         return owners
     # a network that became (or stopped being) local to a node, or routed to from it: every flow
@@ -101,10 +101,10 @@ def touched(before, after):
         moved |= (lb ^ la) | (rb ^ ra)
     if moved:
         routers = {ri.router_id for ri in a.router_interfaces if ri.network_id in moved}
-        owners |= {(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
-        owners |= {(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
+        owners |= {Owner(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
+        owners |= {Owner(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
                    for pid, (p, *_) in tenant_ports(m).items() if p.network_id in moved}
-        owners |= {(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
+        owners |= {Owner(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
                    if ri.network_id in moved or ri.router_id in routers}
     return owners
 

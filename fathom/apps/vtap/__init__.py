@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fathom.apps.base import BR_INT, App, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, SwitchKey
 from fathom.apps.incremental import changed_ports, node_facts
 from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.model.routers import tenant_view
@@ -27,7 +27,7 @@ def compile(model) -> dict:
 
 
 def compile_owners(model, owners) -> dict:
-    ids = {obj for app, kind, obj in owners if app == APP_VTAP and kind == ck.KIND_TAP_POLICY}
+    ids = {o.id for o in owners if o.app == APP_VTAP and o.kind == ck.KIND_TAP_POLICY}
     view = tenant_view(model)
     only = replace(view, tap_policies=tuple(p for p in view.tap_policies if p.id in ids))
     if not only.tap_policies:
@@ -52,7 +52,7 @@ def touched(before, after):
     for i, p in pa.items():
         if i not in ids and changed_ports(b, a, _ports(p)):
             ids.add(i)
-    return {(APP_VTAP, ck.KIND_TAP_POLICY, i) for i in ids}
+    return {Owner(APP_VTAP, ck.KIND_TAP_POLICY, i) for i in ids}
 
 
 APP = App("vtap", APP_VTAP, {BR_INT: ("classify", "tap-ingress", "tap-recovery")}, compile,

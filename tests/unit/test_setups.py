@@ -1,0 +1,80 @@
+"""The nodes' OVSDB checks on their own (fathom.controller.setups): a bounded wait, a late answer
+reported, a failure retried with a backoff, a crash turned into the node's error."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from fathom.controller import setups as st
+
+
+def node(name="c1", **facts):
+    return SimpleNamespace(**{"id": 1, "name": name, "management_ip": "198.18.0.1", "tunnel_ip": "198.18.1.1",
+                              "datapath_type": None, **facts})
+
+
+def test_a_failing_node_is_checked_less_often_each_time_and_at_once_when_its_facts_change(monkeypatch):
+    monkeypatch.setattr(st, "RETRY_FIRST", 0.2)
+    monkeypatch.setattr(st, "RETRY_MAX", 0.4)
+    answer = ["error", "OVSDB unreachable (test)", {}]
+    runs = []
+    setups = st.Setups(lambda n: runs.append(n.management_ip) or tuple(answer), lambda name: None)
+    c1 = node()
+
+    def check(n) -> int:
+        setups.start(n)
+        setups.take([n.name], 5)
+        return len(runs)
+    try:
+        assert check(c1) == 1
+        assert check(c1) == 1 and not setups.due("c1")           # failed: retry in 0.2 s
+        time.sleep(0.22)
+        assert check(c1) == 2                                    # failed again: retry in 0.4 s
+        time.sleep(0.22)
+        assert check(c1) == 2
+        time.sleep(0.2)
+        assert check(c1) == 3                                    # at most RETRY_MAX apart
+        moved = SimpleNamespace(**{**vars(c1), "management_ip": "198.18.0.2"})
+        assert check(moved) == 4                                   # its facts changed: at once
+        answer[0] = "complete"
+        time.sleep(0.42)
+        assert check(moved) == 5 and setups.due("c1")              # back: no retry time left
+    finally:
+        setups.stop()
+
+
+def test_take_waits_a_bounded_time_and_a_late_answer_is_reported():
+    release, late = threading.Event(), []
+    setups = st.Setups(lambda n: release.wait(5) and ("complete", "", {"tap1": 10}), late.append)
+    try:
+        setups.start(node())
+        t = time.monotonic()
+        assert setups.take(["c1"], 0.05) == {"c1": None}          # still running: not waited for longer
+        assert time.monotonic() - t < 1 and setups.pending() == {"c1"}
+        setups.start(node())                                       # one check of a node at a time
+        release.set()
+        deadline = time.monotonic() + 5
+        while not late and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert late == ["c1"]                                      # its end wakes whoever takes it
+        assert setups.take(["c1"], 0) == {"c1": ("complete", "", {"tap1": 10})}
+        assert setups.pending() == set() and setups.due("c1")
+    finally:
+        setups.stop()
+
+
+def test_a_check_that_raises_is_the_nodes_error_and_is_retried_later(monkeypatch):
+    monkeypatch.setattr(st, "RETRY_FIRST", 60.0)
+
+    def crash(_node):
+        raise OSError("connection refused")
+    setups = st.Setups(crash, lambda name: None)
+    try:
+        setups.start(node())
+        state, reason, ports = setups.take(["c1"], 5)["c1"]
+        assert (state, ports) == ("error", {}) and "connection refused" in reason
+        assert not setups.due("c1")
+        assert setups.due("c1", (2, "198.18.0.1", "198.18.1.1", None))   # other facts: at once
+    finally:
+        setups.stop()
