@@ -19,7 +19,7 @@ from sqlalchemy.orm import selectinload
 from fathom.addresses import parse_ipv4, parse_mac
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.schemas import EXTERNAL_ID
-from fathom.apps.vtap import filters as vtap
+from fathom.model import taps as vtap
 from fathom.store import models as m
 from fathom.store import taps as ops
 from fathom.store.errors import Invalid

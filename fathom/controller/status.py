@@ -418,9 +418,9 @@ def _chains(snapshot, out: dict, from_flows, agents: dict) -> None:
 
 
 def chain_pptmon_status(snapshot, chain_id: int, agents: dict) -> Status:
-    """What the agents say of a measured chain's PPTMon programs (fathom.apps.hostlocal.chains):
+    """What the agents say of a measured chain's PPTMon programs (fathom.model.chains):
     `agents` holds the status of each instance's attachment, (kind, port pair id) -> status."""
-    from fathom.apps.hostlocal.chains import MAX_PPTMON_GROUPS, MAX_PPTMON_INSTANCES, OWNER_KIND, chain_pptmon
+    from fathom.model.chains import MAX_PPTMON_GROUPS, MAX_PPTMON_INSTANCES, OWNER_KIND, chain_pptmon
     vnfs = chain_pptmon(snapshot, chain_id)
     if not vnfs:
         return ("error", f"PPTMon: a measured chain has at most {MAX_PPTMON_GROUPS} groups and "

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from fathom.apps.vtap import filters as vtap
+from fathom.model import taps as vtap
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import Caller, _external_id, _owner, valid_id

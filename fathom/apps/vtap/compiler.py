@@ -48,7 +48,7 @@ from fathom.openflow.spec import (
     SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.pipeline import stages as st
-from fathom.apps.vtap.filters import (
+from fathom.model.taps import (
     ETH_IPV4, MAX_POLICY_ID, Endpoint, View, directions, effective_eth_type, egress_matches, endpoint, ends,
     ingress_matches, marker, reverse_filters, tap_role, tapped, vlan_as_network,
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from fathom.addresses import parse_mac
 from fathom.model import Port, Snapshot, TapPolicy
+from fathom.openflow.masks import range_to_masks
 from fathom.openflow.spec import OFPVID_PRESENT
 from fathom.pipeline import stages as st
 
@@ -187,19 +188,6 @@ def _check_prerequisites(f: dict) -> None:
             raise FilterError(field, f"ip_proto {proto} has no ports (TCP 6, UDP 17, SCTP 132 do)")
         if any(n in f for n in ("tcp_src", "tcp_dst", "udp_src", "udp_dst", "sctp_src", "sctp_dst")):
             raise FilterError(field, "give ports either as tp_src/tp_dst or as match fields, not both")
-
-
-def range_to_masks(low: int, high: int, bits: int = 16) -> list[tuple[int, int]]:
-    """The fewest (value, mask) pairs covering low..high exactly (prefix decomposition)."""
-    out = []
-    full = (1 << bits) - 1
-    while low <= high:
-        size = low & -low if low else 1 << bits
-        while size > high - low + 1:
-            size >>= 1
-        out.append((low, full & ~(size - 1)))
-        low += size
-    return out
 
 
 def _masked(value: int, mask: int, bits: int = 16):
