@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from fathom.model import Snapshot
 from fathom.model.hostlocal import PptmonAttach, digest, owner_key
+from fathom.model.status import Status, worst
 
 # Hop markers: SFC_VNI_BASE | chain << 7 | direction << 6 | group index. VNIs 0xE00000..0xEFFFFF are
 # chain hops, never tenant networks (vTAP's markers are 0xF00000 and up).
@@ -260,3 +261,20 @@ def chain_warnings(snapshot: Snapshot, agents: dict) -> dict[int, str]:
             if warning:
                 out[chain.id] = warning
     return out
+
+
+def chain_pptmon_status(snapshot, chain_id: int, agents: dict) -> Status:
+    """What the agents say of a measured chain's PPTMon programs: `agents` holds the status of each
+    instance's attachment, (OWNER_KIND, port pair id) -> status."""
+    vnfs = chain_pptmon(snapshot, chain_id)
+    if not vnfs:
+        return ("error", f"PPTMon: a measured chain has at most {MAX_PPTMON_GROUPS} groups and "
+                         f"{MAX_PPTMON_INSTANCES} instances")
+    parts: list[Status] = []
+    for v in vnfs:
+        if v.problem is not None:
+            parts.append(("error" if v.fatal else "pending", f"PPTMon: {v.problem}"))
+            continue
+        st = agents.get((OWNER_KIND, v.pair_id), ("pending", f"waiting for the agent on node {v.node}"))
+        parts.append(st if st[0] == "active" else (st[0], f"PPTMon on port pair {v.pair_id}: {st[1]}"))
+    return worst(parts)
