@@ -142,8 +142,7 @@ def _endpoint(ports: dict[int, m.Port], port_id: int | None, mac=None, ip=None) 
                        node=port.node.name if port.node else None)
 
 
-def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = None,
-            ports: dict[int, m.Port] | None = None) -> TapOut:
+def tap_out(session, t: m.TapPolicy, ports: dict[int, m.Port] | None = None) -> TapOut:
     """`ports`: what tap_ports read for the policy, when the caller read it already (a list of policies)."""
     if ports is None:
         ports = tap_ports(session, [t])
@@ -162,7 +161,7 @@ def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = Non
         direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
         rate_pps=t.rate_pps,
         markers=markers,
-        status=(status or (t.status, t.status_reason))[0], status_reason=(status or (t.status, t.status_reason))[1],
+        status=t.status, status_reason=t.status_reason,
         created_at=utc(t.created_at))
 
 
@@ -182,9 +181,8 @@ def list_taps(c: CallerDep, db: StoreDep, name: str | None = None, external_id: 
               limit: Limit = MAX_LIMIT, marker: Marker = None):
     def run(s):
         taps = list_objects(s, c, m.TapPolicy, name=name, external_id=external_id, limit=limit, marker=marker)
-        now = ops.current_statuses(s, [t.id for t in taps]) if taps else {}
         ports = tap_ports(s, taps)
-        return [tap_out(s, t, now.get(t.id), ports) for t in taps]
+        return [tap_out(s, t, ports) for t in taps]
     return db.read(run)
 
 
@@ -199,7 +197,7 @@ async def show_tap(tap_id: int, c: CallerDep, db: StoreDep, request: Request, wa
                    timeout: WaitTimeout = 10.0):
     def run(s):
         t = ops.get_tap(s, c, tap_id)
-        return tap_out(s, t, ops.current_statuses(s, [t.id]).get(t.id))
+        return tap_out(s, t)
     return await shown(request, lambda: db.read(run), ("tap_policy",), tap_id, wait, timeout)
 
 
