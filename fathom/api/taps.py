@@ -4,7 +4,9 @@ Identifiers (sender, receiver, monitor, monitor2) are a port id, a port name, {"
 or {"mac": "...", "ip": "..."}; the sender or the receiver may be "*" (anyone: what the receiver
 port receives, or what the sender port sends). Filters: ip_proto, vlan, tp_src, tp_dst (a port or a range
 "1000-2000") and `match` (further OpenFlow 1.3 fields by name); absent, null or "*" = wildcard.
-Counters and per-node state are runtime facts: fathom/controller/taps.py serves them.
+Counters and per-node state are runtime facts: fathom/api/runtime.py serves them (read by
+fathom/controller/taps.py). A policy's status is the one stored: the controller's, or what the store
+alone tells at once when a port it names is deleted or unbound (fathom.store.taps.judge).
 """
 from __future__ import annotations
 

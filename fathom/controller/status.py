@@ -9,7 +9,7 @@
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent); a router with an external gateway also the gateway's flows (and `pending` until its gateway node has its external port `ext0`) |
 | pptmon_attachment | the node's agent (it loads and attaches the programs) |
 | security_group | the switches that must hold its flows and its rules' flows (found by the cookies); `active` when none needs any |
-| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc compiler reported (a port not plugged: `pending`; no hop marker: `error`) first; with `pptmon`, also the agents holding its VNFs' PPTMon programs |
+| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc app reports (a port not plugged: `pending`; no hop marker: `error`) first; with `pptmon`, also the agents holding its VNFs' PPTMon programs (the sfc app says what they said) |
 | port_pair | its two ports |
 | port_pair_group | its port pairs |
 | flow_classifier | its logical source (and destination) port |
@@ -37,8 +37,14 @@ a port: it is `down` (with the reason) until it is bound and its VIF is plugged 
 an interface of its name on the node's br-int with an OpenFlow port number), and `active` only
 when, moreover, every switch that must hold its flows has committed them (the bundle's commit
 reply, in the pass that covered the port's last change; the reconciler publishes a status turning
-`active` once those datapaths have settled and answered a barrier: Reconciler._write_statuses). A tap policy with a problem the compiler
-reported (a deleted port, an unbound one) is `error` / `pending` with that problem.
+`active` once those datapaths have settled and answered a barrier: Reconciler._write_statuses).
+
+What an app finds wrong with its objects comes from the app (`App.status`: typed problems, each with
+its severity and the object it is about; fathom.model.status): a tap policy with a deleted or
+unbound port, a port chain the sfc app cannot wholly steer, a router gateway the external app does
+not support or whose node has no external port. A problem the app could not compile past is the
+object's status instead of its flows'; one beside its flows (a chain's PPTMon programs) is merged
+with them; a warning shows while the object is active. This module knows no app.
 
 `decide` is pure (model + pass result in, statuses out); fathom.store.status writes them.
 """
