@@ -166,7 +166,7 @@ def app_problems(snapshot, agents, apps=None) -> dict[tuple[str, int], list]:
     return out
 
 
-def with_problems(said: list, flows) -> Status:
+def with_problems(said, flows) -> Status:
     """An object's status from its apps' problems (`said`) and, unless one of those replaces it, what
     the switches say of its flows (`flows()`); a warning shows while the object is active."""
     replacing = [p.status for p in said if p.replaces_flows and p.severity is not Severity.WARNING]
@@ -295,9 +295,8 @@ def decide(snapshot, result, kept: PortStatuses | None = None, apps=None) -> dic
 
     def status_of(kind: str, obj_id: int) -> Status:
         """An object with flows: its apps' problems, its flows, or `active` when it needs none."""
-        flows = lambda: from_flows(kind, obj_id) or ("active", None)   # noqa: E731
-        said = problems.get((kind, obj_id))
-        return with_problems(said, flows) if said else flows()
+        return with_problems(problems.get((kind, obj_id), ()),
+                             lambda: from_flows(kind, obj_id) or ("active", None))
 
     gateways = {gw.router_id: [status_of("router_gateway", gw.router_id)] for gw in snapshot.router_gateways}
     for r in snapshot.routers:
