@@ -38,7 +38,8 @@ in silence. A change of the chain's path restarts every instance's counters (the
 the path), and only counters of the current attachments are compared.
 
 The objects' owner is ("port_chain_vnf", port pair id) (a pair is in at most one group, a group in
-at most one chain); the chain's status is the worst of its instances' (`chain_pptmon_status`, which the sfc app's status reports).
+at most one chain); the chain's status is the worst of its instances' (`chain_pptmon_status`, which
+the sfc app's status reports).
 """
 from __future__ import annotations
 
