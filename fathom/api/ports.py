@@ -81,7 +81,7 @@ def update_port(port_id: int, body: sc.PortUpdate, c: CallerDep, db: StoreDep):
         port = ops.update_port(s, c, port_id, changes)
         secgroups.set_port_groups(s, port, groups, creating=False)
         s.flush()
-        taps.judge(s, taps.policies_naming(s, port_id))
+        taps.judge(s, taps.policies_naming(s, port_id))   # a tap policy shows an unbound port at once
         return port_out(port)
     return db.write(update)
 
@@ -95,7 +95,7 @@ def delete_port(port_id: int, c: CallerDep, db: StoreDep):
             raise Conflict(used)
         naming = taps.policies_naming(s, port_id)
         ops.delete_port(s, c, port_id)
-        taps.judge(s, naming)
+        taps.judge(s, naming)       # the tap policies that named it show the deleted port at once
     db.write(run)
     return Response(status_code=204)
 
