@@ -36,8 +36,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 
-from fastapi import APIRouter, Depends
-
+from fathom.api.runtime import fabric_runtime_router
 from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.controller import channels
@@ -186,7 +185,7 @@ class FabricRuntime(Extension):
             self.wiring_event(dpid)
         self.app.on_switch, self.app.on_port_status = on_switch, on_port_status
         self.reconciler = reconciler
-        api.include_router(self.router())
+        api.include_router(fabric_runtime_router(self.status, self.desired_flows))
         threading.Thread(target=self._lldp_loop, daemon=True, name="lldp").start()
 
     def stop(self) -> None:
@@ -424,23 +423,11 @@ class FabricRuntime(Extension):
         state = sw.read_state(self.app, dp) if dp is not None else None
         return None if state is None else fc.vlans_sent(state)
 
-    def router(self) -> APIRouter:
-        from fathom.api.auth import admin_caller
-        from fathom.api.deps import ERRORS
-        r = APIRouter(prefix="/v1", tags=["fabric"], dependencies=[Depends(admin_caller)], responses=ERRORS)
-
-        @r.get("/fabric/switches/{switch_id}/status",
-               summary="A ToR's ports: the node behind each (LLDP / declared) and its VLAN set, desired and actual")
-        def switch_status(switch_id: int):
-            return self.status(switch_id)
-
-        @r.get("/fabric/switches/{switch_id}/flows", summary="Desired ToR flows (ovs-ofctl syntax)")
-        def switch_flows(switch_id: int):
-            with self.Session() as session:
-                row = session.get(FabricSwitch, switch_id) if valid_id(switch_id) else None
-            if row is None:
-                raise NotFound(f"fabric switch {switch_id} does not exist")
-            want = self.reconciler.last.desired.get(SwitchKey(TOR, row.name))
-            return {"desired": want.to_ofctl() if want else []}
-
-        return r
+    def desired_flows(self, switch_id: int) -> list[str]:
+        """The flows a ToR must hold (ovs-ofctl syntax)."""
+        with self.Session() as session:
+            row = session.get(FabricSwitch, switch_id) if valid_id(switch_id) else None
+        if row is None:
+            raise NotFound(f"fabric switch {switch_id} does not exist")
+        want = self.reconciler.last.desired.get(SwitchKey(TOR, row.name))
+        return want.to_ofctl() if want else []
