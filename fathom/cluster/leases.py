@@ -117,11 +117,11 @@ def run_round(conn: Connection, me: str, timing: Timing) -> Round:
     out = Round()
     out.held = dict(conn.execute(text(
         f"UPDATE cluster_leases SET expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
-        f"WHERE holder = :me AND expires > clock_timestamp() RETURNING switch, epoch"), p).tuples())
+        f"WHERE holder = :me AND expires > clock_timestamp() RETURNING switch, epoch"), p).all())
     live = [r for (r,) in conn.execute(text(f"SELECT id FROM cluster_replicas WHERE {_LIVE}"), p)]
     total = conn.execute(text("SELECT count(*) FROM cluster_leases")).scalar_one()
     held = dict(conn.execute(text("SELECT holder, count(*) FROM cluster_leases WHERE holder IS NOT NULL "
-                                  "AND expires > clock_timestamp() GROUP BY holder")).tuples())
+                                  "AND expires > clock_timestamp() GROUP BY holder")).all())
     share = shares(live, total)
     mine = len(out.held)
     if mine < share.get(me, 0):
@@ -130,7 +130,7 @@ def run_round(conn: Connection, me: str, timing: Timing) -> Round:
             f"expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
             f"FROM (SELECT switch FROM cluster_leases WHERE holder IS NULL OR expires <= clock_timestamp() "
             f"      ORDER BY expires NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) AS free "
-            f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), {**p, "n": share[me] - mine}).tuples()
+            f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), {**p, "n": share[me] - mine}).all()
         for switch, epoch in got:
             out.held[switch] = epoch
             out.gained.add(switch)
