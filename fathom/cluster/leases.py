@@ -108,10 +108,15 @@ def shares(replicas: list[str], switches: int) -> dict[str, int]:
     return {r: switches // n + (1 if i < switches % n else 0) for i, r in enumerate(sorted(replicas))} if n else {}
 
 
-def run_round(conn: Connection, me: str, timing: Timing) -> Round:
-    """One round of replica `me`, in the caller's transaction: heartbeat, renew what it still holds,
-    then take or give up leases toward its share. ClusterError if its replica row is gone."""
+def run_round(conn: Connection, me: str, timing: Timing, switches=()) -> Round:
+    """One round of replica `me`, in the caller's transaction: lease rows made for new `switches`,
+    heartbeat, renew what it still holds, then take or give up leases toward its share. ClusterError
+    if its replica row is gone."""
     p = {"me": me, "lease": timing.lease}
+    # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
+    # waiting: the leases end at the holder's deadline either way, and the failure is counted
+    conn.execute(text(f"SET LOCAL statement_timeout = {int(timing.lease * 1000)}"))
+    ensure_switches(conn, switches)
     if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp() WHERE id = :me"), p).rowcount != 1:
         raise ClusterError(f"replica {me} is no longer registered in the cluster")
     out = Round()

@@ -154,8 +154,7 @@ class Mastership:
         sent = time.monotonic()
         try:
             with self.engine.begin() as conn:
-                leases.ensure_switches(conn, self.switches())
-                got = leases.run_round(conn, self.id, self.timing)
+                got = leases.run_round(conn, self.id, self.timing, self.switches())
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides

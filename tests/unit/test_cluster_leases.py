@@ -192,3 +192,29 @@ def test_shares_differ_by_one_at_most():
     assert leases.shares(["a"], 0) == {"a": 0} and leases.shares([], 5) == {}
     with pytest.raises(ValueError):
         Timing(renew=1.0, lease=1.0)
+
+
+def _metric(name: str, **labels) -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_round_that_cannot_finish_fails_and_the_leases_end_at_the_deadline(engine):
+    """PostgreSQL holding the round (a lock it waits for): the round fails at the statement timeout
+    (the lease time), is counted, and the leases end at the holder's deadline with on_loss."""
+    a = replica(engine, "a", 2).join()
+    a.run_round()
+    assert len(a.held()) == 2
+    lost = []
+    a.on_loss = lost.append
+    held, failures = _metric("fathom_cluster_leases_held"), _metric("fathom_cluster_renewal_failures_total")
+    changes = _metric("fathom_cluster_lease_changes_total", change="lost")
+    with engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE cluster_replicas IN ACCESS EXCLUSIVE MODE"))
+        a.run_round()
+        a._expire_if_due()      # what the loop does before each round
+        blocker.rollback()
+    assert a.failures == 1 and _metric("fathom_cluster_renewal_failures_total") == failures + 1
+    assert a.held() == {} and sorted(lost) == switches(2)
+    assert _metric("fathom_cluster_leases_held") == held - 2
+    assert _metric("fathom_cluster_lease_changes_total", change="lost") == changes + 2
