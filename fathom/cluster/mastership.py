@@ -37,8 +37,8 @@ class MastershipView(Protocol):
 
 
 class SingleController:
-    """No cluster (one controller, SQLite or PostgreSQL): master of every switch, always. Epoch 0,
-    which a switch never refuses as long as no generation_id was ever set on it."""
+    """No cluster (one controller, SQLite or PostgreSQL): master of every switch, always, under epoch 0.
+    A reconciler under it requests no role: its connections stay equal, as a lone controller's."""
 
     def __init__(self):
         self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
