@@ -95,8 +95,7 @@ class Mastership:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.rounds = self.failures = 0
-        self.last_round: float | None = None   # monotonic time of the last round that committed
+        self.failures = 0                  # rounds that failed
 
     # ------------------------------------------------------------------ MastershipView
 
@@ -163,13 +162,11 @@ class Mastership:
             LOG.warning("replica %s: lease round failed: %s", self.id, e)
             self._expire_if_due()
             return
-        self.rounds += 1
-        self.last_round = time.monotonic()
         with self._lock:
             self._held = dict(got.held)
             self._valid_until = sent + self.timing.lease - self.timing.guard
         # against what the consumer was told: a lease whose epoch changed was lost (and maybe taken again)
-        told = self._told
+        told = dict(self._told)
         self._tell_loss({s for s, e in told.items() if got.held.get(s) != e} - got.released, "lost")
         self._tell_loss(got.released & set(told), "released")
         for switch, epoch in sorted(got.held.items()):
@@ -178,7 +175,7 @@ class Mastership:
                 METRICS.held.inc()
                 METRICS.changes.labels("gained").inc()
                 LOG.info("replica %s: master of %s, epoch %d", self.id, switch, epoch)
-                self.on_gain(switch, epoch)
+                self._call(self.on_gain, switch, epoch)
 
     # ------------------------------------------------------------------ losses
 
@@ -188,7 +185,14 @@ class Mastership:
                 METRICS.held.dec()
                 METRICS.changes.labels(change).inc()
                 LOG.info("replica %s: no longer master of %s (%s)", self.id, switch, change)
-                self.on_loss(switch)
+                self._call(self.on_loss, switch)
+
+    def _call(self, callback, *args) -> None:
+        """A consumer's callback; its failure is logged and does not stop the rounds."""
+        try:
+            callback(*args)
+        except Exception:  # noqa: BLE001
+            LOG.exception("replica %s: mastership callback %s%r failed", self.id, getattr(callback, "__name__", ""), args)
 
     def _drop(self, change: str) -> None:
         """Everything held ends now (stop, or its deadline passed without a renewal)."""

@@ -1,5 +1,5 @@
-"""`GET /v1/cluster` and `fathom cluster status` over a real PostgreSQL store with two replicas (their
-rounds run by hand), admin only; on SQLite they say there is no cluster."""
+"""`GET /v1/cluster` and `fathom cluster status` over a real PostgreSQL store with two replicas (running
+their rounds), admin only; on SQLite they say there is no cluster."""
 from __future__ import annotations
 
 import json
