@@ -96,9 +96,8 @@ def ensure_switches(conn: Connection, switches) -> None:
 @dataclass
 class Round:
     """What one round found and did: `held` the leases this replica holds after it (switch -> epoch),
-    `gained` and `released` the switches it took and gave up in it."""
+    `released` the switches it gave up in it."""
     held: dict[str, int] = field(default_factory=dict)
-    gained: set[str] = field(default_factory=set)
     released: set[str] = field(default_factory=set)
 
 
@@ -136,9 +135,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=()) -> Round:
             f"FROM (SELECT switch FROM cluster_leases WHERE holder IS NULL OR expires <= clock_timestamp() "
             f"      ORDER BY expires NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) AS free "
             f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), {**p, "n": share[me] - mine}).all()
-        for switch, epoch in got:
-            out.held[switch] = epoch
-            out.gained.add(switch)
+        out.held.update(dict(got))
     elif mine > share.get(me, 0):
         wanting = sum(max(0, s - held.get(r, 0)) for r, s in share.items() if r != me)
         give = sorted(out.held)[:min(mine - share.get(me, 0), wanting)]

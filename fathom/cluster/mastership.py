@@ -90,6 +90,7 @@ class Mastership:
         self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
         self.on_loss: Callable[[str], None] = lambda switch: None
         self._held: dict[str, int] = {}
+        self._known: set[str] = set()     # switches whose lease rows this replica made sure of
         self._told: dict[str, int] = {}   # what on_gain said and no on_loss took back (switch -> epoch)
         self._valid_until = 0.0          # monotonic: the held leases' end as this process knows it
         self._lock = threading.Lock()
@@ -151,9 +152,10 @@ class Mastership:
         """One round: its leases renewed, taken or given up, the callbacks called. A failure (PostgreSQL
         down) is counted; leases then end at their local deadline."""
         sent = time.monotonic()
+        new = set(self.switches()) - self._known
         try:
             with self.engine.begin() as conn:
-                got = leases.run_round(conn, self.id, self.timing, self.switches())
+                got = leases.run_round(conn, self.id, self.timing, sorted(new))
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides
@@ -162,6 +164,7 @@ class Mastership:
             LOG.warning("replica %s: lease round failed: %s", self.id, e)
             self._expire_if_due()
             return
+        self._known |= new
         with self._lock:
             self._held = dict(got.held)
             self._valid_until = sent + self.timing.lease - self.timing.guard
