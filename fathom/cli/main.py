@@ -32,6 +32,7 @@ GROUPS = [
     ("token", "fathom.cli.token", "token"),       # API tokens
     ("pki", "fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
     ("agent", "fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
+    ("cluster", "fathom.cli.cluster", "cluster"),   # controller replicas and their switch leases
 ]
 
 
