@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends
 
 from fathom.api import create_app
 from fathom.api.auth import admin_caller
+from fathom.api.traces import traces_router
 from fathom.api.deps import ERRORS
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
 from fathom.auth.tokens import ensure_admin_token
@@ -118,6 +119,8 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     LOG.info("admin credential: %s (root only)", ensure_admin_token(engine, state_dir))
     api.include_router(runtime_router(reconciler, guard))
     api.include_router(tap_runtime_router(reconciler))
+    # simulated traces over the desired state the last pass compiled
+    api.include_router(traces_router(lambda: (reconciler.model, reconciler.last.desired)))
     # ToRs and br-phy under OpenFlow, LLDP discovery
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     # floating IPs moved or removed: their conntrack zones flushed on the gateway node
