@@ -43,6 +43,10 @@ class TraceCreate(_Request):
     def _one_destination(self):
         if (self.to_ip is None) == (self.to_port_id is None):
             raise ValueError("give exactly one of to_ip and to_port_id")
+        if self.proto == "icmp" and (self.sport is not None or self.dport is not None):
+            raise ValueError("icmp has no ports")
+        if self.proto != "icmp" and self.dport is None:
+            raise ValueError(f"{self.proto} needs dport")
         return self
 
 

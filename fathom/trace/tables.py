@@ -185,7 +185,8 @@ def _table(tables: Tables, table: int, pkt: dict, ct_state: int, p: Pass, depth:
     sent = len(p.out)
     _actions(tables, flow.actions, pkt, ct_state, p, depth, index)
     if not flow.actions:
-        p.ends.append((index, "the flow drops it", dict(pkt)))
+        p.ends.append((index, "no flow matched (table miss: drop)" if flow.priority == 0 else "the flow drops it",
+                       dict(pkt)))
     elif len(p.out) == sent and not any(isinstance(a, (GotoTable, Resubmit, Group, Ct)) for a in flow.actions):
         p.ends.append((index, "the flow's actions send it nowhere", dict(pkt)))
 
