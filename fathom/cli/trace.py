@@ -57,7 +57,7 @@ def show(result: dict) -> None:
     for hop in result["hops"]:
         where = f"#{hop['id']} {hop['switch']} (in {hop['in_port']}"
         where += f", from #{hop['from']})" if hop["from"] is not None else ")"
-        for i, s in enumerate(hop["steps"]):
+        for i, s in enumerate(s for s in hop["steps"] if not _pass_through(s)):
             owner = s.get("owner")
             owned = "" if not owner else f"{owner['kind']} {owner.get('name', owner['id'])}"
             notes = "; ".join(s.get("notes", ()))
@@ -65,7 +65,8 @@ def show(result: dict) -> None:
                          s.get("match") or "", s["actions"] + (f" [{notes}]" if notes else ""), owned])
         if hop["outputs"]:
             rows.append(["", "→ out", "", "", ", ".join(o["port"] for o in hop["outputs"]), ""])
-    print_table("trace (simulated over the desired state)", ["switch", "stage", "prio", "match", "actions", "owner"],
+    print_table("trace (simulated over the desired state; stages a table-miss flow passes on are left out, "
+                "--json has them)", ["switch", "stage", "prio", "match", "actions", "owner"],
                 rows)
     for leaf in result["leaves"]:
         console.print(plain(f"  {leaf['result']}: {leaf['detail']}"
@@ -73,6 +74,12 @@ def show(result: dict) -> None:
     v = result["verdict"]
     console.print(plain(f"verdict: {v['result']}" + (f" to {v['port']} on {v['node']}" if v.get("port") else "")
                         + f" — {v['reason']}"))
+
+
+def _pass_through(step: dict) -> bool:
+    """A stage the packet only crossed: its table-miss flow goes on to the next table."""
+    owner = step.get("owner") or {}
+    return owner.get("kind") == "stage" and step["actions"].startswith("goto_table") and not step.get("notes")
 
 
 def _packet(pkt: dict) -> str:

@@ -99,22 +99,22 @@ class _Walk:
             return f"another project's {kind}"
         return obj.name or f"{kind} {obj.id}"
 
-    def owner(self, cookie: int) -> dict:
+    def owner(self, cookie: int, priority: int = 0) -> dict:
         app, kind, oid = ck.parse_cookie(cookie)
         out = {"app": ck.APPS.get(app, f"app {app}"), "kind": ck.KINDS.get(kind, f"kind {kind}"), "id": oid}
         name = None
         if kind == ck.KIND_STAGE:
-            name = "pipeline skeleton (table miss)"
+            name = "the pipeline's table-miss flow" if priority == 0 else "a fixed flow of the pipeline"
         elif kind == ck.KIND_NODE and oid in self.nodes_by_id:
             name = self.nodes_by_id[oid].name
         elif kind == ck.KIND_NETWORK and oid in self.networks:
             name = self._name(self.networks[oid], "network")
         elif kind == ck.KIND_PORT and oid in self.ports:
             name = self._name(self.ports[oid], "port")
+        elif kind in (ck.KIND_PORT, ck.KIND_ROUTER_INTERFACE) and oid in self.legs:   # a router interface's port
+            name = self._leg_name(self.legs[oid])
         elif kind == ck.KIND_ROUTER and oid in self.routers:
             name = self._name(self.routers[oid], "router")
-        elif kind == ck.KIND_ROUTER_INTERFACE and oid in self.legs:
-            name = self._leg_name(self.legs[oid])
         elif kind == ck.KIND_SECURITY_GROUP_RULE:
             name = self._rule_name(oid)
         elif kind == ck.KIND_SECURITY_GROUP:
@@ -280,7 +280,7 @@ class _Walk:
         else:
             match, actions = tb.describe(step.flow)
             out.update(priority=step.flow.priority, match=match, actions=actions,
-                       owner=self.owner(step.flow.cookie) if step.flow.cookie else None)
+                       owner=self.owner(step.flow.cookie, step.flow.priority) if step.flow.cookie else None)
         if step.notes:
             out["notes"] = list(step.notes)
         return out
