@@ -257,8 +257,10 @@ def _actions(tables: Tables, actions: tuple, pkt: dict, ct_state: int, p: Pass, 
                 pkt.pop(name, None)
         elif isinstance(a, Conjunction):
             pass    # a clause: resolved by the lookup
-        else:
-            raise TypeError(f"cannot interpret {a!r}")
+        else:       # an action this interpreter does not know: said, and this branch ends there
+            what = a.to_ofctl() if hasattr(a, "to_ofctl") else type(a).__name__
+            p.ends.append((step, f"{what} is not interpreted by the simulation", dict(pkt)))
+            return
 
 
 def _ct(a: Ct, pkt: dict, ct_state: int, notes: list[str]) -> None:

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from fathom.api.app import create_app
 from fathom.api.traces import traces_router
 from fathom.apps import compile_all
-from fathom.openflow.spec import FlowSpec, GotoTable, Resubmit, SwitchState
+from fathom.openflow.spec import OFPP_CONTROLLER, Controller, FlowSpec, GotoTable, Output, Resubmit, SwitchState
 from fathom.trace import TraceError, trace
 from fathom.trace import tables as tb
 
@@ -219,6 +219,31 @@ def test_interpreter_bounds_a_resubmit_loop():
     chain = SwitchState(frozenset({FlowSpec(0, 1, {"reg6": (2, 2)}, (GotoTable(5),)), FlowSpec(0, 0, {}, ())}))
     p = tb.run(tb.Tables(chain), {"in_port": 1, "reg6": 3}, tb.CT_NEW)
     assert [s.table for s in p.steps] == [0, 5] and p.ends[-1][1] == "no flow matched (table miss: drop)"
+
+
+def test_interpreter_names_what_it_does_not_follow():
+    class Learn:            # an action the interpreter does not know
+        def to_ofctl(self):
+            return "learn(table=9)"
+    state = SwitchState(frozenset({FlowSpec(0, 1, {}, (Controller(), Learn(), Output(2)))}))
+    p = tb.run(tb.Tables(state), {"in_port": 1}, tb.CT_NEW)
+    assert [e.port for e in p.out] == [OFPP_CONTROLLER]
+    assert p.ends[0][1] == "learn(table=9) is not interpreted by the simulation"
+
+
+def test_cli_table_and_help(capsys):
+    from click.testing import CliRunner
+
+    from fathom.cli.main import cli
+    from fathom.cli.trace import show
+    help_text = CliRunner().invoke(cli, ["trace", "--help"]).output
+    assert "Not built yet: --actual" in help_text and "--live" in help_text
+    snapshot, states = cloud(LAB / "default.yaml", more=_web_only)
+    show(run(snapshot, states, "vm1", "198.19.1.13", proto="tcp", dport=22))
+    text = capsys.readouterr().out
+    assert "#1 br-int compute2" in text and "ingress-acl" in text
+    assert "tap-egress" not in text      # a stage its table-miss flow only passes on
+    assert text.rstrip().endswith("admits it (ct_state new)")
 
 
 # ---------------------------------------------------------------------------------------------- the API
