@@ -157,9 +157,10 @@ class _Walk:
     # ------------------------------------------------------------------------------------------ the packet
 
     def _resolve(self, network_id: int, ip: str) -> str | None:
-        """The MAC a host of `network_id` gets by ARP for `ip` (fathom answers for ports and router interfaces)."""
+        """The MAC a host of `network_id` gets by ARP for `ip` (fathom answers for bound ports and router
+        interfaces)."""
         for p in self.s.ports:
-            if p.network_id == network_id and any(f.ip_address == ip for f in p.fixed_ips):
+            if p.network_id == network_id and p.node and any(f.ip_address == ip for f in p.fixed_ips):
                 return p.mac_address
         for ri in self.s.router_interfaces:
             if ri.network_id == network_id and ri.ip_address == ip:
