@@ -13,6 +13,7 @@ GROUPS = [
     ("lab", "fathom.cli.lab", "lab"),
     ("controller", "fathom.cli.controller", "controller"),
     ("flows", "fathom.cli.controller", "flows"),
+    ("trace", "fathom.cli.trace", "trace"),       # a packet simulated through the desired pipelines
     ("node", "fathom.cli.node", "node"),
     ("network", "fathom.cli.network", "network"),
     ("subnet", "fathom.cli.subnet", "subnet"),

@@ -12,6 +12,7 @@ import uvicorn
 
 from fathom.api import create_app
 from fathom.api.runtime import runtime_router, tap_runtime_router
+from fathom.api.traces import traces_router
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
 from fathom.auth.tokens import ensure_admin_token
 from fathom.controller import channels, ofapp, ofgate
@@ -37,6 +38,8 @@ def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> 
     api.include_router(runtime_router(reconciler, actual_of, sw.COMMIT_TIMES.totals, guard))
     api.include_router(tap_runtime_router(reconciler.Session, lambda tap_id: policy_stats(reconciler, tap_id),
                                           TapCollector(reconciler)))
+    # simulated traces over the desired state the last pass compiled
+    api.include_router(traces_router(lambda: (reconciler.model, reconciler.last.desired)))
 
 
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,

@@ -34,6 +34,15 @@ def test_compilers_import_only_the_model_openflow_the_pipeline_and_leaf_helpers(
     assert not wrong, wrong
 
 
+def test_the_trace_interpreter_imports_only_the_model_openflow_and_the_pipeline():
+    """A simulated trace reads the model and compiled states, like the compilers: pure."""
+    allowed = ("fathom.model", "fathom.openflow", "fathom.pipeline", "fathom.trace")
+    wrong = sorted((m, d) for m, deps in import_graph().items() if under(m, ("fathom.trace",))
+                   for d in deps if d.startswith("fathom") and not under(d, allowed) and d != "fathom")
+    assert not wrong, wrong
+    assert "fathom.trace.tables" in import_graph()["fathom.trace.walk"]
+
+
 # What runs programs or enters namespaces on a host: only the agent, the lab, PPTMon chains and the
 # benchmarks may import these, never the controller process (its API included).
 HOST_COMMANDS = ("subprocess", "pyroute2", "ctypes", "pty", "os.system")
