@@ -22,6 +22,7 @@ structure that changes any compiled flow, group, meter or cookie fails.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import tempfile
 from pathlib import Path
@@ -159,16 +160,25 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
 
 def scenarios():
     """(topology path, variant name, {SwitchKey: desired state}) of every shipped topology and variant."""
+    from fathom.apps import compile_all
+    for path, name, snapshot in models():
+        yield path, name, compile_all(snapshot)
+
+
+@functools.cache
+def models() -> tuple:
+    """(topology path, variant name, the model) of every shipped topology and variant, made once
+    (tests/unit/test_app_reads.py reads them too)."""
     from dataclasses import replace
 
     from sqlalchemy.orm import Session
 
     from fathom.api.app import create_app
-    from fathom.apps import compile_all
     from fathom.store.snapshot import load_snapshot
 
     from .auth import headers_for
 
+    out = []
     for path in TOPOLOGIES:
         topo = topology.load(path)
         for name, with_fabric, mode in variants(topo):
@@ -190,7 +200,8 @@ def scenarios():
             if fab is not None:
                 tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
                 snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
-            yield path, name, compile_all(snapshot)
+            out.append((path, name, snapshot))
+    return tuple(out)
 
 
 def render() -> str:

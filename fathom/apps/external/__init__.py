@@ -7,7 +7,7 @@ nothing of it (most port changes); any other is compiled whole (logged and count
 """
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, App, SwitchKey
+from fathom.apps.base import BR_INT, Reads, App, SwitchKey
 from fathom.apps.external.compiler import compile_external
 from fathom.apps.incremental import local_networks, node_facts
 from fathom.model.routers import effective_modes
@@ -29,5 +29,20 @@ def touched(before, after):
     return set() if _inputs(before) == _inputs(after) else "gateways, floating IPs or their networks changed"
 
 
+# What `compile` reads (checked). `touched` is written by hand: of the ports, only which networks are
+# plugged on each node matters (fathom.apps.incremental.local_networks), which the declaration
+# cannot say: from it, every port plugged would compile the app whole.
+READS = Reads({
+    "nodes": frozenset({"name", "tunnel_ip", "ofports"}),
+    "networks": frozenset({"id", "type", "segmentation_id", "upstream_mac"}),
+    "subnets": frozenset({"id", "cidr"}),
+    "ports": frozenset({"network_id", "node", "interface", "ofport"}),
+    "router_interfaces": frozenset({"id", "router_id", "subnet_id", "network_id", "mac_address"}),
+    "router_gateways": frozenset({"router_id", "network_id", "ip_address", "mac_address", "node", "ct_zone", "snat"}),
+    "floating_ips": frozenset({"id", "ip_address", "ct_zone", "port_id", "fixed_ip", "router_id"}),
+    "fabric": frozenset({"modes"}),
+})
+
+
 APP = App("external", APP_EXTERNAL,
-          {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile, touched=touched)
+          {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile, touched=touched, reads=READS)

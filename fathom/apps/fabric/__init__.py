@@ -9,7 +9,7 @@ node) as they were touches nothing of it, and any other is compiled whole (logge
 The ToR's part (`derive`) follows the br-int states and is derived again on every pass."""
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, BR_PHY, TOR, App, SwitchKey
+from fathom.apps.base import BR_INT, Reads, BR_PHY, TOR, App, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.apps.incremental import local_networks, node_facts
 from fathom.model.routers import effective_modes
@@ -43,5 +43,17 @@ def touched(before, after):
     return set() if _inputs(before) == _inputs(after) else "fabric, nodes, networks or routers changed"
 
 
+# What `compile` reads (checked). `touched` is written by hand: of the ports, only which networks are
+# plugged on each node matters (fathom.apps.incremental.local_networks), which the declaration
+# cannot say: from it, every port plugged would compile the app whole.
+READS = Reads({
+    "nodes": frozenset({"name", "ofports", "phy_ofports"}),
+    "networks": frozenset({"id", "type", "segmentation_id"}),
+    "ports": frozenset({"network_id", "node", "interface", "ofport"}),
+    "router_interfaces": frozenset({"id", "router_id", "network_id", "mac_address"}),
+    "fabric": frozenset({"switches", "modes"}),
+})
+
+
 APP = App("fabric", APP_FABRIC, {BR_INT: ("l2",), BR_PHY: ("normal",), TOR: ("trunk-in", "svi", "svi-neigh", "l2")},
-          compile, derive, touched=touched)
+          compile, derive, touched=touched, reads=READS)
