@@ -22,10 +22,11 @@ def declared_touched(app_id: int, reads: Reads):
         b, a = (reads.view(before), reads.view(after)) if reads.view is not None else (before, after)
         hit: dict[str, set] = {}
         for coll, names in reads.fields.items():
-            ids = changed(b, a, coll, names)
-            if ids and coll not in reached:
+            if coll in reached:
+                hit[coll] = changed(b, a, coll, names)
+            elif (getattr(b, coll) is not getattr(a, coll) or coll == "ports") \
+                    and facts(b, coll, names) != facts(a, coll, names):   # (a port's facts are its node's too)
                 return f"{coll} changed"
-            hit[coll] = ids
         grew = any(hit.values())
         while grew:             # an object naming a touched one is touched, until none is added
             grew = False
@@ -40,6 +41,20 @@ def declared_touched(app_id: int, reads: Reads):
     return touched
 
 
+def declared_facts(model: Snapshot, reads: Reads, without: frozenset = frozenset()) -> dict:
+    """collection -> the declared fields of its objects, in order, of every collection `reads`
+    declares but those `without`: what a `touched` that compiles whole on any change of them compares."""
+    return {coll: facts(model, coll, names) for coll, names in reads.fields.items() if coll not in without}
+
+
+def facts(model: Snapshot, coll: str, names: frozenset) -> tuple | None:
+    """The declared fields `names` of every object of `coll` (of the fabric), in order."""
+    if coll == "fabric":
+        return fact(model.fabric, names)
+    nodes = {n.name: n for n in model.nodes} if coll == "ports" and "ofport" in names else None
+    return tuple(fact(o, names, nodes) for o in getattr(model, coll))
+
+
 def reachable(reads: Reads) -> set[str]:
     """The collections whose objects an owner reaches through `reads.refs` (the owners' own too)."""
     out, todo = set(), list(reads.owners)
@@ -52,10 +67,7 @@ def reachable(reads: Reads) -> set[str]:
 
 
 def changed(before: Snapshot, after: Snapshot, coll: str, names: frozenset) -> set:
-    """The ids of the objects of `coll` added, removed or changed in the fields `names` ({"fabric"}
-    for a change of the fabric's)."""
-    if coll == "fabric":
-        return {"fabric"} if fact(before.fabric, names) != fact(after.fabric, names) else set()
+    """The ids of the objects of `coll` added, removed or changed in the fields `names`."""
     b, a = getattr(before, coll), getattr(after, coll)
     if coll == "ports" and "ofport" in names:
         delta = after.delta_from(before)

@@ -5,6 +5,8 @@ it declares (fathom.apps.base.Reads).
 `log` every field read: (collection, field) and, for a field other than `id`, which object (an
 object whose id alone is read, to index it, is not read). A node's `ofports` note the interfaces
 looked up: a VIF's port number is its port's (`ofport`), the fabric's own interfaces the node's.
+A compile that iterates a node's port numbers is taken to keep the fabric's own interfaces only
+(the tenant app's check of ports bound to one): the check cannot tell what it keeps.
 `problems(app, model)` compiles the app over it and names every read its declaration lacks; for
 an app whose owners are declared, it compiles each owner alone and names every object of a
 collection reached through `refs` that the owner read but does not reach: a change of that object
@@ -29,6 +31,7 @@ class Log:
         self.fields: set[tuple[str, str]] = set()           # (collection, field) read
         self.objects: dict[str, set] = defaultdict(set)     # collection -> ids of the objects read
         self.ofports: set[tuple[str, str]] = set()          # (node name, interface) looked up
+        self.iterated: set[str] = set()                     # nodes whose port numbers were iterated
 
     def read(self, coll: str, obj_id, name: str) -> None:
         self.fields.add((coll, name))
@@ -55,7 +58,7 @@ class _Ofports(dict):
         return super().__contains__(key)
 
     def _all(self):
-        self.log.ofports.update((self.node, k) for k in super().keys())
+        self.log.iterated.add(self.node)
 
     def items(self):
         self._all()
@@ -125,6 +128,8 @@ def undeclared_reads(app: App, model: Snapshot, log: Log) -> list[str]:
             out.append(f"{app.name} reads the collection {coll!r} ({name or 'itself'})")
         elif name and name not in fields[coll] and not (coll == "nodes" and name == "ofports"):
             out.append(f"{app.name} reads {coll}.{name}")
+    if log.iterated and "ofports" not in fields.get("nodes", ()):
+        out.append(f"{app.name} iterates the port numbers of nodes")
     for node, interface in sorted(log.ofports, key=str):
         if is_infrastructure_interface(interface):
             if "ofports" not in fields.get("nodes", ()):
@@ -175,3 +180,24 @@ def _reach(model: Snapshot, refs: dict, coll: str, obj_id) -> dict[str, set]:
         if obj is not None:
             todo += [(target, j) for name, target in refs.get(c, {}).items() for j in _ids(getattr(obj, name))]
     return out
+
+
+def models_compiled(rec) -> list[Snapshot]:
+    """The models a reconciler (fathom.controller.reconciler.Reconciler) compiles from now on: each
+    `run_pass` notes the model it leaves compiled."""
+    seen: list[Snapshot] = []
+    run = rec.run_pass
+
+    def noted(*args, **kwargs):
+        out = run(*args, **kwargs)
+        if rec.model_compiled is not None and not any(m is rec.model_compiled for m in seen):
+            seen.append(rec.model_compiled)
+        return out
+    rec.run_pass = noted
+    return seen
+
+
+def problems_of(models: list[Snapshot]) -> list[str]:
+    """What any app reads of these models that it does not declare."""
+    from fathom.apps import registry
+    return sorted({p for model in models for app in registry() for p in problems(app, model)})

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from fathom.apps.base import BR_INT, Reads, App, SwitchKey
 from fathom.apps.external.compiler import compile_external
-from fathom.apps.incremental import local_networks, node_facts
-from fathom.model.routers import effective_modes
+from fathom.apps.incremental import declared_facts, local_networks
 from fathom.pipeline.cookies import APP_EXTERNAL
 
 
@@ -19,8 +18,7 @@ def compile(model) -> dict:
 
 
 def _inputs(model) -> tuple:
-    return (model.router_gateways, model.floating_ips, node_facts(model), model.networks, model.subnets,
-            model.router_interfaces, effective_modes(model), local_networks(model))
+    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model)
 
 
 def touched(before, after):

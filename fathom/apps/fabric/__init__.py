@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from fathom.apps.base import BR_INT, Reads, BR_PHY, TOR, App, SwitchKey
 from fathom.apps.fabric import compiler as fc
-from fathom.apps.incremental import local_networks, node_facts
-from fathom.model.routers import effective_modes
+from fathom.apps.incremental import declared_facts, local_networks
 from fathom.pipeline.cookies import APP_FABRIC
 
 
@@ -31,9 +30,7 @@ def derive(model, desired) -> dict:
 
 
 def _inputs(model) -> tuple:
-    fabric = model.fabric
-    return (fabric, dict(fabric.ofports) if fabric is not None else None, node_facts(model), model.networks,
-            model.router_interfaces, effective_modes(model), local_networks(model))
+    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model)
 
 
 def touched(before, after):

@@ -132,7 +132,8 @@ READS = Reads({
     "ports": frozenset({"id", "network_id", "fixed_ips", "node", "interface", "port_security", "security_groups",
                         "ofport"}),
     "security_groups": frozenset({"id"}),
-    "security_group_rules": frozenset({"id", "group_id", "direction", "ethertype", "protocol", "remote_prefix",
+    "security_group_rules": frozenset({"id", "group_id", "direction", "ethertype", "protocol", "port_min", "port_max",
+                                       "remote_prefix",
                                        "remote_group_id"}),
 })
 
