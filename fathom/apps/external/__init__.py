@@ -1,13 +1,14 @@
 """External networks: router gateways, SNAT and floating IPs on the gateway node (docs/external.md).
 
-Incremental as far as telling that a change does not concern it: its flows depend on the router
-gateways, floating IPs, nodes, networks, subnets, router interfaces, router modes and which
-networks have a port plugged on each node. A change that leaves all of these as they were touches
-nothing of it (most port changes); any other is compiled whole (logged and counted).
+Incremental as far as telling that a change does not concern it: its flows depend on what
+`compile` reads (READS: router gateways, floating IPs, nodes, networks, subnets, router interfaces,
+router modes; of the ports, which networks have a port plugged on each node). A change that leaves
+all of these as they were touches nothing of it (most port changes); any other is compiled whole
+(logged and counted).
 """
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, Reads, App, SwitchKey
+from fathom.apps.base import BR_INT, App, Reads, SwitchKey
 from fathom.apps.external.compiler import compile_external
 from fathom.apps.incremental import declared_facts, local_networks
 from fathom.pipeline.cookies import APP_EXTERNAL

@@ -4,12 +4,12 @@ VLAN the node behind it can send, read from that node's desired br-int.
 
 Incremental as far as telling that a change does not concern it: without fabric switches and
 without a router in fabric mode it has no flows whatever else changes; otherwise a change that
-leaves its inputs (fabric, nodes, networks, router interfaces and modes, networks plugged per
-node) as they were touches nothing of it, and any other is compiled whole (logged and counted).
+leaves what `compile` reads (READS; of the ports, the networks plugged per node) as it was touches
+nothing of it, and any other is compiled whole (logged and counted).
 The ToR's part (`derive`) follows the br-int states and is derived again on every pass."""
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, Reads, BR_PHY, TOR, App, SwitchKey
+from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Reads, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.apps.incremental import declared_facts, local_networks
 from fathom.pipeline.cookies import APP_FABRIC

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fathom.apps.base import BR_INT, Reads, App, Owner, OwnerOn, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, OwnerOn, Reads, SwitchKey
 from fathom.apps.secgroups.compiler import (
     EGRESS, ETH_TYPE, INGRESS, _address_field, _key, clause_id, compile_secgroups, index,
 )
@@ -133,8 +133,7 @@ READS = Reads({
                         "ofport"}),
     "security_groups": frozenset({"id"}),
     "security_group_rules": frozenset({"id", "group_id", "direction", "ethertype", "protocol", "port_min", "port_max",
-                                       "remote_prefix",
-                                       "remote_group_id"}),
+                                       "remote_prefix", "remote_group_id"}),
 })
 
 

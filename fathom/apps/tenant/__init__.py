@@ -8,7 +8,7 @@ a router's gateway node) is not handled: the app is compiled whole.
 """
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, Reads, App, Owner, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, Reads, SwitchKey
 from fathom.apps.tenant.compiler import compile_tenant, dhcp_interface, node_scopes
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
 from fathom.model.routers import tenant_view
