@@ -21,7 +21,8 @@ from collections import defaultdict
 from typing import Mapping
 
 # the apps' names, here for callers
-from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Owner, OwnerOn, SwitchKey  # noqa: F401
+from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Owner, OwnerOn, Reads, SwitchKey  # noqa: F401
+from fathom.apps.incremental import declared_touched
 from fathom.model import Snapshot
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
@@ -38,18 +39,10 @@ def _skeleton(model: Snapshot) -> dict[SwitchKey, SwitchState]:
     return out
 
 
-def _switch_names(model: Snapshot) -> tuple:
-    fabric = model.fabric
-    return tuple(n.name for n in model.nodes), tuple(s.name for s in (fabric.switches if fabric else ()))
-
-
-def _skeleton_touched(before: Snapshot, after: Snapshot):
-    """The skeleton follows the set of switches only: compiled again (whole) when that changes."""
-    return "switches changed" if _switch_names(before) != _switch_names(after) else set()
-
-
+# The skeleton follows the set of switches only: compiled again (whole) when that changes.
+SKELETON_READS = Reads({"nodes": frozenset({"name"}), "fabric": frozenset({"switches"})})
 PIPELINE = App("pipeline", ck.APP_PIPELINE, {b: tuple(t.name for t in p.tables) for b, p in PIPELINES.items()},
-               _skeleton, touched=_skeleton_touched)
+               _skeleton, touched=declared_touched(ck.APP_PIPELINE, SKELETON_READS), reads=SKELETON_READS)
 
 
 def registry() -> tuple[App, ...]:

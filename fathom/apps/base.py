@@ -1,9 +1,10 @@
-"""What an app is (`App`), how it names the switches it programs (`SwitchKey`), the objects that own
-state on them (`Owner`, `OwnerOn`) and what it finds wrong with them (`Problem`); fathom/apps/__init__.py
+"""What an app is (`App`), what it reads of the model (`Reads`), how it names the switches it programs
+(`SwitchKey`), the objects that own state on them (`Owner`, `OwnerOn`) and what it finds wrong with
+them (`Problem`); fathom/apps/__init__.py
 says how apps are run. The apps import this module, and the registry imports the apps."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from fathom.model import Snapshot
@@ -57,6 +58,31 @@ class OwnerOn(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Reads:
+    """What an app's `compile` reads of the model, and so which owners a change touches
+    (fathom.apps.incremental.declared_touched). tests/unit/test_app_reads.py compiles every app
+    through a view of the model that records what is read, and fails on anything not declared.
+
+    `fields`: collection (a field of fathom.model.Snapshot, or "fabric") -> the fields of its
+    objects read. A node's `ofports` are split: the port numbers of the fabric's own interfaces
+    (fathom.pipeline.infrastructure) are the node's; a VIF's is its port's (a plug changes that
+    port only), read as the port's `ofport`.
+    `owners`: collection -> the cookie kind of the state each of its objects owns (by its id).
+    `refs`: collection -> {field: the collection whose ids it holds (one id, None or a tuple)}: an
+    object is touched when one it names is touched, through any chain of references.
+    A change in a collection that no owner reaches through `refs` compiles the app whole.
+    `quiet`: collections (or "fabric.<field>") that, empty or None in both models, mean the app
+    holds nothing, whatever else changed.
+    `view`: the model `compile` reads, made from the snapshot (idempotent: view(view(m)) reads as
+    view(m)), e.g. the routers as the switches realise them; `fields` are the view's."""
+    fields: Mapping[str, frozenset[str]]
+    owners: Mapping[str, int] = field(default_factory=dict)
+    refs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    quiet: tuple[str, ...] = ()
+    view: Callable[[Snapshot], Snapshot] | None = None
+
+
+@dataclass(frozen=True)
 class App:
     name: str
     app_id: int
@@ -78,3 +104,6 @@ class App:
     # last said ((owner kind, id) -> status). fathom.controller.status merges them with what the
     # switches say of the objects' flows; an object no app has a problem with is as its flows are.
     status: Callable[[Snapshot, Mapping[tuple[str, int], Status]], Iterable[Problem]] | None = None
+    # What `compile` reads (checked by tests/unit/test_app_reads.py); with `owners`, `touched` is
+    # fathom.apps.incremental.declared_touched's, unless the app writes its own (saying why).
+    reads: Reads | None = None

@@ -22,6 +22,7 @@ structure that changes any compiled flow, group, meter or cookie fails.
 """
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 import tempfile
@@ -176,12 +177,18 @@ def model(path: Path, with_fabric: bool, mode: str, more=None):
     """(snapshot with runtime facts, {SwitchKey: desired state}) of a topology registered as the lab
     does; `more(call, ids)` makes further objects through the API first (`call(method, path,
     project=None, **kw)` as in `register`)."""
+    from fathom.apps import compile_all
+    snapshot = snapshot_of(path, with_fabric, mode, more)
+    return snapshot, compile_all(snapshot)
+
+
+def snapshot_of(path: Path, with_fabric: bool, mode: str, more=None):
+    """The snapshot with runtime facts of a topology registered as the lab does (`more` as in `model`)."""
     from dataclasses import replace
 
     from sqlalchemy.orm import Session
 
     from fathom.api.app import create_app
-    from fathom.apps import compile_all
     from fathom.store.snapshot import load_snapshot
 
     from .auth import headers_for
@@ -212,14 +219,22 @@ def model(path: Path, with_fabric: bool, mode: str, more=None):
     if fab is not None:
         tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
         snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
-    return snapshot, compile_all(snapshot)
+    return snapshot
+
+
+@functools.cache
+def models() -> tuple:
+    """(topology path, variant name, the model) of every shipped topology and variant, made once
+    (tests/unit/test_app_reads.py reads them too)."""
+    return tuple((path, name, snapshot_of(path, with_fabric, mode))
+                 for path in TOPOLOGIES for name, with_fabric, mode in variants(topology.load(path)))
 
 
 def scenarios():
     """(topology path, variant name, {SwitchKey: desired state}) of every shipped topology and variant."""
-    for path in TOPOLOGIES:
-        for name, with_fabric, mode in variants(topology.load(path)):
-            yield path, name, model(path, with_fabric, mode)[1]
+    from fathom.apps import compile_all
+    for path, name, snapshot in models():
+        yield path, name, compile_all(snapshot)
 
 
 def render() -> str:

@@ -20,16 +20,21 @@ from fathom.controller.reconciler import METRICS
 from fathom.pipeline import cookies as ck
 from fathom.store import ops
 
+from .app_reads import models_compiled, problems_of
 from .auth import headers_for
 from .test_reconciler import LAB, Cloud, holds
 
 
 @pytest.fixture
 def cloud(tmp_path):
+    """The default lab's cloud; every model its passes compile is then read by every app only as it
+    declares (tests/unit/test_app_reads.py)."""
     c = Cloud(tmp_path, LAB / "default.yaml")
+    models = models_compiled(c.rec)
     c.rec.run_pass()
     yield c
     c.close()
+    assert not problems_of(models), "\n".join(problems_of(models))
 
 
 def recomputes(cloud, app="tenant") -> dict[str, int]:
@@ -467,6 +472,7 @@ def test_port_changes_leave_the_other_apps_incremental(tmp_path, lab):
     plugged, unplugged, plugged again and deleted, and a VNF instance's port unplugged and plugged
     again: no app is compiled whole, and every pass equals a full compile (check_incremental)."""
     c = Cloud(tmp_path, LAB / lab, with_fabric=lab == "default.yaml", taps=True)
+    models = models_compiled(c.rec)
     try:
         c.rec.run_pass()
         before = dict(c.rec.recomputes)
@@ -495,6 +501,7 @@ def test_port_changes_leave_the_other_apps_incremental(tmp_path, lab):
         assert c.rec.mismatches == 0
         assert c.rec.recomputes == before, c.rec.recomputes
         assert in_sync(c)
+        assert not problems_of(models), "\n".join(problems_of(models))
     finally:
         c.close()
 

@@ -1,15 +1,16 @@
 """External networks: router gateways, SNAT and floating IPs on the gateway node (docs/external.md).
 
-Incremental as far as telling that a change does not concern it: its flows depend on the router
-gateways, floating IPs, nodes, networks, subnets, router interfaces, router modes and which
-networks have a port plugged on each node. A change that leaves all of these as they were touches
-nothing of it (most port changes); any other is compiled whole (logged and counted).
+Incremental as far as telling that a change does not concern it: its flows depend on what
+`compile` reads (READS: router gateways, floating IPs, nodes, networks, subnets, router interfaces,
+router modes; of the ports, which networks have a port plugged on each node). A change that leaves
+all of these as they were touches nothing of it (most port changes); any other is compiled whole
+(logged and counted).
 """
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, App, Problem, Severity, SwitchKey
+from fathom.apps.base import BR_INT, App, Problem, Reads, Severity, SwitchKey
 from fathom.apps.external.compiler import compile_external, unsupported_gateways
-from fathom.apps.incremental import local_networks, node_facts
+from fathom.apps.incremental import declared_facts, local_networks
 from fathom.model import EXTERNAL_INTERFACE
 from fathom.model.routers import effective_modes
 from fathom.pipeline.cookies import APP_EXTERNAL
@@ -20,8 +21,7 @@ def compile(model) -> dict:
 
 
 def _inputs(model) -> tuple:
-    return (model.router_gateways, model.floating_ips, node_facts(model), model.networks, model.subnets,
-            model.router_interfaces, effective_modes(model), local_networks(model))
+    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model)
 
 
 def touched(before, after):
@@ -47,6 +47,21 @@ def status(model, agents) -> list[Problem]:
     return out
 
 
+# What `compile` reads (checked). `touched` is written by hand: of the ports, only which networks are
+# plugged on each node matters (fathom.apps.incremental.local_networks), which the declaration
+# cannot say: from it, every port plugged would compile the app whole.
+READS = Reads({
+    "nodes": frozenset({"name", "tunnel_ip", "ofports"}),
+    "networks": frozenset({"id", "type", "segmentation_id", "upstream_mac"}),
+    "subnets": frozenset({"id", "cidr"}),
+    "ports": frozenset({"network_id", "node", "interface", "ofport"}),
+    "router_interfaces": frozenset({"id", "router_id", "subnet_id", "network_id", "mac_address"}),
+    "router_gateways": frozenset({"router_id", "network_id", "ip_address", "mac_address", "node", "ct_zone", "snat"}),
+    "floating_ips": frozenset({"id", "ip_address", "ct_zone", "port_id", "fixed_ip", "router_id"}),
+    "fabric": frozenset({"modes"}),
+})
+
+
 APP = App("external", APP_EXTERNAL,
           {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile, touched=touched,
-          status=status)
+          reads=READS, status=status)

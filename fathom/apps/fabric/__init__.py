@@ -4,15 +4,14 @@ VLAN the node behind it can send, read from that node's desired br-int.
 
 Incremental as far as telling that a change does not concern it: without fabric switches and
 without a router in fabric mode it has no flows whatever else changes; otherwise a change that
-leaves its inputs (fabric, nodes, networks, router interfaces and modes, networks plugged per
-node) as they were touches nothing of it, and any other is compiled whole (logged and counted).
+leaves what `compile` reads (READS; of the ports, the networks plugged per node) as it was touches
+nothing of it, and any other is compiled whole (logged and counted).
 The ToR's part (`derive`) follows the br-int states and is derived again on every pass."""
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, BR_PHY, TOR, App, SwitchKey
+from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Reads, SwitchKey
 from fathom.apps.fabric import compiler as fc
-from fathom.apps.incremental import local_networks, node_facts
-from fathom.model.routers import effective_modes
+from fathom.apps.incremental import declared_facts, local_networks
 from fathom.pipeline.cookies import APP_FABRIC
 
 
@@ -31,9 +30,7 @@ def derive(model, desired) -> dict:
 
 
 def _inputs(model) -> tuple:
-    fabric = model.fabric
-    return (fabric, dict(fabric.ofports) if fabric is not None else None, node_facts(model), model.networks,
-            model.router_interfaces, effective_modes(model), local_networks(model))
+    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model)
 
 
 def touched(before, after):
@@ -43,5 +40,17 @@ def touched(before, after):
     return set() if _inputs(before) == _inputs(after) else "fabric, nodes, networks or routers changed"
 
 
+# What `compile` reads (checked). `touched` is written by hand: of the ports, only which networks are
+# plugged on each node matters (fathom.apps.incremental.local_networks), which the declaration
+# cannot say: from it, every port plugged would compile the app whole.
+READS = Reads({
+    "nodes": frozenset({"name", "ofports", "phy_ofports"}),
+    "networks": frozenset({"id", "type", "segmentation_id"}),
+    "ports": frozenset({"network_id", "node", "interface", "ofport"}),
+    "router_interfaces": frozenset({"id", "router_id", "network_id", "mac_address"}),
+    "fabric": frozenset({"switches", "modes"}),
+})
+
+
 APP = App("fabric", APP_FABRIC, {BR_INT: ("l2",), BR_PHY: ("normal",), TOR: ("trunk-in", "svi", "svi-neigh", "l2")},
-          compile, derive, touched=touched)
+          compile, derive, touched=touched, reads=READS)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fathom.apps.base import BR_INT, App, Owner, OwnerOn, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, OwnerOn, Reads, SwitchKey
 from fathom.apps.secgroups.compiler import (
     EGRESS, ETH_TYPE, INGRESS, _address_field, _key, clause_id, compile_secgroups, index,
 )
@@ -122,6 +122,21 @@ def touched(before, after):
     return owners
 
 
+# What `compile` reads (checked). `touched` is written by hand: a port's addresses are clause flows
+# of the rules naming its groups, a group coming to a node touches its rules' clauses there only,
+# and a network's conntrack zone follows the other networks on the node; the declaration (an
+# object's own owner, or owners naming it) cannot say these.
+READS = Reads({
+    "nodes": frozenset({"id", "name", "ofports"}),
+    "networks": frozenset({"id"}),
+    "ports": frozenset({"id", "network_id", "fixed_ips", "node", "interface", "port_security", "security_groups",
+                        "ofport"}),
+    "security_groups": frozenset({"id"}),
+    "security_group_rules": frozenset({"id", "group_id", "direction", "ethertype", "protocol", "port_min", "port_max",
+                                       "remote_prefix", "remote_group_id"}),
+})
+
+
 APP = App("secgroups", APP_SECGROUPS,
           {BR_INT: ("egress-conntrack", "egress-acl", "ingress-conntrack", "ingress-acl")}, compile,
-          touched=touched, compile_owners=compile_owners)
+          touched=touched, compile_owners=compile_owners, reads=READS)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fathom.apps.base import BR_INT, App, Owner, Problem, Severity, SwitchKey
-from fathom.apps.incremental import changed_ports, node_facts
+from fathom.apps.base import BR_INT, App, Owner, Problem, Reads, Severity, SwitchKey
+from fathom.apps.incremental import declared_touched
 from fathom.apps.sfc.compiler import compile_sfc_plans
 from fathom.model.chains import WARNING_KIND, chain_pptmon_status
 from fathom.pipeline import cookies as ck
@@ -35,35 +35,29 @@ def compile_owners(model, owners) -> dict:
     return {SwitchKey(BR_INT, node): state for node, state in compile_sfc_plans(only)[0].items()}
 
 
-def _inputs(model, chain) -> tuple:
-    """What a chain's flows depend on besides nodes and networks: its groups, their pairs, its
-    classifiers, and the ports of those."""
-    groups = {g.id: g for g in model.port_pair_groups}
-    pairs = {p.id: p for p in model.port_pairs}
-    fcs = {f.id: f for f in model.flow_classifiers}
-    gs = tuple(groups.get(g) for g in chain.port_pair_group_ids)
-    ps = tuple(pairs.get(i) for g in gs if g is not None for i in g.port_pair_ids)
-    cs = tuple(fcs.get(f) for f in chain.flow_classifier_ids)
-    ports = {i for p in ps if p is not None for i in (p.ingress_port_id, p.egress_port_id)}
-    ports |= {i for f in cs if f is not None for i in (f.logical_source_port_id, f.logical_destination_port_id)}
-    return chain, gs, ps, cs, frozenset(ports - {None})
-
-
-def touched(before, after):
-    if not before.port_chains and not after.port_chains:
-        return set()
-    if node_facts(before) != node_facts(after):
-        return "nodes changed"
-    if before.networks != after.networks:
-        return "networks changed"
-    cb, ca = {c.id: c for c in before.port_chains}, {c.id: c for c in after.port_chains}
-    ids = set()
-    for i in set(cb) | set(ca):
-        ib = _inputs(before, cb[i]) if i in cb else None
-        ia = _inputs(after, ca[i]) if i in ca else None
-        if ib != ia or changed_ports(before, after, ia[4]):
-            ids.add(i)
-    return {Owner(APP_SFC, ck.KIND_PORT_CHAIN, i) for i in ids}
+# What the chains' flows read: each chain owns its flows, and reaches its port pair groups, their
+# port pairs, its flow classifiers and the ports of those; nodes and networks compile the app whole
+# when they change.
+READS = Reads(
+    fields={
+        "nodes": frozenset({"name", "tunnel_ip", "ofports"}),
+        "networks": frozenset({"type", "segmentation_id"}),
+        "ports": frozenset({"id", "mac_address", "node", "interface", "ofport"}),
+        "port_pairs": frozenset({"id", "ingress_port_id", "egress_port_id"}),
+        "port_pair_groups": frozenset({"id", "port_pair_ids"}),
+        # every field: a symmetric chain's mirrored classifier is a copy of the whole classifier
+        "flow_classifiers": frozenset({"id", "name", "project_id", "logical_source_port_id",
+                                       "logical_destination_port_id", "protocol", "source_ip_prefix",
+                                       "destination_ip_prefix", "source_port_range", "destination_port_range"}),
+        "port_chains": frozenset({"id", "port_pair_group_ids", "flow_classifier_ids", "symmetric"}),
+    },
+    owners={"port_chains": ck.KIND_PORT_CHAIN},
+    refs={"port_chains": {"port_pair_group_ids": "port_pair_groups", "flow_classifier_ids": "flow_classifiers"},
+          "port_pair_groups": {"port_pair_ids": "port_pairs"},
+          "port_pairs": {"ingress_port_id": "ports", "egress_port_id": "ports"},
+          "flow_classifiers": {"logical_source_port_id": "ports", "logical_destination_port_id": "ports"}},
+    quiet=("port_chains",),
+)
 
 
 def status(model, agents) -> list[Problem]:
@@ -90,4 +84,5 @@ def status(model, agents) -> list[Problem]:
 
 
 APP = App("sfc", APP_SFC, {BR_INT: ("classify", "sfc", "sfc-select", "sfc-deliver")}, compile,
-          touched=touched, compile_owners=compile_owners, status=status)
+          touched=declared_touched(APP_SFC, READS), compile_owners=compile_owners, reads=READS,
+          status=status)

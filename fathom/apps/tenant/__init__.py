@@ -8,7 +8,7 @@ a router's gateway node) is not handled: the app is compiled whole.
 """
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, App, Owner, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, Reads, SwitchKey
 from fathom.apps.tenant.compiler import compile_tenant, dhcp_interface, node_scopes
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
 from fathom.model.routers import tenant_view
@@ -109,6 +109,22 @@ def touched(before, after):
     return owners
 
 
+# What `compile` reads (checked). `touched` is written by hand: a port plugged or gone can make its
+# network local to a node (or no longer), which touches every owner of that network and of its
+# routers there, and a port's flows follow its network's DHCP port number on its node; the
+# declaration (an object's own owner, or owners naming it) cannot say either.
+READS = Reads({
+    "nodes": frozenset({"id", "name", "tunnel_ip", "ofports"}),
+    "networks": frozenset({"id", "type", "segmentation_id"}),
+    "subnets": frozenset({"id", "network_id", "cidr", "gateway_ip", "enable_dhcp"}),
+    "ports": frozenset({"id", "network_id", "mac_address", "fixed_ips", "node", "interface", "port_security",
+                        "ofport"}),
+    "router_interfaces": frozenset({"id", "router_id", "subnet_id", "network_id", "ip_address", "mac_address"}),
+    "router_gateways": frozenset({"router_id", "node"}),
+    "fabric": frozenset({"modes"}),
+})
+
+
 APP = App("tenant", APP_TENANT,
           {BR_INT: ("classify", "security", "arp", "l3", "l3-neighbor", "l2", "output")}, compile,
-          touched=touched, compile_owners=compile_owners)
+          touched=touched, compile_owners=compile_owners, reads=READS)

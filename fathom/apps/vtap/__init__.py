@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fathom.apps.base import BR_INT, App, Owner, Problem, SwitchKey
-from fathom.apps.incremental import changed_ports, node_facts
+from fathom.apps.base import BR_INT, App, Owner, Problem, Reads, SwitchKey
+from fathom.apps.incremental import declared_touched
 from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.model.routers import tenant_view
 from fathom.pipeline import cookies as ck
@@ -35,24 +35,26 @@ def compile_owners(model, owners) -> dict:
     return {SwitchKey(BR_INT, node): state for node, state in compile_vtap_plans(only)[0].items()}
 
 
-def _ports(p) -> tuple:
-    return (p.sender_port_id, p.receiver_port_id if p.receiver_is_port else None, *p.monitor_port_ids)
-
-
-def touched(before, after):
-    if not before.tap_policies and not after.tap_policies:
-        return set()
-    b, a = tenant_view(before), tenant_view(after)
-    if node_facts(b) != node_facts(a):
-        return "nodes changed"
-    if b.networks != a.networks or b.subnets != a.subnets or b.router_interfaces != a.router_interfaces:
-        return "networks, subnets or routers changed"
-    pb, pa = {p.id: p for p in b.tap_policies}, {p.id: p for p in a.tap_policies}
-    ids = {i for i in set(pb) | set(pa) if pb.get(i) != pa.get(i)}
-    for i, p in pa.items():
-        if i not in ids and changed_ports(b, a, _ports(p)):
-            ids.add(i)
-    return {Owner(APP_VTAP, ck.KIND_TAP_POLICY, i) for i in ids}
+# What the policies' flows read: each policy owns its flows, and reaches its sender, receiver and
+# monitor ports; the routes a copy takes (nodes, networks, subnets, router interfaces) compile the
+# app whole when they change.
+READS = Reads(
+    fields={
+        "nodes": frozenset({"name", "tunnel_ip", "ofports"}),
+        "networks": frozenset({"id", "type", "segmentation_id"}),
+        "subnets": frozenset({"id", "network_id", "cidr"}),
+        "router_interfaces": frozenset({"id", "router_id", "subnet_id", "network_id", "mac_address"}),
+        "ports": frozenset({"id", "network_id", "mac_address", "fixed_ips", "node", "interface", "ofport"}),
+        "tap_policies": frozenset({"id", "sender_port_id", "sender_is_port", "receiver_port_id", "receiver_is_port",
+                                   "receiver_mac", "receiver_ip", "monitor_port_ids", "direction", "priority",
+                                   "filters", "truncate", "rate_pps"}),
+        "fabric": frozenset({"modes"}),
+    },
+    owners={"tap_policies": ck.KIND_TAP_POLICY},
+    refs={"tap_policies": {"sender_port_id": "ports", "receiver_port_id": "ports", "monitor_port_ids": "ports"}},
+    quiet=("tap_policies",),
+    view=tenant_view,
+)
 
 
 def status(model, agents) -> list[Problem]:
@@ -64,4 +66,5 @@ def status(model, agents) -> list[Problem]:
 
 
 APP = App("vtap", APP_VTAP, {BR_INT: ("classify", "tap-ingress", "tap-recovery")}, compile,
-          touched=touched, compile_owners=compile_owners, status=status)
+          touched=declared_touched(APP_VTAP, READS), compile_owners=compile_owners, reads=READS,
+          status=status)
