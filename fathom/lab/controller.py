@@ -227,7 +227,7 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
         for rid in created.get("routers", {}).values():
             http.patch(f"/routers/{rid}", json={"external_gateway": None})
             for iface in http.get(f"/routers/{rid}").json().get("interfaces", []):
-                http.delete(f"/routers/{rid}/interfaces/{iface['subnet_id']}")
+                http.delete(f"/routers/{rid}/interfaces/{iface['id']}")
             http.delete(f"/routers/{rid}")
         for nid in created.get("networks", {}).values():
             http.delete(f"/networks/{nid}")
