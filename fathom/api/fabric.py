@@ -1,4 +1,4 @@
-"""/v1/fabric/switches: the fabric switches (ToRs) and their links.
+"""/v1/fabric/switches: the fabric switches and their links.
 
 A router's mode is a field of the router (fathom/api/routers.py). The switch status and flows
 endpoints read the switch itself and live with the controller runtime (fathom/controller/fabric.py),

@@ -183,7 +183,7 @@ def _wait_active(api: Client, created: dict, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise LabError(f"port {name} not active after {timeout}s: {port['status']}: {port['status_reason']}")
             time.sleep(0.2)   # an error (a switch still connecting): the next pass may clear it
-    # every switch connected (br-int of each node; with a fabric also each br-phy and the ToR),
+    # every switch connected (br-int of each node; with a fabric also each br-phy and the fabric switch),
     # then one full pass, so the underlay is programmed too when `lab up` returns
     fabric = len(created.get("fabric_switches", {}))
     want = len(created.get("nodes", {})) * (2 if fabric else 1) + fabric
