@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from fathom.cli.renamed import renamed
-from fathom.cli.resources import _delete, _given, _list, _reason, _settle, _show, api_command, wait_options
+from fathom.cli.resources import (
+    _delete, _given, _list, _reason, _settle, _show, api_command, project_id_option, wait_options,
+)
 
 
 def _ips(port: dict) -> str:
@@ -36,8 +38,7 @@ def port():
 @click.option("--security-group", "group_refs", multiple=True,
               help="Security group id or name (repeatable; default: the project's default group).")
 @click.option("--no-security-groups", is_flag=True, help="No security group: the port sends and receives no IP.")
-@renamed("--owner", "project_id")
-@click.option("--project-id", help="Project owning the port (admin only).")
+@project_id_option("port")
 @wait_options
 def port_create(api, as_json, name, network_ref, mac_address, fixed_ips, subnet_ref, no_fixed_ip, node,
                 interface_name, no_port_security, group_refs, no_security_groups, project_id, wait, timeout):

@@ -1,7 +1,7 @@
 """Old spellings of options that were renamed to the API's names (docs/api.md, "Names").
 
 `renamed("--owner", "project_id")` keeps `--owner` working as the option whose value lands in
-`project_id` (today `--project-id`) for one release: hidden from --help, and a deprecation note on
+`project_id` (`--project-id`) for one release: hidden from --help, and a deprecation note on
 stderr each time it is used. Place it above the option it stands for."""
 from __future__ import annotations
 

@@ -784,10 +784,10 @@ def remove_router_interface(session: Session, caller: Caller, router_id: int, *,
         raise NotFound(f"router {router.id} has no interface on subnet {subnet_id}" if interface_id is None else
                        f"router {router.id} has no interface {interface_id} (an interface's id is its port's id)", field)
     interface = found[0]
+    fips = [f for f in session.scalars(select(FloatingIp).where(FloatingIp.router_id == router.id)) if f.fixed_ip]
     for a in interface.fixed_ips:
         prefix = session.get(m.Subnet, a.subnet_id).prefix
-        using = sorted(f.id for f in session.scalars(select(FloatingIp).where(FloatingIp.router_id == router.id))
-                       if f.fixed_ip and ipaddress.IPv4Address(f.fixed_ip) in prefix)
+        using = sorted(f.id for f in fips if ipaddress.IPv4Address(f.fixed_ip) in prefix)
         if using:
             raise Conflict(f"floating IP(s) {using} reach ports of subnet {a.subnet_id} through interface "
                            f"{interface.id}: disassociate them first", field)
