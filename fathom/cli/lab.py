@@ -184,7 +184,8 @@ def upstream(name, node, host, mac_address, address, vlan):
         lab_.wire_upstream(lab_.node(node), host, mac_address, address, vlan)
     except LabError as e:
         fail(str(e))
-    console.print(f"upstream host {host} ({address}, {mac_address}) wired to {node}" + (f" on VLAN {vlan}" if vlan else ""))
+    console.print(f"upstream host {host} ({address}, {mac_address}) wired to {node}"
+                  + (f" on VLAN {vlan}" if vlan else ""))
 
 
 @lab.group()

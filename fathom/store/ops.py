@@ -781,8 +781,8 @@ def remove_router_interface(session: Session, caller: Caller, router_id: int, *,
     found = [p for p in router_interfaces(session, router.id)
              if p.id == interface_id or (interface_id is None and any(a.subnet_id == subnet_id for a in p.fixed_ips))]
     if not found:
-        raise NotFound(f"router {router.id} has no interface on subnet {subnet_id}" if interface_id is None else
-                       f"router {router.id} has no interface {interface_id} (an interface's id is its port's id)", field)
+        raise NotFound(f"router {router.id} has no interface on subnet {subnet_id}" if interface_id is None
+                       else f"router {router.id} has no interface {interface_id} (its id is its port's)", field)
     interface = found[0]
     fips = [f for f in session.scalars(select(FloatingIp).where(FloatingIp.router_id == router.id)) if f.fixed_ip]
     for a in interface.fixed_ips:
