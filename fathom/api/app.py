@@ -15,8 +15,8 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from fathom import __version__
-from fathom.api import (agents, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments, routers,
-                        secgroups, sfc, taps, tokens)
+from fathom.api import (agents, cluster, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments,
+                        routers, secgroups, sfc, taps, tokens)
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
@@ -27,7 +27,7 @@ from fathom.store.ops import Settings
 
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
            floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
-           pptmon_attachments.router, pptmon.router, tokens.router, agents.router)
+           pptmon_attachments.router, pptmon.router, tokens.router, agents.router, cluster.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,

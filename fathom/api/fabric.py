@@ -1,8 +1,7 @@
 """/v1/fabric/switches: the fabric switches and their links.
 
 A router's mode is a field of the router (fathom/api/routers.py). The switch status and flows
-endpoints read the switch itself and live with the controller runtime (fathom/controller/fabric.py),
-like the other switch-reading endpoints.
+endpoints read the switch itself: fathom/api/runtime.py, like the other switch-reading endpoints.
 """
 from __future__ import annotations
 

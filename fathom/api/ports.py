@@ -13,6 +13,7 @@ from fathom.store import models as m
 from fathom.store import ops
 from fathom.store import secgroups
 from fathom.store import sfc as sfc_ops
+from fathom.store import taps
 from fathom.store.errors import Conflict
 
 router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
@@ -79,6 +80,8 @@ def update_port(port_id: int, body: sc.PortUpdate, c: CallerDep, db: StoreDep):
     def update(s):
         port = ops.update_port(s, c, port_id, changes)
         secgroups.set_port_groups(s, port, groups, creating=False)
+        s.flush()
+        taps.judge(s, taps.policies_naming(s, port_id))   # a tap policy shows an unbound port at once
         return port_out(port)
     return db.write(update)
 
@@ -90,7 +93,9 @@ def delete_port(port_id: int, c: CallerDep, db: StoreDep):
         used = sfc_ops.port_users(s, port_id)
         if used:
             raise Conflict(used)
+        naming = taps.policies_naming(s, port_id)
         ops.delete_port(s, c, port_id)
+        taps.judge(s, naming)       # the tap policies that named it show the deleted port at once
     db.write(run)
     return Response(status_code=204)
 

@@ -20,7 +20,7 @@ Telemetry writes do not call the API's on_change hook (they must not wake the re
 Records of a port chain measured through the API (its `pptmon`; chain name `port_chain:<id>`) are
 filed under the chain when the model says the node that delivers them holds the chain's sink
 instance of the record's `sink_vnf`; each hop's VNF id is then mapped to its port pair group, port
-pair and node from the model (fathom.apps.hostlocal.chains), never from the record.
+pair and node from the model (fathom.model.chains), never from the record.
 
 Only a node's agent token may deliver records, for its own node. A chain name is the reporting
 node's: records, stats and the Prometheus series carry the node, so one node's reports never mix
@@ -56,7 +56,7 @@ from fathom.api.auth import agent_identity
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, utc
 from fathom.api.ingest_limits import IngestLimits, TooMany
 from fathom.api.schemas import ErrorOut
-from fathom.apps.hostlocal.chains import ChainVnf, chain_instances, lost_across, lost_warning, parse_chain_label
+from fathom.model.chains import ChainVnf, chain_instances, lost_across, lost_warning, parse_chain_label
 from fathom.auth import Identity
 from fathom.model import Snapshot
 from fathom.store.errors import Forbidden

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from fathom.api import pptmon as pptmon_api
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.schemas import EXTERNAL_ID
-from fathom.apps.sfc.compiler import hop_marker
+from fathom.model.chains import hop_marker
 from fathom.store import sfc as ops
 from fathom.store import sfc_models as sm
 from fathom.store import agents as agent_store

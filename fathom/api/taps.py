@@ -4,7 +4,9 @@ Identifiers (sender, receiver, monitor, monitor2) are a port id, a port name, {"
 or {"mac": "...", "ip": "..."}; the sender or the receiver may be "*" (anyone: what the receiver
 port receives, or what the sender port sends). Filters: ip_proto, vlan, tp_src, tp_dst (a port or a range
 "1000-2000") and `match` (further OpenFlow 1.3 fields by name); absent, null or "*" = wildcard.
-Counters and per-node state are runtime facts: fathom/controller/taps.py serves them.
+Counters and per-node state are runtime facts: fathom/api/runtime.py serves them (read by
+fathom/controller/taps.py). A policy's status is the one stored: the controller's, or what the store
+alone tells at once when a port it names is deleted or unbound (fathom.store.taps.judge).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from sqlalchemy.orm import selectinload
 from fathom.addresses import parse_ipv4, parse_mac
 from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.schemas import EXTERNAL_ID
-from fathom.apps.vtap import filters as vtap
+from fathom.model import taps as vtap
 from fathom.store import models as m
 from fathom.store import taps as ops
 from fathom.store.errors import Invalid
@@ -142,8 +144,7 @@ def _endpoint(ports: dict[int, m.Port], port_id: int | None, mac=None, ip=None) 
                        node=port.node.name if port.node else None)
 
 
-def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = None,
-            ports: dict[int, m.Port] | None = None) -> TapOut:
+def tap_out(session, t: m.TapPolicy, ports: dict[int, m.Port] | None = None) -> TapOut:
     """`ports`: what tap_ports read for the policy, when the caller read it already (a list of policies)."""
     if ports is None:
         ports = tap_ports(session, [t])
@@ -162,7 +163,7 @@ def tap_out(session, t: m.TapPolicy, status: tuple[str, str | None] | None = Non
         direction=t.direction, priority=t.priority, filters=dict(t.filters or {}), truncate=t.truncate,
         rate_pps=t.rate_pps,
         markers=markers,
-        status=(status or (t.status, t.status_reason))[0], status_reason=(status or (t.status, t.status_reason))[1],
+        status=t.status, status_reason=t.status_reason,
         created_at=utc(t.created_at))
 
 
@@ -182,9 +183,8 @@ def list_taps(c: CallerDep, db: StoreDep, name: str | None = None, external_id: 
               limit: Limit = MAX_LIMIT, marker: Marker = None):
     def run(s):
         taps = list_objects(s, c, m.TapPolicy, name=name, external_id=external_id, limit=limit, marker=marker)
-        now = ops.current_statuses(s, [t.id for t in taps]) if taps else {}
         ports = tap_ports(s, taps)
-        return [tap_out(s, t, now.get(t.id), ports) for t in taps]
+        return [tap_out(s, t, ports) for t in taps]
     return db.read(run)
 
 
@@ -199,7 +199,7 @@ async def show_tap(tap_id: int, c: CallerDep, db: StoreDep, request: Request, wa
                    timeout: WaitTimeout = 10.0):
     def run(s):
         t = ops.get_tap(s, c, tap_id)
-        return tap_out(s, t, ops.current_statuses(s, [t.id]).get(t.id))
+        return tap_out(s, t)
     return await shown(request, lambda: db.read(run), ("tap_policy",), tap_id, wait, timeout)
 
 

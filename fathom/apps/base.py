@@ -1,12 +1,13 @@
-"""What an app is (`App`), how it names the switches it programs (`SwitchKey`) and the objects that own
-state on them (`Owner`, `OwnerOn`); fathom/apps/__init__.py
+"""What an app is (`App`), how it names the switches it programs (`SwitchKey`), the objects that own
+state on them (`Owner`, `OwnerOn`) and what it finds wrong with them (`Problem`); fathom/apps/__init__.py
 says how apps are run. The apps import this module, and the registry imports the apps."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from fathom.model import Snapshot
+from fathom.model.status import Problem, Severity, Status  # noqa: F401 (the apps' names for them)
 from fathom.openflow.spec import SwitchState
 
 BR_INT, BR_PHY, TOR = "br-int", "br-phy", "tor"
@@ -72,3 +73,8 @@ class App:
     # fathom.apps.compile_owners's fallback: compile, then keep the owners' part.
     touched: Callable[[Snapshot, Snapshot], "set[Owner | OwnerOn] | str"] | None = None
     compile_owners: Callable[[Snapshot, frozenset], dict[SwitchKey, SwitchState]] | None = None
+    # Status (optional): `status(model, agents)` -> the problems the app finds with the objects it
+    # owns (`Problem`: the object, a severity, the reason), from the model and what the nodes' agents
+    # last said ((owner kind, id) -> status). fathom.controller.status merges them with what the
+    # switches say of the objects' flows; an object no app has a problem with is as its flows are.
+    status: Callable[[Snapshot, Mapping[tuple[str, int], Status]], Iterable[Problem]] | None = None

@@ -38,7 +38,7 @@ import statistics
 import time
 from pathlib import Path
 
-from fathom.apps.hostlocal.chains import OWNER_KIND, chain_label
+from fathom.model.chains import OWNER_KIND, chain_label
 from fathom.bench import bpfstats
 from fathom.client import Client
 from fathom.host.iperf import iperf3

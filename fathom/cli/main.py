@@ -13,6 +13,7 @@ GROUPS = [
     ("lab", "fathom.cli.lab", "lab"),
     ("controller", "fathom.cli.controller", "controller"),
     ("flows", "fathom.cli.controller", "flows"),
+    ("trace", "fathom.cli.trace", "trace"),       # a packet simulated through the desired pipelines
     ("node", "fathom.cli.node", "node"),
     ("network", "fathom.cli.network", "network"),
     ("subnet", "fathom.cli.subnet", "subnet"),
@@ -32,6 +33,7 @@ GROUPS = [
     ("token", "fathom.cli.token", "token"),       # API tokens
     ("pki", "fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
     ("agent", "fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
+    ("cluster", "fathom.cli.cluster", "cluster"),   # controller replicas and their switch leases
 ]
 
 

@@ -11,6 +11,13 @@ Knobs for tests: `refuse(predicate)` makes the switch refuse every message whose
 OVS refusing an invalid flow), and `sent` records what arrived, per bundle or plain message;
 FakeSwitches `down` holds switches not connected (yet), `disconnect(dpid)` closes the connection of
 one that was (its ovs-vswitchd died): from then on its session is gone and an apply fails.
+
+Roles as OVS applies them: the switch itself is one controller's connection (`DEFAULT`);
+`connect(name)` gives another controller's connection to the same tables. Every connection starts
+equal; `request_role(epoch)` makes it master under generation_id `epoch` (refused as stale, NotMaster,
+when older than the switch's, in OpenFlow's circular order) and demotes the other master to slave
+(named in `demoted`, as OVS sends it a role status), or slave with None; a slave's writes are refused
+(NotMaster, OFPBRC_IS_SLAVE).
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import time
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
-from fathom.controller.switch import ApplyError
+from fathom.controller.switch import NO_GENERATION, ApplyError, NotMaster
 from fathom.openflow import encode
 
 
@@ -34,6 +41,9 @@ class FakeDatapath:
 
     def set_xid(self, msg) -> None:
         msg.set_xid(next(self._xids) & 0xFFFFFFFF)
+
+
+DEFAULT = "default"     # the controller whose connection the FakeSwitch itself is
 
 
 class FakeSwitch:
@@ -53,6 +63,9 @@ class FakeSwitch:
         self._refuse = lambda spec: False
         self.alive = lambda: True          # the session's connection is open (FakeSwitches sets it)
         self.lock = threading.Lock()
+        self.generation: int | None = None       # the switch's generation_id (none until a master or slave request)
+        self.roles: dict[str, str] = {}          # controller -> "master" | "slave" (absent: equal)
+        self.demoted: list[str] = []             # controllers sent a role status (another became master)
 
     # ------------------------------------------------------------------------------ knobs
 
@@ -82,20 +95,43 @@ class FakeSwitch:
     def barrier(self) -> None:
         self.barriers += 1
 
-    def bundle(self, pairs: list) -> None:
+    def bundle(self, pairs: list, controller: str = DEFAULT) -> None:
         if pairs:
-            self._apply("bundle", pairs, atomic=True)
+            self._apply("bundle", pairs, atomic=True, controller=controller)
 
-    def plain(self, pairs: list) -> None:
+    def plain(self, pairs: list, controller: str = DEFAULT) -> None:
         if pairs:
-            self._apply("plain", pairs, atomic=False)
+            self._apply("plain", pairs, atomic=False, controller=controller)
+
+    def request_role(self, epoch: int | None, controller: str = DEFAULT) -> int:
+        """As fathom.controller.switch.OsKenSession.request_role, with OVS's rules."""
+        with self.lock:
+            if epoch is None:
+                self.roles[controller] = "slave"
+            elif self.generation is not None and (epoch - self.generation) % 2**64 >= 2**63:
+                raise NotMaster(f"switch {self.dpid:016x} refused generation_id {epoch} as stale (OFPRRFC_STALE)")
+            else:
+                self.generation = epoch
+                for other, role in self.roles.items():
+                    if role == "master" and other != controller:
+                        self.roles[other] = "slave"
+                        self.demoted.append(other)
+                self.roles[controller] = "master"
+            return NO_GENERATION if self.generation is None else self.generation
+
+    def connect(self, controller: str) -> "FakeConnection":
+        """Another controller's connection to this switch."""
+        return FakeConnection(self, controller)
 
     # ------------------------------------------------------------------------------ OpenFlow semantics
 
-    def _apply(self, how: str, pairs: list, atomic: bool) -> None:
+    def _apply(self, how: str, pairs: list, atomic: bool, controller: str = DEFAULT) -> None:
         if not self.alive():
             raise ConnectionError(f"switch {self.dpid:016x}: connection closed")
         with self.lock:
+            if self.roles.get(controller) == "slave":
+                raise NotMaster(f"switch {self.dpid:016x}: this controller is not its master (OFPBRC_IS_SLAVE)",
+                                [spec for spec, _ in pairs])
             parsed = [(spec, self._wire(msg)) for spec, msg in pairs]
             self.sent.append((how, [m for _, m in parsed]))
             self.journal.append((self.dpid, how, [m for _, m in parsed]))
@@ -169,6 +205,25 @@ class FakeSwitch:
                 self.meters[msg.meter_id] = meter
             return None
         return f"{name} not supported by the fake switch"
+
+
+class FakeConnection:
+    """Another controller's connection to a FakeSwitch: the same tables, a role of its own."""
+
+    def __init__(self, switch: FakeSwitch, controller: str):
+        self.switch, self.controller = switch, controller
+
+    def __getattr__(self, name):      # reads and knobs are the switch's
+        return getattr(self.switch, name)
+
+    def bundle(self, pairs: list) -> None:
+        self.switch.bundle(pairs, self.controller)
+
+    def plain(self, pairs: list) -> None:
+        self.switch.plain(pairs, self.controller)
+
+    def request_role(self, epoch: int | None) -> int:
+        return self.switch.request_role(epoch, self.controller)
 
 
 class FakeSwitches:

@@ -8,7 +8,7 @@ it). The agents themselves follow `GET /v1/agents/<node>/desired` and do the wor
 the controller process runs no command on a node and enters no namespace.
 
 Port chains measured with PPTMon get a warning in their status reason when their sinks see too
-few of the packets their sources stamped (fathom.apps.hostlocal.chains.lost_across, from the
+few of the packets their sources stamped (fathom.model.chains.lost_across, from the
 counters the agents report); `check` looks again between passes, as the counters move with no event.
 
 A network-node router whose namespace the agent reports built is still `pending` until the pass
@@ -31,7 +31,7 @@ import logging
 import time
 
 from fathom.apps.hostlocal import Desired
-from fathom.apps.hostlocal.chains import WARNING_KIND, chain_warnings
+from fathom.model.chains import WARNING_KIND, chain_warnings
 from fathom.model.hostlocal import DatapathFlush, Digests
 from fathom.controller import status
 from fathom.controller.extension import Extension

@@ -31,6 +31,8 @@ LOG = logging.getLogger("fathom.openflow")
 # write on a switch's socket gives up after ECHO_INTERVAL (os-ken's socket timeout).
 ECHO_INTERVAL = 15
 ECHO_UNREPLIED = 3
+# (experimenter, exp_type) of the ONF role status extension OVS sends over OpenFlow 1.3
+ONF_ROLE_STATUS = (0x4F4E4600, 1911)
 
 
 class Reply:
@@ -68,6 +70,10 @@ class FathomOFApp(app_manager.OSKenApp):
         self.on_packet_in: Callable[[object], None] = lambda msg: None
         # called with the dpid of a switch that reported a port added, removed or changed
         self.on_port_status: Callable[[int], None] = lambda dpid: None
+        # called with the dpid of a switch that said this connection is not (any longer) its master:
+        # a role status demoting it (another controller became master), or a write refused with
+        # OFPBRC_IS_SLAVE; fathom.controller.switch.NotMaster says the same to the writer
+        self.on_not_master: Callable[[int], None] = lambda dpid: None
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev):
@@ -101,6 +107,24 @@ class FathomOFApp(app_manager.OSKenApp):
             reply = self.pending.pop(key, None)
         if reply is not None:
             reply.settle(ev.msg)
+        ofp = ev.msg.datapath.ofproto
+        if (ev.msg.type, ev.msg.code) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE):
+            self.on_not_master(ev.msg.datapath.id)
+
+    @set_ev_cls(ofp_event.EventOFPRoleStatus, MAIN_DISPATCHER)
+    def _role_status(self, ev):
+        """OpenFlow 1.4's role status: sent to a master that another controller's request demoted."""
+        if ev.msg.role == ev.msg.datapath.ofproto.OFPCR_ROLE_SLAVE:
+            self.on_not_master(ev.msg.datapath.id)
+
+    @set_ev_cls(ofp_event.EventOFPExperimenter, MAIN_DISPATCHER)
+    def _experimenter(self, ev):
+        """OpenFlow 1.3 has no role status; OVS sends the ONF extension's instead (its body: role u32,
+        reason u8, pad, generation_id u64)."""
+        msg = ev.msg
+        if (msg.experimenter, msg.exp_type) == ONF_ROLE_STATUS and len(msg.data) >= 4 \
+                and int.from_bytes(msg.data[:4], "big") == msg.datapath.ofproto.OFPCR_ROLE_SLAVE:
+            self.on_not_master(msg.datapath.id)
 
     @set_ev_cls(ofp_event.EventOFPBundleCtrlMsg, MAIN_DISPATCHER)
     def _bundle_reply(self, ev):

@@ -9,11 +9,10 @@ import threading
 import time
 
 import uvicorn
-from fastapi import APIRouter, Depends
 
 from fathom.api import create_app
-from fathom.api.auth import admin_caller
-from fathom.api.deps import ERRORS
+from fathom.api.runtime import runtime_router, tap_runtime_router
+from fathom.api.traces import traces_router
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
 from fathom.auth.tokens import ensure_admin_token
 from fathom.controller import channels, ofapp, ofgate
@@ -24,65 +23,23 @@ from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.hostlocal import HostLocalStatus
 from fathom.controller.reconciler import GC_THRESHOLDS, Reconciler
-from fathom.controller.taps import tap_runtime_router
-from fathom.pipeline.cookies import owns_cookie
-from fathom.pipeline.stages import TABLE_STAGE
+from fathom.controller.taps import TapCollector, policy_stats
 from fathom.store.db import open_store, session_factory
-from fathom.store import models as m
-from fathom.store.errors import NotFound
 
 LOG = logging.getLogger("fathom.controller")
 
 
-def runtime_router(reconciler: Reconciler, guard: Guard | None = None) -> APIRouter:
-    """Endpoints that read the switches, not the store."""
-    router = APIRouter(prefix="/v1", tags=["runtime"], dependencies=[Depends(admin_caller)], responses=ERRORS)
+def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> None:
+    """The endpoints that read the switches (fathom.api.runtime), answered by this reconciler."""
+    def actual_of(node_id: int):
+        dp = reconciler.switches.app.datapath(datapath_id(node_id))
+        return sw.read_state(reconciler.switches.app, dp) if dp else None
 
-    @router.get("/nodes/{name}/flows", summary="Desired and actual flows of a node's br-int, per stage")
-    def node_flows(name: str):
-        with reconciler.Session() as s:
-            node = s.query(m.Node).filter_by(name=name).one_or_none()
-        if node is None:
-            raise NotFound(f"node {name[:64]!r} does not exist")
-        desired = reconciler.last.br_int(name)
-        dp = reconciler.switches.app.datapath(datapath_id(node.id))
-        actual = sw.read_state(reconciler.switches.app, dp) if dp else None
-        if actual is None:
-            dp = None     # not reachable after all: reported as not connected
-
-        def by_stage(flows):
-            out: dict[str, list[str]] = {}
-            for f in sorted(flows, key=lambda f: (f.table, -f.priority, repr(f.match))):
-                out.setdefault(TABLE_STAGE.get(f.table, f"table {f.table}"), []).append(f.to_ofctl())
-            return out
-        return {
-            "node": name, "connected": dp is not None,
-            "desired": by_stage(desired.flows) if desired else {},
-            "actual": by_stage(actual.flows) if actual is not None else None,
-            "desired_groups": sorted(g.to_ofctl() for g in desired.groups) if desired else [],
-            "actual_groups": sorted(g.to_ofctl() for g in actual.groups) if actual is not None else None,
-            "in_sync": (desired is not None and actual is not None
-                        and {f for f in actual.flows if owns_cookie(f.cookie)} == set(desired.flows)),
-        }
-
-    @router.post("/sync", summary="Run one reconcile pass now and report per-node results")
-    def sync():
-        result = reconciler.run_pass()
-        return {n: r.__dict__ for n, r in result.nodes.items()}
-
-    @router.get("/health")
-    def health():
-        return {"passes": reconciler.passes, "switches": [f"{d:016x}" for d in reconciler.switches.app.datapaths],
-                "last_pass_seconds": round(reconciler.last_pass_seconds, 6),
-                "last_pass_steps": {k: round(v, 6) for k, v in reconciler.last_pass_steps.items()},
-                "pass_steps_total": {k: round(v, 6) for k, v in reconciler.steps_total.items()},
-                "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
-                "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.diffs),
-                "port_status_decisions": dict(reconciler.port_statuses.passes),
-                "switch_commits": sw.COMMIT_TIMES.totals(),
-                "api_connections": guard.stats() if guard is not None else None}
-
-    return router
+    api.include_router(runtime_router(reconciler, actual_of, sw.COMMIT_TIMES.totals, guard))
+    api.include_router(tap_runtime_router(reconciler.Session, lambda tap_id: policy_stats(reconciler, tap_id),
+                                          TapCollector(reconciler)))
+    # simulated traces over the desired state the last pass compiled
+    api.include_router(traces_router(lambda: (reconciler.model, reconciler.last.desired)))
 
 
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,
@@ -116,9 +73,8 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     api = create_app(engine, on_change=reconciler.wake, max_body=max_body)
     api.state.status_board = reconciler.board   # long-polls (GET ...?wait=) wait on it
     LOG.info("admin credential: %s (root only)", ensure_admin_token(engine, state_dir))
-    api.include_router(runtime_router(reconciler, guard))
-    api.include_router(tap_runtime_router(reconciler))
-    # ToRs and br-phy under OpenFlow, LLDP discovery
+    install_runtime(api, reconciler, guard)
+    # fabric switches and br-phy under OpenFlow, LLDP discovery
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     # floating IPs moved or removed: their conntrack zones flushed on the gateway node
     ExternalRuntime().install(reconciler)

@@ -9,7 +9,7 @@
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent); a router with an external gateway also the gateway's flows (and `pending` until its gateway node has its external port `ext0`) |
 | pptmon_attachment | the node's agent (it loads and attaches the programs) |
 | security_group | the switches that must hold its flows and its rules' flows (found by the cookies); `active` when none needs any |
-| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc compiler reported (a port not plugged: `pending`; no hop marker: `error`) first; with `pptmon`, also the agents holding its VNFs' PPTMon programs |
+| port_chain | the switches that must hold its flows, like a tap policy; a problem the sfc app reports (a port not plugged: `pending`; no hop marker: `error`) first; with `pptmon`, also the agents holding its VNFs' PPTMon programs (the sfc app says what they said) |
 | port_pair | its two ports |
 | port_pair_group | its port pairs |
 | flow_classifier | its logical source (and destination) port |
@@ -37,8 +37,14 @@ a port: it is `down` (with the reason) until it is bound and its VIF is plugged 
 an interface of its name on the node's br-int with an OpenFlow port number), and `active` only
 when, moreover, every switch that must hold its flows has committed them (the bundle's commit
 reply, in the pass that covered the port's last change; the reconciler publishes a status turning
-`active` once those datapaths have settled and answered a barrier: Reconciler._write_statuses). A tap policy with a problem the compiler
-reported (a deleted port, an unbound one) is `error` / `pending` with that problem.
+`active` once those datapaths have settled and answered a barrier: Reconciler._write_statuses).
+
+What an app finds wrong with its objects comes from the app (`App.status`: typed problems, each with
+its severity and the object it is about; fathom.model.status): a tap policy with a deleted or
+unbound port, a port chain the sfc app cannot wholly steer, a router gateway the external app does
+not support or whose node has no external port. A problem the app could not compile past is the
+object's status instead of its flows'; one beside its flows (a chain's PPTMon programs) is merged
+with them; a warning shows while the object is active. This module knows no app.
 
 `decide` is pure (model + pass result in, statuses out); fathom.store.status writes them.
 """
@@ -48,8 +54,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
+from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, registry
 from fathom.model.routers import effective_modes
+from fathom.model.status import Severity, Status, worst
 from fathom.pipeline import cookies as ck
 
 FLOWS = "flows"
@@ -79,16 +86,7 @@ FLOW_KINDS = {"network": (ck.KIND_NETWORK,), "port": (ck.KIND_PORT,),
               "security_group": (ck.KIND_SECURITY_GROUP,), "security_group_rule": (ck.KIND_SECURITY_GROUP_RULE,),
               "port_chain": (ck.KIND_PORT_CHAIN,)}
 
-Status = tuple[str, str | None]
 HOST_BRIDGES = (BR_INT, BR_PHY)   # a port's home: its node's switches
-
-
-def worst(statuses: list[Status]) -> Status:
-    bad = [s for s in statuses if s[0] != "active"]
-    if not bad:
-        return "active", None
-    level = "error" if any(s[0] == "error" for s in bad) else "pending"
-    return level, "; ".join(sorted({s[1] for s in bad if s[1]}))
 
 
 def _where(key: SwitchKey) -> str:
@@ -158,11 +156,36 @@ def _ports_to_decide(snapshot, result, trouble: dict, kept: PortStatuses | None)
     return [by_id[i] for i in ids if i in by_id]
 
 
-def decide(snapshot, result, kept: PortStatuses | None = None) -> dict[tuple[str, int], Status]:
+def app_problems(snapshot, agents, apps=None) -> dict[tuple[str, int], list]:
+    """(kind, id) -> the problems (fathom.model.status.Problem) the apps' `status` found with it."""
+    out = defaultdict(list)
+    for app in apps or registry():
+        if app.status is not None:
+            for problem in app.status(snapshot, agents):
+                out[problem.about].append(problem)
+    return out
+
+
+def with_problems(said, flows) -> Status:
+    """An object's status from its apps' problems (`said`) and, unless one of those replaces it, what
+    the switches say of its flows (`flows()`); a warning shows while the object is active."""
+    replacing = [p.status for p in said if p.replaces_flows and p.severity is not Severity.WARNING]
+    got = worst(replacing) if replacing else flows()
+    beside = [p.status for p in said if not p.replaces_flows and p.severity is not Severity.WARNING]
+    if beside:
+        got = worst([got, *beside])
+    warnings = [p.reason for p in said if p.severity is Severity.WARNING]
+    if warnings and got[0] == "active":
+        got = ("active", "; ".join(warnings))
+    return got
+
+
+def decide(snapshot, result, kept: PortStatuses | None = None, apps=None) -> dict[tuple[str, int], Status]:
     """(kind, id) -> (status, reason) of every object in the model (node, fabric_switch, network,
     subnet, port, router, router_interface, tap_policy); and ("subnet_dhcp", subnet id) -> the
     subnet's DHCP servers per node, ((node, status, reason), ...). `kept`: the ports' statuses the
-    pass before decided, updated here (only the ports a change reached are decided again)."""
+    pass before decided, updated here (only the ports a change reached are decided again). `apps`:
+    whose problems count (fathom.apps.registry())."""
     needs = getattr(result, "needs", None)
     if needs is None:
         needs = owners_needed(result.desired)
@@ -268,7 +291,14 @@ def decide(snapshot, result, kept: PortStatuses | None = None) -> dict[tuple[str
     for (kind, obj_id), st in result.agents.items():
         if kind == "pptmon_attachment":
             out[(kind, obj_id)] = st
-    gateways = _gateway_statuses(snapshot, from_flows)
+    problems = app_problems(snapshot, result.agents, apps)
+
+    def status_of(kind: str, obj_id: int) -> Status:
+        """An object with flows: its apps' problems, its flows, or `active` when it needs none."""
+        return with_problems(problems.get((kind, obj_id), ()),
+                             lambda: from_flows(kind, obj_id) or ("active", None))
+
+    gateways = {gw.router_id: [status_of("router_gateway", gw.router_id)] for gw in snapshot.router_gateways}
     for r in snapshot.routers:
         agent = result.agents.get(("router", r.id))
         if agent is not None and agent[0] != "active":
@@ -291,15 +321,8 @@ def decide(snapshot, result, kept: PortStatuses | None = None) -> dict[tuple[str
         if f.address_port_id:
             out[("port", f.address_port_id)] = out[("floating_ip", f.id)]
 
-    from fathom.apps.vtap import plans as vtap_plans
-    plans = vtap_plans(snapshot)[1] if snapshot.tap_policies else {}
     for t in snapshot.tap_policies:
-        problems = plans[t.id].problems if t.id in plans else []
-        if problems:
-            level = "error" if any("deleted" in p or "marker" in p for p in problems) else "pending"
-            out[("tap_policy", t.id)] = (level, "; ".join(problems))
-        else:
-            out[("tap_policy", t.id)] = from_flows("tap_policy", t.id) or ("active", None)
+        out[("tap_policy", t.id)] = status_of("tap_policy", t.id)
 
     rules = defaultdict(list)
     for r in snapshot.security_group_rules:
@@ -307,28 +330,7 @@ def decide(snapshot, result, kept: PortStatuses | None = None) -> dict[tuple[str
     for g in snapshot.security_groups:
         parts = [from_flows("security_group", g.id)] + [from_flows("security_group_rule", r) for r in rules[g.id]]
         out[("security_group", g.id)] = worst([p for p in parts if p is not None])
-    _chains(snapshot, out, from_flows, result.agents)
-    return out
-
-
-def _gateway_statuses(snapshot, from_flows) -> dict[int, list[Status]]:
-    """router id -> [status of its external gateway]: its flows on the gateway node, once that node
-    has its external port."""
-    from fathom.apps.external.compiler import unsupported_gateways
-    from fathom.model import EXTERNAL_INTERFACE
-    nodes = {n.name: n for n in snapshot.nodes}
-    refused = unsupported_gateways(snapshot)
-    out = {}
-    for gw in snapshot.router_gateways:
-        node = nodes.get(gw.node)
-        if gw.router_id in refused:
-            got = ("error", refused[gw.router_id])
-        elif node is None or node.ofport(EXTERNAL_INTERFACE) is None:
-            got = ("pending", f"waiting for interface {EXTERNAL_INTERFACE!r} (the external network) on gateway "
-                              f"node {gw.node!r}")
-        else:
-            got = from_flows("router_gateway", gw.router_id) or ("active", None)
-        out[gw.router_id] = [got]
+    _chains(snapshot, out, status_of)
     return out
 
 
@@ -386,9 +388,9 @@ def held(node: str, view, obj, now: float, stale_after: float, digest_of=None) -
     return ("active", None)
 
 
-def _chains(snapshot, out: dict, from_flows, agents: dict) -> None:
-    """Port chains from their flows (after the compiler's problems); pairs, groups and classifiers
-    from the ports they name."""
+def _chains(snapshot, out: dict, status_of) -> None:
+    """Port chains from their flows and their app's problems; pairs, groups and classifiers from
+    the ports they name."""
     def ports(*ids) -> Status:
         return worst([out.get(("port", i), ("error", f"port {i} was deleted")) for i in ids if i is not None])
 
@@ -399,40 +401,8 @@ def _chains(snapshot, out: dict, from_flows, agents: dict) -> None:
                                                      if ("port_pair", i) in out])
     for fc in snapshot.flow_classifiers:
         out[("flow_classifier", fc.id)] = ports(fc.logical_source_port_id, fc.logical_destination_port_id)
-    if not snapshot.port_chains:
-        return
-    from fathom.apps.sfc import plans as sfc_plans
-    plans = sfc_plans(snapshot)[1]
     for chain in snapshot.port_chains:
-        plan = plans.get(chain.id)
-        if plan is not None and plan.problems:
-            out[("port_chain", chain.id)] = ("error" if plan.fatal else "pending", "; ".join(plan.problems))
-        else:
-            out[("port_chain", chain.id)] = from_flows("port_chain", chain.id) or ("active", None)
-        if chain.pptmon is not None:
-            out[("port_chain", chain.id)] = worst([out[("port_chain", chain.id)],
-                                                    chain_pptmon_status(snapshot, chain.id, agents)])
-            warning = agents.get(("port_chain_pptmon_warning", chain.id))
-            if warning is not None and out[("port_chain", chain.id)][0] == "active":
-                out[("port_chain", chain.id)] = ("active", warning[1])   # measured, but not across some VNF
-
-
-def chain_pptmon_status(snapshot, chain_id: int, agents: dict) -> Status:
-    """What the agents say of a measured chain's PPTMon programs (fathom.apps.hostlocal.chains):
-    `agents` holds the status of each instance's attachment, (kind, port pair id) -> status."""
-    from fathom.apps.hostlocal.chains import MAX_PPTMON_GROUPS, MAX_PPTMON_INSTANCES, OWNER_KIND, chain_pptmon
-    vnfs = chain_pptmon(snapshot, chain_id)
-    if not vnfs:
-        return ("error", f"PPTMon: a measured chain has at most {MAX_PPTMON_GROUPS} groups and "
-                         f"{MAX_PPTMON_INSTANCES} instances")
-    parts: list[Status] = []
-    for v in vnfs:
-        if v.problem is not None:
-            parts.append(("error" if v.fatal else "pending", f"PPTMon: {v.problem}"))
-            continue
-        st = agents.get((OWNER_KIND, v.pair_id), ("pending", f"waiting for the agent on node {v.node}"))
-        parts.append(st if st[0] == "active" else (st[0], f"PPTMon on port pair {v.pair_id}: {st[1]}"))
-    return worst(parts)
+        out[("port_chain", chain.id)] = status_of("port_chain", chain.id)
 
 
 def node_states(result) -> dict[str, str]:

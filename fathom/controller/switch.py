@@ -40,6 +40,24 @@ class ApplyError(Exception):
         self.refused = tuple(refused)
 
 
+class NotMaster(ApplyError):
+    """The switch refused a write (OFPBRC_IS_SLAVE) or a master role request (OFPRRFC_STALE): another
+    controller is its master under a newer generation_id. Mastership is lost: write nothing more to
+    it until a master role request with a newer epoch succeeds."""
+
+
+# The generation_id a role reply carries while the switch has none (OVS: no master/slave request yet)
+NO_GENERATION = 0xFFFFFFFFFFFFFFFF
+
+
+def is_not_master(ofp, errors) -> bool:
+    """Whether OpenFlow messages (one, or a list: what os-ken's OFError holds) include an error that means
+    "not master": IS_SLAVE on a write, STALE on a role request."""
+    refusals = ((ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE), (ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE))
+    return any((getattr(e, "type", None), getattr(e, "code", None)) in refusals
+               for e in (errors if isinstance(errors, list) else [errors]))
+
+
 # ---------------------------------------------------------------------------------------------- encoding
 
 # ---------------------------------------------------------------------------------------------- diff
@@ -231,6 +249,8 @@ class OsKenSession:
         if errors or not isinstance(msg, parser.OFPBundleCtrlMsg):
             refused = [by_xid[e.xid] for e in errors if e.xid in by_xid]
             first = errors[0] if errors else msg   # an add's error before the commit's
+            if is_not_master(ofp, [*errors, msg]):
+                raise NotMaster(f"switch {dp.id:016x}: this controller is not its master (OFPBRC_IS_SLAVE)", refused)
             raise ApplyError(f"switch {dp.id:016x} refused the change: {OFError(result=first)}", refused)
 
     def barrier(self) -> None:
@@ -245,7 +265,41 @@ class OsKenSession:
             try:
                 ofctl.send_msg(self.app, m.message())
             except OFError as e:
+                if is_not_master(self.dp.ofproto, e.result):
+                    raise NotMaster(f"switch {self.dp.id:016x}: this controller is not its master "
+                                    f"(OFPBRC_IS_SLAVE)", (spec,)) from e
                 raise ApplyError(f"switch {self.dp.id:016x} refused the change: {e}", (spec,)) from e
+
+    def request_role(self, epoch: int | None) -> int:
+        """Be the switch's master under generation_id `epoch` (a lease's epoch, fathom.cluster), or
+        its slave (None). Returns the switch's generation_id after the request. NotMaster when the
+        switch refuses a master request as stale (it has seen a newer epoch: another controller is
+        master). A slave request cannot take anything, so it needs no fencing: it carries the
+        generation_id the switch holds (read first with a NOCHANGE request)."""
+        ofp = self.dp.ofproto
+        if epoch is not None:
+            return self._role(ofp.OFPCR_ROLE_MASTER, epoch)
+        for _ in range(3):     # a master may raise the switch's generation_id between the read and the request
+            now = self._role(ofp.OFPCR_ROLE_NOCHANGE, 0)
+            try:
+                return self._role(ofp.OFPCR_ROLE_SLAVE, 0 if now == NO_GENERATION else now)
+            except NotMaster:
+                continue
+        raise ApplyError(f"switch {self.dp.id:016x}: its generation_id kept moving; not made slave")
+
+    def _role(self, role: int, generation: int) -> int:
+        parser = self.dp.ofproto_parser
+        try:
+            reply = ofctl.send_msg(self.app, parser.OFPRoleRequest(self.dp, role, generation),
+                                   reply_cls=parser.OFPRoleReply)
+        except OFError as e:
+            if is_not_master(self.dp.ofproto, e.result):
+                raise NotMaster(f"switch {self.dp.id:016x} refused generation_id {generation} as stale "
+                                f"(OFPRRFC_STALE): another controller is master with a newer one") from e
+            raise ApplyError(f"switch {self.dp.id:016x} refused the role request: {e}") from e
+        if reply is None:
+            raise ApplyError(f"switch {self.dp.id:016x}: no reply to the role request")
+        return reply.generation_id
 
 
 class _CommitTimes:

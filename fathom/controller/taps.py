@@ -1,5 +1,5 @@
 """Runtime side of vTAP: per-policy counters and per-node state read from the switches, and the
-Prometheus exposition (/metrics).
+Prometheus collector behind /metrics (the routes: fathom.api.runtime).
 
 Counters come from OpenFlow itself: the policy's group at the tap point (the sender's edge; the receiver's for
 a sender of "*") counts, per bucket,
@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 
 import os_ken.app.ofctl.api as ofctl
-from fastapi import APIRouter, Response
 
-from fathom.api.deps import ERRORS, AdminDep, CallerDep
 from fathom.apps import BR_INT
 from fathom.controller import switch as sw
 from fathom.model import datapath_id
@@ -21,8 +19,6 @@ from fathom.openflow.spec import Output, OutputTrunc
 from fathom.pipeline import stages as st
 from fathom.apps.vtap import compiler as vtap
 from fathom.store import models as m
-from fathom.store.errors import NotFound
-from fathom.store.ops import valid_id
 
 LOG = logging.getLogger("fathom.vtap")
 
@@ -108,7 +104,7 @@ def _same(stat, flow) -> bool:
     return stat.priority == flow.priority and dict(stat.match._fields2).get(st.REG_TAP) == flow.match_dict.get(st.REG_TAP)
 
 
-class _Collector:
+class TapCollector:
     """Prometheus collector: reads every policy's counters at scrape time."""
 
     def __init__(self, reconciler):
@@ -143,29 +139,3 @@ class _Collector:
         except Exception:  # noqa: BLE001 - a scrape must not fail the endpoint
             LOG.exception("tap metrics")
         yield from (matched, copies, copies_b, delivered, realised)
-
-
-def tap_runtime_router(reconciler) -> APIRouter:
-    """/v1/taps/{id}/stats and /metrics. Include it in the controller's app (server.serve)."""
-    from prometheus_client import REGISTRY, generate_latest
-    from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-    try:
-        REGISTRY.register(_Collector(reconciler))
-    except ValueError:
-        pass  # registered already (a second app in one process)
-    router = APIRouter(tags=["taps"], responses=ERRORS)
-
-    @router.get("/v1/taps/{tap_id}/stats", summary="Counters and per-node state of a tap policy")
-    def tap_stats(tap_id: int, c: CallerDep):
-        with reconciler.Session() as s:
-            t = s.get(m.TapPolicy, tap_id) if valid_id(tap_id) else None
-            if t is None or not (c.admin or t.project_id == c.project):
-                raise NotFound(f"tap policy {tap_id} does not exist")
-        return policy_stats(reconciler, tap_id)
-
-    @router.get("/metrics", summary="Prometheus metrics (admin)", include_in_schema=False)
-    def metrics(_c: AdminDep):
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
-
-    return router

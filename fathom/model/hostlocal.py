@@ -51,7 +51,7 @@ class PptmonAttach:
     """PPTMon eBPF programs on interfaces of the node: `ppt_in` at `in_point`, `ppt_out` at
     `out_point` ("<interface>:ingress|egress"), in `mode`, sampling every `period_ns`. Its owner
     is (`owner_kind`, `attachment_id`): an operator's attachment, or a VNF instance of a port
-    chain measured through the API (fathom.apps.hostlocal.chains)."""
+    chain measured through the API (fathom.model.chains)."""
     KIND = "pptmon_attach"
     attachment_id: int
     chain: str
@@ -61,7 +61,7 @@ class PptmonAttach:
     out_point: str
     period_ns: int
     owner_kind: str = "pptmon_attachment"
-    path: str = ""        # a port chain's instances, as a digest (fathom.apps.hostlocal.chains); "" otherwise
+    path: str = ""        # a port chain's instances, as a digest (fathom.model.chains); "" otherwise
 
     @property
     def owner(self) -> tuple[str, int]:

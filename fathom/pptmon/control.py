@@ -134,7 +134,9 @@ def _write_state(chain, placement, period_ns, pids, pins) -> dict:
     return st
 
 
-def _wait_attached(chain: Chain, k: int, p: subprocess.Popen, timeout: float = 5.0) -> None:
+def _wait_attached(chain: Chain, k: int, p: subprocess.Popen, timeout: float = 30.0) -> None:
+    # The kernel's verifier takes seconds on a busy host (6.5 s for one program at a load of 9 on
+    # two cores): the same bound as the node agent's ATTACH_TIMEOUT.
     f = chain.state_dir() / f"vnf{k}.jsonl"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -21,9 +21,9 @@ from __future__ import annotations
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from fathom.apps.sfc import classifiers as cls
-from fathom.apps.hostlocal.chains import MAX_PPTMON_GROUPS, MAX_PPTMON_INSTANCES
-from fathom.apps.sfc.compiler import MAX_CHAIN_ID, MAX_GROUPS, MAX_INSTANCES
+from fathom.model import classifiers as cls
+from fathom.model.chains import MAX_PPTMON_GROUPS, MAX_PPTMON_INSTANCES
+from fathom.model.chains import MAX_CHAIN_ID, MAX_GROUPS, MAX_INSTANCES
 from fathom.store import models as m
 from fathom.store import sfc_models as sm
 from fathom.store.errors import Conflict, Invalid, NotFound

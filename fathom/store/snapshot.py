@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 from sqlalchemy import and_, bindparam, or_, select
 
-from fathom.apps.vtap.filters import TAP_VNI_BASE
+from fathom.model.taps import TAP_VNI_BASE
 from fathom.model import (
     ChainPptmon, FixedIp, FloatingIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup,
     Router, RouterGateway, RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, TapPolicy,
@@ -41,7 +41,7 @@ def load_tap_view(session, routes: bool = False, policies: Collection[int] | Non
     tap markers' space, not the whole store (an API call on one policy must not read every port or
     network of the cloud); `routes`: also the routers' interfaces and the subnets of all these
     networks, which tell how a policy's traffic is routed (its overlap with another's,
-    fathom.apps.vtap.filters.conflicting_policies); `policies`: only the policies of these ids (a
+    fathom.model.taps.conflicting_policies); `policies`: only the policies of these ids (a
     policy's problems are its own). In the caller's transaction."""
     seen: dict = {}
     parts = {"nodes": _nodes(session, seen, {})}

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from fathom.apps.vtap import filters as vtap
+from fathom.model import taps as vtap
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import Caller, _external_id, _owner, valid_id
@@ -74,7 +74,7 @@ def create_tap(session: Session, caller: Caller, body: dict) -> m.TapPolicy:
     session.add(tap)
     session.flush()
     _check_overlap(session, tap)
-    _set_status(session, tap)
+    judge(session, [tap.id], changed=True)
     return tap
 
 
@@ -83,7 +83,7 @@ def update_tap(session: Session, caller: Caller, tap_id: int, changes: dict) -> 
     _apply(session, caller, tap, changes, creating=False)
     session.flush()
     _check_overlap(session, tap)
-    _set_status(session, tap)
+    judge(session, [tap.id], changed=True)
     return tap
 
 
@@ -191,42 +191,34 @@ def _check_overlap(session: Session, tap: m.TapPolicy) -> None:
                        f"overlapping packets)", "priority")
 
 
-def static_problems(session: Session, policies: Collection[int]) -> dict[int, list[str]]:
+def static_problems(session: Session, policies: Collection[int]) -> dict[int, vtap.Problems]:
     """Why each policy of these ids cannot be installed, judged from the store alone
-    (every bound interface is assumed present on its node): deleted ports (error) and unbound ports
-    (pending)."""
+    (every bound interface is assumed present on its node): deleted ports (fatal) and unbound ports."""
     return vtap.static_problems(load_tap_view(session, policies=policies))
 
 
 WAITING = "waiting for the switches to hold it"
 
 
-def status_of(problems: list[str], stored: tuple[str, str | None] = ("pending", WAITING)) -> tuple[str, str | None]:
-    """A problem the store alone shows wins; without one, what the controller last wrote (a policy is
-    `active` only once every switch that must hold its flows holds them)."""
-    if not problems:
-        return stored
-    status = "error" if any("deleted" in p or "marker" in p for p in problems) else "pending"
-    return status, "; ".join(problems)
+def judge(session: Session, policies: Collection[int], changed: bool = False) -> None:
+    """Write what the store alone tells of the policies of these ids: a problem (a port deleted or
+    unbound under one, a marker a tenant network uses) is the policy's status at once, until the
+    controller's next pass decides it again (from the same problems, fathom.apps.vtap). A policy
+    without one keeps the status the controller wrote last; one just made or `changed` waits for
+    the switches. The one status a policy has: every reader reads it."""
+    if not policies:
+        return
+    judged = static_problems(session, policies)
+    for tap in session.scalars(select(m.TapPolicy).where(m.TapPolicy.id.in_(list(policies)))):
+        problems = judged.get(tap.id)
+        if problems:
+            tap.status, tap.status_reason = problems.severity.value, "; ".join(problems)
+        elif changed:
+            tap.status, tap.status_reason = "pending", WAITING
 
 
-def _set_status(session: Session, tap: m.TapPolicy) -> None:
-    problems = static_problems(session, [tap.id]).get(tap.id, [])
-    tap.status, tap.status_reason = status_of(problems) if problems else ("pending", WAITING)
-
-
-def current_statuses(session: Session, policies: Collection[int]) -> dict[int, tuple[str, str | None]]:
-    """(status, reason) of the policies of these ids as the store stands now: a port deleted or
-    unbound under a policy shows at once, otherwise the controller's status. Computed on read (reads
-    do not write: they run in read-only transactions)."""
+def policies_naming(session: Session, port_id: int) -> list[int]:
+    """The ids of the policies that name a port (as sender, receiver or a monitor)."""
     t = m.TapPolicy
-    stored = {i: (status, reason) for i, status, reason in session.execute(
-        select(t.id, t.status, t.status_reason).where(t.id.in_(list(policies))))}
-    return {pid: status_of(problems, stored.get(pid, ("pending", WAITING)))
-            for pid, problems in static_problems(session, policies).items()}
-
-
-def policies_using_port(session: Session, port_id: int) -> list[m.TapPolicy]:
-    cols = (m.TapPolicy.sender_port_id, m.TapPolicy.receiver_port_id, m.TapPolicy.monitor_port_id,
-            m.TapPolicy.monitor2_port_id)
-    return list(session.scalars(select(m.TapPolicy).where(or_(*(c == port_id for c in cols)))))
+    cols = (t.sender_port_id, t.receiver_port_id, t.monitor_port_id, t.monitor2_port_id)
+    return list(session.scalars(select(t.id).where(or_(*(c == port_id for c in cols)))))

@@ -134,3 +134,9 @@ def test_deploy_md_on_a_controller_host_and_two_nodes(tmp_path):
         for h in hosts.values():
             h.stop()
         subprocess.run(["ip", "netns", "del", "zo2-sw"], capture_output=True)
+
+
+def test_trace_md():
+    """docs/trace.md: the simulated verdict agrees with ping in the default lab, delivered and then
+    dropped by a security group."""
+    run_doc(ROOT / "docs" / "trace.md", "tr1", timeout=300)

@@ -25,7 +25,7 @@ import time
 import pytest
 from scapy.all import IP, TCP, rdpcap
 
-from fathom.apps.hostlocal.chains import OWNER_KIND, chain_label
+from fathom.model.chains import OWNER_KIND, chain_label
 from fathom.client import Client
 from fathom.lab import vnf as vnfs
 
@@ -395,7 +395,7 @@ def test_a_proxy_in_the_chain_ends_the_option_and_the_counters_say_so(lab, api, 
     option (its sink appends), but what the proxy sends on is a new connection without one, so the
     sink reports nothing. From the loaders' counters, as the agents report them, the chain's
     verdict is `lost_across` = all stamped, with the warning; no time is made up."""
-    from fathom.apps.hostlocal.chains import _placed as placed, lost_across, lost_warning
+    from fathom.model.chains import _placed as placed, lost_across, lost_warning
     from fathom.model.hostlocal import PptmonAttach, digest, owner_key
     from fathom.store.agents import AgentView
     bpffs = tmp_path / "bpffs"

@@ -22,6 +22,7 @@ structure that changes any compiled flow, group, meter or cookie fails.
 """
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -157,8 +158,24 @@ def ofports(topo: topology.Topology, snapshot, mode: str) -> dict[str, dict[str,
     return out
 
 
-def scenarios():
-    """(topology path, variant name, {SwitchKey: desired state}) of every shipped topology and variant."""
+_MIGRATED: list = []    # (a temporary directory, the path of an empty store migrated once there)
+
+
+def _migrated() -> str:
+    """An empty store, migrated once per process: each model starts from a copy (migrating costs seconds)."""
+    if not _MIGRATED:
+        from fathom.api.app import create_app
+        tmp = tempfile.TemporaryDirectory()
+        app = create_app(f"sqlite:///{tmp.name}/fathom.db")
+        app.state.engine.dispose()
+        _MIGRATED.extend([tmp, f"{tmp.name}/fathom.db"])
+    return _MIGRATED[1]
+
+
+def model(path: Path, with_fabric: bool, mode: str, more=None):
+    """(snapshot with runtime facts, {SwitchKey: desired state}) of a topology registered as the lab
+    does; `more(call, ids)` makes further objects through the API first (`call(method, path,
+    project=None, **kw)` as in `register`)."""
     from dataclasses import replace
 
     from sqlalchemy.orm import Session
@@ -169,28 +186,40 @@ def scenarios():
 
     from .auth import headers_for
 
+    topo = topology.load(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(_migrated(), f"{tmp}/fathom.db")
+        app = create_app(f"sqlite:///{tmp}/fathom.db")
+        with TestClient(app, headers=headers_for(app)) as client:
+            ids = register(client, topo, with_fabric, mode)
+            if more is not None:
+                def call(method: str, url: str, project: str | None = None, **kw):
+                    r = client.request(method, "/v1" + url, headers={"X-Project": project} if project else {}, **kw)
+                    assert r.status_code < 400, f"{method} {url}: {r.status_code} {r.text}"
+                    return r.json() if r.content else None
+                more(call, ids)
+        with Session(app.state.engine) as s:
+            snapshot = load_snapshot(s)
+        app.state.engine.dispose()
+    # router interfaces get random MACs from the store: made fixed here
+    snapshot = replace(snapshot, router_interfaces=tuple(
+        replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces),
+        router_gateways=tuple(replace(g, mac_address=f"02:fd:00:00:01:{g.router_id:02x}")
+                              for g in snapshot.router_gateways))
+    snapshot = snapshot.with_ofports(ofports(topo, snapshot, mode))
+    snapshot = snapshot.with_phy_ofports({n.name: {"patch-int": 1, "ul0": 2} for n in topo.nodes})
+    fab = snapshot.fabric
+    if fab is not None:
+        tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
+        snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
+    return snapshot, compile_all(snapshot)
+
+
+def scenarios():
+    """(topology path, variant name, {SwitchKey: desired state}) of every shipped topology and variant."""
     for path in TOPOLOGIES:
-        topo = topology.load(path)
-        for name, with_fabric, mode in variants(topo):
-            with tempfile.TemporaryDirectory() as tmp:
-                app = create_app(f"sqlite:///{tmp}/fathom.db")
-                with TestClient(app, headers=headers_for(app)) as client:
-                    register(client, topo, with_fabric, mode)
-                with Session(app.state.engine) as s:
-                    snapshot = load_snapshot(s)
-                app.state.engine.dispose()
-            # router interfaces get random MACs from the store: made fixed here
-            snapshot = replace(snapshot, router_interfaces=tuple(
-                replace(ri, mac_address=f"02:fd:00:00:00:{ri.id:02x}") for ri in snapshot.router_interfaces),
-                router_gateways=tuple(replace(g, mac_address=f"02:fd:00:00:01:{g.router_id:02x}")
-                                      for g in snapshot.router_gateways))
-            snapshot = snapshot.with_ofports(ofports(topo, snapshot, mode))
-            snapshot = snapshot.with_phy_ofports({n.name: {"patch-int": 1, "ul0": 2} for n in topo.nodes})
-            fab = snapshot.fabric
-            if fab is not None:
-                tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
-                snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
-            yield path, name, compile_all(snapshot)
+        for name, with_fabric, mode in variants(topology.load(path)):
+            yield path, name, model(path, with_fabric, mode)[1]
 
 
 def render() -> str:

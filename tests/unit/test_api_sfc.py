@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
-from fathom.apps.sfc.compiler import hop_marker
+from fathom.model.chains import hop_marker
 from fathom.store.snapshot import load_snapshot
 
 from .test_api import OTHER, Client, lists_in_fixed_statements

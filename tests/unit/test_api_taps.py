@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fathom.apps.vtap import compiler as vtap
-from fathom.apps.vtap import filters
+from fathom.model import taps as filters
 from fathom.store.snapshot import load_snapshot, load_tap_view
 from sqlalchemy.orm import Session
 

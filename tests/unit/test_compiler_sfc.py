@@ -10,7 +10,7 @@ import pytest
 
 from fathom.apps import BR_INT, compile_all
 from fathom.apps.sfc import compiler as sfc
-from fathom.apps.sfc.compiler import chain_vnf_ports, hop_marker, parse_hop_marker
+from fathom.model.chains import chain_vnf_ports, hop_marker, parse_hop_marker
 from fathom.model import (
     FixedIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup, SecurityGroup,
     SecurityGroupRule, Snapshot, Subnet,
@@ -196,5 +196,5 @@ def test_plan_problems_and_vnf_ports():
 
 @pytest.mark.parametrize("rng,count", [((80, 80), 1), ((1024, 2047), 1), ((1000, 1999), 7), ((0, 65535), 1)])
 def test_port_ranges_expand(rng, count):
-    from fathom.apps.sfc.classifiers import matches
+    from fathom.model.classifiers import matches
     assert len(matches(FlowClassifier(1, "", "p", 10, None, 6, None, None, None, rng))) == count

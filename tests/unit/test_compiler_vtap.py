@@ -12,7 +12,7 @@ import pytest
 from fathom.openflow.spec import DecTtl, Group, SetField, SwitchState
 from fathom.pipeline import stages as st
 from fathom.apps.vtap import compiler as vtap
-from fathom.apps.vtap import filters
+from fathom.model import taps as filters
 from .flowsim import compile_tenant
 from fathom.model import (  # noqa: I001
     TUNNEL_INTERFACE,

@@ -196,12 +196,10 @@ def test_another_projects_objects_are_absent(app, admin):
 
 def test_runtime_endpoints_are_admin_only(app, admin):
     from fathom.controller.reconciler import Reconciler
-    from fathom.controller.server import runtime_router
-    from fathom.controller.taps import tap_runtime_router
+    from fathom.controller.server import install_runtime
     from fathom.store.db import session_factory
     reconciler = Reconciler(session_factory(app.state.engine), switches=None, bootstrapper=None)
-    app.include_router(runtime_router(reconciler))
-    app.include_router(tap_runtime_router(reconciler))
+    install_runtime(app, reconciler)
     member, service = client(app), client(app, "svc", roles="service")
     for method, path in (("GET", "/v1/nodes/c1/flows"), ("POST", "/v1/sync"), ("GET", "/v1/health"),
                          ("GET", "/metrics")):

@@ -8,10 +8,10 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from fathom.apps.hostlocal import desired
-from fathom.apps.hostlocal.chains import (
+from fathom.model.chains import (
     OWNER_KIND, chain_attachments, chain_label, chain_pptmon, chain_warnings, lost_across, parse_chain_label,
 )
-from fathom.controller.status import chain_pptmon_status
+from fathom.model.chains import chain_pptmon_status
 from fathom.model import ChainPptmon, PortChain, PortPair, PortPairGroup
 from fathom.model.hostlocal import digest, digest_json, from_json, to_json
 from fathom.store import agents as ag

@@ -7,9 +7,10 @@ nothing of it (most port changes); any other is compiled whole (logged and count
 """
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, App, SwitchKey
-from fathom.apps.external.compiler import compile_external
+from fathom.apps.base import BR_INT, App, Problem, Severity, SwitchKey
+from fathom.apps.external.compiler import compile_external, unsupported_gateways
 from fathom.apps.incremental import local_networks, node_facts
+from fathom.model import EXTERNAL_INTERFACE
 from fathom.model.routers import effective_modes
 from fathom.pipeline.cookies import APP_EXTERNAL
 
@@ -29,5 +30,23 @@ def touched(before, after):
     return set() if _inputs(before) == _inputs(after) else "gateways, floating IPs or their networks changed"
 
 
+def status(model, agents) -> list[Problem]:
+    """A router gateway not compiled (a router mode it does not support), or waiting for its gateway
+    node's external port (`ext0`)."""
+    refused = unsupported_gateways(model) if model.router_gateways else {}
+    nodes = {n.name: n for n in model.nodes}
+    out = []
+    for gw in model.router_gateways:
+        node = nodes.get(gw.node)
+        if gw.router_id in refused:
+            out.append(Problem(("router_gateway", gw.router_id), Severity.ERROR, refused[gw.router_id]))
+        elif node is None or node.ofport(EXTERNAL_INTERFACE) is None:
+            out.append(Problem(("router_gateway", gw.router_id), Severity.PENDING,
+                               f"waiting for interface {EXTERNAL_INTERFACE!r} (the external network) on gateway "
+                               f"node {gw.node!r}"))
+    return out
+
+
 APP = App("external", APP_EXTERNAL,
-          {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile, touched=touched)
+          {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile, touched=touched,
+          status=status)

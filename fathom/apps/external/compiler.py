@@ -33,7 +33,7 @@ from __future__ import annotations
 import ipaddress
 from collections import defaultdict
 
-from fathom.apps.tenant.compiler import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
+from fathom.openflow.arp import ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4, arp_reply_actions
 from fathom.model import (
     EXTERNAL_INTERFACE, TUNNEL_INTERFACE, UPLINK_INTERFACE, FloatingIp, Network, Node, RouterGateway, Snapshot,
 )

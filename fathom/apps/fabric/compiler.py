@@ -31,7 +31,7 @@ from fathom.openflow.spec import (
 )
 from fathom.pipeline import stages as st
 from fathom.pipeline.catalogue import BR_PHY, TOR
-from fathom.apps.tenant.compiler import ETH_TYPE_ARP, ETH_TYPE_IPV4, ARP_REQUEST, arp_reply_actions
+from fathom.openflow.arp import ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4, arp_reply_actions
 from fathom.model import UPLINK_INTERFACE, Snapshot
 from fathom.model.routers import effective_modes, fabric_state, tenant_view
 

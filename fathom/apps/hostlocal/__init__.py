@@ -2,7 +2,7 @@
 
 Not an OpenFlow app: its output is what each node's agent must hold on its host (router
 namespaces of `network-node` routers, DHCP servers, PPTMon attachments: the operator's, and those
-of port chains measured with `pptmon`, fathom.apps.hostlocal.chains), as the typed objects of
+of port chains measured with `pptmon`, fathom.model.chains), as the typed objects of
 fathom.model.hostlocal, each with its owner. `desired(snapshot, attachments)` gives
 {node name: [object, ...]} for every node of the model (a node with nothing to hold gets []).
 A caller that follows one store from snapshot to snapshot uses `Desired()`, which gives the same
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from fathom.apps.hostlocal.chains import chain_attachments
+from fathom.model.chains import chain_attachments
 from fathom.model import Snapshot
 from fathom.model.hostlocal import (DhcpHost, DhcpServer, DhcpSubnet, PptmonAttach, RouterLeg,
                                     RouterNamespace)
@@ -237,7 +237,7 @@ class Desired:
 def desired(snapshot: Snapshot, attachments=(), dhcp=dhcp_servers) -> dict[str, list]:
     """{node name: [host-local object]} for every node. `attachments`: the operator's PPTMon
     attachments (fathom.model.hostlocal.PptmonAttach) by node name, as (node, PptmonAttach) pairs;
-    the port chains with `pptmon` add theirs (fathom.apps.hostlocal.chains). `dhcp`: how the DHCP
+    the port chains with `pptmon` add theirs (fathom.model.chains). `dhcp`: how the DHCP
     servers are worked out (`dhcp_servers`, or a DhcpServers kept by the caller)."""
     out: dict[str, list] = {n.name: [] for n in snapshot.nodes}
     for node, namespaces in router_namespaces(snapshot).items():

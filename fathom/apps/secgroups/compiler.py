@@ -50,7 +50,7 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from fathom.apps.tenant.compiler import refused_ports
-from fathom.apps.vtap.filters import range_to_masks
+from fathom.openflow.masks import range_to_masks
 from fathom.model import Node, Port, SecurityGroupRule, Snapshot
 from fathom.openflow.spec import (
     Conjunction, Ct, CtClear, FlowSpec, GotoTable, LoadReg, SetField, SwitchState, ct_state,

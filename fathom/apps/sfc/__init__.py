@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fathom.apps.base import BR_INT, App, Owner, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, Problem, Severity, SwitchKey
 from fathom.apps.incremental import changed_ports, node_facts
 from fathom.apps.sfc.compiler import compile_sfc_plans
+from fathom.model.chains import WARNING_KIND, chain_pptmon_status
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import APP_SFC
 
@@ -65,5 +66,28 @@ def touched(before, after):
     return {Owner(APP_SFC, ck.KIND_PORT_CHAIN, i) for i in ids}
 
 
+def status(model, agents) -> list[Problem]:
+    """A chain the compiler could not (wholly) steer: its problems (`error` when it cannot be
+    compiled at all); a measured chain's PPTMon programs as their agents hold them, besides its
+    flows; a warning when PPTMon measures it but not across some VNF (it terminates TCP)."""
+    if not model.port_chains:
+        return []
+    out = []
+    chain_plans = plans(model)[1]
+    for chain in model.port_chains:
+        about = ("port_chain", chain.id)
+        plan = chain_plans.get(chain.id)
+        if plan is not None and plan.problems:
+            out.append(Problem(about, Severity.ERROR if plan.fatal else Severity.PENDING, "; ".join(plan.problems)))
+        if chain.pptmon is not None:
+            measured, reason = chain_pptmon_status(model, chain.id, agents)
+            if measured != "active":
+                out.append(Problem(about, Severity(measured), reason, replaces_flows=False))
+            warning = agents.get((WARNING_KIND, chain.id))
+            if warning is not None:
+                out.append(Problem(about, Severity.WARNING, warning[1], replaces_flows=False))
+    return out
+
+
 APP = App("sfc", APP_SFC, {BR_INT: ("classify", "sfc", "sfc-select", "sfc-deliver")}, compile,
-          touched=touched, compile_owners=compile_owners)
+          touched=touched, compile_owners=compile_owners, status=status)

@@ -30,42 +30,22 @@ port, an interface not plugged, no tunnel) is compiled without the missing bucke
 its plan; a hop with no instance at all has no group, and its frames are dropped in sfc-select
 rather than let past a VNF they must cross.
 
-`chain_vnf_ports` lists a chain's VNF ports in path order with their PPTMon role, for whatever
-attaches per-VNF tools (the node agent).
+Hop markers and the limits on chains are the model's (fathom.model.chains).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from fathom.apps.sfc import classifiers as cls
+from fathom.model import classifiers as cls
+from fathom.model.chains import MAX_CHAIN_ID, MAX_GROUPS, hop_marker
 from fathom.model import TUNNEL_INTERFACE, Node, Port, PortChain, PortPair, Snapshot
 from fathom.openflow.spec import FlowSpec, GotoTable, Group, GroupSpec, Output, SetField, SwitchState, set_tunnel_dst
 from fathom.pipeline import stages as st
 
-# Hop markers: SFC_VNI_BASE | chain << 7 | direction << 6 | group index. VNIs 0xE00000..0xEFFFFF are
-# chain hops, never tenant networks (vTAP's markers are 0xF00000 and up).
-SFC_VNI_BASE = 0xE00000
-MAX_CHAIN_ID = (1 << 13) - 1
-MAX_GROUPS = 64
-MAX_INSTANCES = 32
-
 PRIO_CLASSIFIER = 100
 PRIO_HOP = 100
 ETH_IPV4 = 0x0800
-
-
-def hop_marker(chain_id: int, direction: int, index: int) -> int:
-    if not 0 < chain_id <= MAX_CHAIN_ID or not 0 <= index < MAX_GROUPS or direction not in (0, 1):
-        raise ValueError(f"no hop marker for chain {chain_id}, direction {direction}, group {index}")
-    return SFC_VNI_BASE | chain_id << 7 | direction << 6 | index
-
-
-def parse_hop_marker(value: int) -> tuple[int, int, int] | None:
-    """(chain id, direction, group index) of a hop marker; None for any other value."""
-    if value & ~0xFFFFF != SFC_VNI_BASE:
-        return None
-    return (value >> 7) & MAX_CHAIN_ID, (value >> 6) & 1, value & 0x3F
 
 
 def chain_cookie(chain_id: int) -> int:
@@ -85,19 +65,6 @@ class Plan:
     fatal: bool = False      # the chain cannot be compiled at all (status error)
 
 
-@dataclass(frozen=True)
-class VnfPort:
-    """One VNF instance of a chain, in path order: where per-VNF tools attach (PPTMon: `role`)."""
-    chain_id: int
-    position: int               # index of its group in the chain
-    group_id: int
-    pair_id: int
-    node: str | None
-    ingress_interface: str | None
-    egress_interface: str | None
-    role: str                   # source | transit | sink | source-sink (PPTMon's modes)
-
-
 class _View:
     def __init__(self, snapshot: Snapshot):
         self.nodes = {n.name: n for n in snapshot.nodes}
@@ -115,28 +82,6 @@ class _View:
     def instances(self, group_id: int) -> list[PortPair]:
         g = self.groups.get(group_id)
         return [self.pairs[i] for i in sorted(g.port_pair_ids) if i in self.pairs] if g else []
-
-
-def _role(position: int, n: int) -> str:
-    if n == 1:
-        return "source-sink"
-    return "source" if position == 0 else "sink" if position == n - 1 else "transit"
-
-
-def chain_vnf_ports(snapshot: Snapshot, chain_id: int) -> list[VnfPort]:
-    """The VNF instances of a chain in path order (all instances of a group share its position)."""
-    view = _View(snapshot)
-    chain = next((c for c in snapshot.port_chains if c.id == chain_id), None)
-    if chain is None:
-        return []
-    out = []
-    n = len(chain.port_pair_group_ids)
-    for k, gid in enumerate(chain.port_pair_group_ids):
-        for pair in view.instances(gid):
-            ing, egr = view.ports.get(pair.ingress_port_id), view.ports.get(pair.egress_port_id)
-            out.append(VnfPort(chain.id, k, gid, pair.id, ing.node if ing else None,
-                               ing.interface if ing else None, egr.interface if egr else None, _role(k, n)))
-    return out
 
 
 def compile_sfc_plans(snapshot: Snapshot) -> tuple[dict[str, SwitchState], dict[int, Plan]]:

@@ -30,20 +30,16 @@ import ipaddress
 from collections import defaultdict
 
 from fathom.openflow.spec import (
-    OFPP_IN_PORT, OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
-    Move, Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
+    OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
+    Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.apps.hostlocal import dhcp_mac, dhcp_server_addresses
+from fathom.openflow.arp import ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4, arp_reply_actions
 from fathom.pipeline import stages as st
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, Network, Node, Port, RouterInterface, Snapshot,
 )
-
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_ARP = 0x0806
-ARP_REQUEST = 1
-ARP_REPLY = 2
 
 # Priorities within a stage (higher wins).
 PRIO_PORT = 100           # classify by in_port / tunnel / VLAN; l2 unicast; output
@@ -419,20 +415,6 @@ def _network_classify_flows(network: Network, tunnel: int | None, uplink: int | 
         return {FlowSpec(st.CLASSIFY, PRIO_PORT, {"in_port": uplink, "vlan_vid": OFPVID_NONE},
                          (set_network, to_l2), c)}
     return set()
-
-
-def arp_reply_actions(mac: str, ip: str) -> tuple:
-    """Turn an ARP request for `ip` into the reply `ip is-at mac`, sent back where it came from."""
-    return (
-        Move("eth_src", "eth_dst", 48),
-        SetField("eth_src", mac),
-        SetField("arp_op", ARP_REPLY),
-        Move("arp_sha", "arp_tha", 48),
-        SetField("arp_sha", mac),
-        Move("arp_spa", "arp_tpa", 32),
-        SetField("arp_spa", ip),
-        Output(OFPP_IN_PORT),
-    )
 
 
 def _arp_responder_flows(topo: _Topology, network: Network, want=_everyone) -> set[FlowSpec]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fathom.apps.base import BR_INT, App, Owner, SwitchKey
+from fathom.apps.base import BR_INT, App, Owner, Problem, SwitchKey
 from fathom.apps.incremental import changed_ports, node_facts
 from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.model.routers import tenant_view
@@ -55,5 +55,13 @@ def touched(before, after):
     return {Owner(APP_VTAP, ck.KIND_TAP_POLICY, i) for i in ids}
 
 
+def status(model, agents) -> list[Problem]:
+    """A policy the compiler could not (wholly) install: its problems, in the order found."""
+    if not model.tap_policies:
+        return []
+    return [Problem(("tap_policy", pid), plan.problems.severity, "; ".join(plan.problems))
+            for pid, plan in plans(model)[1].items() if plan.problems]
+
+
 APP = App("vtap", APP_VTAP, {BR_INT: ("classify", "tap-ingress", "tap-recovery")}, compile,
-          touched=touched, compile_owners=compile_owners)
+          touched=touched, compile_owners=compile_owners, status=status)

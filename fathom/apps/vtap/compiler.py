@@ -48,8 +48,8 @@ from fathom.openflow.spec import (
     SetField, SwitchState, set_tunnel_dst,
 )
 from fathom.pipeline import stages as st
-from fathom.apps.vtap.filters import (
-    ETH_IPV4, MAX_POLICY_ID, Endpoint, View, directions, effective_eth_type, egress_matches, endpoint, ends,
+from fathom.model.taps import (
+    ETH_IPV4, MAX_POLICY_ID, Endpoint, Problems, View, directions, effective_eth_type, egress_matches, endpoint, ends,
     ingress_matches, marker, reverse_filters, tap_role, tapped, vlan_as_network,
 )
 from fathom.model import TUNNEL_INTERFACE, Port, Snapshot, TapPolicy
@@ -81,7 +81,7 @@ def tap_cookie(policy_id: int) -> int:
 class Plan:
     """What one policy needs, where; `problems` say why some or all of it is not installed."""
     policy: TapPolicy
-    problems: list
+    problems: Problems
     nodes: dict  # node name -> role(s) ("sender edge", "monitor edge")
 
 
@@ -97,7 +97,7 @@ def compile_vtap_plans(snapshot: Snapshot) -> tuple[dict[str, SwitchState], dict
     groups: dict[str, set] = defaultdict(set)
     plans: dict[int, Plan] = {}
     for policy in sorted(snapshot.tap_policies, key=lambda p: p.id):
-        plan = Plan(policy, [], {})
+        plan = Plan(policy, Problems(), {})
         plans[policy.id] = plan
         _compile_policy(view, policy, plan, flows, groups)
     meters: dict[str, set] = defaultdict(set)
@@ -115,19 +115,19 @@ def compile_vtap_plans(snapshot: Snapshot) -> tuple[dict[str, SwitchState], dict
 def _compile_policy(view: View, p: TapPolicy, plan: Plan, flows, groups) -> None:
     problems = plan.problems
     sender, receiver, missing = ends(view.ports, p)
-    problems += missing
+    problems.extend_with(missing)
     monitors: list[tuple[int, Port]] = []
     for i, mid in enumerate(p.monitor_port_ids):
         mport = view.ports.get(mid) if mid is not None else None
         label = "monitor" if i == 0 else "monitor2"
         if mport is None:
-            problems.append(f"{label} port was deleted")
+            problems.add(f"{label} port was deleted", fatal=True)
         else:
             monitors.append((i, mport))
     if sender is None or receiver is None or not monitors:
         return
     if p.id > MAX_POLICY_ID:
-        problems.append(f"policy id {p.id} is beyond the marker space")
+        problems.add(f"policy id {p.id} is beyond the marker space", fatal=True)
         return
     filters = dict(p.filters)
     tapping, why = directions(p, sender, receiver)
@@ -175,7 +175,7 @@ def _compile_direction(view: View, p: TapPolicy, plan: Plan, d: int, src: Endpoi
     for i, mport in monitors:
         mk = marker(p.id, d, i)
         if mk in view.tenant_vnis:
-            problems.append(f"tap marker VNI {mk} is used by a tenant network")
+            problems.add(f"tap marker VNI {mk} is used by a tenant network", fatal=True)
             continue
         mon = endpoint(mport)
         mnode = view.nodes.get(mport.node) if mport.node else None

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from fathom.addresses import parse_mac
 from fathom.model import Port, Snapshot, TapPolicy
+from fathom.model.status import Severity
+from fathom.openflow.masks import range_to_masks
 from fathom.openflow.spec import OFPVID_PRESENT
 from fathom.pipeline import stages as st
 
@@ -189,19 +191,6 @@ def _check_prerequisites(f: dict) -> None:
             raise FilterError(field, "give ports either as tp_src/tp_dst or as match fields, not both")
 
 
-def range_to_masks(low: int, high: int, bits: int = 16) -> list[tuple[int, int]]:
-    """The fewest (value, mask) pairs covering low..high exactly (prefix decomposition)."""
-    out = []
-    full = (1 << bits) - 1
-    while low <= high:
-        size = low & -low if low else 1 << bits
-        while size > high - low + 1:
-            size >>= 1
-        out.append((low, full & ~(size - 1)))
-        low += size
-    return out
-
-
 def _masked(value: int, mask: int, bits: int = 16):
     full = (1 << bits) - 1
     return value if mask == full else (value, mask)
@@ -238,6 +227,25 @@ ANY = "*"    # a receiver of "*": whatever the sender sends, to anyone (receiver
 ANYONE = Endpoint(None, None, None)
 
 
+class Problems(list):
+    """Why a policy is not (wholly) installed: its problems (str) in the order found. `fatal`: one
+    of them needs the policy's user (a port deleted under it, a marker it cannot have: status
+    `error`); otherwise they are awaited (an unbound port, a missing interface: `pending`)."""
+    fatal = False
+
+    def add(self, problem: str, fatal: bool = False) -> None:
+        self.append(problem)
+        self.fatal = self.fatal or fatal
+
+    def extend_with(self, other: "Problems") -> None:
+        self.extend(other)
+        self.fatal = self.fatal or other.fatal
+
+    @property
+    def severity(self) -> Severity:
+        return Severity.ERROR if self.fatal else Severity.PENDING
+
+
 def receiver_of(p: TapPolicy) -> "Endpoint":
     """A policy's receiver that is not a port: its MAC+IP, or no identifier at all for "*" (any)."""
     if p.receiver_mac == ANY:
@@ -245,21 +253,21 @@ def receiver_of(p: TapPolicy) -> "Endpoint":
     return Endpoint(p.receiver_mac, p.receiver_ip, None)
 
 
-def ends(ports: dict, p: TapPolicy) -> tuple[Endpoint | None, Endpoint | None, list[str]]:
+def ends(ports: dict, p: TapPolicy) -> tuple[Endpoint | None, Endpoint | None, "Problems"]:
     """(sender, receiver, problems) of a policy: None for a port deleted under it."""
-    problems = []
+    problems = Problems()
     sender = ANYONE
     if p.sender_is_port:
         port = ports.get(p.sender_port_id) if p.sender_port_id is not None else None
         sender = endpoint(port) if port else None
         if sender is None:
-            problems.append("sender port was deleted")
+            problems.add("sender port was deleted", fatal=True)
     receiver = receiver_of(p)
     if p.receiver_is_port:
         port = ports.get(p.receiver_port_id) if p.receiver_port_id is not None else None
         receiver = endpoint(port) if port else None
         if receiver is None:
-            problems.append("receiver port was deleted")
+            problems.add("receiver port was deleted", fatal=True)
     return sender, receiver, problems
 
 
@@ -478,10 +486,10 @@ def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:
 # ---------------------------------------------------------------------------------------------- problems
 
 
-def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
+def static_problems(snapshot: Snapshot) -> dict[int, Problems]:
     """Why each policy cannot be installed, judged from the model alone (every bound port's interface
-    is taken to be on its node): deleted ports (error), unbound ones, a marker a tenant network uses
-    (error). The same words as the compiler's plans, which add what only the switches can tell."""
+    is taken to be on its node): deleted ports (fatal), unbound ones, a marker a tenant network uses
+    (fatal). The same words as the compiler's plans, which add what only the switches can tell."""
     ports = {p.id: p for p in snapshot.ports}
     nodes = {n.name for n in snapshot.nodes}
     tenant_vnis = {n.segmentation_id for n in snapshot.networks if n.type == "vxlan"}
@@ -493,13 +501,13 @@ def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
         for i, mid in enumerate(p.monitor_port_ids):
             mport = ports.get(mid) if mid is not None else None
             if mport is None:
-                problems.append(f"{'monitor' if i == 0 else 'monitor2'} port was deleted")
+                problems.add(f"{'monitor' if i == 0 else 'monitor2'} port was deleted", fatal=True)
             else:
                 monitors.append((i, mport))
         if sender is None or receiver is None or not monitors:
             continue
         if p.id > MAX_POLICY_ID:
-            problems.append(f"policy id {p.id} is beyond the marker space")
+            problems.add(f"policy id {p.id} is beyond the marker space", fatal=True)
             continue
         tapping, why = directions(p, sender, receiver)
         problems += why
@@ -515,7 +523,7 @@ def static_problems(snapshot: Snapshot) -> dict[int, list[str]]:
                 continue
             for i, mport in monitors:
                 if marker(p.id, d, i) in tenant_vnis:
-                    problems.append(f"tap marker VNI {marker(p.id, d, i)} is used by a tenant network")
+                    problems.add(f"tap marker VNI {marker(p.id, d, i)} is used by a tenant network", fatal=True)
                 elif mport.node not in nodes or not mport.interface:
                     problems.append(f"{'monitor' if i == 0 else 'monitor2'} port {mport.id} is not on a node's "
                                     f"br-int yet")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import replace
 
-from fathom.apps.vtap.filters import range_to_masks
+from fathom.openflow.masks import range_to_masks
 from fathom.model import FlowClassifier, PortChain, Snapshot
 
 ETH_IPV4 = 0x0800

@@ -1,4 +1,6 @@
-"""PPTMon on port chains: where a measured chain's programs go, as host-local objects.
+"""Port chains in the model: their hop markers and limits (the sfc app steers by them, the store
+checks them), their VNF instances in path order, and PPTMon on them: where a measured chain's
+programs go, as host-local objects.
 
 A port chain with `pptmon` set is measured on every VNF instance (port pair) of every group, on the
 node its ports are bound to. The programs sit on the host side of the VNF's ports — the interfaces
@@ -36,16 +38,77 @@ in silence. A change of the chain's path restarts every instance's counters (the
 the path), and only counters of the current attachments are compared.
 
 The objects' owner is ("port_chain_vnf", port pair id) (a pair is in at most one group, a group in
-at most one chain); the chain's status is the worst of its instances' (fathom.controller.status).
+at most one chain); the chain's status is the worst of its instances' (`chain_pptmon_status`, which
+the sfc app's status reports).
 """
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 
-from fathom.apps.sfc.compiler import chain_vnf_ports
 from fathom.model import Snapshot
 from fathom.model.hostlocal import PptmonAttach, digest, owner_key
+from fathom.model.status import Status, worst
+
+# Hop markers: SFC_VNI_BASE | chain << 7 | direction << 6 | group index. VNIs 0xE00000..0xEFFFFF are
+# chain hops, never tenant networks (vTAP's markers are 0xF00000 and up).
+SFC_VNI_BASE = 0xE00000
+MAX_CHAIN_ID = (1 << 13) - 1
+MAX_GROUPS = 64
+MAX_INSTANCES = 32
+
+
+def hop_marker(chain_id: int, direction: int, index: int) -> int:
+    if not 0 < chain_id <= MAX_CHAIN_ID or not 0 <= index < MAX_GROUPS or direction not in (0, 1):
+        raise ValueError(f"no hop marker for chain {chain_id}, direction {direction}, group {index}")
+    return SFC_VNI_BASE | chain_id << 7 | direction << 6 | index
+
+
+def parse_hop_marker(value: int) -> tuple[int, int, int] | None:
+    """(chain id, direction, group index) of a hop marker; None for any other value."""
+    if value & ~0xFFFFF != SFC_VNI_BASE:
+        return None
+    return (value >> 7) & MAX_CHAIN_ID, (value >> 6) & 1, value & 0x3F
+
+
+@dataclass(frozen=True)
+class VnfPort:
+    """One VNF instance of a chain, in path order: where per-VNF tools attach (PPTMon: `role`)."""
+    chain_id: int
+    position: int               # index of its group in the chain
+    group_id: int
+    pair_id: int
+    node: str | None
+    ingress_interface: str | None
+    egress_interface: str | None
+    role: str                   # source | transit | sink | source-sink (PPTMon's modes)
+
+
+def _role(position: int, n: int) -> str:
+    if n == 1:
+        return "source-sink"
+    return "source" if position == 0 else "sink" if position == n - 1 else "transit"
+
+
+def chain_vnf_ports(snapshot: Snapshot, chain_id: int) -> list[VnfPort]:
+    """The VNF instances of a chain in path order (all instances of a group share its position;
+    within a group, by port pair id)."""
+    chain = next((c for c in snapshot.port_chains if c.id == chain_id), None)
+    if chain is None:
+        return []
+    ports = {p.id: p for p in snapshot.ports}
+    pairs = {p.id: p for p in snapshot.port_pairs}
+    groups = {g.id: g for g in snapshot.port_pair_groups}
+    out = []
+    n = len(chain.port_pair_group_ids)
+    for k, gid in enumerate(chain.port_pair_group_ids):
+        g = groups.get(gid)
+        for pair in ([pairs[i] for i in sorted(g.port_pair_ids) if i in pairs] if g else []):
+            ing, egr = ports.get(pair.ingress_port_id), ports.get(pair.egress_port_id)
+            out.append(VnfPort(chain.id, k, gid, pair.id, ing.node if ing else None,
+                               ing.interface if ing else None, egr.interface if egr else None, _role(k, n)))
+    return out
+
 
 OWNER_KIND = "port_chain_vnf"
 MAX_PPTMON_GROUPS = 8          # entries in the option (fathom.pptmon.wire.MAX_HOPS)
@@ -199,3 +262,20 @@ def chain_warnings(snapshot: Snapshot, agents: dict) -> dict[int, str]:
             if warning:
                 out[chain.id] = warning
     return out
+
+
+def chain_pptmon_status(snapshot, chain_id: int, agents: dict) -> Status:
+    """What the agents say of a measured chain's PPTMon programs: `agents` holds the status of each
+    instance's attachment, (OWNER_KIND, port pair id) -> status."""
+    vnfs = chain_pptmon(snapshot, chain_id)
+    if not vnfs:
+        return ("error", f"PPTMon: a measured chain has at most {MAX_PPTMON_GROUPS} groups and "
+                         f"{MAX_PPTMON_INSTANCES} instances")
+    parts: list[Status] = []
+    for v in vnfs:
+        if v.problem is not None:
+            parts.append(("error" if v.fatal else "pending", f"PPTMon: {v.problem}"))
+            continue
+        st = agents.get((OWNER_KIND, v.pair_id), ("pending", f"waiting for the agent on node {v.node}"))
+        parts.append(st if st[0] == "active" else (st[0], f"PPTMon on port pair {v.pair_id}: {st[1]}"))
+    return worst(parts)

@@ -1,0 +1,88 @@
+"""`fathom trace PORT --to IP|PORT`: where one packet goes, switch by switch and stage by stage
+(docs/trace.md)."""
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from fathom.cli.output import console, plain, print_json, print_table
+from fathom.cli.resources import Api
+from fathom.client import DEFAULT_CONTROLLER
+
+
+@click.command()
+@click.argument("port_ref")
+@click.option("--to", "to", required=True, help="Destination: an IPv4 address, or a port (id or name).")
+@click.option("--proto", type=click.Choice(["icmp", "tcp", "udp"]), default="icmp", show_default=True)
+@click.option("--dport", type=click.IntRange(1, 65535), help="Destination port (tcp, udp: required).")
+@click.option("--sport", type=click.IntRange(1, 65535), help="Source port (tcp, udp; default 49152).")
+@click.option("--ct-state", type=click.Choice(["new", "established"]), default="new", show_default=True,
+              help="The conntrack state every ct lookup is assumed to find (a simulation cannot know it).")
+@click.option("--ttl", type=click.IntRange(1, 255), default=64, show_default=True)
+@click.option("--controller", envvar="FATHOM_CONTROLLER", default=DEFAULT_CONTROLLER, show_default=True,
+              help="URL of the fathom controller (env FATHOM_CONTROLLER).")
+@click.option("--project", envvar="FATHOM_PROJECT", default=None,
+              help="Service tokens: the project to act for (X-Project).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def trace(port_ref, to, proto, dport, sport, ct_state, ttl, controller, project, as_json):
+    """Simulate a packet from PORT_REF (id or name) through the desired pipelines of every switch it
+    reaches: each switch, each stage, the flow that matched and its owner, the actions, and the
+    verdict (delivered to a port, dropped and why, or sent out the uplink).
+
+    Not built yet: --actual (each switch's real tables, by its node agent's ofproto/trace) and
+    --live (a marked packet injected at the source port). This is a simulation over the desired state."""
+    api = Api(controller, project)
+    body = {"port_id": api.find("ports", port_ref)["id"], "proto": proto, "ct_state": ct_state, "ttl": ttl,
+            **({"dport": dport} if dport is not None else {}), **({"sport": sport} if sport is not None else {})}
+    try:
+        body["to_ip"] = str(ipaddress.IPv4Address(to))
+    except ValueError:
+        body["to_port_id"] = api.find("ports", to)["id"]
+    result = api.call("POST", "/traces", json=body)
+    if as_json:
+        print_json(result)
+        return
+    show(result)
+
+
+def show(result: dict) -> None:
+    """A trace as a table: one row per stage of each hop, then the leaves and the verdict."""
+    pkt = result["packet"]
+    console.print(plain(f"{result['source']['port']} ({result['source']['ip']}) → {result['to']['ip']}"
+                        + (f" ({result['to']['port']})" if result["to"]["port"] else "")
+                        + f": {_packet(pkt)}; ct_state assumed {result['assumptions']['ct_state']}"))
+    console.print(plain(f"source VM: {result['next_hop']}"))
+    rows = []
+    for hop in result["hops"]:
+        where = f"#{hop['id']} {hop['switch']} (in {hop['in_port']}"
+        where += f", from #{hop['from']})" if hop["from"] is not None else ")"
+        for i, s in enumerate(s for s in hop["steps"] if not _pass_through(s)):
+            owner = s.get("owner")
+            owned = "" if not owner else f"{owner['kind']} {owner.get('name', owner['id'])}"
+            notes = "; ".join(s.get("notes", ()))
+            rows.append([where if i == 0 else "", s["stage"], s.get("priority", "") or "",
+                         s.get("match") or "", s["actions"] + (f" [{notes}]" if notes else ""), owned])
+        if hop["outputs"]:
+            rows.append(["", "→ out", "", "", ", ".join(o["port"] for o in hop["outputs"]), ""])
+    print_table("trace (simulated over the desired state; stages a table-miss flow passes on are left out, "
+                "--json has them)", ["switch", "stage", "prio", "match", "actions", "owner"],
+                rows)
+    for leaf in result["leaves"]:
+        console.print(plain(f"  {leaf['result']}: {leaf['detail']}"
+                            + (f" (at #{leaf['hop']})" if leaf["hop"] is not None else "")))
+    v = result["verdict"]
+    console.print(plain(f"verdict: {v['result']}" + (f" to {v['port']} on {v['node']}" if v.get("port") else "")
+                        + f" — {v['reason']}"))
+
+
+def _pass_through(step: dict) -> bool:
+    """A stage the packet only crossed: its table-miss flow goes on to the next table."""
+    owner = step.get("owner") or {}
+    return owner.get("kind") == "stage" and step["actions"].startswith("goto_table") and not step.get("notes")
+
+
+def _packet(pkt: dict) -> str:
+    proto = {1: "icmp", 6: "tcp", 17: "udp"}.get(pkt.get("ip_proto"), str(pkt.get("ip_proto")))
+    ports = next((f" {pkt[f'{p}_src']} → {pkt[f'{p}_dst']}" for p in ("tcp", "udp") if f"{p}_dst" in pkt), "")
+    return f"{proto}{ports} ttl {pkt.get('ttl')}"

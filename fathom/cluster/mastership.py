@@ -1,0 +1,208 @@
+"""One replica's mastership: a thread that runs the lease rounds of fathom.cluster.leases every
+`renew` seconds, and what the rest of the controller asks of it (`MastershipView`).
+
+The replica is master of a switch while `epoch(switch)` is not None. That answer holds until the
+lease's end as this process can know it without asking: the monotonic time at which it sent the
+round that last renewed the lease, plus the lease time, minus a guard. A replica that is paused or
+cut off from PostgreSQL stops being master by that deadline on its own, before any other replica can
+take the lease (PostgreSQL ends it later: lease time after that round's commit). A paused process
+that resumes may act on an answer it got before the pause: the switch refuses it (the new master's
+generation_id), which is what fathom.controller.switch.NotMaster reports.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Callable, Iterable, Protocol
+
+from sqlalchemy import Engine
+
+from fathom.cluster import leases
+from fathom.cluster.leases import ClusterError, Timing
+
+LOG = logging.getLogger("fathom.cluster")
+
+
+class MastershipView(Protocol):
+    """What the reconciler asks of the cluster: which switches this replica is master of, under
+    which epoch (the generation_id of its master role request), and to be told when that changes.
+    `on_gain(switch, epoch)` and `on_loss(switch)` are set by the consumer and called from the
+    mastership's thread: after on_loss, write nothing more to that switch."""
+    on_gain: Callable[[str, int], None]
+    on_loss: Callable[[str], None]
+
+    def epoch(self, switch: str) -> int | None: ...
+
+
+class SingleController:
+    """No cluster (one controller, SQLite or PostgreSQL): master of every switch, always, under epoch 0.
+    A reconciler under it requests no role: its connections stay equal, as a lone controller's."""
+
+    def __init__(self):
+        self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
+        self.on_loss: Callable[[str], None] = lambda switch: None
+
+    def epoch(self, switch: str) -> int | None:
+        return 0
+
+
+class _Metrics:
+    """The cluster's Prometheus families, on prometheus_client's default registry (/metrics); made
+    at first use and shared by every Mastership of the process (tests run several)."""
+    _made: dict = {}
+    _lock = threading.Lock()
+
+    def __getattr__(self, name):
+        with self._lock:
+            if not self._made:
+                from prometheus_client import Counter, Gauge
+                self._made.update(
+                    held=Gauge("fathom_cluster_leases_held", "switch leases this process holds (it is their master)"),
+                    changes=Counter("fathom_cluster_lease_changes", "leases this process took (gained) or stopped "
+                                    "holding (released: balance or stop; lost: expired or taken)", ["change"]),
+                    failures=Counter("fathom_cluster_renewal_failures",
+                                     "lease rounds that failed (PostgreSQL unreachable or erroring)"),
+                )
+        return self._made[name]
+
+
+METRICS = _Metrics()
+
+
+class Mastership:
+    """This replica in the cluster on `engine` (PostgreSQL). `switches()` names the switches that
+    need a master (their lease rows are made as they appear). `start()` joins (ClusterError: SQLite,
+    or a live replica with another schema or PKI) and starts the rounds; `stop()` gives the leases
+    up so the others take them at once."""
+
+    def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
+                 address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
+                 timing: Timing = Timing()):
+        leases.require_postgres(engine)
+        if schema_version is None:
+            from fathom.store.db import current_revision
+            schema_version = current_revision(engine) or "none"
+        self.engine, self.switches, self.timing = engine, switches, timing
+        self.id = replica_id or uuid.uuid4().hex[:12]
+        self.address, self.schema_version, self.fingerprint = address, schema_version, pki_fingerprint
+        self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
+        self.on_loss: Callable[[str], None] = lambda switch: None
+        self._held: dict[str, int] = {}
+        self._known: set[str] = set()     # switches whose lease rows this replica made sure of
+        self._told: dict[str, int] = {}   # what on_gain said and no on_loss took back (switch -> epoch)
+        self._valid_until = 0.0          # monotonic: the held leases' end as this process knows it
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0                  # rounds that failed
+
+    # ------------------------------------------------------------------ MastershipView
+
+    def epoch(self, switch: str) -> int | None:
+        with self._lock:
+            if time.monotonic() >= self._valid_until:
+                return None
+            return self._held.get(switch)
+
+    def held(self) -> dict[str, int]:
+        """The leases held and still valid (switch -> epoch)."""
+        with self._lock:
+            return dict(self._held) if time.monotonic() < self._valid_until else {}
+
+    # ------------------------------------------------------------------ life
+
+    def join(self) -> "Mastership":
+        with self.engine.begin() as conn:
+            leases.join(conn, self.id, self.address, self.schema_version, self.fingerprint, self.timing)
+        LOG.info("replica %s joined the cluster (lease %.2f s, renewal every %.2f s)", self.id,
+                 self.timing.lease, self.timing.renew)
+        return self
+
+    def start(self) -> "Mastership":
+        self.join()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"mastership-{self.id}")
+        self._thread.start()
+        return self
+
+    def stop(self, leave: bool = True) -> None:
+        """End the rounds; with `leave`, give every lease up and unregister (without: as if killed)."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._drop("released" if leave else "lost")
+        if leave:
+            with self.engine.begin() as conn:
+                leases.leave(conn, self.id)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            self._expire_if_due()
+            try:
+                self.run_round()
+            except ClusterError as e:     # our replica row is gone: no lease can be ours any more
+                LOG.error("%s: this replica stops taking leases", e)
+                self._drop("lost")
+                return
+            self._stopping.wait(max(0.0, started + self.timing.renew - time.monotonic()))
+
+    def run_round(self) -> None:
+        """One round: its leases renewed, taken or given up, the callbacks called. A failure (PostgreSQL
+        down) is counted; leases then end at their local deadline."""
+        sent = time.monotonic()
+        new = set(self.switches()) - self._known
+        try:
+            with self.engine.begin() as conn:
+                got = leases.run_round(conn, self.id, self.timing, sorted(new))
+        except ClusterError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides
+            self.failures += 1
+            METRICS.failures.inc()
+            LOG.warning("replica %s: lease round failed: %s", self.id, e)
+            self._expire_if_due()
+            return
+        self._known |= new
+        with self._lock:
+            self._held = dict(got.held)
+            self._valid_until = sent + self.timing.lease - self.timing.guard
+        # against what the consumer was told: a lease whose epoch changed was lost (and maybe taken again)
+        told = dict(self._told)
+        self._tell_loss({s for s, e in told.items() if got.held.get(s) != e} - got.released, "lost")
+        self._tell_loss(got.released & set(told), "released")
+        for switch, epoch in sorted(got.held.items()):
+            if told.get(switch) != epoch:
+                self._told[switch] = epoch
+                METRICS.held.inc()
+                METRICS.changes.labels("gained").inc()
+                LOG.info("replica %s: master of %s, epoch %d", self.id, switch, epoch)
+                self._call(self.on_gain, switch, epoch)
+
+    # ------------------------------------------------------------------ losses
+
+    def _tell_loss(self, switches: set[str], change: str) -> None:
+        for switch in sorted(switches):
+            if self._told.pop(switch, None) is not None:
+                METRICS.held.dec()
+                METRICS.changes.labels(change).inc()
+                LOG.info("replica %s: no longer master of %s (%s)", self.id, switch, change)
+                self._call(self.on_loss, switch)
+
+    def _call(self, callback, *args) -> None:
+        """A consumer's callback; its failure is logged and does not stop the rounds."""
+        try:
+            callback(*args)
+        except Exception:  # noqa: BLE001
+            LOG.exception("replica %s: mastership callback %s%r failed", self.id, getattr(callback, "__name__", ""), args)
+
+    def _drop(self, change: str) -> None:
+        """Everything held ends now (stop, or its deadline passed without a renewal)."""
+        with self._lock:
+            self._held, self._valid_until = {}, 0.0
+        self._tell_loss(set(self._told), change)
+
+    def _expire_if_due(self) -> None:
+        if self._told and time.monotonic() >= self._valid_until:
+            self._drop("lost")

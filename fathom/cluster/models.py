@@ -1,0 +1,34 @@
+"""The cluster's tables: the replicas (controller processes sharing one PostgreSQL store) and one
+lease per switch. Every time in them is PostgreSQL's clock (`clock_timestamp()`), written by the
+statements of fathom.cluster.leases, never a replica's."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, DateTime, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from fathom.store.base import Base
+
+
+class Replica(Base):
+    """A controller process of the cluster. It is live while its heartbeat is younger than the
+    lease time (fathom.cluster.leases.Timing.lease)."""
+    __tablename__ = "cluster_replicas"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    address: Mapped[str] = mapped_column(String(255), default="")        # where its API answers
+    started: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    schema_version: Mapped[str] = mapped_column(String(64))              # the store's Alembic head it runs
+    pki_fingerprint: Mapped[str] = mapped_column(String(64))             # SHA-256 of its CA certificates
+
+
+class Lease(Base):
+    """Who is master of a switch, until when. `epoch` grows by one at every change of holder and is
+    the OpenFlow generation_id the holder sends with its master role request."""
+    __tablename__ = "cluster_leases"
+    switch: Mapped[str] = mapped_column(String(64), primary_key=True)    # e.g. a datapath id in hex
+    holder: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    expires: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    renewed: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -1,0 +1,8 @@
+"""`fathom trace`: where one packet goes through the cloud, switch by switch and stage by stage.
+
+The simulated trace (`trace`) walks a packet through the *desired* tables of every switch it
+reaches (fathom.trace.walk) with an OpenFlow interpreter over fathom's own flows
+(fathom.trace.tables). Pure, like the compilers: it reads the model and the compiled states only.
+docs/trace.md says how to read a trace.
+"""
+from fathom.trace.walk import TraceError, trace  # noqa: F401

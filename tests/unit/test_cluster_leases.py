@@ -1,0 +1,220 @@
+"""Replicas and switch leases on a real PostgreSQL server (fathom.cluster): taking, renewing, expiry,
+balance over live replicas, refusal of a replica that does not match, and a replica's clock that does
+not matter. Rounds are run by hand where a test needs a paused replica (one that does not renew).
+Short lease times keep every test to a second or two."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import text
+
+from fathom.cluster import leases
+from fathom.cluster.leases import ClusterError, Timing
+from fathom.cluster.mastership import Mastership
+from fathom.lab.ovs import wait_for
+from fathom.store.db import open_store
+
+FAST = Timing(renew=0.05, lease=0.4, guard=0.05)
+
+
+@pytest.fixture(scope="module")
+def database(postgres):
+    engine = open_store(postgres.new_database())   # one migrated database for the module (a migration takes ~1 s)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def engine(database):
+    with database.begin() as conn:
+        conn.execute(text("TRUNCATE cluster_replicas, cluster_leases"))
+    return database
+
+
+def switches(n: int) -> list[str]:
+    return [f"{i:016x}" for i in range(1, n + 1)]
+
+
+def replica(engine, name: str, n: int = 0, **kw) -> Mastership:
+    kw.setdefault("timing", FAST)
+    return Mastership(engine, lambda: switches(n), replica_id=name, **kw)
+
+
+def test_one_replica_takes_every_switch_and_renews_without_changing_epochs(engine):
+    a = replica(engine, "a", 4).join()
+    gained = []
+    a.on_gain = lambda s, e: gained.append((s, e))
+    a.run_round()
+    assert a.held() == {s: 1 for s in switches(4)} and sorted(gained) == [(s, 1) for s in switches(4)]
+    for _ in range(3):
+        a.run_round()
+    assert a.held() == {s: 1 for s in switches(4)} and len(gained) == 4     # renewed: same epoch, no new gain
+    assert a.epoch(switches(4)[0]) == 1 and a.epoch("ffff") is None
+
+
+def test_a_paused_holder_loses_its_switches_with_a_newer_epoch_and_its_clock_does_not_matter(engine, monkeypatch):
+    a, b = replica(engine, "a", 2).join(), replica(engine, "b", 2).join()
+    a.run_round()
+    b.run_round()
+    a.run_round()
+    assert len(a.held()) == 1 and len(b.held()) == 1
+    (mine,) = a.held()
+    epoch = a.epoch(mine)
+    lost = []
+    a.on_loss = lost.append
+    # a's wall clock jumps an hour ahead: nothing in the cluster reads it
+    monkeypatch.setattr(time, "time", lambda: 4e9)
+    a.run_round()
+    assert a.epoch(mine) == epoch
+    # a pauses (no rounds): before the lease ends in PostgreSQL, it already stopped acting on its own
+    time.sleep(FAST.lease - FAST.guard)
+    assert a.epoch(mine) is None
+    b.run_round()                # b is at its share (a still counts as live until its heartbeat ages out)
+    time.sleep(FAST.guard + 0.05)
+    b.run_round()
+    assert b.epoch(mine) == epoch + 1 and len(b.held()) == 2
+    a.run_round()                # a wakes: the lease moved; it takes the other share back only if free
+    assert lost == [mine] and a.epoch(mine) is None
+
+
+def test_a_switch_never_has_two_holders_under_concurrent_rounds(engine):
+    """Four replicas run rounds back to back on 40 switches for a second, joining together and
+    moving leases to balance: every lease taken has an epoch of its own (no two replicas are ever
+    given one switch under one epoch), and each switch's epochs grow at every change of holder."""
+    reps = [replica(engine, f"r{i}", 40).join() for i in range(4)]
+    gains, stop = [], threading.Event()      # list.append is atomic
+    for r in reps:
+        r.on_gain = lambda s, e, who=r.id: gains.append((s, e, who))
+
+    def spin(r):
+        while not stop.is_set():
+            r.run_round()
+    threads = [threading.Thread(target=spin, args=(r,)) for r in reps]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert len({(s, e) for s, e, _ in gains}) == len(gains), "one switch under one epoch given twice"
+    for s in switches(40):
+        epochs = [e for x, e, _ in gains if x == s]
+        assert epochs == sorted(epochs) and len(set(epochs)) == len(epochs), (s, epochs)
+    assert sorted(len(r.held()) for r in reps) == [10, 10, 10, 10]
+    held = {s: (r.id, e) for r in reps for s, e in r.held().items()}
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT switch, holder, epoch FROM cluster_leases")).all()
+    assert {s: (h, e) for s, h, e in rows} == held
+
+
+def test_balance_over_live_replicas_when_one_joins_and_one_leaves(engine):
+    """100 switches over 3 replicas: 34/33/33; one killed (no release): the other two take its share
+    within the lease time and a few rounds, 50/50; a new one joins: 34/33/33 again. Nothing moves
+    once balanced (no flapping)."""
+    changes = []
+    reps = []
+    for name in ("a", "b", "c"):
+        r = replica(engine, name, 100)
+        r.on_gain = lambda s, e, name=name: changes.append(("gain", name, s))
+        r.on_loss = lambda s, name=name: changes.append(("loss", name, s))
+        reps.append(r.start())
+    try:
+        wait_for(lambda: sorted(len(r.held()) for r in reps) == [33, 33, 34], 10, "3 replicas balanced")
+        time.sleep(5 * FAST.renew)
+        settled = len(changes)
+        time.sleep(10 * FAST.renew)
+        assert len(changes) == settled, changes[settled:]          # balanced: nothing moves
+        epochs = {s: e for r in reps for s, e in r.held().items()}
+        assert len(epochs) == 100
+        reps[2].stop(leave=False)       # killed: its leases stay until they expire
+        killed = time.monotonic()
+        wait_for(lambda: sorted(len(r.held()) for r in reps[:2]) == [50, 50], 10, "2 replicas balanced")
+        took = time.monotonic() - killed
+        assert took < FAST.lease + 20 * FAST.renew, took
+        # the switches that moved have a newer epoch; the others kept theirs
+        now = {s: e for r in reps[:2] for s, e in r.held().items()}
+        moved = {s for s in now if now[s] != epochs[s]}
+        assert len(moved) == 33 and all(now[s] == epochs[s] + 1 for s in moved)
+        d = replica(engine, "d", 100).start()
+        reps[2] = d
+        wait_for(lambda: sorted(len(r.held()) for r in reps) == [33, 33, 34], 10, "a joining replica takes its share")
+    finally:
+        for r in reps:
+            if r._thread is not None and not r._stopping.is_set():
+                r.stop()
+
+
+def test_a_replica_that_leaves_hands_its_switches_over_at_once(engine):
+    a, b = replica(engine, "a", 6).join(), replica(engine, "b", 6).join()
+    for r in (a, b, a):
+        r.run_round()
+    assert len(a.held()) == 3 and len(b.held()) == 3
+    a.stop()                    # gives up its leases and its row
+    b.run_round()               # no wait for expiry
+    assert len(b.held()) == 6
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT id FROM cluster_replicas")).scalars().all() == ["b"]
+
+
+def test_a_replica_with_another_schema_or_pki_is_refused(engine):
+    replica(engine, "a", schema_version="0015_cluster", pki_fingerprint="aa" * 32).join()
+    with pytest.raises(ClusterError, match=r"refused: live replica a .*schema 0015_cluster.*this one schema 0016"):
+        replica(engine, "b", schema_version="0016_next", pki_fingerprint="aa" * 32).join()
+    with pytest.raises(ClusterError, match="one PKI"):
+        replica(engine, "c", schema_version="0015_cluster", pki_fingerprint="bb" * 32).join()
+    replica(engine, "d", schema_version="0015_cluster", pki_fingerprint="aa" * 32).join()   # a match joins
+    time.sleep(FAST.lease)      # a and d are no longer live (no heartbeat): a new version may start
+    replica(engine, "e", schema_version="0016_next", pki_fingerprint="bb" * 32).join()
+
+
+def test_a_cluster_on_sqlite_is_refused_clearly(tmp_path):
+    engine = open_store(f"sqlite:///{tmp_path / 'fathom.db'}")
+    with pytest.raises(ClusterError, match="needs PostgreSQL.*sqlite"):
+        Mastership(engine, lambda: [])
+
+
+def test_status_reads_replicas_and_leases_by_the_database_clock(engine):
+    a, b = replica(engine, "a", 3, address="198.18.0.1:8080").join(), replica(engine, "b", 3).join()
+    for r in (a, b, a):
+        r.run_round()
+    with engine.connect() as conn:
+        out = leases.status(conn, FAST)
+    assert [(r["id"], r["live"], r["switches"]) for r in out["replicas"]] == [("a", True, 2), ("b", True, 1)]
+    assert out["replicas"][0]["address"] == "198.18.0.1:8080"
+    assert {x["holder"] for x in out["leases"]} == {"a", "b"} and all(x["epoch"] == 1 for x in out["leases"])
+    assert all(0 < x["expires_in"] <= FAST.lease and x["renewed_age"] >= 0 for x in out["leases"])
+
+
+def test_shares_differ_by_one_at_most():
+    assert leases.shares(["b", "a", "c"], 100) == {"a": 34, "b": 33, "c": 33}
+    assert leases.shares(["a"], 0) == {"a": 0} and leases.shares([], 5) == {}
+    with pytest.raises(ValueError):
+        Timing(renew=1.0, lease=1.0)
+
+
+def _metric(name: str, **labels) -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_round_that_cannot_finish_fails_and_the_leases_end_at_the_deadline(engine):
+    """PostgreSQL holding the round (a lock it waits for): the round fails at the statement timeout
+    (the lease time), is counted, and the leases end at the holder's deadline with on_loss."""
+    a = replica(engine, "a", 2).join()
+    a.run_round()
+    assert len(a.held()) == 2
+    lost = []
+    a.on_loss = lost.append
+    held, failures = _metric("fathom_cluster_leases_held"), _metric("fathom_cluster_renewal_failures_total")
+    changes = _metric("fathom_cluster_lease_changes_total", change="lost")
+    with engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE cluster_replicas IN ACCESS EXCLUSIVE MODE"))
+        a.run_round()
+        a._expire_if_due()      # what the loop does before each round
+        blocker.rollback()
+    assert a.failures == 1 and _metric("fathom_cluster_renewal_failures_total") == failures + 1
+    assert a.held() == {} and sorted(lost) == switches(2)
+    assert _metric("fathom_cluster_leases_held") == held - 2
+    assert _metric("fathom_cluster_lease_changes_total", change="lost") == changes + 2
