@@ -171,13 +171,13 @@ def vtap_section(report: list) -> None:
 def fabric_section(report: list) -> None:
     """The fabric switch under the controller (LLDP, VLANs on its trunks), one router moved between
     the three modes while a ping runs through it: traffic follows the router."""
-    console.rule("[bold]fabric offload: the ToR as a managed switch, router modes")
+    console.rule("[bold]fabric offload: the fabric switch under the controller, router modes")
     from fathom.bench.l3 import TOPOLOGY as FABRIC_TOPOLOGY
     lab = Lab(LAB + "f")
     lab.down()
     topo = load(FABRIC_TOPOLOGY)
     try:
-        with console.status("bringing up the fabric lab (ToR managed by the controller)"):
+        with console.status("bringing up the fabric lab (fabric switch managed by the controller)"):
             state = lab.up(topo, str(FABRIC_TOPOLOGY))
         api = Client.for_lab(state)
         deadline = time.monotonic() + 15
@@ -187,9 +187,9 @@ def fabric_section(report: list) -> None:
                 break
             time.sleep(0.5)
         for p in st["ports"]:
-            line = f"ToR port {p['port']} → node {p['node']} (by {'+'.join(p['link'])}), VLANs {p['vlans']}"
+            line = f"fabric switch port {p['port']} → node {p['node']} (by {'+'.join(p['link'])}), VLANs {p['vlans']}"
             console.print(line)
-            report.append((f"ToR port {p['port']}", f"node {p['node']} by {'+'.join(p['link']) or 'FAILED'}, "
+            report.append((f"fabric switch port {p['port']}", f"node {p['node']} by {'+'.join(p['link']) or 'FAILED'}, "
                                                     f"VLANs {p['vlans']}"))
         rid = api.get("/routers")[0]["id"]
         ips = {vm.name: str(vm.ip.ip) for _, vm in topo.vms()}
@@ -209,7 +209,7 @@ def fabric_section(report: list) -> None:
             m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
             lost = f"{int(m.group(1)) - int(m.group(2))}/{m.group(1)}" if m else "?"
             gbps = iperf_gbps(lab, "va", "vd", ips["vd"], seconds=2)
-            where = {"fabric": "the ToR's flows (svi table)", "network-node": "a router namespace on gw",
+            where = {"fabric": "the fabric switch's flows (svi table)", "network-node": "a router namespace on gw",
                      "distributed": "the first-hop node's br-int"}[mode]
             console.print(f"router r1 → {mode}: va → vd routed by {where}; echoes lost in the move {lost}; TCP "
                           + (f"{gbps:.2f} Gb/s" if gbps else "[red]FAILED"))

@@ -15,7 +15,7 @@ import sys
 
 # program -> (Debian package, what fathom uses it for)
 PROGRAMS: dict[str, tuple[str, str]] = {
-    # Open vSwitch: the data plane of every node, the ToR and the benchmarked switch
+    # Open vSwitch: the data plane of every node, the fabric switch and the benchmarked switch
     "ovsdb-server": ("openvswitch-switch", "each lab node's OVSDB"),
     "ovs-vswitchd": ("openvswitch-switch", "each lab node's switch"),
     "ovsdb-tool": ("openvswitch-common", "creating a node's OVSDB"),

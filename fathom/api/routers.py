@@ -6,9 +6,9 @@ in one way: as fields of the router, on `POST /v1/routers` and `PATCH /v1/router
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Annotated, Sequence
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -162,7 +162,16 @@ def add_interface(router_id: int, body: sc.RouterInterfaceCreate, c: CallerDep, 
         mac_address=body.mac_address)))
 
 
-@router.delete("/{router_id}/interfaces/{subnet_id}", status_code=204)
-def remove_interface(router_id: int, subnet_id: int, c: CallerDep, db: StoreDep):
-    db.write(lambda s: ops.remove_router_interface(s, c, router_id, subnet_id))
+@router.delete("/{router_id}/interfaces/{interface_id}", status_code=204)
+def remove_interface(router_id: int, interface_id: int, c: CallerDep, db: StoreDep):
+    """Remove the interface by its id (the id of its port, as listed)."""
+    db.write(lambda s: ops.remove_router_interface(s, c, router_id, interface_id=interface_id))
+    return Response(status_code=204)
+
+
+@router.delete("/{router_id}/interfaces", status_code=204)
+def remove_interface_on_subnet(router_id: int, subnet_id: Annotated[int, Query(description="the interface's subnet")],
+                               c: CallerDep, db: StoreDep):
+    """Remove the interface on a subnet (as Neutron's remove_router_interface by subnet does)."""
+    db.write(lambda s: ops.remove_router_interface(s, c, router_id, subnet_id=subnet_id))
     return Response(status_code=204)

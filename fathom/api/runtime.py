@@ -1,5 +1,5 @@
 """The endpoints that read the switches rather than the store: a node's flows, a pass on demand, the
-controller's health, a tap policy's counters, Prometheus metrics, a ToR's ports and flows.
+controller's health, a tap policy's counters, Prometheus metrics, a fabric switch's ports and flows.
 
 They answer from the controller's runtime (the reconciler, the fabric and vTAP runtimes in
 fathom/controller), which passes in what each reads; the routes themselves live here with every
@@ -100,17 +100,17 @@ def tap_runtime_router(session_factory, stats: Callable[[int], dict], collector)
 
 
 def fabric_runtime_router(status: Callable[[int], dict], desired_flows: Callable[[int], list[str]]) -> APIRouter:
-    """/v1/fabric/switches/{id}/status and /flows (admin): `status(switch id)` reads the ToR and the
+    """/v1/fabric/switches/{id}/status and /flows (admin): `status(switch id)` reads the fabric switch and the
     nodes behind it (fathom.controller.fabric.FabricRuntime.status); `desired_flows(switch id)`,
-    the flows the ToR must hold (ovs-ofctl syntax)."""
+    the flows the fabric switch must hold (ovs-ofctl syntax)."""
     r = APIRouter(prefix="/v1", tags=["fabric"], dependencies=[Depends(admin_caller)], responses=ERRORS)
 
     @r.get("/fabric/switches/{switch_id}/status",
-           summary="A ToR's ports: the node behind each (LLDP / declared) and its VLAN set, desired and actual")
+           summary="A fabric switch's ports: the node behind each (LLDP / declared) and its VLAN set, desired and actual")
     def switch_status(switch_id: int):
         return status(switch_id)
 
-    @r.get("/fabric/switches/{switch_id}/flows", summary="Desired ToR flows (ovs-ofctl syntax)")
+    @r.get("/fabric/switches/{switch_id}/flows", summary="Desired fabric switch flows (ovs-ofctl syntax)")
     def switch_flows(switch_id: int):
         return {"desired": desired_flows(switch_id)}
 

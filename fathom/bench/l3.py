@@ -1,13 +1,13 @@
 """`fathom bench l3`: the analogue of the fabric paper's Figs. 5-9 on the lab, in one run.
 
 Paths (VMs on two different compute nodes, as in the paper):
-  l2             va -> vc, same VLAN network, switched by the ToR
+  l2             va -> vc, same VLAN network, switched by the fabric switch
   l3 <mode>      va -> vd, two VLAN subnets of one router, the router in mode distributed, fabric
                  or network-node (moved between runs through the API: PATCH /v1/routers/{id} {mode})
 For each: iperf3 TCP and UDP throughput, ping RTT, and the CPU time and memory of every node (all
 processes of the node's namespace: its ovs-vswitchd does the packet work of the userspace
 datapath, kernel forwarding in a router namespace is charged to whoever transmits into it) and of
-the ToR, while the traffic runs. Repeats are interleaved so drift hits every path alike.
+the fabric switch, while the traffic runs. Repeats are interleaved so drift hits every path alike.
 
 Ratios reported: each L3 mode / network-node (the paper's software baseline), L3 / L2.
 """
@@ -194,7 +194,7 @@ class L3Bench:
 def markdown(doc: dict) -> str:
     dp = doc["data_plane"]
     lines = ["| path | TCP Gb/s mean (sd) | UDP Gb/s mean | UDP loss % | RTT p50 / p99 µs | nodes CPU % (TCP) "
-             "| ToR CPU % (TCP) | gw CPU % (TCP) | nodes RSS MB |",
+             "| Fabric switch CPU % (TCP) | gw CPU % (TCP) | nodes RSS MB |",
              "|---|---|---|---|---|---|---|---|---|"]
     for p in PATHS:
         d = dp[p]
@@ -239,7 +239,7 @@ def plot(doc: dict, path: Path) -> None:
     bottom = [0.0] * len(names)
     for node, c in zip(("c1", "c2", "gw", "fabric"), ("#4c72b0", "#55a868", "#c44e52", "#999999")):
         vals = [dp[p]["resources"]["tcp"][node]["cpu_percent"] for p in names]
-        ax.bar(names, vals, bottom=bottom, color=c, label=node if node != "fabric" else "ToR")
+        ax.bar(names, vals, bottom=bottom, color=c, label=node if node != "fabric" else "fabric switch")
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_title("CPU % during TCP (Fig. 8)")
     ax.legend(fontsize=7)

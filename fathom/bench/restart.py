@@ -1,7 +1,7 @@
 """`fathom bench restart`: how soon after a controller restart the ports made meanwhile turn active.
 
 A lab under its own controller (TLS, as by default), built from fathom/bench/topologies/ovn-compare.yaml:
-nodes c1, c2, gw and the ToR, seven bridges the controller programs, four VM ports. Each round:
+nodes c1, c2, gw and the fabric switch, seven bridges the controller programs, four VM ports. Each round:
 
 1. port `w<round>` is created through the API for a VIF on c1 that is not plugged yet (`down`);
 2. the controller is stopped and started again on the same ports and store (Lab.restart_controller);
@@ -106,7 +106,7 @@ class Bench:
         waiters = [threading.Thread(target=wait, args=a, daemon=True) for a in (("w", w_id), ("j", j_id))]
         for t in waiters:
             t.start()
-        switches = len(self.lab.nodes()) * 2 + 1          # br-int and br-phy of each node, the ToR
+        switches = len(self.lab.nodes()) * 2 + 1          # br-int and br-phy of each node, the fabric switch
         t_switches, samples, flapped = None, 0, []
         while any(t.is_alive() for t in waiters) or t_switches is None:
             if t_switches is None and len(api.health()["switches"]) >= switches:

@@ -1,4 +1,4 @@
-"""`fathom fabric …`: fabric switches (ToRs), their links and their ports' VLANs.
+"""`fathom fabric …`: fabric switches, their links and their ports' VLANs.
 
 Where a router runs is a field of the router: `fathom router update R --mode fabric`."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fathom.cli.resources import api_command
 
 @click.group()
 def fabric():
-    """Fabric switches (ToRs): their links to the nodes and the VLANs on each port."""
+    """Fabric switches: their links to the nodes and the VLANs on each port."""
 
 
 @api_command(fabric, "add")
@@ -21,7 +21,7 @@ def fabric():
 @click.option("--vlans", default="100-999", show_default=True, help="VLAN range of tenant networks")
 @click.option("--link", "links", multiple=True, metavar="NODE=PORT", help="declared wiring (LLDP overrides it)")
 def add(api, as_json, name, management_ip, bridge, vlans, links):
-    """Register a fabric switch (a ToR)."""
+    """Register a fabric switch."""
     lo, _, hi = vlans.partition("-")
     body = {"name": name, "management_ip": management_ip, "bridge": bridge, "vlan_min": int(lo),
             "vlan_max": int(hi or lo), "links": dict(x.split("=", 1) for x in links)}

@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from fathom.cli.output import console
-from fathom.cli.resources import _given, _list, _reason, _show, api_command
+from fathom.cli.renamed import renamed
+from fathom.cli.resources import _given, _list, _reason, _show, api_command, project_id_option
 
 
 @click.group()
@@ -20,15 +21,17 @@ def _port_id(api, ref: str | None) -> int | None:
 @api_command(floatingip, "create")
 @click.argument("network_ref")
 @click.option("--port", "port_ref", help="Port (id or name) to associate with.")
-@click.option("--fixed-ip", help="Which of the port's fixed IPs (default: its first).")
-@click.option("--ip", help="The floating address (admin only; default: allocated).")
+@renamed("--fixed-ip", "fixed_ip_address")
+@click.option("--fixed-ip-address", help="Which of the port's fixed IPs (default: its first).")
+@renamed("--ip", "floating_ip_address")
+@click.option("--floating-ip-address", help="The floating address (admin only; default: allocated).")
 @click.option("--name", default="")
-@click.option("--owner", "project_id", help="Project owning the floating IP (admin only).")
-def floatingip_create(api, as_json, network_ref, port_ref, fixed_ip, ip, name, project_id):
+@project_id_option("floating IP")
+def floatingip_create(api, as_json, network_ref, port_ref, fixed_ip_address, floating_ip_address, name, project_id):
     """Allocate a floating IP on an external network (by id or name), optionally associated."""
     body = {"floating_network_id": api.find("networks", network_ref)["id"], "name": name,
-            **_given(port_id=_port_id(api, port_ref), fixed_ip_address=fixed_ip, floating_ip_address=ip,
-                     project_id=project_id)}
+            **_given(port_id=_port_id(api, port_ref), fixed_ip_address=fixed_ip_address,
+                     floating_ip_address=floating_ip_address, project_id=project_id)}
     _show(api.call("POST", "/floatingips", json=body), as_json, "floating IP")
 
 
@@ -50,10 +53,11 @@ def floatingip_show(api, as_json, ref):
 @api_command(floatingip, "associate")
 @click.argument("ref")
 @click.argument("port_ref")
-@click.option("--fixed-ip", help="Which of the port's fixed IPs (default: its first).")
-def floatingip_associate(api, as_json, ref, port_ref, fixed_ip):
+@renamed("--fixed-ip", "fixed_ip_address")
+@click.option("--fixed-ip-address", help="Which of the port's fixed IPs (default: its first).")
+def floatingip_associate(api, as_json, ref, port_ref, fixed_ip_address):
     """Map a floating IP to a port (moving it if it is mapped elsewhere)."""
-    body = {"port_id": _port_id(api, port_ref), **_given(fixed_ip_address=fixed_ip)}
+    body = {"port_id": _port_id(api, port_ref), **_given(fixed_ip_address=fixed_ip_address)}
     _show(api.call("PATCH", f"/floatingips/{api.find('floatingips', ref)['id']}", json=body), as_json,
           "floating IP")
 

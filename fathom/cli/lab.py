@@ -5,6 +5,7 @@ import sys
 import click
 
 from fathom.cli.output import console, err_console, fail, print_json, print_table
+from fathom.cli.renamed import renamed
 from fathom.lab.lab import Lab, list_labs
 from fathom.lab.sh import LabError
 from fathom.lab.topology import DEFAULT_TOPOLOGY, TopologyError, load
@@ -140,20 +141,21 @@ def list_(as_json):
 @NAME
 @click.option("--neutron-port", required=True, metavar="UUID", help="The Neutron port the VM is plugged for.")
 @click.option("--os-vif", "os_vif", is_flag=True,
-              help="Plug as os-vif does (needs --node and --mac; fathom need not hold the port yet) and take "
+              help="Plug as os-vif does (needs --node and --mac-address; fathom need not hold the port yet) and take "
                    "the address by DHCP; without it, fathom's port gives the node, MAC and a static address.")
 @click.option("--node", help="With --os-vif: the node the port is bound to (binding:host_id).")
-@click.option("--mac", help="With --os-vif: the port's MAC (mac_address).")
+@renamed("--mac", "mac_address")
+@click.option("--mac-address", help="With --os-vif: the port's MAC (mac_address).")
 @click.option("--no-dhcp", is_flag=True, help="With --os-vif: leave eth0 without an address.")
 @click.option("--vm", help="The VM's name (default vm-<first 8 characters of the UUID>).")
 @click.option("--json", "as_json", is_flag=True)
-def plug(name, neutron_port, os_vif, node, mac, no_dhcp, vm, as_json):
+def plug(name, neutron_port, os_vif, node, mac_address, no_dhcp, vm, as_json):
     """Plug a VM for a Neutron port into the node it is bound to, as Nova and os-vif would."""
     from fathom.lab.plug import plug_neutron_port, plug_os_vif
-    if os_vif and not (node and mac):
-        fail("--os-vif needs --node and --mac (the port's binding:host_id and mac_address)")
+    if os_vif and not (node and mac_address):
+        fail("--os-vif needs --node and --mac-address (the port's binding:host_id and mac_address)")
     try:
-        done = (plug_os_vif(_lab(name), neutron_port, node, mac, vm, dhcp=not no_dhcp) if os_vif
+        done = (plug_os_vif(_lab(name), neutron_port, node, mac_address, vm, dhcp=not no_dhcp) if os_vif
                 else plug_neutron_port(_lab(name), neutron_port, vm))
     except LabError as e:
         fail(str(e))
@@ -167,19 +169,23 @@ def plug(name, neutron_port, os_vif, node, mac, no_dhcp, vm, as_json):
 @NAME
 @click.option("--node", default="gw", show_default=True, help="The gateway node the upstream host is wired to.")
 @click.option("--host", "host", default="up", show_default=True, help="The upstream host's name (namespace <lab>-<host>).")
-@click.option("--mac", required=True, help="Its MAC: the [fathom] upstream_mac Neutron's driver is given.")
+@renamed("--mac", "mac_address")
+@click.option("--mac-address", help="Its MAC (needed): the [fathom] upstream_mac Neutron's driver is given.")
 @click.option("--address", required=True, metavar="CIDR",
               help="Its address: the external subnet's gateway_ip with the prefix length, e.g. 203.0.113.1/24.")
 @click.option("--vlan", type=int, default=None, help="The external network's VLAN (none: a flat network).")
-def upstream(name, node, host, mac, address, vlan):
+def upstream(name, node, host, mac_address, address, vlan):
     """Wire an upstream host (the provider router of an external network made by a cloud, e.g.
     Neutron) to a gateway node: `fathom lab exec <host> ping <floating IP>` then reaches the VMs."""
+    if not mac_address:   # not required=True in click: --mac, its old spelling, may give it instead
+        raise click.UsageError("Missing option '--mac-address'.")
     lab_ = _lab(name)
     try:
-        lab_.wire_upstream(lab_.node(node), host, mac, address, vlan)
+        lab_.wire_upstream(lab_.node(node), host, mac_address, address, vlan)
     except LabError as e:
         fail(str(e))
-    console.print(f"upstream host {host} ({address}, {mac}) wired to {node}" + (f" on VLAN {vlan}" if vlan else ""))
+    console.print(f"upstream host {host} ({address}, {mac_address}) wired to {node}"
+                  + (f" on VLAN {vlan}" if vlan else ""))
 
 
 @lab.group()

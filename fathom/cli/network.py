@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from fathom.cli.resources import _delete, _given, _list, _reason, _settle, _show, api_command, wait_options
+from fathom.cli.resources import (
+    _delete, _given, _list, _reason, _settle, _show, api_command, project_id_option, wait_options,
+)
 
 
 @click.group()
@@ -17,7 +19,7 @@ def network():
 @click.option("--type", "type_", type=click.Choice(["vxlan", "vlan", "flat"]), default="vxlan",
               show_default=True)
 @click.option("--segmentation-id", type=int, help="VNI or VLAN id (default: allocated; admin only).")
-@click.option("--owner", "project_id", help="Project owning the network (admin only).")
+@project_id_option("network")
 @click.option("--external", is_flag=True, help="A provider network reaching the gateway nodes' ext0 "
                                                 "(admin; flat or vlan; docs/external.md).")
 @click.option("--upstream-mac", help="External networks: MAC of the upstream router at the subnet's gateway_ip.")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import click
 
-from fathom.cli.resources import _delete, _given, _list, _reason, _settle, _show, api_command, wait_options
+from fathom.cli.renamed import renamed
+from fathom.cli.resources import (
+    _delete, _given, _list, _reason, _settle, _show, api_command, project_id_option, wait_options,
+)
 
 
 def _ips(port: dict) -> str:
@@ -19,38 +22,40 @@ def port():
 @api_command(port, "create")
 @click.argument("name")
 @click.option("--network", "network_ref", required=True, help="Network id or name.")
-@click.option("--mac", help="MAC address (default: generated).")
-@click.option("--ip", "ips", multiple=True, help="Fixed IP (repeatable; default: one allocated).")
+@renamed("--mac", "mac_address")
+@click.option("--mac-address", help="MAC address (default: generated).")
+@renamed("--ip", "fixed_ips")
+@click.option("--fixed-ip", "fixed_ips", multiple=True, metavar="IP",
+              help="Fixed IP address (repeatable; default: one allocated).")
 @click.option("--subnet", "subnet_ref", help="Allocate the address from this subnet.")
-@click.option("--no-ip", is_flag=True, help="A port without any address.")
+@renamed("--no-ip", "no_fixed_ip")
+@click.option("--no-fixed-ip", is_flag=True, help="A port without any address.")
 @click.option("--node", help="Node the port is bound to.")
-@click.option("--interface", help="OVS interface name of the port on the node's br-int.")
+@renamed("--interface", "interface_name")
+@click.option("--interface-name", help="OVS interface name of the port on the node's br-int.")
 @click.option("--no-port-security", is_flag=True,
               help="Let the port send from any MAC / IP, and no security group filter it.")
 @click.option("--security-group", "group_refs", multiple=True,
               help="Security group id or name (repeatable; default: the project's default group).")
 @click.option("--no-security-groups", is_flag=True, help="No security group: the port sends and receives no IP.")
-@click.option("--owner", "project_id", help="Project owning the port (admin only).")
+@project_id_option("port")
 @wait_options
-def port_create(api, as_json, name, network_ref, mac, ips, subnet_ref, no_ip, node, interface,
-                no_port_security, group_refs, no_security_groups, project_id, wait, timeout):
+def port_create(api, as_json, name, network_ref, mac_address, fixed_ips, subnet_ref, no_fixed_ip, node,
+                interface_name, no_port_security, group_refs, no_security_groups, project_id, wait, timeout):
     """Create a port."""
     body = {"name": name, "network_id": api.find("networks", network_ref)["id"],
             "port_security": not no_port_security}
     if group_refs or no_security_groups or no_port_security:
         body["security_groups"] = [api.find("security-groups", g)["id"] for g in group_refs]
     subnet_id = api.find("subnets", subnet_ref)["id"] if subnet_ref else None
-    if no_ip:
+    if no_fixed_ip:
         body["fixed_ips"] = []
-    elif ips:
+    elif fixed_ips:
         body["fixed_ips"] = [{"ip_address": ip, **({"subnet_id": subnet_id} if subnet_id else {})}
-                             for ip in ips]
+                             for ip in fixed_ips]
     elif subnet_id:
         body["fixed_ips"] = [{"subnet_id": subnet_id}]
-    for key, value in (("mac_address", mac), ("node", node), ("interface_name", interface),
-                       ("project_id", project_id)):
-        if value:
-            body[key] = value
+    body.update(_given(mac_address=mac_address, node=node, interface_name=interface_name, project_id=project_id))
     _show(_settle(api, "ports", api.call("POST", "/ports", json=body), wait, timeout),
           as_json, "port")
 
@@ -81,7 +86,8 @@ def port_show(api, as_json, ref):
 @click.argument("ref")
 @click.option("--name")
 @click.option("--node", help="Bind the port to this node ('none' unbinds it).")
-@click.option("--interface", help="Its OVS interface on that node ('none' for none).")
+@renamed("--interface", "interface_name")
+@click.option("--interface-name", help="Its OVS interface on that node ('none' for none).")
 @click.option("--port-security/--no-port-security", default=None,
               help="Drop frames whose source MAC or IP is not the port's, and filter with its security "
                    "groups (--no-port-security also removes its groups).")
@@ -89,8 +95,8 @@ def port_show(api, as_json, ref):
               help="Replace the port's security groups with these (id or name, repeatable).")
 @click.option("--no-security-groups", is_flag=True, help="Remove every security group of the port.")
 @wait_options
-def port_update(api, as_json, ref, name, node, interface, port_security, group_refs, no_security_groups, wait,
-                timeout):
+def port_update(api, as_json, ref, name, node, interface_name, port_security, group_refs, no_security_groups,
+                wait, timeout):
     """Change a port (by id or name): only the options given."""
     none = lambda v: None if v is not None and v.lower() == "none" else v  # noqa: E731
     body = _given(name=name, port_security=port_security)
@@ -98,8 +104,8 @@ def port_update(api, as_json, ref, name, node, interface, port_security, group_r
         body["security_groups"] = [api.find("security-groups", g)["id"] for g in group_refs]
     if node is not None:
         body["node"] = none(node)
-    if interface is not None:
-        body["interface_name"] = none(interface)
+    if interface_name is not None:
+        body["interface_name"] = none(interface_name)
     changed = api.call("PATCH", f"/ports/{api.find('ports', ref)['id']}", json=body)
     _show(_settle(api, "ports", changed, wait, timeout), as_json, "port")
 

@@ -15,6 +15,7 @@ import functools
 import click
 
 from fathom.cli.output import console, fail, plain, print_json, print_record, print_table
+from fathom.cli.renamed import renamed
 from fathom.client import DEFAULT_CONTROLLER, ApiError, Client
 
 class Api(Client):
@@ -55,6 +56,14 @@ def api_command(group: click.Group, name: str | None = None, **kwargs):
         def command(controller, project, as_json, **params):
             return fn(Api(controller, project), as_json, **params)
         return command
+    return decorate
+
+
+def project_id_option(what: str):
+    """--project-id: the project owning the object created (the API's `project_id`; --owner before)."""
+    def decorate(fn):
+        fn = click.option("--project-id", help=f"Project owning the {what} (admin only).")(fn)
+        return renamed("--owner", "project_id")(fn)
     return decorate
 
 

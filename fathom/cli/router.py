@@ -5,7 +5,10 @@ from __future__ import annotations
 import click
 
 from fathom.cli.output import print_json, print_record
-from fathom.cli.resources import _delete, _given, _list, _reason, _settle, _show, api_command, wait_options
+from fathom.cli.renamed import renamed
+from fathom.cli.resources import (
+    _delete, _given, _list, _reason, _settle, _show, api_command, project_id_option, wait_options,
+)
 
 
 MODES = ["distributed", "fabric", "network-node"]
@@ -19,7 +22,7 @@ def router():
 
 @api_command(router, "create")
 @click.argument("name")
-@click.option("--owner", "project_id", help="Project owning the router (admin only).")
+@project_id_option("router")
 @click.option("--mode", type=click.Choice(MODES), default="distributed", show_default=True,
               help="Where the router runs (docs/fabric.md).")
 @click.option("--gateway-node", help="network-node mode: the gateway node (default: the first of role gateway).")
@@ -101,11 +104,12 @@ def router_delete(api, as_json, ref):
 @api_command(router, "add-interface")
 @click.argument("router_ref")
 @click.argument("subnet_ref")
-@click.option("--ip", help="Address of the interface (default: the subnet's gateway_ip).")
-def router_add_interface(api, as_json, router_ref, subnet_ref, ip):
+@renamed("--ip", "ip_address")
+@click.option("--ip-address", help="Address of the interface (default: the subnet's gateway_ip).")
+def router_add_interface(api, as_json, router_ref, subnet_ref, ip_address):
     """Attach the router to a subnet."""
     router_id = api.find("routers", router_ref)["id"]
-    body = {"subnet_id": api.find("subnets", subnet_ref)["id"], **({"ip_address": ip} if ip else {})}
+    body = {"subnet_id": api.find("subnets", subnet_ref)["id"], **_given(ip_address=ip_address)}
     _show(api.call("POST", f"/routers/{router_id}/interfaces", json=body), as_json, "interface")
 
 
@@ -113,7 +117,6 @@ def router_add_interface(api, as_json, router_ref, subnet_ref, ip):
 @click.argument("router_ref")
 @click.argument("subnet_ref")
 def router_remove_interface(api, as_json, router_ref, subnet_ref):
-    """Detach the router from a subnet."""
+    """Detach the router from a subnet (remove its interface there)."""
     router_id = api.find("routers", router_ref)["id"]
-    subnet_id = api.find("subnets", subnet_ref)["id"]
-    api.call("DELETE", f"/routers/{router_id}/interfaces/{subnet_id}")
+    api.call("DELETE", f"/routers/{router_id}/interfaces", params={"subnet_id": api.find("subnets", subnet_ref)["id"]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fathom.cli.output import console, fail, print_json, print_record, print_table
-from fathom.cli.resources import _delete, _given, _list, _reason, api_command
+from fathom.cli.resources import _delete, _given, _list, _reason, api_command, project_id_option
 
 RULE_COLUMNS = ["id", "security_group_id", "direction", "ethertype", "protocol", "ports", "remote"]
 
@@ -36,7 +36,7 @@ def security_group():
 @api_command(security_group, "create")
 @click.argument("name")
 @click.option("--description", default="")
-@click.option("--owner", "project_id", help="Project owning the group (admin only).")
+@project_id_option("group")
 def group_create(api, as_json, name, description, project_id):
     """Create a security group (with no rules: its ports send and receive nothing until rules are added)."""
     body = {"name": name, "description": description, **_given(project_id=project_id)}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from fathom.cli.output import print_json, print_record, print_table
-from fathom.cli.resources import Api, _delete, _reason, _settle, api_command, wait_options
+from fathom.cli.resources import Api, _delete, _reason, _settle, api_command, project_id_option, wait_options
 
 
 @click.group()
@@ -38,7 +38,7 @@ def _ids(values) -> str:
     return " ".join(str(v) for v in values)
 
 
-OWNER = click.option("--owner", "project_id", help="Project owning the object (admin only).")
+OWNER = project_id_option("object")
 
 
 def _crud(name: str, collection: str, title: str, columns: list[str], fmt: dict):

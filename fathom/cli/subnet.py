@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from fathom.cli.resources import _delete, _list, _reason, _settle, _show, api_command, wait_options
+from fathom.cli.renamed import renamed
+from fathom.cli.resources import _delete, _list, _reason, _settle, _show, api_command, project_id_option, wait_options
 
 
 @click.group()
@@ -24,8 +25,9 @@ def _dhcp_options(f):
     """The DHCP options of `subnet create` and `subnet update` (docs/dhcp.md)."""
     f = click.option("--host-route", "host_routes", multiple=True, metavar="DEST,NEXTHOP",
                      help="A route given to DHCP clients (option 121); repeat for more (20 at most).")(f)
-    f = click.option("--dns", "dns_nameservers", multiple=True, metavar="IP",
+    f = click.option("--dns-nameserver", "dns_nameservers", multiple=True, metavar="IP",
                      help="A DNS server given to DHCP clients; repeat for more (5 at most).")(f)
+    f = renamed("--dns", "dns_nameservers")(f)
     return click.option("--dhcp/--no-dhcp", "enable_dhcp", default=None,
                          help="Serve the subnet's ports by DHCP (default on create: on).")(f)
 
@@ -53,20 +55,21 @@ def _dhcp_cell(obj: dict) -> str:
 @click.argument("name")
 @click.option("--network", "network_ref", required=True, help="Network id or name.")
 @click.option("--cidr", required=True, help="e.g. 10.0.0.0/24")
-@click.option("--gateway", help="Gateway address (default: the first host).")
+@renamed("--gateway", "gateway_ip")
+@click.option("--gateway-ip", help="Gateway address (default: the first host).")
 @click.option("--no-gateway", is_flag=True, help="A subnet without a gateway.")
 @_dhcp_options
-@click.option("--owner", "project_id", help="Project owning the subnet (admin only).")
+@project_id_option("subnet")
 @wait_options
-def subnet_create(api, as_json, name, network_ref, cidr, gateway, no_gateway, enable_dhcp, dns_nameservers,
+def subnet_create(api, as_json, name, network_ref, cidr, gateway_ip, no_gateway, enable_dhcp, dns_nameservers,
                   host_routes, project_id, wait, timeout):
     """Create a subnet."""
     body = {"name": name, "network_id": api.find("networks", network_ref)["id"], "cidr": cidr,
             **_dhcp_body(enable_dhcp, dns_nameservers, host_routes)}
     if no_gateway:
         body["gateway_ip"] = None
-    elif gateway:
-        body["gateway_ip"] = gateway
+    elif gateway_ip:
+        body["gateway_ip"] = gateway_ip
     if project_id:
         body["project_id"] = project_id
     _show(_settle(api, "subnets", api.call("POST", "/subnets", json=body), wait, timeout),
@@ -93,7 +96,8 @@ def subnet_show(api, as_json, ref):
 @click.argument("ref")
 @click.option("--name", help="The new name.")
 @_dhcp_options
-@click.option("--no-dns", "clear_dns", is_flag=True, help="Give DHCP clients no DNS server.")
+@renamed("--no-dns", "clear_dns")
+@click.option("--no-dns-nameservers", "clear_dns", is_flag=True, help="Give DHCP clients no DNS server.")
 @click.option("--no-host-routes", "clear_routes", is_flag=True, help="Give DHCP clients no host route.")
 @wait_options
 def subnet_update(api, as_json, ref, name, enable_dhcp, dns_nameservers, host_routes, clear_dns, clear_routes,
@@ -101,7 +105,7 @@ def subnet_update(api, as_json, ref, name, enable_dhcp, dns_nameservers, host_ro
     """Change a subnet (by id or name): its name, its DHCP options (a list given replaces the
     subnet's; running clients get the new options when they renew)."""
     if clear_dns and dns_nameservers:
-        raise click.UsageError("--no-dns and --dns exclude each other")
+        raise click.UsageError("--no-dns-nameservers and --dns-nameserver exclude each other")
     if clear_routes and host_routes:
         raise click.UsageError("--no-host-routes and --host-route exclude each other")
     body = _dhcp_body(enable_dhcp, dns_nameservers, host_routes, clear_dns, clear_routes)

@@ -16,7 +16,7 @@ import sys
 import click
 
 from fathom.cli.output import console, fail, plain, print_json, print_record, print_table
-from fathom.cli.resources import Api, api_command
+from fathom.cli.resources import Api, api_command, project_id_option
 from fathom.client import ApiError
 
 
@@ -107,7 +107,7 @@ def _body(ip_proto, vlan, tp_src, tp_dst, match) -> dict:
               help="both: also copy receiver -> sender.")
 @click.option("--priority", type=int, default=100, show_default=True,
               help="Where policies overlap, the higher priority copies (0..60000).")
-@click.option("--owner", "project_id", help="Project owning the policy (admin only).")
+@project_id_option("policy")
 @click.option("--truncate", type=int, help="Copies keep at most N bytes (64..65535).")
 @click.option("--rate-pps", type=int, help="At most N copies per second (OpenFlow meter at the sender's switch).")
 @_with(filter_options)

@@ -1,11 +1,11 @@
-"""The fabric at run time: fabric switches (ToRs) and br-phy under OpenFlow, LLDP link discovery,
+"""The fabric at run time: fabric switches and br-phy under OpenFlow, LLDP link discovery,
 and the fabric status endpoints.
 
 Plugged into the reconciler as an extension that never writes flows itself: `prepare` bootstraps
-the ToRs and every node's br-phy (OVSDB: fail_mode secure, our controller, a fixed datapath id) and
+the fabric switches and every node's br-phy (OVSDB: fail_mode secure, our controller, a fixed datapath id) and
 adds their port numbers to the model; the fabric app (fathom/apps/fabric) compiles their flows and
 the reconciler applies them like every other switch's, by diff: flows that are still wanted are
-never deleted, so a ToR or controller restart makes no VLAN in use disappear. (Router namespaces of
+never deleted, so a fabric switch or controller restart makes no VLAN in use disappear. (Router namespaces of
 network-node routers are the gateway node's agent's work: fathom.controller.hostlocal.) fail_mode secure, not standalone, on br-phy too: a standalone bridge that
 has lost its controller for 3 inactivity probes "fails open" (OVS flushes its table and switches
 NORMAL), and when the controller is back OVS removes that NORMAL flow before we have re-added ours,
@@ -15,11 +15,11 @@ desired state would miss flows that are still wanted.
 
 LLDP (as ONOS does): the controller sends a signed LLDP frame out of every node's underlay port
 `ul0` (packet-out; chassis id = the sender's datapath id, port id = its port number, an HMAC with a
-per-process key). The ToR punts LLDP to the controller (packet-in); a valid probe from br-phy of
-node N arriving on ToR port P is the link P <-> N, recorded in the store (`fabric_links`, source
+per-process key). The fabric switch punts LLDP to the controller (packet-in); a valid probe from br-phy of
+node N arriving on fabric switch port P is the link P <-> N, recorded in the store (`fabric_links`, source
 lldp), which then takes precedence over declared wiring. LLDP punted by any other switch (br-phy,
 where tenant VLAN traffic arrives too) teaches nothing. Probes go out LLDP_SETTLE seconds after
-an event that may change the wiring (a ToR or br-phy connected, reported a port-status, as a moved
+an event that may change the wiring (a fabric switch or br-phy connected, reported a port-status, as a moved
 cable does on both its ports, or was sent flows; a node's underlay port is new), and every
 `lldp_interval` seconds (LLDP's own transmit interval, 30 s) for what no event tells. A known
 link's `last_seen` is written again at most every LLDP_REFRESH seconds.
@@ -58,7 +58,7 @@ PHY_BRIDGE = "br-phy"
 UNDERLAY_PORT = fc.PHY_UNDERLAY
 DPID_KIND_MASK = 0xFF00_0000_0000_0000
 DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
-DPID_TOR, DPID_PHY = datapath_id_tor(0), datapath_id_phy(0)   # the kind byte of a ToR's, a br-phy's
+DPID_TOR, DPID_PHY = datapath_id_tor(0), datapath_id_phy(0)   # the kind byte of a fabric switch's, a br-phy's
 
 
 def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fail_mode: str) -> bool:
@@ -148,7 +148,7 @@ class FabricRuntime(Extension):
         self.wake = wake
         self.lldp_interval = lldp_interval
         self.tors: dict[str, NodeOvsdb] = {}
-        # ToR OVSDB connections being made: name -> (remote, its future)
+        # fabric switch OVSDB connections being made: name -> (remote, its future)
         self._connecting: dict[str, tuple[str, Future]] = {}
         self._connect_pool = ThreadPoolExecutor(4, thread_name_prefix="tor-connect")
         self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
@@ -194,7 +194,7 @@ class FabricRuntime(Extension):
         self._connect_pool.shutdown(wait=False, cancel_futures=True)
 
     def wiring_event(self, dpid: int) -> None:
-        """A switch connected or reported a port-status: a ToR's or br-phy's makes the next probes
+        """A switch connected or reported a port-status: a fabric switch's or br-phy's makes the next probes
         go out within LLDP_SETTLE (a br-int's says nothing of the underlay's wiring)."""
         if dpid & DPID_KIND_MASK in (DPID_TOR, DPID_PHY):
             self._probe_soon.set()
@@ -202,7 +202,7 @@ class FabricRuntime(Extension):
     # ------------------------------------------------------------------------------- passes
 
     def prepare(self, rec, snapshot, result):
-        """Before compiling: the ToRs and every node's br-phy under our controller (OVSDB), their
+        """Before compiling: the fabric switches and every node's br-phy under our controller (OVSDB), their
         setup recorded as switch results; returns the model with their port numbers."""
         fab = routers.fabric_state(snapshot)
         controller_for = lambda ip: channels.controller_target(local_ip_towards(ip), self.of_port)  # noqa: E731
@@ -257,14 +257,14 @@ class FabricRuntime(Extension):
         return replace(snapshot, fabric=fab.with_ofports(ofports)).with_phy_ofports(self.phy_ofports)
 
     def _connect(self, rec, s) -> NodeOvsdb:
-        """A ToR's OVSDB connection, made on a thread of its own: a pass waits SETUP_WAIT for it at
-        most, as for a node's check (a dead ToR must not hold up every change of the cloud for its
-        connection timeout), and not at all when the ToR is in error already; it raises while the
+        """A fabric switch's OVSDB connection, made on a thread of its own: a pass waits SETUP_WAIT for it at
+        most, as for a node's check (a dead fabric switch must not hold up every change of the cloud for its
+        connection timeout), and not at all when the fabric switch is in error already; it raises while the
         connection is still being made, and the connection's end wakes a pass."""
         remote = channels.ovsdb_remote(s.management_ip)
         job = self._connecting.get(s.name)
         if job is None or job[0] != remote:
-            self._forget_connecting(s.name)   # made for an address the ToR no longer has
+            self._forget_connecting(s.name)   # made for an address the fabric switch no longer has
             future = self._connect_pool.submit(NodeOvsdb, f"tor_{s.name}", s.management_ip,
                                                on_change=lambda _n, what, name=s.name: rec.ovsdb_changed(name, what))
             job = self._connecting[s.name] = (remote, future)
@@ -285,7 +285,7 @@ class FabricRuntime(Extension):
     def after_pass(self, rec, snapshot, result) -> None:
         self.last = {"snapshot": snapshot}
         if any(r.changes for k, r in result.switches.items() if k.bridge in (TOR, BR_PHY)):
-            self._probe_soon.set()   # e.g. the ToR's LLDP punt flow, or a br-phy's, just installed
+            self._probe_soon.set()   # e.g. the fabric switch's LLDP punt flow, or a br-phy's, just installed
 
     # ------------------------------------------------------------------------------- LLDP
     def _lldp_loop(self) -> None:
@@ -302,7 +302,7 @@ class FabricRuntime(Extension):
 
     def send_lldp(self) -> int:
         sent = 0
-        probes = []   # out of each node's underlay port only: links are learnt where the ToR receives them
+        probes = []   # out of each node's underlay port only: links are learnt where the fabric switch receives them
         for nid, port in list(self.phy_ports.items()):
             probes.append((datapath_id_phy(nid), port))
         for dpid, port in probes:
@@ -320,7 +320,7 @@ class FabricRuntime(Extension):
     def on_packet_in(self, msg) -> bool:
         """True if the packet was an LLDP frame (consumed).
 
-        A link is learnt only from a signed probe that a node's br-phy sent and a ToR port received:
+        A link is learnt only from a signed probe that a node's br-phy sent and a fabric switch port received:
         a frame punted by br-phy (where a tenant's VLAN traffic also arrives) or by any other
         switch teaches nothing."""
         data = bytes(msg.data)
@@ -358,9 +358,9 @@ class FabricRuntime(Extension):
     # ------------------------------------------------------------------------------- status API
 
     def status(self, switch_id: int) -> dict:
-        """Per ToR port: the node behind it, the VLANs allowed on it (desired, and read from the
+        """Per fabric switch port: the node behind it, the VLANs allowed on it (desired, and read from the
         switch) and the VLANs the node's br-int really tags frames with (read from the node). A VLAN
-        the node sends but the port does not allow is `vlans_blocked`: the ToR drops those frames,
+        the node sends but the port does not allow is `vlans_blocked`: the fabric switch drops those frames,
         and the switch is not `in_sync`."""
         snapshot = self.last.get("snapshot")
         with self.Session() as session:
@@ -424,7 +424,7 @@ class FabricRuntime(Extension):
         return None if state is None else fc.vlans_sent(state)
 
     def desired_flows(self, switch_id: int) -> list[str]:
-        """The flows a ToR must hold (ovs-ofctl syntax)."""
+        """The flows a fabric switch must hold (ovs-ofctl syntax)."""
         with self.Session() as session:
             row = session.get(FabricSwitch, switch_id) if valid_id(switch_id) else None
         if row is None:

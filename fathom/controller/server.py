@@ -74,7 +74,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     api.state.status_board = reconciler.board   # long-polls (GET ...?wait=) wait on it
     LOG.info("admin credential: %s (root only)", ensure_admin_token(engine, state_dir))
     install_runtime(api, reconciler, guard)
-    # ToRs and br-phy under OpenFlow, LLDP discovery
+    # fabric switches and br-phy under OpenFlow, LLDP discovery
     FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
     # floating IPs moved or removed: their conntrack zones flushed on the gateway node
     ExternalRuntime().install(reconciler)

@@ -183,7 +183,7 @@ def _wait_active(api: Client, created: dict, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise LabError(f"port {name} not active after {timeout}s: {port['status']}: {port['status_reason']}")
             time.sleep(0.2)   # an error (a switch still connecting): the next pass may clear it
-    # every switch connected (br-int of each node; with a fabric also each br-phy and the ToR),
+    # every switch connected (br-int of each node; with a fabric also each br-phy and the fabric switch),
     # then one full pass, so the underlay is programmed too when `lab up` returns
     fabric = len(created.get("fabric_switches", {}))
     want = len(created.get("nodes", {})) * (2 if fabric else 1) + fabric
@@ -227,7 +227,7 @@ def deregister(url: str, created: dict, token: str | None = None) -> None:
         for rid in created.get("routers", {}).values():
             http.patch(f"/routers/{rid}", json={"external_gateway": None})
             for iface in http.get(f"/routers/{rid}").json().get("interfaces", []):
-                http.delete(f"/routers/{rid}/interfaces/{iface['subnet_id']}")
+                http.delete(f"/routers/{rid}/interfaces/{iface['id']}")
             http.delete(f"/routers/{rid}")
         for nid in created.get("networks", {}).values():
             http.delete(f"/networks/{nid}")

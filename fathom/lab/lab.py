@@ -234,7 +234,7 @@ class Lab:
             ovs.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev",
                       "fail_mode=standalone" if standalone else "fail_mode=secure",
                       "other_config:disable-in-band=true")
-            # VLAN networks leave br-int through a patch pair to br-phy (trunk toward the ToR)
+            # VLAN networks leave br-int through a patch pair to br-phy (trunk toward the fabric switch)
             ovs.vsctl("add-port", "br-int", "patch-phy", "--", "set", "interface", "patch-phy", "type=patch",
                       "options:peer=patch-int", "--", "add-port", "br-phy", "patch-int", "--",
                       "set", "interface", "patch-int", "type=patch", "options:peer=patch-phy")

@@ -3,7 +3,7 @@
 A `Snapshot` is one consistent view of the store (fathom.store.snapshot.load_snapshot builds it in
 one transaction) plus facts that live in the switches, not in the store: the OpenFlow port numbers
 of each br-int (`Snapshot.with_ofports`), of each br-phy (`Snapshot.with_phy_ofports`) and of each
-ToR (`FabricState.with_ofports`), added by the controller before compiling. Datapath ids of every switch fathom programs are defined here too, so
+fabric switch (`FabricState.with_ofports`), added by the controller before compiling. Datapath ids of every switch fathom programs are defined here too, so
 compilers, the controller and tests name switches the same way.
 """
 from __future__ import annotations
@@ -291,7 +291,7 @@ class FabricState:
         return replace(self, ofports={k: dict(v) for k, v in ofports.items()})
 
     def node_ports(self, switch: Switch) -> dict[str, tuple[str, int | None]]:
-        """node name -> (ToR port name, ofport) for the nodes behind `switch`.
+        """node name -> (fabric switch port name, ofport) for the nodes behind `switch`.
 
         An LLDP-learned link wins over a declared one for the same node (the declared wiring is
         only a fallback); among several, the most recently seen.
@@ -363,7 +363,7 @@ class Snapshot:
     port_chains: tuple[PortChain, ...] = ()
     router_gateways: tuple[RouterGateway, ...] = ()
     floating_ips: tuple[FloatingIp, ...] = ()
-    # ToR switches, their links, router modes. None when built without it: compilers treat None
+    # fabric switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None
     # Views derived from this snapshot by pure functions (e.g. the tenant view of the routers),
@@ -484,7 +484,7 @@ def _delta(before: Snapshot, after: Snapshot) -> Delta | None:
 
 
 # ---------------------------------------------------------------------------------------------- switches
-# Datapath ids: the kind of switch in the top byte, the store id of its node or ToR below.
+# Datapath ids: the kind of switch in the top byte, the store id of its node or fabric switch below.
 
 
 def datapath_id(node_id: int) -> int:

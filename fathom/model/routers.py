@@ -1,6 +1,6 @@
 """Where each router runs, as the switches realise it now: pure functions of the model.
 
-Router modes: `distributed` (default; every first-hop br-int routes), `fabric` (the ToR routes),
+Router modes: `distributed` (default; every first-hop br-int routes), `fabric` (the fabric switch routes),
 `network-node` (a namespace on a gateway node routes; its interfaces are ports of the gateway node's
 br-int). The tenant and vTAP apps read `tenant_view`, the fabric app and the network-node router
 agent read `effective_modes` and `network_node_legs`. docs/fabric.md explains the modes.
@@ -82,7 +82,7 @@ def router_paths(snapshot: Snapshot) -> dict[int, RouterPath]:
 def tenant_view(snapshot: Snapshot) -> Snapshot:
     """What the tenant compiler must see: routers not in `distributed` mode are hidden from it; the
     interfaces of `network-node` routers become ports bound to their gateway node. Computed once per
-    snapshot (the tenant and vTAP apps and the ToR all read it)."""
+    snapshot (the tenant and vTAP apps and the fabric switch all read it)."""
     return snapshot.memo("tenant_view", _tenant_view)
 
 

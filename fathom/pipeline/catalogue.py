@@ -1,4 +1,4 @@
-"""The pipelines as data: one declaration per bridge kind (br-int, br-phy, the ToR).
+"""The pipelines as data: one declaration per bridge kind (br-int, br-phy, the fabric switch).
 
 A `Table` says what a table is for, what happens to a frame no flow claims (`miss`), which tables
 its flows may continue to (`next`: goto_table, resubmit, group buckets), and which registers and
@@ -250,13 +250,13 @@ BR_INT = Pipeline("br-int", skeleton_app=ck.APP_PIPELINE, doc="every node's inte
 
 BR_PHY = Pipeline("br-phy", skeleton_app=ck.APP_FABRIC, skeleton_base=0x100,
                   doc="every node's physical bridge: the underlay port and the tunnel endpoint", tables=(
-    Table("normal", 0, "NORMAL switching of the underlay; LLDP from the ToR → controller (link discovery); "
+    Table("normal", 0, "NORMAL switching of the underlay; LLDP from the fabric switch → controller (link discovery); "
           "the VLAN trunk as a fixed pipe: everything from `patch-int` → `ul0`, tagged frames from `ul0` → "
           "`patch-int` (no MAC learning on the trunk)",
           miss=NORMAL, fixed=(Fixed(1000, {"eth_type": ETH_TYPE_LLDP}, (Controller(),), object_id=0x101),)),
 ))
 
-# ---------------------------------------------------------------------------------------------- ToR
+# ---------------------------------------------------------------------------------------------- fabric switch
 
 TOR = Pipeline("tor", skeleton_app=ck.APP_FABRIC, skeleton_base=0x200,
                doc="the top-of-rack switch (br-fabric): VLAN trunks to the nodes, SVIs of fabric routers", tables=(

@@ -1,8 +1,8 @@
-"""Store models of the fabric: fabric switches (ToRs), their discovered links, router modes.
+"""Store models of the fabric: fabric switches, their discovered links, router modes.
 
-- `FabricSwitch`: a managed ToR (an OVS bridge reached over OVSDB at `management_ip`, bridge
+- `FabricSwitch`: a managed fabric switch (an OVS bridge reached over OVSDB at `management_ip`, bridge
   `bridge`). Its VLAN range bounds the VLAN ids of tenant networks while it exists.
-- `FabricLink`: which ToR port faces which node. `source` is `lldp` (learned by the controller's
+- `FabricLink`: which fabric switch port faces which node. `source` is `lldp` (learned by the controller's
   LLDP probes) or `declared` (given by the operator or the lab, used only until LLDP has spoken).
 - `RouterMode`: where a router runs: `distributed` (no row needed), `fabric`, `network-node`.
 """

@@ -704,7 +704,7 @@ def delete_port(session: Session, caller: Caller, port_id: int) -> None:
     port = get(session, caller, m.Port, port_id)
     if port.router_id is not None:
         raise Conflict(f"port {port.id} is an interface of router {port.router_id}: "
-                       f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/<subnet id>")
+                       f"remove it with DELETE /v1/routers/{port.router_id}/interfaces/{port.id}")
     _check_not_an_address_port(session, port)
     _freed(session, port.fixed_ips)
     session.delete(port)
@@ -773,18 +773,24 @@ def add_router_interface(session: Session, caller: Caller, router_id: int, *, su
         raise
 
 
-def remove_router_interface(session: Session, caller: Caller, router_id: int, subnet_id: int) -> None:
+def remove_router_interface(session: Session, caller: Caller, router_id: int, *, interface_id: int | None = None,
+                            subnet_id: int | None = None) -> None:
+    """Remove the router's interface whose id (its port's) is `interface_id`, or the one on `subnet_id`."""
     router = get(session, caller, m.Router, router_id)
-    for interface in router_interfaces(session, router.id):
-        if any(a.subnet_id == subnet_id for a in interface.fixed_ips):
-            prefix = session.get(m.Subnet, subnet_id).prefix
-            using = sorted(f.id for f in session.scalars(select(FloatingIp).where(FloatingIp.router_id == router.id))
-                           if f.fixed_ip and ipaddress.IPv4Address(f.fixed_ip) in prefix)
-            if using:
-                raise Conflict(f"floating IP(s) {using} reach ports of subnet {subnet_id} through this interface: "
-                               "disassociate them first", "subnet_id")
-            _freed(session, interface.fixed_ips)
-            session.delete(interface)
-            session.flush()
-            return
-    raise NotFound(f"router {router.id} has no interface on subnet {subnet_id}", "subnet_id")
+    field = "subnet_id" if interface_id is None else "interface_id"   # what the caller named it by
+    found = [p for p in router_interfaces(session, router.id)
+             if p.id == interface_id or (interface_id is None and any(a.subnet_id == subnet_id for a in p.fixed_ips))]
+    if not found:
+        raise NotFound(f"router {router.id} has no interface on subnet {subnet_id}" if interface_id is None
+                       else f"router {router.id} has no interface {interface_id} (its id is its port's)", field)
+    interface = found[0]
+    fips = [f for f in session.scalars(select(FloatingIp).where(FloatingIp.router_id == router.id)) if f.fixed_ip]
+    for a in interface.fixed_ips:
+        prefix = session.get(m.Subnet, a.subnet_id).prefix
+        using = sorted(f.id for f in fips if ipaddress.IPv4Address(f.fixed_ip) in prefix)
+        if using:
+            raise Conflict(f"floating IP(s) {using} reach ports of subnet {a.subnet_id} through interface "
+                           f"{interface.id}: disassociate them first", field)
+    _freed(session, interface.fixed_ips)
+    session.delete(interface)
+    session.flush()

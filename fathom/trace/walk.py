@@ -2,8 +2,8 @@
 
 The walk starts at the source port's br-int and follows every packet a pass sends out
 (fathom.trace.tables runs each pass): the tunnel to the node whose tunnel IP it is addressed to,
-the uplink through the node's br-phy and the ToR to the br-phy and br-int of the node behind the
-ToR port (in a fabric; without one the uplink reaches the nodes that host the frame's destination
+the uplink through the node's br-phy and the fabric switch to the br-phy and br-int of the node behind the
+fabric switch port (in a fabric; without one the uplink reaches the nodes that host the frame's destination
 MAC), a network-node router's namespace (Linux routing between its `qrp` legs, not OpenFlow: the
 walk routes by the router's interfaces as the namespace does), a VNF of a service chain (a router
 between its two ports: in on one, out of the other towards the destination), the external
@@ -355,7 +355,7 @@ class _Walk:
                     _, ofport = self.s.fabric.node_ports(s).get(name, (None, None))
                     if ofport is not None:
                         return [((TOR.bridge, s.name), ofport, pkt, here)]
-                self._leaf(here, "uplink", f"sent out {name}'s underlay port: no ToR known to face it")
+                self._leaf(here, "uplink", f"sent out {name}'s underlay port: no fabric switch known to face it")
                 return []
             self._leaf(here, "dropped", f"output to br-phy port {iface}")
             return []
@@ -373,7 +373,7 @@ class _Walk:
         n = self.nodes.get(node) if node else None
         ofport = n.phy_ofports.get(iface) if n else None
         if ofport is None or (BR_PHY.bridge, node) not in self.states:
-            self._leaf(here, "dropped", f"no br-phy {iface} on {node or 'the node behind this ToR port'}")
+            self._leaf(here, "dropped", f"no br-phy {iface} on {node or 'the node behind this fabric switch port'}")
             return []
         return [((BR_PHY.bridge, node), ofport, pkt, here)]
 

@@ -204,7 +204,7 @@ def test_fabric(lab, drops):
     assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "mode"], r.text
     subnets = {s["name"]: s["id"] for s in c.get("/subnets").json()}
     for net in sorted(ALL - VLANS):
-        c.delete(f"/routers/{rid}/interfaces/{subnets[net]}").raise_for_status()
+        c.delete(f"/routers/{rid}/interfaces", params={"subnet_id": subnets[net]}).raise_for_status()
     set_mode(lab, "fabric")
     # now m1, on the same node, sends to that MAC up c4's trunk: first, alone, before any routed
     # frame from the ToR could teach a learning bridge on the way where that MAC really is

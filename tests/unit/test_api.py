@@ -92,7 +92,7 @@ OTHER = ("p2", "member")
 def test_openapi_lists_every_resource(api):
     paths = api.http.get("/openapi.json").json()["paths"]
     for p in ("/v1/nodes", "/v1/networks", "/v1/subnets", "/v1/ports", "/v1/routers",
-              "/v1/routers/{router_id}/interfaces", "/v1/routers/{router_id}/interfaces/{subnet_id}",
+              "/v1/routers/{router_id}/interfaces", "/v1/routers/{router_id}/interfaces/{interface_id}",
               "/v1/ports/{port_id}/status", "/v1/nodes/{node_id}/status"):
         assert p in paths
 
@@ -126,7 +126,8 @@ def test_unknown_ids_are_404(api):
     assert api.error("POST", "/ports", {"network_id": net["id"], "node": "nope"}, 404)[0] == ["node"]
     r = api.post("/routers", {"name": "r"})
     assert api.error("POST", f"/routers/{r['id']}/interfaces", {"subnet_id": 9}, 404)[0] == ["subnet_id"]
-    assert api.error("DELETE", f"/routers/{r['id']}/interfaces/9", None, 404)[0] == ["subnet_id"]
+    assert api.error("DELETE", f"/routers/{r['id']}/interfaces/9", None, 404)[0] == ["interface_id"]
+    assert api.error("DELETE", f"/routers/{r['id']}/interfaces?subnet_id=9", None, 404)[0] == ["subnet_id"]
 
 
 # ---------------------------------------------------------------------------------------------- validation (422)
@@ -236,7 +237,9 @@ def test_deleting_things_in_use_conflicts(api):
     interface = api.get(f"/routers/{router['id']}/interfaces")[0]
     assert "router" in api.error("DELETE", f"/ports/{interface['id']}", None, 409)[1]
 
-    api.delete(f"/routers/{router['id']}/interfaces/{sub['id']}")
+    # an interface is removed by its own id (its port's): a workload port's id is no interface's
+    assert api.error("DELETE", f"/routers/{router['id']}/interfaces/{port['id']}", None, 404)[0] == ["interface_id"]
+    api.delete(f"/routers/{router['id']}/interfaces/{interface['id']}")
     assert "port" in api.error("DELETE", f"/subnets/{sub['id']}", None, 409)[1]
     api.delete(f"/ports/{port['id']}")
     api.delete(f"/routers/{router['id']}")

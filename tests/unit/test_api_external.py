@@ -31,10 +31,10 @@ def cloud(api) -> dict:
     net = api.post("/networks", {"name": "blue"}, headers=MEMBER)
     sub = api.post("/subnets", {"network_id": net["id"], "cidr": "10.0.0.0/24"}, headers=MEMBER)
     router = api.post("/routers", {"name": "r"}, headers=MEMBER)
-    api.post(f"/routers/{router['id']}/interfaces", {"subnet_id": sub["id"]}, headers=MEMBER)
+    interface = api.post(f"/routers/{router['id']}/interfaces", {"subnet_id": sub["id"]}, headers=MEMBER)
     port = api.post("/ports", {"network_id": net["id"], "name": "vm", "node": "c1", "interface_name": "vm",
                                "project_id": "p1"})
-    return {"ext": ext, "net": net, "sub": sub, "router": router, "port": port}
+    return {"ext": ext, "net": net, "sub": sub, "router": router, "interface": interface, "port": port}
 
 
 def test_an_external_network_is_an_admins_provider_network(api):
@@ -88,7 +88,8 @@ def test_a_router_gateway_and_a_floating_ip(api):
     # what uses the gateway cannot go before it
     err = api.patch(f"/routers/{rid}", {"external_gateway": None}, status=409, headers=MEMBER)
     assert loc(err) == ["body", "external_gateway"]
-    api.delete(f"/routers/{rid}/interfaces/{c['sub']['id']}", status=409, headers=MEMBER)
+    api.delete(f"/routers/{rid}/interfaces/{c['interface']['id']}", status=409, headers=MEMBER)
+    api.delete(f"/routers/{rid}/interfaces?subnet_id={c['sub']['id']}", status=409, headers=MEMBER)
     api.delete(f"/routers/{rid}", status=409, headers=MEMBER)
     # disassociate, clear, delete: everything goes, the addresses are free again
     api.patch(f"/floatingips/{fip['id']}", {"port_id": None}, headers=MEMBER)

@@ -133,11 +133,11 @@ def test_a_node_on_the_kernel_datapath_is_not_asked_and_a_network_left_or_a_rout
     gen = {n: f.generation for n, f in cloud.asked[-1].items()}
     snap = cloud.snapshot()
     first, second = sorted(snap.router_interfaces, key=lambda ri: ri.id)
-    r = cloud.http.delete(f"/v1/routers/{rid}/interfaces/{second.subnet_id}")
+    r = cloud.http.delete(f"/v1/routers/{rid}/interfaces/{second.id}")
     assert r.status_code in (200, 204), r.text
     cloud.pass_(cloud.snapshot())
     assert sorted(cloud.asked[-1]) == ["c1", "gw"] and all(cloud.asked[-1][n].generation > gen[n] for n in gen)
-    r = cloud.http.delete(f"/v1/routers/{rid}/interfaces/{first.subnet_id}")
+    r = cloud.http.delete(f"/v1/routers/{rid}/interfaces/{first.id}")
     assert r.status_code in (200, 204), r.text
     cloud.pass_(cloud.snapshot())
     assert len(cloud.asked) == 3

@@ -86,7 +86,7 @@ class World:
             ifs = [p for p in ports if p["router_id"] is not None and p["fixed_ips"]]
             if ifs:
                 p = rng.choice(ifs)
-                api.http.delete(f"/v1/routers/{p['router_id']}/interfaces/{p['fixed_ips'][0]['subnet_id']}")
+                api.http.delete(f"/v1/routers/{p['router_id']}/interfaces/{p['id']}")
         elif op == "network" and len(self.nets) < 4:
             self.network()
         elif op == "subnet" and self.nets:

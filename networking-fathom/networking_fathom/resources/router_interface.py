@@ -42,8 +42,7 @@ class RouterInterface(Mapping):
         raise AssertionError("router interfaces are replaced, never updated")
 
     def delete(self, api, existing, project):
-        api.request("DELETE", f"/routers/{existing['router_id']}/interfaces/{existing['fixed_ips'][0]['subnet_id']}",
-                    project)
+        api.request("DELETE", f"/routers/{existing['router_id']}/interfaces/{existing['id']}", project)
 
     def neutron_objects(self, context):
         return directory.get_plugin().get_ports(context, filters={"device_owner": list(ROUTER_INTERFACE_OWNERS)})
