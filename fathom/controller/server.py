@@ -23,7 +23,8 @@ from fathom.model import datapath_id
 from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.hostlocal import HostLocalStatus
-from fathom.controller.reconciler import GC_THRESHOLDS, Reconciler
+from fathom.controller.memory import GC_THRESHOLDS
+from fathom.controller.reconciler import Reconciler
 from fathom.controller.taps import tap_runtime_router
 from fathom.pipeline.cookies import owns_cookie
 from fathom.pipeline.stages import TABLE_STAGE
@@ -76,9 +77,9 @@ def runtime_router(reconciler: Reconciler, guard: Guard | None = None) -> APIRou
                 "last_pass_seconds": round(reconciler.last_pass_seconds, 6),
                 "last_pass_steps": {k: round(v, 6) for k, v in reconciler.last_pass_steps.items()},
                 "pass_steps_total": {k: round(v, 6) for k, v in reconciler.steps_total.items()},
-                "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
-                "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.diffs),
-                "port_status_decisions": dict(reconciler.port_statuses.passes),
+                "recomputes": dict(reconciler.desired.recomputes), "drift": dict(reconciler.drift),
+                "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.applier.diffs),
+                "port_status_decisions": dict(reconciler.statuses.port_statuses.passes),
                 "switch_commits": sw.COMMIT_TIMES.totals(),
                 "api_connections": guard.stats() if guard is not None else None}
 

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 from fathom.agent.datapath import DatapathFlushes
 from fathom.agent.local import LocalOvs
 from fathom.controller.hostlocal import HostLocalStatus
-from fathom.controller.reconciler import PassResult, Reconciler
+from fathom.controller.reconciler import Reconciler
+from fathom.controller.results import PassResult
 from fathom.model.hostlocal import DatapathFlush, digest, from_json, owner_key, to_json
 from fathom.model.routers import router_paths, router_port_interface
 from fathom.store import agents as ag

@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 
 from fathom.apps.hostlocal import desired as hostlocal_desired
 from fathom.controller.hostlocal import HostLocalStatus
-from fathom.controller.reconciler import PassResult, Reconciler
+from fathom.controller.reconciler import Reconciler
+from fathom.controller.results import PassResult
 from fathom.model.hostlocal import digest, owner_key
 from fathom.store import agents as ag
 from fathom.store.db import session_factory
