@@ -43,13 +43,11 @@ from fathom.controller.extension import Extension, NoBootstrap, NodeBootstrap
 from fathom.controller import memory
 from fathom.controller.metrics import METRICS
 from fathom.controller.results import NodeResult, PassResult, SwitchResult
-from fathom.controller.setups import SETUP_WAIT, Setups
+from fathom.controller.setups import Setups
 from fathom.controller.statuses import StatusWriter
+from fathom.controller.storeread import StoreReads
 from fathom.model import Snapshot, datapath_id
 from fathom.pipeline import cookies as ck
-from fathom.store.changes import TableChanges
-from fathom.store.db import READ_ONLY
-from fathom.store.snapshot import StoreReader
 
 LOG = logging.getLogger("fathom.reconciler")
 
@@ -122,14 +120,7 @@ class Reconciler:
         self._frozen_at = -memory.FREEZE_EVERY    # monotonic time of the last freeze
         self._freeze_due = False           # a pass ran since
         # after an API write only the parts of the store whose tables were written are read again
-        engine = session_factory.kw.get("bind")     # a sessionmaker (fathom.store.db.session_factory)
-        self._store_changes = TableChanges(engine) if engine is not None else None
-        self._store_reader = StoreReader()
-        self._written_last: set = set()             # tables (and port rows) the last store read was for
-        self._stored: dict = {}                     # statuses in the store, read with the model
-        # store reads so far, and the tables the last one read again (None: the whole store), for
-        # extensions that keep reads of their own tables across passes (fathom.controller.hostlocal)
-        self.store_reads, self.store_written = 0, None
+        self.store = StoreReads(session_factory)
         self.switches = switches
         self.bootstrapper: NodeBootstrap = bootstrapper if bootstrapper is not None else NoBootstrap()
         self.bootstrapper.on_change = self.ovsdb_changed
@@ -154,7 +145,7 @@ class Reconciler:
         # the parts a pass runs, each kept across passes
         self.desired = DesiredState(self.check_incremental)
         self.applier = Applier(switches, self._drift, lambda: self._event("retry"), self.check_incremental)
-        self.statuses = StatusWriter(session_factory, self.board, self._store_reader, self.applier.barriers,
+        self.statuses = StatusWriter(session_factory, self.board, self.store.reader, self.applier.barriers,
                                      self.desired.statuses_decided, time.monotonic() + startup_grace,
                                      self.check_incremental)
         self.store_model: Snapshot | None = None
@@ -173,6 +164,16 @@ class Reconciler:
     def results(self) -> dict[SwitchKey, SwitchResult]:
         """Every switch as the last pass left it."""
         return self.applier.results
+
+    @property
+    def store_reads(self) -> int:
+        """Store reads so far (for extensions that keep reads of their own: StoreReads)."""
+        return self.store.reads
+
+    @property
+    def store_written(self) -> set | None:
+        """The tables the last store read read again (None: the whole store)."""
+        return self.store.written
 
     @property
     def mismatches(self) -> int:
@@ -380,7 +381,7 @@ class Reconciler:
             kind = "audit of " + ", ".join(map(str, sorted(read_back))) if label == "audit turn" else label
             whole = audit or read_back is not None or self.store_model is None
             if ev.store or whole:
-                self.store_model = self._read_store(whole=whole)
+                self.store_model = self.store.read(whole)
             steps.done("read")
             result = PassResult()
             self._checked_all = whole or self.model is None
@@ -417,7 +418,7 @@ class Reconciler:
                     except Exception:  # noqa: BLE001 - one extension must not break the pass
                         LOG.exception("extension %s failed", type(ext).__name__)
                 steps.done("agents")
-                self.statuses.write(snapshot, result, self._stored if ev.store else None, ev.seq, steps)
+                self.statuses.write(snapshot, result, self.store.stored if ev.store else None, ev.seq, steps)
             self.model = snapshot
             self.last = result
             # what the pass replaced (the switches' states before it) is freed now that the
@@ -467,46 +468,19 @@ class Reconciler:
                         for k, r in result.switches.items())
                 and result.refused == last.refused)
 
-    def _read_store(self, whole: bool) -> Snapshot:
-        """The model from the store: every part of it (`whole`: the first pass, an explicit sync,
-        the audit; rows written past the API are seen then), else only the parts whose tables
-        were written since the last read. The tables of the read before are read again too: a
-        write whose commit the previous read may have just missed is always followed by another
-        wake-up, which reads it then."""
-        taken = self._store_changes.take() if self._store_changes is not None else None
-        written = None if whole or taken is None else taken | self._written_last
-        self._written_last = taken or set()
-        self.store_reads, self.store_written = self.store_reads + 1, written
-        stored: dict = {}
-        with self.Session() as session:
-            session.connection(execution_options=READ_ONLY)
-            model = self._store_reader.read(session, stored, written)
-        self._stored = stored
-        return model
-
     def _prepare(self, snapshot: Snapshot, result: PassResult) -> Snapshot:
         """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
         replica, or by re-checking the node's bridges where due (new, failed, changed, audit)."""
-        ofports = {}
-        current = self.bootstrapper.current
-        got: dict[str, tuple] = {}
-        checking = self._setups.pending()
-        for node in snapshot.nodes:
+        def trusted(node) -> bool:   # set up, and nothing says its bridges changed
             prior = self.results.get(SwitchKey(BR_INT, node.name))
-            if (node.name not in checking and not self.setup_due(node.name)
-                    and prior is not None and prior.setup == "ok"):
-                replica = current(node)
-                if replica is not None:
-                    got[node.name] = replica
-                    continue
-            self._setup_due.add(node.name)
-            self._setups.start(node)
-            checking.add(node.name)
+            return not self.setup_due(node.name) and prior is not None and prior.setup == "ok"
         in_error = {name for name, n in self.last.nodes.items() if n.bootstrap == "error"}
-        checked = self._setups.take(checking, SETUP_WAIT, patient=checking - in_error) if checking else {}
+        answers, checked = self._setups.answers(snapshot.nodes, trusted, self.bootstrapper.current, in_error)
+        self._setup_due |= checked
         compiled_with = {n.name: dict(n.ofports) for n in self.model.nodes} if self.model is not None else {}
+        ofports = {}
         for node in snapshot.nodes:
-            answer = got.get(node.name) or checked.get(node.name)
+            answer = answers.get(node.name)
             if answer is None:   # its check is still running: as the last pass left it
                 last = self.last.nodes.get(node.name)
                 answer = ((last.bootstrap, last.reason) if last is not None

@@ -59,7 +59,7 @@ class Cloud:
     def snapshot(self, wired: bool = True):
         """The model as the reconciler reads it; with `wired`, the gateway node's br-int holds the
         router's legs (as OVSDB reports them once its agent built the namespace)."""
-        snap = self.rec._read_store(whole=True)
+        snap = self.rec.store.read(whole=True)
         if not wired:
             return snap
         legs = {router_port_interface(ri.id): 100 + ri.id for ri in snap.router_interfaces}

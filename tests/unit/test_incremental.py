@@ -423,7 +423,7 @@ def test_a_port_create_recompiles_only_its_own_security_group_flows(cloud):
 
 
 def test_an_api_write_reads_again_only_the_parts_of_the_store_it_wrote(cloud):
-    reader = cloud.rec._store_reader
+    reader = cloud.rec.store.reader
     for _ in range(2):   # the first passes wrote the nodes' bootstrap state (part of the model)
         cloud.rec.wake()
         cloud.rec.run_pass(audit=False)
