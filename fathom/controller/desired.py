@@ -230,9 +230,22 @@ class DesiredState:
             if self.check_incremental:
                 self.assert_incremental(model)
             return set()
-        changed: set[SwitchKey] = set()
         edits: dict[SwitchKey, Edit] = {}
         apps = registry()
+        changed = self._compile_apps(apps, model, before, edits)
+        compiled = self._unite(apps, changed, edits)
+        derived, derived_changed = self._derive(apps, model, compiled, edits)
+        changed |= derived_changed
+        self._set_states(changed, compiled, derived, edits)
+        self.compiled_from = model
+        if self.check_incremental:
+            self.assert_incremental(model)
+        return changed
+
+    def _compile_apps(self, apps, model: Snapshot, before: Snapshot | None, edits: dict) -> set[SwitchKey]:
+        """Compile each app's part: owner by owner where it can say which owners changed since
+        `before` (None: every app whole), else whole; returns the switches whose part changed."""
+        changed: set[SwitchKey] = set()
         for app in apps:
             part = self.parts.get(app.name)
             incremental = app.touched is not None
@@ -263,8 +276,11 @@ class DesiredState:
             whole = part.set_whole(app.compile(model), index=incremental, edits=edits)
             self._whole |= whole
             changed |= whole
-        # the union of the apps' compiles (what `derive` reads), kept per switch like `states`: a
-        # switch only owners were replaced on gets its edit, any other the union of the parts
+        return changed
+
+    def _unite(self, apps, changed: set[SwitchKey], edits: dict) -> dict[SwitchKey, SwitchState]:
+        """The union of the apps' compiles (what `derive` reads), kept per switch like `states`: a
+        switch only owners were replaced on gets its edit, any other the union of the parts."""
         compiled = self._compiled
         held = set().union(*(self.parts[app.name].keys() for app in apps))
         for key in changed | (set(compiled) - held):
@@ -276,7 +292,12 @@ class DesiredState:
                 compiled[key] = union(states)
             else:
                 compiled.pop(key, None)
-        derived = []
+        return compiled
+
+    def _derive(self, apps, model: Snapshot, compiled: dict, edits: dict) -> tuple[list["_Part"], set[SwitchKey]]:
+        """The apps' `derive` parts (switches that follow others) from the union of the compiles;
+        returns them and the switches whose derived state changed."""
+        derived, changed = [], set()
         for app in apps:
             if app.derive is not None:
                 part = self.parts.setdefault("derive:" + app.name, _Part())
@@ -284,6 +305,10 @@ class DesiredState:
                 self._whole |= whole
                 changed |= whole
                 derived.append(part)
+        return derived, changed
+
+    def _set_states(self, changed: set[SwitchKey], compiled: dict, derived: list["_Part"], edits: dict) -> None:
+        """Each changed switch's desired state, and its edit (`edits`): what it lost and gained."""
         for key in changed:
             old = self.states.get(key)
             states = [compiled[key]] if key in compiled else []
@@ -306,10 +331,6 @@ class DesiredState:
                     lost, gained = gone.flows - new.flows, got.flows - old.flows
                 self.edits[key] = (old, SwitchState(lost, gone.groups - new.groups, gone.meters - new.meters),
                                    SwitchState(gained, got.groups - old.groups, got.meters - old.meters))
-        self.compiled_from = model
-        if self.check_incremental:
-            self.assert_incremental(model)
-        return changed
 
     def needs(self) -> dict:
         """(kind, object id) -> switches holding something of it, kept per switch: moved by the
