@@ -255,8 +255,8 @@ def test_a_restarted_controller_leaves_a_node_it_has_not_read_yet_alone(cloud, m
     stopped waiting for it. Without its port numbers, a compile would take every port's flows off
     its br-int until the check answers; its br-int is left as it is instead, and reconciled (nothing
     to change) once the check answers. Statuses stay the last controller's meanwhile."""
-    from fathom.controller import reconciler as rc
-    monkeypatch.setattr(rc, "SETUP_WAIT", 0.05)
+    from fathom.controller import setups
+    monkeypatch.setattr(setups, "SETUP_WAIT", 0.05)
     ports = cloud.ids["ports"]
     cloud.rec.run_pass()
     compute2 = cloud.br_int("compute2")
