@@ -282,8 +282,9 @@ class Reconciler:
     def check(self) -> bool:
         """The cheap periodic check: every node's OVSDB replica against the port numbers we compiled
         with, every known switch's flow count against what we installed (one aggregate-stats round
-        trip: its cost does not grow with the tenant; groups and changed actions are the audit's). Whatever differs is logged, counted and repaired by a pass; nodes
-        and switches in trouble are retried. Returns whether a pass was asked for."""
+        trip: its cost does not grow with the tenant; groups and changed actions are the audit's).
+        Whatever differs is logged, counted and repaired by a pass; nodes and switches in trouble
+        are retried. Returns whether a pass was asked for."""
         with self.lock:
             return self._check()
 
