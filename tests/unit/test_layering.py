@@ -82,3 +82,14 @@ def test_the_host_command_check_sees_a_command():
     paths = _modules()
     assert "subprocess" in _external_imports(paths["fathom.agent.pptmon"])
     assert any(under(d, HOST_MODULES) for d in import_graph()["fathom.agent.routers"])
+
+
+def test_the_reconciler_desired_state_does_no_io():
+    """The reconciler's desired state (fathom.controller.desired and .edits) is pure: it imports no
+    store, no switch session, no OpenFlow socket, no API; only what compiles and what it counts."""
+    allowed = ("fathom.model", "fathom.openflow", "fathom.pipeline", "fathom.apps", "fathom.addresses",
+               "fathom.controller.edits", "fathom.controller.metrics", "fathom.controller.status")
+    graph = import_graph()
+    wrong = sorted((m, d) for m in ("fathom.controller.desired", "fathom.controller.edits") for d in graph[m]
+                   if d not in ("fathom", "fathom.controller") and not under(d, allowed))
+    assert graph["fathom.controller.desired"] and not wrong, wrong
