@@ -31,7 +31,7 @@ from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline.cookies import owns_cookie, owns_id, parse_cookie
 
-LOG = logging.getLogger("fathom.reconciler")
+LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
 
 # New state goes to the switches nearest the physical network first, old state leaves the edge first.
 MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}

@@ -23,13 +23,13 @@ from dataclasses import fields, replace
 from fathom.apps import Owner, OwnerOn, SwitchKey, by_owner, compile_all, compile_owners, registry
 from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
-from fathom.controller.edits import Edit, Edited, edited, record, union
+from fathom.controller.edits import Edit, Edited, edited, record_edit, union
 from fathom.controller.metrics import METRICS
 from fathom.model import Snapshot
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 
-LOG = logging.getLogger("fathom.reconciler")
+LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
 
 # More owners touched in one pass than this, and than INCREMENTAL_SHARE of the app's owners, each
 # counted once per switch it is on (`_Part.cost`, `_Part.size`): recompiling the app whole is
@@ -121,7 +121,7 @@ class _Part:
         before = {k: self.state(k) for k in self.keys()}
         changed = {k for k in set(before) | set(compiled) if before.get(k) != compiled.get(k)}
         for key in changed:
-            record(edits, key, [before[key]] if key in before else [],
+            record_edit(edits, key, [before[key]] if key in before else [],
                     [compiled[key]] if key in compiled else [])
         self.states = dict(compiled)
         self.owners, self.where, self.indexed = {}, {}, index
@@ -160,7 +160,7 @@ class _Part:
                 self.where.setdefault(o, set()).add(key)
             if old == new:
                 continue
-            record(edits, key, old.values(), new.values())
+            record_edit(edits, key, old.values(), new.values())
             if moves is not None:
                 gone, got = moves.setdefault(key, ([], []))
                 gone.extend(old)

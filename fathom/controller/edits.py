@@ -28,7 +28,7 @@ class Edit:
         return self._united
 
 
-def record(edits: dict | None, key: SwitchKey, gone, new) -> None:
+def record_edit(edits: dict | None, key: SwitchKey, gone, new) -> None:
     """Add to `key`'s edit in `edits` (None: no edits kept) the states `gone` and `new`."""
     if edits is not None:
         edit = edits.get(key) or edits.setdefault(key, Edit())

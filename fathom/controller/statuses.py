@@ -13,7 +13,7 @@ from fathom.controller.desired import IncrementalMismatch
 from fathom.controller.results import PassResult
 from fathom.model import Snapshot
 
-LOG = logging.getLogger("fathom.reconciler")
+LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
 
 
 class StatusWriter:
