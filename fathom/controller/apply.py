@@ -99,6 +99,25 @@ class Applier:
         self.known.pop(dpid, None)
         self._had_meters.pop(dpid, None)
 
+    def check(self, res: SwitchResult) -> str | None:
+        """The periodic check of a switch that is set up: "retry" when it is connected but not
+        reconciled, "check" when its flow count differs from its mirror's (drift: the mirror is
+        dropped, so the pass this asks for diffs it whole), None when all is well or unknown."""
+        session = self.switches.session(res.dpid)
+        known = self.known.get(res.dpid)
+        if session is None or known is None:
+            return "retry" if session is not None and not res.state.startswith("ok") else None
+        try:
+            flows = session.count_flows()
+        except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+            LOG.warning("%s: check failed: %s", res.key, e)
+            return None
+        if flows != len(known[0]):
+            self.on_drift("openflow", f"{res.key}: {flows} flows, {len(known[0])} installed")
+            self.known.pop(res.dpid, None)
+            return "check"
+        return None
+
     def apply(self, snapshot: Snapshot, result: PassResult, keys: Iterable[SwitchKey], changed: set[SwitchKey],
               edits: dict, audit: bool = False, read_back: frozenset[SwitchKey] = frozenset(), steps=None) -> None:
         """Bring the switches `keys` to `result.desired`: diff every connected one that changed or

@@ -323,22 +323,9 @@ class Reconciler:
                     self._event("retry", setup=key.name)
                     found = True
                 continue
-            session = self.switches.session(res.dpid)
-            known = self.applier.known.get(res.dpid)
-            if session is None or known is None:
-                if session is not None and not res.state.startswith("ok"):
-                    self._event("retry")
-                    found = True
-                continue
-            try:
-                flows = session.count_flows()
-            except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
-                LOG.warning("%s: check failed: %s", key, e)
-                continue
-            if flows != len(known[0]):
-                self._drift("openflow", f"{key}: {flows} flows, {len(known[0])} installed")
-                self.applier.known.pop(res.dpid, None)
-                self._event("check")
+            trigger = self.applier.check(res)
+            if trigger is not None:
+                self._event(trigger)
                 found = True
         return found
 
@@ -443,8 +430,9 @@ class Reconciler:
             return result
 
     def switches_to_reconcile(self, result: PassResult) -> set[SwitchKey]:
-        """The switches this pass diffs and sends their changes (every switch with a desired
-        state): the one place that says which switches this controller reconciles."""
+        """The switches this pass diffs and sends their changes: every switch with a desired
+        state. The one place that says which switches this controller reconciles (a controller
+        sharing the switches with others would keep those it is master of)."""
         return set(result.desired)
 
     def _freeze(self) -> None:

@@ -106,6 +106,21 @@ def test_an_audit_finds_drift_and_repairs_it():
     assert bench.ours(C1) == set(desired.flows)
 
 
+def test_the_check_finds_a_flow_count_that_differs_from_the_mirror():
+    bench = Bench(C1)
+    result = bench.apply({C1: SwitchState(owned(1))})
+    res = result.switches[C1]
+    assert bench.applier.check(res) is None
+    bench.sw[C1].flows.pop(next(iter(bench.sw[C1].flows)))   # behind our back
+    assert bench.applier.check(res) == "check" and [s for s, _ in bench.drift] == ["openflow"]
+    assert DPIDS[C1] not in bench.applier.known               # the next pass diffs it whole
+    bench.apply({C1: SwitchState(owned(1))}, changed=set())
+    assert bench.ours(C1) == set(owned(1)) and bench.applier.check(res) is None
+    res.state = "error: refused"
+    bench.applier.known.clear()
+    assert bench.applier.check(res) == "retry"                # connected, not reconciled
+
+
 def test_switches_away_or_not_set_up_are_left_alone():
     bench = Bench(C1)
     result = bench.apply({C1: SwitchState(owned(1))}, setup="error")
