@@ -63,9 +63,9 @@ def runtime_router(reconciler, actual_of: Callable[[int], SwitchState | None],
                 "last_pass_seconds": round(reconciler.last_pass_seconds, 6),
                 "last_pass_steps": {k: round(v, 6) for k, v in reconciler.last_pass_steps.items()},
                 "pass_steps_total": {k: round(v, 6) for k, v in reconciler.steps_total.items()},
-                "recomputes": dict(reconciler.recomputes), "drift": dict(reconciler.drift),
-                "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.diffs),
-                "port_status_decisions": dict(reconciler.port_statuses.passes),
+                "recomputes": dict(reconciler.desired.recomputes), "drift": dict(reconciler.drift),
+                "incremental_mismatches": reconciler.mismatches, "switch_diffs": dict(reconciler.applier.diffs),
+                "port_status_decisions": dict(reconciler.statuses.port_statuses.passes),
                 "switch_commits": commit_times(),
                 "api_connections": guard.stats() if guard is not None else None}
 

@@ -349,7 +349,7 @@ def layout_result(snapshot):
     in-process: every node's br-int connected and holding what it should; no object needs a switch
     yet (the caller says which do, `needs`)."""
     from fathom.apps.base import BR_INT, SwitchKey
-    from fathom.controller.reconciler import PassResult, SwitchResult
+    from fathom.controller.results import PassResult, SwitchResult
     from fathom.model import datapath_id
     res = PassResult(needs={})
     for n in snapshot.nodes:

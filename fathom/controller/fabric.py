@@ -44,7 +44,7 @@ from fathom.controller import switch as sw
 from fathom.controller.bootstrap import (NodeOvsdb, OVSDB_PORT, SetController, bridge_row, commit, controller_differs,
                                         local_ip_towards)
 from fathom.controller.extension import Extension
-from fathom.controller.reconciler import SwitchResult
+from fathom.controller.results import SwitchResult
 from fathom.controller.setups import SETUP_WAIT
 from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
 from fathom.pipeline.cookies import owns_cookie

@@ -22,7 +22,8 @@ from fathom.model import datapath_id
 from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.hostlocal import HostLocalStatus
-from fathom.controller.reconciler import GC_THRESHOLDS, Reconciler
+from fathom.controller.memory import GC_THRESHOLDS
+from fathom.controller.reconciler import Reconciler
 from fathom.controller.taps import TapCollector, policy_stats
 from fathom.store.db import open_store, session_factory
 

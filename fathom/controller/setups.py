@@ -80,6 +80,25 @@ class Setups:
         if late:
             self._late(name)
 
+    def answers(self, nodes, trusted, current, impatient: set[str]) -> tuple[dict, set[str]]:
+        """Each node's answer for a pass (None: its check still running), and the names checked:
+        a node `trusted(node)` with no check running answers from the OVSDB replica
+        (`current(node)`, None when it cannot); any other is checked (`start`), and the checks are
+        waited for SETUP_WAIT at most, but for the `impatient` names (nodes already in error)."""
+        checking, got, due = self.pending(), {}, set()
+        for node in nodes:
+            if node.name not in checking and trusted(node):
+                replica = current(node)
+                if replica is not None:
+                    got[node.name] = replica
+                    continue
+            due.add(node.name)
+            self.start(node)
+            checking.add(node.name)
+        if checking:
+            got.update(self.take(checking, SETUP_WAIT, patient=checking - impatient))
+        return got, due
+
     def take(self, names, timeout: float, patient=None) -> dict:
         """`patient`: the names whose checks are waited for (default: all of `names`)."""
         with self._lock:

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from fathom.apps.hostlocal import dhcp_servers
 from fathom.controller import status
-from fathom.controller.reconciler import PassResult
+from fathom.controller.results import PassResult
 from fathom.model.hostlocal import DhcpServer, digest
 from fathom.store import agents as ag
 from fathom.store.snapshot import load_snapshot

@@ -102,7 +102,7 @@ def test_without_the_refusal_the_attack_would_capture_traffic(monkeypatch):
 def test_no_app_compiles_the_trap(seed):
     """Every compiler the controller runs (compile_all): a tap policy whose sender is the trap port
     installs nothing (it would otherwise copy the tunnel's traffic to the attacker's monitor)."""
-    from fathom.controller.reconciler import compile_switches
+    from fathom.controller.desired import compile_switches
     base = random_cloud(seed)
     snap, trap, vm = attacked(base, random.Random(2000 + seed))
     tap = TapPolicy(1, "steal", "attacker", trap.id, None, False, "02:00:00:00:00:99", "10.0.0.99", (vm.id,))

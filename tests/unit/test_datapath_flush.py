@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 from fathom.agent.datapath import DatapathFlushes
 from fathom.agent.local import LocalOvs
 from fathom.controller.hostlocal import HostLocalStatus
-from fathom.controller.reconciler import PassResult, Reconciler
+from fathom.controller.reconciler import Reconciler
+from fathom.controller.results import PassResult
 from fathom.model.hostlocal import DatapathFlush, digest, from_json, owner_key, to_json
 from fathom.model.routers import router_paths, router_port_interface
 from fathom.store import agents as ag
@@ -58,7 +59,7 @@ class Cloud:
     def snapshot(self, wired: bool = True):
         """The model as the reconciler reads it; with `wired`, the gateway node's br-int holds the
         router's legs (as OVSDB reports them once its agent built the namespace)."""
-        snap = self.rec._read_store(whole=True)
+        snap = self.rec.store.read(whole=True)
         if not wired:
             return snap
         legs = {router_port_interface(ri.id): 100 + ri.id for ri in snap.router_interfaces}

@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 
 from fathom.apps.hostlocal import desired as hostlocal_desired
 from fathom.controller.hostlocal import HostLocalStatus
-from fathom.controller.reconciler import PassResult, Reconciler
+from fathom.controller.reconciler import Reconciler
+from fathom.controller.results import PassResult
 from fathom.model.hostlocal import digest, owner_key
 from fathom.store import agents as ag
 from fathom.store.db import session_factory
@@ -56,7 +57,7 @@ class Store:
         all, like one woken by OVSDB): the DHCP server's status on c1, and whether the agents'
         reports were read."""
         if read_store or self.rec.store_model is None:
-            self.rec.store_model = self.rec._read_store(whole=whole or self.rec.store_model is None)
+            self.rec.store_model = self.rec.store.read(whole=whole or self.rec.store_model is None)
         before, result = self.agent_reads, PassResult()
         self.hostlocal.after_pass(self.rec, self.rec.store_model, result)
         (node, st, reason), = result.dhcp_servers[self.net["id"]]
@@ -104,7 +105,7 @@ def test_a_new_port_rebuilds_its_own_dhcp_server_only(db_url):
         store.post("/ports", {"network_id": net["id"], "name": f"p{i}", "node": node, "interface_name": f"t{i}"})
 
     def pass_(whole: bool = False) -> int:
-        store.rec.store_model = store.rec._read_store(whole=whole or store.rec.store_model is None)
+        store.rec.store_model = store.rec.store.read(whole=whole or store.rec.store_model is None)
         store.hostlocal.after_pass(store.rec, store.rec.store_model, PassResult())
         return store.hostlocal.desired.dhcp.rebuilt
 

@@ -16,7 +16,7 @@ import pytest
 
 from fathom.apps import BR_INT, SwitchKey
 from fathom.controller.extension import Extension
-from fathom.controller.reconciler import METRICS
+from fathom.controller.metrics import METRICS
 from fathom.pipeline import cookies as ck
 from fathom.store import ops
 
@@ -38,7 +38,7 @@ def cloud(tmp_path):
 
 
 def recomputes(cloud, app="tenant") -> dict[str, int]:
-    return {k: v for k, v in cloud.rec.recomputes.items() if k.startswith(app + ":")}
+    return {k: v for k, v in cloud.rec.desired.recomputes.items() if k.startswith(app + ":")}
 
 
 def plug(cloud, node: str, interface: str, ofport: int, tell: bool = True) -> None:
@@ -65,7 +65,7 @@ def status(cloud, port_id: int) -> tuple[str, str | None]:
 
 
 def in_sync(cloud) -> bool:
-    return all(holds(cloud.switches.switches[r.dpid], cloud.rec.desired[key])
+    return all(holds(cloud.switches.switches[r.dpid], cloud.rec.desired.states[key])
                for key, r in cloud.rec.results.items() if r.dpid in cloud.switches.switches)
 
 
@@ -124,16 +124,16 @@ def test_a_port_is_down_until_its_vif_is_plugged_then_active(cloud):
 def test_a_vif_plugged_before_its_port_exists_compiles_nothing_then_its_port_is_active(cloud):
     """OpenStack's other order (the VIF first): an interface no port names changes no flow, so its
     pass compiles and sends nothing; the port created afterwards is active at once."""
-    desired = dict(cloud.rec.desired)
+    desired = dict(cloud.rec.desired.states)
     compiled = METRICS.incremental.labels("tenant")._value.get()
     plug(cloud, "compute1", "early1", 31)
     cloud.rec.run_pass(audit=False)
     assert METRICS.incremental.labels("tenant")._value.get() == compiled
-    assert cloud.rec.desired == desired and cloud.rec.model.nodes != cloud.rec.model_compiled.nodes
+    assert cloud.rec.desired.states == desired and cloud.rec.model.nodes != cloud.rec.desired.compiled_from.nodes
     p = new_port(cloud, "early1", "compute1")
     cloud.rec.run_pass(audit=False)
     assert status(cloud, p["id"]) == ("active", None)
-    assert cloud.rec.desired != desired and in_sync(cloud)
+    assert cloud.rec.desired.states != desired and in_sync(cloud)
 
 
 class CountingAgents(Extension):
@@ -263,7 +263,7 @@ def test_a_thousand_port_changes_coalesce_without_losing_one(cloud):
         last = max(j for j in range(1000) if j % 20 == i)
         got = cloud.get(f"/ports/{p}")
         assert got["port_security"] == bool(last % 3) and got["status"] == "active", got
-    cloud.rec.assert_incremental(cloud.rec.model_compiled)
+    cloud.rec.desired.assert_incremental(cloud.rec.desired.compiled_from)
     assert in_sync(cloud)
     # changes that arrived while a pass was busy went out together in the next one
     ran = cloud.rec.passes - passes
@@ -307,7 +307,7 @@ def test_the_periodic_audit_reads_a_few_switches_back_in_turn_and_repairs_what_c
     victim = next(f for f in sw.read_flows() if ck.parse_cookie(f.cookie)[1] == ck.KIND_PORT and f.actions)
     sw.flows[victim.key] = replace(victim, actions=())     # drops what it forwarded
     assert not cloud.rec.check()
-    recomputes, drift = dict(cloud.rec.recomputes), cloud.rec.drift.get("audit", 0)
+    recomputes, drift = dict(cloud.rec.desired.recomputes), cloud.rec.drift.get("audit", 0)
     switches = {k: cloud.switches.switches[r.dpid] for k, r in cloud.rec.results.items()}
     assert len(switches) > 1
     turns = []
@@ -320,7 +320,7 @@ def test_the_periodic_audit_reads_a_few_switches_back_in_turn_and_repairs_what_c
     assert [len(t) for t in turns] == [1] * len(switches) and set().union(*turns) == set(switches)
     assert victim in sw.read_flows()
     assert cloud.rec.drift["audit"] == drift + 1
-    assert cloud.rec.recomputes == recomputes
+    assert cloud.rec.desired.recomputes == recomputes
 
 
 def test_a_refused_incremental_change_marks_exactly_its_object(cloud):
@@ -334,19 +334,19 @@ def test_a_refused_incremental_change_marks_exactly_its_object(cloud):
     for name, pid in cloud.ids["ports"].items():
         assert status(cloud, pid) == ("active", None), name
     # the switch is not trusted any more: the next pass reads it back (a full pass for it)
-    assert sw.dpid not in cloud.rec.known
+    assert sw.dpid not in cloud.rec.applier.known
     reads = sw.reads
     sw.refuse(None)
     cloud.rec.wake()
     cloud.rec.run_pass(audit=False)
     assert sw.reads == reads + 1
     assert status(cloud, p["id"]) == ("active", None)
-    assert holds(sw, cloud.rec.desired[SwitchKey(BR_INT, "compute1")])
+    assert holds(sw, cloud.rec.desired.states[SwitchKey(BR_INT, "compute1")])
 
 
 def test_a_reconnecting_switch_gets_one_bundle_that_never_drops_a_wanted_flow(cloud):
     sw = cloud.br_int("compute1")
-    wanted = cloud.rec.desired[SwitchKey(BR_INT, "compute1")]
+    wanted = cloud.rec.desired.states[SwitchKey(BR_INT, "compute1")]
     cloud.switches.disconnect(sw.dpid)
     cloud.rec.switch_changed(sw.dpid)
     cloud.rec.run_pass(audit=False)
@@ -416,11 +416,11 @@ def test_a_port_create_recompiles_only_its_own_security_group_flows(cloud):
         plug(cloud, "compute1", f"x{i}", 40 + i, tell=False)
     cloud.rec.ovsdb_changed("compute1", "ports")
     cloud.rec.run_pass(audit=False)
-    model_before = cloud.rec.model_compiled
+    model_before = cloud.rec.desired.compiled_from
     new_port(cloud, "vm9", "compute2")
     plug(cloud, "compute2", "vm9", 60)
     cloud.rec.run_pass(audit=False)
-    owners = touched(model_before, cloud.rec.model_compiled)
+    owners = touched(model_before, cloud.rec.desired.compiled_from)
     kinds = sorted(ck.KINDS[o.kind] for o in owners)
     # the port itself, and the default group's two "from the group" rules' new address clause (IPv4)
     assert kinds.count("port") == 1 and kinds.count("security_group_clause") <= 2, kinds
@@ -428,7 +428,7 @@ def test_a_port_create_recompiles_only_its_own_security_group_flows(cloud):
 
 
 def test_an_api_write_reads_again_only_the_parts_of_the_store_it_wrote(cloud):
-    reader = cloud.rec._store_reader
+    reader = cloud.rec.store.reader
     for _ in range(2):   # the first passes wrote the nodes' bootstrap state (part of the model)
         cloud.rec.wake()
         cloud.rec.run_pass(audit=False)
@@ -475,7 +475,7 @@ def test_port_changes_leave_the_other_apps_incremental(tmp_path, lab):
     models = models_compiled(c.rec)
     try:
         c.rec.run_pass()
-        before = dict(c.rec.recomputes)
+        before = dict(c.rec.desired.recomputes)
         # a network plugged on a node already (a network coming to or leaving a node is a change
         # of the external and fabric apps' inputs: they are compiled whole then)
         model = c.rec.model
@@ -499,7 +499,7 @@ def test_port_changes_leave_the_other_apps_incremental(tmp_path, lab):
             plug(c, fw.node, fw.interface, ofport)
             c.rec.run_pass(audit=False)
         assert c.rec.mismatches == 0
-        assert c.rec.recomputes == before, c.rec.recomputes
+        assert c.rec.desired.recomputes == before, c.rec.desired.recomputes
         assert in_sync(c)
         assert not problems_of(models), "\n".join(problems_of(models))
     finally:
@@ -509,7 +509,7 @@ def test_port_changes_leave_the_other_apps_incremental(tmp_path, lab):
 def test_compile_owners_of_every_app_is_its_whole_compile_cut_to_those_owners(tmp_path):
     """The hook and its fallback agree with the whole compile, owner by owner, for every app."""
     from fathom.apps import by_owner, compile_owners, registry
-    from fathom.controller.reconciler import without_refused
+    from fathom.controller.desired import without_refused
     c = Cloud(tmp_path, LAB / "default.yaml", with_fabric=True, taps=True)
     try:
         c.rec.run_pass()
@@ -548,13 +548,13 @@ def test_a_dhcp_port_plugged_by_the_agent_brings_its_flows_incrementally(cloud):
     plug(cloud, "compute1", f"dhp{blue}", 40)
     cloud.rec.run_pass(audit=False)
     assert METRICS.incremental.labels("tenant")._value.get() > incremental
-    flows = {f.to_ofctl() for f in cloud.rec.desired[SwitchKey(BR_INT, "compute1")].flows}
+    flows = {f.to_ofctl() for f in cloud.rec.desired.states[SwitchKey(BR_INT, "compute1")].flows}
     assert any("in_port=40" in f for f in flows), "the DHCP port is not classified into its network"
     assert any("tp_src=68,tp_dst=67" in f and "set_field:0x28->reg7" in f for f in flows), \
         "local ports' DHCP requests are not sent to the DHCP port"
     unplug(cloud, "compute1", f"dhp{blue}")
     cloud.rec.run_pass(audit=False)
-    flows = {f.to_ofctl() for f in cloud.rec.desired[SwitchKey(BR_INT, "compute1")].flows}
+    flows = {f.to_ofctl() for f in cloud.rec.desired.states[SwitchKey(BR_INT, "compute1")].flows}
     assert not any("in_port=40" in f or "set_field:0x28->reg7" in f for f in flows)
 
 
@@ -571,6 +571,6 @@ def test_a_gateway_set_on_a_router_with_ports_brings_the_gateway_node_its_neighb
     cloud.rec.run_pass(audit=False)
     cloud.call("PATCH", f"/routers/{router['id']}", json={"external_gateway": {"network_id": ext["id"]}})
     cloud.rec.run_pass(audit=False)
-    neighbours = [f for f in cloud.rec.desired[SwitchKey(BR_INT, "gw")].flows if f.table == 55]
+    neighbours = [f for f in cloud.rec.desired.states[SwitchKey(BR_INT, "gw")].flows if f.table == 55]
     assert {dict(f.match).get("ipv4_dst") for f in neighbours} >= {"198.19.1.11", "198.19.1.13"}
     assert in_sync(cloud)

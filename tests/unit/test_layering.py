@@ -161,3 +161,14 @@ def test_every_route_is_in_the_api():
 def test_the_app_checks_see_an_app_import():
     assert app_of("fathom.apps.vtap.compiler") == "vtap" and app_of("fathom.apps.base") is None
     assert any(app_of(d) == "tenant" for d in import_graph()["fathom.apps.tenant"])
+
+
+def test_the_reconciler_desired_state_does_no_io():
+    """The reconciler's desired state (fathom.controller.desired and .edits) is pure: it imports no
+    store, no switch session, no OpenFlow socket, no API; only what compiles and what it counts."""
+    allowed = ("fathom.model", "fathom.openflow", "fathom.pipeline", "fathom.apps", "fathom.addresses",
+               "fathom.controller.edits", "fathom.controller.metrics", "fathom.controller.status")
+    graph = import_graph()
+    wrong = sorted((m, d) for m in ("fathom.controller.desired", "fathom.controller.edits") for d in graph[m]
+                   if d not in ("fathom", "fathom.controller") and not under(d, allowed))
+    assert graph["fathom.controller.desired"] and not wrong, wrong

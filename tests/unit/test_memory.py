@@ -54,7 +54,7 @@ def test_a_controller_that_freezes_its_memory_keeps_its_desired_state_out_of_the
         cloud.rec.freeze_memory, cloud.rec.freeze_every = True, 0.0
         cloud.rec.run_pass()
         _changes(cloud, 1)
-        flows = {id(f) for state in cloud.rec.desired.values() for f in state.flows}
+        flows = {id(f) for state in cloud.rec.desired.states.values() for f in state.flows}
         assert flows and gc.get_freeze_count() > 0
         walked = {id(o) for o in gc.get_objects()}
         assert not flows & walked
@@ -73,7 +73,7 @@ def test_passes_in_a_row_share_a_freeze_and_the_last_one_is_frozen_when_the_loop
         plug(cloud, "compute1", "m0", 80)
         cloud.rec.run_pass(audit=False)
         cloud.rec.run_pass(audit=False)
-        flows = {id(f) for state in cloud.rec.desired.values() for f in state.flows}
+        flows = {id(f) for state in cloud.rec.desired.states.values() for f in state.flows}
         assert cloud.rec._freeze_due and flows & {id(o) for o in gc.get_objects()}
         cloud.rec.freeze_every = 0.2
         loop = threading.Thread(target=cloud.rec.run_forever, daemon=True)

@@ -242,7 +242,7 @@ def test_a_restarted_controller_keeps_the_statuses_until_its_switches_are_back(c
     late.run_pass()
     assert cloud.get(f"/ports/{ports['vm3']}")["status"] == "active"
     assert not late.check()
-    late._grace_ends = time.monotonic()    # the grace ends (a set time: however long the pass took)
+    late.statuses.grace_ends = time.monotonic()    # the grace ends (a set time: however long the pass took)
     assert late.check()
     late.run_pass()
     got = cloud.get(f"/ports/{ports['vm3']}")
@@ -255,8 +255,8 @@ def test_a_restarted_controller_leaves_a_node_it_has_not_read_yet_alone(cloud, m
     stopped waiting for it. Without its port numbers, a compile would take every port's flows off
     its br-int until the check answers; its br-int is left as it is instead, and reconciled (nothing
     to change) once the check answers. Statuses stay the last controller's meanwhile."""
-    from fathom.controller import reconciler as rc
-    monkeypatch.setattr(rc, "SETUP_WAIT", 0.05)
+    from fathom.controller import setups
+    monkeypatch.setattr(setups, "SETUP_WAIT", 0.05)
     ports = cloud.ids["ports"]
     cloud.rec.run_pass()
     compute2 = cloud.br_int("compute2")
@@ -311,7 +311,7 @@ def test_a_node_whose_check_hangs_holds_up_no_other_node(cloud):
     """A pass waits SETUP_WAIT at most for a node's OVSDB check; the node stays as the last pass
     left it while the check runs, the other nodes' changes go out, and the check's end wakes the
     pass that takes its answer."""
-    from fathom.controller.reconciler import SETUP_WAIT
+    from fathom.controller.setups import SETUP_WAIT
     cloud.rec.run_pass()
     local = {f for f in cloud.br_int("compute2").read_flows() if "in_port" in f.match_dict}
     cloud.boot.held["compute2"] = release = threading.Event()
@@ -348,7 +348,7 @@ def test_a_node_in_error_is_checked_again_once_due_without_holding_up_any_pass(c
     end at their connection timeout and no pass waits for them (their end wakes one that takes
     the answer)."""
     from fathom.controller import setups
-    from fathom.controller.reconciler import SETUP_WAIT
+    from fathom.controller.setups import SETUP_WAIT
     monkeypatch.setattr(setups, "RETRY_FIRST", 0.3)
     cloud.rec.run_pass()
     cloud.boot.failing.add("compute2")

@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from fathom.controller.reconciler import UNITE_AFTER, SwitchState, _Edit, _edited, _Edited
+from fathom.controller.edits import UNITE_AFTER, Edit, Edited, edited
+from fathom.openflow.spec import SwitchState
 from fathom.openflow.spec import FlowSpec
 from fathom.pipeline import cookies as ck
 
@@ -91,19 +92,19 @@ def test_the_change_from_the_edit_equals_a_whole_diff(tmp_path, seed, with_fabri
     try:
         cloud.rec.run_pass()
         writer = Writer(cloud, random.Random(seed))
-        before = dict(cloud.rec.diffs)
+        before = dict(cloud.rec.applier.diffs)
         edited = 0
         for i in range(60):
             for _ in range(writer.rng.randrange(1, 4)):     # a few writes coalesced into one pass
                 writer.step()
             cloud.rec.run_pass(audit=False)
             assert cloud.rec.mismatches == 0
-            edited += sum(isinstance(st, _Edited) for st in cloud.rec.desired.values())
+            edited += sum(isinstance(st, Edited) for st in cloud.rec.desired.states.values())
             for key, res in cloud.rec.results.items():
                 assert res.state == "ok", (i, key, res.state)
-                assert holds(cloud.switches.switches[res.dpid], cloud.rec.desired[key]), (i, key)
-        edits = cloud.rec.diffs["edit"] - before["edit"]
-        whole = cloud.rec.diffs["whole"] - before["whole"]
+                assert holds(cloud.switches.switches[res.dpid], cloud.rec.desired.states[key]), (i, key)
+        edits = cloud.rec.applier.diffs["edit"] - before["edit"]
+        whole = cloud.rec.applier.diffs["whole"] - before["whole"]
         assert edits >= 60 and whole == 0, (edits, whole)
         assert edited > 0
         cloud.rec.run_pass(audit=True)                       # read back: nothing was missed
@@ -124,21 +125,21 @@ def test_a_refused_edit_marks_its_objects_and_the_switch_is_diffed_whole_next(tm
         cloud.boot.ofports["compute1"].update(bad=30, good=31)
         sw = cloud.br_int("compute1")
         sw.refuse(lambda spec: ck.parse_cookie(spec.cookie)[1:] == (ck.KIND_PORT, bad["id"]))
-        edits = cloud.rec.diffs["edit"]
+        edits = cloud.rec.applier.diffs["edit"]
         cloud.rec.run_pass(audit=False)
-        assert cloud.rec.diffs["edit"] > edits                # the change came from the edit
+        assert cloud.rec.applier.diffs["edit"] > edits                # the change came from the edit
         assert cloud.get(f"/ports/{bad['id']}")["status"] == "error"
         assert cloud.get(f"/ports/{good['id']}")["status"] == "active"
         ours = {f for f in sw.read_flows() if ck.owns_cookie(f.cookie)}
         want = {f for f in cloud.rec.last.br_int("compute1").flows
                 if ck.parse_cookie(f.cookie)[1:] != (ck.KIND_PORT, bad["id"])}
         assert ours == want                                   # all but the refused port's flows
-        assert sw.dpid not in cloud.rec.known                 # so the next pass reads the switch back
+        assert sw.dpid not in cloud.rec.applier.known                 # so the next pass reads the switch back
         sw.refuse(None)
-        reads, whole = sw.reads, cloud.rec.diffs["whole"]
+        reads, whole = sw.reads, cloud.rec.applier.diffs["whole"]
         cloud.call("PATCH", f"/ports/{good['id']}", json={"name": "good2"})   # any write wakes a pass
         cloud.rec.run_pass(audit=False)
-        assert sw.reads > reads and cloud.rec.diffs["whole"] > whole
+        assert sw.reads > reads and cloud.rec.applier.diffs["whole"] > whole
         assert cloud.get(f"/ports/{bad['id']}")["status"] == "active"
         assert holds(sw, cloud.rec.last.br_int("compute1"))
     finally:
@@ -152,12 +153,12 @@ def test_an_edited_state_equals_the_state_it_stands_for():
     rng = random.Random(3)
     united_at_limit = False
     for i in range(3 * UNITE_AFTER):
-        edit = _Edit()
+        edit = Edit()
         out = set(rng.sample(sorted(plain, key=lambda f: f.cookie), min(2, len(plain))))
         into = out & set(rng.sample(sorted(out, key=lambda f: f.cookie), len(out) // 2)) | {flow(100 + i)}
         edit.gone.append(SwitchState(frozenset(out)))
         edit.new.append(SwitchState(frozenset(into)))
-        state = _edited(state, edit)
+        state = edited(state, edit)
         plain = plain - out | into
         # chained, not made whole, until UNITE_AFTER edits; then made whole at once
         assert (state._flows is None) == (state._depth < UNITE_AFTER), i

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from fathom.apps import BR_INT, SwitchKey, compile_all
 from fathom.controller import status
-from fathom.controller.reconciler import PassResult, SwitchResult
+from fathom.controller.results import PassResult, SwitchResult
 from fathom.model import datapath_id
 from fathom.store.db import session_factory
 from fathom.store.snapshot import load_snapshot

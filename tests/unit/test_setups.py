@@ -78,3 +78,31 @@ def test_a_check_that_raises_is_the_nodes_error_and_is_retried_later(monkeypatch
         assert setups.due("c1", (2, "198.18.0.1", "198.18.1.1", None))   # other facts: at once
     finally:
         setups.stop()
+
+
+def test_a_pass_answers_from_the_replica_unless_a_node_must_be_checked(monkeypatch):
+    monkeypatch.setattr(st, "SETUP_WAIT", 0.05)
+    release, runs = threading.Event(), []
+    setups = st.Setups(lambda n: runs.append(n.name) or (release.wait(5) and ("complete", None, {"tap1": 3})),
+                       lambda name: None)
+    replica = {"c1": ("complete", None, {"tap1": 1}), "c2": None}
+    try:
+        nodes = [node("c1"), node("c2", id=2), node("c3", id=3)]
+        trusted = lambda n: n.name != "c3"   # noqa: E731 - c3's bridges changed
+        t = time.monotonic()
+        answers, checked = setups.answers(nodes, trusted, lambda n: replica.get(n.name), impatient=set())
+        assert answers == {"c1": replica["c1"], "c2": None, "c3": None}   # c2: no replica, c3: due
+        assert checked == {"c2", "c3"} and sorted(runs) == ["c2", "c3"]
+        assert time.monotonic() - t < 1                                    # waited SETUP_WAIT only
+        release.set()
+        time.sleep(0.1)
+        replica["c2"] = ("complete", None, {"tap1": 2})
+        answers, checked = setups.answers(nodes[:2], lambda n: True, lambda n: replica.get(n.name), impatient=set())
+        # the checks still held are taken (c3's too, though no longer asked for), no new check runs
+        checked_answer = ("complete", None, {"tap1": 3})
+        assert answers == {"c1": replica["c1"], "c2": checked_answer, "c3": checked_answer}
+        assert checked == {"c2"} and sorted(runs) == ["c2", "c3"]
+        answers, checked = setups.answers(nodes[:2], lambda n: True, lambda n: replica.get(n.name), impatient=set())
+        assert answers == {"c1": replica["c1"], "c2": replica["c2"]} and checked == set()
+    finally:
+        setups.stop()

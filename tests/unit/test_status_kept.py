@@ -11,7 +11,7 @@ from dataclasses import replace
 from fathom.apps.base import BR_INT, SwitchKey
 from fathom.bench.scale import Size, layout_result, layout_snapshot
 from fathom.controller import status
-from fathom.controller.reconciler import PassResult
+from fathom.controller.results import PassResult
 from fathom.pipeline import cookies as ck
 
 STEPS = 200

@@ -1,0 +1,91 @@
+"""Writing the statuses after a pass: decided from the pass's result (fathom.controller.status),
+written to the store where they differ from it, then published on the status board (long-polls
+wait on it: fathom.controller.board)."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from fathom.controller import status
+from fathom.controller.board import StatusBoard
+from fathom.controller.desired import IncrementalMismatch
+from fathom.controller.results import PassResult
+from fathom.model import Snapshot
+
+LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
+
+
+class StatusWriter:
+    """Decides, writes and publishes the statuses of each pass's objects and nodes.
+
+    `session_factory`: the store's sessions; `store_reader` (fathom.store.snapshot.StoreReader) is
+    told what was written; `barriers(dpids)`: a barrier's round trip to those switches (what an
+    object's `active` waits for: see `write`); `on_decided()`: called once statuses were decided
+    (DesiredState.statuses_decided). Until `grace_ends` (monotonic), while a switch has not
+    connected or a node's OVSDB not been read, the statuses in the store stand (`held`)."""
+
+    def __init__(self, session_factory, board: StatusBoard, store_reader, barriers: Callable,
+                 on_decided: Callable[[], None], grace_ends: float, check_incremental: bool = False):
+        self.Session = session_factory
+        self.board = board
+        self.store_reader = store_reader
+        self.barriers = barriers
+        self.on_decided = on_decided
+        self.grace_ends = grace_ends
+        self.check_incremental = check_incremental
+        self.port_statuses = status.PortStatuses()    # kept by decide from pass to pass
+        self.held = False                             # the last pass left the store's statuses alone
+        self.mismatches = 0                           # check_incremental failures (must stay 0)
+        self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
+
+    def write(self, snapshot: Snapshot, result: PassResult, stored: dict | None, seq: int, steps) -> None:
+        """Write the statuses that differ from the store's, then publish them on the board as of
+        API write `seq`. `stored`: the statuses as read with the model (an API write may have
+        reset some), None when the store was not read (then: those last published)."""
+        if time.monotonic() < self.grace_ends and any(r.state == "not connected" or r.setup == "checking"
+                                                      for r in result.switches.values()):
+            self.held = True    # see STARTUP_GRACE; the periodic check ends it in time
+            return
+        self.held = False
+        decided = status.decide(snapshot, result, self.port_statuses)
+        self.on_decided()
+        if self.check_incremental:
+            self.assert_same_statuses(snapshot, result, decided)
+        states = status.node_states(result)
+        steps.done("decide")
+        if stored is None:
+            stored = dict(self.board.statuses)
+            stored.update({("node_state", name): st for name, st in self._node_states.items()})
+        write = {k: v for k, v in decided.items() if stored.get(k) != v}
+        node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
+        if result.settled_at is not None and any(v[0] == "active" and (stored.get(k) or ("",))[0] != "active"
+                                                 for k, v in write.items()):
+            # a switch acknowledges a bundle once its tables hold it, but its datapath forwards by
+            # the flows it cached from the tables before (a VIF that sent before its flows came has
+            # a cached drop) until OVS's revalidators have gone over them: an object turns `active`
+            # once they have had the settle time after the make, so that `active` means it forwards
+            time.sleep(max(0.0, result.settled_at - time.monotonic()))
+            self.barriers(result.made_on)
+            steps.done("revalidate")
+        if write or node_states:
+            from fathom.store.status import write_statuses
+            with self.Session() as session, session.begin():
+                write_statuses(session, write, node_states)
+            self.store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
+        self._node_states = states
+        steps.done("statuses")
+        self.board.publish(decided, seq)
+        steps.done("publish")
+
+    def assert_same_statuses(self, snapshot: Snapshot, result: PassResult, decided: dict) -> None:
+        """The statuses decided from those kept equal those decided whole (check_incremental);
+        raises IncrementalMismatch naming what differs, and the next pass decides whole."""
+        whole = status.decide(snapshot, result)
+        if whole != decided:
+            self.mismatches += 1
+            self.port_statuses = status.PortStatuses()
+            differ = sorted(str((k, decided.get(k), whole.get(k))) for k in set(whole) | set(decided)
+                            if whole.get(k) != decided.get(k))
+            LOG.error("statuses decided from those kept differ from a whole decision: %s", differ[:5])
+            raise IncrementalMismatch(f"statuses decided from those kept differ: {differ[:5]}")

@@ -1,0 +1,144 @@
+"""The apply part of the reconciler on its own (fathom.controller.apply.Applier), against fake
+switches that take real OpenFlow messages (fathom.controller.fakeswitch): make on every switch
+before break on any, a known switch told only the pass's edit, a refusal marking exactly its
+owners, an audit finding and repairing drift, and switches not connected or not set up left alone."""
+from __future__ import annotations
+
+from fathom.apps import BR_INT, TOR, SwitchKey
+from fathom.controller.apply import Applier
+from fathom.controller.fakeswitch import FakeSwitches
+from fathom.controller.results import PassResult, SwitchResult
+from fathom.model import Snapshot
+from fathom.openflow.spec import FlowSpec, SwitchState
+from fathom.pipeline import cookies as ck
+
+TOR1, C1 = SwitchKey(TOR, "tor1"), SwitchKey(BR_INT, "c1")
+DPIDS = {TOR1: 0x10, C1: 0x20}
+
+
+def owned(port: int, n: int = 3) -> frozenset:
+    """Flows of port `port` (the tenant app's): one per in_port."""
+    return frozenset(FlowSpec(0, 100, {"in_port": port * 10 + i}, (), ck.cookie(ck.APP_TENANT, ck.KIND_PORT, port))
+                     for i in range(n))
+
+
+class Bench:
+    """An Applier over fake switches, with what it reported as drift."""
+
+    def __init__(self, *keys: SwitchKey):
+        self.switches = FakeSwitches()
+        self.sw = {key: self.switches.add(DPIDS[key]) for key in keys}
+        self.drift: list[tuple[str, str]] = []
+        self.applier = Applier(self.switches, lambda source, what: self.drift.append((source, what)),
+                               lambda: None, check_incremental=True)
+
+    def apply(self, desired: dict, changed=None, edits=None, audit=False, keys=None, setup="ok") -> PassResult:
+        result = PassResult(desired=dict(desired))
+        for key in desired:
+            result.switches[key] = SwitchResult(key, DPIDS[key], setup=setup)
+        self.applier.apply(Snapshot(), result, set(desired) if keys is None else keys,
+                           set(desired) if changed is None else changed, edits or {}, audit=audit)
+        return result
+
+    def ours(self, key: SwitchKey) -> set:
+        return {f for f in self.sw[key].read_flows() if ck.owns_cookie(f.cookie)}
+
+
+def flow_commands(entry) -> set[str]:
+    """"add" and/or "delete" for the flow mods of one journal entry."""
+    _dpid, _how, messages = entry
+    return {"add" if m.command == m.datapath.ofproto.OFPFC_ADD else "delete"
+            for m in messages if type(m).__name__ == "OFPFlowMod"}
+
+
+def test_every_switch_makes_before_any_breaks_and_tiers_go_in_order():
+    bench = Bench(TOR1, C1)
+    bench.apply({TOR1: SwitchState(owned(1)), C1: SwitchState(owned(1))})
+    bench.switches.journal.clear()
+    result = bench.apply({TOR1: SwitchState(owned(2)), C1: SwitchState(owned(2))})
+    assert all(r.state == "ok" and r.changes == 6 for r in result.switches.values())
+    assert bench.ours(TOR1) == bench.ours(C1) == set(owned(2))
+    order = [(entry[0], cmd) for entry in bench.switches.journal for cmd in sorted(flow_commands(entry))]
+    # new state in from the ToR inwards, then old state out from the edge: ToR, c1 adds; c1, ToR deletes
+    assert order == [(0x10, "add"), (0x20, "add"), (0x20, "delete"), (0x10, "delete")], order
+
+
+def test_a_known_switch_is_sent_the_edit_only():
+    bench = Bench(C1)
+    before = SwitchState(owned(1) | owned(2))
+    bench.apply({C1: before})
+    assert bench.applier.diffs == {"edit": 0, "whole": 1}
+    reads = bench.sw[C1].reads
+    after = SwitchState(owned(1) | owned(3))
+    edit = (before, SwitchState(owned(2)), SwitchState(owned(3)))
+    result = bench.apply({C1: after}, edits={C1: edit})
+    assert bench.applier.diffs == {"edit": 1, "whole": 1}     # checked against a whole diff (check_incremental)
+    assert bench.sw[C1].reads == reads                       # nothing read back
+    assert bench.ours(C1) == set(after.flows) and result.switches[C1].changes == 6
+    assert bench.applier.known[DPIDS[C1]][2] is after         # the mirror is of the new state
+    bench.apply({C1: after}, changed=set())                   # holds what it should: sent nothing
+    assert bench.applier.diffs == {"edit": 1, "whole": 1}
+
+
+def test_a_refusal_marks_its_owners_and_the_rest_is_applied():
+    bench = Bench(C1)
+    bench.sw[C1].refuse(lambda spec: ck.parse_cookie(spec.cookie)[2] == 2)
+    result = bench.apply({C1: SwitchState(owned(1) | owned(2))})
+    assert set(result.refused) == {(ck.KIND_PORT, 2)}
+    assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(1))
+    assert bench.applier.refused_at[C1] == result.refused
+    assert DPIDS[C1] not in bench.applier.known               # read back next pass
+    bench.sw[C1].refuse(None)
+    result = bench.apply({C1: SwitchState(owned(1) | owned(2))}, changed=set())
+    assert result.refused == {} and C1 not in bench.applier.refused_at
+    assert bench.ours(C1) == set(owned(1) | owned(2))
+
+
+def test_an_audit_finds_drift_and_repairs_it():
+    bench = Bench(C1)
+    desired = SwitchState(owned(1))
+    bench.apply({C1: desired})
+    bench.sw[C1].flows.pop(next(iter(bench.sw[C1].flows)))   # behind our back
+    bench.apply({C1: desired}, changed=set())
+    assert bench.drift == [] and len(bench.ours(C1)) == 2     # not read back: trusted
+    bench.apply({C1: desired}, changed=set(), audit=True)
+    assert [source for source, _ in bench.drift] == ["audit"]
+    assert bench.ours(C1) == set(desired.flows)
+
+
+def test_the_check_finds_a_flow_count_that_differs_from_the_mirror():
+    bench = Bench(C1)
+    result = bench.apply({C1: SwitchState(owned(1))})
+    res = result.switches[C1]
+    assert bench.applier.check(res) is None
+    bench.sw[C1].flows.pop(next(iter(bench.sw[C1].flows)))   # behind our back
+    assert bench.applier.check(res) == "check" and [s for s, _ in bench.drift] == ["openflow"]
+    assert DPIDS[C1] not in bench.applier.known               # the next pass diffs it whole
+    bench.apply({C1: SwitchState(owned(1))}, changed=set())
+    assert bench.ours(C1) == set(owned(1)) and bench.applier.check(res) is None
+    res.state = "error: refused"
+    bench.applier.known.clear()
+    assert bench.applier.check(res) == "retry"                # connected, not reconciled
+
+
+def test_switches_away_or_not_set_up_are_left_alone():
+    bench = Bench(C1)
+    result = bench.apply({C1: SwitchState(owned(1))}, setup="error")
+    assert result.switches[C1].state == "not reconciled (bootstrap failed)" and bench.sw[C1].sent == []
+    bench.switches.disconnect(DPIDS[C1])
+    result = bench.apply({C1: SwitchState(owned(1))})
+    assert result.switches[C1].state.startswith("lost: br-int's OpenFlow connection closed")
+    away = Bench()
+    result = away.apply({TOR1: SwitchState(owned(1))})
+    assert result.switches[TOR1].state == "not connected"
+
+
+def test_only_the_switches_given_are_reconciled():
+    bench = Bench(TOR1, C1)
+    bench.apply({TOR1: SwitchState(owned(1)), C1: SwitchState(owned(1))}, keys={TOR1})
+    assert bench.ours(TOR1) == set(owned(1)) and bench.sw[C1].sent == []
+    assert set(bench.applier.results) == {TOR1}
+    bench.apply({TOR1: SwitchState(owned(1)), C1: SwitchState(owned(1))})
+    assert set(bench.applier.results) == {TOR1, C1} and bench.ours(C1) == set(owned(1))
+    bench.apply({TOR1: SwitchState(owned(1)), C1: SwitchState(owned(1))}, keys={TOR1})
+    assert set(bench.applier.results) == {TOR1}          # a switch no longer reconciled is forgotten
