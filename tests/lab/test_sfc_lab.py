@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import signal
 import subprocess
 import tempfile
 import time
@@ -21,6 +20,7 @@ from scapy.all import IP, TCP, rdpcap
 
 from fathom.client import Client
 from fathom.lab import vnf as vnfs
+from fathom.lab.capture import Capture
 from fathom.lab.topology import DEFAULT_TOPOLOGY
 
 from .util import admit_web_from, running_lab, sh
@@ -90,24 +90,12 @@ def chain(api, lab, groups: list[list[str]], symmetric=False, classifiers=({"pro
 def captures(lab, tmp_path, bpf="tcp"):
     """tcpdump on eth0 and eth1 of every VNF and on the server; yields {(target, dev): pcap path} (in a
     directory of their own: files are read once, by path)."""
-    procs, paths = {}, {}
     tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
     targets = [(v, d) for v in VNFS for d in ("eth0", "eth1")] + [("server", "eth0")]
-    for target, dev in targets:
-        paths[(target, dev)] = tmp_path / f"{target}-{dev}.pcap"
-        procs[(target, dev)] = subprocess.Popen(
-            ["ip", "netns", "exec", lab.ns(target), "tcpdump", "-i", dev, "-U", "--immediate-mode", "-n", "-s", "0",
-             "-w", str(paths[(target, dev)]), bpf], stderr=subprocess.PIPE, text=True)
-    for p in procs.values():
-        assert "listening" in p.stderr.readline()
-    try:
-        yield paths
-    finally:
-        time.sleep(0.5)
-        for p in procs.values():
-            p.send_signal(signal.SIGINT)
-        for p in procs.values():
-            p.wait(5)
+    with contextlib.ExitStack() as stack:
+        caps = {(target, dev): stack.enter_context(Capture(lab.ns(target), dev, tmp_path / f"{target}-{dev}.pcap", bpf))
+                for target, dev in targets}
+        yield {key: cap.path for key, cap in caps.items()}
 
 
 @functools.lru_cache(maxsize=64)

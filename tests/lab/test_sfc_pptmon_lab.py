@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from scapy.all import IP, TCP, rdpcap
 from fathom.apps.hostlocal.chains import OWNER_KIND, chain_label
 from fathom.client import Client
 from fathom.lab import vnf as vnfs
+from fathom.lab.capture import Capture
 
 from .util import admit_web_from, running_lab, sh
 
@@ -183,32 +183,15 @@ def has_ppt_option(pkt) -> bool:
     return False
 
 
-def capture_at_server(lab, pcap):
-    """tcpdump of the server's TCP into `pcap`, listening when this returns; stop it with stop_capture."""
-    dump = subprocess.Popen(["ip", "netns", "exec", lab.ns("server"), "tcpdump", "-i", "eth0", "-U", "-n", "-s", "0",
-                             "-w", str(pcap), "tcp"], stderr=subprocess.PIPE, text=True)
-    assert "listening" in dump.stderr.readline()
-    return dump
-
-
-def stop_capture(dump) -> None:
-    time.sleep(0.5)
-    dump.send_signal(signal.SIGINT)
-    dump.wait(5)
-
-
 def chain_traffic(lab, tmp_path, data: bytes, sports) -> list:
     """Three GETs of the blob and an upload of `data` through the chain, checked byte for byte at
     the server; the client's segments the server captured meanwhile."""
     pcap = tmp_path / "server.pcap"
-    dump = capture_at_server(lab, pcap)
-    try:
+    with Capture(lab.ns("server"), "eth0", pcap, "tcp"):
         blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
         for sport in sports:
             assert curl_sha(lab, sport) == blob
         assert upload(lab, data) == hashlib.sha256(data).hexdigest(), "the server's bytes differ"
-    finally:
-        stop_capture(dump)
     segments = [p for p in rdpcap(str(pcap)) if IP in p and TCP in p]
     assert len(segments) > 100 and {p[IP].src for p in segments if p[TCP].dport in (80, 9000)} == {"198.19.40.11"}
     return segments

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import signal
 import subprocess
 import time
 
@@ -18,6 +16,7 @@ import pytest
 
 from fathom.auth.client import lab_headers
 from fathom.host.iperf import iperf3
+from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 from scapy.all import rdpcap
 
@@ -125,26 +124,13 @@ def tap(lab):
 def captures(lab, tmp_path, vms, bpf="ip"):
     """tcpdump on eth0 of each VM; yields {vm: path}; the files are complete after the block, and
     hold every frame (a 32 MiB capture buffer; a capture that lost frames fails)."""
-    procs, paths = {}, {}
-    for vm in vms:
-        paths[vm] = tmp_path / f"{vm}.pcap"
-        procs[vm] = subprocess.Popen(["ip", "netns", "exec", lab.ns(vm), "tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n",
-                                      "-B", "32768", "-s", "0", "-w", str(paths[vm]), bpf], stderr=subprocess.PIPE, text=True)
-    for vm, p in procs.items():   # wait until each one listens
-        line = p.stderr.readline()
-        assert "listening" in line, line
-    try:
-        yield paths
-    finally:
-        time.sleep(0.6)
-        for p in procs.values():
-            p.send_signal(signal.SIGINT)
-        for vm, p in procs.items():
-            p.wait(5)
-            # a busy machine can starve tcpdump: then the capture, not the tap, lost frames
-            report = p.stderr.read()
-            dropped = re.search(r"(\d+) packets? dropped by kernel", report)
-            assert dropped and dropped.group(1) == "0", f"tcpdump in {vm} lost frames: {report}"
+    with contextlib.ExitStack() as stack:
+        caps = {vm: stack.enter_context(Capture(lab.ns(vm), "eth0", tmp_path / f"{vm}.pcap", bpf, buffer_kib=32768))
+                for vm in vms}
+        yield {vm: cap.path for vm, cap in caps.items()}
+    for vm, cap in caps.items():
+        # a busy machine can starve tcpdump: then the capture, not the tap, lost frames
+        assert cap.dropped == 0, f"tcpdump in {vm} lost frames: {cap.report}"
 
 
 def frames(path, src=None, dst=None, proto=None, dport=None) -> list[bytes]:
@@ -263,22 +249,13 @@ def test_copies_cross_the_underlay_with_the_policy_marker(lab, tap, tmp_path):
     t = tap.create(sender="vm1", receiver="vm2", monitor="mon2")
     tap.realised(t["id"])
     pcap = tmp_path / "ul.pcap"
-    cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("fabric"), "tcpdump", "-i", "compute1", "-U", "--immediate-mode", "-n",
-                            "-w", str(pcap), "udp port 4789"], stderr=subprocess.PIPE, text=True)
-    assert "listening" in cap.stderr.readline()
-    try:
+    with Capture(lab.ns("fabric"), "compute1", pcap, "udp port 4789") as cap:
         sh(lab, "vm1", "ping", "-c", "3", "-i", "0.2", IP["vm2"])
-    finally:
-        time.sleep(0.5)
-        cap.send_signal(signal.SIGINT)
-        cap.wait(5)
-    rows = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "vxlan.vni", "-e", "eth.dst",
-                           "-e", "ip.dst", "-Y", "vxlan && icmp.type == 8"],
-                          capture_output=True, text=True, check=True).stdout.split("\n")
+    rows = cap.fields("vxlan.vni", "eth.dst", "ip.dst", display="vxlan && icmp.type == 8")
     vni = str(t["markers"][0])
     # in transit the copy is addressed to the monitor (paper: rewriting rule), VNI = marker;
     # tshark lists outer,inner for eth.dst and ip.dst
-    got = {(r.split("\t")[0], r.split("\t")[1].split(",")[-1], r.split("\t")[2]) for r in rows if r}
+    got = {(vni, dst_mac.split(",")[-1], dst_ip) for vni, dst_mac, dst_ip in rows}
     assert got == {(vni, "02:fa:00:00:01:a2", f"{lab.node('compute2').tunnel_ip},{IP['mon2']}")}
 
 
