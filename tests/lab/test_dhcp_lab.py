@@ -23,6 +23,7 @@ import subprocess
 
 import pytest
 
+from fathom.host import exec as host_exec
 from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 
@@ -115,8 +116,8 @@ class _Client:
 
     def __init__(self, lab, vm: str):
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", lab.ns(vm), "udhcpc", "-i", "eth0", "-f", "-t", "4", "-T", "5",
-             "-O", "mtu", "-O", "staticroutes", "-s", str(lab.dir / "udhcpc.sh")],
+            host_exec.argv(["udhcpc", "-i", "eth0", "-f", "-t", "4", "-T", "5",
+             "-O", "mtu", "-O", "staticroutes", "-s", str(lab.dir / "udhcpc.sh")], lab.ns(vm)),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
 

@@ -9,6 +9,7 @@ import pytest
 
 import fathom.bench
 
+from fathom.host import exec as host_exec
 from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 
@@ -52,7 +53,7 @@ def routed_packets(lab, node: str) -> int:
 
 
 def forwarded(lab, ns: str) -> int:
-    out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], capture_output=True, text=True,
+    out = subprocess.run(host_exec.argv(["cat", "/proc/net/snmp"], ns), capture_output=True, text=True,
                          check=True).stdout.splitlines()
     head, vals = [line.split() for line in out if line.startswith("Ip:")][:2]
     return int(vals[head.index("ForwDatagrams")])

@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from fathom.host import exec as host_exec
 from fathom.lab import capture
 from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure, native
@@ -301,7 +302,7 @@ def test_timestamps_and_sack_through_three_vnfs_byte_identical(make_chain, tmp_p
     chainmod.run("iptables", "-A", "FORWARD", "-p", "tcp", "--sport", "5411", "-m", "statistic",
                  "--mode", "nth", "--every", "40", "--packet", "7", "-j", "DROP", ns=c.vnf_ns(3))
     control.enable(c.name, period_ns=0)
-    srv = subprocess.Popen(["ip", "netns", "exec", c.server, "iperf3", "-s", "-1", "-p", "5411"],
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-p", "5411"], c.server),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)

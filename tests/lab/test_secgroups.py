@@ -20,7 +20,7 @@ import pytest
 
 from fathom.auth.client import lab_token
 from fathom.client import Client
-
+from fathom.host import exec as host_exec
 from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 
@@ -111,7 +111,8 @@ def _rule_on_switch(lab, rule_id: int, present: bool = True) -> None:
 
 
 def _ns(lab, vm: str) -> list[str]:
-    return ["ip", "netns", "exec", lab.ns(vm)]
+    """The prefix that runs a command in `vm`."""
+    return host_exec.argv([], lab.ns(vm))
 
 
 def tcp(lab, src: str, dst: str, port: int) -> bool:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fathom.model import datapath_id
+from fathom.host import exec as host_exec
 from fathom.lab.capture import Capture, tshark
-from fathom.lab.ovs import wait_for
 from fathom.lab.lab import install_certificate
+from fathom.lab.ovs import wait_for
+from fathom.model import datapath_id
 from fathom.pki import Pki, identity_of
 
 from .util import running_lab, sh, lab_api as api
@@ -63,8 +64,8 @@ class Pinger:
     """A ping running through a rogue's attempt: it must not lose a packet."""
 
     def __init__(self, lab, src: str, dst: str, seconds: float):
-        self.proc = subprocess.Popen(["ip", "netns", "exec", lab.ns(src), "ping", "-c", str(int(seconds * 10)),
-                                      "-i", "0.1", "-W", "1", dst], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(host_exec.argv(["ping", "-c", str(int(seconds * 10)),
+                                      "-i", "0.1", "-W", "1", dst], lab.ns(src)), stdout=subprocess.PIPE, text=True)
 
     def loss(self) -> str:
         out = self.proc.communicate(timeout=60)[0]

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from fathom.auth.client import lab_headers
+from fathom.host import exec as host_exec
 from fathom.host.iperf import iperf3
 from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
@@ -307,11 +308,11 @@ def test_update_in_place_without_receiver_loss_then_delete_leaves_nothing(lab, t
     t = tap.create(sender="vm1", receiver="vm2", monitor="mon1")
     tap.realised(t["id"])
     groups_before = vtap_groups(lab, "compute1")
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm2"), "iperf3", "-s", "-1", "-p", "5201",
-                            "-B", IP["vm2"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-p", "5201",
+                            "-B", IP["vm2"]], lab.ns("vm2")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.4)
-    client = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm1"), "iperf3", "-c", IP["vm2"], "-u", "-b", "8M",
-                               "-l", "1000", "-t", "4", "-J"], stdout=subprocess.PIPE, text=True)
+    client = subprocess.Popen(host_exec.argv(["iperf3", "-c", IP["vm2"], "-u", "-b", "8M",
+                               "-l", "1000", "-t", "4", "-J"], lab.ns("vm1")), stdout=subprocess.PIPE, text=True)
     try:
         for monitor in ("mon2", "mon1", "mon2"):
             time.sleep(0.8)
@@ -333,8 +334,8 @@ def test_update_in_place_without_receiver_loss_then_delete_leaves_nothing(lab, t
 
 
 def udp_loss_without_updates(lab) -> int:
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm2"), "iperf3", "-s", "-1", "-p", "5201",
-                            "-B", IP["vm2"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-p", "5201",
+                            "-B", IP["vm2"]], lab.ns("vm2")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.4)
     try:
         out = sh(lab, "vm1", "iperf3", "-c", IP["vm2"], "-u", "-b", "8M", "-l", "1000", "-t", "4", "-J").stdout
@@ -460,7 +461,7 @@ def test_rate_limit_meters_copies_not_originals(lab, tap, tmp_path):
     tap.realised(t["id"])
     meters = sh(lab, "compute1", "ovs-ofctl", "-O", "OpenFlow13", "dump-meters", "br-int").stdout
     assert "pktps" in meters and "rate=200" in meters, meters
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm2"), "iperf3", "-s", "-1", "-B", IP["vm2"]],
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-B", IP["vm2"]], lab.ns("vm2")),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.4)
     with captures(lab, tmp_path, ["vm2", "mon2"], bpf="udp") as pcap:
@@ -508,7 +509,7 @@ def test_a_new_tap_applies_to_traffic_already_flowing(lab, tap, tmp_path):
     # a flow cached in the datapath before the tap exists is copied as soon as the tap is realised
     # (OVS Mirror changes lag until revalidation: kube-ovn#2801; the benchmark purges for that reason)
     with captures(lab, tmp_path, ["vm2", "mon1"], bpf="icmp") as pcap:
-        pinger = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm1"), "ping", "-c", "40", "-i", "0.1", IP["vm2"]],
+        pinger = subprocess.Popen(host_exec.argv(["ping", "-c", "40", "-i", "0.1", IP["vm2"]], lab.ns("vm1")),
                                   stdout=subprocess.DEVNULL)
         time.sleep(1.0)
         t = tap.create(sender="vm1", receiver="vm2", monitor="mon1", ip_proto="icmp")
