@@ -19,6 +19,7 @@ from rich.console import Console
 
 from fathom.host import exec as host_exec
 from fathom.host.iperf import iperf3
+from fathom.lab.capture import Capture
 from fathom.lab.lab import Lab
 from fathom.pptmon import demo as pptmon_demo
 from fathom.lab.sh import LabError
@@ -122,8 +123,6 @@ underlay:
 
 def vtap_section(report: list) -> None:
     """vTAP: one tenant's HTTP traffic (client -> web, both directions) copied to a monitor VM."""
-    import signal
-
     from fathom.lab.topology import parse
     console.rule("[bold]vTAP: HTTP of one tenant copied to a monitor VM (group ALL + recovery rule)")
     lab = Lab(LAB + "v")
@@ -136,10 +135,7 @@ def vtap_section(report: list) -> None:
         api.wait_until(f"/taps/{tid}/stats", lambda s: s.get("realised"), timeout=20, interval=0.3)
         srv = subprocess.Popen(host_exec.argv(["python3", "-m", "http.server", "80", "--bind", "198.19.1.12"],
                                               lab.ns("web")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        cap = subprocess.Popen(host_exec.argv(["tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n",
-                                               "-w", f"/tmp/{LAB}v-ids.pcap", "tcp port 80"], lab.ns("ids")),
-                               stderr=subprocess.PIPE, text=True)
-        cap.stderr.readline()
+        cap = Capture(lab.ns("ids"), "eth0", f"/tmp/{LAB}v-ids.pcap", "tcp port 80").start()
         try:
             deadline = time.monotonic() + 15   # until the web server listens
             while "198.19.1.12:80" not in lab.run("web", "ss", "-ltn").stdout and time.monotonic() < deadline:
@@ -148,11 +144,9 @@ def vtap_section(report: list) -> None:
                              "http://198.19.1.12/").stdout == "200" for _ in range(5))
             lab.run("client", "ping", "-c", "2", "-i", "0.2", "198.19.1.12")   # not HTTP: not copied
         finally:
-            time.sleep(0.5)
-            cap.send_signal(signal.SIGINT)
-            cap.wait(5)
+            cap.stop()
             srv.kill()
-        summary = cap.stderr.read().strip().splitlines()
+        summary = cap.report.strip().splitlines()
         captured = next((l.split()[0] for l in summary if "captured" in l), "?")
         stats = [api.tap_stats(t["id"]) for t in api.get("/taps")]
         copies = sum(s["copies_packets"] for s in stats)

@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from fathom.client import Client
+from fathom.lab.capture import Capture
 from fathom.lab.lab import Lab
 from fathom.lab.neutron import TOPOLOGY, UPSTREAM_MAC, VENV, NeutronServer, available
 from fathom.lab.ovs import wait_for
@@ -124,15 +126,11 @@ class OpenStackDemo:
 
     def echo_requests_at(self, at: str, src: str, dst_ip: str, count: int = 3) -> int:
         """Echo requests from VM `src` to `dst_ip` that VM `at` receives while `src` pings `dst_ip`."""
-        argv, env = self.lab.exec_args(at, ["tcpdump", "-i", "eth0", "-n", "-l", "-c", str(count),
-                                            f"icmp[icmptype] == icmp-echo and src host {self.ip(src)} "
-                                            f"and dst host {dst_ip}"])
-        capture = subprocess.Popen(["timeout", "15", *argv], env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, text=True)
-        time.sleep(1.5)                     # tcpdump is listening
-        self.ping(src, dst_ip, count=count + 2)
-        out, _ = capture.communicate(timeout=20)
-        return out.count("ICMP echo request")
+        with tempfile.TemporaryDirectory() as tmp:
+            with Capture(self.lab.ns(at), "eth0", Path(tmp) / "icmp.pcap",
+                         f"icmp[icmptype] == icmp-echo and src host {self.ip(src)} and dst host {dst_ip}") as cap:
+                self.ping(src, dst_ip, count=count + 2)
+            return min(count, len(cap.fields("frame.number")))
 
     # ----- the steps -----
     def start(self) -> None:

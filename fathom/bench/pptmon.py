@@ -68,9 +68,9 @@ def _accuracy_run(c: chainmod.Chain, out: Path, tag: str, proto: str, extra_taps
     extra = [out / f"{tag}_tap{j}.pcap" for j in range(extra_taps)]
     with contextlib.ExitStack() as st:
         for p in extra:  # more captures on in0: their work lands in the reference's window
-            st.enter_context(measure.Capture(ns, "in0", p, proto))
-        st.enter_context(measure.Capture(ns, "in0", p_in, proto))
-        st.enter_context(measure.Capture(ns, "out0", p_out, proto))
+            st.enter_context(measure.capture(ns, "in0", p, proto))
+        st.enter_context(measure.capture(ns, "in0", p_in, proto))
+        st.enter_context(measure.capture(ns, "out0", p_out, proto))
         measure.transfer(c, proto, **traffic)
     time.sleep(0.3)
     recs = [r for r in control.records(c.name)[n0:] if r["flow"]["proto"] == proto]

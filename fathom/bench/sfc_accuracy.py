@@ -17,9 +17,9 @@ side: the capture's stamp at tapfw1o to PPTMon's egress stamp).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import time
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from fathom.client import Client
 from fathom.host.exec import argv
+from fathom.lab.capture import Capture, fields
 from fathom.lab.lab import Lab
 from fathom.lab.topology import parse
 
@@ -64,11 +65,8 @@ POINTS = {"host_in": ("compute1", "tapfw1i", "out"), "guest_in": ("fw1", "eth0",
 
 def _stamps(pcap: Path) -> dict[int, int]:
     """IP id -> the capture's stamp (ns since the epoch) of each datagram to PORT."""
-    out = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "frame.time_epoch", "-e", "ip.id",
-                          "-Y", f"udp.dstport == {PORT}"], capture_output=True, text=True, check=True).stdout
     got = {}
-    for line in out.splitlines():
-        t, ipid = line.split("\t")
+    for t, ipid in fields(pcap, "frame.time_epoch", "ip.id", display=f"udp.dstport == {PORT}"):
         sec, _, frac = t.partition(".")
         got[int(ipid, 16) if ipid.startswith("0x") else int(ipid)] = int(sec) * 10**9 + int(frac.ljust(9, "0")[:9])
     return got
@@ -98,25 +96,17 @@ def measure(packets: int, rate: float, workdir: Path) -> dict:
                                                 "flow_classifiers": [fc["id"]], "project_id": "demo",
                                                 "pptmon": {"period_ns": 0}})
         assert api.wait_status("sfc/port_chains", ch["id"], timeout=90)["status"] == "active"
-        caps = {}
-        for name, (where, dev, direction) in POINTS.items():
-            pcap = workdir / f"{name}.pcap"
-            caps[name] = (pcap, subprocess.Popen(
-                argv(["tcpdump", "-i", dev, "-Q", direction, "-n", "-U", "--time-stamp-precision=nano",
-                      "-w", str(pcap), "udp", "port", str(PORT)], lab.ns(where)),
-                stderr=subprocess.PIPE, text=True))
-        for _, p in caps.values():
-            assert "listening" in p.stderr.readline()
-        since = time.time_ns()
-        subprocess.run(argv(["python3", "-c", SENDER, str(packets), str(rate)], lab.ns("client")),
-                       check=True, timeout=packets / rate + 60)
-        time.sleep(3)        # the sink's last records delivered
-        for _, p in caps.values():
-            p.send_signal(signal.SIGINT)
-            p.wait(10)
+        with contextlib.ExitStack() as stack:
+            caps = {name: stack.enter_context(Capture(lab.ns(where), dev, workdir / f"{name}.pcap", f"udp port {PORT}",
+                                                      immediate=False, nano=True, direction=direction))
+                    for name, (where, dev, direction) in POINTS.items()}
+            since = time.time_ns()
+            subprocess.run(argv(["python3", "-c", SENDER, str(packets), str(rate)], lab.ns("client")),
+                           check=True, timeout=packets / rate + 60)
+            time.sleep(3)        # the sink's last records delivered
         records = api.get("/pptmon/records", params={"chain": f"port_chain:{ch['id']}", "limit": 5000,
                                                      "since": str(since)})
-        stamps = {name: _stamps(pcap) for name, (pcap, _) in caps.items()}
+        stamps = {name: _stamps(cap.path) for name, cap in caps.items()}
     finally:
         lab.down()
     rows = []

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from fathom.lab.capture import Capture, read_pcap_ns
 from fathom.stats import percentile
 
 from . import generator, rfc2544
-from .capture import openflow_messages, read_pcap_ns, tcpdump
 from .devices import GEN_PORT, OF_PORT, RCV_PORT, Device, Names, OvsDevice, RedirectDevice, VethDevice, make_device
 from .engine import (L1_OVERHEAD, BenchError, engine_args, finish_engine, mbps_for, pps_for, run_engine,
                      start_engine)
+from .ofstream import openflow_messages
 
 MODULES = ("calibration", "generator", "action-delay", "frame-size", "load", "throughput", "flow-install",
            "packet-in", "echo", "overlay")
@@ -277,7 +278,8 @@ class SwitchBench:
         frame, engine TX stamp - capture stamp must be small and never negative."""
         with tempfile.TemporaryDirectory(prefix="fathom-txcheck-") as tmp:
             pcap, frames_csv = Path(tmp) / "g0.pcap", Path(tmp) / "frames.csv"
-            with tcpdump(dev.tx.ns, dev.tx.ifname, pcap, "udp and src port 4242", direction="out"):
+            with Capture(dev.tx.ns, dev.tx.ifname, pcap, "udp and src port 4242", direction="out", nano=True,
+                         buffer_kib=16384):
                 r = run_engine(engine_args(dev.tx, dev.rx, size=128, rate_pps=pps, count=frames,
                                            dst_mac=dev.rx.mac, csv=str(frames_csv), extra=["--no-bypass"]))
             tx = {int(row["seq"]): int(row["tx_kernel_ns"]) for row in csvmod.DictReader(open(frames_csv))}
@@ -388,7 +390,7 @@ class SwitchBench:
         count = int(pps * (settle_s + tail_s + 0.5))
         with tempfile.TemporaryDirectory(prefix="fathom-flowinstall-") as tmp:
             pcap, frames_csv = Path(tmp) / "lo.pcap", Path(tmp) / "frames.csv"
-            with tcpdump(dev.names.dut, "lo", pcap, f"tcp port {OF_PORT}"):
+            with Capture(dev.names.dut, "lo", pcap, f"tcp port {OF_PORT}", nano=True, buffer_kib=16384):
                 proc = start_engine(engine_args(dev.tx, dev.rx, size=64, rate_pps=pps, count=count,
                                                 dst_mac=dev.rx.mac, flows=p.flows, stamp_every=1, warmup_s=0.05,
                                                 csv=str(frames_csv), extra=["--spin-us", str(p.spin_us)]))

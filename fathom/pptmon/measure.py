@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from fathom.host import exec as host_exec
+from fathom.lab.capture import Capture, tshark
 from fathom.pptmon.chain import Chain
 
 PY = sys.executable
@@ -46,44 +45,10 @@ def transfer(chain: Chain, proto: str, v6: bool = False, port: int = 5301,
             srv.wait()
 
 
-class Capture:
-    """tcpdump in a namespace with nanosecond kernel timestamps, stopped by pid.
-
-    Not in immediate mode: the kernel hands packets over a block at a time instead of
-    waking tcpdump for every packet, which keeps the capture's own cost out of the path
-    it measures.  The price: stopping waits for the last block (libpcap's 1 s timeout)."""
-
-    def __init__(self, ns: str, dev: str, path: Path, bpf_filter: str = "tcp or udp"):
-        self.ns, self.dev, self.path, self.filter = ns, dev, Path(path), bpf_filter
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> "Capture":
-        self.proc = subprocess.Popen(
-            host_exec.argv(["tcpdump", "-Z", "root", "-i", self.dev, "-n", "-s", "0", "-B", "8192",
-                            "--time-stamp-precision=nano", "-w", str(self.path), self.filter], self.ns),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # "listening on ..." once the socket is bound
-            line = self.proc.stderr.readline()
-            if "listening on" in line or not line:
-                break
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            time.sleep(1.2)
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def tshark(pcap: Path, *args: str) -> list[str]:
-    p = subprocess.run(["tshark", "-r", str(pcap), *args], capture_output=True, text=True,
-                       timeout=60)
-    return [line for line in p.stdout.splitlines() if line.strip()]
+def capture(ns: str, dev: str, path: Path, bpf_filter: str = "tcp or udp") -> Capture:
+    """The reference capture of a measurement: nanosecond kernel timestamps, and not in immediate
+    mode, which keeps the capture's own cost out of the path it measures (fathom.lab.capture)."""
+    return Capture(ns, dev, path, bpf_filter, immediate=False, nano=True, buffer_kib=8192)
 
 
 def bad_checksums(pcap: Path, dst: str | None = None) -> list[str]:

@@ -612,13 +612,23 @@ def _reservations_of(session: Session) -> _Reservations:
         return _reservations.setdefault(session.get_bind(), _Reservations())
 
 
-@event.listens_for(Session, "after_commit")
+def _hold(session: Session, network_id: int, address: str) -> None:
+    """Note a reservation in the session that made it, released when its transaction ends: the
+    release is listened for on that session alone (not on every SQLAlchemy session of the process)."""
+    held = session.info.get(RESERVED)
+    if held is None:
+        held = session.info[RESERVED] = []
+        if not event.contains(session, "after_transaction_end", _release):
+            event.listen(session, "after_commit", _release_committed)
+            event.listen(session, "after_transaction_end", _release)
+    held.append((network_id, address))
+
+
 def _release_committed(session: Session) -> None:
     if RESERVED in session.info and not session.in_nested_transaction():   # a savepoint is no commit
         _reservations_of(session).release(session.info.pop(RESERVED), committed=True)
 
 
-@event.listens_for(Session, "after_transaction_end")
 def _release(session: Session, transaction) -> None:
     if transaction.parent is None and RESERVED in session.info:   # rolled back: free again
         _reservations_of(session).release(session.info.pop(RESERVED), committed=False)
@@ -657,7 +667,7 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
                 used.add(subnet.gateway_ip)
             for candidate in window:
                 if candidate not in used and reservations.reserve(allocation, network.id, candidate):
-                    session.info.setdefault(RESERVED, []).append((network.id, candidate))
+                    _hold(session, network.id, candidate)
                     host = ipaddress.IPv4Address(candidate)
                     hints[subnet.id] = int(host) - first
                     return host

@@ -19,6 +19,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from fathom.host import exec as host_exec
 from fathom.host.exec import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,8 +80,8 @@ class Host:
                    "mkdir -p /opt/fathom /run/openvswitch /usr/local/bin",
                    f"mount --bind {shlex.quote(str(ROOT))} /opt/fathom",
                    "ln -sf /opt/fathom/.venv/bin/fathom /usr/local/bin/fathom"]  # the doc's `ln -s`
-        self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, "unshare", "--mount", "--propagation",
-                                      "private", "sh", "-e", "-c", "; ".join(mounts) + "; echo ready; exec sleep infinity"],
+        self.proc = subprocess.Popen(host_exec.argv(["unshare", "--mount", "--propagation",
+                                      "private", "sh", "-e", "-c", "; ".join(mounts) + "; echo ready; exec sleep infinity"], self.ns),
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "ready", f"{self.name}: mounts failed"
         self.pid = self.proc.pid

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from fathom.client import Client
+from fathom.host import exec as host_exec
 from fathom.lab.sh import run
 
 from .util import running_lab
@@ -80,9 +81,9 @@ def test_the_first_echo_issued_at_active_is_answered(lab):
         # static neighbours both ways: the echo is the first packet that needs the new port's flows
         run(["ip", "-n", lab.ns(name), "neigh", "replace", ip, "lladdr", mac, "dev", "eth0"])
         run(["ip", "-n", lab.ns(target), "neigh", "replace", vm_ip, "lladdr", vm_mac, "dev", "eth0"])
-        booting = subprocess.Popen(["ip", "netns", "exec", lab.ns(name), "ping", "-q", "-i", "0.01", "-w", "30", ip],
+        booting = subprocess.Popen(host_exec.argv(["ping", "-q", "-i", "0.01", "-w", "30", ip], lab.ns(name)),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        prober = subprocess.Popen(["ip", "netns", "exec", lab.ns(name), sys.executable, "-c", PROBER, ip],
+        prober = subprocess.Popen(host_exec.argv([sys.executable, "-c", PROBER, ip], lab.ns(name)),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert prober.stdout.readline().strip() == "ready"

@@ -25,8 +25,9 @@ import time
 
 import pytest
 
-from fathom.client import Client
 from fathom.auth.client import lab_token
+from fathom.client import Client
+from fathom.host import exec as host_exec
 from fathom.lab.ovs import wait_for
 
 from .util import BackgroundPing, lab_api, running_lab, sh
@@ -137,7 +138,7 @@ def test_network_node_router_is_built_by_the_agent(lab, strace):
     after = sh(lab, "gw", "ip", "-s", "-j", "link", "show", f"qrp{legs(lab)['blue']}").stdout
     assert before != after          # the echoes went through the gateway's namespace
     # an IPv4 router: nothing of IPv6 on its legs (no router solicitation, no multicast report)
-    v6 = subprocess.run(["ip", "netns", "exec", router_ns(lab), "ip", "-6", "-o", "addr"], capture_output=True,
+    v6 = subprocess.run(host_exec.argv(["ip", "-6", "-o", "addr"], router_ns(lab)), capture_output=True,
                         text=True, check=True).stdout
     assert v6.strip() == "", v6
     agents = {a["node"]: a for a in c.get("/agents").json()}

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import csv
 import os
-import subprocess
 import time
 
 import pytest
 
-from fathom.bench.capture import read_pcap_ns, tcpdump
 from fathom.bench.devices import LinuxBridgeDevice, Names, OvsDevice, VethDevice, cleanup
 from fathom.bench.engine import engine_args, run_engine
+from fathom.lab.capture import Capture, read_pcap_ns, tshark
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
 NAMES = Names("bnsw")
@@ -39,15 +38,15 @@ def test_capture_agrees_with_engine_on_counts_and_rx_stamps(tmp_path):
     try:
         dev.drop_every(10)
         pcap, frames_csv = tmp_path / "r0.pcap", tmp_path / "frames.csv"
-        with tcpdump(dev.rx.ns, dev.rx.ifname, pcap, "udp and src port 4242", direction="in"):
+        with Capture(dev.rx.ns, dev.rx.ifname, pcap, "udp and src port 4242", direction="in", nano=True,
+                     buffer_kib=16384):
             r = run_engine(engine_args(dev.tx, dev.rx, size=128, rate_pps=10000, count=5000, dst_mac=dev.rx.mac,
                                        csv=str(frames_csv)))
     finally:
         dev.teardown()
     assert r["rx"]["unique"] == 4500 and r["rx"]["lost"] == 500 and r["rx"]["lost_at_device_input"] == 0
     # tshark counts the frames on its own
-    n = subprocess.run(["tshark", "-r", str(pcap), "-Y", "udp.srcport == 4242"], capture_output=True,
-                       text=True).stdout.count("\n")
+    n = len(tshark(pcap, "-Y", "udp.srcport == 4242"))
     assert n == r["rx"]["frames"] == 4500
     # each captured frame's timestamp is the engine's RX stamp for that sequence number
     rx = {int(row["seq"]): int(row["rx_kernel_ns"]) for row in csv.DictReader(open(frames_csv))}
@@ -65,7 +64,8 @@ def test_tx_stamps_against_a_capture_on_the_sending_veth(tmp_path):
     dev.setup()
     try:
         pcap, frames_csv = tmp_path / "g0.pcap", tmp_path / "frames.csv"
-        with tcpdump(dev.tx.ns, dev.tx.ifname, pcap, "udp and src port 4242", direction="out"):
+        with Capture(dev.tx.ns, dev.tx.ifname, pcap, "udp and src port 4242", direction="out", nano=True,
+                     buffer_kib=16384):
             r = run_engine(engine_args(dev.tx, dev.rx, size=128, rate_pps=10000, count=3000, dst_mac=dev.rx.mac,
                                        csv=str(frames_csv), extra=["--no-bypass"]))
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fathom.host import exec as host_exec
 from fathom.lab.ovs import OvsInstance
 from fathom.lab.sh import run
 
@@ -93,8 +94,8 @@ def ovs():
 
 
 def test_a_bundle_is_acknowledged_whole_or_refused_by_message(ovs):
-    proc = subprocess.run(["ip", "netns", "exec", NAME, sys.executable, "-c", SCRIPT, str(DPID), str(PORT),
-                           ovs.db_sock], capture_output=True, text=True, timeout=90, env={**os.environ, **ovs.env})
+    proc = subprocess.run(host_exec.argv([sys.executable, "-c", SCRIPT, str(DPID), str(PORT),
+                           ovs.db_sock], NAME), capture_output=True, text=True, timeout=90, env={**os.environ, **ovs.env})
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     # the flow using a group the switch lacks is named; its bundle left nothing behind

@@ -16,13 +16,15 @@ security group (ingress only from the group's members: never from the DHCP serve
 * r1 cannot act as a DHCP server: what it sends from udp 67 to 68 never reaches d1 (tcpdump in d1),
   while the same datagram from another source port does.
 """
+import contextlib
 import json
 import signal
 import subprocess
-import time
 
 import pytest
 
+from fathom.host import exec as host_exec
+from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 
 from .util import lab_api, running_lab, sh
@@ -91,28 +93,19 @@ def test_vms_get_their_lease_from_their_own_node(lab):
     assert lab.dhcp_vm("d1")["ip"] == "198.19.91.11"
 
 
-def test_another_networks_vm_never_reaches_this_networks_server(lab):
+def test_another_networks_vm_never_reaches_this_networks_server(lab, tmp_path):
     networks = {n["name"]: n["id"] for n in lab_api(lab).get("/networks").json()}
     _lease(lab, "d1")                   # blue's server on c1 runs
-    caps = {}
-    for name in ("blue", "green"):      # green's own port is the positive control of the witness
-        caps[name] = subprocess.Popen(
-            ["ip", "netns", "exec", lab.ns("c1"), "tcpdump", "-l", "-n", "-e", "-i", f"dhp{networks[name]}",
-             "ether", "src", "02:fd:00:00:92:0b"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(1.5)
-        assert all(c.poll() is None for c in caps.values()), "tcpdump did not start on a DHCP port"
+    with contextlib.ExitStack() as stack:   # green's own port is the positive control of the witness
+        caps = {name: stack.enter_context(Capture(lab.ns("c1"), f"dhp{networks[name]}", tmp_path / f"{name}.pcap",
+                                                  "ether src 02:fd:00:00:92:0b"))
+                for name in ("blue", "green")}
         g1 = _lease(lab, "g1")
         assert g1["ip"] == "198.19.92.11" and g1["serverid"].startswith("198.19.92.")
         assert g1["mtu"] == "1500" and g1["dns"] == ""      # a VLAN network; no DNS server on its subnet
-        time.sleep(0.5)
-    finally:
-        seen = {}
-        for name, c in caps.items():
-            c.terminate()
-            seen[name] = c.communicate(timeout=10)[0]
-    assert "udp" in seen["green"] or ".67" in seen["green"], f"green's DHCP port saw nothing: {seen['green']!r}"
-    assert seen["blue"].strip() == "", f"blue's DHCP port saw green's VM:\n{seen['blue']}"
+    seen = {name: cap.fields("udp.srcport", "udp.dstport") for name, cap in caps.items()}
+    assert ("68", "67") in seen["green"], f"green's DHCP port saw no DHCP request from g1: {seen['green']!r}"
+    assert seen["blue"] == [], f"blue's DHCP port saw green's VM: {seen['blue']}"
 
 
 class _Client:
@@ -123,8 +116,8 @@ class _Client:
 
     def __init__(self, lab, vm: str):
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", lab.ns(vm), "udhcpc", "-i", "eth0", "-f", "-t", "4", "-T", "5",
-             "-O", "mtu", "-O", "staticroutes", "-s", str(lab.dir / "udhcpc.sh")],
+            host_exec.argv(["udhcpc", "-i", "eth0", "-f", "-t", "4", "-T", "5",
+             "-O", "mtu", "-O", "staticroutes", "-s", str(lab.dir / "udhcpc.sh")], lab.ns(vm)),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
 
@@ -209,7 +202,7 @@ def test_a_renewal_after_a_subnet_update_brings_the_new_options(lab):
     assert api.get(f"/networks/{subnet['network_id']}").json()["status"] == "active"
 
 
-def test_a_vm_cannot_answer_dhcp_for_others(lab):
+def test_a_vm_cannot_answer_dhcp_for_others(lab, tmp_path):
     """r1 (static, port security) sends DHCP-answer-shaped datagrams (udp 67 -> 68, broadcast):
     the security stage of its node drops them; the same from source port 1067 reaches d1."""
     _lease(lab, "d1")
@@ -218,16 +211,8 @@ def test_a_vm_cannot_answer_dhcp_for_others(lab):
             "[s.sendto(b'rogue dhcp answer',('255.255.255.255',68)) for _ in range(5)]")
     seen = {}
     for sport in (67, 1067):      # 1067: the positive control of the witness
-        cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("d1"), "tcpdump", "-l", "-n", "-i", "eth0",
-                                "udp", "and", "src", "host", "198.19.91.21"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            time.sleep(1.5)
-            assert cap.poll() is None, "tcpdump did not start in d1"
+        with Capture(lab.ns("d1"), "eth0", tmp_path / f"{sport}.pcap", "udp and src host 198.19.91.21") as cap:
             sh(lab, "r1", "python3", "-c", send, str(sport))
-            time.sleep(1.0)
-        finally:
-            cap.terminate()
-            seen[sport] = cap.communicate(timeout=10)[0]
-    assert ".1067 > 255.255.255.255.68" in seen[1067], f"the control datagram did not reach d1: {seen[1067]!r}"
-    assert seen[67].strip() == "", f"r1's DHCP answers reached d1:\n{seen[67]}"
+        seen[sport] = cap.fields("udp.srcport", "ip.dst", "udp.dstport")
+    assert ("1067", "255.255.255.255", "68") in seen[1067], f"the control datagram did not reach d1: {seen[1067]!r}"
+    assert seen[67] == [], f"r1's DHCP answers reached d1: {seen[67]}"

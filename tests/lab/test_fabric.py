@@ -1,7 +1,6 @@
 """Fabric offload on real OVS: the fabric switch (ToR) under the controller, LLDP discovery, VLANs on the
 trunk ports following the ports, the three router modes, ToR and controller restarts."""
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +9,8 @@ import pytest
 
 import fathom.bench
 
+from fathom.host import exec as host_exec
+from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 
 from .util import BackgroundPing, await_status, ping, running_lab, sh, tor_vlans, lab_api as api
@@ -45,25 +46,6 @@ def set_mode(lab, mode: str):
     return rid
 
 
-class Capture:
-    def __init__(self, lab, target: str, iface: str, bpf: str, path: Path):
-        self.path = path
-        self.proc = subprocess.Popen(["ip", "netns", "exec", lab.ns(target), "tcpdump", "-i", iface, "-U", "-n",
-                                      "-w", str(path), bpf], stderr=subprocess.PIPE)
-        time.sleep(0.8)
-
-    def stop(self):
-        time.sleep(0.3)
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(5)
-
-    def fields(self, *names: str, display: str = "") -> list[tuple[str, ...]]:
-        args = ["tshark", "-r", str(self.path), "-T", "fields"] + [a for n in names for a in ("-e", n)]
-        out = subprocess.run(args + (["-Y", display] if display else []), capture_output=True, text=True,
-                             check=True).stdout
-        return [tuple(line.split("\t")) for line in out.splitlines() if line]
-
-
 def routed_packets(lab, node: str) -> int:
     """Packets that hit a routing flow (l3 stage, the flows with dec_ttl) of a node's br-int."""
     out = sh(lab, node, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-int", "table=50").stdout
@@ -71,7 +53,7 @@ def routed_packets(lab, node: str) -> int:
 
 
 def forwarded(lab, ns: str) -> int:
-    out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"], capture_output=True, text=True,
+    out = subprocess.run(host_exec.argv(["cat", "/proc/net/snmp"], ns), capture_output=True, text=True,
                          check=True).stdout.splitlines()
     head, vals = [line.split() for line in out if line.startswith("Ip:")][:2]
     return int(vals[head.index("ForwDatagrams")])
@@ -118,7 +100,7 @@ def test_vlans_on_trunks_follow_the_ports(lab):
 
 
 def test_cross_node_vlan_traffic_is_tagged_on_the_trunk(lab, tmp_path):
-    cap = Capture(lab, "fabric", "c2", "vlan and icmp", tmp_path / "trunk.pcap")
+    cap = Capture(lab.ns("fabric"), "c2", tmp_path / "trunk.pcap", "vlan and icmp").start()
     try:
         assert ping(lab, "va", IP["vc"], count=3).returncode == 0
     finally:
@@ -132,7 +114,7 @@ def test_cross_node_vlan_traffic_is_tagged_on_the_trunk(lab, tmp_path):
 
 
 def _ttl_at_destination(lab, tmp_path, mode) -> set[str]:
-    cap = Capture(lab, "vd", "eth0", "icmp", tmp_path / f"{mode}.pcap")
+    cap = Capture(lab.ns("vd"), "eth0", tmp_path / f"{mode}.pcap", "icmp").start()
     try:
         out = ping(lab, "va", IP["vd"], count=5)
         assert out.returncode == 0 and " 0% packet loss" in out.stdout or "5 received" in out.stdout, out.stdout

@@ -5,14 +5,13 @@ The API refuses the binding (a member may not bind at all; nobody may bind a fab
 and a port that reaches the store anyway (written there directly) is not compiled: it is marked
 `error`, the attacker's VM receives nothing (tcpdump in its namespace) and the victims' pings
 across the tunnel and the VLAN uplink are unaffected."""
-import subprocess
-import time
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from fathom.lab.capture import Capture
 from fathom.pipeline import stages as st
 from fathom.store import models as m
 
@@ -95,19 +94,11 @@ def test_a_trap_port_in_the_store_captures_nothing(lab, tmp_path):
     for pid in trap_ids:
         port = api.get(f"/ports/{pid}").json()
         assert port["status"] == "error" and "belongs to the fabric" in port["status_reason"], port
-    cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("evil1"), "tcpdump", "-i", "eth0", "-U", "-n", "-w",
-                            str(tmp_path / "evil1.pcap"), "icmp"], stderr=subprocess.PIPE)
-    time.sleep(0.8)
-    try:
+    with Capture(lab.ns("evil1"), "eth0", tmp_path / "evil1.pcap", "icmp") as cap:
         after = {src: ping(lab, src, dst, count=20) for src, dst in VICTIMS}
-    finally:
-        time.sleep(0.3)
-        cap.terminate()
-        cap.wait(5)
     for src, r in after.items():
         assert "20 received" in r.stdout and " 0% packet loss" in r.stdout, (src, r.stdout)
-    seen = subprocess.run(["tshark", "-r", str(tmp_path / "evil1.pcap"), "-T", "fields", "-e", "ip.src"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    seen = cap.fields("ip.src")
     assert seen == [], f"the attacker's VM received {len(seen)} ICMP packets: {seen[:5]}"
     # the victims' ports stay active; the flows of node compute2 name no trap
     for port in api.get("/ports").json():

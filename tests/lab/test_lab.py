@@ -3,11 +3,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from fathom.host.iperf import iperf3
+from fathom.lab.capture import Capture
 from fathom.lab.lab import Lab, RUN_ROOT
 from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
@@ -28,20 +28,10 @@ def test_cross_node_ping_is_vxlan_on_the_underlay(standalone_lab, tmp_path):
     lab = standalone_lab
     pcap = tmp_path / "ul.pcap"
     # witness on the fabric's port toward compute1: UDP 4789 carrying VNI 1001
-    cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("fabric"), "tcpdump", "-i", "compute1", "-U", "-n",
-                            "-w", str(pcap), "udp port 4789"], stderr=subprocess.PIPE)
-    try:
-        time.sleep(1)
+    with Capture(lab.ns("fabric"), "compute1", pcap, "udp port 4789") as cap:
         out = ping(lab, "vm1", VM_IP["vm3"], count=5)
         assert out.returncode == 0, out.stdout
-    finally:
-        time.sleep(0.5)
-        cap.send_signal(signal.SIGINT)
-        cap.wait(5)
-    fields = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "vxlan.vni", "-e", "ip.src",
-                             "-e", "ip.dst", "-e", "icmp.type", "-Y", "vxlan && icmp"],
-                            capture_output=True, text=True, check=True).stdout.split("\n")
-    rows = {tuple(r.split("\t")) for r in fields if r}
+    rows = set(cap.fields("vxlan.vni", "ip.src", "ip.dst", "icmp.type", display="vxlan && icmp"))
     c1, c2 = lab.node("compute1").tunnel_ip, lab.node("compute2").tunnel_ip
     # outer (tunnel endpoints) and inner (VM) addresses, echo request and reply
     assert ("1001", f"{c1},198.19.1.11", f"{c2},198.19.1.13", "8") in rows, rows

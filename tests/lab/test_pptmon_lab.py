@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from fathom.host import exec as host_exec
+from fathom.lab import capture
 from fathom.pptmon import chain as chainmod
 from fathom.pptmon import control, measure, native
 
@@ -69,13 +71,13 @@ def check_chain(c, tmp_path, v6=False, mid_final=None):
     before = measure.nstat(c.server)
     pcap, mid = tmp_path / "server.pcap", tmp_path / "mid.pcap"
     # a second capture between VNF 1 and VNF 2 (host side), where options must be seen
-    with measure.Capture(c.server, "eth0", pcap), \
-            measure.Capture(c.host, "h1o" if c.n > 1 else "h0o", mid):
+    with measure.capture(c.server, "eth0", pcap), \
+            measure.capture(c.host, "h1o" if c.n > 1 else "h0o", mid):
         sent, got = measure.transfer(c, "tcp", v6=v6, bytes=150_000)
         assert got == sent, "TCP byte stream differs"
         usent, ugot = measure.transfer(c, "udp", v6=v6, count=300, rate=3000)
         assert ugot == usent, "UDP datagrams differ"
-    assert len(measure.tshark(pcap)) > 300
+    assert len(capture.tshark(pcap)) > 300
     if c.n > 1:  # the detector works: mid-chain packets carry the option
         left = measure.leftovers(mid)
         assert any(" TCP " in x for x in left) and any(" UDP " in x for x in left)
@@ -84,7 +86,7 @@ def check_chain(c, tmp_path, v6=False, mid_final=None):
         assert after.get(k, 0) == before.get(k, 0), k
     # the server really checked: its software checksum verifications saw the packets
     assert after.get("TcpInSegs", 0) - before.get("TcpInSegs", 0) > 100
-    to_server = measure.tshark(pcap, "-Y", f"ip{'v6' if v6 else ''}.dst == {dst}")
+    to_server = capture.tshark(pcap, "-Y", f"ip{'v6' if v6 else ''}.dst == {dst}")
     assert len(to_server) > 300 and measure.bad_checksums(pcap, dst) == []
 
     assert measure.leftovers(pcap) == []
@@ -169,7 +171,7 @@ def test_period_and_detach(make_chain):
 
 
 # PPTMon's own median for the accuracy test's VNF (a 200-rule firewall) at this machine's usual
-# speed: 5-7 µs for either protocol (three runs each, 2026-11-27)
+# speed (5-7 µs for either protocol): the bound the test scales by how busy the machine is
 USUAL_PPTMON_P50_US = 7.0
 
 
@@ -184,7 +186,7 @@ def test_accuracy_against_capture(make_chain, tmp_path, proto):
     control.enable(c.name, period_ns=0)
     ns = c.vnf_ns(1)
     p_in, p_out = tmp_path / "in.pcap", tmp_path / "out.pcap"
-    with measure.Capture(ns, "in0", p_in, proto), measure.Capture(ns, "out0", p_out, proto):
+    with measure.capture(ns, "in0", p_in, proto), measure.capture(ns, "out0", p_out, proto):
         if proto == "udp":
             measure.transfer(c, "udp", count=800, rate=500, burst=2, size=[200])
         else:
@@ -243,8 +245,8 @@ def segments_at_both_ends(c, tmp_path, traffic):
     """Run traffic() with whole-packet captures on the client's and the server's eth0 and
     return (TCP segments the client sent, TCP segments from the client the server got)."""
     p_cli, p_srv, p_mid = tmp_path / "client.pcap", tmp_path / "server.pcap", tmp_path / "mid.pcap"
-    with measure.Capture(c.client, "eth0", p_cli, "tcp"), measure.Capture(c.server, "eth0", p_srv, "tcp"), \
-            measure.Capture(c.host, "h1o", p_mid, "tcp"):
+    with measure.capture(c.client, "eth0", p_cli, "tcp"), measure.capture(c.server, "eth0", p_srv, "tcp"), \
+            measure.capture(c.host, "h1o", p_mid, "tcp"):
         traffic()
     return measure.l4_bytes(p_cli, c.client_ip), measure.l4_bytes(p_srv, c.client_ip), p_mid
 
@@ -275,7 +277,7 @@ def test_syn_through_four_vnfs_byte_identical(make_chain, tmp_path):
     syns = [b for b in sent if b[13] & 0x02]
     assert len(syns) == 1 and (syns[0][12] >> 4) * 4 == 40        # 20 bytes of options
     assert len(sent) > 10 and per_connection(got) == per_connection(sent)
-    assert any(line for line in measure.tshark(mid, "-Y", "tcp.flags.syn == 1 && tcp.option_kind == 254"))
+    assert any(line for line in capture.tshark(mid, "-Y", "tcp.flags.syn == 1 && tcp.option_kind == 254"))
     recs = wait_records(c.name, 5)
     syn_recs = [r for r in recs if r["flow"]["tcp_seq"] == int.from_bytes(syns[0][4:8], "big")]
     assert len(syn_recs) == 1
@@ -300,7 +302,7 @@ def test_timestamps_and_sack_through_three_vnfs_byte_identical(make_chain, tmp_p
     chainmod.run("iptables", "-A", "FORWARD", "-p", "tcp", "--sport", "5411", "-m", "statistic",
                  "--mode", "nth", "--every", "40", "--packet", "7", "-j", "DROP", ns=c.vnf_ns(3))
     control.enable(c.name, period_ns=0)
-    srv = subprocess.Popen(["ip", "netns", "exec", c.server, "iperf3", "-s", "-1", "-p", "5411"],
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-p", "5411"], c.server),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)

@@ -20,7 +20,8 @@ import pytest
 
 from fathom.auth.client import lab_token
 from fathom.client import Client
-
+from fathom.host import exec as host_exec
+from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 
 from .util import lab_api, listening, ping, running_lab, sh, wait_listening
@@ -110,7 +111,8 @@ def _rule_on_switch(lab, rule_id: int, present: bool = True) -> None:
 
 
 def _ns(lab, vm: str) -> list[str]:
-    return ["ip", "netns", "exec", lab.ns(vm)]
+    """The prefix that runs a command in `vm`."""
+    return host_exec.argv([], lab.ns(vm))
 
 
 def tcp(lab, src: str, dst: str, port: int) -> bool:
@@ -294,7 +296,7 @@ def test_port_security_off_disables_filtering(lab, api, web):
     assert not tcp(lab, "near", "srv", 8081)
 
 
-def test_a_tap_copies_what_the_groups_then_drop(lab, api, web):
+def test_a_tap_copies_what_the_groups_then_drop(lab, api, web, tmp_path):
     """docs/security-groups.md: a tap copies at the sender's edge, before the security stages, and its
     copies reach the monitor (on another node, through the tunnel) past the monitor's groups."""
     r = api.post("/taps", json={"sender": "near", "receiver": "srv", "monitor": "grn", "project_id": "p",
@@ -303,12 +305,9 @@ def test_a_tap_copies_what_the_groups_then_drop(lab, api, web):
     tap = r.json()["id"]
     try:
         assert _client(lab).wait_status("taps", tap, want="active", timeout=60)["status"] == "active"
-        cap = subprocess.Popen([*_ns(lab, "grn"), "timeout", "8", "tcpdump", "-i", "eth0", "-U", "-n", "-c", "1",
-                                f"tcp and dst host {SRV} and dst port 8081"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        time.sleep(1.0)
-        assert not tcp(lab, "near", "srv", 8081)        # srv's group drops it ...
-        seen = cap.communicate(timeout=15)[0]
-        assert f"> {SRV}.8081" in seen, seen           # ... and the monitor got the copy
+        with Capture(lab.ns("grn"), "eth0", tmp_path / "grn.pcap", f"tcp and dst host {SRV} and dst port 8081") as cap:
+            assert not tcp(lab, "near", "srv", 8081)    # srv's group drops it ...
+        seen = cap.fields("ip.dst", "tcp.dstport")
+        assert (SRV, "8081") in seen, seen              # ... and the monitor got the copy
     finally:
         api.delete(f"/taps/{tap}")

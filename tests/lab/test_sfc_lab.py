@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import signal
 import subprocess
 import tempfile
 import time
@@ -20,7 +19,9 @@ import pytest
 from scapy.all import IP, TCP, rdpcap
 
 from fathom.client import Client
+from fathom.host import exec as host_exec
 from fathom.lab import vnf as vnfs
+from fathom.lab.capture import Capture
 from fathom.lab.topology import DEFAULT_TOPOLOGY
 
 from .util import admit_web_from, running_lab, sh
@@ -90,24 +91,12 @@ def chain(api, lab, groups: list[list[str]], symmetric=False, classifiers=({"pro
 def captures(lab, tmp_path, bpf="tcp"):
     """tcpdump on eth0 and eth1 of every VNF and on the server; yields {(target, dev): pcap path} (in a
     directory of their own: files are read once, by path)."""
-    procs, paths = {}, {}
     tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
     targets = [(v, d) for v in VNFS for d in ("eth0", "eth1")] + [("server", "eth0")]
-    for target, dev in targets:
-        paths[(target, dev)] = tmp_path / f"{target}-{dev}.pcap"
-        procs[(target, dev)] = subprocess.Popen(
-            ["ip", "netns", "exec", lab.ns(target), "tcpdump", "-i", dev, "-U", "--immediate-mode", "-n", "-s", "0",
-             "-w", str(paths[(target, dev)]), bpf], stderr=subprocess.PIPE, text=True)
-    for p in procs.values():
-        assert "listening" in p.stderr.readline()
-    try:
-        yield paths
-    finally:
-        time.sleep(0.5)
-        for p in procs.values():
-            p.send_signal(signal.SIGINT)
-        for p in procs.values():
-            p.wait(5)
+    with contextlib.ExitStack() as stack:
+        caps = {(target, dev): stack.enter_context(Capture(lab.ns(target), dev, tmp_path / f"{target}-{dev}.pcap", bpf))
+                for target, dev in targets}
+        yield {key: cap.path for key, cap in caps.items()}
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,8 +119,8 @@ def seen(paths, target, dev, sport: int) -> list:
 
 
 def curl_sha(lab, sport: int) -> str:
-    proc = subprocess.run(["ip", "netns", "exec", lab.ns("client"), "curl", "-s", "--fail", "--max-time", "10",
-                           "--local-port", str(sport), f"http://{SERVER}/blob"], capture_output=True, timeout=20)
+    proc = subprocess.run(host_exec.argv(["curl", "-s", "--fail", "--max-time", "10",
+                           "--local-port", str(sport), f"http://{SERVER}/blob"], lab.ns("client")), capture_output=True, timeout=20)
     assert proc.returncode == 0, proc.stderr
     return hashlib.sha256(proc.stdout).hexdigest()
 
@@ -205,16 +194,16 @@ def test_nat_and_the_proxy_that_terminates_tcp(lab, api, tmp_path):
 def test_server_receives_byte_identical_payload(lab, api):
     """An upload through firewall, DPI and forwarder: the server's bytes hash like the client's."""
     data = hashlib.shake_256(b"upload").digest(1_000_000)
-    sink = subprocess.Popen(["ip", "netns", "exec", lab.ns("server"), "python3", "-c",
+    sink = subprocess.Popen(host_exec.argv(["python3", "-c",
                              "import hashlib,socket\n"
                              "s=socket.create_server(('0.0.0.0',9000)); c,_=s.accept(); h=hashlib.sha256()\n"
                              "while True:\n b=c.recv(65536)\n if not b: break\n h.update(b)\n"
-                             "print(h.hexdigest())"], stdout=subprocess.PIPE, text=True)
+                             "print(h.hexdigest())"], lab.ns("server")), stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)
     with chain(api, lab, [["fw1"], ["dpi"], ["fwd"]], classifiers=({"protocol": "tcp", "port": 9000},)):
-        up = subprocess.run(["ip", "netns", "exec", lab.ns("client"), "python3", "-c",
+        up = subprocess.run(host_exec.argv(["python3", "-c",
                              "import socket,sys\nc=socket.create_connection(('%s',9000)); c.sendall(sys.stdin.buffer.read());"
-                             "c.shutdown(socket.SHUT_WR); c.recv(1)" % SERVER], input=data, capture_output=True, timeout=30)
+                             "c.shutdown(socket.SHUT_WR); c.recv(1)" % SERVER], lab.ns("client")), input=data, capture_output=True, timeout=30)
         assert up.returncode == 0, up.stderr
         out, _ = sink.communicate(timeout=30)
     assert out.strip() == hashlib.sha256(data).hexdigest()
@@ -225,8 +214,8 @@ def test_server_receives_byte_identical_payload(lab, api):
 def test_update_and_delete_under_traffic_lose_no_unrelated_packet(lab, api):
     """Pings (not classified) from two VMs every 10 ms while a chain is created, updated in place
     twice and deleted: not one is lost. The chain's own traffic keeps flowing through its VNFs."""
-    pings = [subprocess.Popen(["ip", "netns", "exec", lab.ns(src), "ping", "-q", "-c", "500", "-i", "0.01",
-                               "-W", "1", SERVER], stdout=subprocess.PIPE, text=True) for src in ("client", "other")]
+    pings = [subprocess.Popen(host_exec.argv(["ping", "-q", "-c", "500", "-i", "0.01",
+                               "-W", "1", SERVER], lab.ns(src)), stdout=subprocess.PIPE, text=True) for src in ("client", "other")]
     with chain(api, lab, [["fw1"]]) as ch:
         gid = {v: api.post("/sfc/port_pair_groups", json={"port_pairs": [ids(lab)["port_pairs"][v]],
                                                            "project_id": "demo"})["id"] for v in ("dpi", "fwd")}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,9 @@ from scapy.all import IP, TCP, rdpcap
 
 from fathom.model.chains import OWNER_KIND, chain_label
 from fathom.client import Client
+from fathom.host import exec as host_exec
 from fathom.lab import vnf as vnfs
+from fathom.lab.capture import Capture
 
 from .util import admit_web_from, running_lab, sh
 
@@ -140,23 +141,23 @@ def agent_objects(api) -> dict[str, dict]:
 
 
 def curl_sha(lab, sport: int) -> str:
-    proc = subprocess.run(["ip", "netns", "exec", lab.ns("client"), "curl", "-s", "--fail", "--max-time", "10",
-                           "--local-port", str(sport), f"http://{SERVER}/blob"], capture_output=True, timeout=20)
+    proc = subprocess.run(host_exec.argv(["curl", "-s", "--fail", "--max-time", "10",
+                           "--local-port", str(sport), f"http://{SERVER}/blob"], lab.ns("client")), capture_output=True, timeout=20)
     assert proc.returncode == 0, proc.stderr
     return hashlib.sha256(proc.stdout).hexdigest()
 
 
 def upload(lab, data: bytes, port: int = 9000) -> str:
     """Send `data` from the client to a sink on the server; the sha256 the server computed."""
-    sink = subprocess.Popen(["ip", "netns", "exec", lab.ns("server"), "python3", "-c",
+    sink = subprocess.Popen(host_exec.argv(["python3", "-c",
                              "import hashlib,socket\n"
                              f"s=socket.create_server(('0.0.0.0',{port})); c,_=s.accept(); h=hashlib.sha256()\n"
                              "while True:\n b=c.recv(65536)\n if not b: break\n h.update(b)\n"
-                             "print(h.hexdigest())"], stdout=subprocess.PIPE, text=True)
+                             "print(h.hexdigest())"], lab.ns("server")), stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)
-    up = subprocess.run(["ip", "netns", "exec", lab.ns("client"), "python3", "-c",
+    up = subprocess.run(host_exec.argv(["python3", "-c",
                          "import socket,sys\nc=socket.create_connection(('%s',%d)); c.sendall(sys.stdin.buffer.read());"
-                         "c.shutdown(socket.SHUT_WR); c.recv(1)" % (SERVER, port)], input=data, capture_output=True,
+                         "c.shutdown(socket.SHUT_WR); c.recv(1)" % (SERVER, port)], lab.ns("client")), input=data, capture_output=True,
                         timeout=30)
     assert up.returncode == 0, up.stderr
     out, _ = sink.communicate(timeout=30)
@@ -183,32 +184,15 @@ def has_ppt_option(pkt) -> bool:
     return False
 
 
-def capture_at_server(lab, pcap):
-    """tcpdump of the server's TCP into `pcap`, listening when this returns; stop it with stop_capture."""
-    dump = subprocess.Popen(["ip", "netns", "exec", lab.ns("server"), "tcpdump", "-i", "eth0", "-U", "-n", "-s", "0",
-                             "-w", str(pcap), "tcp"], stderr=subprocess.PIPE, text=True)
-    assert "listening" in dump.stderr.readline()
-    return dump
-
-
-def stop_capture(dump) -> None:
-    time.sleep(0.5)
-    dump.send_signal(signal.SIGINT)
-    dump.wait(5)
-
-
 def chain_traffic(lab, tmp_path, data: bytes, sports) -> list:
     """Three GETs of the blob and an upload of `data` through the chain, checked byte for byte at
     the server; the client's segments the server captured meanwhile."""
     pcap = tmp_path / "server.pcap"
-    dump = capture_at_server(lab, pcap)
-    try:
+    with Capture(lab.ns("server"), "eth0", pcap, "tcp"):
         blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
         for sport in sports:
             assert curl_sha(lab, sport) == blob
         assert upload(lab, data) == hashlib.sha256(data).hexdigest(), "the server's bytes differ"
-    finally:
-        stop_capture(dump)
     segments = [p for p in rdpcap(str(pcap)) if IP in p and TCP in p]
     assert len(segments) > 100 and {p[IP].src for p in segments if p[TCP].dport in (80, 9000)} == {"198.19.40.11"}
     return segments
@@ -347,7 +331,7 @@ out["counters"] = h.counters(objects)
 print(json.dumps(out))
 """
 
-UDP_TO_FW1 = ["ip", "netns", "exec", "{client}", "python3", "-c",
+UDP_TO_FW1 = ["python3", "-c",
               "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
               "for i in range(50):\n s.sendto(b'x'*100,('198.19.40.101',9999)); time.sleep(0.01)"]
 
@@ -370,7 +354,7 @@ def test_the_agent_holds_a_chains_attachment_by_its_own_name_and_reports_counter
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    traffic = [a.replace("{client}", lab.ns("client")) for a in UDP_TO_FW1]
+    traffic = host_exec.argv(UDP_TO_FW1, lab.ns("client"))
     got = handler([derived, operator], traffic)
     assert {k: v["status"] for k, v in got["apply"].items()} == {f"{OWNER_KIND}:1": "active",
                                                                  "pptmon_attachment:1": "active"}, got["apply"]

@@ -9,6 +9,7 @@ import pytest
 
 import fathom.lab
 from fathom.host.iperf import iperf3
+from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
 
@@ -23,26 +24,6 @@ IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": 
 def lab():
     with running_lab("t3t", TOPOLOGY, standalone=False) as lab:
         yield lab
-
-
-class Capture:
-    """tcpdump in a namespace, read back with tshark."""
-
-    def __init__(self, lab, target: str, iface: str, bpf: str, path: Path):
-        self.path = path
-        self.proc = subprocess.Popen(["ip", "netns", "exec", lab.ns(target), "tcpdump", "-i", iface, "-U", "-n",
-                                      "-w", str(path), bpf], stderr=subprocess.PIPE)
-        time.sleep(0.8)
-
-    def stop(self):
-        time.sleep(0.3)
-        self.proc.terminate()
-        self.proc.wait(5)
-
-    def fields(self, *names: str, display: str = "") -> list[tuple[str, ...]]:
-        args = ["tshark", "-r", str(self.path), "-T", "fields"] + [a for n in names for a in ("-e", n)]
-        out = subprocess.run(args + (["-Y", display] if display else []), capture_output=True, text=True, check=True)
-        return [tuple(line.split("\t")) for line in out.stdout.splitlines() if line]
 
 
 def iperf_bytes(lab, client: str, server: str, udp: bool = False) -> int:
@@ -64,7 +45,7 @@ def test_l2_ping_and_tcp(lab, src, dst):
 
 
 def test_vlan_network_crosses_the_underlay_tagged(lab, tmp_path):
-    cap = Capture(lab, "fabric", "compute1", "vlan 120 and icmp", tmp_path / "trunk.pcap")
+    cap = Capture(lab.ns("fabric"), "compute1", tmp_path / "trunk.pcap", "vlan 120 and icmp").start()
     try:
         assert ping(lab, "grn1", IP["grn2"]).returncode == 0
     finally:
@@ -75,7 +56,7 @@ def test_vlan_network_crosses_the_underlay_tagged(lab, tmp_path):
 
 def test_overlapping_subnets_stay_isolated(lab, tmp_path):
     # red1 and vm1 share 198.19.1.11; red3 and vm3 share 198.19.1.13: each tenant reaches only its own
-    caps = {vm: Capture(lab, vm, "eth0", "icmp or arp", tmp_path / f"{vm}.pcap") for vm in ("vm3", "red3")}
+    caps = {vm: Capture(lab.ns(vm), "eth0", tmp_path / f"{vm}.pcap", "icmp or arp").start() for vm in ("vm3", "red3")}
     try:
         assert ping(lab, "red1", IP["red3"], count=4).returncode == 0
     finally:
@@ -87,7 +68,7 @@ def test_overlapping_subnets_stay_isolated(lab, tmp_path):
 
 
 def test_routing_across_nodes_decrements_ttl_once(lab, tmp_path):
-    cap = Capture(lab, "grn2", "eth0", "icmp", tmp_path / "routed.pcap")
+    cap = Capture(lab.ns("grn2"), "eth0", tmp_path / "routed.pcap", "icmp").start()
     try:
         out = ping(lab, "vm1", IP["grn2"])
     finally:

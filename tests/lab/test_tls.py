@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fathom.model import datapath_id
-from fathom.lab.ovs import wait_for
+from fathom.host import exec as host_exec
+from fathom.lab.capture import Capture, tshark
 from fathom.lab.lab import install_certificate
+from fathom.lab.ovs import wait_for
+from fathom.model import datapath_id
 from fathom.pki import Pki, identity_of
 
 from .util import running_lab, sh, lab_api as api
@@ -62,38 +64,30 @@ class Pinger:
     """A ping running through a rogue's attempt: it must not lose a packet."""
 
     def __init__(self, lab, src: str, dst: str, seconds: float):
-        self.proc = subprocess.Popen(["ip", "netns", "exec", lab.ns(src), "ping", "-c", str(int(seconds * 10)),
-                                      "-i", "0.1", "-W", "1", dst], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(host_exec.argv(["ping", "-c", str(int(seconds * 10)),
+                                      "-i", "0.1", "-W", "1", dst], lab.ns(src)), stdout=subprocess.PIPE, text=True)
 
     def loss(self) -> str:
         out = self.proc.communicate(timeout=60)[0]
         return next(line for line in out.splitlines() if "packet loss" in line)
 
 
-class Capture:
+class OpenFlowCapture:
     """tcpdump on the management bridge (both directions of the OpenFlow port) while `action` runs,
     read back with tshark."""
 
     def __init__(self, lab, action, seconds_after: float = 1.0):
         self.port = lab.state()["controller"]["of_port"]
         self.pcap = lab.dir / "of.pcap"
-        proc = subprocess.Popen(["tcpdump", "-i", lab.state()["management"]["bridge"], "-U", "-n", "-w",
-                                 str(self.pcap), "tcp", "port", str(self.port)], stderr=subprocess.PIPE)
-        time.sleep(0.8)
-        try:
+        with Capture(None, lab.state()["management"]["bridge"], self.pcap, f"tcp port {self.port}"):
             action()
             time.sleep(seconds_after)
-        finally:
-            proc.terminate()
-            proc.wait(5)
 
     def tshark(self, decode_as: str, field: str, display: str = "", *more: str) -> list[str]:
         """One line per frame `display` shows: `field` (and the `more` fields, tab-separated)."""
         fields = [arg for f in (field, *more) for arg in ("-e", f)]
-        out = subprocess.run(["tshark", "-r", str(self.pcap), "-d", f"tcp.port=={self.port},{decode_as}",
-                              "-T", "fields", *fields, *(["-Y", display] if display else [])],
-                             capture_output=True, text=True, check=True).stdout
-        return [line for line in out.splitlines() if line.strip()]
+        return tshark(self.pcap, "-d", f"tcp.port=={self.port},{decode_as}", "-T", "fields", *fields,
+                      *(["-Y", display] if display else []))
 
     def payloads(self) -> list[bytes]:
         return [bytes.fromhex(x.replace(":", "")) for x in self.tshark("tls", "tcp.payload")]
@@ -155,7 +149,7 @@ def test_keys_are_root_only(lab):
 
 def test_openflow_channel_is_encrypted(lab):
     # a full pass reads every switch's flows back: in the clear these replies carry every VM's MAC
-    cap = Capture(lab, lambda: api(lab).post("/sync").raise_for_status())
+    cap = OpenFlowCapture(lab, lambda: api(lab).post("/sync").raise_for_status())
     payloads = cap.payloads()
     assert len(payloads) > 20
     # tshark finds TLS application data records, and no OpenFlow message even when told to look
@@ -261,7 +255,7 @@ def test_insecure_lab_is_plain_openflow_and_still_keeps_the_live_session():
     with running_lab("tli", TWO_NODES, standalone=False, insecure=True) as lab:
         assert lab.state()["tls"] is None
         assert sh(lab, "compute1", "ovs-vsctl", "get-controller", "br-int").stdout.strip().startswith("tcp:")
-        cap = Capture(lab, lambda: api(lab).post("/sync").raise_for_status())
+        cap = OpenFlowCapture(lab, lambda: api(lab).post("/sync").raise_for_status())
         # the same witness sees OpenFlow in the clear: messages, and the VMs' MACs in the flow table
         assert len(cap.openflow_messages()) > 10 and len(cap.clear_openflow_segments()) > 10
         assert cap.tls_records() == []

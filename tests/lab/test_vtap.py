@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import signal
 import subprocess
 import time
 
@@ -17,7 +15,9 @@ import httpx
 import pytest
 
 from fathom.auth.client import lab_headers
+from fathom.host import exec as host_exec
 from fathom.host.iperf import iperf3
+from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 from scapy.all import rdpcap
 
@@ -125,26 +125,13 @@ def tap(lab):
 def captures(lab, tmp_path, vms, bpf="ip"):
     """tcpdump on eth0 of each VM; yields {vm: path}; the files are complete after the block, and
     hold every frame (a 32 MiB capture buffer; a capture that lost frames fails)."""
-    procs, paths = {}, {}
-    for vm in vms:
-        paths[vm] = tmp_path / f"{vm}.pcap"
-        procs[vm] = subprocess.Popen(["ip", "netns", "exec", lab.ns(vm), "tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n",
-                                      "-B", "32768", "-s", "0", "-w", str(paths[vm]), bpf], stderr=subprocess.PIPE, text=True)
-    for vm, p in procs.items():   # wait until each one listens
-        line = p.stderr.readline()
-        assert "listening" in line, line
-    try:
-        yield paths
-    finally:
-        time.sleep(0.6)
-        for p in procs.values():
-            p.send_signal(signal.SIGINT)
-        for vm, p in procs.items():
-            p.wait(5)
-            # a busy machine can starve tcpdump: then the capture, not the tap, lost frames
-            report = p.stderr.read()
-            dropped = re.search(r"(\d+) packets? dropped by kernel", report)
-            assert dropped and dropped.group(1) == "0", f"tcpdump in {vm} lost frames: {report}"
+    with contextlib.ExitStack() as stack:
+        caps = {vm: stack.enter_context(Capture(lab.ns(vm), "eth0", tmp_path / f"{vm}.pcap", bpf, buffer_kib=32768))
+                for vm in vms}
+        yield {vm: cap.path for vm, cap in caps.items()}
+    for vm, cap in caps.items():
+        # a busy machine can starve tcpdump: then the capture, not the tap, lost frames
+        assert cap.dropped == 0, f"tcpdump in {vm} lost frames: {cap.report}"
 
 
 def frames(path, src=None, dst=None, proto=None, dport=None) -> list[bytes]:
@@ -263,22 +250,13 @@ def test_copies_cross_the_underlay_with_the_policy_marker(lab, tap, tmp_path):
     t = tap.create(sender="vm1", receiver="vm2", monitor="mon2")
     tap.realised(t["id"])
     pcap = tmp_path / "ul.pcap"
-    cap = subprocess.Popen(["ip", "netns", "exec", lab.ns("fabric"), "tcpdump", "-i", "compute1", "-U", "--immediate-mode", "-n",
-                            "-w", str(pcap), "udp port 4789"], stderr=subprocess.PIPE, text=True)
-    assert "listening" in cap.stderr.readline()
-    try:
+    with Capture(lab.ns("fabric"), "compute1", pcap, "udp port 4789") as cap:
         sh(lab, "vm1", "ping", "-c", "3", "-i", "0.2", IP["vm2"])
-    finally:
-        time.sleep(0.5)
-        cap.send_signal(signal.SIGINT)
-        cap.wait(5)
-    rows = subprocess.run(["tshark", "-r", str(pcap), "-T", "fields", "-e", "vxlan.vni", "-e", "eth.dst",
-                           "-e", "ip.dst", "-Y", "vxlan && icmp.type == 8"],
-                          capture_output=True, text=True, check=True).stdout.split("\n")
+    rows = cap.fields("vxlan.vni", "eth.dst", "ip.dst", display="vxlan && icmp.type == 8")
     vni = str(t["markers"][0])
     # in transit the copy is addressed to the monitor (paper: rewriting rule), VNI = marker;
     # tshark lists outer,inner for eth.dst and ip.dst
-    got = {(r.split("\t")[0], r.split("\t")[1].split(",")[-1], r.split("\t")[2]) for r in rows if r}
+    got = {(vni, dst_mac.split(",")[-1], dst_ip) for vni, dst_mac, dst_ip in rows}
     assert got == {(vni, "02:fa:00:00:01:a2", f"{lab.node('compute2').tunnel_ip},{IP['mon2']}")}
 
 
@@ -330,11 +308,11 @@ def test_update_in_place_without_receiver_loss_then_delete_leaves_nothing(lab, t
     t = tap.create(sender="vm1", receiver="vm2", monitor="mon1")
     tap.realised(t["id"])
     groups_before = vtap_groups(lab, "compute1")
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm2"), "iperf3", "-s", "-1", "-p", "5201",
-                            "-B", IP["vm2"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-p", "5201",
+                            "-B", IP["vm2"]], lab.ns("vm2")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.4)
-    client = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm1"), "iperf3", "-c", IP["vm2"], "-u", "-b", "8M",
-                               "-l", "1000", "-t", "4", "-J"], stdout=subprocess.PIPE, text=True)
+    client = subprocess.Popen(host_exec.argv(["iperf3", "-c", IP["vm2"], "-u", "-b", "8M",
+                               "-l", "1000", "-t", "4", "-J"], lab.ns("vm1")), stdout=subprocess.PIPE, text=True)
     try:
         for monitor in ("mon2", "mon1", "mon2"):
             time.sleep(0.8)
@@ -356,8 +334,8 @@ def test_update_in_place_without_receiver_loss_then_delete_leaves_nothing(lab, t
 
 
 def udp_loss_without_updates(lab) -> int:
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm2"), "iperf3", "-s", "-1", "-p", "5201",
-                            "-B", IP["vm2"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-p", "5201",
+                            "-B", IP["vm2"]], lab.ns("vm2")), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.4)
     try:
         out = sh(lab, "vm1", "iperf3", "-c", IP["vm2"], "-u", "-b", "8M", "-l", "1000", "-t", "4", "-J").stdout
@@ -485,7 +463,7 @@ def test_rate_limit_meters_copies_not_originals(lab, tap, tmp_path):
     tap.realised(t["id"])
     meters = sh(lab, "compute1", "ovs-ofctl", "-O", "OpenFlow13", "dump-meters", "br-int").stdout
     assert "pktps" in meters and "rate=200" in meters, meters
-    srv = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm2"), "iperf3", "-s", "-1", "-B", IP["vm2"]],
+    srv = subprocess.Popen(host_exec.argv(["iperf3", "-s", "-1", "-B", IP["vm2"]], lab.ns("vm2")),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.4)
     with captures(lab, tmp_path, ["vm2", "mon2"], bpf="udp") as pcap:
@@ -533,7 +511,7 @@ def test_a_new_tap_applies_to_traffic_already_flowing(lab, tap, tmp_path):
     # a flow cached in the datapath before the tap exists is copied as soon as the tap is realised
     # (OVS Mirror changes lag until revalidation: kube-ovn#2801; the benchmark purges for that reason)
     with captures(lab, tmp_path, ["vm2", "mon1"], bpf="icmp") as pcap:
-        pinger = subprocess.Popen(["ip", "netns", "exec", lab.ns("vm1"), "ping", "-c", "40", "-i", "0.1", IP["vm2"]],
+        pinger = subprocess.Popen(host_exec.argv(["ping", "-c", "40", "-i", "0.1", IP["vm2"]], lab.ns("vm1")),
                                   stdout=subprocess.DEVNULL)
         time.sleep(1.0)
         t = tap.create(sender="vm1", receiver="vm2", monitor="mon1", ip_proto="icmp")

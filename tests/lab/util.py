@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from fathom.auth.client import lab_headers
+from fathom.host import exec as host_exec
 from fathom.lab.lab import Lab
 from fathom.lab.topology import DEFAULT_TOPOLOGY, load, parse
 
@@ -100,8 +101,8 @@ def vm_namespace(lab: Lab, name: str, node: str, mac: str, ip: str, gateway: str
                     ["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"],
                     ["ip", "-n", ns, "link", "set", "eth0", "up"], ["ip", "-n", node_ns, "link", "set", name, "up"],
                     *([["ip", "-n", ns, "route", "add", "default", "via", gateway]] if gateway else []),
-                    ["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"],
-                    ["ip", "netns", "exec", node_ns, "ethtool", "-K", name, "tx", "off"]):
+                    host_exec.argv(["ethtool", "-K", "eth0", "tx", "off"], ns),
+                    host_exec.argv(["ethtool", "-K", name, "tx", "off"], node_ns)):
             subprocess.run(cmd, check=True, capture_output=True)
     except BaseException:
         subprocess.run(["ip", "netns", "del", ns])

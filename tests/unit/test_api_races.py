@@ -9,7 +9,6 @@ then matches no row: that must be told as the 404 it is.
 from __future__ import annotations
 
 import collections
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +17,7 @@ import pytest
 import uvicorn
 
 from fathom.api import create_app
+from fathom.lab.controller import free_port
 
 from .auth import headers_for
 
@@ -31,9 +31,7 @@ class Served:
     def __init__(self, db_url: str):
         self.app = create_app(db_url)
         self.headers = headers_for(self.app)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}/v1"
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning",
                                                     lifespan="off"))

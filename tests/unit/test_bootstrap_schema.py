@@ -11,6 +11,7 @@ import pytest
 
 from fathom.controller import channels
 from fathom.controller.bootstrap import fetch_schema
+from fathom.lab.controller import free_port
 from fathom.pki import Pki
 
 
@@ -42,8 +43,7 @@ def test_a_silent_ovsdb_over_tls_times_out_in_the_handshake(silent, tmp_path):
 
 
 def test_a_closed_port_fails_at_once():
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        port = s.getsockname()[1]
+    port = free_port()
     t0 = time.monotonic()
     with pytest.raises(ConnectionError, match="cannot connect"):
         fetch_schema(f"tcp:127.0.0.1:{port}", 5)

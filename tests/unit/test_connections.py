@@ -14,6 +14,7 @@ import uvicorn
 
 from fathom.api import create_app
 from fathom.api.connections import ConnectionLimits, Gate, Guard, source_of
+from fathom.lab.controller import free_port
 
 from .auth import headers_for
 
@@ -23,9 +24,7 @@ class Server:
         self.app = create_app(f"sqlite:///{tmp_path / 'c.db'}")
         self.token = headers_for(self.app)["Authorization"]
         self.guard = Guard(limits)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(Gate(self.app, self.guard), host="127.0.0.1", port=self.port,
                                                     http=self.guard.protocol, log_level="error", lifespan="off",
                                                     timeout_keep_alive=30, proxy_headers=False))

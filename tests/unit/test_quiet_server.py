@@ -12,6 +12,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from fathom.controller.server import DateHeader, QuietServer, api_sockets
+from fathom.lab.controller import free_port
 
 
 async def hello(scope, receive, send):
@@ -20,9 +21,7 @@ async def hello(scope, receive, send):
 
 
 def serve():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = QuietServer(uvicorn.Config(DateHeader(hello), host="127.0.0.1", port=port, log_level="warning",
                                         lifespan="off", date_header=False))
     thread = threading.Thread(target=server.run, daemon=True)

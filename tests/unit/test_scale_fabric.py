@@ -9,14 +9,16 @@ import shutil
 
 import pytest
 
-from fathom.bench import scale
+from fathom.bench.scale import RUN_ROOT, fabric
+from fathom.bench.scale.api import api_rate
+from fathom.bench.scale.common import Controller
 
 
 def test_every_port_active_and_every_switch_in_sync(tmp_path):
-    run_dir = scale.RUN_ROOT / f"sk-unit-fabric-{os.getpid()}"   # one per run: others may run it too
+    run_dir = RUN_ROOT / f"sk-unit-fabric-{os.getpid()}"   # one per run: others may run it too
     shutil.rmtree(run_dir, ignore_errors=True)
     try:
-        r = scale.fabric_run(run_dir, scale.Size(3, 4), samples=3)
+        r = fabric.fabric_run(run_dir, fabric.Size(3, 4), samples=3)
         log = (run_dir / "controller.log").read_text()
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -32,21 +34,21 @@ def test_every_port_active_and_every_switch_in_sync(tmp_path):
 
 
 def test_layout_spreads_networks_over_groups_of_nodes():
-    ports = scale.layout(scale.Size(20, 10))
+    ports = fabric.layout(fabric.Size(20, 10))
     assert len(ports) == 200
     networks = {}
     for node, _, net in ports:
-        networks.setdefault(net, set()).add(node // scale.NETWORK_SPAN)
+        networks.setdefault(net, set()).add(node // fabric.NETWORK_SPAN)
     assert all(len(groups) == 1 for groups in networks.values())      # a network stays in its group
-    assert max(sum(1 for p in ports if p[2] == k) for k in networks) <= scale.PORTS_PER_NETWORK
+    assert max(sum(1 for p in ports if p[2] == k) for k in networks) <= fabric.PORTS_PER_NETWORK
 
 
 def test_the_api_rate_counts_every_port_and_the_cpu_of_each_party(tmp_path, postgres):
     """The API-rate part on a real controller over a real PostgreSQL: every port it counts exists,
     and the CPU per port is split between the controller, the writers and the database server."""
-    ctl = scale.Controller(tmp_path / "api", postgres.new_database()).start()
+    ctl = Controller(tmp_path / "api", postgres.new_database()).start()
     try:
-        r = scale.api_rate(ctl, writers=2, ports=80, store_pid=postgres.pid())
+        r = api_rate(ctl, writers=2, ports=80, store_pid=postgres.pid())
         names = {p["name"] for p in ctl.api.get("/ports")}
     finally:
         ctl.stop()

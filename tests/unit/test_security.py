@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from fathom.auth import tokens as tk
 from fathom.auth.keystone import KeystoneValidator
+from fathom.lab.controller import free_port
 from fathom.store.auth_models import ApiToken
 
 with warnings.catch_warnings():
@@ -415,17 +416,13 @@ class _Served:
     """create_app under uvicorn on loopback with the controller's protocol and limits."""
 
     def __init__(self, tmp_path, header_timeout: float):
-        import socket
-
         import uvicorn
 
         from fathom.api.connections import ConnectionLimits, Gate, Guard
         self.app = create_app(f"sqlite:///{tmp_path / 's.db'}", max_body=64 * 1024)
         self.token = headers_for(self.app)["Authorization"]
         guard = Guard(ConnectionLimits(head_timeout=header_timeout, max_head=16 * 1024))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(Gate(self.app, guard), host="127.0.0.1", port=self.port,
                                                     http=guard.protocol, log_level="warning", lifespan="off",
                                                     proxy_headers=False))

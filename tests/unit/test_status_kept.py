@@ -9,7 +9,7 @@ import random
 from dataclasses import replace
 
 from fathom.apps.base import BR_INT, SwitchKey
-from fathom.bench.scale import Size, layout_result, layout_snapshot
+from fathom.bench.scale.fabric import Size, layout_result, layout_snapshot
 from fathom.controller import status
 from fathom.controller.results import PassResult
 from fathom.pipeline import cookies as ck

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from fathom.host import exec as host_exec
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "native" / "traffic"
@@ -40,8 +41,8 @@ def make_veth(a_if: str = "a0", b_if: str = "b0"):
     a, b = f"bn-u{tag}a", f"bn-u{tag}b"
     for ns in (a, b):
         subprocess.run(["ip", "netns", "add", ns], check=True)
-        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                        "net.ipv6.conf.default.disable_ipv6=1"], check=True)
+        subprocess.run(host_exec.argv(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"], ns), check=True)
     subprocess.run(["ip", "link", "add", a_if, "netns", a, "type", "veth", "peer", "name", b_if, "netns", b],
                    check=True)
     subprocess.run(["ip", "-n", a, "link", "set", a_if, "up"], check=True)
@@ -126,7 +127,7 @@ def test_device_dropping_at_its_input_is_counted_as_loss(veth, tmp_path):
     assert (rx["unique"], rx["lost"], rx["lost_at_device_input"]) == (4500, 500, 0)
     assert rx["loss_ratio"] == pytest.approx(0.1, abs=1e-9)
     # the veth's own count of what its XDP program dropped
-    stats = subprocess.run(["ip", "netns", "exec", b, "ethtool", "-S", "b0"], capture_output=True, text=True).stdout
+    stats = subprocess.run(host_exec.argv(["ethtool", "-S", "b0"], b), capture_output=True, text=True).stdout
     assert sum(int(l.split(":")[1]) for l in stats.splitlines() if "xdp_drops" in l) == 500
     missing = [int(l.split(",")[0]) for l in csv.read_text().splitlines()[1:] if l.split(",")[5] == "0"]
     assert len(missing) == 500 and {s % 10 for s in missing} == {9}
@@ -142,9 +143,9 @@ def starved_veth():
     a = b = ""
     try:
         a, b = make_veth(a_if, b_if)
-        subprocess.run(["ip", "netns", "exec", a, "ethtool", "-K", a_if, "tso", "off"], check=True, capture_output=True)
-        subprocess.run(["ip", "netns", "exec", b, "ethtool", "-K", b_if, "gro", "on"], check=True, capture_output=True)
-        subprocess.run(["ip", "netns", "exec", b, "sh", "-c", f"echo 1 > /sys/class/net/{b_if}/threaded"], check=True)
+        subprocess.run(host_exec.argv(["ethtool", "-K", a_if, "tso", "off"], a), check=True, capture_output=True)
+        subprocess.run(host_exec.argv(["ethtool", "-K", b_if, "gro", "on"], b), check=True, capture_output=True)
+        subprocess.run(host_exec.argv(["sh", "-c", f"echo 1 > /sys/class/net/{b_if}/threaded"], b), check=True)
         threads = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
                    and _comm(p).startswith(f"napi/{b_if}-")]
         assert threads, "no NAPI thread for the receiving veth"

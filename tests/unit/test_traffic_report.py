@@ -9,11 +9,12 @@ import struct
 import pytest
 
 from fathom.bench import generator
-from fathom.bench.capture import OfMessage, openflow_messages, read_pcap_ns
 from fathom.bench.devices import Names
 from fathom.bench.engine import BenchError
+from fathom.bench.ofstream import OfMessage, openflow_messages
 from fathom.bench.switch import (OFPT_BARRIER_REPLY, OFPT_FLOW_MOD, Plan, SwitchBench, flow_install_rows, mbps_for,
                                  pps_for, row_from, summarize)
+from fathom.lab.capture import read_pcap_ns
 
 
 def test_rate_conversions_count_the_layer1_overhead():

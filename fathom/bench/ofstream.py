@@ -1,5 +1,5 @@
-"""Packet captures as witnesses for the switch benchmark: tcpdump in a namespace writing a nanosecond
-pcap, a reader for it, and a reader of the OpenFlow messages in a captured TCP connection.
+"""The OpenFlow messages in a captured TCP connection, for the switch benchmark (the capture itself:
+fathom.lab.capture, nanosecond stamps).
 
 The capture's timestamps are the kernel's software stamps (CLOCK_REALTIME), the clock of the traffic
 engine's TX and RX stamps, so a captured OpenFlow message and a data-plane frame can be compared on one
@@ -7,66 +7,8 @@ clock.
 """
 from __future__ import annotations
 
-import signal
 import struct
-import subprocess
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-
-from fathom.host.exec import argv
-
-from .engine import BenchError
-
-PCAP_NS_MAGIC = 0xA1B23C4D
-
-
-def read_pcap_ns(path: str | Path) -> list[tuple[int, bytes]]:
-    """(timestamp_ns, frame) of each record of a nanosecond pcap file (tcpdump --time-stamp-precision=nano)."""
-    data = Path(path).read_bytes()
-    if len(data) < 24:
-        return []
-    magic = struct.unpack("<I", data[:4])[0]
-    if magic != PCAP_NS_MAGIC:
-        raise BenchError(f"{path}: not a little-endian nanosecond pcap (magic {magic:#x})")
-    off, out = 24, []
-    while off + 16 <= len(data):
-        sec, nsec, incl, _ = struct.unpack("<IIII", data[off:off + 16])
-        out.append((sec * 1_000_000_000 + nsec, data[off + 16:off + 16 + incl]))
-        off += 16 + incl
-    return out
-
-
-@contextmanager
-def tcpdump(ns: str, ifname: str, pcap: str | Path, bpf_filter: str, direction: str | None = None):
-    """Capture on ns:ifname into pcap (full frames, ns timestamps) for the duration of the block."""
-    args = argv(["tcpdump", "-i", ifname, "-n", "-s", "0", "-U", "--immediate-mode", "-B", "16384",
-                 "--time-stamp-precision=nano", "-w", str(pcap)], ns)
-    if direction:
-        args += ["-Q", direction]
-    proc = subprocess.Popen(args + [bpf_filter], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        # tcpdump says "listening on ..." once its socket is bound
-        deadline = time.monotonic() + 10
-        line = ""
-        while time.monotonic() < deadline and "listening on" not in line:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                raise BenchError(f"tcpdump on {ns}:{ifname} failed to start")
-        time.sleep(0.1)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-# ----------------------------------------------------------------- OpenFlow over a captured TCP connection
 
 OFPT_NAMES = {0: "hello", 2: "echo_request", 3: "echo_reply", 10: "packet_in", 14: "flow_mod",
               20: "barrier_request", 21: "barrier_reply"}

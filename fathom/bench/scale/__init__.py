@@ -1,0 +1,183 @@
+"""`fathom bench scale`: the controller at scale, against simulated switches and a real store.
+
+Three measurements, each against a real `fathom controller` process, one module each:
+
+- **API create rate** (`api`): concurrent writers create ports through the REST API, on SQLite and
+  on PostgreSQL.
+- **Fabric scale** (`fabric`): simulated nodes at 10, 1,000 and 10,000 ports: port-up latency, the
+  controller's CPU time per change, and a full resync of every wiped switch.
+- **Full resync of a real OVS bridge** (`resync`): a lab whose controller speaks OpenFlow and
+  OVSDB over TLS, as on real hosts.
+
+This module runs the plan and reports: progress goes to `progress(msg)`; every figure comes back as
+one JSON-able document.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .api import api_rate
+from .common import RUN_ROOT, Controller
+from .fabric import Size, fabric_run, parse_sizes
+from .resync import resync_real
+
+__all__ = ["RUN_ROOT", "Plan", "markdown", "parse_sizes", "plot", "run"]
+
+
+@dataclass
+class Plan:
+    sizes: list[Size]
+    samples: int = 20                       # timed new ports per fabric size
+    api_ports: int = 2000                   # ports per API-rate run
+    writers: int = 8
+    stores: tuple[str, ...] = ("sqlite", "postgresql")
+    resync_ports: int = 10000               # ports of the real-OVS resync (0: skip)
+    lab: str = "bsc"
+    parts: tuple[str, ...] = ("api", "fabric", "resync")
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "sizes": [str(s) for s in self.sizes]}
+
+
+def run(plan: Plan, run_dir: Path, progress=lambda msg: None) -> dict:
+    """Every part of the plan in turn; the results document (figures, environment, plan)."""
+    from fathom.bench.postgres import PostgresServer
+    from fathom.bench.report import busy, environment, machine_activity
+    own = (str(run_dir), f"/{plan.lab}/")
+    env = environment()
+    env["machine_at_start"] = machine_activity(own)
+    doc: dict = {"benchmark": "scale", "plan": plan.to_dict(), "environment": env}
+    t0 = time.time()
+    if "api" in plan.parts:
+        doc["api"] = []
+        for store in plan.stores:
+            for shared in (True, False):
+                pg = None
+                try:
+                    if store == "postgresql":
+                        pg = PostgresServer(durable=True).start()
+                        url = pg.new_database()
+                    else:
+                        for f in (run_dir / "api").glob("fathom.db*"):
+                            f.unlink()
+                        url = f"sqlite:///{run_dir}/api/fathom.db"
+                    progress(f"api: {plan.writers} writers on {store}, "
+                             f"{'one network' if shared else 'a network each'}")
+                    ctl = Controller(run_dir / "api", url).start()
+                    try:
+                        r = api_rate(ctl, plan.writers, plan.api_ports, shared, progress,
+                                     store_pid=pg.pid() if pg else None)
+                    finally:
+                        ctl.stop()
+                    doc["api"].append({"store": store, "durability": "PostgreSQL defaults (fsync on)" if pg else
+                                       "SQLite WAL, synchronous=FULL (Python's default)", **r})
+                finally:
+                    if pg is not None:
+                        pg.stop()
+    if "fabric" in plan.parts:
+        doc["fabric"] = []
+        for size in plan.sizes:
+            try:
+                doc["fabric"].append(fabric_run(run_dir / "fabric", size, plan.samples, progress=progress))
+            except Exception as e:  # noqa: BLE001 - one size failing keeps the others' figures
+                progress(f"{size}: failed: {e}")
+                doc.setdefault("failed", []).append({"size": str(size), "error": f"{type(e).__name__}: {e}"})
+    if "resync" in plan.parts and plan.resync_ports:
+        doc["resync_real"] = resync_real(plan.lab, plan.resync_ports, progress=progress)
+    env["loadavg_at_end"] = os.getloadavg()
+    env["machine_at_end"] = machine_activity(own)
+    env["contended"] = busy([env["machine_at_start"], env["machine_at_end"]])
+    doc["elapsed_s"] = time.time() - t0
+    return doc
+
+
+def markdown(doc: dict) -> str:
+    lines = []
+    env = doc["environment"]
+    if env.get("contended"):
+        lines.append(f"**Crowded machine**: load average {env['loadavg_at_start'][0]:.1f} at the start, "
+                     f"{env['loadavg_at_end'][0]:.1f} at the end; other engineers' tests ran beside it.\n")
+    if doc.get("api"):
+        lines += ["| store | writers | networks | ports | ports/s | p50 ms | p99 ms | CPU ms/port: controller "
+                  "/ writers / PostgreSQL | machine ceiling ports/s |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in doc["api"]:
+            d, c = r["per_call_ms"], r.get("cpu_ms_per_port", {})
+            cpu = " / ".join(f"{c[k]:.1f}" if k in c else "–" for k in ("controller", "writers", "postgresql"))
+            ceiling = r.get("machine_ceiling_ports_per_second")
+            lines.append(f"| {r['store']} | {r['writers']} | {'one' if r['shared_network'] else 'one each'} | "
+                         f"{r['ports']} | {r['ports_per_second']:.0f} | {d['p50']:.1f} | {d['p99']:.1f} | "
+                         f"{cpu} | {f'{ceiling:.0f}' if ceiling else ''} |")
+        lines.append("")
+    if doc.get("fabric"):
+        lines += ["| fabric (nodes x ports) | ports | flows | port-up p50 ms | p99 ms | controller CPU ms/change | "
+                  "full resync s | flows/s | resync CPU s | in sync | controller RSS MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in doc["fabric"]:
+            if "error" in r:
+                continue
+            rss = f"{r['controller_rss_mb']:.0f}" if r.get("controller_rss_mb") else ""
+            lines.append(f"| {r['size']} | {r['ports']} | {r['resync_flows']} | {r['port_up_p50_ms']:.0f} | "
+                         f"{r['port_up_p99_ms']:.0f} | {r['controller_cpu_ms_per_change']:.0f} | "
+                         f"{r['resync_seconds']:.2f} | {r['resync_flows_per_second']:.0f} | "
+                         f"{r['resync_controller_cpu_s']:.2f} | {r['switches_in_sync']}/{r['nodes']} | {rss} |")
+        lines.append("")
+    if doc.get("resync_real"):
+        r = doc["resync_real"]
+        lines += [f"Real OVS ({r['flows_on_bridge']} flows on one br-int, {r['ports']} ports):", "",
+                  "| how | flows | seconds | flows/s | OVS reconnected after s | flows/s after it | "
+                  "apply only flows/s | controller CPU s |", "|---|---|---|---|---|---|---|---|"]
+        for x in r["runs"]:
+            apply = f"{x['apply_flows_per_second']:.0f}" if x.get("apply_flows_per_second") else ""
+            back = f"{x['reconnect_seconds']:.2f}" if "reconnect_seconds" in x else ""
+            after = f"{x['after_reconnect_flows_per_second']:.0f}" if "after_reconnect_flows_per_second" in x else ""
+            lines.append(f"| {x['how']} | {x['flows']} | {x['seconds']:.2f} | {x['flows_per_second']:.0f} | {back} | "
+                         f"{after} | {apply} | {x['controller_cpu_s']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fabric = doc.get("fabric") or []
+    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+    crowded = " (crowded machine)" if doc["environment"].get("contended") else ""
+    if fabric:
+        x = [r["ports"] for r in fabric]
+        ax = axes[0]
+        ax.plot(x, [r["port_up_p50_ms"] for r in fabric], "o-", label="p50")
+        ax.plot(x, [r["port_up_p99_ms"] for r in fabric], "s--", label="p99")
+        ax.set(xscale="log", yscale="log", xlabel="ports in the fabric", ylabel="ms",
+               title="new port: API call → active")
+        ax.legend()
+        ax = axes[1]
+        ax.plot(x, [r["controller_cpu_ms_per_change"] for r in fabric], "o-")
+        ax.set(xscale="log", yscale="log", xlabel="ports in the fabric", ylabel="ms",
+               title="controller CPU per new port")
+        ax = axes[2]
+        ax.plot(x, [r["resync_seconds"] for r in fabric], "o-", label="wall")
+        ax.plot(x, [r["resync_controller_cpu_s"] for r in fabric], "s--", label="controller CPU")
+        ax.set(xscale="log", yscale="log", xlabel="ports in the fabric", ylabel="s",
+               title="full resync, every switch wiped")
+        ax.legend()
+    api = doc.get("api") or []
+    ax = axes[3]
+    if api:
+        labels = [f"{r['store']}\n{'1 net' if r['shared_network'] else '8 nets'}" for r in api]
+        ax.bar(labels, [r["ports_per_second"] for r in api], color="#4c72b0")
+        ax.axhline(500, color="r", ls=":", label="target 500/s")
+        ax.set(ylabel="ports/s", title=f"API creates, {api[0]['writers']} writers")
+        ax.legend()
+    else:
+        ax.axis("off")
+    if not fabric:
+        for ax in axes[:3]:
+            ax.axis("off")
+    fig.suptitle(f"fathom bench scale{crowded}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,102 @@
+"""What the measurements of `fathom bench scale` share: a `fathom controller` process of their own
+(`Controller`) and ports created by concurrent clients (`create_parallel`)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fathom.bench import procs
+from fathom.client import ApiError, Client
+from fathom.lab.controller import free_port
+
+RUN_ROOT = Path("/run/fathom-bench")
+
+
+@dataclass
+class Controller:
+    """A `fathom controller` process of this benchmark: its store, state and log in `run_dir`."""
+    run_dir: Path
+    db_url: str
+    of_host: str = "127.0.0.1"
+    interval: float = 5.0
+    proc: subprocess.Popen | None = None
+    api: Client | None = None
+
+    def start(self) -> "Controller":
+        from fathom.auth.client import read_token_file
+        from fathom.auth.tokens import ADMIN_TOKEN_FILE
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.api_port, self.of_port = free_port(), free_port(self.of_host)
+        fathom = Path(sys.executable).with_name("fathom")
+        cmd = [str(fathom), "controller", "--db", self.db_url, "--api-port", str(self.api_port),
+               "--of-host", self.of_host, "--of-port", str(self.of_port), "--interval", str(self.interval),
+               "--state-dir", str(self.run_dir), "--insecure"]
+        log = open(self.run_dir / "controller.log", "a")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.api_port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the controller exited ({self.proc.returncode}); see {self.run_dir}/controller.log")
+            try:
+                self.token = read_token_file(self.run_dir / ADMIN_TOKEN_FILE)
+                probe = Client(self.url, token=self.token, timeout=2)
+                probe.health()
+                probe.close()
+                self.api = self.client(timeout=300)
+                return self
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the controller did not answer on {self.url} within 60 s")
+
+    def client(self, timeout: float = 60) -> Client:
+        return Client(self.url, token=self.token, timeout=timeout)
+
+    def cpu(self) -> float:
+        return procs.cpu_seconds(self.proc.pid) or 0.0
+
+    def stop(self) -> None:
+        if self.api is not None:
+            self.api.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def create_parallel(ctl, bodies: list[dict], writers: int = 8) -> list[dict]:
+    """Create ports with `writers` concurrent clients of `ctl.client()` (filling a fabric quickly);
+    raises on any error."""
+    out: list[dict] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def work(part: list[dict]) -> None:
+        client = ctl.client()
+        try:
+            for body in part:
+                try:
+                    port = client.post("/ports", json=body)
+                    with lock:
+                        out.append(port)
+                except ApiError as e:
+                    errors.append(str(e))
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=work, args=(bodies[w::writers],), daemon=True) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} port creations failed, e.g. {errors[0]}")
+    return out
