@@ -190,8 +190,8 @@ def models_compiled(rec) -> list[Snapshot]:
 
     def noted(*args, **kwargs):
         out = run(*args, **kwargs)
-        if rec.model_compiled is not None and not any(m is rec.model_compiled for m in seen):
-            seen.append(rec.model_compiled)
+        if rec.desired.compiled_from is not None and not any(m is rec.desired.compiled_from for m in seen):
+            seen.append(rec.desired.compiled_from)
         return out
     rec.run_pass = noted
     return seen
