@@ -12,11 +12,9 @@ import pytest
 from fathom.host.exec import argv
 from fathom.lab.capture import Capture, CaptureError, read_pcap_ns
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a network namespace")
-
-
 @pytest.fixture
 def ns():
+    """A network namespace of its own (root needed: without it `ip netns add` fails, and so does the test)."""
     name = f"ou-cap-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
