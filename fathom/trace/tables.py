@@ -48,7 +48,8 @@ class LoopError(Exception):
     """The pass went deeper or longer than the bounds (a resubmit loop)."""
 
 
-def _int(name: str, value) -> int:
+def field_int(name: str, value) -> int:
+    """A match field's value as a number (MACs and IP addresses written as text)."""
     if isinstance(value, int):
         return value
     if name in _MAC:
@@ -60,7 +61,8 @@ def _int(name: str, value) -> int:
     raise TypeError(f"{name}={value!r}")
 
 
-def _value(name: str, number: int):
+def field_value(name: str, number: int):
+    """A number as the field's value is written (MACs and IPv4 addresses as text)."""
     if name in _MAC:
         digits = f"{number:012x}"
         return ":".join(digits[i:i + 2] for i in range(0, 12, 2))
@@ -84,9 +86,9 @@ def matches(flow: FlowSpec, pkt: dict) -> bool:
             return False
         if isinstance(want, tuple):
             value, mask = want
-            if _int(name, have) & _int(name, mask) != _int(name, value) & _int(name, mask):
+            if field_int(name, have) & field_int(name, mask) != field_int(name, value) & field_int(name, mask):
                 return False
-        elif _int(name, have) != _int(name, want):
+        elif field_int(name, have) != field_int(name, want):
             return False
     return True
 
@@ -203,10 +205,10 @@ def _actions(tables: Tables, actions: tuple, pkt: dict, ct_state: int, p: Pass, 
             mask = ((1 << a.n_bits) - 1) << a.ofs
             pkt[a.field] = (pkt.get(a.field, 0) & ~mask) | (a.value << a.ofs)
         elif isinstance(a, Move):
-            bits = (_int(a.src, field_of(pkt, a.src) or 0) >> a.src_ofs) & ((1 << a.n_bits) - 1)
+            bits = (field_int(a.src, field_of(pkt, a.src) or 0) >> a.src_ofs) & ((1 << a.n_bits) - 1)
             mask = ((1 << a.n_bits) - 1) << a.dst_ofs
-            old = _int(a.dst, field_of(pkt, a.dst) or 0)
-            pkt[a.dst] = _value(a.dst, (old & ~mask) | (bits << a.dst_ofs))
+            old = field_int(a.dst, field_of(pkt, a.dst) or 0)
+            pkt[a.dst] = field_value(a.dst, (old & ~mask) | (bits << a.dst_ofs))
         elif isinstance(a, PushVlan):
             pkt["vlan"] = 0
         elif isinstance(a, PopVlan):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from fathom.host import exec as host_exec
-from fathom.lab.ovs import OvsInstance
-from fathom.lab.sh import run
+
+from .util import ovs_in_namespace
 
 pytestmark = pytest.mark.lab   # tests/lab needs root: conftest stops the run without it
 
@@ -71,26 +70,13 @@ os._exit(0)   # os-ken's threads do not end
 """
 
 
-def _clean() -> None:
-    OvsInstance(NAME, RUNDIR).stop()
-    run(["ip", "netns", "del", NAME], check=False)
-    shutil.rmtree(RUNDIR, ignore_errors=True)
-
-
 @pytest.fixture
 def ovs():
-    _clean()
-    run(["ip", "netns", "add", NAME])
-    run(["ip", "link", "set", "lo", "up"], ns=NAME)
-    inst = OvsInstance(NAME, RUNDIR)
-    try:
-        inst.start()
+    with ovs_in_namespace(NAME, RUNDIR) as inst:
         inst.vsctl("add-br", NAME, "--", "set", "bridge", NAME, "datapath_type=netdev", "fail_mode=secure",
                    "protocols=OpenFlow14", f"other-config:datapath-id={DPID:016x}")
         inst.vsctl("set-controller", NAME, f"tcp:127.0.0.1:{PORT}")
         yield inst
-    finally:
-        _clean()
 
 
 def test_a_bundle_is_acknowledged_whole_or_refused_by_message(ovs):

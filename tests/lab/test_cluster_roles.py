@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,8 @@ import pytest
 
 from fathom.lab.ovs import OvsInstance
 from fathom.lab.sh import run
+
+from .util import ovs_in_namespace
 
 pytestmark = pytest.mark.lab   # tests/lab needs root: conftest stops the run without it
 
@@ -56,28 +57,15 @@ class Replica:
         self.proc.wait()
 
 
-def _clean() -> None:
-    OvsInstance(NAME, RUNDIR).stop()
-    run(["ip", "netns", "del", NAME], check=False)
-    shutil.rmtree(RUNDIR, ignore_errors=True)
-
-
 @pytest.fixture
 def ovs():
-    _clean()
-    run(["ip", "netns", "add", NAME])
-    run(["ip", "link", "set", "lo", "up"], ns=NAME)
-    inst = OvsInstance(NAME, RUNDIR)
-    try:
-        inst.start()
+    with ovs_in_namespace(NAME, RUNDIR) as inst:
         for bridge, (dpid, protocol) in BRIDGES.items():
             inst.vsctl("add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev", "fail_mode=secure",
                        "other-config:disable-in-band=true",
                        f"protocols={protocol}", f"other-config:datapath-id={dpid:016x}")
             inst.vsctl("set-controller", bridge, *(f"tcp:127.0.0.1:{p}" for p in PORTS.values()))
         yield inst
-    finally:
-        _clean()
 
 
 def _cookies(ovs: OvsInstance, bridge: str, protocol: str) -> set[int]:

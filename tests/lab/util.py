@@ -13,6 +13,8 @@ import httpx
 from fathom.auth.client import lab_headers
 from fathom.host import exec as host_exec
 from fathom.lab.lab import Lab
+from fathom.lab.ovs import OvsInstance
+from fathom.lab.sh import run
 from fathom.lab.topology import DEFAULT_TOPOLOGY, load, parse
 
 
@@ -202,3 +204,23 @@ class BackgroundPing:
         self.proc.send_signal(signal.SIGINT)
         _, sent, replies = self._output(10)
         return sent, replies
+
+
+@contextlib.contextmanager
+def ovs_in_namespace(name: str, rundir: Path):
+    """An ovs-vswitchd and its database in a network namespace of their own (`name`, state in
+    `rundir`), leftovers of an interrupted run removed first and everything removed at the end."""
+    def clean() -> None:
+        OvsInstance(name, rundir).stop()
+        run(["ip", "netns", "del", name], check=False)
+        shutil.rmtree(rundir, ignore_errors=True)
+
+    clean()
+    run(["ip", "netns", "add", name])
+    run(["ip", "link", "set", "lo", "up"], ns=name)
+    inst = OvsInstance(name, rundir)
+    try:
+        inst.start()
+        yield inst
+    finally:
+        clean()

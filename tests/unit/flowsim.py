@@ -15,68 +15,24 @@ the ToR port facing each node, crosses the ToR's tables like a frame on the real
 """
 from __future__ import annotations
 
-import ipaddress
-import zlib
 from dataclasses import dataclass
 
 from fathom.openflow.spec import (
-    CT_STATE_BITS, OFPP_IN_PORT, OFPVID_PRESENT, Conjunction, Controller, Ct, CtClear, DecTtl, FlowSpec,
+    CT_STATE_BITS, OFPP_IN_PORT, Conjunction, Controller, Ct, CtClear, DecTtl, FlowSpec,
     GotoTable, Group, LoadReg, Meter, Move, Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField,
     SwitchState,
 )
 from fathom.apps.tenant import compiler as tenant_compiler
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, Snapshot
 from fathom.pipeline.catalogue import BR_INT
+from fathom.trace.tables import (  # noqa: F401 (tests import matches from here)
+    field_int, field_of, field_value, matches, symmetric_hash,
+)
 
-_MAC_FIELDS = {"eth_src", "eth_dst", "arp_sha", "arp_tha"}
-_IP_FIELDS = {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "tun_ipv4_dst"}
-_IP6_FIELDS = {"ipv6_src", "ipv6_dst"}
 _CT_STATE = ("ct_state", "ct_zone", "ct_mark", "ct_label")   # what a lookup sets and a commit clears
 _CT_FIELDS = (*_CT_STATE, "conj_id")
 _L4_PORTS = (("tcp_src", "tcp_dst"), ("udp_src", "udp_dst"), ("sctp_src", "sctp_dst"))
 _ICMP_QUERY = {0: 8, 14: 13, 129: 128}   # reply type -> request type
-
-
-def _as_int(name: str, value) -> int:
-    if isinstance(value, int):
-        return value
-    if name in _MAC_FIELDS:
-        return int(value.replace(":", ""), 16)
-    if name in _IP_FIELDS:
-        return int(ipaddress.IPv4Address(value))
-    if name in _IP6_FIELDS:
-        return int(ipaddress.IPv6Address(value))
-    raise TypeError(f"{name}={value!r}")
-
-
-def _from_int(name: str, value: int):
-    if name in _MAC_FIELDS:
-        h = f"{value:012x}"
-        return ":".join(h[i:i + 2] for i in range(0, 12, 2))
-    if name in _IP_FIELDS:
-        return str(ipaddress.IPv4Address(value))
-    return value
-
-
-def _packet_value(pkt: dict, name: str):
-    if name == "vlan_vid":
-        vid = pkt.get("vlan")
-        return 0 if vid is None else OFPVID_PRESENT | vid
-    return pkt.get(name, 0 if name.startswith("reg") or name in ("tunnel_id", "metadata") + _CT_FIELDS else None)
-
-
-def matches(flow: FlowSpec, pkt: dict) -> bool:
-    for name, want in flow.match:
-        have = _packet_value(pkt, name)
-        if have is None:
-            return False
-        if isinstance(want, tuple):
-            value, mask = want
-            if _as_int(name, have) & _as_int(name, mask) != _as_int(name, value) & _as_int(name, mask):
-                return False
-        elif _as_int(name, have) != _as_int(name, want):
-            return False
-    return True
 
 
 @dataclass
@@ -262,11 +218,11 @@ class Fabric:
                 else:
                     pkt[a.field] = a.value
             elif isinstance(a, Move):
-                src = _as_int(a.src, _packet_value(pkt, a.src))
+                src = field_int(a.src, field_of(pkt, a.src))
                 bits = (src >> a.src_ofs) & ((1 << a.n_bits) - 1)
-                dst = _as_int(a.dst, _packet_value(pkt, a.dst) or 0)
+                dst = field_int(a.dst, field_of(pkt, a.dst) or 0)
                 mask = ((1 << a.n_bits) - 1) << a.dst_ofs
-                pkt[a.dst] = _from_int(a.dst, (dst & ~mask) | (bits << a.dst_ofs))
+                pkt[a.dst] = field_value(a.dst, (dst & ~mask) | (bits << a.dst_ofs))
             elif isinstance(a, LoadReg):
                 old = pkt.get(a.field, 0)
                 mask = ((1 << a.n_bits) - 1) << a.ofs
@@ -312,15 +268,6 @@ class Fabric:
                     outputs.append((a.port, dict(pkt)))
             else:
                 raise TypeError(a)
-
-
-def symmetric_hash(pkt: dict) -> int:
-    """A hash of the 5-tuple that is the same in both directions (a stand-in for OVS's sym_l4)."""
-    proto = pkt.get("ip_proto", 0)
-    sport = pkt.get("tcp_src", pkt.get("udp_src", 0))
-    dport = pkt.get("tcp_dst", pkt.get("udp_dst", 0))
-    ends = sorted([(str(pkt.get("ipv4_src")), sport), (str(pkt.get("ipv4_dst")), dport)])
-    return zlib.crc32(repr((proto, ends)).encode())
 
 
 def compile_tenant(snapshot: Snapshot) -> dict:
