@@ -142,13 +142,19 @@ def test_tap_show_without_the_controller_runtime(run):
     assert out["filters"]["tp_dst"] == "8000-8100"
 
 
-def test_external_gateway_and_floating_ips(run):
+def _external_and_blue(run) -> None:
+    """Nodes c1 and gw (the gateway), an external network ext (203.0.113.0/24) and a tenant network
+    blue (10.0.0.0/24)."""
     run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
     run("node", "create", "gw", "--role", "gateway", "--tunnel-ip", "198.18.0.9")
     run("network", "create", "ext", "--type", "flat", "--external", "--upstream-mac", "02:fe:00:00:00:01")
     run("subnet", "create", "ext4", "--network", "ext", "--cidr", "203.0.113.0/24")
     run("network", "create", "blue")
     run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+
+
+def test_external_gateway_and_floating_ips(run):
+    _external_and_blue(run)
     run("port", "create", "vm1", "--network", "blue", "--node", "c1", "--interface-name", "tap1")
     run("port", "create", "vm2", "--network", "blue", "--node", "c1", "--interface-name", "tap2")
     run("router", "create", "r1", "--external-network", "ext")
@@ -171,12 +177,7 @@ def test_external_gateway_and_floating_ips(run):
 def test_old_option_spellings_work_hidden_and_warn(run):
     """Each option renamed to the API's name keeps its old spelling for one release: it does what
     the new one does, --help does not show it, and using it prints a deprecation note on stderr."""
-    run("node", "create", "c1", "--tunnel-ip", "198.18.0.1")
-    run("node", "create", "gw", "--role", "gateway", "--tunnel-ip", "198.18.0.9")
-    run("network", "create", "ext", "--type", "flat", "--external", "--upstream-mac", "02:fe:00:00:00:01")
-    run("subnet", "create", "ext4", "--network", "ext", "--cidr", "203.0.113.0/24")
-    run("network", "create", "blue")
-    run("subnet", "create", "blue4", "--network", "blue", "--cidr", "10.0.0.0/24")
+    _external_and_blue(run)
     run("router", "create", "r1", "--external-network", "ext")
     run("port", "create", "vm", "--network", "blue", "--node", "c1", "--interface-name", "vm")
     cases = [   # (old, new, the command with the old spelling, what its JSON answer must show)
