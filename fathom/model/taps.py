@@ -486,6 +486,25 @@ def conflicting_policies(snapshot: Snapshot, policy_id: int) -> list[int]:
 # ---------------------------------------------------------------------------------------------- problems
 
 
+def installable_monitors(ports: dict, p: TapPolicy, sender, receiver, problems: Problems) -> list | None:
+    """The policy's monitor ports as (index, port), or None when the policy cannot be installed: a
+    monitor port deleted (fatal), its sender or receiver missing, no monitor left, or an id beyond
+    the marker space (fatal). What it finds is added to `problems`."""
+    monitors = []
+    for i, mid in enumerate(p.monitor_port_ids):
+        mport = ports.get(mid) if mid is not None else None
+        if mport is None:
+            problems.add(f"{'monitor' if i == 0 else 'monitor2'} port was deleted", fatal=True)
+        else:
+            monitors.append((i, mport))
+    if sender is None or receiver is None or not monitors:
+        return None
+    if p.id > MAX_POLICY_ID:
+        problems.add(f"policy id {p.id} is beyond the marker space", fatal=True)
+        return None
+    return monitors
+
+
 def static_problems(snapshot: Snapshot) -> dict[int, Problems]:
     """Why each policy cannot be installed, judged from the model alone (every bound port's interface
     is taken to be on its node): deleted ports (fatal), unbound ones, a marker a tenant network uses
@@ -497,17 +516,8 @@ def static_problems(snapshot: Snapshot) -> dict[int, Problems]:
     for p in sorted(snapshot.tap_policies, key=lambda p: p.id):
         sender, receiver, problems = ends(ports, p)
         out[p.id] = problems
-        monitors = []
-        for i, mid in enumerate(p.monitor_port_ids):
-            mport = ports.get(mid) if mid is not None else None
-            if mport is None:
-                problems.add(f"{'monitor' if i == 0 else 'monitor2'} port was deleted", fatal=True)
-            else:
-                monitors.append((i, mport))
-        if sender is None or receiver is None or not monitors:
-            continue
-        if p.id > MAX_POLICY_ID:
-            problems.add(f"policy id {p.id} is beyond the marker space", fatal=True)
+        monitors = installable_monitors(ports, p, sender, receiver, problems)
+        if monitors is None:
             continue
         tapping, why = directions(p, sender, receiver)
         problems += why

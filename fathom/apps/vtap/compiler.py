@@ -49,8 +49,8 @@ from fathom.openflow.spec import (
 )
 from fathom.pipeline import stages as st
 from fathom.model.taps import (
-    ETH_IPV4, MAX_POLICY_ID, Endpoint, Problems, View, directions, effective_eth_type, egress_matches, endpoint, ends,
-    ingress_matches, marker, reverse_filters, tap_role, tapped, vlan_as_network,
+    ETH_IPV4, Endpoint, Problems, View, directions, effective_eth_type, egress_matches, endpoint, ends,
+    ingress_matches, installable_monitors, marker, reverse_filters, tap_role, tapped, vlan_as_network,
 )
 from fathom.model import TUNNEL_INTERFACE, Port, Snapshot, TapPolicy
 
@@ -116,18 +116,8 @@ def _compile_policy(view: View, p: TapPolicy, plan: Plan, flows, groups) -> None
     problems = plan.problems
     sender, receiver, missing = ends(view.ports, p)
     problems.extend_with(missing)
-    monitors: list[tuple[int, Port]] = []
-    for i, mid in enumerate(p.monitor_port_ids):
-        mport = view.ports.get(mid) if mid is not None else None
-        label = "monitor" if i == 0 else "monitor2"
-        if mport is None:
-            problems.add(f"{label} port was deleted", fatal=True)
-        else:
-            monitors.append((i, mport))
-    if sender is None or receiver is None or not monitors:
-        return
-    if p.id > MAX_POLICY_ID:
-        problems.add(f"policy id {p.id} is beyond the marker space", fatal=True)
+    monitors: list[tuple[int, Port]] | None = installable_monitors(view.ports, p, sender, receiver, problems)
+    if monitors is None:
         return
     filters = dict(p.filters)
     tapping, why = directions(p, sender, receiver)
