@@ -51,6 +51,7 @@ def test_blocks_are_extracted_in_order(tmp_path):
 def run_doc(doc: Path, lab: str, timeout: float = 900) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FATHOM_", "OS_"))}
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    Lab(lab).down()  # a lab left by a run that was killed must not fail this one
     try:
         out = subprocess.run(["bash", "-e", "-x", "-c", script(doc, lab)], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=timeout)
