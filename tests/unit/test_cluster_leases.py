@@ -218,3 +218,28 @@ def test_a_round_that_cannot_finish_fails_and_the_leases_end_at_the_deadline(eng
     assert a.held() == {} and sorted(lost) == switches(2)
     assert _metric("fathom_cluster_leases_held") == held - 2
     assert _metric("fathom_cluster_lease_changes_total", change="lost") == changes + 2
+
+
+def test_a_replica_leases_only_the_switches_it_reaches_and_gives_up_one_it_no_longer_reaches(engine):
+    reach = {"a": switches(2)[:1], "b": switches(2)}
+    a = Mastership(engine, lambda: reach["a"], replica_id="a", timing=FAST, reachable_only=True).join()
+    b = Mastership(engine, lambda: reach["b"], replica_id="b", timing=FAST, reachable_only=True).join()
+    for m in (a, b, a):
+        m.run_round()
+    assert set(a.held()) == {switches(2)[0]} and set(b.held()) == {switches(2)[1]}   # b may not take the other: a holds it
+    assert a.taken == b.taken == set(switches(2))
+    lost = []
+    a.on_loss = lost.append
+    reach["a"] = []              # a's connection to its switch went away: it gives the lease up
+    a.run_round()
+    assert a.held() == {} and lost == [switches(2)[0]]
+    b.run_round()
+    assert set(b.held()) == set(switches(2)) and b.epoch(switches(2)[0]) == 2   # taken by the one that reaches it
+
+
+def test_a_replica_row_says_where_its_openflow_listens_and_its_feed_lag(engine):
+    a = Mastership(engine, lambda: (), replica_id="a", timing=FAST, openflow=":6653", feed_lag=lambda: 0.0125).join()
+    a.run_round()
+    with engine.begin() as conn:
+        (row,) = leases.status(conn, FAST)["replicas"]
+    assert (row["openflow"], row["feed_lag"]) == (":6653", 0.0125) and a.peers == {"a": ":6653"}
