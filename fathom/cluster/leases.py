@@ -118,12 +118,14 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     toward its share. `reachable` (None: any): the switches it has an OpenFlow connection to; it
     takes and renews only those, and gives up the others it holds. ClusterError if its replica row
     is gone."""
-    p = {"me": me, "lease": timing.lease, "lag": feed_lag}
+    p = {"me": me, "lease": timing.lease, "lag": feed_lag,
+         "reaches": None if reachable is None else ",".join(sorted(reachable))}
     # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
     # waiting: the leases end at the holder's deadline either way, and the failure is counted
     conn.execute(text(f"SET LOCAL statement_timeout = {int(timing.lease * 1000)}"))
     ensure_switches(conn, switches)
-    if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag WHERE id = :me"),
+    if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, "
+                            "reaches = :reaches WHERE id = :me"),
                     p).rowcount != 1:
         raise ClusterError(f"replica {me} is no longer registered in the cluster")
     out = Round()
@@ -136,7 +138,9 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     out.held = dict(conn.execute(text(
         f"UPDATE cluster_leases SET expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
         f"WHERE holder = :me AND expires > clock_timestamp() RETURNING switch, epoch"), p).all())
-    live = [r for (r,) in conn.execute(text(f"SELECT id FROM cluster_replicas WHERE {_LIVE}"), p)]
+    reaches = {r: None if s is None else set(filter(None, s.split(",")))
+               for r, s in conn.execute(text(f"SELECT id, reaches FROM cluster_replicas WHERE {_LIVE}"), p)}
+    live = list(reaches)
     total = conn.execute(text("SELECT count(*) FROM cluster_leases")).scalar_one()
     held = dict(conn.execute(text("SELECT holder, count(*) FROM cluster_leases WHERE holder IS NOT NULL "
                                   "AND expires > clock_timestamp() GROUP BY holder")).all())
@@ -150,9 +154,23 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
             f"      {only_reachable}ORDER BY expires NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) AS free "
             f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), {**p, "n": share[me] - mine}).all()
         out.held.update(dict(got))
-    elif mine > share.get(me, 0):
-        wanting = sum(max(0, s - held.get(r, 0)) for r, s in share.items() if r != me)
-        give = sorted(out.held)[:min(mine - share.get(me, 0), wanting)]
+    if reachable is not None:
+        # beyond its share: a switch it reaches that has had no master for a lease time (no replica
+        # below its share took it meanwhile: none reaches it)
+        got = conn.execute(text(
+            f"UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
+            f"expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
+            f"FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
+            f"      AND (renewed IS NULL OR renewed < clock_timestamp() - {_SECONDS}) {only_reachable}"
+            f"      FOR UPDATE SKIP LOCKED) AS free "
+            f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), p).all()
+        out.held.update(dict(got))
+        mine = len(out.held)
+    if mine > share.get(me, 0):
+        # given up only toward a live replica below its share that reaches the switch
+        wanting = {r: s - held.get(r, 0) for r, s in share.items() if r != me and s > held.get(r, 0)}
+        givable = [s for s in sorted(out.held) if any(reaches[r] is None or s in reaches[r] for r in wanting)]
+        give = givable[:min(mine - share.get(me, 0), sum(wanting.values()))]
         if give:
             conn.execute(text("UPDATE cluster_leases SET holder = NULL, expires = NULL "
                               "WHERE holder = :me AND switch = ANY(:give)"), {**p, "give": give})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Float, String
+from sqlalchemy import BigInteger, DateTime, Float, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from fathom.store.base import Base
@@ -26,6 +26,8 @@ class Replica(Base):
     openflow: Mapped[str] = mapped_column(String(255), default="", server_default="")
     # seconds from a write's commit to its notification reaching this replica (the last one it got)
     feed_lag: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the switches it has an OpenFlow connection to, comma-separated (null: it may master any)
+    reaches: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Lease(Base):

@@ -430,10 +430,12 @@ class Bootstrapper(NodeBootstrap):
         self.last_ofports: dict[str, dict[str, int]] = {}
         self.failing: dict[str, str] = {}     # node -> its failure, logged once while it lasts
         self.on_change = lambda name, what: None
-        # In a cluster (fathom.controller.cluster): whether this replica may change a node's OVSDB
-        # (it is master of its br-int), and every replica's controller target for the node.
-        self.may_write: Callable[[object], bool] = lambda node: True
-        self.targets: Callable[[object], list[str]] | None = None
+        # In a cluster (fathom.controller.cluster): whether this replica may set up a switch (by
+        # datapath id: it is its master), and every replica's controller target as seen from a
+        # management address. Alone: always, and this controller's target.
+        self.may_write: Callable[[int], bool] = lambda dpid: True
+        self.targets: Callable[[str], list[str]] = lambda management_ip: [
+            channels.controller_target(local_ip_towards(management_ip), self.controller_port)]
 
     def current(self, node) -> tuple[str, str | None, dict[str, int]] | None:
         """(state, reason, br-int ofports) from the replica, or None when the node must be checked
@@ -456,10 +458,8 @@ class Bootstrapper(NodeBootstrap):
                     ovsdb.close()
                 ovsdb = self.nodes[node.name] = NodeOvsdb(node.name, node.management_ip,
                                                           on_change=lambda name, what: self.on_change(name, what))
-            if self.may_write(node):
-                controller = (self.targets(node) if self.targets is not None else
-                              channels.controller_target(local_ip_towards(node.management_ip), self.controller_port))
-                ovsdb.ensure(node.id, node.tunnel_ip, controller, node.datapath_type)
+            if self.may_write(datapath_id(node.id)):
+                ovsdb.ensure(node.id, node.tunnel_ip, self.targets(node.management_ip), node.datapath_type)
             self.last_ofports[node.name] = ovsdb.ofports(fresh=True)
             if self.failing.pop(node.name, None) is not None:
                 LOG.info("node %s: bootstrap complete again", node.name)

@@ -25,7 +25,6 @@ from fathom.cluster.mastership import Mastership
 from fathom.controller import channels
 from fathom.controller.bootstrap import local_ip_towards
 from fathom.controller.switch import ApplyError
-from fathom.model import datapath_id
 
 LOG = logging.getLogger("fathom.cluster")
 
@@ -62,19 +61,20 @@ class ClusterMember:
         """Whether another replica holds the switch's lease (so reports on it)."""
         return switch_name(dpid) in self.mastership.taken and self.mastership.epoch(switch_name(dpid)) is None
 
-    def sets_up(self, node) -> bool:
-        name = switch_name(datapath_id(node.id))
+    def sets_up(self, dpid: int) -> bool:
+        """Whether this replica sets the switch up over OVSDB: it holds its lease, or nobody does."""
+        name = switch_name(dpid)
         return self.mastership.epoch(name) is not None or name not in self.mastership.taken
 
-    def targets(self, node) -> list[str]:
-        """Every live replica's OpenFlow listener as a controller target for `node` (a listener with
-        no host: the replicas share this host, reached as this one is)."""
+    def targets(self, management_ip: str) -> list[str]:
+        """Every live replica's OpenFlow listener as a controller target for a switch managed at
+        `management_ip` (a listener with no host: the replicas share this host, reached as this one is)."""
         out = set()
         for listener in self.mastership.peers.values():
             host, _, port = listener.rpartition(":")
             if port.isdigit():
-                out.add(channels.controller_target(host or local_ip_towards(node.management_ip), int(port)))
-        return sorted(out) or [channels.controller_target(local_ip_towards(node.management_ip),
+                out.add(channels.controller_target(host or local_ip_towards(management_ip), int(port)))
+        return sorted(out) or [channels.controller_target(local_ip_towards(management_ip),
                                                           self.reconciler.bootstrapper.controller_port)]
 
     # ------------------------------------------------------------------ events

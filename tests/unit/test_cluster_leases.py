@@ -234,7 +234,13 @@ def test_a_replica_leases_only_the_switches_it_reaches_and_gives_up_one_it_no_lo
     a.run_round()
     assert a.held() == {} and lost == [switches(2)[0]]
     b.run_round()
-    assert set(b.held()) == set(switches(2)) and b.epoch(switches(2)[0]) == 2   # taken by the one that reaches it
+    assert set(b.held()) == {switches(2)[1]}     # at its share: a, below its share, may take it first
+    time.sleep(FAST.lease)
+    b.run_round()
+    assert set(b.held()) == set(switches(2)) and b.epoch(switches(2)[0]) == 2   # nobody did: the one that reaches it
+    a.run_round()
+    b.run_round()                # a is below its share, but does not reach b's switches: b gives none up
+    assert set(b.held()) == set(switches(2)) and a.held() == {}
 
 
 def test_a_replica_row_says_where_its_openflow_listens_and_its_feed_lag(engine):
