@@ -70,17 +70,20 @@ def test_a_killed_master_s_switches_move_to_the_other_replica_and_no_echo_is_los
             apis = {url: Client(url, token=token, timeout=10) for url in replicas}
             first = apis[state["controller"]["url"]]
             switches = {n["name"]: f"{datapath_id(n['id']):016x}" for n in first.list("/nodes")}
-            # each replica masters one node's br-int (shares: one each)
-            wait_for(lambda: sorted(filter(None, masters(first, switches).values())) == sorted(replicas), 20,
-                     "each replica to master one br-int")
+            # both replicas live, every br-int mastered (the lab's fabric switch and br-phy too: shares of 5)
+            wait_for(lambda: all(masters(first, switches).values())
+                     and sum(r["live"] for r in first.get("/cluster")["replicas"]) == 2, 20, "every br-int mastered")
             pingers = [pinger(lab, "vm1", "198.19.42.12"), pinger(lab, "vm2", "198.19.42.11")]
             try:
                 time.sleep(1)
-                # the replica that is not the agents' (the lab's first) masters this node: kill it
-                node, victim = next((n, url) for n, url in masters(first, switches).items()
-                                    if url != state["controller"]["url"])
-                survivor = state["controller"]["url"]
+                # kill the master of a node's br-int, the one the agents do not talk to (the lab's
+                # first) if it masters one
+                held = masters(first, switches)
+                node, victim = next(((n, url) for n, url in held.items() if url != state["controller"]["url"]),
+                                    next(iter(held.items())))
+                survivor = next(url for url in replicas if url != victim)
                 apis.pop(victim).close()
+                first = apis[survivor]
                 killed = time.monotonic()
                 run(["kill", "-KILL", str(replicas[victim]["pid"])])
                 wait_for(lambda: masters(first, switches)[node] == survivor, 3 * LEASE,
