@@ -5,6 +5,7 @@ port created through it turns active and forwards. The pings lose no echo: the d
 waits for a controller."""
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -16,7 +17,6 @@ from fathom.auth.client import read_token_file
 from fathom.client import Client
 from fathom.host import exec as host_exec
 from fathom.lab.ovs import wait_for
-from fathom.lab.sh import run
 from fathom.model import datapath_id
 from tests.unit.pgserver import PostgresServer
 
@@ -85,7 +85,7 @@ def test_a_killed_master_s_switches_move_to_the_other_replica_and_no_echo_is_los
                 apis.pop(victim).close()
                 first = apis[survivor]
                 killed = time.monotonic()
-                run(["kill", "-KILL", str(replicas[victim]["pid"])])
+                os.kill(replicas[victim]["pid"], signal.SIGKILL)
                 wait_for(lambda: masters(first, switches)[node] == survivor, 3 * LEASE,
                          f"the survivor to take {node}'s br-int")
                 taken = time.monotonic() - killed
