@@ -21,6 +21,9 @@ class TimingOut(BaseModel):
 class ReplicaOut(BaseModel):
     id: str
     address: str
+    openflow: str = Field(description="its OpenFlow listener, host:port (no host: reached as the replicas' host)")
+    feed_lag: float | None = Field(description="seconds from another replica's write to its change notification "
+                                               "arriving here (the last one; null: none yet)")
     live: bool = Field(description="its heartbeat is younger than the lease time")
     started: str
     heartbeat_age: float = Field(description="seconds since its last round (its last renewal)")

@@ -23,9 +23,11 @@ def status(api, as_json):
         return click.echo(terminal_safe(f"no cluster: the store is {out['store']} (one controller; a cluster needs "
                                         f"PostgreSQL)"))
     click.echo(f"lease {t['lease']} s, renewed every {t['renew']} s (PostgreSQL's clock)")
-    print_table("replicas", ["id", "address", "live", "last renewal (s ago)", "switches", "schema", "PKI"],
-                [[r["id"], r["address"], "yes" if r["live"] else "no", r["heartbeat_age"], r["switches"],
-                  r["schema_version"], r["pki_fingerprint"][:16]] for r in out["replicas"]])
+    print_table("replicas", ["id", "address", "OpenFlow", "live", "last renewal (s ago)", "switches", "feed lag (s)",
+                             "schema", "PKI"],
+                [[r["id"], r["address"], r["openflow"], "yes" if r["live"] else "no", r["heartbeat_age"], r["switches"],
+                  "-" if r["feed_lag"] is None else r["feed_lag"], r["schema_version"], r["pki_fingerprint"][:16]]
+                 for r in out["replicas"]])
     print_table("leases", ["switch", "master", "epoch", "expires in (s)", "renewed (s ago)"],
                 [[x["switch"], x["holder"] or "-", x["epoch"], "-" if x["expires_in"] is None else x["expires_in"],
                   "-" if x["renewed_age"] is None else x["renewed_age"]] for x in out["leases"]])

@@ -32,8 +32,15 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
               help="Seconds a pass that changes several switches waits, once the new state is in, before it "
                    "takes the old away: OVS's datapath forwards by the flows it cached until its revalidators "
                    "catch up. Raise it where `ovs-appctl upcall/show` reports long dump durations; 0: no wait.")
+@click.option("--cluster", is_flag=True,
+              help="Run as one replica of a cluster of controllers sharing this PostgreSQL store: each switch "
+                   "has one master replica, held as a lease in the store (docs/ha.md).")
+@click.option("--advertise", default=None, metavar="HOST",
+              help="With --cluster: the address switches reach this replica's OpenFlow listener at (default: "
+                   "--of-host; with a wildcard --of-host, the address the master of a node reaches it from, "
+                   "which holds for replicas on one host).")
 def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_interval, pki_dir, insecure,
-               state_dir, max_body, datapath_settle):
+               state_dir, max_body, datapath_settle, cluster, advertise):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
 
     At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
@@ -46,8 +53,13 @@ def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_in
         except (PkiError, OSError) as e:
             fail(f"TLS needs the controller certificate of a fathom PKI: {e}. Create one with "
                  f"'fathom pki init --dir {pki_dir}', or run with --insecure for plain TCP.", 2)
-    serve(db_url, list(api_hosts), api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
-          state_dir=state_dir, max_body=max_body, audit_interval=audit_interval, datapath_settle=datapath_settle)
+    from fathom.cluster.leases import ClusterError
+    try:
+        serve(db_url, list(api_hosts), api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
+              state_dir=state_dir, max_body=max_body, audit_interval=audit_interval, datapath_settle=datapath_settle,
+              cluster=cluster, advertise=advertise)
+    except ClusterError as e:
+        fail(str(e), 2)
 
 
 @click.command()

@@ -39,8 +39,12 @@ def lab():
 @click.option("--agent-controller", metavar="URL",
               help="With --controller: its API as the nodes' agents reach it from their namespaces (default: "
                    "URL, with a loopback host replaced by the lab's management bridge address).")
+@click.option("--db", metavar="URL", help="The lab's own controller's store (default: a SQLite file in the lab's run "
+              "dir); postgresql+psycopg://... for PostgreSQL.")
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(1, 9),
+              help="Start this many controller replicas (fathom controller --cluster) on the PostgreSQL store --db.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's state as JSON.")
-def up(name, topology, standalone, controller, insecure, pki_dir, agent_controller, as_json):
+def up(name, topology, standalone, controller, insecure, pki_dir, agent_controller, db, replicas, as_json):
     """Build a lab from a topology file."""
     lab_ = _lab(name)
     try:
@@ -53,7 +57,8 @@ def up(name, topology, standalone, controller, insecure, pki_dir, agent_controll
         with console.status(f"lab {name}: starting") as status:
             state = lab_.up(topo, os.path.abspath(topology), standalone=standalone, controller=controller,
                             progress=lambda s: status.update(f"lab {name}: {s}"), insecure=insecure,
-                            pki_dir=os.path.abspath(pki_dir) if pki_dir else None, agent_url=agent_controller)
+                            pki_dir=os.path.abspath(pki_dir) if pki_dir else None, agent_url=agent_controller,
+                            db=db, replicas=replicas)
     except LabError as e:
         fail(str(e))
     if as_json:
@@ -65,6 +70,8 @@ def up(name, topology, standalone, controller, insecure, pki_dir, agent_controll
         if state.get("controller"):
             ctl = state["controller"]
             console.print(f"controller: {ctl['url']} (export FATHOM_CONTROLLER={ctl['url']})")
+            for replica in ctl.get("replicas", [])[1:]:
+                console.print(f"replica: {replica['url']}")
             if ctl.get("token_file"):
                 console.print(f"admin token: {ctl['token_file']} (export FATHOM_TOKEN_FILE={ctl['token_file']})",
                               highlight=False, soft_wrap=True)

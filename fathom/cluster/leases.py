@@ -67,7 +67,8 @@ _SECONDS = "make_interval(secs => :lease)"
 _LIVE = f"heartbeat > clock_timestamp() - {_SECONDS}"
 
 
-def join(conn: Connection, me: str, address: str, schema_version: str, fingerprint: str, timing: Timing) -> None:
+def join(conn: Connection, me: str, address: str, schema_version: str, fingerprint: str, timing: Timing,
+         openflow: str = "") -> None:
     """Register replica `me`, or refuse it (ClusterError) when a live replica runs another schema
     version or PKI. Joins queue on one transaction lock, so two replicas cannot both be first."""
     conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fathom cluster join'))"))
@@ -81,9 +82,9 @@ def join(conn: Connection, me: str, address: str, schema_version: str, fingerpri
                 f"with PKI {fingerprint[:16]}. The replicas of one cluster share one schema version and one PKI "
                 f"(the same CA certificates): upgrade or stop the others first, or give this one their PKI.")
     conn.execute(text(
-        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint) "
-        "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp)"),
-        {"me": me, "address": address, "schema": schema_version, "fp": fingerprint})
+        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, openflow) "
+        "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow)"),
+        {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow})
 
 
 def ensure_switches(conn: Connection, switches) -> None:
@@ -96,9 +97,12 @@ def ensure_switches(conn: Connection, switches) -> None:
 @dataclass
 class Round:
     """What one round found and did: `held` the leases this replica holds after it (switch -> epoch),
-    `released` the switches it gave up in it."""
+    `released` the switches it gave up in it, `taken` every switch with a valid lease (any holder),
+    `openflow` the live replicas' OpenFlow listeners (id -> host:port)."""
     held: dict[str, int] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
+    taken: set[str] = field(default_factory=set)
+    openflow: dict[str, str] = field(default_factory=dict)
 
 
 def shares(replicas: list[str], switches: int) -> dict[str, int]:
@@ -107,22 +111,36 @@ def shares(replicas: list[str], switches: int) -> dict[str, int]:
     return {r: switches // n + (1 if i < switches % n else 0) for i, r in enumerate(sorted(replicas))} if n else {}
 
 
-def run_round(conn: Connection, me: str, timing: Timing, switches=()) -> Round:
+def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
+              feed_lag: float | None = None) -> Round:
     """One round of replica `me`, in the caller's transaction: lease rows made for new `switches`,
-    heartbeat, renew what it still holds, then take or give up leases toward its share. ClusterError
-    if its replica row is gone."""
-    p = {"me": me, "lease": timing.lease}
+    heartbeat (with its change feed's lag), renew what it still holds, then take or give up leases
+    toward its share. `reachable` (None: any): the switches it has an OpenFlow connection to; it
+    takes and renews only those, and gives up the others it holds. ClusterError if its replica row
+    is gone."""
+    p = {"me": me, "lease": timing.lease, "lag": feed_lag,
+         "reaches": None if reachable is None else ",".join(sorted(reachable))}
     # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
     # waiting: the leases end at the holder's deadline either way, and the failure is counted
     conn.execute(text(f"SET LOCAL statement_timeout = {int(timing.lease * 1000)}"))
     ensure_switches(conn, switches)
-    if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp() WHERE id = :me"), p).rowcount != 1:
+    if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, "
+                            "reaches = :reaches WHERE id = :me"),
+                    p).rowcount != 1:
         raise ClusterError(f"replica {me} is no longer registered in the cluster")
     out = Round()
+    if reachable is not None:     # a switch it lost its connection to: its lease goes to one that reaches it
+        p["reachable"] = sorted(reachable)
+        out.released.update(s for (s,) in conn.execute(text(
+            "UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me "
+            "AND NOT (switch = ANY(:reachable)) RETURNING switch"), p))
+    only_reachable = "" if reachable is None else "AND switch = ANY(:reachable) "
     out.held = dict(conn.execute(text(
         f"UPDATE cluster_leases SET expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
         f"WHERE holder = :me AND expires > clock_timestamp() RETURNING switch, epoch"), p).all())
-    live = [r for (r,) in conn.execute(text(f"SELECT id FROM cluster_replicas WHERE {_LIVE}"), p)]
+    reaches = {r: None if s is None else set(filter(None, s.split(",")))
+               for r, s in conn.execute(text(f"SELECT id, reaches FROM cluster_replicas WHERE {_LIVE}"), p)}
+    live = list(reaches)
     total = conn.execute(text("SELECT count(*) FROM cluster_leases")).scalar_one()
     held = dict(conn.execute(text("SELECT holder, count(*) FROM cluster_leases WHERE holder IS NOT NULL "
                                   "AND expires > clock_timestamp() GROUP BY holder")).all())
@@ -132,19 +150,36 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=()) -> Round:
         got = conn.execute(text(
             f"UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
             f"expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
-            f"FROM (SELECT switch FROM cluster_leases WHERE holder IS NULL OR expires <= clock_timestamp() "
-            f"      ORDER BY expires NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) AS free "
+            f"FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
+            f"      {only_reachable}ORDER BY expires NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) AS free "
             f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), {**p, "n": share[me] - mine}).all()
         out.held.update(dict(got))
-    elif mine > share.get(me, 0):
-        wanting = sum(max(0, s - held.get(r, 0)) for r, s in share.items() if r != me)
-        give = sorted(out.held)[:min(mine - share.get(me, 0), wanting)]
+    if reachable is not None:
+        # beyond its share: a switch it reaches that has had no master for a lease time (no replica
+        # below its share took it meanwhile: none reaches it)
+        got = conn.execute(text(
+            f"UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
+            f"expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
+            f"FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
+            f"      AND (renewed IS NULL OR renewed < clock_timestamp() - {_SECONDS}) {only_reachable}"
+            f"      FOR UPDATE SKIP LOCKED) AS free "
+            f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), p).all()
+        out.held.update(dict(got))
+        mine = len(out.held)
+    if mine > share.get(me, 0):
+        # given up only toward a live replica below its share that reaches the switch
+        wanting = {r: s - held.get(r, 0) for r, s in share.items() if r != me and s > held.get(r, 0)}
+        givable = [s for s in sorted(out.held) if any(reaches[r] is None or s in reaches[r] for r in wanting)]
+        give = givable[:min(mine - share.get(me, 0), sum(wanting.values()))]
         if give:
             conn.execute(text("UPDATE cluster_leases SET holder = NULL, expires = NULL "
                               "WHERE holder = :me AND switch = ANY(:give)"), {**p, "give": give})
             for switch in give:
                 del out.held[switch]
             out.released.update(give)
+    out.taken = {s for (s,) in conn.execute(text(
+        "SELECT switch FROM cluster_leases WHERE holder IS NOT NULL AND expires > clock_timestamp()"))}
+    out.openflow = dict(conn.execute(text(f"SELECT id, openflow FROM cluster_replicas WHERE {_LIVE}"), p).all())
     return out
 
 
@@ -161,11 +196,12 @@ def status(conn: Connection, timing: Timing) -> dict:
     clock."""
     p = {"lease": timing.lease}
     replicas = [
-        {"id": r.id, "address": r.address, "live": r.live, "started": r.started.isoformat(),
+        {"id": r.id, "address": r.address, "openflow": r.openflow, "live": r.live, "started": r.started.isoformat(),
+         "feed_lag": None if r.feed_lag is None else round(r.feed_lag, 4),
          "heartbeat_age": round(r.age, 3), "schema_version": r.schema_version, "pki_fingerprint": r.pki_fingerprint,
          "switches": 0}
         for r in conn.execute(text(
-            f"SELECT id, address, started, schema_version, pki_fingerprint, {_LIVE} AS live, "
+            f"SELECT id, address, openflow, feed_lag, started, schema_version, pki_fingerprint, {_LIVE} AS live, "
             f"extract(epoch FROM clock_timestamp() - heartbeat)::float AS age FROM cluster_replicas ORDER BY id"), p)]
     by_id = {r["id"]: r for r in replicas}
     leases = []

@@ -75,16 +75,23 @@ class Mastership:
     """This replica in the cluster on `engine` (PostgreSQL). `switches()` names the switches that
     need a master (their lease rows are made as they appear). `start()` joins (ClusterError: SQLite,
     or a live replica with another schema or PKI) and starts the rounds; `stop()` gives the leases
-    up so the others take them at once."""
+    up so the others take them at once. With `reachable_only`, `switches()` are the switches this
+    replica has an OpenFlow connection to, and it holds no lease of any other. `feed_lag()` is
+    written with each heartbeat (the change feed's lag, fathom.cluster.feed)."""
 
     def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
                  address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
-                 timing: Timing = Timing()):
+                 timing: Timing = Timing(), openflow: str = "", reachable_only: bool = False,
+                 feed_lag: Callable[[], float | None] = lambda: None):
         leases.require_postgres(engine)
         if schema_version is None:
             from fathom.store.db import current_revision
             schema_version = current_revision(engine) or "none"
-        self.engine, self.switches, self.timing = engine, switches, timing
+        # its own statements notify no change feed (fathom.cluster.feed): a round is not a store change
+        self.engine, self.switches, self.timing = engine.execution_options(feed=False), switches, timing
+        self.openflow, self.reachable_only, self.feed_lag = openflow, reachable_only, feed_lag
+        self.taken: set[str] = set()        # switches with a valid lease, any holder (the last round's)
+        self.peers: dict[str, str] = {}     # live replicas' OpenFlow listeners (id -> host:port)
         self.id = replica_id or uuid.uuid4().hex[:12]
         self.address, self.schema_version, self.fingerprint = address, schema_version, pki_fingerprint
         self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
@@ -115,13 +122,16 @@ class Mastership:
 
     def join(self) -> "Mastership":
         with self.engine.begin() as conn:
-            leases.join(conn, self.id, self.address, self.schema_version, self.fingerprint, self.timing)
+            leases.join(conn, self.id, self.address, self.schema_version, self.fingerprint, self.timing,
+                        self.openflow)
         LOG.info("replica %s joined the cluster (lease %.2f s, renewal every %.2f s)", self.id,
                  self.timing.lease, self.timing.renew)
         return self
 
-    def start(self) -> "Mastership":
-        self.join()
+    def start(self, joined: bool = False) -> "Mastership":
+        """Join (unless `joined` already) and start the rounds."""
+        if not joined:
+            self.join()
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"mastership-{self.id}")
         self._thread.start()
         return self
@@ -152,10 +162,12 @@ class Mastership:
         """One round: its leases renewed, taken or given up, the callbacks called. A failure (PostgreSQL
         down) is counted; leases then end at their local deadline."""
         sent = time.monotonic()
-        new = set(self.switches()) - self._known
+        switches = set(self.switches())
+        new = switches - self._known
         try:
             with self.engine.begin() as conn:
-                got = leases.run_round(conn, self.id, self.timing, sorted(new))
+                got = leases.run_round(conn, self.id, self.timing, sorted(new),
+                                       switches if self.reachable_only else None, self.feed_lag())
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides
@@ -165,6 +177,7 @@ class Mastership:
             self._expire_if_due()
             return
         self._known |= new
+        self.taken, self.peers = got.taken, got.openflow
         with self._lock:
             self._held = dict(got.held)
             self._valid_until = sent + self.timing.lease - self.timing.guard

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, String
+from sqlalchemy import BigInteger, DateTime, Float, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from fathom.store.base import Base
@@ -21,6 +21,13 @@ class Replica(Base):
     heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     schema_version: Mapped[str] = mapped_column(String(64))              # the store's Alembic head it runs
     pki_fingerprint: Mapped[str] = mapped_column(String(64))             # SHA-256 of its CA certificates
+    # its OpenFlow listener as host:port (host empty: the address its peers reach the switches from,
+    # i.e. replicas on one host); every switch is given every live replica's as a controller
+    openflow: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    # seconds from a write's commit to its notification reaching this replica (the last one it got)
+    feed_lag: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the switches it has an OpenFlow connection to, comma-separated (null: it may master any)
+    reaches: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Lease(Base):

@@ -18,6 +18,7 @@ import socket
 import ssl
 import threading
 import time
+from typing import Callable
 
 from fathom.controller import channels
 from fathom.controller.extension import NodeBootstrap
@@ -368,14 +369,15 @@ class NodeOvsdb:
                 idl.port_numbers.load(idl.tables)
             return idl.port_numbers.of(bridge, idl.tables)
 
-    def ensure(self, node_id: int, tunnel_ip: str, controller: str, datapath_type: str | None = None) -> bool:
-        """Make br-int ours: secure fail mode, our controller, tunnel and uplink ports, and br-int and
+    def ensure(self, node_id: int, tunnel_ip: str, controller: str | list[str], datapath_type: str | None = None) -> bool:
+        """Make br-int ours: secure fail mode, our controller (or every replica's: a list), tunnel and uplink ports, and br-int and
         br-phy on `datapath_type` (`system`: the kernel module; `netdev`: userspace; None: leave an
         existing bridge's as it is, create a new one on `netdev`).
 
         Returns True when something had to change. Reads first, so a healthy node is not written.
         """
         dpid = f"{datapath_id(node_id):016x}"
+        controllers = [controller] if isinstance(controller, str) else sorted(controller)
         want_tunnel = {"remote_ip": "flow", "key": "flow", "local_ip": tunnel_ip}
 
         def needed(api) -> list:
@@ -395,8 +397,8 @@ class NodeOvsdb:
                 out.append(api.db_set("Bridge", "br-int", ("fail_mode", "secure"),
                                       ("protocols", ["OpenFlow13", "OpenFlow14"]),
                                       ("other_config", {"datapath-id": dpid, "disable-in-band": "true"})))
-            if br is None or controller_differs(br, [controller]):
-                out.append(SetController(api, "br-int", [controller]))
+            if br is None or controller_differs(br, controllers):
+                out.append(SetController(api, "br-int", controllers))
             if TUNNEL_INTERFACE not in ports or self._iface_options(TUNNEL_INTERFACE) != want_tunnel:
                 out += [api.add_port("br-int", TUNNEL_INTERFACE, may_exist=True),
                         api.db_set("Interface", TUNNEL_INTERFACE, ("type", "vxlan"), ("options", want_tunnel))]
@@ -428,6 +430,12 @@ class Bootstrapper(NodeBootstrap):
         self.last_ofports: dict[str, dict[str, int]] = {}
         self.failing: dict[str, str] = {}     # node -> its failure, logged once while it lasts
         self.on_change = lambda name, what: None
+        # In a cluster (fathom.controller.cluster): whether this replica may set up a switch (by
+        # datapath id: it is its master), and every replica's controller target as seen from a
+        # management address. Alone: always, and this controller's target.
+        self.may_write: Callable[[int], bool] = lambda dpid: True
+        self.targets: Callable[[str], list[str]] = lambda management_ip: [
+            channels.controller_target(local_ip_towards(management_ip), self.controller_port)]
 
     def current(self, node) -> tuple[str, str | None, dict[str, int]] | None:
         """(state, reason, br-int ofports) from the replica, or None when the node must be checked
@@ -450,8 +458,8 @@ class Bootstrapper(NodeBootstrap):
                     ovsdb.close()
                 ovsdb = self.nodes[node.name] = NodeOvsdb(node.name, node.management_ip,
                                                           on_change=lambda name, what: self.on_change(name, what))
-            controller = channels.controller_target(local_ip_towards(node.management_ip), self.controller_port)
-            ovsdb.ensure(node.id, node.tunnel_ip, controller, node.datapath_type)
+            if self.may_write(datapath_id(node.id)):
+                ovsdb.ensure(node.id, node.tunnel_ip, self.targets(node.management_ip), node.datapath_type)
             self.last_ofports[node.name] = ovsdb.ofports(fresh=True)
             if self.failing.pop(node.name, None) is not None:
                 LOG.info("node %s: bootstrap complete again", node.name)

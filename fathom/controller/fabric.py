@@ -61,8 +61,8 @@ DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
 DPID_TOR, DPID_PHY = datapath_id_tor(0), datapath_id_phy(0)   # the kind byte of a fabric switch's, a br-phy's
 
 
-def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fail_mode: str) -> bool:
-    """Our controller, fail mode and datapath id on an existing bridge; True if anything changed."""
+def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controllers: list[str], fail_mode: str) -> bool:
+    """Our controllers (every replica's in a cluster), fail mode and datapath id on an existing bridge; True if anything changed."""
     want = f"{dpid:016x}"
 
     def needed(api) -> list:
@@ -76,8 +76,8 @@ def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controller: str, fai
             other.update({"datapath-id": want, "disable-in-band": "true"})
             out.append(api.db_set("Bridge", bridge, ("fail_mode", fail_mode),
                                   ("protocols", ["OpenFlow13", "OpenFlow14"]), ("other_config", other)))
-        if controller_differs(br, [controller]):
-            out.append(SetController(api, bridge, [controller]))
+        if controller_differs(br, controllers):
+            out.append(SetController(api, bridge, controllers))
         return out
 
     return commit(ovsdb.api, ovsdb.read(needed))
@@ -205,7 +205,13 @@ class FabricRuntime(Extension):
         """Before compiling: the fabric switches and every node's br-phy under our controller (OVSDB), their
         setup recorded as switch results; returns the model with their port numbers."""
         fab = routers.fabric_state(snapshot)
-        controller_for = lambda ip: channels.controller_target(local_ip_towards(ip), self.of_port)  # noqa: E731
+        # the controller targets, and whether this replica sets a switch up (in a cluster: every
+        # replica's targets, set by the switch's master: fathom.controller.cluster)
+        if rec.cluster is not None:
+            controller_for, may_write = rec.cluster.targets, rec.cluster.sets_up
+        else:
+            controller_for = lambda ip: [channels.controller_target(local_ip_towards(ip), self.of_port)]  # noqa: E731
+            may_write = lambda dpid: True  # noqa: E731
         ofports = {}
         for s in fab.switches:
             key = SwitchKey(TOR, s.name)
@@ -218,7 +224,7 @@ class FabricRuntime(Extension):
                         self.tors.pop(s.name).close()
                     ovsdb = self.tors[s.name] = self._connect(rec, s)
                 # the bridge is re-checked when its OVSDB reported a change (or is new, or failed)
-                if fresh or rec.setup_due(s.name):
+                if (fresh or rec.setup_due(s.name)) and may_write(datapath_id_tor(s.id)):
                     ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
                 ofports[s.name] = {n: p for n, p in ovsdb.ofports(s.bridge).items() if n != s.bridge}
                 self.tor_ports[s.id] = ofports[s.name]
@@ -242,7 +248,7 @@ class FabricRuntime(Extension):
                 res.setup, res.reason = "error", "node not bootstrapped"
                 continue
             try:
-                if rec.setup_due(node.name) or node.name not in self.phy_ofports:
+                if (rec.setup_due(node.name) or node.name not in self.phy_ofports) and may_write(datapath_id_phy(node.id)):
                     ensure_bridge(ovsdb, PHY_BRIDGE, datapath_id_phy(node.id), controller_for(node.management_ip),
                                   "secure")
                 self.phy_ofports[node.name] = ovsdb.ofports(PHY_BRIDGE)

@@ -91,6 +91,7 @@ class _Events:
     setup: set = field(default_factory=set)      # node / ToR names whose bridges must be re-checked
     ports: set = field(default_factory=set)      # node names whose interfaces changed
     seq: int = 0                                 # API writes requested so far (status board)
+    elsewhere: bool = False                      # another replica wrote the store (read it whole)
     triggers: set = field(default_factory=set)
     since: float | None = None                   # monotonic time of the first of these events
 
@@ -159,6 +160,8 @@ class Reconciler:
         self._next_audit = time.monotonic() + self.audit_interval
         self._audited_last: SwitchKey | None = None    # the last switch the periodic audit read back
         self._busy = 0                                # passes in a row that found changes waiting
+        # this replica's part in a cluster (fathom.controller.cluster.ClusterMember); None: alone
+        self.cluster = None
 
     @property
     def results(self) -> dict[SwitchKey, SwitchResult]:
@@ -201,6 +204,13 @@ class Reconciler:
     def wake(self, *_args) -> None:
         """The store changed (an API write): reload it and reconcile what it changed."""
         self._event("api", store=True, seq=True)
+
+    def changed_elsewhere(self) -> None:
+        """Another replica committed a write (the change feed), or writes may have been missed:
+        read the whole store (this process's own table notes do not see other processes' writes)."""
+        with self._events_lock:
+            self._events.elsewhere = True
+        self._event("feed", store=True)
 
     def ovsdb_changed(self, name: str, what: str) -> None:
         """A node's (or ToR's) OVSDB changed: "ports" (interfaces) or "setup" (bridges)."""
@@ -369,7 +379,7 @@ class Reconciler:
             kind = "audit of " + ", ".join(map(str, sorted(read_back))) if label == "audit turn" else label
             whole = audit or read_back is not None or self.store_model is None
             if ev.store or whole:
-                self.store_model = self.store.read(whole)
+                self.store_model = self.store.read(whole or ev.elsewhere)
             steps.done("read")
             result = PassResult()
             self._checked_all = whole or self.model is None
@@ -431,9 +441,20 @@ class Reconciler:
 
     def switches_to_reconcile(self, result: PassResult) -> set[SwitchKey]:
         """The switches this pass diffs and sends their changes: every switch with a desired
-        state. The one place that says which switches this controller reconciles (a controller
-        sharing the switches with others would keep those it is master of)."""
-        return set(result.desired)
+        state; in a cluster, only those this replica is master of (a switch another replica
+        masters is reported `ok` here: its master reports on it)."""
+        if self.cluster is None:
+            return set(result.desired)
+        keep = set()
+        for key in result.desired:
+            res = result.switches.get(key)
+            if res is None or res.dpid is None:
+                continue
+            if self.cluster.masters(res.dpid):
+                keep.add(key)
+            elif self.cluster.elsewhere(res.dpid) and res.setup == "ok":
+                res.state = "ok"
+        return keep
 
     def _freeze(self) -> None:
         memory.freeze()

@@ -45,11 +45,14 @@ def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> 
 
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,
           pki_dir: str | None = None, state_dir: str = "/var/lib/fathom", max_body: int | None = None,
-          audit_interval: float | None = None, datapath_settle: float = sw.DATAPATH_SETTLE) -> None:
+          audit_interval: float | None = None, datapath_settle: float = sw.DATAPATH_SETTLE,
+          cluster: bool = False, advertise: str | None = None) -> None:
     """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
     without. Its admin credential is `state_dir`/admin-token (created at the first start). The API's
-    connections are limited as the environment says (fathom.api.connections)."""
+    connections are limited as the environment says (fathom.api.connections). With `cluster`, it is
+    one replica of the controllers sharing this PostgreSQL store (fathom.controller.cluster); the
+    switches reach its OpenFlow listener at `advertise` (default: `of_host` unless a wildcard)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # ovsdbapp logs an unreachable node's OVSDB at ERROR on every try; our bootstrap logs the
     # same failure once per pass as the node's state (WARNING), and retries
@@ -64,9 +67,17 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     engine = open_store(db_url, migrate_apart=True)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
+    hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
+    mastership = None
+    if cluster:   # joined first: a refusal (SQLite, another schema or PKI) stops it before it listens
+        from fathom.controller import cluster as replica
+        host = advertise or ("" if of_host in ("0.0.0.0", "::") else of_host)
+        mastership = replica.join(engine, address=f"http://{hosts[0]}:{api_port}", openflow=f"{host}:{of_port}",
+                                  pki_dir=pki_dir)
     app = ofapp.start(of_host, of_port, gate,
                       channels.server_context(transport.files) if transport.tls else None)
-    reconciler = Reconciler(session_factory(engine), sw.OsKenSwitches(app, datapath_settle), Bootstrapper(of_port), interval=interval,
+    switches = sw.OsKenSwitches(app, datapath_settle)
+    reconciler = Reconciler(session_factory(engine), switches, Bootstrapper(of_port), interval=interval,
                             audit_interval=audit_interval, freeze_memory=True)
     app.on_switch = reconciler.switch_changed
     app.on_port_status = reconciler.port_status
@@ -82,8 +93,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
     reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard,
                                                 ask_flush=api.state.agent_hub.ask_flush))
+    if mastership is not None:
+        replica.run(mastership, switches, reconciler, app, api.state.agent_hub.changed)
     reconciler.wake()
-    hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
              of_host, of_port,
              "TLS" if transport.tls else "plain TCP, insecure", db_url)
@@ -96,7 +108,11 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     config = uvicorn.Config(DateHeader(Gate(api, guard)), host=hosts[0], port=api_port, log_level="warning",
                             http=guard.protocol, timeout_keep_alive=5, date_header=False,
                             proxy_headers=False)
-    QuietServer(config).run(sockets=api_sockets(hosts, api_port))
+    try:
+        QuietServer(config).run(sockets=api_sockets(hosts, api_port))
+    finally:
+        if mastership is not None:   # its leases freed: the other replicas take them at once
+            mastership.stop()
 
 
 def api_sockets(hosts: list[str], port: int) -> list[socket.socket]:

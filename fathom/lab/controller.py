@@ -29,29 +29,46 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, of_port: int | None = None,
-                     pki_dir: str | None = None) -> dict:
-    """A controller process for this lab: its store, log and pid file live in the lab's run dir.
+                     pki_dir: str | None = None, db: str | None = None, replicas: int = 1) -> dict:
+    """A controller process for this lab: its store (a SQLite file unless `db`), log and pid file
+    live in the lab's run dir.
 
     With `pki_dir` it speaks TLS on OpenFlow and OVSDB, otherwise plain TCP (--insecure).
     Given the ports of a previous run (a restart), it comes back where the switches expect it.
+    With `replicas` > 1: that many controllers, `fathom controller --cluster` on the PostgreSQL
+    store `db`, started one after the other; the first is the lab's controller (its URL, its
+    agents' URL), every one is listed under "replicas" (replica i > 0 logs to controller-<i>.log).
     """
+    if replicas > 1:
+        if not db or not db.startswith("postgresql"):
+            raise LabError("controller replicas share a PostgreSQL store: give its URL (--db postgresql+psycopg://...)")
+        started = [_start(lab_dir, of_host, None, None, pki_dir, db, index=i, cluster=True) for i in range(replicas)]
+        return {**started[0], "replicas": started}
+    return _start(lab_dir, of_host, api_port, of_port, pki_dir, db)
+
+
+def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | None, pki_dir: str | None,
+           db: str | None, index: int = 0, cluster: bool = False) -> dict:
+    """One controller process (`index`: which replica of a cluster; 0: the first, or a lone one)."""
+    suffix = f"-{index}" if index else ""
     api_port, of_port = api_port or free_port(), of_port or free_port(of_host)
-    log = open(lab_dir / "controller.log", "ab")
+    log = open(lab_dir / f"controller{suffix}.log", "ab")
     fathom = Path(sys.executable).with_name("fathom")
     cmd = [str(fathom) if fathom.exists() else sys.executable, *([] if fathom.exists() else ["-m", "fathom.cli.main"]),
-           "controller", "--db", f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
+           "controller", "--db", db or f"sqlite:///{lab_dir}/fathom.db", "--api-port", str(api_port),
            # the API also on the management network, where the nodes' agents reach it
            "--api-host", "127.0.0.1", *(["--api-host", of_host] if of_host != "127.0.0.1" else []),
            "--of-host", of_host, "--of-port", str(of_port), "--interval", "10",
-           "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"])]
+           "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"]),
+           *(["--cluster"] if cluster else [])]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    (lab_dir / "controller.pid").write_text(str(proc.pid))
+    (lab_dir / f"controller{suffix}.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
     token_file = lab_dir / ADMIN_TOKEN_FILE     # the controller's admin credential (0600), written at start
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / 'controller.log'}")
+            raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / f'controller{suffix}.log'}")
         try:
             probe = Client(url, token=read_token_file(token_file), timeout=1)
             try:
@@ -59,18 +76,20 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
             finally:
                 probe.close()
             return {"url": url, "agent_url": f"http://{of_host}:{api_port}", "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
-                    "managed": True, "pki_dir": pki_dir, "token_file": str(token_file)}
+                    "managed": True, "pki_dir": pki_dir, "token_file": str(token_file), **({"db": db} if db else {})}
         except (ApiError, NoToken):
             time.sleep(0.2)
-    raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / 'controller.log'}")
+    raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / f'controller{suffix}.log'}")
 
 
 def stop_controller(lab_dir: Path) -> None:
+    """Stop the lab's controller, every replica of it."""
     from .ovs import kill_and_wait
-    try:
-        kill_and_wait(int((lab_dir / "controller.pid").read_text()), timeout=5)
-    except (OSError, ValueError):
-        pass
+    for pid_file in sorted(lab_dir.glob("controller*.pid")):
+        try:
+            kill_and_wait(int(pid_file.read_text()), timeout=5)
+        except (OSError, ValueError):
+            pass
 
 
 def register(url: str, topo: Topology, nodes: list, progress=lambda s: None, fabric_ip: str | None = None,

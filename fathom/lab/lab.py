@@ -126,7 +126,8 @@ class Lab:
     # ----- up -----
     def up(self, topo: Topology, source: str, standalone: bool = False, controller: str | None = None,
            progress: Callable[[str], None] = lambda s: None, insecure: bool = False,
-           pki_dir: str | None = None, agent_url: str | None = None) -> dict:
+           pki_dir: str | None = None, agent_url: str | None = None, db: str | None = None,
+           replicas: int = 1) -> dict:
         """Build the lab. Without `standalone`, br-int is left to a controller: the one at URL
         `controller`, or one started for this lab; the lab's nodes and topology are registered.
 
@@ -134,7 +135,9 @@ class Lab:
         lab's run dir; a controller at `controller` needs its PKI directory as `pki_dir` (the lab
         issues each node's certificate from it). The nodes' agents reach a controller at `controller`
         at `agent_url`, by default that URL with a loopback host replaced by the management bridge's
-        address (the controller must then listen there too: `--api-host 0.0.0.0`)."""
+        address (the controller must then listen there too: `--api-host 0.0.0.0`). A lab's own
+        controller keeps its store in `db` (default: a SQLite file in the lab's run dir); with
+        `replicas` > 1 it is that many replicas of a cluster on the PostgreSQL store `db`."""
         require_root_and_tools()
         if self.exists():
             raise LabError(f"lab {self.name!r} already exists: run 'fathom lab down {self.name}' first")
@@ -159,7 +162,7 @@ class Lab:
         try:
             self._build(topo, state, nodes, standalone, progress)
             if not standalone:
-                self._attach_controller(topo, state, nodes, controller, progress, agent_url)
+                self._attach_controller(topo, state, nodes, controller, progress, agent_url, db, replicas)
             progress("warming the underlay neighbour tables")
             self._warm_underlay(nodes)
         except BaseException as e:
@@ -424,16 +427,16 @@ class Lab:
                 if peer is not node:
                     run(["ping", "-c", "1", "-W", "1", peer.tunnel_ip], ns=node.netns, check=False)
 
-    def _attach_controller(self, topo, state, nodes, url, progress, agent_url=None) -> None:
+    def _attach_controller(self, topo, state, nodes, url, progress, agent_url=None, db=None, replicas=1) -> None:
         from . import controller as ctl
         tls = state["tls"]
         if url is None:
             if tls:
                 progress("creating the lab's PKI")
                 Pki(tls["pki_dir"]).init()
-            progress("starting a controller for the lab")
+            progress("starting a controller for the lab" if replicas == 1 else f"starting {replicas} controller replicas")
             state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"],
-                                                       pki_dir=tls and tls["pki_dir"])
+                                                       pki_dir=tls and tls["pki_dir"], db=db, replicas=replicas)
         else:
             state["controller"] = {"url": url, "managed": False,
                                    "agent_url": agent_url or _reachable_from_nodes(url, state["management"]["root_ip"])}
@@ -520,11 +523,13 @@ class Lab:
         c = state.get("controller") or {}
         if not c.get("managed"):
             raise LabError(f"lab {self.name} does not run its own controller")
+        if c.get("replicas"):
+            raise LabError(f"lab {self.name} runs controller replicas: stop and start them one by one")
         ctl.stop_controller(self.dir)
         time.sleep(downtime)
         created = c.get("created")
         state["controller"] = ctl.start_controller(self.dir, c["of_host"], c["api_port"], c["of_port"],
-                                                   pki_dir=c.get("pki_dir"))
+                                                   pki_dir=c.get("pki_dir"), db=c.get("db"))
         state["controller"]["created"] = created
         self._save(state)
 

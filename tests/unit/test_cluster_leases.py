@@ -218,3 +218,97 @@ def test_a_round_that_cannot_finish_fails_and_the_leases_end_at_the_deadline(eng
     assert a.held() == {} and sorted(lost) == switches(2)
     assert _metric("fathom_cluster_leases_held") == held - 2
     assert _metric("fathom_cluster_lease_changes_total", change="lost") == changes + 2
+
+
+def test_a_replica_leases_only_the_switches_it_reaches_and_gives_up_one_it_no_longer_reaches(engine):
+    reach = {"a": switches(2)[:1], "b": switches(2)}
+    a = Mastership(engine, lambda: reach["a"], replica_id="a", timing=FAST, reachable_only=True).join()
+    b = Mastership(engine, lambda: reach["b"], replica_id="b", timing=FAST, reachable_only=True).join()
+    for m in (a, b, a):
+        m.run_round()
+    assert set(a.held()) == {switches(2)[0]} and set(b.held()) == {switches(2)[1]}   # b may not take the other: a holds it
+    assert a.taken == b.taken == set(switches(2))
+    lost = []
+    a.on_loss = lost.append
+    reach["a"] = []              # a's connection to its switch went away: it gives the lease up
+    a.run_round()
+    assert a.held() == {} and lost == [switches(2)[0]]
+    b.run_round()
+    assert set(b.held()) == {switches(2)[1]}     # at its share: a, below its share, may take it first
+    time.sleep(FAST.lease)
+    b.run_round()
+    assert set(b.held()) == set(switches(2)) and b.epoch(switches(2)[0]) == 2   # nobody did: the one that reaches it
+    a.run_round()
+    b.run_round()                # a is below its share, but does not reach b's switches: b gives none up
+    assert set(b.held()) == set(switches(2)) and a.held() == {}
+
+
+def test_a_replica_row_says_where_its_openflow_listens_and_its_feed_lag(engine):
+    a = Mastership(engine, lambda: (), replica_id="a", timing=FAST, openflow=":6653", feed_lag=lambda: 0.0125).join()
+    a.run_round()
+    with engine.begin() as conn:
+        (row,) = leases.status(conn, FAST)["replicas"]
+    assert (row["openflow"], row["feed_lag"]) == (":6653", 0.0125) and a.peers == {"a": ":6653"}
+
+
+class _Consumer:
+    """What ClusterMember tells the reconciler (a switch to resync), and the bootstrapper it configures."""
+
+    def __init__(self):
+        self.resynced, self.forgotten = [], []
+        self.applier = self
+        self.bootstrapper = type("Bootstrapper", (), {"controller_port": 6653})()
+
+    def forget(self, dpid):
+        self.forgotten.append(dpid)
+
+    def switch_changed(self, dpid, _datapath=None):
+        self.resynced.append(dpid)
+
+
+class _Connections:
+    """One replica's connections to the fake switches (each switch's role is per connection)."""
+
+    def __init__(self, fakes, name):
+        self.fakes, self.name = fakes, name
+
+    def session(self, dpid):
+        return self.fakes.switches[dpid].connect(self.name) if self.fakes.session(dpid) else None
+
+    def connected(self):
+        return self.fakes.connected()
+
+
+def test_a_replica_writes_to_a_switch_only_once_it_granted_the_master_role_under_the_lease_epoch(engine):
+    from fathom.controller.cluster import ClusterMember, switch_name
+    from fathom.controller.fakeswitch import FakeSwitches
+    fakes = FakeSwitches()
+    switch = fakes.add(0xfa00000000000001)
+    name = switch_name(switch.dpid)
+    members = {}
+    for r in ("a", "b"):
+        conns = _Connections(fakes, r)
+        m = Mastership(engine, lambda c=conns: [switch_name(d) for d in c.connected()], replica_id=r, timing=FAST,
+                       reachable_only=True, openflow=f"198.18.0.1:{6653 if r == 'a' else 6654}").join()
+        members[r] = (m, ClusterMember(m, conns, _Consumer()))
+    (a, ma), (b, mb) = members["a"], members["b"]
+    a.run_round()
+    wait_for(lambda: ma.masters(switch.dpid), 5, "a to be granted the master role")
+    assert switch.roles["a"] == "master" and switch.generation == a.epoch(name) == 1
+    assert ma.reconciler.resynced == [switch.dpid]                       # resynced whole once master
+    assert not mb.masters(switch.dpid) and mb.elsewhere(switch.dpid) is False   # b has not run a round yet
+    b.run_round()
+    assert mb.elsewhere(switch.dpid) and not mb.sets_up(switch.dpid) and ma.sets_up(switch.dpid)
+    assert ma.targets("198.18.0.10") == mb.targets("198.18.0.10") == ["tcp:198.18.0.1:6653", "tcp:198.18.0.1:6654"]
+    # a stops renewing (paused); b takes the lease under a newer epoch, the switch demotes a
+    time.sleep(FAST.lease + FAST.guard)
+    assert not ma.masters(switch.dpid)                                   # a's own deadline passed
+    b.run_round()
+    wait_for(lambda: mb.masters(switch.dpid), 5, "b to be granted the master role")
+    assert switch.roles == {"a": "slave", "b": "master"} and switch.generation == 2
+    ma.reconciler.forgotten.clear()
+    a.run_round()                          # a wakes: its loss is told, it asks to be slave, writes nothing
+    wait_for(lambda: switch.dpid in ma.reconciler.forgotten, 5, "a to drop the switch")
+    assert not ma.masters(switch.dpid) and switch.roles["b"] == "master"
+    ma._roles.shutdown(wait=True)
+    mb._roles.shutdown(wait=True)

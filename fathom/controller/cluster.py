@@ -1,0 +1,157 @@
+"""This controller as one replica of a cluster (`fathom controller --cluster`): which switches its
+reconciler writes to, their OpenFlow roles, and which nodes' OVSDB it sets up.
+
+The replica leases only the switches it has an OpenFlow connection to (fathom.cluster.mastership,
+`reachable_only`). It reconciles a switch only once the switch granted it the master role under
+the lease's epoch (its `generation_id`): on a gain the role is requested, the switch's mirror
+dropped and the switch resynced whole; on a loss it stops at once and asks for the slave role
+where the connection is still up. A switch that (re)connects starts as an equal connection: the
+role is requested again, master or slave as the lease says. Role requests wait for the switch, so
+they run on a thread of their own, never on the lease rounds' or OpenFlow's.
+
+A node's OVSDB (its bridges, its controller targets: every live replica's OpenFlow listener) is
+set up by the master of its br-int, or by any replica while nobody holds that lease (a node whose
+switches reach no replica yet). A switch mastered by another replica counts as `ok` in this
+replica's statuses: its master reports it.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from fathom.cluster import feed
+from fathom.cluster.leases import pki_fingerprint
+from fathom.cluster.mastership import Mastership
+from fathom.controller import channels
+from fathom.controller.bootstrap import local_ip_towards
+from fathom.controller.switch import ApplyError
+
+LOG = logging.getLogger("fathom.cluster")
+
+
+def switch_name(dpid: int) -> str:
+    """A switch's name in the leases: its datapath id in 16 hex digits."""
+    return f"{dpid:016x}"
+
+
+class ClusterMember:
+    """Ties a Mastership to the reconciler `reconciler` whose switches are `switches`
+    (fathom.controller.switch.OsKenSwitches)."""
+
+    def __init__(self, mastership: Mastership, switches, reconciler):
+        self.mastership, self.switches, self.reconciler = mastership, switches, reconciler
+        self._granted: dict[int, int] = {}     # dpid -> epoch under which the switch made us its master
+        self._roles = ThreadPoolExecutor(1, thread_name_prefix="openflow-roles")
+        mastership.on_gain = lambda switch, epoch: self._ask(int(switch, 16))
+        mastership.on_loss = self._lost
+        reconciler.cluster = self
+        bootstrapper = reconciler.bootstrapper
+        bootstrapper.may_write = self.sets_up
+        bootstrapper.targets = self.targets
+
+    # ------------------------------------------------------------------ what the reconciler asks
+
+    def masters(self, dpid: int) -> bool:
+        """Whether this replica writes to the switch now: its lease is valid and the switch granted
+        the master role under its epoch."""
+        epoch = self.mastership.epoch(switch_name(dpid))
+        return epoch is not None and self._granted.get(dpid) == epoch
+
+    def elsewhere(self, dpid: int) -> bool:
+        """Whether another replica holds the switch's lease (so reports on it)."""
+        return switch_name(dpid) in self.mastership.taken and self.mastership.epoch(switch_name(dpid)) is None
+
+    def sets_up(self, dpid: int) -> bool:
+        """Whether this replica sets the switch up over OVSDB: it holds its lease, or nobody does."""
+        name = switch_name(dpid)
+        return self.mastership.epoch(name) is not None or name not in self.mastership.taken
+
+    def targets(self, management_ip: str) -> list[str]:
+        """Every live replica's OpenFlow listener as a controller target for a switch managed at
+        `management_ip` (a listener with no host: the replicas share this host, reached as this one is)."""
+        out = set()
+        for listener in self.mastership.peers.values():
+            host, _, port = listener.rpartition(":")
+            if port.isdigit():
+                out.add(channels.controller_target(host or local_ip_towards(management_ip), int(port)))
+        return sorted(out) or [channels.controller_target(local_ip_towards(management_ip),
+                                                          self.reconciler.bootstrapper.controller_port)]
+
+    # ------------------------------------------------------------------ events
+
+    def connected(self, dpid: int) -> None:
+        """A switch (re)connected or went away: a new connection is equal; ask for our role."""
+        self._granted.pop(dpid, None)
+        self._ask(dpid)
+
+    def not_master(self, dpid: int) -> None:
+        """The switch says another controller is its master (role status, IS_SLAVE)."""
+        if self._granted.pop(dpid, None) is not None:
+            LOG.info("switch %s: another replica took the master role", switch_name(dpid))
+            self.reconciler.applier.forget(dpid)
+
+    def _lost(self, switch: str) -> None:
+        dpid = int(switch, 16)
+        self._granted.pop(dpid, None)      # first: no pass writes to it from now on
+        self.reconciler.applier.forget(dpid)
+        self._ask(dpid)
+
+    def _ask(self, dpid: int) -> None:
+        self._roles.submit(self._request_role, dpid)
+
+    def _request_role(self, dpid: int) -> None:
+        """The role the lease says, now: master under its epoch (then a whole resync), else slave."""
+        session = self.switches.session(dpid)
+        if session is None:
+            return
+        epoch = self.mastership.epoch(switch_name(dpid))
+        try:
+            session.request_role(epoch)
+        except ApplyError as e:   # NotMaster: stale epoch (another is master); or the switch went away
+            LOG.warning("switch %s: role request (%s) failed: %s", switch_name(dpid),
+                        "slave" if epoch is None else f"master, epoch {epoch}", e)
+            return
+        if epoch is None:
+            return
+        if self.mastership.epoch(switch_name(dpid)) == epoch:
+            self._granted[dpid] = epoch
+            LOG.info("switch %s: master under epoch %d; resyncing it", switch_name(dpid), epoch)
+            self.reconciler.applier.forget(dpid)     # its mirror may be stale: read it back
+            self.reconciler.switch_changed(dpid)
+
+    def stop(self) -> None:
+        self.mastership.stop()
+        self._roles.shutdown(wait=False, cancel_futures=True)
+
+
+def join(engine, *, address: str, openflow: str, pki_dir: str | None) -> Mastership:
+    """This process's Mastership, joined (ClusterError: not PostgreSQL, or a live replica runs
+    another schema or PKI), its rounds not started yet (`run`); its writes notify the change feed."""
+    mastership = Mastership(engine, lambda: (), address=address, openflow=openflow,
+                            pki_fingerprint=pki_fingerprint(pki_dir), reachable_only=True)
+    mastership.join()
+    feed.notify_commits(engine, mastership.id)
+    return mastership
+
+
+def run(mastership: Mastership, switches, reconciler, app, on_feed) -> ClusterMember:
+    """Start the replica's rounds and change feed, the OpenFlow app's events routed to it. It leases
+    the switches connected to `switches` (OsKenSwitches). `on_feed()`: another replica wrote the
+    store (besides the reconciler: the agents' long-polls are woken)."""
+    mastership.switches = lambda: [switch_name(d) for d in switches.connected()]
+    member = ClusterMember(mastership, switches, reconciler)
+
+    def switch_changed(dpid, datapath=None):
+        reconciler.switch_changed(dpid, datapath)
+        member.connected(dpid)
+    app.on_switch = switch_changed
+    app.on_not_master = member.not_master
+
+    def elsewhere():
+        reconciler.changed_elsewhere()
+        on_feed()
+    url = mastership.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    listener = feed.Listener(url, mastership.id, elsewhere).start()
+    mastership.feed_lag = lambda: listener.lag
+    mastership.start(joined=True)
+    return member

@@ -1,0 +1,74 @@
+"""The change feed between replicas on a real PostgreSQL server (fathom.cluster.feed): a committed
+write notifies every other replica's listener, a rolled-back one and a lease round do not, a replica
+does not wake itself, and a listener whose connection was cut reads again (on_change) once it is back."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import text
+
+from fathom.cluster import feed
+from fathom.lab.ovs import wait_for
+from fathom.store.db import open_store
+
+
+@pytest.fixture(scope="module")
+def url(postgres):
+    return postgres.new_database()
+
+
+class Count:
+    def __init__(self):
+        self.n, self.event = 0, threading.Event()
+
+    def __call__(self):
+        self.n += 1
+        self.event.set()
+
+
+def listener_on(url: str, me: str) -> tuple[feed.Listener, Count]:
+    count = Count()
+    listener = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), me, count).start()
+    wait_for(lambda: count.n == 1, 10, "the listener to connect (and read once)")
+    return listener, count
+
+
+def test_a_committed_write_wakes_the_other_replicas_listener_only(url):
+    engine = open_store(url)
+    feed.notify_commits(engine, "writer")
+    other, theirs = listener_on(url, "reader")
+    own, mine = listener_on(url, "writer")
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES ('00000000000000aa', 0)"))
+        wait_for(lambda: theirs.n == 2, 5, "the notification of a committed write")
+        assert other.lag is not None and 0 <= other.lag < 5
+        with pytest.raises(RuntimeError), engine.begin() as conn:   # rolled back: nothing to tell
+            conn.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES ('00000000000000ab', 0)"))
+            raise RuntimeError
+        with engine.execution_options(feed=False).begin() as conn:   # a lease round's statements
+            conn.execute(text("UPDATE cluster_leases SET epoch = 1"))
+        with engine.begin() as conn:                                 # a read
+            conn.execute(text("SELECT count(*) FROM cluster_leases"))
+        with engine.begin() as conn:   # a last write: once it arrived, nothing came before it
+            conn.execute(text("DELETE FROM cluster_leases"))
+        wait_for(lambda: theirs.n == 3, 5, "the notification of the last write")
+        assert mine.n == 1   # the writer's own listener is not woken by its own writes
+    finally:
+        other.stop()
+        own.stop()
+        engine.dispose()
+
+
+def test_a_listener_cut_off_connects_again_and_says_so(url):
+    engine = open_store(url)
+    listener, count = listener_on(url, "reader")
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                              "WHERE application_name = 'fathom feed reader'"))
+        wait_for(lambda: count.n == 2 and listener.connected, 10, "the listener to connect again and read again")
+    finally:
+        listener.stop()
+        engine.dispose()
