@@ -82,6 +82,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
     reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard,
                                                 ask_flush=api.state.agent_hub.ask_flush))
+    # the web console: its pages, and change notices after each pass
+    from fathom.console.web import install as install_console
+    install_console(api, reconciler)
     reconciler.wake()
     hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
