@@ -360,7 +360,7 @@ class Gate:
         self.api, self.guard = api, guard
         self.public = {p for p in (api.openapi_url, api.docs_url, api.redoc_url,
                                    api.swagger_ui_oauth2_redirect_url) if p}
-        # paths that hold no data (the console's pages and scripts: fathom.console.web)
+        # paths that hold no data (the console's pages and scripts: fathom.api.console)
         self.public_prefixes = tuple(getattr(api.state, "public_prefixes", ()))
 
     async def __call__(self, scope, receive, send):

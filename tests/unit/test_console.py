@@ -1,5 +1,5 @@
-"""The console's change notices (fathom.console.feed) from real passes of a reconciler over fake
-switches, and its routes (fathom.console.web): pages without a token, with a strict CSP; only the
+"""The console's change notices (fathom.controller.console_feed) from real passes of a reconciler
+over fake switches, and its routes (fathom.api.console): pages without a token, with a strict CSP; only the
 listed front-end files; /v1/whoami and /v1/events with one."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
-from fathom.console.web import install
+from fathom.controller.server import install_console
 
 from .auth import headers_for
 from .test_reconciler import LAB, Cloud
@@ -17,7 +17,7 @@ from .test_reconciler import LAB, Cloud
 @pytest.fixture
 def tenants(tmp_path):
     c = Cloud(tmp_path, LAB / "tenants.yaml")    # projects alpha (blue, green) and beta (red)
-    feed = install(c.api, c.rec)
+    feed = install_console(c.api, c.rec)
     c.rec.run_pass()
     yield c, feed
     c.close()

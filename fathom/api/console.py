@@ -19,20 +19,19 @@ import json
 import re
 from pathlib import Path
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from fathom.api.auth import caller, identity
 from fathom.api.deps import ERRORS
 from fathom.auth import Identity
-from fathom.console.feed import ConsoleFeed, Listener
 from fathom.store.errors import NotFound
 from fathom.store.ops import Caller
 
-HERE = Path(__file__).parent
-STATIC = HERE / "static"
-PACKAGES = HERE / "node_modules"
+CONSOLE = Path(__file__).parent.parent / "console"     # the front end: pages, scripts, package.json
+STATIC = CONSOLE / "static"
+PACKAGES = CONSOLE / "node_modules"
 # what the pages import: URL name -> file under node_modules
 VENDOR = {"cytoscape.esm.min.mjs": "cytoscape/dist/cytoscape.esm.min.mjs",
           "uPlot.esm.js": "uplot/dist/uPlot.esm.js",
@@ -89,7 +88,9 @@ def console_router() -> APIRouter:
     return r
 
 
-def events_router(feed: ConsoleFeed) -> APIRouter:
+def events_router(feed) -> APIRouter:
+    """/v1/whoami and /v1/events; `feed`: the controller's change notices
+    (fathom.controller.console_feed.ConsoleFeed)."""
     r = APIRouter(prefix="/v1", tags=["console"], responses=ERRORS)
 
     @r.get("/whoami", summary="The caller's project and roles (what the console shows it)")
@@ -112,7 +113,7 @@ def events_router(feed: ConsoleFeed) -> APIRouter:
     return r
 
 
-async def _stream(feed: ConsoleFeed, listener: Listener, still_valid):
+async def _stream(feed, listener, still_valid):
     """`hello`, then a `change` per notice ({seq, kinds}); a keep-alive comment every KEEPALIVE s,
     when the token is verified again: a revoked or expired one ends the stream with `unauthorized`."""
     try:
@@ -134,14 +135,3 @@ async def _stream(feed: ConsoleFeed, listener: Listener, still_valid):
 
 def _event(name: str, data: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
-def install(api: FastAPI, reconciler) -> ConsoleFeed:
-    """The console on the controller's app `api`, its feed fed by `reconciler`'s passes."""
-    feed = ConsoleFeed()
-    reconciler.extensions.append(feed)
-    reconciler.board.listeners.append(feed.published)
-    api.state.public_prefixes = ("/console",)    # pages and scripts need no token (fathom.api.connections.Gate)
-    api.include_router(console_router())
-    api.include_router(events_router(feed))
-    return feed

@@ -8,7 +8,7 @@ every listener whose project has a changed object (an admin: any change) which k
 notice carries no object: the page reads what it shows through the REST API with its own token.
 
 Objects of no project (nodes, fabric switches) are told to admins only. Per listener a notice costs
-a set lookup and one small write on its stream (fathom.console.web).
+a set lookup and one small write on its stream (fathom.api.console).
 """
 from __future__ import annotations
 
