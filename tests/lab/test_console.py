@@ -101,7 +101,9 @@ def wait(browser, predicate, what: str, timeout: float = 10):
 
 
 def cell_texts(browser, section: str) -> list[str]:
-    return [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"#{section} td")]
+    """The texts of a table's cells, read at once (the page replaces its tables as it redraws)."""
+    return browser.execute_script(
+        "return [...document.querySelectorAll(`#${arguments[0]} td`)].map(td => td.textContent)", section)
 
 
 def errors(browser) -> list[dict]:
