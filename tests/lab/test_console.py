@@ -143,6 +143,7 @@ def test_qf_topology_live_and_names_as_text(lab, admin, url, browser):
 
 def test_qf_port_page_shows_a_removed_flow_as_missing(lab, admin, url, browser):
     vm1 = next(p for p in admin.get("/ports", params={"name": "vm1"}).json())
+    errors(browser)
     browser.get(f"{url}/console/port/{vm1['id']}")
     wait(browser, lambda d: "desired and actual agree" in d.find_element(By.ID, "flows").text, "vm1's flows in sync")
     assert "default" in browser.find_element(By.ID, "groups").text
@@ -176,7 +177,8 @@ def test_qf_chain_page(lab, admin, url, browser):
         assert r.status_code == 201, r.text
         made.append(path + "/" + str(r.json()["id"]))
         return r.json()
-    ports = [make("/ports", {"network_id": blue["id"], "name": f"qf-fw-{side}", "project_id": "alpha"})
+    ports = [make("/ports", {"network_id": blue["id"], "name": f"qf-fw-{side}", "project_id": "alpha",
+                             "port_security": False, "security_groups": []})
              for side in ("in", "out")]
     pair = make("/sfc/port_pairs", {"name": "qf-fw", "ingress": ports[0]["id"], "egress": ports[1]["id"],
                                     "project_id": "alpha"})
@@ -188,6 +190,7 @@ def test_qf_chain_page(lab, admin, url, browser):
     chain = make("/sfc/port_chains", {"name": "qf-web", "port_pair_groups": [group["id"]], "flow_classifiers": [fc["id"]],
                                       "pptmon": {"period_ns": 1_000_000_000}, "project_id": "alpha"})
     try:
+        errors(browser)
         browser.get(f"{url}/console/chain/{chain['id']}")
         wait(browser, lambda d: "qf-fws" in d.find_element(By.ID, "hops").text, "the chain's hops")
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart .uplot"), "the chart")
@@ -195,6 +198,7 @@ def test_qf_chain_page(lab, admin, url, browser):
         assert errors(browser) == []
         shot(browser, "chain")
     finally:
+        browser.get("about:blank")      # the page polls the chain: leave it before deleting it
         for path in reversed(made):
             admin.delete(path)
 
@@ -203,6 +207,7 @@ def test_qf_member_sees_its_project_only(lab, admin, url, browser):
     alpha = token_of(admin, "alpha")["token"]
     red1 = admin.get("/ports", params={"name": "red1"}).json()[0]      # beta's
     browser.execute_script("sessionStorage.clear()")
+    errors(browser)                 # what the tests before left in the log
     log_in(browser, url, alpha)
     wait(browser, lambda d: "vm1" in cell_texts(d, "ports"), "alpha's ports")
     shown = " ".join(cell_texts(browser, "ports") + cell_texts(browser, "networks"))

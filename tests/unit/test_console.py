@@ -14,9 +14,9 @@ from .auth import headers_for
 from .test_reconciler import LAB, Cloud
 
 
-@pytest.fixture
-def tenants(tmp_path):
-    c = Cloud(tmp_path, LAB / "tenants.yaml")    # projects alpha (blue, green) and beta (red)
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory):
+    c = Cloud(tmp_path_factory.mktemp("console"), LAB / "tenants.yaml")    # projects alpha (blue, green) and beta (red)
     feed = install_console(c.api, c.rec)
     c.rec.run_pass()
     yield c, feed
@@ -58,9 +58,14 @@ def test_listeners_are_bounded(tenants):
     feed.max_listeners = 2
 
     async def run():
-        assert feed.listen("a", False) and feed.listen("b", False)
-        assert feed.listen("c", False) is None
-    asyncio.run(run())
+        a, b = feed.listen("a", False), feed.listen("b", False)
+        assert a and b and feed.listen("c", False) is None
+        feed.leave(a)
+        feed.leave(b)
+    try:
+        asyncio.run(run())
+    finally:
+        feed.max_listeners = 256
 
 
 def test_pages_need_no_token_and_data_needs_one(tenants):

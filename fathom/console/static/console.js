@@ -84,13 +84,21 @@ export function showError(e) {
 // Calls onChange(kinds) at once and after each change notice (coalesced), reconnecting after a
 // drop (a controller restart) with a full refresh; a revoked token goes back to the login page.
 export function follow(onChange) {
-  let pending = null, wanted = new Set();
+  // one read at a time: notices during a read make one more read after it
+  let pending = null, busy = false, wanted = new Set();
   const soon = kinds => {
     kinds.forEach(k => wanted.add(k));
-    if (pending) return;
-    pending = setTimeout(() => { pending = null; const k = [...wanted]; wanted = new Set(); onChange(k).catch(showError); }, 50);
+    if (pending || busy) return;
+    pending = setTimeout(async () => {
+      pending = null; busy = true;
+      const k = [...wanted]; wanted = new Set();
+      try { await onChange(k); showError(null); } catch (e) { showError(e); }
+      busy = false;
+      if (wanted.size) soon([]);
+    }, 50);
   };
   const live = document.getElementById("live");
+  soon(["all"]);     // at once, even when the stream cannot be opened
   async function run() {
     for (let delay = 500; ; delay = Math.min(delay * 2, 10000)) {
       try {
@@ -113,6 +121,7 @@ export function follow(onChange) {
               else if (line.startsWith("data: ")) data += line.slice(6);
             }
             if (name === "unauthorized") return login();
+            // connected (again): read everything, for what changed before the stream was open
             if (name === "hello") { if (live) live.textContent = "live"; soon(["all"]); }
             if (name === "change") soon(JSON.parse(data).kinds);
           }

@@ -30,7 +30,8 @@ async function refresh() {
   replace("groups", groups.length ? groups.map(g => el("div", {},
     el("h3", {}, g.name, " ", statusBadge(g.status, g.status_reason)),
     table([
-      { title: "direction", cell: r => r.direction }, { title: "protocol", cell: r => r.protocol || "any" },
+      { title: "direction", cell: r => r.direction }, { title: "ethertype", cell: r => r.ethertype },
+      { title: "protocol", cell: r => r.protocol || "any" },
       { title: "ports", cell: r => r.port_range_min === null ? "any" : `${r.port_range_min}-${r.port_range_max}` },
       { title: "remote", cell: r => r.remote_ip_prefix || (r.remote_group_id !== null ? "group " + r.remote_group_id : "any") },
     ], g.rules, "no rules: nothing allowed in"))) : el("p", { class: "empty" }, port.port_security ? "none" : "port security off"));

@@ -6,12 +6,13 @@ import { api, apiMaybe, el, follow, header, replace, showError, statusBadge, tab
 const cy = cytoscape({
   container: document.getElementById("graph"),
   style: [
-    { selector: "node", style: { label: "data(label)", "font-size": 10, "text-valign": "bottom", "background-color": "#8aa4c0" } },
-    { selector: "node.host", style: { shape: "round-rectangle", "background-opacity": 0.08, "text-valign": "top", "border-width": 1 } },
+    { selector: "node", style: { label: "data(label)", "font-size": 12, "text-valign": "bottom", "background-color": "#8aa4c0" } },
+    { selector: "node.host", style: { shape: "round-rectangle", "background-opacity": 0.08, "text-valign": "top", "border-width": 1,
+                                    "min-width": 60, "min-height": 40, "font-weight": "bold" } },
     { selector: "node.switch", style: { shape: "rectangle", "background-color": "#5b6b7c" } },
     { selector: "node.network", style: { shape: "ellipse", "background-color": "#4c9be8" } },
     { selector: "node.router", style: { shape: "diamond", "background-color": "#e8a24c" } },
-    { selector: "node.port", style: { width: 14, height: 14, "background-color": "#6cc070" } },
+    { selector: "node.port", style: { width: 16, height: 16, "background-color": "#6cc070" } },
     { selector: "node.bad", style: { "border-width": 3, "border-color": "#d33" } },
     { selector: "node.pending", style: { "border-width": 3, "border-color": "#e0b000" } },
     { selector: "edge", style: { width: 1.5, "line-color": "#b6c2cf", "curve-style": "bezier" } },
@@ -21,6 +22,13 @@ const cy = cytoscape({
   wheelSensitivity: 0.3,
 });
 cy.on("tap", "node.port", ev => { location.href = "/console/port/" + ev.target.data("id").slice(5); });
+
+// a fabric switch's links, one per (port, node), with how each is known (declared, lldp)
+function linksOf(s) {
+  const out = {};
+  s.links.forEach(l => { (out[`${l.port_name} → ${l.node}`] ||= new Set()).add(l.source); });
+  return out;
+}
 
 const portLink = p => el("a", { href: "/console/port/" + p.id }, p.name || "port " + p.id);
 let me;
@@ -46,7 +54,7 @@ async function refresh() {
       { title: "node", cell: n => n.name }, { title: "role", cell: n => n.role },
       { title: "tunnel address", cell: n => n.tunnel_ip || "" },
       { title: "switch", cell: n => statusBadge(flows[n.name] && flows[n.name].connected ? "up" : "down") },
-      { title: "bridges (OVSDB)", cell: n => statusBadge(n.state === "ready" ? "ok" : n.state, n.status_reason) },
+      { title: "bridges (OVSDB)", cell: n => statusBadge(n.state === "complete" ? "ok" : n.state, n.status_reason) },
       { title: "agent", cell: n => statusBadge((agentOf[n.name] || {}).state === "up" ? "up" : "down", (agentOf[n.name] || {}).state) },
       { title: "in sync", cell: n => statusBadge(flows[n.name] && flows[n.name].in_sync ? "yes" : "no") },
       { title: "flows desired / actual", cell: n => flows[n.name] ? `${count(flows[n.name].desired)} / ${count(flows[n.name].actual) ?? "—"}` : "" },
@@ -54,7 +62,7 @@ async function refresh() {
     ], nodes));
     replace("switches", table([
       { title: "fabric switch", cell: s => s.name }, { title: "address", cell: s => s.management_ip },
-      { title: "links (port → node, how known)", cell: s => s.links.map(l => `${l.port_name} → ${l.node} (${l.source})`).join(", ") },
+      { title: "links (port → node, how known)", cell: s => Object.entries(linksOf(s)).map(([k, how]) => `${k} (${[...how].join(", ")})`).join("; ") },
       { title: "status", cell: s => statusBadge(s.status, s.status_reason) },
     ], switches));
     replace("tunnels", table([
@@ -95,7 +103,10 @@ function draw({ nodes, switches, tunnels, networks, routers, ports, flows }) {
   nodes.forEach(n => els.push({ data: { id: "host:" + n.name, label: n.name }, classes: "host " + (flows[n.name] && !flows[n.name].in_sync ? "bad" : "") }));
   switches.forEach(s => {
     els.push({ data: { id: "switch:" + s.id, label: s.name }, classes: "switch " + state(s) });
-    s.links.forEach(l => hosts.has(l.node) && els.push({ data: { id: `link:${s.id}:${l.port_name}`, source: "switch:" + s.id, target: "host:" + l.node }, classes: "link" }));
+    Object.keys(linksOf(s)).forEach(k => {
+      const node = k.split(" → ")[1];
+      if (hosts.has(node)) els.push({ data: { id: `link:${s.id}:${k}`, source: "switch:" + s.id, target: "host:" + node }, classes: "link" });
+    });
   });
   tunnels.forEach(([a, b]) => els.push({ data: { id: `tunnel:${a.name}:${b.name}`, source: "host:" + a.name, target: "host:" + b.name }, classes: "tunnel" }));
   networks.forEach(n => els.push({ data: { id: "network:" + n.id, label: n.name }, classes: "network " + state(n) }));
@@ -110,7 +121,8 @@ function draw({ nodes, switches, tunnels, networks, routers, ports, flows }) {
     if (netIds.has(p.network_id)) els.push({ data: { id: "pnet:" + p.id, source: "port:" + p.id, target: "network:" + p.network_id } });
   });
   cy.batch(() => { cy.elements().remove(); cy.add(els); });
-  cy.layout({ name: "cose", animate: false, randomize: false, nodeDimensionsIncludeLabels: true }).run();
+  cy.layout({ name: "cose", animate: false, randomize: true, nodeDimensionsIncludeLabels: true, padding: 20,
+              idealEdgeLength: () => 60, nodeRepulsion: () => 20000, componentSpacing: 60 }).run();
 }
 
 header().then(who => { me = who; follow(refresh); }).catch(showError);
