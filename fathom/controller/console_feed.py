@@ -141,7 +141,10 @@ class ConsoleFeed(Extension):
         for listener in listeners:
             kinds = listener.concerned(changed)
             if kinds:
-                listener.loop.call_soon_threadsafe(self._tell, listener, self.seq, kinds)
+                try:
+                    listener.loop.call_soon_threadsafe(self._tell, listener, self.seq, kinds)
+                except RuntimeError:   # its loop is closed: it is gone
+                    self.leave(listener)
 
     @staticmethod
     def _tell(listener: Listener, seq: int, kinds: set[str]) -> None:

@@ -206,6 +206,7 @@ def test_qf_chain_page(lab, admin, url, browser):
 def test_qf_member_sees_its_project_only(lab, admin, url, browser):
     alpha = token_of(admin, "alpha")["token"]
     red1 = admin.get("/ports", params={"name": "red1"}).json()[0]      # beta's
+    browser.get(f"{url}/console/login")
     browser.execute_script("sessionStorage.clear()")
     errors(browser)                 # what the tests before left in the log
     log_in(browser, url, alpha)

@@ -21,7 +21,7 @@ async function sample() {
   s.groups.forEach(g => {
     hops.push(el("span", { class: "arrow" }, "→"));
     hops.push(el("div", { class: "hop" }, el("strong", {}, g.name || "group " + g.id), el("div", {}, "p50 / p99 ", us(g.processing)),
-      g.port_pairs.map(p => el("div", {}, `${p.name || "pair " + p.id} on ${p.node || "?"}: ${us(p.processing)}`))));
+      g.port_pairs.map(p => el("div", {}, `${p.name || "pair " + p.id} on ${p.node || "(unbound)"}: ${us(p.processing)}`))));
   });
   hops.push(el("span", { class: "arrow" }, "→"), el("div", { class: "hop" }, "end to end ", us(s.e2e)));
   replace("hops", hops);
