@@ -16,7 +16,7 @@ const cy = cytoscape({
     { selector: "node.bad", style: { "border-width": 3, "border-color": "#d33" } },
     { selector: "node.pending", style: { "border-width": 3, "border-color": "#e0b000" } },
     { selector: "edge", style: { width: 1.5, "line-color": "#b6c2cf", "curve-style": "bezier" } },
-    { selector: "edge.tunnel", style: { "line-style": "dashed", "line-color": "#7d8fa3" } },
+    { selector: "edge.tunnel", style: { "line-style": "dashed", "line-color": "#7d8fa3", "curve-style": "unbundled-bezier", "control-point-distances": [40], "control-point-weights": [0.5] } },
     { selector: "edge.link", style: { width: 3, "line-color": "#5b6b7c" } },
   ],
   wheelSensitivity: 0.3,
@@ -95,34 +95,56 @@ async function refresh() {
   draw({ nodes, switches, tunnels, networks, routers, ports, flows });
 }
 
+// A fixed layout, so that the picture reads the same after each change: networks in a row at the
+// top (routers above the networks they join), each node a box below holding its ports, unbound
+// ports between, fabric switches at the bottom.
+const COL = 180, ROW = 46;
+
 function draw({ nodes, switches, tunnels, networks, routers, ports, flows }) {
   const els = [];
   const state = o => o.status === "error" ? "bad" : o.status === "pending" ? "pending" : "";
-  const hosts = new Set(nodes.map(n => n.name));
-  ports.forEach(p => { if (p.node && !hosts.has(p.node)) { hosts.add(p.node); nodes.push({ name: p.node }); } });
-  nodes.forEach(n => els.push({ data: { id: "host:" + n.name, label: n.name }, classes: "host " + (flows[n.name] && !flows[n.name].in_sync ? "bad" : "") }));
-  switches.forEach(s => {
-    els.push({ data: { id: "switch:" + s.id, label: s.name }, classes: "switch " + state(s) });
+  const hosts = nodes.map(n => n.name);
+  ports.forEach(p => { if (p.node && !hosts.includes(p.node)) hosts.push(p.node); });
+  const routerIds = new Set(routers.map(r => r.id)), netIds = new Set(networks.map(n => n.id));
+  const vmPorts = ports.filter(p => !(p.router_id !== null && routerIds.has(p.router_id)));
+  const width = Math.max(hosts.length, networks.length, 1) * COL;
+  const spread = (i, n) => (i + 0.5) * width / Math.max(n, 1);
+  const netX = {};
+  networks.forEach((n, i) => {
+    netX[n.id] = spread(i, networks.length);
+    els.push({ data: { id: "network:" + n.id, label: n.name }, classes: "network " + state(n), position: { x: netX[n.id], y: 60 } });
+  });
+  routers.forEach((r, i) => {
+    const joined = ports.filter(p => p.router_id === r.id && netIds.has(p.network_id)).map(p => netX[p.network_id]);
+    const x = joined.length ? joined.reduce((a, b) => a + b, 0) / joined.length : spread(i, routers.length);
+    els.push({ data: { id: "router:" + r.id, label: `${r.name} (${r.mode})` }, classes: "router " + state(r), position: { x, y: -20 } });
+  });
+  const unbound = vmPorts.filter(p => !p.node);
+  unbound.forEach((p, i) => { p._pos = { x: spread(i, unbound.length), y: 150 }; });
+  hosts.forEach((h, i) => {
+    const x = spread(i, hosts.length);
+    vmPorts.filter(p => p.node === h).forEach((p, j) => { p._pos = { x: x + (j % 2 ? 35 : -35), y: 260 + Math.floor(j / 2) * ROW }; });
+    els.push({ data: { id: "host:" + h, label: h }, classes: "host " + (flows[h] && !flows[h].in_sync ? "bad" : ""), position: { x, y: 260 } });
+  });
+  const deepest = Math.max(260, ...vmPorts.filter(p => p._pos).map(p => p._pos.y));
+  switches.forEach((s, i) => {
+    els.push({ data: { id: "switch:" + s.id, label: s.name }, classes: "switch " + state(s), position: { x: spread(i, switches.length), y: deepest + 110 } });
     Object.keys(linksOf(s)).forEach(k => {
       const node = k.split(" → ")[1];
-      if (hosts.has(node)) els.push({ data: { id: `link:${s.id}:${k}`, source: "switch:" + s.id, target: "host:" + node }, classes: "link" });
+      if (hosts.includes(node)) els.push({ data: { id: `link:${s.id}:${k}`, source: "switch:" + s.id, target: "host:" + node }, classes: "link" });
     });
   });
   tunnels.forEach(([a, b]) => els.push({ data: { id: `tunnel:${a.name}:${b.name}`, source: "host:" + a.name, target: "host:" + b.name }, classes: "tunnel" }));
-  networks.forEach(n => els.push({ data: { id: "network:" + n.id, label: n.name }, classes: "network " + state(n) }));
-  routers.forEach(r => els.push({ data: { id: "router:" + r.id, label: `${r.name} (${r.mode})` }, classes: "router " + state(r) }));
-  const netIds = new Set(networks.map(n => n.id)), routerIds = new Set(routers.map(r => r.id));
   ports.forEach(p => {
     if (p.router_id !== null && routerIds.has(p.router_id)) {
       if (netIds.has(p.network_id)) els.push({ data: { id: "rif:" + p.id, source: "router:" + p.router_id, target: "network:" + p.network_id } });
       return;
     }
-    els.push({ data: { id: "port:" + p.id, label: p.name, parent: p.node ? "host:" + p.node : undefined }, classes: "port " + state(p) });
+    els.push({ data: { id: "port:" + p.id, label: p.name, parent: p.node ? "host:" + p.node : undefined }, classes: "port " + state(p), position: p._pos });
     if (netIds.has(p.network_id)) els.push({ data: { id: "pnet:" + p.id, source: "port:" + p.id, target: "network:" + p.network_id } });
   });
   cy.batch(() => { cy.elements().remove(); cy.add(els); });
-  cy.layout({ name: "cose", animate: false, randomize: true, nodeDimensionsIncludeLabels: true, padding: 20,
-              idealEdgeLength: () => 60, nodeRepulsion: () => 20000, componentSpacing: 60 }).run();
+  cy.fit(undefined, 30);
 }
 
 header().then(who => { me = who; follow(refresh); }).catch(showError);
