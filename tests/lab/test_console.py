@@ -3,14 +3,15 @@ chromedriver) against a lab's controller: two tenants (alpha, beta), real OVS.
 
 Every page loads with no console error; a port made through the API appears on the topology page
 without a reload; a name with HTML in it is shown as text; a member sees only its project's objects
-(pages and data calls); a flow removed from a switch shows as missing on its port's page; a bad token
-goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
+(pages and data calls, and its stream of change notices); a flow removed from a switch shows as
+missing on its port's page; a bad or revoked token goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
 /tmp/fathom-console-shots; `FATHOM_CONSOLE_SHOTS=docs/img` refreshes the docs' images).
 """
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -230,6 +231,39 @@ def test_qf_member_sees_its_project_only(lab, admin, url, browser):
         "return (await r.json()).map(p => p.project_id);")
     assert set(names) == {"alpha"}
     errors(browser)    # the refused calls above are logged as failed loads: expected here
+
+
+def test_qf_change_notices_are_filtered_per_project(admin, url):
+    """A member's stream of change notices hears of its project's port, not of another project's."""
+    alpha = token_of(admin, "alpha")["token"]
+    lines: list[str] = []
+
+    def listen():   # until 3 s pass with nothing on the stream
+        try:
+            with httpx.stream("GET", f"{url}/v1/events", headers={"Authorization": f"Bearer {alpha}"},
+                              timeout=httpx.Timeout(10, read=3)) as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+        except httpx.ReadTimeout:
+            pass
+    reader = threading.Thread(target=listen)
+    reader.start()
+    nets = {n["name"]: n["id"] for n in admin.get("/networks").json()}
+    made = []
+    try:
+        deadline = time.monotonic() + 10
+        while "event: hello" not in lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        made.append(admin.post("/ports", json={"network_id": nets["red"], "name": "qf-beta", "project_id": "beta"}).json())
+        admin.get(f"/ports/{made[-1]['id']}", params={"wait": "down", "timeout": 10})    # its pass is over
+        time.sleep(0.5)
+        assert not any(line.startswith("event: change") for line in lines), lines
+        made.append(admin.post("/ports", json={"network_id": nets["blue"], "name": "qf-alpha", "project_id": "alpha"}).json())
+        reader.join(20)
+        assert "event: change" in lines and any('"port"' in line for line in lines), lines
+    finally:
+        for port in made:
+            admin.delete(f"/ports/{port['id']}")
 
 
 def test_qf_bad_or_revoked_token_goes_back_to_login(lab, admin, url, browser):
