@@ -85,6 +85,10 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "initdb": ("postgresql", "throw-away PostgreSQL clusters"),
     "pg_ctl": ("postgresql", "starting and stopping them"),
     "postgres": ("postgresql", "the PostgreSQL server"),
+    # the web console: its front-end packages (npm ci) and the headless browser of its tests
+    "npm": ("npm", "installing the console's front-end packages (fathom/console/package-lock.json)"),
+    "chromium": ("chromium", "the browser of the console's tests (headless)"),
+    "chromedriver": ("chromium-driver", "driving that browser from the tests (selenium)"),
     # the virtualenv
     "python3": ("python3", "fathom itself"),
 }

@@ -360,6 +360,8 @@ class Gate:
         self.api, self.guard = api, guard
         self.public = {p for p in (api.openapi_url, api.docs_url, api.redoc_url,
                                    api.swagger_ui_oauth2_redirect_url) if p}
+        # paths that hold no data (the console's pages and scripts: fathom.api.console)
+        self.public_prefixes = tuple(getattr(api.state, "public_prefixes", ()))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -383,7 +385,8 @@ class Gate:
                     return await self.api(scope, receive, send)
                 if who is not None:
                     self.guard.refund(source)
-            if who is None and not (scope["method"] in ("GET", "HEAD") and scope["path"] in self.public):
+            if who is None and not (scope["method"] in ("GET", "HEAD") and (
+                    scope["path"] in self.public or scope["path"].startswith(self.public_prefixes))):
                 self.guard.counts["unauthenticated"] += 1
                 message = ("the token is unknown, expired or revoked" if token else
                            "give a token: Authorization: Bearer <token> (see `fathom token`)")

@@ -14,6 +14,7 @@ wake-up a port, not one a port and pass.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -37,6 +38,7 @@ class StatusBoard:
         self.covered = -1       # the last write the published statuses reflect (-1: nothing published)
         self._waiters: set[_Waiter] = set()
         self.woken = 0          # long-polls woken by a publish that answered them
+        self.listeners: list = []   # fn(statuses) called after each publish (the console's feed)
 
     def request(self) -> int:
         """An API write was committed: the statuses published so far may not reflect it."""
@@ -59,6 +61,11 @@ class StatusBoard:
                 w.loop.call_soon_threadsafe(w.event.set)
             except RuntimeError:   # the waiter's loop is closed: it is gone
                 pass
+        for listener in self.listeners:
+            try:
+                listener(statuses)
+            except Exception:  # noqa: BLE001 - a listener must not break the pass
+                logging.getLogger(__name__).exception("status board listener failed")
 
     def answer(self, keys: tuple[tuple[str, int], ...], want: str, need: int) -> Status | None:
         """The status that ends a wait for `want`, or None while it is not there yet."""

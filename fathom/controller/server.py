@@ -11,6 +11,7 @@ import time
 import uvicorn
 
 from fathom.api import create_app
+from fathom.api.console import console_router, events_router
 from fathom.api.runtime import runtime_router, tap_runtime_router
 from fathom.api.traces import traces_router
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
@@ -18,6 +19,7 @@ from fathom.auth.tokens import ensure_admin_token
 from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
 from fathom.controller.bootstrap import Bootstrapper
+from fathom.controller.console_feed import ConsoleFeed
 from fathom.model import datapath_id
 from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
@@ -41,6 +43,17 @@ def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> 
                                           TapCollector(reconciler)))
     # simulated traces over the desired state the last pass compiled
     api.include_router(traces_router(lambda: (reconciler.model, reconciler.last.desired)))
+
+
+def install_console(api, reconciler: Reconciler) -> ConsoleFeed:
+    """The web console (fathom.api.console): its pages, and change notices after each pass."""
+    feed = ConsoleFeed()
+    reconciler.extensions.append(feed)
+    reconciler.board.listeners.append(feed.published)
+    api.state.public_prefixes = ("/console",)    # pages and scripts need no token (fathom.api.connections.Gate)
+    api.include_router(console_router())
+    api.include_router(events_router(feed))
+    return feed
 
 
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,
@@ -95,6 +108,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
                                                 ask_flush=api.state.agent_hub.ask_flush))
     if mastership is not None:
         replica.run(mastership, switches, reconciler, app, api.state.agent_hub.changed)
+    install_console(api, reconciler)
     reconciler.wake()
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
              of_host, of_port,

@@ -1,0 +1,137 @@
+"""The console's routes on the controller's API app: its pages, their scripts and the front-end
+packages (no token: they hold no data), `/v1/whoami` and the stream of change notices `/v1/events`
+(a token, as every API call).
+
+Pages (each a URL to share; the data is read by the page through the REST API with the user's token,
+kept in the tab's sessionStorage, so what a user sees is what the API lets that token read):
+    /console/login            a token (the controller's or a Keystone token)
+    /console/topology         nodes, fabric switches, networks, routers, ports; live
+    /console/port/<id>        a port: status, flows per stage desired vs actual, security groups, taps
+    /console/chain/<id>       a port chain hop by hop with PPTMon per VNF, a live chart
+
+The front-end packages (package.json, installed by `npm ci` in scripts/setup) are served from
+node_modules, only the files VENDOR names.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from fathom.api.auth import caller, identity
+from fathom.api.deps import ERRORS
+from fathom.auth import Identity
+from fathom.store.errors import NotFound
+from fathom.store.ops import Caller
+
+CONSOLE = Path(__file__).parent.parent / "console"     # the front end: pages, scripts, package.json
+STATIC = CONSOLE / "static"
+PACKAGES = CONSOLE / "node_modules"
+# what the pages import: URL name -> file under node_modules
+VENDOR = {"cytoscape.esm.min.mjs": "cytoscape/dist/cytoscape.esm.min.mjs",
+          "uPlot.esm.js": "uplot/dist/uPlot.esm.js",
+          "uPlot.min.css": "uplot/dist/uPlot.min.css"}
+PAGES = {"login": "login.html", "topology": "topology.html", "port": "port.html", "chain": "chain.html"}
+STATIC_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,40}\.(js|css)$")
+MEDIA = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html"}
+# Scripts only from the controller itself; style attributes are set by the graph library.
+HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                      "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+                                      "base-uri 'none'; form-action 'self'",
+           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+KEEPALIVE = 15.0      # seconds between a stream's keep-alive comments (and checks of its token)
+MAX_ID = 2**31 - 1
+
+
+def _file(path: Path) -> FileResponse:
+    return FileResponse(path, media_type=MEDIA[path.suffix], headers=HEADERS)
+
+
+def console_router() -> APIRouter:
+    r = APIRouter(include_in_schema=False)
+
+    @r.get("/console")
+    @r.get("/console/")
+    def home():
+        return RedirectResponse("/console/topology", status_code=302)
+
+    @r.get("/console/static/{name}")
+    def static(name: str):
+        path = STATIC / name
+        if not STATIC_NAME.match(name) or not path.is_file():
+            raise NotFound("no such file")
+        return _file(path)
+
+    @r.get("/console/vendor/{name}")
+    def vendor(name: str):
+        if name not in VENDOR or not (PACKAGES / VENDOR[name]).is_file():
+            raise NotFound("no such file (the console's packages are installed by scripts/setup: npm ci)")
+        return _file(PACKAGES / VENDOR[name])
+
+    @r.get("/console/{page}")
+    def page(page: str):
+        if page not in PAGES:
+            raise NotFound("no such page")
+        return _file(STATIC / PAGES[page])
+
+    @r.get("/console/{page}/{object_id}")
+    def object_page(page: str, object_id: int):
+        if page not in ("port", "chain") or not 0 < object_id <= MAX_ID:
+            raise NotFound("no such page")
+        return _file(STATIC / PAGES[page])
+
+    return r
+
+
+def events_router(feed) -> APIRouter:
+    """/v1/whoami and /v1/events; `feed`: the controller's change notices
+    (fathom.controller.console_feed.ConsoleFeed)."""
+    r = APIRouter(prefix="/v1", tags=["console"], responses=ERRORS)
+
+    @r.get("/whoami", summary="The caller's project and roles (what the console shows it)")
+    async def whoami(who: Identity = Depends(identity), c: Caller = Depends(caller)):
+        return {"project": c.project, "admin": c.admin, "roles": sorted(who.roles)}
+
+    @r.get("/events", summary="Change notices (server-sent events): after each reconciler pass, the kinds "
+                              "of the caller's objects that changed (an admin: anyone's)")
+    async def events(request: Request, c: Caller = Depends(caller)):
+        listener = feed.listen(c.project, c.admin)
+        if listener is None:
+            return JSONResponse({"detail": [{"loc": [], "msg": "too many consoles listen: retry later",
+                                             "type": "busy"}]}, status_code=503, headers={"Retry-After": "5"})
+        token = request.headers.get("authorization", "").partition(" ")[2].strip()
+        auth = request.app.state.authenticator
+        return StreamingResponse(_stream(feed, listener, lambda: auth.known(token) or auth.identify(token)),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    return r
+
+
+async def _stream(feed, listener, still_valid):
+    """`hello`, then a `change` per notice ({seq, kinds}); a keep-alive comment every KEEPALIVE s,
+    when the token is verified again: a revoked or expired one ends the stream with `unauthorized`."""
+    try:
+        yield _event("hello", {"seq": feed.seq, "project": listener.project, "admin": listener.admin})
+        while True:
+            try:
+                await asyncio.wait_for(listener.event.wait(), KEEPALIVE)
+            except TimeoutError:
+                if await run_in_threadpool(still_valid) is None:
+                    yield _event("unauthorized", {})
+                    return
+                yield b": keep-alive\n\n"
+                continue
+            seq, kinds = listener.take()
+            yield _event("change", {"seq": seq, "kinds": kinds})
+    finally:
+        feed.leave(listener)
+
+
+def _event(name: str, data: dict) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()

@@ -1,0 +1,135 @@
+// What every console page shares: the token (this tab's sessionStorage), REST calls with it, the
+// change notices (server-sent events read with fetch, so that the token goes in a header), and
+// building the page from text only (never HTML from data).
+const TOKEN = "fathom.token";
+
+export function token() { return sessionStorage.getItem(TOKEN); }
+
+// Back to the login page, which returns here after.
+export function login() {
+  sessionStorage.removeItem(TOKEN);
+  const next = location.pathname + location.search;
+  location.replace("/console/login?next=" + encodeURIComponent(next));
+}
+
+export class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+// GET /v1<path> with the token; a 401 sends the user to the login page.
+export async function api(path) {
+  const t = token();
+  if (!t) { login(); throw new ApiError(401, "no token"); }
+  const r = await fetch("/v1" + path, { headers: { Authorization: "Bearer " + t } });
+  if (r.status === 401) { login(); throw new ApiError(401, "the token is unknown, expired or revoked"); }
+  const body = await r.json().catch(() => null);
+  if (!r.ok) {
+    const msg = body && body.detail && body.detail[0] ? body.detail[0].msg : r.statusText;
+    throw new ApiError(r.status, msg);
+  }
+  return body;
+}
+
+// GET that answers null for a 403/404 (what this token may not see).
+export async function apiMaybe(path) {
+  try { return await api(path); }
+  catch (e) { if (e.status === 403 || e.status === 404) return null; throw e; }
+}
+
+// An element: el("td", {class: "x"}, "text", child, ...). Strings become text nodes.
+export function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else e.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+export function statusBadge(status, reason) {
+  return el("span", { class: "status " + status, title: reason || "" }, status);
+}
+
+// A table: columns [{title, cell: row => text or element}], rows.
+export function table(columns, rows, empty = "none") {
+  if (!rows.length) return el("p", { class: "empty" }, empty);
+  return el("table", {},
+    el("thead", {}, el("tr", {}, columns.map(c => el("th", {}, c.title)))),
+    el("tbody", {}, rows.map(r => el("tr", {}, columns.map(c => el("td", {}, c.cell(r)))))));
+}
+
+export function replace(id, ...children) {
+  document.getElementById(id).replaceChildren(...children.flat());
+}
+
+// The header of every page: the caller, the pages, log out.
+export async function header() {
+  const me = await api("/whoami");
+  replace("who", el("span", {}, (me.admin ? "admin" : "project ") + (me.admin ? "" : me.project)),
+    " ", el("a", { href: "/console/topology" }, "topology"),
+    " ", el("button", { id: "logout", type: "button" }, "log out"));
+  document.getElementById("logout").addEventListener("click", login);
+  return me;
+}
+
+export function showError(e) {
+  if (e && e.status === 401) return;
+  replace("error", e ? String(e.message || e) : "");
+}
+
+// Calls onChange(kinds) at once and after each change notice (coalesced), reconnecting after a
+// drop (a controller restart) with a full refresh; a revoked token goes back to the login page.
+export function follow(onChange) {
+  // one read at a time: notices during a read make one more read after it
+  let pending = null, busy = false, wanted = new Set();
+  const soon = kinds => {
+    kinds.forEach(k => wanted.add(k));
+    if (pending || busy) return;
+    pending = setTimeout(async () => {
+      pending = null; busy = true;
+      const k = [...wanted]; wanted = new Set();
+      try { await onChange(k); showError(null); } catch (e) { showError(e); }
+      busy = false;
+      if (wanted.size) soon([]);
+    }, 50);
+  };
+  const live = document.getElementById("live");
+  soon(["all"]);     // at once, even when the stream cannot be opened
+  async function run() {
+    for (let delay = 500; ; delay = Math.min(delay * 2, 10000)) {
+      try {
+        const r = await fetch("/v1/events", { headers: { Authorization: "Bearer " + token(), Accept: "text/event-stream" } });
+        if (r.status === 401) return login();
+        if (!r.ok) throw new Error("events: " + r.status);
+        delay = 500;
+        const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let end;
+          while ((end = buf.indexOf("\n\n")) >= 0) {
+            const block = buf.slice(0, end); buf = buf.slice(end + 2);
+            let name = "message", data = "";
+            for (const line of block.split("\n")) {
+              if (line.startsWith("event: ")) name = line.slice(7);
+              else if (line.startsWith("data: ")) data += line.slice(6);
+            }
+            if (name === "unauthorized") return login();
+            // connected (again): read everything, for what changed before the stream was open
+            if (name === "hello") { if (live) live.textContent = "live"; soon(["all"]); }
+            if (name === "change") soon(JSON.parse(data).kinds);
+          }
+        }
+      } catch (e) { /* dropped: reconnect below */ }
+      if (live) live.textContent = "reconnecting";
+      await new Promise(res => setTimeout(res, delay));
+    }
+  }
+  run();
+}

@@ -1,0 +1,94 @@
+"""The console's change notices (fathom.controller.console_feed) from real passes of a reconciler
+over fake switches, and its routes (fathom.api.console): pages without a token, with a strict CSP; only the
+listed front-end files; /v1/whoami and /v1/events with one."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fathom.controller.server import install_console
+
+from .auth import headers_for
+from .test_reconciler import LAB, Cloud
+
+
+@pytest.fixture(scope="module")
+def tenants(tmp_path_factory):
+    c = Cloud(tmp_path_factory.mktemp("console"), LAB / "tenants.yaml")    # projects alpha (blue, green) and beta (red)
+    feed = install_console(c.api, c.rec)
+    c.rec.run_pass()
+    yield c, feed
+    c.close()
+
+
+def test_a_change_is_told_to_its_project_and_admins_only(tenants):
+    cloud, feed = tenants
+    nets = {n["name"]: n for n in cloud.get("/networks")}
+
+    async def run():
+        alpha, beta, admin = feed.listen("alpha", False), feed.listen("beta", False), feed.listen("admin", True)
+        told = lambda: {name: l.take()[1] for name, l in (("alpha", alpha), ("beta", beta), ("admin", admin))}
+
+        async def pass_after(method, path, **body):
+            cloud.call(method, path, **body)
+            await asyncio.to_thread(cloud.rec.run_pass)
+            await asyncio.sleep(0.05)       # the notices are handed to this loop from the reconciler's thread
+            return told()
+
+        # a port of alpha: alpha and the admin hear of it, beta does not
+        got = await pass_after("POST", "/ports", json={"network_id": nets["blue"]["id"], "name": "new"})
+        assert got["alpha"] == ["port"] and "port" in got["admin"] and got["beta"] == []
+        # beta's network renamed (a change of the model alone, no status changes)
+        got = await pass_after("PATCH", f"/networks/{nets['red']['id']}", json={"name": "<b>x</b>"})
+        assert got == {"alpha": [], "beta": ["network"], "admin": ["network"]}
+        # a pass with nothing new tells nobody
+        await asyncio.to_thread(cloud.rec.run_pass)
+        await asyncio.sleep(0.05)
+        assert told() == {"alpha": [], "beta": [], "admin": []}
+        for listener in (alpha, beta, admin):
+            feed.leave(listener)
+        assert feed.listening() == 0
+    asyncio.run(run())
+
+
+def test_listeners_are_bounded(tenants):
+    _, feed = tenants
+    feed.max_listeners = 2
+
+    async def run():
+        a, b = feed.listen("a", False), feed.listen("b", False)
+        assert a and b and feed.listen("c", False) is None
+        feed.leave(a)
+        feed.leave(b)
+    try:
+        asyncio.run(run())
+    finally:
+        feed.max_listeners = 256
+
+
+def test_pages_need_no_token_and_data_needs_one(tenants):
+    cloud, _ = tenants
+    anonymous = TestClient(cloud.api)
+    r = anonymous.get("/console/topology")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in r.headers["content-security-policy"]
+    assert anonymous.get("/console/port/12").status_code == 200
+    assert anonymous.get("/console/static/console.js").headers["content-type"].startswith("text/javascript")
+    for bad in ("/console/nope", "/console/port/0", "/console/topology/3", "/console/static/..%2Fweb.py",
+                "/console/vendor/package.json", "/console/static/login.html"):
+        assert anonymous.get(bad).status_code == 404, bad
+    assert anonymous.get("/v1/whoami").status_code == 401
+    assert anonymous.get("/v1/events").status_code == 401
+    member = TestClient(cloud.api, headers=headers_for(cloud.api, "beta", ("member",)))
+    assert member.get("/v1/whoami").json() == {"project": "beta", "admin": False, "roles": ["member"]}
+    assert cloud.get("/whoami")["admin"] is True
+
+
+def test_the_front_end_packages_are_served_from_what_setup_installed(tenants):
+    cloud, _ = tenants
+    anonymous = TestClient(cloud.api)
+    for name in ("cytoscape.esm.min.mjs", "uPlot.esm.js", "uPlot.min.css"):
+        r = anonymous.get(f"/console/vendor/{name}")
+        assert r.status_code == 200 and len(r.content) > 1000, (name, r.status_code)
