@@ -5,4 +5,4 @@ reaches (fathom.trace.walk) with an OpenFlow interpreter over fathom's own flows
 (fathom.trace.tables). Pure, like the compilers: it reads the model and the compiled states only.
 docs/trace.md says how to read a trace.
 """
-from fathom.trace.walk import TraceError, trace  # noqa: F401
+from fathom.trace.walk import TraceError, Unanswered, trace  # noqa: F401
