@@ -365,12 +365,14 @@ class _Walk:
                             "desired": show(d.get(table, [])), "actual": show(a.get(table, []))})
         ports = [sorted(port_names.get(e.port, str(e.port)) for e in p.out) for p in (desired, actual)]
         if ports[0] != ports[1]:
-            out.append({"stage": "output", "desired": ", ".join(ports[0]) or "nowhere",
+            out.append({"stage": "ports out", "desired": ", ".join(ports[0]) or "nowhere",
                         "actual": ", ".join(ports[1]) or "nowhere"})
         return out
 
     def _owned(self, flow) -> str:
         owner = self.owner(flow.cookie, flow.priority)
+        if owner["kind"] == "stage":
+            return f"({owner.get('name', 'the pipeline')})"
         return f"({owner['kind']} {owner.get('name', owner['id'])})"
 
     def _step(self, pipeline, step: tb.Step) -> dict:
