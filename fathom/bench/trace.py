@@ -2,7 +2,7 @@
 
 The model is bench scale's (fathom.bench.scale.fabric.layout_snapshot): NODES compute nodes with
 PORTS each, every port plugged, networks spanning ten nodes, compiled once as the controller
-compiles it (fathom.apps.compile_all), with tunnels and the `default` security group (`as_a_cloud`). Then `samples` traces from a random port to a random other
+compiles it (fathom.apps.compile_all), with tunnels and a `default` security group per network (`as_a_cloud`). Then `samples` traces from a random port to a random other
 port of its network (a seeded draw: same node or across the tunnel as it falls), each timed in
 wall-clock and in CPU time of this process, as `POST /v1/traces` runs it after the controller's
 pass (the HTTP round trip and the caller's checks are not in the figure). Target: p50 ≤ 50 ms at
@@ -58,18 +58,19 @@ def run(nodes: int = 100, ports: int = 100, samples: int = 200, seed: int = 1, p
 
 
 def as_a_cloud(snapshot):
-    """The layout as a tenant's cloud: every node's tunnel port plugged (OpenFlow port 1, as bench
-    scale's nodes have it) and every port in its project's `default` security group with
-    Neutron's rules (egress anything, ingress from the group's members), so a trace crosses every
-    stage a tenant's packet crosses."""
+    """The layout as tenants' clouds: every node's tunnel port plugged (OpenFlow port 1, as bench
+    scale's nodes have it) and every port in a `default` security group of its network's tenant
+    with Neutron's rules (egress anything, ingress from the group's members), so a trace crosses
+    every stage a tenant's packet crosses."""
     from dataclasses import replace
 
     from fathom.model import TUNNEL_INTERFACE, SecurityGroup, SecurityGroupRule
-    group = SecurityGroup(1, "default", "p")
-    rules = (SecurityGroupRule(1, 1, "egress", "IPv4"), SecurityGroupRule(2, 1, "ingress", "IPv4", remote_group_id=1))
+    groups = tuple(SecurityGroup(n.id, "default", "p") for n in snapshot.networks)
+    rules = tuple(r for g in groups for r in (SecurityGroupRule(2 * g.id - 1, g.id, "egress", "IPv4"),
+                                              SecurityGroupRule(2 * g.id, g.id, "ingress", "IPv4", remote_group_id=g.id)))
     return replace(snapshot, nodes=tuple(replace(n, ofports={**n.ofports, TUNNEL_INTERFACE: 1}) for n in snapshot.nodes),
-                   ports=tuple(replace(p, security_groups=(1,)) for p in snapshot.ports),
-                   security_groups=(group,), security_group_rules=rules)
+                   ports=tuple(replace(p, security_groups=(p.network_id,)) for p in snapshot.ports),
+                   security_groups=groups, security_group_rules=rules)
 
 
 def markdown(doc: dict) -> str:
