@@ -133,7 +133,6 @@ class _Walk:
         for pp in snapshot.port_pairs:
             self.pairs[pp.ingress_port_id] = (pp, pp.egress_port_id)
             self.pairs[pp.egress_port_id] = (pp, pp.ingress_port_id)
-        self.tables: dict[tuple, tb.Tables] = {}
         self.hops: list[dict] = []
         self.leaves: list[dict] = []
 
@@ -302,7 +301,7 @@ class _Walk:
         if state is None:
             self._leaf(hop["id"], "dropped", f"{bridge} {name} has no desired state (not a switch fathom programs)")
             return []
-        tables = self.tables.get(switch) or self.tables.setdefault(switch, tb.Tables(state))
+        tables = tb.tables_of(state)
         try:
             p = tb.run(tables, {**pkt, "in_port": in_port}, self.ct_state)
         except tb.LoopError as e:
