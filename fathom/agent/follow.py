@@ -14,6 +14,9 @@ make the agent look every `busy_interval` seconds instead: an object a handler s
 (waiting for something on the host, e.g. a VIF not plugged yet) is applied again, and while a handler
 keeps counters of what it holds (PPTMon's loaders) they are read and reported when they moved.
 
+The desired state's answer may carry trace requests (fathom.api.agent_traces): each is run at once
+(`ovs-appctl ofproto/trace`, fathom.agent.trace) and its output posted back, before anything else.
+
 Nothing is torn down when the controller is unreachable: the host keeps what it holds and the
 agent retries with backoff. After an agent restart the first answer is applied like any other:
 handlers adopt what is already right (a router namespace, a running loader), so nothing is rebuilt.
@@ -34,10 +37,12 @@ LOG = logging.getLogger("fathom.agent.follow")
 class Follower:
     def __init__(self, http, node: str, handlers: list, facts, poll: float = 55.0,
                  report_interval: float = 300.0, resync: float = 300.0, backoff_max: float = 10.0,
-                 busy_interval: float = 5.0):
+                 busy_interval: float = 5.0, tracer=None):
         """`http`: fathom.agent.http.JsonClient (or an httpx.Client) on the controller's URL;
-        `facts`: () -> dict, read at the start, after each apply and every `resync` seconds."""
+        `facts`: () -> dict, read at the start, after each apply and every `resync` seconds;
+        `tracer`: answers the trace requests that come with the desired state (fathom.agent.trace)."""
         self.http = http
+        self.tracer = tracer
         self.node = node
         self.handlers = {h.KIND: h for h in handlers}
         self.facts = facts                  # () -> dict
@@ -68,6 +73,8 @@ class Follower:
         if r.status_code != 200:
             raise RuntimeError(f"desired state: HTTP {r.status_code}: {r.text[:300]}")
         body = r.json()
+        for ask in body.get("traces") or ():
+            self.answer_trace(ask)
         self.report_interval = min(self.report_interval, float(body.get("report_interval_s") or self.report_interval))
         if body["revision"] == self.revision:
             return False
@@ -80,6 +87,18 @@ class Follower:
         self.revision, self.objects = body["revision"], objects
         LOG.info("desired state revision %d: %d objects", self.revision, len(objects))
         return True
+
+    def answer_trace(self, ask: dict) -> None:
+        """Run one trace request and post its answer (a failure is the controller's to report: it
+        names the hop that got no answer)."""
+        try:
+            answer = self.tracer.run(ask) if self.tracer else {"error": "this agent runs no traces"}
+            r = self.http.post(f"/v1/agents/{self.node}/traces/{int(ask['id'])}", json=answer)
+            if r.status_code != 204:
+                LOG.warning("trace %s: the controller took no answer: HTTP %d: %s", ask.get("id"), r.status_code,
+                            r.text[:300])
+        except Exception as e:  # noqa: BLE001 - one trace must not stop the agent's loop
+            LOG.warning("trace %s: %s: %s", ask.get("id") if isinstance(ask, dict) else "?", type(e).__name__, e)
 
     def apply(self) -> None:
         statuses: dict[str, dict] = {}

@@ -338,6 +338,8 @@ class DesiredOut(BaseModel):
     revision: int
     objects: list[dict]
     report_interval_s: float = REPORT_INTERVAL
+    traces: list[dict] = Field(default_factory=list,
+                               description="trace requests for the agent to answer (fathom.api.agent_traces)")
 
 
 class AgentOut(BaseModel):
@@ -364,16 +366,23 @@ async def desired(node: NodeName, request: Request, who: Identity = Depends(iden
     if agent:
         hub.hold(node)
     gone = asyncio.ensure_future(_hung_up(request))
+    desk = request.app.state.trace_desk
+    asked = None
     try:
         while True:
             await asyncio.sleep(cache.holdoff())
             seen = hub.refreshes
             revision, objects = await run_in_threadpool(cache.get, node)
             left = deadline - time.monotonic()
-            if after is None or revision != after or left <= 0 or gone.done():
-                return DesiredOut(node=node, revision=revision, objects=objects)
-            await hub.wait(node, left, seen, gone)
+            traces = desk.take(node) if agent else []   # trace requests go to the agent only
+            if traces or after is None or revision != after or left <= 0 or gone.done():
+                return DesiredOut(node=node, revision=revision, objects=objects, traces=traces)
+            if agent:    # a trace request wakes the agent's long-poll too
+                asked = asked if asked is not None and not asked.done() else asyncio.ensure_future(desk.arrival(node))
+            await hub.wait(node, left, seen, gone, *([asked] if asked is not None else []))
     finally:
+        if asked is not None:
+            asked.cancel()
         gone.cancel()
         if agent:
             hub.release(node)

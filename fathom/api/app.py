@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from fathom import __version__
-from fathom.api import (agents, cluster, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments,
+from fathom.api import (agent_traces, agents, cluster, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments,
                         routers, secgroups, sfc, taps, tokens)
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
@@ -27,7 +27,7 @@ from fathom.store.ops import Settings
 
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
            floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
-           pptmon_attachments.router, pptmon.router, tokens.router, agents.router, cluster.router)
+           pptmon_attachments.router, pptmon.router, tokens.router, agents.router, agent_traces.router, cluster.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
@@ -58,6 +58,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
             on_change()
     app.state.store = Store(engine, settings or Settings(), changed)
     app.state.agent_desired = agents.DesiredCache(hub, app.state.store)
+    app.state.trace_desk = agent_traces.TraceDesk()   # trace requests to the agents (POST /v1/traces, actual)
     app.state.settings = app.state.store.settings
     app.state.pptmon_retention = pptmon.RetentionWorker(engine, retention or pptmon.RetentionConfig.from_env())
     app.state.pptmon_limits = IngestLimits(engine)

@@ -1,10 +1,14 @@
-"""/v1/traces: a simulated trace of one packet from a port (fathom.trace; docs/trace.md).
+"""/v1/traces: the trace of one packet from a port (fathom.trace; docs/trace.md).
 
 `POST /v1/traces` with the source port, the destination (an IPv4 address or a port) and the
-packet's protocol and ports answers the trace at once (nothing is stored, nothing is sent to a
-switch). It walks the desired state the controller compiled last, so it is served by the controller
-process: `traces_router(model)` takes a function returning (the model with its runtime facts, the
-desired state of every switch).
+packet's protocol and ports answers the trace at once (nothing is stored). It walks the desired
+state the controller compiled last, so it is served by the controller process:
+`traces_router(model)` takes a function returning (the model with its runtime facts, the desired
+state of every switch). With `actual`, each node's bridges are traced through their own tables by
+the node's agent (`ovs-appctl ofproto/trace`, asked through fathom.api.agent_traces) within
+`timeout` seconds in all; a hop whose agent is down or does not answer in time is named, with why,
+and the trace answers with what it has. At most MAX_ACTUAL such traces run at once (429 beyond).
+`?format=svg` (or `Accept: image/svg+xml`) answers the path as a picture (fathom.trace.svg).
 
 Who may: a member traces from a port of their project only, to an address or to a port they may
 see; another project's port is as absent as a missing one (404); objects of other projects that a
@@ -13,18 +17,24 @@ trace meets are not named. An admin traces anywhere.
 from __future__ import annotations
 
 import ipaddress
+import threading
+import time
 from typing import Callable, Literal, Mapping
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import Field, model_validator
 
+from fathom.api.agent_traces import TooManyTraces
 from fathom.api.deps import ERRORS, CallerDep
-from fathom.api.schemas import _Request
+from fathom.api.schemas import ErrorOut, _Request
 from fathom.model import Snapshot
+from fathom.store.agents import STALE_AFTER
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.trace import TraceError, trace
+from fathom.trace import TraceError, Unanswered, svg, trace
 
 PORT = Field(default=None, ge=1, le=65535)
+MAX_ACTUAL = 4          # traces of actual tables at once (each holds a worker thread while the agents answer)
+SVG = "image/svg+xml"
 
 
 class TraceCreate(_Request):
@@ -38,6 +48,9 @@ class TraceCreate(_Request):
     ct_state: Literal["new", "established"] = Field(
         default="new", description="the conntrack state every ct lookup is assumed to find")
     ttl: int = Field(default=64, ge=1, le=255)
+    actual: bool = Field(default=False, description="trace each node's own tables (by its agent's ofproto/trace)")
+    timeout: float = Field(default=5.0, ge=0.5, le=20.0,
+                           description="with actual: seconds the agents have to answer, in all")
 
     @model_validator(mode="after")
     def _one_destination(self):
@@ -55,9 +68,18 @@ Model = Callable[[], tuple[Snapshot | None, Mapping]]
 
 def traces_router(model: Model) -> APIRouter:
     router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERRORS)
+    running = threading.BoundedSemaphore(MAX_ACTUAL)
 
-    @router.post("", summary="Simulate one packet from a port through the desired pipelines")
-    def create_trace(body: TraceCreate, c: CallerDep) -> dict:
+    @router.post("", summary="Trace one packet from a port through the pipelines (desired, or each switch's own)",
+                 responses={200: {"content": {SVG: {}}}, 429: {"model": ErrorOut}})
+    def create_trace(body: TraceCreate, c: CallerDep, request: Request,
+                     format: Literal["json", "svg"] | None = Query(default=None, description="svg: the path drawn")):
+        result = _trace(body, c, request)
+        if format == "svg" or (format is None and SVG in request.headers.get("accept", "")):
+            return Response(svg.render(result), media_type=SVG)
+        return result
+
+    def _trace(body: TraceCreate, c, request: Request) -> dict:
         snapshot, states = model()
         if snapshot is None:
             raise Conflict("the controller has not compiled the model yet: try again in a moment")
@@ -81,10 +103,49 @@ def traces_router(model: Model) -> APIRouter:
                 raise Invalid(f"port {dst.id} has no IPv4 address", "to_port_id")
         else:
             to = str(body.to_ip)
+        if not body.actual:
+            try:
+                return trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state,
+                             body.ttl, visible)
+            except TraceError as e:
+                raise Invalid(str(e)) from None
+        if not running.acquire(blocking=False):
+            raise HTTPException(429, detail=[{"loc": [], "msg": f"{MAX_ACTUAL} traces of actual tables are running: "
+                                              "retry in a moment", "type": "rate_limited"}],
+                                headers={"Retry-After": "1"})
         try:
             return trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl,
-                         visible)
+                         visible, actual=_agents(request, body.timeout))
         except TraceError as e:
             raise Invalid(str(e)) from None
+        finally:
+            running.release()
 
     return router
+
+
+def _agents(request: Request, timeout: float):
+    """The `actual` of fathom.trace.trace: each node's agent traces its bridge (fathom.api.agent_traces),
+    all within `timeout` seconds from now."""
+    desk, hub = request.app.state.trace_desk, request.app.state.agent_hub
+    deadline = time.monotonic() + timeout
+
+    def actual(node: str, bridge: str, flow: str, ct_next: list) -> str:
+        heard = hub.last_heard(node)
+        if heard is None:
+            raise Unanswered(f"node {node}'s agent has not been heard from (since the controller started)")
+        if time.time() - heard > STALE_AFTER:
+            raise Unanswered(f"node {node}'s agent is down (last heard {time.time() - heard:.0f} s ago)")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Unanswered(f"the trace's {timeout:g} s had passed before this hop")
+        try:
+            ask = desk.ask(node, bridge, flow, ct_next)
+        except TooManyTraces as e:
+            raise Unanswered(str(e)) from None
+        if not desk.wait(ask, left):
+            raise Unanswered(f"node {node}'s agent did not answer within the trace's {timeout:g} s")
+        if ask.error is not None or ask.output is None:
+            raise Unanswered(f"node {node}'s agent could not trace: {ask.error or 'no output'}")
+        return ask.output
+    return actual

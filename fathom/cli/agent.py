@@ -80,6 +80,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     from fathom.agent.local import LocalOvs, facts
     from fathom.agent.pptmon import Pptmon
     from fathom.agent.routers import Routers
+    from fathom.agent.trace import Tracer
     from fathom.pptmon.control import BPFFS
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -101,7 +102,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         # the datapath flush first: until it is done, traffic may take a router's old path
         handlers = [DatapathFlushes(ovs), Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node),
                     DhcpServers(ovs, a.state_dir, dhcp_ns_prefix)]
-        follower = Follower(http, a.node, handlers, lambda: facts(ovs))
+        follower = Follower(http, a.node, handlers, lambda: facts(ovs), tracer=Tracer(ovs))
         a.extra_status = follower.status
 
     def stop(*_):

@@ -452,3 +452,22 @@ def scale(sizes, samples, api_ports, writers, stores, resync_ports, parts, lab_n
     except (RuntimeError, OSError) as e:
         fail(str(e))
     publish("scale", doc, out, sc, as_json, plot="scale.png")
+
+
+@bench.command("trace")
+@click.option("--nodes", type=click.IntRange(1, 250), default=100, show_default=True)
+@click.option("--ports", type=click.IntRange(1, 1000), default=100, show_default=True, help="ports per node")
+@click.option("--samples", type=click.IntRange(1, 100000), default=200, show_default=True, help="traces timed")
+@click.option("--seed", type=int, default=1, show_default=True, help="of the random draw of port pairs")
+@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-trace-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def trace_bench(nodes, ports, samples, seed, quick, outdir, as_json):
+    """Simulated trace latency (p50/p99, wall clock and CPU) on bench scale's model of NODES x PORTS:
+    a random port to a random other port of its network, as POST /v1/traces runs it."""
+    from fathom.bench import trace as tr
+    if quick:
+        nodes, ports, samples = 10, 10, 50
+    out = output_dir("trace", outdir)
+    doc = tr.run(nodes, ports, samples, seed, stderr_progress())
+    publish("trace", doc, out, tr, as_json)

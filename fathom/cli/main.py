@@ -13,7 +13,7 @@ GROUPS = [
     ("lab", "fathom.cli.lab", "lab"),
     ("controller", "fathom.cli.controller", "controller"),
     ("flows", "fathom.cli.controller", "flows"),
-    ("trace", "fathom.cli.trace", "trace"),       # a packet simulated through the desired pipelines
+    ("trace", "fathom.cli.trace", "trace"),       # a packet through the desired (or actual) pipelines
     ("node", "fathom.cli.node", "node"),
     ("network", "fathom.cli.network", "network"),
     ("subnet", "fathom.cli.subnet", "subnet"),

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import click
 
 from fathom.cli.output import console, plain, print_json, print_table
 from fathom.cli.resources import Api
 from fathom.client import DEFAULT_CONTROLLER
+from fathom.trace import svg
+from fathom.trace.walk import passed_through
 
 
 @click.command()
@@ -20,26 +23,36 @@ from fathom.client import DEFAULT_CONTROLLER
 @click.option("--ct-state", type=click.Choice(["new", "established"]), default="new", show_default=True,
               help="The conntrack state every ct lookup is assumed to find (a simulation cannot know it).")
 @click.option("--ttl", type=click.IntRange(1, 255), default=64, show_default=True)
+@click.option("--actual", is_flag=True,
+              help="Trace each node's own tables (its agent runs ovs-appctl ofproto/trace) and show where they "
+                   "differ from the desired ones when the verdicts differ.")
+@click.option("--timeout", type=click.FloatRange(0.5, 20), default=5.0, show_default=True,
+              help="With --actual: seconds the agents have to answer, in all.")
+@click.option("--svg", "svg_file", type=click.Path(dir_okay=False, writable=True),
+              help="Also draw the path hop by hop into this SVG file.")
 @click.option("--controller", envvar="FATHOM_CONTROLLER", default=DEFAULT_CONTROLLER, show_default=True,
               help="URL of the fathom controller (env FATHOM_CONTROLLER).")
 @click.option("--project", envvar="FATHOM_PROJECT", default=None,
               help="Service tokens: the project to act for (X-Project).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def trace(port_ref, to, proto, dport, sport, ct_state, ttl, controller, project, as_json):
-    """Simulate a packet from PORT_REF (id or name) through the desired pipelines of every switch it
-    reaches: each switch, each stage, the flow that matched and its owner, the actions, and the
-    verdict (delivered to a port, dropped and why, or sent out the uplink).
+def trace(port_ref, to, proto, dport, sport, ct_state, ttl, actual, timeout, svg_file, controller, project, as_json):
+    """Trace a packet from PORT_REF (id or name) through the pipelines of every switch it reaches:
+    each switch, each stage, the flow that matched and its owner, the actions, and the verdict
+    (delivered to a port, dropped and why, or sent out the uplink). A simulation over the desired
+    state; with --actual, through each node's own tables.
 
-    Not built yet: --actual (each switch's real tables, by its node agent's ofproto/trace) and
-    --live (a marked packet injected at the source port). This is a simulation over the desired state."""
+    Not built yet: --live (a marked packet injected at the source port, with the time each hop took)."""
     api = Api(controller, project)
     body = {"port_id": api.find("ports", port_ref)["id"], "proto": proto, "ct_state": ct_state, "ttl": ttl,
-            **({"dport": dport} if dport is not None else {}), **({"sport": sport} if sport is not None else {})}
+            **({"dport": dport} if dport is not None else {}), **({"sport": sport} if sport is not None else {}),
+            **({"actual": True, "timeout": timeout} if actual else {})}
     try:
         body["to_ip"] = str(ipaddress.IPv4Address(to))
     except ValueError:
         body["to_port_id"] = api.find("ports", to)["id"]
     result = api.call("POST", "/traces", json=body)
+    if svg_file:
+        Path(svg_file).write_text(svg.render(result))
     if as_json:
         print_json(result)
         return
@@ -57,7 +70,11 @@ def show(result: dict) -> None:
     for hop in result["hops"]:
         where = f"#{hop['id']} {hop['switch']} (in {hop['in_port']}"
         where += f", from #{hop['from']})" if hop["from"] is not None else ")"
-        for i, s in enumerate(s for s in hop["steps"] if not _pass_through(s)):
+        if hop.get("tables") and hop["tables"] != "actual":
+            where += f" [tables: {hop['tables']}]"
+        if not any(not passed_through(s) for s in hop["steps"]):
+            rows.append([where, "", "", "", "", ""])
+        for i, s in enumerate(s for s in hop["steps"] if not passed_through(s)):
             owner = s.get("owner")
             owned = "" if not owner else f"{owner['kind']} {owner.get('name', owner['id'])}"
             notes = "; ".join(s.get("notes", ()))
@@ -65,21 +82,23 @@ def show(result: dict) -> None:
                          s.get("match") or "", s["actions"] + (f" [{notes}]" if notes else ""), owned])
         if hop["outputs"]:
             rows.append(["", "→ out", "", "", ", ".join(o["port"] for o in hop["outputs"]), ""])
-    print_table("trace (simulated over the desired state; stages a table-miss flow passes on are left out, "
+        for d in hop.get("differs", ()):
+            rows.append(["", f"≠ {d['stage']}", "", "", f"desired {d['desired']}; actual {d['actual']}", ""])
+    print_table(f"trace (tables: {result['assumptions']['state']}; stages a table-miss flow passes on are left out, "
                 "--json has them)", ["switch", "stage", "prio", "match", "actions", "owner"],
                 rows)
     for leaf in result["leaves"]:
         console.print(plain(f"  {leaf['result']}: {leaf['detail']}"
                             + (f" (at #{leaf['hop']})" if leaf["hop"] is not None else "")))
+    if "desired" in result:
+        d = result["desired"]["verdict"]
+        console.print(plain(f"desired verdict: {d['result']}" + (f" to {d['port']} on {d['node']}" if d.get("port")
+                                                                   else "")))
+    if result.get("difference"):
+        console.print(plain(f"difference: {result['difference']['reason']}"))
     v = result["verdict"]
     console.print(plain(f"verdict: {v['result']}" + (f" to {v['port']} on {v['node']}" if v.get("port") else "")
                         + f" — {v['reason']}"))
-
-
-def _pass_through(step: dict) -> bool:
-    """A stage the packet only crossed: its table-miss flow goes on to the next table."""
-    owner = step.get("owner") or {}
-    return owner.get("kind") == "stage" and step["actions"].startswith("goto_table") and not step.get("notes")
 
 
 def _packet(pkt: dict) -> str:

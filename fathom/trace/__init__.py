@@ -3,6 +3,8 @@
 The simulated trace (`trace`) walks a packet through the *desired* tables of every switch it
 reaches (fathom.trace.walk) with an OpenFlow interpreter over fathom's own flows
 (fathom.trace.tables). Pure, like the compilers: it reads the model and the compiled states only.
+Given `actual`, the same walk reads each node's own tables from `ovs-appctl ofproto/trace` run by
+the node's agent (fathom.trace.ofproto reads its output). fathom.trace.svg draws a trace.
 docs/trace.md says how to read a trace.
 """
-from fathom.trace.walk import TraceError, trace  # noqa: F401
+from fathom.trace.walk import TraceError, Unanswered, trace  # noqa: F401

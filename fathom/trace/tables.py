@@ -20,8 +20,11 @@ resubmits/gotos and MAX_STEPS flows per pass, as OVS bounds its translation.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
+import threading
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from fathom.openflow.spec import (
@@ -52,6 +55,11 @@ def field_int(name: str, value) -> int:
     """A match field's value as a number (MACs and IP addresses written as text)."""
     if isinstance(value, int):
         return value
+    return _text_int(name, value)
+
+
+@functools.lru_cache(maxsize=65536)
+def _text_int(name: str, value: str) -> int:
     if name in _MAC:
         return int(value.replace(":", ""), 16)
     if name in _IPV4:
@@ -166,6 +174,32 @@ class Tables:
         if top is not None:
             return self._lookup([f for f in flows if f.priority < top], pkt)
         return None
+
+
+_KEPT: OrderedDict[int, tuple[SwitchState, Tables]] = OrderedDict()
+_KEPT_LOCK = threading.Lock()
+KEPT = 128          # switch states whose Tables are kept
+
+
+def tables_of(state: SwitchState) -> Tables:
+    """The Tables of a switch's state, kept for the KEPT states used last: traces after one
+    controller pass read the same states, and sorting a switch's flows costs more than a pass."""
+    with _KEPT_LOCK:
+        hit = _KEPT.get(id(state))
+        if hit is not None and hit[0] is state:
+            _KEPT.move_to_end(id(state))
+            return hit[1]
+    made = Tables(state)
+    with _KEPT_LOCK:
+        _KEPT[id(state)] = (state, made)
+        while len(_KEPT) > KEPT:
+            _KEPT.popitem(last=False)
+    return made
+
+
+def forget_tables() -> None:
+    with _KEPT_LOCK:
+        _KEPT.clear()
 
 
 def run(tables: Tables, pkt: dict, ct_state: int, table: int = 0) -> Pass:

@@ -27,28 +27,42 @@ from fathom.model.routers import router_port_interface
 from fathom.openflow.spec import OFPP_CONTROLLER
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.catalogue import BR_INT, BR_PHY, OFPP_NORMAL, PIPELINES, REG_DST_PORT, REG_SRC_PORT, REG_TAP, TOR
+from fathom.trace import ofproto
 from fathom.trace import tables as tb
 
 MAX_HOPS = 64                 # switch passes and hops outside the switches in one trace
 PROTOCOLS = {"icmp": 1, "tcp": 6, "udp": 17}
 ETH_IPV4 = 0x0800
 PHY_PATCH, PHY_UPLINK = "patch-int", "ul0"     # br-phy's interfaces (fathom.controller.setups)
-NOT_BUILT = ("--actual (each switch's own tables, by its node agent's ofproto/trace) and --live (a marked packet "
-             "injected at the source port) are not built yet: this trace is a simulation over the desired state")
+NOT_BUILT = ("--live (a marked packet injected at the source port, with the time each hop took) is not built yet")
+CT_NEXT = 4                   # ct actions a traced bridge pass resumes with the given state (ofproto/trace --ct-next)
+DESIRED, ACTUAL = "desired (what the controller compiles)", "actual (each node's tables, traced by its agent)"
 
 
 class TraceError(ValueError):
     """The trace cannot be asked this way (a 4xx for the API)."""
 
 
+class Unanswered(Exception):
+    """A switch's own tables could not be traced: why (its agent is down, did not answer in time, or
+    failed)."""
+
+
+# actual(node, bridge, br_flow, ct_next) -> what `ovs-appctl ofproto/trace` printed on that node
+Actual = Callable[[str, str, str, list], str]
+
+
 def trace(snapshot: Snapshot, states: Mapping, source: Port, to: str, proto: str = "icmp",
           sport: int | None = None, dport: int | None = None, ct_state: str = "new", ttl: int = 64,
-          visible: Callable[[str], bool] = lambda project: True) -> dict:
+          visible: Callable[[str], bool] = lambda project: True, actual: Actual | None = None) -> dict:
     """The trace of a packet from `source` to the IPv4 address `to`, as a JSON-able dict.
 
     `states`: the desired state of every switch, keyed by objects with `bridge` and `name` (the
     controller's SwitchKey). `visible(project)`: whether the caller may see that project's objects
-    by name (others are named "another project's …")."""
+    by name (others are named "another project's …"). `actual`: trace each node's bridges through
+    their own tables with it (raising Unanswered when it cannot); the fabric switch's pass stays
+    simulated. The result then also holds the desired verdict and, where the two verdicts differ,
+    the `difference`: the first stage whose actual flow is not the desired one."""
     if proto not in PROTOCOLS:
         raise TraceError(f"proto is one of {', '.join(PROTOCOLS)}")
     if ct_state not in tb.CT_STATES:
@@ -61,8 +75,39 @@ def trace(snapshot: Snapshot, states: Mapping, source: Port, to: str, proto: str
         dst = str(ipaddress.IPv4Address(to))
     except ValueError:
         raise TraceError(f"{to[:64]!r} is not an IPv4 address") from None
-    w = _Walk(snapshot, {(k.bridge, k.name): v for k, v in states.items()}, tb.CT_STATES[ct_state], visible)
-    return w.run(source, dst, proto, sport, dport, ttl, ct_state)
+    by_switch = {(k.bridge, k.name): v for k, v in states.items()}
+    desired = _Walk(snapshot, by_switch, tb.CT_STATES[ct_state], visible).run(source, dst, proto, sport, dport, ttl,
+                                                                               ct_state)
+    if actual is None:
+        return desired
+    result = _Walk(snapshot, by_switch, tb.CT_STATES[ct_state], visible, actual).run(
+        source, dst, proto, sport, dport, ttl, ct_state)
+    result["desired"] = {"verdict": desired["verdict"]}
+    if _outcome(result["verdict"]) != _outcome(desired["verdict"]):
+        result["difference"] = _difference(result, desired["verdict"])
+    return result
+
+
+def _outcome(verdict: dict) -> tuple:
+    return verdict["result"], verdict.get("port"), verdict.get("node")
+
+
+def _difference(result: dict, desired: dict) -> dict:
+    """Where the actual walk leaves the desired one: the first hop whose switch holds other flows for
+    the packet than it should (or that could not be traced)."""
+    out = {"desired": desired["result"], "actual": result["verdict"]["result"]}
+    for hop in result["hops"]:
+        if hop.get("differs"):
+            d = hop["differs"][0]
+            out.update(hop=hop["id"], switch=hop["switch"], stage=d["stage"],
+                       reason=f"{hop['switch']}, {d['stage']}: desired {d['desired']}; actual {d['actual']}")
+            return out
+        if hop.get("tables") == "unknown":
+            leaf = next(lf for lf in result["leaves"] if lf["hop"] == hop["id"])
+            out.update(hop=hop["id"], switch=hop["switch"], reason=leaf["detail"])
+            return out
+    out["reason"] = "the switches hold the desired flows for this packet; the verdicts differ past them"
+    return out
 
 
 def _first_ipv4(port: Port) -> str | None:
@@ -70,8 +115,9 @@ def _first_ipv4(port: Port) -> str | None:
 
 
 class _Walk:
-    def __init__(self, snapshot: Snapshot, states: dict, ct_state: int, visible):
+    def __init__(self, snapshot: Snapshot, states: dict, ct_state: int, visible, actual: Actual | None = None):
         self.s = snapshot
+        self.actual = actual
         self.states = states
         self.ct_state = ct_state
         self.visible = visible
@@ -87,7 +133,6 @@ class _Walk:
         for pp in snapshot.port_pairs:
             self.pairs[pp.ingress_port_id] = (pp, pp.egress_port_id)
             self.pairs[pp.egress_port_id] = (pp, pp.ingress_port_id)
-        self.tables: dict[tuple, tb.Tables] = {}
         self.hops: list[dict] = []
         self.leaves: list[dict] = []
 
@@ -215,7 +260,7 @@ class _Walk:
         result = {"source": {"port": self.port_name(source), "node": source.node, "ip": src_ip},
                   "to": {"ip": dst, "port": self.port_name(target) if target else None},
                   "packet": _show_packet(pkt), "next_hop": how,
-                  "assumptions": {"ct_state": ct_state, "state": "desired (what the controller compiles)",
+                  "assumptions": {"ct_state": ct_state, "state": ACTUAL if self.actual else DESIRED,
                                   "not_built": NOT_BUILT},
                   "hops": self.hops, "leaves": self.leaves}
         node = self.nodes.get(source.node) if source.node else None
@@ -256,13 +301,31 @@ class _Walk:
         if state is None:
             self._leaf(hop["id"], "dropped", f"{bridge} {name} has no desired state (not a switch fathom programs)")
             return []
-        tables = self.tables.get(switch) or self.tables.setdefault(switch, tb.Tables(state))
+        tables = tb.tables_of(state)
         try:
             p = tb.run(tables, {**pkt, "in_port": in_port}, self.ct_state)
         except tb.LoopError as e:
-            self._leaf(hop["id"], "unknown", str(e))
-            return []
+            p = e
         pipeline = PIPELINES[bridge]
+        if self.actual is not None and bridge in (BR_INT.bridge, BR_PHY.bridge):
+            desired = p
+            ct = ["trk,new" if self.ct_state == tb.CT_NEW else "trk,est"] * CT_NEXT
+            try:
+                text = self.actual(name, bridge, ofproto.br_flow({**pkt, "in_port": in_port}), ct)
+            except Unanswered as e:
+                hop["tables"] = "unknown"
+                self._leaf(hop["id"], "unknown", f"{bridge} {name} not traced: {e}")
+                return []
+            p = ofproto.parse(text, bridge)
+            hop["tables"] = "actual"
+            differs = self._differs(pipeline, port_names, desired, p)
+            if differs:
+                hop["differs"] = differs
+        elif self.actual is not None:
+            hop["tables"] = "desired (no agent runs on a fabric switch)"
+        if isinstance(p, tb.LoopError):
+            self._leaf(hop["id"], "unknown", str(p))
+            return []
         for step in p.steps:
             hop["steps"].append(self._step(pipeline, step))
         for index, why, at in p.ends:
@@ -273,13 +336,52 @@ class _Walk:
             nxt += self._wire(hop, switch, port_names, e)
         return nxt
 
+    def _differs(self, pipeline, port_names: dict, desired, actual: tb.Pass) -> list[dict]:
+        """The stages where the switch's actual flows for the packet are not the desired ones (in
+        the order the packet meets them), and its outputs when they differ."""
+        if isinstance(desired, tb.LoopError):
+            return [{"stage": "(all)", "desired": str(desired), "actual": "traced"}]
+
+        def by_table(p: tb.Pass) -> dict[int, list]:
+            out: dict[int, list] = {}
+            for step in p.steps:
+                out.setdefault(step.table, []).append(step.flow)
+            return out
+
+        def show(flows: list) -> str:
+            if not flows:
+                return "not reached"
+            return "; ".join("table miss" if f is None else f"priority {f.priority}"
+                             + (f" {self._owned(f)}" if f.cookie else "") for f in flows)
+
+        d, a = by_table(desired), by_table(actual)
+        out = []
+        for table in dict.fromkeys([s.table for s in actual.steps] + [s.table for s in desired.steps]):
+            key = [None if f is None else (f.priority, f.cookie) for f in d.get(table, [])]
+            if key != [None if f is None else (f.priority, f.cookie) for f in a.get(table, [])]:
+                t = pipeline.table(table)
+                out.append({"stage": t.name if t else f"table {table}", "table": table,
+                            "desired": show(d.get(table, [])), "actual": show(a.get(table, []))})
+        ports = [sorted(port_names.get(e.port, str(e.port)) for e in p.out) for p in (desired, actual)]
+        if ports[0] != ports[1]:
+            out.append({"stage": "ports out", "desired": ", ".join(ports[0]) or "nowhere",
+                        "actual": ", ".join(ports[1]) or "nowhere"})
+        return out
+
+    def _owned(self, flow) -> str:
+        owner = self.owner(flow.cookie, flow.priority)
+        if owner["kind"] == "stage":
+            return f"({owner.get('name', 'the pipeline')})"
+        return f"({owner['kind']} {owner.get('name', owner['id'])})"
+
     def _step(self, pipeline, step: tb.Step) -> dict:
         t = pipeline.table(step.table)
         out = {"table": step.table, "stage": t.name if t else f"table {step.table}", "depth": step.depth}
         if step.flow is None:
             out.update(priority=None, match=None, actions="drop (table miss)", owner=None)
         else:
-            match, actions = tb.describe(step.flow)
+            match, actions = (step.flow.match, step.flow.actions_text) if isinstance(step.flow, ofproto.TracedFlow) \
+                else tb.describe(step.flow)
             out.update(priority=step.flow.priority, match=match, actions=actions,
                        owner=self.owner(step.flow.cookie, step.flow.priority) if step.flow.cookie else None)
         if step.notes:
@@ -385,7 +487,9 @@ class _Walk:
                 return []
             self.hops[here]["outputs"][-1]["tunnel"] = {"vni": raw.get("tunnel_id"), "to": remote.name,
                                                         "remote_ip": raw.get("tun_ipv4_dst")}
-            return self._to_int(here, remote.name, TUNNEL_INTERFACE, {**pkt, "tunnel_id": raw.get("tunnel_id", 0)})
+            return self._to_int(here, remote.name, TUNNEL_INTERFACE,
+                                {**pkt, "tunnel_id": raw.get("tunnel_id", 0), "tun_ipv4_dst": remote.tunnel_ip,
+                                 **({"tun_ipv4_src": self.nodes[node].tunnel_ip} if self.nodes[node].tunnel_ip else {})})
         if iface == UPLINK_INTERFACE:
             if (BR_PHY.bridge, node) in self.states:
                 return self._to_phy(here, node, PHY_PATCH, pkt)
@@ -507,6 +611,9 @@ class _Walk:
         out = next((lf for lf in self.leaves if lf["result"] == "uplink"), None)
         if out is not None:
             return {"result": "uplink", "reason": out["detail"]}
+        unknown = next((lf for lf in self.leaves if lf["result"] == "unknown"), None)
+        if unknown is not None:
+            return {"result": "unknown", "reason": unknown["detail"]}
         down = self._down(target)
         drops = [lf for lf in self.leaves if lf["result"] in ("dropped", "unknown")]
         reason = drops[0]["detail"] if drops else (
@@ -526,6 +633,13 @@ class _Walk:
         if node.ofport(target.interface) is None:
             return f"the destination port {self.port_name(target)} is down: its interface is not plugged on {node.name}"
         return None
+
+
+def passed_through(step: dict) -> bool:
+    """A stage the packet only crossed: its table-miss flow goes on to the next table (a table or a
+    picture of the trace may leave it out)."""
+    owner = step.get("owner") or {}
+    return owner.get("kind") == "stage" and step["actions"].startswith("goto_table") and not step.get("notes")
 
 
 def _on_the_wire(pkt: dict) -> dict:
