@@ -32,14 +32,20 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
               help="Seconds a pass that changes several switches waits, once the new state is in, before it "
                    "takes the old away: OVS's datapath forwards by the flows it cached until its revalidators "
                    "catch up. Raise it where `ovs-appctl upcall/show` reports long dump durations; 0: no wait.")
+@click.option("--api-workers", default=1, show_default=True, type=click.IntRange(1, 64), envvar="FATHOM_API_WORKERS",
+              help="Processes serving the REST API on the same address (PostgreSQL only); one of them runs "
+                   "the reconciler and OpenFlow (docs/ha.md).")
 def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_interval, pki_dir, insecure,
-               state_dir, max_body, datapath_settle):
+               state_dir, max_body, datapath_settle, api_workers):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
 
     At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
     use it with FATHOM_TOKEN_FILE=STATE_DIR/admin-token, and issue others with `fathom token create`."""
     from fathom.controller.server import serve
+    from fathom.controller.workers import refuse_sqlite
     from fathom.pki import CONTROLLER_NAME, Pki, PkiError
+    if (why := refuse_sqlite(db_url, api_workers)) is not None:
+        fail(why, 2)
     if not insecure:
         try:
             Pki(pki_dir).verify(CONTROLLER_NAME)
@@ -47,7 +53,8 @@ def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_in
             fail(f"TLS needs the controller certificate of a fathom PKI: {e}. Create one with "
                  f"'fathom pki init --dir {pki_dir}', or run with --insecure for plain TCP.", 2)
     serve(db_url, list(api_hosts), api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
-          state_dir=state_dir, max_body=max_body, audit_interval=audit_interval, datapath_settle=datapath_settle)
+          state_dir=state_dir, max_body=max_body, audit_interval=audit_interval, datapath_settle=datapath_settle,
+          api_workers=api_workers)
 
 
 @click.command()
