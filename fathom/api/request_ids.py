@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from contextvars import ContextVar
@@ -24,12 +25,15 @@ from datetime import timedelta
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Engine, delete, insert, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fathom.store.base import utcnow
+from fathom.store.db import READ_ONLY
 from fathom.store.errors import Busy
 from fathom.store.request_models import RETENTION, RequestId
 
+LOG = logging.getLogger(__name__)
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
 VALID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
@@ -109,7 +113,12 @@ class RequestIds:
         fingerprint = hashlib.sha256(b"\0".join((
             scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""),
             headers.get(b"x-project", b""), body))).hexdigest()
-        row = await run_in_threadpool(self._lookup, who, key)
+        try:
+            row = await run_in_threadpool(self._lookup, who, key)
+        except OperationalError as e:
+            LOG.warning("%s %s: request id not looked up: %s", scope["method"], scope["path"], e)
+            return await self._send(send, *_error(503, "the store could not be read: retry", "busy",
+                                                  [(b"retry-after", str(Busy.RETRY_AFTER).encode())]))
         if row is not None:
             return await self._send(send, *self._recorded(row, fingerprint))
 
@@ -138,7 +147,10 @@ class RequestIds:
             if pending.claimed:
                 kept = None if scope["path"].startswith(SECRET_PATHS) else b"".join(chunks)
                 content_type = dict(start.get("headers", [])).get(b"content-type", b"").decode("latin-1")
-                await run_in_threadpool(self._record, pending, start["status"], content_type, kept)
+                try:
+                    await run_in_threadpool(self._record, pending, start["status"], content_type, kept)
+                except OperationalError as e:   # the write is done: its answer goes out all the same
+                    LOG.warning("%s %s: response not recorded: %s", scope["method"], scope["path"], e)
             await send(start)
             await send({"type": "http.response.body", "body": b"".join(chunks)})
         try:
@@ -153,7 +165,8 @@ class RequestIds:
         await send({"type": "http.response.body", "body": body})
 
     def _lookup(self, who: str, key: str) -> RequestId | None:
-        with Session(self.engine) as s:
+        with Session(self.engine) as s, s.begin():
+            s.connection(execution_options=READ_ONLY)
             return s.get(RequestId, (who, key))
 
     @staticmethod

@@ -41,11 +41,11 @@ def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_in
 
     At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
     use it with FATHOM_TOKEN_FILE=STATE_DIR/admin-token, and issue others with `fathom token create`."""
-    from fathom.controller.server import serve
     from fathom.controller.workers import refuse_sqlite
-    from fathom.pki import CONTROLLER_NAME, Pki, PkiError
     if (why := refuse_sqlite(db_url, api_workers)) is not None:
         fail(why, 2)
+    from fathom.controller.server import serve
+    from fathom.pki import CONTROLLER_NAME, Pki, PkiError
     if not insecure:
         try:
             Pki(pki_dir).verify(CONTROLLER_NAME)

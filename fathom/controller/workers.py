@@ -27,7 +27,7 @@ from starlette.routing import Match
 LOG = logging.getLogger("fathom.controller")
 WORKER_HEADER = b"x-fathom-worker"
 CONTROLLER_PATHS = ("/v1/agents/",)   # the agents' long-polls and reports: the controller keeps their presence
-HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"content-length", b"host"}
+HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"content-length", b"host", b"server"}
 
 
 def refuse_sqlite(db_url: str, api_workers: int) -> str | None:
@@ -73,7 +73,15 @@ def stop(pids: list[int]) -> None:
             pass
 
 
-class WorkerHeader:
+class Wrapper:
+    """ASGI middleware that passes for the FastAPI app it wraps (fathom.api.connections.Gate reads
+    the app's state and documentation paths)."""
+
+    def __getattr__(self, name):
+        return getattr(self.app, name)
+
+
+class WorkerHeader(Wrapper):
     """ASGI: the `X-Fathom-Worker` header (the index of the process) on every answer."""
 
     def __init__(self, app, index: int):
@@ -91,7 +99,7 @@ class WorkerHeader:
         return await self.app(scope, receive, named)
 
 
-class ToController:
+class ToController(Wrapper):
     """ASGI, in a worker: a request for a route the worker's app lacks, or a long-poll (`wait=`),
     made on the controller process at `url`; its answer passed back as it is."""
 
