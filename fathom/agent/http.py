@@ -11,8 +11,9 @@ few seconds) is sent once more on a new connection: the server had not read it.
 
 Several controllers (docs/ha.md): `base_url` may list endpoints, comma separated. A request that
 fails on one (transport failure, or 503) is made once on each of the others in turn, the last that
-answered asked first next time; the agent's own loop backs off when none answers. A POST carries
-an `Idempotency-Key` made once per call, so a retried report or batch is stored once.
+answered asked first next time; the agent's own loop backs off when none answers. Its writes are
+idempotent by themselves (a report is the node's whole state, PPTMon records are stored once per
+record key), so they carry no request id.
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ import json as jsonlib
 import socket
 import ssl
 import threading
-import uuid
 from urllib.parse import urlencode, urlsplit
 
 
@@ -74,8 +74,6 @@ class JsonClient:
         headers = dict(self.headers)
         if body is not None:
             headers["Content-Type"] = "application/json"
-        if method != "GET":
-            headers["Idempotency-Key"] = uuid.uuid4().hex   # the same on every endpoint tried
         failures = []
         for attempt in range(len(self.endpoints)):
             if attempt:

@@ -165,7 +165,7 @@ class RequestIds:
         await send({"type": "http.response.body", "body": body})
 
     def _lookup(self, who: str, key: str) -> RequestId | None:
-        with Session(self.engine) as s, s.begin():
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
             s.connection(execution_options=READ_ONLY)
             return s.get(RequestId, (who, key))
 

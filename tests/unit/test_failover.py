@@ -59,10 +59,11 @@ def test_the_cli_goes_on_to_the_next_endpoint_and_names_every_one_it_could_not_r
 
 def test_a_write_retried_with_its_request_id_runs_once(controller):
     url, token, db = controller
-    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex}
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex,
+               "Connection": "close"}   # a new connection each: either process answers
     body = {"name": "once"}
-    with httpx.Client(base_url=url + "/v1", headers=headers) as http:
-        answers = [http.post("/networks", json=body) for _ in range(4)]   # new connections: either process
+    with httpx.Client(base_url=url + "/v1", headers=headers, timeout=60) as http:
+        answers = [http.post("/networks", json=body) for _ in range(4)]
         assert [a.status_code for a in answers] == [201] * 4
         assert len({a.json()["id"] for a in answers}) == 1
         assert [a.headers.get("Idempotent-Replayed") for a in answers] == [None, "true", "true", "true"]
@@ -88,7 +89,7 @@ def test_two_api_workers_answer_concurrent_requests_and_reach_the_controllers_ro
     url, token, _ = controller
 
     def one(_):
-        with httpx.Client(base_url=url + "/v1", headers={"Authorization": f"Bearer {token}"}) as http:
+        with httpx.Client(base_url=url + "/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
             return http.get("/health")   # a route of the controller process, from either
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(one, range(16)))
