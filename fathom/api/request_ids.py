@@ -102,13 +102,14 @@ class RequestIds:
         if not VALID.fullmatch(key):
             return await self._send(send, *_error(
                 422, f"{HEADER} must be 1 to 64 of A-Z a-z 0-9 . _ : -", "invalid"))
-        body, more = b"", True
+        parts, more = [], True
         while more:
             message = await receive()
             if message["type"] != "http.request":
                 return   # the client went away
-            body += message.get("body", b"")
+            parts.append(message.get("body", b""))
             more = message.get("more_body", False)
+        body: bytes | None = b"".join(parts)
         who = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
         fingerprint = hashlib.sha256(b"\0".join((
             scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""),
