@@ -10,10 +10,18 @@
 Every answer of 400 and above raises `ApiError`, whose text is one line naming the fields at fault
 (the API's error shape, docs/api.md); a controller that cannot be reached raises `Unreachable`
 (an ApiError with status 0).
+
+Several controllers (replicas, docs/ha.md): the URL may be a list of endpoints, comma separated
+("https://a:8080,https://b:8080"). A call that cannot reach one, or is answered 503, is made again
+on the next, each endpoint at most FAILOVER_ROUNDS times with a growing pause between rounds; the
+last endpoint that answered is asked first next time. Every write (POST, PUT, PATCH, DELETE)
+carries an `Idempotency-Key` made once per call, the same on every retry: a controller that already
+ran the write answers with its recorded response instead of running it again (docs/api.md).
 """
 from __future__ import annotations
 
 import time
+import uuid
 
 import httpx
 
@@ -22,6 +30,19 @@ from fathom.auth.client import NoToken, lab_token, resolve_token
 DEFAULT_CONTROLLER = "http://127.0.0.1:8080"
 LONG_POLL = 30.0   # seconds one long-poll request may wait (the API allows up to 60)
 BUSY_RETRIES = 2   # times a request answered 503 with Retry-After (store busy, nothing changed) is made again
+FAILOVER_ROUNDS = 2   # times each endpoint is tried by one call that cannot reach any
+FAILOVER_PAUSE = 0.25   # seconds between rounds over the endpoints, doubled each round
+REQUEST_ID = "Idempotency-Key"
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def endpoints(url: str | list[str]) -> list[str]:
+    """The controller endpoints of a URL list: comma separated, or a list (each maybe a list)."""
+    items = url if isinstance(url, (list, tuple)) else [url]
+    found = [e.strip().rstrip("/") for item in items for e in item.split(",") if e.strip()]
+    if not found:
+        raise ValueError("no controller endpoint given")
+    return list(dict.fromkeys(found))
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -40,7 +61,7 @@ class ApiError(Exception):
 
 
 class Unreachable(ApiError):
-    def __init__(self, url: str, error: Exception):
+    def __init__(self, url: str, error: Exception | str):
         super().__init__(0, f"cannot reach the controller at {url}: {error}")
 
 
@@ -66,9 +87,10 @@ class Client:
     """`token`: the bearer token (default: fathom.auth.client.resolve_token, i.e. FATHOM_TOKEN or
     FATHOM_TOKEN_FILE); `project`: the project a service token acts for (X-Project)."""
 
-    def __init__(self, url: str = DEFAULT_CONTROLLER, *, token: str | None = None, project: str | None = None,
-                 timeout: float = 30.0):
-        self.url = url.rstrip("/")
+    def __init__(self, url: str | list[str] = DEFAULT_CONTROLLER, *, token: str | None = None,
+                 project: str | None = None, timeout: float = 30.0):
+        self.endpoints = endpoints(url)
+        self.url = self.endpoints[0]
         self.missing_token: str | None = None
         if token is None:
             try:
@@ -77,7 +99,9 @@ class Client:
                 self.missing_token = str(e)
         headers = {**({"Authorization": f"Bearer {token}"} if token else {}),
                    **({"X-Project": project} if project else {})}
-        self.http = httpx.Client(base_url=self.url + "/v1", headers=headers, timeout=timeout)
+        self._clients = [httpx.Client(base_url=e + "/v1", headers=headers, timeout=timeout) for e in self.endpoints]
+        self.http = self._clients[0]
+        self.current = 0   # the endpoint asked first: the last one that answered
 
     @classmethod
     def for_lab(cls, state: dict, **kwargs) -> "Client":
@@ -88,17 +112,11 @@ class Client:
         """The decoded answer (None for 204). `project` acts as that project for this request."""
         if self.missing_token:
             raise ApiError(401, self.missing_token)
-        if project:
-            kwargs["headers"] = {**kwargs.get("headers", {}), "X-Project": project}
-        for attempt in range(BUSY_RETRIES + 1):
-            try:
-                response = self.http.request(method, path, **kwargs)
-            except httpx.HTTPError as e:
-                raise Unreachable(self.url, e) from None
-            if response.status_code != 503 or "Retry-After" not in response.headers or attempt == BUSY_RETRIES:
-                break
-            # the store was busy and nothing was changed: the same request again, a little later
-            time.sleep(_retry_after(response))
+        headers = {**kwargs.get("headers", {}), **({"X-Project": project} if project else {})}
+        if method in WRITES:
+            headers.setdefault(REQUEST_ID, uuid.uuid4().hex)   # once per call: every retry runs it at most once
+        kwargs["headers"] = headers
+        response = self._failover(method, path, kwargs)
         if response.is_error:
             try:
                 detail = response.json().get("detail")
@@ -107,6 +125,34 @@ class Client:
             raise ApiError(response.status_code, error_line(response),
                            detail if isinstance(detail, list) else None)
         return None if response.status_code == 204 or not response.content else response.json()
+
+    def _failover(self, method: str, path: str, kwargs: dict) -> httpx.Response:
+        """The answer of the first endpoint that gives one other than a 503 with Retry-After (busy:
+        nothing was changed), starting with the current one. Unreachable names every endpoint and
+        its failure when none answers; the last busy answer is returned when retries run out."""
+        n = len(self.endpoints)
+        failed: dict[str, str] = {}
+        busy: httpx.Response | None = None
+        pause = FAILOVER_PAUSE
+        for attempt in range(max(FAILOVER_ROUNDS * n, BUSY_RETRIES + 1)):
+            i = (self.current + attempt) % n
+            if attempt and i == self.current:   # a round over every endpoint ended: pause, then again
+                time.sleep(_retry_after(busy) if busy is not None else pause)
+                pause *= 2
+            busy = None
+            try:
+                response = self._clients[i].request(method, path, **kwargs)
+            except httpx.HTTPError as e:
+                failed[self.endpoints[i]] = f"{type(e).__name__}: {e}".rstrip(": ")
+                continue
+            if response.status_code != 503 or "Retry-After" not in response.headers:
+                self.current = i
+                return response
+            busy = response
+            failed[self.endpoints[i]] = error_line(response)
+        if busy is not None:
+            return busy
+        raise Unreachable(", ".join(self.endpoints), "; ".join(f"{e}: {why}" for e, why in failed.items()))
 
     def get(self, path: str, **kwargs):
         return self.request("GET", path, **kwargs)
@@ -193,4 +239,5 @@ class Client:
                 time.sleep(0.05)   # answered early without the status: a server with no reconciler
 
     def close(self) -> None:
-        self.http.close()
+        for client in self._clients:
+            client.close()

@@ -8,6 +8,12 @@ machinery) for it. The interface is the subset of httpx.Client the agent uses (`
 Failures of the transport (refused, reset, timed out, TLS) raise ConnectionError, an OSError. A
 request on a kept-alive connection that the server closed meanwhile (it closes idle ones after a
 few seconds) is sent once more on a new connection: the server had not read it.
+
+Several controllers (docs/ha.md): `base_url` may list endpoints, comma separated. A request that
+fails on one (transport failure, or 503) is made once on each of the others in turn, the last that
+answered asked first next time; the agent's own loop backs off when none answers. Its writes are
+idempotent by themselves (a report is the node's whole state, PPTMon records are stored once per
+record key), so they carry no request id.
 """
 from __future__ import annotations
 
@@ -35,15 +41,18 @@ class Response:
 class JsonClient:
     def __init__(self, base_url: str, timeout: float = 10.0, headers: dict | None = None,
                  verify: bool | str = True):
-        url = urlsplit(base_url.rstrip("/"))
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"not an http(s) URL: {base_url!r}")
-        self.scheme, self.host, self.prefix = url.scheme, url.hostname, url.path
-        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.endpoints = []
+        for item in base_url.split(","):
+            url = urlsplit(item.strip().rstrip("/"))
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError(f"not an http(s) URL: {item!r}")
+            self.endpoints.append((url.scheme, url.hostname, url.port or (443 if url.scheme == "https" else 80),
+                                   url.path))
+        self.current = 0   # the endpoint asked first: the last one that answered
         self.timeout = timeout
         self.headers = {"Accept": "application/json", "User-Agent": "fathom-agent", **(headers or {})}
         self.context: ssl.SSLContext | None = None
-        if url.scheme == "https":
+        if any(e[0] == "https" for e in self.endpoints):
             if verify is False:
                 self.context = ssl._create_unverified_context()   # the operator's explicit choice
             else:
@@ -61,10 +70,36 @@ class JsonClient:
         return self.request("POST", path, body, timeout)
 
     def request(self, method: str, path: str, body: bytes | None, timeout: float | None) -> Response:
+        """On each endpoint in turn from the current one, until one answers other than 503."""
         headers = dict(self.headers)
         if body is not None:
             headers["Content-Type"] = "application/json"
+        failures = []
+        for attempt in range(len(self.endpoints)):
+            if attempt:
+                with self._lock:
+                    if self._aborted:
+                        break
+                    self._drop()
+                    self.current = (self.current + 1) % len(self.endpoints)
+            try:
+                r = self._request(method, path, body, timeout, headers)
+            except ConnectionError as e:
+                failures.append(f"{self._name()}: {e}")
+                continue
+            if r.status_code != 503 or attempt == len(self.endpoints) - 1:
+                return r
+            failures.append(f"{self._name()}: 503")
+        raise ConnectionError("; ".join(failures))
+
+    def _name(self) -> str:
+        scheme, host, port, _ = self.endpoints[self.current]
+        return f"{scheme}://{host}:{port}"
+
+    def _request(self, method: str, path: str, body: bytes | None, timeout: float | None,
+                 headers: dict) -> Response:
         with self._lock:
+            self.scheme, self.host, self.port, self.prefix = self.endpoints[self.current]
             self._aborted = False
             for attempt in (0, 1):
                 reused = self._conn is not None

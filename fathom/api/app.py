@@ -21,6 +21,7 @@ from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
 from fathom.api.limits import BoundedInput
+from fathom.api.request_ids import RequestIds
 from fathom.auth.keystone import KeystoneValidator
 from fathom.store.db import open_store
 from fathom.store.ops import Settings
@@ -64,6 +65,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.pptmon_limits = IngestLimits(engine)
     app.state.pptmon_retention.after = app.state.pptmon_limits.forget
     app.state.authenticator = Authenticator(engine, keystone if keystone is not None else KeystoneValidator.from_env())
+    app.add_middleware(RequestIds, engine=engine)   # inside BoundedInput: bodies read are bounded
     app.add_middleware(BoundedInput, max_body=max_body)
     pptmon.metrics()   # the families exist (empty) on /metrics from the start
     install_error_handlers(app)

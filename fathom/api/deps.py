@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from fathom.api import request_ids
 from fathom.api.auth import admin_caller, caller
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
@@ -103,9 +104,14 @@ class Store:
         for attempt in range(attempts):
             try:
                 with Session(self.engine) as session, session.begin():
+                    request_ids.claim(session)   # the request's Idempotency-Key, taken with the write
                     result = fn(session)
+                request_ids.claimed()
                 break
             except IntegrityError as e:
+                if request_ids.is_key_conflict(e):
+                    raise request_ids.RequestIdRunning(f"a request with this {request_ids.HEADER} is being run: "
+                                                       "retry") from None
                 if attempt == attempts - 1:
                     raise _conflict_from(e) from None
             except (StaleDataError, ObjectDeletedError):

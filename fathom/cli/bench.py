@@ -428,13 +428,16 @@ def all_benches(ctx, quick):
               default=("sqlite", "postgresql"), show_default=True, help="stores of the API-rate runs")
 @click.option("--resync-ports", type=click.IntRange(0, 100000), default=10000, show_default=True,
               help="ports (one flow each on the wiped bridge) of the real-OVS resync; 0 skips it")
+@click.option("--api-workers", default="1", show_default=True,
+              help="API processes of the controller in the PostgreSQL API-rate runs, comma-separated (e.g. 1,2,4)")
 @click.option("--part", "parts", multiple=True, type=click.Choice(["api", "fabric", "resync"]),
               help="run only these parts (repeatable; default all)")
 @click.option("--lab", "lab_name", default="bsc", show_default=True, help="name of the lab the resync part builds")
 @click.option("--quick", is_flag=True, help="fabrics 10x1,20x5, 400 API ports, 1000 resync ports")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-scale-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def scale(sizes, samples, api_ports, writers, stores, resync_ports, parts, lab_name, quick, outdir, as_json):
+def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports, parts, lab_name, quick, outdir,
+          as_json):
     """The controller at scale: API create rate (SQLite, PostgreSQL), port-up latency, CPU per change
     and full resync on simulated fabrics (OpenFlow switches in a process of their own), and the full
     resync of a real OVS bridge. Progress goes to stderr."""
@@ -442,8 +445,14 @@ def scale(sizes, samples, api_ports, writers, stores, resync_ports, parts, lab_n
     if quick:
         sizes, api_ports, resync_ports, samples = "10x1,20x5", min(api_ports, 400), min(resync_ports, 1000), min(samples, 10)
     try:
-        plan = sc.Plan(sc.parse_sizes(sizes), samples, api_ports, writers, tuple(stores), resync_ports, lab_name,
-                       tuple(parts) or ("api", "fabric", "resync"))
+        workers = tuple(int(w) for w in api_workers.split(","))
+        if not all(1 <= w <= 64 for w in workers):
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter("API process counts from 1 to 64, comma-separated", param_hint="--api-workers")
+    try:
+        plan = sc.Plan(sc.parse_sizes(sizes), samples, api_ports, writers, tuple(stores), workers, resync_ports,
+                       lab_name, tuple(parts) or ("api", "fabric", "resync"))
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--sizes")
     out = output_dir("scale", outdir)

@@ -39,12 +39,18 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api
               help="With --cluster: the address switches reach this replica's OpenFlow listener at (default: "
                    "--of-host; with a wildcard --of-host, the address the master of a node reaches it from, "
                    "which holds for replicas on one host).")
+@click.option("--api-workers", default=1, show_default=True, type=click.IntRange(1, 64), envvar="FATHOM_API_WORKERS",
+              help="Processes serving the REST API on the same address (PostgreSQL only); one of them runs "
+                   "the reconciler and OpenFlow (docs/ha.md).")
 def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_interval, pki_dir, insecure,
-               state_dir, max_body, datapath_settle, cluster, advertise):
+               state_dir, max_body, datapath_settle, cluster, advertise, api_workers):
     """Run the controller: REST API, OpenFlow controller, node bootstrap and reconciler.
 
     At its first start it writes an admin token to STATE_DIR/admin-token (readable by root only);
     use it with FATHOM_TOKEN_FILE=STATE_DIR/admin-token, and issue others with `fathom token create`."""
+    from fathom.controller.workers import refuse_sqlite
+    if (why := refuse_sqlite(db_url, api_workers)) is not None:
+        fail(why, 2)
     from fathom.controller.server import serve
     from fathom.pki import CONTROLLER_NAME, Pki, PkiError
     if not insecure:
@@ -57,7 +63,7 @@ def controller(db_url, api_hosts, api_port, of_host, of_port, interval, audit_in
     try:
         serve(db_url, list(api_hosts), api_port, of_host, of_port, interval, pki_dir=None if insecure else pki_dir,
               state_dir=state_dir, max_body=max_body, audit_interval=audit_interval, datapath_settle=datapath_settle,
-              cluster=cluster, advertise=advertise)
+              cluster=cluster, advertise=advertise, api_workers=api_workers)
     except ClusterError as e:
         fail(str(e), 2)
 

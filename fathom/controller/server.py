@@ -1,9 +1,11 @@
 """`fathom controller`: one process with the REST API, the OpenFlow controller and the reconciler."""
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import gc
 import logging
+import os
 import socket
 import threading
 import time
@@ -26,8 +28,10 @@ from fathom.controller.fabric import FabricRuntime
 from fathom.controller.hostlocal import HostLocalStatus
 from fathom.controller.memory import GC_THRESHOLDS
 from fathom.controller.reconciler import Reconciler
+from fathom.controller import workers
 from fathom.controller.taps import TapCollector, policy_stats
-from fathom.store.db import open_store, session_factory
+from fathom.cluster import feed
+from fathom.store.db import make_engine, open_store, session_factory
 
 LOG = logging.getLogger("fathom.controller")
 
@@ -59,13 +63,14 @@ def install_console(api, reconciler: Reconciler) -> ConsoleFeed:
 def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, of_port: int, interval: float,
           pki_dir: str | None = None, state_dir: str = "/var/lib/fathom", max_body: int | None = None,
           audit_interval: float | None = None, datapath_settle: float = sw.DATAPATH_SETTLE,
-          cluster: bool = False, advertise: str | None = None) -> None:
+          cluster: bool = False, advertise: str | None = None, api_workers: int = 1) -> None:
     """Run the controller: the store opened once (one engine, one migration run) and shared by the API,
     the reconciler and the fabric; OpenFlow and OVSDB over TLS with the PKI in `pki_dir`, plain TCP
     without. Its admin credential is `state_dir`/admin-token (created at the first start). The API's
     connections are limited as the environment says (fathom.api.connections). With `cluster`, it is
     one replica of the controllers sharing this PostgreSQL store (fathom.controller.cluster); the
-    switches reach its OpenFlow listener at `advertise` (default: `of_host` unless a wildcard)."""
+    switches reach its OpenFlow listener at `advertise` (default: `of_host` unless a wildcard). With
+    `api_workers` > 1 (PostgreSQL only) that many processes serve the API (fathom.controller.workers)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # ovsdbapp logs an unreachable node's OVSDB at ERROR on every try; our bootstrap logs the
     # same failure once per pass as the node's state (WARNING), and retries
@@ -78,9 +83,17 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         limits = dataclasses.replace(limits, max_connections=open_files // 2)
     guard = Guard(limits)
     engine = open_store(db_url, migrate_apart=True)
+    hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
+    sockets = api_sockets(hosts, api_port)
+    if api_workers > 1:   # forked before any thread starts; each worker opens its own engine
+        engine.dispose()
+        internal = workers.internal_socket()
+        to_controller = f"http://127.0.0.1:{internal.getsockname()[1]}"
+        atexit.register(workers.stop, workers.fork(api_workers - 1, lambda index: serve_worker(
+            index, db_url, sockets, to_controller, guard, max_body)))
+        sockets.append(internal)
     transport = channels.use_tls(pki_dir) if pki_dir else channels.use_plain_tcp()
     gate = ofgate.Gate(transport.tls, ofgate.expected_from_store(session_factory(engine)))
-    hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     mastership = None
     if cluster:   # joined first: a refusal (SQLite, another schema or PKI) stops it before it listens
         from fathom.controller import cluster as replica
@@ -108,6 +121,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
                                                 ask_flush=api.state.agent_hub.ask_flush))
     if mastership is not None:
         replica.run(mastership, switches, reconciler, app, api.state.agent_hub.changed)
+    elif api_workers > 1:   # a write in a worker wakes the reconciler (a whole read) and the agents' long-polls
+        feed.Listener(feed.libpq_url(engine), f"controller-{os.getpid()}",
+                      lambda: (reconciler.changed_elsewhere(), api.state.agent_hub.changed())).start()
     install_console(api, reconciler)
     reconciler.wake()
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),
@@ -119,14 +135,30 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # half-sent one too, and answers 503 to anyone beyond it. No proxy_headers: uvicorn would believe
     # X-Forwarded-For from 127.0.0.1; a trusted proxy is named explicitly (FATHOM_API_TRUSTED_PROXIES).
     # One server on every API address (the agents on the nodes reach it over the management network).
-    config = uvicorn.Config(DateHeader(Gate(api, guard)), host=hosts[0], port=api_port, log_level="warning",
-                            http=guard.protocol, timeout_keep_alive=5, date_header=False,
-                            proxy_headers=False)
     try:
-        QuietServer(config).run(sockets=api_sockets(hosts, api_port))
+        run_api(workers.WorkerHeader(api, 0) if api_workers > 1 else api, guard, sockets)
     finally:
         if mastership is not None:   # its leases freed: the other replicas take them at once
             mastership.stop()
+
+
+def run_api(app, guard: Guard, sockets: list[socket.socket]) -> None:
+    """Serve `app` on the listening `sockets` until SIGTERM or SIGINT."""
+    config = uvicorn.Config(DateHeader(Gate(app, guard)), log_level="warning", http=guard.protocol,
+                            timeout_keep_alive=5, date_header=False, proxy_headers=False)
+    QuietServer(config).run(sockets=sockets)
+
+
+def serve_worker(index: int, db_url: str, sockets: list[socket.socket], to_controller: str, guard: Guard,
+                 max_body: int | None) -> None:
+    """An API worker (fathom.controller.workers): the store's routes here, the rest on the controller.
+    Its committed writes notify the change feed, which wakes the controller process (and the other
+    replicas of a cluster)."""
+    engine = make_engine(db_url)
+    feed.notify_commits(engine, f"api-worker-{os.getpid()}")
+    api = create_app(engine, max_body=max_body)
+    LOG.info("API worker %d (pid %d)", index, os.getpid())
+    run_api(workers.WorkerHeader(workers.ToController(api, to_controller), index), guard, sockets)
 
 
 def api_sockets(hosts: list[str], port: int) -> list[socket.socket]:

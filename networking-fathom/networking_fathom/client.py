@@ -3,10 +3,20 @@ in Neutron's environment: the two pin different libraries).
 
 The driver authenticates with a token of role `service` and acts for the project of each Neutron
 object by sending `X-Project` (docs/security.md of fathom).
+
+Several fathom controllers (docs/ha.md of fathom): `urls` lists their endpoints. A call that
+cannot reach one, or is answered 503, is made on the next, each endpoint once; the last that
+answered is asked first next time; when none answers the journal retries later. Every write
+carries an `Idempotency-Key` made once per call: a replica that already ran it answers with the
+recorded response, so a write whose answer was lost is not run twice.
 """
 from __future__ import annotations
 
+import uuid
+
 import requests
+
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class FathomError(Exception):
@@ -22,22 +32,35 @@ class Unreachable(Exception):
 
 
 class Client:
-    def __init__(self, url: str, token: str, timeout: float = 10.0):
-        self.base = url.rstrip("/") + "/v1"
+    def __init__(self, urls: str | list[str], token: str, timeout: float = 10.0):
+        items = [urls] if isinstance(urls, str) else urls
+        self.bases = [u.strip().rstrip("/") + "/v1" for item in items for u in item.split(",") if u.strip()]
+        self.current = 0   # the endpoint asked first: the last one that answered
         self.timeout = timeout
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
 
     def request(self, method: str, path: str, project: str | None = None, timeout: float | None = None, **kwargs):
         headers = {"X-Project": project} if project else {}
-        try:
-            r = self.http.request(method, self.base + path, headers=headers, timeout=timeout or self.timeout,
-                                  **kwargs)
-        except requests.RequestException as e:
-            raise Unreachable(f"{method} {path}: {e}") from None
-        if r.status_code >= 500:
-            # the controller restarting or overloaded: like unreachable, try again later
-            raise Unreachable(f"{method} {path}: {r.status_code} {r.text[:200]}")
+        if method in WRITES:
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        failures = []
+        for attempt in range(len(self.bases)):
+            i = (self.current + attempt) % len(self.bases)
+            try:
+                r = self.http.request(method, self.bases[i] + path, headers=headers,
+                                      timeout=timeout or self.timeout, **kwargs)
+            except requests.RequestException as e:
+                failures.append(f"{self.bases[i]}: {e}")
+                continue
+            if r.status_code >= 500:
+                # the controller restarting or overloaded: the next one, or like unreachable, later
+                failures.append(f"{self.bases[i]}: {r.status_code} {r.text[:200]}")
+                continue
+            self.current = i
+            break
+        else:
+            raise Unreachable(f"{method} {path}: " + "; ".join(failures))
         if r.status_code >= 400:
             raise FathomError(r.status_code, _reason(r))
         return r.json() if r.content else None

@@ -2,7 +2,9 @@
 from oslo_config import cfg
 
 OPTS = [
-    cfg.StrOpt("url", default="http://127.0.0.1:8080", help="fathom's REST API (the controller)"),
+    cfg.ListOpt("url", default=["http://127.0.0.1:8080"],
+                help="fathom's REST API: one controller, or the endpoints of its replicas, comma separated "
+                     "(a call that fails on one is made on the next)"),
     cfg.StrOpt("token_file", default="/etc/neutron/fathom-token",
                help="file holding a fathom token of role `service` (fathom token create --role service)"),
     cfg.FloatOpt("timeout", default=10.0, help="seconds per request to fathom"),

@@ -649,7 +649,7 @@ def test_a_store_that_cannot_take_a_write_answers_503_and_applies_nothing(tmp_pa
         assert [n["name"] for n in api.get("/networks")] == []
         # fathom's client makes a refused request again after Retry-After: the lock is free by then
         client = FathomClient("http://testserver", token="set below")
-        client.http = TestClient(api.app, base_url="http://testserver/v1", headers=api.admin)
+        client.http = client._clients[0] = TestClient(api.app, base_url="http://testserver/v1", headers=api.admin)
         threading.Timer(0.5, holder.execute, ("ROLLBACK",)).start()
         t = time.monotonic()
         assert client.post("/networks", json={"name": "locked", "type": "vxlan"})["name"] == "locked"

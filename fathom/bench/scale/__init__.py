@@ -34,6 +34,7 @@ class Plan:
     api_ports: int = 2000                   # ports per API-rate run
     writers: int = 8
     stores: tuple[str, ...] = ("sqlite", "postgresql")
+    api_workers: tuple[int, ...] = (1,)     # API processes of the controller (PostgreSQL runs)
     resync_ports: int = 10000               # ports of the real-OVS resync (0: skip)
     lab: str = "bsc"
     parts: tuple[str, ...] = ("api", "fabric", "resync")
@@ -53,30 +54,32 @@ def run(plan: Plan, run_dir: Path, progress=lambda msg: None) -> dict:
     t0 = time.time()
     if "api" in plan.parts:
         doc["api"] = []
-        for store in plan.stores:
-            for shared in (True, False):
-                pg = None
+        runs = [(store, shared, workers) for store in plan.stores for shared in (True, False)
+                for workers in (plan.api_workers if store == "postgresql" else (1,))]
+        for store, shared, workers in runs:
+            pg = None
+            try:
+                if store == "postgresql":
+                    pg = PostgresServer(durable=True).start()
+                    url = pg.new_database()
+                else:
+                    for f in (run_dir / "api").glob("fathom.db*"):
+                        f.unlink()
+                    url = f"sqlite:///{run_dir}/api/fathom.db"
+                progress(f"api: {plan.writers} writers on {store}, {workers} API process(es), "
+                         f"{'one network' if shared else 'a network each'}")
+                ctl = Controller(run_dir / "api", url, api_workers=workers).start()
                 try:
-                    if store == "postgresql":
-                        pg = PostgresServer(durable=True).start()
-                        url = pg.new_database()
-                    else:
-                        for f in (run_dir / "api").glob("fathom.db*"):
-                            f.unlink()
-                        url = f"sqlite:///{run_dir}/api/fathom.db"
-                    progress(f"api: {plan.writers} writers on {store}, "
-                             f"{'one network' if shared else 'a network each'}")
-                    ctl = Controller(run_dir / "api", url).start()
-                    try:
-                        r = api_rate(ctl, plan.writers, plan.api_ports, shared, progress,
-                                     store_pid=pg.pid() if pg else None)
-                    finally:
-                        ctl.stop()
-                    doc["api"].append({"store": store, "durability": "PostgreSQL defaults (fsync on)" if pg else
-                                       "SQLite WAL, synchronous=FULL (Python's default)", **r})
+                    r = api_rate(ctl, plan.writers, plan.api_ports, shared, progress,
+                                 store_pid=pg.pid() if pg else None)
                 finally:
-                    if pg is not None:
-                        pg.stop()
+                    ctl.stop()
+                doc["api"].append({"store": store, "api_workers": workers,
+                                   "durability": "PostgreSQL defaults (fsync on)" if pg else
+                                   "SQLite WAL, synchronous=FULL (Python's default)", **r})
+            finally:
+                if pg is not None:
+                    pg.stop()
     if "fabric" in plan.parts:
         doc["fabric"] = []
         for size in plan.sizes:
@@ -101,13 +104,13 @@ def markdown(doc: dict) -> str:
         lines.append(f"**Crowded machine**: load average {env['loadavg_at_start'][0]:.1f} at the start, "
                      f"{env['loadavg_at_end'][0]:.1f} at the end; other engineers' tests ran beside it.\n")
     if doc.get("api"):
-        lines += ["| store | writers | networks | ports | ports/s | p50 ms | p99 ms | CPU ms/port: controller "
-                  "/ writers / PostgreSQL | machine ceiling ports/s |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| store | API processes | writers | networks | ports | ports/s | p50 ms | p99 ms | CPU ms/port: "
+                  "controller / writers / PostgreSQL | machine ceiling ports/s |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in doc["api"]:
             d, c = r["per_call_ms"], r.get("cpu_ms_per_port", {})
             cpu = " / ".join(f"{c[k]:.1f}" if k in c else "–" for k in ("controller", "writers", "postgresql"))
             ceiling = r.get("machine_ceiling_ports_per_second")
-            lines.append(f"| {r['store']} | {r['writers']} | {'one' if r['shared_network'] else 'one each'} | "
+            lines.append(f"| {r['store']} | {r.get('api_workers', 1)} | {r['writers']} | {'one' if r['shared_network'] else 'one each'} | "
                          f"{r['ports']} | {r['ports_per_second']:.0f} | {d['p50']:.1f} | {d['p99']:.1f} | "
                          f"{cpu} | {f'{ceiling:.0f}' if ceiling else ''} |")
         lines.append("")
@@ -167,7 +170,8 @@ def plot(doc: dict, path: Path) -> None:
     api = doc.get("api") or []
     ax = axes[3]
     if api:
-        labels = [f"{r['store']}\n{'1 net' if r['shared_network'] else '8 nets'}" for r in api]
+        labels = [f"{r['store']} ×{r.get('api_workers', 1)}\n{'1 net' if r['shared_network'] else '8 nets'}"
+                  for r in api]
         ax.bar(labels, [r["ports_per_second"] for r in api], color="#4c72b0")
         ax.axhline(500, color="r", ls=":", label="target 500/s")
         ax.set(ylabel="ports/s", title=f"API creates, {api[0]['writers']} writers")

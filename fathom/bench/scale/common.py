@@ -23,6 +23,7 @@ class Controller:
     db_url: str
     of_host: str = "127.0.0.1"
     interval: float = 5.0
+    api_workers: int = 1
     proc: subprocess.Popen | None = None
     api: Client | None = None
 
@@ -34,7 +35,8 @@ class Controller:
         fathom = Path(sys.executable).with_name("fathom")
         cmd = [str(fathom), "controller", "--db", self.db_url, "--api-port", str(self.api_port),
                "--of-host", self.of_host, "--of-port", str(self.of_port), "--interval", str(self.interval),
-               "--state-dir", str(self.run_dir), "--insecure"]
+               "--state-dir", str(self.run_dir), "--insecure",
+               *(["--api-workers", str(self.api_workers)] if self.api_workers > 1 else [])]
         log = open(self.run_dir / "controller.log", "a")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.url = f"http://127.0.0.1:{self.api_port}"
@@ -58,7 +60,8 @@ class Controller:
         return Client(self.url, token=self.token, timeout=timeout)
 
     def cpu(self) -> float:
-        return procs.cpu_seconds(self.proc.pid) or 0.0
+        """CPU seconds of the controller and its API workers."""
+        return sum(procs.cpu_seconds(p) or 0.0 for p in (self.proc.pid, *procs.children(self.proc.pid)))
 
     def stop(self) -> None:
         if self.api is not None:

@@ -1,0 +1,199 @@
+"""Request ids: a write sent twice (a client's retry on another replica after a lost answer) runs once.
+
+A client names a write with the `Idempotency-Key` header (1 to 64 of `A-Z a-z 0-9 . _ : -`, made
+once per logical call and sent again with each retry of it). The key belongs to the caller's
+credential (its scope is the SHA-256 of the Authorization header). The first request with a key
+runs; the store's write (fathom.api.deps.Store.write) inserts the key's row in its own transaction,
+so the key is taken if and only if the write committed. The response is recorded in that row before
+it is sent. A later request with the same key and the same method, path, query, X-Project and body
+gets the recorded response (header `Idempotent-Replayed: true`) and runs nothing; with anything
+different it is refused (422). While the first still runs, a repeat is answered 503 with
+Retry-After; a repeat of a write whose response held a credential (a token's creation) is
+refused (409), as is a repeat of a key whose write committed but whose response was never recorded (the controller
+that ran it stopped in between) is answered 409. Keys are remembered for RETENTION (24 h).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import timedelta
+
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Engine, delete, insert, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from fathom.store.base import utcnow
+from fathom.store.db import READ_ONLY
+from fathom.store.errors import Busy
+from fathom.store.request_models import RETENTION, RequestId
+
+LOG = logging.getLogger(__name__)
+HEADER = "Idempotency-Key"
+REPLAYED = "Idempotent-Replayed"
+VALID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+RUNNING_AT_MOST = timedelta(seconds=120)   # longer than any request: a row older without response lost it
+SWEEP_EVERY = 60.0                          # seconds between deletions of expired keys (per process)
+SECRET_PATHS = ("/v1/tokens",)              # responses holding a credential: not kept, a repeat is refused
+
+
+@dataclass
+class Pending:
+    """The key of the request being run: claimed by the first committed store write."""
+    scope: str
+    key: str
+    fingerprint: str
+    claimed: bool = False
+
+
+PENDING: ContextVar[Pending | None] = ContextVar("fathom_request_id", default=None)
+
+
+class RequestIdRunning(Busy):
+    """Another request with this key is being run: its response will be there shortly."""
+
+
+def claim(session: Session) -> None:
+    """Take the running request's key in the store write's transaction (fathom.api.deps.Store.write):
+    a second request with the same key then fails this insert on the primary key."""
+    pending = PENDING.get()
+    if pending is not None and not pending.claimed:
+        session.execute(insert(RequestId).values(scope=pending.scope, key=pending.key,
+                                                 fingerprint=pending.fingerprint, created=utcnow()))
+
+
+def claimed() -> None:
+    """The write that claimed the key committed."""
+    pending = PENDING.get()
+    if pending is not None:
+        pending.claimed = True
+
+
+def is_key_conflict(error: Exception) -> bool:
+    return "request_ids" in str(getattr(error, "orig", error))
+
+
+def _error(status: int, msg: str, kind: str, headers: list | None = None) -> tuple[int, list, bytes]:
+    body = json.dumps({"detail": [{"loc": ["header", HEADER], "msg": msg, "type": kind}]}).encode()
+    return status, [(b"content-type", b"application/json"), *(headers or [])], body
+
+
+class RequestIds:
+    """ASGI middleware of the API (inside fathom.api.limits.BoundedInput, which bounds the body)."""
+
+    def __init__(self, app, engine: Engine):
+        self.app, self.engine = app, engine
+        self._swept = 0.0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in WRITES:
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        raw = headers.get(HEADER.lower().encode())
+        if raw is None:
+            return await self.app(scope, receive, send)
+        key = raw.decode("latin-1")
+        if not VALID.fullmatch(key):
+            return await self._send(send, *_error(
+                422, f"{HEADER} must be 1 to 64 of A-Z a-z 0-9 . _ : -", "invalid"))
+        parts, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return   # the client went away
+            parts.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body: bytes | None = b"".join(parts)
+        who = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
+        fingerprint = hashlib.sha256(b"\0".join((
+            scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""),
+            headers.get(b"x-project", b""), body))).hexdigest()
+        try:
+            row = await run_in_threadpool(self._lookup, who, key)
+        except OperationalError as e:
+            LOG.warning("%s %s: request id not looked up: %s", scope["method"], scope["path"], e)
+            return await self._send(send, *_error(503, "the store could not be read: retry", "busy",
+                                                  [(b"retry-after", str(Busy.RETRY_AFTER).encode())]))
+        if row is not None:
+            return await self._send(send, *self._recorded(row, fingerprint))
+
+        pending = Pending(who, key, fingerprint)
+        token = PENDING.set(pending)
+        start: dict = {}
+        chunks: list[bytes] = []
+
+        async def replay_receive():
+            nonlocal body
+            if body is None:
+                return await receive()   # after the body: a disconnect
+            message, body = {"type": "http.request", "body": body, "more_body": False}, None
+            return message
+
+        async def capture(message):
+            # the response is held until complete: it is recorded before the client can see it
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body":
+                return await send(message)
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            if pending.claimed:
+                kept = None if scope["path"].startswith(SECRET_PATHS) else b"".join(chunks)
+                content_type = dict(start.get("headers", [])).get(b"content-type", b"").decode("latin-1")
+                try:
+                    await run_in_threadpool(self._record, pending, start["status"], content_type, kept)
+                except OperationalError as e:   # the write is done: its answer goes out all the same
+                    LOG.warning("%s %s: response not recorded: %s", scope["method"], scope["path"], e)
+            await send(start)
+            await send({"type": "http.response.body", "body": b"".join(chunks)})
+        try:
+            await self.app(scope, replay_receive, capture)
+        finally:
+            PENDING.reset(token)
+
+    @staticmethod
+    async def _send(send, status: int, headers: list, body: bytes) -> None:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    def _lookup(self, who: str, key: str) -> RequestId | None:
+        with Session(self.engine, expire_on_commit=False) as s, s.begin():
+            s.connection(execution_options=READ_ONLY)
+            return s.get(RequestId, (who, key))
+
+    @staticmethod
+    def _recorded(row: RequestId, fingerprint: str) -> tuple[int, list, bytes]:
+        if row.fingerprint != fingerprint:
+            return _error(422, f"this {HEADER} was used for a different request (method, path, query, "
+                               "project or body): use a new one", "invalid")
+        if row.status is not None and row.body is None:
+            return _error(409, f"the write with this {HEADER} was run (status {row.status}); its response held a "
+                               "credential and was not kept: list the objects instead", "conflict")
+        if row.status is not None:
+            headers = [(REPLAYED.lower().encode(), b"true")]
+            if row.content_type:
+                headers.append((b"content-type", row.content_type.encode("latin-1")))
+            return row.status, headers, row.body or b""
+        created = row.created if row.created.tzinfo else row.created.replace(tzinfo=utcnow().tzinfo)
+        if utcnow() - created < RUNNING_AT_MOST:
+            return _error(503, f"a request with this {HEADER} is being run: retry", "busy",
+                          [(b"retry-after", str(RequestIdRunning.RETRY_AFTER).encode())])
+        return _error(409, f"the write with this {HEADER} was committed but its response was not recorded "
+                           "(the controller that ran it stopped): read the object instead", "conflict")
+
+    def _record(self, pending: Pending, status: int, content_type: str, body: bytes | None) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.execute(update(RequestId).where(RequestId.scope == pending.scope, RequestId.key == pending.key)
+                      .values(status=status, content_type=content_type[:128] or None, body=body))
+            if time.monotonic() - self._swept > SWEEP_EVERY:
+                self._swept = time.monotonic()
+                s.execute(delete(RequestId).where(RequestId.created < utcnow() - RETENTION))

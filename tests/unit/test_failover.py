@@ -1,0 +1,103 @@
+"""Clients over several controller endpoints, request ids, and API workers: against a real
+controller process (`fathom controller --api-workers 2` on PostgreSQL) and a dead endpoint."""
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, text
+
+from fathom.agent.http import JsonClient
+from fathom.auth.tokens import ADMIN_TOKEN_FILE
+from fathom.cli.main import cli
+from fathom.client import Client, Unreachable
+from fathom.lab.controller import free_port
+
+
+@pytest.fixture(scope="module")
+def controller(postgres, tmp_path_factory):
+    """A controller with two API processes on a fresh PostgreSQL database: (url, token, db url)."""
+    state, db = tmp_path_factory.mktemp("ctl"), postgres.new_database()
+    port = free_port()
+    fathom = Path(sys.executable).with_name("fathom")
+    proc = subprocess.Popen([str(fathom), "controller", "--insecure", "--db", db, "--api-port", str(port),
+                             "--of-port", str(free_port()), "--of-host", "127.0.0.1", "--state-dir", str(state),
+                             "--api-workers", "2"], stdout=open(state / "log", "wb"), stderr=subprocess.STDOUT)
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 90   # a migrated store and three processes; slow on a busy machine
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, (state / "log").read_text()
+        try:
+            token = (state / ADMIN_TOKEN_FILE).read_text().strip()
+            Client(url, token=token, timeout=1).get("/networks")
+            break
+        except (OSError, Unreachable):
+            time.sleep(0.2)
+    yield url, token, db
+    proc.terminate()
+    proc.wait(10)
+
+
+def dead() -> str:
+    return f"http://127.0.0.1:{free_port()}"   # nothing listens there
+
+
+def test_the_cli_goes_on_to_the_next_endpoint_and_names_every_one_it_could_not_reach(controller, monkeypatch):
+    url, token, _ = controller
+    monkeypatch.setenv("FATHOM_TOKEN", token)
+    first = dead()
+    out = CliRunner().invoke(cli, ["network", "create", "--controller", f"{first},{url}", "--json", "cli-net"])
+    assert out.exit_code == 0 and '"cli-net"' in out.output, out.output
+    other = dead()
+    out = CliRunner().invoke(cli, ["network", "list", "--controller", f"{first},{other}"])
+    assert out.exit_code == 1 and first in out.output and other in out.output, out.output
+
+
+def test_a_write_retried_with_its_request_id_runs_once(controller):
+    url, token, db = controller
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex,
+               "Connection": "close"}   # a new connection each: either process answers
+    body = {"name": "once"}
+    with httpx.Client(base_url=url + "/v1", headers=headers, timeout=60) as http:
+        answers = [http.post("/networks", json=body) for _ in range(4)]
+        assert [a.status_code for a in answers] == [201] * 4
+        assert len({a.json()["id"] for a in answers}) == 1
+        assert [a.headers.get("Idempotent-Replayed") for a in answers] == [None, "true", "true", "true"]
+        with create_engine(db).connect() as c:
+            assert c.execute(text("SELECT count(*) FROM networks WHERE name = 'once'")).scalar_one() == 1
+        other = http.post("/networks", json={**body, "name": "twice"})
+        assert other.status_code == 422 and "different request" in other.text
+        for bad in ("", "x" * 65, "a b", "é".encode()):
+            r = http.post("/networks", json=body, headers={"Idempotency-Key": bad})
+            assert r.status_code == 422 and "Idempotency-Key" in r.text, bad
+
+
+def test_the_client_sends_one_request_id_per_call_and_fails_over(controller):
+    url, token, db = controller
+    api = Client(f"{dead()},{url}", token=token)
+    net = api.post("/networks", json={"name": "via-client"})
+    assert api.current == 1 and api.find("networks", "via-client")["id"] == net["id"]
+    agent = JsonClient(f"{dead()},{url}", headers={"Authorization": f"Bearer {token}"})
+    assert agent.get("/v1/networks", params={"name": "via-client"}).json()[0]["id"] == net["id"]
+
+
+def test_two_api_workers_answer_concurrent_requests_and_reach_the_controllers_routes(controller):
+    url, token, _ = controller
+
+    def one(_):
+        with httpx.Client(base_url=url + "/v1", headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            return http.get("/health")   # a route of the controller process, from either
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(16)))
+    assert {a.status_code for a in answers} == {200}
+    assert {a.headers["X-Fathom-Worker"] for a in answers} == {"0", "1"}
+
+
+def test_api_workers_are_refused_on_sqlite(tmp_path):
+    out = CliRunner().invoke(cli, ["controller", "--insecure", "--api-workers", "2", "--db",
+                                   f"sqlite:///{tmp_path}/f.db"])
+    assert out.exit_code == 2 and "needs a PostgreSQL store" in out.output, out.output
