@@ -29,6 +29,11 @@ _WROTE = "fathom_feed_wrote"
 _DML = ("insert", "update", "delete")
 
 
+def libpq_url(engine: Engine) -> str:
+    """`engine`'s database as a libpq URL (what a Listener connects to)."""
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def notify_commits(engine: Engine, me: str) -> None:
     """Make every committed write of `engine` notify CHANNEL with "<me> <PostgreSQL time>"."""
     @event.listens_for(engine, "after_cursor_execute")

@@ -150,8 +150,7 @@ def run(mastership: Mastership, switches, reconciler, app, on_feed) -> ClusterMe
     def elsewhere():
         reconciler.changed_elsewhere()
         on_feed()
-    url = mastership.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    listener = feed.Listener(url, mastership.id, elsewhere).start()
+    listener = feed.Listener(feed.libpq_url(mastership.engine), mastership.id, elsewhere).start()
     mastership.feed_lag = lambda: listener.lag
     mastership.start(joined=True)
     return member

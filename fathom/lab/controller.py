@@ -37,13 +37,14 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     Given the ports of a previous run (a restart), it comes back where the switches expect it.
     With `replicas` > 1: that many controllers, `fathom controller --cluster` on the PostgreSQL
     store `db`, started one after the other; the first is the lab's controller (its URL, its
-    agents' URL), every one is listed under "replicas" (replica i > 0 logs to controller-<i>.log).
+    agents' URLs: all of them), every one is listed under "replicas" (replica i > 0 logs to controller-<i>.log).
     """
     if replicas > 1:
         if not db or not db.startswith("postgresql"):
             raise LabError("controller replicas share a PostgreSQL store: give its URL (--db postgresql+psycopg://...)")
         started = [_start(lab_dir, of_host, None, None, pki_dir, db, index=i, cluster=True) for i in range(replicas)]
-        return {**started[0], "replicas": started}
+        # the agents take every replica and fail over (fathom.agent.http)
+        return {**started[0], "replicas": started, "agent_url": ",".join(r["agent_url"] for r in started)}
     return _start(lab_dir, of_host, api_port, of_port, pki_dir, db)
 
 
