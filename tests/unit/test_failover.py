@@ -27,7 +27,7 @@ def controller(postgres, tmp_path_factory):
     fathom = Path(sys.executable).with_name("fathom")
     proc = subprocess.Popen([str(fathom), "controller", "--insecure", "--db", db, "--api-port", str(port),
                              "--of-port", str(free_port()), "--of-host", "127.0.0.1", "--state-dir", str(state),
-                             "--api-workers", "2"], stdout=open(state / "log", "wb"), stderr=subprocess.STDOUT)
+                             "--api-workers", "2", "--interval", "60"], stdout=open(state / "log", "wb"), stderr=subprocess.STDOUT)
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 90   # a migrated store and three processes; slow on a busy machine
     while True:
         assert proc.poll() is None and time.monotonic() < deadline, (state / "log").read_text()
@@ -101,3 +101,20 @@ def test_api_workers_are_refused_on_sqlite(tmp_path):
     out = CliRunner().invoke(cli, ["controller", "--insecure", "--api-workers", "2", "--db",
                                    f"sqlite:///{tmp_path}/f.db"])
     assert out.exit_code == 2 and "needs a PostgreSQL store" in out.output, out.output
+
+
+def test_a_write_through_a_worker_wakes_the_controller_process(controller):
+    """A network created in either process is decided by the controller's reconciler at once: a
+    worker's commit reaches it through the change feed (the periodic pass is far away)."""
+    url, token, _ = controller
+    with httpx.Client(base_url=url + "/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        made = {}
+        for i in range(12):   # new connections: the kernel spreads them over both processes
+            http.headers["Connection"] = "close"
+            r = http.post("/networks", json={"name": f"woken-{i}"})
+            assert r.status_code == 201, r.text
+            made[r.json()["id"]] = r.headers["X-Fathom-Worker"]
+        assert "1" in made.values(), made
+        for net, worker in made.items():
+            r = http.get(f"/networks/{net}", params={"wait": "active", "timeout": 3})
+            assert r.json()["status"] == "active", (worker, r.json())
