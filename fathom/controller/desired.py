@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import fields, replace
 
 from fathom.apps import Owner, OwnerOn, SwitchKey, by_owner, compile_all, compile_owners, registry
-from fathom.apps.tenant.compiler import refused_ports
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.controller import status
 from fathom.controller.edits import Edit, Edited, edited, record_edit, union
 from fathom.controller.metrics import METRICS

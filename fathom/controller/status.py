@@ -338,7 +338,7 @@ def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: f
               digest_of=None) -> dict[tuple[str, int], Status]:
     """(owner kind, id) -> status of every object the nodes' agents must hold.
 
-    `desired`: node -> host-local objects (fathom.apps.hostlocal); `agents`: node -> what its agent
+    `desired`: node -> host-local objects (fathom.model.hostlocal_desired); `agents`: node -> what its agent
     last reported (fathom.store.agents.AgentView), whose objects say per owner the status and the
     digest of the object the agent applied: an agent still holding an older version of an object is
     `pending`. `digest_of(obj)`: digest([obj]) (fathom.model.hostlocal.Digests remembers them).

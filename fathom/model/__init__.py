@@ -61,7 +61,7 @@ class Subnet:
     network_id: int
     cidr: str                      # e.g. "10.0.0.0/24"
     gateway_ip: str | None
-    # DHCP: answered on each node by its agent (fathom.apps.hostlocal.dhcp_servers)
+    # DHCP: answered on each node by its agent (fathom.model.hostlocal_desired.dhcp_servers)
     enable_dhcp: bool = True
     dns_nameservers: tuple[str, ...] = ()
     host_routes: tuple[tuple[str, str], ...] = ()    # (destination cidr, nexthop)
@@ -226,7 +226,7 @@ class FlowClassifier:
 @dataclass(frozen=True)
 class ChainPptmon:
     """PPTMon on a chain: the first group's instances sample one packet every `period_ns` (0 = every
-    packet), every VNF of the chain adds its processing time (fathom.apps.hostlocal.chain_pptmon)."""
+    packet), every VNF of the chain adds its processing time (fathom.model.chains.chain_pptmon)."""
     period_ns: int
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from fathom.apps.tenant import compiler as tenant
-from fathom.apps.tenant.compiler import refused_ports
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.model import FixedIp, Network, Port, Snapshot, Subnet, TapPolicy
 
 from .flowsim import Fabric, compile_tenant

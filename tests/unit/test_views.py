@@ -11,10 +11,11 @@ from dataclasses import replace
 import pytest
 
 from fathom.apps import compile_all, registry
-from fathom.apps.hostlocal import dhcp_server_addresses
+from fathom.model.hostlocal_desired import dhcp_server_addresses
 from fathom.apps.secgroups.compiler import index
 from fathom.apps.tenant import tenant_ports
-from fathom.apps.tenant.compiler import node_scopes, refused_ports, topology
+from fathom.apps.tenant.compiler import node_scopes, topology
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.model import (
     TUNNEL_INTERFACE, FixedIp, Network, Node, Port, Router, RouterInterface, SecurityGroup,
     SecurityGroupRule, Snapshot, Subnet,

@@ -49,7 +49,7 @@ import ipaddress
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
-from fathom.apps.tenant.compiler import refused_ports
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.openflow.masks import range_to_masks
 from fathom.model import Node, Port, SecurityGroupRule, Snapshot
 from fathom.openflow.spec import (
