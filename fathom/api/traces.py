@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from fathom.api.deps import ERRORS, CallerDep
 from fathom.api.schemas import _Request
 from fathom.model import Snapshot
+from fathom.model.views import ports_by_id
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.trace import TraceError, trace
 
@@ -65,7 +66,7 @@ def traces_router(model: Model) -> APIRouter:
         def visible(project: str) -> bool:
             return c.admin or project == c.project
 
-        ports = snapshot.ports_by_id()
+        ports = ports_by_id(snapshot)
 
         def port(port_id: int, field: str):
             p = ports.get(port_id)
