@@ -27,14 +27,13 @@ from collections import Counter
 from dataclasses import fields, replace
 
 from fathom.apps import Owner, OwnerOn, SwitchKey, by_owner, compile_all, compile_owners, registry
-from fathom.pipeline.infrastructure import refused_ports
 from fathom.controller import status
 from fathom.controller.edits import Edit, Edited, edited, record_edit, union
 from fathom.controller.metrics import METRICS
 from fathom.model import Snapshot
 from fathom.model.views import Views
 from fathom.openflow.spec import SwitchState
-from fathom.pipeline.infrastructure import is_infrastructure_interface
+from fathom.pipeline.infrastructure import is_infrastructure_interface, refused_ports
 
 LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
 
