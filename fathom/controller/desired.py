@@ -426,6 +426,7 @@ class DesiredState:
                                  f"full-only {sorted(g.to_ofctl() for g in b.groups - a.groups)[:3]}")
             self.mismatches += 1
             LOG.error("incremental desired state differs from a full compile:\n%s", "\n".join(lines))
-            self.parts, self.compiled_from, self._compiled, self._basis = {}, None, {}, None   # the next pass compiles whole
+            # the next pass compiles whole
+            self.parts, self.compiled_from, self._compiled, self._basis = {}, None, {}, None
             raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
 

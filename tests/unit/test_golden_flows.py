@@ -48,4 +48,5 @@ def test_the_reads_check_sees_an_undeclared_field_and_a_dependency_no_reference_
         [p.node for p in m.ports]
         return vtap.compile(m, views)
     assert any("which it does not reach" in p
-               for p in problems(replace(vtap, compile=nosy, compile_owners=lambda m, _owners, views=None: nosy(m, views)), model))
+               for p in problems(replace(vtap, compile=nosy,
+                                         compile_owners=lambda m, _owners, views=None: nosy(m, views)), model))

@@ -27,7 +27,9 @@ def _inputs(model, views) -> tuple:
 def touched(before, after, views=None):
     if not before.router_gateways and not after.router_gateways:
         return set()
-    return set() if _inputs(before, views) == _inputs(after, views) else "gateways, floating IPs or their networks changed"
+    if _inputs(before, views) == _inputs(after, views):
+        return set()
+    return "gateways, floating IPs or their networks changed"
 
 
 def status(model, agents, views=None) -> list[Problem]:

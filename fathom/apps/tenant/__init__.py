@@ -26,7 +26,8 @@ def compile_owners(model, owners, views=None) -> dict:
     only = frozenset((o.kind, o.id) for o in owners if o.app == APP_TENANT)
     if not only:
         return {}
-    return {SwitchKey(BR_INT, node): state for node, state in compile_tenant(tenant_view(model, views), only, views).items()
+    compiled = compile_tenant(tenant_view(model, views), only, views)
+    return {SwitchKey(BR_INT, node): state for node, state in compiled.items()
             if state.flows or state.groups}
 
 
