@@ -36,7 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from fathom.api.auth import identity
 from fathom.api.deps import ERRORS, StoreDep
 from fathom.api.schemas import IFNAME_RE, NODE_NAME_RE
-from fathom.apps.hostlocal import Desired
+from fathom.model.hostlocal_desired import Desired
 from fathom.auth import Identity
 from fathom.model.hostlocal import DatapathFlush, digest_json, to_json
 from fathom.store import agents as ag
@@ -247,7 +247,7 @@ class DesiredCache:
 
     def _entries(self, nodes: dict[str, list]) -> dict[str, tuple[tuple, str, list[dict]]]:
         """Each node's (objects, digest, JSON): the last read's where its objects are the same, and
-        the JSON of an object the last read held (the same object: fathom.apps.hostlocal.Desired
+        the JSON of an object the last read held (the same object: fathom.model.hostlocal_desired.Desired
         keeps those that did not change) taken from it, so a read costs what changed, not every
         node's digest and encoding afresh."""
         known = {id(o): j for objects, _, jsons in self._nodes.values() for o, j in zip(objects, jsons)}

@@ -28,6 +28,7 @@ from fathom.api.agent_traces import TooManyTraces
 from fathom.api.deps import ERRORS, CallerDep
 from fathom.api.schemas import ErrorOut, _Request
 from fathom.model import Snapshot
+from fathom.model.views import ports_by_id
 from fathom.store.agents import STALE_AFTER
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.trace import TraceError, Unanswered, svg, trace
@@ -87,7 +88,7 @@ def traces_router(model: Model) -> APIRouter:
         def visible(project: str) -> bool:
             return c.admin or project == c.project
 
-        ports = snapshot.ports_by_id()
+        ports = ports_by_id(snapshot)
 
         def port(port_id: int, field: str):
             p = ports.get(port_id)

@@ -1,9 +1,11 @@
 """Apps: each turns the objects it owns into the desired state of the switches.
 
 An app declares its id (the app byte of its cookies, group and meter ids), the tables it fills on
-each bridge kind (names from fathom/pipeline/catalogue.py), and `compile(model)`: a pure function
-from the model (fathom.model.Snapshot) to the desired state of every switch it has something for,
-keyed by `SwitchKey(bridge, name)`. An app may also declare `derive(model, desired)` for switches
+each bridge kind (names from fathom/pipeline/catalogue.py), and `compile(model, views)`: a pure
+function from the model (fathom.model.Snapshot) to the desired state of every switch it has
+something for, keyed by `SwitchKey(bridge, name)`; `views` (fathom.model.views.Views, or None) holds
+the values derived from the model that apps share and that are kept from pass to pass, and gives
+the same values as a compile without it. An app may also declare `derive(model, desired, views)` for switches
 whose state follows from what the other switches are asked to hold (the ToR lets a VLAN onto a
 trunk port when the node's br-int can send it): it runs after every app's `compile`, on their
 union. The reconciler runs every registered app for every switch and diffs the union against what
@@ -24,12 +26,13 @@ from typing import Mapping
 from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Owner, OwnerOn, Reads, SwitchKey  # noqa: F401
 from fathom.apps.incremental import declared_touched
 from fathom.model import Snapshot
+from fathom.model.views import Views
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.catalogue import PIPELINES
 
 
-def _skeleton(model: Snapshot) -> dict[SwitchKey, SwitchState]:
+def _skeleton(model: Snapshot, _views=None) -> dict[SwitchKey, SwitchState]:
     """The skeleton of every bridge: br-int on every node; br-phy and ToRs once there is a fabric."""
     out = {SwitchKey(BR_INT, n.name): SwitchState(PIPELINES[BR_INT].skeleton()) for n in model.nodes}
     fabric = model.fabric
@@ -56,17 +59,19 @@ def registry() -> tuple[App, ...]:
     return (PIPELINE, TENANT, FABRIC, VTAP, SECGROUPS, SFC, EXTERNAL)
 
 
-def compile_all(model: Snapshot, apps: tuple[App, ...] | None = None) -> dict[SwitchKey, SwitchState]:
+def compile_all(model: Snapshot, apps: tuple[App, ...] | None = None,
+                views: Views | None = None) -> dict[SwitchKey, SwitchState]:
     """The desired state of every switch: the union of every app's part (`compile`, then `derive`
-    on that union)."""
+    on that union). `views`: the views of the model the apps share (made afresh without)."""
     apps = apps or registry()
+    views = views if views is not None else Views()
     out: dict[SwitchKey, SwitchState] = {}
     for app in apps:
-        _merge(out, app.compile(model))
+        _merge(out, app.compile(model, views))
     compiled = dict(out)
     for app in apps:
         if app.derive is not None:
-            _merge(out, app.derive(model, compiled))
+            _merge(out, app.derive(model, compiled, views))
     return out
 
 
@@ -93,13 +98,14 @@ def by_owner(state: SwitchState) -> dict[Owner, SwitchState]:
             for o in set(flows) | set(groups) | set(meters)}
 
 
-def compile_owners(app: App, model: Snapshot, owners: frozenset) -> dict[SwitchKey, SwitchState]:
+def compile_owners(app: App, model: Snapshot, owners: frozenset,
+                   views: Views | None = None) -> dict[SwitchKey, SwitchState]:
     """The desired state of exactly `owners` (each an `Owner` on every switch, or an `OwnerOn` one
     switch only): the app's own `compile_owners`, or its whole compile cut down to those owners."""
     if app.compile_owners is not None:
-        return app.compile_owners(model, owners)
+        return app.compile_owners(model, owners, views)
     out = {}
-    for key, state in app.compile(model).items():
+    for key, state in app.compile(model, views).items():
         parts = [s for o, s in by_owner(state).items() if o in owners or o.on(key) in owners]
         if parts:
             out[key] = SwitchState(frozenset().union(*(p.flows for p in parts)),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, NamedTuple
 
 from fathom.model import Snapshot
+from fathom.model.views import Views
 from fathom.model.status import Problem, Severity, Status  # noqa: F401 (the apps' names for them)
 from fathom.openflow.spec import SwitchState
 
@@ -73,13 +74,14 @@ class Reads:
     A change in a collection that no owner reaches through `refs` compiles the app whole.
     `quiet`: collections (or "fabric.<field>") that, empty or None in both models, mean the app
     holds nothing, whatever else changed.
-    `view`: the model `compile` reads, made from the snapshot (idempotent: view(view(m)) reads as
-    view(m)), e.g. the routers as the switches realise them; `fields` are the view's."""
+    `view`: the model `compile` reads, made from the snapshot (`view(model, views)`; idempotent:
+    view(view(m)) reads as view(m)), e.g. the routers as the switches realise them; `fields` are
+    the view's."""
     fields: Mapping[str, frozenset[str]]
     owners: Mapping[str, int] = field(default_factory=dict)
     refs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     quiet: tuple[str, ...] = ()
-    view: Callable[[Snapshot], Snapshot] | None = None
+    view: Callable[[Snapshot, Views | None], Snapshot] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,11 @@ class App:
     name: str
     app_id: int
     tables: Mapping[str, tuple[str, ...]]          # bridge kind -> tables the app fills
-    compile: Callable[[Snapshot], dict[SwitchKey, SwitchState]]
+    # Every callable takes, last, the Views of the model (fathom.model.views; None: made afresh)
+    compile: Callable[[Snapshot, Views | None], dict[SwitchKey, SwitchState]]
     # model, union of every app's `compile` -> more desired state (switches that follow others)
-    derive: Callable[[Snapshot, Mapping[SwitchKey, SwitchState]], dict[SwitchKey, SwitchState]] | None = None
+    derive: Callable[[Snapshot, Mapping[SwitchKey, SwitchState], Views | None],
+                     dict[SwitchKey, SwitchState]] | None = None
     # Incremental compilation (optional): `touched(before, after)` names the owners (`Owner`) whose
     # flows may differ between two models, or says why it cannot tell (a str: the reason; then the
     # app is compiled whole); `compile_owners(model, owners)` is the desired state of exactly those
@@ -97,13 +101,13 @@ class App:
     # elsewhere stay as they are. An app without `touched` is compiled whole on every pass; one
     # without `compile_owners` (whose owners rarely change, e.g. the pipeline skeleton) gets
     # fathom.apps.compile_owners's fallback: compile, then keep the owners' part.
-    touched: Callable[[Snapshot, Snapshot], "set[Owner | OwnerOn] | str"] | None = None
-    compile_owners: Callable[[Snapshot, frozenset], dict[SwitchKey, SwitchState]] | None = None
+    touched: Callable[[Snapshot, Snapshot, Views | None], "set[Owner | OwnerOn] | str"] | None = None
+    compile_owners: Callable[[Snapshot, frozenset, Views | None], dict[SwitchKey, SwitchState]] | None = None
     # Status (optional): `status(model, agents)` -> the problems the app finds with the objects it
     # owns (`Problem`: the object, a severity, the reason), from the model and what the nodes' agents
     # last said ((owner kind, id) -> status). fathom.controller.status merges them with what the
     # switches say of the objects' flows; an object no app has a problem with is as its flows are.
-    status: Callable[[Snapshot, Mapping[tuple[str, int], Status]], Iterable[Problem]] | None = None
+    status: Callable[[Snapshot, Mapping[tuple[str, int], Status], Views | None], Iterable[Problem]] | None = None
     # What `compile` reads (checked by tests/unit/test_app_reads.py); with `owners`, `touched` is
     # fathom.apps.incremental.declared_touched's, unless the app writes its own (saying why).
     reads: Reads | None = None

@@ -1,12 +1,13 @@
 """Which owners a change touches: `declared_touched` works it out from what an app declares it
 reads (fathom.apps.base.Reads); `local_networks` is what the hand-written `touched` of the
-external and fabric apps compare of the ports, computed once per model (Snapshot.memo)."""
+external and fabric apps compare of the ports, computed once per model (fathom.model.views)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from fathom.apps.base import Owner, Reads
 from fathom.model import Snapshot
+from fathom.model.views import Views, get
 from fathom.pipeline.infrastructure import is_infrastructure_interface
 
 
@@ -16,14 +17,14 @@ def declared_touched(app_id: int, reads: Reads):
     in a collection no owner reaches compiles the app whole (its name is the reason)."""
     reached = reachable(reads)
 
-    def touched(before: Snapshot, after: Snapshot):
+    def touched(before: Snapshot, after: Snapshot, views: Views | None = None):
         if reads.quiet and not any(_collection(m, c) for m in (before, after) for c in reads.quiet):
             return set()
-        b, a = (reads.view(before), reads.view(after)) if reads.view is not None else (before, after)
+        b, a = (reads.view(before, views), reads.view(after, views)) if reads.view is not None else (before, after)
         hit: dict[str, set] = {}
         for coll, names in reads.fields.items():
             if coll in reached:
-                hit[coll] = changed(b, a, coll, names)
+                hit[coll] = changed(b, a, coll, names, views)
             elif (getattr(b, coll) is not getattr(a, coll) or coll == "ports") \
                     and facts(b, coll, names) != facts(a, coll, names):   # (a port's facts are its node's too)
                 return f"{coll} changed"
@@ -66,11 +67,11 @@ def reachable(reads: Reads) -> set[str]:
     return out
 
 
-def changed(before: Snapshot, after: Snapshot, coll: str, names: frozenset) -> set:
+def changed(before: Snapshot, after: Snapshot, coll: str, names: frozenset, views: Views | None = None) -> set:
     """The ids of the objects of `coll` added, removed or changed in the fields `names`."""
     b, a = getattr(before, coll), getattr(after, coll)
     if coll == "ports" and "ofport" in names:
-        delta = after.delta_from(before)
+        delta = views.delta_from(before, after) if views is not None else None
         if delta is not None:       # the ports it names (those on a changed node too), else every one
             if not delta.ports:
                 return set()
@@ -114,12 +115,12 @@ def _collection(model: Snapshot, name: str):
     return getattr(model, name)
 
 
-def local_networks(model: Snapshot) -> dict:
+def local_networks(model: Snapshot, views: Views | None = None) -> dict:
     """node name -> the networks with a port plugged there."""
-    def make(m: Snapshot) -> dict:
+    def make(m: Snapshot, _views) -> dict:
         nodes, out = {n.name: n for n in m.nodes}, {}
         for p in m.ports:
             if p.node in nodes and nodes[p.node].ofport(p.interface) is not None:
                 out.setdefault(p.node, set()).add(p.network_id)
         return {n: frozenset(s) for n, s in out.items()}
-    return model.memo("local_networks", make)
+    return get(views, model, "local_networks", make)

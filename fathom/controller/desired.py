@@ -12,6 +12,12 @@ fathom.controller.edits), which is all a switch that holds the state before is t
 `needs` keeps which switches hold something of each object (what its status waits for), moved
 by the owners a pass replaced. With `check_incremental` every update is checked against a compile
 of the model from scratch (`assert_incremental`) and `needs` against a count.
+
+The values the apps derive from the model and share (the routers as the switches realise them,
+the compilers' look-ups: fathom.model.views) are kept here too, in the `Views` of the pass
+(`views`), handed to every app with the model: made once per model and patched from those of
+the model compiled before, so that a pass's cost follows the change. The snapshot itself is
+plain data; a compile without the views (the check's) makes them afresh.
 """
 from __future__ import annotations
 
@@ -21,13 +27,13 @@ from collections import Counter
 from dataclasses import fields, replace
 
 from fathom.apps import Owner, OwnerOn, SwitchKey, by_owner, compile_all, compile_owners, registry
-from fathom.apps.tenant.compiler import refused_ports
 from fathom.controller import status
 from fathom.controller.edits import Edit, Edited, edited, record_edit, union
 from fathom.controller.metrics import METRICS
 from fathom.model import Snapshot
+from fathom.model.views import Views
 from fathom.openflow.spec import SwitchState
-from fathom.pipeline.infrastructure import is_infrastructure_interface
+from fathom.pipeline.infrastructure import is_infrastructure_interface, refused_ports
 
 LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
 
@@ -39,11 +45,11 @@ INCREMENTAL_LIMIT = 256
 INCREMENTAL_SHARE = 0.25
 
 
-def without_refused(snapshot: Snapshot) -> tuple[Snapshot, dict[int, str]]:
+def without_refused(snapshot: Snapshot, views: Views | None = None) -> tuple[Snapshot, dict[int, str]]:
     """The model the apps compile, and the ports refused: a port bound to one of the fabric's own
     interfaces (refused_ports) is compiled by no app (the tenant compiler refuses it itself; a tap
     policy on it must not copy the tunnel either)."""
-    refused = refused_ports(snapshot)
+    refused = refused_ports(snapshot, views)
     if refused:
         snapshot = replace(snapshot, ports=tuple(p for p in snapshot.ports if p.id not in refused))
     return snapshot, refused
@@ -63,7 +69,7 @@ def compiles_the_same(before: Snapshot | None, after: Snapshot) -> bool:
     if before is None or len(before.nodes) != len(after.nodes):
         return False
     for f in fields(Snapshot):
-        if f.name not in ("nodes", "fabric", "derived") and getattr(before, f.name) is not getattr(after, f.name):
+        if f.name not in ("nodes", "fabric") and getattr(before, f.name) is not getattr(after, f.name):
             return False
     if before.fabric != after.fabric:
         return False
@@ -194,6 +200,8 @@ class DesiredState:
         self.edits: dict[SwitchKey, tuple[SwitchState, SwitchState, SwitchState]] = {}
         self.refused: dict[int, str] = {}             # port id -> why no app compiles it (last update)
         self.compiled_from: Snapshot | None = None    # the model `states` was compiled from
+        self.views: Views | None = None               # the views of the last update's model
+        self._basis: Views | None = None              # those of `compiled_from`: the next are patched from them
         self.compiled_nothing = False                 # the last update's model compiled as the one before
         self.recomputes: dict[str, int] = {}          # "app: reason" -> count (also in /metrics)
         self.mismatches = 0                           # check_incremental failures (must stay 0)
@@ -216,11 +224,22 @@ class DesiredState:
     def update(self, snapshot: Snapshot, full: bool) -> set[SwitchKey]:
         """Bring the kept desired state up to `snapshot` (less its refused ports: `refused`), every
         app compiled whole with `full`; returns the switches whose state changed."""
-        if not full:   # its views are patched from those of the model compiled last (Snapshot.memo)
-            snapshot.follow(self.compiled_from)
-        model, self.refused = without_refused(snapshot)
+        basis = self._basis if not full else None
+        if basis is not None:
+            basis.settle()     # the views of two passes at most are held
+        views = Views(before=basis)
+        if not full:   # its views are patched from those of the model compiled last
+            views.follow(snapshot, self.compiled_from)
+        model, self.refused = without_refused(snapshot, views)
         if not full and model is not snapshot:
-            model.follow(self.compiled_from)
+            views.follow(model, self.compiled_from)
+        changed = self._update(model, views, full)
+        self.views = views
+        if self.compiled_from is model:
+            self._basis = views
+        return changed
+
+    def _update(self, model: Snapshot, views: Views, full: bool) -> set[SwitchKey]:
         before = self.compiled_from if not full else None
         self.edits = {}
         self._moves = {}
@@ -232,9 +251,9 @@ class DesiredState:
             return set()
         edits: dict[SwitchKey, Edit] = {}
         apps = registry()
-        changed = self._compile_apps(apps, model, before, edits)
+        changed = self._compile_apps(apps, model, before, edits, views)
         compiled = self._unite(apps, changed, edits)
-        derived, derived_changed = self._derive(apps, model, compiled, edits)
+        derived, derived_changed = self._derive(apps, model, compiled, edits, views)
         changed |= derived_changed
         self._set_states(changed, compiled, derived, edits)
         self.compiled_from = model
@@ -242,7 +261,8 @@ class DesiredState:
             self.assert_incremental(model)
         return changed
 
-    def _compile_apps(self, apps, model: Snapshot, before: Snapshot | None, edits: dict) -> set[SwitchKey]:
+    def _compile_apps(self, apps, model: Snapshot, before: Snapshot | None, edits: dict,
+                      views: Views) -> set[SwitchKey]:
         """Compile each app's part: owner by owner where it can say which owners changed since
         `before` (None: every app whole), else whole; returns the switches whose part changed."""
         changed: set[SwitchKey] = set()
@@ -254,7 +274,7 @@ class DesiredState:
             if part is None or before is None:
                 reason = "first pass" if part is None else "audit"
             elif incremental:
-                owners = app.touched(before, model)
+                owners = app.touched(before, model, views)
                 if isinstance(owners, str):
                     reason, owners = owners, None
                 elif part.cost(owners) > max(INCREMENTAL_LIMIT, INCREMENTAL_SHARE * part.size()):
@@ -262,7 +282,7 @@ class DesiredState:
             if owners is not None:
                 if owners:
                     owners = frozenset(owners)
-                    changed |= part.replace(owners, compile_owners(app, model, owners), edits, self._moves)
+                    changed |= part.replace(owners, compile_owners(app, model, owners, views), edits, self._moves)
                 METRICS.incremental.labels(app.name).inc()
                 continue
             if part is None:
@@ -273,7 +293,7 @@ class DesiredState:
                 kind = re.sub(r"\d+", "N", reason)    # a bounded set of reasons: ids and counts out
                 self.recomputes[f"{app.name}: {kind}"] = self.recomputes.get(f"{app.name}: {kind}", 0) + 1
                 METRICS.recomputes.labels(app.name, kind).inc()
-            whole = part.set_whole(app.compile(model), index=incremental, edits=edits)
+            whole = part.set_whole(app.compile(model, views), index=incremental, edits=edits)
             self._whole |= whole
             changed |= whole
         return changed
@@ -294,14 +314,15 @@ class DesiredState:
                 compiled.pop(key, None)
         return compiled
 
-    def _derive(self, apps, model: Snapshot, compiled: dict, edits: dict) -> tuple[list["_Part"], set[SwitchKey]]:
+    def _derive(self, apps, model: Snapshot, compiled: dict, edits: dict,
+                views: Views) -> tuple[list["_Part"], set[SwitchKey]]:
         """The apps' `derive` parts (switches that follow others) from the union of the compiles;
         returns them and the switches whose derived state changed."""
         derived, changed = [], set()
         for app in apps:
             if app.derive is not None:
                 part = self.parts.setdefault("derive:" + app.name, _Part())
-                whole = part.set_whole(app.derive(model, compiled), index=False, edits=edits)
+                whole = part.set_whole(app.derive(model, compiled, views), index=False, edits=edits)
                 self._whole |= whole
                 changed |= whole
                 derived.append(part)
@@ -391,7 +412,7 @@ class DesiredState:
     def assert_incremental(self, model: Snapshot) -> None:
         """The kept desired state equals a compile of `model` from scratch (OVN's check after
         recompute); raises IncrementalMismatch naming what differs."""
-        full = compile_all(replace(model))    # a copy: its views made afresh, not patched
+        full = compile_all(model)    # its views made afresh, not patched
         keep = lambda d: {k: v for k, v in d.items() if v.flows or v.groups or v.meters}  # noqa: E731
         mine, theirs = keep(self.states), keep(full)
         if mine != theirs:
@@ -405,6 +426,7 @@ class DesiredState:
                                  f"full-only {sorted(g.to_ofctl() for g in b.groups - a.groups)[:3]}")
             self.mismatches += 1
             LOG.error("incremental desired state differs from a full compile:\n%s", "\n".join(lines))
-            self.parts, self.compiled_from, self._compiled = {}, None, {}    # the next pass compiles whole
+            # the next pass compiles whole
+            self.parts, self.compiled_from, self._compiled, self._basis = {}, None, {}, None
             raise IncrementalMismatch("incremental desired state differs from a full compile:\n" + "\n".join(lines))
 

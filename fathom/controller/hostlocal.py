@@ -2,7 +2,7 @@
 a host.
 
 After every pass it reads, from the store, every node's host-local desired state (the pure
-fathom.apps.hostlocal of the same model) and what each agent last reported, and puts the status of
+fathom.model.hostlocal_desired of the same model) and what each agent last reported, and puts the status of
 every object an agent must hold into the pass result (fathom.controller.status.hostlocal decides
 it). The agents themselves follow `GET /v1/agents/<node>/desired` and do the work on their hosts:
 the controller process runs no command on a node and enters no namespace.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from fathom.apps.hostlocal import Desired
+from fathom.model.hostlocal_desired import Desired
 from fathom.model.chains import WARNING_KIND, chain_warnings
 from fathom.model.hostlocal import DatapathFlush, Digests
 from fathom.controller import status

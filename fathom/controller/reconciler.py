@@ -391,6 +391,7 @@ class Reconciler:
             result.desired = dict(self.desired.states)
             result.needs = self.desired.needs()
             result.needs_changed = self.desired.needs_changed
+            result.views = self.desired.views
             for port_id, reason in self.desired.refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
             steps.done("needs")

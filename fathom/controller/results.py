@@ -54,6 +54,8 @@ class PassResult:
     # (datapath ids): see StatusWriter.write
     settled_at: float | None = None
     made_on: tuple = ()
+    # the views of the model the pass compiled (fathom.model.views): the apps' status reads them too
+    views: object = None
 
     def br_int(self, node: str) -> SwitchState | None:
         return self.desired.get(SwitchKey(BR_INT, node))

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, registry
 from fathom.model.routers import effective_modes
 from fathom.model.status import Severity, Status, worst
+from fathom.model.views import changes, ports_by_id
 from fathom.pipeline import cookies as ck
 
 FLOWS = "flows"
@@ -146,22 +147,22 @@ def _ports_to_decide(snapshot, result, trouble: dict, kept: PortStatuses | None)
     if kept is None or kept.model is None or changed is None or trouble != kept.trouble \
             or result.refused != kept.refused:
         return None
-    delta = snapshot.changes_from(kept.model)
+    delta = changes(kept.model, snapshot)
     if delta is None:
         return None
     ids = set(delta.ports) | {obj for kind, obj in changed if kind in FLOW_KINDS["port"]}
     for port_id in ids:
         kept.statuses.pop(("port", port_id), None)
-    by_id = snapshot.ports_by_id()
+    by_id = ports_by_id(snapshot, getattr(result, "views", None))
     return [by_id[i] for i in ids if i in by_id]
 
 
-def app_problems(snapshot, agents, apps=None) -> dict[tuple[str, int], list]:
+def app_problems(snapshot, agents, apps=None, views=None) -> dict[tuple[str, int], list]:
     """(kind, id) -> the problems (fathom.model.status.Problem) the apps' `status` found with it."""
     out = defaultdict(list)
     for app in apps or registry():
         if app.status is not None:
-            for problem in app.status(snapshot, agents):
+            for problem in app.status(snapshot, agents, views):
                 out[problem.about].append(problem)
     return out
 
@@ -291,7 +292,7 @@ def decide(snapshot, result, kept: PortStatuses | None = None, apps=None) -> dic
     for (kind, obj_id), st in result.agents.items():
         if kind == "pptmon_attachment":
             out[(kind, obj_id)] = st
-    problems = app_problems(snapshot, result.agents, apps)
+    problems = app_problems(snapshot, result.agents, apps, getattr(result, "views", None))
 
     def status_of(kind: str, obj_id: int) -> Status:
         """An object with flows: its apps' problems, its flows, or `active` when it needs none."""
@@ -338,7 +339,7 @@ def hostlocal(desired: dict[str, list], agents: dict, now: float, stale_after: f
               digest_of=None) -> dict[tuple[str, int], Status]:
     """(owner kind, id) -> status of every object the nodes' agents must hold.
 
-    `desired`: node -> host-local objects (fathom.apps.hostlocal); `agents`: node -> what its agent
+    `desired`: node -> host-local objects (fathom.model.hostlocal_desired); `agents`: node -> what its agent
     last reported (fathom.store.agents.AgentView), whose objects say per owner the status and the
     digest of the object the agent applied: an agent still holding an older version of an object is
     `pending`. `digest_of(obj)`: digest([obj]) (fathom.model.hostlocal.Digests remembers them).

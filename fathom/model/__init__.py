@@ -9,9 +9,7 @@ compilers, the controller and tests name switches the same way.
 from __future__ import annotations
 
 import ipaddress
-import operator
-import weakref
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 # Interface names on br-int that the node bootstrap creates.
@@ -61,7 +59,7 @@ class Subnet:
     network_id: int
     cidr: str                      # e.g. "10.0.0.0/24"
     gateway_ip: str | None
-    # DHCP: answered on each node by its agent (fathom.apps.hostlocal.dhcp_servers)
+    # DHCP: answered on each node by its agent (fathom.model.hostlocal_desired.dhcp_servers)
     enable_dhcp: bool = True
     dns_nameservers: tuple[str, ...] = ()
     host_routes: tuple[tuple[str, str], ...] = ()    # (destination cidr, nexthop)
@@ -226,7 +224,7 @@ class FlowClassifier:
 @dataclass(frozen=True)
 class ChainPptmon:
     """PPTMon on a chain: the first group's instances sample one packet every `period_ns` (0 = every
-    packet), every VNF of the chain adds its processing time (fathom.apps.hostlocal.chain_pptmon)."""
+    packet), every VNF of the chain adds its processing time (fathom.model.chains.chain_pptmon)."""
     period_ns: int
 
 
@@ -311,41 +309,6 @@ class FabricState:
 # ---------------------------------------------------------------------------------------------- snapshot
 
 
-_ITSELF = object()     # Snapshot.memo: the view made is the snapshot itself
-DELTA_PORTS = 256      # Snapshot.delta: a change of more ports than this (and an eighth) is not patched
-
-
-@dataclass(frozen=True)
-class Delta:
-    """What changed from one snapshot to the next (Snapshot.delta): what views are patched by.
-
-    `ports`: the ids of the ports added, removed or changed, and of every port on a changed node
-    (a port's facts depend on its node's port numbers); `before` / `after`: those ports as they were
-    and are (id -> Port; a port added or removed is missing from one). `nodes`: the names of the
-    nodes added, removed or changed. `fields`: the snapshot's other fields that differ."""
-    fields: frozenset
-    nodes: frozenset
-    ports: frozenset
-    before: Mapping
-    after: Mapping
-
-    def port_nodes(self) -> set:
-        """The nodes the changed ports are bound to, before or after."""
-        return {p.node for m in (self.before, self.after) for p in m.values()}
-
-    def patched(self, view: Mapping, value) -> dict:
-        """A copy of `view` (port id -> something) whose changed ports' entries are `value(port)`
-        again: dropped where the port is gone or `value` gives None."""
-        out = dict(view)
-        for port_id in self.ports:
-            p = self.after.get(port_id)
-            if p is None or (v := value(p)) is None:
-                out.pop(port_id, None)
-            else:
-                out[port_id] = v
-        return out
-
-
 @dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[Node, ...] = ()
@@ -366,65 +329,7 @@ class Snapshot:
     # fabric switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None
-    # Views derived from this snapshot by pure functions (e.g. the tenant view of the routers),
-    # computed once per snapshot however many apps read them; a copy starts empty.
-    derived: dict = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
-
-    def memo(self, name: str, make, patch=None):
-        """`make(self)` once per snapshot, under `name`. A view that is the snapshot itself is not
-        kept in it: the cycle would leave every dropped snapshot, and all it derived, to the
-        collector's full passes.
-
-        `patch(view, snapshot, delta)`: the view worked out from the one the snapshot this one
-        follows (`follow`) holds, and what changed since (`Delta`): the cost follows the change,
-        not the cloud. It returns None for a change it does not cover, and `make` runs. It must
-        give what `make` would (tests/unit/test_views.py compares them over random changes)."""
-        if name not in self.derived:
-            value = None
-            if patch is not None and (delta := self.delta()) is not None:
-                basis = self._basis()
-                if basis is not None and name in basis.derived:
-                    value = patch(basis.memo(name, make), self, delta)
-            if value is None:
-                value = make(self)
-            if isinstance(value, Snapshot) and value is not self and (basis := self._basis()) is not None \
-                    and name in basis.derived:
-                value.follow(basis.memo(name, make))   # a derived model follows the one before it
-            self.derived[name] = _ITSELF if value is self else value
-        value = self.derived[name]
-        return self if value is _ITSELF else value
-
-    def follow(self, before: "Snapshot | None") -> "Snapshot":
-        """Note that this snapshot comes after `before` (the one the last pass compiled), so that
-        its views may be patched from `before`'s (`memo`). Held weakly: a chain of snapshots would
-        keep every one alive. Returns self."""
-        if before is not None and before is not self and not self.derived.keys() & {"_basis", "_delta"}:
-            self.derived["_basis"] = weakref.ref(before)
-        return self
-
-    def _basis(self) -> "Snapshot | None":
-        ref = self.derived.get("_basis")
-        return ref() if ref is not None else None
-
-    def delta(self) -> "Delta | None":
-        """What changed since the snapshot this one follows, when it is still alive and the change
-        small (at most DELTA_PORTS ports, or an eighth of them where that is more); None otherwise."""
-        if "_delta" not in self.derived:
-            basis = self._basis()
-            self.derived["_delta"] = _delta(basis, self) if basis is not None else None
-        return self.derived["_delta"]
-
-    def delta_from(self, before: "Snapshot") -> "Delta | None":
-        """`delta()`, when the snapshot this one follows is `before`."""
-        return self.delta() if self._basis() is before else None
-
-    def changes_from(self, before: "Snapshot") -> "Delta | None":
-        """The Delta from any earlier snapshot `before` (not kept: see `delta`)."""
-        return _delta(before, self)
-
-    def ports_by_id(self) -> dict[int, Port]:
-        """port id -> port, once per snapshot (patched for the ports a change touched)."""
-        return self.memo("ports_by_id", lambda s: {p.id: p for p in s.ports}, _patch_ports_by_id)
+    # (views derived from a snapshot are kept apart from it: fathom.model.views)
 
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "Snapshot":
         """A copy whose nodes carry br-int port numbers: {node name: {interface: ofport}}."""
@@ -435,52 +340,6 @@ class Snapshot:
         """A copy whose nodes carry br-phy port numbers: {node name: {interface: ofport}}."""
         nodes = tuple(replace(n, phy_ofports=dict(ofports.get(n.name, n.phy_ofports))) for n in self.nodes)
         return replace(self, nodes=nodes)
-
-
-def _patch_ports_by_id(ports: dict, _snapshot: Snapshot, delta: Delta) -> dict:
-    return delta.patched(ports, lambda p: p)
-
-
-def _changed_ports(before: tuple, after: tuple) -> tuple[list, list]:
-    """(ports of `before` not in `after`, ports of `after` not in `before`), as objects: past the
-    stretches both start and end with (the same objects at the same places, told apart at C
-    speed), by identity."""
-    if before is after:
-        return [], []
-    head = _first_false(list(map(operator.is_, before, after)))
-    rest_b, rest_a = before[head:], after[head:]
-    tail = _first_false(list(map(operator.is_, reversed(rest_b), reversed(rest_a))))
-    ob = {id(p): p for p in rest_b[:len(rest_b) - tail]}
-    oa = {id(p): p for p in rest_a[:len(rest_a) - tail]}
-    return [ob[k] for k in ob.keys() - oa.keys()], [oa[k] for k in oa.keys() - ob.keys()]
-
-
-def _first_false(same: list) -> int:
-    try:
-        return same.index(False)
-    except ValueError:
-        return len(same)
-
-
-def _delta(before: Snapshot, after: Snapshot) -> Delta | None:
-    """The Delta from `before` to `after`; None for a change of many ports (see Snapshot.delta).
-    The ports are told apart by identity: the store's reader keeps the objects of the ports it did
-    not read again, so this costs two C-level passes over the ports, not a comparison of each."""
-    changed = frozenset(f.name for f in fields(Snapshot) if f.name not in ("nodes", "ports", "derived")
-                        and (b := getattr(before, f.name)) is not (a := getattr(after, f.name)) and b != a)
-    nb, na = {n.name: n for n in before.nodes}, {n.name: n for n in after.nodes}
-    nodes = frozenset(name for name in nb.keys() | na.keys() if nb.get(name) != na.get(name))
-    gone, new = _changed_ports(before.ports, after.ports)
-    if len(gone) + len(new) > max(DELTA_PORTS, len(after.ports) // 8):
-        return None
-    ids = {p.id for p in gone} | {p.id for p in new}
-    if not nodes:
-        return Delta(changed, nodes, frozenset(ids), {p.id: p for p in gone}, {p.id: p for p in new})
-    ids |= {p.id for p in before.ports if p.node in nodes} | {p.id for p in after.ports if p.node in nodes}
-    if len(ids) > max(DELTA_PORTS, len(after.ports) // 8):
-        return None
-    return Delta(changed, nodes, frozenset(ids), {p.id: p for p in before.ports if p.id in ids},
-                 {p.id: p for p in after.ports if p.id in ids})
 
 
 # ---------------------------------------------------------------------------------------------- switches

@@ -1,6 +1,6 @@
 """Host-local desired state: what a node's agent must hold on its host, as typed objects.
 
-The controller computes it per node with a pure function of the model (fathom.apps.hostlocal) and
+The controller computes it per node with a pure function of the model (fathom.model.hostlocal_desired) and
 serves it to the node's agent (`GET /v1/agents/<node>/desired`); the agent (fathom.agent) applies
 it. Every object names its owner `(kind, id)`: the store object whose status it decides. The
 agent reports one status per owner key ("kind:id"). New kinds of host-local work (a DHCP server
@@ -195,7 +195,7 @@ def digest_json(objects: list[dict]) -> str:
 class Digests:
     """`digests(obj)` is digest([obj]), remembered from one round to the next (`next_round()`):
     the controller compares every host-local object with its agent's report on every pass, and
-    an object that did not change is the same object as the last pass's (fathom.apps.hostlocal.
+    an object that did not change is the same object as the last pass's (fathom.model.hostlocal_desired.
     Desired keeps them: found by identity, not even hashed) or one equal to it (hashing it is
     cheap; its digest is not: 1,000 DHCP servers of 10 hosts took 60 ms a pass). Holds two
     rounds' objects at most."""

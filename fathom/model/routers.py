@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from fathom.model import FabricState, FixedIp, Port, Snapshot
+from fathom.model.views import Views, get
 
 
 def router_port_interface(leg_id: int) -> str:
@@ -79,14 +80,14 @@ def router_paths(snapshot: Snapshot) -> dict[int, RouterPath]:
     return out
 
 
-def tenant_view(snapshot: Snapshot) -> Snapshot:
+def tenant_view(snapshot: Snapshot, views: Views | None = None) -> Snapshot:
     """What the tenant compiler must see: routers not in `distributed` mode are hidden from it; the
     interfaces of `network-node` routers become ports bound to their gateway node. Computed once per
     snapshot (the tenant and vTAP apps and the fabric switch all read it)."""
-    return snapshot.memo("tenant_view", _tenant_view)
+    return get(views, snapshot, "tenant_view", _tenant_view)
 
 
-def _tenant_view(snapshot: Snapshot) -> Snapshot:
+def _tenant_view(snapshot: Snapshot, _views=None) -> Snapshot:
     other = {rid: md for rid, md in effective_modes(snapshot).items() if md.mode != "distributed"}
     if not other:
         return snapshot

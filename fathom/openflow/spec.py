@@ -24,6 +24,7 @@ from typing import Iterable, Mapping, Union
 # Reserved OpenFlow 1.3 port numbers (32-bit).
 OFPP_IN_PORT = 0xFFFFFFF8
 OFPP_CONTROLLER = 0xFFFFFFFD
+OFPP_MAX = 0xFFFFFF00          # port numbers from here on are reserved (LOCAL, CONTROLLER, ...)
 OFPP_LOCAL = 0xFFFFFFFE
 OFPCML_NO_BUFFER = 0xFFFF
 # Nicira resubmit takes a 16-bit port: this is "the packet's in_port" there (not OFPP_IN_PORT).

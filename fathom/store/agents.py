@@ -1,6 +1,6 @@
 """The node agents in the store: desired-state revisions, reports, and PPTMon attachments.
 
-`number_desired` numbers a node's host-local desired state (fathom.apps.hostlocal, a pure function
+`number_desired` numbers a node's host-local desired state (fathom.model.hostlocal_desired, a pure function
 of the model): the revision moves on whenever the state's digest changes, and is kept in the
 store, so it survives a controller restart and is the same on every controller of a store.
 `record_report` keeps what the node's agent says: its facts, the revision it applied, the status of
@@ -52,7 +52,7 @@ def attach_model(a: PptmonAttachment) -> PptmonAttach:
 
 def number_desired(session: Session, node: str, state: list | str) -> int:
     """The revision of a node's desired host-local state `state` (its objects, computed by the caller
-    with fathom.apps.hostlocal, or their digest): moved on when the state changed since it was last
+    with fathom.model.hostlocal_desired, or their digest): moved on when the state changed since it was last
     numbered. Call in a write transaction."""
     row = node_by_name(session, node)
     agent = session.get(NodeAgent, row.id)

@@ -7,7 +7,7 @@ Rows are removed by retention (fathom.api.pptmon), never updated.
 
 Records of a port chain measured through the API (its `pptmon`) carry `port_chain_id`, and each hop
 names its port pair group, port pair and node: the controller maps the VNF ids to them from the
-model when it stores the record (fathom.apps.hostlocal.chain_pptmon), it does not take them from
+model when it stores the record (fathom.model.chains.chain_pptmon), it does not take them from
 the record. Other records have `port_chain_id` null and hops with the VNF id only.
 """
 from __future__ import annotations

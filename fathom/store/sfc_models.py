@@ -9,7 +9,7 @@ fathom/store/sfc.py also refuses a port that is the ingress of one pair and the 
 the steering knows where a packet is in a chain by the port it comes back from.
 
 A chain's `pptmon` ({"period_ns": N}, or null = off) asks for PPTMon on every VNF of the chain: the
-node agents attach its programs (fathom.apps.hostlocal derives where, from the model).
+node agents attach its programs (fathom.model.hostlocal_desired derives where, from the model).
 """
 from __future__ import annotations
 

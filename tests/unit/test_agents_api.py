@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from fathom.apps.hostlocal import desired
+from fathom.model.hostlocal_desired import desired
 from fathom.controller import status
 from fathom.model.hostlocal import Digests, PptmonAttach, RouterLeg, RouterNamespace, digest, from_json, to_json
 from fathom.store import agents as ag

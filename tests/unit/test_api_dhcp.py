@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from fathom.apps.hostlocal import dhcp_servers
+from fathom.model.hostlocal_desired import dhcp_servers
 from fathom.controller import status
 from fathom.controller.results import PassResult
 from fathom.model.hostlocal import DhcpServer, digest

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from fathom.apps.tenant import compiler as tenant
-from fathom.apps.tenant.compiler import refused_ports
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.model import FixedIp, Network, Port, Snapshot, Subnet, TapPolicy
 
 from .flowsim import Fabric, compile_tenant
@@ -92,7 +92,7 @@ def test_without_the_refusal_the_attack_would_capture_traffic(monkeypatch):
         snap, trap, vm = attacked(base, rng)
         if trap.interface == "vxlan0":
             break
-    monkeypatch.setattr(tenant, "refused_ports", lambda _snap: {})
+    monkeypatch.setattr(tenant, "refused_ports", lambda _snap, _views=None: {})
     states = compile_tenant(snap)
     without_trap = replace(snap, ports=tuple(p for p in snap.ports if p.id != trap.id))
     assert states != compile_tenant(without_trap)

@@ -120,3 +120,24 @@ def test_a_port_on_the_fabric_own_interface_is_refused():
     desired.update(cloud(web1={"interface": TUNNEL_INTERFACE}), full=False)
     assert set(desired.refused) == {WEB1}
     assert (ck.KIND_PORT, WEB1) not in desired.needs()
+
+
+def test_the_views_are_patched_from_the_pass_before_and_two_passes_at_most_are_held():
+    """The views the apps share (fathom.model.views) are kept by the desired state, not in the
+    snapshot: a pass's are patched from those of the model compiled before, and a model two passes
+    old is freed with its views."""
+    import gc
+    import weakref
+    desired = DesiredState(check_incremental=True)
+    first = cloud()
+    desired.update(first, full=False)
+    gone = weakref.ref(first)
+    second = dataclasses.replace(first, ports=tuple(
+        dataclasses.replace(p, security_groups=(DB,)) if p.id == WEB1 else p for p in first.ports))
+    desired.update(second, full=False)
+    delta = desired.views.delta(second)
+    assert delta is not None and delta.ports == {WEB1}     # patched from the pass before: one port
+    desired.update(cloud(), full=False)
+    del first, second
+    gc.collect()
+    assert gone() is None

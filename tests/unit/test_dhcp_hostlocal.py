@@ -2,7 +2,7 @@
 what each answers (static leases of that node's ports only, mask, router, MTU, routes, DNS)."""
 from __future__ import annotations
 
-from fathom.apps.hostlocal import desired, dhcp_servers
+from fathom.model.hostlocal_desired import desired, dhcp_servers
 from fathom.model import FixedIp, Network, Node, Port, RouterInterface, Snapshot, Subnet
 from fathom.model.hostlocal import DhcpServer, digest, from_json, to_json
 

@@ -44,8 +44,9 @@ def test_the_reads_check_sees_an_undeclared_field_and_a_dependency_no_reference_
     missing = replace(vtap, reads=replace(vtap.reads, fields=fields))
     assert any("reads ports.mac_address" in p for p in problems(missing, model))
 
-    def nosy(m):
+    def nosy(m, views=None):
         [p.node for p in m.ports]
-        return vtap.compile(m)
+        return vtap.compile(m, views)
     assert any("which it does not reach" in p
-               for p in problems(replace(vtap, compile=nosy, compile_owners=lambda m, _owners: nosy(m)), model))
+               for p in problems(replace(vtap, compile=nosy,
+                                         compile_owners=lambda m, _owners, views=None: nosy(m, views)), model))

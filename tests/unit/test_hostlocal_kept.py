@@ -1,4 +1,4 @@
-"""The DHCP servers kept from snapshot to snapshot (fathom.apps.hostlocal.DhcpServers) against the
+"""The DHCP servers kept from snapshot to snapshot (fathom.model.hostlocal_desired.DhcpServers) against the
 same worked out from nothing, along a random walk of changes to ports, subnets and networks; and a
 change to one port rebuilds only its servers, the others staying the very objects of the call
 before (what the callers' digests and JSON, kept by object, rely on)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from fathom.apps.hostlocal import Desired, DhcpServers, desired, dhcp_servers
+from fathom.model.hostlocal_desired import Desired, DhcpServers, desired, dhcp_servers
 from fathom.model import FixedIp, Network, Node, Port, Snapshot, Subnet
 
 NODES = tuple(Node(i + 1, f"n{i}", "compute", f"198.18.0.{i + 1}", None) for i in range(4))

@@ -9,7 +9,7 @@ import warnings
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from fathom.apps.hostlocal import desired as hostlocal_desired
+from fathom.model.hostlocal_desired import desired as hostlocal_desired
 from fathom.controller.hostlocal import HostLocalStatus
 from fathom.controller.reconciler import Reconciler
 from fathom.controller.results import PassResult

@@ -111,30 +111,18 @@ def test_the_status_model_knows_no_app():
     assert not wrong, wrong
 
 
-# Imports still to go, each behind a cache that Snapshot memoises (refused ports, the DHCP servers'
-# addresses, the agents' desired state): they move with those caches. The lists only shrink: an edge
-# that is gone must leave them.
-STILL_TO_MOVE = {
-    ("fathom.api.agents", "fathom.apps.hostlocal"),
-    ("fathom.apps.secgroups.compiler", "fathom.apps.tenant.compiler"),
-    ("fathom.apps.tenant.compiler", "fathom.apps.hostlocal"),
-}
-
-
 def test_the_store_and_the_api_import_no_app():
     """What the store checks and the API shows (vocabularies, limits, markers) is the model's."""
     found = {(m, d) for m, deps in import_graph().items() if under(m, ("fathom.store", "fathom.api"))
              for d in deps if under(d, ("fathom.apps",))}
-    assert found <= STILL_TO_MOVE, sorted(found - STILL_TO_MOVE)
-    assert found == {e for e in STILL_TO_MOVE if under(e[0], ("fathom.store", "fathom.api"))}
+    assert not found, sorted(found)
 
 
 def test_no_app_imports_another():
     """What two apps share lives below them (fathom/openflow, fathom/model) or in SHARED."""
     found = {(m, d) for m, deps in import_graph().items() if app_of(m)
              for d in deps if app_of(d) and app_of(d) != app_of(m)}
-    assert found <= STILL_TO_MOVE, sorted(found - STILL_TO_MOVE)
-    assert found == {e for e in STILL_TO_MOVE if app_of(e[0])}
+    assert not found, sorted(found)
 
 
 def test_every_route_is_in_the_api():

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from fathom.apps.hostlocal import desired
+from fathom.model.hostlocal_desired import desired
 from fathom.model.chains import (
     OWNER_KIND, chain_attachments, chain_label, chain_pptmon, chain_warnings, lost_across, parse_chain_label,
 )

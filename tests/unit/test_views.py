@@ -1,7 +1,7 @@
-"""Views patched from the snapshot before (Snapshot.memo with a patch, Snapshot.follow): over a
-random walk of changes to a small cloud (ports created, deleted, rebound, readdressed, regrouped,
-plugged and unplugged, bound to the fabric's own interfaces; now and then a subnet or a router
-changed, which no patch covers), each view of the new snapshot equals the view made afresh, and so
+"""Views patched from those of the snapshot before (fathom.model.views): over a random walk of
+changes to a small cloud (ports created, deleted, rebound, readdressed, regrouped, plugged and
+unplugged, bound to the fabric's own interfaces; now and then a subnet or a router changed, which
+no patch covers), each view of the new snapshot equals the view made afresh, and so
 do the apps' compiles and their `touched` answers."""
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from dataclasses import replace
 import pytest
 
 from fathom.apps import compile_all, registry
-from fathom.apps.hostlocal import dhcp_server_addresses
+from fathom.model.views import Views
+from fathom.model.hostlocal_desired import dhcp_server_addresses
 from fathom.apps.secgroups.compiler import index
 from fathom.apps.tenant import tenant_ports
-from fathom.apps.tenant.compiler import node_scopes, refused_ports, topology
+from fathom.apps.tenant.compiler import node_scopes, topology
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.model import (
     TUNNEL_INTERFACE, FixedIp, Network, Node, Port, Router, RouterInterface, SecurityGroup,
     SecurityGroupRule, Snapshot, Subnet,
@@ -101,13 +103,13 @@ class Walk:
         return replace(s, ports=tuple(sorted(ports, key=lambda p: p.id)))
 
 
-def views(s: Snapshot) -> dict:
-    topo = topology(s)
+def derived(s: Snapshot, v: Views | None) -> dict:
+    topo = topology(s, v)
     lists = lambda d: {k: [p.id for p in v] for k, v in d.items() if v}   # noqa: E731
-    idx = index(s)
+    idx = index(s, v)
     return {
-        "refused": refused_ports(s), "facts": tenant_ports(s), "scopes": node_scopes(s),
-        "dhcp": list(dhcp_server_addresses(s).items()),
+        "refused": refused_ports(s, v), "facts": tenant_ports(s, v), "scopes": node_scopes(s, v),
+        "dhcp": list(dhcp_server_addresses(s, v).items()),
         "topology": (topo.nodes, topo.networks, topo.subnets, topo.dhcp_servers, topo.ports,
                      lists(topo.ports_by_network), lists(topo.ports_by_node),
                      {k: v for k, v in topo.gateway_networks.items() if v}),
@@ -118,36 +120,49 @@ def views(s: Snapshot) -> dict:
     }
 
 
+def following(last: Views, before: Snapshot, after: Snapshot) -> Views:
+    """The views of a pass that compiles `after` after `before` (as DesiredState.update makes them)."""
+    last.settle()
+    v = Views(before=last)
+    v.follow(after, before)
+    return v
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_patched_views_equal_fresh_ones(seed):
     walk = Walk(random.Random(seed))
     before = cloud()
-    views(before)
+    last = Views()
+    derived(before, last)
     patched = 0
     for _ in range(STEPS):
-        after = walk.step(before).follow(before)
-        assert views(after) == views(replace(after)), f"after {walk.next_id} ports made"
-        if after.delta() is not None and not after.delta().fields:
+        after = walk.step(before)
+        v = following(last, before, after)
+        assert derived(after, v) == derived(after, None), f"after {walk.next_id} ports made"
+        if v.delta(after) is not None and not v.delta(after).fields:
             patched += 1
         for app in registry():
             if app.touched is not None:
-                assert app.touched(before, after) == app.touched(replace(before), replace(after)), app.name
-        assert compile_all(after) == compile_all(replace(after))
-        before = after
+                assert app.touched(before, after, v) == app.touched(before, after, None), app.name
+        assert compile_all(after, views=v) == compile_all(after)
+        before, last = after, v
     assert patched > STEPS // 2     # most steps were patched, not made afresh
 
 
-def test_a_snapshot_follows_weakly_and_a_large_change_is_not_patched():
+def test_a_large_change_or_a_snapshot_that_follows_nothing_is_not_patched():
     walk = Walk(random.Random(9))
     before = cloud()
     before = replace(before, ports=tuple(walk.port(before) for _ in range(300)))
-    after = replace(before, ports=before.ports[:-1]).follow(before)
-    delta = after.delta()
+    last = Views()
+    after = replace(before, ports=before.ports[:-1])
+    delta = following(last, before, after).delta(after)
     assert delta is not None and delta.ports == {before.ports[-1].id} and not delta.fields and not delta.nodes
     assert delta.before == {before.ports[-1].id: before.ports[-1]} and delta.after == {}
     # every port object new (a whole read of the store): too many to patch (DELTA_PORTS)
-    fresh = replace(before, ports=tuple(replace(p) for p in before.ports)).follow(before)
-    assert fresh.delta() is None
-    # the snapshot before is held weakly: once dropped, nothing is patched
-    orphan = replace(before, ports=before.ports[:-2]).follow(replace(before))
-    assert orphan.delta() is None
+    fresh = replace(before, ports=tuple(replace(p) for p in before.ports))
+    assert following(last, before, fresh).delta(fresh) is None
+    # without the views of the pass before (the first pass, or an audit), nothing is patched
+    alone = Views()
+    alone.follow(after, before)
+    assert alone.delta(after) is None
+

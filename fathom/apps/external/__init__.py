@@ -16,21 +16,23 @@ from fathom.model.routers import effective_modes
 from fathom.pipeline.cookies import APP_EXTERNAL
 
 
-def compile(model) -> dict:
+def compile(model, views=None) -> dict:
     return {SwitchKey(BR_INT, node): state for node, state in compile_external(model).items()}
 
 
-def _inputs(model) -> tuple:
-    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model)
+def _inputs(model, views) -> tuple:
+    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model, views)
 
 
-def touched(before, after):
+def touched(before, after, views=None):
     if not before.router_gateways and not after.router_gateways:
         return set()
-    return set() if _inputs(before) == _inputs(after) else "gateways, floating IPs or their networks changed"
+    if _inputs(before, views) == _inputs(after, views):
+        return set()
+    return "gateways, floating IPs or their networks changed"
 
 
-def status(model, agents) -> list[Problem]:
+def status(model, agents, views=None) -> list[Problem]:
     """A router gateway not compiled (a router mode it does not support), or waiting for its gateway
     node's external port (`ext0`)."""
     refused = unsupported_gateways(model) if model.router_gateways else {}

@@ -15,29 +15,29 @@ from fathom.apps.incremental import declared_facts, local_networks
 from fathom.pipeline.cookies import APP_FABRIC
 
 
-def compile(model) -> dict:
+def compile(model, views=None) -> dict:
     out = {SwitchKey(BR_INT, node): state for node, state in fc.compile_edges(model).items()}
     if model.fabric is not None and model.fabric.switches:
         out.update({SwitchKey(BR_PHY, node): state for node, state in fc.compile_phy(model).items()})
     return out
 
 
-def derive(model, desired) -> dict:
+def derive(model, desired, views=None) -> dict:
     if model.fabric is None or not model.fabric.switches:
         return {}
     brint = {k.name: state for k, state in desired.items() if k.bridge == BR_INT}
-    return {SwitchKey(TOR, name): state for name, state in fc.compile_tor(model, brint).items()}
+    return {SwitchKey(TOR, name): state for name, state in fc.compile_tor(model, brint, views).items()}
 
 
-def _inputs(model) -> tuple:
-    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model)
+def _inputs(model, views) -> tuple:
+    return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model, views)
 
 
-def touched(before, after):
+def touched(before, after, views=None):
     quiet = [m.fabric is None or (not m.fabric.switches and not m.fabric.modes) for m in (before, after)]
     if all(quiet):
         return set()
-    return set() if _inputs(before) == _inputs(after) else "fabric, nodes, networks or routers changed"
+    return set() if _inputs(before, views) == _inputs(after, views) else "fabric, nodes, networks or routers changed"
 
 
 # What `compile` reads (checked). `touched` is written by hand: of the ports, only which networks are

@@ -34,6 +34,7 @@ from fathom.pipeline.catalogue import BR_PHY, TOR
 from fathom.openflow.arp import ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4, arp_reply_actions
 from fathom.model import UPLINK_INTERFACE, Snapshot
 from fathom.model.routers import effective_modes, fabric_state, tenant_view
+from fathom.model.views import Views
 
 # ToR tables (fathom/pipeline/catalogue.py declares them)
 TOR_TRUNK_IN = TOR.number("trunk-in")
@@ -135,9 +136,10 @@ def vlans_sent(state: SwitchState | None) -> set[int]:
                        *[g.vlans_set for g in state.groups if g.vlans_set])
 
 
-def tor_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, dict[str, set[int]]]:
+def tor_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState],
+              views: Views | None = None) -> dict[str, dict[str, set[int]]]:
     """switch name -> {ToR port name: VLAN ids allowed on it}; `brint` is every node's compiled br-int."""
-    view = tenant_view(snapshot)
+    view = tenant_view(snapshot, views)
     fab = fabric_state(snapshot)
     out = {}
     for sw in fab.switches:
@@ -165,11 +167,12 @@ def _trunks(view: Snapshot, fab, sw, brint: Mapping[str, SwitchState]) -> dict[s
     return out
 
 
-def compile_tor(snapshot: Snapshot, brint: Mapping[str, SwitchState]) -> dict[str, SwitchState]:
+def compile_tor(snapshot: Snapshot, brint: Mapping[str, SwitchState],
+                views: Views | None = None) -> dict[str, SwitchState]:
     """Desired state of every fabric switch, keyed by switch name. `brint`: the compiled br-int of
     every node (every app's part, fathom.apps.compile_all), which decides the VLANs on its trunk."""
     fab = fabric_state(snapshot)
-    view = tenant_view(snapshot)
+    view = tenant_view(snapshot, views)
     return {sw.name: _compile_switch(snapshot, view, fab, sw, brint) for sw in fab.switches}
 
 

@@ -28,24 +28,24 @@ from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import APP_SECGROUPS
 
 
-def compile(model) -> dict:
-    return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model).items()}
+def compile(model, views=None) -> dict:
+    return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model, views=views).items()}
 
 
-def compile_owners(model, owners) -> dict:
+def compile_owners(model, owners, views=None) -> dict:
     only = frozenset((o.kind, o.id, o.switch.name) if o.switch is not None else (o.kind, o.id)
                      for o in owners if o.app == APP_SECGROUPS)
     if not only:
         return {}
-    return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model, only).items()}
+    return {SwitchKey(BR_INT, node): state for node, state in compile_secgroups(model, only, views).items()}
 
 
 def _owner(kind: int, obj: int) -> Owner:
     return Owner(APP_SECGROUPS, kind, obj)
 
 
-def touched(before, after):
-    b, a = index(before), index(after)
+def touched(before, after, views=None):
+    b, a = index(before, views), index(after, views)
     if {n.id: n.name for n in before.nodes} != {n.id: n.name for n in after.nodes}:
         return "nodes changed"
     owners: set[Owner | OwnerOn] = set()
@@ -74,7 +74,8 @@ def touched(before, after):
                     for ip in old ^ new:
                         key = _key(r.direction, {"eth_type": ETH_TYPE[eth], field: ip})
                         owners.add(_owner(ck.KIND_SECURITY_GROUP_CLAUSE, clause_id(key)))
-    delta = after.delta_from(before)   # the ports whose views may differ: those it names, else every one
+    # the ports whose views may differ: those the delta names, else every one
+    delta = views.delta_from(before, after) if views is not None else None
     for pid in (delta.ports if delta is not None else set(b.views) | set(a.views)):
         if b.views.get(pid) != a.views.get(pid):
             owners.add(_owner(ck.KIND_PORT, pid))

@@ -49,9 +49,10 @@ import ipaddress
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
-from fathom.apps.tenant.compiler import refused_ports
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.openflow.masks import range_to_masks
 from fathom.model import Node, Port, SecurityGroupRule, Snapshot
+from fathom.model.views import Views, get
 from fathom.openflow.spec import (
     Conjunction, Ct, CtClear, FlowSpec, GotoTable, LoadReg, SetField, SwitchState, ct_state,
 )
@@ -173,7 +174,7 @@ class Index:
     """Look-ups over one snapshot's groups, rules, members and security-group ports, built once
     per snapshot (`index`) and shared by the full compile, the per-owner compile and `touched`."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, views: Views | None = None):
         self.nodes = {n.name: n for n in snapshot.nodes}
         self.groups = {g.id: g for g in snapshot.security_groups}
         self.rules: dict[int, list[SecurityGroupRule]] = defaultdict(list)
@@ -198,7 +199,7 @@ class Index:
         self.member_sets = {g: {e: frozenset(a) for e, a in by.items()} for g, by in self.member_counts.items()}
         self._sorted_members: dict[tuple[int, str], list[str]] = {}
         # security-group ports: node name -> [(port, ofport)] by port id; port id -> its view
-        refused = refused_ports(snapshot)
+        refused = refused_ports(snapshot, views)
         networks = {n.id for n in snapshot.networks}
         self.local: dict[str, list[tuple[Port, int]]] = defaultdict(list)
         self.ports: dict[int, Port] = {}
@@ -239,7 +240,7 @@ class Index:
         return where
 
     @classmethod
-    def patched(cls, old: "Index", snapshot: Snapshot, delta) -> "Index | None":
+    def patched(cls, old: "Index", snapshot: Snapshot, delta, views: Views) -> "Index | None":
         """`old` (the snapshot before's) with the changed ports and nodes of `delta`; None when a
         group, a rule or a network changed. What `old` holds is shared, not changed: a group's
         members, a node's ports and the caches that depend on them are made again where the
@@ -257,7 +258,7 @@ class Index:
         regrouped: set[int] = set()
         members: set[tuple[int, str]] = set()
         nodes: set[str] = set()                   # nodes whose security-group ports changed
-        refused, networks = refused_ports(snapshot), {n.id for n in snapshot.networks}
+        refused, networks = refused_ports(snapshot, views), {n.id for n in snapshot.networks}
         added: dict[str, list] = defaultdict(list)
         for port_id in delta.ports:
             p = idx.ports.pop(port_id, None)
@@ -431,21 +432,22 @@ class Index:
         return {i: self._by_clause_id.get(i, []) for i in ids}
 
 
-def index(snapshot: Snapshot) -> Index:
+def index(snapshot: Snapshot, views: Views | None = None) -> Index:
     """The Index of `snapshot`, once per snapshot; patched for a change of ports and nodes only."""
-    return snapshot.memo("secgroups_index", Index, Index.patched)
+    return get(views, snapshot, "secgroups_index", Index, Index.patched)
 
 
-def security_group_ports(snapshot: Snapshot, node: Node) -> list[tuple[Port, int]]:
+def security_group_ports(snapshot: Snapshot, node: Node, views: Views | None = None) -> list[tuple[Port, int]]:
     """(port, ofport) of the ports on `node` whose traffic the security groups filter: bound there,
     plugged into its br-int, with port security, and compiled by the tenant app."""
-    return list(index(snapshot).local.get(node.name, ()))
+    return list(index(snapshot, views).local.get(node.name, ()))
 
 
-def compile_secgroups(snapshot: Snapshot, only: frozenset | None = None) -> dict[str, SwitchState]:
+def compile_secgroups(snapshot: Snapshot, only: frozenset | None = None,
+                      views: Views | None = None) -> dict[str, SwitchState]:
     """Desired security-group flows of every node that has a security-group port (others: none);
     with `only` ((kind, object id) of this app's owners), exactly the flows of those owners."""
-    idx = index(snapshot)
+    idx = index(snapshot, views)
     if only is None:
         return {name: SwitchState(frozenset(_node_flows(idx, idx.nodes[name], local)))
                 for name, local in idx.local.items() if local}

@@ -14,20 +14,21 @@ from fathom.apps.base import BR_INT, App, Owner, Problem, Reads, Severity, Switc
 from fathom.apps.incremental import declared_touched
 from fathom.apps.sfc.compiler import compile_sfc_plans
 from fathom.model.chains import WARNING_KIND, chain_pptmon_status
+from fathom.model.views import get
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import APP_SFC
 
 
-def plans(model):
+def plans(model, views=None):
     """(desired state per node, plan per chain), once per model: the status model reads the plans."""
-    return model.memo("sfc_plans", lambda m: compile_sfc_plans(m))
+    return get(views, model, "sfc_plans", lambda m, _v: compile_sfc_plans(m))
 
 
-def compile(model) -> dict:
-    return {SwitchKey(BR_INT, node): state for node, state in plans(model)[0].items()}
+def compile(model, views=None) -> dict:
+    return {SwitchKey(BR_INT, node): state for node, state in plans(model, views)[0].items()}
 
 
-def compile_owners(model, owners) -> dict:
+def compile_owners(model, owners, views=None) -> dict:
     ids = {o.id for o in owners if o.app == APP_SFC and o.kind == ck.KIND_PORT_CHAIN}
     only = replace(model, port_chains=tuple(c for c in model.port_chains if c.id in ids))
     if not only.port_chains:
@@ -60,14 +61,14 @@ READS = Reads(
 )
 
 
-def status(model, agents) -> list[Problem]:
+def status(model, agents, views=None) -> list[Problem]:
     """A chain the compiler could not (wholly) steer: its problems (`error` when it cannot be
     compiled at all); a measured chain's PPTMon programs as their agents hold them, besides its
     flows; a warning when PPTMon measures it but not across some VNF (it terminates TCP)."""
     if not model.port_chains:
         return []
     out = []
-    chain_plans = plans(model)[1]
+    chain_plans = plans(model, views)[1]
     for chain in model.port_chains:
         about = ("port_chain", chain.id)
         plan = chain_plans.get(chain.id)

@@ -12,19 +12,22 @@ from fathom.apps.base import BR_INT, App, Owner, Reads, SwitchKey
 from fathom.apps.tenant.compiler import compile_tenant, dhcp_interface, node_scopes
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
 from fathom.model.routers import tenant_view
+from fathom.model.views import get
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import APP_TENANT
 
 
-def compile(model) -> dict:
-    return {SwitchKey(BR_INT, node): state for node, state in compile_tenant(tenant_view(model)).items()}
+def compile(model, views=None) -> dict:
+    return {SwitchKey(BR_INT, node): state
+            for node, state in compile_tenant(tenant_view(model, views), views=views).items()}
 
 
-def compile_owners(model, owners) -> dict:
+def compile_owners(model, owners, views=None) -> dict:
     only = frozenset((o.kind, o.id) for o in owners if o.app == APP_TENANT)
     if not only:
         return {}
-    return {SwitchKey(BR_INT, node): state for node, state in compile_tenant(tenant_view(model), only).items()
+    compiled = compile_tenant(tenant_view(model, views), only, views)
+    return {SwitchKey(BR_INT, node): state for node, state in compiled.items()
             if state.flows or state.groups}
 
 
@@ -33,12 +36,12 @@ def _node_facts(model):
                  for n in model.nodes)
 
 
-def tenant_ports(model) -> dict:
+def tenant_ports(model, views=None) -> dict:
     """port id -> what its flows depend on: the port, its OpenFlow port number on its node, and
     that of its network's DHCP port there (`dhp<network>`, plugged by the node's agent: when it
     comes or goes, the port's DHCP flows and its network's DHCP-port flows change). Once per
     snapshot, patched for the ports a change touched."""
-    return model.memo("tenant_ports", _ports, _patch_ports)
+    return get(views, model, "tenant_ports", _ports, _patch_ports)
 
 
 def _facts(p, nodes: dict) -> tuple:
@@ -48,12 +51,12 @@ def _facts(p, nodes: dict) -> tuple:
     return (p, node.ofport(p.interface), node.ofport(dhcp_interface(p.network_id)))
 
 
-def _ports(model) -> dict:
+def _ports(model, _views=None) -> dict:
     nodes = {n.name: n for n in model.nodes}
     return {p.id: _facts(p, nodes) for p in model.ports}
 
 
-def _patch_ports(facts: dict, model, delta) -> dict:
+def _patch_ports(facts: dict, model, delta, _views=None) -> dict:
     nodes = {n.name: n for n in model.nodes}
     return delta.patched(facts, lambda p: _facts(p, nodes))
 
@@ -62,8 +65,8 @@ def _gateway_nodes(model) -> set:
     return {(g.router_id, g.node) for g in model.router_gateways}
 
 
-def touched(before, after):
-    b, a = tenant_view(before), tenant_view(after)
+def touched(before, after, views=None):
+    b, a = tenant_view(before, views), tenant_view(after, views)
     if _node_facts(b) != _node_facts(a):
         return "nodes changed"
     if b.subnets != a.subnets:
@@ -80,8 +83,9 @@ def touched(before, after):
             return f"network {nid} changed"
         if nets_b.get(nid) != nets_a.get(nid):
             owners.add(Owner(APP_TENANT, ck.KIND_NETWORK, nid))
-    ports_b, ports_a = tenant_ports(b), tenant_ports(a)
-    delta = a.delta_from(b)   # the ports whose facts may differ: those it names, else every one
+    ports_b, ports_a = tenant_ports(b, views), tenant_ports(a, views)
+    # the ports whose facts may differ: those the delta names, else every one
+    delta = views.delta_from(b, a) if views is not None else None
     for pid in (delta.ports if delta is not None else set(ports_b) | set(ports_a)):
         old, new = ports_b.get(pid), ports_a.get(pid)
         if old != new:
@@ -93,7 +97,7 @@ def touched(before, after):
         return owners
     # a network that became (or stopped being) local to a node, or routed to from it: every flow
     # of it and of the routers on it may appear or leave there
-    scopes_b, scopes_a = node_scopes(b), node_scopes(a)
+    scopes_b, scopes_a = node_scopes(b, views), node_scopes(a, views)
     moved: set[int] = set()
     for node in set(scopes_b) | set(scopes_a):
         none = (frozenset(), frozenset())
@@ -103,7 +107,7 @@ def touched(before, after):
         routers = {ri.router_id for ri in a.router_interfaces if ri.network_id in moved}
         owners |= {Owner(APP_TENANT, ck.KIND_NETWORK, n) for n in moved}
         owners |= {Owner(APP_TENANT, ck.KIND_PORT, pid) for m in (b, a)
-                   for pid, (p, *_) in tenant_ports(m).items() if p.network_id in moved}
+                   for pid, (p, *_) in tenant_ports(m, views).items() if p.network_id in moved}
         owners |= {Owner(APP_TENANT, ck.KIND_ROUTER_INTERFACE, ri.id) for ri in a.router_interfaces
                    if ri.network_id in moved or ri.router_id in routers}
     return owners

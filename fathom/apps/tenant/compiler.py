@@ -33,13 +33,14 @@ from fathom.openflow.spec import (
     OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
     Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
-from fathom.apps.hostlocal import dhcp_mac, dhcp_server_addresses
+from fathom.model.hostlocal_desired import dhcp_mac, dhcp_server_addresses
 from fathom.openflow.arp import ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4, arp_reply_actions
 from fathom.pipeline import stages as st
-from fathom.pipeline.infrastructure import is_infrastructure_interface
+from fathom.pipeline.infrastructure import refused_ports
 from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, Network, Node, Port, RouterInterface, Snapshot,
 )
+from fathom.model.views import Views, get
 
 # Priorities within a stage (higher wins).
 PRIO_PORT = 100           # classify by in_port / tunnel / VLAN; l2 unicast; output
@@ -56,48 +57,8 @@ PRIO_ROUTER_DROP = 10     # to a router MAC but no route: drop rather than flood
 PRIO_NEIGHBOR = 100
 PRIO_FLOOD = 10           # l2: broadcast, multicast and unknown unicast
 
-OFPP_MAX = 0xFFFFFF00     # OpenFlow port numbers from here on are reserved (LOCAL, CONTROLLER, ...)
-
-
-def refused_ports(snapshot: Snapshot) -> dict[int, str]:
-    """Port id -> why it is not compiled: bound to an interface of the fabric itself (the tunnel,
-    the uplink, a patch port, a bridge, a router leg; fathom.pipeline.infrastructure), by name or
-    by OpenFlow port number. Such a port would pull every tenant's traffic arriving there into its
-    own network; the reconciler marks it `error` with this reason. Worked out once per snapshot
-    (the reconciler, the tenant and the security groups ask it): not to be changed."""
-    return snapshot.memo("refused_ports", _refused_ports, _patch_refused_ports)
-
-
-def _refused_ports(snapshot: Snapshot) -> dict[int, str]:
-    nodes = {n.name: n for n in snapshot.nodes}
-    infra: dict[str, set[int]] = {}   # node name -> OpenFlow port numbers of the fabric's interfaces
-    return {p.id: why for p in snapshot.ports if (why := _refusal(p, nodes, infra)) is not None}
-
-
-def _patch_refused_ports(refused: dict, snapshot: Snapshot, delta) -> dict | None:
-    nodes = {n.name: n for n in snapshot.nodes}
-    infra: dict[str, set[int]] = {}
-    return delta.patched(refused, lambda p: _refusal(p, nodes, infra))
-
-
-def _refusal(p: Port, nodes: dict, infra: dict) -> str | None:
-    """Why `p` is refused, or None; `infra` caches each node's fabric port numbers."""
-    node = nodes.get(p.node)
-    if node is None or not p.interface or p.interface == f"qrp{p.id}":
-        # qrp<id>: the leg of a network-node router, a port fathom made for itself
-        # (fathom.pipeline.fabric.tenant_view); a tenant port's id is never a leg's
-        return None
-    ofport = node.ofport(p.interface)
-    if node.name not in infra:
-        infra[node.name] = {o for name, o in node.ofports.items() if is_infrastructure_interface(name)}
-    if is_infrastructure_interface(p.interface) or (ofport is not None and (ofport in infra[node.name]
-                                                                            or ofport >= OFPP_MAX)):
-        return (f"interface {p.interface!r} on node {p.node!r} belongs to the fabric "
-                "(tunnel, uplink or patch port): refused as a tenant port")
-    return None
-
-
-def compile_tenant(snapshot: Snapshot, only: frozenset | None = None) -> dict[str, SwitchState]:
+def compile_tenant(snapshot: Snapshot, only: frozenset | None = None,
+                   views: Views | None = None) -> dict[str, SwitchState]:
     """Desired br-int state of every node in the snapshot, keyed by node name.
 
     The table-miss flows are the pipeline's, not the tenant's (fathom.apps.PIPELINE). Ports whose node or
@@ -108,11 +69,11 @@ def compile_tenant(snapshot: Snapshot, only: frozenset | None = None) -> dict[st
     cookies name are built (the incremental path: fathom.apps.tenant.compile_owners). The same
     code builds both, so the flows of an owner are the same whichever way they were asked for.
     """
-    topo = topology(snapshot)
-    return {node.name: _compile_node(topo, node, only) for node in _nodes_of(snapshot, topo, only)}
+    topo = topology(snapshot, views)
+    return {node.name: _compile_node(topo, node, only) for node in _nodes_of(snapshot, topo, only, views)}
 
 
-def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
+def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None, views: Views | None):
     """The nodes where the owners `only` may have flows (every node for None, or for an owner of a
     kind not told apart here): a port's flows and a network's are only on the nodes where that
     network is local, routed to or reached from a router's gateway (those whose `_compile_node`
@@ -131,7 +92,7 @@ def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
             node_ids.add(object_id)
         else:
             return snapshot.nodes
-    scopes = node_scopes(snapshot)
+    scopes = node_scopes(snapshot, views)
 
     def reached(node: Node) -> bool:
         local, routed_to = scopes[node.name]
@@ -139,16 +100,16 @@ def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None):
     return [n for n in snapshot.nodes if n.id in node_ids or reached(n)]
 
 
-def node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
+def node_scopes(snapshot: Snapshot, views: Views | None = None) -> dict[str, tuple[frozenset, frozenset]]:
     """node name -> (networks local to it: it has a plugged port there; networks it routes to).
     A node's flows for a network depend on the network's membership in these two sets: when they
     change, owners beyond the changed ports are touched (fathom.apps.tenant.touched). Once per
     snapshot; patched for a change of ports and nodes only (the nodes they are on worked out again)."""
-    return snapshot.memo("tenant_scopes", _node_scopes, _patch_node_scopes)
+    return get(views, snapshot, "tenant_scopes", _node_scopes, _patch_node_scopes)
 
 
-def _node_scopes(snapshot: Snapshot) -> dict[str, tuple[frozenset, frozenset]]:
-    topo = topology(snapshot)
+def _node_scopes(snapshot: Snapshot, views: Views | None) -> dict[str, tuple[frozenset, frozenset]]:
+    topo = topology(snapshot, views)
     return {node.name: _node_scope(topo, node) for node in snapshot.nodes}
 
 
@@ -157,10 +118,10 @@ def _node_scope(topo: "_Topology", node: Node) -> tuple[frozenset, frozenset]:
     return frozenset(local), frozenset(_route_flows(topo, local, lambda k, o: False)[1])
 
 
-def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta) -> dict | None:
+def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta, views: Views) -> dict | None:
     if delta.fields & _TOPOLOGY_FIELDS:
         return None
-    topo = topology(snapshot)
+    topo = topology(snapshot, views)
     out = dict(scopes)
     for name in delta.nodes | delta.port_nodes():
         out.pop(name, None)
@@ -169,10 +130,10 @@ def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta) -> dict | None:
     return out
 
 
-def topology(snapshot: Snapshot) -> "_Topology":
+def topology(snapshot: Snapshot, views: Views | None = None) -> "_Topology":
     """The tenant compiler's look-ups over `snapshot` (_Topology), once per snapshot; patched for a
     change of ports and nodes only."""
-    return snapshot.memo("tenant_topology", _Topology, _Topology.patched)
+    return get(views, snapshot, "tenant_topology", _Topology, _Topology.patched)
 
 
 def _tenant_cookie(kind: int, object_id: int) -> int:
@@ -189,12 +150,12 @@ _TOPOLOGY_FIELDS = frozenset({"networks", "subnets", "router_interfaces", "route
 class _Topology:
     """Look-ups over a snapshot (built once per snapshot: the compile and `node_scopes` share it)."""
 
-    def __init__(self, snapshot: Snapshot):
+    def __init__(self, snapshot: Snapshot, views: Views | None = None):
         self.nodes = {n.name: n for n in snapshot.nodes}
-        refused = refused_ports(snapshot)
+        refused = refused_ports(snapshot, views)
         self.networks = {n.id: n for n in snapshot.networks}
         self.subnets = {s.id: s for s in snapshot.subnets}
-        self.dhcp_servers = dhcp_server_addresses(snapshot)     # subnet id -> DHCP server address
+        self.dhcp_servers = dhcp_server_addresses(snapshot, views)     # subnet id -> DHCP server address
         # Only bound ports take part in forwarding: an unbound port is nowhere.
         self.ports: dict[int, Port] = {}
         self.ports_by_network: dict[int, list[Port]] = defaultdict(list)
@@ -221,7 +182,7 @@ class _Topology:
         return p.node in self.nodes and p.network_id in self.networks and p.id not in refused
 
     @classmethod
-    def patched(cls, old: "_Topology", snapshot: Snapshot, delta) -> "_Topology | None":
+    def patched(cls, old: "_Topology", snapshot: Snapshot, delta, views: Views) -> "_Topology | None":
         """`old` (the snapshot before's) with the changed ports and nodes of `delta` (None when
         anything else the look-ups hold changed). What `old` holds is shared, not changed: the
         lists of a network or node a changed port is (or was) on are made again."""
@@ -230,8 +191,8 @@ class _Topology:
         topo = cls.__new__(cls)
         topo.__dict__.update(old.__dict__)
         topo.nodes = {n.name: n for n in snapshot.nodes}
-        topo.dhcp_servers = dhcp_server_addresses(snapshot)
-        refused = refused_ports(snapshot)
+        topo.dhcp_servers = dhcp_server_addresses(snapshot, views)
+        refused = refused_ports(snapshot, views)
         topo.ports = dict(old.ports)
         by_network, by_node = defaultdict(list, old.ports_by_network), defaultdict(list, old.ports_by_node)
         networks, nodes = defaultdict(list), defaultdict(list)   # key -> the changed ports there now

@@ -13,22 +13,23 @@ from fathom.apps.base import BR_INT, App, Owner, Problem, Reads, SwitchKey
 from fathom.apps.incremental import declared_touched
 from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.model.routers import tenant_view
+from fathom.model.views import get
 from fathom.pipeline import cookies as ck
 from fathom.pipeline.cookies import APP_VTAP
 
 
-def plans(model):
+def plans(model, views=None):
     """(desired state per node, plan per policy), once per model: the status model reads the plans."""
-    return model.memo("vtap_plans", lambda m: compile_vtap_plans(tenant_view(m)))
+    return get(views, model, "vtap_plans", lambda m, v: compile_vtap_plans(tenant_view(m, v)))
 
 
-def compile(model) -> dict:
-    return {SwitchKey(BR_INT, node): state for node, state in plans(model)[0].items()}
+def compile(model, views=None) -> dict:
+    return {SwitchKey(BR_INT, node): state for node, state in plans(model, views)[0].items()}
 
 
-def compile_owners(model, owners) -> dict:
+def compile_owners(model, owners, views=None) -> dict:
     ids = {o.id for o in owners if o.app == APP_VTAP and o.kind == ck.KIND_TAP_POLICY}
-    view = tenant_view(model)
+    view = tenant_view(model, views)
     only = replace(view, tap_policies=tuple(p for p in view.tap_policies if p.id in ids))
     if not only.tap_policies:
         return {}
@@ -57,12 +58,12 @@ READS = Reads(
 )
 
 
-def status(model, agents) -> list[Problem]:
+def status(model, agents, views=None) -> list[Problem]:
     """A policy the compiler could not (wholly) install: its problems, in the order found."""
     if not model.tap_policies:
         return []
     return [Problem(("tap_policy", pid), plan.problems.severity, "; ".join(plan.problems))
-            for pid, plan in plans(model)[1].items() if plan.problems]
+            for pid, plan in plans(model, views)[1].items() if plan.problems]
 
 
 APP = App("vtap", APP_VTAP, {BR_INT: ("classify", "tap-ingress", "tap-recovery")}, compile,

@@ -18,6 +18,7 @@ from fathom.model import Snapshot
 from fathom.model.hostlocal import (DhcpHost, DhcpServer, DhcpSubnet, PptmonAttach, RouterLeg,
                                     RouterNamespace)
 from fathom.model.routers import network_node_legs
+from fathom.model.views import Views, get
 
 
 def router_namespaces(snapshot: Snapshot) -> dict[str, list[RouterNamespace]]:
@@ -70,23 +71,23 @@ def dhcp_server_ip(subnet, taken: set[str]) -> str | None:
     return None
 
 
-def dhcp_server_addresses(snapshot: Snapshot) -> dict[int, str]:
-    """subnet id -> the DHCP server's address on it, for every DHCP-enabled subnet (memoised per
+def dhcp_server_addresses(snapshot: Snapshot, views: Views | None = None) -> dict[int, str]:
+    """subnet id -> the DHCP server's address on it, for every DHCP-enabled subnet (kept per
     snapshot: the tenant compiler answers ARP for these addresses; patched for a change of ports:
     the subnets of their addresses worked out again)."""
-    return snapshot.memo("dhcp_server_addresses", _dhcp_server_addresses, _patch_dhcp_server_addresses)
+    return get(views, snapshot, "dhcp_server_addresses", _dhcp_server_addresses, _patch_dhcp_server_addresses)
 
 
-def _dhcp_server_addresses(snap: Snapshot) -> dict[int, str]:
-    taken, networks = _taken(snap), {n.id for n in snap.networks}
+def _dhcp_server_addresses(snap: Snapshot, views: Views | None) -> dict[int, str]:
+    taken, networks = _taken(snap, views), {n.id for n in snap.networks}
     return {s.id: ip for s in sorted(snap.subnets, key=lambda x: x.id)
             if (ip := _server(s, networks, taken)) is not None}
 
 
-def _patch_dhcp_server_addresses(servers: dict, snap: Snapshot, delta) -> dict | None:
+def _patch_dhcp_server_addresses(servers: dict, snap: Snapshot, delta, views: Views) -> dict | None:
     if delta.fields & _ADDRESS_FIELDS:
         return None
-    taken, networks = _taken(snap), {n.id for n in snap.networks}
+    taken, networks = _taken(snap, views), {n.id for n in snap.networks}
     subnets = {s.id: s for s in snap.subnets}
     out = dict(servers)
     for subnet_id in {f.subnet_id for m in (delta.before, delta.after) for p in m.values() for f in p.fixed_ips}:
@@ -105,12 +106,12 @@ def _server(s, networks: set, taken: dict) -> str | None:
 _ADDRESS_FIELDS = frozenset({"networks", "subnets", "router_interfaces"})
 
 
-def _taken(snapshot: Snapshot) -> dict[int, dict[str, int]]:
+def _taken(snapshot: Snapshot, views: Views | None) -> dict[int, dict[str, int]]:
     """subnet id -> address -> how many ports and router interfaces hold it (patched per change)."""
-    return snapshot.memo("dhcp_taken", _count_taken, _patch_taken)
+    return get(views, snapshot, "dhcp_taken", _count_taken, _patch_taken)
 
 
-def _count_taken(snap: Snapshot) -> dict[int, dict[str, int]]:
+def _count_taken(snap: Snapshot, _views=None) -> dict[int, dict[str, int]]:
     taken: dict[int, dict[str, int]] = {}
     for p in snap.ports:
         for f in p.fixed_ips:
@@ -122,7 +123,7 @@ def _count_taken(snap: Snapshot) -> dict[int, dict[str, int]]:
     return taken
 
 
-def _patch_taken(taken: dict, _snap: Snapshot, delta) -> dict | None:
+def _patch_taken(taken: dict, _snap: Snapshot, delta, _views=None) -> dict | None:
     if delta.fields & _ADDRESS_FIELDS:
         return None
     out = dict(taken)
