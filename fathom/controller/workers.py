@@ -14,11 +14,12 @@ SQLite is refused: its writers serialise on one file lock and it has no notifica
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
 import socket
+import threading
+import time
 from typing import Callable
 
 import httpx
@@ -54,7 +55,7 @@ def fork(count: int, run: Callable[[int], None]) -> list[int]:
         if pid == 0:
             code = 0
             try:
-                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+                threading.Thread(target=_end_with, args=(os.getppid(),), daemon=True, name="parent-watch").start()
                 run(index)
             except BaseException:   # noqa: BLE001 - a worker's end is logged, never raised into the parent's code
                 LOG.exception("API worker %d failed", index)
@@ -63,6 +64,13 @@ def fork(count: int, run: Callable[[int], None]) -> list[int]:
                 os._exit(code)
         pids.append(pid)
     return pids
+
+
+def _end_with(parent: int) -> None:
+    """A worker's watch: once its parent (the controller's process) is gone, SIGTERM to itself."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def stop(pids: list[int]) -> None:
