@@ -36,7 +36,7 @@ def flow_records(ctx, controller, project, as_json, of_project, port, network, r
     params = {"since": since, "limit": limit, "view": view or "records", "project": of_project,
               "port": api.find("ports", port)["id"] if port else None, "network": network, "rule": rule,
               "kind": kind}
-    out = api.call("GET", "/v1/flow-records", params={k: v for k, v in params.items() if v is not None})
+    out = api.call("GET", "/flow-records", params={k: v for k, v in params.items() if v is not None})
     if as_json:
         return print_json(out)
     rows = out["records"]
@@ -70,11 +70,11 @@ def config(api: Api, as_json: bool, port, project_id, ingress, admit, drop, off)
         fail("give --port or --project-id, not both")
     where = {"port_id": port_id} if port_id is not None else {"project_id": project_id} if project_id else {}
     if off:
-        api.call("DELETE", "/v1/flow-records/config", params=where)
+        api.call("DELETE", "/flow-records/config", params=where)
     elif (ingress, admit, drop) != (None, None, None):
-        api.call("PUT", "/v1/flow-records/config",
+        api.call("PUT", "/flow-records/config",
                  json={**where, "ingress": ingress or 0, "admit": admit or 0, "drop": drop or 0})
-    rows = api.call("GET", "/v1/flow-records/config")
+    rows = api.call("GET", "/flow-records/config")
     if as_json:
         return print_json(rows)
     print_table("flow-records sampling (1 in N; 0 = off)", ["project", "port", "ingress", "admit", "drop"],

@@ -1,9 +1,11 @@
 """Flow records on the lab's real OVS (userspace datapath): each node's agent collects the IPFIX its
 OVS sends, the controller files the records under their project, port and rule.
 
-Project p: vm1 (c1) and vm2 (c2) on one VXLAN network; vm2 is in group web only (ingress TCP 5201
-from anywhere). Sampling 1:1 for what ports send, admissions and drops. Witnesses: iperf3's own
-byte count, the SYNs a refused connection attempt sends (nc), OVS's own flow dump.
+Project p: vm1 (c1) and vm2 (c2) on one VXLAN network; vm2 is in group web only (ingress TCP and
+UDP 5201 from anywhere). Sampling 1:1 for what ports send, admissions and drops. Witnesses: iperf3's
+own byte count as the client sent them (UDP: every datagram crosses vm1's port once, where TCP's
+retransmissions would count twice; what the server receives may be less: loss beyond the port),
+the SYNs a refused connection attempt sends (nc).
 """
 import json
 import subprocess
@@ -34,7 +36,7 @@ nodes:
       - {name: q1, mac: "02:fc:00:00:45:16", ip: 198.19.45.22/24, network: qnet}
 """
 VM1, VM2 = "198.19.44.11", "198.19.44.21"
-HEADERS = 52      # IPv4 (20) + TCP with timestamps (32): what a data segment adds to iperf3's payload
+HEADERS = 28      # IPv4 (20) + UDP (8): what a datagram adds to iperf3's payload
 
 
 def _records(api, **params) -> list[dict]:
@@ -47,8 +49,9 @@ def test_records_name_ports_and_rules_count_bytes_and_stay_in_their_project():
     with running_lab("qe1", TOPOLOGY, standalone=False) as lab, lab_api(lab) as api:
         ports = {p["name"]: p for p in api.get("/ports").json()}
         web = api.post("/security-groups", json={"name": "web", "project_id": "p"}).json()
-        rule = api.post("/security-group-rules", json={"security_group_id": web["id"], "direction": "ingress",
-                                                      "protocol": "tcp", "port_range_min": 5201}).json()
+        rule, _ = (api.post("/security-group-rules", json={"security_group_id": web["id"], "direction": "ingress",
+                                                          "protocol": proto, "port_range_min": 5201}).json()
+                   for proto in ("tcp", "udp"))
         assert api.patch(f"/ports/{ports['vm2']['id']}", json={"security_groups": [web["id"]]}).status_code == 200
         r = api.put("/flow-records/config", json={"project_id": "p", "ingress": 1, "admit": 1, "drop": 1})
         assert r.status_code == 200, r.text
@@ -62,13 +65,14 @@ def test_records_name_ports_and_rules_count_bytes_and_stay_in_their_project():
             wait_for(lambda: "127.0.0.1:4739" in sh(lab, node, "ovs-vsctl", "list", "IPFIX").stdout,
                      timeout=20, what=f"{node}'s IPFIX export")
 
-        result = iperf3(lab.ns("vm1"), lab.ns("vm2"), VM2, nbytes="40M")
+        result = iperf3(lab.ns("vm1"), lab.ns("vm2"), VM2, udp_mbps=40, length=1400, seconds=2)
+        sent = result.end["sum"]["bytes"]          # the client's count
         # a refused attempt: SYNs to vm2:22, which web does not admit
         subprocess.run(host_exec.argv(["nc", "-z", "-w", "2", VM2, "22"], lab.ns("vm1")), capture_output=True)
 
         def data_records() -> list[dict]:
             recs = [r for r in _records(api, port=ports["vm1"]["id"], kind="port-ingress")
-                    if r["dst"] == VM2 and r["dport"] == 5201]
+                    if r["dst"] == VM2 and r["dport"] == 5201 and r["proto"] == 17]
             by_conn: dict[int, list[dict]] = {}
             for r in recs:
                 by_conn.setdefault(r["sport"], []).append(r)
@@ -77,8 +81,8 @@ def test_records_name_ports_and_rules_count_bytes_and_stay_in_their_project():
         def payload() -> int:
             return sum(r["bytes"] - HEADERS * r["packets"] for r in data_records())
         # records come an interval (5 s) after their samples
-        wait_for(lambda: abs(payload() - result.bytes) <= 0.02 * result.bytes, timeout=25,
-                 what=f"records of vm1's iperf3 connection within 2 % of iperf3's {result.bytes} bytes")
+        wait_for(lambda: abs(payload() - sent) <= 0.02 * sent, timeout=25,
+                 what=f"records of vm1's iperf3 stream within 2 % of iperf3's {sent} bytes")
         recs = data_records()
         assert {(r["node"], r["port"], r["project"], r["network_id"], r["rate"]) for r in recs} == {
             ("c1", "vm1", "p", ports["vm1"]["network_id"], 1)}
@@ -90,7 +94,7 @@ def test_records_name_ports_and_rules_count_bytes_and_stay_in_their_project():
         syn = [r for r in _records(api, port=ports["vm2"]["id"], kind="drop") if r["dport"] == 22]
         assert syn and all(r["src"] == VM1 and r["node"] == "c2" for r in syn)
         admissions = _records(api, rule=str(rule["id"]))
-        assert admissions and {(r["kind"], r["port"]) for r in admissions} == {("admit-ingress", "vm2")}
+        assert admissions and {(r["kind"], r["port"], r["dport"]) for r in admissions} == {("admit-ingress", "vm2", 5201)}
 
         # another project's member sees none of it
         q = api.post("/tokens", json={"project_id": "q", "roles": ["member"]}).json()["token"]
