@@ -185,11 +185,12 @@ class FlowRecords:
             while not stopping.is_set():
                 now = time.monotonic()
                 if self.ovs is not None and now >= next_setup:
-                    next_setup = now + self.setup_every
                     try:
                         self.exporting = ensure_exporter(self.ovs, self.port)
                     except Exception as e:  # noqa: BLE001 - OVS not ready: tried again later
                         self.exporting, self.last_error = False, f"IPFIX set-up: {e}"
+                    # until br-int is there (the controller's bootstrap makes it): soon again
+                    next_setup = now + (self.setup_every if self.exporting else 1.0)
                 try:
                     data, (source, _) = self.sock.recvfrom(65535)
                     self.receive(data, source, time.time())
