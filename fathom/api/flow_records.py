@@ -259,7 +259,7 @@ def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, sampling
                  refused: dict) -> list[dict]:
     """The batch's records that name this node's own ports (and their rules), with their owners
     from the model and counts scaled; the others counted in `refused` by reason."""
-    out = []
+    out, now = [], time.time()      # filed at the controller's time: a node's clock is not trusted
     for rec in batch.records:
         kind, oid = fr.parse_point(rec.point)
         src, dst = str(rec.src), str(rec.dst)
@@ -285,7 +285,7 @@ def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, sampling
         rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
             kind, rates.drop) or 1
         k = fr.scale(rate)
-        out.append({"time": batch.interval_end, "node": batch.node, "project": port["project"],
+        out.append({"time": now, "interval_end": batch.interval_end, "node": batch.node, "project": port["project"],
                     "network_id": port["network_id"], "port_id": port["id"], "port": port["name"],
                     "kind": fr.KINDS[kind], "rule": rule, "src": src, "dst": dst, "proto": rec.proto,
                     "sport": rec.sport, "dport": rec.dport, "packets": round(rec.packets * k),

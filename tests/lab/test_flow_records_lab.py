@@ -94,7 +94,8 @@ def test_records_name_ports_and_rules_count_bytes_and_stay_in_their_project():
         syn = [r for r in _records(api, port=ports["vm2"]["id"], kind="drop") if r["dport"] == 22]
         assert syn and all(r["src"] == VM1 and r["node"] == "c2" for r in syn)
         admissions = _records(api, rule=str(rule["id"]))
-        assert admissions and {(r["kind"], r["port"], r["dport"]) for r in admissions} == {("admit-ingress", "vm2", 5201)}
+        assert admissions
+        assert {(r["kind"], r["port"], r["dport"]) for r in admissions} == {("admit-ingress", "vm2", 5201)}
 
         # another project's member sees none of it
         q = api.post("/tokens", json={"project_id": "q", "roles": ["member"]}).json()["token"]

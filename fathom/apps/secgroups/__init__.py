@@ -149,8 +149,8 @@ def _sampling_touched(b, a) -> set[Owner]:
 READS = Reads({
     "nodes": frozenset({"id", "name", "ofports"}),
     "networks": frozenset({"id"}),
-    "ports": frozenset({"id", "project_id", "network_id", "fixed_ips", "node", "interface", "port_security", "security_groups",
-                        "ofport"}),
+    "ports": frozenset({"id", "project_id", "network_id", "fixed_ips", "node", "interface", "port_security",
+                        "security_groups", "ofport"}),
     "security_groups": frozenset({"id", "project_id"}),
     "flow_sampling": frozenset({"project_id", "port_id", "ingress", "admit", "drop"}),
     "security_group_rules": frozenset({"id", "group_id", "direction", "ethertype", "protocol", "port_min", "port_max",
