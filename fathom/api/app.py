@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from fathom import __version__
 from fathom.api import (agent_traces, agents, cluster, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments,
                         routers, secgroups, sfc, taps, tokens)
+from fathom.api import flow_records
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
@@ -28,7 +29,8 @@ from fathom.store.ops import Settings
 
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
            floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
-           pptmon_attachments.router, pptmon.router, tokens.router, agents.router, agent_traces.router, cluster.router)
+           pptmon_attachments.router, pptmon.router, tokens.router, agents.router, agent_traces.router, cluster.router,
+           flow_records.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
@@ -68,6 +70,8 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.add_middleware(RequestIds, engine=engine)   # inside BoundedInput: bodies read are bounded
     app.add_middleware(BoundedInput, max_body=max_body)
     pptmon.metrics()   # the families exist (empty) on /metrics from the start
+    app.state.flow_records = flow_records.RecordStore()
+    flow_records.metrics()
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router, prefix="/v1")

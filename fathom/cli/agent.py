@@ -64,10 +64,15 @@ def agent():
               help="this node's tunnel address with its prefix (198.18.0.11/24), kept on br-phy across a "
                    "change of its datapath type (env FATHOM_TUNNEL_ADDRESS)")
 @click.option("--records-only", is_flag=True, help="only deliver PPTMon records (no host-local state)")
+@click.option("--flow-records-port", default=4739, show_default=True,
+              help="UDP port on 127.0.0.1 where this node's OVS sends IPFIX flow samples (0: no flow records)")
+@click.option("--flow-records-interval", default=5.0, show_default=True,
+              help="seconds of samples added up into one record per flow")
 @click.option("--cacert", envvar="FATHOM_CACERT", default=None, type=click.Path(exists=True, dir_okay=False),
               help="CA certificate of the controller's HTTPS endpoint (a TLS-terminating proxy), env FATHOM_CACERT")
 def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flush, poll, backoff_max,
-        log_interval, token_file, ovsdb, router_ns_prefix, dhcp_ns_prefix, tunnel_address, records_only, cacert):
+        log_interval, token_file, ovsdb, router_ns_prefix, dhcp_ns_prefix, tunnel_address, records_only, cacert,
+        flow_records_port, flow_records_interval):
     """Run the node agent (foreground): follow the node's host-local desired state from the
     controller and report; deliver the PPTMon loaders' records."""
     import threading
@@ -95,7 +100,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     except (ValueError, NoToken) as e:
         fail(str(e))
     stopping = threading.Event()
-    follower = None
+    follower = flows = None
     if not records_only:
         ovs = LocalOvs(ovsdb)
         http = JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True)
@@ -104,6 +109,14 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
                     DhcpServers(ovs, a.state_dir, dhcp_ns_prefix)]
         follower = Follower(http, a.node, handlers, lambda: facts(ovs), tracer=Tracer(ovs))
         a.extra_status = follower.status
+        if flow_records_port:
+            from fathom.agent.flow_records import FlowRecords
+            try:
+                flows = FlowRecords(JsonClient(a.controller, headers=bearer(token), timeout=10, verify=cacert or True),
+                                    a.node, ovs, port=flow_records_port, interval=flow_records_interval)
+            except OSError as e:
+                fail(f"flow records: cannot listen on 127.0.0.1:{flow_records_port}: {e}")
+            a.extra_status = lambda: {**follower.status(), "flow_records": flows.status()}
 
     def stop(*_):
         stopping.set()
@@ -126,6 +139,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         pass
     if underlay and a.locked.is_set():
         threading.Thread(target=underlay.run, args=(stopping,), name="underlay", daemon=True).start()
+    if flows and a.locked.is_set():
+        threading.Thread(target=flows.run, args=(stopping,), name="flow-records", daemon=True).start()
     if follower and a.locked.is_set():
         follower.run()
     t.join()

@@ -34,6 +34,7 @@ GROUPS = [
     ("pki", "fathom.cli.pki", "pki"),           # CAs and certificates of the control channels
     ("agent", "fathom.cli.agent", "agent"),       # node agent (PPTMon delivery)
     ("cluster", "fathom.cli.cluster", "cluster"),   # controller replicas and their switch leases
+    ("flow-records", "fathom.cli.flow_records", "flow_records"),   # IPFIX flow records per tenant
 ]
 
 

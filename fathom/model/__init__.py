@@ -12,6 +12,8 @@ import ipaddress
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from fathom.model.flow_records import FlowSampling
+
 # Interface names on br-int that the node bootstrap creates.
 TUNNEL_INTERFACE = "vxlan0"      # flow-based VXLAN port: options remote_ip=flow, key=flow
 UPLINK_INTERFACE = "patch-phy"   # patch port to br-phy: the VLAN / flat uplink
@@ -326,6 +328,8 @@ class Snapshot:
     port_chains: tuple[PortChain, ...] = ()
     router_gateways: tuple[RouterGateway, ...] = ()
     floating_ips: tuple[FloatingIp, ...] = ()
+    # flow records' sampling rates per project and port (fathom.model.flow_records)
+    flow_sampling: tuple[FlowSampling, ...] = ()
     # fabric switches, their links, router modes. None when built without it: compilers treat None
     # as "no fabric, every router distributed".
     fabric: "FabricState | None" = None

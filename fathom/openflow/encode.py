@@ -67,6 +67,9 @@ def encode_action(parser, ofp, a):
     if isinstance(a, s.Conjunction):
         # on the wire the clause is 0-based; ovs-ofctl (and the spec) count from 1
         return parser.NXActionConjunction(clause=a.clause - 1, n_clauses=a.n_clauses, id_=a.id)
+    if isinstance(a, s.Sample):
+        return parser.NXActionSample(probability=a.probability, collector_set_id=a.collector_set_id,
+                                     obs_domain_id=a.obs_domain_id, obs_point_id=a.obs_point_id)
     raise TypeError(f"cannot encode action {a!r}")
 
 
@@ -153,6 +156,8 @@ def decode_action(ofp, a):
         return s.CtClear()
     if name == "NXActionConjunction":
         return s.Conjunction(a.id, a.clause + 1, a.n_clauses)
+    if name in ("NXActionSample", "NXActionSample2"):
+        return s.Sample(a.probability, a.collector_set_id, a.obs_domain_id, a.obs_point_id)
     return ("unknown", name, repr(a))  # never equal to a desired action: the flow gets rewritten
 
 

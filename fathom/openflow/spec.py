@@ -276,6 +276,24 @@ class Ct:
 
 
 @dataclass(frozen=True, slots=True)
+class Sample:
+    """Nicira sample: send this packet, with `probability` out of 65535, to the IPFIX collectors of
+    `collector_set_id`, tagged with an observation domain and point (fathom.model.flow_records)."""
+    probability: int
+    collector_set_id: int
+    obs_domain_id: int
+    obs_point_id: int
+
+    def __post_init__(self):
+        if not 1 <= self.probability <= 0xFFFF:
+            raise ValueError(f"sample probability {self.probability} is 1..65535")
+
+    def to_ofctl(self) -> str:
+        return (f"sample(probability={self.probability},collector_set_id={self.collector_set_id},"
+                f"obs_domain_id={self.obs_domain_id},obs_point_id={self.obs_point_id})")
+
+
+@dataclass(frozen=True, slots=True)
 class CtClear:
     """Nicira ct_clear: forget the packet's connection tracking state (before a lookup in another zone)."""
 
@@ -296,7 +314,7 @@ class Conjunction:
 
 
 Action = Union[Output, OutputTrunc, Meter, SetField, PushVlan, PopVlan, DecTtl, GotoTable, Resubmit, Group,
-               Controller, Move, LoadReg, Ct, CtClear, Conjunction]
+               Controller, Move, LoadReg, Ct, CtClear, Conjunction, Sample]
 
 
 def set_tunnel_dst(ip: str) -> SetField:

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from sqlalchemy import and_, bindparam, or_, select
 
 from fathom.model.taps import TAP_VNI_BASE
+from fathom.model.flow_records import FlowSampling
 from fathom.model import (
     ChainPptmon, FixedIp, FloatingIp, FlowClassifier, Network, Node, Port, PortChain, PortPair, PortPairGroup,
     Router, RouterGateway, RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, TapPolicy,
@@ -21,6 +22,7 @@ from fathom.store.external_models import RouterGateway as RouterGatewayRow
 from fathom.store.db import READ_ONLY
 from fathom.store.fabric import load_fabric
 from fathom.store.fabric_models import FabricSwitch
+from fathom.store.flow_records_models import FlowSampling as FlowSamplingRow
 from fathom.store.status import dhcp_status_value
 
 
@@ -78,6 +80,7 @@ PARTS: dict[str, tuple[frozenset, tuple[str, ...]]] = {
     "fabric": (frozenset({"nodes", "fabric_switches", "fabric_links", "router_modes"}), ()),
     "chains": (frozenset({"sfc_port_chains", "sfc_port_pair_groups", "sfc_port_pairs", "sfc_flow_classifiers"}),
                ()),
+    "flow_sampling": (frozenset({"flow_sampling"}), ()),
 }
 
 
@@ -135,7 +138,8 @@ class StoreReader:
                             p["ports"]["ports"], p["routers"]["routers"], p["ports"]["interfaces"],
                             tap_policies=p["taps"]["taps"], security_groups=p["secgroups"]["groups"],
                             security_group_rules=p["secgroups"]["rules"], router_gateways=p["gateways"]["gateways"],
-                            floating_ips=p["floating_ips"]["fips"], fabric=p["fabric"]["fabric"], **p["chains"])
+                            floating_ips=p["floating_ips"]["fips"], fabric=p["fabric"]["fabric"],
+                            flow_sampling=p["flow_sampling"]["rows"], **p["chains"])
 
         if session.in_transaction():
             return run()
@@ -342,6 +346,11 @@ def _secgroups(session, seen, _parts) -> dict:
     return {"groups": groups, "rules": rules}
 
 
+def _flow_sampling(session, _seen, _parts) -> dict:
+    rows = session.scalars(select(FlowSamplingRow).order_by(FlowSamplingRow.id))
+    return {"rows": tuple(FlowSampling(r.id, r.project_id, r.port_id, r.ingress, r.admit, r.drop) for r in rows)}
+
+
 def _gateways(session, _seen, parts) -> dict:
     node_names, address_ports = parts["nodes"]["names"], parts["ports"]["address_ports"]
     gateways = []
@@ -370,7 +379,8 @@ def _fabric(session, seen, _parts) -> dict:
 
 _READERS = {"nodes": _nodes, "networks": _networks, "subnets": _subnets, "ports": _ports, "routers": _routers,
             "taps": _taps, "secgroups": _secgroups, "gateways": _gateways, "floating_ips": _floating_ips,
-            "fabric": _fabric, "chains": lambda session, seen, _parts: _chains(session, seen)}
+            "fabric": _fabric, "chains": lambda session, seen, _parts: _chains(session, seen),
+            "flow_sampling": _flow_sampling}
 
 
 def _range(low, high) -> tuple[int, int] | None:

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from fathom.openflow.spec import (
-    CT_STATE_BITS, OFPP_CONTROLLER, OFPP_IN_PORT, OFPVID_PRESENT, Conjunction, Controller, Ct, CtClear, DecTtl,
+    CT_STATE_BITS, OFPP_CONTROLLER, OFPP_IN_PORT, OFPVID_PRESENT, Conjunction, Sample, Controller, Ct, CtClear, DecTtl,
     FlowSpec, GotoTable, Group, LoadReg, Meter, Move, Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField,
     SwitchState, format_match,
 )
@@ -293,6 +293,8 @@ def _actions(tables: Tables, actions: tuple, pkt: dict, ct_state: int, p: Pass, 
                 pkt.pop(name, None)
         elif isinstance(a, Conjunction):
             pass    # a clause: resolved by the lookup
+        elif isinstance(a, Sample):
+            notes.append(f"sampled for flow records (observation point {a.obs_point_id:#x})")
         else:       # an action this interpreter does not know: said, and this branch ends there
             what = a.to_ofctl() if hasattr(a, "to_ofctl") else type(a).__name__
             p.ends.append((step, f"{what} is not interpreted by the simulation", dict(pkt)))

@@ -141,3 +141,9 @@ def test_trace_md():
     """docs/trace.md: the simulated verdict agrees with ping in the default lab, delivered and then
     dropped by a security group."""
     run_doc(ROOT / "docs" / "trace.md", "tr1", timeout=300)
+
+
+def test_flow_records_md():
+    """docs/flow-records.md: sampling on the default lab; a ping admitted by its rule, a refused
+    attempt named as a default drop, top talkers."""
+    run_doc(ROOT / "docs" / "flow-records.md", "qe3", timeout=300)

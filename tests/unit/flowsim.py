@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from fathom.openflow.spec import (
     CT_STATE_BITS, OFPP_IN_PORT, Conjunction, Controller, Ct, CtClear, DecTtl, FlowSpec,
-    GotoTable, Group, LoadReg, Meter, Move, Output, OutputTrunc, PopVlan, PushVlan, Resubmit, SetField,
+    GotoTable, Group, LoadReg, Meter, Move, Output, OutputTrunc, PopVlan, PushVlan, Resubmit, Sample, SetField,
     SwitchState,
 )
 from fathom.apps.tenant import compiler as tenant_compiler
@@ -262,6 +262,8 @@ class Fabric:
             elif isinstance(a, Controller):
                 pass
             elif isinstance(a, Meter):          # a meter only drops above its rate
+                pass
+            elif isinstance(a, Sample):         # a copy to the IPFIX collector: the frame goes on
                 pass
             elif isinstance(a, OutputTrunc):    # the frame model has no payload to cut
                 if a.port != pkt["in_port"]:

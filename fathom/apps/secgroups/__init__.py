@@ -13,7 +13,9 @@ change touches:
   onto the same zone came or went): its ports' conntrack flows there;
 - a rule added, removed or changed (or one whose remote group gains its first or loses its last
   member of the rule's ethertype): the rule, its group, the group's ports and the rule's clauses;
-- a group added or removed: the group and its ports.
+- a group added or removed: the group and its ports;
+- flow-records rates (fathom.model.flow_records): the ports whose rates changed, and the rules of
+  the groups whose project's admit rate changed.
 A change of the nodes themselves is not handled (the app is compiled whole).
 """
 from __future__ import annotations
@@ -98,6 +100,8 @@ def touched(before, after, views=None):
                 owners.add(_owner(ck.KIND_SECURITY_GROUP, gid))
         if bool(b.local.get(name)) != bool(a.local.get(name)):
             owners.add(_owner(ck.KIND_NODE, nodes[name]))
+    if before.flow_sampling != after.flow_sampling:
+        owners |= _sampling_touched(b, a)
     for rid in changed:
         for idx in (b, a):
             r = idx.rule_by_id.get(rid)
@@ -123,6 +127,22 @@ def touched(before, after, views=None):
     return owners
 
 
+def _sampling_touched(b, a) -> set[Owner]:
+    """The owners whose sample actions a change of the flow-records rates moves: the ports whose
+    rates changed (their port-ingress and default-drop samples) and the rules of the groups whose
+    project's admit rate changed (their commit flows)."""
+    owners = set()
+    for idx in (b, a):
+        for local in idx.local.values():
+            for p, _ in local:
+                if b.sampling.of_port(p.id, p.project_id) != a.sampling.of_port(p.id, p.project_id):
+                    owners.add(_owner(ck.KIND_PORT, p.id))
+        for gid, g in idx.groups.items():
+            if b.sampling.admit(g.project_id) != a.sampling.admit(g.project_id):
+                owners.update(_owner(ck.KIND_SECURITY_GROUP_RULE, r.id) for r in idx.rules.get(gid, ()))
+    return owners
+
+
 # What `compile` reads (checked). `touched` is written by hand: a port's addresses are clause flows
 # of the rules naming its groups, a group coming to a node touches its rules' clauses there only,
 # and a network's conntrack zone follows the other networks on the node; the declaration (an
@@ -130,9 +150,10 @@ def touched(before, after, views=None):
 READS = Reads({
     "nodes": frozenset({"id", "name", "ofports"}),
     "networks": frozenset({"id"}),
-    "ports": frozenset({"id", "network_id", "fixed_ips", "node", "interface", "port_security", "security_groups",
-                        "ofport"}),
-    "security_groups": frozenset({"id"}),
+    "ports": frozenset({"id", "project_id", "network_id", "fixed_ips", "node", "interface", "port_security",
+                        "security_groups", "ofport"}),
+    "security_groups": frozenset({"id", "project_id"}),
+    "flow_sampling": frozenset({"project_id", "port_id", "ingress", "admit", "drop"}),
     "security_group_rules": frozenset({"id", "group_id", "direction", "ethertype", "protocol", "port_min", "port_max",
                                        "remote_prefix", "remote_group_id"}),
 })

@@ -52,9 +52,10 @@ from dataclasses import dataclass
 from fathom.pipeline.infrastructure import refused_ports
 from fathom.openflow.masks import range_to_masks
 from fathom.model import Node, Port, SecurityGroupRule, Snapshot
+from fathom.model import flow_records as fr
 from fathom.model.views import Views, get
 from fathom.openflow.spec import (
-    Conjunction, Ct, CtClear, FlowSpec, GotoTable, LoadReg, SetField, SwitchState, ct_state,
+    Conjunction, Ct, CtClear, FlowSpec, GotoTable, LoadReg, Sample, SetField, SwitchState, ct_state,
 )
 from fathom.pipeline import stages as st
 
@@ -72,6 +73,7 @@ PRIO_INVALID = 200
 PRIO_ALLOWED = 190         # established / related, admitted by a rule that still applies
 PRIO_STALE_REPLY = 180     # a reply whose admitting rule no longer applies
 PRIO_RULE = 100
+PRIO_DEFAULT_DROP = 1      # flow records: a port's frames no rule admitted, sampled, then dropped
 
 # conj_id of "port x admitting rule" per group: above every rule id (rule ids are < 2**31)
 ESTABLISHED_CONJ_BASE = 1 << 31
@@ -100,9 +102,20 @@ class Side:
     next: int               # where an allowed frame goes on
     identity: str           # register holding the port's id in the acl table
     remote: str             # which address the remote side is: dst (egress) or src (ingress)
+    admitted: int           # flow records: the observation point kinds of a rule's admission
+    dropped: int            # and of the port's default drop (fathom.model.flow_records)
 
-EGRESS = Side("egress", st.EGRESS_CONNTRACK, st.EGRESS_ACL, st.SFC, st.REG_SRC_PORT, "dst")
-INGRESS = Side("ingress", st.INGRESS_CONNTRACK, st.INGRESS_ACL, st.OUTPUT, st.REG_DST_PORT, "src")
+EGRESS = Side("egress", st.EGRESS_CONNTRACK, st.EGRESS_ACL, st.SFC, st.REG_SRC_PORT, "dst",
+              fr.ADMIT_EGRESS, fr.DROP_EGRESS)
+INGRESS = Side("ingress", st.INGRESS_CONNTRACK, st.INGRESS_ACL, st.OUTPUT, st.REG_DST_PORT, "src",
+               fr.ADMIT_INGRESS, fr.DROP_INGRESS)
+
+
+def sample(rate: int, kind: int, object_id: int) -> tuple:
+    """The sample action of a flow-records observation point at one in `rate` (none when off)."""
+    if not rate:
+        return ()
+    return (Sample(fr.probability(rate), fr.COLLECTOR_SET, fr.OBS_DOMAIN, fr.point_id(kind, object_id)),)
 
 
 def _cookie(kind: int, object_id: int) -> int:
@@ -219,6 +232,7 @@ class Index:
         self._by_clause_id: dict[int, list[tuple]] | None = None
         self._static: dict[tuple, list] | None = None
         self._zones: dict[str, dict[int, int | None]] = {}
+        self.sampling = fr.SamplingIndex(snapshot.flow_sampling)
 
     def _add_port(self, p: Port, refused: dict, networks: set) -> int | None:
         """Note `p` (its view); its OpenFlow port number if it is a security-group port here."""
@@ -250,6 +264,7 @@ class Index:
         idx = cls.__new__(cls)
         idx.__dict__.update(old.__dict__)
         idx.nodes = {n.name: n for n in snapshot.nodes}
+        idx.sampling = fr.SamplingIndex(snapshot.flow_sampling)
         idx.ports, idx.views = dict(old.ports), dict(old.views)
         idx.group_ports = defaultdict(set, old.group_ports)
         idx.member_counts = defaultdict(lambda: defaultdict(dict), old.member_counts)
@@ -612,10 +627,14 @@ def _port_flows(side: Side, idx: Index, node: Node, port: Port, ofport: int, tab
     flows = set()
     c = port_cookie(port.id)
     zone = idx.zones(node.name).get(port.network_id)
+    rates = idx.sampling.of_port(port.id, port.project_id)
+    if rates.drop:
+        table.add(PRIO_DEFAULT_DROP, {side.identity: port.id}, sample(rates.drop, side.dropped, port.id), c)
     for eth_type in ETH_TYPE.values():
         if side is EGRESS:
             match = {st.REG_SRC_PORT: port.id, "eth_type": eth_type}
-            actions = (SetField(st.REG_CT_ZONE, zone), Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
+            actions = sample(rates.ingress, fr.PORT_INGRESS, port.id) + (
+                SetField(st.REG_CT_ZONE, zone), Ct(zone_field=st.REG_CT_ZONE, table=side.acl))
         else:
             match = {st.REG_OUT_PORT: ofport, "eth_type": eth_type}
             actions = (CtClear(), SetField(st.REG_DST_PORT, port.id), SetField(st.REG_CT_ZONE, zone),
@@ -659,7 +678,9 @@ def _rule_flows(side: Side, idx: Index, r: SecurityGroupRule, table: "_Table") -
     state = NOT_NEW_ORIGINAL if r.direction == side.direction else NOT_NEW_REPLY
     table.clause(PRIO_ALLOWED, {"ct_state": state, field: r.id}, Conjunction(established_conj(r.group_id), 2, 2), c)
     if r.direction == side.direction and idx.active(r):
-        commit = (Ct(zone_field=st.REG_CT_ZONE, commit=True, exec=(SetField(field, r.id),)),)
+        admit = idx.sampling.admit(idx.groups[r.group_id].project_id)
+        commit = sample(admit, side.admitted, r.id) + (
+            Ct(zone_field=st.REG_CT_ZONE, commit=True, exec=(SetField(field, r.id),)),)
         if side is EGRESS:
             commit += (LoadReg(st.REG_CT_ZONE, 1, COMMITTED.bit_length() - 1, 1),)
         table.add(PRIO_RULE, {"conj_id": r.id, "eth_type": ETH_TYPE[r.ethertype]}, commit + (GotoTable(side.next),), c)

@@ -1,0 +1,358 @@
+"""Flow records in the controller: the sampling rates, what the nodes' agents deliver, the queries
+and the Prometheus counters (docs/flow-records.md; ids and rates: fathom.model.flow_records).
+
+    GET    /v1/flow-records/config       the rates the caller may see (a project's and its ports')
+    PUT    /v1/flow-records/config       set the rates of a project, or of one port (`port_id`)
+    DELETE /v1/flow-records/config       ?project_id= | ?port_id=  back to off (a port: its project's)
+    POST   /v1/flow-records/ingest       a node's agent (its agent token): one interval's records
+    GET    /v1/flow-records              ?project=&port=&network=&rule=&kind=&since=&view=records|top|drops
+
+Who may do what: members set and read their own project's rates and records; admins any
+project's. A member's ingress and admit rates are at most one in MEMBER_MIN_RATE packets (every
+sampled packet costs ovs-vswitchd an upcall on the host); drops may be sampled 1:1 by anyone.
+
+Ingestion trusts the model, not the record: a record is kept only when the port it names (the
+observation point's, or for an admission the port holding the record's address on that node)
+is bound to the reporting node, and an admitting rule only when it is a rule of one of that
+port's groups; anything else is refused and counted (`fathom_flow_records_refused_total`).
+Counts are scaled by the rate configured now (IPFIX carries none). Records are kept in memory,
+at most FATHOM_FLOW_RECORDS_MAX (default 200000, oldest out first) and FATHOM_FLOW_RECORDS_RETENTION
+seconds (default 3600); each node delivers at most FATHOM_FLOW_RECORDS_RATE records/s (default
+5000, bursts of twice that; beyond: 429 and Retry-After).
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import threading
+import time
+from collections import defaultdict, deque
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from fathom.api.auth import agent_identity
+from fathom.api.deps import ERRORS, CallerDep, EngineDep, StoreDep
+from fathom.api.schemas import ErrorOut
+from fathom.auth import Identity
+from fathom.model import flow_records as fr
+from fathom.store import models as m
+from fathom.store.db import READ_ONLY
+from fathom.store.errors import Forbidden, Invalid, NotFound
+from fathom.store.flow_records_models import FlowSampling
+from fathom.store.ops import Caller
+
+router = APIRouter(prefix="/flow-records", tags=["flow records"], responses=ERRORS)
+
+MEMBER_MIN_RATE = 100
+MAX_BATCH = 1000
+Rate = Annotated[int, Field(ge=0, le=fr.RATE_MAX, description="one in N packets; 0 = off")]
+U16 = Annotated[int, Field(ge=0, le=0xFFFF)]
+
+
+class ConfigIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    project_id: str | None = Field(None, min_length=1, max_length=64,
+                                   description="the project (default: the caller's); not with port_id")
+    port_id: int | None = Field(None, ge=1, le=fr.ID_MASK, description="one port's rates instead of its project's")
+    ingress: Rate = 0
+    admit: Rate = 0
+    drop: Rate = 0
+
+
+class RecordIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    point: int = Field(ge=0, le=0xFFFFFFFF)
+    src: ipaddress.IPv4Address | ipaddress.IPv6Address
+    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
+    proto: int = Field(ge=0, le=255)
+    sport: U16 = 0
+    dport: U16 = 0
+    packets: int = Field(ge=0, le=1 << 48)
+    bytes: int = Field(ge=0, le=1 << 56)
+    first: float = Field(ge=0, le=1e11)
+    last: float = Field(ge=0, le=1e11)
+
+
+class BatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    node: str = Field(min_length=1, max_length=64)
+    interval_end: float = Field(ge=0, le=1e11)
+    interval_s: float = Field(gt=0, le=3600)
+    records: list[RecordIn] = Field(max_length=MAX_BATCH)
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+
+def _config_out(r: FlowSampling) -> dict:
+    return {"project_id": r.project_id, "port_id": r.port_id, "ingress": r.ingress, "admit": r.admit, "drop": r.drop}
+
+
+def _scope(s: Session, c: Caller, project_id: str | None, port_id: int | None) -> tuple[str, str, int | None]:
+    """(scope key, project, port id) of a config row the caller may write or remove."""
+    if port_id is not None:
+        if project_id is not None:
+            raise Invalid("give project_id or port_id, not both", "port_id")
+        port = s.get(m.Port, port_id)
+        if port is None or port.router_id is not None or (not c.admin and port.project_id != c.project):
+            raise NotFound(f"port {port_id} does not exist", "port_id")
+        return f"port:{port_id}", port.project_id, port_id
+    project = project_id or c.project
+    if project != c.project and not c.admin:
+        raise Forbidden("only an admin can set another project's flow records", "project_id")
+    return f"project:{project}", project, None
+
+
+@router.get("/config", summary="Sampling rates: the caller's project's and its ports' (admins: all)")
+def get_config(c: CallerDep, db: StoreDep):
+    def read(s):
+        q = select(FlowSampling).order_by(FlowSampling.id)
+        if not c.admin:
+            q = q.where(FlowSampling.project_id == c.project)
+        return [_config_out(r) for r in s.scalars(q)]
+    return db.read(read)
+
+
+@router.put("/config", summary="Set a project's (or one port's) sampling rates")
+def put_config(body: ConfigIn, c: CallerDep, db: StoreDep):
+    if not c.admin:
+        for name in ("ingress", "admit"):
+            value = getattr(body, name)
+            if 0 < value < MEMBER_MIN_RATE:
+                raise Invalid(f"{name}: at most one in {MEMBER_MIN_RATE} packets (only an admin may sample "
+                              f"more)", name)
+
+    def write(s):
+        scope, project, port_id = _scope(s, c, body.project_id, body.port_id)
+        row = s.scalar(select(FlowSampling).where(FlowSampling.scope == scope))
+        if row is None:
+            row = FlowSampling(scope=scope, project_id=project, port_id=port_id)
+            s.add(row)
+        row.ingress, row.admit, row.drop = body.ingress, body.admit, body.drop
+        s.flush()
+        return _config_out(row)
+    return db.write(write)
+
+
+@router.delete("/config", summary="Sampling of a project or port back to off (a port: its project's)")
+def delete_config(c: CallerDep, db: StoreDep, project_id: str | None = Query(None, min_length=1, max_length=64),
+                  port_id: int | None = Query(None, ge=1, le=fr.ID_MASK)):
+    def write(s):
+        scope, _, _ = _scope(s, c, project_id, port_id)
+        s.execute(delete(FlowSampling).where(FlowSampling.scope == scope))
+        return {"deleted": scope}
+    return db.write(write)
+
+
+# ---------------------------------------------------------------------------------------------- records
+
+
+class RecordStore:
+    """The records kept in memory (bounded by count and age), the nodes' delivery rate, and the
+    Prometheus counters."""
+
+    def __init__(self, env=os.environ):
+        self.max = int(env.get("FATHOM_FLOW_RECORDS_MAX", 200_000))
+        self.retention = float(env.get("FATHOM_FLOW_RECORDS_RETENTION", 3600))
+        self.rate = float(env.get("FATHOM_FLOW_RECORDS_RATE", 5000))
+        self.burst = 2 * self.rate
+        self.records: deque[dict] = deque(maxlen=self.max)
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, node: str, n: int) -> None:
+        """Raise 429 unless `node` may deliver `n` records now (a token bucket per node)."""
+        with self._lock:
+            now = time.monotonic()
+            tokens, at = self._buckets.get(node, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - at) * self.rate)
+            if n > tokens:
+                self._buckets[node] = (tokens, now)
+                wait = (n - tokens) / self.rate if self.rate > 0 else 60.0
+                raise HTTPException(429, detail=[{"loc": [], "msg": f"node {node} delivers more than {self.rate:g} "
+                                                  "flow records/s: retry later", "type": "rate_limited"}],
+                                    headers={"Retry-After": str(max(1, math.ceil(wait)))})
+            self._buckets[node] = (tokens - n, now)
+
+    def add(self, records: list[dict]) -> None:
+        with self._lock:
+            self.records.extend(records)
+            self._expire()
+
+    def _expire(self) -> None:
+        cutoff = time.time() - self.retention
+        while self.records and self.records[0]["time"] < cutoff:
+            self.records.popleft()
+
+    def select(self, since: float, match) -> list[dict]:
+        with self._lock:
+            self._expire()
+            return [r for r in self.records if r["time"] >= since and match(r)]
+
+
+_metrics_lock = threading.Lock()
+_metrics: dict | None = None
+
+
+def metrics() -> dict:
+    """Counters on prometheus_client's default registry (the one /metrics serves), once per process."""
+    global _metrics
+    with _metrics_lock:
+        if _metrics is None:
+            from prometheus_client import Counter
+            _metrics = {
+                "bytes": Counter("fathom_flow_records_bytes", "Bytes flow records account for (scaled by "
+                                 "the sampling rate), per project and kind", ["project", "kind"]),
+                "packets": Counter("fathom_flow_records_packets", "Packets flow records account for (scaled), "
+                                   "per project and kind", ["project", "kind"]),
+                "drops": Counter("fathom_flow_records_dropped_packets", "Packets security groups dropped, as "
+                                 "sampled (scaled), per project", ["project"]),
+                "refused": Counter("fathom_flow_records_refused", "Records a node delivered that the controller "
+                                   "did not keep, per node and reason", ["node", "reason"]),
+            }
+        return _metrics
+
+
+def records_store(request: Request) -> RecordStore:
+    return request.app.state.flow_records
+
+
+RecordStoreDep = Annotated[RecordStore, Depends(records_store)]
+
+
+def _node_view(engine, node: str, rule_ids: set[int]) -> tuple[dict, dict, dict, fr.SamplingIndex]:
+    """What a node's records are checked against: its ports (id -> facts), address -> port id, the
+    named rules (id -> (group id, project)) and the sampling rates."""
+    with Session(engine) as s, s.begin():
+        s.connection(execution_options=READ_ONLY)
+        node_id = s.scalar(select(m.Node.id).where(m.Node.name == node))
+        ports, by_ip = {}, {}
+        if node_id is not None:
+            rows = s.execute(select(m.Port.id, m.Port.name, m.Port.project_id, m.Port.network_id)
+                             .where(m.Port.node_id == node_id, m.Port.router_id.is_(None))).all()
+            ports = {p.id: {"id": p.id, "name": p.name, "project": p.project_id, "network_id": p.network_id,
+                            "ips": set(), "groups": set()} for p in rows}
+            if ports:
+                for port_id, ip in s.execute(select(m.IpAllocation.port_id, m.IpAllocation.ip_address)
+                                             .where(m.IpAllocation.port_id.in_(list(ports)))):
+                    ports[port_id]["ips"].add(str(ipaddress.ip_address(ip)))
+                    by_ip[str(ipaddress.ip_address(ip))] = port_id
+                for port_id, gid in s.execute(select(m.PortSecurityGroup.port_id, m.PortSecurityGroup.group_id)
+                                              .where(m.PortSecurityGroup.port_id.in_(list(ports)))):
+                    ports[port_id]["groups"].add(gid)
+        rules = {}
+        if rule_ids:
+            rules = {r.id: r.group_id for r in s.execute(
+                select(m.SecurityGroupRule.id, m.SecurityGroupRule.group_id)
+                .where(m.SecurityGroupRule.id.in_(list(rule_ids))))}
+        sampling = fr.SamplingIndex(fr.FlowSampling(r.id, r.project_id, r.port_id, r.ingress, r.admit, r.drop)
+                                    for r in s.scalars(select(FlowSampling)))
+    return ports, by_ip, rules, sampling
+
+
+def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, sampling: fr.SamplingIndex,
+                 refused: dict) -> list[dict]:
+    """The batch's records that name this node's own ports (and their rules), with their owners
+    from the model and counts scaled; the others counted in `refused` by reason."""
+    out, now = [], time.time()      # filed at the controller's time: a node's clock is not trusted
+    for rec in batch.records:
+        kind, oid = fr.parse_point(rec.point)
+        src, dst = str(rec.src), str(rec.dst)
+        rule = None
+        if kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS):
+            port = ports.get(by_ip.get(src if kind == fr.ADMIT_EGRESS else dst))
+            if port is not None and rules.get(oid) not in port["groups"]:
+                refused["rule"] = refused.get("rule", 0) + 1
+                continue
+            rule = oid
+        elif kind in (fr.DROP_EGRESS, fr.DROP_INGRESS, fr.PORT_INGRESS):
+            port = ports.get(oid)
+            if port is not None and kind != fr.DROP_INGRESS and src not in port["ips"]:
+                port = None         # what a port sends carries its own address (port security)
+            rule = fr.DEFAULT_DROP if kind in (fr.DROP_EGRESS, fr.DROP_INGRESS) else None
+        else:
+            refused["point"] = refused.get("point", 0) + 1
+            continue
+        if port is None:
+            refused["not_this_node"] = refused.get("not_this_node", 0) + 1
+            continue
+        rates = sampling.of_port(port["id"], port["project"])
+        rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
+            kind, rates.drop) or 1
+        k = fr.scale(rate)
+        out.append({"time": now, "interval_end": batch.interval_end, "node": batch.node, "project": port["project"],
+                    "network_id": port["network_id"], "port_id": port["id"], "port": port["name"],
+                    "kind": fr.KINDS[kind], "rule": rule, "src": src, "dst": dst, "proto": rec.proto,
+                    "sport": rec.sport, "dport": rec.dport, "packets": round(rec.packets * k),
+                    "bytes": round(rec.bytes * k), "sampled_packets": rec.packets, "rate": rate,
+                    "first": rec.first, "last": rec.last})
+    return out
+
+
+@router.post("/ingest", summary="A node's agent delivers one interval's flow records",
+             responses={429: {"model": ErrorOut, "description": "over the node's rate: retry after Retry-After s"}})
+def ingest(batch: BatchIn, engine: EngineDep, store: RecordStoreDep, who: Identity = Depends(agent_identity)):
+    if batch.node != who.node:
+        raise Forbidden(f"this token delivers the records of node {who.node} only", "node")
+    store.admit(who.node, len(batch.records))
+    rule_ids = {fr.parse_point(r.point)[1] for r in batch.records
+                if fr.parse_point(r.point)[0] in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS)}
+    ports, by_ip, rules, sampling = _node_view(engine, who.node, rule_ids)
+    refused: dict[str, int] = {}
+    kept = file_records(batch, ports, by_ip, rules, sampling, refused)
+    store.add(kept)
+    mt = metrics()
+    for r in kept:
+        mt["bytes"].labels(r["project"], r["kind"]).inc(r["bytes"])
+        mt["packets"].labels(r["project"], r["kind"]).inc(r["packets"])
+        if r["kind"].startswith("drop"):
+            mt["drops"].labels(r["project"]).inc(r["packets"])
+    for reason, n in refused.items():
+        mt["refused"].labels(who.node, reason).inc(n)
+    return {"received": len(batch.records), "accepted": len(kept), "refused": sum(refused.values()),
+            "refused_by_reason": refused}
+
+
+@router.get("", summary="Flow records: each interval's records, top talkers or drops by rule")
+def get_records(c: CallerDep, store: RecordStoreDep,
+                project: str | None = Query(None, min_length=1, max_length=64, description="admins: this project"),
+                port: int | None = Query(None, ge=1), network: int | None = Query(None, ge=1),
+                rule: str | None = Query(None, max_length=32, description="a rule id, or default-drop"),
+                kind: Literal["admit-egress", "admit-ingress", "drop-egress", "drop-ingress", "port-ingress",
+                              "drop", "admit"] | None = None,
+                since: float = Query(300, gt=0, le=86400 * 7, description="seconds back from now"),
+                view: Literal["records", "top", "drops"] = "records",
+                limit: int = Query(100, ge=1, le=1000)):
+    if project is not None and project != c.project and not c.admin:
+        raise Forbidden("only an admin can read another project's flow records", "project")
+    want_project = project if c.admin else c.project
+    if rule is not None and rule != fr.DEFAULT_DROP and not rule.isdigit():
+        raise Invalid("rule is a rule id or default-drop", "rule")
+    want_rule = rule if rule == fr.DEFAULT_DROP or rule is None else int(rule)
+    want_kind = "drop" if view == "drops" else kind
+
+    def match(r: dict) -> bool:
+        return ((want_project is None or r["project"] == want_project) and (port is None or r["port_id"] == port)
+                and (network is None or r["network_id"] == network) and (rule is None or r["rule"] == want_rule)
+                and (want_kind is None or r["kind"] == want_kind or r["kind"].startswith(want_kind + "-")))
+    rows = store.select(time.time() - since, match)
+    if view == "records":
+        return {"view": view, "records": sorted(rows, key=lambda r: -r["time"])[:limit]}
+    key = ((lambda r: (r["project"], r["port_id"], r["port"], r["rule"], r["kind"])) if view == "drops" else
+           (lambda r: (r["project"], r["port_id"], r["port"], r["src"], r["dst"], r["proto"], r["dport"])))
+    names = ("project", "port_id", "port", "rule", "kind") if view == "drops" else \
+        ("project", "port_id", "port", "src", "dst", "proto", "dport")
+    sums: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        if view == "top" and r["kind"] != "port-ingress":
+            continue        # what ports send: admissions and drops are counted apart
+        s = sums[key(r)]
+        s[0] += r["packets"]
+        s[1] += r["bytes"]
+    order = sorted(sums.items(), key=lambda kv: -(kv[1][0] if view == "drops" else kv[1][1]))[:limit]
+    return {"view": view, "records": [{**dict(zip(names, k)), "packets": v[0], "bytes": v[1]} for k, v in order]}

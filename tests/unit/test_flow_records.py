@@ -1,0 +1,249 @@
+"""Flow records from the node to the API: the IPFIX reader on what OVS 3.1 really sent (captured
+from a netdev bridge with `sample` actions: tests/unit/golden/ipfix) and on forged or broken
+messages, the agent's collector (bounds, bad input counted), and the controller's config, ingestion
+(only a node's own ports, scaled by the rate) and queries (a tenant sees its own only)."""
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from fathom.agent.flow_records import Aggregator, FlowRecords
+from fathom.agent.ipfix import Malformed, Reader
+from fathom.model import flow_records as fr
+
+from .auth import headers_for
+from .test_api import MEMBER, OTHER, Client
+
+CAPTURE = sorted((Path(__file__).parent / "golden" / "ipfix").glob("msg*.bin"))
+
+
+def _read_capture() -> tuple[Reader, list[dict]]:
+    reader, records = Reader(), []
+    for path in CAPTURE:
+        records += [r for r in reader.read(path.read_bytes()).records if "point" in r]
+    return reader, records
+
+
+def test_the_reader_decodes_what_ovs_sent():
+    """5 pings (both ways) sampled at point 42 and a TCP SYN twice at point 99, as
+    `ovs-ofctl dump-ipfix-flow` counted them (12 sampled packets)."""
+    reader, records = _read_capture()
+    assert len(records) == 12 and len(reader.templates) == 89
+    pings = [r for r in records if r["point"] == 42]
+    assert len(pings) == 10 and all(r["proto"] == 1 and r["bytes"] == 84 and r["packets"] == 1 for r in pings)
+    assert {(r["src"], r["dst"], r["icmp_type"]) for r in pings} == {("198.18.99.1", "198.18.99.2", 8),
+                                                                      ("198.18.99.2", "198.18.99.1", 0)}
+    syn = [r for r in records if r["point"] == 99]
+    assert len(syn) == 2 and all(r["proto"] == 6 and r["dport"] == 9 and r["bytes"] == 60 for r in syn)
+
+
+def _message(sets: bytes, domain: int = fr.OBS_DOMAIN, version: int = 10, length: int | None = None) -> bytes:
+    return struct.pack("!HHIII", version, length if length is not None else 16 + len(sets), 0, 0, domain) + sets
+
+
+def _set(set_id: int, body: bytes) -> bytes:
+    return struct.pack("!HH", set_id, 4 + len(body)) + body
+
+
+TEMPLATE = _set(2, struct.pack("!HH", 300, 4) + struct.pack("!HHHHHHHH", 138, 4, 8, 4, 12, 4, 1, 8))
+
+
+def _data(point: int, octets: int = 100) -> bytes:
+    return _set(300, struct.pack("!I", point) + bytes([198, 18, 0, 1, 198, 18, 0, 2]) + struct.pack("!Q", octets))
+
+
+def test_a_template_and_its_data_in_one_message():
+    msg = Reader().read(_message(TEMPLATE + _data(7)))
+    assert msg.records == [{"point": 7, "src": "198.18.0.1", "dst": "198.18.0.2", "bytes": 100}]
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"\x00\x0a", "shorter than a message header"),
+    (_message(TEMPLATE, version=9), "version 9"),
+    (_message(TEMPLATE, length=200), "message length 200"),
+    (_message(TEMPLATE + b"\x01\x2c\x00\x40"), "does not fit"),
+    (_message(_set(2, struct.pack("!HH", 300, 0))), "has 0 fields"),
+    (_message(_set(2, struct.pack("!HH", 100, 1) + struct.pack("!HH", 1, 8))), "template id 100"),
+    (_message(_set(2, struct.pack("!HH", 300, 2) + struct.pack("!HH", 1, 8))), "cut short"),
+    (_message(_set(2, struct.pack("!HH", 300, 1) + struct.pack("!HH", 8, 9))), "field 8 of length 9"),
+    (_message(_set(7, b"")), "reserved"),
+    (_message(TEMPLATE + _set(300, b"\x00" * 5 + b"\x01" * 3)), "not padding"),
+])
+def test_malformed_messages_are_refused_whole(data, why):
+    reader = Reader()
+    with pytest.raises(Malformed, match=why):
+        reader.read(data)
+    assert reader.templates == {}
+
+
+def test_data_before_its_template_is_skipped_and_counted_then_read():
+    reader = Reader()
+    assert reader.read(_message(_data(7))).unknown_sets == 1
+    reader.read(_message(TEMPLATE))
+    assert reader.read(_message(_data(7))).records[0]["point"] == 7
+
+
+def test_templates_are_bounded():
+    reader = Reader(max_templates=2)
+    sets = b"".join(_set(2, struct.pack("!HH", t, 1) + struct.pack("!HH", 1, 8)) for t in (300, 301, 302))
+    with pytest.raises(Malformed, match="more than 2 templates"):
+        reader.read(_message(sets))
+
+
+class _NoHttp:
+    def post(self, *_a, **_k):
+        raise AssertionError("nothing is delivered in this test")
+
+
+def _collector(**kw) -> FlowRecords:
+    c = FlowRecords(_NoHttp(), "c1", port=0, **kw)
+    c.sock.close()
+    return c
+
+
+def test_the_collector_counts_what_it_does_not_keep():
+    c = _collector()
+    point = fr.point_id(fr.PORT_INGRESS, 5)
+    c.receive(_message(TEMPLATE + _data(point)), "198.18.0.9", 1.0)              # not the loopback
+    c.receive(_message(TEMPLATE + _data(point))[:-3], "127.0.0.1", 1.0)         # cut short
+    c.receive(_message(TEMPLATE + _data(point), domain=9), "127.0.0.1", 1.0)    # another domain
+    c.receive(_message(TEMPLATE + _data(0xF0000001)), "127.0.0.1", 1.0)         # a kind fathom never makes
+    assert (c.counters["foreign"], c.counters["malformed"], c.counters["other_domain"]) == (1, 1, 1)
+    assert c.agg.counters["unknown_point"] == 1 and not c.agg.flows
+    for _ in range(3):
+        c.receive(_message(TEMPLATE + _data(point, octets=1000)), "127.0.0.1", 2.0)
+    c.close_interval(3.0)
+    (end, (rec,)), = c.pending
+    assert (rec["point"], rec["packets"], rec["bytes"]) == (point, 3, 3000)
+
+
+def test_a_flood_of_new_flows_is_bounded_and_counted():
+    agg = Aggregator(max_flows=100)
+    for i in range(1000):
+        agg.add({"point": fr.point_id(fr.PORT_INGRESS, 5), "src": "198.18.0.1", "dst": "198.18.0.2", "proto": 17,
+                 "sport": i, "dport": 53, "packets": 1, "bytes": 60}, 1.0)
+    assert len(agg.flows) == 100 and agg.counters["evicted"] == 900
+    assert len(agg.take()) == 100 and not agg.flows
+
+
+def test_undelivered_intervals_are_bounded():
+    c = _collector(max_pending=2)
+    for t in range(5):
+        c.agg.add({"point": fr.point_id(fr.PORT_INGRESS, 5), "src": "198.18.0.1", "dst": "198.18.0.2"}, t)
+        c.close_interval(t)
+    assert len(c.pending) == 2 and c.counters["lost_intervals"] == 3
+
+
+# ---------------------------------------------------------------------------------------------- the API
+
+
+@pytest.fixture
+def api(db_url):
+    client = Client(db_url)
+    for i, name in enumerate(("c1", "c2")):
+        client.post("/nodes", {"name": name, "tunnel_ip": f"198.18.0.{i + 1}"})
+    for project in ("p1", "p2"):
+        net = client.post("/networks", {"name": project, "project_id": project})
+        client.post("/subnets", {"network_id": net["id"], "cidr": f"198.19.{project[1]}.0/24"})
+        setattr(client, project, net)
+    client.vm1 = client.post("/ports", {"network_id": client.p1["id"], "name": "vm1", "node": "c1",
+                                        "interface_name": "vm1"})
+    client.vm2 = client.post("/ports", {"network_id": client.p1["id"], "name": "vm2", "node": "c2",
+                                        "interface_name": "vm2"})
+    client.vm3 = client.post("/ports", {"network_id": client.p2["id"], "name": "vm3", "node": "c1",
+                                        "interface_name": "vm3"})
+    yield client
+    client.app.state.engine.dispose()
+
+
+def _put(api, body, status=200, who=None):
+    r = api.http.put("/v1/flow-records/config", json=body, headers=api.who(who))
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def test_config_is_authorised_and_bounded(api):
+    assert _put(api, {"drop": 1, "ingress": 100}, who=MEMBER) == {
+        "project_id": "p1", "port_id": None, "ingress": 100, "admit": 0, "drop": 1}
+    _put(api, {"ingress": 10}, 422, who=MEMBER)                       # members: at most 1 in 100
+    _put(api, {"project_id": "p2", "drop": 1}, 403, who=MEMBER)       # not another project's
+    _put(api, {"port_id": api.vm3["id"], "drop": 1}, 404, who=MEMBER)  # nor its ports
+    _put(api, {"drop": 70000}, 422, who=MEMBER)
+    _put(api, {"drop": 1, "bogus": 1}, 422, who=MEMBER)
+    _put(api, {"port_id": api.vm1["id"], "ingress": 1})                # admins: 1:1
+    _put(api, {"port_id": api.vm1["id"], "ingress": 1})                # again: one row
+    assert len(api.get("/flow-records/config")) == 2
+    assert api.get("/flow-records/config", headers=OTHER) == []
+    r = api.http.delete("/v1/flow-records/config", params={"port_id": api.vm1["id"]}, headers=api.who(MEMBER))
+    assert r.status_code == 200 and len(api.get("/flow-records/config", headers=MEMBER)) == 1
+
+
+def _ip(port) -> str:
+    return port["fixed_ips"][0]["ip_address"]
+
+
+def _record(point, src, dst, packets=10, bytes_=15000, dport=5201):
+    return {"point": point, "src": src, "dst": dst, "proto": 6, "sport": 40000, "dport": dport,
+            "packets": packets, "bytes": bytes_, "first": 1.0, "last": 2.0}
+
+
+def _ingest(api, node, records, status=200):
+    headers = headers_for(api.app, "admin", ("agent",), node=node)
+    r = api.http.post("/v1/flow-records/ingest", json={"node": node, "interval_end": time.time(),
+                                                       "interval_s": 5, "records": records}, headers=headers)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def test_a_node_reports_its_own_ports_only_and_counts_are_scaled(api):
+    _put(api, {"project_id": "p1", "ingress": 100, "drop": 1})
+    vm1, vm2, vm3 = api.vm1, api.vm2, api.vm3
+    rule = next(r for r in api.get("/security-group-rules", headers=MEMBER) if r["direction"] == "egress")
+    out = _ingest(api, "c1", [
+        _record(fr.point_id(fr.PORT_INGRESS, vm1["id"]), _ip(vm1), _ip(vm2)),               # kept, x100
+        _record(fr.point_id(fr.DROP_EGRESS, vm1["id"]), _ip(vm1), _ip(vm2), 1, 60, 22),      # kept, x1
+        _record(fr.point_id(fr.ADMIT_EGRESS, rule["id"]), _ip(vm1), _ip(vm2), 1, 60),        # vm1's group's rule
+        _record(fr.point_id(fr.PORT_INGRESS, vm2["id"]), _ip(vm2), _ip(vm1)),                # vm2 is on c2
+        _record(fr.point_id(fr.PORT_INGRESS, vm1["id"]), "198.19.9.9", _ip(vm2)),            # not vm1's address
+        _record(fr.point_id(fr.ADMIT_EGRESS, rule["id"]), _ip(vm3), _ip(vm1), 1, 60),        # vm3's groups: p2's
+        _record(0xF0000001, _ip(vm1), _ip(vm2)),
+    ])
+    assert out["accepted"] == 3 and out["refused_by_reason"] == {"not_this_node": 2, "rule": 1, "point": 1}
+    _ingest(api, "c2", [_record(fr.point_id(fr.PORT_INGRESS, vm1["id"]), _ip(vm1), _ip(vm2))], 200)
+    # another node's token, or none
+    r = api.http.post("/v1/flow-records/ingest", json={"node": "c1", "interval_end": 1, "interval_s": 5,
+                                                       "records": []}, headers=headers_for(api.app, "admin", ("agent",),
+                                                                                           node="c2"))
+    assert r.status_code == 403
+    assert api.http.post("/v1/flow-records/ingest", json={"node": "c1", "interval_end": 1, "interval_s": 5,
+                                                          "records": []}).status_code == 403
+    recs = api.get("/flow-records", headers=MEMBER)["records"]
+    by_kind = {r["kind"]: r for r in recs}
+    scaled = round(15000 * fr.scale(100))       # 65535 / round(65535 / 100): 100.05 packets a sample
+    assert by_kind["port-ingress"]["bytes"] == scaled and by_kind["port-ingress"]["port"] == "vm1"
+    assert by_kind["drop-egress"]["rule"] == fr.DEFAULT_DROP and by_kind["drop-egress"]["packets"] == 1
+    assert by_kind["admit-egress"]["rule"] == rule["id"]
+    assert api.get("/flow-records", headers=OTHER)["records"] == []
+    assert api.http.get("/v1/flow-records", params={"project": "p1"}, headers=api.who(OTHER)).status_code == 403
+    top = api.get("/flow-records", view="top", headers=MEMBER)["records"]
+    assert [(t["port"], t["bytes"]) for t in top] == [("vm1", scaled)]
+    drops = api.get("/flow-records", view="drops", headers=MEMBER)["records"]
+    assert [(d["port"], d["rule"], d["packets"]) for d in drops] == [("vm1", fr.DEFAULT_DROP, 1)]
+    assert api.get("/flow-records", rule=str(rule["id"]), headers=MEMBER)["records"][0]["kind"] == "admit-egress"
+    assert REGISTRY.get_sample_value("fathom_flow_records_dropped_packets_total", {"project": "p1"}) >= 1
+    assert REGISTRY.get_sample_value("fathom_flow_records_refused_total",
+                                     {"node": "c1", "reason": "not_this_node"}) >= 2
+
+
+def test_batches_are_bounded_and_rate_limited(api):
+    rec = _record(fr.point_id(fr.PORT_INGRESS, api.vm1["id"]), _ip(api.vm1), _ip(api.vm2))
+    _ingest(api, "c1", [rec] * 1001, 422)
+    _ingest(api, "c1", [{**rec, "proto": 300}], 422)
+    store = api.app.state.flow_records
+    store.rate, store.burst = 10, 20
+    _ingest(api, "c1", [rec] * 20)
+    _ingest(api, "c1", [rec] * 20, 429)

@@ -1,0 +1,100 @@
+"""Flow records' sample actions in the security-group stages: where they go, that the pipeline still
+holds and the filtering is unchanged, that a rate change compiles only its owners into what the
+whole compile gives, that os-ken and OVS take the action as the spec renders it."""
+from __future__ import annotations
+
+import dataclasses
+
+from fathom.apps import by_owner
+from fathom.apps.secgroups import compile as whole_compile, compile_owners, touched
+from fathom.model import flow_records as fr
+from fathom.openflow.spec import Ct, FlowSpec, Sample
+from fathom.pipeline import catalogue as cat
+from fathom.pipeline import cookies as ck
+from fathom.pipeline import stages as st
+
+from .test_compiler_secgroups import TCP, cloud, connect, fabric
+from .test_spec_encode import FakeDatapath, _round_trip_flow
+from .test_spec_ovs import _dumped_flows, _install, ovs  # noqa: F401 - the real-OVS fixture
+
+PROJECT = fr.FlowSampling(1, "p", None, ingress=1, admit=1, drop=1)
+WEB1_OWN = fr.FlowSampling(2, "p", 11, ingress=100, admit=0, drop=0)   # web1: 1 in 100 sent, drops off
+
+
+def sampled(**rows) -> object:
+    return dataclasses.replace(cloud(), flow_sampling=tuple(rows.values()))
+
+
+def samples(state) -> dict[tuple[int, int], list[FlowSpec]]:
+    """(table, observation point) -> the flows sampling there."""
+    out: dict = {}
+    for f in state.flows:
+        for a in f.actions:
+            if isinstance(a, Sample):
+                out.setdefault((f.table, a.obs_point_id), []).append(f)
+    return out
+
+
+def test_off_by_default_no_flow_samples():
+    assert not any(samples(s) for s in whole_compile(cloud()).values())
+
+
+def test_samples_name_the_rule_the_port_and_the_default_drop():
+    states = {k.name: s for k, s in whole_compile(sampled(project=PROJECT, web1=WEB1_OWN)).items()}
+    c1 = samples(states["c1"])
+    # cli (port 14, default group: egress rule 1) on c1: what it sends, its admissions, its drops
+    assert (st.EGRESS_CONNTRACK, fr.point_id(fr.PORT_INGRESS, 14)) in c1
+    assert (st.EGRESS_ACL, fr.point_id(fr.ADMIT_EGRESS, 1)) in c1
+    assert (st.INGRESS_ACL, fr.point_id(fr.ADMIT_INGRESS, 3)) in c1
+    drop = c1[(st.INGRESS_ACL, fr.point_id(fr.DROP_INGRESS, 14))]
+    assert [f.priority for f in drop] == [1] and drop[0].match_dict == {st.REG_DST_PORT: 14}
+    assert drop[0].actions == (Sample(0xFFFF, fr.COLLECTOR_SET, fr.OBS_DOMAIN, fr.point_id(fr.DROP_INGRESS, 14)),)
+    # web1's own row: 1 in 100 sent, no drops sampled; project q has none
+    (sent,) = {a for f in c1[(st.EGRESS_CONNTRACK, fr.point_id(fr.PORT_INGRESS, 11))] for a in f.actions
+               if isinstance(a, Sample)}
+    assert sent.probability == 655
+    assert not any(k[1] in (fr.point_id(fr.DROP_EGRESS, 11), fr.point_id(fr.DROP_INGRESS, 11)) for k in c1)
+    assert not any(fr.parse_point(p)[1] in (15, 30, 31) for _, p in c1)
+    for state in states.values():
+        assert cat.BR_INT.check(state.flows, state.groups) == []
+
+
+def test_sampling_changes_nothing_of_what_is_delivered():
+    on = sampled(project=PROJECT)
+    for snap in (cloud(), on):
+        sim = fabric(snap)
+        assert connect(sim, snap, "cli", "web1", TCP, 80) == (True, True)
+        assert connect(sim, snap, "cli", "web1", TCP, 22) == (False, False)
+        assert connect(sim, snap, "q1", "web1", TCP, 80) == (True, True)
+
+
+def test_a_rate_change_compiles_only_its_owners_into_the_whole_compile():
+    steps = [{}, {"project": PROJECT}, {"project": PROJECT, "web1": WEB1_OWN},
+             {"project": dataclasses.replace(PROJECT, admit=0), "web1": WEB1_OWN}, {"web1": WEB1_OWN}, {}]
+    for before_rows, after_rows in zip(steps, steps[1:]):
+        before, after = sampled(**before_rows), sampled(**after_rows)
+        owners = touched(before, after)
+        assert owners and all(o.kind in (ck.KIND_PORT, ck.KIND_SECURITY_GROUP_RULE) for o in owners)
+        old = {k: by_owner(s) for k, s in whole_compile(before).items()}
+        new = {k: by_owner(s) for k, s in compile_owners(after, owners).items()}
+        for key, state in whole_compile(after).items():
+            kept = {o: s for o, s in old.get(key, {}).items() if o not in owners and o.on(key) not in owners}
+            assert {**kept, **new.get(key, {})} == by_owner(state), (before_rows, after_rows, key)
+
+
+def test_sample_flows_round_trip_through_os_ken():
+    dp = FakeDatapath()
+    for state in whole_compile(sampled(project=PROJECT)).values():
+        for flow in state.flows:
+            if any(isinstance(a, Sample) for a in flow.actions):
+                assert _round_trip_flow(dp, flow) == flow
+
+
+def test_ovs_takes_sample_actions_and_prints_them_as_we_do(ovs, tmp_path):  # noqa: F811
+    target = ovs.bridge("brsample", {"tap1": 20})
+    c = st.cookie(st.APP_SECGROUPS, st.KIND_PORT, 1)
+    flows = {FlowSpec(35, 1, {"reg5": 1}, (Sample(1, 1, 1, fr.point_id(fr.DROP_EGRESS, 1)),), c),
+             FlowSpec(32, 100, {"reg5": 1, "eth_type": 0x0800},
+                      (Sample(0xFFFF, 1, 1, fr.point_id(fr.PORT_INGRESS, 1)), Ct(zone_field="reg11", table=35)), c)}
+    _install(ovs, target, flows, (), tmp_path)
+    assert _dumped_flows(ovs, target) == sorted(f.to_ofctl() for f in flows)
