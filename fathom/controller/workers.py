@@ -14,6 +14,7 @@ SQLite is refused: its writers serialise on one file lock and it has no notifica
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -27,7 +28,9 @@ from starlette.routing import Match
 
 LOG = logging.getLogger("fathom.controller")
 WORKER_HEADER = b"x-fathom-worker"
-CONTROLLER_PATHS = ("/v1/agents/",)   # the agents' long-polls and reports: the controller keeps their presence
+# kept by the controller process alone: the agents' long-polls and reports (their presence), and
+# the flow records the agents send and the queries of them (held in its memory)
+CONTROLLER_PATHS = ("/v1/agents/", "/v1/flow-records")
 HOP_HEADERS = {b"connection", b"keep-alive", b"transfer-encoding", b"date", b"content-length", b"host", b"server"}
 
 
@@ -134,16 +137,36 @@ class ToController(Wrapper):
             more = message.get("more_body", False)
         query = scope.get("query_string", b"").decode("latin-1")
         headers = [(k, v) for k, v in scope["headers"] if k not in HOP_HEADERS]
+        request = self.client.build_request(scope["method"], scope["path"] + (f"?{query}" if query else ""),
+                                            headers=headers, content=body)
         try:
-            r = await self.client.request(scope["method"], scope["path"] + (f"?{query}" if query else ""),
-                                          headers=headers, content=body)
+            r = await self.client.send(request, stream=True)
         except httpx.HTTPError as e:
             LOG.warning("controller process unreachable from API worker: %s", e)
-            status, out = 503, [(b"content-type", b"application/json"), (b"retry-after", b"1")]
             content = b'{"detail":[{"loc":[],"msg":"the controller process is not answering: retry","type":"busy"}]}'
-        else:
-            status, content = r.status_code, r.content
-            out = [(k, v) for k, v in r.headers.raw if k.lower() not in HOP_HEADERS]
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*out, (b"content-length", str(len(content)).encode())]})
-        await send({"type": "http.response.body", "body": content})
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
+                                    (b"content-length", str(len(content)).encode())]})
+            await send({"type": "http.response.body", "body": content})
+            return
+        # passed on as it comes (a server-sent event stream, /v1/events, never ends), until it ends
+        # or the client goes (then the controller's stream is closed too)
+        async def pass_on():
+            await send({"type": "http.response.start", "status": r.status_code,
+                        "headers": [(k, v) for k, v in r.headers.raw if k.lower() not in HOP_HEADERS]})
+            async for chunk in r.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+        async def client_gone():
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        tasks = [asyncio.ensure_future(pass_on()), asyncio.ensure_future(client_gone())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if tasks[0].done() and not tasks[0].cancelled() and isinstance(tasks[0].exception(), httpx.HTTPError):
+                LOG.warning("controller process ended an answer early: %s", tasks[0].exception())
+        finally:
+            for task in tasks:
+                task.cancel()
+            await r.aclose()

@@ -118,3 +118,20 @@ def test_a_write_through_a_worker_wakes_the_controller_process(controller):
         for net, worker in made.items():
             r = http.get(f"/networks/{net}", params={"wait": "active", "timeout": 3})
             assert r.json()["status"] == "active", (worker, r.json())
+
+
+def test_the_console_s_event_stream_passes_through_a_worker(controller):
+    """/v1/events is the controller process's: a worker passes its server-sent events on as they
+    come (a stream that never ends must not wait to be whole)."""
+    url, token, _ = controller
+    workers = set()
+    for _ in range(8):   # new connections: the kernel spreads them over both processes
+        with httpx.stream("GET", url + "/v1/events", headers={"Authorization": f"Bearer {token}"},
+                          timeout=10) as r:
+            assert r.status_code == 200
+            workers.add(r.headers["X-Fathom-Worker"])
+            first = next(r.iter_lines())
+            assert first.startswith("event: hello"), first
+        if "1" in workers:
+            break
+    assert "1" in workers, workers

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_flow_records"
-down_revision = "0015_cluster"
+down_revision = "0017_request_ids"
 branch_labels = None
 depends_on = None
 
