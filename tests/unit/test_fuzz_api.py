@@ -4,7 +4,7 @@ to both stores, and the stateful sequences schemathesis infers from the schema (
 update / delete). Whatever is sent: no 5xx, every status is one the OpenAPI documents, every body
 matches its schema.
 
-Budget: EXAMPLES per operation and mode (environment FATHOM_FUZZ_EXAMPLES), about two minutes in all.
+Budget: EXAMPLES per operation and mode (environment FATHOM_FUZZ_EXAMPLES), about three minutes in all.
 """
 from __future__ import annotations
 
