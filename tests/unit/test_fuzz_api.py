@@ -90,7 +90,7 @@ def fuzzed(db_url):
 
 @pytest.fixture
 def fuzzed_stores(tmp_path, postgres):
-    """store name -> (app, identities): the same seed on SQLite and on PostgreSQL."""
+    """store name -> (app, identities): the same objects seeded on SQLite and on PostgreSQL."""
     stores = {"sqlite": fuzzed_app(f"sqlite:///{tmp_path / 'fathom.db'}"),
               "postgresql": fuzzed_app(postgres.new_database())}
     yield stores
