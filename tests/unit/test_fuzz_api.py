@@ -1,9 +1,10 @@
 """A bounded schemathesis run over the whole API, on SQLite and on a real PostgreSQL: every
-operation with schema-conforming and schema-violating requests (fixed seed), and the stateful
-sequences schemathesis infers from the schema (create -> show / update / delete). Whatever is
-sent: no 5xx, every status is one the OpenAPI documents, every body matches its schema.
+operation with schema-conforming and schema-violating requests (fixed seed), each drawn request sent
+to both stores, and the stateful sequences schemathesis infers from the schema (create -> show /
+update / delete). Whatever is sent: no 5xx, every status is one the OpenAPI documents, every body
+matches its schema.
 
-Budget: EXAMPLES per operation and mode (environment FATHOM_FUZZ_EXAMPLES), about a minute per store.
+Budget: EXAMPLES per operation and mode (environment FATHOM_FUZZ_EXAMPLES), about three minutes in all.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import schemathesis
     from schemathesis.checks import not_a_server_error
+    from schemathesis.core.failures import FailureGroup
     from schemathesis.generation.modes import GenerationMode
     from schemathesis.specs.openapi.checks import (
         content_type_conformance, response_schema_conformance, status_code_conformance,
@@ -72,28 +74,48 @@ def reset_store(app) -> list[dict]:
     return seed_store(app)
 
 
-@pytest.fixture
-def fuzzed(db_url):
+def fuzzed_app(db_url: str):
     # an agent's long-poll is held at most 0.1 s here: a drawn `after` equal to the revision would
     # otherwise hold each example for its `timeout` (up to a minute)
     app = create_app(db_url, agent_max_wait=0.1)
-    identities = seed_store(app)
+    return app, seed_store(app)
+
+
+@pytest.fixture
+def fuzzed(db_url):
+    app, identities = fuzzed_app(db_url)
     yield app, identities
     app.state.engine.dispose()
 
 
-def _fuzz_operations(app, identities, mode: GenerationMode) -> list[str]:
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+@pytest.fixture
+def fuzzed_stores(tmp_path, postgres):
+    """store name -> (app, identities): the same objects seeded on SQLite and on PostgreSQL."""
+    stores = {"sqlite": fuzzed_app(f"sqlite:///{tmp_path / 'fathom.db'}"),
+              "postgresql": fuzzed_app(postgres.new_database())}
+    yield stores
+    for app, _ in stores.values():
+        app.state.engine.dispose()
+
+
+def _fuzz_operations(stores: dict, mode: GenerationMode) -> list[str]:
+    """Drawing a request costs more than answering it: each one drawn is sent to every store (the
+    same identity on each), so both see exactly the same requests."""
+    first, identities = next(iter(stores.values()))
+    schema = schemathesis.openapi.from_asgi("/openapi.json", first)
     failures = []
     for result in schema.get_all_operations():
         op = result.ok()
 
         @FUZZ
         @seed(SEED)
-        @given(case=op.as_strategy(generation_mode=mode), who=st.sampled_from(identities))
+        @given(case=op.as_strategy(generation_mode=mode), who=st.sampled_from(range(len(identities))))
         def run(case, who):
-            response = case.call(headers=who)
-            case.validate_response(response, checks=CHECKS)
+            for store, (app, ids) in stores.items():
+                try:
+                    case.validate_response(case.call(app=app, headers=ids[who]), checks=CHECKS)
+                except (Exception, FailureGroup) as e:  # noqa: BLE001 - names the store that answered so
+                    raise AssertionError(f"on {store}: {e}") from e
 
         try:
             run()
@@ -102,11 +124,10 @@ def _fuzz_operations(app, identities, mode: GenerationMode) -> list[str]:
     return failures
 
 
-def test_fuzz_every_operation(fuzzed):
-    app, identities = fuzzed
+def test_fuzz_every_operation(fuzzed_stores):
     failures = []
     for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-        failures += _fuzz_operations(app, identities, mode)
+        failures += _fuzz_operations(fuzzed_stores, mode)
     assert not failures, "\n\n".join(failures)
 
 
