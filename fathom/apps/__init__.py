@@ -6,7 +6,7 @@ function from the model (fathom.model.Snapshot) to the desired state of every sw
 something for, keyed by `SwitchKey(bridge, name)`; `views` (fathom.model.views.Views, or None) holds
 the values derived from the model that apps share and that are kept from pass to pass, and gives
 the same values as a compile without it. An app may also declare `derive(model, desired, views)` for switches
-whose state follows from what the other switches are asked to hold (the ToR lets a VLAN onto a
+whose state follows from what the other switches are asked to hold (the fabric switch lets a VLAN onto a
 trunk port when the node's br-int can send it): it runs after every app's `compile`, on their
 union. The reconciler runs every registered app for every switch and diffs the union against what
 the switch holds, through one path and one ownership rule (fathom.pipeline.cookies.owns_cookie).
@@ -23,7 +23,7 @@ from collections import defaultdict
 from typing import Mapping
 
 # the apps' names, here for callers
-from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Owner, OwnerOn, Reads, SwitchKey  # noqa: F401
+from fathom.apps.base import BR_INT, BR_PHY, FABRIC_SWITCH, App, Owner, OwnerOn, Reads, SwitchKey  # noqa: F401
 from fathom.apps.incremental import declared_touched
 from fathom.model import Snapshot
 from fathom.model.views import Views
@@ -33,12 +33,12 @@ from fathom.pipeline.catalogue import PIPELINES
 
 
 def _skeleton(model: Snapshot, _views=None) -> dict[SwitchKey, SwitchState]:
-    """The skeleton of every bridge: br-int on every node; br-phy and ToRs once there is a fabric."""
+    """The skeleton of every bridge: br-int on every node; br-phy and fabric switches once there is a fabric."""
     out = {SwitchKey(BR_INT, n.name): SwitchState(PIPELINES[BR_INT].skeleton()) for n in model.nodes}
     fabric = model.fabric
     if fabric is not None and fabric.switches:
         out.update({SwitchKey(BR_PHY, n.name): SwitchState(PIPELINES[BR_PHY].skeleton()) for n in model.nodes})
-        out.update({SwitchKey(TOR, s.name): SwitchState(PIPELINES[TOR].skeleton()) for s in fabric.switches})
+        out.update({SwitchKey(FABRIC_SWITCH, s.name): SwitchState(PIPELINES[FABRIC_SWITCH].skeleton()) for s in fabric.switches})
     return out
 
 

@@ -12,12 +12,12 @@ from fathom.model.views import Views
 from fathom.model.status import Problem, Severity, Status  # noqa: F401 (the apps' names for them)
 from fathom.openflow.spec import SwitchState
 
-BR_INT, BR_PHY, TOR = "br-int", "br-phy", "tor"
+BR_INT, BR_PHY, FABRIC_SWITCH = "br-int", "br-phy", "fabric-switch"
 
 
 @dataclass(frozen=True, order=True)
 class SwitchKey:
-    """One switch fathom programs: a node's br-int or br-phy (name = node name) or a ToR (its name)."""
+    """One switch fathom programs: a node's br-int or br-phy (name = node name) or a fabric switch (its name)."""
     bridge: str
     name: str
 

@@ -5,7 +5,7 @@ drifted, refused, audited), `Applier.apply` works out a change (`_Plan`): a know
 last installed on it, the mirror, is of the desired state the pass started from) gets the pass's
 edit only, any other is diffed whole against its mirror or what it holds read back, with one
 ownership rule (the cookie's app byte). The changes are applied in two halves across all
-switches, by tier (ToR, br-phy, br-int): first every switch gets what is new (meters, groups,
+switches, by tier (fabric switch, br-phy, br-int): first every switch gets what is new (meters, groups,
 flows; one atomic bundle each), then every switch loses what is gone, so no switch stops using a
 path before every switch has the new one. A switch that already holds its desired state is sent
 nothing; a refused change marks exactly the objects whose messages the switch refused (by
@@ -20,29 +20,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
+from fathom.apps import BR_INT, BR_PHY, FABRIC_SWITCH, SwitchKey
 from fathom.controller.desired import IncrementalMismatch
 from fathom.controller.metrics import METRICS
 from fathom.controller.results import PassResult, SwitchResult
 from fathom.controller.switch import (
     ApplyError, Change, NotRegistered, break_messages, diff, make_messages, whole_messages,
 )
-from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_tor
+from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_fabric
 from fathom.openflow.spec import SwitchState
 from fathom.pipeline.cookies import owns_cookie, owns_id, parse_cookie
 
 LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
 
 # New state goes to the switches nearest the physical network first, old state leaves the edge first.
-MAKE_ORDER = {TOR: 0, BR_PHY: 1, BR_INT: 2}
+MAKE_ORDER = {FABRIC_SWITCH: 0, BR_PHY: 1, BR_INT: 2}
 
 
 def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
     """The datapath id of the switch `key` in `snapshot` (None: not in it)."""
-    if key.bridge == TOR:
+    if key.bridge == FABRIC_SWITCH:
         fabric = snapshot.fabric
         sw = next((s for s in (fabric.switches if fabric else ()) if s.name == key.name), None)
-        return datapath_id_tor(sw.id) if sw else None
+        return datapath_id_fabric(sw.id) if sw else None
     node = next((n for n in snapshot.nodes if n.name == key.name), None)
     if node is None:
         return None
@@ -51,7 +51,7 @@ def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
 
 def lost_state(key: SwitchKey, since: float) -> str:
     """The state of a switch that was connected and is gone: its ovs-vswitchd died or it is cut off."""
-    whose = "" if key.bridge == TOR else f"{key.bridge}'s "
+    whose = "" if key.bridge == FABRIC_SWITCH else f"{key.bridge}'s "
     return (f"lost: {whose}OpenFlow connection closed at {time.strftime('%H:%M:%S', time.localtime(since))} "
             "(ovs-vswitchd down or unreachable)")
 
@@ -133,7 +133,7 @@ class Applier:
         busy = [p for p in plans if len(p.change)]
         whole = len(busy) == 1        # one switch changes: make and break in one atomic bundle
         held: dict[int, set] = {}     # dpid -> owners held back after a refusal
-        # by tier (ToR, br-phy, br-int): every switch of a tier at once (one round trip each, in
+        # by tier (fabric switch, br-phy, br-int): every switch of a tier at once (one round trip each, in
         # parallel); new state in from the physical network inwards, old state out the other way
         tiers: dict[int, list[_Plan]] = {}
         for plan in plans:
@@ -147,7 +147,7 @@ class Applier:
             steps.done("make")
         # several switches changed and something goes: the datapaths stop using what their
         # switches were told to replace (`settle`) before the old path is taken away, and a tier's
-        # datapaths stop sending by the old path before the tier outside it takes it away (a ToR
+        # datapaths stop sending by the old path before the tier outside it takes it away (a fabric switch
         # must not drop a node's VLAN while the node's datapath still sends on it)
         settle = max((p.session.settle for p in busy), default=0.0) if not whole else 0.0
         breaking = [t for t in sorted(tiers, reverse=True) if any(p.change.breaks() for p in tiers[t])]

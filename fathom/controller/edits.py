@@ -77,7 +77,7 @@ class Edited(SwitchState):
 
     A port's pass at 100 nodes changes every switch by a few of its ~14,000 flows; the switch is
     told only the edit (DesiredState.edits: within one owner's flows, what it loses is `gone - got`,
-    what it gains `got - gone`), so nothing in a pass needs the whole set unless the ToR's derive,
+    what it gains `got - gone`), so nothing in a pass needs the whole set unless the fabric switch's derive,
     a whole diff, an audit or the API's views read it. Copying and freeing each switch's set on
     every change cost a port's pass at 100 x 100 about a fifth of its CPU; now one pass in
     UNITE_AFTER does. Equal to, and hashed like, the SwitchState with the same contents; safe to

@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 
 from fathom.api.runtime import fabric_runtime_router
-from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey
+from fathom.apps import BR_INT, BR_PHY, FABRIC_SWITCH, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.controller import channels
 from fathom.controller import switch as sw
@@ -46,7 +46,7 @@ from fathom.controller.bootstrap import (NodeOvsdb, OVSDB_PORT, SetController, b
 from fathom.controller.extension import Extension
 from fathom.controller.results import SwitchResult
 from fathom.controller.setups import SETUP_WAIT
-from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor, routers
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_fabric, routers
 from fathom.pipeline.cookies import owns_cookie
 from fathom.store import fabric as fops
 from fathom.store.errors import NotFound
@@ -58,7 +58,7 @@ PHY_BRIDGE = "br-phy"
 UNDERLAY_PORT = fc.PHY_UNDERLAY
 DPID_KIND_MASK = 0xFF00_0000_0000_0000
 DPID_ID_MASK = 0x0000_FFFF_FFFF_FFFF
-DPID_TOR, DPID_PHY = datapath_id_tor(0), datapath_id_phy(0)   # the kind byte of a fabric switch's, a br-phy's
+DPID_FABRIC, DPID_PHY = datapath_id_fabric(0), datapath_id_phy(0)   # the kind byte of a fabric switch's, a br-phy's
 
 
 def ensure_bridge(ovsdb: NodeOvsdb, bridge: str, dpid: int, controllers: list[str], fail_mode: str) -> bool:
@@ -147,11 +147,11 @@ class FabricRuntime(Extension):
         self.of_port = of_port
         self.wake = wake
         self.lldp_interval = lldp_interval
-        self.tors: dict[str, NodeOvsdb] = {}
+        self.switch_ovsdb: dict[str, NodeOvsdb] = {}
         # fabric switch OVSDB connections being made: name -> (remote, its future)
         self._connecting: dict[str, tuple[str, Future]] = {}
-        self._connect_pool = ThreadPoolExecutor(4, thread_name_prefix="tor-connect")
-        self.tor_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
+        self._connect_pool = ThreadPoolExecutor(4, thread_name_prefix="fabric-connect")
+        self.fabric_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
         self.last: dict = {}
@@ -196,7 +196,7 @@ class FabricRuntime(Extension):
     def wiring_event(self, dpid: int) -> None:
         """A switch connected or reported a port-status: a fabric switch's or br-phy's makes the next probes
         go out within LLDP_SETTLE (a br-int's says nothing of the underlay's wiring)."""
-        if dpid & DPID_KIND_MASK in (DPID_TOR, DPID_PHY):
+        if dpid & DPID_KIND_MASK in (DPID_FABRIC, DPID_PHY):
             self._probe_soon.set()
 
     # ------------------------------------------------------------------------------- passes
@@ -214,28 +214,28 @@ class FabricRuntime(Extension):
             may_write = lambda dpid: True  # noqa: E731
         ofports = {}
         for s in fab.switches:
-            key = SwitchKey(TOR, s.name)
-            res = result.switches[key] = SwitchResult(key, datapath_id_tor(s.id))
+            key = SwitchKey(FABRIC_SWITCH, s.name)
+            res = result.switches[key] = SwitchResult(key, datapath_id_fabric(s.id))
             try:
-                ovsdb = self.tors.get(s.name)
+                ovsdb = self.switch_ovsdb.get(s.name)
                 fresh = ovsdb is None or ovsdb.remote != channels.ovsdb_remote(s.management_ip) or not ovsdb.ready()
                 if fresh:
                     if ovsdb:
-                        self.tors.pop(s.name).close()
-                    ovsdb = self.tors[s.name] = self._connect(rec, s)
+                        self.switch_ovsdb.pop(s.name).close()
+                    ovsdb = self.switch_ovsdb[s.name] = self._connect(rec, s)
                 # the bridge is re-checked when its OVSDB reported a change (or is new, or failed)
-                if (fresh or rec.setup_due(s.name)) and may_write(datapath_id_tor(s.id)):
-                    ensure_bridge(ovsdb, s.bridge, datapath_id_tor(s.id), controller_for(s.management_ip), "secure")
+                if (fresh or rec.setup_due(s.name)) and may_write(datapath_id_fabric(s.id)):
+                    ensure_bridge(ovsdb, s.bridge, datapath_id_fabric(s.id), controller_for(s.management_ip), "secure")
                 ofports[s.name] = {n: p for n, p in ovsdb.ofports(s.bridge).items() if n != s.bridge}
-                self.tor_ports[s.id] = ofports[s.name]
+                self.fabric_ports[s.id] = ofports[s.name]
             except Exception as e:  # noqa: BLE001 - the switch's status, retried next pass
                 LOG.warning("fabric switch %s: %s", s.name, e)
-                stale = self.tors.pop(s.name, None)
+                stale = self.switch_ovsdb.pop(s.name, None)
                 if stale:
                     stale.close()
                 res.setup, res.reason = "error", f"OVSDB {s.management_ip}:{OVSDB_PORT}: {e}"
-        for gone in set(self.tors) - {s.name for s in fab.switches}:
-            self.tors.pop(gone).close()
+        for gone in set(self.switch_ovsdb) - {s.name for s in fab.switches}:
+            self.switch_ovsdb.pop(gone).close()
         for gone in set(self._connecting) - {s.name for s in fab.switches}:
             self._forget_connecting(gone)
 
@@ -274,7 +274,7 @@ class FabricRuntime(Extension):
             future = self._connect_pool.submit(NodeOvsdb, f"tor_{s.name}", s.management_ip,
                                                on_change=lambda _n, what, name=s.name: rec.ovsdb_changed(name, what))
             job = self._connecting[s.name] = (remote, future)
-        last = rec.last.switches.get(SwitchKey(TOR, s.name))
+        last = rec.last.switches.get(SwitchKey(FABRIC_SWITCH, s.name))
         wait([job[1]], 0 if last is not None and last.setup == "error" else SETUP_WAIT)
         if not job[1].done():
             job[1].add_done_callback(lambda _f, name=s.name: rec.ovsdb_changed(name, "setup"))
@@ -290,7 +290,7 @@ class FabricRuntime(Extension):
 
     def after_pass(self, rec, snapshot, result) -> None:
         self.last = {"snapshot": snapshot}
-        if any(r.changes for k, r in result.switches.items() if k.bridge in (TOR, BR_PHY)):
+        if any(r.changes for k, r in result.switches.items() if k.bridge in (FABRIC_SWITCH, BR_PHY)):
             self._probe_soon.set()   # e.g. the fabric switch's LLDP punt flow, or a br-phy's, just installed
 
     # ------------------------------------------------------------------------------- LLDP
@@ -333,7 +333,7 @@ class FabricRuntime(Extension):
         if len(data) < 14 or data[12:14] != b"\x88\xcc":
             return False
         rx_dpid, rx_port = msg.datapath.id, msg.match["in_port"]
-        if rx_dpid & DPID_KIND_MASK != DPID_TOR:
+        if rx_dpid & DPID_KIND_MASK != DPID_FABRIC:
             return True
         parsed = lldp_parse(data, self._lldp_key)
         if parsed is None:  # someone else's LLDP, or a forged or stale probe
@@ -345,7 +345,7 @@ class FabricRuntime(Extension):
         if self.phy_ports.get(node_id) != src_port:   # not from the underlay port we probe
             return True
         self.lldp_received += 1
-        name = next((n for n, p in self.tor_ports.get(sid, {}).items() if p == ofport), None)
+        name = next((n for n, p in self.fabric_ports.get(sid, {}).items() if p == ofport), None)
         if name is None:
             return True
         key = (sid, name, node_id)
@@ -374,11 +374,11 @@ class FabricRuntime(Extension):
             if row is None:
                 raise NotFound(f"fabric switch {switch_id} does not exist")
             name, status, reason = row.name, row.status, row.status_reason
-        dp = self.app.datapath(datapath_id_tor(switch_id))
+        dp = self.app.datapath(datapath_id_fabric(switch_id))
         last = self.reconciler.last.desired
         brint = {k.name: state for k, state in last.items() if k.bridge == BR_INT}
-        desired = fc.tor_vlans(snapshot, brint).get(name, {}) if snapshot is not None else {}
-        ports = self.tor_ports.get(switch_id, {})
+        desired = fc.fabric_vlans(snapshot, brint).get(name, {}) if snapshot is not None else {}
+        ports = self.fabric_ports.get(switch_id, {})
         actual: dict[str, set[int]] | None = None
         flows_match = None
         flows = sw.read_flows(self.app, dp) if dp is not None else None
@@ -389,9 +389,9 @@ class FabricRuntime(Extension):
             actual = {n: set() for n in ports}
             for f in flows:
                 md = f.match_dict
-                if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW and "in_port" in md:
+                if f.table == fc.FABRIC_TRUNK_IN and f.priority == fc.PRIO_ALLOW and "in_port" in md:
                     actual.setdefault(by_no.get(md["in_port"], str(md["in_port"])), set()).add(md["vlan_vid"] & 0xFFF)
-            want = last.get(SwitchKey(TOR, name))
+            want = last.get(SwitchKey(FABRIC_SWITCH, name))
             flows_match = want is not None and {f for f in flows if owns_cookie(f.cookie)} == set(want.flows)
         fab = routers.fabric_state(snapshot) if snapshot is not None else None
         faces = {}
@@ -435,5 +435,5 @@ class FabricRuntime(Extension):
             row = session.get(FabricSwitch, switch_id) if valid_id(switch_id) else None
         if row is None:
             raise NotFound(f"fabric switch {switch_id} does not exist")
-        want = self.reconciler.last.desired.get(SwitchKey(TOR, row.name))
+        want = self.reconciler.last.desired.get(SwitchKey(FABRIC_SWITCH, row.name))
         return want.to_ofctl() if want else []

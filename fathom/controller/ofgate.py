@@ -284,7 +284,7 @@ class GatedListener(OpenFlowController):
 def expected_from_store(session_factory) -> Expected:
     """The datapath ids the store expects of a holder: a node's br-int and br-phy, a fabric switch's
     bridge; with no identity (plain TCP) those of every registered node and switch."""
-    from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+    from fathom.model import datapath_id, datapath_id_phy, datapath_id_fabric
     from fathom.store import models as m
     from fathom.store.fabric_models import FabricSwitch
 
@@ -292,12 +292,12 @@ def expected_from_store(session_factory) -> Expected:
         with session_factory() as s:
             if identity is None:
                 return ({d for n in s.query(m.Node.id) for d in (datapath_id(n.id), datapath_id_phy(n.id))}
-                        | {datapath_id_tor(x.id) for x in s.query(FabricSwitch.id)})
+                        | {datapath_id_fabric(x.id) for x in s.query(FabricSwitch.id)})
             if identity.kind == "node":
                 node = s.query(m.Node).filter_by(name=identity.name).one_or_none()
                 return {datapath_id(node.id), datapath_id_phy(node.id)} if node else set()
             if identity.kind == "switch":
                 sw = s.query(FabricSwitch).filter_by(name=identity.name).one_or_none()
-                return {datapath_id_tor(sw.id)} if sw else set()
+                return {datapath_id_fabric(sw.id)} if sw else set()
             return set()
     return expected

@@ -14,7 +14,7 @@ coalesced into the next one, which in a sustained burst starts after a pause as 
    runtime facts: a node whose OVSDB reported a bridge change (or that is new, or failed) is
    re-checked over OVSDB (fathom.controller.setups); the others' OpenFlow port numbers come from
    the OVSDB replica, with no round trip; then each extension `prepare`s its switches (the fabric:
-   ToRs and br-phy, and the ToR port numbers), re-checking only what changed (`setup_due`);
+   fabric switches and br-phy, and the fabric switch port numbers), re-checking only what changed (`setup_due`);
 2. the desired state compiles what changed (fathom.controller.desired.DesiredState);
 3. the switches it considers (`switches_to_reconcile`) are diffed and sent their changes, make on
    every switch before break on any (fathom.controller.apply.Applier); a refused change marks
@@ -88,7 +88,7 @@ class _Steps:
 class _Events:
     """What happened since the last pass (taken at once by a pass, so nothing is lost)."""
     store: bool = False
-    setup: set = field(default_factory=set)      # node / ToR names whose bridges must be re-checked
+    setup: set = field(default_factory=set)      # node / fabric switch names whose bridges must be re-checked
     ports: set = field(default_factory=set)      # node names whose interfaces changed
     seq: int = 0                                 # API writes requested so far (status board)
     elsewhere: bool = False                      # another replica wrote the store (read it whole)
@@ -213,7 +213,7 @@ class Reconciler:
         self._event("feed", store=True)
 
     def ovsdb_changed(self, name: str, what: str) -> None:
-        """A node's (or ToR's) OVSDB changed: "ports" (interfaces) or "setup" (bridges)."""
+        """A node's (or fabric switch's) OVSDB changed: "ports" (interfaces) or "setup" (bridges)."""
         if what == "setup":
             self._event("ovsdb", setup=name, ports=name)
         else:
@@ -254,7 +254,7 @@ class Reconciler:
         return ev
 
     def setup_due(self, name: str) -> bool:
-        """Whether this pass re-checks the bridges of a node or ToR (for extensions' `prepare`)."""
+        """Whether this pass re-checks the bridges of a node or fabric switch (for extensions' `prepare`)."""
         return self._checked_all or name in self._setup_due
 
     # ---------------------------------------------------------------------------- the loop

@@ -3,7 +3,7 @@
 | kind | status comes from |
 |---|---|
 | node | its br-int: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
-| fabric_switch | the ToR: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
+| fabric_switch | the fabric switch: OVSDB bootstrap, then the OpenFlow connection, then the last apply |
 | network, port, router_interface, tap_policy | the switches that must hold its flows (found by the flows' cookies): `active` only when they took them (see below for a switch in trouble) |
 | subnet | its network (a subnet has no flows of its own: its addresses live in its network's and ports' flows) |
 | router | its interfaces; a `network-node` router also its namespace on the gateway node (the agent); a router with an external gateway also the gateway's flows (and `pending` until its gateway node has its external port `ext0`) |
@@ -27,7 +27,7 @@ switch connecting, a namespace being built), `error` names the switch or node at
 
 A switch in trouble of its own (OVSDB unreachable, its OpenFlow connection lost, not connected
 yet) marks the objects *at home* there: a port's home is its node's switches, a `fabric` router
-interface's the ToR (the ToR routes). A port on another node keeps its status (its flows on the sick
+interface's the fabric switch (the fabric switch routes). A port on another node keeps its status (its flows on the sick
 switch only serve traffic from there, which is down anyway); an object with no home (a network, a
 distributed router interface, a tap policy) is held back only when no switch holding its flows is
 healthy. A failed apply on a connected switch is an error of every object with flows there (any may
@@ -54,7 +54,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from fathom.apps import BR_INT, BR_PHY, TOR, SwitchKey, registry
+from fathom.apps import BR_INT, BR_PHY, FABRIC_SWITCH, SwitchKey, registry
 from fathom.model.routers import effective_modes
 from fathom.model.status import Severity, Status, worst
 from fathom.model.views import changes, ports_by_id
@@ -63,7 +63,7 @@ from fathom.pipeline import cookies as ck
 FLOWS = "flows"
 SOURCES = {
     "node": "br-int",
-    "fabric_switch": "tor",
+    "fabric_switch": "fabric-switch",
     "network": FLOWS,
     "port": FLOWS,
     "router_interface": FLOWS,
@@ -91,7 +91,7 @@ HOST_BRIDGES = (BR_INT, BR_PHY)   # a port's home: its node's switches
 
 
 def _where(key: SwitchKey) -> str:
-    return f"fabric switch {key.name}" if key.bridge == TOR else f"node {key.name}"
+    return f"fabric switch {key.name}" if key.bridge == FABRIC_SWITCH else f"node {key.name}"
 
 
 def switch_problem(res) -> tuple[str, str, bool] | None:
@@ -100,7 +100,7 @@ def switch_problem(res) -> tuple[str, str, bool] | None:
     if res is None:
         return "pending", "switch unknown", True
     where = _where(res.key)
-    bridge = "" if res.key.bridge == TOR else f"{res.key.bridge} "
+    bridge = "" if res.key.bridge == FABRIC_SWITCH else f"{res.key.bridge} "
     if res.setup == "error":
         return "error", f"{where}: {res.reason}", True
     if res.state.startswith("lost"):
@@ -241,7 +241,7 @@ def decide(snapshot, result, kept: PortStatuses | None = None, apps=None) -> dic
         else:
             out[("node", n.id)] = ("pending", "waiting for br-int to connect over OpenFlow")
     for s in (snapshot.fabric.switches if snapshot.fabric else ()):
-        res = result.switches.get(SwitchKey(TOR, s.name))
+        res = result.switches.get(SwitchKey(FABRIC_SWITCH, s.name))
         if res is None:
             continue
         if res.setup == "error":
@@ -283,11 +283,11 @@ def decide(snapshot, result, kept: PortStatuses | None = None, apps=None) -> dic
         kept.passes["whole" if ports is snapshot.ports else "changed"] += 1
     interfaces = defaultdict(list)
     modes = effective_modes(snapshot)
-    tors = {SwitchKey(TOR, s.name) for s in (snapshot.fabric.switches if snapshot.fabric else ())}
+    fabric_keys = {SwitchKey(FABRIC_SWITCH, s.name) for s in (snapshot.fabric.switches if snapshot.fabric else ())}
     for ri in snapshot.router_interfaces:
-        routed_by_tor = ri.router_id in modes and modes[ri.router_id].mode == "fabric"
+        routed_by_fabric = ri.router_id in modes and modes[ri.router_id].mode == "fabric"
         out[("router_interface", ri.id)] = from_flows("router_interface", ri.id,
-                                                      tors.__contains__ if routed_by_tor and tors else None) or ("active", None)
+                                                      fabric_keys.__contains__ if routed_by_fabric and fabric_keys else None) or ("active", None)
         interfaces[ri.router_id].append(out[("router_interface", ri.id)])
     for (kind, obj_id), st in result.agents.items():
         if kind == "pptmon_attachment":

@@ -189,10 +189,10 @@ class Lab:
         progress("fabric switch")
         fabric = self.ns("fabric")
         _add_netns(fabric)
-        tor = OvsInstance(fabric, self.dir / "fabric")
-        start_supervised(tor)   # like systemd on a real host: restarts a crashed daemon
-        tor.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
-                  "fail_mode=standalone")
+        fabric_ovs = OvsInstance(fabric, self.dir / "fabric")
+        start_supervised(fabric_ovs)   # like systemd on a real host: restarts a crashed daemon
+        fabric_ovs.vsctl("add-br", "br-fabric", "--", "set", "bridge", "br-fabric", "datapath_type=netdev",
+                         "fail_mode=standalone")
         if not standalone:
             # the fabric switch is managed by the controller like the nodes (OVSDB on the management
             # network; the controller makes br-fabric fail_mode secure and connects it over OpenFlow)
@@ -202,7 +202,7 @@ class Lab:
             run(["ip", "addr", "add", f"{fab_ip}/{prefix}", "dev", "mgmt0"], ns=fabric)
             run(["ip", "link", "set", "mgmt0", "up"], ns=fabric)
             if not state["tls"]:  # with TLS the manager comes with the switch's certificate
-                tor.vsctl(*manager_commands(f"ptcp:6640:{fab_ip}"))
+                fabric_ovs.vsctl(*manager_commands(f"ptcp:6640:{fab_ip}"))
 
         for node in nodes:
             progress(f"node {node.name}")
@@ -226,7 +226,7 @@ class Lab:
             # ARP for the tunnel address (which lives on br-phy) with ul0's own MAC: OVS would then
             # send VXLAN to a MAC nobody terminates. Only br-phy answers for its address.
             run(["sysctl", "-qw", "net.ipv4.conf.ul0.arp_ignore=1"], ns=node.netns)
-            tor.vsctl("add-port", "br-fabric", node.name)
+            fabric_ovs.vsctl("add-port", "br-fabric", node.name)
             ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
                       "fail_mode=standalone", f"other_config:hwaddr={_mac(0xfe, node.index)}",
                       "--", "add-port", "br-phy", "ul0",
@@ -287,9 +287,9 @@ class Lab:
         external network itself (a Neutron lab) wires it with this."""
         uns, fabric = self.ns(name), self.ns("fabric")
         _add_netns(uns)
-        tor = OvsInstance(fabric, self.dir / "fabric")
-        tor.vsctl("--may-exist", "add-br", "br-up", "--", "set", "bridge", "br-up", "datapath_type=netdev",
-                  "fail_mode=standalone")
+        fabric_ovs = OvsInstance(fabric, self.dir / "fabric")
+        fabric_ovs.vsctl("--may-exist", "add-br", "br-up", "--", "set", "bridge", "br-up", "datapath_type=netdev",
+                         "fail_mode=standalone")
         host_end, node_end = f"u-{name}"[:15], f"x-{node.name}"[:15]
         run(["ip", "link", "add", "eth0", "netns", uns, "type", "veth", "peer", "name", host_end, "netns", fabric])
         run(["ip", "link", "add", EXTERNAL_INTERFACE, "netns", node.netns, "type", "veth",
@@ -301,7 +301,7 @@ class Lab:
         # a router: a packet from one floating IP to another comes back out (hairpin)
         run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=uns)
         tag = [f"tag={vlan}"] if vlan is not None else []
-        tor.vsctl("add-port", "br-up", host_end, *tag, "--", "add-port", "br-up", node_end)
+        fabric_ovs.vsctl("add-port", "br-up", host_end, *tag, "--", "add-port", "br-up", node_end)
         OvsInstance(node.netns, node.rundir).vsctl("add-port", "br-int", EXTERNAL_INTERFACE)
 
     # ----- VMs: a namespace behind a veth whose node end becomes a port of br-int -----
@@ -505,13 +505,13 @@ class Lab:
     def _install_certificates(self, state, nodes, created, progress) -> None:
         """Each node and the fabric switch get a key and a certificate naming them and binding their
         datapath ids; their OVSDB then serves TLS only (pssl), and their bridges connect over TLS."""
-        from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+        from fathom.model import datapath_id, datapath_id_phy, datapath_id_fabric
         pki = Pki(state["tls"]["pki_dir"])
         progress("issuing node certificates")
         holders = [(n.name, "node", {datapath_id(created["nodes"][n.name]), datapath_id_phy(created["nodes"][n.name])},
                     OvsInstance(n.netns, n.rundir), n.mgmt_ip) for n in nodes]
         for name, sid in created.get("fabric_switches", {}).items():
-            holders.append((name, "switch", {datapath_id_tor(sid)}, OvsInstance(self.ns("fabric"), self.dir / "fabric"),
+            holders.append((name, "switch", {datapath_id_fabric(sid)}, OvsInstance(self.ns("fabric"), self.dir / "fabric"),
                             state["management"]["fabric_ip"]))
         for name, kind, dpids, ovs, mgmt_ip in holders:
             install_certificate(pki, name, kind, dpids, ovs, mgmt_ip)

@@ -355,7 +355,7 @@ def datapath_id(node_id: int) -> int:
     return 0xFA00_0000_0000_0000 | node_id
 
 
-def datapath_id_tor(switch_id: int) -> int:
+def datapath_id_fabric(switch_id: int) -> int:
     return 0xFB00_0000_0000_0000 | switch_id
 
 

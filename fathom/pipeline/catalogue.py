@@ -258,8 +258,8 @@ BR_PHY = Pipeline("br-phy", skeleton_app=ck.APP_FABRIC, skeleton_base=0x100,
 
 # ---------------------------------------------------------------------------------------------- fabric switch
 
-TOR = Pipeline("tor", skeleton_app=ck.APP_FABRIC, skeleton_base=0x200,
-               doc="the top-of-rack switch (br-fabric): VLAN trunks to the nodes, SVIs of fabric routers", tables=(
+FABRIC_SWITCH = Pipeline("fabric-switch", skeleton_app=ck.APP_FABRIC, skeleton_base=0x200,
+                         doc="the top-of-rack switch (br-fabric): VLAN trunks to the nodes, SVIs of fabric routers", tables=(
     Table("trunk-in", 0, "LLDP → controller; untagged = underlay → NORMAL; (in_port, VLAN) allowed → svi; "
           "else drop", next=("svi",),
           fixed=(Fixed(1000, {"eth_type": ETH_TYPE_LLDP}, (Controller(),)),
@@ -271,7 +271,7 @@ TOR = Pipeline("tor", skeleton_app=ck.APP_FABRIC, skeleton_base=0x200,
     Table("l2", 20, "(VLAN, dst MAC) → the port facing the node hosting it; else flood the VLAN's group"),
 ))
 
-PIPELINES = {p.bridge: p for p in (BR_INT, BR_PHY, TOR)}
+PIPELINES = {p.bridge: p for p in (BR_INT, BR_PHY, FABRIC_SWITCH)}
 
 
 def reference_markdown(pipeline: Pipeline) -> str:

@@ -26,7 +26,8 @@ from fathom.model import (
 from fathom.model.routers import router_port_interface
 from fathom.openflow.spec import OFPP_CONTROLLER
 from fathom.pipeline import cookies as ck
-from fathom.pipeline.catalogue import BR_INT, BR_PHY, OFPP_NORMAL, PIPELINES, REG_DST_PORT, REG_SRC_PORT, REG_TAP, TOR
+from fathom.pipeline.catalogue import (BR_INT, BR_PHY, FABRIC_SWITCH, OFPP_NORMAL, PIPELINES, REG_DST_PORT, REG_SRC_PORT,
+                                      REG_TAP)
 from fathom.trace import ofproto
 from fathom.trace import tables as tb
 
@@ -445,7 +446,7 @@ class _Walk:
         if iface is None:
             self._leaf(here, "dropped", f"output to port {e.port}, which {bridge} {name} does not have")
             return []
-        if bridge == TOR.bridge:
+        if bridge == FABRIC_SWITCH.bridge:
             node = next((n for n, (_, ofport) in self.s.fabric.node_ports(self._tor(name)).items()
                          if ofport == e.port), None)
             return self._to_phy(here, node, PHY_UPLINK, pkt)
@@ -456,7 +457,7 @@ class _Walk:
                 for s in (self.s.fabric.switches if self.s.fabric else ()):
                     _, ofport = self.s.fabric.node_ports(s).get(name, (None, None))
                     if ofport is not None:
-                        return [((TOR.bridge, s.name), ofport, pkt, here)]
+                        return [((FABRIC_SWITCH.bridge, s.name), ofport, pkt, here)]
                 self._leaf(here, "uplink", f"sent out {name}'s underlay port: no fabric switch known to face it")
                 return []
             self._leaf(here, "dropped", f"output to br-phy port {iface}")

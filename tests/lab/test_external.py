@@ -281,7 +281,7 @@ def test_floating_ip_traffic_passes_the_ports_ingress_security_groups(lab, api, 
 
 
 # A flat external network, and a tenant VLAN network whose frames reach the gateway node over the
-# uplink and the ToR (the fabric app must let the VLAN onto the gateway node's trunk).
+# uplink and the fabric switch (the fabric app must let the VLAN onto the gateway node's trunk).
 FLAT = """
 networks:
   - {name: ext, type: flat, cidr: 203.0.113.0/24, project: admin, external: true}

@@ -1,5 +1,5 @@
-"""Fabric offload on real OVS: the fabric switch (ToR) under the controller, LLDP discovery, VLANs on the
-trunk ports following the ports, the three router modes, ToR and controller restarts."""
+"""Fabric offload on real OVS: the fabric switch under the controller, LLDP discovery, VLANs on the
+trunk ports following the ports, the three router modes, fabric switch and controller restarts."""
 import re
 import subprocess
 import time
@@ -13,7 +13,7 @@ from fathom.host import exec as host_exec
 from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 
-from .util import BackgroundPing, await_status, ping, running_lab, sh, tor_vlans, lab_api as api
+from .util import BackgroundPing, await_status, ping, running_lab, sh, fabric_vlans, lab_api as api
 
 TOPOLOGY = (Path(fathom.bench.__file__).parent / "topologies" / "l3.yaml").read_text()   # shared with bench l3
 IP = {"va": "198.19.10.11", "vb": "198.19.20.11", "vc": "198.19.10.12", "vd": "198.19.20.12"}
@@ -26,11 +26,11 @@ def lab():
         yield lab
 
 
-def tor_flows(lab) -> list[str]:
+def fabric_flows(lab) -> list[str]:
     return sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric").stdout.splitlines()
 
 
-def tor_group_ports(lab) -> list[str]:
+def fabric_group_ports(lab) -> list[str]:
     return sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-groups", "br-fabric").stdout.splitlines()
 
 
@@ -79,22 +79,22 @@ def test_tor_is_managed_and_lldp_finds_every_node(lab):
 
 def test_vlans_on_trunks_follow_the_ports(lab):
     c = api(lab)
-    assert tor_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}
+    assert fabric_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}
     red = next(n for n in c.get("/networks").json() if n["name"] == "red")
     ports = []
     for i in (1, 2):   # two ports of red bound to gw: the VLAN comes with the first, goes with the last
         ports.append(c.post("/ports", json={"network_id": red["id"], "name": f"t{i}", "node": "gw",
                                             "interface_name": f"t{i}", "project_id": "demo"}).json()["id"])
         sync(lab)
-        assert tor_vlans(lab)["gw"] == {110}
-    assert any("output:3" in g for g in tor_group_ports(lab))
+        assert fabric_vlans(lab)["gw"] == {110}
+    assert any("output:3" in g for g in fabric_group_ports(lab))
     c.delete(f"/ports/{ports[0]}").raise_for_status()
     sync(lab)
-    assert tor_vlans(lab)["gw"] == {110}
+    assert fabric_vlans(lab)["gw"] == {110}
     c.delete(f"/ports/{ports[1]}").raise_for_status()
     sync(lab)
-    assert tor_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}
-    assert not any("output:3" in g for g in tor_group_ports(lab))
+    assert fabric_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}
+    assert not any("output:3" in g for g in fabric_group_ports(lab))
     st = c.get("/fabric/switches/1/status").json()
     assert {p["port"]: p["vlans"] for p in st["ports"]} == {"c1": [110, 120], "c2": [110, 120], "gw": []}
 
@@ -137,12 +137,12 @@ def test_l3_fabric_routes_in_the_tor_only(lab, tmp_path):
     for node in ("c1", "c2", "gw"):   # no node routes this router any more
         flows = sh(lab, node, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-int").stdout
         assert "dec_ttl" not in flows, f"{node} still has routing flows"
-    tor_route = lambda: sum(int(re.search(r"n_packets=(\d+)", line).group(1))   # noqa: E731
-                            for line in tor_flows(lab) if "table=10" in line and "dec_ttl" in line)
-    before = tor_route()
+    fabric_route = lambda: sum(int(re.search(r"n_packets=(\d+)", line).group(1))   # noqa: E731
+                            for line in fabric_flows(lab) if "table=10" in line and "dec_ttl" in line)
+    before = fabric_route()
     nn_before = forwarded(lab, lab.ns("gw"))
     assert _ttl_at_destination(lab, tmp_path, "fabric") == {"63"}
-    wait_for(lambda: tor_route() - before >= 10, 5, "the ToR's routing counters")  # requests and replies
+    wait_for(lambda: fabric_route() - before >= 10, 5, "the fabric switch's routing counters")  # requests and replies
     # and the trace of a routed frame through c1's br-int: to the trunk, no routing stage action
     gw_mac = api(lab).get("/routers").json()[0]["interfaces"][0]["mac_address"]
     inport = sh(lab, "c1", "ovs-vsctl", "get", "interface", "va", "ofport").stdout.strip()
@@ -151,7 +151,7 @@ def test_l3_fabric_routes_in_the_tor_only(lab, tmp_path):
                f"nw_dst={IP['vd']},nw_ttl=64").stdout
     assert "dec_ttl" not in trace and "push_vlan" in trace, trace
     assert forwarded(lab, lab.ns("gw")) == nn_before
-    # both VMs on c1, different subnets: routed by the ToR and sent back out of the port it came in on
+    # both VMs on c1, different subnets: routed by the fabric switch and sent back out of the port it came in on
     out = ping(lab, "va", IP["vb"], count=3)
     assert out.returncode == 0 and "ttl=63" in out.stdout, out.stdout
 
@@ -166,13 +166,13 @@ def test_l3_network_node_hairpins_through_the_router_namespace(lab, tmp_path):
     before = forwarded(lab, rns)
     assert _ttl_at_destination(lab, tmp_path, "network-node") == {"63"}
     assert forwarded(lab, rns) - before == 10           # all 5 requests and 5 replies, nothing else
-    assert tor_vlans(lab)["gw"] == {110, 120}           # the gateway node now hosts both networks
+    assert fabric_vlans(lab)["gw"] == {110, 120}           # the gateway node now hosts both networks
     # back to distributed: the namespace goes, and so do the VLANs on the gateway's trunk
     set_mode(lab, "distributed")
     wait_for(lambda: rns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout,
              10, "router namespace removed")
-    # the ToR's trunk follows the gateway's br-int in the pass that removed its flows, or the next
-    wait_for(lambda: tor_vlans(lab)["gw"] == set(), 5, "the gateway's trunk VLANs removed")
+    # the fabric switch's trunk follows the gateway's br-int in the pass that removed its flows, or the next
+    wait_for(lambda: fabric_vlans(lab)["gw"] == set(), 5, "the gateway's trunk VLANs removed")
     assert ping(lab, "va", IP["vd"]).returncode == 0
 
 
@@ -193,7 +193,7 @@ def test_mode_change_refused_cleanly(lab):
 
 def test_traffic_follows_the_router_between_modes(lab):
     """A ping every 10 ms across each move loses no echo (0 in 330 moves with the 20 ms settle,
-    docs/fabric.md): make before break (the ToR gets its new flows before the nodes use them; a
+    docs/fabric.md): make before break (the fabric switch gets its new flows before the nodes use them; a
     network-node router is routed distributed until its namespace is wired; the old path drains
     before it is taken away)."""
     c = api(lab)
@@ -213,9 +213,9 @@ def test_traffic_follows_the_router_between_modes(lab):
 # ---------------------------------------------------------------------------------------------- resync
 
 
-def _tor_flow_ages(lab) -> dict[str, float]:
+def _fabric_flow_ages(lab) -> dict[str, float]:
     out = {}
-    for line in tor_flows(lab):
+    for line in fabric_flows(lab):
         m = re.search(r"duration=([\d.]+)s", line)
         if m and "cookie=0x4" in line:
             out[re.sub(r"(duration|n_packets|n_bytes|idle_age|hard_age|importance)=[^,]*, ?", "", line).strip()] = \
@@ -225,19 +225,19 @@ def _tor_flow_ages(lab) -> dict[str, float]:
 
 def test_controller_restart_leaves_the_tor_alone(lab):
     set_mode(lab, "fabric")
-    before = _tor_flow_ages(lab)
+    before = _fabric_flow_ages(lab)
     stamp = time.monotonic()
     from fathom.lab.controller import stop_controller
     stop_controller(lab.dir)
-    assert ping(lab, "va", IP["vc"]).returncode == 0       # the ToR keeps switching and routing alone
+    assert ping(lab, "va", IP["vc"]).returncode == 0       # the fabric switch keeps switching and routing alone
     assert ping(lab, "va", IP["vd"]).returncode == 0
     lab.restart_controller()
     wait_for(lambda: api(lab).get("/health").status_code == 200, 10, "controller back")
-    # the ToR reconnects (OVS backs off up to a few seconds), the controller reconciles it
-    wait_for(lambda: api(lab).get("/fabric/switches/1/status").json()["connected"], 15, "ToR reconnected")
+    # the fabric switch reconnects (OVS backs off up to a few seconds), the controller reconciles it
+    wait_for(lambda: api(lab).get("/fabric/switches/1/status").json()["connected"], 15, "fabric switch reconnected")
     sync(lab)
     elapsed = time.monotonic() - stamp
-    after = _tor_flow_ages(lab)
+    after = _fabric_flow_ages(lab)
     assert after.keys() == before.keys()
     assert [f for f, age in after.items() if age < elapsed] == []   # nothing removed and re-added
     st = api(lab).get("/fabric/switches/1/status").json()
@@ -247,14 +247,14 @@ def test_controller_restart_leaves_the_tor_alone(lab):
 
 def test_tor_restart_converges(lab):
     ovs = lab.ovs("fabric")
-    want = set(_tor_flow_ages(lab))
+    want = set(_fabric_flow_ages(lab))
     subprocess.run(["kill", "-9", str(ovs.pid("ovs-vswitchd"))], check=True)
-    wait_for(lambda: not ovs.alive("ovs-vswitchd"), 5, "ToR vswitchd gone")
+    wait_for(lambda: not ovs.alive("ovs-vswitchd"), 5, "fabric switch vswitchd gone")
     ovs.start_vswitchd()
     t0 = time.monotonic()
-    wait_for(lambda: set(_tor_flow_ages(lab)) == want, 10, "ToR flows restored")
+    wait_for(lambda: set(_fabric_flow_ages(lab)) == want, 10, "fabric switch flows restored")
     took = time.monotonic() - t0
     assert took < 10
     wait_for(lambda: ping(lab, "va", IP["vd"], count=2).returncode == 0, 10, "routed traffic back")
     assert ping(lab, "va", IP["vc"]).returncode == 0
-    assert tor_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}
+    assert fabric_vlans(lab) == {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}

@@ -1,5 +1,5 @@
 """Restarts under traffic, on real OVS: the controller (however long it is gone, not one packet may
-be lost on br-int, br-phy or the ToR) and a node's ovs-vswitchd (the lab's supervisor restarts it;
+be lost on br-int, br-phy or the fabric switch) and a node's ovs-vswitchd (the lab's supervisor restarts it;
 meanwhile the controller marks that node's objects, and only those, error)."""
 import json
 import os
@@ -18,7 +18,7 @@ from .util import BackgroundPing, ping, running_lab, sh, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm3": "198.19.1.13", "grn1": "198.19.2.21", "grn2": "198.19.2.22"}
-# every bridge fathom programs: br-int and br-phy of each node, the ToR
+# every bridge fathom programs: br-int and br-phy of each node, the fabric switch
 BRIDGES = [(n, b) for n in ("compute1", "compute2", "gw") for b in ("br-int", "br-phy")] + [("fabric", "br-fabric")]
 INTERVAL = 0.02
 # longer than OVS's longest reconnect backoff (8 s) and than its fail-open trigger, 3 inactivity
@@ -66,7 +66,7 @@ def test_controller_outage_longer_than_the_backoff_loses_no_packet(lab):
     before = {b: _flows(lab, *b) for b in BRIDGES}
     assert all(before.values())
     stamp = time.monotonic()
-    # VXLAN and VLAN, both across nodes (so through br-int, br-phy and the ToR); a count long enough
+    # VXLAN and VLAN, both across nodes (so through br-int, br-phy and the fabric switch); a count long enough
     # to cover the outage, OVS's reconnect and a full pass: they are stopped AFTER_REPLAY s after it
     pingers = [BackgroundPing(lab, "vm1", IP["vm3"], OUTAGE + 25, INTERVAL),
                BackgroundPing(lab, "grn1", IP["grn2"], OUTAGE + 25, INTERVAL)]

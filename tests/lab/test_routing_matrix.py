@@ -10,8 +10,8 @@ The lab stays up; the router moves distributed -> network-node -> distributed (a
 trips) -> fabric in place
 (fabric routes VLAN networks only: the VXLAN interfaces are removed first). In each mode every VM pings
 every VM of another network at once (2 echoes, 200 ms apart), and the echoes must come back routed
-once each way (TTL 63). The ToR's trunks are read with ovs-ofctl and compared with the rule, and the
-ToR's drop counter must not move, neither in the pings nor in the moves between modes.
+once each way (TTL 63). The fabric switch's trunks are read with ovs-ofctl and compared with the rule, and the
+fabric switch's drop counter must not move, neither in the pings nor in the moves between modes.
 """
 import re
 import subprocess
@@ -22,7 +22,7 @@ import pytest
 
 from fathom.lab.ovs import wait_for
 
-from .util import await_status, controller_log, running_lab, sh, tor_vlans, lab_api as api
+from .util import await_status, controller_log, running_lab, sh, fabric_vlans, lab_api as api
 
 NETWORKS = {   # name -> (type, segmentation id, third octet)
     "nx1": ("vxlan", 2001, 61), "nv1": ("vlan", 131, 71),
@@ -72,8 +72,8 @@ def set_mode(lab, mode: str) -> None:
     await_status(c, f"/routers/{rid}")
 
 
-def tor_drops(lab) -> int:
-    """Packets the ToR's trunk-in table dropped (a VLAN not allowed on the port it came in on)."""
+def fabric_drops(lab) -> int:
+    """Packets the fabric switch's trunk-in table dropped (a VLAN not allowed on the port it came in on)."""
     out = sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-fabric", "table=0").stdout
     return sum(int(n) for n in re.findall(r"n_packets=(\d+),.* priority=0 actions=drop", out))
 
@@ -110,7 +110,7 @@ def echoes(out: str) -> tuple[int, set[str]]:
 
 def check_matrix(lab, mode: str, routed: set[str], drops: dict) -> None:
     """All VMs of the routed networks ping each other across networks; all echoes return, TTL 63;
-    and the ToR dropped nothing since the last phase (the move to this mode included)."""
+    and the fabric switch dropped nothing since the last phase (the move to this mode included)."""
     vms = [vm for vm, (_, net, _) in VMS.items() if net in routed]
     pairs = [(a, b) for a, b in permutations(vms, 2) if VMS[a][1] != VMS[b][1]]
     # covered: every ordered pair of the one-sided nodes, for every kind of path the mode routes
@@ -128,13 +128,13 @@ def check_matrix(lab, mode: str, routed: set[str], drops: dict) -> None:
     # second, and to the rules that match *then*: wait, so that the next move's flow changes do not
     # book this phase's packets on the drop rule
     time.sleep(1.5)
-    now = tor_drops(lab)
-    assert now == drops["seen"], f"the ToR dropped {now - drops['seen']} frames moving to {mode} or in its pings"
+    now = fabric_drops(lab)
+    assert now == drops["seen"], f"the fabric switch dropped {now - drops['seen']} frames moving to {mode} or in its pings"
 
 
 def check_trunks(lab, mode: str, routed: set[str]) -> None:
     want = expected_trunks(mode, routed)
-    wait_for(lambda: tor_vlans(lab) == want, 10, f"ToR trunks {want}")
+    wait_for(lambda: fabric_vlans(lab) == want, 10, f"fabric switch trunks {want}")
     st = api(lab).get("/fabric/switches/1/status").json()
     assert st["in_sync"], st
     for p in st["ports"]:   # what each node's br-int really sends is allowed on its port
@@ -147,8 +147,8 @@ VLANS = {n for n, (t, _, _) in NETWORKS.items() if t == "vlan"}
 
 @pytest.fixture(scope="module")
 def drops(lab):
-    """The ToR's drop counter as the last phase left it."""
-    return {"seen": tor_drops(lab)}
+    """The fabric switch's drop counter as the last phase left it."""
+    return {"seen": fabric_drops(lab)}
 
 
 def test_distributed(lab, drops):
@@ -207,7 +207,7 @@ def test_fabric(lab, drops):
         c.delete(f"/routers/{rid}/interfaces", params={"subnet_id": subnets[net]}).raise_for_status()
     set_mode(lab, "fabric")
     # now m1, on the same node, sends to that MAC up c4's trunk: first, alone, before any routed
-    # frame from the ToR could teach a learning bridge on the way where that MAC really is
+    # frame from the fabric switch could teach a learning bridge on the way where that MAC really is
     out = ping_all(lab, [("m1", "v2")])[("m1", "v2")]
     assert echoes(out) == (2, {"63"}), out + controller_log(lab)
     check_matrix(lab, "fabric", VLANS, drops)

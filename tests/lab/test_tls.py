@@ -201,8 +201,8 @@ def test_rogue_claiming_a_node_datapath_id_is_refused(lab, tmp_path, case):
 
 
 def test_the_fabric_switch_cannot_be_claimed_with_a_node_certificate(lab):
-    from fathom.model import datapath_id_tor
-    tor = datapath_id_tor(lab.state()["controller"]["created"]["fabric_switches"]["fabric"])
+    from fathom.model import datapath_id_fabric
+    tor = datapath_id_fabric(lab.state()["controller"]["created"]["fabric_switches"]["fabric"])
     f = Pki(lab.state()["tls"]["pki_dir"]).files("compute2")
     report = rogue(lab, tor, seconds=3, tls=(str(f.key), str(f.cert), str(f.trust)))
     assert report["closed_by_controller"] and set(report["received"]) <= HANDSHAKE_ONLY, report

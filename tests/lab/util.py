@@ -119,8 +119,8 @@ def ping(lab: Lab, src: str, dst_ip: str, count: int = 3) -> subprocess.Complete
 
 
 
-def tor_vlans(lab: Lab) -> dict[str, set[int]]:
-    """ToR port name -> VLANs allowed in on it, read with ovs-ofctl (not through the controller)."""
+def fabric_vlans(lab: Lab) -> dict[str, set[int]]:
+    """A fabric switch port's name -> VLANs allowed in on it, read with ovs-ofctl (not through the controller)."""
     names = {}
     for line in sh(lab, "fabric", "ovs-ofctl", "-O", "OpenFlow14", "show", "br-fabric").stdout.splitlines():
         m = re.match(r"\s*(\d+)\((\S+)\):", line)

@@ -10,8 +10,8 @@ connections by their addresses, protocol and ports between `send` calls; as in O
 `table` leaves the packet untracked for the rest of the pass. Between nodes (registers and conntrack
 state stay behind), a tunnel output reaches the node whose tunnel_ip is tun_ipv4_dst, and an uplink
 output reaches every other node's uplink (the physical network acts as a hub: a superset of what a
-learning switch would deliver, which makes isolation checks stricter) - or, given a compiled ToR and
-the ToR port facing each node, crosses the ToR's tables like a frame on the real trunk.
+learning switch would deliver, which makes isolation checks stricter) - or, given a compiled fabric switch and
+the fabric switch port facing each node, crosses the fabric switch's tables like a frame on the real trunk.
 """
 from __future__ import annotations
 
@@ -42,22 +42,22 @@ class Delivery:
     frame: dict
 
 
-TOR = "<tor>"   # the ToR's key among the switches (never a node name: those are [a-z0-9])
+FABRIC_SWITCH = "<fabric switch>"   # the fabric switch's key among the switches (never a node name: those are [a-z0-9])
 OFPP_NORMAL = 0xFFFFFFFA
 
 
 class Fabric:
-    def __init__(self, snapshot: Snapshot, states: dict[str, SwitchState], tor: SwitchState | None = None,
-                 tor_ports: dict[str, int] | None = None):
-        """`tor`, `tor_ports` (node name -> ToR port facing it): uplink frames cross the ToR's tables;
-        the tagged frames it drops are kept in `tor_drops` as (sending node, frame)."""
+    def __init__(self, snapshot: Snapshot, states: dict[str, SwitchState], fabric: SwitchState | None = None,
+                 fabric_ports: dict[str, int] | None = None):
+        """`fabric`, `fabric_ports` (node name -> fabric switch port facing it): uplink frames cross the fabric switch's tables;
+        the tagged frames it drops are kept in `fabric_drops` as (sending node, frame)."""
         self.nodes = {n.name: n for n in snapshot.nodes}
         self.states = dict(states)
         self.by_tunnel_ip = {n.tunnel_ip: n for n in snapshot.nodes if n.tunnel_ip}
-        self.tor_ports = tor_ports or {}
-        self.tor_drops: list[tuple[str, dict]] = []
-        if tor is not None:
-            self.states[TOR] = tor
+        self.fabric_ports = fabric_ports or {}
+        self.fabric_drops: list[tuple[str, dict]] = []
+        if fabric is not None:
+            self.states[FABRIC_SWITCH] = fabric
         self.tables = {}
         for name, state in self.states.items():
             tables: dict[int, list[FlowSpec]] = {}
@@ -97,7 +97,7 @@ class Fabric:
             return self._ingress(remote.name, pkt, hops + 1)
         clean.pop("tunnel_id", None)
         clean.pop("tun_ipv4_dst", None)
-        if interface == UPLINK_INTERFACE and TOR in self.states:
+        if interface == UPLINK_INTERFACE and FABRIC_SWITCH in self.states:
             return self._cross_tor(node_name, clean, hops)
         if interface == UPLINK_INTERFACE:
             out = []
@@ -111,15 +111,15 @@ class Fabric:
         return [Delivery(node_name, interface, clean)]
 
     def _cross_tor(self, node_name: str, frame: dict, hops: int) -> list[Delivery]:
-        """A frame from a node's uplink through the ToR: out of a port, to the node behind it."""
-        behind = {port: node for node, port in self.tor_ports.items()}
-        outputs = self._pipeline(TOR, {**frame, "in_port": self.tor_ports[node_name]})
+        """A frame from a node's uplink through the fabric switch: out of a port, to the node behind it."""
+        behind = {port: node for node, port in self.fabric_ports.items()}
+        outputs = self._pipeline(FABRIC_SWITCH, {**frame, "in_port": self.fabric_ports[node_name]})
         if not outputs and frame.get("vlan") is not None:
-            self.tor_drops.append((node_name, frame))
+            self.fabric_drops.append((node_name, frame))
         out = []
         for port, sent in outputs:
             clean = {k: v for k, v in sent.items() if k != "in_port"}
-            targets = [n for n in self.tor_ports if n != node_name] if port == OFPP_NORMAL else [behind[port]]
+            targets = [n for n in self.fabric_ports if n != node_name] if port == OFPP_NORMAL else [behind[port]]
             for target in targets:
                 other = self.nodes[target]
                 if UPLINK_INTERFACE in other.ofports:

@@ -4,7 +4,7 @@ Each topology (fathom/lab/topologies/*.yaml, fathom/bench/topologies/*.yaml) is 
 the REST API the way `fathom lab up` registers it (nodes, the fabric switch, networks, subnets,
 routers, VM ports, VNF ports and port pairs), plus two vTAP policies and, where there are VNFs, a
 symmetric service chain; then the store's model is compiled for every switch a
-reconcile pass programs: each node's br-int and br-phy and the ToR. Variants: without a fabric
+reconcile pass programs: each node's br-int and br-phy and the fabric switch. Variants: without a fabric
 switch, and with one in each router mode the topology can carry (network-node twice: while the
 router namespace is being built, and once its interfaces are plugged).
 
@@ -12,7 +12,7 @@ Router interface and router gateway MACs (random in the store) become 02:fd:00:0
 02:fd:00:00:01:<router id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1,
 patch-phy = 2, ext0 (the upstream host's node) = 3, VMs from 10
 in topology order, then each VNF's ingress and egress, router interfaces of a network-node router from 100;
-ToR port of the i-th node = i;
+fabric switch port of the i-th node = i;
 br-phy: patch-int = 1, ul0 = 2.
 
     .venv/bin/python -m tests.unit.golden_flows --write   # rewrite tests/unit/golden/flows.txt
@@ -217,8 +217,8 @@ def snapshot_of(path: Path, with_fabric: bool, mode: str, more=None):
     snapshot = snapshot.with_phy_ofports({n.name: {"patch-int": 1, "ul0": 2} for n in topo.nodes})
     fab = snapshot.fabric
     if fab is not None:
-        tor_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
-        snapshot = replace(snapshot, fabric=fab.with_ofports(tor_ports))
+        fabric_ports = {s.name: {n.name: i + 1 for i, n in enumerate(topo.nodes)} for s in fab.switches}
+        snapshot = replace(snapshot, fabric=fab.with_ofports(fabric_ports))
     return snapshot
 
 

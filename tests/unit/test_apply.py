@@ -4,7 +4,7 @@ before break on any, a known switch told only the pass's edit, a refusal marking
 owners, an audit finding and repairing drift, and switches not connected or not set up left alone."""
 from __future__ import annotations
 
-from fathom.apps import BR_INT, TOR, SwitchKey
+from fathom.apps import BR_INT, FABRIC_SWITCH, SwitchKey
 from fathom.controller.apply import Applier
 from fathom.controller.fakeswitch import FakeSwitches
 from fathom.controller.results import PassResult, SwitchResult
@@ -12,7 +12,7 @@ from fathom.model import Snapshot
 from fathom.openflow.spec import FlowSpec, SwitchState
 from fathom.pipeline import cookies as ck
 
-TOR1, C1 = SwitchKey(TOR, "tor1"), SwitchKey(BR_INT, "c1")
+TOR1, C1 = SwitchKey(FABRIC_SWITCH, "tor1"), SwitchKey(BR_INT, "c1")
 DPIDS = {TOR1: 0x10, C1: 0x20}
 
 
@@ -59,7 +59,7 @@ def test_every_switch_makes_before_any_breaks_and_tiers_go_in_order():
     assert all(r.state == "ok" and r.changes == 6 for r in result.switches.values())
     assert bench.ours(TOR1) == bench.ours(C1) == set(owned(2))
     order = [(entry[0], cmd) for entry in bench.switches.journal for cmd in sorted(flow_commands(entry))]
-    # new state in from the ToR inwards, then old state out from the edge: ToR, c1 adds; c1, ToR deletes
+    # new state in from the fabric switch inwards, then old state out from the edge: fabric switch, c1 adds; c1, fabric switch deletes
     assert order == [(0x10, "add"), (0x20, "add"), (0x20, "delete"), (0x10, "delete")], order
 
 

@@ -1,4 +1,4 @@
-"""Fabric: the compiler (ToR, br-phy, br-int additions, tenant view) and the API checks."""
+"""Fabric: the compiler (fabric switch, br-phy, br-int additions, tenant view) and the API checks."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from fathom.apps.fabric import compiler as fc
 from fathom.controller.fabric import lldp_parse, lldp_probe
 from fathom.model import (
     FabricState, FixedIp, Link, Mode, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, Switch,
-    datapath_id_tor, routers,
+    datapath_id_fabric, routers,
 )
 from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField, SwitchState
 from fathom.pipeline import cookies as ck
@@ -47,23 +47,23 @@ def snap(mode: str = "distributed", gw_ports: int = 0, links=("c1", "c2", "gw"))
     return Snapshot(nodes, nets, subnets, tuple(ports), (Router(1, "r1", "p"),), ris, fabric=fab)
 
 
-def tor_vlans(s: Snapshot) -> dict:
-    return fc.tor_vlans(s, compile_all(s))
+def fabric_vlans(s: Snapshot) -> dict:
+    return fc.fabric_vlans(s, compile_all(s))
 
 
-def compile_tor(s: Snapshot) -> dict:
-    return fc.compile_tor(s, compile_all(s))
+def compile_fabric_switches(s: Snapshot) -> dict:
+    return fc.compile_fabric_switches(s, compile_all(s))
 
 
 def test_vlans_allowed_only_where_the_network_has_ports():
-    assert tor_vlans(snap()) == {"tor": {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}}
-    assert tor_vlans(snap(gw_ports=1))["tor"]["gw"] == {110}
-    assert tor_vlans(snap(gw_ports=2))["tor"]["gw"] == {110}
-    flows = compile_tor(snap())["tor"].flows
+    assert fabric_vlans(snap()) == {"tor": {"c1": {110, 120}, "c2": {110, 120}, "gw": set()}}
+    assert fabric_vlans(snap(gw_ports=1))["tor"]["gw"] == {110}
+    assert fabric_vlans(snap(gw_ports=2))["tor"]["gw"] == {110}
+    flows = compile_fabric_switches(snap())["tor"].flows
     allow = {(dict(f.match)["in_port"], dict(f.match)["vlan_vid"] & 0xFFF) for f in flows
-             if f.table == fc.TOR_TRUNK_IN and f.priority == fc.PRIO_ALLOW}
+             if f.table == fc.FABRIC_TRUNK_IN and f.priority == fc.PRIO_ALLOW}
     assert allow == {(1, 110), (1, 120), (2, 110), (2, 120)}
-    groups = {g.group_id: g.buckets for g in compile_tor(snap(gw_ports=1))["tor"].groups}
+    groups = {g.group_id: g.buckets for g in compile_fabric_switches(snap(gw_ports=1))["tor"].groups}
     assert groups[st.group_id(st.APP_FABRIC, 1)] == ((Output(1),), (Output(2),), (Output(3),))
     assert groups[st.group_id(st.APP_FABRIC, 2)] == ((Output(1),), (Output(2),))
 
@@ -80,7 +80,7 @@ def test_lldp_link_wins_over_declared_wiring():
 
 def test_distributed_router_routes_in_br_int_not_the_tor():
     s = snap()
-    tor = compile_tor(s)["tor"]
+    tor = compile_fabric_switches(s)["tor"]
     assert not any(DecTtl() in f.actions for f in tor.flows)
     assert any(DecTtl() in f.actions for f in compile_all(s)["c1"].flows)
 
@@ -94,13 +94,13 @@ def test_fabric_router_routes_in_the_tor_and_nodes_only_switch():
     up = [f for f in br_int["c1"].flows if dict(f.match).get("eth_dst") == "02:fd:00:00:00:05"
           and f.table == st.L2]
     assert up and PushVlan(0x8100) in up[0].actions and SetField("vlan_vid", 0x1000 | 110) in up[0].actions
-    tor = compile_tor(s)["tor"].flows
-    routes = [f for f in tor if f.table == fc.TOR_SVI and DecTtl() in f.actions]
+    tor = compile_fabric_switches(s)["tor"].flows
+    routes = [f for f in tor if f.table == fc.FABRIC_SVI and DecTtl() in f.actions]
     assert len(routes) == 2
     red_to_green = next(f for f in routes if dict(f.match)["vlan_vid"] == 0x1000 | 110)
     assert SetField("vlan_vid", 0x1000 | 120) in red_to_green.actions
     assert SetField("eth_src", "02:fd:00:00:00:06") in red_to_green.actions
-    arp = [f for f in tor if f.table == fc.TOR_SVI and dict(f.match).get("arp_tpa") == "198.19.10.1"]
+    arp = [f for f in tor if f.table == fc.FABRIC_SVI and dict(f.match).get("arp_tpa") == "198.19.10.1"]
     assert len(arp) == 1
 
 
@@ -110,7 +110,7 @@ def test_network_node_router_becomes_ports_on_the_gateway():
     assert view.router_interfaces == ()
     interfaces = [p for p in view.ports if p.node == "gw"]
     assert {(p.interface, p.mac_address) for p in interfaces} == {("qrp5", "02:fd:00:00:00:05"), ("qrp6", "02:fd:00:00:00:06")}
-    assert tor_vlans(s)["tor"]["gw"] == {110, 120}
+    assert fabric_vlans(s)["tor"]["gw"] == {110, 120}
     assert not any(DecTtl() in f.actions for st_ in compile_all(s).values() for f in st_.flows)
     assert routers.network_node_legs(s) == {"gw": list(s.router_interfaces)}
     # the same thing without a fabric: only the tenant compiler (and the ports' security groups),
@@ -126,7 +126,7 @@ def test_br_phy_punts_lldp_and_switches_normally():
 
 
 def test_lldp_probe_round_trip():
-    assert lldp_parse(lldp_probe(datapath_id_tor(3), 7)) == (datapath_id_tor(3), 7)
+    assert lldp_parse(lldp_probe(datapath_id_fabric(3), 7)) == (datapath_id_fabric(3), 7)
     assert lldp_parse(b"\x01\x80\xc2\x00\x00\x0e" + b"\x00" * 6 + b"\x88\xcc" + b"\x00" * 20) is None
 
 

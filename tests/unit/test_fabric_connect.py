@@ -1,5 +1,5 @@
-"""A ToR's OVSDB connection is made beside the passes: a pass waits SETUP_WAIT for it at most, so a
-ToR that takes the connection and never answers (or a dead one) does not hold up the changes of the
+"""A fabric switch's OVSDB connection is made beside the passes: a pass waits SETUP_WAIT for it at most, so a
+fabric switch that takes the connection and never answers (or a dead one) does not hold up the changes of the
 rest of the cloud; the connection's end, made or failed, wakes a pass, which takes it. Against a
 listener that never answers and a real ovsdb-server."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fathom.apps import TOR, SwitchKey
+from fathom.apps import FABRIC_SWITCH, SwitchKey
 from fathom.controller import channels
 from fathom.controller.bootstrap import OVSDB_PORT
 from fathom.controller.fabric import FabricRuntime
@@ -59,8 +59,8 @@ def test_a_tor_that_never_answers_holds_no_pass(runtime):
         assert rec.woken[0] == ("tor1", "setup")
         with pytest.raises(TimeoutError, match="did not send its schema"):
             runtime._connect(rec, tor)
-        # the ToR is in error now: the passes that try again do not wait for it at all
-        key = SwitchKey(TOR, "tor1")
+        # the fabric switch is in error now: the passes that try again do not wait for it at all
+        key = SwitchKey(FABRIC_SWITCH, "tor1")
         rec.last.switches[key] = SimpleNamespace(setup="error")
         t0 = time.monotonic()
         with pytest.raises(ConnectionError, match="not answered yet"):

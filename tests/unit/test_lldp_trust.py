@@ -1,5 +1,5 @@
 """Which LLDP frames may teach the controller a fabric link: only a signed, fresh probe from a node's
-br-phy underlay port, received on a ToR port. Runs the fabric runtime's packet-in handler against a
+br-phy underlay port, received on a fabric switch port. Runs the fabric runtime's packet-in handler against a
 real store."""
 import time
 import warnings
@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 
 from fathom.controller.fabric import FabricRuntime, lldp_parse, lldp_probe
-from fathom.model import datapath_id_phy, datapath_id_tor
+from fathom.model import datapath_id_phy, datapath_id_fabric
 from fathom.store.db import open_store, session_factory
 
 with warnings.catch_warnings():
@@ -21,7 +21,7 @@ from fathom.api import create_app  # noqa: E402
 from .auth import headers_for  # noqa: E402
 
 UL0 = 1          # ul0's port on br-phy
-TOR_PORT = 7     # the ToR port facing node c1 in this test ("c1-port")
+TOR_PORT = 7     # the fabric switch port facing node c1 in this test ("c1-port")
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def fabric(tmp_path):
     node = http.post("/v1/nodes", json={"name": "c1", "tunnel_ip": "10.0.0.1", "management_ip": "10.1.0.1"}).json()
     sw = http.post("/v1/fabric/switches", json={"name": "tor1", "management_ip": "10.1.0.9"}).json()
     rt = FabricRuntime(None, session_factory(open_store(url)), 6653, lambda: None)
-    rt.tor_ports = {sw["id"]: {"c1-port": TOR_PORT, "other": 8}}
+    rt.fabric_ports = {sw["id"]: {"c1-port": TOR_PORT, "other": 8}}
     rt.phy_ports = {node["id"]: UL0}
 
     def links():
@@ -50,13 +50,13 @@ def packet_in(rx_dpid: int, in_port: int, data: bytes):
 
 def test_a_signed_probe_from_br_phy_on_a_tor_port_is_a_link(fabric):
     probe = lldp_probe(datapath_id_phy(fabric.node), UL0, fabric.rt._lldp_key)
-    assert fabric.rt.on_packet_in(packet_in(datapath_id_tor(fabric.sw), TOR_PORT, probe))
+    assert fabric.rt.on_packet_in(packet_in(datapath_id_fabric(fabric.sw), TOR_PORT, probe))
     assert fabric.links() == {("c1-port", "c1")}
 
 
 def forged(fabric) -> dict[str, tuple[int, int, bytes]]:
     """(receiving dpid, in_port, frame) of every frame that must teach nothing."""
-    phy, tor = datapath_id_phy(fabric.node), datapath_id_tor(fabric.sw)
+    phy, tor = datapath_id_phy(fabric.node), datapath_id_fabric(fabric.sw)
     key = fabric.rt._lldp_key
     with mock.patch("fathom.controller.fabric.time.time", return_value=time.time() - 60):
         stale = lldp_probe(phy, UL0, key)
@@ -67,8 +67,8 @@ def forged(fabric) -> dict[str, tuple[int, int, bytes]]:
         "another key": (tor, TOR_PORT, lldp_probe(phy, UL0, b"k" * 32)),
         "stale": (tor, TOR_PORT, stale),
         "sender rewritten": (tor, TOR_PORT, tampered),
-        # a ToR's own probe coming back to a ToR port (the ToR is no node)
-        "from a tor": (tor, TOR_PORT, lldp_probe(tor, 8, key)),
+        # a fabric switch's own probe coming back to a fabric switch port (the fabric switch is no node)
+        "from a fabric switch": (tor, TOR_PORT, lldp_probe(tor, 8, key)),
         # a valid probe punted by br-phy, where tenant VLAN traffic arrives too
         "received by br-phy": (phy, UL0, lldp_probe(tor, TOR_PORT, key)),
         # from br-phy but not out of the underlay port we probe
@@ -78,7 +78,7 @@ def forged(fabric) -> dict[str, tuple[int, int, bytes]]:
     }
 
 
-@pytest.mark.parametrize("case", ["unsigned", "another key", "stale", "sender rewritten", "from a tor",
+@pytest.mark.parametrize("case", ["unsigned", "another key", "stale", "sender rewritten", "from a fabric switch",
                                   "received by br-phy", "not from ul0", "received by br-int"])
 def test_other_lldp_frames_teach_nothing(fabric, case):
     rx, port, frame = forged(fabric)[case]
@@ -88,9 +88,9 @@ def test_other_lldp_frames_teach_nothing(fabric, case):
 
 def test_parse_without_a_key_reads_any_probe_and_with_one_only_signed_ones():
     key = b"s" * 32
-    assert lldp_parse(lldp_probe(datapath_id_tor(3), 7)) == (datapath_id_tor(3), 7)
-    assert lldp_parse(lldp_probe(datapath_id_tor(3), 7), key) is None
-    assert lldp_parse(lldp_probe(datapath_id_tor(3), 7, key), key) == (datapath_id_tor(3), 7)
+    assert lldp_parse(lldp_probe(datapath_id_fabric(3), 7)) == (datapath_id_fabric(3), 7)
+    assert lldp_parse(lldp_probe(datapath_id_fabric(3), 7), key) is None
+    assert lldp_parse(lldp_probe(datapath_id_fabric(3), 7, key), key) == (datapath_id_fabric(3), 7)
 
 
 def _probing(interval: float):
@@ -113,7 +113,7 @@ def test_lldp_probes_when_the_underlay_wiring_may_have_changed_and_rarely_otherw
         rt.wiring_event(br_int(1))                 # a br-int's port-status: not the underlay
         time.sleep(LLDP_SETTLE + 0.5)
         assert rounds == []
-        for dpid in (datapath_id_tor(1), datapath_id_phy(2)):
+        for dpid in (datapath_id_fabric(1), datapath_id_phy(2)):
             before = len(rounds)
             sent = time.monotonic()
             rt.wiring_event(dpid)
@@ -141,11 +141,11 @@ def test_a_known_link_is_written_again_only_after_the_refresh_interval(fabric):
 
     def seen():
         return fabric.http_links()[0]["last_seen"]
-    fabric.rt.on_packet_in(packet_in(datapath_id_tor(fabric.sw), TOR_PORT, probe))
+    fabric.rt.on_packet_in(packet_in(datapath_id_fabric(fabric.sw), TOR_PORT, probe))
     first = seen()
-    fabric.rt.on_packet_in(packet_in(datapath_id_tor(fabric.sw), TOR_PORT, probe))
+    fabric.rt.on_packet_in(packet_in(datapath_id_fabric(fabric.sw), TOR_PORT, probe))
     assert seen() == first
     later = time.monotonic() + LLDP_REFRESH
     with mock.patch("fathom.controller.fabric.time.monotonic", return_value=later):
-        fabric.rt.on_packet_in(packet_in(datapath_id_tor(fabric.sw), TOR_PORT, probe))
+        fabric.rt.on_packet_in(packet_in(datapath_id_fabric(fabric.sw), TOR_PORT, probe))
     assert seen() > first

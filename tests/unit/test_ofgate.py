@@ -10,7 +10,7 @@ import pytest
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
 
 from fathom.controller.ofgate import Gate, GatedDatapath, Sessions, echo_probe, expected_from_store, identity_problem
-from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_fabric
 from fathom.pki import Identity
 from fathom.store.db import open_store, session_factory
 
@@ -22,8 +22,8 @@ from fathom.api import create_app  # noqa: E402
 
 from .auth import headers_for  # noqa: E402
 
-C1, C1_PHY, C2, TOR = datapath_id(1), datapath_id_phy(1), datapath_id(2), datapath_id_tor(1)
-EXPECTED = {("node", "c1"): {C1, C1_PHY}, ("node", "c2"): {C2}, ("switch", "tor1"): {TOR}}
+C1, C1_PHY, C2, FABRIC_SWITCH = datapath_id(1), datapath_id_phy(1), datapath_id(2), datapath_id_fabric(1)
+EXPECTED = {("node", "c1"): {C1, C1_PHY}, ("node", "c2"): {C2}, ("switch", "tor1"): {FABRIC_SWITCH}}
 
 
 def expected(identity):
@@ -37,7 +37,7 @@ def expected(identity):
     (C1_PHY, Identity("node", "c1"), True, None),
     (C1, Identity("node", "c1", frozenset({C1, C1_PHY})), True, None),
     (C1, Identity("node", "c2"), True, "not one the controller expects of node 'c2'"),
-    (TOR, Identity("node", "c1"), True, "not one the controller expects of node 'c1'"),
+    (FABRIC_SWITCH, Identity("node", "c1"), True, "not one the controller expects of node 'c1'"),
     (C1, Identity("switch", "c1"), True, "not one the controller expects of switch 'c1'"),
     (C1, Identity("node", "unregistered"), True, "not one the controller expects"),
     (C1_PHY, Identity("node", "c1", frozenset({C1})), True, "not bound in the certificate"),
@@ -60,12 +60,12 @@ def test_expected_datapath_ids_come_from_the_store(db_url):
     got = expected_from_store(session_factory(open_store(db_url)))
     assert got(Identity("node", "c1")) == {datapath_id(n1["id"]), datapath_id_phy(n1["id"])}
     assert got(Identity("node", "c2")) == {datapath_id(n2["id"]), datapath_id_phy(n2["id"])}
-    assert got(Identity("switch", "tor1")) == {datapath_id_tor(sw["id"])}
+    assert got(Identity("switch", "tor1")) == {datapath_id_fabric(sw["id"])}
     # kinds do not mix: a node certificate named like the switch gets nothing, and the reverse
     assert got(Identity("node", "tor1")) == set() and got(Identity("switch", "c1")) == set()
     assert got(Identity("node", "gone")) == set()
     assert got(None) == {datapath_id(n1["id"]), datapath_id_phy(n1["id"]), datapath_id(n2["id"]),
-                         datapath_id_phy(n2["id"]), datapath_id_tor(sw["id"])}
+                         datapath_id_phy(n2["id"]), datapath_id_fabric(sw["id"])}
 
 
 class Conn:

@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 from fathom.api.app import create_app
 
 from .auth import headers_for
-from fathom.apps import BR_INT, TOR, SwitchKey
+from fathom.apps import BR_INT, FABRIC_SWITCH, SwitchKey
 from fathom.controller.extension import Extension, NodeBootstrap
 from fathom.controller.fakeswitch import FakeSwitches
 from fathom.controller.reconciler import Reconciler
 from fathom.lab import topology
-from fathom.model import datapath_id, datapath_id_phy, datapath_id_tor
+from fathom.model import datapath_id, datapath_id_phy, datapath_id_fabric
 from fathom.openflow.spec import FlowSpec, Output
 from fathom.pipeline import cookies as ck
 from fathom.store.db import session_factory
@@ -58,7 +58,7 @@ class FixedBootstrap(NodeBootstrap):
 
 
 class FixedFabric(Extension):
-    """The fabric extension without OVSDB: the ToR's port facing the i-th node is i; on every br-phy
+    """The fabric extension without OVSDB: the fabric switch's port facing the i-th node is i; on every br-phy
     patch-int = 1, ul0 = 2 (as in the golden file)."""
 
     def __init__(self, topo):
@@ -99,7 +99,7 @@ class Cloud:
             if with_fabric:
                 self.switches.add(datapath_id_phy(node_id))
         if with_fabric:
-            self.switches.add(datapath_id_tor(snap.fabric.switches[0].id))
+            self.switches.add(datapath_id_fabric(snap.fabric.switches[0].id))
 
     def controller(self, startup_grace: float) -> Reconciler:
         """A controller (its reconciler) on this cloud's store and switches."""
@@ -451,10 +451,10 @@ def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
         deletes = [i for i, (_, _, msgs) in enumerate(c.switches.journal) if any(not _is_add(m) for m in msgs)]
         assert adds and deletes and max(adds) < min(deletes)   # nothing leaves any switch before all is in
         assert c.rec.last_pass_steps["settle"] >= 0.03          # and the old path drained in between
-        tor = c.switches.switches[result.switches[SwitchKey(TOR, "fabric")].dpid]
-        assert holds(tor, result.desired[SwitchKey(TOR, "fabric")])
+        tor = c.switches.switches[result.switches[SwitchKey(FABRIC_SWITCH, "fabric")].dpid]
+        assert holds(tor, result.desired[SwitchKey(FABRIC_SWITCH, "fabric")])
         assert c.get(f"/routers/{router}")["status"] == "active"
-        c.switches.down.add(tor.dpid)                            # the router lives in the ToR now
+        c.switches.down.add(tor.dpid)                            # the router lives in the fabric switch now
         c.rec.run_pass()
         got = c.get(f"/routers/{router}")
         assert got["status"] == "pending" and "fabric switch fabric: not connected" in got["status_reason"]
@@ -464,7 +464,7 @@ def test_router_mode_change_is_make_before_break_across_switches(tmp_path):
         assert got["status"] == "error" and "fabric switch fabric: OpenFlow connection closed" in got["status_reason"]
         switch = c.get("/fabric/switches")[0]
         assert switch["status"] == "error" and "(ovs-vswitchd down or unreachable)" in switch["status_reason"]
-        # the nodes' own objects do not depend on the ToR's health
+        # the nodes' own objects do not depend on the fabric switch's health
         assert {p["status"] for p in c.get("/ports") if p["node"]} == {"active"}
     finally:
         c.close()
@@ -483,16 +483,16 @@ class _Timed(list):
 
 
 def test_the_tor_takes_the_old_path_away_only_after_the_nodes_datapaths_let_go(tmp_path):
-    """Back from `fabric`: the nodes stop sending the gateway MAC up the trunk and the ToR drops
-    its router; between the nodes' break and the ToR's the pass waits the settle time, so no node
-    datapath still sends by the ToR's router when it goes."""
+    """Back from `fabric`: the nodes stop sending the gateway MAC up the trunk and the fabric switch drops
+    its router; between the nodes' break and the fabric switch's the pass waits the settle time, so no node
+    datapath still sends by the fabric switch's router when it goes."""
     c = Cloud(tmp_path, BENCH / "l3.yaml", with_fabric=True)
     try:
         c.rec.run_pass()
         router = c.ids["routers"]["r1"]
         c.call("PATCH", f"/routers/{router}", json={"mode": "fabric"})
         result = c.rec.run_pass(audit=False)
-        tor = result.switches[SwitchKey(TOR, "fabric")].dpid
+        tor = result.switches[SwitchKey(FABRIC_SWITCH, "fabric")].dpid
         timed = _Timed()
         c.switches.journal = timed
         for switch in c.switches.switches.values():
@@ -554,7 +554,7 @@ def _is_add(msg) -> bool:
     for _name, fab, mode in golden_flows.variants(topology.load(path))])
 def test_every_shipped_topology_converges_in_one_pass_and_stays(tmp_path, path, with_fabric, mode):
     """Every switch of every shipped topology holds exactly its desired state after one pass
-    (br-int, br-phy and ToR through the same path), and the next pass sends nothing."""
+    (br-int, br-phy and fabric switch through the same path), and the next pass sends nothing."""
     c = Cloud(tmp_path, path, with_fabric, mode, taps=True)
     try:
         result = c.rec.run_pass()
@@ -575,7 +575,7 @@ def test_every_shipped_topology_converges_in_one_pass_and_stays(tmp_path, path, 
 
 def test_statuses_are_written_only_where_the_store_differs_a_fabric_switch_too(tmp_path, monkeypatch):
     """A pass that changes no status writes none, opening no write transaction (not even for the
-    ToR's, kept with the fabric's part of the store); the ToR's status still follows its switch."""
+    fabric switch's, kept with the fabric's part of the store); the fabric switch's status still follows its switch."""
     from fathom.store import status as store_status
     c = Cloud(tmp_path, BENCH / "l3.yaml", with_fabric=True)
     try:
@@ -594,7 +594,7 @@ def test_statuses_are_written_only_where_the_store_differs_a_fabric_switch_too(t
         c.rec.wake()
         c.rec.run_pass(audit=False)
         assert writes == []
-        c.switches.disconnect(datapath_id_tor(tor["id"]))
+        c.switches.disconnect(datapath_id_fabric(tor["id"]))
         c.rec.run_pass(audit=False)
         got = c.get("/fabric/switches")[0]
         assert got["status"] == "error" and "connection closed" in got["status_reason"], got

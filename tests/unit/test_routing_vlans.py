@@ -1,5 +1,5 @@
-"""Routing and VLAN trunks, at the compiler level: the VLANs the ToR allows on each node's trunk, and
-routed frames walked through the compiled br-ints *and* the compiled ToR (tests/unit/flowsim.py), for
+"""Routing and VLAN trunks, at the compiler level: the VLANs the fabric switch allows on each node's trunk, and
+routed frames walked through the compiled br-ints *and* the compiled fabric switch (tests/unit/flowsim.py), for
 every placement of one VM per network on three compute nodes and every router mode.
 
 The rule (docs/fabric.md, "Routing and VLAN trunks"): a VLAN is allowed on a node's trunk while the
@@ -13,7 +13,7 @@ import itertools
 
 import pytest
 
-from fathom.apps import BR_INT, BR_PHY, TOR, compile_all, compile_bridge
+from fathom.apps import BR_INT, BR_PHY, FABRIC_SWITCH, compile_all, compile_bridge
 from fathom.apps.fabric import compiler as fc
 from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, FabricState, FixedIp, Link, Mode, Network, Node, Port, Router,
@@ -64,7 +64,7 @@ def _echo(src: Port, dst: Port) -> dict:
 
 def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
           interfaces: tuple[str, ...] = ("nx", "nv", "nw")) -> Snapshot:
-    """Three compute nodes and a gateway node behind one ToR; a VM of network `net` on every node of
+    """Three compute nodes and a gateway node behind one fabric switch; a VM of network `net` on every node of
     placement[net]; one router with an interface on each network of `interfaces`, in `mode`."""
     vms = [_vm(net, node) for net, nodes in placement.items() for node in nodes]
     nodes = []
@@ -87,14 +87,14 @@ def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
 
 
 def compiled(snapshot: Snapshot) -> tuple[dict[str, SwitchState], SwitchState]:
-    """Every node's desired br-int and the ToR's, as the reconciler compiles them (every app)."""
+    """Every node's desired br-int and the fabric switch's, as the reconciler compiles them (every app)."""
     states = compile_all(snapshot)
     brint = {k.name: state for k, state in states.items() if k.bridge == BR_INT}
-    return brint, next(state for k, state in states.items() if k.bridge == TOR and k.name == "tor")
+    return brint, next(state for k, state in states.items() if k.bridge == FABRIC_SWITCH and k.name == "tor")
 
 
 def allowed(snapshot: Snapshot) -> dict[str, set[int]]:
-    return fc.tor_vlans(snapshot, compiled(snapshot)[0])["tor"]
+    return fc.fabric_vlans(snapshot, compiled(snapshot)[0])["tor"]
 
 
 def expected_allowed(placement, mode, interfaces) -> dict[str, set[int]]:
@@ -125,21 +125,21 @@ def test_a_node_routing_into_a_vlan_network_gets_it_on_its_trunk():
     a2, b3 = _vm("nx", "c2"), _vm("nv", "c3")
     got = sim.send("c2", a2.interface, _echo(a2, b3))
     assert [(d.node, d.interface, d.frame["ttl"]) for d in got] == [("c3", b3.interface, 63)]
-    assert sim.tor_drops == []
+    assert sim.fabric_drops == []
     # the same router run by a network node: c2 routes nothing, only the gateway node needs B
     assert allowed(build(placement, "network-node", interfaces=("nx", "nv"))) == {
         "c1": {110}, "c2": set(), "c3": {110}, "gw": {110}}
 
 
 def test_before_the_rule_the_tor_dropped_it():
-    """The walk is a real witness: with only the hosted VLANs on the trunks, the ToR drops c2's frame."""
+    """The walk is a real witness: with only the hosted VLANs on the trunks, the fabric switch drops c2's frame."""
     s = build({"nx": ("c2",), "nv": ("c3",)}, interfaces=("nx", "nv"))
     brint, _ = compiled(s)
-    hosted_only = fc.compile_tor(s, {n: SwitchState() for n in brint})["tor"]
+    hosted_only = fc.compile_fabric_switches(s, {n: SwitchState() for n in brint})["tor"]
     sim = Fabric(s, brint, hosted_only, TOR_PORTS)
     a2, b3 = _vm("nx", "c2"), _vm("nv", "c3")
     assert sim.send("c2", a2.interface, _echo(a2, b3)) == []
-    assert [(node, f["vlan"]) for node, f in sim.tor_drops] == [("c2", 110)]
+    assert [(node, f["vlan"]) for node, f in sim.fabric_drops] == [("c2", 110)]
 
 
 # ---------------------------------------------------------------------------------------------- every placement
@@ -153,14 +153,14 @@ MODES = [("distributed", ("nx", "nv", "nw")), ("network-node", ("nx", "nv", "nw"
 def test_every_placement_routes_through_the_tor(mode, interfaces):
     """One VM per network, on any of the three compute nodes (27 placements, nodes hosting one side,
     both or neither): the trunks follow the rule, and every routed frame arrives, TTL - 1, with
-    nothing dropped by the ToR - both directions, VXLAN->VLAN, VLAN->VXLAN and VLAN->VLAN."""
+    nothing dropped by the fabric switch - both directions, VXLAN->VLAN, VLAN->VXLAN and VLAN->VLAN."""
     problems = []
     for placement in PLACEMENTS:
         s = build(placement, mode, interfaces)
         brint, tor = compiled(s)
         want = expected_allowed(placement, mode, interfaces)
-        if fc.tor_vlans(s, brint)["tor"] != want:
-            problems.append(f"{placement}: trunks {fc.tor_vlans(s, brint)['tor']} != {want}")
+        if fc.fabric_vlans(s, brint)["tor"] != want:
+            problems.append(f"{placement}: trunks {fc.fabric_vlans(s, brint)['tor']} != {want}")
         # every VLAN a node's br-int tags frames with is allowed on its trunk
         for node, state in brint.items():
             if not fc.vlans_sent(state) <= want[node]:
@@ -171,8 +171,8 @@ def test_every_placement_routes_through_the_tor(mode, interfaces):
             hops = _route(sim, mode, src, dst)
             if hops != [(dst.node, dst.interface, 63)]:
                 problems.append(f"{placement}: {_net_of(src)}@{src.node} -> {_net_of(dst)}@{dst.node}: {hops}")
-        if sim.tor_drops:
-            problems.append(f"{placement}: ToR dropped {sim.tor_drops}")
+        if sim.fabric_drops:
+            problems.append(f"{placement}: fabric switch dropped {sim.fabric_drops}")
     assert problems == []
 
 

@@ -80,17 +80,17 @@ def test_cross_node_vxlan():
                if "recirculated" in n)
 
 
-def test_vlan_through_the_tor():
+def test_vlan_through_the_fabric_switch():
     r = run(*cloud(BENCH / "l3.yaml", True, "fabric"), "va", "198.19.10.12")
     assert r["verdict"]["port"] == "vc"
-    assert switches(r) == ["br-int c1", "br-phy c1", "tor fabric", "br-phy c2", "br-int c2"]
-    assert stages(r, "tor fabric")[0] == "trunk-in" and "l2" in stages(r, "tor fabric")
+    assert switches(r) == ["br-int c1", "br-phy c1", "fabric-switch fabric", "br-phy c2", "br-int c2"]
+    assert stages(r, "fabric-switch fabric")[0] == "trunk-in" and "l2" in stages(r, "fabric-switch fabric")
 
 
 @pytest.mark.parametrize("fabric,mode,path,router_hop", [
     (False, "distributed", "tenants", "br-int compute1"),
     (True, "network-node", "tenants", "router-namespace r1 on gw"),
-    (True, "fabric", "l3", "tor fabric"),
+    (True, "fabric", "l3", "fabric-switch fabric"),
 ])
 def test_routed(fabric, mode, path, router_hop):
     if path == "l3":

@@ -1,15 +1,15 @@
-"""The fabric: the ToR's VLAN trunks and SVIs, the trunk pipe through br-phy, and the br-int flows
-that send a fabric router's traffic up the trunk. The ToR is derived: a trunk port carries every
+"""The fabric: the fabric switch's VLAN trunks and SVIs, the trunk pipe through br-phy, and the br-int flows
+that send a fabric router's traffic up the trunk. The fabric switch is derived: a trunk port carries every
 VLAN the node behind it can send, read from that node's desired br-int.
 
 Incremental as far as telling that a change does not concern it: without fabric switches and
 without a router in fabric mode it has no flows whatever else changes; otherwise a change that
 leaves what `compile` reads (READS; of the ports, the networks plugged per node) as it was touches
 nothing of it, and any other is compiled whole (logged and counted).
-The ToR's part (`derive`) follows the br-int states and is derived again on every pass."""
+The fabric switch's part (`derive`) follows the br-int states and is derived again on every pass."""
 from __future__ import annotations
 
-from fathom.apps.base import BR_INT, BR_PHY, TOR, App, Reads, SwitchKey
+from fathom.apps.base import BR_INT, BR_PHY, FABRIC_SWITCH, App, Reads, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.apps.incremental import declared_facts, local_networks
 from fathom.pipeline.cookies import APP_FABRIC
@@ -26,7 +26,7 @@ def derive(model, desired, views=None) -> dict:
     if model.fabric is None or not model.fabric.switches:
         return {}
     brint = {k.name: state for k, state in desired.items() if k.bridge == BR_INT}
-    return {SwitchKey(TOR, name): state for name, state in fc.compile_tor(model, brint, views).items()}
+    return {SwitchKey(FABRIC_SWITCH, name): state for name, state in fc.compile_fabric_switches(model, brint, views).items()}
 
 
 def _inputs(model, views) -> tuple:
@@ -52,5 +52,6 @@ READS = Reads({
 })
 
 
-APP = App("fabric", APP_FABRIC, {BR_INT: ("l2",), BR_PHY: ("normal",), TOR: ("trunk-in", "svi", "svi-neigh", "l2")},
+APP = App("fabric", APP_FABRIC,
+          {BR_INT: ("l2",), BR_PHY: ("normal",), FABRIC_SWITCH: ("trunk-in", "svi", "svi-neigh", "l2")},
           compile, derive, touched=touched, reads=READS)

@@ -1,23 +1,23 @@
-"""Fabric compiler: the model -> desired state of the ToR switches, of every node's
+"""Fabric compiler: the model -> desired state of the fabric switches, of every node's
 br-phy, and the additions to br-int; plus the tenant compiler's view of routers that do not run
 distributed. Pure, like fathom/apps/tenant/compiler.py. docs/fabric.md explains the design.
 
 Router modes:
 - `distributed` (default): the tenant compiler routes in every first-hop br-int.
-- `fabric`: the ToR is the router (SVIs): it answers ARP for the gateway addresses and routes
+- `fabric`: the fabric switch is the router (SVIs): it answers ARP for the gateway addresses and routes
   between the router's VLAN subnets (MAC rewrite, TTL - 1, VLAN change). The tenant compiler does
   not see the router; br-int only sends frames for the gateway MAC up the VLAN trunk.
 - `network-node`: a Linux namespace on the gateway node routes (ip_forward), as Neutron's L3 agent.
   Each router interface becomes a port of its network bound to the gateway node (interface
   `router_port_interface(interface)`), so every node switches to it like to any VM.
 
-The ToR (br-fabric) and br-phy pipelines are declared in fathom/pipeline/catalogue.py.
+The fabric switch (br-fabric) and br-phy pipelines are declared in fathom/pipeline/catalogue.py.
 
 A VLAN is allowed on a trunk port exactly while the node behind the port hosts a port of the
 network or its br-int can send frames tagged with it (a node routing into the network: a
 distributed router with an interface on a network the node hosts). The second set is read from the
 node's compiled br-int state (`vlans_sent`), so whatever the node's pipeline can put on its trunk
-the ToR lets in. Ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows.
+the fabric switch lets in. Ingress: the trunk-in flow; egress: the VLAN's flood group bucket and the l2 flows.
 docs/fabric.md, "Routing and VLAN trunks", says why.
 """
 from __future__ import annotations
@@ -30,17 +30,17 @@ from fathom.openflow.spec import (
     Group, GroupSpec, Output, PushVlan, SetField, SwitchState,
 )
 from fathom.pipeline import stages as st
-from fathom.pipeline.catalogue import BR_PHY, TOR
+from fathom.pipeline.catalogue import BR_PHY, FABRIC_SWITCH
 from fathom.openflow.arp import ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4, arp_reply_actions
 from fathom.model import UPLINK_INTERFACE, Snapshot
 from fathom.model.routers import effective_modes, fabric_state, tenant_view
 from fathom.model.views import Views
 
-# ToR tables (fathom/pipeline/catalogue.py declares them)
-TOR_TRUNK_IN = TOR.number("trunk-in")
-TOR_SVI = TOR.number("svi")
-TOR_SVI_NEIGH = TOR.number("svi-neigh")
-TOR_L2 = TOR.number("l2")
+# the fabric switch's tables (fathom/pipeline/catalogue.py declares them)
+FABRIC_TRUNK_IN = FABRIC_SWITCH.number("trunk-in")
+FABRIC_SVI = FABRIC_SWITCH.number("svi")
+FABRIC_SVI_NEIGH = FABRIC_SWITCH.number("svi-neigh")
+FABRIC_L2 = FABRIC_SWITCH.number("l2")
 
 PRIO_ALLOW = 100
 PRIO_SVI_ARP = 200
@@ -51,7 +51,7 @@ PRIO_L2 = 100
 PRIO_FLOOD = 10
 PRIO_PHY_TRUNK = 100
 
-# br-phy's only table, and its ends of the trunk: the patch to br-int, the underlay port facing the ToR
+# br-phy's only table, and its ends of the trunk: the patch to br-int, the underlay port facing the fabric switch
 PHY_NORMAL = BR_PHY.number("normal")
 PHY_PATCH = "patch-int"
 PHY_UNDERLAY = "ul0"
@@ -97,7 +97,7 @@ def compile_edges(snapshot: Snapshot) -> dict[str, SwitchState]:
 
 def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
     """br-phy of every node beyond its skeleton (NORMAL switching for the underlay, LLDP to the
-    controller; fathom/pipeline/catalogue.py BR_PHY): the trunk between br-int and the ToR as a fixed
+    controller; fathom/pipeline/catalogue.py BR_PHY): the trunk between br-int and the fabric switch as a fixed
     pipe, for each node whose br-phy port numbers (`Node.phy_ofports`) are known.
 
     The pipe keeps br-phy from learning tenant MACs: a distributed router sends routed frames from
@@ -110,7 +110,7 @@ def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
         flows = set()
         patch, underlay = node.phy_ofports.get(PHY_PATCH), node.phy_ofports.get(PHY_UNDERLAY)
         if patch is not None and underlay is not None:
-            # everything br-int sends goes to the ToR; tagged frames from the ToR go to br-int
+            # everything br-int sends goes to the fabric switch; tagged frames from the fabric switch go to br-int
             flows.add(FlowSpec(PHY_NORMAL, PRIO_PHY_TRUNK, {"in_port": patch}, (Output(underlay),),
                                _c(st.KIND_STAGE, 0x102)))
             flows.add(FlowSpec(PHY_NORMAL, PRIO_PHY_TRUNK,
@@ -120,7 +120,7 @@ def compile_phy(snapshot: Snapshot) -> dict[str, SwitchState]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------- ToR
+# ---------------------------------------------------------------------------------------------- fabric switch
 
 
 def vlans_sent(state: SwitchState | None) -> set[int]:
@@ -136,9 +136,9 @@ def vlans_sent(state: SwitchState | None) -> set[int]:
                        *[g.vlans_set for g in state.groups if g.vlans_set])
 
 
-def tor_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState],
+def fabric_vlans(snapshot: Snapshot, brint: Mapping[str, SwitchState],
               views: Views | None = None) -> dict[str, dict[str, set[int]]]:
-    """switch name -> {ToR port name: VLAN ids allowed on it}; `brint` is every node's compiled br-int."""
+    """switch name -> {fabric switch port name: VLAN ids allowed on it}; `brint` is every node's compiled br-int."""
     view = tenant_view(snapshot, views)
     fab = fabric_state(snapshot)
     out = {}
@@ -167,7 +167,7 @@ def _trunks(view: Snapshot, fab, sw, brint: Mapping[str, SwitchState]) -> dict[s
     return out
 
 
-def compile_tor(snapshot: Snapshot, brint: Mapping[str, SwitchState],
+def compile_fabric_switches(snapshot: Snapshot, brint: Mapping[str, SwitchState],
                 views: Views | None = None) -> dict[str, SwitchState]:
     """Desired state of every fabric switch, keyed by switch name. `brint`: the compiled br-int of
     every node (every app's part, fathom.apps.compile_all), which decides the VLANs on its trunk."""
@@ -190,8 +190,8 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[
         if ofport is None:
             continue
         for vlan, net_id in sorted(vlans.items()):
-            flows.add(FlowSpec(TOR_TRUNK_IN, PRIO_ALLOW, {"in_port": ofport, "vlan_vid": _vid(vlan)},
-                               (GotoTable(TOR_SVI),), _c(st.KIND_NETWORK, net_id)))
+            flows.add(FlowSpec(FABRIC_TRUNK_IN, PRIO_ALLOW, {"in_port": ofport, "vlan_vid": _vid(vlan)},
+                               (GotoTable(FABRIC_SVI),), _c(st.KIND_NETWORK, net_id)))
             ports_of_vlan[vlan].append(ofport)
     vlan_net = {n.segmentation_id: n for n in networks.values() if n.type == "vlan"}
     for vlan, ofports in sorted(ports_of_vlan.items()):
@@ -199,7 +199,7 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[
         gid = st.group_id(st.APP_FABRIC, net.id)
         groups.add(GroupSpec(gid, "all", tuple((Output(p),) for p in sorted(ofports)),
                              _c(st.KIND_NETWORK, net.id)))
-        flows.add(FlowSpec(TOR_L2, PRIO_FLOOD, {"vlan_vid": _vid(vlan)}, (Group(gid),), _c(st.KIND_NETWORK, net.id)))
+        flows.add(FlowSpec(FABRIC_L2, PRIO_FLOOD, {"vlan_vid": _vid(vlan)}, (Group(gid),), _c(st.KIND_NETWORK, net.id)))
 
     # l2: every port of a VLAN network behind a trunk port (also hairpin back out of its in_port)
     for p in view.ports:
@@ -208,8 +208,8 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[
             continue
         ofport = faces[p.node][1]
         m = {"vlan_vid": _vid(net.segmentation_id), "eth_dst": p.mac_address}
-        flows.add(FlowSpec(TOR_L2, PRIO_L2, m, (Output(ofport),), _c(st.KIND_PORT, p.id)))
-        flows.add(FlowSpec(TOR_L2, PRIO_L2_HAIRPIN, {**m, "in_port": ofport}, (Output(OFPP_IN_PORT),),
+        flows.add(FlowSpec(FABRIC_L2, PRIO_L2, m, (Output(ofport),), _c(st.KIND_PORT, p.id)))
+        flows.add(FlowSpec(FABRIC_L2, PRIO_L2_HAIRPIN, {**m, "in_port": ofport}, (Output(OFPP_IN_PORT),),
                            _c(st.KIND_PORT, p.id)))
 
     # svi: routers in fabric mode, on interfaces on VLAN networks
@@ -225,21 +225,21 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[
         for src in interfaces:
             vsrc = networks[src.network_id].segmentation_id
             c = _c(st.KIND_ROUTER_INTERFACE, src.id)
-            flows.add(FlowSpec(TOR_SVI, PRIO_SVI_ARP,
+            flows.add(FlowSpec(FABRIC_SVI, PRIO_SVI_ARP,
                                {"vlan_vid": _vid(vsrc), "eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST,
                                 "arp_tpa": src.ip_address}, arp_reply_actions(src.mac_address, src.ip_address), c))
-            flows.add(FlowSpec(TOR_SVI, PRIO_SVI_DROP, {"vlan_vid": _vid(vsrc), "eth_dst": src.mac_address}, (), c))
+            flows.add(FlowSpec(FABRIC_SVI, PRIO_SVI_DROP, {"vlan_vid": _vid(vsrc), "eth_dst": src.mac_address}, (), c))
             for dst in interfaces:
                 if dst.subnet_id == src.subnet_id:
                     continue
                 prefix = subnets[dst.subnet_id].prefix
                 vdst = networks[dst.network_id].segmentation_id
                 flows.add(FlowSpec(
-                    TOR_SVI, PRIO_ROUTE_BASE + prefix.prefixlen,
+                    FABRIC_SVI, PRIO_ROUTE_BASE + prefix.prefixlen,
                     {"vlan_vid": _vid(vsrc), "eth_dst": src.mac_address, "eth_type": ETH_TYPE_IPV4,
                      "ipv4_dst": (str(prefix.network_address), str(prefix.netmask))},
                     (SetField("eth_src", dst.mac_address), DecTtl(), SetField("vlan_vid", _vid(vdst)),
-                     GotoTable(TOR_SVI_NEIGH)), _c(st.KIND_ROUTER_INTERFACE, dst.id)))
+                     GotoTable(FABRIC_SVI_NEIGH)), _c(st.KIND_ROUTER_INTERFACE, dst.id)))
                 routed_to.add(dst.network_id)
     # svi-neigh: host entries of the networks routed to (the controller knows every port's address)
     for p in view.ports:
@@ -247,7 +247,7 @@ def _compile_switch(snapshot: Snapshot, view: Snapshot, fab, sw, brint: Mapping[
             continue
         vlan = networks[p.network_id].segmentation_id
         for fip in p.fixed_ips:
-            flows.add(FlowSpec(TOR_SVI_NEIGH, PRIO_L2,
+            flows.add(FlowSpec(FABRIC_SVI_NEIGH, PRIO_L2,
                                {"vlan_vid": _vid(vlan), "eth_type": ETH_TYPE_IPV4, "ipv4_dst": fip.ip_address},
-                               (SetField("eth_dst", p.mac_address), GotoTable(TOR_L2)), _c(st.KIND_PORT, p.id)))
+                               (SetField("eth_dst", p.mac_address), GotoTable(FABRIC_L2)), _c(st.KIND_PORT, p.id)))
     return SwitchState(frozenset(flows), frozenset(groups))
