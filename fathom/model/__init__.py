@@ -247,7 +247,7 @@ class PortChain:
 
 # ---------------------------------------------------------------------------------------------- fabric
 @dataclass(frozen=True)
-class Switch:
+class FabricSwitch:
     id: int
     name: str
     management_ip: str
@@ -275,7 +275,7 @@ class Mode:
 
 @dataclass(frozen=True)
 class FabricState:
-    switches: tuple[Switch, ...] = ()
+    switches: tuple[FabricSwitch, ...] = ()
     links: tuple[Link, ...] = ()
     modes: tuple[Mode, ...] = ()
     # runtime (filled in by the controller): switch name -> {port name: OpenFlow port number}
@@ -290,7 +290,7 @@ class FabricState:
     def with_ofports(self, ofports: Mapping[str, Mapping[str, int]]) -> "FabricState":
         return replace(self, ofports={k: dict(v) for k, v in ofports.items()})
 
-    def node_ports(self, switch: Switch) -> dict[str, tuple[str, int | None]]:
+    def node_ports(self, switch: FabricSwitch) -> dict[str, tuple[str, int | None]]:
         """node name -> (fabric switch port name, ofport) for the nodes behind `switch`.
 
         An LLDP-learned link wins over a declared one for the same node (the declared wiring is

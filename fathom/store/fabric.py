@@ -12,7 +12,8 @@ from typing import Collection, Mapping
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from fathom.model import FabricState, Link, Mode, Switch
+from fathom import model
+from fathom.model import FabricState, Link, Mode
 from fathom.store import models as m
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.fabric_models import FabricLink, FabricSwitch, RouterMode, ROUTER_MODES
@@ -22,7 +23,7 @@ VLAN_MIN, VLAN_MAX = 1, 4094
 
 def load_fabric(session: Session) -> FabricState:
     names = {n.id: n.name for n in session.scalars(select(m.Node))}
-    switches = tuple(Switch(s.id, s.name, s.management_ip, s.bridge, s.vlan_min, s.vlan_max)
+    switches = tuple(model.FabricSwitch(s.id, s.name, s.management_ip, s.bridge, s.vlan_min, s.vlan_max)
                      for s in session.scalars(select(FabricSwitch).order_by(FabricSwitch.id)))
     links = tuple(Link(x.switch_id, x.port_name, x.ofport, names[x.node_id], x.source, x.last_seen)
                   for x in session.scalars(select(FabricLink).order_by(FabricLink.id)) if x.node_id in names)

@@ -10,7 +10,7 @@ from fathom.apps import compile_all as compile_switches
 from fathom.apps.fabric import compiler as fc
 from fathom.controller.fabric import lldp_parse, lldp_probe
 from fathom.model import (
-    FabricState, FixedIp, Link, Mode, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, Switch,
+    FabricState, FixedIp, Link, Mode, Network, Node, Port, Router, RouterInterface, Snapshot, Subnet, FabricSwitch,
     datapath_id_fabric, routers,
 )
 from fathom.openflow.spec import DecTtl, Output, PushVlan, SetField, SwitchState
@@ -41,7 +41,7 @@ def snap(mode: str = "distributed", gw_ports: int = 0, links=("c1", "c2", "gw"))
     ris = (RouterInterface(5, 1, 1, 1, "198.19.10.1", "02:fd:00:00:00:05"),
            RouterInterface(6, 1, 2, 2, "198.19.20.1", "02:fd:00:00:00:06"))
     modes = () if mode == "distributed" else (Mode(1, mode, "gw" if mode == "network-node" else None),)
-    fab = FabricState((Switch(1, "tor", "198.18.1.9", "br-fabric", 100, 999),),
+    fab = FabricState((FabricSwitch(1, "tor", "198.18.1.9", "br-fabric", 100, 999),),
                       tuple(Link(1, n, None, n, "declared") for n in links) + (Link(1, "c2", 2, "c2", "lldp", 5.0),),
                       modes, {"tor": {"c1": 1, "c2": 2, "gw": 3}})
     return Snapshot(nodes, nets, subnets, tuple(ports), (Router(1, "r1", "p"),), ris, fabric=fab)

@@ -17,7 +17,7 @@ from fathom.apps import BR_INT, BR_PHY, FABRIC_SWITCH, compile_all, compile_brid
 from fathom.apps.fabric import compiler as fc
 from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, FabricState, FixedIp, Link, Mode, Network, Node, Port, Router,
-    RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, Switch,
+    RouterInterface, SecurityGroup, SecurityGroupRule, Snapshot, Subnet, FabricSwitch,
 )
 from fathom.model.routers import router_port_interface
 from fathom.openflow.spec import OFPVID_PRESENT, FlowSpec, GroupSpec, Output, PushVlan, SetField, SwitchState
@@ -80,7 +80,7 @@ def build(placement: dict[str, tuple[str, ...]], mode: str = "distributed",
     ris = tuple(RouterInterface(ROUTER_LEG[net], 1, NETS[net][0], NETS[net][0], _ip(net, 1), _gw_mac(net))
                 for net in interfaces)
     modes = () if mode == "distributed" else (Mode(1, mode, "gw" if mode == "network-node" else None),)
-    fab = FabricState((Switch(1, "tor", "198.18.1.9", "br-fabric", 100, 999),),
+    fab = FabricState((FabricSwitch(1, "tor", "198.18.1.9", "br-fabric", 100, 999),),
                       tuple(Link(1, n, None, n, "declared") for n in TOR_PORTS), modes, {"tor": dict(TOR_PORTS)})
     return Snapshot(tuple(nodes), networks, subnets, tuple(vms), (Router(1, "r", "p"),), ris,
                     security_groups=DEFAULT_GROUP, security_group_rules=DEFAULT_RULES, fabric=fab)
