@@ -116,7 +116,7 @@ def shot(browser, name: str) -> None:
     browser.save_screenshot(str(SHOTS / f"console-{name}.png"))
 
 
-def test_qf_topology_live_and_names_as_text(lab, admin, url, browser):
+def test_topology_live_and_names_as_text(lab, admin, url, browser):
     browser.get(f"{url}/console/topology")
     browser.execute_script("sessionStorage.clear()")
     log_in(browser, url, admin.headers["authorization"].split()[1])
@@ -142,7 +142,7 @@ def test_qf_topology_live_and_names_as_text(lab, admin, url, browser):
     admin.delete(f"/networks/{net['id']}")
 
 
-def test_qf_port_page_shows_a_removed_flow_as_missing(lab, admin, url, browser):
+def test_port_page_shows_a_removed_flow_as_missing(lab, admin, url, browser):
     vm1 = next(p for p in admin.get("/ports", params={"name": "vm1"}).json())
     errors(browser)
     browser.get(f"{url}/console/port/{vm1['id']}")
@@ -169,7 +169,7 @@ def test_qf_port_page_shows_a_removed_flow_as_missing(lab, admin, url, browser):
     shot(browser, "port-missing-flow")
 
 
-def test_qf_chain_page(lab, admin, url, browser):
+def test_chain_page(lab, admin, url, browser):
     blue = next(n for n in admin.get("/networks").json() if n["name"] == "blue")
     made = []
 
@@ -204,7 +204,7 @@ def test_qf_chain_page(lab, admin, url, browser):
             admin.delete(path)
 
 
-def test_qf_member_sees_its_project_only(lab, admin, url, browser):
+def test_member_sees_its_project_only(lab, admin, url, browser):
     alpha = token_of(admin, "alpha")["token"]
     red1 = admin.get("/ports", params={"name": "red1"}).json()[0]      # beta's
     browser.get(f"{url}/console/login")
@@ -233,7 +233,7 @@ def test_qf_member_sees_its_project_only(lab, admin, url, browser):
     errors(browser)    # the refused calls above are logged as failed loads: expected here
 
 
-def test_qf_change_notices_are_filtered_per_project(admin, url):
+def test_change_notices_are_filtered_per_project(admin, url):
     """A member's stream of change notices hears of its project's port, not of another project's."""
     alpha = token_of(admin, "alpha")["token"]
     lines: list[str] = []
@@ -266,7 +266,7 @@ def test_qf_change_notices_are_filtered_per_project(admin, url):
             admin.delete(f"/ports/{port['id']}")
 
 
-def test_qf_bad_or_revoked_token_goes_back_to_login(lab, admin, url, browser):
+def test_bad_or_revoked_token_goes_back_to_login(lab, admin, url, browser):
     browser.get(f"{url}/console/login")
     browser.execute_script("sessionStorage.setItem('fathom.token', 'fathom_not-a-token')")
     browser.get(f"{url}/console/topology")
