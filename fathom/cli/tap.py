@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 import click
@@ -231,41 +230,38 @@ def tap_delete(api, as_json, ref):
 @click.option("--monitor2", "second", is_flag=True, help="Capture at the second monitor.")
 def tap_capture(api, as_json, ref, path, count, duration, lab_name, second):
     """Record what the policy's monitor receives to a pcap file (tcpdump in the monitor VM)."""
+    from fathom.lab.capture import CaptureError
     t = _find(api, ref)
     mon = t["monitor2"] if second else t["monitor"]
     if not mon or not mon.get("port_name"):
         fail("the policy has no such monitor port")
-    argv = capture_argv(lab_name, mon["port_name"], path, count)
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    cap = monitor_capture(lab_name, mon["port_name"], path, count)
     try:
-        if duration is not None:
-            try:
-                proc.wait(duration)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)
-        proc.wait()
+        cap.start()
+        cap.wait(duration)
     except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        proc.wait()
-    err = proc.stderr.read()
-    summary = [l for l in err.splitlines() if "captured" in l or "received" in l]
-    if proc.returncode not in (0, -signal.SIGINT, 130) and not summary:
-        fail(f"tcpdump failed: {err.strip()}")
+        pass
+    except CaptureError as e:
+        fail(str(e))
+    finally:
+        cap.stop()
+    summary = [line for line in cap.report.splitlines() if "captured" in line or "received" in line]
+    if cap.proc.returncode not in (0, -signal.SIGINT, 130) and not summary:
+        fail(f"tcpdump failed: {cap.report.strip()}")
     if as_json:
         print_json({"policy": t["id"], "monitor": mon["port_name"], "file": path, "tcpdump": summary})
     else:
         console.print(plain(f"{path}: {'; '.join(summary) or 'done'} (monitor {mon['port_name']})"), highlight=False)
 
 
-def capture_argv(lab_name: str, vm: str, path: str, count: int | None) -> list[str]:
-    """tcpdump on eth0 inside the monitor VM's namespace of a lab, packets written unbuffered."""
-    from fathom.host.exec import argv
+def monitor_capture(lab_name: str, vm: str, path: str, count: int | None):
+    """A capture on eth0 inside the monitor VM's namespace of a lab (fathom.lab.capture)."""
+    from fathom.lab.capture import Capture
     from fathom.lab.lab import Lab
     lab = Lab(lab_name)
     if not lab.exists():
         fail(f"no lab {lab_name!r} here: give --lab")
-    return argv(["tcpdump", "-i", "eth0", "-U", "--immediate-mode", "-n", "-s", "0", "-w", path,
-                 *(["-c", str(count)] if count else [])], lab.ns(vm))
+    return Capture(lab.ns(vm), "eth0", path, count=count)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,13 +38,14 @@ class Capture:
     waking tcpdump for each, which keeps the capture's own cost out of a path being measured; the
     price is that stopping waits for the last block (libpcap's 1 s timeout). `nano`: nanosecond
     timestamps (the kernel's software stamps). `direction`: "in" or "out" only. `buffer_kib`: the
-    kernel's capture buffer, for bursts faster than tcpdump drains them.
+    kernel's capture buffer, for bursts faster than tcpdump drains them. `count`: tcpdump stops by
+    itself after that many packets (`wait` for it).
     """
 
     def __init__(self, ns: str | None, dev: str, path: str | Path, bpf_filter: str = "", *,
                  immediate: bool = True, nano: bool = False, direction: str | None = None,
-                 buffer_kib: int | None = None):
-        self.ns, self.dev, self.path, self.filter = ns, dev, Path(path), bpf_filter
+                 buffer_kib: int | None = None, count: int | None = None):
+        self.ns, self.dev, self.path, self.filter, self.count = ns, dev, Path(path), bpf_filter, count
         self.immediate, self.nano, self.direction, self.buffer_kib = immediate, nano, direction, buffer_kib
         self.proc: subprocess.Popen | None = None
         self.report = ""          # what tcpdump said when it stopped (its counts)
@@ -59,6 +60,8 @@ class Capture:
             cmd += ["-Q", self.direction]
         if self.buffer_kib:
             cmd += ["-B", str(self.buffer_kib)]
+        if self.count:
+            cmd += ["-c", str(self.count)]
         return argv(cmd + ([self.filter] if self.filter else []), self.ns)
 
     def start(self, timeout: float = 10) -> "Capture":
@@ -75,12 +78,21 @@ class Capture:
         self.stop()
         raise CaptureError(f"tcpdump on {self.ns or 'this namespace'}:{self.dev} did not start: {''.join(said)}")
 
+    def wait(self, seconds: float | None = None) -> None:
+        """Until tcpdump ends by itself (its `count` reached) or `seconds` pass (None: no limit)."""
+        try:
+            self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            pass
+
     def stop(self) -> None:
-        """Stop tcpdump once the packets of the last moment are written; `report` keeps its counts."""
-        if self.proc is None or self.proc.poll() is not None:
+        """Stop tcpdump once the packets of the last moment are written (or, ended by itself, read
+        what it said); `report` keeps its counts."""
+        if self.proc is None or self.proc.stderr.closed:
             return
-        time.sleep(0.5 if self.immediate else 1.2)
-        self.proc.send_signal(signal.SIGINT)
+        if self.proc.poll() is None:
+            time.sleep(0.5 if self.immediate else 1.2)
+            self.proc.send_signal(signal.SIGINT)
         try:
             self.report = self.proc.communicate(timeout=10)[1] or ""
         except subprocess.TimeoutExpired:
