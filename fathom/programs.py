@@ -89,6 +89,9 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "npm": ("npm", "installing the console's front-end packages (fathom/console/package-lock.json)"),
     "chromium": ("chromium", "the browser of the console's tests (headless)"),
     "chromedriver": ("chromium-driver", "driving that browser from the tests (selenium)"),
+    # the alert rules of deploy/prometheus, checked and fired in a real Prometheus by their test
+    "prometheus": ("prometheus", "evaluating deploy/prometheus/fathom-alerts.yml against a controller"),
+    "promtool": ("prometheus", "checking deploy/prometheus/fathom-alerts.yml"),
     # the virtualenv
     "python3": ("python3", "fathom itself"),
 }
