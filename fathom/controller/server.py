@@ -27,6 +27,7 @@ from fathom.controller.external import ExternalRuntime
 from fathom.controller.fabric import FabricRuntime
 from fathom.controller.hostlocal import HostLocalStatus
 from fathom.controller.memory import GC_THRESHOLDS
+from fathom.controller.metrics import export_state
 from fathom.controller.reconciler import Reconciler
 from fathom.controller import workers
 from fathom.controller.taps import TapCollector, policy_stats
@@ -37,12 +38,14 @@ LOG = logging.getLogger("fathom.controller")
 
 
 def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> None:
-    """The endpoints that read the switches (fathom.api.runtime), answered by this reconciler."""
+    """The endpoints that read the switches (fathom.api.runtime), answered by this reconciler; its
+    switches and statuses on /metrics."""
     def actual_of(node_id: int):
         dp = reconciler.switches.app.datapath(datapath_id(node_id))
         return sw.read_state(reconciler.switches.app, dp) if dp else None
 
     api.include_router(runtime_router(reconciler, actual_of, sw.COMMIT_TIMES.totals, guard))
+    export_state(reconciler)
     api.include_router(tap_runtime_router(reconciler.Session, lambda tap_id: policy_stats(reconciler, tap_id),
                                           TapCollector(reconciler)))
     # simulated traces over the desired state the last pass compiled

@@ -644,3 +644,24 @@ def test_the_settle_time_is_the_operators_and_reaches_every_switch_session(monke
             return type("Dp", (), {"id": dpid})() if dpid == 7 else None
     switches = OsKenSwitches(App(), 0.15)
     assert switches.session(7).settle == 0.15 and switches.session(8) is None
+
+
+def test_switches_and_statuses_on_metrics(cloud):
+    """/metrics says which switch is connected and how many objects are in each status, as the last
+    pass left them (what the alert rules FathomSwitchDisconnected and FathomPortError read)."""
+    from prometheus_client import generate_latest
+
+    from fathom.controller.metrics import export_state
+    export_state(cloud.rec)
+    cloud.rec.run_pass()
+
+    def exported() -> str:
+        return generate_latest().decode()
+    ports = [p["status"] for p in cloud.get("/ports")]
+    assert f'fathom_objects{{kind="port",status="active"}} {float(ports.count("active"))}' in exported()
+    for name in cloud.nodes:
+        assert f'fathom_switch_connected{{bridge="br-int",switch="{name}"}} 1.0' in exported()
+    down = next(iter(cloud.nodes))
+    cloud.switches.disconnect(datapath_id(cloud.nodes[down]))
+    cloud.rec.run_pass(audit=False)
+    assert f'fathom_switch_connected{{bridge="br-int",switch="{down}"}} 0.0' in exported()
