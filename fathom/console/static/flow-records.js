@@ -13,7 +13,7 @@ async function refresh() {
   const project = me.admin ? [{ title: "project", cell: r => r.project }] : [];
   replace("top", table([...project,
     { title: "port", cell: port }, { title: "source", cell: r => r.src }, { title: "destination", cell: r => r.dst },
-    { title: "protocol", cell: r => PROTOCOLS[r.proto] || String(r.proto) }, { title: "port", cell: r => r.dport || "" },
+    { title: "protocol", cell: r => PROTOCOLS[r.proto] || String(r.proto) }, { title: "to port", cell: r => r.dport || "" },
     { title: "bytes", cell: r => r.bytes.toLocaleString() }, { title: "packets", cell: r => r.packets.toLocaleString() },
   ], top.records, EMPTY));
   replace("drops", table([...project,
