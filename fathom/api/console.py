@@ -8,6 +8,8 @@ kept in the tab's sessionStorage, so what a user sees is what the API lets that 
     /console/topology         nodes, fabric switches, networks, routers, ports; live
     /console/port/<id>        a port: status, flows per stage desired vs actual, security groups, taps
     /console/chain/<id>       a port chain hop by hop with PPTMon per VNF, a live chart
+    /console/trace            ?port=<id>&to=<IPv4 or port name>: one packet's path, drawn and stage by stage
+    /console/flow-records     the caller's project's top talkers and drops by rule
 
 The front-end packages (package.json, installed by `npm ci` in scripts/setup) are served from
 node_modules, only the files VENDOR names.
@@ -36,7 +38,8 @@ PACKAGES = CONSOLE / "node_modules"
 VENDOR = {"cytoscape.esm.min.mjs": "cytoscape/dist/cytoscape.esm.min.mjs",
           "uPlot.esm.js": "uplot/dist/uPlot.esm.js",
           "uPlot.min.css": "uplot/dist/uPlot.min.css"}
-PAGES = {"login": "login.html", "topology": "topology.html", "port": "port.html", "chain": "chain.html"}
+PAGES = {"login": "login.html", "topology": "topology.html", "port": "port.html", "chain": "chain.html",
+         "trace": "trace.html", "flow-records": "flow-records.html"}
 STATIC_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,40}\.(js|css)$")
 MEDIA = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html"}
 # Scripts only from the controller itself; style attributes are set by the graph library.

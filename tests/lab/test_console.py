@@ -4,7 +4,8 @@ chromedriver) against a lab's controller: two tenants (alpha, beta), real OVS.
 Every page loads with no console error; a port made through the API appears on the topology page
 without a reload; a name with HTML in it is shown as text; a member sees only its project's objects
 (pages and data calls, and its stream of change notices); a flow removed from a switch shows as
-missing on its port's page; a bad or revoked token goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
+missing on its port's page; a trace from a port's page shows the verdict and the path drawn; the flow
+records page loads; a bad or revoked token goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
 /tmp/fathom-console-shots; `FATHOM_CONSOLE_SHOTS=docs/img` refreshes the docs' images).
 """
 from __future__ import annotations
@@ -202,6 +203,36 @@ def test_chain_page(lab, admin, url, browser):
         browser.get("about:blank")      # the page polls the chain: leave it before deleting it
         for path in reversed(made):
             admin.delete(path)
+
+
+def test_trace_page_from_a_port(lab, admin, url, browser):
+    vm1 = admin.get("/ports", params={"name": "vm1"}).json()[0]
+    errors(browser)
+    browser.get(f"{url}/console/port/{vm1['id']}")
+    wait(browser, lambda d: d.find_elements(By.ID, "trace-link"), "the port's trace link")
+    browser.find_element(By.ID, "trace-link").click()
+    wait(browser, lambda d: d.current_url == f"{url}/console/trace?port={vm1['id']}", "the trace page")
+    wait(browser, lambda d: d.find_element(By.ID, "port").get_attribute("value") == str(vm1["id"]), "vm1 chosen")
+    browser.find_element(By.ID, "to").send_keys("198.19.1.13")       # vm3, on compute2
+    browser.find_element(By.CSS_SELECTOR, "#form button[type=submit]").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#verdict .status.delivered"), "the verdict")
+    assert "delivered to port vm3 on compute2" in browser.find_element(By.ID, "verdict").text
+    drawn = browser.execute_script("const s = document.querySelector('#picture svg'); "
+                                   "return s && s.namespaceURI === 'http://www.w3.org/2000/svg' ? s.textContent : null")
+    assert drawn is not None and "vm1" in drawn and "delivered" in drawn, drawn
+    assert any("br-int compute2" in c for c in cell_texts(browser, "hops")), cell_texts(browser, "hops")
+    assert errors(browser) == []
+    shot(browser, "trace")
+
+
+def test_flow_records_page(lab, admin, url, browser):
+    errors(browser)
+    browser.get(f"{url}/console/flow-records")
+    wait(browser, lambda d: "no records in the last 5 minutes" in d.find_element(By.ID, "drops").text,
+         "the drops (none: the lab samples nothing)")
+    assert "no records in the last 5 minutes" in browser.find_element(By.ID, "top").text
+    assert errors(browser) == []
+    shot(browser, "flow-records")
 
 
 def test_member_sees_its_project_only(lab, admin, url, browser):

@@ -75,9 +75,11 @@ def test_pages_need_no_token_and_data_needs_one(tenants):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in r.headers["content-security-policy"]
     assert anonymous.get("/console/port/12").status_code == 200
+    assert anonymous.get("/console/trace", params={"port": 3, "to": "198.19.1.13"}).status_code == 200
+    assert anonymous.get("/console/flow-records").status_code == 200
     assert anonymous.get("/console/static/console.js").headers["content-type"].startswith("text/javascript")
-    for bad in ("/console/nope", "/console/port/0", "/console/topology/3", "/console/static/..%2Fweb.py",
-                "/console/vendor/package.json", "/console/static/login.html"):
+    for bad in ("/console/nope", "/console/port/0", "/console/topology/3", "/console/trace/3",
+                "/console/static/..%2Fweb.py", "/console/vendor/package.json", "/console/static/login.html"):
         assert anonymous.get(bad).status_code == 404, bad
     assert anonymous.get("/v1/whoami").status_code == 401
     assert anonymous.get("/v1/events").status_code == 401

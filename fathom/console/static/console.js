@@ -16,18 +16,22 @@ export class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
-// GET /v1<path> with the token; a 401 sends the user to the login page.
-export async function api(path) {
+// GET /v1<path> with the token (or `method` with a JSON `body`); the answer's JSON, or its text with
+// `text`; a 401 sends the user to the login page.
+export async function api(path, { method = "GET", body, text = false } = {}) {
   const t = token();
   if (!t) { login(); throw new ApiError(401, "no token"); }
-  const r = await fetch("/v1" + path, { headers: { Authorization: "Bearer " + t } });
+  const headers = { Authorization: "Bearer " + t };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch("/v1" + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   if (r.status === 401) { login(); throw new ApiError(401, "the token is unknown, expired or revoked"); }
-  const body = await r.json().catch(() => null);
+  if (r.ok && text) return r.text();
+  const answer = await r.json().catch(() => null);
   if (!r.ok) {
-    const msg = body && body.detail && body.detail[0] ? body.detail[0].msg : r.statusText;
+    const msg = answer && answer.detail && answer.detail[0] ? answer.detail[0].msg : r.statusText;
     throw new ApiError(r.status, msg);
   }
-  return body;
+  return answer;
 }
 
 // GET that answers null for a 403/404 (what this token may not see).
@@ -63,7 +67,7 @@ export function table(columns, rows, empty = "none") {
 }
 
 export function replace(id, ...children) {
-  document.getElementById(id).replaceChildren(...children.flat());
+  document.getElementById(id).replaceChildren(...children.flat().filter(c => c !== null && c !== undefined));
 }
 
 // The header of every page: the caller, the pages, log out.
@@ -71,6 +75,8 @@ export async function header() {
   const me = await api("/whoami");
   replace("who", el("span", {}, (me.admin ? "admin" : "project ") + (me.admin ? "" : me.project)),
     " ", el("a", { href: "/console/topology" }, "topology"),
+    " ", el("a", { href: "/console/trace" }, "trace"),
+    " ", el("a", { href: "/console/flow-records" }, "flow records"),
     " ", el("button", { id: "logout", type: "button" }, "log out"));
   document.getElementById("logout").addEventListener("click", login);
   return me;

@@ -12,5 +12,5 @@ form.addEventListener("submit", async ev => {
   }
   sessionStorage.setItem("fathom.token", t);
   const next = new URLSearchParams(location.search).get("next") || "";
-  location.replace(/^\/console\/[a-z]+(\/[0-9]+)?$/.test(next) ? next : "/console/topology");
+  location.replace(/^\/console\/[a-z-]+(\/[0-9]+)?(\?[\w.=&%+-]*)?$/.test(next) ? next : "/console/topology");
 });

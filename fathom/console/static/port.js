@@ -17,7 +17,8 @@ let me;
 async function refresh() {
   const port = await api("/ports/" + portId);
   const network = await apiMaybe("/networks/" + port.network_id);
-  replace("title", "Port ", el("span", {}, port.name || String(port.id)));
+  replace("title", "Port ", el("span", {}, port.name || String(port.id)), " ",
+    el("a", { id: "trace-link", href: "/console/trace?port=" + port.id }, "trace from this port"));
   replace("port", table([
     { title: "status", cell: p => statusBadge(p.status) }, { title: "why", cell: p => p.status_reason || "" },
     { title: "project", cell: p => p.project_id }, { title: "network", cell: () => network ? network.name : String(port.network_id) },
