@@ -51,18 +51,18 @@ class Capture:
         self.report = ""          # what tcpdump said when it stopped (its counts)
 
     def command(self) -> list[str]:
-        cmd = ["tcpdump", "-Z", "root", "-i", self.dev, "-n", "-s", "0", "-U", "-w", str(self.path)]
+        options = ["-Z", "root", "-i", self.dev, "-n", "-s", "0", "-U", "-w", str(self.path)]
         if self.immediate:
-            cmd.append("--immediate-mode")
+            options.append("--immediate-mode")
         if self.nano:
-            cmd.append("--time-stamp-precision=nano")
+            options.append("--time-stamp-precision=nano")
         if self.direction:
-            cmd += ["-Q", self.direction]
+            options += ["-Q", self.direction]
         if self.buffer_kib:
-            cmd += ["-B", str(self.buffer_kib)]
+            options += ["-B", str(self.buffer_kib)]
         if self.count:
-            cmd += ["-c", str(self.count)]
-        return argv(cmd + ([self.filter] if self.filter else []), self.ns)
+            options += ["-c", str(self.count)]
+        return argv(["tcpdump", *options, *([self.filter] if self.filter else [])], self.ns)
 
     def start(self, timeout: float = 10) -> "Capture":
         """Start tcpdump and return once it listens (it says "listening on ..." when its socket is bound)."""
