@@ -184,6 +184,7 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
     result["actual"] = {"verdict": result["verdict"]}
     result["verdict"] = live.verdict(found, target, result["to"]["port"], stages)
     result["live"] = found
+    live.annotate(result, found)
     result["assumptions"]["state"] = LIVE
     return result
 

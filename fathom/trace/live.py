@@ -20,7 +20,7 @@ import secrets
 import time
 from typing import Callable
 
-from fathom.model import TUNNEL_INTERFACE, Port
+from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, Port
 from fathom.pipeline.catalogue import BR_INT, BR_PHY
 from fathom.trace.probe import Probe
 
@@ -37,7 +37,8 @@ Ask = Callable[[dict[str, dict]], dict[str, "dict | str"]]
 
 def watch_points(walk: dict, source: Port, target: Port) -> dict[str, list[str]]:
     """The interfaces to watch per node: where the simulated walk enters and leaves each node's
-    switches, the underlay port of every node a tunnel leaves or reaches, and both ends' ports."""
+    switches (the underlay port for the tunnel and the uplink: their frames cross it), and both
+    ends' ports."""
     out: dict[str, list[str]] = {}
 
     def add(node: str | None, dev: str | None) -> None:
@@ -48,7 +49,7 @@ def watch_points(walk: dict, source: Port, target: Port) -> dict[str, list[str]]
         if hop["bridge"] not in (BR_INT.bridge, BR_PHY.bridge):
             continue
         for dev in [hop["in_port"], *(o["port"] for o in hop["outputs"])]:
-            add(hop["name"], PHY_UPLINK if dev == TUNNEL_INTERFACE else dev)
+            add(hop["name"], PHY_UPLINK if dev in (TUNNEL_INTERFACE, UPLINK_INTERFACE) else dev)
     add(target.node, target.interface)
     add(target.node, PHY_UPLINK)
     return out
@@ -108,7 +109,7 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask) -
 
 def _segments(points: list[dict]) -> list[dict]:
     """The time between consecutive sightings: inside a node's switches (ingress → egress on one
-    node), on the wire between nodes (egress → ingress), in the destination VM (the request out
+    node), in the underlay between nodes (egress → ingress), in the destination VM (the request out
     of the switch → its reply back in)."""
     start = points[0]["t_ns"] if points else 0
     for p in points:
@@ -122,9 +123,9 @@ def _segments(points: list[dict]) -> list[dict]:
         elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == 8 and b["icmp_type"] == 0:
             where = f"VM behind {a['dev']} on {a['node']} (answering)"
         elif a["dir"] == "egress" and b["dir"] == "ingress":
-            where = f"wire {a['node']} → {b['node']}"
+            where = f"underlay {a['node']} → {b['node']}"
         else:
-            where = f"{a['node']} {a['dev']} {a['dir']} → {b['node']} {b['dev']} {b['dir']}"
+            where = f"{_point(a)} → {_point(b)}"
         out.append({"from": _point(a), "to": _point(b), "where": where, "us": round((b["t_ns"] - a["t_ns"]) / 1000, 3),
                     "packet": "reply" if b["icmp_type"] == 0 else "request"})
     return out
@@ -158,3 +159,18 @@ def verdict(live: dict, target: Port, target_name: str, stages: dict) -> dict:
     return {"result": "dropped", "node": last["node"],
             "reason": f"last seen at {_point(last)} (+{last['at_us']:.1f} µs): dropped in {last['node']}'s switches"
                       + (f": {where}" if where else "")}
+
+
+def annotate(result: dict, live: dict) -> None:
+    """Each node's first switch hop of the walk gets the time the probe spent in that node's
+    switches (`time_us`: ingress to egress, the request's first crossing)."""
+    done = set()
+    for seg in live["segments"]:
+        node = seg["where"].removeprefix("switches of ")
+        if seg["packet"] != "request" or node == seg["where"] or node in done:
+            continue
+        hop = next((h for h in result["hops"] if h["name"] == node and h["bridge"] in (BR_INT.bridge, BR_PHY.bridge)),
+                   None)
+        if hop is not None:
+            hop["time_us"] = seg["us"]
+            done.add(node)

@@ -237,7 +237,7 @@ def test_cli_table_and_help(capsys):
     from fathom.cli.main import cli
     from fathom.cli.trace import show
     help_text = CliRunner().invoke(cli, ["trace", "--help"]).output
-    assert "Not built yet: --live" in help_text and "--actual" in help_text and "--svg" in help_text
+    assert "--live" in help_text and "--actual" in help_text and "--svg" in help_text
     snapshot, states = cloud(LAB / "default.yaml", more=_web_only)
     show(run(snapshot, states, "vm1", "198.19.1.13", proto="tcp", dport=22))
     text = capsys.readouterr().out
