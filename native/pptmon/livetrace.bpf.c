@@ -90,11 +90,12 @@ static __always_inline int observe(struct __sk_buff *skb, __u8 dir, struct lt_se
 	int r;
 
 	__builtin_memset(s, 0, sizeof(*s));
-	s->vlan = 0xffff;
+	/* a received tag is in the skb already (taken out of the frame before TC ingress) */
+	s->vlan = skb->vlan_present ? skb->vlan_tci & 0xfff : 0xffff;
 	r = ours(skb, 0, s, 0);
 	if (r == 1) {
 		__u16 vlan = s->vlan;
-		r = ours(skb, 14 + (vlan != 0xffff ? 4 : 0) + 20 + 8 + 8, s, 1);
+		r = ours(skb, 14 + (vlan != 0xffff && !skb->vlan_present ? 4 : 0) + 20 + 8 + 8, s, 1);
 		s->vlan = vlan;
 	}
 	if (r != 0)
