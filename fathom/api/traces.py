@@ -170,9 +170,13 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
     _acquire(running, f"{MAX_LIVE} live trace(s) running")
     try:
         ask = _live_agents(request, body.timeout)
+        started = time.monotonic()
         found = live.run(sim, source, target, body.ttl, body.size, ask)
+        walked = time.monotonic()
         result = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible,
                        actual=_agents(request, body.timeout))
+        found["timings_ms"]["stages"] = round((time.monotonic() - walked) * 1000, 1)
+        found["answer_ms"] = round((time.monotonic() - started) * 1000, 1)
     except TraceError as e:
         raise Invalid(str(e)) from None
     finally:

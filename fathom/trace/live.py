@@ -70,7 +70,7 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask) -
     arm = {node: {"kind": "live-arm", "trace": trace, "probe": probe.to_json(), "devs": devs, "timeout_ms": WATCH_MS,
                   **({"drop_reply": source.interface} if node == source.node else {})}
            for node, devs in points.items()}
-    armed = []
+    armed, took = [], {}
     for node, got in ask(arm).items():
         if isinstance(got, str):
             live["unknown"][node] = got
@@ -80,6 +80,7 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask) -
             armed.append(node)
         if got.get("not_watched"):
             live["not_watched"][node] = got["not_watched"]
+    took["arm"] = time.monotonic()
     why = None
     if source.node not in armed:
         why = live["unknown"].get(source.node, "the source node was not armed")
@@ -90,6 +91,7 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask) -
                                  "frame": frame.hex()}})[source.node]
         why = got if isinstance(got, str) else None
     live["injected"] = why is None
+    took["inject"] = time.monotonic()
     if why is None:
         time.sleep(SETTLE)
     else:
@@ -101,9 +103,13 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask) -
         offset = got.get("realtime_offset_ns", 0)
         for s in got.get("seen", ()):
             live["points"].append({"node": node, **s, "t_ns": s["ktime_ns"] + offset})
+    took["collect"] = time.monotonic()
     live["points"].sort(key=lambda p: p["t_ns"])
     live["segments"] = _segments(live["points"])
-    live["answer_ms"] = round((time.monotonic() - started) * 1000, 1)
+    live["timings_ms"] = {"arm": took["arm"] - started, "inject": took["inject"] - took["arm"],
+                          "settle": SETTLE if live["injected"] else 0,
+                          "collect": took["collect"] - took["inject"] - (SETTLE if live["injected"] else 0)}
+    live["timings_ms"] = {k: round(v * 1000, 1) for k, v in live["timings_ms"].items()}
     return live
 
 
