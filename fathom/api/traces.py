@@ -33,10 +33,10 @@ from fathom.api.agent_traces import TooManyTraces
 from fathom.api.deps import ERRORS, CallerDep
 from fathom.api.schemas import ErrorOut, _Request
 from fathom.model import Snapshot
+from fathom.model.hostlocal_desired import network_mtu
 from fathom.model.views import ports_by_id
 from fathom.store.agents import STALE_AFTER
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.model.hostlocal_desired import network_mtu
 from fathom.trace import TraceError, Unanswered, live, svg, trace
 from fathom.trace.probe import MIN_SIZE
 from fathom.trace.walk import destination
@@ -171,7 +171,7 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
     try:
         ask = _live_agents(request, body.timeout)
         started = time.monotonic()
-        found = live.run(sim, source, target, body.ttl, body.size, ask)
+        found = live.run(sim, source, target, body.ttl, body.size, ask, body.timeout)
         walked = time.monotonic()
         result = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible,
                        actual=_agents(request, body.timeout))

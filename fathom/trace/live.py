@@ -26,7 +26,6 @@ from fathom.trace.probe import Probe
 
 PHY_UPLINK = "ul0"             # br-phy's underlay interface (fathom.controller.setups)
 SETTLE = 0.15                  # seconds the probe (and the VM's reply) have to cross the cloud
-WATCH_MS = 5000                # a watcher ends by itself this long after it attached
 MAX_DEVS = 32
 
 
@@ -55,9 +54,10 @@ def watch_points(walk: dict, source: Port, target: Port) -> dict[str, list[str]]
     return out
 
 
-def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask) -> dict:
+def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask, timeout: float = 5.0) -> dict:
     """Inject the probe the simulated `walk` describes and gather its sightings: the `live` part of
-    a trace's result (fathom.trace.live.verdict reads it)."""
+    a trace's result (fathom.trace.live.verdict reads it). The observation points end by
+    themselves `timeout` seconds after they were attached, collected or not."""
     started = time.monotonic()
     probe, trace = Probe.new(), secrets.token_hex(8)
     pkt = walk["packet"]
@@ -67,7 +67,7 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask) -
                                     "source port)", "size": size, **probe.to_json()},
                   "source": {"node": source.node, "dev": source.interface},
                   "watched": {}, "not_watched": {}, "unknown": {}, "points": []}
-    arm = {node: {"kind": "live-arm", "trace": trace, "probe": probe.to_json(), "devs": devs, "timeout_ms": WATCH_MS,
+    arm = {node: {"kind": "live-arm", "trace": trace, "probe": probe.to_json(), "devs": devs, "timeout_ms": int(timeout * 1000),
                   **({"drop_reply": source.interface} if node == source.node else {})}
            for node, devs in points.items()}
     armed, took = [], {}
@@ -126,7 +126,8 @@ def _segments(points: list[dict]) -> list[dict]:
             continue
         if a["node"] == b["node"] and a["dir"] == "ingress" and b["dir"] == "egress":
             where = f"switches of {a['node']}"
-        elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == 8 and b["icmp_type"] == 0:
+        elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == 8 and b["icmp_type"] == 0 \
+                and (a["node"], a["dev"]) == (b["node"], b["dev"]):
             where = f"VM behind {a['dev']} on {a['node']} (answering)"
         elif a["dir"] == "egress" and b["dir"] == "ingress":
             where = f"underlay {a['node']} → {b['node']}"
