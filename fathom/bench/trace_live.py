@@ -7,8 +7,10 @@ one after another, each timed from the client (the HTTP round trip included), wh
 on compute1, ul0 and vm3 on compute2. Each probe is found in the captures by its ICMP identifier
 and sequence number (inside VXLAN on ul0); each segment between two consecutive interfaces —
 compute1's switches, the underlay, compute2's switches — is timed by both, and the difference is
-reported. The two do not stamp at the same instant: tcpdump's packet tap runs just before TC
-ingress on receive and just after TC egress on send, so a few µs apart is the expected agreement.
+reported. The two do not stamp at the same instant: on send tcpdump's tap runs just after TC egress;
+on receive the kernel stamps the frame for tcpdump when the veth queues it to the receiving side's
+backlog (netif_rx), and TC ingress runs when the backlog is processed — the wait between the two,
+a few µs on a quiet machine, tens on a loaded one, is the disagreement.
 Target: answer ≤ 1 s; per-hop times within 20 µs of tcpdump's, p50.
 """
 from __future__ import annotations
