@@ -8,8 +8,9 @@ import tempfile
 
 import pytest
 from fastapi.testclient import TestClient
-from scapy.layers.inet import ICMP, IP
+from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import Ether
+from scapy.layers.vxlan import VXLAN
 
 from fathom.agent.livetrace import LiveTraces
 from fathom.agent.local import LocalOvs
@@ -36,6 +37,15 @@ def test_the_probe_is_a_marked_icmp_echo_with_right_checksums():
     assert (again[IP].chksum, again[ICMP].chksum) == (ip_sum, icmp_sum)
     with pytest.raises(ValueError):
         p.frame("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 27)
+
+
+def test_the_bench_finds_the_probe_plain_tagged_and_in_vxlan():
+    from fathom.bench.trace_live import probe_of
+    frame = Probe(1, 0xBEEF, 7).frame("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 84)
+    tagged = frame[:12] + b"\x81\x00\x00\x78" + frame[12:]
+    outer = Ether() / IP(src="198.18.0.10", dst="198.18.0.11") / UDP(dport=4789) / VXLAN(vni=1001)
+    assert probe_of(frame) == probe_of(tagged) == probe_of(bytes(outer) + tagged) == (8, 0xBEEF, 7)
+    assert probe_of(bytes(Ether() / IP() / UDP(dport=53))) is None and probe_of(b"\x00" * 10) is None
 
 
 def _walk(src="vm1", to="198.19.1.13"):
