@@ -82,8 +82,8 @@ class LiveTraces:
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         line = _readline(proc, ATTACH_WAIT)
         if '"attached"' not in line:
-            proc.kill()
-            _, err = proc.communicate(timeout=5)
+            _, err = _end(proc)
+            LOG.warning("trace %s: livetrace-watch did not attach: %s", trace, (line + err).strip()[:300])
             return {"error": f"livetrace-watch did not attach: {(line + err).strip()[:1500] or 'no output'}"}
         self.watchers[trace] = (proc, time.monotonic() + timeout / 1000 + 5)
         return {"live": {"watched": watched, "not_watched": skipped}}
@@ -100,20 +100,14 @@ class LiveTraces:
         with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
             s.setsockopt(socket.SOL_SOCKET, SO_MARK, INJECT_MARK)
             s.bind((dev, 0))
-            sent = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
             s.send(bytes.fromhex(frame))
-        return {"live": {"sent_ns": sent}}
+        return {"live": {}}
 
     def collect(self, trace: str) -> dict:
         got = self.watchers.pop(trace, None)
         if got is None:
             return {"error": f"trace {trace} is not armed here (it timed out?)"}
-        proc, _ = got
-        try:
-            out, err = proc.communicate(input="", timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
+        out, err = _end(got[0])
         seen = []
         for line in out.splitlines():
             try:
@@ -125,16 +119,29 @@ class LiveTraces:
                 seen.append(rec)
         offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         return {"live": {"seen": seen[:256], "realtime_offset_ns": offset,
-                         **({"watcher_error": err.strip()[:500]} if proc.returncode else {})}}
+                         **({"watcher_error": err.strip()[:500]} if got[0].returncode else {})}}
 
     def _reap(self) -> None:
         """Watchers whose trace was never collected: ended (their own timeout has passed)."""
         now = time.monotonic()
         for trace, (proc, until) in list(self.watchers.items()):
             if now > until:
-                proc.kill()
-                proc.communicate()
+                _end(proc)
                 del self.watchers[trace]
+
+
+def _end(proc: subprocess.Popen) -> tuple[str, str]:
+    """End a watcher (its stdin closed: it detaches its programs, then exits; SIGTERM does the same
+    if it does not) and return what it printed."""
+    try:
+        return proc.communicate(input="", timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+    try:
+        return proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
 
 
 def _kernel_interface(dev: str) -> bool:

@@ -176,7 +176,6 @@ class LiveAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
     not_watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
-    sent_ns: int | None = Field(default=None, ge=0, lt=2 ** 64)
     seen: list[Seen] | None = Field(default=None, max_length=256)
     realtime_offset_ns: int | None = Field(default=None, ge=-2 ** 63, lt=2 ** 63)
     watcher_error: str | None = Field(default=None, max_length=500)

@@ -89,7 +89,7 @@ def _agents(seen, down=()):
                 out[node] = {"watched": [d for d in req["devs"] if d != "patch-phy"]}
             elif req["kind"] == "live-inject":
                 assert bytes.fromhex(req["frame"])[12:14] == b"\x08\x00" and req["dev"] == "vm1"
-                out[node] = {"sent_ns": 1}
+                out[node] = {}
             else:
                 out[node] = {"seen": seen.get(node, []), "realtime_offset_ns": 0}
         return out
