@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 
+from fathom.agent.livetrace import LiveTraces
 from fathom.agent.local import LocalOvs
 from fathom.host.exec import CommandError
 
@@ -26,9 +27,13 @@ MAX_FLOW, MAX_CT_NEXT, MAX_OUTPUT = 1024, 8, 256 * 1024
 class Tracer:
     def __init__(self, ovs: LocalOvs):
         self.ovs = ovs
+        self.live = LiveTraces(ovs)
 
     def run(self, ask: dict) -> dict:
-        """The answer to one request: {"output": what OVS printed} or {"error": why not}."""
+        """The answer to one request: {"output": what OVS printed} or {"error": why not}; a live
+        trace's request (fathom.agent.livetrace): {"live": ...} or {"error": why not}."""
+        if ask.get("kind", "ofproto") != "ofproto":
+            return self.live.run(ask)
         bridge, flow, ct_next = ask.get("bridge"), ask.get("flow"), ask.get("ct_next") or []
         if bridge not in BRIDGES or not isinstance(flow, str) or len(flow) > MAX_FLOW or not FLOW_RE.match(flow) \
                 or not isinstance(ct_next, list) or len(ct_next) > MAX_CT_NEXT or any(c not in CT_NEXT for c in ct_next):

@@ -10,7 +10,9 @@ late answer finds nothing (404).
 
 Bounded: at most MAX_PENDING requests per node and MAX_OUTPUT bytes of output per answer; the
 request names one of BRIDGES, a flow of FLOW_RE (built by the controller from a trace's packet,
-fathom.trace.ofproto) and the conntrack state every ct action resumes with.
+fathom.trace.ofproto) and the conntrack state every ct action resumes with. A live trace
+(fathom.trace.live) asks with `ask_live`: arm the node's observation points, inject the probe,
+collect what they saw; the agent answers with `live` (fathom.agent.livetrace).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import itertools
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,6 +40,7 @@ MAX_CT_NEXT = 8               # ct actions a trace resumes (a packet meets at mo
 # a br_flow as fathom.trace.ofproto writes it: field=value pairs of plain characters
 FLOW_RE = r"^[a-z][a-z0-9_]*(=[0-9A-Za-z_.:/x]+)?(,[a-z][a-z0-9_]*(=[0-9A-Za-z_.:/x]+)?)*$"
 MAX_FLOW = 1024
+LIVE_KINDS = ("live-arm", "live-inject", "live-collect")
 
 
 class TooManyTraces(Exception):
@@ -51,12 +54,16 @@ class Ask:
     bridge: str
     flow: str
     ct_next: list[str]
+    live: dict | None = None        # a live trace's request (kind live-arm | live-inject | live-collect, ...)
     handed: bool = False            # taken by the agent's long-poll
     output: str | None = None
     error: str | None = None
+    answer: dict | None = None      # a live trace's answer
     done: threading.Event = field(default_factory=threading.Event)
 
     def to_json(self) -> dict:
+        if self.live is not None:
+            return {"id": self.id, **self.live}
         return {"id": self.id, "bridge": self.bridge, "flow": self.flow, "ct_next": self.ct_next}
 
 
@@ -73,10 +80,19 @@ class TraceDesk:
         if bridge not in BRIDGES or len(flow) > MAX_FLOW or not re.match(FLOW_RE, flow) \
                 or len(ct_next) > MAX_CT_NEXT or any(c not in CT_NEXT for c in ct_next):
             raise ValueError(f"not a trace fathom asks for: {bridge} {flow[:100]!r} {ct_next}")
+        return self._put(node, Ask(0, node, bridge, flow, list(ct_next)))
+
+    def ask_live(self, node: str, request: dict) -> Ask:
+        """A live trace's request to the node's agent (fathom.trace.live builds them)."""
+        if request.get("kind") not in LIVE_KINDS:
+            raise ValueError(f"not a live trace request: {request.get('kind')!r}")
+        return self._put(node, Ask(0, node, "", "", [], live=dict(request)))
+
+    def _put(self, node: str, a: Ask) -> Ask:
         with self._lock:
-            if sum(1 for a in self._asks.values() if a.node == node) >= MAX_PENDING:
+            if sum(1 for other in self._asks.values() if other.node == node) >= MAX_PENDING:
                 raise TooManyTraces(f"node {node} has {MAX_PENDING} traces not answered yet")
-            a = Ask(next(self._ids), node, bridge, flow, list(ct_next))
+            a.id = next(self._ids)
             self._asks[a.id] = a
             for loop, event in self._waiters.get(node, ()):
                 try:
@@ -122,22 +138,54 @@ class TraceDesk:
                     if not waiting:
                         del self._waiters[node]
 
-    def answer(self, node: str, ask_id: int, output: str | None, error: str | None) -> bool:
+    def answer(self, node: str, ask_id: int, output: str | None, error: str | None, live: dict | None = None) -> bool:
         """The agent's answer; False when no such request of this node waits for one."""
         with self._lock:
             a = self._asks.get(ask_id)
             if a is None or a.node != node or not a.handed:
                 return False
             del self._asks[ask_id]
-        a.output, a.error = output, error
+        a.output, a.error, a.answer = output, error, live
         a.done.set()
         return True
+
+
+class Vxlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    vni: int = Field(ge=0, lt=2 ** 24)
+    src: str = Field(max_length=15)
+    dst: str = Field(max_length=15)
+
+
+class Seen(BaseModel):
+    """One sighting of a live trace's probe by an observation point (native/pptmon/livetrace.c)."""
+    model_config = ConfigDict(extra="forbid")
+    dev: str = Field(max_length=15)
+    dir: Literal["ingress", "egress", "injected"]
+    ktime_ns: int = Field(ge=0, lt=2 ** 64)
+    icmp_type: Literal[0, 8]
+    ttl: int = Field(ge=0, le=255)
+    len: int = Field(ge=0, le=2 ** 20)
+    src: str = Field(max_length=15)
+    dst: str = Field(max_length=15)
+    vlan: int | None = Field(default=None, ge=0, le=4095)
+    vxlan: Vxlan | None = None
+
+
+class LiveAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
+    not_watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
+    seen: list[Seen] | None = Field(default=None, max_length=256)
+    realtime_offset_ns: int | None = Field(default=None, ge=-2 ** 63, lt=2 ** 63)
+    watcher_error: str | None = Field(default=None, max_length=500)
 
 
 class TraceAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     output: str | None = Field(default=None, max_length=MAX_OUTPUT, description="what ofproto/trace printed")
     error: str | None = Field(default=None, max_length=2048, description="why the agent could not trace")
+    live: LiveAnswer | None = Field(default=None, description="a live trace's answer (fathom.agent.livetrace)")
 
 
 router = APIRouter(prefix="/agents", tags=["agents"], responses=ERRORS)
@@ -148,5 +196,6 @@ def answer_trace(node: Annotated[str, Field(pattern=NODE_NAME_RE)], ask_id: Anno
                  body: TraceAnswer, request: Request, who: Identity = Depends(identity)):
     if "agent" not in who.roles or who.node != node:
         raise Forbidden(f"only node {node[:64]!r}'s agent token may answer its trace requests")
-    if not request.app.state.trace_desk.answer(node, ask_id, body.output, body.error):
+    live = body.live.model_dump(exclude_none=True) if body.live is not None else None
+    if not request.app.state.trace_desk.answer(node, ask_id, body.output, body.error, live):
         raise NotFound(f"no trace request {ask_id} of node {node[:64]!r} waits for an answer (it timed out?)")

@@ -8,6 +8,11 @@ state of every switch). With `actual`, each node's bridges are traced through th
 the node's agent (`ovs-appctl ofproto/trace`, asked through fathom.api.agent_traces) within
 `timeout` seconds in all; a hop whose agent is down or does not answer in time is named, with why,
 and the trace answers with what it has. At most MAX_ACTUAL such traces run at once (429 beyond).
+With `live`, a marked ICMP echo is injected at the source port by its node's agent and seen in
+the kernel at each hop (fathom.trace.live); the result holds its verdict and times besides the
+walk through each switch's own tables. Only MAX_LIVE live traces run at once (429 beyond); one
+to an address no port owns, larger than the network's MTU, or that the source VM would not send
+is refused (422) before anything is injected.
 `?format=svg` (or `Accept: image/svg+xml`) answers the path as a picture (fathom.trace.svg).
 
 Who may: a member traces from a port of their project only, to an address or to a port they may
@@ -28,14 +33,19 @@ from fathom.api.agent_traces import TooManyTraces
 from fathom.api.deps import ERRORS, CallerDep
 from fathom.api.schemas import ErrorOut, _Request
 from fathom.model import Snapshot
+from fathom.model.hostlocal_desired import network_mtu
 from fathom.model.views import ports_by_id
 from fathom.store.agents import STALE_AFTER
 from fathom.store.errors import Conflict, Invalid, NotFound
-from fathom.trace import TraceError, Unanswered, svg, trace
+from fathom.trace import TraceError, Unanswered, live, svg, trace
+from fathom.trace.probe import MIN_SIZE
+from fathom.trace.walk import destination
 
 PORT = Field(default=None, ge=1, le=65535)
 MAX_ACTUAL = 4          # traces of actual tables at once (each holds a worker thread while the agents answer)
+MAX_LIVE = 1            # live traces at once (their observation points share one tc slot per interface)
 SVG = "image/svg+xml"
+LIVE = "live (a marked probe injected at the source port; stages from each node's tables, traced by its agent)"
 
 
 class TraceCreate(_Request):
@@ -50,8 +60,12 @@ class TraceCreate(_Request):
         default="new", description="the conntrack state every ct lookup is assumed to find")
     ttl: int = Field(default=64, ge=1, le=255)
     actual: bool = Field(default=False, description="trace each node's own tables (by its agent's ofproto/trace)")
+    live: bool = Field(default=False, description="inject a marked ICMP echo at the source port and follow it, with "
+                                                   "kernel timestamps at each hop (implies actual)")
+    size: int = Field(default=84, ge=MIN_SIZE, le=9216, description="with live: bytes of the probe's IP packet "
+                                                                     "(at most the network's MTU)")
     timeout: float = Field(default=5.0, ge=0.5, le=20.0,
-                           description="with actual: seconds the agents have to answer, in all")
+                           description="with actual or live: seconds the agents have to answer, in all")
 
     @model_validator(mode="after")
     def _one_destination(self):
@@ -61,6 +75,8 @@ class TraceCreate(_Request):
             raise ValueError("icmp has no ports")
         if self.proto != "icmp" and self.dport is None:
             raise ValueError(f"{self.proto} needs dport")
+        if self.live and self.proto != "icmp":
+            raise ValueError("a live trace sends an ICMP echo: proto icmp")
         return self
 
 
@@ -70,6 +86,7 @@ Model = Callable[[], tuple[Snapshot | None, Mapping]]
 def traces_router(model: Model) -> APIRouter:
     router = APIRouter(prefix="/v1/traces", tags=["traces"], responses=ERRORS)
     running = threading.BoundedSemaphore(MAX_ACTUAL)
+    running_live = threading.BoundedSemaphore(MAX_LIVE)
 
     @router.post("", summary="Trace one packet from a port through the pipelines (desired, or each switch's own)",
                  responses={200: {"content": {SVG: {}}}, 429: {"model": ErrorOut}})
@@ -104,16 +121,15 @@ def traces_router(model: Model) -> APIRouter:
                 raise Invalid(f"port {dst.id} has no IPv4 address", "to_port_id")
         else:
             to = str(body.to_ip)
+        if body.live:
+            return _live(snapshot, states, source, to, body, visible, request, running_live)
         if not body.actual:
             try:
                 return trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state,
                              body.ttl, visible)
             except TraceError as e:
                 raise Invalid(str(e)) from None
-        if not running.acquire(blocking=False):
-            raise HTTPException(429, detail=[{"loc": [], "msg": f"{MAX_ACTUAL} traces of actual tables are running: "
-                                              "retry in a moment", "type": "rate_limited"}],
-                                headers={"Retry-After": "1"})
+        _acquire(running, f"{MAX_ACTUAL} traces of actual tables are running")
         try:
             return trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl,
                          visible, actual=_agents(request, body.timeout))
@@ -123,6 +139,87 @@ def traces_router(model: Model) -> APIRouter:
             running.release()
 
     return router
+
+
+def _acquire(semaphore: threading.BoundedSemaphore, busy: str) -> None:
+    if not semaphore.acquire(blocking=False):
+        raise HTTPException(429, detail=[{"loc": [], "msg": f"{busy}: retry in a moment", "type": "rate_limited"}],
+                            headers={"Retry-After": "1"})
+
+
+def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreate, visible, request: Request,
+          running: threading.BoundedSemaphore) -> dict:
+    """A live trace (fathom.trace.live): every check before anything is injected."""
+    target = destination(snapshot, source, to)
+    if target is None:
+        raise Invalid(f"no port owns {to}: a live trace's probe must reach a port that answers it", "to_ip")
+    network = next((n for n in snapshot.networks if n.id == source.network_id), None)
+    mtu = network_mtu(network.type) if network else None
+    if mtu is not None and body.size > mtu:
+        raise Invalid(f"a {body.size}-byte packet is larger than network {network.name or network.id}'s MTU "
+                      f"({mtu}): the source VM could not send it", "size")
+    try:
+        sim = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible)
+    except TraceError as e:
+        raise Invalid(str(e)) from None
+    if sim["packet"]["eth_dst"] == "ff:ff:ff:ff:ff:ff":
+        raise Invalid(f"the source VM would not send it: {sim['next_hop']}")
+    down = next((lf["detail"] for lf in sim["leaves"] if lf["hop"] is None), None)
+    if down is not None:
+        raise Invalid(down)
+    _acquire(running, f"{MAX_LIVE} live trace(s) running")
+    try:
+        ask = _live_agents(request, body.timeout)
+        started = time.monotonic()
+        found = live.run(sim, source, target, body.ttl, body.size, ask, body.timeout)
+        walked = time.monotonic()
+        result = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible,
+                       actual=_agents(request, body.timeout))
+        found["timings_ms"]["stages"] = round((time.monotonic() - walked) * 1000, 1)
+        found["answer_ms"] = round((time.monotonic() - started) * 1000, 1)
+    except TraceError as e:
+        raise Invalid(str(e)) from None
+    finally:
+        running.release()
+    stages = {}
+    for leaf in result["leaves"]:
+        if leaf["result"] in ("dropped", "unknown") and leaf["hop"] is not None:
+            stages.setdefault(result["hops"][leaf["hop"]]["name"], leaf["detail"])
+    result["actual"] = {"verdict": result["verdict"]}
+    result["verdict"] = live.verdict(found, target, result["to"]["port"], stages)
+    result["live"] = found
+    live.annotate(result, found)
+    result["assumptions"]["state"] = LIVE
+    return result
+
+
+def _live_agents(request: Request, timeout: float) -> live.Ask:
+    """The `ask` of fathom.trace.live: requests put to all the nodes' agents at once, answered
+    within `timeout` seconds from the first."""
+    desk, hub = request.app.state.trace_desk, request.app.state.agent_hub
+    deadline = time.monotonic() + timeout
+
+    def ask(batch: dict[str, dict]) -> dict[str, dict | str]:
+        out: dict[str, dict | str] = {}
+        asks = {}
+        for node, req in batch.items():
+            heard = hub.last_heard(node)
+            if heard is None or time.time() - heard > STALE_AFTER:
+                out[node] = f"node {node}'s agent is down or was never heard from"
+                continue
+            try:
+                asks[node] = desk.ask_live(node, req)
+            except TooManyTraces as e:
+                out[node] = str(e)
+        for node, a in asks.items():
+            if not desk.wait(a, deadline - time.monotonic()):
+                out[node] = f"node {node}'s agent did not answer within the trace's {timeout:g} s"
+            elif a.error is not None or a.answer is None:
+                out[node] = f"node {node}'s agent: {a.error or 'no answer'}"
+            else:
+                out[node] = a.answer
+        return out
+    return ask
 
 
 def _agents(request: Request, timeout: float):

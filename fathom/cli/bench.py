@@ -470,11 +470,19 @@ def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports,
 @click.option("--seed", type=int, default=1, show_default=True, help="of the random draw of port pairs")
 @click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-trace-<timestamp>/")
+@click.option("--live", "live", type=click.IntRange(1, 1000), default=None,
+              help="instead: N live traces on the default lab (needs root): answer time, per-hop times vs tcpdump")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def trace_bench(nodes, ports, samples, seed, quick, outdir, as_json):
+def trace_bench(nodes, ports, samples, seed, quick, outdir, live, as_json):
     """Simulated trace latency (p50/p99, wall clock and CPU) on bench scale's model of NODES x PORTS:
-    a random port to a random other port of its network, as POST /v1/traces runs it."""
+    a random port to a random other port of its network, as POST /v1/traces runs it. With --live N:
+    the live trace on a lab instead."""
     from fathom.bench import trace as tr
+    if live is not None:
+        from fathom.bench import trace_live
+        out = output_dir("trace", outdir)
+        return publish("trace", trace_live.run(5 if quick else live, progress=stderr_progress()), out, trace_live,
+                       as_json)
     if quick:
         nodes, ports, samples = 10, 10, 50
     out = output_dir("trace", outdir)

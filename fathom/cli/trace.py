@@ -26,8 +26,13 @@ from fathom.trace.walk import passed_through
 @click.option("--actual", is_flag=True,
               help="Trace each node's own tables (its agent runs ovs-appctl ofproto/trace) and show where they "
                    "differ from the desired ones when the verdicts differ.")
+@click.option("--live", is_flag=True,
+              help="Inject a marked ICMP echo at the source port (by its node's agent) and follow it: where it "
+                   "really went, with kernel times at each hop; stages from each node's own tables (implies --actual).")
+@click.option("--size", type=click.IntRange(28, 9216), default=84, show_default=True,
+              help="With --live: bytes of the probe's IP packet.")
 @click.option("--timeout", type=click.FloatRange(0.5, 20), default=5.0, show_default=True,
-              help="With --actual: seconds the agents have to answer, in all.")
+              help="With --actual or --live: seconds the agents have to answer, in all.")
 @click.option("--svg", "svg_file", type=click.Path(dir_okay=False, writable=True),
               help="Also draw the path hop by hop into this SVG file.")
 @click.option("--controller", envvar="FATHOM_CONTROLLER", default=DEFAULT_CONTROLLER, show_default=True,
@@ -35,17 +40,17 @@ from fathom.trace.walk import passed_through
 @click.option("--project", envvar="FATHOM_PROJECT", default=None,
               help="Service tokens: the project to act for (X-Project).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def trace(port_ref, to, proto, dport, sport, ct_state, ttl, actual, timeout, svg_file, controller, project, as_json):
+def trace(port_ref, to, proto, dport, sport, ct_state, ttl, actual, live, size, timeout, svg_file, controller, project,
+          as_json):
     """Trace a packet from PORT_REF (id or name) through the pipelines of every switch it reaches:
     each switch, each stage, the flow that matched and its owner, the actions, and the verdict
     (delivered to a port, dropped and why, or sent out the uplink). A simulation over the desired
-    state; with --actual, through each node's own tables.
-
-    Not built yet: --live (a marked packet injected at the source port, with the time each hop took)."""
+    state; with --actual, through each node's own tables; with --live, a real probe too."""
     api = Api(controller, project)
     body = {"port_id": api.find("ports", port_ref)["id"], "proto": proto, "ct_state": ct_state, "ttl": ttl,
             **({"dport": dport} if dport is not None else {}), **({"sport": sport} if sport is not None else {}),
-            **({"actual": True, "timeout": timeout} if actual else {})}
+            **({"actual": True, "timeout": timeout} if actual else {}),
+            **({"live": True, "size": size, "timeout": timeout} if live else {})}
     try:
         body["to_ip"] = str(ipaddress.IPv4Address(to))
     except ValueError:
@@ -90,15 +95,35 @@ def show(result: dict) -> None:
     for leaf in result["leaves"]:
         console.print(plain(f"  {leaf['result']}: {leaf['detail']}"
                             + (f" (at #{leaf['hop']})" if leaf["hop"] is not None else "")))
-    if "desired" in result:
-        d = result["desired"]["verdict"]
-        console.print(plain(f"desired verdict: {d['result']}" + (f" to {d['port']} on {d['node']}" if d.get("port")
+    for name in ("desired", "actual"):
+        if name not in result:
+            continue
+        d = result[name]["verdict"]
+        console.print(plain(f"{name} verdict: {d['result']}" + (f" to {d['port']} on {d['node']}" if d.get("port")
                                                                    else "")))
     if result.get("difference"):
         console.print(plain(f"difference: {result['difference']['reason']}"))
+    if "live" in result:
+        _show_live(result)
     v = result["verdict"]
     console.print(plain(f"verdict: {v['result']}" + (f" to {v['port']} on {v['node']}" if v.get("port") else "")
                         + f" — {v['reason']}"))
+
+
+def _show_live(result: dict) -> None:
+    live = result["live"]
+    p = live["probe"]
+    console.print(plain(f"live probe: {p['what']}; {p['size']} bytes, DSCP {p['dscp']}, IP ID {p['ip_id']}, "
+                        f"ICMP id {p['icmp_id']} seq {p['icmp_seq']}; answered in {live['answer_ms']} ms"))
+    rows = [[f"+{pt['at_us']:.1f}", pt["node"], pt["dev"], pt["dir"], "reply" if pt["icmp_type"] == 0 else "request",
+             (f"VNI {pt['vxlan']['vni']} " if pt.get("vxlan") else "") + (f"VLAN {pt['vlan']}" if "vlan" in pt else "")]
+            for pt in live["points"]]
+    print_table("live: where the kernel saw the probe", ["µs", "node", "interface", "hook", "packet", "on the wire"],
+                rows)
+    print_table("live: time between sightings", ["µs", "where", "packet"],
+                [[f"{s['us']:.1f}", s["where"], s["packet"]] for s in live["segments"]])
+    for node, why in live["unknown"].items():
+        console.print(plain(f"  not watched on {node}: {why}"))
 
 
 def _packet(pkt: dict) -> str:

@@ -5,7 +5,8 @@ Each hop is a box (the switch, the port it came in on, the tables it was traced 
 actual), with the stages that did something to the packet as chips in the order met (red: where it
 was dropped; amber: where the switch's actual flow is not the desired one), the ports it left by
 (and the tunnel), and the time the hop took when the trace has one. A hop hangs under the hop it
-came from. What became of each branch follows its hop; the verdict ends the picture.
+came from. What became of each branch follows its hop; then the verdict and, for a live trace, the
+probe's sightings with their kernel times and the time between them.
 
 Every text (port, network, rule names: tenants choose them) is escaped; nothing of the trace
 goes into an attribute. Plain text, no dependency: any browser or the web console shows it.
@@ -63,6 +64,8 @@ def render(result: dict) -> str:
     for i, line in enumerate(lines):
         out.append(_text(2 * PAD, y + 17 + i * LINE, line, weight="bold" if i == 0 else "normal"))
     y += len(lines) * LINE + 10 + PAD
+    if result.get("live"):
+        y = _live(out, result["live"], y)
     diff = result.get("difference")
     if diff:
         for line in _wrap(f"desired: {diff['desired']}, actual: {diff['actual']} — {diff.get('reason', '')}",
@@ -76,6 +79,21 @@ def render(result: dict) -> str:
             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
             'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#667"/></marker></defs>\n'
             f'<rect width="{WIDTH}" height="{y:.0f}" fill="#ffffff"/>\n' + "\n".join(out) + "\n</svg>\n")
+
+
+def _live(out: list[str], live: dict, y: float) -> float:
+    """The probe's sightings in time order and the time between them."""
+    out.append(_text(PAD, y + 12, "live probe, kernel times (µs after injection) and between sightings:", weight="bold"))
+    y += LINE + 4
+    for p in live["points"]:
+        what = "reply" if p["icmp_type"] == 0 else "request"
+        out.append(_text(2 * PAD, y + 12, f"+{p['at_us']:.1f} µs  {p['dev']} {p['dir']} on {p['node']} ({what})",
+                         width=WIDTH - 3 * PAD))
+        y += LINE
+    for seg in live["segments"]:
+        out.append(_text(2 * PAD, y + 12, f"{seg['us']:.1f} µs  {seg['where']} ({seg['packet']})", width=WIDTH - 3 * PAD))
+        y += LINE
+    return y + PAD
 
 
 def _hop(hop: dict, leaves: list[dict], x: float, y: float, w: float) -> tuple[list[str], float]:

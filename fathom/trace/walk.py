@@ -35,7 +35,6 @@ MAX_HOPS = 64                 # switch passes and hops outside the switches in o
 PROTOCOLS = {"icmp": 1, "tcp": 6, "udp": 17}
 ETH_IPV4 = 0x0800
 PHY_PATCH, PHY_UPLINK = "patch-int", "ul0"     # br-phy's interfaces (fathom.controller.setups)
-NOT_BUILT = ("--live (a marked packet injected at the source port, with the time each hop took) is not built yet")
 CT_NEXT = 4                   # ct actions a traced bridge pass resumes with the given state (ofproto/trace --ct-next)
 DESIRED, ACTUAL = "desired (what the controller compiles)", "actual (each node's tables, traced by its agent)"
 
@@ -87,6 +86,11 @@ def trace(snapshot: Snapshot, states: Mapping, source: Port, to: str, proto: str
     if _outcome(result["verdict"]) != _outcome(desired["verdict"]):
         result["difference"] = _difference(result, desired["verdict"])
     return result
+
+
+def destination(snapshot: Snapshot, source: Port, to: str) -> Port | None:
+    """The port the address `to` names for a packet from `source` (None: no port owns it)."""
+    return _Walk(snapshot, {}, tb.CT_NEW, lambda project: True).destination(source, to)
 
 
 def _outcome(verdict: dict) -> tuple:
@@ -261,8 +265,7 @@ class _Walk:
         result = {"source": {"port": self.port_name(source), "node": source.node, "ip": src_ip},
                   "to": {"ip": dst, "port": self.port_name(target) if target else None},
                   "packet": _show_packet(pkt), "next_hop": how,
-                  "assumptions": {"ct_state": ct_state, "state": ACTUAL if self.actual else DESIRED,
-                                  "not_built": NOT_BUILT},
+                  "assumptions": {"ct_state": ct_state, "state": ACTUAL if self.actual else DESIRED},
                   "hops": self.hops, "leaves": self.leaves}
         node = self.nodes.get(source.node) if source.node else None
         ofport = node.ofport(source.interface) if node else None

@@ -210,6 +210,32 @@ def test_traffic_follows_the_router_between_modes(lab):
         assert sent >= 50 and len(lost) <= 1, f"moving to {mode}: echoes {lost} of {sent} lost"
 
 
+def test_live_trace_follows_the_router_in_each_mode(lab):
+    """va (red, c1) to vd (green, c2), routed distributed, by the fabric switch and on the network
+    node: the simulated verdict, the live probe's and ping agree; the probe leaves c1's underlay port
+    tagged as red or as green where it was routed, reaches c2 tagged as green, and in network-node
+    mode crosses gw on both VLANs."""
+    c = api(lab)
+    ports = {p["name"]: p["id"] for p in c.get("/ports").json()}
+    body = {"port_id": ports["va"], "to_port_id": ports["vd"]}
+    expect = {"distributed": [("c1", "ul0", VLAN["green"])],
+              "fabric": [("c1", "ul0", VLAN["red"])],
+              "network-node": [("c1", "ul0", VLAN["red"]), ("gw", "ul0", VLAN["red"]), ("gw", "ul0", VLAN["green"])]}
+    try:
+        for mode, via in expect.items():
+            set_mode(lab, mode)
+            wait_for(lambda: ping(lab, "va", IP["vd"], count=1).returncode == 0, 10, f"routed in {mode} mode")
+            sim, lv = (c.post("/traces", json={**body, **extra}).json() for extra in ({}, {"live": True}))
+            assert sim["verdict"]["result"] == lv["verdict"]["result"] == "delivered", (mode, sim, lv["verdict"])
+            seen = [(p["node"], p["dev"], p.get("vlan")) for p in lv["live"]["points"]
+                    if p["icmp_type"] == 8 and p["dir"] != "injected"]
+            assert seen[0] == ("c1", "va", None) and seen[-2:] == [("c2", "ul0", VLAN["green"]), ("c2", "vd", None)]
+            assert [s for s in seen if s[1] == "ul0" and s[0] != "c2"] == via, (mode, seen)
+            assert ping(lab, "va", IP["vd"]).returncode == 0
+    finally:
+        set_mode(lab, "distributed")
+
+
 # ---------------------------------------------------------------------------------------------- resync
 
 

@@ -99,6 +99,76 @@ def test_trace_of_a_cross_node_packet_follows_the_stages(lab):
     assert f"tunneling to {tunnel_ip}" in trace and "vni=0x3e9" in trace.split("Datapath actions:")[-1], trace
 
 
+def _all_flows(lab) -> dict[str, str]:
+    return {f"{n} {b}": sh(lab, n, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "--no-stats", b).stdout
+            for n in ("compute1", "compute2", "gw") for b in ("br-int", "br-phy")}
+
+
+def _verdicts(c, src: str, dst: str, ports: dict) -> tuple[dict, dict]:
+    """The simulated and the live trace from src to dst."""
+    body = {"port_id": ports[src], "to_port_id": ports[dst]}
+    sim, lv = (c.post("/traces", json={**body, **extra}) for extra in ({}, {"live": True}))
+    assert sim.status_code == 200 and lv.status_code == 200, (sim.text, lv.text)
+    return sim.json(), lv.json()
+
+
+def test_live_trace_agrees_with_the_simulation_and_real_traffic(lab):
+    """Same node, cross node on VXLAN, VLAN through the fabric switch, routed; dropped by a security
+    group; to a port that is down: the simulated verdict, the live probe's and ping agree; the probe
+    is seen in the kernel at each hop in path order; no flow changes, no eBPF program stays loaded."""
+    c = api(lab)
+    ports = {p["name"]: p["id"] for p in c.get("/ports").json()}
+    flows = _all_flows(lab)
+    for src, dst, path in (
+            ("vm1", "vm2", [("compute1", "vm1"), ("compute1", "vm2")]),
+            ("vm1", "vm3", [("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute2", "vm3")]),
+            ("grn1", "grn2", [("compute1", "grn1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute2", "grn2")]),
+            ("vm1", "grn2", [("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute2", "grn2")])):
+        sim, lv = _verdicts(c, src, dst, ports)
+        assert ping(lab, src, IP[dst]).returncode == 0
+        assert sim["verdict"]["result"] == lv["verdict"]["result"] == "delivered", (sim["verdict"], lv["verdict"])
+        assert sim["verdict"]["port"] == lv["verdict"]["port"] == dst
+        seen = [p for p in lv["live"]["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
+        assert [(p["node"], p["dev"]) for p in seen] == path, seen
+        assert [p["dir"] for p in seen] == ["ingress", "egress"] * (len(path) // 2)
+        assert all(a["t_ns"] < b["t_ns"] for a, b in zip(seen, seen[1:])), seen
+        assert any(p["icmp_type"] == 0 for p in lv["live"]["points"]), "the VM answered the probe"
+        on_wire = [p.get("vlan", p.get("vxlan", {}).get("vni")) for p in seen if p["dev"] == "ul0"]
+        assert on_wire == ([120, 120] if dst == "grn2" else [1001, 1001] if dst == "vm3" else []), seen
+        assert all(h.get("time_us") for h in lv["hops"] if h["bridge"] == "br-int" and h["from"] is None)
+    assert _all_flows(lab) == flows        # a live trace adds no flow, and leaves none
+
+    vm3 = c.get(f"/ports/{ports['vm3']}").json()
+    web = c.post("/security-groups", json={"name": "live-web", "project_id": vm3["project_id"]}).json()
+    down = None
+    try:
+        c.post("/security-group-rules", json={"security_group_id": web["id"], "direction": "ingress",
+                                              "protocol": "tcp", "port_range_min": 80, "port_range_max": 80})
+        c.patch(f"/ports/{ports['vm3']}", json={"security_groups": [web["id"]]})
+        wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode != 0, 10, "ICMP to vm3 dropped")
+        sim, lv = _verdicts(c, "vm1", "vm3", ports)
+        assert sim["verdict"]["result"] == lv["verdict"]["result"] == "dropped", (sim["verdict"], lv["verdict"])
+        assert lv["verdict"]["node"] == "compute2" and "at ingress-acl" in lv["verdict"]["reason"], lv["verdict"]
+        assert not any(p["dev"] == "vm3" for p in lv["live"]["points"])
+        # a port that is down: bound to compute2, its interface never plugged
+        down = c.post("/ports", json={"network_id": vm3["network_id"], "name": "live-down", "node": "compute2",
+                                      "interface_name": "live-down", "mac_address": "02:fa:00:00:01:77",
+                                      "fixed_ips": [{"ip_address": "198.19.1.77"}]}).json()
+        await_status(c, f"/ports/{down['id']}", "down")
+        sim, lv = _verdicts(c, "vm1", "live-down", {**ports, "live-down": down["id"]})
+        assert sim["verdict"]["result"] == lv["verdict"]["result"] == "dropped", (sim["verdict"], lv["verdict"])
+        assert "is down" in sim["verdict"]["reason"]
+        assert ping(lab, "vm1", "198.19.1.77").returncode != 0
+    finally:
+        c.patch(f"/ports/{ports['vm3']}", json={"security_groups": vm3["security_groups"]})
+        if down is not None:
+            c.delete(f"/ports/{down['id']}")
+        wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode == 0, 10, "vm3 reachable again")
+        c.delete(f"/security-groups/{web['id']}")
+    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
+
+
 def _flows(lab, node: str) -> dict[str, float]:
     """Flow (without counters) -> its age in seconds."""
     out = sh(lab, node, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "br-int").stdout

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* fathom live trace: what the programs and their loader share (livetrace.bpf.c). */
+#ifndef FATHOM_LIVETRACE_H
+#define FATHOM_LIVETRACE_H
+
+#define LT_INJECT_MARK 0x66744c54   /* skb->mark of the agent's injection socket: "ftLT" */
+#define LT_INGRESS 0
+#define LT_EGRESS 1
+#define LT_INJECTED 2
+#define LT_ENCAP_VXLAN 1
+
+struct lt_config {
+	__u32 drop_reply_ifindex;  /* the source port's interface: a reply to the probe stops there */
+	__u16 ip_id;
+	__u16 icmp_id;
+	__u16 icmp_seq;
+	__u8 dscp;
+	__u8 pad;
+};
+
+struct lt_seen {
+	__u64 ktime_ns;
+	__u32 ifindex;
+	__u32 len;
+	__u32 vni;
+	__u32 saddr, daddr;          /* the probe's (inner) addresses */
+	__u32 outer_src, outer_dst;  /* VXLAN's outer addresses */
+	__u16 vlan;                  /* 0xffff: none */
+	__u8 dir;                    /* LT_INGRESS | LT_EGRESS | LT_INJECTED */
+	__u8 icmp_type;              /* 8 the probe, 0 its reply */
+	__u8 ttl;
+	__u8 encap;
+	__u8 pad[2];
+};
+#endif

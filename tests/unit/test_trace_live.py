@@ -1,0 +1,197 @@
+"""`fathom trace --live` without a lab: the probe's bytes, where it is watched, the order of the
+requests to the agents (arm everywhere, inject at the source, collect), the verdict and times read
+from sightings, what the agent refuses, and the API's refusals before anything is injected (no
+request reaches an agent). The whole path on real switches and eBPF: tests/lab/test_tenant.py."""
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+from fastapi.testclient import TestClient
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.layers.vxlan import VXLAN
+
+from fathom.agent.livetrace import LiveTraces
+from fathom.agent.local import LocalOvs
+from fathom.api.agent_traces import TraceDesk
+from fathom.api.app import create_app
+from fathom.api.traces import traces_router
+from fathom.model.views import ports_by_id
+from fathom.trace import live
+from fathom.trace.probe import LIVE_DSCP, Probe
+
+from .auth import headers_for
+from .test_trace import LAB, cloud, run
+
+
+def test_the_probe_is_a_marked_icmp_echo_with_right_checksums():
+    p = Probe(0x1234, 0xBEEF, 7)
+    frame = p.frame("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 84)
+    pkt = Ether(frame)
+    assert len(frame) == 14 + 84 and pkt[IP].tos >> 2 == LIVE_DSCP == 59 and pkt[IP].id == 0x1234
+    assert (pkt[ICMP].type, pkt[ICMP].id, pkt[ICMP].seq, pkt[IP].ttl, pkt[IP].flags) == (8, 0xBEEF, 7, 64, "DF")
+    ip_sum, icmp_sum = pkt[IP].chksum, pkt[ICMP].chksum
+    del pkt[IP].chksum, pkt[ICMP].chksum
+    again = Ether(bytes(pkt))
+    assert (again[IP].chksum, again[ICMP].chksum) == (ip_sum, icmp_sum)
+    with pytest.raises(ValueError):
+        p.frame("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 27)
+
+
+def test_the_bench_finds_the_probe_plain_tagged_and_in_vxlan():
+    from fathom.bench.trace_live import probe_of
+    frame = Probe(1, 0xBEEF, 7).frame("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 84)
+    tagged = frame[:12] + b"\x81\x00\x00\x78" + frame[12:]
+    outer = Ether() / IP(src="198.18.0.10", dst="198.18.0.11") / UDP(dport=4789) / VXLAN(vni=1001)
+    assert probe_of(frame) == probe_of(tagged) == probe_of(bytes(outer) + tagged) == (8, 0xBEEF, 7)
+    assert probe_of(bytes(Ether() / IP() / UDP(dport=53))) is None and probe_of(b"\x00" * 10) is None
+
+
+def _walk(src="vm1", to="198.19.1.13"):
+    snapshot, states = cloud(LAB / "tenants.yaml")
+    ports = {p.name: p for p in snapshot.ports}
+    return run(snapshot, states, src, to), ports
+
+
+def test_watched_where_the_walk_crosses_kernel_interfaces():
+    walk, ports = _walk()
+    points = live.watch_points(walk, ports["vm1"], ports["vm3"])
+    # the tunnel port is no kernel interface: the underlay port carries its frames
+    assert points["compute1"][0] == "vm1" and "ul0" in points["compute1"] and "vxlan0" not in points["compute1"]
+    assert set(points["compute2"]) >= {"ul0", "vm3"}
+    vlan, _ = _walk("grn1", "198.19.2.22")         # green is a VLAN network: through br-phy and the fabric
+    assert "ul0" in live.watch_points(vlan, ports["grn1"], ports["grn2"])["compute1"]
+
+
+def _seen(dev, direction, t, icmp_type=8, **extra):
+    return {"dev": dev, "dir": direction, "ktime_ns": t, "icmp_type": icmp_type, "ttl": 64, "len": 98,
+            "src": "198.19.1.11", "dst": "198.19.1.13", **extra}
+
+
+SIGHTINGS = {
+    "compute1": [_seen("vm1", "injected", 1000), _seen("vm1", "ingress", 1050),
+                 _seen("ul0", "egress", 1500, vxlan={"vni": 1001, "src": "198.18.0.10", "dst": "198.18.0.11"}),
+                 _seen("vm1", "egress", 4000, 0)],
+    "compute2": [_seen("ul0", "ingress", 1900), _seen("vm3", "egress", 2400), _seen("vm3", "ingress", 2700, 0)]}
+
+
+def _agents(seen, down=()):
+    asked = []
+
+    def ask(batch):
+        asked.append({node: req["kind"] for node, req in batch.items()})
+        out = {}
+        for node, req in batch.items():
+            if node in down:
+                out[node] = f"node {node}'s agent is down"
+            elif req["kind"] == "live-arm":
+                out[node] = {"watched": [d for d in req["devs"] if d != "patch-phy"]}
+            elif req["kind"] == "live-inject":
+                assert bytes.fromhex(req["frame"])[12:14] == b"\x08\x00" and req["dev"] == "vm1"
+                out[node] = {}
+            else:
+                out[node] = {"seen": seen.get(node, []), "realtime_offset_ns": 0}
+        return out
+    return ask, asked
+
+
+def test_armed_everywhere_then_injected_then_collected(monkeypatch):
+    monkeypatch.setattr(live, "SETTLE", 0)
+    walk, ports = _walk()
+    ask, asked = _agents(SIGHTINGS)
+    found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
+    assert [set(a.values()) for a in asked] == [{"live-arm"}, {"live-inject"}, {"live-collect"}]
+    assert set(asked[0]) == {"compute1", "compute2"} and list(asked[1]) == ["compute1"]
+    assert [p["at_us"] for p in found["points"]] == [0, 0.05, 0.5, 0.9, 1.4, 1.7, 3.0]
+    assert [(s["where"], s["us"]) for s in found["segments"]] == [
+        ("switches of compute1", 0.45), ("underlay compute1 → compute2", 0.4), ("switches of compute2", 0.5),
+        ("VM behind vm3 on compute2 (answering)", 0.3), ("vm3 ingress on compute2 → vm1 egress on compute1", 1.3)]
+    v = live.verdict(found, ports["vm3"], "vm3", {})
+    assert (v["result"], v["port"], v["node"]) == ("delivered", "vm3", "compute2") and "answered" in v["reason"]
+    result = {"hops": walk["hops"]}
+    live.annotate(result, found)
+    assert [h.get("time_us") for h in result["hops"]][:2] == [0.45, 0.5]
+
+
+def test_dropped_after_the_last_sighting_and_unknown_when_a_node_is_not_watched(monkeypatch):
+    monkeypatch.setattr(live, "SETTLE", 0)
+    walk, ports = _walk()
+    seen = {"compute1": SIGHTINGS["compute1"][:3], "compute2": SIGHTINGS["compute2"][:1]}
+    found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, _agents(seen)[0])
+    v = live.verdict(found, ports["vm3"], "vm3", {"compute2": "no flow matched at ingress-acl"})
+    assert v["result"] == "dropped" and v["node"] == "compute2"
+    assert v["reason"].startswith("last seen at ul0 ingress on compute2") and v["reason"].endswith("at ingress-acl")
+    found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, _agents(seen, down={"compute2"})[0])
+    v = live.verdict(found, ports["vm3"], "vm3", {})
+    assert v["result"] == "unknown" and "compute2's agent is down" in v["reason"]
+    # the source's agent down: nothing is injected
+    ask, asked = _agents(SIGHTINGS, down={"compute1"})
+    found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
+    assert not found["injected"] and all("live-inject" not in a.values() for a in asked)
+    assert live.verdict(found, ports["vm3"], "vm3", {})["result"] == "unknown"
+
+
+def test_the_agent_refuses_what_it_does_not_run(tmp_path):
+    agent = LiveTraces(LocalOvs(f"unix:{tmp_path}/db.sock"))      # no OVS there: no port is its own
+    probe = Probe(1, 2, 3).to_json()
+    arm = {"kind": "live-arm", "trace": "ab12", "probe": probe, "devs": ["vm1"], "timeout_ms": 1000}
+    for bad in ({**arm, "trace": "../x"}, {**arm, "kind": "reboot"}, {**arm, "devs": ["vm1; rm"]},
+                {**arm, "timeout_ms": 10 ** 6}, {**arm, "probe": {**probe, "dscp": 64}}, {**arm, "devs": []},
+                {**arm, "drop_reply": "vm9"}):
+        assert "error" in agent.run(bad), bad
+    # not a port of its bridges: not watched, nothing started
+    assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and not agent.watchers
+    assert "not armed" in agent.run({"kind": "live-inject", "trace": "ab12", "dev": "vm1", "frame": "00" * 60})["error"]
+    assert "not armed" in agent.run({"kind": "live-collect", "trace": "ab12"})["error"]
+
+
+def test_the_desk_takes_live_requests_only_of_known_kinds():
+    desk = TraceDesk()
+    with pytest.raises(ValueError):
+        desk.ask_live("c1", {"kind": "exec"})
+    a = desk.ask_live("c1", {"kind": "live-collect", "trace": "ab"})
+    assert desk.take("c1") == [{"id": a.id, "kind": "live-collect", "trace": "ab"}]
+    assert desk.answer("c1", a.id, None, None, {"seen": []}) and a.answer == {"seen": []}
+
+
+@pytest.fixture(scope="module")
+def api():
+    snapshot, states = cloud(LAB / "tenants.yaml")
+    with tempfile.TemporaryDirectory() as tmp:
+        app = create_app(f"sqlite:///{tmp}/fathom.db", agent_max_wait=5)
+        app.include_router(traces_router(lambda: (snapshot, states)))
+        with TestClient(app) as client:
+            ids = {p.name: p.id for p in ports_by_id(snapshot).values()}
+            alpha = next(p.project_id for p in snapshot.ports if p.name == "vm1")
+            yield app, client, ids, headers_for(app, alpha, ("member",)), headers_for(app)
+        app.state.engine.dispose()
+
+
+def test_bad_live_traces_are_refused_before_anything_is_injected(api):
+    app, client, ids, member, admin = api
+    asked = []
+    desk = app.state.trace_desk
+    real = desk.ask_live
+    desk.ask_live = lambda node, req: asked.append(req) or real(node, req)
+    try:
+        for body, status, what in (
+                ({"to_ip": "198.19.1.99"}, 422, "no port owns 198.19.1.99"),
+                ({"to_port_id": ids["vm3"], "size": 1451}, 422, "larger than network blue's MTU (1450)"),
+                ({"to_port_id": ids["vm3"], "proto": "tcp", "dport": 80}, 422, "sends an ICMP echo"),
+                ({"to_port_id": ids["vm3"], "ttl": 0}, 422, "greater than or equal to 1"),
+                ({"to_port_id": ids["vm3"], "size": 27}, 422, "greater than or equal to 28"),
+                ({"to_port_id": ids["red3"]}, 404, "does not exist")):
+            r = client.post("/v1/traces", headers=member, json={"port_id": ids["vm1"], "live": True, **body})
+            assert r.status_code == status and what in r.text, (body, r.text)
+        r = client.post("/v1/traces", headers=member, json={"port_id": ids["red1"], "to_ip": "198.19.1.13",
+                                                            "live": True})
+        assert r.status_code == 404, r.text
+        # a good one with no agent heard from: nothing injected, said why
+        r = client.post("/v1/traces", headers=admin, json={"port_id": ids["vm1"], "to_port_id": ids["vm3"],
+                                                           "live": True, "timeout": 1})
+        assert r.status_code == 200, r.text
+        assert r.json()["verdict"]["result"] == "unknown" and "no probe was injected" in r.json()["verdict"]["reason"]
+    finally:
+        desk.ask_live = real
+    assert asked == []
