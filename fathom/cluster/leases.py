@@ -99,7 +99,8 @@ def ensure_switches(conn: Connection, switches) -> None:
 class Round:
     """What one round found and did: `held` the leases this replica holds after it (switch -> epoch),
     `released` the switches it gave up in it, `taken` every switch with a valid lease (any holder),
-    `openflow` the live replicas' OpenFlow listeners (id -> host:port). From the other live
+    `openflow` the live replicas' OpenFlow listeners (id -> host:port), `addresses` their APIs
+    (id -> URL). From the other live
     replicas' heartbeats: `agents`, the nodes whose agents each hears (id -> node -> seconds since
     it heard the agent, as of this round), and `reports`, what a switch's master says of it when not simply `ok`
     (switch -> [state, [[cookie kind, object id, why refused], ...]]), from its lease's holder only."""
@@ -107,6 +108,7 @@ class Round:
     released: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)
     openflow: dict[str, str] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
     agents: dict[str, dict[str, float]] = field(default_factory=dict)
     reports: dict[str, list] = field(default_factory=dict)
 
@@ -189,10 +191,10 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     holders = dict(conn.execute(text(
         "SELECT switch, holder FROM cluster_leases WHERE holder IS NOT NULL AND expires > clock_timestamp()")).all())
     out.taken = set(holders)
-    for r in conn.execute(text(f"SELECT id, openflow, agents, switch_states, "
+    for r in conn.execute(text(f"SELECT id, address, openflow, agents, switch_states, "
                                f"extract(epoch FROM clock_timestamp() - heartbeat)::float AS age "
                                f"FROM cluster_replicas WHERE {_LIVE}"), p):
-        out.openflow[r.id] = r.openflow
+        out.openflow[r.id], out.addresses[r.id] = r.openflow, r.address
         if r.id != me:   # ages as of now: the row was written `age` seconds ago
             out.agents[r.id] = {n: a + r.age for n, a in (json.loads(r.agents) if r.agents else {}).items()}
             out.reports.update((s, report) for s, report in (json.loads(r.switch_states) if r.switch_states else {}).items()

@@ -100,6 +100,7 @@ class Mastership:
         self.reports: dict[str, list] = {}   # the other replicas' (the last round's)
         self.on_reports: Callable[[], None] = lambda: None
         self._agents_heard: dict[str, float] = {}   # node -> epoch seconds another replica last heard its agent
+        self._agents_at: dict[str, str] = {}        # node -> API address of the replica that heard it last
         self.taken: set[str] = set()        # switches with a valid lease, any holder (the last round's)
         self.peers: dict[str, str] = {}     # live replicas' OpenFlow listeners (id -> host:port)
         self.id = replica_id or uuid.uuid4().hex[:12]
@@ -127,6 +128,10 @@ class Mastership:
         """When another replica last heard `node`'s agent (epoch seconds, this host's clock; None:
         none has since this one started)."""
         return self._agents_heard.get(node)
+
+    def agent_replica(self, node: str) -> str | None:
+        """The API address of the live replica that heard `node`'s agent last (None: no other)."""
+        return self._agents_at.get(node)
 
     def held(self) -> dict[str, int]:
         """The leases held and still valid (switch -> epoch)."""
@@ -195,11 +200,15 @@ class Mastership:
         self._known |= new
         self.taken, self.peers = got.taken, got.openflow
         now = time.time()
-        for heard in got.agents.values():
+        at_replica: dict[str, tuple[float, str]] = {}
+        for replica, heard in got.agents.items():
             for node, age in heard.items():
                 at = now - age
                 if at > self._agents_heard.get(node, 0.0):
                     self._agents_heard[node] = at
+                if at > at_replica.get(node, (0.0, ""))[0]:
+                    at_replica[node] = (at, got.addresses.get(replica, ""))
+        self._agents_at = {node: address for node, (_, address) in at_replica.items() if address}
         if got.reports != self.reports:
             self.reports = got.reports
             self._call(self.on_reports)

@@ -195,7 +195,8 @@ def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember
     agents this replica hears, told to the others, and those they hear; when another replica wrote
     the store, the agents' long-polls are woken (besides the reconciler)."""
     mastership.switches = lambda: [switch_name(d) for d in switches.connected()]
-    mastership.agents, hub.heard_elsewhere = hub.present, mastership.agent_heard
+    mastership.agents, hub.heard_elsewhere, hub.polls_elsewhere = hub.present, mastership.agent_heard, \
+        mastership.agent_replica
     member = ClusterMember(mastership, switches, reconciler)
 
     def switch_changed(dpid, datapath=None):
