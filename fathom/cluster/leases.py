@@ -100,10 +100,10 @@ class Round:
     """What one round found and did: `held` the leases this replica holds after it (switch -> epoch),
     `released` the switches it gave up in it, `taken` every switch with a valid lease (any holder),
     `openflow` the live replicas' OpenFlow listeners (id -> host:port), `addresses` their APIs
-    (id -> URL). From the other live
-    replicas' heartbeats: `agents`, the nodes whose agents each hears (id -> node -> seconds since
-    it heard the agent, as of this round), and `reports`, what a switch's master says of it when not simply `ok`
-    (switch -> [state, [[cookie kind, object id, why refused], ...]]), from its lease's holder only."""
+    (id -> URL). From the other live replicas' heartbeats: `agents`, the nodes whose agents each
+    hears (id -> node -> seconds since it heard the agent, as of this round), and `reports`, what a
+    switch's master says of it when not simply `ok` (switch -> [state, [[cookie kind, object id,
+    why refused], ...]]), from its lease's holder only."""
     held: dict[str, int] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)
@@ -197,8 +197,8 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
         out.openflow[r.id], out.addresses[r.id] = r.openflow, r.address
         if r.id != me:   # ages as of now: the row was written `age` seconds ago
             out.agents[r.id] = {n: a + r.age for n, a in (json.loads(r.agents) if r.agents else {}).items()}
-            out.reports.update((s, report) for s, report in (json.loads(r.switch_states) if r.switch_states else {}).items()
-                               if holders.get(s) == r.id)
+            states = json.loads(r.switch_states) if r.switch_states else {}
+            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == r.id)
     return out
 
 

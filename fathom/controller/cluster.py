@@ -173,6 +173,8 @@ class ClusterMember:
             LOG.info("switch %s: master under epoch %d; resyncing it", switch_name(dpid), epoch)
             self.reconciler.applier.forget(dpid)     # its mirror may be stale: read it back
             self.reconciler.switch_changed(dpid)
+            # the statuses it now writes: compared with the store's, as the previous writer left them
+            self.reconciler.changed_elsewhere()
 
     def stop(self) -> None:
         self.mastership.stop()

@@ -263,6 +263,9 @@ class _Consumer:
     def reported_elsewhere(self):
         pass
 
+    def changed_elsewhere(self):
+        pass
+
     def forget(self, dpid):
         self.forgotten.append(dpid)
 
