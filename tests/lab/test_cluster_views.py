@@ -1,13 +1,14 @@
 """Two controller replicas (`fathom controller --cluster`) on one PostgreSQL, a lab of two compute
 nodes whose agents poll the lab's first replica: the other replica, which hears none of them, shows
-every agent up (the replicas tell each other with their lease rounds, longer after the agents'
-last report than an agent counts as up) and answers a trace of actual tables by asking the
+every agent up (the replicas tell each other with their lease rounds), longer after the agents'
+last report than an agent counts as up, and answers a trace of actual tables by asking the
 first replica's trace desk, hop for hop."""
 from __future__ import annotations
 
 import time
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from fathom.auth.client import read_token_file
 from fathom.client import Client
@@ -33,8 +34,8 @@ nodes:
 def test_the_replica_no_agent_polls_sees_every_agent_and_traces_their_tables():
     pg = PostgresServer().start()
     try:
-        with running_lab("hm1", TOPOLOGY, standalone=False, db=pg.new_database(), replicas=2) as lab:
-            up = time.monotonic()
+        db = pg.new_database()
+        with running_lab("hm1", TOPOLOGY, standalone=False, db=db, replicas=2) as lab:
             state = lab.state()
             token = read_token_file(state["controller"]["token_file"])
             other = next(r["url"] for r in state["controller"]["replicas"] if r["url"] != state["controller"]["url"])
@@ -43,8 +44,17 @@ def test_the_replica_no_agent_polls_sees_every_agent_and_traces_their_tables():
             for port in ports.values():
                 assert api.wait_status("ports", port, "active", timeout=60)["status"] == "active"
             wait_for(lambda: sum(r["live"] for r in api.get("/cluster")["replicas"]) == 2, 20, "both replicas live")
-            # past the time an agent counts as up after its last report: up only by being heard
-            time.sleep(max(0.0, up + STALE_AFTER + 1 - time.monotonic()))
+            # past the time an agent counts as up after its last report (the store's): up only by
+            # being heard, by the first replica
+            store = create_engine(db)
+
+            def since_report() -> float:
+                with store.connect() as conn:
+                    return conn.execute(text("SELECT extract(epoch FROM now() - max(reported_at))::float "
+                                             "FROM node_agents")).scalar_one()
+            time.sleep(max(0.0, STALE_AFTER + 1 - since_report()))
+            assert since_report() > STALE_AFTER
+            store.dispose()
             agents = {a["node"]: a["state"] for a in api.get("/agents")}
             assert agents == {"compute1": "up", "compute2": "up"}, agents
             t = api.post("/traces", json={"port_id": ports["vm1"], "to_port_id": ports["vm2"], "actual": True})
