@@ -13,6 +13,10 @@ request names one of BRIDGES, a flow of FLOW_RE (built by the controller from a 
 fathom.trace.ofproto) and the conntrack state every ct action resumes with. A live trace
 (fathom.trace.live) asks with `ask_live`: arm the node's observation points, inject the probe,
 collect what they saw; the agent answers with `live` (fathom.agent.livetrace).
+
+In a cluster, a node's agent polls one replica, whose desk alone it reads: another replica asks
+there (`POST /v1/agents/{node}/traces`, admin only, with the caller's own token, checked again by
+that replica), and waits for the answer (fathom.api.traces).
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from fathom.api.auth import identity
@@ -181,6 +185,15 @@ class LiveAnswer(BaseModel):
     watcher_error: str | None = Field(default=None, max_length=500)
 
 
+class TraceAsk(BaseModel):
+    """A hop of a trace, asked by another replica of the node's agent (as TraceDesk.ask)."""
+    model_config = ConfigDict(extra="forbid")
+    bridge: Literal[BRIDGES]
+    flow: str = Field(max_length=MAX_FLOW, pattern=FLOW_RE)
+    ct_next: list[Literal[CT_NEXT]] = Field(default_factory=list, max_length=MAX_CT_NEXT)
+    timeout: float = Field(ge=0.1, le=20.0, description="seconds the agent has to answer")
+
+
 class TraceAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     output: str | None = Field(default=None, max_length=MAX_OUTPUT, description="what ofproto/trace printed")
@@ -189,6 +202,23 @@ class TraceAnswer(BaseModel):
 
 
 router = APIRouter(prefix="/agents", tags=["agents"], responses=ERRORS)
+
+
+@router.post("/{node}/traces", response_model=TraceAnswer,
+             summary="Ask the node's agent, polling this replica, to trace a flow (admin; another replica asks)")
+def ask_trace(node: Annotated[str, Field(pattern=NODE_NAME_RE)], body: TraceAsk, request: Request,
+              who: Identity = Depends(identity)):
+    if "admin" not in who.roles:
+        raise Forbidden("only an admin may ask a node's agent for a trace of its tables")
+    desk: TraceDesk = request.app.state.trace_desk
+    try:
+        a = desk.ask(node, body.bridge, body.flow, body.ct_next)
+    except TooManyTraces as e:
+        raise HTTPException(429, detail=[{"loc": [], "msg": str(e), "type": "rate_limited"}],
+                            headers={"Retry-After": "1"}) from None
+    if not desk.wait(a, body.timeout):
+        return TraceAnswer(error=f"node {node}'s agent did not answer within {body.timeout:g} s")
+    return TraceAnswer(output=a.output, error=a.error)
 
 
 @router.post("/{node}/traces/{ask_id}", status_code=204, summary="An agent's answer to a trace request")

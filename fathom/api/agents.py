@@ -83,6 +83,10 @@ class AgentHub:
         self._holdoff = lambda: 0.0
         self._dirty = threading.Event()
         self._refresher: threading.Thread | None = None
+        # in a cluster (fathom.controller.cluster): node -> when another replica last heard its
+        # agent, and the API address of the replica it polls (None: none does)
+        self.heard_elsewhere = lambda node: None
+        self.polls_elsewhere = lambda node: None
 
     def follow(self, refresh, holdoff) -> None:
         """Wake long-polls by node: `refresh()` works out the desired state and returns the nodes
@@ -165,11 +169,25 @@ class AgentHub:
             self._heard[node] = time.time()
 
     def last_heard(self, node: str) -> float | None:
-        """Now while the node's agent holds a long-poll, else when it was last heard (None: never,
-        by this process)."""
+        """Now while the node's agent holds a long-poll, else when it was last heard, by this
+        process or another replica (None: never)."""
+        return max(filter(None, (self.heard_here(node), self.heard_elsewhere(node))), default=None)
+
+    def heard_here(self, node: str) -> float | None:
+        """Now while the node's agent holds a long-poll here, else when this process last heard it."""
         if self._held.get(node, 0) > 0:
             return time.time()
         return self._heard.get(node)
+
+    def present(self) -> dict[str, float]:
+        """node -> seconds since this process heard its agent (0 while it holds a long-poll), for
+        the agents heard within STALE_AFTER: what a replica tells the others."""
+        now = time.time()
+        with self._lock:
+            out = {n: 0.0 for n, held in self._held.items() if held > 0}
+            out.update((n, round(now - t, 3)) for n, t in self._heard.items()
+                       if n not in out and now - t <= STALE_AFTER)
+        return out
 
 
 class DesiredCache:

@@ -229,6 +229,10 @@ def _agents(request: Request, timeout: float):
     deadline = time.monotonic() + timeout
 
     def actual(node: str, bridge: str, flow: str, ct_next: list) -> str:
+        here = hub.heard_here(node)
+        peer = hub.polls_elsewhere(node)
+        if peer is not None and (here is None or time.time() - here > STALE_AFTER) and deadline > time.monotonic():
+            return _ask_replica(peer, request, node, bridge, flow, ct_next, deadline - time.monotonic(), timeout)
         heard = hub.last_heard(node)
         if heard is None:
             raise Unanswered(f"node {node}'s agent has not been heard from (since the controller started)")
@@ -247,3 +251,27 @@ def _agents(request: Request, timeout: float):
             raise Unanswered(f"node {node}'s agent could not trace: {ask.error or 'no output'}")
         return ask.output
     return actual
+
+
+def _ask_replica(replica: str, request: Request, node: str, bridge: str, flow: str, ct_next: list, left: float,
+                 timeout: float) -> str:
+    """A hop traced by a node whose agent polls another replica of the cluster, at `replica` (its
+    API's address), with the caller's own credential (fathom.api.agent_traces.ask_trace)."""
+    import httpx
+    try:
+        r = httpx.post(f"{replica}/v1/agents/{node}/traces",
+                       json={"bridge": bridge, "flow": flow, "ct_next": ct_next, "timeout": max(0.1, left)},
+                       headers={"Authorization": request.headers.get("authorization", "")}, timeout=left + 2.0)
+    except httpx.HTTPError as e:
+        raise Unanswered(f"node {node}'s agent polls replica {replica}, which could not be reached: "
+                         f"{type(e).__name__}") from None
+    if r.status_code == 403:
+        raise Unanswered(f"node {node}'s agent polls replica {replica}: tracing its tables from another "
+                         "replica needs an admin's token")
+    if r.status_code != 200:
+        raise Unanswered(f"node {node}'s agent polls replica {replica}, which answered {r.status_code}")
+    answer = r.json()
+    if answer.get("error") is not None or answer.get("output") is None:
+        raise Unanswered(f"node {node}'s agent could not trace: {answer.get('error') or 'no output'}"
+                         f" (within the trace's {timeout:g} s)")
+    return answer["output"]

@@ -20,6 +20,7 @@ below its own (so only to a taker); with a stable membership that is a fixed poi
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,11 +99,18 @@ def ensure_switches(conn: Connection, switches) -> None:
 class Round:
     """What one round found and did: `held` the leases this replica holds after it (switch -> epoch),
     `released` the switches it gave up in it, `taken` every switch with a valid lease (any holder),
-    `openflow` the live replicas' OpenFlow listeners (id -> host:port)."""
+    `openflow` the live replicas' OpenFlow listeners (id -> host:port), `addresses` their APIs
+    (id -> URL). From the other live replicas' heartbeats: `agents`, the nodes whose agents each
+    hears (id -> node -> seconds since it heard the agent, as of this round), and `reports`, what a
+    switch's master says of it when not simply `ok` (switch -> [state, [[cookie kind, object id,
+    why refused], ...]]), from its lease's holder only."""
     held: dict[str, int] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)
     openflow: dict[str, str] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+    agents: dict[str, dict[str, float]] = field(default_factory=dict)
+    reports: dict[str, list] = field(default_factory=dict)
 
 
 def shares(replicas: list[str], switches: int) -> dict[str, int]:
@@ -112,20 +120,23 @@ def shares(replicas: list[str], switches: int) -> dict[str, int]:
 
 
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
-              feed_lag: float | None = None) -> Round:
+              feed_lag: float | None = None, agents: dict[str, float] | None = None,
+              switch_states: dict[str, list] | None = None) -> Round:
     """One round of replica `me`, in the caller's transaction: lease rows made for new `switches`,
-    heartbeat (with its change feed's lag), renew what it still holds, then take or give up leases
-    toward its share. `reachable` (None: any): the switches it has an OpenFlow connection to; it
-    takes and renews only those, and gives up the others it holds. ClusterError if its replica row
-    is gone."""
+    heartbeat (with its change feed's lag, the agents it hears and what its switches say: see
+    Round), renew what it still holds, then take or give up leases toward its share. `reachable`
+    (None: any): the switches it has an OpenFlow connection to; it takes and renews only those, and
+    gives up the others it holds. ClusterError if its replica row is gone."""
     p = {"me": me, "lease": timing.lease, "lag": feed_lag,
-         "reaches": None if reachable is None else ",".join(sorted(reachable))}
+         "reaches": None if reachable is None else ",".join(sorted(reachable)),
+         "agents": json.dumps(agents) if agents else None,
+         "states": json.dumps(switch_states) if switch_states else None}
     # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
     # waiting: the leases end at the holder's deadline either way, and the failure is counted
     conn.execute(text(f"SET LOCAL statement_timeout = {int(timing.lease * 1000)}"))
     ensure_switches(conn, switches)
     if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, "
-                            "reaches = :reaches WHERE id = :me"),
+                            "reaches = :reaches, agents = :agents, switch_states = :states WHERE id = :me"),
                     p).rowcount != 1:
         raise ClusterError(f"replica {me} is no longer registered in the cluster")
     out = Round()
@@ -177,9 +188,17 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
             for switch in give:
                 del out.held[switch]
             out.released.update(give)
-    out.taken = {s for (s,) in conn.execute(text(
-        "SELECT switch FROM cluster_leases WHERE holder IS NOT NULL AND expires > clock_timestamp()"))}
-    out.openflow = dict(conn.execute(text(f"SELECT id, openflow FROM cluster_replicas WHERE {_LIVE}"), p).all())
+    holders = dict(conn.execute(text(
+        "SELECT switch, holder FROM cluster_leases WHERE holder IS NOT NULL AND expires > clock_timestamp()")).all())
+    out.taken = set(holders)
+    for r in conn.execute(text(f"SELECT id, address, openflow, agents, switch_states, "
+                               f"extract(epoch FROM clock_timestamp() - heartbeat)::float AS age "
+                               f"FROM cluster_replicas WHERE {_LIVE}"), p):
+        out.openflow[r.id], out.addresses[r.id] = r.openflow, r.address
+        if r.id != me:   # ages as of now: the row was written `age` seconds ago
+            out.agents[r.id] = {n: a + r.age for n, a in (json.loads(r.agents) if r.agents else {}).items()}
+            states = json.loads(r.switch_states) if r.switch_states else {}
+            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == r.id)
     return out
 
 

@@ -77,12 +77,17 @@ class Mastership:
     or a live replica with another schema or PKI) and starts the rounds; `stop()` gives the leases
     up so the others take them at once. With `reachable_only`, `switches()` are the switches this
     replica has an OpenFlow connection to, and it holds no lease of any other. `feed_lag()` is
-    written with each heartbeat (the change feed's lag, fathom.cluster.feed)."""
+    written with each heartbeat (the change feed's lag, fathom.cluster.feed), and so are `agents()`
+    (node -> seconds since this replica heard its agent) and `switch_states` (what the switches it
+    masters say when not simply `ok`, set by its consumer). What the other live replicas wrote is
+    kept after each round: `reports` (switch -> [state, refused], from each switch's master;
+    `on_reports()` when they changed) and `agent_heard(node)`."""
 
     def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
                  address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
                  timing: Timing = Timing(), openflow: str = "", reachable_only: bool = False,
-                 feed_lag: Callable[[], float | None] = lambda: None):
+                 feed_lag: Callable[[], float | None] = lambda: None,
+                 agents: Callable[[], dict[str, float]] = dict):
         leases.require_postgres(engine)
         if schema_version is None:
             from fathom.store.db import current_revision
@@ -90,6 +95,12 @@ class Mastership:
         # its own statements notify no change feed (fathom.cluster.feed): a round is not a store change
         self.engine, self.switches, self.timing = engine.execution_options(feed=False), switches, timing
         self.openflow, self.reachable_only, self.feed_lag = openflow, reachable_only, feed_lag
+        self.agents = agents
+        self.switch_states: dict[str, list] = {}
+        self.reports: dict[str, list] = {}   # the other replicas' (the last round's)
+        self.on_reports: Callable[[], None] = lambda: None
+        self._agents_heard: dict[str, float] = {}   # node -> epoch seconds another replica last heard its agent
+        self._agents_at: dict[str, str] = {}        # node -> API address of the replica that heard it last
         self.taken: set[str] = set()        # switches with a valid lease, any holder (the last round's)
         self.peers: dict[str, str] = {}     # live replicas' OpenFlow listeners (id -> host:port)
         self.id = replica_id or uuid.uuid4().hex[:12]
@@ -112,6 +123,15 @@ class Mastership:
             if time.monotonic() >= self._valid_until:
                 return None
             return self._held.get(switch)
+
+    def agent_heard(self, node: str) -> float | None:
+        """When another replica last heard `node`'s agent (epoch seconds, this host's clock; None:
+        none has since this one started)."""
+        return self._agents_heard.get(node)
+
+    def agent_replica(self, node: str) -> str | None:
+        """The API address of the live replica that heard `node`'s agent last (None: no other)."""
+        return self._agents_at.get(node)
 
     def held(self) -> dict[str, int]:
         """The leases held and still valid (switch -> epoch)."""
@@ -167,7 +187,8 @@ class Mastership:
         try:
             with self.engine.begin() as conn:
                 got = leases.run_round(conn, self.id, self.timing, sorted(new),
-                                       switches if self.reachable_only else None, self.feed_lag())
+                                       switches if self.reachable_only else None, self.feed_lag(),
+                                       self.agents(), self.switch_states)
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides
@@ -178,6 +199,19 @@ class Mastership:
             return
         self._known |= new
         self.taken, self.peers = got.taken, got.openflow
+        now = time.time()
+        at_replica: dict[str, tuple[float, str]] = {}
+        for replica, heard in got.agents.items():
+            for node, age in heard.items():
+                at = now - age
+                if at > self._agents_heard.get(node, 0.0):
+                    self._agents_heard[node] = at
+                if at > at_replica.get(node, (0.0, ""))[0]:
+                    at_replica[node] = (at, got.addresses.get(replica, ""))
+        self._agents_at = {node: address for node, (_, address) in at_replica.items() if address}
+        if got.reports != self.reports:
+            self.reports = got.reports
+            self._call(self.on_reports)
         with self._lock:
             self._held = dict(got.held)
             self._valid_until = sent + self.timing.lease - self.timing.guard

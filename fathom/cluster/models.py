@@ -28,6 +28,10 @@ class Replica(Base):
     feed_lag: Mapped[float | None] = mapped_column(Float, nullable=True)
     # the switches it has an OpenFlow connection to, comma-separated (null: it may master any)
     reaches: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # JSON: the nodes whose agents it hears now (holding a long-poll, or heard lately) -> seconds since
+    agents: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # JSON: what the switches it masters say that is not simply `ok` (fathom.cluster.leases.Round.reports)
+    switch_states: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Lease(Base):

@@ -11,8 +11,15 @@ they run on a thread of their own, never on the lease rounds' or OpenFlow's.
 
 A node's OVSDB (its bridges, its controller targets: every live replica's OpenFlow listener) is
 set up by the master of its br-int, or by any replica while nobody holds that lease (a node whose
-switches reach no replica yet). A switch mastered by another replica counts as `ok` in this
-replica's statuses: its master reports it.
+switches reach no replica yet).
+
+Statuses: a switch mastered by another replica is, in this replica's statuses, what its master
+reports of it with its heartbeat (its state and the objects whose flows it refused; nothing: `ok`).
+Each status has one writer: a node's, and a bound port's, the master of the node's br-int; a
+fabric switch's, its master; any other (and those of a switch nobody masters), the first live
+replica by id. So no two replicas write one status from views that differ. The agents: a replica
+hears only those that poll it, and counts an agent as heard when another replica says it heard
+it (fathom.cluster.mastership).
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from fathom.cluster.mastership import Mastership
 from fathom.controller import channels
 from fathom.controller.bootstrap import local_ip_towards
 from fathom.controller.switch import ApplyError
+from fathom.model import datapath_id, datapath_id_fabric
 
 LOG = logging.getLogger("fathom.cluster")
 
@@ -44,7 +52,9 @@ class ClusterMember:
         self._roles = ThreadPoolExecutor(1, thread_name_prefix="openflow-roles")
         mastership.on_gain = lambda switch, epoch: self._ask(int(switch, 16))
         mastership.on_loss = self._lost
+        mastership.on_reports = reconciler.reported_elsewhere
         reconciler.cluster = self
+        reconciler.statuses.writers = self.writers
         bootstrapper = reconciler.bootstrapper
         bootstrapper.may_write = self.sets_up
         bootstrapper.targets = self.targets
@@ -60,6 +70,51 @@ class ClusterMember:
     def elsewhere(self, dpid: int) -> bool:
         """Whether another replica holds the switch's lease (so reports on it)."""
         return switch_name(dpid) in self.mastership.taken and self.mastership.epoch(switch_name(dpid)) is None
+
+    def reported(self, dpid: int) -> tuple[str, dict[tuple[int, int], str]]:
+        """What the switch's master (another replica) says of it: its state and the objects whose
+        flows it refused ((cookie kind, object id) -> why)."""
+        state, refused = self.mastership.reports.get(switch_name(dpid), ("ok", ()))
+        return state, {(kind, obj): why for kind, obj, why in refused}
+
+    def report(self, result, refused_at: dict) -> None:
+        """Tell the other replicas (with the next heartbeat) what the switches this replica masters
+        say after a pass, where it is not simply `ok`."""
+        out = {}
+        for key, res in result.switches.items():
+            refused = refused_at.get(key, {})
+            if res.dpid is not None and self.masters(res.dpid) and (res.state != "ok" or refused):
+                out[switch_name(res.dpid)] = [res.state, sorted([k, i, why] for (k, i), why in refused.items())]
+        self.mastership.switch_states = out
+
+    def writers(self, snapshot):
+        """Whether this replica writes a status key ((kind, id), or ("node_state", node name)), by
+        the model `snapshot` (see the module's docstring)."""
+        nodes = {n.name: datapath_id(n.id) for n in snapshot.nodes}
+        first = min(self.mastership.peers, default=self.mastership.id) == self.mastership.id
+        ports = None
+
+        def writes_for(dpid: int | None) -> bool:
+            if dpid is None:
+                return first
+            name = switch_name(dpid)
+            return self.mastership.epoch(name) is not None or (first and name not in self.mastership.taken)
+
+        def writes(key) -> bool:
+            nonlocal ports
+            kind, what = key
+            if kind == "node_state":
+                return writes_for(nodes.get(what))
+            if kind == "node":
+                return writes_for(datapath_id(what))
+            if kind == "fabric_switch":
+                return writes_for(datapath_id_fabric(what))
+            if kind == "port":
+                if ports is None:
+                    ports = {p.id: p.node for p in snapshot.ports}
+                return writes_for(nodes.get(ports.get(what)))
+            return first
+        return writes
 
     def sets_up(self, dpid: int) -> bool:
         """Whether this replica sets the switch up over OVSDB: it holds its lease, or nobody does."""
@@ -118,6 +173,8 @@ class ClusterMember:
             LOG.info("switch %s: master under epoch %d; resyncing it", switch_name(dpid), epoch)
             self.reconciler.applier.forget(dpid)     # its mirror may be stale: read it back
             self.reconciler.switch_changed(dpid)
+            # the statuses it now writes: compared with the store's, as the previous writer left them
+            self.reconciler.changed_elsewhere()
 
     def stop(self) -> None:
         self.mastership.stop()
@@ -134,11 +191,14 @@ def join(engine, *, address: str, openflow: str, pki_dir: str | None) -> Masters
     return mastership
 
 
-def run(mastership: Mastership, switches, reconciler, app, on_feed) -> ClusterMember:
+def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember:
     """Start the replica's rounds and change feed, the OpenFlow app's events routed to it. It leases
-    the switches connected to `switches` (OsKenSwitches). `on_feed()`: another replica wrote the
-    store (besides the reconciler: the agents' long-polls are woken)."""
+    the switches connected to `switches` (OsKenSwitches). `hub` (fathom.api.agents.AgentHub): the
+    agents this replica hears, told to the others, and those they hear; when another replica wrote
+    the store, the agents' long-polls are woken (besides the reconciler)."""
     mastership.switches = lambda: [switch_name(d) for d in switches.connected()]
+    mastership.agents, hub.heard_elsewhere, hub.polls_elsewhere = hub.present, mastership.agent_heard, \
+        mastership.agent_replica
     member = ClusterMember(mastership, switches, reconciler)
 
     def switch_changed(dpid, datapath=None):
@@ -149,7 +209,7 @@ def run(mastership: Mastership, switches, reconciler, app, on_feed) -> ClusterMe
 
     def elsewhere():
         reconciler.changed_elsewhere()
-        on_feed()
+        hub.changed()
     listener = feed.Listener(feed.libpq_url(mastership.engine), mastership.id, elsewhere).start()
     mastership.feed_lag = lambda: listener.lag
     mastership.start(joined=True)

@@ -212,6 +212,10 @@ class Reconciler:
             self._events.elsewhere = True
         self._event("feed", store=True)
 
+    def reported_elsewhere(self) -> None:
+        """Another replica's report on the switches it masters changed: decide the statuses again."""
+        self._event("cluster")
+
     def ovsdb_changed(self, name: str, what: str) -> None:
         """A node's (or fabric switch's) OVSDB changed: "ports" (interfaces) or "setup" (bridges)."""
         if what == "setup":
@@ -395,13 +399,16 @@ class Reconciler:
             for port_id, reason in self.desired.refused.items():
                 result.refused[(ck.KIND_PORT, port_id)] = reason
             steps.done("needs")
-            self.applier.apply(snapshot, result, self.switches_to_reconcile(result), changed, self.desired.edits,
+            reconciled = self.switches_to_reconcile(result)
+            self.applier.apply(snapshot, result, reconciled, changed, self.desired.edits,
                                audit, read_back or frozenset(), steps)
             steps.done("break")
             self._ovsdb_lost_meanwhile(snapshot, result)
             for key, owners in self.applier.refused_at.items():
-                if key in result.desired:
+                if key in reconciled:
                     result.refused.update(owners)
+            if self.cluster is not None:
+                self.cluster.report(result, self.applier.refused_at)
             for r in result.switches.values():
                 if r.key.bridge == BR_INT and r.key.name in result.nodes:
                     n = result.nodes[r.key.name]
@@ -443,7 +450,7 @@ class Reconciler:
     def switches_to_reconcile(self, result: PassResult) -> set[SwitchKey]:
         """The switches this pass diffs and sends their changes: every switch with a desired
         state; in a cluster, only those this replica is master of (a switch another replica
-        masters is reported `ok` here: its master reports on it)."""
+        masters is as its master reports it: its state, and the objects it refused)."""
         if self.cluster is None:
             return set(result.desired)
         keep = set()
@@ -454,7 +461,8 @@ class Reconciler:
             if self.cluster.masters(res.dpid):
                 keep.add(key)
             elif self.cluster.elsewhere(res.dpid) and res.setup == "ok":
-                res.state = "ok"
+                res.state, refused = self.cluster.reported(res.dpid)
+                result.refused.update(refused)
         return keep
 
     def _freeze(self) -> None:

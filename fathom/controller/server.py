@@ -101,7 +101,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     if cluster:   # joined first: a refusal (SQLite, another schema or PKI) stops it before it listens
         from fathom.controller import cluster as replica
         host = advertise or ("" if of_host in ("0.0.0.0", "::") else of_host)
-        mastership = replica.join(engine, address=f"http://{hosts[0]}:{api_port}", openflow=f"{host}:{of_port}",
+        # where the other replicas reach its API (a wildcard: at the advertised address)
+        api_host = hosts[0] if hosts[0] not in ("0.0.0.0", "::") else (advertise or "127.0.0.1")
+        mastership = replica.join(engine, address=f"http://{api_host}:{api_port}", openflow=f"{host}:{of_port}",
                                   pki_dir=pki_dir)
     app = ofapp.start(of_host, of_port, gate,
                       channels.server_context(transport.files) if transport.tls else None)
@@ -123,7 +125,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard,
                                                 ask_flush=api.state.agent_hub.ask_flush))
     if mastership is not None:
-        replica.run(mastership, switches, reconciler, app, api.state.agent_hub.changed)
+        replica.run(mastership, switches, reconciler, app, api.state.agent_hub)
     elif api_workers > 1:   # a write in a worker wakes the reconciler (a whole read) and the agents' long-polls
         feed.Listener(feed.libpq_url(engine), f"controller-{os.getpid()}",
                       lambda: (reconciler.changed_elsewhere(), api.state.agent_hub.changed())).start()

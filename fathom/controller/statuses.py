@@ -37,6 +37,9 @@ class StatusWriter:
         self.port_statuses = status.PortStatuses()    # kept by decide from pass to pass
         self.held = False                             # the last pass left the store's statuses alone
         self.mismatches = 0                           # check_incremental failures (must stay 0)
+        # in a cluster (fathom.controller.cluster): writers(snapshot) -> whether this replica writes
+        # a status key; None: every status is this process's to write
+        self.writers: Callable | None = None
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
 
     def write(self, snapshot: Snapshot, result: PassResult, stored: dict | None, seq: int, steps) -> None:
@@ -59,6 +62,10 @@ class StatusWriter:
             stored.update({("node_state", name): st for name, st in self._node_states.items()})
         write = {k: v for k, v in decided.items() if stored.get(k) != v}
         node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
+        if self.writers is not None and (write or node_states):
+            writes = self.writers(snapshot)
+            write = {k: v for k, v in write.items() if writes(k)}
+            node_states = {k: v for k, v in node_states.items() if writes(("node_state", k))}
         if result.settled_at is not None and any(v[0] == "active" and (stored.get(k) or ("",))[0] != "active"
                                                  for k, v in write.items()):
             # a switch acknowledges a bundle once its tables hold it, but its datapath forwards by

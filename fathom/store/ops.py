@@ -374,9 +374,10 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     if network is None or not _visible(caller, network):
         raise NotFound(f"network {network_id} does not exist", "network_id")
     project = _owner(caller, project_id, network)
-    # No lock: concurrent creations in one network take different addresses (`_allocate_ip`
-    # reserves what it hands out until the transaction ends); the unique constraints are the
-    # backstop (another process), and fathom.api.deps.Store.write runs such a request again.
+    # No lock on the network: concurrent creations in one network take different addresses
+    # (`_allocate_ip` holds what it hands out until the transaction ends, in this process and, on
+    # PostgreSQL, for every other); the unique constraints are the backstop, and
+    # fathom.api.deps.Store.write runs such a request again.
     if mac_address is None:
         mac_address = _allocate_mac(session, network.id)
     elif found.mac_used:
@@ -650,9 +651,27 @@ _USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
     m.IpAllocation.ip_address.in_(bindparam("window", expanding=True)))
 
 
+def _claim(session: Session, network_id: int, address: str) -> bool:
+    """Whether this transaction may take `address`, which no transaction of this process holds, as
+    far as other processes (replicas, API workers) go. PostgreSQL: a transaction-level advisory lock
+    on (network, address), tried without waiting (another transaction holds it: skip the address),
+    then the address read again, as the lock's last holder may have committed it after this
+    transaction read the window (PostgreSQL releases the lock only once that commit is visible).
+    SQLite serialises writers: nothing to claim."""
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    # the one-bigint key space (the two-int4 locks of _serialise are another); above 2^32, never a
+    # hashtext() of fathom.cluster.leases
+    key = network_id << 32 | int(ipaddress.IPv4Address(address))
+    if not session.scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}):
+        return False
+    return not _ip_used(session, network_id, address)
+
+
 def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
     """The lowest free host address of the subnet (the gateway's excluded) that no other transaction
-    of this process holds, checked ALLOCATION_WINDOW candidates per query from the subnet's hint on."""
+    holds (of this process: its reservations; of another: `_claim`), checked ALLOCATION_WINDOW
+    candidates per query from the subnet's hint on."""
     prefix = subnet.prefix
     first, last = int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
     hints = _hints(session)
@@ -668,6 +687,8 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
             for candidate in window:
                 if candidate not in used and reservations.reserve(allocation, network.id, candidate):
                     _hold(session, network.id, candidate)
+                    if not _claim(session, network.id, candidate):
+                        continue
                     host = ipaddress.IPv4Address(candidate)
                     hints[subnet.id] = int(host) - first
                     return host

@@ -258,6 +258,13 @@ class _Consumer:
         self.resynced, self.forgotten = [], []
         self.applier = self
         self.bootstrapper = type("Bootstrapper", (), {"controller_port": 6653})()
+        self.statuses = type("StatusWriter", (), {"writers": None})()
+
+    def reported_elsewhere(self):
+        pass
+
+    def changed_elsewhere(self):
+        pass
 
     def forget(self, dpid):
         self.forgotten.append(dpid)

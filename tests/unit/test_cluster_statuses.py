@@ -1,0 +1,158 @@
+"""Two controller replicas on one real PostgreSQL store, each with its reconciler, over fake switches
+(fathom.controller.fakeswitch) that each replica connects to under a role of its own: statuses and
+agents agree whichever replica decides or is asked.
+
+- A port whose flows the switch mastered by replica B refuses is `error`, and replica A (which does
+  not master that switch) decides the same: it does not write `active` over it, and its status
+  board (what A's long-polls answer) says `error` too. Once the switch takes them, both say `active`.
+- An agent that polls replica B is `up` in replica A's `GET /v1/agents`, and `down` in both once it
+  stops.
+Rounds are run by hand, so each step is deterministic."""
+from __future__ import annotations
+
+import time
+import warnings
+
+from sqlalchemy import text
+
+from fathom.api import agents as agents_api
+from fathom.api import create_app
+from fathom.cluster.leases import Timing
+from fathom.cluster.mastership import Mastership
+from fathom.controller.cluster import ClusterMember, switch_name
+from fathom.controller.fakeswitch import FakeSwitches
+from fathom.controller.reconciler import Reconciler
+from fathom.lab import topology
+from fathom.lab.ovs import wait_for
+from fathom.model import datapath_id
+from fathom.pipeline import cookies as ck
+from fathom.store.db import session_factory
+from fathom.store.snapshot import load_snapshot
+
+from . import golden_flows
+from .auth import headers_for
+from .test_reconciler import LAB, FixedBootstrap
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+# rounds are run by hand: leases long enough to outlast a pass on a busy machine
+TIMING = Timing(renew=1.0, lease=30.0, guard=0.1)
+
+
+class Connections:
+    """One replica's connections to the fake switches (a switch's role is per connection)."""
+
+    def __init__(self, fakes: FakeSwitches, name: str):
+        self.fakes, self.name = fakes, name
+
+    def session(self, dpid):
+        sw = self.fakes.session(dpid)
+        return sw.connect(self.name) if sw is not None else None
+
+    def connected(self):
+        return self.fakes.connected()
+
+    def lost_since(self, dpid):
+        return self.fakes.lost_since(dpid)
+
+
+class Replica:
+    def __init__(self, name: str, app, fakes: FakeSwitches, ofports):
+        self.app, self.conns = app, Connections(fakes, name)
+        self.rec = Reconciler(session_factory(app.state.engine), self.conns, FixedBootstrap(ofports),
+                              check_incremental=True, startup_grace=0.0)
+        self.mastership = Mastership(app.state.engine, lambda: [switch_name(d) for d in self.conns.connected()],
+                                     replica_id=name, timing=TIMING, reachable_only=True,
+                                     agents=app.state.agent_hub.present).join()
+        app.state.agent_hub.heard_elsewhere = self.mastership.agent_heard
+        self.member = ClusterMember(self.mastership, self.conns, self.rec)
+        self.http = TestClient(app, headers=headers_for(app))
+
+    def status(self, port_id: int) -> tuple[str, str | None]:
+        got = self.http.get(f"/v1/ports/{port_id}").json()
+        return got["status"], got["status_reason"]
+
+    def close(self):
+        self.mastership.stop()
+        self.member._roles.shutdown(wait=True)
+        self.http.close()
+        self.app.state.engine.dispose()
+
+
+def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeypatch):
+    url = postgres.new_database()
+    topo = topology.load(LAB / "default.yaml")
+    setup = create_app(url)
+    ids = golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")
+    with session_factory(setup.state.engine)() as s:
+        snap = load_snapshot(s)
+    setup.state.engine.dispose()
+    fakes = FakeSwitches()
+    nodes = {n.name: n.id for n in snap.nodes}
+    for node_id in nodes.values():
+        fakes.add(datapath_id(node_id))
+    ofports = golden_flows.ofports(topo, snap, "distributed")
+    a, b = (Replica(name, create_app(url), fakes, ofports) for name in ("a", "b"))
+    try:
+        def rounds():
+            for r in (a, b, a, b):
+                r.mastership.run_round()
+        rounds()
+        wait_for(lambda: all(a.member.masters(d) or b.member.masters(d) for d in fakes.switches), 5,
+                 "every switch mastered, by one replica or the other")
+        for r in (a, b, a):
+            r.rec.run_pass()
+        assert all(a.status(p)[0] == "active" for p in ids["ports"].values())
+        # a port on a node whose br-int b masters: its flows go missing there, and the switch
+        # refuses them when b's audit sends them again
+        node = next(n for n, i in nodes.items() if b.member.masters(datapath_id(i)))
+        vm = next(v.name for n, v in topo.vms() if n.name == node)
+        port = ids["ports"][vm]
+        switch = fakes.switches[datapath_id(nodes[node])]
+        mine = lambda spec: ck.parse_cookie(spec.cookie)[1:] == (ck.KIND_PORT, port)   # noqa: E731
+        for key in [k for k, f in switch.flows.items() if mine(f)]:
+            del switch.flows[key]
+        switch.refuse(mine)
+        b.rec.run_pass(audit=True)
+        assert b.status(port)[0] == "error"
+        a.rec.changed_elsewhere()       # before b's report reached it, a's pass writes nothing over it
+        a.rec.run_pass()
+        assert b.status(port)[0] == "error"
+        rounds()                        # b's report reaches a
+        a.rec.changed_elsewhere()       # a reads the store again (b wrote the status) and decides
+        a.rec.run_pass()
+        status, reason = a.status(port)
+        assert status == "error" and f"br-int {node}" in reason, (status, reason)
+        assert a.rec.board.statuses[("port", port)][0] == "error"
+        others = [p for name, p in ids["ports"].items() if name != vm]
+        assert all(a.status(p)[0] == "active" for p in others), {p: (a.status(p), b.status(p)) for p in others}
+        # the switch takes the flows: b repairs it, reports nothing wrong, and a says `active` too
+        switch.refuse(None)
+        b.rec.run_pass(audit=True)
+        rounds()
+        a.rec.run_pass()
+        assert a.status(port)[0] == "active" and a.rec.board.statuses[("port", port)][0] == "active"
+
+        # an agent polling b (its report an hour old: up only by being heard): up through a's API
+        # too, and down in both once it stopped for longer than STALE_AFTER
+        monkeypatch.setattr(agents_api, "STALE_AFTER", 3.0)
+        agent = TestClient(b.app, headers=headers_for(b.app, "admin", ("agent",), node=node))
+        assert agent.post(f"/v1/agents/{node}/report", json={}).status_code == 204
+        with b.app.state.engine.begin() as conn:
+            conn.execute(text("UPDATE node_agents SET reported_at = reported_at - interval '1 hour'"))
+        b.app.state.agent_hub.hold(node)           # its long-poll, held on b
+
+        def state(r: Replica) -> str:
+            return next(x["state"] for x in r.http.get("/v1/agents").json() if x["node"] == node)
+        assert state(a) == "down"                  # not heard by a, nor told yet
+        rounds()
+        assert (state(a), state(b)) == ("up", "up")
+        b.app.state.agent_hub.release(node)        # the agent went away
+        time.sleep(3.2)
+        rounds()
+        assert (state(a), state(b)) == ("down", "down")
+    finally:
+        a.close()
+        b.close()

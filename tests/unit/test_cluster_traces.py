@@ -1,0 +1,63 @@
+"""A trace of actual tables asked of replica A for a node whose agent polls replica B (two apps on
+one PostgreSQL store, B served over loopback HTTP): A asks B's desk with the caller's token
+(`POST /v1/agents/{node}/traces`, admin only, checked again by B), B's agent answers there, and A
+gets the output. A member's token is refused by B, and A says why."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from fathom.api.traces import _agents
+from fathom.trace import Unanswered
+
+from .auth import headers_for
+from .test_api_races import Served
+
+NODE = "compute1"
+FLOW = "in_port=1,dl_src=02:fa:00:00:01:01"
+
+
+def test_a_hop_whose_agent_polls_another_replica_is_asked_there(postgres):
+    url = postgres.new_database()
+    b = Served(url)                       # the replica the agent polls
+    a = Served(url)                       # the replica asked for the trace
+    stop = threading.Event()
+    agent = httpx.Client(base_url=b.url, headers=headers_for(b.app, "admin", ("agent",), node=NODE), timeout=10)
+
+    def agent_loop():                     # what the node's agent does with its long-poll's requests
+        desk = b.app.state.trace_desk
+        while not stop.is_set():
+            for ask in desk.take(NODE):
+                r = agent.post(f"/agents/{NODE}/traces/{ask['id']}",
+                               json={"output": f"traced {ask['bridge']} {ask['flow']}"})
+                assert r.status_code == 204, r.text
+            time.sleep(0.02)
+    runner = threading.Thread(target=agent_loop, daemon=True)
+    runner.start()
+    try:
+        a.app.state.agent_hub.polls_elsewhere = lambda node: b.url.removesuffix("/v1") if node == NODE else None
+
+        def hop(headers: dict) -> str:
+            request = SimpleNamespace(app=a.app, headers={k.lower(): v for k, v in headers.items()})
+            return _agents(request, 5.0)(NODE, "br-int", FLOW, ["trk,new"])
+        assert hop(a.headers) == f"traced br-int {FLOW}"
+        member = headers_for(a.app, "p1", ("member",))
+        with pytest.raises(Unanswered, match="needs an admin"):
+            hop(member)
+        # B's route itself: admin only, and bounded as the desk is
+        asks = httpx.Client(base_url=b.url, timeout=10)
+        body = {"bridge": "br-int", "flow": FLOW, "ct_next": [], "timeout": 1}
+        assert asks.post(f"/agents/{NODE}/traces", json=body, headers=member).status_code == 403
+        assert asks.post(f"/agents/{NODE}/traces", json={**body, "flow": "in_port=1;rm -rf"},
+                         headers=b.headers).status_code == 422
+        assert asks.post(f"/agents/{NODE}/traces", json={**body, "bridge": "br-ex"}, headers=b.headers).status_code == 422
+    finally:
+        stop.set()
+        runner.join(5)
+        agent.close()
+        a.stop()
+        b.stop()
