@@ -145,10 +145,16 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
             mastership.stop()
 
 
+# seconds a stopping API waits for the requests in flight (held long-polls would keep it for their
+# whole wait): then it closes them, and their clients ask again, another replica if there is one
+STOP_GRACE_S = 2
+
+
 def run_api(app, guard: Guard, sockets: list[socket.socket]) -> None:
     """Serve `app` on the listening `sockets` until SIGTERM or SIGINT."""
     config = uvicorn.Config(DateHeader(Gate(app, guard)), log_level="warning", http=guard.protocol,
-                            timeout_keep_alive=5, date_header=False, proxy_headers=False)
+                            timeout_keep_alive=5, date_header=False, proxy_headers=False,
+                            timeout_graceful_shutdown=STOP_GRACE_S)
     QuietServer(config).run(sockets=sockets)
 
 

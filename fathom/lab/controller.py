@@ -48,6 +48,13 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     return _start(lab_dir, of_host, api_port, of_port, pki_dir, db)
 
 
+def start_replica(lab_dir: Path, replica: dict, index: int) -> dict:
+    """Replica `index` of the lab's cluster started again where it ran (`replica`: its entry in the
+    lab's state): same API and OpenFlow ports, same store."""
+    return _start(lab_dir, replica["of_host"], replica["api_port"], replica["of_port"], replica["pki_dir"],
+                  replica["db"], index=index, cluster=True)
+
+
 def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | None, pki_dir: str | None,
            db: str | None, index: int = 0, cluster: bool = False) -> dict:
     """One controller process (`index`: which replica of a cluster; 0: the first, or a lone one)."""
