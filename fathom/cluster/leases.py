@@ -23,7 +23,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 
 
 class ClusterError(Exception):
@@ -85,6 +85,25 @@ def join(conn: Connection, me: str, address: str, schema_version: str, fingerpri
         "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, openflow) "
         "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow)"),
         {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow})
+
+
+def check_schema(engine: Engine, schema_version: str, timing: Timing = Timing()) -> None:
+    """Before this replica migrates the store to `schema_version`: ClusterError when a live replica
+    runs another one (migrating would change the schema under it). A store with no cluster yet, or
+    not PostgreSQL (join says why), passes."""
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("cluster_replicas"):
+            return
+        other = conn.execute(text(f"SELECT id, address, schema_version FROM cluster_replicas WHERE {_LIVE} "
+                                  f"AND schema_version <> :schema ORDER BY id LIMIT 1"),
+                             {"lease": timing.lease, "schema": schema_version}).first()
+    if other is not None:
+        raise ClusterError(
+            f"this replica (schema {schema_version}) refused before migrating the store: live replica {other.id} "
+            f"({other.address or 'no address'}) runs schema {other.schema_version}. The replicas of one cluster "
+            f"share one schema version: stop the others first (docs/ha.md, upgrades).")
 
 
 def ensure_switches(conn: Connection, switches) -> None:

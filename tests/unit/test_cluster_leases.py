@@ -312,3 +312,29 @@ def test_a_replica_writes_to_a_switch_only_once_it_granted_the_master_role_under
     assert not ma.masters(switch.dpid) and switch.roles["b"] == "master"
     ma._roles.shutdown(wait=True)
     mb._roles.shutdown(wait=True)
+
+
+def test_a_replica_of_another_schema_is_refused_before_it_migrates_the_store(engine):
+    """A new version's replica checks the live replicas before migrating: with one on another schema
+    it stops with a clear message and the store's schema stays as the live replicas need it."""
+    replica(engine, "a", schema_version="0015_cluster").join()
+    with pytest.raises(ClusterError, match=r"schema 0099_next\) refused before migrating the store: live "
+                                           r"replica a .* runs schema 0015_cluster"):
+        leases.check_schema(engine, "0099_next", FAST)
+    leases.check_schema(engine, "0015_cluster", FAST)       # the same schema passes
+    time.sleep(FAST.lease)      # a is no longer live: a new version may migrate
+    leases.check_schema(engine, "0099_next", FAST)
+
+
+def test_a_controller_replica_refuses_to_start_beside_a_replica_of_another_schema(engine, tmp_path):
+    """`fathom controller --cluster` (its serve) beside a live replica of another schema version
+    stops at once, naming it, before it migrates the store or listens."""
+    from fathom.controller.server import serve
+    with engine.begin() as conn:    # a live replica of another version (its heartbeat ahead: live throughout)
+        conn.execute(text("INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, "
+                          "pki_fingerprint) VALUES ('old', 'http://a:8080', now(), now() + interval '1 hour', "
+                          "'0014_older', 'insecure')"))
+    url = engine.url.render_as_string(hide_password=False)
+    with pytest.raises(ClusterError, match=r"refused before migrating the store: live replica old "
+                                           r"\(http://a:8080\) runs schema 0014_older"):
+        serve(url, "127.0.0.1", 0, "127.0.0.1", 0, 10, state_dir=str(tmp_path), cluster=True)
