@@ -140,8 +140,12 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     p = {"me": me, "lease": timing.lease, "lag": feed_lag,
          "reaches": None if reachable is None else ",".join(sorted(reachable))}
     # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
-    # waiting: the leases end at the holder's deadline either way, and the failure is counted
-    conn.execute(text(f"SET LOCAL statement_timeout = {int(timing.lease * 1000)}"))
+    # waiting: the leases end at the holder's deadline either way, and the failure is counted; and a
+    # round whose replica stops mid-way (paused) has its session ended after the lease time, so the
+    # lease rows it locked are free to be taken (SKIP LOCKED would pass over them for as long)
+    ms = int(timing.lease * 1000)
+    conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
+    conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
     ensure_switches(conn, switches)
     if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, "
                             "reaches = :reaches WHERE id = :me"),

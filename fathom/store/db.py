@@ -82,7 +82,9 @@ def make_engine(url: str) -> Engine:
             if record.info.pop(_WRITER, False):
                 writers.release()
         return engine
-    engine = create_engine(url)
+    # A transaction left open by a process that stopped running (SIGSTOP, a frozen VM) would hold its
+    # row locks for as long: PostgreSQL ends its session after IDLE_IN_TRANSACTION_MS instead
+    engine = create_engine(url, connect_args={"options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"})
 
     # A pooled connection is checked (one round trip) before use only if it has been idle for
     # PING_IDLE_SECONDS: one dropped by the server (restart, idle timeout) is then replaced before a
@@ -106,6 +108,7 @@ def make_engine(url: str) -> Engine:
 
 
 PING_IDLE_SECONDS = 1.0
+IDLE_IN_TRANSACTION_MS = 30000
 _LAST_USED = "fathom_last_used"
 _WRITER = "fathom_sqlite_writer"     # a connection's info: it holds this process's SQLite write turn
 
