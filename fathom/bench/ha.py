@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -93,15 +94,14 @@ class Cluster:
         address = {r["id"]: r["address"] for r in cluster["replicas"] if r["live"]}
         return {x["switch"]: address.get(x["holder"]) for x in cluster["leases"]}
 
-    def settled(self, live: int | None = None) -> bool:
-        """Every replica live (or `live` of them) and every switch mastered."""
+    def settled(self) -> bool:
+        """Every replica live and every switch mastered."""
         cluster = self.status()
-        want = len(self.replicas) if live is None else live
-        return (sum(r["live"] for r in cluster["replicas"]) == want
+        return (sum(r["live"] for r in cluster["replicas"]) == len(self.replicas)
                 and all(x["holder"] for x in cluster["leases"]))
 
-    def wait_settled(self, timeout: float = SETTLE_TIMEOUT_S, live: int | None = None) -> None:
-        wait(lambda: self.settled(live), timeout, "every replica live and every switch mastered")
+    def wait_settled(self, timeout: float = SETTLE_TIMEOUT_S) -> None:
+        wait(self.settled, timeout, "every replica live and every switch mastered")
 
     def ask_first(self, url: str) -> None:
         """The API client asks `url` first (one other than a replica the event is about to stop: the
@@ -115,11 +115,8 @@ class Cluster:
         return next(i for i, r in enumerate(self.replicas) if r["url"] == url)
 
     def restart(self, index: int) -> None:
+        """Replica `index` stopped (if it runs) and started again where it ran."""
         self.replicas[index] = self.lab.restart_replica(index)
-
-    def start_again(self, index: int) -> None:
-        """A replica that was killed: started where it ran."""
-        self.restart(index)
 
     def not_master(self, url: str) -> dict[str, float]:
         """A replica's count of the switches' "not master" answers, by kind (its /metrics)."""
@@ -346,7 +343,7 @@ def kill_master(cluster: Cluster, probe: Probe, switch: str, start_again: bool =
     out = {"event": "kill", "replica": index, **_after_event(cluster, probe, switch, t0, victim, vif)}
     probe.remove(out.pop("port"), vif)
     if start_again:
-        cluster.start_again(index)
+        cluster.restart(index)
         cluster.wait_settled()
     return out
 
@@ -435,7 +432,9 @@ def stop_postgres(cluster: Cluster, probe: Probe, pg, seconds: float) -> dict:
 # ---------------------------------------------------------------------------------------------- the run
 
 def run(repeat: int = 10, events: tuple[str, ...] = EVENTS, pause: float = 30.0, pg_down: float = 10.0,
-        writers: int = 8, lab_name: str = "bha", replicas: int = 3, progress=lambda msg: None) -> dict:
+        writers: int = 8, lab_name: str = "bha", replicas: int = 3, progress=lambda msg: None,
+        logs: Path | None = None) -> dict:
+    """The whole bench (see the module's text); the lab's logs are copied to `logs` at the end."""
     from fathom.bench.postgres import PostgresServer
     from fathom.cluster.leases import Timing
     from fathom.lab.lab import Lab
@@ -455,6 +454,11 @@ def run(repeat: int = 10, events: tuple[str, ...] = EVENTS, pause: float = 30.0,
         doc = measure(lab, cluster, pg, repeat, events, pause, pg_down, writers, progress)
         cluster.close()
     finally:
+        if logs is not None:
+            for log in lab.dir.rglob("*.log") if lab.dir.exists() else ():
+                target = logs / log.relative_to(lab.dir)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, target)
         lab.down()
         pg.stop()
     activity.append(machine_activity(("fathom bench ha",)))

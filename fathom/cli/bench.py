@@ -510,7 +510,7 @@ def ha_bench(repeat, events, pause, pg_down, writers, replicas, lab_name, quick,
         repeat, pause, pg_down, writers = 1, 5.0, 3.0, 2
     out = output_dir("ha", outdir)
     try:
-        doc = ha.run(repeat, chosen, pause, pg_down, writers, lab_name, replicas, stderr_progress())
+        doc = ha.run(repeat, chosen, pause, pg_down, writers, lab_name, replicas, stderr_progress(), out / "logs")
     except (LabError, OSError, TimeoutError) as e:
         fail(str(e))
     publish("ha", doc, out, ha, as_json, plot="timeline.svg")
