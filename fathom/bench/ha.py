@@ -15,8 +15,10 @@ Events, `repeat` times each, one after the other:
 
 Each event's timeline, in seconds from the event: `lease` (another live replica holds the node's
 br-int lease, polled in GET /v1/cluster every 50 ms), `applied` (a port created on that node right
-after the event, its VIF already plugged, is `active`: the switch's master applied its flows). After
-it: the echoes lost meanwhile, the 5xx answers (a 503 is clean; anything else counts as a failure).
+after the event, its VIF already plugged, has flows for its MAC in the node's br-int, read with
+ovs-ofctl: the switch's master applied them; a port's `active` may be decided by a replica that is
+not the master). Echoes lost and the writers' answers are counted over the whole run (a 503 or an
+unreachable replica is retried on the next; any other 5xx counts as a failure).
 A paused replica, once woken: the switches' answers that it is no longer master (role status,
 IS_SLAVE, stale role requests: `fathom_openflow_not_master_total` on its /metrics) and whether the
 node's br-int holds what its new master wants (`in_sync`: no flow written by the woken one).
@@ -311,8 +313,8 @@ class Probe:
 # ---------------------------------------------------------------------------------------------- events
 
 def _after_event(cluster: Cluster, probe: Probe, switch: str, t0: float, old: str | None, vif) -> dict:
-    """The event's timeline from `t0` (monotonic): lease moved off `old` (None: any holder), the port
-    made right after it active."""
+    """The event's timeline from `t0` (monotonic): the lease moved off `old`, and the flows of a port
+    made right after the event on the switch."""
     out: dict = {}
     port = probe.create(vif)
     done = threading.Event()
@@ -366,6 +368,7 @@ def pause_master(cluster: Cluster, probe: Probe, node: str, switch: str, seconds
     finally:
         os.kill(pid, signal.SIGCONT)
     woke = time.monotonic()
+    out["paused_s"] = round(woke - t0, 3)     # longer than asked when the take-over took longer
     cluster.wait_settled()
     time.sleep(1.0)      # the woken replica's threads have run: whatever it was about to write, it tried
     after = cluster.not_master(victim)
@@ -385,7 +388,7 @@ def pause_master(cluster: Cluster, probe: Probe, node: str, switch: str, seconds
 
 def rolling_restart(cluster: Cluster, probe: Probe) -> dict:
     """Every replica stopped and started again in turn, each once the cluster settled; a port
-    created when the first stops must turn active meanwhile."""
+    created when the first stops must get its flows on the switch meanwhile."""
     vif = probe.plug()
     t0 = time.monotonic()
     steps = []
@@ -413,7 +416,7 @@ def rolling_restart(cluster: Cluster, probe: Probe) -> dict:
 
 def stop_postgres(cluster: Cluster, probe: Probe, pg, seconds: float) -> dict:
     """PostgreSQL stopped for `seconds`, then started again; seconds from its return to every replica
-    live, and to a port created then being active."""
+    live, and to the flows of a port created then on the switch."""
     t0 = time.monotonic()
     pg.halt()
     time.sleep(seconds)

@@ -338,3 +338,21 @@ def test_a_controller_replica_refuses_to_start_beside_a_replica_of_another_schem
     with pytest.raises(ClusterError, match=r"refused before migrating the store: live replica old "
                                            r"\(http://a:8080\) runs schema 0014_older"):
         serve(url, "127.0.0.1", 0, "127.0.0.1", 0, 10, state_dir=str(tmp_path), cluster=True)
+
+
+def test_a_replica_stopped_inside_its_round_does_not_keep_its_leases(engine):
+    """A replica paused (SIGSTOP) in the middle of its round's transaction holds its lease rows
+    locked: PostgreSQL ends that session after a lease time, and another replica takes them."""
+    a, b = replica(engine, "a", 3).join(), replica(engine, "b", 3).join()
+    a.run_round()
+    b.run_round()
+    held_by_a = set(a.held())
+    assert held_by_a
+    paused = engine.connect()
+    paused.begin()
+    leases.run_round(paused, "a", FAST, switches(3))      # its round, left open: the rows stay locked
+    wait_for(lambda: (b.run_round(), set(b.held()) >= held_by_a)[1], 10 * FAST.lease,
+             "b to take the paused replica's leases")
+    with pytest.raises(Exception, match="terminat"):      # the paused session was ended by the server
+        paused.execute(text("SELECT 1"))
+    paused.close()
