@@ -4,13 +4,14 @@ A client names a write with the `Idempotency-Key` header (1 to 64 of `A-Z a-z 0-
 once per logical call and sent again with each retry of it). The key belongs to the caller's
 credential (its scope is the SHA-256 of the Authorization header). The first request with a key
 runs; the store's write (fathom.api.deps.Store.write) inserts the key's row last in its own
-transaction, so the key is taken if and only if the write committed. The response is recorded in that row before
-it is sent. A later request with the same key and the same method, path, query, X-Project and body
+transaction, so the key is taken if and only if the write committed. The response is recorded in
+that row before it is sent. A later request with the same key and the same method, path, query, X-Project and body
 gets the recorded response (header `Idempotent-Replayed: true`) and runs nothing; with anything
 different it is refused (422). While the first still runs, a repeat is answered 503 with
 Retry-After; a repeat of a write whose response held a credential (a token's creation) is
-refused (409), as is a repeat of a key whose write committed but whose response was never recorded (the controller
-that ran it stopped in between) is answered 409. Keys are remembered for RETENTION (24 h).
+refused (409), and so is, RUNNING_AT_MOST after its commit, a repeat of a key whose write committed
+but whose response was never recorded (the controller that ran it stopped in between). Keys are
+remembered for RETENTION (24 h).
 """
 from __future__ import annotations
 

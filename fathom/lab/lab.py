@@ -533,7 +533,7 @@ class Lab:
         state["controller"]["created"] = created
         self._save(state)
 
-    def restart_replica(self, index: int, downtime: float = 0.0) -> dict:
+    def restart_replica(self, index: int) -> dict:
         """Stop replica `index` of the lab's controller cluster (SIGTERM: it gives its leases up) and
         start it again on the same ports and store; returns its new entry (pid) in the lab's state."""
         from . import controller as ctl
@@ -544,7 +544,6 @@ class Lab:
             raise LabError(f"lab {self.name} runs no controller replica {index}")
         r = replicas[index]
         kill_and_wait(r["pid"], timeout=10)
-        time.sleep(downtime)
         replicas[index] = ctl.start_replica(self.dir, r, index)
         if index == 0:
             state["controller"]["pid"] = replicas[0]["pid"]
