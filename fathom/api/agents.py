@@ -211,7 +211,9 @@ class DesiredCache:
         self._desired = Desired()                             # kept from one read to the next
         self._numbered: dict[str, tuple[str, int]] = {}      # node -> (digest, its revision in the store)
         self._reader = StoreReader()
-        self._changes: TableChanges | None = None            # made with the first read, from its engine
+        # made now, not at the first agent's call: adding an engine's event listeners while other
+        # threads commit on it breaks their commits (SQLAlchemy iterates the listeners unlocked)
+        self._changes = TableChanges(db.engine)
         self._written_last: set = set()
         self._whole_at = 0.0
         self._flushes_asked = 0
@@ -281,12 +283,12 @@ class DesiredCache:
         return out
 
     def _compute(self, session) -> dict[str, list]:
-        if self._changes is None:
-            self._changes = TableChanges(session.get_bind())
         taken = self._changes.take()
+        # the first read is whole: what was written before it need not be read again by the next
+        first = self._whole_at == 0.0
         whole = time.monotonic() - self._whole_at > RECHECK
         written = None if whole else taken | self._written_last
-        self._written_last = taken
+        self._written_last = set() if first else taken
         if whole:
             self._whole_at = time.monotonic()
         return self._desired(self._reader.read(session, None, written), ag.attachments(session))

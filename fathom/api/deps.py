@@ -104,8 +104,10 @@ class Store:
         for attempt in range(attempts):
             try:
                 with Session(self.engine) as session, session.begin():
-                    request_ids.claim(session)   # the request's Idempotency-Key, taken with the write
                     result = fn(session)
+                    # the request's Idempotency-Key, taken with the write, last: its row's time is
+                    # the commit's (request_ids.RUNNING_AT_MOST)
+                    request_ids.claim(session)
                 request_ids.claimed()
                 break
             except IntegrityError as e:

@@ -3,14 +3,15 @@
 A client names a write with the `Idempotency-Key` header (1 to 64 of `A-Z a-z 0-9 . _ : -`, made
 once per logical call and sent again with each retry of it). The key belongs to the caller's
 credential (its scope is the SHA-256 of the Authorization header). The first request with a key
-runs; the store's write (fathom.api.deps.Store.write) inserts the key's row in its own transaction,
-so the key is taken if and only if the write committed. The response is recorded in that row before
-it is sent. A later request with the same key and the same method, path, query, X-Project and body
+runs; the store's write (fathom.api.deps.Store.write) inserts the key's row last in its own
+transaction, so the key is taken if and only if the write committed. The response is recorded in
+that row before it is sent. A later request with the same key and the same method, path, query, X-Project and body
 gets the recorded response (header `Idempotent-Replayed: true`) and runs nothing; with anything
 different it is refused (422). While the first still runs, a repeat is answered 503 with
 Retry-After; a repeat of a write whose response held a credential (a token's creation) is
-refused (409), as is a repeat of a key whose write committed but whose response was never recorded (the controller
-that ran it stopped in between) is answered 409. Keys are remembered for RETENTION (24 h).
+refused (409), and so is, RUNNING_AT_MOST after its commit, a repeat of a key whose write committed
+but whose response was never recorded (the controller that ran it stopped in between). Keys are
+remembered for RETENTION (24 h).
 """
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
 VALID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-RUNNING_AT_MOST = timedelta(seconds=120)   # longer than any request: a row older without response lost it
+# a key's row is inserted last in its write's transaction and its response recorded right after the
+# commit: a row still without response after this long lost it (the controller that ran it stopped)
+RUNNING_AT_MOST = timedelta(seconds=10)
 SWEEP_EVERY = 60.0                          # seconds between deletions of expired keys (per process)
 SECRET_PATHS = ("/v1/tokens",)              # responses holding a credential: not kept, a repeat is refused
 

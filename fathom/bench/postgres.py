@@ -81,9 +81,18 @@ class PostgresServer:
         options = f"-k {self.socket_dir} -p {PORT} -c listen_addresses=''"
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-w", "-t", "30",
-                  "-l", str(self.base / "server.log"), "start")
+        self._options = options
+        self.resume()
         return self
+
+    def halt(self) -> None:
+        """Stop the server (fast shutdown: its clients are disconnected), keeping its data (`resume`)."""
+        self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server on its data directory (after `start`'s initdb, or a `halt`)."""
+        self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-o", self._options, "-w", "-t", "30",
+                  "-l", str(self.base / "server.log"), "start")
 
     def stop(self) -> None:
         try:

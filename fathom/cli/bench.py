@@ -488,3 +488,37 @@ def trace_bench(nodes, ports, samples, seed, quick, outdir, live, as_json):
     out = output_dir("trace", outdir)
     doc = tr.run(nodes, ports, samples, seed, stderr_progress())
     publish("trace", doc, out, tr, as_json)
+
+
+@bench.command("ha")
+@click.option("--repeat", type=click.IntRange(1, 100), default=10, show_default=True, help="times each event is done")
+@click.option("--events", default=",".join(("kill", "pause", "rolling", "postgres")), show_default=True,
+              help="events, comma-separated: kill, pause, rolling, postgres")
+@click.option("--pause", type=click.FloatRange(0.5, 600.0), default=30.0, show_default=True,
+              help="seconds a paused master stays stopped (SIGSTOP)")
+@click.option("--pg-down", type=click.FloatRange(0.5, 600.0), default=10.0, show_default=True,
+              help="seconds PostgreSQL stays stopped")
+@click.option("--writers", type=click.IntRange(0, 64), default=8, show_default=True, help="API writers throughout")
+@click.option("--replicas", type=click.IntRange(2, 9), default=3, show_default=True)
+@click.option("--lab", "lab_name", default="bha", show_default=True, help="name of the lab it builds")
+@click.option("--quick", is_flag=True, help="once each, a 5 s pause, PostgreSQL down 3 s, 2 writers")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-ha-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def ha_bench(repeat, events, pause, pg_down, writers, replicas, lab_name, quick, outdir, as_json):
+    """Controller replicas failing under load: a lab under a cluster of replicas on a PostgreSQL the
+    bench starts, pings every 20 ms and API writers throughout, while it kills, pauses and restarts
+    masters and stops PostgreSQL. Per event: lease moved, first change applied by the new master,
+    echoes lost, 5xx answers; kill -> applied p50/p99 against 1.5 s / 3 s. Progress goes to stderr."""
+    from fathom.bench import ha
+    from fathom.lab.sh import LabError
+    chosen = tuple(e.strip() for e in events.split(",") if e.strip())
+    if unknown := set(chosen) - set(ha.EVENTS):
+        raise click.BadParameter(f"unknown events {sorted(unknown)}: choose from {', '.join(ha.EVENTS)}")
+    if quick:
+        repeat, pause, pg_down, writers = 1, 5.0, 3.0, 2
+    out = output_dir("ha", outdir)
+    try:
+        doc = ha.run(repeat, chosen, pause, pg_down, writers, lab_name, replicas, stderr_progress(), out / "logs")
+    except (LabError, OSError, TimeoutError) as e:
+        fail(str(e))
+    publish("ha", doc, out, ha, as_json, plot="timeline.svg")

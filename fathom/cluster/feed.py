@@ -51,7 +51,8 @@ def notify_commits(engine: Engine, me: str) -> None:
 
     @event.listens_for(engine, "rollback")
     def _rollback(conn):
-        conn.info.pop(_WROTE, None)
+        if not conn.invalidated:   # else its DBAPI connection is gone (the server ended it), info too
+            conn.info.pop(_WROTE, None)
 
 
 class _Metrics:

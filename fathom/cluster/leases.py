@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 
 
 class ClusterError(Exception):
@@ -88,6 +88,25 @@ def join(conn: Connection, me: str, address: str, schema_version: str, fingerpri
         {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow})
 
 
+def check_schema(engine: Engine, schema_version: str, timing: Timing = Timing()) -> None:
+    """Before this replica migrates the store to `schema_version`: ClusterError when a live replica
+    runs another one (migrating would change the schema under it). A store with no cluster yet, or
+    not PostgreSQL (join says why), passes."""
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("cluster_replicas"):
+            return
+        other = conn.execute(text(f"SELECT id, address, schema_version FROM cluster_replicas WHERE {_LIVE} "
+                                  f"AND schema_version <> :schema ORDER BY id LIMIT 1"),
+                             {"lease": timing.lease, "schema": schema_version}).first()
+    if other is not None:
+        raise ClusterError(
+            f"this replica (schema {schema_version}) refused before migrating the store: live replica {other.id} "
+            f"({other.address or 'no address'}) runs schema {other.schema_version}. The replicas of one cluster "
+            f"share one schema version: stop the others first (docs/ha.md, upgrades).")
+
+
 def ensure_switches(conn: Connection, switches) -> None:
     """Lease rows (free, epoch 0) for the switches that have none."""
     rows = [{"switch": s} for s in switches]
@@ -132,8 +151,12 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
          "agents": json.dumps(agents) if agents else None,
          "states": json.dumps(switch_states) if switch_states else None}
     # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
-    # waiting: the leases end at the holder's deadline either way, and the failure is counted
-    conn.execute(text(f"SET LOCAL statement_timeout = {int(timing.lease * 1000)}"))
+    # waiting: the leases end at the holder's deadline either way, and the failure is counted; and a
+    # round whose replica stops mid-way (paused) has its session ended after the lease time, so the
+    # lease rows it locked are free to be taken (SKIP LOCKED would pass over them for as long)
+    ms = int(timing.lease * 1000)
+    conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
+    conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
     ensure_switches(conn, switches)
     if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, "
                             "reaches = :reaches, agents = :agents, switch_states = :states WHERE id = :me"),

@@ -29,6 +29,10 @@ class _Metrics:
                 drift=Counter("fathom_reconciler_drift",
                               "differences between a switch or node and what we installed or compiled with, "
                               "found by the periodic check or the audit", ["source"]),
+                not_master=Counter("fathom_openflow_not_master",
+                                   "switches' answers that this controller is not (any longer) their master: a "
+                                   "write refused (is_slave), a master role request refused as stale (stale), "
+                                   "a role status demoting it (demoted)", ["answer"]),
             )
         return self._made[name]
 

@@ -19,6 +19,8 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_4
 
+from fathom.controller.metrics import METRICS
+
 LOG = logging.getLogger("fathom.openflow")
 # Keepalive of every switch connection, in seconds (fathom.controller.ofgate.GatedDatapath): a
 # switch silent for ECHO_INTERVAL is sent an echo request, and one silent for (ECHO_UNREPLIED + 1) *
@@ -109,12 +111,16 @@ class FathomOFApp(app_manager.OSKenApp):
             reply.settle(ev.msg)
         ofp = ev.msg.datapath.ofproto
         if (ev.msg.type, ev.msg.code) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE):
+            METRICS.not_master.labels("is_slave").inc()
             self.on_not_master(ev.msg.datapath.id)
+        elif (ev.msg.type, ev.msg.code) == (ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE):
+            METRICS.not_master.labels("stale").inc()
 
     @set_ev_cls(ofp_event.EventOFPRoleStatus, MAIN_DISPATCHER)
     def _role_status(self, ev):
         """OpenFlow 1.4's role status: sent to a master that another controller's request demoted."""
         if ev.msg.role == ev.msg.datapath.ofproto.OFPCR_ROLE_SLAVE:
+            METRICS.not_master.labels("demoted").inc()
             self.on_not_master(ev.msg.datapath.id)
 
     @set_ev_cls(ofp_event.EventOFPExperimenter, MAIN_DISPATCHER)
@@ -124,6 +130,7 @@ class FathomOFApp(app_manager.OSKenApp):
         msg = ev.msg
         if (msg.experimenter, msg.exp_type) == ONF_ROLE_STATUS and len(msg.data) >= 4 \
                 and int.from_bytes(msg.data[:4], "big") == msg.datapath.ofproto.OFPCR_ROLE_SLAVE:
+            METRICS.not_master.labels("demoted").inc()
             self.on_not_master(msg.datapath.id)
 
     @set_ev_cls(ofp_event.EventOFPBundleCtrlMsg, MAIN_DISPATCHER)

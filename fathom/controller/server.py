@@ -32,7 +32,7 @@ from fathom.controller.reconciler import Reconciler
 from fathom.controller import workers
 from fathom.controller.taps import TapCollector, policy_stats
 from fathom.cluster import feed
-from fathom.store.db import make_engine, open_store, session_factory
+from fathom.store.db import head_revision, make_engine, open_store, session_factory
 
 LOG = logging.getLogger("fathom.controller")
 
@@ -85,6 +85,14 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         LOG.warning("at most %d API connections: the open-file limit is %d", open_files // 2, open_files)
         limits = dataclasses.replace(limits, max_connections=open_files // 2)
     guard = Guard(limits)
+    if cluster:   # a live replica on another schema: refused before this one migrates the store under it
+        from fathom.cluster.leases import check_schema
+        if (head := head_revision()) is not None:
+            probe = make_engine(db_url)
+            try:
+                check_schema(probe, head)
+            finally:
+                probe.dispose()
     engine = open_store(db_url, migrate_apart=True)
     hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     sockets = api_sockets(hosts, api_port)
@@ -147,10 +155,16 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
             mastership.stop()
 
 
+# seconds a stopping API waits for the requests in flight (held long-polls would keep it for their
+# whole wait): then it closes them, and their clients ask again, another replica if there is one
+STOP_GRACE_S = 2
+
+
 def run_api(app, guard: Guard, sockets: list[socket.socket]) -> None:
     """Serve `app` on the listening `sockets` until SIGTERM or SIGINT."""
     config = uvicorn.Config(DateHeader(Gate(app, guard)), log_level="warning", http=guard.protocol,
-                            timeout_keep_alive=5, date_header=False, proxy_headers=False)
+                            timeout_keep_alive=5, date_header=False, proxy_headers=False,
+                            timeout_graceful_shutdown=STOP_GRACE_S)
     QuietServer(config).run(sockets=sockets)
 
 

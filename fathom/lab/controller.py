@@ -22,6 +22,9 @@ from .sh import LabError
 from .topology import Topology, ovs_interface
 
 
+START_TIMEOUT = 60    # seconds for a starting controller to answer (a busy two-core host needs tens)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -48,6 +51,13 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     return _start(lab_dir, of_host, api_port, of_port, pki_dir, db)
 
 
+def start_replica(lab_dir: Path, replica: dict, index: int) -> dict:
+    """Replica `index` of the lab's cluster started again where it ran (`replica`: its entry in the
+    lab's state): same API and OpenFlow ports, same store."""
+    return _start(lab_dir, replica["of_host"], replica["api_port"], replica["of_port"], replica["pki_dir"],
+                  replica["db"], index=index, cluster=True)
+
+
 def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | None, pki_dir: str | None,
            db: str | None, index: int = 0, cluster: bool = False) -> dict:
     """One controller process (`index`: which replica of a cluster; 0: the first, or a lone one)."""
@@ -66,7 +76,7 @@ def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | Non
     (lab_dir / f"controller{suffix}.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
     token_file = lab_dir / ADMIN_TOKEN_FILE     # the controller's admin credential (0600), written at start
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / f'controller{suffix}.log'}")
@@ -80,7 +90,7 @@ def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | Non
                     "managed": True, "pki_dir": pki_dir, "token_file": str(token_file), **({"db": db} if db else {})}
         except (ApiError, NoToken):
             time.sleep(0.2)
-    raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / f'controller{suffix}.log'}")
+    raise LabError(f"the controller did not answer on {url} within {START_TIMEOUT} s; see {lab_dir / f'controller{suffix}.log'}")
 
 
 def stop_controller(lab_dir: Path) -> None:

@@ -533,6 +533,23 @@ class Lab:
         state["controller"]["created"] = created
         self._save(state)
 
+    def restart_replica(self, index: int) -> dict:
+        """Stop replica `index` of the lab's controller cluster (SIGTERM: it gives its leases up) and
+        start it again on the same ports and store; returns its new entry (pid) in the lab's state."""
+        from . import controller as ctl
+        from .ovs import kill_and_wait
+        state = self.state()
+        replicas = (state.get("controller") or {}).get("replicas")
+        if not replicas or not 0 <= index < len(replicas):
+            raise LabError(f"lab {self.name} runs no controller replica {index}")
+        r = replicas[index]
+        kill_and_wait(r["pid"], timeout=10)
+        replicas[index] = ctl.start_replica(self.dir, r, index)
+        if index == 0:
+            state["controller"]["pid"] = replicas[0]["pid"]
+        self._save(state)
+        return replicas[index]
+
     # ----- down -----
     def down(self) -> list[str]:
         """Remove everything of this lab; works after crashes and half-finished ups."""

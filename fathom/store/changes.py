@@ -130,6 +130,8 @@ class TableChanges:
                 self._written |= written
 
     def _rolled_back(self, conn) -> None:
+        if conn.invalidated:    # its DBAPI connection is gone (the server ended it), and its info with it
+            return
         conn.info.pop(self._pending, None)
         conn.info.pop(self._inserted, None)
 

@@ -88,8 +88,14 @@ def make_engine(url: str) -> Engine:
     # PING_IDLE_SECONDS: one dropped by the server (restart, idle timeout) is then replaced before a
     # request uses it, while a busy API does not pay a round trip per transaction for it.
     @event.listens_for(engine, "connect")
-    def _fresh(_dbapi_connection, record):
+    def _fresh(dbapi_connection, record):
         record.info[_LAST_USED] = time.monotonic()
+        # a transaction left open by a process that stopped running (SIGSTOP, a frozen VM) would hold
+        # its row locks for as long: PostgreSQL ends its session after IDLE_IN_TRANSACTION_MS instead
+        autocommit, dbapi_connection.autocommit = dbapi_connection.autocommit, True
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+        dbapi_connection.autocommit = autocommit
 
     @event.listens_for(engine, "checkin")
     def _used(_dbapi_connection, record):
@@ -106,6 +112,7 @@ def make_engine(url: str) -> Engine:
 
 
 PING_IDLE_SECONDS = 1.0
+IDLE_IN_TRANSACTION_MS = 30000
 _LAST_USED = "fathom_last_used"
 _WRITER = "fathom_sqlite_writer"     # a connection's info: it holds this process's SQLite write turn
 

@@ -72,3 +72,23 @@ def test_a_listener_cut_off_connects_again_and_says_so(url):
     finally:
         listener.stop()
         engine.dispose()
+
+
+def test_a_write_whose_session_the_server_ended_fails_with_the_server_s_error(url):
+    """A transaction whose session PostgreSQL ended (a restart, an idle-in-transaction timeout) fails
+    with OperationalError (the API's 503), not with an error of the listeners' rollback (a 500)."""
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.orm import Session
+
+    from fathom.store.changes import TableChanges
+    engine = open_store(url)
+    feed.notify_commits(engine, "writer")
+    TableChanges(engine)
+    with pytest.raises(OperationalError, match="terminating connection"):
+        with Session(engine) as session, session.begin():
+            session.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES ('00000000000000bb', 0)"))
+            pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            with engine.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            session.execute(text("SELECT 1"))
+    engine.dispose()

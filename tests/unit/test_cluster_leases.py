@@ -319,3 +319,47 @@ def test_a_replica_writes_to_a_switch_only_once_it_granted_the_master_role_under
     assert not ma.masters(switch.dpid) and switch.roles["b"] == "master"
     ma._roles.shutdown(wait=True)
     mb._roles.shutdown(wait=True)
+
+
+def test_a_replica_of_another_schema_is_refused_before_it_migrates_the_store(engine):
+    """A new version's replica checks the live replicas before migrating: with one on another schema
+    it stops with a clear message and the store's schema stays as the live replicas need it."""
+    replica(engine, "a", schema_version="0015_cluster").join()
+    with pytest.raises(ClusterError, match=r"schema 0099_next\) refused before migrating the store: live "
+                                           r"replica a .* runs schema 0015_cluster"):
+        leases.check_schema(engine, "0099_next", FAST)
+    leases.check_schema(engine, "0015_cluster", FAST)       # the same schema passes
+    time.sleep(FAST.lease)      # a is no longer live: a new version may migrate
+    leases.check_schema(engine, "0099_next", FAST)
+
+
+def test_a_controller_replica_refuses_to_start_beside_a_replica_of_another_schema(engine, tmp_path):
+    """`fathom controller --cluster` (its serve) beside a live replica of another schema version
+    stops at once, naming it, before it migrates the store or listens."""
+    from fathom.controller.server import serve
+    with engine.begin() as conn:    # a live replica of another version (its heartbeat ahead: live throughout)
+        conn.execute(text("INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, "
+                          "pki_fingerprint) VALUES ('old', 'http://a:8080', now(), now() + interval '1 hour', "
+                          "'0014_older', 'insecure')"))
+    url = engine.url.render_as_string(hide_password=False)
+    with pytest.raises(ClusterError, match=r"refused before migrating the store: live replica old "
+                                           r"\(http://a:8080\) runs schema 0014_older"):
+        serve(url, "127.0.0.1", 0, "127.0.0.1", 0, 10, state_dir=str(tmp_path), cluster=True)
+
+
+def test_a_replica_stopped_inside_its_round_does_not_keep_its_leases(engine):
+    """A replica paused (SIGSTOP) in the middle of its round's transaction holds its lease rows
+    locked: PostgreSQL ends that session after a lease time, and another replica takes them."""
+    a, b = replica(engine, "a", 3).join(), replica(engine, "b", 3).join()
+    a.run_round()
+    b.run_round()
+    held_by_a = set(a.held())
+    assert held_by_a
+    paused = engine.connect()
+    paused.begin()
+    leases.run_round(paused, "a", FAST, switches(3))      # its round, left open: the rows stay locked
+    wait_for(lambda: (b.run_round(), set(b.held()) >= held_by_a)[1], 10 * FAST.lease,
+             "b to take the paused replica's leases")
+    with pytest.raises(Exception, match="terminat"):      # the paused session was ended by the server
+        paused.execute(text("SELECT 1"))
+    paused.close()
