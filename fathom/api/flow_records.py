@@ -4,6 +4,9 @@ and the Prometheus counters (docs/flow-records.md; ids and rates: fathom.model.f
     GET    /v1/flow-records/config       the rates the caller may see (a project's and its ports')
     PUT    /v1/flow-records/config       set the rates of a project, or of one port (`port_id`)
     DELETE /v1/flow-records/config       ?project_id= | ?port_id=  back to off (a port: its project's)
+    GET    /v1/flow-records/export       admins: the external IPFIX collector records are forwarded to
+    PUT    /v1/flow-records/export       admins: forward to {host, port} (fathom.api.flow_export)
+    DELETE /v1/flow-records/export       admins: stop forwarding
     POST   /v1/flow-records/ingest       a node's agent (its agent token): one interval's records
     GET    /v1/flow-records              ?project=&port=&network=&rule=&kind=&since=&view=records|top|drops
 
@@ -36,6 +39,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from fathom.api.auth import agent_identity
+from fathom.api.flow_export import Exporter
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, StoreDep
 from fathom.api.schemas import ErrorOut
 from fathom.auth import Identity
@@ -43,7 +47,7 @@ from fathom.model import flow_records as fr
 from fathom.store import models as m
 from fathom.store.db import READ_ONLY
 from fathom.store.errors import Forbidden, Invalid, NotFound
-from fathom.store.flow_records_models import FlowSampling
+from fathom.store.flow_records_models import FlowRecordExport, FlowSampling
 from fathom.store.ops import Caller
 
 router = APIRouter(prefix="/flow-records", tags=["flow records"], responses=ERRORS)
@@ -162,6 +166,7 @@ class RecordStore:
         self.rate = float(env.get("FATHOM_FLOW_RECORDS_RATE", 5000))
         self.burst = 2 * self.rate
         self.records: deque[dict] = deque(maxlen=self.max)
+        self.exporter = Exporter()          # to the configured collector, if any
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -225,9 +230,61 @@ def records_store(request: Request) -> RecordStore:
 RecordStoreDep = Annotated[RecordStore, Depends(records_store)]
 
 
-def _node_view(engine, node: str, rule_ids: set[int]) -> tuple[dict, dict, dict, fr.SamplingIndex]:
+# ---------------------------------------------------------------------------------------------- export
+
+
+class ExportIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    host: ipaddress.IPv4Address | ipaddress.IPv6Address = Field(description="the collector's IP address")
+    port: int = Field(4739, ge=1, le=0xFFFF, description="its UDP port")
+
+
+def _admin(c: Caller) -> None:
+    if not c.admin:
+        raise Forbidden("only an admin can see or set where flow records are exported", "host")
+
+
+def _export_out(row: FlowRecordExport | None, store: RecordStore) -> dict:
+    return {"host": row.host if row else None, "port": row.port if row else None,
+            "sent": dict(store.exporter.counters)}
+
+
+@router.get("/export", summary="Admins: the external IPFIX collector filed records are forwarded to")
+def get_export(c: CallerDep, db: StoreDep, store: RecordStoreDep):
+    _admin(c)
+    return db.read(lambda s: _export_out(s.get(FlowRecordExport, 1), store))
+
+
+@router.put("/export", summary="Admins: forward filed records as IPFIX (UDP) to a collector")
+def put_export(body: ExportIn, c: CallerDep, db: StoreDep, store: RecordStoreDep):
+    _admin(c)
+    if body.host.is_unspecified or body.host.is_multicast:
+        raise Invalid("a collector's address is one host's (not unspecified, not multicast)", "host")
+
+    def write(s):
+        row = s.get(FlowRecordExport, 1) or FlowRecordExport(id=1)
+        row.host, row.port = str(body.host), body.port
+        s.add(row)
+        s.flush()
+        return _export_out(row, store)
+    return db.write(write)
+
+
+@router.delete("/export", summary="Admins: stop forwarding flow records")
+def delete_export(c: CallerDep, db: StoreDep, store: RecordStoreDep):
+    _admin(c)
+
+    def write(s):
+        s.execute(delete(FlowRecordExport))
+        return _export_out(None, store)
+    return db.write(write)
+
+
+def _node_view(engine, node: str, rule_ids: set[int]) -> tuple[dict, dict, dict, fr.SamplingIndex,
+                                                                tuple[str, int] | None]:
     """What a node's records are checked against: its ports (id -> facts), address -> port id, the
-    named rules (id -> (group id, project)) and the sampling rates."""
+    named rules (id -> (group id, project)) and the sampling rates; and the collector the records
+    are exported to, if any."""
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
         node_id = s.scalar(select(m.Node.id).where(m.Node.name == node))
@@ -252,7 +309,9 @@ def _node_view(engine, node: str, rule_ids: set[int]) -> tuple[dict, dict, dict,
                 .where(m.SecurityGroupRule.id.in_(list(rule_ids))))}
         sampling = fr.SamplingIndex(fr.FlowSampling(r.id, r.project_id, r.port_id, r.ingress, r.admit, r.drop)
                                     for r in s.scalars(select(FlowSampling)))
-    return ports, by_ip, rules, sampling
+        export = s.get(FlowRecordExport, 1)
+        collector = (export.host, export.port) if export else None
+    return ports, by_ip, rules, sampling, collector
 
 
 def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, sampling: fr.SamplingIndex,
@@ -287,7 +346,7 @@ def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, sampling
         k = fr.scale(rate)
         out.append({"time": now, "interval_end": batch.interval_end, "node": batch.node, "project": port["project"],
                     "network_id": port["network_id"], "port_id": port["id"], "port": port["name"],
-                    "kind": fr.KINDS[kind], "rule": rule, "src": src, "dst": dst, "proto": rec.proto,
+                    "kind": fr.KINDS[kind], "point": rec.point, "rule": rule, "src": src, "dst": dst, "proto": rec.proto,
                     "sport": rec.sport, "dport": rec.dport, "packets": round(rec.packets * k),
                     "bytes": round(rec.bytes * k), "sampled_packets": rec.packets, "rate": rate,
                     "first": rec.first, "last": rec.last})
@@ -302,10 +361,12 @@ def ingest(batch: BatchIn, engine: EngineDep, store: RecordStoreDep, who: Identi
     store.admit(who.node, len(batch.records))
     rule_ids = {fr.parse_point(r.point)[1] for r in batch.records
                 if fr.parse_point(r.point)[0] in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS)}
-    ports, by_ip, rules, sampling = _node_view(engine, who.node, rule_ids)
+    ports, by_ip, rules, sampling, collector = _node_view(engine, who.node, rule_ids)
     refused: dict[str, int] = {}
     kept = file_records(batch, ports, by_ip, rules, sampling, refused)
     store.add(kept)
+    if collector is not None and kept:
+        store.exporter.send(collector, kept)
     mt = metrics()
     for r in kept:
         mt["bytes"].labels(r["project"], r["kind"]).inc(r["bytes"])

@@ -3,6 +3,7 @@
 
     fathom flow-records                       the last 5 minutes' records (--top, --drops: summed)
     fathom flow-records config                the sampling rates (--ingress/--admit/--drop N: set)
+    fathom flow-records export                admins: the IPFIX collector records are forwarded to
 """
 from __future__ import annotations
 
@@ -79,3 +80,26 @@ def config(api: Api, as_json: bool, port, project_id, ingress, admit, drop, off)
         return print_json(rows)
     print_table("flow-records sampling (1 in N; 0 = off)", ["project", "port", "ingress", "admit", "drop"],
                 [[r["project_id"], r["port_id"] or "(project)", r["ingress"], r["admit"], r["drop"]] for r in rows])
+
+
+@api_command(flow_records, "export")
+@click.option("--collector", default=None, metavar="IP:PORT",
+              help="Forward filed records as IPFIX (UDP) to this collector ([v6]:port for IPv6).")
+@click.option("--off", is_flag=True, help="Stop forwarding.")
+def export(api: Api, as_json: bool, collector, off):
+    """Admins: show or set the external IPFIX collector flow records are forwarded to."""
+    if collector and off:
+        fail("give --collector or --off, not both")
+    if off:
+        api.call("DELETE", "/flow-records/export")
+    elif collector:
+        host, sep, port = collector.rpartition(":")
+        if not sep or not port.isdigit():
+            fail(f"{collector!r}: give the collector as IP:PORT")
+        api.call("PUT", "/flow-records/export", json={"host": host.strip("[]"), "port": int(port)})
+    out = api.call("GET", "/flow-records/export")
+    if as_json:
+        return print_json(out)
+    where = "off" if out["host"] is None else f"{out['host']}:{out['port']}"
+    print_table("flow-records export (IPFIX over UDP)", ["collector", "records sent", "messages", "errors"],
+                [[where, out["sent"]["records"], out["sent"]["messages"], out["sent"]["errors"]]])
