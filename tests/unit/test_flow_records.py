@@ -247,3 +247,44 @@ def test_batches_are_bounded_and_rate_limited(api):
     store.rate, store.burst = 10, 20
     _ingest(api, "c1", [rec] * 20)
     _ingest(api, "c1", [rec] * 20, 429)
+
+
+def test_chain_hop_records_are_filed_under_the_chain_on_its_nodes_only(api):
+    """A chain of p1 (classifier at vm1 on c1, a VNF instance fw on c2): c1 and c2 may report its
+    hops, filed under p1 and the chain (hop and direction from the point id), scaled by p1's
+    ingress rate; c1 cannot report a chain of p2 with nothing on c1, nor a point that is no hop."""
+    from fathom.model.chains import hop_marker
+    vm1, vm2 = api.vm1, api.vm2
+    fw = [api.post("/ports", {"network_id": api.p1["id"], "name": f"fw{s}", "node": "c2", "interface_name": f"fw{s}",
+                              "port_security": False})["id"] for s in "io"]
+    pair = api.post("/sfc/port_pairs", {"name": "fw", "ingress": fw[0], "egress": fw[1], "project_id": "p1"})
+    group = api.post("/sfc/port_pair_groups", {"port_pairs": [pair["id"]], "project_id": "p1"})
+    fc = api.post("/sfc/flow_classifiers", {"logical_source_port": vm1["id"], "protocol": "tcp", "project_id": "p1"})
+    chain = api.post("/sfc/port_chains", {"port_pair_groups": [group["id"]], "flow_classifiers": [fc["id"]],
+                                          "project_id": "p1"})
+    vm3 = api.vm3       # p2's, on c1: a chain of p2 reaching no port on c1 cannot be reported by c1
+    fw2 = [api.post("/ports", {"network_id": api.p2["id"], "name": f"fw2{s}", "node": "c2", "interface_name": f"fw2{s}",
+                               "port_security": False})["id"] for s in "io"]
+    pair2 = api.post("/sfc/port_pairs", {"name": "fw2", "ingress": fw2[0], "egress": fw2[1], "project_id": "p2"})
+    group2 = api.post("/sfc/port_pair_groups", {"port_pairs": [pair2["id"]], "project_id": "p2"})
+    other = api.post("/ports", {"network_id": api.p2["id"], "name": "src2", "node": "c2", "interface_name": "src2"})
+    fc2 = api.post("/sfc/flow_classifiers", {"logical_source_port": other["id"], "protocol": "tcp",
+                                             "project_id": "p2"})
+    chain2 = api.post("/sfc/port_chains", {"port_pair_groups": [group2["id"]], "flow_classifiers": [fc2["id"]],
+                                           "project_id": "p2"})
+    _put(api, {"project_id": "p1", "ingress": 100})
+
+    def hop(chain_id: int) -> int:
+        return fr.point_id(fr.CHAIN_HOP, hop_marker(chain_id, 0, 0) & fr.HOP_MASK)
+    out = _ingest(api, "c1", [_record(hop(chain["id"]), _ip(vm1), _ip(vm2)),
+                              _record(hop(chain2["id"]), _ip(vm3), _ip(vm2)),       # p2's chain: nothing on c1
+                              _record(fr.point_id(fr.CHAIN_HOP, 5), _ip(vm1), _ip(vm2))])   # not a hop marker
+    assert out["accepted"] == 1 and out["refused_by_reason"] == {"not_this_node": 1, "point": 1}
+    assert _ingest(api, "c2", [_record(hop(chain["id"]), _ip(vm1), _ip(vm2))])["accepted"] == 1   # fw's node
+    recs = api.get("/flow-records", chain=chain["id"], headers=MEMBER)["records"]
+    assert len(recs) == 2 and {r["node"] for r in recs} == {"c1", "c2"}
+    assert all(r["kind"] == "chain-hop" and r["project"] == "p1" and r["rate"] == 100 and
+               r["chain"] == {"id": chain["id"], "direction": 0, "group_index": 0} for r in recs)
+    assert {r["port"] for r in recs} == {"vm1", None}        # c1: vm1 sent it into the chain
+    assert recs[0]["bytes"] == round(15000 * fr.scale(100))
+    assert api.get("/flow-records", chain=chain["id"], headers=OTHER)["records"] == []
