@@ -243,6 +243,9 @@ def test_batches_are_bounded_and_rate_limited(api):
     rec = _record(fr.point_id(fr.PORT_INGRESS, api.vm1["id"]), _ip(api.vm1), _ip(api.vm2))
     _ingest(api, "c1", [rec] * 1001, 422)
     _ingest(api, "c1", [{**rec, "proto": 300}], 422)
+    _ingest(api, "c1", [{**rec, "src": "vm1.example"}], 422)
+    assert _ingest(api, "c1", [{**rec, "dst": "198.19.1.300"}, {**rec, "src": "::ffff:" + rec["src"]}])[
+        "refused_by_reason"] == {"address": 1, "not_this_node": 1}      # not an address; not vm1's address
     store = api.app.state.flow_records
     store.rate, store.burst = 10, 20
     _ingest(api, "c1", [rec] * 20)
