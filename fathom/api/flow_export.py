@@ -83,23 +83,24 @@ def messages(records: list[dict], sequence: int, export_time: int) -> list[bytes
 
 
 class Exporter:
-    """Sends filed records to the configured collector (one UDP socket; a send error is counted,
-    never raised into the ingestion that called)."""
+    """Sends filed records to the configured collector (a UDP socket per address family, made on
+    first use; a send error is counted, never raised into the ingestion that called)."""
 
     def __init__(self):
-        self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        self.sockets: dict[int, socket.socket] = {}
         self.sequence = 0
         self.counters = {"records": 0, "messages": 0, "errors": 0}
         self._lock = threading.Lock()
 
     def send(self, collector: tuple[str, int], records: list[dict]) -> None:
         host, port = collector
-        address = host if ipaddress.ip_address(host).version == 6 else f"::ffff:{host}"
+        family = socket.AF_INET if ipaddress.ip_address(host).version == 4 else socket.AF_INET6
         with self._lock:
             for msg in messages(records, self.sequence, int(time.time())):
                 try:
-                    self.sock.sendto(msg, (address, port))
+                    if family not in self.sockets:
+                        self.sockets[family] = socket.socket(family, socket.SOCK_DGRAM)
+                    self.sockets[family].sendto(msg, (host, port))
                     self.counters["messages"] += 1
                 except OSError:
                     self.counters["errors"] += 1
