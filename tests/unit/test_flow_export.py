@@ -19,6 +19,7 @@ from fathom.api import flow_export
 from fathom.model import flow_records as fr
 
 from .test_api import MEMBER
+from .test_cli_resources import run  # noqa: F401 - the in-process CLI fixture
 from .test_flow_records import _ingest, _ip, _put, _record, api  # noqa: F401 - the API fixture
 
 NFACCTD = """daemonize: false
@@ -137,3 +138,12 @@ def test_messages_are_bounded_and_read_back():
     back = [r for m in msgs for r in Reader().read(m).records]
     assert sorted((r["src"], r["sport"], r["packets"], r["bytes"], r["point"]) for r in back) == sorted(
         (r["src"], r["sport"], r["packets"], r["bytes"], r["point"]) for r in recs)
+
+
+def test_the_cli_sets_shows_and_stops_the_export(run):  # noqa: F811
+    shown = json.loads(run("flow-records", "export", "--collector", "[::1]:9995", "--json").output)
+    assert (shown["host"], shown["port"]) == ("::1", 9995)
+    assert "127.0.0.1:4739" in run("flow-records", "export", "--collector", "127.0.0.1:4739").output
+    assert run("flow-records", "export", "--collector", "127.0.0.1", ok=False).output.startswith("error:")
+    assert json.loads(run("flow-records", "export", "--off", "--json").output)["host"] is None
+    assert "off" in run("flow-records", "export").output
