@@ -18,7 +18,8 @@ Ingestion trusts the model, not the record: a record is kept only when the port 
 observation point's, or for an admission the port holding the record's address on that node)
 is bound to the reporting node, and an admitting rule only when it is a rule of one of that
 port's groups; anything else is refused and counted (`fathom_flow_records_refused_total`).
-Counts are scaled by the rate configured now (IPFIX carries none). Records are kept in memory,
+Counts are OVS's, which counts a sample as the packets it stands for (fathom.model.flow_records);
+the packets really sampled are derived from the rate configured now (IPFIX carries none). Records are kept in memory,
 at most FATHOM_FLOW_RECORDS_MAX (default 200000, oldest out first) and FATHOM_FLOW_RECORDS_RETENTION
 seconds (default 3600); each node delivers at most FATHOM_FLOW_RECORDS_RATE records/s (default
 5000, bursts of twice that; beyond: 429 and Retry-After).
@@ -342,7 +343,7 @@ def hop_of(point: int) -> tuple[int, int, int] | None:
 def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, chains: dict, sampling: fr.SamplingIndex,
                  refused: dict) -> list[dict]:
     """The batch's records that name this node's own ports (and their rules), or a hop of a chain
-    with a port on this node, with their owners from the model and counts scaled; the others
+    with a port on this node, with their owners from the model; the others
     counted in `refused` by reason."""
     out, now = [], time.time()      # filed at the controller's time: a node's clock is not trusted
     canonical: dict[str, str | None] = {}
@@ -387,13 +388,13 @@ def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, chains: 
             rates = sampling.of_port(port["id"], port["project"])
             rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
                 kind, rates.drop) or 1
-        k = fr.scale(rate)
         out.append({"time": now, "interval_end": batch.interval_end, "node": batch.node, "project": port["project"],
                     "network_id": port["network_id"], "port_id": port["id"], "port": port["name"],
                     "kind": fr.KINDS[kind], "point": rec.point, "rule": rule,
-                    "chain": hop and {"id": hop[0], "direction": hop[1], "group_index": hop[2]}, "src": src, "dst": dst, "proto": rec.proto,
-                    "sport": rec.sport, "dport": rec.dport, "packets": round(rec.packets * k),
-                    "bytes": round(rec.bytes * k), "sampled_packets": rec.packets, "rate": rate,
+                    "chain": hop and {"id": hop[0], "direction": hop[1], "group_index": hop[2]},
+                    "src": src, "dst": dst, "proto": rec.proto,
+                    "sport": rec.sport, "dport": rec.dport, "packets": rec.packets,
+                    "bytes": rec.bytes, "sampled_packets": rec.packets // fr.weight(rate), "rate": rate,
                     "first": rec.first, "last": rec.last})
     return out
 

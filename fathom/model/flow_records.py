@@ -18,8 +18,10 @@ sends templates for one domain per exporter only) and collector set (`COLLECTOR_
                           sfc-select sends it to an instance of the hop's port pair group
 
 A rate is "one in N" packets (N = 1..65535; 0 = off); OVS's `probability` is out of 65535, so a rate
-N samples with probability round(65535 / N). IPFIX carries no rate: the controller scales counts
-by the rate it configured (`scale`).
+N samples with probability round(65535 / N). OVS counts each sample as 65535 // probability packets
+(and their bytes) in its IPFIX records (ofproto-dpif-ipfix.c, dpif_ipfix_flow_sample): the records
+carry estimates already; IPFIX carries no rate, so the controller derives the packets really
+sampled from the rate it configured (`weight`).
 
 Configuration (`FlowSampling` rows): a project's row (port_id None) gives its ports' rates; a
 port's row replaces them for that port (admits excepted: a rule's commit flow is shared by the
@@ -81,9 +83,9 @@ def probability(rate: int) -> int:
     return max(1, round(PROBABILITY_MAX / rate))
 
 
-def scale(rate: int) -> float:
-    """What one sampled packet stands for at one in `rate`."""
-    return PROBABILITY_MAX / probability(rate)
+def weight(rate: int) -> int:
+    """The packets OVS counts one sample as at one in `rate`."""
+    return PROBABILITY_MAX // probability(rate)
 
 
 class SamplingIndex:
