@@ -70,6 +70,7 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "curl": ("curl", "HTTP requests from VMs in the demo"),
     "nc": ("netcat-openbsd", "TCP and UDP connections through security groups in lab tests"),
     "trafgen": ("netsniff-ng", "peer packet generator in the switch benchmark"),
+    "nfacctd": ("pmacct", "an external IPFIX collector the flow records' export is tested against"),
     # lab VNFs and the web workload of service chains (fathom/lab/vnf.py)
     "ndpiReader": ("libndpi-bin", "the DPI VNF (nDPI)"),
     "haproxy": ("haproxy", "the TCP-terminating proxy VNF; the reverse proxy in front of the API (deploy/haproxy)"),

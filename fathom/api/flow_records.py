@@ -4,8 +4,11 @@ and the Prometheus counters (docs/flow-records.md; ids and rates: fathom.model.f
     GET    /v1/flow-records/config       the rates the caller may see (a project's and its ports')
     PUT    /v1/flow-records/config       set the rates of a project, or of one port (`port_id`)
     DELETE /v1/flow-records/config       ?project_id= | ?port_id=  back to off (a port: its project's)
+    GET    /v1/flow-records/export       admins: the external IPFIX collector records are forwarded to
+    PUT    /v1/flow-records/export       admins: forward to {host, port} (fathom.api.flow_export)
+    DELETE /v1/flow-records/export       admins: stop forwarding
     POST   /v1/flow-records/ingest       a node's agent (its agent token): one interval's records
-    GET    /v1/flow-records              ?project=&port=&network=&rule=&kind=&since=&view=records|top|drops
+    GET    /v1/flow-records              ?project=&port=&network=&rule=&chain=&kind=&since=&view=records|top|drops
 
 Who may do what: members set and read their own project's rates and records; admins any
 project's. A member's ingress and admit rates are at most one in MEMBER_MIN_RATE packets (every
@@ -15,7 +18,8 @@ Ingestion trusts the model, not the record: a record is kept only when the port 
 observation point's, or for an admission the port holding the record's address on that node)
 is bound to the reporting node, and an admitting rule only when it is a rule of one of that
 port's groups; anything else is refused and counted (`fathom_flow_records_refused_total`).
-Counts are scaled by the rate configured now (IPFIX carries none). Records are kept in memory,
+Counts are OVS's, which counts a sample as the packets it stands for (fathom.model.flow_records);
+the packets really sampled are derived from the rate configured now (IPFIX carries none). Records are kept in memory,
 at most FATHOM_FLOW_RECORDS_MAX (default 200000, oldest out first) and FATHOM_FLOW_RECORDS_RETENTION
 seconds (default 3600); each node delivers at most FATHOM_FLOW_RECORDS_RATE records/s (default
 5000, bursts of twice that; beyond: 429 and Retry-After).
@@ -36,14 +40,17 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from fathom.api.auth import agent_identity
+from fathom.api.flow_export import Exporter
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, StoreDep
 from fathom.api.schemas import ErrorOut
 from fathom.auth import Identity
 from fathom.model import flow_records as fr
+from fathom.model.chains import SFC_VNI_BASE, parse_hop_marker
 from fathom.store import models as m
+from fathom.store import sfc_models as sfc
 from fathom.store.db import READ_ONLY
 from fathom.store.errors import Forbidden, Invalid, NotFound
-from fathom.store.flow_records_models import FlowSampling
+from fathom.store.flow_records_models import FlowRecordExport, FlowSampling
 from fathom.store.ops import Caller
 
 router = APIRouter(prefix="/flow-records", tags=["flow records"], responses=ERRORS)
@@ -52,6 +59,8 @@ MEMBER_MIN_RATE = 100
 MAX_BATCH = 1000
 Rate = Annotated[int, Field(ge=0, le=fr.RATE_MAX, description="one in N packets; 0 = off")]
 U16 = Annotated[int, Field(ge=0, le=0xFFFF)]
+# an IPv4 or IPv6 address, checked as text here (fast) and parsed once per distinct value when filed
+Address = Annotated[str, Field(min_length=2, max_length=45, pattern=r"^[0-9A-Fa-f:.]+$")]
 
 
 class ConfigIn(BaseModel):
@@ -67,8 +76,8 @@ class ConfigIn(BaseModel):
 class RecordIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     point: int = Field(ge=0, le=0xFFFFFFFF)
-    src: ipaddress.IPv4Address | ipaddress.IPv6Address
-    dst: ipaddress.IPv4Address | ipaddress.IPv6Address
+    src: Address
+    dst: Address
     proto: int = Field(ge=0, le=255)
     sport: U16 = 0
     dport: U16 = 0
@@ -162,6 +171,7 @@ class RecordStore:
         self.rate = float(env.get("FATHOM_FLOW_RECORDS_RATE", 5000))
         self.burst = 2 * self.rate
         self.records: deque[dict] = deque(maxlen=self.max)
+        self.exporter = Exporter()          # to the configured collector, if any
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -225,9 +235,61 @@ def records_store(request: Request) -> RecordStore:
 RecordStoreDep = Annotated[RecordStore, Depends(records_store)]
 
 
-def _node_view(engine, node: str, rule_ids: set[int]) -> tuple[dict, dict, dict, fr.SamplingIndex]:
+# ---------------------------------------------------------------------------------------------- export
+
+
+class ExportIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    host: ipaddress.IPv4Address | ipaddress.IPv6Address = Field(description="the collector's IP address")
+    port: int = Field(4739, ge=1, le=0xFFFF, description="its UDP port")
+
+
+def _admin(c: Caller) -> None:
+    if not c.admin:
+        raise Forbidden("only an admin can see or set where flow records are exported", "host")
+
+
+def _export_out(row: FlowRecordExport | None, store: RecordStore) -> dict:
+    return {"host": row.host if row else None, "port": row.port if row else None,
+            "sent": dict(store.exporter.counters)}
+
+
+@router.get("/export", summary="Admins: the external IPFIX collector filed records are forwarded to")
+def get_export(c: CallerDep, db: StoreDep, store: RecordStoreDep):
+    _admin(c)
+    return db.read(lambda s: _export_out(s.get(FlowRecordExport, 1), store))
+
+
+@router.put("/export", summary="Admins: forward filed records as IPFIX (UDP) to a collector")
+def put_export(body: ExportIn, c: CallerDep, db: StoreDep, store: RecordStoreDep):
+    _admin(c)
+    if body.host.is_unspecified or body.host.is_multicast:
+        raise Invalid("a collector's address is one host's (not unspecified, not multicast)", "host")
+
+    def write(s):
+        row = s.get(FlowRecordExport, 1) or FlowRecordExport(id=1)
+        row.host, row.port = str(body.host), body.port
+        s.add(row)
+        s.flush()
+        return _export_out(row, store)
+    return db.write(write)
+
+
+@router.delete("/export", summary="Admins: stop forwarding flow records")
+def delete_export(c: CallerDep, db: StoreDep, store: RecordStoreDep):
+    _admin(c)
+
+    def write(s):
+        s.execute(delete(FlowRecordExport))
+        return _export_out(None, store)
+    return db.write(write)
+
+
+def _node_view(engine, node: str, rule_ids: set[int], chain_ids: set[int] = frozenset()) -> tuple[
+        dict, dict, dict, dict, fr.SamplingIndex, tuple[str, int] | None]:
     """What a node's records are checked against: its ports (id -> facts), address -> port id, the
-    named rules (id -> (group id, project)) and the sampling rates."""
+    named rules (id -> group id), the named chains that have a port on this node (id -> project)
+    and the sampling rates; and the collector the records are exported to, if any."""
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
         node_id = s.scalar(select(m.Node.id).where(m.Node.name == node))
@@ -250,21 +312,62 @@ def _node_view(engine, node: str, rule_ids: set[int]) -> tuple[dict, dict, dict,
             rules = {r.id: r.group_id for r in s.execute(
                 select(m.SecurityGroupRule.id, m.SecurityGroupRule.group_id)
                 .where(m.SecurityGroupRule.id.in_(list(rule_ids))))}
+        chains = {}
+        if chain_ids and ports:
+            # a chain's hop flows are on the nodes of its classifiers' ports and of its VNF instances
+            here = list(ports)
+            on_node = {cid for cid, in s.execute(
+                select(sfc.FlowClassifier.chain_id).where(sfc.FlowClassifier.chain_id.in_(list(chain_ids)))
+                .where(sfc.FlowClassifier.logical_source_port_id.in_(here)
+                       | sfc.FlowClassifier.logical_destination_port_id.in_(here)))}
+            on_node |= {cid for cid, in s.execute(
+                select(sfc.PortPairGroup.chain_id).join(sfc.PortPair, sfc.PortPair.group_id == sfc.PortPairGroup.id)
+                .where(sfc.PortPairGroup.chain_id.in_(list(chain_ids)))
+                .where(sfc.PortPair.ingress_port_id.in_(here) | sfc.PortPair.egress_port_id.in_(here)))}
+            chains = {c.id: c.project_id for c in s.execute(
+                select(sfc.PortChain.id, sfc.PortChain.project_id).where(sfc.PortChain.id.in_(list(on_node))))}
         sampling = fr.SamplingIndex(fr.FlowSampling(r.id, r.project_id, r.port_id, r.ingress, r.admit, r.drop)
                                     for r in s.scalars(select(FlowSampling)))
-    return ports, by_ip, rules, sampling
+        export = s.get(FlowRecordExport, 1)
+        collector = (export.host, export.port) if export else None
+    return ports, by_ip, rules, chains, sampling, collector
 
 
-def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, sampling: fr.SamplingIndex,
+def hop_of(point: int) -> tuple[int, int, int] | None:
+    """(chain id, direction, group index) a chain-hop observation point names, or None."""
+    kind, oid = fr.parse_point(point)
+    hop = parse_hop_marker(SFC_VNI_BASE | oid) if kind == fr.CHAIN_HOP and oid <= fr.HOP_MASK else None
+    return hop if hop is not None and hop[0] > 0 else None
+
+
+def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, chains: dict, sampling: fr.SamplingIndex,
                  refused: dict) -> list[dict]:
-    """The batch's records that name this node's own ports (and their rules), with their owners
-    from the model and counts scaled; the others counted in `refused` by reason."""
+    """The batch's records that name this node's own ports (and their rules), or a hop of a chain
+    with a port on this node, with their owners from the model; the others
+    counted in `refused` by reason."""
     out, now = [], time.time()      # filed at the controller's time: a node's clock is not trusted
+    canonical: dict[str, str | None] = {}
     for rec in batch.records:
         kind, oid = fr.parse_point(rec.point)
-        src, dst = str(rec.src), str(rec.dst)
-        rule = None
-        if kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS):
+        src, dst = _address(canonical, rec.src), _address(canonical, rec.dst)
+        if src is None or dst is None:
+            refused["address"] = refused.get("address", 0) + 1
+            continue
+        rule = hop = None
+        if kind == fr.CHAIN_HOP:
+            hop = hop_of(rec.point)
+            if hop is None:
+                refused["point"] = refused.get("point", 0) + 1
+                continue
+            project = chains.get(hop[0])
+            if project is None:
+                refused["not_this_node"] = refused.get("not_this_node", 0) + 1
+                continue
+            sender = ports.get(by_ip.get(src))      # the port that sent it into the chain, if here and the chain's
+            port = sender if sender is not None and sender["project"] == project else \
+                {"id": None, "name": None, "project": project, "network_id": None}
+            rate = sampling.hops(project) or 1
+        elif kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS):
             port = ports.get(by_ip.get(src if kind == fr.ADMIT_EGRESS else dst))
             if port is not None and rules.get(oid) not in port["groups"]:
                 refused["rule"] = refused.get("rule", 0) + 1
@@ -281,17 +384,29 @@ def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, sampling
         if port is None:
             refused["not_this_node"] = refused.get("not_this_node", 0) + 1
             continue
-        rates = sampling.of_port(port["id"], port["project"])
-        rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
-            kind, rates.drop) or 1
-        k = fr.scale(rate)
+        if hop is None:
+            rates = sampling.of_port(port["id"], port["project"])
+            rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
+                kind, rates.drop) or 1
         out.append({"time": now, "interval_end": batch.interval_end, "node": batch.node, "project": port["project"],
                     "network_id": port["network_id"], "port_id": port["id"], "port": port["name"],
-                    "kind": fr.KINDS[kind], "rule": rule, "src": src, "dst": dst, "proto": rec.proto,
-                    "sport": rec.sport, "dport": rec.dport, "packets": round(rec.packets * k),
-                    "bytes": round(rec.bytes * k), "sampled_packets": rec.packets, "rate": rate,
+                    "kind": fr.KINDS[kind], "point": rec.point, "rule": rule,
+                    "chain": hop and {"id": hop[0], "direction": hop[1], "group_index": hop[2]},
+                    "src": src, "dst": dst, "proto": rec.proto,
+                    "sport": rec.sport, "dport": rec.dport, "packets": rec.packets,
+                    "bytes": rec.bytes, "sampled_packets": rec.packets // fr.weight(rate), "rate": rate,
                     "first": rec.first, "last": rec.last})
     return out
+
+
+def _address(canonical: dict, text: str) -> str | None:
+    """`text` as an address in its canonical form, None when it is none (parsed once per batch)."""
+    if text not in canonical:
+        try:
+            canonical[text] = str(ipaddress.ip_address(text))
+        except ValueError:
+            canonical[text] = None
+    return canonical[text]
 
 
 @router.post("/ingest", summary="A node's agent delivers one interval's flow records",
@@ -302,16 +417,24 @@ def ingest(batch: BatchIn, engine: EngineDep, store: RecordStoreDep, who: Identi
     store.admit(who.node, len(batch.records))
     rule_ids = {fr.parse_point(r.point)[1] for r in batch.records
                 if fr.parse_point(r.point)[0] in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS)}
-    ports, by_ip, rules, sampling = _node_view(engine, who.node, rule_ids)
+    chain_ids = {hop[0] for r in batch.records if (hop := hop_of(r.point))}
+    ports, by_ip, rules, chains, sampling, collector = _node_view(engine, who.node, rule_ids, chain_ids)
     refused: dict[str, int] = {}
-    kept = file_records(batch, ports, by_ip, rules, sampling, refused)
+    kept = file_records(batch, ports, by_ip, rules, chains, sampling, refused)
     store.add(kept)
+    if collector is not None and kept:
+        store.exporter.send(collector, kept)
     mt = metrics()
+    sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for r in kept:
-        mt["bytes"].labels(r["project"], r["kind"]).inc(r["bytes"])
-        mt["packets"].labels(r["project"], r["kind"]).inc(r["packets"])
-        if r["kind"].startswith("drop"):
-            mt["drops"].labels(r["project"]).inc(r["packets"])
+        s = sums[(r["project"], r["kind"])]
+        s[0] += r["bytes"]
+        s[1] += r["packets"]
+    for (project, kind), (nbytes, packets) in sums.items():
+        mt["bytes"].labels(project, kind).inc(nbytes)
+        mt["packets"].labels(project, kind).inc(packets)
+        if kind.startswith("drop"):
+            mt["drops"].labels(project).inc(packets)
     for reason, n in refused.items():
         mt["refused"].labels(who.node, reason).inc(n)
     return {"received": len(batch.records), "accepted": len(kept), "refused": sum(refused.values()),
@@ -323,7 +446,8 @@ def get_records(c: CallerDep, store: RecordStoreDep,
                 project: str | None = Query(None, min_length=1, max_length=64, description="admins: this project"),
                 port: int | None = Query(None, ge=1), network: int | None = Query(None, ge=1),
                 rule: str | None = Query(None, max_length=32, description="a rule id, or default-drop"),
-                kind: Literal["admit-egress", "admit-ingress", "drop-egress", "drop-ingress", "port-ingress",
+                chain: int | None = Query(None, ge=1, description="records of this chain's hops"),
+                kind: Literal["admit-egress", "admit-ingress", "drop-egress", "drop-ingress", "port-ingress", "chain-hop",
                               "drop", "admit"] | None = None,
                 since: float = Query(300, gt=0, le=86400 * 7, description="seconds back from now"),
                 view: Literal["records", "top", "drops"] = "records",
@@ -339,6 +463,7 @@ def get_records(c: CallerDep, store: RecordStoreDep,
     def match(r: dict) -> bool:
         return ((want_project is None or r["project"] == want_project) and (port is None or r["port_id"] == port)
                 and (network is None or r["network_id"] == network) and (rule is None or r["rule"] == want_rule)
+                and (chain is None or (r["chain"] or {}).get("id") == chain)
                 and (want_kind is None or r["kind"] == want_kind or r["kind"].startswith(want_kind + "-")))
     rows = store.select(time.time() - since, match)
     if view == "records":

@@ -522,3 +522,35 @@ def ha_bench(repeat, events, pause, pg_down, writers, replicas, lab_name, quick,
     except (LabError, OSError, TimeoutError) as e:
         fail(str(e))
     publish("ha", doc, out, ha, as_json, plot="timeline.svg")
+
+
+@bench.command("flow-records")
+@click.option("--quick", is_flag=True, help="QUICK: 2 s runs, 2 repeats, 2 CPU trials, a flood limit of 2000")
+@click.option("--seconds", type=int, default=10, show_default=True, help="length of each iperf3 run")
+@click.option("--repeats", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="interleaved repeats of the three sampling modes")
+@click.option("--cpu-trials", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="trials of 10,000 records ingested")
+@click.option("--flood-limit", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True,
+              help="the flows an agent and a controller hold at most, in the flood")
+@click.option("--lab", "lab_name", default="frb", show_default=True, help="name of the lab the benchmark builds")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
+              help="default results/bench-flow-records-<timestamp>/")
+@click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
+def flow_records_bench(quick, seconds, repeats, cpu_trials, flood_limit, lab_name, outdir, as_json):
+    """Flow records: TCP throughput with sampling 1:100 on every port and 1:1 on drops only against
+    off (interleaved; ratios, targets 0.97 and 0.99), records' delay to the API (≤ 2 s), controller
+    CPU per 10,000 records (≤ 50 ms), memory under a flood of new 5-tuples (bounded, evictions counted)."""
+    from fathom.bench import flow_records as fb
+    from fathom.lab.sh import LabError
+    if quick:
+        seconds, repeats, cpu_trials, flood_limit = 2, 2, 2, 2000
+    out = output_dir("flow-records", outdir)
+    b = fb.FlowRecordsBench(lab_name, seconds=seconds, repeats=repeats, cpu_trials=cpu_trials,
+                            flood_limit=flood_limit, progress=stderr_progress())
+    try:
+        doc = b.run()
+    except (LabError, OSError, RuntimeError) as e:
+        fail(str(e))
+    doc["quick"] = quick
+    publish("flow-records", doc, out, fb, as_json)

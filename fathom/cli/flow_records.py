@@ -3,6 +3,7 @@
 
     fathom flow-records                       the last 5 minutes' records (--top, --drops: summed)
     fathom flow-records config                the sampling rates (--ingress/--admit/--drop N: set)
+    fathom flow-records export                admins: the IPFIX collector records are forwarded to
 """
 from __future__ import annotations
 
@@ -21,21 +22,22 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api, api_command
 @click.option("--port", default=None, help="Records of this port (name or id).")
 @click.option("--network", type=int, default=None, help="Records of ports of this network (id).")
 @click.option("--rule", default=None, help="Records naming this rule (id, or default-drop).")
+@click.option("--chain", type=int, default=None, help="Records of this port chain's hops (id).")
 @click.option("--kind", type=click.Choice(["admit", "drop", "admit-egress", "admit-ingress", "drop-egress",
-                                           "drop-ingress", "port-ingress"]), default=None)
+                                           "drop-ingress", "port-ingress", "chain-hop"]), default=None)
 @click.option("--since", type=float, default=300, show_default=True, help="Seconds back from now.")
 @click.option("--top", "view", flag_value="top", help="Top talkers: bytes each port sent, per destination.")
 @click.option("--drops", "view", flag_value="drops", help="Drops per port and rule, most packets first.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.pass_context
-def flow_records(ctx, controller, project, as_json, of_project, port, network, rule, kind, since, view, limit):
+def flow_records(ctx, controller, project, as_json, of_project, port, network, rule, chain, kind, since, view, limit):
     """Flow records: per interval, observation point and 5-tuple (counts scaled by the sampling rate)."""
     if ctx.invoked_subcommand is not None:
         return
     api = Api(controller, project)
     params = {"since": since, "limit": limit, "view": view or "records", "project": of_project,
               "port": api.find("ports", port)["id"] if port else None, "network": network, "rule": rule,
-              "kind": kind}
+              "chain": chain, "kind": kind}
     out = api.call("GET", "/flow-records", params={k: v for k, v in params.items() if v is not None})
     if as_json:
         return print_json(out)
@@ -48,9 +50,9 @@ def flow_records(ctx, controller, project, as_json, of_project, port, network, r
                                            "bytes"],
                            [[r["project"], r["port"], r["src"], r["dst"], r["proto"], r["dport"], r["packets"],
                              r["bytes"]] for r in rows])
-    print_table("flow records", ["node", "port", "kind", "rule", "source", "destination", "proto", "packets", "bytes",
-                                 "rate"],
-                [[r["node"], r["port"], r["kind"], "" if r["rule"] is None else r["rule"],
+    print_table("flow records", ["node", "port", "kind", "rule / hop", "source", "destination", "proto", "packets",
+                                 "bytes", "rate"],
+                [[r["node"], r["port"] or "", r["kind"], _owner(r),
                   f"{r['src']}:{r['sport']}", f"{r['dst']}:{r['dport']}", r["proto"], r["packets"], r["bytes"],
                   f"1:{r['rate']}"] for r in rows])
 
@@ -79,3 +81,34 @@ def config(api: Api, as_json: bool, port, project_id, ingress, admit, drop, off)
         return print_json(rows)
     print_table("flow-records sampling (1 in N; 0 = off)", ["project", "port", "ingress", "admit", "drop"],
                 [[r["project_id"], r["port_id"] or "(project)", r["ingress"], r["admit"], r["drop"]] for r in rows])
+
+
+@api_command(flow_records, "export")
+@click.option("--collector", default=None, metavar="IP:PORT",
+              help="Forward filed records as IPFIX (UDP) to this collector ([v6]:port for IPv6).")
+@click.option("--off", is_flag=True, help="Stop forwarding.")
+def export(api: Api, as_json: bool, collector, off):
+    """Admins: show or set the external IPFIX collector flow records are forwarded to."""
+    if collector and off:
+        fail("give --collector or --off, not both")
+    if off:
+        api.call("DELETE", "/flow-records/export")
+    elif collector:
+        host, sep, port = collector.rpartition(":")
+        if not sep or not port.isdigit():
+            fail(f"{collector!r}: give the collector as IP:PORT")
+        api.call("PUT", "/flow-records/export", json={"host": host.strip("[]"), "port": int(port)})
+    out = api.call("GET", "/flow-records/export")
+    if as_json:
+        return print_json(out)
+    where = "off" if out["host"] is None else f"{out['host']}:{out['port']}"
+    print_table("flow-records export (IPFIX over UDP)", ["collector", "records sent", "messages", "errors"],
+                [[where, out["sent"]["records"], out["sent"]["messages"], out["sent"]["errors"]]])
+
+
+def _owner(r: dict) -> str:
+    """What admitted or dropped a record's frames (a rule), or the chain hop it was on."""
+    if r.get("chain"):
+        c = r["chain"]
+        return f"chain {c['id']} group {c['group_index']}" + (" (replies)" if c["direction"] else "")
+    return "" if r["rule"] is None else str(r["rule"])

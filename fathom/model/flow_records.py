@@ -13,14 +13,20 @@ sends templates for one domain per exporter only) and collector set (`COLLECTOR_
     kind 4 drop-ingress   the same for the receiving port (id) in ingress-acl
     kind 5 port-ingress   a frame the port (id) sent, as it enters the security stages
                           (egress-conntrack): the bytes and packets a port sends
+    kind 6 chain-hop      a frame of a service chain on its way to one hop (id: the hop marker's
+                          low 20 bits, fathom.model.chains: chain, direction, group index), as
+                          sfc-select sends it to an instance of the hop's port pair group
 
 A rate is "one in N" packets (N = 1..65535; 0 = off); OVS's `probability` is out of 65535, so a rate
-N samples with probability round(65535 / N). IPFIX carries no rate: the controller scales counts
-by the rate it configured (`scale`).
+N samples with probability round(65535 / N). OVS counts each sample as 65535 // probability packets
+(and their bytes) in its IPFIX records (ofproto-dpif-ipfix.c, dpif_ipfix_flow_sample): the records
+carry estimates already; IPFIX carries no rate, so the controller derives the packets really
+sampled from the rate it configured (`weight`).
 
 Configuration (`FlowSampling` rows): a project's row (port_id None) gives its ports' rates; a
 port's row replaces them for that port (admits excepted: a rule's commit flow is shared by the
-ports of its group on a node, so the admit rate is its project's).
+ports of its group on a node, so the admit rate is its project's). A chain's hops are sampled at
+its project's `ingress` rate (a hop's flow is shared by every port sending into the chain).
 """
 from __future__ import annotations
 
@@ -33,9 +39,10 @@ RATE_MAX = 0xFFFF
 
 KIND_SHIFT = 28
 ID_MASK = (1 << KIND_SHIFT) - 1
-ADMIT_EGRESS, ADMIT_INGRESS, DROP_EGRESS, DROP_INGRESS, PORT_INGRESS = 1, 2, 3, 4, 5
+ADMIT_EGRESS, ADMIT_INGRESS, DROP_EGRESS, DROP_INGRESS, PORT_INGRESS, CHAIN_HOP = 1, 2, 3, 4, 5, 6
 KINDS = {ADMIT_EGRESS: "admit-egress", ADMIT_INGRESS: "admit-ingress", DROP_EGRESS: "drop-egress",
-         DROP_INGRESS: "drop-ingress", PORT_INGRESS: "port-ingress"}
+         DROP_INGRESS: "drop-ingress", PORT_INGRESS: "port-ingress", CHAIN_HOP: "chain-hop"}
+HOP_MASK = 0xFFFFF          # a chain hop's point id: the hop marker's bits below SFC_VNI_BASE
 DEFAULT_DROP = "default-drop"    # the rule a drop record names: no rule of the port's groups admitted it
 
 
@@ -76,9 +83,9 @@ def probability(rate: int) -> int:
     return max(1, round(PROBABILITY_MAX / rate))
 
 
-def scale(rate: int) -> float:
-    """What one sampled packet stands for at one in `rate`."""
-    return PROBABILITY_MAX / probability(rate)
+def weight(rate: int) -> int:
+    """The packets OVS counts one sample as at one in `rate`."""
+    return PROBABILITY_MAX // probability(rate)
 
 
 class SamplingIndex:
@@ -102,3 +109,7 @@ class SamplingIndex:
 
     def admit(self, project_id: str) -> int:
         return self.projects.get(project_id, OFF).admit
+
+    def hops(self, project_id: str) -> int:
+        """The rate of a project's chain hops: its ingress rate."""
+        return self.projects.get(project_id, OFF).ingress

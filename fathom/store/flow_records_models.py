@@ -1,4 +1,4 @@
-"""Store table of the flow records' sampling rates (fathom.model.flow_records): one row per project
+"""Store tables of the flow records: the sampling rates (fathom.model.flow_records): one row per project
 (`port_id` NULL) and per port that has its own. `scope` ("project:<id>" or "port:<id>") is unique,
 so a project or port has one row whichever way it was written (NULLs are distinct in a unique
 constraint). A port's row goes with the port (ON DELETE CASCADE)."""
@@ -21,3 +21,12 @@ class FlowSampling(Base):
     ingress: Mapped[int] = mapped_column(Integer, default=0)
     admit: Mapped[int] = mapped_column(Integer, default=0)
     drop: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class FlowRecordExport(Base):
+    """The external IPFIX collector the controller forwards filed records to (one row, id 1, or
+    none: no export). `host` is an IP address literal (the controller resolves no names)."""
+    __tablename__ = "flow_record_export"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(45))
+    port: Mapped[int] = mapped_column(Integer)

@@ -204,7 +204,7 @@ def test_a_node_reports_its_own_ports_only_and_counts_are_scaled(api):
     vm1, vm2, vm3 = api.vm1, api.vm2, api.vm3
     rule = next(r for r in api.get("/security-group-rules", headers=MEMBER) if r["direction"] == "egress")
     out = _ingest(api, "c1", [
-        _record(fr.point_id(fr.PORT_INGRESS, vm1["id"]), _ip(vm1), _ip(vm2)),               # kept, x100
+        _record(fr.point_id(fr.PORT_INGRESS, vm1["id"]), _ip(vm1), _ip(vm2), 200),          # kept: 2 samples
         _record(fr.point_id(fr.DROP_EGRESS, vm1["id"]), _ip(vm1), _ip(vm2), 1, 60, 22),      # kept, x1
         _record(fr.point_id(fr.ADMIT_EGRESS, rule["id"]), _ip(vm1), _ip(vm2), 1, 60),        # vm1's group's rule
         _record(fr.point_id(fr.PORT_INGRESS, vm2["id"]), _ip(vm2), _ip(vm1)),                # vm2 is on c2
@@ -223,14 +223,15 @@ def test_a_node_reports_its_own_ports_only_and_counts_are_scaled(api):
                                                           "records": []}).status_code == 403
     recs = api.get("/flow-records", headers=MEMBER)["records"]
     by_kind = {r["kind"]: r for r in recs}
-    scaled = round(15000 * fr.scale(100))       # 65535 / round(65535 / 100): 100.05 packets a sample
-    assert by_kind["port-ingress"]["bytes"] == scaled and by_kind["port-ingress"]["port"] == "vm1"
+    # OVS's counts are kept (it counts a sample at 1:100 as 65535 // 655 = 100 packets)
+    assert by_kind["port-ingress"]["bytes"] == 15000 and by_kind["port-ingress"]["port"] == "vm1"
+    assert (by_kind["port-ingress"]["packets"], by_kind["port-ingress"]["sampled_packets"]) == (200, 2)
     assert by_kind["drop-egress"]["rule"] == fr.DEFAULT_DROP and by_kind["drop-egress"]["packets"] == 1
     assert by_kind["admit-egress"]["rule"] == rule["id"]
     assert api.get("/flow-records", headers=OTHER)["records"] == []
     assert api.http.get("/v1/flow-records", params={"project": "p1"}, headers=api.who(OTHER)).status_code == 403
     top = api.get("/flow-records", view="top", headers=MEMBER)["records"]
-    assert [(t["port"], t["bytes"]) for t in top] == [("vm1", scaled)]
+    assert [(t["port"], t["bytes"]) for t in top] == [("vm1", 15000)]
     drops = api.get("/flow-records", view="drops", headers=MEMBER)["records"]
     assert [(d["port"], d["rule"], d["packets"]) for d in drops] == [("vm1", fr.DEFAULT_DROP, 1)]
     assert api.get("/flow-records", rule=str(rule["id"]), headers=MEMBER)["records"][0]["kind"] == "admit-egress"
@@ -243,7 +244,51 @@ def test_batches_are_bounded_and_rate_limited(api):
     rec = _record(fr.point_id(fr.PORT_INGRESS, api.vm1["id"]), _ip(api.vm1), _ip(api.vm2))
     _ingest(api, "c1", [rec] * 1001, 422)
     _ingest(api, "c1", [{**rec, "proto": 300}], 422)
+    _ingest(api, "c1", [{**rec, "src": "vm1.example"}], 422)
+    assert _ingest(api, "c1", [{**rec, "dst": "198.19.1.300"}, {**rec, "src": "::ffff:" + rec["src"]}])[
+        "refused_by_reason"] == {"address": 1, "not_this_node": 1}      # not an address; not vm1's address
     store = api.app.state.flow_records
     store.rate, store.burst = 10, 20
     _ingest(api, "c1", [rec] * 20)
     _ingest(api, "c1", [rec] * 20, 429)
+
+
+def test_chain_hop_records_are_filed_under_the_chain_on_its_nodes_only(api):
+    """A chain of p1 (classifier at vm1 on c1, a VNF instance fw on c2): c1 and c2 may report its
+    hops, filed under p1 and the chain (hop and direction from the point id), scaled by p1's
+    ingress rate; c1 cannot report a chain of p2 with nothing on c1, nor a point that is no hop."""
+    from fathom.model.chains import hop_marker
+    vm1, vm2 = api.vm1, api.vm2
+    fw = [api.post("/ports", {"network_id": api.p1["id"], "name": f"fw{s}", "node": "c2", "interface_name": f"fw{s}",
+                              "port_security": False})["id"] for s in "io"]
+    pair = api.post("/sfc/port_pairs", {"name": "fw", "ingress": fw[0], "egress": fw[1], "project_id": "p1"})
+    group = api.post("/sfc/port_pair_groups", {"port_pairs": [pair["id"]], "project_id": "p1"})
+    fc = api.post("/sfc/flow_classifiers", {"logical_source_port": vm1["id"], "protocol": "tcp", "project_id": "p1"})
+    chain = api.post("/sfc/port_chains", {"port_pair_groups": [group["id"]], "flow_classifiers": [fc["id"]],
+                                          "project_id": "p1"})
+    vm3 = api.vm3       # p2's, on c1: a chain of p2 reaching no port on c1 cannot be reported by c1
+    fw2 = [api.post("/ports", {"network_id": api.p2["id"], "name": f"fw2{s}", "node": "c2", "interface_name": f"fw2{s}",
+                               "port_security": False})["id"] for s in "io"]
+    pair2 = api.post("/sfc/port_pairs", {"name": "fw2", "ingress": fw2[0], "egress": fw2[1], "project_id": "p2"})
+    group2 = api.post("/sfc/port_pair_groups", {"port_pairs": [pair2["id"]], "project_id": "p2"})
+    other = api.post("/ports", {"network_id": api.p2["id"], "name": "src2", "node": "c2", "interface_name": "src2"})
+    fc2 = api.post("/sfc/flow_classifiers", {"logical_source_port": other["id"], "protocol": "tcp",
+                                             "project_id": "p2"})
+    chain2 = api.post("/sfc/port_chains", {"port_pair_groups": [group2["id"]], "flow_classifiers": [fc2["id"]],
+                                           "project_id": "p2"})
+    _put(api, {"project_id": "p1", "ingress": 100})
+
+    def hop(chain_id: int) -> int:
+        return fr.point_id(fr.CHAIN_HOP, hop_marker(chain_id, 0, 0) & fr.HOP_MASK)
+    out = _ingest(api, "c1", [_record(hop(chain["id"]), _ip(vm1), _ip(vm2), 300),
+                              _record(hop(chain2["id"]), _ip(vm3), _ip(vm2)),       # p2's chain: nothing on c1
+                              _record(fr.point_id(fr.CHAIN_HOP, 5), _ip(vm1), _ip(vm2))])   # not a hop marker
+    assert out["accepted"] == 1 and out["refused_by_reason"] == {"not_this_node": 1, "point": 1}
+    assert _ingest(api, "c2", [_record(hop(chain["id"]), _ip(vm1), _ip(vm2))])["accepted"] == 1   # fw's node
+    recs = api.get("/flow-records", chain=chain["id"], headers=MEMBER)["records"]
+    assert len(recs) == 2 and {r["node"] for r in recs} == {"c1", "c2"}
+    assert all(r["kind"] == "chain-hop" and r["project"] == "p1" and r["rate"] == 100 and
+               r["chain"] == {"id": chain["id"], "direction": 0, "group_index": 0} for r in recs)
+    assert {r["port"] for r in recs} == {"vm1", None}        # c1: vm1 sent it into the chain
+    assert {(r["bytes"], r["sampled_packets"]) for r in recs} == {(15000, 3), (15000, 0)}
+    assert api.get("/flow-records", chain=chain["id"], headers=OTHER)["records"] == []

@@ -98,3 +98,65 @@ def test_ovs_takes_sample_actions_and_prints_them_as_we_do(ovs, tmp_path):  # no
                       (Sample(0xFFFF, 1, 1, fr.point_id(fr.PORT_INGRESS, 1)), Ct(zone_field="reg11", table=35)), c)}
     _install(ovs, target, flows, (), tmp_path)
     assert _dumped_flows(ovs, target) == sorted(f.to_ofctl() for f in flows)
+
+
+# ---------------------------------------------------------------------------------------------- chain hops
+
+
+def test_chain_hops_sample_at_their_projects_ingress_rate_and_still_deliver():
+    """Chain 1 (fw group of two instances, then dpi; symmetric) of project p1 sampled at p1's
+    ingress rate: every sfc-select flow of a hop samples first (point chain-hop + the hop marker),
+    on every node that sends into the hop; p2's project row changes nothing; frames still take the
+    chain's path."""
+    from fathom.apps.sfc import compile as sfc_compile
+    from fathom.model.chains import hop_marker, parse_hop_marker
+
+    from .test_compiler_sfc import VNF_OUT, fabric, model, tcp, walk
+    off = model()
+    on = dataclasses.replace(off, flow_sampling=(fr.FlowSampling(1, "p1", None, ingress=100),
+                                                 fr.FlowSampling(2, "p2", None, ingress=1)))
+    plain = {k.name: s for k, s in sfc_compile(off).items()}
+    states = {k.name: s for k, s in sfc_compile(on).items()}
+    assert set(states) == set(plain)
+    hops = set()
+    for name, state in states.items():
+        select = {f.match_dict[st.REG_CHAIN_HOP]: f for f in state.flows if f.table == st.SFC_SELECT}
+        assert select, name
+        for marker, f in select.items():
+            (s,) = [a for a in f.actions if isinstance(a, Sample)]
+            assert f.actions[0] == s and s.probability == fr.probability(100)
+            kind, oid = fr.parse_point(s.obs_point_id)
+            assert kind == fr.CHAIN_HOP and oid == marker & fr.HOP_MASK
+            hops.add(parse_hop_marker(marker))
+        # the rest is the unsampled compile, untouched
+        unsampled = {dataclasses.replace(f, actions=tuple(a for a in f.actions if not isinstance(a, Sample)))
+                     for f in state.flows}
+        assert unsampled == plain[name].flows and state.groups == plain[name].groups
+        assert cat.BR_INT.check(state.flows, state.groups) == []
+    assert hops == {(1, d, k) for d in (0, 1) for k in (0, 1)}
+    assert fr.point_id(fr.CHAIN_HOP, hop_marker(1, 1, 1) & fr.HOP_MASK) > 0
+    fab = fabric(on)
+    path = walk(fab, "client", tcp("client", "server", 40000, 80), "server")
+    assert path[0] in ("fwai", "fwbi") and path[1:] == ["dpii", "server"]
+    assert walk(fab, "server", tcp("server", "client", 80, 40000), "client") == ["dpio", VNF_OUT[path[0]], "client"]
+
+
+def test_a_hop_rate_change_compiles_the_chains_into_the_whole_compile():
+    """A change of the chain's project's rate compiles the sfc app whole (its flows are few); a
+    chain changing with sampling on compiles only its owner into what the whole compile gives."""
+    from fathom.apps.sfc import APP, compile as sfc_compile, compile_owners as sfc_owners
+
+    from .test_compiler_sfc import model
+    from fathom.model import PortChain
+    off = model()
+    on = dataclasses.replace(off, flow_sampling=(fr.FlowSampling(1, "p1", None, ingress=100),))
+    for before, after in ((off, on), (on, off)):
+        assert isinstance(APP.touched(before, after), str)      # "flow_sampling changed": the app whole
+    moved = dataclasses.replace(on, port_chains=(PortChain(1, "c", "p1", (2, 1), (1,), symmetric=True),))
+    owners = APP.touched(on, moved)
+    assert owners and all(o.kind == ck.KIND_PORT_CHAIN for o in owners)
+    old = {k: by_owner(s) for k, s in sfc_compile(on).items()}
+    new = {k: by_owner(s) for k, s in sfc_owners(moved, owners).items()}
+    for key, state in sfc_compile(moved).items():
+        kept = {o: s for o, s in old.get(key, {}).items() if o not in owners}
+        assert {**kept, **new.get(key, {})} == by_owner(state), key

@@ -58,6 +58,7 @@ from fathom.openflow.spec import (
     Conjunction, Ct, CtClear, FlowSpec, GotoTable, LoadReg, Sample, SetField, SwitchState, ct_state,
 )
 from fathom.pipeline import stages as st
+from fathom.pipeline.sampling import sample
 
 ETH_TYPE = {"IPv4": 0x0800, "IPv6": 0x86DD}
 PORT_FIELDS = {6: "tcp_dst", 17: "udp_dst", 132: "sctp_dst"}
@@ -109,13 +110,6 @@ EGRESS = Side("egress", st.EGRESS_CONNTRACK, st.EGRESS_ACL, st.SFC, st.REG_SRC_P
               fr.ADMIT_EGRESS, fr.DROP_EGRESS)
 INGRESS = Side("ingress", st.INGRESS_CONNTRACK, st.INGRESS_ACL, st.OUTPUT, st.REG_DST_PORT, "src",
                fr.ADMIT_INGRESS, fr.DROP_INGRESS)
-
-
-def sample(rate: int, kind: int, object_id: int) -> tuple:
-    """The sample action of a flow-records observation point at one in `rate` (none when off)."""
-    if not rate:
-        return ()
-    return (Sample(fr.probability(rate), fr.COLLECTOR_SET, fr.OBS_DOMAIN, fr.point_id(kind, object_id)),)
 
 
 def _cookie(kind: int, object_id: int) -> int:

@@ -50,7 +50,9 @@ READS = Reads(
         "flow_classifiers": frozenset({"id", "name", "project_id", "logical_source_port_id",
                                        "logical_destination_port_id", "protocol", "source_ip_prefix",
                                        "destination_ip_prefix", "source_port_range", "destination_port_range"}),
-        "port_chains": frozenset({"id", "port_pair_group_ids", "flow_classifier_ids", "symmetric"}),
+        "port_chains": frozenset({"id", "project_id", "port_pair_group_ids", "flow_classifier_ids", "symmetric"}),
+        # the hops' sample actions: the chain's project's ingress rate (a change compiles the app whole)
+        "flow_sampling": frozenset({"project_id", "port_id", "ingress"}),
     },
     owners={"port_chains": ck.KIND_PORT_CHAIN},
     refs={"port_chains": {"port_pair_group_ids": "port_pair_groups", "flow_classifier_ids": "flow_classifiers"},

@@ -22,7 +22,10 @@ G0..Gn-1 and direction d (0 = forward; 1 = a symmetric chain's replies, through 
   outputs to it, or sets tun_id := hop marker and the instance node's tunnel address and outputs to
   the tunnel;
 - classify (remote): tunnel + tun_id = hop marker -> REG_CHAIN_HOP, to sfc-deliver, where the hop and
-  the destination MAC pick the local port.
+  the destination MAC pick the local port;
+- flow records: when the chain's project samples what its ports send (its `ingress` rate), the
+  sfc-select flow of every hop samples first, observation point chain-hop + the hop marker
+  (fathom.model.flow_records), so a record names the chain, the direction and the group.
 
 Every flow and group carries the cookie (APP_SFC, KIND_PORT_CHAIN, chain id). Group ids are
 group_id(APP_SFC, marker & 0xFFFFF). A chain whose instances are not all placed yet (an unbound
@@ -38,10 +41,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from fathom.model import classifiers as cls
+from fathom.model import flow_records as fr
 from fathom.model.chains import MAX_CHAIN_ID, MAX_GROUPS, hop_marker
 from fathom.model import TUNNEL_INTERFACE, Node, Port, PortChain, PortPair, Snapshot
 from fathom.openflow.spec import FlowSpec, GotoTable, Group, GroupSpec, Output, SetField, SwitchState, set_tunnel_dst
 from fathom.pipeline import stages as st
+from fathom.pipeline.sampling import sample
 
 PRIO_CLASSIFIER = 100
 PRIO_HOP = 100
@@ -72,6 +77,7 @@ class _View:
         self.pairs = {p.id: p for p in snapshot.port_pairs}
         self.groups = {g.id: g for g in snapshot.port_pair_groups}
         self.tenant_vnis = {n.segmentation_id for n in snapshot.networks if n.type == "vxlan"}
+        self.sampling = fr.SamplingIndex(snapshot.flow_sampling)
 
     def place(self, port: Port | None) -> tuple[Node, int] | None:
         """(node, ofport) of a port plugged into its node's br-int, or None."""
@@ -156,9 +162,11 @@ def _compile_chain(snapshot: Snapshot, view: _View, chain: PortChain, plan: Plan
 
     # select groups on every node that can send to a hop; delivery on the instances' nodes
     senders = {name for name in flows if any(f.cookie == c for f in flows[name])}
+    hop_rate = view.sampling.hops(chain.project_id)
     for k, pairs in enumerate(hop_groups):
         for d in directions:
             marker = hop_marker(chain.id, d, k)
+            observe = sample(hop_rate, fr.CHAIN_HOP, marker & fr.HOP_MASK)
             targets = []
             for pair in pairs:
                 port = view.ports.get(pair.ingress_port_id if d == 0 else pair.egress_port_id)
@@ -194,9 +202,11 @@ def _compile_chain(snapshot: Snapshot, view: _View, chain: PortChain, plan: Plan
                 if len(targets) == 1:
                     # one instance: nothing to choose, so no select group (its hash costs every packet a
                     # second pass through the datapath)
-                    flows[node.name].add(FlowSpec(st.SFC_SELECT, PRIO_HOP, {st.REG_CHAIN_HOP: marker}, buckets[0], c))
+                    flows[node.name].add(FlowSpec(st.SFC_SELECT, PRIO_HOP, {st.REG_CHAIN_HOP: marker},
+                                                  observe + buckets[0], c))
                     continue
                 gid = hop_group_id(marker)
                 groups[node.name].add(GroupSpec(gid, "select", tuple(buckets), c))
-                flows[node.name].add(FlowSpec(st.SFC_SELECT, PRIO_HOP, {st.REG_CHAIN_HOP: marker}, (Group(gid),), c))
+                flows[node.name].add(FlowSpec(st.SFC_SELECT, PRIO_HOP, {st.REG_CHAIN_HOP: marker},
+                                              observe + (Group(gid),), c))
     plan.problems = sorted(set(problems))
