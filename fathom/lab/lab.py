@@ -160,12 +160,13 @@ class Lab:
                  "underlay": {"cidr": str(underlay), "mtu": topo.underlay.mtu},
                  "nodes": [n.__dict__ for n in nodes]}
         self._save(state)  # first, so that `down` can find a half-built lab
-        starting = None
+        starting, built = None, False
         try:
             self._build_management(state, progress)
             if not standalone and controller is None:
                 starting = self._start_own_controller(state, db, replicas, progress)
             self._build(topo, state, nodes, standalone, progress)
+            built = True
             if not standalone:
                 self._attach_controller(topo, state, nodes, controller, progress, agent_url, starting)
             progress("warming the underlay neighbour tables")
@@ -174,8 +175,8 @@ class Lab:
             progress("failed; removing what was built")
             if starting is not None:
                 futures.wait([starting])   # its process is then in the run dir, where `down` finds it
-            log = self.dir / "controller.log"
-            tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
+            log = self.dir / "controller.log"   # what the controller said, once it was given the lab
+            tail = log.read_text(errors="replace").splitlines()[-30:] if built and log.exists() else []
             self.down()
             if tail and isinstance(e, LabError):
                 raise LabError(f"{e}\n--- last lines of the controller log ---\n" + "\n".join(tail)) from e
