@@ -187,9 +187,10 @@ class Lab:
 
     def _build_management(self, state, progress) -> None:
         mg = state["management"]
+        prefix = ipaddress.IPv4Network(mg["cidr"]).prefixlen
         progress("management bridge")
         run(["ip", "link", "add", mg["bridge"], "type", "bridge"])
-        run(["ip", "addr", "add", f"{mg['root_ip']}/{ipaddress.IPv4Network(mg['cidr']).prefixlen}", "dev", mg["bridge"]])
+        run(["ip", "addr", "add", f"{mg['root_ip']}/{prefix}", "dev", mg["bridge"]])
         run(["ip", "link", "set", mg["bridge"], "up"])
 
     def _start_own_controller(self, state, db, replicas, progress) -> futures.Future:
