@@ -22,6 +22,9 @@ from .sh import LabError
 from .topology import Topology, ovs_interface
 
 
+START_TIMEOUT = 60   # seconds a controller process has to answer
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -66,7 +69,9 @@ def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | Non
     (lab_dir / f"controller{suffix}.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
     token_file = lab_dir / ADMIN_TOKEN_FILE     # the controller's admin credential (0600), written at start
-    deadline = time.monotonic() + 30
+    # its start is mostly importing its code, in a lab's up beside the build of the nodes: on a busy
+    # 2-core machine that has taken 30 s
+    deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LabError(f"the controller exited ({proc.returncode}); see {lab_dir / f'controller{suffix}.log'}")
@@ -80,7 +85,7 @@ def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | Non
                     "managed": True, "pki_dir": pki_dir, "token_file": str(token_file), **({"db": db} if db else {})}
         except (ApiError, NoToken):
             time.sleep(0.2)
-    raise LabError(f"the controller did not answer on {url} within 30 s; see {lab_dir / f'controller{suffix}.log'}")
+    raise LabError(f"the controller did not answer on {url} within {START_TIMEOUT} s; see {lab_dir / f'controller{suffix}.log'}")
 
 
 def stop_controller(lab_dir: Path) -> None:
