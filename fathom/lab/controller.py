@@ -85,7 +85,8 @@ def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | Non
                     "managed": True, "pki_dir": pki_dir, "token_file": str(token_file), **({"db": db} if db else {})}
         except (ApiError, NoToken):
             time.sleep(0.2)
-    raise LabError(f"the controller did not answer on {url} within {START_TIMEOUT} s; see {lab_dir / f'controller{suffix}.log'}")
+    raise LabError(f"the controller did not answer on {url} within {START_TIMEOUT} s; "
+                   f"see {lab_dir / f'controller{suffix}.log'}")
 
 
 def stop_controller(lab_dir: Path) -> None:
