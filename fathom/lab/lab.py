@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -159,16 +160,23 @@ class Lab:
                  "underlay": {"cidr": str(underlay), "mtu": topo.underlay.mtu},
                  "nodes": [n.__dict__ for n in nodes]}
         self._save(state)  # first, so that `down` can find a half-built lab
+        starting, built = None, False
         try:
+            self._build_management(state, progress)
+            if not standalone and controller is None:
+                starting = self._start_own_controller(state, db, replicas, progress)
             self._build(topo, state, nodes, standalone, progress)
+            built = True
             if not standalone:
-                self._attach_controller(topo, state, nodes, controller, progress, agent_url, db, replicas)
+                self._attach_controller(topo, state, nodes, controller, progress, agent_url, starting)
             progress("warming the underlay neighbour tables")
             self._warm_underlay(nodes)
         except BaseException as e:
             progress("failed; removing what was built")
-            log = self.dir / "controller.log"
-            tail = log.read_text(errors="replace").splitlines()[-30:] if log.exists() else []
+            if starting is not None:
+                futures.wait([starting])   # its process is then in the run dir, where `down` finds it
+            log = self.dir / "controller.log"   # what the controller said, once it was given the lab
+            tail = log.read_text(errors="replace").splitlines()[-30:] if built and log.exists() else []
             self.down()
             if tail and isinstance(e, LabError):
                 raise LabError(f"{e}\n--- last lines of the controller log ---\n" + "\n".join(tail)) from e
@@ -177,14 +185,35 @@ class Lab:
         self._save(state)
         return state
 
-    def _build(self, topo, state, nodes, standalone, progress) -> None:
-        mtu = topo.underlay.mtu
+    def _build_management(self, state, progress) -> None:
         mg = state["management"]
         prefix = ipaddress.IPv4Network(mg["cidr"]).prefixlen
         progress("management bridge")
         run(["ip", "link", "add", mg["bridge"], "type", "bridge"])
         run(["ip", "addr", "add", f"{mg['root_ip']}/{prefix}", "dev", mg["bridge"]])
         run(["ip", "link", "set", mg["bridge"], "up"])
+
+    def _start_own_controller(self, state, db, replicas, progress) -> futures.Future:
+        """The lab's own controller, started in the background on the management bridge's address:
+        its start (mostly importing its code) overlaps the build of the nodes; `_attach_controller`
+        waits for it."""
+        from . import controller as ctl
+        tls = state["tls"]
+        if tls:
+            progress("creating the lab's PKI")
+            Pki(tls["pki_dir"]).init()
+        progress("starting a controller for the lab" if replicas == 1 else f"starting {replicas} controller replicas")
+        pool = futures.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-controller")
+        try:
+            return pool.submit(ctl.start_controller, self.dir, state["management"]["root_ip"],
+                               pki_dir=tls and tls["pki_dir"], db=db, replicas=replicas)
+        finally:
+            pool.shutdown(wait=False)
+
+    def _build(self, topo, state, nodes, standalone, progress) -> None:
+        mtu = topo.underlay.mtu
+        mg = state["management"]
+        prefix = ipaddress.IPv4Network(mg["cidr"]).prefixlen
 
         progress("fabric switch")
         fabric = self.ns("fabric")
@@ -427,16 +456,14 @@ class Lab:
                 if peer is not node:
                     run(["ping", "-c", "1", "-W", "1", peer.tunnel_ip], ns=node.netns, check=False)
 
-    def _attach_controller(self, topo, state, nodes, url, progress, agent_url=None, db=None, replicas=1) -> None:
+    def _attach_controller(self, topo, state, nodes, url, progress, agent_url=None,
+                           starting: futures.Future | None = None) -> None:
+        """Register the lab at the controller at `url`, or at its own one being started (`starting`)."""
         from . import controller as ctl
         tls = state["tls"]
         if url is None:
-            if tls:
-                progress("creating the lab's PKI")
-                Pki(tls["pki_dir"]).init()
-            progress("starting a controller for the lab" if replicas == 1 else f"starting {replicas} controller replicas")
-            state["controller"] = ctl.start_controller(self.dir, state["management"]["root_ip"],
-                                                       pki_dir=tls and tls["pki_dir"], db=db, replicas=replicas)
+            progress("waiting for the controller")
+            state["controller"] = starting.result()
         else:
             state["controller"] = {"url": url, "managed": False,
                                    "agent_url": agent_url or _reachable_from_nodes(url, state["management"]["root_ip"])}

@@ -22,10 +22,14 @@ structure that changes any compiled flow, group, meter or cookie fails.
 """
 from __future__ import annotations
 
+import fcntl
 import functools
+import os
+import pickle
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -225,7 +229,27 @@ def snapshot_of(path: Path, with_fabric: bool, mode: str, more=None):
 @functools.cache
 def models() -> tuple:
     """(topology path, variant name, the model) of every shipped topology and variant, made once
-    (tests/unit/test_app_reads.py reads them too)."""
+    per test run (tests/unit/test_app_reads.py reads them too): the pytest-xdist workers of one run
+    (PYTEST_XDIST_TESTRUNUID) share them through a file, the first to ask makes it."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return _make_models()
+    shared = Path(tempfile.gettempdir()) / "fathom-golden-models"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        mine = shared / f"{run}.pickle"
+        if mine.exists():
+            return pickle.loads(mine.read_bytes())
+        for old in shared.glob("*.pickle"):   # of runs that ended (none lasts a day)
+            if time.time() - old.stat().st_mtime > 86400:
+                old.unlink(missing_ok=True)
+        made = _make_models()
+        mine.write_bytes(pickle.dumps(made))
+        return made
+
+
+def _make_models() -> tuple:
     return tuple((path, name, snapshot_of(path, with_fabric, mode))
                  for path in TOPOLOGIES for name, with_fabric, mode in variants(topology.load(path)))
 
