@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,15 +22,13 @@ from pathlib import Path
 import httpx
 import pytest
 from scapy.all import ICMP, IP, rdpcap
-from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 import fathom.lab
-from fathom import programs
 from fathom.agent.capture import whole_records
+from fathom.bench.browser import headless_chromium
 from fathom.host import exec as host_exec
 
 from .util import lab_api, running_lab
@@ -40,12 +37,6 @@ pytestmark = pytest.mark.lab
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 SHOTS = Path(os.environ.get("FATHOM_CONSOLE_SHOTS", "/tmp/fathom-console-shots"))
-# a browser for a closed network: nothing but the lab's controller is contacted
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1000")
-
-
 @pytest.fixture(scope="module")
 def lab():
     with running_lab("cs1", TOPOLOGY, standalone=False) as lab:
@@ -65,23 +56,10 @@ def url(lab):
 
 @pytest.fixture(scope="module")
 def browser():
-    os.environ["SE_OFFLINE"] = "true"       # selenium's manager must not look for drivers online
-    programs.require("chromium", "chromedriver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = programs.path("chromium")
-    profile = tempfile.TemporaryDirectory(prefix="qf-chromium-")
-    for flag in (*FLAGS, f"--user-data-dir={profile.name}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(programs.path("chromedriver")), options=options)
-    driver.set_page_load_timeout(20)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    print(f"console screenshots in {SHOTS}")
-    try:
+    with headless_chromium() as driver:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        print(f"console screenshots in {SHOTS}")
         yield driver
-    finally:
-        driver.quit()
-        profile.cleanup()
 
 
 def token_of(admin: httpx.Client, project: str, roles=("member",)) -> dict:

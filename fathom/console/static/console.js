@@ -35,6 +35,16 @@ export async function api(path, { method = "GET", body, text = false, blob = fal
   return answer;
 }
 
+// Every object of a list endpoint, page by page (limit + marker: the API answers at most 1000 at once).
+export async function apiList(path, page = 1000) {
+  const out = [], sep = path.includes("?") ? "&" : "?";
+  for (;;) {
+    const batch = await api(`${path}${sep}limit=${page}` + (out.length ? `&marker=${out[out.length - 1].id}` : ""));
+    out.push(...batch);
+    if (batch.length < page) return out;
+  }
+}
+
 // GET that answers null for a 403/404 (what this token may not see).
 export async function apiMaybe(path) {
   try { return await api(path); }

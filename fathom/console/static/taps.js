@@ -3,7 +3,7 @@
 // the switches every 2 s; counters move without change notices). A capture of what a monitor
 // receives (POST /v1/taps/{id}/capture: tcpdump by the monitor's node agent) is downloaded as a
 // pcap file.
-import { api, el, follow, header, replace, showError, statusBadge, table } from "/console/static/console.js";
+import { api, apiList, el, follow, header, replace, showError, statusBadge, table } from "/console/static/console.js";
 
 const who = e => !e ? "" : e.port_name ? e.port_name + (e.node ? " @ " + e.node : "")
   : e.mac === "*" ? "*" : e.mac ? `${e.mac}, ${e.ip}` : "(deleted)";
@@ -12,7 +12,7 @@ const count = (st, k) => st ? st[k].toLocaleString() : "-";
 let taps = [];
 
 async function refresh() {
-  taps = await api("/taps");
+  taps = await apiList("/taps");
   const stats = await Promise.all(taps.map(t => api(`/taps/${t.id}/stats`).catch(() => null)));
   const rows = taps.map((t, i) => ({ ...t, stats: stats[i] }));
   replace("taps", table([
