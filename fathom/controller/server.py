@@ -146,10 +146,16 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
             mastership.stop()
 
 
+SHUTDOWN_GRACE = 5.0
+
+
 def run_api(app, guard: Guard, sockets: list[socket.socket]) -> None:
     """Serve `app` on the listening `sockets` until SIGTERM or SIGINT."""
+    # a shutdown waits at most SHUTDOWN_GRACE s for requests in progress: the console's change-notice
+    # streams never end by themselves and an agent's long-poll lasts up to a minute
     config = uvicorn.Config(DateHeader(Gate(app, guard)), log_level="warning", http=guard.protocol,
-                            timeout_keep_alive=5, date_header=False, proxy_headers=False)
+                            timeout_keep_alive=5, date_header=False, proxy_headers=False,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE)
     QuietServer(config).run(sockets=sockets)
 
 
