@@ -200,8 +200,9 @@ def test_trace_page_from_a_port(lab, admin, url, browser):
     vm1 = admin.get("/ports", params={"name": "vm1"}).json()[0]
     errors(browser)
     browser.get(f"{url}/console/port/{vm1['id']}")
-    wait(browser, lambda d: d.find_elements(By.ID, "trace-link"), "the port's trace link")
-    browser.find_element(By.ID, "trace-link").click()
+    # found and clicked at once: the page redraws its title (and the link) after each change notice
+    wait(browser, lambda d: d.execute_script("const a = document.getElementById('trace-link'); a && a.click(); return !!a"),
+         "the port's trace link")
     wait(browser, lambda d: d.current_url == f"{url}/console/trace?port={vm1['id']}", "the trace page")
     wait(browser, lambda d: d.find_element(By.ID, "port").get_attribute("value") == str(vm1["id"]), "vm1 chosen")
     browser.find_element(By.ID, "to").send_keys("198.19.1.13")       # vm3, on compute2

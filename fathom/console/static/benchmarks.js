@@ -1,7 +1,7 @@
 // The benchmarks' results (GET /v1/benchmarks: the JSON files `fathom bench ...` wrote, read-only),
 // one file at a time (?file=<path>): every distribution in it (an object with p50 and p99) in a
-// table and a bar chart, every list of runs (an array of objects with numbers) as lines over its
-// first growing figure, and the file itself.
+// table and a chart of its p50, p90 and p99 (log scale), every list of runs (an array of objects
+// with numbers) as lines over its first growing figure, and the file itself.
 import uPlot from "/console/vendor/uPlot.esm.js";
 import { api, el, header, replace, showError, table } from "/console/static/console.js";
 
@@ -22,18 +22,20 @@ function walk(x, keep, path = "", out = []) {
 function distributions(doc) {
   const found = walk(doc, x => !Array.isArray(x) && num(x.p50) && num(x.p99)).slice(0, 60);
   replace("dists", table([
-    { title: "figure", cell: ([p]) => p }, { title: "n", cell: ([, d]) => fmt(d.n) },
-    ...["min", "p50", "p90", "p99", "max"].map(k => ({ title: k, cell: ([, d]) => fmt(d[k]) })),
-  ], found, "no distributions in this file"));
+    { title: "#", cell: r => String(r.i + 1) }, { title: "figure", cell: r => r.path }, { title: "n", cell: r => fmt(r.d.n) },
+    ...["min", "p50", "p90", "p99", "max"].map(k => ({ title: k, cell: r => fmt(r.d[k]) })),
+  ], found.map(([path, d], i) => ({ path, d, i })), "no distributions in this file"));
   const box = document.getElementById("dist-chart");
   box.replaceChildren();
   if (!found.length) return;
-  const bars = uPlot.paths.bars({ size: [0.25, 40] });
-  new uPlot({ width: WIDTH(), height: 260, scales: { x: { time: false } },
+  // one column per figure: its p50, p90 and p99 as points on a log scale (figures of different units side by side)
+  const positive = v => num(v) && v > 0 ? v : null;
+  new uPlot({ width: WIDTH(), height: 260, scales: { x: { time: false }, y: { distr: 3 } },
     axes: [{ values: (u, ticks) => ticks.map(t => Number.isInteger(t) && found[t] ? String(t + 1) : "") }, {}],
     series: [{ label: "figure", value: (u, v) => v === null || !found[v] ? "" : found[v][0] },
-      ...["p50", "p90", "p99"].map((k, i) => ({ label: k, fill: colour(i), stroke: colour(i), paths: bars, points: { show: false } }))] },
-    [found.map((_, i) => i), ...["p50", "p90", "p99"].map(k => found.map(([, d]) => num(d[k]) ? d[k] : null))], box);
+      ...["p50", "p90", "p99"].map((k, i) => ({ label: k, stroke: colour(i), paths: () => null,
+        points: { show: true, size: 9, fill: colour(i) } }))] },
+    [found.map((_, i) => i), ...["p50", "p90", "p99"].map(k => found.map(([, d]) => positive(d[k])))], box);
 }
 
 function series(doc) {
