@@ -30,8 +30,9 @@ function distributions(doc) {
   if (!found.length) return;
   // one column per figure: its p50, p90 and p99 as points on a log scale (figures of different units side by side)
   const positive = v => num(v) && v > 0 ? v : null;
-  new uPlot({ width: WIDTH(), height: 260, scales: { x: { time: false }, y: { distr: 3 } },
-    axes: [{ values: (u, ticks) => ticks.map(t => Number.isInteger(t) && found[t] ? String(t + 1) : "") }, {}],
+  new uPlot({ width: WIDTH(), height: 260,
+    scales: { x: { time: false, range: (u, min, max) => [min - 0.5, max + 0.5] }, y: { distr: 3 } },
+    axes: [{ values: (u, ticks) => ticks.map(t => Number.isInteger(t) && found[t] ? String(t + 1) : "") }, { size: 70 }],
     series: [{ label: "figure", value: (u, v) => v === null || !found[v] ? "" : found[v][0] },
       ...["p50", "p90", "p99"].map((k, i) => ({ label: k, stroke: colour(i), paths: () => null,
         points: { show: true, size: 9, fill: colour(i) } }))] },
