@@ -79,8 +79,9 @@ class Follower:
         body = r.json()
         for ask in body.get("traces") or ():
             self.answer_trace(ask)
-        for ask in body.get("captures") or () if self.capturer is not None else ():
-            self.capturer.start(ask)
+        if self.capturer is not None:
+            for ask in body.get("captures") or ():
+                self.capturer.start(ask)
         self.report_interval = min(self.report_interval, float(body.get("report_interval_s") or self.report_interval))
         if body["revision"] == self.revision:
             return False
