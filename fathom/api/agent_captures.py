@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fathom.api.agent_traces import TooManyTraces, TraceDesk
 from fathom.api.auth import identity
-from fathom.api.deps import ERRORS, CallerDep, StoreDep
+from fathom.api.deps import ERRORS, CallerDep, ErrorOut, StoreDep
 from fathom.api.schemas import NODE_NAME_RE
 from fathom.auth import Identity
 from fathom.store import models as m
@@ -101,7 +101,7 @@ _running = threading.BoundedSemaphore(MAX_RUNNING)
 
 
 @router.post("/taps/{tap_id}/capture", response_class=Response,
-              responses={200: {"content": {PCAP: {}}, "description": "the pcap file"}},
+              responses={200: {"content": {PCAP: {}}, "description": "the pcap file"}, 429: {"model": ErrorOut}},
               summary="A pcap of what the policy's monitor port receives now, captured by its node's agent")
 def capture(tap_id: int, body: CaptureCreate, c: CallerDep, db: StoreDep, request: Request):
     node, interface = db.read(lambda s: _monitor(s, c, tap_id, body.monitor))

@@ -167,8 +167,8 @@ def benchmarks_router(directory: Path | None = None) -> APIRouter:
 
     @r.get("/{path:path}", summary="One results file of a benchmark")
     def show_benchmark(path: str):
-        file = (root / path).resolve()
-        if not BENCHMARK_PATH.match(path) or not file.is_relative_to(root) or not file.is_file():
+        file = (root / path).resolve() if BENCHMARK_PATH.match(path) else None
+        if file is None or not file.is_relative_to(root) or not file.is_file():
             raise NotFound(f"no benchmark results {path[:200]!r}")
         if file.stat().st_size > MAX_BENCHMARK:
             raise NotFound(f"{path} is larger than {MAX_BENCHMARK} bytes: not served")
