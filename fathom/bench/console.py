@@ -34,12 +34,16 @@ SMALL = 3              # nodes of the lab-sized cloud (their ports: PORTS each, 
 STREAMS = 10
 LAG_S = 3.0
 # the page's clock when every port is in the topology's table (ms since navigation start)
+# (null after `limit` s: not usable that soon)
 USABLE_JS = """
-const want = arguments[0], done = arguments[arguments.length - 1];
+const want = arguments[0], limit = arguments[1], done = arguments[arguments.length - 1];
 (function look() {
   const rows = document.querySelectorAll("#ports tbody tr").length;
-  if (rows >= want) done(performance.now()); else requestAnimationFrame(look);
+  if (rows >= want) done(performance.now());
+  else if (performance.now() > limit * 1000) done(null);
+  else requestAnimationFrame(look);
 })();"""
+GIVE_UP_S = 60.0       # a page not usable after this long is recorded as such (None)
 LAG_JS = """
 const seconds = arguments[0], done = arguments[arguments.length - 1], late = [];
 let expected = performance.now() + 50;
@@ -73,11 +77,11 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
 
             def usable() -> float:
                 browser.get(f"{ctl.url}/console/topology")
-                return browser.execute_async_script(USABLE_JS, cloud.ports)
+                return browser.execute_async_script(USABLE_JS, cloud.ports, GIVE_UP_S)
 
             progress(f"a lab-sized cloud: {min(SMALL, nodes)} nodes, {min(ports, 4)} ports each")
             cloud.grow(min(SMALL, nodes), min(ports, 4))
-            doc["first_page_ms"] = dist([usable() for _ in range(samples)])
+            doc["first_page_ms"] = _times([usable() for _ in range(samples)])
             doc["small"] = {"nodes": cloud.nodes, "ports": cloud.ports}
             progress(f"bench scale's model: {nodes} nodes x {ports} ports")
             browser.get("about:blank")    # an open topology would read everything again after each pass
@@ -86,7 +90,7 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
             doc["model"] = {"nodes": cloud.nodes, "ports": cloud.ports, "networks": len(cloud.networks),
                             "made_s": round(time.monotonic() - t0, 1)}
             progress(f"the topology of {cloud.ports} ports, {samples} times")
-            doc["topology_ms"] = dist([usable() for _ in range(samples)])
+            doc["topology_ms"] = _times([usable() for _ in range(samples)])
             doc["lag_ms"] = dist(browser.execute_async_script(LAG_JS, LAG_S))
             errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             doc["page_errors"] = errors[:10]
@@ -111,6 +115,12 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
         ctl.stop()
     activity.append(machine_activity(("fathom bench console",)))
     return {**doc, "targets": TARGETS, "busy_machine": busy(activity), "environment": {**env, "machine": activity}}
+
+
+def _times(ms: list) -> dict:
+    """The distribution of the loads that became usable, and how many did not within GIVE_UP_S."""
+    return {**dist([t for t in ms if t is not None]), "not_usable_within_s": GIVE_UP_S,
+            "not_usable": sum(t is None for t in ms)}
 
 
 class _Cloud:
@@ -197,6 +207,8 @@ def markdown(doc: dict) -> str:
     plan, t = doc["plan"], doc["targets"]
 
     def row(name, d, target):
+        if not d["n"]:
+            return f"| {name} | not usable within {d['not_usable_within_s']:g} s | | | ≤ {target:g} |"
         return f"| {name} | {d['p50']:.0f} | {d['p99']:.0f} | {d['max']:.0f} | ≤ {target:g} |"
     return "\n".join([
         f"# fathom bench console: {plan['nodes']} nodes x {plan['ports_per_node']} ports",
