@@ -12,7 +12,8 @@ its API; headless Chromium (fathom.bench.browser) logged in as the admin. Figure
 - `topology_ms`: the same at NODES × PORTS. Target ≤ 2000 ms. Then `responsive`: for LAG_S seconds
   the page's event loop is probed every 50 ms; `lag_ms` is how late each probe ran (a click waits
   that long at most).
-- `update_cpu_ms_per_console`: controller CPU (its process and children, every thread's schedstat) of UPDATES port
+- `update_cpu_ms_per_console`: controller CPU (its process and children, /proc ticks: a worker thread
+  that exited still counts) of UPDATES port
   renames, each followed by the change notice and the open page's re-read through the API, less the
   same renames with no console open (measured first), per rename. `notice_cpu_ms_per_console`: the same with
   STREAMS change-notice streams held open by plain HTTP clients instead (the notice without the
@@ -156,23 +157,17 @@ class _Cloud:
         """Controller CPU seconds over `n` renames of a port, `gap` s apart (each pass, its notice
         and what the consoles read after it done before the next)."""
         api, port = self.ctl.api, self.port_ids[0]
-        cpu0 = _cpu(self.ctl)
+        cpu0 = self.ctl.cpu()
         for i in range(n):
             api.patch(f"/ports/{port}", json={"name": f"renamed-{time.monotonic_ns()}-{i}"})
             time.sleep(gap)
-        return _cpu(self.ctl) - cpu0
-
-
-def _cpu(ctl) -> float:
-    """CPU seconds of the controller and its children, to the nanosecond (schedstat, not ticks)."""
-    from fathom.bench import procs
-    return sum(procs.schedstat_ns(p) for p in (ctl.proc.pid, *procs.children(ctl.proc.pid))) / 1e9
+        return self.ctl.cpu() - cpu0
 
 
 def _cpu_over(ctl, seconds: float) -> float:
-    cpu0 = _cpu(ctl)
+    cpu0 = ctl.cpu()
     time.sleep(seconds)
-    return _cpu(ctl) - cpu0
+    return ctl.cpu() - cpu0
 
 
 class _Streams:
