@@ -15,7 +15,9 @@ make the agent look every `busy_interval` seconds instead: an object a handler s
 keeps counters of what it holds (PPTMon's loaders) they are read and reported when they moved.
 
 The desired state's answer may carry trace requests (fathom.api.agent_traces): each is run at once
-(`ovs-appctl ofproto/trace`, fathom.agent.trace) and its output posted back, before anything else.
+(`ovs-appctl ofproto/trace`, fathom.agent.trace) and its output posted back, before anything else;
+and capture requests (fathom.api.agent_captures), each started in a thread of its own
+(fathom.agent.capture).
 
 Nothing is torn down when the controller is unreachable: the host keeps what it holds and the
 agent retries with backoff. After an agent restart the first answer is applied like any other:
@@ -37,12 +39,14 @@ LOG = logging.getLogger("fathom.agent.follow")
 class Follower:
     def __init__(self, http, node: str, handlers: list, facts, poll: float = 55.0,
                  report_interval: float = 300.0, resync: float = 300.0, backoff_max: float = 10.0,
-                 busy_interval: float = 5.0, tracer=None):
+                 busy_interval: float = 5.0, tracer=None, capturer=None):
         """`http`: fathom.agent.http.JsonClient (or an httpx.Client) on the controller's URL;
         `facts`: () -> dict, read at the start, after each apply and every `resync` seconds;
-        `tracer`: answers the trace requests that come with the desired state (fathom.agent.trace)."""
+        `tracer`: answers the trace requests that come with the desired state (fathom.agent.trace);
+        `capturer`: the capture requests (fathom.agent.capture)."""
         self.http = http
         self.tracer = tracer
+        self.capturer = capturer
         self.node = node
         self.handlers = {h.KIND: h for h in handlers}
         self.facts = facts                  # () -> dict
@@ -75,6 +79,9 @@ class Follower:
         body = r.json()
         for ask in body.get("traces") or ():
             self.answer_trace(ask)
+        if self.capturer is not None:
+            for ask in body.get("captures") or ():
+                self.capturer.start(ask)
         self.report_interval = min(self.report_interval, float(body.get("report_interval_s") or self.report_interval))
         if body["revision"] == self.revision:
             return False

@@ -73,6 +73,7 @@ class Ask:
 
 class TraceDesk:
     """The trace requests not answered yet, by id, and the long-polls waiting for a node's."""
+    max_pending = MAX_PENDING
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -84,19 +85,21 @@ class TraceDesk:
         if bridge not in BRIDGES or len(flow) > MAX_FLOW or not re.match(FLOW_RE, flow) \
                 or len(ct_next) > MAX_CT_NEXT or any(c not in CT_NEXT for c in ct_next):
             raise ValueError(f"not a trace fathom asks for: {bridge} {flow[:100]!r} {ct_next}")
-        return self._put(node, Ask(0, node, bridge, flow, list(ct_next)))
+        return self._put(node, lambda ask_id: Ask(ask_id, node, bridge, flow, list(ct_next)))
 
     def ask_live(self, node: str, request: dict) -> Ask:
         """A live trace's request to the node's agent (fathom.trace.live builds them)."""
         if request.get("kind") not in LIVE_KINDS:
             raise ValueError(f"not a live trace request: {request.get('kind')!r}")
-        return self._put(node, Ask(0, node, "", "", [], live=dict(request)))
+        return self._put(node, lambda ask_id: Ask(ask_id, node, "", "", [], live=dict(request)))
 
-    def _put(self, node: str, a: Ask) -> Ask:
+    def _put(self, node: str, make):
+        """The request `make(its id)` on the desk, waking the node's long-polls; at most
+        `max_pending` per node (TooManyTraces beyond)."""
         with self._lock:
-            if sum(1 for other in self._asks.values() if other.node == node) >= MAX_PENDING:
-                raise TooManyTraces(f"node {node} has {MAX_PENDING} traces not answered yet")
-            a.id = next(self._ids)
+            if sum(1 for a in self._asks.values() if a.node == node) >= self.max_pending:
+                raise TooManyTraces(f"node {node} has {self.max_pending} requests not answered yet")
+            a = make(next(self._ids))
             self._asks[a.id] = a
             for loop, event in self._waiters.get(node, ()):
                 try:

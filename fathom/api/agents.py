@@ -360,6 +360,8 @@ class DesiredOut(BaseModel):
     report_interval_s: float = REPORT_INTERVAL
     traces: list[dict] = Field(default_factory=list,
                                description="trace requests for the agent to answer (fathom.api.agent_traces)")
+    captures: list[dict] = Field(default_factory=list,
+                                 description="capture requests for the agent to answer (fathom.api.agent_captures)")
 
 
 class AgentOut(BaseModel):
@@ -386,23 +388,26 @@ async def desired(node: NodeName, request: Request, who: Identity = Depends(iden
     if agent:
         hub.hold(node)
     gone = asyncio.ensure_future(_hung_up(request))
-    desk = request.app.state.trace_desk
-    asked = None
+    desks = (request.app.state.trace_desk, request.app.state.capture_desk)
+    asked: list = [None, None]
     try:
         while True:
             await asyncio.sleep(cache.holdoff())
             seen = hub.refreshes
             revision, objects = await run_in_threadpool(cache.get, node)
             left = deadline - time.monotonic()
-            traces = desk.take(node) if agent else []   # trace requests go to the agent only
-            if traces or after is None or revision != after or left <= 0 or gone.done():
-                return DesiredOut(node=node, revision=revision, objects=objects, traces=traces)
-            if agent:    # a trace request wakes the agent's long-poll too
-                asked = asked if asked is not None and not asked.done() else asyncio.ensure_future(desk.arrival(node))
-            await hub.wait(node, left, seen, gone, *([asked] if asked is not None else []))
+            # trace and capture requests go to the agent only
+            traces, captures = [desk.take(node) for desk in desks] if agent else ([], [])
+            if traces or captures or after is None or revision != after or left <= 0 or gone.done():
+                return DesiredOut(node=node, revision=revision, objects=objects, traces=traces, captures=captures)
+            if agent:    # a request on a desk wakes the agent's long-poll too
+                asked = [a if a is not None and not a.done() else asyncio.ensure_future(desk.arrival(node))
+                         for a, desk in zip(asked, desks)]
+            await hub.wait(node, left, seen, gone, *(a for a in asked if a is not None))
     finally:
-        if asked is not None:
-            asked.cancel()
+        for a in asked:
+            if a is not None:
+                a.cancel()
         gone.cancel()
         if agent:
             hub.release(node)

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from fathom import __version__
 from fathom.api import (agent_traces, agents, cluster, fabric, floatingips, networks, nodes, ports, pptmon, pptmon_attachments,
                         routers, secgroups, sfc, taps, tokens)
-from fathom.api import flow_records
+from fathom.api import agent_captures, flow_records
 from fathom.api.auth import Authenticator
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
@@ -30,7 +30,7 @@ from fathom.store.ops import Settings
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
            floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
            pptmon_attachments.router, pptmon.router, tokens.router, agents.router, agent_traces.router, cluster.router,
-           flow_records.router)
+           flow_records.router, agent_captures.router)
 
 
 def create_app(store: Engine | str, on_change: Callable[[], None] | None = None, *,
@@ -62,6 +62,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.store = Store(engine, settings or Settings(), changed)
     app.state.agent_desired = agents.DesiredCache(hub, app.state.store)
     app.state.trace_desk = agent_traces.TraceDesk()   # trace requests to the agents (POST /v1/traces, actual)
+    app.state.capture_desk = agent_captures.CaptureDesk()   # capture requests (POST /v1/taps/{id}/capture)
     app.state.settings = app.state.store.settings
     app.state.pptmon_retention = pptmon.RetentionWorker(engine, retention or pptmon.RetentionConfig.from_env())
     app.state.pptmon_limits = IngestLimits(engine)

@@ -10,6 +10,8 @@ kept in the tab's sessionStorage, so what a user sees is what the API lets that 
     /console/chain/<id>       a port chain hop by hop with PPTMon per VNF, a live chart
     /console/trace            ?port=<id>&to=<IPv4 or port name>: one packet's path, drawn and stage by stage
     /console/flow-records     the caller's project's top talkers and drops by rule
+    /console/taps             tap policies with their counters; a capture of a monitor downloaded as pcap
+    /console/benchmarks       the benchmarks' results (JSON files under the benchmarks directory), plotted
 
 The front-end packages (package.json, installed by `npm ci` in scripts/setup) are served from
 node_modules, only the files VENDOR names.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from pathlib import Path
 
@@ -39,7 +42,8 @@ VENDOR = {"cytoscape.esm.min.mjs": "cytoscape/dist/cytoscape.esm.min.mjs",
           "uPlot.esm.js": "uplot/dist/uPlot.esm.js",
           "uPlot.min.css": "uplot/dist/uPlot.min.css"}
 PAGES = {"login": "login.html", "topology": "topology.html", "port": "port.html", "chain": "chain.html",
-         "trace": "trace.html", "flow-records": "flow-records.html"}
+         "trace": "trace.html", "flow-records": "flow-records.html", "taps": "taps.html",
+         "benchmarks": "benchmarks.html"}
 STATIC_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,40}\.(js|css)$")
 MEDIA = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".html": "text/html"}
 # Scripts only from the controller itself; style attributes are set by the graph library.
@@ -47,6 +51,11 @@ HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self'; st
                                       "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
                                       "base-uri 'none'; form-action 'self'",
            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+# the benchmarks' results the console plots: *.json under this directory (docs/benchmarks of the checkout)
+BENCHMARKS = Path(os.environ.get("FATHOM_BENCHMARKS_DIR", Path(__file__).parent.parent.parent / "docs" / "benchmarks"))
+BENCHMARK_PATH = re.compile(r"^[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64}){0,5}\.json$")
+MAX_BENCHMARK = 4 << 20    # bytes of one results file
+MAX_BENCHMARKS = 1000      # files listed
 KEEPALIVE = 15.0      # seconds between a stream's keep-alive comments (and checks of its token)
 MAX_ID = 2**31 - 1
 
@@ -138,3 +147,31 @@ async def _stream(feed, listener, still_valid):
 
 def _event(name: str, data: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def benchmarks_router(directory: Path | None = None) -> APIRouter:
+    """/v1/benchmarks (the results files under `directory`, default BENCHMARKS) and
+    /v1/benchmarks/<path> (one of them): read-only, any token."""
+    r = APIRouter(prefix="/v1/benchmarks", tags=["console"], responses=ERRORS, dependencies=[Depends(caller)])
+    root = (directory or BENCHMARKS).resolve()
+
+    def files() -> list[Path]:
+        if not root.is_dir():
+            return []
+        found = sorted(p for p in root.rglob("*.json") if p.is_file())
+        return [p for p in found if BENCHMARK_PATH.match(str(p.relative_to(root)))][:MAX_BENCHMARKS]
+
+    @r.get("", summary="The benchmarks' results files (JSON, as `fathom bench ...` writes them)")
+    def list_benchmarks():
+        return [{"path": str(p.relative_to(root)), "bytes": p.stat().st_size} for p in files()]
+
+    @r.get("/{path:path}", summary="One results file of a benchmark")
+    def show_benchmark(path: str):
+        file = (root / path).resolve() if BENCHMARK_PATH.match(path) else None
+        if file is None or not file.is_relative_to(root) or not file.is_file():
+            raise NotFound(f"no benchmark results {path[:200]!r}")
+        if file.stat().st_size > MAX_BENCHMARK:
+            raise NotFound(f"{path} is larger than {MAX_BENCHMARK} bytes: not served")
+        return FileResponse(file, media_type="application/json", headers={"Cache-Control": "no-cache"})
+
+    return r

@@ -78,6 +78,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     import threading
 
     from fathom.agent.agent import Agent, AgentError
+    from fathom.agent.capture import Capturer
     from fathom.agent.datapath import DatapathFlushes
     from fathom.agent.dhcp import DhcpServers
     from fathom.agent.follow import Follower
@@ -107,7 +108,9 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         # the datapath flush first: until it is done, traffic may take a router's old path
         handlers = [DatapathFlushes(ovs), Routers(ovs, router_ns_prefix), Pptmon(a.root, a.state_dir, BPFFS, a.node),
                     DhcpServers(ovs, a.state_dir, dhcp_ns_prefix)]
-        follower = Follower(http, a.node, handlers, lambda: facts(ovs), tracer=Tracer(ovs))
+        capturer = Capturer(ovs, JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True),
+                            a.node)
+        follower = Follower(http, a.node, handlers, lambda: facts(ovs), tracer=Tracer(ovs), capturer=capturer)
         a.extra_status = follower.status
         if flow_records_port:
             from fathom.agent.flow_records import FlowRecords

@@ -13,7 +13,7 @@ import time
 import uvicorn
 
 from fathom.api import create_app
-from fathom.api.console import console_router, events_router
+from fathom.api.console import benchmarks_router, console_router, events_router
 from fathom.api.runtime import runtime_router, tap_runtime_router
 from fathom.api.traces import traces_router
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
@@ -60,6 +60,7 @@ def install_console(api, reconciler: Reconciler) -> ConsoleFeed:
     api.state.public_prefixes = ("/console",)    # pages and scripts need no token (fathom.api.connections.Gate)
     api.include_router(console_router())
     api.include_router(events_router(feed))
+    api.include_router(benchmarks_router())
     return feed
 
 

@@ -5,27 +5,31 @@ Every page loads with no console error; a port made through the API appears on t
 without a reload; a name with HTML in it is shown as text; a member sees only its project's objects
 (pages and data calls, and its stream of change notices); a flow removed from a switch shows as
 missing on its port's page; a trace from a port's page shows the verdict and the path drawn; the flow
-records page loads; a bad or revoked token goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
+records page loads; the benchmarks page plots a results file; the taps page shows a policy's counters moving under traffic and downloads a
+capture of its monitor made by the monitor's node agent; a page open across a controller restart
+hears of a new port without a reload; a bad or revoked token goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
 /tmp/fathom-console-shots; `FATHOM_CONSOLE_SHOTS=docs/img` refreshes the docs' images).
 """
 from __future__ import annotations
 
+import io
 import os
-import tempfile
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from selenium import webdriver
+from scapy.all import ICMP, IP, rdpcap
 from selenium.common.exceptions import NoAlertPresentException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 import fathom.lab
-from fathom import programs
+from fathom.agent.capture import whole_records
+from fathom.bench.browser import headless_chromium
+from fathom.host import exec as host_exec
 
 from .util import lab_api, running_lab
 
@@ -33,15 +37,9 @@ pytestmark = pytest.mark.lab
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 SHOTS = Path(os.environ.get("FATHOM_CONSOLE_SHOTS", "/tmp/fathom-console-shots"))
-# a browser for a closed network: nothing but the lab's controller is contacted
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1000")
-
-
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("qf1", TOPOLOGY, standalone=False) as lab:
+    with running_lab("cs1", TOPOLOGY, standalone=False) as lab:
         yield lab
 
 
@@ -58,23 +56,10 @@ def url(lab):
 
 @pytest.fixture(scope="module")
 def browser():
-    os.environ["SE_OFFLINE"] = "true"       # selenium's manager must not look for drivers online
-    programs.require("chromium", "chromedriver")
-    options = webdriver.ChromeOptions()
-    options.binary_location = programs.path("chromium")
-    profile = tempfile.TemporaryDirectory(prefix="qf-chromium-")
-    for flag in (*FLAGS, f"--user-data-dir={profile.name}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(programs.path("chromedriver")), options=options)
-    driver.set_page_load_timeout(20)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    print(f"console screenshots in {SHOTS}")
-    try:
+    with headless_chromium() as driver:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        print(f"console screenshots in {SHOTS}")
         yield driver
-    finally:
-        driver.quit()
-        profile.cleanup()
 
 
 def token_of(admin: httpx.Client, project: str, roles=("member",)) -> dict:
@@ -91,6 +76,12 @@ def log_in(browser, url: str, token: str, page: str = "/console/topology") -> No
     browser.find_element(By.ID, "token").send_keys(token)
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait(browser, lambda d: d.current_url == f"{url}{page}", page)
+
+
+def as_admin(browser, url: str, admin: httpx.Client) -> None:
+    """This tab holds the admin's token (whatever the tests before left in it)."""
+    browser.get(f"{url}/console/login")
+    browser.execute_script("sessionStorage.setItem('fathom.token', arguments[0])", admin.headers["authorization"].split()[1])
 
 
 def wait(browser, predicate, what: str, timeout: float = 10):
@@ -209,8 +200,9 @@ def test_trace_page_from_a_port(lab, admin, url, browser):
     vm1 = admin.get("/ports", params={"name": "vm1"}).json()[0]
     errors(browser)
     browser.get(f"{url}/console/port/{vm1['id']}")
-    wait(browser, lambda d: d.find_elements(By.ID, "trace-link"), "the port's trace link")
-    browser.find_element(By.ID, "trace-link").click()
+    # found and clicked at once: the page redraws its title (and the link) after each change notice
+    wait(browser, lambda d: d.execute_script("const a = document.getElementById('trace-link'); a && a.click(); return !!a"),
+         "the port's trace link")
     wait(browser, lambda d: d.current_url == f"{url}/console/trace?port={vm1['id']}", "the trace page")
     wait(browser, lambda d: d.find_element(By.ID, "port").get_attribute("value") == str(vm1["id"]), "vm1 chosen")
     browser.find_element(By.ID, "to").send_keys("198.19.1.13")       # vm3, on compute2
@@ -233,6 +225,77 @@ def test_flow_records_page(lab, admin, url, browser):
     assert "no records in the last 5 minutes" in browser.find_element(By.ID, "top").text
     assert errors(browser) == []
     shot(browser, "flow-records")
+
+
+def test_benchmarks_page(lab, admin, url, browser):
+    as_admin(browser, url, admin)
+    errors(browser)
+    browser.get(f"{url}/console/benchmarks?file=trace/results.json")
+    wait(browser, lambda d: "trace/results.json" in d.find_element(By.ID, "files").text, "the results files")
+    wait(browser, lambda d: any("trace_ms.warm.wall" in c for c in cell_texts(d, "dists")), "the trace's distributions")
+    assert browser.find_elements(By.CSS_SELECTOR, "#dist-chart .uplot")
+    assert errors(browser) == []
+    shot(browser, "benchmarks")
+
+
+def test_taps_page_counts_copies_and_downloads_a_capture(lab, admin, url, browser, tmp_path):
+    downloads = tmp_path
+    r = admin.post("/taps", json={"name": "cs-icmp", "sender": "vm1", "receiver": "vm3", "monitor": "vm2",
+                                  "ip_proto": "icmp", "project_id": "alpha"})
+    assert r.status_code == 201, r.text
+    tap = admin.get(f"/taps/{r.json()['id']}", params={"wait": "active", "timeout": 10}).json()
+    assert tap["status"] == "active", tap
+    ping = subprocess.Popen(host_exec.argv(["ping", "-q", "-i", "0.2", "-c", "40", "198.19.1.13"], lab.ns("vm1")),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        as_admin(browser, url, admin)
+        errors(browser)
+        browser.get(f"{url}/console/taps")
+        wait(browser, lambda d: "cs-icmp" in cell_texts(d, "taps"), "the policy")
+        # columns: ..., copies (packets), copies (bytes), delivered (packets), delivered (bytes)
+        counters = lambda d: [int(c.replace(",", "")) for c in cell_texts(d, "taps")[-4:] if c not in ("-", "")]
+        wait(browser, lambda d: len(counters(d)) == 4 and min(counters(d)) > 0, "copies made and delivered")
+        seconds = browser.find_element(By.ID, "seconds")
+        seconds.clear()
+        seconds.send_keys("2")
+        browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        browser.find_element(By.CSS_SELECTOR, "#capture button[type=submit]").click()
+        wait(browser, lambda d: d.find_elements(By.ID, "pcap"), "the capture", timeout=15)
+        file = downloads / f"tap-{tap['id']}.pcap"
+        wait(browser, lambda d: file.is_file() and file.stat().st_size > 0, "the pcap file downloaded")
+        data = file.read_bytes()
+        shot(browser, "taps")
+    finally:
+        ping.kill()
+        ping.wait()
+        admin.delete(f"/taps/{tap['id']}")
+    # what vm2's port received: whole records, vm1's pings to vm3 copied (requests, not the replies)
+    assert whole_records(data, len(data)) == (data, len(rdpcap(io.BytesIO(data))))
+    pings = [(p[IP].src, p[IP].dst, p[ICMP].type) for p in rdpcap(io.BytesIO(data)) if ICMP in p]
+    assert pings and set(pings) == {("198.19.1.11", "198.19.1.13", 8)}, pings
+    assert errors(browser) == []
+
+
+def test_a_page_open_across_a_controller_restart_reconnects(lab, admin, url, browser):
+    as_admin(browser, url, admin)
+    browser.get(f"{url}/console/topology")
+    wait(browser, lambda d: "vm1" in cell_texts(d, "ports") and "live" in d.find_element(By.ID, "live").text,
+         "the topology, live")
+    browser.execute_script("window.qfNoReload = true")
+    started = time.monotonic()
+    lab.restart_controller()
+    restarted = time.monotonic()
+    blue = next(n for n in admin.get("/networks").json() if n["name"] == "blue")
+    port = admin.post("/ports", json={"network_id": blue["id"], "name": "cs-after-restart", "project_id": "alpha"})
+    assert port.status_code == 201, port.text
+    try:
+        wait(browser, lambda d: "cs-after-restart" in cell_texts(d, "ports"), "the port made after the restart", 15)
+        print(f"controller restarted in {restarted - started:.1f} s; the port shown {time.monotonic() - restarted:.1f} s later")
+        assert browser.execute_script("return window.qfNoReload") is True
+        assert browser.find_element(By.ID, "live").text == "live"
+    finally:
+        admin.delete(f"/ports/{port.json()['id']}")
+    errors(browser)     # the dropped stream and the reads refused while the controller was away
 
 
 def test_member_sees_its_project_only(lab, admin, url, browser):

@@ -24,6 +24,8 @@ import time
 import pytest
 from scapy.all import IP, TCP, rdpcap
 
+from fathom.auth.client import lab_token
+from fathom.bench.browser import headless_chromium
 from fathom.model.chains import OWNER_KIND, chain_label
 from fathom.client import Client
 from fathom.host import exec as host_exec
@@ -196,6 +198,25 @@ def chain_traffic(lab, tmp_path, data: bytes, sports) -> list:
     segments = [p for p in rdpcap(str(pcap)) if IP in p and TCP in p]
     assert len(segments) > 100 and {p[IP].src for p in segments if p[TCP].dport in (80, 9000)} == {"198.19.40.11"}
     return segments
+
+
+def test_the_consoles_chain_chart_gains_points_while_traffic_runs(lab, api):
+    """The console's chain page (headless Chromium) on a measured chain through fw1: its chart of
+    end-to-end times gains timed points while the client's GETs run through the chain."""
+    url = lab.state()["controller"]["url"]
+    with chain(api, lab, ["fw1"], pptmon={"period_ns": PERIOD_NS}) as ch, headless_chromium() as browser:
+        assert ch["status"] == "active", ch
+        browser.get(f"{url}/console/login")
+        browser.execute_script("sessionStorage.setItem('fathom.token', arguments[0])", lab_token(lab.state()))
+        browser.get(f"{url}/console/chain/{ch['id']}")
+        timed = lambda: int(browser.execute_script("return document.getElementById('chart').dataset.timed || -1"))
+        until(lambda: timed() >= 0, 10, "the chart")
+        before = timed()
+        blob = hashlib.sha256((lab.dir / "www" / "blob").read_bytes()).hexdigest()
+        sports = iter(range(46101, 46200))
+        until(lambda: curl_sha(lab, next(sports)) == blob and timed() >= before + 3, 40, "three more timed points")
+        assert "end to end" in browser.find_element("id", "hops").text
+        assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
 def test_a_measured_chain_of_hybrid_plugged_vnfs_times_every_hop_on_the_userspace_datapath(lab, api, tmp_path):

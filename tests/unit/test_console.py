@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from fastapi.testclient import TestClient
 
+from fathom.api.console import BENCHMARKS
 from fathom.controller.server import install_console
 
 from .auth import headers_for
@@ -77,6 +78,8 @@ def test_pages_need_no_token_and_data_needs_one(tenants):
     assert anonymous.get("/console/port/12").status_code == 200
     assert anonymous.get("/console/trace", params={"port": 3, "to": "198.19.1.13"}).status_code == 200
     assert anonymous.get("/console/flow-records").status_code == 200
+    assert anonymous.get("/console/taps").status_code == 200
+    assert anonymous.get("/console/benchmarks", params={"file": "trace/results.json"}).status_code == 200
     assert anonymous.get("/console/static/console.js").headers["content-type"].startswith("text/javascript")
     for bad in ("/console/nope", "/console/port/0", "/console/topology/3", "/console/trace/3",
                 "/console/static/..%2Fweb.py", "/console/vendor/package.json", "/console/static/login.html"):
@@ -94,3 +97,16 @@ def test_the_front_end_packages_are_served_from_what_setup_installed(tenants):
     for name in ("cytoscape.esm.min.mjs", "uPlot.esm.js", "uPlot.min.css"):
         r = anonymous.get(f"/console/vendor/{name}")
         assert r.status_code == 200 and len(r.content) > 1000, (name, r.status_code)
+
+
+def test_the_benchmarks_results_are_read_only_files_with_a_token(tenants):
+    cloud, _ = tenants
+    listed = cloud.get("/benchmarks")
+    assert {"path": "trace/results.json", "bytes": (BENCHMARKS / "trace/results.json").stat().st_size} in listed
+    assert cloud.get("/benchmarks/trace/results.json")["benchmark"] == "trace"
+    admin = TestClient(cloud.api, headers=headers_for(cloud.api))
+    for bad in ("../../pyproject.toml", "..%2F..%2Fpyproject.toml", "trace/../../../README.md", "trace", "nope.json",
+                "/etc/passwd.json", "trace/results.json/x"):
+        assert admin.get(f"/v1/benchmarks/{bad}").status_code == 404, bad
+    assert admin.post("/v1/benchmarks/trace/results.json").status_code == 405
+    assert TestClient(cloud.api).get("/v1/benchmarks").status_code == 401

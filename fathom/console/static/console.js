@@ -17,8 +17,8 @@ export class ApiError extends Error {
 }
 
 // GET /v1<path> with the token (or `method` with a JSON `body`); the answer's JSON, or its text with
-// `text`; a 401 sends the user to the login page.
-export async function api(path, { method = "GET", body, text = false } = {}) {
+// `text`, or a Blob with `blob`; a 401 sends the user to the login page.
+export async function api(path, { method = "GET", body, text = false, blob = false } = {}) {
   const t = token();
   if (!t) { login(); throw new ApiError(401, "no token"); }
   const headers = { Authorization: "Bearer " + t };
@@ -26,12 +26,23 @@ export async function api(path, { method = "GET", body, text = false } = {}) {
   const r = await fetch("/v1" + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   if (r.status === 401) { login(); throw new ApiError(401, "the token is unknown, expired or revoked"); }
   if (r.ok && text) return r.text();
+  if (r.ok && blob) return r.blob();
   const answer = await r.json().catch(() => null);
   if (!r.ok) {
     const msg = answer && answer.detail && answer.detail[0] ? answer.detail[0].msg : r.statusText;
     throw new ApiError(r.status, msg);
   }
   return answer;
+}
+
+// Every object of a list endpoint, page by page (limit + marker: the API answers at most 1000 at once).
+export async function apiList(path, page = 1000) {
+  const out = [], sep = path.includes("?") ? "&" : "?";
+  for (;;) {
+    const batch = await api(`${path}${sep}limit=${page}` + (out.length ? `&marker=${out[out.length - 1].id}` : ""));
+    out.push(...batch);
+    if (batch.length < page) return out;
+  }
 }
 
 // GET that answers null for a 403/404 (what this token may not see).
@@ -77,6 +88,8 @@ export async function header() {
     " ", el("a", { href: "/console/topology" }, "topology"),
     " ", el("a", { href: "/console/trace" }, "trace"),
     " ", el("a", { href: "/console/flow-records" }, "flow records"),
+    " ", el("a", { href: "/console/taps" }, "taps"),
+    " ", el("a", { href: "/console/benchmarks" }, "benchmarks"),
     " ", el("button", { id: "logout", type: "button" }, "log out"));
   document.getElementById("logout").addEventListener("click", login);
   return me;

@@ -1,7 +1,7 @@
 // The topology: nodes (admin), fabric switches and their LLDP links, tunnels, and the networks,
 // routers, ports and port chains the token may see; redrawn after each change notice.
 import cytoscape from "/console/vendor/cytoscape.esm.min.mjs";
-import { api, apiMaybe, el, follow, header, replace, showError, statusBadge, table } from "/console/static/console.js";
+import { api, apiList, apiMaybe, el, follow, header, replace, showError, statusBadge, table } from "/console/static/console.js";
 
 const cy = cytoscape({
   container: document.getElementById("graph"),
@@ -35,10 +35,10 @@ let me;
 
 async function refresh() {
   const [networks, routers, ports, chains] = await Promise.all(
-    ["/networks", "/routers", "/ports", "/sfc/port_chains"].map(p => api(p)));
+    ["/networks", "/routers", "/ports", "/sfc/port_chains"].map(p => apiList(p)));
   let nodes = [], agents = [], switches = [], flows = {};
   if (me.admin) {
-    [nodes, agents, switches] = await Promise.all(["/nodes", "/agents", "/fabric/switches"].map(p => api(p)));
+    [nodes, agents, switches] = await Promise.all([apiList("/nodes"), api("/agents"), apiList("/fabric/switches")]);
     const answers = await Promise.all(nodes.map(n => apiMaybe("/nodes/" + encodeURIComponent(n.name) + "/flows")));
     nodes.forEach((n, i) => { flows[n.name] = answers[i]; });
   }
