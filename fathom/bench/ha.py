@@ -272,15 +272,39 @@ class Writers:
 
 class Probe:
     """Ports made on `node` for VIFs plugged beforehand (veth pairs inside the node): a port created
-    after an event turns `active` once the node's br-int master applied its flows."""
+    after an event turns `active` once the node's br-int master applied its flows.
+
+    The VIFs are plugged before the pings start (`stock`) and unplugged after they stop (`unplug`):
+    on OVS's userspace datapath every host link change (a veth made, deleted, or its flags changed
+    by add-port) makes ovs-vswitchd re-read the host's routes, and packets its revalidator meets in
+    that gap can be dropped for a few ms whatever the controllers do (docs/deploy.md). The events
+    then change only what the controllers do."""
 
     def __init__(self, lab, api: Client, network: str, network_id: int, node: str, first_ip: str):
         self.lab, self.api, self.network, self.network_id, self.node = lab, api, network, network_id, node
         self.base = [int(x) for x in first_ip.split(".")]
         self.made = 0
+        self.stocked: list[tuple[str, str, str]] = []
+        self.used: list[tuple[str, str, str]] = []
+
+    def stock(self, n: int) -> None:
+        """Plug `n` VIFs now, for the next `n` calls of `plug`."""
+        self.stocked += [self._new() for _ in range(n)]
 
     def plug(self) -> tuple[str, str, str]:
-        """A new VIF on the node (not a port yet): (name, mac, ip)."""
+        """A VIF on the node, stocked or new (not a port yet): (name, mac, ip)."""
+        vif = self.stocked.pop(0) if self.stocked else self._new()
+        self.used.append(vif)
+        return vif
+
+    def unplug(self) -> None:
+        """Every VIF this probe plugged off the node (their ports removed before)."""
+        for name, _, _ in self.used + self.stocked:
+            self.lab.ovs(self.node).vsctl("--if-exists", "del-port", "br-int", name)
+            sh.run(["ip", "link", "del", name], ns=self.lab.ns(self.node), check=False)
+        self.used, self.stocked = [], []
+
+    def _new(self) -> tuple[str, str, str]:
         self.made += 1
         n = self.made
         name, mac = f"hp{n}", f"02:fa:0e:00:{n >> 8 & 0xff:02x}:{n & 0xff:02x}"
@@ -311,9 +335,8 @@ class Probe:
         return self.api.wait_status("ports", port, "active", timeout=timeout)["status"] == "active"
 
     def remove(self, port: int, vif: tuple[str, str, str]) -> None:
+        """The VIF's port deleted through the API; the VIF stays plugged until `unplug`."""
         self.api.delete(f"/ports/{port}")
-        self.lab.ovs(self.node).vsctl("--if-exists", "del-port", "br-int", vif[0])
-        sh.run(["ip", "link", "del", vif[0]], ns=self.lab.ns(self.node), check=False)
 
 
 # ---------------------------------------------------------------------------------------------- events
@@ -493,6 +516,7 @@ def measure(lab, cluster: Cluster, pg, repeat: int, events, pause: float, pg_dow
     prefix = cidr.rsplit(".", 1)[0]
     cluster.wait_settled()
     probe = Probe(lab, api, network, nets[network]["id"], node, f"{prefix}.160")
+    probe.stock(repeat * len(events))
     pingers = [Pinger(lab, vm, ip) for vm, ip in (pings or PINGS)]
     writing = Writers([r["url"] for r in cluster.replicas], cluster.token, nets[network]["id"], writers,
                       f"{prefix}.200").start() if writers else None
@@ -514,6 +538,7 @@ def measure(lab, cluster: Cluster, pg, repeat: int, events, pause: float, pg_dow
     finally:
         writes = writing.stop() if writing else Writes()
         echoes = {p.name: p.stop() for p in pingers}
+        probe.unplug()
     missing = writing.missing(api) if writing else []
     if writing:
         writing.close()

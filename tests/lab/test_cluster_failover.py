@@ -107,6 +107,7 @@ def test_replicas_killed_paused_and_restarted_in_turn_lose_no_echo_and_no_write(
     node = next((n for n, s in switches.items() if held[s] != state["controller"]["url"]), "compute1")
     switch = switches[node]
     probe = ha.Probe(lab, api, "blue", network, node, "198.19.42.160")
+    probe.stock(4)      # one for each event and the last port, plugged before the pings start
     pingers = [ha.Pinger(lab, "vm1", "198.19.42.12"), ha.Pinger(lab, "vm2", "198.19.42.11")]
     writers = ha.Writers([r["url"] for r in cluster.replicas], cluster.token, network, 2,
                          "198.19.42.200").start()
@@ -128,6 +129,7 @@ def test_replicas_killed_paused_and_restarted_in_turn_lose_no_echo_and_no_write(
     finally:
         writes = writers.stop()
         results = [p.stop() for p in pingers]
+        probe.unplug()
     pause, rolling, kill = timeline
     assert kill["lease_s"] is not None and kill["lease_s"] <= LEASE + ROUND + 1.0, kill
     assert kill["applied_s"] is not None, kill
