@@ -402,7 +402,8 @@ def pause_master(cluster: Cluster, probe: Probe, node: str, switch: str, seconds
     time.sleep(1.0)      # the woken replica's threads have run: whatever it was about to write, it tried
     after = cluster.not_master(victim)
     out["not_master_answers"] = {k: after.get(k, 0) - before.get(k, 0) for k in sorted(set(after) | set(before))}
-    master = cluster.holders()[switch]
+    # the woken replica's return can move leases once more: ask the switch's master of that moment
+    master = wait(lambda: cluster.holders().get(switch), SETTLE_TIMEOUT_S, f"a master of {switch}")
     api = cluster.one(master)
     try:
         out["in_sync"] = wait(lambda: api.get(f"/nodes/{node}/flows")["in_sync"], 10, "the br-int in sync")
