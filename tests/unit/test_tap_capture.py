@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import struct
 import tempfile
-import threading
 import time
 
 import pytest
@@ -19,6 +18,7 @@ from fathom.agent.local import LocalOvs
 from fathom.api.agent_captures import MAX_BYTES
 from fathom.api.app import create_app
 
+from .agent_loop import agent_polling
 from .auth import headers_for
 
 
@@ -103,22 +103,10 @@ def test_the_agent_is_asked_and_its_answer_returned(api, tmp_path):
     # the agent's own loop and capturer; its OVS is not there (no database socket): vm3 is no port of its br-int
     ovs = LocalOvs(f"unix:{tmp_path}/db.sock")
     follower = Follower(agent, "c1", [], lambda: {}, capturer=Capturer(ovs, answers, "c1"))
-    follower.fetch(0.0)
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            follower.fetch(1.0)
-    t = threading.Thread(target=loop)
-    t.start()
-    try:
-        time.sleep(0.3)
+    with agent_polling(follower):
         started = time.monotonic()
         r = capture(client, admin, tap, seconds=1)
         assert time.monotonic() - started < 5
-    finally:
-        stop.set()
-        t.join()
     assert r.status_code == 409 and "c1's agent could not capture: vm3 is not a port of this node's br-int" in r.text
     # and what the capturer refuses by itself
     for bad in ({"interface": "vm3;reboot"}, {"seconds": 60}, {"max_bytes": 10 * MAX_BYTES}, {"count": -1}):

@@ -23,6 +23,7 @@ from fathom.api.app import create_app
 from fathom.api.traces import traces_router
 from fathom.trace import ofproto, svg
 
+from .agent_loop import agent_polling
 from .auth import headers_for
 from .test_trace import LAB, cloud, run
 
@@ -120,20 +121,8 @@ def test_the_agent_answers_with_what_ovs_said(api, tmp_path):
     agent = TestClient(app, headers=headers_for(app, "admin", ("agent",), node="compute1"))
     # the agent's own loop and tracer; its OVS is not there (no database socket): ovs-appctl fails
     follower = Follower(agent, "compute1", [], lambda: {}, tracer=Tracer(LocalOvs(f"unix:{tmp_path}/db.sock")))
-    follower.fetch(0.0)
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            follower.fetch(1.0)
-    t = threading.Thread(target=loop)
-    t.start()
-    try:
-        time.sleep(0.3)
+    with agent_polling(follower):
         r = _actual(client, admin, ports)
-    finally:
-        stop.set()
-        t.join()
     reason = r["verdict"]["reason"]
     assert r["verdict"]["result"] == "unknown" and "compute1's agent could not trace: ovs-appctl" in reason, reason
 
