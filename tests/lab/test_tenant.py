@@ -163,6 +163,9 @@ def test_live_trace_agrees_with_the_simulation_and_real_traffic(lab):
         c.patch(f"/ports/{ports['vm3']}", json={"security_groups": vm3["security_groups"]})
         if down is not None:
             c.delete(f"/ports/{down['id']}")
+            wait_for(lambda: "02:fa:00:00:01:77" not in sh(lab, "compute1", "ovs-ofctl", "-O", "OpenFlow14",
+                                                           "dump-flows", "br-int").stdout,
+                     10, "the down port's flows removed")
         wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode == 0, 10, "vm3 reachable again")
         c.delete(f"/security-groups/{web['id']}")
     loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
@@ -182,6 +185,7 @@ def _flows(lab, node: str) -> dict[str, float]:
 
 
 def test_controller_restart_keeps_traffic_and_rewrites_nothing(lab):
+    api(lab).post("/sync").raise_for_status()               # settled: an earlier test's deletes applied
     before = {n: _flows(lab, n) for n in ("compute1", "compute2")}
     stamp = time.monotonic()
     c = lab.state()["controller"]
