@@ -108,8 +108,9 @@ class Client:
         """The controller of a lab (Lab.state()), with the lab's admin token."""
         return cls(state["controller"]["url"], token=lab_token(state), **kwargs)
 
-    def request(self, method: str, path: str, *, project: str | None = None, **kwargs):
-        """The decoded answer (None for 204). `project` acts as that project for this request."""
+    def request(self, method: str, path: str, *, project: str | None = None, raw: bool = False, **kwargs):
+        """The decoded answer (None for 204), or with `raw` its bytes. `project` acts as that project
+        for this request."""
         if self.missing_token:
             raise ApiError(401, self.missing_token)
         headers = {**kwargs.get("headers", {}), **({"X-Project": project} if project else {})}
@@ -124,6 +125,8 @@ class Client:
                 detail = None
             raise ApiError(response.status_code, error_line(response),
                            detail if isinstance(detail, list) else None)
+        if raw:
+            return response.content
         return None if response.status_code == 204 or not response.content else response.json()
 
     def _failover(self, method: str, path: str, kwargs: dict) -> httpx.Response:

@@ -87,6 +87,14 @@ class AgentHub:
         # agent, and the API address of the replica it polls (None: none does)
         self.heard_elsewhere = lambda node: None
         self.polls_elsewhere = lambda node: None
+        self.closing = False                  # the API stops: held long-polls answer now
+
+    def close(self) -> None:
+        """The API is stopping: every held long-poll answers at once (the agents ask again, of
+        another replica if there is one), and none waits from now on."""
+        with self._lock:
+            self.closing = True
+            self._wake(list(self._waiters))
 
     def follow(self, refresh, holdoff) -> None:
         """Wake long-polls by node: `refresh()` works out the desired state and returns the nodes
@@ -137,7 +145,7 @@ class AgentHub:
         event = asyncio.Event()
         entry = (asyncio.get_running_loop(), event)
         with self._lock:
-            if self.refreshes != seen:
+            if self.refreshes != seen or self.closing:
                 return
             self._waiters.setdefault(node, set()).add(entry)
             if self._refresher is None:   # started with the first long-poll: none runs in a cloud without agents
@@ -398,7 +406,8 @@ async def desired(node: NodeName, request: Request, who: Identity = Depends(iden
             left = deadline - time.monotonic()
             # trace and capture requests go to the agent only
             traces, captures = [desk.take(node) for desk in desks] if agent else ([], [])
-            if traces or captures or after is None or revision != after or left <= 0 or gone.done():
+            if (traces or captures or after is None or revision != after or left <= 0 or gone.done()
+                    or hub.closing):
                 return DesiredOut(node=node, revision=revision, objects=objects, traces=traces, captures=captures)
             if agent:    # a request on a desk wakes the agent's long-poll too
                 asked = [a if a is not None and not a.done() else asyncio.ensure_future(desk.arrival(node))

@@ -8,12 +8,11 @@ everything the sender port sends). --direction forward|both as in the API.
 """
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 import click
 
+from fathom.agent.capture import whole_records
 from fathom.cli.output import console, fail, plain, print_json, print_record, print_table
 from fathom.cli.resources import Api, api_command, project_id_option
 from fathom.client import ApiError
@@ -224,44 +223,25 @@ def tap_delete(api, as_json, ref):
 @click.argument("ref")
 @click.option("-w", "--write", "path", required=True, type=click.Path(dir_okay=False), help="pcap file to write.")
 @click.option("-c", "--count", type=int, help="Stop after N packets.")
-@click.option("--duration", type=float, help="Stop after S seconds.")
-@click.option("--lab", "lab_name", default=os.environ.get("FATHOM_LAB", "fathom"), show_default=True,
-              help="Lab whose VM namespaces hold the monitor (env FATHOM_LAB).")
+@click.option("--duration", type=float, default=5.0, show_default=True, help="Capture for at most S seconds (≤ 30).")
+@click.option("--max-bytes", type=int, help="At most this many bytes of pcap (≤ 512 KiB, the default).")
 @click.option("--monitor2", "second", is_flag=True, help="Capture at the second monitor.")
-def tap_capture(api, as_json, ref, path, count, duration, lab_name, second):
-    """Record what the policy's monitor receives to a pcap file (tcpdump in the monitor VM)."""
-    from fathom.lab.capture import CaptureError
+def tap_capture(api, as_json, ref, path, count, duration, max_bytes, second):
+    """Record what the policy's monitor receives to a pcap file (tcpdump on the monitor's port, run by
+    its node's agent: POST /v1/taps/{id}/capture)."""
     t = _find(api, ref)
-    mon = t["monitor2"] if second else t["monitor"]
-    if not mon or not mon.get("port_name"):
-        fail("the policy has no such monitor port")
-    cap = monitor_capture(lab_name, mon["port_name"], path, count)
-    try:
-        cap.start()
-        cap.wait(duration)
-    except KeyboardInterrupt:
-        pass
-    except CaptureError as e:
-        fail(str(e))
-    finally:
-        cap.stop()
-    summary = [line for line in cap.report.splitlines() if "captured" in line or "received" in line]
-    if cap.proc.returncode not in (0, -signal.SIGINT, 130) and not summary:
-        fail(f"tcpdump failed: {cap.report.strip()}")
+    monitor = "monitor2" if second else "monitor"
+    body = {"seconds": duration, "monitor": monitor, **({"count": count} if count is not None else {}),
+            **({"max_bytes": max_bytes} if max_bytes is not None else {})}
+    data = api.call("POST", f"/taps/{t['id']}/capture", json=body, raw=True, timeout=duration + 30)
+    _, packets = whole_records(data, len(data))
+    with open(path, "wb") as f:
+        f.write(data)
+    port = (t.get(monitor) or {}).get("port_name") or monitor
     if as_json:
-        print_json({"policy": t["id"], "monitor": mon["port_name"], "file": path, "tcpdump": summary})
+        print_json({"policy": t["id"], "monitor": port, "file": path, "packets": packets, "bytes": len(data)})
     else:
-        console.print(plain(f"{path}: {'; '.join(summary) or 'done'} (monitor {mon['port_name']})"), highlight=False)
-
-
-def monitor_capture(lab_name: str, vm: str, path: str, count: int | None):
-    """A capture on eth0 inside the monitor VM's namespace of a lab (fathom.lab.capture)."""
-    from fathom.lab.capture import Capture
-    from fathom.lab.lab import Lab
-    lab = Lab(lab_name)
-    if not lab.exists():
-        fail(f"no lab {lab_name!r} here: give --lab")
-    return Capture(lab.ns(vm), "eth0", path, count=count)
+        console.print(plain(f"{path}: {packets} packets, {len(data)} bytes (monitor {port})"), highlight=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -150,23 +150,25 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     # X-Forwarded-For from 127.0.0.1; a trusted proxy is named explicitly (FATHOM_API_TRUSTED_PROXIES).
     # One server on every API address (the agents on the nodes reach it over the management network).
     try:
-        run_api(workers.WorkerHeader(api, 0) if api_workers > 1 else api, guard, sockets)
+        run_api(workers.WorkerHeader(api, 0) if api_workers > 1 else api, guard, sockets,
+                on_stop=api.state.agent_hub.close)
     finally:
         if mastership is not None:   # its leases freed: the other replicas take them at once
             mastership.stop()
 
 
-# seconds a stopping API waits for the requests in flight (held long-polls would keep it for their
-# whole wait): then it closes them, and their clients ask again, another replica if there is one
+# seconds a stopping API waits for the requests in flight (the agents' held long-polls are answered
+# at once by `on_stop`): then it closes them, and their clients ask again, another replica if there is one
 STOP_GRACE_S = 2
 
 
-def run_api(app, guard: Guard, sockets: list[socket.socket]) -> None:
-    """Serve `app` on the listening `sockets` until SIGTERM or SIGINT."""
+def run_api(app, guard: Guard, sockets: list[socket.socket], on_stop=None) -> None:
+    """Serve `app` on the listening `sockets` until SIGTERM or SIGINT; `on_stop()` is called on the
+    server's event loop when it starts to stop."""
     config = uvicorn.Config(DateHeader(Gate(app, guard)), log_level="warning", http=guard.protocol,
                             timeout_keep_alive=5, date_header=False, proxy_headers=False,
                             timeout_graceful_shutdown=STOP_GRACE_S)
-    QuietServer(config).run(sockets=sockets)
+    QuietServer(config, on_stop).run(sockets=sockets)
 
 
 def serve_worker(index: int, db_url: str, sockets: list[socket.socket], to_controller: str, guard: Guard,
@@ -202,6 +204,15 @@ class QuietServer(uvicorn.Server):
     (SIGTERM, SIGINT) wakes the loop itself, so an idle controller's event loop sleeps; it still
     looks at `should_exit` every WATCH seconds."""
     WATCH = 60.0
+
+    def __init__(self, config: uvicorn.Config, on_stop=None):
+        super().__init__(config)
+        self.on_stop = on_stop
+
+    async def shutdown(self, sockets=None) -> None:
+        if self.on_stop is not None:
+            self.on_stop()
+        await super().shutdown(sockets)
 
     async def main_loop(self) -> None:
         import asyncio

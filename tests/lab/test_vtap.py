@@ -423,10 +423,11 @@ def test_cli_capture_counters_and_metrics(lab, tap, tmp_path):
     pcap = tmp_path / "cap.pcap"
     cap = subprocess.Popen(fathom + ["tap", "capture", "web", "-w", str(pcap), "-c", "4", "--duration", "15"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    sh(lab, "vm1", "ping", "-c", "4", "-i", "0.2", IP["vm2"])
-    assert cap.wait(20) == 0, cap.stderr
-    assert len(rdpcap(str(pcap))) == 4
+    deadline = time.monotonic() + 20          # the monitor's agent starts tcpdump once its long-poll answers
+    while cap.poll() is None and time.monotonic() < deadline:
+        sh(lab, "vm1", "ping", "-c", "2", "-i", "0.2", IP["vm2"])
+    assert cap.wait(5) == 0, cap.stderr
+    assert len(rdpcap(str(pcap))) == 4 and "4 packets" in cap.stdout.read(), "the agent's capture: 4 copies"
     def show():
         return json.loads(subprocess.run(fathom + ["tap", "show", "web", "--json"], env=env, capture_output=True,
                                          text=True, check=True).stdout)

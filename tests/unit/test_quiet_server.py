@@ -99,3 +99,40 @@ def test_the_api_serves_its_connections_with_nagle_off():
     plain = socket.socket()
     plain.bind(("127.0.0.1", 0))
     assert _nodelay_of_a_served_connection([plain]) == 0
+
+
+def test_a_stopping_api_answers_the_agents_held_long_polls_at_once(tmp_path, caplog):
+    from fathom.api.app import create_app
+    from .auth import headers_for
+    app = create_app(f"sqlite:///{tmp_path}/fathom.db", agent_max_wait=30)
+    admin = headers_for(app)
+    port = free_port()
+    server = QuietServer(uvicorn.Config(DateHeader(app), host="127.0.0.1", port=port, log_level="warning",
+                                        date_header=False, timeout_graceful_shutdown=20),
+                         on_stop=app.state.agent_hub.close)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    url = f"http://127.0.0.1:{port}/v1"
+    assert httpx.post(f"{url}/nodes", headers=admin, json={"name": "c1", "tunnel_ip": "198.18.0.1"},
+                      timeout=30).status_code == 201
+    agent = headers_for(app, project="admin", roles=("agent",), node="c1")
+    rev = httpx.get(f"{url}/agents/c1/desired", headers=agent, timeout=30).json()["revision"]
+    got = {}
+
+    def poll():
+        got["answer"] = httpx.get(f"{url}/agents/c1/desired", headers=agent, params={"after": rev, "timeout": 25},
+                                  timeout=30)
+    poller = threading.Thread(target=poll)
+    poller.start()
+    while app.state.agent_hub._held.get("c1", 0) == 0:
+        time.sleep(0.02)      # until the long-poll is held
+    asked = time.monotonic()
+    server.handle_exit(signal.SIGTERM, None)
+    poller.join(10)
+    thread.join(10)
+    # answered with the revision it had, well before the 20 s the server would wait for it
+    assert got["answer"].status_code == 200 and got["answer"].json()["revision"] == rev
+    assert not thread.is_alive() and time.monotonic() - asked < 5
+    assert "Exception in ASGI application" not in caplog.text and "CancelledError" not in caplog.text
