@@ -11,8 +11,8 @@ and the trace answers with what it has. At most MAX_ACTUAL such traces run at on
 With `live`, a marked ICMP echo is injected at the source port by its node's agent and seen in
 the kernel at each hop (fathom.trace.live); the result holds its verdict and times besides the
 walk through each switch's own tables. Only MAX_LIVE live traces run at once (429 beyond); one
-to an address no port owns, larger than the network's MTU, or that the source VM would not send
-is refused (422) before anything is injected.
+to an address that neither a port owns nor lies beyond the cloud's uplinks, larger than the
+network's MTU, or that the source VM would not send is refused (422) before anything is injected.
 `?format=svg` (or `Accept: image/svg+xml`) answers the path as a picture (fathom.trace.svg).
 
 Who may: a member traces from a port of their project only, to an address or to a port they may
@@ -151,8 +151,6 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
           running: threading.BoundedSemaphore) -> dict:
     """A live trace (fathom.trace.live): every check before anything is injected."""
     target = destination(snapshot, source, to)
-    if target is None:
-        raise Invalid(f"no port owns {to}: a live trace's probe must reach a port that answers it", "to_ip")
     network = next((n for n in snapshot.networks if n.id == source.network_id), None)
     mtu = network_mtu(network.type) if network else None
     if mtu is not None and body.size > mtu:
@@ -162,6 +160,10 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
         sim = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible)
     except TraceError as e:
         raise Invalid(str(e)) from None
+    leaving = live.exits(sim)
+    if target is None and not leaving:
+        raise Invalid(f"no port owns {to} and the packet does not leave the cloud: a live trace's probe must reach "
+                      "a port or the network beyond", "to_ip")
     if sim["packet"]["eth_dst"] == "ff:ff:ff:ff:ff:ff":
         raise Invalid(f"the source VM would not send it: {sim['next_hop']}")
     down = next((lf["detail"] for lf in sim["leaves"] if lf["hop"] is None), None)
@@ -186,7 +188,7 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
         if leaf["result"] in ("dropped", "unknown") and leaf["hop"] is not None:
             stages.setdefault(result["hops"][leaf["hop"]]["name"], leaf["detail"])
     result["actual"] = {"verdict": result["verdict"]}
-    result["verdict"] = live.verdict(found, target, result["to"]["port"], stages)
+    result["verdict"] = live.verdict(found, target, result["to"]["port"], stages, leaving)
     result["live"] = found
     live.annotate(result, found)
     result["assumptions"]["state"] = LIVE

@@ -174,20 +174,29 @@ def _point(p: dict) -> str:
     return f"{p['dev']} {p['dir']} on {p['node']}"
 
 
-def verdict(live: dict, target: Port, target_name: str, stages: dict) -> dict:
+def verdict(live: dict, target: Port | None, target_name: str | None, stages: dict,
+            leaving: list[tuple[str, str]] = ()) -> dict:
     """What the probe did: delivered to the destination port (its switch sent it out of the port's
-    interface), dropped after the last point that saw it (with the stage the node's own tables
-    drop it at, from `stages`: node -> the --actual walk's reason), or unknown."""
+    interface); without a destination port, sent out of the cloud (out of an interface in
+    `leaving`: fathom.trace.live.exits); dropped after the last point that saw it (with the stage
+    the node's own tables drop it at, from `stages`: node -> the --actual walk's reason), or unknown."""
     if not live.get("injected"):
         return {"result": "unknown", "reason": f"no probe was injected: {live.get('not_injected')}"}
     requests = [p for p in live["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
-    hit = next((p for p in requests if p["node"] == target.node and p["dev"] == target.interface
-                and p["dir"] == "egress"), None)
     answered = any(p["icmp_type"] == 0 for p in live["points"])
-    if hit is not None:
-        return {"result": "delivered", "port": target_name, "node": target.node,
-                "reason": f"the probe left {target.node}'s br-int by {target.interface} at +{hit['at_us']:.1f} µs"
-                          + ("; the VM answered it" if answered else "; no answer seen")}
+    if target is not None:
+        hit = next((p for p in requests if p["node"] == target.node and p["dev"] == target.interface
+                    and p["dir"] == "egress"), None)
+        if hit is not None:
+            return {"result": "delivered", "port": target_name, "node": target.node,
+                    "reason": f"the probe left {target.node}'s br-int by {target.interface} at +{hit['at_us']:.1f} µs"
+                              + ("; the VM answered it" if answered else "; no answer seen")}
+    else:
+        hit = next((p for p in requests if (p["node"], p["dev"]) in leaving and p["dir"] == "egress"), None)
+        if hit is not None:
+            return {"result": "uplink", "node": hit["node"],
+                    "reason": f"the probe left the cloud by {hit['dev']} on {hit['node']} at +{hit['at_us']:.1f} µs"
+                              + ("; an answer came back" if answered else "; no answer seen")}
     if not requests:
         return {"result": "unknown", "reason": "the injected probe was seen nowhere (not even at the source port)"}
     last = requests[-1]
