@@ -132,6 +132,49 @@ def test_dropped_after_the_last_sighting_and_unknown_when_a_node_is_not_watched(
     assert live.verdict(found, ports["vm3"], "vm3", {})["result"] == "unknown"
 
 
+def test_out_of_the_cloud_the_probe_is_watched_where_the_walk_leaves(monkeypatch):
+    monkeypatch.setattr(live, "SETTLE", 0)
+    snapshot, states = cloud(LAB / "external.yaml")
+    ports = {p.name: p for p in snapshot.ports}
+    walk = run(snapshot, states, "vm1", "203.0.113.1")        # the upstream host: no port owns it
+    assert walk["verdict"]["result"] == "uplink" and live.exits(walk) == [("gw", "ext0")]
+    assert "ext0" in live.watch_points(walk, ports["vm1"], None)["gw"]
+    out = {"compute1": [_seen("vm1", "injected", 1000), _seen("vm1", "ingress", 1050), _seen("ul0", "egress", 1400)],
+           "gw": [_seen("ul0", "ingress", 1700), _seen("ext0", "egress", 2000, src="203.0.113.4")]}
+    found = live.run(walk, ports["vm1"], None, 64, 84, _agents(out)[0])
+    v = live.verdict(found, None, None, {}, live.exits(walk))
+    assert v["result"] == "uplink" and v["node"] == "gw" and "no answer seen" in v["reason"], v
+    out["gw"].append(_seen("ext0", "ingress", 2600, 0))
+    found = live.run(walk, ports["vm1"], None, 64, 84, _agents(out)[0])
+    assert "an answer came back" in live.verdict(found, None, None, {}, live.exits(walk))["reason"]
+    del out["gw"]                                           # never left compute1: dropped there
+    found = live.run(walk, ports["vm1"], None, 64, 84, _agents(out)[0])
+    assert live.verdict(found, None, None, {}, live.exits(walk))["result"] == "dropped"
+
+
+def test_each_vnf_of_a_chain_gets_its_time():
+    from .test_trace import _three_vnf_chain
+    snapshot, states = cloud(LAB / "sfc.yaml", more=_three_vnf_chain)
+    walk = run(snapshot, states, "other", "198.19.20.21", proto="tcp", dport=8080)
+    # the chain's three VNFs (fwd, nat, proxy) are on compute3 with the server
+    c1 = [_seen("other", "ingress", 1000), _seen("ul0", "egress", 1100)]
+    c3 = [_seen("ul0", "ingress", 1300)]
+    t = 1400
+    for vnf in ("fwd", "nat", "proxy"):
+        c3 += [_seen(f"{vnf}i", "egress", t), _seen(f"{vnf}o", "ingress", t + 50)]
+        t += 100
+    c3.append(_seen("server", "egress", t))
+    found = {"points": [{"node": n, **s, "t_ns": s["ktime_ns"]} for n, seen in (("compute1", c1), ("compute3", c3))
+                        for s in seen]}
+    found["segments"] = live._segments(found["points"], live._between(walk))
+    assert [s["where"] for s in found["segments"] if s["where"].startswith("vnf")] == \
+        ["vnf fwd on compute3", "vnf nat on compute3", "vnf proxy on compute3"]
+    live.annotate(walk, found)
+    assert [h.get("time_us") for h in walk["hops"] if h["bridge"] == "vnf"] == [0.05, 0.05, 0.05]
+    # every crossing of compute3's br-int is timed from the interface it came in by
+    assert [h.get("time_us") for h in walk["hops"] if h["name"] == "compute3"] == [0.1, 0.05, 0.05, 0.05]
+
+
 def test_the_agent_refuses_what_it_does_not_run(tmp_path):
     agent = LiveTraces(LocalOvs(f"unix:{tmp_path}/db.sock"))      # no OVS there: no port is its own
     probe = Probe(1, 2, 3).to_json()
