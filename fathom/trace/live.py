@@ -161,7 +161,9 @@ def _segments(points: list[dict], between: dict[tuple[str, str], dict]) -> list[
                 and (a["node"], a["dev"]) == (b["node"], b["dev"]):
             seg["where"] = f"VM behind {a['dev']} on {a['node']} (answering)"
         elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == b["icmp_type"] and outside:
-            seg.update(where=f"{outside['switch']} on {a['node']}", node=b["node"], dev=b["dev"])
+            where = outside["switch"] if outside["switch"].endswith(f" on {a['node']}") else \
+                f"{outside['switch']} on {a['node']}"
+            seg.update(where=where, node=b["node"], dev=b["dev"])
         elif a["dir"] == "egress" and b["dir"] == "ingress":
             seg["where"] = f"underlay {a['node']} → {b['node']}"
         else:
