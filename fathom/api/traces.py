@@ -8,7 +8,7 @@ state of every switch). With `actual`, each node's bridges are traced through th
 the node's agent (`ovs-appctl ofproto/trace`, asked through fathom.api.agent_traces) within
 `timeout` seconds in all; a hop whose agent is down or does not answer in time is named, with why,
 and the trace answers with what it has. At most MAX_ACTUAL such traces run at once (429 beyond).
-With `live`, a marked ICMP echo is injected at the source port by its node's agent and seen in
+With `live`, a marked ICMP echo (or TCP SYN) is injected at the source port by its node's agent and seen in
 the kernel at each hop (fathom.trace.live); the result holds its verdict and times besides the
 walk through each switch's own tables. Only MAX_LIVE live traces run at once (429 beyond); one
 to an address that neither a port owns nor lies beyond the cloud's uplinks, larger than the
@@ -60,8 +60,8 @@ class TraceCreate(_Request):
         default="new", description="the conntrack state every ct lookup is assumed to find")
     ttl: int = Field(default=64, ge=1, le=255)
     actual: bool = Field(default=False, description="trace each node's own tables (by its agent's ofproto/trace)")
-    live: bool = Field(default=False, description="inject a marked ICMP echo at the source port and follow it, with "
-                                                   "kernel timestamps at each hop (implies actual)")
+    live: bool = Field(default=False, description="inject a marked ICMP echo (proto tcp: a TCP SYN) at the source port "
+                                                   "and follow it, with kernel timestamps at each hop (implies actual)")
     size: int = Field(default=84, ge=MIN_SIZE, le=9216, description="with live: bytes of the probe's IP packet "
                                                                      "(at most the network's MTU)")
     timeout: float = Field(default=5.0, ge=0.5, le=20.0,
@@ -75,8 +75,10 @@ class TraceCreate(_Request):
             raise ValueError("icmp has no ports")
         if self.proto != "icmp" and self.dport is None:
             raise ValueError(f"{self.proto} needs dport")
-        if self.live and self.proto != "icmp":
-            raise ValueError("a live trace sends an ICMP echo: proto icmp")
+        if self.live and self.proto == "udp":
+            raise ValueError("a live trace sends an ICMP echo or a TCP SYN: proto icmp or tcp")
+        if self.live and self.proto == "tcp" and "size" in self.model_fields_set:
+            raise ValueError("a live TCP probe is a bare SYN (40 bytes): size is the echo's")
         return self
 
 
@@ -157,7 +159,7 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
         raise Invalid(f"a {body.size}-byte packet is larger than network {network.name or network.id}'s MTU "
                       f"({mtu}): the source VM could not send it", "size")
     try:
-        sim = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible)
+        sim = trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl, visible)
     except TraceError as e:
         raise Invalid(str(e)) from None
     leaving = live.exits(sim)
@@ -173,10 +175,11 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
     try:
         ask = _live_agents(request, body.timeout)
         started = time.monotonic()
-        found = live.run(sim, source, target, body.ttl, body.size, ask, body.timeout)
+        tcp = (sim["packet"].get("tcp_src", 49152), body.dport) if body.proto == "tcp" else None
+        found = live.run(sim, source, target, body.ttl, body.size, ask, body.timeout, tcp)
         walked = time.monotonic()
-        result = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible,
-                       actual=_agents(request, body.timeout))
+        result = trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl,
+                       visible, actual=_agents(request, body.timeout))
         found["timings_ms"]["stages"] = round((time.monotonic() - walked) * 1000, 1)
         found["answer_ms"] = round((time.monotonic() - started) * 1000, 1)
     except TraceError as e:

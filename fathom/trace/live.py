@@ -22,7 +22,7 @@ from typing import Callable
 
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, Port
 from fathom.pipeline.catalogue import BR_INT, BR_PHY
-from fathom.trace.probe import Probe
+from fathom.trace.probe import MIN_SIZE_TCP, Probe
 
 PHY_UPLINK = "ul0"             # br-phy's underlay interface (fathom.controller.setups)
 SETTLE = 0.15                  # seconds the probe (and the VM's reply) have to cross the cloud
@@ -80,21 +80,27 @@ def _between(walk: dict) -> dict[tuple[str, str], dict]:
             and hops[child["from"]]["bridge"] not in SWITCHES}
 
 
-def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask: Ask, timeout: float = 5.0) -> dict:
-    """Inject the probe the simulated `walk` describes and gather its sightings: the `live` part of
-    a trace's result (fathom.trace.live.verdict reads it). The observation points end by
-    themselves `timeout` seconds after they were attached, collected or not."""
+def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask: Ask, timeout: float = 5.0,
+        tcp: tuple[int, int] | None = None) -> dict:
+    """Inject the probe the simulated `walk` describes (an ICMP echo; with `tcp`, source and
+    destination port, a TCP SYN of MIN_SIZE_TCP bytes, and after it the RST that ends it) and gather
+    its sightings: the `live` part of a trace's result (fathom.trace.live.verdict reads it). The
+    observation points end by themselves `timeout` seconds after they were attached, collected or not."""
     started = time.monotonic()
     probe, trace = Probe.new(), secrets.token_hex(8)
     pkt = walk["packet"]
-    frame = probe.frame(pkt["eth_src"], pkt["eth_dst"], pkt["ipv4_src"], pkt["ipv4_dst"], ttl, size)
+    headers = (pkt["eth_src"], pkt["eth_dst"], pkt["ipv4_src"], pkt["ipv4_dst"], ttl)
+    size = MIN_SIZE_TCP if tcp else size
+    frame = probe.frame(*headers, size, tcp=tcp)
     points = watch_points(walk, source, target)
-    live: dict = {"probe": {"what": "ICMP echo request (the destination VM answers it; the reply stops at the "
-                                    "source port)", "size": size, **probe.to_json()},
+    what = (f"TCP SYN to port {tcp[1]} (the destination answers it like any SYN; the answer stops at the source "
+            "port, and a RST after it closes what it opened)" if tcp else
+            "ICMP echo request (the destination VM answers it; the reply stops at the source port)")
+    live: dict = {"probe": {"what": what, "size": size, **probe.to_json(), **({"tcp_seq": probe.tcp_seq} if tcp else {})},
                   "source": {"node": source.node, "dev": source.interface},
                   "watched": {}, "not_watched": {}, "unknown": {}, "points": []}
     arm = {node: {"kind": "live-arm", "trace": trace, "probe": probe.to_json(), "devs": devs, "timeout_ms": int(timeout * 1000),
-                  **({"drop_reply": source.interface} if node == source.node else {})}
+                  **({"drop_reply": source.interface} if node == source.node else {}), **({"tcp": True} if tcp else {})}
            for node, devs in points.items()}
     armed, took = [], {}
     for node, got in ask(arm).items():
@@ -120,6 +126,9 @@ def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask:
     took["inject"] = time.monotonic()
     if why is None:
         time.sleep(SETTLE)
+        if tcp:
+            ask({source.node: {"kind": "live-inject", "trace": trace, "dev": source.interface,
+                               "frame": probe.frame(*headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}})
     else:
         live["not_injected"] = why
     for node, got in ask({node: {"kind": "live-collect", "trace": trace} for node in armed}).items():
@@ -185,25 +194,28 @@ def verdict(live: dict, target: Port | None, target_name: str | None, stages: di
     if not live.get("injected"):
         return {"result": "unknown", "reason": f"no probe was injected: {live.get('not_injected')}"}
     requests = [p for p in live["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
-    answered = any(p["icmp_type"] == 0 for p in live["points"])
+    answer = next((p for p in live["points"] if p["icmp_type"] == 0), None)
+    how = "" if answer is None or "tcp_flags" not in answer else \
+        " with SYN-ACK (a socket listens)" if answer["tcp_flags"] & 0x02 else " with RST (no socket listens)"
     if target is not None:
         hit = next((p for p in requests if p["node"] == target.node and p["dev"] == target.interface
                     and p["dir"] == "egress"), None)
         if hit is not None:
             return {"result": "delivered", "port": target_name, "node": target.node,
                     "reason": f"the probe left {target.node}'s br-int by {target.interface} at +{hit['at_us']:.1f} µs"
-                              + ("; the VM answered it" if answered else "; no answer seen")}
+                              + (f"; the VM answered it{how}" if answer else "; no answer seen")}
     else:
         hit = next((p for p in requests if (p["node"], p["dev"]) in leaving and p["dir"] == "egress"), None)
         if hit is not None:
             return {"result": "uplink", "node": hit["node"],
                     "reason": f"the probe left the cloud by {hit['dev']} on {hit['node']} at +{hit['at_us']:.1f} µs"
-                              + ("; an answer came back" if answered else "; no answer seen")}
+                              + (f"; an answer came back{how}" if answer else "; no answer seen")}
+    unknown = "; ".join(f"{n}: {why}" for n, why in live["unknown"].items())
     if not requests:
-        return {"result": "unknown", "reason": "the injected probe was seen nowhere (not even at the source port)"}
+        return {"result": "unknown", "reason": "the injected probe was seen nowhere (not even at the source port)"
+                                               + (f"; not watched: {unknown}" if unknown else "")}
     last = requests[-1]
-    if live["unknown"]:
-        unknown = "; ".join(f"{n}: {why}" for n, why in live["unknown"].items())
+    if unknown:
         return {"result": "unknown", "reason": f"last seen at {_point(last)}; not watched: {unknown}"}
     where = stages.get(last["node"])
     return {"result": "dropped", "node": last["node"],

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 from fastapi.testclient import TestClient
-from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 
@@ -37,6 +37,19 @@ def test_the_probe_is_a_marked_icmp_echo_with_right_checksums():
     assert (again[IP].chksum, again[ICMP].chksum) == (ip_sum, icmp_sum)
     with pytest.raises(ValueError):
         p.frame("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 27)
+
+
+def test_a_tcp_probe_is_a_marked_syn_and_its_reset_follows_it():
+    p = Probe(0x1234, 0xBEEF, 7)
+    args = ("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 40)
+    syn, rst = Ether(p.frame(*args, tcp=(49152, 80))), Ether(p.frame(*args, tcp=(49152, 80), reset=True))
+    for pkt, flags, seq in ((syn, "S", 0xBEEF0007), (rst, "R", 0xBEEF0008)):
+        assert (pkt[IP].tos >> 2, pkt[IP].id, pkt[IP].len, pkt[TCP].flags, pkt[TCP].seq) == (59, 0x1234, 40, flags, seq)
+        assert (pkt[TCP].sport, pkt[TCP].dport) == (49152, 80)
+        sums = pkt[IP].chksum, pkt[TCP].chksum
+        del pkt[IP].chksum, pkt[TCP].chksum
+        again = Ether(bytes(pkt))
+        assert (again[IP].chksum, again[TCP].chksum) == sums
 
 
 def test_the_bench_finds_the_probe_plain_tagged_and_in_vxlan():
@@ -221,7 +234,8 @@ def test_bad_live_traces_are_refused_before_anything_is_injected(api):
         for body, status, what in (
                 ({"to_ip": "198.19.1.99"}, 422, "no port owns 198.19.1.99"),
                 ({"to_port_id": ids["vm3"], "size": 1451}, 422, "larger than network blue's MTU (1450)"),
-                ({"to_port_id": ids["vm3"], "proto": "tcp", "dport": 80}, 422, "sends an ICMP echo"),
+                ({"to_port_id": ids["vm3"], "proto": "udp", "dport": 53}, 422, "an ICMP echo or a TCP SYN"),
+                ({"to_port_id": ids["vm3"], "proto": "tcp", "dport": 80, "size": 100}, 422, "a bare SYN"),
                 ({"to_port_id": ids["vm3"], "ttl": 0}, 422, "greater than or equal to 1"),
                 ({"to_port_id": ids["vm3"], "size": 27}, 422, "greater than or equal to 28"),
                 ({"to_port_id": ids["red3"]}, 404, "does not exist")):
