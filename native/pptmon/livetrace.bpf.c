@@ -37,7 +37,6 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } lt_events SEC(".maps");
 
-#define TCP_FIN 0x01
 #define TCP_SYN 0x02
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
@@ -47,7 +46,7 @@ struct {
  * DSCP and IP ID are the answering kernel's). */
 static __always_inline int tcp_ours(struct __sk_buff *skb, __u32 l4, struct iphdr *ip, struct lt_seen *s)
 {
-	__u32 seq, ack, mark = ((__u32)lt_cfg.icmp_id << 16) | lt_cfg.icmp_seq;
+	__u32 seq, ack, first = ((__u32)lt_cfg.icmp_id << 16) | lt_cfg.icmp_seq;
 	__u8 flags;
 
 	if (bpf_skb_load_bytes(skb, l4 + 4, &seq, 4) || bpf_skb_load_bytes(skb, l4 + 8, &ack, 4) ||
@@ -56,11 +55,11 @@ static __always_inline int tcp_ours(struct __sk_buff *skb, __u32 l4, struct iphd
 	seq = bpf_ntohl(seq);
 	ack = bpf_ntohl(ack);
 	s->tcp_flags = flags;
-	if ((flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && seq == mark)
+	if ((flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && seq == first)
 		s->icmp_type = LT_REQUEST;
-	else if ((flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_RST && seq == mark + 1)
+	else if ((flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_RST && seq == first + 1)
 		s->icmp_type = LT_RESET;
-	else if ((flags & TCP_ACK) && ack == mark + 1 && (flags & (TCP_SYN | TCP_RST)))
+	else if ((flags & TCP_ACK) && ack == first + 1 && (flags & (TCP_SYN | TCP_RST)))
 		return 0;                 /* the answer: s->icmp_type stays LT_ANSWER */
 	else
 		return -1;
