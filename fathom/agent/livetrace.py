@@ -3,8 +3,8 @@ points and, on the source node, the probe's injection.
 
 - `arm`: start `livetrace-watch` (native/pptmon/livetrace.c) on the named interfaces of this
   node's bridges that are kernel interfaces (others are listed as not watched), for the trace's
-  probe; answered once its programs are attached.
-- `inject`: send the probe's frame on the source port's switch-side interface from a packet socket
+  probe (an ICMP echo, or with `tcp` a TCP SYN); answered once its programs are attached.
+- `inject`: send the probe's frame (or a TCP probe's closing RST) on the source port's switch-side interface from a packet socket
   carrying the injection mark: the watcher's egress program turns it into the interface's ingress
   (the switch takes it from the port; the VM never sees it).
 - `collect`: end the watcher (its programs are detached, nothing stays behind) and answer what
@@ -78,6 +78,8 @@ class LiveTraces:
         args = [str(WATCH), *(f"--{k.replace('_', '-')}={probe[k]}" for k in fields), f"--timeout-ms={timeout}"]
         if drop_reply in watched:
             args.append(f"--drop-reply={drop_reply}")
+        if ask.get("tcp") is True:
+            args.append("--tcp")
         proc = subprocess.Popen([*args, *watched], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         line = _readline(proc, ATTACH_WAIT)

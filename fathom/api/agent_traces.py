@@ -177,6 +177,7 @@ class Seen(BaseModel):
     dst: str = Field(max_length=15)
     vlan: int | None = Field(default=None, ge=0, le=4095)
     vxlan: Vxlan | None = None
+    tcp_flags: int | None = Field(default=None, ge=0, le=255)
 
 
 class LiveAnswer(BaseModel):

@@ -8,11 +8,11 @@ state of every switch). With `actual`, each node's bridges are traced through th
 the node's agent (`ovs-appctl ofproto/trace`, asked through fathom.api.agent_traces) within
 `timeout` seconds in all; a hop whose agent is down or does not answer in time is named, with why,
 and the trace answers with what it has. At most MAX_ACTUAL such traces run at once (429 beyond).
-With `live`, a marked ICMP echo is injected at the source port by its node's agent and seen in
+With `live`, a marked ICMP echo (or TCP SYN) is injected at the source port by its node's agent and seen in
 the kernel at each hop (fathom.trace.live); the result holds its verdict and times besides the
 walk through each switch's own tables. Only MAX_LIVE live traces run at once (429 beyond); one
-to an address no port owns, larger than the network's MTU, or that the source VM would not send
-is refused (422) before anything is injected.
+to an address that neither a port owns nor lies beyond the cloud's uplinks, larger than the
+network's MTU, or that the source VM would not send is refused (422) before anything is injected.
 `?format=svg` (or `Accept: image/svg+xml`) answers the path as a picture (fathom.trace.svg).
 
 Who may: a member traces from a port of their project only, to an address or to a port they may
@@ -60,8 +60,8 @@ class TraceCreate(_Request):
         default="new", description="the conntrack state every ct lookup is assumed to find")
     ttl: int = Field(default=64, ge=1, le=255)
     actual: bool = Field(default=False, description="trace each node's own tables (by its agent's ofproto/trace)")
-    live: bool = Field(default=False, description="inject a marked ICMP echo at the source port and follow it, with "
-                                                   "kernel timestamps at each hop (implies actual)")
+    live: bool = Field(default=False, description="inject a marked ICMP echo (proto tcp: a TCP SYN) at the source port "
+                                                   "and follow it, with kernel timestamps at each hop (implies actual)")
     size: int = Field(default=84, ge=MIN_SIZE, le=9216, description="with live: bytes of the probe's IP packet "
                                                                      "(at most the network's MTU)")
     timeout: float = Field(default=5.0, ge=0.5, le=20.0,
@@ -75,8 +75,10 @@ class TraceCreate(_Request):
             raise ValueError("icmp has no ports")
         if self.proto != "icmp" and self.dport is None:
             raise ValueError(f"{self.proto} needs dport")
-        if self.live and self.proto != "icmp":
-            raise ValueError("a live trace sends an ICMP echo: proto icmp")
+        if self.live and self.proto == "udp":
+            raise ValueError("a live trace sends an ICMP echo or a TCP SYN: proto icmp or tcp")
+        if self.live and self.proto == "tcp" and "size" in self.model_fields_set:
+            raise ValueError("a live TCP probe is a bare SYN (40 bytes): size is the echo's")
         return self
 
 
@@ -151,17 +153,19 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
           running: threading.BoundedSemaphore) -> dict:
     """A live trace (fathom.trace.live): every check before anything is injected."""
     target = destination(snapshot, source, to)
-    if target is None:
-        raise Invalid(f"no port owns {to}: a live trace's probe must reach a port that answers it", "to_ip")
     network = next((n for n in snapshot.networks if n.id == source.network_id), None)
     mtu = network_mtu(network.type) if network else None
     if mtu is not None and body.size > mtu:
         raise Invalid(f"a {body.size}-byte packet is larger than network {network.name or network.id}'s MTU "
                       f"({mtu}): the source VM could not send it", "size")
     try:
-        sim = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible)
+        sim = trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl, visible)
     except TraceError as e:
         raise Invalid(str(e)) from None
+    leaving = live.exits(sim)
+    if target is None and not leaving:
+        raise Invalid(f"no port owns {to} and the packet does not leave the cloud: a live trace's probe must reach "
+                      "a port or the network beyond", "to_ip")
     if sim["packet"]["eth_dst"] == "ff:ff:ff:ff:ff:ff":
         raise Invalid(f"the source VM would not send it: {sim['next_hop']}")
     down = next((lf["detail"] for lf in sim["leaves"] if lf["hop"] is None), None)
@@ -171,10 +175,11 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
     try:
         ask = _live_agents(request, body.timeout)
         started = time.monotonic()
-        found = live.run(sim, source, target, body.ttl, body.size, ask, body.timeout)
+        tcp = (sim["packet"].get("tcp_src", 49152), body.dport) if body.proto == "tcp" else None
+        found = live.run(sim, source, target, body.ttl, body.size, ask, body.timeout, tcp)
         walked = time.monotonic()
-        result = trace(snapshot, states, source, to, "icmp", None, None, body.ct_state, body.ttl, visible,
-                       actual=_agents(request, body.timeout))
+        result = trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl,
+                       visible, actual=_agents(request, body.timeout))
         found["timings_ms"]["stages"] = round((time.monotonic() - walked) * 1000, 1)
         found["answer_ms"] = round((time.monotonic() - started) * 1000, 1)
     except TraceError as e:
@@ -186,7 +191,7 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
         if leaf["result"] in ("dropped", "unknown") and leaf["hop"] is not None:
             stages.setdefault(result["hops"][leaf["hop"]]["name"], leaf["detail"])
     result["actual"] = {"verdict": result["verdict"]}
-    result["verdict"] = live.verdict(found, target, result["to"]["port"], stages)
+    result["verdict"] = live.verdict(found, target, result["to"]["port"], stages, leaving)
     result["live"] = found
     live.annotate(result, found)
     result["assumptions"]["state"] = LIVE

@@ -27,10 +27,11 @@ from fathom.trace.walk import passed_through
               help="Trace each node's own tables (its agent runs ovs-appctl ofproto/trace) and show where they "
                    "differ from the desired ones when the verdicts differ.")
 @click.option("--live", is_flag=True,
-              help="Inject a marked ICMP echo at the source port (by its node's agent) and follow it: where it "
+              help="Inject a marked ICMP echo (--proto tcp: a TCP SYN) at the source port (by its node's agent) "
+                   "and follow it: where it "
                    "really went, with kernel times at each hop; stages from each node's own tables (implies --actual).")
 @click.option("--size", type=click.IntRange(28, 9216), default=84, show_default=True,
-              help="With --live: bytes of the probe's IP packet.")
+              help="With --live: bytes of the echo's IP packet (a TCP probe is a bare SYN).")
 @click.option("--timeout", type=click.FloatRange(0.5, 20), default=5.0, show_default=True,
               help="With --actual or --live: seconds the agents have to answer, in all.")
 @click.option("--svg", "svg_file", type=click.Path(dir_okay=False, writable=True),
@@ -50,7 +51,7 @@ def trace(port_ref, to, proto, dport, sport, ct_state, ttl, actual, live, size, 
     body = {"port_id": api.find("ports", port_ref)["id"], "proto": proto, "ct_state": ct_state, "ttl": ttl,
             **({"dport": dport} if dport is not None else {}), **({"sport": sport} if sport is not None else {}),
             **({"actual": True, "timeout": timeout} if actual else {}),
-            **({"live": True, "size": size, "timeout": timeout} if live else {})}
+            **({"live": True, "timeout": timeout, **({"size": size} if proto == "icmp" else {})} if live else {})}
     try:
         body["to_ip"] = str(ipaddress.IPv4Address(to))
     except ValueError:
@@ -114,7 +115,8 @@ def _show_live(result: dict) -> None:
     live = result["live"]
     p = live["probe"]
     console.print(plain(f"live probe: {p['what']}; {p['size']} bytes, DSCP {p['dscp']}, IP ID {p['ip_id']}, "
-                        f"ICMP id {p['icmp_id']} seq {p['icmp_seq']}; answered in {live['answer_ms']} ms"))
+                        + (f"TCP seq {p['tcp_seq']}" if "tcp_seq" in p else f"ICMP id {p['icmp_id']} seq {p['icmp_seq']}")
+                        + f"; answered in {live['answer_ms']} ms"))
     rows = [[f"+{pt['at_us']:.1f}", pt["node"], pt["dev"], pt["dir"], "reply" if pt["icmp_type"] == 0 else "request",
              (f"VNI {pt['vxlan']['vni']} " if pt.get("vxlan") else "") + (f"VLAN {pt['vlan']}" if "vlan" in pt else "")]
             for pt in live["points"]]

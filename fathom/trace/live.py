@@ -22,11 +22,12 @@ from typing import Callable
 
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE, Port
 from fathom.pipeline.catalogue import BR_INT, BR_PHY
-from fathom.trace.probe import Probe
+from fathom.trace.probe import MIN_SIZE_TCP, Probe
 
 PHY_UPLINK = "ul0"             # br-phy's underlay interface (fathom.controller.setups)
 SETTLE = 0.15                  # seconds the probe (and the VM's reply) have to cross the cloud
 MAX_DEVS = 32
+SWITCHES = (BR_INT.bridge, BR_PHY.bridge)
 
 
 # ask({node: request}) -> {node: the agent's `live` answer, or why it gave none (a str)}: the requests
@@ -34,10 +35,10 @@ MAX_DEVS = 32
 Ask = Callable[[dict[str, dict]], dict[str, "dict | str"]]
 
 
-def watch_points(walk: dict, source: Port, target: Port) -> dict[str, list[str]]:
+def watch_points(walk: dict, source: Port, target: Port | None) -> dict[str, list[str]]:
     """The interfaces to watch per node: where the simulated walk enters and leaves each node's
     switches (the underlay port for the tunnel and the uplink: their frames cross it), and both
-    ends' ports."""
+    ends' ports (no target: the probe leaves the cloud where the walk does)."""
     out: dict[str, list[str]] = {}
 
     def add(node: str | None, dev: str | None) -> None:
@@ -45,30 +46,61 @@ def watch_points(walk: dict, source: Port, target: Port) -> dict[str, list[str]]
             out[node].append(dev)
     add(source.node, source.interface)
     for hop in walk["hops"]:
-        if hop["bridge"] not in (BR_INT.bridge, BR_PHY.bridge):
+        if hop["bridge"] not in SWITCHES:
             continue
         for dev in [hop["in_port"], *(o["port"] for o in hop["outputs"])]:
-            add(hop["name"], PHY_UPLINK if dev in (TUNNEL_INTERFACE, UPLINK_INTERFACE) else dev)
-    add(target.node, target.interface)
-    add(target.node, PHY_UPLINK)
+            add(hop["name"], _dev(dev))
+    if target is not None:
+        add(target.node, target.interface)
+        add(target.node, PHY_UPLINK)
     return out
 
 
-def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask, timeout: float = 5.0) -> dict:
-    """Inject the probe the simulated `walk` describes and gather its sightings: the `live` part of
-    a trace's result (fathom.trace.live.verdict reads it). The observation points end by
-    themselves `timeout` seconds after they were attached, collected or not."""
+def _dev(port: str) -> str:
+    """The kernel interface a switch port's frames cross (the tunnel's and the uplink's: the underlay port)."""
+    return PHY_UPLINK if port in (TUNNEL_INTERFACE, UPLINK_INTERFACE) else port
+
+
+def exits(walk: dict) -> list[tuple[str, str]]:
+    """Where the walk leaves the cloud (its `uplink` leaves): (node, the interface it leaves by)."""
+    out = []
+    for leaf in walk["leaves"]:
+        hop = walk["hops"][leaf["hop"]] if leaf["result"] == "uplink" and leaf["hop"] is not None else None
+        if hop is not None and hop["outputs"]:
+            out.append((hop["name"], _dev(hop["outputs"][-1]["port"])))
+    return out
+
+
+def _between(walk: dict) -> dict[tuple[str, str], dict]:
+    """The walk's hops outside the switches (a VNF, a router's namespace, the upstream router), by
+    where the packet comes back into a switch from them: (node, interface) -> the hop."""
+    hops = walk["hops"]
+    return {(child["name"], _dev(child["in_port"])): hops[child["from"]] for child in hops
+            if child["from"] is not None and child["bridge"] in SWITCHES
+            and hops[child["from"]]["bridge"] not in SWITCHES}
+
+
+def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask: Ask, timeout: float = 5.0,
+        tcp: tuple[int, int] | None = None) -> dict:
+    """Inject the probe the simulated `walk` describes (an ICMP echo; with `tcp`, source and
+    destination port, a TCP SYN of MIN_SIZE_TCP bytes, and after it the RST that ends it) and gather
+    its sightings: the `live` part of a trace's result (fathom.trace.live.verdict reads it). The
+    observation points end by themselves `timeout` seconds after they were attached, collected or not."""
     started = time.monotonic()
     probe, trace = Probe.new(), secrets.token_hex(8)
     pkt = walk["packet"]
-    frame = probe.frame(pkt["eth_src"], pkt["eth_dst"], pkt["ipv4_src"], pkt["ipv4_dst"], ttl, size)
+    headers = (pkt["eth_src"], pkt["eth_dst"], pkt["ipv4_src"], pkt["ipv4_dst"], ttl)
+    size = MIN_SIZE_TCP if tcp else size
+    frame = probe.frame(*headers, size, tcp=tcp)
     points = watch_points(walk, source, target)
-    live: dict = {"probe": {"what": "ICMP echo request (the destination VM answers it; the reply stops at the "
-                                    "source port)", "size": size, **probe.to_json()},
+    what = (f"TCP SYN to port {tcp[1]} (the destination answers it like any SYN; the answer stops at the source "
+            "port, and a RST after it closes what it opened)" if tcp else
+            "ICMP echo request (the destination VM answers it; the reply stops at the source port)")
+    live: dict = {"probe": {"what": what, "size": size, **probe.to_json(), **({"tcp_seq": probe.tcp_seq} if tcp else {})},
                   "source": {"node": source.node, "dev": source.interface},
                   "watched": {}, "not_watched": {}, "unknown": {}, "points": []}
     arm = {node: {"kind": "live-arm", "trace": trace, "probe": probe.to_json(), "devs": devs, "timeout_ms": int(timeout * 1000),
-                  **({"drop_reply": source.interface} if node == source.node else {})}
+                  **({"drop_reply": source.interface} if node == source.node else {}), **({"tcp": True} if tcp else {})}
            for node, devs in points.items()}
     armed, took = [], {}
     for node, got in ask(arm).items():
@@ -94,6 +126,9 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask, t
     took["inject"] = time.monotonic()
     if why is None:
         time.sleep(SETTLE)
+        if tcp:
+            ask({source.node: {"kind": "live-inject", "trace": trace, "dev": source.interface,
+                               "frame": probe.frame(*headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}})
     else:
         live["not_injected"] = why
     for node, got in ask({node: {"kind": "live-collect", "trace": trace} for node in armed}).items():
@@ -105,7 +140,7 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask, t
             live["points"].append({"node": node, **s, "t_ns": s["ktime_ns"] + offset})
     took["collect"] = time.monotonic()
     live["points"].sort(key=lambda p: p["t_ns"])
-    live["segments"] = _segments(live["points"])
+    live["segments"] = _segments(live["points"], _between(walk))
     live["timings_ms"] = {"arm": took["arm"] - started, "inject": took["inject"] - took["arm"],
                           "settle": SETTLE if live["injected"] else 0,
                           "collect": took["collect"] - took["inject"] - (SETTLE if live["injected"] else 0)}
@@ -113,10 +148,12 @@ def run(walk: dict, source: Port, target: Port, ttl: int, size: int, ask: Ask, t
     return live
 
 
-def _segments(points: list[dict]) -> list[dict]:
+def _segments(points: list[dict], between: dict[tuple[str, str], dict]) -> list[dict]:
     """The time between consecutive sightings: inside a node's switches (ingress → egress on one
-    node), in the underlay between nodes (egress → ingress), in the destination VM (the request out
-    of the switch → its reply back in)."""
+    node), in a hop outside the switches (`between`: a VNF, a router's namespace, the upstream
+    router; out of the switches → back in by the interface it returns by), in the underlay between
+    nodes (egress → ingress), in the destination VM (the request out of the switch → its reply back
+    in)."""
     start = points[0]["t_ns"] if points else 0
     for p in points:
         p["at_us"] = round((p["t_ns"] - start) / 1000, 3)
@@ -124,17 +161,23 @@ def _segments(points: list[dict]) -> list[dict]:
     for a, b in zip(points, points[1:]):
         if a["dir"] == "injected":
             continue
+        seg = {"from": _point(a), "to": _point(b), "us": round((b["t_ns"] - a["t_ns"]) / 1000, 3),
+               "packet": "reply" if b["icmp_type"] == 0 else "request"}
+        outside = between.get((b["node"], b["dev"])) if a["node"] == b["node"] else None
         if a["node"] == b["node"] and a["dir"] == "ingress" and b["dir"] == "egress":
-            where = f"switches of {a['node']}"
+            seg.update(where=f"switches of {a['node']}", node=a["node"], dev=a["dev"])
         elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == 8 and b["icmp_type"] == 0 \
                 and (a["node"], a["dev"]) == (b["node"], b["dev"]):
-            where = f"VM behind {a['dev']} on {a['node']} (answering)"
+            seg["where"] = f"VM behind {a['dev']} on {a['node']} (answering)"
+        elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == b["icmp_type"] and outside:
+            where = outside["switch"] if outside["switch"].endswith(f" on {a['node']}") else \
+                f"{outside['switch']} on {a['node']}"
+            seg.update(where=where, node=b["node"], dev=b["dev"])
         elif a["dir"] == "egress" and b["dir"] == "ingress":
-            where = f"underlay {a['node']} → {b['node']}"
+            seg["where"] = f"underlay {a['node']} → {b['node']}"
         else:
-            where = f"{_point(a)} → {_point(b)}"
-        out.append({"from": _point(a), "to": _point(b), "where": where, "us": round((b["t_ns"] - a["t_ns"]) / 1000, 3),
-                    "packet": "reply" if b["icmp_type"] == 0 else "request"})
+            seg["where"] = f"{_point(a)} → {_point(b)}"
+        out.append(seg)
     return out
 
 
@@ -142,25 +185,37 @@ def _point(p: dict) -> str:
     return f"{p['dev']} {p['dir']} on {p['node']}"
 
 
-def verdict(live: dict, target: Port, target_name: str, stages: dict) -> dict:
+def verdict(live: dict, target: Port | None, target_name: str | None, stages: dict,
+            leaving: list[tuple[str, str]] = ()) -> dict:
     """What the probe did: delivered to the destination port (its switch sent it out of the port's
-    interface), dropped after the last point that saw it (with the stage the node's own tables
-    drop it at, from `stages`: node -> the --actual walk's reason), or unknown."""
+    interface); without a destination port, sent out of the cloud (out of an interface in
+    `leaving`: fathom.trace.live.exits); dropped after the last point that saw it (with the stage
+    the node's own tables drop it at, from `stages`: node -> the --actual walk's reason), or unknown."""
     if not live.get("injected"):
         return {"result": "unknown", "reason": f"no probe was injected: {live.get('not_injected')}"}
     requests = [p for p in live["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
-    hit = next((p for p in requests if p["node"] == target.node and p["dev"] == target.interface
-                and p["dir"] == "egress"), None)
-    answered = any(p["icmp_type"] == 0 for p in live["points"])
-    if hit is not None:
-        return {"result": "delivered", "port": target_name, "node": target.node,
-                "reason": f"the probe left {target.node}'s br-int by {target.interface} at +{hit['at_us']:.1f} µs"
-                          + ("; the VM answered it" if answered else "; no answer seen")}
+    answer = next((p for p in live["points"] if p["icmp_type"] == 0), None)
+    how = "" if answer is None or "tcp_flags" not in answer else \
+        " with SYN-ACK (a socket listens)" if answer["tcp_flags"] & 0x02 else " with RST (no socket listens)"
+    if target is not None:
+        hit = next((p for p in requests if p["node"] == target.node and p["dev"] == target.interface
+                    and p["dir"] == "egress"), None)
+        if hit is not None:
+            return {"result": "delivered", "port": target_name, "node": target.node,
+                    "reason": f"the probe left {target.node}'s br-int by {target.interface} at +{hit['at_us']:.1f} µs"
+                              + (f"; the VM answered it{how}" if answer else "; no answer seen")}
+    else:
+        hit = next((p for p in requests if (p["node"], p["dev"]) in leaving and p["dir"] == "egress"), None)
+        if hit is not None:
+            return {"result": "uplink", "node": hit["node"],
+                    "reason": f"the probe left the cloud by {hit['dev']} on {hit['node']} at +{hit['at_us']:.1f} µs"
+                              + (f"; an answer came back{how}" if answer else "; no answer seen")}
+    unknown = "; ".join(f"{n}: {why}" for n, why in live["unknown"].items())
     if not requests:
-        return {"result": "unknown", "reason": "the injected probe was seen nowhere (not even at the source port)"}
+        return {"result": "unknown", "reason": "the injected probe was seen nowhere (not even at the source port)"
+                                               + (f"; not watched: {unknown}" if unknown else "")}
     last = requests[-1]
-    if live["unknown"]:
-        unknown = "; ".join(f"{n}: {why}" for n, why in live["unknown"].items())
+    if unknown:
         return {"result": "unknown", "reason": f"last seen at {_point(last)}; not watched: {unknown}"}
     where = stages.get(last["node"])
     return {"result": "dropped", "node": last["node"],
@@ -169,15 +224,20 @@ def verdict(live: dict, target: Port, target_name: str, stages: dict) -> dict:
 
 
 def annotate(result: dict, live: dict) -> None:
-    """Each node's first switch hop of the walk gets the time the probe spent in that node's
-    switches (`time_us`: ingress to egress, the request's first crossing)."""
-    done = set()
+    """The hops of `result`'s walk get the time the probe spent there (`time_us`, its first crossing):
+    a switch hop the time from the interface it came in by to the next one it left by on that
+    node; a hop outside the switches (a VNF, a router's namespace) from leaving the switches to
+    coming back."""
+    hops, timed = result["hops"], set()
+    outside = _between(result)
     for seg in live["segments"]:
-        node = seg["where"].removeprefix("switches of ")
-        if seg["packet"] != "request" or node == seg["where"] or node in done:
+        if seg["packet"] != "request" or "node" not in seg:
             continue
-        hop = next((h for h in result["hops"] if h["name"] == node and h["bridge"] in (BR_INT.bridge, BR_PHY.bridge)),
-                   None)
-        if hop is not None:
+        if seg["where"].startswith("switches of "):
+            mine = [h for h in hops if h["name"] == seg["node"] and h["bridge"] in SWITCHES and h["id"] not in timed]
+            hop = next((h for h in mine if _dev(h["in_port"]) == seg["dev"]), mine[0] if mine else None)
+        else:
+            hop = outside.get((seg["node"], seg["dev"]))
+        if hop is not None and hop["id"] not in timed:
             hop["time_us"] = seg["us"]
-            done.add(node)
+            timed.add(hop["id"])

@@ -8,6 +8,10 @@
  * and report each sighting with its kernel time (bpf_ktime_get_ns, as PPTMon stamps) on a ring
  * buffer. Everything else passes untouched.
  *
+ * A TCP probe (lt_cfg.proto IPPROTO_TCP) is a SYN marked the same way, its 32 ICMP bits being the
+ * sequence number; the destination's answer (SYN-ACK or RST) acknowledges it; the RST the agent
+ * injects after it (sequence + 1) closes what the SYN opened and is not reported.
+ *
  * Injection: the agent sends the probe on the source port's switch-side interface from a packet
  * socket carrying LT_INJECT_MARK (SO_MARK); lt_out turns it around into the same interface's
  * ingress (bpf_redirect BPF_F_INGRESS), so the switch receives it from the port as it receives the
@@ -32,6 +36,35 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
 } lt_events SEC(".maps");
+
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_ACK 0x10
+
+/* A TCP probe at `l4`: the SYN (DSCP, IP ID and sequence number the trace's), the RST that ends it
+ * (sequence + 1), or the destination's answer to it (a SYN-ACK or RST acknowledging sequence + 1; its
+ * DSCP and IP ID are the answering kernel's). */
+static __always_inline int tcp_ours(struct __sk_buff *skb, __u32 l4, struct iphdr *ip, struct lt_seen *s)
+{
+	__u32 seq, ack, first = ((__u32)lt_cfg.icmp_id << 16) | lt_cfg.icmp_seq;
+	__u8 flags;
+
+	if (bpf_skb_load_bytes(skb, l4 + 4, &seq, 4) || bpf_skb_load_bytes(skb, l4 + 8, &ack, 4) ||
+	    bpf_skb_load_bytes(skb, l4 + 13, &flags, 1))
+		return -1;
+	seq = bpf_ntohl(seq);
+	ack = bpf_ntohl(ack);
+	s->tcp_flags = flags;
+	if ((flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_SYN && seq == first)
+		s->icmp_type = LT_REQUEST;
+	else if ((flags & (TCP_SYN | TCP_ACK | TCP_RST)) == TCP_RST && seq == first + 1)
+		s->icmp_type = LT_RESET;
+	else if ((flags & TCP_ACK) && ack == first + 1 && (flags & (TCP_SYN | TCP_RST)))
+		return 0;                 /* the answer: s->icmp_type stays LT_ANSWER */
+	else
+		return -1;
+	return (ip->tos >> 2) == lt_cfg.dscp && ip->id == bpf_htons(lt_cfg.ip_id) ? 0 : -1;
+}
 
 /* Find the probe from byte `off` (an Ethernet header); 0 and fill `s` if it is ours. */
 static __always_inline int ours(struct __sk_buff *skb, __u32 off, struct lt_seen *s, int depth)
@@ -70,9 +103,15 @@ static __always_inline int ours(struct __sk_buff *skb, __u32 off, struct lt_seen
 		s->outer_dst = ip.daddr;
 		return 1;           /* look inside: the caller calls again at depth 1 */
 	}
-	if (ip.protocol != IPPROTO_ICMP || (ip.tos >> 2) != lt_cfg.dscp)
+	if (ip.protocol != lt_cfg.proto)
 		return -1;
-	if (bpf_skb_load_bytes(skb, off + ip.ihl * 4, icmp, sizeof(icmp)))
+	if (ip.protocol == IPPROTO_TCP) {
+		s->ttl = ip.ttl;
+		s->saddr = ip.saddr;
+		s->daddr = ip.daddr;
+		return tcp_ours(skb, off + ip.ihl * 4, &ip, s);
+	}
+	if ((ip.tos >> 2) != lt_cfg.dscp || bpf_skb_load_bytes(skb, off + ip.ihl * 4, icmp, sizeof(icmp)))
 		return -1;
 	/* the reply (type 0) keeps the request's DSCP, ICMP id and sequence, not its IP ID */
 	if ((icmp[0] != 8 && icmp[0] != 0) || (icmp[0] == 8 && ip.id != bpf_htons(lt_cfg.ip_id)) ||
@@ -122,7 +161,7 @@ int lt_in(struct __sk_buff *skb)
 {
 	struct lt_seen s;
 
-	if (observe(skb, LT_INGRESS, &s) == 0)
+	if (observe(skb, LT_INGRESS, &s) == 0 && s.icmp_type != LT_RESET)
 		report(&s);
 	return TC_ACT_OK;
 }
@@ -134,14 +173,18 @@ int lt_out(struct __sk_buff *skb)
 
 	if (observe(skb, LT_EGRESS, &s))
 		return TC_ACT_OK;
-	if (skb->mark == LT_INJECT_MARK && s.icmp_type == 8 && s.encap == 0) {
+	if (skb->mark == LT_INJECT_MARK && s.icmp_type != LT_ANSWER && s.encap == 0) {
+		/* bpf_redirect only records where to; the packet is turned around once we return */
 		s.dir = LT_INJECTED;
-		report(&s);
+		if (s.icmp_type == LT_REQUEST)
+			report(&s);
 		skb->mark = 0;
 		return bpf_redirect(skb->ifindex, BPF_F_INGRESS);
 	}
+	if (s.icmp_type == LT_RESET)
+		return TC_ACT_OK;
 	report(&s);
-	if (s.icmp_type == 0 && lt_cfg.drop_reply_ifindex == skb->ifindex)
+	if (s.icmp_type == LT_ANSWER && lt_cfg.drop_reply_ifindex == skb->ifindex)
 		return TC_ACT_SHOT;
 	return TC_ACT_OK;
 }

@@ -2,7 +2,7 @@
 /*
  * livetrace-watch: the observation points of one live trace on this node (livetrace.bpf.c).
  *
- *   livetrace-watch --dscp N --ip-id N --icmp-id N --icmp-seq N [--drop-reply DEV]
+ *   livetrace-watch --dscp N --ip-id N --icmp-id N --icmp-seq N [--tcp] [--drop-reply DEV]
  *                   [--timeout-ms N] DEV...
  *
  * Attaches lt_in at TC ingress and lt_out at TC egress of every DEV (clsact, our handle and
@@ -129,6 +129,8 @@ static int on_event(void *ctx, void *data, size_t len)
 	       s->len, a, b);
 	if (s->vlan != 0xffff)
 		printf(",\"vlan\":%u", s->vlan);
+	if (s->tcp_flags)
+		printf(",\"tcp_flags\":%u", s->tcp_flags);
 	if (s->encap == LT_ENCAP_VXLAN) {
 		inet_ntop(AF_INET, &s->outer_src, oa, sizeof(oa));
 		inet_ntop(AF_INET, &s->outer_dst, ob, sizeof(ob));
@@ -141,7 +143,7 @@ static int on_event(void *ctx, void *data, size_t len)
 static int usage(void)
 {
 	fprintf(stderr, "usage: livetrace-watch --dscp N --ip-id N --icmp-id N --icmp-seq N "
-		"[--drop-reply DEV] [--timeout-ms N] DEV...\n");
+		"[--tcp] [--drop-reply DEV] [--timeout-ms N] DEV...\n");
 	return 2;
 }
 
@@ -151,8 +153,8 @@ int main(int argc, char **argv)
 		{ "dscp", required_argument, NULL, 'd' }, { "ip-id", required_argument, NULL, 'i' },
 		{ "icmp-id", required_argument, NULL, 'c' }, { "icmp-seq", required_argument, NULL, 's' },
 		{ "drop-reply", required_argument, NULL, 'r' }, { "timeout-ms", required_argument, NULL, 't' },
-		{ 0 } };
-	struct lt_config cfg = {};
+		{ "tcp", no_argument, NULL, 'p' }, { 0 } };
+	struct lt_config cfg = { .proto = IPPROTO_ICMP };
 	struct livetrace_bpf *skel;
 	struct ring_buffer *rb = NULL;
 	const char *drop_reply = NULL;
@@ -168,6 +170,7 @@ int main(int argc, char **argv)
 		case 's': cfg.icmp_seq = strtoul(optarg, NULL, 0); break;
 		case 'r': drop_reply = optarg; break;
 		case 't': timeout_ms = strtol(optarg, NULL, 0); break;
+		case 'p': cfg.proto = IPPROTO_TCP; break;
 		default: return usage();
 		}
 	}

@@ -9,13 +9,17 @@
 #define LT_INJECTED 2
 #define LT_ENCAP_VXLAN 1
 
+#define LT_REQUEST 8               /* lt_seen.icmp_type: the probe (an echo request, or a TCP SYN) */
+#define LT_ANSWER 0                /* its answer (an echo reply, or a SYN-ACK or RST) */
+#define LT_RESET 1                 /* the RST that ends a TCP probe's connection: injected, not reported */
+
 struct lt_config {
 	__u32 drop_reply_ifindex;  /* the source port's interface: a reply to the probe stops there */
 	__u16 ip_id;
-	__u16 icmp_id;
+	__u16 icmp_id;             /* TCP: the SYN's sequence number is icmp_id << 16 | icmp_seq */
 	__u16 icmp_seq;
 	__u8 dscp;
-	__u8 pad;
+	__u8 proto;                /* IPPROTO_ICMP or IPPROTO_TCP */
 };
 
 struct lt_seen {
@@ -27,9 +31,10 @@ struct lt_seen {
 	__u32 outer_src, outer_dst;  /* VXLAN's outer addresses */
 	__u16 vlan;                  /* 0xffff: none */
 	__u8 dir;                    /* LT_INGRESS | LT_EGRESS | LT_INJECTED */
-	__u8 icmp_type;              /* 8 the probe, 0 its reply */
+	__u8 icmp_type;              /* LT_REQUEST the probe, LT_ANSWER its answer */
 	__u8 ttl;
 	__u8 encap;
-	__u8 pad[2];
+	__u8 tcp_flags;              /* a TCP probe's or answer's flags */
+	__u8 pad;
 };
 #endif

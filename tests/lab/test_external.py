@@ -280,6 +280,42 @@ def test_floating_ip_traffic_passes_the_ports_ingress_security_groups(lab, api, 
         api.delete(f"/security-groups/{group['id']}")
 
 
+def test_live_trace_to_and_from_a_floating_ip(lab, api):
+    """From vm1 out to the upstream host (it leaves with its floating IP) and from another tenant's
+    VM to vm1's floating IP (hairpinned by the upstream): the live probe's verdict is the
+    simulation's and ping's; the probe is seen crossing the gateway's ext0 with the addresses NAT
+    gave it, and the answer comes back; no flow changes and no observation point stays loaded."""
+    fip, vm1_ip = fip_of(api, "vm1")["floating_ip_address"], "198.19.1.11"
+    red_gateway = api.find("routers", "rb")["external_gateway"]["ip_address"]
+
+    def flows() -> dict[str, str]:
+        return {f"{n} {b}": sh(lab, n, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "--no-stats", b).stdout
+                for n in ("compute1", "compute2", "gw") for b in ("br-int", "br-phy")}
+
+    before = flows()
+    for src, to, result, out, back in (
+            ("vm1", UPSTREAM, "uplink", [("gw", "ext0", "egress", fip, UPSTREAM)],
+             [("gw", "ext0", "ingress", UPSTREAM, fip), ("compute1", "vm1", "egress", UPSTREAM, vm1_ip)]),
+            ("red1", fip, "delivered", [("gw", "ext0", "egress", red_gateway, fip), ("gw", "ext0", "ingress", red_gateway, fip),
+                                        ("compute1", "vm1", "egress", red_gateway, vm1_ip)],
+             [("compute1", "red1", "egress", fip, vm1_ip)])):
+        body = {"port_id": port_id(api, src), "to_ip": to}
+        sim, lv = api.post("/traces", json=body), api.post("/traces", json={**body, "live": True})
+        assert " 0% packet loss" in ping(lab, src, to).stdout
+        assert sim["verdict"]["result"] == lv["verdict"]["result"] == result, (sim["verdict"], lv["verdict"])
+        assert "no answer" not in lv["verdict"]["reason"], lv["verdict"]
+        points = [(p["node"], p["dev"], p["dir"], p["src"], p["dst"], p["icmp_type"]) for p in lv["live"]["points"]]
+        requests = [p[:5] for p in points if p[5] == 8 and p[2] != "injected"]
+        replies = [p[:5] for p in points if p[5] == 0]
+        assert requests[0][:3] == (sim["source"]["node"], src, "ingress"), points
+        assert [p for p in requests if p[1] != "ul0"][-len(out):] == out, points
+        assert [p for p in replies if p[1] != "ul0"][-len(back):] == back, points
+    assert [h.get("time_us", 0) > 0 for h in lv["hops"] if h["bridge"] == "upstream"] == [True], lv["hops"]
+    assert flows() == before
+    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
+
+
 # A flat external network, and a tenant VLAN network whose frames reach the gateway node over the
 # uplink and the fabric switch (the fabric app must let the VLAN onto the gateway node's trunk).
 FLAT = """

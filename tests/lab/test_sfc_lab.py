@@ -71,8 +71,9 @@ def chain(api, lab, groups: list[list[str]], symmetric=False, classifiers=({"pro
             gids.append(g["id"])
         fcs = []
         for c in classifiers:
+            ports = {"destination_port_range_min": c["port"], "destination_port_range_max": c["port"]} if "port" in c else {}
             fc = api.post("/sfc/flow_classifiers", json={
-                "protocol": c["protocol"], "destination_port_range_min": c["port"], "destination_port_range_max": c["port"],
+                "protocol": c["protocol"], **ports,
                 "logical_source_port": ids(lab)["ports"]["client"], "logical_destination_port": ids(lab)["ports"]["server"],
                 "project_id": "demo"})
             made.append(f"/sfc/flow_classifiers/{fc['id']}")
@@ -244,3 +245,34 @@ def test_dpi_inspected_what_it_forwarded(lab, api):
         assert curl_sha(lab, 45001) == blob_sha(lab)
     protocols = vnfs.stop_dpi(lab.dir / "dpi")
     assert protocols.get("HTTP", {}).get("flows", 0) >= 1, protocols
+
+
+def test_live_trace_crosses_each_vnf_of_a_chain_in_order(lab, api):
+    """A chain of three VNFs on three nodes that classifies ICMP: the live probe is seen leaving the
+    switch into each VNF and coming back out of it, in chain order, and reaches the server; its
+    verdict is the simulation's and ping's; every VNF's hop has a time; no flow changes and no
+    observation point stays loaded."""
+    def flows() -> dict[str, str]:
+        return {f"{n} {b}": sh(lab, n, "ovs-ofctl", "-O", "OpenFlow14", "dump-flows", "--no-stats", b).stdout
+                for n in ("compute1", "compute2", "compute3") for b in ("br-int", "br-phy")}
+
+    body = {"port_id": ids(lab)["ports"]["client"], "to_port_id": ids(lab)["ports"]["server"]}
+    with chain(api, lab, [["fw1"], ["dpi"], ["fwd"]], classifiers=({"protocol": "icmp"},)):
+        before = flows()
+        sim, lv = api.post("/traces", json=body), api.post("/traces", json={**body, "live": True})
+        assert flows() == before                       # a live trace adds no flow, and leaves none
+        assert subprocess.run(host_exec.argv(["ping", "-c", "1", "-W", "2", SERVER], lab.ns("client"))).returncode == 0
+    assert sim["verdict"]["result"] == lv["verdict"]["result"] == "delivered", (sim["verdict"], lv["verdict"])
+    assert [h["name"] for h in sim["hops"] if h["bridge"] == "vnf"] == [h["name"] for h in lv["hops"]
+                                                                           if h["bridge"] == "vnf"] != []
+    seen = [(p["node"], p["dev"], p["dir"]) for p in lv["live"]["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
+    vnf_ports = [(node, dev) for node, dev, _ in seen if dev not in ("client", "server", "ul0")]
+    assert vnf_ports == [("compute1", "fw1i"), ("compute1", "fw1o"), ("compute2", "dpii"), ("compute2", "dpio"),
+                         ("compute3", "fwdi"), ("compute3", "fwdo")], seen
+    assert seen[0] == ("compute1", "client", "ingress") and seen[-1] == ("compute3", "server", "egress"), seen
+    # into a VNF from the switch (its port's egress), out of it into the switch (ingress)
+    assert all(d == ("egress" if dev.endswith("i") else "ingress") for _, dev, d in seen if dev in {v[1] for v in vnf_ports})
+    vnfs = [h for h in lv["hops"] if h["bridge"] == "vnf"]
+    assert len(vnfs) == 3 and all(h.get("time_us", 0) > 0 for h in vnfs), vnfs
+    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"

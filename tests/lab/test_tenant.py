@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import fathom.lab
+from fathom.host import exec as host_exec
 from fathom.host.iperf import iperf3
 from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
@@ -168,6 +169,45 @@ def test_live_trace_agrees_with_the_simulation_and_real_traffic(lab):
                      10, "the down port's flows removed")
         wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode == 0, 10, "vm3 reachable again")
         c.delete(f"/security-groups/{web['id']}")
+    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
+
+
+def test_live_tcp_probe_is_answered_like_any_syn_and_leaves_nothing(lab, tmp_path):
+    """A live TCP probe from vm1 to vm3: to a port nothing listens on, vm3 answers RST; to a listening
+    one, SYN-ACK; the simulated verdict agrees; vm1 sees none of it, the RST after the probe leaves
+    vm3 no half-open connection (no SYN-ACK sent again), no flow changes, no observation point stays."""
+    c = api(lab)
+    ports = {p["name"]: p["id"] for p in c.get("/ports").json()}
+    listener = subprocess.Popen(host_exec.argv(["python3", "-c", "import socket, time\n"
+                                                "s = socket.create_server(('0.0.0.0', 7080)); time.sleep(60)"],
+                                               lab.ns("vm3")))
+    flows = _all_flows(lab)
+    caps = {vm: Capture(lab.ns(vm), "eth0", tmp_path / f"{vm}.pcap", "tcp").start() for vm in ("vm1", "vm3")}
+    try:
+        wait_for(lambda: ":7080" in sh(lab, "vm3", "ss", "-ltn").stdout, 10, "vm3 listens on 7080")
+        for dport, answer in ((7081, "RST (no socket listens)"), (7080, "SYN-ACK (a socket listens)")):
+            body = {"port_id": ports["vm1"], "to_port_id": ports["vm3"], "proto": "tcp", "dport": dport}
+            sim, lv = (c.post("/traces", json={**body, **extra}) for extra in ({}, {"live": True}))
+            assert sim.status_code == lv.status_code == 200, (sim.text, lv.text)
+            sim, lv = sim.json(), lv.json()
+            assert sim["verdict"]["result"] == lv["verdict"]["result"] == "delivered", (sim["verdict"], lv["verdict"])
+            assert lv["verdict"]["reason"].endswith(f"the VM answered it with {answer}"), lv["verdict"]
+            seen = [(p["node"], p["dev"]) for p in lv["live"]["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
+            assert seen == [("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute2", "vm3")], seen
+        time.sleep(1.5)                     # vm3 sends a SYN-ACK again after 1 s when it is left half-open
+    finally:
+        for cap in caps.values():
+            cap.stop()
+        listener.kill()
+        listener.wait()
+    assert caps["vm1"].fields("frame.number") == [], "vm1 saw the probe's packets"
+    # each port: the probe's SYN, vm3's answer (RST-ACK from a closed port, SYN-ACK from the listener), the RST
+    # after it; and nothing more (no SYN-ACK sent again)
+    syn, rst = "··········S·", "·········R··"
+    assert caps["vm3"].fields("tcp.dstport", "tcp.flags.str") == [
+        ("7081", syn), ("49152", "·······A·R··"), ("7081", rst), ("7080", syn), ("49152", "·······A··S·"), ("7080", rst)]
+    assert _all_flows(lab) == flows
     loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
     assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
 

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 from fastapi.testclient import TestClient
-from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 
@@ -37,6 +37,19 @@ def test_the_probe_is_a_marked_icmp_echo_with_right_checksums():
     assert (again[IP].chksum, again[ICMP].chksum) == (ip_sum, icmp_sum)
     with pytest.raises(ValueError):
         p.frame("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 27)
+
+
+def test_a_tcp_probe_is_a_marked_syn_and_its_reset_follows_it():
+    p = Probe(0x1234, 0xBEEF, 7)
+    args = ("02:fa:00:00:01:01", "02:fa:00:00:01:03", "198.19.1.11", "198.19.1.13", 64, 40)
+    syn, rst = Ether(p.frame(*args, tcp=(49152, 80))), Ether(p.frame(*args, tcp=(49152, 80), reset=True))
+    for pkt, flags, seq in ((syn, "S", 0xBEEF0007), (rst, "R", 0xBEEF0008)):
+        assert (pkt[IP].tos >> 2, pkt[IP].id, pkt[IP].len, pkt[TCP].flags, pkt[TCP].seq) == (59, 0x1234, 40, flags, seq)
+        assert (pkt[TCP].sport, pkt[TCP].dport) == (49152, 80)
+        sums = pkt[IP].chksum, pkt[TCP].chksum
+        del pkt[IP].chksum, pkt[TCP].chksum
+        again = Ether(bytes(pkt))
+        assert (again[IP].chksum, again[TCP].chksum) == sums
 
 
 def test_the_bench_finds_the_probe_plain_tagged_and_in_vxlan():
@@ -132,6 +145,49 @@ def test_dropped_after_the_last_sighting_and_unknown_when_a_node_is_not_watched(
     assert live.verdict(found, ports["vm3"], "vm3", {})["result"] == "unknown"
 
 
+def test_out_of_the_cloud_the_probe_is_watched_where_the_walk_leaves(monkeypatch):
+    monkeypatch.setattr(live, "SETTLE", 0)
+    snapshot, states = cloud(LAB / "external.yaml")
+    ports = {p.name: p for p in snapshot.ports}
+    walk = run(snapshot, states, "vm1", "203.0.113.1")        # the upstream host: no port owns it
+    assert walk["verdict"]["result"] == "uplink" and live.exits(walk) == [("gw", "ext0")]
+    assert "ext0" in live.watch_points(walk, ports["vm1"], None)["gw"]
+    out = {"compute1": [_seen("vm1", "injected", 1000), _seen("vm1", "ingress", 1050), _seen("ul0", "egress", 1400)],
+           "gw": [_seen("ul0", "ingress", 1700), _seen("ext0", "egress", 2000, src="203.0.113.4")]}
+    found = live.run(walk, ports["vm1"], None, 64, 84, _agents(out)[0])
+    v = live.verdict(found, None, None, {}, live.exits(walk))
+    assert v["result"] == "uplink" and v["node"] == "gw" and "no answer seen" in v["reason"], v
+    out["gw"].append(_seen("ext0", "ingress", 2600, 0))
+    found = live.run(walk, ports["vm1"], None, 64, 84, _agents(out)[0])
+    assert "an answer came back" in live.verdict(found, None, None, {}, live.exits(walk))["reason"]
+    del out["gw"]                                           # never left compute1: dropped there
+    found = live.run(walk, ports["vm1"], None, 64, 84, _agents(out)[0])
+    assert live.verdict(found, None, None, {}, live.exits(walk))["result"] == "dropped"
+
+
+def test_each_vnf_of_a_chain_gets_its_time():
+    from .test_trace import _three_vnf_chain
+    snapshot, states = cloud(LAB / "sfc.yaml", more=_three_vnf_chain)
+    walk = run(snapshot, states, "other", "198.19.20.21", proto="tcp", dport=8080)
+    # the chain's three VNFs (fwd, nat, proxy) are on compute3 with the server
+    c1 = [_seen("other", "ingress", 1000), _seen("ul0", "egress", 1100)]
+    c3 = [_seen("ul0", "ingress", 1300)]
+    t = 1400
+    for vnf in ("fwd", "nat", "proxy"):
+        c3 += [_seen(f"{vnf}i", "egress", t), _seen(f"{vnf}o", "ingress", t + 50)]
+        t += 100
+    c3.append(_seen("server", "egress", t))
+    found = {"points": [{"node": n, **s, "t_ns": s["ktime_ns"]} for n, seen in (("compute1", c1), ("compute3", c3))
+                        for s in seen]}
+    found["segments"] = live._segments(found["points"], live._between(walk))
+    assert [s["where"] for s in found["segments"] if s["where"].startswith("vnf")] == \
+        ["vnf fwd on compute3", "vnf nat on compute3", "vnf proxy on compute3"]
+    live.annotate(walk, found)
+    assert [h.get("time_us") for h in walk["hops"] if h["bridge"] == "vnf"] == [0.05, 0.05, 0.05]
+    # every crossing of compute3's br-int is timed from the interface it came in by
+    assert [h.get("time_us") for h in walk["hops"] if h["name"] == "compute3"] == [0.1, 0.05, 0.05, 0.05]
+
+
 def test_the_agent_refuses_what_it_does_not_run(tmp_path):
     agent = LiveTraces(LocalOvs(f"unix:{tmp_path}/db.sock"))      # no OVS there: no port is its own
     probe = Probe(1, 2, 3).to_json()
@@ -178,7 +234,8 @@ def test_bad_live_traces_are_refused_before_anything_is_injected(api):
         for body, status, what in (
                 ({"to_ip": "198.19.1.99"}, 422, "no port owns 198.19.1.99"),
                 ({"to_port_id": ids["vm3"], "size": 1451}, 422, "larger than network blue's MTU (1450)"),
-                ({"to_port_id": ids["vm3"], "proto": "tcp", "dport": 80}, 422, "sends an ICMP echo"),
+                ({"to_port_id": ids["vm3"], "proto": "udp", "dport": 53}, 422, "an ICMP echo or a TCP SYN"),
+                ({"to_port_id": ids["vm3"], "proto": "tcp", "dport": 80, "size": 100}, 422, "a bare SYN"),
                 ({"to_port_id": ids["vm3"], "ttl": 0}, 422, "greater than or equal to 1"),
                 ({"to_port_id": ids["vm3"], "size": 27}, 422, "greater than or equal to 28"),
                 ({"to_port_id": ids["red3"]}, 404, "does not exist")):
