@@ -163,6 +163,7 @@ class Writes:
     answers: dict[str, int] = field(default_factory=dict)     # "201", "503", "unreachable", ...
     retried_ok: int = 0        # writes that succeeded after a failed try
     given_up: int = 0          # writes that never succeeded within RETRY_FOR_S
+    unfound: list[str] = field(default_factory=list)   # creations said committed whose port no list shows
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(self, what: str) -> None:
@@ -175,6 +176,12 @@ class Writes:
 
 # what a 409 to a retried write says when the write committed but its answer was lost
 HEADER_COMMITTED = "was committed but its response was not recorded"
+
+
+def committed(r: httpx.Response) -> bool:
+    """A retried write's answer that it committed, though its first answer was lost (the replica
+    that ran it stopped before recording it): as good as the answer for the writer."""
+    return r.status_code == 409 and HEADER_COMMITTED in r.text
 
 
 class Writers:
@@ -219,7 +226,7 @@ class Writers:
                 time.sleep(0.1)
                 continue
             self.writes.count(str(r.status_code))
-            if r.status_code == 409 and HEADER_COMMITTED in r.text:
+            if committed(r):
                 return r     # it committed; its answer was lost with the replica that ran it
             if r.status_code >= 500 or r.status_code == 409:
                 failed = True
@@ -233,25 +240,40 @@ class Writers:
             self.writes.given_up += 1
         return None
 
+    def _find(self, i: int, name: str) -> int | None:
+        """The id of the port named `name`, asked of each replica in turn until one answers."""
+        deadline, tried = time.monotonic() + self.RETRY_FOR_S, 0
+        while time.monotonic() < deadline:
+            http = self.http[(i + tried) % len(self.http)]
+            tried += 1
+            try:
+                r = http.get("/ports", params={"name": name})
+            except httpx.HTTPError:
+                r = None
+            if r is not None and r.status_code == 200:
+                return r.json()[0]["id"] if r.json() else None
+            time.sleep(0.1)
+        return None
+
     def _run(self, i: int) -> None:
         k = 0
         while not self._stop.is_set():
             k += 1
-            r = self._write(i, "POST", "/ports", {"network_id": self.network_id, "name": f"{self.prefix}{i}-{k}",
+            name = f"{self.prefix}{i}-{k}"
+            r = self._write(i, "POST", "/ports", {"network_id": self.network_id, "name": name,
                                                   "fixed_ips": [{"ip_address": self.ips[i]}]})
-            if r is not None and r.status_code == 409:     # committed, unanswered: found by its name
-                found = self.http[i % len(self.http)].get("/ports", params={"name": f"{self.prefix}{i}-{k}"}).json()
-                if not found:
-                    continue
-                port = found[0]["id"]
-            elif r is None or r.status_code != 201:
+            if r is None or (r.status_code != 201 and not committed(r)):
                 continue
-            else:
-                port = r.json()["id"]
-                with self.writes.lock:
-                    self.writes.created[port] = r.json()["name"]
+            # a creation that committed unanswered (409) is found by its name
+            port = r.json()["id"] if r.status_code == 201 else self._find(i, name)
+            with self.writes.lock:
+                if port is None:
+                    self.writes.unfound.append(name)
+                    continue
+                self.writes.created[port] = name
             r = self._write(i, "DELETE", f"/ports/{port}")
-            if r is not None and r.status_code in (204, 404):
+            # a deletion that committed unanswered (409) is done too
+            if r is not None and (r.status_code in (204, 404) or committed(r)):
                 with self.writes.lock:
                     self.writes.deleted.add(port)
 
@@ -261,7 +283,8 @@ class Writers:
         present = {p["id"] for p in api.list("/ports") if p["name"].startswith(self.prefix)}
         w = self.writes
         return ([f"created {w.created[p]} (id {p}) missing" for p in w.created if p not in w.deleted and p not in present]
-                + [f"deleted {w.created[p]} (id {p}) still there" for p in w.deleted if p in present])
+                + [f"deleted {w.created[p]} (id {p}) still there" for p in w.deleted if p in present]
+                + [f"created {name} (committed, unanswered) not found" for name in w.unfound])
 
     def close(self) -> None:
         for h in self.http:

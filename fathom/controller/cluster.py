@@ -31,7 +31,7 @@ from fathom.cluster.leases import pki_fingerprint
 from fathom.cluster.mastership import Mastership
 from fathom.controller import channels
 from fathom.controller.bootstrap import local_ip_towards
-from fathom.controller.switch import ApplyError
+from fathom.controller.switch import ApplyError, NotRegistered
 from fathom.model import datapath_id, datapath_id_fabric
 
 LOG = logging.getLogger("fathom.cluster")
@@ -162,7 +162,7 @@ class ClusterMember:
         epoch = self.mastership.epoch(switch_name(dpid))
         try:
             session.request_role(epoch)
-        except ApplyError as e:   # NotMaster: stale epoch (another is master); or the switch went away
+        except (ApplyError, NotRegistered) as e:   # NotMaster: stale epoch (another is master); or the switch went away
             LOG.warning("switch %s: role request (%s) failed: %s", switch_name(dpid),
                         "slave" if epoch is None else f"master, epoch {epoch}", e)
             return

@@ -7,7 +7,8 @@ count against what we installed, each node's OVSDB replica against the port numb
 compiled with) and, rarely, an audit reading a few switches back in turn (AUDIT_FLOWS); whatever
 they find is logged and counted and repaired by a pass. Changes that arrive while a pass runs are
 coalesced into the next one, which in a sustained burst starts after a pause as long as that pass
-(at most BURST_PAUSE). A pass only orchestrates the parts that do the work:
+(at most BURST_PAUSE; none when a switch connected or became this replica's meanwhile). A pass
+only orchestrates the parts that do the work:
 
 1. it reads again the parts of the store the API wrote since the last pass (fathom.store.changes;
    the whole store on the first pass, an explicit sync and the audit), and adds the switches'
@@ -60,7 +61,8 @@ AUDIT_FLOWS = 20_000
 # pass waits as long as the last one took, at most BURST_PAUSE seconds: the burst is coalesced into
 # fewer passes and the API threads, which share the interpreter with the passes, are not starved. A
 # change after a quiet moment, or the one or two that make a port up (its API call, its VIF), is
-# reconciled at once.
+# reconciled at once; so is a switch that (re)connected or whose master role this replica gained
+# (a switch nobody writes to waits for nothing: the pause ends when it comes).
 BURST_PASSES = 2
 BURST_PAUSE = 0.25
 # A switch's flows outlive its controller (fail-mode secure), and OVS reconnects within its backoff
@@ -132,6 +134,7 @@ class Reconciler:
         self.board = StatusBoard()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._switch_due = threading.Event()   # a switch (re)connected or gained: no burst pause
         self._events_lock = threading.Lock()
         self._events = _Events(store=True, triggers={"start"})
         self.last = PassResult()
@@ -244,9 +247,11 @@ class Reconciler:
         self.applier.forget(dpid)
         name = next((k.name for k, r in self.results.items() if r.dpid == dpid), None)
         self._event("switch", setup=name)
+        self._switch_due.set()
 
     def stop(self) -> None:
         self._stop.set()
+        self._switch_due.set()
         self._wake.set()
         self._setups.stop()
 
@@ -254,6 +259,7 @@ class Reconciler:
         with self._events_lock:
             ev, self._events = self._events, _Events()
             self._wake.clear()
+            self._switch_due.clear()
         ev.seq = self.board.requested
         return ev
 
@@ -280,7 +286,7 @@ class Reconciler:
                     self.run_pass(audit=False)
                     self._busy = self._busy + 1 if self._wake.is_set() else 0
                     if self._busy >= BURST_PASSES:   # a sustained burst: see BURST_PAUSE
-                        self._stop.wait(min(self.last_pass_seconds, BURST_PAUSE))
+                        self._switch_due.wait(min(self.last_pass_seconds, BURST_PAUSE))
                 elif now >= self._next_audit:
                     self._next_audit = now + self.audit_interval
                     self._next_check = now + self.interval

@@ -1,6 +1,7 @@
 """`fathom controller`: one process with the REST API, the OpenFlow controller and the reconciler."""
 from __future__ import annotations
 
+import asyncio
 import atexit
 import dataclasses
 import gc
@@ -17,6 +18,7 @@ from fathom.api.console import benchmarks_router, console_router, events_router
 from fathom.api.runtime import runtime_router, tap_runtime_router
 from fathom.api.traces import traces_router
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
+from fathom.api.deps import store_error_response
 from fathom.auth.tokens import ensure_admin_token
 from fathom.controller import channels, ofapp, ofgate
 from fathom.controller import switch as sw
@@ -33,6 +35,7 @@ from fathom.controller import workers
 from fathom.controller.taps import TapCollector, policy_stats
 from fathom.cluster import feed
 from fathom.store.db import head_revision, make_engine, open_store, session_factory
+from fathom.store.errors import Busy, Unavailable
 
 LOG = logging.getLogger("fathom.controller")
 
@@ -165,7 +168,7 @@ STOP_GRACE_S = 2
 def run_api(app, guard: Guard, sockets: list[socket.socket], on_stop=None) -> None:
     """Serve `app` on the listening `sockets` until SIGTERM or SIGINT; `on_stop()` is called on the
     server's event loop when it starts to stop."""
-    config = uvicorn.Config(DateHeader(Gate(app, guard)), log_level="warning", http=guard.protocol,
+    config = uvicorn.Config(DateHeader(CutShort(Gate(app, guard))), log_level="warning", http=guard.protocol,
                             timeout_keep_alive=5, date_header=False, proxy_headers=False,
                             timeout_graceful_shutdown=STOP_GRACE_S)
     QuietServer(config, on_stop).run(sockets=sockets)
@@ -215,7 +218,6 @@ class QuietServer(uvicorn.Server):
         await super().shutdown(sockets)
 
     async def main_loop(self) -> None:
-        import asyncio
         self._exit_asked, self._loop = asyncio.Event(), asyncio.get_running_loop()
         while not await self.on_tick(0):
             try:
@@ -254,3 +256,35 @@ class DateHeader:
                 message = {**message, "headers": [*message.get("headers", ()), (b"date", self._date())]}
             await send(message)
         return await self.app(scope, receive, send_dated)
+
+
+class CutShort:
+    """ASGI middleware: a request still running STOP_GRACE_S after SIGTERM is cancelled by uvicorn,
+    which would answer it 500; it is answered 503 with Retry-After instead, so its client asks
+    another replica. Whether a write so cut short is applied cannot be told (its thread may still
+    commit it): a write with a request id runs at most once whichever replica the retry reaches
+    (fathom.api.request_ids); a client without one reads before it retries
+    (fathom.store.errors.Unavailable)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+        try:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            if started:     # too late for another status: uvicorn closes the connection
+                raise
+            response = store_error_response(Unavailable(
+                "the controller is stopping and cut the request short; a write may have been applied: "
+                "retry it with the same Idempotency-Key, or read the objects first"))
+            response.headers["Retry-After"] = str(Busy.RETRY_AFTER)
+            await response(scope, receive, send)

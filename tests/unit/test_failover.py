@@ -19,24 +19,29 @@ from fathom.client import Client, Unreachable
 from fathom.lab.controller import free_port
 
 
-@pytest.fixture(scope="module")
-def controller(postgres, tmp_path_factory):
-    """A controller with two API processes on a fresh PostgreSQL database: (url, token, db url)."""
-    state, db = tmp_path_factory.mktemp("ctl"), postgres.new_database()
+def start_controller(db: str, state: Path, *args: str) -> tuple[subprocess.Popen, str, str]:
+    """`fathom controller` on `db` with its state in `state`, once its API answers: (process, url, token)."""
     port = free_port()
     fathom = Path(sys.executable).with_name("fathom")
     proc = subprocess.Popen([str(fathom), "controller", "--insecure", "--db", db, "--api-port", str(port),
                              "--of-port", str(free_port()), "--of-host", "127.0.0.1", "--state-dir", str(state),
-                             "--api-workers", "2", "--interval", "60"], stdout=open(state / "log", "wb"), stderr=subprocess.STDOUT)
+                             "--interval", "60", *args], stdout=open(state / "log", "wb"), stderr=subprocess.STDOUT)
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 90   # a migrated store and three processes; slow on a busy machine
     while True:
         assert proc.poll() is None and time.monotonic() < deadline, (state / "log").read_text()
         try:
             token = (state / ADMIN_TOKEN_FILE).read_text().strip()
             Client(url, token=token, timeout=1).get("/networks")
-            break
+            return proc, url, token
         except (OSError, Unreachable):
             time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def controller(postgres, tmp_path_factory):
+    """A controller with two API processes on a fresh PostgreSQL database: (url, token, db url)."""
+    db = postgres.new_database()
+    proc, url, token = start_controller(db, tmp_path_factory.mktemp("ctl"), "--api-workers", "2")
     yield url, token, db
     proc.terminate()
     proc.wait(10)
@@ -135,3 +140,26 @@ def test_the_console_s_event_stream_passes_through_a_worker(controller):
         if "1" in workers:
             break
     assert "1" in workers, workers
+
+
+def test_a_request_still_running_when_the_controller_stops_is_answered_503(controller, tmp_path):
+    """SIGTERM: what still runs STOP_GRACE_S later is cut short, and its client is told 503 with
+    Retry-After (ask another replica), not 500. Here a network's creation waits on a lock the test
+    holds on the table."""
+    _, token, db = controller
+    proc, url, _ = start_controller(db, tmp_path)     # one more controller on the same store
+    headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": uuid.uuid4().hex}
+    try:
+        with create_engine(db).connect() as c, ThreadPoolExecutor(1) as pool:
+            c.execute(text("LOCK TABLE networks IN ACCESS EXCLUSIVE MODE"))
+            answer = pool.submit(httpx.post, url + "/v1/networks", json={"name": "cut-short"}, headers=headers,
+                                 timeout=30)
+            time.sleep(1.0)      # the creation is waiting on the lock
+            proc.terminate()
+            r = answer.result(timeout=20)
+            c.rollback()         # the lock freed: the stopping controller's thread ends, and the process
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1", (r.status_code, r.text)
+        assert "stopping" in r.json()["detail"][0]["msg"]
+        proc.wait(20)
+    finally:
+        proc.kill()

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from fathom.apps import BR_INT, SwitchKey
+from fathom.controller import reconciler as reconciler_module
 from fathom.controller.extension import Extension
 from fathom.controller.metrics import METRICS
 from fathom.pipeline import cookies as ck
@@ -272,6 +273,49 @@ def test_a_thousand_port_changes_coalesce_without_losing_one(cloud):
           f"slowest {max(reads):.3f} s")
     assert ran < 250 and sent < 500
     assert reads and max(reads) < 2.0, f"an API read waited {max(reads):.2f} s behind the reconciler"
+
+
+def test_a_switch_that_connects_during_a_burst_is_reconciled_without_the_burst_s_pause(cloud, monkeypatch):
+    """In a sustained burst of writes the loop pauses between passes (BURST_PAUSE); a switch that
+    connects, or whose master role this replica gains, ends the pause: its resync waits for no more
+    writes (here the pause is made 30 s long)."""
+    monkeypatch.setattr(reconciler_module, "BURST_PAUSE", 30.0)
+    rec = cloud.rec
+    run_pass = rec.run_pass
+
+    def long_pass(*args, **kwargs):      # as if each pass took 30 s: the pause is as long
+        result = run_pass(*args, **kwargs)
+        rec.last_pass_seconds = 30.0
+        return result
+    monkeypatch.setattr(rec, "run_pass", long_pass)
+    burst = threading.Event()
+
+    def write():
+        while burst.is_set():
+            rec.wake()
+            time.sleep(0.002)
+    loop, writes = threading.Thread(target=rec.run_forever, daemon=True), threading.Thread(target=write)
+    burst.set()
+    loop.start()
+    writes.start()
+    try:
+        deadline = time.monotonic() + 10
+        while rec._busy < reconciler_module.BURST_PASSES and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rec._busy >= reconciler_module.BURST_PASSES, "no sustained burst"
+        burst.clear()
+        writes.join(5)
+        time.sleep(0.2)                  # the loop is in its pause
+        passes = rec.passes
+        rec.switch_changed(cloud.br_int("compute1").dpid)
+        deadline = time.monotonic() + 10
+        while rec.passes == passes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert rec.passes > passes, "the switch waited for the burst's pause"
+    finally:
+        burst.clear()
+        rec.stop()
+        loop.join(10)
 
 
 def test_a_lost_ovsdb_event_is_caught_by_the_check(cloud):
