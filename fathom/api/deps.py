@@ -21,7 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, InternalError, OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import ObjectDeletedError, StaleDataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -200,6 +200,9 @@ def validation_error_response(exc: RequestValidationError) -> JSONResponse:
     return JSONResponse(status_code=422, content={"detail": items})
 
 
+IDLE_IN_TRANSACTION_TIMEOUT = "25P03"     # PostgreSQL's SQLSTATE
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_store_error(_request: Request, exc: StoreError):
         return store_error_response(exc)
@@ -218,7 +221,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return store_error_response(Unavailable("the store failed the request (database unreachable?); "
                                                 "read the objects before retrying a write"))
 
+    async def on_session_ended(request: Request, exc: InternalError):
+        # PostgreSQL ended a session left idle in a transaction (a stalled process: 25P03); the
+        # transaction was rolled back
+        if getattr(exc.orig, "sqlstate", None) != IDLE_IN_TRANSACTION_TIMEOUT:
+            raise exc
+        log.warning("%s %s: %s", request.method, request.url.path, str(exc.orig)[:200])
+        return store_error_response(Busy("the store ended this request's transaction; nothing was changed: retry"))
+
     app.add_exception_handler(StoreError, on_store_error)
+    app.add_exception_handler(InternalError, on_session_ended)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(OperationalError, on_store_unavailable)

@@ -92,3 +92,31 @@ def test_a_write_whose_session_the_server_ended_fails_with_the_server_s_error(ur
                 other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
             session.execute(text("SELECT 1"))
     engine.dispose()
+
+
+def test_a_transaction_postgresql_ended_for_idling_is_answered_503_not_500(url):
+    """A process stalled inside a transaction past PostgreSQL's idle-in-transaction timeout gets
+    InternalError (SQLSTATE 25P03), not OperationalError: the API answers it 503 all the same."""
+    import time
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from sqlalchemy.exc import InternalError
+
+    from fathom.api.deps import install_error_handlers
+    engine = open_store(url)
+    with pytest.raises(InternalError) as ended:
+        with engine.connect() as conn:
+            conn.execute(text("SET idle_in_transaction_session_timeout = '100ms'"))
+            conn.execute(text("SELECT 1"))
+            time.sleep(0.5)
+            conn.execute(text("SELECT 1"))
+    engine.dispose()
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.post("/stalled")
+    def stalled():
+        raise ended.value
+    r = TestClient(app).post("/stalled")
+    assert r.status_code == 503 and "Retry-After" in r.headers and "nothing was changed" in r.text, r.text
