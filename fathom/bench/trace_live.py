@@ -264,7 +264,7 @@ def markdown(doc: dict) -> str:
         f"of which the stages (ofproto/trace per switch) p50 {doc['stages_ms']['p50']:.0f} ms. "
         f"Verdicts {doc['verdicts']}.",
         "",
-        "Per point, the trace's stamp − tcpdump's (µs; ≈ 0 at egress, the backlog wait at ingress):",
+        "Per point, the trace's stamp − tcpdump's (µs; a little below 0 at egress, the backlog wait at ingress):",
         "",
         "| point | p50 | p90 | p99 | n |", "|---|---|---|---|---|",
         *[f"| {name} | {d['p50']:+.1f} | {d['p90']:+.1f} | {d['p99']:+.1f} | {d['n']} |" for name, d in doc["points_us"].items()],

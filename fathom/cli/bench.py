@@ -494,7 +494,7 @@ def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json
 @click.option("--ports", type=click.IntRange(1, 1000), default=100, show_default=True, help="ports per node")
 @click.option("--samples", type=click.IntRange(1, 100000), default=200, show_default=True, help="traces timed")
 @click.option("--seed", type=int, default=1, show_default=True, help="of the random draw of port pairs")
-@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces")
+@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces (with --live: 5 traces, 2 pairs of 3 s)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-trace-<timestamp>/")
 @click.option("--live", "live", type=click.IntRange(1, 1000), default=None,
               help="instead: N live traces on the default lab (needs root): answer time, per-hop times vs tcpdump")
