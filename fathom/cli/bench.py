@@ -494,12 +494,18 @@ def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json
 @click.option("--ports", type=click.IntRange(1, 1000), default=100, show_default=True, help="ports per node")
 @click.option("--samples", type=click.IntRange(1, 100000), default=200, show_default=True, help="traces timed")
 @click.option("--seed", type=int, default=1, show_default=True, help="of the random draw of port pairs")
-@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces")
+@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces (with --live: 5 traces, 2 pairs of 3 s)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-trace-<timestamp>/")
 @click.option("--live", "live", type=click.IntRange(1, 1000), default=None,
               help="instead: N live traces on the default lab (needs root): answer time, per-hop times vs tcpdump")
+@click.option("--iperf", "with_iperf", is_flag=True,
+              help="with --live: also iperf3 vm1 -> vm3 with and without live traces, interleaved pairs")
+@click.option("--pairs", type=click.IntRange(2, 50), default=5, show_default=True,
+              help="with --iperf: on/off pairs at least (more until N traces ran during the on runs)")
+@click.option("--iperf-seconds", type=click.IntRange(1, 600), default=10, show_default=True,
+              help="with --iperf: seconds of each iperf3 run")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def trace_bench(nodes, ports, samples, seed, quick, outdir, live, as_json):
+def trace_bench(nodes, ports, samples, seed, quick, outdir, live, with_iperf, pairs, iperf_seconds, as_json):
     """Simulated trace latency (p50/p99, wall clock and CPU) on bench scale's model of NODES x PORTS:
     a random port to a random other port of its network, as POST /v1/traces runs it. With --live N:
     the live trace on a lab instead."""
@@ -507,8 +513,10 @@ def trace_bench(nodes, ports, samples, seed, quick, outdir, live, as_json):
     if live is not None:
         from fathom.bench import trace_live
         out = output_dir("trace", outdir)
-        return publish("trace", trace_live.run(5 if quick else live, progress=stderr_progress()), out, trace_live,
-                       as_json)
+        if quick:
+            live, pairs, iperf_seconds = 5, 2, 3
+        doc = trace_live.run(live, progress=stderr_progress(), with_iperf=with_iperf, pairs=pairs, seconds=iperf_seconds)
+        return publish("trace", doc, out, trace_live, as_json)
     if quick:
         nodes, ports, samples = 10, 10, 50
     out = output_dir("trace", outdir)

@@ -252,3 +252,47 @@ def test_bad_live_traces_are_refused_before_anything_is_injected(api):
     finally:
         desk.ask_live = real
     assert asked == []
+
+
+def test_the_bench_pairs_interleaved_runs_and_reports_the_noise_floor():
+    from fathom.bench.trace_live import interleaved
+    order = ["on", "off", "off", "on", "on", "off", "off", "on", "on", "off", "off", "on"]
+    runs = [0.98, 1.00, 1.02, 1.00, 0.99, 1.00, 0.96, 0.96, 1.00, 1.01, 1.00, 0.99]
+    got = interleaved(runs, order, 0.99)
+    assert got["pair_ratios"] == pytest.approx([0.98, 1.00 / 1.02, 0.99, 1.0, 1.00 / 1.01, 0.99])
+    assert got["gbps"]["off"] == [1.00, 1.02, 1.00, 0.96, 1.01, 1.00]
+    # consecutive off runs, nothing changed between them: 2 %, 2 %, 4 %, 5 %, 1 %
+    assert got["noise_floor"]["off_off_change"] == pytest.approx([0.02, 0.02 / 1.02, 0.04, 0.05 / 0.96, 0.01 / 1.01])
+    assert got["noise_floor"]["median"] == pytest.approx(0.02)
+    assert got["resolves_target"] is False and got["verdict"] == "not resolved" and "not below the 1%" in got["note"]
+    quiet = interleaved([1.0, 1.0] * 6, ["on", "off"] * 6, 0.99)
+    assert quiet["pair_ratio_median"] == 1.0 and quiet["resolves_target"] is True and quiet["verdict"] == "shown"
+    assert interleaved([0.9, 1.0] * 6, ["on", "off"] * 6, 0.99)["verdict"] == "refuted"
+
+
+def test_the_bench_compares_like_stamps_with_like():
+    from fathom.bench.trace_live import compare
+    probe = {"icmp_id": 0xBEEF, "icmp_seq": 7}
+    key = (0xBEEF, 7)
+
+    def point(node, dev, direction, t, icmp_type=8):
+        return {"node": node, "dev": dev, "dir": direction, "icmp_type": icmp_type, "t_ns": t}
+    # tcpdump's receive stamps come 30 µs before TC ingress (the backlog); its send stamps 1 µs after TC egress
+    points = [point("compute1", "vm1", "injected", 0), point("compute1", "vm1", "ingress", 100_000),
+              point("compute1", "ul0", "egress", 200_000), point("compute2", "ul0", "ingress", 300_000),
+              point("compute2", "vm3", "egress", 400_000), point("compute2", "vm3", "ingress", 500_000, 0),
+              point("compute2", "ul0", "egress", 600_000, 0), point("compute1", "vm1", "egress", 700_000, 0)]
+    seen = {("compute1", "vm1", 8): {key: 70_000}, ("compute1", "ul0", 8): {key: 201_000},
+            ("compute2", "ul0", 8): {key: 270_000}, ("compute2", "vm3", 8): {key: 401_000},
+            ("compute2", "vm3", 0): {key: 470_000}, ("compute2", "ul0", 0): {key: 601_000}}
+    got = compare([{"live": {"probe": probe, "points": points}}], seen)
+    assert got["points_us"]["vm1@compute1 ingress (request)"]["p50"] == 30.0
+    assert got["points_us"]["ul0@compute1 egress (request)"]["p50"] == -1.0
+    assert "vm1@compute1 egress (reply)" not in got["points_us"]       # dropped at TC egress: tcpdump never sees it
+    like = got["egress_segments"]
+    assert list(like) == ["ul0@compute1 egress (request) → vm3@compute2 egress (request)",
+                          "vm3@compute2 egress (request) → ul0@compute2 egress (reply)"]
+    assert all(s["difference_us"]["p50"] == 0.0 for s in like.values())
+    hops = got["hop_segments"]
+    assert hops["vm1@compute1 ingress (request) → ul0@compute1 egress (request)"]["difference_us"]["p50"] == -31.0
+    assert hops["ul0@compute1 egress (request) → ul0@compute2 ingress (request)"]["abs_difference_us"]["p50"] == 31.0
