@@ -53,6 +53,7 @@ class ClusterMember:
         mastership.on_gain = lambda switch, epoch: self._ask(int(switch, 16))
         mastership.on_loss = self._lost
         mastership.on_reports = reconciler.reported_elsewhere
+        mastership.on_peers = self.peers_changed
         reconciler.cluster = self
         reconciler.statuses.writers = self.writers
         bootstrapper = reconciler.bootstrapper
@@ -133,6 +134,15 @@ class ClusterMember:
                                                           self.reconciler.bootstrapper.controller_port)]
 
     # ------------------------------------------------------------------ events
+
+    def peers_changed(self) -> None:
+        """The live replicas' OpenFlow listeners changed (one joined, left or stopped counting as
+        live): the nodes this replica sets up get their controller targets written again, so every
+        switch reaches every live replica (a replica a switch does not reach gets no lease of it)."""
+        model = self.reconciler.model
+        for node in (model.nodes if model else ()):
+            if self.sets_up(datapath_id(node.id)):
+                self.reconciler.recheck_setup(node.name)
 
     def connected(self, dpid: int) -> None:
         """A switch (re)connected or went away: a new connection is equal; ask for our role."""
