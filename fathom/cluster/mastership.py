@@ -202,8 +202,6 @@ class Mastership:
         self._known |= new
         listeners_changed = set(got.openflow.values()) != set(self.peers.values())
         self.taken, self.peers = got.taken, got.openflow
-        if listeners_changed:
-            self._call(self.on_peers)
         now = time.time()
         at_replica: dict[str, tuple[float, str]] = {}
         for replica, heard in got.agents.items():
@@ -231,6 +229,8 @@ class Mastership:
                 METRICS.changes.labels("gained").inc()
                 LOG.info("replica %s: master of %s, epoch %d", self.id, switch, epoch)
                 self._call(self.on_gain, switch, epoch)
+        if listeners_changed:     # after the leases: it asks which switches this replica now sets up
+            self._call(self.on_peers)
 
     # ------------------------------------------------------------------ losses
 

@@ -215,9 +215,10 @@ def _start_all(controllers: list[Controller]) -> None:
 
 
 def _replica_id(api, ctl: Controller) -> str | None:
-    """The cluster's id of the replica whose OpenFlow listener is `ctl`'s."""
+    """The cluster's id of the live replica whose OpenFlow listener is `ctl`'s (a replica stopped
+    before it may still have a row there)."""
     listener = f"127.0.0.1:{ctl.of_port}"
-    return next((r["id"] for r in api.get("/cluster")["replicas"] if r["openflow"] == listener), None)
+    return next((r["id"] for r in api.get("/cluster")["replicas"] if r["openflow"] == listener and r["live"]), None)
 
 
 def _roles(fleet: Fleet, api) -> dict:
