@@ -32,7 +32,8 @@ from fathom.cluster.mastership import Mastership
 from fathom.controller import channels
 from fathom.controller.bootstrap import local_ip_towards
 from fathom.controller.switch import ApplyError
-from fathom.model import datapath_id, datapath_id_fabric
+from fathom.model import datapath_id, datapath_id_fabric, datapath_id_phy
+from fathom.model.routers import fabric_state
 
 LOG = logging.getLogger("fathom.cluster")
 
@@ -137,12 +138,16 @@ class ClusterMember:
 
     def peers_changed(self) -> None:
         """The live replicas' OpenFlow listeners changed (one joined, left or stopped counting as
-        live): the nodes this replica sets up get their controller targets written again, so every
-        switch reaches every live replica (a replica a switch does not reach gets no lease of it)."""
+        live): the switches this replica sets up (a node's br-int or br-phy, a fabric switch) get
+        their controller targets written again, so every switch reaches every live replica (a
+        replica a switch does not reach gets no lease of it)."""
         model = self.reconciler.model
         for node in (model.nodes if model else ()):
-            if self.sets_up(datapath_id(node.id)):
+            if self.sets_up(datapath_id(node.id)) or self.sets_up(datapath_id_phy(node.id)):
                 self.reconciler.recheck_setup(node.name)
+        for switch in (fabric_state(model).switches if model else ()):
+            if self.sets_up(datapath_id_fabric(switch.id)):
+                self.reconciler.recheck_setup(switch.name)
 
     def connected(self, dpid: int) -> None:
         """A switch (re)connected or went away: a new connection is equal; ask for our role."""

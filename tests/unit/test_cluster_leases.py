@@ -259,6 +259,7 @@ class _Consumer:
         self.applier = self
         self.bootstrapper = type("Bootstrapper", (), {"controller_port": 6653})()
         self.statuses = type("StatusWriter", (), {"writers": None})()
+        self.model = None
 
     def reported_elsewhere(self):
         pass
@@ -330,7 +331,8 @@ def test_a_master_writes_its_nodes_controller_targets_again_when_a_replica_joins
     from fathom.controller.cluster import ClusterMember, switch_name
     from fathom.model import datapath_id
     consumer = _Consumer()
-    consumer.model = SimpleNamespace(nodes=[SimpleNamespace(id=1, name="n1"), SimpleNamespace(id=2, name="n2")])
+    consumer.model = SimpleNamespace(nodes=[SimpleNamespace(id=1, name="n1"), SimpleNamespace(id=2, name="n2")],
+                                     fabric=None)
     consumer.rechecked = []
     consumer.recheck_setup = consumer.rechecked.append
     reach = [switch_name(datapath_id(1))]          # a reaches n1's br-int only; nobody holds n2's
