@@ -142,10 +142,11 @@ class ClusterMember:
         their controller targets written again, so every switch reaches every live replica (a
         replica a switch does not reach gets no lease of it)."""
         model = self.reconciler.model
+        fabric = fabric_state(model).switches if model else ()   # br-phy is set up only beside a fabric switch
         for node in (model.nodes if model else ()):
-            if self.sets_up(datapath_id(node.id)) or self.sets_up(datapath_id_phy(node.id)):
+            if self.sets_up(datapath_id(node.id)) or (fabric and self.sets_up(datapath_id_phy(node.id))):
                 self.reconciler.recheck_setup(node.name)
-        for switch in (fabric_state(model).switches if model else ()):
+        for switch in fabric:
             if self.sets_up(datapath_id_fabric(switch.id)):
                 self.reconciler.recheck_setup(switch.name)
 
