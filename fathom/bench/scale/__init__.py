@@ -1,6 +1,6 @@
 """`fathom bench scale`: the controller at scale, against simulated switches and a real store.
 
-Three measurements, each against a real `fathom controller` process, one module each:
+Four measurements, each against real `fathom controller` processes, one module each:
 
 - **API create rate** (`api`): concurrent writers create ports through the REST API, on SQLite and
   on PostgreSQL.
