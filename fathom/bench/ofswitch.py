@@ -9,13 +9,25 @@ periodic check's flow count) and port
 description multipart requests (replies split at 64 KiB like any switch's). What a flow stats
 entry says about a flow is the match and instructions exactly as the controller sent them.
 
+A switch has one connection per controller target, each with its role as OVS keeps it: a new
+connection is equal; role requests as OpenFlow 1.4 says them (the switch keeps the largest
+generation_id of a master or slave request and refuses an older one, OFPRRFC_STALE; a new master
+turns the previous one into a slave and sends it a role status), and a slave's writes are refused
+(OFPBRC_IS_SLAVE). A lost connection is tried again every second (the controller sets max_backoff
+to 1 s). With a node's OVSDB given (`connect`'s "ovsdb"), the switch's targets are that OVSDB's
+Controller rows, followed as they change, and each write there is acknowledged as ovs-vswitchd does
+(cur_cfg set to next_cfg), so the controller's OVSDB transactions complete.
+
 Run as its own process, so the controller's CPU is measured alone:
 
     python -m fathom.bench.ofswitch --controller 127.0.0.1:6653
 
 Commands, one JSON line each on stdin, one JSON line answered on stdout:
   {"op": "connect", "dpids": [int, ...]}   connect these switches (answers once all are in MAIN state,
-                                           i.e. the controller asked for their port descriptions)
+                                           i.e. the controller asked for their port descriptions, on
+                                           every connection); with "ovsdb": {dpid: "tcp:IP:6640"},
+                                           each to the targets in its node's OVSDB
+  {"op": "roles"}                          -> {dpid: {"generation": n, "masters": k, "connections": c}}
   {"op": "counts"}                         -> {"flows": {dpid: n}, "groups": {...}, "meters": {...}}
   {"op": "wipe"}                           empty every table (like `ovs-ofctl del-flows` on each)
   {"op": "quit"}
@@ -34,100 +46,131 @@ from os_ken.ofproto import ofproto_parser, ofproto_v1_4 as ofp
 
 from fathom.controller.fakeswitch import FakeSwitch
 
+SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+
 HEADER = struct.Struct("!BBHI")
 FLOW_MOD_FIXED = 48        # header + the flow mod's fields before its match
 GROUP_MOD_FIXED = 16       # header + command, type, pad, group id
 METER_MOD_FIXED = 16       # header + command, flags, meter id
 MAX_MSG = 0xFFFF
+NO_GENERATION = 0xFFFFFFFFFFFFFFFF   # the generation_id a switch answers before any master or slave request
+RECONNECT_S = 1.0                    # between attempts to reach a controller (fathom sets max_backoff 1 s)
+WRITES = (ofp.OFPT_FLOW_MOD, ofp.OFPT_GROUP_MOD, ofp.OFPT_METER_MOD, ofp.OFPT_BUNDLE_CONTROL,
+          ofp.OFPT_BUNDLE_ADD_MESSAGE)   # refused from a slave (OFPBRC_IS_SLAVE)
 
 
 class OFSwitch:
-    """One simulated switch on one OpenFlow connection (a thread reads and answers)."""
+    """One simulated switch: its tables, and one connection (Channel) per controller target."""
 
-    def __init__(self, dpid: int, controller: tuple[str, int]):
+    def __init__(self, dpid: int, controller: tuple[str, int] | None = None):
         self.dpid = dpid
         self.tables = FakeSwitch(dpid)
         self.raw_flows: dict[tuple, bytes] = {}   # flow key -> match + instructions as received
         self.raw_groups: dict[int, bytes] = {}    # group id -> buckets as received
         self.raw_meters: dict[int, bytes] = {}    # meter id -> bands as received
         self.bundles: dict[int, list[tuple[int, bytes]]] = {}   # bundle id -> [(add xid, message)]
-        self.ready = threading.Event()            # the controller asked for our ports: MAIN state
-        self.closed = threading.Event()
+        self.generation: int | None = None        # the largest generation_id of a master or slave request
+        self.channels: dict[tuple[str, int], Channel] = {}
         self.lock = threading.Lock()
-        self.sock = socket.create_connection(controller)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.send(ofp.OFPT_HELLO, 0, b"")
-        threading.Thread(target=self._loop, daemon=True, name=f"ofswitch-{dpid:x}").start()
+        if controller is not None:
+            self.set_targets([controller])
 
-    # ------------------------------------------------------------------------------ wire
+    def set_targets(self, targets: list[tuple[str, int]]) -> None:
+        """Connect to these controllers (and close the connections to any other)."""
+        with self.lock:
+            for target in set(self.channels) - set(targets):
+                self.channels.pop(target).stop()
+            for target in targets:
+                if target not in self.channels:
+                    self.channels[target] = Channel(self, target)
 
-    def send(self, msg_type: int, xid: int, body: bytes) -> None:
-        self.sock.sendall(HEADER.pack(ofp.OFP_VERSION, msg_type, HEADER.size + len(body), xid) + body)
+    def ready(self) -> bool:
+        """Connected to every target, each in MAIN state (the controller asked for our ports)."""
+        with self.lock:
+            channels = list(self.channels.values())
+        return bool(channels) and all(c.ready.is_set() for c in channels)
 
-    def _loop(self) -> None:
-        buf = b""
-        try:
-            while True:
-                data = self.sock.recv(1 << 20)
-                if not data:
-                    break
-                buf += data
-                while len(buf) >= HEADER.size:
-                    _version, msg_type, length, xid = HEADER.unpack_from(buf)
-                    if len(buf) < length:
-                        break
-                    msg, buf = buf[:length], buf[length:]
-                    self._handle(msg_type, xid, msg)
-        except OSError:
-            pass
-        finally:
-            self.closed.set()
+    # ------------------------------------------------------------------------------ roles
 
-    def _error(self, xid: int, err_type: int, code: int, offending: bytes) -> None:
-        self.send(ofp.OFPT_ERROR, xid, struct.pack("!HH", err_type, code) + offending[:64])
+    def _role(self, channel: "Channel", xid: int, msg: bytes) -> None:
+        """A role request, as OVS answers it (ofproto's handle_role_request)."""
+        role, generation = struct.unpack_from("!I4xQ", msg, HEADER.size)
+        names = {ofp.OFPCR_ROLE_EQUAL: "equal", ofp.OFPCR_ROLE_MASTER: "master", ofp.OFPCR_ROLE_SLAVE: "slave"}
+        demoted = []
+        with self.lock:
+            if role in (ofp.OFPCR_ROLE_MASTER, ofp.OFPCR_ROLE_SLAVE):
+                if self.generation is not None and (generation - self.generation) % 2**64 >= 2**63:
+                    channel.error(xid, ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE, msg)
+                    return
+                self.generation = generation
+            if role == ofp.OFPCR_ROLE_MASTER:
+                demoted = [c for c in self.channels.values() if c is not channel and c.role == "master"]
+                for other in demoted:
+                    other.role = "slave"
+            if role in names:
+                channel.role = names[role]
+            current = {"equal": ofp.OFPCR_ROLE_EQUAL, "master": ofp.OFPCR_ROLE_MASTER,
+                       "slave": ofp.OFPCR_ROLE_SLAVE}[channel.role]
+            now = NO_GENERATION if self.generation is None else self.generation
+        for other in demoted:   # OpenFlow 1.4's role status: another controller became master
+            other.send(ofp.OFPT_ROLE_STATUS, 0, struct.pack("!IB3xQ", ofp.OFPCR_ROLE_SLAVE,
+                                                            ofp.OFPCRR_MASTER_REQUEST, now))
+        channel.send(ofp.OFPT_ROLE_REPLY, xid, struct.pack("!I4xQ", current, now))
+
+    def roles(self) -> dict:
+        with self.lock:
+            return {"generation": self.generation, "connections": len(self.channels),
+                    "masters": sum(c.role == "master" for c in self.channels.values())}
 
     # ------------------------------------------------------------------------------ messages
 
-    def _handle(self, msg_type: int, xid: int, msg: bytes) -> None:
+    def handle(self, channel: "Channel", msg_type: int, xid: int, msg: bytes) -> None:
+        """One message from the controller on `channel`."""
         if msg_type == ofp.OFPT_FEATURES_REQUEST:
-            self.send(ofp.OFPT_FEATURES_REPLY, xid, struct.pack("!QIBB2xII", self.dpid, 0, 254, 0, 0x4F, 0))
+            channel.send(ofp.OFPT_FEATURES_REPLY, xid, struct.pack("!QIBB2xII", self.dpid, 0, 254, 0, 0x4F, 0))
         elif msg_type == ofp.OFPT_ECHO_REQUEST:
-            self.send(ofp.OFPT_ECHO_REPLY, xid, msg[HEADER.size:])
+            channel.send(ofp.OFPT_ECHO_REPLY, xid, msg[HEADER.size:])
         elif msg_type == ofp.OFPT_BARRIER_REQUEST:
-            self.send(ofp.OFPT_BARRIER_REPLY, xid, b"")
+            channel.send(ofp.OFPT_BARRIER_REPLY, xid, b"")
         elif msg_type == ofp.OFPT_MULTIPART_REQUEST:
-            self._multipart(xid, msg)
+            self._multipart(channel, xid, msg)
+        elif msg_type == ofp.OFPT_ROLE_REQUEST:
+            self._role(channel, xid, msg)
+        elif channel.role == "slave" and msg_type in WRITES:
+            channel.error(xid, ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE, msg)
         elif msg_type in (ofp.OFPT_FLOW_MOD, ofp.OFPT_GROUP_MOD, ofp.OFPT_METER_MOD):
             with self.lock:
                 failed = self._apply([(xid, msg)])
             if failed is not None:
-                self._error(xid, *failed[1:], msg)
+                channel.error(xid, *failed[1:], msg)
         elif msg_type == ofp.OFPT_BUNDLE_CONTROL:
-            self._bundle_control(xid, msg)
+            self._bundle_control(channel, xid, msg)
         elif msg_type == ofp.OFPT_BUNDLE_ADD_MESSAGE:
             bundle_id, _flags = struct.unpack_from("!I2xH", msg, HEADER.size)
-            self.bundles.setdefault(bundle_id, []).append((xid, msg[HEADER.size + 8:]))
-        # hello, set_config, role and anything else: nothing to answer
+            with self.lock:
+                self.bundles.setdefault(bundle_id, []).append((xid, msg[HEADER.size + 8:]))
+        # hello, set_config and anything else: nothing to answer
 
-    def _bundle_control(self, xid: int, msg: bytes) -> None:
+    def _bundle_control(self, channel: "Channel", xid: int, msg: bytes) -> None:
         bundle_id, ctrl_type, flags = struct.unpack_from("!IHH", msg, HEADER.size)
         reply = {ofp.OFPBCT_OPEN_REQUEST: ofp.OFPBCT_OPEN_REPLY, ofp.OFPBCT_CLOSE_REQUEST: ofp.OFPBCT_CLOSE_REPLY,
                  ofp.OFPBCT_COMMIT_REQUEST: ofp.OFPBCT_COMMIT_REPLY,
                  ofp.OFPBCT_DISCARD_REQUEST: ofp.OFPBCT_DISCARD_REPLY}.get(ctrl_type)
-        if ctrl_type == ofp.OFPBCT_OPEN_REQUEST:
-            self.bundles[bundle_id] = []
-        elif ctrl_type == ofp.OFPBCT_COMMIT_REQUEST:
-            with self.lock:
+        with self.lock:
+            failed = None
+            if ctrl_type == ofp.OFPBCT_OPEN_REQUEST:
+                self.bundles[bundle_id] = []
+            elif ctrl_type == ofp.OFPBCT_COMMIT_REQUEST:
                 failed = self._apply(self.bundles.pop(bundle_id, []))
-            if failed is not None:   # the refused add by its own xid, then the commit fails
-                add_xid, err_type, code = failed
-                self._error(add_xid, err_type, code, b"")
-                self._error(xid, ofp.OFPET_BUNDLE_FAILED, ofp.OFPBFC_MSG_FAILED, msg)
-                return
-        elif ctrl_type == ofp.OFPBCT_DISCARD_REQUEST:
-            self.bundles.pop(bundle_id, None)
+            elif ctrl_type == ofp.OFPBCT_DISCARD_REQUEST:
+                self.bundles.pop(bundle_id, None)
+        if failed is not None:   # the refused add by its own xid, then the commit fails
+            add_xid, err_type, code = failed
+            channel.error(add_xid, err_type, code, b"")
+            channel.error(xid, ofp.OFPET_BUNDLE_FAILED, ofp.OFPBFC_MSG_FAILED, msg)
+            return
         if reply is not None:
-            self.send(ofp.OFPT_BUNDLE_CONTROL, xid, struct.pack("!IHH", bundle_id, reply, flags))
+            channel.send(ofp.OFPT_BUNDLE_CONTROL, xid, struct.pack("!IHH", bundle_id, reply, flags))
 
     def _apply(self, messages: list[tuple[int, bytes]]) -> tuple[int, int, int] | None:
         """Apply messages all or nothing; (xid, error type, code) of the first refused one."""
@@ -162,7 +205,7 @@ class OFSwitch:
             return xid, kind, 0
         return None
 
-    def _multipart(self, xid: int, msg: bytes) -> None:
+    def _multipart(self, channel: "Channel", xid: int, msg: bytes) -> None:
         mp_type, _flags = struct.unpack_from("!HH", msg, HEADER.size)
         entries: list[bytes] = []
         with self.lock:
@@ -198,33 +241,171 @@ class OFSwitch:
         chunks.append(current)
         for i, chunk in enumerate(chunks):
             more = ofp.OFPMPF_REPLY_MORE if i < len(chunks) - 1 else 0
-            self.send(ofp.OFPT_MULTIPART_REPLY, xid, struct.pack("!HH4x", mp_type, more) + b"".join(chunk))
+            channel.send(ofp.OFPT_MULTIPART_REPLY, xid, struct.pack("!HH4x", mp_type, more) + b"".join(chunk))
         if mp_type == ofp.OFPMP_PORT_DESC:
-            self.ready.set()
+            channel.ready.set()
 
     def close(self) -> None:
-        try:
+        self.set_targets([])
+
+
+class Channel:
+    """One controller connection of a switch (a thread reads and answers), tried again every
+    RECONNECT_S while it is wanted; a new connection is equal, as in OVS."""
+
+    def __init__(self, switch: OFSwitch, target: tuple[str, int]):
+        self.switch, self.target = switch, target
+        self.role = "equal"
+        self.ready = threading.Event()            # the controller asked for our ports: MAIN state
+        self.stopped = threading.Event()
+        self.sock: socket.socket | None = None
+        self.send_lock = threading.Lock()
+        threading.Thread(target=self._run, daemon=True, name=f"ofswitch-{switch.dpid:x}-{target[1]}").start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.sock = socket.create_connection(self.target)
+            except OSError:
+                self.stopped.wait(RECONNECT_S)
+                continue
+            if self.stopped.is_set():
+                break
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.role = "equal"
+            try:
+                self.send(ofp.OFPT_HELLO, 0, b"")
+                self._loop()
+            except OSError:
+                pass
+            self.ready.clear()
+            self.role = "equal"
             self.sock.close()
-        except OSError:
-            pass
+            self.stopped.wait(RECONNECT_S)
+
+    def _loop(self) -> None:
+        buf = b""
+        while True:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                return
+            buf += data
+            while len(buf) >= HEADER.size:
+                _version, msg_type, length, xid = HEADER.unpack_from(buf)
+                if len(buf) < length:
+                    break
+                msg, buf = buf[:length], buf[length:]
+                self.switch.handle(self, msg_type, xid, msg)
+
+    def send(self, msg_type: int, xid: int, body: bytes) -> None:
+        with self.send_lock:
+            self.sock.sendall(HEADER.pack(ofp.OFP_VERSION, msg_type, HEADER.size + len(body), xid) + body)
+
+    def error(self, xid: int, err_type: int, code: int, offending: bytes) -> None:
+        self.send(ofp.OFPT_ERROR, xid, struct.pack("!HH", err_type, code) + offending[:64])
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.sock is not None:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class NodeConfig:
+    """What ovs-vswitchd does with a node's OVSDB, for the simulated switches: each switch connects
+    to the targets of its node's Controller rows, followed as they change, and every write there is
+    acknowledged (Open_vSwitch cur_cfg set to next_cfg, which ovsdbapp's transactions wait for).
+    One thread runs every node's IDL."""
+
+    def __init__(self):
+        self.nodes: dict[str, tuple[OFSwitch, object]] = {}   # OVSDB remote -> (switch, IDL)
+        self.pending: dict[str, object] = {}                    # remote -> its cur_cfg transaction
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def follow(self, switch: OFSwitch, remote: str) -> None:
+        from ovs.db import idl
+        helper = idl.SchemaHelper(location=SCHEMA)
+        helper.register_columns("Open_vSwitch", ["next_cfg", "cur_cfg"])
+        helper.register_columns("Controller", ["target"])
+        with self.lock:
+            self.nodes[remote] = (switch, idl.Idl(remote, helper))
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, daemon=True, name="node-config")
+            self.thread.start()
+
+    def _run(self) -> None:
+        import ovs.poller
+        while not self.stopped.is_set():
+            poller = ovs.poller.Poller()
+            with self.lock:
+                nodes = list(self.nodes.items())
+            for remote, (switch, node_idl) in nodes:
+                self._step(remote, switch, node_idl)
+                node_idl.wait(poller)
+                if remote in self.pending:
+                    self.pending[remote].wait(poller)
+            poller.timer_wait(500)
+            poller.block()
+
+    def _step(self, remote: str, switch: OFSwitch, node_idl) -> None:
+        from ovs.db import idl
+        node_idl.run()
+        txn = self.pending.get(remote)
+        if txn is not None and txn.commit() != idl.Transaction.INCOMPLETE:
+            del self.pending[remote]
+        if remote not in self.pending:
+            for row in node_idl.tables["Open_vSwitch"].rows.values():
+                if row.cur_cfg < row.next_cfg:
+                    txn = self.pending[remote] = idl.Transaction(node_idl)
+                    row.cur_cfg = row.next_cfg
+                    txn.commit()
+        targets = []
+        for row in node_idl.tables["Controller"].rows.values():
+            kind, _, address = row.target.partition(":")
+            host, _, port = address.rpartition(":")
+            if kind == "tcp" and port.isdigit():
+                targets.append((host, int(port)))
+        if node_idl.has_ever_connected():
+            switch.set_targets(targets)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            for _switch, node_idl in self.nodes.values():
+                node_idl.close()
 
 
 class Fleet:
     """The switches of one benchmark process, by datapath id."""
 
-    def __init__(self, controller: tuple[str, int]):
+    def __init__(self, controller: tuple[str, int] | None):
         self.controller = controller
         self.switches: dict[int, OFSwitch] = {}
+        self.config = NodeConfig()
 
-    def connect(self, dpids: list[int], timeout: float = 60) -> dict:
+    def connect(self, dpids: list[int], timeout: float = 60, ovsdb: dict[int, str] | None = None) -> dict:
+        """Connect these switches: to the --controller, or (`ovsdb`: dpid -> its node's OVSDB remote) to
+        the targets of their node's OVSDB."""
         for dpid in dpids:
-            if dpid not in self.switches or self.switches[dpid].closed.is_set():
-                self.switches[dpid] = OFSwitch(dpid, self.controller)
+            if dpid not in self.switches:
+                if ovsdb:
+                    sw = self.switches[dpid] = OFSwitch(dpid)
+                    self.config.follow(sw, ovsdb[dpid])
+                else:
+                    self.switches[dpid] = OFSwitch(dpid, self.controller)
         deadline = time.monotonic() + timeout
-        for dpid in dpids:
-            self.switches[dpid].ready.wait(max(0.0, deadline - time.monotonic()))
-        waiting = [f"{d:016x}" for d in dpids if not self.switches[d].ready.is_set()]
-        return {"connected": len(dpids) - len(waiting), "not_ready": waiting}
+        waiting = list(dpids)
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+            waiting = [d for d in waiting if not self.switches[d].ready()]
+        return {"connected": len(dpids) - len(waiting), "not_ready": [f"{d:016x}" for d in waiting]}
+
+    def roles(self) -> dict:
+        return {str(dpid): sw.roles() for dpid, sw in self.switches.items()}
 
     def counts(self) -> dict:
         out: dict[str, dict] = {"flows": {}, "groups": {}, "meters": {}}
@@ -242,19 +423,28 @@ class Fleet:
                 sw.raw_flows, sw.raw_groups, sw.raw_meters = {}, {}, {}
         return {"wiped": len(self.switches)}
 
+    def close(self) -> None:
+        self.config.stop()
+        for sw in self.switches.values():
+            sw.close()
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--controller", required=True, help="HOST:PORT of the controller's OpenFlow listener")
+    parser.add_argument("--controller", help="HOST:PORT of the controller's OpenFlow listener (else each switch "
+                                             "follows its node's OVSDB)")
     args = parser.parse_args()
-    host, port = args.controller.rsplit(":", 1)
-    fleet = Fleet((host, int(port)))
+    host, _, port = (args.controller or "").rpartition(":")
+    fleet = Fleet((host, int(port)) if args.controller else None)
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd.get("op")
         try:
             if op == "connect":
-                answer = fleet.connect([int(d) for d in cmd["dpids"]], cmd.get("timeout", 60))
+                answer = fleet.connect([int(d) for d in cmd["dpids"]], cmd.get("timeout", 60),
+                                       {int(d): r for d, r in cmd.get("ovsdb", {}).items()})
+            elif op == "roles":
+                answer = fleet.roles()
             elif op == "counts":
                 answer = fleet.counts()
             elif op == "wipe":
@@ -267,8 +457,7 @@ def main() -> None:
             answer = {"error": f"{type(e).__name__}: {e}"}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
-    for sw in fleet.switches.values():
-        sw.close()
+    fleet.close()
 
 
 if __name__ == "__main__":

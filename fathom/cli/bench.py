@@ -430,20 +430,29 @@ def all_benches(ctx, quick):
               help="ports (one flow each on the wiped bridge) of the real-OVS resync; 0 skips it")
 @click.option("--api-workers", default="1", show_default=True,
               help="API processes of the controller in the PostgreSQL API-rate runs, comma-separated (e.g. 1,2,4)")
-@click.option("--part", "parts", multiple=True, type=click.Choice(["api", "fabric", "resync"]),
+@click.option("--part", "parts", multiple=True, type=click.Choice(["api", "fabric", "resync", "cluster"]),
               help="run only these parts (repeatable; default all)")
+@click.option("--replicas", type=click.IntRange(2, 8), default=3, show_default=True,
+              help="controller replicas of the cluster part")
+@click.option("--cluster-switches", type=click.IntRange(2, 250), default=100, show_default=True,
+              help="simulated switches of the cluster part")
+@click.option("--idle", "idle_s", type=click.FloatRange(1, 600), default=60, show_default=True,
+              help="seconds at rest over which the cluster part measures CPU")
 @click.option("--lab", "lab_name", default="bsc", show_default=True, help="name of the lab the resync part builds")
-@click.option("--quick", is_flag=True, help="fabrics 10x1,20x5, 400 API ports, 1000 resync ports")
+@click.option("--quick", is_flag=True, help="fabrics 10x1,20x5, 400 API ports, 1000 resync ports, 20 switches "
+                                            "and 10 s at rest for the cluster")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-scale-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports, parts, lab_name, quick, outdir,
-          as_json):
+def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports, parts, replicas, cluster_switches,
+          idle_s, lab_name, quick, outdir, as_json):
     """The controller at scale: API create rate (SQLite, PostgreSQL), port-up latency, CPU per change
-    and full resync on simulated fabrics (OpenFlow switches in a process of their own), and the full
-    resync of a real OVS bridge. Progress goes to stderr."""
+    and full resync on simulated fabrics (OpenFlow switches in a process of their own), the full
+    resync of a real OVS bridge, and controller replicas' lease shares and CPU at rest. Progress goes
+    to stderr."""
     from fathom.bench import scale as sc
     if quick:
         sizes, api_ports, resync_ports, samples = "10x1,20x5", min(api_ports, 400), min(resync_ports, 1000), min(samples, 10)
+        cluster_switches, idle_s = min(cluster_switches, 20), min(idle_s, 10)
     try:
         workers = tuple(int(w) for w in api_workers.split(","))
         if not all(1 <= w <= 64 for w in workers):
@@ -452,7 +461,8 @@ def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports,
         raise click.BadParameter("API process counts from 1 to 64, comma-separated", param_hint="--api-workers")
     try:
         plan = sc.Plan(sc.parse_sizes(sizes), samples, api_ports, writers, tuple(stores), workers, resync_ports,
-                       lab_name, tuple(parts) or ("api", "fabric", "resync"))
+                       lab_name, tuple(parts) or ("api", "fabric", "resync", "cluster"), replicas, cluster_switches,
+                       idle_s)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--sizes")
     out = output_dir("scale", outdir)

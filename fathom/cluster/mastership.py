@@ -81,7 +81,8 @@ class Mastership:
     (node -> seconds since this replica heard its agent) and `switch_states` (what the switches it
     masters say when not simply `ok`, set by its consumer). What the other live replicas wrote is
     kept after each round: `reports` (switch -> [state, refused], from each switch's master;
-    `on_reports()` when they changed) and `agent_heard(node)`."""
+    `on_reports()` when they changed), `peers` (their OpenFlow listeners; `on_peers()` when the
+    set of listeners changed) and `agent_heard(node)`."""
 
     def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
                  address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
@@ -99,6 +100,7 @@ class Mastership:
         self.switch_states: dict[str, list] = {}
         self.reports: dict[str, list] = {}   # the other replicas' (the last round's)
         self.on_reports: Callable[[], None] = lambda: None
+        self.on_peers: Callable[[], None] = lambda: None
         self._agents_heard: dict[str, float] = {}   # node -> epoch seconds another replica last heard its agent
         self._agents_at: dict[str, str] = {}        # node -> API address of the replica that heard it last
         self.taken: set[str] = set()        # switches with a valid lease, any holder (the last round's)
@@ -198,6 +200,7 @@ class Mastership:
             self._expire_if_due()
             return
         self._known |= new
+        listeners_changed = set(got.openflow.values()) != set(self.peers.values())
         self.taken, self.peers = got.taken, got.openflow
         now = time.time()
         at_replica: dict[str, tuple[float, str]] = {}
@@ -226,6 +229,8 @@ class Mastership:
                 METRICS.changes.labels("gained").inc()
                 LOG.info("replica %s: master of %s, epoch %d", self.id, switch, epoch)
                 self._call(self.on_gain, switch, epoch)
+        if listeners_changed:     # after the leases: it asks which switches this replica now sets up
+            self._call(self.on_peers)
 
     # ------------------------------------------------------------------ losses
 

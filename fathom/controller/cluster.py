@@ -32,7 +32,8 @@ from fathom.cluster.mastership import Mastership
 from fathom.controller import channels
 from fathom.controller.bootstrap import local_ip_towards
 from fathom.controller.switch import ApplyError, NotRegistered
-from fathom.model import datapath_id, datapath_id_fabric
+from fathom.model import datapath_id, datapath_id_fabric, datapath_id_phy
+from fathom.model.routers import fabric_state
 
 LOG = logging.getLogger("fathom.cluster")
 
@@ -53,6 +54,7 @@ class ClusterMember:
         mastership.on_gain = lambda switch, epoch: self._ask(int(switch, 16))
         mastership.on_loss = self._lost
         mastership.on_reports = reconciler.reported_elsewhere
+        mastership.on_peers = self.peers_changed
         reconciler.cluster = self
         reconciler.statuses.writers = self.writers
         bootstrapper = reconciler.bootstrapper
@@ -133,6 +135,20 @@ class ClusterMember:
                                                           self.reconciler.bootstrapper.controller_port)]
 
     # ------------------------------------------------------------------ events
+
+    def peers_changed(self) -> None:
+        """The live replicas' OpenFlow listeners changed (one joined, left or stopped counting as
+        live): the switches this replica sets up (a node's br-int or br-phy, a fabric switch) get
+        their controller targets written again, so every switch reaches every live replica (a
+        replica a switch does not reach gets no lease of it)."""
+        model = self.reconciler.model
+        fabric = fabric_state(model).switches if model else ()   # br-phy is set up only beside a fabric switch
+        for node in (model.nodes if model else ()):
+            if self.sets_up(datapath_id(node.id)) or (fabric and self.sets_up(datapath_id_phy(node.id))):
+                self.reconciler.recheck_setup(node.name)
+        for switch in fabric:
+            if self.sets_up(datapath_id_fabric(switch.id)):
+                self.reconciler.recheck_setup(switch.name)
 
     def connected(self, dpid: int) -> None:
         """A switch (re)connected or went away: a new connection is equal; ask for our role."""

@@ -242,6 +242,10 @@ class Reconciler:
         got = self.bootstrapper.current(node) if node is not None else None
         return got is not None and dict(got[2]) == dict(node.ofports)
 
+    def recheck_setup(self, name: str) -> None:
+        """Node `name`'s bridges are checked (and set up) again by the next pass."""
+        self._event("setup", setup=name)
+
     def switch_changed(self, dpid: int, _datapath=None) -> None:
         """A switch connected or went away: forget what it held, reconcile it in full."""
         self.applier.forget(dpid)

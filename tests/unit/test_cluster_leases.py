@@ -259,6 +259,7 @@ class _Consumer:
         self.applier = self
         self.bootstrapper = type("Bootstrapper", (), {"controller_port": 6653})()
         self.statuses = type("StatusWriter", (), {"writers": None})()
+        self.model = None
 
     def reported_elsewhere(self):
         pass
@@ -319,6 +320,41 @@ def test_a_replica_writes_to_a_switch_only_once_it_granted_the_master_role_under
     assert not ma.masters(switch.dpid) and switch.roles["b"] == "master"
     ma._roles.shutdown(wait=True)
     mb._roles.shutdown(wait=True)
+
+
+def test_a_master_writes_its_nodes_controller_targets_again_when_a_replica_joins_or_leaves(engine):
+    """Every switch must reach every live replica: a replica no switch reaches gets no lease, so a
+    master that kept its nodes' old targets would leave a replica that joins without its share."""
+    from types import SimpleNamespace
+    STEADY = Timing(renew=1.0, lease=10.0, guard=0.5)   # no lease ends between these hand-run rounds
+
+    from fathom.controller.cluster import ClusterMember, switch_name
+    from fathom.model import datapath_id
+    consumer = _Consumer()
+    consumer.model = SimpleNamespace(nodes=[SimpleNamespace(id=1, name="n1"), SimpleNamespace(id=2, name="n2")],
+                                     fabric=None)
+    consumer.rechecked = []
+    consumer.recheck_setup = consumer.rechecked.append
+    reach = [switch_name(datapath_id(1))]          # a reaches n1's br-int only; nobody holds n2's
+    a = Mastership(engine, lambda: reach, replica_id="a", timing=STEADY, reachable_only=True,
+                   openflow="198.18.0.1:6653").join()
+    member = ClusterMember(a, SimpleNamespace(session=lambda dpid: None), consumer)
+    a.run_round()                                  # its own listener appears: n1 (its lease) and n2 (nobody's)
+    assert a.epoch(reach[0]) is not None and consumer.rechecked == ["n1", "n2"]
+    consumer.rechecked.clear()
+    a.run_round()
+    assert consumer.rechecked == []                # nothing changed
+    b = Mastership(engine, lambda: (), replica_id="b", timing=STEADY, reachable_only=True,
+                   openflow="198.18.0.1:6654").join()
+    b.run_round()
+    a.run_round()                                  # b joined: the nodes a sets up get b's listener
+    assert consumer.rechecked == ["n1", "n2"]
+    assert member.targets("198.18.0.10") == ["tcp:198.18.0.1:6653", "tcp:198.18.0.1:6654"]
+    consumer.rechecked.clear()
+    b.stop()
+    a.run_round()                                  # b left: written again without it
+    assert consumer.rechecked == ["n1", "n2"] and member.targets("198.18.0.10") == ["tcp:198.18.0.1:6653"]
+    member._roles.shutdown(wait=True)
 
 
 def test_a_replica_of_another_schema_is_refused_before_it_migrates_the_store(engine):

@@ -1,6 +1,6 @@
 """`fathom bench scale`: the controller at scale, against simulated switches and a real store.
 
-Three measurements, each against a real `fathom controller` process, one module each:
+Four measurements, each against real `fathom controller` processes, one module each:
 
 - **API create rate** (`api`): concurrent writers create ports through the REST API, on SQLite and
   on PostgreSQL.
@@ -8,6 +8,9 @@ Three measurements, each against a real `fathom controller` process, one module 
   controller's CPU time per change, and a full resync of every wiped switch.
 - **Full resync of a real OVS bridge** (`resync`): a lab whose controller speaks OpenFlow and
   OVSDB over TLS, as on real hosts.
+- **Replicas** (`cluster`): `fathom controller --cluster` replicas on one PostgreSQL over simulated
+  switches: the lease shares, their return to fair after a replica leaves or joins, and the CPU at
+  rest against one controller.
 
 This module runs the plan and reports: progress goes to `progress(msg)`; every figure comes back as
 one JSON-able document.
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .api import api_rate
+from .cluster import cluster_run
 from .common import RUN_ROOT, Controller
 from .fabric import Size, fabric_run, parse_sizes
 from .resync import resync_real
@@ -37,7 +41,10 @@ class Plan:
     api_workers: tuple[int, ...] = (1,)     # API processes of the controller (PostgreSQL runs)
     resync_ports: int = 10000               # ports of the real-OVS resync (0: skip)
     lab: str = "bsc"
-    parts: tuple[str, ...] = ("api", "fabric", "resync")
+    parts: tuple[str, ...] = ("api", "fabric", "resync", "cluster")
+    replicas: int = 3                       # cluster part: replicas, simulated switches, idle seconds
+    cluster_switches: int = 100
+    idle_s: float = 60.0
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "sizes": [str(s) for s in self.sizes]}
@@ -90,6 +97,13 @@ def run(plan: Plan, run_dir: Path, progress=lambda msg: None) -> dict:
                 doc.setdefault("failed", []).append({"size": str(size), "error": f"{type(e).__name__}: {e}"})
     if "resync" in plan.parts and plan.resync_ports:
         doc["resync_real"] = resync_real(plan.lab, plan.resync_ports, progress=progress)
+    if "cluster" in plan.parts:
+        pg = PostgresServer(durable=True).start()
+        try:
+            doc["cluster"] = cluster_run(run_dir / "cluster", pg.new_database(), pg.pid(), plan.replicas,
+                                         plan.cluster_switches, idle_s=plan.idle_s, progress=progress)
+        finally:
+            pg.stop()
     env["loadavg_at_end"] = os.getloadavg()
     env["machine_at_end"] = machine_activity(own)
     env["contended"] = busy([env["machine_at_start"], env["machine_at_end"]])
@@ -139,7 +153,41 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {x['how']} | {x['flows']} | {x['seconds']:.2f} | {x['flows_per_second']:.0f} | {back} | "
                          f"{after} | {apply} | {x['controller_cpu_s']:.2f} |")
         lines.append("")
+    if doc.get("cluster"):
+        lines += cluster_markdown(doc["cluster"])
     return "\n".join(lines)
+
+
+def cluster_markdown(c: dict) -> list[str]:
+    from .cluster import TARGET_REST_RATIO, TARGET_SETTLE_S
+    s = c["start"]
+    lines = [f"{c['replicas']} replicas over {c['switches']} simulated switches ({c['ports_per_node']} ports each), "
+             f"one PostgreSQL:", "",
+             "| event | seconds to fair shares | shares then | lease changes (fewest that would do) | "
+             f"stayed fair {c['hold_s']:g} s | switches with one master at its epoch |",
+             "|---|---|---|---|---|---|",
+             f"| every replica started (all answering after {s['all_answering_seconds']:.1f} s) | "
+             f"{s['fair_seconds']:.2f} | {' / '.join(str(v) for v in sorted(s['held'].values(), reverse=True))} | "
+             f"– | {'yes' if s['stayed_fair'] else 'no'} | {s['switches']['one_master_at_its_epoch']}/{s['switches']['of']} |"]
+    for e in c["events"]:
+        fewest = e.get("leases_of_the_stopped", e.get("leases_of_the_started"))
+        when = f"{e['fair_seconds']:.2f}"
+        if "answering_seconds" in e:
+            when += f" ({e['fair_after_answering_seconds']:.2f} after its API answered)"
+        lines.append(f"| {e['event']} | {when} | "
+                     f"{' / '.join(str(v) for v in sorted(e['held'].values(), reverse=True))} | "
+                     f"{e['lease_changes']} ({fewest}) | {'yes' if e['stayed_fair'] else 'no'} | "
+                     f"{e['switches']['one_master_at_its_epoch']}/{e['switches']['of']} |")
+    one, many = c["single_at_rest"], c["cluster_at_rest"]
+    lines += ["", f"CPU at rest ({c['idle_s']:g} s idle; CPU seconds per second; target: the cluster within "
+                  f"{TARGET_REST_RATIO:g}x of one controller; fair shares within {TARGET_SETTLE_S:g} s):", "",
+              "| | controllers | PostgreSQL | both | simulated switches | lease changes |", "|---|---|---|---|---|---|",
+              f"| one controller | {one['controllers_cpu_per_s']:.3f} | {one['postgresql_cpu_per_s']:.3f} | "
+              f"{one['total_cpu_per_s']:.3f} | {one['switches_cpu_per_s']:.3f} | – |",
+              f"| {c['replicas']} replicas | {many['controllers_cpu_per_s']:.3f} | {many['postgresql_cpu_per_s']:.3f} | "
+              f"{many['total_cpu_per_s']:.3f} | {many['switches_cpu_per_s']:.3f} | {many['lease_changes']} |",
+              f"| ratio | {c['rest_ratio_controllers']:.2f} | | {c['rest_ratio']:.2f} | | |", ""]
+    return lines
 
 
 def plot(doc: dict, path: Path) -> None:

@@ -14,6 +14,7 @@ from fathom.client import ApiError, Client
 from fathom.lab.controller import free_port
 
 RUN_ROOT = Path("/run/fathom-bench")
+START_TIMEOUT_S = 180     # a controller's start on a crowded two-core machine can take a minute
 
 
 @dataclass
@@ -24,23 +25,28 @@ class Controller:
     of_host: str = "127.0.0.1"
     interval: float = 5.0
     api_workers: int = 1
+    cluster: bool = False                   # a replica (`--cluster`; PostgreSQL only)
     proc: subprocess.Popen | None = None
     api: Client | None = None
+    api_port: int = 0                       # chosen at the first start, kept by a restart
+    of_port: int = 0
 
     def start(self) -> "Controller":
         from fathom.auth.client import read_token_file
         from fathom.auth.tokens import ADMIN_TOKEN_FILE
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.api_port, self.of_port = free_port(), free_port(self.of_host)
+        if not self.api_port:
+            self.api_port, self.of_port = free_port(), free_port(self.of_host)
         fathom = Path(sys.executable).with_name("fathom")
         cmd = [str(fathom), "controller", "--db", self.db_url, "--api-port", str(self.api_port),
                "--of-host", self.of_host, "--of-port", str(self.of_port), "--interval", str(self.interval),
                "--state-dir", str(self.run_dir), "--insecure",
-               *(["--api-workers", str(self.api_workers)] if self.api_workers > 1 else [])]
+               *(["--api-workers", str(self.api_workers)] if self.api_workers > 1 else []),
+               *(["--cluster"] if self.cluster else [])]
         log = open(self.run_dir / "controller.log", "a")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.url = f"http://127.0.0.1:{self.api_port}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the controller exited ({self.proc.returncode}); see {self.run_dir}/controller.log")
@@ -54,7 +60,7 @@ class Controller:
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"the controller did not answer on {self.url} within 60 s")
+        raise RuntimeError(f"the controller did not answer on {self.url} within {START_TIMEOUT_S} s")
 
     def client(self, timeout: float = 60) -> Client:
         return Client(self.url, token=self.token, timeout=timeout)

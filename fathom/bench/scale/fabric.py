@@ -95,10 +95,12 @@ def vm_interface(j: int) -> str:
 class Fleet:
     """The simulated switches' process (fathom.bench.ofswitch), driven over its stdin."""
 
-    def __init__(self, of_port: int):
-        self.proc = subprocess.Popen([sys.executable, "-m", "fathom.bench.ofswitch", "--controller",
-                                     f"127.0.0.1:{of_port}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    text=True, start_new_session=True)
+    def __init__(self, of_port: int | None = None):
+        """Every switch connects to the controller at `of_port`; None: to its node's OVSDB's targets."""
+        target = ["--controller", f"127.0.0.1:{of_port}"] if of_port else []
+        self.proc = subprocess.Popen([sys.executable, "-m", "fathom.bench.ofswitch", *target],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)
 
     def call(self, **cmd) -> dict:
         self.proc.stdin.write(json.dumps(cmd) + "\n")
