@@ -14,7 +14,9 @@ Who may do what: members set and read their own project's rates and records; adm
 project's. A member's ingress and admit rates are at most one in MEMBER_MIN_RATE packets (every
 sampled packet costs ovs-vswitchd an upcall on the host); drops may be sampled 1:1 by anyone.
 
-Ingestion trusts the model, not the record: a record is kept only when the port it names (the
+A node's agent posts a batch packed in columns (fathom.model.flow_batch), checked whole with one
+bound per column; no object is made per record but the kept tuple. Ingestion trusts the model,
+not the record: a record is kept only when the port it names (the
 observation point's, or for an admission the port holding the record's address on that node)
 is bound to the reporting node, and an admitting rule only when it is a rule of one of that
 port's groups; anything else is refused and counted (`fathom_flow_records_refused_total`).

@@ -149,7 +149,8 @@ class FlowRecordsBench:
                 "wall_ms_per_trial": dist(wall)}
 
     # ------------------------------------------------------------------ run
-    def run(self) -> dict:
+    def run(self, cpu_only: bool = False) -> dict:
+        """Every figure; with `cpu_only` the controller's CPU per 10,000 records alone."""
         self.lab.down()
         activity = [machine_activity((f"/{self.lab.name}/",))]
         try:
@@ -157,6 +158,13 @@ class FlowRecordsBench:
             state = self.lab.up(self.topo, "<bench flow-records>")
             self.api = Client.for_lab(state, timeout=60)
             self.ports = {p["name"]: p["id"] for p in self.api.get("/ports") if p["name"] in IPS}
+            if cpu_only:
+                cpu = self.ingest_cpu(state)
+                activity.append(machine_activity((f"/{self.lab.name}/",)))
+                return {"benchmark": "flow-records", "part": "controller-cpu", "parameters": {
+                    "cpu_trials": self.cpu_trials, "batch": BATCH},
+                    "controller_cpu": {**cpu, "target_ms_per_10k": TARGET_CPU_MS_PER_10K},
+                    "busy_machine": busy(activity), "environment": {**environment(), "machine": activity}}
             started = time.time()
             samples: dict[str, list[float]] = {m: [] for m in MODES}
             for r in range(self.repeats):
@@ -244,7 +252,18 @@ def summary(samples: dict, delays: list[float], cpu: dict, flood: dict, paramete
             "busy_machine": busy(activity), "environment": {**environment(), "machine": activity}}
 
 
+def cpu_line(doc: dict) -> str:
+    c = doc["controller_cpu"]
+    return (f"Controller CPU per 10,000 records (ingest through the API, idle subtracted): p50 "
+            f"{c['cpu_ms_per_10k']['p50']:.1f} ms, max {c['cpu_ms_per_10k']['max']:.1f} ms over "
+            f"{c['cpu_ms_per_10k']['n']} trials; target ≤ {c['target_ms_per_10k']:g} ms.")
+
+
 def markdown(doc: dict) -> str:
+    if doc.get("part") == "controller-cpu":
+        return "\n".join(["# fathom bench flow-records --cpu-only", "", cpu_line(doc)]
+                         + (["", "busy machine (load average above 1 or other labs running)"]
+                            if doc["busy_machine"] else []) + [""])
     p = doc["parameters"]
     t = doc["throughput_gbps"]
     lines = [f"# fathom bench flow-records: {p['repeats']} interleaved repeats of {p['seconds']} s",
@@ -261,10 +280,7 @@ def markdown(doc: dict) -> str:
     lines += ["", "| delay, interval end → filed in the API | p50 | p99 | max | intervals | target |", "|---|---|---|---|---|---|",
               "| s | – | – | – | 0 | ≤ 2 |" if d is None else
               f"| s | {d['p50']:.3f} | {d['p99']:.3f} | {d['max']:.3f} | {doc['intervals']} | ≤ {doc['target_delay_s']:g} |"]
-    c = doc["controller_cpu"]
-    lines += ["", f"Controller CPU per 10,000 records (ingest through the API, idle subtracted): p50 "
-              f"{c['cpu_ms_per_10k']['p50']:.1f} ms, max {c['cpu_ms_per_10k']['max']:.1f} ms over "
-              f"{c['cpu_ms_per_10k']['n']} trials; target ≤ {c['target_ms_per_10k']:g} ms."]
+    lines += ["", cpu_line(doc)]
     f = doc["flood"]
     lines += ["", "| flood of new 5-tuples | limit | held | evicted | memory MB |", "|---|---|---|---|---|"]
     for side in ("agent", "controller"):
