@@ -1,9 +1,10 @@
 """The agent's HTTP client: JSON over one kept-alive HTTP/1.1 connection, on the standard library.
 
 The agent is a small process on every node: it needs GET with a query and POST of a body (JSON,
-or bytes of another type), nothing more, so it does not load httpx (and its TLS context, certificate bundle and HTTP/2
-machinery) for it. The interface is the subset of httpx.Client the agent uses (`get`, `post`,
-`close`; responses with `status_code`, `text`, `json()`), so tests may hand it an httpx client.
+or bytes of another type), nothing more, so it does not load httpx (and its TLS context,
+certificate bundle and HTTP/2 machinery) for it. The interface is the subset of httpx.Client the
+agent uses (`get`, `post`, `close`; responses with `status_code`, `text`, `json()`), so tests may
+hand it an httpx client.
 
 Failures of the transport (refused, reset, timed out, TLS) raise ConnectionError, an OSError. A
 request on a kept-alive connection that the server closed meanwhile (it closes idle ones after a
