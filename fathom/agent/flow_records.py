@@ -1,7 +1,7 @@
 """The agent's flow-records collector: this node's OVS exports IPFIX to it on the node's loopback; it
 reads the samples (fathom.agent.ipfix), adds them up per interval by observation point and
-5-tuple, and delivers the sums to the controller (POST /v1/flow-records/ingest, with the node's
-agent token). docs/flow-records.md.
+5-tuple, and delivers the sums to the controller (POST /v1/flow-records/ingest, packed as
+fathom.model.flow_batch says, with the node's agent token). docs/flow-records.md.
 
 - Set-up (`ensure_exporter`): br-int's `Flow_Sample_Collector_Set` id COLLECTOR_SET with an
   `IPFIX` row whose target is this collector, OVS's own flow cache on (`cache_active_timeout`,
@@ -26,11 +26,12 @@ import time
 from collections import deque
 
 from fathom.agent.ipfix import Malformed, Reader
+from fathom.model import flow_batch
 from fathom.model.flow_records import COLLECTOR_SET, KINDS, OBS_DOMAIN, parse_point
 
 LOG = logging.getLogger("fathom.agent.flow_records")
 PORT = 4739          # IANA's IPFIX port, on the node's loopback
-BATCH = 1000         # records per POST: the controller's limit
+BATCH = flow_batch.MAX_RECORDS       # records per POST: the controller's limit
 LOOPBACK = "127.0.0.1"
 
 
@@ -95,9 +96,9 @@ class Aggregator:
 class FlowRecords:
     """The collector: `run(stopping)` reads, adds up and delivers until `stopping` is set."""
 
-    def __init__(self, http, node: str, ovs=None, port: int = PORT, interval: float = 5.0,
+    def __init__(self, http, ovs=None, port: int = PORT, interval: float = 5.0,
                  max_flows: int = 20_000, max_pending: int = 12, setup_every: float = 10.0):
-        self.http, self.node, self.ovs = http, node, ovs
+        self.http, self.ovs = http, ovs  # the node is the agent token's
         self.interval, self.max_pending, self.setup_every = interval, max_pending, setup_every
         self.reader = Reader()
         self.agg = Aggregator(max_flows)
@@ -150,9 +151,10 @@ class FlowRecords:
         while self.pending and now >= self._retry_at:
             end, records = self.pending[0]
             while records:
-                body = {"node": self.node, "interval_end": end, "interval_s": self.interval, "records": records[:BATCH]}
+                body = flow_batch.encode(records[:BATCH], end, self.interval)
                 try:
-                    r = self.http.post("/v1/flow-records/ingest", json=body)
+                    r = self.http.post("/v1/flow-records/ingest", content=body,
+                                       headers={"Content-Type": flow_batch.CONTENT_TYPE})
                 except OSError as e:
                     self._failed(now, f"{type(e).__name__}: {e}", 2.0)
                     return

@@ -1,9 +1,10 @@
 """The agent's HTTP client: JSON over one kept-alive HTTP/1.1 connection, on the standard library.
 
-The agent is a small process on every node: it needs GET with a query and POST of a JSON body,
-nothing more, so it does not load httpx (and its TLS context, certificate bundle and HTTP/2
-machinery) for it. The interface is the subset of httpx.Client the agent uses (`get`, `post`,
-`close`; responses with `status_code`, `text`, `json()`), so tests may hand it an httpx client.
+The agent is a small process on every node: it needs GET with a query and POST of a body (JSON,
+or bytes of another type), nothing more, so it does not load httpx (and its TLS context,
+certificate bundle and HTTP/2 machinery) for it. The interface is the subset of httpx.Client the
+agent uses (`get`, `post`, `close`; responses with `status_code`, `text`, `json()`), so tests may
+hand it an httpx client.
 
 Failures of the transport (refused, reset, timed out, TLS) raise ConnectionError, an OSError. A
 request on a kept-alive connection that the server closed meanwhile (it closes idle ones after a
@@ -65,15 +66,18 @@ class JsonClient:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         return self.request("GET", path + (f"?{urlencode(query)}" if query else ""), None, timeout)
 
-    def post(self, path: str, json=None, timeout: float | None = None) -> Response:
-        body = jsonlib.dumps(json, separators=(",", ":")).encode() if json is not None else b""
-        return self.request("POST", path, body, timeout)
+    def post(self, path: str, json=None, timeout: float | None = None, content: bytes | None = None,
+             headers: dict | None = None) -> Response:
+        """POST `json` (as JSON), or `content` as it is with its Content-Type in `headers`."""
+        if content is None:
+            content = jsonlib.dumps(json, separators=(",", ":")).encode() if json is not None else b""
+            headers = {"Content-Type": "application/json", **(headers or {})}
+        return self.request("POST", path, content, timeout, headers)
 
-    def request(self, method: str, path: str, body: bytes | None, timeout: float | None) -> Response:
+    def request(self, method: str, path: str, body: bytes | None, timeout: float | None,
+                extra_headers: dict | None = None) -> Response:
         """On each endpoint in turn from the current one, until one answers other than 503."""
-        headers = dict(self.headers)
-        if body is not None:
-            headers["Content-Type"] = "application/json"
+        headers = {**self.headers, **(extra_headers or {})}
         failures = []
         for attempt in range(len(self.endpoints)):
             if attempt:

@@ -14,7 +14,9 @@ Who may do what: members set and read their own project's rates and records; adm
 project's. A member's ingress and admit rates are at most one in MEMBER_MIN_RATE packets (every
 sampled packet costs ovs-vswitchd an upcall on the host); drops may be sampled 1:1 by anyone.
 
-Ingestion trusts the model, not the record: a record is kept only when the port it names (the
+A node's agent posts a batch packed in columns (fathom.model.flow_batch), checked whole with one
+bound per column; no object is made per record but the kept tuple. Ingestion trusts the model,
+not the record: a record is kept only when the port it names (the
 observation point's, or for an admission the port holding the record's address on that node)
 is bound to the reporting node, and an admitting rule only when it is a rule of one of that
 port's groups; anything else is refused and counted (`fathom_flow_records_refused_total`).
@@ -44,6 +46,7 @@ from fathom.api.flow_export import Exporter
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, StoreDep
 from fathom.api.schemas import ErrorOut
 from fathom.auth import Identity
+from fathom.model import flow_batch as fb
 from fathom.model import flow_records as fr
 from fathom.model.chains import SFC_VNI_BASE, parse_hop_marker
 from fathom.store import models as m
@@ -56,11 +59,7 @@ from fathom.store.ops import Caller
 router = APIRouter(prefix="/flow-records", tags=["flow records"], responses=ERRORS)
 
 MEMBER_MIN_RATE = 100
-MAX_BATCH = 1000
 Rate = Annotated[int, Field(ge=0, le=fr.RATE_MAX, description="one in N packets; 0 = off")]
-U16 = Annotated[int, Field(ge=0, le=0xFFFF)]
-# an IPv4 or IPv6 address, checked as text here (fast) and parsed once per distinct value when filed
-Address = Annotated[str, Field(min_length=2, max_length=45, pattern=r"^[0-9A-Fa-f:.]+$")]
 
 
 class ConfigIn(BaseModel):
@@ -71,28 +70,6 @@ class ConfigIn(BaseModel):
     ingress: Rate = 0
     admit: Rate = 0
     drop: Rate = 0
-
-
-class RecordIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    point: int = Field(ge=0, le=0xFFFFFFFF)
-    src: Address
-    dst: Address
-    proto: int = Field(ge=0, le=255)
-    sport: U16 = 0
-    dport: U16 = 0
-    packets: int = Field(ge=0, le=1 << 48)
-    bytes: int = Field(ge=0, le=1 << 56)
-    first: float = Field(ge=0, le=1e11)
-    last: float = Field(ge=0, le=1e11)
-
-
-class BatchIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    node: str = Field(min_length=1, max_length=64)
-    interval_end: float = Field(ge=0, le=1e11)
-    interval_s: float = Field(gt=0, le=3600)
-    records: list[RecordIn] = Field(max_length=MAX_BATCH)
 
 
 # ---------------------------------------------------------------------------------------------- config
@@ -161,16 +138,38 @@ def delete_config(c: CallerDep, db: StoreDep, project_id: str | None = Query(Non
 # ---------------------------------------------------------------------------------------------- records
 
 
+# A kept record is a tuple (owner, *FIELDS); its owner, a tuple of OWNER, is shared by the records
+# of its batch, observation point and addresses (a chain: (id, direction, group_index) or None).
+# Plain tuples of numbers and text, not dicts: one costs a fraction of a dict to make and hold, and
+# the garbage collector stops tracking it (a dict would keep every record holding it tracked, and
+# each full collection would walk all FATHOM_FLOW_RECORDS_MAX of them).
+OWNER = ("time", "interval_end", "node", "project", "network_id", "port_id", "port", "kind", "point", "rule",
+         "chain", "rate")
+FIELDS = ("src", "dst", "proto", "sport", "dport", "packets", "bytes", "sampled_packets", "first", "last")
+TIME = OWNER.index("time")
+
+
+def owner_dict(owner: tuple) -> dict:
+    out = dict(zip(OWNER, owner))
+    if out["chain"] is not None:
+        out["chain"] = dict(zip(("id", "direction", "group_index"), out["chain"]))
+    return out
+
+
+def as_dict(record: tuple) -> dict:
+    """A kept record as the API shows it."""
+    return {**owner_dict(record[0]), **dict(zip(FIELDS, record[1:]))}
+
+
 class RecordStore:
-    """The records kept in memory (bounded by count and age), the nodes' delivery rate, and the
-    Prometheus counters."""
+    """The records kept in memory (bounded by count and age) and the nodes' delivery rate."""
 
     def __init__(self, env=os.environ):
         self.max = int(env.get("FATHOM_FLOW_RECORDS_MAX", 200_000))
         self.retention = float(env.get("FATHOM_FLOW_RECORDS_RETENTION", 3600))
         self.rate = float(env.get("FATHOM_FLOW_RECORDS_RATE", 5000))
         self.burst = 2 * self.rate
-        self.records: deque[dict] = deque(maxlen=self.max)
+        self.records: deque[tuple] = deque(maxlen=self.max)
         self.exporter = Exporter()          # to the configured collector, if any
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
@@ -189,20 +188,30 @@ class RecordStore:
                                     headers={"Retry-After": str(max(1, math.ceil(wait)))})
             self._buckets[node] = (tokens - n, now)
 
-    def add(self, records: list[dict]) -> None:
+    def add(self, records: list[tuple]) -> None:
         with self._lock:
             self.records.extend(records)
             self._expire()
 
     def _expire(self) -> None:
         cutoff = time.time() - self.retention
-        while self.records and self.records[0]["time"] < cutoff:
+        while self.records and self.records[0][0][TIME] < cutoff:
             self.records.popleft()
 
-    def select(self, since: float, match) -> list[dict]:
+    def select(self, since: float, match) -> list[tuple[dict, tuple]]:
+        """(owner as a dict, record) of the records filed since `since` whose owner `match`es
+        (asked once per owner)."""
         with self._lock:
             self._expire()
-            return [r for r in self.records if r["time"] >= since and match(r)]
+            owners: dict[int, dict | None] = {}
+            out = []
+            for r in self.records:
+                if id(r[0]) not in owners:
+                    owner = owner_dict(r[0])
+                    owners[id(r[0])] = owner if owner["time"] >= since and match(owner) else None
+                if owners[id(r[0])] is not None:
+                    out.append((owners[id(r[0])], r))
+            return out
 
 
 _metrics_lock = threading.Lock()
@@ -228,7 +237,7 @@ def metrics() -> dict:
         return _metrics
 
 
-def records_store(request: Request) -> RecordStore:
+async def records_store(request: Request) -> RecordStore:   # a coroutine: no thread-pool hop
     return request.app.state.flow_records
 
 
@@ -292,21 +301,24 @@ def _node_view(engine, node: str, rule_ids: set[int], chain_ids: set[int] = froz
     and the sampling rates; and the collector the records are exported to, if any."""
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
-        node_id = s.scalar(select(m.Node.id).where(m.Node.name == node))
-        ports, by_ip = {}, {}
-        if node_id is not None:
-            rows = s.execute(select(m.Port.id, m.Port.name, m.Port.project_id, m.Port.network_id)
-                             .where(m.Port.node_id == node_id, m.Port.router_id.is_(None))).all()
-            ports = {p.id: {"id": p.id, "name": p.name, "project": p.project_id, "network_id": p.network_id,
-                            "ips": set(), "groups": set()} for p in rows}
-            if ports:
-                for port_id, ip in s.execute(select(m.IpAllocation.port_id, m.IpAllocation.ip_address)
-                                             .where(m.IpAllocation.port_id.in_(list(ports)))):
-                    ports[port_id]["ips"].add(str(ipaddress.ip_address(ip)))
-                    by_ip[str(ipaddress.ip_address(ip))] = port_id
-                for port_id, gid in s.execute(select(m.PortSecurityGroup.port_id, m.PortSecurityGroup.group_id)
-                                              .where(m.PortSecurityGroup.port_id.in_(list(ports)))):
-                    ports[port_id]["groups"].add(gid)
+        ports, by_ip, addresses = {}, {}, {}        # addresses: as stored -> canonical text
+        # one row per port, address and group (a port has few of each)
+        for port_id, name, project, network_id, ip, group_id in s.execute(
+                select(m.Port.id, m.Port.name, m.Port.project_id, m.Port.network_id, m.IpAllocation.ip_address,
+                       m.PortSecurityGroup.group_id)
+                .join(m.Node, m.Node.id == m.Port.node_id)
+                .outerjoin(m.IpAllocation, m.IpAllocation.port_id == m.Port.id)
+                .outerjoin(m.PortSecurityGroup, m.PortSecurityGroup.port_id == m.Port.id)
+                .where(m.Node.name == node, m.Port.router_id.is_(None))):
+            port = ports.get(port_id) or ports.setdefault(port_id, {
+                "id": port_id, "name": name, "project": project, "network_id": network_id, "ips": set(),
+                "groups": set()})
+            if ip is not None:
+                text = addresses.get(ip) or addresses.setdefault(ip, str(ipaddress.ip_address(ip)))
+                port["ips"].add(text)
+                by_ip[text] = port_id
+            if group_id is not None:
+                port["groups"].add(group_id)
         rules = {}
         if rule_ids:
             rules = {r.id: r.group_id for r in s.execute(
@@ -326,9 +338,12 @@ def _node_view(engine, node: str, rule_ids: set[int], chain_ids: set[int] = froz
                 .where(sfc.PortPair.ingress_port_id.in_(here) | sfc.PortPair.egress_port_id.in_(here)))}
             chains = {c.id: c.project_id for c in s.execute(
                 select(sfc.PortChain.id, sfc.PortChain.project_id).where(sfc.PortChain.id.in_(list(on_node))))}
-        sampling = fr.SamplingIndex(fr.FlowSampling(r.id, r.project_id, r.port_id, r.ingress, r.admit, r.drop)
-                                    for r in s.scalars(select(FlowSampling)))
-        export = s.get(FlowRecordExport, 1)
+        projects = {p["project"] for p in ports.values()} | set(chains.values())
+        sampling = fr.SamplingIndex(fr.FlowSampling(*row) for row in s.execute(
+            select(FlowSampling.id, FlowSampling.project_id, FlowSampling.port_id, FlowSampling.ingress,
+                   FlowSampling.admit, FlowSampling.drop).where(FlowSampling.project_id.in_(list(projects))))
+                                    ) if projects else fr.SamplingIndex(())
+        export = s.execute(select(FlowRecordExport.host, FlowRecordExport.port).where(FlowRecordExport.id == 1)).first()
         collector = (export.host, export.port) if export else None
     return ports, by_ip, rules, chains, sampling, collector
 
@@ -340,96 +355,107 @@ def hop_of(point: int) -> tuple[int, int, int] | None:
     return hop if hop is not None and hop[0] > 0 else None
 
 
-def file_records(batch: BatchIn, ports: dict, by_ip: dict, rules: dict, chains: dict, sampling: fr.SamplingIndex,
-                 refused: dict) -> list[dict]:
+def file_records(node: str, batch: fb.Batch, ports: dict, by_ip: dict, rules: dict, chains: dict,
+                 sampling: fr.SamplingIndex, refused: dict) -> list[tuple]:
     """The batch's records that name this node's own ports (and their rules), or a hop of a chain
-    with a port on this node, with their owners from the model; the others
-    counted in `refused` by reason."""
-    out, now = [], time.time()      # filed at the controller's time: a node's clock is not trusted
-    canonical: dict[str, str | None] = {}
-    for rec in batch.records:
-        kind, oid = fr.parse_point(rec.point)
-        src, dst = _address(canonical, rec.src), _address(canonical, rec.dst)
-        if src is None or dst is None:
-            refused["address"] = refused.get("address", 0) + 1
+    with a port on this node, with their owners from the model; the others counted in `refused`
+    by reason. A record's owner follows from its point and addresses alone: it is worked out once
+    per (point, src, dst) of the batch."""
+    filed = (time.time(), batch.interval_end, node)     # the controller's time: a node's clock is not trusted
+    addresses = batch.addresses
+    owners: dict[tuple[int, int, int], tuple[tuple, int] | str] = {}
+    out = []
+    for point, src, dst, proto, sport, dport, packets, nbytes, first, last in batch.records():
+        owner = owners.get((point, src, dst))
+        if owner is None:
+            owner = owners[(point, src, dst)] = _owner(filed, point, addresses[src], addresses[dst], ports, by_ip,
+                                                       rules, chains, sampling)
+        if type(owner) is str:
+            refused[owner] = refused.get(owner, 0) + 1
             continue
-        rule = hop = None
-        if kind == fr.CHAIN_HOP:
-            hop = hop_of(rec.point)
-            if hop is None:
-                refused["point"] = refused.get("point", 0) + 1
-                continue
-            project = chains.get(hop[0])
-            if project is None:
-                refused["not_this_node"] = refused.get("not_this_node", 0) + 1
-                continue
-            sender = ports.get(by_ip.get(src))      # the port that sent it into the chain, if here and the chain's
-            port = sender if sender is not None and sender["project"] == project else \
-                {"id": None, "name": None, "project": project, "network_id": None}
-            rate = sampling.hops(project) or 1
-        elif kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS):
-            port = ports.get(by_ip.get(src if kind == fr.ADMIT_EGRESS else dst))
-            if port is not None and rules.get(oid) not in port["groups"]:
-                refused["rule"] = refused.get("rule", 0) + 1
-                continue
-            rule = oid
-        elif kind in (fr.DROP_EGRESS, fr.DROP_INGRESS, fr.PORT_INGRESS):
-            port = ports.get(oid)
-            if port is not None and kind != fr.DROP_INGRESS and src not in port["ips"]:
-                port = None         # what a port sends carries its own address (port security)
-            rule = fr.DEFAULT_DROP if kind in (fr.DROP_EGRESS, fr.DROP_INGRESS) else None
-        else:
-            refused["point"] = refused.get("point", 0) + 1
-            continue
-        if port is None:
-            refused["not_this_node"] = refused.get("not_this_node", 0) + 1
-            continue
-        if hop is None:
-            rates = sampling.of_port(port["id"], port["project"])
-            rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
-                kind, rates.drop) or 1
-        out.append({"time": now, "interval_end": batch.interval_end, "node": batch.node, "project": port["project"],
-                    "network_id": port["network_id"], "port_id": port["id"], "port": port["name"],
-                    "kind": fr.KINDS[kind], "point": rec.point, "rule": rule,
-                    "chain": hop and {"id": hop[0], "direction": hop[1], "group_index": hop[2]},
-                    "src": src, "dst": dst, "proto": rec.proto,
-                    "sport": rec.sport, "dport": rec.dport, "packets": rec.packets,
-                    "bytes": rec.bytes, "sampled_packets": rec.packets // fr.weight(rate), "rate": rate,
-                    "first": rec.first, "last": rec.last})
+        fields, weight = owner
+        out.append((fields, addresses[src], addresses[dst], proto, sport, dport, packets, nbytes, packets // weight,
+                    first / 1000, last / 1000))
     return out
 
 
-def _address(canonical: dict, text: str) -> str | None:
-    """`text` as an address in its canonical form, None when it is none (parsed once per batch)."""
-    if text not in canonical:
-        try:
-            canonical[text] = str(ipaddress.ip_address(text))
-        except ValueError:
-            canonical[text] = None
-    return canonical[text]
+def _owner(filed: tuple, point: int, src: str, dst: str, ports: dict, by_ip: dict, rules: dict, chains: dict,
+           sampling: fr.SamplingIndex) -> tuple[tuple, int] | str:
+    """(the owner of a record of `point` from `src` to `dst`, filed as `filed` (time, interval_end,
+    node), and the packets a sample counts as), or why such a record is refused."""
+    kind, oid = fr.parse_point(point)
+    rule = hop = None
+    if kind == fr.CHAIN_HOP:
+        hop = hop_of(point)
+        if hop is None:
+            return "point"
+        project = chains.get(hop[0])
+        if project is None:
+            return "not_this_node"
+        sender = ports.get(by_ip.get(src))      # the port that sent it into the chain, if here and the chain's
+        port = sender if sender is not None and sender["project"] == project else \
+            {"id": None, "name": None, "project": project, "network_id": None}
+        rate = sampling.hops(project) or 1
+    elif kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS):
+        port = ports.get(by_ip.get(src if kind == fr.ADMIT_EGRESS else dst))
+        if port is not None and rules.get(oid) not in port["groups"]:
+            return "rule"
+        rule = oid
+    elif kind in (fr.DROP_EGRESS, fr.DROP_INGRESS, fr.PORT_INGRESS):
+        port = ports.get(oid)
+        if port is not None and kind != fr.DROP_INGRESS and src not in port["ips"]:
+            port = None         # what a port sends carries its own address (port security)
+        rule = fr.DEFAULT_DROP if kind in (fr.DROP_EGRESS, fr.DROP_INGRESS) else None
+    else:
+        return "point"
+    if port is None:
+        return "not_this_node"
+    if hop is None:
+        rates = sampling.of_port(port["id"], port["project"])
+        rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
+            kind, rates.drop) or 1
+    return filed + (port["project"], port["network_id"], port["id"], port["name"], fr.KINDS[kind], point, rule, hop,
+                    rate), fr.weight(rate)
+
+
+async def batch_body(request: Request) -> bytes:
+    """The body of a batch: fathom.model.flow_batch's format only (415 otherwise)."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != fb.CONTENT_TYPE:
+        raise HTTPException(415, detail=[{"loc": ["header", "content-type"], "msg": f"a batch of flow records is "
+                                          f"{fb.CONTENT_TYPE}", "type": "unsupported_media_type"}])
+    return await request.body()
 
 
 @router.post("/ingest", summary="A node's agent delivers one interval's flow records",
+             description=f"The body is one batch in `{fb.CONTENT_TYPE}` (fathom/model/flow_batch.py): at most "
+                         f"{fb.MAX_RECORDS} records. The records are filed under the token's node.",
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 fb.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}}},
              responses={429: {"model": ErrorOut, "description": "over the node's rate: retry after Retry-After s"}})
-def ingest(batch: BatchIn, engine: EngineDep, store: RecordStoreDep, who: Identity = Depends(agent_identity)):
-    if batch.node != who.node:
-        raise Forbidden(f"this token delivers the records of node {who.node} only", "node")
-    store.admit(who.node, len(batch.records))
-    rule_ids = {fr.parse_point(r.point)[1] for r in batch.records
-                if fr.parse_point(r.point)[0] in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS)}
-    chain_ids = {hop[0] for r in batch.records if (hop := hop_of(r.point))}
+def ingest(engine: EngineDep, store: RecordStoreDep, who: Identity = Depends(agent_identity),
+           body: bytes = Depends(batch_body)):
+    try:
+        batch = fb.decode(body)
+    except fb.BadBatch as e:
+        raise Invalid(str(e), e.field) from None
+    store.admit(who.node, len(batch))
+    points = set(batch.columns[0])
+    rule_ids = {oid for kind, oid in map(fr.parse_point, points) if kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS)}
+    chain_ids = {hop[0] for p in points if (hop := hop_of(p))}
     ports, by_ip, rules, chains, sampling, collector = _node_view(engine, who.node, rule_ids, chain_ids)
     refused: dict[str, int] = {}
-    kept = file_records(batch, ports, by_ip, rules, chains, sampling, refused)
+    kept = file_records(who.node, batch, ports, by_ip, rules, chains, sampling, refused)
     store.add(kept)
     if collector is not None and kept:
-        store.exporter.send(collector, kept)
+        store.exporter.send(collector, [as_dict(r) for r in kept])
     mt = metrics()
     sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for r in kept:
-        s = sums[(r["project"], r["kind"])]
-        s[0] += r["bytes"]
-        s[1] += r["packets"]
+    project, kind = OWNER.index("project"), OWNER.index("kind")
+    for owner, *_, packets, nbytes, _, _, _ in kept:
+        s = sums[(owner[project], owner[kind])]
+        s[0] += nbytes
+        s[1] += packets
     for (project, kind), (nbytes, packets) in sums.items():
         mt["bytes"].labels(project, kind).inc(nbytes)
         mt["packets"].labels(project, kind).inc(packets)
@@ -437,7 +463,7 @@ def ingest(batch: BatchIn, engine: EngineDep, store: RecordStoreDep, who: Identi
             mt["drops"].labels(project).inc(packets)
     for reason, n in refused.items():
         mt["refused"].labels(who.node, reason).inc(n)
-    return {"received": len(batch.records), "accepted": len(kept), "refused": sum(refused.values()),
+    return {"received": len(batch), "accepted": len(kept), "refused": sum(refused.values()),
             "refused_by_reason": refused}
 
 
@@ -460,24 +486,24 @@ def get_records(c: CallerDep, store: RecordStoreDep,
     want_rule = rule if rule == fr.DEFAULT_DROP or rule is None else int(rule)
     want_kind = "drop" if view == "drops" else kind
 
-    def match(r: dict) -> bool:
-        return ((want_project is None or r["project"] == want_project) and (port is None or r["port_id"] == port)
-                and (network is None or r["network_id"] == network) and (rule is None or r["rule"] == want_rule)
-                and (chain is None or (r["chain"] or {}).get("id") == chain)
-                and (want_kind is None or r["kind"] == want_kind or r["kind"].startswith(want_kind + "-")))
+    def match(owner: dict) -> bool:
+        return ((want_project is None or owner["project"] == want_project)
+                and (port is None or owner["port_id"] == port)
+                and (network is None or owner["network_id"] == network) and (rule is None or owner["rule"] == want_rule)
+                and (chain is None or (owner["chain"] or {}).get("id") == chain)
+                and (want_kind is None or owner["kind"] == want_kind or owner["kind"].startswith(want_kind + "-")))
     rows = store.select(time.time() - since, match)
     if view == "records":
-        return {"view": view, "records": sorted(rows, key=lambda r: -r["time"])[:limit]}
-    key = ((lambda r: (r["project"], r["port_id"], r["port"], r["rule"], r["kind"])) if view == "drops" else
-           (lambda r: (r["project"], r["port_id"], r["port"], r["src"], r["dst"], r["proto"], r["dport"])))
+        return {"view": view, "records": [as_dict(r) for _, r in sorted(rows, key=lambda row: -row[0]["time"])[:limit]]}
     names = ("project", "port_id", "port", "rule", "kind") if view == "drops" else \
         ("project", "port_id", "port", "src", "dst", "proto", "dport")
     sums: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
-    for r in rows:
-        if view == "top" and r["kind"] != "port-ingress":
+    for owner, (_, src, dst, proto, _, dport, packets, nbytes, *_) in rows:
+        if view == "top" and owner["kind"] != "port-ingress":
             continue        # what ports send: admissions and drops are counted apart
-        s = sums[key(r)]
-        s[0] += r["packets"]
-        s[1] += r["bytes"]
+        head = (owner["project"], owner["port_id"], owner["port"])
+        s = sums[head + ((owner["rule"], owner["kind"]) if view == "drops" else (src, dst, proto, dport))]
+        s[0] += packets
+        s[1] += nbytes
     order = sorted(sums.items(), key=lambda kv: -(kv[1][0] if view == "drops" else kv[1][1]))[:limit]
     return {"view": view, "records": [{**dict(zip(names, k)), "packets": v[0], "bytes": v[1]} for k, v in order]}

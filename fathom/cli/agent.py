@@ -116,7 +116,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
             from fathom.agent.flow_records import FlowRecords
             try:
                 flows = FlowRecords(JsonClient(a.controller, headers=bearer(token), timeout=10, verify=cacert or True),
-                                    a.node, ovs, port=flow_records_port, interval=flow_records_interval)
+                                    ovs, port=flow_records_port, interval=flow_records_interval)
             except OSError as e:
                 fail(f"flow records: cannot listen on 127.0.0.1:{flow_records_port}: {e}")
             a.extra_status = lambda: {**follower.status(), "flow_records": flows.status()}

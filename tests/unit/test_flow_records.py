@@ -4,15 +4,20 @@ messages, the agent's collector (bounds, bad input counted), and the controller'
 (only a node's own ports, scaled by the rate) and queries (a tenant sees its own only)."""
 from __future__ import annotations
 
+import ipaddress
+import random
 import struct
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from fathom.agent.flow_records import Aggregator, FlowRecords
 from fathom.agent.ipfix import Malformed, Reader
+from fathom.model import flow_batch as fb
 from fathom.model import flow_records as fr
 
 from .auth import headers_for
@@ -100,7 +105,7 @@ class _NoHttp:
 
 
 def _collector(**kw) -> FlowRecords:
-    c = FlowRecords(_NoHttp(), "c1", port=0, **kw)
+    c = FlowRecords(_NoHttp(), port=0, **kw)
     c.sock.close()
     return c
 
@@ -191,10 +196,11 @@ def _record(point, src, dst, packets=10, bytes_=15000, dport=5201):
             "packets": packets, "bytes": bytes_, "first": 1.0, "last": 2.0}
 
 
-def _ingest(api, node, records, status=200):
-    headers = headers_for(api.app, "admin", ("agent",), node=node)
-    r = api.http.post("/v1/flow-records/ingest", json={"node": node, "interval_end": time.time(),
-                                                       "interval_s": 5, "records": records}, headers=headers)
+def _ingest(api, node, records, status=200, body: bytes | None = None, content_type=fb.CONTENT_TYPE):
+    """POST `records` as node `node`'s agent (or `body` as it is): the answer."""
+    headers = {**headers_for(api.app, "admin", ("agent",), node=node), "Content-Type": content_type}
+    r = api.http.post("/v1/flow-records/ingest", headers=headers,
+                      content=fb.encode(records, time.time(), 5) if body is None else body)
     assert r.status_code == status, r.text
     return r.json()
 
@@ -213,14 +219,14 @@ def test_a_node_reports_its_own_ports_only_and_counts_are_scaled(api):
         _record(0xF0000001, _ip(vm1), _ip(vm2)),
     ])
     assert out["accepted"] == 3 and out["refused_by_reason"] == {"not_this_node": 2, "rule": 1, "point": 1}
-    _ingest(api, "c2", [_record(fr.point_id(fr.PORT_INGRESS, vm1["id"]), _ip(vm1), _ip(vm2))], 200)
-    # another node's token, or none
-    r = api.http.post("/v1/flow-records/ingest", json={"node": "c1", "interval_end": 1, "interval_s": 5,
-                                                       "records": []}, headers=headers_for(api.app, "admin", ("agent",),
-                                                                                           node="c2"))
-    assert r.status_code == 403
-    assert api.http.post("/v1/flow-records/ingest", json={"node": "c1", "interval_end": 1, "interval_s": 5,
-                                                          "records": []}).status_code == 403
+    # another node's agent: its records are filed under its own node, where vm1 is not
+    assert _ingest(api, "c2", [_record(fr.point_id(fr.PORT_INGRESS, vm1["id"]), _ip(vm1), _ip(vm2))])[
+        "refused_by_reason"] == {"not_this_node": 1}
+    # an admin's token is no agent's; no token at all
+    body = fb.encode([], 1, 5)
+    for headers, status in (({}, 403), ({"Authorization": ""}, 401)):
+        assert api.http.post("/v1/flow-records/ingest", content=body,
+                             headers={"Content-Type": fb.CONTENT_TYPE, **headers}).status_code == status
     recs = api.get("/flow-records", headers=MEMBER)["records"]
     by_kind = {r["kind"]: r for r in recs}
     # OVS's counts are kept (it counts a sample at 1:100 as 65535 // 655 = 100 packets)
@@ -240,13 +246,89 @@ def test_a_node_reports_its_own_ports_only_and_counts_are_scaled(api):
                                      {"node": "c1", "reason": "not_this_node"}) >= 2
 
 
+def _packed(records: list[tuple], addresses=(b"\xc6\x13\x01\x01",), n: int | None = None, end=1.0,
+            interval=5.0) -> bytes:
+    """A batch of records given as tuples of fb.COLUMNS' values (forged: nothing checked on this side)."""
+    n4 = sum(len(a) == 4 for a in addresses)
+    columns = zip(*records) if records else [()] * len(fb.COLUMNS)
+    return (fb.HEADER.pack(end, interval, n4, len(addresses) - n4, len(records) if n is None else n)
+            + b"".join(addresses)
+            + b"".join(struct.pack(f"!{len(values)}{code}", *values) for (_, code), values in zip(fb.COLUMNS, columns)))
+
+
+GOOD = (fr.point_id(fr.PORT_INGRESS, 1), 0, 0, 6, 1, 2, 3, 4500, 1000, 2000)
+
+
+@pytest.mark.parametrize("body, field", [
+    (b"", "body"),
+    (_packed([GOOD])[:-1], "body"),                                     # cut short
+    (_packed([GOOD]) + b"\x00", "body"),                               # a byte too many
+    (_packed([GOOD], n=2), "body"),                                     # counts one record more than it holds
+    (_packed([GOOD] * (fb.MAX_RECORDS + 1)), "records"),
+    (_packed([GOOD], addresses=(b"\x01" * 4,) * 3), "addresses"),        # more addresses than 2 per record
+    (_packed([GOOD[:1] + (1,) + GOOD[2:]]), "src"),                     # an address the batch does not hold
+    (_packed([GOOD[:2] + (7,) + GOOD[3:]]), "dst"),
+    (_packed([GOOD[:6] + (fb.MAX_PACKETS + 1,) + GOOD[7:]]), "packets"),
+    (_packed([GOOD[:7] + (fb.MAX_BYTES + 1,) + GOOD[8:]]), "bytes"),
+    (_packed([GOOD[:9] + (2 ** 64 - 1,)]), "last"),
+    (_packed([GOOD], end=float("nan")), "interval_end"),
+    (_packed([GOOD], end=-1.0), "interval_end"),
+    (_packed([GOOD], interval=0.0), "interval_s"),
+    (_packed([GOOD], interval=float("inf")), "interval_s"),
+])
+def test_a_malformed_batch_is_refused_whole(body, field):
+    with pytest.raises(fb.BadBatch) as e:
+        fb.decode(body)
+    assert e.value.field == field
+
+
+def test_a_batch_reads_back_what_was_packed():
+    records = [_record(fr.point_id(fr.PORT_INGRESS, 3), "198.19.1.3", "2001:DB8:0::1"),
+               _record(fr.point_id(fr.DROP_INGRESS, 4), "::ffff:198.19.1.3", "198.19.1.3", 7, 420, 22)]
+    batch = fb.decode(fb.encode(records, 1234.5, 5))
+    assert (batch.interval_end, batch.interval_s) == (1234.5, 5)
+    assert [(p, batch.addresses[s], batch.addresses[d], *rest) for p, s, d, *rest in batch.records()] == [
+        (r["point"], str(ipaddress.ip_address(r["src"])), str(ipaddress.ip_address(r["dst"])), r["proto"], r["sport"],
+         r["dport"], r["packets"], r["bytes"], r["first"] * 1000, r["last"] * 1000) for r in records]
+    assert batch.addresses[batch.columns[2][0]] == "2001:db8::1"       # addresses in their canonical text
+
+
+@settings(max_examples=200, derandomize=True, database=None, deadline=None)
+@given(st.data())
+def test_any_change_to_a_batch_is_read_or_refused_never_an_error(data):
+    """A valid batch, bytes of it overwritten, cut or added: decode returns a batch within every
+    bound, or raises BadBatch; nothing else."""
+    body = bytearray(fb.encode([_record(fr.point_id(fr.PORT_INGRESS, i), f"198.19.1.{i}", "2001:db8::9", i)
+                                for i in range(1, 4)], 1.0, 5))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(body)))
+        body[at:at + data.draw(st.integers(0, 8))] = data.draw(st.binary(max_size=8))
+    try:
+        batch = fb.decode(bytes(body))
+    except fb.BadBatch:
+        return
+    assert len(batch) <= fb.MAX_RECORDS and 0 < batch.interval_s <= fb.MAX_INTERVAL
+    for _, src, dst, _, _, _, packets, nbytes, first, last in batch.records():
+        assert max(src, dst) < len(batch.addresses) and packets <= fb.MAX_PACKETS and nbytes <= fb.MAX_BYTES
+        assert max(first, last) <= fb.MAX_TIME * 1000
+
+
 def test_batches_are_bounded_and_rate_limited(api):
     rec = _record(fr.point_id(fr.PORT_INGRESS, api.vm1["id"]), _ip(api.vm1), _ip(api.vm2))
-    _ingest(api, "c1", [rec] * 1001, 422)
-    _ingest(api, "c1", [{**rec, "proto": 300}], 422)
-    _ingest(api, "c1", [{**rec, "src": "vm1.example"}], 422)
-    assert _ingest(api, "c1", [{**rec, "dst": "198.19.1.300"}, {**rec, "src": "::ffff:" + rec["src"]}])[
-        "refused_by_reason"] == {"address": 1, "not_this_node": 1}      # not an address; not vm1's address
+    _ingest(api, "c1", [], 422, body=_packed([GOOD], n=2))
+    _ingest(api, "c1", [], 422, body=_packed([GOOD] * (fb.MAX_RECORDS + 1)))
+    _ingest(api, "c1", [], 415, body=b'{"records": []}', content_type="application/json")   # the packed format only
+    assert _ingest(api, "c1", [rec, {**rec, "src": "::ffff:" + rec["src"]}])[
+        "refused_by_reason"] == {"not_this_node": 1}      # the mapped IPv6 address is not vm1's
+    rng = random.Random(44)                 # forged bodies through the API: 422 (or a batch read), never 5xx
+    good = fb.encode([rec] * 3, time.time(), 5)
+    agent = {"Content-Type": fb.CONTENT_TYPE, **headers_for(api.app, "admin", ("agent",), node="c1")}
+    for _ in range(60):
+        body = bytearray(good)
+        at = rng.randrange(len(body))
+        body[at:at + rng.randrange(9)] = rng.randbytes(rng.randrange(9))
+        r = api.http.post("/v1/flow-records/ingest", content=bytes(body), headers=agent)
+        assert r.status_code in (200, 422), r.text
     store = api.app.state.flow_records
     store.rate, store.burst = 10, 20
     _ingest(api, "c1", [rec] * 20)
@@ -292,3 +374,26 @@ def test_chain_hop_records_are_filed_under_the_chain_on_its_nodes_only(api):
     assert {r["port"] for r in recs} == {"vm1", None}        # c1: vm1 sent it into the chain
     assert {(r["bytes"], r["sampled_packets"]) for r in recs} == {(15000, 3), (15000, 0)}
     assert api.get("/flow-records", chain=chain["id"], headers=OTHER)["records"] == []
+
+
+def test_the_agent_delivers_its_intervals_packed(api, monkeypatch):
+    """The agent's collector posts an interval in batches (two of at most 2 records here) with its
+    token; the controller files what names the node's own ports and refuses the rest."""
+    from fastapi.testclient import TestClient
+
+    import fathom.agent.flow_records as agent_flow_records
+    monkeypatch.setattr(agent_flow_records, "BATCH", 2)
+    c = FlowRecords(TestClient(api.app, headers=headers_for(api.app, "admin", ("agent",), node="c1")), port=0)
+    c.sock.close()
+    vm1, vm2 = api.vm1, api.vm2
+    for sport in range(3):
+        c.agg.add({"point": fr.point_id(fr.PORT_INGRESS, vm1["id"]), "src": _ip(vm1), "dst": _ip(vm2), "proto": 17,
+                   "sport": sport, "dport": 53, "packets": 1, "bytes": 100}, 1.0)
+    c.agg.add({"point": fr.point_id(fr.PORT_INGRESS, vm2["id"]), "src": _ip(vm2), "dst": _ip(vm1)}, 1.0)  # on c2
+    c.close_interval(time.time())
+    c.deliver(time.monotonic())
+    assert (c.counters["delivered"], c.counters["refused"], c.counters["post_failures"]) == (3, 1, 0)
+    assert not c.pending
+    recs = api.get("/flow-records", port=vm1["id"])["records"]
+    assert sorted(r["sport"] for r in recs) == [0, 1, 2]
+    assert all((r["node"], r["port"], r["bytes"], r["first"]) == ("c1", "vm1", 100, 1.0) for r in recs)

@@ -27,6 +27,10 @@ with warnings.catch_warnings():
     )
 
 from fathom.api import create_app
+from fathom.model.flow_batch import CONTENT_TYPE as FLOW_BATCH
+
+# a flow-records batch is bytes: drawn and sent as any binary body is
+schemathesis.serializer.alias(FLOW_BATCH, "application/octet-stream")
 
 from .auth import headers_for
 
