@@ -333,6 +333,9 @@ def test_batches_are_bounded_and_rate_limited(api):
     store.rate, store.burst = 10, 20
     _ingest(api, "c1", [rec] * 20)
     _ingest(api, "c1", [rec] * 20, 429)
+    store._buckets.clear()                  # a full bucket takes a batch beyond the burst, then owes it
+    _ingest(api, "c1", [rec] * 30)
+    _ingest(api, "c1", [rec], 429)
 
 
 def test_chain_hop_records_are_filed_under_the_chain_on_its_nodes_only(api):
