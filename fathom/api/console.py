@@ -6,6 +6,7 @@ Pages (each a URL to share; the data is read by the page through the REST API wi
 kept in the tab's sessionStorage, so what a user sees is what the API lets that token read):
     /console/login            a token (the controller's or a Keystone token)
     /console/topology         nodes, fabric switches, networks, routers, ports; live
+                              (?node=<name>: that node's ports)
     /console/port/<id>        a port: status, flows per stage desired vs actual, security groups, taps
     /console/chain/<id>       a port chain hop by hop with PPTMon per VNF, a live chart
     /console/trace            ?port=<id>&to=<IPv4 or port name>: one packet's path, drawn and stage by stage
@@ -101,13 +102,18 @@ def console_router() -> APIRouter:
 
 
 def events_router(feed) -> APIRouter:
-    """/v1/whoami and /v1/events; `feed`: the controller's change notices
+    """/v1/whoami, /v1/topology and /v1/events; `feed`: the controller's change notices
     (fathom.controller.console_feed.ConsoleFeed)."""
     r = APIRouter(prefix="/v1", tags=["console"], responses=ERRORS)
 
     @r.get("/whoami", summary="The caller's project and roles (what the console shows it)")
     async def whoami(who: Identity = Depends(identity), c: Caller = Depends(caller)):
         return {"project": c.project, "admin": c.admin, "roles": sorted(who.roles)}
+
+    @r.get("/topology", summary="The topology's summary as of the last reconciler pass: per node the caller's "
+                                "ports counted by status (an admin: every node with its health); the ports on no node")
+    def topology(c: Caller = Depends(caller)):
+        return feed.summary(c.project, c.admin)
 
     @r.get("/events", summary="Change notices (server-sent events): after each reconciler pass, the kinds "
                               "of the caller's objects that changed (an admin: anyone's)")

@@ -7,11 +7,12 @@ fabric.layout: NODES compute nodes with PORTS ports each, networks spanning ten 
 its API; headless Chromium (fathom.bench.browser) logged in as the admin. Figures:
 
 - `first_page_ms`: the topology page opened on a lab-sized cloud (the first SMALL nodes and their
-  ports, made first), from navigation start to every port in its table (the page usable), in the
-  page's own clock (performance.now()); `samples` times. Target ≤ 1000 ms.
-- `topology_ms`: the same at NODES × PORTS. Target ≤ 2000 ms. Then `responsive`: for LAG_S seconds
+  ports, made first), from navigation start to the picture drawn with every port counted (the page
+  usable), in the page's own clock (performance.now()); `samples` times. Target ≤ 1000 ms.
+- `topology_ms`: the same at NODES × PORTS (the page usable: drawn with every port counted, per node;
+  the ports are listed once a node is opened). Target ≤ 2000 ms. Then `responsive`: for LAG_S seconds
   the page's event loop is probed every 50 ms; `lag_ms` is how late each probe ran (a click waits
-  that long at most).
+  that long at most). `node_ms`: a node opened (`?node=`), until its PORTS ports are in the table.
 - `update_cpu_ms_per_console`: controller CPU (its process and children, /proc ticks: a worker thread
   that exited still counts) of UPDATES port
   renames, each followed by the change notice and the open page's re-read through the API, less the
@@ -30,18 +31,18 @@ from pathlib import Path
 
 from fathom.bench.report import busy, dist, environment, machine_activity
 
-TARGETS = {"first_page_ms": 1000.0, "topology_ms": 2000.0, "update_cpu_ms_per_console": 1.0, "rest_cpu_pct": 1.0}
+TARGETS = {"first_page_ms": 1000.0, "topology_ms": 2000.0, "node_ms": 2000.0, "update_cpu_ms_per_console": 1.0, "rest_cpu_pct": 1.0}
 SMALL = 3              # nodes of the lab-sized cloud (their ports: PORTS each, at most 4)
 STREAMS = 10
 LAG_S = 3.0
 SETTLE_S = 3.0         # quiet before a CPU measurement (the pass and reads of what came before done)
-# the page's clock when every port is in the topology's table (ms since navigation start)
-# (null after `limit` s: not usable that soon)
+# the page's clock when the topology is drawn with every port counted (the graph's data-ports), or
+# with `rows` rows in the ports table (a node opened); null after `limit` s: not usable that soon
 USABLE_JS = """
-const want = arguments[0], limit = arguments[1], done = arguments[arguments.length - 1];
+const want = arguments[0], rows = arguments[1], limit = arguments[2], done = arguments[arguments.length - 1];
 (function look() {
-  const rows = document.querySelectorAll("#ports tbody tr").length;
-  if (rows >= want) done(performance.now());
+  const drawn = Number(document.getElementById("graph").dataset.ports ?? -1);
+  if (drawn >= want && document.querySelectorAll("#ports tbody tr").length >= rows) done(performance.now());
   else if (performance.now() > limit * 1000) done(null);
   else requestAnimationFrame(look);
 })();"""
@@ -77,9 +78,9 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
             browser.get(f"{ctl.url}/console/login")
             browser.execute_script("sessionStorage.setItem('fathom.token', arguments[0])", ctl.token)
 
-            def usable() -> float:
-                browser.get(f"{ctl.url}/console/topology")
-                return browser.execute_async_script(USABLE_JS, cloud.ports, GIVE_UP_S)
+            def usable(node: str | None = None) -> float:
+                browser.get(f"{ctl.url}/console/topology" + (f"?node={node}" if node else ""))
+                return browser.execute_async_script(USABLE_JS, cloud.ports, ports if node else 0, GIVE_UP_S)
 
             progress(f"a lab-sized cloud: {min(SMALL, nodes)} nodes, {min(ports, 4)} ports each")
             cloud.grow(min(SMALL, nodes), min(ports, 4))
@@ -97,6 +98,8 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
             progress(f"the topology of {cloud.ports} ports, {samples} times")
             doc["topology_ms"] = _times([usable() for _ in range(samples)])
             doc["lag_ms"] = dist(browser.execute_async_script(LAG_JS, LAG_S))
+            progress(f"a node opened: its {ports} ports listed, {samples} times")
+            doc["node_ms"] = _times([usable(f"s{nodes // 2}") for _ in range(samples)])
             errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             doc["page_errors"] = errors[:10]
 
@@ -212,12 +215,13 @@ def markdown(doc: dict) -> str:
     return "\n".join([
         f"# fathom bench console: {plan['nodes']} nodes x {plan['ports_per_node']} ports",
         "",
-        "| page usable, ms (navigation start → every port in the table) | p50 | p99 | max | target |",
+        "| page usable, ms (navigation start → drawn, every port counted) | p50 | p99 | max | target |",
         "|---|---|---|---|---|",
         row(f"first page: {doc['small']['nodes']} nodes, {doc['small']['ports']} ports", doc["first_page_ms"],
             t["first_page_ms"]),
         row(f"topology: {doc['model']['nodes']} nodes, {doc['model']['ports']} ports", doc["topology_ms"],
             t["topology_ms"]),
+        row(f"a node opened: its {plan['ports_per_node']} ports listed", doc["node_ms"], t["node_ms"]),
         "",
         f"Event loop lag after drawing the {doc['model']['ports']} ports: p50 {doc['lag_ms']['p50']:.0f} ms, "
         f"max {doc['lag_ms']['max']:.0f} ms; page errors: {len(doc['page_errors'])}.",

@@ -9,15 +9,22 @@ notice carries no object: the page reads what it shows through the REST API with
 
 Objects of no project (nodes, fabric switches) are told to admins only. Per listener a notice costs
 a set lookup and one small write on its stream (fathom.api.console).
+
+The feed also answers the topology's summary (`summary`, GET /v1/topology) from the same pass: per
+node the caller's ports counted by status and, for an admin, the node's health (`node_row`).
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import threading
+import time
+from typing import Callable
 
+from fathom.apps import BR_INT, SwitchKey
 from fathom.controller.extension import Extension
-from fathom.model import Snapshot
+from fathom.model import Node, Snapshot, datapath_id
+from fathom.store.agents import STALE_AFTER
 
 ADMIN = None     # the "project" of objects no project owns: told to admins only
 
@@ -90,6 +97,42 @@ def changes(old: Snapshot | None, new: Snapshot | None, old_statuses: dict, new_
     return out
 
 
+def node_row(node: Node, statuses: dict, result, mirror: Callable, heard: Callable, now: float) -> dict:
+    """A node as the topology's summary shows it to an admin: its status, its bridges' setup over
+    OVSDB, its br-int's connection, its agent (up: heard within STALE_AFTER s), its flows desired
+    and installed (the controller's mirror of what br-int holds, `mirror(dpid)`, kept by the
+    reconciler and checked against the switch's flow count), in sync when the mirror is of the
+    desired state. `result`: the pass's PassResult; `heard(node name)`: when its agent last called."""
+    status, reason = statuses.get(("node", node.id), ("pending", None))
+    res = result.nodes.get(node.name) if result is not None else None
+    switch = result.switches.get(SwitchKey(BR_INT, node.name)) if result is not None else None
+    desired = result.br_int(node.name) if result is not None else None
+    known = mirror(datapath_id(node.id))
+    last = heard(node.name)
+    setup = node.state if switch is None else ("error" if switch.setup == "error" else
+                                              "complete" if switch.state == "ok" else "device_created")
+    return {"id": node.id, "name": node.name, "role": node.role, "tunnel_ip": node.tunnel_ip,
+            "status": status, "status_reason": reason, "state": setup,
+            "switch": res.switch if res is not None else "not connected",
+            "agent": "never reported" if last is None else "up" if now - last <= STALE_AFTER else "down",
+            "in_sync": known is not None and desired is not None and known[2] == desired,
+            "flows_desired": len(desired.flows) if desired is not None else 0,
+            "flows_actual": len(known[0]) if known is not None else None}
+
+
+def port_counts(model: Snapshot | None, statuses: dict, project: str | None) -> tuple[dict, dict]:
+    """(node name -> {status: ports}, {status: unbound ports}) of `project`'s ports (None: all)."""
+    nodes: dict[str, dict[str, int]] = {}
+    unbound: dict[str, int] = {}
+    for p in model.ports if model is not None else ():
+        if project is not None and p.project_id != project:
+            continue
+        status = statuses.get(("port", p.id), ("pending",))[0]
+        counts = nodes.setdefault(p.node, {}) if p.node else unbound
+        counts[status] = counts.get(status, 0) + 1
+    return nodes, unbound
+
+
 class Listener:
     """One console's stream: its scope (a project, or every project for an admin) and the notices
     not yet sent (`kinds`, set from the reconciler's thread, taken by the stream's task)."""
@@ -116,20 +159,36 @@ class ConsoleFeed(Extension):
     """Registered with the reconciler (for each pass's model, `after_pass`) and the status board
     (for its statuses, `published`, called after the pass's statuses are out)."""
 
-    def __init__(self, max_listeners: int = 256):
+    def __init__(self, max_listeners: int = 256, mirror: Callable = lambda dpid: None,
+                 heard: Callable = lambda node: None):
         self.max_listeners = max_listeners
+        self.mirror, self.heard = mirror, heard     # see node_row
         self._lock = threading.Lock()
         self._listeners: set[Listener] = set()
-        self._model: Snapshot | None = None     # the model of the pass now publishing
-        self._seen: tuple[Snapshot | None, dict] = (None, {})
+        self._pass: tuple = (None, None)        # the model and result of the pass now publishing
+        self._seen: tuple = (None, {}, None)    # the last published pass: model, statuses, result
         self.seq = 0                            # notices so far
 
     def after_pass(self, rec, snapshot, result) -> None:
-        self._model = snapshot
+        self._pass = (snapshot, result)
+
+    def summary(self, project: str | None, admin: bool) -> dict:
+        """The topology as of the last pass published: per node the caller's ports counted by status
+        (an admin: every port, and every node with its health, `node_row`; a member: the nodes its
+        ports are on, by name); the ports on no node."""
+        model, statuses, result = self._seen
+        counts, unbound = port_counts(model, statuses, None if admin else project)
+        if admin:
+            now = time.time()
+            nodes = [{**node_row(n, statuses, result, self.mirror, self.heard, now), "ports": counts.get(n.name, {})}
+                     for n in (model.nodes if model is not None else ())]
+        else:
+            nodes = [{"name": name, "ports": c} for name, c in sorted(counts.items())]
+        return {"nodes": nodes, "unbound_ports": unbound}
 
     def published(self, statuses: dict) -> None:
-        model = self._model
-        (old, old_statuses), self._seen = self._seen, (model, statuses)
+        model, result = self._pass
+        (old, old_statuses, _), self._seen = self._seen, (model, statuses, result)
         with self._lock:
             listeners = list(self._listeners)
         if not listeners:

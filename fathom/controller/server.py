@@ -54,7 +54,7 @@ def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> 
 
 def install_console(api, reconciler: Reconciler) -> ConsoleFeed:
     """The web console (fathom.api.console): its pages, and change notices after each pass."""
-    feed = ConsoleFeed()
+    feed = ConsoleFeed(mirror=reconciler.applier.known.get, heard=api.state.agent_hub.last_heard)
     reconciler.extensions.append(feed)
     reconciler.board.listeners.append(feed.published)
     api.state.public_prefixes = ("/console",)    # pages and scripts need no token (fathom.api.connections.Gate)

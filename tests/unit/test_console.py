@@ -110,3 +110,30 @@ def test_the_benchmarks_results_are_read_only_files_with_a_token(tenants):
         assert admin.get(f"/v1/benchmarks/{bad}").status_code == 404, bad
     assert admin.post("/v1/benchmarks/trace/results.json").status_code == 405
     assert TestClient(cloud.api).get("/v1/benchmarks").status_code == 401
+
+
+def test_the_topology_summary_counts_the_callers_ports_per_node(tenants):
+    cloud, _ = tenants
+    cloud.rec.run_pass()
+
+    def expected(ports):
+        nodes, unbound = {}, {}
+        for p in ports:
+            if p["router_id"] is None:
+                counts = nodes.setdefault(p["node"], {}) if p["node"] else unbound
+                counts[p["status"]] = counts.get(p["status"], 0) + 1
+        return nodes, unbound
+    admin = cloud.get("/topology")
+    nodes, unbound = expected(cloud.get("/ports"))
+    assert {n["name"]: n["ports"] for n in admin["nodes"] if n["ports"]} == nodes and admin["unbound_ports"] == unbound
+    compute1 = next(n for n in admin["nodes"] if n["name"] == "compute1")
+    # its health as the reconciler left it: connected, its flows installed as desired
+    assert compute1["switch"] == "ok" and compute1["in_sync"] is True and compute1["state"] == "complete"
+    assert compute1["flows_desired"] > 0 and compute1["flows_actual"] == compute1["flows_desired"]
+    assert compute1["agent"] == "never reported"
+    member = TestClient(cloud.api, headers=headers_for(cloud.api, "beta", ("member",)))
+    beta = member.get("/v1/topology").json()
+    nodes, unbound = expected(p for p in cloud.get("/ports") if p["project_id"] == "beta")
+    # beta's ports only, the nodes by name only (no health: the nodes are the admin's)
+    assert beta == {"nodes": [{"name": n, "ports": c} for n, c in sorted(nodes.items())], "unbound_ports": unbound}
+    assert TestClient(cloud.api).get("/v1/topology").status_code == 401
