@@ -1,7 +1,9 @@
 // The topology: nodes (admin: with their health) and the caller's ports counted per node
 // (GET /v1/topology), fabric switches and their LLDP links, tunnels, and the networks, routers and
 // port chains the token may see. Ports are listed for one node at a time (?node=<name>, a link to
-// share), or all of them while the caller sees at most INLINE_PORTS. Redrawn after each change notice.
+// share), or all of them while the caller sees at most INLINE_PORTS. Live: each change notice's
+// objects are put in place (a port's `was` and `now` move it between the counts) and the page drawn
+// again; nothing is read again but after a reconnect or a `refresh` notice.
 import cytoscape from "/console/vendor/cytoscape.esm.min.mjs";
 import { api, apiList, el, follow, header, replace, showError, statusBadge, table } from "/console/static/console.js";
 
@@ -48,13 +50,14 @@ const byId = list => new Map(list.map(o => [o.id, o]));
 
 let me;
 // what the page shows: objects by id (nodes by name), the caller's port counts per node
-const view = { nodes: new Map(), counts: new Map(), unbound: {}, switches: new Map(), networks: new Map(),
+const view = { seq: 0, nodes: new Map(), counts: new Map(), unbound: {}, switches: new Map(), networks: new Map(),
                routers: new Map(), chains: new Map(), ports: new Map(), listing: false };
 
 async function load() {
   const [summary, networks, routers, chains] = await Promise.all([
     api("/topology"), ...["/networks", "/routers", "/sfc/port_chains"].map(p => apiList(p))]);
   const switches = me.admin ? await apiList("/fabric/switches") : [];
+  view.seq = summary.seq;
   view.nodes = new Map(summary.nodes.map(n => [n.name, n]));
   view.counts = new Map(summary.nodes.map(n => [n.name, { ...n.ports }]));
   view.unbound = { ...summary.unbound_ports };
@@ -66,6 +69,39 @@ async function load() {
 
 // whether the ports table lists this port
 const listed = p => view.listing && (opened === null || p.node === opened);
+
+// A change notice put in place: objects replaced or removed by id; a port's counts moved from where
+// it was to where it is, unless the summary read was of that pass or later (it counts it already).
+const MAPS = { network: "networks", router: "routers", port_chain: "chains", fabric_switch: "switches" };
+function apply({ seq, changes }) {
+  const count = (place, by) => {
+    if (!place || seq <= view.seq) return;
+    const counts = place.node ? (view.counts.get(place.node) || view.counts.set(place.node, {}).get(place.node)) : view.unbound;
+    counts[place.status] = (counts[place.status] || 0) + by;
+    if (counts[place.status] <= 0) delete counts[place.status];
+  };
+  for (const c of changes) {
+    if (c.kind === "port") {
+      count(c.was, -1); count(c.now, +1);
+      if (c.object && listed(c.object)) view.ports.set(c.id, c.object); else view.ports.delete(c.id);
+    } else if (c.kind === "node") {
+      for (const [name, n] of view.nodes) if (n.id === c.id) view.nodes.delete(name);
+      if (c.object) view.nodes.set(c.object.name, c.object);
+    } else if (MAPS[c.kind]) {
+      if (c.object) view[MAPS[c.kind]].set(c.id, c.object); else view[MAPS[c.kind]].delete(c.id);
+    }
+  }
+  soon();
+  return false;
+}
+
+// drawn once for the notices that come in one frame
+let drawing = false;
+function soon() {
+  if (drawing) return;
+  drawing = true;
+  requestAnimationFrame(() => { drawing = false; try { render(); } catch (e) { showError(e); } });
+}
 
 function render() {
   const nodes = [...view.nodes.values()], switches = [...view.switches.values()], networks = [...view.networks.values()];
@@ -188,4 +224,4 @@ function draw({ nodes, switches, tunnels, networks, routers, ports }) {
   document.getElementById("graph").dataset.ports = [...view.counts.values(), view.unbound].reduce((s, c) => s + total(c), 0);
 }
 
-header().then(who => { me = who; follow(async () => { await load(); render(); }); }).catch(showError);
+header().then(who => { me = who; follow(async () => { await load(); render(); }, apply); }).catch(showError);
