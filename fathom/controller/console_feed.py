@@ -118,7 +118,7 @@ def changes(old: Snapshot | None, new: Snapshot | None, old_statuses: dict,
             if field == "ports":
                 ports[obj.id] = (x, y)
             project = side.project(field, obj)
-            for key in ((kind, obj.id),) * (kind is not None) + tuple(touches(obj)):
+            for key in ([(kind, obj.id)] if kind else []) + list(touches(obj)):
                 out[key] = project
     old_fabric = old.fabric if old is not None else None
     new_fabric = new.fabric if new is not None else None
@@ -140,7 +140,7 @@ def changes(old: Snapshot | None, new: Snapshot | None, old_statuses: dict,
             obj = side.get(field).get(object_id)
             project = side.project(field, obj) if obj is not None else ADMIN
             api_kind, touches = FIELDS[field]
-            for key in ((api_kind or kind, object_id),) + (tuple(touches(obj)) if obj is not None else ()):
+            for key in [(api_kind or kind, object_id), *(touches(obj) if obj is not None else ())]:
                 out[key] = project
 
     def place(port, statuses: dict) -> dict | None:
@@ -279,38 +279,42 @@ class ConsoleFeed(Extension):
                 for n in (model.nodes if model is not None else ())}
 
     def _tell(self, listeners: list[Listener], seq: int, changed: dict, nodes: list, places: dict) -> None:
-        """In the feed's thread: the changed objects read and encoded once a project, handed to every
-        listener concerned."""
+        """In the feed's thread: the notice encoded once a project (or `refresh`, for too many changes
+        or when the encoding failed), handed to every listener concerned."""
         try:
-            if len(changed) + len(nodes) > MAX_CHANGES:
-                out = {project: event("refresh", {"seq": seq}) for project in set(changed.values()) | {ADMIN}}
-            else:
-                objects = self.read(list(changed))
-                by_project: dict[str | None, list[dict]] = {}
-                for key, project in sorted(changed.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-                    change = {"kind": key[0], "id": key[1]}
-                    change.update({"object": objects[key]} if key in objects else {"deleted": True})
-                    if key[0] == "port" and key[1] in places:
-                        change["was"], change["now"] = places[key[1]]
-                    by_project.setdefault(project, []).append(change)
-                for (kind, object_id), row in nodes:
-                    by_project.setdefault(ADMIN, []).append(
-                        {"kind": kind, "id": object_id, **({"object": row} if row is not None else {"deleted": True})})
-                out = {project: event("change", {"seq": seq, "changes": c}) for project, c in by_project.items()}
-            every = list(out.values())
-            per_loop: dict = {}
-            for listener in listeners:
-                chunks = every if listener.admin else [out[listener.project]] if listener.project in out else []
-                if chunks:
-                    per_loop.setdefault(listener.loop, []).append((listener, chunks))
-            for loop, told in per_loop.items():
-                try:
-                    loop.call_soon_threadsafe(self._deliver, told)
-                except RuntimeError:   # its loop is closed: its listeners are gone
-                    for listener, _ in told:
-                        self.leave(listener)
-        except Exception:  # noqa: BLE001 - a lost notice must not stop the feed
+            out = self._encode(seq, changed, nodes, places) if len(changed) + len(nodes) <= MAX_CHANGES else None
+        except Exception:  # noqa: BLE001 - a lost notice must not leave the consoles wrong: they read again
             logging.getLogger(__name__).exception("console notice failed")
+            out = None
+        if out is None:
+            refresh = event("refresh", {"seq": seq})
+            out = {project: refresh for project in {*changed.values(), ADMIN}}
+        every = list({id(b): b for b in out.values()}.values())
+        per_loop: dict = {}
+        for listener in listeners:
+            chunks = every if listener.admin else [out[listener.project]] if listener.project in out else []
+            if chunks:
+                per_loop.setdefault(listener.loop, []).append((listener, chunks))
+        for loop, told in per_loop.items():
+            try:
+                loop.call_soon_threadsafe(self._deliver, told)
+            except RuntimeError:   # its loop is closed: its listeners are gone
+                for listener, _ in told:
+                    self.leave(listener)
+
+    def _encode(self, seq: int, changed: dict, nodes: list, places: dict) -> dict:
+        """project -> the bytes of its `change` event (ADMIN: the nodes' and other changes of no project)."""
+        objects = self.read(list(changed))
+        by_project: dict[str | None, list[dict]] = {}
+        for key, project in sorted(changed.items(), key=lambda kv: kv[0]):
+            change = {"kind": key[0], "id": key[1], **({"object": objects[key]} if key in objects else {"deleted": True})}
+            if key[0] == "port" and key[1] in places:
+                change["was"], change["now"] = places[key[1]]
+            by_project.setdefault(project, []).append(change)
+        for (kind, object_id), row in nodes:
+            by_project.setdefault(ADMIN, []).append(
+                {"kind": kind, "id": object_id, **({"object": row} if row is not None else {"deleted": True})})
+        return {project: event("change", {"seq": seq, "changes": c}) for project, c in by_project.items()}
 
     @staticmethod
     def _deliver(told: list) -> None:
