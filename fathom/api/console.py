@@ -193,10 +193,23 @@ def benchmarks_router(directory: Path | None = None) -> APIRouter:
     return r
 
 
-
-
 def _each(fn):
     return lambda s, rows: [fn(s, o) for o in rows]
+
+
+def _routers(s, rows):
+    parts = routers.router_parts(s, rows)
+    return [routers.router_out(s, r, parts[r.id]) for r in rows]
+
+
+def _taps(s, rows):
+    named = taps.tap_ports(s, rows)
+    return [taps.tap_out(s, t, named) for t in rows]
+
+
+def _switches(s, rows):
+    links = fabric.links_out(s, rows)
+    return [fabric.switch_out(s, sw, links[sw.id]) for sw in rows]
 
 
 # what a change notice may carry: kind -> (its table, load options, fn(session, rows) -> the API's
@@ -205,18 +218,15 @@ READERS = {
     "port": (m.Port, ports.PORT_LOADS, _each(lambda s, p: ports.port_out(p))),
     "network": (m.Network, (), networks.networks_out),
     "subnet": (m.Subnet, (), _each(lambda s, x: networks.subnet_out(x))),
-    "router": (m.Router, (), lambda s, rows: [routers.router_out(s, r, parts[r.id])
-                                             for parts in [routers.router_parts(s, rows)] for r in rows]),
-    "tap_policy": (m.TapPolicy, (), lambda s, rows: [taps.tap_out(s, t, found)
-                                                     for found in [taps.tap_ports(s, rows)] for t in rows]),
+    "router": (m.Router, (), _routers),
+    "tap_policy": (m.TapPolicy, (), _taps),
     "floating_ip": (FloatingIp, (), _each(lambda s, f: floatingips.fip_out(f))),
     "security_group": (m.SecurityGroup, secgroups.GROUP_LOADS, _each(lambda s, g: secgroups.group_out(g))),
     "port_pair": (sm.PortPair, (), _each(sfc.pair_out)),
     "port_pair_group": (sm.PortPairGroup, (), sfc.groups_out),
     "flow_classifier": (sm.FlowClassifier, (), _each(sfc.classifier_out)),
     "port_chain": (sm.PortChain, (), sfc.chains_out),
-    "fabric_switch": (FabricSwitch, (), lambda s, rows: [fabric.switch_out(s, sw, links[sw.id])
-                                                         for links in [fabric.links_out(s, rows)] for sw in rows]),
+    "fabric_switch": (FabricSwitch, (), _switches),
 }
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from fathom.api.console import BENCHMARKS
+from fathom.api.console import BENCHMARKS, read_objects
 from fathom.controller.console_feed import MAX_BEHIND
 from fathom.controller.server import install_console
 
@@ -185,3 +185,13 @@ def test_the_topology_summary_counts_the_callers_ports_per_node(tenants):
     assert beta == {"seq": admin["seq"], "nodes": [{"name": n, "ports": c} for n, c in sorted(nodes.items())],
                     "unbound_ports": unbound}
     assert TestClient(cloud.api).get("/v1/topology").status_code == 401
+
+
+def test_a_notice_carries_objects_as_the_api_answers_them(tenants):
+    cloud, _ = tenants
+    paths = {"network": "/networks", "subnet": "/subnets", "port": "/ports", "router": "/routers",
+             "security_group": "/security-groups"}
+    listed = {kind: cloud.get(path) for kind, path in paths.items()}
+    read = read_objects(cloud.rec.Session, [(kind, o["id"]) for kind, objects in listed.items() for o in objects]
+                        + [("port", 10**6), ("no such kind", 1)])
+    assert read == {(kind, o["id"]): o for kind, objects in listed.items() for o in objects}
