@@ -19,6 +19,8 @@ The reads and encoding run on the feed's own thread, in pass order, not the reco
 A node's change carries the node as the topology's summary shows it (`node_row`: its health); the
 feed also answers that summary (`summary`, GET /v1/topology): per node the caller's ports counted
 by status as of the last pass, with that pass's `seq` (a notice of that pass or before is in it).
+Before the first pass publishes (a controller's startup grace) it counts the last pass's model with
+no statuses (every port `pending`), and that first publish tells every console `refresh`.
 """
 from __future__ import annotations
 
@@ -245,6 +247,8 @@ class ConsoleFeed(Extension):
         status (an admin: every port, and every node with its health, `node_row`; a member: the
         nodes its ports are on, by name); the ports on no node."""
         model, statuses, result, seq = self._seen
+        if model is None:    # no pass published yet (a controller's startup grace): the last pass's model
+            (model, result), statuses = self._pass, {}
         counts, unbound = port_counts(model, statuses, None if admin else project)
         if admin:
             now = time.time()
@@ -271,18 +275,22 @@ class ConsoleFeed(Extension):
         nodes += [(("node", r["id"]), None) for name, r in (old_rows or {}).items() if name not in rows]
         if not changed and not nodes:
             return
-        self._worker.submit(self._tell, listeners, self.seq, changed, nodes, places)
+        # the first pass published: the summaries answered before it had no statuses, read again
+        whole = old is None
+        self._worker.submit(self._tell, listeners, self.seq, changed, nodes, places, whole)
 
     def _node_rows(self, model: Snapshot | None, statuses: dict, result) -> dict[str, dict]:
         now = time.time()
         return {n.name: node_row(n, statuses, result, self.mirror, self.heard, now)
                 for n in (model.nodes if model is not None else ())}
 
-    def _tell(self, listeners: list[Listener], seq: int, changed: dict, nodes: list, places: dict) -> None:
-        """In the feed's thread: the notice encoded once a project (or `refresh`, for too many changes
-        or when the encoding failed), handed to every listener concerned."""
+    def _tell(self, listeners: list[Listener], seq: int, changed: dict, nodes: list, places: dict,
+              whole: bool = False) -> None:
+        """In the feed's thread: the notice encoded once a project (or `refresh`: `whole`, too many
+        changes, or the encoding failed), handed to every listener concerned."""
         try:
-            out = self._encode(seq, changed, nodes, places) if len(changed) + len(nodes) <= MAX_CHANGES else None
+            small = not whole and len(changed) + len(nodes) <= MAX_CHANGES
+            out = self._encode(seq, changed, nodes, places) if small else None
         except Exception:  # noqa: BLE001 - a lost notice must not leave the consoles wrong: they read again
             logging.getLogger(__name__).exception("console notice failed")
             out = None
