@@ -6,6 +6,7 @@ Pages (each a URL to share; the data is read by the page through the REST API wi
 kept in the tab's sessionStorage, so what a user sees is what the API lets that token read):
     /console/login            a token (the controller's or a Keystone token)
     /console/topology         nodes, fabric switches, networks, routers, ports; live
+                              (?node=<name>: that node's ports)
     /console/port/<id>        a port: status, flows per stage desired vs actual, security groups, taps
     /console/chain/<id>       a port chain hop by hop with PPTMon per VNF, a live chart
     /console/trace            ?port=<id>&to=<IPv4 or port name>: one packet's path, drawn and stage by stage
@@ -26,12 +27,18 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, StreamingResponse
+from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
+from fathom.api import fabric, floatingips, networks, ports, routers, secgroups, sfc, taps
 from fathom.api.auth import caller, identity
 from fathom.api.deps import ERRORS
 from fathom.auth import Identity
+from fathom.store import models as m
+from fathom.store import sfc_models as sm
 from fathom.store.errors import NotFound
+from fathom.store.external_models import FloatingIp
+from fathom.store.fabric_models import FabricSwitch
 from fathom.store.ops import Caller
 
 CONSOLE = Path(__file__).parent.parent / "console"     # the front end: pages, scripts, package.json
@@ -101,7 +108,7 @@ def console_router() -> APIRouter:
 
 
 def events_router(feed) -> APIRouter:
-    """/v1/whoami and /v1/events; `feed`: the controller's change notices
+    """/v1/whoami, /v1/topology and /v1/events; `feed`: the controller's change notices
     (fathom.controller.console_feed.ConsoleFeed)."""
     r = APIRouter(prefix="/v1", tags=["console"], responses=ERRORS)
 
@@ -109,8 +116,14 @@ def events_router(feed) -> APIRouter:
     async def whoami(who: Identity = Depends(identity), c: Caller = Depends(caller)):
         return {"project": c.project, "admin": c.admin, "roles": sorted(who.roles)}
 
-    @r.get("/events", summary="Change notices (server-sent events): after each reconciler pass, the kinds "
-                              "of the caller's objects that changed (an admin: anyone's)")
+    @r.get("/topology", summary="The topology's summary as of the last reconciler pass: per node the caller's "
+                                "ports counted by status (an admin: every node with its health); the ports on no node")
+    def topology(c: Caller = Depends(caller)):
+        return feed.summary(c.project, c.admin)
+
+    @r.get("/events", summary="Change notices (server-sent events): after each reconciler pass, the caller's "
+                              "objects that changed (an admin: anyone's), each with its kind, id and the object "
+                              "as the API answers it, or its deletion")
     async def events(request: Request, c: Caller = Depends(caller)):
         listener = feed.listen(c.project, c.admin)
         if listener is None:
@@ -126,26 +139,29 @@ def events_router(feed) -> APIRouter:
 
 
 async def _stream(feed, listener, still_valid):
-    """`hello`, then a `change` per notice ({seq, kinds}); a keep-alive comment every KEEPALIVE s,
-    when the token is verified again: a revoked or expired one ends the stream with `unauthorized`."""
+    """`hello` ({seq}: the last pass published), then the notices as the feed made them (`change`,
+    or `refresh` for a console that fell behind or a pass that changed too much); a keep-alive
+    comment every KEEPALIVE s, when the token is verified again: a revoked or expired one ends the
+    stream with `unauthorized`."""
     try:
-        yield _event("hello", {"seq": feed.seq, "project": listener.project, "admin": listener.admin})
+        yield event("hello", {"seq": feed.seq, "project": listener.project, "admin": listener.admin})
         while True:
             try:
                 await asyncio.wait_for(listener.event.wait(), KEEPALIVE)
             except TimeoutError:
                 if await run_in_threadpool(still_valid) is None:
-                    yield _event("unauthorized", {})
+                    yield event("unauthorized", {})
                     return
                 yield b": keep-alive\n\n"
                 continue
-            seq, kinds = listener.take()
-            yield _event("change", {"seq": seq, "kinds": kinds})
+            behind, data = listener.take()
+            yield event("refresh", {"seq": feed.seq}) if behind else data
     finally:
         feed.leave(listener)
 
 
-def _event(name: str, data: dict) -> bytes:
+def event(name: str, data: dict) -> bytes:
+    """A server-sent event."""
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
@@ -175,3 +191,58 @@ def benchmarks_router(directory: Path | None = None) -> APIRouter:
         return FileResponse(file, media_type="application/json", headers={"Cache-Control": "no-cache"})
 
     return r
+
+
+def _each(fn):
+    return lambda s, rows: [fn(s, o) for o in rows]
+
+
+def _routers(s, rows):
+    parts = routers.router_parts(s, rows)
+    return [routers.router_out(s, r, parts[r.id]) for r in rows]
+
+
+def _taps(s, rows):
+    named = taps.tap_ports(s, rows)
+    return [taps.tap_out(s, t, named) for t in rows]
+
+
+def _switches(s, rows):
+    links = fabric.links_out(s, rows)
+    return [fabric.switch_out(s, sw, links[sw.id]) for sw in rows]
+
+
+# what a change notice may carry: kind -> (its table, load options, fn(session, rows) -> the API's
+# answers for those rows, read in a fixed number of statements)
+READERS = {
+    "port": (m.Port, ports.PORT_LOADS, _each(lambda s, p: ports.port_out(p))),
+    "network": (m.Network, (), networks.networks_out),
+    "subnet": (m.Subnet, (), _each(lambda s, x: networks.subnet_out(x))),
+    "router": (m.Router, (), _routers),
+    "tap_policy": (m.TapPolicy, (), _taps),
+    "floating_ip": (FloatingIp, (), _each(lambda s, f: floatingips.fip_out(f))),
+    "security_group": (m.SecurityGroup, secgroups.GROUP_LOADS, _each(lambda s, g: secgroups.group_out(g))),
+    "port_pair": (sm.PortPair, (), _each(sfc.pair_out)),
+    "port_pair_group": (sm.PortPairGroup, (), sfc.groups_out),
+    "flow_classifier": (sm.FlowClassifier, (), _each(sfc.classifier_out)),
+    "port_chain": (sm.PortChain, (), sfc.chains_out),
+    "fabric_switch": (FabricSwitch, (), _switches),
+}
+
+
+def read_objects(session_factory, keys) -> dict:
+    """(kind, id) -> the object as the API answers it (JSON-ready), for the keys the store holds;
+    one read a kind named: what a change notice carries (fathom.controller.console_feed). A kind
+    with no reader is left out."""
+    wanted: dict[str, set[int]] = {}
+    for kind, object_id in keys:
+        if kind in READERS:
+            wanted.setdefault(kind, set()).add(object_id)
+    out = {}
+    with session_factory() as s:
+        for kind, ids in wanted.items():
+            table, options, answers = READERS[kind]
+            rows = list(s.scalars(select(table).where(table.id.in_(ids)).options(*options)))
+            for o in answers(s, rows) if rows else ():
+                out[kind, o.id] = o.model_dump(mode="json")
+    return out

@@ -14,7 +14,7 @@ import time
 import uvicorn
 
 from fathom.api import create_app
-from fathom.api.console import benchmarks_router, console_router, events_router
+from fathom.api.console import benchmarks_router, console_router, events_router, read_objects
 from fathom.api.runtime import runtime_router, tap_runtime_router
 from fathom.api.traces import traces_router
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
@@ -57,7 +57,8 @@ def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> 
 
 def install_console(api, reconciler: Reconciler) -> ConsoleFeed:
     """The web console (fathom.api.console): its pages, and change notices after each pass."""
-    feed = ConsoleFeed()
+    feed = ConsoleFeed(mirror=reconciler.applier.known.get, heard=api.state.agent_hub.last_heard,
+                       read=lambda keys: read_objects(reconciler.Session, keys))
     reconciler.extensions.append(feed)
     reconciler.board.listeners.append(feed.published)
     api.state.public_prefixes = ("/console",)    # pages and scripts need no token (fathom.api.connections.Gate)

@@ -2,8 +2,8 @@
 chromedriver) against a lab's controller: two tenants (alpha, beta), real OVS.
 
 Every page loads with no console error; a port made through the API appears on the topology page
-without a reload; a name with HTML in it is shown as text; a member sees only its project's objects
-(pages and data calls, and its stream of change notices); a flow removed from a switch shows as
+without a reload (the change notice carries it), and goes when deleted; a node opened by its URL lists its ports; a name with HTML in it is shown as text; a member sees only its project's objects
+(pages and data calls, the topology's summary counts, and its stream of change notices); a flow removed from a switch shows as
 missing on its port's page; a trace from a port's page shows the verdict and the path drawn; the flow
 records page loads; the benchmarks page plots a results file; the taps page shows a policy's counters moving under traffic and downloads a
 capture of its monitor made by the monitor's node agent; a page open across a controller restart
@@ -131,7 +131,12 @@ def test_topology_live_and_names_as_text(lab, admin, url, browser):
     assert errors(browser) == []
     shot(browser, "topology")
     admin.delete(f"/ports/{port['id']}")
+    wait(browser, lambda d: "qf-live" not in cell_texts(d, "ports"), "the port gone, without a reload", timeout=5)
     admin.delete(f"/networks/{net['id']}")
+    # a node opened by its URL: its ports only
+    browser.get(f"{url}/console/topology?node=compute2")
+    wait(browser, lambda d: "vm3" in cell_texts(d, "ports"), "compute2's ports")
+    assert "vm1" not in cell_texts(browser, "ports")
 
 
 def test_port_page_shows_a_removed_flow_as_missing(lab, admin, url, browser):
@@ -324,6 +329,13 @@ def test_member_sees_its_project_only(lab, admin, url, browser):
         "const r = await fetch('/v1/ports', {headers: {Authorization: 'Bearer ' + sessionStorage.getItem('fathom.token')}});"
         "return (await r.json()).map(p => p.project_id);")
     assert set(names) == {"alpha"}
+    # the topology's summary: alpha's ports counted, on the nodes by name, no node's health
+    summary = browser.execute_script(
+        "const r = await fetch('/v1/topology', {headers: {Authorization: 'Bearer ' + sessionStorage.getItem('fathom.token')}});"
+        "return await r.json();")
+    alpha_ports = [p for p in admin.get("/ports").json() if p["project_id"] == "alpha" and p["node"]]
+    assert sum(sum(n["ports"].values()) for n in summary["nodes"]) == len(alpha_ports)
+    assert all(set(n) == {"name", "ports"} for n in summary["nodes"])
     errors(browser)    # the refused calls above are logged as failed loads: expected here
 
 

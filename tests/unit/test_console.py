@@ -4,11 +4,13 @@ listed front-end files; /v1/whoami and /v1/events with one."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from fastapi.testclient import TestClient
 
-from fathom.api.console import BENCHMARKS
+from fathom.api.console import BENCHMARKS, read_objects
+from fathom.controller.console_feed import MAX_BEHIND
 from fathom.controller.server import install_console
 
 from .auth import headers_for
@@ -24,33 +26,78 @@ def tenants(tmp_path_factory):
     c.close()
 
 
-def test_a_change_is_told_to_its_project_and_admins_only(tenants):
+def events(data: bytes) -> list[tuple[str, dict]]:
+    """The server-sent events in a stream's bytes: (name, data)."""
+    out = []
+    for block in data.decode().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
+        if lines:
+            out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+def test_a_change_is_told_to_its_project_and_admins_only_with_the_object(tenants):
     cloud, feed = tenants
     nets = {n["name"]: n for n in cloud.get("/networks")}
 
     async def run():
         alpha, beta, admin = feed.listen("alpha", False), feed.listen("beta", False), feed.listen("admin", True)
-        told = lambda: {name: l.take()[1] for name, l in (("alpha", alpha), ("beta", beta), ("admin", admin))}
+        alpha2 = feed.listen("alpha", False)
+
+        def told():
+            got = {name: l.take() for name, l in (("alpha", alpha), ("alpha2", alpha2), ("beta", beta), ("admin", admin))}
+            assert not any(behind for behind, _ in got.values())
+            # the same bytes for every listener of a project, encoded once
+            assert got["alpha"][1] is got["alpha2"][1] or got["alpha"][1] == got["alpha2"][1] == b""
+            return {name: [c for _, e in events(data) for c in e["changes"]] for name, (_, data) in got.items()}
 
         async def pass_after(method, path, **body):
-            cloud.call(method, path, **body)
+            made = cloud.call(method, path, **body)
             await asyncio.to_thread(cloud.rec.run_pass)
-            await asyncio.sleep(0.05)       # the notices are handed to this loop from the reconciler's thread
-            return told()
+            await asyncio.to_thread(feed.drain)
+            await asyncio.sleep(0.05)       # the notices are handed to this loop from the feed's thread
+            return made, told()
 
-        # a port of alpha: alpha and the admin hear of it, beta does not
-        got = await pass_after("POST", "/ports", json={"network_id": nets["blue"]["id"], "name": "new"})
-        assert got["alpha"] == ["port"] and "port" in got["admin"] and got["beta"] == []
+        # a port of alpha on compute1: alpha and the admin hear of it with the port as the API shows it, beta does not
+        port, got = await pass_after("POST", "/ports", json={"network_id": nets["blue"]["id"], "name": "new",
+                                                             "node": "compute1", "interface_name": "new0"})
+        mine = [c for c in got["alpha"] if c["kind"] == "port"]
+        assert mine == [{"kind": "port", "id": port["id"], "object": {**port, "status": mine[0]["object"]["status"],
+                                                                      "status_reason": mine[0]["object"]["status_reason"]},
+                         "was": None, "now": {"node": "compute1", "status": mine[0]["object"]["status"]}}]
+        assert mine[0] in got["admin"] and got["beta"] == []
         # beta's network renamed (a change of the model alone, no status changes)
-        got = await pass_after("PATCH", f"/networks/{nets['red']['id']}", json={"name": "<b>x</b>"})
-        assert got == {"alpha": [], "beta": ["network"], "admin": ["network"]}
+        net, got = await pass_after("PATCH", f"/networks/{nets['red']['id']}", json={"name": "<b>x</b>"})
+        assert got["alpha"] == [] and got["beta"] == [{"kind": "network", "id": net["id"], "object": net}]
+        assert got["admin"] == got["beta"]
+        # the port deleted: its deletion, and where it was counted
+        _, got = await pass_after("DELETE", f"/ports/{port['id']}")
+        assert [c for c in got["alpha"] if c["kind"] == "port"] == [
+            {"kind": "port", "id": port["id"], "deleted": True, "was": mine[0]["now"], "now": None}]
         # a pass with nothing new tells nobody
         await asyncio.to_thread(cloud.rec.run_pass)
+        await asyncio.to_thread(feed.drain)
         await asyncio.sleep(0.05)
-        assert told() == {"alpha": [], "beta": [], "admin": []}
-        for listener in (alpha, beta, admin):
+        assert told() == {"alpha": [], "alpha2": [], "beta": [], "admin": []}
+        for listener in (alpha, alpha2, beta, admin):
             feed.leave(listener)
         assert feed.listening() == 0
+    asyncio.run(run())
+
+
+def test_a_console_that_falls_behind_is_told_to_refresh(tenants):
+    _, feed = tenants
+
+    async def run():
+        slow = feed.listen("alpha", False)
+        try:
+            slow.add([b"x" * (MAX_BEHIND // 2)])
+            assert slow.take() == (False, b"x" * (MAX_BEHIND // 2))
+            slow.add([b"x" * (MAX_BEHIND // 2)] * 2)
+            slow.add([b"x"])          # beyond: what waits is dropped, and the page reads everything again
+            assert slow.take() == (True, b"")
+        finally:
+            feed.leave(slow)
     asyncio.run(run())
 
 
@@ -110,3 +157,41 @@ def test_the_benchmarks_results_are_read_only_files_with_a_token(tenants):
         assert admin.get(f"/v1/benchmarks/{bad}").status_code == 404, bad
     assert admin.post("/v1/benchmarks/trace/results.json").status_code == 405
     assert TestClient(cloud.api).get("/v1/benchmarks").status_code == 401
+
+
+def test_the_topology_summary_counts_the_callers_ports_per_node(tenants):
+    cloud, _ = tenants
+    cloud.rec.run_pass()
+
+    def expected(ports):
+        nodes, unbound = {}, {}
+        for p in ports:
+            if p["router_id"] is None:
+                counts = nodes.setdefault(p["node"], {}) if p["node"] else unbound
+                counts[p["status"]] = counts.get(p["status"], 0) + 1
+        return nodes, unbound
+    admin = cloud.get("/topology")
+    nodes, unbound = expected(cloud.get("/ports"))
+    assert {n["name"]: n["ports"] for n in admin["nodes"] if n["ports"]} == nodes and admin["unbound_ports"] == unbound
+    compute1 = next(n for n in admin["nodes"] if n["name"] == "compute1")
+    # its health as the reconciler left it: connected, its flows installed as desired
+    assert compute1["switch"] == "ok" and compute1["in_sync"] is True and compute1["state"] == "complete"
+    assert compute1["flows_desired"] > 0 and compute1["flows_actual"] == compute1["flows_desired"]
+    assert compute1["agent"] == "never reported"
+    member = TestClient(cloud.api, headers=headers_for(cloud.api, "beta", ("member",)))
+    beta = member.get("/v1/topology").json()
+    nodes, unbound = expected(p for p in cloud.get("/ports") if p["project_id"] == "beta")
+    # beta's ports only, the nodes by name only (no health: the nodes are the admin's)
+    assert beta == {"seq": admin["seq"], "nodes": [{"name": n, "ports": c} for n, c in sorted(nodes.items())],
+                    "unbound_ports": unbound}
+    assert TestClient(cloud.api).get("/v1/topology").status_code == 401
+
+
+def test_a_notice_carries_objects_as_the_api_answers_them(tenants):
+    cloud, _ = tenants
+    paths = {"network": "/networks", "subnet": "/subnets", "port": "/ports", "router": "/routers",
+             "security_group": "/security-groups"}
+    listed = {kind: cloud.get(path) for kind, path in paths.items()}
+    read = read_objects(cloud.rec.Session, [(kind, o["id"]) for kind, objects in listed.items() for o in objects]
+                        + [("port", 10**6), ("no such kind", 1)])
+    assert read == {(kind, o["id"]): o for kind, objects in listed.items() for o in objects}

@@ -52,6 +52,7 @@ function chart(s) {
 }
 
 header().then(() => {
-  follow(refreshChain);
+  follow(refreshChain, ({ changes }) => changes.some(c => ["port_chain", "port_pair_group", "port_pair",
+                                                         "flow_classifier", "port"].includes(c.kind)));
   setInterval(() => sample().catch(showError), 2000);
 }).catch(showError);

@@ -100,25 +100,30 @@ export function showError(e) {
   replace("error", e ? String(e.message || e) : "");
 }
 
-// Calls onChange(kinds) at once and after each change notice (coalesced), reconnecting after a
-// drop (a controller restart) with a full refresh; a revoked token goes back to the login page.
-export function follow(onChange) {
-  // one read at a time: notices during a read make one more read after it
-  let pending = null, busy = false, wanted = new Set();
-  const soon = kinds => {
-    kinds.forEach(k => wanted.add(k));
-    if (pending || busy) return;
-    pending = setTimeout(async () => {
-      pending = null; busy = true;
-      const k = [...wanted]; wanted = new Set();
-      try { await onChange(k); showError(null); } catch (e) { showError(e); }
-      busy = false;
-      if (wanted.size) soon([]);
-    }, 50);
-  };
+// Follows the change notices: `refresh()` reads and draws the page whole once the stream is open
+// (and again after a reconnect, a `refresh` notice, or when the stream cannot be opened);
+// `onChanges({seq, changes})` gets each `change` notice (those that come during a refresh, after
+// it) and answers whether the page must be read again (default: always); a page that applies the
+// changes itself answers false. A drop (a controller restart) reconnects after 0.5 s, doubling to
+// 10 s; a revoked token goes back to the login page.
+export function follow(refresh, onChanges = () => true) {
+  let reading = false, again = false, queue = [];
+  async function read() {     // one whole read at a time: asks during it make one more after
+    if (reading) { again = true; return; }
+    reading = true;
+    do {
+      again = false; queue = [];
+      try { await refresh(); showError(null); } catch (e) { showError(e); }
+      for (const data of queue) if (told(data)) again = true;
+    } while (again);
+    reading = false;
+  }
+  function told(data) {
+    try { return onChanges(data); } catch (e) { showError(e); return true; }
+  }
   const live = document.getElementById("live");
-  soon(["all"]);     // at once, even when the stream cannot be opened
   async function run() {
+    let opened = false;
     for (let delay = 500; ; delay = Math.min(delay * 2, 10000)) {
       try {
         const r = await fetch("/v1/events", { headers: { Authorization: "Bearer " + token(), Accept: "text/event-stream" } });
@@ -141,11 +146,16 @@ export function follow(onChange) {
             }
             if (name === "unauthorized") return login();
             // connected (again): read everything, for what changed before the stream was open
-            if (name === "hello") { if (live) live.textContent = "live"; soon(["all"]); }
-            if (name === "change") soon(JSON.parse(data).kinds);
+            if (name === "hello") { opened = true; if (live) live.textContent = "live"; read(); }
+            if (name === "refresh") read();
+            if (name === "change") {
+              const notice = JSON.parse(data);
+              if (reading) queue.push(notice); else if (told(notice)) read();
+            }
           }
         }
       } catch (e) { /* dropped: reconnect below */ }
+      if (!opened) { opened = true; read(); }    // the page, even when the stream cannot be opened
       if (live) live.textContent = "reconnecting";
       await new Promise(res => setTimeout(res, delay));
     }

@@ -64,4 +64,7 @@ async function refresh() {
     ], rows, "no flows of this port"));
 }
 
-header().then(who => { me = who; follow(refresh); }).catch(showError);
+// its port, its network, security groups, taps, a node's flows: read again
+const concerns = ({ changes }) => changes.some(c => (c.kind === "port" && c.id === portId)
+  || ["network", "security_group", "tap_policy", "node"].includes(c.kind));
+header().then(who => { me = who; follow(refresh, concerns); }).catch(showError);

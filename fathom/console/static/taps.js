@@ -52,6 +52,6 @@ async function capture(event) {
 
 header().then(() => {
   document.getElementById("capture").addEventListener("submit", capture);
-  follow(refresh);
+  follow(refresh, ({ changes }) => changes.some(c => c.kind === "tap_policy" || c.kind === "port"));
   setInterval(() => refresh().catch(showError), 2000);
 }).catch(showError);
