@@ -5,6 +5,8 @@ temp dir; each test gets a fresh database.
 """
 from __future__ import annotations
 
+import json
+import re
 import warnings
 
 import pytest
@@ -90,11 +92,19 @@ OTHER = ("p2", "member")
 
 
 def test_openapi_lists_every_resource(api):
-    paths = api.http.get("/openapi.json").json()["paths"]
+    spec = api.http.get("/openapi.json").json()
+    paths = spec["paths"]
     for p in ("/v1/nodes", "/v1/networks", "/v1/subnets", "/v1/ports", "/v1/routers",
               "/v1/routers/{router_id}/interfaces", "/v1/routers/{router_id}/interfaces/{interface_id}",
               "/v1/ports/{port_id}/status", "/v1/nodes/{node_id}/status"):
         assert p in paths
+    # the errors every route documents have ErrorOut's shape, and every reference resolves
+    assert paths["/v1/nodes"]["get"]["responses"]["404"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorOut"}
+    assert spec["components"]["schemas"]["ErrorOut"]["properties"]["detail"]["items"] == {
+        "$ref": "#/components/schemas/ErrorItem"}
+    refs = set(re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(spec)))
+    assert refs and refs <= set(spec["components"]["schemas"]), refs - set(spec["components"]["schemas"])
 
 
 def test_crud_round_trip_and_on_change(api):
