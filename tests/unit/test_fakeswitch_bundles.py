@@ -16,6 +16,8 @@ from fathom.controller.switch import ApplyError
 from fathom.openflow import encode
 from fathom.openflow.spec import FlowSpec, GotoTable, Group, GroupSpec, Output
 
+from .ofwire import read_message
+
 A = FlowSpec(0, 100, {"in_port": 1}, (Output(2),), cookie=1)
 A2 = FlowSpec(0, 100, {"in_port": 1}, (Output(3),), cookie=1)     # A's table, priority and match
 B = FlowSpec(0, 100, {"in_port": 2}, (GotoTable(1),), cookie=2)
@@ -60,30 +62,19 @@ def _add(xid: int, bundle_id: int, inner: bytes) -> bytes:
     return HEADER.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE, HEADER.size + len(body), xid) + body
 
 
-def _read(conn: socket.socket) -> tuple[int, int, bytes]:
-    head = b""
-    while len(head) < HEADER.size:
-        head += conn.recv(HEADER.size - len(head))
-    _, msg_type, length, xid = HEADER.unpack(head)
-    body = b""
-    while len(body) < length - HEADER.size:
-        body += conn.recv(length - HEADER.size - len(body))
-    return msg_type, xid, body
-
-
 def _bundle(conn, bundle_id: int, specs: list, first_xid: int) -> list[tuple[int, int, bytes]]:
     """Open, add `specs` (FlowSpec, or (GroupSpec, command)), commit; the answers after the open's."""
     dp = FakeDatapath(1)
     conn.sendall(_control(first_xid, bundle_id, ofp.OFPBCT_OPEN_REQUEST))
-    assert _read(conn)[:2] == (ofp.OFPT_BUNDLE_CONTROL, first_xid)
+    assert read_message(conn)[:2] == (ofp.OFPT_BUNDLE_CONTROL, first_xid)
     for i, spec in enumerate(specs, 1):
         msg = encode.group_mod(dp, *spec) if isinstance(spec, tuple) else encode.flow_mod(dp, spec)
         conn.sendall(_add(first_xid + i, bundle_id, _wire(msg, first_xid + i)))
     commit = first_xid + len(specs) + 1
     conn.sendall(_control(commit, bundle_id, ofp.OFPBCT_COMMIT_REQUEST))
-    answers = [_read(conn)]
+    answers = [read_message(conn)]
     if answers[0][0] == ofp.OFPT_ERROR:                  # the refused add's error, then the commit's
-        answers.append(_read(conn))
+        answers.append(read_message(conn))
     return answers
 
 
@@ -92,7 +83,7 @@ def test_a_refused_bundle_leaves_the_simulated_switch_as_it_was():
         sw = OFSwitch(5, server.getsockname())
         conn, _ = server.accept()
         try:
-            assert _read(conn)[0] == ofp.OFPT_HELLO
+            assert read_message(conn)[0] == ofp.OFPT_HELLO
             assert _bundle(conn, 1, [(G, "add"), A], 10)[0][0] == ofp.OFPT_BUNDLE_CONTROL
             before = (dict(sw.tables.flows), dict(sw.tables.groups), dict(sw.raw_flows), dict(sw.raw_groups))
 

@@ -11,6 +11,8 @@ from os_ken.ofproto import ofproto_v1_4 as ofp
 from fathom.bench.ofswitch import HEADER, NO_GENERATION, OFSwitch
 from fathom.bench.scale.cluster import balance
 
+from .ofwire import read_message
+
 
 def _status(held: dict[str, int], live: set[str], masterless: int = 0, epoch: int = 1) -> dict:
     leases = [{"switch": f"{i:016x}", "holder": r, "epoch": epoch}
@@ -31,21 +33,10 @@ def test_shares_are_fair_when_every_switch_has_a_live_master_and_the_counts_diff
     assert not balance({"replicas": [], "leases": []})["fair"]
 
 
-def _read(conn: socket.socket) -> tuple[int, int, bytes]:
-    head = b""
-    while len(head) < HEADER.size:
-        head += conn.recv(HEADER.size - len(head))
-    _, msg_type, length, xid = HEADER.unpack(head)
-    body = b""
-    while len(body) < length - HEADER.size:
-        body += conn.recv(length - HEADER.size - len(body))
-    return msg_type, xid, body
-
-
 def _role(conn: socket.socket, xid: int, role: int, generation: int) -> tuple[int, int, bytes]:
     body = struct.pack("!I4xQ", role, generation)
     conn.sendall(HEADER.pack(ofp.OFP_VERSION, ofp.OFPT_ROLE_REQUEST, HEADER.size + len(body), xid) + body)
-    return _read(conn)
+    return read_message(conn)
 
 
 def _flow_mod(conn: socket.socket, xid: int) -> None:
@@ -67,7 +58,7 @@ def test_the_simulated_switch_keeps_roles_as_ovs_does():
         a.settimeout(10)                 # a request left unanswered fails the test
         b.settimeout(10)
         try:
-            assert _read(a)[0] == _read(b)[0] == ofp.OFPT_HELLO
+            assert read_message(a)[0] == read_message(b)[0] == ofp.OFPT_HELLO
             # no generation_id yet; a new connection is equal
             kind, _, body = _role(a, 1, ofp.OFPCR_ROLE_NOCHANGE, 0)
             assert (kind, struct.unpack("!I4xQ", body)) == (ofp.OFPT_ROLE_REPLY, (ofp.OFPCR_ROLE_EQUAL, NO_GENERATION))
@@ -78,18 +69,18 @@ def test_the_simulated_switch_keeps_roles_as_ovs_does():
                 ofp.OFPT_ERROR, 3, (ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE))
             # a newer one makes b master; a is told by a role status and becomes slave
             assert struct.unpack("!I4xQ", _role(b, 4, ofp.OFPCR_ROLE_MASTER, 6)[2]) == (ofp.OFPCR_ROLE_MASTER, 6)
-            kind, _, body = _read(a)
+            kind, _, body = read_message(a)
             assert (kind, struct.unpack("!IB3xQ", body)) == (
                 ofp.OFPT_ROLE_STATUS, (ofp.OFPCR_ROLE_SLAVE, ofp.OFPCRR_MASTER_REQUEST, 6))
             assert sw.roles() == {"generation": 6, "connections": 2, "masters": 1}
             # the slave's write is refused; the master's is applied
             _flow_mod(a, 5)
-            kind, xid, body = _read(a)
+            kind, xid, body = read_message(a)
             assert (kind, xid, struct.unpack_from("!HH", body)) == (
                 ofp.OFPT_ERROR, 5, (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE))
             _flow_mod(b, 6)
             b.sendall(HEADER.pack(ofp.OFP_VERSION, ofp.OFPT_BARRIER_REQUEST, HEADER.size, 7))
-            assert _read(b)[:2] == (ofp.OFPT_BARRIER_REPLY, 7) and len(sw.tables.flows) == 1
+            assert read_message(b)[:2] == (ofp.OFPT_BARRIER_REPLY, 7) and len(sw.tables.flows) == 1
         finally:
             a.close()
             b.close()
