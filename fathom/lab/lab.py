@@ -177,6 +177,7 @@ class Lab:
                 futures.wait([starting])   # its process is then in the run dir, where `down` finds it
             log = self.dir / "controller.log"   # what the controller said, once it was given the lab
             tail = log.read_text(errors="replace").splitlines()[-30:] if built and log.exists() else []
+            self.keep_logs()
             self.down()
             if tail and isinstance(e, LabError):
                 raise LabError(f"{e}\n--- last lines of the controller log ---\n" + "\n".join(tail)) from e
@@ -578,6 +579,19 @@ class Lab:
         return replicas[index]
 
     # ----- down -----
+    def keep_logs(self) -> None:
+        """Copy the lab's logs (controller, agents, OVS) to $FATHOM_LAB_KEEP_LOGS/<lab>, when set, so
+        they outlive the lab (the tests read them after a failure)."""
+        keep = os.environ.get("FATHOM_LAB_KEEP_LOGS")
+        if not keep or not self.dir.exists():
+            return
+        dest = Path(keep) / self.name
+        shutil.rmtree(dest, ignore_errors=True)
+        for log in self.dir.rglob("*.log"):
+            target = dest / log.relative_to(self.dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(log, target)
+
     def down(self) -> list[str]:
         """Remove everything of this lab; works after crashes and half-finished ups."""
         removed = []

@@ -1,5 +1,6 @@
 """Fixtures for tests that build real labs. Every lab is torn down, even when a test fails."""
 import contextlib
+import os
 import re
 import shutil
 import signal
@@ -34,7 +35,7 @@ def running_lab(name: str, topology_text: str | None = None, standalone: bool = 
         lab.down()
 
 
-LOGS = Path("/tmp/fathom-lab-logs")
+LOGS = Path(os.environ.setdefault("FATHOM_LAB_KEEP_LOGS", "/tmp/fathom-lab-logs"))
 
 
 def controller_log(lab: Lab, lines: int = 40) -> str:
@@ -44,13 +45,9 @@ def controller_log(lab: Lab, lines: int = 40) -> str:
 
 
 def keep_logs(lab: Lab) -> None:
-    """The lab's logs (controller, agents, OVS) outlive it, in LOGS/<lab>, to read after a failure."""
-    dest = LOGS / lab.name
-    shutil.rmtree(dest, ignore_errors=True)
-    for log in lab.dir.rglob("*.log") if lab.dir.exists() else ():
-        target = dest / log.relative_to(lab.dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, target)
+    """The lab's logs (controller, agents, OVS) outlive it, in LOGS/<lab> (FATHOM_LAB_KEEP_LOGS:
+    a lab that fails to come up keeps them there too)."""
+    lab.keep_logs()
 
 
 def assert_incremental_held(lab: Lab) -> None:
