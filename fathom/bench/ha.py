@@ -35,6 +35,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -58,17 +59,22 @@ SETTLE_TIMEOUT_S = 60.0
 # ---------------------------------------------------------------------------------------------- the data plane
 
 class Pinger:
-    """`ping -i 0.02` from a VM; `stop()` -> (sent, sequence numbers never answered)."""
+    """`ping -i 0.02` from a VM; `stop()` -> (sent, sequence numbers never answered). Its output goes
+    to a file: a pipe read only at the end would fill (64 KiB, ~1000 answers) and stop ping."""
 
     def __init__(self, lab, vm: str, ip: str):
         self.name = f"{vm}->{ip}"
+        self.out = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(host_exec.argv(["ping", "-i", "0.02", "-W", "1", ip], lab.ns(vm)),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     stdout=self.out, stderr=subprocess.STDOUT, text=True)
 
     def stop(self) -> tuple[int, list[int]]:
         """Sent and lost echoes (the last one aside: it may still have been on its way)."""
         self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=10)
+        self.proc.wait(timeout=10)
+        self.out.seek(0)
+        out = self.out.read()
+        self.out.close()
         sent = int(re.search(r"(\d+) packets transmitted", out).group(1))
         answered = {int(s) for s in re.findall(r"icmp_seq=(\d+) ttl=", out)}
         return sent, [s for s in range(1, sent) if s not in answered]
