@@ -14,6 +14,7 @@ import logging
 import re
 import socket
 import threading
+import time
 
 from fathom.agent.local import ipv4_addresses
 from fathom.host.exec import run
@@ -75,26 +76,27 @@ class TunnelRoutes:
     VM's port plugged or unplugged): it drops the host's routes and reads them again, and a
     revalidation in between finds no route and turns the node's tunnel flows into drops for a few
     milliseconds (the other VMs' packets lost). User routes stay through the rebuild, so the agent
-    adds one for each network of `dev`'s IPv4 addresses (the tunnel address's), and again when the
-    device is new (ovs-vswitchd restarted: its user routes are gone) or its addresses changed. At rest
-    that is one `ip addr` a second."""
+    adds one for each network of `dev`'s IPv4 addresses (the tunnel address's), at once when they
+    change, else every `recheck` seconds (a restarted ovs-vswitchd has none). At rest that is one
+    `ip addr` a second and one `ovs-appctl` every `recheck` seconds."""
 
-    def __init__(self, appctl, dev: str = "br-phy", ns: str | None = None):
-        self.appctl, self.dev, self.ns = appctl, dev, ns
-        self.seen: tuple | None = None    # (device index, its networks) the routes were last made for
+    def __init__(self, appctl, dev: str = "br-phy", ns: str | None = None, recheck: float = 10.0):
+        self.appctl, self.dev, self.ns, self.recheck = appctl, dev, ns, recheck
+        self.seen: list[str] | None = None   # the networks the routes were last made sure for
+        self.checked = 0.0                   # monotonic time of that
 
     def check(self) -> list[str]:
         """Add the user routes missing for the device's networks; the networks added."""
-        index = ifindex(self.dev, self.ns)
-        networks = sorted({str(a.network) for a in ipv4_addresses(self.ns, self.dev)}) if index else []
-        if index is None or (index, networks) == self.seen:
+        networks = (sorted({str(a.network) for a in ipv4_addresses(self.ns, self.dev)})
+                    if ifindex(self.dev, self.ns) else [])
+        if networks == self.seen and time.monotonic() < self.checked + self.recheck:
             return []
         shown = self.appctl("ovs/route/show")
         added = [n for n in networks if not re.search(rf"^User: {re.escape(n)} dev {re.escape(self.dev)}\b", shown, re.M)]
         for network in added:
             self.appctl("ovs/route/add", network, self.dev)
             LOG.info("%s: OVS user route to %s added (tunnel lookups survive OVS's route rebuilds)", self.dev, network)
-        self.seen = (index, networks)
+        self.seen, self.checked = networks, time.monotonic()
         return added
 
     def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
