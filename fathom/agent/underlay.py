@@ -59,13 +59,7 @@ class TunnelAddress:
         return added
 
     def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
-        while not stopping.is_set():
-            try:
-                self.check()
-            except Exception as e:   # a failed command: try again on the next look
-                LOG.warning("%s: keeping tunnel address %s: %s", self.dev, self.address, e)
-                self.seen = None
-            stopping.wait(interval)
+        _keep(self, stopping, interval, f"keeping tunnel address {self.address}")
 
 
 class TunnelRoutes:
@@ -92,7 +86,8 @@ class TunnelRoutes:
         if networks == self.seen and time.monotonic() < self.checked + self.recheck:
             return []
         shown = self.appctl("ovs/route/show")
-        added = [n for n in networks if not re.search(rf"^User: {re.escape(n)} dev {re.escape(self.dev)}\b", shown, re.M)]
+        added = [n for n in networks
+                 if not re.search(rf"^User: {re.escape(n)} dev {re.escape(self.dev)}\b", shown, re.M)]
         for network in added:
             self.appctl("ovs/route/add", network, self.dev)
             LOG.info("%s: OVS user route to %s added (tunnel lookups survive OVS's route rebuilds)", self.dev, network)
@@ -100,10 +95,16 @@ class TunnelRoutes:
         return added
 
     def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
-        while not stopping.is_set():
-            try:
-                self.check()
-            except Exception as e:   # a failed command: try again on the next look
-                LOG.warning("%s: keeping OVS's routes to the tunnel networks: %s", self.dev, e)
-                self.seen = None
-            stopping.wait(interval)
+        _keep(self, stopping, interval, "keeping OVS's routes to the tunnel networks")
+
+
+def _keep(keeper, stopping: threading.Event, interval: float, what: str) -> None:
+    """`keeper.check()` every `interval` seconds until `stopping`; a failure is logged and the next
+    look starts afresh."""
+    while not stopping.is_set():
+        try:
+            keeper.check()
+        except Exception as e:   # noqa: BLE001 - a failed command: try again on the next look
+            LOG.warning("%s: %s: %s", keeper.dev, what, e)
+            keeper.seen = None
+        stopping.wait(interval)
