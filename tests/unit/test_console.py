@@ -10,7 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fathom.api.console import BENCHMARKS, LoginAttempts, read_objects
+from fathom.api.runtime import port_runtime_router
 from fathom.auth.keystone import KeystoneValidator
+from fathom.controller.port_counters import port_counters
 from fathom.controller.console_feed import MAX_BEHIND
 from fathom.controller.server import install_console
 
@@ -233,3 +235,26 @@ def test_login_attempts_are_bounded_per_address_and_in_all():
     assert 59 < attempts.wait_for("a") <= 60
     assert attempts.wait_for("b") == 0
     assert attempts.wait_for("c") == 60          # no room for a third address while a and b are recent
+
+
+def test_port_counters_are_the_ports_projects_and_say_why_when_there_are_none(tenants):
+    """GET /v1/ports/{id}/counters: the port's project (another's: 404, as for the port itself); a
+    port on no node has no counters and says so. Counters read from a real br-int:
+    tests/lab/test_console.py."""
+    cloud, _ = tenants
+    cloud.api.include_router(port_runtime_router(cloud.rec.Session, lambda port_id: port_counters(cloud.rec, port_id)))
+    blue = next(n for n in cloud.get("/networks") if n["name"] == "blue")
+    port = cloud.call("POST", "/ports", json={"network_id": blue["id"], "name": "unbound", "project_id": "alpha"})
+    try:
+        cloud.rec.run_pass()
+        alpha = TestClient(cloud.api, headers=headers_for(cloud.api, "alpha", ("member",)))
+        beta = TestClient(cloud.api, headers=headers_for(cloud.api, "beta", ("member",)))
+        r = alpha.get(f"/v1/ports/{port['id']}/counters")
+        assert r.status_code == 200 and r.json()["counters"] is None and r.json()["read_at"] is None, r.text
+        assert "not bound to a node" in r.json()["reason"]
+        assert beta.get(f"/v1/ports/{port['id']}/counters").status_code == 404
+        assert alpha.get("/v1/ports/999999/counters").status_code == 404
+        assert TestClient(cloud.api).get(f"/v1/ports/{port['id']}/counters").status_code == 401
+    finally:
+        cloud.call("DELETE", f"/ports/{port['id']}")
+        cloud.rec.run_pass()
