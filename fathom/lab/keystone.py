@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from .controller import free_port
-from .neutron import VENV
+from .neutron import VENV, stop_server, tail_logs
 
 # keystone-manage's steps in one interpreter (each would import Keystone again as its own command)
 MANAGE = """
@@ -133,19 +132,8 @@ password_hash_rounds = 4
                                                   "X-Subject-Token": token}).raise_for_status()
 
     def log_tail(self, lines: int = 40) -> str:
-        out = []
-        for name in ("gunicorn.log", "keystone.log"):
-            f = self.dir / name
-            if f.exists():
-                out += [f"--- {name}"] + f.read_text(errors="replace").splitlines()[-lines:]
-        return "\n".join(out)
+        return tail_logs(self.dir, ("gunicorn.log", "keystone.log"), lines)
 
     def stop(self) -> None:
         self.http.close()
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_server(self.proc)
