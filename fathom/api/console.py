@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
@@ -175,8 +175,9 @@ def login_router(attempts: LoginAttempts | None = None) -> APIRouter:
     def methods(request: Request):
         return {"methods": ["token", *(["keystone"] if request.app.state.authenticator.keystone else [])]}
 
-    @r.post("/keystone", response_model=LoginOut, status_code=201, summary="Keystone credentials -> a Keystone token scoped to the "
-                                                           "project (one call to Keystone; no token needed)")
+    @r.post("/keystone", response_model=LoginOut, status_code=201,
+            summary="Keystone credentials -> a Keystone token scoped to the project (one call to Keystone; "
+                    "no token needed)")
     def keystone_login(body: KeystoneLoginIn, request: Request):
         keystone = request.app.state.authenticator.keystone
         if keystone is None:

@@ -23,10 +23,10 @@ from .neutron import VENV, stop_server, tail_logs
 MANAGE = """
 import sys
 from keystone.cmd import cli
-conf, password, url = sys.argv[1:]
+conf, url = sys.argv[1:]
 for step in (["db_sync"], ["fernet_setup", "--keystone-user", "root", "--keystone-group", "root"],
              ["credential_setup", "--keystone-user", "root", "--keystone-group", "root"],
-             ["bootstrap", "--bootstrap-password", password, "--bootstrap-public-url", url]):
+             ["bootstrap", "--bootstrap-public-url", url]):     # the admin's password: OS_BOOTSTRAP_PASSWORD
     cli.CONF.clear()
     cli.main(argv=["keystone-manage", "--config-file", conf, *step])
 """
@@ -78,8 +78,9 @@ password_hash_rounds = 4
         (d / "keystone_wsgi.py").write_text(WSGI)
         env = {**os.environ, "OS_KEYSTONE_CONFIG_DIR": str(d), "OS_KEYSTONE_CONFIG_FILES": "keystone.conf",
                "PYTHONWARNINGS": "ignore"}
-        made = subprocess.run([str(VENV / "bin" / "python"), "-c", MANAGE, str(d / "keystone.conf"), self.password,
-                               self.url + "/v3"], env=env, capture_output=True, text=True, timeout=timeout)
+        made = subprocess.run([str(VENV / "bin" / "python"), "-c", MANAGE, str(d / "keystone.conf"), self.url + "/v3"],
+                              env={**env, "OS_BOOTSTRAP_PASSWORD": self.password}, capture_output=True, text=True,
+                              timeout=timeout)
         if made.returncode != 0:
             raise RuntimeError(f"keystone-manage failed ({made.returncode}):\n{made.stderr[-2000:]}\n{self.log_tail()}")
         log = open(d / "gunicorn.log", "ab")
