@@ -409,7 +409,7 @@ def _owner(filed: tuple, point: int, src: str, dst: str, ports: dict, by_ip: dic
             return "not_this_node"
         if sender["project"] != project:
             return "other_project"
-        rate = sampling.tunnel(project) or 1
+        rate = sampling.ingress(project) or 1
         return filed + (project, network_id, sender["id"], sender["name"], fr.KINDS[kind], point, None, None,
                         remote_node, rate), fr.weight(rate)
     if kind == fr.CHAIN_HOP:
@@ -422,7 +422,7 @@ def _owner(filed: tuple, point: int, src: str, dst: str, ports: dict, by_ip: dic
         sender = ports.get(by_ip.get(src))      # the port that sent it into the chain, if here and the chain's
         port = sender if sender is not None and sender["project"] == project else \
             {"id": None, "name": None, "project": project, "network_id": None}
-        rate = sampling.hops(project) or 1
+        rate = sampling.ingress(project) or 1
     elif kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS):
         port = ports.get(by_ip.get(src if kind == fr.ADMIT_EGRESS else dst))
         if port is not None and rules.get(oid) not in port["groups"]:

@@ -117,10 +117,14 @@ class SamplingIndex:
     def admit(self, project_id: str) -> int:
         return self.projects.get(project_id, OFF).admit
 
-    def hops(self, project_id: str) -> int:
-        """The rate of a project's chain hops: its ingress rate."""
+    def ingress(self, project_id: str) -> int:
+        """A project's own ingress rate: that of its chain hops and of what leaves through the tunnel
+        to its ports (as `ingress_rates`)."""
         return self.projects.get(project_id, OFF).ingress
 
-    def tunnel(self, project_id: str) -> int:
-        """The rate of what leaves through the tunnel to a port of the project: its ingress rate."""
-        return self.projects.get(project_id, OFF).ingress
+
+def ingress_rates(rows) -> dict[str, int]:
+    """project -> its own ingress rate, from `flow_sampling` rows: the rate of its chain hops and of
+    what leaves through the tunnel to its ports (flows every port sending there shares). Reads a
+    row's project_id, port_id and ingress only: the compilers that need no more declare no more."""
+    return {r.project_id: r.ingress for r in rows if r.port_id is None}

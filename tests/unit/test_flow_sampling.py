@@ -202,7 +202,7 @@ def test_a_rate_change_compiles_the_tenant_ports_it_moves_into_the_whole_compile
     for before_rows, after_rows in zip(steps, steps[1:]):
         before, after = sampled(**before_rows), sampled(**after_rows)
         owners = tenant_touched(before, after)
-        moved = fr.SamplingIndex(before.flow_sampling).tunnel("p") != fr.SamplingIndex(after.flow_sampling).tunnel("p")
+        moved = fr.ingress_rates(before.flow_sampling).get("p") != fr.ingress_rates(after.flow_sampling).get("p")
         assert bool(owners) == moved and all(o.kind == ck.KIND_PORT for o in owners), (before_rows, after_rows)
         old = {k: by_owner(s) for k, s in tenant_compile(before).items()}
         new = {k: by_owner(s) for k, s in tenant_owners(after, owners).items()}

@@ -121,8 +121,8 @@ def _sampling_touched(b, a, views=None) -> set[Owner]:
     projects whose ingress rate changed (the rate of the l2 flows to their ports on other nodes)."""
     if b.flow_sampling == a.flow_sampling:
         return set()
-    before, after = fr.SamplingIndex(b.flow_sampling), fr.SamplingIndex(a.flow_sampling)
-    projects = {p for p in set(before.projects) | set(after.projects) if before.tunnel(p) != after.tunnel(p)}
+    before, after = fr.ingress_rates(b.flow_sampling), fr.ingress_rates(a.flow_sampling)
+    projects = {p for p in set(before) | set(after) if before.get(p, 0) != after.get(p, 0)}
     return {Owner(APP_TENANT, ck.KIND_PORT, pid) for pid, (p, *_) in tenant_ports(a, views).items()
             if p.project_id in projects}
 

@@ -74,7 +74,7 @@ def compile_tenant(snapshot: Snapshot, only: frozenset | None = None,
     code builds both, so the flows of an owner are the same whichever way they were asked for.
     """
     topo = topology(snapshot, views)
-    rates = get(views, snapshot, "sampling", lambda s, _v: fr.SamplingIndex(s.flow_sampling))
+    rates = get(views, snapshot, "tenant_tunnel_rates", lambda s, _v: fr.ingress_rates(s.flow_sampling))
     return {node.name: _compile_node(topo, node, rates, only) for node in _nodes_of(snapshot, topo, only, views)}
 
 
@@ -233,9 +233,9 @@ def _everyone(_kind: int, _object_id: int) -> bool:
     return True
 
 
-def _compile_node(topo: _Topology, node: Node, rates: fr.SamplingIndex, only: frozenset | None = None) -> SwitchState:
+def _compile_node(topo: _Topology, node: Node, rates: dict[str, int], only: frozenset | None = None) -> SwitchState:
     """`only`: build just the flows and groups of these owners ((kind, object id)); None: all.
-    `rates`: the flow-records sampling rates (what leaves through the tunnel)."""
+    `rates`: project -> the flow-records rate of what leaves through the tunnel to its ports."""
     want = _everyone if only is None else (lambda kind, object_id: (kind, object_id) in only)
     flows: set[FlowSpec] = set()
     groups: set[GroupSpec] = set()
@@ -424,7 +424,7 @@ def _placement_actions(topo: _Topology, node: Node, network: Network, port: Port
 
 
 def _unicast_flows(topo: _Topology, node: Node, network: Network, tunnel: int | None, uplink: int | None,
-                   rates: fr.SamplingIndex, want=_everyone) -> set[FlowSpec]:
+                   rates: dict[str, int], want=_everyone) -> set[FlowSpec]:
     """l2: to each port of `network` (local, over the tunnel or the uplink). A flow into the tunnel
     is shared by every sender on this node: it samples at the port's project's rate."""
     flows = set()
@@ -435,7 +435,7 @@ def _unicast_flows(topo: _Topology, node: Node, network: Network, tunnel: int | 
         if actions is None:
             continue
         if port.node != node.name and network.type == "vxlan":
-            actions = sample(rates.tunnel(port.project_id), fr.TUNNEL_EGRESS, port.id) + actions
+            actions = sample(rates.get(port.project_id, 0), fr.TUNNEL_EGRESS, port.id) + actions
         flows.add(FlowSpec(st.L2, PRIO_PORT,
                            {st.REG_NETWORK: network.id, "eth_dst": port.mac_address},
                            actions + (GotoTable(st.TAP_EGRESS),),
