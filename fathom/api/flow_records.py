@@ -303,7 +303,7 @@ def _node_view(engine, node: str, rule_ids: set[int], chain_ids: set[int] = froz
         dict, dict, dict, dict, dict, fr.SamplingIndex, tuple[str, int] | None]:
     """What a node's records are checked against: its ports (id -> facts), address -> port id, the
     named rules (id -> group id), the named chains that have a port on this node (id -> project),
-    the ports on other nodes that frames left the tunnel for (id -> project, network id, node)
+    the ports on other nodes frames left through the tunnel for (id -> project, network id, node)
     and the sampling rates; and the collector the records are exported to, if any."""
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
@@ -371,8 +371,9 @@ def file_records(node: str, batch: fb.Batch, ports: dict, by_ip: dict, rules: di
                  sampling: fr.SamplingIndex, refused: dict) -> list[tuple]:
     """The batch's records that name this node's own ports (and their rules), a hop of a chain
     with a port on this node, or a port on another node this node's port sent to through the
-    tunnel, with their owners from the model; the others counted in `refused` by reason. A record's owner follows from its point and addresses alone: it is worked out once
-    per (point, src, dst) of the batch."""
+    tunnel, with their owners from the model; the others counted in `refused` by reason. A
+    record's owner follows from its point and addresses alone: it is worked out once per (point,
+    src, dst) of the batch."""
     filed = (time.time(), batch.interval_end, node)     # the controller's time: a node's clock is not trusted
     addresses = batch.addresses
     owners: dict[tuple[int, int, int], tuple[tuple, int] | str] = {}
