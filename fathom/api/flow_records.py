@@ -19,7 +19,9 @@ bound per column; no object is made per record but the kept tuple. Ingestion tru
 not the record: a record is kept only when the port it names (the
 observation point's, or for an admission the port holding the record's address on that node)
 is bound to the reporting node, and an admitting rule only when it is a rule of one of that
-port's groups; anything else is refused and counted (`fathom_flow_records_refused_total`).
+port's groups; what left through the tunnel only when its source is one of the node's ports, the
+port the point names is on another node, and both are of one project; anything else is refused
+and counted (`fathom_flow_records_refused_total`).
 Counts are OVS's, which counts a sample as the packets it stands for (fathom.model.flow_records);
 the packets really sampled are derived from the rate configured now (IPFIX carries none). Records are kept in memory,
 at most FATHOM_FLOW_RECORDS_MAX (default 200000, oldest out first) and FATHOM_FLOW_RECORDS_RETENTION
@@ -144,7 +146,7 @@ def delete_config(c: CallerDep, db: StoreDep, project_id: str | None = Query(Non
 # the garbage collector stops tracking it (a dict would keep every record holding it tracked, and
 # each full collection would walk all FATHOM_FLOW_RECORDS_MAX of them).
 OWNER = ("time", "interval_end", "node", "project", "network_id", "port_id", "port", "kind", "point", "rule",
-         "chain", "rate")
+         "chain", "remote_node", "rate")
 FIELDS = ("src", "dst", "proto", "sport", "dport", "packets", "bytes", "sampled_packets", "first", "last")
 TIME = OWNER.index("time")
 
@@ -296,10 +298,12 @@ def delete_export(c: CallerDep, db: StoreDep, store: RecordStoreDep):
     return db.write(write)
 
 
-def _node_view(engine, node: str, rule_ids: set[int], chain_ids: set[int] = frozenset()) -> tuple[
-        dict, dict, dict, dict, fr.SamplingIndex, tuple[str, int] | None]:
+def _node_view(engine, node: str, rule_ids: set[int], chain_ids: set[int] = frozenset(),
+               remote_ids: set[int] = frozenset()) -> tuple[
+        dict, dict, dict, dict, dict, fr.SamplingIndex, tuple[str, int] | None]:
     """What a node's records are checked against: its ports (id -> facts), address -> port id, the
-    named rules (id -> group id), the named chains that have a port on this node (id -> project)
+    named rules (id -> group id), the named chains that have a port on this node (id -> project),
+    the ports on other nodes frames left through the tunnel for (id -> project, network id, node)
     and the sampling rates; and the collector the records are exported to, if any."""
     with Session(engine) as s, s.begin():
         s.connection(execution_options=READ_ONLY)
@@ -340,14 +344,20 @@ def _node_view(engine, node: str, rule_ids: set[int], chain_ids: set[int] = froz
                 .where(sfc.PortPair.ingress_port_id.in_(here) | sfc.PortPair.egress_port_id.in_(here)))}
             chains = {c.id: c.project_id for c in s.execute(
                 select(sfc.PortChain.id, sfc.PortChain.project_id).where(sfc.PortChain.id.in_(list(on_node))))}
-        projects = {p["project"] for p in ports.values()} | set(chains.values())
+        remote = {}
+        if remote_ids:
+            remote = {r.id: (r.project_id, r.network_id, r.name) for r in s.execute(
+                select(m.Port.id, m.Port.project_id, m.Port.network_id, m.Node.name)
+                .join(m.Node, m.Node.id == m.Port.node_id)
+                .where(m.Port.id.in_(list(remote_ids)), m.Node.name != node, m.Port.router_id.is_(None)))}
+        projects = {p["project"] for p in ports.values()} | set(chains.values()) | {r[0] for r in remote.values()}
         sampling = fr.SamplingIndex(fr.FlowSampling(*row) for row in s.execute(
             select(FlowSampling.id, FlowSampling.project_id, FlowSampling.port_id, FlowSampling.ingress,
                    FlowSampling.admit, FlowSampling.drop).where(FlowSampling.project_id.in_(list(projects))))
                                     ) if projects else fr.SamplingIndex(())
         export = s.execute(select(FlowRecordExport.host, FlowRecordExport.port).where(FlowRecordExport.id == 1)).first()
         collector = (export.host, export.port) if export else None
-    return ports, by_ip, rules, chains, sampling, collector
+    return ports, by_ip, rules, chains, remote, sampling, collector
 
 
 def hop_of(point: int) -> tuple[int, int, int] | None:
@@ -357,12 +367,13 @@ def hop_of(point: int) -> tuple[int, int, int] | None:
     return hop if hop is not None and hop[0] > 0 else None
 
 
-def file_records(node: str, batch: fb.Batch, ports: dict, by_ip: dict, rules: dict, chains: dict,
+def file_records(node: str, batch: fb.Batch, ports: dict, by_ip: dict, rules: dict, chains: dict, remote: dict,
                  sampling: fr.SamplingIndex, refused: dict) -> list[tuple]:
-    """The batch's records that name this node's own ports (and their rules), or a hop of a chain
-    with a port on this node, with their owners from the model; the others counted in `refused`
-    by reason. A record's owner follows from its point and addresses alone: it is worked out once
-    per (point, src, dst) of the batch."""
+    """The batch's records that name this node's own ports (and their rules), a hop of a chain
+    with a port on this node, or a port on another node this node's port sent to through the
+    tunnel, with their owners from the model; the others counted in `refused` by reason. A
+    record's owner follows from its point and addresses alone: it is worked out once per (point,
+    src, dst) of the batch."""
     filed = (time.time(), batch.interval_end, node)     # the controller's time: a node's clock is not trusted
     addresses = batch.addresses
     owners: dict[tuple[int, int, int], tuple[tuple, int] | str] = {}
@@ -371,7 +382,7 @@ def file_records(node: str, batch: fb.Batch, ports: dict, by_ip: dict, rules: di
         owner = owners.get((point, src, dst))
         if owner is None:
             owner = owners[(point, src, dst)] = _owner(filed, point, addresses[src], addresses[dst], ports, by_ip,
-                                                       rules, chains, sampling)
+                                                       rules, chains, remote, sampling)
         if type(owner) is str:
             refused[owner] = refused.get(owner, 0) + 1
             continue
@@ -382,11 +393,26 @@ def file_records(node: str, batch: fb.Batch, ports: dict, by_ip: dict, rules: di
 
 
 def _owner(filed: tuple, point: int, src: str, dst: str, ports: dict, by_ip: dict, rules: dict, chains: dict,
-           sampling: fr.SamplingIndex) -> tuple[tuple, int] | str:
+           remote: dict, sampling: fr.SamplingIndex) -> tuple[tuple, int] | str:
     """(the owner of a record of `point` from `src` to `dst`, filed as `filed` (time, interval_end,
     node), and the packets a sample counts as), or why such a record is refused."""
     kind, oid = fr.parse_point(point)
-    rule = hop = None
+    rule = hop = remote_node = None
+    if kind == fr.TUNNEL_EGRESS:
+        # to a port on another node (the point's), from this node's port holding the source
+        # address, of the same project: the tunnel flow samples at that project's rate, and a
+        # project sees nothing another project's port sent
+        if oid not in remote:
+            return "not_remote"
+        project, network_id, remote_node = remote[oid]
+        sender = ports.get(by_ip.get(src))
+        if sender is None:
+            return "not_this_node"
+        if sender["project"] != project:
+            return "other_project"
+        rate = sampling.ingress(project) or 1
+        return filed + (project, network_id, sender["id"], sender["name"], fr.KINDS[kind], point, None, None,
+                        remote_node, rate), fr.weight(rate)
     if kind == fr.CHAIN_HOP:
         hop = hop_of(point)
         if hop is None:
@@ -397,7 +423,7 @@ def _owner(filed: tuple, point: int, src: str, dst: str, ports: dict, by_ip: dic
         sender = ports.get(by_ip.get(src))      # the port that sent it into the chain, if here and the chain's
         port = sender if sender is not None and sender["project"] == project else \
             {"id": None, "name": None, "project": project, "network_id": None}
-        rate = sampling.hops(project) or 1
+        rate = sampling.ingress(project) or 1
     elif kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS):
         port = ports.get(by_ip.get(src if kind == fr.ADMIT_EGRESS else dst))
         if port is not None and rules.get(oid) not in port["groups"]:
@@ -417,7 +443,7 @@ def _owner(filed: tuple, point: int, src: str, dst: str, ports: dict, by_ip: dic
         rate = {fr.PORT_INGRESS: rates.ingress, fr.ADMIT_EGRESS: rates.admit, fr.ADMIT_INGRESS: rates.admit}.get(
             kind, rates.drop) or 1
     return filed + (port["project"], port["network_id"], port["id"], port["name"], fr.KINDS[kind], point, rule, hop,
-                    rate), fr.weight(rate)
+                    remote_node, rate), fr.weight(rate)
 
 
 async def batch_body(request: Request) -> bytes:
@@ -445,9 +471,11 @@ def ingest(engine: EngineDep, store: RecordStoreDep, who: Identity = Depends(age
     points = set(batch.columns[0])
     rule_ids = {oid for kind, oid in map(fr.parse_point, points) if kind in (fr.ADMIT_EGRESS, fr.ADMIT_INGRESS)}
     chain_ids = {hop[0] for p in points if (hop := hop_of(p))}
-    ports, by_ip, rules, chains, sampling, collector = _node_view(engine, who.node, rule_ids, chain_ids)
+    remote_ids = {oid for kind, oid in map(fr.parse_point, points) if kind == fr.TUNNEL_EGRESS}
+    ports, by_ip, rules, chains, remote, sampling, collector = _node_view(engine, who.node, rule_ids, chain_ids,
+                                                                         remote_ids)
     refused: dict[str, int] = {}
-    kept = file_records(who.node, batch, ports, by_ip, rules, chains, sampling, refused)
+    kept = file_records(who.node, batch, ports, by_ip, rules, chains, remote, sampling, refused)
     store.add(kept)
     if collector is not None and kept:
         store.exporter.send(collector, [as_dict(r) for r in kept])
@@ -476,7 +504,9 @@ def get_records(c: CallerDep, store: RecordStoreDep,
                 rule: str | None = Query(None, max_length=32, description="a rule id, or default-drop"),
                 chain: int | None = Query(None, ge=1, description="records of this chain's hops"),
                 kind: Literal["admit-egress", "admit-ingress", "drop-egress", "drop-ingress", "port-ingress", "chain-hop",
-                              "drop", "admit"] | None = None,
+                              "tunnel-egress", "drop", "admit"] | None = None,
+                remote_node: str | None = Query(None, min_length=1, max_length=64,
+                                                description="tunnel-egress records to this node"),
                 since: float = Query(300, gt=0, le=86400 * 7, description="seconds back from now"),
                 view: Literal["records", "top", "drops"] = "records",
                 limit: int = Query(100, ge=1, le=1000)):
@@ -493,6 +523,7 @@ def get_records(c: CallerDep, store: RecordStoreDep,
                 and (port is None or owner["port_id"] == port)
                 and (network is None or owner["network_id"] == network) and (rule is None or owner["rule"] == want_rule)
                 and (chain is None or (owner["chain"] or {}).get("id") == chain)
+                and (remote_node is None or owner["remote_node"] == remote_node)
                 and (want_kind is None or owner["kind"] == want_kind or owner["kind"].startswith(want_kind + "-")))
     rows = store.select(time.time() - since, match)
     if view == "records":

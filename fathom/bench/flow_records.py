@@ -200,7 +200,7 @@ def memory_flood(limit: int, factors=(1, 2, 5)) -> dict:
 
     point = fr.point_id(fr.PORT_INGRESS, 1)
     view = ({1: {"id": 1, "name": "src", "project": "bench", "network_id": 1, "ips": {"198.19.46.11"},
-                 "groups": set()}}, {"198.19.46.11": 1}, {}, {}, fr.SamplingIndex(()))
+                 "groups": set()}}, {"198.19.46.11": 1}, {}, {}, {}, fr.SamplingIndex(()))
     out = {"agent": [], "controller": []}
     for factor in factors:
         n = factor * limit

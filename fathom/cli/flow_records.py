@@ -24,20 +24,22 @@ from fathom.cli.resources import DEFAULT_CONTROLLER, Api, api_command
 @click.option("--rule", default=None, help="Records naming this rule (id, or default-drop).")
 @click.option("--chain", type=int, default=None, help="Records of this port chain's hops (id).")
 @click.option("--kind", type=click.Choice(["admit", "drop", "admit-egress", "admit-ingress", "drop-egress",
-                                           "drop-ingress", "port-ingress", "chain-hop"]), default=None)
+                                           "drop-ingress", "port-ingress", "chain-hop", "tunnel-egress"]), default=None)
+@click.option("--remote-node", default=None, help="Records of frames that left through the tunnel to this node.")
 @click.option("--since", type=float, default=300, show_default=True, help="Seconds back from now.")
 @click.option("--top", "view", flag_value="top", help="Top talkers: bytes each port sent, per destination.")
 @click.option("--drops", "view", flag_value="drops", help="Drops per port and rule, most packets first.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.pass_context
-def flow_records(ctx, controller, project, as_json, of_project, port, network, rule, chain, kind, since, view, limit):
+def flow_records(ctx, controller, project, as_json, of_project, port, network, rule, chain, kind, remote_node, since,
+                 view, limit):
     """Flow records: per interval, observation point and 5-tuple (counts scaled by the sampling rate)."""
     if ctx.invoked_subcommand is not None:
         return
     api = Api(controller, project)
     params = {"since": since, "limit": limit, "view": view or "records", "project": of_project,
               "port": api.find("ports", port)["id"] if port else None, "network": network, "rule": rule,
-              "chain": chain, "kind": kind}
+              "chain": chain, "kind": kind, "remote_node": remote_node}
     out = api.call("GET", "/flow-records", params={k: v for k, v in params.items() if v is not None})
     if as_json:
         return print_json(out)
@@ -50,8 +52,8 @@ def flow_records(ctx, controller, project, as_json, of_project, port, network, r
                                            "bytes"],
                            [[r["project"], r["port"], r["src"], r["dst"], r["proto"], r["dport"], r["packets"],
                              r["bytes"]] for r in rows])
-    print_table("flow records", ["node", "port", "kind", "rule / hop", "source", "destination", "proto", "packets",
-                                 "bytes", "rate"],
+    print_table("flow records", ["node", "port", "kind", "rule / hop / to", "source", "destination", "proto",
+                                 "packets", "bytes", "rate"],
                 [[r["node"], r["port"] or "", r["kind"], _owner(r),
                   f"{r['src']}:{r['sport']}", f"{r['dst']}:{r['dport']}", r["proto"], r["packets"], r["bytes"],
                   f"1:{r['rate']}"] for r in rows])
@@ -107,7 +109,10 @@ def export(api: Api, as_json: bool, collector, off):
 
 
 def _owner(r: dict) -> str:
-    """What admitted or dropped a record's frames (a rule), or the chain hop it was on."""
+    """What admitted or dropped a record's frames (a rule), the chain hop it was on, or the node the
+    tunnel took it to."""
+    if r.get("remote_node"):
+        return f"to {r['remote_node']}"
     if r.get("chain"):
         c = r["chain"]
         return f"chain {c['id']} group {c['group_index']}" + (" (replies)" if c["direction"] else "")

@@ -16,6 +16,10 @@ sends templates for one domain per exporter only) and collector set (`COLLECTOR_
     kind 6 chain-hop      a frame of a service chain on its way to one hop (id: the hop marker's
                           low 20 bits, fathom.model.chains: chain, direction, group index), as
                           sfc-select sends it to an instance of the hop's port pair group
+    kind 7 tunnel-egress  a frame leaving this node through the tunnel to a port (id) on another
+                          node (the l2 flow that sends it there): the point names the network it
+                          leaves in and the remote node; the sending port is the node's port
+                          holding the frame's source address
 
 A rate is "one in N" packets (N = 1..65535; 0 = off); OVS's `probability` is out of 65535, so a rate
 N samples with probability round(65535 / N). OVS counts each sample as 65535 // probability packets
@@ -26,7 +30,9 @@ sampled from the rate it configured (`weight`).
 Configuration (`FlowSampling` rows): a project's row (port_id None) gives its ports' rates; a
 port's row replaces them for that port (admits excepted: a rule's commit flow is shared by the
 ports of its group on a node, so the admit rate is its project's). A chain's hops are sampled at
-its project's `ingress` rate (a hop's flow is shared by every port sending into the chain).
+its project's `ingress` rate (a hop's flow is shared by every port sending into the chain), and so
+is what leaves through the tunnel to a port (the l2 flow towards a remote port is shared by every
+port sending to it from the node): the rate of the destination port's project.
 """
 from __future__ import annotations
 
@@ -39,9 +45,10 @@ RATE_MAX = 0xFFFF
 
 KIND_SHIFT = 28
 ID_MASK = (1 << KIND_SHIFT) - 1
-ADMIT_EGRESS, ADMIT_INGRESS, DROP_EGRESS, DROP_INGRESS, PORT_INGRESS, CHAIN_HOP = 1, 2, 3, 4, 5, 6
+ADMIT_EGRESS, ADMIT_INGRESS, DROP_EGRESS, DROP_INGRESS, PORT_INGRESS, CHAIN_HOP, TUNNEL_EGRESS = 1, 2, 3, 4, 5, 6, 7
 KINDS = {ADMIT_EGRESS: "admit-egress", ADMIT_INGRESS: "admit-ingress", DROP_EGRESS: "drop-egress",
-         DROP_INGRESS: "drop-ingress", PORT_INGRESS: "port-ingress", CHAIN_HOP: "chain-hop"}
+         DROP_INGRESS: "drop-ingress", PORT_INGRESS: "port-ingress", CHAIN_HOP: "chain-hop",
+         TUNNEL_EGRESS: "tunnel-egress"}
 HOP_MASK = 0xFFFFF          # a chain hop's point id: the hop marker's bits below SFC_VNI_BASE
 DEFAULT_DROP = "default-drop"    # the rule a drop record names: no rule of the port's groups admitted it
 
@@ -110,6 +117,14 @@ class SamplingIndex:
     def admit(self, project_id: str) -> int:
         return self.projects.get(project_id, OFF).admit
 
-    def hops(self, project_id: str) -> int:
-        """The rate of a project's chain hops: its ingress rate."""
+    def ingress(self, project_id: str) -> int:
+        """A project's own ingress rate: that of its chain hops and of what leaves through the tunnel
+        to its ports (as `ingress_rates`)."""
         return self.projects.get(project_id, OFF).ingress
+
+
+def ingress_rates(rows) -> dict[str, int]:
+    """project -> its own ingress rate, from `flow_sampling` rows: the rate of its chain hops and of
+    what leaves through the tunnel to its ports (flows every port sending there shares). Reads a
+    row's project_id, port_id and ingress only: the compilers that need no more declare no more."""
+    return {r.project_id: r.ingress for r in rows if r.port_id is None}

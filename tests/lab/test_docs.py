@@ -145,5 +145,5 @@ def test_trace_md():
 
 def test_flow_records_md():
     """docs/flow-records.md: sampling on the default lab; a ping admitted by its rule, a refused
-    attempt named as a default drop, top talkers."""
+    attempt named as a default drop, top talkers, the ping leaving compute1 through the tunnel."""
     run_doc(ROOT / "docs" / "flow-records.md", "qe3", timeout=300)

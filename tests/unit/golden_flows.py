@@ -6,7 +6,8 @@ routers, VM ports, VNF ports and port pairs), plus two vTAP policies and, where 
 symmetric service chain; then the store's model is compiled for every switch a
 reconcile pass programs: each node's br-int and br-phy and the fabric switch. Variants: without a fabric
 switch, and with one in each router mode the topology can carry (network-node twice: while the
-router namespace is being built, and once its interfaces are plugged).
+router namespace is being built, and once its interfaces are plugged). The default lab once more
+with flow records sampled (`sampled`): its project's rates and one port's own.
 
 Router interface and router gateway MACs (random in the store) become 02:fd:00:00:00:<id> and
 02:fd:00:00:01:<router id>. OpenFlow port numbers are made up the same way every time: vxlan0 = 1,
@@ -40,6 +41,15 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("golden") / "flows.txt"
 TOPOLOGIES = sorted((ROOT / "fathom/lab/topologies").glob("*.yaml")) + \
     sorted((ROOT / "fathom/bench/topologies").glob("*.yaml"))
+SAMPLED = ROOT / "fathom/lab/topologies/default.yaml"     # also compiled with flow records sampled
+
+
+def sampled(call, ids: dict) -> None:
+    """Flow records of the VMs' project sampled (one in 100 sent and admitted, every drop), and vm1's
+    own row (one in 1000 sent, drops off): a `more` for `model`."""
+    project = call("GET", f"/ports/{ids['ports']['vm1']}")["project_id"]
+    call("PUT", "/flow-records/config", json={"project_id": project, "ingress": 100, "admit": 100, "drop": 1})
+    call("PUT", "/flow-records/config", json={"port_id": ids["ports"]["vm1"], "ingress": 1000})
 
 
 def variants(topo: topology.Topology) -> list[tuple[str, bool, str]]:
@@ -251,7 +261,8 @@ def models() -> tuple:
 
 def _make_models() -> tuple:
     return tuple((path, name, snapshot_of(path, with_fabric, mode))
-                 for path in TOPOLOGIES for name, with_fabric, mode in variants(topology.load(path)))
+                 for path in TOPOLOGIES for name, with_fabric, mode in variants(topology.load(path))) + (
+        (SAMPLED, "no-fabric sampled", snapshot_of(SAMPLED, False, "distributed", sampled)),)
 
 
 def scenarios():

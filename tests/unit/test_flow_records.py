@@ -400,3 +400,35 @@ def test_the_agent_delivers_its_intervals_packed(api, monkeypatch):
     recs = api.get("/flow-records", port=vm1["id"])["records"]
     assert sorted(r["sport"] for r in recs) == [0, 1, 2]
     assert all((r["node"], r["port"], r["bytes"], r["first"]) == ("c1", "vm1", 100, 1.0) for r in recs)
+
+
+def test_tunnel_egress_records_name_the_sender_the_network_and_the_remote_node(api):
+    """What left c1 through the tunnel for vm2 (p1, on c2): filed under p1 with vm1 (the c1 port
+    holding the source address) as its port, vm2's network and c2 as the remote node, scaled by
+    p1's ingress rate. Refused: a sender of another project (p2's vm3 on c1), a source no port of
+    the node holds, a point naming a port on the reporting node itself or no port at all."""
+    _put(api, {"project_id": "p1", "ingress": 100})
+    vm1, vm2, vm3 = api.vm1, api.vm2, api.vm3
+    to_vm2, to_vm1 = fr.point_id(fr.TUNNEL_EGRESS, vm2["id"]), fr.point_id(fr.TUNNEL_EGRESS, vm1["id"])
+    out = _ingest(api, "c1", [
+        _record(to_vm2, _ip(vm1), _ip(vm2), 200),                                 # kept: 2 samples
+        _record(to_vm2, _ip(vm3), _ip(vm2)),                                      # p2's port sent it
+        _record(to_vm2, "198.19.9.9", _ip(vm2)),                                  # no port of c1 sent it
+        _record(to_vm1, _ip(vm1), _ip(vm1)),                                      # vm1 is on c1: no tunnel
+        _record(fr.point_id(fr.TUNNEL_EGRESS, 999999), _ip(vm1), _ip(vm2)),       # no such port
+    ])
+    assert out["accepted"] == 1 and out["refused_by_reason"] == {
+        "other_project": 1, "not_this_node": 1, "not_remote": 2}
+    # c2 cannot report what vm1 (on c1) sent through its tunnel
+    assert _ingest(api, "c2", [_record(to_vm1, _ip(vm1), _ip(vm2))])["refused_by_reason"] == {"not_this_node": 1}
+    (rec,) = api.get("/flow-records", kind="tunnel-egress", headers=MEMBER)["records"]
+    assert (rec["node"], rec["project"], rec["port"], rec["port_id"], rec["network_id"], rec["remote_node"]) == (
+        "c1", "p1", "vm1", vm1["id"], vm2["network_id"], "c2")
+    assert (rec["rate"], rec["packets"], rec["sampled_packets"], rec["point"]) == (100, 200, 2, to_vm2)
+    assert api.get("/flow-records", remote_node="c2", headers=MEMBER)["records"] == [rec]
+    assert api.get("/flow-records", remote_node="c1", headers=MEMBER)["records"] == []
+    assert api.get("/flow-records", kind="tunnel-egress", headers=OTHER)["records"] == []
+    # what ports send (top talkers) is port-ingress only: the tunnel's copy is not counted twice
+    assert api.get("/flow-records", view="top", headers=MEMBER)["records"] == []
+    assert REGISTRY.get_sample_value("fathom_flow_records_refused_total",
+                                     {"node": "c1", "reason": "other_project"}) >= 1

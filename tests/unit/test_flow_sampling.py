@@ -160,3 +160,71 @@ def test_a_hop_rate_change_compiles_the_chains_into_the_whole_compile():
     for key, state in sfc_compile(moved).items():
         kept = {o: s for o, s in old.get(key, {}).items() if o not in owners}
         assert {**kept, **new.get(key, {})} == by_owner(state), key
+
+
+# ---------------------------------------------------------------------------------------------- the tunnel
+
+
+def test_tunnel_egress_samples_at_the_remote_ports_project_rate_and_still_delivers():
+    """blue (VXLAN): web1 and q1 (project q) on c1, web2 on c2; red is a VLAN. With p's rows
+    (project: 1:1 sent, web1's own: 1:100) each node's l2 flow to a p port of blue on the other
+    node samples first at p's rate (point tunnel-egress + the port); nothing else changes: not
+    q's port, not a local port, not the VLAN uplink; frames are delivered as before."""
+    from fathom.apps.tenant import compile as tenant_compile
+    plain = {k.name: s for k, s in tenant_compile(cloud()).items()}
+    on = sampled(project=PROJECT, web1=WEB1_OWN)
+    states = {k.name: s for k, s in tenant_compile(on).items()}
+    got = {name: {(f.table, f.match_dict.get("eth_dst"), a) for f in state.flows for a in f.actions
+                  if isinstance(a, Sample)} for name, state in states.items()}
+    ports = {p.name: p for p in on.ports}
+
+    def to(name: str):
+        return (st.L2, ports[name].mac_address,
+                Sample(fr.probability(1), fr.COLLECTOR_SET, fr.OBS_DOMAIN, fr.point_id(fr.TUNNEL_EGRESS, ports[name].id)))
+    assert got == {"c1": {to("web2")}, "c2": {to("web1")}}     # web1's own 1:100 is not the tunnel's rate
+    for name, state in states.items():
+        (flow,) = [f for f in state.flows if any(isinstance(a, Sample) for a in f.actions)]
+        assert isinstance(flow.actions[0], Sample)
+        unsampled = {dataclasses.replace(f, actions=tuple(a for a in f.actions if not isinstance(a, Sample)))
+                     for f in state.flows}
+        assert unsampled == plain[name].flows and state.groups == plain[name].groups
+        assert cat.BR_INT.check(state.flows, state.groups) == []
+    sim = fabric(on)
+    assert connect(sim, on, "web2", "web1", TCP, 80) == (True, True)
+    assert connect(sim, on, "cli", "web2", TCP, 80) == (True, True)       # routed, then the tunnel
+
+
+def test_a_rate_change_compiles_the_tenant_ports_it_moves_into_the_whole_compile():
+    from fathom.apps.tenant import compile as tenant_compile, compile_owners as tenant_owners, touched as tenant_touched
+    steps = [{}, {"project": PROJECT}, {"project": PROJECT, "web1": WEB1_OWN},
+             {"project": dataclasses.replace(PROJECT, admit=0), "web1": WEB1_OWN},
+             {"project": dataclasses.replace(PROJECT, ingress=100)}, {}]
+    for before_rows, after_rows in zip(steps, steps[1:]):
+        before, after = sampled(**before_rows), sampled(**after_rows)
+        owners = tenant_touched(before, after)
+        moved = fr.ingress_rates(before.flow_sampling).get("p") != fr.ingress_rates(after.flow_sampling).get("p")
+        assert bool(owners) == moved and all(o.kind == ck.KIND_PORT for o in owners), (before_rows, after_rows)
+        old = {k: by_owner(s) for k, s in tenant_compile(before).items()}
+        new = {k: by_owner(s) for k, s in tenant_owners(after, owners).items()}
+        for key, state in tenant_compile(after).items():
+            kept = {o: s for o, s in old.get(key, {}).items() if o not in owners and o.on(key) not in owners}
+            assert {**kept, **new.get(key, {})} == by_owner(state), (before_rows, after_rows, key)
+
+
+def test_the_trace_walks_the_sampled_pipelines_as_the_unsampled_ones():
+    """The default lab with sampling on (the golden flows' `sampled` variant): vm1 -> vm3 crosses
+    the tunnel; the trace sees the l2 flow's sample and ends where it ends without sampling."""
+    from fathom.trace import trace
+    from .golden_flows import SAMPLED, model, sampled as sample_rows
+    results = []
+    for more in (None, sample_rows):
+        snapshot, states = model(SAMPLED, False, "distributed", more)
+        vm1 = next(p for p in snapshot.ports if p.name == "vm1")
+        results.append(trace(snapshot, states, vm1, "198.19.1.13", proto="udp", dport=5201))
+    plain, on = results
+    assert on["verdict"] == plain["verdict"] and on["verdict"]["port"] == "vm3"
+    assert [h["switch"] for h in on["hops"]] == [h["switch"] for h in plain["hops"]]
+    assert on["hops"][0]["outputs"] == plain["hops"][0]["outputs"]
+    l2 = next(s for s in on["hops"][0]["steps"] if s["stage"] == "l2")
+    vm3 = next(p for p in snapshot.ports if p.name == "vm3")
+    assert any(f"observation point {fr.point_id(fr.TUNNEL_EGRESS, vm3.id):#x}" in n for n in l2.get("notes", ())), l2

@@ -77,7 +77,7 @@ class _View:
         self.pairs = {p.id: p for p in snapshot.port_pairs}
         self.groups = {g.id: g for g in snapshot.port_pair_groups}
         self.tenant_vnis = {n.segmentation_id for n in snapshot.networks if n.type == "vxlan"}
-        self.sampling = fr.SamplingIndex(snapshot.flow_sampling)
+        self.hop_rates = fr.ingress_rates(snapshot.flow_sampling)     # project -> the rate of its hops
 
     def place(self, port: Port | None) -> tuple[Node, int] | None:
         """(node, ofport) of a port plugged into its node's br-int, or None."""
@@ -162,7 +162,7 @@ def _compile_chain(snapshot: Snapshot, view: _View, chain: PortChain, plan: Plan
 
     # select groups on every node that can send to a hop; delivery on the instances' nodes
     senders = {name for name in flows if any(f.cookie == c for f in flows[name])}
-    hop_rate = view.sampling.hops(chain.project_id)
+    hop_rate = view.hop_rates.get(chain.project_id, 0)
     for k, pairs in enumerate(hop_groups):
         for d in directions:
             marker = hop_marker(chain.id, d, k)

@@ -3,14 +3,16 @@
 Incremental: a change of ports (created, deleted, rebound, plugged or unplugged, or their network's
 DHCP port on their node plugged or unplugged) touches the ports themselves and their networks (flood groups, classification), plus, when it makes a network local
 to a node or routed to from it for the first time (or the last), everything of that network and of
-the routers on it. Any other change (nodes, networks changed, subnets, routers, router interfaces,
-a router's gateway node) is not handled: the app is compiled whole.
+the routers on it. A change of the flow-records rates touches the ports of the projects whose
+ingress rate changed (their tunnel-egress samples). Any other change (nodes, networks changed,
+subnets, routers, router interfaces, a router's gateway node) is not handled: the app is compiled whole.
 """
 from __future__ import annotations
 
 from fathom.apps.base import BR_INT, App, Owner, Reads, SwitchKey
 from fathom.apps.tenant.compiler import compile_tenant, dhcp_interface, node_scopes
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
+from fathom.model import flow_records as fr
 from fathom.model.routers import tenant_view
 from fathom.model.views import get
 from fathom.pipeline import cookies as ck
@@ -93,6 +95,7 @@ def touched(before, after, views=None):
             for p in (old, new):
                 if p is not None:
                     owners.add(Owner(APP_TENANT, ck.KIND_NETWORK, p[0].network_id))
+    owners |= _sampling_touched(b, a, views)
     if not owners:
         return owners
     # a network that became (or stopped being) local to a node, or routed to from it: every flow
@@ -113,6 +116,17 @@ def touched(before, after, views=None):
     return owners
 
 
+def _sampling_touched(b, a, views=None) -> set[Owner]:
+    """The ports whose tunnel-egress samples a change of the flow-records rates moves: those of the
+    projects whose ingress rate changed (the rate of the l2 flows to their ports on other nodes)."""
+    if b.flow_sampling == a.flow_sampling:
+        return set()
+    before, after = fr.ingress_rates(b.flow_sampling), fr.ingress_rates(a.flow_sampling)
+    projects = {p for p in set(before) | set(after) if before.get(p, 0) != after.get(p, 0)}
+    return {Owner(APP_TENANT, ck.KIND_PORT, pid) for pid, (p, *_) in tenant_ports(a, views).items()
+            if p.project_id in projects}
+
+
 # What `compile` reads (checked). `touched` is written by hand: a port plugged or gone can make its
 # network local to a node (or no longer), which touches every owner of that network and of its
 # routers there, and a port's flows follow its network's DHCP port number on its node; the
@@ -121,11 +135,13 @@ READS = Reads({
     "nodes": frozenset({"id", "name", "tunnel_ip", "ofports"}),
     "networks": frozenset({"id", "type", "segmentation_id"}),
     "subnets": frozenset({"id", "network_id", "cidr", "gateway_ip", "enable_dhcp"}),
-    "ports": frozenset({"id", "network_id", "mac_address", "fixed_ips", "node", "interface", "port_security",
-                        "ofport"}),
+    "ports": frozenset({"id", "project_id", "network_id", "mac_address", "fixed_ips", "node", "interface",
+                        "port_security", "ofport"}),
     "router_interfaces": frozenset({"id", "router_id", "subnet_id", "network_id", "ip_address", "mac_address"}),
     "router_gateways": frozenset({"router_id", "node"}),
     "fabric": frozenset({"modes"}),
+    # the tunnel-egress samples: the ports' projects' ingress rate
+    "flow_sampling": frozenset({"project_id", "port_id", "ingress"}),
 })
 
 

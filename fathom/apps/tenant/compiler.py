@@ -18,7 +18,9 @@ why is in docs/pipeline.md; in short, for node N:
   dst MAC := the destination port's MAC; then l2 of the destination network switches it.
 - l2: dst MAC -> local port, or the owning node's tunnel endpoint (tun_id = VNI), or the VLAN
   uplink; everything else is flooded through the network's group: local ports plus every other
-  node hosting the network (VXLAN) or the uplink (VLAN, flat).
+  node hosting the network (VXLAN) or the uplink (VLAN, flat). A flow to a port on another node
+  over the tunnel samples first when the port's project samples what its ports send (flow records:
+  observation point tunnel-egress + the port, fathom.model.flow_records).
 - output: REG_OUT_PORT -> output.
 
 Nothing ever moves a frame from one network to another except an l3 route flow, which is how
@@ -33,10 +35,12 @@ from fathom.openflow.spec import (
     OFPVID_NONE, OFPVID_PRESENT, DecTtl, FlowSpec, GotoTable, Group, GroupSpec,
     Output, PopVlan, PushVlan, SetField, SwitchState, set_tunnel_dst,
 )
+from fathom.model import flow_records as fr
 from fathom.model.hostlocal_desired import dhcp_mac, dhcp_server_addresses
 from fathom.openflow.arp import ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4, arp_reply_actions
 from fathom.pipeline import stages as st
 from fathom.pipeline.infrastructure import refused_ports
+from fathom.pipeline.sampling import sample
 from fathom.model import (
     TUNNEL_INTERFACE, UPLINK_INTERFACE, Network, Node, Port, RouterInterface, Snapshot,
 )
@@ -70,7 +74,8 @@ def compile_tenant(snapshot: Snapshot, only: frozenset | None = None,
     code builds both, so the flows of an owner are the same whichever way they were asked for.
     """
     topo = topology(snapshot, views)
-    return {node.name: _compile_node(topo, node, only) for node in _nodes_of(snapshot, topo, only, views)}
+    rates = get(views, snapshot, "tenant_tunnel_rates", lambda s, _v: fr.ingress_rates(s.flow_sampling))
+    return {node.name: _compile_node(topo, node, rates, only) for node in _nodes_of(snapshot, topo, only, views)}
 
 
 def _nodes_of(snapshot: Snapshot, topo: "_Topology", only: frozenset | None, views: Views | None):
@@ -228,8 +233,9 @@ def _everyone(_kind: int, _object_id: int) -> bool:
     return True
 
 
-def _compile_node(topo: _Topology, node: Node, only: frozenset | None = None) -> SwitchState:
-    """`only`: build just the flows and groups of these owners ((kind, object id)); None: all."""
+def _compile_node(topo: _Topology, node: Node, rates: dict[str, int], only: frozenset | None = None) -> SwitchState:
+    """`only`: build just the flows and groups of these owners ((kind, object id)); None: all.
+    `rates`: project -> the flow-records rate of what leaves through the tunnel to its ports."""
     want = _everyone if only is None else (lambda kind, object_id: (kind, object_id) in only)
     flows: set[FlowSpec] = set()
     groups: set[GroupSpec] = set()
@@ -266,7 +272,7 @@ def _compile_node(topo: _Topology, node: Node, only: frozenset | None = None) ->
 
     # l2 unicast for every network a frame can be in on this node: local ones and routed-to ones.
     for network_id in sorted(set(local_networks) | routed_to):
-        flows |= _unicast_flows(topo, node, topo.networks[network_id], tunnel, uplink, want)
+        flows |= _unicast_flows(topo, node, topo.networks[network_id], tunnel, uplink, rates, want)
 
     if want(st.KIND_NODE, node.id):
         for ofport in (tunnel, uplink):
@@ -417,8 +423,10 @@ def _placement_actions(topo: _Topology, node: Node, network: Network, port: Port
     return (SetField(st.REG_OUT_PORT, uplink),)  # flat: untagged on the uplink
 
 
-def _unicast_flows(topo: _Topology, node: Node, network: Network,
-                   tunnel: int | None, uplink: int | None, want=_everyone) -> set[FlowSpec]:
+def _unicast_flows(topo: _Topology, node: Node, network: Network, tunnel: int | None, uplink: int | None,
+                   rates: dict[str, int], want=_everyone) -> set[FlowSpec]:
+    """l2: to each port of `network` (local, over the tunnel or the uplink). A flow into the tunnel
+    is shared by every sender on this node: it samples at the port's project's rate."""
     flows = set()
     for port in topo.ports_by_network[network.id]:
         if not want(st.KIND_PORT, port.id):
@@ -426,6 +434,8 @@ def _unicast_flows(topo: _Topology, node: Node, network: Network,
         actions = _placement_actions(topo, node, network, port, tunnel, uplink)
         if actions is None:
             continue
+        if port.node != node.name and network.type == "vxlan":
+            actions = sample(rates.get(port.project_id, 0), fr.TUNNEL_EGRESS, port.id) + actions
         flows.add(FlowSpec(st.L2, PRIO_PORT,
                            {st.REG_NETWORK: network.id, "eth_dst": port.mac_address},
                            actions + (GotoTable(st.TAP_EGRESS),),
