@@ -19,11 +19,14 @@ def url(postgres):
 
 
 class Count:
-    def __init__(self):
-        self.n, self.event = 0, threading.Event()
+    """A listener's notifications: how many, and what each said was written."""
 
-    def __call__(self):
+    def __init__(self):
+        self.n, self.event, self.written = 0, threading.Event(), []
+
+    def __call__(self, written: set):
         self.n += 1
+        self.written.append(written)
         self.event.set()
 
 
