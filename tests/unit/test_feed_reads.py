@@ -167,3 +167,23 @@ def test_after_random_writes_in_another_process_the_kept_model_equals_a_whole_re
         assert differ <= status_only, (i, op, differ - status_only)
     reader = b.store.reader
     assert reader.patches["ports"] > reader.reads["ports"], (reader.patches, reader.reads, ops)
+
+
+def test_the_agents_desired_state_follows_another_process_s_writes(postgres):
+    """B's agents' long-polls (fathom.api.agents.DesiredCache, its own reader) see a router A moved
+    onto a gateway node, from the notification alone."""
+    from .test_agents_api import GW_AGENT, _cloud
+    url = postgres.new_database()
+    a, b = Client(url), Client(url)
+    feed.notify_commits(a.app.state.engine, "a")
+    listener = feed.follow(b.app.state.engine, "b", b.app.state.agent_hub.changed)
+    try:
+        router = _cloud(a)
+        wait_for(lambda: b.get("/agents/gw/desired", headers=GW_AGENT)["objects"] == [], 10, "B's first read")
+        a.patch(f"/routers/{router['id']}", {"mode": "network-node", "gateway_node": "gw"})
+        wait_for(lambda: [o["kind"] for o in b.get("/agents/gw/desired", headers=GW_AGENT)["objects"]]
+                 == ["router_namespace"], 10, "B's agents to see the router A moved")
+    finally:
+        listener.stop()
+        for c in (a, b):
+            c.app.state.engine.dispose()
