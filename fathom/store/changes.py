@@ -31,7 +31,7 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BindParameter, BinaryExpression, BooleanClauseList
 
 ALL = "*"
-_DML = re.compile(r"\s*(insert|update|delete|replace)\b", re.IGNORECASE)
+_DML = re.compile(r"\s*(insert|update|delete|replace|merge|truncate)\b", re.IGNORECASE)
 _WHERE = re.compile(r"\bwhere\b", re.IGNORECASE)
 # The tables noted by row: table -> (its key columns usable in a WHERE -> the token kind they name).
 PORT_ROWS = {
