@@ -11,8 +11,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import re
 import socket
 import threading
+import time
 
 from fathom.agent.local import ipv4_addresses
 from fathom.host.exec import run
@@ -57,10 +59,52 @@ class TunnelAddress:
         return added
 
     def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
-        while not stopping.is_set():
-            try:
-                self.check()
-            except Exception as e:   # a failed command: try again on the next look
-                LOG.warning("%s: keeping tunnel address %s: %s", self.dev, self.address, e)
-                self.seen = None
-            stopping.wait(interval)
+        _keep(self, stopping, interval, f"keeping tunnel address {self.address}")
+
+
+class TunnelRoutes:
+    """OVS's routes to the tunnel networks as its own user routes (`ovs-appctl ovs/route/add`).
+
+    A userspace (netdev) datapath encapsulates VXLAN itself and looks the remote tunnel address up
+    in OVS's copy of the host's routes. OVS rebuilds that copy on every link change of the host (a
+    VM's port plugged or unplugged): it drops the host's routes and reads them again, and a
+    revalidation in between finds no route and turns the node's tunnel flows into drops for a few
+    milliseconds (the other VMs' packets lost). User routes stay through the rebuild, so the agent
+    adds one for each network of `dev`'s IPv4 addresses (the tunnel address's), at once when they
+    change, else every `recheck` seconds (a restarted ovs-vswitchd has none). At rest that is one
+    `ip addr` a second and one `ovs-appctl` every `recheck` seconds."""
+
+    def __init__(self, appctl, dev: str = "br-phy", ns: str | None = None, recheck: float = 10.0):
+        self.appctl, self.dev, self.ns, self.recheck = appctl, dev, ns, recheck
+        self.seen: list[str] | None = None   # the networks the routes were last made sure for
+        self.checked = 0.0                   # monotonic time of that
+
+    def check(self) -> list[str]:
+        """Add the user routes missing for the device's networks; the networks added."""
+        networks = (sorted({str(a.network) for a in ipv4_addresses(self.ns, self.dev)})
+                    if ifindex(self.dev, self.ns) else [])
+        if networks == self.seen and time.monotonic() < self.checked + self.recheck:
+            return []
+        shown = self.appctl("ovs/route/show")
+        added = [n for n in networks
+                 if not re.search(rf"^User: {re.escape(n)} dev {re.escape(self.dev)}\b", shown, re.M)]
+        for network in added:
+            self.appctl("ovs/route/add", network, self.dev)
+            LOG.info("%s: OVS user route to %s added (tunnel lookups survive OVS's route rebuilds)", self.dev, network)
+        self.seen, self.checked = networks, time.monotonic()
+        return added
+
+    def run(self, stopping: threading.Event, interval: float = 1.0) -> None:
+        _keep(self, stopping, interval, "keeping OVS's routes to the tunnel networks")
+
+
+def _keep(keeper, stopping: threading.Event, interval: float, what: str) -> None:
+    """`keeper.check()` every `interval` seconds until `stopping`; a failure is logged and the next
+    look starts afresh."""
+    while not stopping.is_set():
+        try:
+            keeper.check()
+        except Exception as e:   # noqa: BLE001 - a failed command: try again on the next look
+            LOG.warning("%s: %s: %s", keeper.dev, what, e)
+            keeper.seen = None
+        stopping.wait(interval)

@@ -362,6 +362,8 @@ class Gate:
                                    api.swagger_ui_oauth2_redirect_url) if p}
         # paths that hold no data (the console's pages and scripts: fathom.api.console)
         self.public_prefixes = tuple(getattr(api.state, "public_prefixes", ()))
+        # paths any method may reach without a token (the console's login: it makes the token)
+        self.public_paths = frozenset(getattr(api.state, "public_paths", ()))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -372,6 +374,7 @@ class Gate:
         who = auth.known(token) if token else None
         if who is None:
             source = self._source(scope)
+            scope.setdefault("state", {})["source"] = source     # the route's request.state.source
             wait = self.guard.take(source)
             if wait:
                 self.guard.counts["rate_limited"] += 1
@@ -385,7 +388,7 @@ class Gate:
                     return await self.api(scope, receive, send)
                 if who is not None:
                     self.guard.refund(source)
-            if who is None and not (scope["method"] in ("GET", "HEAD") and (
+            if who is None and scope["path"] not in self.public_paths and not (scope["method"] in ("GET", "HEAD") and (
                     scope["path"] in self.public or scope["path"].startswith(self.public_prefixes))):
                 self.guard.counts["unauthenticated"] += 1
                 message = ("the token is unknown, expired or revoked" if token else

@@ -4,7 +4,9 @@ packages (no token: they hold no data), `/v1/whoami` and the stream of change no
 
 Pages (each a URL to share; the data is read by the page through the REST API with the user's token,
 kept in the tab's sessionStorage, so what a user sees is what the API lets that token read):
-    /console/login            a token (the controller's or a Keystone token)
+    /console/login            a token (the controller's or a Keystone token), or Keystone credentials
+                              where the controller validates Keystone tokens (`POST /v1/login/keystone`
+                              turns them into a project-scoped Keystone token, the console's token)
     /console/topology         nodes, fabric switches, networks, routers, ports; live
                               (?node=<name>: that node's ports)
     /console/port/<id>        a port: status, flows per stage desired vs actual, security groups, taps
@@ -23,20 +25,24 @@ import asyncio
 import json
 import os
 import re
+import threading
+import time
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from fathom.api import fabric, floatingips, networks, ports, routers, secgroups, sfc, taps
-from fathom.api.auth import caller, identity
+from fathom.api.auth import Unauthenticated, caller, identity
 from fathom.api.deps import ERRORS
 from fathom.auth import Identity
 from fathom.store import models as m
 from fathom.store import sfc_models as sm
-from fathom.store.errors import NotFound
+from fathom.auth.keystone import KeystoneUnavailable
+from fathom.store.errors import NotFound, Unavailable
 from fathom.store.external_models import FloatingIp
 from fathom.store.fabric_models import FabricSwitch
 from fathom.store.ops import Caller
@@ -103,6 +109,97 @@ def console_router() -> APIRouter:
         if page not in ("port", "chain") or not 0 < object_id <= MAX_ID:
             raise NotFound("no such page")
         return _file(STATIC / PAGES[page])
+
+    return r
+
+
+class KeystoneLoginIn(BaseModel):
+    """A Keystone user's credentials and the project to scope the token to (the user's and the
+    project's names are in `domain`)."""
+    model_config = ConfigDict(extra="forbid")
+    user: str = Field(min_length=1, max_length=255)
+    password: SecretStr = Field(min_length=1, max_length=4096)    # never shown, logged nor kept
+    project: str = Field(min_length=1, max_length=64)
+    domain: str = Field("Default", min_length=1, max_length=255)
+
+
+class LoginOut(BaseModel):
+    token: str
+    project_id: str
+    roles: list[str]
+    expires_at: str
+
+
+class LoginAttempts:
+    """Keystone logins: at most `per_window` attempts from one source address in `window` s, and at
+    most `at_once` Keystone calls in progress over all addresses; an attempt over either is refused
+    without calling Keystone. Remembers at most `addresses` addresses."""
+
+    def __init__(self, per_window: int = 10, window: float = 60.0, at_once: int = 4, addresses: int = 4096):
+        self.per_window, self.window, self.addresses = per_window, window, addresses
+        self.running = threading.BoundedSemaphore(at_once)
+        self._seen: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def wait_for(self, address: str) -> float:
+        """0 when `address` may try now (the attempt is counted), else the seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            recent = [t for t in self._seen.get(address, ()) if t > now - self.window]
+            if len(recent) >= self.per_window:
+                return recent[0] + self.window - now
+            if address not in self._seen and len(self._seen) >= self.addresses:
+                self._seen = {a: ts for a, ts in self._seen.items() if ts[-1] > now - self.window}
+                if len(self._seen) >= self.addresses:
+                    return self.window
+            self._seen[address] = [*recent, now]
+            return 0.0
+
+
+def _too_many(seconds: float, msg: str) -> JSONResponse:
+    return JSONResponse({"detail": [{"loc": [], "msg": msg, "type": "too_many_attempts"}]}, status_code=429,
+                        headers={"Retry-After": str(max(1, round(seconds)))})
+
+
+LOGIN_PATHS = ("/v1/login", "/v1/login/keystone")     # reached without a token
+
+
+def login_router(attempts: LoginAttempts | None = None) -> APIRouter:
+    """/v1/login (how the console may log in; no token) and /v1/login/keystone (Keystone
+    credentials -> a project-scoped Keystone token, where the controller validates Keystone tokens)."""
+    r = APIRouter(prefix="/v1/login", tags=["console"], responses=ERRORS)
+    attempts = attempts or LoginAttempts()
+
+    @r.get("", summary="How the console logs in: `token` always, `keystone` (credentials) where the controller "
+                       "validates Keystone tokens")
+    def methods(request: Request):
+        return {"methods": ["token", *(["keystone"] if request.app.state.authenticator.keystone else [])]}
+
+    @r.post("/keystone", response_model=LoginOut, status_code=201,
+            summary="Keystone credentials -> a Keystone token scoped to the project (one call to Keystone; "
+                    "no token needed)")
+    def keystone_login(body: KeystoneLoginIn, request: Request):
+        keystone = request.app.state.authenticator.keystone
+        if keystone is None:
+            raise NotFound("this controller does not use Keystone: log in with a token")
+        # the source as the connection guard tells it (the client behind a trusted proxy), else the peer
+        source = getattr(request.state, "source", None) or (request.client.host if request.client else "")
+        wait = attempts.wait_for(source)
+        if wait:
+            return _too_many(wait, "too many login attempts from this address: retry later")
+        if not attempts.running.acquire(blocking=False):
+            return _too_many(1, "too many logins in progress: retry later")
+        try:
+            made = keystone.login(body.user, body.password.get_secret_value(), body.project, body.domain)
+        except KeystoneUnavailable as e:
+            raise Unavailable(str(e)) from None
+        finally:
+            attempts.running.release()
+        if made is None:
+            raise Unauthenticated("Keystone refused this user name, password or project")
+        return JSONResponse(LoginOut(token=made.token, project_id=made.identity.project,
+                                     roles=sorted(made.identity.roles), expires_at=made.expires_at).model_dump(),
+                            status_code=201, headers={"Cache-Control": "no-store"})
 
     return r
 

@@ -1,5 +1,5 @@
 """The endpoints that read the switches rather than the store: a node's flows, a pass on demand, the
-controller's health, a tap policy's counters, Prometheus metrics, a fabric switch's ports and flows.
+controller's health, a tap policy's counters, a port's counters, Prometheus metrics, a fabric switch's ports and flows.
 
 They answer from the controller's runtime (the reconciler, the fabric and vTAP runtimes in
 fathom/controller), which passes in what each reads; the routes themselves live here with every
@@ -7,9 +7,11 @@ other route.
 """
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Callable
 
 from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel
 
 from fathom.api.auth import admin_caller
 from fathom.api.deps import ERRORS, AdminDep, CallerDep
@@ -17,6 +19,7 @@ from fathom.openflow.spec import SwitchState
 from fathom.pipeline.cookies import owns_cookie
 from fathom.pipeline.stages import TABLE_STAGE
 from fathom.store import models as m
+from fathom.store import ops
 from fathom.store.errors import NotFound
 from fathom.store.ops import valid_id
 
@@ -115,3 +118,39 @@ def fabric_runtime_router(status: Callable[[int], dict], desired_flows: Callable
         return {"desired": desired_flows(switch_id)}
 
     return r
+
+
+class PortCounters(BaseModel):
+    rx_packets: int
+    tx_packets: int
+    rx_bytes: int
+    tx_bytes: int
+    rx_dropped: int
+    tx_dropped: int
+    rx_errors: int
+    tx_errors: int
+
+
+class PortCountersOut(BaseModel):
+    port_id: int
+    node: str | None
+    interface: str | None
+    ofport: int | None
+    read_at: datetime | None
+    counters: PortCounters | None
+    reason: str | None
+
+
+def port_runtime_router(session_factory, counters: Callable[[int], dict]) -> APIRouter:
+    """/v1/ports/{id}/counters (the port's project or an admin): `counters(port id)` reads them from
+    the port's node's br-int (fathom.controller.port_counters)."""
+    router = APIRouter(tags=["ports"], responses=ERRORS)
+
+    @router.get("/v1/ports/{port_id}/counters", response_model=PortCountersOut,
+                summary="A port's packets, bytes, drops and errors on its node's br-int, read now")
+    def port_counters(port_id: int, c: CallerDep):
+        with session_factory() as s:
+            ops.get(s, c, m.Port, port_id)
+        return counters(port_id)
+
+    return router

@@ -101,7 +101,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
     except (ValueError, NoToken) as e:
         fail(str(e))
     stopping = threading.Event()
-    follower = flows = None
+    follower = flows = routes = None
     if not records_only:
         ovs = LocalOvs(ovsdb)
         http = JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True)
@@ -111,6 +111,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         capturer = Capturer(ovs, JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True),
                             a.node)
         follower = Follower(http, a.node, handlers, lambda: facts(ovs), tracer=Tracer(ovs), capturer=capturer)
+        from fathom.agent.underlay import TunnelRoutes
+        routes = TunnelRoutes(ovs.appctl)
         a.extra_status = follower.status
         if flow_records_port:
             from fathom.agent.flow_records import FlowRecords
@@ -142,6 +144,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         pass
     if underlay and a.locked.is_set():
         threading.Thread(target=underlay.run, args=(stopping,), name="underlay", daemon=True).start()
+    if routes and a.locked.is_set():
+        threading.Thread(target=routes.run, args=(stopping,), name="tunnel-routes", daemon=True).start()
     if flows and a.locked.is_set():
         threading.Thread(target=flows.run, args=(stopping,), name="flow-records", daemon=True).start()
     if follower and a.locked.is_set():

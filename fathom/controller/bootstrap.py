@@ -378,7 +378,12 @@ class NodeOvsdb:
         """
         dpid = f"{datapath_id(node_id):016x}"
         controllers = [controller] if isinstance(controller, str) else sorted(controller)
-        want_tunnel = {"remote_ip": "flow", "key": "flow", "local_ip": tunnel_ip}
+        # no local_ip: with one, a userspace datapath checks the tunnel's source against the host's
+        # local routes, which OVS drops and reads again on every link change of the host (a VM's
+        # port plugged or unplugged), and a revalidation in between turns the tunnel flows into
+        # drops; without, the source is the route's, from the agent's OVS user route to the tunnel
+        # network (fathom.agent.underlay.TunnelRoutes), which stays
+        want_tunnel = {"remote_ip": "flow", "key": "flow"}
 
         def needed(api) -> list:
             """The commands that make the node as we want it, judged from the replica."""

@@ -14,8 +14,8 @@ import time
 import uvicorn
 
 from fathom.api import create_app
-from fathom.api.console import benchmarks_router, console_router, events_router, read_objects
-from fathom.api.runtime import runtime_router, tap_runtime_router
+from fathom.api.console import benchmarks_router, console_router, events_router, LOGIN_PATHS, login_router, read_objects
+from fathom.api.runtime import port_runtime_router, runtime_router, tap_runtime_router
 from fathom.api.traces import traces_router
 from fathom.api.connections import ConnectionLimits, Gate, Guard, raise_open_files
 from fathom.api.deps import store_error_response
@@ -32,6 +32,7 @@ from fathom.controller.memory import GC_THRESHOLDS
 from fathom.controller.metrics import export_state
 from fathom.controller.reconciler import Reconciler
 from fathom.controller import workers
+from fathom.controller.port_counters import port_counters
 from fathom.controller.taps import TapCollector, policy_stats
 from fathom.cluster import feed
 from fathom.store.db import head_revision, make_engine, open_store, session_factory
@@ -51,6 +52,7 @@ def install_runtime(api, reconciler: Reconciler, guard: Guard | None = None) -> 
     export_state(reconciler)
     api.include_router(tap_runtime_router(reconciler.Session, lambda tap_id: policy_stats(reconciler, tap_id),
                                           TapCollector(reconciler)))
+    api.include_router(port_runtime_router(reconciler.Session, lambda port_id: port_counters(reconciler, port_id)))
     # simulated traces over the desired state the last pass compiled
     api.include_router(traces_router(lambda: (reconciler.model, reconciler.last.desired)))
 
@@ -62,7 +64,9 @@ def install_console(api, reconciler: Reconciler) -> ConsoleFeed:
     reconciler.extensions.append(feed)
     reconciler.board.listeners.append(feed.published)
     api.state.public_prefixes = ("/console",)    # pages and scripts need no token (fathom.api.connections.Gate)
+    api.state.public_paths = LOGIN_PATHS           # nor the login
     api.include_router(console_router())
+    api.include_router(login_router())
     api.include_router(events_router(feed))
     api.include_router(benchmarks_router())
     return feed

@@ -143,25 +143,14 @@ class NeutronServer:
         raise RuntimeError(f"neutron did not answer within {timeout} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
-        out = []
-        for name in ("gunicorn.log", "neutron.log"):
-            f = self.dir / name
-            if f.exists():
-                out += [f"--- {name}"] + f.read_text(errors="replace").splitlines()[-lines:]
-        return "\n".join(out)
+        return tail_logs(self.dir, ("gunicorn.log", "neutron.log"), lines)
 
     def log(self) -> str:
         f = self.dir / "neutron.log"
         return f.read_text(errors="replace") if f.exists() else ""
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        stop_server(self.proc)
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """The `openstack` command line against this server (-f json where it prints)."""
@@ -171,6 +160,27 @@ class NeutronServer:
         if check and proc.returncode != 0:
             raise AssertionError(f"openstack {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
+
+
+def tail_logs(directory: Path, names: tuple[str, ...], lines: int = 40) -> str:
+    """The last `lines` of each of a server's log files that exists."""
+    out = []
+    for name in names:
+        f = directory / name
+        if f.exists():
+            out += [f"--- {name}"] + f.read_text(errors="replace").splitlines()[-lines:]
+    return "\n".join(out)
+
+
+def stop_server(proc: subprocess.Popen | None) -> None:
+    """SIGTERM to a server's process group (gunicorn and its workers), SIGKILL after 10 s."""
+    if proc and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
 
 class Sdk:

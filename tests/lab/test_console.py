@@ -7,7 +7,9 @@ without a reload (the change notice carries it), and goes when deleted; a node o
 missing on its port's page; a trace from a port's page shows the verdict and the path drawn; the flow
 records page loads; the benchmarks page plots a results file; the taps page shows a policy's counters moving under traffic and downloads a
 capture of its monitor made by the monitor's node agent; a page open across a controller restart
-hears of a new port without a reload; a bad or revoked token goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
+hears of a new port without a reload; a bad or revoked token goes back to the login page; a port's
+page shows its counters rising with pings; Keystone credentials (a real Keystone) log a member in to
+its project only, a wrong password is said, a token revoked in Keystone goes back to the login page. Screenshots go to $FATHOM_CONSOLE_SHOTS (default
 /tmp/fathom-console-shots; `FATHOM_CONSOLE_SHOTS=docs/img` refreshes the docs' images).
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ import fathom.lab
 from fathom.agent.capture import whole_records
 from fathom.bench.browser import headless_chromium
 from fathom.host import exec as host_exec
+from fathom.lab import keystone as keystone_lab
 
 from .util import lab_api, running_lab
 
@@ -37,8 +40,33 @@ pytestmark = pytest.mark.lab
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 SHOTS = Path(os.environ.get("FATHOM_CONSOLE_SHOTS", "/tmp/fathom-console-shots"))
+KEYSTONE_PASSWORD = "cs-Alice-pw-7"
+KEYSTONE_CACHE_SECONDS = 2      # the controller trusts a Keystone token's validation this long
+
+
 @pytest.fixture(scope="module")
-def lab():
+def keystone(tmp_path_factory):
+    """A real Keystone (fathom.lab.keystone) whose tokens the lab's controller validates: started
+    before the lab, its service token and URL in the environment the controller starts with."""
+    assert keystone_lab.available() is None, keystone_lab.available()
+    started = time.monotonic()
+    server = keystone_lab.KeystoneServer(tmp_path_factory.mktemp("keystone")).start()
+    print(f"keystone ready in {time.monotonic() - started:.1f} s")
+    service = server.dir / "service-token"
+    service.write_text(server.admin_token())
+    service.chmod(0o600)
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("FATHOM_KEYSTONE_URL", server.url)
+            env.setenv("FATHOM_KEYSTONE_TOKEN_FILE", str(service))
+            env.setenv("FATHOM_KEYSTONE_CACHE_SECONDS", str(KEYSTONE_CACHE_SECONDS))
+            yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(keystone):
     with running_lab("cs1", TOPOLOGY, standalone=False) as lab:
         yield lab
 
@@ -139,12 +167,29 @@ def test_topology_live_and_names_as_text(lab, admin, url, browser):
     assert "vm1" not in cell_texts(browser, "ports")
 
 
-def test_port_page_shows_a_removed_flow_as_missing(lab, admin, url, browser):
+def test_port_page_counts_traffic_and_shows_a_removed_flow_as_missing(lab, admin, url, browser):
     vm1 = next(p for p in admin.get("/ports", params={"name": "vm1"}).json())
+    as_admin(browser, url, admin)
     errors(browser)
     browser.get(f"{url}/console/port/{vm1['id']}")
     wait(browser, lambda d: "desired and actual agree" in d.find_element(By.ID, "flows").text, "vm1's flows in sync")
     assert "default" in browser.find_element(By.ID, "groups").text
+    # its counters (rows: from the port, to the port; columns: packets, bytes, dropped, errors) rise
+    # with 5 pings from vm1 to vm3: 5 requests from the port, 5 replies to it
+    packets = lambda d: [int(c) for c in cell_texts(d, "counters")[1::5][:2]]
+    wait(browser, lambda d: len(packets(d)) == 2, "vm1's counters")
+    before, read_at = packets(browser), browser.find_element(By.CSS_SELECTOR, "#counters time").get_attribute("datetime")
+    lab.run("vm1", "ping", "-q", "-i", "0.2", "-c", "5", "198.19.1.13", check=True)
+    wait(browser, lambda d: all(a - b >= 5 for a, b in zip(packets(d), before)), "the pings counted")
+    assert browser.find_element(By.CSS_SELECTOR, "#counters time").get_attribute("datetime") > read_at
+    assert "on compute1" in browser.find_element(By.ID, "counters-read").text
+    # the API: the port's project reads them, another project's token is told the port does not exist
+    alpha = httpx.get(f"{url}/v1/ports/{vm1['id']}/counters",
+                      headers={"Authorization": f"Bearer {token_of(admin, 'alpha')['token']}"}).json()
+    assert alpha["node"] == "compute1" and alpha["counters"]["rx_packets"] >= before[0] + 5, alpha
+    beta = httpx.get(f"{url}/v1/ports/{vm1['id']}/counters",
+                     headers={"Authorization": f"Bearer {token_of(admin, 'beta')['token']}"})
+    assert beta.status_code == 404
     assert errors(browser) == []
     shot(browser, "port")
     # a flow of the port removed from compute1's br-int: missing on the page until the controller's
@@ -392,3 +437,54 @@ def test_bad_or_revoked_token_goes_back_to_login(lab, admin, url, browser):
     wait(browser, lambda d: "unknown, expired or revoked" in d.find_element(By.ID, "error").text, "the refusal")
     shot(browser, "login")
     errors(browser)
+
+
+def test_keystone_login_member_sees_its_project_wrong_password_revoked(lab, admin, url, browser, keystone):
+    """Credentials on the login page: the controller gets a project-scoped token from the real
+    Keystone; its member sees its project only; a wrong password is said; the token revoked in
+    Keystone sends the page back to the login page."""
+    project = keystone.add_member("cs-ks", "cs-alice", KEYSTONE_PASSWORD)
+    net = admin.post("/networks", json={"name": "cs-ks-net", "project_id": project})
+    assert net.status_code == 201, net.text
+    port = admin.post("/ports", json={"network_id": net.json()["id"], "name": "cs-ks-port", "project_id": project})
+    assert port.status_code == 201, port.text
+    try:
+        browser.get(f"{url}/console/login")
+        browser.execute_script("sessionStorage.clear()")
+        browser.get(f"{url}/console/login?next=/console/topology")
+        wait(browser, lambda d: d.find_element(By.ID, "keystone-login").is_displayed(), "the Keystone form")
+        errors(browser)
+
+        def submit(password: str) -> None:
+            for field, value in (("ks-user", "cs-alice"), ("ks-password", password), ("ks-project", "cs-ks")):
+                browser.find_element(By.ID, field).clear()
+                browser.find_element(By.ID, field).send_keys(value)
+            browser.find_element(By.CSS_SELECTOR, "#keystone-login button[type=submit]").click()
+        submit("not-" + KEYSTONE_PASSWORD)
+        wait(browser, lambda d: "Keystone refused" in d.find_element(By.ID, "ks-error").text, "the refusal")
+        assert browser.execute_script("return sessionStorage.getItem('fathom.token')") is None
+        shot(browser, "login-keystone")
+        errors(browser)          # the refused call is logged as a failed load: expected here
+        started = time.monotonic()
+        submit(KEYSTONE_PASSWORD)
+        wait(browser, lambda d: d.current_url == f"{url}/console/topology", "the topology")
+        wait(browser, lambda d: "cs-ks-port" in cell_texts(d, "ports"), "the project's port")
+        print(f"keystone login to the topology shown: {time.monotonic() - started:.1f} s")
+        shown = " ".join(cell_texts(browser, "ports") + cell_texts(browser, "networks"))
+        assert "vm1" not in shown and "red" not in cell_texts(browser, "networks")
+        token = browser.execute_script("return sessionStorage.getItem('fathom.token')")
+        who = httpx.get(f"{url}/v1/whoami", headers={"Authorization": f"Bearer {token}"}).json()
+        assert who == {"project": project, "admin": False, "roles": ["member"]}
+        assert errors(browser) == []
+        # the password is in no log of the controller's
+        assert KEYSTONE_PASSWORD not in (lab.dir / "controller.log").read_text(errors="replace")
+        # revoked in Keystone: refused once the controller's validation of it is older than its cache
+        keystone.revoke(token)
+        time.sleep(KEYSTONE_CACHE_SECONDS + 0.5)
+        browser.refresh()
+        wait(browser, lambda d: d.current_url.startswith(f"{url}/console/login"), "the login page after revocation")
+        assert browser.execute_script("return sessionStorage.getItem('fathom.token')") is None
+        errors(browser)
+    finally:
+        admin.delete(f"/ports/{port.json()['id']}")
+        admin.delete(f"/networks/{net.json()['id']}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fathom.agent.local import ipv4_addresses
-from fathom.agent.underlay import TunnelAddress, ifindex
+from fathom.agent.underlay import TunnelAddress, TunnelRoutes, ifindex
 from fathom.host.exec import run
 from fathom.lab.ovs import OvsInstance
 
@@ -92,5 +92,34 @@ def test_deploy_md_br_phy_on_real_ovs_keeps_its_address_across_a_datapath_type_c
         assert ipv4_addresses(ns, "br-phy") == set()      # what an operator's `ip addr add` lost
         assert keeper.check() is True
         assert ipv4_addresses(ns, "br-phy") == want and _up(ns, "br-phy")
+    finally:
+        ovs.stop()
+
+
+def test_ovs_keeps_a_user_route_to_the_tunnel_network_through_its_route_rebuilds(ns, tmp_path):
+    """The agent's TunnelRoutes on a real OVS in a namespace: a netdev br-phy with the tunnel
+    address gets an OVS user route to its network, which stays when OVS rebuilds its routes (a link
+    of the host deleted, as a VM's port is), and is made again after ovs-vswitchd restarted."""
+    ovs = OvsInstance(ns, tmp_path)
+    ovs.start()
+    try:
+        ovs.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev")
+        run(["ip", "addr", "add", "198.18.0.11/24", "dev", "br-phy"], ns)
+        run(["ip", "link", "set", "br-phy", "up"], ns)
+        routes = TunnelRoutes(lambda *args: ovs.appctl(*args), ns=ns)
+        user = re.compile(r"^User: 198\.18\.0\.0/24 dev br-phy\b", re.M)
+        assert routes.check() == ["198.18.0.0/24"]
+        assert user.search(ovs.appctl("ovs/route/show"))
+        assert routes.check() == []                        # same device and networks: no command
+        run(["ip", "link", "add", "vm-tap", "type", "veth", "peer", "name", "vm-peer"], ns)
+        run(["ip", "link", "del", "vm-tap"], ns)
+        assert user.search(ovs.appctl("ovs/route/show"))
+        ovs.stop()
+        ovs.start()                                         # OVS's routes made anew: no user routes
+        run(["ip", "addr", "replace", "198.18.0.11/24", "dev", "br-phy"], ns)
+        assert not user.search(ovs.appctl("ovs/route/show"))
+        routes.checked -= routes.recheck                    # its next look
+        assert routes.check() == ["198.18.0.0/24"]
+        assert user.search(ovs.appctl("ovs/route/show"))
     finally:
         ovs.stop()

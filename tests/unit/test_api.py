@@ -457,7 +457,7 @@ def test_an_address_committed_while_another_allocation_reads_is_not_taken_twice(
     SQLite serialises writers, B could not begin while A's transaction is open."""
     from sqlalchemy import event
     from fathom.store import ops
-    api = Client(postgres.new_database())
+    api = Client(postgres.new_database(migrated=True))
     net, _ = api.network()
     engine = api.app.state.engine
     admin = ops.Caller()
@@ -489,7 +489,7 @@ def test_a_pooled_connection_the_server_dropped_is_replaced_before_use(postgres,
     from sqlalchemy import text
     from fathom.store import db
     monkeypatch.setattr(db, "PING_IDLE_SECONDS", 0.2)
-    engine = db.open_store(postgres.new_database())
+    engine = db.open_store(postgres.new_database(migrated=True))
     try:
         with engine.connect() as c:
             first = c.execute(text("SELECT pg_backend_pid()")).scalar()

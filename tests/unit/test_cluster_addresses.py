@@ -21,7 +21,7 @@ PORTS = 5            # creations per writer
 
 
 def test_concurrent_port_creations_in_one_network_through_several_processes_all_succeed(postgres):
-    url = postgres.new_database()
+    url = postgres.new_database(migrated=True)
     apps = [create_app(url) for _ in range(PROCESSES)]
     admin = headers_for(apps[0])
     try:

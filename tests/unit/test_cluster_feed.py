@@ -16,7 +16,7 @@ from fathom.store.db import open_store
 
 @pytest.fixture(scope="module")
 def url(postgres):
-    return postgres.new_database()
+    return postgres.new_database(migrated=True)
 
 
 class Count:

@@ -21,7 +21,7 @@ FAST = Timing(renew=0.05, lease=0.4, guard=0.05)
 
 @pytest.fixture(scope="module")
 def database(postgres):
-    engine = open_store(postgres.new_database())   # one migrated database for the module (a migration takes ~1 s)
+    engine = open_store(postgres.new_database(migrated=True))
     yield engine
     engine.dispose()
 

@@ -31,7 +31,7 @@ def _cli(app, monkeypatch):
 
 
 def test_status_shows_replicas_leases_and_epochs(postgres, monkeypatch):
-    app = create_app(postgres.new_database())
+    app = create_app(postgres.new_database(migrated=True))
     timing = Timing()      # the API judges liveness with the product's lease time: the replicas run theirs
     dpids = ["00000000000000a1", "00000000000000a2", "00000000000000a3"]
     a = Mastership(app.state.engine, lambda: dpids, replica_id="rep-a", address="198.18.0.1:8080", timing=timing)

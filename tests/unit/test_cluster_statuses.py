@@ -82,7 +82,7 @@ class Replica:
 
 
 def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeypatch):
-    url = postgres.new_database()
+    url = postgres.new_database(migrated=True)
     topo = topology.load(LAB / "default.yaml")
     setup = create_app(url)
     ids = golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")

@@ -22,7 +22,7 @@ FLOW = "in_port=1,dl_src=02:fa:00:00:01:01"
 
 
 def test_a_hop_whose_agent_polls_another_replica_is_asked_there(postgres):
-    url = postgres.new_database()
+    url = postgres.new_database(migrated=True)
     b = Served(url)                       # the replica the agent polls
     a = Served(url)                       # the replica asked for the trace
     stop = threading.Event()

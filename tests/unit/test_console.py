@@ -9,7 +9,10 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from fathom.api.console import BENCHMARKS, read_objects
+from fathom.api.console import BENCHMARKS, LoginAttempts, read_objects
+from fathom.api.runtime import port_runtime_router
+from fathom.auth.keystone import KeystoneValidator
+from fathom.controller.port_counters import port_counters
 from fathom.controller.console_feed import MAX_BEHIND
 from fathom.controller.server import install_console
 
@@ -195,3 +198,63 @@ def test_a_notice_carries_objects_as_the_api_answers_them(tenants):
     read = read_objects(cloud.rec.Session, [(kind, o["id"]) for kind, objects in listed.items() for o in objects]
                         + [("port", 10**6), ("no such kind", 1)])
     assert read == {(kind, o["id"]): o for kind, objects in listed.items() for o in objects}
+
+
+def test_keystone_login_is_offered_only_with_keystone_and_bounds_its_input(tenants):
+    """Without Keystone: only token login. With a Keystone configured (here one that does not answer,
+    port 9): offered; credentials out of bounds refused before Keystone is asked, and never echoed;
+    Keystone unreachable is a 503 saying so; attempts from one address are limited (429), without a
+    call to Keystone. The real Keystone's answers: tests/lab/test_console.py."""
+    cloud, _ = tenants
+    anonymous = TestClient(cloud.api)
+    assert anonymous.get("/v1/login").json() == {"methods": ["token"]}
+    creds = {"user": "alice", "password": "s3cret-pw", "project": "p1"}
+    assert anonymous.post("/v1/login/keystone", json=creds).status_code == 404
+    auth = cloud.api.state.authenticator
+    auth.keystone = KeystoneValidator("http://127.0.0.1:9", "service-token", timeout=2)
+    try:
+        assert anonymous.get("/v1/login").json() == {"methods": ["token", "keystone"]}
+        long_password = "p" * 4097
+        for bad in ({**creds, "password": long_password}, {**creds, "user": ""}, {**creds, "project": "x" * 65},
+                    {**creds, "extra": 1}, {"user": "alice", "password": "pw"}):
+            r = anonymous.post("/v1/login/keystone", json=bad)
+            assert r.status_code == 422, (bad.keys(), r.text)
+            assert long_password not in r.text and "s3cret-pw" not in r.text
+        for _ in range(LoginAttempts().per_window):
+            r = anonymous.post("/v1/login/keystone", json=creds)
+            assert r.status_code == 503 and "Keystone did not answer" in r.text, r.text
+        r = anonymous.post("/v1/login/keystone", json=creds)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and "s3cret-pw" not in r.text
+    finally:
+        auth.keystone = None
+
+
+def test_login_attempts_are_bounded_per_address_and_in_all():
+    attempts = LoginAttempts(per_window=2, window=60, addresses=2)
+    assert attempts.wait_for("a") == 0 and attempts.wait_for("a") == 0
+    assert 59 < attempts.wait_for("a") <= 60
+    assert attempts.wait_for("b") == 0
+    assert attempts.wait_for("c") == 60          # no room for a third address while a and b are recent
+
+
+def test_port_counters_are_the_ports_projects_and_say_why_when_there_are_none(tenants):
+    """GET /v1/ports/{id}/counters: the port's project (another's: 404, as for the port itself); a
+    port on no node has no counters and says so. Counters read from a real br-int:
+    tests/lab/test_console.py."""
+    cloud, _ = tenants
+    cloud.api.include_router(port_runtime_router(cloud.rec.Session, lambda port_id: port_counters(cloud.rec, port_id)))
+    blue = next(n for n in cloud.get("/networks") if n["name"] == "blue")
+    port = cloud.call("POST", "/ports", json={"network_id": blue["id"], "name": "unbound", "project_id": "alpha"})
+    try:
+        cloud.rec.run_pass()
+        alpha = TestClient(cloud.api, headers=headers_for(cloud.api, "alpha", ("member",)))
+        beta = TestClient(cloud.api, headers=headers_for(cloud.api, "beta", ("member",)))
+        r = alpha.get(f"/v1/ports/{port['id']}/counters")
+        assert r.status_code == 200 and r.json()["counters"] is None and r.json()["read_at"] is None, r.text
+        assert "not bound to a node" in r.json()["reason"]
+        assert beta.get(f"/v1/ports/{port['id']}/counters").status_code == 404
+        assert alpha.get("/v1/ports/999999/counters").status_code == 404
+        assert TestClient(cloud.api).get(f"/v1/ports/{port['id']}/counters").status_code == 401
+    finally:
+        cloud.call("DELETE", f"/ports/{port['id']}")
+        cloud.rec.run_pass()

@@ -97,7 +97,7 @@ def fuzzed(db_url):
 def fuzzed_stores(tmp_path, postgres):
     """store name -> (app, identities): the same objects seeded on SQLite and on PostgreSQL."""
     stores = {"sqlite": fuzzed_app(f"sqlite:///{tmp_path / 'fathom.db'}"),
-              "postgresql": fuzzed_app(postgres.new_database())}
+              "postgresql": fuzzed_app(postgres.new_database(migrated=True))}
     yield stores
     for app, _ in stores.values():
         app.state.engine.dispose()

@@ -54,7 +54,7 @@ class NodeOvsdb:
                        check=True, capture_output=True)
         ops = [{"op": "insert", "table": "Interface", "uuid-name": "i0",
                 "row": {"name": "vxlan0", "type": "vxlan", "ofport": 1,
-                        "options": ["map", [["key", "flow"], ["local_ip", tunnel_ip], ["remote_ip", "flow"]]]}},
+                        "options": ["map", [["key", "flow"], ["remote_ip", "flow"]]]}},
                {"op": "insert", "table": "Port", "uuid-name": "p0",
                 "row": {"name": "vxlan0", "interfaces": ["named-uuid", "i0"]}}]
         for j in range(interfaces):

@@ -1,6 +1,7 @@
-// A port: its status and why, the security groups and taps that apply, and its flows per stage on
-// its node, desired against actual, with the difference marked (admin: the node's flows are an
-// admin endpoint of the API).
+// A port: its status and why, its counters (packets, bytes, drops, errors of its interface on its
+// node's br-int, read every 2 s: GET /v1/ports/{id}/counters), the security groups and taps that
+// apply, and its flows per stage on its node, desired against actual, with the difference marked
+// (admin: the node's flows are an admin endpoint of the API).
 import { api, apiMaybe, el, follow, header, replace, showError, statusBadge, table } from "/console/static/console.js";
 
 const portId = Number(location.pathname.split("/").pop());
@@ -64,7 +65,27 @@ async function refresh() {
     ], rows, "no flows of this port"));
 }
 
+async function counters() {
+  const c = await api("/ports/" + portId + "/counters");
+  if (!c.counters) return replace("counters", el("p", { class: "empty" }, c.reason));
+  const k = c.counters;
+  replace("counters", table([
+    { title: "", cell: r => r.dir }, { title: "packets", cell: r => String(r.packets) },
+    { title: "bytes", cell: r => String(r.bytes) }, { title: "dropped", cell: r => String(r.dropped) },
+    { title: "errors", cell: r => String(r.errors) },
+  ], [
+    { dir: "from the port (rx)", packets: k.rx_packets, bytes: k.rx_bytes, dropped: k.rx_dropped, errors: k.rx_errors },
+    { dir: "to the port (tx)", packets: k.tx_packets, bytes: k.tx_bytes, dropped: k.tx_dropped, errors: k.tx_errors },
+  ]), el("p", { id: "counters-read" }, `${c.interface} (OpenFlow port ${c.ofport}) on ${c.node}, read at `,
+        el("time", { datetime: c.read_at }, new Date(c.read_at).toLocaleTimeString())));
+}
+
 // its port, its network, security groups, taps, a node's flows: read again
 const concerns = ({ changes }) => changes.some(c => (c.kind === "port" && c.id === portId)
   || ["network", "security_group", "tap_policy", "node"].includes(c.kind));
-header().then(who => { me = who; follow(refresh, concerns); }).catch(showError);
+header().then(who => {
+  me = who;
+  follow(refresh, concerns);
+  counters().catch(showError);
+  setInterval(() => counters().catch(showError), 2000);
+}).catch(showError);
