@@ -1,32 +1,44 @@
-"""The change feed between replicas: PostgreSQL LISTEN/NOTIFY.
+"""The change feed between replicas (and a controller's API worker processes): PostgreSQL LISTEN/NOTIFY.
 
 `notify_commits(engine, me)`: every transaction of this process that wrote (INSERT, UPDATE,
 DELETE) sends a notification on CHANNEL inside that transaction, so it is delivered to the
-listeners when, and only if, the transaction commits. Its payload names the replica and
-PostgreSQL's clock at the write (for the lag). Statements run with the execution option
-`feed=False` (the lease rounds) send none.
+listeners when, and only if, the transaction commits. Its payload is "<me> <PostgreSQL's clock at
+the write> <what it wrote>": the tables and row tokens fathom.store.changes.TableChanges notes
+for it, as a JSON list (a table's name, ALL, or [kind, value] for a row token), or ["*"] (ALL:
+everything) when that would not fit a notification (PAYLOAD_MAX). Statements run with the
+execution option `feed=False` (the lease rounds) or `model_unchanged=True` (statuses, which each
+replica writes for its own objects; an agent's desired-state revision) note nothing, and a
+transaction that noted nothing sends none.
 
-`Listener`: one connection per replica that LISTENs on CHANNEL and calls `on_change()` for every
-notification another replica sent (this replica's own writes wake its reconciler directly). After
-each (re)connection it calls `on_change()` once as well: notifications sent while it was away are
-lost, so the reconciler reads the whole store again. Its lag is the time from a notification's
-write to its arrival, on PostgreSQL's clock (this host's clock offset from it measured at connect).
+`Listener`: one connection per replica that LISTENs on CHANNEL and calls `on_change(written)` for
+every notification another replica sent (this replica's own writes wake its reconciler directly),
+`written` being what it wrote ({ALL} when the payload does not say). After each (re)connection it
+calls `on_change({ALL})` as well: notifications sent while it was away are lost, so the whole store
+is read again. Its lag is the time from a notification's write to its arrival, on PostgreSQL's
+clock (this host's clock offset from it measured at connect). `follow(engine, me, on_change)`: a
+Listener whose notifications every TableChanges of `engine` counts as written by this process (so
+a pass re-reads only what they changed), then calls `on_change()`.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from typing import Callable
 
 import psycopg
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
+
+from fathom.store.changes import ALL, TableChanges, written_elsewhere
 
 LOG = logging.getLogger("fathom.cluster")
 CHANNEL = "fathom_store"
 RECONNECT = (0.2, 5.0)    # seconds between attempts to reconnect: first, most (doubling)
-_WROTE = "fathom_feed_wrote"
-_DML = ("insert", "update", "delete")
+# PostgreSQL refuses a payload of 8000 bytes or more; the sender's name and the time take the rest
+PAYLOAD_MAX = 7900
+# the row tokens a payload may carry: kind -> the types of its value
+_ROWS = {"port": (int, type(None)), "ip_allocation": (int,), "port_cascade": (str,)}
 
 
 def libpq_url(engine: Engine) -> str:
@@ -35,24 +47,64 @@ def libpq_url(engine: Engine) -> str:
 
 
 def notify_commits(engine: Engine, me: str) -> None:
-    """Make every committed write of `engine` notify CHANNEL with "<me> <PostgreSQL time>"."""
-    @event.listens_for(engine, "after_cursor_execute")
-    def _wrote(conn, _cursor, statement, _parameters, context, _executemany):
-        if (context.execution_options.get("feed", True) and conn.in_transaction()
-                and statement.lstrip()[:6].lower() in _DML):
-            conn.info[_WROTE] = True
+    """Make every committed write of `engine` notify CHANNEL with "<me> <PostgreSQL time> <what it wrote>"."""
+    _Notes(engine, me)
 
-    @event.listens_for(engine, "commit")
-    def _commit(conn):   # called before the DBAPI commit: the notification is part of the transaction
-        if conn.info.pop(_WROTE, False):
-            with conn.connection.dbapi_connection.cursor() as cur:
-                cur.execute("SELECT pg_notify(%s, %s || ' ' || extract(epoch FROM clock_timestamp())::text)",
-                            (CHANNEL, me))
 
-    @event.listens_for(engine, "rollback")
-    def _rollback(conn):
-        if not conn.invalidated:   # else its DBAPI connection is gone (the server ended it), info too
-            conn.info.pop(_WROTE, None)
+class _Notes(TableChanges):
+    """A connection's writes, sent on CHANNEL as its transaction commits (in it)."""
+
+    def __init__(self, engine: Engine, me: str):
+        super().__init__(engine)
+        self.me = me
+
+    def _noted(self, options) -> bool:
+        return super()._noted(options) and options.get("feed", True)
+
+    def _committed_on(self, conn, written: set) -> None:
+        # a "commit" listener runs before the DBAPI commit: the notification is part of the transaction
+        with conn.connection.dbapi_connection.cursor() as cur:
+            cur.execute("SELECT pg_notify(%s, %s || ' ' || extract(epoch FROM clock_timestamp())::text || ' ' || %s)",
+                        (CHANNEL, self.me, payload(written, len(self.me.encode()))))
+
+    def _count(self, written: set) -> None:
+        """Another process's writes (written_elsewhere): this tracker only sends."""
+
+
+def payload(written: set, reserved: int = 0) -> str:
+    """What a transaction wrote as a notification's text: a JSON list of tables and [kind, value]
+    row tokens, or ["*"] when it and `reserved` bytes would be over PAYLOAD_MAX."""
+    text = json.dumps([t if isinstance(t, str) else list(t) for t in written], separators=(",", ":"))
+    return text if len(text.encode()) + reserved <= PAYLOAD_MAX else json.dumps([ALL])
+
+
+def written_in(text: str) -> set:
+    """The tables and row tokens a notification's text names; {ALL} for anything else."""
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return {ALL}
+    if not isinstance(items, list):
+        return {ALL}
+    out: set = set()
+    for item in items:
+        if isinstance(item, str):
+            out.add(item)
+        elif (isinstance(item, list) and len(item) == 2 and item[0] in _ROWS
+              and type(item[1]) in _ROWS[item[0]]):
+            out.add((item[0], item[1]))
+        else:
+            return {ALL}
+    return out
+
+
+def follow(engine: Engine, me: str, on_change: Callable[[], None]) -> "Listener":
+    """A started Listener on `engine`'s database: what another process's notification names is
+    counted by every TableChanges of `engine` as written here, then `on_change()` is called."""
+    def received(written: set) -> None:
+        written_elsewhere(engine, written)
+        on_change()
+    return Listener(libpq_url(engine), me, received).start()
 
 
 class _Metrics:
@@ -75,10 +127,10 @@ METRICS = _Metrics()
 
 
 class Listener:
-    """The replica's LISTEN connection on `url` (a libpq URL), in a thread: `on_change()` for each
-    other replica's committed write and after each (re)connection."""
+    """The replica's LISTEN connection on `url` (a libpq URL), in a thread: `on_change(written)` for
+    each other replica's committed write (what it wrote) and after each (re)connection ({ALL})."""
 
-    def __init__(self, url: str, me: str, on_change: Callable[[], None]):
+    def __init__(self, url: str, me: str, on_change: Callable[[set], None]):
         self.url, self.me, self.on_change = url, me, on_change
         self.lag: float | None = None          # seconds, the last notification's
         self.connected = False
@@ -108,7 +160,7 @@ class Listener:
                         METRICS.reconnects.inc()
                         LOG.info("change feed connected again: the whole store is read again")
                     first = False
-                    self.on_change()    # whatever was missed while away (or before the first LISTEN)
+                    self.on_change({ALL})    # whatever was missed while away (or before the first LISTEN)
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):
                             self._received(note.payload)
@@ -118,8 +170,8 @@ class Listener:
                 self._stop.wait(wait)
                 wait = min(RECONNECT[1], wait * 2)
 
-    def _received(self, payload: str) -> None:
-        sender, _, at = payload.partition(" ")
+    def _received(self, text: str) -> None:
+        sender, at, written = (text.split(" ", 2) + ["", ""])[:3]
         if sender == self.me:
             return
         try:
@@ -128,4 +180,4 @@ class Listener:
         except ValueError:
             pass
         METRICS.received.inc()
-        self.on_change()
+        self.on_change(written_in(written))

@@ -50,6 +50,7 @@ class ClusterMember:
     def __init__(self, mastership: Mastership, switches, reconciler):
         self.mastership, self.switches, self.reconciler = mastership, switches, reconciler
         self._granted: dict[int, int] = {}     # dpid -> epoch under which the switch made us its master
+        self._first_of: frozenset | None = None   # the switches leased when this replica was last first (None: not)
         self._roles = ThreadPoolExecutor(1, thread_name_prefix="openflow-roles")
         mastership.on_gain = lambda switch, epoch: self._ask(int(switch, 16))
         mastership.on_loss = self._lost
@@ -88,6 +89,18 @@ class ClusterMember:
             if res.dpid is not None and self.masters(res.dpid) and (res.state != "ok" or refused):
                 out[switch_name(res.dpid)] = [res.state, sorted([k, i, why] for (k, i), why in refused.items())]
         self.mastership.switch_states = out
+        self._statuses_gained()
+
+    def _statuses_gained(self) -> None:
+        """Read the whole store when this replica became the first (or, being first, a switch's lease
+        was freed): statuses another replica wrote, with no notification (fathom.cluster.feed), are
+        this one's to write now, compared with the store's as their last writer left them (a
+        master's switches: when it is granted them, `_request_role`)."""
+        first = min(self.mastership.peers, default=self.mastership.id) == self.mastership.id
+        taken = frozenset(self.mastership.taken)
+        before, self._first_of = self._first_of, taken if first else None
+        if first and (before is None or before - taken):
+            self.reconciler.changed_elsewhere()
 
     def writers(self, snapshot):
         """Whether this replica writes a status key ((kind, id), or ("node_state", node name)), by
@@ -224,9 +237,9 @@ def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember
     app.on_not_master = member.not_master
 
     def elsewhere():
-        reconciler.changed_elsewhere()
+        reconciler.written_elsewhere()
         hub.changed()
-    listener = feed.Listener(feed.libpq_url(mastership.engine), mastership.id, elsewhere).start()
+    listener = feed.follow(mastership.engine, mastership.id, elsewhere)
     mastership.feed_lag = lambda: listener.lag
     mastership.start(joined=True)
     return member

@@ -140,7 +140,7 @@ class HostLocalStatus(Extension):
     def _stale(self, rec) -> bool:
         """Whether the agents' reports and the attachments must be read again: the reconciler's
         store reads since the last one covered their tables, or read the whole store (as the
-        model: writes of this process are seen by table, another's at a sync or audit).
+        model: writes of this process, and another's as the change feed tells them, by table).
         Reports that say something new wake a pass that reads their table; a heartbeat is seen
         with the next read, or at once when its agent looks down without it."""
         reads, written = getattr(rec, "store_reads", None), getattr(rec, "store_written", None)

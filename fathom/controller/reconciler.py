@@ -93,7 +93,7 @@ class _Events:
     setup: set = field(default_factory=set)      # node / fabric switch names whose bridges must be re-checked
     ports: set = field(default_factory=set)      # node names whose interfaces changed
     seq: int = 0                                 # API writes requested so far (status board)
-    elsewhere: bool = False                      # another replica wrote the store (read it whole)
+    elsewhere: bool = False                      # read the store whole (changed_elsewhere)
     triggers: set = field(default_factory=set)
     since: float | None = None                   # monotonic time of the first of these events
 
@@ -209,10 +209,15 @@ class Reconciler:
         self._event("api", store=True, seq=True)
 
     def changed_elsewhere(self) -> None:
-        """Another replica committed a write (the change feed), or writes may have been missed:
-        read the whole store (this process's own table notes do not see other processes' writes)."""
+        """Writes may have been missed, or statuses another replica wrote are this one's to write
+        from now on: read the whole store."""
         with self._events_lock:
             self._events.elsewhere = True
+        self._event("feed", store=True)
+
+    def written_elsewhere(self) -> None:
+        """Another process committed a write, which this process's table notes already count
+        (the change feed: fathom.cluster.feed.follow): read what it changed."""
         self._event("feed", store=True)
 
     def reported_elsewhere(self) -> None:

@@ -143,9 +143,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
                                                 ask_flush=api.state.agent_hub.ask_flush))
     if mastership is not None:
         replica.run(mastership, switches, reconciler, app, api.state.agent_hub)
-    elif api_workers > 1:   # a write in a worker wakes the reconciler (a whole read) and the agents' long-polls
-        feed.Listener(feed.libpq_url(engine), f"controller-{os.getpid()}",
-                      lambda: (reconciler.changed_elsewhere(), api.state.agent_hub.changed())).start()
+    elif api_workers > 1:   # a write in a worker wakes the reconciler (to read what it wrote) and the agents' long-polls
+        feed.follow(engine, f"controller-{os.getpid()}",
+                    lambda: (reconciler.written_elsewhere(), api.state.agent_hub.changed()))
     install_console(api, reconciler)
     reconciler.wake()
     LOG.info("API on %s, OpenFlow on %s:%d (%s), store %s", ", ".join(f"http://{h}:{api_port}" for h in hosts),

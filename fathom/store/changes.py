@@ -6,8 +6,9 @@ transaction commits (a rolled-back write counts for nothing). A DELETE also coun
 whose foreign keys cascade from it (ON DELETE CASCADE / SET NULL, transitively); a statement whose
 table cannot be told (raw SQL) counts for every table (`ALL`). Statements run with the execution
 option `model_unchanged=True` (the reconciler's own status writes: statuses are not part of the
-model; an agent's desired-state revision) are not counted. Writes by another process are not seen: an explicit sync or the audit
-reads the whole store.
+model; an agent's desired-state revision) are not counted. Writes by another process (another
+replica, an API worker) are counted when the change feed tells them (`written_elsewhere`,
+fathom.cluster.feed), by every tracker of the engine, as if this process had made them.
 
 Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
 by row, so the ports part is patched rather than read whole (`StoreReader`): `("port", id)` for a
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 
 from sqlalchemy import Engine, event
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import BindParameter, BinaryExpression, BooleanClauseList
 
 ALL = "*"
-_DML = re.compile(r"\s*(insert|update|delete|replace)\b", re.IGNORECASE)
+_DML = re.compile(r"\s*(insert|update|delete|replace|merge|truncate)\b", re.IGNORECASE)
 _WHERE = re.compile(r"\bwhere\b", re.IGNORECASE)
 # The tables noted by row: table -> (its key columns usable in a WHERE -> the token kind they name).
 PORT_ROWS = {
@@ -70,6 +72,19 @@ def _port_told(_mapper, connection, target) -> None:
             pending.add((_TOLD, target.id))
 
 
+_TRACKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # engine -> its trackers (a WeakSet)
+_TRACKERS_LOCK = threading.Lock()
+
+
+def written_elsewhere(engine: Engine, written: set) -> None:
+    """Another process committed writes of these tables and row tokens (fathom.cluster.feed): every
+    tracker of `engine` counts them as committed here."""
+    with _TRACKERS_LOCK:
+        trackers = list(_TRACKERS.get(engine, ()))
+    for tracker in trackers:
+        tracker._count(written)
+
+
 class TableChanges:
     """The tables an engine wrote since the last `take()` (one reader per tracker)."""
 
@@ -88,6 +103,8 @@ class TableChanges:
         event.listen(engine, "rollback", self._rolled_back)
         if not event.contains(Port, "after_insert", _port_told):
             event.listen(Port, "after_insert", _port_told)
+        with _TRACKERS_LOCK:
+            _TRACKERS.setdefault(engine, weakref.WeakSet()).add(self)
 
     def take(self) -> set:
         """The tables (and port row tokens) written by the transactions committed since the last call."""
@@ -95,14 +112,18 @@ class TableChanges:
             out, self._written = self._written, set()
         return out
 
+    def _noted(self, options) -> bool:
+        """Whether a statement run with these execution options counts."""
+        return not options.get("model_unchanged")
+
     def _executed(self, conn, _cursor, statement, _parameters, context, _executemany) -> None:
-        if context is None:
-            return
-        if context.execution_options.get("model_unchanged"):
+        if context is None or not self._noted(context.execution_options):
             return
         if not (context.isinsert or context.isupdate or context.isdelete):
             if _DML.match(statement or ""):
                 conn.info.setdefault(self._pending, set()).add(ALL)
+                if not conn.in_transaction():
+                    self._committed(conn)
             return
         table = getattr(getattr(context.compiled, "statement", None), "table", None)
         name = getattr(table, "name", None)
@@ -126,8 +147,15 @@ class TableChanges:
             if told and len(told) == inserted:   # every port inserted was told: none to look for
                 written.discard(("port", None))
                 written |= {("port", i) for _, i in told}
-            with self._lock:
-                self._written |= written
+            self._committed_on(conn, written)
+
+    def _committed_on(self, _conn, written: set) -> None:
+        """A transaction of `_conn` is committing these writes (before the database's commit)."""
+        self._count(written)
+
+    def _count(self, written: set) -> None:
+        with self._lock:
+            self._written |= written
 
     def _rolled_back(self, conn) -> None:
         if conn.invalidated:    # its DBAPI connection is gone (the server ended it), and its info with it

@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from fathom.cluster import feed
 from fathom.lab.ovs import wait_for
+from fathom.store.changes import ALL
 from fathom.store.db import open_store
 
 
@@ -19,11 +20,14 @@ def url(postgres):
 
 
 class Count:
-    def __init__(self):
-        self.n, self.event = 0, threading.Event()
+    """A listener's notifications: how many, and what each said was written."""
 
-    def __call__(self):
+    def __init__(self):
+        self.n, self.event, self.written = 0, threading.Event(), []
+
+    def __call__(self, written: set):
         self.n += 1
+        self.written.append(written)
         self.event.set()
 
 
@@ -43,6 +47,7 @@ def test_a_committed_write_wakes_the_other_replicas_listener_only(url):
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES ('00000000000000aa', 0)"))
         wait_for(lambda: theirs.n == 2, 5, "the notification of a committed write")
+        assert theirs.written == [{ALL}, {ALL}]   # connected: read whole; raw SQL: its tables are not told
         assert other.lag is not None and 0 <= other.lag < 5
         with pytest.raises(RuntimeError), engine.begin() as conn:   # rolled back: nothing to tell
             conn.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES ('00000000000000ab', 0)"))
