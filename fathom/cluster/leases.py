@@ -83,9 +83,11 @@ _LIVE = f"heartbeat > clock_timestamp() - {_SECONDS}"
 
 
 def join(conn: Connection, me: str, address: str, schema_version: str, fingerprint: str, timing: Timing,
-         openflow: str = "") -> None:
+         openflow: str = "", reaches: str | None = None) -> None:
     """Register replica `me`, or refuse it (ClusterError) when a live replica runs another schema
-    version or PKI. Joins queue on one transaction lock, so two replicas cannot both be first."""
+    version or PKI. Joins queue on one transaction lock, so two replicas cannot both be first.
+    `reaches`: "" for a replica that leases only the switches it reaches (it reaches none yet: no
+    lease is freed toward it before its rounds say which), None for one that may master any."""
     conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fathom cluster join'))"))
     others = conn.execute(text(f"SELECT id, address, schema_version, pki_fingerprint FROM cluster_replicas "
                                f"WHERE {_LIVE} AND id <> :me ORDER BY id"), {"lease": timing.lease, "me": me}).all()
@@ -97,9 +99,10 @@ def join(conn: Connection, me: str, address: str, schema_version: str, fingerpri
                 f"with PKI {fingerprint[:16]}. The replicas of one cluster share one schema version and one PKI "
                 f"(the same CA certificates): upgrade or stop the others first, or give this one their PKI.")
     conn.execute(text(
-        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, openflow) "
-        "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow)"),
-        {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow})
+        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, openflow, "
+        "reaches) VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow, :reaches)"),
+        {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow,
+         "reaches": reaches})
 
 
 def check_schema(engine: Engine, schema_version: str, timing: Timing = Timing()) -> None:

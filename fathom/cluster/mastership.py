@@ -149,7 +149,7 @@ class Mastership:
     def join(self) -> "Mastership":
         with self.engine.begin() as conn:
             leases.join(conn, self.id, self.address, self.schema_version, self.fingerprint, self.timing,
-                        self.openflow)
+                        self.openflow, "" if self.reachable_only else None)
         LOG.info("replica %s joined the cluster (lease %.2f s, renewal every %.2f s)", self.id,
                  self.timing.lease, self.timing.renew)
         return self

@@ -96,8 +96,8 @@ def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeyp
     ofports = golden_flows.ofports(topo, snap, "distributed")
     a, b = (Replica(name, create_app(url), fakes, ofports) for name in ("a", "b"))
     try:
-        def rounds():
-            for r in (a, b, a, b):
+        def rounds():   # three each: a lease freed toward b in a's second is b's in its, and a sees it in its third
+            for r in (a, b, a, b, a, b):
                 r.mastership.run_round()
         rounds()
         wait_for(lambda: all(a.member.masters(d) or b.member.masters(d) for d in fakes.switches), 5,
