@@ -158,22 +158,31 @@ def shares(replicas: list[str], switches: int) -> dict[str, int]:
     return {r: switches // n + (1 if i < switches % n else 0) for i, r in enumerate(sorted(replicas))} if n else {}
 
 
-# a round's limits: see run_round
-_LIMITS = text("SELECT set_config('statement_timeout', :ms, true), "
-               "set_config('idle_in_transaction_session_timeout', :ms, true)")
+def limit_session(conn: Connection, timing: Timing) -> None:
+    """The limits of a session that runs rounds (a connection of its own, never returned to a pool
+    whose other users would inherit them): a round that cannot finish within the lease time (locks
+    held, a stalled server) fails instead of waiting: the leases end at the holder's deadline
+    either way, and the failure is counted; and a round whose replica stops mid-way (paused) has
+    its session ended after the lease time, so the lease rows it locked are free to be taken (SKIP
+    LOCKED would pass over them for as long)."""
+    conn.execute(text("SELECT set_config('statement_timeout', :ms, false), "
+                      "set_config('idle_in_transaction_session_timeout', :ms, false)"),
+                 {"ms": str(int(timing.lease * 1000))})
+    conn.commit()
+
 # the heartbeat, the leases of switches it no longer reaches freed, and the others renewed, in one
 # statement: `holder = me` whether or not the lease expired meanwhile (a late round): a lease
 # another replica took has another holder, and one nobody took is still this replica's alone, so
 # it keeps its epoch
 _BEAT = text(
-    "WITH beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, reaches = :reaches, "
-    "               agents = :agents, switch_states = :states WHERE id = :me RETURNING id), "
+    "WITH reach AS (SELECT unnest(string_to_array(:reaches, ',')) AS switch), "
+    "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, reaches = :reaches, "
+    "         agents = :agents, switch_states = :states WHERE id = :me RETURNING id), "
     "gone AS (UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me "
-    "         AND NOT (switch = ANY(string_to_array(:reaches, ','))) RETURNING switch), "
+    "         AND CAST(:reaches AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) RETURNING switch), "
     "kept AS (UPDATE cluster_leases SET expires = clock_timestamp() + make_interval(secs => :lease), "
     "         renewed = clock_timestamp() WHERE holder = :me "
-    "         AND (string_to_array(:reaches, ',') IS NULL OR switch = ANY(string_to_array(:reaches, ','))) "
-    "         RETURNING switch, epoch) "
+    "         AND (CAST(:reaches AS text) IS NULL OR switch IN (SELECT switch FROM reach)) RETURNING switch, epoch) "
     "SELECT (SELECT count(*) FROM beat), (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM kept), "
     "       (SELECT coalesce(json_agg(switch), '[]') FROM gone)")
 # the round's one view, at one instant of PostgreSQL's clock: the replicas whose heartbeat is
@@ -205,11 +214,12 @@ _GIVE = text("UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE hold
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
               switch_states: dict[str, list] | None = None, reaches: str | None = None) -> Round:
-    """One round of replica `me`, in the caller's transaction: lease rows made for new `switches`;
+    """One round of replica `me`, in the caller's transaction on a session under `limit_session`:
+    lease rows made for new `switches`;
     heartbeat (with its change feed's lag, the agents it hears and what its switches say: see
     Round) and renewal of what it still holds, in one statement; then one view of the replicas and
     leases, from which it decides whether to take or give up leases toward its share (at rest:
-    neither, and the round is these three statements). `reachable` (None: any): the switches it
+    neither, and the round is these two statements). `reachable` (None: any): the switches it
     has an OpenFlow connection to (`reaches`: the same joined by commas, if the caller keeps it);
     it takes and renews only those, and gives up the others it holds. ClusterError if its replica
     row is gone."""
@@ -218,11 +228,6 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     p = {"me": me, "lease": timing.lease, "lag": feed_lag, "reaches": reaches,
          "agents": json.dumps(agents) if agents else None,
          "states": json.dumps(switch_states) if switch_states else None}
-    # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
-    # waiting: the leases end at the holder's deadline either way, and the failure is counted; and a
-    # round whose replica stops mid-way (paused) has its session ended after the lease time, so the
-    # lease rows it locked are free to be taken (SKIP LOCKED would pass over them for as long)
-    conn.execute(_LIMITS, {"ms": str(int(timing.lease * 1000))})
     ensure_switches(conn, switches)
     beat, kept, gone = conn.execute(_BEAT, p).one()
     if beat != 1:

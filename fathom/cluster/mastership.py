@@ -17,7 +17,8 @@ import time
 import uuid
 from typing import Callable, Iterable, Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.pool import NullPool
 
 from fathom.cluster import leases
 from fathom.cluster.leases import ClusterError, Timing
@@ -120,6 +121,10 @@ class Mastership:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # the rounds' own connection (_round_connection), of an engine without a pool: its session
+        # limits (leases.limit_session) reach no other user, even if it is dropped unclosed
+        self._rounds = create_engine(engine.url, poolclass=NullPool)
+        self._conn: Connection | None = None
         self.failures = 0                  # rounds that failed
 
     # ------------------------------------------------------------------ MastershipView
@@ -167,6 +172,7 @@ class Mastership:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
+        self._end_connection()
         self._drop("released" if leave else "lost")
         if leave:
             with self.engine.begin() as conn:
@@ -180,6 +186,7 @@ class Mastership:
                 self.run_round()
             except ClusterError as e:     # our replica row is gone: no lease can be ours any more
                 LOG.error("%s: this replica stops taking leases", e)
+                self._end_connection()
                 self._drop("lost")
                 return
             self._stopping.wait(max(0.0, started + self.timing.renew - time.monotonic()))
@@ -193,7 +200,8 @@ class Mastership:
         if self.reachable_only and switches != self._reaches[0]:
             self._reaches = (switches, ",".join(sorted(switches)))
         try:
-            with self.engine.begin() as conn:
+            conn = self._round_connection()
+            with conn.begin():
                 got = leases.run_round(conn, self.id, self.timing, sorted(new),
                                        switches if self.reachable_only else None, self.feed_lag(),
                                        self.agents(), self.switch_states,
@@ -201,6 +209,7 @@ class Mastership:
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides
+            self._end_connection()
             self.failures += 1
             METRICS.failures.inc()
             LOG.warning("replica %s: lease round failed: %s", self.id, e)
@@ -243,6 +252,28 @@ class Mastership:
                 METRICS.changes.labels("gained").inc()
                 LOG.info("replica %s: master of %s, epoch %d", self.id, switch, epoch)
                 self._call(self.on_gain, switch, epoch)
+
+    def _round_connection(self) -> Connection:
+        """The rounds' own connection, made at the first round and again after a failure: no pool
+        checkout (nor a ping of a pooled connection idle for a while) per round, and the session's
+        limits (leases.limit_session) set once."""
+        if self._conn is None:
+            conn = self._rounds.connect()
+            try:
+                leases.limit_session(conn, self.timing)
+            except Exception:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _end_connection(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken: nothing to close
+                pass
 
     # ------------------------------------------------------------------ losses
 
