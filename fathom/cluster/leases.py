@@ -18,10 +18,10 @@ replicas and leases read at one instant of PostgreSQL's clock: a replica takes f
 leases up to its share, and gives up what it holds above its share only toward live replicas below
 theirs that reach the switch, and no more than they still lack once they took the free leases they
 reach; a switch that no live replica below its share reaches is taken, beyond its share, by one
-that reaches it once it has had no master for a lease time. So when a replica joins, each replica above its share frees exactly its surplus, the joiner
-takes what was freed, and every switch that moves, moves once; with a stable membership nothing
-moves. A holder whose round comes late renews its leases that nobody took meanwhile, under the same
-epoch.
+that reaches it once it has had no master for a lease time. So when a replica joins, each replica
+above its share frees exactly its surplus, the joiner takes what was freed, and every switch that
+moves, moves once; with a stable membership nothing moves. A holder whose round comes late renews
+its leases that nobody took meanwhile, under the same epoch.
 """
 from __future__ import annotations
 
@@ -99,8 +99,9 @@ def join(conn: Connection, me: str, address: str, schema_version: str, fingerpri
                 f"with PKI {fingerprint[:16]}. The replicas of one cluster share one schema version and one PKI "
                 f"(the same CA certificates): upgrade or stop the others first, or give this one their PKI.")
     conn.execute(text(
-        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, openflow, "
-        "reaches) VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow, :reaches)"),
+        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, "
+        "openflow, reaches) "
+        "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow, :reaches)"),
         {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow,
          "reaches": reaches})
 
@@ -179,10 +180,12 @@ _BEAT = text(
     "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, reaches = :reaches, "
     "         agents = :agents, switch_states = :states WHERE id = :me RETURNING id), "
     "gone AS (UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me "
-    "         AND CAST(:reaches AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) RETURNING switch), "
+    "         AND CAST(:reaches AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
+    "         RETURNING switch), "
     "kept AS (UPDATE cluster_leases SET expires = clock_timestamp() + make_interval(secs => :lease), "
     "         renewed = clock_timestamp() WHERE holder = :me "
-    "         AND (CAST(:reaches AS text) IS NULL OR switch IN (SELECT switch FROM reach)) RETURNING switch, epoch) "
+    "         AND (CAST(:reaches AS text) IS NULL OR switch IN (SELECT switch FROM reach)) "
+    "         RETURNING switch, epoch) "
     "SELECT (SELECT count(*) FROM beat), (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM kept), "
     "       (SELECT coalesce(json_agg(switch), '[]') FROM gone)")
 # the round's one view, at one instant of PostgreSQL's clock: the replicas whose heartbeat is
@@ -206,7 +209,8 @@ _TAKE = text(
     "UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
     "expires = clock_timestamp() + make_interval(secs => :lease), renewed = clock_timestamp() "
     "FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
-    "      AND switch = ANY(:candidates) ORDER BY expires NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) AS free "
+    "      AND switch = ANY(:candidates) ORDER BY expires NULLS FIRST, switch LIMIT :n "
+    "      FOR UPDATE SKIP LOCKED) AS free "
     "WHERE l.switch = free.switch RETURNING l.switch, l.epoch")
 _GIVE = text("UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me AND switch = ANY(:give)")
 
@@ -215,11 +219,10 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
               switch_states: dict[str, list] | None = None, reaches: str | None = None) -> Round:
     """One round of replica `me`, in the caller's transaction on a session under `limit_session`:
-    lease rows made for new `switches`;
-    heartbeat (with its change feed's lag, the agents it hears and what its switches say: see
-    Round) and renewal of what it still holds, in one statement; then one view of the replicas and
-    leases, from which it decides whether to take or give up leases toward its share (at rest:
-    neither, and the round is these two statements). `reachable` (None: any): the switches it
+    lease rows made for new `switches`; heartbeat (with its change feed's lag, the agents it hears
+    and what its switches say: see Round) and renewal of what it still holds, in one statement;
+    then one view of the replicas and leases, from which it decides whether to take or give up
+    leases toward its share (at rest: neither, and the round is these two statements). `reachable` (None: any): the switches it
     has an OpenFlow connection to (`reaches`: the same joined by commas, if the caller keeps it);
     it takes and renews only those, and gives up the others it holds. ClusterError if its replica
     row is gone."""
@@ -246,7 +249,8 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
         return None if s is None else set(filter(None, s.split(",")))
 
     mine_to_reach = None if reachable is None else frozenset(reachable)
-    free = [(s, idle) for s, h, idle in rows if h is None and (mine_to_reach is None or s in mine_to_reach)]
+    unheld = [(s, idle) for s, h, idle in rows if h is None]        # free or expired
+    free = [(s, idle) for s, idle in unheld if mine_to_reach is None or s in mine_to_reach]
     below = {r: share[r] - counts[r] for r in live if r != me and counts[r] < share[r]}
     below_reach = {r: reached_by(r) for r in below}
     taken: dict[str, int] = {}
@@ -264,7 +268,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     if mine > share.get(me, 0) and below:
         # given up only toward a live replica below its share that reaches the switch, and no more than
         # those replicas still lack once they took the free leases they reach
-        pending = sum(1 for s, _ in free if s not in taken
+        pending = sum(1 for s, _ in unheld if s not in taken
                       and any(rs is None or s in rs for rs in below_reach.values()))
         room = sum(below.values()) - pending
         givable = [s for s in sorted(out.held) if any(rs is None or s in rs for rs in below_reach.values())]

@@ -9,9 +9,9 @@ where the connection is still up. A switch that (re)connects starts as an equal 
 role is requested again, master or slave as the lease says. Role requests wait for the switch, so
 they run on a thread of their own, never on the lease rounds' or OpenFlow's.
 
-A node's OVSDB (its bridges, its controller targets: every replica's OpenFlow listener, a late one included) is
-set up by the master of its br-int, or by any replica while nobody holds that lease (a node whose
-switches reach no replica yet).
+A node's OVSDB (its bridges, its controller targets: every replica's OpenFlow listener, a late one
+included) is set up by the master of its br-int, or by any replica while nobody holds that lease (a
+node whose switches reach no replica yet).
 
 Statuses: a switch mastered by another replica is, in this replica's statuses, what its master
 reports of it with its heartbeat (its state and the objects whose flows it refused; nothing: `ok`).
@@ -140,9 +140,9 @@ class ClusterMember:
 
     def peers_changed(self) -> None:
         """The replicas' OpenFlow listeners changed (one joined, left, or has sent no heartbeat for
-        `Timing.keep`): the switches this replica sets up (a node's br-int or br-phy, a fabric switch) get
-        their controller targets written again, so every switch reaches every live replica (a
-        replica a switch does not reach gets no lease of it)."""
+        `Timing.keep`): the switches this replica sets up (a node's br-int or br-phy, a fabric
+        switch) get their controller targets written again, so every switch reaches every live
+        replica (a replica a switch does not reach gets no lease of it)."""
         model = self.reconciler.model
         fabric = fabric_state(model).switches if model else ()   # br-phy is set up only beside a fabric switch
         for node in (model.nodes if model else ()):

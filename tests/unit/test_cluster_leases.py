@@ -452,7 +452,8 @@ def test_a_third_replica_joining_two_moves_its_share_once(engine):
 
 
 def test_a_round_at_rest_renews_in_one_statement_and_changes_nothing(engine):
-    """Three balanced replicas: a round at rest is two statements (heartbeat with renewal, one view): no lease taken or freed, no epoch raised, and nothing told to the consumer."""
+    """Three balanced replicas: a round at rest is two statements (heartbeat with renewal, one
+    view): no lease taken or freed, no epoch raised, and nothing told to the consumer."""
     from sqlalchemy import Engine, event
     steady = Timing(renew=0.05, lease=5.0, guard=0.1)   # hand-run rounds: no lease ends between them
     reps = [Mastership(engine, lambda: switches(100), replica_id=n, timing=steady, reachable_only=True,
