@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import os_ken.app.ofctl.api as ofctl
 from os_ken.app.ofctl import event as ofctl_event
 from os_ken.app.ofctl.exception import InvalidDatapath, OFError
+from os_ken.lib import hub
 
 from fathom.openflow import encode
 from fathom.openflow.encode import Wire
@@ -170,7 +171,6 @@ def _send_waiting(app, msg, reply_cls, timeout: float):
     same request to os-ken's ofctl service as send_msg makes (os_ken.base.app_manager
     .OSKenApp.send_request), its reply queue read with a time limit; a reply that comes later is
     dropped with the request."""
-    from os_ken.lib import hub
     req = ofctl_event.SendMsgRequest(msg=msg, reply_cls=reply_cls)
     req.sync, req.reply_q = True, hub.Queue()
     app.send_event(req.dst, req)
