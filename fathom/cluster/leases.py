@@ -10,17 +10,24 @@ writes).
 
 One switch never has two holders: a lease is taken only from rows locked with `FOR UPDATE SKIP
 LOCKED` whose lease is free or expired when locked (PostgreSQL re-reads a row changed meanwhile), and
-renewed only by its holder while unexpired.
+renewed only by its holder (a lease another replica took has another holder).
 
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
-most (the first `switches % replicas` take one more). In each round a replica takes free or expired
-leases up to its share, and gives up what it holds above its share only while a live replica is
-below its own (so only to a taker); with a stable membership that is a fixed point: nothing moves.
+most (the first `switches % replicas` take one more). Each round decides from one view of the
+replicas and leases read at one instant of PostgreSQL's clock: a replica takes free or expired
+leases up to its share, and gives up what it holds above its share only toward live replicas below
+theirs that reach the switch, and no more than they still lack once they took the free leases they
+reach; a switch that no live replica below its share reaches is taken, beyond its share, by one
+that reaches it once it has had no master for a lease time. So when a replica joins, each replica
+above its share frees exactly its surplus, the joiner takes what was freed, and every switch that
+moves, moves once; with a stable membership nothing moves. A holder whose round comes late renews
+its leases that nobody took meanwhile, under the same epoch.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +47,13 @@ class Timing:
     renew: float = 0.25
     lease: float = 1.0
     guard: float = 0.1
+
+    @property
+    def keep(self) -> float:
+        """How long a replica whose heartbeat stopped stays in the switches' controller targets (ten
+        lease times): a round that comes late is not a departure, and a switch that dropped the
+        replica's connection would take its reach, and so its leases, away."""
+        return 10 * self.lease
 
     def __post_init__(self):
         if not 0 < self.renew < self.lease or not 0 <= self.guard < self.lease - self.renew:
@@ -69,9 +83,11 @@ _LIVE = f"heartbeat > clock_timestamp() - {_SECONDS}"
 
 
 def join(conn: Connection, me: str, address: str, schema_version: str, fingerprint: str, timing: Timing,
-         openflow: str = "") -> None:
+         openflow: str = "", reaches: str | None = None) -> None:
     """Register replica `me`, or refuse it (ClusterError) when a live replica runs another schema
-    version or PKI. Joins queue on one transaction lock, so two replicas cannot both be first."""
+    version or PKI. Joins queue on one transaction lock, so two replicas cannot both be first.
+    `reaches`: "" for a replica that leases only the switches it reaches (it reaches none yet: no
+    lease is freed toward it before its rounds say which), None for one that may master any."""
     conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('fathom cluster join'))"))
     others = conn.execute(text(f"SELECT id, address, schema_version, pki_fingerprint FROM cluster_replicas "
                                f"WHERE {_LIVE} AND id <> :me ORDER BY id"), {"lease": timing.lease, "me": me}).all()
@@ -83,9 +99,11 @@ def join(conn: Connection, me: str, address: str, schema_version: str, fingerpri
                 f"with PKI {fingerprint[:16]}. The replicas of one cluster share one schema version and one PKI "
                 f"(the same CA certificates): upgrade or stop the others first, or give this one their PKI.")
     conn.execute(text(
-        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, openflow) "
-        "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow)"),
-        {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow})
+        "INSERT INTO cluster_replicas (id, address, started, heartbeat, schema_version, pki_fingerprint, "
+        "openflow, reaches) "
+        "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow, :reaches)"),
+        {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow,
+         "reaches": reaches})
 
 
 def check_schema(engine: Engine, schema_version: str, timing: Timing = Timing()) -> None:
@@ -118,15 +136,18 @@ def ensure_switches(conn: Connection, switches) -> None:
 class Round:
     """What one round found and did: `held` the leases this replica holds after it (switch -> epoch),
     `released` the switches it gave up in it, `taken` every switch with a valid lease (any holder),
-    `openflow` the live replicas' OpenFlow listeners (id -> host:port), `addresses` their APIs
-    (id -> URL). From the other live replicas' heartbeats: `agents`, the nodes whose agents each
-    hears (id -> node -> seconds since it heard the agent, as of this round), and `reports`, what a
-    switch's master says of it when not simply `ok` (switch -> [state, [[cookie kind, object id,
-    why refused], ...]]), from its lease's holder only."""
+    `openflow` the live replicas' OpenFlow listeners (id -> host:port), `listeners` those of every
+    replica whose heartbeat is younger than `Timing.keep` (the switches' controller targets: a
+    replica whose round is late is not a departure), `addresses` the live replicas' APIs (id ->
+    URL). From the other live replicas' heartbeats: `agents`, the nodes whose agents each hears (id
+    -> node -> seconds since it heard the agent, as of this round), and `reports`, what a switch's
+    master says of it when not simply `ok` (switch -> [state, [[cookie kind, object id, why
+    refused], ...]]), from its lease's holder only."""
     held: dict[str, int] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)
     openflow: dict[str, str] = field(default_factory=dict)
+    listeners: dict[str, str] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
     agents: dict[str, dict[str, float]] = field(default_factory=dict)
     reports: dict[str, list] = field(default_factory=dict)
@@ -138,90 +159,135 @@ def shares(replicas: list[str], switches: int) -> dict[str, int]:
     return {r: switches // n + (1 if i < switches % n else 0) for i, r in enumerate(sorted(replicas))} if n else {}
 
 
+def limit_session(conn: Connection, timing: Timing) -> None:
+    """The limits of a session that runs rounds (a connection of its own, never returned to a pool
+    whose other users would inherit them): a round that cannot finish within the lease time (locks
+    held, a stalled server) fails instead of waiting: the leases end at the holder's deadline
+    either way, and the failure is counted; and a round whose replica stops mid-way (paused) has
+    its session ended after the lease time, so the lease rows it locked are free to be taken (SKIP
+    LOCKED would pass over them for as long)."""
+    conn.execute(text("SELECT set_config('statement_timeout', :ms, false), "
+                      "set_config('idle_in_transaction_session_timeout', :ms, false)"),
+                 {"ms": str(int(timing.lease * 1000))})
+    conn.commit()
+
+# the heartbeat, the leases of switches it no longer reaches freed, and the others renewed, in one
+# statement: `holder = me` whether or not the lease expired meanwhile (a late round): a lease
+# another replica took has another holder, and one nobody took is still this replica's alone, so
+# it keeps its epoch
+_BEAT = text(
+    "WITH reach AS (SELECT unnest(string_to_array(:reaches, ',')) AS switch), "
+    "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, reaches = :reaches, "
+    "         agents = :agents, switch_states = :states WHERE id = :me RETURNING id), "
+    "gone AS (UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me "
+    "         AND CAST(:reaches AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
+    "         RETURNING switch), "
+    "kept AS (UPDATE cluster_leases SET expires = clock_timestamp() + make_interval(secs => :lease), "
+    "         renewed = clock_timestamp() WHERE holder = :me "
+    "         AND (CAST(:reaches AS text) IS NULL OR switch IN (SELECT switch FROM reach)) "
+    "         RETURNING switch, epoch) "
+    "SELECT (SELECT count(*) FROM beat), (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM kept), "
+    "       (SELECT coalesce(json_agg(switch), '[]') FROM gone)")
+# the round's one view, at one instant of PostgreSQL's clock: the replicas whose heartbeat is
+# younger than the keep time ([id, live, reaches, address, openflow, agents, switch_states,
+# heartbeat age]) and every lease ([switch, valid holder or null, seconds without a master or null])
+_VIEW = text(
+    "WITH now AS (SELECT clock_timestamp() AS t) "
+    "SELECT (SELECT coalesce(json_agg(json_build_array(r.id, r.heartbeat > now.t - make_interval(secs => :lease), "
+    "                r.reaches, r.address, r.openflow, r.agents, r.switch_states, "
+    "                extract(epoch FROM now.t - r.heartbeat)) ORDER BY r.id), '[]') "
+    "        FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => :keep)), "
+    "       (SELECT coalesce(json_agg(json_build_array(l.switch, "
+    "                CASE WHEN l.expires > now.t THEN l.holder END, "
+    "                CASE WHEN l.expires IS NULL OR l.expires <= now.t "
+    "                     THEN coalesce(extract(epoch FROM now.t - l.renewed), 1e9) - :lease END)), '[]') "
+    "        FROM cluster_leases l) "
+    "FROM now")
+# take the leases among :candidates still free or expired when locked (PostgreSQL re-reads a row
+# another transaction changed meanwhile), :n at most, the free ones first; each one's epoch grows
+_TAKE = text(
+    "UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
+    "expires = clock_timestamp() + make_interval(secs => :lease), renewed = clock_timestamp() "
+    "FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
+    "      AND switch = ANY(:candidates) ORDER BY expires NULLS FIRST, switch LIMIT :n "
+    "      FOR UPDATE SKIP LOCKED) AS free "
+    "WHERE l.switch = free.switch RETURNING l.switch, l.epoch")
+_GIVE = text("UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me AND switch = ANY(:give)")
+
+
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
-              switch_states: dict[str, list] | None = None) -> Round:
-    """One round of replica `me`, in the caller's transaction: lease rows made for new `switches`,
-    heartbeat (with its change feed's lag, the agents it hears and what its switches say: see
-    Round), renew what it still holds, then take or give up leases toward its share. `reachable`
-    (None: any): the switches it has an OpenFlow connection to; it takes and renews only those, and
-    gives up the others it holds. ClusterError if its replica row is gone."""
-    p = {"me": me, "lease": timing.lease, "lag": feed_lag,
-         "reaches": None if reachable is None else ",".join(sorted(reachable)),
+              switch_states: dict[str, list] | None = None, reaches: str | None = None) -> Round:
+    """One round of replica `me`, in the caller's transaction on a session under `limit_session`:
+    lease rows made for new `switches`; heartbeat (with its change feed's lag, the agents it hears
+    and what its switches say: see Round) and renewal of what it still holds, in one statement;
+    then one view of the replicas and leases, from which it decides whether to take or give up
+    leases toward its share (at rest: neither, and the round is these two statements). `reachable` (None: any): the switches it
+    has an OpenFlow connection to (`reaches`: the same joined by commas, if the caller keeps it);
+    it takes and renews only those, and gives up the others it holds. ClusterError if its replica
+    row is gone."""
+    if reachable is not None and reaches is None:
+        reaches = ",".join(sorted(reachable))
+    p = {"me": me, "lease": timing.lease, "lag": feed_lag, "reaches": reaches,
          "agents": json.dumps(agents) if agents else None,
          "states": json.dumps(switch_states) if switch_states else None}
-    # a round that cannot finish within the lease time (locks held, a stalled server) fails instead of
-    # waiting: the leases end at the holder's deadline either way, and the failure is counted; and a
-    # round whose replica stops mid-way (paused) has its session ended after the lease time, so the
-    # lease rows it locked are free to be taken (SKIP LOCKED would pass over them for as long)
-    ms = int(timing.lease * 1000)
-    conn.execute(text(f"SET LOCAL statement_timeout = {ms}"))
-    conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {ms}"))
     ensure_switches(conn, switches)
-    if conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, "
-                            "reaches = :reaches, agents = :agents, switch_states = :states WHERE id = :me"),
-                    p).rowcount != 1:
+    beat, kept, gone = conn.execute(_BEAT, p).one()
+    if beat != 1:
         raise ClusterError(f"replica {me} is no longer registered in the cluster")
-    out = Round()
-    if reachable is not None:     # a switch it lost its connection to: its lease goes to one that reaches it
-        p["reachable"] = sorted(reachable)
-        out.released.update(s for (s,) in conn.execute(text(
-            "UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me "
-            "AND NOT (switch = ANY(:reachable)) RETURNING switch"), p))
-    only_reachable = "" if reachable is None else "AND switch = ANY(:reachable) "
-    out.held = dict(conn.execute(text(
-        f"UPDATE cluster_leases SET expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
-        f"WHERE holder = :me AND expires > clock_timestamp() RETURNING switch, epoch"), p).all())
-    reaches = {r: None if s is None else set(filter(None, s.split(",")))
-               for r, s in conn.execute(text(f"SELECT id, reaches FROM cluster_replicas WHERE {_LIVE}"), p)}
-    live = list(reaches)
-    total = conn.execute(text("SELECT count(*) FROM cluster_leases")).scalar_one()
-    held = dict(conn.execute(text("SELECT holder, count(*) FROM cluster_leases WHERE holder IS NOT NULL "
-                                  "AND expires > clock_timestamp() GROUP BY holder")).all())
-    share = shares(live, total)
+    out = Round(held=kept, released=set(gone))
+    replicas, rows = conn.execute(_VIEW, {"lease": timing.lease, "keep": timing.keep}).one()
+    live = {r[0]: r for r in replicas if r[1]}
+    holders = {s: h for s, h, _ in rows if h is not None}
+    share = shares(list(live), len(rows))
     mine = len(out.held)
-    if mine < share.get(me, 0):
-        got = conn.execute(text(
-            f"UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
-            f"expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
-            f"FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
-            f"      {only_reachable}ORDER BY expires NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) AS free "
-            f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), {**p, "n": share[me] - mine}).all()
-        out.held.update(dict(got))
+    counts = Counter(holders.values())
+
+    def reached_by(r: str):
+        """What live replica `r` reaches (None: any), as its heartbeat says."""
+        s = live[r][2]
+        return None if s is None else set(filter(None, s.split(",")))
+
+    mine_to_reach = None if reachable is None else frozenset(reachable)
+    unheld = [(s, idle) for s, h, idle in rows if h is None]        # free or expired
+    free = [(s, idle) for s, idle in unheld if mine_to_reach is None or s in mine_to_reach]
+    below = {r: share[r] - counts[r] for r in live if r != me and counts[r] < share[r]}
+    below_reach = {r: reached_by(r) for r in below}
+    taken: dict[str, int] = {}
+    if free and mine < share.get(me, 0):
+        taken.update(conn.execute(_TAKE, {**p, "candidates": [s for s, _ in free], "n": share[me] - mine}).all())
     if reachable is not None:
-        # beyond its share: a switch it reaches that has had no master for a lease time (no replica
-        # below its share took it meanwhile: none reaches it)
-        got = conn.execute(text(
-            f"UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
-            f"expires = clock_timestamp() + {_SECONDS}, renewed = clock_timestamp() "
-            f"FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
-            f"      AND (renewed IS NULL OR renewed < clock_timestamp() - {_SECONDS}) {only_reachable}"
-            f"      FOR UPDATE SKIP LOCKED) AS free "
-            f"WHERE l.switch = free.switch RETURNING l.switch, l.epoch"), p).all()
-        out.held.update(dict(got))
-        mine = len(out.held)
-    if mine > share.get(me, 0):
-        # given up only toward a live replica below its share that reaches the switch
-        wanting = {r: s - held.get(r, 0) for r, s in share.items() if r != me and s > held.get(r, 0)}
-        givable = [s for s in sorted(out.held) if any(reaches[r] is None or s in reaches[r] for r in wanting)]
-        give = givable[:min(mine - share.get(me, 0), sum(wanting.values()))]
+        # beyond its share: a switch it reaches that no live replica below its share reaches, and that
+        # has had no master for a lease time
+        orphans = [s for s, idle in free if s not in taken and idle >= 0
+                   and not any(rs is None or s in rs for rs in below_reach.values())]
+        if orphans:
+            taken.update(conn.execute(_TAKE, {**p, "candidates": orphans, "n": len(orphans)}).all())
+    out.held.update(taken)
+    mine = len(out.held)
+    if mine > share.get(me, 0) and below:
+        # given up only toward a live replica below its share that reaches the switch, and no more than
+        # those replicas still lack once they took the free leases they reach
+        pending = sum(1 for s, _ in unheld if s not in taken
+                      and any(rs is None or s in rs for rs in below_reach.values()))
+        room = sum(below.values()) - pending
+        givable = [s for s in sorted(out.held) if any(rs is None or s in rs for rs in below_reach.values())]
+        give = givable[:min(mine - share[me], room)]
         if give:
-            conn.execute(text("UPDATE cluster_leases SET holder = NULL, expires = NULL "
-                              "WHERE holder = :me AND switch = ANY(:give)"), {**p, "give": give})
+            conn.execute(_GIVE, {**p, "give": give})
             for switch in give:
                 del out.held[switch]
             out.released.update(give)
-    holders = dict(conn.execute(text(
-        "SELECT switch, holder FROM cluster_leases WHERE holder IS NOT NULL AND expires > clock_timestamp()")).all())
-    out.taken = set(holders)
-    for r in conn.execute(text(f"SELECT id, address, openflow, agents, switch_states, "
-                               f"extract(epoch FROM clock_timestamp() - heartbeat)::float AS age "
-                               f"FROM cluster_replicas WHERE {_LIVE}"), p):
-        out.openflow[r.id], out.addresses[r.id] = r.openflow, r.address
-        if r.id != me:   # ages as of now: the row was written `age` seconds ago
-            out.agents[r.id] = {n: a + r.age for n, a in (json.loads(r.agents) if r.agents else {}).items()}
-            states = json.loads(r.switch_states) if r.switch_states else {}
-            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == r.id)
+    out.taken = (set(holders) | set(out.held)) - out.released
+    for rid, is_live, _, address, openflow, agents_json, states_json, age in replicas:
+        out.listeners[rid] = openflow
+        if not is_live:
+            continue
+        out.openflow[rid], out.addresses[rid] = openflow, address
+        if rid != me:   # ages as of now: the row was written `age` seconds ago
+            out.agents[rid] = {n: a + age for n, a in (json.loads(agents_json) if agents_json else {}).items()}
+            states = json.loads(states_json) if states_json else {}
+            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
     return out
 
 

@@ -17,7 +17,8 @@ import time
 import uuid
 from typing import Callable, Iterable, Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.pool import NullPool
 
 from fathom.cluster import leases
 from fathom.cluster.leases import ClusterError, Timing
@@ -81,8 +82,10 @@ class Mastership:
     (node -> seconds since this replica heard its agent) and `switch_states` (what the switches it
     masters say when not simply `ok`, set by its consumer). What the other live replicas wrote is
     kept after each round: `reports` (switch -> [state, refused], from each switch's master;
-    `on_reports()` when they changed), `peers` (their OpenFlow listeners; `on_peers()` when the
-    set of listeners changed) and `agent_heard(node)`."""
+    `on_reports()` when they changed), `peers` (their OpenFlow listeners), `listeners` (those of
+    every replica seen within `Timing.keep`, a late one included: the switches' controller targets;
+    `on_peers()` when that set changed) and `agent_heard(node)`. A round where nothing changed
+    calls nothing."""
 
     def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
                  address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
@@ -105,6 +108,8 @@ class Mastership:
         self._agents_at: dict[str, str] = {}        # node -> API address of the replica that heard it last
         self.taken: set[str] = set()        # switches with a valid lease, any holder (the last round's)
         self.peers: dict[str, str] = {}     # live replicas' OpenFlow listeners (id -> host:port)
+        self.listeners: dict[str, str] = {}  # the same, of every replica seen within Timing.keep
+        self._reaches: tuple[frozenset, str] = (frozenset(), "")   # the last reachable set, comma-joined
         self.id = replica_id or uuid.uuid4().hex[:12]
         self.address, self.schema_version, self.fingerprint = address, schema_version, pki_fingerprint
         self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
@@ -116,6 +121,10 @@ class Mastership:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # the rounds' own connection (_round_connection), of an engine without a pool: its session
+        # limits (leases.limit_session) reach no other user, even if it is dropped unclosed
+        self._rounds = create_engine(engine.url, poolclass=NullPool)
+        self._conn: Connection | None = None
         self.failures = 0                  # rounds that failed
 
     # ------------------------------------------------------------------ MastershipView
@@ -145,7 +154,7 @@ class Mastership:
     def join(self) -> "Mastership":
         with self.engine.begin() as conn:
             leases.join(conn, self.id, self.address, self.schema_version, self.fingerprint, self.timing,
-                        self.openflow)
+                        self.openflow, "" if self.reachable_only else None)
         LOG.info("replica %s joined the cluster (lease %.2f s, renewal every %.2f s)", self.id,
                  self.timing.lease, self.timing.renew)
         return self
@@ -163,6 +172,7 @@ class Mastership:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
+        self._end_connection()
         self._drop("released" if leave else "lost")
         if leave:
             with self.engine.begin() as conn:
@@ -176,6 +186,7 @@ class Mastership:
                 self.run_round()
             except ClusterError as e:     # our replica row is gone: no lease can be ours any more
                 LOG.error("%s: this replica stops taking leases", e)
+                self._end_connection()
                 self._drop("lost")
                 return
             self._stopping.wait(max(0.0, started + self.timing.renew - time.monotonic()))
@@ -184,24 +195,29 @@ class Mastership:
         """One round: its leases renewed, taken or given up, the callbacks called. A failure (PostgreSQL
         down) is counted; leases then end at their local deadline."""
         sent = time.monotonic()
-        switches = set(self.switches())
+        switches = frozenset(self.switches())
         new = switches - self._known
+        if self.reachable_only and switches != self._reaches[0]:
+            self._reaches = (switches, ",".join(sorted(switches)))
         try:
-            with self.engine.begin() as conn:
+            conn = self._round_connection()
+            with conn.begin():
                 got = leases.run_round(conn, self.id, self.timing, sorted(new),
                                        switches if self.reachable_only else None, self.feed_lag(),
-                                       self.agents(), self.switch_states)
+                                       self.agents(), self.switch_states,
+                                       self._reaches[1] if self.reachable_only else None)
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides
+            self._end_connection()
             self.failures += 1
             METRICS.failures.inc()
             LOG.warning("replica %s: lease round failed: %s", self.id, e)
             self._expire_if_due()
             return
         self._known |= new
-        listeners_changed = set(got.openflow.values()) != set(self.peers.values())
-        self.taken, self.peers = got.taken, got.openflow
+        listeners_changed = set(got.listeners.values()) != set(self.listeners.values())
+        self.taken, self.peers, self.listeners = got.taken, got.openflow, got.listeners
         now = time.time()
         at_replica: dict[str, tuple[float, str]] = {}
         for replica, heard in got.agents.items():
@@ -218,7 +234,14 @@ class Mastership:
         with self._lock:
             self._held = dict(got.held)
             self._valid_until = sent + self.timing.lease - self.timing.guard
-        # against what the consumer was told: a lease whose epoch changed was lost (and maybe taken again)
+        if got.held != self._told or got.released:
+            self._tell(got)
+        if listeners_changed:     # after the leases: it asks which switches this replica now sets up
+            self._call(self.on_peers)
+
+    def _tell(self, got: leases.Round) -> None:
+        """The consumer told what changed since it was last told: losses, then gains."""
+        # a lease whose epoch changed was lost (and maybe taken again)
         told = dict(self._told)
         self._tell_loss({s for s, e in told.items() if got.held.get(s) != e} - got.released, "lost")
         self._tell_loss(got.released & set(told), "released")
@@ -229,8 +252,28 @@ class Mastership:
                 METRICS.changes.labels("gained").inc()
                 LOG.info("replica %s: master of %s, epoch %d", self.id, switch, epoch)
                 self._call(self.on_gain, switch, epoch)
-        if listeners_changed:     # after the leases: it asks which switches this replica now sets up
-            self._call(self.on_peers)
+
+    def _round_connection(self) -> Connection:
+        """The rounds' own connection, made at the first round and again after a failure: no pool
+        checkout (nor a ping of a pooled connection idle for a while) per round, and the session's
+        limits (leases.limit_session) set once."""
+        if self._conn is None:
+            conn = self._rounds.connect()
+            try:
+                leases.limit_session(conn, self.timing)
+            except Exception:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _end_connection(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - already broken: nothing to close
+                pass
 
     # ------------------------------------------------------------------ losses
 

@@ -9,9 +9,9 @@ where the connection is still up. A switch that (re)connects starts as an equal 
 role is requested again, master or slave as the lease says. Role requests wait for the switch, so
 they run on a thread of their own, never on the lease rounds' or OpenFlow's.
 
-A node's OVSDB (its bridges, its controller targets: every live replica's OpenFlow listener) is
-set up by the master of its br-int, or by any replica while nobody holds that lease (a node whose
-switches reach no replica yet).
+A node's OVSDB (its bridges, its controller targets: every replica's OpenFlow listener, a late one
+included) is set up by the master of its br-int, or by any replica while nobody holds that lease (a
+node whose switches reach no replica yet).
 
 Statuses: a switch mastered by another replica is, in this replica's statuses, what its master
 reports of it with its heartbeat (its state and the objects whose flows it refused; nothing: `ok`).
@@ -137,10 +137,12 @@ class ClusterMember:
         return self.mastership.epoch(name) is not None or name not in self.mastership.taken
 
     def targets(self, management_ip: str) -> list[str]:
-        """Every live replica's OpenFlow listener as a controller target for a switch managed at
-        `management_ip` (a listener with no host: the replicas share this host, reached as this one is)."""
+        """Every replica's OpenFlow listener as a controller target for a switch managed at
+        `management_ip` (a listener with no host: the replicas share this host, reached as this one
+        is): the live ones' and those of replicas whose heartbeat stopped less than
+        `Timing.keep` ago (a late round must not cost a replica its connections)."""
         out = set()
-        for listener in self.mastership.peers.values():
+        for listener in self.mastership.listeners.values():
             host, _, port = listener.rpartition(":")
             if port.isdigit():
                 out.add(channels.controller_target(host or local_ip_towards(management_ip), int(port)))
@@ -150,10 +152,10 @@ class ClusterMember:
     # ------------------------------------------------------------------ events
 
     def peers_changed(self) -> None:
-        """The live replicas' OpenFlow listeners changed (one joined, left or stopped counting as
-        live): the switches this replica sets up (a node's br-int or br-phy, a fabric switch) get
-        their controller targets written again, so every switch reaches every live replica (a
-        replica a switch does not reach gets no lease of it)."""
+        """The replicas' OpenFlow listeners changed (one joined, left, or has sent no heartbeat for
+        `Timing.keep`): the switches this replica sets up (a node's br-int or br-phy, a fabric
+        switch) get their controller targets written again, so every switch reaches every live
+        replica (a replica a switch does not reach gets no lease of it)."""
         model = self.reconciler.model
         fabric = fabric_state(model).switches if model else ()   # br-phy is set up only beside a fabric switch
         for node in (model.nodes if model else ()):

@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 import os_ken.app.ofctl.api as ofctl
+from os_ken.app.ofctl import event as ofctl_event
 from os_ken.app.ofctl.exception import InvalidDatapath, OFError
+from os_ken.lib import hub
 
 from fathom.openflow import encode
 from fathom.openflow.encode import Wire
@@ -156,6 +158,28 @@ def whole_messages(dp, c: Change) -> tuple[list, list, list]:
 # ---------------------------------------------------------------------------------------------- sessions
 
 
+# How long a role request waits for the switch's reply. ofctl.send_msg waits until the reply, or
+# until os-ken drops the connection: a switch that went away without closing it (no TCP reset)
+# would hold the replica's one role thread, and every other switch's role change behind it, until
+# the keepalive gives up on it (fathom.controller.ofapp.ECHO_INTERVAL). A master role unanswered
+# for longer than a lease time is moot anyway: the lease has ended.
+ROLE_REPLY_TIMEOUT = 2.0
+
+
+def _send_waiting(app, msg, reply_cls, timeout: float):
+    """ofctl.send_msg (one reply) that waits `timeout` seconds at most: TimeoutError after. The
+    same request to os-ken's ofctl service as send_msg makes (os_ken.base.app_manager
+    .OSKenApp.send_request), its reply queue read with a time limit; a reply that comes later is
+    dropped with the request."""
+    req = ofctl_event.SendMsgRequest(msg=msg, reply_cls=reply_cls)
+    req.sync, req.reply_q = True, hub.Queue()
+    app.send_event(req.dst, req)
+    try:
+        return req.reply_q.get(timeout=timeout)()
+    except hub.QueueEmpty:
+        raise TimeoutError(f"no reply within {timeout:g} s") from None
+
+
 class OsKenSession:
     """A switch connected to os-ken: reads are multipart requests, changes one atomic bundle (OpenFlow
     1.4+) or messages in order followed by a barrier."""
@@ -290,8 +314,11 @@ class OsKenSession:
     def _role(self, role: int, generation: int) -> int:
         parser = self.dp.ofproto_parser
         try:
-            reply = ofctl.send_msg(self.app, parser.OFPRoleRequest(self.dp, role, generation),
-                                   reply_cls=parser.OFPRoleReply)
+            reply = _send_waiting(self.app, parser.OFPRoleRequest(self.dp, role, generation), parser.OFPRoleReply,
+                                  ROLE_REPLY_TIMEOUT)
+        except TimeoutError as e:
+            raise ApplyError(f"switch {self.dp.id:016x}: no reply to the role request within "
+                             f"{ROLE_REPLY_TIMEOUT:g} s") from e
         except OFError as e:
             if is_not_master(self.dp.ofproto, e.result):
                 raise NotMaster(f"switch {self.dp.id:016x} refused generation_id {generation} as stale "

@@ -392,6 +392,7 @@ def test_a_replica_stopped_inside_its_round_does_not_keep_its_leases(engine):
     held_by_a = set(a.held())
     assert held_by_a
     paused = engine.connect()
+    leases.limit_session(paused, FAST)
     paused.begin()
     leases.run_round(paused, "a", FAST, switches(3))      # its round, left open: the rows stay locked
     wait_for(lambda: (b.run_round(), set(b.held()) >= held_by_a)[1], 10 * FAST.lease,
@@ -399,3 +400,128 @@ def test_a_replica_stopped_inside_its_round_does_not_keep_its_leases(engine):
     with pytest.raises(Exception, match="terminat"):      # the paused session was ended by the server
         paused.execute(text("SELECT 1"))
     paused.close()
+
+
+def _epochs(engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT switch, epoch FROM cluster_leases")).all())
+
+
+def test_a_third_replica_joining_two_moves_its_share_once(engine):
+    """Two replicas hold 60 switches, 30 each; a third joins, runs its first round more than a lease
+    time later (a controller starting up), and reaches the switches a few at a time (as they are
+    given its listener): each of the two frees only its surplus, toward the joiner and only what it
+    reaches, and the joiner takes what was freed. The epochs' sum grows by the joiner's share
+    exactly, no switch moves twice, and nothing moves once the shares are fair."""
+    calm = Timing(renew=0.05, lease=1.0, guard=0.1)   # no lease ends on a slow round of a busy machine
+    reach = {"a": switches(60), "b": switches(60), "c": []}
+    changes = []
+    reps = {}
+    for name in ("a", "b"):
+        reps[name] = Mastership(engine, lambda name=name: reach[name], replica_id=name, timing=calm,
+                                reachable_only=True)
+    try:
+        for r in reps.values():
+            r.start()
+        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [30, 30], 10, "a and b balanced")
+        before = _epochs(engine)
+        held_before = {name: set(r.held()) for name, r in reps.items()}
+        for name, r in reps.items():
+            r.on_gain = lambda s, e, name=name: changes.append(("gain", name, s))
+            r.on_loss = lambda s, name=name: changes.append(("loss", name, s))
+        c = reps["c"] = Mastership(engine, lambda: reach["c"], replica_id="c", timing=calm, reachable_only=True)
+        c.on_gain = lambda s, e: changes.append(("gain", "c", s))
+        c.on_loss = lambda s: changes.append(("loss", "c", s))
+        c.join()
+        time.sleep(calm.lease + 3 * calm.renew)
+        c.start(joined=True)
+        for n in (15, 40, 60):         # its reach grows: switches connect to it as they are given its listener
+            time.sleep(5 * calm.renew)
+            reach["c"] = switches(60)[:n]
+        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [20, 20, 20], 10, "a, b and c balanced")
+        time.sleep(10 * calm.renew)    # and nothing moves after
+        after = _epochs(engine)
+        moved = {s for s in after if after[s] != before[s]}
+        assert sum(after.values()) - sum(before.values()) == 20 == len(moved)
+        assert all(after[s] == before[s] + 1 for s in moved) and moved == set(c.held())
+        assert sorted(changes) == sorted([("gain", "c", s) for s in moved]
+                                         + [("loss", n, s) for n in ("a", "b") for s in moved & held_before[n]])
+    finally:
+        for r in reps.values():
+            r.stop()
+
+
+def test_a_round_at_rest_renews_in_one_statement_and_changes_nothing(engine):
+    """Three balanced replicas: a round at rest is two statements (heartbeat with renewal, one
+    view): no lease taken or freed, no epoch raised, and nothing told to the consumer."""
+    from sqlalchemy import Engine, event
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)   # hand-run rounds: no lease ends between them
+    reps = [Mastership(engine, lambda: switches(100), replica_id=n, timing=steady, reachable_only=True,
+                       openflow=f"198.18.0.1:{6653 + i}").join() for i, n in enumerate("abc")]
+    for _ in range(2):
+        for r in reps:
+            r.run_round()
+    assert sorted(len(r.held()) for r in reps) == [33, 33, 34]
+    told = []
+    for r in reps:
+        r.on_gain, r.on_loss = (lambda *a: told.append(a)), (lambda *a: told.append(a))
+        r.on_peers = r.on_reports = lambda: told.append("peers or reports")
+    before = _epochs(engine)
+    statements = []
+
+    def count(conn, cursor, statement, *_):
+        statements.append(statement.split()[0])
+    event.listen(Engine, "before_cursor_execute", count)     # the rounds' engines are their own
+    try:
+        for _ in range(3):
+            for r in reps:
+                r.run_round()
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    assert statements == ["WITH", "WITH"] * 9, statements
+    assert _epochs(engine) == before and told == []
+    with engine.connect() as conn:
+        holders = dict(conn.execute(text("SELECT switch, holder FROM cluster_leases")).all())
+    assert holders == {s: r.id for r in reps for s in r.held()}
+    for r in reps:
+        r.stop()
+
+
+def test_a_late_holder_renews_what_nobody_took_under_the_same_epoch(engine):
+    """A round later than the lease time: the holder stopped acting at its own deadline (told the
+    loss); nobody took its leases meanwhile, so its next round renews them with their epoch."""
+    a = replica(engine, "a", 2).join()
+    told = []
+    a.on_gain, a.on_loss = (lambda s, e: told.append(("gain", s, e))), (lambda s: told.append(("loss", s)))
+    a.run_round()
+    epochs = a.held()
+    time.sleep(FAST.lease + FAST.guard)
+    a._expire_if_due()            # what the loop does before each round
+    a.run_round()
+    assert a.held() == epochs == _epochs(engine) == {s: 1 for s in switches(2)}
+    assert told == [("gain", s, 1) for s in switches(2)] + [("loss", s) for s in switches(2)] \
+        + [("gain", s, 1) for s in switches(2)]
+
+
+def test_a_replica_whose_rounds_stopped_stays_in_the_controller_targets_for_the_keep_time(engine):
+    """A replica that stops counting as live (no round for a lease time) keeps its OpenFlow listener
+    in the switches' controller targets (`listeners`) for Timing.keep, so a late round costs it no
+    connection; one that leaves is dropped at once."""
+    short = Timing(renew=0.05, lease=0.2, guard=0.05)       # keep: 2 s
+    a = Mastership(engine, lambda: (), replica_id="a", timing=short, openflow="198.18.0.1:6653").join()
+    b = Mastership(engine, lambda: (), replica_id="b", timing=short, openflow="198.18.0.1:6654").join()
+    c = Mastership(engine, lambda: (), replica_id="c", timing=short, openflow="198.18.0.1:6655").join()
+    for r in (b, c, a):
+        r.run_round()
+    assert set(a.listeners) == {"a", "b", "c"}
+    calls = []
+    a.on_peers = lambda: calls.append(sorted(a.listeners))
+    c.stop()                          # left: its row is gone
+    a.run_round()
+    assert calls == [["a", "b"]]
+    time.sleep(short.lease)           # b runs no round: not live, still a target
+    a.run_round()
+    assert set(a.peers) == {"a"} and set(a.listeners) == {"a", "b"} and calls == [["a", "b"]]
+    time.sleep(short.keep - short.lease + 0.1)
+    a.run_round()
+    assert set(a.listeners) == {"a"} and calls == [["a", "b"], ["a"]]

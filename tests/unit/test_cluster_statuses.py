@@ -96,8 +96,8 @@ def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeyp
     ofports = golden_flows.ofports(topo, snap, "distributed")
     a, b = (Replica(name, create_app(url), fakes, ofports) for name in ("a", "b"))
     try:
-        def rounds():
-            for r in (a, b, a, b):
+        def rounds():   # three each: a lease freed toward b in a's second is b's in its, and a sees it in its third
+            for r in (a, b, a, b, a, b):
                 r.mastership.run_round()
         rounds()
         wait_for(lambda: all(a.member.masters(d) or b.member.masters(d) for d in fakes.switches), 5,
@@ -105,10 +105,12 @@ def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeyp
         for r in (a, b, a):
             r.rec.run_pass()
         assert all(a.status(p)[0] == "active" for p in ids["ports"].values())
-        # a port on a node whose br-int b masters: its flows go missing there, and the switch
-        # refuses them when b's audit sends them again
-        node = next(n for n, i in nodes.items() if b.member.masters(datapath_id(i)))
-        vm = next(v.name for n, v in topo.vms() if n.name == node)
+        # a port on a node whose br-int b masters (b: the replica whose share has a node with VMs):
+        # its flows go missing there, and the switch refuses them when b's audit sends them again
+        vm, node = next((v.name, n.name) for r in (b, a) for n, v in topo.vms()
+                        if r.member.masters(datapath_id(nodes[n.name])))
+        if not b.member.masters(datapath_id(nodes[node])):
+            a, b = b, a
         port = ids["ports"][vm]
         switch = fakes.switches[datapath_id(nodes[node])]
         mine = lambda spec: ck.parse_cookie(spec.cookie)[1:] == (ck.KIND_PORT, port)   # noqa: E731
