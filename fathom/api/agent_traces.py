@@ -180,8 +180,17 @@ class Seen(BaseModel):
     tcp_flags: int | None = Field(default=None, ge=0, le=255)
 
 
+class WatcherOut(BaseModel):
+    """The node's watcher process (fathom.agent.livetrace): its number (a new one after an idle end) and
+    the interfaces it attached its programs to for this trace (the others it watched already)."""
+    model_config = ConfigDict(extra="forbid")
+    number: int = Field(ge=0, lt=2 ** 63)
+    attached: list[Annotated[str, Field(max_length=15)]] = Field(default_factory=list, max_length=64)
+
+
 class LiveAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    watcher: WatcherOut | None = None
     watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
     not_watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
     seen: list[Seen] | None = Field(default=None, max_length=256)

@@ -98,7 +98,7 @@ def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask:
             "ICMP echo request (the destination VM answers it; the reply stops at the source port)")
     live: dict = {"probe": {"what": what, "size": size, **probe.to_json(), **({"tcp_seq": probe.tcp_seq} if tcp else {})},
                   "source": {"node": source.node, "dev": source.interface},
-                  "watched": {}, "not_watched": {}, "unknown": {}, "points": []}
+                  "watched": {}, "not_watched": {}, "watchers": {}, "unknown": {}, "points": []}
     arm = {node: {"kind": "live-arm", "trace": trace, "probe": probe.to_json(), "devs": devs, "timeout_ms": int(timeout * 1000),
                   **({"drop_reply": source.interface} if node == source.node else {}), **({"tcp": True} if tcp else {})}
            for node, devs in points.items()}
@@ -112,6 +112,8 @@ def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask:
             armed.append(node)
         if got.get("not_watched"):
             live["not_watched"][node] = got["not_watched"]
+        if got.get("watcher"):
+            live["watchers"][node] = got["watcher"]
     took["arm"] = time.monotonic()
     why = None
     if source.node not in armed:

@@ -197,7 +197,7 @@ def test_the_agent_refuses_what_it_does_not_run(tmp_path):
                 {**arm, "drop_reply": "vm9"}):
         assert "error" in agent.run(bad), bad
     # not a port of its bridges: not watched, nothing started
-    assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and not agent.watchers
+    assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and agent.watcher is None
     assert "not armed" in agent.run({"kind": "live-inject", "trace": "ab12", "dev": "vm1", "frame": "00" * 60})["error"]
     assert "not armed" in agent.run({"kind": "live-collect", "trace": "ab12"})["error"]
 
