@@ -43,6 +43,7 @@ BRIDGES = ("br-int", "br-phy")
 MAX_TRACES, MAX_DEVS, MAX_FRAME = 2, 32, 9216
 ATTACH_WAIT = 10.0                # seconds a watcher may take to load and attach (a busy host)
 IDLE = 5.0                        # seconds without a trace after which the watcher detaches and ends
+PORTS_FOR = 2.0                   # seconds the bridges' port list is taken as read (back-to-back traces ask once)
 TRACE_RE = re.compile(r"^[0-9a-f]{1,32}$")
 DEV_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 
@@ -116,6 +117,7 @@ class LiveTraces:
         self.watcher: Watcher | None = None
         self.tags = itertools.count(1)
         self.traces: dict[str, tuple[int, float, list[str]]] = {}   # trace -> (tag, until, watched devs)
+        self.ports: tuple[float, set[str]] = (float("-inf"), set())     # (read at, the bridges' ports)
 
     def run(self, ask: dict) -> dict:
         kind, trace = ask.get("kind"), ask.get("trace")
@@ -197,11 +199,15 @@ class LiveTraces:
             self.watcher.end()
 
     def _ports(self) -> set[str]:
-        """The ports of this node's bridges: one ovs-vsctl for both (one each when a bridge is missing)."""
-        try:
-            return set(self.ovs.vsctl(*(a for b in BRIDGES for a in ("--", "list-ports", b))).split())
-        except CommandError:
-            return set().union(*(self.ovs.ports(b) for b in BRIDGES))
+        """The ports of this node's bridges, read at most every PORTS_FOR seconds: one ovs-vsctl for
+        both (one each when a bridge is missing)."""
+        if time.monotonic() - self.ports[0] > PORTS_FOR:
+            try:
+                ports = set(self.ovs.vsctl(*(a for b in BRIDGES for a in ("--", "list-ports", b))).split())
+            except CommandError:
+                ports = set().union(*(self.ovs.ports(b) for b in BRIDGES))
+            self.ports = (time.monotonic(), ports)
+        return self.ports[1]
 
     def _reap(self) -> None:
         """Traces never collected: forgotten once their timeout has passed (the watcher has cleared their mark)."""
