@@ -14,7 +14,7 @@ from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
 
-from .util import BackgroundPing, await_status, ping, running_lab, sh, vm_namespace, lab_api as api
+from .util import BackgroundPing, await_status, live_watchers_end, ping, running_lab, sh, vm_namespace, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": "198.19.1.11",
@@ -176,18 +176,7 @@ def test_live_trace_agrees_with_the_simulation_and_real_traffic(lab):
                      10, "the down port's flows removed")
         wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode == 0, 10, "vm3 reachable again")
         c.delete(f"/security-groups/{web['id']}")
-    _watchers_end(lab)
-
-
-def _watchers_end(lab) -> None:
-    """The watchers detach every program and end after their idle time: no program, no filter, no process."""
-    from fathom.agent.livetrace import IDLE
-    loaded = lambda: subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,  # noqa: E731
-                                    check=True).stdout
-    wait_for(lambda: '"lt_in"' not in loaded() and '"lt_out"' not in loaded(), IDLE + 5, "the watchers detached")
-    for node, dev in (("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "vm3")):
-        for hook in ("ingress", "egress"):
-            assert "lt_" not in sh(lab, node, "tc", "filter", "show", "dev", dev, hook).stdout, (node, dev, hook)
+    live_watchers_end(lab, (("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "vm3")))
 
 
 def test_live_tcp_probe_is_answered_like_any_syn_and_leaves_nothing(lab, tmp_path):
@@ -225,7 +214,7 @@ def test_live_tcp_probe_is_answered_like_any_syn_and_leaves_nothing(lab, tmp_pat
     assert caps["vm3"].fields("tcp.dstport", "tcp.flags.str") == [
         ("7081", syn), ("49152", "·······A·R··"), ("7081", rst), ("7080", syn), ("49152", "·······A··S·"), ("7080", rst)]
     assert _all_flows(lab) == flows
-    _watchers_end(lab)
+    live_watchers_end(lab, (("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "vm3")))
 
 
 def _flows(lab, node: str) -> dict[str, float]:
