@@ -354,7 +354,7 @@ int main(int argc, char **argv)
 	long long last_used;
 	char buf[LINE_MAX_LEN];
 	size_t have = 0;
-	int opt, ret = 1;
+	int opt, ret = 1, skipping = 0;
 
 	while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		if (opt != 'i' || (idle_ms = number(optarg, MAX_IDLE_MS)) < 1)
@@ -398,12 +398,18 @@ int main(int argc, char **argv)
 			buf[have] = 0;
 			while ((nl = memchr(buf, '\n', have))) {
 				*nl = 0;
-				command(buf, rb);
+				if (skipping)
+					reply("{\"type\":\"error\",\"error\":\"a line longer than any command\"}");
+				else
+					command(buf, rb);
+				skipping = 0;
 				have -= nl + 1 - buf;
 				memmove(buf, nl + 1, have);
 			}
-			if (have == sizeof(buf) - 1)
-				have = 0;               /* a line longer than any command: dropped */
+			if (have == sizeof(buf) - 1) {
+				have = 0;               /* a line longer than any command: dropped to its end */
+				skipping = 1;
+			}
 			last_used = now_ms();
 		}
 		now = now_ms();
