@@ -151,19 +151,24 @@ class LiveTraces:
         skipped = [d for d in devs if d not in watched]
         if not watched:
             return {"live": {"watched": [], "not_watched": skipped}}
-        if self.watcher is None or not self.watcher.alive():
-            self.watcher = Watcher(self.idle)
         tag = next(self.tags)
         proto = "tcp" if ask.get("tcp") is True else "icmp"
         line = " ".join(["arm", str(tag), *(str(probe[k]) for k in fields), proto,
                          drop_reply if drop_reply in watched else "-", str(timeout), *watched])
-        got = self.watcher.ask(tag, line, ATTACH_WAIT)
+        for _ in range(2):      # once more with a new watcher when the last one ended on its idle time just now
+            if self.watcher is None or not self.watcher.alive():
+                self.watcher = Watcher(self.idle)
+            with self.watcher.cond:
+                self.watcher.seen[tag] = []
+            got = self.watcher.ask(tag, line, ATTACH_WAIT)
+            if got.get("type") == "armed" or not self.watcher.ended:
+                break
         if got.get("type") != "armed":
+            with self.watcher.cond:
+                self.watcher.seen.pop(tag, None)
             LOG.warning("trace %s: livetrace-watch did not arm it: %s", trace, got.get("error"))
             return {"error": f"livetrace-watch did not arm the trace: {str(got.get('error'))[:1500]}"}
         self.traces[trace] = (tag, time.monotonic() + timeout / 1000 + 5, watched)
-        with self.watcher.cond:
-            self.watcher.seen[tag] = []
         return {"live": {"watched": watched, "not_watched": skipped,
                          "watcher": {"number": self.watcher.number, "attached": got.get("attached", [])}}}
 
@@ -187,9 +192,9 @@ class LiveTraces:
         if got is None:
             return {"error": f"trace {trace} is not armed here (it timed out?)"}
         w, tag = self.watcher, got[0]
-        answer = w.ask(tag, f"disarm {tag}", 5.0) if w is not None else {"type": "error", "error": "no watcher"}
-        with w.cond if w is not None else threading.Lock():
-            seen = w.seen.pop(tag, []) if w is not None else []
+        answer = w.ask(tag, f"disarm {tag}", 5.0)
+        with w.cond:
+            seen = w.seen.pop(tag, [])
         offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         return {"live": {"seen": seen, "realtime_offset_ns": offset,
                          **({"watcher_error": str(answer.get("error"))[:500]} if answer.get("type") != "disarmed" else {})}}

@@ -43,7 +43,7 @@ from fathom.trace.walk import destination
 
 PORT = Field(default=None, ge=1, le=65535)
 MAX_ACTUAL = 4          # traces of actual tables at once (each holds a worker thread while the agents answer)
-MAX_LIVE = 1            # live traces at once (their observation points share one tc slot per interface)
+MAX_LIVE = 1            # live traces at once (each holds a worker thread while the agents answer)
 SVG = "image/svg+xml"
 LIVE = {False: "live (a marked probe injected at the source port; stages from each node's tables, traced by its agent)",
         True: "live (a marked probe injected at the source port; stages from the desired state)"}
