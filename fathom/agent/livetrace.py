@@ -10,13 +10,15 @@ next trace starts another); it also exits, detaching them, when this agent goes 
 
 - `arm`: the named interfaces of this node's bridges that are kernel interfaces are watched
   (others are listed as not watched) and the trace's probe (an ICMP echo, or with `tcp` a TCP SYN)
-  is armed; answered once its programs are attached there.
-- `inject`: send the probe's frame (or a TCP probe's closing RST) on the source port's switch-side interface from a packet socket
-  carrying the injection mark: the watcher's egress program turns it into the interface's ingress
-  (the switch takes it from the port; the VM never sees it).
+  is armed; answered once its programs are attached there. On the source node (armed last) the
+  request carries the probe to `inject` once armed: its frame is sent on the source port's
+  switch-side interface from a packet socket carrying the injection mark, and the watcher's egress
+  program turns it into the interface's ingress (the switch takes it from the port; the VM never
+  sees it).
 - `collect`: disarm the trace (its mark is cleared: nothing of it stays behind) and answer what
   it saw, with this host's monotonic-to-real-time offset so that the controller can put sightings of
-  several hosts on one time line.
+  several hosts on one time line. A TCP probe's source node first injects the RST that closes what
+  the SYN opened (`inject`), as the probe.
 
 A trace not collected is disarmed after its timeout (at most 20 s); at most MAX_TRACES are armed at once.
 """
@@ -126,10 +128,8 @@ class LiveTraces:
         self._reap()
         if kind == "live-arm":
             return self.arm(trace, ask)
-        if kind == "live-inject":
-            return self.inject(trace, ask)
         if kind == "live-collect":
-            return self.collect(trace)
+            return self.collect(trace, ask)
         return {"error": f"not a trace request this agent runs: {str(kind)[:40]!r}"}
 
     def arm(self, trace: str, ask: dict) -> dict:
@@ -169,29 +169,38 @@ class LiveTraces:
             LOG.warning("trace %s: livetrace-watch did not arm it: %s", trace, got.get("error"))
             return {"error": f"livetrace-watch did not arm the trace: {str(got.get('error'))[:1500]}"}
         self.traces[trace] = (tag, time.monotonic() + timeout / 1000 + 5, watched)
-        return {"live": {"watched": watched, "not_watched": skipped,
-                         "watcher": {"number": self.watcher.number, "attached": got.get("attached", [])}}}
+        out = {"watched": watched, "not_watched": skipped,
+               "watcher": {"number": self.watcher.number, "attached": got.get("attached", [])}}
+        if "inject" in ask:
+            why = self._inject(trace, ask["inject"])
+            out.update({"injected": True} if why is None else {"not_injected": why})
+        return {"live": out}
 
-    def inject(self, trace: str, ask: dict) -> dict:
-        dev, frame = ask.get("dev"), ask.get("frame")
-        if trace not in self.traces:
-            return {"error": f"trace {trace} is not armed here: no probe sent"}
+    def _inject(self, trace: str, inject) -> str | None:
+        """Send a probe's frame on an interface the trace watches here; why not, if it was not sent."""
+        dev, frame = (inject.get("dev"), inject.get("frame")) if isinstance(inject, dict) else (None, None)
         if not isinstance(dev, str) or not DEV_RE.match(dev) or not isinstance(frame, str) \
                 or not re.fullmatch(r"([0-9a-f]{2}){42,%d}" % MAX_FRAME, frame):
-            return {"error": "not a live trace request this agent runs (dev or frame out of bounds)"}
+            return "not a probe this agent sends (dev or frame out of bounds)"
         if dev not in self.traces[trace][2]:
-            return {"error": f"{dev} is not an interface this trace watches here: no probe sent"}
-        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
-            s.setsockopt(socket.SOL_SOCKET, SO_MARK, INJECT_MARK)
-            s.bind((dev, 0))
-            s.send(bytes.fromhex(frame))
-        return {"live": {}}
+            return f"{dev} is not an interface this trace watches on this node"
+        try:
+            with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+                s.setsockopt(socket.SOL_SOCKET, SO_MARK, INJECT_MARK)
+                s.bind((dev, 0))
+                s.send(bytes.fromhex(frame))
+        except OSError as e:
+            return f"sending the probe on {dev}: {e}"
+        return None
 
-    def collect(self, trace: str) -> dict:
-        got = self.traces.pop(trace, None)
-        if got is None:
+    def collect(self, trace: str, ask: dict) -> dict:
+        if trace not in self.traces:
             return {"error": f"trace {trace} is not armed here (it timed out?)"}
-        w, tag = self.watcher, got[0]
+        if "inject" in ask:
+            why = self._inject(trace, ask["inject"])
+            if why is not None:
+                LOG.warning("trace %s: %s", trace, why)
+        w, tag = self.watcher, self.traces.pop(trace)[0]
         answer = w.ask(tag, f"disarm {tag}", 5.0)
         with w.cond:
             seen = w.seen.pop(tag, [])

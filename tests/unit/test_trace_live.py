@@ -101,9 +101,9 @@ def _agents(seen, down=()):
                 out[node] = f"node {node}'s agent is down"
             elif req["kind"] == "live-arm":
                 out[node] = {"watched": [d for d in req["devs"] if d != "patch-phy"]}
-            elif req["kind"] == "live-inject":
-                assert bytes.fromhex(req["frame"])[12:14] == b"\x08\x00" and req["dev"] == "vm1"
-                out[node] = {}
+                if "inject" in req:
+                    assert bytes.fromhex(req["inject"]["frame"])[12:14] == b"\x08\x00" and req["inject"]["dev"] == "vm1"
+                    out[node]["injected"] = True
             else:
                 out[node] = {"seen": seen.get(node, []), "realtime_offset_ns": 0}
         return out
@@ -115,8 +115,9 @@ def test_armed_everywhere_then_injected_then_collected(monkeypatch):
     walk, ports = _walk()
     ask, asked = _agents(SIGHTINGS)
     found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
-    assert [set(a.values()) for a in asked] == [{"live-arm"}, {"live-inject"}, {"live-collect"}]
-    assert set(asked[0]) == {"compute1", "compute2"} and list(asked[1]) == ["compute1"]
+    # the source node armed last, injecting as soon as it is
+    assert [set(a.values()) for a in asked] == [{"live-arm"}, {"live-arm"}, {"live-collect"}]
+    assert list(asked[0]) == ["compute2"] and list(asked[1]) == ["compute1"] and set(asked[2]) == {"compute1", "compute2"}
     assert [p["at_us"] for p in found["points"]] == [0, 0.05, 0.5, 0.9, 1.4, 1.7, 3.0]
     assert [(s["where"], s["us"]) for s in found["segments"]] == [
         ("switches of compute1", 0.45), ("underlay compute1 → compute2", 0.4), ("switches of compute2", 0.5),
@@ -142,7 +143,7 @@ def test_dropped_after_the_last_sighting_and_unknown_when_a_node_is_not_watched(
     # the source's agent down: nothing is injected
     ask, asked = _agents(SIGHTINGS, down={"compute1"})
     found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
-    assert not found["injected"] and all("live-inject" not in a.values() for a in asked)
+    assert not found["injected"] and "compute1" not in asked[-1]
     assert live.verdict(found, ports["vm3"], "vm3", {})["result"] == "unknown"
 
 
@@ -199,7 +200,8 @@ def test_the_agent_refuses_what_it_does_not_run(tmp_path):
         assert "error" in agent.run(bad), bad
     # not a port of its bridges: not watched, nothing started
     assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and agent.watcher is None
-    assert "not armed" in agent.run({"kind": "live-inject", "trace": "ab12", "dev": "vm1", "frame": "00" * 60})["error"]
+    assert "not a trace request" in agent.run({"kind": "live-inject", "trace": "ab12", "dev": "vm1",
+                                               "frame": "00" * 60})["error"]
     assert "not armed" in agent.run({"kind": "live-collect", "trace": "ab12"})["error"]
 
 
