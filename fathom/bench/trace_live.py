@@ -40,7 +40,8 @@ Where a trace's CPU goes: the CPU time (/proc/PID/stat) of the lab's processes o
 per trace, by role: the controller (in a real cloud on a host of its own), and on the nodes each
 agent itself, the commands it runs (ovs-vsctl, ovs-appctl ofproto/trace), its trace watcher
 (livetrace-watch, kept between traces), ovsdb-server and ovs-vswitchd — the hosts' share is what
-a trace takes from the datapath on a host.
+a trace takes from the datapath on a host. The same roles' CPU per second with no trace
+(`cpu_ms_per_s_at_rest`, read before the first) is the lab's own background, part of each figure.
 
 Targets: answer ≤ 1 s; per-hop times within 20 µs of tcpdump's, p50; iperf3 on / off ≥ 0.99.
 """
@@ -67,6 +68,7 @@ PATH = (("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute
 VM3_IP = "198.19.1.13"
 TARGET_ANSWER_MS, TARGET_AGREEMENT_US, TARGET_RATIO = 1000.0, 20.0, 0.99
 PAIRS, IPERF_SECONDS, MAX_PAIRS, CI_LEVEL = 5, 10, 50, 0.95
+REST_SECONDS = 5                # the lab's CPU at rest is read over this long before the traces
 
 
 def probe_of(frame: bytes) -> tuple[int, int, int] | None:
@@ -113,6 +115,9 @@ def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, wi
                 c.start()
             answers, results = [], []
             try:
+                at_rest = cpu_by_role(lab.dir)           # the lab's own background, before any trace
+                time.sleep(REST_SECONDS)
+                at_rest = per_trace(at_rest, cpu_by_role(lab.dir), REST_SECONDS)
                 progress(f"{samples} live traces vm1 → vm3")
                 api.post("/traces", json=body)          # the watchers started: what traces after it cost
                 before = cpu_by_role(lab.dir)
@@ -141,7 +146,7 @@ def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, wi
     doc = {"benchmark": "trace-live", "plan": {"samples": samples, "topology": str(TOPOLOGY), "path": PATH},
            "answer_ms": dist(answers), "verdicts": verdicts,
            "stages_ms": dist([r["live"]["timings_ms"]["stages"] for r in results]),
-           "cpu_ms_per_trace": cpu,
+           "cpu_ms_per_trace": cpu, "cpu_ms_per_s_at_rest": at_rest,
            **compare(results, seen),
            "targets": {"answer_ms": TARGET_ANSWER_MS, "agreement_us_p50": TARGET_AGREEMENT_US,
                        "judged_on": "egress_segments", "iperf_on_off_ratio": TARGET_RATIO},
@@ -328,7 +333,9 @@ def markdown(doc: dict) -> str:
         f"of which the stages (ofproto/trace per switch, when run) p50 {doc['stages_ms']['p50']:.0f} ms. "
         f"Verdicts {doc['verdicts']}.",
         "",
-        "CPU per trace (ms): " + ", ".join(f"{r} {v:.1f}" for r, v in doc.get("cpu_ms_per_trace", {}).items()) + ".",
+        "CPU per trace (ms): " + ", ".join(f"{r} {v:.1f}" for r, v in doc.get("cpu_ms_per_trace", {}).items())
+        + "; at rest, per second: " + ", ".join(f"{r} {v:.1f}" for r, v in doc.get("cpu_ms_per_s_at_rest", {}).items())
+        + ".",
         "",
         "Per point, the trace's stamp − tcpdump's (µs; a little below 0 at egress, the backlog wait at ingress):",
         "",
