@@ -157,7 +157,10 @@ class LiveTraces:
                          drop_reply if drop_reply in watched else "-", str(timeout), *watched])
         for _ in range(2):      # once more with a new watcher when the last one ended on its idle time just now
             if self.watcher is None or not self.watcher.alive():
-                self.watcher = Watcher(self.idle)
+                try:
+                    self.watcher = Watcher(self.idle)
+                except OSError as e:
+                    return {"error": f"livetrace-watch did not start: {e}"[:1500]}
             with self.watcher.cond:
                 self.watcher.seen[tag] = []
             got = self.watcher.ask(tag, line, ATTACH_WAIT)
