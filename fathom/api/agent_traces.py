@@ -11,8 +11,8 @@ late answer finds nothing (404).
 Bounded: at most MAX_PENDING requests per node and MAX_OUTPUT bytes of output per answer; the
 request names one of BRIDGES, a flow of FLOW_RE (built by the controller from a trace's packet,
 fathom.trace.ofproto) and the conntrack state every ct action resumes with. A live trace
-(fathom.trace.live) asks with `ask_live`: arm the node's observation points, inject the probe,
-collect what they saw; the agent answers with `live` (fathom.agent.livetrace).
+(fathom.trace.live) asks with `ask_live`: arm the node's observation points (the source node's
+last, injecting the probe), collect what they saw; the agent answers with `live` (fathom.agent.livetrace).
 
 In a cluster, a node's agent polls one replica, whose desk alone it reads: another replica asks
 there (`POST /v1/agents/{node}/traces`, admin only, with the caller's own token, checked again by
@@ -44,7 +44,7 @@ MAX_CT_NEXT = 8               # ct actions a trace resumes (a packet meets at mo
 # a br_flow as fathom.trace.ofproto writes it: field=value pairs of plain characters
 FLOW_RE = r"^[a-z][a-z0-9_]*(=[0-9A-Za-z_.:/x]+)?(,[a-z][a-z0-9_]*(=[0-9A-Za-z_.:/x]+)?)*$"
 MAX_FLOW = 1024
-LIVE_KINDS = ("live-arm", "live-inject", "live-collect")
+LIVE_KINDS = ("live-arm", "live-collect")
 
 
 class TooManyTraces(Exception):
@@ -58,7 +58,7 @@ class Ask:
     bridge: str
     flow: str
     ct_next: list[str]
-    live: dict | None = None        # a live trace's request (kind live-arm | live-inject | live-collect, ...)
+    live: dict | None = None        # a live trace's request (kind live-arm | live-collect, ...)
     handed: bool = False            # taken by the agent's long-poll
     output: str | None = None
     error: str | None = None
@@ -180,8 +180,19 @@ class Seen(BaseModel):
     tcp_flags: int | None = Field(default=None, ge=0, le=255)
 
 
+class WatcherOut(BaseModel):
+    """The node's watcher process (fathom.agent.livetrace): its number (a new one after an idle end) and
+    the interfaces it attached its programs to for this trace (the others it watched already)."""
+    model_config = ConfigDict(extra="forbid")
+    number: int = Field(ge=0, lt=2 ** 63)
+    attached: list[Annotated[str, Field(max_length=15)]] = Field(default_factory=list, max_length=64)
+
+
 class LiveAnswer(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    watcher: WatcherOut | None = None
+    injected: bool | None = None
+    not_injected: str | None = Field(default=None, max_length=500)
     watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
     not_watched: list[Annotated[str, Field(max_length=15)]] | None = Field(default=None, max_length=64)
     seen: list[Seen] | None = Field(default=None, max_length=256)

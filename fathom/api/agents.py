@@ -364,7 +364,8 @@ class Report(BaseModel):
 class DesiredOut(BaseModel):
     node: str
     revision: int
-    objects: list[dict]
+    objects: list[dict] = Field(description="the revision's objects; none when a trace or capture request woke a "
+                                            "long-poll whose `after` is this revision (the agent holds them)")
     report_interval_s: float = REPORT_INTERVAL
     traces: list[dict] = Field(default_factory=list,
                                description="trace requests for the agent to answer (fathom.api.agent_traces)")
@@ -408,7 +409,10 @@ async def desired(node: NodeName, request: Request, who: Identity = Depends(iden
             traces, captures = [desk.take(node) for desk in desks] if agent else ([], [])
             if (traces or captures or after is None or revision != after or left <= 0 or gone.done()
                     or hub.closing):
-                return DesiredOut(node=node, revision=revision, objects=objects, traces=traces, captures=captures)
+                # woken for requests only: the agent holds this revision's objects already
+                same = (traces or captures) and revision == after
+                return DesiredOut(node=node, revision=revision, objects=[] if same else objects, traces=traces,
+                                  captures=captures)
             if agent:    # a request on a desk wakes the agent's long-poll too
                 asked = [a if a is not None and not a.done() else asyncio.ensure_future(desk.arrival(node))
                          for a, desk in zip(asked, desks)]

@@ -43,9 +43,11 @@ from fathom.trace.walk import destination
 
 PORT = Field(default=None, ge=1, le=65535)
 MAX_ACTUAL = 4          # traces of actual tables at once (each holds a worker thread while the agents answer)
-MAX_LIVE = 1            # live traces at once (their observation points share one tc slot per interface)
+MAX_LIVE = 1            # live traces at once (each holds a worker thread while the agents answer)
 SVG = "image/svg+xml"
-LIVE = "live (a marked probe injected at the source port; stages from each node's tables, traced by its agent)"
+LIVE = {False: "live (a marked probe injected at the source port; stages from each node's tables, traced by its agent)",
+        True: "live (a marked probe injected at the source port; stages from the desired state)"}
+STAGES_FROM = {False: "actual", True: "desired"}      # where a live trace's hops came from: the verdict of that walk
 
 
 class TraceCreate(_Request):
@@ -61,7 +63,9 @@ class TraceCreate(_Request):
     ttl: int = Field(default=64, ge=1, le=255)
     actual: bool = Field(default=False, description="trace each node's own tables (by its agent's ofproto/trace)")
     live: bool = Field(default=False, description="inject a marked ICMP echo (proto tcp: a TCP SYN) at the source port "
-                                                   "and follow it, with kernel timestamps at each hop (implies actual)")
+                                                   "and follow it, with kernel timestamps at each hop; the stages are "
+                                                   "the desired state's, each node's own (ofproto/trace) with actual or "
+                                                   "when the probe did not arrive")
     size: int = Field(default=84, ge=MIN_SIZE, le=9216, description="with live: bytes of the probe's IP packet "
                                                                      "(at most the network's MTU)")
     timeout: float = Field(default=5.0, ge=0.5, le=20.0,
@@ -178,8 +182,11 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
         tcp = (sim["packet"].get("tcp_src", 49152), body.dport) if body.proto == "tcp" else None
         found = live.run(sim, source, target, body.ttl, body.size, ask, body.timeout, tcp)
         walked = time.monotonic()
-        result = trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl,
-                       visible, actual=_agents(request, body.timeout))
+        arrived = live.verdict(found, target, sim["to"]["port"], {}, leaving)["result"] in ("delivered", "uplink")
+        # each node's own tables: when asked for, or to name the stage that stopped the probe
+        result = sim if arrived and not body.actual else \
+            trace(snapshot, states, source, to, body.proto, body.sport, body.dport, body.ct_state, body.ttl,
+                  visible, actual=_agents(request, body.timeout))
         found["timings_ms"]["stages"] = round((time.monotonic() - walked) * 1000, 1)
         found["answer_ms"] = round((time.monotonic() - started) * 1000, 1)
     except TraceError as e:
@@ -190,11 +197,11 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
     for leaf in result["leaves"]:
         if leaf["result"] in ("dropped", "unknown") and leaf["hop"] is not None:
             stages.setdefault(result["hops"][leaf["hop"]]["name"], leaf["detail"])
-    result["actual"] = {"verdict": result["verdict"]}
+    result[STAGES_FROM[result is sim]] = {"verdict": result["verdict"]}
     result["verdict"] = live.verdict(found, target, result["to"]["port"], stages, leaving)
     result["live"] = found
     live.annotate(result, found)
-    result["assumptions"]["state"] = LIVE
+    result["assumptions"]["state"] = LIVE[result is sim]
     return result
 
 

@@ -36,10 +36,18 @@ during `on` runs. The figure is the median of the pairs' on/off ratios with a di
 interval and whether it shows the 0.99 target, refutes it or cannot tell; beside it the noise
 floor: how much consecutive `off` runs differ from one another with nothing changed (median and
 largest |1 − off₂/off₁|). A ratio within 1 % is resolvable only when that floor is below 1 %.
+Where a trace's CPU goes: the CPU time (/proc/PID/stat) of the lab's processes over the N traces,
+per trace, by role: the controller (in a real cloud on a host of its own), and on the nodes each
+agent itself, the commands it runs (ovs-vsctl, ovs-appctl ofproto/trace), its trace watcher
+(livetrace-watch, kept between traces), ovsdb-server and ovs-vswitchd — the hosts' share is what
+a trace takes from the datapath on a host. The same roles' CPU per second with no trace
+(`cpu_ms_per_s_at_rest`, read before the first) is the lab's own background, part of each figure.
+
 Targets: answer ≤ 1 s; per-hop times within 20 µs of tcpdump's, p50; iperf3 on / off ≥ 0.99.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import struct
 import tempfile
@@ -60,6 +68,7 @@ PATH = (("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute
 VM3_IP = "198.19.1.13"
 TARGET_ANSWER_MS, TARGET_AGREEMENT_US, TARGET_RATIO = 1000.0, 20.0, 0.99
 PAIRS, IPERF_SECONDS, MAX_PAIRS, CI_LEVEL = 5, 10, 50, 0.95
+REST_SECONDS = 5                # the lab's CPU at rest is read over this long before the traces
 
 
 def probe_of(frame: bytes) -> tuple[int, int, int] | None:
@@ -106,11 +115,17 @@ def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, wi
                 c.start()
             answers, results = [], []
             try:
+                at_rest = cpu_by_role(lab.dir)           # the lab's own background, before any trace
+                time.sleep(REST_SECONDS)
+                at_rest = per_trace(at_rest, cpu_by_role(lab.dir), REST_SECONDS)
                 progress(f"{samples} live traces vm1 → vm3")
+                api.post("/traces", json=body)          # the watchers started: what traces after it cost
+                before = cpu_by_role(lab.dir)
                 for _ in range(samples):
                     t0 = time.perf_counter()
                     results.append(api.post("/traces", json=body))
                     answers.append((time.perf_counter() - t0) * 1000)
+                cpu = per_trace(before, cpu_by_role(lab.dir), samples)
             finally:
                 for c in caps.values():
                     c.stop()
@@ -131,6 +146,7 @@ def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, wi
     doc = {"benchmark": "trace-live", "plan": {"samples": samples, "topology": str(TOPOLOGY), "path": PATH},
            "answer_ms": dist(answers), "verdicts": verdicts,
            "stages_ms": dist([r["live"]["timings_ms"]["stages"] for r in results]),
+           "cpu_ms_per_trace": cpu, "cpu_ms_per_s_at_rest": at_rest,
            **compare(results, seen),
            "targets": {"answer_ms": TARGET_ANSWER_MS, "agreement_us_p50": TARGET_AGREEMENT_US,
                        "judged_on": "egress_segments", "iperf_on_off_ratio": TARGET_RATIO},
@@ -139,6 +155,59 @@ def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, wi
         doc["plan"].update(iperf_pairs=pairs, iperf_seconds=seconds)
         doc["iperf"] = throughput
     return doc
+
+
+ROLES = ("controller", "agent", "agent's commands", "watcher", "ovsdb-server", "ovs-vswitchd")
+
+
+def _ticks(pid: int) -> tuple[int, int]:
+    """(own, reaped children's) CPU ticks of a process."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12]), int(f[13]) + int(f[14])
+
+
+def cpu_by_role(lab_dir: Path) -> dict[int, tuple[str, int, int]]:
+    """The lab's processes (their command line names its directory; a trace watcher is an agent's
+    child): pid -> (role, own ticks, reaped children's ticks)."""
+    out, agents = {}, set()
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            procs[int(pid)] = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"),
+                               int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    for pid, (cmd, _) in procs.items():
+        if f"{lab_dir}/" not in cmd and not cmd.endswith(str(lab_dir) + " "):
+            continue
+        role = "controller" if " controller " in cmd else "agent" if " agent run " in cmd else \
+            next((r for r in ("ovsdb-server", "ovs-vswitchd") if cmd.startswith(r)), None)
+        if role is not None:
+            out[pid] = role
+            agents.update([pid] if role == "agent" else [])
+    out.update({pid: "watcher" for pid, (cmd, ppid) in procs.items() if ppid in agents and "livetrace-watch" in cmd})
+    got = {}
+    for pid, role in out.items():
+        try:
+            got[pid] = (role, *_ticks(pid))
+        except (OSError, ValueError, IndexError):
+            continue
+    return got
+
+
+def per_trace(before: dict, after: dict, n: int) -> dict:
+    """CPU ms per trace by role between two `cpu_by_role` readings (processes present in both),
+    with the hosts' share (every role but the controller's). Pure."""
+    ms = 1000 / os.sysconf("SC_CLK_TCK") / max(n, 1)
+    out = {r: 0.0 for r in ROLES}
+    for pid, (role, own, children) in after.items():
+        if pid in before and before[pid][0] == role:
+            out[role] += (own - before[pid][1]) * ms
+            if role == "agent":
+                out["agent's commands"] += (children - before[pid][2]) * ms
+    out = {r: round(v, 2) for r, v in out.items()}
+    return {**out, "hosts": round(sum(v for r, v in out.items() if r != "controller"), 2),
+            "total": round(sum(out.values()), 2)}
 
 
 def compare(results: list[dict], seen: dict) -> dict:
@@ -261,8 +330,12 @@ def markdown(doc: dict) -> str:
         f"# fathom bench trace --live: {doc['plan']['samples']} live traces vm1 → vm3 (default lab, VXLAN)",
         "",
         f"Answer (client, HTTP included): p50 {a['p50']:.0f} ms, p99 {a['p99']:.0f} ms, max {a['max']:.0f} ms; "
-        f"of which the stages (ofproto/trace per switch) p50 {doc['stages_ms']['p50']:.0f} ms. "
+        f"of which the stages (ofproto/trace per switch, when run) p50 {doc['stages_ms']['p50']:.0f} ms. "
         f"Verdicts {doc['verdicts']}.",
+        "",
+        "CPU per trace (ms): " + ", ".join(f"{r} {v:.1f}" for r, v in doc.get("cpu_ms_per_trace", {}).items())
+        + "; at rest, per second: " + ", ".join(f"{r} {v:.1f}" for r, v in doc.get("cpu_ms_per_s_at_rest", {}).items())
+        + ".",
         "",
         "Per point, the trace's stamp − tcpdump's (µs; a little below 0 at egress, the backlog wait at ingress):",
         "",

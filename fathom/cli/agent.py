@@ -110,7 +110,8 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
                     DhcpServers(ovs, a.state_dir, dhcp_ns_prefix)]
         capturer = Capturer(ovs, JsonClient(a.controller, headers=bearer(token), timeout=30, verify=cacert or True),
                             a.node)
-        follower = Follower(http, a.node, handlers, lambda: facts(ovs), tracer=Tracer(ovs), capturer=capturer)
+        tracer = Tracer(ovs)
+        follower = Follower(http, a.node, handlers, lambda: facts(ovs), tracer=tracer, capturer=capturer)
         from fathom.agent.underlay import TunnelRoutes
         routes = TunnelRoutes(ovs.appctl)
         a.extra_status = follower.status
@@ -150,6 +151,7 @@ def run(controller, node, root, chains, state_dir, batch, buffer, overflow, flus
         threading.Thread(target=flows.run, args=(stopping,), name="flow-records", daemon=True).start()
     if follower and a.locked.is_set():
         follower.run()
+        tracer.live.close()      # the live traces' watcher detaches its programs now, not at its idle time
     t.join()
     if errors:
         fail(errors[0])

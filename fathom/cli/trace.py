@@ -29,7 +29,8 @@ from fathom.trace.walk import passed_through
 @click.option("--live", is_flag=True,
               help="Inject a marked ICMP echo (--proto tcp: a TCP SYN) at the source port (by its node's agent) "
                    "and follow it: where it "
-                   "really went, with kernel times at each hop; stages from each node's own tables (implies --actual).")
+                   "really went, with kernel times at each hop; stages from the desired state, or from each "
+                   "node's own tables with --actual and when the probe did not arrive.")
 @click.option("--size", type=click.IntRange(28, 9216), default=84, show_default=True,
               help="With --live: bytes of the echo's IP packet (a TCP probe is a bare SYN).")
 @click.option("--timeout", type=click.FloatRange(0.5, 20), default=5.0, show_default=True,

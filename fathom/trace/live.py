@@ -3,7 +3,7 @@ at every observation point on its path, and the verdict of what it really did.
 
 The controller never runs anything on a host: each node's agent arms its observation points
 (`livetrace-watch`: eBPF at TC ingress and egress of the switch interfaces the packet crosses on
-that node, native/pptmon/livetrace.c), the source node's agent injects the probe, and every agent
+that node, native/pptmon/livetrace.c), the source node's agent, armed last, injects the probe, and every agent
 answers what its points saw with kernel timestamps (bpf_ktime_get_ns, as PPTMon stamps), through
 the same request desk as --actual (fathom.api.agent_traces). Nothing is added to any switch's
 tables: the probe goes through the pipelines as the VM's own packets do; the stages it met are
@@ -98,40 +98,43 @@ def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask:
             "ICMP echo request (the destination VM answers it; the reply stops at the source port)")
     live: dict = {"probe": {"what": what, "size": size, **probe.to_json(), **({"tcp_seq": probe.tcp_seq} if tcp else {})},
                   "source": {"node": source.node, "dev": source.interface},
-                  "watched": {}, "not_watched": {}, "unknown": {}, "points": []}
+                  "watched": {}, "not_watched": {}, "watchers": {}, "unknown": {}, "points": []}
     arm = {node: {"kind": "live-arm", "trace": trace, "probe": probe.to_json(), "devs": devs, "timeout_ms": int(timeout * 1000),
                   **({"drop_reply": source.interface} if node == source.node else {}), **({"tcp": True} if tcp else {})}
            for node, devs in points.items()}
     armed, took = [], {}
-    for node, got in ask(arm).items():
-        if isinstance(got, str):
-            live["unknown"][node] = got
-            continue
-        live["watched"][node] = got.get("watched", [])
-        if live["watched"][node]:
-            armed.append(node)
-        if got.get("not_watched"):
-            live["not_watched"][node] = got["not_watched"]
+
+    def armed_at(answers: dict) -> None:
+        for node, got in answers.items():
+            if isinstance(got, str):
+                live["unknown"][node] = got
+                continue
+            live["watched"][node] = got.get("watched", [])
+            if live["watched"][node]:
+                armed.append(node)
+            if got.get("not_watched"):
+                live["not_watched"][node] = got["not_watched"]
+            if got.get("watcher"):
+                live["watchers"][node] = got["watcher"]
+    # every other node first; then the source node, which injects the probe as soon as it is armed
+    armed_at(ask({node: a for node, a in arm.items() if node != source.node}) if len(arm) > 1 else {})
     took["arm"] = time.monotonic()
-    why = None
-    if source.node not in armed:
-        why = live["unknown"].get(source.node, "the source node was not armed")
-    elif source.interface not in live["watched"].get(source.node, ()):
-        why = f"the source port's interface {source.interface} cannot be watched on {source.node}"
-    else:
-        got = ask({source.node: {"kind": "live-inject", "trace": trace, "dev": source.interface,
-                                 "frame": frame.hex()}})[source.node]
-        why = got if isinstance(got, str) else None
+    got = ask({source.node: {**arm[source.node], "inject": {"dev": source.interface, "frame": frame.hex()}}})
+    armed_at(got)
+    got = got[source.node]
+    why = got if isinstance(got, str) else None if got.get("injected") else got.get("not_injected") or \
+        f"the source port's interface {source.interface} cannot be watched on {source.node}"
     live["injected"] = why is None
     took["inject"] = time.monotonic()
+    collect = {node: {"kind": "live-collect", "trace": trace} for node in armed}
     if why is None:
         time.sleep(SETTLE)
-        if tcp:
-            ask({source.node: {"kind": "live-inject", "trace": trace, "dev": source.interface,
-                               "frame": probe.frame(*headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}})
+        if tcp:     # the RST that closes what the SYN opened, sent before the source node disarms
+            collect[source.node]["inject"] = {"dev": source.interface, "frame": probe.frame(
+                *headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}
     else:
         live["not_injected"] = why
-    for node, got in ask({node: {"kind": "live-collect", "trace": trace} for node in armed}).items():
+    for node, got in (ask(collect) if collect else {}).items():
         if isinstance(got, str):
             live["unknown"][node] = got
             continue

@@ -13,7 +13,13 @@
 #define LT_ANSWER 0                /* its answer (an echo reply, or a SYN-ACK or RST) */
 #define LT_RESET 1                 /* the RST that ends a TCP probe's connection: injected, not reported */
 
+#define LT_SLOTS 4                 /* traces armed at once on one node */
+
+/* One armed trace: its mark. The loader writes every field, then `armed` (1) last; it clears
+ * `armed` first when the trace ends. */
 struct lt_config {
+	__u32 armed;
+	__u32 tag;                 /* the loader's name for the trace, reported with each sighting */
 	__u32 drop_reply_ifindex;  /* the source port's interface: a reply to the probe stops there */
 	__u16 ip_id;
 	__u16 icmp_id;             /* TCP: the SYN's sequence number is icmp_id << 16 | icmp_seq */
@@ -24,6 +30,7 @@ struct lt_config {
 
 struct lt_seen {
 	__u64 ktime_ns;
+	__u32 tag;                   /* the trace's (lt_config.tag) */
 	__u32 ifindex;
 	__u32 len;
 	__u32 vni;

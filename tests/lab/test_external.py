@@ -25,7 +25,7 @@ from fathom.client import Client
 from fathom.lab.ovs import wait_for
 from fathom.lab.topology import load
 
-from .util import ping, running_lab, sh
+from .util import live_watchers_end, ping, running_lab, sh
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "fathom/lab/topologies/external.yaml"
 UPSTREAM = "203.0.113.1"
@@ -312,8 +312,7 @@ def test_live_trace_to_and_from_a_floating_ip(lab, api):
         assert [p for p in replies if p[1] != "ul0"][-len(back):] == back, points
     assert [h.get("time_us", 0) > 0 for h in lv["hops"] if h["bridge"] == "upstream"] == [True], lv["hops"]
     assert flows() == before
-    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
+    live_watchers_end(lab, ())
 
 
 # A flat external network, and a tenant VLAN network whose frames reach the gateway node over the

@@ -24,7 +24,7 @@ from fathom.lab import vnf as vnfs
 from fathom.lab.capture import Capture
 from fathom.lab.topology import DEFAULT_TOPOLOGY
 
-from .util import admit_web_from, running_lab, sh
+from .util import admit_web_from, live_watchers_end, running_lab, sh
 
 TOPOLOGY = (DEFAULT_TOPOLOGY.parent / "sfc.yaml").read_text()
 SERVER, CLIENT = "198.19.20.21", "198.19.20.11"
@@ -274,5 +274,4 @@ def test_live_trace_crosses_each_vnf_of_a_chain_in_order(lab, api):
     assert all(d == ("egress" if dev.endswith("i") else "ingress") for _, dev, d in seen if dev in {v[1] for v in vnf_ports})
     vnfs = [h for h in lv["hops"] if h["bridge"] == "vnf"]
     assert len(vnfs) == 3 and all(h.get("time_us", 0) > 0 for h in vnfs), vnfs
-    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
+    live_watchers_end(lab, (("compute1", "client"), ("compute2", "dpii")))

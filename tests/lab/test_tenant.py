@@ -14,7 +14,7 @@ from fathom.lab.capture import Capture
 from fathom.lab.ovs import wait_for
 from fathom.lab.sh import LabError
 
-from .util import BackgroundPing, await_status, ping, running_lab, sh, vm_namespace, lab_api as api
+from .util import BackgroundPing, await_status, live_watchers_end, ping, running_lab, sh, vm_namespace, lab_api as api
 
 TOPOLOGY = (Path(fathom.lab.__file__).parent / "topologies" / "tenants.yaml").read_text()
 IP = {"vm1": "198.19.1.11", "vm2": "198.19.1.12", "vm3": "198.19.1.13", "red1": "198.19.1.11",
@@ -116,10 +116,13 @@ def _verdicts(c, src: str, dst: str, ports: dict) -> tuple[dict, dict]:
 def test_live_trace_agrees_with_the_simulation_and_real_traffic(lab):
     """Same node, cross node on VXLAN, VLAN through the fabric switch, routed; dropped by a security
     group; to a port that is down: the simulated verdict, the live probe's and ping agree; the probe
-    is seen in the kernel at each hop in path order; no flow changes, no eBPF program stays loaded."""
+    is seen in the kernel at each hop in path order; traces one after another share each node's
+    watcher (a trace of a path watched already attaches nothing); no flow changes, and after the
+    watchers' idle time no eBPF program or filter stays."""
     c = api(lab)
     ports = {p["name"]: p["id"] for p in c.get("/ports").json()}
     flows = _all_flows(lab)
+    watchers = []
     for src, dst, path in (
             ("vm1", "vm2", [("compute1", "vm1"), ("compute1", "vm2")]),
             ("vm1", "vm3", [("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute2", "vm3")]),
@@ -137,6 +140,10 @@ def test_live_trace_agrees_with_the_simulation_and_real_traffic(lab):
         on_wire = [p.get("vlan", p.get("vxlan", {}).get("vni")) for p in seen if p["dev"] == "ul0"]
         assert on_wire == ([120, 120] if dst == "grn2" else [1001, 1001] if dst == "vm3" else []), seen
         assert all(h.get("time_us") for h in lv["hops"] if h["bridge"] == "br-int" and h["from"] is None)
+        watchers.append(lv["live"]["watchers"])
+    again = _verdicts(c, "vm1", "vm3", ports)[1]["live"]["watchers"]     # back to back: the same watchers, kept attached
+    assert again == {n: {"number": watchers[1][n]["number"], "attached": []} for n in ("compute1", "compute2")}, again
+    assert len({w["compute1"]["number"] for w in watchers}) == 1, watchers
     assert _all_flows(lab) == flows        # a live trace adds no flow, and leaves none
 
     vm3 = c.get(f"/ports/{ports['vm3']}").json()
@@ -169,8 +176,7 @@ def test_live_trace_agrees_with_the_simulation_and_real_traffic(lab):
                      10, "the down port's flows removed")
         wait_for(lambda: ping(lab, "vm1", IP["vm3"], count=1).returncode == 0, 10, "vm3 reachable again")
         c.delete(f"/security-groups/{web['id']}")
-    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
+    live_watchers_end(lab, (("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "vm3")))
 
 
 def test_live_tcp_probe_is_answered_like_any_syn_and_leaves_nothing(lab, tmp_path):
@@ -208,8 +214,7 @@ def test_live_tcp_probe_is_answered_like_any_syn_and_leaves_nothing(lab, tmp_pat
     assert caps["vm3"].fields("tcp.dstport", "tcp.flags.str") == [
         ("7081", syn), ("49152", "·······A·R··"), ("7081", rst), ("7080", syn), ("49152", "·······A··S·"), ("7080", rst)]
     assert _all_flows(lab) == flows
-    loaded = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    assert '"lt_in"' not in loaded and '"lt_out"' not in loaded, "an observation point left behind"
+    live_watchers_end(lab, (("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "vm3")))
 
 
 def _flows(lab, node: str) -> dict[str, float]:

@@ -221,3 +221,17 @@ def ovs_in_namespace(name: str, rundir: Path):
         yield inst
     finally:
         clean()
+
+
+def live_watchers_end(lab: Lab, points=()) -> None:
+    """After their idle time the live traces' watchers have detached every program and ended: no
+    lt_in / lt_out program is loaded, no filter of theirs is left at the (node, interface) `points`."""
+    from fathom.agent.livetrace import IDLE
+    from fathom.lab.ovs import wait_for
+
+    def loaded() -> str:
+        return subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    wait_for(lambda: '"lt_in"' not in loaded() and '"lt_out"' not in loaded(), IDLE + 5, "the watchers detached")
+    for node, dev in points:
+        for hook in ("ingress", "egress"):
+            assert "lt_" not in sh(lab, node, "tc", "filter", "show", "dev", dev, hook).stdout, (node, dev, hook)

@@ -4,6 +4,7 @@ from sightings, what the agent refuses, and the API's refusals before anything i
 request reaches an agent). The whole path on real switches and eBPF: tests/lab/test_tenant.py."""
 from __future__ import annotations
 
+import os
 import tempfile
 
 import pytest
@@ -12,7 +13,7 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 
-from fathom.agent.livetrace import LiveTraces
+from fathom.agent.livetrace import WATCH, LiveTraces
 from fathom.agent.local import LocalOvs
 from fathom.api.agent_traces import TraceDesk
 from fathom.api.app import create_app
@@ -100,9 +101,9 @@ def _agents(seen, down=()):
                 out[node] = f"node {node}'s agent is down"
             elif req["kind"] == "live-arm":
                 out[node] = {"watched": [d for d in req["devs"] if d != "patch-phy"]}
-            elif req["kind"] == "live-inject":
-                assert bytes.fromhex(req["frame"])[12:14] == b"\x08\x00" and req["dev"] == "vm1"
-                out[node] = {}
+                if "inject" in req:
+                    assert bytes.fromhex(req["inject"]["frame"])[12:14] == b"\x08\x00" and req["inject"]["dev"] == "vm1"
+                    out[node]["injected"] = True
             else:
                 out[node] = {"seen": seen.get(node, []), "realtime_offset_ns": 0}
         return out
@@ -114,8 +115,9 @@ def test_armed_everywhere_then_injected_then_collected(monkeypatch):
     walk, ports = _walk()
     ask, asked = _agents(SIGHTINGS)
     found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
-    assert [set(a.values()) for a in asked] == [{"live-arm"}, {"live-inject"}, {"live-collect"}]
-    assert set(asked[0]) == {"compute1", "compute2"} and list(asked[1]) == ["compute1"]
+    # the source node armed last, injecting as soon as it is
+    assert [set(a.values()) for a in asked] == [{"live-arm"}, {"live-arm"}, {"live-collect"}]
+    assert list(asked[0]) == ["compute2"] and list(asked[1]) == ["compute1"] and set(asked[2]) == {"compute1", "compute2"}
     assert [p["at_us"] for p in found["points"]] == [0, 0.05, 0.5, 0.9, 1.4, 1.7, 3.0]
     assert [(s["where"], s["us"]) for s in found["segments"]] == [
         ("switches of compute1", 0.45), ("underlay compute1 → compute2", 0.4), ("switches of compute2", 0.5),
@@ -141,7 +143,7 @@ def test_dropped_after_the_last_sighting_and_unknown_when_a_node_is_not_watched(
     # the source's agent down: nothing is injected
     ask, asked = _agents(SIGHTINGS, down={"compute1"})
     found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
-    assert not found["injected"] and all("live-inject" not in a.values() for a in asked)
+    assert not found["injected"] and "compute1" not in asked[-1]
     assert live.verdict(found, ports["vm3"], "vm3", {})["result"] == "unknown"
 
 
@@ -197,8 +199,9 @@ def test_the_agent_refuses_what_it_does_not_run(tmp_path):
                 {**arm, "drop_reply": "vm9"}):
         assert "error" in agent.run(bad), bad
     # not a port of its bridges: not watched, nothing started
-    assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and not agent.watchers
-    assert "not armed" in agent.run({"kind": "live-inject", "trace": "ab12", "dev": "vm1", "frame": "00" * 60})["error"]
+    assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and agent.watcher is None
+    assert "not a trace request" in agent.run({"kind": "live-inject", "trace": "ab12", "dev": "vm1",
+                                               "frame": "00" * 60})["error"]
     assert "not armed" in agent.run({"kind": "live-collect", "trace": "ab12"})["error"]
 
 
@@ -296,3 +299,41 @@ def test_the_bench_compares_like_stamps_with_like():
     hops = got["hop_segments"]
     assert hops["vm1@compute1 ingress (request) → ul0@compute1 egress (request)"]["difference_us"]["p50"] == -31.0
     assert hops["ul0@compute1 egress (request) → ul0@compute2 ingress (request)"]["abs_difference_us"]["p50"] == 31.0
+
+
+def test_the_bench_splits_cpu_per_trace_by_role():
+    from fathom.bench.trace_live import per_trace
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
+    before = {1: ("controller", 100, 0), 2: ("agent", 10, 50), 3: ("watcher", 5, 0), 4: ("ovs-vswitchd", 0, 0)}
+    after = {1: ("controller", 140, 0), 2: ("agent", 30, 70), 3: ("watcher", 7, 0), 4: ("ovs-vswitchd", 10, 0),
+             5: ("watcher", 99, 0)}          # a watcher started in between: not counted
+    got = per_trace(before, after, 2)
+    assert got["controller"] == pytest.approx(20 * tick) and got["agent"] == pytest.approx(10 * tick)
+    assert got["agent's commands"] == pytest.approx(10 * tick) and got["watcher"] == pytest.approx(1 * tick)
+    assert got["hosts"] == pytest.approx(26 * tick, abs=0.02) and got["total"] == pytest.approx(46 * tick, abs=0.02)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not WATCH.exists(), reason="needs root and the native build")
+def test_the_watcher_refuses_bad_commands_and_arms_nothing_it_cannot_watch():
+    """livetrace-watch on its own: malformed or out-of-bounds commands and an interface that does
+    not exist are refused with nothing armed (every fallible step comes before the mark); it ends,
+    detached, on its idle time."""
+    import json
+    import subprocess
+    proc = subprocess.Popen([str(WATCH), "--idle-ms=300"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["type"] == "ready"
+        for bad in ("arm 1 64 1 2 3 icmp - 1000 lo", "arm 1 59 1 2 3 udp - 1000 lo", "arm 1 59 1 2 3 icmp - 0 lo",
+                    "arm 1 59 1 2 3 icmp - 1000", "arm x 59 1 2 3 icmp - 1000 lo", "arm 1 59 70000 2 3 icmp - 1000 lo",
+                    "arm 1 59 1 2 3 icmp - 1000 nosuchdev0", "arm 1 59 1 2 3 icmp nosuchdev0 1000 lo",
+                    "arm 1 59 1 2 3 icmp - 1000 " + "a" * 40, "disarm 1", "reboot", "x" * 3000):
+            proc.stdin.write(bad + "\n")
+            proc.stdin.flush()
+            assert json.loads(proc.stdout.readline())["type"] == "error", bad
+        out, _ = proc.communicate(timeout=10)      # stdin closed
+    finally:
+        proc.kill()
+    assert [json.loads(line)["type"] for line in out.splitlines()] == ["detached"] and proc.returncode == 0
+    idle = subprocess.run([str(WATCH), "--idle-ms=200"], stdin=subprocess.PIPE, capture_output=True, text=True,
+                          timeout=10, input=None)
+    assert idle.returncode == 0 and idle.stdout.splitlines()[-1] == '{"type":"detached"}'
