@@ -82,7 +82,7 @@ class Mastership:
     masters say when not simply `ok`, set by its consumer). What the other live replicas wrote is
     kept after each round: `reports` (switch -> [state, refused], from each switch's master;
     `on_reports()` when they changed), `peers` (their OpenFlow listeners; `on_peers()` when the
-    set of listeners changed) and `agent_heard(node)`."""
+    set of listeners changed), `replicas` (their APIs) and `agent_heard(node)`."""
 
     def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
                  address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
@@ -105,6 +105,7 @@ class Mastership:
         self._agents_at: dict[str, str] = {}        # node -> API address of the replica that heard it last
         self.taken: set[str] = set()        # switches with a valid lease, any holder (the last round's)
         self.peers: dict[str, str] = {}     # live replicas' OpenFlow listeners (id -> host:port)
+        self.replicas: dict[str, str] = {}  # the other live replicas' API addresses (id -> URL)
         self.id = replica_id or uuid.uuid4().hex[:12]
         self.address, self.schema_version, self.fingerprint = address, schema_version, pki_fingerprint
         self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
@@ -202,6 +203,7 @@ class Mastership:
         self._known |= new
         listeners_changed = set(got.openflow.values()) != set(self.peers.values())
         self.taken, self.peers = got.taken, got.openflow
+        self.replicas = {r: address for r, address in got.addresses.items() if r != self.id and address}
         now = time.time()
         at_replica: dict[str, tuple[float, str]] = {}
         for replica, heard in got.agents.items():
