@@ -556,27 +556,35 @@ async def get_records(request: Request, c: CallerDep, store: RecordStoreDep,
         return _sums(rows, view)
     peers = sorted(store.peers().items()) if scope == "cluster" else []
     if not peers:
-        return _answer(view, await run_in_threadpool(local), limit, [])
+        return await run_in_threadpool(lambda: _merge(view, local(), [], want_project, limit, []))
     # the others' top and drops: as many keys as one may ask for, summed here with this one's
     params = {k: v for k, v in (("project", project), ("port", port), ("network", network), ("rule", rule),
                                 ("chain", chain), ("kind", kind), ("remote_node", remote_node), ("since", since),
                                 ("view", view), ("limit", limit if view == "records" else LIMIT_MAX),
                                 ("scope", "local")) if v is not None}
     headers = {k: v for k, v in request.headers.items() if k in PASSED_HEADERS}
-    partial = [f"{replica}: not asked (a cluster answers for {MAX_PEERS} other replicas at most)"
-               for replica, _ in peers[MAX_PEERS:]]
     async with httpx.AsyncClient(timeout=store.peer_timeout, trust_env=False) as client:
         mine, *theirs = await asyncio.gather(run_in_threadpool(local), *(
             _ask_replica(client, address, params, headers, store.peer_timeout) for _, address in peers[:MAX_PEERS]))
+    partial = [f"{replica}: not asked (a cluster answers for {MAX_PEERS} other replicas at most)"
+               for replica, _ in peers[MAX_PEERS:]]
+    # parsed and merged in a worker thread: up to 2 MiB of JSON per replica would hold the event loop
+    return await run_in_threadpool(_merge, view, mine, list(zip(peers, theirs)), want_project, limit, partial)
+
+
+def _merge(view: str, mine, theirs: list[tuple[tuple[str, str], bytes | str]], project: str | None, limit: int,
+           partial: list[str]) -> dict:
+    """The answer of `view` from this replica's rows and the others' answers (their bodies, or why
+    there are none: named in `partial`)."""
     rows = mine if view == "records" else [mine]
-    for (replica, _), got in zip(peers, theirs):
+    for (replica, _), got in theirs:
         if isinstance(got, str):
             partial.append(f"{replica}: {got}")
             continue
         try:
-            rows += _checked(got, view, want_project)
-        except (KeyError, TypeError, ValueError) as e:
-            partial.append(f"{replica}: answered records fathom does not read ({type(e).__name__})")
+            rows += _checked(json.loads(got), view, project)
+        except (KeyError, TypeError, ValueError, RecursionError) as e:
+            partial.append(f"{replica}: answered what fathom does not read ({type(e).__name__})")
     return _answer(view, rows, limit, partial)
 
 
@@ -611,8 +619,6 @@ def _answer(view: str, rows: list, limit: int, partial: list[str]) -> dict:
     and drops: summed per key, most bytes (drops: packets) first)."""
     if view == "records":
         return {"view": view, "records": sorted(rows, key=lambda r: -r["time"])[:limit], "partial": partial}
-    if isinstance(rows, dict):
-        rows = [rows]
     sums: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for part in rows:
         for key, (packets, nbytes) in part.items():
@@ -624,8 +630,9 @@ def _answer(view: str, rows: list, limit: int, partial: list[str]) -> dict:
             "partial": partial}
 
 
-async def _ask_replica(client: httpx.AsyncClient, address: str, params: dict, headers: dict, timeout: float):
-    """Another replica's own records (its JSON answer), or why there are none (text)."""
+async def _ask_replica(client: httpx.AsyncClient, address: str, params: dict, headers: dict,
+                       timeout: float) -> bytes | str:
+    """Another replica's own records (its answer's body), or why there are none."""
     async def ask():
         async with client.stream("GET", f"{address}/v1/flow-records", params=params, headers=headers) as r:
             if r.status_code != 200:
@@ -635,12 +642,10 @@ async def _ask_replica(client: httpx.AsyncClient, address: str, params: dict, he
                 body += chunk
                 if len(body) > PEER_ANSWER_MAX:
                     return f"answered more than {PEER_ANSWER_MAX} bytes"
-        return json.loads(body)
+        return bytes(body)
     try:
         return await asyncio.wait_for(ask(), timeout)
     except (asyncio.TimeoutError, httpx.TimeoutException):
         return f"did not answer within {timeout:g} s"
     except httpx.HTTPError as e:
         return f"could not be reached at {address} ({type(e).__name__})"
-    except ValueError:
-        return "answered what is not JSON"

@@ -6,7 +6,10 @@ their project's, however asked; a replica that does not answer is named, never a
 from __future__ import annotations
 
 import socket
+import socketserver
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
@@ -29,6 +32,31 @@ def _replica(served: Served, name: str, timing: Timing) -> Mastership:
     return mastership
 
 
+class _Forged(BaseHTTPRequestHandler):
+    """A replica's API answering what no replica would (its server's `body`)."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.server.body)))
+        self.end_headers()
+        self.wfile.write(self.server.body)
+
+    def log_message(self, *_):
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    server_bind = socketserver.TCPServer.server_bind     # no name lookup of the address
+    block_on_close = False
+
+
+def _forged(body: bytes) -> _Server:
+    server = _Server(("127.0.0.1", 0), _Forged)
+    server.body = body
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def _ingest(served: Served, node: str, records: list[tuple]):
     """`records` ((point, src, dst, dport, packets, bytes)) delivered by `node`'s agent to `served`."""
     body = fb.encode([{"point": p, "src": s, "dst": d, "proto": 6, "sport": 40000, "dport": dport, "packets": n,
@@ -48,11 +76,13 @@ def test_any_replica_answers_with_every_replicas_records(postgres):
     url = postgres.new_database(migrated=True)
     a, b = Served(url), Served(url)
     timing = Timing(renew=0.1, lease=1.0)
-    replicas = [_replica(a, "a", timing), _replica(b, "b", timing)]
     hung = socket.socket()            # a replica whose API takes connections and never answers
     hung.bind(("127.0.0.1", 0))
     hung.listen()
+    forged = [_forged(b" " * (3 << 20)), _forged(b'{"records": [{"project": "p1", "time": "now"}]}')]
+    replicas = []
     try:
+        replicas += [_replica(a, "a", timing), _replica(b, "b", timing)]
         for i, name in enumerate(("c1", "c2")):
             a.post("/nodes", {"name": name, "tunnel_ip": f"198.18.0.{i + 1}"})
         ports = {}
@@ -94,22 +124,27 @@ def test_any_replica_answers_with_every_replicas_records(postgres):
                              headers=member).status_code == 403
         assert [t["bytes"] for t in _get(a, member, view="top", port=vm1)["records"]] == [45000]
 
-        # a replica whose API hangs, and one whose API is down: named with why, the rest answered
-        replicas.append(Mastership(a.app.state.engine, lambda: (), replica_id="c", timing=timing,
-                                   address=f"http://127.0.0.1:{hung.getsockname()[1]}").start())
+        # replicas whose API hangs, is down, answers too much or what is not records: named with why,
+        # the rest answered
+        for name, port in (("c", hung.getsockname()[1]), ("d", forged[0].server_address[1]),
+                           ("e", forged[1].server_address[1])):
+            replicas.append(Mastership(a.app.state.engine, lambda: (), replica_id=name, timing=timing,
+                                       address=f"http://127.0.0.1:{port}").start())
         b.stop()
-        while len(replicas[0].replicas) < 2 and time.monotonic() < deadline:
+        while len(replicas[0].replicas) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        started = time.monotonic()
         got = _get(a, member)
-        assert time.monotonic() - started < 2
         assert [r["node"] for r in got["records"]] == ["c1", "c1"]
         assert sorted(got["partial"]) == ["b: could not be reached at " + b.url.removesuffix("/v1") + " (ConnectError)",
-                                          "c: did not answer within 0.5 s"]
+                                          "c: did not answer within 0.5 s", "d: answered more than 2097152 bytes",
+                                          "e: answered what fathom does not read (TypeError)"]
         assert _get(a, member, view="top")["records"][0]["bytes"] == 15000
     finally:
         for m in replicas:
             m.stop()
         hung.close()
+        for server in forged:
+            server.shutdown()
+            server.server_close()
         a.stop()
         b.stop()
