@@ -9,6 +9,7 @@ and the Prometheus counters (docs/flow-records.md; ids and rates: fathom.model.f
     DELETE /v1/flow-records/export       admins: stop forwarding
     POST   /v1/flow-records/ingest       a node's agent (its agent token): one interval's records
     GET    /v1/flow-records              ?project=&port=&network=&rule=&chain=&kind=&since=&view=records|top|drops
+                                         &scope=cluster|local (a cluster's replicas, or this one's)
 
 Who may do what: members set and read their own project's rates and records; admins any
 project's. A member's ingress and admit rates are at most one in MEMBER_MIN_RATE packets (every
@@ -27,6 +28,9 @@ the packets really sampled are derived from the rate configured now (IPFIX carri
 at most FATHOM_FLOW_RECORDS_MAX (default 200000, oldest out first) and FATHOM_FLOW_RECORDS_RETENTION
 seconds (default 3600); each node delivers at most FATHOM_FLOW_RECORDS_RATE records/s (default
 5000, bursts of twice that; beyond: 429 and Retry-After).
+In a cluster, a query asks the other live replicas for their own records (`scope=local`, the
+caller's credential) within FATHOM_FLOW_RECORDS_PEER_TIMEOUT seconds (default 2) and merges them;
+`partial` names those that did not answer.
 """
 from __future__ import annotations
 
@@ -549,7 +553,7 @@ async def get_records(request: Request, c: CallerDep, store: RecordStoreDep,
                 and (remote_node is None or owner["remote_node"] == remote_node)
                 and (want_kind is None or owner["kind"] == want_kind or owner["kind"].startswith(want_kind + "-")))
 
-    def local() -> list[dict]:
+    def local() -> list[dict] | dict[tuple, list[int]]:   # records, or sums per key
         rows = store.select(time.time() - since, match)
         if view == "records":
             return [as_dict(r) for _, r in sorted(rows, key=lambda row: -row[0]["time"])[:limit]]

@@ -2,7 +2,8 @@
 loopback HTTP, each a replica in the cluster's table (fathom.cluster.mastership, as the controller
 runs it). Node c1's agent delivers to replica A, then (moved) to B; c2's to B. A query at either
 answers with both replicas' records, top talkers and drops summed across them; a member sees only
-their project's, however asked; a replica that does not answer is named, never a 5xx."""
+their project's, however asked; a replica that does not answer is named (and by `fathom
+flow-records` in a warning line), never a 5xx."""
 from __future__ import annotations
 
 import socket
@@ -12,8 +13,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+from click.testing import CliRunner
 
 from fathom.cluster.leases import Timing
+from fathom.cli.main import cli
 from fathom.cluster.mastership import Mastership
 from fathom.model import flow_batch as fb
 from fathom.model import flow_records as fr
@@ -72,7 +75,7 @@ def _get(served: Served, headers: dict, **params) -> dict:
     return r.json()
 
 
-def test_any_replica_answers_with_every_replicas_records(postgres):
+def test_any_replica_answers_with_every_replicas_records(postgres, monkeypatch):
     url = postgres.new_database(migrated=True)
     a, b = Served(url), Served(url)
     timing = Timing(renew=0.1, lease=1.0)
@@ -139,6 +142,11 @@ def test_any_replica_answers_with_every_replicas_records(postgres):
                                           "c: did not answer within 0.5 s", "d: answered more than 2097152 bytes",
                                           "e: answered what fathom does not read (TypeError)"]
         assert _get(a, member, view="top")["records"][0]["bytes"] == 15000
+        # the CLI prints what it has and a warning line per replica missing
+        monkeypatch.setenv("FATHOM_TOKEN", member["Authorization"].split()[1])
+        result = CliRunner().invoke(cli, ["flow-records", "--controller", a.url.removesuffix("/v1")])
+        assert result.exit_code == 0 and "warning: partial answer: replica b: could not be reached" in result.stderr
+        assert "vm1" in result.stdout and result.stderr.count("warning:") == 4
     finally:
         for m in replicas:
             m.stop()
