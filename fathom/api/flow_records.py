@@ -9,6 +9,7 @@ and the Prometheus counters (docs/flow-records.md; ids and rates: fathom.model.f
     DELETE /v1/flow-records/export       admins: stop forwarding
     POST   /v1/flow-records/ingest       a node's agent (its agent token): one interval's records
     GET    /v1/flow-records              ?project=&port=&network=&rule=&chain=&kind=&since=&view=records|top|drops
+                                         &scope=cluster|local (a cluster's replicas, or this one's)
 
 Who may do what: members set and read their own project's rates and records; admins any
 project's. A member's ingress and admit rates are at most one in MEMBER_MIN_RATE packets (every
@@ -27,21 +28,28 @@ the packets really sampled are derived from the rate configured now (IPFIX carri
 at most FATHOM_FLOW_RECORDS_MAX (default 200000, oldest out first) and FATHOM_FLOW_RECORDS_RETENTION
 seconds (default 3600); each node delivers at most FATHOM_FLOW_RECORDS_RATE records/s (default
 5000, bursts of twice that; beyond: 429 and Retry-After).
+In a cluster, a query asks the other live replicas for their own records (`scope=local`, the
+caller's credential) within FATHOM_FLOW_RECORDS_PEER_TIMEOUT seconds (default 2) and merges them;
+`partial` names those that did not answer.
 """
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import json
 import math
 import os
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Annotated, Literal
+from typing import Annotated, Callable, Literal
 
+import httpx
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from fathom.api.auth import agent_identity
 from fathom.api.flow_export import Exporter
@@ -173,6 +181,10 @@ class RecordStore:
         self.burst = 2 * self.rate
         self.records: deque[tuple] = deque(maxlen=self.max)
         self.exporter = Exporter()          # to the configured collector, if any
+        # the other live replicas of the cluster (id -> API address; set by the controller) and the
+        # seconds they have to answer a query
+        self.peers: Callable[[], dict[str, str]] = dict
+        self.peer_timeout = float(env.get("FATHOM_FLOW_RECORDS_PEER_TIMEOUT", 2))
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -497,19 +509,34 @@ def ingest(engine: EngineDep, store: RecordStoreDep, who: Identity = Depends(age
             "refused_by_reason": refused}
 
 
-@router.get("", summary="Flow records: each interval's records, top talkers or drops by rule")
-def get_records(c: CallerDep, store: RecordStoreDep,
-                project: str | None = Query(None, min_length=1, max_length=64, description="admins: this project"),
-                port: int | None = Query(None, ge=1), network: int | None = Query(None, ge=1),
-                rule: str | None = Query(None, max_length=32, description="a rule id, or default-drop"),
-                chain: int | None = Query(None, ge=1, description="records of this chain's hops"),
-                kind: Literal["admit-egress", "admit-ingress", "drop-egress", "drop-ingress", "port-ingress", "chain-hop",
-                              "tunnel-egress", "drop", "admit"] | None = None,
-                remote_node: str | None = Query(None, min_length=1, max_length=64,
-                                                description="tunnel-egress records to this node"),
-                since: float = Query(300, gt=0, le=86400 * 7, description="seconds back from now"),
-                view: Literal["records", "top", "drops"] = "records",
-                limit: int = Query(100, ge=1, le=1000)):
+# A replica of a cluster answers with the records of every live replica (docs/ha.md): it asks
+# the others for their own (`scope=local`) with the caller's credential, which each checks again.
+MAX_PEERS = 16                  # replicas asked; more are named as not asked
+PEER_ANSWER_MAX = 2 << 20       # bytes of one replica's answer (1000 records are about 600 KB)
+LIMIT_MAX = 1000
+PASSED_HEADERS = ("authorization", "x-project")
+DROPS_KEY = ("project", "port_id", "port", "rule", "kind")
+TOP_KEY = ("project", "port_id", "port", "src", "dst", "proto", "dport")
+
+
+@router.get("", summary="Flow records: each interval's records, top talkers or drops by rule",
+            description="In a cluster, the records of every live replica (`scope=local`: this replica's own); "
+                        "`partial` names the replicas that did not answer, with why.")
+async def get_records(request: Request, c: CallerDep, store: RecordStoreDep,
+                      project: str | None = Query(None, min_length=1, max_length=64,
+                                                  description="admins: this project"),
+                      port: int | None = Query(None, ge=1), network: int | None = Query(None, ge=1),
+                      rule: str | None = Query(None, max_length=32, description="a rule id, or default-drop"),
+                      chain: int | None = Query(None, ge=1, description="records of this chain's hops"),
+                      kind: Literal["admit-egress", "admit-ingress", "drop-egress", "drop-ingress", "port-ingress",
+                                    "chain-hop", "tunnel-egress", "drop", "admit"] | None = None,
+                      remote_node: str | None = Query(None, min_length=1, max_length=64,
+                                                      description="tunnel-egress records to this node"),
+                      since: float = Query(300, gt=0, le=86400 * 7, description="seconds back from now"),
+                      view: Literal["records", "top", "drops"] = "records",
+                      limit: int = Query(100, ge=1, le=LIMIT_MAX),
+                      scope: Literal["cluster", "local"] = Query("cluster", description="local: this replica's "
+                                                                 "records only (what replicas ask each other)")):
     if project is not None and project != c.project and not c.admin:
         raise Forbidden("only an admin can read another project's flow records", "project")
     want_project = project if c.admin else c.project
@@ -525,11 +552,49 @@ def get_records(c: CallerDep, store: RecordStoreDep,
                 and (chain is None or (owner["chain"] or {}).get("id") == chain)
                 and (remote_node is None or owner["remote_node"] == remote_node)
                 and (want_kind is None or owner["kind"] == want_kind or owner["kind"].startswith(want_kind + "-")))
-    rows = store.select(time.time() - since, match)
-    if view == "records":
-        return {"view": view, "records": [as_dict(r) for _, r in sorted(rows, key=lambda row: -row[0]["time"])[:limit]]}
-    names = ("project", "port_id", "port", "rule", "kind") if view == "drops" else \
-        ("project", "port_id", "port", "src", "dst", "proto", "dport")
+
+    def local() -> list[dict] | dict[tuple, list[int]]:   # records, or sums per key
+        rows = store.select(time.time() - since, match)
+        if view == "records":
+            return [as_dict(r) for _, r in sorted(rows, key=lambda row: -row[0]["time"])[:limit]]
+        return _sums(rows, view)
+    peers = sorted(store.peers().items()) if scope == "cluster" else []
+    if not peers:
+        return await run_in_threadpool(lambda: _merge(view, local(), [], want_project, limit, []))
+    # the others' top and drops: as many keys as one may ask for, summed here with this one's
+    params = {k: v for k, v in (("project", project), ("port", port), ("network", network), ("rule", rule),
+                                ("chain", chain), ("kind", kind), ("remote_node", remote_node), ("since", since),
+                                ("view", view), ("limit", limit if view == "records" else LIMIT_MAX),
+                                ("scope", "local")) if v is not None}
+    headers = {k: v for k, v in request.headers.items() if k in PASSED_HEADERS}
+    async with httpx.AsyncClient(timeout=store.peer_timeout, trust_env=False) as client:
+        mine, *theirs = await asyncio.gather(run_in_threadpool(local), *(
+            _ask_replica(client, address, params, headers, store.peer_timeout) for _, address in peers[:MAX_PEERS]))
+    partial = [f"{replica}: not asked (a cluster answers for {MAX_PEERS} other replicas at most)"
+               for replica, _ in peers[MAX_PEERS:]]
+    # parsed and merged in a worker thread: up to 2 MiB of JSON per replica would hold the event loop
+    return await run_in_threadpool(_merge, view, mine, list(zip(peers, theirs)), want_project, limit, partial)
+
+
+def _merge(view: str, mine, theirs: list[tuple[tuple[str, str], bytes | str]], project: str | None, limit: int,
+           partial: list[str]) -> dict:
+    """The answer of `view` from this replica's rows and the others' answers (their bodies, or why
+    there are none: named in `partial`)."""
+    rows = mine if view == "records" else [mine]
+    for (replica, _), got in theirs:
+        if isinstance(got, str):
+            partial.append(f"{replica}: {got}")
+            continue
+        try:
+            rows += _checked(json.loads(got), view, project)
+        except (KeyError, TypeError, ValueError, RecursionError) as e:
+            partial.append(f"{replica}: answered what fathom does not read ({type(e).__name__})")
+    return _answer(view, rows, limit, partial)
+
+
+def _sums(rows: list[tuple[dict, tuple]], view: str) -> dict[tuple, list[int]]:
+    """Packets and bytes of `rows` summed per key of `view` (top: what ports sent, per destination;
+    drops: per port, rule and where)."""
     sums: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
     for owner, (_, src, dst, proto, _, dport, packets, nbytes, *_) in rows:
         if view == "top" and owner["kind"] != "port-ingress":
@@ -538,5 +603,53 @@ def get_records(c: CallerDep, store: RecordStoreDep,
         s = sums[head + ((owner["rule"], owner["kind"]) if view == "drops" else (src, dst, proto, dport))]
         s[0] += packets
         s[1] += nbytes
+    return sums
+
+
+def _checked(answer, view: str, project: str | None) -> list:
+    """Another replica's answer as rows of this one's (records: dicts; top, drops: one dict of
+    sums); only `project`'s when given (a replica checks the token again, and so does this one)."""
+    records = [r for r in answer["records"] if project is None or r["project"] == project]
+    if view == "records":
+        if not all(type(r["time"]) in (int, float) for r in records):
+            raise TypeError("time")
+        return records
+    names = DROPS_KEY if view == "drops" else TOP_KEY
+    return [{tuple(r[n] for n in names): [int(r["packets"]), int(r["bytes"])] for r in records}]
+
+
+def _answer(view: str, rows: list, limit: int, partial: list[str]) -> dict:
+    """The answer of `view` from this replica's rows and the others' (records: newest first; top
+    and drops: summed per key, most bytes (drops: packets) first)."""
+    if view == "records":
+        return {"view": view, "records": sorted(rows, key=lambda r: -r["time"])[:limit], "partial": partial}
+    sums: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for part in rows:
+        for key, (packets, nbytes) in part.items():
+            sums[key][0] += packets
+            sums[key][1] += nbytes
+    names = DROPS_KEY if view == "drops" else TOP_KEY
     order = sorted(sums.items(), key=lambda kv: -(kv[1][0] if view == "drops" else kv[1][1]))[:limit]
-    return {"view": view, "records": [{**dict(zip(names, k)), "packets": v[0], "bytes": v[1]} for k, v in order]}
+    return {"view": view, "records": [{**dict(zip(names, k)), "packets": v[0], "bytes": v[1]} for k, v in order],
+            "partial": partial}
+
+
+async def _ask_replica(client: httpx.AsyncClient, address: str, params: dict, headers: dict,
+                       timeout: float) -> bytes | str:
+    """Another replica's own records (its answer's body), or why there are none."""
+    async def ask():
+        async with client.stream("GET", f"{address}/v1/flow-records", params=params, headers=headers) as r:
+            if r.status_code != 200:
+                return f"answered {r.status_code}"
+            body = bytearray()
+            async for chunk in r.aiter_bytes():
+                body += chunk
+                if len(body) > PEER_ANSWER_MAX:
+                    return f"answered more than {PEER_ANSWER_MAX} bytes"
+        return bytes(body)
+    try:
+        return await asyncio.wait_for(ask(), timeout)
+    except (asyncio.TimeoutError, httpx.TimeoutException):
+        return f"did not answer within {timeout:g} s"
+    except httpx.HTTPError as e:
+        return f"could not be reached at {address} ({type(e).__name__})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from fathom.cli.output import fail, print_json, print_table
+from fathom.cli.output import fail, print_json, print_table, terminal_safe
 from fathom.cli.resources import DEFAULT_CONTROLLER, Api, api_command
 
 
@@ -43,6 +43,8 @@ def flow_records(ctx, controller, project, as_json, of_project, port, network, r
     out = api.call("GET", "/flow-records", params={k: v for k, v in params.items() if v is not None})
     if as_json:
         return print_json(out)
+    for missing in out.get("partial", []):     # a replica of the cluster that did not answer: its records are not here
+        click.echo(f"warning: partial answer: replica {terminal_safe(missing)}", err=True)
     rows = out["records"]
     if out["view"] == "drops":
         return print_table("drops by rule", ["project", "port", "rule", "where", "packets", "bytes"],

@@ -84,8 +84,8 @@ class Mastership:
     kept after each round: `reports` (switch -> [state, refused], from each switch's master;
     `on_reports()` when they changed), `peers` (their OpenFlow listeners), `listeners` (those of
     every replica seen within `Timing.keep`, a late one included: the switches' controller targets;
-    `on_peers()` when that set changed) and `agent_heard(node)`. A round where nothing changed
-    calls nothing."""
+    `on_peers()` when that set changed), `replicas` (their APIs) and `agent_heard(node)`. A round
+    where nothing changed calls nothing."""
 
     def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
                  address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
@@ -110,6 +110,7 @@ class Mastership:
         self.peers: dict[str, str] = {}     # live replicas' OpenFlow listeners (id -> host:port)
         self.listeners: dict[str, str] = {}  # the same, of every replica seen within Timing.keep
         self._reaches: tuple[frozenset, str] = (frozenset(), "")   # the last reachable set, comma-joined
+        self.replicas: dict[str, str] = {}  # the other live replicas' API addresses (id -> URL)
         self.id = replica_id or uuid.uuid4().hex[:12]
         self.address, self.schema_version, self.fingerprint = address, schema_version, pki_fingerprint
         self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
@@ -218,6 +219,7 @@ class Mastership:
         self._known |= new
         listeners_changed = set(got.listeners.values()) != set(self.listeners.values())
         self.taken, self.peers, self.listeners = got.taken, got.openflow, got.listeners
+        self.replicas = {r: address for r, address in got.addresses.items() if r != self.id and address}
         now = time.time()
         at_replica: dict[str, tuple[float, str]] = {}
         for replica, heard in got.agents.items():

@@ -143,6 +143,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
                                                 ask_flush=api.state.agent_hub.ask_flush))
     if mastership is not None:
         replica.run(mastership, switches, reconciler, app, api.state.agent_hub)
+        api.state.flow_records.peers = lambda: mastership.replicas   # a query answers for the cluster
     elif api_workers > 1:   # a write in a worker wakes the reconciler (to read what it wrote) and the agents' long-polls
         feed.follow(engine, f"controller-{os.getpid()}",
                     lambda: (reconciler.written_elsewhere(), api.state.agent_hub.changed()))

@@ -21,7 +21,10 @@ async function refresh() {
     { title: "kind", cell: r => r.kind }, { title: "packets", cell: r => r.packets.toLocaleString() },
     { title: "bytes", cell: r => r.bytes.toLocaleString() },
   ], drops.records, EMPTY));
-  replace("note", `read ${new Date().toLocaleTimeString()}; counts are scaled by each port's sampling rate`);
+  // replicas of the cluster that did not answer: their records are missing (the API names them)
+  const missing = [...new Set([...(top.partial || []), ...(drops.partial || [])])];
+  replace("note", `read ${new Date().toLocaleTimeString()}; counts are scaled by each port's sampling rate` +
+    (missing.length ? `; partial, without the records of replica ${missing.join("; ")}` : ""));
 }
 
 header().then(async who => {
