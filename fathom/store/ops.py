@@ -685,7 +685,8 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
         for low in range(start, last + 1, ALLOCATION_WINDOW):
             window = [str(ipaddress.IPv4Address(a)) for a in range(low, min(low + ALLOCATION_WINDOW, last + 1))]
             reservations.start(allocation)
-            used = set(session.connection().scalars(_USED_IN_WINDOW, {"network_id": network.id, "window": window})) | taken
+            used = set(session.connection().scalars(_USED_IN_WINDOW,
+                                                    {"network_id": network.id, "window": window})) | taken
             if subnet.gateway_ip:
                 used.add(subnet.gateway_ip)
             for candidate in window:
