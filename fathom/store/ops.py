@@ -501,8 +501,9 @@ def check_binding(caller: Caller, node: str | None, interface_name: str | None) 
 
 
 def _ip_used(session: Session, network_id: int, ip: str) -> bool:
-    return session.scalar(select(m.IpAllocation.id).where(
-        m.IpAllocation.network_id == network_id, m.IpAllocation.ip_address == ip)) is not None
+    # the allocation queries run on the session's connection (Core): no ORM statement machinery or
+    # autoflush on the create path (create_port flushes its allocations before it returns)
+    return session.connection().scalar(_IP_USED, {"network_id": network_id, "ip": ip}) is not None
 
 
 def _choose_ip(session: Session, network: m.Network, subnets: list[m.Subnet], request: dict, field: str,
@@ -645,7 +646,10 @@ def _freed(session: Session, allocations) -> None:
             hints[a.subnet_id] = max(0, min(hints[a.subnet_id], index))
 
 
-# the window's addresses already allocated in a network (one statement, built once)
+# whether an address is allocated in a network; the window's addresses already allocated (each
+# statement built once)
+_IP_USED = select(m.IpAllocation.id).where(m.IpAllocation.network_id == bindparam("network_id"),
+                                           m.IpAllocation.ip_address == bindparam("ip"))
 _USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
     m.IpAllocation.network_id == bindparam("network_id"),
     m.IpAllocation.ip_address.in_(bindparam("window", expanding=True)))
@@ -663,7 +667,7 @@ def _claim(session: Session, network_id: int, address: str) -> bool:
     # the one-bigint key space (the two-int4 locks of _serialise are another); above 2^32, never a
     # hashtext() of fathom.cluster.leases
     key = network_id << 32 | int(ipaddress.IPv4Address(address))
-    if not session.scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}):
+    if not session.connection().scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}):
         return False
     return not _ip_used(session, network_id, address)
 
@@ -681,7 +685,8 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
         for low in range(start, last + 1, ALLOCATION_WINDOW):
             window = [str(ipaddress.IPv4Address(a)) for a in range(low, min(low + ALLOCATION_WINDOW, last + 1))]
             reservations.start(allocation)
-            used = set(session.scalars(_USED_IN_WINDOW, {"network_id": network.id, "window": window})) | taken
+            used = set(session.connection().scalars(_USED_IN_WINDOW,
+                                                    {"network_id": network.id, "window": window})) | taken
             if subnet.gateway_ip:
                 used.add(subnet.gateway_ip)
             for candidate in window:
