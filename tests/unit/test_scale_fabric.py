@@ -57,3 +57,45 @@ def test_the_api_rate_counts_every_port_and_the_cpu_of_each_party(tmp_path, post
     cpu = r["cpu_ms_per_port"]
     assert set(cpu) == {"controller", "writers", "postgresql"} and all(v > 0 for v in cpu.values()), cpu
     assert r["machine_ceiling_ports_per_second"] == pytest.approx(1000 * os.cpu_count() / sum(cpu.values()))
+
+
+def test_a_simulated_nodes_ovsdb_sends_an_idle_client_no_echo(tmp_path):
+    """A simulated node's ovsdb-server serves TCP from a Manager row with the controller's
+    inactivity probe, as a deployed node does: an idle client is sent no echo within ovsdb-server's
+    default probe time (5 s), which would otherwise cost every controller at rest an echo a node
+    every 5 s."""
+    import json
+    import socket
+    import time
+
+    from fathom.controller import channels
+    node = fabric.NodeOvsdb(tmp_path, 0, 1, "10.99.0.1", "tcp:127.0.0.1:6653", 1, fabric.loopback_net(tmp_path))
+    try:
+        with socket.create_connection((node.ip, 6640), timeout=8) as s:
+            s.sendall(json.dumps({"method": "list_dbs", "params": [], "id": 1}).encode())
+            got, deadline = b"", time.monotonic() + 6.5
+            while time.monotonic() < deadline:
+                s.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    chunk = s.recv(65536)
+                except socket.timeout:
+                    break
+                if not chunk:
+                    break
+                got += chunk
+        assert b'"Open_vSwitch"' in got                  # the server answered this client
+        assert b'"echo"' not in got, got                 # and did not probe it while it was idle
+        probe = _ovsdb(node, ["Manager", "inactivity_probe"])
+        assert probe == channels.OVSDB_PROBE_MS
+    finally:
+        node.stop()
+
+
+def _ovsdb(node, column: list[str]):
+    import json
+    import subprocess
+    table, name = column
+    out = subprocess.run(["ovsdb-client", "transact", f"tcp:{node.ip}:6640", json.dumps(
+        ["Open_vSwitch", {"op": "select", "table": table, "where": [], "columns": [name]}])],
+        capture_output=True, text=True, check=True, timeout=10).stdout
+    return json.loads(out)[0]["rows"][0][name]

@@ -6,7 +6,8 @@ requests as OVS does, and acknowledges each OVSDB write as ovs-vswitchd would. M
 
 - the lease shares once every replica started: the time until they are fair (every switch held by
   a live replica, the counts differing by one at most: docs/ha.md) and each replica's count;
-- the CPU at rest (`idle_s` seconds, nothing changing) of the replicas, of PostgreSQL and of the
+- the CPU at rest (`idle_s` seconds, nothing changing, once no reconcile pass ran and no lease
+  moved for QUIET_S) of the replicas, of PostgreSQL and of the
   switches, against one controller (not a cluster) over the same switches on the same store;
 - one replica stopped (SIGTERM, then SIGKILL) and started again: seconds until the shares are fair
   again, and the lease changes (takes: each raises a lease's epoch by one) from the event until
@@ -27,6 +28,7 @@ from .fabric import Fleet, NodeOvsdb, Size, layout, loopback_net, management_ip,
 HOLD_S = 5.0          # after the shares are fair: watched that long for further changes (flapping)
 POLL_S = 0.1
 TARGET_SETTLE_S = 5.0
+QUIET_S = 5.0        # before CPU at rest: that long without a reconcile pass or a lease change
 TARGET_REST_RATIO = 3.0
 
 
@@ -67,6 +69,22 @@ def wait_fair(api, replicas: int, since: float, timeout: float = 120.0) -> dict:
         stayed = stayed and last["live"] == replicas and last["fair"]
     return {"fair_seconds": fair_s, "held": b["held"], "held_after_hold": last["held"], "stayed_fair": stayed,
             "epochs": last["epochs"]}
+
+
+def wait_quiet(controllers: list[Controller], api, timeout: float = 180.0) -> float:
+    """Wait until no controller ran a reconcile pass and no lease moved for QUIET_S (a replica that
+    just gained its share resyncs it first); the seconds waited."""
+    t0 = time.monotonic()
+    last, since = None, t0
+    while time.monotonic() - t0 < timeout:
+        now = ([c.api.get("/health")["passes"] for c in controllers],
+               balance(api.get("/cluster"))["epochs"] if any(c.cluster for c in controllers) else 0)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= QUIET_S:
+            break
+        time.sleep(POLL_S * 5)
+    return time.monotonic() - t0
 
 
 def _cpu(pids: list[int]) -> float:
@@ -133,8 +151,9 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
         for p in api.list("/ports"):
             if p["status"] != "active" and api.wait_status("ports", p["id"], timeout=300)["status"] != "active":
                 raise RuntimeError(f"port {p['id']} not active under one controller")
+        quiet = wait_quiet([single], api)
         progress(f"cluster: one controller at rest, {idle_s:g} s")
-        out["single_at_rest"] = at_rest([single], pg_pid, fleet, idle_s)
+        out["single_at_rest"] = {"quiet_after_seconds": quiet, **at_rest([single], pg_pid, fleet, idle_s)}
         single.stop()
 
         progress(f"cluster: {replicas} replicas")
@@ -148,8 +167,9 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
         out["start"]["switches"] = _roles(fleet, api)
         progress(f"cluster: fair after {start['fair_seconds']:.1f} s: {sorted(start['held'].values())}; "
                  f"at rest, {idle_s:g} s")
+        quiet = wait_quiet(reps, api)
         e0 = balance(api.get("/cluster"))["epochs"]
-        out["cluster_at_rest"] = at_rest(reps, pg_pid, fleet, idle_s)
+        out["cluster_at_rest"] = {"quiet_after_seconds": quiet, **at_rest(reps, pg_pid, fleet, idle_s)}
         out["cluster_at_rest"]["lease_changes"] = balance(api.get("/cluster"))["epochs"] - e0
         single_total = out["single_at_rest"]["total_cpu_per_s"]
         out["rest_ratio"] = out["cluster_at_rest"]["total_cpu_per_s"] / single_total if single_total else None

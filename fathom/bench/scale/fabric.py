@@ -49,7 +49,11 @@ class NodeOvsdb:
         if db.exists():
             db.unlink()
         subprocess.run(["ovsdb-tool", "create", str(db), SCHEMA], check=True, capture_output=True)
-        subprocess.run(["ovsdb-server", str(db), f"--remote=ptcp:6640:{self.ip}", f"--pidfile={self.dir}/pid",
+        # TCP served as a node serves it (channels.manager_commands): from a Manager row with our
+        # inactivity probe, so a controller at rest is not sent an echo every 5 s (ovsdb-server's
+        # default for a --remote given on its command line) by each node
+        subprocess.run(["ovsdb-server", str(db), f"--remote=punix:{self.dir}/db.sock",
+                        "--remote=db:Open_vSwitch,Open_vSwitch,manager_options", f"--pidfile={self.dir}/pid",
                         f"--unixctl={self.dir}/ctl", f"--log-file={self.dir}/log", "--detach"],
                        check=True, capture_output=True)
         ops = [{"op": "insert", "table": "Interface", "uuid-name": "i0",
@@ -62,7 +66,7 @@ class NodeOvsdb:
                      "row": {"name": vm_interface(j), "ofport": j + 2}},
                     {"op": "insert", "table": "Port", "uuid-name": f"p{j + 1}",
                      "row": {"name": vm_interface(j), "interfaces": ["named-uuid", f"i{j + 1}"]}}]
-        from fathom.controller.bootstrap import CONTROLLER_MAX_BACKOFF_MS, CONTROLLER_PROBE_MS
+        from fathom.controller.bootstrap import CONTROLLER_MAX_BACKOFF_MS, CONTROLLER_PROBE_MS, OVSDB_PROBE_MS
         # the controller row as the bootstrap leaves it: with no ovs-vswitchd here, a transaction of
         # the bootstrap would wait for one to apply it (and time out)
         ops += [{"op": "insert", "table": "Controller", "uuid-name": "c",
@@ -74,11 +78,19 @@ class NodeOvsdb:
                          "other_config": ["map", [["datapath-id", f"{dpid:016x}"], ["disable-in-band", "true"]]],
                          "controller": ["named-uuid", "c"],
                          "ports": ["set", [["named-uuid", f"p{j}"] for j in range(interfaces + 1)]]}},
-                {"op": "insert", "table": "Open_vSwitch", "row": {"bridges": ["named-uuid", "b"]}}]
-        done = subprocess.run(["ovsdb-client", "transact", f"tcp:{self.ip}:6640", json.dumps(["Open_vSwitch", *ops])],
-                              capture_output=True, text=True, timeout=30)
+                {"op": "insert", "table": "Manager", "uuid-name": "m",
+                 "row": {"target": f"ptcp:6640:{self.ip}", "inactivity_probe": OVSDB_PROBE_MS}},
+                {"op": "insert", "table": "Open_vSwitch",
+                 "row": {"bridges": ["named-uuid", "b"], "manager_options": ["named-uuid", "m"]}}]
+        done = subprocess.run(["ovsdb-client", "transact", f"unix:{self.dir}/db.sock",
+                               json.dumps(["Open_vSwitch", *ops])], capture_output=True, text=True, timeout=30)
         if done.returncode != 0 or '"error"' in done.stdout:
             raise RuntimeError(f"ovsdb {self.ip}: {done.stderr or done.stdout[:500]}")
+        deadline = time.monotonic() + 10    # the Manager row's listener opens after the transaction
+        while subprocess.run(["ovsdb-client", "list-dbs", f"tcp:{self.ip}:6640"], capture_output=True).returncode:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ovsdb {self.ip}: not listening on TCP")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         try:
