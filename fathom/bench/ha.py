@@ -102,6 +102,11 @@ class Cluster:
         address = {r["id"]: r["address"] for r in cluster["replicas"] if r["live"]}
         return {x["switch"]: address.get(x["holder"]) for x in cluster["leases"]}
 
+    def master_of(self, switch: str) -> str:
+        """The API address of `switch`'s live master, once it has one (a lease moving toward a
+        replica that just joined has none for a moment)."""
+        return wait(lambda: self.holders()[switch], SETTLE_TIMEOUT_S, f"a live master of switch {switch}")
+
     def settled(self) -> bool:
         """Every replica live and every switch mastered."""
         cluster = self.status()
@@ -388,7 +393,7 @@ def _after_event(cluster: Cluster, probe: Probe, switch: str, t0: float, old: st
 def kill_master(cluster: Cluster, probe: Probe, switch: str, start_again: bool = True) -> dict:
     """SIGKILL the master of `switch`; its timeline; then (`start_again`) the replica started again,
     and settled."""
-    victim = cluster.holders()[switch]
+    victim = cluster.master_of(switch)
     index = cluster.index(victim)
     vif = probe.plug()
     cluster.ask_first(cluster.other_than(victim))
@@ -405,7 +410,7 @@ def kill_master(cluster: Cluster, probe: Probe, switch: str, start_again: bool =
 def pause_master(cluster: Cluster, probe: Probe, node: str, switch: str, seconds: float) -> dict:
     """SIGSTOP the master of `switch` for `seconds`, SIGCONT; its timeline, then what the woken one
     heard from the switches and whether the node's br-int holds what its new master wants."""
-    victim = cluster.holders()[switch]
+    victim = cluster.master_of(switch)
     index = cluster.index(victim)
     pid = cluster.replicas[index]["pid"]
     before = cluster.not_master(victim)
