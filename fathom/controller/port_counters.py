@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-import os_ken.app.ofctl.api as ofctl
-
+from fathom.controller import switch as sw
 from fathom.model import datapath_id
 
 FIELDS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
 
 
 def read_port_stats(app, dp, port_no: int) -> dict | None:
-    """{field: count} of OpenFlow port `port_no` (FIELDS), None when the switch does not know it."""
+    """{field: count} of OpenFlow port `port_no` (FIELDS), None when the switch does not know it;
+    TimeoutError when it does not answer within STATS_REPLY_TIMEOUT."""
     parser = dp.ofproto_parser
-    replies = ofctl.send_msg(app, parser.OFPPortStatsRequest(dp, 0, port_no), reply_cls=parser.OFPPortStatsReply,
-                             reply_multi=True) or []
+    replies = sw.send_waiting(app, parser.OFPPortStatsRequest(dp, 0, port_no), parser.OFPPortStatsReply,
+                              sw.STATS_REPLY_TIMEOUT, multi=True) or []
     for r in replies:
         for stat in r.body:
             if stat.port_no == port_no:

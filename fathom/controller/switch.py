@@ -164,14 +164,18 @@ def whole_messages(dp, c: Change) -> tuple[list, list, list]:
 # the keepalive gives up on it (fathom.controller.ofapp.ECHO_INTERVAL). A master role unanswered
 # for longer than a lease time is moot anyway: the lease has ended.
 ROLE_REPLY_TIMEOUT = 2.0
+# How long a read made for an API caller (counters, a node's flows) waits for the switch: the
+# caller is answered "did not answer" rather than holding one of the API's threads for as long as
+# the keepalive takes to drop a switch that went silent.
+STATS_REPLY_TIMEOUT = 5.0
 
 
-def _send_waiting(app, msg, reply_cls, timeout: float):
-    """ofctl.send_msg (one reply) that waits `timeout` seconds at most: TimeoutError after. The
-    same request to os-ken's ofctl service as send_msg makes (os_ken.base.app_manager
-    .OSKenApp.send_request), its reply queue read with a time limit; a reply that comes later is
-    dropped with the request."""
-    req = ofctl_event.SendMsgRequest(msg=msg, reply_cls=reply_cls)
+def send_waiting(app, msg, reply_cls, timeout: float, multi: bool = False):
+    """ofctl.send_msg that waits `timeout` seconds at most: TimeoutError after. The same request
+    to os-ken's ofctl service as send_msg makes (os_ken.base.app_manager.OSKenApp.send_request),
+    its reply queue read with a time limit; a reply that comes later is dropped with the request.
+    `multi`: a multipart reply, returned as the list of its parts."""
+    req = ofctl_event.SendMsgRequest(msg=msg, reply_cls=reply_cls, reply_multi=multi)
     req.sync, req.reply_q = True, hub.Queue()
     app.send_event(req.dst, req)
     try:
@@ -184,8 +188,11 @@ class OsKenSession:
     """A switch connected to os-ken: reads are multipart requests, changes one atomic bundle (OpenFlow
     1.4+) or messages in order followed by a barrier."""
 
-    def __init__(self, app, dp, settle: float = DATAPATH_SETTLE):
+    def __init__(self, app, dp, settle: float = DATAPATH_SETTLE, reply_timeout: float | None = None):
         self.app, self.dp = app, dp
+        # None: a read waits for the switch as long as the connection lasts (the reconciler's
+        # own reads); seconds: TimeoutError after (reads made for an API caller)
+        self.reply_timeout = reply_timeout
         self.dpid = dp.id
         # After a change is acknowledged, OVS's datapath goes on using the flows it cached from
         # the tables before it, until its revalidators have gone over them (asynchronously, a few
@@ -196,11 +203,17 @@ class OsKenSession:
         """False once the connection is closed, even before the app has heard of it."""
         return self.app.still_connected(self.dp)
 
+    def _ask(self, req, reply_cls) -> list:
+        """The parts of the switch's multipart reply to `req`."""
+        if self.reply_timeout is None:
+            return ofctl.send_msg(self.app, req, reply_cls=reply_cls, reply_multi=True) or []
+        return send_waiting(self.app, req, reply_cls, self.reply_timeout, multi=True) or []
+
     def read_flows(self) -> set[FlowSpec]:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPFlowStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                          parser.OFPMatch())
-        replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPFlowStatsReply, reply_multi=True) or []
+        replies = self._ask(req, parser.OFPFlowStatsReply)
         return {encode.decode_flow(ofp, stat) for r in replies for stat in r.body}
 
     def count_flows(self) -> int:
@@ -208,19 +221,19 @@ class OsKenSession:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPAggregateStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                               parser.OFPMatch())
-        replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPAggregateStatsReply, reply_multi=True) or []
+        replies = self._ask(req, parser.OFPAggregateStatsReply)
         return sum(r.body.flow_count for r in replies)
 
     def read_groups(self) -> set[GroupSpec]:
         parser = self.dp.ofproto_parser
         req = parser.OFPGroupDescStatsRequest(self.dp, 0)
-        replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPGroupDescStatsReply, reply_multi=True) or []
+        replies = self._ask(req, parser.OFPGroupDescStatsReply)
         return {encode.decode_group(self.dp.ofproto, d) for r in replies for d in r.body}
 
     def read_meters(self) -> set[MeterSpec]:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPMeterConfigStatsRequest(self.dp, 0, ofp.OFPM_ALL)
-        replies = ofctl.send_msg(self.app, req, reply_cls=parser.OFPMeterConfigStatsReply, reply_multi=True) or []
+        replies = self._ask(req, parser.OFPMeterConfigStatsReply)
         return {encode.decode_meter(ofp, c) for r in replies for c in r.body}
 
     def bundle(self, pairs: list) -> None:
@@ -314,7 +327,7 @@ class OsKenSession:
     def _role(self, role: int, generation: int) -> int:
         parser = self.dp.ofproto_parser
         try:
-            reply = _send_waiting(self.app, parser.OFPRoleRequest(self.dp, role, generation), parser.OFPRoleReply,
+            reply = send_waiting(self.app, parser.OFPRoleRequest(self.dp, role, generation), parser.OFPRoleReply,
                                   ROLE_REPLY_TIMEOUT)
         except TimeoutError as e:
             raise ApplyError(f"switch {self.dp.id:016x}: no reply to the role request within "
@@ -387,19 +400,20 @@ class OsKenSwitches:
 
 def read_flows(app, dp) -> set[FlowSpec] | None:
     """The switch's flows; None when it is not reachable over OpenFlow after all (it left since
-    `dp` was looked up, or os-ken has not registered the connection that just came up)."""
+    `dp` was looked up, os-ken has not registered the connection that just came up, or it did not
+    answer within STATS_REPLY_TIMEOUT)."""
     try:
-        return OsKenSession(app, dp).read_flows()
-    except NotRegistered:
+        return OsKenSession(app, dp, reply_timeout=STATS_REPLY_TIMEOUT).read_flows()
+    except (NotRegistered, TimeoutError):
         return None
 
 
 def read_state(app, dp) -> SwitchState | None:
     """The switch's flows and groups; None as for `read_flows`."""
     try:
-        session = OsKenSession(app, dp)
+        session = OsKenSession(app, dp, reply_timeout=STATS_REPLY_TIMEOUT)
         return SwitchState(frozenset(session.read_flows()), frozenset(session.read_groups()))
-    except NotRegistered:
+    except (NotRegistered, TimeoutError):
         return None
 
 
@@ -407,5 +421,5 @@ def read_flow_stats(app, dp) -> list:
     """Raw os-ken flow stats (with counters), for status and metrics."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     req = parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0, parser.OFPMatch())
-    replies = ofctl.send_msg(app, req, reply_cls=parser.OFPFlowStatsReply, reply_multi=True) or []
+    replies = send_waiting(app, req, parser.OFPFlowStatsReply, STATS_REPLY_TIMEOUT, multi=True) or []
     return [stat for r in replies for stat in r.body]

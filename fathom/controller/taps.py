@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 
-import os_ken.app.ofctl.api as ofctl
-
 from fathom.apps import BR_INT
 from fathom.controller import switch as sw
 from fathom.model import datapath_id
@@ -27,7 +25,7 @@ def read_group_stats(app, dp) -> dict[int, dict]:
     """{group id: {"packets", "bytes", "buckets": [(packets, bytes), ...]}} of every group."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     req = parser.OFPGroupStatsRequest(dp, 0, ofp.OFPG_ALL)
-    replies = ofctl.send_msg(app, req, reply_cls=parser.OFPGroupStatsReply, reply_multi=True) or []
+    replies = sw.send_waiting(app, req, parser.OFPGroupStatsReply, sw.STATS_REPLY_TIMEOUT, multi=True) or []
     out = {}
     for r in replies:
         for g in r.body:

@@ -6,7 +6,9 @@ one per process, so each replica of a test is one of these processes.
 
 Commands: {"role": DPID_HEX, "epoch": N or null} (master under N, or slave) -> {"generation": G} or
 {"not_master": why}; {"flow": DPID_HEX, "cookie": C} (one flow in a bundle) -> {"ok": true} or
-{"not_master": why}; {"told": true} -> {"not_master_events": {DPID_HEX: count}} (role status or
+{"not_master": why}; {"read": DPID_HEX, "timeout": S} (its flows and port 1's counters, each read
+waiting S seconds at most) -> {"flows": count or null, "counters": "TimeoutError" or a count};
+{"told": true} -> {"not_master_events": {DPID_HEX: count}} (role status or
 IS_SLAVE seen by the app).
 """
 import json
@@ -15,7 +17,8 @@ import sys
 import time
 from collections import Counter
 
-from fathom.controller import ofapp, ofgate
+from fathom.controller import ofapp, ofgate, port_counters
+from fathom.controller import switch
 from fathom.controller.switch import NotMaster, OsKenSession
 from fathom.openflow.encode import Wire
 from fathom.openflow.spec import FlowSpec, Output
@@ -42,6 +45,15 @@ def main(argv):
                                 cookie=cmd["cookie"])
                 OsKenSession(app, dp).bundle([(flow, Wire(dp, "flow", flow))])
                 out = {"ok": True}
+            elif "read" in cmd:
+                dp = app.datapath(int(cmd["read"], 16))
+                switch.STATS_REPLY_TIMEOUT = cmd["timeout"]
+                flows = switch.read_flows(app, dp)
+                try:
+                    counters = port_counters.read_port_stats(app, dp, 1)
+                except TimeoutError as e:
+                    counters = type(e).__name__
+                out = {"flows": None if flows is None else len(flows), "counters": counters}
             else:
                 time.sleep(0.2)     # a role status is sent with the reply to the new master's request: let it land
                 out = {"not_master_events": dict(told)}

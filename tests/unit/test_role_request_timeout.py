@@ -1,6 +1,7 @@
 """A role request to a switch that stopped answering without closing its connection (no TCP reset)
 fails after fathom.controller.switch.ROLE_REPLY_TIMEOUT instead of holding the replica's role thread
-until the keepalive drops the connection. The replica is fathom's os-ken app in a process of its
+until the keepalive drops the connection; so do the reads made for an API caller (a node's flows, a
+port's counters) after STATS_REPLY_TIMEOUT. The replica is fathom's os-ken app in a process of its
 own (tests/lab/role_replica.py: os-ken's app manager is one per process); the switch is the
 benchmarks' simulated switch, silent once connected."""
 from __future__ import annotations
@@ -27,7 +28,7 @@ class SilentSwitch(OFSwitch):
             super().handle(channel, msg_type, xid, msg)
 
 
-def test_a_role_request_to_a_silent_switch_fails_within_the_time_limit():
+def test_a_role_request_or_a_read_of_a_silent_switch_fails_within_the_time_limit():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -40,17 +41,27 @@ def test_a_role_request_to_a_silent_switch_fails_within_the_time_limit():
         switch.set_targets([("127.0.0.1", port)])
         assert json.loads(replica.stdout.readline()) == {"ready": True}
 
-        def role(epoch):
-            replica.stdin.write(json.dumps({"role": f"{dpid:016x}", "epoch": epoch}) + "\n")
+        def ask(cmd):
+            replica.stdin.write(json.dumps(cmd) + "\n")
             replica.stdin.flush()
             return json.loads(replica.stdout.readline())
+
+        def role(epoch):
+            return ask({"role": f"{dpid:016x}", "epoch": epoch})
         assert role(1) == {"generation": 1}             # answered while it answers
+        assert ask({"read": f"{dpid:016x}", "timeout": 2.0})["flows"] is not None
         switch.silent = True
         t = time.monotonic()
         answer = role(2)
         took = time.monotonic() - t
         assert "no reply to the role request within" in answer.get("error", ""), answer
         assert ROLE_REPLY_TIMEOUT <= took < ROLE_REPLY_TIMEOUT + 2, took
+
+        t = time.monotonic()
+        answer = ask({"read": f"{dpid:016x}", "timeout": 0.5})
+        took = time.monotonic() - t
+        assert answer == {"flows": None, "counters": "TimeoutError"}, answer    # not connected / did not answer
+        assert 1.0 <= took < 1.0 + 2, took
     finally:
         switch.set_targets([])
         replica.kill()
