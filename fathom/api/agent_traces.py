@@ -15,8 +15,10 @@ fathom.trace.ofproto) and the conntrack state every ct action resumes with. A li
 last, injecting the probe), collect what they saw; the agent answers with `live` (fathom.agent.livetrace).
 
 In a cluster, a node's agent polls one replica, whose desk alone it reads: another replica asks
-there (`POST /v1/agents/{node}/traces`, admin only, with the caller's own token, checked again by
-that replica), and waits for the answer (fathom.api.traces).
+there (`POST /v1/agents/{node}/traces`) and waits for the answer (fathom.api.traces). It asks with
+a token of its own (role `replica`, naming the node, valid for the hop's time and removed after
+it), having checked the caller's right to the trace itself: the caller's token is never passed on,
+and a member's trace crosses replicas as an admin's does. Admins may ask there too.
 """
 from __future__ import annotations
 
@@ -220,11 +222,12 @@ router = APIRouter(prefix="/agents", tags=["agents"], responses=ERRORS)
 
 
 @router.post("/{node}/traces", response_model=TraceAnswer,
-             summary="Ask the node's agent, polling this replica, to trace a flow (admin; another replica asks)")
+             summary="Ask the node's agent, polling this replica, to trace a flow (another replica asks; admin)")
 def ask_trace(node: Annotated[str, Field(pattern=NODE_NAME_RE)], body: TraceAsk, request: Request,
               who: Identity = Depends(identity)):
-    if "admin" not in who.roles:
-        raise Forbidden("only an admin may ask a node's agent for a trace of its tables")
+    if "admin" not in who.roles and not ("replica" in who.roles and who.node == node):
+        raise Forbidden("only another replica (with its token for this node) or an admin may ask a node's agent "
+                        "for a trace of its tables")
     desk: TraceDesk = request.app.state.trace_desk
     try:
         a = desk.ask(node, body.bridge, body.flow, body.ct_next)

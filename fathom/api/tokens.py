@@ -20,7 +20,8 @@ class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(default="", max_length=255)
     project_id: str = Field(min_length=1, max_length=64)
-    roles: list[Literal["admin", "member", "service", "agent"]] = Field(min_length=1, max_length=len(ROLES))
+    # a replica's role is issued by a replica for itself, never through the API
+    roles: list[Literal["admin", "member", "service", "agent"]] = Field(min_length=1, max_length=len(ROLES) - 1)
     node: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$",
                              description="agent tokens: the node whose records it delivers")
     expires_at: datetime | None = Field(default=None, description="absent: never expires")

@@ -24,18 +24,23 @@ from __future__ import annotations
 import ipaddress
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Literal, Mapping
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import Field, model_validator
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
 
 from fathom.api.agent_traces import TooManyTraces
 from fathom.api.deps import ERRORS, CallerDep
 from fathom.api.schemas import ErrorOut, _Request
+from fathom.auth import tokens
 from fathom.model import Snapshot
 from fathom.model.hostlocal_desired import network_mtu
 from fathom.model.views import ports_by_id
 from fathom.store.agents import STALE_AFTER
+from fathom.store.auth_models import ApiToken
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.trace import TraceError, Unanswered, live, svg, trace
 from fathom.trace.probe import MIN_SIZE
@@ -268,18 +273,25 @@ def _agents(request: Request, timeout: float):
 def _ask_replica(replica: str, request: Request, node: str, bridge: str, flow: str, ct_next: list, left: float,
                  timeout: float) -> str:
     """A hop traced by a node whose agent polls another replica of the cluster, at `replica` (its
-    API's address), with the caller's own credential (fathom.api.agent_traces.ask_trace)."""
+    API's address), with a token this replica issues itself for the hop (role `replica`, the node,
+    valid for the hop's time: fathom.api.agent_traces.ask_trace) and removes after it. The caller's
+    right to the trace was checked here; its own token is not passed on."""
     import httpx
+    engine = request.app.state.engine
+    with Session(engine) as s, s.begin():
+        row, secret = tokens.issue(s, project="admin", roles=("replica",), node=node, name="trace hop",
+                                   expires_at=datetime.now(timezone.utc) + timedelta(seconds=left + 5.0))
+        token_id = row.id
     try:
         r = httpx.post(f"{replica}/v1/agents/{node}/traces",
                        json={"bridge": bridge, "flow": flow, "ct_next": ct_next, "timeout": max(0.1, left)},
-                       headers={"Authorization": request.headers.get("authorization", "")}, timeout=left + 2.0)
+                       headers={"Authorization": f"Bearer {secret}"}, timeout=left + 2.0)
     except httpx.HTTPError as e:
         raise Unanswered(f"node {node}'s agent polls replica {replica}, which could not be reached: "
                          f"{type(e).__name__}") from None
-    if r.status_code == 403:
-        raise Unanswered(f"node {node}'s agent polls replica {replica}: tracing its tables from another "
-                         "replica needs an admin's token")
+    finally:
+        with Session(engine) as s, s.begin():
+            s.execute(delete(ApiToken).where(ApiToken.id == token_id))
     if r.status_code != 200:
         raise Unanswered(f"node {node}'s agent polls replica {replica}, which answered {r.status_code}")
     answer = r.json()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ROLES = ("admin", "member", "service", "agent")
+ROLES = ("admin", "member", "service", "agent", "replica")
+# "replica": a token a cluster's replica issues itself for one request to another replica (a trace
+# of a node's tables whose agent polls that replica: fathom.api.traces), naming the node, valid for
+# that request's time only and removed after it; never issued through the API.
 
 
 @dataclass(frozen=True)

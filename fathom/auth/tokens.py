@@ -45,17 +45,18 @@ def _utc(value: datetime | None) -> datetime | None:
 
 def check_roles(roles: list[str] | tuple[str, ...], node: str | None) -> frozenset[str]:
     """Validated roles of a new token: known ones, at least one; an agent token names its node
-    and has no other role (it may only deliver its node's records)."""
+    and has no other role (it may only deliver its node's records), and so does a replica's."""
     out = frozenset(r.strip() for r in roles if r.strip())
     unknown = sorted(out - set(ROLES))
     if unknown:
         raise Invalid(f"unknown role(s) {', '.join(unknown)}: give {', '.join(ROLES)}", "roles")
     if not out:
         raise Invalid("give at least one role", "roles")
-    if "agent" in out and (node is None or len(out) > 1):
-        raise Invalid("an agent token has the role agent alone and names its node", "node")
-    if node is not None and "agent" not in out:
-        raise Invalid("only an agent token names a node", "node")
+    for alone in ("agent", "replica"):
+        if alone in out and (node is None or len(out) > 1):
+            raise Invalid(f"an {alone} token has the role {alone} alone and names its node", "node")
+    if node is not None and not out & {"agent", "replica"}:
+        raise Invalid("only an agent (or a replica's) token names a node", "node")
     return out
 
 

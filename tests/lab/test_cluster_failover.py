@@ -86,10 +86,15 @@ def test_the_replica_no_agent_polls_sees_every_agent_and_traces_their_tables(clu
     store.dispose()
     agents = {a["node"]: a["state"] for a in api.get("/agents")}
     assert agents == {"compute1": "up", "compute2": "up"}, agents
-    t = api.post("/traces", json={"port_id": ports["vm1"], "to_port_id": ports["vm2"], "actual": True})
-    assert [(h["switch"], h["tables"]) for h in t["hops"]] == [("br-int compute1", "actual"),
-                                                               ("br-int compute2", "actual")], t["hops"]
-    assert t["verdict"]["result"] == "delivered" and t["verdict"]["port"] == "vm2", t["verdict"]
+    project = api.get(f"/ports/{ports['vm1']}")["project_id"]
+    member = Client(other, token=api.post("/tokens", json={"project_id": project, "roles": ["member"]})["token"],
+                    timeout=30)
+    for caller in (api, member):      # a member's trace crosses replicas as an admin's does
+        t = caller.post("/traces", json={"port_id": ports["vm1"], "to_port_id": ports["vm2"], "actual": True})
+        assert [(h["switch"], h["tables"]) for h in t["hops"]] == [("br-int compute1", "actual"),
+                                                                   ("br-int compute2", "actual")], t["hops"]
+        assert t["verdict"]["result"] == "delivered" and t["verdict"]["port"] == "vm2", t["verdict"]
+    member.close()
     api.close()
 
 

@@ -1,7 +1,8 @@
 """A trace of actual tables asked of replica A for a node whose agent polls replica B (two apps on
-one PostgreSQL store, B served over loopback HTTP): A asks B's desk with the caller's token
-(`POST /v1/agents/{node}/traces`, admin only, checked again by B), B's agent answers there, and A
-gets the output. A member's token is refused by B, and A says why."""
+one PostgreSQL store, B served over loopback HTTP): A asks B's desk (`POST /v1/agents/{node}/traces`)
+with a token of its own for that node and hop, B's agent answers there, and A gets the output; the
+token is gone afterwards. A member's trace crosses replicas as an admin's does; B's route refuses a
+member's token and a replica token for another node."""
 from __future__ import annotations
 
 import threading
@@ -9,10 +10,12 @@ import time
 from types import SimpleNamespace
 
 import httpx
-import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from fathom.api.traces import _agents
-from fathom.trace import Unanswered
+from fathom.auth import tokens
+from fathom.store.auth_models import ApiToken
 
 from .auth import headers_for
 from .test_api_races import Served
@@ -46,15 +49,22 @@ def test_a_hop_whose_agent_polls_another_replica_is_asked_there(postgres):
             return _agents(request, 5.0)(NODE, "br-int", FLOW, ["trk,new"])
         assert hop(a.headers) == f"traced br-int {FLOW}"
         member = headers_for(a.app, "p1", ("member",))
-        with pytest.raises(Unanswered, match="needs an admin"):
-            hop(member)
-        # B's route itself: admin only, and bounded as the desk is
+        assert hop(member) == f"traced br-int {FLOW}"         # A checked the member's right to the trace
+        with Session(a.app.state.engine) as s:
+            assert s.scalar(select(func.count()).select_from(ApiToken).where(ApiToken.roles == "replica")) == 0
+        # B's route itself: a replica's token for this node or an admin's, and bounded as the desk is
         asks = httpx.Client(base_url=b.url, timeout=10)
         body = {"bridge": "br-int", "flow": FLOW, "ct_next": [], "timeout": 1}
         assert asks.post(f"/agents/{NODE}/traces", json=body, headers=member).status_code == 403
+        other = tokens.issue_now(b.app.state.engine, project="admin", roles=("replica",), node="compute2")
+        assert asks.post(f"/agents/{NODE}/traces", json=body,
+                         headers={"Authorization": f"Bearer {other}"}).status_code == 403
         assert asks.post(f"/agents/{NODE}/traces", json={**body, "flow": "in_port=1;rm -rf"},
                          headers=b.headers).status_code == 422
         assert asks.post(f"/agents/{NODE}/traces", json={**body, "bridge": "br-ex"}, headers=b.headers).status_code == 422
+        # a replica's role is never issued through the API
+        made = asks.post("/tokens", json={"project_id": "admin", "roles": ["replica"], "node": NODE}, headers=b.headers)
+        assert made.status_code == 422, made.text
     finally:
         stop.set()
         runner.join(5)
