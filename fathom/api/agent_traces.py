@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fathom.api.auth import identity
 from fathom.api.deps import ERRORS
@@ -47,6 +48,7 @@ MAX_CT_NEXT = 8               # ct actions a trace resumes (a packet meets at mo
 FLOW_RE = r"^[a-z][a-z0-9_]*(=[0-9A-Za-z_.:/x]+)?(,[a-z][a-z0-9_]*(=[0-9A-Za-z_.:/x]+)?)*$"
 MAX_FLOW = 1024
 LIVE_KINDS = ("live-arm", "live-collect")
+MAX_LIVE_REQUEST = 64 * 1024  # bytes of a live trace's request as JSON (a probe frame within the MTU, as hex)
 
 
 class TooManyTraces(Exception):
@@ -203,12 +205,25 @@ class LiveAnswer(BaseModel):
 
 
 class TraceAsk(BaseModel):
-    """A hop of a trace, asked by another replica of the node's agent (as TraceDesk.ask)."""
+    """A request to the node's agent asked by another replica: a hop of a trace (`bridge`, `flow`,
+    `ct_next`, as TraceDesk.ask) or a live trace's request (`live`, as TraceDesk.ask_live)."""
     model_config = ConfigDict(extra="forbid")
-    bridge: Literal[BRIDGES]
-    flow: str = Field(max_length=MAX_FLOW, pattern=FLOW_RE)
+    bridge: Literal[BRIDGES] | None = None
+    flow: str | None = Field(default=None, max_length=MAX_FLOW, pattern=FLOW_RE)
     ct_next: list[Literal[CT_NEXT]] = Field(default_factory=list, max_length=MAX_CT_NEXT)
+    live: dict | None = Field(default=None, description="a live trace's request (fathom.trace.live)")
     timeout: float = Field(ge=0.1, le=20.0, description="seconds the agent has to answer")
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        if (self.live is None) == (self.bridge is None or self.flow is None):
+            raise ValueError("give bridge and flow (a hop), or live (a live trace's request)")
+        if self.live is not None:
+            if self.live.get("kind") not in LIVE_KINDS:
+                raise ValueError(f"live: kind is one of {', '.join(LIVE_KINDS)}")
+            if len(json.dumps(self.live)) > MAX_LIVE_REQUEST:
+                raise ValueError(f"live: at most {MAX_LIVE_REQUEST} bytes")
+        return self
 
 
 class TraceAnswer(BaseModel):
@@ -230,13 +245,14 @@ def ask_trace(node: Annotated[str, Field(pattern=NODE_NAME_RE)], body: TraceAsk,
                         "for a trace of its tables")
     desk: TraceDesk = request.app.state.trace_desk
     try:
-        a = desk.ask(node, body.bridge, body.flow, body.ct_next)
+        a = desk.ask_live(node, body.live) if body.live is not None else desk.ask(node, body.bridge, body.flow,
+                                                                                   body.ct_next)
     except TooManyTraces as e:
         raise HTTPException(429, detail=[{"loc": [], "msg": str(e), "type": "rate_limited"}],
                             headers={"Retry-After": "1"}) from None
     if not desk.wait(a, body.timeout):
         return TraceAnswer(error=f"node {node}'s agent did not answer within {body.timeout:g} s")
-    return TraceAnswer(output=a.output, error=a.error)
+    return TraceAnswer(output=a.output, error=a.error, live=a.answer)
 
 
 @router.post("/{node}/traces/{ask_id}", status_code=204, summary="An agent's answer to a trace request")

@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from fathom.api.agent_traces import TooManyTraces
+from fathom.api.agent_traces import TooManyTraces, TraceAnswer
 from fathom.api.deps import ERRORS, CallerDep
 from fathom.api.schemas import ErrorOut, _Request
 from fathom.auth import tokens
@@ -212,14 +212,33 @@ def _live(snapshot: Snapshot, states: Mapping, source, to: str, body: TraceCreat
 
 def _live_agents(request: Request, timeout: float) -> live.Ask:
     """The `ask` of fathom.trace.live: requests put to all the nodes' agents at once, answered
-    within `timeout` seconds from the first."""
+    within `timeout` seconds from the first; a node whose agent polls another replica is asked
+    there (`_replica_desk`), at the same time as the others."""
     desk, hub = request.app.state.trace_desk, request.app.state.agent_hub
     deadline = time.monotonic() + timeout
 
+    def elsewhere(node: str, peer: str, req: dict, box: list) -> None:
+        try:
+            answer = _replica_desk(peer, request, node, {"live": req}, max(0.1, deadline - time.monotonic()))
+        except Unanswered as e:
+            box.append(str(e))
+            return
+        if answer.get("error") is not None or answer.get("live") is None:
+            box.append(f"node {node}'s agent: {answer.get('error') or 'no answer'}")
+        else:
+            box.append(answer["live"])
+
     def ask(batch: dict[str, dict]) -> dict[str, dict | str]:
         out: dict[str, dict | str] = {}
-        asks = {}
+        asks, forwarded = {}, []
         for node, req in batch.items():
+            here, peer = hub.heard_here(node), hub.polls_elsewhere(node)
+            if peer is not None and (here is None or time.time() - here > STALE_AFTER):
+                box: list = []
+                forwarded.append((node, box, threading.Thread(target=elsewhere, args=(node, peer, req, box),
+                                                              daemon=True)))
+                forwarded[-1][2].start()
+                continue
             heard = hub.last_heard(node)
             if heard is None or time.time() - heard > STALE_AFTER:
                 out[node] = f"node {node}'s agent is down or was never heard from"
@@ -228,6 +247,9 @@ def _live_agents(request: Request, timeout: float) -> live.Ask:
                 asks[node] = desk.ask_live(node, req)
             except TooManyTraces as e:
                 out[node] = str(e)
+        for node, box, t in forwarded:
+            t.join(max(0.0, deadline - time.monotonic()) + 3.0)
+            out[node] = box[0] if box else f"node {node}'s agent did not answer within the trace's {timeout:g} s"
         for node, a in asks.items():
             if not desk.wait(a, deadline - time.monotonic()):
                 out[node] = f"node {node}'s agent did not answer within the trace's {timeout:g} s"
@@ -272,10 +294,20 @@ def _agents(request: Request, timeout: float):
 
 def _ask_replica(replica: str, request: Request, node: str, bridge: str, flow: str, ct_next: list, left: float,
                  timeout: float) -> str:
-    """A hop traced by a node whose agent polls another replica of the cluster, at `replica` (its
-    API's address), with a token this replica issues itself for the hop (role `replica`, the node,
-    valid for the hop's time: fathom.api.agent_traces.ask_trace) and removes after it. The caller's
-    right to the trace was checked here; its own token is not passed on."""
+    """A hop traced by a node whose agent polls another replica of the cluster, at `replica`."""
+    answer = _replica_desk(replica, request, node, {"bridge": bridge, "flow": flow, "ct_next": ct_next}, left)
+    if answer.get("error") is not None or answer.get("output") is None:
+        raise Unanswered(f"node {node}'s agent could not trace: {answer.get('error') or 'no output'}"
+                         f" (within the trace's {timeout:g} s)")
+    return answer["output"]
+
+
+def _replica_desk(replica: str, request: Request, node: str, body: dict, left: float) -> dict:
+    """A request to a node's agent put on the desk of `replica` (its API's address), whose desk
+    the agent reads (fathom.api.agent_traces.ask_trace), answered within `left` seconds. It carries
+    a token this replica issues itself for it (role `replica`, the node, valid for that time) and
+    removes after it: the caller's right to the trace was checked here, and its own token is not
+    passed on. Unanswered when `replica` cannot be reached or refuses."""
     import httpx
     engine = request.app.state.engine
     with Session(engine) as s, s.begin():
@@ -283,8 +315,7 @@ def _ask_replica(replica: str, request: Request, node: str, bridge: str, flow: s
                                    expires_at=datetime.now(timezone.utc) + timedelta(seconds=left + 5.0))
         token_id = row.id
     try:
-        r = httpx.post(f"{replica}/v1/agents/{node}/traces",
-                       json={"bridge": bridge, "flow": flow, "ct_next": ct_next, "timeout": max(0.1, left)},
+        r = httpx.post(f"{replica}/v1/agents/{node}/traces", json={**body, "timeout": max(0.1, left)},
                        headers={"Authorization": f"Bearer {secret}"}, timeout=left + 2.0)
     except httpx.HTTPError as e:
         raise Unanswered(f"node {node}'s agent polls replica {replica}, which could not be reached: "
@@ -294,8 +325,8 @@ def _ask_replica(replica: str, request: Request, node: str, bridge: str, flow: s
             s.execute(delete(ApiToken).where(ApiToken.id == token_id))
     if r.status_code != 200:
         raise Unanswered(f"node {node}'s agent polls replica {replica}, which answered {r.status_code}")
-    answer = r.json()
-    if answer.get("error") is not None or answer.get("output") is None:
-        raise Unanswered(f"node {node}'s agent could not trace: {answer.get('error') or 'no output'}"
-                         f" (within the trace's {timeout:g} s)")
-    return answer["output"]
+    try:
+        return TraceAnswer.model_validate(r.json()).model_dump(exclude_none=True)
+    except ValueError:
+        raise Unanswered(f"node {node}'s agent polls replica {replica}, which answered something else "
+                         "than a trace answer") from None

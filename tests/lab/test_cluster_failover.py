@@ -94,6 +94,10 @@ def test_the_replica_no_agent_polls_sees_every_agent_and_traces_their_tables(clu
         assert [(h["switch"], h["tables"]) for h in t["hops"]] == [("br-int compute1", "actual"),
                                                                    ("br-int compute2", "actual")], t["hops"]
         assert t["verdict"]["result"] == "delivered" and t["verdict"]["port"] == "vm2", t["verdict"]
+    # a live trace: both nodes' watchers armed, the probe injected and seen, through that replica
+    lv = member.post("/traces", json={"port_id": ports["vm1"], "to_port_id": ports["vm2"], "live": True})
+    assert lv["verdict"]["result"] == "delivered" and lv["live"]["unknown"] == {}, (lv["verdict"], lv["live"]["unknown"])
+    assert lv["live"]["injected"] and {p["node"] for p in lv["live"]["points"]} >= {"compute1", "compute2"}, lv["live"]
     member.close()
     api.close()
 
