@@ -38,6 +38,8 @@
 #define ETH_P_8021Q 0x8100
 #define ETH_P_8021AD 0x88A8
 #define VXLAN_PORT 4789
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
 
 /* the armed traces (.bss: the loader writes it through its memory map) */
 struct lt_config lt_slots[LT_SLOTS] = {};
@@ -85,7 +87,9 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off, struct lt_see
 			s->vlan = bpf_ntohs(tci) & 0xfff;
 		off += 4;
 	}
-	if (proto != bpf_htons(ETH_P_IP) || bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) || ip.ihl < 5)
+	/* IPv4, and no later fragment (its bytes after the header are no UDP, ICMP or TCP header) */
+	if (proto != bpf_htons(ETH_P_IP) || bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) || ip.version != 4 ||
+	    ip.ihl < 5 || (ip.frag_off & bpf_htons(IP_OFFSET)))
 		return -1;
 	l4 = off + ip.ihl * 4;
 	if (depth == 0 && ip.protocol == IPPROTO_UDP) {
@@ -101,7 +105,8 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off, struct lt_see
 		*inner = l4 + 8 + 8;    /* UDP, VXLAN */
 		return 1;
 	}
-	if (ip.protocol != IPPROTO_ICMP && ip.protocol != IPPROTO_TCP)
+	/* the probe (DF) and its answer are never a fragment, not even the first */
+	if ((ip.protocol != IPPROTO_ICMP && ip.protocol != IPPROTO_TCP) || (ip.frag_off & bpf_htons(IP_MF)))
 		return -1;
 	/* ICMP: type, code, checksum, id, sequence; TCP: ports, sequence, acknowledgement, offset, flags */
 	if (bpf_skb_load_bytes(skb, l4, l4h, ip.protocol == IPPROTO_TCP ? 14 : 8))
@@ -128,7 +133,6 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off, struct lt_see
 static __always_inline int is_probe(const struct lt_config *c, const struct lt_pkt *p, struct lt_seen *s)
 {
 	__u32 first = ((__u32)c->icmp_id << 16) | c->icmp_seq;
-	__u8 flags = p->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST);
 
 	if (!c->armed || c->proto != p->proto)
 		return -1;
@@ -140,17 +144,17 @@ static __always_inline int is_probe(const struct lt_config *c, const struct lt_p
 		s->kind = p->icmp_type;
 		return 0;
 	}
-	/* TCP: the SYN (DSCP, IP ID and sequence number the trace's), the RST that ends it (sequence
-	 * + 1), or the destination's answer to it (a SYN-ACK or RST acknowledging sequence + 1; its
-	 * DSCP and IP ID are the answering kernel's) */
+	/* TCP: the SYN (DSCP, IP ID and sequence number the trace's; no other flag), the RST that ends
+	 * it (sequence + 1; no other flag), or the destination's answer to it (a SYN-ACK or RST
+	 * acknowledging sequence + 1; its DSCP and IP ID are the answering kernel's) */
 	s->tcp_flags = p->tcp_flags;
 	if ((p->tcp_flags & TCP_ACK) && p->ack == first + 1 && (p->tcp_flags & (TCP_SYN | TCP_RST))) {
 		s->kind = LT_ANSWER;
 		return 0;
 	}
-	if (flags == TCP_SYN && p->seq == first)
+	if (p->tcp_flags == TCP_SYN && p->seq == first)
 		s->kind = LT_REQUEST;
-	else if (flags == TCP_RST && p->seq == first + 1)
+	else if (p->tcp_flags == TCP_RST && p->seq == first + 1)
 		s->kind = LT_RESET;
 	else
 		return -1;
