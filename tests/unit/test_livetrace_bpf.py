@@ -147,6 +147,8 @@ def _not_probes() -> dict[str, bytes]:
         "IP version 6 in an IPv4 ethertype": probe[:14] + bytes([0x65]) + probe[15:],
         "first fragment of the probe": fragment,
         "later fragment carrying the mark": later,
+        "later fragment carrying the reply's mark (at the source port)": bytes(
+            Ether(dst=MACS[0]) / _ip(frag=4, proto=1, flags=0) / Raw(bytes(ICMP(type=0, id=PROBE.icmp_id, seq=PROBE.icmp_seq)))),
         "three tags deep": _tagged(probe, (0x88A8, 1), (0x8100, 2), (0x8100, 3)),
         "IPv6 echo with the probe's identifier and sequence": bytes(
             Ether(dst=MACS[0]) / IPv6(src="2001:db8::1", dst="2001:db8::2", tc=LIVE_DSCP << 2) /
