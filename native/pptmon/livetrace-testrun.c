@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include "common.h"
 #include "livetrace.h"
 #include "livetrace.skel.h"
 
@@ -31,21 +32,6 @@ static int on_seen(void *ctx, void *data, size_t len)
 	if (len >= sizeof(struct lt_seen) && nseen < MAXSEEN)
 		memcpy(&seen[nseen++], data, sizeof(struct lt_seen));
 	return 0;
-}
-
-static int unhex(const char *s, unsigned char *out, int max)
-{
-	int n = 0;
-
-	while (s[0] && s[1] && s[0] != '\n' && n < max) {
-		unsigned int b;
-
-		if (sscanf(s, "%2x", &b) != 1)
-			return -1;
-		out[n++] = b;
-		s += 2;
-	}
-	return n;
 }
 
 static int armed_count(struct livetrace_bpf *skel)
@@ -124,7 +110,7 @@ int main(void)
 			printf("{\"ok\":true}\n");
 		} else if (sscanf(line, "run %7s %7s", prog, hex) == 2) {
 			const char *h = strchr(line + 4, ' ');
-			int n = h ? unhex(h + 1, in, MAXPKT) : -1;
+			int n = h ? ppt_unhex(h + 1, in, MAXPKT) : -1;
 			struct bpf_program *p = strcmp(prog, "in") == 0 ? skel->progs.lt_in : skel->progs.lt_out;
 			LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = in, .data_size_in = n, .data_out = out,
 				    .data_size_out = sizeof(out), .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1);
