@@ -134,22 +134,23 @@ def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask:
     # every other node first; then the source node, which injects the probe as soon as it is armed
     armed_at(ask({node: a for node, a in arm.items() if node != source.node}) if len(arm) > 1 else {})
     took["arm"] = time.monotonic()
-    got = ask({source.node: {**arm[source.node], "inject": {"dev": source.interface, "frame": frame.hex()}}})
+    # the RST that closes what the SYN opened, sent before the source node disarms
+    reset = {"reset": {"dev": source.interface, "frame": probe.frame(*headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}} \
+        if tcp else {}
+    # the source node injects, waits SETTLE and answers with its own sightings: it is not asked again
+    got = ask({source.node: {**arm[source.node], "inject": {"dev": source.interface, "frame": frame.hex()},
+                             "collect_after_ms": int(SETTLE * 1000), **reset}})
     armed_at(got)
     got = got[source.node]
     why = got if isinstance(got, str) else None if got.get("injected") else got.get("not_injected") or \
         f"the source port's interface {source.interface} cannot be watched on {source.node}"
     live["injected"] = why is None
     took["inject"] = time.monotonic()
-    collect = {node: {"kind": "live-collect", "trace": trace} for node in armed}
-    if why is None:
-        time.sleep(SETTLE)
-        if tcp:     # the RST that closes what the SYN opened, sent before the source node disarms
-            collect[source.node]["inject"] = {"dev": source.interface, "frame": probe.frame(
-                *headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}
-    else:
+    collected = {source.node: got} if isinstance(got, dict) and "seen" in got else {}
+    collect = {node: {"kind": "live-collect", "trace": trace} for node in armed if node not in collected}
+    if why is not None:
         live["not_injected"] = why
-    for node, got in (ask(collect) if collect else {}).items():
+    for node, got in {**collected, **(ask(collect) if collect else {})}.items():
         if isinstance(got, str):
             live["unknown"][node] = got
             continue
@@ -159,9 +160,9 @@ def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask:
     took["collect"] = time.monotonic()
     live["points"].sort(key=lambda p: p["t_ns"])
     live["segments"] = _segments(live["points"], _between(walk))
-    live["timings_ms"] = {"arm": took["arm"] - started, "inject": took["inject"] - took["arm"],
-                          "settle": SETTLE if live["injected"] else 0,
-                          "collect": took["collect"] - took["inject"] - (SETTLE if live["injected"] else 0)}
+    settle = SETTLE if collected else 0
+    live["timings_ms"] = {"arm": took["arm"] - started, "inject": took["inject"] - took["arm"] - settle,
+                          "settle": settle, "collect": took["collect"] - took["inject"]}
     live["timings_ms"] = {k: round(v * 1000, 1) for k, v in live["timings_ms"].items()}
     return live
 

@@ -103,7 +103,9 @@ def _agents(seen, down=()):
                 out[node] = {"watched": [d for d in req["devs"] if d != "patch-phy"]}
                 if "inject" in req:
                     assert bytes.fromhex(req["inject"]["frame"])[12:14] == b"\x08\x00" and req["inject"]["dev"] == "vm1"
-                    out[node]["injected"] = True
+                    # the source node collects its own points after the settle time
+                    assert req["collect_after_ms"] == live.SETTLE * 1000
+                    out[node].update(injected=True, seen=seen.get(node, []), realtime_offset_ns=0)
             else:
                 out[node] = {"seen": seen.get(node, []), "realtime_offset_ns": 0}
         return out
@@ -115,9 +117,10 @@ def test_armed_everywhere_then_injected_then_collected(monkeypatch):
     walk, ports = _walk()
     ask, asked = _agents(SIGHTINGS)
     found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
-    # the source node armed last, injecting as soon as it is
+    # the source node armed last, injecting as soon as it is and answering with its own sightings;
+    # then the others collected
     assert [set(a.values()) for a in asked] == [{"live-arm"}, {"live-arm"}, {"live-collect"}]
-    assert list(asked[0]) == ["compute2"] and list(asked[1]) == ["compute1"] and set(asked[2]) == {"compute1", "compute2"}
+    assert list(asked[0]) == ["compute2"] and list(asked[1]) == ["compute1"] and list(asked[2]) == ["compute2"]
     assert [p["at_us"] for p in found["points"]] == [0, 0.05, 0.5, 0.9, 1.4, 1.7, 3.0]
     assert [(s["where"], s["us"]) for s in found["segments"]] == [
         ("switches of compute1", 0.45), ("underlay compute1 → compute2", 0.4), ("switches of compute2", 0.5),
@@ -259,7 +262,7 @@ def test_the_agent_refuses_what_it_does_not_run(tmp_path):
     arm = {"kind": "live-arm", "trace": "ab12", "probe": probe, "devs": ["vm1"], "timeout_ms": 1000}
     for bad in ({**arm, "trace": "../x"}, {**arm, "kind": "reboot"}, {**arm, "devs": ["vm1; rm"]},
                 {**arm, "timeout_ms": 10 ** 6}, {**arm, "probe": {**probe, "dscp": 64}}, {**arm, "devs": []},
-                {**arm, "drop_reply": "vm9"}):
+                {**arm, "drop_reply": "vm9"}, {**arm, "collect_after_ms": 1001}, {**arm, "collect_after_ms": "1"}):
         assert "error" in agent.run(bad), bad
     # not a port of its bridges: not watched, nothing started
     assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and agent.watcher is None
