@@ -185,7 +185,7 @@ class LiveTraces:
                 # the source node collects its own points once the probe and its answer had the
                 # time to cross the cloud (one request fewer to this node than arm, then collect)
                 time.sleep(settle / 1000)
-                out.update(self.collect(trace, {"inject": ask["reset"]} if "reset" in ask else {})["live"])
+                out.update(self.collect(trace, {"inject": ask["reset"]} if "reset" in ask else {}).get("live", {}))
         return {"live": out}
 
     def _inject(self, trace: str, inject) -> str | None:
