@@ -14,7 +14,9 @@ next trace starts another); it also exits, detaching them, when this agent goes 
   request carries the probe to `inject` once armed: its frame is sent on the source port's
   switch-side interface from a packet socket carrying the injection mark, and the watcher's egress
   program turns it into the interface's ingress (the switch takes it from the port; the VM never
-  sees it).
+  sees it). With `collect_after_ms` the source node then waits that long (the probe and its
+  answer cross the cloud) and collects its own points in the same answer: a TCP probe's RST
+  (`reset`) is injected first.
 - `collect`: disarm the trace (its mark is cleared: nothing of it stays behind) and answer what
   it saw, with this host's monotonic-to-real-time offset so that the controller can put sightings of
   several hosts on one time line. A TCP probe's source node first injects the RST that closes what
@@ -43,6 +45,7 @@ INJECT_MARK = 0x66744C54          # LT_INJECT_MARK of native/pptmon/livetrace.h
 SO_MARK = getattr(socket, "SO_MARK", 36)
 BRIDGES = ("br-int", "br-phy")
 MAX_TRACES, MAX_DEVS, MAX_FRAME = 2, 32, 9216
+MAX_SETTLE_MS = 1000              # the longest wait between injecting and collecting on the source node
 ATTACH_WAIT = 10.0                # seconds a watcher may take to load and attach (a busy host)
 IDLE = 5.0                        # seconds without a trace after which the watcher detaches and ends
 PORTS_FOR = 2.0                   # seconds the bridges' port list is taken as read (back-to-back traces ask once)
@@ -134,14 +137,15 @@ class LiveTraces:
 
     def arm(self, trace: str, ask: dict) -> dict:
         probe, devs, timeout = ask.get("probe") or {}, ask.get("devs") or [], ask.get("timeout_ms")
-        drop_reply = ask.get("drop_reply")
+        drop_reply, settle = ask.get("drop_reply"), ask.get("collect_after_ms", 0)
         fields = ("dscp", "ip_id", "icmp_id", "icmp_seq")
         if not all(isinstance(probe.get(k), int) and 0 <= probe[k] <= (63 if k == "dscp" else 0xFFFF) for k in fields) \
                 or not isinstance(devs, list) or not 0 < len(devs) <= MAX_DEVS \
                 or any(not isinstance(d, str) or not DEV_RE.match(d) for d in devs) \
                 or not isinstance(timeout, int) or not 0 < timeout <= 20000 \
-                or drop_reply is not None and drop_reply not in devs:
-            return {"error": "not a live trace request this agent runs (probe, devs or timeout out of bounds)"}
+                or drop_reply is not None and drop_reply not in devs \
+                or not isinstance(settle, int) or not 0 <= settle <= MAX_SETTLE_MS:
+            return {"error": "not a live trace request this agent runs (probe, devs, timeout or wait out of bounds)"}
         if trace in self.traces:
             return {"error": f"trace {trace} is armed here already"}
         if len(self.traces) >= MAX_TRACES:
@@ -177,6 +181,11 @@ class LiveTraces:
         if "inject" in ask:
             why = self._inject(trace, ask["inject"])
             out.update({"injected": True} if why is None else {"not_injected": why})
+            if why is None and "collect_after_ms" in ask:
+                # the source node collects its own points once the probe and its answer had the
+                # time to cross the cloud (one request fewer to this node than arm, then collect)
+                time.sleep(settle / 1000)
+                out.update(self.collect(trace, {"inject": ask["reset"]} if "reset" in ask else {}).get("live", {}))
         return {"live": out}
 
     def _inject(self, trace: str, inject) -> str | None:

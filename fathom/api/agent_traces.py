@@ -169,12 +169,13 @@ class Vxlan(BaseModel):
 
 
 class Seen(BaseModel):
-    """One sighting of a live trace's probe by an observation point (native/pptmon/livetrace.c)."""
+    """One sighting of a live trace's probe by an observation point (native/pptmon/livetrace.c): an
+    ICMP probe's with its `icmp_type`, a TCP probe's with its `tcp_flags`."""
     model_config = ConfigDict(extra="forbid")
     dev: str = Field(max_length=15)
     dir: Literal["ingress", "egress", "injected"]
     ktime_ns: int = Field(ge=0, lt=2 ** 64)
-    icmp_type: Literal[0, 8]
+    icmp_type: Literal[0, 8] | None = None
     ttl: int = Field(ge=0, le=255)
     len: int = Field(ge=0, le=2 ** 20)
     src: str = Field(max_length=15)
@@ -182,6 +183,12 @@ class Seen(BaseModel):
     vlan: int | None = Field(default=None, ge=0, le=4095)
     vxlan: Vxlan | None = None
     tcp_flags: int | None = Field(default=None, ge=0, le=255)
+
+    @model_validator(mode="after")
+    def _icmp_or_tcp(self):
+        if (self.icmp_type is None) == (self.tcp_flags is None):
+            raise ValueError("a sighting is of an ICMP echo (icmp_type) or of a TCP segment (tcp_flags)")
+        return self
 
 
 class WatcherOut(BaseModel):

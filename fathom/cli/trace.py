@@ -118,7 +118,7 @@ def _show_live(result: dict) -> None:
     console.print(plain(f"live probe: {p['what']}; {p['size']} bytes, DSCP {p['dscp']}, IP ID {p['ip_id']}, "
                         + (f"TCP seq {p['tcp_seq']}" if "tcp_seq" in p else f"ICMP id {p['icmp_id']} seq {p['icmp_seq']}")
                         + f"; answered in {live['answer_ms']} ms"))
-    rows = [[f"+{pt['at_us']:.1f}", pt["node"], pt["dev"], pt["dir"], "reply" if pt["icmp_type"] == 0 else "request",
+    rows = [[f"+{pt['at_us']:.1f}", pt["node"], pt["dev"], pt["dir"], pt["packet"],
              (f"VNI {pt['vxlan']['vni']} " if pt.get("vxlan") else "") + (f"VLAN {pt['vlan']}" if "vlan" in pt else "")]
             for pt in live["points"]]
     print_table("live: where the kernel saw the probe", ["µs", "node", "interface", "hook", "packet", "on the wire"],

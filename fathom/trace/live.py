@@ -28,6 +28,8 @@ PHY_UPLINK = "ul0"             # br-phy's underlay interface (fathom.controller.
 SETTLE = 0.15                  # seconds the probe (and the VM's reply) have to cross the cloud
 MAX_DEVS = 32
 SWITCHES = (BR_INT.bridge, BR_PHY.bridge)
+TCP_RST, TCP_ACK = 0x04, 0x10
+ANSWERS = ("echo reply", "SYN-ACK", "RST")     # what answers the probe (`packet` of a sighting)
 
 
 # ask({node: request}) -> {node: the agent's `live` answer, or why it gave none (a str)}: the requests
@@ -69,6 +71,19 @@ def exits(walk: dict) -> list[tuple[str, str]]:
         if hop is not None and hop["outputs"]:
             out.append((hop["name"], _dev(hop["outputs"][-1]["port"])))
     return out
+
+
+def packet(seen: dict) -> str:
+    """What a sighting saw, by name: an ICMP probe's "echo request" or "echo reply" (its ICMP type);
+    a TCP probe's "SYN", or the "SYN-ACK" or "RST" (RST-ACK) answering it (its TCP flags)."""
+    flags = seen.get("tcp_flags")
+    if flags is None:
+        return "echo request" if seen["icmp_type"] == 8 else "echo reply"
+    return "RST" if flags & TCP_RST else "SYN-ACK" if flags & TCP_ACK else "SYN"
+
+
+def _answer(p: dict) -> bool:
+    return p["packet"] in ANSWERS
 
 
 def _between(walk: dict) -> dict[tuple[str, str], dict]:
@@ -119,34 +134,35 @@ def run(walk: dict, source: Port, target: Port | None, ttl: int, size: int, ask:
     # every other node first; then the source node, which injects the probe as soon as it is armed
     armed_at(ask({node: a for node, a in arm.items() if node != source.node}) if len(arm) > 1 else {})
     took["arm"] = time.monotonic()
-    got = ask({source.node: {**arm[source.node], "inject": {"dev": source.interface, "frame": frame.hex()}}})
+    # the RST that closes what the SYN opened, sent before the source node disarms
+    reset = {"reset": {"dev": source.interface, "frame": probe.frame(*headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}} \
+        if tcp else {}
+    # the source node injects, waits SETTLE and answers with its own sightings: it is not asked again
+    got = ask({source.node: {**arm[source.node], "inject": {"dev": source.interface, "frame": frame.hex()},
+                             "collect_after_ms": int(SETTLE * 1000), **reset}})
     armed_at(got)
     got = got[source.node]
     why = got if isinstance(got, str) else None if got.get("injected") else got.get("not_injected") or \
         f"the source port's interface {source.interface} cannot be watched on {source.node}"
     live["injected"] = why is None
     took["inject"] = time.monotonic()
-    collect = {node: {"kind": "live-collect", "trace": trace} for node in armed}
-    if why is None:
-        time.sleep(SETTLE)
-        if tcp:     # the RST that closes what the SYN opened, sent before the source node disarms
-            collect[source.node]["inject"] = {"dev": source.interface, "frame": probe.frame(
-                *headers, MIN_SIZE_TCP, tcp=tcp, reset=True).hex()}
-    else:
+    collected = {source.node: got} if isinstance(got, dict) and "seen" in got else {}
+    collect = {node: {"kind": "live-collect", "trace": trace} for node in armed if node not in collected}
+    if why is not None:
         live["not_injected"] = why
-    for node, got in (ask(collect) if collect else {}).items():
+    for node, got in {**collected, **(ask(collect) if collect else {})}.items():
         if isinstance(got, str):
             live["unknown"][node] = got
             continue
         offset = got.get("realtime_offset_ns", 0)
         for s in got.get("seen", ()):
-            live["points"].append({"node": node, **s, "t_ns": s["ktime_ns"] + offset})
+            live["points"].append({"node": node, **s, "packet": packet(s), "t_ns": s["ktime_ns"] + offset})
     took["collect"] = time.monotonic()
     live["points"].sort(key=lambda p: p["t_ns"])
     live["segments"] = _segments(live["points"], _between(walk))
-    live["timings_ms"] = {"arm": took["arm"] - started, "inject": took["inject"] - took["arm"],
-                          "settle": SETTLE if live["injected"] else 0,
-                          "collect": took["collect"] - took["inject"] - (SETTLE if live["injected"] else 0)}
+    settle = SETTLE if collected else 0
+    live["timings_ms"] = {"arm": took["arm"] - started, "inject": took["inject"] - took["arm"] - settle,
+                          "settle": settle, "collect": took["collect"] - took["inject"]}
     live["timings_ms"] = {k: round(v * 1000, 1) for k, v in live["timings_ms"].items()}
     return live
 
@@ -165,14 +181,14 @@ def _segments(points: list[dict], between: dict[tuple[str, str], dict]) -> list[
         if a["dir"] == "injected":
             continue
         seg = {"from": _point(a), "to": _point(b), "us": round((b["t_ns"] - a["t_ns"]) / 1000, 3),
-               "packet": "reply" if b["icmp_type"] == 0 else "request"}
+               "packet": b["packet"]}
         outside = between.get((b["node"], b["dev"])) if a["node"] == b["node"] else None
         if a["node"] == b["node"] and a["dir"] == "ingress" and b["dir"] == "egress":
             seg.update(where=f"switches of {a['node']}", node=a["node"], dev=a["dev"])
-        elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == 8 and b["icmp_type"] == 0 \
+        elif a["dir"] == "egress" and b["dir"] == "ingress" and not _answer(a) and _answer(b) \
                 and (a["node"], a["dev"]) == (b["node"], b["dev"]):
             seg["where"] = f"VM behind {a['dev']} on {a['node']} (answering)"
-        elif a["dir"] == "egress" and b["dir"] == "ingress" and a["icmp_type"] == b["icmp_type"] and outside:
+        elif a["dir"] == "egress" and b["dir"] == "ingress" and a["packet"] == b["packet"] and outside:
             where = outside["switch"] if outside["switch"].endswith(f" on {a['node']}") else \
                 f"{outside['switch']} on {a['node']}"
             seg.update(where=where, node=b["node"], dev=b["dev"])
@@ -196,10 +212,10 @@ def verdict(live: dict, target: Port | None, target_name: str | None, stages: di
     the node's own tables drop it at, from `stages`: node -> the --actual walk's reason), or unknown."""
     if not live.get("injected"):
         return {"result": "unknown", "reason": f"no probe was injected: {live.get('not_injected')}"}
-    requests = [p for p in live["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
-    answer = next((p for p in live["points"] if p["icmp_type"] == 0), None)
-    how = "" if answer is None or "tcp_flags" not in answer else \
-        " with SYN-ACK (a socket listens)" if answer["tcp_flags"] & 0x02 else " with RST (no socket listens)"
+    requests = [p for p in live["points"] if not _answer(p) and p["dir"] != "injected"]
+    answer = next((p for p in live["points"] if _answer(p)), None)
+    how = {"SYN-ACK": " with SYN-ACK (a socket listens)", "RST": " with RST (no socket listens)"}.get(
+        answer["packet"], "") if answer else ""
     if target is not None:
         hit = next((p for p in requests if p["node"] == target.node and p["dev"] == target.interface
                     and p["dir"] == "egress"), None)
@@ -234,7 +250,7 @@ def annotate(result: dict, live: dict) -> None:
     hops, timed = result["hops"], set()
     outside = _between(result)
     for seg in live["segments"]:
-        if seg["packet"] != "request" or "node" not in seg:
+        if seg["packet"] in ANSWERS or "node" not in seg:
             continue
         if seg["where"].startswith("switches of "):
             mine = [h for h in hops if h["name"] == seg["node"] and h["bridge"] in SWITCHES and h["id"] not in timed]

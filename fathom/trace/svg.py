@@ -86,8 +86,7 @@ def _live(out: list[str], live: dict, y: float) -> float:
     out.append(_text(PAD, y + 12, "live probe, kernel times (µs after injection) and between sightings:", weight="bold"))
     y += LINE + 4
     for p in live["points"]:
-        what = "reply" if p["icmp_type"] == 0 else "request"
-        out.append(_text(2 * PAD, y + 12, f"+{p['at_us']:.1f} µs  {p['dev']} {p['dir']} on {p['node']} ({what})",
+        out.append(_text(2 * PAD, y + 12, f"+{p['at_us']:.1f} µs  {p['dev']} {p['dir']} on {p['node']} ({p['packet']})",
                          width=WIDTH - 3 * PAD))
         y += LINE
     for seg in live["segments"]:

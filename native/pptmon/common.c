@@ -128,3 +128,18 @@ int ppt_config_write(int fd, const struct ppt_config *cfg)
 
 	return bpf_map_update_elem(fd, &k, cfg, BPF_ANY);
 }
+
+int ppt_unhex(const char *s, unsigned char *out, int max)
+{
+	int n = 0;
+
+	while (s[0] && s[1] && s[0] != '\n' && n < max) {
+		unsigned int b;
+
+		if (sscanf(s, "%2x", &b) != 1)
+			return -1;
+		out[n++] = b;
+		s += 2;
+	}
+	return n;
+}

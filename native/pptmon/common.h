@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* fathom PPTMon user space: helpers shared by the loader and the test runner. */
+/* fathom PPTMon user space: helpers shared by the loader and the test runners. */
 #ifndef FATHOM_PPTMON_COMMON_H
 #define FATHOM_PPTMON_COMMON_H
 #include <stdio.h>
@@ -19,6 +19,8 @@ int ppt_config_write(int cfg_fd, const struct ppt_config *cfg);
 /* The flags for bpf_l4_csum_replace on IPv6 pseudo-header changes that the
  * running kernel accepts: BPF_F_IPV6 if its BTF knows the flag, else 0. */
 __u64 ppt_l4_ipv6_flag(void);
+/* The bytes of the hex digits at `s` (up to `max`, to the first non-pair): how many, or -1. */
+int ppt_unhex(const char *s, unsigned char *out, int max);
 /* CLOCK_REALTIME - CLOCK_MONOTONIC in ns. */
 __s64 ppt_mono_to_real(void);
 #endif

@@ -38,6 +38,8 @@
 #define ETH_P_8021Q 0x8100
 #define ETH_P_8021AD 0x88A8
 #define VXLAN_PORT 4789
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
 
 /* the armed traces (.bss: the loader writes it through its memory map) */
 struct lt_config lt_slots[LT_SLOTS] = {};
@@ -85,7 +87,9 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off, struct lt_see
 			s->vlan = bpf_ntohs(tci) & 0xfff;
 		off += 4;
 	}
-	if (proto != bpf_htons(ETH_P_IP) || bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) || ip.ihl < 5)
+	/* IPv4, and no later fragment (its bytes after the header are no UDP, ICMP or TCP header) */
+	if (proto != bpf_htons(ETH_P_IP) || bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) || ip.version != 4 ||
+	    ip.ihl < 5 || (ip.frag_off & bpf_htons(IP_OFFSET)))
 		return -1;
 	l4 = off + ip.ihl * 4;
 	if (depth == 0 && ip.protocol == IPPROTO_UDP) {
@@ -101,7 +105,8 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off, struct lt_see
 		*inner = l4 + 8 + 8;    /* UDP, VXLAN */
 		return 1;
 	}
-	if (ip.protocol != IPPROTO_ICMP && ip.protocol != IPPROTO_TCP)
+	/* the probe (DF) and its answer are never a fragment, not even the first */
+	if ((ip.protocol != IPPROTO_ICMP && ip.protocol != IPPROTO_TCP) || (ip.frag_off & bpf_htons(IP_MF)))
 		return -1;
 	/* ICMP: type, code, checksum, id, sequence; TCP: ports, sequence, acknowledgement, offset, flags */
 	if (bpf_skb_load_bytes(skb, l4, l4h, ip.protocol == IPPROTO_TCP ? 14 : 8))
@@ -124,11 +129,10 @@ static __always_inline int parse(struct __sk_buff *skb, __u32 off, struct lt_see
 	return 0;
 }
 
-/* Whether `p` is a probe (or its answer) of armed trace `c`; 0 and s->icmp_type if it is. */
+/* Whether `p` is a probe (or its answer) of armed trace `c`; 0 and s->kind if it is. */
 static __always_inline int is_probe(const struct lt_config *c, const struct lt_pkt *p, struct lt_seen *s)
 {
 	__u32 first = ((__u32)c->icmp_id << 16) | c->icmp_seq;
-	__u8 flags = p->tcp_flags & (TCP_SYN | TCP_ACK | TCP_RST);
 
 	if (!c->armed || c->proto != p->proto)
 		return -1;
@@ -137,21 +141,21 @@ static __always_inline int is_probe(const struct lt_config *c, const struct lt_p
 		if (p->dscp != c->dscp || p->icmp_id != c->icmp_id || p->icmp_seq != c->icmp_seq ||
 		    (p->icmp_type != 8 && p->icmp_type != 0) || (p->icmp_type == 8 && p->ip_id != c->ip_id))
 			return -1;
-		s->icmp_type = p->icmp_type;
+		s->kind = p->icmp_type;
 		return 0;
 	}
-	/* TCP: the SYN (DSCP, IP ID and sequence number the trace's), the RST that ends it (sequence
-	 * + 1), or the destination's answer to it (a SYN-ACK or RST acknowledging sequence + 1; its
-	 * DSCP and IP ID are the answering kernel's) */
+	/* TCP: the SYN (DSCP, IP ID and sequence number the trace's; no other flag), the RST that ends
+	 * it (sequence + 1; no other flag), or the destination's answer to it (a SYN-ACK or RST
+	 * acknowledging sequence + 1; its DSCP and IP ID are the answering kernel's) */
 	s->tcp_flags = p->tcp_flags;
 	if ((p->tcp_flags & TCP_ACK) && p->ack == first + 1 && (p->tcp_flags & (TCP_SYN | TCP_RST))) {
-		s->icmp_type = LT_ANSWER;
+		s->kind = LT_ANSWER;
 		return 0;
 	}
-	if (flags == TCP_SYN && p->seq == first)
-		s->icmp_type = LT_REQUEST;
-	else if (flags == TCP_RST && p->seq == first + 1)
-		s->icmp_type = LT_RESET;
+	if (p->tcp_flags == TCP_SYN && p->seq == first)
+		s->kind = LT_REQUEST;
+	else if (p->tcp_flags == TCP_RST && p->seq == first + 1)
+		s->kind = LT_RESET;
 	else
 		return -1;
 	return p->dscp == c->dscp && p->ip_id == c->ip_id ? 0 : -1;
@@ -186,6 +190,7 @@ static __always_inline int observe(struct __sk_buff *skb, __u8 dir, struct lt_se
 			s->ifindex = skb->ifindex;
 			s->dir = dir;
 			s->len = skb->len;
+			s->proto = p.proto;
 			return 0;
 		}
 	}
@@ -208,7 +213,7 @@ int lt_in(struct __sk_buff *skb)
 	struct lt_seen s;
 	__u32 drop_reply;
 
-	if (observe(skb, LT_INGRESS, &s, &drop_reply) == 0 && s.icmp_type != LT_RESET)
+	if (observe(skb, LT_INGRESS, &s, &drop_reply) == 0 && s.kind != LT_RESET)
 		report(&s);
 	return TC_ACT_OK;
 }
@@ -221,18 +226,18 @@ int lt_out(struct __sk_buff *skb)
 
 	if (observe(skb, LT_EGRESS, &s, &drop_reply))
 		return TC_ACT_OK;
-	if (skb->mark == LT_INJECT_MARK && s.icmp_type != LT_ANSWER && s.encap == 0) {
+	if (skb->mark == LT_INJECT_MARK && s.kind != LT_ANSWER && s.encap == 0) {
 		/* bpf_redirect only records where to; the packet is turned around once we return */
 		s.dir = LT_INJECTED;
-		if (s.icmp_type == LT_REQUEST)
+		if (s.kind == LT_REQUEST)
 			report(&s);
 		skb->mark = 0;
 		return bpf_redirect(skb->ifindex, BPF_F_INGRESS);
 	}
-	if (s.icmp_type == LT_RESET)
+	if (s.kind == LT_RESET)
 		return TC_ACT_OK;
 	report(&s);
-	if (s.icmp_type == LT_ANSWER && drop_reply == skb->ifindex)
+	if (s.kind == LT_ANSWER && drop_reply == skb->ifindex)
 		return TC_ACT_SHOT;
 	return TC_ACT_OK;
 }

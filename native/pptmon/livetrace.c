@@ -17,7 +17,9 @@
  *   disarm TAG
  *       clear the trace's slot, print what is still in the ring buffer, then {"type":"disarmed","tag":T}.
  *
- * Each sighting is a {"type":"seen","tag":T,...} line. A trace not disarmed within its TIMEOUT_MS
+ * Each sighting is a {"type":"seen","tag":T,...} line: an ICMP probe's with its "icmp_type" (8 the
+ * echo request, 0 its reply), a TCP probe's with its "tcp_flags" (the SYN, the SYN-ACK or RST-ACK
+ * answering it). A trace not disarmed within its TIMEOUT_MS
  * (at most 20 s) is cleared ({"type":"expired","tag":T}). With no trace armed for --idle-ms (5000
  * by default, at most 600000), on stdin's end, SIGTERM or SIGINT, it detaches every filter it
  * attached, prints {"type":"detached"} and exits: nothing stays behind.
@@ -199,14 +201,16 @@ static int on_event(void *ctx, void *data, size_t len)
 		return 0;
 	inet_ntop(AF_INET, &s->saddr, a, sizeof(a));
 	inet_ntop(AF_INET, &s->daddr, b, sizeof(b));
-	printf("{\"type\":\"seen\",\"tag\":%u,\"dev\":\"%s\",\"dir\":\"%s\",\"ktime_ns\":%llu,\"icmp_type\":%u,"
+	printf("{\"type\":\"seen\",\"tag\":%u,\"dev\":\"%s\",\"dir\":\"%s\",\"ktime_ns\":%llu,"
 	       "\"ttl\":%u,\"len\":%u,\"src\":\"%s\",\"dst\":\"%s\"", s->tag, name_of(s->ifindex),
-	       dirs[s->dir < 3 ? s->dir : 0], (unsigned long long)s->ktime_ns, s->icmp_type, s->ttl,
-	       s->len, a, b);
+	       dirs[s->dir < 3 ? s->dir : 0], (unsigned long long)s->ktime_ns, s->ttl, s->len, a, b);
+	/* what was seen: an ICMP echo by its type; a TCP segment by its flags */
+	if (s->proto == IPPROTO_TCP)
+		printf(",\"tcp_flags\":%u", s->tcp_flags);
+	else
+		printf(",\"icmp_type\":%u", s->kind);
 	if (s->vlan != 0xffff)
 		printf(",\"vlan\":%u", s->vlan);
-	if (s->tcp_flags)
-		printf(",\"tcp_flags\":%u", s->tcp_flags);
 	if (s->encap == LT_ENCAP_VXLAN) {
 		inet_ntop(AF_INET, &s->outer_src, oa, sizeof(oa));
 		inet_ntop(AF_INET, &s->outer_dst, ob, sizeof(ob));

@@ -9,8 +9,8 @@
 #define LT_INJECTED 2
 #define LT_ENCAP_VXLAN 1
 
-#define LT_REQUEST 8               /* lt_seen.icmp_type: the probe (an echo request, or a TCP SYN) */
-#define LT_ANSWER 0                /* its answer (an echo reply, or a SYN-ACK or RST) */
+#define LT_REQUEST 8               /* lt_seen.kind: the probe (an echo request: its ICMP type; or a TCP SYN) */
+#define LT_ANSWER 0                /* its answer (an echo reply: its ICMP type; or a SYN-ACK or RST) */
 #define LT_RESET 1                 /* the RST that ends a TCP probe's connection: injected, not reported */
 
 #define LT_SLOTS 4                 /* traces armed at once on one node */
@@ -38,10 +38,10 @@ struct lt_seen {
 	__u32 outer_src, outer_dst;  /* VXLAN's outer addresses */
 	__u16 vlan;                  /* 0xffff: none */
 	__u8 dir;                    /* LT_INGRESS | LT_EGRESS | LT_INJECTED */
-	__u8 icmp_type;              /* LT_REQUEST the probe, LT_ANSWER its answer */
+	__u8 kind;                   /* LT_REQUEST the probe, LT_ANSWER its answer */
 	__u8 ttl;
 	__u8 encap;
-	__u8 tcp_flags;              /* a TCP probe's or answer's flags */
-	__u8 pad;
+	__u8 tcp_flags;              /* a TCP probe's or answer's flags (SYN, SYN-ACK, RST-ACK) */
+	__u8 proto;                  /* IPPROTO_ICMP or IPPROTO_TCP */
 };
 #endif

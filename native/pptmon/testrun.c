@@ -34,21 +34,6 @@ static int on_record(void *ctx, void *data, size_t len)
 	return 0;
 }
 
-static int unhex(const char *s, unsigned char *out, int max)
-{
-	int n = 0;
-
-	while (s[0] && s[1] && n < max) {
-		unsigned int b;
-
-		if (sscanf(s, "%2x", &b) != 1)
-			return -1;
-		out[n++] = b;
-		s += 2;
-	}
-	return n;
-}
-
 static int silent(enum libbpf_print_level l, const char *fmt, va_list ap)
 {
 	return l == LIBBPF_WARN ? vfprintf(stderr, fmt, ap) : 0;
@@ -118,7 +103,7 @@ int main(void)
 			printf("\n");
 		} else if (sscanf(line, "run %7s %7s", prog, hex) == 2) {
 			const char *h = strchr(line + 4, ' ');
-			int n = h ? unhex(h + 1, in, MAXPKT) : -1;
+			int n = h ? ppt_unhex(h + 1, in, MAXPKT) : -1;
 			struct bpf_program *p = strcmp(prog, "in") == 0 ? skel->progs.ppt_in
 									 : skel->progs.ppt_out;
 			LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = in, .data_size_in = n,

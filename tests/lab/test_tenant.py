@@ -199,8 +199,11 @@ def test_live_tcp_probe_is_answered_like_any_syn_and_leaves_nothing(lab, tmp_pat
             sim, lv = sim.json(), lv.json()
             assert sim["verdict"]["result"] == lv["verdict"]["result"] == "delivered", (sim["verdict"], lv["verdict"])
             assert lv["verdict"]["reason"].endswith(f"the VM answered it with {answer}"), lv["verdict"]
-            seen = [(p["node"], p["dev"]) for p in lv["live"]["points"] if p["icmp_type"] == 8 and p["dir"] != "injected"]
+            seen = [(p["node"], p["dev"]) for p in lv["live"]["points"] if p["packet"] == "SYN" and p["dir"] != "injected"]
             assert seen == [("compute1", "vm1"), ("compute1", "ul0"), ("compute2", "ul0"), ("compute2", "vm3")], seen
+            # the answer, named by its TCP flags, seen leaving vm3 and stopping at vm1's port
+            back = [(p["node"], p["dev"], p["dir"]) for p in lv["live"]["points"] if p["packet"] == answer.split()[0]]
+            assert back[0] == ("compute2", "vm3", "ingress") and back[-1] == ("compute1", "vm1", "egress"), back
         time.sleep(1.5)                     # vm3 sends a SYN-ACK again after 1 s when it is left half-open
     finally:
         for cap in caps.values():

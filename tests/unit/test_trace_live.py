@@ -103,7 +103,9 @@ def _agents(seen, down=()):
                 out[node] = {"watched": [d for d in req["devs"] if d != "patch-phy"]}
                 if "inject" in req:
                     assert bytes.fromhex(req["inject"]["frame"])[12:14] == b"\x08\x00" and req["inject"]["dev"] == "vm1"
-                    out[node]["injected"] = True
+                    # the source node collects its own points after the settle time
+                    assert req["collect_after_ms"] == live.SETTLE * 1000
+                    out[node].update(injected=True, seen=seen.get(node, []), realtime_offset_ns=0)
             else:
                 out[node] = {"seen": seen.get(node, []), "realtime_offset_ns": 0}
         return out
@@ -115,9 +117,10 @@ def test_armed_everywhere_then_injected_then_collected(monkeypatch):
     walk, ports = _walk()
     ask, asked = _agents(SIGHTINGS)
     found = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, ask)
-    # the source node armed last, injecting as soon as it is
+    # the source node armed last, injecting as soon as it is and answering with its own sightings;
+    # then the others collected
     assert [set(a.values()) for a in asked] == [{"live-arm"}, {"live-arm"}, {"live-collect"}]
-    assert list(asked[0]) == ["compute2"] and list(asked[1]) == ["compute1"] and set(asked[2]) == {"compute1", "compute2"}
+    assert list(asked[0]) == ["compute2"] and list(asked[1]) == ["compute1"] and list(asked[2]) == ["compute2"]
     assert [p["at_us"] for p in found["points"]] == [0, 0.05, 0.5, 0.9, 1.4, 1.7, 3.0]
     assert [(s["where"], s["us"]) for s in found["segments"]] == [
         ("switches of compute1", 0.45), ("underlay compute1 → compute2", 0.4), ("switches of compute2", 0.5),
@@ -127,6 +130,68 @@ def test_armed_everywhere_then_injected_then_collected(monkeypatch):
     result = {"hops": walk["hops"]}
     live.annotate(result, found)
     assert [h.get("time_us") for h in result["hops"]][:2] == [0.45, 0.5]
+
+
+def _tcp(seen: dict, flags: int) -> dict:
+    """A TCP probe's sighting of the watcher's (its flags, no ICMP type) from an ICMP one."""
+    return {**{k: v for k, v in seen.items() if k != "icmp_type"}, "tcp_flags": flags}
+
+
+SYN, SYN_ACK, RST_ACK = 0x02, 0x12, 0x14
+
+
+def _tcp_sightings(answer: int) -> dict:
+    return {node: [_tcp(s, SYN if s["icmp_type"] == 8 else answer) for s in seen] for node, seen in SIGHTINGS.items()}
+
+
+def test_sightings_are_named_by_what_they_saw_in_the_json_the_table_and_the_svg(monkeypatch, capsys):
+    """An ICMP probe's points are its echo request and reply; a TCP probe's its SYN and the SYN-ACK
+    or RST answering it (by their TCP flags), in `live.points`, `live.segments`, the verdict, the
+    CLI's table and the SVG."""
+    import xml.etree.ElementTree as ET
+
+    from fathom.cli.trace import _show_live
+    from fathom.trace import svg
+    monkeypatch.setattr(live, "SETTLE", 0)
+    walk, ports = _walk()
+    icmp = live.run(walk, ports["vm1"], ports["vm3"], 64, 84, _agents(SIGHTINGS)[0])
+    assert [p["packet"] for p in icmp["points"]] == ["echo request"] * 5 + ["echo reply"] * 2
+    for answer, name, how in ((SYN_ACK, "SYN-ACK", "a socket listens"), (RST_ACK, "RST", "no socket listens")):
+        walk, ports = _walk()
+        found = live.run(walk, ports["vm1"], ports["vm3"], 64, 40, _agents(_tcp_sightings(answer))[0], tcp=(49152, 80))
+        assert [p["packet"] for p in found["points"]] == ["SYN"] * 5 + [name] * 2
+        assert not any("icmp_type" in p for p in found["points"])
+        assert [s["packet"] for s in found["segments"]] == ["SYN"] * 3 + [name] * 2
+        # timed and judged as the ICMP probe is: the same segments, hop times and verdict
+        assert [(s["where"], s["us"]) for s in found["segments"]] == [(s["where"], s["us"]) for s in icmp["segments"]]
+        result = {"hops": walk["hops"], "live": found, "source": {"port": "vm1", "ip": "198.19.1.11"},
+                  "to": {"ip": "198.19.1.13", "port": "vm3"}, "leaves": walk["leaves"],
+                  "assumptions": {"state": "desired", "ct_state": "new"},
+                  "verdict": live.verdict(found, ports["vm3"], "vm3", {})}
+        live.annotate(result, found)
+        assert [h.get("time_us") for h in result["hops"]][:2] == [0.45, 0.5]
+        assert result["verdict"]["reason"].endswith(f"the VM answered it with {name} ({how})")
+        found["answer_ms"] = 1
+        _show_live(result)
+        table = capsys.readouterr().out
+        cells = [c.strip() for line in table.splitlines() for c in line.split("│")]
+        assert cells.count("SYN") == 5 + 3 and cells.count(name) == 2 + 2, table
+        assert "request" not in table and "reply" not in table
+        texts = ["".join(t.itertext()) for t in ET.fromstring(svg.render(result)).iter("{http://www.w3.org/2000/svg}text")]
+        assert sum(t.endswith(" (SYN)") for t in texts) == 5 + 3 and sum(t.endswith(f" ({name})") for t in texts) == 4
+        assert not any("request" in t or "reply" in t for t in texts if "µs" in t)
+
+
+def test_the_api_takes_a_sighting_of_an_icmp_echo_or_of_a_tcp_segment():
+    from pydantic import ValidationError
+
+    from fathom.api.agent_traces import Seen
+    icmp = SIGHTINGS["compute1"][0]
+    assert Seen(**icmp).icmp_type == 8 and Seen(**_tcp(icmp, SYN_ACK)).tcp_flags == SYN_ACK
+    for bad in ({**icmp, "tcp_flags": SYN}, {k: v for k, v in icmp.items() if k != "icmp_type"},
+                {**icmp, "icmp_type": 3}, _tcp(icmp, 256)):
+        with pytest.raises(ValidationError):
+            Seen(**bad)
 
 
 def test_dropped_after_the_last_sighting_and_unknown_when_a_node_is_not_watched(monkeypatch):
@@ -179,7 +244,8 @@ def test_each_vnf_of_a_chain_gets_its_time():
         c3 += [_seen(f"{vnf}i", "egress", t), _seen(f"{vnf}o", "ingress", t + 50)]
         t += 100
     c3.append(_seen("server", "egress", t))
-    found = {"points": [{"node": n, **s, "t_ns": s["ktime_ns"]} for n, seen in (("compute1", c1), ("compute3", c3))
+    found = {"points": [{"node": n, **s, "packet": live.packet(s), "t_ns": s["ktime_ns"]}
+                        for n, seen in (("compute1", c1), ("compute3", c3))
                         for s in seen]}
     found["segments"] = live._segments(found["points"], live._between(walk))
     assert [s["where"] for s in found["segments"] if s["where"].startswith("vnf")] == \
@@ -196,7 +262,7 @@ def test_the_agent_refuses_what_it_does_not_run(tmp_path):
     arm = {"kind": "live-arm", "trace": "ab12", "probe": probe, "devs": ["vm1"], "timeout_ms": 1000}
     for bad in ({**arm, "trace": "../x"}, {**arm, "kind": "reboot"}, {**arm, "devs": ["vm1; rm"]},
                 {**arm, "timeout_ms": 10 ** 6}, {**arm, "probe": {**probe, "dscp": 64}}, {**arm, "devs": []},
-                {**arm, "drop_reply": "vm9"}):
+                {**arm, "drop_reply": "vm9"}, {**arm, "collect_after_ms": 1001}, {**arm, "collect_after_ms": "1"}):
         assert "error" in agent.run(bad), bad
     # not a port of its bridges: not watched, nothing started
     assert agent.run(arm) == {"live": {"watched": [], "not_watched": ["vm1"]}} and agent.watcher is None
