@@ -1,0 +1,73 @@
+"""ovs-vswitchd's CPU per GB at a fixed rate (fathom.bench.datapath_cpu): thread kinds, CPU between
+two readings of thread counters, per GB, and the judgement of modes against a baseline with its
+noise floor."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from fathom.bench import datapath_cpu as dc
+
+
+def test_threads_are_kinded_by_their_names():
+    assert dc.kind(100, 100, "ovs-vswitchd") == "main"
+    assert [dc.kind(100, t, n) for t, n in ((101, "handler12"), (102, "revalidator13"), (103, "pmd-c00/id:4"),
+                                            (104, "urcu3"))] == ["handler", "revalidator", "pmd", "other"]
+
+
+def test_a_process_threads_are_read_from_proc():
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="handler-like")
+    t.start()
+    try:
+        got = dc.threads(os.getpid())
+    finally:
+        stop.set()
+        t.join()
+    assert got[os.getpid()][0] == "main" and got[os.getpid()][1] > 0
+    assert len(got) >= 2 and all(k in dc.KINDS for k, _ in got.values())
+    assert dc.threads(2 ** 22 + 1) == {}          # no such process: nothing, no error
+
+
+def test_cpu_between_two_readings_by_switch_and_kind_and_per_gb():
+    before = {"c1": {1: ("main", 1_000_000_000), 2: ("revalidator", 5_000_000)},
+              "c2": {7: ("main", 0)}}
+    after = {"c1": {1: ("main", 1_500_000_000), 2: ("revalidator", 7_000_000),
+                    3: ("handler", 1_000_000)},           # started in the window: from zero
+             "c2": {7: ("main", 250_000_000)}}
+    cpu = dc.cpu_ms(before, after)
+    assert cpu["by_switch"]["c1"] == pytest.approx({"main": 500, "pmd": 0, "handler": 1, "revalidator": 2, "other": 0})
+    assert cpu["by_kind"]["main"] == pytest.approx(750) and cpu["total"] == pytest.approx(753)
+    g = dc.per_gb(cpu, 250_000_000)                       # a quarter of a GB carried
+    assert g["total"] == pytest.approx(3012) and g["by_kind"]["revalidator"] == pytest.approx(8)
+    assert g["by_switch"]["c2"]["main"] == pytest.approx(1000)
+
+
+def _runs(rows):
+    return [{"mode": m, "repeat": i, "cpu_ms_per_gb": {"total": v}, "rate_held": True}
+            for i, row in enumerate(rows) for m, v in row.items()]
+
+
+def test_modes_are_judged_against_the_baseline_beside_its_noise_floor():
+    # off steady within 0.2 %; 1:100 costs 1 % more CPU per GB, drops 5 % more
+    rows = [{"off": 1000 * (1 + 0.002 * (i % 2)), "every": 1010 * (1 + 0.002 * (i % 2)),
+             "drops": 1050 * (1 + 0.002 * (i % 2))} for i in range(6)]
+    got = dc.compare(_runs(rows), "off", {"every": 0.97, "drops": 0.99})
+    assert got["noise_floor"]["median"] == pytest.approx(0.002, rel=0.01)
+    assert got["noise_floor"]["spread"] == pytest.approx(0.002, rel=0.01)
+    every, drops = got["modes"]["every"], got["modes"]["drops"]
+    assert every["predicted_ratio"] == pytest.approx(1 / 1.01) and every["resolves"]
+    assert every["verdict"] == "shown" and drops["verdict"] == "refuted"
+    assert got["cpu_ms_per_gb"]["drops"]["p50"] == pytest.approx(1051.05)
+
+
+def test_a_noisy_baseline_resolves_nothing():
+    rows = [{"off": v, "on": v} for v in (1000, 1100, 950, 1080, 990, 1120)]
+    got = dc.compare(_runs(rows), "off", {"on": 0.99})
+    assert got["noise_floor"]["median"] > 0.01 and not got["modes"]["on"]["resolves"]
+    assert got["modes"]["on"]["predicted_ratio"] == 1.0
+    assert got["modes"]["on"]["verdict"] == "not resolved (noise floor)"
+    few = dc.compare(_runs(rows[:3]), "off", {"on": 0.99})
+    assert few["modes"]["on"]["ci"] is None
