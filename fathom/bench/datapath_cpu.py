@@ -6,12 +6,16 @@ On this 2-core machine OVS's userspace datapath is CPU-bound and iperf3 runs at 
 from one another by far more than a 1-3 % target, so a throughput ratio cannot resolve such a
 target here. What can: the CPU the switches on the path spend per byte carried at a fixed rate
 well below saturation (iperf3 TCP `-b`, so every mode carries the same bytes with CPU to spare),
-with the feature off and on, interleaved over repeats. Where the datapath is CPU-bound, its
-throughput is the CPU it has over the CPU it spends per byte, so off / on CPU per GB predicts the
-on / off throughput ratio (`predicted_ratio`). That inference leaves out work not charged to
-ovs-vswitchd (softirq work another context runs, e.g. a veth's receive backlog under ksoftirqd or
-iperf3's own threads), what changes with the rate (a saturated datapath reads fuller batches,
-usually cheaper per byte) and any bottleneck other than the datapath's CPU.
+with the feature off and on, interleaved over repeats, and once per repeat with the feature off at
+full speed (the datapath saturated). Where the datapath is CPU-bound its throughput is the CPU it
+has over the CPU it spends per byte, so a feature adding A ms per GB to a saturated datapath's C
+gives a throughput ratio C / (C + A) (`predicted_ratio`), and a target t allows A ≤ (1/t − 1) C.
+A is measured at the fixed rate, C at full speed: at a low rate each wakeup carries fewer packets,
+so the CPU per GB there is higher than C and a ratio taken at that rate alone would flatter the
+feature. The inference assumes the feature's cost per byte is the same at both rates (true of a
+cost per packet or per sampled packet, not of a cost per wakeup), and leaves out work not charged
+to ovs-vswitchd (softirq work another context runs, e.g. a veth's receive backlog under ksoftirqd
+or iperf3's own threads) and any bottleneck other than the datapath's CPU.
 
 CPU: every thread's /proc/<pid>/task/<tid>/schedstat (ns on a CPU) of each ovs-vswitchd on the
 path, read just before the iperf3 client starts and just after it ends, by thread kind: `main`
@@ -28,12 +32,13 @@ from pathlib import Path
 from typing import Callable
 
 from fathom.bench.report import dist
-from fathom.bench.sfc import median_ci, verdict
+from fathom.bench.sfc import median_ci
 from fathom.host import exec as host_exec
 from fathom.host import iperf
 
 KINDS = ("main", "pmd", "handler", "revalidator", "other")
-RATE_MBPS, REPEATS, SECONDS, CI_LEVEL = 100, 6, 10, 0.95
+RATE_MBPS, REPEATS, SECONDS, CI_LEVEL = 40, 6, 10, 0.95
+FULL_SPEED = "off, full speed"      # the mode name of the runs that measure the saturated datapath
 HELD = 0.95          # a run holds its rate when the receiver counted at least this share of it
 
 
@@ -82,9 +87,9 @@ def per_gb(cpu: dict, nbytes: int) -> dict:
             "by_switch": {n: {k: v * f for k, v in s.items()} for n, s in cpu["by_switch"].items()}}
 
 
-def run_at_rate(client_ns: str, server_ns: str, server_ip: str, pids: dict[str, int], rate_mbps: float,
+def run_at_rate(client_ns: str, server_ns: str, server_ip: str, pids: dict[str, int], rate_mbps: float | None,
                 seconds: float, alongside: Callable[[Callable[[], bool]], dict] | None = None) -> dict:
-    """One iperf3 TCP run at `rate_mbps` for `seconds`, with the switches' CPU over exactly the
+    """One iperf3 TCP run at `rate_mbps` (None: full speed) for `seconds`, with the switches' CPU over exactly the
     client's run. `alongside(running)`, when given, is called meanwhile in this thread (e.g. live
     traces back to back while `running()`); what it returns is kept as `alongside`."""
     got: list = []
@@ -93,7 +98,7 @@ def run_at_rate(client_ns: str, server_ns: str, server_ip: str, pids: dict[str, 
 
         def client():
             try:
-                got.append(host_exec.run(iperf.client_args(server_ip, seconds=seconds, rate=f"{rate_mbps:g}M"),
+                got.append(host_exec.run(iperf.client_args(server_ip, seconds=seconds, rate=rate_mbps and f"{rate_mbps:g}M"),
                                          client_ns, timeout=seconds + 30))
             except Exception as e:          # noqa: BLE001 — raised below, in the caller's thread
                 got.append(e)
@@ -107,56 +112,78 @@ def run_at_rate(client_ns: str, server_ns: str, server_ip: str, pids: dict[str, 
     r = iperf.parse(got[0].stdout, False)
     cpu = cpu_ms(before, after)
     out = {"gbps": r.gbps, "bytes": r.bytes, "retransmits": r.retransmits, "wall_s": wall,
-           "rate_held": r.gbps * 1000 >= HELD * rate_mbps, "cpu_ms": cpu, "cpu_ms_per_gb": per_gb(cpu, r.bytes)}
+           "rate_held": rate_mbps is None or r.gbps * 1000 >= HELD * rate_mbps, "cpu_ms": cpu, "cpu_ms_per_gb": per_gb(cpu, r.bytes)}
     if extra is not None:
         out["alongside"] = extra
     return out
 
 
-def compare(runs: list[dict], baseline: str, targets: dict[str, float], level: float = CI_LEVEL) -> dict:
-    """Runs at a fixed rate (`{"mode", "repeat", "cpu_ms_per_gb": {"total": …}}`, every mode once
-    per repeat) judged against `baseline`: per mode the CPU per GB, and per repeat the predicted
-    throughput ratio baseline / mode (the mode's throughput against the baseline's where the
-    datapath's CPU is the bottleneck) with the median's distribution-free interval and its verdict
-    against the mode's target. The noise floor: |1 − off₂/off₁| of the baseline's consecutive
-    repeats (nothing changed between them) and the baseline's spread ((max − min) / median); a
-    target resolves when the floor's median is below 1 − target. Pure."""
+def compare(runs: list[dict], baseline: str, targets: dict[str, float], reference: str,
+            level: float = CI_LEVEL) -> dict:
+    """Runs (`{"mode", "repeat", "cpu_ms_per_gb": {"total": …}}`, every mode once per repeat) judged
+    against `baseline` (the feature off at the same fixed rate). Per mode, per repeat, the CPU per
+    GB it adds (mode − baseline), the median and its distribution-free interval. A throughput
+    target t on a CPU-bound datapath allows (1/t − 1) times the datapath's CPU per GB at saturation
+    (`reference`: the baseline's full-speed runs, median) as the most a feature may add: the
+    verdict is `shown` when the interval lies within that budget, `refuted` when above it, and the
+    predicted ratio reference / (reference + added). The noise floor: |off₂ − off₁| of the
+    baseline's consecutive repeats (nothing changed between them; in ms per GB and relative) and
+    its spread ((max − min) / median); a target resolves only when the floor's median is below its
+    budget. Pure."""
     per: dict[str, dict[int, float]] = {}
     for r in runs:
         per.setdefault(r["mode"], {})[r["repeat"]] = r["cpu_ms_per_gb"]["total"]
     base = [per[baseline][i] for i in sorted(per.get(baseline, {}))]
-    drift = [abs(1 - b / a) for a, b in zip(base, base[1:]) if a]
+    drift = [abs(b - a) for a, b in zip(base, base[1:])]
     floor = statistics.median(drift) if drift else None
-    out = {"baseline": baseline, "cpu_ms_per_gb": {m: dist(list(v.values())) for m, v in per.items()},
-           "noise_floor": {"off_off_change": drift, "median": floor, "max": max(drift) if drift else None,
+    ref = statistics.median(per[reference].values()) if per.get(reference) else None
+    out = {"baseline": baseline, "reference": reference, "reference_ms_per_gb": ref,
+           "cpu_ms_per_gb": {m: dist(list(v.values())) for m, v in per.items()},
+           "noise_floor": {"off_off_change_ms_per_gb": drift, "median": floor, "max": max(drift) if drift else None,
+                           "median_relative": floor / statistics.median(base) if floor is not None else None,
                            "spread": (max(base) - min(base)) / statistics.median(base) if base else None},
            "runs_not_holding_rate": sum(1 for r in runs if not r.get("rate_held", True)), "modes": {}}
     for mode, target in targets.items():
-        ratios = [per[baseline][i] / v for i, v in sorted(per.get(mode, {}).items()) if per[baseline].get(i) and v]
-        ci = median_ci(ratios, level)
-        resolves = floor is not None and floor < 1 - target
+        added = [v - per[baseline][i] for i, v in sorted(per.get(mode, {}).items()) if i in per.get(baseline, {})]
+        ci = median_ci(added, level)
+        budget = (1 / target - 1) * ref if ref else None
+        resolves = floor is not None and budget is not None and floor < budget
+        mid = statistics.median(added) if added else None
+        ratio = (lambda a: ref / (ref + a)) if ref else None
         out["modes"][mode] = {
-            "predicted_ratios": ratios, "predicted_ratio": statistics.median(ratios) if ratios else None,
-            "ci": ci, "ci_level": level, "target": target, "resolves": resolves,
-            "verdict": verdict(ci, target) if resolves else "not resolved (noise floor)"}
+            "added_ms_per_gb": added, "added_median": mid, "added_ci": ci, "ci_level": level,
+            "target": target, "budget_ms_per_gb": budget,
+            "predicted_ratio": ratio(mid) if ratio and mid is not None else None,
+            "predicted_ratio_ci": (ratio(ci[1]), ratio(ci[0]), ci[2]) if ratio and ci else None,
+            "resolves": resolves,
+            "verdict": ("not resolved (noise floor)" if not resolves else "not resolved (too few repeats)"
+                        if ci is None else "shown" if ci[1] <= budget else "refuted" if ci[0] > budget
+                        else "not resolved")}
     return out
 
 
 def markdown(c: dict, what: str) -> list[str]:
     """The table of a `compare` result (`what` names the runs) and its noise floor line."""
     floor = c["noise_floor"]
-    lines = [f"ovs-vswitchd CPU per GB carried at a fixed rate ({what}), the switches on the path:", "",
-             "| mode | CPU ms per GB p50 | min | max | predicted throughput ratio (baseline / mode) | interval "
-             "| target | verdict |", "|---|---|---|---|---|---|---|---|"]
+    ref = c["reference_ms_per_gb"]
+    lines = [f"ovs-vswitchd CPU per GB carried ({what}), the switches on the path; "
+             f"at full speed (`{c['reference']}`) {'–' if ref is None else f'{ref:.0f}'} ms per GB:", "",
+             "| mode | CPU ms/GB p50 | min | max | added ms/GB, median | interval | budget ms/GB (target) "
+             "| predicted throughput ratio | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for mode, d in c["cpu_ms_per_gb"].items():
         m = c["modes"].get(mode)
-        cells = ["–"] * 4 if m is None else [
-            "–" if m["predicted_ratio"] is None else f"{m['predicted_ratio']:.4f}",
-            "–" if m["ci"] is None else f"{m['ci'][0]:.4f}–{m['ci'][1]:.4f} ({m['ci'][2]:.0%})",
-            f"≥ {m['target']}", m["verdict"]]
+        cells = ["–"] * 5 if m is None else [
+            "–" if m["added_median"] is None else f"{m['added_median']:+.0f}",
+            "–" if m["added_ci"] is None else f"{m['added_ci'][0]:+.0f} – {m['added_ci'][1]:+.0f} ({m['ci_level']:.0%})",
+            "–" if m["budget_ms_per_gb"] is None else f"{m['budget_ms_per_gb']:.0f} (≥ {m['target']})",
+            "–" if m["predicted_ratio"] is None else f"{m['predicted_ratio']:.4f}"
+            + ("" if m["predicted_ratio_ci"] is None else
+               f" ({m['predicted_ratio_ci'][0]:.4f}–{m['predicted_ratio_ci'][1]:.4f})"),
+            m["verdict"]]
         lines.append(f"| {mode} | {d['p50']:.0f} | {d['min']:.0f} | {d['max']:.0f} | " + " | ".join(cells) + " |")
-    lines += ["", f"Noise floor, |1 − off₂/off₁| of consecutive {c['baseline']} runs: "
+    lines += ["", f"Noise floor, |off₂ − off₁| of consecutive {c['baseline']} runs: "
               + ("–" if floor["median"] is None else
-                 f"median {floor['median']:.4f}, max {floor['max']:.4f}; spread {floor['spread']:.4f}")
+                 f"median {floor['median']:.0f} ms/GB ({floor['median_relative']:.2%}), max {floor['max']:.0f}; "
+                 f"spread {floor['spread']:.2%}")
               + f". Runs that did not hold the rate: {c['runs_not_holding_rate']}."]
     return lines

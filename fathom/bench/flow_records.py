@@ -17,9 +17,10 @@ across the tunnel, both in the project's `default` security group. Four figures:
   thread) over the posting minus its idle CPU over as long a window just after — target <= 50 ms;
 - datapath cost (fathom.bench.datapath_cpu): what sampling costs the traffic itself, resolvable
   where the throughput ratios are not: iperf3 TCP src -> dst at a fixed rate well below saturation
-  (`rate_mbps`) in the three modes, interleaved over repeats, and ovs-vswitchd's CPU per GB carried
-  (c1's, the fabric's and c2's switches, by thread kind); off / mode predicts the throughput ratio
-  on a CPU-bound datapath, judged against the same targets beside the off/off noise floor;
+  (`rate_mbps`) in the three modes, interleaved over repeats, and once per repeat `off` at full
+  speed, with ovs-vswitchd's CPU per GB carried (c1's, the fabric's and c2's switches, by thread
+  kind): the CPU per GB a mode adds over `off`, against what the target allows on a saturated
+  CPU-bound datapath, beside the off/off noise floor;
 - memory under a flood of new 5-tuples, in this process: IPFIX messages of new 5-tuples (1, 2 and
   5 times the limit) read by an agent collector (fathom.agent.flow_records) with its limit, and as
   many records filed into a controller's record store with its limit: the keys held never pass
@@ -114,8 +115,9 @@ class FlowRecordsBench:
             for m in (list(MODES) if r % 2 == 0 else list(MODES)[::-1]):
                 self.mode(m)
                 self.progress(f"datapath cost at {self.rate_mbps:g} Mb/s, repeat {r + 1}/{self.cost_repeats}: {m}")
-                runs.append({"mode": m, "repeat": r, **datapath_cpu.run_at_rate(
-                    self.lab.ns("src"), self.lab.ns("dst"), IPS["dst"], pids, self.rate_mbps, self.cost_seconds)})
+                for mode, rate in ((m, self.rate_mbps),) + (((datapath_cpu.FULL_SPEED, None),) if m == "off" else ()):
+                    runs.append({"mode": mode, "repeat": r, **datapath_cpu.run_at_rate(
+                        self.lab.ns("src"), self.lab.ns("dst"), IPS["dst"], pids, rate, self.cost_seconds)})
         return runs
 
     # ------------------------------------------------------------------ delay
@@ -274,7 +276,7 @@ def summary(samples: dict, delays: list[float], cpu: dict, flood: dict, paramete
             "delay_s": d, "intervals": len(delays), "target_delay_s": TARGET_DELAY_S,
             "controller_cpu": {**cpu, "target_ms_per_10k": TARGET_CPU_MS_PER_10K}, "flood": flood,
             "datapath_cost": {"rate_mbps": parameters["rate_mbps"], "seconds": parameters["cost_seconds"],
-                              "runs": cost, **datapath_cpu.compare(cost, "off", TARGETS)},
+                              "runs": cost, **datapath_cpu.compare(cost, "off", TARGETS, datapath_cpu.FULL_SPEED)},
             "busy_machine": busy(activity), "environment": {**environment(), "machine": activity}}
 
 

@@ -46,10 +46,10 @@ a trace takes from the datapath on a host. The same roles' CPU per second with n
 With `--iperf`, also what live traces cost the traffic itself, resolvable where the ratio above is
 not (fathom.bench.datapath_cpu): iperf3 TCP vm1 → vm3 at a fixed rate well below saturation in
 interleaved on/off pairs (each `off` run starts once the watchers have ended, so that it has no
-trace machinery at all), and ovs-vswitchd's CPU per GB carried on the path (compute1's, the
-fabric's and compute2's switches, by thread kind): what the traces do to the datapath (the
-watchers' programs on the interfaces it reads and writes, the probe's upcall, any revalidation),
-off / on predicting the throughput ratio on a CPU-bound datapath, against the same 0.99. The
+trace machinery at all, and is followed by one at full speed), and ovs-vswitchd's CPU per GB
+carried on the path (compute1's, the fabric's and compute2's switches, by thread kind): what the
+traces add to the datapath's (the watchers' programs on the interfaces it reads and writes, the
+probe's upcall, any revalidation), against what 0.99 allows a saturated CPU-bound datapath. The
 traces' own work (controller, agents, their commands, watchers, ovsdb-server: on a real host
 other cores, or another host) is reported apart, per trace, less what the same processes spend
 per second in the `off` runs.
@@ -342,8 +342,13 @@ def _datapath_cost(api: Client, lab: Lab, body: dict, pairs: int, seconds: float
                 alongside=(lambda running: _traces_while(api, body, running)) if mode == "on" else None)
             runs.append({"mode": mode, "repeat": i, **run,
                          "roles_ms": per_trace(roles, cpu_by_role(lab.dir), 1, count_new=True)})
+            if mode == "off":
+                progress(f"pair {i + 1}/{pairs}: off at full speed")
+                runs.append({"mode": datapath_cpu.FULL_SPEED, "repeat": i, **datapath_cpu.run_at_rate(
+                    lab.ns("vm1"), lab.ns("vm3"), VM3_IP, pids, None, seconds)})
     return {"rate_mbps": rate_mbps, "seconds": seconds, "runs": runs,
-            **datapath_cpu.compare(runs, "off", {"on": TARGET_RATIO}), "trace_own_work": own_work(runs)}
+            **datapath_cpu.compare(runs, "off", {"on": TARGET_RATIO}, datapath_cpu.FULL_SPEED),
+            "trace_own_work": own_work(runs)}
 
 
 def own_work(runs: list[dict]) -> dict:

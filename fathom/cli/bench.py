@@ -515,7 +515,7 @@ def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json
               help="with --iperf: on/off pairs at least (more until N traces ran during the on runs)")
 @click.option("--iperf-seconds", type=click.IntRange(1, 600), default=10, show_default=True,
               help="with --iperf: seconds of each iperf3 run")
-@click.option("--rate", "rate_mbps", type=click.FloatRange(1, 10_000), default=100, show_default=True,
+@click.option("--rate", "rate_mbps", type=click.FloatRange(1, 10_000), default=40, show_default=True,
               help="with --iperf: the fixed rate (Mb/s) of the runs that measure ovs-vswitchd's CPU per GB")
 @click.option("--cost-pairs", type=click.IntRange(2, 50), default=6, show_default=True,
               help="with --iperf: on/off pairs at the fixed rate")
@@ -587,7 +587,7 @@ def ha_bench(repeat, events, pause, pg_down, writers, replicas, lab_name, quick,
               help="trials of 10,000 records ingested")
 @click.option("--flood-limit", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True,
               help="the flows an agent and a controller hold at most, in the flood")
-@click.option("--rate", "rate_mbps", type=click.FloatRange(1, 10_000), default=100, show_default=True,
+@click.option("--rate", "rate_mbps", type=click.FloatRange(1, 10_000), default=40, show_default=True,
               help="the fixed rate (Mb/s) of the runs that measure ovs-vswitchd's CPU per GB in each mode")
 @click.option("--cost-repeats", type=click.IntRange(2, 100), default=6, show_default=True,
               help="interleaved repeats of the three modes at the fixed rate")

@@ -50,24 +50,28 @@ def _runs(rows):
             for i, row in enumerate(rows) for m, v in row.items()]
 
 
-def test_modes_are_judged_against_the_baseline_beside_its_noise_floor():
-    # off steady within 0.2 %; 1:100 costs 1 % more CPU per GB, drops 5 % more
-    rows = [{"off": 1000 * (1 + 0.002 * (i % 2)), "every": 1010 * (1 + 0.002 * (i % 2)),
-             "drops": 1050 * (1 + 0.002 * (i % 2))} for i in range(6)]
-    got = dc.compare(_runs(rows), "off", {"every": 0.97, "drops": 0.99})
-    assert got["noise_floor"]["median"] == pytest.approx(0.002, rel=0.01)
-    assert got["noise_floor"]["spread"] == pytest.approx(0.002, rel=0.01)
+def test_modes_are_judged_by_what_they_add_against_the_targets_budget_at_saturation():
+    # at the fixed rate off steady within 2 ms/GB; 1:100 adds 10 ms/GB, drops 50; saturated: 800 ms/GB
+    rows = [{"off": 1000 + 2 * (i % 2), "every": 1010 + 2 * (i % 2), "drops": 1050 + 2 * (i % 2), "full": 800}
+            for i in range(6)]
+    got = dc.compare(_runs(rows), "off", {"every": 0.97, "drops": 0.99}, "full")
+    assert got["reference_ms_per_gb"] == 800 and got["noise_floor"]["median"] == 2
+    assert got["noise_floor"]["median_relative"] == pytest.approx(0.002, rel=0.01)
     every, drops = got["modes"]["every"], got["modes"]["drops"]
-    assert every["predicted_ratio"] == pytest.approx(1 / 1.01) and every["resolves"]
-    assert every["verdict"] == "shown" and drops["verdict"] == "refuted"
-    assert got["cpu_ms_per_gb"]["drops"]["p50"] == pytest.approx(1051.05)
+    assert every["added_median"] == pytest.approx(10) and every["added_ci"][:2] == pytest.approx((10, 10))
+    # 0.97 allows 800 * (1/0.97 - 1) = 24.7 ms/GB; 0.99 allows 8.1
+    assert every["budget_ms_per_gb"] == pytest.approx(800 * (1 / 0.97 - 1)) and every["verdict"] == "shown"
+    assert every["predicted_ratio"] == pytest.approx(800 / 810) and drops["verdict"] == "refuted"
+    assert drops["predicted_ratio"] == pytest.approx(800 / 850) and every["resolves"] and drops["resolves"]
+    assert got["cpu_ms_per_gb"]["drops"]["p50"] == pytest.approx(1051)
+    assert "| every | 1011 |" in "\n".join(dc.markdown(got, "test"))
 
 
 def test_a_noisy_baseline_resolves_nothing():
-    rows = [{"off": v, "on": v} for v in (1000, 1100, 950, 1080, 990, 1120)]
-    got = dc.compare(_runs(rows), "off", {"on": 0.99})
-    assert got["noise_floor"]["median"] > 0.01 and not got["modes"]["on"]["resolves"]
+    rows = [{"off": v, "on": v, "full": 900} for v in (1000, 1100, 950, 1080, 990, 1120)]
+    got = dc.compare(_runs(rows), "off", {"on": 0.99}, "full")
+    assert got["noise_floor"]["median"] > got["modes"]["on"]["budget_ms_per_gb"] and not got["modes"]["on"]["resolves"]
     assert got["modes"]["on"]["predicted_ratio"] == 1.0
     assert got["modes"]["on"]["verdict"] == "not resolved (noise floor)"
-    few = dc.compare(_runs(rows[:3]), "off", {"on": 0.99})
-    assert few["modes"]["on"]["ci"] is None
+    few = dc.compare(_runs([{"off": 1000, "on": 1001, "full": 900}] * 3), "off", {"on": 0.99}, "full")
+    assert few["modes"]["on"]["added_ci"] is None and few["modes"]["on"]["verdict"] == "not resolved (too few repeats)"
