@@ -18,7 +18,7 @@ to ovs-vswitchd (softirq work another context runs, e.g. a veth's receive backlo
 or iperf3's own threads) and any bottleneck other than the datapath's CPU.
 
 CPU: every thread's /proc/<pid>/task/<tid>/schedstat (ns on a CPU) of each ovs-vswitchd on the
-path, read just before the iperf3 client starts and just after it ends, by thread kind: `main`
+path, read just before the iperf3 client starts and just after it ends, by switch and thread kind: `main`
 (in the userspace datapath it polls the non-PMD ports, veth here: forwarding, upcalls, sampling
 and OpenFlow all run there), `pmd`, `handler`, `revalidator` and `other`. A thread that started in
 the window counts from zero; one that ended in it is lost (OVS keeps its threads).
@@ -118,38 +118,57 @@ def run_at_rate(client_ns: str, server_ns: str, server_ip: str, pids: dict[str, 
     return out
 
 
+def on_switches(run: dict, switches: tuple[str, ...]) -> float:
+    """A run's CPU ms per GB on the named switches together. Pure."""
+    return sum(run["cpu_ms_per_gb"]["by_switch"][s][k] for s in switches for k in KINDS)
+
+
 def compare(runs: list[dict], baseline: str, targets: dict[str, float], reference: str,
-            level: float = CI_LEVEL) -> dict:
-    """Runs (`{"mode", "repeat", "cpu_ms_per_gb": {"total": …}}`, every mode once per repeat) judged
-    against `baseline` (the feature off at the same fixed rate). Per mode, per repeat, the CPU per
-    GB it adds (mode − baseline), the median and its distribution-free interval. A throughput
-    target t on a CPU-bound datapath allows (1/t − 1) times the datapath's CPU per GB at saturation
-    (`reference`: the baseline's full-speed runs, median) as the most a feature may add: the
-    verdict is `shown` when the interval lies within that budget, `refuted` when above it, and the
-    predicted ratio reference / (reference + added). The noise floor: |off₂ − off₁| of the
-    baseline's consecutive repeats (nothing changed between them; in ms per GB and relative) and
-    its spread ((max − min) / median); a target resolves only when the floor's median is below its
-    budget. Pure."""
-    per: dict[str, dict[int, float]] = {}
+            switches: tuple[str, ...], control: str, level: float = CI_LEVEL) -> dict:
+    """Runs (`{"mode", "repeat", "cpu_ms_per_gb": {"by_switch": …}}`, every mode once per repeat)
+    judged against `baseline` (the feature off at the same fixed rate) on the feature's `switches`.
+
+    The `control` switch forwards the same packets in the same window and the feature leaves it
+    alone, so what the shared machine does to CPU per byte (contention, caches, how many packets a
+    wakeup finds) moves it as it moves the others; each run is read as its switches' CPU over the
+    control's (`controlled`), and a mode adds (controlled / the repeat's baseline's − 1) times the
+    baseline's CPU per GB on the switches. Per mode: that per repeat, its median and
+    distribution-free interval. A throughput target t on a CPU-bound datapath allows the switches
+    (1/t − 1) times their CPU per GB at saturation (`reference`: the baseline's full-speed runs,
+    median): the verdict is `shown` when the interval lies within that budget, `refuted` when above
+    it; the predicted ratio is saturation / (saturation + added). The noise floor: what consecutive
+    baseline repeats differ by (nothing changed between them), controlled and, for comparison,
+    raw; a target resolves only when the controlled floor's median is below its budget. Pure."""
+    per: dict[str, dict[int, dict]] = {}
     for r in runs:
-        per.setdefault(r["mode"], {})[r["repeat"]] = r["cpu_ms_per_gb"]["total"]
-    base = [per[baseline][i] for i in sorted(per.get(baseline, {}))]
-    drift = [abs(b - a) for a, b in zip(base, base[1:])]
-    floor = statistics.median(drift) if drift else None
-    ref = statistics.median(per[reference].values()) if per.get(reference) else None
-    out = {"baseline": baseline, "reference": reference, "reference_ms_per_gb": ref,
-           "cpu_ms_per_gb": {m: dist(list(v.values())) for m, v in per.items()},
-           "noise_floor": {"off_off_change_ms_per_gb": drift, "median": floor, "max": max(drift) if drift else None,
-                           "median_relative": floor / statistics.median(base) if floor is not None else None,
-                           "spread": (max(base) - min(base)) / statistics.median(base) if base else None},
+        per.setdefault(r["mode"], {})[r["repeat"]] = r
+    ctl = {m: {i: on_switches(r, switches) / on_switches(r, (control,)) for i, r in v.items()} for m, v in per.items()}
+    raw = {m: {i: on_switches(r, switches) for i, r in v.items()} for m, v in per.items()}
+    rate = statistics.median(raw[baseline].values()) if raw.get(baseline) else None
+    sat = statistics.median(raw[reference].values()) if raw.get(reference) else None
+
+    def floor(values: dict[int, float]) -> dict:
+        seq = [values[i] for i in sorted(values)]
+        rel = [abs(b / a - 1) for a, b in zip(seq, seq[1:]) if a]
+        return {"off_off_change": rel, "median": statistics.median(rel) if rel else None,
+                "max": max(rel) if rel else None,
+                "spread": (max(seq) - min(seq)) / statistics.median(seq) if seq else None}
+    noise = floor(ctl.get(baseline, {}))
+    noise_ms = noise["median"] * rate if noise["median"] is not None and rate else None
+    out = {"baseline": baseline, "reference": reference, "switches": list(switches), "control": control,
+           "cpu_ms_per_gb": {m: dist(list(v.values())) for m, v in raw.items()},
+           "controlled": {m: dist(list(v.values())) for m, v in ctl.items()},
+           "rate_ms_per_gb": rate, "saturated_ms_per_gb": sat,
+           "noise_floor": {**noise, "median_ms_per_gb": noise_ms, "raw": floor(raw.get(baseline, {}))},
            "runs_not_holding_rate": sum(1 for r in runs if not r.get("rate_held", True)), "modes": {}}
     for mode, target in targets.items():
-        added = [v - per[baseline][i] for i, v in sorted(per.get(mode, {}).items()) if i in per.get(baseline, {})]
+        added = [(v / ctl[baseline][i] - 1) * rate for i, v in sorted(ctl.get(mode, {}).items())
+                 if ctl[baseline].get(i)] if rate else []
         ci = median_ci(added, level)
-        budget = (1 / target - 1) * ref if ref else None
-        resolves = floor is not None and budget is not None and floor < budget
+        budget = (1 / target - 1) * sat if sat else None
+        resolves = noise_ms is not None and budget is not None and noise_ms < budget
         mid = statistics.median(added) if added else None
-        ratio = (lambda a: ref / (ref + a)) if ref else None
+        ratio = (lambda a: sat / (sat + a)) if sat else None
         out["modes"][mode] = {
             "added_ms_per_gb": added, "added_median": mid, "added_ci": ci, "ci_level": level,
             "target": target, "budget_ms_per_gb": budget,
@@ -165,11 +184,11 @@ def compare(runs: list[dict], baseline: str, targets: dict[str, float], referenc
 def markdown(c: dict, what: str) -> list[str]:
     """The table of a `compare` result (`what` names the runs) and its noise floor line."""
     floor = c["noise_floor"]
-    ref = c["reference_ms_per_gb"]
-    lines = [f"ovs-vswitchd CPU per GB carried ({what}), the switches on the path; "
-             f"at full speed (`{c['reference']}`) {'–' if ref is None else f'{ref:.0f}'} ms per GB:", "",
-             "| mode | CPU ms/GB p50 | min | max | added ms/GB, median | interval | budget ms/GB (target) "
-             "| predicted throughput ratio | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    sat = c["saturated_ms_per_gb"]
+    lines = [f"ovs-vswitchd CPU per GB carried on {' + '.join(c['switches'])} ({what}); control switch "
+             f"{c['control']}; at full speed (`{c['reference']}`) {'–' if sat is None else f'{sat:.0f}'} ms per GB:", "",
+             "| mode | CPU ms/GB p50 | min | max | / control p50 | added ms/GB, median | interval "
+             "| budget ms/GB (target) | predicted throughput ratio | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
     for mode, d in c["cpu_ms_per_gb"].items():
         m = c["modes"].get(mode)
         cells = ["–"] * 5 if m is None else [
@@ -180,10 +199,12 @@ def markdown(c: dict, what: str) -> list[str]:
             + ("" if m["predicted_ratio_ci"] is None else
                f" ({m['predicted_ratio_ci'][0]:.4f}–{m['predicted_ratio_ci'][1]:.4f})"),
             m["verdict"]]
-        lines.append(f"| {mode} | {d['p50']:.0f} | {d['min']:.0f} | {d['max']:.0f} | " + " | ".join(cells) + " |")
-    lines += ["", f"Noise floor, |off₂ − off₁| of consecutive {c['baseline']} runs: "
-              + ("–" if floor["median"] is None else
-                 f"median {floor['median']:.0f} ms/GB ({floor['median_relative']:.2%}), max {floor['max']:.0f}; "
-                 f"spread {floor['spread']:.2%}")
-              + f". Runs that did not hold the rate: {c['runs_not_holding_rate']}."]
+        lines.append(f"| {mode} | {d['p50']:.0f} | {d['min']:.0f} | {d['max']:.0f} | {c['controlled'][mode]['p50']:.4f} | "
+                     + " | ".join(cells) + " |")
+
+    def fl(f):
+        return "–" if f["median"] is None else f"median {f['median']:.2%}, max {f['max']:.2%}, spread {f['spread']:.2%}"
+    lines += ["", f"Noise floor, consecutive {c['baseline']} runs |1 − off₂/off₁|: over the control {fl(floor)}"
+              + ("" if floor["median_ms_per_gb"] is None else f" ({floor['median_ms_per_gb']:.0f} ms/GB)")
+              + f"; raw {fl(floor['raw'])}. Runs that did not hold the rate: {c['runs_not_holding_rate']}."]
     return lines

@@ -19,8 +19,9 @@ across the tunnel, both in the project's `default` security group. Four figures:
   where the throughput ratios are not: iperf3 TCP src -> dst at a fixed rate well below saturation
   (`rate_mbps`) in the three modes, interleaved over repeats, and once per repeat `off` at full
   speed, with ovs-vswitchd's CPU per GB carried (c1's, the fabric's and c2's switches, by thread
-  kind): the CPU per GB a mode adds over `off`, against what the target allows on a saturated
-  CPU-bound datapath, beside the off/off noise floor;
+  kind): the CPU per GB a mode adds over `off` on c1 and c2 (the fabric's switch, which sampling
+  leaves alone, as the control), against what the target allows on a saturated CPU-bound
+  datapath, beside the off/off noise floor;
 - memory under a flood of new 5-tuples, in this process: IPFIX messages of new 5-tuples (1, 2 and
   5 times the limit) read by an agent collector (fathom.agent.flow_records) with its limit, and as
   many records filed into a controller's record store with its limit: the keys held never pass
@@ -276,7 +277,8 @@ def summary(samples: dict, delays: list[float], cpu: dict, flood: dict, paramete
             "delay_s": d, "intervals": len(delays), "target_delay_s": TARGET_DELAY_S,
             "controller_cpu": {**cpu, "target_ms_per_10k": TARGET_CPU_MS_PER_10K}, "flood": flood,
             "datapath_cost": {"rate_mbps": parameters["rate_mbps"], "seconds": parameters["cost_seconds"],
-                              "runs": cost, **datapath_cpu.compare(cost, "off", TARGETS, datapath_cpu.FULL_SPEED)},
+                              "runs": cost, **datapath_cpu.compare(cost, "off", TARGETS, datapath_cpu.FULL_SPEED,
+                                                                      ("c1", "c2"), "fabric")},
             "busy_machine": busy(activity), "environment": {**environment(), "machine": activity}}
 
 

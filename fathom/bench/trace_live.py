@@ -48,8 +48,11 @@ not (fathom.bench.datapath_cpu): iperf3 TCP vm1 → vm3 at a fixed rate well bel
 interleaved on/off pairs (each `off` run starts once the watchers have ended, so that it has no
 trace machinery at all, and is followed by one at full speed), and ovs-vswitchd's CPU per GB
 carried on the path (compute1's, the fabric's and compute2's switches, by thread kind): what the
-traces add to the datapath's (the watchers' programs on the interfaces it reads and writes, the
-probe's upcall, any revalidation), against what 0.99 allows a saturated CPU-bound datapath. The
+traces add to the nodes' switches (the watchers' programs on the interfaces they read and write,
+the probe's upcall, any revalidation), read against the fabric's switch (no watcher there; the
+probe is one packet of thousands) as the control, against what 0.99 allows a saturated CPU-bound
+datapath. The control also takes out what the traces' own CPU does to every switch alike by
+competing for the same two cores (a real host runs those elsewhere or on other cores). The
 traces' own work (controller, agents, their commands, watchers, ovsdb-server: on a real host
 other cores, or another host) is reported apart, per trace, less what the same processes spend
 per second in the `off` runs.
@@ -347,7 +350,8 @@ def _datapath_cost(api: Client, lab: Lab, body: dict, pairs: int, seconds: float
                 runs.append({"mode": datapath_cpu.FULL_SPEED, "repeat": i, **datapath_cpu.run_at_rate(
                     lab.ns("vm1"), lab.ns("vm3"), VM3_IP, pids, None, seconds)})
     return {"rate_mbps": rate_mbps, "seconds": seconds, "runs": runs,
-            **datapath_cpu.compare(runs, "off", {"on": TARGET_RATIO}, datapath_cpu.FULL_SPEED),
+            **datapath_cpu.compare(runs, "off", {"on": TARGET_RATIO}, datapath_cpu.FULL_SPEED,
+                                   ("compute1", "compute2"), "fabric"),
             "trace_own_work": own_work(runs)}
 
 
