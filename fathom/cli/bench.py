@@ -521,9 +521,10 @@ def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json
               help="with --iperf: on/off pairs at the fixed rate")
 @click.option("--cost-seconds", type=click.IntRange(1, 600), default=10, show_default=True,
               help="with --iperf: seconds of each run at the fixed rate")
+@click.option("--lab", "lab_name", default="tftl", show_default=True, help="with --live: name of the lab it builds")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
 def trace_bench(nodes, ports, samples, seed, quick, outdir, live, with_iperf, pairs, iperf_seconds, rate_mbps,
-                cost_pairs, cost_seconds, as_json):
+                cost_pairs, cost_seconds, lab_name, as_json):
     """Simulated trace latency (p50/p99, wall clock and CPU) on bench scale's model of NODES x PORTS:
     a random port to a random other port of its network, as POST /v1/traces runs it. With --live N:
     the live trace on a lab instead."""
@@ -533,8 +534,9 @@ def trace_bench(nodes, ports, samples, seed, quick, outdir, live, with_iperf, pa
         out = output_dir("trace", outdir)
         if quick:
             live, pairs, iperf_seconds, cost_pairs, cost_seconds = 5, 2, 3, 6, 5
-        doc = trace_live.run(live, progress=stderr_progress(), with_iperf=with_iperf, pairs=pairs, seconds=iperf_seconds,
-                             rate_mbps=rate_mbps, cost_pairs=cost_pairs, cost_seconds=cost_seconds)
+        doc = trace_live.run(live, lab_name, progress=stderr_progress(), with_iperf=with_iperf, pairs=pairs,
+                             seconds=iperf_seconds, rate_mbps=rate_mbps, cost_pairs=cost_pairs,
+                             cost_seconds=cost_seconds)
         return publish("trace", doc, out, trace_live, as_json)
     if quick:
         nodes, ports, samples = 10, 10, 50
