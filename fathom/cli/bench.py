@@ -505,7 +505,7 @@ def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json
 @click.option("--samples", type=click.IntRange(1, 100000), default=200, show_default=True, help="traces timed")
 @click.option("--seed", type=int, default=1, show_default=True, help="of the random draw of port pairs")
 @click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces (with --live: 5 traces, 2 pairs of 3 s; "
-                                           "at the fixed rate 6 pairs of 5 s)")
+                                           "5 s runs at the fixed rate)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-trace-<timestamp>/")
 @click.option("--live", "live", type=click.IntRange(1, 1000), default=None,
               help="instead: N live traces on the default lab (needs root): answer time, per-hop times vs tcpdump")
@@ -533,7 +533,7 @@ def trace_bench(nodes, ports, samples, seed, quick, outdir, live, with_iperf, pa
         from fathom.bench import trace_live
         out = output_dir("trace", outdir)
         if quick:
-            live, pairs, iperf_seconds, cost_pairs, cost_seconds = 5, 2, 3, 6, 5
+            live, pairs, iperf_seconds, cost_seconds = 5, 2, 3, 5
         doc = trace_live.run(live, lab_name, progress=stderr_progress(), with_iperf=with_iperf, pairs=pairs,
                              seconds=iperf_seconds, rate_mbps=rate_mbps, cost_pairs=cost_pairs,
                              cost_seconds=cost_seconds)
@@ -581,7 +581,7 @@ def ha_bench(repeat, events, pause, pg_down, writers, replicas, lab_name, quick,
 
 @bench.command("flow-records")
 @click.option("--quick", is_flag=True, help="QUICK: 2 s runs, 2 repeats, 2 CPU trials, a flood limit of 2000, "
-                                           "6 repeats of 5 s at the fixed rate")
+                                           "5 s runs at the fixed rate")
 @click.option("--seconds", type=int, default=10, show_default=True, help="length of each iperf3 run")
 @click.option("--repeats", type=click.IntRange(1, 100), default=5, show_default=True,
               help="interleaved repeats of the three sampling modes")
@@ -609,7 +609,7 @@ def flow_records_bench(quick, seconds, repeats, cpu_trials, flood_limit, rate_mb
     from fathom.bench import flow_records as fb
     from fathom.lab.sh import LabError
     if quick:
-        seconds, repeats, cpu_trials, flood_limit, cost_repeats, cost_seconds = 2, 2, 2, 2000, 6, 5
+        seconds, repeats, cpu_trials, flood_limit, cost_seconds = 2, 2, 2, 2000, 5
     out = output_dir("flow-records", outdir)
     b = fb.FlowRecordsBench(lab_name, seconds=seconds, repeats=repeats, cpu_trials=cpu_trials,
                             flood_limit=flood_limit, rate_mbps=rate_mbps, cost_repeats=cost_repeats,
