@@ -17,11 +17,17 @@ cost per packet or per sampled packet, not of a cost per wakeup), and leaves out
 to ovs-vswitchd (softirq work another context runs, e.g. a veth's receive backlog under ksoftirqd
 or iperf3's own threads) and any bottleneck other than the datapath's CPU.
 
+The shared machine moves CPU per byte by tens of per cent from one run to the next (contention,
+caches, how many packets a wakeup finds). A switch on the path that the feature leaves alone (the
+lab's fabric switch) forwards the same packets in the same window and moves alike, so `compare`
+reads each run as the feature's switches' CPU over that control's.
+
 CPU: every thread's /proc/<pid>/task/<tid>/schedstat (ns on a CPU) of each ovs-vswitchd on the
-path, read just before the iperf3 client starts and just after it ends, by switch and thread kind: `main`
-(in the userspace datapath it polls the non-PMD ports, veth here: forwarding, upcalls, sampling
-and OpenFlow all run there), `pmd`, `handler`, `revalidator` and `other`. A thread that started in
-the window counts from zero; one that ended in it is lost (OVS keeps its threads).
+path, read just before the iperf3 client starts and just after it ends, by switch and thread
+kind: `main` (in the userspace datapath it polls the non-PMD ports, veth here: forwarding,
+upcalls, sampling and OpenFlow all run there), `pmd`, `handler`, `revalidator` and `other`. A
+thread that started in the window counts from zero; one that ended in it is lost (OVS keeps its
+threads).
 """
 from __future__ import annotations
 
