@@ -604,8 +604,9 @@ def flow_records_bench(quick, seconds, repeats, cpu_trials, flood_limit, rate_mb
                        cpu_only, lab_name, outdir, as_json):
     """Flow records: TCP throughput with sampling 1:100 on every port and 1:1 on drops only against
     off (interleaved; ratios, targets 0.97 and 0.99), ovs-vswitchd's CPU per GB at a fixed rate in
-    the same modes (what predicts those ratios where the datapath is CPU-bound), records' delay to the API (≤ 2 s), controller
-    CPU per 10,000 records (≤ 50 ms), memory under a flood of new 5-tuples (bounded, evictions counted)."""
+    the same modes (what predicts those ratios where the datapath is CPU-bound), records' delay to
+    the API (≤ 2 s), controller CPU per 10,000 records (≤ 50 ms), memory under a flood of new
+    5-tuples (bounded, evictions counted)."""
     from fathom.bench import flow_records as fb
     from fathom.lab.sh import LabError
     if quick:
