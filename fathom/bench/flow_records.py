@@ -15,6 +15,13 @@ across the tunnel, both in the project's `default` security group. Four figures:
   batches as the agent packs them (fathom.model.flow_batch, its largest: BATCH records) posted
   through the API with c1's agent token, the controller process's CPU time (schedstat, every
   thread) over the posting minus its idle CPU over as long a window just after — target <= 50 ms;
+- datapath cost (fathom.bench.datapath_cpu): what sampling costs the traffic itself, resolvable
+  where the throughput ratios are not: iperf3 TCP src -> dst at a fixed rate well below saturation
+  (`rate_mbps`) in the three modes, interleaved over repeats, and once per repeat `off` at full
+  speed, with ovs-vswitchd's CPU per GB carried (c1's, the fabric's and c2's switches, by thread
+  kind): the CPU per GB a mode adds over `off` on c1 and c2 (the fabric's switch, which sampling
+  leaves alone, as the control), against what the target allows on a saturated CPU-bound
+  datapath, beside the off/off noise floor;
 - memory under a flood of new 5-tuples, in this process: IPFIX messages of new 5-tuples (1, 2 and
   5 times the limit) read by an agent collector (fathom.agent.flow_records) with its limit, and as
   many records filed into a controller's record store with its limit: the keys held never pass
@@ -30,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from fathom.bench import procs
+from fathom.bench import datapath_cpu, procs
 from fathom.bench.report import busy, dist, environment, machine_activity
 from fathom.client import Client
 from fathom.host import iperf
@@ -65,8 +72,11 @@ BATCH = fb.MAX_RECORDS      # the agent's batches (fathom.agent.flow_records) wh
 
 class FlowRecordsBench:
     def __init__(self, lab_name: str = "frb", seconds: int = 10, repeats: int = 5, cpu_trials: int = 5,
-                 flood_limit: int = 20_000, progress=lambda msg: None):
+                 flood_limit: int = 20_000, rate_mbps: float = datapath_cpu.RATE_MBPS,
+                 cost_repeats: int = datapath_cpu.REPEATS, cost_seconds: int = datapath_cpu.SECONDS,
+                 progress=lambda msg: None):
         self.lab = Lab(lab_name)
+        self.rate_mbps, self.cost_repeats, self.cost_seconds = rate_mbps, cost_repeats, cost_seconds
         self.seconds, self.repeats, self.cpu_trials, self.flood_limit = seconds, repeats, cpu_trials, flood_limit
         self.progress = progress
         self.topo = parse(TOPOLOGY, "<bench flow-records>")
@@ -96,6 +106,20 @@ class FlowRecordsBench:
 
     def throughput(self) -> float:
         return iperf.iperf3(self.lab.ns("src"), self.lab.ns("dst"), IPS["dst"], seconds=self.seconds, omit=1).gbps
+
+    def datapath_cost(self) -> list[dict]:
+        """iperf3 src -> dst at the fixed rate in every mode, interleaved (order alternating), with
+        the path's switches' CPU per GB carried."""
+        pids = {n: self.lab.ovs(n).pid("ovs-vswitchd") for n in ("c1", "fabric", "c2")}
+        runs = []
+        for r in range(self.cost_repeats):
+            for m in (list(MODES) if r % 2 == 0 else list(MODES)[::-1]):
+                self.mode(m)
+                self.progress(f"datapath cost at {self.rate_mbps:g} Mb/s, repeat {r + 1}/{self.cost_repeats}: {m}")
+                for mode, rate in ((m, self.rate_mbps),) + (((datapath_cpu.FULL_SPEED, None),) if m == "off" else ()):
+                    runs.append({"mode": mode, "repeat": r, **datapath_cpu.run_at_rate(
+                        self.lab.ns("src"), self.lab.ns("dst"), IPS["dst"], pids, rate, self.cost_seconds)})
+        return runs
 
     # ------------------------------------------------------------------ delay
     def delays(self, since_s: float) -> list[float]:
@@ -172,6 +196,7 @@ class FlowRecordsBench:
                     self.mode(m)
                     self.progress(f"repeat {r + 1}/{self.repeats}: {m}")
                     samples[m].append(self.throughput())
+            cost = self.datapath_cost()
             self.mode("every-port-1:100")
             self.progress("waiting for the last intervals' records")
             time.sleep(12)       # two intervals: the last samples are delivered
@@ -184,7 +209,8 @@ class FlowRecordsBench:
         activity.append(machine_activity((f"/{self.lab.name}/",)))
         return summary(samples, delays, cpu, flood, {
             "seconds": self.seconds, "repeats": self.repeats, "cpu_trials": self.cpu_trials,
-            "flood_limit": self.flood_limit}, activity)
+            "flood_limit": self.flood_limit, "rate_mbps": self.rate_mbps, "cost_repeats": self.cost_repeats,
+            "cost_seconds": self.cost_seconds}, activity, cost)
 
 
 def memory_flood(limit: int, factors=(1, 2, 5)) -> dict:
@@ -234,7 +260,8 @@ def memory_flood(limit: int, factors=(1, 2, 5)) -> dict:
     return out
 
 
-def summary(samples: dict, delays: list[float], cpu: dict, flood: dict, parameters: dict, activity: list) -> dict:
+def summary(samples: dict, delays: list[float], cpu: dict, flood: dict, parameters: dict, activity: list,
+            cost: list[dict]) -> dict:
     results = {m: dist(v) for m, v in samples.items()}
     off = samples["off"]
     spread = (max(off) - min(off)) / results["off"]["p50"] if off and results["off"]["p50"] else None
@@ -249,6 +276,9 @@ def summary(samples: dict, delays: list[float], cpu: dict, flood: dict, paramete
             "throughput_gbps": results, "samples_gbps": samples, "off_spread": spread, "ratios": ratios,
             "delay_s": d, "intervals": len(delays), "target_delay_s": TARGET_DELAY_S,
             "controller_cpu": {**cpu, "target_ms_per_10k": TARGET_CPU_MS_PER_10K}, "flood": flood,
+            "datapath_cost": {"rate_mbps": parameters["rate_mbps"], "seconds": parameters["cost_seconds"],
+                              "runs": cost, **datapath_cpu.compare(cost, "off", TARGETS, datapath_cpu.FULL_SPEED,
+                                                                      ("c1", "c2"), "fabric")},
             "busy_machine": busy(activity), "environment": {**environment(), "machine": activity}}
 
 
@@ -276,6 +306,9 @@ def markdown(doc: dict) -> str:
     spread = doc["off_spread"]
     lines += ["", f"Spread of the `off` runs (max - min) / median: {'–' if spread is None else f'{spread:.3f}'}; "
               "a ratio is resolvable when the spread is below 1 - its target."]
+    c = doc["datapath_cost"]
+    lines += ["", *datapath_cpu.markdown(c, f"iperf3 TCP at {c['rate_mbps']:g} Mb/s for {c['seconds']:g} s, "
+                                            f"{p['cost_repeats']} interleaved repeats")]
     d = doc["delay_s"]
     lines += ["", "| delay, interval end → filed in the API | p50 | p99 | max | intervals | target |", "|---|---|---|---|---|---|",
               "| s | – | – | – | 0 | ≤ 2 |" if d is None else

@@ -43,6 +43,20 @@ agent itself, the commands it runs (ovs-vsctl, ovs-appctl ofproto/trace), its tr
 a trace takes from the datapath on a host. The same roles' CPU per second with no trace
 (`cpu_ms_per_s_at_rest`, read before the first) is the lab's own background, part of each figure.
 
+With `--iperf`, also what live traces cost the traffic itself, resolvable where the ratio above is
+not (fathom.bench.datapath_cpu): iperf3 TCP vm1 → vm3 at a fixed rate well below saturation in
+interleaved on/off pairs (each `off` run starts once the watchers have ended, so that it has no
+trace machinery at all, and is followed by one at full speed), and ovs-vswitchd's CPU per GB
+carried on the path (compute1's, the fabric's and compute2's switches, by thread kind): what the
+traces add to the nodes' switches (the watchers' programs on the interfaces they read and write,
+the probe's upcall, any revalidation), read against the fabric's switch (no watcher there; the
+probe is one packet of thousands) as the control, against what 0.99 allows a saturated CPU-bound
+datapath. The control also takes out what the traces' own CPU does to every switch alike by
+competing for the same two cores (a real host runs those elsewhere or on other cores). The
+traces' own work (controller, agents, their commands, watchers, ovsdb-server: on a real host
+other cores, or another host) is reported apart, per trace, less what the same processes spend
+per second in the `off` runs.
+
 Targets: answer ≤ 1 s; per-hop times within 20 µs of tcpdump's, p50; iperf3 on / off ≥ 0.99.
 """
 from __future__ import annotations
@@ -55,6 +69,7 @@ import threading
 import time
 from pathlib import Path
 
+from fathom.bench import datapath_cpu
 from fathom.bench.report import busy, dist, environment, machine_activity
 from fathom.bench.sfc import median_ci, verdict
 from fathom.client import Client
@@ -95,12 +110,13 @@ def probe_of(frame: bytes) -> tuple[int, int, int] | None:
 
 
 def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, with_iperf: bool = False,
-        pairs: int = PAIRS, seconds: float = IPERF_SECONDS) -> dict:
+        pairs: int = PAIRS, seconds: float = IPERF_SECONDS, rate_mbps: float = datapath_cpu.RATE_MBPS,
+        cost_pairs: int = datapath_cpu.REPEATS, cost_seconds: float = datapath_cpu.SECONDS) -> dict:
     env = environment()
     activity = [machine_activity(("fathom bench trace",))]
     lab = Lab(lab_name)
     lab.down()
-    throughput = None
+    throughput = cost = None
     try:
         progress("bringing up the default lab")
         state = lab.up(load(str(TOPOLOGY)), str(TOPOLOGY))
@@ -137,6 +153,7 @@ def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, wi
                         seen.setdefault((node, dev, p[0]), {}).setdefault(p[1:], ts)
         if with_iperf:
             throughput = _throughput(api, lab, body, samples, pairs, seconds, progress)
+            cost = _datapath_cost(api, lab, body, cost_pairs, cost_seconds, rate_mbps, progress)
     finally:
         lab.down()
     activity.append(machine_activity(("fathom bench trace",)))
@@ -154,6 +171,8 @@ def run(samples: int = 20, lab_name: str = "tftl", progress=lambda msg: None, wi
     if throughput is not None:
         doc["plan"].update(iperf_pairs=pairs, iperf_seconds=seconds)
         doc["iperf"] = throughput
+        doc["plan"].update(rate_mbps=rate_mbps, cost_pairs=cost_pairs, cost_seconds=cost_seconds)
+        doc["datapath_cost"] = cost
     return doc
 
 
@@ -195,16 +214,18 @@ def cpu_by_role(lab_dir: Path) -> dict[int, tuple[str, int, int]]:
     return got
 
 
-def per_trace(before: dict, after: dict, n: int) -> dict:
-    """CPU ms per trace by role between two `cpu_by_role` readings (processes present in both),
-    with the hosts' share (every role but the controller's). Pure."""
+def per_trace(before: dict, after: dict, n: int, count_new: bool = False) -> dict:
+    """CPU ms per trace by role between two `cpu_by_role` readings (processes present in both;
+    with `count_new` also those started in between, from zero), with the hosts' share (every role
+    but the controller's). Pure."""
     ms = 1000 / os.sysconf("SC_CLK_TCK") / max(n, 1)
     out = {r: 0.0 for r in ROLES}
     for pid, (role, own, children) in after.items():
-        if pid in before and before[pid][0] == role:
-            out[role] += (own - before[pid][1]) * ms
+        was = before.get(pid, (role, 0, 0) if count_new else None)
+        if was is not None and was[0] == role:
+            out[role] += (own - was[1]) * ms
             if role == "agent":
-                out["agent's commands"] += (children - before[pid][2]) * ms
+                out["agent's commands"] += (children - was[2]) * ms
     out = {r: round(v, 2) for r, v in out.items()}
     return {**out, "hosts": round(sum(v for r, v in out.items() if r != "controller"), 2),
             "total": round(sum(out.values()), 2)}
@@ -279,17 +300,78 @@ def _iperf_run(client: str, server: str, seconds: float, tracing: tuple[Client, 
             got.append(e)
     t = threading.Thread(target=measure)
     t.start()
-    done = {"traces": 0, "verdicts": {}}
-    while tracing is not None and t.is_alive():
-        api, body = tracing
-        r = api.post("/traces", json=body)
-        if t.is_alive():
-            done["traces"] += 1
-            done["verdicts"][r["verdict"]["result"]] = done["verdicts"].get(r["verdict"]["result"], 0) + 1
+    done = _traces_while(*tracing, t.is_alive) if tracing is not None else {"traces": 0, "verdicts": {}}
     t.join()
     if isinstance(got[0], Exception):
         raise got[0]
     return got[0].gbps, done
+
+
+def _traces_while(api: Client, body: dict, running) -> dict:
+    """Live traces one after another while `running()`: how many ended while it did, their verdicts."""
+    done = {"traces": 0, "verdicts": {}}
+    while running():
+        r = api.post("/traces", json=body)
+        if running():
+            done["traces"] += 1
+            done["verdicts"][r["verdict"]["result"]] = done["verdicts"].get(r["verdict"]["result"], 0) + 1
+    return done
+
+
+def _no_watchers(lab: Lab, timeout: float = 30.0) -> None:
+    """Wait until no trace watcher of the lab runs (they end IDLE seconds after the last trace)."""
+    deadline = time.monotonic() + timeout
+    while any(role == "watcher" for role, *_ in cpu_by_role(lab.dir).values()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"trace watchers still running {timeout:g} s after the last trace")
+        time.sleep(0.5)
+
+
+def _datapath_cost(api: Client, lab: Lab, body: dict, pairs: int, seconds: float, rate_mbps: float,
+                   progress) -> dict:
+    """iperf3 vm1 → vm3 at `rate_mbps` with live traces back to back (`on`) and without (`off`, no
+    watcher left), in `pairs` interleaved pairs, the order alternating: ovs-vswitchd's CPU per GB on
+    the path, and every other role's CPU over each run (`roles_ms`)."""
+    pids = {n: lab.ovs(n).pid("ovs-vswitchd") for n in ("compute1", "fabric", "compute2")}
+    runs = []
+    for i in range(pairs):
+        for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
+            if mode == "off":
+                _no_watchers(lab)
+            progress(f"datapath cost at {rate_mbps:g} Mb/s, pair {i + 1}/{pairs}: live traces {mode}")
+            roles = cpu_by_role(lab.dir)
+            run = datapath_cpu.run_at_rate(
+                lab.ns("vm1"), lab.ns("vm3"), VM3_IP, pids, rate_mbps, seconds,
+                alongside=(lambda running: _traces_while(api, body, running)) if mode == "on" else None)
+            runs.append({"mode": mode, "repeat": i, **run,
+                         "roles_ms": per_trace(roles, cpu_by_role(lab.dir), 1, count_new=True)})
+            if mode == "off":
+                progress(f"pair {i + 1}/{pairs}: off at full speed")
+                runs.append({"mode": datapath_cpu.FULL_SPEED, "repeat": i, **datapath_cpu.run_at_rate(
+                    lab.ns("vm1"), lab.ns("vm3"), VM3_IP, pids, None, seconds)})
+    return {"rate_mbps": rate_mbps, "seconds": seconds, "runs": runs,
+            **datapath_cpu.compare(runs, "off", {"on": TARGET_RATIO}, datapath_cpu.FULL_SPEED,
+                                   ("compute1", "compute2"), "fabric"),
+            "trace_own_work": own_work(runs)}
+
+
+def own_work(runs: list[dict]) -> dict:
+    """The traces' own CPU (every role but ovs-vswitchd, which the CPU per GB covers) per trace: the
+    on runs' CPU less what the same roles spent per second of the off runs over as long, over the
+    traces that ran. Pure."""
+    on = [r for r in runs if r["mode"] == "on"]
+    off = [r for r in runs if r["mode"] == "off"]
+    traces = sum(r["alongside"]["traces"] for r in on)
+    on_s, off_s = sum(r["wall_s"] for r in on), sum(r["wall_s"] for r in off)
+    roles = [r for r in ROLES if r != "ovs-vswitchd"]
+    out = {}
+    for role in roles:
+        at_rest = sum(r["roles_ms"][role] for r in off) / off_s if off_s else 0.0
+        out[role] = (sum(r["roles_ms"][role] for r in on) - at_rest * on_s) / traces if traces else None
+    known = [v for v in out.values() if v is not None]
+    return {"cpu_ms_per_trace": out, "total": sum(known) if known else None,
+            "hosts": sum(v for r, v in out.items() if r != "controller" and v is not None) if known else None,
+            "traces": traces, "traces_per_s": traces / on_s if on_s else None}
 
 
 def interleaved(runs: list[float], order: list[str], target: float) -> dict:
@@ -370,4 +452,14 @@ def markdown(doc: dict) -> str:
             + ("–" if floor["median"] is None else f"median {floor['median']:.4f}, max {floor['max']:.4f}")
             + f": {'resolves' if t['resolves_target'] else 'cannot resolve'} a {1 - t['target']:.0%} difference here"
             + busy_note]
+    if doc.get("datapath_cost"):
+        c, p = doc["datapath_cost"], doc["plan"]
+        w = c["trace_own_work"]
+        lines += ["", *datapath_cpu.markdown(c, f"iperf3 TCP vm1 → vm3 at {c['rate_mbps']:g} Mb/s for "
+                                                f"{c['seconds']:g} s, {p['cost_pairs']} interleaved on/off pairs, "
+                                                f"{w['traces']} traces during the on runs"),
+                  "", "The traces' own CPU per trace, off runs' rate subtracted (ms): "
+                  + ", ".join(f"{r} {'–' if v is None else f'{v:.1f}'}" for r, v in w["cpu_ms_per_trace"].items())
+                  + ("" if w["total"] is None else f"; total {w['total']:.1f}, hosts {w['hosts']:.1f}")
+                  + ("" if w["traces_per_s"] is None else f"; {w['traces_per_s']:.1f} traces a second") + "."]
     return "\n".join([*lines, ""])

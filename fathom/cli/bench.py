@@ -504,7 +504,8 @@ def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json
 @click.option("--ports", type=click.IntRange(1, 1000), default=100, show_default=True, help="ports per node")
 @click.option("--samples", type=click.IntRange(1, 100000), default=200, show_default=True, help="traces timed")
 @click.option("--seed", type=int, default=1, show_default=True, help="of the random draw of port pairs")
-@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces (with --live: 5 traces, 2 pairs of 3 s)")
+@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 50 traces (with --live: 5 traces, 2 pairs of 3 s; "
+                                           "5 s runs at the fixed rate)")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-trace-<timestamp>/")
 @click.option("--live", "live", type=click.IntRange(1, 1000), default=None,
               help="instead: N live traces on the default lab (needs root): answer time, per-hop times vs tcpdump")
@@ -514,8 +515,16 @@ def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json
               help="with --iperf: on/off pairs at least (more until N traces ran during the on runs)")
 @click.option("--iperf-seconds", type=click.IntRange(1, 600), default=10, show_default=True,
               help="with --iperf: seconds of each iperf3 run")
+@click.option("--rate", "rate_mbps", type=click.FloatRange(1, 10_000), default=40, show_default=True,
+              help="with --iperf: the fixed rate (Mb/s) of the runs that measure ovs-vswitchd's CPU per GB")
+@click.option("--cost-pairs", type=click.IntRange(2, 50), default=6, show_default=True,
+              help="with --iperf: on/off pairs at the fixed rate")
+@click.option("--cost-seconds", type=click.IntRange(1, 600), default=10, show_default=True,
+              help="with --iperf: seconds of each run at the fixed rate")
+@click.option("--lab", "lab_name", default="tftl", show_default=True, help="with --live: name of the lab it builds")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def trace_bench(nodes, ports, samples, seed, quick, outdir, live, with_iperf, pairs, iperf_seconds, as_json):
+def trace_bench(nodes, ports, samples, seed, quick, outdir, live, with_iperf, pairs, iperf_seconds, rate_mbps,
+                cost_pairs, cost_seconds, lab_name, as_json):
     """Simulated trace latency (p50/p99, wall clock and CPU) on bench scale's model of NODES x PORTS:
     a random port to a random other port of its network, as POST /v1/traces runs it. With --live N:
     the live trace on a lab instead."""
@@ -524,8 +533,10 @@ def trace_bench(nodes, ports, samples, seed, quick, outdir, live, with_iperf, pa
         from fathom.bench import trace_live
         out = output_dir("trace", outdir)
         if quick:
-            live, pairs, iperf_seconds = 5, 2, 3
-        doc = trace_live.run(live, progress=stderr_progress(), with_iperf=with_iperf, pairs=pairs, seconds=iperf_seconds)
+            live, pairs, iperf_seconds, cost_seconds = 5, 2, 3, 5
+        doc = trace_live.run(live, lab_name, progress=stderr_progress(), with_iperf=with_iperf, pairs=pairs,
+                             seconds=iperf_seconds, rate_mbps=rate_mbps, cost_pairs=cost_pairs,
+                             cost_seconds=cost_seconds)
         return publish("trace", doc, out, trace_live, as_json)
     if quick:
         nodes, ports, samples = 10, 10, 50
@@ -569,7 +580,8 @@ def ha_bench(repeat, events, pause, pg_down, writers, replicas, lab_name, quick,
 
 
 @bench.command("flow-records")
-@click.option("--quick", is_flag=True, help="QUICK: 2 s runs, 2 repeats, 2 CPU trials, a flood limit of 2000")
+@click.option("--quick", is_flag=True, help="QUICK: 2 s runs, 2 repeats, 2 CPU trials, a flood limit of 2000, "
+                                           "5 s runs at the fixed rate")
 @click.option("--seconds", type=int, default=10, show_default=True, help="length of each iperf3 run")
 @click.option("--repeats", type=click.IntRange(1, 100), default=5, show_default=True,
               help="interleaved repeats of the three sampling modes")
@@ -577,22 +589,32 @@ def ha_bench(repeat, events, pause, pg_down, writers, replicas, lab_name, quick,
               help="trials of 10,000 records ingested")
 @click.option("--flood-limit", type=click.IntRange(100, 1_000_000), default=20_000, show_default=True,
               help="the flows an agent and a controller hold at most, in the flood")
+@click.option("--rate", "rate_mbps", type=click.FloatRange(1, 10_000), default=40, show_default=True,
+              help="the fixed rate (Mb/s) of the runs that measure ovs-vswitchd's CPU per GB in each mode")
+@click.option("--cost-repeats", type=click.IntRange(2, 100), default=6, show_default=True,
+              help="interleaved repeats of the three modes at the fixed rate")
+@click.option("--cost-seconds", type=click.IntRange(1, 600), default=10, show_default=True,
+              help="seconds of each run at the fixed rate")
 @click.option("--cpu-only", is_flag=True, help="only the controller's CPU per 10,000 records")
 @click.option("--lab", "lab_name", default="frb", show_default=True, help="name of the lab the benchmark builds")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
               help="default results/bench-flow-records-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def flow_records_bench(quick, seconds, repeats, cpu_trials, flood_limit, cpu_only, lab_name, outdir, as_json):
+def flow_records_bench(quick, seconds, repeats, cpu_trials, flood_limit, rate_mbps, cost_repeats, cost_seconds,
+                       cpu_only, lab_name, outdir, as_json):
     """Flow records: TCP throughput with sampling 1:100 on every port and 1:1 on drops only against
-    off (interleaved; ratios, targets 0.97 and 0.99), records' delay to the API (≤ 2 s), controller
-    CPU per 10,000 records (≤ 50 ms), memory under a flood of new 5-tuples (bounded, evictions counted)."""
+    off (interleaved; ratios, targets 0.97 and 0.99), ovs-vswitchd's CPU per GB at a fixed rate in
+    the same modes (what predicts those ratios where the datapath is CPU-bound), records' delay to
+    the API (≤ 2 s), controller CPU per 10,000 records (≤ 50 ms), memory under a flood of new
+    5-tuples (bounded, evictions counted)."""
     from fathom.bench import flow_records as fb
     from fathom.lab.sh import LabError
     if quick:
-        seconds, repeats, cpu_trials, flood_limit = 2, 2, 2, 2000
+        seconds, repeats, cpu_trials, flood_limit, cost_seconds = 2, 2, 2, 2000, 5
     out = output_dir("flow-records", outdir)
     b = fb.FlowRecordsBench(lab_name, seconds=seconds, repeats=repeats, cpu_trials=cpu_trials,
-                            flood_limit=flood_limit, progress=stderr_progress())
+                            flood_limit=flood_limit, rate_mbps=rate_mbps, cost_repeats=cost_repeats,
+                            cost_seconds=cost_seconds, progress=stderr_progress())
     try:
         doc = b.run(cpu_only=cpu_only)
     except (LabError, OSError, RuntimeError) as e:

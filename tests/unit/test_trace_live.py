@@ -403,3 +403,28 @@ def test_the_watcher_refuses_bad_commands_and_arms_nothing_it_cannot_watch():
     idle = subprocess.run([str(WATCH), "--idle-ms=200"], stdin=subprocess.PIPE, capture_output=True, text=True,
                           timeout=10, input=None)
     assert idle.returncode == 0 and idle.stdout.splitlines()[-1] == '{"type":"detached"}'
+
+
+def test_the_bench_sets_the_traces_own_work_apart_from_the_off_runs_background():
+    from fathom.bench.trace_live import ROLES, own_work
+
+    def roles(**ms):
+        return {r: ms.get(r.replace("'", "").replace(" ", "_"), 0.0) for r in ROLES}
+    runs = [{"mode": "on", "wall_s": 10.0, "alongside": {"traces": 40}, "roles_ms": roles(controller=2100, agent=300)},
+            {"mode": "off", "wall_s": 10.0, "roles_ms": roles(controller=100, agent=100)},
+            {"mode": "off", "wall_s": 10.0, "roles_ms": roles(controller=100, agent=100)},
+            {"mode": "on", "wall_s": 10.0, "alongside": {"traces": 60}, "roles_ms": roles(controller=2100, agent=300,
+                                                                                         ovs_vswitchd=999)}]
+    got = own_work(runs)
+    # 4200 ms of the controller less 10 ms/s over 20 s, over 100 traces; ovs-vswitchd is the CPU per GB's, not here
+    assert got["cpu_ms_per_trace"]["controller"] == pytest.approx(40.0)
+    assert got["cpu_ms_per_trace"]["agent"] == pytest.approx(4.0) and "ovs-vswitchd" not in got["cpu_ms_per_trace"]
+    assert got["total"] == pytest.approx(44.0) and got["hosts"] == pytest.approx(4.0)
+    assert got["traces"] == 100 and got["traces_per_s"] == pytest.approx(5.0)
+
+
+def test_the_bench_counts_processes_started_in_a_window_when_asked():
+    from fathom.bench.trace_live import per_trace
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
+    got = per_trace({1: ("agent", 10, 0)}, {1: ("agent", 20, 5), 5: ("watcher", 30, 0)}, 1, count_new=True)
+    assert got["watcher"] == pytest.approx(30 * tick) and got["agent's commands"] == pytest.approx(5 * tick)
