@@ -242,7 +242,7 @@ def compare(results: list[dict], seen: dict) -> dict:
         key = (r["live"]["probe"]["icmp_id"], r["live"]["probe"]["icmp_seq"])
         ours = []                       # the trace's points tcpdump saw too: (name, dir, trace ns, tcpdump ns)
         for p in r["live"]["points"]:
-            if p["dir"] == "injected" or p["icmp_type"] not in (0, 8):
+            if p["dir"] == "injected" or p.get("icmp_type") not in (0, 8):
                 continue
             dump = seen.get((p["node"], p["dev"], p["icmp_type"]), {}).get(key)
             if dump is None:
