@@ -13,6 +13,11 @@ its API; headless Chromium (fathom.bench.browser) logged in as the admin. Figure
   the ports are listed once a node is opened). Target ≤ 2000 ms. Then `responsive`: for LAG_S seconds
   the page's event loop is probed every 50 ms; `lag_ms` is how late each probe ran (a click waits
   that long at most). `node_ms`: a node opened (`?node=`), until its PORTS ports are in the table.
+- `many_ms`: the topology page again once the admin has `many` networks and routers (default
+  MANY_NETWORKS, MANY_ROUTERS; networks without ports besides the model's, routers without interfaces) (made through the API): the page counts them by status and lists one page of
+  each (checked: the counts shown and PAGE rows); `many_lag_ms` its event loop's lag as above,
+  `many_read_bytes` the bytes of the networks' and routers' reads of one load (what the API sent
+  for them). Target ≤ 2000 ms, as the topology's.
 - `update_cpu_ms_per_console`: controller CPU per live update per connected console. ROUNDS rounds,
   each of two runs of UPDATES port renames (in alternating order): one with UPDATE_STREAMS change-
   notice streams held by plain HTTP clients, one without; the topology page and one probe stream
@@ -36,11 +41,18 @@ from pathlib import Path
 
 from fathom.bench.report import busy, dist, environment, machine_activity
 
-TARGETS = {"first_page_ms": 1000.0, "topology_ms": 2000.0, "node_ms": 2000.0, "update_cpu_ms_per_console": 1.0, "rest_cpu_pct": 1.0}
+TARGETS = {"first_page_ms": 1000.0, "topology_ms": 2000.0, "node_ms": 2000.0, "many_ms": 2000.0, "update_cpu_ms_per_console": 1.0, "rest_cpu_pct": 1.0}
 SMALL = 3              # nodes of the lab-sized cloud (their ports: PORTS each, at most 4)
 STREAMS = 10           # consoles open at rest
 UPDATE_STREAMS = 200   # consoles added for the cost of a live update per console (at most 256 listen)
 ROUNDS = 4             # with/without runs of the update measure
+MANY_NETWORKS, MANY_ROUTERS = 2000, 1000    # the admin's networks and routers in `many_ms`
+PAGE = 50              # networks (routers) the page lists at a time beyond 200 (topology.js)
+# the bytes the page's reads of networks and routers brought, and what it shows of them
+MANY_JS = """return {bytes: performance.getEntriesByType("resource")
+    .filter(e => /\\/v1\\/(networks|routers)\\b/.test(e.name)).reduce((s, e) => s + e.encodedBodySize, 0),
+  rows: ["networks", "routers"].map(id => document.querySelectorAll(`#${id} tbody tr`).length),
+  bars: ["networks-bar", "routers-bar"].map(id => document.getElementById(id).textContent)};"""
 STREAM_SOURCES = 4     # loopback addresses the streams come from (the API serves 64 connections a source)
 # the page's reads through the API so far (its stream of notices apart)
 API_CALLS_JS = """return performance.getEntriesByType("resource")
@@ -68,7 +80,8 @@ setTimeout(() => { clearInterval(probe); done(late); }, seconds * 1000);"""
 
 
 def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, updates: int = 20,
-        rest_s: float = 30.0, rounds: int = ROUNDS, progress=lambda msg: None) -> dict:
+        rest_s: float = 30.0, rounds: int = ROUNDS, many: tuple[int, int] = (MANY_NETWORKS, MANY_ROUTERS),
+        progress=lambda msg: None) -> dict:
     from fathom.bench.browser import headless_chromium
     from fathom.bench.scale.common import Controller
     from fathom.bench.scale.fabric import Size, layout
@@ -82,6 +95,7 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
     doc: dict = {"benchmark": "console", "plan": {"nodes": nodes, "ports_per_node": ports, "small_nodes": SMALL,
                                                   "samples": samples, "updates": updates, "streams": STREAMS,
                                                   "update_streams": UPDATE_STREAMS, "update_rounds": rounds,
+                                                  "many_networks": many[0], "many_routers": many[1],
                                                   "rest_s": rest_s}}
     try:
         cloud = _Cloud(ctl, layout(Size(nodes, ports)))
@@ -111,6 +125,20 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
             doc["node_ms"] = _times([usable(f"s{nodes // 2}") for _ in range(samples)])
             errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             doc["page_errors"] = errors[:10]
+
+            progress(f"{many[0]} networks and {many[1]} routers")
+            doc["many"] = cloud.many(*many)
+            loads = []
+            for _ in range(samples):
+                loads.append(usable())
+                shown = browser.execute_script(MANY_JS)
+                if shown["rows"] != [PAGE, PAGE] or not (shown["bars"][0].startswith(f"{many[0]} networks")
+                                                         and shown["bars"][1].startswith(f"{many[1]} routers")):
+                    raise RuntimeError(f"the topology at {many[0]} networks and {many[1]} routers shows {shown}")
+            doc["many_ms"] = _times(loads)
+            doc["many_read_bytes"] = shown["bytes"]
+            doc["many_lag_ms"] = dist(browser.execute_async_script(LAG_JS, LAG_S))
+            doc["page_errors"] += [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"][:10]
 
             progress(f"{rounds} x {updates} port renames with the topology open, with and without "
                      f"{UPDATE_STREAMS} more change-notice streams")
@@ -163,6 +191,21 @@ class _Cloud:
         self.made |= {(n, j) for n, j, _ in want}
         self.port_ids += [p["id"] for p in made]
         self.ports = len(self.made)
+
+    def many(self, networks: int, routers: int) -> dict:
+        """Networks (without ports) and routers made up to `networks` and `routers`."""
+        from fathom.bench.scale.common import create_parallel
+        t0 = time.monotonic()
+        create_parallel(self.ctl, [{"name": f"many{i}", "type": "vxlan"} for i in range(networks - len(self.networks))],
+                        path="/networks")
+        create_parallel(self.ctl, [{"name": f"r{i}"} for i in range(routers)], path="/routers")
+        made = time.monotonic() - t0
+        deadline = time.monotonic() + 60     # until a pass has them all (what the page's summary counts)
+        while [sum(self.ctl.api.get("/topology")[f].values()) for f in ("networks", "routers")] != [networks, routers]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the topology's summary did not count {networks} networks within 60 s")
+            time.sleep(0.5)
+        return {"networks": networks, "routers": routers, "made_s": round(made, 1)}
 
     def rename(self) -> None:
         self.ctl.api.patch(f"/ports/{self.port_ids[0]}", json={"name": f"renamed-{time.monotonic_ns()}"})
@@ -302,9 +345,14 @@ def markdown(doc: dict) -> str:
         row(f"topology: {doc['model']['nodes']} nodes, {doc['model']['ports']} ports", doc["topology_ms"],
             t["topology_ms"]),
         row(f"a node opened: its {plan['ports_per_node']} ports listed", doc["node_ms"], t["node_ms"]),
+        row(f"topology with {doc['many']['networks']} networks and {doc['many']['routers']} routers "
+            f"(counted, {PAGE} of each listed)", doc["many_ms"], t["many_ms"]),
         "",
         f"Event loop lag after drawing the {doc['model']['ports']} ports: p50 {doc['lag_ms']['p50']:.0f} ms, "
         f"max {doc['lag_ms']['max']:.0f} ms; page errors: {len(doc['page_errors'])}.",
+        f"With {doc['many']['networks']} networks and {doc['many']['routers']} routers: lag p50 "
+        f"{doc['many_lag_ms']['p50']:.0f} ms, max {doc['many_lag_ms']['max']:.0f} ms; the page's reads of them brought "
+        f"{doc['many_read_bytes']:,} bytes.",
         f"Controller CPU per live update per console (its event-loop thread; {plan['update_rounds']} rounds of "
         f"{plan['updates']} renames with and without {plan['update_streams']} streams): "
         f"mean {u['main_thread']['mean']:g} ms, min {u['main_thread']['min']:g}, max {u['main_thread']['max']:g} "

@@ -482,20 +482,23 @@ def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports,
               help="seconds at rest measured (with and without consoles)")
 @click.option("--rounds", type=click.IntRange(1, 100), default=4, show_default=True,
               help="runs with and without 200 more consoles the updates are timed in")
-@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 3 samples, 2 rounds of 5 updates, 10 s at rest")
+@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 250 networks and routers, 3 samples, 2 rounds of "
+                                           "5 updates, 10 s at rest")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-console-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
 def console_bench(nodes, ports, samples, updates, rest_s, rounds, quick, outdir, as_json):
     """The web console in headless Chromium against a controller of its own holding bench scale's
-    model of NODES x PORTS: first page and topology time to usable, the page's responsiveness,
+    model of NODES x PORTS: first page and topology time to usable (also with 2,000 networks and
+    1,000 routers), the page's responsiveness,
     controller CPU per live update per console and at rest with 10 consoles open."""
     from fathom.bench import console as cb
     from fathom.bench.scale.common import RUN_ROOT
     if quick:
         nodes, ports, samples, updates, rest_s, rounds = 10, 10, 3, 5, 10.0, 2
+    many = (250, 250) if quick else (cb.MANY_NETWORKS, cb.MANY_ROUTERS)
     out = output_dir("console", outdir)
     try:
-        doc = cb.run(RUN_ROOT / "console", nodes, ports, samples, updates, rest_s, rounds, stderr_progress())
+        doc = cb.run(RUN_ROOT / "console", nodes, ports, samples, updates, rest_s, rounds, many, stderr_progress())
     except (RuntimeError, OSError) as e:
         fail(str(e))
     publish("console", doc, out, cb, as_json)

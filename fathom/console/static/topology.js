@@ -128,8 +128,8 @@ function apply({ seq, changes }) {
       if (c.object) view.nodes.set(c.object.name, c.object);
     } else if (MAPS[c.kind]) {
       const field = MAPS[c.kind], l = lists[field];
-      if (l && l.paged) {     // the page shown keeps its objects (edited in place); the counts are read again
-        if (c.object && view[field].has(c.id)) view[field].set(c.id, c.object);
+      if (l && l.paged) {     // the page shown keeps its objects (edited or gone in place); the counts are read again
+        if (view[field].has(c.id)) { if (c.object) view[field].set(c.id, c.object); else view[field].delete(c.id); }
         recountSoon();
       } else if (c.object) view[field].set(c.id, c.object); else view[field].delete(c.id);
     }
@@ -222,7 +222,7 @@ function pager(field, noun, shown) {
   replace(field + "-bar", el("span", { class: "counts" }, `${total(view.totals[field])} ${noun} (${countText(view.totals[field])}); ` +
     (l.name ? `named ${l.name}: ${shown}` : shown ? `showing ${first + 1}–${first + shown}` : "none on this page")));
   if (!bar.querySelector("form")) {    // made once: a redraw keeps what is typed
-    const input = el("input", { type: "search", placeholder: "a name", "aria-label": `look up ${noun} by name` });
+    const input = el("input", { type: "search", placeholder: "a name (none: every one)", "aria-label": `look up ${noun} by name` });
     const form = el("form", {}, input, el("button", { type: "submit" }, "look up"),
       el("button", { type: "button", "data-to": "previous" }, "previous"), el("button", { type: "button", "data-to": "next" }, "next"));
     form.addEventListener("submit", e => { e.preventDefault(); turn(field, input.value.trim()); });
