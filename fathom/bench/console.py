@@ -14,10 +14,11 @@ its API; headless Chromium (fathom.bench.browser) logged in as the admin. Figure
   the page's event loop is probed every 50 ms; `lag_ms` is how late each probe ran (a click waits
   that long at most). `node_ms`: a node opened (`?node=`), until its PORTS ports are in the table.
 - `many_ms`: the topology page again once the admin has `many` networks and routers (default
-  MANY_NETWORKS, MANY_ROUTERS; networks without ports besides the model's, routers without interfaces) (made through the API): the page counts them by status and lists one page of
-  each (checked: the counts shown and PAGE rows); `many_lag_ms` its event loop's lag as above,
-  `many_read_bytes` the bytes of the networks' and routers' reads of one load (what the API sent
-  for them). Target ≤ 2000 ms, as the topology's.
+  MANY_NETWORKS, MANY_ROUTERS, made through the API: networks without ports besides the model's,
+  routers without interfaces): the page counts them by status and lists one page of each (checked:
+  the counts shown and PAGE rows); `many_lag_ms` its event loop's lag as above, `many_read_bytes`
+  the bytes of the networks' and routers' reads of one load (what the API sent for them). Target
+  ≤ 2000 ms, as the topology's.
 - `update_cpu_ms_per_console`: controller CPU per live update per connected console. ROUNDS rounds,
   each of two runs of UPDATES port renames (in alternating order): one with UPDATE_STREAMS change-
   notice streams held by plain HTTP clients, one without; the topology page and one probe stream
