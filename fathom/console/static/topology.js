@@ -217,11 +217,12 @@ function render() {
 function pager(field, noun, shown) {
   const l = lists[field], bar = document.getElementById(field + "-bar");
   bar.hidden = !l.paged;
+  if (l.form) l.form.hidden = !l.paged;
   if (!l.paged) return;
   const first = l.markers.length * PAGE;
   replace(field + "-bar", el("span", { class: "counts" }, `${total(view.totals[field])} ${noun} (${countText(view.totals[field])}); ` +
     (l.name ? `named ${l.name}: ${shown}` : shown ? `showing ${first + 1}–${first + shown}` : "none on this page")));
-  if (!bar.querySelector("form")) {    // made once: a redraw keeps what is typed
+  if (!l.form) {    // made once: a redraw keeps what is typed
     const input = el("input", { type: "search", placeholder: "a name (none: every one)", "aria-label": `look up ${noun} by name` });
     const form = el("form", {}, input, el("button", { type: "submit" }, "look up"),
       el("button", { type: "button", "data-to": "previous" }, "previous"), el("button", { type: "button", "data-to": "next" }, "next"));
@@ -230,7 +231,6 @@ function pager(field, noun, shown) {
     bar.parentNode.insertBefore(form, bar.nextSibling);
     l.form = form;
   }
-  l.form.hidden = false;
   l.form.querySelector("[data-to=previous]").disabled = !l.markers.length || !!l.name;
   l.form.querySelector("[data-to=next]").disabled = shown < PAGE || !!l.name;
 }
