@@ -481,7 +481,7 @@ def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports,
 @click.option("--rest", "rest_s", type=click.FloatRange(1, 3600), default=30.0, show_default=True,
               help="seconds at rest measured (with and without consoles)")
 @click.option("--rounds", type=click.IntRange(1, 100), default=4, show_default=True,
-              help="runs with and without 200 more consoles the updates are timed in")
+              help="rounds of updates timed with and without 200 more consoles")
 @click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 250 networks and routers, 3 samples, 2 rounds of "
                                            "5 updates, 10 s at rest")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-console-<timestamp>/")
