@@ -214,7 +214,8 @@ def events_router(feed) -> APIRouter:
         return {"project": c.project, "admin": c.admin, "roles": sorted(who.roles)}
 
     @r.get("/topology", summary="The topology's summary as of the last reconciler pass: per node the caller's "
-                                "ports counted by status (an admin: every node with its health); the ports on no node")
+                                "ports counted by status (an admin: every node with its health); the ports on no node; "
+                                "the caller's networks and routers counted by status")
     def topology(c: Caller = Depends(caller)):
         return feed.summary(c.project, c.admin)
 

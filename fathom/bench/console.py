@@ -13,29 +13,50 @@ its API; headless Chromium (fathom.bench.browser) logged in as the admin. Figure
   the ports are listed once a node is opened). Target ≤ 2000 ms. Then `responsive`: for LAG_S seconds
   the page's event loop is probed every 50 ms; `lag_ms` is how late each probe ran (a click waits
   that long at most). `node_ms`: a node opened (`?node=`), until its PORTS ports are in the table.
-- `update_cpu_ms_per_console`: controller CPU (its process and children, /proc ticks: a worker thread
-  that exited still counts) of UPDATES port renames with the topology page open and UPDATE_STREAMS
-  change-notice streams held by plain HTTP clients besides (a page applies a notice without reading
-  through the API: `page_api_calls_per_update` says so), less the same renames with the page alone,
-  per rename and per stream: what one more console costs. Target ≤ 1 ms. `update_cpu_ms_page`: the
-  renames with the page open less the same with no console (measured first), per rename: the notice
-  worked out, read and encoded once, and one console.
+- `many_ms`: the topology page again once the admin has `many` networks and routers (default
+  MANY_NETWORKS, MANY_ROUTERS, made through the API: networks without ports besides the model's,
+  routers without interfaces): the page counts them by status and lists one page of each (checked:
+  the counts shown and PAGE rows); `many_lag_ms` its event loop's lag as above, `many_read_bytes`
+  the bytes of the networks' and routers' reads of one load (what the API sent for them). Target
+  ≤ 2000 ms, as the topology's.
+- `update_cpu_ms_per_console`: controller CPU per live update per connected console. ROUNDS rounds,
+  each of two runs of UPDATES port renames (in alternating order): one with UPDATE_STREAMS change-
+  notice streams held by plain HTTP clients, one without; the topology page and one probe stream
+  are open in both (a page applies a notice without reading through the API:
+  `page_api_calls_per_update` says so). Each rename waits until the probe, and in the run with
+  streams every stream, has received its notice (checked: every stream counts every `change`
+  event). Per round: (with - without) / renames / streams, for the controller's event-loop thread
+  (its main thread, where a stream is woken and its bytes written; schedstat, ns: the renames'
+  reconciler passes run on another thread and do not blur it) and for the whole process (/proc
+  ticks); the figure is the main thread's, over the rounds (mean, min, max). Target ≤ 1 ms.
 - `rest_cpu_pct`: controller CPU over REST_S seconds with STREAMS streams open (a topology page at
   rest holds its stream and nothing else: no polling), less REST_S seconds with none, in % of one
   core. Target ≤ 1 %.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
 
 from fathom.bench.report import busy, dist, environment, machine_activity
 
-TARGETS = {"first_page_ms": 1000.0, "topology_ms": 2000.0, "node_ms": 2000.0, "update_cpu_ms_per_console": 1.0, "rest_cpu_pct": 1.0}
+TARGETS = {"first_page_ms": 1000.0, "topology_ms": 2000.0, "node_ms": 2000.0, "many_ms": 2000.0,
+           "update_cpu_ms_per_console": 1.0, "rest_cpu_pct": 1.0}
 SMALL = 3              # nodes of the lab-sized cloud (their ports: PORTS each, at most 4)
 STREAMS = 10           # consoles open at rest
-UPDATE_STREAMS = 50    # consoles added for the cost of a live update per console (the API serves 64 connections a source)
+UPDATE_STREAMS = 200   # consoles added for the cost of a live update per console (at most 256 listen)
+ROUNDS = 4             # with/without runs of the update measure
+MANY_NETWORKS, MANY_ROUTERS = 2000, 1000    # the admin's networks and routers in `many_ms`
+PAGE = 50              # networks (routers) the page lists at a time beyond 200 (topology.js)
+# the bytes the page's reads of networks and routers brought, and what it shows of them
+MANY_JS = """return {bytes: performance.getEntriesByType("resource")
+    .filter(e => /\\/v1\\/(networks|routers)\\b/.test(e.name)).reduce((s, e) => s + e.encodedBodySize, 0),
+  rows: ["networks", "routers"].map(id => document.querySelectorAll(`#${id} tbody tr`).length),
+  bars: ["networks-bar", "routers-bar"].map(id => document.getElementById(id).textContent),
+  forms: document.querySelectorAll(".pager + form:not([hidden])").length};"""
+STREAM_SOURCES = 4     # loopback addresses the streams come from (the API serves 64 connections a source)
 # the page's reads through the API so far (its stream of notices apart)
 API_CALLS_JS = """return performance.getEntriesByType("resource")
   .filter(e => e.name.includes("/v1/") && !e.name.includes("/v1/events")).length;"""
@@ -61,8 +82,9 @@ const probe = setInterval(() => {
 setTimeout(() => { clearInterval(probe); done(late); }, seconds * 1000);"""
 
 
-def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, updates: int = 10,
-        rest_s: float = 30.0, progress=lambda msg: None) -> dict:
+def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, updates: int = 20,
+        rest_s: float = 30.0, rounds: int = ROUNDS, many: tuple[int, int] = (MANY_NETWORKS, MANY_ROUTERS),
+        progress=lambda msg: None) -> dict:
     from fathom.bench.browser import headless_chromium
     from fathom.bench.scale.common import Controller
     from fathom.bench.scale.fabric import Size, layout
@@ -75,7 +97,8 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
     ctl = Controller(run_dir, f"sqlite:///{run_dir}/fathom.db").start()
     doc: dict = {"benchmark": "console", "plan": {"nodes": nodes, "ports_per_node": ports, "small_nodes": SMALL,
                                                   "samples": samples, "updates": updates, "streams": STREAMS,
-                                                  "update_streams": UPDATE_STREAMS,
+                                                  "update_streams": UPDATE_STREAMS, "update_rounds": rounds,
+                                                  "many_networks": many[0], "many_routers": many[1],
                                                   "rest_s": rest_s}}
     try:
         cloud = _Cloud(ctl, layout(Size(nodes, ports)))
@@ -98,9 +121,6 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
             cloud.grow(nodes, ports)
             doc["model"] = {"nodes": cloud.nodes, "ports": cloud.ports, "networks": len(cloud.networks),
                             "made_s": round(time.monotonic() - t0, 1)}
-            progress(f"{updates} port renames with no console open")
-            time.sleep(SETTLE_S)
-            without = cloud.renames(updates)
             progress(f"the topology of {cloud.ports} ports, {samples} times")
             doc["topology_ms"] = _times([usable() for _ in range(samples)])
             doc["lag_ms"] = dist(browser.execute_async_script(LAG_JS, LAG_S))
@@ -109,20 +129,28 @@ def run(run_dir: Path, nodes: int = 100, ports: int = 100, samples: int = 5, upd
             errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             doc["page_errors"] = errors[:10]
 
-            progress(f"{updates} port renames with the topology open")
+            progress(f"{many[0]} networks and {many[1]} routers")
+            doc["many"] = cloud.many(*many)
+            loads = []
+            for _ in range(samples):
+                loads.append(usable())
+                shown = browser.execute_script(MANY_JS)
+                counted = [bar.split(" ", 1)[0] for bar in shown["bars"]]
+                if shown["rows"] != [PAGE, PAGE] or shown["forms"] != 2 or counted != [str(n) for n in many]:
+                    raise RuntimeError(f"the topology at {many[0]} networks and {many[1]} routers shows {shown}")
+            doc["many_ms"] = _times(loads)
+            doc["many_read_bytes"] = shown["bytes"]
+            doc["many_lag_ms"] = dist(browser.execute_async_script(LAG_JS, LAG_S))
+            doc["page_errors"] += [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"][:10]
+
+            progress(f"{rounds} x {updates} port renames with the topology open, with and without "
+                     f"{UPDATE_STREAMS} more change-notice streams")
             usable()
             time.sleep(SETTLE_S)
             calls = browser.execute_script(API_CALLS_JS)
-            with_page = cloud.renames(updates)
-            doc["page_api_calls_per_update"] = (browser.execute_script(API_CALLS_JS) - calls) / updates
-            progress(f"{updates} port renames with the page and {UPDATE_STREAMS} change-notice streams open")
-            with _Streams(ctl, UPDATE_STREAMS):
-                with_streams = cloud.renames(updates)
+            doc.update(_update_cost(ctl, cloud, rounds, updates))
+            doc["page_api_calls_per_update"] = (browser.execute_script(API_CALLS_JS) - calls) / (2 * rounds * updates)
             browser.get("about:blank")
-        doc["update_cpu_ms_page"] = round((with_page - without) * 1000 / updates, 3)
-        doc["update_cpu_ms_per_console"] = round((with_streams - with_page) * 1000 / updates / UPDATE_STREAMS, 4)
-        doc["update_cpu_s"] = {"none": round(without, 4), "page": round(with_page, 4),
-                               "page_and_streams": round(with_streams, 4)}
         time.sleep(SETTLE_S)
         progress(f"at rest: {rest_s:g} s with no console, {rest_s:g} s with {STREAMS} streams")
         idle = _cpu_over(ctl, rest_s)
@@ -167,15 +195,63 @@ class _Cloud:
         self.port_ids += [p["id"] for p in made]
         self.ports = len(self.made)
 
-    def renames(self, n: int, gap: float = 1.5) -> float:
-        """Controller CPU seconds over `n` renames of a port, `gap` s apart (each pass, its notice
-        and what the consoles read after it done before the next)."""
-        api, port = self.ctl.api, self.port_ids[0]
-        cpu0 = self.ctl.cpu()
-        for i in range(n):
-            api.patch(f"/ports/{port}", json={"name": f"renamed-{time.monotonic_ns()}-{i}"})
-            time.sleep(gap)
-        return self.ctl.cpu() - cpu0
+    def many(self, networks: int, routers: int) -> dict:
+        """Networks (without ports) and routers made up to `networks` and `routers`."""
+        from fathom.bench.scale.common import create_parallel
+        t0 = time.monotonic()
+        create_parallel(self.ctl, [{"name": f"many{i}", "type": "vxlan"} for i in range(networks - len(self.networks))],
+                        path="/networks")
+        create_parallel(self.ctl, [{"name": f"r{i}"} for i in range(routers)], path="/routers")
+        made = time.monotonic() - t0
+        deadline = time.monotonic() + 60     # until a pass has them all (what the page's summary counts)
+        while [sum(self.ctl.api.get("/topology")[f].values()) for f in ("networks", "routers")] != [networks, routers]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the topology's summary did not count {networks} networks within 60 s")
+            time.sleep(0.5)
+        return {"networks": networks, "routers": routers, "made_s": round(made, 1)}
+
+    def rename(self) -> None:
+        self.ctl.api.patch(f"/ports/{self.port_ids[0]}", json={"name": f"renamed-{time.monotonic_ns()}"})
+
+
+def _update_cost(ctl, cloud: _Cloud, rounds: int, updates: int) -> dict:
+    """The update measure (see the module's doc): per round, each run's controller CPU (its main
+    thread's and the whole process's) and the figure per update per console."""
+    from fathom.bench.procs import thread_cpu_ns
+    runs: dict[str, list] = {"with": [], "without": []}
+    with _Streams(ctl, 1) as probe:
+        for r in range(rounds):
+            for arm in ("without", "with") if r % 2 == 0 else ("with", "without"):
+                streams = _Streams(ctl, UPDATE_STREAMS, first_source=2) if arm == "with" else None
+                with streams or contextlib.nullcontext():
+                    time.sleep(SETTLE_S)
+                    told = streams.counts() if streams else []
+                    base = probe.counts()[0]
+                    main0, cpu0 = thread_cpu_ns(ctl.proc.pid), ctl.cpu()
+                    for i in range(1, updates + 1):
+                        cloud.rename()
+                        if not probe.wait_for(base + i) or (streams and not streams.wait_for(min(told) + i)):
+                            raise RuntimeError("a rename's change notice did not reach every stream within 30 s")
+                    main, cpu = (thread_cpu_ns(ctl.proc.pid) - main0) / 1e9, ctl.cpu() - cpu0
+                    if streams:    # every stream received every notice the probe did, no more, no fewer
+                        got = {c - t for c, t in zip(streams.counts(), told)}
+                        if got != {probe.counts()[0] - base}:
+                            raise RuntimeError(f"the streams received {sorted(got)} notices, the probe "
+                                               f"{probe.counts()[0] - base}")
+                runs[arm].append({"main_thread_s": round(main, 6), "process_s": round(cpu, 3)})
+    per = {k: [(w[k] - wo[k]) * 1000 / updates / UPDATE_STREAMS for w, wo in zip(runs["with"], runs["without"])]
+           for k in ("main_thread_s", "process_s")}
+
+    def spread(values):
+        return {"mean": round(sum(values) / len(values), 4), "min": round(min(values), 4),
+                "max": round(max(values), 4), "rounds": [round(v, 4) for v in values]}
+    return {"update_cpu_ms_per_console": spread(per["main_thread_s"])["mean"],
+            "update_cpu_per_console_ms": {"main_thread": spread(per["main_thread_s"]),
+                                          "process": spread(per["process_s"])},
+            "update_cpu_ms_per_rename_without_streams": {
+                "main_thread": round(sum(x["main_thread_s"] for x in runs["without"]) * 1000 / rounds / updates, 3),
+                "process": round(sum(x["process_s"] for x in runs["without"]) * 1000 / rounds / updates, 2)},
+            "update_runs": runs}
 
 
 def _cpu_over(ctl, seconds: float) -> float:
@@ -185,39 +261,78 @@ def _cpu_over(ctl, seconds: float) -> float:
 
 
 class _Streams:
-    """`n` change-notice streams (GET /v1/events) held open by plain HTTP clients, read to the end."""
+    """`n` change-notice streams (GET /v1/events) held open by plain HTTP clients (sockets read by one
+    thread), from the loopback addresses 127.0.0.<first_source>.. (STREAM_SOURCES of them), each
+    counting the `change` events it receives."""
 
-    def __init__(self, ctl, n: int):
-        self.ctl, self.n = ctl, n
-        self.stop = threading.Event()
-        self.open = threading.Semaphore(0)
-        self.threads: list[threading.Thread] = []
-
-    def _hold(self) -> None:
-        import httpx
-        with httpx.Client(timeout=httpx.Timeout(10, read=None)) as c, \
-                c.stream("GET", f"{self.ctl.url}/v1/events", headers={"Authorization": f"Bearer {self.ctl.token}"}) as r:
-            self.open.release()
-            for _ in r.iter_raw():
-                if self.stop.is_set():
-                    return
+    def __init__(self, ctl, n: int, first_source: int = 1):
+        self.ctl, self.n, self.first_source = ctl, n, first_source
+        self.socks: list = []
+        self._counts = [0] * n
+        self._hello = [False] * n
+        self._tails = [b""] * n
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self):
-        self.threads = [threading.Thread(target=self._hold, daemon=True) for _ in range(self.n)]
-        for t in self.threads:
-            t.start()
-        for _ in range(self.n):
-            if not self.open.acquire(timeout=30):
+        import socket
+        port = int(self.ctl.url.rsplit(":", 1)[1])
+        head = (f"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Authorization: Bearer {self.ctl.token}\r\nAccept: text/event-stream\r\n\r\n").encode()
+        for i in range(self.n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((f"127.0.0.{self.first_source + i % STREAM_SOURCES}", 0))
+            s.connect(("127.0.0.1", port))
+            s.sendall(head)
+            self.socks.append(s)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        with self._changed:
+            if not self._changed.wait_for(lambda: all(self._hello), timeout=30):
+                self.__exit__()
                 raise RuntimeError("a change-notice stream did not open within 30 s")
-        time.sleep(1.0)       # their first reads are over
         return self
 
+    def _read(self) -> None:
+        import selectors
+        sel = selectors.DefaultSelector()
+        for i, s in enumerate(self.socks):
+            sel.register(s, selectors.EVENT_READ, i)
+        while not self._stop.is_set():
+            for key, _ in sel.select(0.2):
+                i = key.data
+                data = key.fileobj.recv(1 << 16)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                seen = self._tails[i] + data
+                with self._changed:
+                    self._counts[i] += seen.count(b"event: change")
+                    self._hello[i] = self._hello[i] or b"event: hello" in seen
+                    self._changed.notify_all()
+                self._tails[i] = seen[-12:]     # shorter than either name: nothing counted twice
+        sel.close()
+
+    def counts(self) -> list[int]:
+        with self._changed:
+            return list(self._counts)
+
+    def wait_for(self, count: int, timeout: float = 30) -> bool:
+        """Until every stream has received `count` change events in all."""
+        with self._changed:
+            return self._changed.wait_for(lambda: min(self._counts, default=count) >= count, timeout=timeout)
+
     def __exit__(self, *exc):
-        self.stop.set()       # each ends at its next event or keep-alive; daemon threads otherwise
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        for s in self.socks:
+            s.close()
 
 
 def markdown(doc: dict) -> str:
-    plan, t = doc["plan"], doc["targets"]
+    plan, t, u = doc["plan"], doc["targets"], doc["update_cpu_per_console_ms"]
 
     def row(name, d, target):
         if not d["n"]:
@@ -233,12 +348,20 @@ def markdown(doc: dict) -> str:
         row(f"topology: {doc['model']['nodes']} nodes, {doc['model']['ports']} ports", doc["topology_ms"],
             t["topology_ms"]),
         row(f"a node opened: its {plan['ports_per_node']} ports listed", doc["node_ms"], t["node_ms"]),
+        row(f"topology with {doc['many']['networks']} networks and {doc['many']['routers']} routers "
+            f"(counted, {PAGE} of each listed)", doc["many_ms"], t["many_ms"]),
         "",
         f"Event loop lag after drawing the {doc['model']['ports']} ports: p50 {doc['lag_ms']['p50']:.0f} ms, "
         f"max {doc['lag_ms']['max']:.0f} ms; page errors: {len(doc['page_errors'])}.",
-        f"Controller CPU per live update per console: {doc['update_cpu_ms_per_console']:g} ms (target ≤ "
-        f"{t['update_cpu_ms_per_console']:g} ms); the notice made once, with one page open: {doc['update_cpu_ms_page']:g} ms; "
-        f"the page's reads through the API per update: {doc['page_api_calls_per_update']:g}.",
+        f"With {doc['many']['networks']} networks and {doc['many']['routers']} routers: lag p50 "
+        f"{doc['many_lag_ms']['p50']:.0f} ms, max {doc['many_lag_ms']['max']:.0f} ms; the page's reads of them brought "
+        f"{doc['many_read_bytes']:,} bytes.",
+        f"Controller CPU per live update per console (its event-loop thread; {plan['update_rounds']} rounds of "
+        f"{plan['updates']} renames with and without {plan['update_streams']} streams): "
+        f"mean {u['main_thread']['mean']:g} ms, min {u['main_thread']['min']:g}, max {u['main_thread']['max']:g} "
+        f"(target ≤ {t['update_cpu_ms_per_console']:g} ms); the whole process: mean {u['process']['mean']:g} ms, "
+        f"min {u['process']['min']:g}, max {u['process']['max']:g}; the page's reads through the API per update: "
+        f"{doc['page_api_calls_per_update']:g}.",
         f"At rest with {plan['streams']} consoles open: {doc['rest_cpu_pct']:g} % of a core (target ≤ {t['rest_cpu_pct']:g} %).",
         *([" ", "Busy machine: load average above 1 or other labs running; figures not for publishing."]
           if doc["busy_machine"] else []),

@@ -97,3 +97,12 @@ def rss(groups: dict[str, dict[str, int]]) -> dict[str, dict]:
         by = {name: round(rss_mb(pid) or 0.0, 1) for name, pid in procs.items()}
         out[group] = {"total_mb": round(sum(by.values()), 1), "by_process_mb": by}
     return out
+
+
+def thread_cpu_ns(pid: int, tid: int | None = None) -> int:
+    """CPU time (ns) of one thread of a process (default its main thread, tid == pid), from its
+    schedstat; 0 when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/task/{tid or pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -477,23 +477,28 @@ def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports,
 @click.option("--nodes", type=click.IntRange(1, 250), default=100, show_default=True)
 @click.option("--ports", type=click.IntRange(1, 1000), default=100, show_default=True, help="ports per node")
 @click.option("--samples", type=click.IntRange(1, 100), default=5, show_default=True, help="page loads timed per size")
-@click.option("--updates", type=click.IntRange(1, 1000), default=10, show_default=True, help="live updates timed")
+@click.option("--updates", type=click.IntRange(1, 1000), default=20, show_default=True, help="live updates timed per run")
 @click.option("--rest", "rest_s", type=click.FloatRange(1, 3600), default=30.0, show_default=True,
               help="seconds at rest measured (with and without consoles)")
-@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 3 samples, 5 updates, 10 s at rest")
+@click.option("--rounds", type=click.IntRange(1, 100), default=4, show_default=True,
+              help="rounds of updates timed with and without 200 more consoles")
+@click.option("--quick", is_flag=True, help="10 nodes x 10 ports, 250 networks and routers, 3 samples, 2 rounds of "
+                                           "5 updates, 10 s at rest")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False), help="default results/bench-console-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def console_bench(nodes, ports, samples, updates, rest_s, quick, outdir, as_json):
+def console_bench(nodes, ports, samples, updates, rest_s, rounds, quick, outdir, as_json):
     """The web console in headless Chromium against a controller of its own holding bench scale's
-    model of NODES x PORTS: first page and topology time to usable, the page's responsiveness,
+    model of NODES x PORTS: first page and topology time to usable (also with 2,000 networks and
+    1,000 routers), the page's responsiveness,
     controller CPU per live update per console and at rest with 10 consoles open."""
     from fathom.bench import console as cb
     from fathom.bench.scale.common import RUN_ROOT
     if quick:
-        nodes, ports, samples, updates, rest_s = 10, 10, 3, 5, 10.0
+        nodes, ports, samples, updates, rest_s, rounds = 10, 10, 3, 5, 10.0, 2
+    many = (250, 250) if quick else (cb.MANY_NETWORKS, cb.MANY_ROUTERS)
     out = output_dir("console", outdir)
     try:
-        doc = cb.run(RUN_ROOT / "console", nodes, ports, samples, updates, rest_s, stderr_progress())
+        doc = cb.run(RUN_ROOT / "console", nodes, ports, samples, updates, rest_s, rounds, many, stderr_progress())
     except (RuntimeError, OSError) as e:
         fail(str(e))
     publish("console", doc, out, cb, as_json)

@@ -18,7 +18,8 @@ The reads and encoding run on the feed's own thread, in pass order, not the reco
 
 A node's change carries the node as the topology's summary shows it (`node_row`: its health); the
 feed also answers that summary (`summary`, GET /v1/topology): per node the caller's ports counted
-by status as of the last pass, with that pass's `seq` (a notice of that pass or before is in it).
+by status as of the last pass, with that pass's `seq` (a notice of that pass or before is in it),
+and the caller's networks and routers counted by status (a page lists them when they are few).
 Before the first pass publishes (a controller's startup grace) it counts the last pass's model with
 no statuses (every port `pending`), and that first publish tells every console `refresh`.
 """
@@ -192,6 +193,22 @@ def port_counts(model: Snapshot | None, statuses: dict, project: str | None) -> 
     return nodes, unbound
 
 
+# the model's collections the topology's summary counts by status (the page lists them when few)
+COUNTED = {"networks": "network", "routers": "router"}
+
+
+def status_counts(model: Snapshot | None, statuses: dict, field: str, project: str | None) -> dict[str, int]:
+    """{status: objects} of a collection, `project`'s (None: all; a member also counts the external
+    networks, which the API lists to every project)."""
+    counts: dict[str, int] = {}
+    for o in getattr(model, field, ()) if model is not None else ():
+        if project is not None and o.project_id != project and not getattr(o, "external", False):
+            continue
+        status = statuses.get((COUNTED[field], o.id), ("pending",))[0]
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
 class Listener:
     """One console's stream: its scope (a project, or every project for an admin) and the bytes of
     the notices not yet sent (`chunks`, added in its event loop from the feed's thread, taken by the
@@ -256,7 +273,8 @@ class ConsoleFeed(Extension):
                      for n in (model.nodes if model is not None else ())]
         else:
             nodes = [{"name": name, "ports": c} for name, c in sorted(counts.items())]
-        return {"seq": seq, "nodes": nodes, "unbound_ports": unbound}
+        return {"seq": seq, "nodes": nodes, "unbound_ports": unbound,
+                **{field: status_counts(model, statuses, field, None if admin else project) for field in COUNTED}}
 
     def published(self, statuses: dict) -> None:
         model, result = self._pass

@@ -5,7 +5,7 @@ Every page loads with no console error; a port made through the API appears on t
 without a reload (the change notice carries it), and goes when deleted; a node opened by its URL lists its ports; a name with HTML in it is shown as text; a member sees only its project's objects
 (pages and data calls, the topology's summary counts, and its stream of change notices); a flow removed from a switch shows as
 missing on its port's page; a trace from a port's page shows the verdict and the path drawn; the flow
-records page loads; the benchmarks page plots a results file; the taps page shows a policy's counters moving under traffic and downloads a
+records page loads, and sets a project's sampling rates (a refusal shown as the API answers it); the benchmarks page plots a results file; the taps page shows a policy's counters moving under traffic and downloads a
 capture of its monitor made by the monitor's node agent; a page open across a controller restart
 hears of a new port without a reload; a bad or revoked token goes back to the login page; a port's
 page shows its counters rising with pings; Keystone credentials (a real Keystone) log a member in to
@@ -275,6 +275,35 @@ def test_flow_records_page(lab, admin, url, browser):
     assert "no records in the last 5 minutes" in browser.find_element(By.ID, "top").text
     assert errors(browser) == []
     shot(browser, "flow-records")
+
+
+def test_flow_records_page_sets_sampling_rates(lab, admin, url, browser):
+    """A member sets its project's rates with the form (read back through the API); another
+    project's are refused by the API, and the page says so with the API's status and reason."""
+    browser.get(f"{url}/console/login")
+    browser.execute_script("sessionStorage.setItem('fathom.token', arguments[0])", token_of(admin, "alpha")["token"])
+    browser.get(f"{url}/console/flow-records")
+    wait(browser, lambda d: d.find_element(By.ID, "rate-project").get_attribute("value") == "alpha", "the form")
+
+    def submit(project: str, ingress: int) -> str:
+        form = {"rate-project": project, "rate-ingress": str(ingress), "rate-drop": "1"}
+        for field, value in form.items():
+            browser.find_element(By.ID, field).clear()
+            browser.find_element(By.ID, field).send_keys(value)
+        browser.execute_script("document.getElementById('rate-result').textContent = ''")
+        browser.find_element(By.CSS_SELECTOR, "#sampling button").click()
+        return wait(browser, lambda d: d.find_element(By.ID, "rate-result").text, "the answer")
+    try:
+        assert submit("alpha", 1000) == "set: project alpha, ingress 1000, admit 0, drop 1"
+        rows = [r for r in admin.get("/flow-records/config").json() if r["project_id"] == "alpha"]
+        assert rows == [{"project_id": "alpha", "port_id": None, "ingress": 1000, "admit": 0, "drop": 1}]
+        wait(browser, lambda d: "1000" in cell_texts(d, "rates"), "the rates read again")
+        refused = submit("beta", 500)
+        assert refused.startswith("refused (403): only an admin can set another project's"), refused
+        assert "beta" not in [r["project_id"] for r in admin.get("/flow-records/config").json()]
+        shot(browser, "flow-records-sampling")
+    finally:
+        admin.delete("/flow-records/config", params={"project_id": "alpha"})
 
 
 def test_benchmarks_page(lab, admin, url, browser):

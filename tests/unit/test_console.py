@@ -185,8 +185,17 @@ def test_the_topology_summary_counts_the_callers_ports_per_node(tenants):
     beta = member.get("/v1/topology").json()
     nodes, unbound = expected(p for p in cloud.get("/ports") if p["project_id"] == "beta")
     # beta's ports only, the nodes by name only (no health: the nodes are the admin's)
+    def by_status(objects):
+        counts = {}
+        for o in objects:
+            counts[o["status"]] = counts.get(o["status"], 0) + 1
+        return counts
     assert beta == {"seq": admin["seq"], "nodes": [{"name": n, "ports": c} for n, c in sorted(nodes.items())],
-                    "unbound_ports": unbound}
+                    "unbound_ports": unbound, "networks": by_status(member.get("/v1/networks").json()),
+                    "routers": by_status(member.get("/v1/routers").json())}
+    # networks and routers counted as the API lists them (a page lists them only when few)
+    assert admin["networks"] == by_status(cloud.get("/networks")) and admin["routers"] == by_status(cloud.get("/routers"))
+    assert sum(admin["networks"].values()) > sum(beta["networks"].values()) > 0
     assert TestClient(cloud.api).get("/v1/topology").status_code == 401
 
 

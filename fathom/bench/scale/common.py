@@ -81,9 +81,9 @@ class Controller:
                 self.proc.wait()
 
 
-def create_parallel(ctl, bodies: list[dict], writers: int = 8) -> list[dict]:
-    """Create ports with `writers` concurrent clients of `ctl.client()` (filling a fabric quickly);
-    raises on any error."""
+def create_parallel(ctl, bodies: list[dict], writers: int = 8, path: str = "/ports") -> list[dict]:
+    """Create ports (or the objects of another collection, `path`) with `writers` concurrent
+    clients of `ctl.client()` (filling a fabric quickly); raises on any error."""
     out: list[dict] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -93,7 +93,7 @@ def create_parallel(ctl, bodies: list[dict], writers: int = 8) -> list[dict]:
         try:
             for body in part:
                 try:
-                    port = client.post("/ports", json=body)
+                    port = client.post(path, json=body)
                     with lock:
                         out.append(port)
                 except ApiError as e:
@@ -107,5 +107,5 @@ def create_parallel(ctl, bodies: list[dict], writers: int = 8) -> list[dict]:
     for t in threads:
         t.join()
     if errors:
-        raise RuntimeError(f"{len(errors)} port creations failed, e.g. {errors[0]}")
+        raise RuntimeError(f"{len(errors)} creations ({path}) failed, e.g. {errors[0]}")
     return out

@@ -1,13 +1,18 @@
 // The topology: nodes (admin: with their health) and the caller's ports counted per node
 // (GET /v1/topology), fabric switches and their LLDP links, tunnels, and the networks, routers and
 // port chains the token may see. Ports are listed for one node at a time (?node=<name>, a link to
-// share), or all of them while the caller sees at most INLINE_PORTS. Live: each change notice's
+// share), or all of them while the caller sees at most INLINE_PORTS. Networks and routers are
+// listed and drawn whole while the caller has at most INLINE_OBJECTS of each (the summary counts
+// them by status); beyond, the page shows their counts and one page of PAGE of them at a time (next,
+// previous, or a name looked up), and reads only that page. Live: each change notice's
 // objects are put in place (a port's `was` and `now` move it between the counts) and the page drawn
 // again; nothing is read again but after a reconnect or a `refresh` notice.
 import cytoscape from "/console/vendor/cytoscape.esm.min.mjs";
 import { api, apiList, el, follow, header, replace, showError, statusBadge, table } from "/console/static/console.js";
 
 const INLINE_PORTS = 500;     // ports listed without opening a node
+const INLINE_OBJECTS = 200;   // networks (routers) listed and drawn whole; more: counted, a page at a time
+const PAGE = 50;
 const DRAWN_TUNNELS = 12;     // nodes up to which every tunnel is drawn (a full mesh: n(n-1)/2 lines)
 const opened = new URLSearchParams(location.search).get("node");
 
@@ -51,20 +56,54 @@ const byId = list => new Map(list.map(o => [o.id, o]));
 let me;
 // what the page shows: objects by id (nodes by name), the caller's port counts per node
 const view = { seq: 0, nodes: new Map(), counts: new Map(), unbound: {}, switches: new Map(), networks: new Map(),
-               routers: new Map(), chains: new Map(), ports: new Map(), listing: false };
+               routers: new Map(), chains: new Map(), ports: new Map(), listing: false, totals: {} };
+
+// networks and routers: each listed whole, or (`paged`) one page: after `marker` (stack: the pages before), or `name`
+const lists = { networks: { path: "/networks", paged: false, markers: [], name: "" },
+                routers: { path: "/routers", paged: false, markers: [], name: "" } };
+
+async function readList(field, counts) {
+  const l = lists[field];
+  l.paged = total(counts) > INLINE_OBJECTS;
+  if (!l.paged) { l.markers = []; l.name = ""; return apiList(l.path); }
+  const marker = l.markers[l.markers.length - 1];
+  return api(`${l.path}?limit=${PAGE}` + (l.name ? "&name=" + encodeURIComponent(l.name) : "") + (marker ? "&marker=" + marker : ""));
+}
 
 async function load() {
-  const [summary, networks, routers, chains] = await Promise.all([
-    api("/topology"), ...["/networks", "/routers", "/sfc/port_chains"].map(p => apiList(p))]);
+  const summary = await api("/topology");
+  const [networks, routers, chains] = await Promise.all([
+    readList("networks", summary.networks), readList("routers", summary.routers), apiList("/sfc/port_chains")]);
   const switches = me.admin ? await apiList("/fabric/switches") : [];
   view.seq = summary.seq;
   view.nodes = new Map(summary.nodes.map(n => [n.name, n]));
   view.counts = new Map(summary.nodes.map(n => [n.name, { ...n.ports }]));
   view.unbound = { ...summary.unbound_ports };
+  view.totals = { networks: summary.networks, routers: summary.routers };
   view.switches = byId(switches); view.networks = byId(networks); view.routers = byId(routers); view.chains = byId(chains);
   const seen = [...view.counts.values(), view.unbound].reduce((s, c) => s + total(c), 0);
   view.listing = opened !== null || seen <= INLINE_PORTS;
   view.ports = byId(!view.listing ? [] : await apiList(opened !== null ? "/ports?node=" + encodeURIComponent(opened) : "/ports"));
+}
+
+// Another page of a paged list (`to`: "next", "previous", or a name; "" the first page): read, drawn.
+async function turn(field, to) {
+  const l = lists[field], shown = [...view[field].keys()];
+  if (to === "next") { if (shown.length < PAGE) return; l.markers.push(Math.max(...shown)); }
+  else if (to === "previous") l.markers.pop();
+  else { l.markers = []; l.name = to; }
+  try { view[field] = byId(await readList(field, view.totals[field])); showError(null); } catch (e) { showError(e); }
+  soon();
+}
+
+// A paged list's counts changed (a notice of one of them): the summary read again, once for the notices of 2 s.
+let recount = null;
+function recountSoon() {
+  recount ||= setTimeout(async () => {
+    recount = null;
+    try { const s = await api("/topology"); view.totals = { networks: s.networks, routers: s.routers }; soon(); }
+    catch (e) { showError(e); }
+  }, 2000);
 }
 
 // whether the ports table lists this port
@@ -88,7 +127,11 @@ function apply({ seq, changes }) {
       for (const [name, n] of view.nodes) if (n.id === c.id) view.nodes.delete(name);
       if (c.object) view.nodes.set(c.object.name, c.object);
     } else if (MAPS[c.kind]) {
-      if (c.object) view[MAPS[c.kind]].set(c.id, c.object); else view[MAPS[c.kind]].delete(c.id);
+      const field = MAPS[c.kind], l = lists[field];
+      if (l && l.paged) {     // the page shown keeps its objects (edited or gone in place); the counts are read again
+        if (view[field].has(c.id)) { if (c.object) view[field].set(c.id, c.object); else view[field].delete(c.id); }
+        recountSoon();
+      } else if (c.object) view[field].set(c.id, c.object); else view[field].delete(c.id);
     }
   }
   soon();
@@ -144,6 +187,8 @@ function render() {
     { title: "node", cell: ([name]) => name === null ? "(no node)" : el("a", { href: nodeLink(name) }, name) },
     { title: "ports", cell: ([, c]) => String(total(c)) }, { title: "by status", cell: ([, c]) => countText(c) },
   ], counted));
+  pager("networks", "networks", networks.length);
+  pager("routers", "routers", routers.length);
   replace("networks", table([
     { title: "network", cell: n => n.name }, { title: "project", cell: n => n.project_id },
     { title: "type", cell: n => `${n.type} ${n.segmentation_id ?? ""}` }, { title: "status", cell: n => statusBadge(n.status, n.status_reason) },
@@ -166,6 +211,28 @@ function render() {
     { title: "project", cell: c => c.project_id }, { title: "PPTMon", cell: c => c.pptmon ? "on" : "off" },
   ], [...view.chains.values()]));
   draw({ nodes, switches, tunnels, networks, routers, ports: workloads });
+}
+
+// A paged list's bar: its counts by status, which of them are shown, and the controls to page or look one up.
+function pager(field, noun, shown) {
+  const l = lists[field], bar = document.getElementById(field + "-bar");
+  bar.hidden = !l.paged;
+  if (l.form) l.form.hidden = !l.paged;
+  if (!l.paged) return;
+  const first = l.markers.length * PAGE;
+  replace(field + "-bar", el("span", { class: "counts" }, `${total(view.totals[field])} ${noun} (${countText(view.totals[field])}); ` +
+    (l.name ? `named ${l.name}: ${shown}` : shown ? `showing ${first + 1}–${first + shown}` : "none on this page")));
+  if (!l.form) {    // made once: a redraw keeps what is typed
+    const input = el("input", { type: "search", placeholder: "a name (none: every one)", "aria-label": `look up ${noun} by name` });
+    const form = el("form", {}, input, el("button", { type: "submit" }, "look up"),
+      el("button", { type: "button", "data-to": "previous" }, "previous"), el("button", { type: "button", "data-to": "next" }, "next"));
+    form.addEventListener("submit", e => { e.preventDefault(); turn(field, input.value.trim()); });
+    form.addEventListener("click", e => { if (e.target.dataset.to) turn(field, e.target.dataset.to); });
+    bar.parentNode.insertBefore(form, bar.nextSibling);
+    l.form = form;
+  }
+  l.form.querySelector("[data-to=previous]").disabled = !l.markers.length || !!l.name;
+  l.form.querySelector("[data-to=next]").disabled = shown < PAGE || !!l.name;
 }
 
 // A fixed layout, so that the picture reads the same after each change: networks in a row at the
