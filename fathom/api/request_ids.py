@@ -207,8 +207,9 @@ class RequestIds:
                            "(the controller that ran it stopped): read the object instead", "conflict")
 
     def _record(self, pending: Pending, status: int, content_type: str, body: bytes | None) -> None:
-        # the key's row is no part of the model: these writes neither make the reconciler read the
-        # store again nor, through the change feed, wake the other processes (fathom.store.changes)
+        # the key's row is no part of the model: these writes are not counted as changes
+        # (fathom.store.changes), so an API worker's recording sends no change-feed notice that
+        # would wake the controller's reconciler (fathom.cluster.feed)
         with (self._single or self.engine).connect().execution_options(model_unchanged=True) as conn:
             conn.execute(update(_ROWS).where(_ROWS.c.scope == pending.scope, _ROWS.c.key == pending.key)
                          .values(status=status, content_type=content_type[:128] or None, body=body))
