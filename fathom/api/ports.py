@@ -57,8 +57,9 @@ def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
         port = ops.create_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
                                fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
                                port_security=body.port_security, project_id=body.project_id,
-                               external_id=body.external_id)
+                               external_id=body.external_id, flush=False)
         secgroups.set_port_groups(s, port, body.security_groups, creating=True)
+        s.flush()   # the port, its addresses and its groups in one go
         return port_out(port)
     return db.write(create)
 

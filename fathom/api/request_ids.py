@@ -97,6 +97,11 @@ class RequestIds:
 
     def __init__(self, app, engine: Engine):
         self.app, self.engine = app, engine
+        # On PostgreSQL the lookup and the recording are one statement each, run without a
+        # transaction around it (no BEGIN and COMMIT round trips); SQLite's connections begin
+        # their own (fathom.store.db), and keep them.
+        self._single = (engine.execution_options(isolation_level="AUTOCOMMIT")
+                        if engine.dialect.name == "postgresql" else None)
         self._swept = 0.0
 
     async def __call__(self, scope, receive, send):
@@ -174,8 +179,12 @@ class RequestIds:
         await send({"type": "http.response.body", "body": body})
 
     def _lookup(self, who: str, key: str) -> Row | None:
+        query = select(_ROWS).where(_ROWS.c.scope == who, _ROWS.c.key == key)
+        if self._single is not None:
+            with self._single.connect() as conn:
+                return conn.execute(query).first()
         with self.engine.connect().execution_options(**READ_ONLY) as conn, conn.begin():
-            return conn.execute(select(_ROWS).where(_ROWS.c.scope == who, _ROWS.c.key == key)).first()
+            return conn.execute(query).first()
 
     @staticmethod
     def _recorded(row: Row, fingerprint: str) -> tuple[int, list, bytes]:
@@ -198,9 +207,13 @@ class RequestIds:
                            "(the controller that ran it stopped): read the object instead", "conflict")
 
     def _record(self, pending: Pending, status: int, content_type: str, body: bytes | None) -> None:
-        with self.engine.begin() as conn:
+        # the key's row is no part of the model: these writes are not counted as changes
+        # (fathom.store.changes), so an API worker's recording sends no change-feed notice that
+        # would wake the controller's reconciler (fathom.cluster.feed)
+        with (self._single or self.engine).connect().execution_options(model_unchanged=True) as conn:
             conn.execute(update(_ROWS).where(_ROWS.c.scope == pending.scope, _ROWS.c.key == pending.key)
                          .values(status=status, content_type=content_type[:128] or None, body=body))
             if time.monotonic() - self._swept > SWEEP_EVERY:
                 self._swept = time.monotonic()
                 conn.execute(delete(_ROWS).where(_ROWS.c.created < utcnow() - RETENTION))
+            conn.commit()

@@ -366,9 +366,11 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                 mac_address: str | None = None, fixed_ips: list[dict] | None = None,
                 node: str | None = None, interface_name: str | None = None,
                 port_security: bool = True, project_id: str | None = None,
-                router_id: int | None = None, external_id: str | None = None) -> m.Port:
+                router_id: int | None = None, external_id: str | None = None, flush: bool = True) -> m.Port:
     """`fixed_ips`: [{"subnet_id": int?, "ip_address": IPv4Address?}]; None = one from the first
-    subnet, [] = none. `router_id` is for router interfaces (see add_router_interface)."""
+    subnet, [] = none. `router_id` is for router interfaces (see add_router_interface). `flush`:
+    False leaves the port pending, for the caller to add what belongs with it (its security groups)
+    and flush once."""
     found = _port_context(session, caller, network_id, project_id, mac_address, node, interface_name, external_id)
     network = found.network
     if network is None or not _visible(caller, network):
@@ -407,7 +409,8 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                   fixed_ips=[m.IpAllocation(subnet_id=subnet.id, network_id=network.id, ip_address=str(ip))
                              for subnet, ip in chosen])
     session.add(port)
-    session.flush()
+    if flush:
+        session.flush()
     return port
 
 

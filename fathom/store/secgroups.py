@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -249,8 +249,12 @@ def delete_rule(session: Session, caller: Caller, rule_id: int) -> None:
 
 
 def _link_new_port(session: Session, port: m.Port, group_ids: list[int]) -> None:
-    """The groups of a port just created (it has no links yet: the collection is set as loaded,
-    not read from the store)."""
+    """The groups of a port just created: one not flushed yet gets them in its own flush (its
+    creator's); one flushed already has no links yet (the collection is set as loaded, not read
+    from the store)."""
+    if inspect(port).pending:
+        port.security_group_links = [m.PortSecurityGroup(group_id=g) for g in group_ids]
+        return
     links = [m.PortSecurityGroup(port_id=port.id, group_id=g) for g in group_ids]
     session.add_all(links)
     set_committed_value(port, "security_group_links", links)
