@@ -72,15 +72,18 @@ def _port_told(_mapper, connection, target) -> None:
             pending.add((_TOLD, target.id))
 
 
-_TRACKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # engine -> its trackers (a WeakSet)
+# an engine's pool -> its trackers (a WeakSet). By pool, not engine: `engine.execution_options()`
+# makes another Engine object over the same pool and connections (a replica's lease rounds and its
+# change feed use one), and a write told through it is the same database's.
+_TRACKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _TRACKERS_LOCK = threading.Lock()
 
 
 def written_elsewhere(engine: Engine, written: set) -> None:
     """Another process committed writes of these tables and row tokens (fathom.cluster.feed): every
-    tracker of `engine` counts them as committed here."""
+    tracker of `engine` (or of an engine over the same pool) counts them as committed here."""
     with _TRACKERS_LOCK:
-        trackers = list(_TRACKERS.get(engine, ()))
+        trackers = list(_TRACKERS.get(engine.pool, ()))
     for tracker in trackers:
         tracker._count(written)
 
@@ -104,7 +107,7 @@ class TableChanges:
         if not event.contains(Port, "after_insert", _port_told):
             event.listen(Port, "after_insert", _port_told)
         with _TRACKERS_LOCK:
-            _TRACKERS.setdefault(engine, weakref.WeakSet()).add(self)
+            _TRACKERS.setdefault(engine.pool, weakref.WeakSet()).add(self)
 
     def take(self) -> set:
         """The tables (and port row tokens) written by the transactions committed since the last call."""

@@ -37,7 +37,9 @@ class Reader:
         self.notes: list[set] = []
         self._marks, self._lock = 0, threading.Lock()
         self.store.read(whole=True)
-        self.listener = feed.follow(self.engine, "b", self._received)
+        # through an engine with options of its own over the same pool, as a replica's lease rounds
+        # hold it (fathom.cluster.mastership): what it is told is counted by the trackers of its pool
+        self.listener = feed.follow(self.engine.execution_options(feed=False), "b", self._received)
         wait_for(lambda: self.notes == [{ALL}], 10, "B's listener to connect (and read whole once)")
         self.store.read(whole=False)
 
