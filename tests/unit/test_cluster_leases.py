@@ -451,9 +451,10 @@ def test_a_third_replica_joining_two_moves_its_share_once(engine):
             r.stop()
 
 
-def test_a_round_at_rest_renews_in_one_statement_and_changes_nothing(engine):
-    """Three balanced replicas: a round at rest is two statements (heartbeat with renewal, one
-    view): no lease taken or freed, no epoch raised, and nothing told to the consumer."""
+def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine):
+    """Three balanced replicas: a round at rest is one statement (heartbeat, renewal and the view
+    together, autocommit: no BEGIN or COMMIT either): no lease taken or freed, no epoch raised, and
+    nothing told to the consumer."""
     from sqlalchemy import Engine, event
     steady = Timing(renew=0.05, lease=5.0, guard=0.1)   # hand-run rounds: no lease ends between them
     reps = [Mastership(engine, lambda: switches(100), replica_id=n, timing=steady, reachable_only=True,
@@ -478,7 +479,8 @@ def test_a_round_at_rest_renews_in_one_statement_and_changes_nothing(engine):
                 r.run_round()
     finally:
         event.remove(Engine, "before_cursor_execute", count)
-    assert statements == ["WITH", "WITH"] * 9, statements
+    assert statements == ["WITH"] * 9, statements
+    assert all(r._conn.connection.dbapi_connection.autocommit for r in reps)   # no BEGIN, no COMMIT
     assert _epochs(engine) == before and told == []
     with engine.connect() as conn:
         holders = dict(conn.execute(text("SELECT switch, holder FROM cluster_leases")).all())
