@@ -78,6 +78,14 @@ def pki_fingerprint(pki_dir: str | Path | None) -> str:
     return digest.hexdigest()
 
 
+# the most leases a replica takes in one round of those another replica handed over (freed less
+# than a lease time ago: a balance, a stop): each one it gains is a role request and a resync of
+# the switch, and a replica that took its whole share at once (a joiner: 33 of 100 switches) spends
+# its next rounds' time on them; a round late by a lease time loses them all to the others (it is
+# not live then), which hand them back. So it takes its share a batch a round, each renewed by the
+# next round before the next batch. A lease that has had no master for a lease time (its holder
+# killed or paused) is taken at once.
+HANDOVER_BATCH = 8
 _SECONDS = "make_interval(secs => :lease)"
 _LIVE = f"heartbeat > clock_timestamp() - {_SECONDS}"
 
@@ -262,7 +270,10 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     below_reach = {r: reached_by(r) for r in below}
     taken: dict[str, int] = {}
     if free and mine < share.get(me, 0):
-        taken.update(conn.execute(_TAKE, {**p, "candidates": [s for s, _ in free], "n": share[me] - mine}).all())
+        # every lease that has had no master for a lease time (a failover is never paced), and at
+        # most HANDOVER_BATCH of those another replica freed less than a lease time ago
+        candidates = [s for s, idle in free if idle >= 0] + [s for s, idle in free if idle < 0][:HANDOVER_BATCH]
+        taken.update(conn.execute(_TAKE, {**p, "candidates": candidates, "n": share[me] - mine}).all())
     if reachable is not None:
         # beyond its share: a switch it reaches that no live replica below its share reaches, and that
         # has had no master for a lease time

@@ -180,8 +180,14 @@ class Mastership:
                 leases.leave(conn, self.id)
 
     def _loop(self) -> None:
+        last = None
         while not self._stopping.is_set():
             started = time.monotonic()
+            if last is not None and started - last > self.timing.lease - self.timing.guard:
+                # its leases passed their deadline meanwhile (others may have taken them): say why
+                LOG.warning("replica %s: lease round %.2f s after the previous one (lease %.2f s)", self.id,
+                            started - last, self.timing.lease)
+            last = started
             self._expire_if_due()
             try:
                 self.run_round()
