@@ -78,13 +78,13 @@ def pki_fingerprint(pki_dir: str | Path | None) -> str:
     return digest.hexdigest()
 
 
-# the most leases a replica takes in one round of those another replica handed over (freed less
-# than a lease time ago: a balance, a stop): each one it gains is a role request and a resync of
-# the switch, and a replica that took its whole share at once (a joiner: 33 of 100 switches) spends
-# its next rounds' time on them; a round late by a lease time loses them all to the others (it is
-# not live then), which hand them back. So it takes its share a batch a round, each renewed by the
-# next round before the next batch. A lease that has had no master for a lease time (its holder
-# killed or paused) is taken at once.
+# the most freed leases (given up by a replica above its share or one that stopped, or never held)
+# a replica takes in one round: each one it gains is a role request and a resync of the switch,
+# and a replica that took its whole share at once (a joiner: 33 of 100 switches) spends its next
+# rounds' time on them; a round late by a lease time loses them all to the others (it is not live
+# then), which hand them back. So it takes its share a batch a round, each renewed by the next
+# round before the next batch. A lease whose holder's lease ran out (killed, paused, or late) is
+# taken at once.
 HANDOVER_BATCH = 8
 _SECONDS = "make_interval(secs => :lease)"
 _LIVE = f"heartbeat > clock_timestamp() - {_SECONDS}"
@@ -187,7 +187,7 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 # PostgreSQL's clock, as of the statement's start (its own writes are seen through what they
 # return): the replicas whose heartbeat is younger than the keep time ([id, live, reaches, address,
 # openflow, agents, switch_states, heartbeat age]) and every lease ([switch, valid holder or null,
-# seconds without a master or null])
+# seconds without a master or null, whether it was freed rather than ran out])
 _ROUND = (
     "WITH reach AS (SELECT unnest(string_to_array(%(reaches)s, ',')) AS switch), "
     "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s, "
@@ -210,7 +210,8 @@ _ROUND = (
     "       (SELECT coalesce(json_agg(json_build_array(l.switch, "
     "                CASE WHEN l.expires > now.t THEN l.holder END, "
     "                CASE WHEN l.expires IS NULL OR l.expires <= now.t "
-    "                     THEN coalesce(extract(epoch FROM now.t - l.renewed), 1e9) - %(lease)s END)), '[]') "
+    "                     THEN coalesce(extract(epoch FROM now.t - l.renewed), 1e9) - %(lease)s END, "
+    "                l.expires IS NULL)), '[]') "
     "        FROM cluster_leases l) "
     "FROM now")
 # take the leases among :candidates still free or expired when locked (PostgreSQL re-reads a row
@@ -250,10 +251,10 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     # the view is as of the statement's start: this replica is live (its heartbeat was just
     # written), holds what it renewed, and what it freed is free (it had a master until now)
     replicas = [[r[0], True, *r[2:]] if r[0] == me else r for r in replicas]
-    rows = [(s, me, None) if s in kept else (s, None, -timing.lease) if s in out.released else (s, h, idle)
-            for s, h, idle in rows]
+    rows = [(s, me, None, False) if s in kept else (s, None, -timing.lease, True) if s in out.released
+            else (s, h, idle, freed) for s, h, idle, freed in rows]
     live = {r[0]: r for r in replicas if r[1]}
-    holders = {s: h for s, h, _ in rows if h is not None}
+    holders = {s: h for s, h, _, _ in rows if h is not None}
     share = shares(list(live), len(rows))
     mine = len(out.held)
     counts = Counter(holders.values())
@@ -264,20 +265,20 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
         return None if s is None else set(filter(None, s.split(",")))
 
     mine_to_reach = None if reachable is None else frozenset(reachable)
-    unheld = [(s, idle) for s, h, idle in rows if h is None]        # free or expired
-    free = [(s, idle) for s, idle in unheld if mine_to_reach is None or s in mine_to_reach]
+    unheld = [(s, idle, freed) for s, h, idle, freed in rows if h is None]        # free or expired
+    free = [(s, idle, freed) for s, idle, freed in unheld if mine_to_reach is None or s in mine_to_reach]
     below = {r: share[r] - counts[r] for r in live if r != me and counts[r] < share[r]}
     below_reach = {r: reached_by(r) for r in below}
     taken: dict[str, int] = {}
     if free and mine < share.get(me, 0):
-        # every lease that has had no master for a lease time (a failover is never paced), and at
-        # most HANDOVER_BATCH of those another replica freed less than a lease time ago
-        candidates = [s for s, idle in free if idle >= 0] + [s for s, idle in free if idle < 0][:HANDOVER_BATCH]
+        # every lease whose holder's lease ran out (a failover is never paced), and at most
+        # HANDOVER_BATCH of those freed (given up, or never held)
+        candidates = [s for s, _, freed in free if not freed] + [s for s, _, freed in free if freed][:HANDOVER_BATCH]
         taken.update(conn.execute(_TAKE, {**p, "candidates": candidates, "n": share[me] - mine}).all())
     if reachable is not None:
         # beyond its share: a switch it reaches that no live replica below its share reaches, and that
         # has had no master for a lease time
-        orphans = [s for s, idle in free if s not in taken and idle >= 0
+        orphans = [s for s, idle, _ in free if s not in taken and idle >= 0
                    and not any(rs is None or s in rs for rs in below_reach.values())]
         if orphans:
             taken.update(conn.execute(_TAKE, {**p, "candidates": orphans, "n": len(orphans)}).all())
@@ -286,7 +287,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     if mine > share.get(me, 0) and below:
         # given up only toward a live replica below its share that reaches the switch, and no more than
         # those replicas still lack once they took the free leases they reach
-        pending = sum(1 for s, _ in unheld if s not in taken
+        pending = sum(1 for s, _, _ in unheld if s not in taken
                       and any(rs is None or s in rs for rs in below_reach.values()))
         room = sum(below.values()) - pending
         givable = [s for s in sorted(out.held) if any(rs is None or s in rs for rs in below_reach.values())]

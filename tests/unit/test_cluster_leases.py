@@ -452,31 +452,31 @@ def test_a_third_replica_joining_two_moves_its_share_once(engine):
 
 
 def test_a_joiner_whose_rounds_its_gains_delay_takes_its_share_without_losing_it(engine):
-    """Two replicas hold 60 switches, 30 each; a third joins reaching all 60, they free its share
-    (20), and every lease it gains holds its round thread 80 ms (a replica that just took switches
-    resyncs them, and its rounds wait for the CPU). Had it taken the 20 at once, its next round
+    """Two replicas hold 120 switches, 60 each; a third joins reaching all 120, they free its share
+    (40), and every lease it gains holds its round thread 50 ms (a replica that just took switches
+    resyncs them, and its rounds wait for the CPU). Had it taken the 40 at once, its next round
     would come after the lease time, the others would take them back as if it had died and hand
-    them over again (60 changes). It takes a batch a round (leases.HANDOVER_BATCH) and renews each
-    before the next: the shares are fair, and each of the 20 switches moved once (a late round
+    them over again (120 changes or more). It takes a batch a round (leases.HANDOVER_BATCH) and renews each
+    before the next: the shares are fair, and each of the 40 switches moved once (a late round
     would cost one batch at most)."""
     calm = Timing(renew=0.05, lease=1.0, guard=0.1)
-    reps = {name: Mastership(engine, lambda: switches(60), replica_id=name, timing=calm, reachable_only=True)
+    reps = {name: Mastership(engine, lambda: switches(120), replica_id=name, timing=calm, reachable_only=True)
             for name in ("a", "b")}
     try:
         for r in reps.values():
             r.start()
-        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [30, 30], 10, "a and b balanced")
+        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [60, 60], 10, "a and b balanced")
         before = _epochs(engine)
-        c = reps["c"] = Mastership(engine, lambda: switches(60), replica_id="c", timing=calm, reachable_only=True)
+        c = reps["c"] = Mastership(engine, lambda: switches(120), replica_id="c", timing=calm, reachable_only=True)
         c.join().run_round()           # what it reaches is known: a and b free its share
-        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [0, 20, 20], 5, "a and b freeing 20")
-        c.on_gain = lambda s, e: time.sleep(0.08)
+        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [0, 40, 40], 5, "a and b freeing 40")
+        c.on_gain = lambda s, e: time.sleep(0.05)
         c.start(joined=True)
-        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [20, 20, 20], 15, "a, b and c balanced")
-        time.sleep(10 * calm.renew)    # and nothing moves after
-        assert sorted(len(r.held()) for r in reps.values()) == [20, 20, 20]
+        wait_for(lambda: sorted(len(r.held()) for r in reps.values()) == [40, 40, 40], 15, "a, b and c balanced")
+        time.sleep(2 * calm.lease)     # past the lease time of its last gains: nothing moves after
+        assert sorted(len(r.held()) for r in reps.values()) == [40, 40, 40]
         changes = sum(_epochs(engine).values()) - sum(before.values())
-        assert 20 <= changes <= 20 + leases.HANDOVER_BATCH, changes
+        assert 40 <= changes <= 40 + leases.HANDOVER_BATCH, changes
     finally:
         for r in reps.values():
             r.stop()
