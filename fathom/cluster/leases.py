@@ -14,8 +14,8 @@ renewed only by its holder (a lease another replica took has another holder).
 
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
 most (the first `switches % replicas` take one more). Each round decides from one view of the
-replicas and leases read at one instant of PostgreSQL's clock: a replica takes free or expired
-leases up to its share, and gives up what it holds above its share only toward live replicas below
+replicas and leases read at one instant of PostgreSQL's clock: a replica takes expired leases and
+freed ones (HANDOVER_BATCH a round) up to its share, and gives up what it holds above its share only toward live replicas below
 theirs that reach the switch, and no more than they still lack once they took the free leases they
 reach; a switch that no live replica below its share reaches is taken, beyond its share, by one
 that reaches it once it has had no master for a lease time. So when a replica joins, each replica
