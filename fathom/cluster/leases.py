@@ -15,12 +15,12 @@ renewed only by its holder (a lease another replica took has another holder).
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
 most (the first `switches % replicas` take one more). Each round decides from one view of the
 replicas and leases read at one instant of PostgreSQL's clock: a replica takes expired leases and
-freed ones (HANDOVER_BATCH a round) up to its share, and gives up what it holds above its share only toward live replicas below
-theirs that reach the switch, and no more than they still lack once they took the free leases they
-reach; a switch that no live replica below its share reaches is taken, beyond its share, by one
-that reaches it once it has had no master for a lease time. So when a replica joins, each replica
-above its share frees exactly its surplus, the joiner takes what was freed, and every switch that
-moves, moves once; with a stable membership nothing moves. A holder whose round comes late renews
+freed ones (HANDOVER_BATCH a round) up to its share, and gives up what it holds above its share only
+toward live replicas below theirs that reach the switch, and no more than they still lack once they
+took the free leases they reach; a switch that no live replica below its share reaches is taken,
+beyond its share, by one that reaches it once it has had no master for a lease time. So when a
+replica joins, each replica above its share frees exactly its surplus, the joiner takes what was
+freed, and every switch that moves, moves once; with a stable membership nothing moves. A holder whose round comes late renews
 its leases that nobody took meanwhile, under the same epoch.
 """
 from __future__ import annotations
@@ -273,7 +273,8 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     if free and mine < share.get(me, 0):
         # every lease whose holder's lease ran out (a failover is never paced), and at most
         # HANDOVER_BATCH of those freed (given up, or never held)
-        candidates = [s for s, _, freed in free if not freed] + [s for s, _, freed in free if freed][:HANDOVER_BATCH]
+        candidates = ([s for s, _, freed in free if not freed]
+                      + [s for s, _, freed in free if freed][:HANDOVER_BATCH])
         taken.update(conn.execute(_TAKE, {**p, "candidates": candidates, "n": share[me] - mine}).all())
     if reachable is not None:
         # beyond its share: a switch it reaches that no live replica below its share reaches, and that
