@@ -14,13 +14,13 @@ renewed only by its holder (a lease another replica took has another holder).
 
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
 most (the first `switches % replicas` take one more). Each round decides from one view of the
-replicas and leases read at one instant of PostgreSQL's clock: a replica takes free or expired
-leases up to its share, and gives up what it holds above its share only toward live replicas below
-theirs that reach the switch, and no more than they still lack once they took the free leases they
-reach; a switch that no live replica below its share reaches is taken, beyond its share, by one
-that reaches it once it has had no master for a lease time. So when a replica joins, each replica
-above its share frees exactly its surplus, the joiner takes what was freed, and every switch that
-moves, moves once; with a stable membership nothing moves. A holder whose round comes late renews
+replicas and leases read at one instant of PostgreSQL's clock: a replica takes expired leases and
+freed ones (HANDOVER_BATCH a round) up to its share, and gives up what it holds above its share only
+toward live replicas below theirs that reach the switch, and no more than they still lack once they
+took the free leases they reach; a switch that no live replica below its share reaches is taken,
+beyond its share, by one that reaches it once it has had no master for a lease time. So when a
+replica joins, each replica above its share frees exactly its surplus, the joiner takes what was
+freed, and every switch that moves, moves once; with a stable membership nothing moves. A holder whose round comes late renews
 its leases that nobody took meanwhile, under the same epoch.
 """
 from __future__ import annotations
@@ -78,6 +78,14 @@ def pki_fingerprint(pki_dir: str | Path | None) -> str:
     return digest.hexdigest()
 
 
+# the most freed leases (given up by a replica above its share or one that stopped, or never held)
+# a replica takes in one round: each one it gains is a role request and a resync of the switch,
+# and a replica that took its whole share at once (a joiner: 33 of 100 switches) spends its next
+# rounds' time on them; a round late by a lease time loses them all to the others (it is not live
+# then), which hand them back. So it takes its share a batch a round, each renewed by the next
+# round before the next batch. A lease whose holder's lease ran out (killed, paused, or late) is
+# taken at once.
+HANDOVER_BATCH = 8
 _SECONDS = "make_interval(secs => :lease)"
 _LIVE = f"heartbeat > clock_timestamp() - {_SECONDS}"
 
@@ -171,36 +179,39 @@ def limit_session(conn: Connection, timing: Timing) -> None:
                  {"ms": str(int(timing.lease * 1000))})
     conn.commit()
 
-# the heartbeat, the leases of switches it no longer reaches freed, and the others renewed, in one
-# statement: `holder = me` whether or not the lease expired meanwhile (a late round): a lease
-# another replica took has another holder, and one nobody took is still this replica's alone, so
-# it keeps its epoch
-_BEAT = text(
-    "WITH reach AS (SELECT unnest(string_to_array(:reaches, ',')) AS switch), "
-    "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = :lag, reaches = :reaches, "
-    "         agents = :agents, switch_states = :states WHERE id = :me RETURNING id), "
-    "gone AS (UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me "
-    "         AND CAST(:reaches AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
+# the round's one statement at rest (psycopg's placeholders: it is sent as is, and prepared by the
+# driver once it has run a few times): the heartbeat, the leases of switches it no longer reaches
+# freed and the others renewed (`holder = me` whether or not the lease expired meanwhile, a late
+# round: a lease another replica took has another holder, and one nobody took is still this
+# replica's alone, so it keeps its epoch); and the round's one view, at one instant of
+# PostgreSQL's clock, as of the statement's start (its own writes are seen through what they
+# return): the replicas whose heartbeat is younger than the keep time ([id, live, reaches, address,
+# openflow, agents, switch_states, heartbeat age]) and every lease ([switch, valid holder or null,
+# seconds without a master or null, whether it was freed rather than ran out])
+_ROUND = (
+    "WITH reach AS (SELECT unnest(string_to_array(%(reaches)s, ',')) AS switch), "
+    "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s, "
+    "         reaches = %(reaches)s, agents = %(agents)s, switch_states = %(states)s WHERE id = %(me)s "
+    "         RETURNING id), "
+    "gone AS (UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = %(me)s "
+    "         AND CAST(%(reaches)s AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
     "         RETURNING switch), "
-    "kept AS (UPDATE cluster_leases SET expires = clock_timestamp() + make_interval(secs => :lease), "
-    "         renewed = clock_timestamp() WHERE holder = :me "
-    "         AND (CAST(:reaches AS text) IS NULL OR switch IN (SELECT switch FROM reach)) "
-    "         RETURNING switch, epoch) "
+    "kept AS (UPDATE cluster_leases SET expires = clock_timestamp() + make_interval(secs => %(lease)s), "
+    "         renewed = clock_timestamp() WHERE holder = %(me)s "
+    "         AND (CAST(%(reaches)s AS text) IS NULL OR switch IN (SELECT switch FROM reach)) "
+    "         RETURNING switch, epoch), "
+    "now AS (SELECT clock_timestamp() AS t) "
     "SELECT (SELECT count(*) FROM beat), (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM kept), "
-    "       (SELECT coalesce(json_agg(switch), '[]') FROM gone)")
-# the round's one view, at one instant of PostgreSQL's clock: the replicas whose heartbeat is
-# younger than the keep time ([id, live, reaches, address, openflow, agents, switch_states,
-# heartbeat age]) and every lease ([switch, valid holder or null, seconds without a master or null])
-_VIEW = text(
-    "WITH now AS (SELECT clock_timestamp() AS t) "
-    "SELECT (SELECT coalesce(json_agg(json_build_array(r.id, r.heartbeat > now.t - make_interval(secs => :lease), "
+    "       (SELECT coalesce(json_agg(switch), '[]') FROM gone), "
+    "       (SELECT coalesce(json_agg(json_build_array(r.id, r.heartbeat > now.t - make_interval(secs => %(lease)s), "
     "                r.reaches, r.address, r.openflow, r.agents, r.switch_states, "
     "                extract(epoch FROM now.t - r.heartbeat)) ORDER BY r.id), '[]') "
-    "        FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => :keep)), "
+    "        FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => %(keep)s)), "
     "       (SELECT coalesce(json_agg(json_build_array(l.switch, "
     "                CASE WHEN l.expires > now.t THEN l.holder END, "
     "                CASE WHEN l.expires IS NULL OR l.expires <= now.t "
-    "                     THEN coalesce(extract(epoch FROM now.t - l.renewed), 1e9) - :lease END)), '[]') "
+    "                     THEN coalesce(extract(epoch FROM now.t - l.renewed), 1e9) - %(lease)s END, "
+    "                l.expires IS NULL)), '[]') "
     "        FROM cluster_leases l) "
     "FROM now")
 # take the leases among :candidates still free or expired when locked (PostgreSQL re-reads a row
@@ -218,27 +229,32 @@ _GIVE = text("UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE hold
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
               switch_states: dict[str, list] | None = None, reaches: str | None = None) -> Round:
-    """One round of replica `me`, in the caller's transaction on a session under `limit_session`:
-    lease rows made for new `switches`; heartbeat (with its change feed's lag, the agents it hears
-    and what its switches say: see Round) and renewal of what it still holds, in one statement;
-    then one view of the replicas and leases, from which it decides whether to take or give up
-    leases toward its share (at rest: neither, and the round is these two statements). `reachable` (None: any): the switches it
-    has an OpenFlow connection to (`reaches`: the same joined by commas, if the caller keeps it);
-    it takes and renews only those, and gives up the others it holds. ClusterError if its replica
-    row is gone."""
+    """One round of replica `me` on a session under `limit_session` (autocommit: each statement is
+    its own transaction; or in the caller's transaction): lease rows made for new `switches`; then
+    one statement: the heartbeat (with its change feed's lag, the agents it hears and what its
+    switches say: see Round), renewal of what it still holds, and one view of the replicas and
+    leases, from which it decides whether to take or give up leases toward its share (each one
+    more statement; at rest neither, and the round is that one statement). `reachable` (None:
+    any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
+    the caller keeps it); it takes and renews only those, and gives up the others it holds.
+    ClusterError if its replica row is gone."""
     if reachable is not None and reaches is None:
         reaches = ",".join(sorted(reachable))
     p = {"me": me, "lease": timing.lease, "lag": feed_lag, "reaches": reaches,
          "agents": json.dumps(agents) if agents else None,
          "states": json.dumps(switch_states) if switch_states else None}
     ensure_switches(conn, switches)
-    beat, kept, gone = conn.execute(_BEAT, p).one()
+    beat, kept, gone, replicas, rows = conn.exec_driver_sql(_ROUND, {**p, "keep": timing.keep}).one()
     if beat != 1:
         raise ClusterError(f"replica {me} is no longer registered in the cluster")
     out = Round(held=kept, released=set(gone))
-    replicas, rows = conn.execute(_VIEW, {"lease": timing.lease, "keep": timing.keep}).one()
+    # the view is as of the statement's start: this replica is live (its heartbeat was just
+    # written), holds what it renewed, and what it freed is free (it had a master until now)
+    replicas = [[r[0], True, *r[2:]] if r[0] == me else r for r in replicas]
+    rows = [(s, me, None, False) if s in kept else (s, None, -timing.lease, True) if s in out.released
+            else (s, h, idle, freed) for s, h, idle, freed in rows]
     live = {r[0]: r for r in replicas if r[1]}
-    holders = {s: h for s, h, _ in rows if h is not None}
+    holders = {s: h for s, h, _, _ in rows if h is not None}
     share = shares(list(live), len(rows))
     mine = len(out.held)
     counts = Counter(holders.values())
@@ -249,17 +265,21 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
         return None if s is None else set(filter(None, s.split(",")))
 
     mine_to_reach = None if reachable is None else frozenset(reachable)
-    unheld = [(s, idle) for s, h, idle in rows if h is None]        # free or expired
-    free = [(s, idle) for s, idle in unheld if mine_to_reach is None or s in mine_to_reach]
+    unheld = [(s, idle, freed) for s, h, idle, freed in rows if h is None]        # free or expired
+    free = [(s, idle, freed) for s, idle, freed in unheld if mine_to_reach is None or s in mine_to_reach]
     below = {r: share[r] - counts[r] for r in live if r != me and counts[r] < share[r]}
     below_reach = {r: reached_by(r) for r in below}
     taken: dict[str, int] = {}
     if free and mine < share.get(me, 0):
-        taken.update(conn.execute(_TAKE, {**p, "candidates": [s for s, _ in free], "n": share[me] - mine}).all())
+        # every lease whose holder's lease ran out (a failover is never paced), and at most
+        # HANDOVER_BATCH of those freed (given up, or never held)
+        candidates = ([s for s, _, freed in free if not freed]
+                      + [s for s, _, freed in free if freed][:HANDOVER_BATCH])
+        taken.update(conn.execute(_TAKE, {**p, "candidates": candidates, "n": share[me] - mine}).all())
     if reachable is not None:
         # beyond its share: a switch it reaches that no live replica below its share reaches, and that
         # has had no master for a lease time
-        orphans = [s for s, idle in free if s not in taken and idle >= 0
+        orphans = [s for s, idle, _ in free if s not in taken and idle >= 0
                    and not any(rs is None or s in rs for rs in below_reach.values())]
         if orphans:
             taken.update(conn.execute(_TAKE, {**p, "candidates": orphans, "n": len(orphans)}).all())
@@ -268,7 +288,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     if mine > share.get(me, 0) and below:
         # given up only toward a live replica below its share that reaches the switch, and no more than
         # those replicas still lack once they took the free leases they reach
-        pending = sum(1 for s, _ in unheld if s not in taken
+        pending = sum(1 for s, _, _ in unheld if s not in taken
                       and any(rs is None or s in rs for rs in below_reach.values()))
         room = sum(below.values()) - pending
         givable = [s for s in sorted(out.held) if any(rs is None or s in rs for rs in below_reach.values())]

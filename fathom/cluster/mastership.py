@@ -180,8 +180,14 @@ class Mastership:
                 leases.leave(conn, self.id)
 
     def _loop(self) -> None:
+        last = None
         while not self._stopping.is_set():
             started = time.monotonic()
+            if last is not None and started - last > self.timing.lease - self.timing.guard:
+                # its leases passed their deadline meanwhile (others may have taken them): say why
+                LOG.warning("replica %s: lease round %.2f s after the previous one (lease %.2f s)", self.id,
+                            started - last, self.timing.lease)
+            last = started
             self._expire_if_due()
             try:
                 self.run_round()
@@ -202,11 +208,11 @@ class Mastership:
             self._reaches = (switches, ",".join(sorted(switches)))
         try:
             conn = self._round_connection()
-            with conn.begin():
-                got = leases.run_round(conn, self.id, self.timing, sorted(new),
-                                       switches if self.reachable_only else None, self.feed_lag(),
-                                       self.agents(), self.switch_states,
-                                       self._reaches[1] if self.reachable_only else None)
+            got = leases.run_round(conn, self.id, self.timing, sorted(new),
+                                   switches if self.reachable_only else None, self.feed_lag(),
+                                   self.agents(), self.switch_states,
+                                   self._reaches[1] if self.reachable_only else None)
+            conn.commit()     # autocommit: each statement committed already; this ends SQLAlchemy's own
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - any store failure: count it, the deadline decides
@@ -257,8 +263,8 @@ class Mastership:
 
     def _round_connection(self) -> Connection:
         """The rounds' own connection, made at the first round and again after a failure: no pool
-        checkout (nor a ping of a pooled connection idle for a while) per round, and the session's
-        limits (leases.limit_session) set once."""
+        checkout (nor a ping of a pooled connection idle for a while) per round, the session's
+        limits (leases.limit_session) set once, and autocommit."""
         if self._conn is None:
             conn = self._rounds.connect()
             try:
@@ -266,7 +272,8 @@ class Mastership:
             except Exception:
                 conn.close()
                 raise
-            self._conn = conn
+            # autocommit: a round at rest is one statement, one round trip (no BEGIN, no COMMIT)
+            self._conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         return self._conn
 
     def _end_connection(self) -> None:
