@@ -22,6 +22,7 @@ def doc():
     before = {p.name for p in postgres._parents()[0].glob(postgres.PREFIX + "*")}
     doc = ClusterBench(prefix="oq", replicas=3, repeats=1, ports=PORTS).run()
     doc["pg_left"] = {p.name for p in postgres._parents()[0].glob(postgres.PREFIX + "*")} - before
+    print("lab bring-ups tried again:", doc["up_failures"])
     return doc
 
 
