@@ -28,6 +28,9 @@ The tenant grows in one of two shapes (SHAPES): its extra ports alternate betwee
 (`two-networks`), or all join blue (`one-network`: every port of the tenant in one network and one
 security group, so each new port's address is a remote-group member on every node and each node
 floods blue's broadcasts to ~50 local ports).
+
+With `--replicas N` (ClusterBench) OVN stays out: fathom with one controller against fathom with N
+controller replicas, both on one PostgreSQL, port API call -> `active` and -> first echo.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import threading
 import time
 from pathlib import Path
 
+from fathom.auth.client import lab_token
 from fathom.client import ApiError, Client
 from fathom.host.exec import argv
 from fathom.host.iperf import iperf3
@@ -47,6 +51,7 @@ from fathom.bench.report import dist, environment, machine_activity
 from fathom.lab.lab import Lab
 from fathom.lab.sh import LabError, run
 from fathom.lab.topology import Topology, load
+from fathom.model import datapath_id
 
 TOPOLOGY = Path(__file__).parent / "topologies" / "ovn-compare.yaml"
 SYSTEMS = ("fathom", "ovn")
@@ -89,6 +94,10 @@ class System:
     def delete_port(self, handle) -> None:
         raise NotImplementedError
 
+    def note(self, handle) -> dict:
+        """What a port's record notes of the system beyond its times (read after it is up)."""
+        return {}
+
     def control_plane(self) -> dict[str, int]:
         """The control plane's processes: name -> pid."""
         raise NotImplementedError
@@ -120,40 +129,75 @@ class System:
 
 
 class FathomSystem(System):
-    name = "fathom"
+    """fathom's lab and its own controller: by default one controller on a SQLite store, OpenFlow and
+    OVSDB over plain TCP (`insecure`); with `db` (a PostgreSQL URL) one controller on it, or with
+    `replicas` > 1 that many replicas of a cluster on it. A cluster's port calls go round the
+    replicas, each port's call and its wait to one (`note` says which, and which replica masters the
+    node's br-int)."""
 
-    def __init__(self, lab_name: str, topo: Topology):
-        self.lab, self.topo = Lab(lab_name), topo
+    def __init__(self, lab_name: str, topo: Topology, name: str = "fathom", db: str | None = None,
+                 replicas: int = 1, insecure: bool = True):
+        self.lab, self.topo, self.name, self.db, self.replicas = Lab(lab_name), topo, name, db, replicas
+        self.insecure = insecure
         self.api: Client | None = None
+        self.apis: list[Client] = []      # a cluster's: one per replica
+        self.waiters: list[Client] = []
+        self.calls = 0
 
     def up(self, progress) -> None:
         self.lab.down()
-        progress(f"fathom: bringing up lab {self.lab.name}")
-        state = self.lab.up(self.topo, str(TOPOLOGY), insecure=True)
-        self.api = Client.for_lab(state, timeout=60)
-        self.waiter = Client.for_lab(state, timeout=60)   # its own connection: waits run in a thread
+        progress(f"{self.name}: bringing up lab {self.lab.name}")
+        state = self.lab.up(self.topo, str(TOPOLOGY), insecure=self.insecure, db=self.db,
+                            replicas=self.replicas)
+        urls = [r["url"] for r in state["controller"].get("replicas") or [state["controller"]]]
+        self.apis = [Client(u, token=lab_token(state), timeout=60) for u in urls]
+        # their own connections: waits run in a thread
+        self.waiters = [Client(u, token=lab_token(state), timeout=60) for u in urls]
+        self.api = self.apis[0]
+        self.urls = urls
         self.networks = {n["name"]: n["id"] for n in self.api.list("/networks")}
+        self.switches = {n["name"]: f"{datapath_id(n['id']):016x}" for n in self.api.list("/nodes")}
 
     def create_port(self, name, mac, ip, network, node):
-        return self.api.post("/ports", json={
+        i = self.calls % len(self.apis)
+        self.calls += 1
+        port = self.apis[i].post("/ports", json={
             "network_id": self.networks[network], "name": name, "mac_address": mac,
             "fixed_ips": [{"ip_address": ip}], "node": node, "interface_name": name, "project_id": "bench"})["id"]
+        return (i, port, node)
 
     def wait_up(self, handle, timeout):
+        i, port, _ = handle
         try:
-            port = self.waiter.wait_status("ports", handle, "active", timeout=timeout)
+            got = self.waiters[i].wait_status("ports", port, "active", timeout=timeout)
         except ApiError:
             return None
-        return time.time() if port["status"] == "active" else None
+        return time.time() if got["status"] == "active" else None
 
     def delete_port(self, handle):
-        self.api.delete(f"/ports/{handle}")
+        i, port, _ = handle
+        self.apis[i].delete(f"/ports/{port}")
+
+    def note(self, handle) -> dict:
+        """A cluster's: the replica that took the port's call and its wait, and the master of the
+        port's node's br-int (replica indexes)."""
+        if len(self.apis) < 2:
+            return {}
+        i, _, node = handle
+        cluster = self.api.get("/cluster")
+        address = {r["id"]: r["address"] for r in cluster["replicas"]}
+        master = next((address.get(x["holder"]) for x in cluster["leases"] if x["switch"] == self.switches[node]), None)
+        return {"replica": i, "master": self.urls.index(master) if master in self.urls else None}
 
     def control_plane(self):
-        ctl = (self.lab.state().get("controller") or {}).get("pid")
-        out = {"fathom-controller": ctl} if ctl else {}
-        for i, pid in enumerate(procs.children(ctl) if ctl else []):
-            out[f"fathom-controller-child{i}"] = pid
+        replicas = (self.lab.state().get("controller") or {}).get("replicas")
+        pids = [r["pid"] for r in replicas] if replicas else [(self.lab.state().get("controller") or {}).get("pid")]
+        out = {}
+        for k, ctl in enumerate(p for p in pids if p):
+            me = "fathom-controller" + (f"-{k}" if replicas else "")
+            out[me] = ctl
+            for i, pid in enumerate(procs.children(ctl)):
+                out[f"{me}-child{i}"] = pid
         # node agents, if the lab runs any (`fathom agent` naming this lab's run dir)
         for d in Path("/proc").iterdir():
             if d.name.isdigit():
@@ -166,9 +210,9 @@ class FathomSystem(System):
         return out
 
     def down(self):
-        for c in (self.api, getattr(self, "waiter", None)):
-            if c:
-                c.close()
+        for c in self.apis + self.waiters:
+            c.close()
+        self.apis, self.waiters = [], []
         super().down()
 
 
@@ -232,12 +276,15 @@ class Bench:
         if shape not in SHAPES:
             raise ValueError(f"shape {shape!r}: one of {', '.join(SHAPES)}")
         self.topo = load(TOPOLOGY)
-        self.systems = [FathomSystem(f"{prefix}f", self.topo), OvnSystem(f"{prefix}o", self.topo)]
+        self.systems = self.make_systems(prefix)
         self.repeats, self.n_ports, self.seconds = repeats, ports, seconds
         self.batch, self.window_s, self.rest_s, self.large, self.shape = batch, window_s, rest_s, large, shape
         self.progress = progress
         self.vm = {vm.name: vm for _, vm in self.topo.vms()}
         self.seq = {s.name: 0 for s in self.systems}   # ports made so far per lab: unique names, MACs, addresses
+
+    def make_systems(self, prefix: str) -> list[System]:
+        return [FathomSystem(f"{prefix}f", self.topo), OvnSystem(f"{prefix}o", self.topo)]
 
     # ------------------------------------------------------------------ helpers
     def turn(self, i: int) -> list[System]:
@@ -343,6 +390,7 @@ class Bench:
                 plug()
             waiter.join(UP_TIMEOUT_S + 5)
             got_echo.wait(UP_TIMEOUT_S + 5)
+            noted = s.note(handle)
         finally:
             probe.kill()
             probe.wait()
@@ -356,15 +404,20 @@ class Bench:
                 "t_plug_done": t["plug_done"], "t_up": t_up, "t_echo": t_echo,
                 "up_ms": None if t_up is None else (t_up - t0) * 1000,
                 "echo_ms": None if t_echo is None else (t_echo - t0) * 1000,
-                "up_before_vif": t_up is not None and t_up < t["plug"]}
+                "up_before_vif": t_up is not None and t_up < t["plug"], **noted}
 
-    def port_up(self, size_label: str) -> dict:
-        raw = {s.name: {o: [] for o in ORDERS} for s in self.systems}
+    def port_up(self, size_label: str, orders=tuple(ORDERS)) -> dict:
+        raw = {s.name: {o: [] for o in orders} for s in self.systems}
         for i in range(self.n_ports):
-            for j, order in enumerate(ORDERS):
+            for j, order in enumerate(orders):
                 for s in self.turn(i + j):
                     self.progress(f"port up, tenant {size_label}: {s.name} {order} port {i + 1}/{self.n_ports}")
                     raw[s.name][order].append(self.measure_port(s, order))
+        return self.port_stats(raw)
+
+    @staticmethod
+    def port_stats(raw: dict) -> dict:
+        """{system: {order: [measure_port's records]}} -> each cell's distributions and counts."""
         out = {}
         for name, orders in raw.items():
             out[name] = {}
@@ -482,6 +535,105 @@ class Bench:
                     self.progress(f"{s.name}: lab down failed: {e}")
 
 
+class ClusterBench(Bench):
+    """`fathom bench ovn-compare --replicas N`: fathom with one controller against fathom with N
+    controller replicas (`fathom controller --cluster`), no OVN. Both labs are up at once, each on
+    its own database of one PostgreSQL server the bench starts (durable, as `fathom bench ha`'s), so
+    the store is not the difference. Measured: port API call -> `active` and -> first echo, the VIF
+    plugged first (ORDER: the clock starts at the API call), ports alternating between the systems,
+    `repeats` rounds of `ports` ports each. The cluster's calls go round its replicas, a port's call
+    and its wait to the same one; each port's record names that replica and the master of c1's br-int.
+    Both labs run OpenFlow and OVSDB over TLS, as a cluster is deployed (docs/ha.md) and as `fathom
+    bench ha` runs it.
+
+    A lab's bring-up (every VM port active, every switch mastered, an echo on both paths) is tried up
+    to UP_TRIES times, each on a fresh database: on a busy machine a 3-replica lab has left a VM port
+    `pending` for good after its switch's lease moved between replicas that had just joined. Every
+    failed try is in the results (`up_failures`; logs kept under $FATHOM_LAB_KEEP_LOGS)."""
+    ORDER = "plug_first"
+    UP_TRIES = 3
+
+    def __init__(self, prefix: str = "oc", replicas: int = 3, repeats: int = 3, ports: int = 20,
+                 progress=lambda msg: None):
+        self.n_replicas = replicas
+        super().__init__(prefix=prefix, repeats=repeats, ports=ports, rest_s=0, large=False, progress=progress)
+
+    def make_systems(self, prefix: str) -> list[System]:
+        return [FathomSystem(f"{prefix}1", self.topo, name="fathom-1", insecure=False),
+                FathomSystem(f"{prefix}{self.n_replicas}", self.topo, name=f"fathom-{self.n_replicas}",
+                             replicas=self.n_replicas, insecure=False)]
+
+    def settled(self, s: FathomSystem) -> None:
+        """Every replica live and every switch mastered, before any port is measured."""
+        from fathom.bench.ha import SETTLE_TIMEOUT_S, wait
+
+        def done():
+            c = s.api.get("/cluster")
+            return sum(r["live"] for r in c["replicas"]) == len(s.apis) and all(x["holder"] for x in c["leases"])
+        wait(done, SETTLE_TIMEOUT_S, f"{s.name}: every replica live and every switch mastered")
+
+    def run(self) -> dict:
+        from fathom.bench.postgres import PostgresServer
+        started = time.time()
+        env = environment()
+        env["machine_at_start"] = machine_activity(tuple(f"/{s.lab.name}/" for s in self.systems))
+        pg = PostgresServer(durable=True).start()
+        up_failures = []
+        try:
+            traffic = {}
+            for s in self.systems:
+                for attempt in range(self.UP_TRIES):
+                    s.db = pg.new_database()
+                    try:
+                        s.up(self.progress)
+                        if s.replicas > 1:
+                            self.settled(s)
+                        traffic[s.name] = self.check_traffic(s)
+                        if not all(traffic[s.name].values()):
+                            raise LabError(f"no traffic on {[p for p, ok in traffic[s.name].items() if not ok]}")
+                        break
+                    except (LabError, TimeoutError) as e:
+                        up_failures.append({"system": s.name, "error": str(e).splitlines()[0]})
+                        self.progress(f"{s.name}: lab up failed ({up_failures[-1]['error']})")
+                        s.lab.keep_logs()
+                        s.down()
+                        if attempt == self.UP_TRIES - 1:
+                            raise
+            doc = {"benchmark": "ovn-compare", "environment": env,
+                   "parameters": {"replicas": self.n_replicas, "repeats": self.repeats, "ports_per_run": self.n_ports,
+                                  "order": self.ORDER, "store": "PostgreSQL 15 (durable), a database per system",
+                                  "channels": "OpenFlow and OVSDB over TLS",
+                                  "client": "round robin over the replicas, a port's call and its wait to one",
+                                  "topology": str(TOPOLOGY)},
+                   "versions": versions(), "up_failures": up_failures}
+            doc["traffic_check"] = traffic
+            rounds = []
+            for r in range(self.repeats):
+                self.progress(f"repeat {r + 1}/{self.repeats}")
+                rounds.append(self.port_up(f"4, repeat {r + 1}", orders=(self.ORDER,)))
+            doc["repeats"] = [{name: {k: v for k, v in cells[self.ORDER].items() if k != "runs"}
+                               for name, cells in got.items()} for got in rounds]
+            doc["port_up"] = self.port_stats({s.name: {self.ORDER: [x for got in rounds for x in got[s.name][self.ORDER]["runs"]]}
+                                              for s in self.systems})
+            cluster_runs = doc["port_up"][self.systems[1].name][self.ORDER]["runs"]
+            doc["by_replica"] = {
+                which: {"up_ms": dist([x["up_ms"] for x in cluster_runs if x["up_ms"] is not None and pick(x)]),
+                        "echo_ms": dist([x["echo_ms"] for x in cluster_runs if x["echo_ms"] is not None and pick(x)])}
+                for which, pick in (("call_to_master", lambda x: x["replica"] == x["master"]),
+                                    ("call_to_other", lambda x: x["replica"] != x["master"]))}
+            doc["masters"] = sorted({x["master"] for x in cluster_runs}, key=str)
+            env["machine_at_end"] = machine_activity(tuple(f"/{s.lab.name}/" for s in self.systems))
+            doc["elapsed_s"] = time.time() - started
+            return doc
+        finally:
+            for s in self.systems:
+                try:
+                    s.down()
+                except Exception as e:  # noqa: BLE001 - the other lab and PostgreSQL must go too
+                    self.progress(f"{s.name}: lab down failed: {e}")
+            pg.stop()
+
+
 def versions() -> dict:
     def first(cmd):
         try:
@@ -511,6 +663,8 @@ def _spread(d: dict) -> str:
 
 
 def markdown(doc: dict) -> str:
+    if "replicas" in doc["parameters"]:
+        return cluster_markdown(doc)
     env = doc["environment"]
     L = [f"Run of {env['date_utc']} ({doc.get('elapsed_s', 0):.0f} s), command `{doc.get('command', 'fathom bench ovn-compare')}`; "
          f"{env['cpus']} CPUs ({env['cpu_model']}), kernel {env['kernel']}, {doc['versions']['ovs_vswitchd']}, "
@@ -576,6 +730,41 @@ def markdown(doc: dict) -> str:
         def flows(fl):
             return " / ".join(str(sum(fl[n].values())) for n in ("c1", "c2", "gw"))
         L.append(f"| {size} | {f:.0f} | {o:.0f} | {_ratio(f, o)} | {flows(snap['fathom']['flows'])} | {flows(snap['ovn']['flows'])} |")
+    return "\n".join(L) + "\n"
+
+
+def cluster_markdown(doc: dict) -> str:
+    """ClusterBench's results: one controller against the cluster, pooled and per repeat."""
+    env, par = doc["environment"], doc["parameters"]
+    one, many = (f"fathom-{n}" for n in (1, par["replicas"]))
+    order = par["order"]
+    L = [f"Run of {env['date_utc']} ({doc.get('elapsed_s', 0):.0f} s), command `{doc.get('command', '')}`; "
+         f"{env['cpus']} CPUs, load average at start {env['machine_at_start']['loadavg']}, "
+         f"{env['machine_at_start']['foreign_ovs_vswitchd']} other labs' ovs-vswitchd running"
+         + ("; a busy machine" if env.get("contended") else "") + ".", "",
+         f"fathom with one controller ({one}) and with {par['replicas']} replicas ({many}), each on its own database "
+         f"of one PostgreSQL; VIF plugged, then the API call; ms from the API call; {par['client']}. "
+         f"Ratio: {many} / {one} (above 1: the cluster is slower); p50 / p99 over the ports that turned active "
+         f"(or echoed) within {UP_TIMEOUT_S:.0f} s: a port that never did is counted in the last column only.", "",
+         "| | n | → active p50 / p99 | → first echo p50 / p99 | never active / no echo |", "|---|---|---|---|---|"]
+    for name in (one, many):
+        c = doc["port_up"][name][order]
+        L.append(f"| {name} | {c['ports']} | {_ms(c['up_ms'])} | {_ms(c['echo_ms'])} | {c['never_up']} / {c['never_echo']} |")
+    a, b = doc["port_up"][one][order], doc["port_up"][many][order]
+    L.append(f"| ratio | | {_ratio(_p(b['up_ms'], 'p50'), _p(a['up_ms'], 'p50'))} / {_ratio(_p(b['up_ms'], 'p99'), _p(a['up_ms'], 'p99'))} "
+             f"| {_ratio(_p(b['echo_ms'], 'p50'), _p(a['echo_ms'], 'p50'))} / {_ratio(_p(b['echo_ms'], 'p99'), _p(a['echo_ms'], 'p99'))} | |")
+    L += ["", "Per repeat (→ active p50 / p99, ms):", "", f"| repeat | {one} | {many} | ratio p50 / p99 |", "|---|---|---|---|"]
+    for k, rep in enumerate(doc["repeats"]):
+        x, y = rep[one]["up_ms"], rep[many]["up_ms"]
+        L.append(f"| {k + 1} | {_ms(x)} | {_ms(y)} | {_ratio(_p(y, 'p50'), _p(x, 'p50'))} / {_ratio(_p(y, 'p99'), _p(x, 'p99'))} |")
+    L += ["", f"{many} by the replica that took the call (masters of c1's br-int during the run: replica "
+              f"{', '.join(map(str, doc['masters']))}):", "",
+          "| call to | n | → active p50 / p99 | → first echo p50 / p99 |", "|---|---|---|---|"]
+    for which, d in doc["by_replica"].items():
+        L.append(f"| {which.removeprefix('call_to_')} | {d['up_ms'].get('n', 0)} | {_ms(d['up_ms'])} | {_ms(d['echo_ms'])} |")
+    if doc.get("up_failures"):
+        L += ["", "Lab bring-ups that failed and were tried again: "
+              + "; ".join(f"{f['system']}: {f['error']}" for f in doc["up_failures"])]
     return "\n".join(L) + "\n"
 
 

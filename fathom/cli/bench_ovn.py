@@ -10,7 +10,8 @@ from fathom.cli.output import fail
 
 
 @bench.command("ovn-compare")
-@click.option("--quick", is_flag=True, help="QUICK: 1 repeat of 2 s, 5 ports per cell, batches of 20, 15 s at rest")
+@click.option("--quick", is_flag=True, help="QUICK: 1 repeat of 2 s, 5 ports per cell, batches of 20, 15 s at rest "
+                                           "(with --replicas: 1 round of 5 ports)")
 @click.option("--repeats", type=int, default=3, show_default=True, help="interleaved iperf3 repeats of each path and system")
 @click.option("--ports", type=click.IntRange(1, 50), default=20, show_default=True,
               help="ports measured per plug order, tenant size and system (p50/p99 over these)")
@@ -25,15 +26,22 @@ from fathom.cli.output import fail
 @click.option("--shape", type=click.Choice(["two-networks", "one-network"]), default="two-networks", show_default=True,
               help="how the batches grow the tenant: extra ports alternating between blue and green, or all in "
                    "blue (one network, one security group)")
+@click.option("--replicas", type=click.IntRange(1, 5), default=1, show_default=True,
+              help="above 1: no OVN; fathom with one controller against fathom with this many replicas "
+                   "(`fathom controller --cluster`), both on a PostgreSQL the bench starts: port API call → "
+                   "active and → first echo, --ports ports in each of --repeats interleaved rounds")
 @click.option("--prefix", default="ov", show_default=True,
-              help="lab names: <prefix>f (fathom) and <prefix>o (OVN), ≤ 6 characters")
+              help="lab names: <prefix>f (fathom) and <prefix>o (OVN), or with --replicas N <prefix>1 and "
+                   "<prefix>N; ≤ 6 characters")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
               help="default results/bench-ovn-compare-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_only, shape, prefix, outdir, as_json):
+def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_only, shape, replicas, prefix, outdir,
+                as_json):
     """The same lab under fathom and under OVN 23.03: TCP throughput, port up → reported up and → first
     echo (and first echo − reported up) in three plug orders at two tenant sizes, control-plane CPU (batch, window, at rest), RSS and
-    flows per node. Progress on stderr; results.json, summary.md and ovn-compare.png in the output dir."""
+    flows per node. With --replicas N: fathom with one controller against fathom with N replicas instead.
+    Progress on stderr; results.json, summary.md (and ovn-compare.png) in the output dir."""
     from fathom.bench import ovn, ovncompare
     from fathom.bench.report import busy
     from fathom.lab.sh import LabError, require_root_and_tools
@@ -43,13 +51,18 @@ def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_o
         raise click.BadParameter("at most 6 characters (lab names are ≤ 8)", param_hint="--prefix")
     try:
         require_root_and_tools(("ovs-vswitchd", "ovsdb-server", "ovs-vsctl", "ip", "ethtool", "iperf3", "ping"))
-        ovn.require()
+        if replicas == 1:
+            ovn.require()
     except LabError as e:
         fail(str(e), code=2)
     out = output_dir("ovn-compare", outdir)
-    b = ovncompare.Bench(prefix=prefix, repeats=repeats, ports=ports, seconds=seconds, batch=batch,
-                         window_s=window_s, rest_s=rest_s, large=not small_only, shape=shape,
-                         progress=stderr_progress())
+    if replicas > 1:
+        b = ovncompare.ClusterBench(prefix=prefix, replicas=replicas, repeats=repeats, ports=ports,
+                                    progress=stderr_progress())
+    else:
+        b = ovncompare.Bench(prefix=prefix, repeats=repeats, ports=ports, seconds=seconds, batch=batch,
+                             window_s=window_s, rest_s=rest_s, large=not small_only, shape=shape,
+                             progress=stderr_progress())
     try:
         doc = b.run()
     except (LabError, OSError, RuntimeError) as e:
@@ -60,4 +73,4 @@ def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_o
     env["loadavg_at_end"] = os.getloadavg()
     env["contended"] = busy([env["machine_at_start"], env["machine_at_end"]])
     doc["quick"] = quick
-    publish("ovn-compare", doc, out, ovncompare, as_json, plot="ovn-compare.png")
+    publish("ovn-compare", doc, out, ovncompare, as_json, plot=None if replicas > 1 else "ovn-compare.png")
