@@ -116,13 +116,20 @@ def test_replicas_killed_paused_and_restarted_in_turn_lose_no_echo_and_no_write(
     node = next((n for n, s in switches.items() if held[s] != state["controller"]["url"]), "compute1")
     switch = switches[node]
     probe = ha.Probe(lab, api, "blue", network, node, "198.19.42.160")
-    probe.stock(4)      # one for each event and the last port, plugged before the pings start
+    probe.stock(5)      # one for each event, the first and the last port, plugged before the pings start
     pingers = [ha.Pinger(lab, "vm1", "198.19.42.12"), ha.Pinger(lab, "vm2", "198.19.42.11")]
     writers = ha.Writers([r["url"] for r in cluster.replicas], cluster.token, network, 2,
                          "198.19.42.200").start()
     timeline = []
     try:
         time.sleep(1)
+        # a port made through the replica that is not its switch's master: the master reads the
+        # write from the change feed and programs it
+        cluster.ask_first(cluster.other_than(cluster.master_of(switch)))
+        vif = probe.plug()
+        port = probe.create(vif)
+        assert probe.applied(vif, 10), "a port made through the replica that does not master its switch"
+        probe.remove(port, vif)
         started = time.monotonic()
         timeline.append(ha.pause_master(cluster, probe, node, switch, PAUSE))
         print(f"pause: {timeline[-1]} ({time.monotonic() - started:.1f} s)")
