@@ -29,6 +29,7 @@ from typing import Callable
 
 import psycopg
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from fathom.store.changes import ALL, TableChanges, written_elsewhere
 
@@ -62,10 +63,17 @@ class _Notes(TableChanges):
         return super()._noted(options) and options.get("feed", True)
 
     def _committed_on(self, conn, written: set) -> None:
-        # a "commit" listener runs before the DBAPI commit: the notification is part of the transaction
-        with conn.connection.dbapi_connection.cursor() as cur:
-            cur.execute("SELECT pg_notify(%s, %s || ' ' || extract(epoch FROM clock_timestamp())::text || ' ' || %s)",
-                        (CHANNEL, self.me, payload(written, len(self.me.encode()))))
+        # a "commit" listener runs before the DBAPI commit: the notification is part of the transaction.
+        # It runs on the driver's cursor, so SQLAlchemy does not wrap what fails there: a server that
+        # ended the session (a restart) is told as SQLAlchemy's OperationalError, which the API
+        # answers 503, as it would have the commit's own failure
+        statement = "SELECT pg_notify(%s, %s || ' ' || extract(epoch FROM clock_timestamp())::text || ' ' || %s)"
+        params = (CHANNEL, self.me, payload(written, len(self.me.encode())))
+        try:
+            with conn.connection.dbapi_connection.cursor() as cur:
+                cur.execute(statement, params)
+        except psycopg.Error as e:
+            raise DBAPIError.instance(statement, params, e, psycopg.Error) from e
 
     def _count(self, written: set) -> None:
         """Another process's writes (written_elsewhere): this tracker only sends."""

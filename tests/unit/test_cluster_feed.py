@@ -99,6 +99,23 @@ def test_a_write_whose_session_the_server_ended_fails_with_the_server_s_error(ur
     engine.dispose()
 
 
+def test_a_write_whose_session_the_server_ended_before_its_commit_fails_with_operational_error(url):
+    """The server ends the session between a transaction's last statement and its commit (a
+    PostgreSQL stopped meanwhile): the notification sent as it commits fails first, and fails with
+    SQLAlchemy's OperationalError (the API's 503), not the driver's own error (a 500)."""
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.orm import Session
+    engine = open_store(url)
+    feed.notify_commits(engine, "writer")
+    with pytest.raises(OperationalError):
+        with Session(engine) as session, session.begin():
+            session.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES ('00000000000000bc', 0)"))
+            pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            with engine.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    engine.dispose()
+
+
 def test_a_transaction_postgresql_ended_for_idling_is_answered_503_not_500(url):
     """A process stalled inside a transaction past PostgreSQL's idle-in-transaction timeout gets
     InternalError (SQLSTATE 25P03), not OperationalError: the API answers it 503 all the same."""
