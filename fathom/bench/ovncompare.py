@@ -485,6 +485,14 @@ class Bench:
         return {s.name: {"flows": s.flows(), "rss": procs.rss({"control_plane": s.control_plane(),
                                                                "node_ovs": s.node_ovs()})} for s in self.systems}
 
+    def down(self) -> None:
+        """Every system's lab down, each whatever the others did."""
+        for s in self.systems:
+            try:
+                s.down()
+            except Exception as e:  # noqa: BLE001 - the other labs must come down too
+                self.progress(f"{s.name}: lab down failed: {e}")
+
     # ------------------------------------------------------------------ run
     def run(self) -> dict:
         started = time.time()
@@ -528,11 +536,7 @@ class Bench:
             doc["elapsed_s"] = time.time() - started
             return doc
         finally:
-            for s in self.systems:
-                try:
-                    s.down()
-                except Exception as e:  # noqa: BLE001 - the other lab must come down too
-                    self.progress(f"{s.name}: lab down failed: {e}")
+            self.down()
 
 
 class ClusterBench(Bench):
@@ -547,9 +551,8 @@ class ClusterBench(Bench):
     bench ha` runs it.
 
     A lab's bring-up (every VM port active, every switch mastered, an echo on both paths) is tried up
-    to UP_TRIES times, each on a fresh database: on a busy machine a 3-replica lab has left a VM port
-    `pending` for good after its switch's lease moved between replicas that had just joined. Every
-    failed try is in the results (`up_failures`; logs kept under $FATHOM_LAB_KEEP_LOGS)."""
+    to UP_TRIES times, each on a fresh database; every failed try is in the results (`up_failures`;
+    logs kept under $FATHOM_LAB_KEEP_LOGS)."""
     ORDER = "plug_first"
     UP_TRIES = 3
 
@@ -626,11 +629,7 @@ class ClusterBench(Bench):
             doc["elapsed_s"] = time.time() - started
             return doc
         finally:
-            for s in self.systems:
-                try:
-                    s.down()
-                except Exception as e:  # noqa: BLE001 - the other lab and PostgreSQL must go too
-                    self.progress(f"{s.name}: lab down failed: {e}")
+            self.down()
             pg.stop()
 
 
