@@ -135,13 +135,14 @@ class ClusterMember:
 
     def concerns(self, name: str) -> bool:
         """Whether a change of node (or fabric switch) `name`'s interfaces needs a pass of this
-        replica now: it masters one of its switches, or nobody does (a name it does not know yet:
-        yes). Any other replica's next pass reads them from the OVSDB replica, and on gaining the
-        switch it re-checks it whole (`_request_role`)."""
+        replica now: it masters one of its switches, or nobody masters the node's br-int (a name
+        it does not know yet: yes). Any other replica's next pass reads them from the OVSDB
+        replica, and on gaining the switch it re-checks it whole (`_request_role`)."""
         model = self.reconciler.model
         node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
         if node is not None:
-            return self.sets_up(datapath_id(node.id)) or self.sets_up(datapath_id_phy(node.id))
+            return (self.sets_up(datapath_id(node.id))
+                    or self.mastership.epoch(switch_name(datapath_id_phy(node.id))) is not None)
         fabric = fabric_state(model).switches if model is not None else ()
         switch = next((s for s in fabric if s.name == name), None)
         return switch is None or self.sets_up(datapath_id_fabric(switch.id))
