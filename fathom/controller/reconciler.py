@@ -243,12 +243,14 @@ class Reconciler:
         """An OpenFlow port-status from a switch: its ports changed (OVSDB says which). Not for a
         node's br-int whose OVSDB replica holds the port numbers the last pass compiled with: the
         replica's own notification of the change wakes a pass (it comes before or after this
-        message), and the pass this one would wake finds nothing to do."""
+        message), and the pass this one would wake finds nothing to do. Nor, in a cluster, for a
+        switch another replica masters (see ovsdb_changed)."""
         key = next((k for k, r in self.results.items() if r.dpid == dpid), None)
         if key is not None and key.bridge == BR_INT and self._compiled_with_replica(key.name):
             return
-        if key is not None and self.cluster is not None and not self.cluster.concerns(key.name):
-            return   # its OVSDB tells the change, taken by the next pass (ovsdb_changed)
+        if self.cluster is not None and (self.cluster.elsewhere(dpid)
+                                         or key is not None and not self.cluster.concerns(key.name)):
+            return   # another replica masters it: its OVSDB tells the change, taken by the next pass
         self._event("port-status", ports=key.name if key is not None else None)
 
     def _compiled_with_replica(self, name: str) -> bool:
