@@ -67,8 +67,8 @@ class StatusBoard:
             for key, value in statuses.items():
                 self._heard[key] = (value, self._heard_count)
             self._fresh.update(statuses)
-            self.statuses.update(statuses)
-        self._wake(statuses)
+            self.statuses = {**self.statuses, **statuses}   # a published map is not changed in place (the console diffs them)
+        self._wake()     # the listeners (a pass's whole statuses) are told with the next publish
 
     def take_heard(self) -> tuple[int, dict]:
         """Before a pass reads the store: the arrival number so far (`publish`'s `heard_at`) and the
@@ -90,10 +90,15 @@ class StatusBoard:
                 self._heard = {k: e for k, e in self._heard.items() if e[1] > heard_at}
             self.statuses = statuses
             self.covered = max(self.covered, covered)
-        self._wake(statuses)
+        self._wake()
+        for listener in self.listeners:
+            try:
+                listener(statuses)
+            except Exception:  # noqa: BLE001 - a listener must not break the pass
+                logging.getLogger(__name__).exception("status board listener failed")
 
-    def _wake(self, statuses) -> None:
-        """Answer the long-polls the board answers now; tell the listeners."""
+    def _wake(self) -> None:
+        """Answer the long-polls the board answers now."""
         with self._lock:
             answered = [w for w in self._waiters if self.answer(w.keys, w.want, w.need) is not None]
             self.woken += len(answered)
@@ -102,11 +107,6 @@ class StatusBoard:
                 w.loop.call_soon_threadsafe(w.event.set)
             except RuntimeError:   # the waiter's loop is closed: it is gone
                 pass
-        for listener in self.listeners:
-            try:
-                listener(statuses)
-            except Exception:  # noqa: BLE001 - a listener must not break the pass
-                logging.getLogger(__name__).exception("status board listener failed")
 
     def answer(self, keys: tuple[tuple[str, int], ...], want: str, need: int) -> Status | None:
         """The status that ends a wait for `want`, or None while it is not there yet."""
