@@ -15,11 +15,12 @@ of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction th
 their values, so the replica a client waits on shows them as they commit, without a pass or a store
 read of its own (fathom.controller.board.StatusBoard.heard).
 
-`Listener`: one connection per replica that LISTENs on both channels and calls `on_change(written)` for
-every notification another replica sent on CHANNEL, `on_statuses(statuses)` for each on STATUS_CHANNEL (this replica's own writes wake its reconciler directly),
-`written` being what it wrote ({ALL} when the payload does not say). After each (re)connection it
-calls `on_change({ALL})` as well: notifications sent while it was away are lost, so the whole store
-is read again. Its lag is the time from a notification's write to its arrival, on PostgreSQL's
+`Listener`: one connection per replica that LISTENs on both channels and calls `on_change(written)`
+for every notification another replica sent on CHANNEL (this replica's own writes wake its
+reconciler directly), `written` being what it wrote ({ALL} when the payload does not say), and
+`on_statuses(statuses)` for each on STATUS_CHANNEL. After each (re)connection it calls
+`on_change({ALL})` as well: notifications sent while it was away are lost, so the whole store is
+read again. Its lag is the time from a notification's write to its arrival, on PostgreSQL's
 clock (this host's clock offset from it measured at connect). `follow(engine, me, on_change)`: a
 Listener whose notifications every TableChanges of `engine` counts as written by this process (so
 a pass re-reads only what they changed), then calls `on_change()`.

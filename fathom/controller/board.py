@@ -67,8 +67,10 @@ class StatusBoard:
             for key, value in statuses.items():
                 self._heard[key] = (value, self._heard_count)
             self._fresh.update(statuses)
-            self.statuses = {**self.statuses, **statuses}   # a published map is not changed in place (the console diffs them)
-        self._wake()     # the listeners (a pass's whole statuses) are told with the next publish
+            # a new map: one published is never changed in place (the console diffs them); the
+            # listeners, which take a pass's whole statuses, are told with the next publish
+            self.statuses = {**self.statuses, **statuses}
+        self._wake()
 
     def take_heard(self) -> tuple[int, dict]:
         """Before a pass reads the store: the arrival number so far (`publish`'s `heard_at`) and the
