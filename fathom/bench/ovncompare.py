@@ -35,6 +35,7 @@ controller replicas, both on one PostgreSQL, port API call -> `active` and -> fi
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import threading
 import time
@@ -625,12 +626,62 @@ class ClusterBench(Bench):
                 for which, pick in (("call_to_master", lambda x: x["replica"] == x["master"]),
                                     ("call_to_other", lambda x: x["replica"] != x["master"]))}
             doc["masters"] = sorted({x["master"] for x in cluster_runs}, key=str)
+            doc["timeline"] = {s.name: timeline(s, doc["port_up"][s.name][self.ORDER]["runs"]) for s in self.systems}
             env["machine_at_end"] = machine_activity(tuple(f"/{s.lab.name}/" for s in self.systems))
             doc["elapsed_s"] = time.time() - started
             return doc
         finally:
             self.down()
             pg.stop()
+
+
+# a reconciler's pass as its controller logs it (fathom.controller.reconciler.Reconciler.run_pass)
+PASS_LINE = re.compile(r"^(\S+ \S+),(\d+) \w+ fathom\.reconciler: pass \d+ \(([^)]*)\): ([\d.]+) ms, "
+                       r"\d+ switches changed; (.*)$")
+TIMELINE_STEPS = ("read", "compile", "make", "revalidate", "statuses")
+
+
+def reconciler_passes(log: Path) -> list[dict]:
+    """The passes a controller's log names: start and end (epoch seconds, this host's clock), and
+    each step's milliseconds."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else ():
+        m = PASS_LINE.match(line)
+        if m:
+            end = time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")) + int(m[2]) / 1000
+            steps = {k: float(v) for k, _, v in (x.partition(" ") for x in m[5].split(", "))}
+            out.append({"start": end - float(m[4]) / 1000, "end": end, "ms": float(m[4]), "steps": steps})
+    return out
+
+
+def timeline(s: FathomSystem, runs: list[dict]) -> dict:
+    """Where each port's time went, from the API call (ms): the call answered (its commit), the
+    pass of the port's master (the master of c1's br-int; one controller: its only one) that turned
+    it `active` (the first to start after the call with a `revalidate` step: a status turning
+    active waits for the datapath), that pass's steps, and the client seeing `active` after it.
+    Each run gets its figures (`timeline`); returned: their medians, in all and by the replica the
+    call went to."""
+    logs = {i: reconciler_passes(s.lab.dir / f"controller{f'-{i}' if i else ''}.log")
+            for i in range(max(1, s.replicas))}
+    for x in runs:
+        passes = logs.get(x.get("master") if s.replicas > 1 else 0, [])
+        p = next((p for p in passes if p["start"] >= x["t_api"] - 0.005 and "revalidate" in p["steps"]), None)
+        if p is None or x["t_up"] is None or p["end"] > x["t_up"] + 0.05:
+            x["timeline"] = None
+            continue
+        x["timeline"] = {"api_answered_ms": 1000 * (x["t_api_done"] - x["t_api"]),
+                         "pass_start_ms": 1000 * (p["start"] - x["t_api"]), "pass_ms": p["ms"],
+                         **{f"{k}_ms": p["steps"].get(k, 0.0) for k in TIMELINE_STEPS},
+                         "active_after_pass_ms": 1000 * (x["t_up"] - p["end"])}
+
+    def medians(pick) -> dict:
+        got = [x["timeline"] for x in runs if x.get("timeline") and pick(x)]
+        return {"n": len(got), **({k: statistics.median(t[k] for t in got) for k in got[0]} if got else {})}
+    out = {"all": medians(lambda x: True)}
+    if s.replicas > 1:
+        out["call_to_master"] = medians(lambda x: x["replica"] == x["master"])
+        out["call_to_other"] = medians(lambda x: x["replica"] != x["master"])
+    return out
 
 
 def versions() -> dict:
@@ -761,6 +812,19 @@ def cluster_markdown(doc: dict) -> str:
           "| call to | n | → active p50 / p99 | → first echo p50 / p99 |", "|---|---|---|---|"]
     for which, d in doc["by_replica"].items():
         L.append(f"| {which.removeprefix('call_to_')} | {d['up_ms'].get('n', 0)} | {_ms(d['up_ms'])} | {_ms(d['echo_ms'])} |")
+    if doc.get("timeline"):
+        L += ["", "Where the time went (medians, ms from the API call; the pass of the port's master that turned it "
+              "active, as its log gives it):", "",
+              "| | n | call answered | pass starts | pass | read | compile | make | revalidate | statuses "
+              "| active seen after the pass |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, parts in doc["timeline"].items():
+            for which, t in parts.items():
+                if t.get("n"):
+                    label = name if which == "all" else f"{name}, call to {which.removeprefix('call_to_')}"
+                    L.append(f"| {label} | {t['n']} | " + " | ".join(
+                        f"{t[k]:.0f}" if t[k] >= 10 else f"{t[k]:.1f}"
+                        for k in ("api_answered_ms", "pass_start_ms", "pass_ms", *(f"{s}_ms" for s in TIMELINE_STEPS),
+                                  "active_after_pass_ms")) + " |")
     if doc.get("up_failures"):
         L += ["", "Lab bring-ups that failed and were tried again: "
               + "; ".join(f"{f['system']}: {f['error']}" for f in doc["up_failures"])]

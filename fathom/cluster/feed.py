@@ -10,11 +10,17 @@ execution option `feed=False` (the lease rounds) or `model_unchanged=True` (stat
 replica writes for its own objects; an agent's desired-state revision) note nothing, and a
 transaction that noted nothing sends none.
 
-`Listener`: one connection per replica that LISTENs on CHANNEL and calls `on_change(written)` for
-every notification another replica sent (this replica's own writes wake its reconciler directly),
-`written` being what it wrote ({ALL} when the payload does not say). After each (re)connection it
-calls `on_change({ALL})` as well: notifications sent while it was away are lost, so the whole store
-is read again. Its lag is the time from a notification's write to its arrival, on PostgreSQL's
+`notify_statuses(session, me, statuses)`: the statuses a replica wrote (those it is the one writer
+of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that writes them, with
+their values, so the replica a client waits on shows them as they commit, without a pass or a store
+read of its own (fathom.controller.board.StatusBoard.heard).
+
+`Listener`: one connection per replica that LISTENs on both channels and calls `on_change(written)`
+for every notification another replica sent on CHANNEL (this replica's own writes wake its
+reconciler directly), `written` being what it wrote ({ALL} when the payload does not say), and
+`on_statuses(statuses)` for each on STATUS_CHANNEL. After each (re)connection it calls
+`on_change({ALL})` as well: notifications sent while it was away are lost, so the whole store is
+read again. Its lag is the time from a notification's write to its arrival, on PostgreSQL's
 clock (this host's clock offset from it measured at connect). `follow(engine, me, on_change)`: a
 Listener whose notifications every TableChanges of `engine` counts as written by this process (so
 a pass re-reads only what they changed), then calls `on_change()`.
@@ -35,6 +41,7 @@ from fathom.store.changes import ALL, TableChanges, written_elsewhere
 
 LOG = logging.getLogger("fathom.cluster")
 CHANNEL = "fathom_store"
+STATUS_CHANNEL = "fathom_status"
 RECONNECT = (0.2, 5.0)    # seconds between attempts to reconnect: first, most (doubling)
 # PostgreSQL refuses a payload of 8000 bytes or more; the sender's name and the time take the rest
 PAYLOAD_MAX = 7900
@@ -86,6 +93,49 @@ def payload(written: set, reserved: int = 0) -> str:
     return text if len(text.encode()) + reserved <= PAYLOAD_MAX else json.dumps([ALL])
 
 
+def notify_statuses(session, me: str, statuses: dict) -> None:
+    """Send `statuses` ((kind, id) -> value, as fathom.store.status.write_statuses takes them) on
+    STATUS_CHANNEL in `session`'s transaction: "<me> <JSON list of [kind, id, value]>", as many
+    notifications as PAYLOAD_MAX asks (a reason too long for one is cut short)."""
+    from sqlalchemy import text
+    chunks, chunk, size = [], [], 0
+    reserved = len(me.encode()) + 8
+    for (kind, obj), value in statuses.items():
+        item = json.dumps([kind, obj, value], separators=(",", ":"))
+        if len(item.encode()) + reserved > PAYLOAD_MAX:   # a reason of thousands of characters
+            status, reason = value
+            cut = (reason or "").encode()[: PAYLOAD_MAX // 2].decode(errors="ignore") + "…"
+            item = json.dumps([kind, obj, [status, cut]], separators=(",", ":"))
+        if chunk and size + len(item.encode()) + 1 + reserved > PAYLOAD_MAX:
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item.encode()) + 1
+    if chunk:
+        chunks.append(chunk)
+    for items in chunks:
+        session.execute(text("SELECT pg_notify(:channel, :payload)"),
+                        {"channel": STATUS_CHANNEL, "payload": f"{me} [{','.join(items)}]"})
+
+
+def statuses_in(text: str) -> dict:
+    """The statuses a STATUS_CHANNEL notification's JSON carries ((kind, id) -> value); {} when it
+    cannot be read."""
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return {}
+    out = {}
+    for item in items if isinstance(items, list) else ():
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], int)
+                and isinstance(item[2], list)):
+            return {}
+        kind, obj, value = item
+        # a subnet's DHCP servers: ((node, status, reason), ...); any other: (status, reason)
+        out[(kind, obj)] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+    return out
+
+
 def written_in(text: str) -> set:
     """The tables and row tokens a notification's text names; {ALL} for anything else."""
     try:
@@ -106,13 +156,15 @@ def written_in(text: str) -> set:
     return out
 
 
-def follow(engine: Engine, me: str, on_change: Callable[[], None]) -> "Listener":
+def follow(engine: Engine, me: str, on_change: Callable[[], None],
+           on_statuses: Callable[[dict], None] | None = None) -> "Listener":
     """A started Listener on `engine`'s database: what another process's notification names is
-    counted by every TableChanges of `engine` as written here, then `on_change()` is called."""
+    counted by every TableChanges of `engine` as written here, then `on_change()` is called; the
+    statuses another replica wrote go to `on_statuses(statuses)`."""
     def received(written: set) -> None:
         written_elsewhere(engine, written)
         on_change()
-    return Listener(libpq_url(engine), me, received).start()
+    return Listener(libpq_url(engine), me, received, on_statuses).start()
 
 
 class _Metrics:
@@ -136,10 +188,12 @@ METRICS = _Metrics()
 
 class Listener:
     """The replica's LISTEN connection on `url` (a libpq URL), in a thread: `on_change(written)` for
-    each other replica's committed write (what it wrote) and after each (re)connection ({ALL})."""
+    each other replica's committed write (what it wrote) and after each (re)connection ({ALL});
+    `on_statuses(statuses)` for the statuses another replica wrote."""
 
-    def __init__(self, url: str, me: str, on_change: Callable[[set], None]):
-        self.url, self.me, self.on_change = url, me, on_change
+    def __init__(self, url: str, me: str, on_change: Callable[[set], None],
+                 on_statuses: Callable[[dict], None] | None = None):
+        self.url, self.me, self.on_change, self.on_statuses = url, me, on_change, on_statuses
         self.lag: float | None = None          # seconds, the last notification's
         self.connected = False
         self._offset = 0.0                     # PostgreSQL's clock minus this host's
@@ -160,6 +214,7 @@ class Listener:
                 with psycopg.connect(self.url, autocommit=True, connect_timeout=5,
                                      application_name=f"fathom feed {self.me}") as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {STATUS_CHANNEL}")
                     sent = time.time()
                     pg = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float").fetchone()[0]
                     self._offset = pg - (sent + time.time()) / 2
@@ -171,12 +226,22 @@ class Listener:
                     self.on_change({ALL})    # whatever was missed while away (or before the first LISTEN)
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            self._received(note.payload)
+                            if note.channel == STATUS_CHANNEL:
+                                self._statuses(note.payload)
+                            else:
+                                self._received(note.payload)
             except psycopg.Error as e:
                 self.connected = False
                 LOG.warning("change feed: %s (connecting again in %.1f s)", e, wait)
                 self._stop.wait(wait)
                 wait = min(RECONNECT[1], wait * 2)
+
+    def _statuses(self, text: str) -> None:
+        sender, _, values = text.partition(" ")
+        if sender != self.me and self.on_statuses is not None:
+            statuses = statuses_in(values)
+            if statuses:
+                self.on_statuses(statuses)
 
     def _received(self, text: str) -> None:
         sender, at, written = (text.split(" ", 2) + ["", ""])[:3]

@@ -58,6 +58,8 @@ class ClusterMember:
         mastership.on_peers = self.peers_changed
         reconciler.cluster = self
         reconciler.statuses.writers = self.writers
+        reconciler.statuses.announce = lambda session, statuses: feed.notify_statuses(session, mastership.id,
+                                                                                       statuses)
         bootstrapper = reconciler.bootstrapper
         bootstrapper.may_write = self.sets_up
         bootstrapper.targets = self.targets
@@ -130,6 +132,20 @@ class ClusterMember:
                 return writes_for(nodes.get(ports.get(what)))
             return first
         return writes
+
+    def concerns(self, name: str) -> bool:
+        """Whether a change of node (or fabric switch) `name`'s interfaces needs a pass of this
+        replica now: it masters one of its switches, or nobody masters the node's br-int (a name
+        it does not know yet: yes). Any other replica's next pass reads them from the OVSDB
+        replica, and on gaining the switch it re-checks it whole (`_request_role`)."""
+        model = self.reconciler.model
+        node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
+        if node is not None:
+            return (self.sets_up(datapath_id(node.id))
+                    or self.mastership.epoch(switch_name(datapath_id_phy(node.id))) is not None)
+        fabric = fabric_state(model).switches if model is not None else ()
+        switch = next((s for s in fabric if s.name == name), None)
+        return switch is None or self.sets_up(datapath_id_fabric(switch.id))
 
     def sets_up(self, dpid: int) -> bool:
         """Whether this replica sets the switch up over OVSDB: it holds its lease, or nobody does."""
@@ -241,7 +257,7 @@ def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember
     def elsewhere():
         reconciler.written_elsewhere()
         hub.changed()
-    listener = feed.follow(mastership.engine, mastership.id, elsewhere)
+    listener = feed.follow(mastership.engine, mastership.id, elsewhere, reconciler.board.heard)
     mastership.feed_lag = lambda: listener.lag
     mastership.start(joined=True)
     return member

@@ -96,6 +96,7 @@ class _Events:
     elsewhere: bool = False                      # read the store whole (changed_elsewhere)
     triggers: set = field(default_factory=set)
     since: float | None = None                   # monotonic time of the first of these events
+    deferred: set = field(default_factory=set)   # nodes whose interfaces changed, no pass woken (cluster)
 
 
 class Reconciler:
@@ -225,9 +226,16 @@ class Reconciler:
         self._event("cluster")
 
     def ovsdb_changed(self, name: str, what: str) -> None:
-        """A node's (or fabric switch's) OVSDB changed: "ports" (interfaces) or "setup" (bridges)."""
+        """A node's (or fabric switch's) OVSDB changed: "ports" (interfaces) or "setup" (bridges).
+        In a cluster, a node's interfaces matter now only to the replica that masters its switches
+        (it compiles and writes what they hold, and the statuses of its ports): any other replica
+        takes them with its next pass, which reads every node's interfaces from its OVSDB replica
+        anyway, without waking for them (`deferred`)."""
         if what == "setup":
             self._event("ovsdb", setup=name, ports=name)
+        elif self.cluster is not None and not self.cluster.concerns(name):
+            with self._events_lock:
+                self._events.deferred.add(name)
         else:
             self._event("ovsdb", ports=name)
 
@@ -235,10 +243,14 @@ class Reconciler:
         """An OpenFlow port-status from a switch: its ports changed (OVSDB says which). Not for a
         node's br-int whose OVSDB replica holds the port numbers the last pass compiled with: the
         replica's own notification of the change wakes a pass (it comes before or after this
-        message), and the pass this one would wake finds nothing to do."""
+        message), and the pass this one would wake finds nothing to do. Nor, in a cluster, for a
+        switch another replica masters (see ovsdb_changed)."""
         key = next((k for k, r in self.results.items() if r.dpid == dpid), None)
         if key is not None and key.bridge == BR_INT and self._compiled_with_replica(key.name):
             return
+        if self.cluster is not None and (self.cluster.elsewhere(dpid)
+                                         or key is not None and not self.cluster.concerns(key.name)):
+            return   # another replica masters it: its OVSDB tells the change, taken by the next pass
         self._event("port-status", ports=key.name if key is not None else None)
 
     def _compiled_with_replica(self, name: str) -> bool:
@@ -319,6 +331,8 @@ class Reconciler:
 
     def _check(self) -> bool:
         found = False
+        with self._events_lock:
+            deferred = set(self._events.deferred)    # interfaces changed, for the next pass: no drift
         if self.statuses.held and time.monotonic() >= self.statuses.grace_ends:
             self._event("startup")        # a switch still away: now its objects' statuses say so
             found = True
@@ -334,7 +348,7 @@ class Reconciler:
             if got is None:   # its OVSDB connection is down: the node's status
                 self._event("check", setup=node.name, ports=node.name)
                 found = True
-            elif got is not None and dict(got[2]) != dict(node.ofports):
+            elif got is not None and dict(got[2]) != dict(node.ofports) and node.name not in deferred:
                 self._drift("ovsdb", f"node {node.name}: OVSDB interfaces differ from those compiled "
                                      "(a change notification was lost)")
                 self._event("check", ports=node.name)
@@ -397,6 +411,9 @@ class Reconciler:
             METRICS.passes.labels(label).inc()
             kind = "audit of " + ", ".join(map(str, sorted(read_back))) if label == "audit turn" else label
             whole = audit or read_back is not None or self.store_model is None
+            heard_at, heard = self.board.take_heard()    # statuses other replicas wrote meanwhile
+            if heard:
+                self.store.reader.statuses_written(heard)
             if ev.store or whole:
                 self.store_model = self.store.read(whole or ev.elsewhere)
             steps.done("read")
@@ -439,7 +456,8 @@ class Reconciler:
                     except Exception:  # noqa: BLE001 - one extension must not break the pass
                         LOG.exception("extension %s failed", type(ext).__name__)
                 steps.done("agents")
-                self.statuses.write(snapshot, result, self.store.stored if ev.store else None, ev.seq, steps)
+                self.statuses.write(snapshot, result, self.store.stored if ev.store else None, ev.seq, steps,
+                                    heard_at)
             self.model = snapshot
             self.last = result
             # what the pass replaced (the switches' states before it) is freed now that the

@@ -40,12 +40,18 @@ class StatusWriter:
         # in a cluster (fathom.controller.cluster): writers(snapshot) -> whether this replica writes
         # a status key; None: every status is this process's to write
         self.writers: Callable | None = None
+        # in a cluster: announce(session, statuses) tells the other replicas, in the transaction
+        # that writes them, the statuses this replica wrote (fathom.cluster.feed.notify_statuses)
+        self.announce: Callable | None = None
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
 
-    def write(self, snapshot: Snapshot, result: PassResult, stored: dict | None, seq: int, steps) -> None:
+    def write(self, snapshot: Snapshot, result: PassResult, stored: dict | None, seq: int, steps,
+              heard_at: int | None = None) -> None:
         """Write the statuses that differ from the store's, then publish them on the board as of
         API write `seq`. `stored`: the statuses as read with the model (an API write may have
-        reset some), None when the store was not read (then: those last published)."""
+        reset some), None when the store was not read (then: those last published). In a cluster
+        a status another replica writes is published as the store holds it, or as the change feed
+        brought it since `heard_at` (StatusBoard.take_heard), never as decided here."""
         if time.monotonic() < self.grace_ends and any(r.state == "not connected" or r.setup == "checking"
                                                       for r in result.switches.values()):
             self.held = True    # see STARTUP_GRACE; the periodic check ends it in time
@@ -62,10 +68,14 @@ class StatusWriter:
             stored.update({("node_state", name): st for name, st in self._node_states.items()})
         write = {k: v for k, v in decided.items() if stored.get(k) != v}
         node_states = {k: v for k, v in states.items() if stored.get(("node_state", k)) != v}
-        if self.writers is not None and (write or node_states):
-            writes = self.writers(snapshot)
+        writes = self.writers(snapshot) if self.writers is not None else None
+        published = decided
+        if writes is not None and (write or node_states):
+            theirs = {k: stored[k] for k in write if k in stored and not writes(k)}
             write = {k: v for k, v in write.items() if writes(k)}
             node_states = {k: v for k, v in node_states.items() if writes(("node_state", k))}
+            if theirs:
+                published = {**decided, **theirs}
         if result.settled_at is not None and any(v[0] == "active" and (stored.get(k) or ("",))[0] != "active"
                                                  for k, v in write.items()):
             # a switch acknowledges a bundle once its tables hold it, but its datapath forwards by
@@ -79,10 +89,12 @@ class StatusWriter:
             from fathom.store.status import write_statuses
             with self.Session() as session, session.begin():
                 write_statuses(session, write, node_states)
+                if write and self.announce is not None:
+                    self.announce(session, write)
             self.store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
         steps.done("statuses")
-        self.board.publish(decided, seq)
+        self.board.publish(published, seq, heard_at, writes)
         steps.done("publish")
 
     def assert_same_statuses(self, snapshot: Snapshot, result: PassResult, decided: dict) -> None:

@@ -66,6 +66,40 @@ def test_a_committed_write_wakes_the_other_replicas_listener_only(url):
         engine.dispose()
 
 
+def test_the_statuses_a_replica_writes_reach_the_others_whole_as_they_commit(url):
+    """More statuses than one notification holds, and a reason longer than one: every other
+    listener gets each status (the long reason cut short), in the writer's transaction only."""
+    from sqlalchemy.orm import Session
+    engine = open_store(url)
+    heard: list[dict] = []
+    mine: list[dict] = []
+    other = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "reader", lambda _w: None,
+                          heard.append).start()
+    own = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "writer", lambda _w: None,
+                        mine.append).start()
+    try:
+        wait_for(lambda: other.connected and own.connected, 10, "both listeners to connect")
+        statuses = {("port", i): ("error", f"switch {i} refused it") for i in range(1, 501)}
+        statuses[("port", 501)] = ("error", "x" * 20_000)
+        statuses[("subnet_dhcp", 7)] = (("c1", "active", None), ("c2", "pending", "waiting"))
+        with pytest.raises(RuntimeError), Session(engine) as session, session.begin():   # rolled back
+            feed.notify_statuses(session, "writer", {("port", 1): ("active", None)})
+            raise RuntimeError
+        with Session(engine) as session, session.begin():
+            feed.notify_statuses(session, "writer", statuses)
+        wait_for(lambda: sum(map(len, heard)) == len(statuses), 10, "every status at the other replica")
+        assert len(heard) > 1     # several notifications
+        got = {k: v for part in heard for k, v in part.items()}
+        long = got.pop(("port", 501))
+        assert got == {k: v for k, v in statuses.items() if k != ("port", 501)}
+        assert long[0] == "error" and long[1].startswith("xxx") and len(long[1]) < 8000
+        assert mine == []         # a replica is not told its own
+    finally:
+        other.stop()
+        own.stop()
+        engine.dispose()
+
+
 def test_a_listener_cut_off_connects_again_and_says_so(url):
     engine = open_store(url)
     listener, count = listener_on(url, "reader")

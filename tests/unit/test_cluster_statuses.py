@@ -4,7 +4,8 @@ agents agree whichever replica decides or is asked.
 
 - A port whose flows the switch mastered by replica B refuses is `error`, and replica A (which does
   not master that switch) decides the same: it does not write `active` over it, and its status
-  board (what A's long-polls answer) says `error` too. Once the switch takes them, both say `active`.
+  board (what A's long-polls answer) says `error` too. Once the switch takes them, both say `active`:
+  A's board as soon as B's status write commits (the change feed), before any pass of A's.
 - An agent that polls replica B is `up` in replica A's `GET /v1/agents`, and `down` in both once it
   stops.
 Rounds are run by hand, so each step is deterministic."""
@@ -17,6 +18,7 @@ from sqlalchemy import text
 
 from fathom.api import agents as agents_api
 from fathom.api import create_app
+from fathom.cluster import feed
 from fathom.cluster.leases import Timing
 from fathom.cluster.mastership import Mastership
 from fathom.controller.cluster import ClusterMember, switch_name
@@ -69,12 +71,17 @@ class Replica:
         app.state.agent_hub.heard_elsewhere = self.mastership.agent_heard
         self.member = ClusterMember(self.mastership, self.conns, self.rec)
         self.http = TestClient(app, headers=headers_for(app))
+        # the statuses the other replica writes, as they commit (the change feed's status channel)
+        self.feed = feed.Listener(feed.libpq_url(app.state.engine), name, lambda _written: None,
+                                  self.rec.board.heard).start()
+        wait_for(lambda: self.feed.connected, 10, f"replica {name}'s change feed to connect")
 
     def status(self, port_id: int) -> tuple[str, str | None]:
         got = self.http.get(f"/v1/ports/{port_id}").json()
         return got["status"], got["status_reason"]
 
     def close(self):
+        self.feed.stop()
         self.mastership.stop()
         self.member._roles.shutdown(wait=True)
         self.http.close()
@@ -130,9 +137,14 @@ def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeyp
         assert a.rec.board.statuses[("port", port)][0] == "error"
         others = [p for name, p in ids["ports"].items() if name != vm]
         assert all(a.status(p)[0] == "active" for p in others), {p: (a.status(p), b.status(p)) for p in others}
-        # the switch takes the flows: b repairs it, reports nothing wrong, and a says `active` too
+        # the switch takes the flows: b repairs it and writes `active`, which a's board (what its
+        # long-polls answer) shows as b's write commits, with no pass of a's own
         switch.refuse(None)
+        passes = a.rec.passes
         b.rec.run_pass(audit=True)
+        wait_for(lambda: a.rec.board.statuses[("port", port)][0] == "active", 5,
+                 "b's status write to reach a's board through the change feed")
+        assert a.status(port)[0] == "active" and a.rec.passes == passes
         rounds()
         a.rec.run_pass()
         assert a.status(port)[0] == "active" and a.rec.board.statuses[("port", port)][0] == "active"

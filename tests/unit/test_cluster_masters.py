@@ -1,0 +1,162 @@
+"""Two controller replicas on one real PostgreSQL store, their writes and statuses on the real change
+feed, over fake switches (fathom.controller.fakeswitch) each replica reaches under a role of its own:
+a replica works for the switches it masters only, and takes a switch over whole when it gains it.
+
+- A node's interfaces changing wakes the master of its switches, not the other replica (which takes
+  them with its next pass, and counts no drift meanwhile).
+- A port made through the replica that does not master its node: that replica sends nothing to the
+  node's switch, and its long-poll does not answer `active` from its own view; it answers as the
+  master's status write commits (the change feed), and the master's pass put the port's flows there.
+- The master leaves: the other replica gains its switches (a newer epoch, the master role on the
+  switch), resyncs them with what it took meanwhile without waking (the interface plugged), and a
+  port made then gets its flows and its `active` from it.
+Rounds and passes are run by hand, so each step is deterministic."""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from fathom.api import create_app
+from fathom.cluster import feed
+from fathom.controller.cluster import switch_name
+from fathom.controller.fakeswitch import FakeSwitches
+from fathom.lab import topology
+from fathom.lab.ovs import wait_for
+from fathom.model import datapath_id
+from fathom.pipeline import cookies as ck
+from fathom.store.db import session_factory
+from fathom.store.snapshot import load_snapshot
+
+from . import golden_flows
+from .auth import headers_for
+from .test_cluster_statuses import Replica, TestClient
+from .test_reconciler import LAB
+
+
+class Written:
+    """A replica's connection to a switch that counts what the replica sent it (flow and group mods)."""
+
+    def __init__(self, conn, dpid: int, sent: Counter):
+        self._conn, self._dpid, self._sent = conn, dpid, sent
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def bundle(self, pairs):
+        self._sent[self._dpid] += 1
+        return self._conn.bundle(pairs)
+
+    def plain(self, pairs):
+        if pairs:
+            self._sent[self._dpid] += 1
+        return self._conn.plain(pairs)
+
+
+class FedReplica(Replica):
+    """A replica as `fathom controller --cluster` runs one: its API's writes wake its reconciler
+    and notify the change feed, it follows the other's writes and statuses on the feed, and its
+    long-polls wait on its status board; it counts what it sends each switch."""
+
+    def __init__(self, name, url, fakes, ofports):
+        app = create_app(url, on_change=lambda: self.rec.wake())
+        feed.notify_commits(app.state.engine, name)
+        super().__init__(name, app, fakes, ofports)
+        app.state.status_board = self.rec.board
+        self.feed.stop()    # the statuses-only listener of Replica: this one follows both channels
+        self.feed = feed.follow(app.state.engine, name, self.rec.written_elsewhere, self.rec.board.heard)
+        wait_for(lambda: self.feed.connected, 10, f"replica {name}'s change feed to connect")
+        self.sent: Counter = Counter()
+        session = self.conns.session
+        self.conns.session = lambda dpid: (None if (c := session(dpid)) is None else Written(c, dpid, self.sent))
+
+    def wait(self, port_id: int, want: str = "active") -> tuple[str, str | None]:
+        got = self.http.get(f"/v1/ports/{port_id}", params={"wait": want, "timeout": 5}).json()
+        return got["status"], got["status_reason"]
+
+
+def flows_of(switch, port_id: int) -> int:
+    return sum(ck.parse_cookie(f.cookie)[1:] == (ck.KIND_PORT, port_id) for f in switch.flows.values())
+
+
+def test_a_replica_works_for_the_switches_it_masters_and_takes_one_over_when_it_gains_it(postgres):
+    url = postgres.new_database(migrated=True)
+    topo = topology.load(LAB / "default.yaml")
+    setup = create_app(url)
+    golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")
+    with session_factory(setup.state.engine)() as s:
+        snap = load_snapshot(s)
+    setup.state.engine.dispose()
+    fakes = FakeSwitches()
+    nodes = {n.name: n.id for n in snap.nodes}
+    for node_id in nodes.values():
+        fakes.add(datapath_id(node_id))
+    ofports = golden_flows.ofports(topo, snap, "distributed")   # both replicas' OVSDB replicas: one dict
+    a, b = (FedReplica(name, url, fakes, ofports) for name in ("a", "b"))
+    try:
+        def rounds():   # three each: a lease freed toward b in a's second is b's in its, and a sees it in its third
+            for r in (a, b, a, b, a, b):
+                r.mastership.run_round()
+        rounds()
+        wait_for(lambda: all(a.member.masters(d) or b.member.masters(d) for d in fakes.switches), 5,
+                 "every switch mastered, by one replica or the other")
+        for r in (a, b, a):
+            r.rec.run_pass()
+        # b: the master of a node with VMs (the names swapped if it is a's)
+        node = next(n.name for n, _ in topo.vms() if b.member.masters(datapath_id(nodes[n.name])))
+        dpid = datapath_id(nodes[node])
+        if not b.member.masters(dpid):
+            a, b = b, a
+        switch = fakes.switches[dpid]
+        network = next(n for n in snap.networks if any(p.node == node and p.network_id == n.id for p in snap.ports))
+        a.sent.clear()
+        b.sent.clear()
+
+        # a VIF plugged on the node: its master wakes, the other replica does not (and sees no drift)
+        ofports[node]["vif-x"] = max(ofports[node].values()) + 1
+        for r in (a, b):
+            r.rec._wake.clear()
+            r.rec.ovsdb_changed(node, "ports")
+        assert b.rec._wake.is_set() and not a.rec._wake.is_set()
+        assert not a.rec.check() and not a.rec.drift
+        b.rec.run_pass()
+
+        # its port, made through a: a sends nothing to b's switch, and its long-poll answers `active`
+        # only once b's status write comes through the feed (b's pass put the port's flows there)
+        port = a.http.post("/v1/ports", json={"network_id": network.id, "name": "x", "node": node,
+                                              "interface_name": "vif-x"}).json()["id"]
+        a.rec.run_pass()
+        assert a.rec.board.statuses[("port", port)][0] == "pending", a.rec.board.statuses[("port", port)]
+        assert a.sent[dpid] == 0 and flows_of(switch, port) == 0
+        answer: list = []
+        poll = threading.Thread(target=lambda: answer.append(a.wait(port)))    # a long-poll held on a
+        poll.start()
+        wait_for(lambda: b.rec._wake.is_set(), 5, "a's write to reach b through the change feed")
+        passes = a.rec.passes
+        b.rec.run_pass()
+        assert flows_of(switch, port) > 0 and b.sent[dpid] > 0
+        poll.join(10)
+        assert answer == [("active", None)] and a.rec.passes == passes   # answered with no pass of a's
+        assert a.sent[dpid] == 0
+
+        # b leaves: a gains its switches under a newer epoch and resyncs them
+        epoch = b.mastership.epoch(switch_name(dpid))
+        b.mastership.stop()
+        for _ in range(3):
+            a.mastership.run_round()
+        wait_for(lambda: a.member.masters(dpid), 5, "a to master b's switch once the switch granted it")
+        assert a.mastership.epoch(switch_name(dpid)) > epoch and switch.generation == a.mastership.epoch(switch_name(dpid))
+        assert switch.roles.get("a") == "master"
+        ofports[node]["vif-y"] = max(ofports[node].values()) + 1     # plugged as b left: a woken by it now
+        a.rec.ovsdb_changed(node, "ports")
+        a.rec.run_pass()
+        assert a.sent[dpid] > 0 and flows_of(switch, port) > 0
+        second = a.http.post("/v1/ports", json={"network_id": network.id, "name": "y", "node": node,
+                                                "interface_name": "vif-y"}).json()["id"]
+        a.rec.run_pass()
+        assert flows_of(switch, second) > 0
+        assert a.wait(second) == ("active", None) and a.status(port) == ("active", None)
+        assert switch.flows == {k: f for k, f in switch.flows.items()}   # nothing refused, nothing left half-made
+        assert a.rec.mismatches == 0 and b.rec.mismatches == 0
+    finally:
+        a.close()
+        b.close()
