@@ -8,9 +8,12 @@ of the holder's master role request (fathom.controller.switch): a switch refuses
 older one (OFPRRFC_STALE), and a newer master demotes the older to slave (OFPBRC_IS_SLAVE on its
 writes).
 
-One switch never has two holders: a lease is taken only from rows locked with `FOR UPDATE SKIP
-LOCKED` whose lease is free or expired when locked (PostgreSQL re-reads a row changed meanwhile), and
-renewed only by its holder (a lease another replica took has another holder).
+A lease is valid while its holder's heartbeat (its row in cluster_replicas) is younger than the
+lease time: a round renews every lease its replica holds by writing that one row. One switch never
+has two holders: a lease is taken only from rows locked with `FOR UPDATE SKIP LOCKED` that are free,
+or whose holder's heartbeat is stale, when locked (PostgreSQL re-reads a row changed meanwhile), and
+the stale holder's row is locked by the take until it commits, while a holder writes its heartbeat
+only if it is not stale (_ROUND, _TAKE).
 
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
 most (the first `switches % replicas` take one more). Each round decides from one view of the
@@ -270,11 +273,12 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     """One round of replica `me` on a session under `limit_session` (autocommit: each statement is
     its own transaction; or in the caller's transaction): lease rows made for new `switches`; then
     one statement: the heartbeat (with its change feed's lag, the agents it hears and what its
-    switches say: see Round), renewal of what it still holds, and one view of the replicas and
+    switches say: see Round), which renews what it holds, and one view of the replicas and
     leases, from which it decides whether to take or give up leases toward its share (each one
     more statement; at rest neither, and the round is that one statement). `reachable` (None:
     any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
     the caller keeps it); it takes and renews only those, and gives up the others it holds.
+    `view`: the caller's copy of the lease list, kept from round to round (see _ROUND).
     ClusterError if its replica row is gone."""
     if reachable is not None and reaches is None:
         reaches = ",".join(sorted(reachable))
