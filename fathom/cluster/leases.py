@@ -206,9 +206,10 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 # `renewed` to PostgreSQL's time) and every lease ([switch, valid holder or null, seconds without a
 # master or null, whether it was freed rather than ran out]) unless every lease has a live holder and
 # the stamp is the caller's `stamp`: then the caller's copy of that list, read when every lease had a
-# live holder, is still the view (a round at rest reads no lease row into its answer). Its own leases in the view are its own: a lease is taken from a
-# holder only while the holder's heartbeat row is stale and locked by the taker (_TAKE), and this
-# statement writes that row only while it is not stale, so no lease of a live holder is taken.
+# live holder, is still the view (a round at rest reads no lease row into its answer). The leases
+# it holds as of the statement's start are still its own: a lease is taken from a holder only while
+# the holder's heartbeat row is stale and locked by the taker (_TAKE), and this statement writes
+# that row only while it is not stale.
 _ROUND = (
     "WITH reach AS (SELECT unnest(string_to_array(%(reaches)s, ',')) AS switch), "
     "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s, "
