@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import threading
 import time
 from typing import Callable
@@ -225,11 +226,14 @@ class Listener:
                     first = False
                     self.on_change({ALL})    # whatever was missed while away (or before the first LISTEN)
                     while not self._stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
-                            if note.channel == STATUS_CHANNEL:
-                                self._statuses(note.payload)
-                            else:
-                                self._received(note.payload)
+                        # waits on the socket itself: psycopg's own wait for notifications wakes
+                        # every 0.1 s (to notice an interrupt), ten times a second at rest
+                        if select.select([conn.pgconn.socket], [], [], 1.0)[0]:
+                            for note in conn.notifies(timeout=0):
+                                if note.channel == STATUS_CHANNEL:
+                                    self._statuses(note.payload)
+                                else:
+                                    self._received(note.payload)
             except psycopg.Error as e:
                 self.connected = False
                 LOG.warning("change feed: %s (connecting again in %.1f s)", e, wait)

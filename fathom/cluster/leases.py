@@ -8,9 +8,12 @@ of the holder's master role request (fathom.controller.switch): a switch refuses
 older one (OFPRRFC_STALE), and a newer master demotes the older to slave (OFPBRC_IS_SLAVE on its
 writes).
 
-One switch never has two holders: a lease is taken only from rows locked with `FOR UPDATE SKIP
-LOCKED` whose lease is free or expired when locked (PostgreSQL re-reads a row changed meanwhile), and
-renewed only by its holder (a lease another replica took has another holder).
+A lease is valid while its holder's heartbeat (its row in cluster_replicas) is younger than the
+lease time: a round renews every lease its replica holds by writing that one row. One switch never
+has two holders: a lease is taken only from rows locked with `FOR UPDATE SKIP LOCKED` that are free,
+or whose holder's heartbeat is stale, when locked (PostgreSQL re-reads a row changed meanwhile), and
+the stale holder's row is locked by the take until it commits, while a holder writes its heartbeat
+only if it is not stale (_ROUND, _TAKE).
 
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
 most (the first `switches % replicas` take one more). Each round decides from one view of the
@@ -135,9 +138,9 @@ def check_schema(engine: Engine, schema_version: str, timing: Timing = Timing())
 
 def ensure_switches(conn: Connection, switches) -> None:
     """Lease rows (free, epoch 0) for the switches that have none."""
-    rows = [{"switch": s} for s in switches]
-    if rows:
-        conn.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES (:switch, 0) ON CONFLICT DO NOTHING"), rows)
+    switches = list(switches)
+    if switches:
+        conn.execute(_ENSURE, {"switches": switches})
 
 
 @dataclass
@@ -161,6 +164,14 @@ class Round:
     reports: dict[str, list] = field(default_factory=dict)
 
 
+@dataclass
+class LeaseView:
+    """A replica's copy of every lease ([switch, holder, None, False]) as its last round read it when
+    every lease had a live holder, and the leases' stamp then (None: no such copy)."""
+    stamp: str | None = None
+    rows: list = field(default_factory=list)
+
+
 def shares(replicas: list[str], switches: int) -> dict[str, int]:
     """Each live replica's fair share: replicas ordered by id, the first `switches % n` one more."""
     n = len(replicas)
@@ -173,70 +184,102 @@ def limit_session(conn: Connection, timing: Timing) -> None:
     held, a stalled server) fails instead of waiting: the leases end at the holder's deadline
     either way, and the failure is counted; and a round whose replica stops mid-way (paused) has
     its session ended after the lease time, so the lease rows it locked are free to be taken (SKIP
-    LOCKED would pass over them for as long)."""
+    LOCKED would pass over them for as long). Its commits do not wait for the WAL's flush
+    (`synchronous_commit` off): a heartbeat, or a lease freed, that a PostgreSQL crash loses is
+    harmless, as no holder counts as stale within a lease time of PostgreSQL's start (_TAKE); a
+    take (an epoch raised) and a new lease row are committed synchronously all the same."""
     conn.execute(text("SELECT set_config('statement_timeout', :ms, false), "
-                      "set_config('idle_in_transaction_session_timeout', :ms, false)"),
+                      "set_config('idle_in_transaction_session_timeout', :ms, false), "
+                      "set_config('synchronous_commit', 'off', false)"),
                  {"ms": str(int(timing.lease * 1000))})
     conn.commit()
 
-# the round's one statement at rest (psycopg's placeholders: it is sent as is, and prepared by the
-# driver once it has run a few times): the heartbeat, the leases of switches it no longer reaches
-# freed and the others renewed (`holder = me` whether or not the lease expired meanwhile, a late
-# round: a lease another replica took has another holder, and one nobody took is still this
-# replica's alone, so it keeps its epoch); and the round's one view, at one instant of
-# PostgreSQL's clock, as of the statement's start (its own writes are seen through what they
-# return): the replicas whose heartbeat is younger than the keep time ([id, live, reaches, address,
-# openflow, agents, switch_states, heartbeat age]) and every lease ([switch, valid holder or null,
-# seconds without a master or null, whether it was freed rather than ran out])
+# A lease is valid while its holder's heartbeat is younger than the lease time: a round renews every
+# lease its replica holds by writing its one heartbeat row, never the lease rows. The round's one
+# statement at rest (psycopg's placeholders: it is sent as is, and prepared by the driver once it has
+# run a few times): the heartbeat, written only while it is still live (`beat` is empty when it had
+# aged out: `run_round` then revives it apart, see there); the leases of switches it no longer reaches
+# freed; and the round's one view, at one instant of PostgreSQL's clock, as of the statement's start:
+# the leases it holds ([switch, epoch], those it still reaches), the replicas whose heartbeat is
+# younger than the keep time ([id, live, reaches, address, openflow, agents, switch_states, heartbeat
+# age]), the leases' stamp (their count and last change: a take, a free and a new row each set
+# `renewed` to PostgreSQL's time) and every lease ([switch, valid holder or null, seconds without a
+# master or null, whether it was freed rather than ran out]) unless every lease has a live holder and
+# the stamp is the caller's `stamp`: then the caller's copy of that list, read when every lease had a
+# live holder, is still the view (a round at rest reads no lease row into its answer). The leases
+# it holds as of the statement's start are still its own: a lease is taken from a holder only while
+# the holder's heartbeat row is stale and locked by the taker (_TAKE), and this statement writes
+# that row only while it is not stale.
 _ROUND = (
     "WITH reach AS (SELECT unnest(string_to_array(%(reaches)s, ',')) AS switch), "
     "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s, "
     "         reaches = %(reaches)s, agents = %(agents)s, switch_states = %(states)s WHERE id = %(me)s "
-    "         RETURNING id), "
-    "gone AS (UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = %(me)s "
+    "         AND heartbeat > clock_timestamp() - make_interval(secs => %(lease)s) RETURNING id), "
+    "gone AS (UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp() WHERE holder = %(me)s "
+    "         AND EXISTS (SELECT 1 FROM beat) "
     "         AND CAST(%(reaches)s AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
     "         RETURNING switch), "
-    "kept AS (UPDATE cluster_leases SET expires = clock_timestamp() + make_interval(secs => %(lease)s), "
-    "         renewed = clock_timestamp() WHERE holder = %(me)s "
-    "         AND (CAST(%(reaches)s AS text) IS NULL OR switch IN (SELECT switch FROM reach)) "
-    "         RETURNING switch, epoch), "
     "now AS (SELECT clock_timestamp() AS t) "
-    "SELECT (SELECT count(*) FROM beat), (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM kept), "
+    "SELECT (SELECT count(*) FROM beat), "
+    "       (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM cluster_leases WHERE holder = %(me)s "
+    "        AND (CAST(%(reaches)s AS text) IS NULL OR switch IN (SELECT switch FROM reach))), "
     "       (SELECT coalesce(json_agg(switch), '[]') FROM gone), "
     "       (SELECT coalesce(json_agg(json_build_array(r.id, r.heartbeat > now.t - make_interval(secs => %(lease)s), "
     "                r.reaches, r.address, r.openflow, r.agents, r.switch_states, "
     "                extract(epoch FROM now.t - r.heartbeat)) ORDER BY r.id), '[]') "
     "        FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => %(keep)s)), "
+    "       lv.stamp, "
+    "       CASE WHEN NOT coalesce(lv.held, true) OR lv.stamp IS DISTINCT FROM %(stamp)s THEN "
     "       (SELECT coalesce(json_agg(json_build_array(l.switch, "
-    "                CASE WHEN l.expires > now.t THEN l.holder END, "
-    "                CASE WHEN l.expires IS NULL OR l.expires <= now.t "
-    "                     THEN coalesce(extract(epoch FROM now.t - l.renewed), 1e9) - %(lease)s END, "
-    "                l.expires IS NULL)), '[]') "
-    "        FROM cluster_leases l) "
-    "FROM now")
-# take the leases among :candidates still free or expired when locked (PostgreSQL re-reads a row
-# another transaction changed meanwhile), :n at most, the free ones first; each one's epoch grows
+    "                CASE WHEN r.heartbeat > now.t - make_interval(secs => %(lease)s) THEN l.holder END, "
+    "                CASE WHEN r.heartbeat IS NULL OR r.heartbeat <= now.t - make_interval(secs => %(lease)s) "
+    "                     THEN coalesce(extract(epoch FROM now.t - coalesce(r.heartbeat, l.renewed)), 1e9) "
+    "                          - %(lease)s END, "
+    "                l.holder IS NULL)), '[]') "
+    "        FROM cluster_leases l LEFT JOIN cluster_replicas r ON r.id = l.holder) END "
+    "FROM now, (SELECT count(*) || ' ' || coalesce(max(l.renewed)::text, '') AS stamp, "
+    "           bool_and(coalesce(r.heartbeat > now.t - make_interval(secs => %(lease)s), false)) AS held "
+    "           FROM now, cluster_leases l LEFT JOIN cluster_replicas r ON r.id = l.holder) AS lv")
+# a replica whose heartbeat aged out (its round came more than a lease time after the last) writes it
+# again apart; its leases that nobody took meanwhile are valid again, under the same epoch
+_REVIVE = text("UPDATE cluster_replicas SET heartbeat = clock_timestamp() WHERE id = :me RETURNING id")
+# take the leases among :candidates that are free, or whose holder's heartbeat is stale (or gone),
+# when locked, :n at most, the free ones first; each one's epoch grows. The stale holders' rows are
+# locked FOR SHARE (SKIP LOCKED: one being written by its round is live), so a holder's round cannot
+# write its heartbeat until this take committed, and then finds it stale (_ROUND's `beat` is
+# empty); a lease row another taker changed meanwhile is read again (its holder is then not stale)
 _TAKE = text(
-    "UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, "
-    "expires = clock_timestamp() + make_interval(secs => :lease), renewed = clock_timestamp() "
-    "FROM (SELECT switch FROM cluster_leases WHERE (holder IS NULL OR expires <= clock_timestamp()) "
-    "      AND switch = ANY(:candidates) ORDER BY expires NULLS FIRST, switch LIMIT :n "
-    "      FOR UPDATE SKIP LOCKED) AS free "
-    "WHERE l.switch = free.switch RETURNING l.switch, l.epoch")
-_GIVE = text("UPDATE cluster_leases SET holder = NULL, expires = NULL WHERE holder = :me AND switch = ANY(:give)")
+    "WITH stale AS (SELECT id FROM cluster_replicas "
+    "               WHERE heartbeat <= clock_timestamp() - make_interval(secs => :lease) "
+    "               AND pg_postmaster_start_time() <= clock_timestamp() - make_interval(secs => :lease) "
+    "               FOR SHARE SKIP LOCKED), "
+    "free AS (SELECT switch FROM cluster_leases c WHERE (holder IS NULL OR holder IN (SELECT id FROM stale) "
+    "         OR NOT EXISTS (SELECT 1 FROM cluster_replicas r WHERE r.id = c.holder)) "
+    "         AND switch = ANY(:candidates) AND set_config('synchronous_commit', 'on', true) IS NOT NULL "
+    "         ORDER BY holder NULLS FIRST, switch LIMIT :n FOR UPDATE SKIP LOCKED) "
+    "UPDATE cluster_leases AS l SET holder = :me, epoch = l.epoch + 1, expires = NULL, renewed = clock_timestamp() "
+    "FROM free WHERE l.switch = free.switch RETURNING l.switch, l.epoch")
+# lease rows for new switches, committed synchronously (as a take: see limit_session)
+_ENSURE = text("INSERT INTO cluster_leases (switch, epoch) "
+               "SELECT s, 0 FROM unnest(CAST(:switches AS text[])) AS s "
+               "WHERE set_config('synchronous_commit', 'on', true) IS NOT NULL ON CONFLICT DO NOTHING")
+_GIVE = text("UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp() "
+             "WHERE holder = :me AND switch = ANY(:give)")
 
 
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
-              switch_states: dict[str, list] | None = None, reaches: str | None = None) -> Round:
+              switch_states: dict[str, list] | None = None, reaches: str | None = None,
+              view: "LeaseView | None" = None) -> Round:
     """One round of replica `me` on a session under `limit_session` (autocommit: each statement is
     its own transaction; or in the caller's transaction): lease rows made for new `switches`; then
     one statement: the heartbeat (with its change feed's lag, the agents it hears and what its
-    switches say: see Round), renewal of what it still holds, and one view of the replicas and
+    switches say: see Round), which renews what it holds, and one view of the replicas and
     leases, from which it decides whether to take or give up leases toward its share (each one
     more statement; at rest neither, and the round is that one statement). `reachable` (None:
     any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
     the caller keeps it); it takes and renews only those, and gives up the others it holds.
+    `view`: the caller's copy of the lease list, kept from round to round (see _ROUND).
     ClusterError if its replica row is gone."""
     if reachable is not None and reaches is None:
         reaches = ",".join(sorted(reachable))
@@ -244,9 +287,19 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
          "agents": json.dumps(agents) if agents else None,
          "states": json.dumps(switch_states) if switch_states else None}
     ensure_switches(conn, switches)
-    beat, kept, gone, replicas, rows = conn.exec_driver_sql(_ROUND, {**p, "keep": timing.keep}).one()
+    view = view if view is not None else LeaseView()
+    q = {**p, "keep": timing.keep, "stamp": view.stamp}
+    beat, kept, gone, replicas, stamp, rows = conn.exec_driver_sql(_ROUND, q).one()
     if beat != 1:
-        raise ClusterError(f"replica {me} is no longer registered in the cluster")
+        if conn.execute(_REVIVE, p).first() is None:
+            raise ClusterError(f"replica {me} is no longer registered in the cluster")
+        beat, kept, gone, replicas, stamp, rows = conn.exec_driver_sql(_ROUND, q).one()
+        if beat != 1:
+            raise ClusterError(f"replica {me}: its heartbeat could not be written")
+    if rows is None:
+        rows = view.rows
+    else:   # kept only when every lease had a live holder (see _ROUND)
+        view.stamp, view.rows = (stamp, rows) if all(h is not None for _, h, _, _ in rows) else (None, [])
     out = Round(held=kept, released=set(gone))
     # the view is as of the statement's start: this replica is live (its heartbeat was just
     # written), holds what it renewed, and what it freed is free (it had a master until now)
@@ -313,7 +366,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
 
 def leave(conn: Connection, me: str) -> list[str]:
     """Give up every lease of `me` (the others take them at their next round) and unregister it."""
-    gone = [s for (s,) in conn.execute(text("UPDATE cluster_leases SET holder = NULL, expires = NULL "
+    gone = [s for (s,) in conn.execute(text("UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp() "
                                             "WHERE holder = :me RETURNING switch"), {"me": me})]
     conn.execute(text("DELETE FROM cluster_replicas WHERE id = :me"), {"me": me})
     return gone
@@ -334,9 +387,10 @@ def status(conn: Connection, timing: Timing) -> dict:
     by_id = {r["id"]: r for r in replicas}
     leases = []
     for row in conn.execute(text(
-            "SELECT switch, holder, epoch, expires > clock_timestamp() AS valid, "
-            "extract(epoch FROM expires - clock_timestamp())::float AS left, "
-            "extract(epoch FROM clock_timestamp() - renewed)::float AS renewed_age FROM cluster_leases ORDER BY switch")):
+            "SELECT l.switch, l.holder, l.epoch, r.heartbeat > clock_timestamp() - make_interval(secs => :lease) "
+            "AS valid, extract(epoch FROM r.heartbeat + make_interval(secs => :lease) - clock_timestamp())::float "
+            "AS left, extract(epoch FROM clock_timestamp() - coalesce(r.heartbeat, l.renewed))::float AS renewed_age "
+            "FROM cluster_leases l LEFT JOIN cluster_replicas r ON r.id = l.holder ORDER BY l.switch"), p):
         holder = row.holder if row.valid else None
         if holder in by_id:
             by_id[holder]["switches"] += 1

@@ -126,6 +126,7 @@ class Mastership:
         # limits (leases.limit_session) reach no other user, even if it is dropped unclosed
         self._rounds = create_engine(engine.url, poolclass=NullPool)
         self._conn: Connection | None = None
+        self._view = leases.LeaseView()     # the leases as the rounds last read them (leases._ROUND)
         self.failures = 0                  # rounds that failed
 
     # ------------------------------------------------------------------ MastershipView
@@ -211,7 +212,7 @@ class Mastership:
             got = leases.run_round(conn, self.id, self.timing, sorted(new),
                                    switches if self.reachable_only else None, self.feed_lag(),
                                    self.agents(), self.switch_states,
-                                   self._reaches[1] if self.reachable_only else None)
+                                   self._reaches[1] if self.reachable_only else None, self._view)
             conn.commit()     # autocommit: each statement committed already; this ends SQLAlchemy's own
         except ClusterError:
             raise

@@ -559,3 +559,104 @@ def test_a_replica_whose_rounds_stopped_stays_in_the_controller_targets_for_the_
     time.sleep(short.keep - short.lease + 0.1)
     a.run_round()
     assert set(a.listeners) == {"a"} and calls == [["a", "b"], ["a"]]
+
+
+def test_a_take_locks_the_stale_holders_row_so_its_late_heartbeat_renews_nothing_taken(engine):
+    """A lease is valid while its holder's heartbeat is live, and a round renews it by writing that
+    heartbeat alone. A replica taking a stale holder's leases locks the holder's row until it
+    commits: the holder's late round waits for it, then finds its heartbeat stale, writes it again
+    apart (reviving) and holds only what nobody took; the taken lease has a newer epoch."""
+    timing = Timing(renew=0.05, lease=1.0, guard=0.1)    # a busy machine's round fits in its deadline
+    a = replica(engine, "a", 2, timing=timing).join()
+    a.run_round()
+    assert _epochs(engine) == {s: 1 for s in switches(2)}
+    b = replica(engine, "b", 2, timing=timing).join()
+    time.sleep(timing.lease + 0.05)   # both heartbeats age out; b's take below comes first
+    taker = b._rounds.connect()
+    leases.limit_session(taker, timing)
+    taker.begin()
+    taker.execute(leases._REVIVE, {"me": "b"})
+    took = taker.execute(leases._TAKE, {"me": "b", "lease": timing.lease, "candidates": switches(1),
+                                        "n": 1}).all()
+    assert took == [(switches(1)[0], 2)]          # a's row is now locked FOR SHARE, uncommitted
+    done = threading.Event()
+    late = threading.Thread(target=lambda: (a.run_round(), done.set()))
+    late.start()
+    time.sleep(0.1)
+    assert not done.is_set()          # a's heartbeat waits for b's take
+    taker.commit()
+    taker.close()
+    late.join(5)
+    assert done.is_set() and a.held() == {switches(2)[1]: 1}
+    assert _epochs(engine) == {switches(1)[0]: 2, switches(2)[1]: 1}
+    b.run_round()
+    assert b.held() == {switches(1)[0]: 2}
+
+
+def test_a_round_at_rest_reads_no_lease_row_until_a_lease_changes(engine):
+    """Every lease held by a live replica and none changed since the last round: the round's answer
+    carries no lease list (the replica keeps its copy). A lease given up, or a new switch's row,
+    makes the next round of every replica read them again."""
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)
+    reach = {"a": switches(4), "b": switches(4)}
+    reps = [Mastership(engine, lambda n=n: reach[n], replica_id=n, timing=steady, reachable_only=True).join()
+            for n in "ab"]
+    for _ in range(3):
+        for r in reps:
+            r.run_round()
+    assert sorted(len(r.held()) for r in reps) == [2, 2]
+    copies = [r._view.rows for r in reps]
+    assert all(c and r._view.stamp for c, r in zip(copies, reps))
+    for r in reps:
+        r.run_round()
+    assert [r._view.rows for r in reps] == copies and all(r._view.rows is c for r, c in zip(reps, copies))
+    reach["a"] = switches(5)           # a new switch: its row changes the stamp
+    for r in reps:
+        r.run_round()
+    assert all(r._view.rows is not c for r, c in zip(reps, copies))
+    assert sorted(s for s, *_ in reps[1]._view.rows) == switches(5)
+    for r in reps:
+        r.stop()
+
+
+def test_no_holder_is_stale_within_a_lease_time_of_postgresqls_start(tmp_path):
+    """Rounds commit without waiting for the WAL's flush, so a crash may lose a heartbeat its
+    replica saw committed: no lease is taken from a stale holder until PostgreSQL has run a lease
+    time, past every deadline a lost heartbeat could have given. Here PostgreSQL stops and starts
+    again while the holder's heartbeat ages out: the other replica takes nothing while PostgreSQL
+    has run less than a lease time, and the holder, back in time, keeps its leases under their
+    epochs."""
+    from fathom.bench.postgres import PostgresServer
+    timing = Timing(renew=0.05, lease=2.0, guard=0.1)     # PostgreSQL's start fits in it, busy or not
+    server = PostgresServer().start()
+    try:
+        store = open_store(server.new_database(migrated=True))
+        a, b = replica(store, "a", 2, timing=timing).join(), replica(store, "b", 2, timing=timing).join()
+        for r in (a, b, a):
+            r.run_round()
+        held = {r.id: r.held() for r in (a, b)}
+        assert sorted(len(h) for h in held.values()) == [1, 1]
+        server.halt()
+        time.sleep(timing.lease + 0.05)
+        server.resume()
+        store.dispose()
+
+        def uptime() -> float:
+            with store.connect() as conn:
+                return conn.execute(text("SELECT extract(epoch FROM clock_timestamp() - pg_postmaster_start_time())"
+                                         "::float")).scalar()
+        rounds = 0
+        while uptime() < timing.lease - 0.3:
+            b.run_round()           # a is stale, but PostgreSQL has not run a lease time yet
+            rounds += 1
+            assert set(b.held()) <= set(held["b"]), b.held()
+        assert rounds > 1
+        a.run_round()               # its connection was closed by the stop: this round fails
+        a.run_round()               # a revives its heartbeat: its lease is its own again
+        b.run_round()
+        assert a.held() == held["a"] and b.held() == held["b"]
+        for r in (a, b):
+            r.stop()
+        store.dispose()
+    finally:
+        server.stop()
