@@ -71,6 +71,7 @@ PENDING: ContextVar[Pending | None] = ContextVar("fathom_request_id", default=No
 # on every write request, where the ORM's unit of work and bulk-statement machinery cost more CPU
 # than the statement itself.
 _ROWS = RequestId.__table__
+_INSERT = insert(_ROWS)      # its values as parameters: one statement compiled once
 
 
 class RequestIdRunning(Busy):
@@ -85,9 +86,9 @@ def claim(session: Session, answer: tuple[int, str, bytes] | None = None) -> boo
     if pending is None or pending.claimed:
         return False
     status, content_type, body = answer or (None, None, None)
-    session.connection().execute(insert(_ROWS).values(
-        scope=pending.scope, key=pending.key, fingerprint=pending.fingerprint, created=utcnow(),
-        status=status, content_type=content_type, body=body))
+    session.connection().execute(_INSERT, {"scope": pending.scope, "key": pending.key, "fingerprint": pending.fingerprint,
+                                           "created": utcnow(), "status": status, "content_type": content_type,
+                                           "body": body})
     return True
 
 
