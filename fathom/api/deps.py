@@ -19,7 +19,7 @@ from typing import Annotated, Any, Callable, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, InternalError, OperationalError
 from sqlalchemy.orm import Session
@@ -96,8 +96,10 @@ class Store:
             session.connection(execution_options=READ_ONLY)
             return fn(session)
 
-    def write(self, fn, attempts: int = 3, notify: bool = True):
+    def write(self, fn, attempts: int = 3, notify: bool = True, answer: Callable[[Any], Response] | None = None):
         """Run `fn(session)` in one transaction; its result must be fully serialised inside.
+        `answer(result)`: the route's response, made inside the transaction and recorded there with
+        the request's Idempotency-Key (request_ids.ANSWERED_BY_WRITE); returned instead of the result.
 
         A concurrent writer may get in between our reads and our writes (PostgreSQL, read
         committed; SQLite serialises writers):
@@ -110,10 +112,13 @@ class Store:
             try:
                 with Session(self.engine) as session, session.begin():
                     result = fn(session)
+                    if answer is not None:
+                        result = answer(result)
                     # the request's Idempotency-Key, taken with the write, last: its row's time is
                     # the commit's (request_ids.RUNNING_AT_MOST)
-                    request_ids.claim(session)
-                request_ids.claimed()
+                    request_ids.claim(session, None if answer is None else (
+                        result.status_code, result.media_type, bytes(result.body)))
+                request_ids.claimed(answered=answer is not None)
                 break
             except IntegrityError as e:
                 if request_ids.is_key_conflict(e):
@@ -130,6 +135,16 @@ class Store:
             except Exception:  # the write is committed; a failing hook must not turn it into a 500
                 log.exception("on_change hook failed")
         return result
+
+
+def answer_with(model, status: int) -> Callable[[Any], Response]:
+    """An `answer` for Store.write: the result as the route's `response_model` and `status_code`
+    would render it (JSON of the model, application/json)."""
+
+    def render(result) -> Response:
+        return Response(model.model_validate(result).model_dump_json().encode(), status_code=status,
+                        media_type="application/json")
+    return render
 
 
 async def store(request: Request) -> Store:   # a coroutine: no thread-pool hop (fathom.api.auth)

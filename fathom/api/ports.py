@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from fathom.api import schemas as sc
 from sqlalchemy import select
 from sqlalchemy.orm import joinedload, selectinload
 
-from fathom.api.deps import ERRORS, CallerDep, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
+from fathom.api.deps import ERRORS, CallerDep, answer_with, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.store import models as m
 from fathom.store import ops
@@ -49,8 +50,14 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
     return db.read(run)
 
 
+# The create is a coroutine that runs its one store write in the thread pool: one thread hop for the
+# request (a plain function would take a second one for the response's validation), and its response
+# is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE).
+CREATED = answer_with(sc.PortOut, 201)
+
+
 @router.post("", response_model=sc.PortOut, status_code=201)
-def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
+async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
     fixed = None if body.fixed_ips is None else [f.model_dump() for f in body.fixed_ips]
 
     def create(s):
@@ -61,7 +68,7 @@ def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
         secgroups.set_port_groups(s, port, body.security_groups, creating=True)
         s.flush()   # the port, its addresses and its groups in one go
         return port_out(port)
-    return db.write(create)
+    return await run_in_threadpool(db.write, create, answer=CREATED)
 
 
 @router.get("/{port_id}", response_model=sc.PortOut)

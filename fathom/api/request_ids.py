@@ -5,13 +5,20 @@ once per logical call and sent again with each retry of it). The key belongs to 
 credential (its scope is the SHA-256 of the Authorization header). The first request with a key
 runs; the store's write (fathom.api.deps.Store.write) inserts the key's row last in its own
 transaction, so the key is taken if and only if the write committed. The response is recorded in
-that row before it is sent. A later request with the same key and the same method, path, query, X-Project and body
+that row before it is sent (by the write's own transaction for the writes in ANSWERED_BY_WRITE).
+A later request with the same key and the same method, path, query, X-Project and body
 gets the recorded response (header `Idempotent-Replayed: true`) and runs nothing; with anything
 different it is refused (422). While the first still runs, a repeat is answered 503 with
 Retry-After; a repeat of a write whose response held a credential (a token's creation) is
 refused (409), and so is, RUNNING_AT_MOST after its commit, a repeat of a key whose write committed
 but whose response was never recorded (the controller that ran it stopped in between). Keys are
 remembered for RETENTION (24 h).
+
+The writes in ANSWERED_BY_WRITE (a port's creation: the API's most frequent write) cost no statement
+and no thread hop of their own: their route's one effect is one store write, which inserts the key
+with the response it makes (`Store.write(..., answer=...)`), and the key is looked up only when the
+request did not take it: a repeat runs, finds its key taken by the commit it repeats (or its checks
+fail against what that commit made), rolls back, and gets the recorded response.
 """
 from __future__ import annotations
 
@@ -45,6 +52,8 @@ WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 RUNNING_AT_MOST = timedelta(seconds=10)
 SWEEP_EVERY = 60.0                          # seconds between deletions of expired keys (per process)
 SECRET_PATHS = ("/v1/tokens",)              # responses holding a credential: not kept, a repeat is refused
+# (method, path) of the writes whose only effect is one Store.write that records its own response
+ANSWERED_BY_WRITE = frozenset({("POST", "/v1/ports")})
 
 
 @dataclass
@@ -54,6 +63,7 @@ class Pending:
     key: str
     fingerprint: str
     claimed: bool = False
+    recorded: bool = False      # the response was recorded with the key, in the write's transaction
 
 
 PENDING: ContextVar[Pending | None] = ContextVar("fathom_request_id", default=None)
@@ -61,26 +71,33 @@ PENDING: ContextVar[Pending | None] = ContextVar("fathom_request_id", default=No
 # on every write request, where the ORM's unit of work and bulk-statement machinery cost more CPU
 # than the statement itself.
 _ROWS = RequestId.__table__
+_INSERT = insert(_ROWS)      # its values as parameters: one statement compiled once
 
 
 class RequestIdRunning(Busy):
     """Another request with this key is being run: its response will be there shortly."""
 
 
-def claim(session: Session) -> None:
+def claim(session: Session, answer: tuple[int, str, bytes] | None = None) -> bool:
     """Take the running request's key in the store write's transaction (fathom.api.deps.Store.write):
-    a second request with the same key then fails this insert on the primary key."""
+    a second request with the same key then fails this insert on the primary key. `answer` (status,
+    content type, body): the response, recorded with the key. Whether a key was taken."""
     pending = PENDING.get()
-    if pending is not None and not pending.claimed:
-        session.connection().execute(insert(_ROWS).values(scope=pending.scope, key=pending.key,
-                                                          fingerprint=pending.fingerprint, created=utcnow()))
+    if pending is None or pending.claimed:
+        return False
+    status, content_type, body = answer or (None, None, None)
+    session.connection().execute(_INSERT, {"scope": pending.scope, "key": pending.key, "fingerprint": pending.fingerprint,
+                                           "created": utcnow(), "status": status, "content_type": content_type,
+                                           "body": body})
+    return True
 
 
-def claimed() -> None:
-    """The write that claimed the key committed."""
+def claimed(answered: bool = False) -> None:
+    """The write that claimed the key committed (`answered`: with the response)."""
     pending = PENDING.get()
     if pending is not None:
         pending.claimed = True
+        pending.recorded = answered
 
 
 def is_key_conflict(error: Exception) -> bool:
@@ -127,14 +144,16 @@ class RequestIds:
         fingerprint = hashlib.sha256(b"\0".join((
             scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""),
             headers.get(b"x-project", b""), body))).hexdigest()
-        try:
-            row = await run_in_threadpool(self._lookup, who, key)
-        except OperationalError as e:
-            LOG.warning("%s %s: request id not looked up: %s", scope["method"], scope["path"], e)
-            return await self._send(send, *_error(503, "the store could not be read: retry", "busy",
-                                                  [(b"retry-after", str(Busy.RETRY_AFTER).encode())]))
-        if row is not None:
-            return await self._send(send, *self._recorded(row, fingerprint))
+        answered_by_write = (scope["method"], scope["path"]) in ANSWERED_BY_WRITE
+        if not answered_by_write:
+            try:
+                row = await run_in_threadpool(self._lookup, who, key)
+            except OperationalError as e:
+                LOG.warning("%s %s: request id not looked up: %s", scope["method"], scope["path"], e)
+                return await self._send(send, *_error(503, "the store could not be read: retry", "busy",
+                                                      [(b"retry-after", str(Busy.RETRY_AFTER).encode())]))
+            if row is not None:
+                return await self._send(send, *self._recorded(row, fingerprint))
 
         pending = Pending(who, key, fingerprint)
         token = PENDING.set(pending)
@@ -158,7 +177,16 @@ class RequestIds:
             chunks.append(message.get("body", b""))
             if message.get("more_body", False):
                 return
-            if pending.claimed:
+            if answered_by_write and not pending.claimed:
+                # the request took no key: a repeat of a write that did (it rolled back), or it failed
+                try:
+                    row = await run_in_threadpool(self._lookup, who, key)
+                except OperationalError as e:   # nothing was written: its own answer goes out
+                    LOG.warning("%s %s: request id not looked up: %s", scope["method"], scope["path"], e)
+                    row = None
+                if row is not None:
+                    return await self._send(send, *self._recorded(row, fingerprint))
+            if pending.claimed and not pending.recorded:
                 kept = None if scope["path"].startswith(SECRET_PATHS) else b"".join(chunks)
                 content_type = dict(start.get("headers", [])).get(b"content-type", b"").decode("latin-1")
                 try:

@@ -662,17 +662,23 @@ def _claim(session: Session, network_id: int, address: str) -> bool:
     """Whether this transaction may take `address`, which no transaction of this process holds, as
     far as other processes (replicas, API workers) go. PostgreSQL: a transaction-level advisory lock
     on (network, address), tried without waiting (another transaction holds it: skip the address),
-    then the address read again, as the lock's last holder may have committed it after this
-    transaction read the window (PostgreSQL releases the lock only once that commit is visible).
+    and the address read again in the same statement, as the lock's last holder may have committed
+    it after this transaction read the window. One statement reads with the snapshot of its start:
+    a holder whose commit falls between that and the lock is not seen, and the address's unique
+    constraint refuses the second insert (fathom.api.deps.Store.write runs the request again).
     SQLite serialises writers: nothing to claim."""
     if session.get_bind().dialect.name != "postgresql":
         return True
     # the one-bigint key space (the two-int4 locks of _serialise are another); above 2^32, never a
     # hashtext() of fathom.cluster.leases
     key = network_id << 32 | int(ipaddress.IPv4Address(address))
-    if not session.connection().scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}):
-        return False
-    return not _ip_used(session, network_id, address)
+    return bool(session.connection().scalar(_CLAIM, {"key": key, "network_id": network_id, "ip": address}))
+
+
+# the advisory lock tried and the address read again, in one statement (whichever PostgreSQL
+# evaluates first: a lock taken on an address in use is only held until the commit)
+_CLAIM = text("SELECT pg_try_advisory_xact_lock(:key) AND NOT EXISTS "
+              "(SELECT 1 FROM ip_allocations WHERE network_id = :network_id AND ip_address = :ip)")
 
 
 def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):

@@ -81,6 +81,37 @@ def test_a_write_retried_with_its_request_id_runs_once(controller):
             assert r.status_code == 422 and "Idempotency-Key" in r.text, bad
 
 
+def test_a_port_creation_retried_with_its_request_id_runs_once(controller):
+    """A port's creation records its response with its key in its own transaction and looks the key
+    up only when it took none: a repeat (whose binding is now taken by the port it repeats) gets the
+    first answer, concurrent repeats too; another body under the key is refused."""
+    url, token, db = controller
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url + "/v1", headers=auth, timeout=60) as http:
+        node = http.post("/nodes", json={"name": "rid-node", "management_ip": "127.0.0.1", "tunnel_ip": "127.0.0.1"})
+        net = http.post("/networks", json={"name": "rid-net"}).json()
+        assert node.status_code == 201 and http.post("/subnets", json={"network_id": net["id"], "cidr": "10.77.0.0/24"}).status_code == 201
+        body = {"network_id": net["id"], "name": "rid", "node": "rid-node", "interface_name": "rid0"}
+        key = {"Idempotency-Key": uuid.uuid4().hex, "Connection": "close"}   # either process answers
+        answers = [http.post("/ports", json=body, headers=key) for _ in range(3)]
+        assert [a.status_code for a in answers] == [201] * 3
+        assert len({a.content for a in answers}) == 1 and answers[0].headers["content-type"] == "application/json"
+        assert [a.headers.get("Idempotent-Replayed") for a in answers] == [None, "true", "true"]
+        again = {"Idempotency-Key": uuid.uuid4().hex}
+        with ThreadPoolExecutor(4) as pool:
+            racing = list(pool.map(lambda _: http.post("/ports", json={**body, "name": "rid-race", "interface_name": "rid1"},
+                                                        headers={**again, "Connection": "close"}), range(4)))
+        assert all(r.status_code in (201, 503) for r in racing), [r.text for r in racing]
+        assert len({r.json()["id"] for r in racing if r.status_code == 201}) == 1
+        with create_engine(db).connect() as c:
+            assert c.execute(text("SELECT count(*) FROM ports WHERE name = 'rid'")).scalar_one() == 1
+            assert c.execute(text("SELECT count(*) FROM ports WHERE interface_name = 'rid1'")).scalar_one() == 1
+        other = http.post("/ports", json={**body, "name": "rid-other"}, headers=key)
+        assert other.status_code == 422 and "different request" in other.text
+        taken = http.post("/ports", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+        assert taken.status_code == 409 and "interface_name" in taken.text
+
+
 def test_the_client_sends_one_request_id_per_call_and_fails_over(controller):
     url, token, db = controller
     api = Client(f"{dead()},{url}", token=token)
