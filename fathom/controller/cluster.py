@@ -12,7 +12,10 @@ a switch whose lease it holds, connected, whose master role is neither granted u
 epoch nor being asked for, is asked again (at most once per lease time): a role request that got no
 answer in time, a grant dropped by a "not master" answer that arrived after it, or a grant checked
 while a late round had let the lease's deadline pass would otherwise leave the switch with a master
-that writes nothing until its lease moves.
+that writes nothing until its lease moves. A connection that os-ken's request service no longer
+knows (its role requests fail as an invalid datapath twice in a row, a lease time apart, with no
+connection event since) counts as not reaching the switch: the replica gives the lease up at its
+next round, for a replica that reaches it.
 
 A node's OVSDB (its bridges, its controller targets: every replica's OpenFlow listener, a late one
 included) is set up by the master of its br-int, or by any replica while nobody holds that lease (a
@@ -62,6 +65,7 @@ class ClusterMember:
         self._roles = ThreadPoolExecutor(1, thread_name_prefix="openflow-roles")
         self._asking: dict[int, int] = {}      # dpid -> role requests queued or running
         self._asked: dict[int, float] = {}     # dpid -> when its last role request ended (monotonic)
+        self._invalid: dict[int, int] = {}     # dpid -> role requests refused as an invalid datapath in a row
         self._lock = threading.Lock()
         mastership.on_gain = lambda switch, epoch: self._ask(int(switch, 16))
         mastership.on_loss = self._lost
@@ -180,7 +184,13 @@ class ClusterMember:
     def connected(self, dpid: int) -> None:
         """A switch (re)connected or went away: a new connection is equal; ask for our role."""
         self._granted.pop(dpid, None)
+        self._invalid.pop(dpid, None)
         self._ask(dpid)
+
+    def reaches(self) -> list[str]:
+        """The switches this replica leases: those connected, but a connection os-ken's request
+        service refused twice in a row (see the module's docstring)."""
+        return [switch_name(d) for d in self.switches.connected() if self._invalid.get(d, 0) < 2]
 
     def not_master(self, dpid: int) -> None:
         """The switch says another controller is its master (role status, IS_SLAVE)."""
@@ -231,10 +241,16 @@ class ClusterMember:
         epoch = self.mastership.epoch(switch_name(dpid))
         try:
             session.request_role(epoch)
-        except (ApplyError, NotRegistered) as e:   # NotMaster: stale epoch (another is master); or the switch went away
+        except NotRegistered as e:     # gone, or a connection os-ken's request service no longer knows
+            self._invalid[dpid] = self._invalid.get(dpid, 0) + 1
             LOG.warning("switch %s: role request (%s) failed: %s", switch_name(dpid),
                         "slave" if epoch is None else f"master, epoch {epoch}", e)
             return
+        except ApplyError as e:   # NotMaster: stale epoch (another is master); no answer in time
+            LOG.warning("switch %s: role request (%s) failed: %s", switch_name(dpid),
+                        "slave" if epoch is None else f"master, epoch {epoch}", e)
+            return
+        self._invalid.pop(dpid, None)
         if epoch is None:
             return
         if self.mastership.epoch(switch_name(dpid)) == epoch:
@@ -265,10 +281,10 @@ def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember
     the switches connected to `switches` (OsKenSwitches). `hub` (fathom.api.agents.AgentHub): the
     agents this replica hears, told to the others, and those they hear; when another replica wrote
     the store, the agents' long-polls are woken (besides the reconciler)."""
-    mastership.switches = lambda: [switch_name(d) for d in switches.connected()]
     mastership.agents, hub.heard_elsewhere, hub.polls_elsewhere = hub.present, mastership.agent_heard, \
         mastership.agent_replica
     member = ClusterMember(mastership, switches, reconciler)
+    mastership.switches = member.reaches
 
     def switch_changed(dpid, datapath=None):
         reconciler.switch_changed(dpid, datapath)

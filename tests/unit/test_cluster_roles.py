@@ -3,7 +3,8 @@ when its first role request did not end in a grant (fathom.controller.cluster.Cl
 request got no answer in time, the lease's local deadline passed while it ran (a late round on a
 busy host), or a "not master" answer the switch sent before the grant was handled after it. Without
 a grant it writes nothing to the switch, and nobody else may: the switch's flows would wait for the
-lease to move. Real PostgreSQL, the replica's rounds run by hand; the switch is the in-memory one
+lease to move. And a connection os-ken's request service no longer knows (role requests refused as
+an invalid datapath, while the app has not heard it close) gives the lease up. Real PostgreSQL, the replica's rounds run by hand; the switch is the in-memory one
 that keeps OpenFlow roles as OVS does."""
 from __future__ import annotations
 
@@ -147,5 +148,33 @@ def test_a_not_master_answer_handled_after_the_grant_does_not_leave_the_switch_w
         assert not member.masters(DPID)
         assert _granted_within(mastership, member, 5 * FAST.lease)
         assert switch.roles["a"] == "master" and member.reconciler.resynced == [DPID, DPID]
+    finally:
+        member._roles.shutdown(wait=True)
+
+
+def test_a_connection_the_request_service_no_longer_knows_gives_the_lease_up_until_the_switch_connects_again(engine):
+    from fathom.controller.switch import NotRegistered
+    stale = threading.Event()
+    stale.set()
+
+    def before(epoch):          # os-ken's request service has dropped this connection; the app has not heard
+        if stale.is_set():
+            raise NotRegistered(result=DPID)
+    switch, mastership, member = _replica(engine, before)
+    mastership.switches = member.reaches
+    name = switch_name(DPID)
+    try:
+        deadline = time.monotonic() + 5 * FAST.lease
+        mastership.run_round()
+        assert mastership.epoch(name) is not None
+        while name in mastership.held() and time.monotonic() < deadline:   # asked again, refused again
+            time.sleep(FAST.renew)
+            mastership.run_round()
+            _idle(member)
+        assert name not in mastership.held() and member.reaches() == [] and not member.masters(DPID)
+        stale.clear()
+        member.connected(DPID)                 # the switch connects again
+        assert _granted_within(mastership, member, 5 * FAST.lease)
+        assert switch.roles["a"] == "master" and member.reaches() == [name]
     finally:
         member._roles.shutdown(wait=True)
