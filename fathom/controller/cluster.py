@@ -241,12 +241,9 @@ class ClusterMember:
         epoch = self.mastership.epoch(switch_name(dpid))
         try:
             session.request_role(epoch)
-        except NotRegistered as e:     # gone, or a connection os-ken's request service no longer knows
-            self._invalid[dpid] = self._invalid.get(dpid, 0) + 1
-            LOG.warning("switch %s: role request (%s) failed: %s", switch_name(dpid),
-                        "slave" if epoch is None else f"master, epoch {epoch}", e)
-            return
-        except ApplyError as e:   # NotMaster: stale epoch (another is master); no answer in time
+        except (ApplyError, NotRegistered) as e:   # NotMaster: stale epoch (another is master); no answer
+            if isinstance(e, NotRegistered):       # in time; gone, or a connection os-ken's requests no longer know
+                self._invalid[dpid] = self._invalid.get(dpid, 0) + 1
             LOG.warning("switch %s: role request (%s) failed: %s", switch_name(dpid),
                         "slave" if epoch is None else f"master, epoch {epoch}", e)
             return
