@@ -13,9 +13,11 @@ What a verified token's roles allow (docs/security.md):
              port's binding (node, interface_name) as Neutron's binding:host_id
     agent    for its own node only: reads its host-local desired state, reports its facts and
              statuses (fathom.api.agents), delivers its PPTMon records; nothing else
+    replica  a cluster's replica asking another for its own caller (fathom.auth.tokens.ReplicaToken):
+             naming a node, that node's trace desk; naming none, the replica's own flow records
 
 Routes take the caller with `Depends(caller)` (admin, member or service), `Depends(admin_caller)`,
-or `Depends(agent_identity)` (PPTMon ingestion).
+`Depends(caller_or_replica)` (flow records) or `Depends(agent_identity)` (PPTMon ingestion).
 """
 from __future__ import annotations
 
@@ -116,6 +118,19 @@ async def caller(who: Identity = Depends(identity),
     if "member" in who.roles:
         return Caller(project=who.project, admin=False)
     raise Forbidden("this token's role may not use this endpoint")
+
+
+async def caller_or_replica(who: Identity = Depends(identity),
+                            x_project: str | None = Header(None, min_length=1, max_length=64,
+                                                           description="service role only: the project to act for")
+                            ) -> Caller | None:
+    """The caller of a route another replica also calls for its own caller: None for that
+    replica's token naming no node (the route decides what it may ask), else as `caller`."""
+    if "replica" in who.roles:
+        if who.node is not None:
+            raise Forbidden("this replica token is for a node's trace desk only")
+        return None
+    return await caller(who, x_project)
 
 
 async def admin_caller(c: Caller = Depends(caller)) -> Caller:

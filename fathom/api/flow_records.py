@@ -28,9 +28,10 @@ the packets really sampled are derived from the rate configured now (IPFIX carri
 at most FATHOM_FLOW_RECORDS_MAX (default 200000, oldest out first) and FATHOM_FLOW_RECORDS_RETENTION
 seconds (default 3600); each node delivers at most FATHOM_FLOW_RECORDS_RATE records/s (default
 5000, bursts of twice that; beyond: 429 and Retry-After).
-In a cluster, a query asks the other live replicas for their own records (`scope=local`, the
-caller's credential) within FATHOM_FLOW_RECORDS_PEER_TIMEOUT seconds (default 2) and merges them;
-`partial` names those that did not answer.
+In a cluster, a query asks the other live replicas for their own records (`scope=local`, with a
+token this replica issues itself for it: fathom.auth.tokens.ReplicaToken; the caller's right was
+checked here, and its project is asked for) within FATHOM_FLOW_RECORDS_PEER_TIMEOUT seconds
+(default 2) and merges them; `partial` names those that did not answer.
 """
 from __future__ import annotations
 
@@ -51,11 +52,12 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from fathom.api.auth import agent_identity
+from fathom.api.auth import agent_identity, caller_or_replica
 from fathom.api.flow_export import Exporter
 from fathom.api.deps import ERRORS, CallerDep, EngineDep, StoreDep
 from fathom.api.schemas import ErrorOut
 from fathom.auth import Identity
+from fathom.auth.tokens import ReplicaToken
 from fathom.model import flow_batch as fb
 from fathom.model import flow_records as fr
 from fathom.model.chains import SFC_VNI_BASE, parse_hop_marker
@@ -509,12 +511,12 @@ def ingest(engine: EngineDep, store: RecordStoreDep, who: Identity = Depends(age
             "refused_by_reason": refused}
 
 
-# A replica of a cluster answers with the records of every live replica (docs/ha.md): it asks
-# the others for their own (`scope=local`) with the caller's credential, which each checks again.
+# A replica of a cluster answers with the records of every live replica (docs/ha.md): it checks
+# the caller's right, then asks the others for their own (`scope=local`) of the caller's project
+# (all, for an admin) with a token of its own (role `replica`, naming no node).
 MAX_PEERS = 16                  # replicas asked; more are named as not asked
 PEER_ANSWER_MAX = 2 << 20       # bytes of one replica's answer (1000 records are about 600 KB)
 LIMIT_MAX = 1000
-PASSED_HEADERS = ("authorization", "x-project")
 DROPS_KEY = ("project", "port_id", "port", "rule", "kind")
 TOP_KEY = ("project", "port_id", "port", "src", "dst", "proto", "dport")
 
@@ -522,7 +524,8 @@ TOP_KEY = ("project", "port_id", "port", "src", "dst", "proto", "dport")
 @router.get("", summary="Flow records: each interval's records, top talkers or drops by rule",
             description="In a cluster, the records of every live replica (`scope=local`: this replica's own); "
                         "`partial` names the replicas that did not answer, with why.")
-async def get_records(request: Request, c: CallerDep, store: RecordStoreDep,
+async def get_records(request: Request, store: RecordStoreDep,
+                      asker: Annotated[Caller | None, Depends(caller_or_replica)],
                       project: str | None = Query(None, min_length=1, max_length=64,
                                                   description="admins: this project"),
                       port: int | None = Query(None, ge=1), network: int | None = Query(None, ge=1),
@@ -537,6 +540,9 @@ async def get_records(request: Request, c: CallerDep, store: RecordStoreDep,
                       limit: int = Query(100, ge=1, le=LIMIT_MAX),
                       scope: Literal["cluster", "local"] = Query("cluster", description="local: this replica's "
                                                                  "records only (what replicas ask each other)")):
+    if asker is None and scope != "local":
+        raise Forbidden("a replica's token reads that replica's own records only (scope=local)", "scope")
+    c = asker or Caller()    # another replica asks for its caller, whose right it checked: as an admin
     if project is not None and project != c.project and not c.admin:
         raise Forbidden("only an admin can read another project's flow records", "project")
     want_project = project if c.admin else c.project
@@ -562,12 +568,13 @@ async def get_records(request: Request, c: CallerDep, store: RecordStoreDep,
     if not peers:
         return await run_in_threadpool(lambda: _merge(view, local(), [], want_project, limit, []))
     # the others' top and drops: as many keys as one may ask for, summed here with this one's
-    params = {k: v for k, v in (("project", project), ("port", port), ("network", network), ("rule", rule),
+    params = {k: v for k, v in (("project", want_project), ("port", port), ("network", network), ("rule", rule),
                                 ("chain", chain), ("kind", kind), ("remote_node", remote_node), ("since", since),
                                 ("view", view), ("limit", limit if view == "records" else LIMIT_MAX),
                                 ("scope", "local")) if v is not None}
-    headers = {k: v for k, v in request.headers.items() if k in PASSED_HEADERS}
-    async with httpx.AsyncClient(timeout=store.peer_timeout, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=store.peer_timeout, trust_env=False) as client, \
+            ReplicaToken(request.app.state.engine, store.peer_timeout + 5.0, name="flow records") as secret:
+        headers = {"Authorization": f"Bearer {secret}"}
         mine, *theirs = await asyncio.gather(run_in_threadpool(local), *(
             _ask_replica(client, address, params, headers, store.peer_timeout) for _, address in peers[:MAX_PEERS]))
     partial = [f"{replica}: not asked (a cluster answers for {MAX_PEERS} other replicas at most)"

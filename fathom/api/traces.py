@@ -24,13 +24,10 @@ from __future__ import annotations
 import ipaddress
 import threading
 import time
-from datetime import datetime, timedelta, timezone
 from typing import Callable, Literal, Mapping
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import Field, model_validator
-from sqlalchemy import delete
-from sqlalchemy.orm import Session
 
 from fathom.api.agent_traces import TooManyTraces, TraceAnswer
 from fathom.api.deps import ERRORS, CallerDep
@@ -40,7 +37,6 @@ from fathom.model import Snapshot
 from fathom.model.hostlocal_desired import network_mtu
 from fathom.model.views import ports_by_id
 from fathom.store.agents import STALE_AFTER
-from fathom.store.auth_models import ApiToken
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.trace import TraceError, Unanswered, live, svg, trace
 from fathom.trace.probe import MIN_SIZE
@@ -305,24 +301,17 @@ def _ask_replica(replica: str, request: Request, node: str, bridge: str, flow: s
 def _replica_desk(replica: str, request: Request, node: str, body: dict, left: float) -> dict:
     """A request to a node's agent put on the desk of `replica` (its API's address), whose desk
     the agent reads (fathom.api.agent_traces.ask_trace), answered within `left` seconds. It carries
-    a token this replica issues itself for it (role `replica`, the node, valid for that time) and
-    removes after it: the caller's right to the trace was checked here, and its own token is not
+    a token this replica issues itself for it (tokens.ReplicaToken: the node, valid for that time,
+    removed after it): the caller's right to the trace was checked here, and its own token is not
     passed on. Unanswered when `replica` cannot be reached or refuses."""
     import httpx
-    engine = request.app.state.engine
-    with Session(engine) as s, s.begin():
-        row, secret = tokens.issue(s, project="admin", roles=("replica",), node=node, name="trace hop",
-                                   expires_at=datetime.now(timezone.utc) + timedelta(seconds=left + 5.0))
-        token_id = row.id
     try:
-        r = httpx.post(f"{replica}/v1/agents/{node}/traces", json={**body, "timeout": max(0.1, left)},
-                       headers={"Authorization": f"Bearer {secret}"}, timeout=left + 2.0)
+        with tokens.ReplicaToken(request.app.state.engine, left + 5.0, node=node, name="trace hop") as secret:
+            r = httpx.post(f"{replica}/v1/agents/{node}/traces", json={**body, "timeout": max(0.1, left)},
+                           headers={"Authorization": f"Bearer {secret}"}, timeout=left + 2.0)
     except httpx.HTTPError as e:
         raise Unanswered(f"node {node}'s agent polls replica {replica}, which could not be reached: "
                          f"{type(e).__name__}") from None
-    finally:
-        with Session(engine) as s, s.begin():
-            s.execute(delete(ApiToken).where(ApiToken.id == token_id))
     if r.status_code != 200:
         raise Unanswered(f"node {node}'s agent polls replica {replica}, which answered {r.status_code}")
     try:

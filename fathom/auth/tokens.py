@@ -11,14 +11,15 @@ keeps the file as long as its token is still valid in the store, and writes a ne
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import os
 import secrets
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
 from fathom.auth import ROLES, Identity
@@ -45,16 +46,18 @@ def _utc(value: datetime | None) -> datetime | None:
 
 def check_roles(roles: list[str] | tuple[str, ...], node: str | None) -> frozenset[str]:
     """Validated roles of a new token: known ones, at least one; an agent token names its node
-    and has no other role (it may only deliver its node's records), and so does a replica's."""
+    and has no other role (it may only deliver its node's records); a replica's has no other role
+    and names a node or none (ReplicaToken)."""
     out = frozenset(r.strip() for r in roles if r.strip())
     unknown = sorted(out - set(ROLES))
     if unknown:
         raise Invalid(f"unknown role(s) {', '.join(unknown)}: give {', '.join(ROLES)}", "roles")
     if not out:
         raise Invalid("give at least one role", "roles")
-    for alone in ("agent", "replica"):
-        if alone in out and (node is None or len(out) > 1):
-            raise Invalid(f"an {alone} token has the role {alone} alone and names its node", "node")
+    if "agent" in out and (node is None or len(out) > 1):
+        raise Invalid("an agent token has the role agent alone and names its node", "node")
+    if "replica" in out and len(out) > 1:
+        raise Invalid("a replica token has the role replica alone", "roles")
     if node is not None and not out & {"agent", "replica"}:
         raise Invalid("only an agent (or a replica's) token names a node", "node")
     return out
@@ -78,6 +81,39 @@ def issue_now(engine: Engine, **kw) -> str:
     """Issue a token in its own transaction and return the secret (tests, the lab, the controller)."""
     with Session(engine) as s, s.begin():
         return issue(s, **kw)[1]
+
+
+class ReplicaToken:
+    """A token a cluster's replica issues itself for one request to another replica, valid
+    `seconds` and removed after it (role `replica`, fathom.auth.ROLES): naming `node`, it may ask
+    that node's trace desk (fathom.api.agent_traces); naming none, the other replica's own flow
+    records (fathom.api.flow_records, `scope=local`). The replica that took the call checked its
+    caller's right before; the caller's own token is never passed on.
+
+        with ReplicaToken(engine, 5.0, node="c1") as secret: ...     # blocking code
+        async with ReplicaToken(engine, 2.0) as secret: ...          # the store's work off the loop
+    """
+
+    def __init__(self, engine: Engine, seconds: float, node: str | None = None, name: str = "replica request"):
+        self.engine, self.seconds, self.node, self.name = engine, seconds, node, name
+        self.id: int | None = None
+
+    def __enter__(self) -> str:
+        with Session(self.engine) as s, s.begin():
+            row, secret = issue(s, project="admin", roles=("replica",), node=self.node, name=self.name,
+                                expires_at=datetime.now(timezone.utc) + timedelta(seconds=self.seconds))
+            self.id = row.id
+        return secret
+
+    def __exit__(self, *_exc) -> None:
+        with Session(self.engine) as s, s.begin():
+            s.execute(delete(ApiToken).where(ApiToken.id == self.id))
+
+    async def __aenter__(self) -> str:
+        return await asyncio.to_thread(self.__enter__)
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.to_thread(self.__exit__, *exc)
 
 
 def verify(session: Session, token: str, now: datetime | None = None) -> Identity | None:

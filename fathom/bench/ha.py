@@ -446,10 +446,12 @@ def pause_master(cluster: Cluster, probe: Probe, node: str, switch: str, seconds
 
 def rolling_restart(cluster: Cluster, probe: Probe) -> dict:
     """Every replica stopped and started again in turn, each once the cluster settled; a port
-    created when the first stops must get its flows on the switch meanwhile."""
+    created when the first stops must get its flows on the switch meanwhile. Per replica: seconds
+    from its SIGTERM to the cluster settled again (`restart_s`), of which to its API answering
+    again (`answers_s`)."""
     vif = probe.plug()
     t0 = time.monotonic()
-    steps = []
+    steps, answers = [], []
     result: dict = {}
 
     def port():
@@ -464,12 +466,14 @@ def rolling_restart(cluster: Cluster, probe: Probe) -> dict:
         if i == 0:
             maker.start()
         stopping.join()
+        answers.append(round(time.monotonic() - t, 3))
         cluster.wait_settled()
         steps.append(round(time.monotonic() - t, 3))
     maker.join(SETTLE_TIMEOUT_S)
     if "port" in result:
         probe.remove(result.pop("port"), vif)
-    return {"event": "rolling", "restart_s": steps, "total_s": round(time.monotonic() - t0, 3), **result}
+    return {"event": "rolling", "restart_s": steps, "answers_s": answers, "total_s": round(time.monotonic() - t0, 3),
+            **result}
 
 
 def stop_postgres(cluster: Cluster, probe: Probe, pg, seconds: float) -> dict:
@@ -555,6 +559,7 @@ def measure(lab, cluster: Cluster, pg, repeat: int, events, pause: float, pg_dow
         for r in range(repeat):
             for event in events:
                 progress(f"round {r + 1}/{repeat}: {event}")
+                at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())   # to find the event in the logs
                 if event == "kill":
                     timeline.append(kill_master(cluster, probe, switch))
                 elif event == "pause":
@@ -563,6 +568,7 @@ def measure(lab, cluster: Cluster, pg, repeat: int, events, pause: float, pg_dow
                     timeline.append(rolling_restart(cluster, probe))
                 elif event == "postgres":
                     timeline.append(stop_postgres(cluster, probe, pg, pg_down))
+                timeline[-1]["at"] = at
                 progress(f"  {timeline[-1]}")
     finally:
         writes = writing.stop() if writing else Writes()
@@ -597,8 +603,8 @@ def markdown(doc: dict) -> str:
                   f"p99 {k['p99']:.2f} s (target <= {TARGET_P99_S}), n {k['n']}", ""]
     lines += ["| event | replica | lease moved s | flows on the switch s | notes |", "|---|---|---|---|---|"]
     for e in doc["events"]:
-        notes = ", ".join(f"{key} {e[key]}" for key in ("not_master_answers", "in_sync", "restart_s", "down_s",
-                                                        "settled_s") if key in e)
+        notes = ", ".join(f"{key} {e[key]}" for key in ("not_master_answers", "in_sync", "restart_s", "answers_s",
+                                                        "down_s", "settled_s") if key in e)
         lines.append(f"| {e['event']} | {e.get('replica', '')} | {_s(e.get('lease_s'))} | {_s(e.get('applied_s'))} "
                      f"| {notes} |")
     lost = sum(x["lost"] for x in doc["echoes"].values())

@@ -85,7 +85,7 @@ class Mastership:
     `on_reports()` when they changed), `peers` (their OpenFlow listeners), `listeners` (those of
     every replica seen within `Timing.keep`, a late one included: the switches' controller targets;
     `on_peers()` when that set changed), `replicas` (their APIs) and `agent_heard(node)`. A round
-    where nothing changed calls nothing."""
+    where nothing changed calls only `on_round()`, which every round that reached PostgreSQL calls."""
 
     def __init__(self, engine: Engine, switches: Callable[[], Iterable[str]], *, replica_id: str | None = None,
                  address: str = "", schema_version: str | None = None, pki_fingerprint: str = "insecure",
@@ -104,6 +104,7 @@ class Mastership:
         self.reports: dict[str, list] = {}   # the other replicas' (the last round's)
         self.on_reports: Callable[[], None] = lambda: None
         self.on_peers: Callable[[], None] = lambda: None
+        self.on_round: Callable[[], None] = lambda: None     # after each round that reached PostgreSQL
         self._agents_heard: dict[str, float] = {}   # node -> epoch seconds another replica last heard its agent
         self._agents_at: dict[str, str] = {}        # node -> API address of the replica that heard it last
         self.taken: set[str] = set()        # switches with a valid lease, any holder (the last round's)
@@ -247,6 +248,7 @@ class Mastership:
             self._tell(got)
         if listeners_changed:     # after the leases: it asks which switches this replica now sets up
             self._call(self.on_peers)
+        self._call(self.on_round)
 
     def _tell(self, got: leases.Round) -> None:
         """The consumer told what changed since it was last told: losses, then gains."""

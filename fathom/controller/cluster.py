@@ -7,7 +7,15 @@ the lease's epoch (its `generation_id`): on a gain the role is requested, the sw
 dropped and the switch resynced whole; on a loss it stops at once and asks for the slave role
 where the connection is still up. A switch that (re)connects starts as an equal connection: the
 role is requested again, master or slave as the lease says. Role requests wait for the switch, so
-they run on a thread of their own, never on the lease rounds' or OpenFlow's.
+they run on a thread of their own, never on the lease rounds' or OpenFlow's. After each lease round,
+a switch whose lease it holds, connected, whose master role is neither granted under the lease's
+epoch nor being asked for, is asked again (at most once per lease time): a role request that got no
+answer in time, a grant dropped by a "not master" answer that arrived after it, or a grant checked
+while a late round had let the lease's deadline pass would otherwise leave the switch with a master
+that writes nothing until its lease moves. A connection that os-ken's request service no longer
+knows (its role requests fail as an invalid datapath twice in a row, a lease time apart, with no
+connection event since) counts as not reaching the switch: the replica gives the lease up at its
+next round, for a replica that reaches it.
 
 A node's OVSDB (its bridges, its controller targets: every replica's OpenFlow listener, a late one
 included) is set up by the master of its br-int, or by any replica while nobody holds that lease (a
@@ -24,6 +32,9 @@ it (fathom.cluster.mastership).
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from math import inf
 from concurrent.futures import ThreadPoolExecutor
 
 from fathom.cluster import feed
@@ -52,10 +63,15 @@ class ClusterMember:
         self._granted: dict[int, int] = {}     # dpid -> epoch under which the switch made us its master
         self._first_of: frozenset | None = None   # the switches leased when this replica was last first (None: not)
         self._roles = ThreadPoolExecutor(1, thread_name_prefix="openflow-roles")
+        self._asking: dict[int, int] = {}      # dpid -> role requests queued or running
+        self._asked: dict[int, float] = {}     # dpid -> when its last role request ended (monotonic)
+        self._invalid: dict[int, int] = {}     # dpid -> role requests refused as an invalid datapath in a row
+        self._lock = threading.Lock()
         mastership.on_gain = lambda switch, epoch: self._ask(int(switch, 16))
         mastership.on_loss = self._lost
         mastership.on_reports = reconciler.reported_elsewhere
         mastership.on_peers = self.peers_changed
+        mastership.on_round = self.roles_due
         reconciler.cluster = self
         reconciler.statuses.writers = self.writers
         reconciler.statuses.announce = lambda session, statuses: feed.notify_statuses(session, mastership.id,
@@ -184,7 +200,13 @@ class ClusterMember:
     def connected(self, dpid: int) -> None:
         """A switch (re)connected or went away: a new connection is equal; ask for our role."""
         self._granted.pop(dpid, None)
+        self._invalid.pop(dpid, None)
         self._ask(dpid)
+
+    def reaches(self) -> list[str]:
+        """The switches this replica leases: those connected, but a connection os-ken's request
+        service refused twice in a row (see the module's docstring)."""
+        return [switch_name(d) for d in self.switches.connected() if self._invalid.get(d, 0) < 2]
 
     def not_master(self, dpid: int) -> None:
         """The switch says another controller is its master (role status, IS_SLAVE)."""
@@ -199,9 +221,35 @@ class ClusterMember:
         self._ask(dpid)
 
     def _ask(self, dpid: int) -> None:
+        with self._lock:
+            self._asking[dpid] = self._asking.get(dpid, 0) + 1
         self._roles.submit(self._request_role, dpid)
 
+    def roles_due(self) -> None:
+        """After a lease round: the master role asked again of each connected switch whose lease
+        this replica holds and whose role is neither granted under that epoch nor being asked for,
+        its last request ended a lease time ago or more (see the module's docstring)."""
+        now = time.monotonic()
+        for switch, epoch in self.mastership.held().items():
+            dpid = int(switch, 16)
+            with self._lock:
+                due = (self._granted.get(dpid) != epoch and dpid not in self._asking
+                       and now - self._asked.get(dpid, -inf) >= self.mastership.timing.lease)
+            if due and self.switches.session(dpid) is not None:
+                LOG.info("switch %s: lease held under epoch %d, master role not granted: asking again", switch, epoch)
+                self._ask(dpid)
+
     def _request_role(self, dpid: int) -> None:
+        try:
+            self._role_now(dpid)
+        finally:
+            with self._lock:
+                left = self._asking.pop(dpid, 1) - 1
+                if left:
+                    self._asking[dpid] = left
+                self._asked[dpid] = time.monotonic()
+
+    def _role_now(self, dpid: int) -> None:
         """The role the lease says, now: master under its epoch (then a whole resync), else slave."""
         session = self.switches.session(dpid)
         if session is None:
@@ -209,10 +257,13 @@ class ClusterMember:
         epoch = self.mastership.epoch(switch_name(dpid))
         try:
             session.request_role(epoch)
-        except (ApplyError, NotRegistered) as e:   # NotMaster: stale epoch (another is master); or the switch went away
+        except (ApplyError, NotRegistered) as e:   # NotMaster: stale epoch (another is master); no answer
+            if isinstance(e, NotRegistered):       # in time; gone, or a connection os-ken's requests no longer know
+                self._invalid[dpid] = self._invalid.get(dpid, 0) + 1
             LOG.warning("switch %s: role request (%s) failed: %s", switch_name(dpid),
                         "slave" if epoch is None else f"master, epoch {epoch}", e)
             return
+        self._invalid.pop(dpid, None)
         if epoch is None:
             return
         if self.mastership.epoch(switch_name(dpid)) == epoch:
@@ -243,10 +294,10 @@ def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember
     the switches connected to `switches` (OsKenSwitches). `hub` (fathom.api.agents.AgentHub): the
     agents this replica hears, told to the others, and those they hear; when another replica wrote
     the store, the agents' long-polls are woken (besides the reconciler)."""
-    mastership.switches = lambda: [switch_name(d) for d in switches.connected()]
     mastership.agents, hub.heard_elsewhere, hub.polls_elsewhere = hub.present, mastership.agent_heard, \
         mastership.agent_replica
     member = ClusterMember(mastership, switches, reconciler)
+    mastership.switches = member.reaches
 
     def switch_changed(dpid, datapath=None):
         reconciler.switch_changed(dpid, datapath)

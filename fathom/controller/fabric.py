@@ -151,6 +151,10 @@ class FabricRuntime(Extension):
         # fabric switch OVSDB connections being made: name -> (remote, its future)
         self._connecting: dict[str, tuple[str, Future]] = {}
         self._connect_pool = ThreadPoolExecutor(4, thread_name_prefix="fabric-connect")
+        # links learnt from LLDP are written to the store here, not on the OpenFlow app's event
+        # thread: a write waiting for PostgreSQL would hold every switch's events behind it (bundle
+        # commit replies, role statuses, connections)
+        self._links = ThreadPoolExecutor(1, thread_name_prefix="lldp-links")
         self.fabric_ports: dict[int, dict[str, int]] = {}    # switch id -> {port name: ofport}
         self.phy_ports: dict[int, int] = {}               # node id -> ofport of ul0 on br-phy
         self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
@@ -192,6 +196,7 @@ class FabricRuntime(Extension):
         self._stop.set()
         self._probe_soon.set()
         self._connect_pool.shutdown(wait=False, cancel_futures=True)
+        self._links.shutdown(wait=False, cancel_futures=True)
 
     def wiring_event(self, dpid: int) -> None:
         """A switch connected or reported a port-status: a fabric switch's or br-phy's makes the next probes
@@ -352,14 +357,25 @@ class FabricRuntime(Extension):
         now = time.monotonic()
         if now - self._lldp_seen.get(key, -LLDP_REFRESH) < LLDP_REFRESH:   # known and recently written
             return True
-        with self.Session() as session, session.begin():
-            news = fops.record_lldp_link(session, sid, name, ofport, node_id)
         self._lldp_seen = {k: v for k, v in self._lldp_seen.items() if k[:2] != key[:2] and k[2] != node_id}
         self._lldp_seen[key] = now
+        self._links.submit(self._record_link, key, ofport)
+        return True
+
+    def _record_link(self, key: tuple[int, str, int], ofport: int) -> None:
+        """The link LLDP found written to the store (on its own thread); a failed write is tried
+        again with the next probe."""
+        sid, name, node_id = key
+        try:
+            with self.Session() as session, session.begin():
+                news = fops.record_lldp_link(session, sid, name, ofport, node_id)
+        except Exception as e:  # noqa: BLE001 - the store away: the next probe writes it
+            self._lldp_seen.pop(key, None)
+            LOG.warning("LLDP: fabric switch %d port %s faces node %d, not recorded: %s", sid, name, node_id, e)
+            return
         if news:
             LOG.info("LLDP: fabric switch %d port %s (%d) faces node %d", sid, name, ofport, node_id)
             self.wake()
-        return True
 
     # ------------------------------------------------------------------------------- status API
 

@@ -3,7 +3,9 @@ loopback HTTP, each a replica in the cluster's table (fathom.cluster.mastership,
 runs it). Node c1's agent delivers to replica A, then (moved) to B; c2's to B. A query at either
 answers with both replicas' records, top talkers and drops summed across them; a member sees only
 their project's, however asked; a replica that does not answer is named (and by `fathom
-flow-records` in a warning line), never a 5xx."""
+flow-records` in a warning line), never a 5xx. The replica asked checks the caller and asks the
+others with a token of its own (role `replica`, naming no node, removed after), never the caller's;
+such a token reads a replica's own records and nothing else."""
 from __future__ import annotations
 
 import socket
@@ -15,11 +17,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 from click.testing import CliRunner
 
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from fathom.auth import tokens
 from fathom.cluster.leases import Timing
 from fathom.cli.main import cli
 from fathom.cluster.mastership import Mastership
 from fathom.model import flow_batch as fb
 from fathom.model import flow_records as fr
+from fathom.store.auth_models import ApiToken
 
 from .auth import headers_for
 from .test_api_races import Served
@@ -36,9 +43,14 @@ def _replica(served: Served, name: str, timing: Timing) -> Mastership:
 
 
 class _Forged(BaseHTTPRequestHandler):
-    """A replica's API answering what no replica would (its server's `body`)."""
+    """A replica's API answering what no replica would (its server's `body`); it keeps the
+    credentials it was asked with (`asked_with`) and whether each was valid then (`valid`)."""
 
     def do_GET(self):
+        secret = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.server.asked_with.append(secret)
+        with Session(self.server.engine) as s:
+            self.server.valid.append(tokens.verify(s, secret))
         self.send_response(200)
         self.send_header("Content-Length", str(len(self.server.body)))
         self.end_headers()
@@ -53,9 +65,9 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
 
 
-def _forged(body: bytes) -> _Server:
+def _forged(body: bytes, engine) -> _Server:
     server = _Server(("127.0.0.1", 0), _Forged)
-    server.body = body
+    server.body, server.engine, server.asked_with, server.valid = body, engine, [], []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -82,7 +94,8 @@ def test_any_replica_answers_with_every_replicas_records(postgres, monkeypatch):
     hung = socket.socket()            # a replica whose API takes connections and never answers
     hung.bind(("127.0.0.1", 0))
     hung.listen()
-    forged = [_forged(b" " * (3 << 20)), _forged(b'{"records": [{"project": "p1", "time": "now"}]}')]
+    forged = [_forged(b" " * (3 << 20), a.app.state.engine),
+              _forged(b'{"records": [{"project": "p1", "time": "now"}]}', a.app.state.engine)]
     replicas = []
     try:
         replicas += [_replica(a, "a", timing), _replica(b, "b", timing)]
@@ -123,9 +136,24 @@ def test_any_replica_answers_with_every_replicas_records(postgres, monkeypatch):
             # a replica's own records only: what the others ask it, and nothing more for a member
             assert {r["node"] for r in _get(served, member, scope="local")["records"]} == (
                 {"c1"} if served is a else {"c1", "c2"})
-            assert httpx.get(f"{served.url}/flow-records", params={"scope": "local", "project": "p2"},
-                             headers=member).status_code == 403
+            for scope in ("local", "cluster"):
+                assert httpx.get(f"{served.url}/flow-records", params={"scope": scope, "project": "p2"},
+                                 headers=member).status_code == 403
         assert [t["bytes"] for t in _get(a, member, view="top", port=vm1)["records"]] == [45000]
+        # a replica's token: its own records only, of the project asked (all: every project), and no
+        # other route; one naming a node is a trace desk's
+        peer = {"Authorization": "Bearer " + tokens.issue_now(b.app.state.engine, project="admin", roles=("replica",))}
+        assert {r["project"] for r in _get(b, peer, scope="local")["records"]} == {"p1"}
+        assert len(_get(b, peer, scope="local", project="p2")["records"]) == 0
+        assert {r["project"] for r in _get(a, peer, scope="local")["records"]} == {"p1", "p2"}
+        assert httpx.get(f"{b.url}/flow-records", headers=peer).status_code == 403     # scope=cluster
+        for path in ("/ports", "/flow-records/config", "/cluster"):
+            assert httpx.get(f"{b.url}{path}", headers=peer).status_code == 403, path
+        hop = tokens.issue_now(b.app.state.engine, project="admin", roles=("replica",), node="c1")
+        assert httpx.get(f"{b.url}/flow-records", params={"scope": "local"},
+                         headers={"Authorization": f"Bearer {hop}"}).status_code == 403
+        assert httpx.post(f"{b.url}/agents/c1/traces", json={"bridge": "br-int", "flow": "in_port=1", "timeout": 1},
+                          headers=peer).status_code == 403
 
         # replicas whose API hangs, is down, answers too much or what is not records: named with why,
         # the rest answered
@@ -142,6 +170,13 @@ def test_any_replica_answers_with_every_replicas_records(postgres, monkeypatch):
                                           "c: did not answer within 0.5 s", "d: answered more than 2097152 bytes",
                                           "e: answered what fathom does not read (TypeError)"]
         assert _get(a, member, view="top")["records"][0]["bytes"] == 15000
+        # the others were asked with A's own token, valid while asked, of the role replica alone and
+        # naming no node; the caller's never left A, and A's is gone after
+        asked = forged[1].asked_with
+        assert asked and member["Authorization"].removeprefix("Bearer ") not in asked
+        assert all(v is not None and v.roles == {"replica"} and v.node is None for v in forged[1].valid)
+        with Session(a.app.state.engine) as s:
+            assert s.scalar(select(func.count()).select_from(ApiToken).where(ApiToken.name == "flow records")) == 0
         # the CLI prints what it has and a warning line per replica missing
         monkeypatch.setenv("FATHOM_TOKEN", member["Authorization"].split()[1])
         result = CliRunner().invoke(cli, ["flow-records", "--controller", a.url.removesuffix("/v1")])

@@ -35,13 +35,18 @@ def fabric(tmp_path):
     rt.fabric_ports = {sw["id"]: {"c1-port": TOR_PORT, "other": 8}}
     rt.phy_ports = {node["id"]: UL0}
 
+    def written():          # the links the handler handed on are in the store
+        rt._links.submit(lambda: None).result(10)
+
     def links():
+        written()
         got = http.get(f"/v1/fabric/switches/{sw['id']}").json()["links"]
         return {(x["port_name"], x["node"]) for x in got if x["source"] == "lldp"}
 
     def http_links():
+        written()
         return http.get(f"/v1/fabric/switches/{sw['id']}").json()["links"]
-    return SimpleNamespace(rt=rt, node=node["id"], sw=sw["id"], links=links, http_links=http_links)
+    return SimpleNamespace(rt=rt, node=node["id"], sw=sw["id"], links=links, http_links=http_links, url=url)
 
 
 def packet_in(rx_dpid: int, in_port: int, data: bytes):
@@ -149,3 +154,23 @@ def test_a_known_link_is_written_again_only_after_the_refresh_interval(fabric):
     with mock.patch("fathom.controller.fabric.time.monotonic", return_value=later):
         fabric.rt.on_packet_in(packet_in(datapath_id_fabric(fabric.sw), TOR_PORT, probe))
     assert seen() > first
+
+
+def test_the_packet_in_handler_does_not_wait_for_the_store(fabric):
+    """The handler runs on the OpenFlow app's event thread, which every switch's events share (bundle
+    commit replies, role statuses): a link's write waiting for the store must not hold it."""
+    import sqlite3
+    import threading
+    probe = lldp_probe(datapath_id_phy(fabric.node), UL0, fabric.rt._lldp_key)
+    blocker = sqlite3.connect(fabric.url.removeprefix("sqlite:///"), isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")          # another writer holds the store
+    try:
+        handler = threading.Thread(target=fabric.rt.on_packet_in,
+                                   args=(packet_in(datapath_id_fabric(fabric.sw), TOR_PORT, probe),), daemon=True)
+        handler.start()
+        handler.join(5)
+        assert not handler.is_alive()            # returned while the write waits
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert fabric.links() == {("c1-port", "c1")}
