@@ -251,7 +251,7 @@ def test_a_replica_row_says_where_its_openflow_listens_and_its_feed_lag(engine):
     assert (row["openflow"], row["feed_lag"]) == (":6653", 0.0125) and a.peers == {"a": ":6653"}
 
 
-class _Consumer:
+class Consumer:
     """What ClusterMember tells the reconciler (a switch to resync), and the bootstrapper it configures."""
 
     def __init__(self):
@@ -298,7 +298,7 @@ def test_a_replica_writes_to_a_switch_only_once_it_granted_the_master_role_under
         conns = _Connections(fakes, r)
         m = Mastership(engine, lambda c=conns: [switch_name(d) for d in c.connected()], replica_id=r, timing=FAST,
                        reachable_only=True, openflow=f"198.18.0.1:{6653 if r == 'a' else 6654}").join()
-        members[r] = (m, ClusterMember(m, conns, _Consumer()))
+        members[r] = (m, ClusterMember(m, conns, Consumer()))
     (a, ma), (b, mb) = members["a"], members["b"]
     a.run_round()
     wait_for(lambda: ma.masters(switch.dpid), 5, "a to be granted the master role")
@@ -330,7 +330,7 @@ def test_a_master_writes_its_nodes_controller_targets_again_when_a_replica_joins
 
     from fathom.controller.cluster import ClusterMember, switch_name
     from fathom.model import datapath_id
-    consumer = _Consumer()
+    consumer = Consumer()
     consumer.model = SimpleNamespace(nodes=[SimpleNamespace(id=1, name="n1"), SimpleNamespace(id=2, name="n2")],
                                      fabric=None)
     consumer.rechecked = []

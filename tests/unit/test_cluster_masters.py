@@ -29,7 +29,7 @@ from fathom.store.snapshot import load_snapshot
 
 from . import golden_flows
 from .auth import headers_for
-from .test_cluster_statuses import Replica, TestClient
+from .test_cluster_statuses import Replica, TestClient, share_switches
 from .test_reconciler import LAB
 
 
@@ -93,14 +93,7 @@ def test_a_replica_works_for_the_switches_it_masters_and_takes_one_over_when_it_
     ofports = golden_flows.ofports(topo, snap, "distributed")   # both replicas' OVSDB replicas: one dict
     a, b = (FedReplica(name, url, fakes, ofports) for name in ("a", "b"))
     try:
-        def rounds():   # three each: a lease freed toward b in a's second is b's in its, and a sees it in its third
-            for r in (a, b, a, b, a, b):
-                r.mastership.run_round()
-        rounds()
-        wait_for(lambda: all(a.member.masters(d) or b.member.masters(d) for d in fakes.switches), 5,
-                 "every switch mastered, by one replica or the other")
-        for r in (a, b, a):
-            r.rec.run_pass()
+        share_switches(a, b, fakes)
         # b: the master of a node with VMs (the names swapped if it is a's)
         node = next(n.name for n, _ in topo.vms() if b.member.masters(datapath_id(nodes[n.name])))
         dpid = datapath_id(nodes[node])

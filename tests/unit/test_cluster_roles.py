@@ -21,6 +21,8 @@ from fathom.controller.fakeswitch import FakeSwitches
 from fathom.controller.switch import ApplyError
 from fathom.store.db import open_store
 
+from .test_cluster_leases import Consumer
+
 FAST = Timing(renew=0.05, lease=0.4, guard=0.05)
 DPID = 0xfa00000000000001
 
@@ -30,29 +32,6 @@ def engine(postgres):
     engine = open_store(postgres.new_database(migrated=True))
     yield engine
     engine.dispose()
-
-
-class _Reconciler:
-    """What ClusterMember tells the reconciler: a switch to resync (once it is master)."""
-
-    def __init__(self):
-        self.resynced = []
-        self.applier = self
-        self.bootstrapper = type("Bootstrapper", (), {"controller_port": 6653})()
-        self.statuses = type("StatusWriter", (), {"writers": None})()
-        self.model = None
-
-    def reported_elsewhere(self):
-        pass
-
-    def changed_elsewhere(self):
-        pass
-
-    def forget(self, dpid):
-        pass
-
-    def switch_changed(self, dpid, _datapath=None):
-        self.resynced.append(dpid)
 
 
 class _Connection:
@@ -83,7 +62,7 @@ def _replica(engine, before=lambda epoch: None):
     switches = _Switches(fakes, before)
     mastership = Mastership(engine, lambda: [switch_name(d) for d in switches.connected()], replica_id="a",
                             timing=FAST, reachable_only=True, openflow="198.18.0.1:6653").join()
-    return switch, mastership, ClusterMember(mastership, switches, _Reconciler())
+    return switch, mastership, ClusterMember(mastership, switches, Consumer())
 
 
 def _idle(member: ClusterMember) -> None:

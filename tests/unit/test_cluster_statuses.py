@@ -88,6 +88,20 @@ class Replica:
         self.app.state.engine.dispose()
 
 
+def share_switches(a: Replica, b: Replica, fakes: FakeSwitches):
+    """Lease rounds until every switch has a master, a or b, then a pass each (a twice, to see
+    b's statuses); returns the rounds, for the test to run again."""
+    def rounds():   # three each: a lease freed toward b in a's second is b's in its, and a sees it in its third
+        for r in (a, b, a, b, a, b):
+            r.mastership.run_round()
+    rounds()
+    wait_for(lambda: all(a.member.masters(d) or b.member.masters(d) for d in fakes.switches), 5,
+             "every switch mastered, by one replica or the other")
+    for r in (a, b, a):
+        r.rec.run_pass()
+    return rounds
+
+
 def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeypatch):
     url = postgres.new_database(migrated=True)
     topo = topology.load(LAB / "default.yaml")
@@ -103,14 +117,7 @@ def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeyp
     ofports = golden_flows.ofports(topo, snap, "distributed")
     a, b = (Replica(name, create_app(url), fakes, ofports) for name in ("a", "b"))
     try:
-        def rounds():   # three each: a lease freed toward b in a's second is b's in its, and a sees it in its third
-            for r in (a, b, a, b, a, b):
-                r.mastership.run_round()
-        rounds()
-        wait_for(lambda: all(a.member.masters(d) or b.member.masters(d) for d in fakes.switches), 5,
-                 "every switch mastered, by one replica or the other")
-        for r in (a, b, a):
-            r.rec.run_pass()
+        rounds = share_switches(a, b, fakes)
         assert all(a.status(p)[0] == "active" for p in ids["ports"].values())
         # a port on a node whose br-int b masters (b: the replica whose share has a node with VMs):
         # its flows go missing there, and the switch refuses them when b's audit sends them again
