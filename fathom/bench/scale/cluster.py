@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fathom.bench import procs
 
-from .common import Controller, create_parallel
+from .common import Controller, all_active, create_parallel
 from .fabric import Fleet, NodeOvsdb, Size, layout, loopback_net, management_ip, vm_interface
 
 HOLD_S = 5.0          # after the shares are fair: watched that long for further changes (flapping)
@@ -148,9 +148,7 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
             networks.append(n["id"])
         create_parallel(single, [{"network_id": networks[k], "name": f"p{n}-{j}", "node": f"s{n}",
                                   "interface_name": vm_interface(j)} for n, j, k in ports])
-        for p in api.list("/ports"):
-            if p["status"] != "active" and api.wait_status("ports", p["id"], timeout=300)["status"] != "active":
-                raise RuntimeError(f"port {p['id']} not active under one controller")
+        all_active(api)
         quiet = wait_quiet([single], api)
         progress(f"cluster: one controller at rest, {idle_s:g} s")
         out["single_at_rest"] = {"quiet_after_seconds": quiet, **at_rest([single], pg_pid, fleet, idle_s)}

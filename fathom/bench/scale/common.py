@@ -81,6 +81,20 @@ class Controller:
                 self.proc.wait()
 
 
+def all_active(api: Client, timeout: float = 300) -> None:
+    """Every port `active` within `timeout` s; RuntimeError naming the first that is not. A port in
+    `error` is waited on further: a node whose OVSDB call timed out on a loaded host is retried by
+    the controller's next check, and its ports come up then."""
+    deadline = time.monotonic() + timeout
+    for p in api.list("/ports"):
+        while p["status"] != "active" and time.monotonic() < deadline:
+            p = api.wait_status("ports", p["id"], timeout=max(0.1, deadline - time.monotonic()))
+            if p["status"] == "error":
+                time.sleep(0.5)
+        if p["status"] != "active":
+            raise RuntimeError(f"port {p['id']}: {p['status']} ({p.get('status_reason')}) after {timeout:g} s")
+
+
 def create_parallel(ctl, bodies: list[dict], writers: int = 8, path: str = "/ports") -> list[dict]:
     """Create ports (or the objects of another collection, `path`) with `writers` concurrent
     clients of `ctl.client()` (filling a fabric quickly); raises on any error."""

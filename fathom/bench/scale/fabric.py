@@ -17,7 +17,7 @@ from pathlib import Path
 from fathom.bench import procs
 from fathom.bench.report import dist
 
-from .common import Controller, create_parallel
+from .common import Controller, all_active, create_parallel
 
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
@@ -254,11 +254,7 @@ def fabric_run(run_dir: Path, size: Size, samples: int = 20, db_url: str | None 
                                           "interface_name": vm_interface(j)} for n, j, k in ports])
         fill_s = time.monotonic() - t0
         progress(f"{size}: waiting for {len(created)} ports to be active")
-        for p in api.list("/ports"):
-            if p["status"] != "active":
-                p = api.wait_status("ports", p["id"], timeout=300)
-            if p["status"] != "active":
-                raise RuntimeError(f"port {p['id']}: {p['status']} ({p.get('status_reason')})")
+        all_active(api)
         settle_s = time.monotonic() - t0
         # every switch holds exactly the compiled flows: the controller reads each back and compares
         in_sync = [api.node_flows(f"s{i}")["in_sync"] for i in range(size.nodes)]
