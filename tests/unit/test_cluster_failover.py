@@ -5,6 +5,7 @@ promoted: writes fail cleanly (OperationalError, which the API answers 503) unti
 land on the new primary with the earlier committed write there; the lease rounds go on and the
 Listener connects again."""
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,6 +26,7 @@ from fathom.store.db import open_store
 from fathom.store.models import Node
 
 STANDBY = "fathom_standby"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
@@ -79,7 +81,8 @@ def pair():
     try:
         _run(BIN / "initdb", "-D", primary.data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
         primary.start()
-        primary.sql("CREATE DATABASE fathom")
+        primary.sql("CREATE ROLE fathom LOGIN")    # the replicas' role: no superuser
+        primary.sql("CREATE DATABASE fathom OWNER fathom")
         _run(BIN / "pg_basebackup", "-d", f"host=127.0.0.1 port={primary.port} user=postgres "
              f"application_name={STANDBY}", "-D", standby.data, "-R", "-X", "stream", "-c", "fast", "--no-sync")
         standby.start()
@@ -112,10 +115,18 @@ def _write(engine, name: str) -> int:
         return session.execute(text("SELECT inet_server_port()")).scalar_one()
 
 
+def documented_url(primary: int, standby: int) -> str:
+    """The --db of docs/ha.md's "PostgreSQL highly available", its hosts db1 and db2 here."""
+    found = re.findall(r"--db '(postgresql\+psycopg://[^']*)'", (ROOT / "docs" / "ha.md").read_text())
+    assert len(found) == 1, "docs/ha.md shows one multi-host --db"
+    url = found[0].replace("db1:5432", f"127.0.0.1:{primary}").replace("db2:5432", f"127.0.0.1:{standby}")
+    assert url.count("127.0.0.1") == 2, url
+    return url
+
+
 def test_controllers_follow_a_promoted_standby(pair):
     primary, standby = pair
-    url = (f"postgresql+psycopg://postgres@/fathom?host=127.0.0.1:{primary.port}"
-           f"&host=127.0.0.1:{standby.port}&target_session_attrs=read-write")
+    url = documented_url(primary.port, standby.port)
     engine = open_store(url)
     timing = Timing(renew=0.2, lease=1.0, guard=0.1)
     mastership = Mastership(engine, lambda: ["s1"], replica_id="r1", timing=timing).start()
