@@ -35,6 +35,7 @@ import time
 from typing import Callable
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -50,9 +51,14 @@ PAYLOAD_MAX = 7900
 _ROWS = {"port": (int, type(None)), "ip_allocation": (int,), "port_cascade": (str,)}
 
 
-def libpq_url(engine: Engine) -> str:
-    """`engine`'s database as a libpq URL (what a Listener connects to)."""
-    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+def libpq_conninfo(engine: Engine) -> str:
+    """`engine`'s database as a libpq connection string (what a Listener connects to): the
+    arguments SQLAlchemy's psycopg dialect would connect with, so several hosts in its URL
+    (`?host=h1:5432&host=h2:5432&target_session_attrs=read-write`) are libpq's `host=h1,h2
+    port=5432,5432`, and the Listener follows a failover as the engine does."""
+    _args, params = engine.dialect.create_connect_args(engine.url)
+    params.pop("context", None)    # psycopg's adapters, not a connection parameter
+    return make_conninfo(**params)
 
 
 def notify_commits(engine: Engine, me: str) -> None:
@@ -165,7 +171,7 @@ def follow(engine: Engine, me: str, on_change: Callable[[], None],
     def received(written: set) -> None:
         written_elsewhere(engine, written)
         on_change()
-    return Listener(libpq_url(engine), me, received, on_statuses).start()
+    return Listener(libpq_conninfo(engine), me, received, on_statuses).start()
 
 
 class _Metrics:
@@ -188,7 +194,7 @@ METRICS = _Metrics()
 
 
 class Listener:
-    """The replica's LISTEN connection on `url` (a libpq URL), in a thread: `on_change(written)` for
+    """The replica's LISTEN connection on `url` (a libpq URL or connection string), in a thread: `on_change(written)` for
     each other replica's committed write (what it wrote) and after each (re)connection ({ALL});
     `on_statuses(statuses)` for the statuses another replica wrote."""
 
@@ -197,6 +203,7 @@ class Listener:
         self.url, self.me, self.on_change, self.on_statuses = url, me, on_change, on_statuses
         self.lag: float | None = None          # seconds, the last notification's
         self.connected = False
+        self.reconnects = 0                    # connections made again after one ended
         self._offset = 0.0                     # PostgreSQL's clock minus this host's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="change-feed")
@@ -221,6 +228,7 @@ class Listener:
                     self._offset = pg - (sent + time.time()) / 2
                     self.connected, wait = True, RECONNECT[0]
                     if not first:
+                        self.reconnects += 1
                         METRICS.reconnects.inc()
                         LOG.info("change feed connected again: the whole store is read again")
                     first = False

@@ -72,7 +72,7 @@ class Replica:
         self.member = ClusterMember(self.mastership, self.conns, self.rec)
         self.http = TestClient(app, headers=headers_for(app))
         # the statuses the other replica writes, as they commit (the change feed's status channel)
-        self.feed = feed.Listener(feed.libpq_url(app.state.engine), name, lambda _written: None,
+        self.feed = feed.Listener(feed.libpq_conninfo(app.state.engine), name, lambda _written: None,
                                   self.rec.board.heard).start()
         wait_for(lambda: self.feed.connected, 10, f"replica {name}'s change feed to connect")
 
