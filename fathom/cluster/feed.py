@@ -40,6 +40,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from fathom.store.changes import ALL, TableChanges, written_elsewhere
+from fathom.store.db import dead_server_checks
 
 LOG = logging.getLogger("fathom.cluster")
 CHANNEL = "fathom_store"
@@ -58,7 +59,7 @@ def libpq_conninfo(engine: Engine) -> str:
     port=5432,5432`, and the Listener follows a failover as the engine does."""
     _args, params = engine.dialect.create_connect_args(engine.url)
     params.pop("context", None)    # psycopg's adapters, not a connection parameter
-    return make_conninfo(**params)
+    return make_conninfo(**{**dead_server_checks(params), **params})   # as the store's pool connects
 
 
 def notify_commits(engine: Engine, me: str) -> None:

@@ -22,6 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from fathom.cluster import leases
 from fathom.cluster.leases import ClusterError, Timing
+from fathom.store.db import dead_server_checks
 
 LOG = logging.getLogger("fathom.cluster")
 
@@ -125,7 +126,7 @@ class Mastership:
         self._thread: threading.Thread | None = None
         # the rounds' own connection (_round_connection), of an engine without a pool: its session
         # limits (leases.limit_session) reach no other user, even if it is dropped unclosed
-        self._rounds = create_engine(engine.url, poolclass=NullPool)
+        self._rounds = create_engine(engine.url, poolclass=NullPool, connect_args=dead_server_checks(engine.url.query))
         self._conn: Connection | None = None
         self._view = leases.LeaseView()     # the leases as the rounds last read them (leases._ROUND)
         self.failures = 0                  # rounds that failed

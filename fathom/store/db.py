@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,6 +25,20 @@ READ_ONLY = {READ_ONLY_OPTION: True}
 DEFAULT_URL = "sqlite:///fathom.db"
 # How long a SQLite writer queues for the write lock before its request is refused (503, retry)
 SQLITE_BUSY_MS = 10000
+
+
+# A PostgreSQL server that vanishes without closing its connections (power lost, a partition) is
+# noticed within about 10 s on an idle connection (TCP keepalives: the change feed's LISTEN, a pooled
+# one) and on one waiting for an answer (tcp_user_timeout), not when TCP gives up (two hours idle,
+# about 15 minutes busy, with Linux's defaults); the request then fails (503) and the next connection
+# goes to the server that answers. Parameters of the same names in the store's URL take precedence.
+DEAD_SERVER = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+               "tcp_user_timeout": 10000}
+
+
+def dead_server_checks(given) -> dict:
+    """DEAD_SERVER's parameters that `given` (a URL's query, a connection's parameters) does not set."""
+    return {k: v for k, v in DEAD_SERVER.items() if k not in given}
 
 
 def make_engine(url: str) -> Engine:
@@ -82,7 +96,7 @@ def make_engine(url: str) -> Engine:
             if record.info.pop(_WRITER, False):
                 writers.release()
         return engine
-    engine = create_engine(url)
+    engine = create_engine(url, connect_args=dead_server_checks(make_url(url).query))
 
     # A pooled connection is checked (one round trip) before use only if it has been idle for
     # PING_IDLE_SECONDS: one dropped by the server (restart, idle timeout) is then replaced before a

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import text
 
 from fathom.cluster import feed
+from fathom.cluster.mastership import Mastership
 from fathom.lab.ovs import wait_for
 from fathom.store.changes import ALL
-from fathom.store.db import open_store
+from fathom.store.db import DEAD_SERVER, open_store
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +179,24 @@ def test_a_transaction_postgresql_ended_for_idling_is_answered_503_not_500(url):
         raise ended.value
     r = TestClient(app).post("/stalled")
     assert r.status_code == 503 and "Retry-After" in r.headers and "nothing was changed" in r.text, r.text
+
+
+def test_the_feed_and_the_lease_rounds_notice_a_vanished_server_within_seconds(url):
+    """Both connect with TCP keepalives and a user timeout (fathom.store.db.DEAD_SERVER), as the
+    store's pool does, so a server that is gone without a word is noticed in seconds; the store
+    URL's own values of them win."""
+    engine = open_store(url)
+    rounds = Mastership(engine, lambda: [])._rounds
+    try:
+        with psycopg.connect(feed.libpq_conninfo(engine)) as listening, rounds.connect() as round_conn, engine.connect() as pooled:
+            for got in (listening.info.get_parameters(), round_conn.connection.dbapi_connection.info.get_parameters(),
+                        pooled.connection.dbapi_connection.info.get_parameters()):
+                assert {k: got.get(k) for k in DEAD_SERVER} == {k: str(v) for k, v in DEAD_SERVER.items()}
+    finally:
+        rounds.dispose()
+        engine.dispose()
+    own = open_store(url + ("&" if "?" in url else "?") + "keepalives_idle=30")
+    try:
+        assert conninfo_to_dict(feed.libpq_conninfo(own))["keepalives_idle"] == "30"
+    finally:
+        own.dispose()
