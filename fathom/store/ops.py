@@ -13,14 +13,16 @@ import secrets
 import threading
 import weakref
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Sequence
 
-from sqlalchemy import bindparam, delete, event, false, func, null, select, text
+from sqlalchemy import bindparam, delete, event, false, func, insert, null, select, text
 from sqlalchemy.orm import Session, aliased
 
 from fathom.pipeline.infrastructure import is_infrastructure_interface
-from fathom.store import fabric
+from fathom.store import changes, fabric
 from fathom.store import models as m
+from fathom.store.base import utcnow
 from fathom.store.external_models import FloatingIp, RouterGateway
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
@@ -362,6 +364,15 @@ def delete_subnet(session: Session, caller: Caller, subnet_id: int) -> None:
 # ---------------------------------------------------------------------------------------------- ports
 
 
+@dataclass
+class NewPort:
+    """A port that create_port's checks allowed and its addresses chosen, not written yet: the ports
+    row's columns (`values`), its node, and its addresses as (subnet id, address)."""
+    values: dict
+    node: m.Node | None
+    addresses: list[tuple[int, str]]
+
+
 def create_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
                 mac_address: str | None = None, fixed_ips: list[dict] | None = None,
                 node: str | None = None, interface_name: str | None = None,
@@ -371,6 +382,26 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     subnet, [] = none. `router_id` is for router interfaces (see add_router_interface). `flush`:
     False leaves the port pending, for the caller to add what belongs with it (its security groups)
     and flush once."""
+    new = new_port(session, caller, network_id=network_id, name=name, mac_address=mac_address,
+                   fixed_ips=fixed_ips, node=node, interface_name=interface_name, port_security=port_security,
+                   project_id=project_id, router_id=router_id, external_id=external_id)
+    # one flush: the port and its addresses in one go
+    port = m.Port(**new.values, node=new.node,
+                  fixed_ips=[m.IpAllocation(subnet_id=subnet_id, network_id=new.values["network_id"], ip_address=ip)
+                             for subnet_id, ip in new.addresses])
+    session.add(port)
+    if flush:
+        session.flush()
+    return port
+
+
+def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
+             mac_address: str | None = None, fixed_ips: list[dict] | None = None,
+             node: str | None = None, interface_name: str | None = None,
+             port_security: bool = True, project_id: str | None = None,
+             router_id: int | None = None, external_id: str | None = None) -> NewPort:
+    """The checks of a new port and the choice of its MAC and addresses (create_port's arguments):
+    what create_port or insert_port writes."""
     found = _port_context(session, caller, network_id, project_id, mac_address, node, interface_name, external_id)
     network = found.network
     if network is None or not _visible(caller, network):
@@ -401,17 +432,35 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     for i, request in enumerate(fixed_ips):
         chosen.append(_choose_ip(session, network, subnets, request, f"fixed_ips.{i}",
                                  gateway_allowed=router_id is not None, taken={str(ip) for _, ip in chosen}))
-    # one flush: the port and its addresses in one go
-    port = m.Port(name=name, network_id=network.id, mac_address=mac_address,
-                  node=found.node, interface_name=interface_name,
-                  port_security=port_security, router_id=router_id, project_id=project,
-                  status="pending", external_id=external_id,
-                  fixed_ips=[m.IpAllocation(subnet_id=subnet.id, network_id=network.id, ip_address=str(ip))
-                             for subnet, ip in chosen])
-    session.add(port)
-    if flush:
-        session.flush()
-    return port
+    return NewPort(dict(name=name, network_id=network.id, mac_address=mac_address,
+                        node_id=found.node.id if found.node is not None else None, interface_name=interface_name,
+                        port_security=port_security, router_id=router_id, project_id=project,
+                        status="pending", status_reason=None, external_id=external_id),
+                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen])
+
+
+# a new port's rows written with SQLAlchemy Core (insert_port): each statement built once
+_PORTS, _ADDRESSES, _LINKS = m.Port.__table__, m.IpAllocation.__table__, m.PortSecurityGroup.__table__
+_INSERT_PORT = insert(_PORTS).returning(_PORTS.c.id)
+_INSERT_ADDRESS = insert(_ADDRESSES)
+_INSERT_LINK = insert(_LINKS)
+
+
+def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[int, datetime]:
+    """Write a new port (new_port), its addresses and its security groups' links (checked by the
+    caller: fathom.store.secgroups.new_port_groups) on the session's connection, without the ORM's
+    unit of work: the API's most frequent write. Its id and creation time."""
+    conn = session.connection()
+    created = utcnow()
+    port_id = conn.scalar(_INSERT_PORT, {**new.values, "created_at": created})
+    changes.port_inserted(conn, port_id)
+    network_id = new.values["network_id"]
+    if new.addresses:
+        conn.execute(_INSERT_ADDRESS, [{"port_id": port_id, "subnet_id": subnet_id, "network_id": network_id,
+                                        "ip_address": ip} for subnet_id, ip in new.addresses])
+    if group_ids:
+        conn.execute(_INSERT_LINK, [{"port_id": port_id, "group_id": g} for g in group_ids])
+    return port_id, created
 
 
 @dataclass
