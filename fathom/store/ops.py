@@ -707,37 +707,59 @@ _USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
     m.IpAllocation.ip_address.in_(bindparam("window", expanding=True)))
 
 
-def _claim(session: Session, network_id: int, address: str) -> bool:
-    """Whether this transaction may take `address`, which no transaction of this process holds, as
-    far as other processes (replicas, API workers) go. PostgreSQL: a transaction-level advisory lock
-    on (network, address), tried without waiting (another transaction holds it: skip the address),
-    and the address read again in the same statement, as the lock's last holder may have committed
-    it after this transaction read the window. One statement reads with the snapshot of its start:
-    a holder whose commit falls between that and the lock is not seen, and the address's unique
-    constraint refuses the second insert (fathom.api.deps.Store.write runs the request again).
-    SQLite serialises writers: nothing to claim."""
-    if session.get_bind().dialect.name != "postgresql":
-        return True
-    # the one-bigint key space (the two-int4 locks of _serialise are another); above 2^32, never a
-    # hashtext() of fathom.cluster.leases
-    key = network_id << 32 | int(ipaddress.IPv4Address(address))
-    return bool(session.connection().scalar(_CLAIM, {"key": key, "network_id": network_id, "ip": address}))
+# PostgreSQL's allocation in one statement (_allocate_claimed): the window's first address that is
+# not allocated (an index probe each, a scalar subquery: never a hashed scan of the network's
+# addresses), not taken by this request already, and whose transaction-level advisory lock this
+# transaction gets without waiting (another holds it: the next address). The CASE reads the address
+# before it tries the lock, and LIMIT stops at the first: no lock is taken on an address in use or
+# beyond the one chosen. The lock's key is in the one-bigint key space (the two-int4 locks of
+# _serialise are another): network << 32 | address, above 2^32, never a hashtext() of
+# fathom.cluster.leases.
+_CLAIM_FIRST_FREE = text(
+    "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
+    "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
+    "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
+    "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
 
 
-# the advisory lock tried and the address read again, in one statement (whichever PostgreSQL
-# evaluates first: a lock taken on an address in use is only held until the commit)
-_CLAIM = text("SELECT pg_try_advisory_xact_lock(:key) AND NOT EXISTS "
-              "(SELECT 1 FROM ip_allocations WHERE network_id = :network_id AND ip_address = :ip)")
+def _allocate_claimed(session: Session, network: m.Network, subnet: m.Subnet, first: int, last: int,
+                      start: int, taken: set[str]) -> int | None:
+    """PostgreSQL: the lowest free host address from `start` on that no other transaction holds, in
+    one statement per ALLOCATION_WINDOW candidates (_CLAIM_FIRST_FREE), or None. One statement reads
+    with the snapshot of its start: a holder whose commit falls between that and the lock is not
+    seen, and the address's unique constraint refuses the second insert
+    (fathom.api.deps.Store.write runs the request again)."""
+    skip = [int(ipaddress.IPv4Address(a)) for a in taken]
+    if subnet.gateway_ip:
+        skip.append(int(ipaddress.IPv4Address(subnet.gateway_ip)))
+    conn = session.connection()
+    for low in range(start, last + 1, ALLOCATION_WINDOW):
+        found = conn.scalar(_CLAIM_FIRST_FREE, {"low": low, "high": min(low + ALLOCATION_WINDOW - 1, last),
+                                                "skip": skip, "network_id": network.id,
+                                                "key_base": network.id << 32})
+        if found is not None:
+            return found
+    return None
 
 
 def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
     """The lowest free host address of the subnet (the gateway's excluded) that no other transaction
-    holds (of this process: its reservations; of another: `_claim`), checked ALLOCATION_WINDOW
-    candidates per query from the subnet's hint on."""
+    holds, checked ALLOCATION_WINDOW candidates per query from the subnet's hint on. PostgreSQL: held
+    by an advisory lock (_allocate_claimed); SQLite serialises writers, and this process's
+    reservations keep an address from the transactions that read alongside."""
     prefix = subnet.prefix
     first, last = int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
     hints = _hints(session)
     start = first + hints.get(subnet.id, 0)
+    if session.get_bind().dialect.name == "postgresql":
+        found = _allocate_claimed(session, network, subnet, first, last, start, taken)
+        if found is not None:
+            hints[subnet.id] = found - first
+            return ipaddress.IPv4Address(found)
+        if start > first:   # the hint was stale (addresses freed elsewhere): search the whole subnet once
+            hints[subnet.id] = 0
+            return _allocate_ip(session, network, subnet, field, taken)
+        raise Conflict(f"subnet {subnet.id} ({subnet.cidr}) has no free address", field)
     reservations, allocation = _reservations_of(session), object()
     try:
         for low in range(start, last + 1, ALLOCATION_WINDOW):
@@ -750,8 +772,6 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
             for candidate in window:
                 if candidate not in used and reservations.reserve(allocation, network.id, candidate):
                     _hold(session, network.id, candidate)
-                    if not _claim(session, network.id, candidate):
-                        continue
                     host = ipaddress.IPv4Address(candidate)
                     hints[subnet.id] = int(host) - first
                     return host
