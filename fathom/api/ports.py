@@ -53,6 +53,7 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
 # The create is a coroutine that runs its one store write in the thread pool: one thread hop for the
 # request (a plain function would take a second one for the response's validation), and its response
 # is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE).
+# Its rows are written with SQLAlchemy Core (ops.insert_port), its answer made from what it wrote.
 CREATED = answer_with(sc.PortOut, 201)
 
 
@@ -61,13 +62,21 @@ async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
     fixed = None if body.fixed_ips is None else [f.model_dump() for f in body.fixed_ips]
 
     def create(s):
-        port = ops.create_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
-                               fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
-                               port_security=body.port_security, project_id=body.project_id,
-                               external_id=body.external_id, flush=False)
-        secgroups.set_port_groups(s, port, body.security_groups, creating=True)
-        s.flush()   # the port, its addresses and its groups in one go
-        return port_out(port)
+        new = ops.new_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
+                           fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
+                           port_security=body.port_security, project_id=body.project_id,
+                           external_id=body.external_id)
+        v = new.values
+        groups = secgroups.new_port_groups(s, v["project_id"], v["port_security"], body.security_groups)
+        port_id, created = ops.insert_port(s, new, groups)
+        return sc.PortOut(id=port_id, external_id=v["external_id"], name=v["name"], project_id=v["project_id"],
+                          network_id=v["network_id"], mac_address=v["mac_address"],
+                          fixed_ips=[sc.FixedIpOut(subnet_id=subnet_id, ip_address=ip)
+                                     for subnet_id, ip in new.addresses],
+                          node=new.node.name if new.node is not None else None,
+                          interface_name=v["interface_name"], port_security=v["port_security"],
+                          security_groups=groups, router_id=v["router_id"], status=v["status"], status_reason=None,
+                          created_at=created)
     return await run_in_threadpool(db.write, create, answer=CREATED)
 
 

@@ -12,7 +12,8 @@ fathom.cluster.feed), by every tracker of the engine, as if this process had mad
 
 Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
 by row, so the ports part is patched rather than read whole (`StoreReader`): `("port", id)` for a
-port whose rows changed, or that the ORM inserted (its id is told once the row is; `("port",
+port whose rows changed, or that was inserted and told (`port_inserted`: the ORM's, and
+fathom.store.ops.insert_port's; its id is told once the row is; `("port",
 None)`: a transaction inserted a port another way too, and the reader looks for the new ids),
 `("ip_allocation", id)` for an address row named only by its id (the reader knows its port), and
 `("port_cascade", table)` for a table a port delete cascades to, which counts as `table` for
@@ -62,14 +63,19 @@ def _cascades() -> dict[str, set[str]]:
 
 
 _PENDING = "fathom_written_"    # conn.info keys of the trackers' uncommitted writes: this, then the tracker's id
-_TOLD = "port told"             # (_TOLD, id): a port the ORM inserted, until the commit compares the counts
+_TOLD = "port told"             # (_TOLD, id): a port inserted and told, until the commit compares the counts
+
+
+def port_inserted(connection, port_id: int) -> None:
+    """A port's row was inserted on `connection` (by the ORM, or by fathom.store.ops.insert_port): its
+    id, for every tracker that saw a port INSERT on this connection."""
+    for key, pending in connection.info.items():
+        if isinstance(key, str) and key.startswith(_PENDING) and ("port", None) in pending:
+            pending.add((_TOLD, port_id))
 
 
 def _port_told(_mapper, connection, target) -> None:
-    """The ORM inserted a port: its id, for every tracker that saw a port INSERT on this connection."""
-    for key, pending in connection.info.items():
-        if isinstance(key, str) and key.startswith(_PENDING) and ("port", None) in pending:
-            pending.add((_TOLD, target.id))
+    port_inserted(connection, target.id)
 
 
 # an engine's pool -> its trackers (a WeakSet). By pool, not engine: `engine.execution_options()`

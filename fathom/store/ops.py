@@ -13,14 +13,16 @@ import secrets
 import threading
 import weakref
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Sequence
 
-from sqlalchemy import bindparam, delete, event, false, func, null, select, text
+from sqlalchemy import bindparam, delete, event, false, func, insert, null, select, text
 from sqlalchemy.orm import Session, aliased
 
 from fathom.pipeline.infrastructure import is_infrastructure_interface
-from fathom.store import fabric
+from fathom.store import changes, fabric
 from fathom.store import models as m
+from fathom.store.base import utcnow
 from fathom.store.external_models import FloatingIp, RouterGateway
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
@@ -362,6 +364,15 @@ def delete_subnet(session: Session, caller: Caller, subnet_id: int) -> None:
 # ---------------------------------------------------------------------------------------------- ports
 
 
+@dataclass
+class NewPort:
+    """A port that create_port's checks allowed and its addresses chosen, not written yet: the ports
+    row's columns (`values`), its node, and its addresses as (subnet id, address)."""
+    values: dict
+    node: m.Node | None
+    addresses: list[tuple[int, str]]
+
+
 def create_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
                 mac_address: str | None = None, fixed_ips: list[dict] | None = None,
                 node: str | None = None, interface_name: str | None = None,
@@ -371,6 +382,26 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     subnet, [] = none. `router_id` is for router interfaces (see add_router_interface). `flush`:
     False leaves the port pending, for the caller to add what belongs with it (its security groups)
     and flush once."""
+    new = new_port(session, caller, network_id=network_id, name=name, mac_address=mac_address,
+                   fixed_ips=fixed_ips, node=node, interface_name=interface_name, port_security=port_security,
+                   project_id=project_id, router_id=router_id, external_id=external_id)
+    # one flush: the port and its addresses in one go
+    port = m.Port(**new.values, node=new.node,
+                  fixed_ips=[m.IpAllocation(subnet_id=subnet_id, network_id=new.values["network_id"], ip_address=ip)
+                             for subnet_id, ip in new.addresses])
+    session.add(port)
+    if flush:
+        session.flush()
+    return port
+
+
+def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
+             mac_address: str | None = None, fixed_ips: list[dict] | None = None,
+             node: str | None = None, interface_name: str | None = None,
+             port_security: bool = True, project_id: str | None = None,
+             router_id: int | None = None, external_id: str | None = None) -> NewPort:
+    """The checks of a new port and the choice of its MAC and addresses (create_port's arguments):
+    what create_port or insert_port writes."""
     found = _port_context(session, caller, network_id, project_id, mac_address, node, interface_name, external_id)
     network = found.network
     if network is None or not _visible(caller, network):
@@ -401,17 +432,35 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
     for i, request in enumerate(fixed_ips):
         chosen.append(_choose_ip(session, network, subnets, request, f"fixed_ips.{i}",
                                  gateway_allowed=router_id is not None, taken={str(ip) for _, ip in chosen}))
-    # one flush: the port and its addresses in one go
-    port = m.Port(name=name, network_id=network.id, mac_address=mac_address,
-                  node=found.node, interface_name=interface_name,
-                  port_security=port_security, router_id=router_id, project_id=project,
-                  status="pending", external_id=external_id,
-                  fixed_ips=[m.IpAllocation(subnet_id=subnet.id, network_id=network.id, ip_address=str(ip))
-                             for subnet, ip in chosen])
-    session.add(port)
-    if flush:
-        session.flush()
-    return port
+    return NewPort(dict(name=name, network_id=network.id, mac_address=mac_address,
+                        node_id=found.node.id if found.node is not None else None, interface_name=interface_name,
+                        port_security=port_security, router_id=router_id, project_id=project,
+                        status="pending", status_reason=None, external_id=external_id),
+                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen])
+
+
+# a new port's rows written with SQLAlchemy Core (insert_port): each statement built once
+_PORTS, _ADDRESSES, _LINKS = m.Port.__table__, m.IpAllocation.__table__, m.PortSecurityGroup.__table__
+_INSERT_PORT = insert(_PORTS).returning(_PORTS.c.id)
+_INSERT_ADDRESS = insert(_ADDRESSES)
+_INSERT_LINK = insert(_LINKS)
+
+
+def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[int, datetime]:
+    """Write a new port (new_port), its addresses and its security groups' links (checked by the
+    caller: fathom.store.secgroups.new_port_groups) on the session's connection, without the ORM's
+    unit of work: the API's most frequent write. Its id and creation time."""
+    conn = session.connection()
+    created = utcnow()
+    port_id = conn.scalar(_INSERT_PORT, {**new.values, "created_at": created})
+    changes.port_inserted(conn, port_id)
+    network_id = new.values["network_id"]
+    if new.addresses:
+        conn.execute(_INSERT_ADDRESS, [{"port_id": port_id, "subnet_id": subnet_id, "network_id": network_id,
+                                        "ip_address": ip} for subnet_id, ip in new.addresses])
+    if group_ids:
+        conn.execute(_INSERT_LINK, [{"port_id": port_id, "group_id": g} for g in group_ids])
+    return port_id, created
 
 
 @dataclass
@@ -658,37 +707,59 @@ _USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
     m.IpAllocation.ip_address.in_(bindparam("window", expanding=True)))
 
 
-def _claim(session: Session, network_id: int, address: str) -> bool:
-    """Whether this transaction may take `address`, which no transaction of this process holds, as
-    far as other processes (replicas, API workers) go. PostgreSQL: a transaction-level advisory lock
-    on (network, address), tried without waiting (another transaction holds it: skip the address),
-    and the address read again in the same statement, as the lock's last holder may have committed
-    it after this transaction read the window. One statement reads with the snapshot of its start:
-    a holder whose commit falls between that and the lock is not seen, and the address's unique
-    constraint refuses the second insert (fathom.api.deps.Store.write runs the request again).
-    SQLite serialises writers: nothing to claim."""
-    if session.get_bind().dialect.name != "postgresql":
-        return True
-    # the one-bigint key space (the two-int4 locks of _serialise are another); above 2^32, never a
-    # hashtext() of fathom.cluster.leases
-    key = network_id << 32 | int(ipaddress.IPv4Address(address))
-    return bool(session.connection().scalar(_CLAIM, {"key": key, "network_id": network_id, "ip": address}))
+# PostgreSQL's allocation in one statement (_allocate_claimed): the window's first address that is
+# not allocated (an index probe each, a scalar subquery: never a hashed scan of the network's
+# addresses), not taken by this request already, and whose transaction-level advisory lock this
+# transaction gets without waiting (another holds it: the next address). The CASE reads the address
+# before it tries the lock, and LIMIT stops at the first: no lock is taken on an address in use or
+# beyond the one chosen. The lock's key is in the one-bigint key space (the two-int4 locks of
+# _serialise are another): network << 32 | address, above 2^32, never a hashtext() of
+# fathom.cluster.leases.
+_CLAIM_FIRST_FREE = text(
+    "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
+    "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
+    "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
+    "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
 
 
-# the advisory lock tried and the address read again, in one statement (whichever PostgreSQL
-# evaluates first: a lock taken on an address in use is only held until the commit)
-_CLAIM = text("SELECT pg_try_advisory_xact_lock(:key) AND NOT EXISTS "
-              "(SELECT 1 FROM ip_allocations WHERE network_id = :network_id AND ip_address = :ip)")
+def _allocate_claimed(session: Session, network: m.Network, subnet: m.Subnet, first: int, last: int,
+                      start: int, taken: set[str]) -> int | None:
+    """PostgreSQL: the lowest free host address from `start` on that no other transaction holds, in
+    one statement per ALLOCATION_WINDOW candidates (_CLAIM_FIRST_FREE), or None. One statement reads
+    with the snapshot of its start: a holder whose commit falls between that and the lock is not
+    seen, and the address's unique constraint refuses the second insert
+    (fathom.api.deps.Store.write runs the request again)."""
+    skip = [int(ipaddress.IPv4Address(a)) for a in taken]
+    if subnet.gateway_ip:
+        skip.append(int(ipaddress.IPv4Address(subnet.gateway_ip)))
+    conn = session.connection()
+    for low in range(start, last + 1, ALLOCATION_WINDOW):
+        found = conn.scalar(_CLAIM_FIRST_FREE, {"low": low, "high": min(low + ALLOCATION_WINDOW - 1, last),
+                                                "skip": skip, "network_id": network.id,
+                                                "key_base": network.id << 32})
+        if found is not None:
+            return found
+    return None
 
 
 def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
     """The lowest free host address of the subnet (the gateway's excluded) that no other transaction
-    holds (of this process: its reservations; of another: `_claim`), checked ALLOCATION_WINDOW
-    candidates per query from the subnet's hint on."""
+    holds, checked ALLOCATION_WINDOW candidates per query from the subnet's hint on. PostgreSQL: held
+    by an advisory lock (_allocate_claimed); SQLite serialises writers, and this process's
+    reservations keep an address from the transactions that read alongside."""
     prefix = subnet.prefix
     first, last = int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
     hints = _hints(session)
     start = first + hints.get(subnet.id, 0)
+    if session.get_bind().dialect.name == "postgresql":
+        found = _allocate_claimed(session, network, subnet, first, last, start, taken)
+        if found is not None:
+            hints[subnet.id] = found - first
+            return ipaddress.IPv4Address(found)
+        if start > first:   # the hint was stale (addresses freed elsewhere): search the whole subnet once
+            hints[subnet.id] = 0
+            return _allocate_ip(session, network, subnet, field, taken)
+        raise Conflict(f"subnet {subnet.id} ({subnet.cidr}) has no free address", field)
     reservations, allocation = _reservations_of(session), object()
     try:
         for low in range(start, last + 1, ALLOCATION_WINDOW):
@@ -701,8 +772,6 @@ def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: 
             for candidate in window:
                 if candidate not in used and reservations.reserve(allocation, network.id, candidate):
                     _hold(session, network.id, candidate)
-                    if not _claim(session, network.id, candidate):
-                        continue
                     host = ipaddress.IPv4Address(candidate)
                     hints[subnet.id] = int(host) - first
                     return host

@@ -265,19 +265,32 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
     """A port's groups: None on creation = its project's default group (none without port security);
     on update None = unchanged. Groups must be of the port's project; a port without port security
     has none."""
-    if group_ids is None:
-        if not creating:
-            if not port.port_security and port.security_group_links:
-                raise Invalid("a port without port security has no security groups: give "
-                              "security_groups [] with port_security false", "port_security")
-            return
-        if not port.port_security:
-            return
-        # the project's default group: of the port's project by construction, nothing to check
-        row = session.get(m.DefaultSecurityGroup, port.project_id)
-        _link_new_port(session, port, [row.group_id if row is not None else default_group(session, port.project_id).id])
+    if group_ids is None and not creating:
+        if not port.port_security and port.security_group_links:
+            raise Invalid("a port without port security has no security groups: give "
+                          "security_groups [] with port_security false", "port_security")
         return
-    if group_ids and not port.port_security:
+    wanted = new_port_groups(session, port.project_id, port.port_security, group_ids)
+    if creating:
+        _link_new_port(session, port, wanted)
+        return
+    have = {link.group_id: link for link in port.security_group_links}
+    port.security_group_links = [have.get(g) or m.PortSecurityGroup(port_id=port.id, group_id=g)
+                                 for g in wanted]
+    session.flush()
+
+
+def new_port_groups(session: Session, project: str, port_security: bool, group_ids: list[int] | None) -> list[int]:
+    """The checked groups of a port of `project` (in id order): None = the project's default group
+    (none without port security). Groups must be of the port's project; a port without port security
+    has none."""
+    if group_ids is None:
+        if not port_security:
+            return []
+        # the project's default group: of the port's project by construction, nothing to check
+        row = session.get(m.DefaultSecurityGroup, project)
+        return [row.group_id if row is not None else default_group(session, project).id]
+    if group_ids and not port_security:
         raise Invalid("a port without port security has no security groups", "security_groups")
     if len(group_ids) > MAX_GROUPS_PER_PORT:
         raise Invalid(f"a port has at most {MAX_GROUPS_PER_PORT} security groups", "security_groups")
@@ -287,15 +300,9 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
         m.SecurityGroup.id.in_([g for g in group_ids if valid_id(g)]))))
     for i, gid in enumerate(group_ids):
         group = session.get(m.SecurityGroup, gid) if valid_id(gid) else None
-        if group is None or group.project_id != port.project_id:
-            raise NotFound(f"security group {gid} does not exist in project {port.project_id!r}",
+        if group is None or group.project_id != project:
+            raise NotFound(f"security group {gid} does not exist in project {project!r}",
                            f"security_groups.{i}")
         if gid not in wanted:
             wanted.append(gid)
-    if creating:
-        _link_new_port(session, port, sorted(wanted))
-        return
-    have = {link.group_id: link for link in port.security_group_links}
-    port.security_group_links = [have.get(g) or m.PortSecurityGroup(port_id=port.id, group_id=g)
-                                 for g in sorted(wanted)]
-    session.flush()
+    return sorted(wanted)

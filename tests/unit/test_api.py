@@ -451,10 +451,11 @@ def test_concurrent_writers_and_readers(api):
 
 
 def test_an_address_committed_while_another_allocation_reads_is_not_taken_twice(postgres):
-    """Two creations in one network: B reads which addresses are taken while A's port (.2) is not
-    committed yet, then A commits before B picks. B must not pick .2 (its read did not see A's row,
-    and A no longer holds it): it takes .3, with no unique-constraint failure. PostgreSQL only:
-    SQLite serialises writers, B could not begin while A's transaction is open."""
+    """Two creations in one network: B has begun and run its checks while A's port (.2) is not
+    committed yet, then A commits just before B's address is chosen. B must not pick .2 (A no longer
+    holds it, and B's earlier reads did not see A's row): it takes .3, with no unique-constraint
+    failure. PostgreSQL only: SQLite serialises writers, B could not begin while A's transaction is
+    open."""
     from sqlalchemy import event
     from fathom.store import ops
     api = Client(postgres.new_database(migrated=True))
@@ -465,17 +466,17 @@ def test_an_address_committed_while_another_allocation_reads_is_not_taken_twice(
     a.begin()
     assert str(ops.create_port(a, admin, network_id=net["id"]).fixed_ips[0].ip_address) == "10.0.0.2"
 
-    def commit_a_after_bs_read(_conn, _cursor, statement, *_):
-        if "ip_allocations.ip_address" in statement and a.in_transaction():
+    def commit_a_before_bs_choice(_conn, _cursor, statement, *_):
+        if "pg_try_advisory_xact_lock" in statement and a.in_transaction() and b.in_transaction():
             a.commit()
 
-    event.listen(engine, "after_cursor_execute", commit_a_after_bs_read)
+    event.listen(engine, "before_cursor_execute", commit_a_before_bs_choice)
     try:
         with b.begin():
             port = ops.create_port(b, admin, network_id=net["id"])
             assert port.fixed_ips[0].ip_address == "10.0.0.3"
     finally:
-        event.remove(engine, "after_cursor_execute", commit_a_after_bs_read)
+        event.remove(engine, "before_cursor_execute", commit_a_before_bs_choice)
         a.close()
         b.close()
     assert sorted(p["fixed_ips"][0]["ip_address"] for p in api.get("/ports")) == ["10.0.0.2", "10.0.0.3"]
