@@ -157,11 +157,18 @@ class ClusterMember:
         model = self.reconciler.model
         node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
         if node is not None:
-            return (self.sets_up(datapath_id(node.id))
-                    or self.mastership.epoch(switch_name(datapath_id_phy(node.id))) is not None)
+            return self.checks(node)
         fabric = fabric_state(model).switches if model is not None else ()
         switch = next((s for s in fabric if s.name == name), None)
         return switch is None or self.sets_up(datapath_id_fabric(switch.id))
+
+    def checks(self, node) -> bool:
+        """Whether this replica's periodic check compares `node`'s OVSDB replica with the port
+        numbers it compiled with: it sets up the node's br-int (it masters it, or nobody does) or
+        masters its br-phy. The other replicas' passes read the node's interfaces anyway, and a
+        replica that gains its switch resyncs it whole (`_request_role`)."""
+        return (self.sets_up(datapath_id(node.id))
+                or self.mastership.epoch(switch_name(datapath_id_phy(node.id))) is not None)
 
     def sets_up(self, dpid: int) -> bool:
         """Whether this replica sets the switch up over OVSDB: it holds its lease, or nobody does."""

@@ -321,7 +321,8 @@ class Reconciler:
                 time.sleep(1)
 
     def check(self) -> bool:
-        """The cheap periodic check: every node's OVSDB replica against the port numbers we compiled
+        """The cheap periodic check: every node's OVSDB replica (in a cluster, those of the nodes this
+        replica sets up or masters: ClusterMember.checks) against the port numbers we compiled
         with, every known switch's flow count against what we installed (one aggregate-stats round
         trip: its cost does not grow with the tenant; groups and changed actions are the audit's).
         Whatever differs is logged, counted and repaired by a pass; nodes and switches in trouble
@@ -344,6 +345,8 @@ class Reconciler:
                     self._event("retry", setup=node.name, ports=node.name)
                     found = True
                 continue
+            if self.cluster is not None and not self.cluster.checks(node):
+                continue      # another replica's node (see ClusterMember.checks)
             got = self.bootstrapper.current(node)
             if got is None:   # its OVSDB connection is down: the node's status
                 self._event("check", setup=node.name, ports=node.name)

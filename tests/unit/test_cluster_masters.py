@@ -7,6 +7,8 @@ a replica works for the switches it masters only, and takes a switch over whole 
 - A port made through the replica that does not master its node: that replica sends nothing to the
   node's switch, and its long-poll does not answer `active` from its own view; it answers as the
   master's status write commits (the change feed), and the master's pass put the port's flows there.
+- The periodic check reads the OVSDB replicas of the nodes a replica masters only; drift on a node
+  is found by its master.
 - The master leaves: the other replica gains its switches (a newer epoch, the master role on the
   switch), resyncs them with what it took meanwhile without waking (the interface plugged), and a
   port made then gets its flows and its `active` from it.
@@ -150,6 +152,44 @@ def test_a_replica_works_for_the_switches_it_masters_and_takes_one_over_when_it_
         assert a.wait(second) == ("active", None) and a.status(port) == ("active", None)
         assert switch.flows == {k: f for k, f in switch.flows.items()}   # nothing refused, nothing left half-made
         assert a.rec.mismatches == 0 and b.rec.mismatches == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_replica_checks_the_ovsdb_of_the_nodes_it_masters_only(postgres):
+    """The periodic check at rest: each replica compares with the port numbers it compiled with only
+    the OVSDB replicas of the nodes whose br-int it masters (together: every node, once), and drift
+    on a node is found by its master; the other replica does not look at it."""
+    url = postgres.new_database(migrated=True)
+    topo = topology.load(LAB / "default.yaml")
+    setup = create_app(url)
+    golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")
+    with session_factory(setup.state.engine)() as s:
+        snap = load_snapshot(s)
+    setup.state.engine.dispose()
+    fakes = FakeSwitches()
+    nodes = {n.name: n.id for n in snap.nodes}
+    for node_id in nodes.values():
+        fakes.add(datapath_id(node_id))
+    ofports = golden_flows.ofports(topo, snap, "distributed")
+    a, b = (FedReplica(name, url, fakes, ofports) for name in ("a", "b"))
+    try:
+        share_switches(a, b, fakes)
+        read: dict[str, list[str]] = {"a": [], "b": []}
+        for name, r in (("a", a), ("b", b)):
+            current = r.rec.bootstrapper.current
+            r.rec.bootstrapper.current = lambda node, name=name, current=current: (read[name].append(node.name),
+                                                                                   current(node))[1]
+        assert not a.rec.check() and not b.rec.check()
+        for name, r in (("a", a), ("b", b)):
+            assert sorted(read[name]) == sorted(n for n, i in nodes.items() if r.member.masters(datapath_id(i)))
+        assert sorted(read["a"] + read["b"]) == sorted(nodes) and read["a"] and read["b"]
+
+        node = read["b"][0]          # an interface renumbered on b's node, its notification lost
+        ofports[node][next(iter(ofports[node]))] += 1000
+        assert not a.rec.check() and not a.rec.drift
+        assert b.rec.check() and b.rec.drift == {"ovsdb": 1}
     finally:
         a.close()
         b.close()
