@@ -31,6 +31,10 @@ def test_shares_are_fair_when_every_switch_has_a_live_master_and_the_counts_diff
     assert (gone["live"], gone["masterless"], gone["fair"]) == (2, 25, False)
     assert balance(_status({"a": 50, "b": 50}, {"a", "b"}, epoch=3))["epochs"] == 300
     assert not balance({"replicas": [], "leases": []})["fair"]
+    # fair among the leases made so far is not fair while switches have none yet
+    assert balance(_status({"a": 29, "b": 28, "c": 28}, three))["fair"]
+    assert not balance(_status({"a": 29, "b": 28, "c": 28}, three), switches=100)["fair"]
+    assert balance(_status({"a": 34, "b": 33, "c": 33}, three), switches=100)["fair"]
 
 
 def _role(conn: socket.socket, xid: int, role: int, generation: int) -> tuple[int, int, bytes]:

@@ -32,10 +32,11 @@ QUIET_S = 5.0        # before CPU at rest: that long without a reconcile pass or
 TARGET_REST_RATIO = 3.0
 
 
-def balance(status: dict) -> dict:
+def balance(status: dict, switches: int = 0) -> dict:
     """The shares in a GET /v1/cluster answer: each live replica's leases (`held`), the switches no
     live replica holds (`masterless`), the epochs' sum (it grows by one with each take) and whether
-    the shares are `fair`: every switch held by a live replica, the counts differing by one at most."""
+    the shares are `fair`: a lease for each of the `switches` there are, every one held by a live
+    replica, the counts differing by one at most."""
     held = {r["id"]: 0 for r in status["replicas"] if r["live"]}
     masterless = 0
     for lease in status["leases"]:
@@ -46,15 +47,16 @@ def balance(status: dict) -> dict:
     counts = list(held.values())
     return {"live": len(held), "held": held, "masterless": masterless,
             "epochs": sum(lease["epoch"] for lease in status["leases"]),
-            "fair": bool(counts) and masterless == 0 and max(counts) - min(counts) <= 1}
+            "fair": (bool(counts) and masterless == 0 and len(status["leases"]) >= switches
+                     and max(counts) - min(counts) <= 1)}
 
 
-def wait_fair(api, replicas: int, since: float, timeout: float = 120.0) -> dict:
-    """Poll GET /v1/cluster until `replicas` replicas are live and their shares fair; then watch
-    HOLD_S more. Seconds from `since` (monotonic), the shares, and whether they stayed fair."""
+def wait_fair(api, replicas: int, switches: int, since: float, timeout: float = 120.0) -> dict:
+    """Poll GET /v1/cluster until `replicas` replicas are live and their shares of `switches` fair;
+    then watch HOLD_S more. Seconds from `since` (monotonic), the shares, and whether they stayed fair."""
     deadline = time.monotonic() + timeout
     while True:
-        b = balance(api.get("/cluster"))
+        b = balance(api.get("/cluster"), switches)
         if b["live"] == replicas and b["fair"]:
             break
         if time.monotonic() > deadline:
@@ -65,7 +67,7 @@ def wait_fair(api, replicas: int, since: float, timeout: float = 120.0) -> dict:
     end = time.monotonic() + HOLD_S
     while time.monotonic() < end:
         time.sleep(POLL_S * 5)
-        last = balance(api.get("/cluster"))
+        last = balance(api.get("/cluster"), switches)
         stayed = stayed and last["live"] == replicas and last["fair"]
     return {"fair_seconds": fair_s, "held": b["held"], "held_after_hold": last["held"], "stayed_fair": stayed,
             "epochs": last["epochs"]}
@@ -160,7 +162,7 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
         _start_all(reps)
         up = time.monotonic() - t0
         api = reps[0].api
-        start = wait_fair(api, replicas, t0, timeout=300)
+        start = wait_fair(api, replicas, switches, t0, timeout=300)
         out["start"] = {"all_answering_seconds": up, **start}
         out["start"]["switches"] = _roles(fleet, api)
         progress(f"cluster: fair after {start['fair_seconds']:.1f} s: {sorted(start['held'].values())}; "
@@ -183,7 +185,7 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
             progress(f"cluster: {how} of a replica holding {lost} leases")
             t = time.monotonic()
             victim.proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGKILL)
-            left = wait_fair(api, replicas - 1, t)
+            left = wait_fair(api, replicas - 1, switches, t)
             victim.proc.wait(30)
             out["events"].append({"event": how, "leases_of_the_stopped": lost,
                                   "lease_changes": left["epochs"] - before["epochs"],
@@ -195,7 +197,7 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
             victim.api = None
             victim.start()
             answering = time.monotonic() - t
-            back = wait_fair(api, replicas, t)
+            back = wait_fair(api, replicas, switches, t)
             joined = back["held"].get(_replica_id(api, victim), 0)
             out["events"].append({"event": f"start after {how}", "answering_seconds": answering,
                                   "fair_after_answering_seconds": back["fair_seconds"] - answering,
