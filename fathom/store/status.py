@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Mapping
 
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import bindparam, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from fathom.store import models as m
@@ -50,10 +50,18 @@ def set_status(session: Session, kind: str, object_id: int, status: str, reason:
     return True
 
 
+STATUS_LOCK_WAIT = 2.0    # seconds (see write_statuses)
+
+
 def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[str, str | None]],
                    node_states: Mapping[str, str] = {}) -> None:
     """(kind, id) -> (status, reason) for many objects, and node name -> bootstrap state, in the
-    caller's transaction."""
+    caller's transaction. On PostgreSQL it waits at most STATUS_LOCK_WAIT for a row another
+    transaction holds (OperationalError after): a reconciler's pass writes them, and a pass held
+    behind the row locks of a stopped peer's open transaction (a paused replica, until PostgreSQL
+    ends it) would hold every switch's changes with it; the failed pass is run again."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SET LOCAL lock_timeout = '{int(STATUS_LOCK_WAIT * 1000)}ms'"))
     by_kind: dict[str, dict[int, tuple]] = {}
     for (kind, object_id), value in statuses.items():
         by_kind.setdefault(kind, {})[object_id] = value

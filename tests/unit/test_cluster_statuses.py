@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 import warnings
 
+import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from fathom.api import agents as agents_api
 from fathom.api import create_app
@@ -30,6 +32,7 @@ from fathom.model import datapath_id
 from fathom.pipeline import cookies as ck
 from fathom.store.db import session_factory
 from fathom.store.snapshot import load_snapshot
+from fathom.store.status import STATUS_LOCK_WAIT, write_statuses
 
 from . import golden_flows
 from .auth import headers_for
@@ -177,3 +180,29 @@ def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeyp
     finally:
         a.close()
         b.close()
+
+
+def test_a_status_write_waits_for_a_row_another_transaction_holds_only_so_long(postgres):
+    """A stopped peer's open transaction (a paused replica) holds its rows until PostgreSQL ends
+    it: a pass's status write gives up after STATUS_LOCK_WAIT rather than hold every switch's
+    changes behind it, and succeeds once the row is free."""
+    app = create_app(postgres.new_database(migrated=True))
+    http = TestClient(app, headers=headers_for(app))
+    net = http.post("/v1/networks", json={"name": "n"}).json()
+    node = http.post("/v1/nodes", json={"name": "c1", "management_ip": "198.18.0.1"}).json()
+    port = http.post("/v1/ports", json={"network_id": net["id"], "node": node["name"]}).json()
+    engine, Session = app.state.engine, session_factory(app.state.engine)
+    try:
+        with engine.connect() as peer:
+            peer.execute(text("SELECT id FROM ports WHERE id = :id FOR UPDATE"), {"id": port["id"]})
+            t0 = time.monotonic()
+            with pytest.raises(OperationalError, match="lock timeout"), Session() as s, s.begin():
+                write_statuses(s, {("port", port["id"]): ("active", None)})
+            assert STATUS_LOCK_WAIT <= time.monotonic() - t0 < STATUS_LOCK_WAIT + 5
+            peer.rollback()
+        with Session() as s, s.begin():
+            write_statuses(s, {("port", port["id"]): ("active", None)})
+        assert http.get(f"/v1/ports/{port['id']}").json()["status"] == "active"
+    finally:
+        http.close()
+        engine.dispose()
