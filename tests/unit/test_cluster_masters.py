@@ -21,18 +21,11 @@ from collections import Counter
 from fathom.api import create_app
 from fathom.cluster import feed
 from fathom.controller.cluster import switch_name
-from fathom.controller.fakeswitch import FakeSwitches
-from fathom.lab import topology
 from fathom.lab.ovs import wait_for
 from fathom.model import datapath_id
 from fathom.pipeline import cookies as ck
-from fathom.store.db import session_factory
-from fathom.store.snapshot import load_snapshot
 
-from . import golden_flows
-from .auth import headers_for
-from .test_cluster_statuses import Replica, TestClient, share_switches
-from .test_reconciler import LAB
+from .test_cluster_statuses import Replica, golden_cloud, share_switches
 
 
 class Written:
@@ -82,17 +75,7 @@ def flows_of(switch, port_id: int) -> int:
 
 def test_a_replica_works_for_the_switches_it_masters_and_takes_one_over_when_it_gains_it(postgres):
     url = postgres.new_database(migrated=True)
-    topo = topology.load(LAB / "default.yaml")
-    setup = create_app(url)
-    golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")
-    with session_factory(setup.state.engine)() as s:
-        snap = load_snapshot(s)
-    setup.state.engine.dispose()
-    fakes = FakeSwitches()
-    nodes = {n.name: n.id for n in snap.nodes}
-    for node_id in nodes.values():
-        fakes.add(datapath_id(node_id))
-    ofports = golden_flows.ofports(topo, snap, "distributed")   # both replicas' OVSDB replicas: one dict
+    topo, _ids, snap, nodes, fakes, ofports = golden_cloud(url)   # both replicas' OVSDB replicas: one dict
     a, b = (FedReplica(name, url, fakes, ofports) for name in ("a", "b"))
     try:
         share_switches(a, b, fakes)
@@ -162,17 +145,7 @@ def test_a_replica_checks_the_ovsdb_of_the_nodes_it_masters_only(postgres):
     the OVSDB replicas of the nodes whose br-int it masters (together: every node, once), and drift
     on a node is found by its master; the other replica does not look at it."""
     url = postgres.new_database(migrated=True)
-    topo = topology.load(LAB / "default.yaml")
-    setup = create_app(url)
-    golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")
-    with session_factory(setup.state.engine)() as s:
-        snap = load_snapshot(s)
-    setup.state.engine.dispose()
-    fakes = FakeSwitches()
-    nodes = {n.name: n.id for n in snap.nodes}
-    for node_id in nodes.values():
-        fakes.add(datapath_id(node_id))
-    ofports = golden_flows.ofports(topo, snap, "distributed")
+    _topo, _ids, _snap, nodes, fakes, ofports = golden_cloud(url)
     a, b = (FedReplica(name, url, fakes, ofports) for name in ("a", "b"))
     try:
         share_switches(a, b, fakes)

@@ -91,6 +91,24 @@ class Replica:
         self.app.state.engine.dispose()
 
 
+def golden_cloud(url: str):
+    """The lab's default topology registered in the store at `url` (golden_flows, distributed
+    routers), and a fake switch for each node: (topology, the ids registered, the store's snapshot,
+    node name -> id, the fake switches, the nodes' OVSDB port numbers)."""
+    topo = topology.load(LAB / "default.yaml")
+    setup = create_app(url)
+    ids = golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")
+    with session_factory(setup.state.engine)() as s:
+        snap = load_snapshot(s)
+    setup.state.engine.dispose()
+    fakes = FakeSwitches()
+    nodes = {n.name: n.id for n in snap.nodes}
+    for node_id in nodes.values():
+        fakes.add(datapath_id(node_id))
+    ofports = golden_flows.ofports(topo, snap, "distributed")
+    return topo, ids, snap, nodes, fakes, ofports
+
+
 def share_switches(a: Replica, b: Replica, fakes: FakeSwitches):
     """Lease rounds until every switch has a master, a or b, then a pass each (a twice, to see
     b's statuses); returns the rounds, for the test to run again."""
@@ -107,17 +125,7 @@ def share_switches(a: Replica, b: Replica, fakes: FakeSwitches):
 
 def test_replicas_decide_the_same_statuses_and_see_every_agent(postgres, monkeypatch):
     url = postgres.new_database(migrated=True)
-    topo = topology.load(LAB / "default.yaml")
-    setup = create_app(url)
-    ids = golden_flows.register(TestClient(setup, headers=headers_for(setup)), topo, False, "distributed")
-    with session_factory(setup.state.engine)() as s:
-        snap = load_snapshot(s)
-    setup.state.engine.dispose()
-    fakes = FakeSwitches()
-    nodes = {n.name: n.id for n in snap.nodes}
-    for node_id in nodes.values():
-        fakes.add(datapath_id(node_id))
-    ofports = golden_flows.ofports(topo, snap, "distributed")
+    topo, ids, snap, nodes, fakes, ofports = golden_cloud(url)
     a, b = (Replica(name, create_app(url), fakes, ofports) for name in ("a", "b"))
     try:
         rounds = share_switches(a, b, fakes)
