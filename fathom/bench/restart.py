@@ -19,7 +19,6 @@ away: 0 means no status flapped).
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 from fathom.bench.report import dist, environment, machine_activity
 from fathom.client import ApiError, Client
 from fathom.lab.lab import Lab
+from fathom.lab.ovs import process_running
 from fathom.lab.sh import LabError, run
 from fathom.lab.topology import load
 
@@ -69,7 +69,7 @@ class Bench:
         old_pid = self.lab.state()["controller"]["pid"]
         restart = threading.Thread(target=self.lab.restart_controller, kwargs={"downtime": self.downtime}, daemon=True)
         restart.start()
-        while os.path.exists(f"/proc/{old_pid}"):
+        while process_running(old_pid):   # a zombie is gone: its parent may reap it only later
             time.sleep(POLL_S)
         stopped = time.time()
         self.lab.plug_vm(NODE, w, self._mac(2 * r), NETWORK)
@@ -94,11 +94,15 @@ class Bench:
         active: dict = {}
 
         def wait(key, port_id):
+            """The port's first `active` within ACTIVE_TIMEOUT_S of the API's answer; an `error` on the
+            way (its node's OVSDB connection coming back) is waited through."""
             waiter = Client.for_lab(self.lab.state(), timeout=ACTIVE_TIMEOUT_S + 10)
             try:
-                got = waiter.wait_status("ports", port_id, "active", timeout=ACTIVE_TIMEOUT_S)
-                if got["status"] == "active":
-                    active[key] = time.time()
+                while (left := t_api + ACTIVE_TIMEOUT_S - time.time()) > 0:
+                    if waiter.wait_status("ports", port_id, "active", timeout=left)["status"] == "active":
+                        active[key] = time.time()
+                        return
+                    time.sleep(POLL_S)
             except ApiError:
                 pass
             finally:

@@ -24,7 +24,7 @@ from fathom.host import exec as host_exec
 from fathom.model import EXTERNAL_INTERFACE
 from fathom.pki import Pki
 
-from .ovs import OvsInstance, _running, kill_and_wait, supervised_state, supervisor_pid, wait_for
+from .ovs import OvsInstance, kill_and_wait, process_running, supervised_state, supervisor_pid, wait_for
 from .sh import LabError, require_root_and_tools, run
 from .supervisor import AGENT, AGENT_CONFIG, start_supervised, stop_supervised
 from .topology import PLUGS, Topology, check_lab_name, ovs_interface, vm_host_end
@@ -513,7 +513,7 @@ class Lab:
         st = supervised_state(Path(self.node(node).rundir)) or {}
         unit = st.get("units", {}).get(AGENT) or {}
         pid = unit.get("pid")
-        return pid if unit.get("state") == "running" and pid and _running(pid) else None
+        return pid if unit.get("state") == "running" and pid and process_running(pid) else None
 
     def stop_agent(self, node: str) -> None:
         """`systemctl stop fathom-agent`: the agent ends cleanly and stays stopped (what it built stays)."""
@@ -809,7 +809,7 @@ def _pids_under(directory: Path) -> list[int]:
         for pidfile in directory.glob("**/*.pid"):
             try:
                 pid = int(pidfile.read_text().strip())
-                if not _running(pid):
+                if not process_running(pid):
                     continue
                 # only a process started for this lab: its command line names the run dir
                 if str(directory) in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):

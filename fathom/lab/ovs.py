@@ -107,7 +107,7 @@ class OvsInstance:
 
     def alive(self, daemon: str) -> bool:
         pid = self.pid(daemon)
-        if pid is None or not _running(pid):
+        if pid is None or not process_running(pid):
             return False
         # a reused pid is not ours: the process must run the daemon binary
         try:
@@ -133,16 +133,16 @@ def kill_and_wait(pids: int | list[int], timeout: float = 5) -> None:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + timeout
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+    while any(process_running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
-    for pid in filter(_running, pids):
+    for pid in filter(process_running, pids):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     # daemons re-parented to a PID 1 that does not reap stay zombies: count those as gone
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -171,7 +171,7 @@ def supervisor_pid(rundir: Path) -> int | None:
         pid = int((Path(rundir) / "supervisor.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-    if not _running(pid):
+    if not process_running(pid):
         return None
     try:   # a reused pid is not ours: the process must be this instance's supervisor
         cmdline = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
