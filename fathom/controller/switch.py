@@ -31,7 +31,9 @@ _bundle_ids = itertools.count(1)
 # at once). A live switch answers in milliseconds (`fathom_switch_commit_seconds`); a switch that has
 # not answered by then is left to answer later (`Unanswered`), so that one hung, paused or hostile
 # switch holds the pass, and every other switch's changes, this long once and not until its
-# connection's keepalive gives up on it (fathom.controller.ofapp.ECHO_INTERVAL).
+# connection's keepalive gives up on it (fathom.controller.ofapp.ECHO_INTERVAL). A live switch
+# slower than this (a big replay on a loaded host) costs its objects a `pending` until its reply
+# and one read-back, not an error.
 COMMIT_WAIT = 2.0
 DATAPATH_SETTLE = 0.02   # seconds (`fathom controller --datapath-settle`): OsKenSession.settle
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
