@@ -77,9 +77,9 @@ def test_the_statuses_a_replica_writes_reach_the_others_whole_as_they_commit(url
     heard: list[dict] = []
     mine: list[dict] = []
     other = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "reader", lambda _w: None,
-                          heard.append).start()
+                          lambda statuses, _claim: heard.append(statuses)).start()
     own = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "writer", lambda _w: None,
-                        mine.append).start()
+                        lambda statuses, _claim: mine.append(statuses)).start()
     try:
         wait_for(lambda: other.connected and own.connected, 10, "both listeners to connect")
         statuses = {("port", i): ("error", f"switch {i} refused it") for i in range(1, 501)}
