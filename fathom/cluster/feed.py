@@ -372,7 +372,10 @@ class Listener:
                 self.on_statuses(statuses, claim)
 
     def _received(self, text: str) -> None:
-        sender, at, xid, snapshot, written = (text.split(" ", 4) + [""] * 4)[:5]
+        sender, at, written = (text.split(" ", 2) + ["", ""])[:3]
+        xid = snapshot = ""
+        if not written.startswith("["):    # a transaction id and snapshot before what it wrote
+            xid, snapshot, written = (written.split(" ", 2) + ["", ""])[:3]
         if sender == self.me:
             return
         try:

@@ -134,8 +134,9 @@ class StatusBoard:
                 self._heard = {k: e for k, e in self._heard.items() if e[1] > heard_at}
             self.statuses = statuses
             self.covered = max(self.covered, covered)
-            if self._heard_after:
-                self._heard_after = {k: e for k, e in self._heard_after.items() if statuses.get(k) == e[0]}
+            if self._heard_after:   # kept while it shows more than this pass and still stands
+                self._heard_after = {k: e for k, e in self._heard_after.items()
+                                     if e[1] > self.covered and statuses.get(k) == e[0]}
         self._wake()
         for listener in self.listeners:
             try:
