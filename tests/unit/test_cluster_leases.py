@@ -259,6 +259,7 @@ class Consumer:
         self.applier = self
         self.bootstrapper = type("Bootstrapper", (), {"controller_port": 6653})()
         self.statuses = type("StatusWriter", (), {"writers": None})()
+        self.board = type("StatusBoard", (), {"written": None})()
         self.model = None
 
     def reported_elsewhere(self):
