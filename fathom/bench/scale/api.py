@@ -26,10 +26,13 @@ def api_rate(ctl: Controller, writers: int = 8, ports: int = 2000, shared_networ
     `shared_network`: every writer creates in one network (the worst case: allocations in one
     network are serialised); otherwise each writer has its own network (tenants side by side).
 
-    CPU per created port is reported for each party on the machine's cores: the controller, the
-    writers themselves (their threads' CPU time: HTTP client and JSON) and, with `store_pid` (a
-    PostgreSQL postmaster), the database server and its backends. Their sum bounds the rate this
-    machine could reach whatever the controller did: cores / (CPU per port).
+    The control plane's CPU per created port (`control_plane_cpu_ms_per_port`, by part in
+    `schedstat_ms_per_port`) is the scheduler's count of every thread of the controller and its API
+    workers and, with `store_pid` (a PostgreSQL postmaster), of the server and its backends
+    (procs.ThreadCpu: sampled every SAMPLE_S, so a backend or thread born or ended in the run counts);
+    the writers are the load generator, apart. `cpu_ms_per_port` is the older reading from /proc
+    ticks, kept to compare: the controller, the writers (their threads' CPU time: HTTP client and
+    JSON) and PostgreSQL's processes alive at the end (it misses a backend that ended in the run).
     """
     api = ctl.api
     tag = f"w{int(time.time() * 1000) % 10**8}"
