@@ -525,6 +525,13 @@ def test_the_connections_of_a_busy_api_are_kept_not_opened_per_request(postgres)
         assert {c.execute(text("SELECT pg_backend_pid()")).scalar() for c in lent} == pids
         for c in lent:
             c.close()
+        # one request at a time: the connection given back last is lent again, the others stay idle
+        # (not each lent in turn, each then idle long enough to be checked before use)
+        seen = set()
+        for _ in range(5):
+            with engine.connect() as c:
+                seen.add(c.execute(text("SELECT pg_backend_pid()")).scalar())
+        assert len(seen) == 1
     finally:
         engine.dispose()
 
