@@ -18,7 +18,7 @@ request (docs/security.md, *Connections and slow clients*):
   connection serving a request is never closed for another. Nothing answers 503 for want of room.
 - **Deadlines**: a request head must arrive whole within `head_timeout` seconds of the connection
   (or of the previous response); heads longer than `max_head` bytes are refused with 431 even when
-  they arrive in one piece (h11 itself measures only a head still incomplete). The body's deadline
+  they arrive in one piece with their body (`GuardedProtocol`). The body's deadline
   is fathom.api.limits.BoundedInput's.
 - **Requests without a valid token** (`Gate`): they are answered before their body is read — 401,
   and the connection closed — and cost their source one token of a bucket refilled at
@@ -43,9 +43,8 @@ import resource
 import time
 from collections import Counter, OrderedDict
 
-import h11
 from starlette.concurrency import run_in_threadpool
-from uvicorn.protocols.http.h11_impl import STATUS_PHRASES, H11Protocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from fathom.api.auth import Unauthenticated
 from fathom.api.deps import store_error_response
@@ -113,8 +112,8 @@ class _Source:
 
     def __init__(self):
         self.open = 0
-        self.waiting: OrderedDict[GuardedH11Protocol, None] = OrderedDict()   # oldest first
-        self.held: OrderedDict[GuardedH11Protocol, None] = OrderedDict()      # oldest first
+        self.waiting: OrderedDict[GuardedProtocol, None] = OrderedDict()   # oldest first
+        self.held: OrderedDict[GuardedProtocol, None] = OrderedDict()      # oldest first
 
 
 class Guard:
@@ -127,17 +126,17 @@ class Guard:
         self.sources: dict[str, _Source] = {}
         # connections waiting for a request head, oldest first: [0] never authenticated, [1] authenticated
         self.waiting: tuple[OrderedDict, OrderedDict] = (OrderedDict(), OrderedDict())
-        self.by_client: dict[tuple, GuardedH11Protocol] = {}
+        self.by_client: dict[tuple, GuardedProtocol] = {}
         self.buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()   # source -> (tokens, at)
         self.counts: Counter[str] = Counter()   # refused, shed, head_timeouts, heads_too_large, rate_limited, unauthenticated
-        self.protocol = type("GuardedH11", (GuardedH11Protocol,), {"guard": self})
+        self.protocol = type("GuardedHttpTools", (GuardedProtocol,), {"guard": self})
 
     def stats(self) -> dict:
         return {"open": self.open, "held_now": self.held, "sources": len(self.sources),
                 "waiting_for_head": len(self.waiting[0]) + len(self.waiting[1]), **self.counts}
 
     # --- connections
-    def admit(self, conn: GuardedH11Protocol, host: str) -> str:
+    def admit(self, conn: GuardedProtocol, host: str) -> str:
         """What becomes of a new connection from `host`: SERVE it (room made by closing others if need
         be), HOLD it until its source has room, or REFUSE it."""
         key = source_of(host)
@@ -163,12 +162,12 @@ class Guard:
         self.open += 1
         return SERVE
 
-    def shed(self, conn: GuardedH11Protocol) -> None:
+    def shed(self, conn: GuardedProtocol) -> None:
         self.counts["shed"] += 1
         self.release(conn)
         conn.transport.close()
 
-    def release(self, conn: GuardedH11Protocol) -> None:
+    def release(self, conn: GuardedProtocol) -> None:
         source = conn.source
         if source is None:
             return
@@ -192,11 +191,11 @@ class Guard:
         if source.open == 0 and not source.held:
             del self.sources[conn.source_key]
 
-    def awaiting_head(self, conn: GuardedH11Protocol) -> None:
+    def awaiting_head(self, conn: GuardedProtocol) -> None:
         self.waiting[conn.authenticated][conn] = None
         conn.source.waiting[conn] = None
 
-    def busy(self, conn: GuardedH11Protocol, source: _Source | None = None) -> None:
+    def busy(self, conn: GuardedProtocol, source: _Source | None = None) -> None:
         self.waiting[0].pop(conn, None)
         self.waiting[1].pop(conn, None)
         (source or conn.source).waiting.pop(conn, None)
@@ -222,45 +221,37 @@ class Guard:
         self.buckets[key] = (min(self.limits.source_burst, tokens + 1), at)
 
 
-class _Http11(h11.Connection):
-    """h11's server side, refusing (431) a request head longer than `max_incomplete_event_size`
-    also when it arrives whole; `refused_status` is the status of the last protocol error."""
-    refused_status = 400
-
-    def next_event(self):
-        before = len(self._receive_buffer)
-        try:
-            event = super().next_event()
-        except h11.RemoteProtocolError as e:
-            self.refused_status = e.error_status_hint
-            raise
-        if type(event) is h11.Request and before - len(self._receive_buffer) > self._max_incomplete_event_size:
-            self._process_error(self.their_role)
-            self.refused_status = 431
-            raise h11.RemoteProtocolError("request head too large", 431)
-        return event
+class _HeadTooLarge(Exception):
+    pass
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol under a `Guard` (use `Guard.protocol`, whose class names it)."""
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol under a `Guard` (use `Guard.protocol`, whose class names it).
+
+    A request head is measured twice: while it is incomplete, by the bytes received since the
+    previous request ended (httptools keeps a header value that never ends in memory: it is refused
+    beyond `max_head`); when it is complete, by its request line and header fields (a head that
+    arrived in one piece with its body)."""
     guard: Guard
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.conn = _Http11(h11.SERVER, self.guard.limits.max_head)
         self.source: _Source | None = None
         self.source_key = ""
         self.authenticated = False
         self._head_timer = None
         self.held = None           # (transport, timer) while held for room at its source
         self._early = b""          # what a held connection sent before its reading was paused
+        self._received = 0         # bytes received while the head being read is incomplete (None: in a body)
+        self._head = 0             # its request line and header fields so far
+        self.refused_status = 400  # of the last request refused by the parser
 
     def connection_made(self, transport) -> None:
         peer = transport.get_extra_info("peername")
         verdict = self.guard.admit(self, peer[0] if isinstance(peer, tuple) else "")
         if verdict is REFUSE:
             transport.abort()
-        elif verdict is HOLD:       # reading is paused at its first data (asyncio starts reading after this call)
+        elif verdict is HOLD:       # reading is paused at its first data (the loop starts reading after this call)
             self.held = (transport, self.loop.call_later(self.guard.limits.hold_timeout, self._hold_timed_out))
         else:
             self._serve(transport)
@@ -280,12 +271,46 @@ class GuardedH11Protocol(H11Protocol):
             self.data_received(early)
 
     def data_received(self, data: bytes) -> None:
-        if self.held is None:
-            return super().data_received(data)
-        self.held[0].pause_reading()
-        self._early += data
-        if len(self._early) > self.guard.limits.max_head:
-            self._hold_timed_out()
+        if self.held is not None:
+            self.held[0].pause_reading()
+            self._early += data
+            if len(self._early) > self.guard.limits.max_head:
+                self._hold_timed_out()
+            return
+        if self._received is not None:
+            self._received += len(data)
+        super().data_received(data)
+        if self._received is not None and self._received > self.guard.limits.max_head \
+                and not self.transport.is_closing():
+            self._refuse_head()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head = 0
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._head += len(url) + 16         # the method and version around it
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._head += len(name) + len(value) + 4
+
+    def on_headers_complete(self) -> None:
+        if self._head > self.guard.limits.max_head:
+            self.refused_status = 431
+            raise _HeadTooLarge     # the parser fails the request: send_400_response answers 431
+        self._received = None
+        super().on_headers_complete()
+        if self.source is not None:             # a request head arrived
+            self.guard.busy(self)
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._received = 0
 
     def _serve(self, transport) -> None:
         super().connection_made(transport)
@@ -312,15 +337,6 @@ class GuardedH11Protocol(H11Protocol):
             self._head_timer.cancel()
         super().connection_lost(exc)
 
-    def handle_events(self) -> None:
-        cycle = self.cycle
-        super().handle_events()
-        if self.cycle is not cycle and self.source is not None:     # a request head arrived
-            self.guard.busy(self)
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing() and self.source is not None:
@@ -339,16 +355,20 @@ class GuardedH11Protocol(H11Protocol):
             self.guard.counts["head_timeouts"] += 1
             self.transport.close()
 
+    def _refuse_head(self) -> None:
+        self.refused_status = 431
+        self.send_400_response("")
+
     def send_400_response(self, msg: str) -> None:
-        """A request h11 refused: 400, or 431 for a head too large; the connection closed."""
-        status = self.conn.refused_status or 400
+        """A request the parser refused: 400, or 431 for a head too large; the connection closed."""
+        status = self.refused_status
         if status == 431:
             self.guard.counts["heads_too_large"] += 1
             msg = f"the request head is larger than {self.guard.limits.max_head} bytes"
-        event = h11.Response(status_code=status, reason=STATUS_PHRASES[status],
-                             headers=[(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")])
-        self.transport.write(self.conn.send(event) + self.conn.send(h11.Data(data=msg.encode())) +
-                             self.conn.send(h11.EndOfMessage()))
+        body = msg.encode()
+        self.transport.write(b"".join([
+            STATUS_LINE[status], b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body]))
         self.transport.close()
 
 

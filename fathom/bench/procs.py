@@ -106,3 +106,80 @@ def thread_cpu_ns(pid: int, tid: int | None = None) -> int:
         return int(Path(f"/proc/{pid}/task/{tid or pid}/schedstat").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def _task_ns(pid: int) -> dict[int, int]:
+    """{tid: CPU ns} of every thread of a process, from schedstat."""
+    out = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+class ThreadCpu:
+    """CPU of every thread of process trees over a window, from the scheduler's own count
+    (/proc/<pid>/task/<tid>/schedstat, ns) — `roots` = {group: pid}; a group is the process and
+    all its descendants, found again at each sample (a PostgreSQL backend started in the window).
+
+    A sampler thread reads every thread's count every `every` s. A thread is counted from its
+    reading at start() (0 for a thread born in the window: its count is all in the window) to its
+    last reading: a thread or process that ends in the window loses at most `every` s of its
+    life; `born` and `ended` count them. `label(pid)` names a process's part of its group
+    (e.g. "main thread" / "other threads"): `by_part` sums the parts."""
+
+    def __init__(self, roots: dict[str, int], every: float = 0.1, label=None):
+        import threading
+        self.roots, self.every, self.label = roots, every, label or (lambda group, pid, tid: group)
+        self.base: dict[tuple[int, int], int] = {}
+        self.last: dict[tuple[int, int], int] = {}
+        self.part: dict[tuple[int, int], str] = {}
+        self.seen_at_end: set[tuple[int, int]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="thread-cpu")
+
+    def _sample(self) -> set[tuple[int, int]]:
+        seen = set()
+        for group, root in self.roots.items():
+            for pid in (root, *children(root)):
+                for tid, ns in _task_ns(pid).items():
+                    key = (pid, tid)
+                    seen.add(key)
+                    self.last[key] = ns
+                    if key not in self.part:
+                        self.part[key] = self.label(group, pid, tid)
+        return seen
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def start(self) -> "ThreadCpu":
+        self._sample()
+        self.base = dict(self.last)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        """{"ms": {part: CPU ms}, "born": {part: threads born in the window}, "ended": {part: threads gone
+        before the end}, "samples_every_s"}."""
+        self._stop.set()
+        self._thread.join()
+        self.seen_at_end = self._sample()
+        by: dict[str, float] = {}
+        for key, ns in self.last.items():
+            by[self.part[key]] = by.get(self.part[key], 0.0) + (ns - self.base.get(key, 0)) / 1e6
+        born: dict[str, int] = {}
+        ended: dict[str, int] = {}
+        for key in self.last:
+            if key not in self.base:
+                born[self.part[key]] = born.get(self.part[key], 0) + 1
+            if key not in self.seen_at_end:
+                ended[self.part[key]] = ended.get(self.part[key], 0) + 1
+        return {"ms": by, "born": born, "ended": ended, "samples_every_s": self.every}

@@ -175,7 +175,7 @@ def run_api(app, guard: Guard, sockets: list[socket.socket], on_stop=None) -> No
     """Serve `app` on the listening `sockets` until SIGTERM or SIGINT; `on_stop()` is called on the
     server's event loop when it starts to stop."""
     config = uvicorn.Config(DateHeader(CutShort(Gate(app, guard))), log_level="warning", http=guard.protocol,
-                            timeout_keep_alive=5, date_header=False, proxy_headers=False,
+                            loop="uvloop", timeout_keep_alive=5, date_header=False, proxy_headers=False,
                             timeout_graceful_shutdown=STOP_GRACE_S)
     QuietServer(config, on_stop).run(sockets=sockets)
 

@@ -74,6 +74,19 @@ def port_inserted(connection, port_id: int) -> None:
             pending.add((_TOLD, port_id))
 
 
+def port_rows_written(connection, port_id: int) -> None:
+    """A statement the trackers cannot read (fathom.store.ops.insert_port's, with data-modifying
+    CTEs) wrote a port's rows on `connection`: noted by every tracker of its engine as its own
+    statements would have been, as ("port", id)."""
+    with _TRACKERS_LOCK:
+        trackers = list(_TRACKERS.get(connection.engine.pool, ()))
+    for tracker in trackers:
+        if tracker._noted(connection.get_execution_options()):
+            connection.info.setdefault(tracker._pending, set()).add(("port", port_id))
+            if not connection.in_transaction():
+                tracker._committed(connection)
+
+
 def _port_told(_mapper, connection, target) -> None:
     port_inserted(connection, target.id)
 

@@ -446,12 +446,34 @@ _INSERT_ADDRESS = insert(_ADDRESSES)
 _INSERT_LINK = insert(_LINKS)
 
 
+# PostgreSQL: the port, its addresses and its links in one statement (data-modifying CTEs; the
+# addresses and groups as arrays). The change trackers cannot read such a statement: insert_port
+# tells them the port's rows itself (fathom.store.changes.port_rows_written).
+_PORT_COLUMNS = ("name", "network_id", "mac_address", "node_id", "interface_name", "port_security", "router_id",
+                 "project_id", "status", "status_reason", "external_id", "created_at")
+_INSERT_PORT_ROWS = text(
+    f"WITH p AS (INSERT INTO ports ({', '.join(_PORT_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + c for c in _PORT_COLUMNS)}) RETURNING id), "
+    "a AS (INSERT INTO ip_allocations (port_id, subnet_id, network_id, ip_address) "
+    "SELECT p.id, x.subnet_id, :network_id, x.ip FROM p, "
+    "unnest(CAST(:subnet_ids AS integer[]), CAST(:ips AS varchar[])) AS x(subnet_id, ip)), "
+    "l AS (INSERT INTO port_security_groups (port_id, group_id) "
+    "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g) "
+    "SELECT id FROM p")
+
+
 def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[int, datetime]:
     """Write a new port (new_port), its addresses and its security groups' links (checked by the
     caller: fathom.store.secgroups.new_port_groups) on the session's connection, without the ORM's
     unit of work: the API's most frequent write. Its id and creation time."""
     conn = session.connection()
     created = utcnow()
+    if conn.dialect.name == "postgresql":
+        port_id = conn.scalar(_INSERT_PORT_ROWS, {
+            **new.values, "created_at": created, "subnet_ids": [subnet_id for subnet_id, _ in new.addresses],
+            "ips": [ip for _, ip in new.addresses], "group_ids": list(group_ids)})
+        changes.port_rows_written(conn, port_id)
+        return port_id, created
     port_id = conn.scalar(_INSERT_PORT, {**new.values, "created_at": created})
     changes.port_inserted(conn, port_id)
     network_id = new.values["network_id"]

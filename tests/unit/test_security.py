@@ -515,7 +515,7 @@ def test_slow_clients_are_cut_off(served):
             time.sleep(0.05)
         assert closed or _read_all(sock) == b""
         assert time.monotonic() - t0 < 6
-    # an oversized head is refused by h11
+    # an oversized head is refused (fathom.api.connections.GuardedProtocol)
     with served.connect() as sock:
         sock.sendall(b"GET /v1/networks HTTP/1.1\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n")
         assert not _read_all(sock).startswith(b"HTTP/1.1 200")

@@ -118,15 +118,19 @@ def markdown(doc: dict) -> str:
         lines.append(f"**Crowded machine**: load average {env['loadavg_at_start'][0]:.1f} at the start, "
                      f"{env['loadavg_at_end'][0]:.1f} at the end; other engineers' tests ran beside it.\n")
     if doc.get("api"):
-        lines += ["| store | API processes | writers | networks | ports | ports/s | p50 ms | p99 ms | CPU ms/port: "
-                  "controller / writers / PostgreSQL | machine ceiling ports/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| store | API processes | writers | networks | ports | ports/s | p50 ms | p99 ms | control-plane CPU "
+                  "ms/port (schedstat): controller processes / PostgreSQL / both | /proc ticks: controller / writers / "
+                  "PostgreSQL |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in doc["api"]:
             d, c = r["per_call_ms"], r.get("cpu_ms_per_port", {})
-            cpu = " / ".join(f"{c[k]:.1f}" if k in c else "–" for k in ("controller", "writers", "postgresql"))
-            ceiling = r.get("machine_ceiling_ports_per_second")
+            ticks = " / ".join(f"{c[k]:.1f}" if k in c else "–" for k in ("controller", "writers", "postgresql"))
+            parts = r.get("schedstat_ms_per_port") or {}
+            ctl = sum(v for k, v in parts.items() if not k.startswith("postgresql"))
+            pg = sum(v for k, v in parts.items() if k.startswith("postgresql"))
+            sched = f"{ctl:.1f} / {pg:.1f} / {ctl + pg:.1f}" if parts else "–"
             lines.append(f"| {r['store']} | {r.get('api_workers', 1)} | {r['writers']} | {'one' if r['shared_network'] else 'one each'} | "
                          f"{r['ports']} | {r['ports_per_second']:.0f} | {d['p50']:.1f} | {d['p99']:.1f} | "
-                         f"{cpu} | {f'{ceiling:.0f}' if ceiling else ''} |")
+                         f"{sched} | {ticks} |")
         lines.append("")
     if doc.get("fabric"):
         lines += ["| fabric (nodes x ports) | ports | flows | port-up p50 ms | p99 ms | controller CPU ms/change | "
