@@ -47,7 +47,7 @@ class Timing:
     lease and a heartbeat last after the round that wrote them (PostgreSQL's clock); `guard`: how much
     before its lease's end, counted on its monotonic clock from when it sent the round, a holder stops
     acting as master."""
-    renew: float = 0.25
+    renew: float = 0.5
     lease: float = 1.0
     guard: float = 0.1
 
@@ -267,6 +267,15 @@ _GIVE = text("UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp
              "WHERE holder = :me AND switch = ANY(:give)")
 
 
+def _round_row(conn: Connection, q: dict) -> tuple:
+    """_ROUND's one row, run on the connection's psycopg cursor (prepared: psycopg prepares a
+    statement run often by itself), in the connection's transaction: SQLAlchemy's execution and
+    result layers cost a round at rest as much CPU again as the driver's."""
+    with conn.connection.driver_connection.cursor() as cur:
+        cur.execute(_ROUND, q, prepare=True)
+        return cur.fetchone()
+
+
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
               switch_states: dict[str, list] | None = None, reaches: str | None = None,
@@ -289,11 +298,11 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     ensure_switches(conn, switches)
     view = view if view is not None else LeaseView()
     q = {**p, "keep": timing.keep, "stamp": view.stamp}
-    beat, kept, gone, replicas, stamp, rows = conn.exec_driver_sql(_ROUND, q).one()
+    beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
     if beat != 1:
         if conn.execute(_REVIVE, p).first() is None:
             raise ClusterError(f"replica {me} is no longer registered in the cluster")
-        beat, kept, gone, replicas, stamp, rows = conn.exec_driver_sql(_ROUND, q).one()
+        beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
         if beat != 1:
             raise ClusterError(f"replica {me}: its heartbeat could not be written")
     if rows is None:
