@@ -50,6 +50,8 @@ from fathom.host import exec as host_exec
 from fathom.lab import sh
 
 TOPOLOGY = Path(__file__).parent / "topologies" / "ha.yaml"
+# the probes' addresses in blue: .100 to .189; the writers' (64 at most) .191 to .254
+PROBE_ADDRESSES = 90
 EVENTS = ("kill", "pause", "rolling", "postgres")
 TARGET_P50_S, TARGET_P99_S = 1.5, 3.0
 POLL_S = 0.05
@@ -336,7 +338,9 @@ class Probe:
         self.made += 1
         n = self.made
         name, mac = f"hp{n}", f"02:fa:0e:00:{n >> 8 & 0xff:02x}:{n & 0xff:02x}"
-        ip = ".".join(map(str, self.base[:3] + [self.base[3] + n]))
+        # PROBE_ADDRESSES in turn: a probe's port is deleted after its event, so its address is free
+        # again by the time it comes round
+        ip = ".".join(map(str, self.base[:3] + [self.base[3] + (n - 1) % PROBE_ADDRESSES]))
         ns = self.lab.ns(self.node)
         sh.run(["ip", "link", "add", name, "netns", ns, "type", "veth", "peer", "name", name + "g", "netns", ns])
         for dev in (name + "g", name):
@@ -548,11 +552,11 @@ def measure(lab, cluster: Cluster, pg, repeat: int, events, pause: float, pg_dow
     cidr = next(s["cidr"] for s in api.list("/subnets") if s["network_id"] == nets[network]["id"])
     prefix = cidr.rsplit(".", 1)[0]
     cluster.wait_settled()
-    probe = Probe(lab, api, network, nets[network]["id"], node, f"{prefix}.160")
+    probe = Probe(lab, api, network, nets[network]["id"], node, f"{prefix}.100")
     probe.stock(repeat * len(events))
     pingers = [Pinger(lab, vm, ip) for vm, ip in (pings or PINGS)]
     writing = Writers([r["url"] for r in cluster.replicas], cluster.token, nets[network]["id"], writers,
-                      f"{prefix}.200").start() if writers else None
+                      f"{prefix}.{255 - writers}").start() if writers else None
     timeline = []
     try:
         time.sleep(1.0)

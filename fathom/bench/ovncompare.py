@@ -627,6 +627,8 @@ class ClusterBench(Bench):
                                     ("call_to_other", lambda x: x["replica"] != x["master"]))}
             doc["masters"] = sorted({x["master"] for x in cluster_runs}, key=str)
             doc["timeline"] = {s.name: timeline(s, doc["port_up"][s.name][self.ORDER]["runs"]) for s in self.systems}
+            for s in self.systems:   # the controllers' logs, under $FATHOM_LAB_KEEP_LOGS when set
+                s.lab.keep_logs()
             env["machine_at_end"] = machine_activity(tuple(f"/{s.lab.name}/" for s in self.systems))
             doc["elapsed_s"] = time.time() - started
             return doc
@@ -638,7 +640,9 @@ class ClusterBench(Bench):
 # a reconciler's pass as its controller logs it (fathom.controller.reconciler.Reconciler.run_pass)
 PASS_LINE = re.compile(r"^(\S+ \S+),(\d+) \w+ fathom\.reconciler: pass \d+ \(([^)]*)\): ([\d.]+) ms, "
                        r"\d+ switches changed; (.*)$")
-TIMELINE_STEPS = ("read", "compile", "make", "revalidate", "statuses")
+# `wait`: from the first event the pass took (for a write through another replica, the change
+# feed's notification arriving) to the pass's start
+TIMELINE_STEPS = ("wait", "read", "compile", "make", "revalidate", "statuses")
 
 
 def reconciler_passes(log: Path) -> list[dict]:
@@ -815,8 +819,8 @@ def cluster_markdown(doc: dict) -> str:
     if doc.get("timeline"):
         L += ["", "Where the time went (medians, ms from the API call; the pass of the port's master that turned it "
               "active, as its log gives it):", "",
-              "| | n | call answered | pass starts | pass | read | compile | make | revalidate | statuses "
-              "| active seen after the pass |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| | n | call answered | pass starts | pass | its first event → its start | read | compile | make "
+              "| revalidate | statuses | active seen after the pass |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, parts in doc["timeline"].items():
             for which, t in parts.items():
                 if t.get("n"):

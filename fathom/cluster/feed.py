@@ -3,17 +3,29 @@
 `notify_commits(engine, me)`: every transaction of this process that wrote (INSERT, UPDATE,
 DELETE) sends a notification on CHANNEL inside that transaction, so it is delivered to the
 listeners when, and only if, the transaction commits. Its payload is "<me> <PostgreSQL's clock at
-the write> <what it wrote>": the tables and row tokens fathom.store.changes.TableChanges notes
-for it, as a JSON list (a table's name, ALL, or [kind, value] for a row token), or ["*"] (ALL:
-everything) when that would not fit a notification (PAYLOAD_MAX). Statements run with the
-execution option `feed=False` (the lease rounds) or `model_unchanged=True` (statuses, which each
-replica writes for its own objects; an agent's desired-state revision) note nothing, and a
-transaction that noted nothing sends none.
+the write> <its transaction id> <PostgreSQL's snapshot then> <what it wrote>": the tables and row
+tokens fathom.store.changes.TableChanges notes for it, as a JSON list (a table's name, ALL, or
+[kind, value] for a row token), or ["*"] (ALL: everything) when that would not fit a notification
+(PAYLOAD_MAX). Statements run with the execution option `feed=False` (the lease rounds) or
+`model_unchanged=True` (statuses, which each replica writes for its own objects; an agent's
+desired-state revision) note nothing, and a transaction that noted nothing sends none. The
+transaction id of the last such write committed on a thread is kept for it (`committed_xid`: the
+API's long-polls, fathom.controller.board).
 
-`notify_statuses(session, me, statuses)`: the statuses a replica wrote (those it is the one writer
-of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that writes them, with
-their values, so the replica a client waits on shows them as they commit, without a pass or a store
-read of its own (fathom.controller.board.StatusBoard.heard).
+`notify_statuses(session, me, statuses, claim)`: the statuses a replica wrote (those it is the one
+writer of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that writes
+them, with their values and the writes the pass that decided them had read (`Claim`), so the
+replica a client waits on shows them as they commit, and answers a long-poll with them when they
+were decided after the caller's write, without a pass or a store read of its own
+(fathom.controller.board.StatusBoard.heard).
+
+Which writes a pass read (`Claim`): PostgreSQL delivers notifications in the order their
+transactions committed, and a pass reads again what every notification counted before it says
+(fathom.store.changes). So once a notification is counted, so is every write that committed
+before it; in particular every write its writer's snapshot (taken in its transaction, before its
+commit) shows as committed. A Listener keeps the newest such snapshot and the transaction ids of
+the notifications counted that it does not show (`Taken`); a pass takes that (`Listener.claim()`)
+before it reads, and its statuses carry it.
 
 `Listener`: one connection per replica that LISTENs on both channels and calls `on_change(written)`
 for every notification another replica sent on CHANNEL (this replica's own writes wake its
@@ -50,6 +62,92 @@ RECONNECT = (0.2, 5.0)    # seconds between attempts to reconnect: first, most (
 PAYLOAD_MAX = 7900
 # the row tokens a payload may carry: kind -> the types of its value
 _ROWS = {"port": (int, type(None)), "ip_allocation": (int,), "port_cascade": (str,)}
+# room in a notification for its transaction id and snapshot (PostgreSQL's time and the sender's
+# name take the rest of what PAYLOAD_MAX leaves)
+SNAPSHOT_ROOM = 1100
+# the transaction ids a claim names besides its snapshot, at most (any subset is a claim as true)
+CLAIM_XIDS = 64
+_COMMITTED = threading.local()   # .xid: the last write this thread committed that notified
+
+
+def committed_xid() -> int | None:
+    """The transaction id of the last write this thread committed with a notification since the
+    last call (None: none). A later commit on a thread stands for the earlier ones: whoever read
+    it read those (they committed before it)."""
+    xid = getattr(_COMMITTED, "xid", None)
+    _COMMITTED.xid = None
+    return xid
+
+
+class Claim:
+    """The writes a replica's pass had read: every transaction its `snapshot` (xmin, xmax, the ids
+    in progress) shows as committed, and those in `xids`. `writer`: the replica."""
+    __slots__ = ("writer", "snapshot", "xids")
+
+    def __init__(self, writer: str, snapshot: tuple | None, xids: frozenset):
+        self.writer, self.snapshot, self.xids = writer, snapshot, xids
+
+    def covers(self, xid: int) -> bool:
+        if xid in self.xids:
+            return True
+        if self.snapshot is None:
+            return False
+        xmin, xmax, xip = self.snapshot
+        return xid < xmin or (xid < xmax and xid not in xip)
+
+    @property
+    def xmin(self) -> int:
+        return self.snapshot[0] if self.snapshot is not None else 0
+
+    def text(self) -> str:
+        """As a status notification carries it: "<xmin>:<xmax>:<xip,...>/<xid,...>" ("-" for no snapshot)."""
+        snap = "-" if self.snapshot is None else \
+            f"{self.snapshot[0]}:{self.snapshot[1]}:{','.join(map(str, sorted(self.snapshot[2])))}"
+        return f"{snap}/{','.join(map(str, sorted(self.xids)[-CLAIM_XIDS:]))}"
+
+    @classmethod
+    def parse(cls, writer: str, text: str) -> "Claim | None":
+        snap, _, xids = text.partition("/")
+        try:
+            return cls(writer, None if snap == "-" else snapshot_in(snap),
+                       frozenset(int(x) for x in xids.split(",") if x))
+        except ValueError:
+            return None
+
+
+def snapshot_in(text: str) -> tuple:
+    """PostgreSQL's text of a snapshot ("xmin:xmax:xip,...") as (xmin, xmax, frozenset of xip)."""
+    xmin, xmax, xip = text.split(":")
+    return int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x)
+
+
+class Taken:
+    """What a Listener's notifications counted so far say was committed (see the module's
+    docstring): the newest of their writers' snapshots, and the ids of the notifications counted
+    that it does not show."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._snapshot: tuple | None = None
+        self._xids: set = set()
+
+    def saw(self, xid: int, snapshot: tuple | None) -> None:
+        """A notification was counted: its transaction `xid`, its writer's `snapshot` (None: not sent)."""
+        with self._lock:
+            old = self._snapshot
+            if snapshot is None:
+                pass
+            elif old is None or (snapshot[1], snapshot[0], -len(snapshot[2])) > (old[1], old[0], -len(old[2])):
+                self._snapshot = snapshot
+                xmin, xmax, xip = snapshot
+                self._xids = {x for x in self._xids if not (x < xmin or (x < xmax and x not in xip))}
+            self._xids.add(xid)
+            if len(self._xids) > 4 * CLAIM_XIDS:    # the oldest go: a later snapshot shows them
+                self._xids = set(sorted(self._xids)[-CLAIM_XIDS:])
+
+    def claim(self, writer: str) -> Claim:
+        with self._lock:
+            return Claim(writer, self._snapshot, frozenset(self._xids))
 
 
 def libpq_conninfo(engine: Engine) -> str:
@@ -82,11 +180,15 @@ class _Notes(TableChanges):
         # It runs on the driver's cursor, so SQLAlchemy does not wrap what fails there: a server that
         # ended the session (a restart) is told as SQLAlchemy's OperationalError, which the API
         # answers 503, as it would have the commit's own failure
-        statement = "SELECT pg_notify(%s, %s || ' ' || extract(epoch FROM clock_timestamp())::text || ' ' || %s)"
-        params = (CHANNEL, self.me, payload(written, len(self.me.encode())))
+        # a snapshot longer than SNAPSHOT_ROOM (hundreds of transactions in progress) is left out: "-"
+        statement = ("SELECT pg_notify(%s, %s || ' ' || extract(epoch FROM clock_timestamp())::text || ' ' || "
+                     "pg_current_xact_id()::text || ' ' || (CASE WHEN length(pg_current_snapshot()::text) < %s "
+                     "THEN pg_current_snapshot()::text ELSE '-' END) || ' ' || %s), pg_current_xact_id()::text")
+        params = (CHANNEL, self.me, SNAPSHOT_ROOM - 100, payload(written, len(self.me.encode()) + SNAPSHOT_ROOM))
         try:
             with conn.connection.dbapi_connection.cursor() as cur:
                 cur.execute(statement, params)
+                _COMMITTED.xid = int(cur.fetchone()[1])
         except psycopg.Error as e:
             raise DBAPIError.instance(statement, params, e, psycopg.Error) from e
 
@@ -101,13 +203,15 @@ def payload(written: set, reserved: int = 0) -> str:
     return text if len(text.encode()) + reserved <= PAYLOAD_MAX else json.dumps([ALL])
 
 
-def notify_statuses(session, me: str, statuses: dict) -> None:
+def notify_statuses(session, me: str, statuses: dict, claim: Claim | None = None) -> None:
     """Send `statuses` ((kind, id) -> value, as fathom.store.status.write_statuses takes them) on
-    STATUS_CHANNEL in `session`'s transaction: "<me> <JSON list of [kind, id, value]>", as many
+    STATUS_CHANNEL in `session`'s transaction: "<me> <claim> <JSON list of [kind, id, value]>"
+    (`claim`: the writes the pass that decided them had read, `Claim.text`; "-/" none), as many
     notifications as PAYLOAD_MAX asks (a reason too long for one is cut short)."""
     from sqlalchemy import text
+    head = f"{me} {claim.text() if claim is not None else '-/'}"
     chunks, chunk, size = [], [], 0
-    reserved = len(me.encode()) + 8
+    reserved = len(head.encode()) + 8
     for (kind, obj), value in statuses.items():
         item = json.dumps([kind, obj, value], separators=(",", ":"))
         if len(item.encode()) + reserved > PAYLOAD_MAX:   # a reason of thousands of characters
@@ -123,7 +227,7 @@ def notify_statuses(session, me: str, statuses: dict) -> None:
         chunks.append(chunk)
     for items in chunks:
         session.execute(text("SELECT pg_notify(:channel, :payload)"),
-                        {"channel": STATUS_CHANNEL, "payload": f"{me} [{','.join(items)}]"})
+                        {"channel": STATUS_CHANNEL, "payload": f"{head} [{','.join(items)}]"})
 
 
 def statuses_in(text: str) -> dict:
@@ -165,10 +269,11 @@ def written_in(text: str) -> set:
 
 
 def follow(engine: Engine, me: str, on_change: Callable[[], None],
-           on_statuses: Callable[[dict], None] | None = None) -> "Listener":
+           on_statuses: Callable[[dict, Claim | None], None] | None = None) -> "Listener":
     """A started Listener on `engine`'s database: what another process's notification names is
-    counted by every TableChanges of `engine` as written here, then `on_change()` is called; the
-    statuses another replica wrote go to `on_statuses(statuses)`."""
+    counted by every TableChanges of `engine` as written here, then `on_change()` is called (so
+    its `claim()` is one a pass of this process may make); the statuses another replica wrote go
+    to `on_statuses(statuses, claim)`."""
     def received(written: set) -> None:
         written_elsewhere(engine, written)
         on_change()
@@ -197,11 +302,14 @@ METRICS = _Metrics()
 class Listener:
     """The replica's LISTEN connection on `url` (a libpq URL or connection string), in a thread: `on_change(written)` for
     each other replica's committed write (what it wrote) and after each (re)connection ({ALL});
-    `on_statuses(statuses)` for the statuses another replica wrote."""
+    `on_statuses(statuses, claim)` for the statuses another replica wrote (`claim`: the writes the
+    pass that decided them had read, None when the notification does not say). `claim()`: the
+    writes of the notifications `on_change` was called for so far (see the module's docstring)."""
 
     def __init__(self, url: str, me: str, on_change: Callable[[set], None],
-                 on_statuses: Callable[[dict], None] | None = None):
+                 on_statuses: Callable[[dict, Claim | None], None] | None = None):
         self.url, self.me, self.on_change, self.on_statuses = url, me, on_change, on_statuses
+        self.taken = Taken()
         self.lag: float | None = None          # seconds, the last notification's
         self.connected = False
         self.reconnects = 0                    # connections made again after one ended
@@ -249,15 +357,25 @@ class Listener:
                 self._stop.wait(wait)
                 wait = min(RECONNECT[1], wait * 2)
 
+    def claim(self) -> Claim:
+        return self.taken.claim(self.me)
+
     def _statuses(self, text: str) -> None:
         sender, _, values = text.partition(" ")
         if sender != self.me and self.on_statuses is not None:
+            claim = None
+            if not values.startswith("["):
+                said, _, values = values.partition(" ")
+                claim = Claim.parse(sender, said)
             statuses = statuses_in(values)
             if statuses:
-                self.on_statuses(statuses)
+                self.on_statuses(statuses, claim)
 
     def _received(self, text: str) -> None:
         sender, at, written = (text.split(" ", 2) + ["", ""])[:3]
+        xid = snapshot = ""
+        if not written.startswith("["):    # a transaction id and snapshot before what it wrote
+            xid, snapshot, written = (written.split(" ", 2) + ["", ""])[:3]
         if sender == self.me:
             return
         try:
@@ -267,3 +385,8 @@ class Listener:
             pass
         METRICS.received.inc()
         self.on_change(written_in(written))
+        try:   # counted: the writes it stands for are read by the next pass
+            self.taken.saw(int(xid), snapshot_in(snapshot))
+        except ValueError:     # a snapshot left out ("-"): its own write only
+            if xid.isdigit():
+                self.taken.saw(int(xid), None)

@@ -41,6 +41,11 @@ class ClusterError(Exception):
     """This process cannot be a replica of the cluster; the message says why and what to do."""
 
 
+class LateHeartbeat(Exception):
+    """A round whose heartbeat aged out again between its revival and the round's statement (a
+    starved or paused process): the round failed, the next one tries again."""
+
+
 @dataclass(frozen=True)
 class Timing:
     """`renew`: seconds between a replica's rounds (heartbeat, renewal, balance); `lease`: how long a
@@ -289,7 +294,8 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
     the caller keeps it); it takes and renews only those, and gives up the others it holds.
     `view`: the caller's copy of the lease list, kept from round to round (see _ROUND).
-    ClusterError if its replica row is gone."""
+    ClusterError if its replica row is gone; LateHeartbeat if its heartbeat, revived, was stale
+    again by the round's statement (more than a lease time between the two)."""
     if reachable is not None and reaches is None:
         reaches = ",".join(sorted(reachable))
     p = {"me": me, "lease": timing.lease, "lag": feed_lag, "reaches": reaches,
@@ -304,7 +310,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
             raise ClusterError(f"replica {me} is no longer registered in the cluster")
         beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
         if beat != 1:
-            raise ClusterError(f"replica {me}: its heartbeat could not be written")
+            raise LateHeartbeat(f"replica {me}: its heartbeat aged out again as soon as it was revived")
     if rows is None:
         rows = view.rows
     else:   # kept only when every lease had a live holder (see _ROUND)

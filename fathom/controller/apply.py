@@ -9,7 +9,11 @@ switches, by tier (fabric switch, br-phy, br-int): first every switch gets what 
 flows; one atomic bundle each), then every switch loses what is gone, so no switch stops using a
 path before every switch has the new one. A switch that already holds its desired state is sent
 nothing; a refused change marks exactly the objects whose messages the switch refused (by
-cookie) and the rest is applied without them.
+cookie) and the rest is applied without them. A switch that does not answer a bundle's commit
+within COMMIT_WAIT (hung, paused, hostile, its link saturated) does not hold the pass longer: the
+pass goes on without it, its state says it is not answering (its objects are `pending`, not
+`active`), and later passes leave it alone until the reply comes or its connection closes; then it
+is read back and diffed whole, whatever the reply said.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from fathom.controller.desired import IncrementalMismatch
 from fathom.controller.metrics import METRICS
 from fathom.controller.results import PassResult, SwitchResult
 from fathom.controller.switch import (
-    ApplyError, Change, NotRegistered, break_messages, diff, make_messages, whole_messages,
+    ApplyError, Change, NotRegistered, Unanswered, break_messages, diff, make_messages, whole_messages,
 )
 from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_fabric
 from fathom.openflow.spec import SwitchState
@@ -93,6 +97,10 @@ class Applier:
         self._had_meters: dict[int, bool] = {}        # dpid -> desired meters last pass (unknown: read)
         self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
         self._pool: ThreadPoolExecutor | None = None  # applies to several switches at once
+        # dpid -> (its state, the Unanswered) of a switch whose bundle's commit reply is still
+        # awaited: left alone (not read, nothing sent) until the reply comes or the connection
+        # closes, which asks for a pass (on_retry) that reads it back and diffs it whole
+        self.unanswered: dict[int, tuple[str, Unanswered]] = {}
 
     def forget(self, dpid: int) -> None:
         """The switch reconnected or went away: what it holds is read back next time."""
@@ -105,6 +113,8 @@ class Applier:
         dropped, so the pass this asks for diffs it whole), None when all is well or unknown."""
         session = self.switches.session(res.dpid)
         known = self.known.get(res.dpid)
+        if res.dpid in self.unanswered:
+            return None   # its reply asks for a pass when it comes
         if session is None or known is None:
             return "retry" if session is not None and not res.state.startswith("ok") else None
         try:
@@ -142,7 +152,7 @@ class Applier:
             self._each(lambda plan: self._make(plan, whole, held, result), tiers[tier])
         if busy:
             result.settled_at = time.monotonic() + max(p.session.settle for p in busy)
-            result.made_on = tuple(p.res.dpid for p in busy)
+            result.made_on = tuple(p.res.dpid for p in busy if p.res.dpid in held)   # those that answered
         if steps is not None:
             steps.done("make")
         # several switches changed and something goes: the datapaths stop using what their
@@ -189,6 +199,16 @@ class Applier:
             res.state = lost_state(key, since) if since is not None else "not connected"
             self.known.pop(res.dpid, None)
             return None
+        waiting = self.unanswered.get(res.dpid)
+        if waiting is not None:
+            state, unanswered = waiting
+            if not unanswered.reply.wait(0)[0]:
+                res.state = state
+                return None      # still not answering: its change waits in its desired state
+            # it answered (or its connection closed): whatever the reply said, what it holds is
+            # read back below (its mirror was dropped), and the bundle's errors are not anyone's
+            del self.unanswered[res.dpid]
+            unanswered.discard()
         if not audited and key not in changed and res.dpid in self.known and res.state == "ok":
             return None   # holds what it should: nothing to diff, nothing to send
         desired = result.desired[key]
@@ -340,7 +360,11 @@ class Applier:
 
     def _failed(self, res: SwitchResult, session, e: Exception) -> None:
         LOG.warning("%s: apply failed: %s", res.key, e)
-        if isinstance(e, NotRegistered) and session.alive():
+        if isinstance(e, Unanswered):
+            res.state = f"not answering: no reply to its bundle's commit since {time.strftime('%H:%M:%S')}"
+            self.unanswered[res.dpid] = (res.state, e)
+            e.reply.then(lambda _msg: self.on_retry())
+        elif isinstance(e, NotRegistered) and session.alive():
             # a connection that just came up, not yet usable for requests: not the switch's fault
             # nor ours; tried again shortly
             res.state = "not connected"

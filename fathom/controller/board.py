@@ -12,9 +12,12 @@ and wakes only those it answers: a batch of ports waited on while its passes pub
 wake-up a port, not one a port and pass.
 
 In a cluster each status has one writer (fathom.controller.cluster); the statuses another replica
-writes reach this one's board as they commit (`heard`, from the change feed) and answer its
-long-polls at once, and a pass publishes them as they were written, not as it decided them
-(`publish(..., heard_at, mine)`).
+writes reach this one's board as they commit (`heard`, from the change feed) and show at once, and
+a pass publishes them as they were written, not as it decided them (`publish(..., heard_at,
+mine)`). A heard status answers a long-poll without a pass of this replica's when the writes the
+writer's pass had read (its claim, fathom.cluster.feed.Claim) include every write of this process
+up to the long-poll's number: `request()` keeps each write's transaction id (`written`, the feed's
+`committed_xid`) until every writer's claims show it.
 """
 from __future__ import annotations
 
@@ -24,6 +27,10 @@ import threading
 import time
 
 Status = tuple[str, "str | None"]
+# a writer's claims count toward which transaction ids this process still keeps (see `heard`) for
+# this long after its last one (a replica gone stops holding them)
+CLAIMS_KEEP = 60.0
+KEPT_WRITES = 10_000    # transaction ids kept at most (the oldest go first)
 
 
 class _Waiter:
@@ -50,27 +57,62 @@ class StatusBoard:
         self._heard: dict = {}
         self._heard_count = 0
         self._fresh: dict = {}
+        # in a cluster: () -> the transaction id of the write just committed on this thread (None:
+        # it sent no notification; nothing to read); the ids of the writes (number -> id) while a
+        # writer's claim may not show them yet, and `_horizon`, below which every id let go is
+        self.written = None
+        self._writes: dict[int, int] = {}
+        self._horizon = 0
+        self._claim_xmins: dict[str, tuple[int, float]] = {}   # writer -> (its last claim's xmin, when)
+        # key -> (the status heard, the last write number the claim heard with it shows)
+        self._heard_after: dict = {}
 
     def request(self) -> int:
         """An API write was committed: the statuses published so far may not reflect it."""
+        xid = self.written() if self.written is not None else None
         with self._lock:
             self.requested += 1
+            if xid is not None:
+                self._writes[self.requested] = xid
+                if len(self._writes) > KEPT_WRITES:
+                    oldest = next(iter(self._writes))
+                    self._horizon = max(self._horizon, self._writes.pop(oldest) + 1)
             return self.requested
 
     def get(self, key: tuple[str, int]) -> Status | None:
         return self.statuses.get(key)
 
-    def heard(self, statuses: dict) -> None:
-        """Statuses another replica wrote (the change feed): shown, and its long-polls answered, now."""
+    def heard(self, statuses: dict, claim=None) -> None:
+        """Statuses another replica wrote (the change feed): shown now, and, with `claim` (the
+        writes the pass that decided them had read: fathom.cluster.feed.Claim), answering the
+        long-polls after every write of this process the claim shows."""
         with self._lock:
             self._heard_count += 1
             for key, value in statuses.items():
                 self._heard[key] = (value, self._heard_count)
             self._fresh.update(statuses)
+            if claim is not None:
+                after = self._shown_by(claim)
+                for key, value in statuses.items():
+                    self._heard_after[key] = (value, after)
             # a new map: one published is never changed in place (the console diffs them); the
             # listeners, which take a pass's whole statuses, are told with the next publish
             self.statuses = {**self.statuses, **statuses}
         self._wake()
+
+    def _shown_by(self, claim) -> int:
+        """The last write number up to which `claim` shows every write of this process (-1: none
+        known); the ids no writer's claim may still need are let go. Under the lock."""
+        now = time.monotonic()
+        self._claim_xmins[claim.writer] = (claim.xmin, now)
+        self._claim_xmins = {w: e for w, e in self._claim_xmins.items() if now - e[1] <= CLAIMS_KEEP}
+        horizon = min(xmin for xmin, _ in self._claim_xmins.values())
+        if horizon > self._horizon:
+            self._writes = {n: x for n, x in self._writes.items() if x >= horizon}
+            self._horizon = horizon
+        if claim.xmin < self._horizon:     # an id let go may be one it does not show
+            return -1
+        return next((n - 1 for n, x in self._writes.items() if not claim.covers(x)), self.requested)
 
     def take_heard(self) -> tuple[int, dict]:
         """Before a pass reads the store: the arrival number so far (`publish`'s `heard_at`) and the
@@ -92,6 +134,9 @@ class StatusBoard:
                 self._heard = {k: e for k, e in self._heard.items() if e[1] > heard_at}
             self.statuses = statuses
             self.covered = max(self.covered, covered)
+            if self._heard_after:   # kept while it shows more than this pass and still stands
+                self._heard_after = {k: e for k, e in self._heard_after.items()
+                                     if e[1] > self.covered and statuses.get(k) == e[0]}
         self._wake()
         for listener in self.listeners:
             try:
@@ -111,13 +156,16 @@ class StatusBoard:
                 pass
 
     def answer(self, keys: tuple[tuple[str, int], ...], want: str, need: int) -> Status | None:
-        """The status that ends a wait for `want`, or None while it is not there yet."""
-        if self.covered < need:
-            return None
+        """The status that ends a wait for `want`, or None while it is not there yet: decided by a
+        pass of this replica's after write `need`, or heard from a writer whose pass had read it."""
         for key in keys:
             got = self.statuses.get(key)
             if got is not None and got[0] in (want, "error"):
-                return got
+                if self.covered >= need:
+                    return got
+                heard = self._heard_after.get(key)
+                if heard is not None and heard[0] == got and heard[1] >= need:
+                    return got
         return None
 
     async def wait(self, keys: tuple[tuple[str, int], ...], want: str, timeout: float) -> Status | None:

@@ -74,13 +74,21 @@ class ClusterMember:
         mastership.on_round = self.roles_due
         reconciler.cluster = self
         reconciler.statuses.writers = self.writers
-        reconciler.statuses.announce = lambda session, statuses: feed.notify_statuses(session, mastership.id,
-                                                                                       statuses)
+        reconciler.statuses.announce = lambda session, statuses, claim: feed.notify_statuses(
+            session, mastership.id, statuses, claim)
+        # its API's writes, by transaction id: a status another replica heard answers a long-poll
+        # once that replica's pass had read the caller's write (fathom.controller.board)
+        reconciler.board.written = feed.committed_xid
+        self.feed: feed.Listener | None = None    # the change feed (`run`)
         bootstrapper = reconciler.bootstrapper
         bootstrapper.may_write = self.sets_up
         bootstrapper.targets = self.targets
 
     # ------------------------------------------------------------------ what the reconciler asks
+
+    def claim(self) -> "feed.Claim | None":
+        """The other replicas' writes a store read now reads (fathom.cluster.feed.Claim)."""
+        return self.feed.claim() if self.feed is not None else None
 
     def masters(self, dpid: int) -> bool:
         """Whether this replica writes to the switch now: its lease is valid and the switch granted
@@ -315,7 +323,7 @@ def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember
     def elsewhere():
         reconciler.written_elsewhere()
         hub.changed()
-    listener = feed.follow(mastership.engine, mastership.id, elsewhere, reconciler.board.heard)
+    listener = member.feed = feed.follow(mastership.engine, mastership.id, elsewhere, reconciler.board.heard)
     mastership.feed_lag = lambda: listener.lag
     mastership.start(joined=True)
     return member

@@ -11,6 +11,9 @@ Knobs for tests: `refuse(predicate)` makes the switch refuse every message whose
 OVS refusing an invalid flow), and `sent` records what arrived, per bundle or plain message;
 FakeSwitches `down` holds switches not connected (yet), `disconnect(dpid)` closes the connection of
 one that was (its ovs-vswitchd died): from then on its session is gone and an apply fails.
+`stall()` makes a switch stop answering (a paused ovs-vswitchd): a bundle sent to it waits, not
+taken, and the session raises Unanswered as OsKenSession does after COMMIT_WAIT; a read or a
+barrier fails the test (nothing may wait on it); `answer()` takes the waiting bundles and replies.
 
 Roles as OVS applies them: the switch itself is one controller's connection (`DEFAULT`);
 `connect(name)` gives another controller's connection to the same tables. Every connection starts
@@ -27,7 +30,8 @@ import time
 
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
-from fathom.controller.switch import NO_GENERATION, ApplyError, NotMaster
+from fathom.controller.ofapp import Reply
+from fathom.controller.switch import NO_GENERATION, ApplyError, NotMaster, Unanswered
 from fathom.openflow import encode
 
 
@@ -66,12 +70,30 @@ class FakeSwitch:
         self.generation: int | None = None       # the switch's generation_id (none until a master or slave request)
         self.roles: dict[str, str] = {}          # controller -> "master" | "slave" (absent: equal)
         self.demoted: list[str] = []             # controllers sent a role status (another became master)
+        self.held: list | None = None            # bundles waiting while stalled: (pairs, controller, Reply)
 
     # ------------------------------------------------------------------------------ knobs
 
     def refuse(self, predicate) -> None:
         """Refuse every message whose spec satisfies `predicate(spec)` (None: refuse nothing)."""
         self._refuse = predicate or (lambda spec: False)
+
+    def stall(self) -> None:
+        """Stop answering: bundles from now on wait (see the module's docstring)."""
+        self.held = []
+
+    def answer(self) -> None:
+        """Answer again: take the bundles that waited, in order, and send each its commit reply."""
+        held, self.held = self.held or [], None
+        for pairs, controller, reply in held:
+            try:
+                self._apply("bundle", pairs, atomic=True, controller=controller)
+                reply.settle("committed")
+            except ApplyError as e:
+                reply.settle(e)
+
+    def _answering(self) -> None:
+        assert self.held is None, f"switch {self.dpid:016x} is stalled: nothing may wait on it"
 
     def add_foreign_flow(self, flow) -> None:
         """A flow someone else put there (e.g. cookie 0): the reconciler must leave it alone."""
@@ -80,22 +102,31 @@ class FakeSwitch:
     # ------------------------------------------------------------------------------ session interface
 
     def read_flows(self) -> set:
+        self._answering()
         self.reads += 1
         return set(self.flows.values())
 
     def count_flows(self) -> int:
+        self._answering()
         return len(self.flows)
 
     def read_groups(self) -> set:
+        self._answering()
         return set(self.groups.values())
 
     def read_meters(self) -> set:
+        self._answering()
         return set(self.meters.values())
 
     def barrier(self) -> None:
+        self._answering()
         self.barriers += 1
 
     def bundle(self, pairs: list, controller: str = DEFAULT) -> None:
+        if pairs and self.held is not None:
+            reply = Reply(self.dp)
+            self.held.append((pairs, controller, reply))
+            raise Unanswered(f"switch {self.dpid:016x}: no reply to the bundle's commit", reply, lambda: None)
         if pairs:
             self._apply("bundle", pairs, atomic=True, controller=controller)
 

@@ -39,20 +39,36 @@ ONF_ROLE_STATUS = (0x4F4E4600, 1911)
 
 class Reply:
     """A reply awaited from a switch: `wait` returns the reply or error message, or None when the
-    connection closed first."""
+    connection closed first; `then(fn)` calls fn(message) once it came, for a waiter that gave up."""
 
     def __init__(self, dp):
         self.dp = dp
         self.msg = None
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._then: Callable[[object], None] | None = None
 
     def settle(self, msg) -> None:
-        self.msg = msg
-        self._done.set()
+        with self._lock:
+            self.msg = msg
+            self._done.set()
+            then = self._then
+        if then is not None:
+            then(msg)
 
     def wait(self, timeout: float) -> tuple[bool, object]:
         """(whether it came within timeout s, the message or None)"""
         return self._done.wait(timeout), self.msg
+
+    def then(self, fn: Callable[[object], None]) -> None:
+        """fn(message) when the reply comes or the connection closes (at once if it already did),
+        on the thread that settles it: fn must be quick."""
+        with self._lock:
+            done = self._done.is_set()
+            if not done:
+                self._then = fn
+        if done:
+            fn(self.msg)
 
 
 class FathomOFApp(app_manager.OSKenApp):

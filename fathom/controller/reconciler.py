@@ -166,6 +166,7 @@ class Reconciler:
         self._busy = 0                                # passes in a row that found changes waiting
         # this replica's part in a cluster (fathom.controller.cluster.ClusterMember); None: alone
         self.cluster = None
+        self._claim = None      # in a cluster: the writes of other replicas the last store read read
 
     @property
     def results(self) -> dict[SwitchKey, SwitchResult]:
@@ -418,6 +419,8 @@ class Reconciler:
             if heard:
                 self.store.reader.statuses_written(heard)
             if ev.store or whole:
+                if self.cluster is not None:   # before the read: the feed's writes it reads (Claim)
+                    self._claim = self.cluster.claim()
                 self.store_model = self.store.read(whole or ev.elsewhere)
             steps.done("read")
             result = PassResult()
@@ -460,7 +463,7 @@ class Reconciler:
                         LOG.exception("extension %s failed", type(ext).__name__)
                 steps.done("agents")
                 self.statuses.write(snapshot, result, self.store.stored if ev.store else None, ev.seq, steps,
-                                    heard_at)
+                                    heard_at, self._claim)
             self.model = snapshot
             self.last = result
             # what the pass replaced (the switches' states before it) is freed now that the

@@ -15,7 +15,7 @@ class SwitchResult:
     dpid: int
     setup: str = "ok"               # the switch's bootstrap (OVSDB): ok | error | checking (not read yet)
     reason: str | None = None       # why setup failed
-    state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ...
+    state: str = "not connected"    # ok | not connected | not reconciled (...) | lost: ... | error: ... | not answering: ...
     changes: int = 0
     last_ok: float | None = None
     apply_seconds: float = 0.0      # time spent sending this pass's change (both halves)

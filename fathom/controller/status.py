@@ -238,6 +238,8 @@ def decide(snapshot, result, kept: PortStatuses | None = None, apps=None) -> dic
             out[("node", n.id)] = ("error", res.state.removeprefix("lost: "))
         elif res.state.startswith("error"):
             out[("node", n.id)] = ("error", res.state)
+        elif res.state.startswith("not answering"):
+            out[("node", n.id)] = ("pending", f"br-int {res.state}")
         else:
             out[("node", n.id)] = ("pending", "waiting for br-int to connect over OpenFlow")
     for s in (snapshot.fabric.switches if snapshot.fabric else ()):
@@ -252,6 +254,8 @@ def decide(snapshot, result, kept: PortStatuses | None = None, apps=None) -> dic
             out[("fabric_switch", s.id)] = ("error", res.state.removeprefix("lost: "))
         elif res.state.startswith("error"):
             out[("fabric_switch", s.id)] = ("error", f"apply failed: {res.state.removeprefix('error: ')}")
+        elif res.state.startswith("not answering"):
+            out[("fabric_switch", s.id)] = ("pending", res.state)
         else:
             out[("fabric_switch", s.id)] = ("pending", "waiting for the switch to connect over OpenFlow")
 

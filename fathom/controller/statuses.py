@@ -40,18 +40,20 @@ class StatusWriter:
         # in a cluster (fathom.controller.cluster): writers(snapshot) -> whether this replica writes
         # a status key; None: every status is this process's to write
         self.writers: Callable | None = None
-        # in a cluster: announce(session, statuses) tells the other replicas, in the transaction
-        # that writes them, the statuses this replica wrote (fathom.cluster.feed.notify_statuses)
+        # in a cluster: announce(session, statuses, claim) tells the other replicas, in the
+        # transaction that writes them, the statuses this replica wrote and which of their writes
+        # the pass had read (fathom.cluster.feed.notify_statuses)
         self.announce: Callable | None = None
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
 
     def write(self, snapshot: Snapshot, result: PassResult, stored: dict | None, seq: int, steps,
-              heard_at: int | None = None) -> None:
+              heard_at: int | None = None, claim=None) -> None:
         """Write the statuses that differ from the store's, then publish them on the board as of
         API write `seq`. `stored`: the statuses as read with the model (an API write may have
         reset some), None when the store was not read (then: those last published). In a cluster
         a status another replica writes is published as the store holds it, or as the change feed
-        brought it since `heard_at` (StatusBoard.take_heard), never as decided here."""
+        brought it since `heard_at` (StatusBoard.take_heard), never as decided here; the statuses
+        it writes are announced with `claim` (the other replicas' writes the pass read)."""
         if time.monotonic() < self.grace_ends and any(r.state == "not connected" or r.setup == "checking"
                                                       for r in result.switches.values()):
             self.held = True    # see STARTUP_GRACE; the periodic check ends it in time
@@ -90,7 +92,7 @@ class StatusWriter:
             with self.Session() as session, session.begin():
                 write_statuses(session, write, node_states)
                 if write and self.announce is not None:
-                    self.announce(session, write)
+                    self.announce(session, write, claim)
             self.store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
         steps.done("statuses")

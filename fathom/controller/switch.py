@@ -27,9 +27,14 @@ from fathom.pipeline.cookies import owns_cookie, owns_id
 NotRegistered = InvalidDatapath
 
 _bundle_ids = itertools.count(1)
-# How long a bundle's commit reply may take (a live switch answers in milliseconds; a connection
-# that dies meanwhile ends the wait at once)
-COMMIT_TIMEOUT = 30.0
+# How long a pass waits for a bundle's commit reply (a connection that dies meanwhile ends the wait
+# at once). A live switch answers in milliseconds (`fathom_switch_commit_seconds`); a switch that has
+# not answered by then is left to answer later (`Unanswered`), so that one hung, paused or hostile
+# switch holds the pass, and every other switch's changes, this long once and not until its
+# connection's keepalive gives up on it (fathom.controller.ofapp.ECHO_INTERVAL). A live switch
+# slower than this (a big replay on a loaded host) costs its objects a `pending` until its reply
+# and one read-back, not an error.
+COMMIT_WAIT = 2.0
 DATAPATH_SETTLE = 0.02   # seconds (`fathom controller --datapath-settle`): OsKenSession.settle
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
@@ -40,6 +45,16 @@ class ApplyError(Exception):
     def __init__(self, message: str, refused: tuple = ()):
         super().__init__(message)
         self.refused = tuple(refused)
+
+
+class Unanswered(ApplyError):
+    """The switch has not answered a bundle's commit within COMMIT_WAIT: whether it took the change
+    is not known. `reply` (fathom.controller.ofapp.Reply) is still awaited (`then`); `discard()`
+    drops the errors the switch sent for the bundle's messages, once the reply came."""
+
+    def __init__(self, message: str, reply, discard):
+        super().__init__(message)
+        self.reply, self.discard = reply, discard
 
 
 class NotMaster(ApplyError):
@@ -274,12 +289,12 @@ class OsKenSession:
         if not dp.send(b"".join(out)):
             app.forget(dp, commit)
             raise ApplyError(f"switch {dp.id:016x}: connection closing")
-        came, msg = reply.wait(COMMIT_TIMEOUT)
+        came, msg = reply.wait(COMMIT_WAIT)
         if came and msg is not None:
             COMMIT_TIMES.observe(time.monotonic() - sent)
-        if not came:
-            app.forget(dp, commit)
-            raise ApplyError(f"switch {dp.id:016x}: no reply to the bundle's commit within {COMMIT_TIMEOUT:.0f} s")
+        if not came:   # still awaited: the reply, when it comes, is this bundle's and no other's
+            raise Unanswered(f"switch {dp.id:016x}: no reply to the bundle's commit within {COMMIT_WAIT:g} s",
+                             reply, lambda: app.take_errors(dp.id, [opening, *by_xid, commit]))
         if msg is None:
             raise ApplyError(f"switch {dp.id:016x}: connection closed before the bundle's commit reply")
         errors = app.take_errors(dp.id, [opening, *by_xid, commit])

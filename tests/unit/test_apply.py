@@ -1,7 +1,8 @@
 """The apply part of the reconciler on its own (fathom.controller.apply.Applier), against fake
 switches that take real OpenFlow messages (fathom.controller.fakeswitch): make on every switch
 before break on any, a known switch told only the pass's edit, a refusal marking exactly its
-owners, an audit finding and repairing drift, and switches not connected or not set up left alone."""
+owners, an audit finding and repairing drift, switches not connected or not set up left alone, and
+a switch that does not answer its commit holding no pass."""
 from __future__ import annotations
 
 from fathom.apps import BR_INT, FABRIC_SWITCH, SwitchKey
@@ -12,8 +13,8 @@ from fathom.model import Snapshot
 from fathom.openflow.spec import FlowSpec, SwitchState
 from fathom.pipeline import cookies as ck
 
-TOR1, C1 = SwitchKey(FABRIC_SWITCH, "tor1"), SwitchKey(BR_INT, "c1")
-DPIDS = {TOR1: 0x10, C1: 0x20}
+TOR1, C1, C2 = SwitchKey(FABRIC_SWITCH, "tor1"), SwitchKey(BR_INT, "c1"), SwitchKey(BR_INT, "c2")
+DPIDS = {TOR1: 0x10, C1: 0x20, C2: 0x30}
 
 
 def owned(port: int, n: int = 3) -> frozenset:
@@ -142,3 +143,46 @@ def test_only_the_switches_given_are_reconciled():
     assert set(bench.applier.results) == {TOR1, C1} and bench.ours(C1) == set(owned(1))
     bench.apply({TOR1: SwitchState(owned(1)), C1: SwitchState(owned(1))}, keys={TOR1})
     assert set(bench.applier.results) == {TOR1}          # a switch no longer reconciled is forgotten
+
+
+def test_a_switch_that_does_not_answer_its_commit_holds_no_pass_and_is_read_back_once_it_answers():
+    bench = Bench(C1, C2)
+    retries = []
+    bench.applier.on_retry = lambda: retries.append("retry")
+    bench.apply({C1: SwitchState(owned(1)), C2: SwitchState(owned(1))})
+    bench.sw[C2].stall()          # reads and barriers fail the test from now on: nothing may wait on it
+    result = bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
+    assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(2))
+    assert result.switches[C2].state.startswith("not answering: no reply to its bundle's commit since ")
+    assert result.made_on == (DPIDS[C1],)           # the status write's barriers skip it
+    assert set(bench.sw[C2].flows.values()) == set(owned(1)) and len(bench.sw[C2].held) == 1
+    # later passes leave it alone (not read, sent nothing) and say it still does not answer
+    result = bench.apply({C1: SwitchState(owned(3)), C2: SwitchState(owned(3))})
+    assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(3))
+    assert result.switches[C2].state.startswith("not answering") and len(bench.sw[C2].held) == 1
+    assert bench.applier.check(result.switches[C2]) is None and retries == []
+    # it answers (its late reply is the held bundle's): a pass is asked for, which reads it back
+    # whole, whatever the reply said, and brings it to the desired state of now
+    bench.sw[C2].answer()         # it takes the make it held; the break was never sent
+    assert retries == ["retry"] and set(bench.sw[C2].flows.values()) == set(owned(1) | owned(2))
+    reads = bench.sw[C2].reads
+    result = bench.apply({C1: SwitchState(owned(3)), C2: SwitchState(owned(3))}, changed=set())
+    assert bench.sw[C2].reads == reads + 1 and not bench.applier.unanswered
+    assert result.switches[C2].state == "ok" and bench.ours(C2) == set(owned(3))
+
+
+def test_a_switch_whose_connection_closes_while_its_commit_is_unanswered_is_read_back_when_back():
+    bench = Bench(C1, C2)
+    bench.apply({C1: SwitchState(owned(1)), C2: SwitchState(owned(1))})
+    bench.sw[C2].stall()
+    bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
+    bench.switches.disconnect(DPIDS[C2])
+    held = bench.sw[C2].held
+    held[0][2].settle(None)       # as the OpenFlow app settles what a closed connection awaited
+    result = bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
+    assert result.switches[C2].state.startswith("lost")
+    bench.sw[C2].held = None      # OVS drops a closed connection's open bundles
+    bench.switches.add(DPIDS[C2])
+    result = bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
+    assert result.switches[C2].state == "ok" and bench.ours(C2) == set(owned(2))
+    assert not bench.applier.unanswered

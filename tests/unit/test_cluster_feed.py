@@ -77,9 +77,9 @@ def test_the_statuses_a_replica_writes_reach_the_others_whole_as_they_commit(url
     heard: list[dict] = []
     mine: list[dict] = []
     other = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "reader", lambda _w: None,
-                          heard.append).start()
+                          lambda statuses, _claim: heard.append(statuses)).start()
     own = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "writer", lambda _w: None,
-                        mine.append).start()
+                        lambda statuses, _claim: mine.append(statuses)).start()
     try:
         wait_for(lambda: other.connected and own.connected, 10, "both listeners to connect")
         statuses = {("port", i): ("error", f"switch {i} refused it") for i in range(1, 501)}
@@ -100,6 +100,40 @@ def test_the_statuses_a_replica_writes_reach_the_others_whole_as_they_commit(url
     finally:
         other.stop()
         own.stop()
+        engine.dispose()
+
+
+def test_a_listener_s_claim_shows_the_writes_whose_notifications_it_counted_and_no_later_one(url):
+    """A write's transaction id is kept for the thread that committed it; a listener's claim (what
+    a pass that reads now has read) shows it once its notification arrived, and every write
+    committed before it (their snapshots), not one still in progress; a claim sent with statuses
+    reads back the same."""
+    engine = open_store(url)
+    feed.notify_commits(engine, "writer")
+    counted: list[set] = []
+    listener = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "reader", counted.append).start()
+    try:
+        wait_for(lambda: counted == [{ALL}], 10, "the listener to connect")
+        feed.committed_xid()              # what the tests before committed on this thread
+        xids = []
+        for switch in ("00000000000000c1", "00000000000000c2"):
+            with engine.begin() as conn:
+                conn.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES (:s, 0)"), {"s": switch})
+            xids.append(feed.committed_xid())
+        assert all(xids) and xids[0] < xids[1] and feed.committed_xid() is None
+        with engine.begin() as conn:      # read by nobody yet: in progress while the claim is taken
+            open_xid = int(conn.execute(text("SELECT pg_current_xact_id()::text")).scalar())
+            wait_for(lambda: len(counted) == 3, 5, "both notifications")
+            claim = listener.claim()
+            assert claim.writer == "reader" and all(claim.covers(x) for x in xids)
+            assert not claim.covers(open_xid)
+            conn.execute(text("DELETE FROM cluster_leases"))
+        wait_for(lambda: len(counted) == 4, 5, "the last notification")
+        assert listener.claim().covers(open_xid)
+        back = feed.Claim.parse("reader", claim.text())
+        assert (back.snapshot, back.xids) == (claim.snapshot, claim.xids)
+    finally:
+        listener.stop()
         engine.dispose()
 
 

@@ -259,6 +259,7 @@ class Consumer:
         self.applier = self
         self.bootstrapper = type("Bootstrapper", (), {"controller_port": 6653})()
         self.statuses = type("StatusWriter", (), {"writers": None})()
+        self.board = type("StatusBoard", (), {"written": None})()
         self.model = None
 
     def reported_elsewhere(self):
@@ -542,6 +543,33 @@ def test_a_late_holder_renews_what_nobody_took_under_the_same_epoch(engine):
     assert a.held() == epochs == _epochs(engine) == {s: 1 for s in switches(2)}
     assert told == [("gain", s, 1) for s in switches(2)] + [("loss", s) for s in switches(2)] \
         + [("gain", s, 1) for s in switches(2)]
+
+
+def test_a_heartbeat_stale_again_right_after_its_revival_fails_one_round_not_the_replica(engine):
+    """A process starved or paused between its heartbeat's revival and its round's statement (more
+    than a lease time): that round fails and is counted; the replica goes on with its rounds and
+    renews what nobody took."""
+    from sqlalchemy import event
+    a = replica(engine, "a", 2).join()
+    a.run_round()
+    epochs = a.held()
+    time.sleep(FAST.lease + FAST.guard)
+    a._expire_if_due()
+    starve = [True]
+
+    def slow_after_revive(conn, cursor, statement, params, context, executemany):
+        if starve[0] and statement.startswith("UPDATE cluster_replicas SET heartbeat = clock_timestamp() WHERE id"):
+            starve[0] = False
+            time.sleep(FAST.lease + FAST.guard)
+    event.listen(a._rounds, "after_cursor_execute", slow_after_revive)
+    try:
+        failures = a.failures
+        a.run_round()                  # revived, then stale again by its round's statement
+        assert not starve[0] and a.failures == failures + 1 and a.held() == {}
+    finally:
+        event.remove(a._rounds, "after_cursor_execute", slow_after_revive)
+    a.run_round()
+    assert a.held() == epochs == _epochs(engine)
 
 
 def test_a_replica_whose_rounds_stopped_stays_in_the_controller_targets_for_the_keep_time(engine):

@@ -1,0 +1,106 @@
+"""A long-poll held on a replica that does not write the status (two replicas, one real PostgreSQL,
+fake switches, rounds and passes run by hand): it is answered by the writer's status as it
+commits, with no pass of its own, once the writer's pass had read the caller's write; a status
+the writer decided from a read that did not have the caller's write does not answer it, whatever
+its value (fathom.controller.board, fathom.cluster.feed.Claim)."""
+from __future__ import annotations
+
+import threading
+import warnings
+
+from fathom.api import create_app
+from fathom.cluster import feed
+from fathom.cluster.mastership import Mastership
+from fathom.controller.cluster import ClusterMember, switch_name
+from fathom.controller.reconciler import Reconciler
+from fathom.lab.ovs import wait_for
+from fathom.model import datapath_id
+from fathom.store.db import session_factory
+
+from .auth import headers_for
+from .test_cluster_statuses import TIMING, Connections, golden_cloud, share_switches
+from .test_reconciler import FixedBootstrap
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+
+class Replica:
+    """A replica as `fathom controller --cluster` wires one (fathom.controller.server, cluster.run):
+    its API's writes wake its reconciler and notify the feed, its long-polls wait on its status
+    board, its feed counts the others' writes; its passes are run by hand."""
+
+    def __init__(self, name: str, url: str, fakes, ofports):
+        self.app = app = create_app(url, on_change=lambda: self.rec.wake())
+        engine = app.state.engine
+        self.rec = Reconciler(session_factory(engine), Connections(fakes, name), FixedBootstrap(ofports),
+                              check_incremental=True, startup_grace=0.0)
+        app.state.status_board = self.rec.board
+        self.mastership = Mastership(engine, lambda: [switch_name(d) for d in self.rec.switches.connected()],
+                                     replica_id=name, timing=TIMING, reachable_only=True,
+                                     agents=app.state.agent_hub.present).join()
+        feed.notify_commits(engine, name)
+        self.member = ClusterMember(self.mastership, self.rec.switches, self.rec)
+        self.feed = self.member.feed = feed.follow(engine, name, self.rec.written_elsewhere, self.rec.board.heard)
+        wait_for(lambda: self.feed.connected, 10, f"replica {name}'s change feed to connect")
+        self.http = TestClient(app, headers=headers_for(app))
+
+    def close(self):
+        self.feed.stop()
+        self.mastership.stop()
+        self.member._roles.shutdown(wait=True)
+        self.http.close()
+        self.app.state.engine.dispose()
+
+
+def test_a_long_poll_through_another_replica_is_answered_by_the_writers_status_after_its_write(postgres):
+    url = postgres.new_database(migrated=True)
+    topo, ids, snap, nodes, fakes, ofports = golden_cloud(url)
+    a, b = Replica("a", url, fakes, ofports), Replica("b", url, fakes, ofports)
+    try:
+        share_switches(a, b, fakes)
+        # w writes the status of a port on a node whose br-int it masters; o does not
+        vm, node = next((v.name, n.name) for n, v in topo.vms())
+        w, o = (a, b) if a.member.masters(datapath_id(nodes[node])) else (b, a)
+        port = ids["ports"][vm]
+        interface = o.http.get(f"/v1/ports/{port}").json()["interface_name"]
+        assert o.http.get(f"/v1/ports/{port}").json()["status"] == "active"
+        passes = o.rec.passes
+
+        # through o: the port's interface renamed to one not plugged; o's long-poll for `down`
+        # is answered when w's pass, which read that write, writes `down`: no pass of o's
+        assert o.http.patch(f"/v1/ports/{port}", json={"interface_name": "nothere0"}).status_code == 200
+        need = o.rec.board.requested
+        xid = o.rec.board._writes[need]
+        got: dict = {}
+        poll = threading.Thread(target=lambda: got.update(o.http.get(
+            f"/v1/ports/{port}", params={"wait": "down", "timeout": 30}).json()))
+        poll.start()
+        wait_for(lambda: o.rec.board._waiters, 5, "the long-poll to wait on o's board")
+        wait_for(lambda: w.feed.claim().covers(xid), 5, "o's write to reach w through the change feed")
+        woken = o.rec.board.woken
+        w.rec.run_pass()
+        poll.join(20)
+        assert not poll.is_alive() and got["status"] == "down", got
+        assert o.rec.board.woken == woken + 1 and o.rec.passes == passes
+
+        # w's feed stops before o's next write: w's next status (`active` again, its own write
+        # undone) is decided from a read that does not have it, and answers no long-poll on o
+        # after that write, though o's board shows it; o's own pass, which read it, does
+        w.feed.stop()
+        w.feed._thread.join(5)
+        assert w.http.patch(f"/v1/ports/{port}", json={"interface_name": interface}).status_code == 200
+        assert o.http.patch(f"/v1/ports/{port}", json={"name": "renamed"}).status_code == 200
+        need = o.rec.board.requested
+        keys = (("port", port),)
+        w.rec.run_pass()
+        wait_for(lambda: o.rec.board.statuses.get(("port", port), ("",))[0] == "active", 5,
+                 "w's `active` to reach o's board")
+        assert o.rec.board.answer(keys, "active", need) is None
+        assert o.rec.board.answer(keys, "active", need - 1) == ("active", None)   # o's write w had read
+        o.rec.run_pass()
+        assert o.rec.board.answer(keys, "active", need) == ("active", None)
+    finally:
+        a.close()
+        b.close()
