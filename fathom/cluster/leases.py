@@ -177,6 +177,17 @@ class LeaseView:
     rows: list = field(default_factory=list)
 
 
+@dataclass
+class Written:
+    """What a replica's rounds last wrote of its own row on their connection: its `reaches`, `agents`
+    and `switch_states` (as sent), and whether they are known to be in the row (`known`: False
+    after a new connection, a failed round or a join: the next round sends them all)."""
+    known: bool = False
+    reaches: str | None = None
+    agents: str | None = None
+    states: str | None = None
+
+
 def shares(replicas: list[str], switches: int) -> dict[str, int]:
     """Each live replica's fair share: replicas ordered by id, the first `switches % n` one more."""
     n = len(replicas)
@@ -204,7 +215,8 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 # statement at rest (psycopg's placeholders: it is sent as is, and prepared by the driver once it has
 # run a few times): the heartbeat, written only while it is still live (`beat` is empty when it had
 # aged out: `run_round` then revives it apart, see there); the leases of switches it no longer reaches
-# freed; and the round's one view, at one instant of PostgreSQL's clock, as of the statement's start:
+# freed (`mine`: what it reaches, the row's value when the round does not send it: unchanged); and
+# the round's one view, at one instant of PostgreSQL's clock, as of the statement's start:
 # the leases it holds ([switch, epoch], those it still reaches), the replicas whose heartbeat is
 # younger than the keep time ([id, live, reaches, address, openflow, agents, switch_states, heartbeat
 # age]), the leases' stamp (their count and last change: a take, a free and a new row each set
@@ -216,18 +228,22 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 # the holder's heartbeat row is stale and locked by the taker (_TAKE), and this statement writes
 # that row only while it is not stale.
 _ROUND = (
-    "WITH reach AS (SELECT unnest(string_to_array(%(reaches)s, ',')) AS switch), "
+    "WITH mine AS (SELECT CASE WHEN %(new_reaches)s THEN CAST(%(reaches)s AS text) ELSE reaches END AS reaches "
+    "              FROM cluster_replicas WHERE id = %(me)s), "
+    "reach AS (SELECT unnest(string_to_array((SELECT reaches FROM mine), ',')) AS switch), "
     "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s, "
-    "         reaches = %(reaches)s, agents = %(agents)s, switch_states = %(states)s WHERE id = %(me)s "
-    "         AND heartbeat > clock_timestamp() - make_interval(secs => %(lease)s) RETURNING id), "
+    "         reaches = CASE WHEN %(new_reaches)s THEN CAST(%(reaches)s AS text) ELSE reaches END, "
+    "         agents = CASE WHEN %(new_agents)s THEN CAST(%(agents)s AS text) ELSE agents END, "
+    "         switch_states = CASE WHEN %(new_states)s THEN CAST(%(states)s AS text) ELSE switch_states END "
+    "         WHERE id = %(me)s AND heartbeat > clock_timestamp() - make_interval(secs => %(lease)s) RETURNING id), "
     "gone AS (UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp() WHERE holder = %(me)s "
     "         AND EXISTS (SELECT 1 FROM beat) "
-    "         AND CAST(%(reaches)s AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
+    "         AND (SELECT reaches FROM mine) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
     "         RETURNING switch), "
     "now AS (SELECT clock_timestamp() AS t) "
     "SELECT (SELECT count(*) FROM beat), "
     "       (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM cluster_leases WHERE holder = %(me)s "
-    "        AND (CAST(%(reaches)s AS text) IS NULL OR switch IN (SELECT switch FROM reach))), "
+    "        AND ((SELECT reaches FROM mine) IS NULL OR switch IN (SELECT switch FROM reach))), "
     "       (SELECT coalesce(json_agg(switch), '[]') FROM gone), "
     "       (SELECT coalesce(json_agg(json_build_array(r.id, r.heartbeat > now.t - make_interval(secs => %(lease)s), "
     "                r.reaches, r.address, r.openflow, r.agents, r.switch_states, "
@@ -284,7 +300,7 @@ def _round_row(conn: Connection, q: dict) -> tuple:
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
               switch_states: dict[str, list] | None = None, reaches: str | None = None,
-              view: "LeaseView | None" = None) -> Round:
+              view: "LeaseView | None" = None, written: "Written | None" = None) -> Round:
     """One round of replica `me` on a session under `limit_session` (autocommit: each statement is
     its own transaction; or in the caller's transaction): lease rows made for new `switches`; then
     one statement: the heartbeat (with its change feed's lag, the agents it hears and what its
@@ -293,24 +309,34 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     more statement; at rest neither, and the round is that one statement). `reachable` (None:
     any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
     the caller keeps it); it takes and renews only those, and gives up the others it holds.
-    `view`: the caller's copy of the lease list, kept from round to round (see _ROUND).
+    `view`: the caller's copy of the lease list, kept from round to round (see _ROUND). `written`:
+    what the caller's rounds last wrote of its row (kept from round to round on one connection):
+    `reaches`, `agents` and `switch_states` are sent only when they differ from it.
     ClusterError if its replica row is gone; LateHeartbeat if its heartbeat, revived, was stale
     again by the round's statement (more than a lease time between the two)."""
     if reachable is not None and reaches is None:
         reaches = ",".join(sorted(reachable))
+    agents_json = json.dumps(agents) if agents else None
+    states_json = json.dumps(switch_states) if switch_states else None
     p = {"me": me, "lease": timing.lease, "lag": feed_lag, "reaches": reaches,
-         "agents": json.dumps(agents) if agents else None,
-         "states": json.dumps(switch_states) if switch_states else None}
+         "agents": agents_json, "states": states_json}
     ensure_switches(conn, switches)
     view = view if view is not None else LeaseView()
-    q = {**p, "keep": timing.keep, "stamp": view.stamp}
+    written = written if written is not None else Written()
+    q = {**p, "keep": timing.keep, "stamp": view.stamp, "new_reaches": True, "new_agents": True, "new_states": True}
+    if written.known:   # unchanged since the last round wrote them: the row keeps them (no new TOASTed value)
+        q.update(new_reaches=reaches != written.reaches, new_agents=agents_json != written.agents,
+                 new_states=states_json != written.states)
+    written.known = False     # until this round's statement wrote them
     beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
     if beat != 1:
         if conn.execute(_REVIVE, p).first() is None:
             raise ClusterError(f"replica {me} is no longer registered in the cluster")
+        q.update(new_reaches=True, new_agents=True, new_states=True)
         beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
         if beat != 1:
             raise LateHeartbeat(f"replica {me}: its heartbeat aged out again as soon as it was revived")
+    written.known, written.reaches, written.agents, written.states = True, reaches, agents_json, states_json
     if rows is None:
         rows = view.rows
     else:   # kept only when every lease had a live holder (see _ROUND)
