@@ -172,9 +172,12 @@ class Round:
 @dataclass
 class LeaseView:
     """A replica's copy of every lease ([switch, holder, None, False]) as its last round read it when
-    every lease had a live holder, and the leases' stamp then (None: no such copy)."""
+    every lease had a live holder, and the leases' stamp then (None: no such copy); `rest`: what a
+    round from that copy that changed nothing saw and found (its live replicas and their reaches, its
+    leases; the valid holders and every switch with one)."""
     stamp: str | None = None
     rows: list = field(default_factory=list)
+    rest: tuple | None = None
 
 
 @dataclass
@@ -337,15 +340,42 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
         if beat != 1:
             raise LateHeartbeat(f"replica {me}: its heartbeat aged out again as soon as it was revived")
     written.known, written.reaches, written.agents, written.states = True, reaches, agents_json, states_json
-    if rows is None:
+    cached = rows is None
+    if cached:
         rows = view.rows
     else:   # kept only when every lease had a live holder (see _ROUND)
         view.stamp, view.rows = (stamp, rows) if all(h is not None for _, h, _, _ in rows) else (None, [])
+        view.rest = None
     out = Round(held=kept, released=set(gone))
-    # the view is as of the statement's start: this replica is live (its heartbeat was just
-    # written), holds what it renewed, and what it freed is free (it had a master until now)
+    # the view is as of the statement's start: this replica is live (its heartbeat was just written)
     replicas = [[r[0], True, *r[2:]] if r[0] == me else r for r in replicas]
-    rows = [(s, me, None, False) if s in kept else (s, None, -timing.lease, True) if s in out.released
+    # at rest (the same leases, live replicas and reaches, and this replica's leases, as a round that
+    # changed nothing) the decision is that round's: nothing to take or give up
+    rest = (view.stamp, [(r[0], r[2]) for r in replicas if r[1]], dict(kept)) if cached and not gone else None
+    if rest is not None and view.rest is not None and view.rest[0] == rest:
+        holders, out.taken = view.rest[1], set(view.rest[2])
+    else:
+        holders = _decide(conn, me, timing, p, reachable, rows, replicas, out)
+        if rest is not None and out.held == rest[2] and not out.released:
+            view.rest = (rest, holders, frozenset(out.taken))
+    for rid, is_live, _, address, openflow, agents_json, states_json, age in replicas:
+        out.listeners[rid] = openflow
+        if not is_live:
+            continue
+        out.openflow[rid], out.addresses[rid] = openflow, address
+        if rid != me:   # ages as of now: the row was written `age` seconds ago
+            out.agents[rid] = {n: a + age for n, a in (json.loads(agents_json) if agents_json else {}).items()}
+            states = json.loads(states_json) if states_json else {}
+            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
+    return out
+
+
+def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows: list, replicas: list,
+            out: Round) -> dict[str, str]:
+    """A round's takes and gives from its view (`rows`, `replicas`) into `out`; the leases' valid
+    holders. The view is as of the statement's start: this replica holds what it renewed, and what it
+    freed is free (it had a master until now)."""
+    rows = [(s, me, None, False) if s in out.held else (s, None, -timing.lease, True) if s in out.released
             else (s, h, idle, freed) for s, h, idle, freed in rows]
     live = {r[0]: r for r in replicas if r[1]}
     holders = {s: h for s, h, _, _ in rows if h is not None}
@@ -393,16 +423,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
                 del out.held[switch]
             out.released.update(give)
     out.taken = (set(holders) | set(out.held)) - out.released
-    for rid, is_live, _, address, openflow, agents_json, states_json, age in replicas:
-        out.listeners[rid] = openflow
-        if not is_live:
-            continue
-        out.openflow[rid], out.addresses[rid] = openflow, address
-        if rid != me:   # ages as of now: the row was written `age` seconds ago
-            out.agents[rid] = {n: a + age for n, a in (json.loads(agents_json) if agents_json else {}).items()}
-            states = json.loads(states_json) if states_json else {}
-            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
-    return out
+    return holders
 
 
 def leave(conn: Connection, me: str) -> list[str]:
