@@ -52,7 +52,7 @@ class Timing:
     lease and a heartbeat last after the round that wrote them (PostgreSQL's clock); `guard`: how much
     before its lease's end, counted on its monotonic clock from when it sent the round, a holder stops
     acting as master."""
-    renew: float = 0.5
+    renew: float = 0.33
     lease: float = 1.0
     guard: float = 0.1
 
