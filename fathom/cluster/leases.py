@@ -52,7 +52,7 @@ class Timing:
     lease and a heartbeat last after the round that wrote them (PostgreSQL's clock); `guard`: how much
     before its lease's end, counted on its monotonic clock from when it sent the round, a holder stops
     acting as master."""
-    renew: float = 0.25
+    renew: float = 0.33
     lease: float = 1.0
     guard: float = 0.1
 
@@ -172,9 +172,23 @@ class Round:
 @dataclass
 class LeaseView:
     """A replica's copy of every lease ([switch, holder, None, False]) as its last round read it when
-    every lease had a live holder, and the leases' stamp then (None: no such copy)."""
+    every lease had a live holder, and the leases' stamp then (None: no such copy); `rest`: what a
+    round from that copy that changed nothing saw and found (its live replicas and their reaches, its
+    leases; the valid holders and every switch with one)."""
     stamp: str | None = None
     rows: list = field(default_factory=list)
+    rest: tuple | None = None
+
+
+@dataclass
+class Written:
+    """What a replica's rounds last wrote of its own row on their connection: its `reaches`, `agents`
+    and `switch_states` (as sent), and whether they are known to be in the row (`known`: False
+    after a new connection, a failed round or a join: the next round sends them all)."""
+    known: bool = False
+    reaches: str | None = None
+    agents: str | None = None
+    states: str | None = None
 
 
 def shares(replicas: list[str], switches: int) -> dict[str, int]:
@@ -204,7 +218,8 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 # statement at rest (psycopg's placeholders: it is sent as is, and prepared by the driver once it has
 # run a few times): the heartbeat, written only while it is still live (`beat` is empty when it had
 # aged out: `run_round` then revives it apart, see there); the leases of switches it no longer reaches
-# freed; and the round's one view, at one instant of PostgreSQL's clock, as of the statement's start:
+# freed (`mine`: what it reaches, the row's value when the round does not send it: unchanged); and
+# the round's one view, at one instant of PostgreSQL's clock, as of the statement's start:
 # the leases it holds ([switch, epoch], those it still reaches), the replicas whose heartbeat is
 # younger than the keep time ([id, live, reaches, address, openflow, agents, switch_states, heartbeat
 # age]), the leases' stamp (their count and last change: a take, a free and a new row each set
@@ -216,18 +231,22 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 # the holder's heartbeat row is stale and locked by the taker (_TAKE), and this statement writes
 # that row only while it is not stale.
 _ROUND = (
-    "WITH reach AS (SELECT unnest(string_to_array(%(reaches)s, ',')) AS switch), "
+    "WITH mine AS (SELECT CASE WHEN %(new_reaches)s THEN CAST(%(reaches)s AS text) ELSE reaches END AS reaches "
+    "              FROM cluster_replicas WHERE id = %(me)s), "
+    "reach AS (SELECT unnest(string_to_array((SELECT reaches FROM mine), ',')) AS switch), "
     "beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s, "
-    "         reaches = %(reaches)s, agents = %(agents)s, switch_states = %(states)s WHERE id = %(me)s "
-    "         AND heartbeat > clock_timestamp() - make_interval(secs => %(lease)s) RETURNING id), "
+    "         reaches = CASE WHEN %(new_reaches)s THEN CAST(%(reaches)s AS text) ELSE reaches END, "
+    "         agents = CASE WHEN %(new_agents)s THEN CAST(%(agents)s AS text) ELSE agents END, "
+    "         switch_states = CASE WHEN %(new_states)s THEN CAST(%(states)s AS text) ELSE switch_states END "
+    "         WHERE id = %(me)s AND heartbeat > clock_timestamp() - make_interval(secs => %(lease)s) RETURNING id), "
     "gone AS (UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp() WHERE holder = %(me)s "
     "         AND EXISTS (SELECT 1 FROM beat) "
-    "         AND CAST(%(reaches)s AS text) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
+    "         AND (SELECT reaches FROM mine) IS NOT NULL AND switch NOT IN (SELECT switch FROM reach) "
     "         RETURNING switch), "
     "now AS (SELECT clock_timestamp() AS t) "
     "SELECT (SELECT count(*) FROM beat), "
     "       (SELECT coalesce(json_object_agg(switch, epoch), '{}') FROM cluster_leases WHERE holder = %(me)s "
-    "        AND (CAST(%(reaches)s AS text) IS NULL OR switch IN (SELECT switch FROM reach))), "
+    "        AND ((SELECT reaches FROM mine) IS NULL OR switch IN (SELECT switch FROM reach))), "
     "       (SELECT coalesce(json_agg(switch), '[]') FROM gone), "
     "       (SELECT coalesce(json_agg(json_build_array(r.id, r.heartbeat > now.t - make_interval(secs => %(lease)s), "
     "                r.reaches, r.address, r.openflow, r.agents, r.switch_states, "
@@ -272,10 +291,19 @@ _GIVE = text("UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp
              "WHERE holder = :me AND switch = ANY(:give)")
 
 
+def _round_row(conn: Connection, q: dict) -> tuple:
+    """_ROUND's one row, run on the connection's psycopg cursor (prepared: psycopg prepares a
+    statement run often by itself), in the connection's transaction: SQLAlchemy's execution and
+    result layers cost a round at rest as much CPU again as the driver's."""
+    with conn.connection.driver_connection.cursor() as cur:
+        cur.execute(_ROUND, q, prepare=True)
+        return cur.fetchone()
+
+
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
               feed_lag: float | None = None, agents: dict[str, float] | None = None,
               switch_states: dict[str, list] | None = None, reaches: str | None = None,
-              view: "LeaseView | None" = None) -> Round:
+              view: "LeaseView | None" = None, written: "Written | None" = None) -> Round:
     """One round of replica `me` on a session under `limit_session` (autocommit: each statement is
     its own transaction; or in the caller's transaction): lease rows made for new `switches`; then
     one statement: the heartbeat (with its change feed's lag, the agents it hears and what its
@@ -284,33 +312,70 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     more statement; at rest neither, and the round is that one statement). `reachable` (None:
     any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
     the caller keeps it); it takes and renews only those, and gives up the others it holds.
-    `view`: the caller's copy of the lease list, kept from round to round (see _ROUND).
+    `view`: the caller's copy of the lease list, kept from round to round (see _ROUND). `written`:
+    what the caller's rounds last wrote of its row (kept from round to round on one connection):
+    `reaches`, `agents` and `switch_states` are sent only when they differ from it.
     ClusterError if its replica row is gone; LateHeartbeat if its heartbeat, revived, was stale
     again by the round's statement (more than a lease time between the two)."""
     if reachable is not None and reaches is None:
         reaches = ",".join(sorted(reachable))
+    agents_json = json.dumps(agents) if agents else None
+    states_json = json.dumps(switch_states) if switch_states else None
     p = {"me": me, "lease": timing.lease, "lag": feed_lag, "reaches": reaches,
-         "agents": json.dumps(agents) if agents else None,
-         "states": json.dumps(switch_states) if switch_states else None}
+         "agents": agents_json, "states": states_json}
     ensure_switches(conn, switches)
     view = view if view is not None else LeaseView()
-    q = {**p, "keep": timing.keep, "stamp": view.stamp}
-    beat, kept, gone, replicas, stamp, rows = conn.exec_driver_sql(_ROUND, q).one()
+    written = written if written is not None else Written()
+    q = {**p, "keep": timing.keep, "stamp": view.stamp, "new_reaches": True, "new_agents": True, "new_states": True}
+    if written.known:   # unchanged since the last round wrote them: the row keeps them (no new TOASTed value)
+        q.update(new_reaches=reaches != written.reaches, new_agents=agents_json != written.agents,
+                 new_states=states_json != written.states)
+    written.known = False     # until this round's statement wrote them
+    beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
     if beat != 1:
         if conn.execute(_REVIVE, p).first() is None:
             raise ClusterError(f"replica {me} is no longer registered in the cluster")
-        beat, kept, gone, replicas, stamp, rows = conn.exec_driver_sql(_ROUND, q).one()
+        q.update(new_reaches=True, new_agents=True, new_states=True)
+        beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
         if beat != 1:
             raise LateHeartbeat(f"replica {me}: its heartbeat aged out again as soon as it was revived")
-    if rows is None:
+    written.known, written.reaches, written.agents, written.states = True, reaches, agents_json, states_json
+    cached = rows is None
+    if cached:
         rows = view.rows
     else:   # kept only when every lease had a live holder (see _ROUND)
         view.stamp, view.rows = (stamp, rows) if all(h is not None for _, h, _, _ in rows) else (None, [])
+        view.rest = None
     out = Round(held=kept, released=set(gone))
-    # the view is as of the statement's start: this replica is live (its heartbeat was just
-    # written), holds what it renewed, and what it freed is free (it had a master until now)
+    # the view is as of the statement's start: this replica is live (its heartbeat was just written)
     replicas = [[r[0], True, *r[2:]] if r[0] == me else r for r in replicas]
-    rows = [(s, me, None, False) if s in kept else (s, None, -timing.lease, True) if s in out.released
+    # at rest (the same leases, live replicas and reaches, and this replica's leases, as a round that
+    # changed nothing) the decision is that round's: nothing to take or give up
+    rest = (view.stamp, [(r[0], r[2]) for r in replicas if r[1]], dict(kept)) if cached and not gone else None
+    if rest is not None and view.rest is not None and view.rest[0] == rest:
+        holders, out.taken = view.rest[1], set(view.rest[2])
+    else:
+        holders = _decide(conn, me, timing, p, reachable, rows, replicas, out)
+        if rest is not None and out.held == rest[2] and not out.released:
+            view.rest = (rest, holders, frozenset(out.taken))
+    for rid, is_live, _, address, openflow, agents_json, states_json, age in replicas:
+        out.listeners[rid] = openflow
+        if not is_live:
+            continue
+        out.openflow[rid], out.addresses[rid] = openflow, address
+        if rid != me:   # ages as of now: the row was written `age` seconds ago
+            out.agents[rid] = {n: a + age for n, a in (json.loads(agents_json) if agents_json else {}).items()}
+            states = json.loads(states_json) if states_json else {}
+            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
+    return out
+
+
+def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows: list, replicas: list,
+            out: Round) -> dict[str, str]:
+    """A round's takes and gives from its view (`rows`, `replicas`) into `out`; the leases' valid
+    holders. The view is as of the statement's start: this replica holds what it renewed, and what it
+    freed is free (it had a master until now)."""
+    rows = [(s, me, None, False) if s in out.held else (s, None, -timing.lease, True) if s in out.released
             else (s, h, idle, freed) for s, h, idle, freed in rows]
     live = {r[0]: r for r in replicas if r[1]}
     holders = {s: h for s, h, _, _ in rows if h is not None}
@@ -358,16 +423,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
                 del out.held[switch]
             out.released.update(give)
     out.taken = (set(holders) | set(out.held)) - out.released
-    for rid, is_live, _, address, openflow, agents_json, states_json, age in replicas:
-        out.listeners[rid] = openflow
-        if not is_live:
-            continue
-        out.openflow[rid], out.addresses[rid] = openflow, address
-        if rid != me:   # ages as of now: the row was written `age` seconds ago
-            out.agents[rid] = {n: a + age for n, a in (json.loads(agents_json) if agents_json else {}).items()}
-            states = json.loads(states_json) if states_json else {}
-            out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
-    return out
+    return holders
 
 
 def leave(conn: Connection, me: str) -> list[str]:

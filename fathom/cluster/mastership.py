@@ -129,6 +129,7 @@ class Mastership:
         self._rounds = create_engine(engine.url, poolclass=NullPool, connect_args=dead_server_checks(engine.url.query))
         self._conn: Connection | None = None
         self._view = leases.LeaseView()     # the leases as the rounds last read them (leases._ROUND)
+        self._written = leases.Written()    # what the rounds last wrote of this replica's row, on self._conn
         self.failures = 0                  # rounds that failed
 
     # ------------------------------------------------------------------ MastershipView
@@ -159,6 +160,7 @@ class Mastership:
         with self.engine.begin() as conn:
             leases.join(conn, self.id, self.address, self.schema_version, self.fingerprint, self.timing,
                         self.openflow, "" if self.reachable_only else None)
+        self._written = leases.Written()
         LOG.info("replica %s joined the cluster (lease %.2f s, renewal every %.2f s)", self.id,
                  self.timing.lease, self.timing.renew)
         return self
@@ -214,7 +216,8 @@ class Mastership:
             got = leases.run_round(conn, self.id, self.timing, sorted(new),
                                    switches if self.reachable_only else None, self.feed_lag(),
                                    self.agents(), self.switch_states,
-                                   self._reaches[1] if self.reachable_only else None, self._view)
+                                   self._reaches[1] if self.reachable_only else None, self._view,
+                                   self._written)
             conn.commit()     # autocommit: each statement committed already; this ends SQLAlchemy's own
         except ClusterError:
             raise
@@ -281,6 +284,7 @@ class Mastership:
         return self._conn
 
     def _end_connection(self) -> None:
+        self._written = leases.Written()
         if self._conn is not None:
             conn, self._conn = self._conn, None
             try:

@@ -68,7 +68,9 @@ COLUMNS = {
 # How long a switch waits without a word from us before it sends its own echo request (and as long
 # again for the reply before it drops the connection and reconnects), in ms: longer than our check
 # and our keepalive (fathom.controller.ofapp.ECHO_INTERVAL), so a switch never probes a controller
-# that talks to it. OVS's default, 5 s, would add a probe every 5 s to every bridge at rest.
+# that talks to it; shorter than a cluster replica's keepalive of a switch it does not master
+# (fathom.controller.ofgate.QUIET_ECHO_INTERVAL), whose probe, answered, keeps that connection.
+# OVS's default, 5 s, would add a probe every 5 s to every bridge at rest.
 CONTROLLER_PROBE_MS = 30_000
 # How long a switch waits at most between two attempts to reach its controller, in ms (OVS's
 # minimum; its default, 8 s, doubles from 1 s while the controller is away): a restarted

@@ -40,6 +40,12 @@ from fathom.pki import Identity, PkiError, identity_of
 
 LOG = logging.getLogger("fathom.openflow.gate")
 HANDSHAKE_TIMEOUT = 10.0
+# Seconds of silence before a quiet connection (Gate.quiet) is sent an echo request: longer than
+# the switches' own probe (fathom.controller.bootstrap.CONTROLLER_PROBE_MS, 30 s), which OVS sends
+# a controller it heard nothing from, so such a connection costs one echo every 30 s (the switch's,
+# answered) instead of one every fathom.controller.ofapp.ECHO_INTERVAL (ours); still dropped after
+# the same silence as any other (60 s).
+QUIET_ECHO_INTERVAL = 35.0
 
 # identity (None: no TLS) -> the datapath ids it may claim
 Expected = Callable[[Identity | None], set[int]]
@@ -137,6 +143,9 @@ class Gate:
         self.probe_timeout = probe_timeout
         self.sessions = Sessions(lambda old: echo_probe(old, self.probe_timeout), lambda old: old.close())
         self.refused = 0
+        # Whether this controller leaves a switch's connection quiet (in a cluster: a switch another
+        # replica masters, fathom.controller.cluster): its keepalive waits QUIET_ECHO_INTERVAL
+        self.quiet: Callable[[int], bool] = lambda dpid: False
 
     def admit(self, dp, claimed: int) -> str | None:
         """None to admit `dp` as datapath `claimed`; otherwise why it is refused."""
@@ -202,33 +211,48 @@ class GatedDatapath(Datapath):
     switch for `echo_request_interval` seconds, and the connection dropped once nothing was heard
     for `max_unreplied_echo_requests` + 1 intervals. At rest the reconciler's periodic check (a
     flow count each `interval`, shorter than the echo interval by default) is what the switch
-    answers, and no echo is sent."""
+    answers, and no echo is sent. A connection the gate calls quiet (`Gate.quiet`: a switch this
+    replica does not master, which no check reaches) is sent an echo only after
+    QUIET_ECHO_INTERVAL of silence: a switch that probes its controllers (OVS, every
+    fathom.controller.bootstrap.CONTROLLER_PROBE_MS) is heard first, so the keepalive costs its
+    probe alone; it is dropped after the same silence as any other."""
 
     def __init__(self, sock, address, gate: Gate):
         super().__init__(sock, address)
+        self.gate = gate
+        self.quiet_echo_interval = QUIET_ECHO_INTERVAL
         self.ofp_brick = _GatedBrick(self.ofp_brick, self, gate)
         self.heard_at = time.monotonic()      # the last message from the switch
         self._echo_at = 0.0                   # the last echo request sent
         self._ended = threading.Event()       # the connection's reading ended
 
     def _echo_request_loop(self):
-        interval, most = self.echo_request_interval, self.max_unreplied_echo_requests
+        most = self.max_unreplied_echo_requests
         if not most:
             return
+        dead = (most + 1) * self.echo_request_interval    # silent this long: dropped
         while self.send_q is not None:
-            wait = max(self.heard_at, self._echo_at) + interval - time.monotonic()
+            interval = self._echo_interval()
+            now = time.monotonic()
+            wait = min(max(self.heard_at, self._echo_at) + interval, self.heard_at + dead) - now
             if self._ended.wait(max(0.05, wait)):
                 return
             now = time.monotonic()
             silent = now - self.heard_at
-            if silent >= (most + 1) * interval:
-                LOG.warning("switch at %s: silent for %.0f s, %d echo requests unanswered: dropped",
-                            self.address, silent, most)
+            if silent >= dead:
+                LOG.warning("switch at %s: silent for %.0f s, echo requests unanswered: dropped",
+                            self.address, silent)
                 break
             if silent >= interval and now - self._echo_at >= interval and self.send_q is not None:
                 self._echo_at = now
                 self.send_msg(self.ofproto_parser.OFPEchoRequest(self))
         self.close()
+
+    def _echo_interval(self) -> float:
+        dpid = getattr(self, "id", None)
+        if dpid is not None and self.gate.quiet(dpid):
+            return max(self.echo_request_interval, self.quiet_echo_interval)
+        return self.echo_request_interval
 
     def _recv_loop(self):
         try:

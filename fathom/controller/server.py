@@ -142,7 +142,8 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     reconciler.extensions.append(HostLocalStatus(session_factory(engine), presence=api.state.agent_hub.last_heard,
                                                 ask_flush=api.state.agent_hub.ask_flush))
     if mastership is not None:
-        replica.run(mastership, switches, reconciler, app, api.state.agent_hub)
+        member = replica.run(mastership, switches, reconciler, app, api.state.agent_hub)
+        gate.quiet = lambda dpid: not member.masters(dpid)   # its keepalive leaves them to their probe
         api.state.flow_records.peers = lambda: mastership.replicas   # a query answers for the cluster
     elif api_workers > 1:   # a write in a worker wakes the reconciler (to read what it wrote) and the agents' long-polls
         feed.follow(engine, f"controller-{os.getpid()}",

@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, text
 from fathom.auth.client import read_token_file
 from fathom.bench import ha
 from fathom.client import Client
+from fathom.cluster.leases import Timing
 from fathom.lab.ovs import wait_for
 from fathom.model import datapath_id
 from fathom.store.agents import STALE_AFTER
@@ -46,8 +47,7 @@ nodes:
   - name: compute2
     vms: [{name: vm2, mac: "02:fa:00:00:42:02", ip: 198.19.42.12/24, network: blue}]
 """
-LEASE = 1.0            # fathom.cluster.leases.Timing's defaults: a lease, and a round every 0.25 s
-ROUND = 0.25
+LEASE, ROUND = Timing().lease, Timing().renew    # the replicas' (defaults): a lease, a round's interval
 PAUSE = 3 * LEASE
 
 

@@ -484,7 +484,7 @@ def test_a_joiner_whose_rounds_its_gains_delay_takes_its_share_without_losing_it
             r.stop()
 
 
-def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine):
+def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine, monkeypatch):
     """Three balanced replicas: a round at rest is one statement (heartbeat, renewal and the view
     together, autocommit: no BEGIN or COMMIT either): no lease taken or freed, no epoch raised, and
     nothing told to the consumer."""
@@ -506,6 +506,16 @@ def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine):
     def count(conn, cursor, statement, *_):
         statements.append(statement.split()[0])
     event.listen(Engine, "before_cursor_execute", count)     # the rounds' engines are their own
+    import psycopg
+    execute = psycopg.Cursor.execute
+
+    sent = []
+
+    def driver_execute(cursor, query, *args, **kw):          # the round's statement, on the driver's cursor
+        statements.append(str(query).split()[0])
+        sent.append({k: v for k, v in args[0].items() if k.startswith("new_")})
+        return execute(cursor, query, *args, **kw)
+    monkeypatch.setattr(psycopg.Cursor, "execute", driver_execute)
     try:
         for _ in range(3):
             for r in reps:
@@ -513,6 +523,8 @@ def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine):
     finally:
         event.remove(Engine, "before_cursor_execute", count)
     assert statements == ["WITH"] * 9, statements
+    # nothing changed: what each replica reaches, its agents and its switches' states are not sent again
+    assert sent == [{"new_reaches": False, "new_agents": False, "new_states": False}] * 9, sent
     assert all(r._conn.connection.dbapi_connection.autocommit for r in reps)   # no BEGIN, no COMMIT
     assert _epochs(engine) == before and told == []
     with engine.connect() as conn:
@@ -688,3 +700,45 @@ def test_no_holder_is_stale_within_a_lease_time_of_postgresqls_start(tmp_path):
         store.dispose()
     finally:
         server.stop()
+
+
+def test_what_a_replica_reaches_is_sent_when_it_changed_and_again_on_a_new_connection(engine, monkeypatch):
+    """A round sends what its replica reaches only when it changed since its connection's last round;
+    otherwise the statement uses the row's value: a lease of a switch it does not reach is freed all
+    the same. A new connection (after a failed round) sends it again, so a row that lost it has it
+    back."""
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)
+    s1, s2 = switches(2)
+    reach = [s1, s2]
+    a = Mastership(engine, lambda: reach, replica_id="a", timing=steady, reachable_only=True).join()
+    sent = []
+    round_row = leases._round_row
+
+    def spy(conn, q):
+        sent.append(q["new_reaches"])
+        return round_row(conn, q)
+    monkeypatch.setattr(leases, "_round_row", spy)
+
+    def row_reaches():
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT reaches FROM cluster_replicas WHERE id = 'a'")).scalar()
+    a.run_round()
+    a.run_round()
+    assert set(a.held()) == {s1, s2} and sent == [True, False] and row_reaches() == f"{s1},{s2}"
+    reach = [s1]
+    a.run_round()
+    assert set(a.held()) == {s1} and sent[-1] is True and row_reaches() == s1
+    with engine.begin() as conn:     # a lease of a switch it does not reach held all the same
+        conn.execute(text("UPDATE cluster_leases SET holder = 'a' WHERE switch = :s"), {"s": s2})
+    a.run_round()                    # not sent: the row's value frees it
+    assert sent[-1] is False and set(a.held()) == {s1}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT holder FROM cluster_leases WHERE switch = :s"), {"s": s2}).scalar() is None
+    with engine.begin() as conn:     # a row that lost it, and a new connection
+        conn.execute(text("UPDATE cluster_replicas SET reaches = '' WHERE id = 'a'"))
+    a.run_round()
+    assert sent[-1] is False and row_reaches() == ""     # the same connection: not sent
+    a._end_connection()
+    a.run_round()
+    assert sent[-1] is True and row_reaches() == s1 and set(a.held()) == {s1}
+    a.stop()

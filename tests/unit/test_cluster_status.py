@@ -53,7 +53,7 @@ def test_status_shows_replicas_leases_and_epochs(postgres, monkeypatch):
                 ("rep-a", "198.18.0.1:8080", True, 2), ("rep-b", "198.18.0.2:8080", True, 1)]
                 and {x["switch"]: (x["holder"], x["epoch"]) for x in out["leases"]} == held)
         wait_for(agrees, 10, "the status showing the replicas' leases")
-        assert seen[0]["store"] == "postgresql" and seen[0]["timing"] == {"renew": 0.25, "lease": 1.0, "guard": 0.1}
+        assert seen[0]["store"] == "postgresql" and seen[0]["timing"] == {"renew": 0.33, "lease": 1.0, "guard": 0.1}
         table = run("cluster", "status").output
         assert "rep-a" in table and "198.18.0.2:8080" in table and "00000000000000a3" in table
         member = TestClient(app, headers=headers_for(app, "p1", ("member",)))

@@ -216,9 +216,12 @@ def test_the_echo_probe_ends_when_the_holder_dies():
 class _Conn:
     """What GatedDatapath's keepalive uses of a connection: the switch's last word, the sends."""
 
-    def __init__(self, interval: float, unreplied: int = 3):
+    def __init__(self, interval: float, unreplied: int = 3, quiet: bool = False, quiet_interval: float = 35.0):
+        from types import SimpleNamespace
+
         from os_ken.ofproto import ofproto_v1_3_parser
         self.echo_request_interval, self.max_unreplied_echo_requests = interval, unreplied
+        self.id, self.gate, self.quiet_echo_interval = 1, SimpleNamespace(quiet=lambda dpid: quiet), quiet_interval
         self.ofproto_parser, self.address = ofproto_v1_3_parser, ("198.18.0.1", 1)
         self.heard_at, self._echo_at, self._ended = time.monotonic(), 0.0, threading.Event()
         self.send_q = object()
@@ -230,6 +233,10 @@ class _Conn:
 
     def close(self):
         self.closed_at = time.monotonic()
+
+    def _echo_interval(self) -> float:
+        from fathom.controller.ofgate import GatedDatapath
+        return GatedDatapath._echo_interval(self)
 
     def keepalive(self) -> threading.Thread:
         from fathom.controller.ofgate import GatedDatapath
@@ -271,6 +278,30 @@ def test_an_answer_resets_the_count():
     assert before >= 1
     assert conn.closed_at is not None and conn.closed_at - answered >= 1.19
     assert len([e for e in conn.echoes if e > answered]) == 3
+
+
+def test_a_quiet_connection_is_asked_once_after_the_longer_interval_and_dropped_after_the_same_silence():
+    """A switch this replica does not master (Gate.quiet): no echo before the quiet interval, so a
+    switch that probes its controllers (OVS: every 30 s) is heard first; dead after the same
+    silence as any connection ((unreplied + 1) echo intervals)."""
+    conn = _Conn(0.2, unreplied=3, quiet=True, quiet_interval=0.5)
+    start = conn.heard_at
+    t = conn.keepalive()
+    t.join(5)
+    assert not t.is_alive()
+    assert len(conn.echoes) == 1 and conn.echoes[0] - start >= 0.49, [e - start for e in conn.echoes]
+    assert conn.closed_at is not None and 0.79 <= conn.closed_at - start < 1.2, conn.closed_at - start
+
+
+def test_a_quiet_connection_whose_switch_probes_gets_no_echo():
+    conn = _Conn(0.2, unreplied=3, quiet=True, quiet_interval=0.5)
+    t = conn.keepalive()
+    for _ in range(12):             # the switch's own probe every 0.3 s, answered (heard)
+        time.sleep(0.3)
+        conn.heard_at = time.monotonic()
+    conn._ended.set()
+    t.join(2)
+    assert not t.is_alive() and conn.echoes == [] and conn.closed_at is None
 
 
 def test_the_keepalive_ends_with_the_connection():
