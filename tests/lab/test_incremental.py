@@ -12,10 +12,9 @@ import time
 import pytest
 
 from fathom.client import Client
-from fathom.host.exec import run
 from fathom.lab.ovs import wait_for
 
-from .util import await_status, controller_log, lab_api, ping, running_lab, sh
+from .util import await_status, controller_log, lab_api, ping, running_lab, sh, unplugged_vm
 
 VM_IP, VM_MAC = "198.19.1.50", "02:fa:00:00:01:50"
 
@@ -35,24 +34,10 @@ def health(lab) -> dict:
         return api.get("/health").json()
 
 
-def make_vm(lab, name: str) -> None:
-    """A VM namespace with a veth whose other end, named `name`, waits in compute1's namespace,
-    not yet on br-int (the VIF is not plugged)."""
-    vns, node_ns = lab.ns(name), lab.ns("compute1")
-    run(["ip", "netns", "add", vns])
-    run(["ip", "link", "set", "lo", "up"], ns=vns)
-    run(["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", vns])
-    run(["ip", "link", "set", "eth0", "address", VM_MAC], ns=vns)
-    run(["ip", "addr", "add", f"{VM_IP}/24", "dev", "eth0"], ns=vns)
-    for ns, dev in ((vns, "eth0"), (node_ns, name)):
-        run(["ethtool", "-K", dev, "tx", "off"], ns=ns)
-        run(["ip", "link", "set", dev, "up"], ns=ns)
-
-
 def test_a_port_is_down_until_its_vif_is_plugged_and_plugging_is_incremental(lab):
     api = client(lab)
     net = api.find("networks", "blue")
-    make_vm(lab, "icx")
+    unplugged_vm(lab, "icx", "compute1", VM_MAC, VM_IP)
     port = api.post("/ports", json={"network_id": net["id"], "name": "icx", "node": "compute1",
                                     "interface_name": "icx", "mac_address": VM_MAC,
                                     "fixed_ips": [{"ip_address": VM_IP}]})

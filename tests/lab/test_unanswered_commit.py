@@ -14,7 +14,7 @@ from fathom.controller.switch import COMMIT_WAIT
 from fathom.host.exec import run
 from fathom.lab.ovs import wait_for
 
-from .util import controller_log, ping, running_lab
+from .util import controller_log, ping, running_lab, unplugged_vm
 
 VM_IP, VM_MAC = "198.19.1.60", "02:fa:00:00:01:60"
 # How long the port on compute1 may take to turn active while compute2 is paused: a pass waits
@@ -31,16 +31,8 @@ def lab():
 
 
 def make_vm(lab, name: str, node: str) -> None:
-    """A VM namespace whose veth's other end, `name`, is a port of `node`'s br-int with iface-id `name`."""
-    vns, node_ns = lab.ns(name), lab.ns(node)
-    run(["ip", "netns", "add", vns])
-    run(["ip", "link", "set", "lo", "up"], ns=vns)
-    run(["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", vns])
-    run(["ip", "link", "set", "eth0", "address", VM_MAC], ns=vns)
-    run(["ip", "addr", "add", f"{VM_IP}/24", "dev", "eth0"], ns=vns)
-    for ns, dev in ((vns, "eth0"), (node_ns, name)):
-        run(["ethtool", "-K", dev, "tx", "off"], ns=ns)
-        run(["ip", "link", "set", dev, "up"], ns=ns)
+    """A VM whose veth's other end, `name`, is a port of `node`'s br-int with iface-id `name`."""
+    unplugged_vm(lab, name, node, VM_MAC, VM_IP)
     lab.ovs(node).vsctl("add-port", "br-int", name, "--", "set", "interface", name, f"external_ids:iface-id={name}")
 
 

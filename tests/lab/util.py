@@ -235,3 +235,17 @@ def live_watchers_end(lab: Lab, points=()) -> None:
     for node, dev in points:
         for hook in ("ingress", "egress"):
             assert "lt_" not in sh(lab, node, "tc", "filter", "show", "dev", dev, hook).stdout, (node, dev, hook)
+
+
+def unplugged_vm(lab, name: str, node: str, mac: str, ip: str) -> None:
+    """A VM namespace (`lab.ns(name)`) with address `ip`/24 and `mac` on a veth whose other end,
+    named `name`, waits in `node`'s namespace, not on br-int yet (its VIF not plugged)."""
+    vns, node_ns = lab.ns(name), lab.ns(node)
+    run(["ip", "netns", "add", vns])
+    run(["ip", "link", "set", "lo", "up"], ns=vns)
+    run(["ip", "link", "add", name, "netns", node_ns, "type", "veth", "peer", "name", "eth0", "netns", vns])
+    run(["ip", "link", "set", "eth0", "address", mac], ns=vns)
+    run(["ip", "addr", "add", f"{ip}/24", "dev", "eth0"], ns=vns)
+    for ns, dev in ((vns, "eth0"), (node_ns, name)):
+        run(["ethtool", "-K", dev, "tx", "off"], ns=ns)
+        run(["ip", "link", "set", dev, "up"], ns=ns)

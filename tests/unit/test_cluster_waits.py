@@ -19,6 +19,7 @@ from fathom.store.db import session_factory
 
 from .auth import headers_for
 from .test_cluster_statuses import TIMING, Connections, golden_cloud, share_switches
+from .test_cluster_statuses import Replica as StatusesReplica
 from .test_reconciler import FixedBootstrap
 
 with warnings.catch_warnings():
@@ -26,7 +27,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 
-class Replica:
+class Replica(StatusesReplica):
     """A replica as `fathom controller --cluster` wires one (fathom.controller.server, cluster.run):
     its API's writes wake its reconciler and notify the feed, its long-polls wait on its status
     board, its feed counts the others' writes; its passes are run by hand."""
@@ -46,12 +47,6 @@ class Replica:
         wait_for(lambda: self.feed.connected, 10, f"replica {name}'s change feed to connect")
         self.http = TestClient(app, headers=headers_for(app))
 
-    def close(self):
-        self.feed.stop()
-        self.mastership.stop()
-        self.member._roles.shutdown(wait=True)
-        self.http.close()
-        self.app.state.engine.dispose()
 
 
 def test_a_long_poll_through_another_replica_is_answered_by_the_writers_status_after_its_write(postgres):
