@@ -93,6 +93,16 @@ def _cpu(pids: list[int]) -> float:
     return sum(procs.cpu_seconds(p) or 0.0 for p in pids)
 
 
+def _reaped(pid: int) -> float:
+    """CPU seconds of pid's children that ended and that it waited for (cutime + cstime)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[13]) + int(fields[14])) / procs.CLK_TCK
+
+
 def at_rest(controllers: list[Controller], pg_pid: int, fleet: Fleet, idle_s: float) -> dict:
     """CPU seconds per second of wall time over `idle_s` idle seconds: the controllers (with any
     worker processes), PostgreSQL (server and backends), the simulated switches."""
@@ -100,14 +110,21 @@ def at_rest(controllers: list[Controller], pg_pid: int, fleet: Fleet, idle_s: fl
         return ([p for c in controllers for p in (c.proc.pid, *procs.children(c.proc.pid))],
                 [pg_pid, *procs.children(pg_pid)])
     ctl, pg = pids()
-    c0, p0, f0, t0 = _cpu(ctl), _cpu(pg), fleet.cpu(), time.monotonic()
+    c0, f0, t0 = _cpu(ctl), fleet.cpu(), time.monotonic()
+    pg0, r0 = {p: procs.cpu_seconds(p) or 0.0 for p in pg}, _reaped(pg_pid)
     time.sleep(idle_s)
     ctl2, pg2 = pids()
-    if set(ctl2) != set(ctl) or set(pg2) - set(pg):
+    if set(ctl2) != set(ctl):
         # a process came or went meanwhile: count the ones that were there throughout
-        ctl, pg = [p for p in ctl if p in ctl2], [p for p in pg if p in pg2]
+        ctl = [p for p in ctl if p in ctl2]
     wall = time.monotonic() - t0
-    c, p = _cpu(ctl) - c0, _cpu(pg) - p0
+    c = _cpu(ctl) - c0
+    # every PostgreSQL process: those there at the end (a new one from its start), and the
+    # postmaster's children that ended meanwhile (an autovacuum worker lives a fraction of a second),
+    # from the CPU of the children it waited for, less what they had used before
+    pg1 = {p: procs.cpu_seconds(p) or 0.0 for p in pg2}
+    p = (sum(v - pg0.get(q, 0.0) for q, v in pg1.items())
+         + max(0.0, _reaped(pg_pid) - r0 - sum(v for q, v in pg0.items() if q not in pg1)))
     return {"seconds": wall, "controllers_cpu_per_s": c / wall, "postgresql_cpu_per_s": p / wall,
             "switches_cpu_per_s": (fleet.cpu() - f0) / wall, "total_cpu_per_s": (c + p) / wall}
 
