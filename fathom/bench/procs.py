@@ -8,6 +8,7 @@ this kernel): the figures are meant for windows of seconds. A process that exits
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -25,13 +26,7 @@ def cpu_seconds(pid: int) -> float | None:
 def schedstat_ns(pid: int) -> int:
     """CPU time (ns) of every thread of a process, from /proc/<pid>/task/<tid>/schedstat: finer than
     the ticks of cpu_seconds, for windows shorter than seconds. A thread or process gone counts 0."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
+    return sum(task_ns(pid).values())
 
 
 def rss_mb(pid: int) -> float | None:
@@ -108,8 +103,8 @@ def thread_cpu_ns(pid: int, tid: int | None = None) -> int:
         return 0
 
 
-def _task_ns(pid: int) -> dict[int, int]:
-    """{tid: CPU ns} of every thread of a process, from schedstat."""
+def task_ns(pid: int) -> dict[int, int]:
+    """{tid: CPU ns} of every thread of a process, from schedstat ({} when it is gone)."""
     out = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
@@ -135,7 +130,6 @@ class ThreadCpu:
     (e.g. "main thread" / "other threads"): `by_part` sums the parts."""
 
     def __init__(self, roots: dict[str, int], every: float = 0.1, label=None):
-        import threading
         self.roots, self.every, self.label = roots, every, label or (lambda group, pid, tid: group)
         self.base: dict[tuple[int, int], int] = {}
         self.last: dict[tuple[int, int], int] = {}
@@ -148,7 +142,7 @@ class ThreadCpu:
         seen = set()
         for group, root in self.roots.items():
             for pid in (root, *children(root)):
-                for tid, ns in _task_ns(pid).items():
+                for tid, ns in task_ns(pid).items():
                     key = (pid, tid)
                     seen.add(key)
                     self.last[key] = ns
