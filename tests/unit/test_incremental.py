@@ -288,7 +288,8 @@ def test_a_switch_that_connects_during_a_burst_is_reconciled_without_the_burst_s
 
     def long_pass(*args, **kwargs):      # as if each pass took 30 s: the pause is as long
         result = run_pass(*args, **kwargs)
-        rec.last_pass_seconds = 30.0
+        time.sleep(0.02)                 # writes (every 2 ms) surely come while a pass runs: a
+        rec.last_pass_seconds = 30.0     # 2 ms pass could fall between two of them, again and again
         return result
     monkeypatch.setattr(rec, "run_pass", long_pass)
     burst = threading.Event()
