@@ -33,6 +33,9 @@ BUSY_RETRIES = 2   # times a request answered 503 with Retry-After (store busy, 
 FAILOVER_ROUNDS = 2   # times each endpoint is tried by one call that cannot reach any
 FAILOVER_PAUSE = 0.25   # seconds between rounds over the endpoints, doubled each round
 REQUEST_ID = "Idempotency-Key"
+# a write's transaction, where several processes take writes; sent back with a long-poll, which then
+# answers only from statuses that saw it (fathom.api.commits)
+COMMIT = "X-Fathom-Commit"
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -102,6 +105,7 @@ class Client:
         self._clients = [httpx.Client(base_url=e + "/v1", headers=headers, timeout=timeout) for e in self.endpoints]
         self.http = self._clients[0]
         self.current = 0   # the endpoint asked first: the last one that answered
+        self.commit: int | None = None   # the newest write's transaction id the controller named
 
     @classmethod
     def for_lab(cls, state: dict, **kwargs) -> "Client":
@@ -118,6 +122,8 @@ class Client:
             headers.setdefault(REQUEST_ID, uuid.uuid4().hex)   # once per call: every retry runs it at most once
         kwargs["headers"] = headers
         response = self._failover(method, path, kwargs)
+        if (commit := response.headers.get(COMMIT, "")).isdigit():
+            self.commit = max(self.commit or 0, int(commit))
         if response.is_error:
             try:
                 detail = response.json().get("detail")
@@ -224,7 +230,8 @@ class Client:
 
         A server-side long-poll (`GET /v1/<collection>/<id>?wait=<want>&timeout=<s>`): the
         controller answers as soon as a reconcile pass that saw every write made before the call
-        decides that status, so nothing polls. Long waits are made of requests of at most
+        (and this client's last write, wherever it was made: COMMIT) decides that status, so
+        nothing polls. Long waits are made of requests of at most
         LONG_POLL seconds each."""
         path = f"/{collection}/{obj_id}"
         deadline = time.monotonic() + timeout
@@ -232,7 +239,8 @@ class Client:
             remaining = deadline - time.monotonic()
             chunk = min(max(remaining, 0.001), LONG_POLL)
             asked = time.monotonic()
-            answer = self.get(path, params={"wait": want, "timeout": round(chunk, 3)}, timeout=chunk + 10)
+            answer = self.get(path, params={"wait": want, "timeout": round(chunk, 3)}, timeout=chunk + 10,
+                              headers={COMMIT: str(self.commit)} if self.commit is not None else {})
             if answer.get("status") in (want, "error"):
                 return answer
             if time.monotonic() >= deadline:

@@ -19,6 +19,7 @@ from fathom.api import (agent_traces, agents, cluster, fabric, floatingips, netw
                         routers, secgroups, sfc, taps, tokens)
 from fathom.api import agent_captures, flow_records
 from fathom.api.auth import Authenticator
+from fathom.api.commits import CommitHeader
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
 from fathom.api.limits import BoundedInput
@@ -70,6 +71,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.authenticator = Authenticator(engine, keystone if keystone is not None else KeystoneValidator.from_env())
     app.add_middleware(RequestIds, engine=engine)   # inside BoundedInput: bodies read are bounded
     app.add_middleware(BoundedInput, max_body=max_body)
+    app.add_middleware(CommitHeader)   # outside RequestIds: a replayed answer names no commit
     pptmon.metrics()   # the families exist (empty) on /metrics from the start
     app.state.flow_records = flow_records.RecordStore()
     flow_records.metrics()

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fathom.api import request_ids
 from fathom.api.auth import admin_caller, caller
+from fathom.api.commits import after_commit
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
 from fathom.store.db import READ_ONLY
@@ -51,7 +52,8 @@ Marker = Annotated[int | None, Query(ge=0, description="the last id of the previ
 
 # Long-poll of one object: `GET /v1/<collection>/<id>?wait=<status>&timeout=<s>` answers once the
 # object's status is `wait` (or `error`) as decided by a pass that saw every write committed before
-# the request, or after `timeout` seconds with the object as it is (fathom.controller.board).
+# the request (and the write its `X-Fathom-Commit` names: fathom.api.commits), or after `timeout`
+# seconds with the object as it is (fathom.controller.board).
 MAX_WAIT = 60.0
 Wait = Annotated[Literal["pending", "active", "error", "down"] | None,
                  Query(description="answer once the object's status is this (or error), at most `timeout` s")]
@@ -68,10 +70,11 @@ async def shown(request: Request, read: Callable[[], Any], kinds: tuple[str, ...
     A status already on the board is answered with `read()` alone."""
     board = getattr(request.app.state, "status_board", None)
     keys = tuple((k, object_id) for k in kinds)
-    if wait is None or board is None or board.answer(keys, wait, board.requested) is not None:
+    after = after_commit(request) if wait is not None else None
+    if wait is None or board is None or board.answer(keys, wait, board.requested, after) is not None:
         return await run_in_threadpool(read)   # nothing to wait for: `read` alone tells a missing one
     await run_in_threadpool(check or read)
-    await board.wait(keys, wait, timeout)
+    await board.wait(keys, wait, timeout, after)
     return await run_in_threadpool(read)
 
 

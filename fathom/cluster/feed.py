@@ -44,6 +44,7 @@ import logging
 import select
 import threading
 import time
+from contextvars import ContextVar
 from typing import Callable
 
 import psycopg
@@ -68,6 +69,9 @@ SNAPSHOT_ROOM = 1100
 # the transaction ids a claim names besides its snapshot, at most (any subset is a claim as true)
 CLAIM_XIDS = 64
 _COMMITTED = threading.local()   # .xid: the last write this thread committed that notified
+# the transaction ids of the writes a request made that notified (set to a list per request by the
+# API: fathom.api.commits; the thread pool its handler runs in shares the list)
+REQUEST_COMMITS: ContextVar[list | None] = ContextVar("fathom_request_commits", default=None)
 
 
 def committed_xid() -> int | None:
@@ -189,6 +193,8 @@ class _Notes(TableChanges):
             with conn.connection.dbapi_connection.cursor() as cur:
                 cur.execute(statement, params)
                 _COMMITTED.xid = int(cur.fetchone()[1])
+            if (commits := REQUEST_COMMITS.get()) is not None:
+                commits.append(_COMMITTED.xid)
         except psycopg.Error as e:
             raise DBAPIError.instance(statement, params, e, psycopg.Error) from e
 
@@ -376,7 +382,8 @@ class Listener:
         xid = snapshot = ""
         if not written.startswith("["):    # a transaction id and snapshot before what it wrote
             xid, snapshot, written = (written.split(" ", 2) + ["", ""])[:3]
-        if sender == self.me:
+        if sender == self.me:   # counted in claims (a pass after it reads it), and nothing else
+            self._taken(xid, snapshot)
             return
         try:
             self.lag = max(0.0, time.time() + self._offset - float(at))
@@ -385,7 +392,10 @@ class Listener:
             pass
         METRICS.received.inc()
         self.on_change(written_in(written))
-        try:   # counted: the writes it stands for are read by the next pass
+        self._taken(xid, snapshot)   # counted: the writes it stands for are read by the next pass
+
+    def _taken(self, xid: str, snapshot: str) -> None:
+        try:
             self.taken.saw(int(xid), snapshot_in(snapshot))
         except ValueError:     # a snapshot left out ("-"): its own write only
             if xid.isdigit():

@@ -18,6 +18,14 @@ mine)`). A heard status answers a long-poll without a pass of this replica's whe
 writer's pass had read (its claim, fathom.cluster.feed.Claim) include every write of this process
 up to the long-poll's number: `request()` keeps each write's transaction id (`written`, the feed's
 `committed_xid`) until every writer's claims show it.
+
+Where several processes take writes (replicas, or `--api-workers`), the caller's write may have
+been made on another process than the one holding its long-poll, which has not counted it. A write
+made with the change feed on answers with its transaction id (header `X-Fathom-Commit`), and a
+long-poll that sends it back (`after`) is answered only by statuses decided from a read that had
+it: a pass of this process's whose claim shows it (`publish(..., claim)`), or a heard status whose
+writer's claim does. Without a feed (one process takes every write) `after` is not needed, and not
+looked at.
 """
 from __future__ import annotations
 
@@ -35,11 +43,11 @@ KEPT_WRITES = 10_000    # transaction ids kept at most (the oldest go first)
 
 class _Waiter:
     """A long-poll on the board: the keys it waits on, for which status, after which write."""
-    __slots__ = ("loop", "event", "keys", "want", "need")
+    __slots__ = ("loop", "event", "keys", "want", "need", "after")
 
-    def __init__(self, keys: tuple[tuple[str, int], ...], want: str, need: int):
+    def __init__(self, keys: tuple[tuple[str, int], ...], want: str, need: int, after: int | None):
         self.loop, self.event = asyncio.get_running_loop(), asyncio.Event()
-        self.keys, self.want, self.need = keys, want, need
+        self.keys, self.want, self.need, self.after = keys, want, need, after
 
 
 class StatusBoard:
@@ -64,8 +72,13 @@ class StatusBoard:
         self._writes: dict[int, int] = {}
         self._horizon = 0
         self._claim_xmins: dict[str, tuple[int, float]] = {}   # writer -> (its last claim's xmin, when)
-        # key -> (the status heard, the last write number the claim heard with it shows)
+        # key -> (the status heard, the last write number the claim heard with it shows, that claim)
         self._heard_after: dict = {}
+        # with a change feed (claims known): the claim of the pass that published last, and this
+        # process's own writes (transaction id -> write number), which its claims need not show
+        self.claims = False
+        self._claim = None
+        self._own: dict[int, int] = {}
 
     def request(self) -> int:
         """An API write was committed: the statuses published so far may not reflect it."""
@@ -74,6 +87,9 @@ class StatusBoard:
             self.requested += 1
             if xid is not None:
                 self._writes[self.requested] = xid
+                self._own[xid] = self.requested
+                if len(self._own) > KEPT_WRITES:
+                    del self._own[next(iter(self._own))]
                 if len(self._writes) > KEPT_WRITES:
                     oldest = next(iter(self._writes))
                     self._horizon = max(self._horizon, self._writes.pop(oldest) + 1)
@@ -94,7 +110,7 @@ class StatusBoard:
             if claim is not None:
                 after = self._shown_by(claim)
                 for key, value in statuses.items():
-                    self._heard_after[key] = (value, after)
+                    self._heard_after[key] = (value, after, claim)
             # a new map: one published is never changed in place (the console diffs them); the
             # listeners, which take a pass's whole statuses, are told with the next publish
             self.statuses = {**self.statuses, **statuses}
@@ -122,10 +138,10 @@ class StatusBoard:
             return self._heard_count, fresh
 
     def publish(self, statuses: dict[tuple[str, int], Status], covered: int, heard_at: int | None = None,
-                mine=None) -> None:
-        """The statuses of a pass that read the store after write number `covered`. `heard_at`
-        (take_heard before that read): a status heard since, of a key this replica does not write
-        (`mine(key)` false), stands over the pass's."""
+                mine=None, claim=None) -> None:
+        """The statuses of a pass that read the store after write number `covered` (and, with a
+        change feed, the writes `claim` shows). `heard_at` (take_heard before that read): a status
+        heard since, of a key this replica does not write (`mine(key)` false), stands over the pass's."""
         with self._lock:
             if heard_at is not None and self._heard:
                 for key, (value, n) in self._heard.items():
@@ -134,6 +150,8 @@ class StatusBoard:
                 self._heard = {k: e for k, e in self._heard.items() if e[1] > heard_at}
             self.statuses = statuses
             self.covered = max(self.covered, covered)
+            if claim is not None:
+                self._claim = claim
             if self._heard_after:   # kept while it shows more than this pass and still stands
                 self._heard_after = {k: e for k, e in self._heard_after.items()
                                      if e[1] > self.covered and statuses.get(k) == e[0]}
@@ -147,7 +165,7 @@ class StatusBoard:
     def _wake(self) -> None:
         """Answer the long-polls the board answers now."""
         with self._lock:
-            answered = [w for w in self._waiters if self.answer(w.keys, w.want, w.need) is not None]
+            answered = [w for w in self._waiters if self.answer(w.keys, w.want, w.need, w.after) is not None]
             self.woken += len(answered)
         for w in answered:
             try:
@@ -155,23 +173,36 @@ class StatusBoard:
             except RuntimeError:   # the waiter's loop is closed: it is gone
                 pass
 
-    def answer(self, keys: tuple[tuple[str, int], ...], want: str, need: int) -> Status | None:
+    def answer(self, keys: tuple[tuple[str, int], ...], want: str, need: int, after: int | None = None) -> Status | None:
         """The status that ends a wait for `want`, or None while it is not there yet: decided by a
-        pass of this replica's after write `need`, or heard from a writer whose pass had read it."""
+        pass of this replica's after write `need` (and transaction `after`), or heard from a writer
+        whose pass had read them."""
+        after = after if self.claims else None
         for key in keys:
             got = self.statuses.get(key)
             if got is not None and got[0] in (want, "error"):
-                if self.covered >= need:
+                if self.covered >= need and (after is None or self._shows(after)):
                     return got
                 heard = self._heard_after.get(key)
-                if heard is not None and heard[0] == got and heard[1] >= need:
+                if heard is not None and heard[0] == got and heard[1] >= need and \
+                        (after is None or heard[2] is not None and heard[2].covers(after)):
                     return got
         return None
 
-    async def wait(self, keys: tuple[tuple[str, int], ...], want: str, timeout: float) -> Status | None:
+    def _shows(self, xid: int) -> bool:
+        """Whether this process's published statuses were decided from a read that had transaction
+        `xid`: its own write a pass covered, or one the pass's claim shows."""
+        own = self._own.get(xid)
+        if own is not None and self.covered >= own:
+            return True
+        return self._claim is not None and self._claim.covers(xid)
+
+    async def wait(self, keys: tuple[tuple[str, int], ...], want: str, timeout: float,
+                   after: int | None = None) -> Status | None:
         """Until one of `keys` (the object under its possible kinds) has status `want` or `error` in
-        statuses covering every write committed before this call; None after `timeout` seconds."""
-        waiter = _Waiter(keys, want, self.requested)
+        statuses covering every write committed before this call (and transaction `after`, a
+        write the caller made elsewhere); None after `timeout` seconds."""
+        waiter = _Waiter(keys, want, self.requested, after)
         deadline = time.monotonic() + timeout
         with self._lock:
             self._waiters.add(waiter)
@@ -180,7 +211,7 @@ class StatusBoard:
                 # cleared before the look: a publish after it sets the event again; one that
                 # answered and was overtaken by another (the status changed back) waits on
                 waiter.event.clear()
-                got = self.answer(keys, want, waiter.need)
+                got = self.answer(keys, want, waiter.need, after)
                 remaining = deadline - time.monotonic()
                 if got is not None or remaining <= 0:
                     return got

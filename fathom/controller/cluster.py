@@ -79,6 +79,8 @@ class ClusterMember:
         # its API's writes, by transaction id: a status another replica heard answers a long-poll
         # once that replica's pass had read the caller's write (fathom.controller.board)
         reconciler.board.written = feed.committed_xid
+        reconciler.board.claims = True
+        reconciler.claims = self.claim
         self.feed: feed.Listener | None = None    # the change feed (`run`)
         bootstrapper = reconciler.bootstrapper
         bootstrapper.may_write = self.sets_up

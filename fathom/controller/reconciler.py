@@ -166,7 +166,10 @@ class Reconciler:
         self._busy = 0                                # passes in a row that found changes waiting
         # this replica's part in a cluster (fathom.controller.cluster.ClusterMember); None: alone
         self.cluster = None
-        self._claim = None      # in a cluster: the writes of other replicas the last store read read
+        # with a change feed (a cluster, API workers): () -> the other processes' writes a store
+        # read now reads (fathom.cluster.feed.Claim); `_claim`: the last store read's
+        self.claims = None
+        self._claim = None
 
     @property
     def results(self) -> dict[SwitchKey, SwitchResult]:
@@ -419,8 +422,8 @@ class Reconciler:
             if heard:
                 self.store.reader.statuses_written(heard)
             if ev.store or whole:
-                if self.cluster is not None:   # before the read: the feed's writes it reads (Claim)
-                    self._claim = self.cluster.claim()
+                if self.claims is not None:   # before the read: the feed's writes it reads (Claim)
+                    self._claim = self.claims()
                 self.store_model = self.store.read(whole or ev.elsewhere)
             steps.done("read")
             result = PassResult()

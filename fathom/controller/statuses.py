@@ -96,7 +96,7 @@ class StatusWriter:
             self.store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
         steps.done("statuses")
-        self.board.publish(published, seq, heard_at, writes)
+        self.board.publish(published, seq, heard_at, writes, claim)
         steps.done("publish")
 
     def assert_same_statuses(self, snapshot: Snapshot, result: PassResult, decided: dict) -> None:

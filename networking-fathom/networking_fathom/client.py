@@ -8,7 +8,9 @@ Several fathom controllers (docs/ha.md of fathom): `urls` lists their endpoints.
 cannot reach one, or is answered 503, is made on the next, each endpoint once; the last that
 answered is asked first next time; when none answers the journal retries later. Every write
 carries an `Idempotency-Key` made once per call: a replica that already ran it answers with the
-recorded response, so a write whose answer was lost is not run twice.
+recorded response, so a write whose answer was lost is not run twice. A write's answer may name its
+transaction (`X-Fathom-Commit`, where several fathom processes take writes); the newest is sent back
+with each long-poll, so it waits for a status decided after that write, whichever process made it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import uuid
 import requests
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+COMMIT = "X-Fathom-Commit"
 
 
 class FathomError(Exception):
@@ -36,12 +39,14 @@ class Client:
         items = [urls] if isinstance(urls, str) else urls
         self.bases = [u.strip().rstrip("/") + "/v1" for item in items for u in item.split(",") if u.strip()]
         self.current = 0   # the endpoint asked first: the last one that answered
+        self.commit: int | None = None   # the newest write's transaction fathom named
         self.timeout = timeout
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
 
-    def request(self, method: str, path: str, project: str | None = None, timeout: float | None = None, **kwargs):
-        headers = {"X-Project": project} if project else {}
+    def request(self, method: str, path: str, project: str | None = None, timeout: float | None = None,
+                headers: dict | None = None, **kwargs):
+        headers = {**(headers or {}), **({"X-Project": project} if project else {})}
         if method in WRITES:
             headers["Idempotency-Key"] = uuid.uuid4().hex
         failures = []
@@ -61,6 +66,8 @@ class Client:
             break
         else:
             raise Unreachable(f"{method} {path}: " + "; ".join(failures))
+        if (commit := r.headers.get(COMMIT, "")).isdigit():
+            self.commit = max(self.commit or 0, int(commit))
         if r.status_code >= 400:
             raise FathomError(r.status_code, _reason(r))
         return r.json() if r.content else None
@@ -80,7 +87,8 @@ class Client:
         as soon as fathom decides its status is `want` (or `error`), or as it is after `timeout` s
         (at most 60); as fathom.client.Client.wait_status, without its loop (the caller asks again)."""
         return self.request("GET", f"/{collection}/{obj_id}", project, timeout=timeout + self.timeout,
-                            params={"wait": want, "timeout": min(timeout, 60.0)})
+                            params={"wait": want, "timeout": min(timeout, 60.0)},
+                            headers={COMMIT: str(self.commit)} if self.commit is not None else None)
 
     def by_external_id(self, collection: str, external_id: str, project: str | None) -> dict | None:
         found = self.request("GET", f"/{collection}", project, params={"external_id": external_id})

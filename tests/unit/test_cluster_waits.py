@@ -6,9 +6,14 @@ its value (fathom.controller.board, fathom.cluster.feed.Claim)."""
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 
+import pytest
+
+from fathom import client as client_module
 from fathom.api import create_app
+from fathom.client import ApiError, Client
 from fathom.cluster import feed
 from fathom.cluster.mastership import Mastership
 from fathom.controller.cluster import ClusterMember, switch_name
@@ -96,6 +101,53 @@ def test_a_long_poll_through_another_replica_is_answered_by_the_writers_status_a
         assert o.rec.board.answer(keys, "active", need - 1) == ("active", None)   # o's write w had read
         o.rec.run_pass()
         assert o.rec.board.answer(keys, "active", need) == ("active", None)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_long_poll_after_a_write_made_on_another_replica_waits_for_a_read_that_had_it(postgres, monkeypatch):
+    """The client library writes through one replica and long-polls another, which has not counted
+    that write: with the write's `X-Fathom-Commit` sent back, the long-poll is not answered by the
+    status from before the write (fathom.api.commits); it is by the writer's status that read it."""
+    url = postgres.new_database(migrated=True)
+    topo, ids, snap, nodes, fakes, ofports = golden_cloud(url)
+    a, b = Replica("a", url, fakes, ofports), Replica("b", url, fakes, ofports)
+    try:
+        share_switches(a, b, fakes)
+        vm, node = next((v.name, n.name) for n, v in topo.vms())
+        w, o = (a, b) if a.member.masters(datapath_id(nodes[node])) else (b, a)
+        port = ids["ports"][vm]
+        apps = {"http://w/v1": w.app, "http://o/v1": o.app}
+        monkeypatch.setattr(client_module.httpx, "Client", lambda base_url, headers, timeout: TestClient(
+            apps[base_url], base_url=base_url, headers=headers))
+        client = Client(["http://w", "http://o"], token=w.http.headers["Authorization"].split()[1])
+        assert client.get(f"/ports/{port}")["status"] == "active" and client.commit is None   # reads commit nothing
+
+        # through w: the port's interface renamed to one not plugged (it goes `down`)
+        client.patch(f"/ports/{port}", json={"interface_name": "nothere0"})
+        assert client.commit == w.rec.board._writes[w.rec.board.requested]
+        # on o, `active` from before the write does not answer the long-poll: it is held until it
+        # runs out, one request (answered at once, the client would ask again and again), and the
+        # port is read as the write left it (`pending`)
+        client.current = 1
+        asked = []
+        monkeypatch.setattr(client._clients[1], "request", lambda *args, request=client._clients[1].request,
+                            **kwargs: asked.append(kwargs.get("headers")) or request(*args, **kwargs))
+        started = time.monotonic()
+        with pytest.raises(ApiError, match="status 'pending', not 'active' after 1 s"):
+            client.wait_status("ports", port, "active", timeout=1.0)
+        assert time.monotonic() - started >= 1.0
+        assert asked == [{"X-Fathom-Commit": str(client.commit)}], asked
+        # w's pass reads it and writes `down`: that answers the long-poll on o for `down`
+        wait_for(lambda: w.feed.claim().covers(client.commit), 5, "w's own write to count in its claims")
+        w.rec.run_pass()
+        assert client.wait_status("ports", port, "down", timeout=10)["status"] == "down"
+        assert client.current == 1
+        # a header that is no transaction id is refused
+        bad = o.http.get(f"/v1/ports/{port}", params={"wait": "down", "timeout": 1},
+                         headers={"X-Fathom-Commit": "12x"})
+        assert bad.status_code == 422 and "X-Fathom-Commit" in bad.text, bad.text
     finally:
         a.close()
         b.close()
