@@ -155,6 +155,23 @@ def test_a_write_through_a_worker_wakes_the_controller_process(controller):
             r = http.get(f"/networks/{net}", params={"wait": "active", "timeout": 3})
             assert r.json()["status"] == "active", (worker, r.json())
 
+        # a worker's write names its transaction; a long-poll that sends it back is not answered
+        # by the status from before that write (the controller process counts it from its feed):
+        # an unbound port, `down`, updated (`pending`); each update a worker took waited on at once
+        port = http.post("/ports", json={"network_id": next(iter(made))}).json()
+        assert http.get(f"/ports/{port['id']}", params={"wait": "down", "timeout": 10}).json()["status"] == "down"
+        waits = 0
+        for i in range(40):
+            r = http.patch(f"/ports/{port['id']}", json={"name": f"renamed-{i}"})
+            assert r.status_code == 200, r.text
+            if r.headers["X-Fathom-Worker"] != "1":
+                continue
+            waited = http.get(f"/ports/{port['id']}", params={"wait": "down", "timeout": 10},
+                              headers={"X-Fathom-Commit": r.headers["X-Fathom-Commit"]})
+            assert waited.json()["status"] == "down", waited.json()
+            waits += 1
+        assert waits >= 5, waits
+
 
 def test_the_console_s_event_stream_passes_through_a_worker(controller):
     """/v1/events is the controller process's: a worker passes its server-sent events on as they
