@@ -1,7 +1,7 @@
 """A switch that does not answer holds no other switch's changes, on real OVS: compute2's
 ovs-vswitchd paused (SIGSTOP: its OpenFlow connection stays open, nothing is answered) while the
-controller awaits its bundle's commit, reads it back (an explicit sync) or counts its flows (the
-periodic check). Each time compute2 is `not answering` (its node and ports `pending`, saying what it
+controller awaits its bundle's commit, reads it back (an explicit sync), counts its flows (the
+periodic check) or asks the barrier before a status turns `active`. Each time compute2 is `not answering` (its node and ports `pending`, saying what it
 did not answer) within REPLY_WAIT and a bit, a port on compute1 turns `active` meanwhile, and once
 resumed compute2 is read back, brought to its desired state, and its ports turn `active` again.
 Every request on its own: tests/lab/test_unanswered_requests.py."""
@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -25,11 +26,14 @@ from .util import controller_log, ping, running_lab, unplugged_vm
 # tells apart is held or not held.
 HELD = REPLY_WAIT + 10
 CHECK_INTERVAL = 10     # the lab controller's --interval (fathom.lab.controller)
+# The controller's wait between a change's commit and the barrier before its objects turn `active`
+# (`fathom controller --datapath-settle`, at most 1 s): long enough to pause a switch in between.
+SETTLE = 1.0
 
 
 @pytest.fixture(scope="module")
 def lab():
-    with running_lab("wt1", standalone=False) as lab:
+    with running_lab("wt1", standalone=False, controller_options=("--datapath-settle", str(SETTLE))) as lab:
         yield lab
 
 
@@ -39,11 +43,11 @@ def make_vm(lab, name: str, node: str, mac: str, ip: str) -> None:
     lab.ovs(node).vsctl("add-port", "br-int", name, "--", "set", "interface", name, f"external_ids:iface-id={name}")
 
 
-def new_port(api, lab, name: str, mac: str, ip: str) -> dict:
-    """A port on compute1 (its VM plugged), as the API answers its creation."""
-    make_vm(lab, name, "compute1", mac, ip)
+def new_port(api, lab, name: str, mac: str, ip: str, node: str = "compute1") -> dict:
+    """A port on `node` (its VM plugged), as the API answers its creation."""
+    make_vm(lab, name, node, mac, ip)
     net = api.find("networks", "blue")
-    return api.post("/ports", json={"network_id": net["id"], "name": name, "node": "compute1", "interface_name": name,
+    return api.post("/ports", json={"network_id": net["id"], "name": name, "node": node, "interface_name": name,
                                     "mac_address": mac, "fixed_ips": [{"ip_address": ip}]})
 
 
@@ -129,3 +133,27 @@ def test_a_switch_paused_at_rest_is_found_by_the_check(lab):
         assert got["status"] == "active", (got, controller_log(lab))
     caught_up(api, lab)
     run(["ip", "netns", "del", lab.ns("wtz")])
+
+
+def test_a_switch_paused_before_the_status_writes_barrier_holds_no_other_switchs_changes(lab):
+    """compute2 takes a new port's flows (it answers the commit) and is paused before the barrier
+    that precedes the port's `active`, SETTLE later."""
+    api = Client.for_lab(lab.state())
+    mac = "02:fa:00:00:01:63"
+    port = new_port(api, lab, "wtw", mac, "198.19.1.63", node="compute2")
+    deadline = time.monotonic() + HELD
+    while mac not in lab.ovs("compute2").ofctl("dump-flows", "br-int"):     # its commit is answered
+        assert time.monotonic() < deadline, controller_log(lab)
+    time.sleep(SETTLE / 5)          # its commit reply on its way, its barrier SETTLE after
+    with paused(lab, "compute2"):
+        api.wait_until(f"/nodes/{api.find('nodes', 'compute2')['id']}", lambda n: n["status"] == "pending", HELD)
+        pending_for(api, lab, "a barrier")
+        got = api.get(f"/ports/{port['id']}")
+        assert got["status"] == "pending" and "not answering" in got["status_reason"], got
+        other = new_port(api, lab, "wtv", "02:fa:00:00:01:64", "198.19.1.64")
+        got = api.wait_status("ports", other["id"], timeout=HELD)
+        assert got["status"] == "active", (got, controller_log(lab))
+    caught_up(api, lab)
+    assert api.wait_status("ports", port["id"], timeout=30)["status"] == "active"
+    for name in ("wtw", "wtv"):
+        run(["ip", "netns", "del", lab.ns(name)])
