@@ -1,10 +1,11 @@
 """A switch that does not answer holds no other switch's changes, on real OVS: compute2's
 ovs-vswitchd paused (SIGSTOP: its OpenFlow connection stays open, nothing is answered) while the
 controller awaits its bundle's commit, reads it back (an explicit sync), counts its flows (the
-periodic check) or asks the barrier before a status turns `active`. Each time compute2 is `not answering` (its node and ports `pending`, saying what it
-did not answer) within REPLY_WAIT and a bit, a port on compute1 turns `active` meanwhile, and once
-resumed compute2 is read back, brought to its desired state, and its ports turn `active` again.
-Every request on its own: tests/lab/test_unanswered_requests.py."""
+periodic check) or asks the barrier before a status turns `active`. Each time compute2 is `not
+answering` (its node and ports `pending`, saying what it did not answer) within REPLY_WAIT and a
+bit, a port on compute1 turns `active` meanwhile, and once resumed compute2 is read back, brought
+to its desired state, and its ports turn `active` again. Every request on its own:
+tests/lab/test_unanswered_requests.py."""
 import contextlib
 import os
 import signal
