@@ -8,6 +8,7 @@ to its desired state, and its ports turn `active` again. Every request on its ow
 tests/lab/test_unanswered_requests.py."""
 import contextlib
 import os
+import re
 import signal
 import threading
 import time
@@ -140,10 +141,19 @@ def test_a_switch_paused_before_the_status_writes_barrier_holds_no_other_switchs
     """compute2 takes a new port's flows (it answers the commit) and is paused before the barrier
     that precedes the port's `active`, SETTLE later."""
     api = Client.for_lab(lab.state())
-    mac = "02:fa:00:00:01:63"
-    port = new_port(api, lab, "wtw", mac, "198.19.1.63", node="compute2")
+    name, mac, ip = "wtw", "02:fa:00:00:01:63", "198.19.1.63"
+    unplugged_vm(lab, name, "compute2", mac, ip)
+    net = api.find("networks", "blue")
+    port = api.post("/ports", json={"network_id": net["id"], "name": name, "node": "compute2", "interface_name": name,
+                                    "mac_address": mac, "fixed_ips": [{"ip_address": ip}]})
+    assert api.wait_status("ports", port["id"], want="down", timeout=HELD)["status"] == "down"
+    ovs = lab.ovs("compute2")
+    ovs.vsctl("add-port", "br-int", name, "--", "set", "interface", name, f"external_ids:iface-id={name}")
+    # the VIF plugged: a pass sends compute2 the port's flows (those matching its OpenFlow port) and
+    # turns it `active` once compute2 answered the barrier after them
+    in_port = re.compile(rf"in_port={int(ovs.vsctl('get', 'interface', name, 'ofport'))}\b")
     deadline = time.monotonic() + HELD
-    while mac not in lab.ovs("compute2").ofctl("dump-flows", "br-int"):     # its commit is answered
+    while not in_port.search(ovs.ofctl("dump-flows", "br-int")):     # its commit is answered
         assert time.monotonic() < deadline, controller_log(lab)
     time.sleep(SETTLE / 5)          # its commit reply on its way, its barrier SETTLE after
     with paused(lab, "compute2"):
