@@ -9,11 +9,12 @@ switches, by tier (fabric switch, br-phy, br-int): first every switch gets what 
 flows; one atomic bundle each), then every switch loses what is gone, so no switch stops using a
 path before every switch has the new one. A switch that already holds its desired state is sent
 nothing; a refused change marks exactly the objects whose messages the switch refused (by
-cookie) and the rest is applied without them. A switch that does not answer a bundle's commit
-within COMMIT_WAIT (hung, paused, hostile, its link saturated) does not hold the pass longer: the
-pass goes on without it, its state says it is not answering (its objects are `pending`, not
-`active`), and later passes leave it alone until the reply comes or its connection closes; then it
-is read back and diffed whole, whatever the reply said.
+cookie) and the rest is applied without them. A switch that does not answer within REPLY_WAIT
+(hung, paused, hostile, its link saturated) whatever was asked of it — a read, a bundle's commit,
+the barrier after a plain message, the check's flow count, a status write's barrier — does not
+hold the pass longer: the pass goes on without it, its state says it is not answering (its objects
+are `pending`, not `active`), and later passes leave it alone until the reply comes or its
+connection closes; then it is read back and diffed whole, whatever the reply said.
 """
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ class Applier:
         self._had_meters: dict[int, bool] = {}        # dpid -> desired meters last pass (unknown: read)
         self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
         self._pool: ThreadPoolExecutor | None = None  # applies to several switches at once
-        # dpid -> (its state, the Unanswered) of a switch whose bundle's commit reply is still
+        # dpid -> (its state, the Unanswered) of a switch whose reply to a request is still
         # awaited: left alone (not read, nothing sent) until the reply comes or the connection
         # closes, which asks for a pass (on_retry) that reads it back and diffs it whole
         self.unanswered: dict[int, tuple[str, Unanswered]] = {}
@@ -110,7 +111,8 @@ class Applier:
     def check(self, res: SwitchResult) -> str | None:
         """The periodic check of a switch that is set up: "retry" when it is connected but not
         reconciled, "check" when its flow count differs from its mirror's (drift: the mirror is
-        dropped, so the pass this asks for diffs it whole), None when all is well or unknown."""
+        dropped, so the pass this asks for diffs it whole) or it did not answer the count (the
+        pass says so), None when all is well or unknown."""
         session = self.switches.session(res.dpid)
         known = self.known.get(res.dpid)
         if res.dpid in self.unanswered:
@@ -119,6 +121,9 @@ class Applier:
             return "retry" if session is not None and not res.state.startswith("ok") else None
         try:
             flows = session.count_flows()
+        except Unanswered as e:
+            self._failed(res, session, e)
+            return "check"
         except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
             LOG.warning("%s: check failed: %s", res.key, e)
             return None
@@ -278,15 +283,23 @@ class Applier:
         self.known[dpid] = (set(desired.flows) | plan.foreign[0], set(desired.groups) | plan.foreign[1], desired)
         self._foreign[dpid] = plan.foreign
 
-    def barriers(self, dpids) -> None:
+    def barriers(self, dpids) -> set[int]:
         """A barrier's round trip to each of these switches (those still connected), side by side:
-        each has run its main loop since (`OsKenSession.barrier`). A switch that fails it is left
-        to the next pass, which sees its connection gone."""
+        each has run its main loop since (`OsKenSession.barrier`). Returns those that did not
+        answer: each is not answering (its result says so) until its reply comes. A switch whose
+        connection fails is left to the next pass, which sees it gone."""
+        silent = set()
+
         def one(dpid) -> None:
             session = self.switches.session(dpid)
             if session is not None:
                 try:
                     session.barrier()
+                except Unanswered as e:
+                    res = next((r for r in self.results.values() if r.dpid == dpid), None)
+                    if res is not None:
+                        self._failed(res, session, e)
+                        silent.add(dpid)
                 except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
                     LOG.warning("%016x: barrier failed: %s", dpid, e)
         dpids = list(dpids)
@@ -297,6 +310,7 @@ class Applier:
             one(d)
         for future in futures:
             future.result()
+        return silent
 
     def _each(self, fn, plans: list[_Plan]) -> None:
         """fn(plan) for every plan, at the same time when there are several switches with changes:
@@ -359,9 +373,12 @@ class Applier:
             res.apply_seconds += time.monotonic() - started
 
     def _failed(self, res: SwitchResult, session, e: Exception) -> None:
-        LOG.warning("%s: apply failed: %s", res.key, e)
         if isinstance(e, Unanswered):
-            res.state = f"not answering: no reply to its bundle's commit since {time.strftime('%H:%M:%S')}"
+            LOG.warning("%s: %s: left alone until it answers", res.key, e)
+        else:
+            LOG.warning("%s: apply failed: %s", res.key, e)
+        if isinstance(e, Unanswered):
+            res.state = f"not answering: no reply to {e.what} since {time.strftime('%H:%M:%S')}"
             self.unanswered[res.dpid] = (res.state, e)
             e.reply.then(lambda _msg: self.on_retry())
         elif isinstance(e, NotRegistered) and session.alive():

@@ -11,9 +11,9 @@ Knobs for tests: `refuse(predicate)` makes the switch refuse every message whose
 OVS refusing an invalid flow), and `sent` records what arrived, per bundle or plain message;
 FakeSwitches `down` holds switches not connected (yet), `disconnect(dpid)` closes the connection of
 one that was (its ovs-vswitchd died): from then on its session is gone and an apply fails.
-`stall()` makes a switch stop answering (a paused ovs-vswitchd): a bundle sent to it waits, not
-taken, and the session raises Unanswered as OsKenSession does after COMMIT_WAIT; a read or a
-barrier fails the test (nothing may wait on it); `answer()` takes the waiting bundles and replies.
+`stall()` makes a switch stop answering (a paused ovs-vswitchd): whatever is asked of it (a read,
+a bundle, a plain message, a barrier) waits, not taken, and the session raises Unanswered as
+OsKenSession does after REPLY_WAIT; `answer()` takes what waited, in order, and replies to each.
 
 Roles as OVS applies them: the switch itself is one controller's connection (`DEFAULT`);
 `connect(name)` gives another controller's connection to the same tables. Every connection starts
@@ -70,7 +70,10 @@ class FakeSwitch:
         self.generation: int | None = None       # the switch's generation_id (none until a master or slave request)
         self.roles: dict[str, str] = {}          # controller -> "master" | "slave" (absent: equal)
         self.demoted: list[str] = []             # controllers sent a role status (another became master)
-        self.held: list | None = None            # bundles waiting while stalled: (pairs, controller, Reply)
+        # requests waiting while stalled: (what, how, pairs, controller, Reply); how: "bundle" |
+        # "plain" (taken when it answers) | "ask" (a read or a barrier)
+        self.held: list | None = None
+        self._answers = 0                        # requests still answered once stalled (`stall`)
 
     # ------------------------------------------------------------------------------ knobs
 
@@ -78,22 +81,30 @@ class FakeSwitch:
         """Refuse every message whose spec satisfies `predicate(spec)` (None: refuse nothing)."""
         self._refuse = predicate or (lambda spec: False)
 
-    def stall(self) -> None:
-        """Stop answering: bundles from now on wait (see the module's docstring)."""
-        self.held = []
+    def stall(self, after: int = 0) -> None:
+        """Stop answering: requests wait (see the module's docstring), from the one after the next
+        `after` on (those are still answered: a switch falling silent in the middle of a pass)."""
+        self.held, self._answers = [], after
 
     def answer(self) -> None:
-        """Answer again: take the bundles that waited, in order, and send each its commit reply."""
+        """Answer again: take what waited, in order, and reply to each."""
         held, self.held = self.held or [], None
-        for pairs, controller, reply in held:
+        for _what, how, pairs, controller, reply in held:
             try:
-                self._apply("bundle", pairs, atomic=True, controller=controller)
-                reply.settle("committed")
+                if how != "ask":
+                    self._apply(how, pairs, atomic=how == "bundle", controller=controller)
+                reply.settle("answered")
             except ApplyError as e:
                 reply.settle(e)
 
-    def _answering(self) -> None:
-        assert self.held is None, f"switch {self.dpid:016x} is stalled: nothing may wait on it"
+    def _answering(self, what: str, how: str = "ask", pairs: list = (), controller: str = DEFAULT) -> None:
+        """Unanswered, the request held, while the switch is stalled."""
+        if self.held is not None and self._answers:
+            self._answers -= 1
+        elif self.held is not None:
+            reply = Reply(self.dp)
+            self.held.append((what, how, pairs, controller, reply))
+            raise Unanswered(f"switch {self.dpid:016x}: no reply to {what}", what, reply)
 
     def add_foreign_flow(self, flow) -> None:
         """A flow someone else put there (e.g. cookie 0): the reconciler must leave it alone."""
@@ -102,36 +113,35 @@ class FakeSwitch:
     # ------------------------------------------------------------------------------ session interface
 
     def read_flows(self) -> set:
-        self._answering()
+        self._answering("a flow read")
         self.reads += 1
         return set(self.flows.values())
 
     def count_flows(self) -> int:
-        self._answering()
+        self._answering("a flow count")
         return len(self.flows)
 
     def read_groups(self) -> set:
-        self._answering()
+        self._answering("a group read")
         return set(self.groups.values())
 
     def read_meters(self) -> set:
-        self._answering()
+        self._answering("a meter read")
         return set(self.meters.values())
 
     def barrier(self) -> None:
-        self._answering()
+        self._answering("a barrier")
         self.barriers += 1
 
     def bundle(self, pairs: list, controller: str = DEFAULT) -> None:
-        if pairs and self.held is not None:
-            reply = Reply(self.dp)
-            self.held.append((pairs, controller, reply))
-            raise Unanswered(f"switch {self.dpid:016x}: no reply to the bundle's commit", reply, lambda: None)
         if pairs:
+            self._answering("its bundle's commit", "bundle", pairs, controller)
             self._apply("bundle", pairs, atomic=True, controller=controller)
 
     def plain(self, pairs: list, controller: str = DEFAULT) -> None:
-        if pairs:
+        if pairs:   # a stalled switch holds the first (OsKenSession waits for its barrier before the next)
+            kind = getattr(pairs[0][1], "kind", "plain")
+            self._answering(f"the barrier after a {kind} message", "plain", pairs[:1], controller)
             self._apply("plain", pairs, atomic=False, controller=controller)
 
     def request_role(self, epoch: int | None, controller: str = DEFAULT) -> int:

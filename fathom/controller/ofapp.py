@@ -1,8 +1,8 @@
 """The os-ken application: keeps the connected switches and hands their events to the runtime.
 
 os-ken runs its own threads (the `native` hub); `start()` runs the app manager in a daemon thread
-and returns the app. Reads (flow stats, barrier) go through os-ken's ofctl service, which waits for
-the replies up to a barrier and raises on an OpenFlow error. A bundle's commit is awaited here
+and returns the app. Reads (flow stats, barrier) and plain messages go through os-ken's ofctl service,
+which matches the replies up to a barrier and answers an OpenFlow error. A bundle's commit is awaited here
 (`expect`): its reply acknowledges the whole bundle, so no barrier follows it, and the errors the
 switch sent for the bundle's messages before that reply are recorded by the same handler thread
 before the commit's waiter wakes.
@@ -38,8 +38,11 @@ ONF_ROLE_STATUS = (0x4F4E4600, 1911)
 
 
 class Reply:
-    """A reply awaited from a switch: `wait` returns the reply or error message, or None when the
-    connection closed first; `then(fn)` calls fn(message) once it came, for a waiter that gave up."""
+    """A reply awaited from a switch, however long it takes: `wait` returns what settled it, `then(fn)`
+    calls fn(it) once it came, for a waiter that gave up (fathom.controller.switch.Unanswered). A
+    bundle's commit (`expect`) settles with the reply or error message, or None when the connection
+    closed first; a request through os-ken's ofctl service (fathom.controller.switch.ask) with
+    ofctl's answer."""
 
     def __init__(self, dp):
         self.dp = dp

@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Callable
 
+from fathom.apps import BR_INT
 from fathom.controller import status
 from fathom.controller.board import StatusBoard
 from fathom.controller.desired import IncrementalMismatch
@@ -21,7 +22,8 @@ class StatusWriter:
 
     `session_factory`: the store's sessions; `store_reader` (fathom.store.snapshot.StoreReader) is
     told what was written; `barriers(dpids)`: a barrier's round trip to those switches (what an
-    object's `active` waits for: see `write`); `on_decided()`: called once statuses were decided
+    object's `active` waits for: see `write`), returning those that did not answer in time (not
+    answering from then on); `on_decided()`: called once statuses were decided
     (DesiredState.statuses_decided). Until `grace_ends` (monotonic), while a switch has not
     connected or a node's OVSDB not been read, the statuses in the store stand (`held`)."""
 
@@ -85,8 +87,14 @@ class StatusWriter:
             # a cached drop) until OVS's revalidators have gone over them: an object turns `active`
             # once they have had the settle time after the make, so that `active` means it forwards
             time.sleep(max(0.0, result.settled_at - time.monotonic()))
-            self.barriers(result.made_on)
+            silent = set(self.barriers(result.made_on) or ()).intersection(result.made_on)
             steps.done("revalidate")
+            if silent:   # fell silent since they took the make (Applier.barriers): decided again
+                result.made_on = tuple(d for d in result.made_on if d not in silent)
+                for res in result.switches.values():
+                    if res.dpid in silent and res.key.bridge == BR_INT and res.key.name in result.nodes:
+                        result.nodes[res.key.name].switch = res.state
+                return self.write(snapshot, result, stored, seq, steps, heard_at, claim)
         if write or node_states:
             from fathom.store.status import write_statuses
             with self.Session() as session, session.begin():

@@ -12,11 +12,10 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-import os_ken.app.ofctl.api as ofctl
 from os_ken.app.ofctl import event as ofctl_event
 from os_ken.app.ofctl.exception import InvalidDatapath, OFError
-from os_ken.lib import hub
 
+from fathom.controller.ofapp import Reply
 from fathom.openflow import encode
 from fathom.openflow.encode import Wire
 from fathom.openflow.spec import FlowSpec, GroupSpec, MeterSpec, SwitchState
@@ -27,14 +26,15 @@ from fathom.pipeline.cookies import owns_cookie, owns_id
 NotRegistered = InvalidDatapath
 
 _bundle_ids = itertools.count(1)
-# How long a pass waits for a bundle's commit reply (a connection that dies meanwhile ends the wait
-# at once). A live switch answers in milliseconds (`fathom_switch_commit_seconds`); a switch that has
-# not answered by then is left to answer later (`Unanswered`), so that one hung, paused or hostile
-# switch holds the pass, and every other switch's changes, this long once and not until its
-# connection's keepalive gives up on it (fathom.controller.ofapp.ECHO_INTERVAL). A live switch
-# slower than this (a big replay on a loaded host) costs its objects a `pending` until its reply
-# and one read-back, not an error.
-COMMIT_WAIT = 2.0
+# How long the reconciler waits for a switch's reply: a bundle's commit, a read (flows, groups,
+# meters, a flow count), the barrier after a plain message or a status write's barrier (a
+# connection that dies meanwhile ends the wait at once). A live switch answers in milliseconds
+# (`fathom_switch_commit_seconds`); a switch that has not answered by then is left to answer later
+# (`Unanswered`), so that one hung, paused or hostile switch holds a pass, and every other switch's
+# changes, this long once and not until its connection's keepalive gives up on it
+# (fathom.controller.ofapp.ECHO_INTERVAL). A live switch slower than this (a big replay on a loaded
+# host) costs its objects a `pending` until its reply and one read-back, not an error.
+REPLY_WAIT = 2.0
 DATAPATH_SETTLE = 0.02   # seconds (`fathom controller --datapath-settle`): OsKenSession.settle
 _BUNDLE_ADD = struct.Struct("!BBHII2xH")   # OpenFlow header, bundle id, pad, flags; the message follows
 
@@ -48,13 +48,15 @@ class ApplyError(Exception):
 
 
 class Unanswered(ApplyError):
-    """The switch has not answered a bundle's commit within COMMIT_WAIT: whether it took the change
-    is not known. `reply` (fathom.controller.ofapp.Reply) is still awaited (`then`); `discard()`
-    drops the errors the switch sent for the bundle's messages, once the reply came."""
+    """The switch has not answered a request within its wait (REPLY_WAIT for the reconciler's):
+    what it holds is not known. `what` names the request ("its bundle's commit", "a flow read",
+    ...); `reply` (fathom.controller.ofapp.Reply) is still awaited (`then`), and its late reply is
+    this request's and no other's; `discard()` drops the errors the switch sent for a bundle's
+    messages, once the reply came."""
 
-    def __init__(self, message: str, reply, discard):
+    def __init__(self, message: str, what: str, reply, discard=lambda: None):
         super().__init__(message)
-        self.reply, self.discard = reply, discard
+        self.what, self.reply, self.discard = what, reply, discard
 
 
 class NotMaster(ApplyError):
@@ -173,11 +175,11 @@ def whole_messages(dp, c: Change) -> tuple[list, list, list]:
 # ---------------------------------------------------------------------------------------------- sessions
 
 
-# How long a role request waits for the switch's reply. ofctl.send_msg waits until the reply, or
-# until os-ken drops the connection: a switch that went away without closing it (no TCP reset)
-# would hold the replica's one role thread, and every other switch's role change behind it, until
-# the keepalive gives up on it (fathom.controller.ofapp.ECHO_INTERVAL). A master role unanswered
-# for longer than a lease time is moot anyway: the lease has ended.
+# How long a role request waits for the switch's reply: a switch that went away without closing
+# its connection (no TCP reset) would otherwise hold the replica's one role thread, and every other
+# switch's role change behind it, until the keepalive gives up on it
+# (fathom.controller.ofapp.ECHO_INTERVAL). A master role unanswered for longer than a lease time is
+# moot anyway: the lease has ended.
 ROLE_REPLY_TIMEOUT = 2.0
 # How long a read made for an API caller (counters, a node's flows) waits for the switch: the
 # caller is answered "did not answer" rather than holding one of the API's threads for as long as
@@ -185,29 +187,47 @@ ROLE_REPLY_TIMEOUT = 2.0
 STATS_REPLY_TIMEOUT = 5.0
 
 
-def send_waiting(app, msg, reply_cls, timeout: float, multi: bool = False):
-    """ofctl.send_msg that waits `timeout` seconds at most: TimeoutError after. The same request
-    to os-ken's ofctl service as send_msg makes (os_ken.base.app_manager.OSKenApp.send_request),
-    its reply queue read with a time limit; a reply that comes later is dropped with the request.
-    `multi`: a multipart reply, returned as the list of its parts."""
+class _Settles:
+    """Where os-ken's ofctl service puts a request's reply (`reply_q.put`): it settles a Reply."""
+
+    def __init__(self, reply):
+        self.reply = reply
+
+    def put(self, rep, *_args, **_kwargs) -> None:
+        self.reply.settle(rep)
+
+
+def ask(app, msg, reply_cls=None, multi: bool = False):
+    """Send `msg` through os-ken's ofctl service, which follows it with a barrier and matches the
+    replies (or errors) up to the barrier's reply by xid: the same request ofctl.send_msg makes
+    (os_ken.base.app_manager.OSKenApp.send_request), without waiting. Returns its
+    fathom.controller.ofapp.Reply, settled with ofctl's answer: calling that returns the reply
+    (`multi`: the list of its parts; None without `reply_cls`) or raises (OFError, or InvalidDatapath
+    once the connection closed). However late it comes, it is this request's."""
+    reply = Reply(msg.datapath)
     req = ofctl_event.SendMsgRequest(msg=msg, reply_cls=reply_cls, reply_multi=multi)
-    req.sync, req.reply_q = True, hub.Queue()
+    req.sync, req.reply_q = True, _Settles(reply)
     app.send_event(req.dst, req)
-    try:
-        return req.reply_q.get(timeout=timeout)()
-    except hub.QueueEmpty:
-        raise TimeoutError(f"no reply within {timeout:g} s") from None
+    return reply
+
+
+def send_waiting(app, msg, reply_cls, timeout: float, multi: bool = False):
+    """ofctl.send_msg that waits `timeout` seconds at most: TimeoutError after (a reply that comes
+    later is dropped). `multi`: a multipart reply, returned as the list of its parts."""
+    came, answer = ask(app, msg, reply_cls, multi).wait(timeout)
+    if not came:
+        raise TimeoutError(f"no reply within {timeout:g} s")
+    return answer()
 
 
 class OsKenSession:
     """A switch connected to os-ken: reads are multipart requests, changes one atomic bundle (OpenFlow
-    1.4+) or messages in order followed by a barrier."""
+    1.4+) or messages in order, each followed by a barrier. Every request waits `wait` seconds at
+    most for the switch's reply, then raises Unanswered (the reply still awaited)."""
 
-    def __init__(self, app, dp, settle: float = DATAPATH_SETTLE, reply_timeout: float | None = None):
+    def __init__(self, app, dp, settle: float = DATAPATH_SETTLE, wait: float = REPLY_WAIT):
         self.app, self.dp = app, dp
-        # None: a read waits for the switch as long as the connection lasts (the reconciler's
-        # own reads); seconds: TimeoutError after (reads made for an API caller)
-        self.reply_timeout = reply_timeout
+        self.wait = wait
         self.dpid = dp.id
         # After a change is acknowledged, OVS's datapath goes on using the flows it cached from
         # the tables before it, until its revalidators have gone over them (asynchronously, a few
@@ -218,17 +238,23 @@ class OsKenSession:
         """False once the connection is closed, even before the app has heard of it."""
         return self.app.still_connected(self.dp)
 
-    def _ask(self, req, reply_cls) -> list:
-        """The parts of the switch's multipart reply to `req`."""
-        if self.reply_timeout is None:
-            return ofctl.send_msg(self.app, req, reply_cls=reply_cls, reply_multi=True) or []
-        return send_waiting(self.app, req, reply_cls, self.reply_timeout, multi=True) or []
+    def _await(self, reply, what: str, discard=lambda: None):
+        """The message `reply` settles with, within `wait` seconds; Unanswered after."""
+        came, msg = reply.wait(self.wait)
+        if not came:
+            raise Unanswered(f"switch {self.dpid:016x}: no reply to {what} within {self.wait:g} s", what, reply,
+                             discard)
+        return msg
+
+    def _ask(self, msg, what: str, reply_cls=None, multi: bool = False):
+        """The switch's reply to `msg` through ofctl (see `ask`): the parts of a multipart one."""
+        return self._await(ask(self.app, msg, reply_cls, multi), what)()
 
     def read_flows(self) -> set[FlowSpec]:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPFlowStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                          parser.OFPMatch())
-        replies = self._ask(req, parser.OFPFlowStatsReply)
+        replies = self._ask(req, "a flow read", parser.OFPFlowStatsReply, multi=True) or []
         return {encode.decode_flow(ofp, stat) for r in replies for stat in r.body}
 
     def count_flows(self) -> int:
@@ -236,19 +262,19 @@ class OsKenSession:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPAggregateStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                               parser.OFPMatch())
-        replies = self._ask(req, parser.OFPAggregateStatsReply)
+        replies = self._ask(req, "a flow count", parser.OFPAggregateStatsReply, multi=True) or []
         return sum(r.body.flow_count for r in replies)
 
     def read_groups(self) -> set[GroupSpec]:
         parser = self.dp.ofproto_parser
         req = parser.OFPGroupDescStatsRequest(self.dp, 0)
-        replies = self._ask(req, parser.OFPGroupDescStatsReply)
+        replies = self._ask(req, "a group read", parser.OFPGroupDescStatsReply, multi=True) or []
         return {encode.decode_group(self.dp.ofproto, d) for r in replies for d in r.body}
 
     def read_meters(self) -> set[MeterSpec]:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPMeterConfigStatsRequest(self.dp, 0, ofp.OFPM_ALL)
-        replies = self._ask(req, parser.OFPMeterConfigStatsReply)
+        replies = self._ask(req, "a meter read", parser.OFPMeterConfigStatsReply, multi=True) or []
         return {encode.decode_meter(ofp, c) for r in replies for c in r.body}
 
     def bundle(self, pairs: list) -> None:
@@ -289,14 +315,10 @@ class OsKenSession:
         if not dp.send(b"".join(out)):
             app.forget(dp, commit)
             raise ApplyError(f"switch {dp.id:016x}: connection closing")
-        came, msg = reply.wait(COMMIT_WAIT)
-        if came and msg is not None:
-            COMMIT_TIMES.observe(time.monotonic() - sent)
-        if not came:   # still awaited: the reply, when it comes, is this bundle's and no other's
-            raise Unanswered(f"switch {dp.id:016x}: no reply to the bundle's commit within {COMMIT_WAIT:g} s",
-                             reply, lambda: app.take_errors(dp.id, [opening, *by_xid, commit]))
+        msg = self._await(reply, "its bundle's commit", lambda: app.take_errors(dp.id, [opening, *by_xid, commit]))
         if msg is None:
             raise ApplyError(f"switch {dp.id:016x}: connection closed before the bundle's commit reply")
+        COMMIT_TIMES.observe(time.monotonic() - sent)
         errors = app.take_errors(dp.id, [opening, *by_xid, commit])
         if errors or not isinstance(msg, parser.OFPBundleCtrlMsg):
             refused = [by_xid[e.xid] for e in errors if e.xid in by_xid]
@@ -309,13 +331,13 @@ class OsKenSession:
         """A barrier's round trip: the switch's main loop has run since everything sent before it
         (OVS polls a userspace datapath's ports in that loop: a loop busy reconfiguring its ports
         holds their traffic, and this reply, until it is done)."""
-        ofctl.send_msg(self.app, self.dp.ofproto_parser.OFPBarrierRequest(self.dp))
+        self._ask(self.dp.ofproto_parser.OFPBarrierRequest(self.dp), "a barrier")
 
     def plain(self, pairs: list) -> None:
         """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
         for spec, m in pairs:
             try:
-                ofctl.send_msg(self.app, m.message())
+                self._ask(m.message(), f"the barrier after a {m.kind} message")
             except OFError as e:
                 if is_not_master(self.dp.ofproto, e.result):
                     raise NotMaster(f"switch {self.dp.id:016x}: this controller is not its master "
@@ -418,17 +440,17 @@ def read_flows(app, dp) -> set[FlowSpec] | None:
     `dp` was looked up, os-ken has not registered the connection that just came up, or it did not
     answer within STATS_REPLY_TIMEOUT)."""
     try:
-        return OsKenSession(app, dp, reply_timeout=STATS_REPLY_TIMEOUT).read_flows()
-    except (NotRegistered, TimeoutError):
+        return OsKenSession(app, dp, wait=STATS_REPLY_TIMEOUT).read_flows()
+    except (NotRegistered, Unanswered):
         return None
 
 
 def read_state(app, dp) -> SwitchState | None:
     """The switch's flows and groups; None as for `read_flows`."""
     try:
-        session = OsKenSession(app, dp, reply_timeout=STATS_REPLY_TIMEOUT)
+        session = OsKenSession(app, dp, wait=STATS_REPLY_TIMEOUT)
         return SwitchState(frozenset(session.read_flows()), frozenset(session.read_groups()))
-    except (NotRegistered, TimeoutError):
+    except (NotRegistered, Unanswered):
         return None
 
 

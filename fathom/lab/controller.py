@@ -32,7 +32,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, of_port: int | None = None,
-                     pki_dir: str | None = None, db: str | None = None, replicas: int = 1) -> dict:
+                     pki_dir: str | None = None, db: str | None = None, replicas: int = 1,
+                     options: tuple[str, ...] = ()) -> dict:
     """A controller process for this lab: its store (a SQLite file unless `db`), log and pid file
     live in the lab's run dir.
 
@@ -41,6 +42,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
     With `replicas` > 1: that many controllers, `fathom controller --cluster` on the PostgreSQL
     store `db`, started one after the other; the first is the lab's controller (its URL, its
     agents' URLs: all of them), every one is listed under "replicas" (replica i > 0 logs to controller-<i>.log).
+    `options`: more `fathom controller` arguments (a single controller's; kept for its restart).
     """
     if replicas > 1:
         if not db or not db.startswith("postgresql"):
@@ -48,7 +50,7 @@ def start_controller(lab_dir: Path, of_host: str, api_port: int | None = None, o
         started = [_start(lab_dir, of_host, None, None, pki_dir, db, index=i, cluster=True) for i in range(replicas)]
         # the agents take every replica and fail over (fathom.agent.http)
         return {**started[0], "replicas": started, "agent_url": ",".join(r["agent_url"] for r in started)}
-    return _start(lab_dir, of_host, api_port, of_port, pki_dir, db)
+    return _start(lab_dir, of_host, api_port, of_port, pki_dir, db, options=options)
 
 
 def start_replica(lab_dir: Path, replica: dict, index: int) -> dict:
@@ -59,7 +61,7 @@ def start_replica(lab_dir: Path, replica: dict, index: int) -> dict:
 
 
 def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | None, pki_dir: str | None,
-           db: str | None, index: int = 0, cluster: bool = False) -> dict:
+           db: str | None, index: int = 0, cluster: bool = False, options: tuple[str, ...] = ()) -> dict:
     """One controller process (`index`: which replica of a cluster; 0: the first, or a lone one)."""
     suffix = f"-{index}" if index else ""
     api_port, of_port = api_port or free_port(), of_port or free_port(of_host)
@@ -71,7 +73,7 @@ def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | Non
            "--api-host", "127.0.0.1", *(["--api-host", of_host] if of_host != "127.0.0.1" else []),
            "--of-host", of_host, "--of-port", str(of_port), "--interval", "10",
            "--state-dir", str(lab_dir), *(["--pki-dir", pki_dir] if pki_dir else ["--insecure"]),
-           *(["--cluster"] if cluster else [])]
+           *(["--cluster"] if cluster else []), *options]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     (lab_dir / f"controller{suffix}.pid").write_text(str(proc.pid))
     url = f"http://127.0.0.1:{api_port}"
@@ -87,7 +89,8 @@ def _start(lab_dir: Path, of_host: str, api_port: int | None, of_port: int | Non
             finally:
                 probe.close()
             return {"url": url, "agent_url": f"http://{of_host}:{api_port}", "pid": proc.pid, "api_port": api_port, "of_port": of_port, "of_host": of_host,
-                    "managed": True, "pki_dir": pki_dir, "token_file": str(token_file), **({"db": db} if db else {})}
+                    "managed": True, "pki_dir": pki_dir, "token_file": str(token_file), **({"db": db} if db else {}),
+                    **({"options": list(options)} if options else {})}
         except (ApiError, NoToken):
             time.sleep(0.2)
     raise LabError(f"the controller did not answer on {url} within {START_TIMEOUT} s; see {lab_dir / f'controller{suffix}.log'}")

@@ -128,7 +128,7 @@ class Lab:
     def up(self, topo: Topology, source: str, standalone: bool = False, controller: str | None = None,
            progress: Callable[[str], None] = lambda s: None, insecure: bool = False,
            pki_dir: str | None = None, agent_url: str | None = None, db: str | None = None,
-           replicas: int = 1) -> dict:
+           replicas: int = 1, controller_options: tuple[str, ...] = ()) -> dict:
         """Build the lab. Without `standalone`, br-int is left to a controller: the one at URL
         `controller`, or one started for this lab; the lab's nodes and topology are registered.
 
@@ -164,7 +164,7 @@ class Lab:
         try:
             self._build_management(state, progress)
             if not standalone and controller is None:
-                starting = self._start_own_controller(state, db, replicas, progress)
+                starting = self._start_own_controller(state, db, replicas, progress, controller_options)
             self._build(topo, state, nodes, standalone, progress)
             built = True
             if not standalone:
@@ -194,10 +194,10 @@ class Lab:
         run(["ip", "addr", "add", f"{mg['root_ip']}/{prefix}", "dev", mg["bridge"]])
         run(["ip", "link", "set", mg["bridge"], "up"])
 
-    def _start_own_controller(self, state, db, replicas, progress) -> futures.Future:
+    def _start_own_controller(self, state, db, replicas, progress, options=()) -> futures.Future:
         """The lab's own controller, started in the background on the management bridge's address:
         its start (mostly importing its code) overlaps the build of the nodes; `_attach_controller`
-        waits for it."""
+        waits for it. `options`: more `fathom controller` arguments (a test's)."""
         from . import controller as ctl
         tls = state["tls"]
         if tls:
@@ -207,7 +207,7 @@ class Lab:
         pool = futures.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}-controller")
         try:
             return pool.submit(ctl.start_controller, self.dir, state["management"]["root_ip"],
-                               pki_dir=tls and tls["pki_dir"], db=db, replicas=replicas)
+                               pki_dir=tls and tls["pki_dir"], db=db, replicas=replicas, options=options)
         finally:
             pool.shutdown(wait=False)
 
@@ -557,7 +557,8 @@ class Lab:
         time.sleep(downtime)
         created = c.get("created")
         state["controller"] = ctl.start_controller(self.dir, c["of_host"], c["api_port"], c["of_port"],
-                                                   pki_dir=c.get("pki_dir"), db=c.get("db"))
+                                                   pki_dir=c.get("pki_dir"), db=c.get("db"),
+                                                   options=tuple(c.get("options", ())))
         state["controller"]["created"] = created
         self._save(state)
 

@@ -2,7 +2,8 @@
 switches that take real OpenFlow messages (fathom.controller.fakeswitch): make on every switch
 before break on any, a known switch told only the pass's edit, a refusal marking exactly its
 owners, an audit finding and repairing drift, switches not connected or not set up left alone, and
-a switch that does not answer its commit holding no pass."""
+a switch that does not answer (its commit, a read, a plain message's barrier, the check's count, a
+status write's barrier) holding no pass."""
 from __future__ import annotations
 
 from fathom.apps import BR_INT, FABRIC_SWITCH, SwitchKey
@@ -10,7 +11,9 @@ from fathom.controller.apply import Applier
 from fathom.controller.fakeswitch import FakeSwitches
 from fathom.controller.results import PassResult, SwitchResult
 from fathom.model import Snapshot
-from fathom.openflow.spec import FlowSpec, SwitchState
+import pytest
+
+from fathom.openflow.spec import FlowSpec, MeterSpec, SwitchState
 from fathom.pipeline import cookies as ck
 
 TOR1, C1, C2 = SwitchKey(FABRIC_SWITCH, "tor1"), SwitchKey(BR_INT, "c1"), SwitchKey(BR_INT, "c2")
@@ -150,7 +153,7 @@ def test_a_switch_that_does_not_answer_its_commit_holds_no_pass_and_is_read_back
     retries = []
     bench.applier.on_retry = lambda: retries.append("retry")
     bench.apply({C1: SwitchState(owned(1)), C2: SwitchState(owned(1))})
-    bench.sw[C2].stall()          # reads and barriers fail the test from now on: nothing may wait on it
+    bench.sw[C2].stall()
     result = bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
     assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(2))
     assert result.switches[C2].state.startswith("not answering: no reply to its bundle's commit since ")
@@ -178,7 +181,7 @@ def test_a_switch_whose_connection_closes_while_its_commit_is_unanswered_is_read
     bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
     bench.switches.disconnect(DPIDS[C2])
     held = bench.sw[C2].held
-    held[0][2].settle(None)       # as the OpenFlow app settles what a closed connection awaited
+    held[0][-1].settle(None)      # as the OpenFlow app settles what a closed connection awaited
     result = bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
     assert result.switches[C2].state.startswith("lost")
     bench.sw[C2].held = None      # OVS drops a closed connection's open bundles
@@ -186,3 +189,69 @@ def test_a_switch_whose_connection_closes_while_its_commit_is_unanswered_is_read
     result = bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
     assert result.switches[C2].state == "ok" and bench.ours(C2) == set(owned(2))
     assert not bench.applier.unanswered
+
+
+def metered(port: int) -> frozenset:
+    """A meter of port `port` (the tenant app's id space, as its flows' cookie)."""
+    return frozenset({MeterSpec(ck.group_id(ck.APP_TENANT, port), 1000, 100, "pktps",
+                                ck.cookie(ck.APP_TENANT, ck.KIND_PORT, port))})
+
+
+def _on_connect(bench):
+    bench.applier.forget(DPIDS[C2])               # it reconnected (Reconciler.switch_changed): read back
+    bench.sw[C2].stall()
+    return bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
+
+
+def _audit(bench):
+    bench.sw[C2].stall()
+    return bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))}, audit=True)
+
+
+def _meter(bench):
+    bench.sw[C2].stall(after=1)                   # answers the meter read, then falls silent
+    return bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2), meters=metered(2))})
+
+
+def _check(bench):
+    bench.sw[C2].stall()
+    res = bench.applier.results[C2]
+    assert bench.applier.check(res) == "check"    # a pass is asked for: its statuses say so
+    return bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
+
+
+def _barrier(bench):
+    result = bench.apply({C1: SwitchState(owned(2)), C2: SwitchState(owned(2))})
+    bench.sw[C2].stall()
+    assert bench.applier.barriers([DPIDS[C1], DPIDS[C2]]) == {DPIDS[C2]}
+    assert bench.sw[C1].barriers == 1
+    return result
+
+
+@pytest.mark.parametrize("silent, what", [
+    (_on_connect, "a meter read"), (_audit, "a flow read"), (_meter, "the barrier after a meter message"),
+    (_check, "a flow count"), (_barrier, "a barrier")], ids=["on-connect", "audit", "meter", "check", "barrier"])
+def test_a_switch_silent_to_any_request_holds_no_pass_and_is_read_back_once_it_answers(silent, what):
+    """Whatever went unanswered, the same: the switch is not answering (named), the other switch
+    gets its changes, later passes ask it nothing, and its late reply asks for a pass that reads it
+    back whole."""
+    bench = Bench(C1, C2)
+    retries = []
+    bench.applier.on_retry = lambda: retries.append("retry")
+    bench.apply({C1: SwitchState(owned(1)), C2: SwitchState(owned(1))})
+    result = silent(bench)
+    assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(2))
+    c2 = bench.applier.results[C2]
+    assert c2.state.startswith(f"not answering: no reply to {what} since "), c2.state
+    assert len(bench.sw[C2].held) == 1 and DPIDS[C2] not in bench.applier.known
+    result = bench.apply({C1: SwitchState(owned(3)), C2: SwitchState(owned(3))})
+    assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(3))
+    assert result.switches[C2].state == c2.state and len(bench.sw[C2].held) == 1    # asked nothing
+    assert result.made_on == (DPIDS[C1],)
+    assert bench.applier.check(result.switches[C2]) is None and retries == []
+    bench.sw[C2].answer()
+    assert retries == ["retry"]
+    reads = bench.sw[C2].reads
+    result = bench.apply({C1: SwitchState(owned(3)), C2: SwitchState(owned(3))}, changed=set())
+    assert bench.sw[C2].reads == reads + 1 and not bench.applier.unanswered
+    assert result.switches[C2].state == "ok" and bench.ours(C2) == set(owned(3))

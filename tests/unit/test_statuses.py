@@ -48,15 +48,15 @@ class Writer:
     def _counted(self, _conn, _cursor, statement, *_args) -> None:
         self.updates += statement.lstrip().upper().startswith("UPDATE")
 
-    def write(self, settled_at: float | None = None, **switch: str) -> PassResult:
+    def write(self, settled_at: float | None = None, made_on: tuple = (1,), **switch: str) -> PassResult:
         snapshot = self.cloud.snapshot
         ids = {n.name: n.id for n in snapshot.nodes}
-        result = PassResult(switches={SwitchKey(BR_INT, n): SwitchResult(SwitchKey(BR_INT, n), datapath_id(ids[n]),
-                                                                        state=s)
-                                      for n, s in switch.items()},
-                            desired=compile_all(snapshot), settled_at=settled_at, made_on=(1,))
-        self.writer.write(snapshot, result, None, 0, Steps())
-        return result
+        self.result = PassResult(switches={SwitchKey(BR_INT, n): SwitchResult(SwitchKey(BR_INT, n),
+                                                                             datapath_id(ids[n]), state=s)
+                                           for n, s in switch.items()},
+                                 desired=compile_all(snapshot), settled_at=settled_at, made_on=made_on)
+        self.writer.write(snapshot, self.result, None, 0, Steps())
+        return self.result
 
     def port(self, name: str) -> tuple[str, str | None]:
         port = next(p for p in self.cloud.http.get("/v1/ports").json() if p["name"] == name)
@@ -98,3 +98,26 @@ def test_an_object_turns_active_after_the_datapaths_settled(tmp_path):
     assert time.monotonic() - started >= 0.2 and w.barriers == [(1,)]
     w.write(settled_at=time.monotonic() + 5, c1="ok", c2="ok")   # nothing turns active: no wait
     assert w.barriers == [(1,)]
+
+
+def test_a_switch_silent_at_the_barrier_holds_its_objects_pending(tmp_path):
+    """The barrier before an `active` goes unanswered (fathom.controller.apply.Applier.barriers
+    marks the switch not answering): the statuses are decided again, its objects `pending`, the
+    others' `active`, and the switches that answered are not asked again for it."""
+    w = Writer(tmp_path)
+    w.write(c1="ok", c2="not connected")
+    asked = []
+
+    def barriers(dpids):
+        asked.append(tuple(dpids))
+        c2 = w.result.switches[SwitchKey(BR_INT, "c2")]
+        if c2.dpid in dpids:
+            c2.state = "not answering: no reply to a barrier since 12:00:00"
+            return {c2.dpid}
+        return set()
+    w.writer.barriers = barriers
+    c1, c2 = (datapath_id(n.id) for n in sorted(w.cloud.snapshot.nodes, key=lambda n: n.name))
+    w.write(settled_at=time.monotonic(), made_on=(c1, c2), c1="ok", c2="ok")
+    assert w.port("vm2") == ("pending", "node c2: br-int not answering: no reply to a barrier since 12:00:00")
+    assert w.port("vm1") == ("active", None)
+    assert asked == [(c1, c2)]      # vm1 on c1 was already active: no second barrier
