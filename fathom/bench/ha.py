@@ -56,6 +56,10 @@ EVENTS = ("kill", "pause", "rolling", "postgres")
 TARGET_P50_S, TARGET_P99_S = 1.5, 3.0
 POLL_S = 0.05
 SETTLE_TIMEOUT_S = 60.0
+# seconds after the probes' VIFs are plugged before the pings may start: ovs-vswitchd takes the
+# host's link changes (one or more a VIF) from netlink after they were made, each a rebuild of its
+# tunnel routes and endpoints in which a tunnel packet can be lost (Probe)
+STOCK_SETTLE_S = 2.0
 
 
 # ---------------------------------------------------------------------------------------------- the data plane
@@ -318,8 +322,10 @@ class Probe:
         self.used: list[tuple[str, str, str]] = []
 
     def stock(self, n: int) -> None:
-        """Plug `n` VIFs now, for the next `n` calls of `plug`."""
+        """Plug `n` VIFs now, for the next `n` calls of `plug`; returns once ovs-vswitchd has had
+        STOCK_SETTLE_S to take the link changes."""
         self.stocked += [self._new() for _ in range(n)]
+        time.sleep(STOCK_SETTLE_S)
 
     def plug(self) -> tuple[str, str, str]:
         """A VIF on the node, stocked or new (not a port yet): (name, mac, ip)."""
