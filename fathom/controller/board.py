@@ -95,6 +95,11 @@ class StatusBoard:
                     self._horizon = max(self._horizon, self._writes.pop(oldest) + 1)
             return self.requested
 
+    def own_writes(self, most: int) -> set[int]:
+        """The transaction ids of this process's last `most` API writes kept (see `heard`)."""
+        with self._lock:
+            return set(list(self._writes.values())[-most:])
+
     def get(self, key: tuple[str, int]) -> Status | None:
         return self.statuses.get(key)
 

@@ -89,8 +89,15 @@ class ClusterMember:
     # ------------------------------------------------------------------ what the reconciler asks
 
     def claim(self) -> "feed.Claim | None":
-        """The other replicas' writes a store read now reads (fathom.cluster.feed.Claim)."""
-        return self.feed.claim() if self.feed is not None else None
+        """The writes a store read now reads (fathom.cluster.feed.Claim): the other replicas' the
+        feed counted, and this replica's own API writes (each committed before it woke the pass;
+        its notification may not be back yet), so a long-poll on another replica that waits for a
+        write made here is answered by this pass's statuses."""
+        if self.feed is None:
+            return None
+        claim = self.feed.claim()
+        own = self.reconciler.board.own_writes(feed.CLAIM_XIDS)
+        return feed.Claim(claim.writer, claim.snapshot, claim.xids | own) if own else claim
 
     def masters(self, dpid: int) -> bool:
         """Whether this replica writes to the switch now: its lease is valid and the switch granted
