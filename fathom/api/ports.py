@@ -65,7 +65,7 @@ async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
         new = ops.new_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
                            fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
                            port_security=body.port_security, project_id=body.project_id,
-                           external_id=body.external_id)
+                           external_id=body.external_id, claim_at_insert=body.security_groups is None)
         v = new.values
         groups = secgroups.new_port_groups(s, v["project_id"], v["port_security"], body.security_groups)
         port_id, created = ops.insert_port(s, new, groups)

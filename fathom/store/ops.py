@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Sequence
 
 from sqlalchemy import bindparam, delete, event, false, func, insert, null, select, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session, aliased
 
 from fathom.pipeline.infrastructure import is_infrastructure_interface
@@ -367,10 +368,13 @@ def delete_subnet(session: Session, caller: Caller, subnet_id: int) -> None:
 @dataclass
 class NewPort:
     """A port that create_port's checks allowed and its addresses chosen, not written yet: the ports
-    row's columns (`values`), its node, and its addresses as (subnet id, address)."""
+    row's columns (`values`), its node, and its addresses as (subnet id, address). `claim`: the
+    subnet (with its network) one address is still to be taken from, by insert_port's statement
+    (new_port's `claim_at_insert`); insert_port adds it to `addresses`."""
     values: dict
     node: m.Node | None
     addresses: list[tuple[int, str]]
+    claim: tuple[m.Network, m.Subnet] | None = None
 
 
 def create_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
@@ -399,9 +403,12 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
              mac_address: str | None = None, fixed_ips: list[dict] | None = None,
              node: str | None = None, interface_name: str | None = None,
              port_security: bool = True, project_id: str | None = None,
-             router_id: int | None = None, external_id: str | None = None) -> NewPort:
+             router_id: int | None = None, external_id: str | None = None,
+             claim_at_insert: bool = False) -> NewPort:
     """The checks of a new port and the choice of its MAC and addresses (create_port's arguments):
-    what create_port or insert_port writes."""
+    what create_port or insert_port writes. `claim_at_insert`: on PostgreSQL, the one address of a
+    port given no `fixed_ips` is taken by insert_port's statement (one statement less), not here;
+    for a caller whose further checks cannot fail (the address is the last thing decided)."""
     found = _port_context(session, caller, network_id, project_id, mac_address, node, interface_name, external_id)
     network = found.network
     if network is None or not _visible(caller, network):
@@ -426,6 +433,9 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
     if found.interface_used:
         raise Conflict(f"interface {interface_name!r} on node {node!r} is bound to another port", "interface_name")
     subnets = found.subnets if fixed_ips != [] else []
+    claim = None
+    if fixed_ips is None and subnets and claim_at_insert and session.get_bind().dialect.name == "postgresql":
+        claim, fixed_ips = (network, subnets[0]), []
     if fixed_ips is None:
         fixed_ips = [{"subnet_id": subnets[0].id}] if subnets else []
     chosen: list[tuple[m.Subnet, ipaddress.IPv4Address]] = []
@@ -436,7 +446,7 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
                         node_id=found.node.id if found.node is not None else None, interface_name=interface_name,
                         port_security=port_security, router_id=router_id, project_id=project,
                         status="pending", status_reason=None, external_id=external_id),
-                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen])
+                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen], claim)
 
 
 # a new port's rows written with SQLAlchemy Core (insert_port): each statement built once
@@ -444,6 +454,21 @@ _PORTS, _ADDRESSES, _LINKS = m.Port.__table__, m.IpAllocation.__table__, m.PortS
 _INSERT_PORT = insert(_PORTS).returning(_PORTS.c.id)
 _INSERT_ADDRESS = insert(_ADDRESSES)
 _INSERT_LINK = insert(_LINKS)
+
+
+# PostgreSQL's allocation in one statement (_allocate_claimed; a part of _CLAIM_PORT_ROWS): the
+# window's first address that is not allocated (an index probe each, a scalar subquery: never a
+# hashed scan of the network's addresses), not taken by this request already, and whose transaction-level advisory lock this
+# transaction gets without waiting (another holds it: the next address). The CASE reads the address
+# before it tries the lock, and LIMIT stops at the first: no lock is taken on an address in use or
+# beyond the one chosen. The lock's key is in the one-bigint key space (the two-int4 locks of
+# _serialise are another): network << 32 | address, above 2^32, never a hashtext() of
+# fathom.cluster.leases.
+_FIRST_FREE = (
+    "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
+    "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
+    "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
+    "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
 
 
 # PostgreSQL: the port, its addresses and its links in one statement (data-modifying CTEs; the
@@ -462,12 +487,39 @@ _INSERT_PORT_ROWS = text(
     "SELECT id FROM p")
 
 
+# PostgreSQL, a port whose address insert_port takes (NewPort.claim): the same, with the address claimed
+# in the statement (_FIRST_FREE over the window of the subnet's hint: the port is inserted only if it
+# finds one). The port's values are cast to their columns' types (they are a SELECT's, not a VALUES
+# list's), without a length: the column's own bound applies, as it does to an INSERT's values.
+def _cast(column: str) -> str:
+    kind = _PORTS.c[column].type.compile(dialect=postgresql.dialect()).split("(")[0]
+    return f"CAST(:{column} AS {kind})"
+
+
+_CLAIM_PORT_ROWS = text(
+    f"WITH c AS ({_FIRST_FREE}), "
+    f"p AS (INSERT INTO ports ({', '.join(_PORT_COLUMNS)}) SELECT {', '.join(map(_cast, _PORT_COLUMNS))} "
+    "FROM c RETURNING id), "
+    "a AS (INSERT INTO ip_allocations (port_id, subnet_id, network_id, ip_address) "
+    "SELECT p.id, :subnet_id, :network_id, host(inet '0.0.0.0' + c.n) FROM p, c), "
+    "l AS (INSERT INTO port_security_groups (port_id, group_id) "
+    "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g) "
+    "SELECT p.id, c.n FROM p, c")
+
+
 def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[int, datetime]:
     """Write a new port (new_port), its addresses and its security groups' links (checked by the
     caller: fathom.store.secgroups.new_port_groups) on the session's connection, without the ORM's
-    unit of work: the API's most frequent write. Its id and creation time."""
+    unit of work: the API's most frequent write. Its id and creation time. A port with an address
+    to claim (NewPort.claim) has it in `new.addresses` after."""
     conn = session.connection()
     created = utcnow()
+    if new.claim is not None:
+        port_id = _insert_claiming(session, new, group_ids, created)
+        if port_id is not None:
+            return port_id, created
+        network, subnet = new.claim   # nothing free in the hint's window: the whole search, then the rows
+        new.addresses.append((subnet.id, str(_allocate_ip(session, network, subnet, "fixed_ips.0"))))
     if conn.dialect.name == "postgresql":
         port_id = conn.scalar(_INSERT_PORT_ROWS, {
             **new.values, "created_at": created, "subnet_ids": [subnet_id for subnet_id, _ in new.addresses],
@@ -483,6 +535,27 @@ def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[i
     if group_ids:
         conn.execute(_INSERT_LINK, [{"port_id": port_id, "group_id": g} for g in group_ids])
     return port_id, created
+
+
+def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], created: datetime) -> int | None:
+    """_CLAIM_PORT_ROWS: the port's id, its address added to `new.addresses`; None (nothing written)
+    when no address of the hint's window is free."""
+    network, subnet = new.claim
+    first, last = int(subnet.prefix.network_address) + 1, int(subnet.prefix.broadcast_address) - 1
+    start = first + _hints(session).get(subnet.id, 0)
+    skip = [int(ipaddress.IPv4Address(subnet.gateway_ip))] if subnet.gateway_ip else []
+    conn = session.connection()
+    row = conn.execute(_CLAIM_PORT_ROWS, {
+        **new.values, "created_at": created, "subnet_id": subnet.id, "group_ids": list(group_ids),
+        "low": start, "high": min(start + ALLOCATION_WINDOW - 1, last), "skip": skip,
+        "key_base": network.id << 32}).first()
+    if row is None:
+        return None
+    port_id, found = row
+    _hints(session)[subnet.id] = found - first
+    new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
+    changes.port_rows_written(conn, port_id)
+    return port_id
 
 
 @dataclass
@@ -729,19 +802,7 @@ _USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
     m.IpAllocation.ip_address.in_(bindparam("window", expanding=True)))
 
 
-# PostgreSQL's allocation in one statement (_allocate_claimed): the window's first address that is
-# not allocated (an index probe each, a scalar subquery: never a hashed scan of the network's
-# addresses), not taken by this request already, and whose transaction-level advisory lock this
-# transaction gets without waiting (another holds it: the next address). The CASE reads the address
-# before it tries the lock, and LIMIT stops at the first: no lock is taken on an address in use or
-# beyond the one chosen. The lock's key is in the one-bigint key space (the two-int4 locks of
-# _serialise are another): network << 32 | address, above 2^32, never a hashtext() of
-# fathom.cluster.leases.
-_CLAIM_FIRST_FREE = text(
-    "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
-    "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
-    "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
-    "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
+_CLAIM_FIRST_FREE = text(_FIRST_FREE)
 
 
 def _allocate_claimed(session: Session, network: m.Network, subnet: m.Subnet, first: int, last: int,
