@@ -372,9 +372,10 @@ class NewPort:
     subnet (with its network) one address is still to be taken from, by insert_port's statement
     (new_port's `claim_at_insert`); insert_port adds it to `addresses`."""
     values: dict
-    node: m.Node | None
+    node: NodeRef | None
     addresses: list[tuple[int, str]]
-    claim: tuple[m.Network, m.Subnet] | None = None
+    claim: tuple[NetworkRef, SubnetRef] | None = None
+    default_group: int | None = None   # the id of the project's default security group, if it has one
 
 
 def create_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
@@ -390,7 +391,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                    fixed_ips=fixed_ips, node=node, interface_name=interface_name, port_security=port_security,
                    project_id=project_id, router_id=router_id, external_id=external_id)
     # one flush: the port and its addresses in one go
-    port = m.Port(**new.values, node=new.node,
+    port = m.Port(**new.values,
                   fixed_ips=[m.IpAllocation(subnet_id=subnet_id, network_id=new.values["network_id"], ip_address=ip)
                              for subnet_id, ip in new.addresses])
     session.add(port)
@@ -438,7 +439,7 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
         claim, fixed_ips = (network, subnets[0]), []
     if fixed_ips is None:
         fixed_ips = [{"subnet_id": subnets[0].id}] if subnets else []
-    chosen: list[tuple[m.Subnet, ipaddress.IPv4Address]] = []
+    chosen: list[tuple[SubnetRef, ipaddress.IPv4Address]] = []
     for i, request in enumerate(fixed_ips):
         chosen.append(_choose_ip(session, network, subnets, request, f"fixed_ips.{i}",
                                  gateway_allowed=router_id is not None, taken={str(ip) for _, ip in chosen}))
@@ -446,7 +447,7 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
                         node_id=found.node.id if found.node is not None else None, interface_name=interface_name,
                         port_security=port_security, router_id=router_id, project_id=project,
                         status="pending", status_reason=None, external_id=external_id),
-                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen], claim)
+                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen], claim, found.default_group)
 
 
 # a new port's rows written with SQLAlchemy Core (insert_port): each statement built once
@@ -558,40 +559,68 @@ def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], creat
     return port_id
 
 
+@dataclass(frozen=True)
+class NetworkRef:
+    """What a new port's checks read of its network."""
+    id: int
+    project_id: str
+
+
+@dataclass(frozen=True)
+class SubnetRef:
+    """What a new port's address choice reads of a subnet (as m.Subnet names it)."""
+    id: int
+    cidr: str
+    gateway_ip: str | None
+
+    @property
+    def prefix(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.cidr)
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    id: int
+    name: str
+
+
 @dataclass
 class _PortContext:
-    network: m.Network | None
-    subnets: list[m.Subnet]
-    node: m.Node | None
+    network: NetworkRef | None
+    subnets: list[SubnetRef]
+    node: NodeRef | None
     interface_used: bool
     mac_used: bool
     external_id_used: bool
+    default_group: int | None
 
 
 def _port_context(session: Session, caller: Caller, network_id: int, project_id: str | None,
                   mac_address: str | None, node: str | None, interface_name: str | None,
                   external_id: str | None) -> _PortContext:
-    """Everything a new port's checks read, in one query: the network and its subnets (in id order),
-    the node named, whether the interface, the MAC or the external id is taken, and the port's
-    project's default security group (kept in the session: `session.get` finds it without a query).
-    Nothing is decided here: create_port raises the errors in its own order (so a member naming a
-    node is told it may not, not whether the node exists)."""
+    """Everything a new port's checks read, in one query of the columns they read (no ORM objects:
+    loading them cost more than the query): the network and its subnets (in id order), the node
+    named, whether the interface, the MAC or the external id is taken, and the id of the port's
+    project's default security group. Nothing is decided here: create_port raises the errors in its
+    own order (so a member naming a node is told it may not, not whether the node exists)."""
     if not valid_id(network_id):
-        return _PortContext(None, [], None, False, False, False)
+        return _PortContext(None, [], None, False, False, False, None)
     # the port's project as _owner decides it: the one asked for, else the network's for an admin
     # (resolved in the query), else the caller's
     project = project_id if project_id is not None else (None if caller.admin else caller.project)
     query = _port_context_query(node is not None, interface_name is not None, mac_address is not None,
                                 external_id is not None, project is not None)
-    rows = session.execute(query, {"network_id": network_id, "project": project, "node": node,
-                                   "interface_name": interface_name, "mac_address": mac_address,
-                                   "external_id": external_id}).all()
+    rows = session.connection().execute(query, {
+        "network_id": network_id, "project": project, "node": node, "interface_name": interface_name,
+        "mac_address": mac_address, "external_id": external_id}).all()
     if not rows:
-        return _PortContext(None, [], None, False, False, False)
+        return _PortContext(None, [], None, False, False, False, None)
     first = rows[0]
-    keep(session, first[3])
-    return _PortContext(first[0], [r[1] for r in rows if r[1] is not None], first[2],
-                        first[4] is not None, first[5] is not None, first[6] is not None)
+    return _PortContext(NetworkRef(first.network_id, first.network_project),
+                        [SubnetRef(r.subnet_id, r.cidr, r.gateway_ip) for r in rows if r.subnet_id is not None],
+                        NodeRef(first.node_id, first.node_name) if first.node_id is not None else None,
+                        first.interface_used is not None, first.mac_used is not None,
+                        first.external_id_used is not None, first.default_group)
 
 
 @functools.cache
@@ -605,13 +634,16 @@ def _port_context_query(node: bool, interface: bool, mac: bool, external_id: boo
     def taken(*where):
         return select(other.id).where(*where).limit(1).scalar_subquery()
     checks = [
-        taken(other.node_id == bound_node.id, bound_node.name == bindparam("node"),
-              other.interface_name == bindparam("interface_name")).correlate_except(other, bound_node)
-        if node and interface else null(),
-        taken(other.network_id == bindparam("network_id"), other.mac_address == bindparam("mac_address"))
-        if mac else null(),
-        taken(other.external_id == bindparam("external_id")) if external_id else null()]
-    return (select(m.Network, m.Subnet, m.Node, m.DefaultSecurityGroup, *checks).select_from(m.Network)
+        (taken(other.node_id == bound_node.id, bound_node.name == bindparam("node"),
+               other.interface_name == bindparam("interface_name")).correlate_except(other, bound_node)
+         if node and interface else null()).label("interface_used"),
+        (taken(other.network_id == bindparam("network_id"), other.mac_address == bindparam("mac_address"))
+         if mac else null()).label("mac_used"),
+        (taken(other.external_id == bindparam("external_id")) if external_id else null()).label("external_id_used")]
+    return (select(m.Network.id.label("network_id"), m.Network.project_id.label("network_project"),
+                   m.Subnet.id.label("subnet_id"), m.Subnet.cidr, m.Subnet.gateway_ip,
+                   m.Node.id.label("node_id"), m.Node.name.label("node_name"),
+                   m.DefaultSecurityGroup.group_id.label("default_group"), *checks).select_from(m.Network)
             .outerjoin(m.Subnet, m.Subnet.network_id == m.Network.id)
             .outerjoin(m.Node, m.Node.name == bindparam("node") if node else false())
             .outerjoin(m.DefaultSecurityGroup, m.DefaultSecurityGroup.project_id ==
@@ -653,8 +685,8 @@ def _ip_used(session: Session, network_id: int, ip: str) -> bool:
     return session.connection().scalar(_IP_USED, {"network_id": network_id, "ip": ip}) is not None
 
 
-def _choose_ip(session: Session, network: m.Network, subnets: list[m.Subnet], request: dict, field: str,
-               gateway_allowed: bool, taken: set[str]) -> tuple[m.Subnet, ipaddress.IPv4Address]:
+def _choose_ip(session: Session, network: NetworkRef, subnets: list[SubnetRef], request: dict, field: str,
+               gateway_allowed: bool, taken: set[str]) -> tuple[SubnetRef, ipaddress.IPv4Address]:
     """The subnet and address for one fixed IP request; `taken`: addresses this request chose already."""
     subnet_id = request.get("subnet_id")
     ip = request.get("ip_address")
@@ -805,7 +837,7 @@ _USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
 _CLAIM_FIRST_FREE = text(_FIRST_FREE)
 
 
-def _allocate_claimed(session: Session, network: m.Network, subnet: m.Subnet, first: int, last: int,
+def _allocate_claimed(session: Session, network: NetworkRef, subnet: SubnetRef, first: int, last: int,
                       start: int, taken: set[str]) -> int | None:
     """PostgreSQL: the lowest free host address from `start` on that no other transaction holds, in
     one statement per ALLOCATION_WINDOW candidates (_CLAIM_FIRST_FREE), or None. One statement reads
@@ -825,7 +857,8 @@ def _allocate_claimed(session: Session, network: m.Network, subnet: m.Subnet, fi
     return None
 
 
-def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
+def _allocate_ip(session: Session, network: NetworkRef, subnet: SubnetRef, field: str,
+                 taken: set[str] = frozenset()):
     """The lowest free host address of the subnet (the gateway's excluded) that no other transaction
     holds, checked ALLOCATION_WINDOW candidates per query from the subnet's hint on. PostgreSQL: held
     by an advisory lock (_allocate_claimed); SQLite serialises writers, and this process's
