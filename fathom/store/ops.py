@@ -459,12 +459,12 @@ _INSERT_LINK = insert(_LINKS)
 
 # PostgreSQL's allocation in one statement (_allocate_claimed; a part of _CLAIM_PORT_ROWS): the
 # window's first address that is not allocated (an index probe each, a scalar subquery: never a
-# hashed scan of the network's addresses), not taken by this request already, and whose transaction-level advisory lock this
-# transaction gets without waiting (another holds it: the next address). The CASE reads the address
-# before it tries the lock, and LIMIT stops at the first: no lock is taken on an address in use or
-# beyond the one chosen. The lock's key is in the one-bigint key space (the two-int4 locks of
-# _serialise are another): network << 32 | address, above 2^32, never a hashtext() of
-# fathom.cluster.leases.
+# hashed scan of the network's addresses), not taken by this request already, and whose
+# transaction-level advisory lock this transaction gets without waiting (another holds it: the next
+# address). The CASE reads the address before it tries the lock, and LIMIT stops at the first: no
+# lock is taken on an address in use or beyond the one chosen. The lock's key is in the one-bigint
+# key space (the two-int4 locks of _serialise are another): network << 32 | address, above 2^32,
+# never a hashtext() of fathom.cluster.leases.
 _FIRST_FREE = (
     "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
     "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
