@@ -65,9 +65,10 @@ async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
         new = ops.new_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
                            fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
                            port_security=body.port_security, project_id=body.project_id,
-                           external_id=body.external_id)
+                           external_id=body.external_id, claim_at_insert=body.security_groups is None)
         v = new.values
-        groups = secgroups.new_port_groups(s, v["project_id"], v["port_security"], body.security_groups)
+        groups = secgroups.new_port_groups(s, v["project_id"], v["port_security"], body.security_groups,
+                                           new.default_group)
         port_id, created = ops.insert_port(s, new, groups)
         return sc.PortOut(id=port_id, external_id=v["external_id"], name=v["name"], project_id=v["project_id"],
                           network_id=v["network_id"], mac_address=v["mac_address"],

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Sequence
 
 from sqlalchemy import bindparam, delete, event, false, func, insert, null, select, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session, aliased
 
 from fathom.pipeline.infrastructure import is_infrastructure_interface
@@ -367,10 +368,14 @@ def delete_subnet(session: Session, caller: Caller, subnet_id: int) -> None:
 @dataclass
 class NewPort:
     """A port that create_port's checks allowed and its addresses chosen, not written yet: the ports
-    row's columns (`values`), its node, and its addresses as (subnet id, address)."""
+    row's columns (`values`), its node, and its addresses as (subnet id, address). `claim`: the
+    subnet (with its network) one address is still to be taken from, by insert_port's statement
+    (new_port's `claim_at_insert`); insert_port adds it to `addresses`."""
     values: dict
-    node: m.Node | None
+    node: NodeRef | None
     addresses: list[tuple[int, str]]
+    claim: tuple[NetworkRef, SubnetRef] | None = None
+    default_group: int | None = None   # the id of the project's default security group, if it has one
 
 
 def create_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
@@ -386,7 +391,7 @@ def create_port(session: Session, caller: Caller, *, network_id: int, name: str 
                    fixed_ips=fixed_ips, node=node, interface_name=interface_name, port_security=port_security,
                    project_id=project_id, router_id=router_id, external_id=external_id)
     # one flush: the port and its addresses in one go
-    port = m.Port(**new.values, node=new.node,
+    port = m.Port(**new.values,
                   fixed_ips=[m.IpAllocation(subnet_id=subnet_id, network_id=new.values["network_id"], ip_address=ip)
                              for subnet_id, ip in new.addresses])
     session.add(port)
@@ -399,9 +404,12 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
              mac_address: str | None = None, fixed_ips: list[dict] | None = None,
              node: str | None = None, interface_name: str | None = None,
              port_security: bool = True, project_id: str | None = None,
-             router_id: int | None = None, external_id: str | None = None) -> NewPort:
+             router_id: int | None = None, external_id: str | None = None,
+             claim_at_insert: bool = False) -> NewPort:
     """The checks of a new port and the choice of its MAC and addresses (create_port's arguments):
-    what create_port or insert_port writes."""
+    what create_port or insert_port writes. `claim_at_insert`: on PostgreSQL, the one address of a
+    port given no `fixed_ips` is taken by insert_port's statement (one statement less), not here;
+    for a caller whose further checks cannot fail (the address is the last thing decided)."""
     found = _port_context(session, caller, network_id, project_id, mac_address, node, interface_name, external_id)
     network = found.network
     if network is None or not _visible(caller, network):
@@ -426,9 +434,12 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
     if found.interface_used:
         raise Conflict(f"interface {interface_name!r} on node {node!r} is bound to another port", "interface_name")
     subnets = found.subnets if fixed_ips != [] else []
+    claim = None
+    if fixed_ips is None and subnets and claim_at_insert and session.get_bind().dialect.name == "postgresql":
+        claim, fixed_ips = (network, subnets[0]), []
     if fixed_ips is None:
         fixed_ips = [{"subnet_id": subnets[0].id}] if subnets else []
-    chosen: list[tuple[m.Subnet, ipaddress.IPv4Address]] = []
+    chosen: list[tuple[SubnetRef, ipaddress.IPv4Address]] = []
     for i, request in enumerate(fixed_ips):
         chosen.append(_choose_ip(session, network, subnets, request, f"fixed_ips.{i}",
                                  gateway_allowed=router_id is not None, taken={str(ip) for _, ip in chosen}))
@@ -436,7 +447,7 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
                         node_id=found.node.id if found.node is not None else None, interface_name=interface_name,
                         port_security=port_security, router_id=router_id, project_id=project,
                         status="pending", status_reason=None, external_id=external_id),
-                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen])
+                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen], claim, found.default_group)
 
 
 # a new port's rows written with SQLAlchemy Core (insert_port): each statement built once
@@ -444,6 +455,21 @@ _PORTS, _ADDRESSES, _LINKS = m.Port.__table__, m.IpAllocation.__table__, m.PortS
 _INSERT_PORT = insert(_PORTS).returning(_PORTS.c.id)
 _INSERT_ADDRESS = insert(_ADDRESSES)
 _INSERT_LINK = insert(_LINKS)
+
+
+# PostgreSQL's allocation in one statement (_allocate_claimed; a part of _CLAIM_PORT_ROWS): the
+# window's first address that is not allocated (an index probe each, a scalar subquery: never a
+# hashed scan of the network's addresses), not taken by this request already, and whose
+# transaction-level advisory lock this transaction gets without waiting (another holds it: the next
+# address). The CASE reads the address before it tries the lock, and LIMIT stops at the first: no
+# lock is taken on an address in use or beyond the one chosen. The lock's key is in the one-bigint
+# key space (the two-int4 locks of _serialise are another): network << 32 | address, above 2^32,
+# never a hashtext() of fathom.cluster.leases.
+_FIRST_FREE = (
+    "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
+    "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
+    "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
+    "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
 
 
 # PostgreSQL: the port, its addresses and its links in one statement (data-modifying CTEs; the
@@ -462,12 +488,39 @@ _INSERT_PORT_ROWS = text(
     "SELECT id FROM p")
 
 
+# PostgreSQL, a port whose address insert_port takes (NewPort.claim): the same, with the address claimed
+# in the statement (_FIRST_FREE over the window of the subnet's hint: the port is inserted only if it
+# finds one). The port's values are cast to their columns' types (they are a SELECT's, not a VALUES
+# list's), without a length: the column's own bound applies, as it does to an INSERT's values.
+def _cast(column: str) -> str:
+    kind = _PORTS.c[column].type.compile(dialect=postgresql.dialect()).split("(")[0]
+    return f"CAST(:{column} AS {kind})"
+
+
+_CLAIM_PORT_ROWS = text(
+    f"WITH c AS ({_FIRST_FREE}), "
+    f"p AS (INSERT INTO ports ({', '.join(_PORT_COLUMNS)}) SELECT {', '.join(map(_cast, _PORT_COLUMNS))} "
+    "FROM c RETURNING id), "
+    "a AS (INSERT INTO ip_allocations (port_id, subnet_id, network_id, ip_address) "
+    "SELECT p.id, :subnet_id, :network_id, host(inet '0.0.0.0' + c.n) FROM p, c), "
+    "l AS (INSERT INTO port_security_groups (port_id, group_id) "
+    "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g) "
+    "SELECT p.id, c.n FROM p, c")
+
+
 def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[int, datetime]:
     """Write a new port (new_port), its addresses and its security groups' links (checked by the
     caller: fathom.store.secgroups.new_port_groups) on the session's connection, without the ORM's
-    unit of work: the API's most frequent write. Its id and creation time."""
+    unit of work: the API's most frequent write. Its id and creation time. A port with an address
+    to claim (NewPort.claim) has it in `new.addresses` after."""
     conn = session.connection()
     created = utcnow()
+    if new.claim is not None:
+        port_id = _insert_claiming(session, new, group_ids, created)
+        if port_id is not None:
+            return port_id, created
+        network, subnet = new.claim   # nothing free in the hint's window: the whole search, then the rows
+        new.addresses.append((subnet.id, str(_allocate_ip(session, network, subnet, "fixed_ips.0"))))
     if conn.dialect.name == "postgresql":
         port_id = conn.scalar(_INSERT_PORT_ROWS, {
             **new.values, "created_at": created, "subnet_ids": [subnet_id for subnet_id, _ in new.addresses],
@@ -485,40 +538,89 @@ def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[i
     return port_id, created
 
 
+def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], created: datetime) -> int | None:
+    """_CLAIM_PORT_ROWS: the port's id, its address added to `new.addresses`; None (nothing written)
+    when no address of the hint's window is free."""
+    network, subnet = new.claim
+    first, last = int(subnet.prefix.network_address) + 1, int(subnet.prefix.broadcast_address) - 1
+    start = first + _hints(session).get(subnet.id, 0)
+    skip = [int(ipaddress.IPv4Address(subnet.gateway_ip))] if subnet.gateway_ip else []
+    conn = session.connection()
+    row = conn.execute(_CLAIM_PORT_ROWS, {
+        **new.values, "created_at": created, "subnet_id": subnet.id, "group_ids": list(group_ids),
+        "low": start, "high": min(start + ALLOCATION_WINDOW - 1, last), "skip": skip,
+        "key_base": network.id << 32}).first()
+    if row is None:
+        return None
+    port_id, found = row
+    _hints(session)[subnet.id] = found - first
+    new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
+    changes.port_rows_written(conn, port_id)
+    return port_id
+
+
+@dataclass(frozen=True)
+class NetworkRef:
+    """What a new port's checks read of its network."""
+    id: int
+    project_id: str
+
+
+@dataclass(frozen=True)
+class SubnetRef:
+    """What a new port's address choice reads of a subnet (as m.Subnet names it)."""
+    id: int
+    cidr: str
+    gateway_ip: str | None
+
+    @property
+    def prefix(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(self.cidr)
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    id: int
+    name: str
+
+
 @dataclass
 class _PortContext:
-    network: m.Network | None
-    subnets: list[m.Subnet]
-    node: m.Node | None
+    network: NetworkRef | None
+    subnets: list[SubnetRef]
+    node: NodeRef | None
     interface_used: bool
     mac_used: bool
     external_id_used: bool
+    default_group: int | None
 
 
 def _port_context(session: Session, caller: Caller, network_id: int, project_id: str | None,
                   mac_address: str | None, node: str | None, interface_name: str | None,
                   external_id: str | None) -> _PortContext:
-    """Everything a new port's checks read, in one query: the network and its subnets (in id order),
-    the node named, whether the interface, the MAC or the external id is taken, and the port's
-    project's default security group (kept in the session: `session.get` finds it without a query).
-    Nothing is decided here: create_port raises the errors in its own order (so a member naming a
-    node is told it may not, not whether the node exists)."""
+    """Everything a new port's checks read, in one query of the columns they read (no ORM objects:
+    loading them cost more than the query): the network and its subnets (in id order), the node
+    named, whether the interface, the MAC or the external id is taken, and the id of the port's
+    project's default security group. Nothing is decided here: create_port raises the errors in its
+    own order (so a member naming a node is told it may not, not whether the node exists)."""
     if not valid_id(network_id):
-        return _PortContext(None, [], None, False, False, False)
+        return _PortContext(None, [], None, False, False, False, None)
     # the port's project as _owner decides it: the one asked for, else the network's for an admin
     # (resolved in the query), else the caller's
     project = project_id if project_id is not None else (None if caller.admin else caller.project)
     query = _port_context_query(node is not None, interface_name is not None, mac_address is not None,
                                 external_id is not None, project is not None)
-    rows = session.execute(query, {"network_id": network_id, "project": project, "node": node,
-                                   "interface_name": interface_name, "mac_address": mac_address,
-                                   "external_id": external_id}).all()
+    rows = session.connection().execute(query, {
+        "network_id": network_id, "project": project, "node": node, "interface_name": interface_name,
+        "mac_address": mac_address, "external_id": external_id}).all()
     if not rows:
-        return _PortContext(None, [], None, False, False, False)
+        return _PortContext(None, [], None, False, False, False, None)
     first = rows[0]
-    keep(session, first[3])
-    return _PortContext(first[0], [r[1] for r in rows if r[1] is not None], first[2],
-                        first[4] is not None, first[5] is not None, first[6] is not None)
+    return _PortContext(NetworkRef(first.network_id, first.network_project),
+                        [SubnetRef(r.subnet_id, r.cidr, r.gateway_ip) for r in rows if r.subnet_id is not None],
+                        NodeRef(first.node_id, first.node_name) if first.node_id is not None else None,
+                        first.interface_used is not None, first.mac_used is not None,
+                        first.external_id_used is not None, first.default_group)
 
 
 @functools.cache
@@ -532,13 +634,16 @@ def _port_context_query(node: bool, interface: bool, mac: bool, external_id: boo
     def taken(*where):
         return select(other.id).where(*where).limit(1).scalar_subquery()
     checks = [
-        taken(other.node_id == bound_node.id, bound_node.name == bindparam("node"),
-              other.interface_name == bindparam("interface_name")).correlate_except(other, bound_node)
-        if node and interface else null(),
-        taken(other.network_id == bindparam("network_id"), other.mac_address == bindparam("mac_address"))
-        if mac else null(),
-        taken(other.external_id == bindparam("external_id")) if external_id else null()]
-    return (select(m.Network, m.Subnet, m.Node, m.DefaultSecurityGroup, *checks).select_from(m.Network)
+        (taken(other.node_id == bound_node.id, bound_node.name == bindparam("node"),
+               other.interface_name == bindparam("interface_name")).correlate_except(other, bound_node)
+         if node and interface else null()).label("interface_used"),
+        (taken(other.network_id == bindparam("network_id"), other.mac_address == bindparam("mac_address"))
+         if mac else null()).label("mac_used"),
+        (taken(other.external_id == bindparam("external_id")) if external_id else null()).label("external_id_used")]
+    return (select(m.Network.id.label("network_id"), m.Network.project_id.label("network_project"),
+                   m.Subnet.id.label("subnet_id"), m.Subnet.cidr, m.Subnet.gateway_ip,
+                   m.Node.id.label("node_id"), m.Node.name.label("node_name"),
+                   m.DefaultSecurityGroup.group_id.label("default_group"), *checks).select_from(m.Network)
             .outerjoin(m.Subnet, m.Subnet.network_id == m.Network.id)
             .outerjoin(m.Node, m.Node.name == bindparam("node") if node else false())
             .outerjoin(m.DefaultSecurityGroup, m.DefaultSecurityGroup.project_id ==
@@ -580,8 +685,8 @@ def _ip_used(session: Session, network_id: int, ip: str) -> bool:
     return session.connection().scalar(_IP_USED, {"network_id": network_id, "ip": ip}) is not None
 
 
-def _choose_ip(session: Session, network: m.Network, subnets: list[m.Subnet], request: dict, field: str,
-               gateway_allowed: bool, taken: set[str]) -> tuple[m.Subnet, ipaddress.IPv4Address]:
+def _choose_ip(session: Session, network: NetworkRef, subnets: list[SubnetRef], request: dict, field: str,
+               gateway_allowed: bool, taken: set[str]) -> tuple[SubnetRef, ipaddress.IPv4Address]:
     """The subnet and address for one fixed IP request; `taken`: addresses this request chose already."""
     subnet_id = request.get("subnet_id")
     ip = request.get("ip_address")
@@ -729,22 +834,10 @@ _USED_IN_WINDOW = select(m.IpAllocation.ip_address).where(
     m.IpAllocation.ip_address.in_(bindparam("window", expanding=True)))
 
 
-# PostgreSQL's allocation in one statement (_allocate_claimed): the window's first address that is
-# not allocated (an index probe each, a scalar subquery: never a hashed scan of the network's
-# addresses), not taken by this request already, and whose transaction-level advisory lock this
-# transaction gets without waiting (another holds it: the next address). The CASE reads the address
-# before it tries the lock, and LIMIT stops at the first: no lock is taken on an address in use or
-# beyond the one chosen. The lock's key is in the one-bigint key space (the two-int4 locks of
-# _serialise are another): network << 32 | address, above 2^32, never a hashtext() of
-# fathom.cluster.leases.
-_CLAIM_FIRST_FREE = text(
-    "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
-    "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
-    "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
-    "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
+_CLAIM_FIRST_FREE = text(_FIRST_FREE)
 
 
-def _allocate_claimed(session: Session, network: m.Network, subnet: m.Subnet, first: int, last: int,
+def _allocate_claimed(session: Session, network: NetworkRef, subnet: SubnetRef, first: int, last: int,
                       start: int, taken: set[str]) -> int | None:
     """PostgreSQL: the lowest free host address from `start` on that no other transaction holds, in
     one statement per ALLOCATION_WINDOW candidates (_CLAIM_FIRST_FREE), or None. One statement reads
@@ -764,7 +857,8 @@ def _allocate_claimed(session: Session, network: m.Network, subnet: m.Subnet, fi
     return None
 
 
-def _allocate_ip(session: Session, network: m.Network, subnet: m.Subnet, field: str, taken: set[str] = frozenset()):
+def _allocate_ip(session: Session, network: NetworkRef, subnet: SubnetRef, field: str,
+                 taken: set[str] = frozenset()):
     """The lowest free host address of the subnet (the gateway's excluded) that no other transaction
     holds, checked ALLOCATION_WINDOW candidates per query from the subnet's hint on. PostgreSQL: held
     by an advisory lock (_allocate_claimed); SQLite serialises writers, and this process's

@@ -280,14 +280,18 @@ def set_port_groups(session: Session, port: m.Port, group_ids: list[int] | None,
     session.flush()
 
 
-def new_port_groups(session: Session, project: str, port_security: bool, group_ids: list[int] | None) -> list[int]:
+def new_port_groups(session: Session, project: str, port_security: bool, group_ids: list[int] | None,
+                    default: int | None = None) -> list[int]:
     """The checked groups of a port of `project` (in id order): None = the project's default group
     (none without port security). Groups must be of the port's project; a port without port security
-    has none."""
+    has none. `default`: the id of the project's default group, where the caller read it already
+    (fathom.store.ops.NewPort.default_group)."""
     if group_ids is None:
         if not port_security:
             return []
         # the project's default group: of the port's project by construction, nothing to check
+        if default is not None:
+            return [default]
         row = session.get(m.DefaultSecurityGroup, project)
         return [row.group_id if row is not None else default_group(session, project).id]
     if group_ids and not port_security:

@@ -12,7 +12,7 @@ pg = PostgresServer(durable=True).start()
 if os.environ.get("PGSTAT"):
     pg.halt(); pg._options += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"; pg.resume()
 url = pg.new_database()
-ctl = Controller(Path("/run/fathom-bench/scale-rb/prof"), url, api_workers=workers).start()
+ctl = Controller(Path("/run/fathom-bench/c4-prof"), url, api_workers=workers).start()
 try:
     sp = None
     if spy:
@@ -30,7 +30,7 @@ try:
         import psycopg
         with psycopg.connect(host=str(pg.socket_dir), port=5432, user="postgres", dbname=url.split("@/")[1].split("?")[0], autocommit=True) as c:
             c.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            rows = c.execute("SELECT calls, round(total_exec_time::numeric,1), round(total_plan_time::numeric,1), query FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 40").fetchall()
+            rows = c.execute("SELECT calls, round(total_exec_time::numeric,1), round(total_plan_time::numeric,1), query FROM pg_stat_statements WHERE query !~* '^ *(CREATE|ALTER|COMMENT)' ORDER BY calls DESC").fetchall()
             with open(out / "pgstat.txt", "w") as f:
                 for r_ in rows: f.write(f"{r_[0]:8d} {r_[1]:>10} {r_[2]:>8} {' '.join(r_[3].split())[:250]}\n")
 finally:
