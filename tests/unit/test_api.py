@@ -702,7 +702,9 @@ def test_a_store_that_cannot_take_a_write_answers_503_and_applies_nothing(tmp_pa
 
 def _statements(api, path: str) -> tuple[int, list]:
     """The SQL statements one GET of `path` runs (SQLite's BEGIN, which the store issues itself, left
-    out), and its answer."""
+    out), and its answer. Asked once before: the caller's token is then verified lately (its read,
+    once Authenticator.CACHE_SECONDS have passed, is not the list's)."""
+    api.get(path)
     run: list[str] = []
 
     def count(_conn, _cursor, statement, *_):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 import os
 import warnings
 
@@ -276,11 +277,17 @@ def test_wait_returns_once_the_controller_says_active_or_fails(tmp_path, monkeyp
         result = runner.invoke(cli, ["network", "create", "blue", "--wait", "--timeout", "0.3"])
         assert result.exit_code == 1 and "not 'active' after 0.3 s" in result.output, result.output
         # a pass writes it active and publishes it (what the reconciler does): the wait ends then
-        def reconciled():
+        def reconciled():   # once the network is made (the CLI may take longer than the timer)
             from sqlalchemy.orm import Session
+            from fathom.store import models as m
             from fathom.store.status import set_status
-            with Session(app.state.engine) as s, s.begin():
-                set_status(s, "network", 2, "active")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with Session(app.state.engine) as s, s.begin():
+                    if s.get(m.Network, 2) is not None:
+                        set_status(s, "network", 2, "active")
+                        break
+                time.sleep(0.05)
             board.publish({("network", 2): ("active", None)}, 0)
         threading.Timer(0.3, reconciled).start()
         result = runner.invoke(cli, ["network", "create", "green", "--wait", "--timeout", "10", "--json"])
