@@ -223,14 +223,14 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 _DIGEST = "md5(ROW(r.reaches, r.address, r.openflow, r.agents, r.switch_states)::text)"
 # A lease is valid while its holder's heartbeat is younger than the lease time: a round renews every
 # lease its replica holds by writing its one heartbeat row, never the lease rows. The round's one
-# statement at rest (psycopg's placeholders: it is sent as is, and prepared by the driver once it has
-# run a few times): the heartbeat, written only while it is still live (`beat` is empty when it had
+# statement when anything changed (psycopg's placeholders: it is sent as is, and prepared by the
+# driver; at rest a slimmer one, _REST, below): the heartbeat, written only while it is still live (`beat` is empty when it had
 # aged out: `run_round` then revives it apart, see there); the leases of switches it no longer reaches
 # freed (`mine`: what it reaches, the row's value when the round does not send it: unchanged); and
 # the round's one view, at one instant of PostgreSQL's clock, as of the statement's start:
 # the leases it holds ([switch, epoch], those it still reaches), the replicas whose heartbeat is
 # younger than the keep time ([id, live, reaches, address, openflow, agents, switch_states, heartbeat
-# age]), the leases' stamp (their count and last change: a take, a free and a new row each set
+# age, digest of its row]), the leases' stamp (their count and last change: a take, a free and a new row each set
 # `renewed` to PostgreSQL's time) and every lease ([switch, valid holder or null, seconds without a
 # master or null, whether it was freed rather than ran out]) unless every lease has a live holder and
 # the stamp is the caller's `stamp`: then the caller's copy of that list, read when every lease had a
@@ -356,7 +356,8 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     one statement: the heartbeat (with its change feed's lag, the agents it hears and what its
     switches say: see Round), which renews what it holds, and one view of the replicas and
     leases, from which it decides whether to take or give up leases toward its share (each one
-    more statement; at rest neither, and the round is that one statement). `reachable` (None:
+    more statement; at rest neither, and the round is that one statement: _REST when what it
+    sends and what it read last time are unchanged, else _ROUND). `reachable` (None:
     any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
     the caller keeps it); it takes and renews only those, and gives up the others it holds.
     `view`: the caller's copy of the lease list, kept from round to round (see _ROUND). `written`:
