@@ -379,8 +379,10 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     if written.known:   # unchanged since the last round wrote them: the row keeps them (no new TOASTed value)
         q.update(new_reaches=reaches != written.reaches, new_agents=agents_json != written.agents,
                  new_states=states_json != written.states)
+    # the slim statement only after a round that found the cluster at rest (after a change, the
+    # full one at once: it would find the stamp changed)
     rest_round = (written.known and not (q["new_reaches"] or q["new_agents"] or q["new_states"] or switches)
-                  and view.stamp is not None and view.kept is not None)
+                  and view.rest is not None and view.kept is not None)
     written.known = False     # until this round's statement wrote them
     got = _at_rest(conn, q, view) if rest_round else None
     if got is None:

@@ -789,6 +789,7 @@ def test_a_round_at_rest_is_the_slim_statement_and_sees_what_the_full_one_sees(e
     assert a.reports == report and a.agent_heard("n1") is not None
     a._view = leases.LeaseView()         # a full round from scratch finds the same
     assert rounds() == ["full", "rest"] and seen(a) == at_rest
+    assert settled()
 
     heard["b"] = {"n1": 0.0, "n2": 0.0}      # b's row changes: a reads it in full
     assert rounds() == ["rest", "full"] and a.agent_heard("n2") is None
