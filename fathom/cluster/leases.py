@@ -174,10 +174,15 @@ class LeaseView:
     """A replica's copy of every lease ([switch, holder, None, False]) as its last round read it when
     every lease had a live holder, and the leases' stamp then (None: no such copy); `rest`: what a
     round from that copy that changed nothing saw and found (its live replicas and their reaches, its
-    leases; the valid holders and every switch with one)."""
+    leases; the valid holders and every switch with one). `kept`: the leases the replica held as its
+    last full round read them (switch -> epoch); `peers`: the rows of the replicas it saw (id ->
+    (digest, [reaches, address, openflow, agents, switch_states])), so that a round at rest (_REST)
+    can tell from their digests that they did not change."""
     stamp: str | None = None
     rows: list = field(default_factory=list)
     rest: tuple | None = None
+    kept: dict | None = None
+    peers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -213,16 +218,19 @@ def limit_session(conn: Connection, timing: Timing) -> None:
                  {"ms": str(int(timing.lease * 1000))})
     conn.commit()
 
+# what a replica's row says besides its heartbeat and feed lag (a digest: a round at rest compares it
+# with the one of the row it keeps, _REST)
+_DIGEST = "md5(ROW(r.reaches, r.address, r.openflow, r.agents, r.switch_states)::text)"
 # A lease is valid while its holder's heartbeat is younger than the lease time: a round renews every
 # lease its replica holds by writing its one heartbeat row, never the lease rows. The round's one
-# statement at rest (psycopg's placeholders: it is sent as is, and prepared by the driver once it has
-# run a few times): the heartbeat, written only while it is still live (`beat` is empty when it had
+# statement when anything changed (psycopg's placeholders: it is sent as is, and prepared by the
+# driver; at rest a slimmer one, _REST, below): the heartbeat, written only while it is still live (`beat` is empty when it had
 # aged out: `run_round` then revives it apart, see there); the leases of switches it no longer reaches
 # freed (`mine`: what it reaches, the row's value when the round does not send it: unchanged); and
 # the round's one view, at one instant of PostgreSQL's clock, as of the statement's start:
 # the leases it holds ([switch, epoch], those it still reaches), the replicas whose heartbeat is
 # younger than the keep time ([id, live, reaches, address, openflow, agents, switch_states, heartbeat
-# age]), the leases' stamp (their count and last change: a take, a free and a new row each set
+# age, digest of its row]), the leases' stamp (their count and last change: a take, a free and a new row each set
 # `renewed` to PostgreSQL's time) and every lease ([switch, valid holder or null, seconds without a
 # master or null, whether it was freed rather than ran out]) unless every lease has a live holder and
 # the stamp is the caller's `stamp`: then the caller's copy of that list, read when every lease had a
@@ -250,7 +258,7 @@ _ROUND = (
     "       (SELECT coalesce(json_agg(switch), '[]') FROM gone), "
     "       (SELECT coalesce(json_agg(json_build_array(r.id, r.heartbeat > now.t - make_interval(secs => %(lease)s), "
     "                r.reaches, r.address, r.openflow, r.agents, r.switch_states, "
-    "                extract(epoch FROM now.t - r.heartbeat)) ORDER BY r.id), '[]') "
+    "                extract(epoch FROM now.t - r.heartbeat), " + _DIGEST + ") ORDER BY r.id), '[]') "
     "        FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => %(keep)s)), "
     "       lv.stamp, "
     "       CASE WHEN NOT coalesce(lv.held, true) OR lv.stamp IS DISTINCT FROM %(stamp)s THEN "
@@ -264,6 +272,28 @@ _ROUND = (
     "FROM now, (SELECT count(*) || ' ' || coalesce(max(l.renewed)::text, '') AS stamp, "
     "           bool_and(coalesce(r.heartbeat > now.t - make_interval(secs => %(lease)s), false)) AS held "
     "           FROM now, cluster_leases l LEFT JOIN cluster_replicas r ON r.id = l.holder) AS lv")
+# A round at rest: nothing the replica sends changed since its connection's last round, and its last
+# round read every lease with a live holder (its copy of them, LeaseView). Its heartbeat, written only
+# while it is still live (as _ROUND's), and what tells whether anything else changed, at one instant of
+# PostgreSQL's clock as of the statement's start: the leases' stamp (a take, a free and a new row each
+# change it), and each replica seen within the keep time ([id], [live], [heartbeat age], [digest of the
+# rest of its row]). When the stamp is the copy's, every holder in the copy is still live and every row's
+# digest is the one the replica keeps, this is the view _ROUND would give (its lease list left out, its
+# own leases those it kept, nothing freed: what it reaches did not change), for a third of its
+# PostgreSQL CPU; otherwise the round runs _ROUND.
+_REST = (
+    "WITH beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s "
+    "              WHERE id = %(me)s AND heartbeat > clock_timestamp() - make_interval(secs => %(lease)s) "
+    "              RETURNING id), "
+    "now AS (SELECT clock_timestamp() AS t) "
+    "SELECT (SELECT count(*) FROM beat), "
+    "       (SELECT count(*) || ' ' || coalesce(max(renewed)::text, '') FROM cluster_leases), "
+    "       rs.ids, rs.live, rs.ages, rs.digests "
+    "FROM now, LATERAL (SELECT array_agg(r.id ORDER BY r.id) AS ids, "
+    "                   array_agg(r.heartbeat > now.t - make_interval(secs => %(lease)s) ORDER BY r.id) AS live, "
+    "                   array_agg(extract(epoch FROM now.t - r.heartbeat)::float8 ORDER BY r.id) AS ages, "
+    "                   array_agg(" + _DIGEST + " ORDER BY r.id) AS digests "
+    "                   FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => %(keep)s)) AS rs")
 # a replica whose heartbeat aged out (its round came more than a lease time after the last) writes it
 # again apart; its leases that nobody took meanwhile are valid again, under the same epoch
 _REVIVE = text("UPDATE cluster_replicas SET heartbeat = clock_timestamp() WHERE id = :me RETURNING id")
@@ -291,13 +321,30 @@ _GIVE = text("UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp
              "WHERE holder = :me AND switch = ANY(:give)")
 
 
-def _round_row(conn: Connection, q: dict) -> tuple:
-    """_ROUND's one row, run on the connection's psycopg cursor (prepared: psycopg prepares a
-    statement run often by itself), in the connection's transaction: SQLAlchemy's execution and
-    result layers cost a round at rest as much CPU again as the driver's."""
+def _round_row(conn: Connection, q: dict, statement: str = _ROUND) -> tuple:
+    """_ROUND's (or _REST's) one row, run on the connection's psycopg cursor (prepared), in the
+    connection's transaction: SQLAlchemy's execution and result layers cost a round at rest as much
+    CPU again as the driver's."""
     with conn.connection.driver_connection.cursor() as cur:
-        cur.execute(_ROUND, q, prepare=True)
+        cur.execute(statement, q, prepare=True)
         return cur.fetchone()
+
+
+def _at_rest(conn: Connection, q: dict, view: "LeaseView") -> tuple | None:
+    """A round at rest (_REST): _ROUND's answer rebuilt from the caller's copy (its own leases, nothing
+    freed, the replicas' rows with their fresh liveness and ages, no lease list), or None when
+    anything changed (its heartbeat had aged out, a lease, a replica's row or liveness): the round
+    then runs _ROUND."""
+    beat, stamp, ids, live, ages, digests = _round_row(conn, q, _REST)
+    if beat != 1 or stamp != view.stamp or ids is None or set(ids) != set(view.peers):
+        return None
+    if any(view.peers[rid][0] != digest for rid, digest in zip(ids, digests)):
+        return None
+    alive = {rid for rid, is_live in zip(ids, live) if is_live} | {q["me"]}
+    if any(h not in alive for _, h, _, _ in view.rows):
+        return None
+    replicas = [[rid, is_live, *view.peers[rid][1], age] for rid, is_live, age in zip(ids, live, ages)]
+    return beat, dict(view.kept), [], replicas, stamp, None
 
 
 def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=None,
@@ -309,7 +356,8 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     one statement: the heartbeat (with its change feed's lag, the agents it hears and what its
     switches say: see Round), which renews what it holds, and one view of the replicas and
     leases, from which it decides whether to take or give up leases toward its share (each one
-    more statement; at rest neither, and the round is that one statement). `reachable` (None:
+    more statement; at rest neither, and the round is that one statement: _REST when what it
+    sends and what it read last time are unchanged, else _ROUND). `reachable` (None:
     any): the switches it has an OpenFlow connection to (`reaches`: the same joined by commas, if
     the caller keeps it); it takes and renews only those, and gives up the others it holds.
     `view`: the caller's copy of the lease list, kept from round to round (see _ROUND). `written`:
@@ -317,6 +365,7 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     `reaches`, `agents` and `switch_states` are sent only when they differ from it.
     ClusterError if its replica row is gone; LateHeartbeat if its heartbeat, revived, was stale
     again by the round's statement (more than a lease time between the two)."""
+    switches = list(switches)
     if reachable is not None and reaches is None:
         reaches = ",".join(sorted(reachable))
     agents_json = json.dumps(agents) if agents else None
@@ -330,15 +379,15 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
     if written.known:   # unchanged since the last round wrote them: the row keeps them (no new TOASTed value)
         q.update(new_reaches=reaches != written.reaches, new_agents=agents_json != written.agents,
                  new_states=states_json != written.states)
+    # the slim statement only after a round that found the cluster at rest (after a change, the
+    # full one at once: it would find the stamp changed)
+    rest_round = (written.known and not (q["new_reaches"] or q["new_agents"] or q["new_states"] or switches)
+                  and view.rest is not None and view.kept is not None)
     written.known = False     # until this round's statement wrote them
-    beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
-    if beat != 1:
-        if conn.execute(_REVIVE, p).first() is None:
-            raise ClusterError(f"replica {me} is no longer registered in the cluster")
-        q.update(new_reaches=True, new_agents=True, new_states=True)
-        beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
-        if beat != 1:
-            raise LateHeartbeat(f"replica {me}: its heartbeat aged out again as soon as it was revived")
+    got = _at_rest(conn, q, view) if rest_round else None
+    if got is None:
+        got = _full_round(conn, me, p, q, view)
+    beat, kept, gone, replicas, stamp, rows = got
     written.known, written.reaches, written.agents, written.states = True, reaches, agents_json, states_json
     cached = rows is None
     if cached:
@@ -368,6 +417,22 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
             states = json.loads(states_json) if states_json else {}
             out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
     return out
+
+
+def _full_round(conn: Connection, me: str, p: dict, q: dict, view: LeaseView) -> tuple:
+    """_ROUND's row (after reviving the heartbeat when it had aged out), the replicas' rows and the
+    leases it holds kept in `view` for the next round at rest."""
+    beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
+    if beat != 1:
+        if conn.execute(_REVIVE, p).first() is None:
+            raise ClusterError(f"replica {me} is no longer registered in the cluster")
+        q.update(new_reaches=True, new_agents=True, new_states=True)
+        beat, kept, gone, replicas, stamp, rows = _round_row(conn, q)
+        if beat != 1:
+            raise LateHeartbeat(f"replica {me}: its heartbeat aged out again as soon as it was revived")
+    view.peers = {r[0]: (r[8], r[2:7]) for r in replicas}
+    view.kept = None if gone else dict(kept)
+    return beat, kept, gone, [r[:8] for r in replicas], stamp, rows
 
 
 def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows: list, replicas: list,

@@ -256,6 +256,8 @@ class ClusterMember:
         now = time.monotonic()
         for switch, epoch in self.mastership.held().items():
             dpid = int(switch, 16)
+            if self._granted.get(dpid) == epoch:     # at rest: every held switch granted
+                continue
             with self._lock:
                 due = (self._granted.get(dpid) != epoch and dpid not in self._asking
                        and now - self._asked.get(dpid, -inf) >= self.mastership.timing.lease)

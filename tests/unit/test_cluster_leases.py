@@ -742,3 +742,69 @@ def test_what_a_replica_reaches_is_sent_when_it_changed_and_again_on_a_new_conne
     a.run_round()
     assert sent[-1] is True and row_reaches() == s1 and set(a.held()) == {s1}
     a.stop()
+
+
+def test_a_round_at_rest_is_the_slim_statement_and_sees_what_the_full_one_sees(engine, monkeypatch):
+    """At rest (what a replica sends unchanged, every lease held by a live replica, no lease and no
+    replica's row changed since its last round) a round runs the slim statement alone, and finds
+    what the full one finds. A change in another replica's row (what it reaches, the agents it
+    hears, what its switches say), a lease freed or a replica no longer live makes the round run
+    the full statement, which reads it."""
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)
+    reach = {"a": switches(4), "b": switches(4)}
+    heard = {"a": {}, "b": {"n1": 0.0}}
+    reps = {n: Mastership(engine, lambda n=n: reach[n], replica_id=n, timing=steady, reachable_only=True,
+                          agents=lambda n=n: heard[n], openflow=f"127.0.0.1:{6650 + i}").join()
+            for i, n in enumerate("ab")}
+    a, b = reps["a"], reps["b"]
+    ran = []
+    round_row = leases._round_row
+
+    def spy(conn, q, statement=leases._ROUND):
+        ran.append("rest" if statement is leases._REST else "full")
+        return round_row(conn, q, statement)
+    monkeypatch.setattr(leases, "_round_row", spy)
+
+    def rounds(n: int = 1) -> list[str]:
+        ran.clear()
+        for _ in range(n):
+            for r in (a, b):
+                r.run_round()
+        return list(ran)
+
+    def settled() -> bool:
+        """At rest again (both replicas' rounds slim) within a few rounds."""
+        return any(rounds() == ["rest", "rest"] for _ in range(4))
+
+    def seen(r: Mastership) -> tuple:
+        return (r.held(), r.taken, r.peers, r.listeners, r.replicas, r.reports, r._agents_at,
+                {n: round(t) for n, t in r._agents_heard.items()})
+    rounds(4)
+    assert sorted(len(r.held()) for r in (a, b)) == [2, 2]
+    report = {min(b.held()): ["unreachable", []]}
+    b.switch_states = report
+    rounds(2)
+    assert rounds(3) == ["rest"] * 6
+    at_rest = seen(a)
+    assert a.reports == report and a.agent_heard("n1") is not None
+    a._view = leases.LeaseView()         # a full round from scratch finds the same
+    assert rounds() == ["full", "rest"] and seen(a) == at_rest
+    assert settled()
+
+    heard["b"] = {"n1": 0.0, "n2": 0.0}      # b's row changes: a reads it in full
+    assert rounds() == ["rest", "full"] and a.agent_heard("n2") is None
+    assert rounds()[:2] == ["rest", "full"] and a.agent_heard("n2") is not None
+    assert settled()
+    freed = max(b.held())
+    reach["b"] = [s for s in switches(4) if s != freed]   # b frees a lease: a's next round reads every
+    assert rounds() == ["rest", "full"]                     # lease, and none is at rest while one has
+    assert rounds(2) == ["rest"] + ["full"] * 4 and freed not in a.taken | b.taken     # no holder
+    reach["b"] = switches(4)
+    assert settled() and sorted(len(r.held()) for r in (a, b)) == [2, 2]
+    b.stop(leave=False)                 # b stops: once its heartbeat aged out, a reads every lease
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE cluster_replicas SET heartbeat = heartbeat - interval '6 s' WHERE id = 'b'"))
+    ran.clear()
+    a.run_round()
+    assert ran == ["rest", "full"] and "b" not in a.peers and a.taken == set(a.held())
+    a.stop()

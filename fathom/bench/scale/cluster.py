@@ -169,7 +169,7 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
                                   "interface_name": vm_interface(j)} for n, j, k in ports])
         all_active(api)
         quiet = wait_quiet([single], api)
-        progress(f"cluster: one controller at rest, {idle_s:g} s")
+        progress(f"cluster: one controller at rest, {idle_s:g} s (quiet after {quiet:.1f} s)")
         out["single_at_rest"] = {"quiet_after_seconds": quiet, **at_rest([single], pg_pid, fleet, idle_s)}
         single.stop()
 
@@ -185,6 +185,7 @@ def cluster_run(run_dir: Path, db_url: str, pg_pid: int, replicas: int = 3, swit
         progress(f"cluster: fair after {start['fair_seconds']:.1f} s: {sorted(start['held'].values())}; "
                  f"at rest, {idle_s:g} s")
         quiet = wait_quiet(reps, api)
+        progress(f"cluster: replicas at rest, {idle_s:g} s (quiet after {quiet:.1f} s)")
         e0 = balance(api.get("/cluster"))["epochs"]
         out["cluster_at_rest"] = {"quiet_after_seconds": quiet, **at_rest(reps, pg_pid, fleet, idle_s)}
         out["cluster_at_rest"]["lease_changes"] = balance(api.get("/cluster"))["epochs"] - e0
