@@ -5,6 +5,7 @@ the writer decided from a read that did not have the caller's write does not ans
 its value (fathom.controller.board, fathom.cluster.feed.Claim)."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
@@ -53,17 +54,27 @@ class Replica(StatusesReplica):
         self.http = TestClient(app, headers=headers_for(app))
 
 
-
-def test_a_long_poll_through_another_replica_is_answered_by_the_writers_status_after_its_write(postgres):
+@contextlib.contextmanager
+def writer_and_other(postgres):
+    """Two replicas on one database and a bound port: (w, o, port), w the writer of the port's
+    status (it masters the br-int of the port's node), o the other."""
     url = postgres.new_database(migrated=True)
     topo, ids, snap, nodes, fakes, ofports = golden_cloud(url)
     a, b = Replica("a", url, fakes, ofports), Replica("b", url, fakes, ofports)
     try:
         share_switches(a, b, fakes)
-        # w writes the status of a port on a node whose br-int it masters; o does not
         vm, node = next((v.name, n.name) for n, v in topo.vms())
         w, o = (a, b) if a.member.masters(datapath_id(nodes[node])) else (b, a)
-        port = ids["ports"][vm]
+        yield w, o, ids["ports"][vm]
+    finally:
+        a.close()
+        b.close()
+
+
+
+def test_a_long_poll_through_another_replica_is_answered_by_the_writers_status_after_its_write(postgres):
+    # w writes the status of a port on a node whose br-int it masters; o does not
+    with writer_and_other(postgres) as (w, o, port):
         interface = o.http.get(f"/v1/ports/{port}").json()["interface_name"]
         assert o.http.get(f"/v1/ports/{port}").json()["status"] == "active"
         passes = o.rec.passes
@@ -101,23 +112,13 @@ def test_a_long_poll_through_another_replica_is_answered_by_the_writers_status_a
         assert o.rec.board.answer(keys, "active", need - 1) == ("active", None)   # o's write w had read
         o.rec.run_pass()
         assert o.rec.board.answer(keys, "active", need) == ("active", None)
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_long_poll_after_a_write_made_on_another_replica_waits_for_a_read_that_had_it(postgres, monkeypatch):
     """The client library writes through one replica and long-polls another, which has not counted
     that write: with the write's `X-Fathom-Commit` sent back, the long-poll is not answered by the
     status from before the write (fathom.api.commits); it is by the writer's status that read it."""
-    url = postgres.new_database(migrated=True)
-    topo, ids, snap, nodes, fakes, ofports = golden_cloud(url)
-    a, b = Replica("a", url, fakes, ofports), Replica("b", url, fakes, ofports)
-    try:
-        share_switches(a, b, fakes)
-        vm, node = next((v.name, n.name) for n, v in topo.vms())
-        w, o = (a, b) if a.member.masters(datapath_id(nodes[node])) else (b, a)
-        port = ids["ports"][vm]
+    with writer_and_other(postgres) as (w, o, port):
         apps = {"http://w/v1": w.app, "http://o/v1": o.app}
         monkeypatch.setattr(client_module.httpx, "Client", lambda base_url, headers, timeout: TestClient(
             apps[base_url], base_url=base_url, headers=headers))
@@ -148,6 +149,3 @@ def test_a_long_poll_after_a_write_made_on_another_replica_waits_for_a_read_that
         bad = o.http.get(f"/v1/ports/{port}", params={"wait": "down", "timeout": 1},
                          headers={"X-Fathom-Commit": "12x"})
         assert bad.status_code == 422 and "X-Fathom-Commit" in bad.text, bad.text
-    finally:
-        a.close()
-        b.close()
