@@ -33,12 +33,13 @@ from datetime import timedelta
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fathom.store.base import utcnow
-from fathom.store.db import READ_ONLY
+from fathom.store.db import READ_ONLY, driver_sql, run_prepared
 from fathom.store.errors import Busy
 from fathom.store.request_models import RETENTION, RequestId
 
@@ -72,6 +73,7 @@ PENDING: ContextVar[Pending | None] = ContextVar("fathom_request_id", default=No
 # than the statement itself.
 _ROWS = RequestId.__table__
 _INSERT = insert(_ROWS)      # its values as parameters: one statement compiled once
+_INSERT_SQL = driver_sql(_INSERT, postgresql.psycopg.dialect())[0]
 
 
 class RequestIdRunning(Busy):
@@ -86,9 +88,13 @@ def claim(session: Session, answer: tuple[int, str, bytes] | None = None) -> boo
     if pending is None or pending.claimed:
         return False
     status, content_type, body = answer or (None, None, None)
-    session.connection().execute(_INSERT, {"scope": pending.scope, "key": pending.key, "fingerprint": pending.fingerprint,
-                                           "created": utcnow(), "status": status, "content_type": content_type,
-                                           "body": body})
+    row = {"scope": pending.scope, "key": pending.key, "fingerprint": pending.fingerprint, "created": utcnow(),
+           "status": status, "content_type": content_type, "body": body}
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        run_prepared(conn, _INSERT_SQL, row, rows=False)   # the key's row is no part of the model: not told
+    else:
+        conn.execute(_INSERT, row)
     return True
 
 

@@ -24,6 +24,7 @@ from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store import changes, fabric
 from fathom.store import models as m
 from fathom.store.base import utcnow
+from fathom.store.db import driver_sql, run_prepared
 from fathom.store.external_models import FloatingIp, RouterGateway
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
@@ -506,6 +507,8 @@ _CLAIM_PORT_ROWS = text(
     "l AS (INSERT INTO port_security_groups (port_id, group_id) "
     "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g) "
     "SELECT p.id, c.n FROM p, c")
+_PSYCOPG = postgresql.psycopg.dialect()
+_CLAIM_PORT_ROWS_SQL = driver_sql(_CLAIM_PORT_ROWS, _PSYCOPG)[0]
 
 
 def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[int, datetime]:
@@ -546,13 +549,13 @@ def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], creat
     start = first + _hints(session).get(subnet.id, 0)
     skip = [int(ipaddress.IPv4Address(subnet.gateway_ip))] if subnet.gateway_ip else []
     conn = session.connection()
-    row = conn.execute(_CLAIM_PORT_ROWS, {
+    rows = run_prepared(conn, _CLAIM_PORT_ROWS_SQL, {
         **new.values, "created_at": created, "subnet_id": subnet.id, "group_ids": list(group_ids),
         "low": start, "high": min(start + ALLOCATION_WINDOW - 1, last), "skip": skip,
-        "key_base": network.id << 32}).first()
-    if row is None:
+        "key_base": network.id << 32})
+    if not rows:
         return None
-    port_id, found = row
+    port_id, found = rows[0]
     _hints(session)[subnet.id] = found - first
     new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
     changes.port_rows_written(conn, port_id)
@@ -608,19 +611,30 @@ def _port_context(session: Session, caller: Caller, network_id: int, project_id:
     # the port's project as _owner decides it: the one asked for, else the network's for an admin
     # (resolved in the query), else the caller's
     project = project_id if project_id is not None else (None if caller.admin else caller.project)
-    query = _port_context_query(node is not None, interface_name is not None, mac_address is not None,
-                                external_id is not None, project is not None)
-    rows = session.connection().execute(query, {
-        "network_id": network_id, "project": project, "node": node, "interface_name": interface_name,
-        "mac_address": mac_address, "external_id": external_id}).all()
+    shape = (node is not None, interface_name is not None, mac_address is not None, external_id is not None,
+             project is not None)
+    params = {"network_id": network_id, "project": project, "node": node, "interface_name": interface_name,
+              "mac_address": mac_address, "external_id": external_id}
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        statement, defaults = _port_context_sql(*shape)
+        rows = run_prepared(conn, statement, {**defaults, **params})
+    else:
+        rows = conn.execute(_port_context_query(*shape), params).all()
     if not rows:
         return _PortContext(None, [], None, False, False, False, None)
-    first = rows[0]
-    return _PortContext(NetworkRef(first.network_id, first.network_project),
-                        [SubnetRef(r.subnet_id, r.cidr, r.gateway_ip) for r in rows if r.subnet_id is not None],
-                        NodeRef(first.node_id, first.node_name) if first.node_id is not None else None,
-                        first.interface_used is not None, first.mac_used is not None,
-                        first.external_id_used is not None, first.default_group)
+    # the columns of _port_context_query, in its order
+    network, project_of, _, _, _, node_id, node_name, default_group, interface_used, mac_used, external_used = rows[0]
+    return _PortContext(NetworkRef(network, project_of),
+                        [SubnetRef(r[2], r[3], r[4]) for r in rows if r[2] is not None],
+                        NodeRef(node_id, node_name) if node_id is not None else None,
+                        interface_used is not None, mac_used is not None, external_used is not None, default_group)
+
+
+@functools.cache
+def _port_context_sql(*shape: bool) -> tuple[str, dict]:
+    """_port_context_query as PostgreSQL's driver runs it (run_prepared)."""
+    return driver_sql(_port_context_query(*shape), _PSYCOPG)
 
 
 @functools.cache
