@@ -16,9 +16,10 @@ remembered for RETENTION (24 h).
 
 The writes in ANSWERED_BY_WRITE (a port's creation: the API's most frequent write) cost no statement
 and no thread hop of their own: their route's one effect is one store write, which inserts the key
-with the response it makes (`Store.write(..., answer=...)`), and the key is looked up only when the
-request did not take it: a repeat runs, finds its key taken by the commit it repeats (or its checks
-fail against what that commit made), rolls back, and gets the recorded response.
+with the response it makes (`Store.write(..., answer=...)`; a port's creation on PostgreSQL, in the
+statement that writes its rows: `Recorded`), and the key is looked up only when the request did not
+take it: a repeat runs, finds its key taken by the commit it repeats (or its checks fail against
+what that commit made), rolls back, and gets the recorded response.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
@@ -78,6 +80,18 @@ _INSERT_SQL = driver_sql(_INSERT, postgresql.psycopg.dialect())[0]
 
 class RequestIdRunning(Busy):
     """Another request with this key is being run: its response will be there shortly."""
+
+
+def unclaimed() -> Pending | None:
+    """The running request's key, if it has one not taken yet."""
+    pending = PENDING.get()
+    return None if pending is None or pending.claimed else pending
+
+
+class Recorded(Response):
+    """A write's response that its own statement recorded with the request's key, in its transaction
+    (fathom.api.ports: a port's creation, with fathom.store.ops.AnswerRow): Store.write records it no
+    more."""
 
 
 def claim(session: Session, answer: tuple[int, str, bytes] | None = None) -> bool:

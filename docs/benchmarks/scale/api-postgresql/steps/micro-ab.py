@@ -33,6 +33,9 @@ def old_function(module, name):
     return mod, name, space[name]
 
 
+async def direct(fn, *a, **k):   # the route's coroutine run here: its thread-pool hop made a call
+    return fn(*a, **k)
+ports_mod.run_in_threadpool = direct
 swaps = [old_function(*n.split(":")) for n in names]
 news = [(mod, name, getattr(mod, name)) for mod, name, _ in swaps]
 
@@ -51,10 +54,6 @@ net = st.write(lambda s: ops.create_network(s, c, Settings(), name="n", type="vx
 st.write(lambda s: ops.create_subnet(s, c, network_id=net, cidr=ipaddress.IPv4Network("10.0.0.0/16")) and None)
 st.write(lambda s: ops.create_node(s, c, name="node1", management_ip="127.0.0.1", tunnel_ip="127.0.0.1") and None)
 
-
-async def direct(fn, *a, **k):   # the route's coroutine run here: its thread-pool hop made a call
-    return fn(*a, **k)
-ports_mod.run_in_threadpool = direct
 n = 0
 
 
