@@ -23,12 +23,15 @@ if "--ref" in args:
 N, R, names = int(args[0]), int(args[1]), args[2:]
 
 
+SPACES = {}   # module -> the namespace its functions at REF run in (they call each other's REF version)
+
+
 def old_function(module, name):
     source = subprocess.run(["git", "show", f"{ref}:{module.replace('.', '/')}.py"], capture_output=True,
                             text=True, check=True).stdout
     found = re.search(rf"^(?:@[^\n]*\n)*(?:async )?def {name}\(.*?(?=^\S)", source, re.S | re.M)
     mod = importlib.import_module(module)
-    space = dict(mod.__dict__)
+    space = SPACES.setdefault(module, dict(mod.__dict__))
     exec(compile(found.group(0), f"{ref}:{module}", "exec"), space)
     return mod, name, space[name]
 
