@@ -3,8 +3,10 @@ its answer and Idempotency-Key, through fathom.api.ports.create_port) in one thr
 blocks: this thread's CPU and the PostgreSQL backends' schedstat per creation.
 
 A is the code at REF (default main) for the functions named, B the working tree's: each function's
-source at REF is run in its module's namespace and swapped in for A's blocks. Run from the repository:
-    python micro-ab.py BLOCK ROUNDS module:function [module:function ...] [--ref REF]"""
+source at REF is run in its module's namespace and swapped in for A's blocks. With --a-sql STATEMENT
+(repeatable) A and B write to a database each, A's changed by the statements after its migration.
+Run from the repository:
+    python micro-ab.py BLOCK ROUNDS [module:function ...] [--ref REF] [--a-sql STATEMENT ...]"""
 import ipaddress, os, re, subprocess, sys, time, importlib
 sys.path.insert(0, ".")
 from fathom.bench.postgres import PostgresServer
@@ -20,6 +22,9 @@ args = sys.argv[1:]
 ref = "main"
 if "--ref" in args:
     i = args.index("--ref"); ref = args[i + 1]; del args[i:i + 2]
+a_sql = []
+while "--a-sql" in args:
+    i = args.index("--a-sql"); a_sql.append(args[i + 1]); del args[i:i + 2]
 N, R, names = int(args[0]), int(args[1]), args[2:]
 
 
@@ -41,28 +46,45 @@ async def direct(fn, *a, **k):   # the route's coroutine run here: its thread-po
 ports_mod.run_in_threadpool = direct
 swaps = [old_function(*n.split(":")) for n in names]
 news = [(mod, name, getattr(mod, name)) for mod, name, _ in swaps]
+# the modules holding each function (its own, and those that imported it by name)
+holders = {(mod, name): [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("fathom")
+                         and getattr(m, name, None) is getattr(mod, name)] for mod, name, _ in swaps}
 
 
 def use(which):
     for mod, name, fn in which:
-        setattr(mod, name, fn)
+        for holder in holders[mod, name]:
+            setattr(holder, name, fn)
 
 
 pg = PostgresServer(durable=True).start()
-engine = open_store(pg.new_database())
-tracker = TableChanges(engine)
 c = Caller()
-st = Store(engine, Settings(), None)
-net = st.write(lambda s: ops.create_network(s, c, Settings(), name="n", type="vxlan").id)
-st.write(lambda s: ops.create_subnet(s, c, network_id=net, cidr=ipaddress.IPv4Network("10.0.0.0/16")) and None)
-st.write(lambda s: ops.create_node(s, c, name="node1", management_ip="127.0.0.1", tunnel_ip="127.0.0.1") and None)
+
+
+def store(statements=()):
+    """A store with a network, its subnet and a node: (Store, network id)."""
+    engine = open_store(pg.new_database())
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+    TableChanges(engine)
+    st = Store(engine, Settings(), None)
+    net = st.write(lambda s: ops.create_network(s, c, Settings(), name="n", type="vxlan").id)
+    st.write(lambda s: ops.create_subnet(s, c, network_id=net, cidr=ipaddress.IPv4Network("10.0.0.0/16")) and None)
+    st.write(lambda s: ops.create_node(s, c, name="node1", management_ip="127.0.0.1", tunnel_ip="127.0.0.1") and None)
+    return st, net
+
+
+stores = {"B": store()}
+stores["A"] = store(a_sql) if a_sql else stores["B"]
 
 n = 0
 
 
-def one():
+def one(variant):
     global n
     n += 1
+    st, net = stores[variant]
     body = sc.PortCreate(network_id=net, name=f"p{n}", node="node1", interface_name=f"if{n}")
     tok = request_ids.PENDING.set(request_ids.Pending("scope", f"k{n}", "fp"))
     try:
@@ -87,10 +109,10 @@ def backends():
 
 
 VARIANTS = {"A": swaps, "B": news}
-for which in VARIANTS.values():
+for k, which in VARIANTS.items():
     use(which)
     for _ in range(30):
-        one()
+        one(k)
 res = {k: [0, 0, 0] for k in VARIANTS}
 for r in range(R):
     for k, which in VARIANTS.items():
@@ -98,11 +120,14 @@ for r in range(R):
         b = backends(); b0 = {p: ns_of(p) for p in b}
         t0 = time.thread_time_ns()
         for _ in range(N):
-            one()
+            one(k)
         res[k][0] += time.thread_time_ns() - t0
         res[k][1] += sum(ns_of(p) - b0[p] for p in b)
         res[k][2] += N
-print(f"A: {ref} {' '.join(names)}; B: the working tree; {N} creations a block, {R} rounds; load {os.getloadavg()[0]:.1f}")
+print(f"A: {ref} {' '.join(names)}{' with ' + '; '.join(a_sql) if a_sql else ''}; B: the working tree; "
+      f"{N} creations a block, {R} rounds; load {os.getloadavg()[0]:.1f}")
 for k, (cli, srv, cnt) in res.items():
     print(f"{k}: client {cli/cnt/1e6:.3f} ms  PG {srv/cnt/1e6:.3f} ms  per creation ({cnt})")
-engine.dispose(); pg.stop()
+for st, _ in stores.values():
+    st.engine.dispose()
+pg.stop()
