@@ -104,7 +104,8 @@ def _answer_row(out: sc.PortOut) -> ops.AnswerRow | None:
     response = CREATED(out)
     head, rest = bytes(response.body).split(b"0", 1)
     before, after = rest.split(b'"ip_address":"%s"' % UNCLAIMED.encode())   # one address: one place
-    assert head == b'{"id":', head
+    if head != b'{"id":':
+        raise RuntimeError(f"PortOut's JSON no longer starts with its id: {head!r}")
     return ops.AnswerRow(pending.scope, pending.key, pending.fingerprint, response.status_code, response.media_type,
                          head, before + b'"ip_address":"', b'"' + after)
 
