@@ -3,12 +3,12 @@ mac_address) and (node_id, interface_name) lead with those columns and serve the
 port's creation no longer updates two more indexes, and its check of the interface cannot be planned
 on node_id alone (a scan of the node's ports, where the statistics of a young table say it has few).
 
-Revision ID: 0021_cpu5_port_indexes
+Revision ID: 0021_port_single_column_indexes
 Revises: 0020_flow_record_export
 """
 from alembic import op
 
-revision = "0021_cpu5_port_indexes"
+revision = "0021_port_single_column_indexes"
 down_revision = "0020_flow_record_export"
 branch_labels = None
 depends_on = None
