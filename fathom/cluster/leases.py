@@ -465,9 +465,10 @@ def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows:
         candidates = ([s for s, _, freed in free if not freed]
                       + [s for s, _, freed in free if freed][:HANDOVER_BATCH])
         taken.update(conn.execute(_TAKE, {**p, "candidates": candidates, "n": share[me] - mine}).all())
-    if reachable is not None:
+    if reachable is not None and mine + len(taken) >= share.get(me, 0):
         # beyond its share: a switch it reaches that no live replica below its share reaches, and that
-        # has had no master for a lease time
+        # has had no master for a lease time (while it is below its share itself, what it reaches is
+        # its own to take, a batch a round)
         orphans = [s for s, idle, _ in free if s not in taken and idle >= 0
                    and not any(rs is None or s in rs for rs in below_reach.values())]
         if orphans:

@@ -484,6 +484,33 @@ def test_a_joiner_whose_rounds_its_gains_delay_takes_its_share_without_losing_it
             r.stop()
 
 
+def test_a_joiner_takes_what_was_freed_for_it_a_batch_a_round_however_long_ago_it_was_freed(engine):
+    """One replica holds 60 switches; a second joins reaching them all and the first frees its share
+    (30). The joiner takes a batch a round (leases.HANDOVER_BATCH) even once the leases were freed
+    more than a lease time before (its batches took that long): below its share, what it reaches
+    is its own to take, not a switch nobody would master."""
+    calm = Timing(renew=0.05, lease=1.0, guard=0.1)
+    a = Mastership(engine, lambda: switches(60), replica_id="a", timing=calm, reachable_only=True).join()
+    for _ in range(60 // leases.HANDOVER_BATCH + 1):     # never held: a batch a round too
+        a.run_round()
+    assert len(a.held()) == 60
+    c = Mastership(engine, lambda: switches(60), replica_id="c", timing=calm, reachable_only=True).join()
+    c.run_round()                  # what it reaches is known: a frees its share
+    a.run_round()
+    assert len(a.held()) == 30 and c.held() == {}
+    c.run_round()
+    assert len(c.held()) == leases.HANDOVER_BATCH
+    with engine.begin() as conn:   # the rest was freed more than a lease time ago
+        conn.execute(text("UPDATE cluster_leases SET renewed = renewed - make_interval(secs => 2) "
+                          "WHERE holder IS NULL"))
+    c.run_round()
+    assert len(c.held()) == 2 * leases.HANDOVER_BATCH
+    for _ in range(3):
+        a.run_round()
+        c.run_round()
+    assert len(a.held()) == len(c.held()) == 30
+
+
 def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine, monkeypatch):
     """Three balanced replicas: a round at rest is one statement (heartbeat, renewal and the view
     together, autocommit: no BEGIN or COMMIT either): no lease taken or freed, no epoch raised, and
