@@ -543,6 +543,13 @@ def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine, monkeypatc
         sent.append({k: v for k, v in args[0].items() if k.startswith("new_")})
         return execute(cursor, query, *args, **kw)
     monkeypatch.setattr(psycopg.Cursor, "execute", driver_execute)
+    rest_row = leases._rest_row
+
+    def libpq_execute(conn, q):                              # or at rest, on its libpq handle
+        statements.append(leases._REST.split()[0])
+        sent.append({k: v for k, v in q.items() if k.startswith("new_")})
+        return rest_row(conn, q)
+    monkeypatch.setattr(leases, "_rest_row", libpq_execute)
     try:
         for _ in range(3):
             for r in reps:
