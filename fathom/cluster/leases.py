@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from psycopg import pq
@@ -161,7 +161,8 @@ class Round:
     URL). From the other live replicas' heartbeats: `agents`, the nodes whose agents each hears (id
     -> node -> seconds since it heard the agent, as of this round), and `reports`, what a switch's
     master says of it when not simply `ok` (switch -> [state, [[cookie kind, object id, why
-    refused], ...]]), from its lease's holder only."""
+    refused], ...]]), from its lease's holder only. `same`: the last round's findings, unchanged (a
+    round at rest: only the heartbeat renewed, and `agents` aged as of this round)."""
     held: dict[str, int] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)
@@ -170,6 +171,7 @@ class Round:
     addresses: dict[str, str] = field(default_factory=dict)
     agents: dict[str, dict[str, float]] = field(default_factory=dict)
     reports: dict[str, list] = field(default_factory=dict)
+    same: bool = False
 
 
 @dataclass
@@ -180,12 +182,17 @@ class LeaseView:
     leases; the valid holders and every switch with one). `kept`: the leases the replica held as its
     last full round read them (switch -> epoch); `peers`: the rows of the replicas it saw (id ->
     (digest, [reaches, address, openflow, agents, switch_states])), so that a round at rest (_REST)
-    can tell from their digests that they did not change."""
+    can tell from their digests that they did not change; `holders`: the holders in `rows`. `last`:
+    the last round's Round when that round changed nothing, and the liveness of the other replicas
+    it saw ((id, live), ...): a round at rest that finds the same returns it (`Round.same`)."""
     stamp: str | None = None
     rows: list = field(default_factory=list)
+    holders: frozenset = frozenset()
     rest: tuple | None = None
     kept: dict | None = None
     peers: dict = field(default_factory=dict)
+    last: Round | None = None
+    last_live: tuple = ()
 
 
 @dataclass
@@ -374,7 +381,7 @@ def _at_rest(conn: Connection, q: dict, view: "LeaseView") -> tuple | None:
     if any(view.peers[rid][0] != digest for rid, digest in zip(ids, digests)):
         return None
     alive = {rid for rid, is_live in zip(ids, live) if is_live} | {q["me"]}
-    if any(h not in alive for _, h, _, _ in view.rows):
+    if not view.holders <= alive:
         return None
     replicas = [[rid, is_live, *view.peers[rid][1], age] for rid, is_live, age in zip(ids, live, ages)]
     return beat, dict(view.kept), [], replicas, stamp, None
@@ -418,15 +425,25 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
                   and view.rest is not None and view.kept is not None)
     written.known = False     # until this round's statement wrote them
     got = _at_rest(conn, q, view) if rest_round else None
+    last, view.last = view.last, None
+    if got is not None and last is not None:
+        replicas = got[3]
+        if tuple((r[0], r[1]) for r in replicas if r[0] != me) == view.last_live:
+            # what the last round found stands: only the other replicas' agents aged
+            written.known = True
+            view.last = last
+            return replace(last, agents=_agents(replicas, me)) if any(last.agents.values()) else last
     if got is None:
         got = _full_round(conn, me, p, q, view)
     beat, kept, gone, replicas, stamp, rows = got
     written.known, written.reaches, written.agents, written.states = True, reaches, agents_json, states_json
+    live = tuple((r[0], r[1]) for r in replicas if r[0] != me)
     cached = rows is None
     if cached:
         rows = view.rows
     else:   # kept only when every lease had a live holder (see _ROUND)
         view.stamp, view.rows = (stamp, rows) if all(h is not None for _, h, _, _ in rows) else (None, [])
+        view.holders = frozenset(h for _, h, _, _ in view.rows)
         view.rest = None
     out = Round(held=kept, released=set(gone))
     # the view is as of the statement's start: this replica is live (its heartbeat was just written)
@@ -440,16 +457,25 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
         holders = _decide(conn, me, timing, p, reachable, rows, replicas, out)
         if rest is not None and out.held == rest[2] and not out.released:
             view.rest = (rest, holders, frozenset(out.taken))
-    for rid, is_live, _, address, openflow, agents_json, states_json, age in replicas:
+    for rid, is_live, _, address, openflow, _, states_json, _ in replicas:
         out.listeners[rid] = openflow
         if not is_live:
             continue
         out.openflow[rid], out.addresses[rid] = openflow, address
-        if rid != me:   # ages as of now: the row was written `age` seconds ago
-            out.agents[rid] = {n: a + age for n, a in (json.loads(agents_json) if agents_json else {}).items()}
+        if rid != me:
             states = json.loads(states_json) if states_json else {}
             out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
+    out.agents = _agents(replicas, me)
+    if rest is not None and view.rest is not None and view.rest[0] == rest:   # it changed nothing
+        view.last, view.last_live = replace(out, same=True), live
     return out
+
+
+def _agents(replicas: list, me: str) -> dict[str, dict[str, float]]:
+    """The agents the other live replicas hear (Round.agents), their ages as of now: each row was
+    written `age` seconds ago."""
+    return {rid: {n: a + age for n, a in json.loads(agents_json).items()} if agents_json else {}
+            for rid, is_live, _, _, _, agents_json, _, age in replicas if is_live and rid != me}
 
 
 def _full_round(conn: Connection, me: str, p: dict, q: dict, view: LeaseView) -> tuple:

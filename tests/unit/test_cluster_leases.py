@@ -568,6 +568,35 @@ def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine, monkeypatc
         r.stop()
 
 
+def test_a_round_at_rest_after_its_leases_ended_locally_tells_them_again(engine):
+    """At rest, a round returns the last round's findings as they were (Round.same). A replica whose
+    leases ended by its own deadline (a round late by more than lease time minus guard, its
+    heartbeat still live in PostgreSQL) is told them again by its next round, under the same
+    epochs."""
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)
+    reps = [Mastership(engine, lambda: switches(6), replica_id=n, timing=steady, reachable_only=True).join()
+            for n in "ab"]
+    for _ in range(4):
+        for r in reps:
+            r.run_round()
+    a = reps[0]
+    held = a.held()
+    assert len(held) == 3
+    a.run_round()
+    assert a._view.last is not None and a._view.last.same     # at rest: the next round returns it
+    told = []
+    a.on_gain, a.on_loss = (lambda s, e: told.append(("gain", s, e))), (lambda s: told.append(("loss", s)))
+    a._drop("lost")                  # what _expire_if_due does once its deadline passed
+    assert a.held() == {} and a.epoch(min(held)) is None
+    a.run_round()
+    assert a.held() == held and sorted(told) == sorted([("loss", s) for s in held] + [("gain", s, e) for s, e in held.items()])
+    told.clear()
+    a.run_round()
+    assert a.held() == held and told == []
+    for r in reps:
+        r.stop()
+
+
 def test_a_late_holder_renews_what_nobody_took_under_the_same_epoch(engine):
     """A round later than the lease time: the holder stopped acting at its own deadline (told the
     loss); nobody took its leases meanwhile, so its next round renews them with their epoch."""
