@@ -290,7 +290,8 @@ _ROUND = (
 # rest of its row]). When the stamp is the copy's, every holder in the copy is still live and every row's
 # digest is the one the replica keeps, this is the view _ROUND would give (its lease list left out, its
 # own leases those it kept, nothing freed: what it reaches did not change), for a third of its
-# PostgreSQL CPU; otherwise the round runs _ROUND.
+# PostgreSQL CPU; otherwise the round runs _ROUND. libpq's placeholders ($1...: _REST_PARAMS): it runs
+# on the connection's libpq handle (_rest_row).
 _REST = (
     "WITH beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = $3 "
     "              WHERE id = $1 AND heartbeat > clock_timestamp() - make_interval(secs => $2) "

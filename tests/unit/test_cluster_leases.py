@@ -220,6 +220,32 @@ def test_a_round_that_cannot_finish_fails_and_the_leases_end_at_the_deadline(eng
     assert _metric("fathom_cluster_lease_changes_total", change="lost") == changes + 2
 
 
+def test_a_round_at_rest_that_cannot_finish_fails_and_a_new_session_runs_it_again(engine, monkeypatch):
+    """The round at rest (its statement on the connection's libpq handle) held by PostgreSQL fails at
+    the statement timeout as a full one does, counted; the next rounds, on a new session, come to
+    rest again there (its statement prepared anew)."""
+    a = replica(engine, "a", 2).join()
+    ran = []
+    rest_row = leases._rest_row
+
+    def spy(conn, q):
+        ran.append(conn.connection.driver_connection)
+        return rest_row(conn, q)
+    monkeypatch.setattr(leases, "_rest_row", spy)
+    while not ran:                # its first rounds take the leases, then find the cluster at rest
+        a.run_round()
+    assert len(a.held()) == 2 and len(ran) == 1
+    with engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE cluster_replicas IN ACCESS EXCLUSIVE MODE"))
+        a.run_round()
+        blocker.rollback()
+    assert a.failures == 1 and len(ran) == 2 and a._conn is None
+    for _ in range(5):
+        a.run_round()
+    assert a.failures == 1 and len(a.held()) == 2 and len(ran) > 2 and ran[-1] is not ran[0]
+    a.stop()
+
+
 def test_a_replica_leases_only_the_switches_it_reaches_and_gives_up_one_it_no_longer_reaches(engine):
     reach = {"a": switches(2)[:1], "b": switches(2)}
     a = Mastership(engine, lambda: reach["a"], replica_id="a", timing=FAST, reachable_only=True).join()
