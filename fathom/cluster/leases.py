@@ -347,19 +347,25 @@ def _round_row(conn: Connection, q: dict, statement: str = _ROUND) -> tuple:
 
 
 def _rest_row(conn: Connection, q: dict) -> tuple:
-    """_REST's one row, run on the connection's libpq handle as a statement prepared once a session
-    (the GIL released while it waits, as psycopg's cursor does), loaded by psycopg's own loaders.
-    A round at rest comes every `renew` seconds, its code cold in the CPU's caches by then, where
-    psycopg's cursor (its query conversion, adaptation, prepared-statement bookkeeping and
-    generators) costs three times the round trip itself."""
+    """_REST's one row, run on the connection's libpq handle (the GIL released while it waits, as
+    psycopg's cursor does), loaded by psycopg's own loaders; in an autocommit session (the rounds'
+    own) as a statement prepared once a session, else unprepared (psycopg's rollback of the caller's
+    transaction would deallocate it unseen). A round at rest comes every `renew` seconds, its code
+    cold in the CPU's caches by then, where psycopg's cursor (its query conversion, adaptation,
+    prepared-statement bookkeeping and generators) costs three times the round trip itself."""
     fairy = conn.connection
     driver = fairy.driver_connection
     pgconn = driver.pgconn
-    loader = fairy.info.get(_REST_NAME)
-    if loader is None:
-        _check(pgconn.prepare(_REST_NAME, _REST.encode(), [oid for _, oid in _REST_PARAMS]))
-        loader = fairy.info[_REST_NAME] = Transformer(driver)
-    result = pgconn.exec_prepared(_REST_NAME, [None if q[k] is None else str(q[k]).encode() for k, _ in _REST_PARAMS])
+    params = [None if q[k] is None else str(q[k]).encode() for k, _ in _REST_PARAMS]
+    if driver.autocommit:
+        loader = fairy.info.get(_REST_NAME)
+        if loader is None:
+            _check(pgconn.prepare(_REST_NAME, _REST.encode(), [oid for _, oid in _REST_PARAMS]))
+            loader = fairy.info[_REST_NAME] = Transformer(driver)
+        result = pgconn.exec_prepared(_REST_NAME, params)
+    else:
+        loader = Transformer(driver)
+        result = pgconn.exec_params(_REST.encode(), params, [oid for _, oid in _REST_PARAMS])
     _check(result)
     loader.set_pgresult(result)
     return loader.load_row(0, tuple)

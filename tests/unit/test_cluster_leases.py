@@ -246,6 +246,25 @@ def test_a_round_at_rest_that_cannot_finish_fails_and_a_new_session_runs_it_agai
     a.stop()
 
 
+def test_rounds_at_rest_in_the_callers_transactions_run_the_slim_statement_across_a_rollback(engine, monkeypatch):
+    """leases.run_round in the caller's transaction (not the rounds' autocommit session): its rounds
+    at rest run the slim statement too, a rollback of one of them in between (psycopg then
+    deallocates what it prepared) included."""
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)
+    with engine.begin() as conn:
+        leases.join(conn, "a", "", "x", "insecure", steady, "", "")
+    view, written, ran = leases.LeaseView(), leases.Written(), []
+    rest_row = leases._rest_row
+    monkeypatch.setattr(leases, "_rest_row", lambda conn, q: (ran.append(q["me"]), rest_row(conn, q))[1])
+    for i in range(8):
+        with engine.begin() as conn:
+            got = leases.run_round(conn, "a", steady, switches(4) if i == 0 else (), set(switches(4)),
+                                   view=view, written=written)
+            if i == 4:
+                conn.rollback()
+    assert got.held == {s: 1 for s in switches(4)} and got.same and len(ran) >= 4
+
+
 def test_a_replica_leases_only_the_switches_it_reaches_and_gives_up_one_it_no_longer_reaches(engine):
     reach = {"a": switches(2)[:1], "b": switches(2)}
     a = Mastership(engine, lambda: reach["a"], replica_id="a", timing=FAST, reachable_only=True).join()
