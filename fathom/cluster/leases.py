@@ -18,7 +18,7 @@ only if it is not stale (_ROUND, _TAKE).
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
 most (the first `switches % replicas` take one more). Each round decides from one view of the
 replicas and leases read at one instant of PostgreSQL's clock: a replica takes expired leases and
-freed ones (HANDOVER_BATCH a round) up to its share, and gives up what it holds above its share only
+freed ones (HANDOVER_BATCH a round, unless it is alone) up to its share, and gives up what it holds above its share only
 toward live replicas below theirs that reach the switch, and no more than they still lack once they
 took the free leases they reach; a switch that no live replica below its share reaches is taken,
 beyond its share, by one that reaches it once it has had no master for a lease time. So when a
@@ -527,9 +527,11 @@ def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows:
     taken: dict[str, int] = {}
     if free and mine < share.get(me, 0):
         # every lease whose holder's lease ran out (a failover is never paced), and at most
-        # HANDOVER_BATCH of those freed (given up, or never held)
+        # HANDOVER_BATCH of those freed (given up, or never held) while another replica is live: alone
+        # (a cold start), no late round of its can cost it a lease, so it takes them all
+        batch = HANDOVER_BATCH if len(live) > 1 else None
         candidates = ([s for s, _, freed in free if not freed]
-                      + [s for s, _, freed in free if freed][:HANDOVER_BATCH])
+                      + [s for s, _, freed in free if freed][:batch])
         taken.update(conn.execute(_TAKE, {**p, "candidates": candidates, "n": share[me] - mine}).all())
     if reachable is not None and mine + len(taken) >= share.get(me, 0):
         # beyond its share: a switch it reaches that no live replica below its share reaches, and that
