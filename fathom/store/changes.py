@@ -8,7 +8,8 @@ table cannot be told (raw SQL) counts for every table (`ALL`). Statements run wi
 option `model_unchanged=True` (the reconciler's own status writes: statuses are not part of the
 model; an agent's desired-state revision) are not counted. Writes by another process (another
 replica, an API worker) are counted when the change feed tells them (`written_elsewhere`,
-fathom.cluster.feed), by every tracker of the engine, as if this process had made them.
+fathom.cluster.feed), by every tracker of the engine, as if this process had made them, but kept
+apart (`take_apart`): they were committed when counted, this process's own were about to be.
 
 Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
 by row, so the ports part is patched rather than read whole (`StoreReader`): `("port", id)` for a
