@@ -12,11 +12,12 @@ desired-state revision) note nothing, and a transaction that noted nothing sends
 transaction id of the last such write committed on a thread is kept for it (`committed_xid`: the
 API's long-polls, fathom.controller.board).
 
-`notify_statuses(session, me, statuses, claim)`: the statuses a replica wrote (those it is the one
-writer of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that writes
-them, with their values and the writes the pass that decided them had read (`Claim`), so the
-replica a client waits on shows them as they commit, and answers a long-poll with them when they
-were decided after the caller's write, without a pass or a store read of its own
+`status_notes(me, statuses, claim)`: the notifications of the statuses a replica writes (those it
+is the one writer of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that
+writes them (fathom.store.status.write_statuses: with the statement that sets its lock wait, in one
+round trip), with their values and the writes the pass that decided them had read (`Claim`), so
+the replica a client waits on shows them as they commit, and answers a long-poll with them when
+they were decided after the caller's write, without a pass or a store read of its own
 (fathom.controller.board.StatusBoard.heard).
 
 Which writes a pass read (`Claim`): PostgreSQL delivers notifications in the order their
@@ -198,7 +199,7 @@ class _Notes(TableChanges):
         except psycopg.Error as e:
             raise DBAPIError.instance(statement, params, e, psycopg.Error) from e
 
-    def _count(self, written: set) -> None:
+    def _count(self, written: set, elsewhere: bool = False) -> None:
         """Another process's writes (written_elsewhere): this tracker only sends."""
 
 
@@ -209,12 +210,11 @@ def payload(written: set, reserved: int = 0) -> str:
     return text if len(text.encode()) + reserved <= PAYLOAD_MAX else json.dumps([ALL])
 
 
-def notify_statuses(session, me: str, statuses: dict, claim: Claim | None = None) -> None:
-    """Send `statuses` ((kind, id) -> value, as fathom.store.status.write_statuses takes them) on
-    STATUS_CHANNEL in `session`'s transaction: "<me> <claim> <JSON list of [kind, id, value]>"
-    (`claim`: the writes the pass that decided them had read, `Claim.text`; "-/" none), as many
-    notifications as PAYLOAD_MAX asks (a reason too long for one is cut short)."""
-    from sqlalchemy import text
+def status_notes(me: str, statuses: dict, claim: Claim | None = None) -> list[tuple[str, str]]:
+    """The notifications (channel, payload) that tell `statuses` ((kind, id) -> value, as
+    fathom.store.status.write_statuses takes them) on STATUS_CHANNEL: "<me> <claim> <JSON list of
+    [kind, id, value]>" (`claim`: the writes the pass that decided them had read, `Claim.text`;
+    "-/" none), as many as PAYLOAD_MAX asks (a reason too long for one is cut short)."""
     head = f"{me} {claim.text() if claim is not None else '-/'}"
     chunks, chunk, size = [], [], 0
     reserved = len(head.encode()) + 8
@@ -231,9 +231,7 @@ def notify_statuses(session, me: str, statuses: dict, claim: Claim | None = None
         size += len(item.encode()) + 1
     if chunk:
         chunks.append(chunk)
-    for items in chunks:
-        session.execute(text("SELECT pg_notify(:channel, :payload)"),
-                        {"channel": STATUS_CHANNEL, "payload": f"{head} [{','.join(items)}]"})
+    return [(STATUS_CHANNEL, f"{head} [{','.join(items)}]") for items in chunks]
 
 
 def statuses_in(text: str) -> dict:

@@ -74,8 +74,7 @@ class ClusterMember:
         mastership.on_round = self.roles_due
         reconciler.cluster = self
         reconciler.statuses.writers = self.writers
-        reconciler.statuses.announce = lambda session, statuses, claim: feed.notify_statuses(
-            session, mastership.id, statuses, claim)
+        reconciler.statuses.announce = lambda statuses, claim: feed.status_notes(mastership.id, statuses, claim)
         # its API's writes, by transaction id: a status another replica heard answers a long-poll
         # once that replica's pass had read the caller's write (fathom.controller.board)
         reconciler.board.written = feed.committed_xid
@@ -168,16 +167,34 @@ class ClusterMember:
 
     def concerns(self, name: str) -> bool:
         """Whether a change of node (or fabric switch) `name`'s interfaces needs a pass of this
-        replica now: it masters one of its switches, or nobody masters the node's br-int (a name
-        it does not know yet: yes). Any other replica's next pass reads them from the OVSDB
-        replica, and on gaining the switch it re-checks it whole (`_request_role`)."""
+        replica now: it sets up the node's br-int (it masters it, or nobody does), or it masters
+        its br-phy and the change moved br-phy's port numbers from those the last pass compiled
+        with (a VM's interface plugged into br-int moves none); a name it does not know yet: yes.
+        Any other replica's next pass reads them from the OVSDB replica, and on gaining the switch
+        it re-checks it whole (`_request_role`)."""
         model = self.reconciler.model
         node = next((n for n in model.nodes if n.name == name), None) if model is not None else None
         if node is not None:
-            return self.checks(node)
+            return self.sets_up(datapath_id(node.id)) or self._phy_moved(node)
         fabric = fabric_state(model).switches if model is not None else ()
         switch = next((s for s in fabric if s.name == name), None)
         return switch is None or self.sets_up(datapath_id_fabric(switch.id))
+
+    def _phy_moved(self, node) -> bool:
+        """Whether this replica masters `node`'s br-phy and a change moved its port numbers from
+        those the last pass compiled with (fathom.controller.fabric.FabricRuntime.phy_moved; not
+        known: yes)."""
+        if self.mastership.epoch(switch_name(datapath_id_phy(node.id))) is None:
+            return False
+        from fathom.controller.fabric import FabricRuntime
+        fabric = next((e for e in self.reconciler.extensions if isinstance(e, FabricRuntime)), None)
+        ovsdb = getattr(self.reconciler.bootstrapper, "nodes", {}).get(node.name)
+        if fabric is None or ovsdb is None:
+            return True
+        try:
+            return fabric.phy_moved(node.name, ovsdb)
+        except Exception:  # noqa: BLE001 - its replica unreadable now: the pass tells
+            return True
 
     def checks(self, node) -> bool:
         """Whether this replica's periodic check compares `node`'s OVSDB replica with the port

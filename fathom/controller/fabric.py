@@ -267,6 +267,12 @@ class FabricRuntime(Extension):
                 res.setup, res.reason = "error", f"br-phy: {e}"
         return replace(snapshot, fabric=fab.with_ofports(ofports)).with_phy_ofports(self.phy_ofports)
 
+    def phy_moved(self, name: str, ovsdb: NodeOvsdb) -> bool:
+        """Whether node `name`'s br-phy port numbers in its OVSDB replica (`ovsdb`) differ from those
+        the last pass compiled with (none yet: yes). A VM's interface on br-int moves none."""
+        compiled = self.phy_ofports.get(name)
+        return compiled is None or ovsdb.ofports(PHY_BRIDGE) != compiled
+
     def _connect(self, rec, s) -> NodeOvsdb:
         """A fabric switch's OVSDB connection, made on a thread of its own: a pass waits SETUP_WAIT for it at
         most, as for a node's check (a dead fabric switch must not hold up every change of the cloud for its

@@ -268,9 +268,10 @@ class Reconciler:
         self._event("setup", setup=name)
 
     def switch_changed(self, dpid: int, _datapath=None) -> None:
-        """A switch connected or went away: forget what it held, reconcile it in full."""
+        """A switch connected or went away (or, in a cluster, became this replica's): forget what
+        it held, check its node's (or fabric switch's) bridges again, reconcile it in full."""
         self.applier.forget(dpid)
-        name = next((k.name for k, r in self.results.items() if r.dpid == dpid), None)
+        name = next((k.name for k, r in self.last.switches.items() if r.dpid == dpid), None)
         self._event("switch", setup=name)
         self._switch_due.set()
 
@@ -533,7 +534,10 @@ class Reconciler:
         """Add the switches' runtime facts (OpenFlow port numbers) to the model: from the OVSDB
         replica, or by re-checking the node's bridges where due (new, failed, changed, audit)."""
         def trusted(node) -> bool:   # set up, and nothing says its bridges changed
-            prior = self.results.get(SwitchKey(BR_INT, node.name))
+            # as the last pass found it, whether or not that pass reconciled its br-int (in a
+            # cluster, another replica's node is read from the OVSDB replica too, not checked
+            # again by every pass)
+            prior = self.last.switches.get(SwitchKey(BR_INT, node.name))
             return not self.setup_due(node.name) and prior is not None and prior.setup == "ok"
         in_error = {name for name, n in self.last.nodes.items() if n.bootstrap == "error"}
         answers, checked = self._setups.answers(snapshot.nodes, trusted, self.bootstrapper.current, in_error)

@@ -42,9 +42,9 @@ class StatusWriter:
         # in a cluster (fathom.controller.cluster): writers(snapshot) -> whether this replica writes
         # a status key; None: every status is this process's to write
         self.writers: Callable | None = None
-        # in a cluster: announce(session, statuses, claim) tells the other replicas, in the
-        # transaction that writes them, the statuses this replica wrote and which of their writes
-        # the pass had read (fathom.cluster.feed.notify_statuses)
+        # in a cluster: announce(statuses, claim) -> the notifications (channel, payload) that tell
+        # the other replicas, in the transaction that writes them, the statuses this replica wrote
+        # and which of their writes the pass had read (fathom.cluster.feed.status_notes)
         self.announce: Callable | None = None
         self._node_states: dict[str, str] = {}        # node name -> bootstrap state last written
 
@@ -97,10 +97,9 @@ class StatusWriter:
                 return self.write(snapshot, result, stored, seq, steps, heard_at, claim)
         if write or node_states:
             from fathom.store.status import write_statuses
+            notes = self.announce(write, claim) if write and self.announce is not None else ()
             with self.Session() as session, session.begin():
-                write_statuses(session, write, node_states)
-                if write and self.announce is not None:
-                    self.announce(session, write, claim)
+                write_statuses(session, write, node_states, notes)
             self.store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states
         steps.done("statuses")

@@ -25,12 +25,14 @@ class StoreReads:
     def read(self, whole: bool) -> Snapshot:
         """The model from the store: every part of it (`whole`: the first pass, an explicit sync,
         the audit; rows written past the API are seen then), else only the parts whose tables
-        were written since the last read. The tables of the read before are read again too: a
-        write whose commit the previous read may have just missed is always followed by another
-        wake-up, which reads it then."""
-        taken = self._changes.take() if self._changes is not None else None
-        written = None if whole or taken is None else taken | self._written_last
-        self._written_last = taken or set()
+        were written since the last read. The tables this process's own writes wrote are read
+        again by the next read too: such a write is counted as it is about to commit, so the
+        previous read may have just missed it, and it is always followed by another wake-up,
+        which reads it then. Those of another process's writes are not: the change feed counts
+        them once committed (fathom.cluster.feed)."""
+        own, elsewhere = self._changes.take_apart() if self._changes is not None else (None, None)
+        written = None if whole or own is None else own | elsewhere | self._written_last
+        self._written_last = own or set()
         self.reads, self.written = self.reads + 1, written
         stored: dict = {}
         with self.Session() as session:

@@ -8,7 +8,8 @@ table cannot be told (raw SQL) counts for every table (`ALL`). Statements run wi
 option `model_unchanged=True` (the reconciler's own status writes: statuses are not part of the
 model; an agent's desired-state revision) are not counted. Writes by another process (another
 replica, an API worker) are counted when the change feed tells them (`written_elsewhere`,
-fathom.cluster.feed), by every tracker of the engine, as if this process had made them.
+fathom.cluster.feed), by every tracker of the engine, as if this process had made them, but kept
+apart (`take_apart`): they were committed when counted, this process's own were about to be.
 
 Writes to a port's own rows (the port, its addresses, its security group memberships) are noted
 by row, so the ports part is patched rather than read whole (`StoreReader`): `("port", id)` for a
@@ -104,7 +105,7 @@ def written_elsewhere(engine: Engine, written: set) -> None:
     with _TRACKERS_LOCK:
         trackers = list(_TRACKERS.get(engine.pool, ()))
     for tracker in trackers:
-        tracker._count(written)
+        tracker._count(written, elsewhere=True)
 
 
 class TableChanges:
@@ -114,6 +115,7 @@ class TableChanges:
         from fathom.store.models import Port
         self._lock = threading.Lock()
         self._written: set = set()
+        self._elsewhere: set = set()     # and those another process committed (see take_apart)
         # a connection's writes not yet committed, and the ports rows its INSERTs wrote at most,
         # under keys of this tracker's own (an engine may have several: the reconciler's, the
         # agents' desired state)
@@ -130,9 +132,16 @@ class TableChanges:
 
     def take(self) -> set:
         """The tables (and port row tokens) written by the transactions committed since the last call."""
+        return set().union(*self.take_apart())
+
+    def take_apart(self) -> tuple[set, set]:
+        """`take`, in two: what this process's commits wrote, counted as they were about to commit
+        (a read that starts at once may not see them yet), and what the change feed told, counted
+        once committed (a read that starts after it sees them)."""
         with self._lock:
             out, self._written = self._written, set()
-        return out
+            elsewhere, self._elsewhere = self._elsewhere, set()
+        return out, elsewhere
 
     def _noted(self, options) -> bool:
         """Whether a statement run with these execution options counts."""
@@ -175,9 +184,12 @@ class TableChanges:
         """A transaction of `_conn` is committing these writes (before the database's commit)."""
         self._count(written)
 
-    def _count(self, written: set) -> None:
+    def _count(self, written: set, elsewhere: bool = False) -> None:
         with self._lock:
-            self._written |= written
+            if elsewhere:
+                self._elsewhere |= written
+            else:
+                self._written |= written
 
     def _rolled_back(self, conn) -> None:
         if conn.invalidated:    # its DBAPI connection is gone (the server ended it), and its info with it

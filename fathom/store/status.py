@@ -6,7 +6,7 @@ changed rows are touched; objects deleted since the pass's snapshot are skipped.
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from sqlalchemy import bindparam, or_, select, text, update
 from sqlalchemy.orm import Session
@@ -54,14 +54,23 @@ STATUS_LOCK_WAIT = 2.0    # seconds (see write_statuses)
 
 
 def write_statuses(session: Session, statuses: Mapping[tuple[str, int], tuple[str, str | None]],
-                   node_states: Mapping[str, str] = {}) -> None:
+                   node_states: Mapping[str, str] = {}, notes: Sequence[tuple[str, str]] = ()) -> None:
     """(kind, id) -> (status, reason) for many objects, and node name -> bootstrap state, in the
     caller's transaction. On PostgreSQL it waits at most STATUS_LOCK_WAIT for a row another
     transaction holds (OperationalError after): a reconciler's pass writes them, and a pass held
     behind the row locks of a stopped peer's open transaction (a paused replica, until PostgreSQL
-    ends it) would hold every switch's changes with it; the failed pass is run again."""
+    ends it) would hold every switch's changes with it; the failed pass is run again. `notes`:
+    notifications (channel, payload) the transaction sends as it commits, given to PostgreSQL in
+    the statement that sets that wait (one round trip for both; a notification is delivered at
+    the commit wherever in the transaction it was made)."""
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text(f"SET LOCAL lock_timeout = '{int(STATUS_LOCK_WAIT * 1000)}ms'"))
+        wait = f"'{int(STATUS_LOCK_WAIT * 1000)}ms'"
+        params = {f"c{i}": channel for i, (channel, _) in enumerate(notes)}
+        params.update({f"p{i}": payload for i, (_, payload) in enumerate(notes)})
+        session.execute(text(f"SELECT set_config('lock_timeout', {wait}, true)"
+                             + "".join(f", pg_notify(:c{i}, :p{i})" for i in range(len(notes)))), params)
+    elif notes:
+        raise ValueError("notifications need PostgreSQL")
     by_kind: dict[str, dict[int, tuple]] = {}
     for (kind, object_id), value in statuses.items():
         by_kind.setdefault(kind, {})[object_id] = value

@@ -14,6 +14,7 @@ import pytest
 
 from fathom.controller import channels
 from fathom.controller.bootstrap import REPLICA_WAIT, Bootstrapper, NodeOvsdb, ReplicaStarting, bridge_row
+from fathom.controller.fabric import FabricRuntime
 from fathom.lab.ovs import wait_for
 from fathom.model import Node
 
@@ -75,6 +76,32 @@ def test_port_numbers_follow_every_change_of_the_replica(node):
     _settles(node, br_int={"vif1": 9, "up1": 3}, br_phy={"br-phy": LOCAL})
     ovs.vsctl("del-br", "br-phy")
     _settles(node, br_phy={})
+
+
+def test_a_vm_plugged_into_br_int_moves_nothing_on_br_phy(node):
+    """What a br-phy's master asks before a node's interfaces wake it (its br-int mastered by
+    another replica: fathom.controller.cluster.ClusterMember.concerns): a VM's interface plugged,
+    renumbered or unplugged on br-int moves none of br-phy's port numbers; a port on br-phy does."""
+    ovs, ovsdb, _ = node
+    fabric = FabricRuntime(None, None, 0, lambda: None)
+    try:
+        assert fabric.phy_moved("n1", ovsdb)             # never compiled
+        ovs.vsctl("add-port", "br-phy", "ul0", "--", "set", "interface", "ul0", "type=internal", "ofport_request=2")
+        _settles(ovsdb, br_phy={"ul0": 2})
+        fabric.phy_ofports["n1"] = ovsdb.ofports("br-phy")    # as a pass compiled it
+        assert not fabric.phy_moved("n1", ovsdb)
+        ovs.vsctl("add-port", "br-int", "vif1", "--", "set", "interface", "vif1", "type=internal", "ofport_request=7")
+        ovs.vsctl("set", "interface", "vif1", "ofport_request=9")
+        _settles(ovsdb, br_int={"vif1": 9}, br_phy={"ul0": 2})
+        assert not fabric.phy_moved("n1", ovsdb)
+        ovs.vsctl("del-port", "br-int", "vif1")
+        _settles(ovsdb, br_phy={"ul0": 2})
+        assert not fabric.phy_moved("n1", ovsdb)
+        ovs.vsctl("set", "interface", "ul0", "ofport_request=3")
+        _settles(ovsdb, br_phy={"ul0": 3})
+        assert fabric.phy_moved("n1", ovsdb)
+    finally:
+        fabric.stop()
 
 
 def test_a_reconnection_that_replaces_the_replica_drops_what_is_gone(node):

@@ -15,6 +15,7 @@ from fathom.cluster.mastership import Mastership
 from fathom.lab.ovs import wait_for
 from fathom.store.changes import ALL
 from fathom.store.db import DEAD_SERVER, open_store
+from fathom.store.status import write_statuses
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +87,10 @@ def test_the_statuses_a_replica_writes_reach_the_others_whole_as_they_commit(url
         statuses[("port", 501)] = ("error", "x" * 20_000)
         statuses[("subnet_dhcp", 7)] = (("c1", "active", None), ("c2", "pending", "waiting"))
         with pytest.raises(RuntimeError), Session(engine) as session, session.begin():   # rolled back
-            feed.notify_statuses(session, "writer", {("port", 1): ("active", None)})
+            write_statuses(session, {}, {}, feed.status_notes("writer", {("port", 1): ("active", None)}))
             raise RuntimeError
         with Session(engine) as session, session.begin():
-            feed.notify_statuses(session, "writer", statuses)
+            write_statuses(session, {}, {}, feed.status_notes("writer", statuses))
         wait_for(lambda: sum(map(len, heard)) == len(statuses), 10, "every status at the other replica")
         assert len(heard) > 1     # several notifications
         got = {k: v for part in heard for k, v in part.items()}

@@ -5,12 +5,12 @@ a replica works for the switches it masters only, and takes a switch over whole 
 - A node's interfaces changing wakes the master of its switches, not the other replica (which takes
   them with its next pass, and counts no drift meanwhile).
 - A port made through the replica that does not master its node: that replica sends nothing to the
-  node's switch, and its long-poll does not answer `active` from its own view; it answers as the
+  node's switch nor checks the node's bridges again (it reads its OVSDB replica), and its long-poll does not answer `active` from its own view; it answers as the
   master's status write commits (the change feed), and the master's pass put the port's flows there.
 - The periodic check reads the OVSDB replicas of the nodes a replica masters only; drift on a node
   is found by its master.
 - The master leaves: the other replica gains its switches (a newer epoch, the master role on the
-  switch), resyncs them with what it took meanwhile without waking (the interface plugged), and a
+  switch), checks the node's bridges again, resyncs them with what it took meanwhile without waking (the interface plugged), and a
   port made then gets its flows and its `active` from it.
 Rounds and passes are run by hand, so each step is deterministic."""
 from __future__ import annotations
@@ -99,10 +99,13 @@ def test_a_replica_works_for_the_switches_it_masters_and_takes_one_over_when_it_
         b.rec.run_pass()
 
         # its port, made through a: a sends nothing to b's switch, and its long-poll answers `active`
-        # only once b's status write comes through the feed (b's pass put the port's flows there)
+        # only once b's status write comes through the feed (b's pass put the port's flows there);
+        # a's pass reads b's node from its OVSDB replica, it does not check the node's bridges again
+        checks = a.rec.bootstrapper.runs.get(node, 0)
         port = a.http.post("/v1/ports", json={"network_id": network.id, "name": "x", "node": node,
                                               "interface_name": "vif-x"}).json()["id"]
-        a.rec.run_pass()
+        a.rec.run_pass(audit=False)
+        assert a.rec.bootstrapper.runs.get(node, 0) == checks
         assert a.rec.board.statuses[("port", port)][0] == "pending", a.rec.board.statuses[("port", port)]
         assert a.sent[dpid] == 0 and flows_of(switch, port) == 0
         answer: list = []
@@ -121,13 +124,15 @@ def test_a_replica_works_for_the_switches_it_masters_and_takes_one_over_when_it_
         b.mastership.stop()
         for _ in range(3):
             a.mastership.run_round()
+        checks = a.rec.bootstrapper.runs.get(node, 0)
         wait_for(lambda: a.member.masters(dpid), 5, "a to master b's switch once the switch granted it")
         assert a.mastership.epoch(switch_name(dpid)) > epoch and switch.generation == a.mastership.epoch(switch_name(dpid))
         assert switch.roles.get("a") == "master"
         ofports[node]["vif-y"] = max(ofports[node].values()) + 1     # plugged as b left: a woken by it now
         a.rec.ovsdb_changed(node, "ports")
-        a.rec.run_pass()
+        a.rec.run_pass(audit=False)
         assert a.sent[dpid] > 0 and flows_of(switch, port) > 0
+        assert a.rec.bootstrapper.runs.get(node, 0) > checks     # the node gained: checked again whole
         second = a.http.post("/v1/ports", json={"network_id": network.id, "name": "y", "node": node,
                                                 "interface_name": "vif-y"}).json()["id"]
         a.rec.run_pass()

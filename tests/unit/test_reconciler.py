@@ -582,8 +582,8 @@ def test_statuses_are_written_only_where_the_store_differs_a_fabric_switch_too(t
         writes: list[dict] = []
         write = store_status.write_statuses
         monkeypatch.setattr(store_status, "write_statuses",
-                            lambda session, statuses, node_states={}: (writes.append(dict(statuses)),
-                                                                        write(session, statuses, node_states)))
+                            lambda session, statuses, node_states={}, notes=(): (
+                                writes.append(dict(statuses)), write(session, statuses, node_states, notes)))
         tor = c.get("/fabric/switches")[0]
         c.rec.run_pass()
         assert c.get("/fabric/switches")[0]["status"] == "active"
