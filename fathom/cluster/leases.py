@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -123,6 +124,15 @@ def join(conn: Connection, me: str, address: str, schema_version: str, fingerpri
         "VALUES (:me, :address, clock_timestamp(), clock_timestamp(), :schema, :fp, :openflow, :reaches)"),
         {"me": me, "address": address, "schema": schema_version, "fp": fingerprint, "openflow": openflow,
          "reaches": reaches})
+
+
+def shared_key(engine: Engine, name: str) -> bytes:
+    """The cluster's key `name` (cluster_keys): 32 random bytes made by the first replica that asks,
+    the same for every replica after it."""
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO cluster_keys (name, key) VALUES (:name, :key) ON CONFLICT (name) DO NOTHING"),
+                     {"name": name, "key": os.urandom(32)})
+        return bytes(conn.execute(text("SELECT key FROM cluster_keys WHERE name = :name"), {"name": name}).scalar_one())
 
 
 def check_schema(engine: Engine, schema_version: str, timing: Timing = Timing()) -> None:

@@ -1,11 +1,11 @@
-"""The cluster's tables: the replicas (controller processes sharing one PostgreSQL store) and one
-lease per switch. Every time in them is PostgreSQL's clock (`clock_timestamp()`), written by the
-statements of fathom.cluster.leases, never a replica's."""
+"""The cluster's tables: the replicas (controller processes sharing one PostgreSQL store), one
+lease per switch and the keys they share. Every time in them is PostgreSQL's clock
+(`clock_timestamp()`), written by the statements of fathom.cluster.leases, never a replica's."""
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Float, String, Text
+from sqlalchemy import BigInteger, DateTime, Float, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from fathom.store.base import Base
@@ -43,3 +43,11 @@ class Lease(Base):
     epoch: Mapped[int] = mapped_column(BigInteger, default=0)
     expires: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     renewed: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class SharedKey(Base):
+    """A secret every replica uses alike, made by the first that needs it (fathom.cluster.leases.shared_key):
+    `lldp` signs the LLDP probes, so one replica verifies a probe another sent."""
+    __tablename__ = "cluster_keys"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key: Mapped[bytes] = mapped_column(LargeBinary)

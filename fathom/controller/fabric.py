@@ -141,11 +141,13 @@ def lldp_parse(data: bytes, key: bytes | None = None) -> tuple[int, int] | None:
 
 
 class FabricRuntime(Extension):
-    def __init__(self, app, session_factory, of_port: int, wake, lldp_interval: float = LLDP_INTERVAL):
+    def __init__(self, app, session_factory, of_port: int, wake, lldp_interval: float = LLDP_INTERVAL,
+                 lldp_key: bytes | None = None):
         self.app = app
         self.Session = session_factory
         self.of_port = of_port
         self.wake = wake
+        self.reconciler = None     # install()
         self.lldp_interval = lldp_interval
         self.switch_ovsdb: dict[str, NodeOvsdb] = {}
         # fabric switch OVSDB connections being made: name -> (remote, its future)
@@ -160,7 +162,9 @@ class FabricRuntime(Extension):
         self.phy_ofports: dict[str, dict[str, int]] = {}  # node name -> {br-phy interface: ofport}
         self.last: dict = {}
         self._lldp_seen: dict[tuple[int, str, int], float] = {}
-        self._lldp_key = os.urandom(32)   # signs our probes: a forged or replayed frame does not verify
+        # signs our probes: a forged or replayed frame does not verify. A cluster's replicas share theirs
+        # (fathom.cluster.leases.shared_key): a br-phy's master sends the probe, the fabric switch's verifies it
+        self._lldp_key = lldp_key or os.urandom(32)
         self._stop = threading.Event()
         self._probe_soon = threading.Event()   # the wiring may have changed: probe after LLDP_SETTLE
         self.lldp_sent = 0
@@ -322,9 +326,10 @@ class FabricRuntime(Extension):
         probes = []   # out of each node's underlay port only: links are learnt where the fabric switch receives them
         for nid, port in list(self.phy_ports.items()):
             probes.append((datapath_id_phy(nid), port))
+        cluster = self.reconciler.cluster if self.reconciler is not None else None
         for dpid, port in probes:
             dp = self.app.datapath(dpid)
-            if dp is None:
+            if dp is None or cluster is not None and not cluster.masters(dpid):   # a slave's packet-out is refused
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
             data = lldp_probe(dpid, port, self._lldp_key)

@@ -34,7 +34,7 @@ from fathom.controller.reconciler import Reconciler
 from fathom.controller import workers
 from fathom.controller.port_counters import port_counters
 from fathom.controller.taps import TapCollector, policy_stats
-from fathom.cluster import feed
+from fathom.cluster import feed, leases
 from fathom.store.db import head_revision, make_engine, open_store, session_factory
 from fathom.store.errors import Busy, Unavailable
 
@@ -95,11 +95,10 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         limits = dataclasses.replace(limits, max_connections=open_files // 2)
     guard = Guard(limits)
     if cluster:   # a live replica on another schema: refused before this one migrates the store under it
-        from fathom.cluster.leases import check_schema
         if (head := head_revision()) is not None:
             probe = make_engine(db_url)
             try:
-                check_schema(probe, head)
+                leases.check_schema(probe, head)
             finally:
                 probe.dispose()
     engine = open_store(db_url, migrate_apart=True)
@@ -134,8 +133,9 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
     api.state.status_board = reconciler.board   # long-polls (GET ...?wait=) wait on it
     LOG.info("admin credential: %s (root only)", ensure_admin_token(engine, state_dir))
     install_runtime(api, reconciler, guard)
-    # fabric switches and br-phy under OpenFlow, LLDP discovery
-    FabricRuntime(app, session_factory(engine), of_port, reconciler.wake).install(reconciler, api)
+    # fabric switches and br-phy under OpenFlow, LLDP discovery (a cluster's replicas sign alike)
+    lldp_key = leases.shared_key(engine, "lldp") if mastership is not None else None
+    FabricRuntime(app, session_factory(engine), of_port, reconciler.wake, lldp_key=lldp_key).install(reconciler, api)
     # floating IPs moved or removed: their conntrack zones flushed on the gateway node
     ExternalRuntime().install(reconciler)
     # what the nodes' agents hold (router namespaces, PPTMon attachments), in the statuses
