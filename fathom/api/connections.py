@@ -225,6 +225,34 @@ class _HeadTooLarge(Exception):
     pass
 
 
+class OneWrite:
+    """A response's transport for uvicorn's request cycle, which writes the head at
+    http.response.start and the body at http.response.body: the head is held and written with the
+    body's first write, one send (and one segment to the client) instead of two. A 100 Continue
+    goes out at once; closing writes a head still held."""
+    __slots__ = ("transport", "head", "started")
+
+    def __init__(self, transport):
+        self.transport, self.head, self.started = transport, b"", False
+
+    def write(self, data: bytes) -> None:
+        if not self.started and not data.startswith(b"HTTP/1.1 100 "):
+            self.started, self.head = True, data
+            return
+        if self.head:
+            data, self.head = self.head + data, b""
+        self.transport.write(data)
+
+    def close(self) -> None:
+        if self.head:
+            self.transport.write(self.head)
+            self.head = b""
+        self.transport.close()
+
+    def __getattr__(self, name):
+        return getattr(self.transport, name)
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under a `Guard` (use `Guard.protocol`, whose class names it).
 
@@ -301,7 +329,10 @@ class GuardedProtocol(HttpToolsProtocol):
             self.refused_status = 431
             raise _HeadTooLarge     # the parser fails the request: send_400_response answers 431
         self._received = None
+        previous = self.cycle
         super().on_headers_complete()
+        if self.cycle is not previous and self.cycle.scope["method"] != "HEAD":   # HEAD: uvicorn writes no body
+            self.cycle.transport = OneWrite(self.transport)
         if self.source is not None:             # a request head arrived
             self.guard.busy(self)
             if self._head_timer is not None:

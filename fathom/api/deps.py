@@ -31,7 +31,8 @@ from fathom.api.auth import admin_caller, caller
 from fathom.api.commits import after_commit
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
-from fathom.store.db import READ_ONLY
+from fathom.store.changes import told_in_transaction
+from fathom.store.db import AT_ONCE, READ_ONLY, NeedsTransaction
 from fathom.store.errors import Busy, Conflict, Forbidden, NotFound, StoreError, Unavailable
 from fathom.store.ops import MAX_LIMIT, Caller, Settings
 
@@ -93,17 +94,26 @@ class Store:
         self.engine = engine
         self.settings = settings
         self.on_change = on_change
+        self._at_once = engine.execution_options(**AT_ONCE) if engine.dialect.name == "postgresql" else None
 
     def read(self, fn):
         with Session(self.engine) as session, session.begin():
             session.connection(execution_options=READ_ONLY)
             return fn(session)
 
-    def write(self, fn, attempts: int = 3, notify: bool = True, answer: Callable[[Any], Response] | None = None):
+    def write(self, fn, attempts: int = 3, notify: bool = True, answer: Callable[[Any], Response] | None = None,
+              at_once: bool = False):
         """Run `fn(session)` in one transaction; its result must be fully serialised inside.
         `answer(result)`: the route's response, made inside the transaction and recorded there with
         the request's Idempotency-Key (request_ids.ANSWERED_BY_WRITE); returned instead of the result.
         A result that is a request_ids.Recorded is that response already, recorded by `fn`.
+
+        `at_once`: `fn` writes with one statement (the request's key and answer in it: a Recorded
+        result, where the request has a key), or raises db.NeedsTransaction before it writes. On
+        PostgreSQL it then runs without a transaction (db.AT_ONCE: no BEGIN and COMMIT round trips;
+        its reads see what committed before each, as in a read-committed transaction), unless a
+        tracker writes in each transaction (changes.told_in_transaction: the change feed's notices);
+        NeedsTransaction runs it again in one.
 
         A concurrent writer may get in between our reads and our writes (PostgreSQL, read
         committed; SQLite serialises writers):
@@ -112,9 +122,13 @@ class Store:
         - an UPDATE matches no row (StaleDataError) or a row read is gone (ObjectDeletedError):
           the object was deleted meanwhile; run again, the request finds it gone (404).
         """
-        for attempt in range(attempts):
+        engine = (self._at_once if at_once and self._at_once is not None and not told_in_transaction(self.engine)
+                  else self.engine)
+        attempt = 0
+        while attempt < attempts:
+            attempt += 1
             try:
-                with Session(self.engine) as session, session.begin():
+                with Session(engine) as session, session.begin():
                     result = fn(session)
                     if not isinstance(result, request_ids.Recorded):   # else its key is taken already
                         if answer is not None:
@@ -125,14 +139,16 @@ class Store:
                             result.status_code, result.media_type, bytes(result.body)))
                 request_ids.claimed(answered=answer is not None)
                 break
+            except NeedsTransaction:
+                engine, attempt = self.engine, attempt - 1
             except IntegrityError as e:
                 if request_ids.is_key_conflict(e):
                     raise request_ids.RequestIdRunning(f"a request with this {request_ids.HEADER} is being run: "
                                                        "retry") from None
-                if attempt == attempts - 1:
+                if attempt == attempts:
                     raise _conflict_from(e) from None
             except (StaleDataError, ObjectDeletedError):
-                if attempt == attempts - 1:
+                if attempt == attempts:
                     raise NotFound("the object was deleted by another request meanwhile") from None
         if self.on_change is not None and notify:
             try:

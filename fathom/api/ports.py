@@ -57,7 +57,9 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
 # is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE):
 # on PostgreSQL, with an address to claim, by the statement that writes the port's rows (ops.AnswerRow:
 # the response made before with id 0 and address UNCLAIMED, and cut around them). Its rows are written
-# with SQLAlchemy Core or on the driver (ops.insert_port), its answer made from what it wrote.
+# with SQLAlchemy Core or on the driver (ops.insert_port), its answer made from what it wrote. A port
+# whose address and groups are chosen for it (the common creation) is written `at_once` on PostgreSQL:
+# the checks' read and that one statement, with no BEGIN and COMMIT round trips (Store.write).
 CREATED = answer_with(sc.PortOut, 201)
 UNCLAIMED = "0.0.0.0"
 
@@ -91,7 +93,8 @@ async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
                                         media_type=row.content_type)
         return out.model_copy(update={"id": port_id, "fixed_ips": [
             sc.FixedIpOut(subnet_id=subnet_id, ip_address=ip) for subnet_id, ip in new.addresses]})
-    return await run_in_threadpool(db.write, create, answer=CREATED)
+    return await run_in_threadpool(db.write, create, answer=CREATED,
+                                   at_once=body.fixed_ips is None and body.security_groups is None)
 
 
 def _answer_row(out: sc.PortOut) -> ops.AnswerRow | None:

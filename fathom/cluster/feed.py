@@ -172,6 +172,7 @@ def notify_commits(engine: Engine, me: str) -> None:
 
 class _Notes(TableChanges):
     """A connection's writes, sent on CHANNEL as its transaction commits (in it)."""
+    IN_TRANSACTION = True
 
     def __init__(self, engine: Engine, me: str):
         super().__init__(engine)

@@ -160,7 +160,7 @@ class HostLocalStatus(Extension):
                 self.views = ag.agents(session)
         attachments = self.attachments
         agents = self._agents(self.views)
-        desired = self.desired(snapshot, attachments)
+        desired = self.desired(snapshot, attachments, result.views)
         now = time.time()
         statuses = status.hostlocal(desired, agents, now, self.stale_after, self.digests)
         result.dhcp_servers = status.dhcp_servers(desired, agents, now, self.stale_after, self.digests)

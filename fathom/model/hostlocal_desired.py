@@ -141,12 +141,13 @@ def _patch_taken(taken: dict, _snap: Snapshot, delta, _views=None) -> dict | Non
     return out
 
 
-def _dhcp_networks(snapshot: Snapshot, underlay_mtu: int) -> dict[int, tuple[int, tuple[DhcpSubnet, ...]]]:
+def _dhcp_networks(snapshot: Snapshot, underlay_mtu: int,
+                   views: Views | None = None) -> dict[int, tuple[int, tuple[DhcpSubnet, ...]]]:
     """network id -> (its MTU, its DHCP subnets in subnet id order), for every network with one."""
     networks = {n.id: n for n in snapshot.networks}
     subnets = {s.id: s for s in snapshot.subnets}
     of_network: dict[int, list[DhcpSubnet]] = {}
-    for sid, server in sorted(dhcp_server_addresses(snapshot).items()):
+    for sid, server in sorted(dhcp_server_addresses(snapshot, views).items()):
         s = subnets[sid]
         of_network.setdefault(s.network_id, []).append(
             DhcpSubnet(s.id, s.cidr, f"{server}/{s.prefix.prefixlen}", s.gateway_ip,
@@ -170,8 +171,10 @@ class DhcpServers:
         self._servers: dict[str, dict[int, DhcpServer]] = {}   # node -> network id -> server
         self.rebuilt = 0                              # (node, network) servers built by the last call
 
-    def __call__(self, snapshot: Snapshot) -> dict[str, list[DhcpServer]]:
-        networks = _dhcp_networks(snapshot, self.underlay_mtu)
+    def __call__(self, snapshot: Snapshot, views: Views | None = None) -> dict[str, list[DhcpServer]]:
+        """`views`: those of the pass compiling `snapshot` (fathom.model.views), where the servers'
+        addresses are kept (patched per change of ports, not counted over every port)."""
+        networks = _dhcp_networks(snapshot, self.underlay_mtu, views)
         if networks != self._networks:
             self._networks, self._ports, self._members, self._servers = networks, {}, {}, {}
         subnet_network = {sub.subnet_id: nid for nid, (_, subs) in networks.items() for sub in subs}
@@ -231,8 +234,8 @@ class Desired:
     def __init__(self):
         self.dhcp = DhcpServers()
 
-    def __call__(self, snapshot: Snapshot, attachments=()) -> dict[str, list]:
-        return desired(snapshot, attachments, self.dhcp)
+    def __call__(self, snapshot: Snapshot, attachments=(), views: Views | None = None) -> dict[str, list]:
+        return desired(snapshot, attachments, lambda s: self.dhcp(s, views))
 
 
 def desired(snapshot: Snapshot, attachments=(), dhcp=dhcp_servers) -> dict[str, list]:

@@ -99,6 +99,13 @@ _TRACKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _TRACKERS_LOCK = threading.Lock()
 
 
+def told_in_transaction(engine: Engine) -> bool:
+    """Whether a tracker of `engine` writes in each committing transaction (fathom.cluster.feed's
+    notices): its writes then run in transactions, never a statement committed on its own."""
+    with _TRACKERS_LOCK:
+        return any(t.IN_TRANSACTION for t in _TRACKERS.get(engine.pool, ()))
+
+
 def written_elsewhere(engine: Engine, written: set) -> None:
     """Another process committed writes of these tables and row tokens (fathom.cluster.feed): every
     tracker of `engine` (or of an engine over the same pool) counts them as committed here."""
@@ -110,6 +117,7 @@ def written_elsewhere(engine: Engine, written: set) -> None:
 
 class TableChanges:
     """The tables an engine wrote since the last `take()` (one reader per tracker)."""
+    IN_TRANSACTION = False      # told_in_transaction
 
     def __init__(self, engine: Engine):
         from fathom.store.models import Port

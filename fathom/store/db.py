@@ -139,6 +139,22 @@ _LAST_USED = "fathom_last_used"
 _WRITER = "fathom_sqlite_writer"     # a connection's info: it holds this process's SQLite write turn
 
 
+# Execution options of a write whose every statement commits as it runs (fathom.api.deps.Store.write's
+# `at_once`, PostgreSQL): no BEGIN and COMMIT round trips, so it may write with one statement only.
+AT_ONCE_OPTION = "fathom_at_once"
+AT_ONCE = {"isolation_level": "AUTOCOMMIT", AT_ONCE_OPTION: True}
+
+
+class NeedsTransaction(Exception):
+    """Raised, before it writes anything, by a write run `at_once` that would write with more than one
+    statement: it is run again in a transaction."""
+
+
+def at_once(session: Session) -> bool:
+    """Whether `session`'s statements commit as they run (AT_ONCE)."""
+    return bool(session.connection().get_execution_options().get(AT_ONCE_OPTION))
+
+
 def run_prepared(conn: Connection, statement: str, params: dict, rows: bool = True) -> list[tuple]:
     """`statement` (psycopg's `%(name)s` parameters) run on the connection's psycopg cursor, prepared,
     in the connection's transaction: its rows (`rows`), as tuples. For the API's most frequent write

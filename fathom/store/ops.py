@@ -24,7 +24,7 @@ from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store import changes, fabric
 from fathom.store import models as m
 from fathom.store.base import utcnow
-from fathom.store.db import driver_sql, run_prepared
+from fathom.store.db import NeedsTransaction, at_once, driver_sql, run_prepared
 from fathom.store.external_models import FloatingIp, RouterGateway
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
@@ -549,13 +549,17 @@ def insert_port(session: Session, new: NewPort, group_ids: list[int], created: d
     caller: fathom.store.secgroups.new_port_groups) on the session's connection, without the ORM's
     unit of work: the API's most frequent write. Its id and creation time (`created`, else now). A
     port with an address to claim (NewPort.claim) has it in `new.addresses` after, and `answer`
-    written with it."""
+    written with it. A session whose statements commit as they run (db.at_once) writes only that
+    way, in one statement: anything else raises NeedsTransaction, before it writes."""
     conn = session.connection()
     created = created or utcnow()
     if new.claim is not None:
         port_id = _insert_claiming(session, new, group_ids, created, answer)
         if port_id is not None:
             return port_id, created
+    if at_once(session):
+        raise NeedsTransaction("the port's rows take more than one statement")
+    if new.claim is not None:
         network, subnet = new.claim   # nothing free in the hint's window: the whole search, then the rows
         new.addresses.append((subnet.id, str(_allocate_ip(session, network, subnet, "fixed_ips.0"))))
     if conn.dialect.name == "postgresql":
@@ -773,7 +777,8 @@ def _choose_ip(session: Session, network: NetworkRef, subnets: list[SubnetRef], 
 
 
 # Where each subnet's search for a free address starts: every host address below that index was
-# taken when last looked at (per engine, per subnet id). A hint only: the address chosen is always
+# taken when last looked at (per engine's pool, which its execution_options() variants share, per
+# subnet id). A hint only: the address chosen is always
 # checked against the store, and the unique constraint is the backstop. Freeing an address lowers the
 # hint (delete_port, remove_router_interface), so the lowest free address is still the one
 # allocated, without reading every allocation of the subnet.
@@ -839,18 +844,18 @@ class _Reservations:
                 del self._committed[network_id]
 
 
-_reservations: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # engine -> _Reservations
+_reservations: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # engine's pool -> _Reservations
 _reservations_lock = threading.Lock()
 RESERVED = "fathom_reserved_addresses"   # session.info key: [(network id, address)] of this transaction
 
 
 def _hints(session: Session) -> dict[int, int]:
-    return _free_from.setdefault(session.get_bind(), {})
+    return _free_from.setdefault(session.get_bind().pool, {})
 
 
 def _reservations_of(session: Session) -> _Reservations:
     with _reservations_lock:
-        return _reservations.setdefault(session.get_bind(), _Reservations())
+        return _reservations.setdefault(session.get_bind().pool, _Reservations())
 
 
 def _hold(session: Session, network_id: int, address: str) -> None:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from fathom.store import models as m
+from fathom.store.db import NeedsTransaction, at_once
 from fathom.store.errors import Conflict, Invalid, NotFound
 from fathom.store.ops import LOCK_DEFAULT_GROUP, Caller, _external_id, _owner, _serialise, keep, valid_id
 
@@ -293,6 +294,8 @@ def new_port_groups(session: Session, project: str, port_security: bool, group_i
         if default is not None:
             return [default]
         row = session.get(m.DefaultSecurityGroup, project)
+        if row is None and at_once(session):   # the group is made by a statement of its own
+            raise NeedsTransaction("the project's default security group is to be made")
         return [row.group_id if row is not None else default_group(session, project).id]
     if group_ids and not port_security:
         raise Invalid("a port without port security has no security groups", "security_groups")

@@ -447,6 +447,45 @@ def test_a_port_creation_records_its_response_with_its_request_id_as_sent(api):
         assert json.loads(r.content)["id"] == json.loads(first.content)["id"]
 
 
+def test_a_port_creation_on_postgresql_commits_its_one_write_without_a_transaction(postgres, monkeypatch):
+    """On PostgreSQL a port given no addresses or groups is written with no BEGIN or COMMIT: its
+    checks' read and the statement writing its rows and its key run each on their own (the driver's
+    connection idle after each). A creation that takes more statements (its project's default group
+    to make first, an address found by the whole search) runs in one transaction, and a creation
+    refused in either way writes nothing."""
+    from fathom.store import ops
+    api = Client(postgres.new_database(migrated=True))
+    net, _ = api.network(cidr="10.0.0.0/29")   # hosts .1 (gateway) .. .6
+    states = []
+    real = ops.run_prepared
+
+    def watched(conn, statement, *args, **kwargs):
+        try:
+            return real(conn, statement, *args, **kwargs)
+        finally:    # the driver's connection after the statement: idle, or in a transaction
+            states.append((statement.split()[0], conn.connection.driver_connection.info.transaction_status.name))
+    monkeypatch.setattr(ops, "run_prepared", watched)
+
+    def create(key, **extra):
+        return api.http.post("/v1/ports", json={"network_id": net["id"], **extra}, headers={"Idempotency-Key": key})
+    assert create("k0").status_code == 201    # the project's default group is made: in a transaction
+    assert states[-2:] == [("SELECT", "INTRANS"), ("WITH", "INTRANS")], states
+    states.clear()
+    first = create("k1")
+    assert first.status_code == 201 and states == [("SELECT", "IDLE"), ("WITH", "IDLE")], states
+    assert create("k1").content == first.content                      # its key was taken with it
+    states.clear()
+    loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "node": "nowhere", "interface_name": "tap1"}, 404)
+    assert loc == ["node"] and states == [("SELECT", "IDLE")], states    # the checks refuse it: nothing written
+    assert len(api.get("/ports")) == 2
+    api.delete(f"/ports/{first.json()['id']}")
+    for i in range(4):                                                # .4 .. .6, then .3 by the whole search
+        create(f"k{2 + i}")
+    assert sorted(p["fixed_ips"][0]["ip_address"] for p in api.get("/ports")) == [f"10.0.0.{i}" for i in range(2, 7)]
+    assert create("k9").status_code == 409 and len(api.get("/ports")) == 5
+    api.app.state.engine.dispose()
+
+
 def test_concurrent_writers_and_readers(api):
     """Parallel port creation (same subnet: racing for the same free address), status writes and
     snapshot loads: no request fails, every port gets its own address."""

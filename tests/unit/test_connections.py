@@ -245,3 +245,46 @@ def test_the_open_files_soft_limit_is_raised_to_the_hard_one():
     raised, soft, hard = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                                  check=True).stdout.split())
     assert raised == soft > 256 and (soft == hard or hard == resource.RLIM_INFINITY)
+
+
+def test_a_response_goes_out_in_one_write(serve, monkeypatch):
+    """uvicorn writes a response's head and its body apart: the guarded protocol sends them in one
+    write (one send, one segment to the client). A 100 Continue still goes out before the body is
+    read; a HEAD response (uvicorn writes no body) is its head alone, at once."""
+    from fathom.api import connections
+    writes: list[bytes] = []
+
+    class Recorder:
+        def __init__(self, transport):
+            self.transport = transport
+
+        def write(self, data):
+            writes.append(bytes(data))
+            self.transport.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.transport, name)
+
+    class Recorded(connections.OneWrite):
+        def __init__(self, transport):
+            super().__init__(Recorder(transport))
+    monkeypatch.setattr(connections, "OneWrite", Recorded)
+    s = serve()
+    sock = s.connect("127.0.0.1")
+    got = s.get(sock, s.token)
+    assert got.startswith(b"HTTP/1.1 200 ") and writes == [got]
+    writes.clear()
+    got = s.get(sock, s.token, path="/v1/networks/12345")
+    assert got.startswith(b"HTTP/1.1 404 ") and writes == [got]
+    writes.clear()
+    body = b'{"name": "n1", "type": "vxlan"}'
+    sock.sendall(b"POST /v1/networks HTTP/1.1\r\nHost: x\r\nAuthorization: " + s.token.encode() +
+                 b"\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    sock.sendall(body)
+    got = answer(sock)
+    assert got.startswith(b"HTTP/1.1 201 ") and writes == [b"HTTP/1.1 100 Continue\r\n\r\n", got]
+    writes.clear()
+    sock.sendall(f"HEAD /v1/networks HTTP/1.1\r\nHost: x\r\nAuthorization: {s.token}\r\n\r\n".encode())
+    assert sock.recv(65536).startswith(b"HTTP/1.1 ") and writes == []
+    sock.close()

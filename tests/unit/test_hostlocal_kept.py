@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from fathom.model.hostlocal_desired import Desired, DhcpServers, desired, dhcp_servers
 from fathom.model import FixedIp, Network, Node, Port, Snapshot, Subnet
+from fathom.model.views import Views
 
 NODES = tuple(Node(i + 1, f"n{i}", "compute", f"198.18.0.{i + 1}", None) for i in range(4))
 
@@ -34,6 +35,9 @@ def test_kept_servers_equal_fresh_ones_along_a_random_walk():
     networks, subnets = _world()
     ports = {pid: _port(pid, rng, subnets) for pid in range(1, 40)}
     kept, whole = DhcpServers(), Desired()
+    # as the reconciler's hostlocal status asks: with the views of each pass (the servers' addresses
+    # patched from those of the snapshot before)
+    with_views, views, last = DhcpServers(), None, None
     next_id = 40
     for step in range(400):
         op = rng.random()
@@ -67,6 +71,12 @@ def test_kept_servers_equal_fresh_ones_along_a_random_walk():
         got = kept(snap)
         assert got == dhcp_servers(snap), step
         assert whole(snap) == desired(snap), step
+        previous, views = views, Views(before=views)
+        views.follow(snap, last)
+        if previous is not None:
+            previous.settle()
+        assert with_views(snap, views) == got, step
+        last = snap
         if touched is not None and kept.rebuilt <= 2:
             # a port's change rebuilt at most its (node, network) before and after; every other
             # server is the very object of the call before
