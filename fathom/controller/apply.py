@@ -40,6 +40,9 @@ LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the r
 
 # New state goes to the switches nearest the physical network first, old state leaves the edge first.
 MAKE_ORDER = {FABRIC_SWITCH: 0, BR_PHY: 1, BR_INT: 2}
+# The switches of a tier with changes sent them at once (one thread each, this many more at most
+# besides the pass's): that many silent switches of a tier hold it one REPLY_WAIT.
+SENDS_AT_ONCE = 32
 
 
 def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
@@ -97,7 +100,7 @@ class Applier:
         self.mismatches = 0                           # check_incremental failures (must stay 0)
         self._had_meters: dict[int, bool] = {}        # dpid -> desired meters last pass (unknown: read)
         self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
-        self._pool: ThreadPoolExecutor | None = None  # applies to several switches at once
+        self._pool: ThreadPoolExecutor | None = None  # sends to several switches at once
         # dpid -> (its state, the Unanswered) of a switch whose reply to a request is still
         # awaited: left alone (not read, nothing sent) until the reply comes or the connection
         # closes, which asks for a pass (on_retry) that reads it back and diffs it whole
@@ -109,29 +112,42 @@ class Applier:
         self._had_meters.pop(dpid, None)
 
     def check(self, res: SwitchResult) -> str | None:
-        """The periodic check of a switch that is set up: "retry" when it is connected but not
-        reconciled, "check" when its flow count differs from its mirror's (drift: the mirror is
-        dropped, so the pass this asks for diffs it whole) or it did not answer the count (the
-        pass says so), None when all is well or unknown."""
-        session = self.switches.session(res.dpid)
-        known = self.known.get(res.dpid)
-        if res.dpid in self.unanswered:
-            return None   # its reply asks for a pass when it comes
-        if session is None or known is None:
-            return "retry" if session is not None and not res.state.startswith("ok") else None
-        try:
-            flows = session.count_flows()
-        except Unanswered as e:
-            self._failed(res, session, e)
-            return "check"
-        except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
-            LOG.warning("%s: check failed: %s", res.key, e)
-            return None
-        if flows != len(known[0]):
-            self.on_drift("openflow", f"{res.key}: {flows} flows, {len(known[0])} installed")
-            self.known.pop(res.dpid, None)
-            return "check"
-        return None
+        """The periodic check of one switch (see `checks`)."""
+        return self.checks([res])[0]
+
+    def checks(self, results: list[SwitchResult]) -> list[str | None]:
+        """The periodic check of switches that are set up, one trigger each: "retry" when it is
+        connected but not reconciled, "check" when its flow count differs from its mirror's
+        (drift: the mirror is dropped, so the pass this asks for diffs it whole) or it did not
+        answer the count (the pass says so), None when all is well or unknown. The counts go out to
+        every switch at once and are awaited after: k silent switches hold the check one
+        REPLY_WAIT."""
+        triggers: list[str | None] = [None] * len(results)
+        asked = []
+        for i, res in enumerate(results):
+            session = self.switches.session(res.dpid)
+            known = self.known.get(res.dpid)
+            if res.dpid in self.unanswered:
+                continue   # its reply asks for a pass when it comes
+            if session is None or known is None:
+                triggers[i] = "retry" if session is not None and not res.state.startswith("ok") else None
+                continue
+            asked.append((i, res, session, known, session.ask_count()))
+        for i, res, session, known, count in asked:
+            try:
+                flows = count.result()
+            except Unanswered as e:
+                self._failed(res, session, e)
+                triggers[i] = "check"
+                continue
+            except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+                LOG.warning("%s: check failed: %s", res.key, e)
+                continue
+            if flows != len(known[0]):
+                self.on_drift("openflow", f"{res.key}: {flows} flows, {len(known[0])} installed")
+                self.known.pop(res.dpid, None)
+                triggers[i] = "check"
+        return triggers
 
     def apply(self, snapshot: Snapshot, result: PassResult, keys: Iterable[SwitchKey], changed: set[SwitchKey],
               edits: dict, audit: bool = False, read_back: frozenset[SwitchKey] = frozenset(), steps=None) -> None:
@@ -141,8 +157,11 @@ class Applier:
         `edits`: the desired state's edits of this pass (DesiredState.edits). `steps` gets "make"
         once every switch acknowledged the new state (what traffic waits for)."""
         keys = set(keys)
-        plans = [plan for key in sorted(keys, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k))
-                 if (plan := self._plan(key, snapshot, result, changed, edits, audit or key in read_back))]
+        # the reads every switch's diff needs go out to all of them first, then each is diffed:
+        # k silent switches hold the pass one REPLY_WAIT
+        asked = [start for key in sorted(keys, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k))
+                 if (start := self._plan(key, snapshot, result, changed, edits, audit or key in read_back))]
+        plans = [plan for start in asked if (plan := self._diffed(*start))]
         for key in set(self.results) - keys:
             del self.results[key]
         busy = [p for p in plans if len(p.change)]
@@ -176,9 +195,10 @@ class Applier:
             self._each(lambda plan: self._break(plan, whole, held, result), tiers[tier])
 
     def _plan(self, key: SwitchKey, snapshot: Snapshot, result: PassResult, changed: set[SwitchKey],
-              edits: dict, audited: bool) -> _Plan | None:
-        """The switch's change this pass, None when it gets none (holds its desired state, is not
-        connected, its OVSDB is not read, or its diff failed); its result says which."""
+              edits: dict, audited: bool) -> tuple | None:
+        """What `_diffed` needs to work out the switch's change this pass, the reads it needs sent;
+        None when it gets none (holds its desired state, is not connected, its OVSDB is not read,
+        or it is still not answering); its result says which."""
         res = result.switches.get(key)
         if res is None:
             dpid = switch_dpid(key, snapshot)
@@ -218,9 +238,20 @@ class Applier:
             return None   # holds what it should: nothing to diff, nothing to send
         desired = result.desired[key]
         was_known = res.dpid in self.known and res.state == "ok"
+        edit = edits.get(key) if was_known else None
         try:
-            edit = edits.get(key) if was_known else None
-            change, foreign, mirror = self._diff(session, desired, audited, edit)
+            asked = self._reads(session, desired, audited, edit)
+        except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
+            self._failed(res, session, e)
+            return None
+        return key, res, session, desired, edit, audited, was_known, changed, asked
+
+    def _diffed(self, key: SwitchKey, res: SwitchResult, session, desired: SwitchState, edit: tuple | None,
+                audited: bool, was_known: bool, changed: set[SwitchKey], asked: dict) -> _Plan | None:
+        """The switch's change, once the reads `_plan` sent (`asked`) are answered; None when
+        its diff failed (it did not answer: its result says so)."""
+        try:
+            change, foreign, mirror = self._diff(session, desired, audited, edit, asked)
         except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
             self._failed(res, session, e)
             return None
@@ -284,32 +315,23 @@ class Applier:
         self._foreign[dpid] = plan.foreign
 
     def barriers(self, dpids) -> set[int]:
-        """A barrier's round trip to each of these switches (those still connected), side by side:
-        each has run its main loop since (`OsKenSession.barrier`). Returns those that did not
-        answer: each is not answering (its result says so) until its reply comes. A switch whose
-        connection fails is left to the next pass, which sees it gone."""
+        """A barrier's round trip to each of these switches (those still connected), all sent
+        before any is awaited: each has run its main loop since (`OsKenSession.ask_barrier`).
+        Returns those that did not answer: each is not answering (its result says so) until its
+        reply comes. A switch whose connection fails is left to the next pass, which sees it gone."""
         silent = set()
-
-        def one(dpid) -> None:
-            session = self.switches.session(dpid)
-            if session is not None:
-                try:
-                    session.barrier()
-                except Unanswered as e:
-                    res = next((r for r in self.results.values() if r.dpid == dpid), None)
-                    if res is not None:
-                        self._failed(res, session, e)
-                        silent.add(dpid)
-                except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
-                    LOG.warning("%016x: barrier failed: %s", dpid, e)
-        dpids = list(dpids)
-        if len(dpids) > 1 and self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
-        futures = [self._pool.submit(one, d) for d in dpids[1:]]
-        for d in dpids[:1]:
-            one(d)
-        for future in futures:
-            future.result()
+        asked = [(dpid, session, session.ask_barrier()) for dpid in dpids
+                 if (session := self.switches.session(dpid)) is not None]
+        for dpid, session, barrier in asked:
+            try:
+                barrier.result()
+            except Unanswered as e:
+                res = next((r for r in self.results.values() if r.dpid == dpid), None)
+                if res is not None:
+                    self._failed(res, session, e)
+                    silent.add(dpid)
+            except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+                LOG.warning("%016x: barrier failed: %s", dpid, e)
         return silent
 
     def _each(self, fn, plans: list[_Plan]) -> None:
@@ -318,7 +340,7 @@ class Applier:
         plan with nothing to send)."""
         others = [p for p in plans if len(p.change)][1:]
         if others and self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+            self._pool = ThreadPoolExecutor(max_workers=SENDS_AT_ONCE, thread_name_prefix="apply")
         futures = [self._pool.submit(fn, plan) for plan in others]
         for plan in plans:
             if not any(plan is o for o in others):
@@ -326,22 +348,37 @@ class Applier:
         for future in futures:
             future.result()
 
-    def _diff(self, session, desired: SwitchState, audit: bool,
-              edit: tuple | None) -> tuple[Change, tuple, tuple | None]:
+    def _follows_edit(self, known: tuple | None, edit: tuple | None, dpid: int) -> bool:
+        """Whether the switch's mirror is of the desired state the pass's `edit` started from."""
+        return known is not None and edit is not None and known[2] is edit[0] and dpid in self._foreign
+
+    def _reads(self, session, desired: SwitchState, audit: bool, edit: tuple | None) -> dict:
+        """The reads `_diff` needs of the switch, sent now, their replies taken there: meters only
+        where some are wanted or some of ours may be left (ids carry the app), flows and groups
+        where there is no mirror to diff against."""
+        asked = {}
+        if desired.meters or self._had_meters.get(session.dpid, True):
+            asked["meters"] = session.ask_meters()
+        known = None if audit else self.known.get(session.dpid)
+        if known is None:
+            asked["flows"], asked["groups"] = session.ask_flows(), session.ask_groups()
+        return asked
+
+    def _diff(self, session, desired: SwitchState, audit: bool, edit: tuple | None,
+              asked: dict) -> tuple[Change, tuple, tuple | None]:
         """The change that brings a switch to `desired`, what it holds that is not ours, and the
         mirror to update after the change (None: rebuilt from `desired`). A switch whose mirror is
         of the desired state this pass's `edit` started from gets the edit only (its cost follows
         the change, not the switch's flows); any other is diffed whole, against its mirror or what
-        it holds read back."""
+        it holds read back (`asked`: the reads `_reads` sent)."""
         known = None if audit else self.known.get(session.dpid)
-        # meters are read only where some are wanted or some of ours may be left (ids carry the app)
-        meters = session.read_meters() if desired.meters or self._had_meters.get(session.dpid, True) else None
-        if known is not None and edit is not None and known[2] is edit[0] and session.dpid in self._foreign:
+        meters = asked["meters"].result() if "meters" in asked else None
+        if self._follows_edit(known, edit, session.dpid):
             _, gone, new = edit
             change = diff(SwitchState(new.flows, new.groups, desired.meters), gone.flows, gone.groups, meters)
             self._count_diff("edit")
             return change, self._foreign[session.dpid], (known[0], known[1], gone, new)
-        flows, groups = known[:2] if known is not None else (session.read_flows(), session.read_groups())
+        flows, groups = known[:2] if known is not None else (asked["flows"].result(), asked["groups"].result())
         foreign = self._foreign.get(session.dpid) if known is not None else None
         if foreign is None:   # what is not ours on the switch (kept with the mirror: no pass over it)
             foreign = ({f for f in flows if not owns_cookie(f.cookie)},
