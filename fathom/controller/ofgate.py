@@ -46,6 +46,15 @@ HANDSHAKE_TIMEOUT = 10.0
 # answered) instead of one every fathom.controller.ofapp.ECHO_INTERVAL (ours); still dropped after
 # the same silence as any other (60 s).
 QUIET_ECHO_INTERVAL = 35.0
+# How long a send waits for room in a connection's send queue (os-ken's: 16 messages, behind the one
+# being written). A queue full for this long is a switch that stopped reading (its socket's buffers
+# full, the write under way blocked): its connection is closed, as the keepalive closes a silent
+# one, and the switch is reconciled in full when it connects again. Without the bound, whoever sends
+# to it next waits for os-ken's socket timeout (fathom.controller.ofapp.ECHO_INTERVAL, 15 s): a pass,
+# or os-ken's ofctl service, whose one thread carries every switch's reads and barriers. Shorter
+# than fathom.controller.switch.REPLY_WAIT, so that a request to another switch that waited behind
+# such a send is still answered within its wait.
+SEND_WAIT = 1.0
 
 # identity (None: no TLS) -> the datapath ids it may claim
 Expected = Callable[[Identity | None], set[int]]
@@ -225,6 +234,23 @@ class GatedDatapath(Datapath):
         self.heard_at = time.monotonic()      # the last message from the switch
         self._echo_at = 0.0                   # the last echo request sent
         self._ended = threading.Event()       # the connection's reading ended
+        self.send_wait = SEND_WAIT
+
+    def send(self, buf, close_socket: bool = False) -> bool:
+        """Queue `buf` for the connection's send loop, as os-ken's Datapath.send does (False: the
+        connection is closing, nothing queued), waiting `send_wait` seconds at most for room in
+        the queue: a switch that took nothing for that long has its connection closed (SEND_WAIT)."""
+        if not self._send_q_sem.acquire(timeout=self.send_wait):
+            if self.state != DEAD_DISPATCHER:
+                LOG.warning("switch at %s: its send queue full for %g s (it stopped reading): connection closed",
+                            self.address, self.send_wait)
+                self.close()
+            return False
+        if self.send_q:
+            self.send_q.put((buf, close_socket))
+            return True
+        self._send_q_sem.release()
+        return False
 
     def _echo_request_loop(self):
         most = self.max_unreplied_echo_requests

@@ -256,3 +256,58 @@ def test_a_switch_silent_to_any_request_holds_no_pass_and_is_read_back_once_it_a
     result = bench.apply({C1: SwitchState(owned(3)), C2: SwitchState(owned(3))}, changed=set())
     assert bench.sw[C2].reads == reads + 1 and not bench.applier.unanswered
     assert result.switches[C2].state == "ok" and bench.ours(C2) == set(owned(3))
+
+
+# Many switches of one tier (br-int), more than a tier sent its changes at once before
+MANY = [SwitchKey(BR_INT, f"n{i:02}") for i in range(12)]
+DPIDS.update({key: 0x100 + i for i, key in enumerate(MANY)})
+# How long a stalled switch's request waits before it is Unanswered (as REPLY_WAIT does): long
+# enough that every request of a round is asked before the first wait ends, on a busy machine
+WAIT = 1.0
+
+
+def _reads(bench, silent):
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}, audit=True), "a flow read"
+
+
+def _counts(bench, silent):
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    triggers = bench.applier.checks([bench.applier.results[key] for key in bench.sw])
+    assert triggers == [("check" if key in silent else None) for key in bench.sw]
+    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}), "a flow count"
+
+
+def _commits(bench, silent):
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}), "its bundle's commit"
+
+
+def _barriers(bench, silent):
+    result = bench.apply({key: SwitchState(owned(2)) for key in bench.sw})
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    assert bench.applier.barriers([DPIDS[key] for key in bench.sw]) == {DPIDS[key] for key in silent}
+    return result, "a barrier"
+
+
+@pytest.mark.parametrize("round_", [_reads, _counts, _commits, _barriers], ids=["reads", "counts", "commits", "barriers"])
+def test_silent_switches_are_asked_together_and_awaited_under_one_wait(round_):
+    """Twelve silent switches of one tier and a live one: every silent switch is asked before the
+    wait for any ends (one by one, each would be asked once the last one's wait ended: a round
+    would wait as long as twelve), each is `not answering`, and the live switch gets its change."""
+    bench = Bench(C1, *MANY)
+    bench.apply({key: SwitchState(owned(1)) for key in bench.sw})
+    result, what = round_(bench, MANY)
+    silences = bench.switches.silences
+    asked = {dpid for event, dpid, _what in silences if event == "asked"}
+    assert asked == {DPIDS[key] for key in MANY}, silences
+    first_unanswered = next(i for i, (event, _dpid, _what) in enumerate(silences) if event == "unanswered")
+    assert {dpid for event, dpid, _ in silences[:first_unanswered]} == asked, silences
+    assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(2))
+    for key in MANY:
+        state = bench.applier.results[key].state
+        assert state.startswith(f"not answering: no reply to {what} since "), (key, state)

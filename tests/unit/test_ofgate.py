@@ -211,6 +211,30 @@ def test_the_echo_probe_ends_when_the_holder_dies():
     assert answer == {"alive": False} and time.monotonic() - started < 2.0
 
 
+def test_a_switch_that_stopped_reading_holds_a_sender_no_longer_than_the_send_wait():
+    """The switch's end reads nothing: the socket's buffers fill, the write under way blocks, the
+    send queue fills behind it. The next send waits `send_wait` for room, not until the socket
+    timeout (15 s in the controller), and the connection is closed (the apps hear it dead)."""
+    dp, switch_end = _connection()
+    dp.socket.settimeout(15.0)            # the controller's (fathom.controller.ofapp.ECHO_INTERVAL)
+    dp.send_wait = 0.5
+    queued = []
+
+    def sender():
+        while dp.send(b"\0" * (1 << 20)):
+            queued.append(1)
+    t = threading.Thread(target=sender, daemon=True)
+    t.start()
+    t.join(10.0)
+    try:
+        assert not t.is_alive(), f"a send still waits, {len(queued)} MiB queued"
+        assert dp.state == DEAD_DISPATCHER
+        assert ("EventOFPStateChange", DEAD_DISPATCHER) in dp.ofp_brick._brick.events
+        assert not dp.send(b"more")       # a closed connection takes nothing, at once
+    finally:
+        switch_end.close()
+
+
 # ------------------------------------------------------------------------------- keepalive
 
 class _Conn:
