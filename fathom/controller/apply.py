@@ -14,7 +14,9 @@ cookie) and the rest is applied without them. A switch that does not answer with
 the barrier after a plain message, the check's flow count, a status write's barrier — does not
 hold the pass longer: the pass goes on without it, its state says it is not answering (its objects
 are `pending`, not `active`), and later passes leave it alone until the reply comes or its
-connection closes; then it is read back and diffed whole, whatever the reply said.
+connection closes; then it is read back and diffed whole, whatever the reply said. The requests
+of one round (the pass's reads, the check's counts, the barriers; a tier's bundles) go out to every
+switch before any is awaited, so several silent switches hold a round REPLY_WAIT once.
 """
 from __future__ import annotations
 
