@@ -291,7 +291,8 @@ class OsKenSession:
         parser = self.dp.ofproto_parser
         req = parser.OFPGroupDescStatsRequest(self.dp, 0)
         return self._ask(req, "a group read", parser.OFPGroupDescStatsReply, True,
-                         lambda replies: {encode.decode_group(self.dp.ofproto, d) for r in replies or () for d in r.body})
+                         lambda replies: {encode.decode_group(self.dp.ofproto, d)
+                                          for r in replies or () for d in r.body})
 
     def ask_meters(self) -> Asked:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser

@@ -294,7 +294,8 @@ def _barriers(bench, silent):
     return result, "a barrier"
 
 
-@pytest.mark.parametrize("round_", [_reads, _counts, _commits, _barriers], ids=["reads", "counts", "commits", "barriers"])
+@pytest.mark.parametrize("round_", [_reads, _counts, _commits, _barriers],
+                         ids=["reads", "counts", "commits", "barriers"])
 def test_silent_switches_are_asked_together_and_awaited_under_one_wait(round_):
     """Twelve silent switches of one tier and a live one: every silent switch is asked before the
     wait for any ends (one by one, each would be asked once the last one's wait ended: a round
