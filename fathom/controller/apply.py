@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from fathom.apps import BR_INT, BR_PHY, FABRIC_SWITCH, SwitchKey
@@ -42,6 +42,9 @@ LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the r
 
 # New state goes to the switches nearest the physical network first, old state leaves the edge first.
 MAKE_ORDER = {FABRIC_SWITCH: 0, BR_PHY: 1, BR_INT: 2}
+# Flows read back at once (their switches' desired flows, one switch at least): the replies of every
+# switch read back are not held in memory together (at 100 nodes x 100 ports, 1.4 million flows)
+READ_FLOWS_AT_ONCE = 20_000
 # The switches of a tier with changes sent them at once (one thread each, this many more at most
 # besides the pass's): that many silent switches of a tier hold it one REPLY_WAIT.
 SENDS_AT_ONCE = 32
@@ -77,6 +80,21 @@ class _Plan:
     # (mirror's flows, mirror's groups, what the edit took out, what it put in) when the change
     # followed the pass's edit (the mirror is updated by it); None: rebuilt from `desired`
     mirror: tuple | None
+
+
+@dataclass
+class _Start:
+    """One switch's change this pass, its reads asked and not yet answered."""
+    key: SwitchKey
+    res: SwitchResult
+    session: object
+    desired: SwitchState
+    edit: tuple | None               # the pass's edit of its desired state, when its mirror is of the state before
+    audited: bool                    # read back and diffed whole
+    drift_found: bool                # audited though known and unchanged: a difference is drift
+    reads_flows: bool = False        # its flows and groups are read (no mirror to diff against)
+    asked: dict = field(default_factory=dict)   # "meters", "groups" -> switch.Asked
+    got: dict = field(default_factory=dict)     # "meters", "groups", "flows" -> what the switch holds
 
 
 class Applier:
@@ -159,11 +177,9 @@ class Applier:
         `edits`: the desired state's edits of this pass (DesiredState.edits). `steps` gets "make"
         once every switch acknowledged the new state (what traffic waits for)."""
         keys = set(keys)
-        # the reads every switch's diff needs go out to all of them first, then each is diffed:
-        # k silent switches hold the pass one REPLY_WAIT
-        asked = [start for key in sorted(keys, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k))
-                 if (start := self._plan(key, snapshot, result, changed, edits, audit or key in read_back))]
-        plans = [plan for start in asked if (plan := self._diffed(*start))]
+        starts = [start for key in sorted(keys, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k))
+                  if (start := self._plan(key, snapshot, result, changed, edits, audit or key in read_back))]
+        plans = self._diffed(starts)
         for key in set(self.results) - keys:
             del self.results[key]
         busy = [p for p in plans if len(p.change)]
@@ -197,10 +213,10 @@ class Applier:
             self._each(lambda plan: self._break(plan, whole, held, result), tiers[tier])
 
     def _plan(self, key: SwitchKey, snapshot: Snapshot, result: PassResult, changed: set[SwitchKey],
-              edits: dict, audited: bool) -> tuple | None:
-        """What `_diffed` needs to work out the switch's change this pass, the reads it needs sent;
-        None when it gets none (holds its desired state, is not connected, its OVSDB is not read,
-        or it is still not answering); its result says which."""
+              edits: dict, audited: bool) -> _Start | None:
+        """What `_diffed` needs to work out the switch's change this pass, the small reads it
+        needs sent; None when it gets none (holds its desired state, is not connected, its OVSDB
+        is not read, or it is still not answering); its result says which."""
         res = result.switches.get(key)
         if res is None:
             dpid = switch_dpid(key, snapshot)
@@ -240,29 +256,65 @@ class Applier:
             return None   # holds what it should: nothing to diff, nothing to send
         desired = result.desired[key]
         was_known = res.dpid in self.known and res.state == "ok"
-        edit = edits.get(key) if was_known else None
+        start = _Start(key, res, session, desired, edits.get(key) if was_known else None, audited,
+                       audited and was_known and key not in changed)
+        known = None if audited else self.known.get(res.dpid)
+        start.reads_flows = known is None
         try:
-            asked = self._reads(session, desired, audited, edit)
+            # meters only where some are wanted or some of ours may be left (ids carry the app)
+            if desired.meters or self._had_meters.get(res.dpid, True):
+                start.asked["meters"] = session.ask_meters()
+            if start.reads_flows:
+                start.asked["groups"] = session.ask_groups()
         except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
             self._failed(res, session, e)
             return None
-        return key, res, session, desired, edit, audited, was_known, changed, asked
+        return start
 
-    def _diffed(self, key: SwitchKey, res: SwitchResult, session, desired: SwitchState, edit: tuple | None,
-                audited: bool, was_known: bool, changed: set[SwitchKey], asked: dict) -> _Plan | None:
-        """The switch's change, once the reads `_plan` sent (`asked`) are answered; None when
-        its diff failed (it did not answer: its result says so)."""
-        try:
-            change, foreign, mirror = self._diff(session, desired, audited, edit, asked)
-        except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
-            self._failed(res, session, e)
-            return None
+    def _diffed(self, starts: list[_Start]) -> list[_Plan]:
+        """The changes of the switches `_plan` started, once their reads are answered: first the
+        small reads `_plan` sent (meters, groups) of every switch, awaited together, so that every
+        silent switch is found within one REPLY_WAIT; then the flows of those that answered,
+        READ_FLOWS_AT_ONCE at a time (the replies of a hundred switches' flows would be held in
+        memory at once otherwise), each batch asked together and awaited."""
+        answered = []
+        for start in starts:
+            try:
+                start.got = {name: asked.result() for name, asked in start.asked.items()}
+            except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
+                self._failed(start.res, start.session, e)
+                continue
+            answered.append(start)
+        plans = []
+        batch, flows = [], 0
+        for i, start in enumerate(answered):
+            batch.append(start)
+            flows += len(start.desired.flows) if start.reads_flows else 0
+            if flows < READ_FLOWS_AT_ONCE and i + 1 < len(answered):
+                continue
+            reads = {id(s): s.session.ask_flows() for s in batch if s.reads_flows}
+            for s in batch:
+                try:
+                    if s.reads_flows:
+                        s.got["flows"] = reads[id(s)].result()
+                    plan = self._planned(s)
+                except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
+                    self._failed(s.res, s.session, e)
+                    continue
+                plans.append(plan)
+            batch, flows = [], 0
+        return plans
+
+    def _planned(self, start: _Start) -> _Plan:
+        """The switch's change, its reads answered (`start.got`)."""
+        key, res, desired = start.key, start.res, start.desired
+        change, foreign, mirror = self._diff(start.session, desired, start.audited, start.edit, start.got)
         if mirror is not None and self.check_incremental:
             self.assert_same_change(key, change, desired, mirror)
-        if audited and was_known and key not in changed and len(change):
+        if start.drift_found and len(change):
             self.on_drift("audit", f"{key}: {len(change)} differences from what was installed")
         res.state = "applying"   # ok or error once sent
-        return _Plan(res, session, desired, change, foreign, mirror)
+        return _Plan(res, start.session, desired, change, foreign, mirror)
 
     def _make(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult) -> None:
         """Send the switch what is new (everything, with `whole`); `held` gets the owners it refused."""
@@ -350,37 +402,21 @@ class Applier:
         for future in futures:
             future.result()
 
-    def _follows_edit(self, known: tuple | None, edit: tuple | None, dpid: int) -> bool:
-        """Whether the switch's mirror is of the desired state the pass's `edit` started from."""
-        return known is not None and edit is not None and known[2] is edit[0] and dpid in self._foreign
-
-    def _reads(self, session, desired: SwitchState, audit: bool, edit: tuple | None) -> dict:
-        """The reads `_diff` needs of the switch, sent now, their replies taken there: meters only
-        where some are wanted or some of ours may be left (ids carry the app), flows and groups
-        where there is no mirror to diff against."""
-        asked = {}
-        if desired.meters or self._had_meters.get(session.dpid, True):
-            asked["meters"] = session.ask_meters()
-        known = None if audit else self.known.get(session.dpid)
-        if known is None:
-            asked["flows"], asked["groups"] = session.ask_flows(), session.ask_groups()
-        return asked
-
     def _diff(self, session, desired: SwitchState, audit: bool, edit: tuple | None,
-              asked: dict) -> tuple[Change, tuple, tuple | None]:
+              got: dict) -> tuple[Change, tuple, tuple | None]:
         """The change that brings a switch to `desired`, what it holds that is not ours, and the
         mirror to update after the change (None: rebuilt from `desired`). A switch whose mirror is
         of the desired state this pass's `edit` started from gets the edit only (its cost follows
         the change, not the switch's flows); any other is diffed whole, against its mirror or what
-        it holds read back (`asked`: the reads `_reads` sent)."""
+        it holds read back (`got`: its meters, flows and groups, those read)."""
         known = None if audit else self.known.get(session.dpid)
-        meters = asked["meters"].result() if "meters" in asked else None
-        if self._follows_edit(known, edit, session.dpid):
+        meters = got.get("meters")
+        if known is not None and edit is not None and known[2] is edit[0] and session.dpid in self._foreign:
             _, gone, new = edit
             change = diff(SwitchState(new.flows, new.groups, desired.meters), gone.flows, gone.groups, meters)
             self._count_diff("edit")
             return change, self._foreign[session.dpid], (known[0], known[1], gone, new)
-        flows, groups = known[:2] if known is not None else (asked["flows"].result(), asked["groups"].result())
+        flows, groups = known[:2] if known is not None else (got["flows"], got["groups"])
         foreign = self._foreign.get(session.dpid) if known is not None else None
         if foreign is None:   # what is not ours on the switch (kept with the mirror: no pass over it)
             foreign = ({f for f in flows if not owns_cookie(f.cookie)},

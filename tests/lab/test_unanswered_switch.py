@@ -116,13 +116,13 @@ def test_a_switch_paused_while_read_back_holds_no_other_switchs_changes(lab):
         sync = threading.Thread(target=lambda: synced.append(Client.for_lab(lab.state()).sync()), daemon=True)
         sync.start()
         api.wait_until(f"/nodes/{api.find('nodes', 'compute2')['id']}", lambda n: n["status"] == "pending", HELD)
-        pending_for(api, lab, "a flow read")
+        pending_for(api, lab, "a group read")
         sync.join(HELD)
         assert synced, controller_log(lab)
         port = new_port(api, lab, "wty", "02:fa:00:00:01:61", "198.19.1.61")
         got = api.wait_status("ports", port["id"], timeout=HELD)
         assert got["status"] == "active", (got, controller_log(lab))
-        pending_for(api, lab, "a flow read")              # left alone since
+        pending_for(api, lab, "a group read")              # left alone since
     caught_up(api, lab)
     run(["ip", "netns", "del", lab.ns("wty")])
 
@@ -217,7 +217,7 @@ def test_two_nodes_paused_at_once_hold_a_sync_and_the_check_one_wait(lab):
             assert {key.split()[1] for key in silent} == set(nodes), (silent, controller_log(lab))
             when = sorted(t for t, _what in silent.values())
             assert (when[-1] - when[0]).total_seconds() < REPLY_WAIT, (silent, controller_log(lab))
-            if phase == "sync" and all(what == "a flow read" for _t, what in silent.values()):
+            if phase == "sync" and all(what == "a group read" for _t, what in silent.values()):
                 # the sync asked them (not a check that came first): its pass waited once
                 made = [float(m[1]) for line in lines if "(audit)" in line
                         for m in [re.search(r"\bmake ([\d.]+)", line)] if m]

@@ -229,7 +229,7 @@ def _barrier(bench):
 
 
 @pytest.mark.parametrize("silent, what", [
-    (_on_connect, "a meter read"), (_audit, "a flow read"), (_meter, "the barrier after a meter message"),
+    (_on_connect, "a meter read"), (_audit, "a group read"), (_meter, "the barrier after a meter message"),
     (_check, "a flow count"), (_barrier, "a barrier")], ids=["on-connect", "audit", "meter", "check", "barrier"])
 def test_a_switch_silent_to_any_request_holds_no_pass_and_is_read_back_once_it_answers(silent, what):
     """Whatever went unanswered, the same: the switch is not answering (named), the other switch
@@ -269,7 +269,7 @@ WAIT = 1.0
 def _reads(bench, silent):
     for key in silent:
         bench.sw[key].stall(wait=WAIT)
-    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}, audit=True), "a flow read"
+    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}, audit=True), "a group read"
 
 
 def _counts(bench, silent):
@@ -312,3 +312,29 @@ def test_silent_switches_are_asked_together_and_awaited_under_one_wait(round_):
     for key in MANY:
         state = bench.applier.results[key].state
         assert state.startswith(f"not answering: no reply to {what} since "), (key, state)
+
+
+def test_switches_read_back_have_their_flows_read_a_bounded_number_at_a_time(monkeypatch):
+    """A sync reads every switch back: their flows are asked READ_FLOWS_AT_ONCE (desired flows) at a
+    time, not all at once (every reply would be held in memory together), and every switch is
+    still read back and brought to its desired state."""
+    import fathom.controller.apply as apply_module
+    from fathom.controller.fakeswitch import FakeSwitch
+    monkeypatch.setattr(apply_module, "READ_FLOWS_AT_ONCE", 6)      # two switches of three flows
+    events = []
+    ask_flows = FakeSwitch.ask_flows
+
+    def counted(self):
+        asked = ask_flows(self)
+        events.append(+1)
+        result = asked.result
+        asked.result = lambda: (events.append(-1), result())[1]
+        return asked
+    monkeypatch.setattr(FakeSwitch, "ask_flows", counted)
+    bench = Bench(*MANY)
+    bench.apply({key: SwitchState(owned(1)) for key in MANY})
+    events.clear()
+    result = bench.apply({key: SwitchState(owned(2)) for key in MANY}, audit=True)
+    outstanding = [sum(events[:i + 1]) for i in range(len(events))]
+    assert events.count(+1) == len(MANY) and max(outstanding) == 2, events
+    assert all(result.switches[key].state == "ok" and bench.ours(key) == set(owned(2)) for key in MANY)
