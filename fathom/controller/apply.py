@@ -284,25 +284,21 @@ class Applier:
             except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
                 self._failed(start.res, start.session, e)
                 continue
+            finally:
+                start.asked = {}
             answered.append(start)
         plans = []
-        batch, flows = [], 0
-        for i, start in enumerate(answered):
-            batch.append(start)
-            flows += len(start.desired.flows) if start.reads_flows else 0
-            if flows < READ_FLOWS_AT_ONCE and i + 1 < len(answered):
-                continue
-            reads = {id(s): s.session.ask_flows() for s in batch if s.reads_flows}
-            for s in batch:
+        for batch in _flow_batches(answered):
+            reads = [(start, start.session.ask_flows() if start.reads_flows else None) for start in batch]
+            for start, read in reads:
                 try:
-                    if s.reads_flows:
-                        s.got["flows"] = reads[id(s)].result()
-                    plan = self._planned(s)
+                    if read is not None:
+                        start.got["flows"] = read.result()
+                    plans.append(self._planned(start))
                 except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
-                    self._failed(s.res, s.session, e)
-                    continue
-                plans.append(plan)
-            batch, flows = [], 0
+                    self._failed(start.res, start.session, e)
+                finally:
+                    start.got = {}    # what it holds, decoded: not kept past its diff
         return plans
 
     def _planned(self, start: _Start) -> _Plan:
@@ -484,6 +480,21 @@ class Applier:
             LOG.error("%s", what)
             self.known.clear()    # the next pass diffs every switch whole, against what it holds
             raise IncrementalMismatch(what)
+
+
+def _flow_batches(starts: list[_Start]):
+    """`starts` in batches (in order) whose switches to read back want READ_FLOWS_AT_ONCE flows
+    at most, one switch at least."""
+    batch, flows = [], 0
+    for start in starts:
+        wants = len(start.desired.flows) if start.reads_flows else 0
+        if batch and flows + wants > READ_FLOWS_AT_ONCE:
+            yield batch
+            batch, flows = [], 0
+        batch.append(start)
+        flows += wants
+    if batch:
+        yield batch
 
 
 def _send_half(session, change: Change, half) -> None:

@@ -320,7 +320,7 @@ def test_switches_read_back_have_their_flows_read_a_bounded_number_at_a_time(mon
     still read back and brought to its desired state."""
     import fathom.controller.apply as apply_module
     from fathom.controller.fakeswitch import FakeSwitch
-    monkeypatch.setattr(apply_module, "READ_FLOWS_AT_ONCE", 6)      # two switches of three flows
+    monkeypatch.setattr(apply_module, "READ_FLOWS_AT_ONCE", 7)      # two switches of three flows
     events = []
     ask_flows = FakeSwitch.ask_flows
 
