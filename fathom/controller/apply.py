@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -32,7 +31,7 @@ from fathom.controller.desired import IncrementalMismatch
 from fathom.controller.metrics import METRICS
 from fathom.controller.results import PassResult, SwitchResult
 from fathom.controller.switch import (
-    ApplyError, Change, NotRegistered, Unanswered, break_messages, diff, make_messages, whole_messages,
+    ApplyError, Change, NotRegistered, Unanswered, break_messages, diff, make_messages, run, whole_messages,
 )
 from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_fabric
 from fathom.openflow.spec import SwitchState
@@ -45,9 +44,6 @@ MAKE_ORDER = {FABRIC_SWITCH: 0, BR_PHY: 1, BR_INT: 2}
 # Flows read back at once (their switches' desired flows, one switch at least): the replies of every
 # switch read back are not held in memory together (at 100 nodes x 100 ports, 1.4 million flows)
 READ_FLOWS_AT_ONCE = 20_000
-# The switches of a tier with changes sent them at once (one thread each, this many more at most
-# besides the pass's): that many silent switches of a tier hold it one REPLY_WAIT.
-SENDS_AT_ONCE = 32
 
 
 def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
@@ -120,7 +116,6 @@ class Applier:
         self.mismatches = 0                           # check_incremental failures (must stay 0)
         self._had_meters: dict[int, bool] = {}        # dpid -> desired meters last pass (unknown: read)
         self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
-        self._pool: ThreadPoolExecutor | None = None  # sends to several switches at once
         # dpid -> (its state, the Unanswered) of a switch whose reply to a request is still
         # awaited: left alone (not read, nothing sent) until the reply comes or the connection
         # closes, which asks for a pass (on_retry) that reads it back and diffs it whole
@@ -312,29 +307,31 @@ class Applier:
         res.state = "applying"   # ok or error once sent
         return _Plan(res, start.session, desired, change, foreign, mirror)
 
-    def _make(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult) -> None:
-        """Send the switch what is new (everything, with `whole`); `held` gets the owners it refused."""
+    def _make(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult):
+        """Send the switch what is new (everything, with `whole`); `held` gets the owners it refused.
+        In steps (fathom.controller.switch.run): `_each` carries every switch's at once."""
         res, change = plan.res, plan.change
         self.known.pop(res.dpid, None)
         if len(change):
             LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter "
                      "add/mod/del", res.key, res.dpid, *map(len, change.__dict__.values()))
         try:
-            held[res.dpid] = self._send(res, plan.session, change, whole_messages if whole else make_messages,
-                                        result)
+            held[res.dpid] = yield from self._send(res, plan.session, change,
+                                                   whole_messages if whole else make_messages, result)
         except Exception as e:  # noqa: BLE001
             self._failed(res, plan.session, e)
 
-    def _break(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult) -> None:
+    def _break(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult):
         """Take from the switch what is gone (sent with the make already with `whole`), then record
-        what it holds: its result, its refusals, its mirror."""
+        what it holds: its result, its refusals, its mirror. In steps, as `_make`."""
         res = plan.res
         if res.state.startswith(("error", "lost")) or res.dpid not in held:
             return
         owners = held.get(res.dpid, set())
         if not whole:
             try:
-                owners |= self._send(res, plan.session, plan.change.without(owners), break_messages, result)
+                owners |= yield from self._send(res, plan.session, plan.change.without(owners), break_messages,
+                                                result)
             except Exception as e:  # noqa: BLE001
                 self._failed(res, plan.session, e)
                 return
@@ -384,19 +381,24 @@ class Applier:
                 LOG.warning("%016x: barrier failed: %s", dpid, e)
         return silent
 
-    def _each(self, fn, plans: list[_Plan]) -> None:
-        """fn(plan) for every plan, at the same time when there are several switches with changes:
-        all but one of those in the pool, the rest on this thread (a hand-over costs more than a
-        plan with nothing to send)."""
-        others = [p for p in plans if len(p.change)][1:]
-        if others and self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=SENDS_AT_ONCE, thread_name_prefix="apply")
-        futures = [self._pool.submit(fn, plan) for plan in others]
+    def _each(self, steps, plans: list[_Plan]) -> None:
+        """Carry every plan's `steps(plan)` (a generator of the requests it sends, as
+        fathom.controller.switch.run carries one) at once: every switch's first request goes out
+        before any is awaited, then each switch's is awaited and its steps carried on to their end
+        in turn, so silent switches hold the round one REPLY_WAIT, however many. Each switch's
+        `apply_seconds` gets the time spent on its steps and awaiting its replies."""
+        going = []
         for plan in plans:
-            if not any(plan is o for o in others):
-                fn(plan)
-        for future in futures:
-            future.result()
+            started = time.monotonic()
+            running = steps(plan)
+            asked = next(running, None)
+            plan.res.apply_seconds += time.monotonic() - started
+            if asked is not None:
+                going.append((plan, running, asked))
+        for plan, running, asked in going:
+            started = time.monotonic()
+            run(running, asked)
+            plan.res.apply_seconds += time.monotonic() - started
 
     def _diff(self, session, desired: SwitchState, audit: bool, edit: tuple | None,
               got: dict) -> tuple[Change, tuple, tuple | None]:
@@ -424,12 +426,11 @@ class Applier:
         self.diffs[how] += 1
         METRICS.diffs.labels(how).inc()
 
-    def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult) -> set:
-        """Send one half of a change (or all of it); on a refusal, mark the refused owners and send
-        the rest without them. Returns the owners held back."""
-        started = time.monotonic()
+    def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult):
+        """Send one half of a change (or all of it), in steps; on a refusal, mark the refused owners
+        and send the rest without them. Returns the owners held back."""
         try:
-            _send_half(session, change, half)
+            yield from _send_half(session, change, half)
             return set()
         except ApplyError as e:
             owners = {parse_cookie(s.cookie) for s in e.refused}
@@ -438,10 +439,8 @@ class Applier:
             LOG.warning("%s: refused %s: %s", res.key, sorted(owners), e)
             for _app, kind, obj in owners:
                 result.refused[(kind, obj)] = f"{res.key}: {e}"
-            _send_half(session, change.without(owners), half)
+            yield from _send_half(session, change.without(owners), half)
             return owners
-        finally:
-            res.apply_seconds += time.monotonic() - started
 
     def _failed(self, res: SwitchResult, session, e: Exception) -> None:
         if isinstance(e, Unanswered):
@@ -497,19 +496,20 @@ def _flow_batches(starts: list[_Start]):
         yield batch
 
 
-def _send_half(session, change: Change, half) -> None:
-    """Send `change` as `half` (make_messages, break_messages or whole_messages) makes it: the
-    messages that must be atomic in a bundle, the others plain, in the order the half says."""
+def _send_half(session, change: Change, half):
+    """Send `change` as `half` (make_messages, break_messages or whole_messages) makes it, in
+    steps: the messages that must be atomic in a bundle, the others plain, in the order the half
+    says."""
     if half is whole_messages:
         plain, bundled, after = half(session.dp, change)
-        session.plain(plain)
-        session.bundle(bundled)
-        session.plain(after)
+        yield from session.plain_steps(plain)
+        yield from session.bundle_steps(bundled)
+        yield from session.plain_steps(after)
         return
     first, second = half(session.dp, change)
     if half is make_messages:
-        session.plain(first)
-        session.bundle(second)
+        yield from session.plain_steps(first)
+        yield from session.bundle_steps(second)
     else:
-        session.bundle(first)
-        session.plain(second)
+        yield from session.bundle_steps(first)
+        yield from session.plain_steps(second)

@@ -34,7 +34,7 @@ import time
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
 from fathom.controller.ofapp import Reply
-from fathom.controller.switch import NO_GENERATION, ApplyError, Asked, NotMaster, Unanswered
+from fathom.controller.switch import NO_GENERATION, ApplyError, Asked, NotMaster, Unanswered, run
 from fathom.openflow import encode
 
 
@@ -103,13 +103,6 @@ class FakeSwitch:
             except ApplyError as e:
                 reply.settle(e)
 
-    def _answering(self, what: str, how: str = "ask", pairs: list = (), controller: str = DEFAULT) -> bool:
-        """Unanswered, the request held, while the switch is stalled (after its wait); True when it
-        was held and `answer()` took it within the wait."""
-        asked = self._asked(what, lambda: None, how, pairs, controller)
-        asked.result()
-        return isinstance(asked, _Held)
-
     def _asked(self, what: str, value, how: str = "ask", pairs: list = (), controller: str = DEFAULT) -> Asked:
         """A request (its reply's value: `value()`), held while the switch is stalled: its result is
         then Unanswered once its wait is over (its value if the switch answered before)."""
@@ -122,6 +115,25 @@ class FakeSwitch:
             return _Held(self, reply, what, value)
         reply.settle("answered")
         return Asked(self.dpid, reply, what, 0.0, lambda _msg: value())
+
+    def _holds(self) -> bool:
+        """Whether the next request is held (stalled, no answers left)."""
+        return self.held is not None and not self._answers
+
+    def _sent(self, what: str, how: str, pairs: list, controller: str) -> Asked:
+        """A change sent ("bundle" or "plain" messages): taken at once, its result raising what the
+        switch refused; held while the switch is stalled (`_asked`)."""
+        if self._holds():
+            return self._asked(what, lambda: None, how, pairs, controller)
+        if self.held is not None:
+            self._answers -= 1
+        reply = Reply(self.dp)
+        try:
+            self._apply(how, pairs, atomic=how == "bundle", controller=controller)
+            reply.settle(None)
+        except Exception as e:  # noqa: BLE001 - refused or closed: the request's result
+            reply.settle(e)
+        return Asked(self.dpid, reply, what, 0.0, _raised)
 
     def add_foreign_flow(self, flow) -> None:
         """A flow someone else put there (e.g. cookie 0): the reconciler must leave it alone."""
@@ -165,16 +177,21 @@ class FakeSwitch:
         self.ask_barrier().result()
 
     def bundle(self, pairs: list, controller: str = DEFAULT) -> None:
-        if pairs and not self._answering("its bundle's commit", "bundle", pairs, controller):
-            self._apply("bundle", pairs, atomic=True, controller=controller)
+        run(self.bundle_steps(pairs, controller))
 
     def plain(self, pairs: list, controller: str = DEFAULT) -> None:
-        if pairs:   # a stalled switch holds the first (OsKenSession waits for its barrier before the next)
+        run(self.plain_steps(pairs, controller))
+
+    def bundle_steps(self, pairs: list, controller: str = DEFAULT):
+        if pairs:
+            yield self._sent("its bundle's commit", "bundle", pairs, controller)
+
+    def plain_steps(self, pairs: list, controller: str = DEFAULT):
+        while pairs:   # a stalled switch holds the first (OsKenSession waits for its barrier before the next)
+            held = self._holds()
             kind = getattr(pairs[0][1], "kind", "plain")
-            if self._answering(f"the barrier after a {kind} message", "plain", pairs[:1], controller):
-                pairs = pairs[1:]     # answer() took the first
-            if pairs:
-                self._apply("plain", pairs, atomic=False, controller=controller)
+            yield self._sent(f"the barrier after a {kind} message", "plain", pairs[:1] if held else pairs, controller)
+            pairs = pairs[1:] if held else []      # answer() took the first within the wait
 
     def request_role(self, epoch: int | None, controller: str = DEFAULT) -> int:
         """As fathom.controller.switch.OsKenSession.request_role, with OVS's rules."""
@@ -280,6 +297,12 @@ class FakeSwitch:
         return f"{name} not supported by the fake switch"
 
 
+def _raised(msg):
+    """A change's result: the error the switch answered, raised."""
+    if isinstance(msg, Exception):
+        raise msg
+
+
 class _Held(Asked):
     """A request a stalled switch holds: Unanswered once the switch's wait is over."""
 
@@ -312,6 +335,12 @@ class FakeConnection:
 
     def plain(self, pairs: list) -> None:
         self.switch.plain(pairs, self.controller)
+
+    def bundle_steps(self, pairs: list):
+        return self.switch.bundle_steps(pairs, self.controller)
+
+    def plain_steps(self, pairs: list):
+        return self.switch.plain_steps(pairs, self.controller)
 
     def request_role(self, epoch: int | None) -> int:
         return self.switch.request_role(epoch, self.controller)

@@ -48,13 +48,14 @@ class Reply:
     def __init__(self, dp):
         self.dp = dp
         self.msg = None
+        self.at: float | None = None      # when it came (monotonic)
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._then: Callable[[object], None] | None = None
 
     def settle(self, msg) -> None:
         with self._lock:
-            self.msg = msg
+            self.msg, self.at = msg, time.monotonic()
             self._done.set()
             then = self._then
         if then is not None:

@@ -258,8 +258,8 @@ def test_a_switch_silent_to_any_request_holds_no_pass_and_is_read_back_once_it_a
     assert result.switches[C2].state == "ok" and bench.ours(C2) == set(owned(3))
 
 
-# Many switches of one tier (br-int), more than a tier sent its changes at once before
-MANY = [SwitchKey(BR_INT, f"n{i:02}") for i in range(12)]
+# Many switches of one tier (br-int)
+MANY = [SwitchKey(BR_INT, f"n{i:02}") for i in range(40)]
 DPIDS.update({key: 0x100 + i for i, key in enumerate(MANY)})
 # How long a stalled switch's request waits before it is Unanswered (as REPLY_WAIT does): long
 # enough that every request of a round is asked before the first wait ends, on a busy machine
@@ -297,9 +297,9 @@ def _barriers(bench, silent):
 @pytest.mark.parametrize("round_", [_reads, _counts, _commits, _barriers],
                          ids=["reads", "counts", "commits", "barriers"])
 def test_silent_switches_are_asked_together_and_awaited_under_one_wait(round_):
-    """Twelve silent switches of one tier and a live one: every silent switch is asked before the
+    """Forty silent switches of one tier and a live one: every silent switch is asked before the
     wait for any ends (one by one, each would be asked once the last one's wait ended: a round
-    would wait as long as twelve), each is `not answering`, and the live switch gets its change."""
+    would wait as long as forty), each is `not answering`, and the live switch gets its change."""
     bench = Bench(C1, *MANY)
     bench.apply({key: SwitchState(owned(1)) for key in bench.sw})
     result, what = round_(bench, MANY)

@@ -37,14 +37,14 @@ class Written:
     def __getattr__(self, name):
         return getattr(self._conn, name)
 
-    def bundle(self, pairs):
+    def bundle_steps(self, pairs):
         self._sent[self._dpid] += 1
-        return self._conn.bundle(pairs)
+        return self._conn.bundle_steps(pairs)
 
-    def plain(self, pairs):
+    def plain_steps(self, pairs):
         if pairs:
             self._sent[self._dpid] += 1
-        return self._conn.plain(pairs)
+        return self._conn.plain_steps(pairs)
 
 
 class FedReplica(Replica):
