@@ -61,9 +61,10 @@ class Unanswered(ApplyError):
 
 class Asked:
     """A request sent to a switch whose reply is taken later (`result`): the requests of one round
-    (a pass's reads, the check's flow counts, the status write's barriers) go out to every switch
-    together and are awaited after, each until `wait` seconds after it went out, so that k silent
-    switches hold the round one wait, not k. `take(message)` makes the reply's value."""
+    (a pass's reads, a tier's bundles, the check's flow counts, the status write's barriers) go out
+    to every switch together and are awaited after, each until `wait` seconds after it went out, so
+    that k silent switches hold the round one wait, not k. `take(message)` makes the reply's value;
+    `discard` is the Unanswered's (see there)."""
 
     def __init__(self, dpid: int, reply, what: str, wait: float, take=lambda msg: msg, discard=lambda: None):
         self.dpid, self.reply, self.what, self.take, self.discard = dpid, reply, what, take, discard
