@@ -44,6 +44,11 @@ MAKE_ORDER = {FABRIC_SWITCH: 0, BR_PHY: 1, BR_INT: 2}
 # Flows read back at once (their switches' desired flows, one switch at least): the replies of every
 # switch read back are not held in memory together (at 100 nodes x 100 ports, 1.4 million flows)
 READ_FLOWS_AT_ONCE = 20_000
+# Messages sent at once in a round of a tier's changes (one switch's at least): every switch's
+# change goes out before any reply is awaited as long as they hold this many (any pass but a full
+# replay of a large fabric), so that a replay's bytes (2 MB a switch at 100 ports a node) are not
+# all queued at once.
+SEND_AT_ONCE = 100_000
 
 
 def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
@@ -283,7 +288,8 @@ class Applier:
                 start.asked = {}
             answered.append(start)
         plans = []
-        for batch in _flow_batches(answered):
+        wants = lambda start: len(start.desired.flows) if start.reads_flows else 0  # noqa: E731
+        for batch in _batches(answered, wants, READ_FLOWS_AT_ONCE):
             reads = [(start, start.session.ask_flows() if start.reads_flows else None) for start in batch]
             for start, read in reads:
                 try:
@@ -385,20 +391,22 @@ class Applier:
         """Carry every plan's `steps(plan)` (a generator of the requests it sends, as
         fathom.controller.switch.run carries one) at once: every switch's first request goes out
         before any is awaited, then each switch's is awaited and its steps carried on to their end
-        in turn, so silent switches hold the round one REPLY_WAIT, however many. Each switch's
+        in turn, so silent switches hold the round one REPLY_WAIT, however many (switches whose
+        changes hold more than SEND_AT_ONCE messages: in rounds of that many). Each switch's
         `apply_seconds` gets the time spent on its steps and awaiting its replies."""
-        going = []
-        for plan in plans:
-            started = time.monotonic()
-            running = steps(plan)
-            asked = next(running, None)
-            plan.res.apply_seconds += time.monotonic() - started
-            if asked is not None:
-                going.append((plan, running, asked))
-        for plan, running, asked in going:
-            started = time.monotonic()
-            run(running, asked)
-            plan.res.apply_seconds += time.monotonic() - started
+        for batch in _batches(plans, lambda plan: len(plan.change), SEND_AT_ONCE):
+            going = []
+            for plan in batch:
+                started = time.monotonic()
+                running = steps(plan)
+                asked = next(running, None)
+                plan.res.apply_seconds += time.monotonic() - started
+                if asked is not None:
+                    going.append((plan, running, asked))
+            for plan, running, asked in going:
+                started = time.monotonic()
+                run(running, asked)
+                plan.res.apply_seconds += time.monotonic() - started
 
     def _diff(self, session, desired: SwitchState, audit: bool, edit: tuple | None,
               got: dict) -> tuple[Change, tuple, tuple | None]:
@@ -481,17 +489,15 @@ class Applier:
             raise IncrementalMismatch(what)
 
 
-def _flow_batches(starts: list[_Start]):
-    """`starts` in batches (in order) whose switches to read back want READ_FLOWS_AT_ONCE flows
-    at most, one switch at least."""
-    batch, flows = [], 0
-    for start in starts:
-        wants = len(start.desired.flows) if start.reads_flows else 0
-        if batch and flows + wants > READ_FLOWS_AT_ONCE:
+def _batches(items: list, size, most: int):
+    """`items` in batches, in order, whose `size(item)` add up to `most` at most (one item at least)."""
+    batch, total = [], 0
+    for item in items:
+        if batch and total + size(item) > most:
             yield batch
-            batch, flows = [], 0
-        batch.append(start)
-        flows += wants
+            batch, total = [], 0
+        batch.append(item)
+        total += size(item)
     if batch:
         yield batch
 

@@ -338,3 +338,28 @@ def test_switches_read_back_have_their_flows_read_a_bounded_number_at_a_time(mon
     outstanding = [sum(events[:i + 1]) for i in range(len(events))]
     assert events.count(+1) == len(MANY) and max(outstanding) == 2, events
     assert all(result.switches[key].state == "ok" and bench.ours(key) == set(owned(2)) for key in MANY)
+
+
+def test_large_changes_go_out_a_bounded_number_of_messages_at_a_time(monkeypatch):
+    """Every switch's change goes out before any reply is awaited while they hold SEND_AT_ONCE
+    messages; beyond, in rounds of that many (a full replay's bytes are not all queued at once)."""
+    import fathom.controller.apply as apply_module
+    from fathom.controller.fakeswitch import FakeSwitch
+    monkeypatch.setattr(apply_module, "SEND_AT_ONCE", 12)     # two switches' changes of six messages
+    events = []
+    sent = FakeSwitch._sent
+
+    def counted(self, *args):
+        asked = sent(self, *args)
+        events.append(+1)
+        result = asked.result
+        asked.result = lambda: (events.append(-1), result())[1]
+        return asked
+    monkeypatch.setattr(FakeSwitch, "_sent", counted)
+    bench = Bench(*MANY)
+    bench.apply({key: SwitchState(owned(1)) for key in MANY})
+    events.clear()
+    result = bench.apply({key: SwitchState(owned(2)) for key in MANY})
+    outstanding = [sum(events[:i + 1]) for i in range(len(events))]
+    assert events.count(+1) == 2 * len(MANY) and max(outstanding) == 2, events     # make, then break
+    assert all(result.switches[key].state == "ok" and bench.ours(key) == set(owned(2)) for key in MANY)
