@@ -3,7 +3,9 @@ switches that take real OpenFlow messages (fathom.controller.fakeswitch): make o
 before break on any, a known switch told only the pass's edit, a refusal marking exactly its
 owners, an audit finding and repairing drift, switches not connected or not set up left alone, and
 a switch that does not answer (its commit, a read, a plain message's barrier, the check's count, a
-status write's barrier) holding no pass."""
+status write's barrier) holding no pass, and many silent at once holding it one wait: each round's
+requests asked of every switch before any is awaited (flow reads and changes a bounded number at a
+time)."""
 from __future__ import annotations
 
 from fathom.apps import BR_INT, FABRIC_SWITCH, SwitchKey
