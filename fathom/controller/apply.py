@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -288,18 +289,18 @@ class Applier:
                 start.asked = {}
             answered.append(start)
         plans = []
-        wants = lambda start: len(start.desired.flows) if start.reads_flows else 0  # noqa: E731
-        for batch in _batches(answered, wants, READ_FLOWS_AT_ONCE):
-            reads = [(start, start.session.ask_flows() if start.reads_flows else None) for start in batch]
-            for start, read in reads:
-                try:
-                    if read is not None:
-                        start.got["flows"] = read.result()
-                    plans.append(self._planned(start))
-                except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
-                    self._failed(start.res, start.session, e)
-                finally:
-                    start.got = {}    # what it holds, decoded: not kept past its diff
+
+        def diffed(start: _Start, read) -> None:
+            try:
+                if read is not None:
+                    start.got["flows"] = read.result()
+                plans.append(self._planned(start))
+            except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
+                self._failed(start.res, start.session, e)
+            finally:
+                start.got = {}    # what it holds, decoded: not kept past its diff
+        _windowed(answered, lambda start: len(start.desired.flows) if start.reads_flows else 0,
+                  READ_FLOWS_AT_ONCE, lambda start: start.session.ask_flows() if start.reads_flows else None, diffed)
         return plans
 
     def _planned(self, start: _Start) -> _Plan:
@@ -391,22 +392,23 @@ class Applier:
         """Carry every plan's `steps(plan)` (a generator of the requests it sends, as
         fathom.controller.switch.run carries one) at once: every switch's first request goes out
         before any is awaited, then each switch's is awaited and its steps carried on to their end
-        in turn, so silent switches hold the round one REPLY_WAIT, however many (switches whose
-        changes hold more than SEND_AT_ONCE messages: in rounds of that many). Each switch's
-        `apply_seconds` gets the time spent on its steps and awaiting its replies."""
-        for batch in _batches(plans, lambda plan: len(plan.change), SEND_AT_ONCE):
-            going = []
-            for plan in batch:
-                started = time.monotonic()
-                running = steps(plan)
-                asked = next(running, None)
-                plan.res.apply_seconds += time.monotonic() - started
-                if asked is not None:
-                    going.append((plan, running, asked))
-            for plan, running, asked in going:
+        in turn, so silent switches hold the round one REPLY_WAIT, however many (while their changes
+        hold SEND_AT_ONCE messages; beyond, a switch's steps start once the oldest started ended).
+        Each switch's `apply_seconds` gets the time spent on its steps and awaiting its replies."""
+        def start(plan: _Plan):
+            started = time.monotonic()
+            running = steps(plan)
+            asked = next(running, None)
+            plan.res.apply_seconds += time.monotonic() - started
+            return running, asked
+
+        def finish(plan: _Plan, going) -> None:
+            running, asked = going
+            if asked is not None:
                 started = time.monotonic()
                 run(running, asked)
                 plan.res.apply_seconds += time.monotonic() - started
+        _windowed(plans, lambda plan: len(plan.change), SEND_AT_ONCE, start, finish)
 
     def _diff(self, session, desired: SwitchState, audit: bool, edit: tuple | None,
               got: dict) -> tuple[Change, tuple, tuple | None]:
@@ -489,17 +491,20 @@ class Applier:
             raise IncrementalMismatch(what)
 
 
-def _batches(items: list, size, most: int):
-    """`items` in batches, in order, whose `size(item)` add up to `most` at most (one item at least)."""
-    batch, total = [], 0
+def _windowed(items: list, size, most: int, start, finish) -> None:
+    """start(item) for every item in order, and finish(item, what its start returned) in the same
+    order, an item started only while the sizes of those started and not finished add up to `most`
+    at most (one item at least): the oldest started are finished to make room."""
+    going, total = deque(), 0
     for item in items:
-        if batch and total + size(item) > most:
-            yield batch
-            batch, total = [], 0
-        batch.append(item)
+        while going and total + size(item) > most:
+            done, started = going.popleft()
+            total -= size(done)
+            finish(done, started)
+        going.append((item, start(item)))
         total += size(item)
-    if batch:
-        yield batch
+    while going:
+        finish(*going.popleft())
 
 
 def _send_half(session, change: Change, half):
