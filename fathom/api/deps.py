@@ -103,6 +103,7 @@ class Store:
         """Run `fn(session)` in one transaction; its result must be fully serialised inside.
         `answer(result)`: the route's response, made inside the transaction and recorded there with
         the request's Idempotency-Key (request_ids.ANSWERED_BY_WRITE); returned instead of the result.
+        A result that is a request_ids.Recorded is that response already, recorded by `fn`.
 
         A concurrent writer may get in between our reads and our writes (PostgreSQL, read
         committed; SQLite serialises writers):
@@ -115,12 +116,13 @@ class Store:
             try:
                 with Session(self.engine) as session, session.begin():
                     result = fn(session)
-                    if answer is not None:
-                        result = answer(result)
-                    # the request's Idempotency-Key, taken with the write, last: its row's time is
-                    # the commit's (request_ids.RUNNING_AT_MOST)
-                    request_ids.claim(session, None if answer is None else (
-                        result.status_code, result.media_type, bytes(result.body)))
+                    if not isinstance(result, request_ids.Recorded):   # else its key is taken already
+                        if answer is not None:
+                            result = answer(result)
+                        # the request's Idempotency-Key, taken with the write, last: its row's time
+                        # is the commit's (request_ids.RUNNING_AT_MOST)
+                        request_ids.claim(session, None if answer is None else (
+                            result.status_code, result.media_type, bytes(result.body)))
                 request_ids.claimed(answered=answer is not None)
                 break
             except IntegrityError as e:

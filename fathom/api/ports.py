@@ -8,6 +8,7 @@ from fathom.api import schemas as sc
 from sqlalchemy import select
 from sqlalchemy.orm import joinedload, selectinload
 
+from fathom.api import request_ids
 from fathom.api.deps import ERRORS, CallerDep, answer_with, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.store import models as m
@@ -15,6 +16,7 @@ from fathom.store import ops
 from fathom.store import secgroups
 from fathom.store import sfc as sfc_ops
 from fathom.store import taps
+from fathom.store.base import utcnow
 from fathom.store.errors import Conflict
 
 router = APIRouter(prefix="/ports", tags=["ports"], responses=ERRORS)
@@ -52,9 +54,12 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
 
 # The create is a coroutine that runs its one store write in the thread pool: one thread hop for the
 # request (a plain function would take a second one for the response's validation), and its response
-# is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE).
-# Its rows are written with SQLAlchemy Core (ops.insert_port), its answer made from what it wrote.
+# is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE):
+# on PostgreSQL, with an address to claim, by the statement that writes the port's rows (ops.AnswerRow:
+# the response made before with id 0 and address UNCLAIMED, and cut around them). Its rows are written
+# with SQLAlchemy Core or on the driver (ops.insert_port), its answer made from what it wrote.
 CREATED = answer_with(sc.PortOut, 201)
+UNCLAIMED = "0.0.0.0"
 
 
 @router.post("", response_model=sc.PortOut, status_code=201)
@@ -69,16 +74,40 @@ async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
         v = new.values
         groups = secgroups.new_port_groups(s, v["project_id"], v["port_security"], body.security_groups,
                                            new.default_group)
-        port_id, created = ops.insert_port(s, new, groups)
-        return sc.PortOut(id=port_id, external_id=v["external_id"], name=v["name"], project_id=v["project_id"],
-                          network_id=v["network_id"], mac_address=v["mac_address"],
-                          fixed_ips=[sc.FixedIpOut(subnet_id=subnet_id, ip_address=ip)
-                                     for subnet_id, ip in new.addresses],
-                          node=new.node.name if new.node is not None else None,
-                          interface_name=v["interface_name"], port_security=v["port_security"],
-                          security_groups=groups, router_id=v["router_id"], status=v["status"], status_reason=None,
-                          created_at=created)
+        created = utcnow()
+        claimed = [] if new.claim is None else [(new.claim[1].id, UNCLAIMED)]
+        out = sc.PortOut(id=0, external_id=v["external_id"], name=v["name"], project_id=v["project_id"],
+                         network_id=v["network_id"], mac_address=v["mac_address"],
+                         fixed_ips=[sc.FixedIpOut(subnet_id=subnet_id, ip_address=ip)
+                                    for subnet_id, ip in new.addresses + claimed],
+                         node=new.node.name if new.node is not None else None,
+                         interface_name=v["interface_name"], port_security=v["port_security"],
+                         security_groups=groups, router_id=v["router_id"], status=v["status"], status_reason=None,
+                         created_at=created)
+        row = _answer_row(out) if claimed else None
+        port_id, _ = ops.insert_port(s, new, groups, created, row)
+        if row is not None and row.written:
+            return request_ids.Recorded(row.body(port_id, new.addresses[-1][1]), status_code=row.status,
+                                        media_type=row.content_type)
+        return out.model_copy(update={"id": port_id, "fixed_ips": [
+            sc.FixedIpOut(subnet_id=subnet_id, ip_address=ip) for subnet_id, ip in new.addresses]})
     return await run_in_threadpool(db.write, create, answer=CREATED)
+
+
+def _answer_row(out: sc.PortOut) -> ops.AnswerRow | None:
+    """The request's key row with CREATED's response of `out` (id 0, its one address UNCLAIMED), for
+    the statement that writes the port to fill in; None without a key to take. JSON strings escape
+    their quotes: the id's and the address's places are found in the structure, never in a value."""
+    pending = request_ids.unclaimed()
+    if pending is None:
+        return None
+    response = CREATED(out)
+    head, rest = bytes(response.body).split(b"0", 1)
+    before, after = rest.split(b'"ip_address":"%s"' % UNCLAIMED.encode())   # one address: one place
+    if head != b'{"id":':
+        raise RuntimeError(f"PortOut's JSON no longer starts with its id: {head!r}")
+    return ops.AnswerRow(pending.scope, pending.key, pending.fingerprint, response.status_code, response.media_type,
+                         head, before + b'"ip_address":"', b'"' + after)
 
 
 @router.get("/{port_id}", response_model=sc.PortOut)

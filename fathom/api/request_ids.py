@@ -16,9 +16,10 @@ remembered for RETENTION (24 h).
 
 The writes in ANSWERED_BY_WRITE (a port's creation: the API's most frequent write) cost no statement
 and no thread hop of their own: their route's one effect is one store write, which inserts the key
-with the response it makes (`Store.write(..., answer=...)`), and the key is looked up only when the
-request did not take it: a repeat runs, finds its key taken by the commit it repeats (or its checks
-fail against what that commit made), rolls back, and gets the recorded response.
+with the response it makes (`Store.write(..., answer=...)`; a port's creation on PostgreSQL, in the
+statement that writes its rows: `Recorded`), and the key is looked up only when the request did not
+take it: a repeat runs, finds its key taken by the commit it repeats (or its checks fail against
+what that commit made), rolls back, and gets the recorded response.
 """
 from __future__ import annotations
 
@@ -32,13 +33,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
 from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fathom.store.base import utcnow
-from fathom.store.db import READ_ONLY
+from fathom.store.db import READ_ONLY, driver_sql, run_prepared
 from fathom.store.errors import Busy
 from fathom.store.request_models import RETENTION, RequestId
 
@@ -72,10 +75,23 @@ PENDING: ContextVar[Pending | None] = ContextVar("fathom_request_id", default=No
 # than the statement itself.
 _ROWS = RequestId.__table__
 _INSERT = insert(_ROWS)      # its values as parameters: one statement compiled once
+_INSERT_SQL = driver_sql(_INSERT, postgresql.psycopg.dialect())[0]
 
 
 class RequestIdRunning(Busy):
     """Another request with this key is being run: its response will be there shortly."""
+
+
+def unclaimed() -> Pending | None:
+    """The running request's key, if it has one not taken yet."""
+    pending = PENDING.get()
+    return None if pending is None or pending.claimed else pending
+
+
+class Recorded(Response):
+    """A write's response that its own statement recorded with the request's key, in its transaction
+    (fathom.api.ports: a port's creation, with fathom.store.ops.AnswerRow): Store.write records it no
+    more."""
 
 
 def claim(session: Session, answer: tuple[int, str, bytes] | None = None) -> bool:
@@ -86,9 +102,13 @@ def claim(session: Session, answer: tuple[int, str, bytes] | None = None) -> boo
     if pending is None or pending.claimed:
         return False
     status, content_type, body = answer or (None, None, None)
-    session.connection().execute(_INSERT, {"scope": pending.scope, "key": pending.key, "fingerprint": pending.fingerprint,
-                                           "created": utcnow(), "status": status, "content_type": content_type,
-                                           "body": body})
+    row = {"scope": pending.scope, "key": pending.key, "fingerprint": pending.fingerprint, "created": utcnow(),
+           "status": status, "content_type": content_type, "body": body}
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        run_prepared(conn, _INSERT_SQL, row, rows=False)   # the key's row is no part of the model: not told
+    else:
+        conn.execute(_INSERT, row)
     return True
 
 

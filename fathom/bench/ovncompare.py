@@ -34,7 +34,9 @@ controller replicas, both on one PostgreSQL, port API call -> `active` and -> fi
 """
 from __future__ import annotations
 
+import os
 import re
+import signal
 import statistics
 import subprocess
 import threading
@@ -144,6 +146,7 @@ class FathomSystem(System):
         self.apis: list[Client] = []      # a cluster's: one per replica
         self.waiters: list[Client] = []
         self.calls = 0
+        self.stopped: list[int] = []      # pids of replicas stopped (keep_only)
 
     def up(self, progress) -> None:
         self.lab.down()
@@ -152,6 +155,7 @@ class FathomSystem(System):
                             replicas=self.replicas)
         urls = [r["url"] for r in state["controller"].get("replicas") or [state["controller"]]]
         self.apis = [Client(u, token=lab_token(state), timeout=60) for u in urls]
+        self.callees = list(range(len(urls)))    # the replicas the calls go round
         # their own connections: waits run in a thread
         self.waiters = [Client(u, token=lab_token(state), timeout=60) for u in urls]
         self.api = self.apis[0]
@@ -160,7 +164,7 @@ class FathomSystem(System):
         self.switches = {n["name"]: f"{datapath_id(n['id']):016x}" for n in self.api.list("/nodes")}
 
     def create_port(self, name, mac, ip, network, node):
-        i = self.calls % len(self.apis)
+        i = self.callees[self.calls % len(self.callees)]
         self.calls += 1
         port = self.apis[i].post("/ports", json={
             "network_id": self.networks[network], "name": name, "mac_address": mac,
@@ -210,7 +214,24 @@ class FathomSystem(System):
                     out[f"fathom-agent-{d.name}"] = int(d.name)
         return out
 
+    def keep_only(self, master: int) -> list[int]:
+        """Stop (SIGSTOP) every replica but `master`, whose API alone is used from then on; the
+        stopped replicas' indexes."""
+        replicas = self.lab.state()["controller"]["replicas"]
+        stopped = [i for i in range(len(replicas)) if i != master]
+        for i in stopped:
+            os.kill(replicas[i]["pid"], signal.SIGSTOP)
+        self.stopped = [replicas[i]["pid"] for i in stopped]
+        self.callees, self.api = [master], self.apis[master]
+        return stopped
+
     def down(self):
+        for pid in self.stopped:    # a stopped process would not take the lab's SIGTERM
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.stopped = []
         for c in self.apis + self.waiters:
             c.close()
         self.apis, self.waiters = [], []
@@ -558,8 +579,8 @@ class ClusterBench(Bench):
     UP_TRIES = 3
 
     def __init__(self, prefix: str = "oc", replicas: int = 3, repeats: int = 3, ports: int = 20,
-                 progress=lambda msg: None):
-        self.n_replicas = replicas
+                 stop_others: bool = False, progress=lambda msg: None):
+        self.n_replicas, self.stop_others = replicas, stop_others
         super().__init__(prefix=prefix, repeats=repeats, ports=ports, rest_s=0, large=False, progress=progress)
 
     def make_systems(self, prefix: str) -> list[System]:
@@ -576,13 +597,27 @@ class ClusterBench(Bench):
             return sum(r["live"] for r in c["replicas"]) == len(s.apis) and all(x["holder"] for x in c["leases"])
         wait(done, SETTLE_TIMEOUT_S, f"{s.name}: every replica live and every switch mastered")
 
+    def alone(self, s: FathomSystem) -> list[int]:
+        """`stop_others`: every replica but the master of c1's br-int (where the measured ports are)
+        stopped, measured once that one holds every lease: the cluster's own work on a port's path
+        (its change feed, claims, status notifications and lease rounds) without the other
+        replicas' passes on the same cores. The stopped replicas' indexes."""
+        from fathom.bench.ha import SETTLE_TIMEOUT_S, wait
+        master = s.note((0, None, "c1"))["master"]
+        if master is None:
+            raise LabError(f"{s.name}: nobody masters c1's br-int")
+        stopped = s.keep_only(master)
+        holders = lambda: {x["holder"] for x in s.api.get("/cluster")["leases"]}
+        wait(lambda: len(holders()) == 1, SETTLE_TIMEOUT_S, f"{s.name}: replica {master} holding every lease")
+        return stopped
+
     def run(self) -> dict:
         from fathom.bench.postgres import PostgresServer
         started = time.time()
         env = environment()
         env["machine_at_start"] = machine_activity(tuple(f"/{s.lab.name}/" for s in self.systems))
         pg = PostgresServer(durable=True).start()
-        up_failures = []
+        up_failures, stopped = [], []
         try:
             traffic = {}
             for s in self.systems:
@@ -595,6 +630,8 @@ class ClusterBench(Bench):
                         traffic[s.name] = self.check_traffic(s)
                         if not all(traffic[s.name].values()):
                             raise LabError(f"no traffic on {[p for p, ok in traffic[s.name].items() if not ok]}")
+                        if s.replicas > 1 and self.stop_others:
+                            stopped = self.alone(s)
                         break
                     except (LabError, TimeoutError) as e:
                         up_failures.append({"system": s.name, "error": str(e).splitlines()[0]})
@@ -608,6 +645,7 @@ class ClusterBench(Bench):
                                   "order": self.ORDER, "store": "PostgreSQL 15 (durable), a database per system",
                                   "channels": "OpenFlow and OVSDB over TLS",
                                   "client": "round robin over the replicas, a port's call and its wait to one",
+                                  "stopped": stopped,
                                   "topology": str(TOPOLOGY)},
                    "versions": versions(), "up_failures": up_failures}
             doc["traffic_check"] = traffic
@@ -799,7 +837,11 @@ def cluster_markdown(doc: dict) -> str:
          f"fathom with one controller ({one}) and with {par['replicas']} replicas ({many}), each on its own database "
          f"of one PostgreSQL; VIF plugged, then the API call; ms from the API call; {par['client']}. "
          f"Ratio: {many} / {one} (above 1: the cluster is slower); p50 / p99 over the ports that turned active "
-         f"(or echoed) within {UP_TIMEOUT_S:.0f} s: a port that never did is counted in the last column only.", "",
+         f"(or echoed) within {UP_TIMEOUT_S:.0f} s: a port that never did is counted in the last column only."
+         + (f" Replicas {', '.join(map(str, par['stopped']))} were stopped (SIGSTOP) once the leases settled "
+            "(`--stop-others`): the one left masters every switch and takes every call, so this measures the "
+            "cluster's own work on a port's path without the other replicas' passes." if par.get("stopped") else ""),
+         "",
          "| | n | → active p50 / p99 | → first echo p50 / p99 | never active / no echo |", "|---|---|---|---|---|"]
     for name in (one, many):
         c = doc["port_up"][name][order]

@@ -30,14 +30,18 @@ from fathom.cli.output import fail
               help="above 1: no OVN; fathom with one controller against fathom with this many replicas "
                    "(`fathom controller --cluster`), both on a PostgreSQL the bench starts: port API call → "
                    "active and → first echo, --ports ports in each of --repeats interleaved rounds")
+@click.option("--stop-others", is_flag=True,
+              help="with --replicas: once the leases settle, stop (SIGSTOP) every replica but the master of the "
+                   "measured ports' switch and measure through it alone, holding every lease: the cluster's own "
+                   "work on a port's path without the other replicas' passes on the same cores")
 @click.option("--prefix", default="ov", show_default=True,
               help="lab names: <prefix>f (fathom) and <prefix>o (OVN), or with --replicas N <prefix>1 and "
                    "<prefix>N; ≤ 6 characters")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False),
               help="default results/bench-ovn-compare-<timestamp>/")
 @click.option("--json", "as_json", is_flag=True, help="print the results document as JSON")
-def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_only, shape, replicas, prefix, outdir,
-                as_json):
+def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_only, shape, replicas, stop_others, prefix,
+                outdir, as_json):
     """The same lab under fathom and under OVN 23.03: TCP throughput, port up → reported up and → first
     echo (and first echo − reported up) in three plug orders at two tenant sizes, control-plane CPU (batch, window, at rest), RSS and
     flows per node. With --replicas N: fathom with one controller against fathom with N replicas instead.
@@ -58,7 +62,7 @@ def ovn_compare(quick, repeats, ports, seconds, batch, window_s, rest_s, small_o
     out = output_dir("ovn-compare", outdir)
     if replicas > 1:
         b = ovncompare.ClusterBench(prefix=prefix, replicas=replicas, repeats=repeats, ports=ports,
-                                    progress=stderr_progress())
+                                    stop_others=stop_others, progress=stderr_progress())
     else:
         b = ovncompare.Bench(prefix=prefix, repeats=repeats, ports=ports, seconds=seconds, batch=batch,
                              window_s=window_s, rest_s=rest_s, large=not small_only, shape=shape,

@@ -18,7 +18,7 @@ only if it is not stale (_ROUND, _TAKE).
 Balance: the live replicas, ordered by id, have fair shares of the switches that differ by one at
 most (the first `switches % replicas` take one more). Each round decides from one view of the
 replicas and leases read at one instant of PostgreSQL's clock: a replica takes expired leases and
-freed ones (HANDOVER_BATCH a round) up to its share, and gives up what it holds above its share only
+freed ones (HANDOVER_BATCH a round, unless it is alone) up to its share, and gives up what it holds above its share only
 toward live replicas below theirs that reach the switch, and no more than they still lack once they
 took the free leases they reach; a switch that no live replica below its share reaches is taken,
 beyond its share, by one that reaches it once it has had no master for a lease time. So when a
@@ -31,9 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from psycopg import pq
+from psycopg.adapt import Transformer
+from psycopg.errors import error_from_result
 from sqlalchemy import Connection, Engine, inspect, text
 
 
@@ -158,7 +161,8 @@ class Round:
     URL). From the other live replicas' heartbeats: `agents`, the nodes whose agents each hears (id
     -> node -> seconds since it heard the agent, as of this round), and `reports`, what a switch's
     master says of it when not simply `ok` (switch -> [state, [[cookie kind, object id, why
-    refused], ...]]), from its lease's holder only."""
+    refused], ...]]), from its lease's holder only. `same`: the last round's findings, unchanged (a
+    round at rest: only the heartbeat renewed, and `agents` aged as of this round)."""
     held: dict[str, int] = field(default_factory=dict)
     released: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)
@@ -167,6 +171,7 @@ class Round:
     addresses: dict[str, str] = field(default_factory=dict)
     agents: dict[str, dict[str, float]] = field(default_factory=dict)
     reports: dict[str, list] = field(default_factory=dict)
+    same: bool = False
 
 
 @dataclass
@@ -177,12 +182,17 @@ class LeaseView:
     leases; the valid holders and every switch with one). `kept`: the leases the replica held as its
     last full round read them (switch -> epoch); `peers`: the rows of the replicas it saw (id ->
     (digest, [reaches, address, openflow, agents, switch_states])), so that a round at rest (_REST)
-    can tell from their digests that they did not change."""
+    can tell from their digests that they did not change; `holders`: the holders in `rows`. `last`:
+    the last round's Round when that round changed nothing, and the liveness of the other replicas
+    it saw ((id, live), ...): a round at rest that finds the same returns it (`Round.same`)."""
     stamp: str | None = None
     rows: list = field(default_factory=list)
+    holders: frozenset = frozenset()
     rest: tuple | None = None
     kept: dict | None = None
     peers: dict = field(default_factory=dict)
+    last: Round | None = None
+    last_live: tuple = ()
 
 
 @dataclass
@@ -280,20 +290,24 @@ _ROUND = (
 # rest of its row]). When the stamp is the copy's, every holder in the copy is still live and every row's
 # digest is the one the replica keeps, this is the view _ROUND would give (its lease list left out, its
 # own leases those it kept, nothing freed: what it reaches did not change), for a third of its
-# PostgreSQL CPU; otherwise the round runs _ROUND.
+# PostgreSQL CPU; otherwise the round runs _ROUND. libpq's placeholders ($1...: _REST_PARAMS): it runs
+# on the connection's libpq handle (_rest_row).
 _REST = (
-    "WITH beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = %(lag)s "
-    "              WHERE id = %(me)s AND heartbeat > clock_timestamp() - make_interval(secs => %(lease)s) "
+    "WITH beat AS (UPDATE cluster_replicas SET heartbeat = clock_timestamp(), feed_lag = $3 "
+    "              WHERE id = $1 AND heartbeat > clock_timestamp() - make_interval(secs => $2) "
     "              RETURNING id), "
     "now AS (SELECT clock_timestamp() AS t) "
     "SELECT (SELECT count(*) FROM beat), "
     "       (SELECT count(*) || ' ' || coalesce(max(renewed)::text, '') FROM cluster_leases), "
     "       rs.ids, rs.live, rs.ages, rs.digests "
     "FROM now, LATERAL (SELECT array_agg(r.id ORDER BY r.id) AS ids, "
-    "                   array_agg(r.heartbeat > now.t - make_interval(secs => %(lease)s) ORDER BY r.id) AS live, "
+    "                   array_agg(r.heartbeat > now.t - make_interval(secs => $2) ORDER BY r.id) AS live, "
     "                   array_agg(extract(epoch FROM now.t - r.heartbeat)::float8 ORDER BY r.id) AS ages, "
     "                   array_agg(" + _DIGEST + " ORDER BY r.id) AS digests "
-    "                   FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => %(keep)s)) AS rs")
+    "                   FROM cluster_replicas r WHERE r.heartbeat > now.t - make_interval(secs => $4)) AS rs")
+# _REST's parameters ($1...) and their types (text, float8), and its name in a session that runs rounds
+_REST_PARAMS = (("me", 25), ("lease", 701), ("lag", 701), ("keep", 701))
+_REST_NAME = b"fathom_cluster_rest"
 # a replica whose heartbeat aged out (its round came more than a lease time after the last) writes it
 # again apart; its leases that nobody took meanwhile are valid again, under the same epoch
 _REVIVE = text("UPDATE cluster_replicas SET heartbeat = clock_timestamp() WHERE id = :me RETURNING id")
@@ -324,10 +338,43 @@ _GIVE = text("UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp
 def _round_row(conn: Connection, q: dict, statement: str = _ROUND) -> tuple:
     """_ROUND's (or _REST's) one row, run on the connection's psycopg cursor (prepared), in the
     connection's transaction: SQLAlchemy's execution and result layers cost a round at rest as much
-    CPU again as the driver's."""
+    CPU again as the driver's. _REST runs lower still (_rest_row)."""
+    if statement is _REST:
+        return _rest_row(conn, q)
     with conn.connection.driver_connection.cursor() as cur:
         cur.execute(statement, q, prepare=True)
         return cur.fetchone()
+
+
+def _rest_row(conn: Connection, q: dict) -> tuple:
+    """_REST's one row, run on the connection's libpq handle (the GIL released while it waits, as
+    psycopg's cursor does), loaded by psycopg's own loaders; in an autocommit session (the rounds'
+    own) as a statement prepared once a session, else unprepared (psycopg's rollback of the caller's
+    transaction would deallocate it unseen). A round at rest comes every `renew` seconds, its code
+    cold in the CPU's caches by then, where psycopg's cursor (its query conversion, adaptation,
+    prepared-statement bookkeeping and generators) costs three times the round trip itself."""
+    fairy = conn.connection
+    driver = fairy.driver_connection
+    pgconn = driver.pgconn
+    params = [None if q[k] is None else str(q[k]).encode() for k, _ in _REST_PARAMS]
+    if driver.autocommit:
+        loader = fairy.info.get(_REST_NAME)
+        if loader is None:
+            _check(pgconn.prepare(_REST_NAME, _REST.encode(), [oid for _, oid in _REST_PARAMS]))
+            loader = fairy.info[_REST_NAME] = Transformer(driver)
+        result = pgconn.exec_prepared(_REST_NAME, params)
+    else:
+        loader = Transformer(driver)
+        result = pgconn.exec_params(_REST.encode(), params, [oid for _, oid in _REST_PARAMS])
+    _check(result)
+    loader.set_pgresult(result)
+    return loader.load_row(0, tuple)
+
+
+def _check(result) -> None:
+    """psycopg's exception for a libpq result that failed (a timeout, a lost connection...)."""
+    if result.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
+        raise error_from_result(result)
 
 
 def _at_rest(conn: Connection, q: dict, view: "LeaseView") -> tuple | None:
@@ -341,7 +388,7 @@ def _at_rest(conn: Connection, q: dict, view: "LeaseView") -> tuple | None:
     if any(view.peers[rid][0] != digest for rid, digest in zip(ids, digests)):
         return None
     alive = {rid for rid, is_live in zip(ids, live) if is_live} | {q["me"]}
-    if any(h not in alive for _, h, _, _ in view.rows):
+    if not view.holders <= alive:
         return None
     replicas = [[rid, is_live, *view.peers[rid][1], age] for rid, is_live, age in zip(ids, live, ages)]
     return beat, dict(view.kept), [], replicas, stamp, None
@@ -385,15 +432,25 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
                   and view.rest is not None and view.kept is not None)
     written.known = False     # until this round's statement wrote them
     got = _at_rest(conn, q, view) if rest_round else None
+    last, view.last = view.last, None
+    if got is not None and last is not None:
+        replicas = got[3]
+        if tuple((r[0], r[1]) for r in replicas if r[0] != me) == view.last_live:
+            # what the last round found stands: only the other replicas' agents aged
+            written.known = True
+            view.last = last
+            return replace(last, agents=_agents(replicas, me)) if any(last.agents.values()) else last
     if got is None:
         got = _full_round(conn, me, p, q, view)
     beat, kept, gone, replicas, stamp, rows = got
     written.known, written.reaches, written.agents, written.states = True, reaches, agents_json, states_json
+    live = tuple((r[0], r[1]) for r in replicas if r[0] != me)
     cached = rows is None
     if cached:
         rows = view.rows
     else:   # kept only when every lease had a live holder (see _ROUND)
         view.stamp, view.rows = (stamp, rows) if all(h is not None for _, h, _, _ in rows) else (None, [])
+        view.holders = frozenset(h for _, h, _, _ in view.rows)
         view.rest = None
     out = Round(held=kept, released=set(gone))
     # the view is as of the statement's start: this replica is live (its heartbeat was just written)
@@ -407,16 +464,25 @@ def run_round(conn: Connection, me: str, timing: Timing, switches=(), reachable=
         holders = _decide(conn, me, timing, p, reachable, rows, replicas, out)
         if rest is not None and out.held == rest[2] and not out.released:
             view.rest = (rest, holders, frozenset(out.taken))
-    for rid, is_live, _, address, openflow, agents_json, states_json, age in replicas:
+    for rid, is_live, _, address, openflow, _, states_json, _ in replicas:
         out.listeners[rid] = openflow
         if not is_live:
             continue
         out.openflow[rid], out.addresses[rid] = openflow, address
-        if rid != me:   # ages as of now: the row was written `age` seconds ago
-            out.agents[rid] = {n: a + age for n, a in (json.loads(agents_json) if agents_json else {}).items()}
+        if rid != me:
             states = json.loads(states_json) if states_json else {}
             out.reports.update((s, report) for s, report in states.items() if holders.get(s) == rid)
+    out.agents = _agents(replicas, me)
+    if rest is not None and view.rest is not None and view.rest[0] == rest:   # it changed nothing
+        view.last, view.last_live = replace(out, same=True), live
     return out
+
+
+def _agents(replicas: list, me: str) -> dict[str, dict[str, float]]:
+    """The agents the other live replicas hear (Round.agents), their ages as of now: each row was
+    written `age` seconds ago."""
+    return {rid: {n: a + age for n, a in json.loads(agents_json).items()} if agents_json else {}
+            for rid, is_live, _, _, _, agents_json, _, age in replicas if is_live and rid != me}
 
 
 def _full_round(conn: Connection, me: str, p: dict, q: dict, view: LeaseView) -> tuple:
@@ -461,13 +527,16 @@ def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows:
     taken: dict[str, int] = {}
     if free and mine < share.get(me, 0):
         # every lease whose holder's lease ran out (a failover is never paced), and at most
-        # HANDOVER_BATCH of those freed (given up, or never held)
+        # HANDOVER_BATCH of those freed (given up, or never held) while another replica is live: alone
+        # (a cold start), no late round of its can cost it a lease, so it takes them all
+        batch = HANDOVER_BATCH if len(live) > 1 else None
         candidates = ([s for s, _, freed in free if not freed]
-                      + [s for s, _, freed in free if freed][:HANDOVER_BATCH])
+                      + [s for s, _, freed in free if freed][:batch])
         taken.update(conn.execute(_TAKE, {**p, "candidates": candidates, "n": share[me] - mine}).all())
-    if reachable is not None:
+    if reachable is not None and mine + len(taken) >= share.get(me, 0):
         # beyond its share: a switch it reaches that no live replica below its share reaches, and that
-        # has had no master for a lease time
+        # has had no master for a lease time (while it is below its share itself, what it reaches is
+        # its own to take, a batch a round)
         orphans = [s for s, idle, _ in free if s not in taken and idle >= 0
                    and not any(rs is None or s in rs for rs in below_reach.values())]
         if orphans:

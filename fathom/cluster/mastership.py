@@ -228,10 +228,35 @@ class Mastership:
             LOG.warning("replica %s: lease round failed: %s", self.id, e)
             self._expire_if_due()
             return
+        if got.same and got.held is self._held:
+            # at rest: the last round's findings, which this one took in, stand (the same leases held,
+            # the same replicas, reports and listeners): its leases last longer, the agents aged
+            with self._lock:
+                self._valid_until = sent + self.timing.lease - self.timing.guard
+            self._heard(got)
+            self._call(self.on_round)
+            return
         self._known |= new
         listeners_changed = set(got.listeners.values()) != set(self.listeners.values())
         self.taken, self.peers, self.listeners = got.taken, got.openflow, got.listeners
         self.replicas = {r: address for r, address in got.addresses.items() if r != self.id and address}
+        self._heard(got)
+        if got.reports != self.reports:
+            self.reports = got.reports
+            self._call(self.on_reports)
+        with self._lock:
+            self._held = got.held     # not changed after its round (the rounds at rest after it return it)
+            self._valid_until = sent + self.timing.lease - self.timing.guard
+        if got.held != self._told or got.released:
+            self._tell(got)
+        if listeners_changed:     # after the leases: it asks which switches this replica now sets up
+            self._call(self.on_peers)
+        self._call(self.on_round)
+
+    def _heard(self, got: leases.Round) -> None:
+        """When the other replicas last heard each node's agent, and which of them did last."""
+        if not self._agents_heard and not any(got.agents.values()):
+            return
         now = time.time()
         at_replica: dict[str, tuple[float, str]] = {}
         for replica, heard in got.agents.items():
@@ -242,17 +267,6 @@ class Mastership:
                 if at > at_replica.get(node, (0.0, ""))[0]:
                     at_replica[node] = (at, got.addresses.get(replica, ""))
         self._agents_at = {node: address for node, (_, address) in at_replica.items() if address}
-        if got.reports != self.reports:
-            self.reports = got.reports
-            self._call(self.on_reports)
-        with self._lock:
-            self._held = dict(got.held)
-            self._valid_until = sent + self.timing.lease - self.timing.guard
-        if got.held != self._told or got.released:
-            self._tell(got)
-        if listeners_changed:     # after the leases: it asks which switches this replica now sets up
-            self._call(self.on_peers)
-        self._call(self.on_round)
 
     def _tell(self, got: leases.Round) -> None:
         """The consumer told what changed since it was last told: losses, then gains."""

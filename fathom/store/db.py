@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, text
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fathom.store.errors import Busy
@@ -137,6 +137,29 @@ POOL_OVERFLOW = 8
 IDLE_IN_TRANSACTION_MS = 30000
 _LAST_USED = "fathom_last_used"
 _WRITER = "fathom_sqlite_writer"     # a connection's info: it holds this process's SQLite write turn
+
+
+def run_prepared(conn: Connection, statement: str, params: dict, rows: bool = True) -> list[tuple]:
+    """`statement` (psycopg's `%(name)s` parameters) run on the connection's psycopg cursor, prepared,
+    in the connection's transaction: its rows (`rows`), as tuples. For the API's most frequent write
+    (a port's creation), where SQLAlchemy's execution and result layers cost about as much CPU as
+    the driver's. The trackers of fathom.store.changes do not see such a statement: its caller tells
+    them what it wrote. A driver error is raised as SQLAlchemy's (IntegrityError, OperationalError),
+    as the API's write and error handlers expect."""
+    dbapi = conn.dialect.loaded_dbapi
+    try:
+        with conn.connection.driver_connection.cursor() as cur:
+            cur.execute(statement, params, prepare=True)
+            return cur.fetchall() if rows else []
+    except dbapi.Error as e:
+        raise DBAPIError.instance(statement, params, e, dbapi.Error) from e
+
+
+def driver_sql(statement, dialect) -> tuple[str, dict]:
+    """A SQLAlchemy statement as run_prepared takes it: its text for `dialect` and its parameters'
+    defaults (the values SQLAlchemy binds itself, such as a LIMIT's)."""
+    compiled = statement.compile(dialect=dialect)
+    return compiled.string, {k: v for k, v in compiled.params.items() if v is not None}
 
 
 def _in_memory(url: str) -> bool:

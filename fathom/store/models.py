@@ -86,10 +86,10 @@ class Port(Resource, External, Base):
     __table_args__ = (UniqueConstraint("network_id", "mac_address"),
                       UniqueConstraint("node_id", "interface_name"),
                       {"sqlite_autoincrement": True})
-    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="RESTRICT"), index=True)
+    # network_id and node_id have no index of their own: the unique constraints above lead with them
+    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="RESTRICT"))
     mac_address: Mapped[str] = mapped_column(String(17))
-    node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id", ondelete="RESTRICT"),
-                                                nullable=True, index=True)
+    node_id: Mapped[int | None] = mapped_column(ForeignKey("nodes.id", ondelete="RESTRICT"), nullable=True)
     interface_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
     port_security: Mapped[bool] = mapped_column(Boolean, default=True)
     router_id: Mapped[int | None] = mapped_column(ForeignKey("routers.id", ondelete="RESTRICT"),

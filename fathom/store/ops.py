@@ -24,6 +24,7 @@ from fathom.pipeline.infrastructure import is_infrastructure_interface
 from fathom.store import changes, fabric
 from fathom.store import models as m
 from fathom.store.base import utcnow
+from fathom.store.db import driver_sql, run_prepared
 from fathom.store.external_models import FloatingIp, RouterGateway
 from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
@@ -497,26 +498,62 @@ def _cast(column: str) -> str:
     return f"CAST(:{column} AS {kind})"
 
 
-_CLAIM_PORT_ROWS = text(
+_CLAIMED_ROWS = (
     f"WITH c AS ({_FIRST_FREE}), "
     f"p AS (INSERT INTO ports ({', '.join(_PORT_COLUMNS)}) SELECT {', '.join(map(_cast, _PORT_COLUMNS))} "
     "FROM c RETURNING id), "
     "a AS (INSERT INTO ip_allocations (port_id, subnet_id, network_id, ip_address) "
     "SELECT p.id, :subnet_id, :network_id, host(inet '0.0.0.0' + c.n) FROM p, c), "
     "l AS (INSERT INTO port_security_groups (port_id, group_id) "
-    "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g) "
+    "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g)")
+_CLAIM_PORT_ROWS = text(f"{_CLAIMED_ROWS} SELECT p.id, c.n FROM p, c")
+# the same with the request's Idempotency-Key and its answer (AnswerRow, its fields as answer_*): one
+# statement less a creation
+_CLAIM_PORT_ROWS_ANSWERED = text(
+    f"{_CLAIMED_ROWS}, k AS (INSERT INTO request_ids (scope, key, fingerprint, created, status, content_type, "
+    "body) SELECT CAST(:answer_scope AS varchar), CAST(:answer_key AS varchar), CAST(:answer_fingerprint AS varchar), "
+    "CAST(:created_at AS timestamp with time zone), CAST(:answer_status AS integer), "
+    "CAST(:answer_content_type AS varchar), CAST(:answer_head AS bytea) || convert_to(CAST(p.id AS text), 'UTF8') || "
+    "CAST(:answer_middle AS bytea) || convert_to(host(inet '0.0.0.0' + c.n), 'UTF8') || CAST(:answer_tail AS bytea) "
+    "FROM p, c) "
     "SELECT p.id, c.n FROM p, c")
+_PSYCOPG = postgresql.psycopg.dialect()
+_CLAIM_PORT_ROWS_SQL = driver_sql(_CLAIM_PORT_ROWS, _PSYCOPG)[0]
+_CLAIM_PORT_ROWS_ANSWERED_SQL = driver_sql(_CLAIM_PORT_ROWS_ANSWERED, _PSYCOPG)[0]
 
 
-def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[int, datetime]:
+@dataclass
+class AnswerRow:
+    """The request's Idempotency-Key row (fathom.api.request_ids), written by insert_port's claiming
+    statement with the port's rows: its columns but the body, and the body's parts around the port's
+    id and its claimed address (body = head, id, middle, address, tail: both known only to the
+    statement). `written`: whether the statement wrote it (not when the address was claimed otherwise:
+    the caller writes it then)."""
+    scope: str
+    key: str
+    fingerprint: str
+    status: int
+    content_type: str
+    head: bytes
+    middle: bytes
+    tail: bytes
+    written: bool = False
+
+    def body(self, port_id: int, address: str) -> bytes:
+        return b"".join((self.head, str(port_id).encode(), self.middle, address.encode(), self.tail))
+
+
+def insert_port(session: Session, new: NewPort, group_ids: list[int], created: datetime | None = None,
+                answer: AnswerRow | None = None) -> tuple[int, datetime]:
     """Write a new port (new_port), its addresses and its security groups' links (checked by the
     caller: fathom.store.secgroups.new_port_groups) on the session's connection, without the ORM's
-    unit of work: the API's most frequent write. Its id and creation time. A port with an address
-    to claim (NewPort.claim) has it in `new.addresses` after."""
+    unit of work: the API's most frequent write. Its id and creation time (`created`, else now). A
+    port with an address to claim (NewPort.claim) has it in `new.addresses` after, and `answer`
+    written with it."""
     conn = session.connection()
-    created = utcnow()
+    created = created or utcnow()
     if new.claim is not None:
-        port_id = _insert_claiming(session, new, group_ids, created)
+        port_id = _insert_claiming(session, new, group_ids, created, answer)
         if port_id is not None:
             return port_id, created
         network, subnet = new.claim   # nothing free in the hint's window: the whole search, then the rows
@@ -538,25 +575,37 @@ def insert_port(session: Session, new: NewPort, group_ids: list[int]) -> tuple[i
     return port_id, created
 
 
-def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], created: datetime) -> int | None:
-    """_CLAIM_PORT_ROWS: the port's id, its address added to `new.addresses`; None (nothing written)
-    when no address of the hint's window is free."""
+def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], created: datetime,
+                     answer: AnswerRow | None) -> int | None:
+    """_CLAIM_PORT_ROWS (_ANSWERED, with `answer`): the port's id, its address added to
+    `new.addresses`; None (nothing written) when no address of the hint's window is free."""
     network, subnet = new.claim
-    first, last = int(subnet.prefix.network_address) + 1, int(subnet.prefix.broadcast_address) - 1
+    first, last = _host_range(subnet.cidr)
     start = first + _hints(session).get(subnet.id, 0)
     skip = [int(ipaddress.IPv4Address(subnet.gateway_ip))] if subnet.gateway_ip else []
     conn = session.connection()
-    row = conn.execute(_CLAIM_PORT_ROWS, {
-        **new.values, "created_at": created, "subnet_id": subnet.id, "group_ids": list(group_ids),
-        "low": start, "high": min(start + ALLOCATION_WINDOW - 1, last), "skip": skip,
-        "key_base": network.id << 32}).first()
-    if row is None:
+    params = {**new.values, "created_at": created, "subnet_id": subnet.id, "group_ids": list(group_ids),
+              "low": start, "high": min(start + ALLOCATION_WINDOW - 1, last), "skip": skip,
+              "key_base": network.id << 32}
+    if answer is not None:
+        params.update({f"answer_{name}": value for name, value in vars(answer).items() if name != "written"})
+    rows = run_prepared(conn, _CLAIM_PORT_ROWS_SQL if answer is None else _CLAIM_PORT_ROWS_ANSWERED_SQL, params)
+    if not rows:
         return None
-    port_id, found = row
+    port_id, found = rows[0]
     _hints(session)[subnet.id] = found - first
     new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
     changes.port_rows_written(conn, port_id)
+    if answer is not None:
+        answer.written = True
     return port_id
+
+
+@functools.lru_cache(maxsize=1024)
+def _host_range(cidr: str) -> tuple[int, int]:
+    """A subnet's first and last host address, as integers."""
+    prefix = ipaddress.IPv4Network(cidr)
+    return int(prefix.network_address) + 1, int(prefix.broadcast_address) - 1
 
 
 @dataclass(frozen=True)
@@ -608,19 +657,30 @@ def _port_context(session: Session, caller: Caller, network_id: int, project_id:
     # the port's project as _owner decides it: the one asked for, else the network's for an admin
     # (resolved in the query), else the caller's
     project = project_id if project_id is not None else (None if caller.admin else caller.project)
-    query = _port_context_query(node is not None, interface_name is not None, mac_address is not None,
-                                external_id is not None, project is not None)
-    rows = session.connection().execute(query, {
-        "network_id": network_id, "project": project, "node": node, "interface_name": interface_name,
-        "mac_address": mac_address, "external_id": external_id}).all()
+    shape = (node is not None, interface_name is not None, mac_address is not None, external_id is not None,
+             project is not None)
+    params = {"network_id": network_id, "project": project, "node": node, "interface_name": interface_name,
+              "mac_address": mac_address, "external_id": external_id}
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        statement, defaults = _port_context_sql(*shape)
+        rows = run_prepared(conn, statement, {**defaults, **params})
+    else:
+        rows = conn.execute(_port_context_query(*shape), params).all()
     if not rows:
         return _PortContext(None, [], None, False, False, False, None)
-    first = rows[0]
-    return _PortContext(NetworkRef(first.network_id, first.network_project),
-                        [SubnetRef(r.subnet_id, r.cidr, r.gateway_ip) for r in rows if r.subnet_id is not None],
-                        NodeRef(first.node_id, first.node_name) if first.node_id is not None else None,
-                        first.interface_used is not None, first.mac_used is not None,
-                        first.external_id_used is not None, first.default_group)
+    # the columns of _port_context_query, in its order
+    network, project_of, _, _, _, node_id, node_name, default_group, interface_used, mac_used, external_used = rows[0]
+    return _PortContext(NetworkRef(network, project_of),
+                        [SubnetRef(r[2], r[3], r[4]) for r in rows if r[2] is not None],
+                        NodeRef(node_id, node_name) if node_id is not None else None,
+                        interface_used is not None, mac_used is not None, external_used is not None, default_group)
+
+
+@functools.cache
+def _port_context_sql(*shape: bool) -> tuple[str, dict]:
+    """_port_context_query as PostgreSQL's driver runs it (run_prepared)."""
+    return driver_sql(_port_context_query(*shape), _PSYCOPG)
 
 
 @functools.cache

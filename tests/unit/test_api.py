@@ -23,6 +23,7 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from fathom.api import create_app  # noqa: E402
+from fathom.api.schemas import PortOut  # noqa: E402
 
 from .auth import Identities, headers_for  # noqa: E402
 
@@ -410,6 +411,40 @@ def test_allocation_takes_the_lowest_free_address_again_after_a_delete(api):
         api.post("/ports", {"network_id": net["id"]})
     loc, msg = api.error("POST", "/ports", {"network_id": net["id"]}, 409)
     assert loc == ["fixed_ips", 0] and "no free address" in msg
+
+
+def test_a_port_creation_records_its_response_with_its_request_id_as_sent(api):
+    """A port's creation with an Idempotency-Key records the response it sends, byte for byte, with
+    the key (on PostgreSQL the statement writing the port's rows writes it, its id and claimed
+    address filled in there), whether its address was found in the hint's window or by the whole
+    search after it; a repeat gets those bytes. A name holding what the address looks like in the
+    response changes nothing."""
+    net, _ = api.network(cidr="10.0.0.0/29")   # hosts .1 (gateway) .. .6
+    sent = {}
+
+    def create(key, name):
+        r = api.http.post("/v1/ports", json={"network_id": net["id"], "name": name}, headers={"Idempotency-Key": key})
+        assert r.status_code == 201 and "Idempotent-Replayed" not in r.headers, r.text
+        sent[key] = r
+        return r.json()
+
+    tricky = 'x","ip_address":"0.0.0.0"}],0'
+    ports = [create(f"k{i}", tricky if i == 1 else f"p{i}") for i in range(5)]
+    assert [p["fixed_ips"][0]["ip_address"] for p in ports] == [f"10.0.0.{i}" for i in range(2, 7)]
+    assert ports[1]["name"] == tricky
+    api.delete(f"/ports/{ports[1]['id']}")
+    again = create("k5", "after")   # the window past the hint (.6) is full: the whole search finds .3
+    assert again["fixed_ips"][0]["ip_address"] == "10.0.0.3"
+    for key, first in sent.items():
+        shown = json.loads(first.content)
+        assert first.content == PortOut.model_validate(shown).model_dump_json().encode(), key   # as rendered
+        if key != "k1":
+            assert api.get(f"/ports/{shown['id']}") == shown, key
+        r = api.http.post("/v1/ports", json={"network_id": net["id"], "name": json.loads(first.content)["name"]},
+                          headers={"Idempotency-Key": key})
+        assert r.status_code == 201 and r.headers["Idempotent-Replayed"] == "true", key
+        assert r.content == first.content and r.headers["content-type"] == "application/json", key
+        assert json.loads(r.content)["id"] == json.loads(first.content)["id"]
 
 
 def test_concurrent_writers_and_readers(api):

@@ -220,6 +220,51 @@ def test_a_round_that_cannot_finish_fails_and_the_leases_end_at_the_deadline(eng
     assert _metric("fathom_cluster_lease_changes_total", change="lost") == changes + 2
 
 
+def test_a_round_at_rest_that_cannot_finish_fails_and_a_new_session_runs_it_again(engine, monkeypatch):
+    """The round at rest (its statement on the connection's libpq handle) held by PostgreSQL fails at
+    the statement timeout as a full one does, counted; the next rounds, on a new session, come to
+    rest again there (its statement prepared anew)."""
+    a = replica(engine, "a", 2).join()
+    ran = []
+    rest_row = leases._rest_row
+
+    def spy(conn, q):
+        ran.append(conn.connection.driver_connection)
+        return rest_row(conn, q)
+    monkeypatch.setattr(leases, "_rest_row", spy)
+    while not ran:                # its first rounds take the leases, then find the cluster at rest
+        a.run_round()
+    assert len(a.held()) == 2 and len(ran) == 1
+    with engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE cluster_replicas IN ACCESS EXCLUSIVE MODE"))
+        a.run_round()
+        blocker.rollback()
+    assert a.failures == 1 and len(ran) == 2 and a._conn is None
+    for _ in range(5):
+        a.run_round()
+    assert a.failures == 1 and len(a.held()) == 2 and len(ran) > 2 and ran[-1] is not ran[0]
+    a.stop()
+
+
+def test_rounds_at_rest_in_the_callers_transactions_run_the_slim_statement_across_a_rollback(engine, monkeypatch):
+    """leases.run_round in the caller's transaction (not the rounds' autocommit session): its rounds
+    at rest run the slim statement too, a rollback of one of them in between (psycopg then
+    deallocates what it prepared) included."""
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)
+    with engine.begin() as conn:
+        leases.join(conn, "a", "", "x", "insecure", steady, "", "")
+    view, written, ran = leases.LeaseView(), leases.Written(), []
+    rest_row = leases._rest_row
+    monkeypatch.setattr(leases, "_rest_row", lambda conn, q: (ran.append(q["me"]), rest_row(conn, q))[1])
+    for i in range(8):
+        with engine.begin() as conn:
+            got = leases.run_round(conn, "a", steady, switches(4) if i == 0 else (), set(switches(4)),
+                                   view=view, written=written)
+            if i == 4:
+                conn.rollback()
+    assert got.held == {s: 1 for s in switches(4)} and got.same and len(ran) >= 4
+
+
 def test_a_replica_leases_only_the_switches_it_reaches_and_gives_up_one_it_no_longer_reaches(engine):
     reach = {"a": switches(2)[:1], "b": switches(2)}
     a = Mastership(engine, lambda: reach["a"], replica_id="a", timing=FAST, reachable_only=True).join()
@@ -484,6 +529,32 @@ def test_a_joiner_whose_rounds_its_gains_delay_takes_its_share_without_losing_it
             r.stop()
 
 
+def test_a_joiner_takes_what_was_freed_for_it_a_batch_a_round_however_long_ago_it_was_freed(engine):
+    """One replica holds 60 switches; a second joins reaching them all and the first frees its share
+    (30). The joiner takes a batch a round (leases.HANDOVER_BATCH) even once the leases were freed
+    more than a lease time before (its batches took that long): below its share, what it reaches
+    is its own to take, not a switch nobody would master."""
+    calm = Timing(renew=0.05, lease=1.0, guard=0.1)
+    a = Mastership(engine, lambda: switches(60), replica_id="a", timing=calm, reachable_only=True).join()
+    a.run_round()                  # alone: every switch at once (nobody to lose a lease to)
+    assert len(a.held()) == 60
+    c = Mastership(engine, lambda: switches(60), replica_id="c", timing=calm, reachable_only=True).join()
+    c.run_round()                  # what it reaches is known: a frees its share
+    a.run_round()
+    assert len(a.held()) == 30 and c.held() == {}
+    c.run_round()
+    assert len(c.held()) == leases.HANDOVER_BATCH
+    with engine.begin() as conn:   # the rest was freed more than a lease time ago
+        conn.execute(text("UPDATE cluster_leases SET renewed = renewed - make_interval(secs => 2) "
+                          "WHERE holder IS NULL"))
+    c.run_round()
+    assert len(c.held()) == 2 * leases.HANDOVER_BATCH
+    for _ in range(3):
+        a.run_round()
+        c.run_round()
+    assert len(a.held()) == len(c.held()) == 30
+
+
 def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine, monkeypatch):
     """Three balanced replicas: a round at rest is one statement (heartbeat, renewal and the view
     together, autocommit: no BEGIN or COMMIT either): no lease taken or freed, no epoch raised, and
@@ -516,6 +587,13 @@ def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine, monkeypatc
         sent.append({k: v for k, v in args[0].items() if k.startswith("new_")})
         return execute(cursor, query, *args, **kw)
     monkeypatch.setattr(psycopg.Cursor, "execute", driver_execute)
+    rest_row = leases._rest_row
+
+    def libpq_execute(conn, q):                              # or at rest, on its libpq handle
+        statements.append(leases._REST.split()[0])
+        sent.append({k: v for k, v in q.items() if k.startswith("new_")})
+        return rest_row(conn, q)
+    monkeypatch.setattr(leases, "_rest_row", libpq_execute)
     try:
         for _ in range(3):
             for r in reps:
@@ -530,6 +608,35 @@ def test_a_round_at_rest_is_one_statement_and_changes_nothing(engine, monkeypatc
     with engine.connect() as conn:
         holders = dict(conn.execute(text("SELECT switch, holder FROM cluster_leases")).all())
     assert holders == {s: r.id for r in reps for s in r.held()}
+    for r in reps:
+        r.stop()
+
+
+def test_a_round_at_rest_after_its_leases_ended_locally_tells_them_again(engine):
+    """At rest, a round returns the last round's findings as they were (Round.same). A replica whose
+    leases ended by its own deadline (a round late by more than lease time minus guard, its
+    heartbeat still live in PostgreSQL) is told them again by its next round, under the same
+    epochs."""
+    steady = Timing(renew=0.05, lease=5.0, guard=0.1)
+    reps = [Mastership(engine, lambda: switches(6), replica_id=n, timing=steady, reachable_only=True).join()
+            for n in "ab"]
+    for _ in range(4):
+        for r in reps:
+            r.run_round()
+    a = reps[0]
+    held = a.held()
+    assert len(held) == 3
+    a.run_round()
+    assert a._view.last is not None and a._view.last.same     # at rest: the next round returns it
+    told = []
+    a.on_gain, a.on_loss = (lambda s, e: told.append(("gain", s, e))), (lambda s: told.append(("loss", s)))
+    a._drop("lost")                  # what _expire_if_due does once its deadline passed
+    assert a.held() == {} and a.epoch(min(held)) is None
+    a.run_round()
+    assert a.held() == held and sorted(told) == sorted([("loss", s) for s in held] + [("gain", s, e) for s, e in held.items()])
+    told.clear()
+    a.run_round()
+    assert a.held() == held and told == []
     for r in reps:
         r.stop()
 
