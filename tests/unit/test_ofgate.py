@@ -267,6 +267,41 @@ def test_a_switch_that_stopped_reading_holds_a_sender_no_longer_than_the_send_wa
         switch_end.close()
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_a_switch_that_reads_slowly_is_waited_for_as_long_as_it_reads(tls, tmp_path):
+    """The switch's end reads, slowly (a big replay to a busy switch): one big message takes several
+    send waits to write, and the send queue is full behind it. The sends wait while the write goes
+    on, the connection stays up and the switch gets everything, in order."""
+    dp, switch_end = _tls_connection(tmp_path) if tls else _connection()
+    dp.socket.settimeout(15.0)
+    dp.send_wait = 0.3
+    # small socket buffers, so the big message is written as fast as the switch reads it
+    dp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+    switch_end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    messages = [b"\1" * (1 << 20)] + [bytes([2 + i]) * 100 for i in range(20)]
+    got = bytearray()
+
+    def reader():
+        while len(got) < sum(map(len, messages)):
+            chunk = switch_end.recv(8192)
+            if not chunk:
+                return
+            got.extend(chunk)
+            time.sleep(0.01)      # some 800 KB/s: the big message takes more than a second
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    started = time.monotonic()
+    try:
+        sent = [dp.send(m) for m in messages]
+        waited = time.monotonic() - started
+        t.join(10.0)
+        assert sent == [True] * len(messages) and dp.state != DEAD_DISPATCHER
+        assert waited > 2 * dp.send_wait      # the last sends did wait for the big write
+        assert bytes(got) == b"".join(messages)
+    finally:
+        switch_end.close()
+
+
 # ------------------------------------------------------------------------------- keepalive
 
 class _Conn:
