@@ -15,8 +15,9 @@ the barrier after a plain message, the check's flow count, a status write's barr
 hold the pass longer: the pass goes on without it, its state says it is not answering (its objects
 are `pending`, not `active`), and later passes leave it alone until the reply comes or its
 connection closes; then it is read back and diffed whole, whatever the reply said. The requests
-of one round (the pass's reads, the check's counts, the barriers; a tier's bundles) go out to every
-switch before any is awaited, so several silent switches hold a round REPLY_WAIT once.
+of one round (the pass's reads, the check's counts, the status write's barriers) go out to every
+switch before any is awaited, so several silent switches hold a round REPLY_WAIT once; a tier's
+changes go out to SENDERS switches at a time.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -32,7 +34,7 @@ from fathom.controller.desired import IncrementalMismatch
 from fathom.controller.metrics import METRICS
 from fathom.controller.results import PassResult, SwitchResult
 from fathom.controller.switch import (
-    ApplyError, Change, NotRegistered, Unanswered, break_messages, diff, make_messages, run, whole_messages,
+    ApplyError, Change, NotRegistered, Unanswered, break_messages, diff, make_messages, whole_messages,
 )
 from fathom.model import Snapshot, datapath_id, datapath_id_phy, datapath_id_fabric
 from fathom.openflow.spec import SwitchState
@@ -45,11 +47,11 @@ MAKE_ORDER = {FABRIC_SWITCH: 0, BR_PHY: 1, BR_INT: 2}
 # Flows read back at once (their switches' desired flows, one switch at least): the replies of every
 # switch read back are not held in memory together (at 100 nodes x 100 ports, 1.4 million flows)
 READ_FLOWS_AT_ONCE = 20_000
-# Messages sent at once in a round of a tier's changes (one switch's at least): every switch's
-# change goes out before any reply is awaited as long as they hold this many (any pass but a full
-# replay of a large fabric), so that a replay's bytes (2 MB a switch at 100 ports a node) are not
-# all queued at once.
-SEND_AT_ONCE = 100_000
+# Switches a tier's changes are sent to at once, each by its own thread from sending to the reply
+# (a bundle's commit): a switch's reply waits for what the others sent meanwhile wherever they share
+# a CPU (the controller's, a host's), so that sending to every switch at once would make each reply
+# as late as the last; a silent switch holds one of them REPLY_WAIT.
+SENDERS = 8
 
 
 def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
@@ -122,6 +124,7 @@ class Applier:
         self.mismatches = 0                           # check_incremental failures (must stay 0)
         self._had_meters: dict[int, bool] = {}        # dpid -> desired meters last pass (unknown: read)
         self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
+        self._pool: ThreadPoolExecutor | None = None  # sends a tier's changes to several switches at once
         # dpid -> (its state, the Unanswered) of a switch whose reply to a request is still
         # awaited: left alone (not read, nothing sent) until the reply comes or the connection
         # closes, which asks for a pass (on_retry) that reads it back and diffs it whole
@@ -314,31 +317,29 @@ class Applier:
         res.state = "applying"   # ok or error once sent
         return _Plan(res, start.session, desired, change, foreign, mirror)
 
-    def _make(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult):
-        """Send the switch what is new (everything, with `whole`); `held` gets the owners it refused.
-        In steps (fathom.controller.switch.run): `_each` carries every switch's at once."""
+    def _make(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult) -> None:
+        """Send the switch what is new (everything, with `whole`); `held` gets the owners it refused."""
         res, change = plan.res, plan.change
         self.known.pop(res.dpid, None)
         if len(change):
             LOG.info("%s %016x: %d flow puts, %d deletes, %d/%d/%d group add/mod/del, %d/%d/%d meter "
                      "add/mod/del", res.key, res.dpid, *map(len, change.__dict__.values()))
         try:
-            held[res.dpid] = yield from self._send(res, plan.session, change,
-                                                   whole_messages if whole else make_messages, result)
+            held[res.dpid] = self._send(res, plan.session, change, whole_messages if whole else make_messages,
+                                        result)
         except Exception as e:  # noqa: BLE001
             self._failed(res, plan.session, e)
 
-    def _break(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult):
+    def _break(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult) -> None:
         """Take from the switch what is gone (sent with the make already with `whole`), then record
-        what it holds: its result, its refusals, its mirror. In steps, as `_make`."""
+        what it holds: its result, its refusals, its mirror."""
         res = plan.res
         if res.state.startswith(("error", "lost")) or res.dpid not in held:
             return
         owners = held.get(res.dpid, set())
         if not whole:
             try:
-                owners |= yield from self._send(res, plan.session, plan.change.without(owners), break_messages,
-                                                result)
+                owners |= self._send(res, plan.session, plan.change.without(owners), break_messages, result)
             except Exception as e:  # noqa: BLE001
                 self._failed(res, plan.session, e)
                 return
@@ -388,27 +389,19 @@ class Applier:
                 LOG.warning("%016x: barrier failed: %s", dpid, e)
         return silent
 
-    def _each(self, steps, plans: list[_Plan]) -> None:
-        """Carry every plan's `steps(plan)` (a generator of the requests it sends, as
-        fathom.controller.switch.run carries one) at once: every switch's first request goes out
-        before any is awaited, then each switch's is awaited and its steps carried on to their end
-        in turn, so silent switches hold the round one REPLY_WAIT, however many (while their changes
-        hold SEND_AT_ONCE messages; beyond, a switch's steps start once the oldest started ended).
-        Each switch's `apply_seconds` gets the time spent on its steps and awaiting its replies."""
-        def start(plan: _Plan):
-            started = time.monotonic()
-            running = steps(plan)
-            asked = next(running, None)
-            plan.res.apply_seconds += time.monotonic() - started
-            return running, asked
-
-        def finish(plan: _Plan, going) -> None:
-            running, asked = going
-            if asked is not None:
-                started = time.monotonic()
-                run(running, asked)
-                plan.res.apply_seconds += time.monotonic() - started
-        _windowed(plans, lambda plan: len(plan.change), SEND_AT_ONCE, start, finish)
+    def _each(self, fn, plans: list[_Plan]) -> None:
+        """fn(plan) for every plan, at the same time when there are several switches with changes:
+        all but one of those in the pool (SENDERS), the rest on this thread (a hand-over costs more
+        than a plan with nothing to send)."""
+        others = [p for p in plans if len(p.change)][1:]
+        if others and self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="apply")
+        futures = [self._pool.submit(fn, plan) for plan in others]
+        for plan in plans:
+            if not any(plan is o for o in others):
+                fn(plan)
+        for future in futures:
+            future.result()
 
     def _diff(self, session, desired: SwitchState, audit: bool, edit: tuple | None,
               got: dict) -> tuple[Change, tuple, tuple | None]:
@@ -436,11 +429,12 @@ class Applier:
         self.diffs[how] += 1
         METRICS.diffs.labels(how).inc()
 
-    def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult):
-        """Send one half of a change (or all of it), in steps; on a refusal, mark the refused owners
-        and send the rest without them. Returns the owners held back."""
+    def _send(self, res: SwitchResult, session, change: Change, half, result: PassResult) -> set:
+        """Send one half of a change (or all of it); on a refusal, mark the refused owners and send
+        the rest without them. Returns the owners held back."""
+        started = time.monotonic()
         try:
-            yield from _send_half(session, change, half)
+            _send_half(session, change, half)
             return set()
         except ApplyError as e:
             owners = {parse_cookie(s.cookie) for s in e.refused}
@@ -449,8 +443,10 @@ class Applier:
             LOG.warning("%s: refused %s: %s", res.key, sorted(owners), e)
             for _app, kind, obj in owners:
                 result.refused[(kind, obj)] = f"{res.key}: {e}"
-            yield from _send_half(session, change.without(owners), half)
+            _send_half(session, change.without(owners), half)
             return owners
+        finally:
+            res.apply_seconds += time.monotonic() - started
 
     def _failed(self, res: SwitchResult, session, e: Exception) -> None:
         if isinstance(e, Unanswered):
@@ -507,20 +503,19 @@ def _windowed(items: list, size, most: int, start, finish) -> None:
         finish(*going.popleft())
 
 
-def _send_half(session, change: Change, half):
-    """Send `change` as `half` (make_messages, break_messages or whole_messages) makes it, in
-    steps: the messages that must be atomic in a bundle, the others plain, in the order the half
-    says."""
+def _send_half(session, change: Change, half) -> None:
+    """Send `change` as `half` (make_messages, break_messages or whole_messages) makes it: the
+    messages that must be atomic in a bundle, the others plain, in the order the half says."""
     if half is whole_messages:
         plain, bundled, after = half(session.dp, change)
-        yield from session.plain_steps(plain)
-        yield from session.bundle_steps(bundled)
-        yield from session.plain_steps(after)
+        session.plain(plain)
+        session.bundle(bundled)
+        session.plain(after)
         return
     first, second = half(session.dp, change)
     if half is make_messages:
-        yield from session.plain_steps(first)
-        yield from session.bundle_steps(second)
+        session.plain(first)
+        session.bundle(second)
     else:
-        yield from session.bundle_steps(first)
-        yield from session.plain_steps(second)
+        session.bundle(first)
+        session.plain(second)

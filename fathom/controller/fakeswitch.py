@@ -34,7 +34,7 @@ import time
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
 from fathom.controller.ofapp import Reply
-from fathom.controller.switch import NO_GENERATION, ApplyError, Asked, NotMaster, Unanswered, run
+from fathom.controller.switch import NO_GENERATION, ApplyError, Asked, NotMaster, Unanswered
 from fathom.openflow import encode
 
 
@@ -177,20 +177,14 @@ class FakeSwitch:
         self.ask_barrier().result()
 
     def bundle(self, pairs: list, controller: str = DEFAULT) -> None:
-        run(self.bundle_steps(pairs, controller))
+        if pairs:
+            self._sent("its bundle's commit", "bundle", pairs, controller).result()
 
     def plain(self, pairs: list, controller: str = DEFAULT) -> None:
-        run(self.plain_steps(pairs, controller))
-
-    def bundle_steps(self, pairs: list, controller: str = DEFAULT):
-        if pairs:
-            yield self._sent("its bundle's commit", "bundle", pairs, controller)
-
-    def plain_steps(self, pairs: list, controller: str = DEFAULT):
         while pairs:   # a stalled switch holds the first (OsKenSession waits for its barrier before the next)
             held = self._holds()
             kind = getattr(pairs[0][1], "kind", "plain")
-            yield self._sent(f"the barrier after a {kind} message", "plain", pairs[:1] if held else pairs, controller)
+            self._sent(f"the barrier after a {kind} message", "plain", pairs[:1] if held else pairs, controller).result()
             pairs = pairs[1:] if held else []      # answer() took the first within the wait
 
     def request_role(self, epoch: int | None, controller: str = DEFAULT) -> int:
@@ -335,12 +329,6 @@ class FakeConnection:
 
     def plain(self, pairs: list) -> None:
         self.switch.plain(pairs, self.controller)
-
-    def bundle_steps(self, pairs: list):
-        return self.switch.bundle_steps(pairs, self.controller)
-
-    def plain_steps(self, pairs: list):
-        return self.switch.plain_steps(pairs, self.controller)
 
     def request_role(self, epoch: int | None) -> int:
         return self.switch.request_role(epoch, self.controller)

@@ -61,10 +61,10 @@ class Unanswered(ApplyError):
 
 class Asked:
     """A request sent to a switch whose reply is taken later (`result`): the requests of one round
-    (a pass's reads, a tier's bundles, the check's flow counts, the status write's barriers) go out
-    to every switch together and are awaited after, each until `wait` seconds after it went out, so
-    that k silent switches hold the round one wait, not k. `take(message)` makes the reply's value;
-    `discard` is the Unanswered's (see there)."""
+    (a pass's reads, the check's flow counts, the status write's barriers) go out to every switch
+    together and are awaited after, each until `wait` seconds after it went out, so that k silent
+    switches hold the round one wait, not k. `take(message)` makes the reply's value; `discard` is
+    the Unanswered's (see there)."""
 
     def __init__(self, dpid: int, reply, what: str, wait: float, take=lambda msg: msg, discard=lambda: None):
         self.dpid, self.reply, self.what, self.take, self.discard = dpid, reply, what, take, discard
@@ -78,26 +78,6 @@ class Asked:
             raise Unanswered(f"switch {self.dpid:016x}: no reply to {self.what} within {self.wait:g} s", self.what,
                              self.reply, self.discard)
         return self.take(msg)
-
-
-def run(steps, asked=None):
-    """Carry a session's steps to their end (a generator that yields each request it sent, an
-    Asked, and is sent its result or thrown its error), awaiting each request in turn: what a
-    session's `bundle` and `plain` do; the reconciler carries several switches' steps at once
-    (fathom.controller.apply). `asked`: the request the steps yielded already. Returns what the
-    steps return."""
-    try:
-        if asked is None:
-            asked = next(steps)
-        while True:
-            try:
-                value = asked.result()
-            except Exception as e:  # noqa: BLE001 - the steps' to handle
-                asked = steps.throw(e)
-            else:
-                asked = steps.send(value)
-    except StopIteration as done:
-        return done.value
 
 
 class NotMaster(ApplyError):
@@ -332,28 +312,19 @@ class OsKenSession:
         return self.ask_meters().result()
 
     def bundle(self, pairs: list) -> None:
-        """Send (spec, encode.Wire) pairs as one atomic bundle; ApplyError names the refused specs."""
-        run(self.bundle_steps(pairs))
-
-    def plain(self, pairs: list) -> None:
-        """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
-        run(self.plain_steps(pairs))
-
-    def bundle_steps(self, pairs: list):
-        """`bundle` in steps (see `run`): the bundle's commit is the one request awaited.
+        """Send (spec, encode.Wire) pairs as one atomic bundle; ApplyError names the refused specs.
 
         Open, every add and the commit go out in one write, with no round trip before the commit;
         the commit reply, after them on the same connection, tells whether the switch took the whole
         change (no barrier after it: the reply is sent once the bundle is in the tables). An error
-        on the open or on any add fails it all. OpenFlow 1.3: the messages plain (`plain_steps`).
+        on the open or on any add fails it all.
         """
         if not pairs:
             return
         dp, app = self.dp, self.app
         ofp, parser = dp.ofproto, dp.ofproto_parser
         if ofp.OFP_VERSION < 0x05:
-            yield from self.plain_steps(pairs)
-            return
+            return self.plain(pairs)
         bid = next(_bundle_ids) & 0xFFFFFFFF
         flags = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
 
@@ -378,11 +349,11 @@ class OsKenSession:
         if not dp.send(b"".join(out)):
             app.forget(dp, commit)
             raise ApplyError(f"switch {dp.id:016x}: connection closing")
-        msg = yield Asked(dp.id, reply, "its bundle's commit", self.wait,
-                          discard=lambda: app.take_errors(dp.id, [opening, *by_xid, commit]))
+        msg = Asked(dp.id, reply, "its bundle's commit", self.wait,
+                    discard=lambda: app.take_errors(dp.id, [opening, *by_xid, commit])).result()
         if msg is None:
             raise ApplyError(f"switch {dp.id:016x}: connection closed before the bundle's commit reply")
-        COMMIT_TIMES.observe(reply.at - sent)
+        COMMIT_TIMES.observe(time.monotonic() - sent)
         errors = app.take_errors(dp.id, [opening, *by_xid, commit])
         if errors or not isinstance(msg, parser.OFPBundleCtrlMsg):
             refused = [by_xid[e.xid] for e in errors if e.xid in by_xid]
@@ -391,11 +362,11 @@ class OsKenSession:
                 raise NotMaster(f"switch {dp.id:016x}: this controller is not its master (OFPBRC_IS_SLAVE)", refused)
             raise ApplyError(f"switch {dp.id:016x} refused the change: {OFError(result=first)}", refused)
 
-    def plain_steps(self, pairs: list):
-        """`plain` in steps (see `run`): each message's barrier is awaited before the next is sent."""
+    def plain(self, pairs: list) -> None:
+        """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
         for spec, m in pairs:
             try:
-                yield self._ask(m.message(), f"the barrier after a {m.kind} message")
+                self._ask(m.message(), f"the barrier after a {m.kind} message").result()
             except OFError as e:
                 if is_not_master(self.dp.ofproto, e.result):
                     raise NotMaster(f"switch {self.dp.id:016x}: this controller is not its master "
