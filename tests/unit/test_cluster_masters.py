@@ -37,14 +37,14 @@ class Written:
     def __getattr__(self, name):
         return getattr(self._conn, name)
 
-    def bundle_steps(self, pairs):
+    def bundle(self, pairs):
         self._sent[self._dpid] += 1
-        return self._conn.bundle_steps(pairs)
+        return self._conn.bundle(pairs)
 
-    def plain_steps(self, pairs):
+    def plain(self, pairs):
         if pairs:
             self._sent[self._dpid] += 1
-        return self._conn.plain_steps(pairs)
+        return self._conn.plain(pairs)
 
 
 class FedReplica(Replica):
