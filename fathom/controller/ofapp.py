@@ -31,7 +31,8 @@ LOG = logging.getLogger("fathom.openflow")
 # 5 s by default) is heard first, so no echo is sent; the switches' own probe is longer
 # (fathom.controller.bootstrap.CONTROLLER_PROBE_MS), so they send none either. A blocked read or
 # write on a switch's socket gives up after ECHO_INTERVAL (os-ken's socket timeout); a send that
-# finds the connection's send queue full gives up sooner (fathom.controller.ofgate.SEND_WAIT).
+# finds the connection's send queue full gives up sooner, once nothing was written to the switch
+# for fathom.controller.ofgate.SEND_WAIT.
 ECHO_INTERVAL = 15
 ECHO_UNREPLIED = 3
 # (experimenter, exp_type) of the ONF role status extension OVS sends over OpenFlow 1.3
@@ -48,14 +49,13 @@ class Reply:
     def __init__(self, dp):
         self.dp = dp
         self.msg = None
-        self.at: float | None = None      # when it came (monotonic)
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._then: Callable[[object], None] | None = None
 
     def settle(self, msg) -> None:
         with self._lock:
-            self.msg, self.at = msg, time.monotonic()
+            self.msg = msg
             self._done.set()
             then = self._then
         if then is not None:
