@@ -59,7 +59,7 @@ QUIET_ECHO_INTERVAL = 35.0
 SEND_WAIT = 1.0
 # Bytes the send loop hands the socket at a time: between them it marks that it wrote (what SEND_WAIT
 # measures), so a write of a big message to a switch that reads slowly is seen progressing.
-SEND_CHUNK = 16 * 1024
+SEND_CHUNK = 64 * 1024
 
 # identity (None: no TLS) -> the datapath ids it may claim
 Expected = Callable[[Identity | None], set[int]]

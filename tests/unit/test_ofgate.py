@@ -278,16 +278,16 @@ def test_a_switch_that_reads_slowly_is_waited_for_as_long_as_it_reads(tls, tmp_p
     # small socket buffers, so the big message is written as fast as the switch reads it
     dp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
     switch_end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-    messages = [b"\1" * (1 << 20)] + [bytes([2 + i]) * 100 for i in range(20)]
+    messages = [b"\1" * (2 << 20)] + [bytes([2 + i]) * 100 for i in range(20)]
     got = bytearray()
 
     def reader():
         while len(got) < sum(map(len, messages)):
-            chunk = switch_end.recv(8192)
+            chunk = switch_end.recv(16384)
             if not chunk:
                 return
             got.extend(chunk)
-            time.sleep(0.01)      # some 800 KB/s: the big message takes more than a second
+            time.sleep(0.01)      # some 1.6 MB/s at most: the big message takes more than a second
     t = threading.Thread(target=reader, daemon=True)
     t.start()
     started = time.monotonic()
