@@ -184,7 +184,8 @@ class FakeSwitch:
         while pairs:   # a stalled switch holds the first (OsKenSession waits for its barrier before the next)
             held = self._holds()
             kind = getattr(pairs[0][1], "kind", "plain")
-            self._sent(f"the barrier after a {kind} message", "plain", pairs[:1] if held else pairs, controller).result()
+            taken = pairs[:1] if held else pairs
+            self._sent(f"the barrier after a {kind} message", "plain", taken, controller).result()
             pairs = pairs[1:] if held else []      # answer() took the first within the wait
 
     def request_role(self, epoch: int | None, controller: str = DEFAULT) -> int:
