@@ -14,15 +14,19 @@ cookie) and the rest is applied without them. A switch that does not answer with
 the barrier after a plain message, the check's flow count, a status write's barrier — does not
 hold the pass longer: the pass goes on without it, its state says it is not answering (its objects
 are `pending`, not `active`), and later passes leave it alone until the reply comes or its
-connection closes; then it is read back and diffed whole, whatever the reply said.
+connection closes; then it is read back and diffed whole, whatever the reply said. The requests
+of one round (the pass's reads, the check's counts, the status write's barriers) go out to every
+switch before any is awaited, so several silent switches hold a round REPLY_WAIT once; a tier's
+changes go out to SENDERS switches at a time.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from fathom.apps import BR_INT, BR_PHY, FABRIC_SWITCH, SwitchKey
@@ -40,6 +44,14 @@ LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the r
 
 # New state goes to the switches nearest the physical network first, old state leaves the edge first.
 MAKE_ORDER = {FABRIC_SWITCH: 0, BR_PHY: 1, BR_INT: 2}
+# Flows read back at once (their switches' desired flows, one switch at least): the replies of every
+# switch read back are not held in memory together (at 100 nodes x 100 ports, 1.4 million flows)
+READ_FLOWS_AT_ONCE = 20_000
+# Switches a tier's changes are sent to at once, each by its own thread from sending to the reply
+# (a bundle's commit): a switch's reply waits for what the others sent meanwhile wherever they share
+# a CPU (the controller's, a host's), so that sending to every switch at once would make each reply
+# as late as the last; a silent switch holds one of them REPLY_WAIT.
+SENDERS = 8
 
 
 def switch_dpid(key: SwitchKey, snapshot: Snapshot) -> int | None:
@@ -74,6 +86,21 @@ class _Plan:
     mirror: tuple | None
 
 
+@dataclass
+class _Start:
+    """One switch's change this pass, its reads asked and not yet answered."""
+    key: SwitchKey
+    res: SwitchResult
+    session: object
+    desired: SwitchState
+    edit: tuple | None               # the pass's edit of its desired state, when its mirror is of the state before
+    audited: bool                    # read back and diffed whole
+    drift_found: bool                # audited though known and unchanged: a difference is drift
+    reads_flows: bool = False        # its flows and groups are read (no mirror to diff against)
+    asked: dict = field(default_factory=dict)   # "meters", "groups" -> switch.Asked
+    got: dict = field(default_factory=dict)     # "meters", "groups", "flows" -> what the switch holds
+
+
 class Applier:
     """Sends the switches their changes and keeps what each holds after our last successful apply
     (`known`, the mirror), so that passes diff against it instead of reading every flow back.
@@ -97,7 +124,7 @@ class Applier:
         self.mismatches = 0                           # check_incremental failures (must stay 0)
         self._had_meters: dict[int, bool] = {}        # dpid -> desired meters last pass (unknown: read)
         self._foreign: dict[int, tuple[set, set]] = {}    # dpid -> flows and groups not ours, with `known`
-        self._pool: ThreadPoolExecutor | None = None  # applies to several switches at once
+        self._pool: ThreadPoolExecutor | None = None  # sends a tier's changes to several switches at once
         # dpid -> (its state, the Unanswered) of a switch whose reply to a request is still
         # awaited: left alone (not read, nothing sent) until the reply comes or the connection
         # closes, which asks for a pass (on_retry) that reads it back and diffs it whole
@@ -109,29 +136,42 @@ class Applier:
         self._had_meters.pop(dpid, None)
 
     def check(self, res: SwitchResult) -> str | None:
-        """The periodic check of a switch that is set up: "retry" when it is connected but not
-        reconciled, "check" when its flow count differs from its mirror's (drift: the mirror is
-        dropped, so the pass this asks for diffs it whole) or it did not answer the count (the
-        pass says so), None when all is well or unknown."""
-        session = self.switches.session(res.dpid)
-        known = self.known.get(res.dpid)
-        if res.dpid in self.unanswered:
-            return None   # its reply asks for a pass when it comes
-        if session is None or known is None:
-            return "retry" if session is not None and not res.state.startswith("ok") else None
-        try:
-            flows = session.count_flows()
-        except Unanswered as e:
-            self._failed(res, session, e)
-            return "check"
-        except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
-            LOG.warning("%s: check failed: %s", res.key, e)
-            return None
-        if flows != len(known[0]):
-            self.on_drift("openflow", f"{res.key}: {flows} flows, {len(known[0])} installed")
-            self.known.pop(res.dpid, None)
-            return "check"
-        return None
+        """The periodic check of one switch (see `checks`)."""
+        return self.checks([res])[0]
+
+    def checks(self, results: list[SwitchResult]) -> list[str | None]:
+        """The periodic check of switches that are set up, one trigger each: "retry" when it is
+        connected but not reconciled, "check" when its flow count differs from its mirror's
+        (drift: the mirror is dropped, so the pass this asks for diffs it whole) or it did not
+        answer the count (the pass says so), None when all is well or unknown. The counts go out to
+        every switch at once and are awaited after: k silent switches hold the check one
+        REPLY_WAIT."""
+        triggers: list[str | None] = [None] * len(results)
+        asked = []
+        for i, res in enumerate(results):
+            session = self.switches.session(res.dpid)
+            known = self.known.get(res.dpid)
+            if res.dpid in self.unanswered:
+                continue   # its reply asks for a pass when it comes
+            if session is None or known is None:
+                triggers[i] = "retry" if session is not None and not res.state.startswith("ok") else None
+                continue
+            asked.append((i, res, session, known, session.ask_count()))
+        for i, res, session, known, count in asked:
+            try:
+                flows = count.result()
+            except Unanswered as e:
+                self._failed(res, session, e)
+                triggers[i] = "check"
+                continue
+            except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+                LOG.warning("%s: check failed: %s", res.key, e)
+                continue
+            if flows != len(known[0]):
+                self.on_drift("openflow", f"{res.key}: {flows} flows, {len(known[0])} installed")
+                self.known.pop(res.dpid, None)
+                triggers[i] = "check"
+        return triggers
 
     def apply(self, snapshot: Snapshot, result: PassResult, keys: Iterable[SwitchKey], changed: set[SwitchKey],
               edits: dict, audit: bool = False, read_back: frozenset[SwitchKey] = frozenset(), steps=None) -> None:
@@ -141,8 +181,9 @@ class Applier:
         `edits`: the desired state's edits of this pass (DesiredState.edits). `steps` gets "make"
         once every switch acknowledged the new state (what traffic waits for)."""
         keys = set(keys)
-        plans = [plan for key in sorted(keys, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k))
-                 if (plan := self._plan(key, snapshot, result, changed, edits, audit or key in read_back))]
+        starts = [start for key in sorted(keys, key=lambda k: (MAKE_ORDER.get(k.bridge, 9), k))
+                  if (start := self._plan(key, snapshot, result, changed, edits, audit or key in read_back))]
+        plans = self._diffed(starts)
         for key in set(self.results) - keys:
             del self.results[key]
         busy = [p for p in plans if len(p.change)]
@@ -176,9 +217,10 @@ class Applier:
             self._each(lambda plan: self._break(plan, whole, held, result), tiers[tier])
 
     def _plan(self, key: SwitchKey, snapshot: Snapshot, result: PassResult, changed: set[SwitchKey],
-              edits: dict, audited: bool) -> _Plan | None:
-        """The switch's change this pass, None when it gets none (holds its desired state, is not
-        connected, its OVSDB is not read, or its diff failed); its result says which."""
+              edits: dict, audited: bool) -> _Start | None:
+        """What `_diffed` needs to work out the switch's change this pass, the small reads it
+        needs sent; None when it gets none (holds its desired state, is not connected, its OVSDB
+        is not read, or it is still not answering); its result says which."""
         res = result.switches.get(key)
         if res is None:
             dpid = switch_dpid(key, snapshot)
@@ -218,18 +260,62 @@ class Applier:
             return None   # holds what it should: nothing to diff, nothing to send
         desired = result.desired[key]
         was_known = res.dpid in self.known and res.state == "ok"
+        start = _Start(key, res, session, desired, edits.get(key) if was_known else None, audited,
+                       audited and was_known and key not in changed)
+        known = None if audited else self.known.get(res.dpid)
+        start.reads_flows = known is None
         try:
-            edit = edits.get(key) if was_known else None
-            change, foreign, mirror = self._diff(session, desired, audited, edit)
+            # meters only where some are wanted or some of ours may be left (ids carry the app)
+            if desired.meters or self._had_meters.get(res.dpid, True):
+                start.asked["meters"] = session.ask_meters()
+            if start.reads_flows:
+                start.asked["groups"] = session.ask_groups()
         except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
             self._failed(res, session, e)
             return None
+        return start
+
+    def _diffed(self, starts: list[_Start]) -> list[_Plan]:
+        """The changes of the switches `_plan` started, once their reads are answered: first the
+        small reads `_plan` sent (meters, groups) of every switch, awaited together, so that every
+        silent switch is found within one REPLY_WAIT; then the flows of those that answered,
+        READ_FLOWS_AT_ONCE at a time (the replies of a hundred switches' flows would be held in
+        memory at once otherwise), each batch asked together and awaited."""
+        answered = []
+        for start in starts:
+            try:
+                start.got = {name: asked.result() for name, asked in start.asked.items()}
+            except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
+                self._failed(start.res, start.session, e)
+                continue
+            finally:
+                start.asked = {}
+            answered.append(start)
+        plans = []
+
+        def diffed(start: _Start, read) -> None:
+            try:
+                if read is not None:
+                    start.got["flows"] = read.result()
+                plans.append(self._planned(start))
+            except Exception as e:  # noqa: BLE001 - the switch's state, retried next pass
+                self._failed(start.res, start.session, e)
+            finally:
+                start.got = {}    # what it holds, decoded: not kept past its diff
+        _windowed(answered, lambda start: len(start.desired.flows) if start.reads_flows else 0,
+                  READ_FLOWS_AT_ONCE, lambda start: start.session.ask_flows() if start.reads_flows else None, diffed)
+        return plans
+
+    def _planned(self, start: _Start) -> _Plan:
+        """The switch's change, its reads answered (`start.got`)."""
+        key, res, desired = start.key, start.res, start.desired
+        change, foreign, mirror = self._diff(start.session, desired, start.audited, start.edit, start.got)
         if mirror is not None and self.check_incremental:
             self.assert_same_change(key, change, desired, mirror)
-        if audited and was_known and key not in changed and len(change):
+        if start.drift_found and len(change):
             self.on_drift("audit", f"{key}: {len(change)} differences from what was installed")
         res.state = "applying"   # ok or error once sent
-        return _Plan(res, session, desired, change, foreign, mirror)
+        return _Plan(res, start.session, desired, change, foreign, mirror)
 
     def _make(self, plan: _Plan, whole: bool, held: dict[int, set], result: PassResult) -> None:
         """Send the switch what is new (everything, with `whole`); `held` gets the owners it refused."""
@@ -284,41 +370,32 @@ class Applier:
         self._foreign[dpid] = plan.foreign
 
     def barriers(self, dpids) -> set[int]:
-        """A barrier's round trip to each of these switches (those still connected), side by side:
-        each has run its main loop since (`OsKenSession.barrier`). Returns those that did not
-        answer: each is not answering (its result says so) until its reply comes. A switch whose
-        connection fails is left to the next pass, which sees it gone."""
+        """A barrier's round trip to each of these switches (those still connected), all sent
+        before any is awaited: each has run its main loop since (`OsKenSession.ask_barrier`).
+        Returns those that did not answer: each is not answering (its result says so) until its
+        reply comes. A switch whose connection fails is left to the next pass, which sees it gone."""
         silent = set()
-
-        def one(dpid) -> None:
-            session = self.switches.session(dpid)
-            if session is not None:
-                try:
-                    session.barrier()
-                except Unanswered as e:
-                    res = next((r for r in self.results.values() if r.dpid == dpid), None)
-                    if res is not None:
-                        self._failed(res, session, e)
-                        silent.add(dpid)
-                except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
-                    LOG.warning("%016x: barrier failed: %s", dpid, e)
-        dpids = list(dpids)
-        if len(dpids) > 1 and self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
-        futures = [self._pool.submit(one, d) for d in dpids[1:]]
-        for d in dpids[:1]:
-            one(d)
-        for future in futures:
-            future.result()
+        asked = [(dpid, session, session.ask_barrier()) for dpid in dpids
+                 if (session := self.switches.session(dpid)) is not None]
+        for dpid, session, barrier in asked:
+            try:
+                barrier.result()
+            except Unanswered as e:
+                res = next((r for r in self.results.values() if r.dpid == dpid), None)
+                if res is not None:
+                    self._failed(res, session, e)
+                    silent.add(dpid)
+            except Exception as e:  # noqa: BLE001 - the switch's health, seen by the next pass
+                LOG.warning("%016x: barrier failed: %s", dpid, e)
         return silent
 
     def _each(self, fn, plans: list[_Plan]) -> None:
         """fn(plan) for every plan, at the same time when there are several switches with changes:
-        all but one of those in the pool, the rest on this thread (a hand-over costs more than a
-        plan with nothing to send)."""
+        all but one of those in the pool (SENDERS), the rest on this thread (a hand-over costs more
+        than a plan with nothing to send)."""
         others = [p for p in plans if len(p.change)][1:]
         if others and self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="apply")
+            self._pool = ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="apply")
         futures = [self._pool.submit(fn, plan) for plan in others]
         for plan in plans:
             if not any(plan is o for o in others):
@@ -326,22 +403,21 @@ class Applier:
         for future in futures:
             future.result()
 
-    def _diff(self, session, desired: SwitchState, audit: bool,
-              edit: tuple | None) -> tuple[Change, tuple, tuple | None]:
+    def _diff(self, session, desired: SwitchState, audit: bool, edit: tuple | None,
+              got: dict) -> tuple[Change, tuple, tuple | None]:
         """The change that brings a switch to `desired`, what it holds that is not ours, and the
         mirror to update after the change (None: rebuilt from `desired`). A switch whose mirror is
         of the desired state this pass's `edit` started from gets the edit only (its cost follows
         the change, not the switch's flows); any other is diffed whole, against its mirror or what
-        it holds read back."""
+        it holds read back (`got`: its meters, flows and groups, those read)."""
         known = None if audit else self.known.get(session.dpid)
-        # meters are read only where some are wanted or some of ours may be left (ids carry the app)
-        meters = session.read_meters() if desired.meters or self._had_meters.get(session.dpid, True) else None
+        meters = got.get("meters")
         if known is not None and edit is not None and known[2] is edit[0] and session.dpid in self._foreign:
             _, gone, new = edit
             change = diff(SwitchState(new.flows, new.groups, desired.meters), gone.flows, gone.groups, meters)
             self._count_diff("edit")
             return change, self._foreign[session.dpid], (known[0], known[1], gone, new)
-        flows, groups = known[:2] if known is not None else (session.read_flows(), session.read_groups())
+        flows, groups = known[:2] if known is not None else (got["flows"], got["groups"])
         foreign = self._foreign.get(session.dpid) if known is not None else None
         if foreign is None:   # what is not ours on the switch (kept with the mirror: no pass over it)
             foreign = ({f for f in flows if not owns_cookie(f.cookie)},
@@ -409,6 +485,22 @@ class Applier:
             LOG.error("%s", what)
             self.known.clear()    # the next pass diffs every switch whole, against what it holds
             raise IncrementalMismatch(what)
+
+
+def _windowed(items: list, size, most: int, start, finish) -> None:
+    """start(item) for every item in order, and finish(item, what its start returned) in the same
+    order, an item started only while the sizes of those started and not finished add up to `most`
+    at most (one item at least): the oldest started are finished to make room."""
+    going, total = deque(), 0
+    for item in items:
+        while going and total + size(item) > most:
+            done, started = going.popleft()
+            total -= size(done)
+            finish(done, started)
+        going.append((item, start(item)))
+        total += size(item)
+    while going:
+        finish(*going.popleft())
 
 
 def _send_half(session, change: Change, half) -> None:

@@ -13,7 +13,10 @@ FakeSwitches `down` holds switches not connected (yet), `disconnect(dpid)` close
 one that was (its ovs-vswitchd died): from then on its session is gone and an apply fails.
 `stall()` makes a switch stop answering (a paused ovs-vswitchd): whatever is asked of it (a read,
 a bundle, a plain message, a barrier) waits, not taken, and the session raises Unanswered as
-OsKenSession does after REPLY_WAIT; `answer()` takes what waited, in order, and replies to each.
+OsKenSession does after REPLY_WAIT (`stall(wait=s)`: after s seconds, as it would; at once by
+default); `answer()` takes what waited, in order, and replies to each. FakeSwitches `silences`
+records, in order, each request a stalled switch was asked and each wait for one that ended
+unanswered.
 
 Roles as OVS applies them: the switch itself is one controller's connection (`DEFAULT`);
 `connect(name)` gives another controller's connection to the same tables. Every connection starts
@@ -31,7 +34,7 @@ import time
 from os_ken.ofproto import ofproto_parser, ofproto_v1_4, ofproto_v1_4_parser
 
 from fathom.controller.ofapp import Reply
-from fathom.controller.switch import NO_GENERATION, ApplyError, NotMaster, Unanswered
+from fathom.controller.switch import NO_GENERATION, ApplyError, Asked, NotMaster, Unanswered
 from fathom.openflow import encode
 
 
@@ -53,8 +56,9 @@ DEFAULT = "default"     # the controller whose connection the FakeSwitch itself 
 class FakeSwitch:
     settle = 0.0   # no datapath caches its flows
 
-    def __init__(self, dpid: int, journal: list | None = None):
+    def __init__(self, dpid: int, journal: list | None = None, silences: list | None = None):
         self.dpid = dpid
+        self.silences = silences if silences is not None else []   # ("asked" | "unanswered", dpid, what), shared
         self.dp = FakeDatapath(dpid)
         self.journal = journal if journal is not None else []   # (dpid, "bundle" | "plain", messages), shared
         self.flows: dict[tuple, object] = {}     # (table, priority, match) -> FlowSpec
@@ -74,6 +78,7 @@ class FakeSwitch:
         # "plain" (taken when it answers) | "ask" (a read or a barrier)
         self.held: list | None = None
         self._answers = 0                        # requests still answered once stalled (`stall`)
+        self._wait = 0.0                         # how long a request waits for a stalled switch (`stall`)
 
     # ------------------------------------------------------------------------------ knobs
 
@@ -81,10 +86,11 @@ class FakeSwitch:
         """Refuse every message whose spec satisfies `predicate(spec)` (None: refuse nothing)."""
         self._refuse = predicate or (lambda spec: False)
 
-    def stall(self, after: int = 0) -> None:
+    def stall(self, after: int = 0, wait: float = 0.0) -> None:
         """Stop answering: requests wait (see the module's docstring), from the one after the next
-        `after` on (those are still answered: a switch falling silent in the middle of a pass)."""
-        self.held, self._answers = [], after
+        `after` on (those are still answered: a switch falling silent in the middle of a pass);
+        each is Unanswered `wait` seconds after it was asked."""
+        self.held, self._answers, self._wait = [], after, wait
 
     def answer(self) -> None:
         """Answer again: take what waited, in order, and reply to each."""
@@ -97,14 +103,37 @@ class FakeSwitch:
             except ApplyError as e:
                 reply.settle(e)
 
-    def _answering(self, what: str, how: str = "ask", pairs: list = (), controller: str = DEFAULT) -> None:
-        """Unanswered, the request held, while the switch is stalled."""
+    def _asked(self, what: str, value, how: str = "ask", pairs: list = (), controller: str = DEFAULT) -> Asked:
+        """A request (its reply's value: `value()`), held while the switch is stalled: its result is
+        then Unanswered once its wait is over (its value if the switch answered before)."""
+        reply = Reply(self.dp)
         if self.held is not None and self._answers:
             self._answers -= 1
         elif self.held is not None:
-            reply = Reply(self.dp)
             self.held.append((what, how, pairs, controller, reply))
-            raise Unanswered(f"switch {self.dpid:016x}: no reply to {what}", what, reply)
+            self.silences.append(("asked", self.dpid, what))
+            return _Held(self, reply, what, value)
+        reply.settle("answered")
+        return Asked(self.dpid, reply, what, 0.0, lambda _msg: value())
+
+    def _holds(self) -> bool:
+        """Whether the next request is held (stalled, no answers left)."""
+        return self.held is not None and not self._answers
+
+    def _sent(self, what: str, how: str, pairs: list, controller: str) -> Asked:
+        """A change sent ("bundle" or "plain" messages): taken at once, its result raising what the
+        switch refused; held while the switch is stalled (`_asked`)."""
+        if self._holds():
+            return self._asked(what, lambda: None, how, pairs, controller)
+        if self.held is not None:
+            self._answers -= 1
+        reply = Reply(self.dp)
+        try:
+            self._apply(how, pairs, atomic=how == "bundle", controller=controller)
+            reply.settle(None)
+        except Exception as e:  # noqa: BLE001 - refused or closed: the request's result
+            reply.settle(e)
+        return Asked(self.dpid, reply, what, 0.0, _raised)
 
     def add_foreign_flow(self, flow) -> None:
         """A flow someone else put there (e.g. cookie 0): the reconciler must leave it alone."""
@@ -112,37 +141,52 @@ class FakeSwitch:
 
     # ------------------------------------------------------------------------------ session interface
 
+    def ask_flows(self) -> Asked:
+        def value():
+            self.reads += 1
+            return set(self.flows.values())
+        return self._asked("a flow read", value)
+
+    def ask_count(self) -> Asked:
+        return self._asked("a flow count", lambda: len(self.flows))
+
+    def ask_groups(self) -> Asked:
+        return self._asked("a group read", lambda: set(self.groups.values()))
+
+    def ask_meters(self) -> Asked:
+        return self._asked("a meter read", lambda: set(self.meters.values()))
+
+    def ask_barrier(self) -> Asked:
+        def value():
+            self.barriers += 1
+        return self._asked("a barrier", value)
+
     def read_flows(self) -> set:
-        self._answering("a flow read")
-        self.reads += 1
-        return set(self.flows.values())
+        return self.ask_flows().result()
 
     def count_flows(self) -> int:
-        self._answering("a flow count")
-        return len(self.flows)
+        return self.ask_count().result()
 
     def read_groups(self) -> set:
-        self._answering("a group read")
-        return set(self.groups.values())
+        return self.ask_groups().result()
 
     def read_meters(self) -> set:
-        self._answering("a meter read")
-        return set(self.meters.values())
+        return self.ask_meters().result()
 
     def barrier(self) -> None:
-        self._answering("a barrier")
-        self.barriers += 1
+        self.ask_barrier().result()
 
     def bundle(self, pairs: list, controller: str = DEFAULT) -> None:
         if pairs:
-            self._answering("its bundle's commit", "bundle", pairs, controller)
-            self._apply("bundle", pairs, atomic=True, controller=controller)
+            self._sent("its bundle's commit", "bundle", pairs, controller).result()
 
     def plain(self, pairs: list, controller: str = DEFAULT) -> None:
-        if pairs:   # a stalled switch holds the first (OsKenSession waits for its barrier before the next)
+        while pairs:   # a stalled switch holds the first (OsKenSession waits for its barrier before the next)
+            held = self._holds()
             kind = getattr(pairs[0][1], "kind", "plain")
-            self._answering(f"the barrier after a {kind} message", "plain", pairs[:1], controller)
-            self._apply("plain", pairs, atomic=False, controller=controller)
+            taken = pairs[:1] if held else pairs
+            self._sent(f"the barrier after a {kind} message", "plain", taken, controller).result()
+            pairs = pairs[1:] if held else []      # answer() took the first within the wait
 
     def request_role(self, epoch: int | None, controller: str = DEFAULT) -> int:
         """As fathom.controller.switch.OsKenSession.request_role, with OVS's rules."""
@@ -248,6 +292,30 @@ class FakeSwitch:
         return f"{name} not supported by the fake switch"
 
 
+def _raised(msg):
+    """A change's result: the error the switch answered, raised."""
+    if isinstance(msg, Exception):
+        raise msg
+
+
+class _Held(Asked):
+    """A request a stalled switch holds: Unanswered once the switch's wait is over."""
+
+    def __init__(self, switch: FakeSwitch, reply, what: str, value):
+        super().__init__(switch.dpid, reply, what, switch._wait, lambda _msg: value())
+        self.switch = switch
+
+    def result(self):
+        try:
+            value = super().result()
+        except Unanswered:
+            self.switch.silences.append(("unanswered", self.dpid, self.what))
+            raise
+        if isinstance(self.reply.msg, ApplyError):    # what answer() took, refused
+            raise self.reply.msg
+        return value
+
+
 class FakeConnection:
     """Another controller's connection to a FakeSwitch: the same tables, a role of its own."""
 
@@ -275,12 +343,13 @@ class FakeSwitches:
         self.down: set[int] = set()
         self.lost: dict[int, float] = {}   # dpid -> when its connection closed
         self.journal: list = []        # every switch's messages in the order they arrived
+        self.silences: list = []       # every stalled switch's requests and unanswered waits, in order
 
     def add(self, dpid: int) -> FakeSwitch:
         self.down.discard(dpid)
         self.lost.pop(dpid, None)
         if dpid not in self.switches:
-            sw = self.switches[dpid] = FakeSwitch(dpid, self.journal)
+            sw = self.switches[dpid] = FakeSwitch(dpid, self.journal, self.silences)
             sw.alive = lambda: dpid not in self.down
         return self.switches[dpid]
 

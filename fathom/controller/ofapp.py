@@ -30,7 +30,9 @@ LOG = logging.getLogger("fathom.openflow")
 # is dropped at once. At rest the reconciler's check (a flow count per switch every `interval`,
 # 5 s by default) is heard first, so no echo is sent; the switches' own probe is longer
 # (fathom.controller.bootstrap.CONTROLLER_PROBE_MS), so they send none either. A blocked read or
-# write on a switch's socket gives up after ECHO_INTERVAL (os-ken's socket timeout).
+# write on a switch's socket gives up after ECHO_INTERVAL (os-ken's socket timeout); a send that
+# finds the connection's send queue full gives up sooner, once nothing was written to the switch
+# for fathom.controller.ofgate.SEND_WAIT.
 ECHO_INTERVAL = 15
 ECHO_UNREPLIED = 3
 # (experimenter, exp_type) of the ONF role status extension OVS sends over OpenFlow 1.3

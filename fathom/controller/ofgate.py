@@ -46,6 +46,20 @@ HANDSHAKE_TIMEOUT = 10.0
 # answered) instead of one every fathom.controller.ofapp.ECHO_INTERVAL (ours); still dropped after
 # the same silence as any other (60 s).
 QUIET_ECHO_INTERVAL = 35.0
+# How long a send waits for room in a connection's send queue (os-ken's: 16 messages, behind the one
+# being written) while the connection's send loop writes nothing. A queue full with nothing written
+# for this long is a switch that stopped reading (its socket's buffers full, the write under way
+# blocked): its connection is closed, as the keepalive closes a silent one, and the switch is
+# reconciled in full when it connects again. A switch that reads, however slowly (a big replay to a
+# busy switch), is waited for as long as it reads. Without the bound, whoever sends to a switch that
+# stopped reading waits for os-ken's socket timeout (fathom.controller.ofapp.ECHO_INTERVAL, 15 s): a
+# pass, or os-ken's ofctl service, whose one thread carries every switch's reads and barriers.
+# Shorter than fathom.controller.switch.REPLY_WAIT, so that a request to another switch that waited
+# behind such a send is still answered within its wait.
+SEND_WAIT = 1.0
+# Bytes the send loop hands the socket at a time: between them it marks that it wrote (what SEND_WAIT
+# measures), so a write of a big message to a switch that reads slowly is seen progressing.
+SEND_CHUNK = 64 * 1024
 
 # identity (None: no TLS) -> the datapath ids it may claim
 Expected = Callable[[Identity | None], set[int]]
@@ -225,6 +239,55 @@ class GatedDatapath(Datapath):
         self.heard_at = time.monotonic()      # the last message from the switch
         self._echo_at = 0.0                   # the last echo request sent
         self._ended = threading.Event()       # the connection's reading ended
+        self.send_wait = SEND_WAIT
+        self.sent_at = time.monotonic()      # the send loop's last progress (a message taken, a chunk written)
+
+    def send(self, buf, close_socket: bool = False) -> bool:
+        """Queue `buf` for the connection's send loop, as os-ken's Datapath.send does (False: the
+        connection is closing, nothing queued), waiting for room in the queue as long as the send
+        loop writes: once it wrote nothing for `send_wait` seconds of this wait, the switch stopped
+        reading and its connection is closed (SEND_WAIT)."""
+        started = time.monotonic()
+        while True:
+            until = max(started, self.sent_at) + self.send_wait    # send_wait after the loop last wrote
+            if self._send_q_sem.acquire(timeout=max(0.0, until - time.monotonic())):
+                break
+            if time.monotonic() >= max(started, self.sent_at) + self.send_wait:
+                if self.state != DEAD_DISPATCHER:
+                    LOG.warning("switch at %s: nothing written to it for %g s, its send queue full (it stopped "
+                                "reading): connection closed", self.address, self.send_wait)
+                    self.close()
+                return False
+        if self.send_q:
+            self.send_q.put((buf, close_socket))
+            return True
+        self._send_q_sem.release()
+        return False
+
+    def _send_loop(self):
+        """os-ken's send loop (Datapath._send_loop), each message written SEND_CHUNK bytes at a
+        time, `sent_at` marked as it goes (what `send` waits on)."""
+        try:
+            while self.state != DEAD_DISPATCHER:
+                buf, close_socket = self.send_q.get()
+                self._send_q_sem.release()
+                self.sent_at = time.monotonic()
+                view = memoryview(buf)
+                for at in range(0, len(view), SEND_CHUNK):
+                    self.socket.sendall(view[at:at + SEND_CHUNK])
+                    self.sent_at = time.monotonic()
+                if close_socket:
+                    break
+        except OSError as e:     # socket.timeout included
+            LOG.debug("switch at %s: sending failed: %s", self.address, e)
+        finally:
+            q, self.send_q = self.send_q, None    # no new message is queued from here on
+            try:                                  # and every sender waiting for room is let go
+                while q.get(block=False):
+                    self._send_q_sem.release()
+            except hub.QueueEmpty:
+                pass
+            self._close_write()
 
     def _echo_request_loop(self):
         most = self.max_unreplied_echo_requests

@@ -368,13 +368,15 @@ class Reconciler:
                     found = True
             except Exception:  # noqa: BLE001 - one extension must not break the check
                 LOG.exception("extension %s check failed", type(ext).__name__)
+        counted = []     # every switch's flow count is asked at once (Applier.checks)
         for key, res in list(self.results.items()):
             if res.setup == "error":
                 if self._setups.due(key.name):
                     self._event("retry", setup=key.name)
                     found = True
                 continue
-            trigger = self.applier.check(res)
+            counted.append(res)
+        for trigger in self.applier.checks(counted):
             if trigger is not None:
                 self._event(trigger)
                 found = True

@@ -59,6 +59,27 @@ class Unanswered(ApplyError):
         self.what, self.reply, self.discard = what, reply, discard
 
 
+class Asked:
+    """A request sent to a switch whose reply is taken later (`result`): the requests of one round
+    (a pass's reads, the check's flow counts, the status write's barriers) go out to every switch
+    together and are awaited after, each until `wait` seconds after it went out, so that k silent
+    switches hold the round one wait, not k. `take(message)` makes the reply's value; `discard` is
+    the Unanswered's (see there)."""
+
+    def __init__(self, dpid: int, reply, what: str, wait: float, take=lambda msg: msg, discard=lambda: None):
+        self.dpid, self.reply, self.what, self.take, self.discard = dpid, reply, what, take, discard
+        self.until = time.monotonic() + wait
+        self.wait = wait
+
+    def result(self):
+        """The reply's value; Unanswered once `wait` has passed since the request went out."""
+        came, msg = self.reply.wait(max(0.0, self.until - time.monotonic()))
+        if not came:
+            raise Unanswered(f"switch {self.dpid:016x}: no reply to {self.what} within {self.wait:g} s", self.what,
+                             self.reply, self.discard)
+        return self.take(msg)
+
+
 class NotMaster(ApplyError):
     """The switch refused a write (OFPBRC_IS_SLAVE) or a master role request (OFPRRFC_STALE): another
     controller is its master under a newer generation_id. Mastership is lost: write nothing more to
@@ -238,44 +259,57 @@ class OsKenSession:
         """False once the connection is closed, even before the app has heard of it."""
         return self.app.still_connected(self.dp)
 
-    def _await(self, reply, what: str, discard=lambda: None):
-        """The message `reply` settles with, within `wait` seconds; Unanswered after."""
-        came, msg = reply.wait(self.wait)
-        if not came:
-            raise Unanswered(f"switch {self.dpid:016x}: no reply to {what} within {self.wait:g} s", what, reply,
-                             discard)
-        return msg
+    def _ask(self, msg, what: str, reply_cls=None, multi: bool = False, take=lambda parts: parts) -> Asked:
+        """`msg` sent through ofctl (see `ask`), its reply awaited later: `take` makes the value of
+        the reply (the parts of a multipart one)."""
+        return Asked(self.dpid, ask(self.app, msg, reply_cls, multi), what, self.wait, lambda answer: take(answer()))
 
-    def _ask(self, msg, what: str, reply_cls=None, multi: bool = False):
-        """The switch's reply to `msg` through ofctl (see `ask`): the parts of a multipart one."""
-        return self._await(ask(self.app, msg, reply_cls, multi), what)()
-
-    def read_flows(self) -> set[FlowSpec]:
+    def ask_flows(self) -> Asked:
+        """A read of the switch's flows (`result()`: the set of FlowSpec)."""
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPFlowStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                          parser.OFPMatch())
-        replies = self._ask(req, "a flow read", parser.OFPFlowStatsReply, multi=True) or []
-        return {encode.decode_flow(ofp, stat) for r in replies for stat in r.body}
+        return self._ask(req, "a flow read", parser.OFPFlowStatsReply, True,
+                         lambda replies: {encode.decode_flow(ofp, stat) for r in replies or () for stat in r.body})
 
-    def count_flows(self) -> int:
+    def ask_count(self) -> Asked:
         """How many flows the switch holds (one aggregate-stats round trip, whatever their number)."""
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPAggregateStatsRequest(self.dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, 0, 0,
                                               parser.OFPMatch())
-        replies = self._ask(req, "a flow count", parser.OFPAggregateStatsReply, multi=True) or []
-        return sum(r.body.flow_count for r in replies)
+        return self._ask(req, "a flow count", parser.OFPAggregateStatsReply, True,
+                         lambda replies: sum(r.body.flow_count for r in replies or ()))
 
-    def read_groups(self) -> set[GroupSpec]:
+    def ask_groups(self) -> Asked:
         parser = self.dp.ofproto_parser
         req = parser.OFPGroupDescStatsRequest(self.dp, 0)
-        replies = self._ask(req, "a group read", parser.OFPGroupDescStatsReply, multi=True) or []
-        return {encode.decode_group(self.dp.ofproto, d) for r in replies for d in r.body}
+        return self._ask(req, "a group read", parser.OFPGroupDescStatsReply, True,
+                         lambda replies: {encode.decode_group(self.dp.ofproto, d)
+                                          for r in replies or () for d in r.body})
 
-    def read_meters(self) -> set[MeterSpec]:
+    def ask_meters(self) -> Asked:
         ofp, parser = self.dp.ofproto, self.dp.ofproto_parser
         req = parser.OFPMeterConfigStatsRequest(self.dp, 0, ofp.OFPM_ALL)
-        replies = self._ask(req, "a meter read", parser.OFPMeterConfigStatsReply, multi=True) or []
-        return {encode.decode_meter(ofp, c) for r in replies for c in r.body}
+        return self._ask(req, "a meter read", parser.OFPMeterConfigStatsReply, True,
+                         lambda replies: {encode.decode_meter(ofp, c) for r in replies or () for c in r.body})
+
+    def ask_barrier(self) -> Asked:
+        """A barrier's round trip: the switch's main loop has run since everything sent before it
+        (OVS polls a userspace datapath's ports in that loop: a loop busy reconfiguring its ports
+        holds their traffic, and this reply, until it is done)."""
+        return self._ask(self.dp.ofproto_parser.OFPBarrierRequest(self.dp), "a barrier")
+
+    def read_flows(self) -> set[FlowSpec]:
+        return self.ask_flows().result()
+
+    def count_flows(self) -> int:
+        return self.ask_count().result()
+
+    def read_groups(self) -> set[GroupSpec]:
+        return self.ask_groups().result()
+
+    def read_meters(self) -> set[MeterSpec]:
+        return self.ask_meters().result()
 
     def bundle(self, pairs: list) -> None:
         """Send (spec, encode.Wire) pairs as one atomic bundle; ApplyError names the refused specs.
@@ -315,7 +349,8 @@ class OsKenSession:
         if not dp.send(b"".join(out)):
             app.forget(dp, commit)
             raise ApplyError(f"switch {dp.id:016x}: connection closing")
-        msg = self._await(reply, "its bundle's commit", lambda: app.take_errors(dp.id, [opening, *by_xid, commit]))
+        msg = Asked(dp.id, reply, "its bundle's commit", self.wait,
+                    discard=lambda: app.take_errors(dp.id, [opening, *by_xid, commit])).result()
         if msg is None:
             raise ApplyError(f"switch {dp.id:016x}: connection closed before the bundle's commit reply")
         COMMIT_TIMES.observe(time.monotonic() - sent)
@@ -327,22 +362,19 @@ class OsKenSession:
                 raise NotMaster(f"switch {dp.id:016x}: this controller is not its master (OFPBRC_IS_SLAVE)", refused)
             raise ApplyError(f"switch {dp.id:016x} refused the change: {OFError(result=first)}", refused)
 
-    def barrier(self) -> None:
-        """A barrier's round trip: the switch's main loop has run since everything sent before it
-        (OVS polls a userspace datapath's ports in that loop: a loop busy reconfiguring its ports
-        holds their traffic, and this reply, until it is done)."""
-        self._ask(self.dp.ofproto_parser.OFPBarrierRequest(self.dp), "a barrier")
-
     def plain(self, pairs: list) -> None:
         """Send messages in order, each waiting for its barrier (errors raise ApplyError)."""
         for spec, m in pairs:
             try:
-                self._ask(m.message(), f"the barrier after a {m.kind} message")
+                self._ask(m.message(), f"the barrier after a {m.kind} message").result()
             except OFError as e:
                 if is_not_master(self.dp.ofproto, e.result):
                     raise NotMaster(f"switch {self.dp.id:016x}: this controller is not its master "
                                     f"(OFPBRC_IS_SLAVE)", (spec,)) from e
                 raise ApplyError(f"switch {self.dp.id:016x} refused the change: {e}", (spec,)) from e
+
+    def barrier(self) -> None:
+        self.ask_barrier().result()
 
     def request_role(self, epoch: int | None) -> int:
         """Be the switch's master under generation_id `epoch` (a lease's epoch, fathom.cluster), or

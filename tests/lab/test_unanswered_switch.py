@@ -4,9 +4,11 @@ controller awaits its bundle's commit, reads it back (an explicit sync), counts 
 periodic check) or asks the barrier before a status turns `active`. Each time compute2 is `not
 answering` (its node and ports `pending`, saying what it did not answer) within REPLY_WAIT and a
 bit, a port on compute1 turns `active` meanwhile, and once resumed compute2 is read back, brought
-to its desired state, and its ports turn `active` again. Every request on its own:
-tests/lab/test_unanswered_requests.py."""
+to its desired state, and its ports turn `active` again. Two nodes paused at once (compute2 and gw:
+each one's br-int and br-phy silent) hold a sync and the check one REPLY_WAIT, not one per
+switch. Every request on its own: tests/lab/test_unanswered_requests.py."""
 import contextlib
+import datetime
 import os
 import re
 import signal
@@ -54,13 +56,15 @@ def new_port(api, lab, name: str, mac: str, ip: str, node: str = "compute1") -> 
 
 
 @contextlib.contextmanager
-def paused(lab, node: str):
-    vswitchd = lab.ovs(node).pid("ovs-vswitchd")
-    os.kill(vswitchd, signal.SIGSTOP)
+def paused(lab, *nodes: str):
+    vswitchds = [lab.ovs(node).pid("ovs-vswitchd") for node in nodes]
+    for vswitchd in vswitchds:
+        os.kill(vswitchd, signal.SIGSTOP)
     try:
         yield
     finally:
-        os.kill(vswitchd, signal.SIGCONT)
+        for vswitchd in vswitchds:
+            os.kill(vswitchd, signal.SIGCONT)
 
 
 def pending_for(api, lab, what: str) -> None:
@@ -112,13 +116,13 @@ def test_a_switch_paused_while_read_back_holds_no_other_switchs_changes(lab):
         sync = threading.Thread(target=lambda: synced.append(Client.for_lab(lab.state()).sync()), daemon=True)
         sync.start()
         api.wait_until(f"/nodes/{api.find('nodes', 'compute2')['id']}", lambda n: n["status"] == "pending", HELD)
-        pending_for(api, lab, "a flow read")
+        pending_for(api, lab, "a group read")
         sync.join(HELD)
         assert synced, controller_log(lab)
         port = new_port(api, lab, "wty", "02:fa:00:00:01:61", "198.19.1.61")
         got = api.wait_status("ports", port["id"], timeout=HELD)
         assert got["status"] == "active", (got, controller_log(lab))
-        pending_for(api, lab, "a flow read")              # left alone since
+        pending_for(api, lab, "a group read")              # left alone since
     caught_up(api, lab)
     run(["ip", "netns", "del", lab.ns("wty")])
 
@@ -167,4 +171,62 @@ def test_a_switch_paused_before_the_status_writes_barrier_holds_no_other_switchs
     caught_up(api, lab)
     assert api.wait_status("ports", port["id"], timeout=30)["status"] == "active"
     for name in ("wtw", "wtv"):
+        run(["ip", "netns", "del", lab.ns(name)])
+
+
+def log_from(lab, offset: int) -> list[str]:
+    """The lines the lab controller logged since `offset` (a size of its log)."""
+    with open(lab.dir / "controller.log", "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace").splitlines()
+
+
+def gave_up(lines: list[str], nodes) -> dict[str, tuple[datetime.datetime, str]]:
+    """switch ("br-int compute2", ...) -> when the controller gave up waiting for it, and on what."""
+    out = {}
+    for line in lines:
+        got = re.match(r"(\S+ \S+) WARNING fathom.reconciler: (\S+ (\S+)): switch \w+: no reply to (.+) within "
+                       r"[\d.]+ s: left alone until it answers", line)
+        if got and got[3] in nodes and got[2] not in out:
+            out[got[2]] = (datetime.datetime.strptime(got[1], "%Y-%m-%d %H:%M:%S,%f"), got[4])
+    return out
+
+
+def test_two_nodes_paused_at_once_hold_a_sync_and_the_check_one_wait(lab):
+    """compute2's and gw's ovs-vswitchd paused together: a sync reads every switch back, and the
+    periodic check counts every switch's flows. Each asks all of them at once and awaits the replies
+    under one wait, so the silent switches are given up together (the controller's own log: within
+    REPLY_WAIT of each other; one by one, REPLY_WAIT apart), and the sync's reads and changes (its
+    `make` step, in its pass's log line) take about one REPLY_WAIT, not one per silent switch. A port
+    on compute1 turns `active` meanwhile."""
+    api = Client.for_lab(lab.state())
+    nodes = ("compute2", "gw")
+    log = lab.dir / "controller.log"
+    for phase in ("sync", "check"):
+        offset = log.stat().st_size
+        with paused(lab, *nodes):
+            if phase == "sync":
+                sync = api.sync()
+                assert sync["compute1"]["switch"] == "ok", (sync, controller_log(lab))
+            for node in nodes:
+                api.wait_until(f"/nodes/{api.find('nodes', node)['id']}", lambda n: n["status"] == "pending",
+                               CHECK_INTERVAL + HELD)
+            lines = log_from(lab, offset)
+            silent = gave_up(lines, nodes)
+            # at least each node's br-int (its br-phy too where the controller programs it)
+            assert {key.split()[1] for key in silent} == set(nodes), (silent, controller_log(lab))
+            when = sorted(t for t, _what in silent.values())
+            assert (when[-1] - when[0]).total_seconds() < REPLY_WAIT, (silent, controller_log(lab))
+            if phase == "sync" and all(what == "a group read" for _t, what in silent.values()):
+                # the sync asked them (not a check that came first): its pass waited once
+                made = [float(m[1]) for line in lines if "(audit)" in line
+                        for m in [re.search(r"\bmake ([\d.]+)", line)] if m]
+                assert made and REPLY_WAIT * 1000 <= made[0] < 2 * REPLY_WAIT * 1000, (made, controller_log(lab))
+            name, mac, ip = {"sync": ("wts", "02:fa:00:00:01:65", "198.19.1.65"),
+                             "check": ("wtc", "02:fa:00:00:01:66", "198.19.1.66")}[phase]
+            port = new_port(api, lab, name, mac, ip)
+            got = api.wait_status("ports", port["id"], timeout=HELD)
+            assert got["status"] == "active", (got, controller_log(lab))
+        caught_up(api, lab)
+        assert api.find("nodes", "gw")["status"] == "active"
         run(["ip", "netns", "del", lab.ns(name)])

@@ -3,11 +3,13 @@ switches that take real OpenFlow messages (fathom.controller.fakeswitch): make o
 before break on any, a known switch told only the pass's edit, a refusal marking exactly its
 owners, an audit finding and repairing drift, switches not connected or not set up left alone, and
 a switch that does not answer (its commit, a read, a plain message's barrier, the check's count, a
-status write's barrier) holding no pass."""
+status write's barrier) holding no pass, and many silent at once holding it one wait: each round's
+requests asked of every switch before any is awaited (flow reads a bounded number at a time), a
+tier's changes sent to SENDERS switches at once."""
 from __future__ import annotations
 
 from fathom.apps import BR_INT, FABRIC_SWITCH, SwitchKey
-from fathom.controller.apply import Applier
+from fathom.controller.apply import SENDERS, Applier
 from fathom.controller.fakeswitch import FakeSwitches
 from fathom.controller.results import PassResult, SwitchResult
 from fathom.model import Snapshot
@@ -229,7 +231,7 @@ def _barrier(bench):
 
 
 @pytest.mark.parametrize("silent, what", [
-    (_on_connect, "a meter read"), (_audit, "a flow read"), (_meter, "the barrier after a meter message"),
+    (_on_connect, "a meter read"), (_audit, "a group read"), (_meter, "the barrier after a meter message"),
     (_check, "a flow count"), (_barrier, "a barrier")], ids=["on-connect", "audit", "meter", "check", "barrier"])
 def test_a_switch_silent_to_any_request_holds_no_pass_and_is_read_back_once_it_answers(silent, what):
     """Whatever went unanswered, the same: the switch is not answering (named), the other switch
@@ -243,10 +245,11 @@ def test_a_switch_silent_to_any_request_holds_no_pass_and_is_read_back_once_it_a
     assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(2))
     c2 = bench.applier.results[C2]
     assert c2.state.startswith(f"not answering: no reply to {what} since "), c2.state
-    assert len(bench.sw[C2].held) == 1 and DPIDS[C2] not in bench.applier.known
+    held = len(bench.sw[C2].held)        # the reads a diff needs are asked together: up to three
+    assert held and DPIDS[C2] not in bench.applier.known
     result = bench.apply({C1: SwitchState(owned(3)), C2: SwitchState(owned(3))})
     assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(3))
-    assert result.switches[C2].state == c2.state and len(bench.sw[C2].held) == 1    # asked nothing
+    assert result.switches[C2].state == c2.state and len(bench.sw[C2].held) == held    # asked nothing
     assert result.made_on == (DPIDS[C1],)
     assert bench.applier.check(result.switches[C2]) is None and retries == []
     bench.sw[C2].answer()
@@ -255,3 +258,87 @@ def test_a_switch_silent_to_any_request_holds_no_pass_and_is_read_back_once_it_a
     result = bench.apply({C1: SwitchState(owned(3)), C2: SwitchState(owned(3))}, changed=set())
     assert bench.sw[C2].reads == reads + 1 and not bench.applier.unanswered
     assert result.switches[C2].state == "ok" and bench.ours(C2) == set(owned(3))
+
+
+# Many switches of one tier (br-int)
+MANY = [SwitchKey(BR_INT, f"n{i:02}") for i in range(40)]
+DPIDS.update({key: 0x100 + i for i, key in enumerate(MANY)})
+# How long a stalled switch's request waits before it is Unanswered (as REPLY_WAIT does): long
+# enough that every request of a round is asked before the first wait ends, on a busy machine
+WAIT = 1.0
+
+
+def _reads(bench, silent):
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}, audit=True), "a group read"
+
+
+def _counts(bench, silent):
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    triggers = bench.applier.checks([bench.applier.results[key] for key in bench.sw])
+    assert triggers == [("check" if key in silent else None) for key in bench.sw]
+    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}), "a flow count"
+
+
+def _commits(bench, silent):
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    return bench.apply({key: SwitchState(owned(2)) for key in bench.sw}), "its bundle's commit"
+
+
+def _barriers(bench, silent):
+    result = bench.apply({key: SwitchState(owned(2)) for key in bench.sw})
+    for key in silent:
+        bench.sw[key].stall(wait=WAIT)
+    assert bench.applier.barriers([DPIDS[key] for key in bench.sw]) == {DPIDS[key] for key in silent}
+    return result, "a barrier"
+
+
+@pytest.mark.parametrize("round_, silent", [(_reads, MANY), (_counts, MANY), (_barriers, MANY),
+                                            (_commits, MANY[:SENDERS])],
+                         ids=["reads", "counts", "barriers", "commits"])
+def test_silent_switches_are_asked_together_and_awaited_under_one_wait(round_, silent):
+    """Forty silent switches of one tier (as many as it has senders, for its changes) and a live
+    one: every silent switch is asked before the wait for any ends (one by one, each would be asked
+    once the last one's wait ended: a round would wait as long as forty), each is `not answering`,
+    and the live switch gets its change."""
+    bench = Bench(C1, *MANY)
+    bench.apply({key: SwitchState(owned(1)) for key in bench.sw})
+    result, what = round_(bench, silent)
+    silences = bench.switches.silences
+    asked = {dpid for event, dpid, _what in silences if event == "asked"}
+    assert asked == {DPIDS[key] for key in silent}, silences
+    first_unanswered = next(i for i, (event, _dpid, _what) in enumerate(silences) if event == "unanswered")
+    assert {dpid for event, dpid, _ in silences[:first_unanswered]} == asked, silences
+    assert result.switches[C1].state == "ok" and bench.ours(C1) == set(owned(2))
+    for key in silent:
+        state = bench.applier.results[key].state
+        assert state.startswith(f"not answering: no reply to {what} since "), (key, state)
+
+
+def test_switches_read_back_have_their_flows_read_a_bounded_number_at_a_time(monkeypatch):
+    """A sync reads every switch back: their flows are asked READ_FLOWS_AT_ONCE (desired flows) at a
+    time, not all at once (every reply would be held in memory together), and every switch is
+    still read back and brought to its desired state."""
+    import fathom.controller.apply as apply_module
+    from fathom.controller.fakeswitch import FakeSwitch
+    monkeypatch.setattr(apply_module, "READ_FLOWS_AT_ONCE", 7)      # two switches of three flows
+    events = []
+    ask_flows = FakeSwitch.ask_flows
+
+    def counted(self):
+        asked = ask_flows(self)
+        events.append(+1)
+        result = asked.result
+        asked.result = lambda: (events.append(-1), result())[1]
+        return asked
+    monkeypatch.setattr(FakeSwitch, "ask_flows", counted)
+    bench = Bench(*MANY)
+    bench.apply({key: SwitchState(owned(1)) for key in MANY})
+    events.clear()
+    result = bench.apply({key: SwitchState(owned(2)) for key in MANY}, audit=True)
+    outstanding = [sum(events[:i + 1]) for i in range(len(events))]
+    assert events.count(+1) == len(MANY) and max(outstanding) == 2, events
+    assert all(result.switches[key].state == "ok" and bench.ours(key) == set(owned(2)) for key in MANY)

@@ -211,6 +211,97 @@ def test_the_echo_probe_ends_when_the_holder_dies():
     assert answer == {"alive": False} and time.monotonic() - started < 2.0
 
 
+def _tls_connection(tmp_path):
+    """As `_connection`, over TLS (the project's own PKI; os-ken's end a SerialTLSSocket, as the
+    controller's listener makes it)."""
+    import ssl
+
+    from fathom.controller.channels import server_context
+    from fathom.controller.tls_socket import SerialTLSSocket
+    from fathom.pki import CONTROLLER_NAME, Pki
+    pki = Pki(tmp_path / "pki")
+    pki.init()
+    node = pki.issue("c1", "node")
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.load_cert_chain(str(node.cert), str(node.key))
+    client_ctx.load_verify_locations(str(node.trust))
+    server = socket.create_server(("127.0.0.1", 0))
+    made = {}
+    t = threading.Thread(target=lambda: made.update(
+        ours=server_context(pki.files(CONTROLLER_NAME)).wrap_socket(server.accept()[0], server_side=True)))
+    t.start()
+    switch_end = client_ctx.wrap_socket(socket.create_connection(server.getsockname()))
+    t.join(5)
+    server.close()
+    dp = GatedDatapath(SerialTLSSocket(made["ours"]), ("127.0.0.1", 0), Gate(True, lambda identity: set()))
+    dp.ofp_brick._brick = Recorder()
+    threading.Thread(target=dp.serve, daemon=True).start()
+    assert switch_end.recv(8)[1:2] != b""           # our hello
+    return dp, switch_end
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_a_switch_that_stopped_reading_holds_a_sender_no_longer_than_the_send_wait(tls, tmp_path):
+    """The switch's end reads nothing: the socket's buffers fill, the write under way blocks, the
+    send queue fills behind it. The next send waits `send_wait` for room, not until the socket
+    timeout (15 s in the controller), and the connection is closed (the apps hear it dead)."""
+    dp, switch_end = _tls_connection(tmp_path) if tls else _connection()
+    dp.socket.settimeout(15.0)            # the controller's (fathom.controller.ofapp.ECHO_INTERVAL)
+    dp.send_wait = 0.5
+    queued = []
+
+    def sender():
+        while dp.send(b"\0" * (1 << 20)):
+            queued.append(1)
+    t = threading.Thread(target=sender, daemon=True)
+    t.start()
+    t.join(10.0)
+    try:
+        assert not t.is_alive(), f"a send still waits, {len(queued)} MiB queued"
+        assert dp.state == DEAD_DISPATCHER
+        assert ("EventOFPStateChange", DEAD_DISPATCHER) in dp.ofp_brick._brick.events
+        assert _wait(lambda: dp.send_q is None, 2.0) is not None   # the write under way ended too
+        assert not dp.send(b"more")       # a closed connection takes nothing, at once
+    finally:
+        switch_end.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+def test_a_switch_that_reads_slowly_is_waited_for_as_long_as_it_reads(tls, tmp_path):
+    """The switch's end reads, slowly (a big replay to a busy switch): one big message takes several
+    send waits to write, and the send queue is full behind it. The sends wait while the write goes
+    on, the connection stays up and the switch gets everything, in order."""
+    dp, switch_end = _tls_connection(tmp_path) if tls else _connection()
+    dp.socket.settimeout(15.0)
+    dp.send_wait = 0.3
+    # small socket buffers, so the big message is written as fast as the switch reads it
+    dp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+    switch_end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    messages = [b"\1" * (2 << 20)] + [bytes([2 + i]) * 100 for i in range(20)]
+    got = bytearray()
+
+    def reader():
+        while len(got) < sum(map(len, messages)):
+            chunk = switch_end.recv(16384)
+            if not chunk:
+                return
+            got.extend(chunk)
+            time.sleep(0.01)      # some 1.6 MB/s at most: the big message takes more than a second
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    started = time.monotonic()
+    try:
+        sent = [dp.send(m) for m in messages]
+        waited = time.monotonic() - started
+        t.join(10.0)
+        assert sent == [True] * len(messages) and dp.state != DEAD_DISPATCHER
+        assert waited > 2 * dp.send_wait      # the last sends did wait for the big write
+        assert bytes(got) == b"".join(messages)
+    finally:
+        switch_end.close()
+
+
 # ------------------------------------------------------------------------------- keepalive
 
 class _Conn:
