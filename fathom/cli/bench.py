@@ -450,6 +450,7 @@ def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports,
     resync of a real OVS bridge, and controller replicas' lease shares and CPU at rest. Progress goes
     to stderr."""
     from fathom.bench import scale as sc
+    from fathom.bench.scale.common import hold_run_dir
     if quick:
         sizes, api_ports, resync_ports, samples = "10x1,20x5", min(api_ports, 400), min(resync_ports, 1000), min(samples, 10)
         cluster_switches, idle_s = min(cluster_switches, 20), min(idle_s, 10)
@@ -467,7 +468,9 @@ def scale(sizes, samples, api_ports, writers, stores, api_workers, resync_ports,
         raise click.BadParameter(str(e), param_hint="--sizes")
     out = output_dir("scale", outdir)
     try:
-        doc = sc.run(plan, sc.RUN_ROOT / f"scale-{lab_name}", stderr_progress())
+        run_dir = sc.RUN_ROOT / f"scale-{lab_name}"
+        with hold_run_dir(run_dir):
+            doc = sc.run(plan, run_dir, stderr_progress())
     except (RuntimeError, OSError) as e:
         fail(str(e))
     publish("scale", doc, out, sc, as_json, plot="scale.png")
@@ -492,13 +495,14 @@ def console_bench(nodes, ports, samples, updates, rest_s, rounds, quick, outdir,
     1,000 routers), the page's responsiveness,
     controller CPU per live update per console and at rest with 10 consoles open."""
     from fathom.bench import console as cb
-    from fathom.bench.scale.common import RUN_ROOT
+    from fathom.bench.scale.common import RUN_ROOT, hold_run_dir
     if quick:
         nodes, ports, samples, updates, rest_s, rounds = 10, 10, 3, 5, 10.0, 2
     many = (250, 250) if quick else (cb.MANY_NETWORKS, cb.MANY_ROUTERS)
     out = output_dir("console", outdir)
     try:
-        doc = cb.run(RUN_ROOT / "console", nodes, ports, samples, updates, rest_s, rounds, many, stderr_progress())
+        with hold_run_dir(RUN_ROOT / "console"):
+            doc = cb.run(RUN_ROOT / "console", nodes, ports, samples, updates, rest_s, rounds, many, stderr_progress())
     except (RuntimeError, OSError) as e:
         fail(str(e))
     publish("console", doc, out, cb, as_json)

@@ -2,6 +2,8 @@
 (`Controller`) and ports created by concurrent clients (`create_parallel`)."""
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 import threading
@@ -15,6 +17,26 @@ from fathom.lab.controller import free_port
 
 RUN_ROOT = Path("/run/fathom-bench")
 START_TIMEOUT_S = 180     # a controller's start on a crowded two-core machine can take a minute
+
+
+def hold_run_dir(run_dir: Path):
+    """Take `run_dir` for this process until the returned file is closed (or the process ends): two
+    benchmarks given the same run directory (the same `--lab`) would stop each other's controllers
+    and delete each other's stores, so the second is refused, naming the first's process."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    held = open(run_dir / "owner", "a+")
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held.seek(0)
+        owner = held.read().strip() or "another process"
+        held.close()
+        raise RuntimeError(f"{run_dir} is in use by process {owner} (another benchmark with the same lab "
+                           "name): give this one another --lab") from None
+    held.truncate(0)
+    held.write(str(os.getpid()))
+    held.flush()
+    return held
 
 
 @dataclass
