@@ -84,6 +84,15 @@ PARTS: dict[str, tuple[frozenset, tuple[str, ...]]] = {
 }
 
 
+# The parts whose rows name ports that a port's delete changes (ON DELETE SET NULL or CASCADE):
+# part -> the ports its kept rows name.
+PORTS_NAMED = {
+    "taps": lambda part: {i for t in part["taps"] for i in (t.sender_port_id, t.receiver_port_id, *t.monitor_port_ids)},
+    "floating_ips": lambda part: {f.port_id for f in part["fips"]},
+    "flow_sampling": lambda part: {r.port_id for r in part["rows"]},
+}
+
+
 class StoreReader:
     """Reads the store into a Snapshot, keeping each part's result: `read(session, statuses,
     written)` reads again only the parts whose tables are in `written` (fathom.store.changes; None:
@@ -103,14 +112,24 @@ class StoreReader:
 
     def due(self, written: set | None, patched: frozenset = frozenset()) -> list[str]:
         """The parts to read again for these written tables, in dependency order (a part in
-        `patched` counts as read again for the parts using it)."""
+        `patched` counts as read again for the parts using it). A port delete's cascade to a
+        table counts for a part that keeps rows naming ports (PORTS_NAMED) only when one of them
+        names a port the writes name: it changes no other row (the rows a write made before it
+        named a port are read again by then, or with it: their tables are written too)."""
         from fathom.store.changes import ALL
         names = {w for w in written if isinstance(w, str)} if written is not None else set()
-        cascaded = names | {w[1] for w in written or () if isinstance(w, tuple) and w[0] == "port_cascade"}
+        cascades = {w[1] for w in written or () if isinstance(w, tuple) and w[0] == "port_cascade"}
+        ports = {w[1] for w in written or () if isinstance(w, tuple) and w[0] == "port" and w[1] is not None}
         out: list[str] = []
         for name, (tables, uses) in PARTS.items():
-            if (written is None or ALL in names or name not in self.parts
-                    or tables & (names if name == "ports" else cascaded)
+            if name == "ports":
+                counted = names             # the cascades are its own rows (fathom.store.changes)
+            elif cascades and name in PORTS_NAMED and name in self.parts \
+                    and not PORTS_NAMED[name](self.parts[name]) & ports:
+                counted = names
+            else:
+                counted = names | cascades
+            if (written is None or ALL in names or name not in self.parts or tables & counted
                     or any(u in out or u in patched for u in uses)):
                 out.append(name)
         return out
