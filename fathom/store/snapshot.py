@@ -169,11 +169,11 @@ class StoreReader:
                 # Several SELECTs must see one state: READ COMMITTED (the default) would not. One
                 # SELECT sees one state by itself, and runs outside a transaction: no BEGIN and
                 # ROLLBACK round trips (the read of a port another process wrote, every replica's).
-                options["isolation_level"] = "AUTOCOMMIT" if self.one_statement(written) else "REPEATABLE READ"
+                options["isolation_level"] = "AUTOCOMMIT" if self._one_statement(written) else "REPEATABLE READ"
             session.connection(execution_options=options)
             return run()
 
-    def one_statement(self, written: set | None) -> bool:
+    def _one_statement(self, written: set | None) -> bool:
         """Whether reading `written` is one SELECT: no part read again, only the rows of ports
         known by id (a patch), none of which holds a router gateway's or floating IP's address
         (those the gateways part reads too)."""
