@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fathom.model import Snapshot
 from fathom.store.changes import TableChanges
-from fathom.store.db import READ_ONLY
 from fathom.store.snapshot import StoreReader
 
 
@@ -35,8 +34,7 @@ class StoreReads:
         self._written_last = own or set()
         self.reads, self.written = self.reads + 1, written
         stored: dict = {}
-        with self.Session() as session:
-            session.connection(execution_options=READ_ONLY)
+        with self.Session() as session:     # the reader opens its transaction (StoreReader.read)
             model = self.reader.read(session, stored, written)
         self.stored = stored
         return model

@@ -84,6 +84,15 @@ PARTS: dict[str, tuple[frozenset, tuple[str, ...]]] = {
 }
 
 
+# The parts whose rows name ports that a port's delete changes (ON DELETE SET NULL or CASCADE):
+# part -> the ports its kept rows name.
+PORTS_NAMED = {
+    "taps": lambda part: {i for t in part["taps"] for i in (t.sender_port_id, t.receiver_port_id, *t.monitor_port_ids)},
+    "floating_ips": lambda part: {f.port_id for f in part["fips"]},
+    "flow_sampling": lambda part: {r.port_id for r in part["rows"]},
+}
+
+
 class StoreReader:
     """Reads the store into a Snapshot, keeping each part's result: `read(session, statuses,
     written)` reads again only the parts whose tables are in `written` (fathom.store.changes; None:
@@ -103,14 +112,24 @@ class StoreReader:
 
     def due(self, written: set | None, patched: frozenset = frozenset()) -> list[str]:
         """The parts to read again for these written tables, in dependency order (a part in
-        `patched` counts as read again for the parts using it)."""
+        `patched` counts as read again for the parts using it). A port delete's cascade to a
+        table counts for a part that keeps rows naming ports (PORTS_NAMED) only when one of them
+        names a port the writes name: it changes no other row (the rows a write made before it
+        named a port are read again by then, or with it: their tables are written too)."""
         from fathom.store.changes import ALL
         names = {w for w in written if isinstance(w, str)} if written is not None else set()
-        cascaded = names | {w[1] for w in written or () if isinstance(w, tuple) and w[0] == "port_cascade"}
+        cascades = {w[1] for w in written or () if isinstance(w, tuple) and w[0] == "port_cascade"}
+        ports = {w[1] for w in written or () if isinstance(w, tuple) and w[0] == "port" and w[1] is not None}
         out: list[str] = []
         for name, (tables, uses) in PARTS.items():
-            if (written is None or ALL in names or name not in self.parts
-                    or tables & (names if name == "ports" else cascaded)
+            if name == "ports":
+                counted = names             # the cascades are its own rows (fathom.store.changes)
+            elif cascades and name in PORTS_NAMED and name in self.parts \
+                    and not PORTS_NAMED[name](self.parts[name]) & ports:
+                counted = names
+            else:
+                counted = names | cascades
+            if (written is None or ALL in names or name not in self.parts or tables & counted
                     or any(u in out or u in patched for u in uses)):
                 out.append(name)
         return out
@@ -120,9 +139,10 @@ class StoreReader:
             due = self.due(written)
             rows = {w for w in written or () if isinstance(w, tuple) and w[0] in ("port", "ip_allocation")}
             if rows and "ports" not in due:
-                if self._patch_ports(session, rows):
+                patched = self._patch_ports(session, rows)
+                if patched is not None:
                     self.patches["ports"] = self.patches.get("ports", 0) + 1
-                    due = self.due(written, frozenset({"ports"}))
+                    due = self.due(written, patched)
                 else:
                     due = self.due(written | {"ports"})
             for name in due:
@@ -146,29 +166,54 @@ class StoreReader:
         with session.begin():
             options = dict(READ_ONLY)
             if session.get_bind().dialect.name == "postgresql":
-                # Several SELECTs must see one state: READ COMMITTED (the default) would not.
-                options["isolation_level"] = "REPEATABLE READ"
+                # Several SELECTs must see one state: READ COMMITTED (the default) would not. One
+                # SELECT sees one state by itself, and runs outside a transaction: no BEGIN and
+                # ROLLBACK round trips (the read of a port another process wrote, every replica's).
+                options["isolation_level"] = "AUTOCOMMIT" if self._one_statement(written) else "REPEATABLE READ"
             session.connection(execution_options=options)
             return run()
 
-    def _patch_ports(self, session, rows: set) -> bool:
-        """Read again the ports these row tokens name into the kept ports part; False (nothing
-        changed) when they cannot be told or are too many."""
-        part, seen = self.parts["ports"], self.statuses["ports"]
-        kept, owners, gone = part["rows"], part["allocation_ports"], part["allocations_gone"]
+    def _one_statement(self, written: set | None) -> bool:
+        """Whether reading `written` is one SELECT: no part read again, only the rows of ports
+        known by id (a patch), none of which holds a router gateway's or floating IP's address
+        (those the gateways part reads too)."""
+        rows = {w for w in written or () if isinstance(w, tuple) and w[0] in ("port", "ip_allocation")}
+        if written is None or not rows or ("port", None) in rows or self.due(written):
+            return False
+        ids = self._patch_ids(rows)
+        return (ids is not None and len(ids) <= self.PATCH_LIMIT
+                and not ids & self.parts["ports"]["address_port_ids"])
+
+    def _patch_ids(self, rows: set) -> set | None:
+        """The ports these row tokens name (an inserted port, `("port", None)`, not among them);
+        None when one cannot be told (an address row added and removed since the last read)."""
+        part = self.parts["ports"]
+        owners, gone = part["allocation_ports"], part["allocations_gone"]
         ids = set()
         for kind, key in rows:
             if kind == "ip_allocation":
                 port_id = owners.get(key, gone.get(key))
-                if port_id is None:         # added and removed since the last read: its port is unknown
-                    return False
+                if port_id is None:
+                    return None
                 ids.add(port_id)
             elif key is not None:
                 ids.add(key)
+        return ids
+
+    def _patch_ports(self, session, rows: set) -> frozenset | None:
+        """Read again the ports these row tokens name into the kept ports part; None (nothing
+        changed) when they cannot be told or are too many. Returns the parts that count as read
+        again for those using them: the ports part where one of the ports holds a router
+        gateway's or floating IP's address (the gateways part reads those), else none."""
+        part, seen = self.parts["ports"], self.statuses["ports"]
+        kept, owners = part["rows"], part["allocation_ports"]
+        ids = self._patch_ids(rows)
+        if ids is None:
+            return None
         if ("port", None) in rows:          # inserted ports: the ids not kept yet
             ids |= set(session.connection().execute(_PORT_IDS).scalars()) - kept.keys()
         if len(ids) > self.PATCH_LIMIT:
-            return False
+            return None
         removed = {}
         for port_id in ids:
             old = kept.pop(port_id, None)
@@ -184,7 +229,7 @@ class StoreReader:
         self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"],
                                           {a: p for a, p in removed.items() if a not in owners})
         self.rows_read += len(ids)
-        return True
+        return frozenset({"ports"}) if ids & part["address_port_ids"] else frozenset()
 
     def statuses_written(self, written: dict) -> None:
         """The reconciler wrote these statuses ((kind, id) -> (status, reason); ("node_state", name)
@@ -249,20 +294,25 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
     workload); and address row id -> port id."""
     if ids is not None and not ids:
         return {}, {}
-    allocations_q, memberships_q, ports_q = _port_queries(ids is not None)
-    conn, params = session.connection(), ({"ids": list(ids)} if ids is not None else {})
+    conn = session.connection()
+    if ids is None:
+        allocations_q, memberships_q, ports_q = _port_queries()
+        allocation_rows, membership_rows, port_rows = (conn.execute(allocations_q), conn.execute(memberships_q),
+                                                       conn.execute(ports_q))
+    else:
+        allocation_rows, membership_rows, port_rows = _joined(conn.execute(_ports_by_id(), {"ids": list(ids)}))
     owners: dict[int, int] = {}
     allocations: dict[int, list[FixedIp]] = {}
     allocation_ids: dict[int, list[int]] = {}
-    for allocation_id, port_id, subnet_id, address in conn.execute(allocations_q, params):
+    for allocation_id, port_id, subnet_id, address in allocation_rows:
         owners[allocation_id] = port_id
         allocations.setdefault(port_id, []).append(FixedIp(subnet_id, address))
         allocation_ids.setdefault(port_id, []).append(allocation_id)
     memberships: dict[int, list[int]] = {}
-    for port_id, group_id in conn.execute(memberships_q, params):
+    for port_id, group_id in membership_rows:
         memberships.setdefault(port_id, []).append(group_id)
     rows = {}
-    for p in conn.execute(ports_q, params):
+    for p in port_rows:
         fixed = tuple(allocations.get(p.id, ()))
         mine = tuple(allocation_ids.get(p.id, ()))
         seen[("router_interface" if p.router_id is not None else "port", p.id)] = (p.status, p.status_reason)
@@ -278,20 +328,45 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
     return rows, owners
 
 
+_PORT_COLUMNS = ("id", "name", "project_id", "network_id", "mac_address", "node_id", "interface_name",
+                 "port_security", "router_id", "status", "status_reason")
+
+
 @functools.cache
-def _port_queries(by_id: bool) -> tuple:
-    """The reads of ports' rows (addresses, security group memberships, the ports), built once:
-    plain rows, not ORM objects (a whole read reads every port); `by_id`: of the ports whose ids
-    are the parameter `ids`."""
+def _port_queries() -> tuple:
+    """The reads of every port's rows (addresses, security group memberships, the ports), built
+    once: plain rows, not ORM objects (a whole read reads every port)."""
     a, sg, t = m.IpAllocation.__table__.c, m.PortSecurityGroup.__table__.c, m.Port.__table__.c
-    allocations = select(a.id, a.port_id, a.subnet_id, a.ip_address).order_by(a.id)
-    memberships = select(sg.port_id, sg.group_id).order_by(sg.port_id, sg.group_id)
-    ports = select(t.id, t.name, t.project_id, t.network_id, t.mac_address, t.node_id, t.interface_name,
-                   t.port_security, t.router_id, t.status, t.status_reason).order_by(t.id)
-    if not by_id:
-        return allocations, memberships, ports
-    ids = bindparam("ids", expanding=True)
-    return allocations.where(a.port_id.in_(ids)), memberships.where(sg.port_id.in_(ids)), ports.where(t.id.in_(ids))
+    return (select(a.id, a.port_id, a.subnet_id, a.ip_address).order_by(a.id),
+            select(sg.port_id, sg.group_id).order_by(sg.port_id, sg.group_id),
+            select(*(t[c] for c in _PORT_COLUMNS)).order_by(t.id))
+
+
+@functools.cache
+def _ports_by_id():
+    """The rows of the ports whose ids are the parameter `ids` in one SELECT (one round trip): each
+    port joined with its addresses and its memberships (a row per address and group), in port,
+    address and group order (see _joined)."""
+    a_table, sg_table, t_table = m.IpAllocation.__table__, m.PortSecurityGroup.__table__, m.Port.__table__
+    a, sg, t = a_table.c, sg_table.c, t_table.c
+    return (select(*(t[c] for c in _PORT_COLUMNS), a.id.label("allocation_id"), a.subnet_id, a.ip_address,
+                   sg.group_id)
+            .select_from(t_table.outerjoin(a_table, a.port_id == t.id).outerjoin(sg_table, sg.port_id == t.id))
+            .where(t.id.in_(bindparam("ids", expanding=True)))
+            .order_by(t.id, a.id, sg.group_id))
+
+
+def _joined(result) -> tuple[list, list, list]:
+    """The rows of _ports_by_id as those of _port_queries' three reads: addresses (id, port id,
+    subnet id, address) in id order, memberships (port id, group id) in group order, ports."""
+    allocations, memberships, ports = {}, {}, {}
+    for r in result:
+        ports.setdefault(r.id, r)
+        if r.allocation_id is not None:
+            allocations.setdefault(r.allocation_id, (r.allocation_id, r.id, r.subnet_id, r.ip_address))
+        if r.group_id is not None:
+            memberships.setdefault((r.id, r.group_id), (r.id, r.group_id))
+    return list(allocations.values()), list(memberships.values()), list(ports.values())
 
 
 _PORT_IDS = select(m.Port.__table__.c.id)

@@ -8,10 +8,11 @@ came once committed), not again with the next read as B's own writes are."""
 from __future__ import annotations
 
 import random
+import re
 import threading
 
 import pytest
-from sqlalchemy import bindparam, text, update
+from sqlalchemy import bindparam, event, text, update
 from sqlalchemy.orm import Session
 
 from fathom.cluster import feed
@@ -99,7 +100,7 @@ def test_a_port_written_in_another_process_is_patched_alone_and_its_delete_casca
     b.marked(a.app.state.engine)
     assert ("port", port) in b.notes[-1] and ("port", None) not in b.notes[-1], b.notes[-1]
     model, read = b.read()
-    assert set(read) == {"gateways"}, read      # the port patched in; only the part that uses the ports' is read
+    assert read == {}, read      # the port patched in; no part read again (it holds no gateway's address)
     assert b.store.reader.patches["ports"] == patches + 1
     assert model == read_whole(b.engine)[0]
     assert [p.id for p in model.ports] == [port] and model.ports[0].security_groups == (group,)
@@ -113,13 +114,76 @@ def test_a_port_written_in_another_process_is_patched_alone_and_its_delete_casca
     again = a.post("/ports", {"network_id": net, "name": "q", "fixed_ips": [{"subnet_id": sub}]})["id"]
     b.marked(a.app.state.engine)
     model, read = b.read()
-    assert set(read) == {"gateways"}, read
+    assert read == {}, read
     assert [p.id for p in model.ports] == [again] and model == read_whole(b.engine)[0]
     a.delete(f"/ports/{again}")
     a.delete(f"/security-groups/{group}")   # cascades to the memberships: read as tables
     b.marked(a.app.state.engine)
     model, read = b.read()
     assert "secgroups" in read and model == read_whole(b.engine)[0]
+
+
+class Statements:
+    """The statements B's reads run, each with how it ran: (its text, in a transaction, its
+    isolation level)."""
+
+    def __init__(self, engine):
+        self.seen: list[tuple[str, bool, str | None]] = []
+        event.listen(engine, "before_cursor_execute", self._executed)
+
+    def _executed(self, conn, _cursor, statement, _params, _context, _many):
+        dbapi, table = conn.connection.dbapi_connection, re.search(r"\bFROM\s+(\w+)", statement)
+        level = dbapi.isolation_level
+        self.seen.append((table[1] if table else statement, not dbapi.autocommit,
+                          level.name if level is not None else None))
+
+    def take(self) -> list:
+        out, self.seen = self.seen, []
+        return out
+
+
+def test_a_port_written_elsewhere_is_one_select_and_a_read_of_several_sees_one_state(ab):
+    """Every replica reads each port another wrote: one SELECT of its rows, outside a transaction
+    (one state by itself); a read of several statements is one REPEATABLE READ transaction. A
+    port that holds a router gateway's address, patched by row, reads the gateways part again, in
+    that transaction, and the model still equals a whole read."""
+    a, b = ab
+    from .test_api_external import MEMBER, cloud
+    c = cloud(a)
+    b.settle(a.app.state.engine)
+    statements = Statements(b.engine)
+    port = a.post("/ports", {"network_id": c["net"]["id"], "name": "p", "project_id": "p1",
+                             "fixed_ips": [{"subnet_id": c["sub"]["id"]}]})["id"]
+    b.marked(a.app.state.engine)
+    statements.take()                 # the whole reads of the checks before
+    model, read = b.read()
+    assert statements.take() == [("ports", False, None)]
+    assert read == {} and model == read_whole(b.engine)[0]
+    # a write of a network and a port: several parts, one state
+    a.post("/networks", {"name": "more"}, headers=MEMBER)
+    a.patch(f"/ports/{port}", {"name": "q"})
+    b.marked(a.app.state.engine)
+    statements.take()                 # the whole reads of the checks before
+    model, read = b.read()
+    seen = statements.take()
+    assert set(read) == {"networks"} and model == read_whole(b.engine)[0]
+    assert len(seen) == 2 and all(inside and level == "REPEATABLE_READ" for _, inside, level in seen), seen
+    # the router gateway's address port, renamed by id past the API: patched, and the gateways re-read
+    a.patch(f"/routers/{c['router']['id']}", {"external_gateway": {"network_id": c["ext"]["id"]}}, headers=MEMBER)
+    b.settle(a.app.state.engine)
+    address_port = b.store.reader.parts["gateways"]["gateways"][0].address_port_id
+    statements.take()
+    with Session(a.app.state.engine) as s, s.begin():
+        s.execute(update(m.Port).where(m.Port.id == address_port).values(mac_address="02:fe:00:00:00:99"))
+    b.marked(a.app.state.engine)
+    patches = b.store.reader.patches["ports"]
+    statements.take()                 # the whole reads of the checks before
+    model, read = b.read()
+    seen = statements.take()
+    assert set(read) == {"gateways"} and b.store.reader.patches["ports"] == patches + 1
+    assert model == read_whole(b.engine)[0] and model.router_gateways[0].mac_address == "02:fe:00:00:00:99"
+    assert [t for t, _, _ in seen] == ["ports", "router_gateways"], seen
+    assert all(inside and level == "REPEATABLE_READ" for _, inside, level in seen), seen
 
 
 def test_a_transaction_too_big_to_tell_is_read_whole_and_a_status_write_wakes_nobody(ab):

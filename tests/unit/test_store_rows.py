@@ -212,3 +212,53 @@ def test_a_port_the_api_creates_is_told_by_id_and_one_inserted_past_the_orm_is_l
     taken = changes.take()
     assert ("port", None) in taken, taken     # the Core insert's id is not known: the reader looks
 
+
+
+def test_a_port_delete_reads_again_only_the_parts_whose_rows_name_the_port(api):  # noqa: F811
+    """A port delete cascades, in the schema, to the floating IPs, tap policies and sampling rates
+    that name it: a part keeping such rows is read again only when one of them names the port."""
+    from .test_api_external import MEMBER, cloud
+    c = cloud(api)
+    engine = api.app.state.engine
+    changes, reader = TableChanges(engine), StoreReader()
+    with Session(engine) as s:
+        reader.read(s, {}, None)
+    changes.take()
+
+    def read_again() -> set:
+        before = dict(reader.reads)
+        with Session(engine) as s:
+            kept = reader.read(s, {}, changes.take())
+        assert kept == read_whole(engine)[0]
+        return {part for part, n in reader.reads.items() if n != before.get(part, 0)}
+
+    def port(name: str) -> int:
+        return api.post("/ports", {"network_id": c["net"]["id"], "name": name, "node": "c1", "interface_name": name,
+                                   "project_id": "p1", "fixed_ips": [{"subnet_id": c["sub"]["id"]}]})["id"]
+    free = port("free")
+    read_again()
+    api.delete(f"/ports/{free}")
+    assert read_again() == set()
+    api.patch(f"/routers/{c['router']['id']}", {"external_gateway": {"network_id": c["ext"]["id"]}}, headers=MEMBER)
+    fip = api.post("/floatingips", {"floating_network_id": c["ext"]["id"], "port_id": c["port"]["id"]},
+                   headers=MEMBER)
+    sender, receiver, monitor = port("s"), port("r"), port("m")
+    api.post("/taps", {"sender": "s", "receiver": "r", "monitor": "m"})
+    read_again()
+    api.delete(f"/ports/{c['port']['id']}")        # its floating IP loses it
+    assert read_again() == {"floating_ips"}
+    assert api.get(f"/floatingips/{fip['id']}", headers=MEMBER)["port_id"] is None
+    api.delete(f"/ports/{monitor}")                # the tap policy loses its monitor
+    assert read_again() == {"taps"}
+    other = port("other")
+    read_again()
+    api.delete(f"/ports/{other}")                  # names nothing: nothing read again
+    assert read_again() == set()
+    assert {sender, receiver} <= {p.id for p in reader.parts["ports"]["ports"]}
+
+
+def test_every_part_that_reads_a_table_a_port_delete_cascades_to_says_which_ports_it_names():
+    from fathom.store.changes import _cascades
+    from fathom.store.snapshot import PARTS, PORTS_NAMED
+    cascaded = {name for name, (tables, _) in PARTS.items() if tables & _cascades()["ports"]}
+    assert cascaded - {"ports"} == set(PORTS_NAMED)
