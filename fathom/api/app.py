@@ -20,6 +20,7 @@ from fathom.api import (agent_traces, agents, cluster, fabric, floatingips, netw
 from fathom.api import agent_captures, flow_records
 from fathom.api.auth import Authenticator
 from fathom.api.commits import CommitHeader
+from fathom.api.direct import DirectRoutes
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
 from fathom.api.limits import BoundedInput
@@ -69,6 +70,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.pptmon_limits = IngestLimits(engine)
     app.state.pptmon_retention.after = app.state.pptmon_limits.forget
     app.state.authenticator = Authenticator(engine, keystone if keystone is not None else KeystoneValidator.from_env())
+    app.add_middleware(DirectRoutes, api=app)   # innermost: a request it takes has been through the others
     app.add_middleware(RequestIds, engine=engine)   # inside BoundedInput: bodies read are bounded
     app.add_middleware(BoundedInput, max_body=max_body)
     app.add_middleware(CommitHeader)   # outside RequestIds: a replayed answer names no commit
