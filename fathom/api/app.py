@@ -29,6 +29,7 @@ from fathom.auth.keystone import KeystoneValidator
 from fathom.store.db import open_store
 from fathom.store.ops import Settings
 
+NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
            floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
            pptmon_attachments.router, pptmon.router, tokens.router, agents.router, agent_traces.router, cluster.router,
@@ -48,7 +49,8 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     `agent_max_wait`: the longest an agent's long-poll is held (default fathom.api.agents.MAX_WAIT).
     """
     engine = open_store(store) if isinstance(store, str) else store
-    app = FastAPI(title="fathom", version=__version__,
+    # no OpenTelemetry: fathom configures none, and FastAPI would look its providers up per request
+    app = FastAPI(title="fathom", version=__version__, telemetry=NO_TELEMETRY,
                   description="Tenant networking on Open vSwitch: nodes, networks, subnets, ports, "
                               "routers, floating IPs, security groups, tap policies, service chains (networking-sfc), "
                               "fabric switches. Errors: {detail: [{loc, msg, type}]}.")

@@ -20,10 +20,12 @@ from starlette.requests import Request
 
 from fathom.api import ports
 from fathom.api.auth import caller
+from fathom.api.limits import JSON_BODY
 from fathom.api.schemas import PortCreate
 
 _PATH = "/v1/ports"
 _MAX_PROJECT = 64
+_UNREAD = object()
 
 
 class DirectRoutes:
@@ -93,7 +95,8 @@ class DirectRoutes:
                 return None
         try:
             c = await caller(who, x_project)
-            value = PortCreate.model_validate(json.loads(body), from_attributes=True)
+            value = scope.get(JSON_BODY, _UNREAD)
+            value = PortCreate.model_validate(json.loads(body) if value is _UNREAD else value, from_attributes=True)
         except Exception:     # ValidationError, json's ValueError, caller's Forbidden: FastAPI answers
             return None
         return value, c, self.api.state.store

@@ -52,8 +52,9 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
     return db.read(run)
 
 
-# The create is a coroutine that runs its one store write in the thread pool: one thread hop for the
-# request (a plain function would take a second one for the response's validation), and its response
+# The create is a coroutine that runs its one store write on a kept thread (fathom.api.handoff): one
+# thread hop for the request (a plain function would take a second one for the response's validation);
+# an ordinary creation reaches it without FastAPI's routing (fathom.api.direct). Its response
 # is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE):
 # on PostgreSQL, with an address to claim, by the statement that writes the port's rows (ops.AnswerRow:
 # the response made before with id 0 and address UNCLAIMED, and cut around them). Its rows are written
