@@ -24,6 +24,7 @@ from fathom.api.limits import JSON_BODY
 from fathom.api.schemas import PortCreate
 
 _PATH = "/v1/ports"
+ROUTES = frozenset({("POST", _PATH)})       # (method, path) of the calls DirectRoutes may take
 _MAX_PROJECT = 64
 _UNREAD = object()
 
