@@ -20,6 +20,7 @@ from fathom.api import (agent_traces, agents, cluster, fabric, floatingips, netw
 from fathom.api import agent_captures, flow_records
 from fathom.api.auth import Authenticator
 from fathom.api.commits import CommitHeader
+from fathom.api.direct import DirectRoutes
 from fathom.api.deps import Store, install_error_handlers
 from fathom.api.ingest_limits import IngestLimits
 from fathom.api.limits import BoundedInput
@@ -28,6 +29,7 @@ from fathom.auth.keystone import KeystoneValidator
 from fathom.store.db import open_store
 from fathom.store.ops import Settings
 
+NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 ROUTERS = (nodes.router, networks.networks, networks.subnets, ports.router, routers.router,
            floatingips.router, secgroups.groups, secgroups.rules, taps.router, sfc.router, fabric.router,
            pptmon_attachments.router, pptmon.router, tokens.router, agents.router, agent_traces.router, cluster.router,
@@ -47,7 +49,8 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     `agent_max_wait`: the longest an agent's long-poll is held (default fathom.api.agents.MAX_WAIT).
     """
     engine = open_store(store) if isinstance(store, str) else store
-    app = FastAPI(title="fathom", version=__version__,
+    # no OpenTelemetry: fathom configures none, and FastAPI would look its providers up per request
+    app = FastAPI(title="fathom", version=__version__, telemetry=NO_TELEMETRY,
                   description="Tenant networking on Open vSwitch: nodes, networks, subnets, ports, "
                               "routers, floating IPs, security groups, tap policies, service chains (networking-sfc), "
                               "fabric switches. Errors: {detail: [{loc, msg, type}]}.")
@@ -69,6 +72,7 @@ def create_app(store: Engine | str, on_change: Callable[[], None] | None = None,
     app.state.pptmon_limits = IngestLimits(engine)
     app.state.pptmon_retention.after = app.state.pptmon_limits.forget
     app.state.authenticator = Authenticator(engine, keystone if keystone is not None else KeystoneValidator.from_env())
+    app.add_middleware(DirectRoutes, api=app)   # innermost: a request it takes has been through the others
     app.add_middleware(RequestIds, engine=engine)   # inside BoundedInput: bodies read are bounded
     app.add_middleware(BoundedInput, max_body=max_body)
     app.add_middleware(CommitHeader)   # outside RequestIds: a replayed answer names no commit

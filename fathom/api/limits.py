@@ -72,7 +72,8 @@ def _object(pairs: list) -> dict:
     return value
 
 
-def check_json_body(body: bytes) -> None:
+def check_json_body(body: bytes):
+    """The JSON value of `body`, refused (_Refused) as the module says."""
     try:
         # bytes given to json.loads would be taken as UTF-16 or UTF-32 too: JSON is UTF-8 only
         text = body.decode("utf-8")
@@ -87,6 +88,12 @@ def check_json_body(body: bytes) -> None:
     except ValueError as e:
         raise _Refused(422, f"the body is not valid JSON: {e}") from None
     _check_json(value)
+    return value
+
+
+# The scope's key of a JSON body's value as BoundedInput read it (json.loads's, once checked), for
+# the app inside not to parse it again (fathom.api.direct); it is not to be changed.
+JSON_BODY = "fathom.json_body"
 
 
 class BoundedInput:
@@ -155,23 +162,24 @@ class BoundedInput:
             if int(length) > self.max_body:
                 raise _Refused(413, f"the body is larger than {self.max_body} bytes")
         chunks, size = [], 0
-        deadline = asyncio.get_running_loop().time() + self.read_timeout    # for the whole body
-        while True:
-            try:
-                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
-            except asyncio.TimeoutError:
-                raise _Refused(408, f"the body did not arrive within {self.read_timeout:g} s") from None
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                raise _Refused(413, f"the body is larger than {self.max_body} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            # for the whole body (a deadline, not wait_for: no task and no handle of its own per message)
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + self.read_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body:
+                        raise _Refused(413, f"the body is larger than {self.max_body} bytes")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            raise _Refused(408, f"the body did not arrive within {self.read_timeout:g} s") from None
         body = b"".join(chunks)
         ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if body and (ctype == b"application/json" or ctype.endswith(b"+json") or not ctype):
-            check_json_body(body)
+            scope[JSON_BODY] = check_json_body(body)
         return body

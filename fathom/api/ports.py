@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from fastapi.concurrency import run_in_threadpool
 
 from fathom.api import schemas as sc
 from sqlalchemy import select
 from sqlalchemy.orm import joinedload, selectinload
 
 from fathom.api import request_ids
+from fathom.api.handoff import in_thread
 from fathom.api.deps import ERRORS, CallerDep, answer_with, Limit, Marker, StoreDep, Wait, WaitTimeout, shown, utc
 from fathom.api.nodes import status_out
 from fathom.store import models as m
@@ -52,8 +52,9 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
     return db.read(run)
 
 
-# The create is a coroutine that runs its one store write in the thread pool: one thread hop for the
-# request (a plain function would take a second one for the response's validation), and its response
+# The create is a coroutine that runs its one store write on a kept thread (fathom.api.handoff): one
+# thread hop for the request (a plain function would take a second one for the response's validation);
+# an ordinary creation reaches it without FastAPI's routing (fathom.api.direct). Its response
 # is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE):
 # on PostgreSQL, with an address to claim, by the statement that writes the port's rows (ops.AnswerRow:
 # the response made before with id 0 and address UNCLAIMED, and cut around them). Its rows are written
@@ -93,8 +94,8 @@ async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
                                         media_type=row.content_type)
         return out.model_copy(update={"id": port_id, "fixed_ips": [
             sc.FixedIpOut(subnet_id=subnet_id, ip_address=ip) for subnet_id, ip in new.addresses]})
-    return await run_in_threadpool(db.write, create, answer=CREATED,
-                                   at_once=body.fixed_ips is None and body.security_groups is None)
+    return await in_thread(db.write, create, answer=CREATED,
+                           at_once=body.fixed_ips is None and body.security_groups is None)
 
 
 def _answer_row(out: sc.PortOut) -> ops.AnswerRow | None:

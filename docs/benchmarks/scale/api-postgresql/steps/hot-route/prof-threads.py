@@ -1,0 +1,89 @@
+"""One API-rate run (PostgreSQL, 8 writers, one network) with the controller's CPU by thread name:
+every Python thread of the controller is named at the OS level (a sitecustomize on PYTHONPATH sets
+PR_SET_NAME from threading's name) and schedstat is summed per name; the reconciler's pass steps
+(/v1/health pass_steps_total, wall time) and its passes over the run beside it.
+Args: OUT PORTS [API_WORKERS]; SPY=1 (or "1 --gil") records py-spy samples in OUT/spy.txt; run from the repository (PYTHONPATH=<tree> for another tree)."""
+import json, os, sys, tempfile
+from pathlib import Path
+
+SITE = '''import ctypes, threading
+_libc = ctypes.CDLL(None)
+_orig = threading.Thread._bootstrap_inner
+def _named(self):
+    try:
+        _libc.prctl(15, self.name.encode()[:15], 0, 0, 0)
+    except Exception:
+        pass
+    return _orig(self)
+threading.Thread._bootstrap_inner = _named
+'''
+site = Path(tempfile.mkdtemp(prefix="x7-site-"))
+(site / "sitecustomize.py").write_text(SITE)
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(site)]))
+
+from fathom.bench import procs                       # noqa: E402
+from fathom.bench.postgres import PostgresServer     # noqa: E402
+from fathom.bench.scale import api as api_bench      # noqa: E402
+from fathom.bench.scale.common import Controller     # noqa: E402
+
+out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+ports = int(sys.argv[2]); workers = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+_part = api_bench._part
+
+
+def label_of(controller: int, store: int):
+    base = _part(controller, store)
+
+    def label(group, pid, tid):
+        part = base(group, pid, tid)
+        if group == "controller":
+            try:
+                comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            except OSError:
+                comm = "?"
+            part = f"{part}: {'event loop' if tid == pid else comm}"
+        return part
+    return label
+
+
+def loop_stat(pid):
+    """The event loop thread's user and system CPU (ms, from /proc ticks) and context switches."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
+    status = dict(l.split(":\t") for l in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines() if ":\t" in l)
+    return {"user_ms": int(fields[11]) * tick, "system_ms": int(fields[12]) * tick,
+            "voluntary_switches": int(status["voluntary_ctxt_switches"]),
+            "involuntary_switches": int(status["nonvoluntary_ctxt_switches"])}
+
+
+import fathom.bench.postgres as _pgmod   # noqa: E402
+_pgmod.PREFIX = "fathom-pg-x7-"
+pg = PostgresServer(durable=True).start()
+url = pg.new_database()
+ctl = Controller(Path(f"/run/fathom-bench/x7-prof-{os.getpid()}"), url, api_workers=workers).start()
+try:
+    api_bench._part = label_of   # the run's parts by thread name
+    spy = None
+    if os.environ.get("SPY"):   # py-spy on the controller, on-CPU samples of every thread (SPY=--gil: the GIL's holder)
+        import subprocess, time
+        spy = subprocess.Popen([os.environ.get("PYSPY", str(Path(sys.executable).with_name("py-spy"))), "record", "--pid", str(ctl.proc.pid),
+                                "-r", "200", "-f", "raw", "-o", str(out / "spy.txt"), "--nonblocking", "--threads",
+                                *os.environ["SPY"].split()[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(2)
+    before = ctl.api.get("/health")
+    loop0 = loop_stat(ctl.proc.pid)
+    r = api_bench.api_rate(ctl, 8, ports, True, print, store_pid=pg.pid())
+    after = ctl.api.get("/health")
+    loop1 = loop_stat(ctl.proc.pid)
+    r["event_loop_per_port"] = {k: round((loop1[k] - loop0[k]) / r["ports"], 4) for k in loop0}
+    if spy is not None:
+        spy.send_signal(2); spy.wait(60)
+    steps = {k: round(1000 * (v - before["pass_steps_total"].get(k, 0.0)) / r["ports"], 4)
+             for k, v in after["pass_steps_total"].items()}
+    r["pass_steps_wall_ms_per_port"] = steps
+    r["passes"] = after["passes"] - before["passes"]
+    (out / "r.json").write_text(json.dumps(r, indent=1))
+    print(json.dumps({k: r[k] for k in ("ports_per_second", "control_plane_cpu_ms_per_port", "schedstat_ms_per_port",
+                                        "passes", "event_loop_per_port", "per_call_ms", "n_errors")}, indent=1))
+finally:
+    ctl.stop(); pg.stop()
