@@ -534,6 +534,71 @@ def test_a_port_creation_at_once_with_the_change_feed_writes_its_notice_in_its_r
         api.app.state.engine.dispose()
 
 
+def test_a_port_creation_guessing_its_checks_read_writes_in_one_statement_only_what_the_store_allows(postgres,
+                                                                                                     monkeypatch):
+    """On PostgreSQL a port created at once in the network, project and node of the last one written
+    that way is one statement: its checks' read is a part of the statement that writes it, as the last
+    read guesses it, and the port is written only if the read is the guess's. A read that is not (the
+    interface taken, the node made again, the subnet replaced, the network deleted) writes nothing, and
+    the creation is decided on it as without a guess: the same answers, no third statement."""
+    from fathom.store import models as m, ops
+    api = Client(postgres.new_database(migrated=True))
+    net, sub = api.network(cidr="10.0.0.0/24")
+    node = api.post("/nodes", {"name": "c1", "tunnel_ip": "198.18.0.1"})
+    states = []
+    real = ops.run_prepared
+
+    def watched(conn, statement, *args, **kwargs):
+        try:
+            return real(conn, statement, *args, **kwargs)
+        finally:    # the statement's first word and the driver's connection after it
+            states.append((statement.split()[0], conn.connection.driver_connection.info.transaction_status.name))
+    monkeypatch.setattr(ops, "run_prepared", watched)
+
+    def create(interface, status=201, **extra):
+        states.clear()
+        r = api.http.post("/v1/ports", json={"network_id": net["id"], "node": "c1", "interface_name": interface,
+                                             **extra})
+        assert r.status_code == status, r.text
+        return r.json()
+    create("tap0")
+    create("tap1")                                   # the first one's read (made the project's default group too)
+    assert states == [("SELECT", "IDLE"), ("WITH", "IDLE")], states
+    second = create("tap2")                          # guessed: one statement
+    assert states == [("WITH", "IDLE")], states
+    assert second["fixed_ips"] == [{"subnet_id": sub["id"], "ip_address": "10.0.0.4"}]
+    assert api.get(f"/ports/{second['id']}")["fixed_ips"] == second["fixed_ips"]
+
+    refused = create("tap2", 409)                    # taken: the guess's statement read so, nothing written
+    assert refused["detail"][0]["loc"] == ["body", "interface_name"] and states == [("WITH", "IDLE")], states
+    assert len(api.get("/ports")) == 3
+
+    for p in api.get("/ports"):
+        api.delete(f"/ports/{p['id']}")
+    api.delete(f"/nodes/{node['id']}")
+    again = api.post("/nodes", {"name": "c1", "tunnel_ip": "198.18.0.1"})
+    moved = create("tap3")                           # the node made again: another id than guessed
+    assert states == [("WITH", "IDLE"), ("WITH", "IDLE")], states
+    with Session(api.app.state.engine) as s:
+        assert s.get(m.Port, moved["id"]).node_id == again["id"] != node["id"]
+
+    for p in api.get("/ports"):
+        api.delete(f"/ports/{p['id']}")
+    api.delete(f"/subnets/{sub['id']}")
+    other = api.post("/subnets", {"network_id": net["id"], "cidr": "10.1.0.0/24", "name": "blue4b"})
+    replaced = create("tap4")                        # the subnet replaced: the address from the new one
+    assert states == [("WITH", "IDLE"), ("WITH", "IDLE")], states
+    assert replaced["fixed_ips"] == [{"subnet_id": other["id"], "ip_address": "10.1.0.2"}]
+
+    api.delete(f"/ports/{replaced['id']}")
+    api.delete(f"/subnets/{other['id']}")
+    api.delete(f"/networks/{net['id']}")
+    loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "node": "c1", "interface_name": "tap5"}, 404)
+    assert loc == ["network_id"] and states[-1:] == [("WITH", "IDLE")], states
+    assert api.get("/ports") == []
+    api.app.state.engine.dispose()
+
+
 def test_concurrent_writers_and_readers(api):
     """Parallel port creation (same subnet: racing for the same free address), status writes and
     snapshot loads: no request fails, every port gets its own address."""
