@@ -665,15 +665,15 @@ def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], creat
     rows = run_prepared(conn, _claim_port_rows_sql(answer is not None, notice, guess and guess.check), params)
     if guess is not None:
         read = _context_of(rows, guess.check, guess.params)
-        if not rows or (rows[0][_READ_COLUMNS] is None and not _as_guessed(read, guess)):
+        if not rows or (rows[0][11] is None and not _as_guessed(read, guess)):
             raise Unguessed(read)
-        rows = [r[_READ_COLUMNS:] for r in rows[:1] if r[_READ_COLUMNS] is not None]
+        rows = [r[11:] for r in rows[:1] if r[11] is not None]
     if not rows:
         return None
     port_id, found = rows[0][:2]
     if told is not None:
         told.noticed(int(rows[0][2]))
-    if once and new.found is not None and not new.found.guessed and new.found.params is not None:
+    if once and new.found is not None and new.found.params is not None:
         _guessed(session, new.found)
     _hints(session)[subnet.id] = found - first
     new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
@@ -812,15 +812,12 @@ def _context_check(caller: Caller, network_id: int, project_id: str | None, mac_
     return {"check": shape, "params": params}
 
 
-_READ_COLUMNS = 11    # _port_context_query's
-
-
 def _context_of(rows: Sequence[tuple], check: tuple, params: dict) -> _PortContext:
     """_PortContext of the rows of _port_context_query (its columns first, in its order)."""
     if not rows:
         return _PortContext(None, [], None, False, False, False, None, check, params)
     network, project_of, _, _, _, node_id, node_name, default_group, interface_used, mac_used, external_used = \
-        rows[0][:_READ_COLUMNS]
+        rows[0][:11]
     return _PortContext(NetworkRef(network, project_of),
                         [SubnetRef(r[2], r[3], r[4]) for r in rows if r[2] is not None],
                         NodeRef(node_id, node_name) if node_id is not None else None,
