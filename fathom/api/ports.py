@@ -59,9 +59,7 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
 # the response made before with id 0 and address UNCLAIMED, and cut around them). Its rows are written
 # with SQLAlchemy Core or on the driver (ops.insert_port), its answer made from what it wrote. A port
 # whose address and groups are chosen for it (the common creation) is written `at_once` on PostgreSQL:
-# with no BEGIN and COMMIT round trips (Store.write), in one statement that also reads what its checks
-# read where the last creation of the same network, project and node guesses it
-# (ops.guessed_port_context: written only if the read is the guess's), else the checks' read first.
+# the checks' read and that one statement, with no BEGIN and COMMIT round trips (Store.write).
 CREATED = answer_with(sc.PortOut, 201)
 UNCLAIMED = "0.0.0.0"
 
@@ -71,18 +69,10 @@ async def create_port(body: sc.PortCreate, c: CallerDep, db: StoreDep):
     fixed = None if body.fixed_ips is None else [f.model_dump() for f in body.fixed_ips]
 
     def create(s):
-        found = (ops.guessed_port_context(s, c, body.network_id, body.project_id, body.node)
-                 if fixed is None and body.security_groups is None else None)
-        try:
-            return created_on(s, found)
-        except ops.Unguessed as e:   # nothing written: decided again on the store's read
-            return created_on(s, e.found)
-
-    def created_on(s, found):
         new = ops.new_port(s, c, network_id=body.network_id, name=body.name, mac_address=body.mac_address,
                            fixed_ips=fixed, node=body.node, interface_name=body.interface_name,
                            port_security=body.port_security, project_id=body.project_id,
-                           external_id=body.external_id, claim_at_insert=body.security_groups is None, found=found)
+                           external_id=body.external_id, claim_at_insert=body.security_groups is None)
         v = new.values
         groups = secgroups.new_port_groups(s, v["project_id"], v["port_security"], body.security_groups,
                                            new.default_group)

@@ -7,7 +7,6 @@ concurrent writers.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import ipaddress
 import secrets
@@ -27,7 +26,7 @@ from fathom.store import models as m
 from fathom.store.base import utcnow
 from fathom.store.db import NeedsTransaction, at_once, driver_sql, run_prepared
 from fathom.store.external_models import FloatingIp, RouterGateway
-from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound, StoreError
+from fathom.store.errors import Conflict, Forbidden, Invalid, NotFound
 
 VXLAN_MAX = (1 << 24) - 1
 VLAN_MAX = 4094
@@ -378,7 +377,6 @@ class NewPort:
     addresses: list[tuple[int, str]]
     claim: tuple[NetworkRef, SubnetRef] | None = None
     default_group: int | None = None   # the id of the project's default security group, if it has one
-    found: "_PortContext | None" = None   # the checks' read it was decided on (or its guess)
 
 
 def create_port(session: Session, caller: Caller, *, network_id: int, name: str = "",
@@ -408,33 +406,12 @@ def new_port(session: Session, caller: Caller, *, network_id: int, name: str = "
              node: str | None = None, interface_name: str | None = None,
              port_security: bool = True, project_id: str | None = None,
              router_id: int | None = None, external_id: str | None = None,
-             claim_at_insert: bool = False, found: _PortContext | None = None) -> NewPort:
+             claim_at_insert: bool = False) -> NewPort:
     """The checks of a new port and the choice of its MAC and addresses (create_port's arguments):
     what create_port or insert_port writes. `claim_at_insert`: on PostgreSQL, the one address of a
     port given no `fixed_ips` is taken by insert_port's statement (one statement less), not here;
-    for a caller whose further checks cannot fail (the address is the last thing decided). `found`:
-    the checks' read where the caller has it (Unguessed.found), or its guess (guessed_port_context:
-    one the checks refuse is decided again on the store's read; one they allow is checked by
-    insert_port's statement, which raises Unguessed if the store's read is not the guess's)."""
-    args = (network_id, project_id, mac_address, node, interface_name, external_id)
-    if found is not None and found.guessed:
-        found = dataclasses.replace(found, **_context_check(caller, *args))
-        try:
-            return _decided(session, caller, found, network_id, name, mac_address, fixed_ips, node, interface_name,
-                            port_security, project_id, router_id, external_id, claim_at_insert)
-        except StoreError:   # as guessed, it is refused: whether it is is the store's to say
-            found = None
-    if found is None:
-        found = _port_context(session, caller, *args)
-    return _decided(session, caller, found, network_id, name, mac_address, fixed_ips, node, interface_name,
-                    port_security, project_id, router_id, external_id, claim_at_insert)
-
-
-def _decided(session: Session, caller: Caller, found: _PortContext, network_id: int, name: str,
-             mac_address: str | None, fixed_ips: list[dict] | None, node: str | None, interface_name: str | None,
-             port_security: bool, project_id: str | None, router_id: int | None, external_id: str | None,
-             claim_at_insert: bool) -> NewPort:
-    """new_port's decisions on its checks' read `found`."""
+    for a caller whose further checks cannot fail (the address is the last thing decided)."""
+    found = _port_context(session, caller, network_id, project_id, mac_address, node, interface_name, external_id)
     network = found.network
     if network is None or not _visible(caller, network):
         raise NotFound(f"network {network_id} does not exist", "network_id")
@@ -471,7 +448,7 @@ def _decided(session: Session, caller: Caller, found: _PortContext, network_id: 
                         node_id=found.node.id if found.node is not None else None, interface_name=interface_name,
                         port_security=port_security, router_id=router_id, project_id=project,
                         status="pending", status_reason=None, external_id=external_id),
-                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen], claim, found.default_group, found)
+                   found.node, [(subnet.id, str(ip)) for subnet, ip in chosen], claim, found.default_group)
 
 
 # a new port's rows written with SQLAlchemy Core (insert_port): each statement built once
@@ -489,15 +466,11 @@ _INSERT_LINK = insert(_LINKS)
 # lock is taken on an address in use or beyond the one chosen. The lock's key is in the one-bigint
 # key space (the two-int4 locks of _serialise are another): network << 32 | address, above 2^32,
 # never a hashtext() of fathom.cluster.leases.
-def _first_free(guard: str = "") -> str:
-    """_FIRST_FREE, `guard` (SQL) a condition before all the others."""
-    return ("SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
-            f"WHERE {guard}n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
-            "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
-            "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
-
-
-_FIRST_FREE = _first_free()
+_FIRST_FREE = (
+    "SELECT n FROM generate_series(CAST(:low AS bigint), CAST(:high AS bigint)) AS n "
+    "WHERE n <> ALL(CAST(:skip AS bigint[])) AND CASE WHEN (SELECT 1 FROM ip_allocations "
+    "WHERE network_id = :network_id AND ip_address = host(inet '0.0.0.0' + n) LIMIT 1) IS NULL "
+    "THEN pg_try_advisory_xact_lock(CAST(:key_base AS bigint) + n) ELSE false END LIMIT 1")
 
 
 # PostgreSQL: the port, its addresses and its links in one statement (data-modifying CTEs; the
@@ -526,22 +499,13 @@ def _cast(column: str) -> str:
 
 
 _CLAIMED_ROWS = (
+    f"WITH c AS ({_FIRST_FREE}), "
     f"p AS (INSERT INTO ports ({', '.join(_PORT_COLUMNS)}) SELECT {', '.join(map(_cast, _PORT_COLUMNS))} "
     "FROM c RETURNING id), "
     "a AS (INSERT INTO ip_allocations (port_id, subnet_id, network_id, ip_address) "
     "SELECT p.id, :subnet_id, :network_id, host(inet '0.0.0.0' + c.n) FROM p, c), "
     "l AS (INSERT INTO port_security_groups (port_id, group_id) "
     "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g)")
-# A guess of the checks' read (_PortContext.guessed) checked by the statement that writes the port:
-# the read (chk: _port_context_query) is a part of it, and the address is claimed (so the port
-# written) only if the read's first row is the guess's, with no interface, MAC or external id taken.
-# The statement returns the read's rows whatever it wrote.
-_GUARD = (
-    "EXISTS (SELECT 1 FROM (SELECT * FROM chk ORDER BY subnet_id LIMIT 1) f WHERE "
-    "(f.network_project, f.subnet_id, f.cidr, f.gateway_ip, f.node_id, f.default_group) IS NOT DISTINCT FROM "
-    "(CAST(:guess_project AS varchar), CAST(:subnet_id AS integer), CAST(:guess_cidr AS varchar), "
-    "CAST(:guess_gateway AS varchar), CAST(:node_id AS integer), CAST(:guess_group AS integer)) "
-    "AND f.interface_used IS NULL AND f.mac_used IS NULL AND f.external_id_used IS NULL) AND ")
 # the request's Idempotency-Key and its answer (AnswerRow, its fields as answer_*) written with them:
 # one statement less a creation
 _KEY_ROW = (
@@ -557,25 +521,13 @@ _PSYCOPG = postgresql.psycopg.dialect()
 
 
 @functools.cache
-def _claim_port_rows_sql(answered: bool, notice: str | None, check: tuple | None = None) -> str:
+def _claim_port_rows_sql(answered: bool, notice: str | None) -> str:
     """_CLAIMED_ROWS as the driver runs it (run_prepared), selecting the port's id and its address's
-    number (none: nothing written); with the request's key and answer (`answered`: _KEY_ROW), with
-    the change feed's notice (`notice`, its SQL: changes.notice_in_statement) and the transaction's
-    id after them; with the checks' read of `check`'s shape (_port_context_query) guarding the
-    write (_GUARD), its columns first (one row per subnet, the port's columns on each)."""
-    told = f", t AS (SELECT pg_current_xact_id()::text AS xid, {notice} FROM p)" if notice is not None else ""
-    rest = f"{_KEY_ROW if answered else ''}{told} SELECT"
-    if check is None:
-        rest += " p.id, c.n" + (", t.xid FROM p, c, t" if notice is not None else " FROM p, c")
-        return driver_sql(text(f"WITH c AS ({_FIRST_FREE}), {_CLAIMED_ROWS}{rest}"), _PSYCOPG)[0]
-    rest += (" chk.*, p.id, c.n" + (", t.xid" if notice is not None else "") +
-             " FROM chk LEFT JOIN p ON true LEFT JOIN c ON true" + (" LEFT JOIN t ON true" if notice is not None else "")
-             + " ORDER BY chk.subnet_id")
-    # the read as SQLAlchemy compiles it for the driver, the rest compiled apart (its parameters are
-    # named apart from the read's, but for those both give the same value: network_id, interface_name,
-    # external_id; mac_address where the request names one)
-    return (f"WITH chk AS ({_port_context_sql(*check)[0]}), " +
-            driver_sql(text(f"c AS ({_first_free(_GUARD)}), {_CLAIMED_ROWS}{rest}"), _PSYCOPG)[0])
+    number; with the request's key and answer (`answered`: _KEY_ROW), and with the change feed's
+    notice (`notice`, its SQL: changes.notice_in_statement) and the transaction's id after them."""
+    told = f", pg_current_xact_id()::text, {notice}" if notice is not None else ""
+    return driver_sql(text(f"{_CLAIMED_ROWS}{_KEY_ROW if answered else ''} SELECT p.id, c.n{told} FROM p, c"),
+                      _PSYCOPG)[0]
 
 
 @dataclass
@@ -639,9 +591,7 @@ def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], creat
                      answer: AnswerRow | None) -> int | None:
     """_CLAIMED_ROWS (with `answer`'s row): the port's id, its address added to `new.addresses`;
     None (nothing written) when no address of the hint's window is free. A statement that commits on
-    its own (db.at_once) writes the change feed's notice too, where the engine has one. A port
-    decided on a guess of its checks' read has the read in its statement, guarding the write:
-    Unguessed (nothing written) when the read is not the guess's."""
+    its own (db.at_once) writes the change feed's notice too, where the engine has one."""
     network, subnet = new.claim
     first, last = _host_range(subnet.cidr)
     start = first + _hints(session).get(subnet.id, 0)
@@ -652,42 +602,23 @@ def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], creat
               "key_base": network.id << 32}
     if answer is not None:
         params.update({f"answer_{name}": value for name, value in vars(answer).items() if name != "written"})
-    once = at_once(session)
-    told = changes.notice_in_statement(conn) if once else None
+    told = changes.notice_in_statement(conn) if at_once(session) else None
     notice = None
     if told is not None:
         notice, notice_params = told.notice(_PORT_WRITTEN)
         params.update(notice_params)
-    guess = new.found if new.found is not None and new.found.guessed else None
-    if guess is not None:
-        params = {**guess.params, **params, "guess_project": network.project_id, "guess_cidr": subnet.cidr,
-                  "guess_gateway": subnet.gateway_ip, "guess_group": guess.default_group}
-    rows = run_prepared(conn, _claim_port_rows_sql(answer is not None, notice, guess and guess.check), params)
-    if guess is not None:
-        read = _context_of(rows, guess.check, guess.params)
-        if not rows or (rows[0][11] is None and not _as_guessed(read, guess)):
-            raise Unguessed(read)
-        rows = [r[11:] for r in rows[:1] if r[11] is not None]
+    rows = run_prepared(conn, _claim_port_rows_sql(answer is not None, notice), params)
     if not rows:
         return None
     port_id, found = rows[0][:2]
     if told is not None:
         told.noticed(int(rows[0][2]))
-    if once and new.found is not None and new.found.params is not None:
-        _guessed(session, new.found)
     _hints(session)[subnet.id] = found - first
     new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
     changes.port_rows_written(conn, port_id, told)
     if answer is not None:
         answer.written = True
     return port_id
-
-
-def _as_guessed(read: _PortContext, guess: _PortContext) -> bool:
-    """Whether the checks' read is as `guess` has it, as _GUARD compares them."""
-    return (read.network == guess.network and read.subnets[:1] == guess.subnets[:1] and read.node == guess.node
-            and read.default_group == guess.default_group
-            and not (read.interface_used or read.mac_used or read.external_id_used))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -731,52 +662,6 @@ class _PortContext:
     mac_used: bool
     external_id_used: bool
     default_group: int | None
-    # the read's shape and parameters (_port_context_query); `guessed`: not read, but the last read of
-    # these parameters that a port was written with (guessed_port_context), checked by the write
-    check: tuple = ()
-    params: dict | None = None
-    guessed: bool = False
-
-
-class Unguessed(Exception):
-    """A port's write found the store's context (`found`) other than the guess it was decided from
-    (_PortContext.guessed): nothing was written; decide it again from `found`."""
-
-    def __init__(self, found: _PortContext):
-        super().__init__("the checks' read was not as guessed")
-        self.found = found
-
-
-# The checks' read of the last port written at once per engine's pool and parameters (network,
-# project, node; GUESSES at most): the guess of the next creation's (guessed_port_context)
-GUESSES = 1024
-_guesses: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def guessed_port_context(session: Session, caller: Caller, network_id: int, project_id: str | None,
-                         node: str | None) -> _PortContext | None:
-    """The guess of a new port's checks' read (new_port's `found`) where its write runs at once
-    (db.at_once: one statement reads and writes), None without one."""
-    if not at_once(session):
-        return None
-    guess = _guesses.get(session.get_bind().pool, {}).get((network_id, _context_project(caller, project_id), node))
-    return None if guess is None else dataclasses.replace(guess, guessed=True)
-
-
-def _guessed(session: Session, found: _PortContext) -> None:
-    """A port was written at once with `found`: the guess of its parameters' next."""
-    guesses = _guesses.setdefault(session.get_bind().pool, {})
-    if len(guesses) >= GUESSES:
-        guesses.clear()
-    params = found.params
-    guesses[params["network_id"], params["project"], params["node"]] = dataclasses.replace(
-        found, interface_used=False, mac_used=False, external_id_used=False, check=(), params=None, guessed=False)
-
-
-def _context_project(caller: Caller, project_id: str | None) -> str | None:
-    """The port's project as _owner decides it: the one asked for, else the network's for an admin
-    (resolved in the read: None), else the caller's."""
-    return project_id if project_id is not None else (None if caller.admin else caller.project)
 
 
 def _port_context(session: Session, caller: Caller, network_id: int, project_id: str | None,
@@ -789,40 +674,27 @@ def _port_context(session: Session, caller: Caller, network_id: int, project_id:
     own order (so a member naming a node is told it may not, not whether the node exists)."""
     if not valid_id(network_id):
         return _PortContext(None, [], None, False, False, False, None)
-    check = _context_check(caller, network_id, project_id, mac_address, node, interface_name, external_id)
-    shape, params = check["check"], check["params"]
-    conn = session.connection()
-    if conn.dialect.name == "postgresql":
-        rows = run_prepared(conn, _port_context_sql(*shape)[0], params)
-    else:
-        rows = conn.execute(_port_context_query(*shape), params).all()
-    return _context_of(rows, shape, params)
-
-
-def _context_check(caller: Caller, network_id: int, project_id: str | None, mac_address: str | None,
-                   node: str | None, interface_name: str | None, external_id: str | None) -> dict:
-    """The shape and parameters of a new port's checks' read (_port_context_query), as _PortContext's
-    `check` and `params`."""
-    project = _context_project(caller, project_id)
+    # the port's project as _owner decides it: the one asked for, else the network's for an admin
+    # (resolved in the query), else the caller's
+    project = project_id if project_id is not None else (None if caller.admin else caller.project)
     shape = (node is not None, interface_name is not None, mac_address is not None, external_id is not None,
              project is not None)
     params = {"network_id": network_id, "project": project, "node": node, "interface_name": interface_name,
               "mac_address": mac_address, "external_id": external_id}
-    params.update(_port_context_sql(*shape)[1])   # the read's own (its LIMITs), as PostgreSQL's driver runs it
-    return {"check": shape, "params": params}
-
-
-def _context_of(rows: Sequence[tuple], check: tuple, params: dict) -> _PortContext:
-    """_PortContext of the rows of _port_context_query (its columns first, in its order)."""
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        statement, defaults = _port_context_sql(*shape)
+        rows = run_prepared(conn, statement, {**defaults, **params})
+    else:
+        rows = conn.execute(_port_context_query(*shape), params).all()
     if not rows:
-        return _PortContext(None, [], None, False, False, False, None, check, params)
-    network, project_of, _, _, _, node_id, node_name, default_group, interface_used, mac_used, external_used = \
-        rows[0][:11]
+        return _PortContext(None, [], None, False, False, False, None)
+    # the columns of _port_context_query, in its order
+    network, project_of, _, _, _, node_id, node_name, default_group, interface_used, mac_used, external_used = rows[0]
     return _PortContext(NetworkRef(network, project_of),
                         [SubnetRef(r[2], r[3], r[4]) for r in rows if r[2] is not None],
                         NodeRef(node_id, node_name) if node_id is not None else None,
-                        interface_used is not None, mac_used is not None, external_used is not None, default_group,
-                        check, params)
+                        interface_used is not None, mac_used is not None, external_used is not None, default_group)
 
 
 @functools.cache
