@@ -71,7 +71,11 @@ try:
              for k, v in after["pass_steps_total"].items()}
     r["pass_steps_wall_ms_per_port"] = steps
     r["passes"] = after["passes"] - before["passes"]
-    (out / "r.json").write_text(json.dumps(r, indent=1))
+    import psycopg   # the run's transactions: committed, rolled back (a failed statement: a retry)
+    with psycopg.connect(host=str(pg.socket_dir), port=5432, user="postgres", dbname="postgres") as c:
+        r["pg_xacts"] = dict(zip(("commit", "rollback"), c.execute(
+            "SELECT sum(xact_commit), sum(xact_rollback) FROM pg_stat_database").fetchone()))
+    (out / "r.json").write_text(json.dumps(r, indent=1, default=int))
     if os.environ.get("PGSTAT"):
         import psycopg
         with psycopg.connect(host=str(pg.socket_dir), port=5432, user="postgres", dbname=url.split("@/")[1].split("?")[0], autocommit=True) as c:

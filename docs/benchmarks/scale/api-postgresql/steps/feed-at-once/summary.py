@@ -4,7 +4,7 @@ Run in this directory: python summary.py"""
 import glob, json, re, statistics
 
 rows = {}
-for path in sorted(glob.glob("r[12]-*-w[12]-*.json")):
+for path in sorted(glob.glob("r[123]-*-w[12]-*.json")):
     d = json.load(open(path))
     s = d["schedstat_ms_per_port"]
 
