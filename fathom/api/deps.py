@@ -31,7 +31,6 @@ from fathom.api.auth import admin_caller, caller
 from fathom.api.commits import after_commit
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
-from fathom.store.changes import told_in_transaction
 from fathom.store.db import AT_ONCE, READ_ONLY, NeedsTransaction
 from fathom.store.errors import Busy, Conflict, Forbidden, NotFound, StoreError, Unavailable
 from fathom.store.ops import MAX_LIMIT, Caller, Settings
@@ -111,8 +110,8 @@ class Store:
         `at_once`: `fn` writes with one statement (the request's key and answer in it: a Recorded
         result, where the request has a key), or raises db.NeedsTransaction before it writes. On
         PostgreSQL it then runs without a transaction (db.AT_ONCE: no BEGIN and COMMIT round trips;
-        its reads see what committed before each, as in a read-committed transaction), unless a
-        tracker writes in each transaction (changes.told_in_transaction: the change feed's notices);
+        its reads see what committed before each, as in a read-committed transaction; the change
+        feed's notice, where there is one, written by that statement: changes.notice_in_statement);
         NeedsTransaction runs it again in one.
 
         A concurrent writer may get in between our reads and our writes (PostgreSQL, read
@@ -122,8 +121,7 @@ class Store:
         - an UPDATE matches no row (StaleDataError) or a row read is gone (ObjectDeletedError):
           the object was deleted meanwhile; run again, the request finds it gone (404).
         """
-        engine = (self._at_once if at_once and self._at_once is not None and not told_in_transaction(self.engine)
-                  else self.engine)
+        engine = self._at_once if at_once and self._at_once is not None else self.engine
         attempt = 0
         while attempt < attempts:
             attempt += 1

@@ -186,22 +186,43 @@ class _Notes(TableChanges):
         # It runs on the driver's cursor, so SQLAlchemy does not wrap what fails there: a server that
         # ended the session (a restart) is told as SQLAlchemy's OperationalError, which the API
         # answers 503, as it would have the commit's own failure
-        # a snapshot longer than SNAPSHOT_ROOM (hundreds of transactions in progress) is left out: "-"
-        statement = ("SELECT pg_notify(%s, %s || ' ' || extract(epoch FROM clock_timestamp())::text || ' ' || "
-                     "pg_current_xact_id()::text || ' ' || (CASE WHEN length(pg_current_snapshot()::text) < %s "
-                     "THEN pg_current_snapshot()::text ELSE '-' END) || ' ' || %s), pg_current_xact_id()::text")
+        statement = f"SELECT {notice_sql('%s', '%s', '%s', '%s')}, pg_current_xact_id()::text"
         params = (CHANNEL, self.me, SNAPSHOT_ROOM - 100, payload(written, len(self.me.encode()) + SNAPSHOT_ROOM))
         try:
             with conn.connection.dbapi_connection.cursor() as cur:
                 cur.execute(statement, params)
-                _COMMITTED.xid = int(cur.fetchone()[1])
-            if (commits := REQUEST_COMMITS.get()) is not None:
-                commits.append(_COMMITTED.xid)
+                xid = int(cur.fetchone()[1])
         except psycopg.Error as e:
             raise DBAPIError.instance(statement, params, e, psycopg.Error) from e
+        self.noticed(xid)
+
+    def notice(self, written: str) -> tuple[str, dict]:
+        """The notification of a statement that commits on its own (db.AT_ONCE) and writes it itself
+        (fathom.store.ops.insert_port's): its SQL, `written` being the SQL of its payload's last part
+        (what the statement wrote, as `payload` writes it; short), and its parameters. The statement
+        then tells `noticed` its transaction id and fathom.store.changes.port_rows_written that this
+        tracker was told."""
+        return (notice_sql(":feed_channel", ":feed_me", ":feed_room", written),
+                {"feed_channel": CHANNEL, "feed_me": self.me, "feed_room": SNAPSHOT_ROOM - 100})
+
+    def noticed(self, xid: int) -> None:
+        """A write of this thread notified CHANNEL in its transaction `xid`, which committed or is committing."""
+        _COMMITTED.xid = xid
+        if (commits := REQUEST_COMMITS.get()) is not None:
+            commits.append(xid)
 
     def _count(self, written: set, elsewhere: bool = False) -> None:
         """Another process's writes (written_elsewhere): this tracker only sends."""
+
+
+def notice_sql(channel: str, me: str, room: str, written: str) -> str:
+    """The SQL of a notification on `channel` (its arguments SQL expressions) from the writer `me`, in
+    the transaction that writes: "<me> <PostgreSQL's clock> <the transaction's id> <its snapshot>
+    <written>"; a snapshot of `room` characters or more (hundreds of transactions in progress) is left
+    out: "-"."""
+    return (f"pg_notify({channel}, {me} || ' ' || extract(epoch FROM clock_timestamp())::text || ' ' || "
+            f"pg_current_xact_id()::text || ' ' || (CASE WHEN length(pg_current_snapshot()::text) < {room} "
+            f"THEN pg_current_snapshot()::text ELSE '-' END) || ' ' || {written})")
 
 
 def payload(written: set, reserved: int = 0) -> str:

@@ -75,14 +75,15 @@ def port_inserted(connection, port_id: int) -> None:
             pending.add((_TOLD, port_id))
 
 
-def port_rows_written(connection, port_id: int) -> None:
+def port_rows_written(connection, port_id: int, told: "TableChanges | None" = None) -> None:
     """A statement the trackers cannot read (fathom.store.ops.insert_port's, with data-modifying
     CTEs) wrote a port's rows on `connection`: noted by every tracker of its engine as its own
-    statements would have been, as ("port", id)."""
+    statements would have been, as ("port", id); but `told`, whose notice the statement wrote
+    (notice_in_statement)."""
     with _TRACKERS_LOCK:
         trackers = list(_TRACKERS.get(connection.engine.pool, ()))
     for tracker in trackers:
-        if tracker._noted(connection.get_execution_options()):
+        if tracker is not told and tracker._noted(connection.get_execution_options()):
             connection.info.setdefault(tracker._pending, set()).add(("port", port_id))
             if not connection.in_transaction():
                 tracker._committed(connection)
@@ -99,11 +100,15 @@ _TRACKERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _TRACKERS_LOCK = threading.Lock()
 
 
-def told_in_transaction(engine: Engine) -> bool:
-    """Whether a tracker of `engine` writes in each committing transaction (fathom.cluster.feed's
-    notices): its writes then run in transactions, never a statement committed on its own."""
+def notice_in_statement(connection) -> "TableChanges | None":
+    """The tracker of `connection`'s engine that writes in each committing transaction
+    (IN_TRANSACTION: fathom.cluster.feed's notices), None without one. A statement that commits on
+    its own (fathom.store.db.AT_ONCE) writes that tracker's notice itself (its `notice`, told back
+    with `noticed` and port_rows_written's `told`): there is no commit to write it at."""
+    options = connection.get_execution_options()
     with _TRACKERS_LOCK:
-        return any(t.IN_TRANSACTION for t in _TRACKERS.get(engine.pool, ()))
+        return next((t for t in _TRACKERS.get(connection.engine.pool, ()) if t.IN_TRANSACTION and t._noted(options)),
+                    None)
 
 
 def written_elsewhere(engine: Engine, written: set) -> None:
@@ -117,7 +122,7 @@ def written_elsewhere(engine: Engine, written: set) -> None:
 
 class TableChanges:
     """The tables an engine wrote since the last `take()` (one reader per tracker)."""
-    IN_TRANSACTION = False      # told_in_transaction
+    IN_TRANSACTION = False      # notice_in_statement
 
     def __init__(self, engine: Engine):
         from fathom.store.models import Port

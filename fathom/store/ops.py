@@ -458,7 +458,7 @@ _INSERT_ADDRESS = insert(_ADDRESSES)
 _INSERT_LINK = insert(_LINKS)
 
 
-# PostgreSQL's allocation in one statement (_allocate_claimed; a part of _CLAIM_PORT_ROWS): the
+# PostgreSQL's allocation in one statement (_allocate_claimed; a part of _CLAIMED_ROWS): the
 # window's first address that is not allocated (an index probe each, a scalar subquery: never a
 # hashed scan of the network's addresses), not taken by this request already, and whose
 # transaction-level advisory lock this transaction gets without waiting (another holds it: the next
@@ -506,20 +506,28 @@ _CLAIMED_ROWS = (
     "SELECT p.id, :subnet_id, :network_id, host(inet '0.0.0.0' + c.n) FROM p, c), "
     "l AS (INSERT INTO port_security_groups (port_id, group_id) "
     "SELECT p.id, g FROM p, unnest(CAST(:group_ids AS integer[])) AS g)")
-_CLAIM_PORT_ROWS = text(f"{_CLAIMED_ROWS} SELECT p.id, c.n FROM p, c")
-# the same with the request's Idempotency-Key and its answer (AnswerRow, its fields as answer_*): one
-# statement less a creation
-_CLAIM_PORT_ROWS_ANSWERED = text(
-    f"{_CLAIMED_ROWS}, k AS (INSERT INTO request_ids (scope, key, fingerprint, created, status, content_type, "
+# the request's Idempotency-Key and its answer (AnswerRow, its fields as answer_*) written with them:
+# one statement less a creation
+_KEY_ROW = (
+    ", k AS (INSERT INTO request_ids (scope, key, fingerprint, created, status, content_type, "
     "body) SELECT CAST(:answer_scope AS varchar), CAST(:answer_key AS varchar), CAST(:answer_fingerprint AS varchar), "
     "CAST(:created_at AS timestamp with time zone), CAST(:answer_status AS integer), "
     "CAST(:answer_content_type AS varchar), CAST(:answer_head AS bytea) || convert_to(CAST(p.id AS text), 'UTF8') || "
     "CAST(:answer_middle AS bytea) || convert_to(host(inet '0.0.0.0' + c.n), 'UTF8') || CAST(:answer_tail AS bytea) "
-    "FROM p, c) "
-    "SELECT p.id, c.n FROM p, c")
+    "FROM p, c)")
+# what the statement wrote as the change feed's notice says it (fathom.cluster.feed.payload of {("port", id)})
+_PORT_WRITTEN = "'[[\"port\",' || CAST(p.id AS text) || ']]'"
 _PSYCOPG = postgresql.psycopg.dialect()
-_CLAIM_PORT_ROWS_SQL = driver_sql(_CLAIM_PORT_ROWS, _PSYCOPG)[0]
-_CLAIM_PORT_ROWS_ANSWERED_SQL = driver_sql(_CLAIM_PORT_ROWS_ANSWERED, _PSYCOPG)[0]
+
+
+@functools.cache
+def _claim_port_rows_sql(answered: bool, notice: str | None) -> str:
+    """_CLAIMED_ROWS as the driver runs it (run_prepared), selecting the port's id and its address's
+    number; with the request's key and answer (`answered`: _KEY_ROW), and with the change feed's
+    notice (`notice`, its SQL: changes.notice_in_statement) and the transaction's id after them."""
+    told = f", pg_current_xact_id()::text, {notice}" if notice is not None else ""
+    return driver_sql(text(f"{_CLAIMED_ROWS}{_KEY_ROW if answered else ''} SELECT p.id, c.n{told} FROM p, c"),
+                      _PSYCOPG)[0]
 
 
 @dataclass
@@ -581,8 +589,9 @@ def insert_port(session: Session, new: NewPort, group_ids: list[int], created: d
 
 def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], created: datetime,
                      answer: AnswerRow | None) -> int | None:
-    """_CLAIM_PORT_ROWS (_ANSWERED, with `answer`): the port's id, its address added to
-    `new.addresses`; None (nothing written) when no address of the hint's window is free."""
+    """_CLAIMED_ROWS (with `answer`'s row): the port's id, its address added to `new.addresses`;
+    None (nothing written) when no address of the hint's window is free. A statement that commits on
+    its own (db.at_once) writes the change feed's notice too, where the engine has one."""
     network, subnet = new.claim
     first, last = _host_range(subnet.cidr)
     start = first + _hints(session).get(subnet.id, 0)
@@ -593,13 +602,20 @@ def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], creat
               "key_base": network.id << 32}
     if answer is not None:
         params.update({f"answer_{name}": value for name, value in vars(answer).items() if name != "written"})
-    rows = run_prepared(conn, _CLAIM_PORT_ROWS_SQL if answer is None else _CLAIM_PORT_ROWS_ANSWERED_SQL, params)
+    told = changes.notice_in_statement(conn) if at_once(session) else None
+    notice = None
+    if told is not None:
+        notice, notice_params = told.notice(_PORT_WRITTEN)
+        params.update(notice_params)
+    rows = run_prepared(conn, _claim_port_rows_sql(answer is not None, notice), params)
     if not rows:
         return None
-    port_id, found = rows[0]
+    port_id, found = rows[0][:2]
+    if told is not None:
+        told.noticed(int(rows[0][2]))
     _hints(session)[subnet.id] = found - first
     new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
-    changes.port_rows_written(conn, port_id)
+    changes.port_rows_written(conn, port_id, told)
     if answer is not None:
         answer.written = True
     return port_id

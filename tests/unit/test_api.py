@@ -486,6 +486,54 @@ def test_a_port_creation_on_postgresql_commits_its_one_write_without_a_transacti
     api.app.state.engine.dispose()
 
 
+def test_a_port_creation_at_once_with_the_change_feed_writes_its_notice_in_its_rows_statement(postgres, monkeypatch):
+    """With the change feed on (API workers, a cluster), a port given no addresses or groups is still
+    written with no BEGIN or COMMIT: the statement writing its rows and its key notifies the feed too,
+    naming the port's row and its transaction, which its answer names (X-Fathom-Commit) and another
+    process's listener counts. A creation the checks refuse notifies nothing."""
+    import threading
+    from fathom.cluster import feed
+    from fathom.lab.ovs import wait_for
+    from fathom.store import ops
+    url = postgres.new_database(migrated=True)
+    api = Client(url)
+    net, _ = api.network(cidr="10.0.0.0/24")
+    api.post("/ports", {"network_id": net["id"]})    # the project's default group made: in a transaction
+    feed.notify_commits(api.app.state.engine, "api-worker-1")
+    heard, arrived = [], threading.Event()
+    listener = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "controller",
+                             lambda written: (heard.append(written), arrived.set())).start()
+    states = []
+    real = ops.run_prepared
+
+    def watched(conn, statement, *args, **kwargs):
+        try:
+            return real(conn, statement, *args, **kwargs)
+        finally:    # the driver's connection after the statement: idle, or in a transaction
+            states.append((statement.split()[0], conn.connection.driver_connection.info.transaction_status.name))
+    monkeypatch.setattr(ops, "run_prepared", watched)
+    try:
+        wait_for(lambda: len(heard) == 1, 10, "the listener to connect (and read once)")
+        first = api.http.post("/v1/ports", json={"network_id": net["id"]}, headers={"Idempotency-Key": "k1"})
+        assert first.status_code == 201 and states == [("SELECT", "IDLE"), ("WITH", "IDLE")], states
+        wait_for(lambda: len(heard) == 2, 5, "the creation's notice")
+        assert heard[1] == {("port", first.json()["id"])}
+        xid = int(first.headers["X-Fathom-Commit"])
+        assert listener.claim().covers(xid)
+        replay = api.http.post("/v1/ports", json={"network_id": net["id"]}, headers={"Idempotency-Key": "k1"})
+        assert replay.content == first.content
+        states.clear()
+        loc, _ = api.error("POST", "/ports", {"network_id": net["id"], "node": "nowhere", "interface_name": "tap1"}, 404)
+        assert loc == ["node"] and states == [("SELECT", "IDLE")], states
+        second = api.http.post("/v1/ports", json={"network_id": net["id"]})    # no key: the rows' statement alone
+        assert second.status_code == 201 and int(second.headers["X-Fathom-Commit"]) > xid
+        wait_for(lambda: len(heard) == 3, 5, "the second creation's notice")
+        assert heard[2] == {("port", second.json()["id"])}   # the refused one told nothing before it
+    finally:
+        listener.stop()
+        api.app.state.engine.dispose()
+
+
 def test_concurrent_writers_and_readers(api):
     """Parallel port creation (same subnet: racing for the same free address), status writes and
     snapshot loads: no request fails, every port gets its own address."""
