@@ -5,10 +5,15 @@ blocks: this thread's CPU and the PostgreSQL backends' schedstat per creation.
 A is the code at REF (default main) for the functions named, B the working tree's: each function's
 source at REF is run in its module's namespace and swapped in for A's blocks. With --a-sql STATEMENT
 (repeatable) A and B write to a database each, A's changed by the statements after its migration.
-Run from the repository:
-    python micro-ab.py BLOCK ROUNDS [module:function ...] [--ref REF] [--a-sql STATEMENT ...]"""
+--feed: the store notifies the change feed (as an API worker's), another connection listening;
+--a-transaction: A's blocks write in a transaction (no `at_once`). PREFIX (environment): PostgreSQL's
+directories are named fathom-pg-PREFIX-*. Run from the repository:
+    python micro-ab.py BLOCK ROUNDS [module:function ...] [--ref REF] [--a-sql STATEMENT ...] [--feed] [--a-transaction]"""
 import ipaddress, os, re, subprocess, sys, time, importlib
 sys.path.insert(0, ".")
+import fathom.bench.postgres as _pgmod
+if os.environ.get("PREFIX"):
+    _pgmod.PREFIX = f"fathom-pg-{os.environ['PREFIX']}-"
 from fathom.bench.postgres import PostgresServer
 from fathom.store.db import open_store
 from fathom.store import ops
@@ -22,6 +27,11 @@ args = sys.argv[1:]
 ref = "main"
 if "--ref" in args:
     i = args.index("--ref"); ref = args[i + 1]; del args[i:i + 2]
+# --feed: the store's engine notifies the change feed (as an API worker's), another connection
+# listening; --a-transaction: A's blocks write in a transaction (Store.write without at_once)
+feed_on = "--feed" in args
+a_transaction = "--a-transaction" in args
+args = [a for a in args if a not in ("--feed", "--a-transaction")]
 a_sql = []
 while "--a-sql" in args:
     i = args.index("--a-sql"); a_sql.append(args[i + 1]); del args[i:i + 2]
@@ -52,6 +62,8 @@ holders = {(mod, name): [m for m in list(sys.modules.values()) if getattr(m, "__
 
 
 def use(which):
+    if a_transaction:
+        stores["A"][0]._at_once = None if which is swaps else AT_ONCE
     for mod, name, fn in which:
         for holder in holders[mod, name]:
             setattr(holder, name, fn)
@@ -68,6 +80,9 @@ def store(statements=()):
         for statement in statements:
             conn.exec_driver_sql(statement)
     TableChanges(engine)
+    if feed_on:
+        from fathom.cluster import feed
+        feed.notify_commits(engine, "api-worker-1")
     st = Store(engine, Settings(), None)
     net = st.write(lambda s: ops.create_network(s, c, Settings(), name="n", type="vxlan").id)
     st.write(lambda s: ops.create_subnet(s, c, network_id=net, cidr=ipaddress.IPv4Network("10.0.0.0/16")) and None)
@@ -77,6 +92,13 @@ def store(statements=()):
 
 stores = {"B": store()}
 stores["A"] = store(a_sql) if a_sql else stores["B"]
+AT_ONCE = stores["B"][0]._at_once
+listening = None
+if feed_on:
+    import psycopg
+    from fathom.cluster.feed import libpq_conninfo
+    listening = psycopg.connect(libpq_conninfo(stores["B"][0].engine), autocommit=True)
+    listening.execute("LISTEN fathom_store")
 
 n = 0
 
@@ -124,7 +146,11 @@ for r in range(R):
         res[k][0] += time.thread_time_ns() - t0
         res[k][1] += sum(ns_of(p) - b0[p] for p in b)
         res[k][2] += N
-print(f"A: {ref} {' '.join(names)}{' with ' + '; '.join(a_sql) if a_sql else ''}; B: the working tree; "
+        if listening is not None:
+            for _ in listening.notifies(timeout=0):   # the listener's queue drained between blocks
+                pass
+print(f"A: {(ref + ' ' + ' '.join(names)) if names else 'the working tree'}{' with ' + '; '.join(a_sql) if a_sql else ''}"
+      f"{' in a transaction' if a_transaction else ''}{'; the change feed on' if feed_on else ''}; B: the working tree; "
       f"{N} creations a block, {R} rounds; load {os.getloadavg()[0]:.1f}")
 for k, (cli, srv, cnt) in res.items():
     print(f"{k}: client {cli/cnt/1e6:.3f} ms  PG {srv/cnt/1e6:.3f} ms  per creation ({cnt})")

@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+PREFIX = os.environ.get("PREFIX", "a6")   # the labs' prefix the runs were made with (run.sh)
+
 
 def cpu(d: str, n: int) -> dict:
     doc = json.load(open(f"{d}/results.json"))
@@ -39,7 +41,7 @@ def row(d: str) -> str:
             f"| {up(one, 'p50'):.0f} / {up(one, 'p99'):.0f}; {up(many, 'p50'):.0f} / {up(many, 'p99'):.0f} "
             f"| {up(many, 'p50') / up(one, 'p50'):.2f} / {up(many, 'p99') / up(one, 'p99'):.2f} "
             f"| {echo(many, 'p50') / echo(one, 'p50'):.2f} / {echo(many, 'p99') / echo(one, 'p99'):.2f} "
-            f"| {steps('fathom-1')}; {steps('fathom-3')} | {c['a61']:.0f}; {c['a63']:.0f} ms |")
+            f"| {steps('fathom-1')}; {steps('fathom-3')} | {c[PREFIX + '1']:.0f}; {c[PREFIX + '3']:.0f} ms |")
 
 
 if __name__ == "__main__":

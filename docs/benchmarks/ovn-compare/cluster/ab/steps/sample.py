@@ -1,5 +1,5 @@
-"""Sample the schedstat run time (ns) of every thread of the a6 labs' controllers
-(/run/fathom/a6{1,3}/controller*.pid) and of the PostgreSQL processes of the bench's own server
+"""Sample the schedstat run time (ns) of every thread of the PREFIX labs' controllers (the
+environment's PREFIX, default a6: /run/fathom/a6{1,3}/controller*.pid) and of the PostgreSQL processes of the bench's own server
 (the postmaster whose data directory is /tmp/fathom-pg-*: its children; a backend is put to a lab
 by its database, fathom_test_1 the lab of one controller, fathom_test_2 the cluster's), every
 0.2 s, one JSON line a sample. Usage: sample.py OUT.jsonl (until killed)."""
@@ -9,7 +9,8 @@ import os
 import sys
 import time
 
-LABS = {"fathom_test_1": "a61", "fathom_test_2": "a63"}
+PREFIX = os.environ.get("PREFIX", "a6")
+LABS = {"fathom_test_1": PREFIX + "1", "fathom_test_2": PREFIX + "3"}
 
 
 def threads(pid: int) -> dict:
