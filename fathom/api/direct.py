@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from fathom.api import ports
 from fathom.api.auth import caller
-from fathom.api.limits import JSON_BODY
+from fathom.api.limits import JSON_BODY, replaying, whole_body
 from fathom.api.schemas import PortCreate
 
 _PATH = "/v1/ports"
@@ -37,25 +37,12 @@ class DirectRoutes:
         if (scope["type"] != "http" or scope["path"] != _PATH or scope["method"] != "POST"
                 or scope.get("root_path")):
             return await self.app(scope, receive, send)
-        parts, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return   # the client went away
-            parts.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(parts)
+        body = await whole_body(receive)
+        if body is None:
+            return   # the client went away
         arguments = await self._create_arguments(scope, body)
         if arguments is None:
-            delivered = False
-
-            async def replay():
-                nonlocal delivered
-                if not delivered:
-                    delivered = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-            return await self.app(scope, replay, send)
+            return await self.app(scope, replaying(body, receive), send)
         try:
             response = await ports.create_port(*arguments)
         except Exception as e:

@@ -96,6 +96,33 @@ def check_json_body(body: bytes):
 JSON_BODY = "fathom.json_body"
 
 
+async def whole_body(receive) -> bytes | None:
+    """A request's body, read whole from `receive` (bounded where BoundedInput read it first);
+    None: the client went away."""
+    parts, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        parts.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(parts)
+
+
+def replaying(body: bytes, receive):
+    """An ASGI `receive` for the app inside that gives `body` whole, then what `receive` gives
+    (a disconnect)."""
+    delivered = False
+
+    async def replay():
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+    return replay
+
+
 class BoundedInput:
     def __init__(self, app, max_body: int | None = None, read_timeout: float | None = None):
         self.app = app
@@ -116,16 +143,7 @@ class BoundedInput:
             return await response(scope, receive, send)
         if body is None:          # the client went away
             return
-        delivered = False
-
-        async def replay():
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     @staticmethod
     def _check_target(scope) -> None:

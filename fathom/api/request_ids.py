@@ -40,6 +40,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from fathom.api.limits import replaying, whole_body
 from fathom.store.base import utcnow
 from fathom.store.db import READ_ONLY, driver_sql, run_prepared
 from fathom.store.errors import Busy
@@ -152,14 +153,9 @@ class RequestIds:
         if not VALID.fullmatch(key):
             return await self._send(send, *_error(
                 422, f"{HEADER} must be 1 to 64 of A-Z a-z 0-9 . _ : -", "invalid"))
-        parts, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return   # the client went away
-            parts.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body: bytes | None = b"".join(parts)
+        body = await whole_body(receive)
+        if body is None:
+            return   # the client went away
         who = hashlib.sha256(headers.get(b"authorization", b"")).hexdigest()
         fingerprint = hashlib.sha256(b"\0".join((
             scope["method"].encode(), scope["path"].encode(), scope.get("query_string", b""),
@@ -179,13 +175,6 @@ class RequestIds:
         token = PENDING.set(pending)
         start: dict = {}
         chunks: list[bytes] = []
-
-        async def replay_receive():
-            nonlocal body
-            if body is None:
-                return await receive()   # after the body: a disconnect
-            message, body = {"type": "http.request", "body": body, "more_body": False}, None
-            return message
 
         async def capture(message):
             # the response is held until complete: it is recorded before the client can see it
@@ -216,7 +205,7 @@ class RequestIds:
             await send(start)
             await send({"type": "http.response.body", "body": b"".join(chunks)})
         try:
-            await self.app(scope, replay_receive, capture)
+            await self.app(scope, replaying(body, receive), capture)
         finally:
             PENDING.reset(token)
 
