@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import queue
 import threading
 
@@ -24,6 +25,11 @@ MAX_THREADS = POOL_SIZE
 class KeptThreads:
     def __init__(self, size: int = MAX_THREADS):
         self.size = size
+        self._fresh()
+        # a forked process (an API worker) has none of its parent's threads: it starts its own
+        os.register_at_fork(after_in_child=self._fresh)
+
+    def _fresh(self) -> None:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import shutil
 import threading
 
@@ -236,3 +237,21 @@ def test_a_call_cancelled_while_it_waits_is_not_run():
         assert await kept.run(lambda: "after") == "after"     # the cancelled call was passed over
     asyncio.run(main())
     assert ran == []
+
+
+def test_a_forked_process_starts_kept_threads_of_its_own():
+    """An API worker is a fork: its parent's kept threads are not in it, so it starts its own
+    (without: its first write would wait forever on a queue no thread reads)."""
+    kept = handoff.KeptThreads(size=1)
+    assert asyncio.run(kept.run(lambda: "parent")) == "parent"     # the parent's thread, now idle
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            async def main():
+                return await asyncio.wait_for(kept.run(lambda: "child"), 5)
+            code = 0 if asyncio.run(main()) == "child" else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
