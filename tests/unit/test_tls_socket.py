@@ -49,6 +49,7 @@ def test_one_thread_reads_while_another_writes_and_every_byte_arrives_in_order(t
     conn.settimeout(15.0)
     heard, said = hashlib.sha256(), hashlib.sha256()   # what the controller heard / the switch said
     got, sent, problems = [0], [0], []
+    said_all = threading.Event()    # the switch has made its last message and handed it all to TLS
     stop = time.monotonic() + SECONDS
 
     def controller_reads():     # small reads, as os-ken's loop reads message headers
@@ -77,6 +78,8 @@ def test_one_thread_reads_while_another_writes_and_every_byte_arrives_in_order(t
                 pending, next_at = os.urandom(64), now + 0.0002
                 said.update(pending)
                 sent[0] += len(pending)
+            elif now >= stop and not pending:
+                said_all.set()
             if pending:
                 try:
                     pending = pending[client.send(pending):]
@@ -104,12 +107,15 @@ def test_one_thread_reads_while_another_writes_and_every_byte_arrives_in_order(t
         conn.sendall(burst)
         written.update(burst)
         total += len(burst)
+    # `sent` is final only once the switch says so: a message it decided on just before `stop` can
+    # still be on its way into `sent` after this thread has seen the clock pass `stop`
     deadline = time.monotonic() + 10
-    while (time.monotonic() < stop or got[0] < sent[0]) and time.monotonic() < deadline and not problems:
+    while not (said_all.is_set() and got[0] >= sent[0]) and time.monotonic() < deadline and not problems:
         time.sleep(0.01)
     conn.shutdown(socket.SHUT_WR)
     threads[1].join(10)
     assert not problems
+    assert said_all.is_set()
     assert total > 1_000_000 and sent[0] > 10_000, (total, sent[0])
     assert (got[0], heard.hexdigest()) == (sent[0], said.hexdigest())
     assert received.hexdigest() == written.hexdigest()
