@@ -97,6 +97,10 @@ class Authenticator:
 
 # The dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool, a
 # hop per dependency per call; only a token not verified lately goes there (to read the store).
+# the longest X-Project (a project id) a service's call may name
+MAX_PROJECT = 64
+
+
 async def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("give a token: Authorization: Bearer <token> (see `fathom token`)")
@@ -108,7 +112,7 @@ async def identity(request: Request, credentials: HTTPAuthorizationCredentials |
 
 
 async def caller(who: Identity = Depends(identity),
-           x_project: str | None = Header(None, min_length=1, max_length=64,
+           x_project: str | None = Header(None, min_length=1, max_length=MAX_PROJECT,
                                           description="service role only: the project to act for")) -> Caller:
     """The caller of a resource route (admin, member or service)."""
     if "admin" in who.roles:
@@ -121,7 +125,7 @@ async def caller(who: Identity = Depends(identity),
 
 
 async def caller_or_replica(who: Identity = Depends(identity),
-                            x_project: str | None = Header(None, min_length=1, max_length=64,
+                            x_project: str | None = Header(None, min_length=1, max_length=MAX_PROJECT,
                                                            description="service role only: the project to act for")
                             ) -> Caller | None:
     """The caller of a route another replica also calls for its own caller: None for that

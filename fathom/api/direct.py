@@ -19,13 +19,12 @@ import json
 from starlette.requests import Request
 
 from fathom.api import ports
-from fathom.api.auth import caller
+from fathom.api.auth import MAX_PROJECT, caller
 from fathom.api.limits import JSON_BODY, replaying, whole_body
 from fathom.api.schemas import PortCreate
 
 _PATH = "/v1/ports"
 ROUTES = frozenset({("POST", _PATH)})       # (method, path) of the calls DirectRoutes may take
-_MAX_PROJECT = 64
 _UNREAD = object()
 
 
@@ -79,7 +78,7 @@ class DirectRoutes:
         x_project = None
         if project is not None:
             x_project = project.decode("latin-1")
-            if not 1 <= len(x_project) <= _MAX_PROJECT:
+            if not 1 <= len(x_project) <= MAX_PROJECT:
                 return None
         try:
             c = await caller(who, x_project)
