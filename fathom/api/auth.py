@@ -95,12 +95,12 @@ class Authenticator:
             self._known.clear()
 
 
-# The dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool, a
-# hop per dependency per call; only a token not verified lately goes there (to read the store).
 # the longest X-Project (a project id) a service's call may name
 MAX_PROJECT = 64
 
 
+# The dependencies are coroutines: FastAPI runs a plain function dependency in its thread pool, a
+# hop per dependency per call; only a token not verified lately goes there (to read the store).
 async def identity(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Identity:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthenticated("give a token: Authorization: Bearer <token> (see `fathom token`)")
