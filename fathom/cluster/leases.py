@@ -240,9 +240,9 @@ def limit_session(conn: Connection, timing: Timing) -> None:
 
 # what a replica's row says besides its heartbeat and feed lag (a digest: a round at rest compares it
 # with the one of the row it keeps, _REST): PostgreSQL's 64-bit text hash of each field, hashed again
-# as one array (a NULL field stays NULL in it); a tenth of the CPU of an MD5 of the row's text, whose
-# record conversion and MD5 of its 1.7 KB (the switches it reaches) cost a round at rest 20-30 us a
-# row. Any change the hash misses (a collision) is missed with odds of 2^-64.
+# as one array (a NULL field stays NULL in it): a fifth of the CPU of an MD5 of the row's text, most
+# of which is the record's conversion to text (its `reaches` 1.7 KB with 100 switches). A change is
+# missed only by a collision of the hash (odds of 2^-64).
 _DIGEST = ("hashtextextended(ARRAY[hashtextextended(r.reaches, 0), hashtextextended(r.address, 0), "
            "hashtextextended(r.openflow, 0), hashtextextended(r.agents, 0), "
            "hashtextextended(r.switch_states, 0)]::text, 0)")
