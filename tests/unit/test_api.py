@@ -453,18 +453,9 @@ def test_a_port_creation_on_postgresql_commits_its_one_write_without_a_transacti
     connection idle after each). A creation that takes more statements (its project's default group
     to make first, an address found by the whole search) runs in one transaction, and a creation
     refused in either way writes nothing."""
-    from fathom.store import ops
     api = Client(postgres.new_database(migrated=True))
     net, _ = api.network(cidr="10.0.0.0/29")   # hosts .1 (gateway) .. .6
-    states = []
-    real = ops.run_prepared
-
-    def watched(conn, statement, *args, **kwargs):
-        try:
-            return real(conn, statement, *args, **kwargs)
-        finally:    # the driver's connection after the statement: idle, or in a transaction
-            states.append((statement.split()[0], conn.connection.driver_connection.info.transaction_status.name))
-    monkeypatch.setattr(ops, "run_prepared", watched)
+    states = _statements_watched(monkeypatch)
 
     def create(key, **extra):
         return api.http.post("/v1/ports", json={"network_id": net["id"], **extra}, headers={"Idempotency-Key": key})
@@ -494,7 +485,6 @@ def test_a_port_creation_at_once_with_the_change_feed_writes_its_notice_in_its_r
     import threading
     from fathom.cluster import feed
     from fathom.lab.ovs import wait_for
-    from fathom.store import ops
     url = postgres.new_database(migrated=True)
     api = Client(url)
     net, _ = api.network(cidr="10.0.0.0/24")
@@ -503,15 +493,7 @@ def test_a_port_creation_at_once_with_the_change_feed_writes_its_notice_in_its_r
     heard, arrived = [], threading.Event()
     listener = feed.Listener(url.replace("postgresql+psycopg", "postgresql"), "controller",
                              lambda written: (heard.append(written), arrived.set())).start()
-    states = []
-    real = ops.run_prepared
-
-    def watched(conn, statement, *args, **kwargs):
-        try:
-            return real(conn, statement, *args, **kwargs)
-        finally:    # the driver's connection after the statement: idle, or in a transaction
-            states.append((statement.split()[0], conn.connection.driver_connection.info.transaction_status.name))
-    monkeypatch.setattr(ops, "run_prepared", watched)
+    states = _statements_watched(monkeypatch)
     try:
         wait_for(lambda: len(heard) == 1, 10, "the listener to connect (and read once)")
         first = api.http.post("/v1/ports", json={"network_id": net["id"]}, headers={"Idempotency-Key": "k1"})
@@ -930,3 +912,19 @@ def test_a_write_that_loses_the_race_for_an_address_runs_again_until_it_wins(api
     with pytest.raises(Conflict, match="fixed_ips is in use"):
         store.write(write)                  # bounded all the same
     assert len(runs) == ADDRESS_RACE_ATTEMPTS
+
+
+def _statements_watched(monkeypatch) -> list:
+    """The statements run on the driver's cursor (ops.run_prepared) from now on, each as its first
+    word and the connection's state after it (idle, or in a transaction)."""
+    from fathom.store import ops
+    states = []
+    real = ops.run_prepared
+
+    def watched(conn, statement, *args, **kwargs):
+        try:
+            return real(conn, statement, *args, **kwargs)
+        finally:
+            states.append((statement.split()[0], conn.connection.driver_connection.info.transaction_status.name))
+    monkeypatch.setattr(ops, "run_prepared", watched)
+    return states
