@@ -51,9 +51,9 @@ def old_function(module, name):
     return mod, name, space[name]
 
 
-async def direct(fn, *a, **k):   # the route's coroutine run here: its thread-pool hop made a call
+async def direct(fn, *a, **k):   # the route's coroutine run here: its thread hop made a call
     return fn(*a, **k)
-ports_mod.run_in_threadpool = direct
+ports_mod.run_in_threadpool = ports_mod.in_thread = direct   # the hop of older codes and today's
 swaps = [old_function(*n.split(":")) for n in names]
 news = [(mod, name, getattr(mod, name)) for mod, name, _ in swaps]
 # the modules holding each function (its own, and those that imported it by name)
