@@ -37,7 +37,8 @@ def test_lldp_finds_every_node_whichever_replica_masters_its_br_phy():
             tor = holders[f"{datapath_id_fabric(1):016x}"]
             phy = {n: holders[f"{datapath_id_phy(nodes[n]):016x}"] for n in NODES}
             assert tor is not None and None not in phy.values(), (tor, phy)
-            assert {lease["holder"] for lease in c.get("/cluster").json()["leases"]} == \
+            # a lease between two holders (freed by one for the other's next round) has none for a moment
+            assert {lease["holder"] for lease in c.get("/cluster").json()["leases"]} - {None} == \
                 {r["id"] for r in c.get("/cluster").json()["replicas"]}, "both replicas master switches"
     finally:
         pg.stop()
