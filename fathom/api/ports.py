@@ -52,7 +52,7 @@ def list_ports(c: CallerDep, db: StoreDep, name: str | None = None, network_id: 
     return db.read(run)
 
 
-# The create is a coroutine that runs its one store write on a kept thread (fathom.api.handoff): one
+# The create is a coroutine that runs its one store write on a thread (fathom.api.handoff.in_thread): one
 # thread hop for the request (a plain function would take a second one for the response's validation);
 # an ordinary creation reaches it without FastAPI's routing (fathom.api.direct). Its response
 # is made and recorded with its Idempotency-Key in the write's transaction (request_ids.ANSWERED_BY_WRITE):

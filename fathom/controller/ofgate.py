@@ -357,15 +357,15 @@ class GatedListener(OpenFlowController):
             with contextlib.suppress(OSError):
                 sock.close()
             return
+        conn = SerialTLSSocket(sock) if self.ssl_context is not None else sock
         try:
-            conn = SerialTLSSocket(sock) if self.ssl_context is not None else sock
             with contextlib.closing(GatedDatapath(conn, addr, self.gate)) as dp:
                 dp.serve()
         finally:
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+                conn.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
-                sock.close()
+                conn.close()
 
 
 def expected_from_store(session_factory) -> Expected:

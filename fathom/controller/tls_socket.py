@@ -6,7 +6,9 @@ serialise them: a read running beside a write can end in a spurious EOF or error
 drops the switch (and the reconciler re-reads its whole table). `SerialTLSSocket` makes every call
 into the TLS connection under one lock; the socket underneath is non-blocking, and waiting for it
 to become readable or writable happens outside the lock, so a reader waiting for the switch never
-holds up a writer.
+holds up a writer. `close` shuts the connection down, which wakes a thread waiting on the socket
+(closing a descriptor does not wake a poll on it), and closes the socket once no thread waits on its
+descriptor (a number closed under a wait could be given to another socket meanwhile).
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ class SerialTLSSocket:
         self._lock = threading.Lock()
         self._timeout: float | None = sock.gettimeout()
         self._shut = False
+        self._closed = False    # close asked: the last thread to leave its wait closes the socket
+        self._waiting = 0       # threads waiting on the socket's descriptor outside the lock
         sock.setblocking(False)
 
     def settimeout(self, timeout: float | None) -> None:
@@ -54,13 +58,20 @@ class SerialTLSSocket:
                     events = select.POLLIN
                 except ssl.SSLWantWriteError:
                     events = select.POLLOUT
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    raise socket.timeout("timed out")
                 fd = self._sock.fileno()
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                raise socket.timeout("timed out")
-            poller = select.poll()
-            poller.register(fd, events)
-            poller.poll(None if wait is None else wait * 1000)
+                self._waiting += 1
+            try:
+                poller = select.poll()
+                poller.register(fd, events)
+                poller.poll(None if wait is None else wait * 1000)
+            finally:
+                with self._lock:
+                    self._waiting -= 1
+                    if self._closed and not self._waiting:
+                        self._sock.close()
 
     def recv(self, size: int) -> bytes:
         """Up to `size` bytes; b"" once the peer or our shutdown ended the connection."""
@@ -83,6 +94,13 @@ class SerialTLSSocket:
             self._sock.shutdown(how)
 
     def close(self) -> None:
+        """End the connection, waking a thread waiting on the socket; the socket is closed once
+        no thread waits on its descriptor."""
         with self._lock:
-            self._shut = True
-            self._sock.close()
+            self._shut = self._closed = True
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass        # not connected any more, or closed already
+            if not self._waiting:
+                self._sock.close()

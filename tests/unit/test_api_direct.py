@@ -4,18 +4,13 @@ DirectRoutes (FastAPI alone); the same requests to both, their answers compared 
 body; a port's MAC and creation time apart), and whether DirectRoutes took each one."""
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import os
 import shutil
-import threading
 
 import pytest
 
 from fastapi.testclient import TestClient  # noqa: E402
 
 from fathom.api import create_app  # noqa: E402
-from fathom.api import handoff  # noqa: E402
 from fathom.api.direct import DirectRoutes  # noqa: E402
 
 from .auth import headers_for  # noqa: E402
@@ -198,59 +193,3 @@ def test_request_ids_are_kept(pair):
     assert other.status_code == 422
     assert pair.taken == [True, True, True]
     assert len(pair.direct.get("/v1/ports", headers=pair.tokens["admin"][0]).json()) == 1
-
-
-# ---------------------------------------------------------------------------------------------- handoff
-
-
-def test_kept_threads_run_in_the_callers_context_and_raise_its_errors():
-    var = contextvars.ContextVar("x7_var", default=None)
-    kept = handoff.KeptThreads(size=2)
-
-    async def main():
-        var.set("request")
-        seen = await kept.run(lambda: (var.get(), threading.current_thread().name))
-        with pytest.raises(ZeroDivisionError):
-            await kept.run(lambda: 1 / 0)
-        # more calls than threads: they wait their turn, each gets its own result
-        results = await asyncio.gather(*(kept.run(lambda i=i: i * 2) for i in range(10)))
-        return seen, results
-    seen, results = asyncio.run(main())
-    assert seen == ("request", "store write")
-    assert results == [i * 2 for i in range(10)]
-    assert kept._threads <= 2
-
-
-def test_a_call_cancelled_while_it_waits_is_not_run():
-    kept = handoff.KeptThreads(size=1)
-    release, ran = threading.Event(), []
-
-    async def main():
-        busy = asyncio.ensure_future(kept.run(release.wait))
-        await asyncio.sleep(0.05)        # the one thread is busy
-        waiting = asyncio.ensure_future(kept.run(lambda: ran.append(1)))
-        await asyncio.sleep(0.05)
-        waiting.cancel()
-        release.set()
-        await busy
-        assert await kept.run(lambda: "after") == "after"     # the cancelled call was passed over
-    asyncio.run(main())
-    assert ran == []
-
-
-def test_a_forked_process_starts_kept_threads_of_its_own():
-    """An API worker is a fork: its parent's kept threads are not in it, so it starts its own
-    (without: its first write would wait forever on a queue no thread reads)."""
-    kept = handoff.KeptThreads(size=1)
-    assert asyncio.run(kept.run(lambda: "parent")) == "parent"     # the parent's thread, now idle
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            async def main():
-                return await asyncio.wait_for(kept.run(lambda: "child"), 5)
-            code = 0 if asyncio.run(main()) == "child" else 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0

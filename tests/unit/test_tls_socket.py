@@ -129,3 +129,64 @@ def test_a_read_with_nothing_to_read_times_out_as_on_a_socket(tls_pair):
     with pytest.raises(socket.timeout):
         conn.recv(8)
     assert 0.15 < time.monotonic() - t0 < 2
+
+
+class HeldPoll:
+    """select for tls_socket: its polls tell when a thread starts waiting (`waiting`) and when the
+    wait returned (`woke`), then hold that thread until `go`."""
+
+    POLLIN, POLLOUT = select.POLLIN, select.POLLOUT
+
+    def __init__(self):
+        self.waiting, self.woke, self.go = threading.Event(), threading.Event(), threading.Event()
+
+    def poll(self):
+        real, held = select.poll(), self
+
+        class Poller:
+            register = real.register
+
+            def poll(self, timeout=None):
+                held.waiting.set()
+                events = real.poll(timeout)
+                held.woke.set()
+                held.go.wait(10)
+                return events
+        return Poller()
+
+
+@pytest.mark.parametrize("side", ["reader", "writer"])
+def test_close_wakes_a_thread_waiting_on_the_socket_and_closes_it_once_that_thread_left(
+        tls_pair, monkeypatch, side):
+    """A descriptor closed under a thread's poll does not wake it (it would wait out its timeout,
+    forever without one), and its number could go to another socket while that thread still waits
+    on it: close shuts the connection down (the wait ends) and leaves the socket open until the
+    thread is out of its wait."""
+    from fathom.controller import tls_socket
+    held = HeldPoll()
+    monkeypatch.setattr(tls_socket, "select", held)
+    server = tls_pair[0]
+    conn = SerialTLSSocket(server)
+    conn.settimeout(30.0)
+    fd, ended = conn.fileno(), []
+
+    def wait():     # the switch sends nothing and reads nothing: a read or a large write waits
+        try:
+            ended.append(conn.recv(8) if side == "reader" else conn.sendall(b"x" * 50_000_000))
+        except OSError as e:
+            ended.append(e)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    try:
+        assert held.waiting.wait(10)
+        conn.close()
+        assert held.woke.wait(2), "close did not wake the waiting thread"
+        os.fstat(fd)        # still open: its number is not free for another socket yet
+        assert server.fileno() == fd
+    finally:
+        held.go.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert ended == [b""] if side == "reader" else isinstance(ended[0], BrokenPipeError), ended
+    assert server.fileno() == -1        # closed by the thread that left its wait last

@@ -1,11 +1,14 @@
 """One hand-off from the event loop to a thread and back, with nothing to run there: starlette's
 run_in_threadpool (anyio's to_thread) against fathom.api.handoff's kept threads; 8 concurrent tasks
 on uvloop, 16,000 hops a block after a warm-up, each way twice; the event loop thread's CPU and the
-process's a hop. Run from the repository: python micro-hop.py"""
-import asyncio, time, uvloop
+process's a hop. The kept threads are fathom/api/handoff.py's at 85864b6 (today's hand-off is a
+ThreadPoolExecutor: ../executor/). Run from the repository: python micro-hop.py"""
+import asyncio, subprocess, time, uvloop
 from starlette.concurrency import run_in_threadpool
-from fathom.api.handoff import KeptThreads
-kept = KeptThreads()
+space = {"__name__": "kept_at_85864b6"}
+exec(subprocess.run(["git", "show", "85864b6:fathom/api/handoff.py"], capture_output=True, text=True,
+                    check=True).stdout, space)
+kept = space["KeptThreads"]()
 
 
 def noop():
