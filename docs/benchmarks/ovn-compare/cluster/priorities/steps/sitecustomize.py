@@ -8,21 +8,22 @@ if "controller" in " ".join(sys.argv):
     with open("/tmp/w9/sc.log", "a") as f:
         f.write(f"{os.getpid()} {sys.getswitchinterval()} {os.environ.get('PYTHONPATH')} {' '.join(sys.argv)[:120]}\n")
 
-# H2 upper bound (measurement only): a replica that does not master c1's br-int runs its passes at nice FATHOM_W9_NICE
+# upper bounds (measurement only): a replica that does not master c1's br-int runs its passes at nice FATHOM_W9_NICE
+# (its whole process with FATHOM_W9_ALL), and with FATHOM_W9_DELAY (seconds) starts a pass woken by store writes alone that much later
 _n = os.environ.get("FATHOM_W9_NICE")
 if _n and "controller" in " ".join(sys.argv):
-    import importlib.abc, threading
+    import importlib.abc, threading, time
     def _patch():
         from fathom.controller import reconciler as r
         from fathom.apps import BR_INT, SwitchKey
         orig = r.Reconciler.run_pass
         def run_pass(self, *a, **k):
-            want = 0
+            want, other = 0, False
             if self.cluster is not None:
                 from fathom.model import datapath_id
                 node = next((n for n in (self.model.nodes if self.model else ()) if n.name == "c1"), None)
                 if node is not None and not self.cluster.masters(datapath_id(node.id)):
-                    want = int(_n)
+                    want, other = int(_n), True
             if getattr(self, "_w9_nice", 0) != want:
                 tids = [int(t) for t in os.listdir("/proc/self/task")] if os.environ.get("FATHOM_W9_ALL") else [threading.get_native_id()]
                 for t in tids:
@@ -36,6 +37,12 @@ if _n and "controller" in " ".join(sys.argv):
             elif self.passes in (0, 30, 200):
                 with open("/tmp/w9/nice.log", "a") as f:
                     f.write(f"{os.getpid()} first pass cluster={self.cluster is not None} keys={list(self.results)[:6]}\n")
+            delay = float(os.environ.get("FATHOM_W9_DELAY") or 0)
+            if delay and other:
+                with self._events_lock:
+                    store_only = not (self._events.triggers - {"api", "feed"}) and self._events.store
+                if store_only:
+                    time.sleep(delay)
             return orig(self, *a, **k)
         r.Reconciler.run_pass = run_pass
     class _Finder(importlib.abc.MetaPathFinder):
