@@ -8,8 +8,9 @@ if "controller" in " ".join(sys.argv):
     with open("/tmp/w9/sc.log", "a") as f:
         f.write(f"{os.getpid()} {sys.getswitchinterval()} {os.environ.get('PYTHONPATH')} {' '.join(sys.argv)[:120]}\n")
 
-# upper bounds (measurement only): a replica that does not master c1's br-int runs its passes at nice FATHOM_W9_NICE
-# (its whole process with FATHOM_W9_ALL), and with FATHOM_W9_DELAY (seconds) starts a pass woken by store writes alone that much later
+# upper bounds (measurement only): a replica that masters the br-int of none of the nodes FATHOM_W9_NODES names (default c1)
+# runs its passes at nice FATHOM_W9_NICE (its whole process with FATHOM_W9_ALL), and with FATHOM_W9_DELAY (seconds) starts a
+# pass woken by store writes alone that much later
 _n = os.environ.get("FATHOM_W9_NICE")
 if _n and "controller" in " ".join(sys.argv):
     import importlib.abc, threading, time
@@ -21,8 +22,9 @@ if _n and "controller" in " ".join(sys.argv):
             want, other = 0, False
             if self.cluster is not None:
                 from fathom.model import datapath_id
-                node = next((n for n in (self.model.nodes if self.model else ()) if n.name == "c1"), None)
-                if node is not None and not self.cluster.masters(datapath_id(node.id)):
+                names = (os.environ.get("FATHOM_W9_NODES") or "c1").split(",")
+                nodes = [n for n in (self.model.nodes if self.model else ()) if n.name in names]
+                if len(nodes) == len(names) and not any(self.cluster.masters(datapath_id(n.id)) for n in nodes):
                     want, other = int(_n), True
             if getattr(self, "_w9_nice", 0) != want:
                 tids = [int(t) for t in os.listdir("/proc/self/task")] if os.environ.get("FATHOM_W9_ALL") else [threading.get_native_id()]
