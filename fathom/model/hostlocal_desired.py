@@ -18,7 +18,7 @@ from fathom.model import Snapshot
 from fathom.model.hostlocal import (DhcpHost, DhcpServer, DhcpSubnet, PptmonAttach, RouterLeg,
                                     RouterNamespace)
 from fathom.model.routers import network_node_legs
-from fathom.model.views import Views, _changed_ports, get
+from fathom.model.views import Views, get
 
 
 def router_namespaces(snapshot: Snapshot) -> dict[str, list[RouterNamespace]]:
@@ -167,7 +167,6 @@ class DhcpServers:
     def __init__(self, underlay_mtu: int = UNDERLAY_MTU):
         self.underlay_mtu = underlay_mtu
         self._networks: dict | None = None            # _dhcp_networks of the last snapshot
-        self._seen: tuple = ()                        # the last snapshot's ports
         self._ports: dict[int, object] = {}           # port id -> its Port in the last snapshot
         self._members: dict[tuple[str, int], dict[int, tuple[DhcpHost, ...]]] = {}  # (node, net) -> port -> leases
         self._servers: dict[str, dict[int, DhcpServer]] = {}   # node -> network id -> server
@@ -179,23 +178,23 @@ class DhcpServers:
         addresses are kept (patched per change of ports, not counted over every port)."""
         networks = _dhcp_networks(snapshot, self.underlay_mtu, views)
         if networks != self._networks:
-            self._networks, self._seen, self._ports, self._members, self._servers, self._last = \
-                networks, (), {}, {}, {}, {}
+            self._networks, self._ports, self._members, self._servers, self._last = networks, {}, {}, {}, {}
         subnet_network = {sub.subnet_id: nid for nid, (_, subs) in networks.items() for sub in subs}
         dirty: set[tuple[str, int]] = set()
         whole: set[tuple[str, int]] = set()               # servers to build from all their ports
         joined: dict[tuple[str, int], list] = {}          # else: the leases of the ports that joined
-        gone, new = _changed_ports(self._seen, snapshot.ports)   # by identity, at C speed
-        self._seen = snapshot.ports
-        for p in gone:
-            if self._ports.get(p.id) is p:
-                self._leave(self._ports.pop(p.id), dirty, whole)
-        for p in sorted(new, key=_port_id):
+        for p in snapshot.ports:
             old = self._ports.get(p.id)
+            if old is p:
+                continue
             if old is not None:
                 self._leave(old, dirty, whole)
             self._ports[p.id] = p
             self._join(p, subnet_network, dirty, whole, joined)
+        if len(self._ports) > len(snapshot.ports):   # some ports are gone
+            present = {p.id for p in snapshot.ports}
+            for pid in [pid for pid in self._ports if pid not in present]:
+                self._leave(self._ports.pop(pid), dirty, whole)
         for key in dirty:
             node, nid = key
             leases = self._members.get(key)
@@ -207,13 +206,13 @@ class DhcpServers:
                 continue
             if key in whole or nid not in servers:
                 hosts = tuple(h for pid in sorted(leases) for h in leases[pid])
+                self._last[key] = max(leases)
             elif key in joined:
                 hosts = servers[nid].hosts + tuple(h for _, held in joined[key] for h in held)
             else:
                 continue     # joined by ports with no lease of it: the server as it was
             mtu, subs = networks[nid]
             servers[nid] = DhcpServer(nid, dhcp_mac(nid), mtu, LEASE_TIME, subs, hosts)
-            self._last[key] = max(leases)
         self.rebuilt = len(dirty)
         return {node: [servers[nid] for nid in sorted(servers)] for node, servers in sorted(self._servers.items())
                 if servers}
@@ -240,10 +239,6 @@ class DhcpServers:
         dirty.add(key)
         whole.add(key)
         self._members.get(key, {}).pop(p.id, None)
-
-
-def _port_id(p) -> int:
-    return p.id
 
 
 def dhcp_servers(snapshot: Snapshot, underlay_mtu: int = UNDERLAY_MTU) -> dict[str, list[DhcpServer]]:
