@@ -120,8 +120,12 @@ def _node_scopes(snapshot: Snapshot, views: Views | None) -> dict[str, tuple[fro
 
 
 def _node_scope(topo: "_Topology", node: Node) -> tuple[frozenset, frozenset]:
-    local = sorted({p.network_id for p, _ in topo.local_ports(node)})
-    return frozenset(local), frozenset(_route_flows(topo, local, lambda k, o: False)[1])
+    return _scope(topo, {p.network_id for p, _ in topo.local_ports(node)})
+
+
+def _scope(topo: "_Topology", local: set[int]) -> tuple[frozenset, frozenset]:
+    """A node's scope from the networks local to it."""
+    return frozenset(local), frozenset(_route_flows(topo, sorted(local), lambda k, o: False)[1])
 
 
 def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta, views: Views) -> dict | None:
@@ -141,10 +145,7 @@ def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta, views: Views) ->
             # the changed ports, not at every port of the node)
             joined = {p.network_id for p in delta.after.values()
                       if p.node == name and p.id in topo.ports and node.ofport(p.interface) is not None}
-            if not joined <= scope[0]:
-                local = sorted(scope[0] | joined)
-                scope = (frozenset(local), frozenset(_route_flows(topo, local, lambda k, o: False)[1]))
-            out[name] = scope
+            out[name] = scope if joined <= scope[0] else _scope(topo, scope[0] | joined)
         else:
             out[name] = _node_scope(topo, node)
     return out
