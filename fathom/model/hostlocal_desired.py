@@ -159,9 +159,10 @@ class DhcpServers:
     """`dhcp_servers(snapshot)` kept from one snapshot to the next: a port that changed (a new
     Port object) rebuilds only the servers of its (node, network) before and after, and the
     others are the very objects of the last call (so the callers' digests and JSON of them,
-    kept by object, are found again). A change of any network's DHCP subnets, MTU or server
-    address starts again from nothing. Equal to the pure function after any sequence of
-    snapshots (tests/unit/test_hostlocal_kept.py)."""
+    kept by object, are found again). A server that only new ports joined, each above every port it
+    held, is the last one's hosts and theirs (not its every port sorted again). A change of any
+    network's DHCP subnets, MTU or server address starts again from nothing. Equal to the pure
+    function after any sequence of snapshots (tests/unit/test_hostlocal_kept.py)."""
 
     def __init__(self, underlay_mtu: int = UNDERLAY_MTU):
         self.underlay_mtu = underlay_mtu
@@ -169,6 +170,7 @@ class DhcpServers:
         self._ports: dict[int, object] = {}           # port id -> its Port in the last snapshot
         self._members: dict[tuple[str, int], dict[int, tuple[DhcpHost, ...]]] = {}  # (node, net) -> port -> leases
         self._servers: dict[str, dict[int, DhcpServer]] = {}   # node -> network id -> server
+        self._last: dict[tuple[str, int], int] = {}   # (node, net) -> the highest port id its server holds
         self.rebuilt = 0                              # (node, network) servers built by the last call
 
     def __call__(self, snapshot: Snapshot, views: Views | None = None) -> dict[str, list[DhcpServer]]:
@@ -176,49 +178,67 @@ class DhcpServers:
         addresses are kept (patched per change of ports, not counted over every port)."""
         networks = _dhcp_networks(snapshot, self.underlay_mtu, views)
         if networks != self._networks:
-            self._networks, self._ports, self._members, self._servers = networks, {}, {}, {}
+            self._networks, self._ports, self._members, self._servers, self._last = networks, {}, {}, {}, {}
         subnet_network = {sub.subnet_id: nid for nid, (_, subs) in networks.items() for sub in subs}
         dirty: set[tuple[str, int]] = set()
+        whole: set[tuple[str, int]] = set()               # servers to build from all their ports
+        joined: dict[tuple[str, int], list] = {}          # else: the leases of the ports that joined
         for p in snapshot.ports:
             old = self._ports.get(p.id)
             if old is p:
                 continue
             if old is not None:
-                self._leave(old, dirty)
+                self._leave(old, dirty, whole)
             self._ports[p.id] = p
-            self._join(p, subnet_network, dirty)
+            self._join(p, subnet_network, dirty, whole, joined)
         if len(self._ports) > len(snapshot.ports):   # some ports are gone
             present = {p.id for p in snapshot.ports}
             for pid in [pid for pid in self._ports if pid not in present]:
-                self._leave(self._ports.pop(pid), dirty)
-        for node, nid in dirty:
-            leases = self._members.get((node, nid))
+                self._leave(self._ports.pop(pid), dirty, whole)
+        for key in dirty:
+            node, nid = key
+            leases = self._members.get(key)
             servers = self._servers.setdefault(node, {})
             if not leases:
-                self._members.pop((node, nid), None)
+                self._members.pop(key, None)
+                self._last.pop(key, None)
                 servers.pop(nid, None)
                 continue
+            if key in whole or nid not in servers:
+                hosts = tuple(h for pid in sorted(leases) for h in leases[pid])
+                self._last[key] = max(leases)
+            elif key in joined:
+                hosts = servers[nid].hosts + tuple(h for _, held in joined[key] for h in held)
+            else:
+                continue     # joined by ports with no lease of it: the server as it was
             mtu, subs = networks[nid]
-            servers[nid] = DhcpServer(nid, dhcp_mac(nid), mtu, LEASE_TIME, subs,
-                                      tuple(h for pid in sorted(leases) for h in leases[pid]))
+            servers[nid] = DhcpServer(nid, dhcp_mac(nid), mtu, LEASE_TIME, subs, hosts)
         self.rebuilt = len(dirty)
         return {node: [servers[nid] for nid in sorted(servers)] for node, servers in sorted(self._servers.items())
                 if servers}
 
-    def _join(self, p, subnet_network: dict[int, int], dirty: set) -> None:
+    def _join(self, p, subnet_network: dict[int, int], dirty: set, whole: set, joined: dict) -> None:
         if not p.node:
             return
+        key = (p.node, p.network_id)
         leases = tuple(DhcpHost(p.mac_address.lower(), f.ip_address, f.subnet_id, f"port-{p.id}")
                        for f in p.fixed_ips if subnet_network.get(f.subnet_id, -1) == p.network_id)
-        dirty.add((p.node, p.network_id))
+        dirty.add(key)
         if leases:
-            self._members.setdefault((p.node, p.network_id), {})[p.id] = leases
+            self._members.setdefault(key, {})[p.id] = leases
+            if p.id > self._last.get(key, p.id):      # past every port its server holds (joiners in id order)
+                joined.setdefault(key, []).append((p.id, leases))
+                self._last[key] = p.id
+            else:
+                whole.add(key)
 
-    def _leave(self, p, dirty: set) -> None:
+    def _leave(self, p, dirty: set, whole: set) -> None:
         if not p.node:
             return
-        dirty.add((p.node, p.network_id))
-        self._members.get((p.node, p.network_id), {}).pop(p.id, None)
+        key = (p.node, p.network_id)
+        dirty.add(key)
+        whole.add(key)
+        self._members.get(key, {}).pop(p.id, None)
 
 
 def dhcp_servers(snapshot: Snapshot, underlay_mtu: int = UNDERLAY_MTU) -> dict[str, list[DhcpServer]]:

@@ -3,9 +3,12 @@ fathom.model.Snapshot, the only input of the compilers."""
 from __future__ import annotations
 
 import functools
+from collections import namedtuple
 from collections.abc import Collection
 
-from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy import Integer, and_, bindparam, cast, func, or_, select
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from fathom.model.taps import TAP_VNI_BASE
 from fathom.model.flow_records import FlowSampling
@@ -19,7 +22,7 @@ from fathom.store.agent_models import NodeAgent
 from fathom.store.agents import recommended_datapath
 from fathom.store.external_models import FloatingIp as FloatingIpRow
 from fathom.store.external_models import RouterGateway as RouterGatewayRow
-from fathom.store.db import READ_ONLY
+from fathom.store.db import READ_ONLY, driver_sql, run_prepared
 from fathom.store.fabric import load_fabric
 from fathom.store.fabric_models import FabricSwitch
 from fathom.store.flow_records_models import FlowSampling as FlowSamplingRow
@@ -299,6 +302,9 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
         allocations_q, memberships_q, ports_q = _port_queries()
         allocation_rows, membership_rows, port_rows = (conn.execute(allocations_q), conn.execute(memberships_q),
                                                        conn.execute(ports_q))
+    elif conn.dialect.name == "postgresql" and len(ids) >= DRIVER_READ_MIN:
+        allocation_rows, membership_rows, port_rows = _joined(
+            map(_ByIdRow._make, run_prepared(conn, _ports_by_id_sql(), {"ids": list(ids)})))
     else:
         allocation_rows, membership_rows, port_rows = _joined(conn.execute(_ports_by_id(), {"ids": list(ids)}))
     owners: dict[int, int] = {}
@@ -342,18 +348,45 @@ def _port_queries() -> tuple:
             select(*(t[c] for c in _PORT_COLUMNS)).order_by(t.id))
 
 
-@functools.cache
-def _ports_by_id():
-    """The rows of the ports whose ids are the parameter `ids` in one SELECT (one round trip): each
-    port joined with its addresses and its memberships (a row per address and group), in port,
-    address and group order (see _joined)."""
+def _ports_joined(ports, where=None):
+    """The rows of the ports of `ports` (the ports table, or it joined with what picks them) where
+    `where`: each port joined with its addresses and its memberships (a row per address and group),
+    in port, address and group order (see _joined)."""
     a_table, sg_table, t_table = m.IpAllocation.__table__, m.PortSecurityGroup.__table__, m.Port.__table__
     a, sg, t = a_table.c, sg_table.c, t_table.c
-    return (select(*(t[c] for c in _PORT_COLUMNS), a.id.label("allocation_id"), a.subnet_id, a.ip_address,
-                   sg.group_id)
-            .select_from(t_table.outerjoin(a_table, a.port_id == t.id).outerjoin(sg_table, sg.port_id == t.id))
-            .where(t.id.in_(bindparam("ids", expanding=True)))
-            .order_by(t.id, a.id, sg.group_id))
+    statement = (select(*(t[c] for c in _PORT_COLUMNS), a.id.label("allocation_id"), a.subnet_id, a.ip_address,
+                        sg.group_id)
+                 .select_from(ports.outerjoin(a_table, a.port_id == t.id).outerjoin(sg_table, sg.port_id == t.id))
+                 .order_by(t.id, a.id, sg.group_id))
+    return statement.where(where) if where is not None else statement
+
+
+@functools.cache
+def _ports_by_id():
+    """The rows of the ports whose ids are the parameter `ids` in one SELECT (one round trip)."""
+    t = m.Port.__table__
+    return _ports_joined(t, t.c.id.in_(bindparam("ids", expanding=True)))
+
+
+@functools.cache
+def _ports_by_id_sql() -> str:
+    """_ports_by_id as PostgreSQL's driver runs it (run_prepared), the ids as one array joined to the
+    ports: one statement, parsed once a connection, for any number of them (SQLAlchemy's expanding IN
+    is a statement of its own, parsed and planned, for each count). PostgreSQL still plans it for each
+    array (its plan for an array not known yet expects a hundred ports)."""
+    t = m.Port.__table__
+    ids = func.unnest(cast(bindparam("ids"), ARRAY(Integer))).table_valued("id").render_derived(name="wanted")
+    return driver_sql(_ports_joined(ids.join(t, t.c.id == ids.c.id)), postgresql.psycopg.dialect())[0]
+
+
+# From this many ports a read by id runs _ports_by_id_sql: for fewer, SQLAlchemy's statement of that
+# count is prepared by psycopg and its plan kept, which costs PostgreSQL less than a plan each time
+# (steps/read-by-id/ in docs/benchmarks/scale/api-postgresql).
+DRIVER_READ_MIN = 3
+
+
+# a row of _ports_by_id_sql, its columns by name as SQLAlchemy's rows give them
+_ByIdRow = namedtuple("_ByIdRow", (*_PORT_COLUMNS, "allocation_id", "subnet_id", "ip_address", "group_id"))
 
 
 def _joined(result) -> tuple[list, list, list]:

@@ -125,11 +125,19 @@ def test_a_port_written_in_another_process_is_patched_alone_and_its_delete_casca
 
 class Statements:
     """The statements B's reads run, each with how it ran: (its text, in a transaction, its
-    isolation level)."""
+    isolation level); those SQLAlchemy runs and those run on the driver's cursor (the read of
+    ports by id: fathom.store.snapshot's run_prepared)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, monkeypatch):
+        from fathom.store import snapshot
         self.seen: list[tuple[str, bool, str | None]] = []
         event.listen(engine, "before_cursor_execute", self._executed)
+        real = snapshot.run_prepared
+
+        def on_driver(conn, statement, *args, **kwargs):
+            self._executed(conn, None, statement, None, None, False)
+            return real(conn, statement, *args, **kwargs)
+        monkeypatch.setattr(snapshot, "run_prepared", on_driver)
 
     def _executed(self, conn, _cursor, statement, _params, _context, _many):
         dbapi, table = conn.connection.dbapi_connection, re.search(r"\bFROM\s+(\w+)", statement)
@@ -142,7 +150,7 @@ class Statements:
         return out
 
 
-def test_a_port_written_elsewhere_is_one_select_and_a_read_of_several_sees_one_state(ab):
+def test_a_port_written_elsewhere_is_one_select_and_a_read_of_several_sees_one_state(ab, monkeypatch):
     """Every replica reads each port another wrote: one SELECT of its rows, outside a transaction
     (one state by itself); a read of several statements is one REPEATABLE READ transaction. A
     port that holds a router gateway's address, patched by row, reads the gateways part again, in
@@ -151,7 +159,7 @@ def test_a_port_written_elsewhere_is_one_select_and_a_read_of_several_sees_one_s
     from .test_api_external import MEMBER, cloud
     c = cloud(a)
     b.settle(a.app.state.engine)
-    statements = Statements(b.engine)
+    statements = Statements(b.engine, monkeypatch)
     port = a.post("/ports", {"network_id": c["net"]["id"], "name": "p", "project_id": "p1",
                              "fixed_ips": [{"subnet_id": c["sub"]["id"]}]})["id"]
     b.marked(a.app.state.engine)

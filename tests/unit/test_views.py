@@ -1,6 +1,6 @@
 """Views patched from those of the snapshot before (fathom.model.views): over a random walk of
 changes to a small cloud (ports created, deleted, rebound, readdressed, regrouped, plugged and
-unplugged, bound to the fabric's own interfaces; now and then a subnet or a router changed, which
+unplugged, created for an interface already plugged, bound to the fabric's own interfaces; now and then a subnet or a router changed, which
 no patch covers), each view of the new snapshot equals the view made afresh, and so
 do the apps' compiles and their `touched` answers."""
 from __future__ import annotations
@@ -64,7 +64,11 @@ class Walk:
     def step(self, s: Snapshot) -> Snapshot:
         rng, ports = self.rng, list(s.ports)
         what = rng.choice(("add", "add", "add", "delete", "rebind", "readdress", "regroup", "plug", "plug",
-                           "unplug", "fabric", "many", "subnet", "router"))
+                           "unplug", "fabric", "many", "subnet", "router", "plug next"))
+        if what == "plug next":   # the next port's interface, before the port: it joins its node plugged
+            node = rng.choice(NODES)
+            return replace(s, nodes=tuple(replace(n, ofports={**n.ofports, f"tap{self.next_id}": 10 + self.next_id})
+                                          if n.name == node else n for n in s.nodes))
         if what == "add" or not ports:
             ports.append(self.port(s))
         elif what == "many":

@@ -28,6 +28,7 @@ isolation holds; tests/unit/test_compiler_tenant.py checks it by walking the com
 """
 from __future__ import annotations
 
+import bisect
 import ipaddress
 from collections import defaultdict
 
@@ -119,8 +120,12 @@ def _node_scopes(snapshot: Snapshot, views: Views | None) -> dict[str, tuple[fro
 
 
 def _node_scope(topo: "_Topology", node: Node) -> tuple[frozenset, frozenset]:
-    local = sorted({p.network_id for p, _ in topo.local_ports(node)})
-    return frozenset(local), frozenset(_route_flows(topo, local, lambda k, o: False)[1])
+    return _scope(topo, {p.network_id for p, _ in topo.local_ports(node)})
+
+
+def _scope(topo: "_Topology", local: set[int]) -> tuple[frozenset, frozenset]:
+    """A node's scope from the networks local to it."""
+    return frozenset(local), frozenset(_route_flows(topo, sorted(local), lambda k, o: False)[1])
 
 
 def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta, views: Views) -> dict | None:
@@ -128,10 +133,21 @@ def _patch_node_scopes(scopes: dict, snapshot: Snapshot, delta, views: Views) ->
         return None
     topo = topology(snapshot, views)
     out = dict(scopes)
+    left = delta.nodes | {p.node for p in delta.before.values()}
     for name in delta.nodes | delta.port_nodes():
-        out.pop(name, None)
-        if name in topo.nodes:
-            out[name] = _node_scope(topo, topo.nodes[name])
+        scope = out.pop(name, None)
+        if name not in topo.nodes:
+            continue
+        node = topo.nodes[name]
+        if scope is not None and name not in left:
+            # the node's ports were only joined by some (new ones, or ones moved here) and its port
+            # numbers are the same: its local networks are those before and the joiners' (a look at
+            # the changed ports, not at every port of the node)
+            joined = {p.network_id for p in delta.after.values()
+                      if p.node == name and p.id in topo.ports and node.ofport(p.interface) is not None}
+            out[name] = scope if joined <= scope[0] else _scope(topo, scope[0] | joined)
+        else:
+            out[name] = _node_scope(topo, node)
     return out
 
 
@@ -211,10 +227,10 @@ class _Topology:
                 topo.ports[port_id] = p
                 networks[p.network_id].append(p)
                 nodes[p.node].append(p)
+        first = min(delta.ports, default=None)
         for index, changed in ((by_network, networks), (by_node, nodes)):
             for key, added in changed.items():
-                kept = [p for p in index.get(key, ()) if p.id not in delta.ports] + added
-                kept.sort(key=lambda p: p.id)
+                kept = _replaced(index.get(key, []), first, delta.ports, added)
                 if kept:
                     index[key] = kept
                 else:
@@ -227,6 +243,20 @@ class _Topology:
         (a look-up of that node's ports: a compile of every node costs O(ports), not nodes x ports)."""
         return [(p, ofport) for p in self.ports_by_node.get(node.name, ())
                 if (ofport := node.ofport(p.interface)) is not None]
+
+
+def _port_id(p: Port) -> int:
+    return p.id
+
+
+def _replaced(ports: list[Port], first: int, ids: frozenset, added: list[Port]) -> list[Port]:
+    """A copy of `ports` (in id order) without the ports whose ids are in `ids` (`first`: the least
+    of them) and with `added` (ports of those ids), in id order. The ports before `first` are kept
+    as they are (a slice): a new port, whose id is above every other, costs no look at the others."""
+    start = bisect.bisect_left(ports, first, key=_port_id)
+    rest = [p for p in ports[start:] if p.id not in ids] + added
+    rest.sort(key=_port_id)
+    return ports[:start] + rest
 
 
 def _everyone(_kind: int, _object_id: int) -> bool:
