@@ -3,7 +3,8 @@ controller` wraps it (DateHeader, CutShort, Gate over create_app, on PostgreSQL 
 called in-process on uvloop by CONC concurrent tasks each sending `POST /v1/ports` (a bearer token,
 an Idempotency-Key, the bench's body); the event loop thread's CPU (time.thread_time) and the
 process's a creation, over blocks of N creations after a warm-up. Run from the repository
-(PYTHONPATH=<tree> for another tree): python micro-loop.py N BLOCKS [CONC]"""
+(PYTHONPATH=<tree> for another tree; PREFIX names the PostgreSQL directories fathom-pg-PREFIX-*):
+    python micro-loop.py N BLOCKS [CONC]"""
 import asyncio, json, os, sys, tempfile, time, uuid
 from pathlib import Path
 
@@ -18,11 +19,12 @@ from fathom.store.db import open_store
 
 n, blocks = int(sys.argv[1]), int(sys.argv[2])
 conc = int(sys.argv[3]) if len(sys.argv) > 3 else 8
-pgmod.PREFIX = "fathom-pg-x7-"
+PREFIX = os.environ.get("PREFIX", "x7")
+pgmod.PREFIX = f"fathom-pg-{PREFIX}-"
 pg = pgmod.PostgresServer(durable=True).start()
 try:
     engine = open_store(pg.new_database())
-    token = ensure_admin_token(engine, Path(tempfile.mkdtemp(prefix="x7-micro-"))).read_text().strip()
+    token = ensure_admin_token(engine, Path(tempfile.mkdtemp(prefix=f"{PREFIX}-micro-"))).read_text().strip()
     api = create_app(engine)
     app = DateHeader(CutShort(Gate(api, Guard(ConnectionLimits()))))
 
