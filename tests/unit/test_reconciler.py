@@ -348,8 +348,11 @@ def test_a_node_in_error_is_checked_again_once_due_without_holding_up_any_pass(c
     end at their connection timeout and no pass waits for them (their end wakes one that takes
     the answer)."""
     from fathom.controller import setups
-    from fathom.controller.setups import SETUP_WAIT
     monkeypatch.setattr(setups, "RETRY_FIRST", 0.3)
+    # a pass that waited for the hanging check would take SETUP_WAIT: long enough here that a pass
+    # slowed by a loaded machine is told from one that waited
+    SETUP_WAIT = 5.0
+    monkeypatch.setattr(setups, "SETUP_WAIT", SETUP_WAIT)
     cloud.rec.run_pass()
     cloud.boot.failing.add("compute2")
     cloud.rec.ovsdb_changed("compute2", "setup")
