@@ -155,6 +155,24 @@ def at_once(session: Session) -> bool:
     return bool(session.connection().get_execution_options().get(AT_ONCE_OPTION))
 
 
+class AtOnceSession:
+    """What a write run `at_once` is given in place of a Session (fathom.api.deps.Store.write): the
+    one connection (AT_ONCE) its statements run on, as a Session's `connection()` and `get_bind()`
+    name them. No ORM: its unit of work writes with statements of its own, which such a write may
+    not. A Session's transaction bookkeeping (begin, commit, close) cost as much CPU in the writing
+    thread as the write's statement, for a write that has no transaction."""
+
+    def __init__(self, connection: Connection):
+        self._connection = connection
+        self.info: dict = {}
+
+    def connection(self, execution_options=None) -> Connection:
+        return self._connection
+
+    def get_bind(self, *_args, **_kwargs) -> Engine:
+        return self._connection.engine
+
+
 def run_prepared(conn: Connection, statement: str, params: dict, rows: bool = True) -> list[tuple]:
     """`statement` (psycopg's `%(name)s` parameters) run on the connection's psycopg cursor, prepared,
     in the connection's transaction: its rows (`rows`), as tuples. For the API's most frequent write
