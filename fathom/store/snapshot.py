@@ -217,8 +217,10 @@ class StoreReader:
             ids |= set(session.connection().execute(_PORT_IDS).scalars()) - kept.keys()
         if len(ids) > self.PATCH_LIMIT:
             return None
-        removed = {}
+        removed, before = {}, part     # `before`: the part to extend, while only ports above its own come
         for port_id in ids:
+            if port_id in kept or port_id <= part["top"]:
+                before = None
             old = kept.pop(port_id, None)
             if old is not None:
                 for allocation_id in old[2]:
@@ -230,7 +232,8 @@ class StoreReader:
         owners.update(new_owners)
         # the reconciler passes the tokens of the read before again (changes it may have missed)
         self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"],
-                                          {a: p for a, p in removed.items() if a not in owners})
+                                          {a: p for a, p in removed.items() if a not in owners},
+                                          before, new if before is not None else None)
         self.rows_read += len(ids)
         return frozenset({"ports"}) if ids & part["address_port_ids"] else frozenset()
 
@@ -406,11 +409,15 @@ _PORT_IDS = select(m.Port.__table__.c.id)
 _ROUTER_PORT_IDS = select(m.Port.__table__.c.id).where(m.Port.__table__.c.router_id.is_not(None))
 
 
-def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None) -> dict:
+def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None,
+                before: dict | None = None, added: dict | None = None) -> dict:
     """The ports part from its rows (see _port_rows), in port id order; `gone`: the address rows
-    (id -> port id) the patch that made it removed."""
+    (id -> port id) the patch that made it removed. `before` and `added`: the part before a patch
+    that only added rows (`added`, port id -> row), each above every port id of `before`: its
+    lists are extended by them, not built again from every row (a burst of creations patches the
+    part each pass)."""
     ports, interfaces, address_ports = [], [], {}
-    for port_id in sorted(rows):
+    for port_id in sorted(rows if before is None else added):
         kind, value, _ = rows[port_id]
         if kind == "port":
             ports.append(value)
@@ -418,9 +425,13 @@ def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dic
             address_ports[port_id] = value
         elif value is not None:
             interfaces.append(value)
+    top = max(rows, default=0) if before is None else max(added, default=before["top"])
+    if before is not None:
+        ports, interfaces = before["ports"] + tuple(ports), before["interfaces"] + tuple(interfaces)
+        address_ports = {**before["address_ports"], **address_ports} if address_ports else before["address_ports"]
     return {"ports": tuple(ports), "interfaces": tuple(interfaces), "address_ports": address_ports,
             "rows": rows, "allocation_ports": owners, "allocations_gone": gone or {},
-            "address_port_ids": address_port_ids}
+            "address_port_ids": address_port_ids, "top": top}
 
 
 def _routers(session, seen, _parts) -> dict:
