@@ -217,23 +217,29 @@ class StoreReader:
             ids |= set(session.connection().execute(_PORT_IDS).scalars()) - kept.keys()
         if len(ids) > self.PATCH_LIMIT:
             return None
-        removed, before = {}, part     # `before`: the part to extend, while only ports above its own come
+        removed, olds = {}, {}
         for port_id in ids:
-            if port_id in kept or port_id <= part["top"]:
-                before = None
             old = kept.pop(port_id, None)
             if old is not None:
+                olds[port_id] = old
                 for allocation_id in old[2]:
                     removed[allocation_id] = owners.pop(allocation_id)
             seen.pop(("port", port_id), None)
             seen.pop(("router_interface", port_id), None)
         new, new_owners = _port_rows(session, seen, self.parts["nodes"]["names"], part["address_port_ids"], ids)
+        # the reconciler passes the tokens of the read before again (changes it may have missed): a
+        # port read again as it was keeps its row, and when the others are new ports above every
+        # kept one (a burst of creations) the part's lists are extended by them (_ports_part)
+        for port_id, old in olds.items():
+            if new.get(port_id) == old:
+                new[port_id] = old
+        added = {i: row for i, row in new.items() if i not in olds}
+        extended = all(new.get(i) is old for i, old in olds.items()) and all(i > part["top"] for i in added)
         kept.update(new)
         owners.update(new_owners)
-        # the reconciler passes the tokens of the read before again (changes it may have missed)
         self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"],
                                           {a: p for a, p in removed.items() if a not in owners},
-                                          before, new if before is not None else None)
+                                          *((part, added) if extended else ()))
         self.rows_read += len(ids)
         return frozenset({"ports"}) if ids & part["address_port_ids"] else frozenset()
 
