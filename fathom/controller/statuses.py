@@ -13,6 +13,7 @@ from fathom.controller.board import StatusBoard
 from fathom.controller.desired import IncrementalMismatch
 from fathom.controller.results import PassResult
 from fathom.model import Snapshot
+from fathom.store.db import AT_ONCE
 
 LOG = logging.getLogger("fathom.reconciler")   # one log for every part of the reconciler
 
@@ -96,9 +97,11 @@ class StatusWriter:
                         result.nodes[res.key.name].switch = res.state
                 return self.write(snapshot, result, stored, seq, steps, heard_at, claim)
         if write or node_states:
-            from fathom.store.status import write_statuses
+            from fathom.store.status import at_once_writes, write_statuses
             notes = self.announce(write, claim) if write and self.announce is not None else ()
             with self.Session() as session, session.begin():
+                if session.get_bind().dialect.name == "postgresql" and at_once_writes(write, node_states):
+                    session.connection(execution_options=AT_ONCE)   # one statement: no BEGIN, COMMIT
                 write_statuses(session, write, node_states, notes)
             self.store_reader.statuses_written({**write, **{("node_state", k): v for k, v in node_states.items()}})
         self._node_states = states

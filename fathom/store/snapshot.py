@@ -217,20 +217,29 @@ class StoreReader:
             ids |= set(session.connection().execute(_PORT_IDS).scalars()) - kept.keys()
         if len(ids) > self.PATCH_LIMIT:
             return None
-        removed = {}
+        removed, olds = {}, {}
         for port_id in ids:
             old = kept.pop(port_id, None)
             if old is not None:
+                olds[port_id] = old
                 for allocation_id in old[2]:
                     removed[allocation_id] = owners.pop(allocation_id)
             seen.pop(("port", port_id), None)
             seen.pop(("router_interface", port_id), None)
         new, new_owners = _port_rows(session, seen, self.parts["nodes"]["names"], part["address_port_ids"], ids)
+        # the reconciler passes the tokens of the read before again (changes it may have missed): a
+        # port read again as it was keeps its row, and when the others are new ports above every
+        # kept one (a burst of creations) the part's lists are extended by them (_ports_part)
+        for port_id, old in olds.items():
+            if new.get(port_id) == old:
+                new[port_id] = old
+        added = {i: row for i, row in new.items() if i not in olds}
+        extended = all(new.get(i) is old for i, old in olds.items()) and all(i > part["top"] for i in added)
         kept.update(new)
         owners.update(new_owners)
-        # the reconciler passes the tokens of the read before again (changes it may have missed)
         self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"],
-                                          {a: p for a, p in removed.items() if a not in owners})
+                                          {a: p for a, p in removed.items() if a not in owners},
+                                          *((part, added) if extended else ()))
         self.rows_read += len(ids)
         return frozenset({"ports"}) if ids & part["address_port_ids"] else frozenset()
 
@@ -406,11 +415,15 @@ _PORT_IDS = select(m.Port.__table__.c.id)
 _ROUTER_PORT_IDS = select(m.Port.__table__.c.id).where(m.Port.__table__.c.router_id.is_not(None))
 
 
-def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None) -> dict:
+def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None,
+                before: dict | None = None, added: dict | None = None) -> dict:
     """The ports part from its rows (see _port_rows), in port id order; `gone`: the address rows
-    (id -> port id) the patch that made it removed."""
+    (id -> port id) the patch that made it removed. `before` and `added`: the part before a patch
+    that only added rows (`added`, port id -> row), each above every port id of `before`: its
+    lists are extended by them, not built again from every row (a burst of creations patches the
+    part each pass)."""
     ports, interfaces, address_ports = [], [], {}
-    for port_id in sorted(rows):
+    for port_id in sorted(rows if before is None else added):
         kind, value, _ = rows[port_id]
         if kind == "port":
             ports.append(value)
@@ -418,9 +431,13 @@ def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dic
             address_ports[port_id] = value
         elif value is not None:
             interfaces.append(value)
+    top = max(rows, default=0) if before is None else max(added, default=before["top"])
+    if before is not None:
+        ports, interfaces = before["ports"] + tuple(ports), before["interfaces"] + tuple(interfaces)
+        address_ports = {**before["address_ports"], **address_ports} if address_ports else before["address_ports"]
     return {"ports": tuple(ports), "interfaces": tuple(interfaces), "address_ports": address_ports,
             "rows": rows, "allocation_ports": owners, "allocations_gone": gone or {},
-            "address_port_ids": address_port_ids}
+            "address_port_ids": address_port_ids, "top": top}
 
 
 def _routers(session, seen, _parts) -> dict:

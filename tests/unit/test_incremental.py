@@ -278,6 +278,18 @@ def test_a_thousand_port_changes_coalesce_without_losing_one(cloud):
     assert reads and max(reads) < 2.0, f"an API read waited {max(reads):.2f} s behind the reconciler"
 
 
+def test_a_burst_s_passes_start_a_period_apart_and_pause_at_least_as_long_as_they_took():
+    """In a sustained burst a short pass is followed by a pause up to BURST_PERIOD from its start
+    (its fixed cost paid for more changes), a long one by a pause as long (the API threads not
+    starved), never longer than BURST_PAUSE."""
+    from fathom.controller.reconciler import BURST_PAUSE, BURST_PERIOD, burst_pause
+    assert burst_pause(0.01) == pytest.approx(BURST_PERIOD - 0.01)
+    assert burst_pause(0.0) == pytest.approx(BURST_PERIOD)
+    assert burst_pause(BURST_PERIOD) == pytest.approx(BURST_PERIOD)
+    assert burst_pause(BURST_PAUSE / 2) == pytest.approx(BURST_PAUSE / 2)
+    assert burst_pause(10 * BURST_PAUSE) == BURST_PAUSE
+
+
 def test_a_switch_that_connects_during_a_burst_is_reconciled_without_the_burst_s_pause(cloud, monkeypatch):
     """In a sustained burst of writes the loop pauses between passes (BURST_PAUSE); a switch that
     connects, or whose master role this replica gains, ends the pause: its resync waits for no more
