@@ -173,9 +173,14 @@ class AtOnceSession:
         return self._connection.engine
 
 
-def run_prepared(conn: Connection, statement: str, params: dict, rows: bool = True) -> list[tuple]:
+def run_prepared(conn: Connection, statement: str, params: dict, rows: bool = True,
+                 plan_kept: bool = True) -> list[tuple]:
     """`statement` (psycopg's `%(name)s` parameters) run on the connection's psycopg cursor, prepared,
-    in the connection's transaction: its rows (`rows`), as tuples. For the API's most frequent write
+    in the connection's transaction: its rows (`rows`), as tuples. `plan_kept=False`: parsed and
+    planned for its values at each run, not prepared on the server (a prepared statement's generic
+    plan, made at its sixth run, is kept until its tables are next analyzed: a read whose best plan
+    depends on how many rows it asks for, and on the tables' size, must not keep one made while they
+    were small). For the API's most frequent write
     (a port's creation), where SQLAlchemy's execution and result layers cost about as much CPU as
     the driver's. The trackers of fathom.store.changes do not see such a statement: its caller tells
     them what it wrote. A driver error is raised as SQLAlchemy's (IntegrityError, OperationalError),
@@ -186,7 +191,7 @@ def run_prepared(conn: Connection, statement: str, params: dict, rows: bool = Tr
     if cur is None or cur.closed or cur.connection is not pooled.driver_connection:
         cur = pooled.info[_PREPARED_CURSOR] = pooled.driver_connection.cursor()
     try:
-        cur.execute(statement, params, prepare=True)
+        cur.execute(statement, params, prepare=plan_kept)
         return cur.fetchall() if rows else []
     except dbapi.Error as e:
         raise DBAPIError.instance(statement, params, e, dbapi.Error) from e

@@ -313,7 +313,7 @@ def _port_rows(session, seen, node_names, address_port_ids, ids) -> tuple[dict, 
                                                        conn.execute(ports_q))
     elif conn.dialect.name == "postgresql" and len(ids) >= DRIVER_READ_MIN:
         allocation_rows, membership_rows, port_rows = _joined(
-            map(_ByIdRow._make, run_prepared(conn, _ports_by_id_sql(), {"ids": list(ids)})))
+            map(_ByIdRow._make, run_prepared(conn, _ports_by_id_sql(), {"ids": list(ids)}, plan_kept=False)))
     else:
         allocation_rows, membership_rows, port_rows = _joined(conn.execute(_ports_by_id(), {"ids": list(ids)}))
     owners: dict[int, int] = {}
@@ -381,8 +381,9 @@ def _ports_by_id():
 def _ports_by_id_sql() -> str:
     """_ports_by_id as PostgreSQL's driver runs it (run_prepared), the ids as one array joined to the
     ports: one statement, parsed once a connection, for any number of them (SQLAlchemy's expanding IN
-    is a statement of its own, parsed and planned, for each count). PostgreSQL still plans it for each
-    array (its plan for an array not known yet expects a hundred ports)."""
+    is a statement of its own, parsed and planned, for each count). Planned for each array, not kept
+    (run_prepared's `plan_kept`): a generic plan made while the tables were small joins them by a
+    scan of each, which then grows with them until their next ANALYZE."""
     t = m.Port.__table__
     ids = func.unnest(cast(bindparam("ids"), ARRAY(Integer))).table_valued("id").render_derived(name="wanted")
     return driver_sql(_ports_joined(ids.join(t, t.c.id == ids.c.id)), postgresql.psycopg.dialect())[0]

@@ -39,3 +39,27 @@ def test_the_interface_check_of_a_generic_plan_made_on_empty_tables_probes_both_
     probe = re.search(r"Index (?:Only )?Scan using uq_ports_node_id_interface_name on ports ports_1.*\n\s*Index Cond: (.*)", plan)
     assert probe is not None, plan
     assert "node_id" in probe[1] and "interface_name" in probe[1], plan
+
+
+def test_a_pass_read_of_ports_by_id_keeps_no_plan_on_its_connection(postgres):
+    """Its best plan depends on how many ports it asks for and on the tables' size: a generic plan
+    kept from a pass when the tables were small would scan them whole at every pass after."""
+    from sqlalchemy.orm import Session
+
+    from fathom.store import snapshot
+    engine = db.open_store(postgres.new_database())
+    try:
+        with Session(engine) as session:
+            for _ in range(8):    # past the sixth run, where a prepared statement's generic plan is made
+                snapshot._port_rows(session, {}, {}, frozenset(), [1, 2, 3])
+            kept = session.connection().exec_driver_sql(
+                "SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%%unnest%%'").all()
+        assert kept == []
+        with Session(engine) as session:   # the check above sees a statement run_prepared keeps
+            for _ in range(2):
+                db.run_prepared(session.connection(), snapshot._ports_by_id_sql(), {"ids": [1, 2, 3]})
+            kept = session.connection().exec_driver_sql(
+                "SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%%unnest%%'").all()
+        assert len(kept) == 1
+    finally:
+        engine.dispose()
