@@ -33,9 +33,13 @@ def _inputs(model, views) -> tuple:
     return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model, views)
 
 
+def _quiet(model) -> bool:
+    """Whether the app holds nothing: no fabric switch, no router mode."""
+    return model.fabric is None or (not model.fabric.switches and not model.fabric.modes)
+
+
 def touched(before, after, views=None):
-    quiet = [m.fabric is None or (not m.fabric.switches and not m.fabric.modes) for m in (before, after)]
-    if all(quiet):
+    if _quiet(before) and _quiet(after):
         return set()
     return set() if _inputs(before, views) == _inputs(after, views) else "fabric, nodes, networks or routers changed"
 
@@ -54,4 +58,5 @@ READS = Reads({
 
 APP = App("fabric", APP_FABRIC,
           {BR_INT: ("l2",), BR_PHY: ("normal",), FABRIC_SWITCH: ("trunk-in", "svi", "svi-neigh", "l2")},
-          compile, derive, touched=touched, reads=READS)
+          compile, derive, touched=touched, reads=READS,
+          reach=lambda model, _write: frozenset() if _quiet(model) else None)

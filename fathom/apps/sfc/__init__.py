@@ -88,4 +88,4 @@ def status(model, agents, views=None) -> list[Problem]:
 
 APP = App("sfc", APP_SFC, {BR_INT: ("classify", "sfc", "sfc-select", "sfc-deliver")}, compile,
           touched=declared_touched(APP_SFC, READS), compile_owners=compile_owners, reads=READS,
-          status=status)
+          status=status, reach=lambda model, _write: None if model.port_chains else frozenset())

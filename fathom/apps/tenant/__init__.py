@@ -145,6 +145,18 @@ READS = Reads({
 })
 
 
+def reach(model, write) -> frozenset:
+    """The nodes a port's write may change the tenant's flows on: its own, and those where its
+    network, or one sharing a router with it, has a bound port, or that are the gateway node of
+    a router on its network (a network's flows and its ports' are only where it is local, routed
+    to or reached from a router's gateway: compiler._nodes_of)."""
+    view = tenant_view(model)
+    routers = {ri.router_id for ri in view.router_interfaces if ri.network_id == write.network}
+    networks = {write.network} | {ri.network_id for ri in view.router_interfaces if ri.router_id in routers}
+    return frozenset(write.nodes | {p.node for p in view.ports if p.node is not None and p.network_id in networks}
+                     | {g.node for g in view.router_gateways if g.router_id in routers and g.node is not None})
+
+
 APP = App("tenant", APP_TENANT,
           {BR_INT: ("classify", "security", "arp", "l3", "l3-neighbor", "l2", "output")}, compile,
-          touched=touched, compile_owners=compile_owners, reads=READS)
+          touched=touched, compile_owners=compile_owners, reads=READS, reach=reach)

@@ -68,4 +68,4 @@ def status(model, agents, views=None) -> list[Problem]:
 
 APP = App("vtap", APP_VTAP, {BR_INT: ("classify", "tap-ingress", "tap-recovery")}, compile,
           touched=declared_touched(APP_VTAP, READS), compile_owners=compile_owners, reads=READS,
-          status=status)
+          status=status, reach=lambda model, _write: None if model.tap_policies else frozenset())
