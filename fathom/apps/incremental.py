@@ -42,6 +42,27 @@ def declared_touched(app_id: int, reads: Reads):
     return touched
 
 
+def declared_reach(reads: Reads):
+    """The `reach` (fathom.apps.base.App) of an app whose `touched` is declared_touched's: a port's
+    write touches only the owners that name the port through `reads.refs`, so none names it: no
+    switch; one does, or a port's change compiles the app whole: any switch (None)."""
+    reached = reachable(reads)
+
+    def reach(model: Snapshot, write) -> frozenset | None:
+        if reads.quiet and not any(_collection(model, c) for c in reads.quiet):
+            return frozenset()
+        if "ports" not in reads.fields:
+            return frozenset()
+        if "ports" not in reached:
+            return None
+        for coll, refs in reads.refs.items():
+            names = [name for name, target in refs.items() if target == "ports"]
+            if names and any(write.port in _ids(getattr(o, name)) for o in getattr(model, coll) for name in names):
+                return None
+        return frozenset()
+    return reach
+
+
 def declared_facts(model: Snapshot, reads: Reads, without: frozenset = frozenset()) -> dict:
     """collection -> the declared fields of its objects, in order, of every collection `reads`
     declares but those `without`: what a `touched` that compiles whole on any change of them compares."""

@@ -33,13 +33,9 @@ def _inputs(model, views) -> tuple:
     return declared_facts(model, READS, without=frozenset({"ports"})), local_networks(model, views)
 
 
-def _quiet(model) -> bool:
-    """Whether the app holds nothing: no fabric switch, no router mode."""
-    return model.fabric is None or (not model.fabric.switches and not model.fabric.modes)
-
-
 def touched(before, after, views=None):
-    if _quiet(before) and _quiet(after):
+    quiet = [m.fabric is None or (not m.fabric.switches and not m.fabric.modes) for m in (before, after)]
+    if all(quiet):
         return set()
     return set() if _inputs(before, views) == _inputs(after, views) else "fabric, nodes, networks or routers changed"
 
@@ -56,7 +52,9 @@ READS = Reads({
 })
 
 
+# Reach: without fabric switches, a fabric router's br-int flows on a node follow that node's
+# ports only (compile_edges); with them, every fabric switch's trunks follow every br-int.
 APP = App("fabric", APP_FABRIC,
           {BR_INT: ("l2",), BR_PHY: ("normal",), FABRIC_SWITCH: ("trunk-in", "svi", "svi-neigh", "l2")},
           compile, derive, touched=touched, reads=READS,
-          reach=lambda model, _write: frozenset() if _quiet(model) else None)
+          reach=lambda model, write: write.nodes if model.fabric is None or not model.fabric.switches else None)
