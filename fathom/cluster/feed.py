@@ -5,12 +5,14 @@ DELETE) sends a notification on CHANNEL inside that transaction, so it is delive
 listeners when, and only if, the transaction commits. Its payload is "<me> <PostgreSQL's clock at
 the write> <its transaction id> <PostgreSQL's snapshot then> <what it wrote>": the tables and row
 tokens fathom.store.changes.TableChanges notes for it, as a JSON list (a table's name, ALL, or
-[kind, value] for a row token), or ["*"] (ALL: everything) when that would not fit a notification
-(PAYLOAD_MAX). Statements run with the execution option `feed=False` (the lease rounds) or
+[kind, value] for a row token; a workload port's write also says where the port was and is:
+["port_at", [id, node id before, after, network id]]), or ["*"] (ALL: everything) when that would
+not fit a notification (PAYLOAD_MAX). Statements run with the execution option `feed=False` (the lease rounds) or
 `model_unchanged=True` (statuses, which each replica writes for its own objects; an agent's
 desired-state revision) note nothing, and a transaction that noted nothing sends none. The
 transaction id of the last such write committed on a thread is kept for it (`committed_xid`: the
-API's long-polls, fathom.controller.board).
+API's long-polls, fathom.controller.board), and what it wrote (`committed_written`: whether the
+replica's own pass waits, fathom.controller.cluster.ClusterMember.wakes_for_own).
 
 `status_notes(me, statuses, claim)`: the notifications of the statuses a replica writes (those it
 is the one writer of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that
@@ -36,7 +38,7 @@ reconciler directly), `written` being what it wrote ({ALL} when the payload does
 read again. Its lag is the time from a notification's write to its arrival, on PostgreSQL's
 clock (this host's clock offset from it measured at connect). `follow(engine, me, on_change)`: a
 Listener whose notifications every TableChanges of `engine` counts as written by this process (so
-a pass re-reads only what they changed), then calls `on_change()`.
+a pass re-reads only what they changed), then calls `on_change(written)`.
 """
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ count against what we installed, each node's OVSDB replica against the port numb
 compiled with) and, rarely, an audit reading a few switches back in turn (AUDIT_FLOWS); whatever
 they find is logged and counted and repaired by a pass. Changes that arrive while a pass runs are
 coalesced into the next one, which in a sustained burst starts after a pause as long as that pass
-(at most BURST_PAUSE; none when a switch connected or became this replica's meanwhile). A pass
+(at most BURST_PAUSE; none when a switch connected or became this replica's meanwhile). In a
+cluster, a write that cannot change a switch this replica sets up wakes no pass: the next one reads
+it, within DEFER (fathom.controller.cluster.ClusterMember.wakes_for). A pass
 only orchestrates the parts that do the work:
 
 1. it reads again the parts of the store the API wrote since the last pass (fathom.store.changes;
@@ -25,7 +27,8 @@ only orchestrates the parts that do the work:
 
 With `check_incremental` (on in the test suite) every pass also checks each part against a
 computation from scratch: the desired state against a whole compile, every change from an edit
-against a whole diff of the mirror, the statuses against a whole decision.
+against a whole diff of the mirror, the statuses against a whole decision; and a pass that read
+deferred writes alone must change no switch this replica masters.
 """
 from __future__ import annotations
 
