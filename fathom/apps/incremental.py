@@ -42,6 +42,21 @@ def declared_touched(app_id: int, reads: Reads):
     return touched
 
 
+def per_model(make):
+    """`make(model)` once per model: kept for the last model asked about (a replica asks its apps'
+    `reach` of each write about the model its last pass compiled, until the next pass)."""
+    last: list = [None]
+
+    def value(model: Snapshot):
+        held = last[0]
+        if held is not None and held[0] is model:
+            return held[1]
+        made = make(model)
+        last[0] = (model, made)
+        return made
+    return value
+
+
 def declared_reach(reads: Reads):
     """The `reach` (fathom.apps.base.App) of an app whose `touched` is declared_touched's: a port's
     write touches only the owners that name the port through `reads.refs`, so none names it: no
