@@ -31,7 +31,7 @@ from fathom.api.auth import admin_caller, caller
 from fathom.api.commits import after_commit
 from fathom.api.limits import MAX_LOC, short
 from fathom.api.schemas import ErrorOut
-from fathom.store.db import AT_ONCE, READ_ONLY, NeedsTransaction
+from fathom.store.db import AT_ONCE, READ_ONLY, AtOnceSession, NeedsTransaction
 from fathom.store.errors import Busy, Conflict, Forbidden, NotFound, StoreError, Unavailable
 from fathom.store.ops import MAX_LIMIT, Caller, Settings
 
@@ -109,7 +109,8 @@ class Store:
 
         `at_once`: `fn` writes with one statement (the request's key and answer in it: a Recorded
         result, where the request has a key), or raises db.NeedsTransaction before it writes. On
-        PostgreSQL it then runs without a transaction (db.AT_ONCE: no BEGIN and COMMIT round trips;
+        PostgreSQL it then runs without a transaction, given a db.AtOnceSession (its connection, no ORM;
+        db.AT_ONCE: no BEGIN and COMMIT round trips;
         its reads see what committed before each, as in a read-committed transaction; the change
         feed's notice, where there is one, written by that statement: changes.notice_in_statement);
         NeedsTransaction runs it again in one.
@@ -129,15 +130,12 @@ class Store:
         while attempt < limit:
             attempt += 1
             try:
-                with Session(engine) as session, session.begin():
-                    result = fn(session)
-                    if not isinstance(result, request_ids.Recorded):   # else its key is taken already
-                        if answer is not None:
-                            result = answer(result)
-                        # the request's Idempotency-Key, taken with the write, last: its row's time
-                        # is the commit's (request_ids.RUNNING_AT_MOST)
-                        request_ids.claim(session, None if answer is None else (
-                            result.status_code, result.media_type, bytes(result.body)))
+                if engine is self._at_once:
+                    with engine.connect() as connection:
+                        result = _written(fn, AtOnceSession(connection), answer)
+                else:
+                    with Session(engine) as session, session.begin():
+                        result = _written(fn, session, answer)
                 request_ids.claimed(answered=answer is not None)
                 break
             except NeedsTransaction:
@@ -159,6 +157,19 @@ class Store:
             except Exception:  # the write is committed; a failing hook must not turn it into a 500
                 log.exception("on_change hook failed")
         return result
+
+
+def _written(fn, session, answer: Callable[[Any], Response] | None):
+    """Store.write's `fn(session)`, its answer made, and the request's key taken, in its transaction."""
+    result = fn(session)
+    if not isinstance(result, request_ids.Recorded):   # else its key is taken already
+        if answer is not None:
+            result = answer(result)
+        # the request's Idempotency-Key, taken with the write, last: its row's time is the commit's
+        # (request_ids.RUNNING_AT_MOST)
+        request_ids.claim(session, None if answer is None else (
+            result.status_code, result.media_type, bytes(result.body)))
+    return result
 
 
 def answer_with(model, status: int) -> Callable[[Any], Response]:

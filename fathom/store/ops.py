@@ -724,9 +724,13 @@ def _port_context_query(node: bool, interface: bool, mac: bool, external_id: boo
 
     def taken(*where):
         return select(other.id).where(*where).limit(1).scalar_subquery()
+    # the interface's check names both columns of the ports' unique (node_id, interface_name) index,
+    # the node's id as a subquery of its own: a generic plan made while the table was small (a
+    # prepared statement's, kept until the table's next ANALYZE) then probes that index, not a
+    # scan of every index entry for the interface's name
+    node_id = select(bound_node.id).where(bound_node.name == bindparam("node")).scalar_subquery()
     checks = [
-        (taken(other.node_id == bound_node.id, bound_node.name == bindparam("node"),
-               other.interface_name == bindparam("interface_name")).correlate_except(other, bound_node)
+        (taken(other.node_id == node_id, other.interface_name == bindparam("interface_name"))
          if node and interface else null()).label("interface_used"),
         (taken(other.network_id == bindparam("network_id"), other.mac_address == bindparam("mac_address"))
          if mac else null()).label("mac_used"),

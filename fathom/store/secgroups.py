@@ -293,9 +293,9 @@ def new_port_groups(session: Session, project: str, port_security: bool, group_i
         # the project's default group: of the port's project by construction, nothing to check
         if default is not None:
             return [default]
-        row = session.get(m.DefaultSecurityGroup, project)
-        if row is None and at_once(session):   # the group is made by a statement of its own
+        if at_once(session):   # none when the caller read it: the group is made by a statement of its own
             raise NeedsTransaction("the project's default security group is to be made")
+        row = session.get(m.DefaultSecurityGroup, project)
         return [row.group_id if row is not None else default_group(session, project).id]
     if group_ids and not port_security:
         raise Invalid("a port without port security has no security groups", "security_groups")

@@ -3,7 +3,8 @@ its answer and Idempotency-Key, through fathom.api.ports.create_port) in one thr
 blocks: this thread's CPU and the PostgreSQL backends' schedstat per creation.
 
 A is the code at REF (default main) for the functions named, B the working tree's: each function's
-source at REF is run in its module's namespace and swapped in for A's blocks. With --a-sql STATEMENT
+source at REF is run in its module's namespace and swapped in for A's blocks; a method named
+`module:Class.method` is taken from the module at REF run whole. With --a-sql STATEMENT
 (repeatable) A and B write to a database each, A's changed by the statements after its migration.
 --feed: the store notifies the change feed (as an API worker's), another connection listening;
 --a-transaction: A's blocks write in a transaction (no `at_once`). PREFIX (environment): PostgreSQL's
@@ -42,6 +43,14 @@ SPACES = {}   # module -> the namespace its functions at REF run in (they call e
 
 
 def old_function(module, name):
+    if "." in name:   # Class.method: the module at REF run whole, its class's method taken
+        source = subprocess.run(["git", "show", f"{ref}:{module.replace('.', '/')}.py"], capture_output=True,
+                                text=True, check=True).stdout
+        space = {"__name__": module + "_ref"}
+        exec(compile(source, f"{ref}:{module}", "exec"), space)
+        cls, meth = name.split(".")
+        mod = importlib.import_module(module)
+        return getattr(mod, cls), meth, space[cls].__dict__[meth]
     source = subprocess.run(["git", "show", f"{ref}:{module.replace('.', '/')}.py"], capture_output=True,
                             text=True, check=True).stdout
     found = re.search(rf"^(?:@[^\n]*\n)*(?:async )?def {name}\(.*?(?=^\S)", source, re.S | re.M)
@@ -55,10 +64,11 @@ async def direct(fn, *a, **k):   # the route's coroutine run here: its thread ho
     return fn(*a, **k)
 ports_mod.run_in_threadpool = ports_mod.in_thread = direct   # the hop of older codes and today's
 swaps = [old_function(*n.split(":")) for n in names]
-news = [(mod, name, getattr(mod, name)) for mod, name, _ in swaps]
+news = [(mod, name, mod.__dict__[name] if isinstance(mod, type) else getattr(mod, name)) for mod, name, _ in swaps]
 # the modules holding each function (its own, and those that imported it by name)
-holders = {(mod, name): [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("fathom")
-                         and getattr(m, name, None) is getattr(mod, name)] for mod, name, _ in swaps}
+holders = {(mod, name): [mod] if isinstance(mod, type) else
+           [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("fathom")
+            and getattr(m, name, None) is getattr(mod, name)] for mod, name, _ in swaps}
 
 
 def use(which):
