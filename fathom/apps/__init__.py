@@ -23,7 +23,9 @@ from collections import defaultdict
 from typing import Mapping
 
 # the apps' names, here for callers
-from fathom.apps.base import BR_INT, BR_PHY, FABRIC_SWITCH, App, Owner, OwnerOn, Reads, SwitchKey  # noqa: F401
+from fathom.apps.base import (  # noqa: F401
+    BR_INT, BR_PHY, FABRIC_SWITCH, App, Owner, OwnerOn, PortWrite, Reads, SwitchKey,
+)
 from fathom.apps.incremental import declared_touched
 from fathom.model import Snapshot
 from fathom.model.views import Views
@@ -45,7 +47,23 @@ def _skeleton(model: Snapshot, _views=None) -> dict[SwitchKey, SwitchState]:
 # The skeleton follows the set of switches only: compiled again (whole) when that changes.
 SKELETON_READS = Reads({"nodes": frozenset({"name"}), "fabric": frozenset({"switches"})})
 PIPELINE = App("pipeline", ck.APP_PIPELINE, {b: tuple(t.name for t in p.tables) for b, p in PIPELINES.items()},
-               _skeleton, touched=declared_touched(ck.APP_PIPELINE, SKELETON_READS), reads=SKELETON_READS)
+               _skeleton, touched=declared_touched(ck.APP_PIPELINE, SKELETON_READS), reads=SKELETON_READS,
+               reach=lambda _model, _write: frozenset())   # nodes and fabric switches only
+
+
+def port_write_reach(model: Snapshot, writes, apps: tuple[App, ...] | None = None) -> frozenset[str] | None:
+    """The nodes whose switches a port's write may change (every app's `reach` of each of
+    `writes`, PortWrite), from the model before them; None: any switch."""
+    out: set[str] = set()
+    for app in apps or registry():
+        if app.reach is None:
+            return None
+        for write in writes:
+            nodes = app.reach(model, write)
+            if nodes is None:
+                return None
+            out |= nodes
+    return frozenset(out)
 
 
 def registry() -> tuple[App, ...]:

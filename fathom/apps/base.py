@@ -59,6 +59,16 @@ class OwnerOn(NamedTuple):
 
 
 @dataclass(frozen=True)
+class PortWrite:
+    """A workload port's write (created, updated, deleted) as the change feed tells it
+    (fathom.store.changes.port_at): the port's id, the nodes it was and is bound to (their names,
+    those it has), its network's id."""
+    port: int
+    nodes: frozenset[str]
+    network: int
+
+
+@dataclass(frozen=True)
 class Reads:
     """What an app's `compile` reads of the model, and so which owners a change touches
     (fathom.apps.incremental.declared_touched). tests/unit/test_app_reads.py compiles every app
@@ -111,3 +121,8 @@ class App:
     # What `compile` reads (checked by tests/unit/test_app_reads.py); with `owners`, `touched` is
     # fathom.apps.incremental.declared_touched's, unless the app writes its own (saying why).
     reads: Reads | None = None
+    # Reach (optional): `reach(model, write)` names the nodes whose switches (br-int, br-phy) the
+    # app's state may differ on after a port's write (`PortWrite`) from the model before it, or None:
+    # any switch. An app without it may change any switch (fathom.apps.port_write_reach; checked
+    # over random models by tests/unit/test_port_reach.py).
+    reach: Callable[[Snapshot, PortWrite], frozenset[str] | None] | None = None

@@ -42,6 +42,42 @@ def declared_touched(app_id: int, reads: Reads):
     return touched
 
 
+def per_model(make):
+    """`make(model)` once per model: kept for the last model asked about (a replica asks its apps'
+    `reach` of each write about the model its last pass compiled, until the next pass)."""
+    last: list = [None]
+
+    def value(model: Snapshot):
+        held = last[0]
+        if held is not None and held[0] is model:
+            return held[1]
+        made = make(model)
+        last[0] = (model, made)
+        return made
+    return value
+
+
+def declared_reach(reads: Reads):
+    """The `reach` (fathom.apps.base.App) of an app whose `touched` is declared_touched's: a port's
+    write touches only the owners that name the port through `reads.refs`, so none names it: no
+    switch; one does, or a port's change compiles the app whole: any switch (None)."""
+    reached = reachable(reads)
+
+    def reach(model: Snapshot, write) -> frozenset | None:
+        if reads.quiet and not any(_collection(model, c) for c in reads.quiet):
+            return frozenset()
+        if "ports" not in reads.fields:
+            return frozenset()
+        if "ports" not in reached:
+            return None
+        for coll, refs in reads.refs.items():
+            names = [name for name, target in refs.items() if target == "ports"]
+            if names and any(write.port in _ids(getattr(o, name)) for o in getattr(model, coll) for name in names):
+                return None
+        return frozenset()
+    return reach
+
+
 def declared_facts(model: Snapshot, reads: Reads, without: frozenset = frozenset()) -> dict:
     """collection -> the declared fields of its objects, in order, of every collection `reads`
     declares but those `without`: what a `touched` that compiles whole on any change of them compares."""

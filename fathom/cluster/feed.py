@@ -5,12 +5,14 @@ DELETE) sends a notification on CHANNEL inside that transaction, so it is delive
 listeners when, and only if, the transaction commits. Its payload is "<me> <PostgreSQL's clock at
 the write> <its transaction id> <PostgreSQL's snapshot then> <what it wrote>": the tables and row
 tokens fathom.store.changes.TableChanges notes for it, as a JSON list (a table's name, ALL, or
-[kind, value] for a row token), or ["*"] (ALL: everything) when that would not fit a notification
-(PAYLOAD_MAX). Statements run with the execution option `feed=False` (the lease rounds) or
+[kind, value] for a row token; a workload port's write also says where the port was and is:
+["port_at", [id, node id before, after, network id]]), or ["*"] (ALL: everything) when that would
+not fit a notification (PAYLOAD_MAX). Statements run with the execution option `feed=False` (the lease rounds) or
 `model_unchanged=True` (statuses, which each replica writes for its own objects; an agent's
 desired-state revision) note nothing, and a transaction that noted nothing sends none. The
 transaction id of the last such write committed on a thread is kept for it (`committed_xid`: the
-API's long-polls, fathom.controller.board).
+API's long-polls, fathom.controller.board), and what it wrote (`committed_written`: whether the
+replica's own pass waits, fathom.controller.cluster.ClusterMember.wakes_for_own).
 
 `status_notes(me, statuses, claim)`: the notifications of the statuses a replica writes (those it
 is the one writer of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that
@@ -36,7 +38,7 @@ reconciler directly), `written` being what it wrote ({ALL} when the payload does
 read again. Its lag is the time from a notification's write to its arrival, on PostgreSQL's
 clock (this host's clock offset from it measured at connect). `follow(engine, me, on_change)`: a
 Listener whose notifications every TableChanges of `engine` counts as written by this process (so
-a pass re-reads only what they changed), then calls `on_change()`.
+a pass re-reads only what they changed), then calls `on_change(written)`.
 """
 from __future__ import annotations
 
@@ -63,13 +65,13 @@ RECONNECT = (0.2, 5.0)    # seconds between attempts to reconnect: first, most (
 # PostgreSQL refuses a payload of 8000 bytes or more; the sender's name and the time take the rest
 PAYLOAD_MAX = 7900
 # the row tokens a payload may carry: kind -> the types of its value
-_ROWS = {"port": (int, type(None)), "ip_allocation": (int,), "port_cascade": (str,)}
+_ROWS = {"port": (int, type(None)), "ip_allocation": (int,), "port_cascade": (str,), "port_at": (list,)}
 # room in a notification for its transaction id and snapshot (PostgreSQL's time and the sender's
 # name take the rest of what PAYLOAD_MAX leaves)
 SNAPSHOT_ROOM = 1100
 # the transaction ids a claim names besides its snapshot, at most (any subset is a claim as true)
 CLAIM_XIDS = 64
-_COMMITTED = threading.local()   # .xid: the last write this thread committed that notified
+_COMMITTED = threading.local()   # .xid, .written: the last write this thread committed that notified
 # the transaction ids of the writes a request made that notified (set to a list per request by the
 # API: fathom.api.commits; the thread pool its handler runs in shares the list)
 REQUEST_COMMITS: ContextVar[list | None] = ContextVar("fathom_request_commits", default=None)
@@ -82,6 +84,14 @@ def committed_xid() -> int | None:
     xid = getattr(_COMMITTED, "xid", None)
     _COMMITTED.xid = None
     return xid
+
+
+def committed_written() -> set | None:
+    """What the last write this thread committed with a notification wrote, as its notification
+    says it (the tables and row tokens, {ALL}), since the last call; None: none."""
+    written = getattr(_COMMITTED, "written", None)
+    _COMMITTED.written = None
+    return written
 
 
 class Claim:
@@ -187,14 +197,15 @@ class _Notes(TableChanges):
         # ended the session (a restart) is told as SQLAlchemy's OperationalError, which the API
         # answers 503, as it would have the commit's own failure
         statement = f"SELECT {notice_sql('%s', '%s', '%s', '%s')}, pg_current_xact_id()::text"
-        params = (CHANNEL, self.me, SNAPSHOT_ROOM - 100, payload(written, len(self.me.encode()) + SNAPSHOT_ROOM))
+        text = payload(written, len(self.me.encode()) + SNAPSHOT_ROOM)
+        params = (CHANNEL, self.me, SNAPSHOT_ROOM - 100, text)
         try:
             with conn.connection.dbapi_connection.cursor() as cur:
                 cur.execute(statement, params)
                 xid = int(cur.fetchone()[1])
         except psycopg.Error as e:
             raise DBAPIError.instance(statement, params, e, psycopg.Error) from e
-        self.noticed(xid)
+        self.noticed(xid, {ALL} if text == _EVERYTHING else written)
 
     def notice(self, written: str) -> tuple[str, dict]:
         """The notification of a statement that commits on its own (db.AT_ONCE) and writes it itself
@@ -205,9 +216,10 @@ class _Notes(TableChanges):
         return (notice_sql(":feed_channel", ":feed_me", ":feed_room", written),
                 {"feed_channel": CHANNEL, "feed_me": self.me, "feed_room": SNAPSHOT_ROOM - 100})
 
-    def noticed(self, xid: int) -> None:
-        """A write of this thread notified CHANNEL in its transaction `xid`, which committed or is committing."""
-        _COMMITTED.xid = xid
+    def noticed(self, xid: int, written: set) -> None:
+        """A write of this thread notified CHANNEL in its transaction `xid`, which committed or is
+        committing, that it wrote `written` (committed_written)."""
+        _COMMITTED.xid, _COMMITTED.written = xid, written
         if (commits := REQUEST_COMMITS.get()) is not None:
             commits.append(xid)
 
@@ -225,11 +237,14 @@ def notice_sql(channel: str, me: str, room: str, written: str) -> str:
             f"THEN pg_current_snapshot()::text ELSE '-' END) || ' ' || {written})")
 
 
+_EVERYTHING = json.dumps([ALL])
+
+
 def payload(written: set, reserved: int = 0) -> str:
     """What a transaction wrote as a notification's text: a JSON list of tables and [kind, value]
     row tokens, or ["*"] when it and `reserved` bytes would be over PAYLOAD_MAX."""
     text = json.dumps([t if isinstance(t, str) else list(t) for t in written], separators=(",", ":"))
-    return text if len(text.encode()) + reserved <= PAYLOAD_MAX else json.dumps([ALL])
+    return text if len(text.encode()) + reserved <= PAYLOAD_MAX else _EVERYTHING
 
 
 def status_notes(me: str, statuses: dict, claim: Claim | None = None) -> list[tuple[str, str]]:
@@ -288,21 +303,27 @@ def written_in(text: str) -> set:
             out.add(item)
         elif (isinstance(item, list) and len(item) == 2 and item[0] in _ROWS
               and type(item[1]) in _ROWS[item[0]]):
-            out.add((item[0], item[1]))
+            if item[0] != "port_at":
+                out.add((item[0], item[1]))
+            elif len(item[1]) == 4 and all(type(x) is int or (x is None and i in (1, 2))
+                                           for i, x in enumerate(item[1])):
+                out.add((item[0], tuple(item[1])))
+            else:
+                return {ALL}
         else:
             return {ALL}
     return out
 
 
-def follow(engine: Engine, me: str, on_change: Callable[[], None],
+def follow(engine: Engine, me: str, on_change: Callable[[set], None],
            on_statuses: Callable[[dict, Claim | None], None] | None = None) -> "Listener":
     """A started Listener on `engine`'s database: what another process's notification names is
-    counted by every TableChanges of `engine` as written here, then `on_change()` is called (so
-    its `claim()` is one a pass of this process may make); the statuses another replica wrote go
-    to `on_statuses(statuses, claim)`."""
+    counted by every TableChanges of `engine` as written here, then `on_change(written)` is called
+    with it (so its `claim()` is one a pass of this process may make); the statuses another replica
+    wrote go to `on_statuses(statuses, claim)`."""
     def received(written: set) -> None:
         written_elsewhere(engine, written)
-        on_change()
+        on_change(written)
     return Listener(libpq_conninfo(engine), me, received, on_statuses).start()
 
 

@@ -37,6 +37,7 @@ import time
 from math import inf
 from concurrent.futures import ThreadPoolExecutor
 
+from fathom.apps import PortWrite, port_write_reach
 from fathom.cluster import feed
 from fathom.cluster.leases import pki_fingerprint
 from fathom.cluster.mastership import Mastership
@@ -47,6 +48,28 @@ from fathom.model import datapath_id, datapath_id_fabric, datapath_id_phy
 from fathom.model.routers import fabric_state
 
 LOG = logging.getLogger("fathom.cluster")
+
+
+def port_writes(written: set) -> list[tuple] | None:
+    """The workload ports' writes a transaction made ((port id, node id before, after, network
+    id): fathom.store.changes.port_at), when that is all it wrote: besides them, only those ports'
+    own rows (PORT_ROWS: the ports named, their addresses, the tables a delete cascades to) and
+    tables the model does not read (MODEL_UNREAD); None for any other write."""
+    writes = [value for kind, value in (w for w in written if isinstance(w, tuple)) if kind == "port_at"]
+    ports = {w[0] for w in writes}
+    for w in written:
+        if isinstance(w, str):
+            if w not in MODEL_UNREAD:
+                return None
+        elif not (w[0] == "port_at" or w[0] in ("ip_allocation", "port_cascade")
+                  or (w[0] == "port" and w[1] in ports)):
+            return None
+    return writes or None
+
+
+# tables a transaction that writes a port may write too that no switch's state reads: a request's
+# Idempotency-Key (fathom.api.request_ids)
+MODEL_UNREAD = frozenset({"request_ids"})
 
 
 def switch_name(dpid: int) -> str:
@@ -164,6 +187,39 @@ class ClusterMember:
                 return writes_for(nodes.get(ports.get(what)))
             return first
         return writes
+
+    def wakes_for(self, written: set) -> bool:
+        """Whether a committed write (the tables and row tokens its notification names: `written`)
+        needs a pass of this replica now. A workload port's write through the API (`port_writes`)
+        does only when a node whose switches it may change (fathom.apps.port_write_reach, from the
+        model this replica last compiled) has its br-int set up by this replica (it masters it, or
+        nobody does); any other write, a port bound to no node before or after (its
+        status is the first replica's), a node this model does not know, or a model behind a write
+        already taken (`Reconciler.model_current`): at once. A write that does not wake a pass is
+        read by the next one, within `Reconciler.defer` seconds (`Reconciler.defer_store`)."""
+        writes = port_writes(written)
+        model = self.reconciler.model
+        if not writes or model is None or not self.reconciler.model_current():
+            return True
+        names = {n.id: n.name for n in model.nodes}
+        moves = []
+        for port, before, after, network in writes:
+            nodes = {before, after} - {None}
+            if not nodes or not nodes <= names.keys():
+                return True
+            moves.append(PortWrite(port, frozenset(names[i] for i in nodes), network))
+        reach = port_write_reach(model, moves)
+        if reach is None:
+            return True
+        ids = {name: i for i, name in names.items()}
+        # br-phy: only beside a fabric, whose app's reach is any switch
+        return not reach <= ids.keys() or any(self.sets_up(datapath_id(ids[name])) for name in reach)
+
+    def wakes_for_own(self) -> bool:
+        """`wakes_for` this thread's last committed write (the API's, as it wakes the reconciler:
+        fathom.cluster.feed.committed_written); one it cannot tell: yes."""
+        written = feed.committed_written()
+        return written is None or self.wakes_for(written)
 
     def concerns(self, name: str) -> bool:
         """Whether a change of node (or fabric switch) `name`'s interfaces needs a pass of this
@@ -348,8 +404,8 @@ def run(mastership: Mastership, switches, reconciler, app, hub) -> ClusterMember
     app.on_switch = switch_changed
     app.on_not_master = member.not_master
 
-    def elsewhere():
-        reconciler.written_elsewhere()
+    def elsewhere(written: set):
+        reconciler.written_elsewhere(written)
         hub.changed()
     listener = member.feed = feed.follow(mastership.engine, mastership.id, elsewhere, reconciler.board.heard)
     mastership.feed_lag = lambda: listener.lag

@@ -8,7 +8,9 @@ compiled with) and, rarely, an audit reading a few switches back in turn (AUDIT_
 they find is logged and counted and repaired by a pass. Changes that arrive while a pass runs are
 coalesced into the next one, which in a sustained burst starts after a pause (`burst_pause`: at
 least as long as that pass and BURST_PERIOD after its start; none when a switch connected or became
-this replica's meanwhile). A pass
+this replica's meanwhile). In a cluster, a write that cannot change a switch this replica sets up
+wakes no pass: the next one reads it, within DEFER (fathom.controller.cluster.ClusterMember.wakes_for).
+A pass
 only orchestrates the parts that do the work:
 
 1. it reads again the parts of the store the API wrote since the last pass (fathom.store.changes;
@@ -26,7 +28,8 @@ only orchestrates the parts that do the work:
 
 With `check_incremental` (on in the test suite) every pass also checks each part against a
 computation from scratch: the desired state against a whole compile, every change from an edit
-against a whole diff of the mirror, the statuses against a whole decision.
+against a whole diff of the mirror, the statuses against a whole decision; and a pass that read
+deferred writes alone must change no switch this replica masters.
 """
 from __future__ import annotations
 
@@ -77,6 +80,10 @@ BURST_PAUSE = 0.25
 # turn every object at home there `pending` (and a Neutron port DOWN) for those seconds. Nor, while
 # a node's OVSDB has not been read yet (its br-int is left alone meanwhile: see `_prepare`).
 STARTUP_GRACE = 15.0
+# In a cluster, a write that cannot change a switch this replica sets up (a port's on another
+# replica's node: fathom.controller.cluster.ClusterMember.wakes_for) wakes no pass: the next pass
+# reads it, and one runs at most this many seconds after the first such write (`defer_store`).
+DEFER = 0.25
 
 
 def burst_pause(last: float) -> float:
@@ -108,6 +115,8 @@ class _Events:
     triggers: set = field(default_factory=set)
     since: float | None = None                   # monotonic time of the first of these events
     deferred: set = field(default_factory=set)   # nodes whose interfaces changed, no pass woken (cluster)
+    store_later: bool = False                    # store writes with no pass woken, due within DEFER (cluster)
+    store_events: int = 0                        # store events that woke a pass so far (model_current)
 
 
 class Reconciler:
@@ -181,6 +190,12 @@ class Reconciler:
         # read now reads (fathom.cluster.feed.Claim); `_claim`: the last store read's
         self.claims = None
         self._claim = None
+        self.defer = DEFER
+        self._store_events = 0        # store events that woke a pass so far
+        self._compiled_events = 0     # those the last pass's model had read
+        # check_incremental: passes that read only deferred writes and changed a switch this
+        # replica masters (ClusterMember.wakes_for let a write through that it should not have)
+        self.defer_mismatches = 0
 
     @property
     def results(self) -> dict[SwitchKey, SwitchResult]:
@@ -200,7 +215,7 @@ class Reconciler:
     @property
     def mismatches(self) -> int:
         """check_incremental failures of every part (must stay 0)."""
-        return self.desired.mismatches + self.applier.mismatches + self.statuses.mismatches
+        return self.desired.mismatches + self.applier.mismatches + self.statuses.mismatches + self.defer_mismatches
 
     # ---------------------------------------------------------------------------- events
 
@@ -211,6 +226,8 @@ class Reconciler:
         with self._events_lock:
             ev = self._events
             ev.store |= store
+            if store:
+                self._store_events += 1
             if setup:
                 ev.setup.add(setup)
             if ports:
@@ -221,8 +238,37 @@ class Reconciler:
         self._wake.set()
 
     def wake(self, *_args) -> None:
-        """The store changed (an API write): reload it and reconcile what it changed."""
+        """The store changed (an API write): reload it and reconcile what it changed; in a cluster,
+        at once only if the write may change a switch this replica sets up
+        (ClusterMember.wakes_for_own), else within `defer` seconds (`defer_store`)."""
+        if self.cluster is not None and not self.cluster.wakes_for_own():
+            self.board.request()
+            self.defer_store()
+            return
         self._event("api", store=True, seq=True)
+
+    def defer_store(self) -> None:
+        """A committed write needs no pass now: the next pass reads it, and one runs within `defer`
+        seconds of the first such write (coalesced: one pass for all of them)."""
+        with self._events_lock:
+            ev = self._events
+            first, ev.store_later = not ev.store_later, True
+        if first:
+            timer = threading.Timer(self.defer, self._deferred_due, (ev,))
+            timer.daemon = True
+            timer.start()
+
+    def _deferred_due(self, ev: "_Events") -> None:
+        with self._events_lock:
+            if self._events is not ev:    # a pass took them meanwhile, and read the store
+                return
+        self._event("deferred", store=True)
+
+    def model_current(self) -> bool:
+        """Whether the model the last pass compiled read every store write that woke a pass (none
+        is waiting for a pass, or being read by one)."""
+        with self._events_lock:
+            return self._store_events == self._compiled_events
 
     def changed_elsewhere(self) -> None:
         """Writes may have been missed, or statuses another replica wrote are this one's to write
@@ -231,9 +277,14 @@ class Reconciler:
             self._events.elsewhere = True
         self._event("feed", store=True)
 
-    def written_elsewhere(self) -> None:
+    def written_elsewhere(self, written: set | None = None) -> None:
         """Another process committed a write, which this process's table notes already count
-        (the change feed: fathom.cluster.feed.follow): read what it changed."""
+        (the change feed: fathom.cluster.feed.follow; `written`: the tables and row tokens it
+        names): read what it changed; in a cluster, at once only if it may change a switch this
+        replica sets up (ClusterMember.wakes_for), else within `defer` seconds."""
+        if self.cluster is not None and written is not None and not self.cluster.wakes_for(written):
+            self.defer_store()
+            return
         self._event("feed", store=True)
 
     def reported_elsewhere(self) -> None:
@@ -297,6 +348,8 @@ class Reconciler:
             ev, self._events = self._events, _Events()
             self._wake.clear()
             self._switch_due.clear()
+            ev.store |= ev.store_later
+            ev.store_events = self._store_events
         ev.seq = self.board.requested
         return ev
 
@@ -455,6 +508,11 @@ class Reconciler:
                 result.refused[(ck.KIND_PORT, port_id)] = reason
             steps.done("needs")
             reconciled = self.switches_to_reconcile(result)
+            if self.check_incremental and ev.triggers == {"deferred"} and changed & reconciled:
+                self.defer_mismatches += 1
+                LOG.error("check_incremental: a pass of deferred writes only changed %s, which this replica "
+                          "masters: the write should have woken it (ClusterMember.wakes_for)",
+                          ", ".join(map(str, sorted(changed & reconciled))))
             self.applier.apply(snapshot, result, reconciled, changed, self.desired.edits,
                                audit, read_back or frozenset(), steps)
             steps.done("break")
@@ -482,6 +540,8 @@ class Reconciler:
                 self.statuses.write(snapshot, result, self.store.stored if ev.store else None, ev.seq, steps,
                                     heard_at, self._claim)
             self.model = snapshot
+            with self._events_lock:
+                self._compiled_events = ev.store_events
             self.last = result
             # what the pass replaced (the switches' states before it) is freed now that the
             # statuses are out, not at the start of the next pass's compile: at 100 nodes x 100

@@ -147,7 +147,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         api.state.flow_records.peers = lambda: mastership.replicas   # a query answers for the cluster
     elif api_workers > 1:   # a write in a worker wakes the reconciler (to read what it wrote) and the agents' long-polls
         listener = feed.follow(engine, f"controller-{os.getpid()}",
-                               lambda: (reconciler.written_elsewhere(), api.state.agent_hub.changed()))
+                               lambda _written: (reconciler.written_elsewhere(), api.state.agent_hub.changed()))
         reconciler.claims, reconciler.board.claims = listener.claim, True   # long-polls `after` a worker's write
     install_console(api, reconciler)
     reconciler.wake()

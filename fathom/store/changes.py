@@ -21,6 +21,11 @@ None)`: a transaction inserted a port another way too, and the reader looks for 
 every part but the ports part (its rows there are the port's own, or a column it does not read:
 see PORT_ROWS). A write to those tables that cannot be told by row (a WHERE without an equality
 on a key column, an INSERT without the port, raw SQL) counts as its table, as before.
+
+A workload port's write through the API (created, updated, deleted: fathom.store.ops) also notes
+where it is (`port_written`): `("port_at", (port id, its node's id before, after, its network's
+id))`, a node None where it is unbound. Nothing reads it to read the store; it tells the change
+feed's receivers which switches the write may touch (fathom.controller.cluster.ClusterMember.wakes_for).
 """
 from __future__ import annotations
 
@@ -87,6 +92,23 @@ def port_rows_written(connection, port_id: int, told: "TableChanges | None" = No
             connection.info.setdefault(tracker._pending, set()).add(("port", port_id))
             if not connection.in_transaction():
                 tracker._committed(connection)
+
+
+def port_at(port_id: int, node_before: int | None, node_after: int | None, network_id: int) -> tuple:
+    """The token that says where a written port is (see the module's docstring)."""
+    return ("port_at", (port_id, node_before, node_after, network_id))
+
+
+def port_written(connection, port_id: int, node_before: int | None, node_after: int | None,
+                 network_id: int) -> None:
+    """A workload port's rows were written in `connection`'s transaction: where it is, noted by every
+    tracker of its engine (`port_at`)."""
+    with _TRACKERS_LOCK:
+        trackers = list(_TRACKERS.get(connection.engine.pool, ()))
+    for tracker in trackers:
+        if tracker._noted(connection.get_execution_options()):
+            connection.info.setdefault(tracker._pending, set()).add(
+                port_at(port_id, node_before, node_after, network_id))
 
 
 def _port_told(_mapper, connection, target) -> None:

@@ -515,8 +515,10 @@ _KEY_ROW = (
     "CAST(:answer_content_type AS varchar), CAST(:answer_head AS bytea) || convert_to(CAST(p.id AS text), 'UTF8') || "
     "CAST(:answer_middle AS bytea) || convert_to(host(inet '0.0.0.0' + c.n), 'UTF8') || CAST(:answer_tail AS bytea) "
     "FROM p, c)")
-# what the statement wrote as the change feed's notice says it (fathom.cluster.feed.payload of {("port", id)})
-_PORT_WRITTEN = "'[[\"port\",' || CAST(p.id AS text) || ']]'"
+# what the statement wrote as the change feed's notice says it (fathom.cluster.feed.payload of
+# {("port", id), changes.port_at(id, None, node, network)})
+_PORT_WRITTEN = ("'[[\"port\",' || CAST(p.id AS text) || '],[\"port_at\",[' || CAST(p.id AS text) || ',null,' || "
+                 "COALESCE(CAST(:node_id AS text), 'null') || ',' || CAST(:network_id AS text) || ']]]'")
 _PSYCOPG = postgresql.psycopg.dialect()
 
 
@@ -575,9 +577,11 @@ def insert_port(session: Session, new: NewPort, group_ids: list[int], created: d
             **new.values, "created_at": created, "subnet_ids": [subnet_id for subnet_id, _ in new.addresses],
             "ips": [ip for _, ip in new.addresses], "group_ids": list(group_ids)})
         changes.port_rows_written(conn, port_id)
+        _port_written(conn, port_id, new)
         return port_id, created
     port_id = conn.scalar(_INSERT_PORT, {**new.values, "created_at": created})
     changes.port_inserted(conn, port_id)
+    _port_written(conn, port_id, new)
     network_id = new.values["network_id"]
     if new.addresses:
         conn.execute(_INSERT_ADDRESS, [{"port_id": port_id, "subnet_id": subnet_id, "network_id": network_id,
@@ -612,13 +616,20 @@ def _insert_claiming(session: Session, new: NewPort, group_ids: list[int], creat
         return None
     port_id, found = rows[0][:2]
     if told is not None:
-        told.noticed(int(rows[0][2]))
+        told.noticed(int(rows[0][2]), {("port", port_id), changes.port_at(port_id, None, new.values["node_id"],
+                                                                          new.values["network_id"])})
+    else:
+        _port_written(conn, port_id, new)
     _hints(session)[subnet.id] = found - first
     new.addresses.append((subnet.id, str(ipaddress.IPv4Address(found))))
     changes.port_rows_written(conn, port_id, told)
     if answer is not None:
         answer.written = True
     return port_id
+
+
+def _port_written(conn, port_id: int, new: NewPort) -> None:
+    changes.port_written(conn, port_id, None, new.values["node_id"], new.values["network_id"])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -993,6 +1004,7 @@ def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -
         if field in changes and not caller.may_bind:   # unbinding (null) is binding too
             raise Forbidden(f"only an admin or the service identity can set a port's {field}", field)
     check_binding(caller, changes.get("node"), changes.get("interface_name"))
+    before = port.node_id
     if "node" in changes:
         node = changes.pop("node")
         port.node_id = node_by_name(session, node).id if node is not None else None
@@ -1002,7 +1014,13 @@ def update_port(session: Session, caller: Caller, port_id: int, changes: dict) -
         _check_interface_free(session, session.get(m.Node, port.node_id), port.interface_name, port.id)
     port.status = "pending"
     session.flush()
+    _port_at(session, port.id, before, port.node_id, port.network_id)
     return port
+
+
+def _port_at(session: Session, port_id: int, before: int | None, after: int | None, network_id: int) -> None:
+    """Where a port written by this transaction was and is (changes.port_written)."""
+    changes.port_written(session.connection(), port_id, before, after, network_id)
 
 
 def _check_not_an_address_port(session: Session, port: m.Port) -> None:
@@ -1024,6 +1042,7 @@ def delete_port(session: Session, caller: Caller, port_id: int) -> None:
     _freed(session, port.fixed_ips)
     session.delete(port)
     session.flush()
+    _port_at(session, port.id, port.node_id, None, port.network_id)
 
 
 # ---------------------------------------------------------------------------------------------- routers

@@ -480,7 +480,7 @@ def test_a_port_creation_on_postgresql_commits_its_one_write_without_a_transacti
 def test_a_port_creation_at_once_with_the_change_feed_writes_its_notice_in_its_rows_statement(postgres, monkeypatch):
     """With the change feed on (API workers, a cluster), a port given no addresses or groups is still
     written with no BEGIN or COMMIT: the statement writing its rows and its key notifies the feed too,
-    naming the port's row and its transaction, which its answer names (X-Fathom-Commit) and another
+    naming the port's row (and where the port is) and its transaction, which its answer names (X-Fathom-Commit) and another
     process's listener counts. A creation the checks refuse notifies nothing."""
     import threading
     from fathom.cluster import feed
@@ -499,7 +499,8 @@ def test_a_port_creation_at_once_with_the_change_feed_writes_its_notice_in_its_r
         first = api.http.post("/v1/ports", json={"network_id": net["id"]}, headers={"Idempotency-Key": "k1"})
         assert first.status_code == 201 and states == [("SELECT", "IDLE"), ("WITH", "IDLE")], states
         wait_for(lambda: len(heard) == 2, 5, "the creation's notice")
-        assert heard[1] == {("port", first.json()["id"])}
+        # the port's rows, and where it is (unbound: no node before or after) and its network
+        assert heard[1] == {("port", first.json()["id"]), ("port_at", (first.json()["id"], None, None, net["id"]))}
         xid = int(first.headers["X-Fathom-Commit"])
         assert listener.claim().covers(xid)
         replay = api.http.post("/v1/ports", json={"network_id": net["id"]}, headers={"Idempotency-Key": "k1"})
@@ -510,7 +511,8 @@ def test_a_port_creation_at_once_with_the_change_feed_writes_its_notice_in_its_r
         second = api.http.post("/v1/ports", json={"network_id": net["id"]})    # no key: the rows' statement alone
         assert second.status_code == 201 and int(second.headers["X-Fathom-Commit"]) > xid
         wait_for(lambda: len(heard) == 3, 5, "the second creation's notice")
-        assert heard[2] == {("port", second.json()["id"])}   # the refused one told nothing before it
+        assert heard[2] == {("port", second.json()["id"]),    # the refused one told nothing before it
+                            ("port_at", (second.json()["id"], None, None, net["id"]))}
     finally:
         listener.stop()
         api.app.state.engine.dispose()

@@ -16,6 +16,7 @@ Rounds and passes are run by hand, so each step is deterministic."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from fathom.api import create_app
@@ -169,5 +170,81 @@ def test_a_replica_checks_the_ovsdb_of_the_nodes_it_masters_only(postgres):
         assert not a.rec.check() and not a.rec.drift
         assert b.rec.check() and b.rec.drift == {"ovsdb": 1}
     finally:
+        a.close()
+        b.close()
+
+
+def test_a_replica_defers_a_port_write_that_cannot_change_its_switches_and_reads_it_within_defer(
+        postgres, monkeypatch):
+    """A port made through b on a node b masters, in a network no other node holds (no rule names a
+    remote group): its notification names where the port is; b's pass runs at once, a's is
+    deferred and runs within DEFER, reading it, sending a's switches nothing. A port of that
+    network on a's node wakes a at once. A reach that leaves a's node out (the apps' answer made
+    wrong) is counted by check_incremental: the deferred pass changed a switch a masters."""
+    import fathom.controller.cluster as cluster
+    from fathom.store.changes import port_at
+    url = postgres.new_database(migrated=True)
+    _topo, _ids, _snap, nodes, fakes, ofports = golden_cloud(url)
+    a, b = (FedReplica(name, url, fakes, ofports) for name in ("a", "b"))
+    heard: list[set] = []
+    listener = feed.Listener(feed.libpq_conninfo(a.app.state.engine), "listener", heard.append).start()
+    try:
+        share_switches(a, b, fakes)
+        green = a.http.post("/v1/networks", json={"name": "green", "segmentation_id": 1002}).json()["id"]
+        a.http.post("/v1/subnets", json={"network_id": green, "cidr": "198.19.2.0/24"}).raise_for_status()
+        # an unbound port: its project's default group made (a write of groups, which wakes every replica)
+        a.http.post("/v1/ports", json={"network_id": green, "name": "first"}).raise_for_status()
+        for rule in a.http.get("/v1/security-group-rules").json():
+            if rule["remote_group_id"] is not None:
+                assert a.http.delete(f"/v1/security-group-rules/{rule['id']}").status_code == 204
+        wait_for(lambda: any("security_group_rules" in w for w in heard), 10, "the writes' notifications")
+        time.sleep(0.2)      # the replicas' listeners have them too: the passes read them all
+        for r in (a, b):
+            r.rec.run_pass()
+        assert a.rec.model_current() and b.rec.model_current()
+        x = next(n for n, i in nodes.items() if b.member.masters(datapath_id(i)))
+        y = next(n for n, i in nodes.items() if a.member.masters(datapath_id(i)))
+        mine = {datapath_id(i) for i in nodes.values() if a.member.masters(datapath_id(i))}
+        a.sent.clear()
+
+        # a port on b's node, made through b (written at once, its notice in the statement)
+        for r in (a, b):
+            r.rec._wake.clear()
+        ofports[x]["vif-z"] = max(ofports[x].values()) + 1
+        port = b.http.post("/v1/ports", json={"network_id": green, "name": "z", "node": x,
+                                              "interface_name": "vif-z"}).json()["id"]
+        assert b.rec._wake.is_set() and "api" in b.rec._events.triggers     # b's own: at once
+        wait_for(lambda: any(("port", port) in w for w in heard), 10, "b's write's notification")
+        assert ("port_at", (port, None, nodes[x], green)) in next(w for w in heard if ("port", port) in w)
+        wait_for(lambda: a.rec._events.store_later or a.rec._wake.is_set(), 10, "b's write to reach a")
+        assert "feed" not in a.rec._events.triggers                          # deferred, not woken
+        wait_for(lambda: a.rec._wake.is_set(), 10, "a's deferred pass to be due")
+        assert a.rec._events.triggers == {"deferred"}
+        b.rec.run_pass(audit=False)
+        a.rec.run_pass(audit=False)
+        assert port in {p.id for p in a.rec.model.ports} and flows_of(fakes.switches[datapath_id(nodes[x])], port)
+        assert sum(a.sent[d] for d in mine) == 0 and a.rec.defer_mismatches == 0
+
+        # the same network on a's node (given its groups: written in a transaction): a wakes at once
+        a.rec._wake.clear()
+        ofports[y]["vif-w"] = max(ofports[y].values()) + 1
+        near = b.http.post("/v1/ports", json={"network_id": green, "name": "w", "node": y, "interface_name": "vif-w",
+                                              "security_groups": []}).json()["id"]
+        wait_for(lambda: "feed" in a.rec._events.triggers, 10, "b's write to wake a")
+        assert ("port_at", (near, None, nodes[y], green)) in next(w for w in heard if ("port", near) in w)
+        for r in (a, b):
+            r.rec.run_pass(audit=False)
+
+        # a reach made wrong: a port on b's node now changes a's switch (green's flood to it)
+        monkeypatch.setattr(cluster, "port_write_reach", lambda model, writes: frozenset())
+        a.rec._wake.clear()
+        ofports[x]["vif-v"] = max(ofports[x].values()) + 1
+        b.http.post("/v1/ports", json={"network_id": green, "name": "v", "node": x, "interface_name": "vif-v"})
+        wait_for(lambda: a.rec._wake.is_set(), 10, "a's deferred pass to be due")
+        assert a.rec._events.triggers == {"deferred"}
+        a.rec.run_pass(audit=False)
+        assert a.rec.defer_mismatches == 1 and a.rec.mismatches == 1
+    finally:
+        listener.stop()
         a.close()
         b.close()

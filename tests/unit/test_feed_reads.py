@@ -45,7 +45,7 @@ class Reader:
         wait_for(lambda: self.notes == [{ALL}], 10, "B's listener to connect (and read whole once)")
         self.store.read(whole=False)
 
-    def _received(self) -> None:
+    def _received(self, _written: set) -> None:
         written = self._heard.take()
         with self._lock:
             if written == {"marker"}:
@@ -259,7 +259,7 @@ def test_the_agents_desired_state_follows_another_process_s_writes(postgres):
     url = postgres.new_database()
     a, b = Client(url), Client(url)
     feed.notify_commits(a.app.state.engine, "a")
-    listener = feed.follow(b.app.state.engine, "b", b.app.state.agent_hub.changed)
+    listener = feed.follow(b.app.state.engine, "b", lambda _written: b.app.state.agent_hub.changed())
     try:
         router = _cloud(a)
         wait_for(lambda: b.get("/agents/gw/desired", headers=GW_AGENT)["objects"] == [], 10, "B's first read")

@@ -66,4 +66,5 @@ READS = Reads({
 
 APP = App("external", APP_EXTERNAL,
           {BR_INT: ("classify", "nat-in", "nat-route", "l3", "snat", "l2", "output")}, compile, touched=touched,
-          reads=READS, status=status)
+          reads=READS, status=status,
+          reach=lambda model, _write: None if model.router_gateways or model.floating_ips else frozenset())

@@ -12,6 +12,7 @@ from __future__ import annotations
 from fathom.apps.base import BR_INT, BR_PHY, FABRIC_SWITCH, App, Reads, SwitchKey
 from fathom.apps.fabric import compiler as fc
 from fathom.apps.incremental import declared_facts, local_networks
+from fathom.model.routers import tenant_view
 from fathom.pipeline.cookies import APP_FABRIC
 
 
@@ -52,6 +53,22 @@ READS = Reads({
 })
 
 
+def reach(model, write):
+    """The nodes a port's write may change the fabric's state on: a fabric router's br-int flows
+    and br-phy follow each node's own ports (compile_edges, compile_phy), so its own nodes; a
+    fabric switch follows the ports of VLAN networks and the VLANs each br-int sends, which a port
+    of a VXLAN network whose routers route only VXLAN networks leaves as they are. A port of any
+    other network, with fabric switches: any switch (None)."""
+    if model.fabric is None or not model.fabric.switches:
+        return write.nodes
+    view = tenant_view(model)
+    routers = {ri.router_id for ri in view.router_interfaces if ri.network_id == write.network}
+    networks = {write.network} | {ri.network_id for ri in view.router_interfaces if ri.router_id in routers}
+    types = {n.id: n.type for n in view.networks if n.id in networks}
+    return write.nodes if types.keys() == networks and set(types.values()) == {"vxlan"} else None
+
+
 APP = App("fabric", APP_FABRIC,
           {BR_INT: ("l2",), BR_PHY: ("normal",), FABRIC_SWITCH: ("trunk-in", "svi", "svi-neigh", "l2")},
-          compile, derive, touched=touched, reads=READS)
+          compile, derive, touched=touched, reads=READS,
+          reach=reach)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fathom.apps.base import BR_INT, App, Owner, OwnerOn, Reads, SwitchKey
+from fathom.apps.incremental import per_model
 from fathom.apps.secgroups.compiler import (
     EGRESS, ETH_TYPE, INGRESS, _address_field, _key, clause_id, compile_secgroups, index,
 )
@@ -159,6 +160,20 @@ READS = Reads({
 })
 
 
+def reach(model, write) -> frozenset:
+    """The nodes a port's write may change the groups' flows on: its own, and those of the ports
+    in a group with a rule that names a remote group (a port's addresses are clauses of the rules
+    naming its groups; which groups a new or updated port is in, the model before it cannot say)."""
+    return frozenset(write.nodes | _referring_nodes(model))
+
+
+@per_model
+def _referring_nodes(model) -> set:
+    """The nodes of the ports in a group with a rule that names a remote group."""
+    referring = {r.group_id for r in model.security_group_rules if r.remote_group_id is not None}
+    return {p.node for p in model.ports if p.node is not None and not referring.isdisjoint(p.security_groups)}
+
+
 APP = App("secgroups", APP_SECGROUPS,
           {BR_INT: ("egress-conntrack", "egress-acl", "ingress-conntrack", "ingress-acl")}, compile,
-          touched=touched, compile_owners=compile_owners, reads=READS)
+          touched=touched, compile_owners=compile_owners, reads=READS, reach=reach)

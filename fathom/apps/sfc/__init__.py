@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fathom.apps.base import BR_INT, App, Owner, Problem, Reads, Severity, SwitchKey
-from fathom.apps.incremental import declared_touched
+from fathom.apps.incremental import declared_reach, declared_touched
 from fathom.apps.sfc.compiler import compile_sfc_plans
 from fathom.model.chains import WARNING_KIND, chain_pptmon_status
 from fathom.model.views import get
@@ -88,4 +88,4 @@ def status(model, agents, views=None) -> list[Problem]:
 
 APP = App("sfc", APP_SFC, {BR_INT: ("classify", "sfc", "sfc-select", "sfc-deliver")}, compile,
           touched=declared_touched(APP_SFC, READS), compile_owners=compile_owners, reads=READS,
-          status=status)
+          status=status, reach=declared_reach(READS))

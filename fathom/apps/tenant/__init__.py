@@ -9,7 +9,10 @@ subnets, routers, router interfaces, a router's gateway node) is not handled: th
 """
 from __future__ import annotations
 
+from collections import defaultdict
+
 from fathom.apps.base import BR_INT, App, Owner, Reads, SwitchKey
+from fathom.apps.incremental import per_model
 from fathom.apps.tenant.compiler import compile_tenant, dhcp_interface, node_scopes
 from fathom.model import TUNNEL_INTERFACE, UPLINK_INTERFACE
 from fathom.model import flow_records as fr
@@ -145,6 +148,36 @@ READS = Reads({
 })
 
 
+def reach(model, write) -> frozenset:
+    """The nodes a port's write may change the tenant's flows on: its own, and those where its
+    network, or one sharing a router with it, has a bound port, or that are the gateway node of
+    a router on its network (a network's flows and its ports' are only where it is local, routed
+    to or reached from a router's gateway: compiler._nodes_of)."""
+    nodes_of, routers_of, networks_of, gateways_of = _reach_index(model)
+    routers = routers_of.get(write.network, set())
+    networks = {write.network}.union(*(networks_of[r] for r in routers))
+    return frozenset(write.nodes.union(*(nodes_of.get(n, ()) for n in networks),
+                                       *(gateways_of.get(r, ()) for r in routers)))
+
+
+@per_model
+def _reach_index(model) -> tuple[dict, dict, dict, dict]:
+    """`reach`'s look-ups: network -> the nodes of its bound ports; network -> its routers; router
+    -> its networks; router -> its gateway nodes."""
+    view = tenant_view(model)
+    nodes_of, routers_of, networks_of, gateways_of = (defaultdict(set) for _ in range(4))
+    for p in view.ports:
+        if p.node is not None:
+            nodes_of[p.network_id].add(p.node)
+    for ri in view.router_interfaces:
+        routers_of[ri.network_id].add(ri.router_id)
+        networks_of[ri.router_id].add(ri.network_id)
+    for g in view.router_gateways:
+        if g.node is not None:
+            gateways_of[g.router_id].add(g.node)
+    return nodes_of, routers_of, networks_of, gateways_of
+
+
 APP = App("tenant", APP_TENANT,
           {BR_INT: ("classify", "security", "arp", "l3", "l3-neighbor", "l2", "output")}, compile,
-          touched=touched, compile_owners=compile_owners, reads=READS)
+          touched=touched, compile_owners=compile_owners, reads=READS, reach=reach)

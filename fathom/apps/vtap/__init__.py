@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fathom.apps.base import BR_INT, App, Owner, Problem, Reads, SwitchKey
-from fathom.apps.incremental import declared_touched
+from fathom.apps.incremental import declared_reach, declared_touched
 from fathom.apps.vtap.compiler import compile_vtap_plans
 from fathom.model.routers import tenant_view
 from fathom.model.views import get
@@ -68,4 +68,4 @@ def status(model, agents, views=None) -> list[Problem]:
 
 APP = App("vtap", APP_VTAP, {BR_INT: ("classify", "tap-ingress", "tap-recovery")}, compile,
           touched=declared_touched(APP_VTAP, READS), compile_owners=compile_owners, reads=READS,
-          status=status)
+          status=status, reach=declared_reach(READS))
