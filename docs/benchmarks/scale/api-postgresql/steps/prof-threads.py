@@ -5,7 +5,12 @@ PR_SET_NAME from threading's name) and schedstat is summed per name; the reconci
 Args: OUT PORTS [API_WORKERS]; SPY=1 (or "1 --gil") records py-spy samples in OUT/spy.txt (PYSPY: its
 path); PGSTAT=1 writes pg_stat_statements' counts to OUT/pgstat.txt; PREFIX names the run's PostgreSQL and
 run directory (default c6); run from the repository (PYTHONPATH=<tree> for another tree). Beside the
-figures: the event loop thread's ticks and context switches, PostgreSQL's commits and rollbacks."""
+figures: the event loop thread's ticks and context switches, PostgreSQL's commits and rollbacks.
+STEPCPU=1: /v1/health's pass_steps_total made of each step's thread CPU (`_Steps` patched: thread_time
+for each step, `wall` the pass's wall time to its last step; `wait` stays wall time). PASSPROF=FILE
+instead: a cProfile (wall clock; PASSCPU=1: thread CPU, which slows the passes several times) of
+every pass, dumped every 20 passes. The pacing's trials of burst-passes/ read XBF, XMIN, XPER from
+the environment in a tree with that hook (its README)."""
 import json, os, sys, tempfile
 from pathlib import Path
 
@@ -19,6 +24,34 @@ def _named(self):
         pass
     return _orig(self)
 threading.Thread._bootstrap_inner = _named
+
+import os as _os, sys as _sys, time as _time, cProfile as _cp
+def _patch():
+    while 'fathom.controller.reconciler' not in _sys.modules or not hasattr(_sys.modules['fathom.controller.reconciler'], 'Reconciler'):
+        _time.sleep(0.05)
+    R = _sys.modules['fathom.controller.reconciler'].Reconciler
+    if _os.environ.get('STEPCPU'):
+        S = _sys.modules['fathom.controller.reconciler']._Steps
+        def _init(self, started):
+            self.times = {}; self._last = _time.thread_time(); self._t0 = _time.monotonic()
+        def _done(self, step):
+            now = _time.thread_time(); self.times[step] = self.times.get(step, 0.0) + now - self._last; self._last = now; self.times['wall'] = _time.monotonic() - self._t0
+        S.__init__ = _init; S.done = _done
+        return
+    orig = R.run_pass
+    prof = _cp.Profile(_time.thread_time) if _os.environ.get("PASSCPU") else _cp.Profile(); n = [0]
+    out = _os.environ['PASSPROF']
+    def run_pass(self, *a, **k):
+        prof.enable()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            prof.disable(); n[0] += 1
+            if n[0] % 20 == 0:
+                prof.dump_stats(out)
+    R.run_pass = run_pass
+if _os.environ.get('PASSPROF') or _os.environ.get('STEPCPU'):
+    threading.Thread(target=_patch, daemon=True).start()
 '''
 PREFIX = os.environ.get("PREFIX", "c6")     # the lab prefix of its PostgreSQL, run directory and files
 site = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-site-"))

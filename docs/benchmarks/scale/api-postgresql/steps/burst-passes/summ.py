@@ -1,4 +1,4 @@
-"""summary.txt from prof-steps.py runs (python summ.py DIR: every DIR/*.json, a run's OUT/r.json): ports/s, the
+"""summary.txt from `STEPCPU=1 ../prof-threads.py` runs (python summ.py DIR: every DIR/*.json, a run's OUT/r.json): ports/s, the
 control plane's CPU ms a creation (cp) and its parts (the reconciler's thread, the store writes'
 threads, the event loop, PostgreSQL's backends), passes, a pass's thread CPU by step (ms), the mean
 over passes of wait + wall (from a pass's first event to its end: what that event waited for its
