@@ -301,6 +301,11 @@ def sfc_section(report: list) -> None:
             lab.down()
 
 
+def pptmon_chain() -> str:
+    """The PPTMon section's chain: 'pp' and the demo's lab name ('ppdemo' by default)."""
+    return "pp" + LAB
+
+
 def set_lab_name(name: str) -> None:
     global LAB
     LAB = name
@@ -309,8 +314,9 @@ def set_lab_name(name: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="leave the lab up (fathom lab down -n demo)")
-    parser.add_argument("--name", default=LAB, help="name of the demo's lab; its other labs add one letter "
-                                                     "(at most 7 characters, so that several demos can run at once)")
+    parser.add_argument("--name", default=LAB, help="name of the demo's lab; its other labs add one letter and "
+                                                     "its PPTMon chain is 'pp' + NAME (at most 7 characters, so that "
+                                                     "several demos can run at once)")
     parser.add_argument("--openstack", action="store_true",
                         help="only the OpenStack section: a real Neutron with fathom's drivers, driven by the "
                              "`openstack` command line (a few minutes; lab NAME + 'o')")
@@ -332,7 +338,7 @@ def main() -> int:
         vtap_section(report)
         fabric_section(report)
         sfc_section(report)
-        pptmon_demo.section(console, report, keep=args.keep)
+        pptmon_demo.section(console, report, keep=args.keep, name=pptmon_chain())
     except Exception as e:  # noqa: BLE001 - the report and the clean-up below must still happen
         if not isinstance(e, (LabError, ApiError, subprocess.SubprocessError)):
             console.print_exception()
@@ -342,9 +348,9 @@ def main() -> int:
         print_report(report)
         labs = [LAB, LAB + "t", LAB + "v", LAB + "f", LAB + "s"]
         if args.keep and ok:
-            console.print(f"\nlabs {', '.join(labs)} and PPTMon chain {pptmon_demo.CHAIN} left up: try "
+            console.print(f"\nlabs {', '.join(labs)} and PPTMon chain {pptmon_chain()} left up: try "
                           f"'fathom lab status -n {LAB}t'; remove them with 'fathom lab down -n NAME' and "
-                          f"'fathom pptmon chain down {pptmon_demo.CHAIN}'")
+                          f"'fathom pptmon chain down {pptmon_chain()}'")
         else:
             for name in labs:
                 Lab(name).down()

@@ -10,8 +10,7 @@ coalesced into the next one, which in a sustained burst starts after a pause (`b
 least as long as that pass and BURST_PERIOD after its start; none when a switch connected or became
 this replica's meanwhile). In a cluster, a write that cannot change a switch this replica sets up
 wakes no pass: the next one reads it, within DEFER (fathom.controller.cluster.ClusterMember.wakes_for).
-A pass
-only orchestrates the parts that do the work:
+A pass only orchestrates the parts that do the work:
 
 1. it reads again the parts of the store the API wrote since the last pass (fathom.store.changes;
    the whole store on the first pass, an explicit sync and the audit), and adds the switches'

@@ -17,20 +17,21 @@ from fathom.pptmon import control, measure, stats
 CHAIN = "ppdemo"
 
 
-def section(console: Console, report: list, keep: bool = False) -> dict:
+def section(console: Console, report: list, keep: bool = False, name: str = CHAIN) -> dict:
+    """The chain `name` up, measured, and down again (unless `keep`)."""
     console.rule("[bold]PPTMon: processing time per VNF, carried in-band (the PPTMon paper)")
-    c = chainmod.Chain(name=CHAIN, vnfs=chainmod.parse_vnfs("firewall:200,nat,forward"), base=230)
-    control.down(CHAIN)
+    c = chainmod.Chain(name=name, vnfs=chainmod.parse_vnfs("firewall:200,nat,forward"), base=230)
+    control.down(name)
     try:
         with console.status("chain up: client - firewall(200 rules) - NAT - forwarder - server"):
             chainmod.up(c)
-            control.enable(CHAIN, period_ns=10_000_000)  # 100 samples/s
+            control.enable(name, period_ns=10_000_000)  # 100 samples/s
         with console.status("TCP and UDP through the chain, sampled every 10 ms"):
             sent, got = measure.transfer(c, "tcp", bytes=2_000_000)
             usent, ugot = measure.transfer(c, "udp", count=2000, rate=2000)
-        recs = control.records(CHAIN)
+        recs = control.records(name)
         s = stats.chain_stats(recs)
-        t = Table(title=f"{CHAIN}: {s['records']} sampled packets (µs)", title_justify="left")
+        t = Table(title=f"{name}: {s['records']} sampled packets (µs)", title_justify="left")
         for col in ("VNF", "kind", "n", "p50", "p90", "p99", "mean"):
             t.add_column(col)
         for k, v in s["vnfs"].items():
@@ -48,7 +49,7 @@ def section(console: Console, report: list, keep: bool = False) -> dict:
         return s
     finally:
         if not keep:
-            control.down(CHAIN)
+            control.down(name)
 
 
 def main(argv=None) -> int:
