@@ -214,29 +214,44 @@ def test_server_receives_byte_identical_payload(lab, api):
 
 def test_update_and_delete_under_traffic_lose_no_unrelated_packet(lab, api):
     """Pings (not classified) from two VMs every 10 ms while a chain is created, updated in place
-    twice and deleted: not one is lost. The chain's own traffic keeps flowing through its VNFs."""
-    pings = [subprocess.Popen(host_exec.argv(["ping", "-q", "-c", "500", "-i", "0.01",
-                               "-W", "1", SERVER], lab.ns(src)), stdout=subprocess.PIPE, text=True) for src in ("client", "other")]
+    twice and deleted: not one is lost. The chain's own traffic keeps flowing through its VNFs. A
+    failure names the source, the echoes not answered before the next one (with their times) and
+    when each step was taken."""
+    sources = ("client", "other")
+    pings = [subprocess.Popen(host_exec.argv(["ping", "-D", "-O", "-c", "500", "-i", "0.01",
+                               "-W", "1", SERVER], lab.ns(src)), stdout=subprocess.PIPE, text=True) for src in sources]
+    steps = []
+
+    def step(what):
+        steps.append(f"{time.time():.3f} {what}")
     with chain(api, lab, [["fw1"]]) as ch:
+        step("chain created")
         gid = {v: api.post("/sfc/port_pair_groups", json={"port_pairs": [ids(lab)["port_pairs"][v]],
                                                            "project_id": "demo"})["id"] for v in ("dpi", "fwd")}
         try:
             assert curl_sha(lab, 44001) == blob_sha(lab)
+            step("adding dpi")
             api.patch(f"/sfc/port_chains/{ch['id']}", json={"port_pair_groups": ch["port_pair_groups"] + [gid["dpi"]]})
             api.wait_status("sfc/port_chains", ch["id"], timeout=20)
             assert curl_sha(lab, 44002) == blob_sha(lab)
+            step("replacing the groups by fwd")
             api.patch(f"/sfc/port_chains/{ch['id']}", json={"port_pair_groups": [gid["fwd"]]})
             api.wait_status("sfc/port_chains", ch["id"], timeout=20)
             assert curl_sha(lab, 44003) == blob_sha(lab)
+            step("putting the groups back")
             api.patch(f"/sfc/port_chains/{ch['id']}", json={"port_pair_groups": ch["port_pair_groups"]})
         finally:
             for g in gid.values():
                 with contextlib.suppress(Exception):
                     api.delete(f"/sfc/port_pair_groups/{g}")
+        step("chain deleting")
     api.sync()
-    for p in pings:
+    step("synced")
+    for src, p in zip(sources, pings):
         out, _ = p.communicate(timeout=30)
-        assert " 0% packet loss" in out, out
+        late = [line for line in out.splitlines() if "no answer" in line]   # not answered before the next echo
+        assert " 0% packet loss" in out, (f"{src} → server: {out.splitlines()[-2]}; not answered before the "
+                                          f"next echo: {late}; steps: {steps}")
 
 
 def test_dpi_inspected_what_it_forwarded(lab, api):
