@@ -208,6 +208,9 @@ class ClusterMember:
             if not nodes or not nodes <= names.keys():
                 return True
             moves.append(PortWrite(port, frozenset(names[i] for i in nodes), network))
+        # a port's own nodes are in its write's reach: their br-int's master wakes without the rest
+        if any(self.sets_up(datapath_id(i)) for _, before, after, _ in writes for i in (before, after) if i is not None):
+            return True
         reach = port_write_reach(model, moves)
         if reach is None:
             return True

@@ -179,7 +179,7 @@ def test_a_replica_defers_a_port_write_that_cannot_change_its_switches_and_reads
     """A port made through b on a node b masters, in a network no other node holds (no rule names a
     remote group): its notification names where the port is; b's pass runs at once, a's is
     deferred and runs within DEFER, reading it, sending a's switches nothing. A port of that
-    network on a's node wakes a at once. A reach that leaves a's node out (the apps' answer made
+    network on a's node wakes a at once, its master, with no reach to work out. A reach that leaves a's node out (the apps' answer made
     wrong) is counted by check_incremental: the deferred pass changed a switch a masters."""
     import fathom.controller.cluster as cluster
     from fathom.store.changes import port_at
@@ -225,12 +225,18 @@ def test_a_replica_defers_a_port_write_that_cannot_change_its_switches_and_reads
         assert port in {p.id for p in a.rec.model.ports} and flows_of(fakes.switches[datapath_id(nodes[x])], port)
         assert sum(a.sent[d] for d in mine) == 0 and a.rec.defer_mismatches == 0
 
-        # the same network on a's node (given its groups: written in a transaction): a wakes at once
+        # the same network on a's node (given its groups: written in a transaction): a wakes at once,
+        # as the master of the port's node, without asking the apps' reach
+        reached = []
+        real_reach = cluster.port_write_reach
+        monkeypatch.setattr(cluster, "port_write_reach", lambda model, writes: (reached.append(model),
+                                                                                real_reach(model, writes))[1])
         a.rec._wake.clear()
         ofports[y]["vif-w"] = max(ofports[y].values()) + 1
         near = b.http.post("/v1/ports", json={"network_id": green, "name": "w", "node": y, "interface_name": "vif-w",
                                               "security_groups": []}).json()["id"]
         wait_for(lambda: "feed" in a.rec._events.triggers, 10, "b's write to wake a")
+        assert not any(model is a.rec.model for model in reached) and reached   # b, not its master, asked
         assert ("port_at", (near, None, nodes[y], green)) in next(w for w in heard if ("port", near) in w)
         for r in (a, b):
             r.rec.run_pass(audit=False)
