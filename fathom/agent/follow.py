@@ -34,6 +34,9 @@ import time
 from fathom.model.hostlocal import from_json
 
 LOG = logging.getLogger("fathom.agent.follow")
+# seconds between the spaces of a held long-poll's answer (fathom.api.agents): a controller that
+# sends none for fathom.agent.http.KEEPALIVE_MISSED of them is left for the next one
+KEEPALIVE = 5.0
 
 
 class Follower:
@@ -72,7 +75,8 @@ class Follower:
     def fetch(self, wait: float) -> bool:
         """Ask for the desired state, waiting up to `wait` seconds for a revision after ours (a
         long-poll); True if it is a new revision."""
-        params = {"after": self.revision, "timeout": round(wait, 3)} if wait > 0 and self.revision is not None else {}
+        params = ({"after": self.revision, "timeout": round(wait, 3), "keepalive": KEEPALIVE}
+                  if wait > 0 and self.revision is not None else {})
         r = self.http.get(f"/v1/agents/{self.node}/desired", params=params, timeout=wait + 10)
         if r.status_code != 200:
             raise RuntimeError(f"desired state: HTTP {r.status_code}: {r.text[:300]}")

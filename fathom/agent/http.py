@@ -26,6 +26,20 @@ import threading
 from urllib.parse import urlencode, urlsplit
 
 
+# a long-poll's streamed answer (fathom.api.agents): its header, and how many of its spaces may go
+# missing before the controller counts as stopped
+KEEPALIVE_HEADER = "X-Fathom-Keepalive"
+KEEPALIVE_MISSED = 3
+
+
+def _seconds(header: str | None) -> float | None:
+    try:
+        value = float(header) if header is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and 0 < value <= 3600 else None
+
+
 class Response:
     def __init__(self, status_code: int, content: bytes):
         self.status_code = status_code
@@ -59,12 +73,18 @@ class JsonClient:
             else:
                 self.context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
         self._conn: http.client.HTTPConnection | None = None
+        self._keepalive: dict[int, float] = {}   # endpoint -> the seconds between its long-polls' spaces
         self._lock = threading.Lock()
         self._aborted = False
 
     def get(self, path: str, params: dict | None = None, timeout: float | None = None) -> Response:
+        """GET with `params` as its query. One that asks `keepalive` (a long-poll whose waiting answer
+        is a space every `keepalive` seconds: fathom.api.agents) waits at most KEEPALIVE_MISSED of them
+        for each byte on an endpoint whose answers said it sends them, so a controller that stopped
+        (paused, hung) is left for the next endpoint in seconds, not at `timeout`."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        return self.request("GET", path + (f"?{urlencode(query)}" if query else ""), None, timeout)
+        return self.request("GET", path + (f"?{urlencode(query)}" if query else ""), None, timeout,
+                            keepalive="keepalive" in query)
 
     def post(self, path: str, json=None, timeout: float | None = None, content: bytes | None = None,
              headers: dict | None = None) -> Response:
@@ -75,7 +95,7 @@ class JsonClient:
         return self.request("POST", path, content, timeout, headers)
 
     def request(self, method: str, path: str, body: bytes | None, timeout: float | None,
-                extra_headers: dict | None = None) -> Response:
+                extra_headers: dict | None = None, keepalive: bool = False) -> Response:
         """On each endpoint in turn from the current one, until one answers other than 503."""
         headers = {**self.headers, **(extra_headers or {})}
         failures = []
@@ -87,7 +107,7 @@ class JsonClient:
                     self._drop()
                     self.current = (self.current + 1) % len(self.endpoints)
             try:
-                r = self._request(method, path, body, timeout, headers)
+                r = self._request(method, path, body, timeout, headers, keepalive)
             except ConnectionError as e:
                 failures.append(f"{self._name()}: {e}")
                 continue
@@ -101,16 +121,21 @@ class JsonClient:
         return f"{scheme}://{host}:{port}"
 
     def _request(self, method: str, path: str, body: bytes | None, timeout: float | None,
-                 headers: dict) -> Response:
+                 headers: dict, keepalive: bool = False) -> Response:
         with self._lock:
             self.scheme, self.host, self.port, self.prefix = self.endpoints[self.current]
             self._aborted = False
+            wait = timeout if timeout is not None else self.timeout
+            every = self._keepalive.get(self.current) if keepalive else None
             for attempt in (0, 1):
                 reused = self._conn is not None
                 try:
-                    conn = self._connection(timeout if timeout is not None else self.timeout)
+                    conn = self._connection(wait if every is None else min(wait, KEEPALIVE_MISSED * every))
                     conn.request(method, self.prefix + path, body=body, headers=headers)
                     r = conn.getresponse()
+                    if keepalive and (said := _seconds(r.getheader(KEEPALIVE_HEADER))) is not None:
+                        self._keepalive[self.current] = said
+                        conn.sock.settimeout(min(wait, KEEPALIVE_MISSED * said))
                     content = r.read()
                     if r.will_close:
                         self._drop()

@@ -3,7 +3,10 @@
 * `GET /v1/agents/{node}/desired?after=<revision>&timeout=<s>`: the node's desired host-local
   objects (fathom.model.hostlocal) and their revision. A long-poll: when the revision is still
   `after`, the answer waits until it moves on or `timeout` seconds pass (then it is the same
-  revision again). The revision never goes back (it lives in the store).
+  revision again). The revision never goes back (it lives in the store). With `keepalive=<s>`, a
+  poll still waiting after `s` seconds is answered at once and its body streamed: a space every
+  `s` seconds, then the JSON (header `X-Fathom-Keepalive`), so that an agent tells a controller
+  that stopped (paused, hung) from one with nothing new, and asks another replica.
 * `POST /v1/agents/{node}/report`: the agent's facts (OVS version, datapath types, kernel, eBPF,
   interfaces), the revision it applied and the status of every object it holds. Agents report
   when something changed (and rarely otherwise, every `REPORT_INTERVAL` seconds).
@@ -23,16 +26,19 @@ any other node; an admin may read everything and report for no one.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
+from fathom.agent.http import KEEPALIVE_HEADER
 from fathom.api.auth import identity
 from fathom.api.deps import ERRORS, StoreDep
 from fathom.api.schemas import IFNAME_RE, NODE_NAME_RE
@@ -42,13 +48,15 @@ from fathom.model.hostlocal import DatapathFlush, digest_json, to_json
 from fathom.store import agents as ag
 from fathom.store import models as m
 from fathom.store.changes import TableChanges
-from fathom.store.errors import Forbidden, NotFound
+from fathom.store.errors import Forbidden, NotFound, StoreError
 from fathom.store.snapshot import StoreReader
 
 log = logging.getLogger(__name__)
 
 STALE_AFTER, REPORT_INTERVAL = ag.STALE_AFTER, ag.REPORT_INTERVAL
 MAX_WAIT = 60.0           # longest long-poll
+# a long-poll's keepalive (`keepalive=`): seconds between the spaces of a streamed answer, at least and at most
+KEEPALIVE_MIN, KEEPALIVE_MAX = 1.0, 30.0
 # the store is read again at least this often, for rows written past this API (as the reconciler's
 # audit, 300 s by default, reads it whole): each read loads the whole model, whose cost grows with the cloud
 RECHECK = 300.0
@@ -388,42 +396,123 @@ class AgentOut(BaseModel):
             summary="The node's host-local desired state (long-poll with `after` and `timeout`)")
 async def desired(node: NodeName, request: Request, who: Identity = Depends(identity),
                   after: Annotated[int | None, Query(ge=0, le=2**31 - 1)] = None,
-                  timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 0.0):
+                  timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 0.0,
+                  keepalive: Annotated[float | None, Query(ge=KEEPALIVE_MIN, le=KEEPALIVE_MAX, description=(
+                      "a long-poll still waiting after this many seconds is answered 200 at once and its "
+                      "body sent later: a space every `keepalive` seconds until the JSON (the "
+                      f"`{KEEPALIVE_HEADER}` header says so), so the agent tells a replica that stopped "
+                      "from one that has nothing new"))] = None):
     _may(who, node, write=False)
     hub: AgentHub = request.app.state.agent_hub
-    cache: DesiredCache = request.app.state.agent_desired
     deadline = time.monotonic() + min(timeout, request.app.state.agent_max_wait)
     agent = "agent" in who.roles        # the node's agent itself (an admin reading it is no heartbeat)
+    poll = _LongPoll(request, node, agent, after, deadline)
     if agent:
         hub.hold(node)
-    gone = asyncio.ensure_future(_hung_up(request))
-    desks = (request.app.state.trace_desk, request.app.state.capture_desk)
-    asked: list = [None, None]
-    try:
-        while True:
-            await asyncio.sleep(cache.holdoff())
-            seen = hub.refreshes
-            revision, objects = await run_in_threadpool(cache.get, node)
-            left = deadline - time.monotonic()
-            # trace and capture requests go to the agent only
-            traces, captures = [desk.take(node) for desk in desks] if agent else ([], [])
-            if (traces or captures or after is None or revision != after or left <= 0 or gone.done()
-                    or hub.closing):
-                # woken for requests only: the agent holds this revision's objects already
-                same = (traces or captures) and revision == after
-                return DesiredOut(node=node, revision=revision, objects=[] if same else objects, traces=traces,
-                                  captures=captures)
-            if agent:    # a request on a desk wakes the agent's long-poll too
-                asked = [a if a is not None and not a.done() else asyncio.ensure_future(desk.arrival(node))
-                         for a, desk in zip(asked, desks)]
-            await hub.wait(node, left, seen, gone, *(a for a in asked if a is not None))
-    finally:
-        for a in asked:
-            if a is not None:
-                a.cancel()
-        gone.cancel()
+
+    def done():
+        poll.close()
         if agent:
             hub.release(node)
+    streamed = False
+    try:
+        out = await poll.answer(None if keepalive is None else time.monotonic() + keepalive)
+        if out is not None:
+            return _with_keepalive(out, keepalive)
+        streamed = True
+        return _Streamed(poll.spaced(keepalive), done, media_type="application/json",
+                         headers={KEEPALIVE_HEADER: f"{keepalive:g}"})
+    finally:
+        if not streamed:
+            done()
+
+
+def _with_keepalive(out: DesiredOut, keepalive: float | None):
+    """The answer, with the keepalive header when the caller asked for one (it learns that this
+    controller sends them)."""
+    if keepalive is None:
+        return out
+    return Response(out.model_dump_json().encode(), media_type="application/json",
+                    headers={KEEPALIVE_HEADER: f"{keepalive:g}"})
+
+
+class _Streamed(StreamingResponse):
+    """A streamed answer that calls `done()` once sent, or once it failed or was cancelled, whether
+    or not its body was ever started."""
+
+    def __init__(self, content, done, **kwargs):
+        super().__init__(content, **kwargs)
+        self._done = done
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._done()
+
+
+class _LongPoll:
+    """One long-poll of a node's desired state: answered when its revision moves past `after`, a
+    trace or capture request for the node arrives (the agent's own poll), the client goes, the
+    controller stops, or `deadline` (monotonic) passes."""
+
+    def __init__(self, request: Request, node: str, agent: bool, after: int | None, deadline: float):
+        self.request, self.node, self.agent, self.after, self.deadline = request, node, agent, after, deadline
+        self.hub: AgentHub = request.app.state.agent_hub
+        self.cache: DesiredCache = request.app.state.agent_desired
+        self.desks = (request.app.state.trace_desk, request.app.state.capture_desk)
+        self.asked: list = [None, None]
+        self.gone = asyncio.ensure_future(_hung_up(request))
+
+    async def answer(self, until: float | None) -> DesiredOut | None:
+        """The answer, or None if there is none yet at `until` (monotonic; None: the deadline)."""
+        while True:
+            await asyncio.sleep(self.cache.holdoff())
+            seen = self.hub.refreshes
+            revision, objects = await run_in_threadpool(self.cache.get, self.node)
+            now = time.monotonic()
+            left = self.deadline - now
+            # trace and capture requests go to the agent only
+            traces, captures = [desk.take(self.node) for desk in self.desks] if self.agent else ([], [])
+            if (traces or captures or self.after is None or revision != self.after or left <= 0 or self.gone.done()
+                    or self.hub.closing):
+                # woken for requests only: the agent holds this revision's objects already
+                same = (traces or captures) and revision == self.after
+                return DesiredOut(node=self.node, revision=revision, objects=[] if same else objects,
+                                  traces=traces, captures=captures)
+            if until is not None and now >= until:
+                return None
+            if self.agent:    # a request on a desk wakes the agent's long-poll too
+                self.asked = [a if a is not None and not a.done() else asyncio.ensure_future(desk.arrival(self.node))
+                              for a, desk in zip(self.asked, self.desks)]
+            wait = left if until is None else min(left, until - now)
+            await self.hub.wait(self.node, wait, seen, self.gone, *(a for a in self.asked if a is not None))
+
+    def spaced(self, keepalive: float):
+        """The streamed body: a space every `keepalive` seconds, then the answer's JSON (or, should
+        the node go meanwhile, its error's). The response watches the connection from now on (a
+        client that goes ends it), not this poll."""
+        self.gone.cancel()
+        self.gone = asyncio.get_running_loop().create_future()
+
+        async def body():
+            while True:
+                yield b" "
+                try:
+                    out = await self.answer(time.monotonic() + keepalive)
+                except StoreError as e:
+                    yield json.dumps({"detail": [{"loc": [], "msg": str(e), "type": type(e).__name__}]}).encode()
+                    return
+                if out is not None:
+                    yield out.model_dump_json().encode()
+                    return
+        return body()
+
+    def close(self) -> None:
+        for a in self.asked:
+            if a is not None:
+                a.cancel()
+        self.gone.cancel()
 
 
 async def _hung_up(request: Request) -> None:

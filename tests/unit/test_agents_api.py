@@ -99,6 +99,48 @@ def test_the_revision_moves_on_a_change_only_and_the_long_poll_answers_it(api):
     assert c1["objects"] == [] and api.get("/agents/c1/desired", headers=C1_AGENT)["revision"] == c1["revision"]
 
 
+def test_a_long_poll_with_keepalive_streams_a_space_each_period_then_the_answer(api):
+    """`keepalive=1`: an answer at once is JSON with the keepalive header (the agent learns this
+    controller sends them); a poll still waiting after a second starts its answer, a space each
+    second, then the new revision's JSON once a change moves it; one whose timeout ends gets its
+    revision again after its spaces. The hub counts the agent as holding a poll until the stream ends."""
+    r = _cloud(api)
+    hub = api.app.state.agent_hub
+    at_once = api.http.get("/v1/agents/gw/desired", params={"keepalive": 1}, headers=api.who(GW_AGENT))
+    assert at_once.status_code == 200 and at_once.headers["x-fathom-keepalive"] == "1"
+    rev = at_once.json()["revision"]
+    arrived: list[tuple[float, bytes]] = []
+
+    def poll(timeout):
+        arrived.clear()
+        t = time.monotonic()
+        with api.http.stream("GET", "/v1/agents/gw/desired", params={"after": rev, "timeout": timeout, "keepalive": 1},
+                             headers=api.who(GW_AGENT)) as stream:
+            assert stream.status_code == 200 and stream.headers["x-fathom-keepalive"] == "1"
+            for chunk in stream.iter_raw():
+                arrived.append((time.monotonic() - t, chunk))
+    th = threading.Thread(target=poll, args=(20,))
+    th.start()
+    time.sleep(3.4)
+    assert hub.present().get("gw") == 0.0                            # held: the agent is here
+    api.patch(f"/routers/{r['id']}", {"mode": "network-node", "gateway_node": "gw"})
+    th.join(20)
+    body = b"".join(c for _, c in arrived)
+    spaces = [t for t, c in arrived if c == b" "]
+    assert len(spaces) >= 2 and 0.9 < spaces[0] < 2 and all(0.8 < b - a < 1.5 for a, b in zip(spaces, spaces[1:]))
+    answer = json.loads(body)
+    assert answer["revision"] == rev + 1 and [o["kind"] for o in answer["objects"]] == ["router_namespace"]
+    deadline = time.monotonic() + 2                                  # released once the stream ended
+    while hub.present().get("gw") == 0.0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert hub.present().get("gw") != 0.0
+    # nothing moves: spaces until the timeout, then the same revision
+    rev += 1
+    poll(2.5)
+    assert body.strip() and json.loads(b"".join(c for _, c in arrived))["revision"] == rev
+    assert [c for _, c in arrived][:2] == [b" ", b" "] and arrived[-1][0] >= 2.4
+
+
 def test_a_change_wakes_only_the_long_polls_of_the_nodes_it_moves(api):
     """One refresh works the state out; only the moved node's long-poll is woken (the other
     sleeps on to its timeout), and a change between a long-poll's look and its wait is not lost."""

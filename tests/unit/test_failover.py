@@ -2,6 +2,7 @@
 controller process (`fathom controller --api-workers 2` on PostgreSQL) and a dead endpoint."""
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -38,13 +39,19 @@ def start_controller(db: str, state: Path, *args: str) -> tuple[subprocess.Popen
 
 
 @pytest.fixture(scope="module")
-def controller(postgres, tmp_path_factory):
-    """A controller with two API processes on a fresh PostgreSQL database: (url, token, db url)."""
+def controller_process(postgres, tmp_path_factory):
+    """A controller with two API processes on a fresh PostgreSQL database: (process, url, token, db url)."""
     db = postgres.new_database()
     proc, url, token = start_controller(db, tmp_path_factory.mktemp("ctl"), "--api-workers", "2")
-    yield url, token, db
+    yield proc, url, token, db
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def controller(controller_process):
+    """(url, token, db url) of controller_process."""
+    return controller_process[1:]
 
 
 def dead() -> str:
@@ -211,3 +218,40 @@ def test_a_request_still_running_when_the_controller_stops_is_answered_503(contr
         proc.wait(20)
     finally:
         proc.kill()
+
+
+def test_an_agent_leaves_a_controller_that_stopped_within_three_keepalives(controller_process):
+    """An agent's long-poll (`keepalive=1`) held through an API worker by the controller process,
+    which then stops (SIGSTOP: its kernel keeps the connection up): the agent hears no space for
+    three seconds and gives up on it then, not at the poll's timeout; once the process goes on, the
+    next poll is answered. The first answer (at once) told the agent that this controller sends them."""
+    import os
+    import signal
+    proc, url, token, _ = controller_process
+    admin = Client(url, token=token)
+    admin.post("/nodes", json={"name": "kept", "tunnel_ip": "198.18.0.77"})
+    node_token = admin.post("/tokens", json={"project_id": "admin", "roles": ["agent"], "node": "kept"})["token"]
+    agent = JsonClient(f"{url},{dead()}", headers={"Authorization": f"Bearer {node_token}"})
+    rev = agent.get("/v1/agents/kept/desired", params={"keepalive": 1}).json()["revision"]
+    got = {}
+
+    def poll():
+        t = time.monotonic()
+        try:
+            got["answer"] = agent.get("/v1/agents/kept/desired", params={"after": rev, "timeout": 50, "keepalive": 1},
+                                      timeout=60)
+        except ConnectionError as e:
+            got["error"] = str(e)
+        got["took"] = time.monotonic() - t
+    waiting = threading.Thread(target=poll)
+    waiting.start()
+    time.sleep(2.5)             # the answer streams: a space a second
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        waiting.join(30)
+        assert "answer" not in got and "timed out" in got["error"] and url in got["error"], got
+        assert 2.5 + 2 < got["took"] < 2.5 + 5, got     # three missed spaces, then the dead endpoint
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    again = agent.get("/v1/agents/kept/desired", params={"after": rev, "timeout": 1.5, "keepalive": 1})
+    assert again.status_code == 200 and again.json()["revision"] == rev
