@@ -457,7 +457,7 @@ class _LongPoll:
     controller stops, or `deadline` (monotonic) passes."""
 
     def __init__(self, request: Request, node: str, agent: bool, after: int | None, deadline: float):
-        self.request, self.node, self.agent, self.after, self.deadline = request, node, agent, after, deadline
+        self.node, self.agent, self.after, self.deadline = node, agent, after, deadline
         self.hub: AgentHub = request.app.state.agent_hub
         self.cache: DesiredCache = request.app.state.agent_desired
         self.desks = (request.app.state.trace_desk, request.app.state.capture_desk)
