@@ -81,6 +81,8 @@ class Follower:
         if r.status_code != 200:
             raise RuntimeError(f"desired state: HTTP {r.status_code}: {r.text[:300]}")
         body = r.json()
+        if "detail" in body:   # a streamed answer that ended in an error (the node went meanwhile)
+            raise RuntimeError(f"desired state: {body['detail']}")
         for ask in body.get("traces") or ():
             self.answer_trace(ask)
         if self.capturer is not None:
