@@ -25,10 +25,11 @@ import ssl
 import threading
 from urllib.parse import urlencode, urlsplit
 
+from fathom.model.hostlocal import KEEPALIVE_HEADER
 
-# a long-poll's streamed answer (fathom.api.agents): its header, and how many of its spaces may go
-# missing before the controller counts as stopped
-KEEPALIVE_HEADER = "X-Fathom-Keepalive"
+
+# how many of a held long-poll's spaces (fathom.api.agents) may go missing before its controller
+# counts as stopped
 KEEPALIVE_MISSED = 3
 
 

@@ -38,13 +38,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from fathom.agent.http import KEEPALIVE_HEADER
 from fathom.api.auth import identity
 from fathom.api.deps import ERRORS, StoreDep
 from fathom.api.schemas import IFNAME_RE, NODE_NAME_RE
 from fathom.model.hostlocal_desired import Desired
 from fathom.auth import Identity
-from fathom.model.hostlocal import DatapathFlush, digest_json, to_json
+from fathom.model.hostlocal import KEEPALIVE_HEADER, DatapathFlush, digest_json, to_json
 from fathom.store import agents as ag
 from fathom.store import models as m
 from fathom.store.changes import TableChanges

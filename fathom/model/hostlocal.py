@@ -146,6 +146,9 @@ class DatapathFlush:
 
 
 KINDS = {c.KIND: c for c in (RouterNamespace, PptmonAttach, DhcpServer, DatapathFlush)}
+# the header of a held long-poll's streamed answer (GET /v1/agents/<node>/desired?keepalive=<s>,
+# fathom.api.agents): the seconds between its spaces
+KEEPALIVE_HEADER = "X-Fathom-Keepalive"
 
 
 def owner_key(owner: tuple[str, int]) -> str:
