@@ -416,23 +416,17 @@ async def desired(node: NodeName, request: Request, who: Identity = Depends(iden
     streamed = False
     try:
         out = await poll.answer(None if keepalive is None else time.monotonic() + keepalive)
+        if keepalive is None:
+            return out
+        # the header on an answer at once too: the agent learns that this controller sends spaces
+        said = {KEEPALIVE_HEADER: f"{keepalive:g}"}
         if out is not None:
-            return _with_keepalive(out, keepalive)
+            return Response(out.model_dump_json().encode(), media_type="application/json", headers=said)
         streamed = True
-        return _Streamed(poll.spaced(keepalive), done, media_type="application/json",
-                         headers={KEEPALIVE_HEADER: f"{keepalive:g}"})
+        return _Streamed(poll.spaced(keepalive), done, media_type="application/json", headers=said)
     finally:
         if not streamed:
             done()
-
-
-def _with_keepalive(out: DesiredOut, keepalive: float | None):
-    """The answer, with the keepalive header when the caller asked for one (it learns that this
-    controller sends them)."""
-    if keepalive is None:
-        return out
-    return Response(out.model_dump_json().encode(), media_type="application/json",
-                    headers={KEEPALIVE_HEADER: f"{keepalive:g}"})
 
 
 class _Streamed(StreamingResponse):
