@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
+from psycopg.pq import ExecStatus, TransactionStatus
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
@@ -112,6 +114,30 @@ def make_engine(url: str) -> Engine:
             cursor.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
         dbapi_connection.autocommit = autocommit
 
+    # psycopg forgets every statement it prepared on a connection when a transaction on it rolls back
+    # (DEALLOCATE ALL: the transaction may have changed the schema), and prepares one again only at
+    # its fifth execution there; every transaction that ends without COMMIT rolls back (a Session or a
+    # Connection closed after reading), so one GET would make the next requests on that connection
+    # parse and plan each of their statements. A transaction that wrote nothing (PostgreSQL gave it
+    # no transaction id: every write, the driver's own too, takes one; and every statement of ours
+    # that sends a notification, delivered only at COMMIT, takes one with pg_current_xact_id) ends
+    # with COMMIT instead, which for it does what ROLLBACK does; as many round trips as ROLLBACK and
+    # DEALLOCATE ALL.
+    @event.listens_for(engine, "rollback")
+    def _end_read(conn):
+        if conn.invalidated:
+            return
+        dbapi_connection = conn.connection.dbapi_connection
+        if dbapi_connection.pgconn.transaction_status != TransactionStatus.INTRANS:
+            return
+        # on the libpq handle: a statement of its own, not one of psycopg's to count towards preparing
+        nothing = dbapi_connection.pgconn.exec_(_NOTHING_WRITTEN)
+        if nothing.status == ExecStatus.TUPLES_OK and nothing.get_value(0, 0) == b"t":
+            try:
+                dbapi_connection.commit()    # the rollback that follows finds no transaction
+            except psycopg.Error:   # the connection went: the rollback that follows says so as SQLAlchemy's
+                pass
+
     @event.listens_for(engine, "checkin")
     def _used(_dbapi_connection, record):
         record.info[_LAST_USED] = time.monotonic()
@@ -137,6 +163,7 @@ POOL_OVERFLOW = 8
 IDLE_IN_TRANSACTION_MS = 30000
 _LAST_USED = "fathom_last_used"
 _WRITER = "fathom_sqlite_writer"     # a connection's info: it holds this process's SQLite write turn
+_NOTHING_WRITTEN = b"SELECT pg_current_xact_id_if_assigned() IS NULL"
 
 
 # Execution options of a write whose every statement commits as it runs (fathom.api.deps.Store.write's

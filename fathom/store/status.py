@@ -109,7 +109,8 @@ def at_once_writes(statuses: Mapping, node_states: Mapping) -> bool:
 def _statuses_sql(tables: tuple[str, ...]) -> str:
     """write_statuses's statement on PostgreSQL, run prepared on the driver (db.run_prepared): the
     lock wait set and the notes sent first (`settings`: the query reads it, and each UPDATE joins
-    it, so no row is updated, nor waited for, before), then for each table (its index i) the rows
+    it, so no row is updated, nor waited for, before; with notes it takes a transaction id, so that
+    a transaction that sent them is rolled back as one that wrote, fathom.store.db), then for each table (its index i) the rows
     `ids<i>` given `statuses<i>` and `reasons<i>` (arrays), each row whose status or reason
     differs (a row deleted meanwhile is not there)."""
     updates = "".join(
@@ -119,7 +120,9 @@ def _statuses_sql(tables: tuple[str, ...]) -> str:
         for i, table in enumerate(tables))
     return ("WITH settings AS MATERIALIZED (SELECT set_config('lock_timeout', %(wait)s, true) AS wait, "
             "(SELECT count(pg_notify(n.channel, n.payload)) FROM unnest(%(channels)s::text[], %(payloads)s::text[]) "
-            f"AS n(channel, payload)) AS notified){updates} SELECT wait, notified FROM settings")
+            "AS n(channel, payload)) AS notified, "
+            "CASE WHEN cardinality(%(channels)s::text[]) > 0 THEN pg_current_xact_id() END AS xid)"
+            f"{updates} SELECT wait, notified, xid FROM settings")
 
 
 @functools.cache
