@@ -110,9 +110,9 @@ def _statuses_sql(tables: tuple[str, ...]) -> str:
     """write_statuses's statement on PostgreSQL, run prepared on the driver (db.run_prepared): the
     lock wait set and the notes sent first (`settings`: the query reads it, and each UPDATE joins
     it, so no row is updated, nor waited for, before; with notes it takes a transaction id, so that
-    a transaction that sent them is rolled back as one that wrote, fathom.store.db), then for each table (its index i) the rows
-    `ids<i>` given `statuses<i>` and `reasons<i>` (arrays), each row whose status or reason
-    differs (a row deleted meanwhile is not there)."""
+    a transaction that sent them is rolled back as one that wrote: fathom.store.db), then for each
+    table (its index i) the rows `ids<i>` given `statuses<i>` and `reasons<i>` (arrays), each row
+    whose status or reason differs (a row deleted meanwhile is not there)."""
     updates = "".join(
         f", u{i} AS (UPDATE {table} AS t SET status = v.status, status_reason = v.reason FROM settings, "
         f"unnest(%(ids{i})s::integer[], %(statuses{i})s::text[], %(reasons{i})s::text[]) AS v(id, status, reason) "
