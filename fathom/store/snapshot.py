@@ -184,46 +184,44 @@ class StoreReader:
         if written is None or not rows or ("port", None) in rows or self.due(written):
             return False
         ids = self._patch_ids(rows)
-        return (ids is not None and len(ids) <= self.PATCH_LIMIT
-                and not ids & self.parts["ports"]["address_port_ids"])
+        return len(ids) <= self.PATCH_LIMIT and not ids & self.parts["ports"]["address_port_ids"]
 
-    def _patch_ids(self, rows: set) -> set | None:
-        """The ports these row tokens name (an inserted port, `("port", None)`, not among them);
-        None when one cannot be told (an address row added and removed since the last read)."""
-        part = self.parts["ports"]
-        owners, gone = part["allocation_ports"], part["allocations_gone"]
+    def _patch_ids(self, rows: set) -> set:
+        """The ports these row tokens name (an inserted port, `("port", None)`, not among them). An
+        address row this part does not know was inserted since the last read (every address row
+        has a port, and the part holds every row it read): its INSERT named its port among these
+        tokens (fathom.store.changes), or counted as its table and the part is read whole, so it
+        adds no port (a port created and deleted between two reads: its address rows too)."""
+        owners = self.parts["ports"]["allocation_ports"]
         ids = set()
         for kind, key in rows:
             if kind == "ip_allocation":
-                port_id = owners.get(key, gone.get(key))
-                if port_id is None:
-                    return None
-                ids.add(port_id)
+                port_id = owners.get(key)
+                if port_id is not None:
+                    ids.add(port_id)
             elif key is not None:
                 ids.add(key)
         return ids
 
     def _patch_ports(self, session, rows: set) -> frozenset | None:
         """Read again the ports these row tokens name into the kept ports part; None (nothing
-        changed) when they cannot be told or are too many. Returns the parts that count as read
-        again for those using them: the ports part where one of the ports holds a router
-        gateway's or floating IP's address (the gateways part reads those), else none."""
+        changed) when they are too many. Returns the parts that count as read again for those
+        using them: the ports part where one of the ports holds a router gateway's or floating
+        IP's address (the gateways part reads those), else none."""
         part, seen = self.parts["ports"], self.statuses["ports"]
         kept, owners = part["rows"], part["allocation_ports"]
         ids = self._patch_ids(rows)
-        if ids is None:
-            return None
         if ("port", None) in rows:          # inserted ports: the ids not kept yet
             ids |= set(session.connection().execute(_PORT_IDS).scalars()) - kept.keys()
         if len(ids) > self.PATCH_LIMIT:
             return None
-        removed, olds = {}, {}
+        olds = {}
         for port_id in ids:
             old = kept.pop(port_id, None)
             if old is not None:
                 olds[port_id] = old
                 for allocation_id in old[2]:
-                    removed[allocation_id] = owners.pop(allocation_id)
+                    del owners[allocation_id]
             seen.pop(("port", port_id), None)
             seen.pop(("router_interface", port_id), None)
         new, new_owners = _port_rows(session, seen, self.parts["nodes"]["names"], part["address_port_ids"], ids)
@@ -237,9 +235,7 @@ class StoreReader:
         extended = all(new.get(i) is old for i, old in olds.items()) and all(i > part["top"] for i in added)
         kept.update(new)
         owners.update(new_owners)
-        self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"],
-                                          {a: p for a, p in removed.items() if a not in owners},
-                                          *((part, added) if extended else ()))
+        self.parts["ports"] = _ports_part(kept, owners, part["address_port_ids"], *((part, added) if extended else ()))
         self.rows_read += len(ids)
         return frozenset({"ports"}) if ids & part["address_port_ids"] else frozenset()
 
@@ -416,13 +412,12 @@ _PORT_IDS = select(m.Port.__table__.c.id)
 _ROUTER_PORT_IDS = select(m.Port.__table__.c.id).where(m.Port.__table__.c.router_id.is_not(None))
 
 
-def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dict | None = None,
+def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset,
                 before: dict | None = None, added: dict | None = None) -> dict:
-    """The ports part from its rows (see _port_rows), in port id order; `gone`: the address rows
-    (id -> port id) the patch that made it removed. `before` and `added`: the part before a patch
-    that only added rows (`added`, port id -> row), each above every port id of `before`: its
-    lists are extended by them, not built again from every row (a burst of creations patches the
-    part each pass)."""
+    """The ports part from its rows (see _port_rows), in port id order. `before` and `added`: the
+    part before a patch that only added rows (`added`, port id -> row), each above every port id
+    of `before`: its lists are extended by them, not built again from every row (a burst of
+    creations patches the part each pass)."""
     ports, interfaces, address_ports = [], [], {}
     for port_id in sorted(rows if before is None else added):
         kind, value, _ = rows[port_id]
@@ -437,7 +432,7 @@ def _ports_part(rows: dict, owners: dict, address_port_ids: frozenset, gone: dic
         ports, interfaces = before["ports"] + tuple(ports), before["interfaces"] + tuple(interfaces)
         address_ports = {**before["address_ports"], **address_ports} if address_ports else before["address_ports"]
     return {"ports": tuple(ports), "interfaces": tuple(interfaces), "address_ports": address_ports,
-            "rows": rows, "allocation_ports": owners, "allocations_gone": gone or {},
+            "rows": rows, "allocation_ports": owners,
             "address_port_ids": address_port_ids, "top": top}
 
 
