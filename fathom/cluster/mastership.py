@@ -22,9 +22,14 @@ from sqlalchemy.pool import NullPool
 
 from fathom.cluster import leases
 from fathom.cluster.leases import ClusterError, Timing
-from fathom.store.db import dead_server_checks
+from fathom.store.db import connect_args
 
 LOG = logging.getLogger("fathom.cluster")
+
+
+def new_replica_id() -> str:
+    """A replica's id for one run of it: its leases, its notifications and its sessions' names."""
+    return uuid.uuid4().hex[:12]
 
 
 class MastershipView(Protocol):
@@ -113,7 +118,7 @@ class Mastership:
         self.listeners: dict[str, str] = {}  # the same, of every replica seen within Timing.keep
         self._reaches: tuple[frozenset, str] = (frozenset(), "")   # the last reachable set, comma-joined
         self.replicas: dict[str, str] = {}  # the other live replicas' API addresses (id -> URL)
-        self.id = replica_id or uuid.uuid4().hex[:12]
+        self.id = replica_id or new_replica_id()
         self.address, self.schema_version, self.fingerprint = address, schema_version, pki_fingerprint
         self.on_gain: Callable[[str, int], None] = lambda switch, epoch: None
         self.on_loss: Callable[[str], None] = lambda switch: None
@@ -126,7 +131,8 @@ class Mastership:
         self._thread: threading.Thread | None = None
         # the rounds' own connection (_round_connection), of an engine without a pool: its session
         # limits (leases.limit_session) reach no other user, even if it is dropped unclosed
-        self._rounds = create_engine(engine.url, poolclass=NullPool, connect_args=dead_server_checks(engine.url.query))
+        self._rounds = create_engine(engine.url, poolclass=NullPool,
+                                     connect_args=connect_args(engine.url.query, f"fathom leases {self.id}"))
         self._conn: Connection | None = None
         self._view = leases.LeaseView()     # the leases as the rounds last read them (leases._ROUND)
         self._written = leases.Written()    # what the rounds last wrote of this replica's row, on self._conn

@@ -381,10 +381,11 @@ class ClusterMember:
         self._roles.shutdown(wait=False, cancel_futures=True)
 
 
-def join(engine, *, address: str, openflow: str, pki_dir: str | None) -> Mastership:
-    """This process's Mastership, joined (ClusterError: not PostgreSQL, or a live replica runs
-    another schema or PKI), its rounds not started yet (`run`); its writes notify the change feed."""
-    mastership = Mastership(engine, lambda: (), address=address, openflow=openflow,
+def join(engine, *, address: str, openflow: str, pki_dir: str | None, replica_id: str | None = None) -> Mastership:
+    """This process's Mastership (as `replica_id`), joined (ClusterError: not PostgreSQL, or a live
+    replica runs another schema or PKI), its rounds not started yet (`run`); its writes notify the
+    change feed."""
+    mastership = Mastership(engine, lambda: (), replica_id=replica_id, address=address, openflow=openflow,
                             pki_fingerprint=pki_fingerprint(pki_dir), reachable_only=True)
     mastership.join()
     feed.notify_commits(engine, mastership.id)

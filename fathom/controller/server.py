@@ -35,6 +35,7 @@ from fathom.controller import workers
 from fathom.controller.port_counters import port_counters
 from fathom.controller.taps import TapCollector, policy_stats
 from fathom.cluster import feed, leases
+from fathom.cluster.mastership import new_replica_id
 from fathom.store.db import head_revision, make_engine, open_store, session_factory
 from fathom.store.errors import Busy, Unavailable
 
@@ -94,14 +95,17 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         LOG.warning("at most %d API connections: the open-file limit is %d", open_files // 2, open_files)
         limits = dataclasses.replace(limits, max_connections=open_files // 2)
     guard = Guard(limits)
+    # the store's sessions as pg_stat_activity names them: which replica (or API worker) holds each
+    replica_id = new_replica_id() if cluster else None
+    name = f"fathom controller {replica_id}" if cluster else "fathom controller"
     if cluster:   # a live replica on another schema: refused before this one migrates the store under it
         if (head := head_revision()) is not None:
-            probe = make_engine(db_url)
+            probe = make_engine(db_url, name)
             try:
                 leases.check_schema(probe, head)
             finally:
                 probe.dispose()
-    engine = open_store(db_url, migrate_apart=True)
+    engine = open_store(db_url, migrate_apart=True, name=name)
     hosts = list(dict.fromkeys([api_hosts] if isinstance(api_hosts, str) else api_hosts))
     sockets = api_sockets(hosts, api_port)
     if api_workers > 1:   # forked before any thread starts; each worker opens its own engine
@@ -120,7 +124,7 @@ def serve(db_url: str, api_hosts: str | list[str], api_port: int, of_host: str, 
         # where the other replicas reach its API (a wildcard: at the advertised address)
         api_host = hosts[0] if hosts[0] not in ("0.0.0.0", "::") else (advertise or "127.0.0.1")
         mastership = replica.join(engine, address=f"http://{api_host}:{api_port}", openflow=f"{host}:{of_port}",
-                                  pki_dir=pki_dir)
+                                  pki_dir=pki_dir, replica_id=replica_id)
     app = ofapp.start(of_host, of_port, gate,
                       channels.server_context(transport.files) if transport.tls else None)
     switches = sw.OsKenSwitches(app, datapath_settle)
@@ -187,7 +191,7 @@ def serve_worker(index: int, db_url: str, sockets: list[socket.socket], to_contr
     """An API worker (fathom.controller.workers): the store's routes here, the rest on the controller.
     Its committed writes notify the change feed, which wakes the controller process (and the other
     replicas of a cluster)."""
-    engine = make_engine(db_url)
+    engine = make_engine(db_url, f"fathom api-worker {os.getpid()}")
     feed.notify_commits(engine, f"api-worker-{os.getpid()}")
     api = create_app(engine, max_body=max_body)
     LOG.info("API worker %d (pid %d)", index, os.getpid())

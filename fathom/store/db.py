@@ -43,7 +43,15 @@ def dead_server_checks(given) -> dict:
     return {k: v for k, v in DEAD_SERVER.items() if k not in given}
 
 
-def make_engine(url: str) -> Engine:
+def connect_args(given, name: str | None = None) -> dict:
+    """A PostgreSQL engine's connection parameters beside `given` (its URL's query): dead_server_checks,
+    and `name` as the sessions' application_name (what pg_stat_activity and the server's log call
+    them: "fathom controller <replica>", "fathom leases <replica>", ...), unless `given` names them."""
+    return {**dead_server_checks(given), **({"application_name": name} if name and "application_name" not in given else {})}
+
+
+def make_engine(url: str, name: str | None = None) -> Engine:
+    """The store's engine for `url`; on PostgreSQL its sessions are called `name` (connect_args)."""
     if url.startswith("sqlite"):
         # One engine serves FastAPI's worker threads.
         engine = create_engine(url, connect_args={"check_same_thread": False})
@@ -98,7 +106,7 @@ def make_engine(url: str) -> Engine:
             if record.info.pop(_WRITER, False):
                 writers.release()
         return engine
-    engine = create_engine(url, connect_args=dead_server_checks(make_url(url).query),
+    engine = create_engine(url, connect_args=connect_args(make_url(url).query, name),
                            pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_use_lifo=True)
 
     # A pooled connection is checked (one round trip) before use only if it has been idle for
@@ -286,13 +294,13 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-def open_store(url: str = DEFAULT_URL, migrate_apart: bool = False) -> Engine:
+def open_store(url: str = DEFAULT_URL, migrate_apart: bool = False, name: str | None = None) -> Engine:
     """The store's engine, its schema brought to the newest revision. With `migrate_apart` (the
     controller) a migration runs in a child process, so this long-lived one never loads alembic.
     The child is forked: it has the parent's modules already (a spawned one spent about half a
     second of CPU importing them again), and it uses none of the parent's pooled connections
-    (closed before the fork)."""
-    engine = make_engine(url)
+    (closed before the fork). `name`: its sessions' name on PostgreSQL (connect_args)."""
+    engine = make_engine(url, name)
     if not migrate_apart or _in_memory(url):
         migrate(engine)
     elif (head := head_revision()) is None or current_revision(engine) != head:
