@@ -1,17 +1,25 @@
 """Measurement only (docs/benchmarks/ovn-compare/cluster/prepared, ports-200/to-master*): `fathom bench
 ovn-compare --replicas 3 --stop-others` with its stop left out, so every call goes to the master of c1's
 br-int while the other replicas run on; with `--prefix tn`, their threads at nice 19 (set every 0.5 s,
-so threads started later too). Run as the fathom CLI: `python to_master.py bench ovn-compare ...`. The
-runs' summary.md keeps the bench's own sentence that the other replicas were stopped: here they were not."""
+so threads started later too); with `--prefix tp`, their PostgreSQL sessions too (the server processes
+whose application_name names them: fathom.store.db.connect_args). Run as the fathom CLI: `python
+to_master.py bench ovn-compare ...`. The runs' summary.md keeps the bench's own sentence that the other
+replicas were stopped: here they were not. LOCK_WAITS=1: PostgreSQL logs each lock wait of 1 ms or more,
+its log kept as server.log beside the results, and what the master's pool sessions wait on while active is
+sampled every 5 ms (waits.json beside the results); STOP_OTHERS=1: the others stopped, as the bench does."""
 import os
+import shutil
 import sys
 import threading
 import time
 
 from fathom.bench import ovncompare
+from fathom.bench.postgres import PostgresServer
 
 
-def keep_only(self, master):
+def keep_only(self, master, _stop=ovncompare.FathomSystem.keep_only):
+    if os.environ.get("STOP_OTHERS"):     # the bench's own --stop-others, with this script's samples
+        return _stop(self, master)
     self.callees, self.api = [master], self.apis[master]
     return []
 
@@ -19,23 +27,78 @@ def keep_only(self, master):
 def alone(self, s):
     master = s.note((0, None, "c1"))["master"]
     s.keep_only(master)
-    if "tn" in sys.argv:
-        pids = [r["pid"] for i, r in enumerate(s.lab.state()["controller"]["replicas"]) if i != master]
-        print(f"niced replicas other than {master}: {pids}", file=sys.stderr, flush=True)
+    if os.environ.get("LOCK_WAITS"):     # PostgreSQL logs every lock wait of 1 ms or more (server.log in -o's directory)
+        import psycopg
+        from sqlalchemy import create_engine
+        from fathom.cluster.feed import libpq_conninfo
+        with psycopg.connect(libpq_conninfo(create_engine(s.db)), autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET log_lock_waits = on")
+            conn.execute("ALTER SYSTEM SET deadlock_timeout = '1ms'")
+            conn.execute("ALTER SYSTEM SET log_line_prefix = '%m [%p] %a: '")
+            conn.execute("SELECT pg_reload_conf()")
+        master_id = next(r["id"] for r in s.api.get("/cluster")["replicas"]
+                         if r["address"].endswith(f":{s.lab.state()['controller']['replicas'][master]['api_port']}"))
+        conninfo = libpq_conninfo(create_engine(s.db))
+
+        def sample():     # what the master's pool sessions wait on while active, every 5 ms
+            import collections, json
+            seen, out = collections.Counter(), sys.argv[sys.argv.index("-o") + 1]
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                for n in range(10 ** 9):
+                    for row in conn.execute("SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '') "
+                                            "FROM pg_stat_activity WHERE state = 'active' AND application_name = %s",
+                                            (f"fathom controller {master_id}",)):
+                        seen[" ".join(row)] += 1
+                    if n % 200 == 0:
+                        with open(f"{out}/waits.json", "w") as f:
+                            json.dump(dict(seen.most_common()), f, indent=1)
+                    time.sleep(0.005)
+        threading.Thread(target=sample, daemon=True).start()
+    if "tn" in sys.argv or "tp" in sys.argv:
+        replicas = s.lab.state()["controller"]["replicas"]
+        pids = [r["pid"] for i, r in enumerate(replicas) if i != master]
+        ids = [r["id"] for r in s.api.get("/cluster")["replicas"]
+               if not r["address"].endswith(f":{replicas[master]['api_port']}")]
+        print(f"niced replicas other than {master}: {pids} ({ids})", file=sys.stderr, flush=True)
+        import psycopg
+        from sqlalchemy import create_engine
+        from fathom.cluster.feed import libpq_conninfo
+        conninfo = libpq_conninfo(create_engine(s.db))
+
+        def sessions():
+            if "tp" not in sys.argv:
+                return []
+            with psycopg.connect(conninfo) as conn:
+                return [pid for pid, name in conn.execute("SELECT pid, application_name FROM pg_stat_activity")
+                        if name.startswith("fathom ") and name.rsplit(" ", 1)[-1] in ids]
 
         def renice():
+            first = True
             while True:
-                for pid in pids:
-                    for tid in os.listdir(f"/proc/{pid}/task") if os.path.exists(f"/proc/{pid}/task") else ():
-                        try:
-                            os.setpriority(os.PRIO_PROCESS, int(tid), 19)
-                        except OSError:
-                            pass
+                tids = [int(t) for pid in pids if os.path.exists(f"/proc/{pid}/task")
+                        for t in os.listdir(f"/proc/{pid}/task")]
+                backends = sessions()
+                if first:
+                    print(f"niced: {len(tids)} threads, {len(backends)} PostgreSQL sessions", file=sys.stderr, flush=True)
+                    first = False
+                for tid in tids + backends:
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, tid, 19)
+                    except OSError:
+                        pass
                 time.sleep(0.5)
         threading.Thread(target=renice, daemon=True).start()
     return []
 
 
+def stop_keeping_log(self, _stop=PostgresServer.stop):
+    out = sys.argv[sys.argv.index("-o") + 1]
+    if os.environ.get("LOCK_WAITS") and (self.base / "server.log").exists():
+        shutil.copy(self.base / "server.log", f"{out}/server.log")
+    _stop(self)
+
+
+PostgresServer.stop = stop_keeping_log
 ovncompare.FathomSystem.keep_only = keep_only
 ovncompare.ClusterBench.alone = alone
 from fathom.cli.main import cli  # noqa: E402
