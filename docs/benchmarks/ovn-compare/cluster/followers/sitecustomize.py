@@ -10,7 +10,7 @@
 #      a replica's decision whether a write wakes its pass (wakes_for), and every other HTTP request (http, arrival to end)
 import os, sys, time
 if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
-    import contextvars, importlib.abc, importlib.util, json, threading
+    import contextvars, json, threading
     REQ = contextvars.ContextVar("followers_req", default=None)
     _lock, _out = threading.Lock(), []
 
@@ -113,20 +113,6 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
         "fathom.controller.cluster": lambda m: timed(m.ClusterMember, "wakes_for", "wakes_for"),
     }
 
-    class _Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name not in PATCH:
-                return None
-            sys.meta_path.remove(self)
-            try:
-                spec = importlib.util.find_spec(name)
-            finally:
-                sys.meta_path.insert(0, self)
-            exec_module = spec.loader.exec_module
-
-            def patched(module):
-                exec_module(module)
-                PATCH[name](module)
-            spec.loader.exec_module = patched
-            return spec
-    sys.meta_path.insert(0, _Finder())
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from patch_on_import import install
+    install(PATCH)

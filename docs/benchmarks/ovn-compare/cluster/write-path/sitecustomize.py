@@ -3,7 +3,7 @@
 # API's outermost middleware) at each step of its store write, a line per request in $WRITE_PATH_LOG/<pid>.log
 import os, sys, time
 if "controller" in " ".join(sys.argv) and os.environ.get("WRITE_PATH_LOG"):
-    import contextvars, importlib.abc, importlib.util, json
+    import contextvars, json
     MARKS = contextvars.ContextVar("write_path_marks", default=None)
     _out = []
 
@@ -74,20 +74,6 @@ if "controller" in " ".join(sys.argv) and os.environ.get("WRITE_PATH_LOG"):
         "fathom.controller.reconciler": lambda m: wrap(m.Reconciler, "wake", "wake_in", "wake_out"),
     }
 
-    class _Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name not in PATCH:
-                return None
-            sys.meta_path.remove(self)
-            try:
-                spec = importlib.util.find_spec(name)
-            finally:
-                sys.meta_path.insert(0, self)
-            exec_module = spec.loader.exec_module
-
-            def patched(module):
-                exec_module(module)
-                PATCH[name](module)
-            spec.loader.exec_module = patched
-            return spec
-    sys.meta_path.insert(0, _Finder())
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from patch_on_import import install
+    install(PATCH)
