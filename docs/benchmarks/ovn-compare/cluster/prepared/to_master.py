@@ -6,7 +6,7 @@ whose application_name names them: fathom.store.db.connect_args). Run as the fat
 to_master.py bench ovn-compare ...`. The runs' summary.md keeps the bench's own sentence that the other
 replicas were stopped: here they were not. LOCK_WAITS=1: PostgreSQL logs each lock wait of 1 ms or more,
 its log kept as server.log beside the results, and what the master's pool sessions wait on while active is
-sampled every 5 ms (waits.json beside the results); STOP_OTHERS=1: the others stopped, as the bench does."""
+sampled every 5 ms (SAMPLE_MS; waits.json beside the results); STOP_OTHERS=1: the others stopped, as the bench does."""
 import os
 import shutil
 import sys
@@ -40,7 +40,7 @@ def alone(self, s):
                          if r["address"].endswith(f":{s.lab.state()['controller']['replicas'][master]['api_port']}"))
         conninfo = libpq_conninfo(create_engine(s.db))
 
-        def sample():     # what the master's pool sessions wait on while active, every 5 ms
+        def sample():     # what the master's pool sessions wait on while active, every SAMPLE_MS (5) ms
             import collections, json
             seen, out = collections.Counter(), sys.argv[sys.argv.index("-o") + 1]
             with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -52,7 +52,7 @@ def alone(self, s):
                     if n % 200 == 0:
                         with open(f"{out}/waits.json", "w") as f:
                             json.dump(dict(seen.most_common()), f, indent=1)
-                    time.sleep(0.005)
+                    time.sleep(float(os.environ.get("SAMPLE_MS", "5")) / 1000)
         threading.Thread(target=sample, daemon=True).start()
     if "tn" in sys.argv or "tp" in sys.argv:
         replicas = s.lab.state()["controller"]["replicas"]
