@@ -47,7 +47,8 @@ def connect_args(given, name: str | None = None) -> dict:
     """A PostgreSQL engine's connection parameters beside `given` (its URL's query): dead_server_checks,
     and `name` as the sessions' application_name (what pg_stat_activity and the server's log call
     them: "fathom controller <replica>", "fathom leases <replica>", ...), unless `given` names them."""
-    return {**dead_server_checks(given), **({"application_name": name} if name and "application_name" not in given else {})}
+    named = {"application_name": name} if name and "application_name" not in given else {}
+    return {**dead_server_checks(given), **named}
 
 
 def make_engine(url: str, name: str | None = None) -> Engine:

@@ -7,13 +7,19 @@ to_master.py bench ovn-compare ...`. The runs' summary.md keeps the bench's own 
 replicas were stopped: here they were not. LOCK_WAITS=1: PostgreSQL logs each lock wait of 1 ms or more,
 its log kept as server.log beside the results, and what the master's pool sessions wait on while active is
 sampled every 5 ms (SAMPLE_MS; waits.json beside the results); STOP_OTHERS=1: the others stopped, as the bench does."""
+import collections
+import json
 import os
 import shutil
 import sys
 import threading
 import time
 
+import psycopg
+from sqlalchemy import create_engine
+
 from fathom.bench import ovncompare
+from fathom.cluster.feed import libpq_conninfo
 from fathom.bench.postgres import PostgresServer
 
 
@@ -27,21 +33,18 @@ def keep_only(self, master, _stop=ovncompare.FathomSystem.keep_only):
 def alone(self, s):
     master = s.note((0, None, "c1"))["master"]
     s.keep_only(master)
+    replicas = s.lab.state()["controller"]["replicas"]
+    ids = {r["id"]: r["address"].endswith(f":{replicas[master]['api_port']}") for r in s.api.get("/cluster")["replicas"]}
+    master_id, others = next(i for i, m in ids.items() if m), [i for i, m in ids.items() if not m]
+    conninfo = libpq_conninfo(create_engine(s.db))
     if os.environ.get("LOCK_WAITS"):     # PostgreSQL logs every lock wait of 1 ms or more (server.log in -o's directory)
-        import psycopg
-        from sqlalchemy import create_engine
-        from fathom.cluster.feed import libpq_conninfo
-        with psycopg.connect(libpq_conninfo(create_engine(s.db)), autocommit=True) as conn:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute("ALTER SYSTEM SET log_lock_waits = on")
             conn.execute("ALTER SYSTEM SET deadlock_timeout = '1ms'")
             conn.execute("ALTER SYSTEM SET log_line_prefix = '%m [%p] %a: '")
             conn.execute("SELECT pg_reload_conf()")
-        master_id = next(r["id"] for r in s.api.get("/cluster")["replicas"]
-                         if r["address"].endswith(f":{s.lab.state()['controller']['replicas'][master]['api_port']}"))
-        conninfo = libpq_conninfo(create_engine(s.db))
 
         def sample():     # what the master's pool sessions wait on while active, every SAMPLE_MS (5) ms
-            import collections, json
             seen, out = collections.Counter(), sys.argv[sys.argv.index("-o") + 1]
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 for n in range(10 ** 9):
@@ -55,22 +58,15 @@ def alone(self, s):
                     time.sleep(float(os.environ.get("SAMPLE_MS", "5")) / 1000)
         threading.Thread(target=sample, daemon=True).start()
     if "tn" in sys.argv or "tp" in sys.argv:
-        replicas = s.lab.state()["controller"]["replicas"]
         pids = [r["pid"] for i, r in enumerate(replicas) if i != master]
-        ids = [r["id"] for r in s.api.get("/cluster")["replicas"]
-               if not r["address"].endswith(f":{replicas[master]['api_port']}")]
-        print(f"niced replicas other than {master}: {pids} ({ids})", file=sys.stderr, flush=True)
-        import psycopg
-        from sqlalchemy import create_engine
-        from fathom.cluster.feed import libpq_conninfo
-        conninfo = libpq_conninfo(create_engine(s.db))
+        print(f"niced replicas other than {master}: {pids} ({others})", file=sys.stderr, flush=True)
 
         def sessions():
             if "tp" not in sys.argv:
                 return []
             with psycopg.connect(conninfo) as conn:
                 return [pid for pid, name in conn.execute("SELECT pid, application_name FROM pg_stat_activity")
-                        if name.startswith("fathom ") and name.rsplit(" ", 1)[-1] in ids]
+                        if name.startswith("fathom ") and name.rsplit(" ", 1)[-1] in others]
 
         def renice():
             first = True
