@@ -114,11 +114,12 @@ class ClusterMember:
         """The writes a store read now reads (fathom.cluster.feed.Claim): the other replicas' the
         feed counted, and this replica's own API writes (each committed before it woke the pass;
         its notification may not be back yet), so a long-poll on another replica that waits for a
-        write made here is answered by this pass's statuses."""
+        write made here is answered by this pass's statuses. Own writes the feed's snapshot shows
+        already are left out: every status notification carries the claim to every replica."""
         if self.feed is None:
             return None
         claim = self.feed.claim()
-        own = self.reconciler.board.own_writes(feed.CLAIM_XIDS)
+        own = {xid for xid in self.reconciler.board.own_writes(feed.CLAIM_XIDS) if not claim.covers(xid)}
         return feed.Claim(claim.writer, claim.snapshot, claim.xids | own) if own else claim
 
     def masters(self, dpid: int) -> bool:

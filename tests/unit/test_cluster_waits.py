@@ -114,6 +114,23 @@ def test_a_long_poll_through_another_replica_is_answered_by_the_writers_status_a
         assert o.rec.board.answer(keys, "active", need) == ("active", None)
 
 
+def test_a_claim_names_only_the_own_writes_its_snapshot_does_not_show(postgres):
+    """A pass's claim adds this replica's own API writes to what its change feed counted, for a
+    write whose notification is not back yet; a write the feed's snapshot shows committed is not
+    named again (the claim rides in every status notification, to every replica)."""
+    with writer_and_other(postgres) as (w, _o, port):
+        assert w.http.patch(f"/v1/ports/{port}", json={"name": "first"}).status_code == 200
+        first = w.rec.board._writes[w.rec.board.requested]
+        assert w.http.patch(f"/v1/ports/{port}", json={"name": "second"}).status_code == 200
+        second = w.rec.board._writes[w.rec.board.requested]
+        # the second write's notification carries its snapshot, taken after the first committed
+        wait_for(lambda: w.feed.claim().snapshot is not None and w.feed.claim().covers(first)
+                 and w.feed.claim().covers(second), 5, "both writes to count in w's feed")
+        claim = w.member.claim()
+        assert claim.covers(first) and claim.covers(second)
+        assert first not in claim.xids and len(w.rec.board.own_writes(feed.CLAIM_XIDS)) >= 2
+
+
 def test_a_long_poll_after_a_write_made_on_another_replica_waits_for_a_read_that_had_it(postgres, monkeypatch):
     """The client library writes through one replica and long-polls another, which has not counted
     that write: with the write's `X-Fathom-Commit` sent back, the long-poll is not answered by the
