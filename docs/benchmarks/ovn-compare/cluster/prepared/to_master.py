@@ -3,7 +3,8 @@ ovn-compare --replicas 3 --stop-others` with its stop left out, so every call go
 br-int while the other replicas run on; with `--prefix tn`, their threads at nice 19 (set every 0.5 s,
 so threads started later too); with `--prefix tp`, their PostgreSQL sessions too (the server processes
 whose application_name names them: fathom.store.db.connect_args); with `--prefix ti`, their threads (not their
-PostgreSQL sessions) under SCHED_IDLE instead: they run only on a core nothing else wants. Run as the fathom CLI: `python
+PostgreSQL sessions) under SCHED_IDLE instead: they run only on a core nothing else wants; with `--prefix tq`, their
+pool's PostgreSQL sessions too (`fathom controller <id>`; not their change feed's or lease rounds'). Run as the fathom CLI: `python
 to_master.py bench ovn-compare ...`. The runs' summary.md keeps the bench's own sentence that the other
 replicas were stopped: here they were not. LOCK_WAITS=1: PostgreSQL logs each lock wait of 1 ms or more,
 its log kept as server.log beside the results, and what the master's pool sessions wait on while active is
@@ -58,16 +59,18 @@ def alone(self, s):
                             json.dump(dict(seen.most_common()), f, indent=1)
                     time.sleep(float(os.environ.get("SAMPLE_MS", "5")) / 1000)
         threading.Thread(target=sample, daemon=True).start()
-    if "tn" in sys.argv or "tp" in sys.argv or "ti" in sys.argv:
+    idle = "ti" in sys.argv or "tq" in sys.argv
+    if "tn" in sys.argv or "tp" in sys.argv or idle:
         pids = [r["pid"] for i, r in enumerate(replicas) if i != master]
         print(f"niced replicas other than {master}: {pids} ({others})", file=sys.stderr, flush=True)
 
         def sessions():
-            if "tp" not in sys.argv:
+            if "tp" not in sys.argv and "tq" not in sys.argv:
                 return []
+            kinds = ("fathom controller ",) if "tq" in sys.argv else ("fathom ",)
             with psycopg.connect(conninfo) as conn:
                 return [pid for pid, name in conn.execute("SELECT pid, application_name FROM pg_stat_activity")
-                        if name.startswith("fathom ") and name.rsplit(" ", 1)[-1] in others]
+                        if name.startswith(kinds) and name.rsplit(" ", 1)[-1] in others]
 
         def renice():
             first = True
@@ -80,7 +83,7 @@ def alone(self, s):
                     first = False
                 for tid in tids + backends:
                     try:
-                        if "ti" in sys.argv:
+                        if idle:
                             os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
                         else:
                             os.setpriority(os.PRIO_PROCESS, tid, 19)
