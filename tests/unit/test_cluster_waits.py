@@ -124,7 +124,7 @@ def test_a_claim_names_only_the_own_writes_its_snapshot_does_not_show(postgres):
         assert w.http.patch(f"/v1/ports/{port}", json={"name": "second"}).status_code == 200
         second = w.rec.board._writes[w.rec.board.requested]
         # the second write's notification carries its snapshot, taken after the first committed
-        wait_for(lambda: w.feed.claim().snapshot is not None and w.feed.claim().covers(first)
+        wait_for(lambda: feed.Claim("w", w.feed.claim().snapshot, frozenset()).covers(first)
                  and w.feed.claim().covers(second), 5, "both writes to count in w's feed")
         claim = w.member.claim()
         assert claim.covers(first) and claim.covers(second)

@@ -4,8 +4,8 @@ br-int while the other replicas run on; with `--prefix tn`, their threads at nic
 so threads started later too); with `--prefix tp`, their PostgreSQL sessions too (the server processes
 whose application_name names them: fathom.store.db.connect_args); with `--prefix ti`, their threads (not their
 PostgreSQL sessions) under SCHED_IDLE instead: they run only on a core nothing else wants; with `--prefix tq`, their
-pool's PostgreSQL sessions too (`fathom controller <id>`; not their change feed's or lease rounds'). Run as the fathom CLI: `python
-to_master.py bench ovn-compare ...`. The runs' summary.md keeps the bench's own sentence that the other
+pools' PostgreSQL sessions too (`fathom controller <id>`; not their change feed's or lease rounds'). Run as the
+fathom CLI: `python to_master.py bench ovn-compare ...`. The runs' summary.md keeps the bench's own sentence that the other
 replicas were stopped: here they were not. LOCK_WAITS=1: PostgreSQL logs each lock wait of 1 ms or more,
 its log kept as server.log beside the results, and what the master's pool sessions wait on while active is
 sampled every 5 ms (SAMPLE_MS; waits.json beside the results); STOP_OTHERS=1: the others stopped, as the bench does."""
