@@ -57,7 +57,8 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
             try:
                 return await orig(self, scope, receive, sent)
             finally:
-                out({"req": [marks.get(k) for k in ("entry", "write_out", "hop_back", "answered")]})
+                out({"req": [marks.get(k) for k in ("entry", "write_out", "hop_back", "answered")],
+                     "w": {k: marks.get(k) for k in ("write_in", "first_sql", "sql", "commit_at", "cpu")}})
         mod.DateHeader.__call__ = call
 
     def patch_handoff(mod):
@@ -76,12 +77,15 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
         orig = mod.Store.write
 
         def write(*a, **k):
+            m = REQ.get()
+            if m is not None:
+                m["write_in"], m["sql"], c0 = time.perf_counter(), 0.0, time.thread_time()
             try:
                 return orig(*a, **k)
             finally:
-                m = REQ.get()
                 if m is not None:
                     m["write_out"] = time.perf_counter()
+                    m["cpu"] = time.thread_time() - c0
         mod.Store.write = write
 
     def patch_reconciler(mod):
@@ -104,7 +108,31 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
         timed(mod.Listener, "_statuses", "feed_status", lambda s, text: text[:300])
         timed(mod.Listener, "_received", "feed_change", lambda s, text: text[:120])
 
+    def patch_sqla(mod):
+        from sqlalchemy import event
+        from sqlalchemy.engine import Engine
+
+        @event.listens_for(Engine, "before_cursor_execute")
+        def before(conn, cursor, statement, parameters, context, executemany):
+            m = REQ.get()
+            if m is not None and "write_in" in m:
+                m.setdefault("first_sql", time.perf_counter())
+                m["_sql0"] = time.perf_counter()
+
+        @event.listens_for(Engine, "after_cursor_execute")
+        def after(conn, cursor, statement, parameters, context, executemany):
+            m = REQ.get()
+            if m is not None and "_sql0" in m:
+                m["sql"] += time.perf_counter() - m.pop("_sql0")
+
+        @event.listens_for(Engine, "commit")
+        def commit(conn):
+            m = REQ.get()
+            if m is not None and "write_in" in m:
+                m["commit_at"] = time.perf_counter()
+
     PATCH = {
+        "fathom.store.db": patch_sqla,
         "fathom.controller.server": patch_server,
         "fathom.api.handoff": patch_handoff,
         "fathom.api.deps": patch_deps,
