@@ -2,7 +2,9 @@
 # a line per event in $FOLLOWERS_LOG/<pid>.log, times in seconds of the host's monotonic clock (perf_counter, one
 # clock for every process):
 #  {"req": [entry, write_out, hop_back, answered]}  each POST /v1/ports: its arrival at the outermost
-#      middleware, its store write's end (in the executor's thread), the event loop's resumption, the answer's head
+#      middleware, its store write's end (in the executor's thread), the event loop's resumption, the answer's head;
+#   "w": {write_in, first_sql, sql, commit_at, cpu}  its store write's start, first SQL statement, the statements'
+#      own time (s), the commit's start (SQLAlchemy's "commit" event) and the writing thread's CPU (s) in the write
 #  {"act": kind, "t": [start, end], "cpu": thread CPU ms, "what": ...}  work in the process's other threads and
 #      event loop (uvloop: its callbacks cannot be timed one by one): the change feed's notifications
 #      (feed_change, feed_status), reconciler passes (pass: its triggers, the tokens it read for, the store's parts
