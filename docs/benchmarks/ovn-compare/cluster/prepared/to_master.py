@@ -4,7 +4,8 @@ br-int while the other replicas run on; with `--prefix tn`, their threads at nic
 so threads started later too); with `--prefix tp`, their PostgreSQL sessions too (the server processes
 whose application_name names them: fathom.store.db.connect_args); with `--prefix ti`, their threads (not their
 PostgreSQL sessions) under SCHED_IDLE instead: they run only on a core nothing else wants; with `--prefix tq`, their
-pools' PostgreSQL sessions too (`fathom controller <id>`; not their change feed's or lease rounds'). Run as the
+pools' PostgreSQL sessions too (`fathom controller <id>`; not their change feed's or lease rounds'); with `--prefix tf`,
+their threads and every PostgreSQL session of theirs, the change feed's and lease rounds' too. Run as the
 fathom CLI: `python to_master.py bench ovn-compare ...`. The runs' summary.md keeps the bench's own sentence that the other
 replicas were stopped: here they were not. LOCK_WAITS=1: PostgreSQL logs each lock wait of 1 ms or more,
 its log kept as server.log beside the results, and what the master's pool sessions wait on while active is
@@ -59,13 +60,13 @@ def alone(self, s):
                             json.dump(dict(seen.most_common()), f, indent=1)
                     time.sleep(float(os.environ.get("SAMPLE_MS", "5")) / 1000)
         threading.Thread(target=sample, daemon=True).start()
-    idle = "ti" in sys.argv or "tq" in sys.argv
+    idle = "ti" in sys.argv or "tq" in sys.argv or "tf" in sys.argv
     if "tn" in sys.argv or "tp" in sys.argv or idle:
         pids = [r["pid"] for i, r in enumerate(replicas) if i != master]
         print(f"niced replicas other than {master}: {pids} ({others})", file=sys.stderr, flush=True)
 
         def sessions():
-            if "tp" not in sys.argv and "tq" not in sys.argv:
+            if "tp" not in sys.argv and "tq" not in sys.argv and "tf" not in sys.argv:
                 return []
             kinds = ("fathom controller ",) if "tq" in sys.argv else ("fathom ",)
             with psycopg.connect(conninfo) as conn:
