@@ -1,8 +1,8 @@
 """The change feed between replicas (and a controller's API worker processes): PostgreSQL LISTEN/NOTIFY.
 
 `notify_commits(engine, me)`: every transaction of this process that wrote (INSERT, UPDATE,
-DELETE) sends a notification on CHANNEL inside that transaction, so it is delivered to the
-listeners when, and only if, the transaction commits. Its payload is "<me> <PostgreSQL's clock at
+DELETE) sends a notification on CHANNEL inside that transaction (with its COMMIT, in one round
+trip), so it is delivered to the listeners when, and only if, the transaction commits. Its payload is "<me> <PostgreSQL's clock at
 the write> <its transaction id> <PostgreSQL's snapshot then> <what it wrote>": the tables and row
 tokens fathom.store.changes.TableChanges notes for it, as a JSON list (a table's name, ALL, or
 [kind, value] for a row token; a workload port's write also says where the port was and is:
@@ -192,15 +192,20 @@ class _Notes(TableChanges):
         return super()._noted(options) and options.get("feed", True)
 
     def _committed_on(self, conn, written: set) -> None:
-        # a "commit" listener runs before the DBAPI commit: the notification is part of the transaction.
-        # It runs on the driver's cursor, so SQLAlchemy does not wrap what fails there: a server that
-        # ended the session (a restart) is told as SQLAlchemy's OperationalError, which the API
-        # answers 503, as it would have the commit's own failure
+        # a "commit" listener runs before the DBAPI commit: the notification is part of the transaction,
+        # sent with its COMMIT in one round trip (a query of two statements, so its values are bound
+        # here, quoted by the driver); the DBAPI commit after it finds nothing to commit. It runs on the
+        # driver's cursor, so SQLAlchemy does not wrap what fails there: a server that ended the
+        # session (a restart) is told as SQLAlchemy's OperationalError, which the API answers 503, as
+        # it would have the commit's own failure
+        dbapi = conn.connection.dbapi_connection
         statement = f"SELECT {notice_sql('%s', '%s', '%s', '%s')}, pg_current_xact_id()::text"
+        if dbapi.pgconn.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+            statement += "; COMMIT"
         text = payload(written, len(self.me.encode()) + SNAPSHOT_ROOM)
         params = (CHANNEL, self.me, SNAPSHOT_ROOM - 100, text)
         try:
-            with conn.connection.dbapi_connection.cursor() as cur:
+            with psycopg.ClientCursor(dbapi) as cur:
                 cur.execute(statement, params)
                 xid = int(cur.fetchone()[1])
         except psycopg.Error as e:

@@ -70,6 +70,40 @@ def test_a_committed_write_wakes_the_other_replicas_listener_only(url):
         engine.dispose()
 
 
+def test_a_transaction_s_notification_goes_with_its_commit_in_one_round_trip(url):
+    """The notification and the COMMIT are one query: one wait for the server, as a commit without
+    a feed takes (libpq's trace of the messages the commit sends and receives)."""
+    import tempfile
+
+    from psycopg import pq
+    from sqlalchemy.orm import Session
+    engine = open_store(url)
+    feed.notify_commits(engine, "writer")
+    other, theirs = listener_on(url, "reader")
+    try:
+        with tempfile.TemporaryFile("w+") as trace, Session(engine) as session:
+            with session.begin():
+                session.execute(text("INSERT INTO cluster_leases (switch, epoch) VALUES ('00000000000000ad', 0)"))
+                pgconn = session.connection().connection.dbapi_connection.pgconn
+                pgconn.trace(trace.fileno())
+                pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            pgconn.untrace()
+            trace.seek(0)
+            messages = [line.split("\t") for line in trace.read().splitlines()]
+        sent = [m for m in messages if m[0] == "F"]
+        assert len(sent) == 1 and sent[0][2] == "Query", messages
+        assert "pg_notify(" in sent[0][3] and sent[0][3].rstrip('" ').endswith("; COMMIT"), sent
+        assert [m[2] for m in messages if m[0] == "B"].count("ReadyForQuery") == 1, messages
+        wait_for(lambda: theirs.n == 2, 5, "the notification of the committed write")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM cluster_leases WHERE switch = '00000000000000ad'")).scalar() == 1
+            conn.execute(text("DELETE FROM cluster_leases WHERE switch = '00000000000000ad'"))
+            conn.commit()
+    finally:
+        other.stop()
+        engine.dispose()
+
+
 def test_the_statuses_a_replica_writes_reach_the_others_whole_as_they_commit(url):
     """More statuses than one notification holds, and a reason longer than one: every other
     listener gets each status (the long reason cut short), in the writer's transaction only."""
