@@ -3,8 +3,9 @@
 # clock for every process):
 #  {"req": [entry, write_out, hop_back, answered]}  each POST /v1/ports: its arrival at the outermost
 #      middleware, its store write's end (in the executor's thread), the event loop's resumption, the answer's head;
-#   "w": {write_in, first_sql, sql, commit_at, cpu}  its store write's start, first SQL statement, the statements'
-#      own time (s), the commit's start (SQLAlchemy's "commit" event) and the writing thread's CPU (s) in the write
+#   "w": {write_in, first_sql, sql, commit_at, commit_cpu, committed, committed_cpu, cpu}  its store write's start,
+#      first SQL statement, the statements' own time (s), the commit's start (SQLAlchemy's "commit" event), its end
+#      (the Session's "after_commit") and the writing thread's CPU (s) in the write up to each and in all
 #  {"act": kind, "t": [start, end], "cpu": thread CPU ms, "what": ...}  work in the process's other threads and
 #      event loop (uvloop: its callbacks cannot be timed one by one): the change feed's notifications
 #      (feed_change, feed_status), reconciler passes (pass: its triggers, the tokens it read for, the store's parts
@@ -60,7 +61,8 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
                 return await orig(self, scope, receive, sent)
             finally:
                 out({"req": [marks.get(k) for k in ("entry", "write_out", "hop_back", "answered")],
-                     "w": {k: marks.get(k) for k in ("write_in", "first_sql", "sql", "commit_at", "cpu")}})
+                     "w": {k: marks.get(k) for k in ("write_in", "first_sql", "sql", "commit_at", "commit_cpu", "committed",
+                                                     "committed_cpu", "cpu")}})
         mod.DateHeader.__call__ = call
 
     def patch_handoff(mod):
@@ -82,6 +84,7 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
             m = REQ.get()
             if m is not None:
                 m["write_in"], m["sql"], c0 = time.perf_counter(), 0.0, time.thread_time()
+                m["_c0"] = c0
             try:
                 return orig(*a, **k)
             finally:
@@ -132,6 +135,16 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
             m = REQ.get()
             if m is not None and "write_in" in m:
                 m["commit_at"] = time.perf_counter()
+                m["commit_cpu"] = time.thread_time() - m["_c0"]
+
+        from sqlalchemy.orm import Session
+
+        @event.listens_for(Session, "after_commit")
+        def committed(session):
+            m = REQ.get()
+            if m is not None and "write_in" in m:
+                m["committed"] = time.perf_counter()
+                m["committed_cpu"] = time.thread_time() - m["_c0"]
 
     PATCH = {
         "fathom.store.db": patch_sqla,
