@@ -1,18 +1,19 @@
 """The change feed between replicas (and a controller's API worker processes): PostgreSQL LISTEN/NOTIFY.
 
-`notify_commits(engine, me)`: every transaction of this process that wrote (INSERT, UPDATE,
-DELETE) sends a notification on CHANNEL inside that transaction (with its COMMIT, in one round
-trip), so it is delivered to the listeners when, and only if, the transaction commits. Its payload is "<me> <PostgreSQL's clock at
-the write> <its transaction id> <PostgreSQL's snapshot then> <what it wrote>": the tables and row
-tokens fathom.store.changes.TableChanges notes for it, as a JSON list (a table's name, ALL, or
-[kind, value] for a row token; a workload port's write also says where the port was and is:
-["port_at", [id, node id before, after, network id]]), or ["*"] (ALL: everything) when that would
-not fit a notification (PAYLOAD_MAX). Statements run with the execution option `feed=False` (the lease rounds) or
-`model_unchanged=True` (statuses, which each replica writes for its own objects; an agent's
-desired-state revision) note nothing, and a transaction that noted nothing sends none. The
-transaction id of the last such write committed on a thread is kept for it (`committed_xid`: the
-API's long-polls, fathom.controller.board), and what it wrote (`committed_written`: whether the
-replica's own pass waits, fathom.controller.cluster.ClusterMember.wakes_for_own).
+`notify_commits(engine, me)`: every transaction of this process that wrote (INSERT, UPDATE, DELETE)
+sends a notification on CHANNEL inside that transaction (with its COMMIT, in one round trip), so it
+is delivered to the listeners when, and only if, the transaction commits. Its payload is "<me>
+<PostgreSQL's clock at the write> <its transaction id> <PostgreSQL's snapshot then> <what it
+wrote>": the tables and row tokens fathom.store.changes.TableChanges notes for it, as a JSON list (a
+table's name, ALL, or [kind, value] for a row token; a workload port's write also says where the
+port was and is: ["port_at", [id, node id before, after, network id]]), or ["*"] (ALL: everything)
+when that would not fit a notification (PAYLOAD_MAX). Statements run with the execution option
+`feed=False` (the lease rounds) or `model_unchanged=True` (statuses, which each replica writes for
+its own objects; an agent's desired-state revision) note nothing, and a transaction that noted
+nothing sends none. The transaction id of the last such write committed on a thread is kept for it
+(`committed_xid`: the API's long-polls, fathom.controller.board), and what it wrote
+(`committed_written`: whether the replica's own pass waits,
+fathom.controller.cluster.ClusterMember.wakes_for_own).
 
 `status_notes(me, statuses, claim)`: the notifications of the statuses a replica writes (those it
 is the one writer of, fathom.controller.cluster), sent on STATUS_CHANNEL inside the transaction that

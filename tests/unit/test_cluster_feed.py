@@ -95,10 +95,10 @@ def test_a_transaction_s_notification_goes_with_its_commit_in_one_round_trip(url
         assert "pg_notify(" in sent[0][3] and sent[0][3].rstrip('" ').endswith("; COMMIT"), sent
         assert [m[2] for m in messages if m[0] == "B"].count("ReadyForQuery") == 1, messages
         wait_for(lambda: theirs.n == 2, 5, "the notification of the committed write")
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM cluster_leases WHERE switch = '00000000000000ad'")).scalar() == 1
+        with engine.begin() as conn:
+            mine = text("SELECT count(*) FROM cluster_leases WHERE switch = '00000000000000ad'")
+            assert conn.execute(mine).scalar() == 1
             conn.execute(text("DELETE FROM cluster_leases WHERE switch = '00000000000000ad'"))
-            conn.commit()
     finally:
         other.stop()
         engine.dispose()
