@@ -130,21 +130,14 @@ if "controller" in " ".join(sys.argv) and os.environ.get("FOLLOWERS_LOG"):
             if m is not None and "_sql0" in m:
                 m["sql"] += time.perf_counter() - m.pop("_sql0")
 
-        @event.listens_for(Engine, "commit")
-        def commit(conn):
+        def mark(at, cpu):
             m = REQ.get()
             if m is not None and "write_in" in m:
-                m["commit_at"] = time.perf_counter()
-                m["commit_cpu"] = time.thread_time() - m["_c0"]
+                m[at], m[cpu] = time.perf_counter(), time.thread_time() - m["_c0"]
 
         from sqlalchemy.orm import Session
-
-        @event.listens_for(Session, "after_commit")
-        def committed(session):
-            m = REQ.get()
-            if m is not None and "write_in" in m:
-                m["committed"] = time.perf_counter()
-                m["committed_cpu"] = time.thread_time() - m["_c0"]
+        event.listen(Engine, "commit", lambda conn: mark("commit_at", "commit_cpu"))
+        event.listen(Session, "after_commit", lambda session: mark("committed", "committed_cpu"))
 
     PATCH = {
         "fathom.store.db": patch_sqla,
