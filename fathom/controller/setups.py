@@ -63,18 +63,30 @@ class Setups:
                 return
             if not self.due(node.name, facts):
                 return
-            future = self._pool.submit(self._run, node)
+            future = self._pool.submit(self._check, node, facts)
             self._jobs[node.name] = (facts, future)
-        future.add_done_callback(lambda f, name=node.name: self._done(name, facts, f))
+        future.add_done_callback(lambda _f, name=node.name: self._done(name))
 
-    def _done(self, name: str, facts: tuple, future) -> None:
-        failed = future.cancelled() or future.exception() is not None or future.result()[0] == "error"
+    def _check(self, node, facts: tuple):
+        """The node's check, its failure (and when it is due again) recorded before its result is:
+        a pass that takes the result finds the node not due (a future's waiters are woken before
+        its done callbacks run, which a loaded machine can hold back past the next pass)."""
+        failed = True
+        try:
+            result = self._run(node)
+            failed = result[0] == "error"
+            return result
+        finally:
+            with self._lock:
+                if failed:
+                    _, times, _ = self._failed.get(node.name, (facts, 0, 0.0))
+                    self._failed[node.name] = (facts, times + 1,
+                                               time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** min(times, 30)))
+                else:
+                    self._failed.pop(node.name, None)
+
+    def _done(self, name: str) -> None:
         with self._lock:
-            if failed:
-                _, times, _ = self._failed.get(name, (facts, 0, 0.0))
-                self._failed[name] = (facts, times + 1, time.monotonic() + min(RETRY_MAX, RETRY_FIRST * 2 ** min(times, 30)))
-            else:
-                self._failed.pop(name, None)
             late = name in self._waiting
             self._waiting.discard(name)
         if late:

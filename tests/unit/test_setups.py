@@ -1,9 +1,11 @@
 """The nodes' OVSDB checks on their own (fathom.controller.setups): a bounded wait, a late answer
-reported, a failure retried with a backoff, a crash turned into the node's error."""
+reported, a failure retried with a backoff (known to whoever takes the failure), a crash turned into
+the node's error."""
 from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 from types import SimpleNamespace
 
 from fathom.controller import setups as st
@@ -40,6 +42,34 @@ def test_a_failing_node_is_checked_less_often_each_time_and_at_once_when_its_fac
         answer[0] = "complete"
         time.sleep(0.42)
         assert check(moved) == 5 and setups.due("c1")              # back: no retry time left
+    finally:
+        setups.stop()
+
+
+def test_a_failure_taken_is_not_due_again_however_late_the_checks_end_is_told(monkeypatch):
+    """A future's waiters wake before its done callbacks run, and on a loaded machine those can run
+    after the next pass: the failure's retry time is known once its result is taken all the same
+    (held back here: every done callback waits 0.3 s)."""
+    monkeypatch.setattr(st, "RETRY_FIRST", 60.0)
+    invoke = Future._invoke_callbacks
+
+    def late_callbacks(self):
+        time.sleep(0.3)
+        invoke(self)
+    monkeypatch.setattr(Future, "_invoke_callbacks", late_callbacks)
+    runs = []
+
+    def unreachable(n):
+        time.sleep(0.05)                        # ends after its callback is added (a real check does)
+        runs.append(n.name)
+        return "error", "OVSDB unreachable (test)", {}
+    setups = st.Setups(unreachable, lambda name: None)
+    try:
+        setups.start(node())
+        assert setups.take(["c1"], 5)["c1"][0] == "error"
+        assert not setups.due("c1")
+        setups.start(node())                    # the next pass: no second check
+        assert runs == ["c1"] and setups.pending() == set()
     finally:
         setups.stop()
 
