@@ -45,6 +45,9 @@ class ClusterOut(BaseModel):
     timing: TimingOut
     replicas: list[ReplicaOut]
     leases: list[LeaseOut]
+    notify_queue_usage: float | None = Field(
+        description="the share (0 to 1) of PostgreSQL's notification queue in use: the change feed's "
+                    "notifications not yet read by every listening session (null: sqlite)")
 
 
 @router.get("", response_model=ClusterOut, summary="Replicas, their switch leases and epochs")
@@ -52,6 +55,7 @@ def cluster_status(request: Request) -> ClusterOut:
     engine = request.app.state.engine
     timing = leases.Timing()
     if engine.dialect.name != "postgresql":
-        return ClusterOut(store=engine.dialect.name, timing=TimingOut(**timing.__dict__), replicas=[], leases=[])
+        return ClusterOut(store=engine.dialect.name, timing=TimingOut(**timing.__dict__), replicas=[], leases=[],
+                          notify_queue_usage=None)
     with engine.connect() as conn:
         return ClusterOut(store="postgresql", **leases.status(conn, timing))

@@ -22,7 +22,8 @@ def status(api, as_json):
     if out["store"] != "postgresql":
         return click.echo(terminal_safe(f"no cluster: the store is {out['store']} (one controller; a cluster needs "
                                         f"PostgreSQL)"))
-    click.echo(f"lease {t['lease']} s, renewed every {t['renew']} s (PostgreSQL's clock)")
+    click.echo(f"lease {t['lease']} s, renewed every {t['renew']} s (PostgreSQL's clock); notification queue "
+               f"{out['notify_queue_usage']:.1%} used")
     print_table("replicas", ["id", "address", "OpenFlow", "live", "last renewal (s ago)", "switches", "feed lag (s)",
                              "schema", "PKI"],
                 [[r["id"], r["address"], r["openflow"], "yes" if r["live"] else "no", r["heartbeat_age"], r["switches"],

@@ -575,6 +575,34 @@ def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows:
     return holders
 
 
+# The sessions of replicas whose heartbeat is older than the keep time (paused, hung, or whose rounds
+# fail), opened before then, named as a replica names them (its pool's,
+# its rounds' and its change feed's: fathom.store.db.connect_args, fathom.cluster.feed): ended. Such a
+# process's kernel still answers TCP keepalives, so PostgreSQL keeps its sessions: one in a transaction
+# keeps its row locks, and its change feed's LISTEN session, which its client no longer reads, blocks
+# on its socket and holds PostgreSQL's notification queue (8 GB at most) at its place, so the queue
+# grows with every write of the cluster until NOTIFY, and with it every write, fails. A replica that
+# comes back revives its heartbeat and connects again (its change feed then reads the whole store).
+# The candidates are fixed (MATERIALIZED) before any is ended. Also the notification queue's use, a
+# fraction. The replicas' ids, once each, whose sessions were ended.
+_END_STALE = text(
+    "WITH stale AS MATERIALIZED ("
+    "  SELECT a.pid, r.id FROM pg_stat_activity a JOIN cluster_replicas r "
+    "  ON a.application_name IN ('fathom controller ' || r.id, 'fathom leases ' || r.id, 'fathom feed ' || r.id) "
+    "  WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() "
+    "  AND r.heartbeat <= clock_timestamp() - make_interval(secs => :keep) "
+    "  AND a.backend_start <= clock_timestamp() - make_interval(secs => :keep)) "
+    "SELECT (SELECT coalesce(json_agg(DISTINCT id), '[]') FROM stale WHERE pg_terminate_backend(pid)), "
+    "       pg_notification_queue_usage()")
+
+
+def end_stale_sessions(conn: Connection, timing: Timing) -> tuple[list[str], float]:
+    """End the sessions of the replicas whose heartbeat is older than `timing.keep` (_END_STALE): the
+    ids of those whose sessions were ended, and the share of PostgreSQL's notification queue in use."""
+    ended, usage = conn.execute(_END_STALE, {"keep": timing.keep}).one()
+    return sorted(ended), float(usage)
+
+
 def leave(conn: Connection, me: str) -> list[str]:
     """Give up every lease of `me` (the others take them at their next round) and unregister it."""
     gone = [s for (s,) in conn.execute(text("UPDATE cluster_leases SET holder = NULL, renewed = clock_timestamp() "
@@ -608,5 +636,6 @@ def status(conn: Connection, timing: Timing) -> dict:
         leases.append({"switch": row.switch, "holder": holder, "epoch": row.epoch,
                        "expires_in": round(row.left, 3) if row.valid else None,
                        "renewed_age": round(row.renewed_age, 3) if row.renewed_age is not None else None})
+    usage = conn.execute(text("SELECT pg_notification_queue_usage()")).scalar_one()
     return {"timing": {"renew": timing.renew, "lease": timing.lease, "guard": timing.guard},
-            "replicas": replicas, "leases": leases}
+            "replicas": replicas, "leases": leases, "notify_queue_usage": float(usage)}

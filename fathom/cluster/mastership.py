@@ -71,6 +71,10 @@ class _Metrics:
                                     "holding (released: balance or stop; lost: expired or taken)", ["change"]),
                     failures=Counter("fathom_cluster_renewal_failures",
                                      "lease rounds that failed (PostgreSQL unreachable or erroring)"),
+                    ended=Counter("fathom_cluster_stale_replicas_ended", "replicas whose PostgreSQL sessions this "
+                                  "process ended, their heartbeat older than the keep time"),
+                    queue=Gauge("fathom_cluster_notify_queue_usage", "the share of PostgreSQL's notification "
+                                "queue in use (the change feed's), as this process last read it"),
                 )
         return self._made[name]
 
@@ -137,6 +141,7 @@ class Mastership:
         self._view = leases.LeaseView()     # the leases as the rounds last read them (leases._ROUND)
         self._written = leases.Written()    # what the rounds last wrote of this replica's row, on self._conn
         self.failures = 0                  # rounds that failed
+        self._stale_checked = time.monotonic()   # when this replica last ended stale replicas' sessions
 
     # ------------------------------------------------------------------ MastershipView
 
@@ -207,6 +212,8 @@ class Mastership:
                 self._end_connection()
                 self._drop("lost")
                 return
+            if self._conn is not None and time.monotonic() - self._stale_checked >= self.timing.keep:
+                self.end_stale_sessions()
             self._stopping.wait(max(0.0, started + self.timing.renew - time.monotonic()))
 
     def run_round(self) -> None:
@@ -258,6 +265,23 @@ class Mastership:
         if listeners_changed:     # after the leases: it asks which switches this replica now sets up
             self._call(self.on_peers)
         self._call(self.on_round)
+
+    def end_stale_sessions(self) -> None:
+        """Every `Timing.keep` seconds, after a round that reached PostgreSQL: end the sessions of the
+        replicas whose heartbeat is older than that (leases.end_stale_sessions: a paused replica's
+        change feed would hold PostgreSQL's notification queue, its transactions their locks)."""
+        self._stale_checked = time.monotonic()
+        try:
+            ended, usage = leases.end_stale_sessions(self._round_connection(), self.timing)
+        except Exception as e:  # noqa: BLE001 - any store failure: the next check tries again
+            LOG.warning("replica %s: could not end the sessions of stale replicas: %s", self.id, e)
+            return
+        METRICS.queue.set(usage)
+        for replica in ended:
+            METRICS.ended.inc()
+            LOG.warning("replica %s: ended the PostgreSQL sessions of replica %s, whose heartbeat is older than "
+                        "%.0f s (paused or hung: its change feed would hold PostgreSQL's notification queue)",
+                        self.id, replica, self.timing.keep)
 
     def _heard(self, got: leases.Round) -> None:
         """When the other replicas last heard each node's agent, and which of them did last."""

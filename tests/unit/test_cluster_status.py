@@ -54,8 +54,10 @@ def test_status_shows_replicas_leases_and_epochs(postgres, monkeypatch):
                 and {x["switch"]: (x["holder"], x["epoch"]) for x in out["leases"]} == held)
         wait_for(agrees, 10, "the status showing the replicas' leases")
         assert seen[0]["store"] == "postgresql" and seen[0]["timing"] == {"renew": 0.33, "lease": 1.0, "guard": 0.1}
+        assert 0 <= seen[0]["notify_queue_usage"] < 0.01     # every listener of this server reads as it goes
         table = run("cluster", "status").output
         assert "rep-a" in table and "198.18.0.2:8080" in table and "00000000000000a3" in table
+        assert "notification queue 0.0% used" in table
         member = TestClient(app, headers=headers_for(app, "p1", ("member",)))
         assert member.get("/v1/cluster").status_code == 403
     finally:
@@ -67,6 +69,7 @@ def test_status_shows_replicas_leases_and_epochs(postgres, monkeypatch):
 def test_status_on_sqlite_says_there_is_no_cluster(tmp_path, monkeypatch):
     app = create_app(f"sqlite:///{tmp_path / 'one.db'}")
     run = _cli(app, monkeypatch)
-    assert json.loads(run("cluster", "status", "--json").output)["replicas"] == []
+    out = json.loads(run("cluster", "status", "--json").output)
+    assert (out["replicas"], out["notify_queue_usage"]) == ([], None)
     assert "no cluster: the store is sqlite" in run("cluster", "status").output
     app.state.engine.dispose()
