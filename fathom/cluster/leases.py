@@ -576,15 +576,15 @@ def _decide(conn: Connection, me: str, timing: Timing, p: dict, reachable, rows:
 
 
 # The sessions of replicas whose heartbeat is older than the keep time (paused, hung, or whose rounds
-# fail), opened before then, named as a replica names them (its pool's,
-# its rounds' and its change feed's: fathom.store.db.connect_args, fathom.cluster.feed): ended. Such a
-# process's kernel still answers TCP keepalives, so PostgreSQL keeps its sessions: one in a transaction
-# keeps its row locks, and its change feed's LISTEN session, which its client no longer reads, blocks
-# on its socket and holds PostgreSQL's notification queue (8 GB at most) at its place, so the queue
-# grows with every write of the cluster until NOTIFY, and with it every write, fails. A replica that
-# comes back revives its heartbeat and connects again (its change feed then reads the whole store).
-# The candidates are fixed (MATERIALIZED) before any is ended. Also the notification queue's use, a
-# fraction. The replicas' ids, once each, whose sessions were ended.
+# fail), opened before then and named as a replica names them (its pool's, its rounds' and its change
+# feed's: fathom.store.db.connect_args, fathom.cluster.feed), ended; the ids of those replicas, once
+# each, and the share of PostgreSQL's notification queue in use. Such a process's kernel still answers
+# TCP keepalives, so PostgreSQL keeps its sessions: one in a transaction keeps its row locks, and its
+# change feed's LISTEN session, which its client no longer reads, blocks on its socket and holds the
+# notification queue (8 GB at most) at its place, so the queue grows with every write of the cluster
+# until NOTIFY, and with it every write, fails. A replica that comes back revives its heartbeat and
+# connects again (its change feed then reads the whole store). The candidates are fixed
+# (MATERIALIZED) before any is ended.
 _END_STALE = text(
     "WITH stale AS MATERIALIZED ("
     "  SELECT a.pid, r.id FROM pg_stat_activity a JOIN cluster_replicas r "

@@ -116,12 +116,12 @@ def test_only_the_sessions_of_a_stale_replica_s_row_opened_before_the_keep_time_
                              {"r": replica, "age": age})
         held = {name: e.connect() for name, e in engines.items()}   # c's, live's, and one with no row
         with engine.connect() as conn:
-            assert leases.end_stale_sessions(conn, TIMING) == ([], 0.0)    # c's session is younger than that
+            assert leases.end_stale_sessions(conn, TIMING)[0] == []    # c's session is younger than that
             conn.commit()
             time.sleep(TIMING.keep)
             conn.execute(text("UPDATE cluster_replicas SET heartbeat = clock_timestamp() WHERE id = 'live'"))
             ended, usage = leases.end_stale_sessions(conn, TIMING)
-            assert (ended, usage) == (["c"], 0.0)
+            assert ended == ["c"] and 0 <= usage < 0.01
             wait_for(lambda: names(engine, "fathom %") == {"fathom leases live", "fathom feed gone"}, 5,
                      "c's session ended, the others left")
         for c in held.values():
