@@ -385,6 +385,8 @@ def test_floating_ip_from_the_upstream_host(cloud):
 
     sdk.call("network.update_ip", fip["id"], port_id=None)              # disassociate
     wait_for("the floating IP disassociated in fathom", lambda: fathom_fip(None))
+    # a pass that read the disassociation wrote its status after its flows left the gateway node
+    admin.wait_status("floatingips", f["id"], timeout=30)
     assert ping(lab, "up", address, count=2).returncode != 0
 
 
